@@ -1,0 +1,1 @@
+"""The tuning service (FastAPI). Thin: translates HTTP to the tuner and back."""

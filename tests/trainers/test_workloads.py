@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trainers import PRESETS, Workload, WorkloadError, load_workload
+from trainers.workloads import disable_dropout
+from trainers.workloads.transformer import PAD
+from trainers.workloads.transformer import PRESETS as TRANSFORMER_SHAPES
+
+
+@pytest.mark.parametrize("name", ["transformer", "mlp", "convnet"])
+def test_every_builtin_has_tiny_small_large(name: str) -> None:
+    assert {"tiny", "small", "large"} <= set(PRESETS[name])
+
+
+def test_transformer_presets_match_gpu_facts() -> None:
+    # shared/GPU-FACTS.md: small = d_model 256, 2+2 layers, ff 1024, vocab 1000, batch 64, seq 32;
+    # medium = 512, 4+4, 2048, 8000, 64, 64; large = 1024, 4+4, 4096, 16000, 32, 128.
+    expected = {
+        "small": (256, 2, 2, 1024, 1000, 64, 32),
+        "medium": (512, 4, 4, 2048, 8000, 64, 64),
+        "large": (1024, 4, 4, 4096, 16000, 32, 128),
+    }
+    for preset, shape in expected.items():
+        s = TRANSFORMER_SHAPES[preset]
+        assert (s.d_model, s.encoder_layers, s.decoder_layers, s.ff, s.vocab, s.batch,
+                s.seq) == shape
+
+
+def test_same_seed_same_weights_and_data_other_seed_differs() -> None:
+    a, b, c = (load_workload("transformer", "tiny", seed=s) for s in (0, 0, 1))
+    for pa, pb in zip(a.model.parameters(), b.model.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+    assert torch.equal(a.dataset[3][0], b.dataset[3][0])
+    assert not torch.equal(a.dataset[3][0], c.dataset[3][0])
+
+
+def test_reverse_task_targets_are_the_reversed_source() -> None:
+    src, tgt_in, tgt_out = load_workload("transformer", "tiny").dataset[0]
+    for row in range(src.shape[0]):
+        valid = src[row][src[row] != PAD]
+        assert valid.numel() >= src.shape[1] // 2
+        n = valid.numel()
+        assert torch.equal(tgt_out[row][:n], valid.flip(0))
+        assert (tgt_out[row][n:] == PAD).all()
+        assert torch.equal(tgt_in[row][1:], tgt_out[row][:-1])
+
+
+def test_disable_dropout_covers_attention() -> None:
+    model = load_workload("transformer", "tiny").model
+    assert disable_dropout(model) > 0
+    assert all(m.p == 0.0 for m in model.modules() if isinstance(m, torch.nn.Dropout))
+    assert all(m.dropout == 0.0 for m in model.modules()
+               if isinstance(m, torch.nn.MultiheadAttention))
+    assert disable_dropout(model) == 0
+
+
+def test_user_factory_by_module_path() -> None:
+    workload = load_workload("examples.my_workload:build", "tiny")
+    assert isinstance(workload, Workload)
+    assert workload.name == "my_workload"
+
+
+@pytest.mark.parametrize(
+    ("name", "preset", "field", "match"),
+    [
+        ("resnet", "tiny", "workload", "allowed transformer, mlp, convnet"),
+        ("transformer", "huge", "preset", "allowed tiny, small, medium, large"),
+        ("no_such_module_xyz:build", "tiny", "workload", "cannot import"),
+        ("examples.my_workload:nope", "tiny", "workload", "no callable 'nope'"),
+        ("examples.my_workload:build", "huge", "preset", "preset='huge'"),
+        ("tests.trainers.helpers:not_a_workload", "tiny", "workload", "not a Workload"),
+    ],
+)
+def test_bad_workload_inputs(name: str, preset: str, field: str, match: str) -> None:
+    with pytest.raises(WorkloadError, match=match) as info:
+        load_workload(name, preset)
+    assert info.value.field == field

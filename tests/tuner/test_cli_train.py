@@ -1,0 +1,78 @@
+"""`python -m tuner train` as a user runs it: a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def tuner(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tuner", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_help_lists_train() -> None:
+    out = tuner("--help")
+    assert out.returncode == 0
+    assert "train" in out.stdout
+
+
+def test_train_json_is_a_run_result() -> None:
+    out = tuner("train", "--workload", "transformer", "--preset", "tiny", "--streams", "2",
+                "--sync-interval", "10", "--sync-mode", "event", "--steps", "20", "--warmup",
+                "2", "--device", "cpu", "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["config"]["num_streams"] == 2
+    assert result["config"]["sync_mode"] == "event"
+    assert len(result["losses"]) == 22
+    assert result["n_syncs"] == 3  # steps 10 and 20, then the drain of steps 21-22
+    assert result["effective"]["streams"] is False
+
+
+def test_train_summary_is_readable() -> None:
+    out = tuner("train", "--preset", "tiny", "--steps", "5", "--warmup", "1", "--device", "cpu")
+    assert out.returncode == 0, out.stderr
+    assert "samples/s" in out.stdout
+    assert "no effect" in out.stdout
+
+
+def test_user_workload_from_module_path() -> None:
+    out = tuner("train", "--workload", "examples.my_workload:build", "--steps", "4",
+                "--warmup", "0", "--windows", "2", "--device", "cpu", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["workload"] == "my_workload"
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--streams", "7"], "--streams"),
+        (["--streams", "x"], "--streams"),
+        (["--sync-interval", "0"], "--sync-interval"),
+        (["--sync-mode", "often"], "--sync-mode"),
+        (["--prefetch-depth", "9"], "--prefetch-depth"),
+        (["--preset", "huge"], "--preset"),
+        (["--workload", "resnet"], "--workload"),
+        (["--device", "tpu"], "--device"),
+        (["--steps", "0"], "--steps"),
+        (["--bogus", "1"], "--bogus"),
+    ],
+)
+def test_bad_flag_is_one_line_naming_the_flag(args: list[str], flag: str) -> None:
+    out = tuner("train", "--device", "cpu", *args)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert flag in lines[0]
+    assert "Traceback" not in out.stderr
+
+
+def test_cuda_graph_on_cpu_is_one_clear_line() -> None:
+    out = tuner("train", "--device", "cpu", "--cuda-graph")
+    assert out.returncode == 2
+    expected = "error: cuda_graph=True needs a CUDA device, and this run is on cpu"
+    assert out.stderr.strip() == expected

@@ -1,0 +1,179 @@
+"""`run()`: train a workload under one LoopConfig and measure it.
+
+Read top to bottom: resolve the device, build the streams, the data feed, the step and the loss
+harvester; run the warm-up steps; run the timed windows; drain the losses; report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import torch
+
+from trainers.config import LoopConfig
+from trainers.errors import ConfigError, UnsupportedOnDevice
+from trainers.feed import DeviceFeed, cycle, make_loader
+from trainers.harvest import Harvester, make_harvester
+from trainers.measure import RunResult, Window, WindowTimer, fingerprint, window_sizes
+from trainers.step import GRAPH_WARMUP_STEPS, EagerStep, GraphStep
+from trainers.streams import StreamPlan
+from trainers.workloads.base import Workload
+
+WindowCallback = Callable[[int, Window], bool]
+"""Called after each timed window with its index; returning False stops the run there (a pruned
+trial, a cancelled job). What was measured so far stays in the result."""
+
+CPU_NOTE = (
+    "CPU run: streams, events, pinned memory and non-blocking copies do not exist on a CPU; "
+    "those settings were accepted and had no effect"
+)
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    if isinstance(device, torch.device):
+        resolved = device
+    elif device == "auto":
+        resolved = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    elif device in ("cpu", "cuda") or device.startswith("cuda:"):
+        resolved = torch.device(device)
+    else:
+        raise ConfigError("device", device, "auto, cpu, cuda or cuda:INDEX")
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise UnsupportedOnDevice(
+            f"device={device!r}: CUDA is not available here (torch {torch.__version__}); "
+            "use --device cpu or auto"
+        )
+    return resolved
+
+
+def check_run_args(config: LoopConfig, device: torch.device, *, steps: int, warmup: int,
+                   windows: int) -> None:
+    if steps < 1:
+        raise ConfigError("steps", steps, "an integer >= 1")
+    if warmup < 0:
+        raise ConfigError("warmup", warmup, "an integer >= 0")
+    if windows < 1 or windows > steps:
+        raise ConfigError("windows", windows, f"an integer in 1..steps ({steps})")
+    if config.cuda_graph:
+        if device.type != "cuda":
+            raise UnsupportedOnDevice(
+                f"cuda_graph=True needs a CUDA device, and this run is on {device.type}"
+            )
+        if warmup < GRAPH_WARMUP_STEPS + 1:
+            raise ConfigError(
+                "warmup", warmup,
+                f"an integer >= {GRAPH_WARMUP_STEPS + 1} with cuda_graph=True "
+                f"({GRAPH_WARMUP_STEPS} eager warm-up steps and the capture stay untimed)",
+            )
+
+
+def run(
+    workload: Workload,
+    config: LoopConfig,
+    *,
+    steps: int = 50,
+    warmup: int = 10,
+    windows: int = 5,
+    device: str | torch.device = "auto",
+    on_window: WindowCallback | None = None,
+) -> RunResult:
+    """Train `workload` for `warmup + steps` steps under `config`; time `steps` in `windows`."""
+    dev = resolve_device(device)
+    check_run_args(config, dev, steps=steps, warmup=warmup, windows=windows)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+
+    model = workload.model.to(dev)
+    model.train()
+    optimizer = workload.make_optimizer(model.parameters(), config.cuda_graph)
+    plan = StreamPlan.create(config.num_streams, dev, cuda_graph=config.cuda_graph)
+    loader = make_loader(workload, config, dev)
+    feed = DeviceFeed(cycle(loader), plan, config, dev)
+    step_fn = (GraphStep if config.cuda_graph else EagerStep)(
+        model, optimizer, workload.loss_fn, plan
+    )
+    harvester = make_harvester(config, plan, warmup + steps, dev)
+    timer = WindowTimer(dev, plan)
+
+    def train_step(step: int) -> None:
+        harvester.push(step, step_fn(feed.next()))
+        if (step + 1) % config.sync_interval == 0:
+            harvester.sync_point()
+
+    measured: list[Window] = []
+    stopped_early = False
+    step = 0
+    with contextlib.closing(_LoaderCloser(loader)):
+        for _ in range(warmup):
+            train_step(step)
+            step += 1
+        for index, size in enumerate(window_sizes(steps, windows)):
+            timer.start()
+            for _ in range(size):
+                train_step(step)
+                step += 1
+            measured.append(timer.stop(size))
+            if on_window is not None and not on_window(index, measured[-1]) and (
+                index + 1 < windows
+            ):
+                stopped_early = True
+                break
+        harvester.drain()
+
+    return _result(workload, config, dev, harvester, measured, warmup=warmup,
+                   steps=step - warmup, stopped_early=stopped_early)
+
+
+class _LoaderCloser:
+    """Shuts persistent DataLoader workers down when the run ends, even on error."""
+
+    def __init__(self, loader: torch.utils.data.DataLoader) -> None:
+        self.loader = loader
+
+    def close(self) -> None:
+        iterator = getattr(self.loader, "_iterator", None)
+        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
+
+
+def _result(
+    workload: Workload,
+    config: LoopConfig,
+    dev: torch.device,
+    harvester: Harvester,
+    windows: list[Window],
+    *,
+    warmup: int,
+    steps: int,
+    stopped_early: bool,
+) -> RunResult:
+    on_cuda = dev.type == "cuda"
+    effective = {
+        "streams": on_cuda,
+        "sync_mode": on_cuda,
+        "pin_memory": on_cuda,
+        "non_blocking": on_cuda,
+        "note": None if on_cuda else CPU_NOTE,
+    }
+    return RunResult(
+        config=config.to_dict(),
+        workload=workload.name,
+        preset=workload.preset,
+        device=str(dev),
+        effective=effective,
+        warmup_steps=warmup,
+        steps=steps,
+        stopped_early=stopped_early,
+        losses=harvester.ledger.losses,
+        loss_check=harvester.ledger.proof(warmup + steps),
+        n_syncs=harvester.n_syncs,
+        n_polls=harvester.n_polls,
+        sync_wait_ms=harvester.sync_wait_s * 1e3,
+        windows=windows,
+        samples_per_batch=workload.samples_per_batch,
+        tokens_per_sample=workload.tokens_per_sample,
+        peak_memory_bytes=torch.cuda.max_memory_allocated(dev) if on_cuda else None,
+        fingerprint=fingerprint(dev),
+    )

@@ -1,0 +1,198 @@
+"""Measurement, the same for every workload and setting: timed windows, `RunResult`, fingerprint."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import platform
+import subprocess
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainers.streams import StreamPlan
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class Window:
+    steps: int
+    wall_ms: float
+    gpu_ms: float | None
+
+    @property
+    def step_ms(self) -> float:
+        return self.wall_ms / self.steps
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"steps": self.steps, "wall_ms": self.wall_ms, "gpu_ms": self.gpu_ms,
+                "step_ms": self.step_ms}
+
+
+class WindowTimer:
+    """Wall time of a window of steps, with the device idle at both ends (nothing queued before
+    the start is counted, everything queued inside is), plus the same span in CUDA events."""
+
+    def __init__(self, device: torch.device, plan: StreamPlan) -> None:
+        self.device = device
+        self.plan = plan
+        self._cuda = device.type == "cuda"
+        self._start = 0.0
+        self._start_event: torch.cuda.Event | None = None
+
+    def start(self) -> None:
+        if self._cuda:
+            # Device sync: the window starts with nothing of the previous window still running.
+            torch.cuda.synchronize(self.device)
+            self._start_event = torch.cuda.Event(enable_timing=True)
+            self._start_event.record()
+        self._start = time.perf_counter()
+
+    def stop(self, steps: int) -> Window:
+        gpu_ms = None
+        if self._cuda:
+            current = torch.cuda.current_stream(self.device)
+            for stream in self.plan.all_streams():
+                # The end event must come after the work of every stream the loop used.
+                current.wait_stream(stream)
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            # Device sync: every step of the window has finished before the clock is read.
+            torch.cuda.synchronize(self.device)
+            assert self._start_event is not None
+            gpu_ms = self._start_event.elapsed_time(end)
+        wall_ms = (time.perf_counter() - self._start) * 1e3
+        return Window(steps=steps, wall_ms=wall_ms, gpu_ms=gpu_ms)
+
+
+def window_sizes(steps: int, windows: int) -> list[int]:
+    """Split `steps` into `windows` nearly equal windows (the first ones one step longer)."""
+    base, extra = divmod(steps, windows)
+    return [base + (1 if i < extra else 0) for i in range(windows)]
+
+
+def step_time_summary(windows: Sequence[Window]) -> dict[str, float]:
+    times = np.array([w.step_ms for w in windows], dtype=float)
+    return {
+        "median": float(np.median(times)),
+        "p10": float(np.percentile(times, 10)),
+        "p90": float(np.percentile(times, 90)),
+    }
+
+
+@functools.cache
+def _driver_version() -> str | None:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10, check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
+
+
+@functools.cache
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def fingerprint(device: torch.device) -> dict[str, Any]:
+    """What a measurement holds for: the GPU, its software stack and the host CPU (no hostname)."""
+    info: dict[str, Any] = {
+        "device_type": device.type,
+        "gpu": None,
+        "compute_capability": None,
+        "driver": None,
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu": _cpu_model(),
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info["gpu"] = props.name
+        info["compute_capability"] = f"{props.major}.{props.minor}"
+        info["driver"] = _driver_version()
+    return info
+
+
+def fingerprint_key(fp: dict[str, Any]) -> str:
+    """A short readable hardware key, such as 'NVIDIA-H100-80GB-HBM3' or 'cpu'."""
+    if fp.get("gpu"):
+        return str(fp["gpu"]).replace(" ", "-")
+    return "cpu"
+
+
+@dataclasses.dataclass(kw_only=True)
+class RunResult:
+    """One measured run. `to_dict()` is what `python -m tuner train --json` prints."""
+
+    config: dict[str, Any]
+    workload: str
+    preset: str
+    device: str
+    effective: dict[str, Any]
+    warmup_steps: int
+    steps: int
+    stopped_early: bool
+    losses: list[float]
+    loss_check: dict[str, Any]
+    n_syncs: int
+    n_polls: int
+    sync_wait_ms: float
+    windows: list[Window]
+    samples_per_batch: int
+    tokens_per_sample: int | None
+    peak_memory_bytes: int | None
+    fingerprint: dict[str, Any]
+
+    @property
+    def step_time_ms(self) -> dict[str, float]:
+        return step_time_summary(self.windows)
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples_per_batch / (self.step_time_ms["median"] / 1e3)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        if self.tokens_per_sample is None:
+            return None
+        return self.samples_per_s * self.tokens_per_sample
+
+    def window_throughputs(self) -> list[float]:
+        """Samples per second of each window: the samples a tuner's statistics work on."""
+        return [self.samples_per_batch / (w.step_ms / 1e3) for w in self.windows]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.config,
+            "workload": self.workload,
+            "preset": self.preset,
+            "device": self.device,
+            "effective": self.effective,
+            "warmup_steps": self.warmup_steps,
+            "steps": self.steps,
+            "stopped_early": self.stopped_early,
+            "losses": self.losses,
+            "loss_check": self.loss_check,
+            "n_syncs": self.n_syncs,
+            "n_polls": self.n_polls,
+            "sync_wait_ms": self.sync_wait_ms,
+            "windows": [w.to_dict() for w in self.windows],
+            "step_time_ms": self.step_time_ms,
+            "samples_per_s": self.samples_per_s,
+            "tokens_per_s": self.tokens_per_s,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "fingerprint": self.fingerprint,
+        }

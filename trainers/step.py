@@ -1,0 +1,123 @@
+"""One training step, eager or replayed from a CUDA graph. Each returns the step's loss as a device
+tensor that stays valid until the host reads it."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from trainers.errors import CaptureError
+from trainers.streams import StreamPlan, on, wait
+from trainers.workloads.base import Batch, LossFn
+
+GRAPH_WARMUP_STEPS = 3
+"""Eager steps run on a side stream before capture (cuBLAS/cuDNN handles, autograd's lazy state,
+optimizer state). They are real training steps: their losses are the run's first losses."""
+
+
+class EagerStep:
+    def __init__(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, plan: StreamPlan
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.loss_fn = loss_fn
+        self.plan = plan
+
+    def __call__(self, batch: Batch) -> torch.Tensor:
+        forward, backward = self.plan.forward, self.plan.backward
+        # The forward reads the weights that the previous optimizer step wrote on `backward`.
+        wait(forward, backward)
+        # set_to_none frees last step's gradients; the wait above already ordered their reuse.
+        self.optimizer.zero_grad(set_to_none=True)
+        with on(forward):
+            loss = self.loss_fn(self.model, batch)
+        with on(backward):
+            # The seed gradient is made on `backward` and needs the loss.
+            wait(backward, forward)
+            # Backward kernels run on `forward` (their forward ops' stream); autograd makes
+            # `backward` wait for them before returning, so the step below sees the gradients.
+            loss.backward()
+            self.optimizer.step()
+        return loss.detach()
+
+
+class GraphStep:
+    """Forward, backward and optimizer step captured once in a CUDA graph, then replayed.
+
+    The first GRAPH_WARMUP_STEPS calls run eagerly on a side stream; the next captures the step
+    and replays it. Inputs are copied into static buffers before each replay. The optimizer must
+    have been built with `capturable=True`.
+    """
+
+    def __init__(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, plan: StreamPlan
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.loss_fn = loss_fn
+        self.plan = plan
+        self.calls = 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static_batch: Batch = ()
+        self.static_loss: torch.Tensor | None = None
+        self._side = torch.cuda.Stream()
+
+    def __call__(self, batch: Batch) -> torch.Tensor:
+        self.calls += 1
+        if self.calls <= GRAPH_WARMUP_STEPS:
+            return self._warmup_step(batch)
+        if self.graph is None:
+            self._capture(batch)
+        return self._replay(batch)
+
+    def _warmup_step(self, batch: Batch) -> torch.Tensor:
+        forward = self.plan.forward
+        # Warm-up on a side stream, as capture requires; it starts after queued work on `forward`.
+        wait(self._side, forward)
+        with on(self._side):
+            for tensor in batch:
+                tensor.record_stream(self._side)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = self.loss_fn(self.model, batch)
+            loss.backward()
+            self.optimizer.step()
+            loss = loss.detach().clone()
+        # Later work on `forward` (the next step, the loss copy) comes after this step.
+        wait(forward, self._side)
+        if forward is not None:
+            loss.record_stream(forward)
+        return loss
+
+    def _capture(self, batch: Batch) -> None:
+        forward = self.plan.forward
+        with on(forward):
+            self.static_batch = tuple(torch.empty_like(t) for t in batch)
+        torch.cuda.synchronize()
+        self.optimizer.zero_grad(set_to_none=True)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            # thread_local: the DataLoader's pin-memory thread may call CUDA during capture.
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                loss = self.loss_fn(self.model, self.static_batch)
+                loss.backward()
+                self.optimizer.step()
+        except RuntimeError as exc:
+            raise CaptureError(
+                "the step could not be captured in a CUDA graph: it must not sync with the host "
+                "(.item(), .cpu(), printing tensors, data-dependent shapes such as boolean "
+                "indexing or nonzero()), must keep its shapes static, and its optimizer must be "
+                f"built with capturable=True. PyTorch said: {exc}"
+            ) from exc
+        self.graph = graph
+        self.static_loss = loss.detach()
+
+    def _replay(self, batch: Batch) -> torch.Tensor:
+        assert self.graph is not None and self.static_loss is not None
+        with on(self.plan.forward):
+            # Device-to-device into the graph's fixed input addresses, ordered before the replay.
+            for static, tensor in zip(self.static_batch, batch, strict=True):
+                static.copy_(tensor, non_blocking=True)
+            self.graph.replay()
+            # The next replay overwrites static_loss: keep this step's value.
+            return self.static_loss.clone()

@@ -1,0 +1,110 @@
+"""The `Workload` interface: a model, a deterministic dataset, a loss and an optimizer recipe.
+
+A workload factory is any callable `factory(preset: str, *, seed: int) -> Workload`. The same
+preset and seed must give the same initial weights and the same batches, so two runs can be
+compared loss for loss (`trainers.parity`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from trainers.errors import WorkloadError
+
+Batch = tuple[torch.Tensor, ...]
+LossFn = Callable[[nn.Module, Batch], torch.Tensor]
+OptimizerFactory = Callable[[Iterable[nn.Parameter], bool], torch.optim.Optimizer]
+
+
+class WorkloadFactory(Protocol):
+    def __call__(self, preset: str, *, seed: int) -> Workload: ...
+
+
+def adam(lr: float = 1e-3) -> OptimizerFactory:
+    """Adam; `capturable=True` keeps its step counter on the device, as CUDA graphs require."""
+
+    def make(params: Iterable[nn.Parameter], capturable: bool) -> torch.optim.Optimizer:
+        return torch.optim.Adam(params, lr=lr, capturable=capturable)
+
+    return make
+
+
+class SyntheticBatches(Dataset[Batch]):
+    """Batches made once from a seeded generator; item i is batch i (use with batch_size=None).
+
+    Serving whole batches keeps per-sample Python out of the loop, so the DataLoader's cost is
+    the real cost of moving a batch (worker IPC, pinning), not an artefact of indexing.
+    """
+
+    def __init__(self, tensors: Batch) -> None:
+        if not tensors:
+            raise WorkloadError("SyntheticBatches needs at least one tensor")
+        n = tensors[0].shape[0]
+        if any(t.shape[0] != n for t in tensors):
+            raise WorkloadError("SyntheticBatches: every tensor needs the same number of batches")
+        self.tensors = tensors
+
+    def __len__(self) -> int:
+        return int(self.tensors[0].shape[0])
+
+    def __getitem__(self, index: int) -> Batch:
+        return tuple(t[index] for t in self.tensors)
+
+
+@dataclasses.dataclass(kw_only=True)
+class Workload:
+    """What the loop trains. `dataset[i]` is one batch when `batch_size` is None (the built-ins),
+    or one sample that the DataLoader batches when `batch_size` is an integer.
+
+    `loss_fn(model, batch)` returns a scalar loss with the batch already on the model's device. It
+    must not sync with the host (no `.item()`, no data-dependent shapes) if the workload is to be
+    captured in a CUDA graph.
+    """
+
+    name: str
+    preset: str
+    model: nn.Module
+    dataset: Dataset[Batch]
+    loss_fn: LossFn
+    samples_per_batch: int
+    make_optimizer: OptimizerFactory = dataclasses.field(default_factory=adam)
+    batch_size: int | None = None
+    tokens_per_sample: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, nn.Module):
+            raise WorkloadError(f"workload {self.name!r}: model must be an nn.Module")
+        if self.samples_per_batch < 1:
+            raise WorkloadError(f"workload {self.name!r}: samples_per_batch must be >= 1")
+
+
+def disable_dropout(model: nn.Module) -> int:
+    """Set every dropout probability in `model` to zero; returns how many were changed.
+
+    Covers the nn.Dropout family and nn.MultiheadAttention, whose attention dropout is a float
+    attribute rather than a module.
+    """
+    changed = 0
+    for module in model.modules():
+        if isinstance(module, nn.modules.dropout._DropoutNd) and module.p != 0.0:
+            module.p = 0.0
+            changed += 1
+        elif isinstance(module, nn.MultiheadAttention) and module.dropout != 0.0:
+            module.dropout = 0.0
+            changed += 1
+    return changed
+
+
+def check_preset(workload: str, preset: str, presets: Iterable[str]) -> None:
+    names = list(presets)
+    if preset not in names:
+        raise WorkloadError(
+            f"preset={preset!r} is invalid for workload {workload!r}: allowed {', '.join(names)}",
+            field="preset",
+        )

@@ -1,0 +1,1 @@
+"""The tuner: Optuna searches over the harness's settings with short real training runs."""

@@ -1,0 +1,43 @@
+"""`python -m tuner`: parse, delegate, and turn every input error into one line naming the flag."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from typer import Abort, Exit
+
+from tuner.cli import app, flag_error
+
+try:  # recent typer carries its own copy of click
+    from typer._click.exceptions import ClickException
+except ImportError:  # pragma: no cover - older typer on top of click
+    from click.exceptions import ClickException  # type: ignore[assignment]
+
+
+def main(argv: list[str] | None = None) -> int:
+    command = typer.main.get_command(app)
+    try:
+        command.main(args=argv, prog_name="python -m tuner", standalone_mode=False)
+    except ClickException as exc:
+        # Click's own parse errors ("Invalid value for '--streams': ...") already name the flag.
+        message = exc.format_message() or ""
+        if message:  # empty for a bare `python -m tuner`, which has printed its help
+            print(f"error: {message}", file=sys.stderr)
+        return 2
+    except Abort:
+        print("aborted", file=sys.stderr)
+        return 130
+    except Exit as exc:
+        return int(exc.exit_code or 0)
+    except Exception as exc:
+        known = flag_error(exc)
+        if known is None:
+            raise
+        print(f"error: {known}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
