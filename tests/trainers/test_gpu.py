@@ -1,0 +1,108 @@
+"""GPU behaviour, proven on a GPU: parity of every stream count x sync mode, graph capture on every
+transformer preset, and the sync counts each mode promises. Skipped without CUDA."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from tests.trainers.helpers import syncs_in_loss
+from trainers import (
+    GRAPH_RTOL,
+    CaptureError,
+    LoopConfig,
+    check_parity,
+    load_workload,
+    parity_losses,
+    run,
+)
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+
+@pytest.fixture(scope="module")
+def small_reference() -> list[float]:
+    return parity_losses("transformer", "small", LoopConfig(), steps=20, device="cuda")
+
+
+@pytest.mark.parametrize(
+    ("streams", "mode"), list(itertools.product([1, 2, 3, 4], ["synchronize", "event", "query"]))
+)
+def test_every_stream_count_and_sync_mode_is_bit_exact(
+    streams: int, mode: str, small_reference: list[float]
+) -> None:
+    config = LoopConfig(num_streams=streams, sync_mode=mode, sync_interval=7,  # type: ignore[arg-type]
+                        pin_memory=True, non_blocking=True, prefetch_depth=2)
+    verdict = check_parity("transformer", config, 20, preset="small", device="cuda",
+                           reference=small_reference)
+    assert verdict.passed, verdict
+    assert verdict.max_abs_deviation == 0.0
+
+
+def test_two_batches_in_flight_with_workers_is_bit_exact(small_reference: list[float]) -> None:
+    config = LoopConfig(num_streams=4, sync_interval=20, sync_mode="query", prefetch_depth=4,
+                        pin_memory=True, non_blocking=True, num_workers=2)
+    verdict = check_parity("transformer", config, 20, preset="small", device="cuda",
+                           reference=small_reference)
+    assert verdict.passed, verdict
+
+
+@pytest.mark.parametrize("preset", ["tiny", "small", "medium", "large"])
+def test_graph_capture_on_every_transformer_preset(preset: str) -> None:
+    config = LoopConfig(num_streams=2, sync_interval=10, sync_mode="event", cuda_graph=True,
+                        pin_memory=True, non_blocking=True, prefetch_depth=1)
+    verdict = check_parity("transformer", config, 16, preset=preset, device="cuda")
+    assert verdict.passed, verdict
+    assert not verdict.exact_required and verdict.tolerance == GRAPH_RTOL
+
+
+@pytest.mark.parametrize("streams", [1, 3, 4])
+def test_graph_capture_with_other_stream_counts(streams: int) -> None:
+    config = LoopConfig(num_streams=streams, sync_mode="query", sync_interval=5, cuda_graph=True)
+    verdict = check_parity("mlp", config, 16, preset="small", device="cuda")
+    assert verdict.passed, verdict
+
+
+def test_graph_capture_of_convnet() -> None:
+    config = LoopConfig(cuda_graph=True, sync_interval=8, sync_mode="event")
+    assert check_parity("convnet", config, 12, preset="small", device="cuda").passed
+
+
+def test_query_mode_blocks_only_in_the_final_drain() -> None:
+    result = run(load_workload("transformer", "small"),
+                 LoopConfig(num_streams=2, sync_mode="query", sync_interval=1),
+                 steps=30, warmup=5, windows=3, device="cuda")
+    assert result.n_syncs == 1
+    assert result.n_polls > 0
+    assert result.loss_check["complete"] and result.loss_check["in_order"]
+
+
+@pytest.mark.parametrize("mode", ["synchronize", "event"])
+def test_deferred_modes_block_once_per_interval(mode: str) -> None:
+    result = run(load_workload("transformer", "small"),
+                 LoopConfig(num_streams=3, sync_mode=mode, sync_interval=10),  # type: ignore[arg-type]
+                 steps=40, warmup=10, windows=4, device="cuda")
+    assert result.n_syncs == 5
+    assert result.loss_check["complete"]
+
+
+def test_gpu_result_fields() -> None:
+    result = run(load_workload("transformer", "small"), LoopConfig(num_streams=2),
+                 steps=20, warmup=5, windows=2, device="cuda")
+    assert result.peak_memory_bytes is not None and result.peak_memory_bytes > 0
+    assert all(w.gpu_ms is not None and w.gpu_ms > 0 for w in result.windows)
+    assert result.effective["streams"] is True
+    fp = result.fingerprint
+    assert fp["gpu"] and fp["compute_capability"] and fp["cuda"]
+
+
+# Last: a failed capture leaves nothing behind, but keep it away from the measurements above.
+def test_a_step_that_syncs_cannot_be_captured_and_says_why() -> None:
+    with pytest.raises(CaptureError, match=r"must not sync with the host.*\.item\(\)"):
+        run(syncs_in_loss("x", seed=0), LoopConfig(cuda_graph=True), steps=4, warmup=4,
+            windows=1, device="cuda")
