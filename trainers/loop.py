@@ -44,6 +44,8 @@ def resolve_device(device: str | torch.device) -> torch.device:
             f"device={device!r}: CUDA is not available here (torch {torch.__version__}); "
             "use --device cpu or auto"
         )
+    if resolved.type == "cuda" and resolved.index is None:
+        resolved = torch.device("cuda", torch.cuda.current_device())
     return resolved
 
 
