@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainers import LoopConfig, fingerprint, load_workload, run
+from trainers import LoopConfig, fingerprint, graph_floor, load_workload, run
 from tuner.stats import bootstrap_ci
 
 PINNED = {"pin_memory": True, "non_blocking": True}
@@ -55,7 +55,11 @@ def measure_preset(preset: str, *, repeats: int, steps: int, warmup: int,
     workload = load_workload("transformer", preset, seed=0)
     initial = {k: v.detach().clone() for k, v in workload.model.state_dict().items()}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in SETTINGS}
+    floors: list[float] = []
     for repeat in range(repeats):
+        workload.model.load_state_dict(initial)
+        floors.append(graph_floor(workload, device="cuda").step_ms)
+        print(f"{preset:>6} r{repeat} {'graph-floor':<16} {floors[-1]:8.2f} ms/step", flush=True)
         for name, _, config, _ in SETTINGS:
             workload.model.load_state_dict(initial)  # every run starts from the same weights
             gc.collect()
@@ -93,7 +97,10 @@ def measure_preset(preset: str, *, repeats: int, steps: int, warmup: int,
         entry["speedup_vs_seed_baseline"] = base / entry["step_ms_median"]
         facts = entry["gpu_facts_ms"]
         entry["ratio_to_gpu_facts"] = entry["step_ms_median"] / facts if facts else None
-    return {"settings": settings}
+    floor = statistics.median(floors)
+    for entry in settings.values():
+        entry["floor_ratio"] = floor / entry["step_ms_median"]
+    return {"settings": settings, "graph_floor_ms": {"median": floor, "repeats": floors}}
 
 
 def to_markdown(data: dict[str, Any]) -> str:
@@ -122,10 +129,14 @@ def to_markdown(data: dict[str, Any]) -> str:
             cells.append(f"{e['step_ms_median']:.2f} ({e['step_ms_min']:.2f}-"
                          f"{e['step_ms_max']:.2f}){facts}")
         lines.append(f"| {description} | " + " | ".join(cells) + " |")
-    lines += ["", "Speedup over seed-baseline (median of repeats):", "",
+    floor_cells = [f"{data['presets'][p]['graph_floor_ms']['median']:.2f}" for p in presets]
+    lines.append("| graph replay floor: back-to-back replays, no data, no syncs (GPU time) | "
+                 + " | ".join(floor_cells) + " |")
+    lines += ["", "Speedup over seed-baseline (median of repeats) and floor / step time:", "",
               "| setting | " + " | ".join(presets) + " |", "|---|" + "---|" * len(presets)]
     for name, *_ in SETTINGS:
-        cells = [f"{data['presets'][p]['settings'][name]['speedup_vs_seed_baseline']:.2f}x"
+        cells = [f"{data['presets'][p]['settings'][name]['speedup_vs_seed_baseline']:.2f}x, "
+                 f"floor {data['presets'][p]['settings'][name]['floor_ratio']:.2f}"
                  for p in presets]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -11,6 +11,7 @@ from trainers.errors import (
     UnsupportedOnDevice,
     WorkloadError,
 )
+from trainers.floor import Floor, graph_floor
 from trainers.loop import WindowCallback, resolve_device, run
 from trainers.measure import RunResult, Window, fingerprint, fingerprint_key
 from trainers.parity import GRAPH_RTOL, ParityVerdict, check_parity, parity_losses
@@ -24,6 +25,7 @@ __all__ = [
     "SYNC_MODES",
     "CaptureError",
     "ConfigError",
+    "Floor",
     "LoopConfig",
     "ParityVerdict",
     "RunResult",
@@ -37,6 +39,7 @@ __all__ = [
     "field_names",
     "fingerprint",
     "fingerprint_key",
+    "graph_floor",
     "load_workload",
     "parity_losses",
     "resolve_device",

@@ -14,6 +14,7 @@ from trainers import (
     CaptureError,
     LoopConfig,
     check_parity,
+    graph_floor,
     load_workload,
     parity_losses,
     run,
@@ -77,8 +78,11 @@ def test_query_mode_blocks_only_in_the_final_drain() -> None:
     result = run(load_workload("transformer", "small"),
                  LoopConfig(num_streams=2, sync_mode="query", sync_interval=1),
                  steps=30, warmup=5, windows=3, device="cuda")
-    assert result.n_syncs == 1
+    # Never blocks before the drain; here every window's closing device sync already brought
+    # the losses home, so even the drain found nothing left to wait for.
+    assert result.n_syncs <= 1
     assert result.n_polls > 0
+    assert result.loss_check["extractions"] > 3  # harvested along the way, without blocking
     assert result.loss_check["complete"] and result.loss_check["in_order"]
 
 
@@ -99,6 +103,15 @@ def test_gpu_result_fields() -> None:
     assert result.effective["streams"] is True
     fp = result.fingerprint
     assert fp["gpu"] and fp["compute_capability"] and fp["cuda"]
+
+
+def test_graph_floor_is_below_the_eager_step() -> None:
+    workload = load_workload("transformer", "small")
+    floor = graph_floor(workload, replays=20, repeats=3, device="cuda")
+    eager = run(load_workload("transformer", "small"), LoopConfig(), steps=20, warmup=5,
+                windows=2, device="cuda")
+    assert 0 < floor.step_ms < eager.step_time_ms["median"]
+    assert len(floor.repeats_ms) == 3
 
 
 # Last: a failed capture leaves nothing behind, but keep it away from the measurements above.
