@@ -151,14 +151,26 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
     parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
+    parser.add_argument("--matmul-precision", choices=["highest", "high", "medium"],
+                        default="highest", help="torch.set_float32_matmul_precision (high: TF32)")
+    parser.add_argument("--floors-only", action="store_true",
+                        help="only the CUDA-graph floor of each preset")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         parser.error("the harness measures a GPU and CUDA is not available here")
+    torch.set_float32_matmul_precision(args.matmul_precision)
+    if args.floors_only:
+        for preset in args.presets.split(","):
+            floor = graph_floor(load_workload("transformer", preset, seed=0), device="cuda")
+            print(f"floor {preset} precision={args.matmul_precision}: {floor.step_ms:.2f} ms "
+                  f"{[round(x, 2) for x in floor.repeats_ms]}")
+        return
 
     fp = fingerprint(torch.device("cuda"))
     date = dt.date.today().isoformat()
     data: dict[str, Any] = {
         "meta": {"fingerprint": fp, "commit": args.commit, "date": date, "steps": args.steps,
+                 "matmul_precision": args.matmul_precision,
                  "warmup": args.warmup, "windows": args.windows, "repeats": args.repeats},
         "presets": {},
     }
