@@ -178,4 +178,6 @@ def _result(
         tokens_per_sample=workload.tokens_per_sample,
         peak_memory_bytes=torch.cuda.max_memory_allocated(dev) if on_cuda else None,
         fingerprint=fingerprint(dev),
+        # Not a loop setting (it changes the results) but it changes the speed: recorded.
+        matmul_precision=torch.get_float32_matmul_precision(),
     )

@@ -155,6 +155,7 @@ class RunResult:
     tokens_per_sample: int | None
     peak_memory_bytes: int | None
     fingerprint: dict[str, Any]
+    matmul_precision: str = "highest"
 
     @property
     def step_time_ms(self) -> dict[str, float]:
@@ -195,4 +196,5 @@ class RunResult:
             "tokens_per_s": self.tokens_per_s,
             "peak_memory_bytes": self.peak_memory_bytes,
             "fingerprint": self.fingerprint,
+            "matmul_precision": self.matmul_precision,
         }

@@ -8,6 +8,7 @@ import typer
 from typer import Abort, Exit
 
 from tuner.cli import app, flag_error
+from tuner.search import Interrupted
 
 try:  # recent typer carries its own copy of click
     from typer._click.exceptions import ClickException
@@ -25,8 +26,8 @@ def main(argv: list[str] | None = None) -> int:
         if message:  # empty for a bare `python -m tuner`, which has printed its help
             print(f"error: {message}", file=sys.stderr)
         return 2
-    except Abort:
-        print("aborted", file=sys.stderr)
+    except (Abort, Interrupted) as exc:
+        print(str(exc) or "aborted", file=sys.stderr)
         return 130
     except Exit as exc:
         return int(exc.exit_code or 0)

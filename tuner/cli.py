@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
+import torch
 import typer
 from rich.console import Console
 
 import trainers
-from tuner import render
+from tuner import render, results
+from tuner import study as studies
+from tuner.errors import SpaceError, TunerError
+from tuner.measure import Protocol
 
 app = typer.Typer(
     help="streamtune: measure and tune the concurrency settings of PyTorch training loops.",
@@ -34,6 +38,17 @@ FLAGS = {
     "device": "--device",
     "workload": "--workload",
     "preset": "--preset",
+    "matmul_precision": "--matmul-precision",
+    "trials": "--trials",
+    "timeout_s": "--timeout",
+    "objectives": "--objectives",
+    "max_memory_bytes": "--max-memory",
+    "top_k": "--top-k",
+    "final_rounds": "--final-rounds",
+    "baseline_every": "--baseline-every",
+    "parity_steps": "--parity-steps",
+    "sampler": "--sampler",
+    "window_steps": "--window-steps",
 }
 
 
@@ -51,6 +66,10 @@ def flag_error(exc: Exception) -> str | None:
         return f"{flag}: {exc}"
     if isinstance(exc, trainers.UnsupportedOnDevice | trainers.CaptureError):
         return str(exc)
+    if isinstance(exc, SpaceError):
+        return f"--space/--fix: {exc}"
+    if isinstance(exc, TunerError):
+        return str(exc)
     return None
 
 
@@ -58,6 +77,16 @@ Workload = Annotated[str, typer.Option(
     help="A built-in workload (transformer, mlp, convnet) or package.module:factory.")]
 Preset = Annotated[str, typer.Option(help="Workload size: tiny, small, medium, large.")]
 Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:INDEX.")]
+MatmulPrecision = Annotated[str, typer.Option(
+    help="float32 matmul precision: highest (PyTorch's default), high (TF32) or medium. "
+         "Changes results and speed; not tuned.")]
+PRECISIONS = ("highest", "high", "medium")
+
+
+def set_matmul_precision(value: str) -> None:
+    if value not in PRECISIONS:
+        raise trainers.ConfigError("matmul_precision", value, ", ".join(PRECISIONS))
+    torch.set_float32_matmul_precision(value)
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a summary.")]
 
 
@@ -78,9 +107,11 @@ def train(
     windows: Annotated[int, typer.Option(help="Timed windows the steps are split into.")] = 5,
     device: Device = "auto",
     seed: Annotated[int, typer.Option(help="Seed of the weights and the data.")] = 0,
+    matmul_precision: MatmulPrecision = "highest",
     as_json: AsJson = False,
 ) -> None:
     """Run one measured training run and print its RunResult."""
+    set_matmul_precision(matmul_precision)
     config = trainers.LoopConfig(
         num_streams=streams,
         sync_interval=sync_interval,
@@ -98,3 +129,91 @@ def train(
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
         render.run_summary(Console(), result)
+
+
+Storage = Annotated[str | None, typer.Option(
+    help="Optuna storage URL (default: $TUNER_STORAGE or sqlite:///tuner.db).")]
+StudyName = Annotated[str, typer.Option("--study", help="Study name.")]
+
+
+@app.command("run")
+def run_(
+    workload: Workload = "transformer",
+    preset: Preset = "small",
+    trials: Annotated[int, typer.Option(help="Trials to run (added to a resumed study).")] = 40,
+    timeout: Annotated[float | None, typer.Option(
+        help="Stop starting trials after this many seconds.")] = None,
+    space: Annotated[str, typer.Option(help="full, streams or a JSON file.")] = "full",
+    fix: Annotated[list[str] | None, typer.Option(
+        help="Pin a setting: name=value (repeatable).")] = None,
+    storage: Storage = None,
+    study: Annotated[str | None, typer.Option(
+        help="Study name (default: workload-preset-hardware).")] = None,
+    device: Device = "auto",
+    objectives: Annotated[str, typer.Option(
+        help="throughput, or throughput,memory for a Pareto front.")] = "throughput",
+    max_memory: Annotated[int | None, typer.Option(
+        help="Recommend the fastest config under this many bytes of peak memory.")] = None,
+    top_k: Annotated[int, typer.Option(help="Configs re-measured in the final round.")] = 3,
+    final_rounds: Annotated[int, typer.Option(help="Interleaved final rounds.")] = 3,
+    baseline_every: Annotated[int, typer.Option(
+        help="Re-measure the baselines every N trials (drift).")] = 10,
+    parity_steps: Annotated[int, typer.Option(help="Steps of each parity check.")] = 20,
+    warmup: Annotated[int, typer.Option(help="Untimed steps per measurement.")] = 10,
+    windows: Annotated[int, typer.Option(help="Timed windows per measurement.")] = 5,
+    window_steps: Annotated[int, typer.Option(help="Steps per timed window.")] = 20,
+    sampler: Annotated[str, typer.Option(help="tpe or random.")] = "tpe",
+    seed: Annotated[int, typer.Option(help="Seed of the sampler, weights and data.")] = 0,
+    matmul_precision: MatmulPrecision = "highest",
+    as_json: AsJson = False,
+) -> None:
+    """Tune: search the settings with short real runs and recommend a config."""
+    from tuner.search import RunOptions, run_study
+
+    options = RunOptions(
+        workload=workload, preset=preset, trials=trials, timeout_s=timeout, space=space,
+        fix=tuple(fix or ()), storage=storage, study=study, device=device,
+        objectives=tuple(o.strip() for o in objectives.split(",")),
+        max_memory_bytes=max_memory, top_k=top_k, final_rounds=final_rounds,
+        baseline_every=baseline_every, parity_steps=parity_steps, sampler=sampler, seed=seed,
+        matmul_precision=matmul_precision,
+        protocol=Protocol(warmup=warmup, windows=windows, window_steps=window_steps, seed=seed),
+    )
+    console = Console(stderr=True)
+    with render.SearchProgress(console, enabled=not as_json) as progress:
+        rec = run_study(options, progress=progress)
+    if as_json:
+        typer.echo(json.dumps(rec, indent=2))
+    else:
+        render.recommendation(Console(), rec)
+
+
+@app.command()
+def best(study: StudyName, storage: Storage = None, as_json: AsJson = False) -> None:
+    """Print a study's recommendation."""
+    rec = results.recommendation(studies.storage_url(storage), study)
+    if as_json:
+        typer.echo(json.dumps(rec, indent=2))
+    else:
+        render.recommendation(Console(), rec)
+
+
+@app.command()
+def export(
+    study: StudyName,
+    storage: Storage = None,
+    format: Annotated[str, typer.Option("--format", help="json, env or python.")] = "json",
+) -> None:
+    """Print the recommended config as JSON, environment variables or Python."""
+    rec = results.recommendation(studies.storage_url(storage), study)
+    typer.echo(results.export(rec, format))
+
+
+@app.command("studies")
+def studies_(storage: Storage = None, as_json: AsJson = False) -> None:
+    """List the studies in the storage with their best throughput."""
+    rows = results.list_studies(studies.storage_url(storage))
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+    else:
+        render.study_table(Console(), rows)

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+from types import TracebackType
+from typing import Any
+
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from trainers import RunResult
@@ -33,3 +43,80 @@ def run_summary(console: Console, result: RunResult) -> None:
     console.print(table)
     if result.effective.get("note"):
         console.print(f"[yellow]note:[/yellow] {result.effective['note']}")
+
+
+class SearchProgress:
+    """The live progress bar of `python -m tuner run`: trial n of N, current best, elapsed."""
+
+    def __init__(self, console: Console, *, enabled: bool = True) -> None:
+        self._progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("best {task.fields[best]}"), TimeElapsedColumn(),
+            TextColumn("{task.fields[status]}"), console=console, disable=not enabled,
+        )
+        self._task: Any = None
+
+    def __enter__(self) -> SearchProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._progress.stop()
+
+    def start(self, study: str, total: int, resumed: bool) -> None:
+        verb = "resuming" if resumed else "study"
+        self._task = self._progress.add_task(f"{verb} {study}", total=total, best="-",
+                                             status="")
+
+    def phase(self, text: str) -> None:
+        if self._task is not None:
+            self._progress.update(self._task, status=text)
+
+    def trial_done(self, done: int, total: int, best: float | None, state: str) -> None:
+        shown = "-" if best is None else f"{best:,.1f} samples/s"
+        self._progress.update(self._task, completed=done, best=shown, status=f"last: {state}")
+
+
+def _interval(entry: dict[str, Any], unit: str = "") -> str:
+    low, high = entry["ci95"]
+    return f"{entry['median']:,.2f}{unit} (95% CI {low:,.2f}-{high:,.2f})"
+
+
+def recommendation(console: Console, rec: dict[str, Any]) -> None:
+    table = Table(show_header=False, box=None)
+    table.add_row("study", f"{rec['study']} ({rec.get('workload')} / {rec.get('preset')} on "
+                           f"{rec.get('hardware')})")
+    if rec.get("config") is None:
+        table.add_row("recommendation", f"none: {rec.get('reason')}")
+        console.print(table)
+        return
+    table.add_row("recommended", f"{rec['source']}: " + ", ".join(
+        f"{k}={v}" for k, v in rec["config"].items()))
+    table.add_row("throughput", _interval(rec["throughput"], " samples/s"))
+    for name, speedup in rec.get("speedup", {}).items():
+        table.add_row(f"vs {name}", _interval(speedup, "x"))
+    if rec.get("floor"):
+        table.add_row("graph floor", f"{rec['floor']['step_ms']:.3f} ms/step; the recommended "
+                                     f"step is {rec['step_ms']:.3f} ms (floor/step "
+                                     f"{rec['floor']['ratio']:.2f})")
+    if rec.get("was_tie"):
+        names = ", ".join(t["name"] for t in rec["ties"])
+        table.add_row("tie", f"{names} overlap; simplest wins ({rec['tie_rule']})")
+    counts = rec["n_trials"]
+    table.add_row("trials", f"{counts['complete']} complete, {counts['failed']} failed, "
+                            f"{counts['pruned']} pruned; {rec['gpu_seconds']:.1f} device-seconds")
+    console.print(table)
+    if rec.get("note"):
+        console.print(f"[yellow]note:[/yellow] {rec['note']}")
+
+
+def study_table(console: Console, rows: list[dict[str, Any]]) -> None:
+    table = Table("study", "workload", "preset", "hardware", "complete/failed/pruned",
+                  "best samples/s")
+    for row in rows:
+        t = row["trials"]
+        best = "-" if row["best_throughput"] is None else f"{row['best_throughput']:,.1f}"
+        table.add_row(row["study"], str(row["workload"]), str(row["preset"]),
+                      str(row["hardware"]), f"{t['complete']}/{t['fail']}/{t['pruned']}", best)
+    console.print(table if rows else "no studies in this storage")

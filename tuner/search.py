@@ -1,0 +1,349 @@
+"""The search: an Optuna study over the loop's settings, measured with short real training runs.
+
+`run_study(options)` reads top to bottom:
+1. open (or resume) the study; measure both baselines;
+2. ask Optuna for a config, measure it window by window (the pruner may stop it after its second
+   window), gate it on `check_parity` (cached per config), tell the result;
+3. every `baseline_every` trials, measure the baselines again and record their drift;
+4. re-measure the top configs and the baselines interleaved and decide (`tuner.decide`).
+
+Pruning rule: `PercentilePruner(25)`: from its second window on, a trial whose best window so far
+is below the 25th percentile of earlier trials at the same window is stopped (after 5 trials).
+Multi-objective studies are not pruned (Optuna does not support it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import statistics
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+from typing import Protocol as TypingProtocol
+
+import optuna
+import torch
+from optuna.trial import TrialState
+
+import trainers
+from trainers import LoopConfig
+from tuner import decide
+from tuner import study as studies
+from tuner.errors import TunerError
+from tuner.measure import Failure, Measured, Measurer, Protocol
+from tuner.space import SearchSpace, config_key, load_space
+from tuner.stats import bootstrap_ci, drift
+
+BASELINES: dict[str, LoopConfig] = {
+    # The PyTorch idiom: one stream, loss.item() every step, unpinned.
+    "pytorch-default": trainers.REFERENCE,
+    # The seed design's starting point: transfer + compute streams, synchronize every step.
+    "seed-baseline": LoopConfig(num_streams=2, pin_memory=True, non_blocking=True),
+}
+OBJECTIVES = ("throughput", "memory")
+SAMPLERS = ("tpe", "random")
+PRECISIONS = ("highest", "high", "medium")
+DRIFT_WARNING = 0.10
+PRUNE_PERCENTILE = 25.0
+
+
+class Interrupted(TunerError):
+    """Ctrl-C: finished trials are stored, the running one is failed as 'interrupted'."""
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True)
+class RunOptions:
+    workload: str
+    preset: str
+    trials: int = 40
+    timeout_s: float | None = None
+    space: str = "full"
+    fix: tuple[str, ...] = ()
+    storage: str | None = None
+    study: str | None = None
+    device: str = "auto"
+    objectives: tuple[str, ...] = ("throughput",)
+    max_memory_bytes: int | None = None
+    top_k: int = 3
+    final_rounds: int = 3
+    baseline_every: int = 10
+    parity_steps: int = 20
+    sampler: str = "tpe"
+    seed: int = 0
+    matmul_precision: str = "highest"
+    protocol: Protocol = dataclasses.field(default_factory=Protocol)
+
+    def __post_init__(self) -> None:
+        def bad(field: str, allowed: str) -> trainers.ConfigError:
+            return trainers.ConfigError(field, getattr(self, field), allowed)
+
+        if not 1 <= self.trials <= 100_000:
+            raise bad("trials", "an integer in 1..100000")
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise bad("timeout_s", "a number of seconds > 0")
+        if not self.objectives or self.objectives[0] != "throughput" or len(
+            set(self.objectives)) != len(self.objectives) or any(
+                o not in OBJECTIVES for o in self.objectives):
+            raise bad("objectives", "throughput or throughput,memory")
+        if self.max_memory_bytes is not None and self.max_memory_bytes <= 0:
+            raise bad("max_memory_bytes", "a number of bytes > 0")
+        for field, low in (("top_k", 1), ("final_rounds", 1), ("baseline_every", 1),
+                           ("parity_steps", 2)):
+            if getattr(self, field) < low:
+                raise bad(field, f"an integer >= {low}")
+        if self.sampler not in SAMPLERS:
+            raise bad("sampler", ", ".join(SAMPLERS))
+        if self.matmul_precision not in PRECISIONS:
+            raise bad("matmul_precision", ", ".join(PRECISIONS))
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.objectives) > 1
+
+
+class Progress(TypingProtocol):
+    """What the search tells its caller as it goes (the CLI draws a progress bar from it)."""
+
+    def start(self, study: str, total: int, resumed: bool) -> None: ...
+    def phase(self, text: str) -> None: ...
+    def trial_done(self, done: int, total: int, best: float | None, state: str) -> None: ...
+
+
+class _Quiet:
+    def start(self, study: str, total: int, resumed: bool) -> None:
+        pass
+
+    def phase(self, text: str) -> None:
+        pass
+
+    def trial_done(self, done: int, total: int, best: float | None, state: str) -> None:
+        pass
+
+
+def make_sampler(name: str, seed: int, trials: int) -> optuna.samplers.BaseSampler:
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    # constant_liar: several workers on one study do not all try the same point (issue 5).
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(5, min(10, trials // 4)),
+                                      constant_liar=True)
+
+
+def run_study(options: RunOptions, *, progress: Progress | None = None) -> dict[str, Any]:
+    """Search, decide, store the recommendation on the study and return it."""
+    progress = progress or _Quiet()
+    torch.set_float32_matmul_precision(options.matmul_precision)
+    measurer = Measurer(options.workload, options.preset, device=options.device,
+                        protocol=options.protocol)
+    fingerprint = trainers.fingerprint(measurer.device)
+    hardware = trainers.fingerprint_key(fingerprint)
+    space = load_space(options.space, fix=options.fix, cuda=measurer.device.type == "cuda")
+    storage = studies.open_storage(studies.storage_url(options.storage))
+    name = options.study or studies.default_study_name(options.workload, options.preset,
+                                                       hardware, options.space)
+    info = {
+        "workload": options.workload,
+        "preset": options.preset,
+        "space": space.to_dict(),
+        "objectives": list(options.objectives),
+        "max_memory_bytes": options.max_memory_bytes,
+        "protocol": options.protocol.to_dict(),
+        "device": str(measurer.device),
+        "hardware": hardware,
+        "fingerprint": fingerprint,
+        "matmul_precision": options.matmul_precision,
+        "created": _now(),
+    }
+    maximize, minimize = optuna.study.StudyDirection.MAXIMIZE, optuna.study.StudyDirection.MINIMIZE
+    directions = [maximize, minimize] if options.multi_objective else [maximize]
+    pruner: optuna.pruners.BasePruner = (
+        optuna.pruners.NopPruner() if options.multi_objective else
+        optuna.pruners.PercentilePruner(PRUNE_PERCENTILE, n_startup_trials=5, n_warmup_steps=1)
+    )
+    study, resumed = studies.open_study(
+        storage, name, info=info, directions=directions,
+        sampler=make_sampler(options.sampler, options.seed, options.trials), pruner=pruner)
+    search = _Search(study, measurer, space, options, progress)
+    progress.start(name, options.trials, resumed)
+    search.measure_baselines("start")
+    try:
+        search.run_trials()
+    except KeyboardInterrupt as exc:
+        raise Interrupted(
+            f"interrupted: {search.done} trials of this run are stored in study {name!r}; "
+            f"run again with --study {name} to resume"
+        ) from exc
+    progress.phase("final round: top configs and baselines, interleaved")
+    recommendation = decide.final_round(study, measurer, options, progress=progress,
+                                        baselines=BASELINES, parity=search.parity)
+    study.set_user_attr(studies.RECOMMENDATION, recommendation)
+    return recommendation
+
+
+class _Search:
+    def __init__(self, study: optuna.Study, measurer: Measurer, space: SearchSpace,
+                 options: RunOptions, progress: Progress) -> None:
+        self.study = study
+        self.measurer = measurer
+        self.space = space
+        self.options = options
+        self.progress = progress
+        self.done = 0
+        self._reference: list[float] | None = None
+
+    # -- baselines -------------------------------------------------------------------------
+    def measure_baselines(self, phase: str) -> None:
+        previous = studies.entries(self.study, studies.BASELINE_PREFIX)
+        for name, config in BASELINES.items():
+            self.progress.phase(f"baseline {name} ({phase})")
+            outcome = self.measurer.measure(config)
+            entry: dict[str, Any] = {"phase": phase, "time": _now(), "at_trial": self._n_trials(),
+                                     "config": config.to_dict()}
+            if isinstance(outcome, Failure):
+                entry |= {"failure_reason": outcome.reason, "seconds": outcome.seconds}
+            else:
+                entry |= outcome.to_attrs()
+                first = _first_baseline(previous, name)
+                if first is not None:
+                    entry["drift"] = drift(first["windows"], outcome.throughputs)
+                    if abs(entry["drift"]) > DRIFT_WARNING:
+                        self.progress.phase(
+                            f"warning: {name} drifted {entry['drift']:+.1%} since the first "
+                            "measurement (clocks, other load?)")
+            self.study.set_user_attr(f"{studies.BASELINE_PREFIX}{name}/{uuid.uuid4().hex[:10]}",
+                                     entry)
+
+    # -- trials ----------------------------------------------------------------------------
+    def run_trials(self) -> None:
+        deadline = None if self.options.timeout_s is None else (
+            time.monotonic() + self.options.timeout_s)
+        while self.done < self.options.trials:
+            if deadline is not None and time.monotonic() > deadline:
+                self.progress.phase(f"timeout: stopped after {self.done} trials")
+                break
+            state = self._one_trial()
+            self.done += 1
+            self.progress.trial_done(self.done, self.options.trials, self._best_value(), state)
+            if self.done % self.options.baseline_every == 0 and self.done < self.options.trials:
+                self.measure_baselines("drift")
+
+    def _one_trial(self) -> str:
+        trial = self.study.ask()
+        config = self.space.suggest(trial)
+        key = config_key(config)
+        trial.set_user_attr("config", config.to_dict())
+        trial.set_user_attr("config_key", key)
+        earlier = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                   if t.user_attrs.get("config_key") == key]
+        try:
+            outcome = self.measurer.measure(config, on_window=self._pruning_callback(trial))
+            return self._tell(trial, config, key, outcome, earlier)
+        except KeyboardInterrupt:
+            trial.set_user_attr("failure_reason", "interrupted")
+            self.study.tell(trial, state=TrialState.FAIL)
+            raise
+
+    def _pruning_callback(self, trial: optuna.Trial) -> Any:
+        if self.options.multi_objective:
+            return None
+
+        def on_window(index: int, throughput: float) -> bool:
+            trial.report(throughput, index)
+            return not trial.should_prune()
+
+        return on_window
+
+    def _tell(self, trial: optuna.Trial, config: LoopConfig, key: str,
+              outcome: Measured | Failure, earlier: Sequence[optuna.trial.FrozenTrial]) -> str:
+        if isinstance(outcome, Failure):
+            trial.set_user_attr("failure_reason", outcome.reason)
+            trial.set_user_attr("failure_kind", outcome.kind)
+            trial.set_user_attr("seconds", outcome.seconds)
+            self.study.tell(trial, state=TrialState.FAIL)
+            return "failed"
+        for attr, value in outcome.to_attrs().items():
+            trial.set_user_attr(attr, value)
+        if outcome.stopped_early:
+            self.study.tell(trial, state=TrialState.PRUNED)
+            return "pruned"
+        verdict = self.parity(config)
+        trial.set_user_attr("parity", verdict)
+        if not verdict["passed"]:
+            deviation = verdict.get("max_rel_deviation")
+            shown = "inf" if deviation is None else f"{deviation:.3g}"
+            trial.set_user_attr("failure_reason",
+                                f"parity: {verdict['reason']} (max relative deviation {shown})")
+            trial.set_user_attr("failure_kind", "parity")
+            self.study.tell(trial, state=TrialState.FAIL)
+            return "failed"
+        # The same config measured before: add these windows to its earlier ones.
+        pooled = list(outcome.throughputs)
+        for previous in earlier:
+            pooled += previous.user_attrs.get("windows", [])
+        if earlier:
+            trial.set_user_attr("duplicate_of", earlier[0].number)
+        value = statistics.median(pooled)
+        trial.set_user_attr("pooled_windows", len(pooled))
+        trial.set_user_attr("ci95", list(bootstrap_ci(pooled)))
+        if self.options.multi_objective:
+            memory = float(outcome.peak_memory_bytes or 0)
+            self.study.tell(trial, [value, memory])
+        else:
+            self.study.tell(trial, value)
+        return "complete"
+
+    # -- the correctness gate ----------------------------------------------------------------
+    def parity(self, config: LoopConfig) -> dict[str, Any]:
+        """check_parity's verdict for `config`, from the study's cache when it was checked."""
+        attr = f"{studies.PARITY_PREFIX}{config_key(config)}"
+        cached = self.study.user_attrs.get(attr)
+        if isinstance(cached, dict):
+            return cached
+        started = time.perf_counter()
+        try:
+            if self._reference is None:
+                self._reference = trainers.parity_losses(
+                    self.options.workload, self.options.preset, trainers.REFERENCE,
+                    steps=self.options.parity_steps, seed=self.options.protocol.seed,
+                    device=self.measurer.device)
+            verdict = trainers.check_parity(
+                self.options.workload, config, self.options.parity_steps,
+                preset=self.options.preset, seed=self.options.protocol.seed,
+                device=self.measurer.device, reference=self._reference).to_dict()
+        except Exception as exc:  # noqa: BLE001 - a config that cannot even be checked fails
+            verdict = {"passed": False, "reason": f"parity run failed: {exc}",
+                       "max_rel_deviation": float("inf")}
+        verdict["seconds"] = time.perf_counter() - started
+        verdict["config"] = config.to_dict()
+        self.study.set_user_attr(attr, _json_safe(verdict))
+        return verdict
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _n_trials(self) -> int:
+        return len(self.study.get_trials(deepcopy=False))
+
+    def _best_value(self) -> float | None:
+        values = [t.values[0] for t in self.study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE,)) if t.values]
+        return max(values) if values else None
+
+
+def _first_baseline(entries: dict[str, Any], name: str) -> dict[str, Any] | None:
+    measured = [e for k, e in entries.items() if k.startswith(f"{name}/") and "windows" in e]
+    return min(measured, key=lambda e: e["time"]) if measured else None
+
+
+def _json_safe(value: Any) -> Any:
+    """Infinity is not JSON; Optuna stores attrs as JSON."""
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
