@@ -110,7 +110,9 @@ def final_round(
     if options.multi_objective:
         result["pareto"] = [_summary(m, configs[m.name]) for m in pareto_front(eligible)]
     if not eligible:
-        result |= {"config": None, "reason": "no config passed parity (and the memory cap)"}
+        reason = ("no config passed parity (and the memory cap)" if measured else
+                  "every final-round measurement failed (see failures)")
+        result |= {"config": None, "reason": reason}
         return result
 
     # With a memory cap, `eligible` holds only configs under it: the fastest of those wins.

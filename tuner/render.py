@@ -57,14 +57,16 @@ class SearchProgress:
         self._task: Any = None
 
     def __enter__(self) -> SearchProgress:
-        self._progress.start()
+        # The bar is drawn from `start` on: an input error before it is the only line printed.
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self._progress.stop()
+        if self._task is not None:
+            self._progress.stop()
 
     def start(self, study: str, total: int, resumed: bool) -> None:
+        self._progress.start()
         verb = "resuming" if resumed else "study"
         self._task = self._progress.add_task(f"{verb} {study}", total=total, best="-",
                                              status="")

@@ -136,6 +136,8 @@ def run_study(options: RunOptions, *, progress: Progress | None = None) -> dict[
     torch.set_float32_matmul_precision(options.matmul_precision)
     measurer = Measurer(options.workload, options.preset, device=options.device,
                         protocol=options.protocol)
+    # Build the workload now: a bad --workload or --preset must fail before a study is stored.
+    measurer.workload  # noqa: B018
     fingerprint = trainers.fingerprint(measurer.device)
     hardware = trainers.fingerprint_key(fingerprint)
     space = load_space(options.space, fix=options.fix, cuda=measurer.device.type == "cuda")
@@ -164,6 +166,10 @@ def run_study(options: RunOptions, *, progress: Progress | None = None) -> dict[
     study, resumed = studies.open_study(
         storage, name, info=info, directions=directions,
         sampler=make_sampler(options.sampler, options.seed, options.trials), pruner=pruner)
+    if resumed:
+        # Seeded alike, a resumed run would replay the first run's random start-up points.
+        stored = len(study.get_trials(deepcopy=False))
+        study.sampler = make_sampler(options.sampler, options.seed + stored, options.trials)
     search = _Search(study, measurer, space, options, progress)
     progress.start(name, options.trials, resumed)
     search.measure_baselines("start")

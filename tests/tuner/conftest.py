@@ -1,0 +1,33 @@
+"""One finished study of the tiny transformer, shared by the tests that only read it."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any
+
+import pytest
+
+from tests.tuner.tiny import options, sqlite_url
+from tuner.search import RunOptions, run_study
+
+
+@dataclasses.dataclass(frozen=True)
+class Finished:
+    storage: str
+    study: str
+    options: RunOptions
+    rec: dict[str, Any]
+
+
+@pytest.fixture(scope="session")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Finished:
+    """`run` of the transformer `tiny` over the full space: 4 trials, baselines every 2."""
+    storage = sqlite_url(tmp_path_factory.mktemp("finished"))
+    opts = options(storage, "tiny-full", workload="transformer", trials=4, baseline_every=2,
+                   final_rounds=2, sampler="tpe", fix=())
+    with warnings.catch_warnings():
+        # The full space tries up to 4 DataLoader workers; torch warns about that on 2 cores.
+        warnings.filterwarnings("ignore", message="This DataLoader will create")
+        rec = run_study(opts)
+    return Finished(storage=storage, study="tiny-full", options=opts, rec=rec)

@@ -1,0 +1,43 @@
+"""Small real inputs for the tuner's tests: a tiny protocol, tiny runs, SQLite under tmp_path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from tuner.measure import Protocol
+from tuner.search import RunOptions
+
+PROTOCOL = Protocol(warmup=1, windows=3, window_steps=2)
+WORKLOADS = "tests.tuner.workloads_for_tests"
+
+# The same small run as command-line flags (what `options()` builds, for `python -m tuner run`).
+RUN_FLAGS = ("--workload", "mlp", "--preset", "tiny", "--device", "cpu", "--warmup", "1",
+             "--windows", "3", "--window-steps", "2", "--final-rounds", "1", "--top-k", "2",
+             "--parity-steps", "4", "--sampler", "random", "--fix", "num_workers=0")
+
+
+def sqlite_url(directory: Path, name: str = "t.db") -> str:
+    return f"sqlite:///{directory}/{name}"
+
+
+def options(storage: str, study: str, **changes: Any) -> RunOptions:
+    """A run of the `mlp` `tiny` workload that takes about half a second; `changes` override."""
+    base: dict[str, Any] = {
+        "workload": "mlp", "preset": "tiny", "trials": 3, "storage": storage, "study": study,
+        "device": "cpu", "top_k": 2, "final_rounds": 1, "parity_steps": 4, "sampler": "random",
+        "protocol": PROTOCOL, "fix": ("num_workers=0",),
+    }
+    return RunOptions(**(base | changes))
+
+
+def load(storage: str, study: str) -> optuna.Study:
+    return optuna.load_study(study_name=study, storage=storage)
+
+
+def baseline_entries(study: optuna.Study) -> dict[str, dict[str, Any]]:
+    """`baseline/<name>/<id>` study attrs, keyed by `<name>/<id>`."""
+    return {k.removeprefix("baseline/"): v for k, v in study.user_attrs.items()
+            if k.startswith("baseline/")}

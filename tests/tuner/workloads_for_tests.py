@@ -1,0 +1,86 @@
+"""Workloads for the tuner's tests, loaded with `--workload tests.tuner.workloads_for_tests:NAME`.
+
+Each one is tiny (an 8 -> 3 linear classifier, 4 samples a batch) and fails in a known way:
+- `raises_in_loss`: every step raises, so every measurement (baselines included) fails;
+- `fails_in_workers`: batches made in a DataLoader worker process raise, so only configs with
+  `num_workers > 0` fail (the baselines, with 0 workers, run);
+- `interrupts_when_armed`: a step raises KeyboardInterrupt once `ARMED["interrupt"]` is set, as
+  Ctrl-C would;
+- `slow_when_armed`: a step sleeps `SLOW_STEP_S` once `ARMED["slow"]` is set (a config that is
+  far slower than every earlier one, for the pruner).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset, get_worker_info
+
+from trainers import Workload
+from trainers.workloads import Batch, SyntheticBatches, adam
+from trainers.workloads.mlp import classification_loss
+
+INJECTED = "injected failure: the loss exploded"
+WORKER_FAILURE = "injected failure: batches cannot be made in a worker process"
+ARMED = {"interrupt": False, "slow": False}
+SLOW_STEP_S = 0.01
+
+LossFn = Callable[[nn.Module, Batch], torch.Tensor]
+
+
+def _batches(seed: int) -> SyntheticBatches:
+    generator = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(8, 4, 8, generator=generator)
+    return SyntheticBatches((x, torch.randint(0, 3, (8, 4), generator=generator)))
+
+
+def _workload(name: str, preset: str, seed: int, dataset: Dataset[Batch],
+              loss_fn: LossFn = classification_loss) -> Workload:
+    torch.manual_seed(seed)
+    return Workload(name=name, preset=preset, model=nn.Linear(8, 3), dataset=dataset,
+                    loss_fn=loss_fn, samples_per_batch=4, make_optimizer=adam(1e-2))
+
+
+def raises_in_loss(preset: str, *, seed: int) -> Workload:
+    def loss_fn(model: nn.Module, batch: Batch) -> torch.Tensor:
+        raise RuntimeError(INJECTED)
+
+    return _workload("raises_in_loss", preset, seed, _batches(seed), loss_fn)
+
+
+class _MainProcessOnly(Dataset[Batch]):
+    def __init__(self, seed: int) -> None:
+        self.batches = _batches(seed)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, index: int) -> Batch:
+        if get_worker_info() is not None:
+            raise RuntimeError(WORKER_FAILURE)
+        return self.batches[index]
+
+
+def fails_in_workers(preset: str, *, seed: int) -> Workload:
+    return _workload("fails_in_workers", preset, seed, _MainProcessOnly(seed))
+
+
+def interrupts_when_armed(preset: str, *, seed: int) -> Workload:
+    def loss_fn(model: nn.Module, batch: Batch) -> torch.Tensor:
+        if ARMED["interrupt"]:
+            raise KeyboardInterrupt
+        return classification_loss(model, batch)
+
+    return _workload("interrupts_when_armed", preset, seed, _batches(seed), loss_fn)
+
+
+def slow_when_armed(preset: str, *, seed: int) -> Workload:
+    def loss_fn(model: nn.Module, batch: Batch) -> torch.Tensor:
+        if ARMED["slow"]:
+            time.sleep(SLOW_STEP_S)
+        return classification_loss(model, batch)
+
+    return _workload("slow_when_armed", preset, seed, _batches(seed), loss_fn)
