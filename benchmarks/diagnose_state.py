@@ -36,10 +36,10 @@ def once(label: str, config: LoopConfig) -> None:
     r = run(w, config, steps=60, warmup=10, windows=3, device="cuda")
     gc.collect()
     alive = sum(ref() is not None for ref in refs)
-    print(f"{label:<28} {r.step_time_ms['median']:7.2f} ms  peak {r.peak_memory_bytes >> 20:6d} MiB"
-          f"  allocated after {torch.cuda.memory_allocated() >> 20:6d} MiB  optimizers alive "
-          f"{alive}/{len(refs)}  CUBLAS_WORKSPACE_CONFIG={os.environ.get('CUBLAS_WORKSPACE_CONFIG')}",
-          flush=True)
+    workspace = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    print(f"{label:<28} {r.step_time_ms['median']:7.2f} ms  peak {r.peak_memory_bytes >> 20:6d}"
+          f" MiB  allocated after {torch.cuda.memory_allocated() >> 20:6d} MiB  optimizers alive "
+          f"{alive}/{len(refs)}  CUBLAS_WORKSPACE_CONFIG={workspace}", flush=True)
 
 
 for i in range(3):
