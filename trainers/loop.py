@@ -83,6 +83,10 @@ def run(
     """Train `workload` for `warmup + steps` steps under `config`; time `steps` in `windows`."""
     dev = resolve_device(device)
     check_run_args(config, dev, steps=steps, warmup=warmup, windows=windows)
+    for param in workload.model.parameters():
+        # A model trained before (another run, another config) starts without its gradients,
+        # so they neither leak into this run's peak memory nor into its first step.
+        param.grad = None
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
         torch.cuda.reset_peak_memory_stats(dev)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import statistics
 import time
 import warnings
@@ -120,6 +121,10 @@ class Measurer:
         """One run of `config`. `on_window(index, throughput)` returning False stops it early."""
         workload = self.workload
         workload.model.load_state_dict(self._initial)
+        # Every run starts from the same allocator state: what earlier runs cached is returned.
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
         started = time.perf_counter()
 
         def window_done(index: int, window: Window) -> bool:

@@ -32,6 +32,7 @@ from trainers import LoopConfig
 from tuner import decide
 from tuner import study as studies
 from tuner.errors import TunerError
+from tuner.isolated import ParityProcess
 from tuner.measure import Failure, Measured, Measurer, Protocol
 from tuner.space import SearchSpace, config_key, load_space
 from tuner.stats import bootstrap_ci, drift
@@ -172,17 +173,19 @@ def run_study(options: RunOptions, *, progress: Progress | None = None) -> dict[
         study.sampler = make_sampler(options.sampler, options.seed + stored, options.trials)
     search = _Search(study, measurer, space, options, progress)
     progress.start(name, options.trials, resumed)
-    search.measure_baselines("start")
     try:
+        search.measure_baselines("start")
         search.run_trials()
+        progress.phase("final round: top configs and baselines, interleaved")
+        recommendation = decide.final_round(study, measurer, options, progress=progress,
+                                            baselines=BASELINES, parity=search.parity)
     except KeyboardInterrupt as exc:
         raise Interrupted(
             f"interrupted: {search.done} trials of this run are stored in study {name!r}; "
             f"run again with --study {name} to resume"
         ) from exc
-    progress.phase("final round: top configs and baselines, interleaved")
-    recommendation = decide.final_round(study, measurer, options, progress=progress,
-                                        baselines=BASELINES, parity=search.parity)
+    finally:
+        search.close()
     study.set_user_attr(studies.RECOMMENDATION, recommendation)
     return recommendation
 
@@ -197,6 +200,18 @@ class _Search:
         self.progress = progress
         self.done = 0
         self._reference: list[float] | None = None
+        # On a GPU, parity runs in its own process: its deterministic mode and cuBLAS workspace
+        # setting outlast it and slowed later measurements by up to 50 % (tuner/isolated.py).
+        self._isolated: ParityProcess | None = None
+        if measurer.device.type == "cuda":
+            self._isolated = ParityProcess(
+                options.workload, options.preset, steps=options.parity_steps,
+                seed=options.protocol.seed, device=str(measurer.device),
+                matmul_precision=options.matmul_precision)
+
+    def close(self) -> None:
+        if self._isolated is not None:
+            self._isolated.close()
 
     # -- baselines -------------------------------------------------------------------------
     def measure_baselines(self, phase: str) -> None:
@@ -308,15 +323,10 @@ class _Search:
             return cached
         started = time.perf_counter()
         try:
-            if self._reference is None:
-                self._reference = trainers.parity_losses(
-                    self.options.workload, self.options.preset, trainers.REFERENCE,
-                    steps=self.options.parity_steps, seed=self.options.protocol.seed,
-                    device=self.measurer.device)
-            verdict = trainers.check_parity(
-                self.options.workload, config, self.options.parity_steps,
-                preset=self.options.preset, seed=self.options.protocol.seed,
-                device=self.measurer.device, reference=self._reference).to_dict()
+            if self._isolated is not None:
+                verdict = self._isolated.check(config).to_dict()
+            else:
+                verdict = self._check_here(config)
         except Exception as exc:  # noqa: BLE001 - a config that cannot even be checked fails
             verdict = {"passed": False, "reason": f"parity run failed: {exc}",
                        "max_rel_deviation": float("inf")}
@@ -324,6 +334,17 @@ class _Search:
         verdict["config"] = config.to_dict()
         self.study.set_user_attr(attr, _json_safe(verdict))
         return verdict
+
+    def _check_here(self, config: LoopConfig) -> dict[str, Any]:
+        if self._reference is None:
+            self._reference = trainers.parity_losses(
+                self.options.workload, self.options.preset, trainers.REFERENCE,
+                steps=self.options.parity_steps, seed=self.options.protocol.seed,
+                device=self.measurer.device)
+        return trainers.check_parity(
+            self.options.workload, config, self.options.parity_steps,
+            preset=self.options.preset, seed=self.options.protocol.seed,
+            device=self.measurer.device, reference=self._reference).to_dict()
 
     # -- helpers ---------------------------------------------------------------------------
     def _n_trials(self) -> int:

@@ -52,7 +52,8 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
         raise TunerError(f"--storage: cannot open {url!r}: {exc.orig}") from exc
     except ImportError as exc:  # the URL's database driver is not installed
         cause = exc.__cause__ or exc
-        raise TunerError(f"--storage: no database driver for {url!r} is installed ({cause})") from exc
+        raise TunerError(
+            f"--storage: no database driver for {url!r} is installed ({cause})") from exc
 
 
 def default_study_name(workload: str, preset: str, hardware: str, space: str) -> str:

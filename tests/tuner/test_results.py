@@ -218,5 +218,5 @@ def test_default_study_names_are_readable_and_stable() -> None:
     assert studies.default_study_name("transformer", "small", "NVIDIA-H100-80GB-HBM3",
                                       "full") == "transformer-small-NVIDIA-H100-80GB-HBM3"
     assert studies.default_study_name("mlp", "tiny", "cpu", "streams") == "mlp-tiny-cpu-streams"
-    assert studies.default_study_name("pkg.mod:build", "tiny", "cpu",
-                                      "/some/dir/my space.json") == "pkg.mod-build-tiny-cpu-my-space"
+    named = studies.default_study_name("pkg.mod:build", "tiny", "cpu", "/some/dir/my space.json")
+    assert named == "pkg.mod-build-tiny-cpu-my-space"

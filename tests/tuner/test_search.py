@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import statistics
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import optuna

@@ -1,0 +1,265 @@
+"""`python -m tuner run / best / export / studies` as a user runs them.
+
+One real subprocess per kind of check (starting Python and torch costs ~2.5 s on the CI machine);
+the many bad-flag cases also run in-process through `tuner.__main__.main`, the function the
+subprocess runs, with the real storage and the real workloads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from tests.tuner.conftest import Finished
+from tests.tuner.tiny import RUN_FLAGS, WORKLOADS, load, sqlite_url
+from trainers import LoopConfig
+from tuner import results
+from tuner.__main__ import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def tuner(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tuner", *args], capture_output=True,
+                          text=True, timeout=300, cwd=REPO, env=env)
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def words(text: str) -> str:
+    """Rich wraps lines at the console width: compare text with its whitespace collapsed."""
+    return " ".join(text.split())
+
+
+# -- run, end to end in a subprocess ---------------------------------------------------------
+
+
+def test_run_json_in_a_subprocess_uses_tuner_storage(tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    env = {**os.environ, "TUNER_STORAGE": storage}
+    out = tuner("run", *RUN_FLAGS, "--trials", "2", "--study", "cli", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""  # --json draws no progress bar
+    rec = json.loads(out.stdout)
+    for key in ("study", "config", "throughput", "speedup", "ties", "fingerprint", "n_trials",
+                "gpu_seconds"):
+        assert key in rec, key
+    assert rec["study"] == "cli"
+    assert LoopConfig.from_dict(rec["config"]).num_workers == 0  # pinned by --fix
+    assert len(rec["throughput"]["ci95"]) == 2
+    assert set(rec["speedup"]) == {"pytorch-default", "seed-baseline"}
+    assert all(len(s["ci95"]) == 2 for s in rec["speedup"].values())
+    assert rec["n_trials"] == {"complete": 2, "failed": 0, "pruned": 0}
+    assert "no effect" in rec["note"]
+    # The study is in $TUNER_STORAGE (no --storage given), not in ./tuner.db.
+    assert len(load(storage, "cli").trials) == 2
+    assert load(storage, "cli").user_attrs["recommendation"] == rec
+
+
+# -- run, in-process -------------------------------------------------------------------------
+
+
+def test_run_summary_says_stream_settings_have_no_effect_on_a_cpu(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    storage = sqlite_url(tmp_path)
+    code, out, _ = run_main(capsys, "run", *RUN_FLAGS, "--trials", "1", "--study", "human",
+                            "--storage", storage)
+    assert code == 0
+    text = words(out)
+    assert "stream, event and pinned-memory settings have no effect" in text
+    assert "vs pytorch-default" in text and "vs seed-baseline" in text
+    assert "1 complete, 0 failed, 0 pruned" in text
+
+
+def test_run_objectives_and_max_memory_flags(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    storage = sqlite_url(tmp_path)
+    code, out, _ = run_main(capsys, "run", *RUN_FLAGS, "--trials", "2", "--study", "mem",
+                            "--storage", storage, "--objectives", "throughput, memory",
+                            "--max-memory", "1000000000", "--json")
+    assert code == 0
+    rec = json.loads(out)
+    assert isinstance(rec["pareto"], list)
+    assert rec["max_memory_bytes"] == 1_000_000_000
+    assert load(storage, "mem").user_attrs["streamtune"]["objectives"] == ["throughput",
+                                                                           "memory"]
+
+
+def test_resuming_another_preset_is_one_line_naming_study(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    storage = sqlite_url(tmp_path)
+    assert run_main(capsys, "run", *RUN_FLAGS, "--trials", "1", "--study", "s",
+                    "--storage", storage, "--json")[0] == 0
+    code, out, err = run_main(capsys, "run", *RUN_FLAGS, "--trials", "1", "--study", "s",
+                              "--storage", storage, "--preset", "small")
+    assert code == 2
+    assert out == ""
+    assert err == ("error: --study: 's' was made with preset='tiny', this run has 'small'; "
+                   "resume it with the same settings or choose another --study\n")
+    assert len(load(storage, "s").trials) == 1
+
+
+def test_a_failing_workload_is_reported_not_raised(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    storage = sqlite_url(tmp_path)
+    flags = [f for f in RUN_FLAGS if f != "mlp"]
+    flags[flags.index("--workload") + 1:flags.index("--workload") + 1] = [
+        f"{WORKLOADS}:raises_in_loss"]
+    code, out, _ = run_main(capsys, "run", *flags, "--trials", "1", "--study", "broken",
+                            "--storage", storage)
+    assert code == 0
+    assert "recommendation none: every final-round measurement failed" in words(out)
+    code, out, err = run_main(capsys, "export", "--study", "broken", "--storage", storage)
+    assert code == 2
+    assert err == "error: study 'broken': every final-round measurement failed (see failures)\n"
+
+
+# -- best, export, studies -------------------------------------------------------------------
+
+
+def test_best_prints_the_stored_recommendation(
+        finished: Finished, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_main(capsys, "best", "--study", finished.study, "--storage",
+                            finished.storage, "--json")
+    assert code == 0
+    assert json.loads(out) == results.recommendation(finished.storage, finished.study)
+    code, out, _ = run_main(capsys, "best", "--study", finished.study, "--storage",
+                            finished.storage)
+    assert code == 0
+    text = words(out)
+    assert f"recommended {finished.rec['source']}:" in text
+    assert "4 complete, 0 failed, 0 pruned" in text
+    assert "no effect" in text
+
+
+@pytest.mark.parametrize("fmt", ["json", "env", "python"])
+def test_export_formats(
+        finished: Finished, capsys: pytest.CaptureFixture[str], fmt: str) -> None:
+    code, out, _ = run_main(capsys, "export", "--study", finished.study, "--storage",
+                            finished.storage, "--format", fmt)
+    assert code == 0
+    expected = LoopConfig.from_dict(finished.rec["config"])
+    if fmt == "json":
+        assert LoopConfig.from_dict(json.loads(out)) == expected
+    elif fmt == "env":
+        variables = dict(line.split("=", 1) for line in out.strip().splitlines())
+        assert results.config_from_env(variables) == expected
+    else:
+        namespace: dict[str, Any] = {}
+        exec(out, namespace)
+        assert namespace["config"] == expected
+
+
+def test_studies_lists_the_study(
+        finished: Finished, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out, _ = run_main(capsys, "studies", "--storage", finished.storage, "--json")
+    assert code == 0
+    (row,) = json.loads(out)
+    assert row["study"] == finished.study
+    assert row["trials"]["complete"] == 4
+    monkeypatch.setenv("TUNER_STORAGE", finished.storage)  # no --storage: $TUNER_STORAGE
+    code, out, _ = run_main(capsys, "studies")
+    assert code == 0
+    assert finished.study in out
+    assert "4/0/0" in out
+
+
+# -- bad flags -------------------------------------------------------------------------------
+
+BAD_RUN_FLAGS = [
+    (["--trials", "0"], "error: --trials: trials=0 is invalid"),
+    (["--objectives", "memory"], "error: --objectives: "),
+    (["--space", "nope"], "error: --space/--fix: space='nope' is invalid"),
+    (["--fix", "num_streams=9"], "error: --space/--fix: num_streams=9 is invalid"),
+    (["--sampler", "grid"], "error: --sampler: sampler='grid' is invalid"),
+    (["--max-memory", "0"], "error: --max-memory: "),
+    (["--timeout", "0"], "error: --timeout: "),
+    (["--top-k", "0"], "error: --top-k: "),
+    (["--windows", "0"], "error: --windows: "),
+    (["--window-steps", "0"], "error: --window-steps: "),
+    (["--parity-steps", "1"], "error: --parity-steps: "),
+    (["--matmul-precision", "low"], "error: --matmul-precision: "),
+    (["--device", "tpu"], "error: --device: "),
+    (["--preset", "huge"], "error: --preset: preset='huge' is invalid"),
+    (["--workload", "nope"], "error: --workload: workload='nope' is invalid"),
+    (["--fix", "num_streams"], "error: --space/--fix: fix='num_streams' is invalid"),
+    (["--storage", "mysql://u@h/x"], "error: --storage: no database driver"),
+    (["--trials", "x"], "error: Invalid value for '--trials'"),
+]
+
+
+@pytest.mark.parametrize(("args", "start"), BAD_RUN_FLAGS)
+def test_a_bad_run_flag_is_one_line_naming_it_and_stores_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], start: str) -> None:
+    storage = sqlite_url(tmp_path)
+    code, out, err = run_main(capsys, "run", "--workload", "mlp", "--preset", "tiny",
+                              "--device", "cpu", "--storage", storage, *args)
+    assert code == 2
+    assert out == ""
+    assert err.startswith(start)
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    if "--storage" not in args:
+        assert optuna.get_all_study_names(storage) == []
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["best", "--study", "missing"],
+     "error: --study: no study named 'missing' in this storage (studies: none)"),
+    (["export", "--study", "missing"],
+     "error: --study: no study named 'missing' in this storage (studies: none)"),
+    (["best"], "error: Missing option '--study'."),
+])
+def test_reading_a_missing_study_is_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], line: str) -> None:
+    code, out, err = run_main(capsys, *args, "--storage", sqlite_url(tmp_path))
+    assert (code, out, err) == (2, "", line + "\n")
+
+
+def test_a_bad_export_format_is_one_line(
+        finished: Finished, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_main(capsys, "export", "--study", finished.study, "--storage",
+                            finished.storage, "--format", "yaml")
+    assert code == 2
+    assert err == "error: --format: 'yaml' is invalid: allowed json, env, python\n"
+
+
+@pytest.mark.slow
+def test_bad_flags_in_real_processes_exit_2_with_one_line_and_no_traceback(
+        tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    cases = {
+        "--trials": ["run", "--trials", "0"],
+        "--objectives": ["run", "--objectives", "memory"],
+        "--space": ["run", "--space", "nope"],
+        "--fix": ["run", "--fix", "num_streams=9"],
+        "--sampler": ["run", "--sampler", "grid"],
+        "--study": ["best", "--study", "missing"],
+    }
+    common = ["--storage", storage]
+    run_args = ["--workload", "mlp", "--preset", "tiny", "--device", "cpu"]
+    procs = {
+        flag: subprocess.Popen(
+            [sys.executable, "-m", "tuner", *args, *common, *(run_args if "run" in args else [])],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for flag, args in cases.items()
+    }
+    for flag, proc in procs.items():
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2, (flag, err)
+        assert out == "", flag
+        lines = err.splitlines()
+        assert len(lines) == 1, (flag, err)
+        assert lines[0].startswith("error: ") and flag in lines[0], (flag, err)
+        assert "Traceback" not in err
