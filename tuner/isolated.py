@@ -23,6 +23,11 @@ def _losses(workload: str, preset: str, config: dict[str, Any], steps: int, seed
             device: str, matmul_precision: str) -> list[float]:
     import torch  # in the child
 
+    # A spawned child defaults to spawning its own children too, which would make every
+    # DataLoader worker import torch again (about 1 s each on a CPU); the training process
+    # forks them, so the check does the same.
+    if "fork" in multiprocessing.get_all_start_methods():
+        multiprocessing.set_start_method("fork", force=True)
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before CUDA starts here
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     torch.set_float32_matmul_precision(matmul_precision)
