@@ -93,6 +93,9 @@ def run(
 
     model = workload.model.to(dev)
     model.train()
+    # Memory already allocated (the model, and whatever earlier runs in this process left) is
+    # subtracted from the peak; the model's own bytes are added back (see RunResult).
+    allocated_at_start = torch.cuda.memory_allocated(dev) if dev.type == "cuda" else 0
     optimizer = workload.make_optimizer(model.parameters(), config.cuda_graph)
     plan = StreamPlan.create(config.num_streams, dev, cuda_graph=config.cuda_graph)
     loader = make_loader(workload, config, dev)
@@ -128,8 +131,13 @@ def run(
                 break
         harvester.drain()
 
+    peak = None
+    if dev.type == "cuda":
+        model_bytes = sum(t.numel() * t.element_size()
+                          for t in [*model.parameters(), *model.buffers()])
+        peak = torch.cuda.max_memory_allocated(dev) - allocated_at_start + model_bytes
     return _result(workload, config, dev, harvester, measured, warmup=warmup,
-                   steps=step - warmup, stopped_early=stopped_early)
+                   steps=step - warmup, stopped_early=stopped_early, peak_memory_bytes=peak)
 
 
 class _LoaderCloser:
@@ -154,6 +162,7 @@ def _result(
     warmup: int,
     steps: int,
     stopped_early: bool,
+    peak_memory_bytes: int | None,
 ) -> RunResult:
     on_cuda = dev.type == "cuda"
     effective = {
@@ -180,7 +189,7 @@ def _result(
         windows=windows,
         samples_per_batch=workload.samples_per_batch,
         tokens_per_sample=workload.tokens_per_sample,
-        peak_memory_bytes=torch.cuda.max_memory_allocated(dev) if on_cuda else None,
+        peak_memory_bytes=peak_memory_bytes,
         fingerprint=fingerprint(dev),
         # Not a loop setting (it changes the results) but it changes the speed: recorded.
         matmul_precision=torch.get_float32_matmul_precision(),

@@ -135,7 +135,13 @@ def fingerprint_key(fp: dict[str, Any]) -> str:
 
 @dataclasses.dataclass(kw_only=True)
 class RunResult:
-    """One measured run. `to_dict()` is what `python -m tuner train --json` prints."""
+    """One measured run. `to_dict()` is what `python -m tuner train --json` prints.
+
+    `peak_memory_bytes` (CUDA only) is the model's parameters and buffers plus the most memory
+    the run allocated on top of what was allocated when it started. Memory that earlier runs in
+    the same process left allocated is not counted: measured on an H100, it grew by about four
+    times the parameter size per run, and would have made later configs look hungrier.
+    """
 
     config: dict[str, Any]
     workload: str

@@ -44,6 +44,7 @@ FLAGS = {
     "objectives": "--objectives",
     "max_memory_bytes": "--max-memory",
     "top_k": "--top-k",
+    "tie_margin": "--tie-margin",
     "final_rounds": "--final-rounds",
     "baseline_every": "--baseline-every",
     "parity_steps": "--parity-steps",
@@ -155,6 +156,8 @@ def run_(
     max_memory: Annotated[int | None, typer.Option(
         help="Recommend the fastest config under this many bytes of peak memory.")] = None,
     top_k: Annotated[int, typer.Option(help="Configs re-measured in the final round.")] = 3,
+    tie_margin: Annotated[float, typer.Option(
+        help="Configs within this fraction of the fastest median also tie.")] = 0.01,
     final_rounds: Annotated[int, typer.Option(help="Interleaved final rounds.")] = 3,
     baseline_every: Annotated[int, typer.Option(
         help="Re-measure the baselines every N trials (drift).")] = 10,
@@ -174,7 +177,8 @@ def run_(
         workload=workload, preset=preset, trials=trials, timeout_s=timeout, space=space,
         fix=tuple(fix or ()), storage=storage, study=study, device=device,
         objectives=tuple(o.strip() for o in objectives.split(",")),
-        max_memory_bytes=max_memory, top_k=top_k, final_rounds=final_rounds,
+        max_memory_bytes=max_memory, top_k=top_k, tie_margin=tie_margin,
+        final_rounds=final_rounds,
         baseline_every=baseline_every, parity_steps=parity_steps, sampler=sampler, seed=seed,
         matmul_precision=matmul_precision,
         protocol=Protocol(warmup=warmup, windows=windows, window_steps=window_steps, seed=seed),

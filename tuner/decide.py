@@ -4,7 +4,8 @@ After the search, the top-k distinct configs (by the median of all their windows
 baselines are run again, in rounds: A B C D E, A B C D E, ... so clock and load drift hit all of
 them alike. Each one's samples are the window throughputs of all its final-round runs. The
 recommendation is the best median of that round; configs whose 95 % bootstrap interval overlaps
-the best one's are ties, and a tie goes to the simplest config (`tuner.space.SIMPLICITY_ORDER`),
+the best one's, or whose median is within `tie_margin` (1 %) of it, are ties, and a tie goes to
+the simplest config (`tuner.space.SIMPLICITY_ORDER`),
 baselines included: when the PyTorch default ties with the fastest, the answer is "change nothing".
 """
 
@@ -99,6 +100,7 @@ def final_round(
         "final_round": [_summary(m, configs[m.name]) for m in measured],
         "failures": failures,
         "tie_rule": SIMPLICITY_ORDER,
+        "tie_margin": options.tie_margin,
         "max_memory_bytes": options.max_memory_bytes,
     }
     meta = studies.meta(study)
@@ -116,7 +118,7 @@ def final_round(
         return result
 
     # With a memory cap, `eligible` holds only configs under it: the fastest of those wins.
-    decision = decide(eligible, order_description=SIMPLICITY_ORDER)
+    decision = decide(eligible, order_description=SIMPLICITY_ORDER, margin=options.tie_margin)
     best = decision.best
     step_ms = measurer.workload.samples_per_batch / best.median * 1e3
     floor_ms = measurer.floor_ms()

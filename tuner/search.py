@@ -68,6 +68,7 @@ class RunOptions:
     objectives: tuple[str, ...] = ("throughput",)
     max_memory_bytes: int | None = None
     top_k: int = 3
+    tie_margin: float = 0.01
     final_rounds: int = 3
     baseline_every: int = 10
     parity_steps: int = 20
@@ -90,6 +91,8 @@ class RunOptions:
             raise bad("objectives", "throughput or throughput,memory")
         if self.max_memory_bytes is not None and self.max_memory_bytes <= 0:
             raise bad("max_memory_bytes", "a number of bytes > 0")
+        if not 0.0 <= self.tie_margin < 1.0:
+            raise bad("tie_margin", "a fraction in [0, 1), e.g. 0.01 for 1 %")
         for field, low in (("top_k", 1), ("final_rounds", 1), ("baseline_every", 1),
                            ("parity_steps", 2)):
             if getattr(self, field) < low:

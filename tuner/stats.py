@@ -245,30 +245,42 @@ def _overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
 
 
 def decide(
-    measurements: Sequence[Measurement], *, order_description: str = "simplicity key"
+    measurements: Sequence[Measurement],
+    *,
+    order_description: str = "simplicity key",
+    margin: float = 0.0,
 ) -> Decision:
-    """Pick the simplest configuration that is statistically tied with the fastest.
+    """Pick the simplest configuration that is tied with the fastest.
 
     fastest = highest median (first one on equal medians). ties = all measurements whose
-    ``ci95`` overlaps the fastest's ``ci95``. best = smallest ``key`` among the ties, equal keys
-    broken by the higher median. ``order_description`` names the key's ordering in ``reason``.
-    Raises ValueError when ``measurements`` is empty.
+    ``ci95`` overlaps the fastest's ``ci95``, or whose median is within ``margin`` (a fraction)
+    of the fastest's: on a GPU-bound step the intervals can be so tight that 0.2 % separates
+    them, a difference no user should trade simplicity for. best = smallest ``key`` among the
+    ties, equal keys broken by the higher median. ``order_description`` names the key's
+    ordering in ``reason``. Raises ValueError when ``measurements`` is empty or ``margin`` is
+    outside [0, 1).
     """
     if len(measurements) == 0:
         raise ValueError(
             "measurements must contain at least one Measurement, got an empty sequence"
         )
+    if not 0.0 <= margin < 1.0:
+        raise ValueError(f"margin must be in [0, 1), got {margin!r}")
     fastest = max(measurements, key=lambda m: m.median)
-    ties = tuple(m for m in measurements if _overlaps(m.ci95, fastest.ci95))
+    floor = fastest.median * (1.0 - margin)
+    ties = tuple(m for m in measurements
+                 if _overlaps(m.ci95, fastest.ci95) or (margin > 0 and m.median >= floor))
     best = min(ties, key=lambda m: (m.key, -m.median))
     was_tie = len(ties) > 1
     if was_tie:
+        within = f" or within {margin:.1%}" if margin > 0 else ""
         reason = (
-            f"{len(ties)} configs tie with the fastest ({fastest.name}) (CI overlap); "
+            f"{len(ties)} configs tie with the fastest ({fastest.name}) (CI overlap{within}); "
             f"the simplest by {order_description} wins: {best.name}"
         )
     else:
-        reason = f"{fastest.name} is the fastest and no other config's CI overlaps it"
+        within = f" or comes within {margin:.1%} of it" if margin > 0 else ""
+        reason = f"{fastest.name} is the fastest and no other config's CI overlaps it{within}"
     return Decision(best=best, fastest=fastest, ties=ties, was_tie=was_tie, reason=reason)
 
 

@@ -114,6 +114,17 @@ def test_graph_floor_is_below_the_eager_step() -> None:
     assert len(floor.repeats_ms) == 3
 
 
+def test_peak_memory_does_not_carry_over_between_runs() -> None:
+    workload = load_workload("transformer", "small")
+    peaks = [run(workload, LoopConfig(num_streams=streams), steps=10, warmup=2, windows=1,
+                 device="cuda").peak_memory_bytes for streams in (3, 2, 4, 3)]
+    assert all(p is not None for p in peaks)
+    first, *rest = peaks
+    assert first is not None
+    # Same model and batch: the peaks differ by the streams' own blocks, not by history.
+    assert all(abs(p - first) / first < 0.1 for p in rest if p is not None), peaks
+
+
 # Last: a failed capture leaves nothing behind, but keep it away from the measurements above.
 def test_a_step_that_syncs_cannot_be_captured_and_says_why() -> None:
     with pytest.raises(CaptureError, match=r"must not sync with the host.*\.item\(\)"):

@@ -275,3 +275,22 @@ def test_drift() -> None:
         drift([1.0], [])
     with pytest.raises(ValueError, match="before"):
         drift([-1.0, 0.0, 1.0], [1.0])
+
+
+def test_decide_margin_ties_practically_equal_configs() -> None:
+    # Two tight, non-overlapping intervals 0.2 % apart: separate by CI, tied within a 1 % margin.
+    fast = Measurement(name="graph", samples=(368.4, 368.5, 368.6, 368.5), key=(3, 1))
+    simple = Measurement(name="eager", samples=(367.7, 367.8, 367.7, 367.8), key=(3, 0))
+    slow = Measurement(name="default", samples=(361.0, 361.5, 361.7, 361.2), key=(1, 0))
+    strict = decide([fast, simple, slow])
+    assert strict.best.name == "graph" and not strict.was_tie
+    loose = decide([fast, simple, slow], margin=0.01)
+    assert loose.best.name == "eager" and loose.was_tie
+    assert {m.name for m in loose.ties} == {"graph", "eager"}  # default is 1.9 % slower
+    assert "within 1.0%" in loose.reason
+
+
+def test_decide_margin_must_be_a_fraction() -> None:
+    m = Measurement(name="a", samples=(1.0, 2.0))
+    with pytest.raises(ValueError, match="margin"):
+        decide([m], margin=1.5)
