@@ -118,11 +118,11 @@ def test_peak_memory_does_not_carry_over_between_runs() -> None:
     workload = load_workload("transformer", "small")
     peaks = [run(workload, LoopConfig(num_streams=streams), steps=10, warmup=2, windows=1,
                  device="cuda").peak_memory_bytes for streams in (3, 2, 4, 3)]
-    assert all(p is not None for p in peaks)
-    first, *rest = peaks
-    assert first is not None
-    # Same model and batch: the peaks differ by the streams' own blocks, not by history.
-    assert all(abs(p - first) / first < 0.1 for p in rest if p is not None), peaks
+    first, last = peaks[0], peaks[-1]
+    assert first is not None and last is not None
+    # The same config, run again after others, needs the same memory: history is not counted.
+    # (Different stream counts may differ: H100, 2026-11-22: 277 MB for 3 streams, 345 for 2.)
+    assert abs(last - first) / first < 0.01, peaks
 
 
 # Last: a failed capture leaves nothing behind, but keep it away from the measurements above.
