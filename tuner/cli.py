@@ -50,6 +50,9 @@ FLAGS = {
     "parity_steps": "--parity-steps",
     "sampler": "--sampler",
     "window_steps": "--window-steps",
+    "profile": "--profile",
+    "profile_steps": "--profile-steps",
+    "artifacts": "--artifacts",
 }
 
 
@@ -168,6 +171,13 @@ def run_(
     sampler: Annotated[str, typer.Option(help="tpe or random.")] = "tpe",
     seed: Annotated[int, typer.Option(help="Seed of the sampler, weights and data.")] = 0,
     matmul_precision: MatmulPrecision = "highest",
+    profile: Annotated[str, typer.Option(
+        help="Profile none, the baselines and the recommended config (baselines), or every "
+             "complete trial too (all).")] = "baselines",
+    profile_steps: Annotated[int, typer.Option(help="Profiled steps per config.")] = 10,
+    artifacts: Annotated[str | None, typer.Option(
+        help="Directory of the profiler traces (default: beside an SQLite database; "
+             "$TUNER_ARTIFACTS).")] = None,
     as_json: AsJson = False,
 ) -> None:
     """Tune: search the settings with short real runs and recommend a config."""
@@ -180,7 +190,8 @@ def run_(
         max_memory_bytes=max_memory, top_k=top_k, tie_margin=tie_margin,
         final_rounds=final_rounds,
         baseline_every=baseline_every, parity_steps=parity_steps, sampler=sampler, seed=seed,
-        matmul_precision=matmul_precision,
+        matmul_precision=matmul_precision, profile=profile, profile_steps=profile_steps,
+        artifacts=artifacts,
         protocol=Protocol(warmup=warmup, windows=windows, window_steps=window_steps, seed=seed),
     )
     console = Console(stderr=True)
@@ -221,3 +232,47 @@ def studies_(storage: Storage = None, as_json: AsJson = False) -> None:
         typer.echo(json.dumps(rows, indent=2))
     else:
         render.study_table(Console(), rows)
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.", min=1, max=65535)] = 8000,
+    workers: Annotated[int | None, typer.Option(
+        help="Worker processes (default: $TUNER_WORKERS, else one per visible GPU, or one on "
+             "the CPU).", min=0)] = None,
+    no_worker: Annotated[bool, typer.Option(
+        "--no-worker", help="Start no worker (run `python -m tuner worker` elsewhere).")] = False,
+    storage: Storage = None,
+) -> None:
+    """Serve the tuning API (and its workers): submit jobs, watch them, read recommendations."""
+    if no_worker and workers is not None:
+        raise TunerError("--workers/--no-worker: give one of them, not both")
+    from api.server import serve as serve_api  # the only place tuner reaches for the API
+
+    serve_api(host=host, port=port, workers=workers, no_worker=no_worker, storage=storage)
+
+
+@app.command()
+def worker(
+    storage: Storage = None,
+    gpu: Annotated[int | None, typer.Option(
+        help="GPU index (default: GPU 0 if there is one, else the CPU).", min=0)] = None,
+) -> None:
+    """Run a worker: claim queued tuning jobs from the storage and run them, until SIGTERM."""
+    from tuner.worker import main as run_worker
+
+    run_worker(storage=storage, gpu=gpu)
+
+
+@app.command()
+def report(
+    study: StudyName,
+    out: Annotated[str, typer.Option("--out", help="The HTML file to write.")] = "report.html",
+    storage: Storage = None,
+) -> None:
+    """Write one self-contained HTML page about a study (plots, recommendation, profiles)."""
+    from tuner.report import write_report
+
+    path = write_report(studies.storage_url(storage), study, out)
+    typer.echo(str(path))

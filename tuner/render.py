@@ -95,6 +95,8 @@ def recommendation(console: Console, rec: dict[str, Any]) -> None:
         return
     table.add_row("recommended", f"{rec['source']}: " + ", ".join(
         f"{k}={v}" for k, v in rec["config"].items()))
+    if rec.get("explanation"):
+        table.add_row("why", rec["explanation"])
     table.add_row("throughput", _interval(rec["throughput"], " samples/s"))
     for name, speedup in rec.get("speedup", {}).items():
         table.add_row(f"vs {name}", _interval(speedup, "x"))

@@ -10,6 +10,11 @@
 Pruning rule: `PercentilePruner(25)`: from its second window on, a trial whose best window so far
 is below the 25th percentile of earlier trials at the same window is stopped (after 5 trials).
 Multi-objective studies are not pruned (Optuna does not support it).
+
+Stopping on request (the tuning service's cancel, a worker's shutdown): `should_stop`, when given,
+is asked before each trial and after each measured window. Once it answers True, the running
+trial stops at its next window (told PRUNED with the windows it measured and the user attribute
+`stopped`), no further trial starts, and `run_study` raises `Stopped` instead of deciding.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import datetime as dt
 import statistics
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from typing import Protocol as TypingProtocol
 
@@ -30,6 +35,7 @@ from optuna.trial import TrialState
 import trainers
 from trainers import LoopConfig
 from tuner import decide
+from tuner import profile as profiling
 from tuner import study as studies
 from tuner.errors import TunerError
 from tuner.isolated import ParityProcess
@@ -46,12 +52,21 @@ BASELINES: dict[str, LoopConfig] = {
 OBJECTIVES = ("throughput", "memory")
 SAMPLERS = ("tpe", "random")
 PRECISIONS = ("highest", "high", "medium")
+PROFILE_MODES = ("none", "baselines", "all")
 DRIFT_WARNING = 0.10
 PRUNE_PERCENTILE = 25.0
 
 
 class Interrupted(TunerError):
     """Ctrl-C: finished trials are stored, the running one is failed as 'interrupted'."""
+
+
+class Stopped(TunerError):
+    """`should_stop` answered True: finished trials are stored, the running one stopped early."""
+
+
+STOPPED_ATTR = "stopped"
+"""User attribute (True) of a trial cut short by `should_stop`; its measured windows are kept."""
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)
@@ -75,6 +90,12 @@ class RunOptions:
     sampler: str = "tpe"
     seed: int = 0
     matmul_precision: str = "highest"
+    profile: str = "baselines"
+    """none; baselines (both baselines and the recommended config); all (every complete trial
+    too)."""
+    profile_steps: int = 10
+    artifacts: str | None = None
+    """Where traces go (default: beside an SQLite file; other storages store figures only)."""
     protocol: Protocol = dataclasses.field(default_factory=Protocol)
 
     def __post_init__(self) -> None:
@@ -101,6 +122,10 @@ class RunOptions:
             raise bad("sampler", ", ".join(SAMPLERS))
         if self.matmul_precision not in PRECISIONS:
             raise bad("matmul_precision", ", ".join(PRECISIONS))
+        if self.profile not in PROFILE_MODES:
+            raise bad("profile", ", ".join(PROFILE_MODES))
+        if self.profile_steps < 1:
+            raise bad("profile_steps", "an integer >= 1")
 
     @property
     def multi_objective(self) -> bool:
@@ -134,8 +159,12 @@ def make_sampler(name: str, seed: int, trials: int) -> optuna.samplers.BaseSampl
                                       constant_liar=True)
 
 
-def run_study(options: RunOptions, *, progress: Progress | None = None) -> dict[str, Any]:
-    """Search, decide, store the recommendation on the study and return it."""
+def run_study(options: RunOptions, *, progress: Progress | None = None,
+              should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """Search, decide, store the recommendation on the study and return it.
+
+    `should_stop` (optional) is polled between trials and after each window; see the module doc.
+    """
     progress = progress or _Quiet()
     torch.set_float32_matmul_precision(options.matmul_precision)
     measurer = Measurer(options.workload, options.preset, device=options.device,
@@ -174,14 +203,23 @@ def run_study(options: RunOptions, *, progress: Progress | None = None) -> dict[
         # Seeded alike, a resumed run would replay the first run's random start-up points.
         stored = len(study.get_trials(deepcopy=False))
         study.sampler = make_sampler(options.sampler, options.seed + stored, options.trials)
-    search = _Search(study, measurer, space, options, progress)
+    search = _Search(study, measurer, space, options, progress, should_stop)
     progress.start(name, options.trials, resumed)
     try:
         search.measure_baselines("start")
         search.run_trials()
+        if search.stopped:
+            raise Stopped(f"stopped on request: {search.done} trials of this run are stored in "
+                          f"study {name!r}")
         progress.phase("final round: top configs and baselines, interleaved")
         recommendation = decide.final_round(study, measurer, options, progress=progress,
                                             baselines=BASELINES, parity=search.parity)
+        if options.profile != "none":
+            progress.phase("profiling the baselines and the recommended config")
+            recommendation |= profiling.profile_recommendation(
+                study, measurer.workload, recommendation, BASELINES, search.traces,
+                device=measurer.device, steps=options.profile_steps,
+                warmup=options.protocol.warmup)
     except KeyboardInterrupt as exc:
         raise Interrupted(
             f"interrupted: {search.done} trials of this run are stored in study {name!r}; "
@@ -195,14 +233,19 @@ def run_study(options: RunOptions, *, progress: Progress | None = None) -> dict[
 
 class _Search:
     def __init__(self, study: optuna.Study, measurer: Measurer, space: SearchSpace,
-                 options: RunOptions, progress: Progress) -> None:
+                 options: RunOptions, progress: Progress,
+                 should_stop: Callable[[], bool] | None = None) -> None:
         self.study = study
         self.measurer = measurer
         self.space = space
         self.options = options
         self.progress = progress
         self.done = 0
+        self.should_stop = should_stop
+        self.stopped = False
         self._reference: list[float] | None = None
+        self.traces = (None if options.profile == "none" else
+                       profiling.trace_dir(studies.storage_url(options.storage), options.artifacts))
         # On a GPU, parity runs in its own process: its deterministic mode and cuBLAS workspace
         # setting outlast it and slowed later measurements by up to 50 % (tuner/isolated.py).
         self._isolated: ParityProcess | None = None
@@ -243,6 +286,9 @@ class _Search:
         deadline = None if self.options.timeout_s is None else (
             time.monotonic() + self.options.timeout_s)
         while self.done < self.options.trials:
+            if self._stop_requested():
+                self.progress.phase(f"stopped on request after {self.done} trials")
+                break
             if deadline is not None and time.monotonic() > deadline:
                 self.progress.phase(f"timeout: stopped after {self.done} trials")
                 break
@@ -261,20 +307,29 @@ class _Search:
         earlier = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
                    if t.user_attrs.get("config_key") == key]
         try:
-            outcome = self.measurer.measure(config, on_window=self._pruning_callback(trial))
+            outcome = self.measurer.measure(config, on_window=self._window_callback(trial))
             return self._tell(trial, config, key, outcome, earlier)
         except KeyboardInterrupt:
             trial.set_user_attr("failure_reason", "interrupted")
             self.study.tell(trial, state=TrialState.FAIL)
             raise
 
-    def _pruning_callback(self, trial: optuna.Trial) -> Any:
-        if self.options.multi_objective:
+    def _stop_requested(self) -> bool:
+        if not self.stopped and self.should_stop is not None and self.should_stop():
+            self.stopped = True
+        return self.stopped
+
+    def _window_callback(self, trial: optuna.Trial) -> Any:
+        prune = not self.options.multi_objective
+        if not prune and self.should_stop is None:
             return None
 
         def on_window(index: int, throughput: float) -> bool:
-            trial.report(throughput, index)
-            return not trial.should_prune()
+            if prune:
+                trial.report(throughput, index)
+            if self._stop_requested():
+                return False
+            return not (prune and trial.should_prune())
 
         return on_window
 
@@ -289,6 +344,8 @@ class _Search:
         for attr, value in outcome.to_attrs().items():
             trial.set_user_attr(attr, value)
         if outcome.stopped_early:
+            if self.stopped:
+                trial.set_user_attr(STOPPED_ATTR, True)
             self.study.tell(trial, state=TrialState.PRUNED)
             return "pruned"
         verdict = self.parity(config)
@@ -309,6 +366,12 @@ class _Search:
             trial.set_user_attr("duplicate_of", earlier[0].number)
         value = statistics.median(pooled)
         trial.set_user_attr("pooled_windows", len(pooled))
+        if self.options.profile == "all":
+            self.progress.phase(f"profiling trial {trial.number}")
+            profiling.profile_trial(trial, self.measurer.workload, config, self.traces,
+                                    device=self.measurer.device,
+                                    steps=self.options.profile_steps,
+                                    warmup=self.options.protocol.warmup)
         trial.set_user_attr("ci95", list(bootstrap_ci(pooled)))
         if self.options.multi_objective:
             memory = float(outcome.peak_memory_bytes or 0)

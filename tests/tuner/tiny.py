@@ -16,7 +16,8 @@ WORKLOADS = "tests.tuner.workloads_for_tests"
 # The same small run as command-line flags (what `options()` builds, for `python -m tuner run`).
 RUN_FLAGS = ("--workload", "mlp", "--preset", "tiny", "--device", "cpu", "--warmup", "1",
              "--windows", "3", "--window-steps", "2", "--final-rounds", "1", "--top-k", "2",
-             "--parity-steps", "4", "--sampler", "random", "--fix", "num_workers=0")
+             "--parity-steps", "4", "--sampler", "random", "--fix", "num_workers=0",
+             "--profile", "none")
 
 
 def sqlite_url(directory: Path, name: str = "t.db") -> str:
@@ -28,7 +29,7 @@ def options(storage: str, study: str, **changes: Any) -> RunOptions:
     base: dict[str, Any] = {
         "workload": "mlp", "preset": "tiny", "trials": 3, "storage": storage, "study": study,
         "device": "cpu", "top_k": 2, "final_rounds": 1, "parity_steps": 4, "sampler": "random",
-        "protocol": PROTOCOL, "fix": ("num_workers=0",),
+        "protocol": PROTOCOL, "fix": ("num_workers=0",), "profile": "none",
     }
     return RunOptions(**(base | changes))
 

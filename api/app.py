@@ -1,0 +1,41 @@
+"""`create_app(settings)`: the FastAPI application of the tuning service.
+
+Opens the job store and the Optuna storage of `settings.storage` (tables made when missing),
+checks the plug-in workloads, and mounts the routes. Running jobs is the workers' business
+(`tuner.worker`); `api.server.serve` starts both.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from api import errors
+from api.deps import Services
+from api.limits import BodyLimit
+from api.routes import docs, health, jobs, recommendations, studies
+from api.settings import ApiSettings
+from tuner import study as optuna_studies
+from tuner.jobs import JobStore, StudyReader, WorkloadRegistry
+
+ROUTERS = (jobs.router, studies.router, recommendations.router, health.router, docs.router)
+DESCRIPTION = """Submit tuning jobs, watch them, and read the recommended loop settings.
+
+Every endpoint but `/healthz` needs `Authorization: Bearer <token>` (a token of
+`TUNER_API_TOKENS`)."""
+
+
+def create_app(settings: ApiSettings | None = None) -> FastAPI:
+    settings = settings or ApiSettings()
+    registry = WorkloadRegistry(settings.workloads)
+    registry.check()
+    store = JobStore(settings.storage)
+    reader = StudyReader(optuna_studies.open_storage(settings.storage))
+    app = FastAPI(title="streamtune", version="1", description=DESCRIPTION, docs_url=None,
+                  redoc_url=None, openapi_url=None)
+    app.state.services = Services(settings=settings, store=store, reader=reader,
+                                  registry=registry, tokens=settings.token_bytes())
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    errors.install(app)
+    for router in ROUTERS:
+        app.include_router(router)
+    return app

@@ -1,0 +1,67 @@
+"""Error translation: the tuner's errors to HTTP statuses, every body `{"detail": ...}`.
+
+422s keep FastAPI's shape (`detail`: a list of `{loc, msg, type}`, `loc` naming the field), also
+for the checks that only the tuner can make (an unknown workload, a bad range of the space).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy.exc
+from fastapi import FastAPI, Request, Response, status
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from tuner.errors import NoRecommendation, StudyNotFound
+from tuner.jobs import JobConflict, JobNotFound, SpecError, TooManyQueued
+
+
+def field_error(loc: Sequence[str | int], message: str, value: object = None) -> (
+        RequestValidationError):
+    """A 422 naming `loc` (e.g. ("body", "space", "num_streams")), as FastAPI words its own."""
+    return RequestValidationError(
+        [{"loc": tuple(loc), "msg": message, "type": "value_error", "input": value}])
+
+
+def _json(status_code: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=status_code, headers=headers)
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(JobNotFound)
+    @app.exception_handler(StudyNotFound)
+    async def _not_found(_: Request, exc: Exception) -> JSONResponse:
+        return _json(status.HTTP_404_NOT_FOUND, str(exc))
+
+    @app.exception_handler(JobConflict)
+    @app.exception_handler(NoRecommendation)
+    async def _conflict(_: Request, exc: Exception) -> JSONResponse:
+        return _json(status.HTTP_409_CONFLICT, str(exc))
+
+    @app.exception_handler(TooManyQueued)
+    async def _too_many(_: Request, exc: Exception) -> JSONResponse:
+        return _json(status.HTTP_429_TOO_MANY_REQUESTS, str(exc), {"Retry-After": "60"})
+
+    @app.exception_handler(SpecError)
+    async def _bad_spec(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, SpecError)
+        error = field_error(("body", *exc.loc), exc.message, exc.value)
+        return JSONResponse({"detail": error.errors()},
+                            status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code == status.HTTP_400_BAD_REQUEST:  # FastAPI could not parse the body
+            error = field_error(("body",), "the body could not be parsed: send JSON in UTF-8")
+            return JSONResponse({"detail": error.errors()},
+                                status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+        return await http_exception_handler(request, exc)
+
+    @app.exception_handler(sqlalchemy.exc.OperationalError)
+    async def _database_down(_: Request, exc: Exception) -> JSONResponse:
+        return _json(status.HTTP_503_SERVICE_UNAVAILABLE,
+                     f"the database is unavailable: {type(exc).__name__}", {"Retry-After": "5"})

@@ -1,0 +1,34 @@
+"""The Prometheus text exposition of the service (format 0.0.4), read from the job tables."""
+
+from __future__ import annotations
+
+import math
+
+from tuner.jobs import JobStore
+
+DURATION_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _number(value: float) -> str:
+    return "+Inf" if math.isinf(value) else repr(float(value)) if value % 1 else str(int(value))
+
+
+def render(store: JobStore, *, lease_s: float) -> str:
+    lines = ["# HELP streamtune_jobs Jobs by state.", "# TYPE streamtune_jobs gauge"]
+    lines += [f'streamtune_jobs{{state="{state}"}} {count}'
+              for state, count in store.counts_by_status().items()]
+    lines += ["# HELP streamtune_workers_alive Workers that heartbeat within the lease.",
+              "# TYPE streamtune_workers_alive gauge",
+              f"streamtune_workers_alive {store.workers_alive(lease_s)}"]
+    stats = store.trial_stats(DURATION_BUCKETS)
+    lines += ["# HELP streamtune_trials_total Finished trials of jobs, by state.",
+              "# TYPE streamtune_trials_total counter"]
+    lines += [f'streamtune_trials_total{{state="{state}"}} {count}'
+              for state, count in stats.by_state.items()]
+    name = "streamtune_trial_duration_seconds"
+    lines += [f"# HELP {name} Wall time of the finished trials of jobs.",
+              f"# TYPE {name} histogram"]
+    lines += [f'{name}_bucket{{le="{_number(bound)}"}} {count}' for bound, count in stats.buckets]
+    lines += [f"{name}_sum {stats.seconds_sum!r}", f"{name}_count {stats.buckets[-1][1]}"]
+    return "\n".join(lines) + "\n"

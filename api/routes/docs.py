@@ -1,0 +1,24 @@
+"""The OpenAPI schema (/openapi.json) and its Swagger UI (/docs), behind the token like the rest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse
+
+from api.deps import authenticate
+
+router = APIRouter(dependencies=[Depends(authenticate)], include_in_schema=False)
+
+
+@router.get("/openapi.json")
+def openapi(request: Request) -> dict[str, Any]:
+    schema: dict[str, Any] = request.app.openapi()
+    return schema
+
+
+@router.get("/docs", response_class=HTMLResponse)
+def docs(request: Request) -> HTMLResponse:
+    return get_swagger_ui_html(openapi_url="/openapi.json", title=request.app.title)

@@ -1,0 +1,73 @@
+"""/v1/jobs: submit, list, watch, read the trials and the recommendation of, and cancel jobs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Response, status
+
+from api.deps import CallerDep, ReaderDep, RegistryDep, SettingsDep, StoreDep, authenticate
+from api.routes import CONFLICT, NOT_FOUND, UNAUTHORIZED
+from api.schemas.common import ErrorOut, Recommendation
+from api.schemas.jobs import JobIn, JobOut, JobPage, Status, TrialOut, TrialPage
+from tuner.jobs import JobConflict, check_spec
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=[Depends(authenticate)],
+                   responses=UNAUTHORIZED)
+
+Limit = Annotated[int, Query(ge=1, le=200, description="page size")]
+Offset = Annotated[int, Query(ge=0, le=10_000_000, description="items to skip")]
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobOut, responses={
+    413: {"model": ErrorOut, "description": "the body is over the limit (64 KiB)"},
+    429: {"model": ErrorOut, "description": "this token has too many queued jobs"}})
+def create_job(body: JobIn, response: Response, caller: CallerDep, store: StoreDep,
+               registry: RegistryDep, settings: SettingsDep) -> JobOut:
+    """Queue a tuning job; a worker picks it up. `Location` is the job's URL."""
+    spec = body.to_spec()
+    check_spec(spec, registry)
+    row = store.create(spec, owner=caller.owner, max_queued=settings.max_queued_per_token)
+    response.headers["Location"] = f"/v1/jobs/{row.id}"
+    return JobOut.of(row)
+
+
+@router.get("", response_model=JobPage)
+def list_jobs(store: StoreDep, status: Status | None = None, limit: Limit = 50,
+              offset: Offset = 0) -> JobPage:
+    """Jobs, newest first, optionally of one status."""
+    rows, total = store.list(status=status, limit=limit, offset=offset)
+    return JobPage(items=[JobOut.of(r) for r in rows], total=total, limit=limit, offset=offset)
+
+
+@router.get("/{job_id}", response_model=JobOut, responses=NOT_FOUND)
+def get_job(job_id: str, store: StoreDep) -> JobOut:
+    """Status, trials complete of n_trials, the best trial so far, timestamps, error."""
+    return JobOut.of(store.get(job_id))
+
+
+@router.get("/{job_id}/trials", response_model=TrialPage, responses=NOT_FOUND)
+def job_trials(job_id: str, store: StoreDep, reader: ReaderDep, limit: Limit = 50,
+               offset: Offset = 0) -> TrialPage:
+    """The job's trials in order: params, throughput with its CI, state, failure reason."""
+    rows, total = reader.trials(store.get(job_id).study, limit=limit, offset=offset)
+    return TrialPage(items=[TrialOut.model_validate(r) for r in rows], total=total, limit=limit,
+                     offset=offset)
+
+
+@router.get("/{job_id}/best", response_model=Recommendation,
+            responses=NOT_FOUND | CONFLICT)
+def job_best(job_id: str, store: StoreDep) -> Recommendation:
+    """The tuner's recommendation; 409 while there is none."""
+    row = store.get(job_id)
+    if row.recommendation is None:
+        raise JobConflict(f"job {job_id!r} has no recommendation: it is {row.status}, "
+                          f"{row.n_complete} of {row.n_trials} trials complete")
+    return Recommendation.model_validate(row.recommendation)
+
+
+@router.post("/{job_id}/cancel", response_model=JobOut, responses=NOT_FOUND | CONFLICT)
+def cancel_job(job_id: str, store: StoreDep) -> JobOut:
+    """Cancel: a queued job at once; a running one stops at its running trial's next window
+    (what was measured stays). 409 when the job has already ended."""
+    return JobOut.of(store.cancel(job_id))

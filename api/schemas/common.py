@@ -1,0 +1,61 @@
+"""Shared models: the strict request base, error bodies, pages."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, overload
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Strict(BaseModel):
+    """Request models: unknown fields are errors, and no type is coerced into another."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ErrorOut(BaseModel):
+    detail: str = Field(description="what was wrong, in one sentence")
+
+
+class Recommendation(BaseModel):
+    """The tuner's recommendation JSON (`python -m tuner best --json`), as stored on the study."""
+
+    model_config = ConfigDict(extra="allow")
+
+    study: str
+    config: dict[str, Any] | None = Field(description="the recommended LoopConfig; null: none "
+                                          "passed (see reason)")
+    reason: str | None = None
+    workload: str | None = None
+    preset: str | None = None
+    hardware: str | None = None
+    fingerprint: dict[str, Any] | None = None
+    throughput: dict[str, Any] | None = None
+    speedup: dict[str, Any] | None = None
+    ties: list[dict[str, Any]] | None = None
+    n_trials: dict[str, int] | None = None
+    gpu_seconds: float | None = None
+    floor: dict[str, Any] | None = None
+
+
+class BestSoFar(BaseModel):
+    trial: int
+    throughput: float | None = Field(description="samples/s: median of the pooled windows")
+    ci95: list[float | None] | None = None
+    config: dict[str, Any] | None = None
+
+
+@overload
+def utc(value: dt.datetime) -> dt.datetime: ...
+@overload
+def utc(value: None) -> None: ...
+@overload
+def utc(value: dt.datetime | None) -> dt.datetime | None: ...
+
+
+def utc(value: dt.datetime | None) -> dt.datetime | None:
+    """Stored timestamps are naive UTC; the API shows them with their offset."""
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=dt.UTC)

@@ -1,0 +1,199 @@
+"""Jobs: the request (`JobIn`), the job (`JobOut`) and its trials (`TrialOut`)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+from api.schemas.common import BestSoFar, Strict, utc
+from tuner.jobs import JobRow, JobSpec
+
+Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+Streams = Annotated[int, Field(ge=1, le=4)]
+SyncInterval = Annotated[int, Field(ge=1, le=10_000)]
+Prefetch = Annotated[int, Field(ge=0, le=4)]
+Loaders = Annotated[int, Field(ge=0, le=32)]
+SyncMode = Literal["synchronize", "event", "query"]
+Objective = Literal["throughput", "memory"]
+Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+Device = Literal["auto", "cpu", "cuda"]
+
+
+_THROUGHPUT: list[Objective] = ["throughput"]
+
+
+class IntRangeIn(Strict):
+    """Integers low..high, both included; `log` samples on a log scale (low >= 1)."""
+
+    low: int = Field(ge=0, le=10_000)
+    high: int = Field(ge=0, le=10_000)
+    log: bool = False
+
+
+Choices = Field(min_length=1, max_length=16)
+StreamsChoices = Annotated[list[Streams], Choices]
+SyncIntervalChoices = Annotated[list[SyncInterval], Choices]
+SyncModeChoices = Annotated[list[SyncMode], Choices]
+PrefetchChoices = Annotated[list[Prefetch], Choices]
+LoadersChoices = Annotated[list[Loaders], Choices]
+BoolChoices = Annotated[list[bool], Choices]
+
+
+class SpaceIn(Strict):
+    """An explicit space: per setting a value (fixed), a list of choices or a range; the settings
+    left out keep LoopConfig's defaults. At least one setting must be searched."""
+
+    num_streams: Streams | StreamsChoices | IntRangeIn | None = None
+    sync_interval: SyncInterval | SyncIntervalChoices | IntRangeIn | None = None
+    sync_mode: SyncMode | SyncModeChoices | None = None
+    prefetch_depth: Prefetch | PrefetchChoices | IntRangeIn | None = None
+    pin_memory: bool | BoolChoices | None = None
+    non_blocking: bool | BoolChoices | None = None
+    num_workers: Loaders | LoadersChoices | IntRangeIn | None = None
+    cuda_graph: bool | BoolChoices | None = None
+
+
+class FixIn(Strict):
+    """Settings pinned whatever the space says."""
+
+    num_streams: Streams | None = None
+    sync_interval: SyncInterval | None = None
+    sync_mode: SyncMode | None = None
+    prefetch_depth: Prefetch | None = None
+    pin_memory: bool | None = None
+    non_blocking: bool | None = None
+    num_workers: Loaders | None = None
+    cuda_graph: bool | None = None
+
+
+class JobIn(Strict):
+    """A tuning job. `workload` is a name of the server's registry (never code or a path)."""
+
+    workload: Name = Field(description="a workload of the server's registry, e.g. transformer")
+    preset: Name = Field(description="the workload's size, e.g. tiny, small")
+    space: Literal["full", "streams"] | SpaceIn = "full"
+    fix: FixIn = Field(default_factory=FixIn)
+    n_trials: int = Field(default=20, ge=1, le=500)
+    timeout_s: float | None = Field(default=None, gt=0, le=30 * 86_400,
+                                    description="stop starting trials after this many seconds")
+    objectives: list[Objective] = Field(
+        default_factory=lambda: _THROUGHPUT.copy(), min_length=1, max_length=2,
+        description='["throughput"] or ["throughput", "memory"] (a Pareto front)')
+    max_memory_bytes: int | None = Field(default=None, ge=1, le=2**50,
+                                         description="recommend the fastest config under this")
+    device: Device = "auto"
+
+    @field_validator("objectives")
+    @classmethod
+    def _throughput_first(cls, value: list[str]) -> list[str]:
+        if value[0] != "throughput" or len(set(value)) != len(value):
+            raise ValueError('allowed ["throughput"] or ["throughput", "memory"]')
+        return value
+
+    def to_spec(self) -> JobSpec:
+        space: str | dict[str, Any] = (
+            self.space if isinstance(self.space, str) else
+            self.space.model_dump(exclude_none=True))
+        return JobSpec(
+            workload=self.workload, preset=self.preset, space=space,
+            fix=self.fix.model_dump(exclude_none=True), n_trials=self.n_trials,
+            timeout_s=self.timeout_s, objectives=tuple(self.objectives),
+            max_memory_bytes=self.max_memory_bytes, device=self.device)
+
+
+class JobLinks(BaseModel):
+    self: str
+    trials: str
+    best: str
+    cancel: str
+    study: str
+
+
+class JobOut(BaseModel):
+    id: str
+    status: Status
+    workload: str
+    preset: str
+    device: Device
+    space: str | dict[str, Any]
+    fix: dict[str, Any]
+    n_trials: int = Field(description="trials asked for")
+    n_complete: int = Field(description="complete trials (Optuna COMPLETE) so far")
+    n_failed: int
+    n_pruned: int
+    timeout_s: float | None
+    objectives: list[str]
+    max_memory_bytes: int | None
+    best: BestSoFar | None = Field(description="the best complete trial so far")
+    has_recommendation: bool
+    hardware: str | None
+    phase: str | None = Field(description="what the worker is doing now")
+    cancel_requested: bool
+    attempts: int = Field(description="times a worker claimed the job")
+    error: str | None
+    study: str
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    updated_at: dt.datetime
+    heartbeat_at: dt.datetime | None
+    links: JobLinks
+
+    @classmethod
+    def of(cls, row: JobRow) -> JobOut:
+        spec = row.spec
+        base = f"/v1/jobs/{row.id}"
+        return cls(
+            id=row.id, status=row.status,  # type: ignore[arg-type]  # the store writes STATUSES
+            workload=row.workload, preset=row.preset,
+            device=row.device,  # type: ignore[arg-type]  # written from JobIn.device
+            space=spec.get("space", "full"), fix=spec.get("fix", {}), n_trials=row.n_trials,
+            n_complete=row.n_complete, n_failed=row.n_failed, n_pruned=row.n_pruned,
+            timeout_s=spec.get("timeout_s"), objectives=spec.get("objectives", ["throughput"]),
+            max_memory_bytes=spec.get("max_memory_bytes"),
+            best=None if row.best is None else BestSoFar.model_validate(row.best),
+            has_recommendation=row.recommendation is not None, hardware=row.hardware,
+            phase=row.phase, cancel_requested=row.cancel_requested, attempts=row.attempts,
+            error=row.error, study=row.study,
+            created_at=utc(row.created_at), started_at=utc(row.started_at),
+            finished_at=utc(row.finished_at), updated_at=utc(row.updated_at),
+            heartbeat_at=utc(row.heartbeat_at),
+            links=JobLinks(self=base, trials=f"{base}/trials", best=f"{base}/best",
+                           cancel=f"{base}/cancel", study=f"/v1/studies/{row.study}"),
+        )
+
+
+class JobPage(BaseModel):
+    items: list[JobOut]
+    total: int
+    limit: int
+    offset: int
+
+
+class TrialOut(BaseModel):
+    number: int
+    state: Literal["running", "waiting", "complete", "pruned", "fail"]
+    counted: bool = Field(description="counts toward the job's n_trials (false: cut short by "
+                          "the service and run again)")
+    config: dict[str, Any] | None
+    params: dict[str, Any]
+    throughput: float | None = Field(description="samples/s: median of the pooled windows")
+    ci95: list[float | None] | None
+    windows: list[float | None] | None
+    peak_memory_bytes: int | None
+    failure_reason: str | None
+    failure_kind: str | None
+    stopped: bool = Field(description="stopped at a window by a cancel or a shutdown")
+    duplicate_of: int | None
+    started_at: dt.datetime | None
+    completed_at: dt.datetime | None
+    duration_s: float | None
+
+
+class TrialPage(BaseModel):
+    items: list[TrialOut]
+    total: int
+    limit: int
+    offset: int

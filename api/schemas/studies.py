@@ -1,0 +1,58 @@
+"""Studies (every study in the storage) and recommendations across jobs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from api.schemas.common import BestSoFar, Recommendation
+
+
+class StudyLinks(BaseModel):
+    self: str
+    best: str
+    job: str | None
+
+
+class StudyOut(BaseModel):
+    name: str
+    workload: str | None
+    preset: str | None
+    hardware: str | None
+    fingerprint: dict[str, Any] | None
+    created: str | None
+    trials: dict[str, int] = Field(description="trials by Optuna state")
+    best: BestSoFar | None = Field(description="the best complete trial so far")
+    has_recommendation: bool
+    recommended: dict[str, Any] | None
+    job_id: str | None = Field(description="the job that made it; null: made by `tuner run`")
+    links: StudyLinks
+
+    @classmethod
+    def of(cls, summary: dict[str, Any]) -> StudyOut:
+        name = summary["name"]
+        job = summary["job_id"]
+        links = StudyLinks(self=f"/v1/studies/{name}", best=f"/v1/studies/{name}/best",
+                           job=None if job is None else f"/v1/jobs/{job}")
+        return cls.model_validate(summary | {"links": links})
+
+
+class StudyPage(BaseModel):
+    items: list[StudyOut]
+    total: int
+    limit: int
+    offset: int
+
+
+class RecommendationHit(BaseModel):
+    """The best known config for a workload, preset and hardware, across finished jobs."""
+
+    workload: str
+    preset: str
+    gpu: str = Field(description="the hardware key: the GPU name with '-' for spaces, or cpu")
+    job_id: str
+    study: str
+    throughput: float | None
+    config: dict[str, Any] | None
+    recommendation: Recommendation

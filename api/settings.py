@@ -1,0 +1,50 @@
+"""The service's settings, from `TUNER_*` environment variables (pydantic-settings).
+
+`TUNER_STORAGE` (the database of the jobs and the Optuna studies), `TUNER_API_TOKENS` (comma
+separated bearer tokens; none: no authentication, which `serve` allows on a loopback host only),
+`TUNER_WORKERS` (worker processes `serve` starts; default one per visible GPU, or one on the CPU),
+`TUNER_WORKLOADS` (plug-in workloads, JSON `{name: "package.module:factory"}`), and the limits.
+The workers' own settings (protocol, heartbeats) are `tuner.worker.WorkerSettings`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from tuner import study as studies
+
+MIN_TOKEN_LENGTH = 16
+
+
+class ApiSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TUNER_", extra="ignore")
+
+    storage: str = studies.DEFAULT_STORAGE
+    api_tokens: Annotated[tuple[SecretStr, ...], NoDecode] = ()
+    workers: int | None = Field(default=None, ge=0, le=256)
+    workloads: dict[str, str] = Field(default_factory=dict)
+    max_queued_per_token: int = Field(default=20, ge=1, le=100_000)
+    max_body_bytes: int = Field(default=64 * 1024, ge=1_024, le=16 * 1024 * 1024)
+    lease_s: float = Field(default=60.0, gt=0, le=86_400)
+    access_log: bool = True
+
+    @field_validator("api_tokens", mode="before")
+    @classmethod
+    def _split_tokens(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("api_tokens")
+    @classmethod
+    def _long_enough(cls, value: tuple[SecretStr, ...]) -> tuple[SecretStr, ...]:
+        for token in value:
+            if len(token.get_secret_value()) < MIN_TOKEN_LENGTH:
+                raise ValueError(f"each token needs at least {MIN_TOKEN_LENGTH} characters")
+        return value
+
+    def token_bytes(self) -> tuple[bytes, ...]:
+        return tuple(t.get_secret_value().encode("utf-8") for t in self.api_tokens)

@@ -1,0 +1,61 @@
+"""Small real inputs for the service's tests: tokens, a tiny measurement protocol, polling."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+TOKEN = "test-token-aaaaaaaaaaaaaaaa"
+OTHER_TOKEN = "test-token-bbbbbbbbbbbbbbbb"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+OTHER_AUTH = {"Authorization": f"Bearer {OTHER_TOKEN}"}
+
+# The workers' settings for a run of about half a second per job phase (see tests/tuner/tiny.py).
+SMALL: dict[str, Any] = {
+    "measure_warmup": 1, "measure_windows": 3, "measure_window_steps": 2, "final_rounds": 1,
+    "top_k": 2, "parity_steps": 4, "sampler": "random", "heartbeat_s": 0.2, "poll_s": 0.2,
+    "lease_s": 60.0,
+}
+# A job's body that runs quickly on the CPU.
+TINY_JOB: dict[str, Any] = {"workload": "mlp", "preset": "tiny", "n_trials": 3, "device": "cpu",
+                            "fix": {"num_workers": 0}}
+
+T = TypeVar("T")
+
+
+def sqlite_url(directory: Path, name: str = "service.db") -> str:
+    return f"sqlite:///{directory}/{name}"
+
+
+def env_of(settings: dict[str, Any]) -> dict[str, str]:
+    """`TUNER_*` variables for the given settings (for a server in a subprocess)."""
+    return {f"TUNER_{k.upper()}": str(v) for k, v in settings.items()}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_for(probe: Callable[[], T | None], *, timeout_s: float, what: str,
+             every_s: float = 0.1) -> T:
+    """Poll `probe` until it returns something truthy; fail naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(every_s)
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment without any TUNER_* variable of the developer's shell."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("TUNER_")}

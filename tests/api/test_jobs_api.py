@@ -1,0 +1,174 @@
+"""/v1/jobs through TestClient, without a worker: creating, listing, reading, cancelling, and
+every bad input (401 is in test_auth.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.api.conftest import make_app
+from tests.api.helpers import AUTH, OTHER_AUTH, TINY_JOB
+
+
+def _post(client: TestClient, body: dict[str, Any], headers: dict[str, str] = AUTH) -> Any:
+    return client.post("/v1/jobs", json=body, headers=headers)
+
+
+def test_post_answers_201_with_location_and_the_job(client: TestClient) -> None:
+    response = _post(client, TINY_JOB | {"timeout_s": 30, "max_memory_bytes": 2**30})
+    assert response.status_code == 201, response.text
+    job = response.json()
+    assert response.headers["Location"] == f"/v1/jobs/{job['id']}" == job["links"]["self"]
+    assert job["status"] == "queued" and job["attempts"] == 0
+    assert (job["workload"], job["preset"], job["device"]) == ("mlp", "tiny", "cpu")
+    assert (job["n_trials"], job["n_complete"], job["best"]) == (3, 0, None)
+    assert job["space"] == "full" and job["fix"] == {"num_workers": 0}
+    assert job["objectives"] == ["throughput"] and job["timeout_s"] == 30.0
+    assert job["study"] == f"job-{job['id']}"
+    assert job["links"]["study"] == f"/v1/studies/job-{job['id']}"
+    assert job["created_at"].endswith("Z") and job["started_at"] is None
+    assert client.get(job["links"]["self"], headers=AUTH).json() == job
+
+
+def test_list_filters_by_status_and_pages(client: TestClient) -> None:
+    ids = [_post(client, TINY_JOB).json()["id"] for _ in range(3)]
+    client.post(f"/v1/jobs/{ids[0]}/cancel", headers=AUTH)
+    page = client.get("/v1/jobs", params={"limit": 2}, headers=AUTH).json()
+    assert (page["total"], page["limit"], page["offset"], len(page["items"])) == (3, 2, 0, 2)
+    rest = client.get("/v1/jobs", params={"limit": 2, "offset": 2}, headers=AUTH).json()
+    assert {j["id"] for j in page["items"] + rest["items"]} == set(ids)
+    queued = client.get("/v1/jobs", params={"status": "queued"}, headers=AUTH).json()
+    assert {j["id"] for j in queued["items"]} == set(ids[1:]) and queued["total"] == 2
+    cancelled = client.get("/v1/jobs?status=cancelled", headers=AUTH).json()
+    assert [j["id"] for j in cancelled["items"]] == [ids[0]]
+
+
+def test_a_queued_job_has_no_trials_and_no_best_yet(client: TestClient) -> None:
+    job = _post(client, TINY_JOB).json()
+    trials = client.get(job["links"]["trials"], headers=AUTH)
+    assert trials.status_code == 200
+    assert trials.json() == {"items": [], "total": 0, "limit": 50, "offset": 0}
+    best = client.get(job["links"]["best"], headers=AUTH)
+    assert best.status_code == 409
+    assert "no recommendation" in best.json()["detail"] and "queued" in best.json()["detail"]
+
+
+def test_cancel_a_queued_job_then_again(client: TestClient) -> None:
+    job = _post(client, TINY_JOB).json()
+    cancelled = client.post(job["links"]["cancel"], headers=AUTH)
+    assert cancelled.status_code == 200
+    assert cancelled.json()["status"] == "cancelled" and cancelled.json()["finished_at"]
+    again = client.post(job["links"]["cancel"], headers=AUTH)
+    assert again.status_code == 409 and "already cancelled" in again.json()["detail"]
+
+
+@pytest.mark.parametrize("path", ["/v1/jobs/{id}", "/v1/jobs/{id}/trials", "/v1/jobs/{id}/best"])
+@pytest.mark.parametrize("job_id", ["0" * 32, "nope", "x" * 300, "j%C3%B6b"])
+def test_unknown_jobs_are_404(client: TestClient, path: str, job_id: str) -> None:
+    response = client.get(path.format(id=job_id), headers=AUTH)
+    assert response.status_code == 404
+    assert "no job with id" in response.json()["detail"]
+
+
+def test_cancel_an_unknown_job_is_404(client: TestClient) -> None:
+    assert client.post("/v1/jobs/abc/cancel", headers=AUTH).status_code == 404
+
+
+def test_a_token_with_too_many_queued_jobs_gets_429(storage: str) -> None:
+    with TestClient(make_app(storage, max_queued_per_token=2)) as client:
+        assert [_post(client, TINY_JOB).status_code for _ in range(2)] == [201, 201]
+        refused = _post(client, TINY_JOB)
+        assert refused.status_code == 429
+        assert "2 queued jobs" in refused.json()["detail"]
+        assert refused.headers["Retry-After"]
+        # Another token has its own count; a cancelled job frees a place.
+        assert _post(client, TINY_JOB, OTHER_AUTH).status_code == 201
+        first = client.get("/v1/jobs?status=queued", headers=AUTH).json()["items"][-1]
+        client.post(first["links"]["cancel"], headers=AUTH)
+        assert _post(client, TINY_JOB).status_code == 201
+
+
+def test_bodies_over_64_kib_get_413(client: TestClient) -> None:
+    big = json.dumps(TINY_JOB | {"padding": "x" * (64 * 1024)})
+    response = client.post("/v1/jobs", content=big, headers=AUTH | {
+        "Content-Type": "application/json"})
+    assert response.status_code == 413
+    assert "65536 bytes" in response.json()["detail"]
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the limit counts what arrives
+        for _ in range(80):
+            yield b" " * 1024
+
+    chunked = client.post("/v1/jobs", content=chunks(), headers=AUTH | {
+        "Content-Type": "application/json"})
+    assert chunked.status_code == 413
+    # Just under the limit is parsed as usual (here: a 422 for the unknown field).
+    fits = json.dumps(TINY_JOB | {"padding": "x" * (60 * 1024)})
+    assert client.post("/v1/jobs", content=fits, headers=AUTH | {
+        "Content-Type": "application/json"}).status_code == 422
+
+
+BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
+    # (changes to TINY_JOB, the error's loc must start with this, its message must hold this)
+    ({"n_trials": 0}, ("body", "n_trials"), "greater than or equal to 1"),
+    ({"n_trials": 501}, ("body", "n_trials"), "less than or equal to 500"),
+    ({"n_trials": "5"}, ("body", "n_trials"), "valid integer"),
+    ({"code": "import os"}, ("body", "code"), "Extra inputs"),
+    ({"workload": "os.path:join"}, ("body", "workload"), "pattern"),
+    ({"workload": "resnet"}, ("body", "workload"), "unknown workload 'resnet'"),
+    ({"preset": "enormous"}, ("body", "preset"), "no preset 'enormous'"),
+    ({"space": "everything"}, ("body", "space"), "'full' or 'streams'"),
+    ({"space": {"num_streams": {"low": 3, "high": 2}}}, ("body", "space", "num_streams"),
+     "low <= high"),
+    ({"space": {"num_streams": {"low": 1, "high": 9}}}, ("body", "space", "num_streams"),
+     "1..4"),
+    ({"space": {"num_streams": [1, 9]}}, ("body", "space", "SpaceIn", "num_streams"), "4"),
+    ({"space": {"sync_interval": {"low": 0, "high": 8, "log": True}}},
+     ("body", "space", "sync_interval"), "low >= 1"),
+    ({"space": {"warp_drive": [1, 2]}}, ("body", "space", "SpaceIn", "warp_drive"), "Extra"),
+    ({"space": {"num_streams": 2}}, ("body", "space"), "at least one searched setting"),
+    ({"space": {"cuda_graph": [True]}}, ("body", "space", "cuda_graph"), "CUDA"),
+    ({"fix": {"warp_drive": 1}}, ("body", "fix", "warp_drive"), "Extra"),
+    ({"fix": {"num_streams": 7}}, ("body", "fix", "num_streams"), "less than or equal to 4"),
+    ({"fix": {"cuda_graph": True}}, ("body", "fix", "cuda_graph"), "CUDA"),
+    ({"objectives": ["memory"]}, ("body", "objectives"), "throughput"),
+    ({"objectives": ["throughput", "throughput"]}, ("body", "objectives"), "throughput"),
+    ({"objectives": []}, ("body", "objectives"), "at least 1"),
+    ({"device": "tpu"}, ("body", "device"), "'auto', 'cpu' or 'cuda'"),
+    ({"timeout_s": 0}, ("body", "timeout_s"), "greater than 0"),
+    ({"max_memory_bytes": 0}, ("body", "max_memory_bytes"), "greater than or equal to 1"),
+]
+
+
+@pytest.mark.parametrize(("changes", "loc", "message"), BAD_BODIES,
+                         ids=[json.dumps(c)[:60] for c, _, _ in BAD_BODIES])
+def test_bad_bodies_get_422_naming_the_field(client: TestClient, changes: dict[str, Any],
+                                             loc: tuple[Any, ...], message: str) -> None:
+    response = _post(client, TINY_JOB | changes)
+    assert response.status_code == 422, response.text
+    errors = response.json()["detail"]
+    assert any(tuple(e["loc"][:len(loc)]) == loc and message in e["msg"] for e in errors), errors
+    assert client.get("/v1/jobs", headers=AUTH).json()["total"] == 0
+
+
+def test_missing_fields_and_broken_json_get_422(client: TestClient) -> None:
+    missing = _post(client, {"preset": "tiny"}).json()["detail"]
+    assert [e["loc"] for e in missing] == [["body", "workload"]]
+    broken = client.post("/v1/jobs", content=b'{"workload": ', headers=AUTH | {
+        "Content-Type": "application/json"})
+    assert broken.status_code == 422 and broken.json()["detail"][0]["loc"][0] == "body"
+
+
+@pytest.mark.parametrize(("query", "loc"), [
+    ({"limit": 0}, ["query", "limit"]), ({"limit": 201}, ["query", "limit"]),
+    ({"offset": -1}, ["query", "offset"]), ({"status": "sleeping"}, ["query", "status"]),
+])
+def test_bad_queries_get_422_naming_the_parameter(client: TestClient, query: dict[str, Any],
+                                                  loc: list[str]) -> None:
+    response = client.get("/v1/jobs", params=query, headers=AUTH)
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == loc

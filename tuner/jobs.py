@@ -1,0 +1,681 @@
+"""Tuning jobs: a table in the same database as the Optuna storage, and every query on it.
+
+A job is a request to run `tuner.search.run_study` on a per-job study (`job-<id>`). Its row holds
+the request, the status and what a reader needs without touching Optuna (trial counts, the best
+trial so far, the final recommendation), so that `GET /jobs/{id}` and `/best` are one indexed
+read. Workers (`tuner.worker`) keep those columns up to date as the run goes.
+
+Statuses: queued -> running -> succeeded | failed | cancelled; a running job whose worker stopped
+heartbeating for longer than the lease goes back to queued (or to failed after `max_attempts`
+claims, or to cancelled when a cancel was requested), and a worker shutting down puts its job
+back to queued itself.
+
+Claiming is atomic: one `UPDATE ... WHERE id = (SELECT ... LIMIT 1) RETURNING`. On PostgreSQL the
+subquery is `FOR UPDATE SKIP LOCKED`, so concurrent workers skip each other's rows; on SQLite the
+statement takes the single writer lock first (the engine waits up to `SQLITE_BUSY_TIMEOUT_S` for
+it) and the `status` guard in the WHERE clause makes a lost race a no-op.
+
+Timestamps are naive UTC from the clock of the process that writes them (so worker nodes' clocks
+should agree to well within the lease).
+
+This module knows nothing of HTTP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+import math
+import tempfile
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+import sqlalchemy as sa
+from optuna.trial import TrialState
+from sqlalchemy import orm
+from sqlalchemy.orm import Mapped, mapped_column
+
+import trainers
+from tuner import study as studies
+from tuner.errors import NoRecommendation, SpaceError, StudyNotFound, TunerError
+from tuner.search import STOPPED_ATTR
+from tuner.space import load_space, parse_fix
+
+STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+FINISHED = ("succeeded", "failed", "cancelled")
+DEVICES = ("auto", "cpu", "cuda")
+SQLITE_BUSY_TIMEOUT_S = 30
+STUDY_PREFIX = "job-"
+
+
+class JobNotFound(TunerError, LookupError):
+    """No job with that id."""
+
+
+class JobConflict(TunerError):
+    """The job is not in a state that allows the request (e.g. cancelling a finished job)."""
+
+
+class TooManyQueued(TunerError):
+    """The caller already has its limit of queued jobs."""
+
+
+class SpecError(TunerError, ValueError):
+    """A job request the tuner cannot run; `loc` names the field (e.g. ("space", "num_streams"))."""
+
+    def __init__(self, loc: tuple[str, ...], message: str, value: object = None) -> None:
+        self.loc = loc
+        self.message = message
+        self.value = value
+        super().__init__(f"{'.'.join(loc)}: {message}")
+
+
+# ------------------------------------------------------------------------------------------
+# the tables
+# ------------------------------------------------------------------------------------------
+
+
+class Base(orm.DeclarativeBase):
+    pass
+
+
+class JobRow(Base):
+    __tablename__ = "streamtune_jobs"
+    __table_args__ = (sa.Index("ix_streamtune_jobs_status_created", "status", "created_at"),)
+
+    id: Mapped[str] = mapped_column(sa.String(32), primary_key=True)
+    owner: Mapped[str] = mapped_column(sa.String(64), index=True)
+    status: Mapped[str] = mapped_column(sa.String(16))
+    workload: Mapped[str] = mapped_column(sa.String(128))
+    preset: Mapped[str] = mapped_column(sa.String(64))
+    device: Mapped[str] = mapped_column(sa.String(8))
+    n_trials: Mapped[int]
+    spec: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
+    study: Mapped[str] = mapped_column(sa.String(64))
+    created_at: Mapped[dt.datetime]
+    updated_at: Mapped[dt.datetime]
+    started_at: Mapped[dt.datetime | None]
+    finished_at: Mapped[dt.datetime | None]
+    heartbeat_at: Mapped[dt.datetime | None]
+    worker: Mapped[str | None] = mapped_column(sa.String(128))
+    attempts: Mapped[int] = mapped_column(default=0)
+    cancel_requested: Mapped[bool] = mapped_column(default=False)
+    phase: Mapped[str | None] = mapped_column(sa.String(200))
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    n_complete: Mapped[int] = mapped_column(default=0)
+    n_failed: Mapped[int] = mapped_column(default=0)
+    n_pruned: Mapped[int] = mapped_column(default=0)
+    best: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
+    recommendation: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
+    hardware: Mapped[str | None] = mapped_column(sa.String(128))
+    rec_throughput: Mapped[float | None]
+
+
+class WorkerRow(Base):
+    __tablename__ = "streamtune_workers"
+
+    id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    host: Mapped[str] = mapped_column(sa.String(255))
+    pid: Mapped[int]
+    device: Mapped[str] = mapped_column(sa.String(32))
+    started_at: Mapped[dt.datetime]
+    heartbeat_at: Mapped[dt.datetime]
+    job_id: Mapped[str | None] = mapped_column(sa.String(32))
+
+
+class TrialEventRow(Base):
+    """One finished trial of a job (for /metrics); (job, number) is unique, so never twice."""
+
+    __tablename__ = "streamtune_trial_events"
+
+    job_id: Mapped[str] = mapped_column(sa.String(32), primary_key=True)
+    number: Mapped[int] = mapped_column(primary_key=True)
+    state: Mapped[str] = mapped_column(sa.String(16))
+    seconds: Mapped[float]
+    finished_at: Mapped[dt.datetime]
+
+
+# ------------------------------------------------------------------------------------------
+# what a job asks for
+# ------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True)
+class JobSpec:
+    """A job's request, already checked for shape (bounds) by its caller.
+
+    space: "full", "streams", or {LoopConfig field: [choices] | {"low", "high", "log"} | value}.
+    fix: {LoopConfig field: value}, pinned whatever the space says.
+    """
+
+    workload: str
+    preset: str
+    space: str | dict[str, Any] = "full"
+    fix: dict[str, Any] = dataclasses.field(default_factory=dict)
+    n_trials: int = 20
+    timeout_s: float | None = None
+    objectives: tuple[str, ...] = ("throughput",)
+    max_memory_bytes: int | None = None
+    device: str = "auto"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["objectives"] = list(self.objectives)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
+        values = dict(data)
+        values["objectives"] = tuple(values.get("objectives", ("throughput",)))
+        return cls(**values)
+
+    def fix_items(self) -> tuple[str, ...]:
+        """`fix` as the `name=value` pins of `RunOptions.fix`."""
+        return tuple(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                     for k, v in self.fix.items())
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkloadRegistry:
+    """The workloads a server runs, by name: the built-ins plus the operator's plug-ins.
+
+    A plug-in maps a name to `package.module:factory`; the API only ever receives the name.
+    """
+
+    plugins: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def names(self) -> tuple[str, ...]:
+        return (*trainers.BUILTIN, *(n for n in self.plugins if n not in trainers.BUILTIN))
+
+    def target(self, name: str) -> str:
+        """What `RunOptions.workload` gets: the built-in name or the plug-in's factory path."""
+        if name in trainers.BUILTIN:
+            return name
+        if name in self.plugins:
+            return self.plugins[name]
+        raise trainers.WorkloadError(
+            f"workload={name!r} is invalid: allowed {', '.join(self.names())}", field="workload")
+
+    def presets(self, name: str) -> tuple[str, ...] | None:
+        """The presets of a built-in; None for a plug-in (its factory checks its own)."""
+        return tuple(trainers.PRESETS[name]) if name in trainers.BUILTIN else None
+
+    def check(self) -> None:
+        """Import every plug-in factory now, so that a typo stops the server at start."""
+        for name, target in self.plugins.items():
+            if ":" not in target:
+                raise TunerError(f"TUNER_WORKLOADS: {name}={target!r} is not "
+                                 "package.module:factory")
+            trainers.resolve_factory(target)
+
+
+def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
+    """What only the tuner knows: the workload and preset exist, the space and pins are valid.
+
+    Raises SpecError naming the field. The space is checked the way the run will read it.
+    """
+    if spec.workload not in registry.names():
+        raise SpecError(("workload",), f"unknown workload {spec.workload!r}: allowed "
+                        f"{', '.join(registry.names())}", spec.workload)
+    presets = registry.presets(spec.workload)
+    if presets is not None and spec.preset not in presets:
+        raise SpecError(("preset",), f"{spec.workload} has no preset {spec.preset!r}: allowed "
+                        f"{', '.join(presets)}", spec.preset)
+    cuda = spec.device != "cpu"
+    with tempfile.TemporaryDirectory(prefix="streamtune-space-") as tmp:
+        argument = spec.space
+        if isinstance(spec.space, dict):
+            argument = str(Path(tmp, "space.json"))
+            Path(argument).write_text(json.dumps(spec.space), encoding="utf-8")
+        assert isinstance(argument, str)
+        try:
+            space = load_space(argument, cuda=cuda)
+        except SpaceError as exc:
+            raise _spec_error("space", exc) from exc
+        if not space.params:
+            raise SpecError(("space",), "an explicit space needs at least one searched setting "
+                            "(a list of choices or a range)", spec.space)
+        try:
+            parse_fix(spec.fix_items())
+            load_space(argument, fix=spec.fix_items(), cuda=cuda)
+        except SpaceError as exc:
+            raise _spec_error("fix", exc) from exc
+
+
+def _spec_error(where: str, exc: SpaceError) -> SpecError:
+    loc = (where, exc.field) if exc.field in trainers.field_names() else (where,)
+    return SpecError(loc, str(exc), exc.value)
+
+
+def owner_of(token: str | None) -> str:
+    """A stable, non-reversible id of a bearer token (what the queue limit counts by)."""
+    if not token:
+        return "anonymous"
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()[:32]
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+def json_safe(value: Any) -> Any:
+    """Non-finite floats become None: JSON (and so the API) has no Infinity or NaN."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
+# ------------------------------------------------------------------------------------------
+# the store
+# ------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Lease:
+    owned: bool
+    cancel_requested: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialStats:
+    by_state: dict[str, int]
+    seconds_sum: float
+    buckets: list[tuple[float, int]]  # (upper bound, cumulative count); +Inf last
+
+
+def make_engine(url: str) -> sa.Engine:
+    if url.startswith("sqlite"):
+        # A pool as large as the API's thread pool is busy: no connection churn under load.
+        engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S},
+                                  pool_size=32, max_overflow=8)
+
+        @sa.event.listens_for(engine, "connect")
+        def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            # WAL: readers (the API) never wait for the writer (a worker), and vice versa.
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.close()
+
+        return engine
+    return sa.create_engine(url, pool_pre_ping=True)
+
+
+class JobStore:
+    """Jobs, workers and trial events in the database at `url` (tables made when missing)."""
+
+    def __init__(self, url: str, *, engine: sa.Engine | None = None) -> None:
+        self.url = url
+        self.engine = engine or make_engine(url)
+        try:
+            Base.metadata.create_all(self.engine)
+        except sa.exc.ArgumentError as exc:
+            raise TunerError(f"storage: {url!r} is not a usable database URL: {exc}") from exc
+        except sa.exc.OperationalError as exc:
+            raise TunerError(f"storage: cannot open {url!r}: {exc.orig}") from exc
+        self._sessions = orm.sessionmaker(self.engine, expire_on_commit=False)
+        self._postgres = self.engine.dialect.name == "postgresql"
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def ping(self) -> None:
+        with self.engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+
+    # -- the API's side ------------------------------------------------------------------
+    def create(self, spec: JobSpec, *, owner: str, max_queued: int | None = None) -> JobRow:
+        job_id = uuid.uuid4().hex
+        now = utcnow()
+        values: dict[str, Any] = {
+            "id": job_id, "owner": owner, "status": "queued", "workload": spec.workload,
+            "preset": spec.preset, "device": spec.device, "n_trials": spec.n_trials,
+            "spec": spec.to_dict(), "study": f"{STUDY_PREFIX}{job_id}", "created_at": now,
+            "updated_at": now, "attempts": 0, "cancel_requested": False, "n_complete": 0,
+            "n_failed": 0, "n_pruned": 0}
+        # One statement, INSERT ... SELECT ... WHERE (queued jobs of this owner) < max_queued:
+        # atomic on SQLite (no read-then-write upgrade to fail on a busy database). On
+        # PostgreSQL, concurrent POSTs of one token may pass the limit by their number.
+        columns = [JobRow.__table__.c[name] for name in values]
+        chosen = sa.select(*[sa.literal(v, type_=c.type) for v, c in zip(
+            values.values(), columns, strict=True)])
+        if max_queued is not None:
+            queued = sa.select(sa.func.count()).select_from(JobRow).where(
+                JobRow.owner == owner, JobRow.status == "queued").scalar_subquery()
+            chosen = chosen.where(queued < max_queued)
+        with self.engine.begin() as conn:
+            inserted = conn.execute(sa.insert(JobRow).from_select(columns, chosen).returning(
+                JobRow.id)).scalar_one_or_none()
+        if inserted is None:
+            raise TooManyQueued(f"this token already has {max_queued} queued jobs (the limit): "
+                                "wait for some to start, or cancel some")
+        return self.get(job_id)
+
+    def get(self, job_id: str) -> JobRow:
+        with self._sessions() as session:
+            row = session.get(JobRow, job_id)
+        if row is None:
+            raise JobNotFound(f"no job with id {job_id!r}")
+        return row
+
+    def list(self, *, status: str | None = None, limit: int = 50,
+             offset: int = 0) -> tuple[list[JobRow], int]:
+        """A page of jobs, newest first, and how many there are in all."""
+        where = [] if status is None else [JobRow.status == status]
+        with self._sessions() as session:
+            total = session.scalar(sa.select(sa.func.count()).select_from(JobRow).where(*where))
+            rows = session.scalars(sa.select(JobRow).where(*where).order_by(
+                JobRow.created_at.desc(), JobRow.id).limit(limit).offset(offset)).all()
+        return list(rows), int(total or 0)
+
+    def cancel(self, job_id: str) -> JobRow:
+        """A queued job is cancelled now; a running one is flagged (its worker stops it)."""
+        now = utcnow()
+        flagged = {"cancel_requested": True, "updated_at": now}
+        with self.engine.begin() as conn:  # conditional single statements: no lost updates
+            changed = conn.execute(sa.update(JobRow).where(
+                JobRow.id == job_id, JobRow.status == "queued").values(
+                status="cancelled", finished_at=now, phase=None, **flagged)).rowcount
+            if not changed:
+                changed = conn.execute(sa.update(JobRow).where(
+                    JobRow.id == job_id, JobRow.status == "running").values(**flagged)).rowcount
+        row = self.get(job_id)  # JobNotFound for an unknown id
+        if not changed:
+            raise JobConflict(f"job {job_id!r} is already {row.status}")
+        return row
+
+    def counts_by_status(self) -> dict[str, int]:
+        counts = dict.fromkeys(STATUSES, 0)
+        with self.engine.connect() as conn:
+            for status, count in conn.execute(
+                    sa.select(JobRow.status, sa.func.count()).group_by(JobRow.status)):
+                counts[status] = int(count)
+        return counts
+
+    def trial_stats(self, bounds: Sequence[float]) -> TrialStats:
+        """Finished trials of all jobs by state, and a histogram of their durations."""
+        seconds = TrialEventRow.seconds
+        columns: list[Any] = [sa.func.count(), sa.func.coalesce(sa.func.sum(seconds), 0.0)]
+        columns += [sa.func.coalesce(sa.func.sum(sa.case((seconds <= b, 1), else_=0)), 0)
+                    for b in bounds]
+        by_state = {"complete": 0, "failed": 0, "pruned": 0}
+        with self.engine.connect() as conn:
+            for state, count in conn.execute(sa.select(
+                    TrialEventRow.state, sa.func.count()).group_by(TrialEventRow.state)):
+                by_state[state] = int(count)
+            total, seconds_sum, *cumulative = conn.execute(sa.select(*columns)).one()
+        buckets = [(b, int(c)) for b, c in zip(bounds, cumulative, strict=True)]
+        buckets.append((math.inf, int(total)))
+        return TrialStats(by_state=by_state, seconds_sum=float(seconds_sum), buckets=buckets)
+
+    def best_for(self, workload: str, preset: str, hardware: str) -> JobRow | None:
+        """The finished job with the fastest recommended config for this workload and hardware."""
+        with self._sessions() as session:
+            return session.scalars(sa.select(JobRow).where(
+                JobRow.workload == workload, JobRow.preset == preset,
+                JobRow.hardware == hardware, JobRow.rec_throughput.is_not(None),
+                JobRow.status.in_(FINISHED),
+            ).order_by(JobRow.rec_throughput.desc()).limit(1)).first()
+
+    def workers_alive(self, lease_s: float) -> int:
+        cutoff = utcnow() - dt.timedelta(seconds=lease_s)
+        with self.engine.connect() as conn:
+            return int(conn.scalar(sa.select(sa.func.count()).select_from(WorkerRow).where(
+                WorkerRow.heartbeat_at >= cutoff)) or 0)
+
+    # -- the workers' side ---------------------------------------------------------------
+    def requeue_stale(self, *, lease_s: float, max_attempts: int) -> int:
+        """Running jobs whose worker stopped heartbeating: back to the queue (or ended)."""
+        now = utcnow()
+        stale = sa.and_(JobRow.status == "running",
+                        JobRow.heartbeat_at < now - dt.timedelta(seconds=lease_s))
+        lost = "requeued: its worker stopped heartbeating"
+        changed = 0
+        with self.engine.begin() as conn:
+            for where, values in (
+                (sa.and_(stale, JobRow.cancel_requested),
+                 {"status": "cancelled", "finished_at": now}),
+                (sa.and_(stale, JobRow.attempts >= max_attempts),
+                 {"status": "failed", "finished_at": now,
+                  "error": f"its worker was lost {max_attempts} times; not requeued again"}),
+                (stale, {"status": "queued", "error": lost}),
+            ):
+                result = conn.execute(sa.update(JobRow).where(where).values(
+                    worker=None, phase=None, updated_at=now, **values))
+                changed += result.rowcount
+        return changed
+
+    def claim(self, worker: str, *, devices: Iterable[str]) -> JobRow | None:
+        """Atomically take the oldest queued job this worker can run; None when there is none."""
+        now = utcnow()
+        candidate = (sa.select(JobRow.id)
+                     .where(JobRow.status == "queued", JobRow.device.in_(list(devices)))
+                     .order_by(JobRow.created_at, JobRow.id).limit(1))
+        if self._postgres:
+            candidate = candidate.with_for_update(skip_locked=True)
+        statement = (sa.update(JobRow)
+                     .where(JobRow.id == candidate.scalar_subquery(), JobRow.status == "queued")
+                     .values(status="running", worker=worker, heartbeat_at=now, updated_at=now,
+                             started_at=sa.func.coalesce(JobRow.started_at, now),
+                             attempts=JobRow.attempts + 1, error=None)
+                     .returning(JobRow.id))
+        with self.engine.begin() as conn:
+            claimed = conn.execute(statement).scalar_one_or_none()
+        return None if claimed is None else self.get(claimed)
+
+    def heartbeat(self, job_id: str, worker: str, *, phase: str | None = None) -> Lease:
+        now = utcnow()
+        values: dict[str, Any] = {"heartbeat_at": now}
+        if phase is not None:
+            values["phase"] = phase[:200]
+        with self.engine.begin() as conn:
+            result = conn.execute(sa.update(JobRow).where(
+                JobRow.id == job_id, JobRow.worker == worker, JobRow.status == "running",
+            ).values(**values).returning(JobRow.cancel_requested))
+            flag = result.scalar_one_or_none()
+        return Lease(owned=flag is not None, cancel_requested=bool(flag))
+
+    def progress(self, job_id: str, worker: str, *, counts: Mapping[str, int],
+                 best: dict[str, Any] | None) -> bool:
+        return self._update_owned(job_id, worker, n_complete=counts["complete"],
+                                  n_failed=counts["failed"], n_pruned=counts["pruned"],
+                                  best=json_safe(best))
+
+    def finish(self, job_id: str, worker: str, status: str, *, error: str | None = None,
+               recommendation: dict[str, Any] | None = None) -> bool:
+        """End a job this worker holds; False when it no longer holds it."""
+        if status not in FINISHED:
+            raise ValueError(f"status={status!r}: allowed {', '.join(FINISHED)}")
+        values: dict[str, Any] = {"status": status, "error": error, "finished_at": utcnow(),
+                                  "phase": None}
+        if recommendation is not None:
+            rec = json_safe(recommendation)
+            throughput = rec.get("throughput") if rec.get("config") is not None else None
+            values |= {"recommendation": rec, "hardware": rec.get("hardware"),
+                       "rec_throughput": None if not throughput else throughput.get("median")}
+        return self._update_owned(job_id, worker, **values)
+
+    def requeue(self, job_id: str, worker: str, *, reason: str) -> bool:
+        """Give a held job back to the queue (the worker is shutting down)."""
+        return self._update_owned(job_id, worker, status="queued", worker=None, phase=None,
+                                  error=reason)
+
+    def record_trial(self, job_id: str, number: int, state: str, seconds: float) -> None:
+        """Record a finished trial once (a second call for it is a no-op)."""
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(sa.insert(TrialEventRow).values(
+                    job_id=job_id, number=number, state=state, seconds=seconds,
+                    finished_at=utcnow()))
+        except sa.exc.IntegrityError:
+            pass
+
+    def _update_owned(self, job_id: str, holder: str, **values: Any) -> bool:
+        with self.engine.begin() as conn:
+            result = conn.execute(sa.update(JobRow).where(
+                JobRow.id == job_id, JobRow.worker == holder, JobRow.status == "running",
+            ).values(updated_at=utcnow(), **values))
+        return result.rowcount == 1
+
+    def register_worker(self, worker: str, *, host: str, pid: int, device: str) -> None:
+        now = utcnow()
+        with self.engine.begin() as conn:
+            conn.execute(sa.insert(WorkerRow).values(
+                id=worker, host=host, pid=pid, device=device, started_at=now, heartbeat_at=now,
+                job_id=None))
+
+    def beat_worker(self, worker: str, job_id: str | None) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(sa.update(WorkerRow).where(WorkerRow.id == worker).values(
+                heartbeat_at=utcnow(), job_id=job_id))
+
+    def remove_worker(self, worker: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(sa.delete(WorkerRow).where(WorkerRow.id == worker))
+
+
+# ------------------------------------------------------------------------------------------
+# a job's study: which trials count, and the read side of every study
+# ------------------------------------------------------------------------------------------
+
+INTERRUPTED_PREFIX = "interrupted"
+
+
+def is_rerun(trial: optuna.trial.FrozenTrial) -> bool:
+    """A trial the service cut short: it is re-run on resume and never counts toward n_trials.
+
+    Those are the trials failed as `interrupted...` (Ctrl-C, or left RUNNING by a worker that
+    died and failed by the next one) and those stopped on request (`STOPPED_ATTR`: a cancel or a
+    worker's shutdown). What they measured stays in the study.
+    """
+    if trial.user_attrs.get(STOPPED_ATTR):
+        return True
+    reason = trial.user_attrs.get("failure_reason")
+    return (trial.state == TrialState.FAIL and isinstance(reason, str)
+            and reason.startswith(INTERRUPTED_PREFIX))
+
+
+def trial_counts(trials: Iterable[optuna.trial.FrozenTrial]) -> dict[str, int]:
+    """complete / failed / pruned (those count toward n_trials), interrupted, running."""
+    counts = {"complete": 0, "failed": 0, "pruned": 0, "interrupted": 0, "running": 0}
+    for trial in trials:
+        if trial.state == TrialState.RUNNING:
+            counts["running"] += 1
+        elif not trial.state.is_finished():
+            continue
+        elif is_rerun(trial):
+            counts["interrupted"] += 1
+        elif trial.state == TrialState.COMPLETE:
+            counts["complete"] += 1
+        elif trial.state == TrialState.PRUNED:
+            counts["pruned"] += 1
+        else:
+            counts["failed"] += 1
+    return counts
+
+
+def best_trial(trials: Iterable[optuna.trial.FrozenTrial]) -> dict[str, Any] | None:
+    """The complete trial of highest throughput (its pooled median), as the API shows it."""
+    complete = [t for t in trials if t.state == TrialState.COMPLETE and t.values]
+    if not complete:
+        return None
+    best = max(complete, key=lambda t: t.values[0])
+    return json_safe({"trial": best.number, "throughput": best.values[0],
+                      "ci95": best.user_attrs.get("ci95"), "config": best.user_attrs.get("config")})
+
+
+class StudyReader:
+    """Reads any study of the Optuna storage (jobs' and `python -m tuner run`'s alike)."""
+
+    def __init__(self, storage: optuna.storages.BaseStorage) -> None:
+        self.storage = storage
+
+    def _study_id(self, name: str) -> int:
+        try:
+            return self.storage.get_study_id_from_name(name)
+        except KeyError:
+            raise StudyNotFound(f"no study named {name!r} in this storage") from None
+
+    def exists(self, name: str) -> bool:
+        try:
+            self._study_id(name)
+        except StudyNotFound:
+            return False
+        return True
+
+    def names(self) -> list[str]:
+        return sorted(s.study_name for s in self.storage.get_all_studies())
+
+    def summary(self, name: str) -> dict[str, Any]:
+        study_id = self._study_id(name)
+        attrs = self.storage.get_study_user_attrs(study_id)
+        found = attrs.get(studies.META)
+        meta: dict[str, Any] = found if isinstance(found, dict) else {}
+        rec = attrs.get(studies.RECOMMENDATION)
+        rec = rec if isinstance(rec, dict) else None
+        trials = self.storage.get_all_trials(study_id, deepcopy=False)
+        counts = {state.name.lower(): 0 for state in TrialState}
+        for trial in trials:
+            counts[trial.state.name.lower()] += 1
+        return json_safe({
+            "name": name,
+            "workload": meta.get("workload"),
+            "preset": meta.get("preset"),
+            "hardware": meta.get("hardware"),
+            "fingerprint": meta.get("fingerprint"),
+            "created": meta.get("created"),
+            "trials": counts,
+            "best": best_trial(trials),
+            "has_recommendation": rec is not None,
+            "recommended": None if rec is None else rec.get("config"),
+            "job_id": name.removeprefix(STUDY_PREFIX) if name.startswith(STUDY_PREFIX) else None,
+        })
+
+    def recommendation(self, name: str) -> dict[str, Any]:
+        rec = self.storage.get_study_user_attrs(self._study_id(name)).get(studies.RECOMMENDATION)
+        if not isinstance(rec, dict):
+            raise NoRecommendation(f"study {name!r} has no recommendation yet")
+        return json_safe(rec)
+
+    def trials(self, name: str, *, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+        """A page of a study's trials in trial order, and how many there are; none if no study."""
+        if not self.exists(name):
+            return [], 0
+        trials = self.storage.get_all_trials(self._study_id(name), deepcopy=False)
+        return [_trial_row(t) for t in trials[offset:offset + limit]], len(trials)
+
+
+def _trial_row(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    attrs = trial.user_attrs
+    # Optuna stores naive local times; the API shows UTC with its offset.
+    started = None if trial.datetime_start is None else trial.datetime_start.astimezone(dt.UTC)
+    finished = (None if trial.datetime_complete is None else
+                trial.datetime_complete.astimezone(dt.UTC))
+    return json_safe({
+        "number": trial.number,
+        "state": trial.state.name.lower(),
+        "counted": trial.state.is_finished() and not is_rerun(trial),
+        "config": attrs.get("config"),
+        "params": dict(trial.params),
+        "throughput": None if not trial.values else trial.values[0],
+        "ci95": attrs.get("ci95"),
+        "windows": attrs.get("windows"),
+        "peak_memory_bytes": attrs.get("peak_memory_bytes"),
+        "failure_reason": attrs.get("failure_reason"),
+        "failure_kind": attrs.get("failure_kind"),
+        "stopped": bool(attrs.get(STOPPED_ATTR)),
+        "duplicate_of": attrs.get("duplicate_of"),
+        "started_at": started,
+        "completed_at": finished,
+        "duration_s": None if started is None or finished is None else (
+            finished - started).total_seconds(),
+    })
