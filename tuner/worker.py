@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 import optuna
 import pydantic
+import sqlalchemy as sa
 import sqlalchemy.exc
 import torch
 from optuna.trial import TrialState
@@ -147,7 +148,9 @@ class Worker:
         """Claim and run jobs until `shutdown()` (or a signal through `install_signals`)."""
         self.store.register_worker(self.id, host=socket.gethostname(), pid=os.getpid(),
                                    device=self.device)
-        log.info("worker %s on %s, storage %s", self.id, self.device, self.storage_url)
+        # Never log a database password that the URL may carry.
+        shown = sa.engine.make_url(self.storage_url).render_as_string(hide_password=True)
+        log.info("worker %s on %s, storage %s", self.id, self.device, shown)
         try:
             while not self._shutdown.is_set():
                 self._check_parent()
