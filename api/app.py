@@ -15,7 +15,8 @@ from api.limits import BodyLimit
 from api.routes import docs, health, jobs, recommendations, studies
 from api.settings import ApiSettings
 from tuner import study as optuna_studies
-from tuner.jobs import JobStore, StudyReader, WorkloadRegistry
+from tuner.job_study import StudyReader
+from tuner.jobs import JobStore, WorkloadRegistry
 
 ROUTERS = (jobs.router, studies.router, recommendations.router, health.router, docs.router)
 DESCRIPTION = """Submit tuning jobs, watch them, and read the recommended loop settings.

@@ -10,7 +10,8 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.settings import ApiSettings
-from tuner.jobs import JobStore, StudyReader, WorkloadRegistry, owner_of
+from tuner.job_study import StudyReader
+from tuner.jobs import JobStore, WorkloadRegistry, owner_of
 
 
 @dataclasses.dataclass(frozen=True)

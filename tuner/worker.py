@@ -10,7 +10,7 @@ Resuming (after a crash, a kill, or a shutdown): a job is always run on the stud
 the same storage. Before running, the worker fails every trial of that study still RUNNING (only
 a dead worker can have left one: the job was requeued, so nobody else runs its study) with the
 failure reason `interrupted: ...`. Trials cut short by the service (those, and those stopped on
-request: `tuner.jobs.is_rerun`) do not count toward the job's `n_trials`: they are re-run, and
+request: `tuner.job_study.is_rerun`) do not count toward the job's `n_trials`: they are re-run, and
 what they measured stays in the study. So the run gets `n_trials - counted` trials, and a job ends
 with exactly `n_trials` counted (complete + failed + pruned) trials, none lost and none twice.
 A job killed during its final round has no trials left to run: it runs the final round only (see
@@ -49,16 +49,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 import trainers
 from tuner import study as studies
 from tuner.errors import SpaceError, TunerError
-from tuner.jobs import (
-    INTERRUPTED_PREFIX,
-    JobRow,
-    JobSpec,
-    JobStore,
-    WorkloadRegistry,
-    best_trial,
-    is_rerun,
-    trial_counts,
-)
+from tuner.job_study import INTERRUPTED_PREFIX, best_trial, is_rerun, trial_counts
+from tuner.jobs import JobRow, JobSpec, JobStore, WorkloadRegistry
 from tuner.measure import Protocol
 from tuner.search import RunOptions, Stopped, run_study
 

@@ -29,7 +29,8 @@ from tests.api.helpers import (
     sqlite_url,
     wait_for,
 )
-from tuner.jobs import JobStore, trial_counts
+from tuner.job_study import trial_counts
+from tuner.jobs import JobStore
 from tuner.worker import ORPHAN_REASON
 
 pytestmark = pytest.mark.slow

@@ -19,7 +19,8 @@ from tests.api.conftest import EXPLICIT_SPACE, Finished, make_app, make_worker
 from tests.api.helpers import AUTH, TINY_JOB, wait_for
 from trainers import LoopConfig
 from tuner.errors import TunerError
-from tuner.jobs import JobRow, JobSpec, JobStore, trial_counts
+from tuner.job_study import trial_counts
+from tuner.jobs import JobRow, JobSpec, JobStore
 from tuner.search import STOPPED_ATTR, Interrupted, Stopped, run_study
 from tuner.worker import ORPHAN_REASON, Worker, WorkerSettings
 
