@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-import torch
 import typer
 from rich.console import Console
 
@@ -13,7 +12,7 @@ import trainers
 from tuner import render, results
 from tuner import study as studies
 from tuner.errors import SpaceError, TunerError
-from tuner.measure import Protocol
+from tuner.measure import Protocol, set_matmul_precision
 
 app = typer.Typer(
     help="streamtune: measure and tune the concurrency settings of PyTorch training loops.",
@@ -84,13 +83,7 @@ Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:INDEX.")]
 MatmulPrecision = Annotated[str, typer.Option(
     help="float32 matmul precision: highest (PyTorch's default), high (TF32) or medium. "
          "Changes results and speed; not tuned.")]
-PRECISIONS = ("highest", "high", "medium")
 
-
-def set_matmul_precision(value: str) -> None:
-    if value not in PRECISIONS:
-        raise trainers.ConfigError("matmul_precision", value, ", ".join(PRECISIONS))
-    torch.set_float32_matmul_precision(value)
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a summary.")]
 
 

@@ -29,6 +29,17 @@ from trainers import LoopConfig, RunResult, Window, Workload
 # The search tries up to 4 workers on any machine; the DataLoader's advice against it is noise here.
 warnings.filterwarnings("ignore", message="This DataLoader will create")
 
+PRECISIONS = ("highest", "high", "medium")
+"""torch.set_float32_matmul_precision values: highest (PyTorch's default), high (TF32), medium."""
+
+
+def set_matmul_precision(value: str) -> None:
+    """Set the process's float32 matmul precision; changes results, so it is never tuned."""
+    if value not in PRECISIONS:
+        raise trainers.ConfigError("matmul_precision", value, ", ".join(PRECISIONS))
+    torch.set_float32_matmul_precision(value)
+
+
 DEFAULT_WARMUP = 10
 DEFAULT_WINDOWS = 5
 DEFAULT_WINDOW_STEPS = 20

@@ -29,7 +29,6 @@ from typing import Any
 from typing import Protocol as TypingProtocol
 
 import optuna
-import torch
 from optuna.trial import TrialState
 
 import trainers
@@ -39,7 +38,7 @@ from tuner import profile as profiling
 from tuner import study as studies
 from tuner.errors import TunerError
 from tuner.isolated import ParityProcess
-from tuner.measure import Failure, Measured, Measurer, Protocol
+from tuner.measure import PRECISIONS, Failure, Measured, Measurer, Protocol, set_matmul_precision
 from tuner.space import SearchSpace, config_key, load_space
 from tuner.stats import bootstrap_ci, drift
 
@@ -50,7 +49,6 @@ BASELINES: dict[str, LoopConfig] = {
     "seed-baseline": LoopConfig(num_streams=2, pin_memory=True, non_blocking=True),
 }
 SAMPLERS = ("tpe", "random")
-PRECISIONS = ("highest", "high", "medium")
 PROFILE_MODES = ("none", "baselines", "all")
 DRIFT_WARNING = 0.10
 PRUNE_PERCENTILE = 25.0
@@ -165,7 +163,7 @@ def run_study(options: RunOptions, *, progress: Progress | None = None,
     `should_stop` (optional) is polled between trials and after each window; see the module doc.
     """
     progress = progress or _Quiet()
-    torch.set_float32_matmul_precision(options.matmul_precision)
+    set_matmul_precision(options.matmul_precision)
     measurer = Measurer(options.workload, options.preset, device=options.device,
                         protocol=options.protocol)
     # Build the workload now: a bad --workload or --preset must fail before a study is stored.
