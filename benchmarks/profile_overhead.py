@@ -4,8 +4,9 @@ the same process? Matters for `--profile all`, which profiles every trial betwee
     python benchmarks/profile_overhead.py --preset small --matmul-precision high --out OUT.json
 
 For each config (seed-baseline eager, whole-step graph): `--repeats` measurements before any
-profile, interleaved; then one `profile_config` of each; then `--repeats` measurements again.
-Prints and writes the medians before and after, and the profiled step time itself.
+profile, interleaved; then one `profile_config` of each (in this process, or with `--isolated` in
+a child process as the tuner does on a GPU); then `--repeats` measurements again. Prints and writes
+the medians before and after, and the profiled step time itself.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trainers import LoopConfig, fingerprint, load_workload, resolve_device, run
+from tuner.isolated import ProfileProcess
 from tuner.measure import PRECISIONS, set_matmul_precision
 from tuner.profile import profile_config
 
@@ -35,6 +37,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--matmul-precision", choices=PRECISIONS, default="highest")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--isolated", action="store_true",
+                        help="profile in a child process (tuner.isolated.ProfileProcess)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     set_matmul_precision(args.matmul_precision)
@@ -55,15 +59,21 @@ def main() -> None:
     step_ms: dict[str, dict[str, list[float]]] = {name: {} for name in configs}
     measure_all("before", step_ms)
     profiled: dict[str, dict[str, float | None]] = {}
+    child = (ProfileProcess("transformer", args.preset, steps=10, warmup=5, seed=0,
+                            device=str(device), matmul_precision=args.matmul_precision)
+             if args.isolated else None)
     for name, config in configs.items():
         workload.model.load_state_dict(initial)
-        prof = profile_config(workload, config, device=device)
+        prof = (child.profile(config) if child is not None
+                else profile_config(workload, config, device=device))
         profiled[name] = {"profiled_step_ms": prof.step_ms,
                           "unprofiled_window_ms": prof.unprofiled_step_ms,
                           "gpu_busy_fraction": prof.gpu_busy_fraction,
                           "seconds": prof.seconds}
         print(f"profile {name:<14} {prof.step_ms:.3f} ms (unprofiled window "
               f"{prof.unprofiled_step_ms} ms), {prof.seconds:.1f} s", flush=True)
+    if child is not None:
+        child.close()
     measure_all("after", step_ms)
     summary = {
         name: {"before_ms": phases["before"], "after_ms": phases["after"],
@@ -74,6 +84,7 @@ def main() -> None:
     }
     data = {"fingerprint": fingerprint(device), "preset": args.preset,
             "matmul_precision": args.matmul_precision, "repeats": args.repeats,
+            "profiled_in": "a child process" if args.isolated else "the measuring process",
             "configs": summary}
     args.out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     for name, entry in summary.items():

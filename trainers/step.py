@@ -103,6 +103,7 @@ class GraphStep:
                 loss.backward()
                 self.optimizer.step()
         except RuntimeError as exc:
+            _release_rng_from_failed_capture(self._side.device)
             raise CaptureError(
                 "the step could not be captured in a CUDA graph: it must not sync with the host "
                 "(.item(), .cpu(), printing tensors, data-dependent shapes such as boolean "
@@ -121,3 +122,21 @@ class GraphStep:
             self.graph.replay()
             # The next replay overwrites static_loss: keep this step's value.
             return self.static_loss.clone()
+
+
+def _release_rng_from_failed_capture(device: torch.device) -> None:
+    """Give `device`'s default CUDA generator a state that is not stuck in capture.
+
+    A capture that fails never reaches the generator's capture epilogue, so the generator still
+    believes a capture is underway, and every later random op outside a graph (dropout) raises
+    "Offset increment outside graph capture encountered unexpectedly": one failed trial would
+    fail every later trial of the process (seen on an H100, torch 2.11). A fresh generator takes
+    the old seed and offset (`get_state` reads them without the capture flag) and the default
+    generator adopts its state, so the random stream goes on where it was.
+    """
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    stuck = torch.cuda.default_generators[index]
+    fresh = torch.Generator(device=f"cuda:{index}")
+    fresh.set_state(stuck.get_state())
+    stuck.graphsafe_set_state(fresh)
+

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gzip
 import json
 import os
@@ -56,7 +57,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -710,23 +711,29 @@ def stored_verdicts(profiles: Mapping[str, Mapping[str, Any]]) -> dict[str, Verd
 # --------------------------------------------------------------------------------------------
 
 
-def profile_trial(trial: optuna.Trial, workload: Workload, config: LoopConfig,
-                  directory: Path | None,
-                  *, device: str | torch.device, steps: int = 10, warmup: int = 5) -> None:
+Profiler = Callable[[LoopConfig], Profile]
+
+
+def in_process(workload: Workload, *, device: str | torch.device, steps: int = 10,
+               warmup: int = 5) -> Profiler:
+    """A profiler that profiles in this process (on a CPU; on a GPU the tuner profiles in a
+    child process, `tuner.isolated.ProfileProcess`, since CUPTI outlasts the profile)."""
+    return functools.partial(profile_config, workload, steps=steps, warmup=warmup, device=device)
+
+
+def profile_trial(trial: optuna.Trial, config: LoopConfig, directory: Path | None,
+                  profiler: Profiler) -> None:
     """`--profile all`: profile a trial's config and store it on the (running) trial. A failure
     is recorded as the attribute `profile_error`, never raised: the trial's measurement stands."""
     try:
-        prof = profile_config(workload, config, steps=steps, warmup=warmup, device=device)
-        store_profile(trial, prof, directory)
+        store_profile(trial, profiler(config), directory)
     except Exception as exc:  # noqa: BLE001 - a profile is evidence, not the trial's result
         trial.set_user_attr("profile_error", f"{type(exc).__name__}: {exc}"[:2000])
 
 
-def profile_recommendation(study: optuna.Study, workload: Workload,
-                           recommendation: Mapping[str, Any],
-                           baselines: Mapping[str, LoopConfig], directory: Path | None, *,
-                           device: str | torch.device, steps: int = 10,
-                           warmup: int = 5) -> dict[str, Any]:
+def profile_recommendation(study: optuna.Study, recommendation: Mapping[str, Any],
+                           baselines: Mapping[str, LoopConfig], directory: Path | None,
+                           profiler: Profiler) -> dict[str, Any]:
     """Profile the baselines and the recommended config, store them on the study, and return
     what to add to the recommendation: `verdicts` (name -> verdict) and `explanation`."""
     targets: dict[str, LoopConfig] = dict(baselines)
@@ -736,7 +743,7 @@ def profile_recommendation(study: optuna.Study, workload: Workload,
     errors: dict[str, str] = {}
     for name, config in targets.items():
         try:
-            prof = profile_config(workload, config, steps=steps, warmup=warmup, device=device)
+            prof = profiler(config)
         except Exception as exc:  # noqa: BLE001 - recorded; the recommendation stands
             errors[name] = f"{type(exc).__name__}: {exc}"[:2000]
             with contextlib.suppress(Exception):

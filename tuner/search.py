@@ -37,7 +37,7 @@ from tuner import decide
 from tuner import profile as profiling
 from tuner import study as studies
 from tuner.errors import TunerError
-from tuner.isolated import ParityProcess
+from tuner.isolated import ParityProcess, ProfileProcess
 from tuner.measure import PRECISIONS, Failure, Measured, Measurer, Protocol, set_matmul_precision
 from tuner.space import SearchSpace, config_key, load_space
 from tuner.stats import bootstrap_ci, drift
@@ -214,9 +214,7 @@ def run_study(options: RunOptions, *, progress: Progress | None = None,
         if options.profile != "none":
             progress.phase("profiling the baselines and the recommended config")
             recommendation |= profiling.profile_recommendation(
-                study, measurer.workload, recommendation, BASELINES, search.traces,
-                device=measurer.device, steps=options.profile_steps,
-                warmup=options.protocol.warmup)
+                study, recommendation, BASELINES, search.traces, search.profiler)
     except KeyboardInterrupt as exc:
         raise Interrupted(
             f"interrupted: {search.done} trials of this run are stored in study {name!r}; "
@@ -246,15 +244,26 @@ class _Search:
         # On a GPU, parity runs in its own process: its deterministic mode and cuBLAS workspace
         # setting outlast it and slowed later measurements by up to 50 % (tuner/isolated.py).
         self._isolated: ParityProcess | None = None
+        # Profiles too: CUPTI stays attached after a profile and slows later measurements.
+        self._profiles: ProfileProcess | None = None
+        self.profiler = profiling.in_process(measurer.workload, device=measurer.device,
+                                             steps=options.profile_steps,
+                                             warmup=options.protocol.warmup)
         if measurer.device.type == "cuda":
             self._isolated = ParityProcess(
                 options.workload, options.preset, steps=options.parity_steps,
                 seed=options.protocol.seed, device=str(measurer.device),
                 matmul_precision=options.matmul_precision)
+            self._profiles = ProfileProcess(
+                options.workload, options.preset, steps=options.profile_steps,
+                warmup=options.protocol.warmup, seed=options.protocol.seed,
+                device=str(measurer.device), matmul_precision=options.matmul_precision)
+            self.profiler = self._profiles.profile
 
     def close(self) -> None:
-        if self._isolated is not None:
-            self._isolated.close()
+        for child in (self._isolated, self._profiles):
+            if child is not None:
+                child.close()
 
     # -- baselines -------------------------------------------------------------------------
     def measure_baselines(self, phase: str) -> None:
@@ -365,10 +374,7 @@ class _Search:
         trial.set_user_attr("pooled_windows", len(pooled))
         if self.options.profile == "all":
             self.progress.phase(f"profiling trial {trial.number}")
-            profiling.profile_trial(trial, self.measurer.workload, config, self.traces,
-                                    device=self.measurer.device,
-                                    steps=self.options.profile_steps,
-                                    warmup=self.options.protocol.warmup)
+            profiling.profile_trial(trial, config, self.traces, self.profiler)
         trial.set_user_attr("ci95", list(bootstrap_ci(pooled)))
         if self.options.multi_objective:
             memory = float(outcome.peak_memory_bytes or 0)

@@ -1,11 +1,13 @@
-"""Parity in a child process (what the tuner does on a GPU), run here on the CPU."""
+"""Parity checks and profiles in child processes (what the tuner does on a GPU), run here on the
+CPU."""
 
 from __future__ import annotations
 
 import pytest
 
 from trainers import LoopConfig
-from tuner.isolated import ParityProcess
+from tuner.isolated import ParityProcess, ProfileProcess
+from tuner.profile import CPU_NOTE
 
 
 @pytest.mark.slow
@@ -21,3 +23,21 @@ def test_parity_in_a_child_process_passes_and_fails_like_in_process() -> None:
         assert broken.first_diverging_step == 0
     finally:
         checker.close()
+
+
+@pytest.mark.slow
+def test_profiles_in_a_child_process_come_back_whole() -> None:
+    profiler = ProfileProcess("mlp", "tiny", steps=3, warmup=1, seed=0, device="cpu",
+                              matmul_precision="highest")
+    try:
+        first = profiler.profile(LoopConfig())
+        second = profiler.profile(LoopConfig(num_streams=2, sync_interval=3))
+    finally:
+        profiler.close()
+    assert first.config == LoopConfig().to_dict()
+    assert second.config["sync_interval"] == 3
+    for prof in (first, second):
+        assert not prof.cuda_activity and prof.note == CPU_NOTE
+        assert prof.steps == 3 and prof.step_ms > 0.0
+        # The trace travels back with the figures, compressed.
+        assert any(e.get("ph") == "X" for e in prof.trace()["traceEvents"])

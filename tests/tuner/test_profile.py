@@ -427,12 +427,11 @@ def test_without_an_artifact_dir_only_the_figures_are_stored(tmp_path: Path,
 def test_profile_trial_records_a_failure_instead_of_raising(tmp_path: Path) -> None:
     study = optuna.create_study(storage=sqlite_url(tmp_path), study_name="failing")
     workload = trainers.load_workload("mlp", "tiny", seed=0)
+    profiler = profiling.in_process(workload, device="cpu", steps=2, warmup=1)
     trial = study.ask()
-    profiling.profile_trial(trial, workload, LoopConfig(cuda_graph=True), tmp_path / "a",
-                            device="cpu", steps=2, warmup=1)
+    profiling.profile_trial(trial, LoopConfig(cuda_graph=True), tmp_path / "a", profiler)
     ok = study.ask()
-    profiling.profile_trial(ok, workload, LoopConfig(), tmp_path / "a", device="cpu", steps=2,
-                            warmup=1)
+    profiling.profile_trial(ok, LoopConfig(), tmp_path / "a", profiler)
     assert "needs a CUDA device" in study.trials[0].user_attrs["profile_error"]
     assert "profile" not in study.trials[0].user_attrs
     assert study.trials[1].user_attrs["profile"]["verdict"]["kind"] == "unknown"

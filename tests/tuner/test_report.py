@@ -18,7 +18,6 @@ import plotly.offline
 import pytest
 import typer
 
-import trainers
 from tests.tuner import chromium
 from tests.tuner.tiny import PROTOCOL, load, options, sqlite_url
 from trainers import field_names
@@ -28,9 +27,8 @@ from tuner import study as studies
 from tuner.__main__ import main
 from tuner.errors import StudyNotFound
 from tuner.report import write_report
-from tuner.search import BASELINES, RunOptions, run_study
+from tuner.search import RunOptions, run_study
 
-WIRED = "profile" in {f.name for f in dataclasses.fields(RunOptions)}
 MAIN_PLOTS = ["speedup", "trials-over-time", *(f"setting-{f}" for f in field_names())]
 SECTIONS = ("summary", "recommendation", "speedup", "trials", "settings", "pareto", "breakdown")
 
@@ -52,25 +50,17 @@ def reported(tmp_path_factory: pytest.TempPathFactory) -> Reported:
     (as `run` does with profiling on), and a two-objective mlp study beside it, unprofiled."""
     directory = tmp_path_factory.mktemp("report")
     storage = sqlite_url(directory)
-    # Once `run` profiles (RunOptions.profile), the search itself does what the else-branch does.
-    profiled: dict[str, Any] = {"profile": "baselines", "profile_steps": 3} if WIRED else {}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="This DataLoader will create")
         rec = run_study(RunOptions(
             workload="transformer", preset="tiny", trials=4, storage=storage, study="tiny-report",
             device="cpu", protocol=PROTOCOL, final_rounds=1, parity_steps=4, top_k=2,
-            **profiled))
-    study = load(storage, "tiny-report")
+            profile="baselines", profile_steps=3))
     artifacts = profiling.artifact_dir(storage)
-    if not WIRED:
-        workload = trainers.load_workload("transformer", "tiny", seed=0)
-        rec |= profiling.profile_recommendation(study, workload, rec, BASELINES, artifacts,
-                                                device="cpu", steps=3, warmup=1)
-        study.set_user_attr(studies.RECOMMENDATION, rec)
     page = write_report(storage, "tiny-report", directory / "out" / "report.html")
 
     run_study(options(storage, "two-objectives", objectives=("throughput", "memory"),
-                      **({"profile": "none"} if WIRED else {})))
+                      profile="none"))
     pareto_page = write_report(storage, "two-objectives", directory / "pareto.html")
     return Reported(storage=storage, artifacts=artifacts, rec=rec, page=page,
                     html=page.read_text(encoding="utf-8"), pareto_page=pareto_page,
