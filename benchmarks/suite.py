@@ -500,7 +500,7 @@ def to_markdown(data: Mapping[str, Any]) -> str:
         if job is not None:
             reached = job["reached_at"]
             out += ["", "Real default job: " + (
-                f"trial {reached['trial']} reached the target after {reached['gpu_seconds']:.0f} "
+                f"trial {reached['trial']} reached the target after {reached['gpu_seconds']:.1f} "
                 f"GPU-s of trials" if reached else "no trial reached the target")
                 + f" ({job['trials_gpu_seconds']:.0f} GPU-s of trials in all)."]
         for j in preset["jobs"]:
