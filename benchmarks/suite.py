@@ -464,7 +464,9 @@ def to_markdown(data: Mapping[str, Any]) -> str:
            f"`{meta['matmul_precision']}`; `{meta['command']}`.", "",
            "## Headline", "", headline(data), ""]
     for spec, preset in data["presets"].items():
-        out += [f"## {spec}", "",
+        run = preset.get("run")
+        out += [f"## {spec}", ""] + ([f"Run: commit `{run['commit']}`, `{run['command']}`.", ""]
+                                      if run else []) + [
                 "| setting | ms/step (95 % CI) | floor/step | vs seed-baseline (95 % CI) "
                 "| peak memory MiB | config |", "|---|---|---|---|---|---|"]
         for name in SETTING_ORDER:
@@ -533,6 +535,29 @@ def to_markdown(data: Mapping[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def merge(runs: Sequence[Mapping[str, Any]], names: Sequence[str]) -> dict[str, Any]:
+    """One suite file from several runs on the same GPU and software (one run per 10-minute
+    command): each preset keeps its run's commit, command and file under `run`."""
+    first = runs[0]["meta"]
+    keys = ("gpu", "driver", "cuda", "torch", "matmul_precision")
+    presets: dict[str, Any] = {}
+    for data, name in zip(runs, names, strict=True):
+        meta = data["meta"]
+        if any(meta[k] != first[k] for k in keys):
+            raise ValueError(f"{name}: measured on {[meta[k] for k in keys]}, not on "
+                             f"{[first[k] for k in keys]}: runs on other hardware or software "
+                             "cannot be merged")
+        for spec, preset in data["presets"].items():
+            presets[spec] = dict(preset) | {"run": {"commit": meta["commit"], "file": name,
+                                                     "command": meta["command"]}}
+    commits = sorted({p["run"]["commit"] for p in presets.values()})
+    meta = {k: first[k] for k in (*keys, "fingerprint", "date") if k in first} | {
+        "commit": ", ".join(commits),
+        "file": f"suite-{gpu_key(first.get('fingerprint') or first)}-{first['date']}.json",
+        "command": "python benchmarks/suite.py --merge " + " ".join(names)}
+    return to_json(meta, presets)
+
+
 BEGIN, END = "<!-- suite:begin -->", "<!-- suite:end -->"
 
 
@@ -578,11 +603,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
     parser.add_argument("--from-json", type=Path, default=None,
                         help="skip measuring: regenerate Markdown/README from this JSON")
+    parser.add_argument("--merge", type=Path, nargs="+", default=None,
+                        help="skip measuring: merge the presets of these suite JSON files (one "
+                        "10-minute run each) into --out/suite-<gpu>-<date>.json")
     parser.add_argument("--readme", type=Path, default=None)
     parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
     args = parser.parse_args(argv)
     args.repro = {s for s in args.repro.split(",") if s}
 
+    if args.merge is not None:
+        data = merge([json.loads(p.read_text(encoding="utf-8")) for p in args.merge],
+                     [p.name for p in args.merge])
+        path = args.out / data["meta"]["file"]
+        path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        path.with_suffix(".md").write_text(to_markdown(data), encoding="utf-8")
+        if args.readme is not None:
+            update_readme(args.readme, data)
+        return
     if args.from_json is not None:
         data = json.loads(args.from_json.read_text(encoding="utf-8"))
         args.from_json.with_suffix(".md").write_text(to_markdown(data), encoding="utf-8")

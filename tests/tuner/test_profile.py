@@ -225,11 +225,13 @@ def test_interval_algebra_adds_up(a: list[tuple[float, float]],
 
 
 def gpu_profile(*, busy: float, sync: float = 0.0, exposed: float = 0.0,
-                step_ms: float = 10.0) -> Profile:
-    """A CUDA profile whose fractions of a `step_ms` step are the given ones."""
+                step_ms: float = 10.0, unprofiled_ms: float | None = None) -> Profile:
+    """A CUDA profile whose fractions of a `step_ms` step are the given ones (by default the
+    profiler did not slow the step)."""
     return Profile(
         config=SEED_BASELINE.to_dict(), device="cuda:0", cuda_activity=True, steps=10,
-        step_ms=step_ms, unprofiled_step_ms=step_ms * 0.9, gpu_busy_fraction=busy,
+        step_ms=step_ms, unprofiled_step_ms=step_ms if unprofiled_ms is None else unprofiled_ms,
+        gpu_busy_fraction=busy,
         launch_ms_per_step=1.0, h2d_ms_per_step=exposed * step_ms + 0.5,
         h2d_overlap_fraction=0.5, h2d_exposed_ms_per_step=exposed * step_ms,
         sync_ms_per_step=sync * step_ms, kernels_per_step=120.0, ops_per_step=300.0,
@@ -257,10 +259,25 @@ def gpu_profile(*, busy: float, sync: float = 0.0, exposed: float = 0.0,
 def test_verdict_thresholds_and_order(prof: Profile, kind: str, explanation: str) -> None:
     found = verdict(prof)
     assert (found.kind, found.explanation) == (kind, explanation)
-    assert found.figures["gpu_busy_fraction"] == prof.gpu_busy_fraction
+    assert found.figures["gpu_busy_fraction"] == pytest.approx(prof.gpu_busy_fraction)
     assert found.figures["sync_fraction"] == pytest.approx(prof.sync_ms_per_step / prof.step_ms)
     # The same verdict from the stored attributes.
     assert verdict(json.loads(json.dumps(prof.to_attrs()))) == found
+
+
+def test_gpu_time_is_judged_against_the_unprofiled_step() -> None:
+    # transformer large, eager, on an H100: 76.3 ms per step profiled, 38.7 ms unprofiled.
+    slowed = gpu_profile(busy=0.413, step_ms=76.3, unprofiled_ms=38.7)
+    found = verdict(slowed)
+    assert (found.kind, found.explanation) == ("gpu-bound", "gpu-bound: GPU busy 81 % of the step")
+    assert found.figures["gpu_busy_fraction_profiled"] == 0.413
+    # transformer small, eager: the GPU idles whichever step it is measured against.
+    assert verdict(gpu_profile(busy=0.068, step_ms=35.1, unprofiled_ms=21.7)).kind == "host-bound"
+    # A profile faster than its unprofiled window never reads as more than fully busy.
+    assert verdict(gpu_profile(busy=0.9, step_ms=10.0, unprofiled_ms=5.0)).figures[
+        "gpu_busy_fraction"] == 1.0
+    exposed = verdict(gpu_profile(busy=0.3, exposed=0.15, step_ms=20.0, unprofiled_ms=10.0))
+    assert exposed.kind == "transfer-bound"  # 3 ms of exposed copies in a 10 ms step
 
 
 def test_every_kind_is_reachable() -> None:
