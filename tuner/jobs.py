@@ -47,6 +47,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 import trainers
 from tuner.errors import SpaceError, TunerError
+from tuner.retry import lost_create_race
 from tuner.space import load_space, parse_fix
 
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
@@ -315,6 +316,18 @@ class TrialStats:
     buckets: list[tuple[float, int]]  # (upper bound, cumulative count); +Inf last
 
 
+def _create_tables(engine: sa.Engine) -> None:
+    """Make the tables and columns missing; a race with another process doing it is retried."""
+    for attempt in range(3):
+        try:
+            Base.metadata.create_all(engine)
+            _add_missing_columns(engine)
+            return
+        except sa.exc.SQLAlchemyError as exc:
+            if attempt == 2 or not lost_create_race(exc):
+                raise
+
+
 def _add_missing_columns(engine: sa.Engine) -> None:
     """Columns added since a table was made (all nullable): ALTER TABLE ... ADD COLUMN.
 
@@ -356,8 +369,7 @@ class JobStore:
         self.url = url
         self.engine = engine or make_engine(url)
         try:
-            Base.metadata.create_all(self.engine)
-            _add_missing_columns(self.engine)
+            _create_tables(self.engine)
         except sa.exc.ArgumentError as exc:
             raise TunerError(f"storage: {url!r} is not a usable database URL: {exc}") from exc
         except sa.exc.OperationalError as exc:

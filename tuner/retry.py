@@ -44,6 +44,13 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
+def lost_create_race(exc: BaseException | None) -> bool:
+    """Creating a table (or Alembic's version row) that another process created first: what
+    processes started together on an empty database run into; opening again succeeds."""
+    return isinstance(exc, sqlalchemy.exc.IntegrityError) or (
+        isinstance(exc, sqlalchemy.exc.SQLAlchemyError) and "already exists" in str(exc))
+
+
 @dataclasses.dataclass(kw_only=True, frozen=True)
 class Backoff:
     """Retry policy: first wait about `base_s`, doubling up to `max_s`, until `stop` is set."""

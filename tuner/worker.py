@@ -177,6 +177,7 @@ class Worker:
         """Register the worker and take its GPU's lease (`tuner.leases.GpuBusy` if taken)."""
         if self._started:
             return
+        self._storage()  # Optuna's tables exist before any job is touched
         self.store.register_worker(self.id, host=self.host, pid=os.getpid(), device=self.device)
         if self.lease is not None:
             try:
