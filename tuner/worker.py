@@ -104,6 +104,8 @@ class WorkerSettings(BaseSettings):
     parity_steps: int = Field(default=20, ge=2, le=100_000)
     baseline_every: int = Field(default=10, ge=1, le=100_000)
     sampler: Literal["tpe", "random"] = "tpe"
+    matmul_precision: Literal["highest", "high", "medium"] = Field(
+        default="highest", description="torch float32 matmul precision of every job (high: TF32)")
     torch_threads: int | None = Field(default=None, ge=1, le=1024)
     worker_nice: int = Field(default=0, ge=0, le=19, description=(
         "niceness of `python -m tuner worker` (e.g. 10: the API and the rest of the node go "
@@ -394,6 +396,7 @@ class Worker:
             objectives=spec.objectives, max_memory_bytes=spec.max_memory_bytes,
             top_k=s.top_k, final_rounds=s.final_rounds, baseline_every=s.baseline_every,
             parity_steps=s.parity_steps, sampler=s.sampler, protocol=s.protocol(),
+            matmul_precision=s.matmul_precision,
         )
     def _space_argument(self, job: JobRow, spec: JobSpec) -> str:
         """`RunOptions.space`: the built-in name, or a JSON file of the explicit space.
