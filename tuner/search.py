@@ -11,6 +11,12 @@ Pruning rule: `PercentilePruner(25)`: from its second window on, a trial whose b
 is below the 25th percentile of earlier trials at the same window is stopped (after 5 trials).
 Multi-objective studies are not pruned (Optuna does not support it).
 
+Who runs which trial: `run_study` (`python -m tuner run`) runs `trials` trials in this process
+(`LocalSlots`); the tuning service's workers share one study, each taking trial slots of its job
+(`tuner.job_run.JobSlots`) and calling the same `Search` methods (`open_search`,
+`measure_baselines`, `run_trials`, `decide`). Each trial's sampler is seeded with `seed + trial
+number`, so a study is reproducible for a given history and workers do not draw the same points.
+
 Stopping on request (the tuning service's cancel, a worker's shutdown): `should_stop`, when given,
 is asked before each trial and after each measured window. Once it answers True, the running
 trial stops at its next window (told PRUNED with the windows it measured and the user attribute
