@@ -1,13 +1,16 @@
 """Error translation: the tuner's errors to HTTP statuses, every body `{"detail": ...}`.
 
-422s keep FastAPI's shape (`detail`: a list of `{loc, msg, type}`, `loc` naming the field), also
-for the checks that only the tuner can make (an unknown workload, a bad range of the space).
+The database unreachable is a 503 with `Retry-After` on every route (a 500 only for database
+errors that are not about reaching it). 422s keep FastAPI's shape (`detail`: a list of
+`{loc, msg, type}`, `loc` naming the field), also for the checks that only the tuner can make
+(an unknown workload, a bad range of the space).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import optuna
 import sqlalchemy.exc
 from fastapi import FastAPI, Request, Response, status
 from fastapi.exception_handlers import http_exception_handler
@@ -17,6 +20,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tuner.errors import NoRecommendation, StudyNotFound
 from tuner.jobs import JobConflict, JobNotFound, SpecError, TooManyQueued
+from tuner.retry import is_transient
+
+RETRY_AFTER_S = "5"
 
 
 def field_error(loc: Sequence[str | int], message: str, value: object = None) -> (
@@ -61,7 +67,13 @@ def install(app: FastAPI) -> None:
                                 status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
         return await http_exception_handler(request, exc)
 
-    @app.exception_handler(sqlalchemy.exc.OperationalError)
-    async def _database_down(_: Request, exc: Exception) -> JSONResponse:
+    # The database away (down, restarting, unreachable): 503 with Retry-After on every route.
+    # The next request after it is back gets a fresh connection (`pool_pre_ping`).
+    @app.exception_handler(sqlalchemy.exc.SQLAlchemyError)
+    @app.exception_handler(optuna.exceptions.StorageInternalError)
+    async def _database_down(request: Request, exc: Exception) -> Response:
+        if not is_transient(exc):
+            raise exc  # a bug, not an outage: a 500, logged
         return _json(status.HTTP_503_SERVICE_UNAVAILABLE,
-                     f"the database is unavailable: {type(exc).__name__}", {"Retry-After": "5"})
+                     f"the database is unavailable: {type(exc.__cause__ or exc).__name__}",
+                     {"Retry-After": RETRY_AFTER_S})

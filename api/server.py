@@ -2,8 +2,9 @@
 
 Workers are `python -m tuner worker` child processes (one per visible GPU, or one on the CPU, or
 `--workers N`, or none with `--no-worker`), restarted when they die. They get `TUNER_PARENT_PID`:
-when `serve` is gone (even killed), each stops its running trial at the next window and puts
-its job back in the queue. On a normal stop `serve` sends them SIGTERM (same effect) and waits.
+when `serve` is gone (even killed), each stops its running trial at the next window and leaves
+its job (the job's last live worker puts it back in the queue). On a normal stop `serve` sends
+them SIGTERM (same effect) and waits.
 """
 
 from __future__ import annotations

@@ -5,10 +5,17 @@ the request, the status and what a reader needs without touching Optuna (trial c
 trial so far, the final recommendation), so that `GET /jobs/{id}` and `/best` are one indexed
 read. Workers (`tuner.worker`) keep those columns up to date as the run goes.
 
-Statuses: queued -> running -> succeeded | failed | cancelled; a running job whose worker stopped
-heartbeating for longer than the lease goes back to queued (or to failed after `max_attempts`
-claims, or to cancelled when a cancel was requested), and a worker shutting down puts its job
-back to queued itself.
+Statuses: queued -> running -> succeeded | failed | cancelled; a running job whose workers all
+stopped heartbeating for longer than the lease goes back to queued (or to failed after
+`max_attempts` claims, or to cancelled when a cancel was requested), and the last worker of a job
+shutting down puts it back to queued itself.
+
+Several workers share a running job (`tuner.job_run`): the worker that claims it from the queue
+measures the baselines and opens it (`stage` "trials"); others join it (`WorkerRow.job_id`, the
+job's members) and take trial slots one at a time under the job's slot lock (`slot_lock`, a
+guarded UPDATE with an expiry, the same on PostgreSQL and SQLite); the worker that finds every
+slot finished claims `finalizer` (stage "finalizing") and alone runs the final round. Members
+heartbeat the job row; the job's lease is its heartbeat, whoever wrote it.
 
 Claiming is atomic: one `UPDATE ... WHERE id = (SELECT ... LIMIT 1) RETURNING`. On PostgreSQL the
 subquery is `FOR UPDATE SKIP LOCKED`, so concurrent workers skip each other's rows; on SQLite the
@@ -40,6 +47,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 import trainers
 from tuner.errors import SpaceError, TunerError
+from tuner.retry import lost_create_race
 from tuner.space import load_space, parse_fix
 
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
@@ -110,6 +118,13 @@ class JobRow(Base):
     recommendation: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
     hardware: Mapped[str | None] = mapped_column(sa.String(128))
     rec_throughput: Mapped[float | None]
+    # Sharing a running job (tuner.job_run); all nullable so that older tables gain them by
+    # ALTER TABLE ADD COLUMN (`_add_missing_columns`).
+    stage: Mapped[str | None] = mapped_column(sa.String(16))
+    finalizer: Mapped[str | None] = mapped_column(sa.String(128))
+    slot_lock: Mapped[str | None] = mapped_column(sa.String(128))
+    slot_lock_until: Mapped[dt.datetime | None]
+    deadline_at: Mapped[dt.datetime | None]
 
 
 class WorkerRow(Base):
@@ -134,6 +149,19 @@ class TrialEventRow(Base):
     state: Mapped[str] = mapped_column(sa.String(16))
     seconds: Mapped[float]
     finished_at: Mapped[dt.datetime]
+
+
+class GpuLeaseRow(Base):
+    """Who measures on a GPU: one row per (host, GPU index); see `tuner.leases`."""
+
+    __tablename__ = "streamtune_gpu_leases"
+
+    host: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    gpu: Mapped[int] = mapped_column(primary_key=True)
+    worker: Mapped[str] = mapped_column(sa.String(128))
+    pid: Mapped[int]
+    acquired_at: Mapped[dt.datetime]
+    heartbeat_at: Mapped[dt.datetime]
 
 
 # ------------------------------------------------------------------------------------------
@@ -288,6 +316,34 @@ class TrialStats:
     buckets: list[tuple[float, int]]  # (upper bound, cumulative count); +Inf last
 
 
+def _create_tables(engine: sa.Engine) -> None:
+    """Make the tables and columns missing; a race with another process doing it is retried."""
+    for attempt in range(3):
+        try:
+            Base.metadata.create_all(engine)
+            _add_missing_columns(engine)
+            return
+        except sa.exc.SQLAlchemyError as exc:
+            if attempt == 2 or not lost_create_race(exc):
+                raise
+
+
+def _add_missing_columns(engine: sa.Engine) -> None:
+    """Columns added since a table was made (all nullable): ALTER TABLE ... ADD COLUMN.
+
+    `create_all` makes missing tables only; a database of an earlier version keeps its rows.
+    """
+    inspector = sa.inspect(engine)
+    for table in Base.metadata.sorted_tables:
+        present = {column["name"] for column in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name in present:
+                continue
+            kind = column.type.compile(dialect=engine.dialect)
+            with engine.begin() as conn:
+                conn.execute(sa.text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
+
+
 def make_engine(url: str) -> sa.Engine:
     if url.startswith("sqlite"):
         # A pool as large as the API's thread pool is busy: no connection churn under load.
@@ -313,7 +369,7 @@ class JobStore:
         self.url = url
         self.engine = engine or make_engine(url)
         try:
-            Base.metadata.create_all(self.engine)
+            _create_tables(self.engine)
         except sa.exc.ArgumentError as exc:
             raise TunerError(f"storage: {url!r} is not a usable database URL: {exc}") from exc
         except sa.exc.OperationalError as exc:
@@ -430,13 +486,18 @@ class JobStore:
 
     # -- the workers' side ---------------------------------------------------------------
     def requeue_stale(self, *, lease_s: float, max_attempts: int) -> int:
-        """Running jobs whose worker stopped heartbeating: back to the queue (or ended)."""
+        """Running jobs no member heartbeats any more: back to the queue (or ended).
+
+        Their members lose their membership, so that one of them coming back (say, from a
+        network partition) finds it no longer holds the job.
+        """
         now = utcnow()
         stale = sa.and_(JobRow.status == "running",
                         JobRow.heartbeat_at < now - dt.timedelta(seconds=lease_s))
-        lost = "requeued: its worker stopped heartbeating"
+        lost = "requeued: its workers stopped heartbeating"
         changed = 0
         with self.engine.begin() as conn:
+            ids = list(conn.scalars(sa.select(JobRow.id).where(stale)))
             for where, values in (
                 (sa.and_(stale, JobRow.cancel_requested),
                  {"status": "cancelled", "finished_at": now}),
@@ -446,12 +507,18 @@ class JobStore:
                 (stale, {"status": "queued", "error": lost}),
             ):
                 result = conn.execute(sa.update(JobRow).where(where).values(
-                    worker=None, phase=None, updated_at=now, **values))
+                    worker=None, phase=None, updated_at=now, **_SHARING_RESET, **values))
                 changed += result.rowcount
+            if ids:
+                conn.execute(sa.update(WorkerRow).where(WorkerRow.job_id.in_(ids)).values(
+                    job_id=None))
         return changed
 
     def claim(self, worker: str, *, devices: Iterable[str]) -> JobRow | None:
-        """Atomically take the oldest queued job this worker can run; None when there is none."""
+        """Atomically take the oldest queued job this worker can run; None when there is none.
+
+        The claiming worker becomes the job's first member.
+        """
         now = utcnow()
         candidate = (sa.select(JobRow.id)
                      .where(JobRow.status == "queued", JobRow.device.in_(list(devices)))
@@ -462,23 +529,86 @@ class JobStore:
                      .where(JobRow.id == candidate.scalar_subquery(), JobRow.status == "queued")
                      .values(status="running", worker=worker, heartbeat_at=now, updated_at=now,
                              started_at=sa.func.coalesce(JobRow.started_at, now),
-                             attempts=JobRow.attempts + 1, error=None)
+                             attempts=JobRow.attempts + 1, error=None, **_SHARING_RESET)
                      .returning(JobRow.id))
         with self.engine.begin() as conn:
             claimed = conn.execute(statement).scalar_one_or_none()
+            if claimed is not None:
+                conn.execute(sa.update(WorkerRow).where(WorkerRow.id == worker).values(
+                    job_id=claimed, heartbeat_at=now))
         return None if claimed is None else self.get(claimed)
 
+    def open_trials(self, job_id: str, worker: str, *, hardware: str,
+                    deadline: dt.datetime | None) -> bool:
+        """The claimer has opened the study and measured the baselines: others may join now."""
+        return self._update_owned(job_id, worker, stage="trials", hardware=hardware,
+                                  deadline_at=deadline)
+
+    def joinable(self, *, devices: Iterable[str], hardware: str) -> Sequence[JobRow]:
+        """Running jobs open for trials that this worker could measure, oldest first.
+
+        A job is measured on one kind of hardware (its study's fingerprint): CPU jobs on the
+        CPU, others on the GPU model of the worker that claimed it.
+        """
+        same_hardware = sa.or_(sa.and_(JobRow.device == "cpu", JobRow.hardware == "cpu"),
+                               sa.and_(JobRow.device != "cpu", JobRow.hardware == hardware))
+        with self._sessions() as session:
+            return list(session.scalars(sa.select(JobRow).where(
+                JobRow.status == "running", JobRow.stage == "trials",
+                JobRow.finalizer.is_(None), JobRow.cancel_requested.is_(False),
+                JobRow.device.in_(list(devices)), same_hardware,
+            ).order_by(JobRow.started_at, JobRow.id)))
+
+    def join(self, job_id: str, worker: str) -> bool:
+        """Become a member of a running job open for trials; False when it no longer is."""
+        open_job = sa.select(JobRow.id).where(
+            JobRow.id == job_id, JobRow.status == "running", JobRow.stage == "trials",
+            JobRow.finalizer.is_(None)).exists()
+        with self.engine.begin() as conn:
+            return conn.execute(sa.update(WorkerRow).where(WorkerRow.id == worker, open_job)
+                                .values(job_id=job_id, heartbeat_at=utcnow())).rowcount == 1
+
+    def leave(self, worker: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(sa.update(WorkerRow).where(WorkerRow.id == worker).values(job_id=None))
+
     def heartbeat(self, job_id: str, worker: str, *, phase: str | None = None) -> Lease:
+        """Heartbeat a job this worker is a member of, and the worker itself."""
         now = utcnow()
         values: dict[str, Any] = {"heartbeat_at": now}
         if phase is not None:
             values["phase"] = phase[:200]
         with self.engine.begin() as conn:
             result = conn.execute(sa.update(JobRow).where(
-                JobRow.id == job_id, JobRow.worker == worker, JobRow.status == "running",
+                JobRow.id == job_id, JobRow.status == "running", self._member(worker, job_id),
             ).values(**values).returning(JobRow.cancel_requested))
             flag = result.scalar_one_or_none()
+            conn.execute(sa.update(WorkerRow).where(WorkerRow.id == worker).values(
+                heartbeat_at=now))
         return Lease(owned=flag is not None, cancel_requested=bool(flag))
+
+    def lock_slots(self, job_id: str, worker: str, *, hold_s: float) -> bool:
+        """Take the job's slot lock (free, or expired); False when another worker holds it."""
+        now = utcnow()
+        with self.engine.begin() as conn:
+            return conn.execute(sa.update(JobRow).where(
+                JobRow.id == job_id, JobRow.status == "running",
+                sa.or_(JobRow.slot_lock.is_(None), JobRow.slot_lock == worker,
+                       JobRow.slot_lock_until < now),
+            ).values(slot_lock=worker, slot_lock_until=now + dt.timedelta(seconds=hold_s))
+            ).rowcount == 1
+
+    def unlock_slots(self, job_id: str, worker: str) -> bool:
+        """Give the slot lock back; False when it expired and another worker took it."""
+        with self.engine.begin() as conn:
+            return conn.execute(sa.update(JobRow).where(
+                JobRow.id == job_id, JobRow.slot_lock == worker,
+            ).values(slot_lock=None, slot_lock_until=None)).rowcount == 1
+
+    def claim_finalizing(self, job_id: str, worker: str) -> bool:
+        """Become the one worker that runs the job's final round; False when another is."""
+        return self._update_owned(job_id, worker, _extra=(JobRow.finalizer.is_(None),),
+                                  stage="finalizing", finalizer=worker)
 
     def progress(self, job_id: str, worker: str, *, counts: Mapping[str, int],
                  best: dict[str, Any] | None) -> bool:
@@ -488,22 +618,31 @@ class JobStore:
 
     def finish(self, job_id: str, worker: str, status: str, *, error: str | None = None,
                recommendation: dict[str, Any] | None = None) -> bool:
-        """End a job this worker holds; False when it no longer holds it."""
+        """End a job this worker is a member of; False when it no longer is.
+
+        Once a finalizer runs the final round, only it ends the job (a cancel then waits for the
+        round, whose recommendation is kept).
+        """
         if status not in FINISHED:
             raise ValueError(f"status={status!r}: allowed {', '.join(FINISHED)}")
         values: dict[str, Any] = {"status": status, "error": error, "finished_at": utcnow(),
-                                  "phase": None}
+                                  "phase": None, **_SHARING_RESET}
         if recommendation is not None:
             rec = json_safe(recommendation)
             throughput = rec.get("throughput") if rec.get("config") is not None else None
             values |= {"recommendation": rec, "hardware": rec.get("hardware"),
                        "rec_throughput": None if not throughput else throughput.get("median")}
-        return self._update_owned(job_id, worker, **values)
+        not_finalizing = sa.or_(JobRow.finalizer.is_(None), JobRow.finalizer == worker)
+        return self._update_owned(job_id, worker, _extra=(not_finalizing,), **values)
 
-    def requeue(self, job_id: str, worker: str, *, reason: str) -> bool:
-        """Give a held job back to the queue (the worker is shutting down)."""
-        return self._update_owned(job_id, worker, status="queued", worker=None, phase=None,
-                                  error=reason)
+    def requeue(self, job_id: str, worker: str, *, reason: str, lease_s: float) -> bool:
+        """Give a job back to the queue when this worker is its last live member (shutdown)."""
+        cutoff = utcnow() - dt.timedelta(seconds=lease_s)
+        others = sa.select(WorkerRow.id).where(
+            WorkerRow.job_id == job_id, WorkerRow.id != worker,
+            WorkerRow.heartbeat_at >= cutoff).exists()
+        return self._update_owned(job_id, worker, _extra=(~others,), status="queued",
+                                  worker=None, phase=None, error=reason, **_SHARING_RESET)
 
     def record_trial(self, job_id: str, number: int, state: str, seconds: float) -> None:
         """Record a finished trial once (a second call for it is a no-op)."""
@@ -515,13 +654,25 @@ class JobStore:
         except sa.exc.IntegrityError:
             pass
 
-    def _update_owned(self, job_id: str, holder: str, **values: Any) -> bool:
+    def recorded_trials(self, job_id: str) -> set[int]:
+        with self.engine.connect() as conn:
+            return set(conn.scalars(sa.select(TrialEventRow.number).where(
+                TrialEventRow.job_id == job_id)))
+
+    def _member(self, worker: str, job_id: str) -> sa.ColumnElement[bool]:
+        return sa.select(WorkerRow.id).where(
+            WorkerRow.id == worker, WorkerRow.job_id == job_id).exists()
+
+    def _update_owned(self, job_id: str, member: str, *,
+                      _extra: Sequence[sa.ColumnElement[bool]] = (), **values: Any) -> bool:
         with self.engine.begin() as conn:
             result = conn.execute(sa.update(JobRow).where(
-                JobRow.id == job_id, JobRow.worker == holder, JobRow.status == "running",
+                JobRow.id == job_id, JobRow.status == "running", self._member(member, job_id),
+                *_extra,
             ).values(updated_at=utcnow(), **values))
         return result.rowcount == 1
 
+    # -- workers ---------------------------------------------------------------------------
     def register_worker(self, worker: str, *, host: str, pid: int, device: str) -> None:
         now = utcnow()
         with self.engine.begin() as conn:
@@ -529,11 +680,42 @@ class JobStore:
                 id=worker, host=host, pid=pid, device=device, started_at=now, heartbeat_at=now,
                 job_id=None))
 
-    def beat_worker(self, worker: str, job_id: str | None) -> None:
+    def beat_worker(self, worker: str) -> bool:
+        """Heartbeat an idle worker; False when its row is gone (it was taken for dead)."""
         with self.engine.begin() as conn:
-            conn.execute(sa.update(WorkerRow).where(WorkerRow.id == worker).values(
-                heartbeat_at=utcnow(), job_id=job_id))
+            return conn.execute(sa.update(WorkerRow).where(WorkerRow.id == worker).values(
+                heartbeat_at=utcnow())).rowcount == 1
 
     def remove_worker(self, worker: str) -> None:
         with self.engine.begin() as conn:
             conn.execute(sa.delete(WorkerRow).where(WorkerRow.id == worker))
+
+    def live_workers(self, lease_s: float) -> set[str]:
+        cutoff = utcnow() - dt.timedelta(seconds=lease_s)
+        with self.engine.connect() as conn:
+            return set(conn.scalars(sa.select(WorkerRow.id).where(
+                WorkerRow.heartbeat_at >= cutoff)))
+
+    def forget_dead_workers(self, lease_s: float) -> Sequence[WorkerRow]:
+        """Workers whose heartbeat is older than the lease: removed, and what they held freed.
+
+        Returns them (with the job each was in), so that their running trials can be failed.
+        A finalizer among them gives its job back to stage "trials", where any member finalizes.
+        """
+        cutoff = utcnow() - dt.timedelta(seconds=lease_s)
+        with self.engine.begin() as conn:
+            dead = list(conn.execute(sa.delete(WorkerRow).where(
+                WorkerRow.heartbeat_at < cutoff).returning(WorkerRow.id, WorkerRow.job_id)))
+            ids = [row.id for row in dead]
+            if ids:
+                conn.execute(sa.update(JobRow).where(
+                    JobRow.status == "running", JobRow.finalizer.in_(ids)).values(
+                    stage="trials", finalizer=None))
+                conn.execute(sa.update(JobRow).where(JobRow.slot_lock.in_(ids)).values(
+                    slot_lock=None, slot_lock_until=None))
+        return [WorkerRow(id=row.id, job_id=row.job_id) for row in dead]
+
+
+# What a claim, a requeue and the end of a job clear: nobody shares the job any more.
+_SHARING_RESET: dict[str, Any] = {"stage": None, "finalizer": None, "slot_lock": None,
+                                  "slot_lock_until": None}

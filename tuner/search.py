@@ -11,6 +11,12 @@ Pruning rule: `PercentilePruner(25)`: from its second window on, a trial whose b
 is below the 25th percentile of earlier trials at the same window is stopped (after 5 trials).
 Multi-objective studies are not pruned (Optuna does not support it).
 
+Who runs which trial: `run_study` (`python -m tuner run`) runs `trials` trials in this process
+(`LocalSlots`); the tuning service's workers share one study, each taking trial slots of its job
+(`tuner.job_run.JobSlots`) and calling the same `Search` methods (`open_search`,
+`measure_baselines`, `run_trials`, `decide`). Each trial's sampler is seeded with `seed + trial
+number`, so a study is reproducible for a given history and workers do not draw the same points.
+
 Stopping on request (the tuning service's cancel, a worker's shutdown): `should_stop`, when given,
 is asked before each trial and after each measured window. Once it answers True, the running
 trial stops at its next window (told PRUNED with the windows it measured and the user attribute
@@ -21,11 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import socket
 import statistics
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 from typing import Protocol as TypingProtocol
 
 import optuna
@@ -39,6 +46,7 @@ from tuner import study as studies
 from tuner.errors import TunerError
 from tuner.isolated import ParityProcess, ProfileProcess
 from tuner.measure import PRECISIONS, Failure, Measured, Measurer, Protocol, set_matmul_precision
+from tuner.retry import is_transient
 from tuner.space import SearchSpace, config_key, load_space
 from tuner.stats import bootstrap_ci, drift
 
@@ -61,6 +69,11 @@ class Interrupted(TunerError):
 class Stopped(TunerError):
     """`should_stop` answered True: finished trials are stored, the running one stopped early."""
 
+
+_T = TypeVar("_T")
+
+OWNER_ATTR = "worker"
+"""User attribute of a trial run by a worker of the tuning service: that worker's id."""
 
 STOPPED_ATTR = "stopped"
 """User attribute (True) of a trial cut short by `should_stop`; its measured windows are kept."""
@@ -156,11 +169,77 @@ def make_sampler(name: str, seed: int, trials: int) -> optuna.samplers.BaseSampl
                                       constant_liar=True)
 
 
+class TrialSlots(TypingProtocol):
+    """Whether this process may run another trial of the study, and the trial if so.
+
+    `python -m tuner run` counts its own trials (`LocalSlots`); workers sharing a job take slots
+    of the job under a lock in the database (`tuner.job_run.JobSlots`).
+    """
+
+    def take(self, create: Callable[[], optuna.Trial],
+             prepare: Callable[[optuna.Trial], None]) -> optuna.Trial | None:
+        """A new trial (`create`, then `prepare` it), or None when no trial is left to run."""
+        ...
+
+    def more(self) -> bool:
+        """Whether trials may follow the ones taken so far (drift baselines need a next one)."""
+        ...
+
+
+class LocalSlots:
+    """`trials` slots, taken one after the other by this process alone."""
+
+    def __init__(self, trials: int) -> None:
+        self.trials = trials
+        self.taken = 0
+
+    def take(self, create: Callable[[], optuna.Trial],
+             prepare: Callable[[optuna.Trial], None]) -> optuna.Trial | None:
+        if self.taken >= self.trials:
+            return None
+        self.taken += 1
+        trial = create()
+        prepare(trial)
+        return trial
+
+    def more(self) -> bool:
+        return self.taken < self.trials
+
+
 def run_study(options: RunOptions, *, progress: Progress | None = None,
               should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """Search, decide, store the recommendation on the study and return it.
 
     `should_stop` (optional) is polled between trials and after each window; see the module doc.
+    """
+    search = open_search(options, progress=progress, should_stop=should_stop)
+    try:
+        search.measure_baselines("start")
+        search.run_trials(LocalSlots(options.trials))
+        if search.stopped:
+            raise Stopped(f"stopped on request: {search.done} trials of this run are stored in "
+                          f"study {search.study.study_name!r}")
+        return search.decide()
+    except KeyboardInterrupt as exc:
+        name = search.study.study_name
+        raise Interrupted(
+            f"interrupted: {search.done} trials of this run are stored in study {name!r}; "
+            f"run again with --study {name} to resume"
+        ) from exc
+    finally:
+        search.close()
+
+
+def open_search(options: RunOptions, *, progress: Progress | None = None,
+                should_stop: Callable[[], bool] | None = None, owner: str | None = None,
+                retry: Retry | None = None,
+                storage: optuna.storages.BaseStorage | None = None) -> Search:
+    """Open (or resume) the study of `options` and everything needed to measure its trials.
+
+    `owner` (a worker's id) is written on every trial this process runs (`OWNER_ATTR`), so that
+    a trial whose worker died can be told from one still being measured. `retry` wraps the
+    calls that write results to the storage (a worker waits out a database that is away);
+    `storage`, when given, is used instead of opening `options.storage` again.
     """
     progress = progress or _Quiet()
     set_matmul_precision(options.matmul_precision)
@@ -171,7 +250,7 @@ def run_study(options: RunOptions, *, progress: Progress | None = None,
     fingerprint = trainers.fingerprint(measurer.device)
     hardware = trainers.fingerprint_key(fingerprint)
     space = load_space(options.space, fix=options.fix, cuda=measurer.device.type == "cuda")
-    storage = studies.open_storage(studies.storage_url(options.storage))
+    storage = storage or studies.open_storage(studies.storage_url(options.storage))
     name = options.study or studies.default_study_name(options.workload, options.preset,
                                                        hardware, options.space)
     info = {
@@ -196,41 +275,34 @@ def run_study(options: RunOptions, *, progress: Progress | None = None,
     study, resumed = studies.open_study(
         storage, name, info=info, directions=directions,
         sampler=make_sampler(options.sampler, options.seed, options.trials), pruner=pruner)
-    if resumed:
-        # Seeded alike, a resumed run would replay the first run's random start-up points.
-        stored = len(study.get_trials(deepcopy=False))
-        study.sampler = make_sampler(options.sampler, options.seed + stored, options.trials)
-    search = _Search(study, measurer, space, options, progress, should_stop)
     progress.start(name, options.trials, resumed)
-    try:
-        search.measure_baselines("start")
-        search.run_trials()
-        if search.stopped:
-            raise Stopped(f"stopped on request: {search.done} trials of this run are stored in "
-                          f"study {name!r}")
-        progress.phase("final round: top configs and baselines, interleaved")
-        recommendation = decide.final_round(study, measurer, options, progress=progress,
-                                            baselines=BASELINES, parity=search.parity)
-        if options.profile != "none":
-            progress.phase("profiling the baselines and the recommended config")
-            recommendation |= profiling.profile_recommendation(
-                study, recommendation, BASELINES, search.traces, search.profiler)
-    except KeyboardInterrupt as exc:
-        raise Interrupted(
-            f"interrupted: {search.done} trials of this run are stored in study {name!r}; "
-            f"run again with --study {name} to resume"
-        ) from exc
-    finally:
-        search.close()
-    study.set_user_attr(studies.RECOMMENDATION, recommendation)
-    return recommendation
+    return Search(study, measurer, space, options, progress, should_stop, owner=owner,
+                  retry=retry)
 
 
-class _Search:
+class Retry(TypingProtocol):
+    def call(self, fn: Callable[[], _T], *, what: str) -> _T: ...
+
+
+class _NoRetry:
+    """`python -m tuner run`: a database error ends the run (the study resumes later)."""
+
+    def call(self, fn: Callable[[], _T], *, what: str) -> _T:
+        return fn()
+
+
+class Search:
+    """One process's part of a study: its baselines, the trials it runs, the final round."""
+
     def __init__(self, study: optuna.Study, measurer: Measurer, space: SearchSpace,
                  options: RunOptions, progress: Progress,
-                 should_stop: Callable[[], bool] | None = None) -> None:
+                 should_stop: Callable[[], bool] | None = None, *, owner: str | None = None,
+                 retry: Retry | None = None) -> None:
         self.study = study
+        self.owner = owner
+        self.retry: Retry = retry or _NoRetry()
+        # Where this process measures: drift compares a device with its own first measurement.
+        self.where = f"{socket.gethostname()}/{measurer.device}"
         self.measurer = measurer
         self.space = space
         self.options = options
@@ -267,58 +339,98 @@ class _Search:
 
     # -- baselines -------------------------------------------------------------------------
     def measure_baselines(self, phase: str) -> None:
-        previous = studies.entries(self.study, studies.BASELINE_PREFIX)
+        previous = self.retry.call(
+            lambda: studies.entries(self.study, studies.BASELINE_PREFIX), what="baselines")
         for name, config in BASELINES.items():
             self.progress.phase(f"baseline {name} ({phase})")
             outcome = self.measurer.measure(config)
             entry: dict[str, Any] = {"phase": phase, "time": _now(), "at_trial": self._n_trials(),
-                                     "config": config.to_dict()}
+                                     "config": config.to_dict(), "where": self.where}
             if isinstance(outcome, Failure):
                 entry |= {"failure_reason": outcome.reason, "seconds": outcome.seconds}
             else:
                 entry |= outcome.to_attrs()
-                first = _first_baseline(previous, name)
+                first = _first_baseline(previous, name, self.where)
                 if first is not None:
                     entry["drift"] = drift(first["windows"], outcome.throughputs)
                     if abs(entry["drift"]) > DRIFT_WARNING:
                         self.progress.phase(
                             f"warning: {name} drifted {entry['drift']:+.1%} since the first "
                             "measurement (clocks, other load?)")
-            self.study.set_user_attr(f"{studies.BASELINE_PREFIX}{name}/{uuid.uuid4().hex[:10]}",
-                                     entry)
+            self._store_attr(f"{studies.BASELINE_PREFIX}{name}/{uuid.uuid4().hex[:10]}", entry)
 
     # -- trials ----------------------------------------------------------------------------
-    def run_trials(self) -> None:
+    def run_trials(self, slots: TrialSlots) -> None:
+        """Run trials while `slots` gives one; baselines again every `baseline_every` of them."""
         deadline = None if self.options.timeout_s is None else (
             time.monotonic() + self.options.timeout_s)
-        while self.done < self.options.trials:
+        while True:
             if self._stop_requested():
                 self.progress.phase(f"stopped on request after {self.done} trials")
                 break
             if deadline is not None and time.monotonic() > deadline:
                 self.progress.phase(f"timeout: stopped after {self.done} trials")
                 break
-            state = self._one_trial()
+            trial = slots.take(self._create, self._prepare)
+            if trial is None:
+                break
+            state = self._run(trial)
             self.done += 1
             self.progress.trial_done(self.done, self.options.trials, self._best_value(), state)
-            if self.done % self.options.baseline_every == 0 and self.done < self.options.trials:
+            if self.done % self.options.baseline_every == 0 and slots.more():
                 self.measure_baselines("drift")
 
-    def _one_trial(self) -> str:
-        trial = self.study.ask()
+    def decide(self) -> dict[str, Any]:
+        """The final round, the profiles, and the recommendation stored on the study."""
+        self.progress.phase("final round: top configs and baselines, interleaved")
+        recommendation = decide.final_round(self.study, self.measurer, self.options,
+                                            progress=self.progress, baselines=BASELINES,
+                                            parity=self.parity)
+        if self.options.profile != "none":
+            self.progress.phase("profiling the baselines and the recommended config")
+            recommendation |= profiling.profile_recommendation(
+                self.study, recommendation, BASELINES, self.traces, self.profiler)
+        self._store_attr(studies.RECOMMENDATION, recommendation)
+        return recommendation
+
+    def _store_attr(self, key: str, value: Any) -> None:
+        self.retry.call(lambda: self.study.set_user_attr(key, value), what=f"storing {key}")
+
+    def _create(self) -> optuna.Trial:
+        return self.study.ask()
+
+    def _prepare(self, trial: optuna.Trial) -> None:
+        """Its owner, its config (sampled with a seed of its own) and the config's key.
+
+        Each trial's sampler is seeded with `seed + trial number`: reproducible for a given
+        history, and workers sharing a study do not draw the same random start-up points.
+        """
+        if self.owner is not None:
+            trial.set_user_attr(OWNER_ATTR, self.owner)
+        self.study.sampler = make_sampler(self.options.sampler, self.options.seed + trial.number,
+                                          self.options.trials)
         config = self.space.suggest(trial)
-        key = config_key(config)
         trial.set_user_attr("config", config.to_dict())
-        trial.set_user_attr("config_key", key)
-        earlier = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                   if t.user_attrs.get("config_key") == key]
+        trial.set_user_attr("config_key", config_key(config))
+
+    def _run(self, trial: optuna.Trial) -> str:
+        config = LoopConfig.from_dict(trial.user_attrs["config"])
+        key = trial.user_attrs["config_key"]
+        complete = self.retry.call(lambda: self.study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE,)), what="reading the study")
+        earlier = [t for t in complete if t.user_attrs.get("config_key") == key]
         try:
             outcome = self.measurer.measure(config, on_window=self._window_callback(trial))
-            return self._tell(trial, config, key, outcome, earlier)
+            return self.retry.call(lambda: self._tell(trial, config, key, outcome, earlier),
+                                   what=f"telling trial {trial.number}")
         except KeyboardInterrupt:
             trial.set_user_attr("failure_reason", "interrupted")
             self.study.tell(trial, state=TrialState.FAIL)
             raise
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # Finished meanwhile: failed as interrupted by a worker that took this one for dead
+            # (it is run again), or told by an attempt whose answer the database did not send.
+            return "finished elsewhere"
 
     def _stop_requested(self) -> bool:
         if not self.stopped and self.should_stop is not None and self.should_stop():
@@ -331,11 +443,18 @@ class _Search:
             return None
 
         def on_window(index: int, throughput: float) -> bool:
-            if prune:
-                trial.report(throughput, index)
             if self._stop_requested():
                 return False
-            return not (prune and trial.should_prune())
+            if not prune:
+                return True
+            try:
+                trial.report(throughput, index)
+                return not trial.should_prune()
+            except Exception as exc:
+                if isinstance(self.retry, _NoRetry) or not is_transient(exc):
+                    raise
+                # The database is away: measure on, unpruned; the result is told once it is back.
+                return True
 
         return on_window
 
@@ -425,8 +544,11 @@ class _Search:
         return max(values) if values else None
 
 
-def _first_baseline(entries: dict[str, Any], name: str) -> dict[str, Any] | None:
-    measured = [e for k, e in entries.items() if k.startswith(f"{name}/") and "windows" in e]
+def _first_baseline(entries: dict[str, Any], name: str, where: str) -> dict[str, Any] | None:
+    """The first measurement of baseline `name` at `where` (entries from before `where` was
+    recorded count as anywhere's)."""
+    measured = [e for k, e in entries.items() if k.startswith(f"{name}/") and "windows" in e
+                and e.get("where", where) == where]
     return min(measured, key=lambda e: e["time"]) if measured else None
 
 

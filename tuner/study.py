@@ -22,6 +22,7 @@ import optuna
 import sqlalchemy.exc
 
 from tuner.errors import StudyNotFound, TunerError
+from tuner.retry import lost_create_race
 
 DEFAULT_STORAGE = "sqlite:///tuner.db"
 META = "streamtune"
@@ -29,6 +30,7 @@ BASELINE_PREFIX = "baseline/"
 PARITY_PREFIX = "parity/"
 FINAL_PREFIX = "final/"
 RECOMMENDATION = "recommendation"
+CREATE_RACE_ATTEMPTS = 3
 
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -39,7 +41,21 @@ def storage_url(explicit: str | None = None) -> str:
 
 
 def open_storage(url: str) -> optuna.storages.BaseStorage:
-    """An Optuna storage for `url`; a bad URL is an error naming --storage."""
+    """An Optuna storage for `url`; a bad URL is an error naming --storage.
+
+    Workers started together on an empty database all create Optuna's tables at once; those
+    that lose the race find them made, and open the storage again.
+    """
+    for _ in range(CREATE_RACE_ATTEMPTS - 1):
+        try:
+            return _open_storage(url)
+        except (sqlalchemy.exc.SQLAlchemyError, TunerError) as exc:
+            if not lost_create_race(exc.__cause__ if isinstance(exc, TunerError) else exc):
+                raise
+    return _open_storage(url)
+
+
+def _open_storage(url: str) -> optuna.storages.BaseStorage:
     engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if url.startswith("sqlite"):
         # Several processes may write one SQLite file: wait for the lock rather than fail.

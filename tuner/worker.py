@@ -1,38 +1,54 @@
-"""The worker: claims jobs from the job table and runs each one as `run_study` on its own study.
+"""The worker: claims or joins jobs from the job table and runs their trials on one device.
 
 `python -m tuner worker [--storage URL] [--gpu INDEX]` runs one (`python -m tuner serve` starts one
-per visible GPU). A worker loops: requeue jobs whose worker stopped heartbeating, claim the oldest
-queued job it can run (`JobStore.claim`, atomic), run it, repeat; with nothing to do it waits
-`TUNER_POLL_S`. While a job runs, a thread heartbeats the job row every `TUNER_HEARTBEAT_S` and
-reads back whether a cancel was requested and whether the worker still holds the job.
+per visible GPU). A worker loops: requeue jobs none of whose workers heartbeat any more, claim the
+oldest queued job it can run (`JobStore.claim`, atomic), or else join a running job that has a
+trial slot free or is ready for its final round, run trials of it until no slot is left, repeat;
+with nothing to do it waits `TUNER_POLL_S`. While it is in a job, a thread heartbeats the job
+row, the worker row and the GPU lease every `TUNER_HEARTBEAT_S`, reads back whether a cancel was
+requested and whether the worker is still a member of the job, and fails the RUNNING trials of
+the job's study whose worker is dead (`tuner.job_run.fail_orphans`).
 
-Resuming (after a crash, a kill, or a shutdown): a job is always run on the study `job-<id>`, in
-the same storage. Before running, the worker fails every trial of that study still RUNNING (only
-a dead worker can have left one: the job was requeued, so nobody else runs its study) with the
-failure reason `interrupted: ...`. Trials cut short by the service (those, and those stopped on
-request: `tuner.job_study.is_rerun`) do not count toward the job's `n_trials`: they are re-run, and
-what they measured stays in the study. So the run gets `n_trials - counted` trials, and a job ends
-with exactly `n_trials` counted (complete + failed + pruned) trials, none lost and none twice.
-A job killed during its final round has no trials left to run: it runs the final round only (see
-`_options`).
+Several workers on one job (`tuner.job_run`): the claimer fails the orphaned RUNNING trials,
+measures both baselines (the job's "start" baselines, on its device) and opens the job for
+trials; every member then takes trial slots under the job's slot lock until `n_trials` trials
+count. Drift baselines: each worker measures both baselines again after every `baseline_every`
+trials it ran itself, and their drift compares its device with that device's first measurement.
+The worker that finds every slot finished claims the final round: only it decides, on its device.
+
+Grace period of a worker killed mid-trial: its trial is failed as `interrupted: ...` (not
+counted, run again) by another worker of the job once the dead worker's heartbeat is older than
+`TUNER_LEASE_S`, at that worker's next heartbeat: within `lease_s + heartbeat_s` of the dead
+worker's last heartbeat. Dead workers' rows are removed, and a dead finalizer's job goes back to
+stage "trials", where the next worker to look finalizes it.
+
+The database away: every database call of the loop is retried with exponential backoff
+(`tuner.retry`, `TUNER_RETRY_BASE_S` doubling up to `TUNER_RETRY_MAX_S`, with jitter), a measured
+trial's result is told once the database is back (never measured again), and the heartbeat
+thread retries at its own pace. A worker that has just seen the database come back does not take
+other workers for dead until it has been connected for `lease_s` (they have had no chance to
+heartbeat either).
 
 Cancelling: the API flags the row; the heartbeat thread sees the flag, `should_stop` answers True,
-and `run_study` stops the running trial at its next window (kept as a PRUNED trial with its
-windows and `stopped`), starts no other and raises `Stopped`; the job ends as cancelled. A
-shutdown (SIGTERM/SIGINT, or the `serve` process that started the worker gone) stops the same way
-but puts the job back in the queue. A worker that finds it no longer holds its job (its lease ran
-out and another worker took it) stops too, and leaves the row alone.
+and the running trial stops at its next window (kept as a PRUNED trial with its windows and
+`stopped`, not counted); the job ends as cancelled (once a final round has started, that round
+finishes and its recommendation is kept). A shutdown (SIGTERM/SIGINT, or the `serve` process
+that started the worker gone) stops the running trial the same way; the worker leaves the job
+(the last live member puts it back in the queue), gives its GPU lease back and exits 0.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
+import math
 import os
 import signal
 import socket
 import tempfile
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Literal
@@ -42,24 +58,28 @@ import pydantic
 import sqlalchemy as sa
 import sqlalchemy.exc
 import torch
-from optuna.trial import TrialState
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 import trainers
 from tuner import study as studies
 from tuner.errors import SpaceError, TunerError
-from tuner.job_study import INTERRUPTED_PREFIX, best_trial, is_rerun, trial_counts
-from tuner.jobs import JobRow, JobSpec, JobStore, WorkloadRegistry
+from tuner.job_run import (
+    GAVE_UP_REASON,
+    ORPHAN_REASON,
+    JobSlots,
+    count_slots,
+    fail_orphans,
+    fail_running,
+)
+from tuner.job_study import best_trial, is_rerun, trial_counts
+from tuner.jobs import STUDY_PREFIX, JobRow, JobSpec, JobStore, WorkloadRegistry, utcnow
+from tuner.leases import GpuLease
 from tuner.measure import Protocol
-from tuner.search import RunOptions, Stopped, run_study
+from tuner.retry import Backoff, is_transient
+from tuner.search import OWNER_ATTR, RunOptions, Search, Stopped, open_search
 
 log = logging.getLogger("tuner.worker")
-
-# With no trial left to run, a resumed job still needs its final round: run_study is given a
-# time budget so small that no trial starts (its documented `timeout_s`), and then decides.
-FINISH_ONLY_TIMEOUT_S = 1e-9
-ORPHAN_REASON = f"{INTERRUPTED_PREFIX}: its worker was lost; the trial is run again"
 
 
 class WorkerSettings(BaseSettings):
@@ -84,12 +104,21 @@ class WorkerSettings(BaseSettings):
     parity_steps: int = Field(default=20, ge=2, le=100_000)
     baseline_every: int = Field(default=10, ge=1, le=100_000)
     sampler: Literal["tpe", "random"] = "tpe"
+    matmul_precision: Literal["highest", "high", "medium"] = Field(
+        default="highest", description="torch float32 matmul precision of every job (high: TF32)")
     torch_threads: int | None = Field(default=None, ge=1, le=1024)
     worker_nice: int = Field(default=0, ge=0, le=19, description=(
         "niceness of `python -m tuner worker` (e.g. 10: the API and the rest of the node go "
         "first when they want the CPU too)"))
     space_dir: str | None = Field(default=None,
                                   description="where explicit search spaces are written")
+    host: str | None = Field(default=None, min_length=1, max_length=255, description=(
+        "the host name of GPU leases (default: socket.gethostname(); give containers of one "
+        "node the node's name)"))
+    retry_base_s: float = Field(default=0.5, gt=0, le=600,
+                                description="first wait after a database error")
+    retry_max_s: float = Field(default=30.0, gt=0, le=3_600,
+                               description="longest wait between database retries")
     parent_pid: int | None = Field(default=None,
                                    description="set by `serve`: shut down when it is gone")
 
@@ -112,7 +141,7 @@ def describe(exc: BaseException) -> str:
 
 
 class Worker:
-    """Runs jobs of one storage on one device (a GPU index, or the CPU)."""
+    """Runs trials of jobs of one storage on one device (a GPU index, or the CPU)."""
 
     def __init__(self, settings: WorkerSettings, *, storage: str | None = None,
                  gpu: int | None = None) -> None:
@@ -125,58 +154,102 @@ class Worker:
                              f"{torch.cuda.device_count()} visible GPUs")
         self.device = "cpu" if gpu is None else f"cuda:{gpu}"
         self.devices = ("auto", "cpu") if gpu is None else ("auto", "cpu", "cuda")
-        self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.hardware = trainers.fingerprint_key(trainers.fingerprint(torch.device(self.device)))
+        self.host = settings.host or socket.gethostname()
+        self.id = f"{self.host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.registry = WorkloadRegistry(settings.workloads)
         self.store = JobStore(self.storage_url)
+        self.lease = None if gpu is None else GpuLease(self.store, self.host, gpu, self.id,
+                                                       os.getpid())
         self._optuna: optuna.storages.BaseStorage | None = None
+        self._storage_lock = threading.Lock()
         self._shutdown = threading.Event()
+        self.backoff = Backoff(base_s=settings.retry_base_s, max_s=settings.retry_max_s,
+                               stop=self._shutdown)
+        self._started = False
         self._stop: str | None = None  # "cancel" or "lost", set by the heartbeat thread
         self._phase: str | None = None
+        # Monotonic time since which the database has answered (None: it is away now).
+        self._db_ok_since: float | None = -math.inf
         if settings.torch_threads is not None:
             torch.set_num_threads(settings.torch_threads)
 
     # -- the loop ------------------------------------------------------------------------
+    def start(self) -> None:
+        """Register the worker and take its GPU's lease (`tuner.leases.GpuBusy` if taken)."""
+        if self._started:
+            return
+        self._storage()  # Optuna's tables exist before any job is touched
+        self.store.register_worker(self.id, host=self.host, pid=os.getpid(), device=self.device)
+        if self.lease is not None:
+            try:
+                self.lease.acquire(lease_s=self.settings.lease_s)
+            except TunerError:
+                self.store.remove_worker(self.id)
+                raise
+        self._started = True
+
+    def close(self) -> None:
+        """Give the GPU lease back and remove the worker's row (and so its memberships)."""
+        if not self._started:
+            return
+        try:
+            if self.lease is not None:
+                self.lease.release()
+            self.store.remove_worker(self.id)
+        except sqlalchemy.exc.SQLAlchemyError as exc:
+            log.warning("worker %s: could not say goodbye (%s); its rows go stale after %.0f s",
+                        self.id, type(exc).__name__, self.settings.lease_s)
+        self._started = False
+
     def run(self) -> None:
         """Claim and run jobs until `shutdown()` (or a signal through `install_signals`)."""
-        self.store.register_worker(self.id, host=socket.gethostname(), pid=os.getpid(),
-                                   device=self.device)
+        self.start()
         # Never log a database password that the URL may carry.
         shown = sa.engine.make_url(self.storage_url).render_as_string(hide_password=True)
         log.info("worker %s on %s, storage %s", self.id, self.device, shown)
+        failures = 0
         try:
             while not self._shutdown.is_set():
                 self._check_parent()
                 try:
-                    self.store.beat_worker(self.id, None)
+                    self._beat_idle()
                     ran = self.run_once()
-                except sqlalchemy.exc.OperationalError as exc:  # the database is away: wait
-                    log.warning("worker %s: database error: %s", self.id, exc.orig)
-                    ran = False
+                except Exception as exc:
+                    if not is_transient(exc):
+                        raise
+                    self._db_down()
+                    wait = self.backoff.delay(failures)
+                    failures += 1
+                    log.warning("worker %s: database unavailable (%s); retrying in %.1f s",
+                                self.id, type(exc.__cause__ or exc).__name__, wait)
+                    self._shutdown.wait(wait)
+                    continue
+                failures = 0
+                self._db_up()
                 if not ran:
                     self._shutdown.wait(self.settings.poll_s)
         finally:
-            self.store.remove_worker(self.id)
+            self.close()
             log.info("worker %s stopped", self.id)
 
     def run_once(self) -> bool:
-        """Requeue stale jobs, claim one and run it to its end; False when none was queued."""
-        self.store.requeue_stale(lease_s=self.settings.lease_s,
-                                 max_attempts=self.settings.max_attempts)
+        """Claim a queued job, or join a running one, and run its trials; False if none had any."""
+        self.start()
+        self._sweep()
         job = self.store.claim(self.id, devices=self.devices)
-        if job is None:
-            return False
-        log.info("job %s claimed (attempt %d)", job.id, job.attempts)
-        self._stop, self._phase = None, "starting"
-        done = threading.Event()
-        beat = threading.Thread(target=self._beat, args=(job.id, done), daemon=True,
-                                name=f"heartbeat-{job.id[:8]}")
-        beat.start()
-        try:
-            self._execute(job)
-        finally:
-            done.set()
-            beat.join()
-        return True
+        if job is not None:
+            log.info("job %s claimed (attempt %d)", job.id, job.attempts)
+            return self._in_job(job, claimed=True)
+        storage = self._storage()
+        for job in self.store.joinable(devices=self.devices, hardware=self.hardware):
+            slots = count_slots(storage, job.study, job.n_trials, job.deadline_at)
+            if (slots.free > 0 or slots.finished) and self.store.join(job.id, self.id):
+                log.info("job %s joined (%d of %d trials counted)", job.id, slots.counted,
+                         job.n_trials)
+                if self._in_job(job, claimed=False):
+                    return True
+        return False
 
     def shutdown(self) -> None:
         self._shutdown.set()
@@ -189,83 +262,142 @@ class Worker:
         return self._stop is not None or self._shutdown.is_set()
 
     # -- one job -------------------------------------------------------------------------
-    def _execute(self, job: JobRow) -> None:
+    def _in_job(self, job: JobRow, *, claimed: bool) -> bool:
+        """Be a member of `job` until no trial of it is left for this worker."""
+        self._stop, self._phase = None, "starting"
+        done = threading.Event()
+        beat = threading.Thread(target=self._beat, args=(job, done), daemon=True,
+                                name=f"heartbeat-{job.id[:8]}")
+        beat.start()
+        try:
+            return self._execute(job, claimed=claimed)
+        finally:
+            done.set()
+            beat.join()
+            self._leave(job)
+
+    def _execute(self, job: JobRow, *, claimed: bool) -> bool:
+        """Run trials of the job, and its final round if it falls to this worker.
+
+        False when this worker found nothing to do in it (every slot taken by others).
+        """
         if job.cancel_requested:
             self.store.finish(job.id, self.id, "cancelled")
-            return
+            return True
+        search: Search | None = None
         try:
             spec = JobSpec.from_dict(job.spec)
-            remaining, stored_rec = self._prepare_study(job, spec)
-            if remaining <= 0 and stored_rec is not None:
-                rec = stored_rec  # killed after deciding, before the row said so
-            else:
-                rec = run_study(self._options(job, spec, remaining),
-                                progress=_JobProgress(self, job), should_stop=self.should_stop)
+            search = open_search(self._options(job, spec), progress=_JobProgress(self, job),
+                                 should_stop=self.should_stop, owner=self.id,
+                                 retry=self.backoff, storage=self._storage())
+            deadline = job.deadline_at
+            if claimed:
+                stored = self._prepare_study(job)
+                if stored is not None:  # killed after deciding, before the row said so
+                    return self._finish(job, stored)
+                search.measure_baselines("start")
+                deadline = None if spec.timeout_s is None else (
+                    utcnow() + dt.timedelta(seconds=spec.timeout_s))
+                hardware = studies.meta(search.study)["hardware"]
+                if not self.store.open_trials(job.id, self.id, hardware=hardware,
+                                              deadline=deadline):
+                    return True  # lost it meanwhile (cancelled, or taken for dead)
+            slots = self._slots(job, deadline)
+            search.run_trials(slots)
+            if search.stopped:
+                raise Stopped(f"stopped after {search.done} trials")
+            if not slots.count().finished or not self.store.claim_finalizing(job.id, self.id):
+                return search.done > 0 or claimed
+            self._phase = "final round"
+            rec = self.backoff.call(search.decide, what=f"job {job.id}: final round")
         except Stopped:
             self._after_stop(job)
-            return
-        except Exception as exc:  # noqa: BLE001 - a job's failure is recorded; the worker goes on
+            return True
+        except Exception as exc:  # a job's failure is recorded; the worker goes on
+            if is_transient(exc):
+                raise  # the database is away: the loop waits for it; the job is not at fault
             if self._stop is not None or self._shutdown.is_set():
                 self._after_stop(job)
-                return
+                return True
             log.warning("job %s failed: %s", job.id, describe(exc))
             self._sync_progress(job)
             self.store.finish(job.id, self.id, "failed", error=describe(exc))
-            return
+            return True
+        finally:
+            if search is not None:
+                search.close()
+        return self._finish(job, rec)
+
+    def _finish(self, job: JobRow, rec: dict[str, Any]) -> bool:
         self._sync_progress(job)
         status = "cancelled" if self._stop == "cancel" else "succeeded"
-        if self.store.finish(job.id, self.id, status, recommendation=rec):
+        finished = self.backoff.call(
+            lambda: self.store.finish(job.id, self.id, status, recommendation=rec),
+            what=f"job {job.id}: finishing")
+        if finished:
             log.info("job %s %s", job.id, status)
         else:
-            log.warning("job %s: finished, but another worker holds it now", job.id)
+            log.warning("job %s: decided, but this worker no longer holds it", job.id)
+        return True
+
+    def _slots(self, job: JobRow, deadline: dt.datetime | None) -> JobSlots:
+        return JobSlots(self.store, self._storage(), job_id=job.id, study=job.study,
+                        n_trials=job.n_trials, deadline=deadline, worker=self.id,
+                        hold_s=self.settings.lease_s, backoff=self.backoff)
 
     def _after_stop(self, job: JobRow) -> None:
         lease = self.store.heartbeat(job.id, self.id)
         if not lease.owned:
-            log.warning("job %s: lost its lease; another worker has it", job.id)
+            log.warning("job %s: this worker is no longer one of its workers", job.id)
             return
         self._sync_progress(job)
         if lease.cancel_requested:
-            self.store.finish(job.id, self.id, "cancelled")
-            log.info("job %s cancelled", job.id)
-        else:
-            self.store.requeue(job.id, self.id, reason=f"requeued: worker {self.id} shut down")
+            if self.store.finish(job.id, self.id, "cancelled"):
+                log.info("job %s cancelled", job.id)
+        elif self.store.requeue(job.id, self.id, reason=f"requeued: worker {self.id} shut down",
+                                lease_s=self.settings.lease_s):
             log.info("job %s requeued (shutdown)", job.id)
+        else:
+            log.info("job %s: left it to its other workers (shutdown)", job.id)
 
-    def _prepare_study(self, job: JobRow, spec: JobSpec) -> tuple[int, dict[str, Any] | None]:
-        """Fail orphaned RUNNING trials; return (trials left to run, the stored recommendation)."""
-        storage = self._storage()
+    def _leave(self, job: JobRow) -> None:
+        """Stop being a member; a trial of this worker still RUNNING (given up) is failed."""
         try:
-            study_id = storage.get_study_id_from_name(job.study)
-        except KeyError:
-            return spec.n_trials, None
-        for trial in storage.get_all_trials(study_id, deepcopy=False,
-                                            states=(TrialState.RUNNING,)):
-            trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
-            storage.set_trial_user_attr(trial_id, "failure_reason", ORPHAN_REASON)
-            storage.set_trial_user_attr(trial_id, "failure_kind", "interrupted")
-            storage.set_trial_state_values(trial_id, TrialState.FAIL)
-            log.info("job %s: trial %d was left running; failed as interrupted", job.id,
-                     trial.number)
-        counts = trial_counts(storage.get_all_trials(study_id, deepcopy=False))
-        counted = counts["complete"] + counts["failed"] + counts["pruned"]
-        rec = storage.get_study_user_attrs(study_id).get(studies.RECOMMENDATION)
-        return spec.n_trials - counted, rec if isinstance(rec, dict) else None
+            fail_running(self._storage(), job.study,
+                         lambda t: t.user_attrs.get(OWNER_ATTR) == self.id, GAVE_UP_REASON)
+            self.store.leave(self.id)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            log.warning("job %s: could not leave it (%s); the others take this worker for dead "
+                        "after %.0f s", job.id, type(exc).__name__, self.settings.lease_s)
 
-    def _options(self, job: JobRow, spec: JobSpec, remaining: int) -> RunOptions:
+    def _prepare_study(self, job: JobRow) -> dict[str, Any] | None:
+        """Fail the orphaned RUNNING trials; the stored recommendation if every slot is done."""
+        storage = self._storage()
+        orphans = fail_orphans(storage, job.study,
+                               alive=self.store.live_workers(self.settings.lease_s) - {self.id},
+                               unowned_after_s=0.0)
+        for number in orphans:
+            log.info("job %s: trial %d was left running; failed as interrupted", job.id, number)
+        if count_slots(storage, job.study, job.n_trials, None).free > 0:
+            return None
+        found = storage.get_study_id_from_name(job.study)
+        rec = storage.get_study_user_attrs(found).get(studies.RECOMMENDATION)
+        return rec if isinstance(rec, dict) else None
+
+    def _options(self, job: JobRow, spec: JobSpec) -> RunOptions:
         s = self.settings
         return RunOptions(
             workload=self.registry.target(spec.workload), preset=spec.preset,
-            trials=max(1, remaining),
-            timeout_s=spec.timeout_s if remaining > 0 else FINISH_ONLY_TIMEOUT_S,
-            space=self._space_argument(job, spec), fix=spec.fix_items(),
+            trials=spec.n_trials, space=self._space_argument(job, spec), fix=spec.fix_items(),
             storage=self.storage_url, study=job.study,
             device="cpu" if spec.device == "cpu" else self.device,
             objectives=spec.objectives, max_memory_bytes=spec.max_memory_bytes,
             top_k=s.top_k, final_rounds=s.final_rounds, baseline_every=s.baseline_every,
             parity_steps=s.parity_steps, sampler=s.sampler, protocol=s.protocol(),
+            matmul_precision=s.matmul_precision,
         )
-
     def _space_argument(self, job: JobRow, spec: JobSpec) -> str:
         """`RunOptions.space`: the built-in name, or a JSON file of the explicit space.
 
@@ -288,37 +420,95 @@ class Worker:
         path.write_text(json.dumps(spec.space), encoding="utf-8")
         return str(path)
 
-    # -- progress and heartbeats ---------------------------------------------------------
+    # -- progress, heartbeats and dead workers -------------------------------------------
     def _sync_progress(self, job: JobRow) -> None:
-        """Copy the study's counts and best trial to the job row; record finished trials."""
-        storage = self._storage()
+        """Copy the study's counts and best trial to the job row; record finished trials once."""
         try:
-            study_id = storage.get_study_id_from_name(job.study)
-        except KeyError:
-            return
-        trials = storage.get_all_trials(study_id, deepcopy=False)
-        self.store.progress(job.id, self.id, counts=trial_counts(trials), best=best_trial(trials))
-        for trial in trials:
-            if trial.state.is_finished() and trial.datetime_start and trial.datetime_complete:
+            storage = self._storage()
+            found = storage.get_study_id_from_name(job.study)
+            trials = storage.get_all_trials(found, deepcopy=False)
+            self.store.progress(job.id, self.id, counts=trial_counts(trials),
+                                best=best_trial(trials))
+            recorded = self.store.recorded_trials(job.id)
+            for trial in trials:
+                if (trial.number in recorded or not trial.state.is_finished()
+                        or not trial.datetime_start or not trial.datetime_complete):
+                    continue
                 state = {"COMPLETE": "complete", "PRUNED": "pruned"}.get(trial.state.name,
                                                                          "failed")
                 seconds = (trial.datetime_complete - trial.datetime_start).total_seconds()
                 self.store.record_trial(job.id, trial.number, state, seconds)
+        except KeyError:
+            return  # no study yet
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            log.warning("job %s: progress not copied (%s); the next trial copies it", job.id,
+                        type(exc).__name__)
 
-    def _beat(self, job_id: str, done: threading.Event) -> None:
+    def _beat(self, job: JobRow, done: threading.Event) -> None:
         while not done.is_set():
             try:
-                lease = self.store.heartbeat(job_id, self.id, phase=self._phase)
-                self.store.beat_worker(self.id, job_id)
-            except sqlalchemy.exc.SQLAlchemyError as exc:  # a glitch: try again next beat
-                log.warning("job %s: heartbeat failed: %s", job_id, exc)
+                lease = self.store.heartbeat(job.id, self.id, phase=self._phase)
+                gpu_held = self.lease is None or self.lease.beat()
+                self._db_up()
+                if self._may_sweep():
+                    self._fail_orphans(job.id)
+            except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
+                self._db_down()
+                log.warning("job %s: heartbeat failed: %s", job.id, type(exc).__name__)
             else:
                 if not lease.owned:
                     self._stop = "lost"
                 elif lease.cancel_requested:
                     self._stop = "cancel"
+                if not gpu_held:
+                    self._gpu_lost()
             self._check_parent()
             done.wait(self.settings.heartbeat_s)
+
+    def _beat_idle(self) -> None:
+        if not self.store.beat_worker(self.id):  # taken for dead while the database was away
+            self.store.register_worker(self.id, host=self.host, pid=os.getpid(),
+                                       device=self.device)
+        if self.lease is not None and not self.lease.beat():
+            self._gpu_lost()
+
+    def _gpu_lost(self) -> None:
+        log.error("worker %s: another worker took over the lease of %s on %s (this one was "
+                  "taken for dead); stopping", self.id, self.device, self.host)
+        self.shutdown()
+
+    def _sweep(self) -> None:
+        """Requeue jobs without live workers; forget dead workers and fail their trials."""
+        if not self._may_sweep():
+            return
+        self.store.requeue_stale(lease_s=self.settings.lease_s,
+                                 max_attempts=self.settings.max_attempts)
+        for dead in self.store.forget_dead_workers(self.settings.lease_s):
+            log.info("worker %s is dead (no heartbeat for %.0f s)", dead.id,
+                     self.settings.lease_s)
+            if dead.job_id is not None:
+                self._fail_orphans(dead.job_id)
+
+    def _fail_orphans(self, job_id: str) -> None:
+        study = f"{STUDY_PREFIX}{job_id}"
+        alive = self.store.live_workers(self.settings.lease_s)
+        for number in fail_orphans(self._storage(), study, alive=alive,
+                                   unowned_after_s=self.settings.lease_s):
+            log.info("job %s: trial %d's worker is dead; failed as interrupted", job_id, number)
+
+    def _may_sweep(self) -> bool:
+        """Whether others' stale heartbeats mean they are dead (module doc: the database away)."""
+        since = self._db_ok_since
+        return since is not None and time.monotonic() - since >= self.settings.lease_s
+
+    def _db_up(self) -> None:
+        if self._db_ok_since is None:
+            self._db_ok_since = time.monotonic()
+
+    def _db_down(self) -> None:
+        self._db_ok_since = None
 
     def _check_parent(self) -> None:
         parent = self.settings.parent_pid
@@ -327,9 +517,10 @@ class Worker:
             self.shutdown()
 
     def _storage(self) -> optuna.storages.BaseStorage:
-        if self._optuna is None:
-            self._optuna = studies.open_storage(self.storage_url)
-        return self._optuna
+        with self._storage_lock:  # the heartbeat thread may ask first
+            if self._optuna is None:
+                self._optuna = studies.open_storage(self.storage_url)
+            return self._optuna
 
 
 class _JobProgress:
@@ -340,18 +531,18 @@ class _JobProgress:
         self.job = job
 
     def start(self, study: str, total: int, resumed: bool) -> None:
-        self.worker._phase = f"{'resumed' if resumed else 'started'}: {total} trials to run"
+        self.worker._phase = f"{'resumed' if resumed else 'started'}: {total} trials in all"
 
     def phase(self, text: str) -> None:
         self.worker._phase = text
 
     def trial_done(self, done: int, total: int, best: float | None, state: str) -> None:
-        self.worker._phase = f"trial {done}/{total} {state}"
+        self.worker._phase = f"{done} trials run here, the last {state}"
         self.worker._sync_progress(self.job)
 
 
 def main(storage: str | None = None, gpu: int | None = None) -> None:
-    """`python -m tuner worker`: run until SIGTERM/SIGINT; the running job is requeued then."""
+    """`python -m tuner worker`: run until SIGTERM/SIGINT (then exit 0, see the module doc)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
         settings = WorkerSettings()
@@ -366,4 +557,4 @@ def main(storage: str | None = None, gpu: int | None = None) -> None:
     worker.run()
 
 
-__all__ = ["FINISH_ONLY_TIMEOUT_S", "Worker", "WorkerSettings", "describe", "is_rerun", "main"]
+__all__ = ["ORPHAN_REASON", "Worker", "WorkerSettings", "describe", "is_rerun", "main"]

@@ -1,15 +1,12 @@
 """The job table on PostgreSQL: claims with FOR UPDATE SKIP LOCKED, and a whole job.
 
 Needs PostgreSQL on 127.0.0.1:5432 (trust auth, database `test`); skipped when nothing listens.
-Each test works in a schema of its own (through `search_path`), dropped at its end.
+Each test works in a schema of its own (the `pg_url` fixture of tests/api/conftest.py).
 """
 
 from __future__ import annotations
 
-import socket
 import threading
-import uuid
-from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
@@ -19,33 +16,7 @@ from tests.api.conftest import make_app, make_worker
 from tests.api.helpers import AUTH, TINY_JOB
 from tuner.jobs import JobSpec, JobStore
 
-SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-
 pytestmark = pytest.mark.postgres
-
-
-def _listening() -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", 5432), timeout=1.0):
-            return True
-    except OSError:
-        return False
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    if not _listening():
-        pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
-    schema = f"streamtune_test_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(SERVER)
-    with admin.begin() as conn:
-        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        yield f"{SERVER}?options=-csearch_path%3D{schema}"
-    finally:
-        with admin.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
 
 
 def test_concurrent_claims_take_each_job_once(pg_url: str) -> None:

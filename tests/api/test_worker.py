@@ -238,7 +238,7 @@ def test_a_trial_left_running_is_failed_rerun_and_never_counted(storage: str) ->
     row = store.create(JobSpec(**(TINY_JOB | {"n_trials": 4})), owner="me")
     ghost = _ghost_claims(store, row.id)
     worker = make_worker(storage)
-    options = worker._options(ghost, JobSpec.from_dict(ghost.spec), 4)
+    options = worker._options(ghost, JobSpec.from_dict(ghost.spec))
     # The ghost completes two trials, stops, and dies in the middle of a third.
     calls = iter(range(1000))
     with pytest.raises(Stopped):
@@ -278,7 +278,7 @@ def test_a_job_killed_after_its_last_trial_only_decides(storage: str) -> None:
                 raise KeyboardInterrupt  # killed between the last trial and the final round
 
     with pytest.raises(Interrupted):
-        run_study(worker._options(ghost, JobSpec.from_dict(ghost.spec), 2),
+        run_study(worker._options(ghost, JobSpec.from_dict(ghost.spec)),
                   progress=DiesAfterTrials())
     assert len(_trials(storage, row.study)) == 2
     assert worker.run_once()
@@ -303,7 +303,7 @@ def test_should_stop_stops_the_running_trial_at_its_next_window(storage: str) ->
     store = JobStore(storage)
     row = store.create(JobSpec(**(TINY_JOB | {"n_trials": 5})), owner="me")
     worker = make_worker(storage, measure_windows=4)
-    options = worker._options(row, JobSpec.from_dict(row.spec), 5)
+    options = worker._options(row, JobSpec.from_dict(row.spec))
     asked: list[int] = []
 
     def stop_in_the_second_trial() -> bool:
