@@ -156,39 +156,42 @@ def replay_search(entries: Sequence[Mapping[str, Any]], sampler: str, seed: int,
     limit = best_ms / (1.0 - target_fraction)
     space: dict[str, list[Any]] = {name: list(values) for name, values in GRID_LEVELS.items()}
     space["feed"] = list(range(len(FEEDS)))
-    present = {tuple(sorted(e["params"].items())) for e in entries}
     if not any(e["config"]["cuda_graph"] for e in entries):
         space["cuda_graph"] = [False]
-    samplers: dict[str, Callable[[], optuna.samplers.BaseSampler]] = {
-        "tpe": lambda: optuna.samplers.TPESampler(seed=seed),
-        "random": lambda: optuna.samplers.RandomSampler(seed=seed),
-        "grid": lambda: optuna.samplers.GridSampler(space, seed=seed),
-    }
-    if sampler not in samplers:
-        raise ValueError(f"sampler: {sampler!r} is not one of {', '.join(samplers)}")
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler: {sampler!r} is not one of {', '.join(SAMPLERS)}")
     rng = random.Random(seed)
+    # The grid goes through every config once in a seeded random order (as optuna's
+    # GridSampler would; it calls Study.stop when the grid runs out, which ask/tell cannot take).
+    order = [e["params"] for e in random.Random(seed).sample(list(entries), len(entries))]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(sampler=samplers[sampler](), direction="minimize")
-    cap = max_evaluations if max_evaluations is not None else 2 * len(entries)
+    study = optuna.create_study(
+        sampler=(optuna.samplers.TPESampler(seed=seed) if sampler == "tpe"
+                 else optuna.samplers.RandomSampler(seed=seed)),
+        direction="minimize")
+    cap = len(entries) if sampler == "grid" else (
+        max_evaluations if max_evaluations is not None else 2 * len(entries))
     seconds = 0.0
     for evaluation in range(1, cap + 1):
-        trial = study.ask()
-        params = {name: trial.suggest_categorical(name, values) for name, values in space.items()}
+        trial = None if sampler == "grid" else study.ask()
+        params = (dict(order[evaluation - 1]) if trial is None else
+                  {name: trial.suggest_categorical(name, values)
+                   for name, values in space.items()})
         key = json.dumps(params, sort_keys=True)
-        if tuple(sorted(params.items())) not in present:
+        if key not in by_params:
             raise ValueError(f"the grid has no entry for {params}")
         entry = by_params[key]
         seconds += entry["seconds"]
         if "step_ms" not in entry:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            if trial is not None:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
             continue
-        study.tell(trial, rng.choice(entry["windows_ms"]))
+        if trial is not None:
+            study.tell(trial, rng.choice(entry["windows_ms"]))
         if entry["step_ms"] <= limit:
             return {"evaluations": evaluation, "gpu_seconds": seconds, "reached": True,
                     "config": entry["config"]}
-        if sampler == "grid" and evaluation >= len(entries):
-            break
-    return {"evaluations": evaluation, "gpu_seconds": seconds, "reached": False, "config": None}
+    return {"evaluations": cap, "gpu_seconds": seconds, "reached": False, "config": None}
 
 
 def tuning_cost(entries: Sequence[Mapping[str, Any]], seeds: Sequence[int] = (0, 1, 2),
