@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+# Children find this checkout first, and whatever else this process was given (a --target site).
+CHILD_PYTHONPATH = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
 sys.path.insert(0, str(ROOT))
 
 import optuna  # noqa: E402
@@ -89,7 +91,8 @@ def worker_env(args: argparse.Namespace) -> dict[str, str]:
                 "FINAL_ROUNDS": args.final_rounds, "MATMUL_PRECISION": args.matmul_precision,
                 "HEARTBEAT_S": 1, "POLL_S": 0.5, "LEASE_S": 20}
     base = {k: v for k, v in os.environ.items() if not k.startswith("TUNER_")}
-    return base | {f"TUNER_{k}": str(v) for k, v in settings.items()} | {"PYTHONPATH": str(ROOT)}
+    tuner = {f"TUNER_{k}": str(v) for k, v in settings.items()}
+    return base | tuner | {"PYTHONPATH": CHILD_PYTHONPATH}
 
 
 def run_job(args: argparse.Namespace, workers: int, directory: Path) -> dict[str, Any]:
@@ -127,7 +130,14 @@ def run_job(args: argparse.Namespace, workers: int, directory: Path) -> dict[str
         stop_all()
         for log in logs:
             log.close()
-    trials = optuna.load_study(study_name=row.study, storage=storage).get_trials(deepcopy=False)
+    try:
+        trials = optuna.load_study(study_name=row.study, storage=storage).get_trials(
+            deepcopy=False)
+    except KeyError:  # no worker got as far as the study: their logs say why
+        trials = []
+    log_tails = {procs_label: (directory / f"worker-{i}.log").read_text(
+        encoding="utf-8", errors="replace")[-1500:]
+        for i, procs_label in enumerate(procs.values())} if not trials else {}
     per_worker: dict[str, int] = {}
     for trial in trials:
         owner = str(trial.user_attrs.get(OWNER_ATTR, "-"))
@@ -140,7 +150,7 @@ def run_job(args: argparse.Namespace, workers: int, directory: Path) -> dict[str
             "n_trials": {"complete": row.n_complete, "failed": row.n_failed,
                          "pruned": row.n_pruned, "in_study": len(trials)},
             "trials_per_worker": per_worker, "recommended": rec.get("config"),
-            "speedup": rec.get("speedup")}
+            "speedup": rec.get("speedup"), "worker_log_tails": log_tails}
 
 
 def stop_all() -> None:

@@ -24,6 +24,8 @@ from tuner.jobs import FINISHED, JobRow, JobStore
 from tuner.search import OWNER_ATTR
 
 ROOT = Path(__file__).resolve().parents[2]
+# Children find this checkout first, and whatever else this process was given (a --target site).
+CHILD_PYTHONPATH = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
 
 # Short leases and polls, so that a dead worker is noticed in seconds; parallel TPE.
 SHARED: dict[str, Any] = {
@@ -43,7 +45,7 @@ class Workers:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, count: int) -> None:
-        env = clean_env() | env_of(self.settings) | {"PYTHONPATH": str(ROOT)}
+        env = clean_env() | env_of(self.settings) | {"PYTHONPATH": CHILD_PYTHONPATH}
         for _ in range(count):
             log = (self.logs / f"worker-{len(self.procs)}.log").open("wb")
             self.procs.append(subprocess.Popen(

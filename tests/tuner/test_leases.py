@@ -21,6 +21,8 @@ from tuner.jobs import JobStore
 from tuner.leases import GpuBusy, GpuLease
 
 ROOT = Path(__file__).resolve().parents[2]
+# Children find this checkout first, and whatever else this process was given (a --target site).
+CHILD_PYTHONPATH = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
 LEASE_S = 1.5
 HOLDER = """
 import sys, time
@@ -36,8 +38,8 @@ while lease.beat():
 
 def _holder(storage: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, storage, str(LEASE_S)], cwd=ROOT,
-                            env=os.environ | {"PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
-                            text=True)
+                            env=os.environ | {"PYTHONPATH": CHILD_PYTHONPATH},
+                            stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
     return proc
 
@@ -72,7 +74,7 @@ def test_a_live_lease_refuses_and_a_dead_ones_is_taken_over(tmp_path: Path) -> N
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_a_second_worker_on_one_gpu_refuses_to_start(tmp_path: Path) -> None:
     storage = sqlite_url(tmp_path)
-    env = os.environ | {"PYTHONPATH": str(ROOT), "TUNER_LEASE_S": str(LEASE_S),
+    env = os.environ | {"PYTHONPATH": CHILD_PYTHONPATH, "TUNER_LEASE_S": str(LEASE_S),
                         "TUNER_HEARTBEAT_S": "0.2", "TUNER_POLL_S": "0.2"}
     args = [sys.executable, "-m", "tuner", "worker", "--storage", storage, "--gpu", "0"]
     first = subprocess.Popen(args, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
