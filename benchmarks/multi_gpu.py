@@ -180,7 +180,7 @@ def agreement(args: argparse.Namespace, devices: list[str]) -> list[dict[str, An
             for index, measurer in enumerate(measurers):
                 outcome = measurer.measure(config)
                 if isinstance(outcome, Failure):
-                    raise SystemExit(f"{name} on {devices[index]} failed: {outcome.reason}")
+                    raise RuntimeError(f"{name} on {devices[index]} failed: {outcome.reason}")
                 samples.setdefault((name, index), []).extend(outcome.throughputs)
     rows = []
     for name in configs:
@@ -214,6 +214,8 @@ def markdown(result: dict[str, Any]) -> str:
     if result.get("single") and result["shared"]["wall_s"]:
         lines += ["", f"Wall time, one GPU / shared: "
                   f"{result['single']['wall_s'] / result['shared']['wall_s']:.2f}x."]
+    if result.get("agreement_error"):
+        lines += ["", f"Agreement between the GPUs not measured: {result['agreement_error']}"]
     lines += ["", "| config | device | median samples/s | ratio to first (95 % CI) | agree |",
               "|---|---|---|---|---|"]
     for row in result["agreement"]:
@@ -242,13 +244,18 @@ def main() -> None:
                 directory.mkdir()
                 result[name] = run_job(args, count, directory)
                 print(json.dumps({name: result[name]}), flush=True)
-    result["agreement"] = agreement(args, devices)
+    try:
+        result["agreement"] = agreement(args, devices)
+    except RuntimeError as exc:  # the jobs' figures stand; say why there is no comparison
+        result["agreement"], result["agreement_error"] = [], str(exc)[:2000]
     key = trainers.fingerprint_key(fp)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"multi-gpu-{key}-{result['date']}"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     stem.with_suffix(".md").write_text(markdown(result), encoding="utf-8")
     print(f"wrote {stem}.json and {stem}.md")
+    if "agreement_error" in result:
+        raise SystemExit(f"agreement not measured: {result['agreement_error']}")
 
 
 if __name__ == "__main__":

@@ -98,7 +98,10 @@ class GraphStep:
         graph = torch.cuda.CUDAGraph()
         try:
             # thread_local: the DataLoader's pin-memory thread may call CUDA during capture.
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            # stream: torch.cuda.graph's default capture stream is one per process, made on the
+            # device current at the first capture; a later capture on another GPU would run on
+            # it (seen on 2 H200s: cuda:0 then cuda:1 in one process -> capture invalidated).
+            with torch.cuda.graph(graph, stream=self._side, capture_error_mode="thread_local"):
                 loss = self.loss_fn(self.model, self.static_batch)
                 loss.backward()
                 self.optimizer.step()
