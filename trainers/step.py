@@ -101,7 +101,10 @@ class GraphStep:
             # stream: torch.cuda.graph's default capture stream is one per process, made on the
             # device current at the first capture; a later capture on another GPU would run on
             # it (seen on 2 H200s: cuda:0 then cuda:1 in one process -> capture invalidated).
-            with torch.cuda.graph(graph, stream=self._side, capture_error_mode="thread_local"):
+            # A fresh, unused stream of this run's device is what the default is on one GPU.
+            capture_stream = torch.cuda.Stream(device=self._side.device)
+            with torch.cuda.graph(graph, stream=capture_stream,
+                                  capture_error_mode="thread_local"):
                 loss = self.loss_fn(self.model, self.static_batch)
                 loss.backward()
                 self.optimizer.step()
