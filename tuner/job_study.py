@@ -13,6 +13,7 @@ from optuna.trial import TrialState
 from tuner import study as studies
 from tuner.errors import NoRecommendation, StudyNotFound
 from tuner.jobs import STUDY_PREFIX, json_safe
+from tuner.report import build_report
 from tuner.search import STOPPED_ATTR
 
 INTERRUPTED_PREFIX = "interrupted"
@@ -79,6 +80,11 @@ class StudyReader:
         except StudyNotFound:
             return False
         return True
+
+    def report(self, name: str) -> str:
+        """The study's self-contained HTML report (`tuner.report.build_report`)."""
+        self._study_id(name)  # StudyNotFound when it does not exist
+        return build_report(optuna.load_study(study_name=name, storage=self.storage))
 
     def names(self) -> list[str]:
         return sorted(s.study_name for s in self.storage.get_all_studies())

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Response, status
+from fastapi.responses import HTMLResponse
 
 from api.deps import CallerDep, ReaderDep, RegistryDep, SettingsDep, StoreDep, authenticate
 from api.routes import CONFLICT, NOT_FOUND, UNAUTHORIZED
@@ -64,6 +65,17 @@ def job_best(job_id: str, store: StoreDep) -> Recommendation:
         raise JobConflict(f"job {job_id!r} has no recommendation: it is {row.status}, "
                           f"{row.n_complete} of {row.n_trials} trials complete")
     return Recommendation.model_validate(row.recommendation)
+
+
+# Not `response_class=HTMLResponse`: that would document the JSON errors (401, 404) as HTML too.
+@router.get("/{job_id}/report", response_model=None, responses={
+    **NOT_FOUND, 200: {"content": {"text/html": {"schema": {"type": "string"}}},
+                       "description": "the study's self-contained HTML report"}})
+def job_report(job_id: str, store: StoreDep, reader: ReaderDep) -> HTMLResponse:
+    """The job study's report (`python -m tuner report`): recommendation, speedups, every
+    trial, throughput by setting, the time breakdown of the profiled configs. A job that has
+    not started has no study yet: 404."""
+    return HTMLResponse(reader.report(store.get(job_id).study))
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut, responses=NOT_FOUND | CONFLICT)

@@ -37,6 +37,13 @@ class Recommendation(BaseModel):
     n_trials: dict[str, int] | None = None
     gpu_seconds: float | None = None
     floor: dict[str, Any] | None = None
+    verdicts: dict[str, Any] | None = Field(
+        default=None, description="profiled config (baselines, recommended) -> kind, "
+        "explanation and the profile figures behind it")
+    explanation: str | None = Field(
+        default=None, description="one line: what bounded the baseline, what the recommended "
+        "config changed, its speedup")
+    profile_errors: dict[str, str] | None = None
 
 
 class BestSoFar(BaseModel):

@@ -107,6 +107,7 @@ class JobLinks(BaseModel):
     self: str
     trials: str
     best: str
+    report: str
     cancel: str
     study: str
 
@@ -161,7 +162,8 @@ class JobOut(BaseModel):
             finished_at=utc(row.finished_at), updated_at=utc(row.updated_at),
             heartbeat_at=utc(row.heartbeat_at),
             links=JobLinks(self=base, trials=f"{base}/trials", best=f"{base}/best",
-                           cancel=f"{base}/cancel", study=f"/v1/studies/{row.study}"),
+                           report=f"{base}/report", cancel=f"{base}/cancel",
+                           study=f"/v1/studies/{row.study}"),
         )
 
 

@@ -44,4 +44,4 @@ def test_the_schema_is_served_with_a_token(api_schema: schemathesis.BaseSchema,
     operations = {(op.ok().method.upper(), op.ok().path)
                   for op in api_schema.get_all_operations()}
     assert ("POST", "/v1/jobs") in operations and ("GET", "/healthz") in operations
-    assert len(operations) == 12
+    assert len(operations) == 13 and ("GET", "/v1/jobs/{job_id}/report") in operations

@@ -55,6 +55,22 @@ def test_a_finished_job_reports_its_trials_and_best(finished: Finished) -> None:
     assert [t["number"] for t in page["items"]] == [2] and page["total"] == 3
 
 
+def test_a_finished_job_serves_its_report_and_its_profiles(finished: Finished) -> None:
+    job, client = finished.job, finished.client
+    rec = client.get(job["links"]["best"], headers=AUTH).json()
+    # Profiled on the CPU: the verdicts say so, with the figures behind them.
+    assert set(rec["verdicts"]) == {"pytorch-default", "seed-baseline", "recommended"}
+    for found in rec["verdicts"].values():
+        assert found["kind"] == "unknown" and "without CUDA activity" in found["explanation"]
+        assert found["figures"]["step_ms"] > 0
+    assert rec["explanation"] and rec["profile_errors"] == {}
+    page = client.get(job["links"]["report"], headers=AUTH)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert job["study"] in page.text and "Plotly.newPlot" in page.text
+    assert client.get("/v1/jobs/nope/report", headers=AUTH).status_code == 404
+    assert client.get(f"/v1/jobs/{job['id']}/report").status_code == 401
+
+
 def test_studies_list_the_jobs_and_the_local_runs(finished: Finished) -> None:
     client, job = finished.client, finished.job
     listed = client.get("/v1/studies", headers=AUTH).json()
