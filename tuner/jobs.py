@@ -152,12 +152,17 @@ class TrialEventRow(Base):
 
 
 class GpuLeaseRow(Base):
-    """Who measures on a GPU: one row per (host, GPU index); see `tuner.leases`."""
+    """Who measures on a GPU: one row per GPU, keyed by its UUID; see `tuner.leases`.
 
-    __tablename__ = "streamtune_gpu_leases"
+    Leases were first keyed by (host, index) in `streamtune_gpu_leases`; that table is no longer
+    read (a database made by an earlier checkout keeps it, unused).
+    """
 
-    host: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
-    gpu: Mapped[int] = mapped_column(primary_key=True)
+    __tablename__ = "streamtune_device_leases"
+
+    device: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    host: Mapped[str] = mapped_column(sa.String(255))
+    gpu: Mapped[int]
     worker: Mapped[str] = mapped_column(sa.String(128))
     pid: Mapped[int]
     acquired_at: Mapped[dt.datetime]

@@ -74,7 +74,7 @@ from tuner.job_run import (
 )
 from tuner.job_study import best_trial, is_rerun, trial_counts
 from tuner.jobs import STUDY_PREFIX, JobRow, JobSpec, JobStore, WorkloadRegistry, utcnow
-from tuner.leases import GpuLease
+from tuner.leases import GpuLease, gpu_uuid
 from tuner.measure import Protocol
 from tuner.retry import Backoff, is_transient
 from tuner.search import OWNER_ATTR, RunOptions, Search, Stopped, open_search
@@ -113,8 +113,8 @@ class WorkerSettings(BaseSettings):
     space_dir: str | None = Field(default=None,
                                   description="where explicit search spaces are written")
     host: str | None = Field(default=None, min_length=1, max_length=255, description=(
-        "the host name of GPU leases (default: socket.gethostname(); give containers of one "
-        "node the node's name)"))
+        "the host name this worker reports (default: socket.gethostname()); GPU leases are "
+        "keyed by the GPU's UUID, and by this host and the index only where torch has no UUID"))
     retry_base_s: float = Field(default=0.5, gt=0, le=600,
                                 description="first wait after a database error")
     retry_max_s: float = Field(default=30.0, gt=0, le=3_600,
@@ -160,7 +160,7 @@ class Worker:
         self.registry = WorkloadRegistry(settings.workloads)
         self.store = JobStore(self.storage_url)
         self.lease = None if gpu is None else GpuLease(self.store, self.host, gpu, self.id,
-                                                       os.getpid())
+                                                       os.getpid(), gpu_uuid(gpu))
         self._optuna: optuna.storages.BaseStorage | None = None
         self._storage_lock = threading.Lock()
         self._shutdown = threading.Event()
@@ -475,8 +475,9 @@ class Worker:
             self._gpu_lost()
 
     def _gpu_lost(self) -> None:
-        log.error("worker %s: another worker took over the lease of %s on %s (this one was "
-                  "taken for dead); stopping", self.id, self.device, self.host)
+        log.error("worker %s: another worker took over the lease of %s (%s) on %s (this one "
+                  "was taken for dead); stopping", self.id, self.device,
+                  self.lease.key if self.lease else "-", self.host)
         self.shutdown()
 
     def _sweep(self) -> None:
