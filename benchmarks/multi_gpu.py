@@ -139,18 +139,62 @@ def run_job(args: argparse.Namespace, workers: int, directory: Path) -> dict[str
         encoding="utf-8", errors="replace")[-1500:]
         for i, procs_label in enumerate(procs.values())} if not trials else {}
     per_worker: dict[str, int] = {}
-    for trial in trials:
-        owner = str(trial.user_attrs.get(OWNER_ATTR, "-"))
-        match = re.search(r"-(\d+)-[0-9a-f]+$", owner)
-        name = procs.get(int(match.group(1)), owner) if match else owner
+    for name in per_owner_name(trials, procs):
         per_worker[name] = per_worker.get(name, 0) + 1
     rec = row.recommendation or {}
     return {"status": row.status, "error": row.error, "wall_s": wall_s,
+            "phases": phases(row, trials, per_owner_name(trials, procs)),
             "timed_out": timed_out,
             "n_trials": {"complete": row.n_complete, "failed": row.n_failed,
                          "pruned": row.n_pruned, "in_study": len(trials)},
             "trials_per_worker": per_worker, "recommended": rec.get("config"),
             "speedup": rec.get("speedup"), "worker_log_tails": log_tails}
+
+
+def per_owner_name(trials: list[optuna.trial.FrozenTrial], procs: dict[int, str]) -> list[str]:
+    """Each trial's worker as this script labelled it ('cuda:1#1'), by the pid in its owner id."""
+    names = []
+    for trial in trials:
+        owner = str(trial.user_attrs.get(OWNER_ATTR, "-"))
+        match = re.search(r"-(\d+)-[0-9a-f]+$", owner)
+        names.append(procs.get(int(match.group(1)), owner) if match else owner)
+    return names
+
+
+def phases(row: Any, trials: list[optuna.trial.FrozenTrial], owners: list[str],
+           ) -> dict[str, Any]:
+    """Where the job's wall time went, from the job row's and the trials' timestamps.
+
+    until_claimed: submission to a worker claiming the job (worker start-up: imports, CUDA).
+    until_first_trial: the claim to the first search trial's start (study, baselines).
+    search: first trial start to last trial end; busy_fraction: the trials' summed durations
+    over search x workers that ran trials. after_search: the last trial to the job's end (the
+    final round, its parity checks and profiles, on one worker).
+    """
+    timed = [(t, o) for t, o in zip(trials, owners, strict=True)
+             if t.datetime_start is not None and t.datetime_complete is not None]
+    if not timed or row.started_at is None or row.finished_at is None:
+        return {}
+
+    def utc(local: dt.datetime) -> dt.datetime:  # Optuna stores naive local time
+        return local.astimezone(dt.UTC).replace(tzinfo=None)
+
+    first = min(utc(t.datetime_start) for t, _ in timed)
+    last = max(utc(t.datetime_complete) for t, _ in timed)
+    busy: dict[str, float] = {}
+    for trial, owner in timed:
+        busy[owner] = busy.get(owner, 0.0) + (
+            trial.datetime_complete - trial.datetime_start).total_seconds()
+    search_s = (last - first).total_seconds()
+    return {
+        "until_claimed_s": (row.started_at - row.created_at).total_seconds(),
+        "until_first_trial_s": (first - row.started_at).total_seconds(),
+        "search_s": search_s,
+        "after_search_s": (row.finished_at - last).total_seconds(),
+        "trial_s_per_worker": busy,
+        "search_busy_fraction": (sum(busy.values()) / (search_s * len(busy))
+                                 if search_s > 0 else None),
+    }
 
 
 def stop_all() -> None:
@@ -211,6 +255,21 @@ def markdown(result: dict[str, Any]) -> str:
         per = ", ".join(f"{k}: {v}" for k, v in sorted(run["trials_per_worker"].items()))
         lines.append(f"| {name} | {run['status']} | {run['wall_s']:.1f} | {n['complete']}/"
                      f"{n['failed']}/{n['pruned']} | {per} |")
+    phase_rows = [(name, result[name]["phases"]) for name in ("shared", "single")
+                  if result.get(name, {}).get("phases")]
+    if phase_rows:
+        lines += ["", "Where the wall time went (s; from the job row's and the trials' "
+                  "timestamps):", "",
+                  "| run | until a worker claimed it | until the first trial | search | "
+                  "trial-s per worker | search busy | after the search (final round) |",
+                  "|---|---|---|---|---|---|---|"]
+        for name, p in phase_rows:
+            per = ", ".join(f"{k}: {v:.1f}" for k, v in sorted(p["trial_s_per_worker"].items()))
+            frac = p["search_busy_fraction"]
+            lines.append(f"| {name} | {p['until_claimed_s']:.1f} | "
+                         f"{p['until_first_trial_s']:.1f} | {p['search_s']:.1f} | {per} | "
+                         f"{'-' if frac is None else f'{frac:.0%}'} | "
+                         f"{p['after_search_s']:.1f} |")
     if result.get("single") and result["shared"]["wall_s"]:
         lines += ["", f"Wall time, one GPU / shared: "
                   f"{result['single']['wall_s'] / result['shared']['wall_s']:.2f}x."]

@@ -37,6 +37,13 @@ def test_the_multi_gpu_script_runs_its_three_parts_on_the_cpu(tmp_path: Path) ->
         assert counted == 4 and sum(run["trials_per_worker"].values()) == run["n_trials"][
             "in_study"]
         assert len(run["trials_per_worker"]) <= workers and run["wall_s"] > 0
+        phases = run["phases"]
+        assert set(phases["trial_s_per_worker"]) == set(run["trials_per_worker"])
+        spans = ("until_claimed_s", "until_first_trial_s", "search_s", "after_search_s")
+        assert all(phases[key] >= 0 for key in spans), phases
+        # The phases follow each other inside the measured wall time.
+        assert sum(phases[key] for key in spans) <= run["wall_s"] + 1.0, phases
+        assert 0 < phases["search_busy_fraction"] <= 1.0 + 1e-6, phases
     rows = result["agreement"]
     assert [(r["config"], r["device"]) for r in rows] == [
         ("seed-baseline", "cpu"), ("seed-baseline", "cpu"),
