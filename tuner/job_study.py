@@ -10,6 +10,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from tuner import profile as profiling
 from tuner import study as studies
 from tuner.errors import NoRecommendation, StudyNotFound
 from tuner.jobs import STUDY_PREFIX, json_safe
@@ -115,10 +116,11 @@ class StudyReader:
         })
 
     def recommendation(self, name: str) -> dict[str, Any]:
-        rec = self.storage.get_study_user_attrs(self._study_id(name)).get(studies.RECOMMENDATION)
+        attrs = self.storage.get_study_user_attrs(self._study_id(name))
+        rec = attrs.get(studies.RECOMMENDATION)
         if not isinstance(rec, dict):
             raise NoRecommendation(f"study {name!r} has no recommendation yet")
-        return json_safe(rec)
+        return json_safe(profiling.reread(rec, attrs))
 
     def trials(self, name: str, *, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
         """A page of a study's trials in trial order, and how many there are; none if no study."""

@@ -544,6 +544,9 @@ _EFFECTS: dict[str, list[tuple[str, str, Any]]] = {
     "sync-bound": [("sync_interval", "removed most of the host's waits", None),
                    ("sync_mode", "removed the host's waits", "query"),
                    ("cuda_graph", "removed the launch overhead", True)],
+    # Busy most of the step, the GPU still idles between kernels; only the graph closes those
+    # gaps (H100, transformer large: busy 76 % eager, 97 % as one graph, 1.26x).
+    "gpu-bound": [("cuda_graph", "closed the GPU's idle gaps between kernels", True)],
     "transfer-bound": [(field, "overlapped the copies with compute", None) for field in (
         "prefetch_depth", "pin_memory", "non_blocking", "num_streams", "num_workers")],
 }
@@ -710,12 +713,34 @@ def load_trace(artifact_dir: str | os.PathLike[str], artifact_id: str) -> dict[s
 
 def study_profiles(study: optuna.Study) -> dict[str, dict[str, Any]]:
     """`profile/<name>` attributes of the study, by name (those that hold figures)."""
-    return {k[len(STUDY_PREFIX):]: v for k, v in study.user_attrs.items()
+    return profiles_in(study.user_attrs)
+
+
+def profiles_in(user_attrs: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """`profile/<name>` entries of a study's user attributes that hold figures, by name."""
+    return {k[len(STUDY_PREFIX):]: v for k, v in user_attrs.items()
             if k.startswith(STUDY_PREFIX) and isinstance(v, dict) and "step_ms" in v}
 
 
 def stored_verdicts(profiles: Mapping[str, Mapping[str, Any]]) -> dict[str, Verdict]:
     return {name: verdict(attrs) for name, attrs in profiles.items()}
+
+
+def reread(recommendation: Mapping[str, Any],
+           user_attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The recommendation with its verdicts and explanation derived again from the profile
+    figures stored in the study, under this code's rules.
+
+    The figures are the measurement; the verdicts and the sentence are their reading, which the
+    code may improve (it did twice: GPU time over the unprofiled step, and what a gpu-bound
+    baseline credits). A study without stored profiles is returned as it was.
+    """
+    profiles = profiles_in(user_attrs)
+    if not profiles or recommendation.get("config") is None:
+        return dict(recommendation)
+    verdicts = stored_verdicts(profiles)
+    return {**recommendation, "verdicts": {name: v.to_dict() for name, v in verdicts.items()},
+            "explanation": explain(recommendation, verdicts)}
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import optuna
 from optuna.trial import TrialState
 
 from trainers import LoopConfig
+from tuner import profile as profiling
 from tuner import study as studies
 from tuner.errors import NoRecommendation, TunerError
 
@@ -24,7 +25,7 @@ def recommendation(storage_url: str, name: str) -> dict[str, Any]:
             f"study {name!r} has no recommendation yet (its run stopped before the final "
             f"round): run `python -m tuner run --study {name} ...` again to finish it"
         )
-    return found
+    return profiling.reread(found, study.user_attrs)
 
 
 def export(rec: dict[str, Any], fmt: str) -> str:

@@ -4,6 +4,7 @@ the verdict thresholds, the one-line explanation, and storing on real SQLite stu
 from __future__ import annotations
 
 import gzip
+import html
 import itertools
 import json
 import os
@@ -20,7 +21,10 @@ import trainers
 from tests.tuner.tiny import sqlite_url
 from trainers import LoopConfig
 from tuner import profile as profiling
+from tuner import results
+from tuner import study as studies
 from tuner.errors import TunerError
+from tuner.job_study import StudyReader as JobStudyReader
 from tuner.profile import (
     CPU_NOTE,
     Profile,
@@ -30,6 +34,7 @@ from tuner.profile import (
     profile_config,
     verdict,
 )
+from tuner.report import build_report
 
 SEED_BASELINE = LoopConfig(num_streams=2, pin_memory=True, non_blocking=True)
 
@@ -338,6 +343,49 @@ def test_explain_a_sync_bound_baseline() -> None:
         "sync-bound: host blocked in syncs 40 % of the step while the GPU idled 45 %; syncing "
         "every 20 steps instead of every step removed most of the host's waits: 1.31x "
         "(CI 1.25-1.36) over seed-baseline")
+
+
+def test_explain_a_gpu_bound_baseline_credits_the_graph_not_the_first_field() -> None:
+    """The figures of transformer large on an H100 (2026-11-22): busy 76 % eager, 97 % as a graph.
+
+    Before gpu-bound had effects, the first changed field in LoopConfig order (sync_interval)
+    led the sentence, as if syncing less had made a GPU-bound step 1.26x faster.
+    """
+    config = SEED_BASELINE.replace(cuda_graph=True, sync_interval=16, sync_mode="event")
+    verdicts = {"seed-baseline": verdict(gpu_profile(busy=0.76)),
+                profiling.RECOMMENDED: verdict(gpu_profile(busy=0.97))}
+    assert explain(recommendation(config, median=1.26, ci=(1.21, 1.34)), verdicts) == (
+        "gpu-bound: GPU busy 76 % of the step; whole-step CUDA graph closed the GPU's idle gaps "
+        "between kernels (also syncing every 16 steps instead of every step, event syncs "
+        "instead of synchronize): 1.26x (CI 1.21-1.34) over seed-baseline")
+
+
+def test_a_stored_recommendation_is_read_again_under_the_current_rules(tmp_path: Path) -> None:
+    """`best`, the API and the report derive verdicts and the sentence from the stored figures:
+    a study written by older code (here: a stale sentence and verdict) reads like a new one."""
+    url = sqlite_url(tmp_path)
+    config = SEED_BASELINE.replace(cuda_graph=True, sync_interval=16, sync_mode="event")
+    study = optuna.create_study(storage=url, study_name="old")
+    stale = {"kind": "host-bound", "explanation": "host-bound: GPU idle 59 % of the step"}
+    study.set_user_attr(studies.RECOMMENDATION, recommendation(config, median=1.26,
+                                                               ci=(1.21, 1.34)) | {
+        "study": "old", "explanation": "host-bound: GPU idle 59 % of the step; syncing every "
+        "16 steps instead of every step", "verdicts": {"seed-baseline": stale}})
+    study.set_user_attr("profile/seed-baseline", gpu_profile(busy=0.76).to_attrs())
+    study.set_user_attr("profile/recommended", gpu_profile(busy=0.97).to_attrs())
+    read = results.recommendation(url, "old")
+    assert read["explanation"].startswith(
+        "gpu-bound: GPU busy 76 % of the step; whole-step CUDA graph closed the GPU's idle gaps")
+    assert read["verdicts"]["seed-baseline"]["kind"] == "gpu-bound"
+    assert read["verdicts"]["recommended"]["kind"] == "gpu-bound"
+    reader = JobStudyReader(optuna.storages.RDBStorage(url))
+    assert reader.recommendation("old")["explanation"] == read["explanation"]
+    page = build_report(optuna.load_study(study_name="old", storage=url))
+    assert html.escape(read["explanation"]) in page
+
+    bare = optuna.create_study(storage=url, study_name="no-profiles")
+    bare.set_user_attr(studies.RECOMMENDATION, recommendation(config) | {"explanation": "kept"})
+    assert results.recommendation(url, "no-profiles")["explanation"] == "kept"
 
 
 def test_explain_change_nothing_on_a_cpu() -> None:
