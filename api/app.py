@@ -2,7 +2,7 @@
 
 Opens the job store and the Optuna storage of `settings.storage` (tables made when missing),
 checks the plug-in workloads, and mounts the routes. Running jobs is the workers' business
-(`tuner.worker`); `api.server.serve` starts both.
+(`tuner.service.worker`); `api.server.serve` starts both.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from api.deps import Services
 from api.limits import BodyLimit
 from api.routes import docs, health, jobs, recommendations, studies
 from api.settings import ApiSettings
-from tuner import study as optuna_studies
-from tuner.job_study import StudyReader
-from tuner.jobs import JobStore, WorkloadRegistry
+from tuner.evidence.reader import StudyReader
+from tuner.service.jobstore import JobStore
+from tuner.service.spec import WorkloadRegistry
+from tuner.store import storage
 
 ROUTERS = (jobs.router, studies.router, recommendations.router, health.router, docs.router)
 DESCRIPTION = """Submit tuning jobs, watch them, and read the recommended loop settings.
@@ -30,7 +31,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     registry = WorkloadRegistry(settings.workloads)
     registry.check()
     store = JobStore(settings.storage)
-    reader = StudyReader(optuna_studies.open_storage(settings.storage))
+    reader = StudyReader(storage.open_storage(settings.storage))
     app = FastAPI(title="streamtune", version="1", description=DESCRIPTION, docs_url=None,
                   redoc_url=None, openapi_url=None)
     app.state.services = Services(settings=settings, store=store, reader=reader,

@@ -10,8 +10,9 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.settings import ApiSettings
-from tuner.job_study import StudyReader
-from tuner.jobs import JobStore, WorkloadRegistry, owner_of
+from tuner.evidence.reader import StudyReader
+from tuner.service.jobstore import JobStore
+from tuner.service.spec import WorkloadRegistry, owner_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +28,7 @@ class Services:
 
 @dataclasses.dataclass(frozen=True)
 class Caller:
-    owner: str  # a hash of the token (tuner.jobs.owner_of)
+    owner: str  # a hash of the token (tuner.service.spec.owner_of)
 
 
 def get_services(request: Request) -> Services:

@@ -18,9 +18,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tuner.errors import NoRecommendation, StudyNotFound
-from tuner.jobs import JobConflict, JobNotFound, SpecError, TooManyQueued
-from tuner.retry import is_transient
+from tuner.errors import (
+    JobConflict,
+    JobNotFound,
+    NoRecommendation,
+    SpecError,
+    StudyNotFound,
+    TooManyQueued,
+)
+from tuner.store.retry import is_transient
 
 RETRY_AFTER_S = "5"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from tuner.jobs import JobStore
+from tuner.service.jobstore import JobStore
 
 DURATION_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

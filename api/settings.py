@@ -4,7 +4,8 @@
 separated bearer tokens; none: no authentication, which `serve` allows on a loopback host only),
 `TUNER_WORKERS` (worker processes `serve` starts; default one per visible GPU, or one on the CPU),
 `TUNER_WORKLOADS` (plug-in workloads, JSON `{name: "package.module:factory"}`), and the limits.
-The workers' own settings (protocol, heartbeats) are `tuner.worker.WorkerSettings`.
+The workers' own settings (protocol, heartbeats) are `tuner.service.settings.WorkerSettings`;
+both share `tuner.service.settings.ServiceSettings`.
 """
 
 from __future__ import annotations
@@ -12,23 +13,20 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode
 
-from tuner import study as studies
+from tuner.service.settings import ServiceSettings
 
 MIN_TOKEN_LENGTH = 16
 
 
-class ApiSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="TUNER_", extra="ignore")
+class ApiSettings(ServiceSettings):
+    """`serve`'s settings: tokens, how many workers, the API's limits (and the shared ones)."""
 
-    storage: str = studies.DEFAULT_STORAGE
     api_tokens: Annotated[tuple[SecretStr, ...], NoDecode] = ()
     workers: int | None = Field(default=None, ge=0, le=256)
-    workloads: dict[str, str] = Field(default_factory=dict)
     max_queued_per_token: int = Field(default=20, ge=1, le=100_000)
     max_body_bytes: int = Field(default=64 * 1024, ge=1_024, le=16 * 1024 * 1024)
-    lease_s: float = Field(default=60.0, gt=0, le=86_400)
     access_log: bool = True
 
     @field_validator("api_tokens", mode="before")

@@ -46,10 +46,18 @@ import torch  # noqa: E402
 
 import trainers  # noqa: E402
 from trainers import LoopConfig  # noqa: E402
-from tuner.jobs import FINISHED, JobSpec, JobStore  # noqa: E402
-from tuner.measure import PRECISIONS, Failure, Measurer, Protocol, set_matmul_precision  # noqa: E402
-from tuner.search import BASELINES, OWNER_ATTR  # noqa: E402
-from tuner.stats import ratio_ci  # noqa: E402
+from tuner.search.measure import (  # noqa: E402
+    PRECISIONS,
+    Failure,
+    Measurer,
+    Protocol,
+    set_matmul_precision,
+)
+from tuner.search.options import BASELINES  # noqa: E402
+from tuner.search.stats import ratio_ci  # noqa: E402
+from tuner.service.jobstore import FINISHED, JobStore  # noqa: E402
+from tuner.service.spec import JobSpec  # noqa: E402
+from tuner.store.keys import OWNER as OWNER_ATTR  # noqa: E402
 
 procs_handles: list[subprocess.Popen[bytes]] = []  # every worker started, for stop_all()
 GRAPH = LoopConfig(cuda_graph=True, sync_mode="event", sync_interval=10, num_streams=2,

@@ -20,9 +20,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trainers import LoopConfig, fingerprint, load_workload, resolve_device, run
-from tuner.isolated import ProfileProcess
-from tuner.measure import PRECISIONS, set_matmul_precision
-from tuner.profile import profile_config
+from tuner.evidence.trace import profile_config
+from tuner.search.isolated import ProfileProcess
+from tuner.search.measure import PRECISIONS, set_matmul_precision
 
 PINNED = {"pin_memory": True, "non_blocking": True}
 CONFIGS = {

@@ -45,10 +45,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import optuna
 
 from trainers import LoopConfig, fingerprint, fingerprint_key, resolve_device
-from tuner.isolated import ParityProcess
-from tuner.measure import PRECISIONS, Failure, Measurer, Protocol, set_matmul_precision
-from tuner.search import RunOptions, run_study
-from tuner.stats import bootstrap_ci, ratio_ci
+from tuner.search.isolated import ParityProcess
+from tuner.search.measure import PRECISIONS, Failure, Measurer, Protocol, set_matmul_precision
+from tuner.search.options import RunOptions
+from tuner.search.search import run_study
+from tuner.search.stats import bootstrap_ci, ratio_ci
 
 PINNED = {"pin_memory": True, "non_blocking": True}
 FIXED_SETTINGS: dict[str, LoopConfig] = {
@@ -301,7 +302,7 @@ def default_job(workload: str, preset: str, *, storage: str, seed: int, device: 
     started = time.perf_counter()
     rec = run_study(RunOptions(workload=workload, preset=preset, storage=storage, study=name,
                                seed=seed, device=device, matmul_precision=precision,
-                               timeout_s=timeout_s, profile="baselines"))
+                               timeout_s=timeout_s, profile="baselines")).to_dict()
     study = optuna.load_study(study_name=name, storage=storage)
     summary = {"study": name, "seed": seed, "config": rec.get("config"),
                "source": rec.get("source"), "reason": rec.get("reason"),

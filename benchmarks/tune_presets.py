@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from trainers import fingerprint
-from tuner.search import RunOptions, run_study
+from tuner.search.options import RunOptions
+from tuner.search.search import run_study
 
 
 def to_markdown(data: dict[str, Any]) -> str:
@@ -98,7 +99,7 @@ def main() -> None:
                              timeout_s=args.timeout, device=args.device, storage=storage,
                              matmul_precision=args.matmul_precision)
         started = time.perf_counter()
-        rec = run_study(options)
+        rec = run_study(options).to_dict()
         wall = time.perf_counter() - started
         data["presets"][preset] = {"wall_s": wall, "recommendation": rec}
         print(f"{preset}: {rec.get('source')} {rec.get('speedup')} in {wall:.0f} s", flush=True)

@@ -2,6 +2,44 @@
 
 from __future__ import annotations
 
+import socket
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
 import torch
 
 torch.set_num_threads(1)
+
+
+PG_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def pg_listening() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", 5432), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """PostgreSQL on 127.0.0.1:5432, in a schema of this test's own (through `search_path`).
+
+    Skipped when nothing listens there; the schema is dropped at the end (the server may have
+    been restarted by the test meanwhile: the admin engine pings its connections first).
+    """
+    if not pg_listening():
+        pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
+    schema = f"streamtune_test_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(PG_SERVER, pool_pre_ping=True)
+    with admin.begin() as conn:
+        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield f"{PG_SERVER}?options=-csearch_path%3D{schema}"
+    finally:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()

@@ -1,21 +1,24 @@
-"""`requirements.lock` must agree with pyproject.toml: re-lock (`python tools/lock.py`) whenever
-a dependency range or extra changes."""
+"""The locks must agree with pyproject.toml: re-lock (`python tools/lock.py`) whenever a
+dependency range or extra changes."""
 
 from __future__ import annotations
 
 import tomllib
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from tools.lock import DIGEST_PREFIX, LOCK, ROOT, pyproject_digest
+from tools.lock import DIGEST_PREFIX, LOCKS, ROOT, Lock, pyproject_digest
+
+BY_NAME = {lock.path.name: lock for lock in LOCKS}
 
 
-def locked() -> dict[str, Version]:
+def locked(lock: Lock) -> dict[str, Version]:
     pins: dict[str, Version] = {}
-    for line in LOCK.read_text().splitlines():
+    for line in lock.path.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
             name, _, version = line.partition("==")
@@ -24,19 +27,22 @@ def locked() -> dict[str, Version]:
     return pins
 
 
-def test_lock_was_made_from_this_pyproject() -> None:
-    first = LOCK.read_text().splitlines()[0]
+@pytest.mark.parametrize("name", sorted(BY_NAME))
+def test_lock_was_made_from_this_pyproject(name: str) -> None:
+    first = BY_NAME[name].path.read_text().splitlines()[0]
     assert first.startswith(DIGEST_PREFIX), "requirements.lock was not made by tools/lock.py"
     assert first.removeprefix(DIGEST_PREFIX) == pyproject_digest(), (
         "pyproject.toml's dependencies changed since requirements.lock was made: "
-        "run `python tools/lock.py` and commit the lock")
+        "run `python tools/lock.py` and commit the locks")
 
 
-def test_every_requirement_is_pinned_inside_its_range() -> None:
+@pytest.mark.parametrize("name", sorted(BY_NAME))
+def test_every_requirement_is_pinned_inside_its_range(name: str) -> None:
+    lock = BY_NAME[name]
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    requirements = [*project["dependencies"],
-                    *(r for extra in project["optional-dependencies"].values() for r in extra)]
-    pins = locked()
+    extras = project["optional-dependencies"]
+    requirements = [*project["dependencies"], *(r for e in lock.extras for r in extras[e])]
+    pins = locked(lock)
     for text in requirements:
         req = Requirement(text)
         name = canonicalize_name(req.name)

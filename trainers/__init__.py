@@ -3,7 +3,17 @@
 Knows nothing of Optuna or HTTP; `tuner` and `api` build on it.
 """
 
-from trainers.config import REFERENCE, SYNC_MODES, LoopConfig, field_names
+from trainers.compilation import compile_cache_dir
+from trainers.config import (
+    COMPILE_MODES,
+    OPTIMIZERS,
+    REFERENCE,
+    SYNC_MODES,
+    LoopConfig,
+    field_names,
+    invalid_reason,
+)
+from trainers.envelope import Envelope
 from trainers.errors import (
     CaptureError,
     ConfigError,
@@ -12,37 +22,67 @@ from trainers.errors import (
     WorkloadError,
 )
 from trainers.floor import Floor, graph_floor
-from trainers.loop import WindowCallback, resolve_device, run
+from trainers.loop import WindowCallback, min_warmup, resolve_device, run
 from trainers.measure import RunResult, Window, fingerprint, fingerprint_key
-from trainers.parity import GRAPH_RTOL, ParityVerdict, check_parity, parity_losses
-from trainers.workloads import BUILTIN, PRESETS, Workload, load_workload, resolve_factory
+from trainers.parity import (
+    GRAPH_RTOL,
+    ParityVerdict,
+    Twin,
+    check_parity,
+    gate,
+    parity_losses,
+    required_test,
+)
+from trainers.precision import PRECISIONS, Precision
+from trainers.workloads import (
+    BUILTIN,
+    PRESETS,
+    Workload,
+    catalog,
+    load_workload,
+    resolve_factory,
+    workload_key,
+)
 
 __all__ = [
     "BUILTIN",
+    "COMPILE_MODES",
     "GRAPH_RTOL",
+    "OPTIMIZERS",
+    "PRECISIONS",
     "PRESETS",
     "REFERENCE",
     "SYNC_MODES",
     "CaptureError",
     "ConfigError",
+    "Envelope",
     "Floor",
     "LoopConfig",
     "ParityVerdict",
+    "Precision",
     "RunResult",
     "TrainerError",
+    "Twin",
     "UnsupportedOnDevice",
     "Window",
     "WindowCallback",
     "Workload",
     "WorkloadError",
+    "catalog",
     "check_parity",
+    "compile_cache_dir",
     "field_names",
     "fingerprint",
     "fingerprint_key",
+    "gate",
     "graph_floor",
+    "invalid_reason",
     "load_workload",
+    "min_warmup",
     "parity_losses",
+    "required_test",
     "resolve_device",
     "resolve_factory",
     "run",
+    "workload_key",
 ]

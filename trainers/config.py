@@ -1,8 +1,10 @@
-"""`LoopConfig`: every concurrency setting of the training loop, typed and validated when built.
+"""`LoopConfig`: every speed setting of the training loop, typed and validated when built.
 
 The defaults are the PyTorch idiom: one stream, the loss read back every step, no pinning, no
-prefetch, no graph. What each setting does on the GPU is documented on its field and, in more
-detail, in `trainers/loop.py` where it happens.
+prefetch, no graph, no compiler, the workload's optimizer as built. What each setting does on the
+GPU is documented on its field and, in more detail, in `trainers/loop.py` where it happens.
+Which settings combine is decided here, once: `LoopConfig` refuses an invalid combination, and
+`invalid_reason` tells a search space which combinations to leave out.
 """
 
 from __future__ import annotations
@@ -12,9 +14,14 @@ from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
 from trainers.errors import ConfigError
+from trainers.precision import check_precision
 
 SyncMode = Literal["synchronize", "event", "query"]
 SYNC_MODES: tuple[str, ...] = get_args(SyncMode)
+CompileMode = Literal["none", "default", "max-autotune-no-cudagraphs", "reduce-overhead"]
+COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
+OptimizerChoice = Literal["as-built", "foreach", "fused", "compiled"]
+OPTIMIZERS: tuple[str, ...] = get_args(OptimizerChoice)
 
 MAX_STREAMS = 4
 MAX_PREFETCH = 4
@@ -35,9 +42,35 @@ def _check_bool(field: str, value: object) -> None:
         raise ConfigError(field, value, "true or false")
 
 
+def _check_choice(field: str, value: object, choices: tuple[str, ...]) -> None:
+    if not isinstance(value, str) or value not in choices:
+        raise ConfigError(field, value, f"one of {', '.join(choices)}")
+
+
+def _check_combination(config: LoopConfig) -> None:
+    """The combinations LoopConfig's docstring lists as refused, each with its reason."""
+    if config.cuda_graph and config.compile == "reduce-overhead":
+        raise ConfigError(
+            "compile",
+            config.compile,
+            "none, default or max-autotune-no-cudagraphs with cuda_graph=True (Inductor's "
+            "cudagraph trees cannot be captured inside the whole-step CUDA graph; "
+            "compile='default' with cuda_graph=True captures the compiled step instead)",
+        )
+    if config.cuda_graph and config.optimizer == "compiled":
+        raise ConfigError(
+            "optimizer",
+            config.optimizer,
+            "as-built, foreach or fused with cuda_graph=True (a compiled optimizer step is not "
+            "yet proven to capture, and inside one graph fused does the same work); "
+            "use optimizer='fused'",
+        )
+
+
 @dataclasses.dataclass(kw_only=True, slots=True, frozen=True)
 class LoopConfig:
-    """How the training loop uses streams, syncs and the data pipeline.
+    """How the training loop uses streams, syncs, the data pipeline, CUDA graphs, the compiler
+    and the optimizer's implementation.
 
     num_streams: 1 = everything on the current stream (the PyTorch idiom); 2 = transfer + compute;
         3 = transfer + forward + backward/optimizer; 4 = two transfer streams used alternately
@@ -54,6 +87,32 @@ class LoopConfig:
     non_blocking: host-to-device copies are asynchronous with respect to the host.
     num_workers: DataLoader worker processes (0 = batches are made in the training process).
     cuda_graph: forward + backward + optimizer step captured once in a CUDA graph and replayed.
+        Composes with `compile` and `optimizer`: the compiled forward and backward and the
+        (foreach or fused, capturable) optimizer are captured together as one graph. That
+        combination was the fastest in shared/GPU-FACTS.md, and once hit an illegal memory
+        access there: tests/trainers/test_levers_gpu.py is its proof on a GPU.
+    compile: `torch.compile(model, mode=...)` of the model's forward; AOTAutograd compiles the
+        backward. `none` = eager. `reduce-overhead` adds Inductor's own CUDA graphs (cudagraph
+        trees) over forward and backward, with the optimizer left outside them. Compilation
+        happens in the first warm-up step; `RunResult.compile_s` says what it cost. Set
+        TORCHINDUCTOR_CACHE_DIR (or use `trainers.compile_cache_dir`) to share Inductor's
+        on-disk caches between processes.
+    optimizer: `as-built` = the workload's optimizer as its factory builds it; `foreach` /
+        `fused` = rebuilt with foreach=True / fused=True (same hyper-parameters; `fused` only for
+        optimizers whose constructor takes it, such as Adam, AdamW and SGD); `compiled` = its
+        `step` wrapped in `torch.compile`.
+
+    Combinations refused, and why:
+    - cuda_graph=True with compile="reduce-overhead": two CUDA-graph systems over one step.
+      Inductor's cudagraph trees capture and replay on their own and cannot be captured inside
+      the loop's whole-step capture; compile="default" under cuda_graph=True is the same idea.
+    - cuda_graph=True with optimizer="compiled": not yet shown to capture on a GPU (the probe
+      in tests/trainers/test_levers_gpu.py says when this rule can go), and inside one
+      graph it has little to win over optimizer="fused": launch overhead is gone either way and
+      the fused kernel already reads and writes each state tensor once per step.
+    Refused at run start, not here, since they depend on the run: cuda_graph=True and
+    compile="reduce-overhead" need a CUDA device; precision="fp16-autocast" does not combine
+    with cuda_graph=True (see `trainers.precision`).
     """
 
     num_streams: int = 1
@@ -64,17 +123,21 @@ class LoopConfig:
     non_blocking: bool = False
     num_workers: int = 0
     cuda_graph: bool = False
+    compile: CompileMode = "none"
+    optimizer: OptimizerChoice = "as-built"
 
     def __post_init__(self) -> None:
         _check_int("num_streams", self.num_streams, 1, MAX_STREAMS)
         _check_int("sync_interval", self.sync_interval, 1, None)
-        if self.sync_mode not in SYNC_MODES:
-            raise ConfigError("sync_mode", self.sync_mode, f"one of {', '.join(SYNC_MODES)}")
+        _check_choice("sync_mode", self.sync_mode, SYNC_MODES)
         _check_int("prefetch_depth", self.prefetch_depth, 0, MAX_PREFETCH)
         _check_bool("pin_memory", self.pin_memory)
         _check_bool("non_blocking", self.non_blocking)
         _check_int("num_workers", self.num_workers, 0, MAX_WORKERS)
         _check_bool("cuda_graph", self.cuda_graph)
+        _check_choice("compile", self.compile, COMPILE_MODES)
+        _check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        _check_combination(self)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -94,6 +157,43 @@ class LoopConfig:
 
 def field_names() -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(LoopConfig))
+
+
+def device_error(config: LoopConfig, device_type: str) -> str | None:
+    """Why `config` cannot run on a device of `device_type` ("cpu", "cuda"), or None."""
+    if device_type == "cuda":
+        return None
+    if config.cuda_graph:
+        return f"cuda_graph=True needs a CUDA device, and this run is on {device_type}"
+    if config.compile == "reduce-overhead":
+        return (
+            f"compile='reduce-overhead' needs a CUDA device (it adds CUDA graphs), and this run "
+            f"is on {device_type}; use compile='default'"
+        )
+    return None
+
+
+def invalid_reason(
+    values: Mapping[str, Any],
+    *,
+    precision: str | None = None,
+    device_type: str | None = None,
+) -> str | None:
+    """Why the LoopConfig `values` (a partial dict is completed with the defaults) is invalid, or
+    None if it is valid; with `precision` and `device_type`, also for that run.
+
+    The one predicate a search space needs to leave out invalid combinations: it applies exactly
+    the rules `LoopConfig` and `run()` apply.
+    """
+    try:
+        config = LoopConfig.from_dict(values)
+        if precision is not None:
+            check_precision(precision, cuda_graph=config.cuda_graph)
+    except ConfigError as exc:
+        return str(exc)
+    if device_type is not None:
+        return device_error(config, device_type)
+    return None
 
 
 REFERENCE = LoopConfig()

@@ -19,6 +19,7 @@ def make_loader(workload: Workload, config: LoopConfig, device: torch.device) ->
     return DataLoader(
         workload.dataset,
         batch_size=workload.batch_size,
+        collate_fn=workload.collate_fn,  # None: the DataLoader's default
         shuffle=False,
         num_workers=config.num_workers,
         # Pinning needs CUDA; on a CPU the setting is accepted and has no effect.

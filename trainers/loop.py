@@ -1,21 +1,32 @@
 """`run()`: train a workload under one LoopConfig and measure it.
 
-Read top to bottom: resolve the device, build the streams, the data feed, the step and the loss
-harvester; run the warm-up steps; run the timed windows; drain the losses; report.
+Read top to bottom: resolve the device, build the optimizer, the (compiled) model, the streams,
+the data feed, the step and the loss harvester; run the warm-up steps; run the timed windows;
+drain the losses; report.
 """
 
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 from collections.abc import Callable
 
 import torch
 
-from trainers.config import LoopConfig
+from trainers.compilation import (
+    CompileStats,
+    CompileWatch,
+    compile_model,
+    compiles,
+    min_warmup_for_compile,
+)
+from trainers.config import LoopConfig, device_error
 from trainers.errors import ConfigError, UnsupportedOnDevice
 from trainers.feed import DeviceFeed, cycle, make_loader
 from trainers.harvest import Harvester, make_harvester
 from trainers.measure import RunResult, Window, WindowTimer, fingerprint, window_sizes
+from trainers.optim import prepare_optimizer
+from trainers.precision import Precision, check_precision, make_plan, matmul_precision_for
 from trainers.step import GRAPH_WARMUP_STEPS, EagerStep, GraphStep
 from trainers.streams import StreamPlan
 from trainers.workloads.base import Workload
@@ -49,25 +60,38 @@ def resolve_device(device: str | torch.device) -> torch.device:
     return resolved
 
 
+def min_warmup(config: LoopConfig) -> int:
+    """The fewest warm-up steps `run()` accepts for `config`: CUDA-graph warm-up and capture, and
+    compilation, stay out of the timed windows."""
+    graph = GRAPH_WARMUP_STEPS + 1 if config.cuda_graph else 0
+    return max(graph, min_warmup_for_compile(config))
+
+
 def check_run_args(config: LoopConfig, device: torch.device, *, steps: int, warmup: int,
-                   windows: int) -> None:
+                   windows: int, precision: str | None = None) -> None:
     if steps < 1:
         raise ConfigError("steps", steps, "an integer >= 1")
     if warmup < 0:
         raise ConfigError("warmup", warmup, "an integer >= 0")
     if windows < 1 or windows > steps:
         raise ConfigError("windows", windows, f"an integer in 1..steps ({steps})")
-    if config.cuda_graph:
-        if device.type != "cuda":
-            raise UnsupportedOnDevice(
-                f"cuda_graph=True needs a CUDA device, and this run is on {device.type}"
-            )
-        if warmup < GRAPH_WARMUP_STEPS + 1:
-            raise ConfigError(
-                "warmup", warmup,
-                f"an integer >= {GRAPH_WARMUP_STEPS + 1} with cuda_graph=True "
-                f"({GRAPH_WARMUP_STEPS} eager warm-up steps and the capture stay untimed)",
-            )
+    if precision is not None:
+        check_precision(precision, cuda_graph=config.cuda_graph)
+    reason = device_error(config, device.type)
+    if reason is not None:
+        raise UnsupportedOnDevice(reason)
+    if config.cuda_graph and warmup < GRAPH_WARMUP_STEPS + 1:
+        raise ConfigError(
+            "warmup", warmup,
+            f"an integer >= {GRAPH_WARMUP_STEPS + 1} with cuda_graph=True "
+            f"({GRAPH_WARMUP_STEPS} eager warm-up steps and the capture stay untimed)",
+        )
+    if warmup < min_warmup(config):
+        raise ConfigError(
+            "warmup", warmup,
+            f"an integer >= {min_warmup(config)} with compile={config.compile!r} and "
+            f"optimizer={config.optimizer!r} (compilation stays out of the timed windows)",
+        )
 
 
 def run(
@@ -79,10 +103,21 @@ def run(
     windows: int = 5,
     device: str | torch.device = "auto",
     on_window: WindowCallback | None = None,
+    precision: Precision | None = None,
+    capturable: bool | None = None,
 ) -> RunResult:
-    """Train `workload` for `warmup + steps` steps under `config`; time `steps` in `windows`."""
+    """Train `workload` for `warmup + steps` steps under `config`; time `steps` in `windows`.
+
+    precision: the run's numeric precision (`trainers.precision`), a property of the experiment
+    and never tuned; None keeps the process's float32 matmul precision and no autocast.
+    capturable: build the optimizer capturable (None: exactly when `config.cuda_graph`); the
+    parity gate runs a graph config's eager twin with True (`trainers.parity`).
+    """
     dev = resolve_device(device)
-    check_run_args(config, dev, steps=steps, warmup=warmup, windows=windows)
+    check_run_args(config, dev, steps=steps, warmup=warmup, windows=windows,
+                   precision=precision)
+    # Probes the autocast first: an unsupported precision fails before any step runs.
+    numerics = make_plan(precision, dev)
     for param in workload.model.parameters():
         # A model trained before (another run, another config) starts without its gradients,
         # so they neither leak into this run's peak memory nor into its first step.
@@ -97,13 +132,26 @@ def run(
     # Memory already allocated (the model, and whatever earlier runs in this process left) is
     # subtracted from the peak; the model's own bytes are added back (see RunResult).
     allocated_at_start = torch.cuda.memory_allocated(dev) if dev.type == "cuda" else 0
-    optimizer = workload.make_optimizer(model.parameters(), config.cuda_graph)
+    # Before anything is compiled: resets Dynamo for a compiling config (see CompileWatch).
+    watch = CompileWatch(dev, active=compiles(config))
+    # A CUDA graph needs a capturable optimizer (its step counter on the device).
+    if capturable is None:
+        capturable = config.cuda_graph
+    optimizer = prepare_optimizer(
+        workload.make_optimizer(model.parameters(), capturable), config.optimizer,
+        capturable=capturable,
+    )
+    # The compiled wrapper shares the model's parameters; workload.model itself stays eager.
+    step_model = compile_model(model, config.compile)
     plan = StreamPlan.create(config.num_streams, dev, cuda_graph=config.cuda_graph)
     loader = make_loader(workload, config, dev)
     feed = DeviceFeed(cycle(loader), plan, config, dev)
-    step_fn = (GraphStep if config.cuda_graph else EagerStep)(
-        model, optimizer, workload.loss_fn, plan
-    )
+    step_fn: GraphStep | EagerStep
+    if config.cuda_graph:
+        step_fn = GraphStep(step_model, optimizer, workload.loss_fn, plan, precision=numerics)
+    else:
+        step_fn = EagerStep(step_model, optimizer, workload.loss_fn, plan, precision=numerics,
+                            cudagraph_trees=config.compile == "reduce-overhead")
     harvester = make_harvester(config, plan, warmup + steps, dev)
     timer = WindowTimer(dev, plan)
 
@@ -115,10 +163,13 @@ def run(
     measured: list[Window] = []
     stopped_early = False
     step = 0
-    with contextlib.closing(_LoaderCloser(loader)):
+    # The matmul precision is process-wide: set for the steps, the previous one back after them.
+    with matmul_precision_for(precision) as matmul, contextlib.closing(_LoaderCloser(loader)):
         for _ in range(warmup):
-            train_step(step)
+            with watch.warmup_step():
+                train_step(step)
             step += 1
+        watch.end_warmup()
         for index, size in enumerate(window_sizes(steps, windows)):
             timer.start()
             for _ in range(size):
@@ -131,6 +182,7 @@ def run(
                 stopped_early = True
                 break
         harvester.drain()
+    compiled = watch.finish([w.step_ms for w in measured])
 
     peak = None
     if dev.type == "cuda":
@@ -138,7 +190,8 @@ def run(
                           for t in [*model.parameters(), *model.buffers()])
         peak = torch.cuda.max_memory_allocated(dev) - allocated_at_start + model_bytes
     return _result(workload, config, dev, harvester, measured, warmup=warmup,
-                   steps=step - warmup, stopped_early=stopped_early, peak_memory_bytes=peak)
+                   steps=step - warmup, stopped_early=stopped_early, peak_memory_bytes=peak,
+                   precision=precision, matmul_precision=matmul, compiled=compiled)
 
 
 def _release_blas_workspaces(dev: torch.device) -> None:
@@ -160,7 +213,7 @@ def _release_blas_workspaces(dev: torch.device) -> None:
 class _LoaderCloser:
     """Shuts persistent DataLoader workers down when the run ends, even on error."""
 
-    def __init__(self, loader: torch.utils.data.DataLoader) -> None:
+    def __init__(self, loader: torch.utils.data.DataLoader[Any]) -> None:
         self.loader = loader
 
     def close(self) -> None:
@@ -180,6 +233,9 @@ def _result(
     steps: int,
     stopped_early: bool,
     peak_memory_bytes: int | None,
+    precision: str | None,
+    matmul_precision: str,
+    compiled: CompileStats,
 ) -> RunResult:
     on_cuda = dev.type == "cuda"
     effective = {
@@ -208,6 +264,14 @@ def _result(
         tokens_per_sample=workload.tokens_per_sample,
         peak_memory_bytes=peak_memory_bytes,
         fingerprint=fingerprint(dev),
-        # Not a loop setting (it changes the results) but it changes the speed: recorded.
-        matmul_precision=torch.get_float32_matmul_precision(),
+        # Not loop settings (they change the results) but they change the speed: recorded.
+        matmul_precision=matmul_precision,
+        precision=precision,
+        compile_s=compiled.compile_s,
+        recompiles=compiled.recompiles,
+        graph_breaks=compiled.graph_breaks,
+        compile_unstable=compiled.unstable,
+        compile_notes=list(compiled.notes),
+        compile_cache_hits=compiled.cache_hits,
+        compile_cache_misses=compiled.cache_misses,
     )

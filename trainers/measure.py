@@ -141,6 +141,19 @@ class RunResult:
     the run allocated on top of what was allocated when it started. Memory that earlier runs in
     the same process left allocated is not counted: measured on an H100, it grew by about four
     times the parameter size per run, and would have made later configs look hungrier.
+
+    `precision` is what the run was asked for (`trainers.precision`; None: the process's float32
+    matmul precision, recorded in `matmul_precision`, and no autocast).
+
+    Compilation (configs with `compile` other than "none" or `optimizer="compiled"`; zero or None
+    otherwise): `compile_s` is the wall time of the warm-up steps in which Dynamo compiled, beyond
+    a normal step (the median of the windows), each timed with a device sync at both ends; it
+    does not include CUDA-graph capture. `recompiles` counts graphs compiled after the first
+    step that compiled; `graph_breaks` the graph breaks met while tracing (a compiled
+    torch.optim optimizer has one by design). `compile_unstable` is True when a graph was
+    compiled or a graph break met during the timed windows, whose times then include
+    compilation; `compile_notes` says which. `compile_cache_hits` / `compile_cache_misses` count
+    Inductor's FX-graph cache lookups (TORCHINDUCTOR_CACHE_DIR).
     """
 
     config: dict[str, Any]
@@ -162,6 +175,14 @@ class RunResult:
     peak_memory_bytes: int | None
     fingerprint: dict[str, Any]
     matmul_precision: str = "highest"
+    precision: str | None = None
+    compile_s: float = 0.0
+    recompiles: int = 0
+    graph_breaks: int = 0
+    compile_unstable: bool = False
+    compile_notes: list[str] = dataclasses.field(default_factory=list)
+    compile_cache_hits: int | None = None
+    compile_cache_misses: int | None = None
 
     @property
     def step_time_ms(self) -> dict[str, float]:
@@ -203,4 +224,12 @@ class RunResult:
             "peak_memory_bytes": self.peak_memory_bytes,
             "fingerprint": self.fingerprint,
             "matmul_precision": self.matmul_precision,
+            "precision": self.precision,
+            "compile_s": self.compile_s,
+            "recompiles": self.recompiles,
+            "graph_breaks": self.graph_breaks,
+            "compile_unstable": self.compile_unstable,
+            "compile_notes": self.compile_notes,
+            "compile_cache_hits": self.compile_cache_hits,
+            "compile_cache_misses": self.compile_cache_misses,
         }

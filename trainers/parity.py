@@ -1,36 +1,97 @@
-"""`check_parity`: does a config train the same model as the reference loop?
+"""The correctness gate: does a config train the same model as the reference loop?
 
-Both runs start from the same seed with dropout off and deterministic algorithms on. An eager
-config only reorders when work is queued and when the host waits; it must give the reference's
-losses bit for bit. A CUDA graph replays the same kernels but its optimizer is built with
-`capturable=True` (step counter on the device, a different order of operations), so its losses
-may drift by rounding: they must stay within `GRAPH_RTOL` of the reference.
+What is owed depends on what the config changes:
+- Loop settings (streams, sync interval and mode, prefetch, pinning, workers) only reorder when
+  work is queued and when the host waits. They are owed the reference's losses bit for bit.
+- A whole-step CUDA graph replays the kernels of one eager step, so it is owed bit for bit what
+  the same step gives eagerly with the same optimizer implementation: its *eager twin*, the
+  reference loop with the optimizer built `capturable=True` (two runs, which must agree with
+  each other, else the exact test cannot apply and the verdict says so). The twin keeps the
+  reference's loop settings, not the config's: those are owed bit-exactness anyway, and a
+  single twin per workload then also catches a stream bug inside a graph config.
+- Settings that change the arithmetic (the capturable optimizer, `LoopConfig.compile` and
+  `LoopConfig.optimizer`, any field in `NUMERICS_FIELDS`) are owed statistical equivalence: the
+  config's losses must stay within a multiple of the workload's own rounding noise around the
+  reference (`trainers.equivalence` defines the statistic, `trainers.envelope` measures the
+  noise). A config that changes arithmetic *and* loop settings is compared bit for bit with its
+  eager twin (its own arithmetic settings, the reference's loop settings) as well.
+
+Every run starts from the same seed with dropout off and deterministic kernels
+(`trainers.trajectories`). `gate` runs what the config needs; `check_parity` is its old name.
+Pass `reference`, `twin` and `envelope` to reuse them: each is a function of the workload,
+preset, seed, steps, precision and device only.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-import os
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, get_args
 
 import torch
 
-from trainers.config import REFERENCE, LoopConfig
-from trainers.loop import run
-from trainers.workloads import WorkloadFactory, disable_dropout, resolve_factory
+from trainers.config import REFERENCE, LoopConfig, field_names
+from trainers.envelope import PERTURBATIONS, Envelope
+from trainers.equivalence import MULTIPLE, WINDOW, Equivalence
+from trainers.precision import Precision
+from trainers.trajectories import (
+    NO_DETERMINISTIC_IMPL,
+    PARITY_STEPS,
+    deterministic,
+    parity_losses,
+    trajectory,
+)
+from trainers.workloads import WorkloadFactory
+
+__all__ = [
+    "GATE_TESTS",
+    "GRAPH_RTOL",
+    "NO_DETERMINISTIC_IMPL",
+    "NUMERICS_FIELDS",
+    "PARITY_STEPS",
+    "GateTest",
+    "ParityVerdict",
+    "Twin",
+    "check_parity",
+    "compare",
+    "deterministic",
+    "gate",
+    "parity_losses",
+    "required_test",
+    "twin_of",
+]
 
 GRAPH_RTOL = 1e-3
-"""Largest relative loss deviation accepted for a CUDA-graph config (see module docstring)."""
+"""Legacy: the relative per-step tolerance `compare(exact=False)` applies. `gate` no longer uses
+it: a fixed relative tolerance rejected legitimate graph configs (a ResNet-18 at 0.198) and blows
+up as the loss falls towards zero."""
 
-PARITY_STEPS = 20
-NO_DETERMINISTIC_IMPL = "does not have a deterministic implementation"
+GateTest = Literal["exact", "equivalence", "exact+equivalence"]
+GATE_TESTS: tuple[str, ...] = get_args(GateTest)
+
+NUMERICS_FIELDS: Mapping[str, object] = {"compile": "none", "optimizer": "as-built"}
+"""LoopConfig fields that may change the arithmetic, with the value that does not. Read with
+getattr, so a LoopConfig without them (before they land) counts as the default."""
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)
 class ParityVerdict:
+    """The gate's verdict. The first eight fields keep their old meaning; the rest say which
+    test applied and by how much it passed or failed.
+
+    max_abs_deviation, max_rel_deviation, first_diverging_step: per step, against the reference.
+    tolerance: 0 for an exact test alone; otherwise the equivalence bound of the decisive window.
+    test: the tests that applied ("relative" for the legacy `compare(exact=False)`);
+    exact_against: what the exact test compared with ("reference" or "eager twin").
+    exact_skipped: why an exact test the config needed could not apply (an irreproducible twin).
+    twin_max_abs_deviation, twin_first_diverging_step: the exact comparison with the eager twin.
+    deviation, envelope, floor, bound, multiple, window, ratio, window_ratio, decisive_steps,
+    window_deviations, window_envelopes, drift, drift_envelope, drift_bound, drift_ratio: the
+    equivalence test (`trainers.equivalence.Equivalence`); ratio <= 1 passes it.
+    losses: the config's loss trajectory.
+    """
+
     passed: bool
     exact_required: bool
     tolerance: float
@@ -39,92 +100,176 @@ class ParityVerdict:
     max_rel_deviation: float
     first_diverging_step: int | None
     reason: str
+    test: str = "exact"
+    exact_against: str | None = None
+    exact_skipped: str | None = None
+    twin_max_abs_deviation: float | None = None
+    twin_first_diverging_step: int | None = None
+    deviation: float | None = None
+    envelope: float | None = None
+    floor: float | None = None
+    bound: float | None = None
+    multiple: float | None = None
+    window: int | None = None
+    ratio: float | None = None
+    window_ratio: float | None = None
+    decisive_steps: tuple[int, int] | None = None
+    window_deviations: tuple[float, ...] = ()
+    window_envelopes: tuple[float, ...] = ()
+    drift: float | None = None
+    drift_envelope: float | None = None
+    drift_bound: float | None = None
+    drift_ratio: float | None = None
+    losses: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        values = dataclasses.asdict(self)
+        for key in ("decisive_steps", "window_deviations", "window_envelopes", "losses"):
+            if values[key] is not None:
+                values[key] = list(values[key])
+        return values
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> ParityVerdict:
+        names = {f.name for f in dataclasses.fields(cls)}
+        fields = {k: v for k, v in values.items() if k in names}
+        for key in ("decisive_steps", "window_deviations", "window_envelopes", "losses"):
+            if fields.get(key) is not None:
+                fields[key] = tuple(fields[key])
+        return cls(**fields)
 
 
-@contextlib.contextmanager
-def deterministic(*, strict: bool = True) -> Iterator[None]:
-    """Deterministic kernels for the duration; the previous settings come back afterwards.
+@dataclasses.dataclass(kw_only=True, frozen=True)
+class Twin:
+    """A config's eager twin, run twice: `losses` is the first run; `reproducible` says whether
+    the second gave the same losses bit for bit (`first_difference`: where it did not)."""
 
-    strict: an op with no deterministic implementation raises instead of warning. Strict mode
-    also switches some kernels to their deterministic variant (memory-efficient attention's
-    backward, for one), which warn-only mode leaves non-deterministic.
-    """
-    # cuBLAS is only deterministic across streams with a fixed workspace configuration.
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    previous = (
-        torch.are_deterministic_algorithms_enabled(),
-        torch.is_deterministic_algorithms_warn_only_enabled(),
-        torch.backends.cudnn.deterministic,
-        torch.backends.cudnn.benchmark,
+    config: dict[str, Any]
+    capturable: bool
+    losses: tuple[float, ...]
+    reproducible: bool
+    first_difference: int | None
+    strict: bool
+
+    @classmethod
+    def measure(
+        cls,
+        workload: str | WorkloadFactory,
+        config: LoopConfig,
+        steps: int = PARITY_STEPS,
+        *,
+        preset: str,
+        seed: int = 0,
+        device: str | torch.device = "auto",
+        precision: Precision | None = None,
+    ) -> Twin:
+        """Run the eager twin of `config` (`twin_of`) twice."""
+        twin_config, capturable = twin_of(config)
+        runs = [
+            trajectory(
+                workload,
+                preset,
+                twin_config,
+                steps=steps,
+                seed=seed,
+                device=device,
+                capturable=capturable,
+                precision=precision,
+            )
+            for _ in range(2)
+        ]
+        first, second = runs[0].losses, runs[1].losses
+        differ = _first_difference(second, first)
+        return cls(
+            config=twin_config.to_dict(),
+            capturable=capturable,
+            losses=tuple(first),
+            reproducible=differ is None and len(first) == len(second),
+            first_difference=differ,
+            strict=runs[0].strict and runs[1].strict,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        values = dataclasses.asdict(self)
+        values["losses"] = list(self.losses)
+        return values
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> Twin:
+        fields = {f.name: values[f.name] for f in dataclasses.fields(cls)}
+        fields["losses"] = tuple(float(x) for x in fields["losses"])
+        return cls(**fields)
+
+
+def twin_of(config: LoopConfig) -> tuple[LoopConfig, bool]:
+    """The eager twin's config (the reference's loop settings, `config`'s NUMERICS_FIELDS) and
+    whether its optimizer is capturable (exactly when `config` is a graph)."""
+    names = field_names()
+    keep = {name: getattr(config, name) for name in NUMERICS_FIELDS if name in names}
+    return (REFERENCE.replace(**keep) if keep else REFERENCE), config.cuda_graph
+
+
+def _changes_numerics(config: LoopConfig) -> bool:
+    return any(
+        getattr(config, name, default) != default for name, default in NUMERICS_FIELDS.items()
     )
-    torch.use_deterministic_algorithms(True, warn_only=not strict)
-    torch.backends.cudnn.deterministic = True
-    torch.backends.cudnn.benchmark = False
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
-        torch.backends.cudnn.deterministic = previous[2]
-        torch.backends.cudnn.benchmark = previous[3]
 
 
-def parity_losses(
-    workload: str | WorkloadFactory,
-    preset: str,
-    config: LoopConfig,
-    *,
-    steps: int = PARITY_STEPS,
-    seed: int = 0,
-    device: str | torch.device = "auto",
-) -> list[float]:
-    """The loss trajectory of `config` from `seed`, dropout off, deterministic kernels.
-
-    A workload with an op that has no deterministic implementation runs in warn-only mode
-    instead; if its kernels then differ from run to run, the comparison fails at the first step
-    that differs.
-    """
-    factory = resolve_factory(workload) if isinstance(workload, str) else workload
-    warmup = 4 if config.cuda_graph else 0
-    for strict in (True, False):
-        built = factory(preset, seed=seed)
-        disable_dropout(built.model)
-        try:
-            with deterministic(strict=strict):
-                result = run(built, config, steps=max(1, steps - warmup), warmup=warmup,
-                             windows=1, device=device)
-        except RuntimeError as exc:
-            if strict and NO_DETERMINISTIC_IMPL in str(exc):
-                continue
-            raise
-        return result.losses
-    raise AssertionError("unreachable: the warn-only pass returns or raises")
+def required_test(config: LoopConfig) -> GateTest:
+    """Which tests `config` is owed (see the module docstring)."""
+    twin_config, capturable = twin_of(config)
+    if not capturable and not _changes_numerics(config):
+        return "exact"  # the twin is the reference itself
+    if not capturable and twin_config == config:
+        return "equivalence"  # the config is its own twin
+    return "exact+equivalence"
 
 
-def compare(losses: Sequence[float], reference: Sequence[float], *, exact: bool,
-            tolerance: float) -> ParityVerdict:
-    """Compare two loss trajectories step by step."""
+def _first_difference(losses: Sequence[float], reference: Sequence[float]) -> int | None:
+    for step, (a, b) in enumerate(zip(losses, reference, strict=False)):
+        # NaN != NaN: a non-finite loss counts as a difference.
+        if a != b:
+            return step
+    return None if len(losses) == len(reference) else min(len(losses), len(reference))
+
+
+def _per_step(
+    losses: Sequence[float], reference: Sequence[float]
+) -> tuple[float, float, int | None]:
+    """Largest absolute and relative per-step deviation and the first step that differs."""
+    if len(losses) != len(reference):
+        return math.inf, math.inf, None
+    max_abs = max_rel = 0.0
+    for a, b in zip(losses, reference, strict=True):
+        if math.isfinite(a) and math.isfinite(b):
+            deviation, relative = abs(a - b), abs(a - b) / max(abs(b), 1e-12)
+        else:
+            deviation = relative = math.inf
+        max_abs, max_rel = max(max_abs, deviation), max(max_rel, relative)
+    return max_abs, max_rel, _first_difference(losses, reference)
+
+
+def compare(
+    losses: Sequence[float], reference: Sequence[float], *, exact: bool, tolerance: float
+) -> ParityVerdict:
+    """Compare two loss trajectories step by step: bit for bit (`exact`), or, legacy, within a
+    relative `tolerance` per step (`tuner/search/isolated.py` still uses that for graph configs;
+    `gate` replaces it)."""
     if len(losses) != len(reference):
         return ParityVerdict(
-            passed=False, exact_required=exact, tolerance=tolerance, steps=len(reference),
-            max_abs_deviation=math.inf, max_rel_deviation=math.inf, first_diverging_step=None,
+            passed=False,
+            exact_required=exact,
+            tolerance=tolerance,
+            steps=len(reference),
+            max_abs_deviation=math.inf,
+            max_rel_deviation=math.inf,
+            first_diverging_step=None,
             reason=f"{len(losses)} losses against {len(reference)} in the reference",
+            test="exact" if exact else "relative",
+            exact_against="reference" if exact else None,
         )
-    max_abs = max_rel = 0.0
-    first: int | None = None
-    for step, (a, b) in enumerate(zip(losses, reference, strict=True)):
-        if not (math.isfinite(a) and math.isfinite(b)):
-            deviation = math.inf
-            relative = math.inf
-        else:
-            deviation = abs(a - b)
-            relative = deviation / max(abs(b), 1e-12)
-        if first is None and deviation != 0.0:
-            first = step
-        max_abs, max_rel = max(max_abs, deviation), max(max_rel, relative)
-    passed = max_abs == 0.0 if exact else max_rel <= tolerance
+    max_abs, max_rel, first = _per_step(losses, reference)
+    passed = first is None if exact else max_rel <= tolerance
     if passed:
         reason = "identical losses" if max_abs == 0.0 else f"within {tolerance:g} relative"
     elif exact:
@@ -132,10 +277,158 @@ def compare(losses: Sequence[float], reference: Sequence[float], *, exact: bool,
     else:
         reason = f"relative deviation {max_rel:.3g} exceeds {tolerance:g}"
     return ParityVerdict(
-        passed=passed, exact_required=exact, tolerance=0.0 if exact else tolerance,
-        steps=len(reference), max_abs_deviation=max_abs, max_rel_deviation=max_rel,
-        first_diverging_step=first, reason=reason,
+        passed=passed,
+        exact_required=exact,
+        tolerance=0.0 if exact else tolerance,
+        steps=len(reference),
+        max_abs_deviation=max_abs,
+        max_rel_deviation=max_rel,
+        first_diverging_step=first,
+        reason=reason,
+        test="exact" if exact else "relative",
+        exact_against="reference" if exact else None,
+        losses=tuple(losses),
     )
+
+
+def gate(
+    workload: str | WorkloadFactory,
+    config: LoopConfig,
+    steps: int = PARITY_STEPS,
+    *,
+    preset: str,
+    seed: int = 0,
+    device: str | torch.device = "auto",
+    reference: Sequence[float] | None = None,
+    envelope: Envelope | None = None,
+    twin: Twin | None = None,
+    precision: Precision | None = None,
+    test: GateTest | None = None,
+    multiple: float = MULTIPLE,
+    window: int = WINDOW,
+    check_drift: bool = True,
+) -> ParityVerdict:
+    """Run `config` and what it is compared with, and judge it.
+
+    reference, envelope, twin: reuse earlier measurements (the reference's losses, its noise
+    envelope, `config`'s eager twin); whatever the test needs and is not given is measured here.
+    precision: passed to every run (`run(precision=...)`), the reference's included.
+    test: force a test instead of `required_test(config)`; for a change the config does not
+    show (an optimizer swapped by a workload factory), "equivalence" with the unchanged
+    workload's `envelope`.
+    multiple, window, check_drift: the equivalence statistic's (`trainers.equivalence.judge`).
+    """
+    if test is not None and test not in GATE_TESTS:
+        raise ValueError(f"test={test!r} is invalid: allowed {', '.join(GATE_TESTS)}")
+    chosen: GateTest = test or required_test(config)
+    if envelope is not None:
+        _check_envelope(envelope, preset=preset, steps=steps, seed=seed, precision=precision)
+    if reference is None and envelope is not None:
+        reference = envelope.reference
+    common: dict[str, Any] = {
+        "steps": steps,
+        "seed": seed,
+        "device": device,
+        "precision": precision,
+    }
+    if reference is None:
+        reference = parity_losses(workload, preset, REFERENCE, **common)
+    losses = parity_losses(workload, preset, config, **common)
+    if chosen == "exact":
+        return compare(losses, reference, exact=True, tolerance=0.0)
+
+    max_abs, max_rel, first = _per_step(losses, reference)
+    fields: dict[str, Any] = {
+        "steps": len(reference),
+        "max_abs_deviation": max_abs,
+        "max_rel_deviation": max_rel,
+        "first_diverging_step": first,
+    }
+    reasons: list[str] = []
+    exact_ok = True
+    if chosen == "exact+equivalence":
+        if twin is None:
+            twin = Twin.measure(workload, config, preset=preset, **common)
+        _check_twin(twin, config)
+        if twin.reproducible:
+            twin_abs, _, twin_first = _per_step(losses, twin.losses)
+            exact_ok = twin_first is None
+            fields.update(
+                exact_against="eager twin",
+                twin_max_abs_deviation=twin_abs,
+                twin_first_diverging_step=twin_first,
+            )
+            subject = "graph" if config.cuda_graph else "config"
+            if exact_ok:
+                reasons.append(f"{subject} replays its eager twin bit for bit")
+            else:
+                reasons.append(
+                    f"{subject} does not replay its eager twin bit for bit: first differs at "
+                    f"step {twin_first} (max |diff| {twin_abs:.2g}), a capture or stream bug"
+                )
+        else:
+            chosen = "equivalence"
+            fields["exact_skipped"] = (
+                f"eager twin is not bitwise reproducible (its two runs differ from step "
+                f"{twin.first_difference}), so the exact test cannot apply"
+            )
+            reasons.append(fields["exact_skipped"])
+
+    if envelope is None:
+        envelope = Envelope.measure(
+            workload, preset, perturbations=PERTURBATIONS, reference=reference, **common
+        )
+    eq = envelope.judge(losses, window=window, multiple=multiple, check_drift=check_drift)
+    reasons.append(eq.reason)
+    return ParityVerdict(
+        passed=exact_ok and eq.passed,
+        exact_required="exact_against" in fields,
+        tolerance=eq.bound,
+        reason="; ".join(reasons),
+        test=chosen,
+        losses=tuple(losses),
+        **fields,
+        **_equivalence_fields(eq),
+    )
+
+
+def _equivalence_fields(eq: Equivalence) -> dict[str, Any]:
+    return {
+        "deviation": eq.deviation,
+        "envelope": eq.envelope,
+        "floor": eq.floor,
+        "bound": eq.bound,
+        "multiple": eq.multiple,
+        "window": eq.window,
+        "ratio": eq.ratio,
+        "window_ratio": eq.window_ratio,
+        "decisive_steps": eq.decisive_steps,
+        "window_deviations": eq.window_deviations,
+        "window_envelopes": eq.window_envelopes,
+        "drift": eq.drift,
+        "drift_envelope": eq.drift_envelope,
+        "drift_bound": eq.drift_bound,
+        "drift_ratio": eq.drift_ratio,
+    }
+
+
+def _check_envelope(
+    envelope: Envelope, *, preset: str, steps: int, seed: int, precision: Precision | None
+) -> None:
+    """An envelope of other runs would judge against another reference: refuse it."""
+    wanted = {"preset": preset, "steps": steps, "seed": seed, "precision": precision}
+    got = {key: getattr(envelope, key) for key in wanted}
+    if got != wanted:
+        raise ValueError(f"envelope measured for {got}, the gate runs {wanted}")
+
+
+def _check_twin(twin: Twin, config: LoopConfig) -> None:
+    expected, capturable = twin_of(config)
+    if twin.config != expected.to_dict() or twin.capturable != capturable:
+        raise ValueError(
+            f"twin is the eager twin of {twin.config} (capturable={twin.capturable}), not of "
+            f"this config, whose twin is {expected.to_dict()} (capturable={capturable})"
+        )
 
 
 def check_parity(
@@ -147,11 +440,20 @@ def check_parity(
     seed: int = 0,
     device: str | torch.device = "auto",
     reference: Sequence[float] | None = None,
+    envelope: Envelope | None = None,
+    twin: Twin | None = None,
+    precision: Precision | None = None,
 ) -> ParityVerdict:
-    """Run `config` and the reference (1 stream, synchronize every step, no graph) from the same
-    seed and compare their losses. Pass `reference` to reuse a reference trajectory."""
-    if reference is None:
-        reference = parity_losses(workload, preset, REFERENCE, steps=steps, seed=seed,
-                                  device=device)
-    losses = parity_losses(workload, preset, config, steps=steps, seed=seed, device=device)
-    return compare(losses, reference, exact=not config.cuda_graph, tolerance=GRAPH_RTOL)
+    """The gate (`gate`) under its old name and signature, with the new optional inputs."""
+    return gate(
+        workload,
+        config,
+        steps,
+        preset=preset,
+        seed=seed,
+        device=device,
+        reference=reference,
+        envelope=envelope,
+        twin=twin,
+        precision=precision,
+    )

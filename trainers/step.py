@@ -1,12 +1,19 @@
 """One training step, eager or replayed from a CUDA graph. Each returns the step's loss as a device
-tensor that stays valid until the host reads it."""
+tensor that stays valid until the host reads it.
+
+Either step takes the model as the run built it (eager or `torch.compile`d) and a PrecisionPlan:
+autocast around forward and loss, and for fp16 the loss scaler around backward and step.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from trainers.errors import CaptureError
+from trainers.precision import PrecisionPlan
 from trainers.streams import StreamPlan, on, wait
 from trainers.workloads.base import Batch, LossFn
 
@@ -14,32 +21,62 @@ GRAPH_WARMUP_STEPS = 3
 """Eager steps run on a side stream before capture (cuBLAS/cuDNN handles, autograd's lazy state,
 optimizer state). They are real training steps: their losses are the run's first losses."""
 
+_mark_cudagraph_step: Callable[[], None] = torch.compiler.cudagraph_mark_step_begin
+
 
 class EagerStep:
+    """Forward, backward and optimizer step issued op by op (or compiled graph by compiled graph).
+
+    cudagraph_trees: the model was compiled with mode="reduce-overhead", whose forward and
+    backward replay from Inductor's CUDA graphs; each step then starts by telling Inductor so,
+    and the loss is cloned out of the graphs' memory.
+    """
+
     def __init__(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, plan: StreamPlan
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        loss_fn: LossFn,
+        plan: StreamPlan,
+        *,
+        precision: PrecisionPlan | None = None,
+        cudagraph_trees: bool = False,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn
         self.plan = plan
+        self.precision = precision if precision is not None else PrecisionPlan()
+        self.cudagraph_trees = cudagraph_trees
 
     def __call__(self, batch: Batch) -> torch.Tensor:
+        if self.cudagraph_trees:
+            # A new iteration: the outputs of the last one (activations, gradients) are dead, so
+            # the cudagraph trees may replay over their memory instead of recording anew.
+            _mark_cudagraph_step()
         forward, backward = self.plan.forward, self.plan.backward
         # The forward reads the weights that the previous optimizer step wrote on `backward`.
         wait(forward, backward)
         # set_to_none frees last step's gradients; the wait above already ordered their reuse.
         self.optimizer.zero_grad(set_to_none=True)
         with on(forward):
-            loss = self.loss_fn(self.model, batch)
+            with self.precision.autocast():
+                loss = self.loss_fn(self.model, batch)
+            kept = loss.detach()
+            if self.cudagraph_trees:
+                # A loss the compiled model returns itself lives in the cudagraph trees' memory,
+                # which the next step's replay overwrites, while the harvester may not have read
+                # it yet (sync_interval > 1): a copy in ordinary memory, queued before `backward`
+                # waits on this stream so every later reader is ordered after it.
+                kept = kept.clone()
         with on(backward):
             # The seed gradient is made on `backward` and needs the loss.
             wait(backward, forward)
             # Backward kernels run on `forward` (their forward ops' stream); autograd makes
             # `backward` wait for them before returning, so the step below sees the gradients.
-            loss.backward()
-            self.optimizer.step()
-        return loss.detach()
+            self.precision.backward(loss)
+            self.precision.step(self.optimizer)
+        return kept
 
 
 class GraphStep:
@@ -47,16 +84,27 @@ class GraphStep:
 
     The first GRAPH_WARMUP_STEPS calls run eagerly on a side stream; the next captures the step
     and replays it. Inputs are copied into static buffers before each replay. The optimizer must
-    have been built with `capturable=True`.
+    have been built with `capturable=True`. A compiled model (compile="default" or
+    "max-autotune-no-cudagraphs") compiles in the first warm-up step; the capture then records
+    Inductor's kernels like any others, so the whole compiled step replays as one graph.
     """
 
     def __init__(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, plan: StreamPlan
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        loss_fn: LossFn,
+        plan: StreamPlan,
+        *,
+        precision: PrecisionPlan | None = None,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn
         self.plan = plan
+        self.precision = precision if precision is not None else PrecisionPlan()
+        # GradScaler decides on the host whether to step (trainers.precision.check_precision).
+        assert self.precision.scaler is None, "fp16-autocast cannot be captured"
         self.calls = 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static_batch: Batch = ()
@@ -79,7 +127,8 @@ class GraphStep:
             for tensor in batch:
                 tensor.record_stream(self._side)
             self.optimizer.zero_grad(set_to_none=True)
-            loss = self.loss_fn(self.model, batch)
+            with self.precision.autocast():
+                loss = self.loss_fn(self.model, batch)
             loss.backward()
             self.optimizer.step()
             loss = loss.detach().clone()
@@ -105,7 +154,8 @@ class GraphStep:
             capture_stream = torch.cuda.Stream(device=self._side.device)
             with torch.cuda.graph(graph, stream=capture_stream,
                                   capture_error_mode="thread_local"):
-                loss = self.loss_fn(self.model, self.static_batch)
+                with self.precision.autocast():
+                    loss = self.loss_fn(self.model, self.static_batch)
                 loss.backward()
                 self.optimizer.step()
         except RuntimeError as exc:

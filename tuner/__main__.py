@@ -8,7 +8,7 @@ import typer
 from typer import Abort, Exit
 
 from tuner.cli import app, flag_error
-from tuner.search import Interrupted
+from tuner.errors import Interrupted
 
 try:  # recent typer carries its own copy of click
     from typer._click.exceptions import ClickException

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import sys
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
 import trainers
-from tuner import render, results
-from tuner import study as studies
+from trainers.workloads import catalog
 from tuner.errors import SpaceError, TunerError
-from tuner.measure import Protocol, set_matmul_precision
+from tuner.evidence import export as exporting
+from tuner.evidence import reader, render
+from tuner.search.measure import Protocol, set_matmul_precision
+from tuner.store import storage as studies
 
 app = typer.Typer(
     help="streamtune: measure and tune the concurrency settings of PyTorch training loops.",
@@ -52,6 +57,10 @@ FLAGS = {
     "profile": "--profile",
     "profile_steps": "--profile-steps",
     "artifacts": "--artifacts",
+    "model_arg": "--model-arg",
+    "precision": "--precision",
+    "compile": "--compile",
+    "optimizer": "--optimizer",
 }
 
 
@@ -77,7 +86,13 @@ def flag_error(exc: Exception) -> str | None:
 
 
 Workload = Annotated[str, typer.Option(
-    help="A built-in workload (transformer, mlp, convnet) or package.module:factory.")]
+    help="A built-in workload (transformer, mlp, convnet), a library model (torchvision:NAME, "
+         "timm:NAME, hf:KIND; see `python -m tuner models`) or package.module:factory.")]
+ModelArgs = Annotated[list[str] | None, typer.Option(
+    "--model-arg", help="A library model's option: key=value (repeatable; see `models`).")]
+Precision = Annotated[str | None, typer.Option(
+    help="fp32, tf32, bf16-autocast or fp16-autocast (with a gradient scaler). Fixed for a "
+         "study, never tuned: it changes the results.")]
 Preset = Annotated[str, typer.Option(help="Workload size: tiny, small, medium, large.")]
 Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:INDEX.")]
 MatmulPrecision = Annotated[str, typer.Option(
@@ -105,9 +120,19 @@ def train(
     device: Device = "auto",
     seed: Annotated[int, typer.Option(help="Seed of the weights and the data.")] = 0,
     matmul_precision: MatmulPrecision = "highest",
+    model_arg: ModelArgs = None,
+    precision: Precision = None,
+    compile_mode: Annotated[str, typer.Option("--compile", help=(
+        "torch.compile of the model: none, default, max-autotune-no-cudagraphs or "
+        "reduce-overhead."))] = "none",
+    optimizer: Annotated[str, typer.Option(
+        help="as-built, foreach, fused or compiled.")] = "as-built",
     as_json: AsJson = False,
 ) -> None:
     """Run one measured training run and print its RunResult."""
+    if precision is not None and matmul_precision != "highest":
+        raise TunerError("--precision/--matmul-precision: give one of them, not both "
+                         "(--precision tf32 is --matmul-precision high)")
     set_matmul_precision(matmul_precision)
     config = trainers.LoopConfig(
         num_streams=streams,
@@ -118,14 +143,42 @@ def train(
         non_blocking=non_blocking,
         num_workers=num_workers,
         cuda_graph=cuda_graph,
+        compile=compile_mode,  # type: ignore[arg-type]  # validated by LoopConfig
+        optimizer=optimizer,  # type: ignore[arg-type]  # validated by LoopConfig
     )
     dev = trainers.resolve_device(device)
-    built = trainers.load_workload(workload, preset, seed=seed)
-    result = trainers.run(built, config, steps=steps, warmup=warmup, windows=windows, device=dev)
+    built = trainers.load_workload(workload, preset, seed=seed,
+                                   model_args=parse_model_args(model_arg or ()))
+    result = trainers.run(built, config, steps=steps, warmup=warmup, windows=windows, device=dev,
+                          precision=precision)  # type: ignore[arg-type]  # run() checks it
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
         render.run_summary(Console(), result)
+
+
+def parse_model_args(items: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """`--model-arg key=value` items as a mapping; the adapter checks keys and values."""
+    parsed: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise TunerError(f"--model-arg: {item!r} is invalid: allowed key=value")
+        if key.strip() in parsed:
+            raise TunerError(f"--model-arg: {key.strip()!r} is given twice")
+        parsed[key.strip()] = value.strip()
+    return parsed
+
+
+@app.command()
+def models(as_json: AsJson = False) -> None:
+    """List the library-model families, their presets and the --model-arg options each takes."""
+    families = catalog()
+    if as_json:
+        typer.echo(json.dumps([dataclasses.asdict(family) for family in families], indent=2,
+                              default=dict))
+    else:
+        render.model_table(Console(), families)
 
 
 Storage = Annotated[str | None, typer.Option(
@@ -164,6 +217,8 @@ def run_(
     sampler: Annotated[str, typer.Option(help="tpe or random.")] = "tpe",
     seed: Annotated[int, typer.Option(help="Seed of the sampler, weights and data.")] = 0,
     matmul_precision: MatmulPrecision = "highest",
+    model_arg: ModelArgs = None,
+    precision: Precision = None,
     profile: Annotated[str, typer.Option(
         help="Profile none, the baselines and the recommended config (baselines), or every "
              "complete trial too (all).")] = "baselines",
@@ -174,7 +229,8 @@ def run_(
     as_json: AsJson = False,
 ) -> None:
     """Tune: search the settings with short real runs and recommend a config."""
-    from tuner.search import RunOptions, run_study
+    from tuner.search.options import RunOptions
+    from tuner.search.search import run_study
 
     options = RunOptions(
         workload=workload, preset=preset, trials=trials, timeout_s=timeout, space=space,
@@ -184,6 +240,8 @@ def run_(
         final_rounds=final_rounds,
         baseline_every=baseline_every, parity_steps=parity_steps, sampler=sampler, seed=seed,
         matmul_precision=matmul_precision, profile=profile, profile_steps=profile_steps,
+        model_args=parse_model_args(model_arg or ()),
+        precision=precision,  # type: ignore[arg-type]  # RunOptions checks it
         artifacts=artifacts,
         protocol=Protocol(warmup=warmup, windows=windows, window_steps=window_steps, seed=seed),
     )
@@ -191,7 +249,7 @@ def run_(
     with render.SearchProgress(console, enabled=not as_json) as progress:
         rec = run_study(options, progress=progress)
     if as_json:
-        typer.echo(json.dumps(rec, indent=2))
+        typer.echo(json.dumps(rec.to_dict(), indent=2))
     else:
         render.recommendation(Console(), rec)
 
@@ -199,9 +257,9 @@ def run_(
 @app.command()
 def best(study: StudyName, storage: Storage = None, as_json: AsJson = False) -> None:
     """Print a study's recommendation."""
-    rec = results.recommendation(studies.storage_url(storage), study)
+    rec = reader.recommendation(studies.storage_url(storage), study)
     if as_json:
-        typer.echo(json.dumps(rec, indent=2))
+        typer.echo(json.dumps(rec.to_dict(), indent=2))
     else:
         render.recommendation(Console(), rec)
 
@@ -213,14 +271,14 @@ def export(
     format: Annotated[str, typer.Option("--format", help="json, env or python.")] = "json",
 ) -> None:
     """Print the recommended config as JSON, environment variables or Python."""
-    rec = results.recommendation(studies.storage_url(storage), study)
-    typer.echo(results.export(rec, format))
+    rec = reader.recommendation(studies.storage_url(storage), study)
+    typer.echo(exporting.export(rec, format))
 
 
 @app.command("studies")
 def studies_(storage: Storage = None, as_json: AsJson = False) -> None:
     """List the studies in the storage with their best throughput."""
-    rows = results.list_studies(studies.storage_url(storage))
+    rows = reader.list_studies(studies.storage_url(storage))
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
     else:
@@ -241,9 +299,18 @@ def serve(
     """Serve the tuning API (and its workers): submit jobs, watch them, read recommendations."""
     if no_worker and workers is not None:
         raise TunerError("--workers/--no-worker: give one of them, not both")
-    from api.server import serve as serve_api  # the only place tuner reaches for the API
-
-    serve_api(host=host, port=port, workers=workers, no_worker=no_worker, storage=storage)
+    # The service is the `api` package, a layer above `tuner`: run it as its own program (this
+    # process becomes it, so signals and the exit status are the service's) instead of importing it.
+    args = [sys.executable, "-m", "api", "--host", host, "--port", str(port)]
+    if workers is not None:
+        args += ["--workers", str(workers)]
+    if no_worker:
+        args.append("--no-worker")
+    if storage is not None:
+        args += ["--storage", storage]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, args)
 
 
 @app.command()
@@ -253,7 +320,7 @@ def worker(
         help="GPU index (default: GPU 0 if there is one, else the CPU).", min=0)] = None,
 ) -> None:
     """Run a worker: claim queued tuning jobs from the storage and run them, until SIGTERM."""
-    from tuner.worker import main as run_worker
+    from tuner.service.worker import main as run_worker
 
     run_worker(storage=storage, gpu=gpu)
 
@@ -265,7 +332,7 @@ def report(
     storage: Storage = None,
 ) -> None:
     """Write one self-contained HTML page about a study (plots, recommendation, profiles)."""
-    from tuner.report import write_report
+    from tuner.evidence.report import write_report
 
     path = write_report(studies.storage_url(storage), study, out)
     typer.echo(str(path))

@@ -23,3 +23,37 @@ class StudyNotFound(TunerError, LookupError):
 
 class NoRecommendation(TunerError):
     """The study has no finished, parity-checked trial to recommend yet."""
+
+
+class JobNotFound(TunerError, LookupError):
+    """No job with that id."""
+
+
+class JobConflict(TunerError):
+    """The job is not in a state that allows the request (e.g. cancelling a finished job)."""
+
+
+class TooManyQueued(TunerError):
+    """The caller already has its limit of queued jobs."""
+
+
+class SpecError(TunerError, ValueError):
+    """A job request the tuner cannot run; `loc` names the field (e.g. ("space", "num_streams"))."""
+
+    def __init__(self, loc: tuple[str, ...], message: str, value: object = None) -> None:
+        self.loc = loc
+        self.message = message
+        self.value = value
+        super().__init__(f"{'.'.join(loc)}: {message}")
+
+
+class Interrupted(TunerError):
+    """Ctrl-C: finished trials are stored, the running one is failed as 'interrupted'."""
+
+
+class Stopped(TunerError):
+    """`should_stop` answered True: finished trials are stored, the running one stopped early."""
+
+
+class GpuBusy(TunerError):
+    """Another live worker holds the lease of this GPU."""

@@ -11,7 +11,8 @@ from api.deps import CallerDep, ReaderDep, RegistryDep, SettingsDep, StoreDep, a
 from api.routes import CONFLICT, NOT_FOUND, UNAUTHORIZED
 from api.schemas.common import ErrorOut, Recommendation
 from api.schemas.jobs import JobIn, JobOut, JobPage, Status, TrialOut, TrialPage
-from tuner.jobs import JobConflict, check_spec
+from tuner.errors import JobConflict
+from tuner.service.spec import check_spec
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=[Depends(authenticate)],
                    responses=UNAUTHORIZED)

@@ -10,7 +10,7 @@ from api.deps import StoreDep, authenticate
 from api.routes import NOT_FOUND, UNAUTHORIZED
 from api.schemas.common import Recommendation
 from api.schemas.studies import RecommendationHit
-from tuner.jobs import JobNotFound
+from tuner.errors import JobNotFound
 
 router = APIRouter(prefix="/v1/recommendations", tags=["recommendations"],
                    dependencies=[Depends(authenticate)], responses=UNAUTHORIZED)

@@ -32,4 +32,4 @@ def get_study(name: str, reader: ReaderDep) -> StudyOut:
 @router.get("/{name}/best", response_model=Recommendation, responses=NOT_FOUND | CONFLICT)
 def study_best(name: str, reader: ReaderDep) -> Recommendation:
     """The study's recommendation; 409 while it has none."""
-    return Recommendation.model_validate(reader.recommendation(name))
+    return Recommendation.model_validate(reader.recommendation(name).to_dict())

@@ -8,13 +8,22 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, field_validator
 
 from api.schemas.common import BestSoFar, Strict, utc
-from tuner.jobs import JobRow, JobSpec
+from trainers.config import MAX_PREFETCH, MAX_STREAMS, MAX_WORKERS
+from tuner.service.spec import JobSpec
+from tuner.service.tables import JobRow
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
-Streams = Annotated[int, Field(ge=1, le=4)]
-SyncInterval = Annotated[int, Field(ge=1, le=10_000)]
-Prefetch = Annotated[int, Field(ge=0, le=4)]
-Loaders = Annotated[int, Field(ge=0, le=32)]
+# A registry name, or a library model: `torchvision:resnet50`, `timm:convnext_atto`, `hf:causal-lm`.
+WorkloadName = Annotated[str, Field(min_length=1, max_length=128,
+                                    pattern=r"^([a-z]+:)?[A-Za-z0-9_.-]+$")]
+ModelArgKey = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z_]+$")]
+ModelArgValue = Annotated[str, Field(min_length=1, max_length=64)]
+PrecisionName = Literal["fp32", "tf32", "bf16-autocast", "fp16-autocast"]
+# The harness's own bounds (trainers.config), so the schema cannot drift from what runs.
+Streams = Annotated[int, Field(ge=1, le=MAX_STREAMS)]
+SyncInterval = Annotated[int, Field(ge=1, le=10_000)]  # the API's cap; the harness has none
+Prefetch = Annotated[int, Field(ge=0, le=MAX_PREFETCH)]
+Loaders = Annotated[int, Field(ge=0, le=MAX_WORKERS)]
 SyncMode = Literal["synchronize", "event", "query"]
 Objective = Literal["throughput", "memory"]
 Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
@@ -39,6 +48,10 @@ SyncModeChoices = Annotated[list[SyncMode], Choices]
 PrefetchChoices = Annotated[list[Prefetch], Choices]
 LoadersChoices = Annotated[list[Loaders], Choices]
 BoolChoices = Annotated[list[bool], Choices]
+CompileMode = Literal["none", "default", "max-autotune-no-cudagraphs", "reduce-overhead"]
+OptimizerChoice = Literal["as-built", "foreach", "fused", "compiled"]
+CompileChoices = Annotated[list[CompileMode], Choices]
+OptimizerChoices = Annotated[list[OptimizerChoice], Choices]
 
 
 class SpaceIn(Strict):
@@ -53,6 +66,8 @@ class SpaceIn(Strict):
     non_blocking: bool | BoolChoices | None = None
     num_workers: Loaders | LoadersChoices | IntRangeIn | None = None
     cuda_graph: bool | BoolChoices | None = None
+    compile: CompileMode | CompileChoices | None = None
+    optimizer: OptimizerChoice | OptimizerChoices | None = None
 
 
 class FixIn(Strict):
@@ -66,14 +81,18 @@ class FixIn(Strict):
     non_blocking: bool | None = None
     num_workers: Loaders | None = None
     cuda_graph: bool | None = None
+    compile: CompileMode | None = None
+    optimizer: OptimizerChoice | None = None
 
 
 class JobIn(Strict):
     """A tuning job. `workload` is a name of the server's registry (never code or a path)."""
 
-    workload: Name = Field(description="a workload of the server's registry, e.g. transformer")
+    workload: WorkloadName = Field(
+        description="a workload of the server's registry (e.g. transformer) or a library model "
+                    "(torchvision:resnet50, timm:NAME, hf:causal-lm; `python -m tuner models`)")
     preset: Name = Field(description="the workload's size, e.g. tiny, small")
-    space: Literal["full", "streams"] | SpaceIn = "full"
+    space: Literal["full", "streams", "compile"] | SpaceIn = "full"
     fix: FixIn = Field(default_factory=FixIn)
     n_trials: int = Field(default=20, ge=1, le=500)
     timeout_s: float | None = Field(default=None, gt=0, le=30 * 86_400,
@@ -84,6 +103,12 @@ class JobIn(Strict):
     max_memory_bytes: int | None = Field(default=None, ge=1, le=2**50,
                                          description="recommend the fastest config under this")
     device: Device = "auto"
+    model_args: dict[ModelArgKey, ModelArgValue] = Field(
+        default_factory=dict, max_length=32,
+        description='a library model\'s options as strings, e.g. {"batch": "64", "image": "224"}')
+    precision: PrecisionName | None = Field(
+        default=None, description="fixed for the study: fp32, tf32, bf16-autocast or "
+                                  "fp16-autocast (default: the workers' matmul precision)")
 
     @field_validator("objectives")
     @classmethod
@@ -100,7 +125,8 @@ class JobIn(Strict):
             workload=self.workload, preset=self.preset, space=space,
             fix=self.fix.model_dump(exclude_none=True), n_trials=self.n_trials,
             timeout_s=self.timeout_s, objectives=tuple(self.objectives),
-            max_memory_bytes=self.max_memory_bytes, device=self.device)
+            max_memory_bytes=self.max_memory_bytes, device=self.device,
+            model_args=dict(self.model_args), precision=self.precision)
 
 
 class JobLinks(BaseModel):
@@ -121,9 +147,13 @@ class JobOut(BaseModel):
     space: str | dict[str, Any]
     fix: dict[str, Any]
     n_trials: int = Field(description="trials asked for")
+    model_args: dict[str, str] = Field(default_factory=dict)
+    precision: str | None = None
     n_complete: int = Field(description="complete trials (Optuna COMPLETE) so far")
     n_failed: int
     n_pruned: int
+    n_interrupted: int = Field(default=0, description="trials cut short by the service (a "
+                               "worker lost, a cancel): run again, never counted")
     timeout_s: float | None
     objectives: list[str]
     max_memory_bytes: int | None
@@ -151,7 +181,9 @@ class JobOut(BaseModel):
             workload=row.workload, preset=row.preset,
             device=row.device,  # type: ignore[arg-type]  # written from JobIn.device
             space=spec.get("space", "full"), fix=spec.get("fix", {}), n_trials=row.n_trials,
+            model_args=spec.get("model_args", {}), precision=spec.get("precision"),
             n_complete=row.n_complete, n_failed=row.n_failed, n_pruned=row.n_pruned,
+            n_interrupted=row.n_interrupted or 0,
             timeout_s=spec.get("timeout_s"), objectives=spec.get("objectives", ["throughput"]),
             max_memory_bytes=spec.get("max_memory_bytes"),
             best=None if row.best is None else BestSoFar.model_validate(row.best),

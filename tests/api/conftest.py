@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.settings import ApiSettings
 from tests.api.helpers import AUTH, OTHER_TOKEN, SMALL, TINY_JOB, TOKEN, sqlite_url
-from tuner.search import RunOptions, run_study
-from tuner.worker import Worker, WorkerSettings
+from tuner.search.options import RunOptions
+from tuner.search.search import run_study
+from tuner.service.settings import WorkerSettings
+from tuner.service.worker import Worker
 
 # Settings come from each test, never from TUNER_* variables of the shell running the suite.
 for _name in [k for k in os.environ if k.startswith("TUNER_")]:
@@ -38,36 +37,7 @@ def make_worker(storage: str, **settings: Any) -> Worker:
     return Worker(WorkerSettings(**(values | settings)))
 
 
-PG_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-
-
-def pg_listening() -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", 5432), timeout=1.0):
-            return True
-    except OSError:
-        return False
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """PostgreSQL on 127.0.0.1:5432, in a schema of this test's own (through `search_path`).
-
-    Skipped when nothing listens there; the schema is dropped at the end (the server may have
-    been restarted by the test meanwhile: the admin engine pings its connections first).
-    """
-    if not pg_listening():
-        pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
-    schema = f"streamtune_test_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(PG_SERVER, pool_pre_ping=True)
-    with admin.begin() as conn:
-        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        yield f"{PG_SERVER}?options=-csearch_path%3D{schema}"
-    finally:
-        with admin.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+from tests.conftest import PG_SERVER, pg_listening  # noqa: F401 - the API tests use them
 
 
 @pytest.fixture
@@ -111,4 +81,4 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Finished]:
         job = test_client.get(created.headers["Location"], headers=AUTH).json()
         assert job["status"] == "succeeded", job
         yield Finished(storage=storage, client=test_client, job=job, local_study="local-mlp",
-                       local_rec=local)
+                       local_rec=local.to_dict())

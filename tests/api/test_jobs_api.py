@@ -121,7 +121,12 @@ BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
     ({"workload": "os.path:join"}, ("body", "workload"), "pattern"),
     ({"workload": "resnet"}, ("body", "workload"), "unknown workload 'resnet'"),
     ({"preset": "enormous"}, ("body", "preset"), "no preset 'enormous'"),
-    ({"space": "everything"}, ("body", "space"), "'full' or 'streams'"),
+    ({"space": "everything"}, ("body", "space"), "'full', 'streams' or 'compile'"),
+    ({"model_args": {"batch": "4"}}, ("body", "model_args"), "takes no model_args"),
+    ({"model_args": {"Batch!": "4"}}, ("body", "model_args"), "pattern"),
+    ({"precision": "fp64"}, ("body", "precision"), "'bf16-autocast' or 'fp16-autocast'"),
+    ({"workload": "nope:model"}, ("body", "workload"), "unknown workload 'nope:model'"),
+    ({"space": {"compile": ["fast"]}}, ("body", "space", "SpaceIn", "compile"), "'default'"),
     ({"space": {"num_streams": {"low": 3, "high": 2}}}, ("body", "space", "num_streams"),
      "low <= high"),
     ({"space": {"num_streams": {"low": 1, "high": 9}}}, ("body", "space", "num_streams"),
@@ -172,3 +177,18 @@ def test_bad_queries_get_422_naming_the_parameter(client: TestClient, query: dic
     response = client.get("/v1/jobs", params=query, headers=AUTH)
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == loc
+
+
+@pytest.mark.models
+def test_a_library_model_is_checked_before_it_is_queued(client: TestClient) -> None:
+    pytest.importorskip("transformers")
+    body = TINY_JOB | {"workload": "hf:causal-lm", "model_args": {"layers": "2"},
+                       "precision": "bf16-autocast"}
+    created = _post(client, body)
+    assert created.status_code == 201, created.text
+    job = created.json()
+    assert (job["model_args"], job["precision"]) == ({"layers": "2"}, "bf16-autocast")
+    bad = _post(client, body | {"model_args": {"layerz": "2"}})
+    assert bad.status_code == 422
+    assert any(e["loc"][:2] == ["body", "model_args"] and "layerz" in e["msg"]
+               for e in bad.json()["detail"]), bad.json()

@@ -29,9 +29,9 @@ from tests.api.helpers import (
     sqlite_url,
     wait_for,
 )
-from tuner.job_study import trial_counts
-from tuner.jobs import JobStore
-from tuner.worker import ORPHAN_REASON
+from tuner.service.jobstore import JobStore
+from tuner.service.slots import ORPHAN_REASON
+from tuner.store.counting import count_trials as trial_counts
 
 pytestmark = pytest.mark.slow
 
@@ -133,7 +133,7 @@ def test_a_killed_server_resumes_its_job_without_losing_or_repeating_trials(
     assert done["attempts"] == 2
     after = optuna.load_study(study_name=study, storage=server.storage).get_trials()
     counts = trial_counts(after)
-    assert counts["complete"] + counts["failed"] + counts["pruned"] == n_trials
+    assert counts.counted == n_trials
     assert done["n_complete"] + done["n_failed"] + done["n_pruned"] == n_trials
     assert {t.number: t.values for t in after if t.number in kept} == kept  # none lost
     assert len({t.number for t in after}) == len(after)

@@ -1,10 +1,19 @@
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
 
-from trainers import REFERENCE, ConfigError, LoopConfig, field_names
+from trainers import (
+    COMPILE_MODES,
+    OPTIMIZERS,
+    REFERENCE,
+    ConfigError,
+    LoopConfig,
+    field_names,
+    invalid_reason,
+)
 
 
 def test_defaults_are_the_pytorch_idiom() -> None:
@@ -32,6 +41,11 @@ def test_keyword_only() -> None:
         ("non_blocking", "yes", "true or false"),
         ("num_workers", -2, "0..32"),
         ("cuda_graph", None, "true or false"),
+        ("compile", "max-autotune", "none, default, max-autotune-no-cudagraphs, reduce-overhead"),
+        ("compile", True, "none, default, max-autotune-no-cudagraphs, reduce-overhead"),
+        ("compile", None, "none, default, max-autotune-no-cudagraphs, reduce-overhead"),
+        ("optimizer", "adam", "as-built, foreach, fused, compiled"),
+        ("optimizer", 1, "as-built, foreach, fused, compiled"),
     ],
 )
 def test_invalid_value_names_field_value_and_allowed(field: str, value: object,
@@ -47,7 +61,8 @@ def test_invalid_value_names_field_value_and_allowed(field: str, value: object,
 
 def test_round_trip_through_json() -> None:
     config = LoopConfig(num_streams=4, sync_interval=17, sync_mode="query", prefetch_depth=2,
-                        pin_memory=True, non_blocking=True, num_workers=2, cuda_graph=True)
+                        pin_memory=True, non_blocking=True, num_workers=2, cuda_graph=True,
+                        compile="max-autotune-no-cudagraphs", optimizer="fused")
     again = LoopConfig.from_dict(json.loads(json.dumps(config.to_dict())))
     assert again == config
     assert tuple(config.to_dict()) == field_names()
@@ -62,3 +77,74 @@ def test_replace_validates() -> None:
     assert LoopConfig().replace(num_streams=3).num_streams == 3
     with pytest.raises(ConfigError, match="sync_interval"):
         LoopConfig().replace(sync_interval=0)
+
+
+def test_new_levers_default_to_todays_loop() -> None:
+    assert REFERENCE.compile == "none"
+    assert REFERENCE.optimizer == "as-built"
+    assert COMPILE_MODES == ("none", "default", "max-autotune-no-cudagraphs", "reduce-overhead")
+    assert OPTIMIZERS == ("as-built", "foreach", "fused", "compiled")
+
+
+def test_a_stored_config_from_before_the_new_levers_still_loads() -> None:
+    # A trial's config as studies stored it before compile/optimizer existed.
+    stored = {"num_streams": 2, "sync_interval": 10, "sync_mode": "event", "prefetch_depth": 1,
+              "pin_memory": True, "non_blocking": True, "num_workers": 0, "cuda_graph": True}
+    config = LoopConfig.from_dict(json.loads(json.dumps(stored)))
+    assert config.compile == "none" and config.optimizer == "as-built"
+    assert config.to_dict() == {**stored, "compile": "none", "optimizer": "as-built"}
+    assert invalid_reason(stored) is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "field", "allowed"),
+    [
+        ({"cuda_graph": True, "compile": "reduce-overhead"}, "compile",
+         "none, default or max-autotune-no-cudagraphs with cuda_graph=True"),
+        ({"cuda_graph": True, "optimizer": "compiled"}, "optimizer",
+         "as-built, foreach or fused with cuda_graph=True"),
+    ],
+)
+def test_invalid_combinations_name_the_field_and_what_is_allowed(
+    settings: dict[str, object], field: str, allowed: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        LoopConfig(**settings)  # type: ignore[arg-type]
+    assert info.value.field == field
+    assert allowed in str(info.value)
+    # The same rule, as the predicate a search space uses.
+    reason = invalid_reason(settings)
+    assert reason is not None and allowed in reason
+    # replace() goes through the same validation.
+    with pytest.raises(ConfigError):
+        LoopConfig(cuda_graph=True).replace(**{field: settings[field]})
+
+
+def test_every_other_combination_of_the_levers_is_valid() -> None:
+    refused = {(True, "reduce-overhead"), (True, "compiled")}
+    for graph, mode, optimizer in itertools.product([False, True], COMPILE_MODES, OPTIMIZERS):
+        settings = {"cuda_graph": graph, "compile": mode, "optimizer": optimizer}
+        reason = invalid_reason(settings)
+        expected_invalid = (graph, mode) in refused or (graph, optimizer) in refused
+        assert (reason is not None) == expected_invalid, (settings, reason)
+        if reason is None:
+            assert LoopConfig(**settings).to_dict() == {**REFERENCE.to_dict(), **settings}  # type: ignore[arg-type]
+
+
+def test_invalid_reason_covers_precision_and_device() -> None:
+    assert invalid_reason({}) is None
+    assert invalid_reason({"num_streams": 9}) == (
+        "num_streams=9 is invalid: allowed an integer in 1..4")
+    assert invalid_reason({"streams": 2}) is not None  # unknown field
+    reason = invalid_reason({"cuda_graph": True}, precision="fp16-autocast")
+    assert reason is not None and "precision='fp16-autocast'" in reason
+    assert "bf16-autocast" in reason
+    assert invalid_reason({"cuda_graph": True}, precision="bf16-autocast") is None
+    assert invalid_reason({}, precision="fp16-autocast") is None
+    reason = invalid_reason({}, precision="int8")
+    assert reason is not None and "fp32, tf32, bf16-autocast, fp16-autocast" in reason
+    reason = invalid_reason({"compile": "reduce-overhead"}, device_type="cpu")
+    assert reason is not None and "needs a CUDA device" in reason
+    assert invalid_reason({"cuda_graph": True}, device_type="cpu") is not None
+    assert invalid_reason({"compile": "reduce-overhead"}, device_type="cuda") is None
+    assert invalid_reason({"compile": "default"}, device_type="cpu") is None

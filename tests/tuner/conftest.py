@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from tests.tuner.tiny import options, sqlite_url
-from tuner.search import RunOptions, run_study
+from tuner.evidence.recommendation import Recommendation
+from tuner.search.options import RunOptions
+from tuner.search.search import run_study
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,7 +19,12 @@ class Finished:
     storage: str
     study: str
     options: RunOptions
-    rec: dict[str, Any]
+    recommendation: Recommendation
+
+    @property
+    def rec(self) -> dict[str, Any]:
+        """The recommendation's JSON, as stored and served."""
+        return self.recommendation.to_dict()
 
 
 @pytest.fixture(scope="session")
@@ -30,4 +37,4 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Finished:
         # The full space tries up to 4 DataLoader workers; torch warns about that on 2 cores.
         warnings.filterwarnings("ignore", message="This DataLoader will create")
         rec = run_study(opts)
-    return Finished(storage=storage, study="tiny-full", options=opts, rec=rec)
+    return Finished(storage=storage, study="tiny-full", options=opts, recommendation=rec)

@@ -20,8 +20,8 @@ import pytest
 from tests.tuner.conftest import Finished
 from tests.tuner.tiny import RUN_FLAGS, WORKLOADS, load, sqlite_url
 from trainers import LoopConfig
-from tuner import results
 from tuner.__main__ import main
+from tuner.evidence import export, reader
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -60,7 +60,8 @@ def test_run_json_in_a_subprocess_uses_tuner_storage(tmp_path: Path) -> None:
     assert len(rec["throughput"]["ci95"]) == 2
     assert set(rec["speedup"]) == {"pytorch-default", "seed-baseline"}
     assert all(len(s["ci95"]) == 2 for s in rec["speedup"].values())
-    assert rec["n_trials"] == {"complete": 2, "failed": 0, "pruned": 0}
+    assert rec["n_trials"] == {"complete": 2, "failed": 0, "pruned": 0, "interrupted": 0,
+                              "running": 0, "waiting": 0}
     assert "no effect" in rec["note"]
     # The study is in $TUNER_STORAGE (no --storage given), not in ./tuner.db.
     assert len(load(storage, "cli").trials) == 2
@@ -133,7 +134,7 @@ def test_best_prints_the_stored_recommendation(
     code, out, _ = run_main(capsys, "best", "--study", finished.study, "--storage",
                             finished.storage, "--json")
     assert code == 0
-    assert json.loads(out) == results.recommendation(finished.storage, finished.study)
+    assert json.loads(out) == reader.recommendation(finished.storage, finished.study).to_dict()
     code, out, _ = run_main(capsys, "best", "--study", finished.study, "--storage",
                             finished.storage)
     assert code == 0
@@ -154,7 +155,7 @@ def test_export_formats(
         assert LoopConfig.from_dict(json.loads(out)) == expected
     elif fmt == "env":
         variables = dict(line.split("=", 1) for line in out.strip().splitlines())
-        assert results.config_from_env(variables) == expected
+        assert export.config_from_env(variables) == expected
     else:
         namespace: dict[str, Any] = {}
         exec(out, namespace)
@@ -263,3 +264,36 @@ def test_bad_flags_in_real_processes_exit_2_with_one_line_and_no_traceback(
         assert len(lines) == 1, (flag, err)
         assert lines[0].startswith("error: ") and flag in lines[0], (flag, err)
         assert "Traceback" not in err
+
+
+# -- library models: one command each, in bf16 autocast ------------------------------------------
+
+LIBRARY_RUNS = [
+    ("torchvision", "torchvision:resnet18", ("--model-arg", "classes=4")),
+    ("timm", "timm:resnet10t", ()),
+    ("transformers", "hf:causal-lm", ("--model-arg", "arch=llama", "--model-arg", "layers=1")),
+]
+
+
+@pytest.mark.models
+@pytest.mark.slow
+@pytest.mark.parametrize(("library", "workload", "extra"), LIBRARY_RUNS,
+                         ids=[w for _, w, _ in LIBRARY_RUNS])
+def test_a_library_model_is_tuned_in_bf16_by_one_command(
+        tmp_path: Path, library: str, workload: str, extra: tuple[str, ...]) -> None:
+    pytest.importorskip(library)
+    flags = list(RUN_FLAGS)
+    flags[flags.index("--workload") + 1] = workload
+    out = tuner("run", *flags, *extra, "--trials", "2", "--precision", "bf16-autocast", "--json",
+                "--storage", sqlite_url(tmp_path))
+    assert out.returncode == 0, out.stderr[-3000:]
+    rec = json.loads(out.stdout)
+    assert rec["config"] is not None and rec["n_trials"]["complete"] + rec["n_trials"][
+        "failed"] == 2
+    meta = load(sqlite_url(tmp_path), rec["study"]).user_attrs["streamtune"]
+    assert (meta["workload"], meta["precision"]) == (workload, "bf16-autocast")
+    assert meta["shape"].startswith(f"{workload}-tiny-") and rec["study"].endswith(
+        "-cpu-bf16-autocast")
+    bad = tuner("run", *flags, "--model-arg", "no_such_option=1", "--trials", "1",
+                "--storage", sqlite_url(tmp_path))
+    assert bad.returncode == 2 and "no_such_option" in bad.stderr and "allowed" in bad.stderr

@@ -7,8 +7,9 @@ from typing import Any
 
 import optuna
 
-from tuner.measure import Protocol
-from tuner.search import RunOptions
+from tuner.search.measure import Protocol
+from tuner.search.options import RunOptions
+from tuner.search.search import run_study
 
 PROTOCOL = Protocol(warmup=1, windows=3, window_steps=2)
 WORKLOADS = "tests.tuner.workloads_for_tests"
@@ -32,6 +33,17 @@ def options(storage: str, study: str, **changes: Any) -> RunOptions:
         "protocol": PROTOCOL, "fix": ("num_workers=0",), "profile": "none",
     }
     return RunOptions(**(base | changes))
+
+
+def run_json(opts: RunOptions, **kwargs: Any) -> dict[str, Any]:
+    """`run_study`, and its recommendation as the JSON the study stores and the API serves."""
+    return run_study(opts, **kwargs).to_dict()
+
+
+def counts(complete: int, failed: int, pruned: int, interrupted: int = 0) -> dict[str, int]:
+    """A finished study's `n_trials` (nothing running or waiting)."""
+    return {"complete": complete, "failed": failed, "pruned": pruned,
+            "interrupted": interrupted, "running": 0, "waiting": 0}
 
 
 def load(storage: str, study: str) -> optuna.Study:

@@ -1,20 +1,25 @@
-"""Reference workloads and the loader for users' own (`package.module:factory`)."""
+"""Reference workloads, library models (`torchvision:`, `timm:`, `hf:`) and the loader for users'
+own (`package.module:factory`)."""
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
+from typing import cast
 
 from trainers.errors import WorkloadError
-from trainers.workloads import convnet, mlp, transformer
+from trainers.workloads import adapters, convnet, mlp, transformer
+from trainers.workloads.adapters import BoundFactory, catalog
 from trainers.workloads.base import (
     Batch,
     SyntheticBatches,
     Workload,
     WorkloadFactory,
     adam,
+    adamw,
     disable_dropout,
 )
+from trainers.workloads.options import Family, OptionSpec, key_of
 
 BUILTIN: Mapping[str, WorkloadFactory] = {
     "transformer": transformer.build,
@@ -29,14 +34,31 @@ PRESETS: Mapping[str, tuple[str, ...]] = {
 }
 
 
-def resolve_factory(name: str) -> WorkloadFactory:
-    """A built-in name, or `package.module:factory` for a user's own workload."""
+def refuse_model_args(name: str, model_args: Mapping[str, str] | None) -> None:
+    """Only library models take options; a built-in or a user's factory takes its preset only."""
+    if model_args:
+        raise WorkloadError(
+            f"workload={name!r} takes no model args (got {', '.join(sorted(model_args))}): "
+            f"they apply to {', '.join(f'{p}:' for p in adapters.PREFIXES)} workloads only; "
+            "a built-in or package.module:factory is shaped by its preset",
+            field="model_arg",
+        )
+
+
+def resolve_factory(name: str, model_args: Mapping[str, str] | None = None) -> WorkloadFactory:
+    """A built-in name, a library model (`torchvision:resnet18`, `timm:<model>`, `hf:<kind>`)
+    with its `--model-arg` options bound, or `package.module:factory` for a user's own
+    workload. The library prefixes take precedence over a module of the same name."""
+    bound = adapters.bind(name, model_args or {})
+    if bound is not None:
+        return bound
+    refuse_model_args(name, model_args)
     if name in BUILTIN:
         return BUILTIN[name]
     if ":" not in name:
         raise WorkloadError(
-            f"workload={name!r} is invalid: allowed {', '.join(BUILTIN)} "
-            "or package.module:factory",
+            f"workload={name!r} is invalid: allowed {', '.join(BUILTIN)}, "
+            f"{', '.join(f.usage for f in catalog())} or package.module:factory",
             field="workload",
         )
     module_name, _, attr = name.partition(":")
@@ -51,12 +73,18 @@ def resolve_factory(name: str) -> WorkloadFactory:
         raise WorkloadError(
             f"workload={name!r}: {module_name!r} has no callable {attr!r}", field="workload"
         )
-    return factory
+    # A user's callable: load_workload checks that what it returns is a Workload.
+    return cast(WorkloadFactory, factory)
 
 
-def load_workload(name: str, preset: str, *, seed: int = 0) -> Workload:
-    """Build a fresh workload (new model, same data) for `name` and `preset` from `seed`."""
-    factory = resolve_factory(name)
+def load_workload(
+    name: str, preset: str, *, seed: int = 0, model_args: Mapping[str, str] | None = None
+) -> Workload:
+    """Build a fresh workload (new model, same data) for `name` and `preset` from `seed`.
+
+    model_args: `--model-arg key=value` options of a library model, as strings.
+    """
+    factory = resolve_factory(name, model_args)
     try:
         workload = factory(preset, seed=seed)
     except WorkloadError:
@@ -71,15 +99,33 @@ def load_workload(name: str, preset: str, *, seed: int = 0) -> Workload:
     return workload
 
 
+def workload_key(name: str, preset: str, model_args: Mapping[str, str] | None = None) -> str:
+    """`name-preset`, and for a library model its effective options, sorted:
+    `torchvision:resnet18-tiny-batch=2,...,image=32`. Two shapes never share a key (a study's
+    name), and the same shape always gets the same key, however its options were spelled.
+    Imports no library: the model's name is not checked here."""
+    bound = adapters.bind(name, model_args or {}, check_model=False)
+    if bound is None:
+        refuse_model_args(name, model_args)
+        return f"{name}-{preset}"
+    return f"{name}-{preset}-{key_of(bound.options(preset))}"
+
+
 __all__ = [
     "BUILTIN",
     "PRESETS",
     "Batch",
+    "BoundFactory",
+    "Family",
+    "OptionSpec",
     "SyntheticBatches",
     "Workload",
     "WorkloadFactory",
     "adam",
+    "adamw",
+    "catalog",
     "disable_dropout",
     "load_workload",
     "resolve_factory",
+    "workload_key",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -31,6 +31,16 @@ def adam(lr: float = 1e-3) -> OptimizerFactory:
 
     def make(params: Iterable[nn.Parameter], capturable: bool) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=lr, capturable=capturable)
+
+    return make
+
+
+def adamw(lr: float = 1e-3, weight_decay: float = 0.01) -> OptimizerFactory:
+    """AdamW, the usual optimizer of the library models (`trainers.workloads.vision`, `.text`);
+    `capturable=True` keeps its step counter on the device, as CUDA graphs require."""
+
+    def make(params: Iterable[nn.Parameter], capturable: bool) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, capturable=capturable)
 
     return make
 
@@ -62,6 +72,11 @@ class Workload:
     """What the loop trains. `dataset[i]` is one batch when `batch_size` is None (the built-ins),
     or one sample that the DataLoader batches when `batch_size` is an integer.
 
+    `collate_fn` turns a list of samples into one batch (a tuple of tensors) when `batch_size` is
+    an integer; None keeps the DataLoader's default (stacking). It runs in the loader's worker
+    processes when `num_workers > 0` (picklable, a module-level function or class, where workers
+    are spawned rather than forked).
+
     `loss_fn(model, batch)` returns a scalar loss with the batch already on the model's device. It
     must not sync with the host (no `.item()`, no data-dependent shapes) if the workload is to be
     captured in a CUDA graph.
@@ -76,6 +91,7 @@ class Workload:
     make_optimizer: OptimizerFactory = dataclasses.field(default_factory=adam)
     batch_size: int | None = None
     tokens_per_sample: int | None = None
+    collate_fn: Callable[[list[Any]], Batch] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, nn.Module):

@@ -87,7 +87,8 @@ class Seq2SeqTransformer(nn.Module):
             # host (a device sync) to find out, which also makes the step impossible to capture.
             tgt_is_causal=True,
         )
-        return self.head(out)
+        logits: torch.Tensor = self.head(out)
+        return logits
 
 
 def reverse_task(shape: TransformerShape, generator: torch.Generator) -> Batch:

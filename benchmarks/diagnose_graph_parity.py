@@ -1,0 +1,279 @@
+"""Why does a CUDA-graph config's loss differ from the reference? Separate the optimizer's
+arithmetic from the capture.
+
+    python benchmarks/diagnose_graph_parity.py torchvision:resnet18 --preset small --steps 20
+
+Runs, from the same seed, dropout off, deterministic kernels (as the parity gate does):
+  a: the reference (eager, optimizer as the workload builds it, not capturable);
+  b: the same eager loop with the optimizer built capturable=True, twice (b, b');
+  c: the graph config (`--graph-config`, default {"cuda_graph": true});
+  p: the reference from weights perturbed in their last bit, `--perturbations` times.
+Prints per-step losses and deviations: a vs b isolates the capturable optimizer's arithmetic,
+b vs c isolates the capture (b vs b' says whether the eager twin is reproducible at all), a vs p
+is the workload's own rounding noise. Then the windowed equivalence statistic of b and c, and
+the largest differences of the BatchNorm running statistics and of the weights after the last
+step, next to the same figures for the perturbed runs.
+
+On a CPU (`--device cpu`) only a and p run: capturable optimizers and graphs need CUDA.
+`--out DIR` (default: $OUT when set) also writes diagnose_graph_parity.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+from trainers import REFERENCE, LoopConfig, fingerprint, resolve_device, resolve_factory
+from trainers.envelope import PERTURBATIONS, rounding_eps
+from trainers.equivalence import MULTIPLE, WINDOW, Equivalence, judge
+from trainers.precision import MATMUL_PRECISION, PRECISIONS, Precision
+from trainers.trajectories import Perturbation, Trajectory, trajectory
+
+State = dict[str, torch.Tensor]
+BATCHNORM_BUFFERS = ("running_mean", "running_var")
+
+
+def state_of(run: Trajectory) -> State:
+    """The trained model's parameters and buffers, on the CPU."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in run.workload.model.state_dict().items()}
+
+
+def max_abs_diff(a: State, b: State, *, buffers: bool) -> tuple[float, str]:
+    """The largest |a - b| over BatchNorm running statistics (buffers) or over everything else,
+    and the name of the tensor where it is."""
+    worst, where = 0.0, "-"
+    for name, x in a.items():
+        is_bn = name.rsplit(".", 1)[-1] in BATCHNORM_BUFFERS
+        if is_bn != buffers or not x.is_floating_point():
+            continue
+        diff = (x.double() - b[name].double()).abs().max().item() if x.numel() else 0.0
+        if not math.isfinite(diff) or diff > worst:
+            worst, where = diff, name
+    return worst, where
+
+
+def first_difference(x: Sequence[float], y: Sequence[float]) -> int | None:
+    return next((t for t, (a, b) in enumerate(zip(x, y, strict=True)) if a != b), None)
+
+
+def describe(label: str, eq: Equivalence) -> str:
+    verdict = "inside" if eq.passed else "OUTSIDE"
+    return (
+        f"{label}: windowed deviation {eq.deviation:.3g} at steps {eq.decisive_steps[0]}-"
+        f"{eq.decisive_steps[1] - 1}, {eq.ratio:.3g} x the bound ({eq.multiple:g} x "
+        f"max(envelope {eq.envelope:.3g}, floor {eq.floor:.3g})): {verdict} the noise"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "workload", help="a built-in name or an adapter such as torchvision:resnet18"
+    )
+    parser.add_argument("--preset", default="small")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--precision", choices=PRECISIONS, default=None)
+    parser.add_argument("--perturbations", type=int, default=PERTURBATIONS)
+    parser.add_argument("--window", type=int, default=WINDOW)
+    parser.add_argument("--multiple", type=float, default=MULTIPLE)
+    parser.add_argument(
+        "--graph-config",
+        default='{"cuda_graph": true}',
+        help="the graph config, as a LoopConfig JSON dict",
+    )
+    parser.add_argument(
+        "--model-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of a library model, e.g. batch=128 (torchvision:, hf:)",
+    )
+    parser.add_argument("--out", default=None, help="folder for the JSON (default: $OUT)")
+    args = parser.parse_args(argv)
+    device = resolve_device(args.device)
+    model_args = dict(item.split("=", 1) for item in args.model_arg)
+    factory = resolve_factory(args.workload, model_args or None)
+    cuda = device.type == "cuda"
+    precision: Precision | None = args.precision
+    graph_config = LoopConfig.from_dict(json.loads(args.graph_config))
+    common: dict[str, Any] = {
+        "steps": args.steps,
+        "seed": args.seed,
+        "device": device,
+        "precision": precision,
+    }
+    matmul = (
+        torch.get_float32_matmul_precision() if precision is None else MATMUL_PRECISION[precision]
+    )
+    eps = rounding_eps(precision, matmul)
+    print(
+        f"{args.workload} {args.preset} on {device} ({fingerprint(device).get('gpu') or 'CPU'}, "
+        f"torch {torch.__version__}), {args.steps} steps, seed {args.seed}, precision "
+        f"{precision or matmul}; perturbation eps {eps or 'dtype machine epsilon'}",
+        flush=True,
+    )
+
+    runs: dict[str, Trajectory] = {"a": trajectory(factory, args.preset, REFERENCE, **common)}
+    states: dict[str, State] = {"a": state_of(runs["a"])}
+    if cuda:
+        for key in ("b", "b'"):
+            runs[key] = trajectory(factory, args.preset, REFERENCE, capturable=True, **common)
+        runs["c"] = trajectory(factory, args.preset, graph_config, **common)
+    else:
+        print("CPU: b (capturable optimizer) and c (graph) need CUDA; running a and p only")
+    perturbed: list[Trajectory] = []
+    for k in range(args.perturbations):
+        perturbed.append(
+            trajectory(
+                factory,
+                args.preset,
+                REFERENCE,
+                perturbation=Perturbation(seed=args.seed * 1000 + k + 1, eps=eps),
+                **common,
+            )
+        )
+    for key, run in runs.items():
+        if key not in states:
+            states[key] = state_of(run)
+        if not run.strict:
+            print(
+                f"note: run {key} needed warn-only deterministic mode (an op without a "
+                "deterministic implementation): it may vary from run to run"
+            )
+    p_states = [state_of(p) for p in perturbed]
+    losses = {key: run.losses for key, run in runs.items()}
+    p_losses = [p.losses for p in perturbed]
+    a = losses["a"]
+    del runs, perturbed
+
+    # -- per step --------------------------------------------------------------------------
+    header = f"{'step':>4} {'a: reference':>14} {'noise max|p-a|':>15}"
+    if cuda:
+        header += f" {'|b-a|':>10} {'|b-a|/|a|':>10} {'|c-b|':>10} {'|c-a|':>10} {'|b-bprime|':>10}"
+    print(header)
+    for t in range(len(a)):
+        noise = max((abs(p[t] - a[t]) for p in p_losses), default=0.0)
+        line = f"{t:>4} {a[t]:>14.8g} {noise:>15.3g}"
+        if cuda:
+            b, c, b2 = losses["b"][t], losses["c"][t], losses["b'"][t]
+            line += (
+                f" {abs(b - a[t]):>10.3g} {abs(b - a[t]) / max(abs(a[t]), 1e-12):>10.3g}"
+                f" {abs(c - b):>10.3g} {abs(c - a[t]):>10.3g} {abs(b - b2):>10.3g}"
+            )
+        print(line)
+
+    # -- summary -----------------------------------------------------------------------------
+    report: dict[str, Any] = {
+        "workload": args.workload,
+        "model_args": model_args,
+        "preset": args.preset,
+        "device": str(device),
+        "fingerprint": fingerprint(device),
+        "precision": precision,
+        "matmul_precision": matmul,
+        "eps": eps,
+        "graph_config": graph_config.to_dict(),
+        "losses": losses,
+        "perturbed": p_losses,
+    }
+    print()
+    if cuda:
+        b_eq = judge(losses["b"], a, p_losses, window=args.window, multiple=args.multiple)
+        c_eq = judge(losses["c"], a, p_losses, window=args.window, multiple=args.multiple)
+        twin_diff = first_difference(losses["b"], losses["b'"])
+        capture_diff = first_difference(losses["c"], losses["b"])
+        print(describe("a vs b (capturable arithmetic)", b_eq))
+        print(describe("a vs c (graph against the reference)", c_eq))
+        print(
+            "b vs b' (eager twin reproducible?): "
+            + (
+                "identical bit for bit"
+                if twin_diff is None
+                else f"differ from step {twin_diff}: "
+                "the exact test cannot apply (non-deterministic kernels)"
+            )
+        )
+        print(
+            "b vs c (capture): "
+            + (
+                "identical bit for bit: the capture is faithful"
+                if capture_diff is None
+                else f"first differs at step {capture_diff}: a capture bug "
+                "(stale input, a buffer not refreshed, a missing wait) or a "
+                "kernel chosen differently under capture"
+            )
+        )
+        report.update(
+            capturable=b_eq.to_dict(),
+            graph=c_eq.to_dict(),
+            twin_first_difference=twin_diff,
+            capture_first_difference=capture_diff,
+        )
+    noise_loo = [
+        judge(
+            p, a, [q for q in p_losses if q is not p], window=args.window, multiple=args.multiple
+        ).ratio
+        for p in p_losses
+    ]
+    print(
+        f"perturbed runs against each other's envelope (rounding noise only): ratios "
+        f"{', '.join(f'{r:.3g}' for r in noise_loo)}"
+    )
+    report["leave_one_out_ratios"] = noise_loo
+
+    print()
+    print("after the last step, largest |difference| (BatchNorm running stats / weights):")
+    comparisons: dict[str, tuple[State, State]] = {
+        f"a vs p{k}": (states["a"], s) for k, s in enumerate(p_states)
+    }
+    if cuda:
+        comparisons = {
+            "a vs b": (states["a"], states["b"]),
+            "b vs c": (states["b"], states["c"]),
+            "a vs c": (states["a"], states["c"]),
+            **comparisons,
+        }
+    report["state_differences"] = {}
+    for label, (x, y) in comparisons.items():
+        bn, bn_where = max_abs_diff(x, y, buffers=True)
+        weights, w_where = max_abs_diff(x, y, buffers=False)
+        print(f"  {label:<8} BN {bn:>10.3g} ({bn_where})  weights {weights:>10.3g} ({w_where})")
+        report["state_differences"][label] = {
+            "batchnorm": bn,
+            "batchnorm_where": bn_where,
+            "weights": weights,
+            "weights_where": w_where,
+        }
+    if not any(k.rsplit(".", 1)[-1] in BATCHNORM_BUFFERS for k in states["a"]):
+        print("  (the model has no BatchNorm running statistics)")
+    out = args.out or os.environ.get("OUT")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        path = Path(out) / "diagnose_graph_parity.json"
+        path.write_text(json.dumps(_plain(report), indent=1, default=str) + "\n")
+        print(f"wrote {path}")
+    return report
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+if __name__ == "__main__":
+    main()

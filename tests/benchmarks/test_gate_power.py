@@ -1,0 +1,82 @@
+"""benchmarks/gate_power.py and benchmarks/diagnose_graph_parity.py on the CPU: a smoke run of
+each, with their outputs checked. Their GPU figures come from an H100 (not from here)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks import diagnose_graph_parity, gate_power
+
+
+def test_gate_power_cpu_smoke_run(tmp_path: Path) -> None:
+    result = gate_power.main(
+        [
+            "--device",
+            "cpu",
+            "--runs",
+            "2",
+            "--models",
+            "mlp,nosuch:model",
+            "--steps",
+            "10",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    written = json.loads((tmp_path / "gate_power.json").read_text())
+    assert written == json.loads(json.dumps(result, default=str))
+    assert {"faults", "equivalent", "envelope", "fingerprint", "commit", "models"} <= set(written)
+    assert written["fingerprint"]["device_type"] == "cpu"
+    assert written["models"]["mlp@tiny"]["status"] == "ok"
+    skipped = written["models"]["nosuch:model@tiny"]
+    assert skipped["status"] == "skipped" and "nosuch" in skipped["reason"]
+
+    faults = written["faults"]
+    assert set(faults) == {"missing-wait", "missing-record-stream", "stale-graph-input", "wrong-op"}
+    for kind in ("missing-wait", "missing-record-stream", "stale-graph-input"):
+        assert faults[kind]["skipped"] and faults[kind]["runs"] == 0
+    wrong = faults["wrong-op"]
+    assert wrong["runs"] == 2 and 0 <= wrong["detected"] <= 2
+    per = wrong["per_model"]["mlp@tiny"]
+    assert per["runs"] == 2 and per["detected"] == wrong["detected"]
+    assert per["caught_by_equivalence"] == per["detected"] and per["caught_by_exact"] == 0
+    assert wrong["detected"] == 2  # a 1 % learning-rate error on mlp tiny
+
+    configs = written["equivalent"]["mlp@tiny"]
+    assert set(configs) == {"2-stream-event", "foreach-optimizer", "fused-optimizer"}
+    for entry in configs.values():
+        assert entry["runs"] == 2 and 0 <= entry["passed"] <= entry["runs"]
+        assert entry["passed"] + len(entry["failures"]) == entry["runs"]
+    assert configs["2-stream-event"]["passed"] == 2
+
+    env = written["envelope"]["mlp@tiny"]
+    assert len(env["floor"]) == len(env["windows"]) == 2 and len(env["loo_ratios"]) == 8
+    assert env["example"]["format"] == 1
+    table = (tmp_path / "gate_power.md").read_text()
+    assert "| wrong-op | learning rate x 0.99 | 2 | 2 | 100% | 0 | 2 |" in table
+    assert "skipped: CUDA only" in table
+
+
+def test_diagnose_graph_parity_cpu_part(tmp_path: Path) -> None:
+    report = diagnose_graph_parity.main(
+        [
+            "convnet",
+            "--preset",
+            "tiny",
+            "--device",
+            "cpu",
+            "--steps",
+            "6",
+            "--perturbations",
+            "2",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    assert set(report["losses"]) == {"a"} and len(report["losses"]["a"]) == 6
+    assert len(report["perturbed"]) == 2 and len(report["leave_one_out_ratios"]) == 2
+    assert set(report["state_differences"]) == {"a vs p0", "a vs p1"}
+    assert all(d["batchnorm_where"] != "-" for d in report["state_differences"].values())
+    saved = json.loads((tmp_path / "diagnose_graph_parity.json").read_text())
+    assert saved["losses"]["a"] == report["losses"]["a"]

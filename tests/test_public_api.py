@@ -1,0 +1,35 @@
+"""The packages' public names are a decision: adding or removing one fails here until this list
+is changed with it (httpx pins its `__all__` the same way)."""
+
+from __future__ import annotations
+
+import trainers
+import tuner
+
+TRAINERS = {
+    "BUILTIN", "COMPILE_MODES", "CaptureError", "ConfigError", "Envelope", "Floor", "GRAPH_RTOL",
+    "LoopConfig", "OPTIMIZERS", "PRECISIONS", "PRESETS", "ParityVerdict", "Precision",
+    "REFERENCE", "RunResult", "SYNC_MODES", "TrainerError", "Twin", "UnsupportedOnDevice",
+    "Window", "WindowCallback", "Workload", "WorkloadError", "catalog", "check_parity",
+    "compile_cache_dir", "field_names", "fingerprint", "fingerprint_key", "gate", "graph_floor",
+    "invalid_reason", "load_workload", "min_warmup", "parity_losses", "required_test",
+    "resolve_device", "resolve_factory", "run", "workload_key",
+}
+TUNER = {
+    "BASELINES", "GpuBusy", "Interrupted", "JobConflict", "JobNotFound", "JobSpec", "JobStore",
+    "NoRecommendation", "Recommendation", "RunOptions", "SearchSpace", "SpaceError", "SpecError",
+    "Stopped", "StudyNotFound", "StudyReader", "TooManyQueued", "TrialCounts", "TunerError",
+    "Worker", "WorkerSettings", "WorkloadRegistry", "count_trials", "list_studies", "load_space",
+    "recommendation", "run_study", "space_from_mapping",
+}
+
+
+def test_trainers_exports_exactly_its_public_names() -> None:
+    assert set(trainers.__all__) == TRAINERS
+    assert all(hasattr(trainers, name) for name in trainers.__all__)
+
+
+def test_tuner_exports_exactly_its_public_names() -> None:
+    assert set(tuner.__all__) == TUNER
+    assert all(hasattr(tuner, name) for name in tuner.__all__)
+    assert len(tuner.__all__) == len(set(tuner.__all__))

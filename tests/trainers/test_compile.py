@@ -1,0 +1,181 @@
+"""torch.compile in the loop, on the CPU through Inductor's C++ backend: it trains the same model,
+and the run reports what compiling cost (seconds, graphs, graph breaks, cache hits)."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from trainers import (
+    ConfigError,
+    LoopConfig,
+    RunResult,
+    UnsupportedOnDevice,
+    Workload,
+    compile_cache_dir,
+    load_workload,
+    min_warmup,
+    run,
+)
+from trainers.compilation import CACHE_DIR_VARIABLE
+from trainers.workloads import disable_dropout
+from trainers.workloads.mlp import classification_loss
+
+
+def mlp_run(
+    config: LoopConfig,
+    *,
+    dropout: bool = False,
+    steps: int = 6,
+    warmup: int = 2,
+    precision: str | None = None,
+) -> tuple[RunResult, nn.Module]:
+    workload = load_workload("mlp", "tiny", seed=0)
+    if not dropout:
+        # Inductor draws dropout's random numbers its own way: without dropout, eager and
+        # compiled runs can be compared loss for loss.
+        disable_dropout(workload.model)
+    result = run(
+        workload, config, steps=steps, warmup=warmup, windows=2, device="cpu", precision=precision
+    )  # type: ignore[arg-type]
+    return result, workload.model
+
+
+def test_compiled_configs_need_warmup_steps() -> None:
+    assert min_warmup(LoopConfig()) == 0
+    assert min_warmup(LoopConfig(compile="default")) == 1
+    assert min_warmup(LoopConfig(optimizer="compiled")) == 1
+    assert min_warmup(LoopConfig(compile="reduce-overhead")) == 2
+    assert min_warmup(LoopConfig(cuda_graph=True, compile="default")) == 4
+    with pytest.raises(ConfigError) as info:
+        run(
+            load_workload("mlp", "tiny"),
+            LoopConfig(compile="default"),
+            steps=4,
+            warmup=0,
+            windows=1,
+            device="cpu",
+        )
+    assert info.value.field == "warmup"
+    assert "an integer >= 1 with compile='default'" in str(info.value)
+
+
+def test_reduce_overhead_needs_cuda() -> None:
+    with pytest.raises(UnsupportedOnDevice, match="compile='reduce-overhead' needs a CUDA"):
+        run(
+            load_workload("mlp", "tiny"),
+            LoopConfig(compile="reduce-overhead"),
+            steps=4,
+            warmup=2,
+            windows=1,
+            device="cpu",
+        )
+
+
+def test_compile_cache_dir_sets_and_restores_inductors_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(CACHE_DIR_VARIABLE, raising=False)
+    with compile_cache_dir(tmp_path / "a") as folder:
+        assert os.environ[CACHE_DIR_VARIABLE] == str(folder) == str((tmp_path / "a").resolve())
+        assert folder.is_dir()
+    assert CACHE_DIR_VARIABLE not in os.environ
+    monkeypatch.setenv(CACHE_DIR_VARIABLE, str(tmp_path / "shared"))
+    with compile_cache_dir(tmp_path / "b"):
+        assert os.environ[CACHE_DIR_VARIABLE] == str((tmp_path / "b").resolve())
+    assert os.environ[CACHE_DIR_VARIABLE] == str(tmp_path / "shared")
+
+
+@pytest.mark.slow
+def test_compile_default_trains_the_mlp_and_reports_its_cost(tmp_path: Path) -> None:
+    eager, _ = mlp_run(LoopConfig())
+    assert eager.compile_s == 0.0 and eager.compile_cache_hits is None
+    with compile_cache_dir(tmp_path / "inductor"):
+        cold, model = mlp_run(LoopConfig(compile="default"))
+        warm, _ = mlp_run(LoopConfig(compile="default"))
+    assert type(model) is nn.Sequential  # the workload's own module stays eager
+    for result in (cold, warm):
+        assert all(math.isfinite(x) for x in result.losses)
+        # Inductor's fused kernels round differently; the training is the same.
+        assert result.losses == pytest.approx(eager.losses, rel=1e-4)
+        assert result.compile_s > 0
+        assert result.graph_breaks == 0 and result.recompiles == 0
+        assert not result.compile_unstable and result.compile_notes == []
+    # A cold cache folder compiles; a second run in the same folder reads the graphs back.
+    assert cold.compile_cache_misses and cold.compile_cache_misses > 0
+    assert cold.compile_cache_hits == 0
+    assert warm.compile_cache_hits and warm.compile_cache_hits > 0
+    assert warm.compile_cache_misses == 0
+    assert warm.compile_s < cold.compile_s
+    data = warm.to_dict()
+    assert data["config"]["compile"] == "default" and data["compile_s"] == warm.compile_s
+
+
+@pytest.mark.slow
+def test_compiled_optimizer_trains_like_the_eager_one(tmp_path: Path) -> None:
+    eager, _ = mlp_run(LoopConfig(), dropout=True)
+    with compile_cache_dir(tmp_path / "inductor"):
+        compiled, _ = mlp_run(LoopConfig(optimizer="compiled"), dropout=True)
+    # Only the optimizer is compiled: the model's dropout draws stay eager, the losses match.
+    assert compiled.losses == pytest.approx(eager.losses, rel=1e-5)
+    assert compiled.compile_s > 0
+    assert compiled.recompiles == 0 and not compiled.compile_unstable
+    # torch.optim graph-breaks around the update on purpose; whatever it is, it is reported.
+    assert compiled.graph_breaks == sum(n.startswith("graph break") for n in compiled.compile_notes)
+
+
+@pytest.mark.slow
+def test_bf16_autocast_under_compile(tmp_path: Path) -> None:
+    with compile_cache_dir(tmp_path / "inductor"):
+        fp32, _ = mlp_run(LoopConfig(compile="default"), precision="fp32")
+        bf16, _ = mlp_run(LoopConfig(compile="default"), precision="bf16-autocast")
+    assert bf16.precision == "bf16-autocast"
+    assert all(math.isfinite(x) for x in bf16.losses)
+    assert bf16.losses != fp32.losses
+    assert bf16.losses == pytest.approx(fp32.losses, rel=0.05)
+    assert bf16.graph_breaks == 0 and not bf16.compile_unstable
+
+
+class GrowingBatches(Dataset[tuple[torch.Tensor, ...]]):
+    """Batches of 4 samples, then of 6 from batch `grow_at` on: a new shape mid-run."""
+
+    def __init__(self, grow_at: int) -> None:
+        self.grow_at = grow_at
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
+        generator = torch.Generator().manual_seed(index)
+        n = 4 if index < self.grow_at else 6
+        return torch.randn(n, 8, generator=generator), torch.randint(
+            0, 3, (n,), generator=generator
+        )
+
+
+@pytest.mark.slow
+def test_a_recompile_during_the_timed_windows_is_flagged(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    workload = Workload(
+        name="growing",
+        preset="x",
+        model=nn.Linear(8, 3),
+        dataset=GrowingBatches(grow_at=4),
+        loss_fn=classification_loss,
+        samples_per_batch=4,
+    )
+    with compile_cache_dir(tmp_path / "inductor"):
+        result = run(
+            workload, LoopConfig(compile="default"), steps=6, warmup=2, windows=2, device="cpu"
+        )
+    assert all(math.isfinite(x) for x in result.losses)
+    assert result.recompiles >= 1
+    assert result.compile_unstable
+    assert "during the timed windows" in result.compile_notes[0]
+    assert any(note.startswith("recompile:") for note in result.compile_notes)

@@ -1,0 +1,147 @@
+"""The gate on a GPU: graph configs replay their eager twin bit for bit, and the planted CUDA
+faults (missing wait, missing record_stream, stale graph input) are caught while their
+provocations alone are not. Skipped without CUDA."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from trainers import Envelope, LoopConfig, Twin, gate
+from trainers.faults import FAULTS, planted
+from trainers.precision import Precision
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+STEPS = 20
+GRAPH = LoopConfig(
+    cuda_graph=True, sync_interval=10, sync_mode="event", pin_memory=True, non_blocking=True
+)
+
+Baselines = Callable[[str, str, int], tuple[Envelope, Twin]]
+
+
+@pytest.fixture(scope="module")
+def baselines() -> Baselines:
+    """The envelope and the graph's eager twin per (workload, preset, seed), measured once and
+    outside any planted fault."""
+    cache: dict[tuple[str, str, int], tuple[Envelope, Twin]] = {}
+
+    def get(workload: str, preset: str, seed: int) -> tuple[Envelope, Twin]:
+        key = (workload, preset, seed)
+        if key not in cache:
+            cache[key] = (
+                Envelope.measure(workload, preset, steps=STEPS, seed=seed, device="cuda"),
+                Twin.measure(workload, GRAPH, STEPS, preset=preset, seed=seed, device="cuda"),
+            )
+        return cache[key]
+
+    return get
+
+
+@pytest.mark.parametrize(
+    ("workload", "preset"),
+    [("transformer", "tiny"), ("transformer", "small"), ("convnet", "small")],
+)
+def test_graph_replays_its_eager_twin_bit_for_bit(
+    workload: str, preset: str, baselines: Baselines
+) -> None:
+    envelope, twin = baselines(workload, preset, 0)
+    assert twin.reproducible, f"the eager twin differs from itself at step {twin.first_difference}"
+    verdict = gate(
+        workload, GRAPH, STEPS, preset=preset, device="cuda", envelope=envelope, twin=twin
+    )
+    assert verdict.passed, verdict.reason
+    assert verdict.test == "exact+equivalence" and verdict.exact_against == "eager twin"
+    assert verdict.twin_first_diverging_step is None and verdict.twin_max_abs_deviation == 0.0
+    assert verdict.reason.startswith("graph replays its eager twin bit for bit; deviation from")
+
+
+def test_graph_with_the_fused_optimizer_replays_its_fused_twin() -> None:
+    config = GRAPH.replace(optimizer="fused")
+    verdict = gate("transformer", config, STEPS, preset="small", device="cuda")
+    assert verdict.passed, verdict.reason
+    assert verdict.test == "exact+equivalence" and verdict.twin_first_diverging_step is None
+
+
+@pytest.mark.parametrize("precision", ["tf32", "bf16-autocast"])
+def test_graph_under_a_lower_precision_is_judged_against_that_precision(
+    precision: Precision,
+) -> None:
+    verdict = gate("transformer", GRAPH, STEPS, preset="small", device="cuda", precision=precision)
+    assert verdict.passed, verdict.reason
+    assert verdict.twin_first_diverging_step is None
+
+
+def test_a_compiled_model_passes_equivalence() -> None:
+    verdict = gate(
+        "transformer", LoopConfig(compile="default"), STEPS, preset="small", device="cuda"
+    )
+    assert verdict.passed, verdict.reason
+    assert verdict.test == "equivalence"
+
+
+@pytest.mark.parametrize("kind", ["missing-wait", "missing-record-stream", "stale-graph-input"])
+@pytest.mark.parametrize(("workload", "preset"), [("transformer", "small"), ("convnet", "small")])
+def test_cuda_faults_are_caught_and_their_provocations_alone_are_not(
+    kind: str, workload: str, preset: str, baselines: Baselines
+) -> None:
+    fault = FAULTS[kind]
+    seeds = range(3)
+    detected = 0
+    for seed in seeds:
+        envelope, twin = baselines(workload, preset, seed)
+        with planted(fault.kind):
+            verdict = gate(
+                workload,
+                fault.config,
+                STEPS,
+                preset=preset,
+                seed=seed,
+                device="cuda",
+                envelope=envelope,
+                twin=twin,
+                test=fault.test,
+            )
+        detected += not verdict.passed
+        with planted(fault.kind, fault=False):
+            control = gate(
+                workload,
+                fault.config,
+                STEPS,
+                preset=preset,
+                seed=seed,
+                device="cuda",
+                envelope=envelope,
+                twin=twin,
+                test=fault.test,
+            )
+        assert control.passed, f"{kind} provocation alone, seed {seed}: {control.reason}"
+        assert control.max_abs_deviation == 0.0 or control.twin_first_diverging_step is None
+    # The stale input is deterministic; the races are provoked to show on every run.
+    assert detected == len(seeds), f"{kind}: {detected}/{len(seeds)} detected"
+
+
+@pytest.mark.parametrize(("workload", "preset"), [("transformer", "tiny"), ("mlp", "small")])
+def test_the_wrong_op_is_caught_on_the_gpu_too(workload: str, preset: str) -> None:
+    # Where rounding noise is small (on a CPU these presets' envelopes sit below the floor). On
+    # a chaotic workload (transformer small: envelope ~1e-4 after 20 steps on a CPU) a 1 %
+    # learning-rate error can hide in the noise; benchmarks/gate_power.py measures that power.
+    fault = FAULTS["wrong-op"]
+    envelope = Envelope.measure(workload, preset, steps=STEPS, device="cuda")
+    with planted("wrong-op"):
+        verdict = gate(
+            workload,
+            fault.config,
+            STEPS,
+            preset=preset,
+            device="cuda",
+            envelope=envelope,
+            test=fault.test,
+        )
+    assert not verdict.passed and verdict.ratio is not None and verdict.ratio > 1

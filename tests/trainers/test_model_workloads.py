@@ -1,0 +1,453 @@
+"""Library models as workloads: torchvision, timm and transformers models built for real on tiny
+shapes and trained a few steps on the CPU; their options, names and errors.
+
+Tests that build a model carry the `models` marker and skip when the library is missing; the
+option, naming and error tests need none of the libraries and always run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from trainers import LoopConfig, WorkloadError, check_parity, load_workload, run
+from trainers.workloads import (
+    BoundFactory,
+    SyntheticBatches,
+    Workload,
+    catalog,
+    disable_dropout,
+    resolve_factory,
+    workload_key,
+)
+from trainers.workloads.adapters import bind
+from trainers.workloads.extras import INSTALL, require
+from trainers.workloads.options import OptionSpec
+from trainers.workloads.text import CAUSAL_SDPA, IGNORE, MASK
+
+models = pytest.mark.models
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    library: str
+    args: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def model_args(self) -> dict[str, str]:
+        return dict(self.args)
+
+    def build(self, seed: int = 0) -> Workload:
+        pytest.importorskip(self.library)
+        return load_workload(self.name, "tiny", seed=seed, model_args=self.model_args)
+
+
+VISION = [
+    Case("torchvision:resnet18", "torchvision"),
+    Case("torchvision:mobilenet_v3_small", "torchvision"),
+    Case("timm:resnet10t", "timm"),
+    Case("timm:vit_tiny_patch16_224", "timm"),
+]
+TEXT = [
+    Case("hf:causal-lm", "transformers", (("lr", "1e-3"),)),
+    Case(
+        "hf:causal-lm", "transformers", (("arch", "llama"), ("attention", "eager"), ("lr", "1e-3"))
+    ),
+    Case("hf:masked-lm", "transformers", (("lr", "1e-3"),)),
+    Case("hf:seq-cls", "transformers", (("classes", "3"), ("lr", "1e-3"))),
+]
+
+
+def ids(case: Case) -> str:
+    return "-".join([case.name, *(v for k, v in case.args if k in ("arch", "attention"))])
+
+
+def cases(group: list[Case]) -> list[object]:
+    return [pytest.param(case, id=ids(case), marks=models) for case in group]
+
+
+# -- built for real --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", cases(VISION))
+def test_images_are_float_nchw_with_int64_labels(case: Case) -> None:
+    workload = case.build()
+    assert isinstance(workload.dataset, SyntheticBatches)
+    assert 8 <= len(workload.dataset) <= 16
+    images, labels = workload.dataset[0]
+    assert images.shape == (2, 3, 32, 32) and images.dtype == torch.float32
+    assert labels.shape == (2,) and labels.dtype == torch.int64
+    assert int(labels.min()) >= 0 and int(labels.max()) < 10
+    assert workload.samples_per_batch == 2 and workload.batch_size is None
+    logits = workload.model.eval()(images)
+    assert logits.shape == (2, 10)
+
+
+@pytest.mark.parametrize("case", cases(TEXT))
+def test_tokens_and_labels(case: Case) -> None:
+    workload = case.build()
+    assert isinstance(workload.dataset, SyntheticBatches)
+    assert 8 <= len(workload.dataset) <= 16
+    batch = workload.dataset[0]
+    ids_ = batch[0]
+    assert ids_.shape == (2, 16) and ids_.dtype == torch.int64
+    assert int(ids_.min()) >= 0 and int(ids_.max()) < 128
+    assert workload.samples_per_batch == 2 and workload.tokens_per_sample == 16
+    if case.name == "hf:causal-lm":
+        assert len(batch) == 1  # the model shifts the ids into labels itself
+    elif case.name == "hf:masked-lm":
+        labels = batch[1]
+        masked = labels != IGNORE
+        assert labels.dtype == torch.int64 and masked.any(dim=-1).all()
+        assert (ids_[masked] == MASK).all() and (ids_[~masked] != MASK).all()
+        assert (labels[masked] >= 2).all() and (labels[masked] < 128).all()
+    else:
+        labels = batch[1]
+        assert labels.shape == (2,) and labels.dtype == torch.int64
+        assert int(labels.min()) >= 0 and int(labels.max()) < 3
+
+
+@pytest.mark.parametrize("case", cases(VISION + TEXT))
+def test_same_seed_same_weights_and_batches_other_seed_differs(case: Case) -> None:
+    a, b, c = case.build(0), case.build(0), case.build(1)
+    for pa, pb in zip(a.model.state_dict().values(), b.model.state_dict().values(), strict=True):
+        assert torch.equal(pa, pb)
+    assert not all(
+        torch.equal(pa, pc)
+        for pa, pc in zip(a.model.parameters(), c.model.parameters(), strict=True)
+    )
+    for ta, tb in zip(a.dataset[0], b.dataset[0], strict=True):
+        assert torch.equal(ta, tb)
+    assert not torch.equal(a.dataset[0][0], c.dataset[0][0])
+
+
+@pytest.mark.parametrize("case", cases(VISION + TEXT))
+def test_trains_through_the_loop_on_cpu(case: Case) -> None:
+    steps = 4 if case in VISION else 32
+    result = run(case.build(), LoopConfig(), steps=steps, warmup=0, windows=1, device="cpu")
+    assert len(result.losses) == steps
+    assert all(math.isfinite(loss) for loss in result.losses)
+    assert len(set(result.losses)) > 1
+    if case in TEXT:  # cheap enough to train until the loss clearly falls
+        assert sum(result.losses[-8:]) < sum(result.losses[:8])
+
+
+@pytest.mark.parametrize("case", cases([VISION[2], *TEXT]))
+def test_parity_holds_for_an_eager_config(case: Case) -> None:
+    pytest.importorskip(case.library)
+    factory = resolve_factory(case.name, case.model_args)
+    assert isinstance(factory, BoundFactory)  # `timm:` is the library, not a module named timm
+    config = LoopConfig(num_streams=2, sync_interval=2, sync_mode="event", prefetch_depth=2)
+    verdict = check_parity(factory, config, 4, preset="tiny", device="cpu")
+    assert verdict.passed, verdict.reason
+
+
+class HostReads(TorchDispatchMode):
+    """Records every op that reads a tensor's value on the host (`.item()`, `bool(t)`) or has a
+    data-dependent output shape: a device sync on a GPU, and a step CUDA graphs cannot capture."""
+
+    SYNCING = frozenset(
+        {
+            "_local_scalar_dense",
+            "nonzero",
+            "masked_select",
+            "unique",
+            "_unique2",
+            "unique_consecutive",
+            "repeat_interleave",
+        }
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func._overloadpacket.__name__ in self.SYNCING:
+            self.seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("case", cases(VISION + TEXT))
+def test_the_step_never_reads_a_value_on_the_host(case: Case) -> None:
+    workload = case.build()
+    workload.model.train()
+    with HostReads() as reads:
+        loss = workload.loss_fn(workload.model, workload.dataset[0])
+        loss.backward()
+    assert loss.shape == () and loss.dtype == torch.float32
+    assert reads.seen == []
+
+
+@pytest.mark.parametrize("case", cases([VISION[3], *TEXT]))
+def test_disable_dropout_reaches_the_library_dropout(case: Case) -> None:
+    workload = case.build()
+    model = workload.model.train()
+    changed = disable_dropout(model)
+    if ("arch", "llama") in case.args:
+        # Llama has no dropout module; its attention dropout is a float, 0.0 as built.
+        assert changed == 0
+        assert model.config.attention_dropout == 0.0  # type: ignore[union-attr]
+    elif case.library == "transformers":
+        assert changed > 0  # GPT-2's and BERT's dropout, attention's included, are nn.Dropout
+    batch = workload.dataset[0]
+    torch.manual_seed(1)
+    first = workload.loss_fn(model, batch)
+    torch.manual_seed(2)
+    assert torch.equal(first, workload.loss_fn(model, batch))  # no randomness left in training
+
+
+@models
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_causal_lm_sdpa_is_causal_and_agrees_with_eager_attention(arch: str) -> None:
+    # With sdpa, the model prepares no mask (see trainers.workloads.text): causality rests on SDPA.
+    pytest.importorskip("transformers")
+    sdpa, eager = (
+        load_workload("hf:causal-lm", "tiny", model_args={"arch": arch, "attention": attention})
+        for attention in ("sdpa", "eager")
+    )
+    assert sdpa.model.config._attn_implementation == CAUSAL_SDPA  # type: ignore[union-attr]
+    (ids,) = sdpa.dataset[0]
+    sdpa.model.eval()
+    eager.model.eval()
+    torch.testing.assert_close(sdpa.loss_fn(sdpa.model, (ids,)), eager.loss_fn(eager.model, (ids,)))
+    changed = ids.clone()
+    changed[:, -1] = (changed[:, -1] + 1) % 128
+    before, after = (sdpa.model(input_ids=x).logits for x in (ids, changed))
+    assert torch.equal(before[:, :-1], after[:, :-1])  # no token sees a later one
+    assert not torch.equal(before[:, -1], after[:, -1])
+
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("case", cases(VISION + TEXT))
+def test_on_a_gpu_the_step_never_syncs_implicitly(case: Case) -> None:
+    workload = case.build()
+    model = workload.model.cuda().train()
+    optimizer = workload.make_optimizer(model.parameters(), True)
+    batch = tuple(tensor.cuda() for tensor in workload.dataset[0])
+    for step in range(3):
+        if step == 2:  # after the lazy initialisations of the first steps
+            torch.cuda.synchronize()
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            workload.loss_fn(model, batch).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("case", cases(VISION + TEXT))
+def test_on_a_gpu_a_cuda_graph_trains_like_the_eager_loop(case: Case) -> None:
+    pytest.importorskip(case.library)
+    factory = resolve_factory(case.name, case.model_args)
+    verdict = check_parity(factory, LoopConfig(cuda_graph=True), 12, preset="tiny", device="cuda")
+    assert verdict.passed, verdict.reason
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+
+@models
+@pytest.mark.parametrize(
+    ("name", "library", "match"),
+    [
+        (
+            "torchvision:resnet19",
+            "torchvision",
+            r"no model 'resnet19' \(did you mean resnet18.*"
+            r"allowed e\.g\. resnet18, resnet50",
+        ),
+        ("timm:vit_tiny_patch16_2244", "timm", r"did you mean vit_tiny_patch16_224.*allowed e\.g"),
+    ],
+)
+def test_unknown_model_names_the_allowed_ones(name: str, library: str, match: str) -> None:
+    pytest.importorskip(library)
+    with pytest.raises(WorkloadError, match=match) as info:
+        resolve_factory(name)
+    assert info.value.field == "workload"
+
+
+@models
+def test_an_image_too_small_for_the_model_fails_at_build_naming_the_image() -> None:
+    pytest.importorskip("torchvision")
+    with pytest.raises(WorkloadError, match=r"cannot run on 2 images of 3x32x32") as info:
+        load_workload("torchvision:inception_v3", "tiny")
+    assert info.value.field == "model_arg.image"
+    with pytest.raises(WorkloadError, match=r"cannot be built with image=30") as info:
+        load_workload("torchvision:vit_b_16", "tiny", model_args={"image": "30"})
+    assert info.value.field == "model_arg"
+
+
+@models
+def test_heads_must_divide_hidden() -> None:
+    pytest.importorskip("transformers")
+    with pytest.raises(WorkloadError, match=r"model_arg.heads=3 is invalid with hidden=32") as info:
+        load_workload("hf:masked-lm", "tiny", model_args={"heads": "3"})
+    assert info.value.field == "model_arg.heads"
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "field", "match"),
+    [
+        (
+            "torchvision:resnet18",
+            {"widht": "3"},
+            "model_arg.widht",
+            r"model_arg 'widht' is unknown for torchvision:<model_name>: allowed batch, image, "
+            r"classes, channels, batches, lr, weight_decay",
+        ),
+        (
+            "hf:causal-lm",
+            {"classes": "3"},
+            "model_arg.classes",
+            r"unknown for hf:causal-lm: allowed .*arch",
+        ),
+        (
+            "torchvision:resnet18",
+            {"batch": "two"},
+            "model_arg.batch",
+            r"model_arg.batch='two' is invalid: allowed an integer in 1\.\.65536",
+        ),
+        (
+            "timm:resnet10t",
+            {"image": "4"},
+            "model_arg.image",
+            r"model_arg.image='4' is invalid: allowed an integer in 8\.\.4096",
+        ),
+        (
+            "torchvision:resnet18",
+            {"channels": "1"},
+            "model_arg.channels",
+            r"model_arg.channels='1' is invalid: allowed one of 3",
+        ),
+        (
+            "hf:causal-lm",
+            {"arch": "mistral"},
+            "model_arg.arch",
+            r"model_arg.arch='mistral' is invalid: allowed one of gpt2, llama",
+        ),
+        ("hf:seq-cls", {"lr": "nan"}, "model_arg.lr", r"model_arg.lr='nan' is invalid"),
+        (
+            "hf:masked-lm",
+            {"mask_prob": "1.5"},
+            "model_arg.mask_prob",
+            r"allowed a number in 0\.\.1",
+        ),
+        ("hf:translation", {}, "workload", r"allowed hf:causal-lm, hf:masked-lm, hf:seq-cls"),
+        ("torchvision:", {}, "workload", r"names no model: allowed torchvision:<model_name>"),
+        (
+            "examples.my_workload:build",
+            {"batch": "2"},
+            "model_arg",
+            r"takes no model args \(got batch\): they apply to torchvision:, timm:, hf: ",
+        ),
+        ("transformer", {"seq": "8"}, "model_arg", r"takes no model args"),
+    ],
+)
+def test_bad_names_and_options_need_no_library(
+    name: str, args: dict[str, str], field: str, match: str
+) -> None:
+    # The options are checked before the library is imported: these run without the extra.
+    with pytest.raises(WorkloadError, match=match) as info:
+        resolve_factory(name, args)
+    assert info.value.field == field
+
+
+def test_an_unknown_preset_names_the_presets() -> None:
+    with pytest.raises(WorkloadError, match=r"preset='large' is invalid .*tiny, small, default"):
+        workload_key("hf:seq-cls", "large")
+
+
+def test_a_missing_library_names_the_extra() -> None:
+    with pytest.raises(WorkloadError, match=r'pip install "streamtune\[models\]"') as info:
+        require("no_such_model_library_xyz", workload="timm:resnet10t")
+    assert info.value.field == "workload"
+    assert INSTALL == 'pip install "streamtune[models]"'
+
+
+# -- names, options, catalog ------------------------------------------------------------------
+
+
+def test_import_trainers_imports_no_model_library() -> None:
+    code = (
+        "import sys, trainers\n"
+        "from trainers.workloads import catalog, workload_key\n"
+        "catalog(); workload_key('hf:causal-lm', 'tiny', {'seq': '8'})\n"
+        "print(sorted(m for m in ('torchvision', 'timm', 'transformers') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="."
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_workload_key_writes_the_effective_options_sorted() -> None:
+    key = workload_key("torchvision:resnet18", "tiny", {"image": "64"})
+    assert key == (
+        "torchvision:resnet18-tiny-batch=2,batches=8,channels=3,classes=10,image=64,"
+        "lr=0.001,weight_decay=0.01"
+    )
+    # Spelled differently, or given the preset's own value: the same shape, the same key.
+    assert workload_key("torchvision:resnet18", "tiny", {"batch": " 02"}) == workload_key(
+        "torchvision:resnet18", "tiny"
+    )
+    keys = {
+        workload_key("hf:causal-lm", "tiny"),
+        workload_key("hf:causal-lm", "tiny", {"arch": "llama"}),
+        workload_key("hf:causal-lm", "small"),
+        workload_key("hf:causal-lm", "tiny", {"seq": "32"}),
+        workload_key("hf:masked-lm", "tiny"),
+    }
+    assert len(keys) == 5
+    assert workload_key("transformer", "small") == "transformer-small"
+
+
+def test_options_override_the_preset_which_overrides_the_defaults() -> None:
+    factory = bind("hf:seq-cls", {"seq": "24", "classes": "5"}, check_model=False)
+    assert factory is not None
+    options = factory.options("tiny")
+    assert (options["seq"], options["classes"], options["hidden"]) == (24, 5, 32)
+    assert factory.options("default")["hidden"] == 768
+    assert bind("examples.my_workload:build", {}) is None
+
+
+def test_catalog_lists_every_family_with_presets_and_typed_options() -> None:
+    families = {family.name: family for family in catalog()}
+    assert list(families) == ["torchvision", "timm", "hf:causal-lm", "hf:masked-lm", "hf:seq-cls"]
+    for family in families.values():
+        assert {"tiny", "small", "default"} <= set(family.presets)
+        assert family.description and family.usage
+        assert all(spec.help and spec.allowed() for spec in family.options)
+    vision = {spec.name for spec in families["timm"].options}
+    assert {"batch", "image", "classes", "channels", "lr"} <= vision
+    text = {spec.name for spec in families["hf:seq-cls"].options}
+    assert {"batch", "seq", "layers", "hidden", "heads", "vocab", "classes", "lr"} <= text
+    assert families["torchvision"].preset_values("tiny")["image"] == 32
+    assert families["hf:causal-lm"].preset_values("default")["hidden"] == 768
+
+
+def test_option_spec_parses_each_type() -> None:
+    flag = OptionSpec(name="fused", kind="bool", default=False, help="h")
+    assert flag.parse("yes") is True and flag.parse("False") is False
+    with pytest.raises(WorkloadError, match=r"model_arg.fused='maybe' is invalid: allowed true"):
+        flag.parse("maybe")
+    rate = OptionSpec(name="lr", kind="float", default=0.1, low=0.0, high=1.0, help="h")
+    assert rate.parse("1e-3") == 1e-3
+    with pytest.raises(WorkloadError, match=r"allowed a number in 0\.\.1"):
+        rate.parse("inf")
+    with pytest.raises(WorkloadError, match=r"model_arg.n='2.5' is invalid: allowed an int"):
+        OptionSpec(name="n", kind="int", default=1, low=1, help="h").parse("2.5")

@@ -1,0 +1,186 @@
+"""Precision on the CPU: what the matmuls really run in, the matmul setting and its restoring."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import pytest
+import torch
+from torch import nn
+
+from trainers import (
+    PRECISIONS,
+    ConfigError,
+    LoopConfig,
+    UnsupportedOnDevice,
+    Workload,
+    load_workload,
+    run,
+)
+from trainers.precision import make_plan
+from trainers.workloads import SyntheticBatches
+from trainers.workloads.mlp import classification_loss
+
+
+@pytest.fixture(autouse=True)
+def keep_matmul_precision() -> Iterator[None]:
+    previous = torch.get_float32_matmul_precision()
+    yield
+    torch.set_float32_matmul_precision(previous)
+
+
+def observed_run(
+    precision: str | None, config: LoopConfig | None = None, steps: int = 6
+) -> tuple[list[float], set[torch.dtype], set[str]]:
+    """Losses of the tiny mlp, and the dtypes its first Linear produced and the matmul
+    precisions in force while it ran (a forward hook inside the loss)."""
+    workload = load_workload("mlp", "tiny", seed=0)
+    dtypes: set[torch.dtype] = set()
+    matmul: set[str] = set()
+
+    def hook(module: nn.Module, args: object, output: torch.Tensor) -> None:
+        dtypes.add(output.dtype)
+        matmul.add(torch.get_float32_matmul_precision())
+
+    first_linear = next(m for m in workload.model.modules() if isinstance(m, nn.Linear))
+    first_linear.register_forward_hook(hook)
+    result = run(
+        workload,
+        config or LoopConfig(),
+        steps=steps,
+        warmup=0,
+        windows=1,
+        device="cpu",
+        precision=precision,
+    )  # type: ignore[arg-type]
+    assert result.precision == precision
+    return result.losses, dtypes, matmul
+
+
+def test_bf16_autocast_runs_the_matmuls_in_bf16_on_cpu() -> None:
+    fp32, fp32_dtypes, _ = observed_run("fp32")
+    bf16, bf16_dtypes, _ = observed_run("bf16-autocast")
+    assert fp32_dtypes == {torch.float32}
+    assert bf16_dtypes == {torch.bfloat16}
+    assert all(math.isfinite(x) for x in bf16)
+    assert bf16 != fp32  # another arithmetic, other losses ...
+    assert bf16 == pytest.approx(fp32, rel=0.05)  # ... of the same training
+
+
+def test_fp16_autocast_with_its_grad_scaler_on_cpu() -> None:
+    reason = None
+    try:
+        make_plan("fp16-autocast", torch.device("cpu"))
+    except UnsupportedOnDevice as exc:
+        reason = str(exc)
+    if reason is not None:  # an older torch without float16 CPU autocast: a clear error
+        assert "precision='fp16-autocast'" in reason
+        with pytest.raises(UnsupportedOnDevice):
+            observed_run("fp16-autocast")
+        return
+    plan = make_plan("fp16-autocast", torch.device("cpu"))
+    assert plan.scaler is not None and plan.autocast_dtype == torch.float16
+    for optimizer in ("as-built", "fused"):
+        losses, dtypes, _ = observed_run("fp16-autocast", LoopConfig(optimizer=optimizer))  # type: ignore[arg-type]
+        assert dtypes == {torch.float16}
+        assert all(math.isfinite(x) for x in losses)
+        assert len(set(losses)) > 3
+
+
+@pytest.mark.parametrize(
+    ("precision", "matmul"), [("fp32", "highest"), ("tf32", "high"), ("bf16-autocast", "highest")]
+)
+def test_matmul_precision_is_set_for_the_run_and_restored(precision: str, matmul: str) -> None:
+    torch.set_float32_matmul_precision("medium")
+    _, _, seen = observed_run(precision)
+    assert seen == {matmul}
+    assert torch.get_float32_matmul_precision() == "medium"
+    result = run(
+        load_workload("mlp", "tiny"),
+        LoopConfig(),
+        steps=2,
+        warmup=0,
+        windows=1,
+        device="cpu",
+        precision=precision,
+    )  # type: ignore[arg-type]
+    assert result.matmul_precision == matmul
+    assert result.to_dict()["precision"] == precision
+
+
+def test_no_precision_leaves_the_process_setting_alone() -> None:
+    torch.set_float32_matmul_precision("high")  # e.g. the tuner's --matmul-precision
+    _, dtypes, seen = observed_run(None)
+    assert dtypes == {torch.float32} and seen == {"high"}
+    assert torch.get_float32_matmul_precision() == "high"
+
+
+def failing_after(calls: int) -> Workload:
+    """A workload whose loss raises on its `calls`-th call."""
+    torch.manual_seed(0)
+    count = [0]
+
+    def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        count[0] += 1
+        if count[0] == calls:
+            raise RuntimeError("loss exploded")
+        return classification_loss(model, batch)
+
+    x = torch.randn(4, 4, 8, generator=torch.Generator().manual_seed(0))
+    y = torch.randint(0, 3, (4, 4), generator=torch.Generator().manual_seed(0))
+    return Workload(
+        name="failing",
+        preset="x",
+        model=nn.Linear(8, 3),
+        dataset=SyntheticBatches((x, y)),
+        loss_fn=loss_fn,
+        samples_per_batch=4,
+    )
+
+
+def test_matmul_precision_comes_back_when_the_run_fails() -> None:
+    torch.set_float32_matmul_precision("medium")
+    with pytest.raises(RuntimeError, match="loss exploded"):
+        run(
+            failing_after(3),
+            LoopConfig(),
+            steps=4,
+            warmup=1,
+            windows=1,
+            device="cpu",
+            precision="tf32",
+        )
+    assert torch.get_float32_matmul_precision() == "medium"
+
+
+@pytest.mark.parametrize("value", ["fp64", "bf16", "FP32", "", 16])
+def test_an_unknown_precision_names_the_field_and_the_choices(value: object) -> None:
+    with pytest.raises(ConfigError) as info:
+        run(
+            load_workload("mlp", "tiny"),
+            LoopConfig(),
+            steps=2,
+            warmup=0,
+            windows=1,
+            device="cpu",
+            precision=value,
+        )  # type: ignore[arg-type]
+    assert info.value.field == "precision"
+    assert ", ".join(PRECISIONS) in str(info.value)
+
+
+def test_fp16_autocast_with_a_cuda_graph_is_refused_with_the_alternative() -> None:
+    # Refused before the device is looked at: the combination is wrong everywhere.
+    with pytest.raises(ConfigError) as info:
+        run(
+            load_workload("mlp", "tiny"),
+            LoopConfig(cuda_graph=True),
+            steps=2,
+            warmup=4,
+            windows=1,
+            device="cpu",
+            precision="fp16-autocast",
+        )
+    assert info.value.field == "precision"
+    assert "use bf16-autocast" in str(info.value)

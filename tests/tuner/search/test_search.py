@@ -1,0 +1,393 @@
+"""`tuner.search.run_study` end to end: real Optuna, real SQLite under tmp_path, real CPU runs."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+import trainers
+from tests.tuner import workloads_for_tests as broken
+from tests.tuner.conftest import Finished
+from tests.tuner.tiny import (
+    PROTOCOL,
+    WORKLOADS,
+    baseline_entries,
+    counts,
+    load,
+    options,
+    run_json,
+    sqlite_url,
+)
+from trainers import LoopConfig
+from tuner.errors import Interrupted, NoRecommendation, TunerError
+from tuner.evidence import export, reader
+from tuner.search.decide import CPU_NOTE
+from tuner.search.measure import Protocol
+from tuner.search.options import BASELINES, RunOptions
+from tuner.search.space import config_key
+
+# -- a full run ------------------------------------------------------------------------------
+
+
+def test_run_completes_its_trials_into_sqlite(finished: Finished) -> None:
+    study = load(finished.storage, finished.study)
+    assert len(study.trials) == 4
+    assert all(t.state == TrialState.COMPLETE for t in study.trials)
+    assert study.user_attrs["streamtune"]["workload"] == "transformer"
+    assert study.user_attrs["streamtune"]["preset"] == "tiny"
+    for trial in study.trials:
+        config = LoopConfig.from_dict(trial.user_attrs["config"])
+        assert trial.user_attrs["config_key"] == config_key(config)
+        assert config.cuda_graph is False  # dropped from the search on a CPU
+        assert len(trial.user_attrs["windows"]) == PROTOCOL.windows
+        assert trial.user_attrs["parity"]["passed"] is True
+        low, high = trial.user_attrs["ci95"]
+        assert low <= trial.value <= high
+        assert study.user_attrs[f"parity/{config_key(config)}"]["passed"] is True
+    # What the run returned is what the study stores.
+    assert study.user_attrs["recommendation"] == json.loads(json.dumps(finished.rec))
+
+
+def test_recommendation_has_the_documented_shape(finished: Finished) -> None:
+    rec = finished.rec
+    assert rec["study"] == "tiny-full"
+    config = LoopConfig.from_dict(rec["config"])
+    low, high = rec["throughput"]["ci95"]
+    assert low <= rec["throughput"]["median"] <= high
+    assert rec["throughput"]["median"] > 0
+    assert set(rec["speedup"]) == {"pytorch-default", "seed-baseline"}
+    for speedup in rec["speedup"].values():
+        low, high = speedup["ci95"]
+        assert 0 < low <= speedup["median"] <= high
+    # The recommendation is one of the ties (the simplest of them), and ties overlap its CI.
+    assert rec["source"] in {t["name"] for t in rec["ties"]}
+    assert rec["was_tie"] == (len(rec["ties"]) > 1)
+    finalists = {m["name"]: m for m in rec["final_round"]}
+    assert {"pytorch-default", "seed-baseline"} <= set(finalists)
+    assert finalists[rec["source"]]["config"] == config.to_dict()
+    assert finalists[rec["source"]]["samples"] == 2 * PROTOCOL.windows  # final_rounds=2
+    assert rec["fingerprint"]["device_type"] == "cpu"
+    assert rec["fingerprint"] == trainers.fingerprint(trainers.resolve_device("cpu"))
+    assert rec["n_trials"] == counts(4, 0, 0)
+    assert rec["gpu_seconds"] > 0
+    assert "pareto" not in rec  # single objective
+
+
+def test_gpu_seconds_cover_every_measurement(finished: Finished) -> None:
+    study = load(finished.storage, finished.study)
+    trials = sum(t.user_attrs["seconds"] for t in study.trials)
+    baselines = sum(e["seconds"] for e in baseline_entries(study).values())
+    assert finished.rec["gpu_seconds"] > trials + baselines
+
+
+def test_on_a_cpu_the_recommendation_says_stream_settings_have_no_effect(
+        finished: Finished) -> None:
+    assert finished.rec["effective"] is False
+    assert finished.rec["note"] == CPU_NOTE
+    assert "no effect" in finished.rec["note"]
+
+
+def test_baselines_are_stored_and_remeasured_for_drift(finished: Finished) -> None:
+    entries = baseline_entries(load(finished.storage, finished.study))
+    # 4 trials, baseline_every=2: measured at the start and after trial 2 (not after the last).
+    for name, config in BASELINES.items():
+        mine = sorted((e for k, e in entries.items() if k.startswith(f"{name}/")),
+                      key=lambda e: e["at_trial"])
+        assert [e["phase"] for e in mine] == ["start", "drift"]
+        assert [e["at_trial"] for e in mine] == [0, 2]
+        assert all(e["config"] == config.to_dict() for e in mine)
+        assert all(len(e["windows"]) == PROTOCOL.windows for e in mine)
+        assert "drift" not in mine[0]
+        first, second = (statistics.median(e["windows"]) for e in mine)
+        assert mine[1]["drift"] == pytest.approx((second - first) / first)
+
+
+# -- resuming --------------------------------------------------------------------------------
+
+
+def test_resuming_adds_trials_new_points_and_drift(tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    first = run_json(options(storage, "resume", trials=3))
+    assert first["n_trials"]["complete"] == 3
+    second = run_json(options(storage, "resume", trials=2))
+    assert second["n_trials"]["complete"] == 5
+    study = load(storage, "resume")
+    assert len(study.trials) == 5
+    # Same seed, same space: the resumed run must not replay the first run's points.
+    assert [t.params for t in study.trials[3:]] != [t.params for t in study.trials[:2]]
+    starts = [e for e in baseline_entries(study).values() if e["phase"] == "start"]
+    assert len(starts) == 4  # both baselines, at the start of each run
+    resumed = [e for e in starts if e["at_trial"] == 3]
+    assert len(resumed) == 2
+    assert all(isinstance(e["drift"], float) for e in resumed)
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"workload": "transformer"}, "workload"),
+    ({"preset": "small"}, "preset"),
+    ({"fix": ("num_workers=0", "num_streams=2")}, "space"),
+    ({"objectives": ("throughput", "memory")}, "objectives"),
+])
+def test_resuming_with_other_settings_is_a_clear_error(
+        tmp_path: Path, change: dict[str, Any], field: str) -> None:
+    storage = sqlite_url(tmp_path)
+    run_json(options(storage, "made", trials=1))
+    with pytest.raises(TunerError, match=rf"^--study: 'made' was made with {field}=") as info:
+        run_json(options(storage, "made", trials=1, **change))
+    assert "choose another --study" in str(info.value)
+    assert len(load(storage, "made").trials) == 1  # nothing was added
+
+
+@pytest.mark.parametrize(("change", "error"), [
+    ({"preset": "huge"}, trainers.WorkloadError),
+    ({"workload": "nope"}, trainers.WorkloadError),
+    ({"workload": "tests.tuner.no_such_module:build"}, trainers.WorkloadError),
+])
+def test_a_bad_workload_stores_no_study(
+        tmp_path: Path, change: dict[str, Any], error: type[Exception]) -> None:
+    storage = sqlite_url(tmp_path)
+    with pytest.raises(error):
+        run_json(options(storage, "never", **change))
+    assert optuna.get_all_study_names(storage) == []
+    # ... so the name is free for the corrected run.
+    assert run_json(options(storage, "never", trials=1))["n_trials"]["complete"] == 1
+
+
+# -- duplicates, parity, failures ------------------------------------------------------------
+
+
+def test_the_same_params_twice_pool_their_windows(tmp_path: Path) -> None:
+    space = tmp_path / "one-point.json"
+    space.write_text(json.dumps({"num_streams": [2], "sync_interval": 3}))
+    storage = sqlite_url(tmp_path)
+    rec = run_json(options(storage, "dup", trials=3, space=str(space), fix=()))
+    study = load(storage, "dup")
+    trials = study.trials
+    assert [t.params for t in trials] == [{"num_streams": 2}] * 3
+    assert "duplicate_of" not in trials[0].user_attrs
+    assert [t.user_attrs.get("duplicate_of") for t in trials[1:]] == [0, 0]
+    assert [t.user_attrs["pooled_windows"] for t in trials] == [3, 6, 9]
+    windows: list[float] = []
+    for trial in trials:
+        windows += trial.user_attrs["windows"]
+        assert trial.value == pytest.approx(statistics.median(windows))
+    # The config is checked for parity once and measured once more in the final round.
+    assert sum(k.startswith("parity/") for k in study.user_attrs) == 3  # + both baselines
+    trial_entries = [m for m in rec["final_round"] if m["name"].startswith("trial-")]
+    assert [m["name"] for m in trial_entries] == ["trial-0"]
+    assert trial_entries[0]["config"]["sync_interval"] == 3
+
+
+def test_a_config_failing_parity_is_failed_and_never_recommended(tmp_path: Path) -> None:
+    # Its data depend on the DataLoader worker id: with workers the losses differ.
+    storage = sqlite_url(tmp_path)
+    rec = run_json(options(storage, "parity", trials=2,
+                            workload="tests.trainers.helpers:worker_dependent",
+                            fix=("num_workers=1",)))
+    study = load(storage, "parity")
+    failing = LoopConfig.from_dict(study.trials[0].user_attrs["config"])
+    assert failing.num_workers == 1
+    for trial in study.trials:
+        assert trial.state == TrialState.FAIL
+        assert trial.user_attrs["failure_kind"] == "parity"
+        assert trial.user_attrs["failure_reason"].startswith("parity: eager config must match")
+        assert trial.user_attrs["parity"]["passed"] is False
+        assert len(trial.user_attrs["windows"]) == PROTOCOL.windows  # it was measured first
+    verdict = study.user_attrs[f"parity/{config_key(failing)}"]
+    assert verdict["passed"] is False
+    assert verdict["first_diverging_step"] == 0
+    assert rec["n_trials"] == counts(0, 2, 0)
+    assert rec["config"] is not None
+    assert rec["config"] != failing.to_dict()
+    assert rec["source"] in BASELINES
+    assert all(m["config"]["num_workers"] == 0 for m in rec["final_round"])
+
+
+def test_a_failing_config_is_recorded_with_its_reason(tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    rec = run_json(options(storage, "fails", trials=2,
+                            workload=f"{WORKLOADS}:fails_in_workers", fix=("num_workers=1",)))
+    study = load(storage, "fails")
+    for trial in study.trials:
+        assert trial.state == TrialState.FAIL
+        assert trial.user_attrs["failure_kind"] == "error"
+        assert trial.user_attrs["failure_reason"].startswith("error: RuntimeError:")
+        assert broken.WORKER_FAILURE in trial.user_attrs["failure_reason"]
+        assert trial.user_attrs["seconds"] > 0
+        assert "windows" not in trial.user_attrs
+    # The baselines (0 workers) ran, so there is still a recommendation.
+    assert rec["n_trials"] == counts(0, 2, 0)
+    assert rec["failures"] == {}
+    assert rec["source"] in BASELINES
+
+
+def test_a_workload_that_always_raises_fails_everything_with_its_reason(
+        tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    rec = run_json(options(storage, "raises", trials=2, workload=f"{WORKLOADS}:raises_in_loss"))
+    study = load(storage, "raises")
+    reason = f"error: RuntimeError: {broken.INJECTED}"
+    assert [t.user_attrs["failure_reason"] for t in study.trials] == [reason, reason]
+    assert all(t.state == TrialState.FAIL for t in study.trials)
+    entries = baseline_entries(study)
+    assert len(entries) == 2
+    assert all(e["failure_reason"] == reason and "windows" not in e for e in entries.values())
+    assert rec["config"] is None
+    assert rec["failures"] == {"pytorch-default": reason, "seed-baseline": reason}
+    assert rec["reason"] == "every final-round measurement failed (see failures)"
+    assert rec["n_trials"] == counts(0, 2, 0)
+    with pytest.raises(NoRecommendation, match="every final-round measurement failed"):
+        export.export(reader.recommendation(storage, "raises"), "json")
+
+
+class _ArmAfter:
+    """A Progress that arms one of the test workloads' switches once `after` trials are done."""
+
+    def __init__(self, switch: str, after: int) -> None:
+        self.switch = switch
+        self.after = after
+        self.states: list[str] = []
+
+    def start(self, study: str, total: int, resumed: bool) -> None:
+        pass
+
+    def phase(self, text: str) -> None:
+        pass
+
+    def trial_done(self, done: int, total: int, best: float | None, state: str) -> None:
+        self.states.append(state)
+        if done >= self.after:
+            broken.ARMED[self.switch] = True
+
+
+@pytest.fixture
+def disarm() -> Iterator[None]:
+    yield
+    broken.ARMED.update(interrupt=False, slow=False)
+
+
+def test_an_interrupted_run_keeps_its_trials_and_fails_the_running_one(
+        tmp_path: Path, disarm: None) -> None:
+    storage = sqlite_url(tmp_path)
+    progress = _ArmAfter("interrupt", after=1)  # Ctrl-C during the second trial
+    with pytest.raises(Interrupted, match="--study interrupted to resume") as info:
+        run_json(options(storage, "interrupted", trials=5,
+                          workload=f"{WORKLOADS}:interrupts_when_armed"), progress=progress)
+    assert "1 trials of this run are stored" in str(info.value)
+    study = load(storage, "interrupted")
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE, TrialState.FAIL]
+    assert study.trials[1].user_attrs["failure_reason"] == "interrupted"
+    assert progress.states == ["complete"]
+    with pytest.raises(NoRecommendation, match="no recommendation yet"):
+        reader.recommendation(storage, "interrupted")
+
+
+# -- objectives, memory, timeout, pruning ----------------------------------------------------
+
+
+def test_throughput_and_memory_give_a_pareto_list(tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    rec = run_json(options(storage, "pareto", objectives=("throughput", "memory")))
+    study = load(storage, "pareto")
+    assert study.directions == [optuna.study.StudyDirection.MAXIMIZE,
+                                optuna.study.StudyDirection.MINIMIZE]
+    assert all(len(t.values) == 2 for t in study.trials)
+    assert isinstance(rec["pareto"], list)
+    finalists = {m["name"] for m in rec["final_round"]}
+    assert all(m["name"] in finalists and m["peak_memory_bytes"] is not None
+               for m in rec["pareto"])
+    # A CPU run measures no peak memory, so no config is on the front; throughput still decides.
+    assert rec["pareto"] == []
+    assert rec["config"] is not None
+
+
+def test_max_memory_is_recorded_and_applied(tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    rec = run_json(options(storage, "capped", trials=2, max_memory_bytes=2**30))
+    assert rec["max_memory_bytes"] == 2**30
+    assert load(storage, "capped").user_attrs["streamtune"]["max_memory_bytes"] == 2**30
+    # On a CPU no peak memory is known, so the cap cannot exclude a config.
+    assert rec["peak_memory_bytes"] is None
+    assert rec["config"] is not None
+
+
+def test_timeout_stops_starting_trials(tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    rec = run_json(options(storage, "timeout", trials=1000, timeout_s=1e-6))
+    assert sum(rec["n_trials"].values()) <= 1
+    assert rec["config"] is not None  # the baselines are still decided between
+
+
+def test_a_much_slower_config_is_pruned_after_its_second_window(
+        tmp_path: Path, disarm: None) -> None:
+    storage = sqlite_url(tmp_path)
+    progress = _ArmAfter("slow", after=5)  # trials 5 and 6 are far slower than trials 0-4
+    rec = run_json(options(storage, "prune", trials=7, baseline_every=100,
+                            workload=f"{WORKLOADS}:slow_when_armed",
+                            protocol=Protocol(warmup=1, windows=4, window_steps=2)),
+                    progress=progress)
+    study = load(storage, "prune")
+    # PercentilePruner(25, n_startup_trials=5, n_warmup_steps=1): from the 2nd window on.
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 5 + [TrialState.PRUNED] * 2
+    assert [len(t.user_attrs["windows"]) for t in study.trials] == [4] * 5 + [2] * 2
+    assert all("parity" not in t.user_attrs for t in study.trials[5:])  # never gated
+    assert progress.states == ["complete"] * 5 + ["pruned"] * 2
+    assert rec["n_trials"] == counts(5, 0, 2)
+    assert not any(m["name"] in ("trial-5", "trial-6") for m in rec["final_round"])
+
+
+# -- options ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"trials": 0}, "trials"),
+    ({"timeout_s": 0.0}, "timeout_s"),
+    ({"objectives": ("memory",)}, "objectives"),
+    ({"objectives": ("throughput", "throughput")}, "objectives"),
+    ({"objectives": ()}, "objectives"),
+    ({"max_memory_bytes": 0}, "max_memory_bytes"),
+    ({"top_k": 0}, "top_k"),
+    ({"final_rounds": 0}, "final_rounds"),
+    ({"baseline_every": 0}, "baseline_every"),
+    ({"parity_steps": 1}, "parity_steps"),
+    ({"sampler": "grid"}, "sampler"),
+    ({"matmul_precision": "low"}, "matmul_precision"),
+])
+def test_bad_run_options_name_their_field(change: dict[str, Any], field: str) -> None:
+    with pytest.raises(trainers.ConfigError) as info:
+        RunOptions(workload="mlp", preset="tiny", **change)
+    assert info.value.field == field
+    assert str(info.value).startswith(f"{field}=")
+
+
+# -- precision and library-model options: fixed per study, never shared ------------------------
+
+
+def test_the_precision_is_the_studys_and_a_resume_in_another_is_refused(tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    rec = run_json(options(storage, None, trials=1, precision="bf16-autocast"))
+    assert rec["study"].endswith("-cpu-bf16-autocast")
+    meta = load(storage, rec["study"]).user_attrs["streamtune"]
+    assert (meta["precision"], meta["shape"], meta["model_args"]) == (
+        "bf16-autocast", "mlp-tiny", {})
+    with pytest.raises(TunerError, match="precision='bf16-autocast', this run has 'fp32'"):
+        run_json(options(storage, rec["study"], trials=1, precision="fp32"))
+
+
+def test_a_precision_and_a_matmul_precision_together_are_refused() -> None:
+    with pytest.raises(trainers.ConfigError, match="precision"):
+        options("sqlite://", "x", precision="tf32", matmul_precision="high")
+    with pytest.raises(trainers.ConfigError, match="precision='fp64'"):
+        options("sqlite://", "x", precision="fp64")
+
+
+def test_model_args_are_refused_for_a_built_in(tmp_path: Path) -> None:
+    with pytest.raises(trainers.WorkloadError, match="takes no model args"):
+        run_json(options(sqlite_url(tmp_path), "m", trials=1, model_args={"batch": "4"}))

@@ -1,0 +1,176 @@
+"""The job store's contract, one suite run on every backend (SQLite and PostgreSQL), the way Optuna
+runs one storage test suite over each of its storages.
+
+Each test gets a fresh database: a file under tmp_path, or a PostgreSQL schema of its own
+(`pg_url`, skipped when nothing listens on 127.0.0.1:5432).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import sqlalchemy as sa
+
+from tests.conftest import pg_listening
+from tuner.errors import JobConflict, JobNotFound, TooManyQueued
+from tuner.service.jobstore import JobStore
+from tuner.service.spec import JobSpec
+from tuner.service.tables import WorkerRow
+from tuner.store.counting import TrialCounts
+
+TINY = {"workload": "mlp", "preset": "tiny", "n_trials": 3, "device": "cpu"}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest, tmp_path: object) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/jobs.db"
+    if not pg_listening():
+        pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def store(url: str) -> JobStore:
+    return JobStore(url)
+
+
+def register(store: JobStore, *names: str) -> None:
+    for name in names:
+        store.register_worker(name, host="test", pid=1, device="cpu")
+
+
+def test_concurrent_claims_take_each_job_once(url: str, store: JobStore) -> None:
+    ids = {store.create(JobSpec(**TINY), owner="me").id for _ in range(12)}
+    register(store, *(f"w{i}" for i in range(4)))
+    claimed: list[str] = []
+    lock = threading.Lock()
+
+    def claim_all(name: str) -> None:
+        mine = JobStore(url)
+        while (job := mine.claim(name, devices=("cpu", "auto"))) is not None:
+            with lock:
+                claimed.append(job.id)
+        mine.close()
+
+    threads = [threading.Thread(target=claim_all, args=(f"w{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(claimed) == sorted(ids)  # every job once: none twice, none missed
+
+
+def test_on_postgresql_the_claim_skips_locked_rows(url: str, store: JobStore) -> None:
+    if not url.startswith("postgresql"):
+        pytest.skip("SKIP LOCKED is PostgreSQL's; SQLite's claim takes the one writer lock")
+    store.create(JobSpec(**TINY), owner="me")
+    statements: list[str] = []
+    sa.event.listen(store.engine, "before_cursor_execute",
+                    lambda _c, _r, statement, *_: statements.append(statement))
+    assert store.claim("w", devices=("cpu",)) is not None
+    claim = next(s for s in statements if s.lstrip().upper().startswith("UPDATE"))
+    assert "FOR UPDATE SKIP LOCKED" in claim and "RETURNING" in claim
+
+
+def test_the_claim_takes_the_oldest_job_of_a_device_it_runs(store: JobStore) -> None:
+    register(store, "w")
+    first = store.create(JobSpec(**TINY), owner="me")
+    store.create(JobSpec(**(TINY | {"device": "cuda"})), owner="me")
+    second = store.create(JobSpec(**TINY), owner="me")
+    assert [store.claim("w", devices=("cpu",)).id for _ in range(2)] == [first.id, second.id]
+    assert store.claim("w", devices=("cpu",)) is None
+    row = store.get(first.id)
+    assert (row.status, row.worker, row.attempts) == ("running", "w", 1)
+
+
+def test_create_get_list_and_the_queue_limit(store: JobStore) -> None:
+    rows = [store.create(JobSpec(**TINY), owner="a", max_queued=2) for _ in range(2)]
+    with pytest.raises(TooManyQueued):
+        store.create(JobSpec(**TINY), owner="a", max_queued=2)
+    store.create(JobSpec(**TINY), owner="b", max_queued=2)  # the limit is per owner
+    listed, total = store.list(status="queued", limit=10)
+    assert total == 3 and {r.id for r in rows} <= {r.id for r in listed}
+    assert store.get(rows[0].id).spec == JobSpec(**TINY).to_dict()
+    with pytest.raises(JobNotFound):
+        store.get("nope")
+    assert store.counts_by_status()["queued"] == 3
+
+
+def test_cancel_a_queued_job_now_and_a_finished_one_never(store: JobStore) -> None:
+    job = store.create(JobSpec(**TINY), owner="me")
+    assert store.cancel(job.id).status == "cancelled"
+    with pytest.raises(JobConflict, match="already cancelled"):
+        store.cancel(job.id)
+
+
+def test_a_running_job_is_flagged_and_its_heartbeat_reads_the_flag(store: JobStore) -> None:
+    register(store, "w")
+    job = store.create(JobSpec(**TINY), owner="me")
+    assert store.claim("w", devices=("cpu",)) is not None
+    assert store.cancel(job.id).cancel_requested
+    lease = store.heartbeat(job.id, "w", phase="trial 1")
+    assert lease.owned and lease.cancel_requested
+    assert not store.heartbeat(job.id, "other").owned  # not a member
+
+
+def test_the_slot_lock_is_exclusive_until_given_back(store: JobStore) -> None:
+    register(store, "a", "b")
+    job = store.create(JobSpec(**TINY), owner="me")
+    store.claim("a", devices=("cpu",))
+    assert store.lock_slots(job.id, "a", hold_s=60)
+    assert not store.lock_slots(job.id, "b", hold_s=60)
+    assert store.unlock_slots(job.id, "a")
+    assert store.lock_slots(job.id, "b", hold_s=60)
+    assert not store.unlock_slots(job.id, "a")  # a's lock is gone
+
+
+def test_one_finalizer_and_only_it_ends_the_job(store: JobStore) -> None:
+    register(store, "a", "b")
+    job = store.create(JobSpec(**TINY), owner="me")
+    store.claim("a", devices=("cpu",))
+    assert store.open_trials(job.id, "a", hardware="cpu", deadline=None)
+    assert store.join(job.id, "b")
+    assert store.claim_finalizing(job.id, "b")
+    assert not store.claim_finalizing(job.id, "a")
+    assert not store.finish(job.id, "a", "succeeded")
+    assert store.finish(job.id, "b", "succeeded", recommendation={
+        "study": job.study, "config": {"num_streams": 1}, "hardware": "cpu",
+        "throughput": {"median": 5.0, "ci95": [4.0, 6.0]}})
+    row = store.get(job.id)
+    assert (row.status, row.rec_throughput, row.finalizer) == ("succeeded", 5.0, None)
+
+
+def test_progress_stores_the_counting_rules_figures(store: JobStore) -> None:
+    register(store, "w")
+    job = store.create(JobSpec(**TINY), owner="me")
+    store.claim("w", devices=("cpu",))
+    counts = TrialCounts(complete=2, failed=1, pruned=1, interrupted=3, running=1)
+    assert store.progress(job.id, "w", counts=counts, best=None)
+    row = store.get(job.id)
+    assert (row.n_complete, row.n_failed, row.n_pruned, row.n_interrupted) == (2, 1, 1, 3)
+
+
+def test_stale_jobs_go_back_to_the_queue_and_dead_workers_are_forgotten(
+        store: JobStore) -> None:
+    register(store, "w")
+    job = store.create(JobSpec(**TINY), owner="me")
+    store.claim("w", devices=("cpu",))
+    with store.engine.begin() as conn:  # the worker's last heartbeat, an hour ago
+        conn.execute(sa.text("UPDATE streamtune_jobs SET heartbeat_at = :t"),
+                     {"t": store.get(job.id).heartbeat_at.replace(year=2000)})
+        conn.execute(sa.update(WorkerRow).values(
+            heartbeat_at=store.get(job.id).heartbeat_at.replace(year=2000)))
+    assert store.requeue_stale(lease_s=60, max_attempts=3) == 1
+    assert store.get(job.id).status == "queued"
+    assert [w.id for w in store.forget_dead_workers(60)] == ["w"]
+    assert store.live_workers(60) == set()
+
+
+def test_a_finished_trial_is_recorded_once(store: JobStore) -> None:
+    job = store.create(JobSpec(**TINY), owner="me")
+    store.record_trial(job.id, 0, "complete", 1.5)
+    store.record_trial(job.id, 0, "complete", 1.5)
+    assert store.recorded_trials(job.id) == {0}
+    assert store.trial_stats([1.0, 2.0]).by_state["complete"] == 1

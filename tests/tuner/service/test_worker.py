@@ -1,0 +1,387 @@
+"""A real worker (in this process) running real tiny jobs: results, cancel, requeue, resume."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import optuna
+import pytest
+import sqlalchemy as sa
+import torch
+from fastapi.testclient import TestClient
+from optuna.trial import TrialState
+
+from tests.api.conftest import EXPLICIT_SPACE, Finished, make_app, make_worker
+from tests.api.helpers import AUTH, TINY_JOB, wait_for
+from trainers import LoopConfig
+from tuner.errors import Interrupted, Stopped, TunerError
+from tuner.evidence.reader import list_studies, recommendation
+from tuner.search.search import run_study
+from tuner.service.jobstore import JobStore
+from tuner.service.settings import WorkerSettings
+from tuner.service.slots import ORPHAN_REASON
+from tuner.service.spec import JobSpec
+from tuner.service.tables import JobRow
+from tuner.service.worker import Worker
+from tuner.store.counting import TrialCounts
+from tuner.store.counting import count_trials as trial_counts
+from tuner.store.keys import STOPPED as STOPPED_ATTR
+
+# -- a finished job and what every endpoint says about it ------------------------------------
+
+
+def test_a_finished_job_reports_its_trials_and_best(finished: Finished) -> None:
+    job, client = finished.job, finished.client
+    assert job["n_complete"] + job["n_failed"] + job["n_pruned"] == job["n_trials"] == 3
+    assert job["attempts"] == 1 and job["has_recommendation"] and job["hardware"] == "cpu"
+    assert job["started_at"] and job["finished_at"] and job["error"] is None
+    assert job["best"]["throughput"] > 0
+    assert job["space"] == EXPLICIT_SPACE | {"sync_interval": {"low": 1, "high": 4, "log": False}}
+    best = client.get(job["links"]["best"], headers=AUTH)
+    assert best.status_code == 200
+    rec = best.json()
+    assert rec["study"] == job["study"] and rec["n_trials"]["complete"] == job["n_complete"]
+    LoopConfig.from_dict(rec["config"])
+    trials = client.get(job["links"]["trials"], headers=AUTH).json()
+    assert trials["total"] == 3 and [t["number"] for t in trials["items"]] == [0, 1, 2]
+    for trial in trials["items"]:
+        assert trial["counted"] and not trial["stopped"] and trial["state"] == "complete"
+        config = trial["config"]
+        assert config["num_streams"] in (1, 2) and 1 <= config["sync_interval"] <= 4
+        assert config["sync_mode"] in ("synchronize", "event")
+        assert config["num_workers"] == 0 and config["pin_memory"] is True  # fixed and pinned
+        low, high = trial["ci95"]
+        assert low <= trial["throughput"] <= high and len(trial["windows"]) == 3
+        assert trial["duration_s"] > 0 and trial["started_at"].endswith("Z")
+    page = client.get(job["links"]["trials"], params={"limit": 1, "offset": 2},
+                      headers=AUTH).json()
+    assert [t["number"] for t in page["items"]] == [2] and page["total"] == 3
+
+
+def test_a_finished_job_serves_its_report_and_its_profiles(finished: Finished) -> None:
+    job, client = finished.job, finished.client
+    rec = client.get(job["links"]["best"], headers=AUTH).json()
+    # Profiled on the CPU: the verdicts say so, with the figures behind them.
+    assert set(rec["verdicts"]) == {"pytorch-default", "seed-baseline", "recommended"}
+    for found in rec["verdicts"].values():
+        assert found["kind"] == "unknown" and "without CUDA activity" in found["explanation"]
+        assert found["figures"]["step_ms"] > 0
+    assert rec["explanation"] and rec["profile_errors"] == {}
+    page = client.get(job["links"]["report"], headers=AUTH)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert job["study"] in page.text and "Plotly.newPlot" in page.text
+    assert client.get("/v1/jobs/nope/report", headers=AUTH).status_code == 404
+    assert client.get(f"/v1/jobs/{job['id']}/report").status_code == 401
+
+
+def test_studies_list_the_jobs_and_the_local_runs(finished: Finished) -> None:
+    client, job = finished.client, finished.job
+    listed = client.get("/v1/studies", headers=AUTH).json()
+    by_name = {s["name"]: s for s in listed["items"]}
+    assert set(by_name) == {job["study"], finished.local_study} and listed["total"] == 2
+    local = by_name[finished.local_study]
+    assert local["job_id"] is None and local["links"]["job"] is None
+    assert (local["workload"], local["preset"], local["hardware"]) == ("mlp", "tiny", "cpu")
+    assert local["fingerprint"]["device_type"] == "cpu" and local["trials"]["complete"] == 2
+    assert local["recommended"] == finished.local_rec["config"]
+    mine = by_name[job["study"]]
+    assert mine["job_id"] == job["id"] and mine["links"]["job"] == job["links"]["self"]
+    assert client.get(job["links"]["study"], headers=AUTH).json() == mine
+    local_best = client.get(f"/v1/studies/{finished.local_study}/best", headers=AUTH).json()
+    assert local_best == json.loads(json.dumps(finished.local_rec))
+    assert client.get("/v1/studies", params={"limit": 1, "offset": 1},
+                      headers=AUTH).json()["items"][0]["name"] == sorted(by_name)[1]
+
+
+def test_unknown_studies_are_404_and_undecided_ones_409(finished: Finished) -> None:
+    client = finished.client
+    for path in ("/v1/studies/nope", "/v1/studies/nope/best"):
+        response = client.get(path, headers=AUTH)
+        assert response.status_code == 404 and "no study named 'nope'" in response.json()[
+            "detail"]
+    optuna.create_study(study_name="undecided", storage=finished.storage)
+    try:
+        response = client.get("/v1/studies/undecided/best", headers=AUTH)
+        assert response.status_code == 409 and "no recommendation" in response.json()["detail"]
+        assert client.get("/v1/studies/undecided", headers=AUTH).json()["workload"] is None
+    finally:
+        optuna.delete_study(study_name="undecided", storage=finished.storage)
+
+
+def test_recommendations_pick_the_best_finished_job(finished: Finished) -> None:
+    client, job = finished.client, finished.job
+    hit = client.get("/v1/recommendations", params={"workload": "mlp", "preset": "tiny",
+                                                    "gpu": "cpu"}, headers=AUTH)
+    assert hit.status_code == 200
+    assert hit.json()["job_id"] == job["id"] and hit.json()["gpu"] == "cpu"
+    assert hit.json()["config"] == client.get(job["links"]["best"], headers=AUTH).json()["config"]
+    miss = client.get("/v1/recommendations", params={"workload": "mlp", "preset": "tiny",
+                                                     "gpu": "NVIDIA H100"}, headers=AUTH)
+    assert miss.status_code == 404 and "'NVIDIA-H100'" in miss.json()["detail"]
+    missing = client.get("/v1/recommendations", params={"workload": "mlp"}, headers=AUTH)
+    assert missing.status_code == 422
+    assert {tuple(e["loc"]) for e in missing.json()["detail"]} == {("query", "preset"),
+                                                                    ("query", "gpu")}
+
+
+def test_metrics_count_jobs_and_trials(finished: Finished) -> None:
+    response = finished.client.get("/metrics", headers=AUTH)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    lines = dict(line.rsplit(" ", 1) for line in response.text.splitlines()
+                 if not line.startswith("#"))
+    assert lines['streamtune_jobs{state="succeeded"}'] == "1"
+    assert lines['streamtune_trials_total{state="complete"}'] == str(finished.job["n_complete"])
+    assert lines["streamtune_trial_duration_seconds_count"] == "3"
+    assert lines['streamtune_trial_duration_seconds_bucket{le="+Inf"}'] == "3"
+    assert float(lines["streamtune_trial_duration_seconds_sum"]) > 0
+
+
+# -- a worker in a thread ------------------------------------------------------------------
+
+
+@pytest.fixture
+def running(storage: str) -> Iterator[tuple[TestClient, Worker]]:
+    """A client and a worker looping in a thread (transformer-sized windows: ~0.1 s each)."""
+    worker = make_worker(storage, measure_windows=5, measure_window_steps=20)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    with TestClient(make_app(storage)) as client:
+        thread.start()
+        try:
+            yield client, worker
+        finally:
+            worker.shutdown()
+            thread.join(timeout=60)
+            assert not thread.is_alive()
+
+
+def _job(client: TestClient, job: dict[str, Any]) -> dict[str, Any]:
+    got: dict[str, Any] = client.get(job["links"]["self"], headers=AUTH).json()
+    return got
+
+
+def test_healthz_counts_live_workers(running: tuple[TestClient, Worker]) -> None:
+    client, _ = running
+    health = wait_for(lambda: (h := client.get("/healthz").json())["workers_alive"] and h,
+                      timeout_s=20, what="the worker to register")
+    assert health == {"status": "ok", "database": True, "workers_alive": 1}
+
+
+def test_cancel_stops_a_running_job_and_keeps_its_trials(
+        running: tuple[TestClient, Worker]) -> None:
+    client, _ = running
+    body = TINY_JOB | {"workload": "transformer", "n_trials": 200}
+    job = client.post("/v1/jobs", json=body, headers=AUTH).json()
+    wait_for(lambda: _job(client, job)["n_complete"] >= 1, timeout_s=60,
+             what="a complete trial")
+    cancel = client.post(job["links"]["cancel"], headers=AUTH)
+    assert cancel.status_code == 200
+    assert cancel.json()["status"] == "running" and cancel.json()["cancel_requested"]
+    ended = wait_for(lambda: (j := _job(client, job))["status"] == "cancelled" and j,
+                     timeout_s=30, what="the job to end as cancelled")
+    assert ended["finished_at"] and ended["n_complete"] >= 1 and ended["phase"] is None
+    trials = client.get(job["links"]["trials"], params={"limit": 200}, headers=AUTH).json()
+    assert 1 <= trials["total"] < 200
+    assert all(t["state"] != "running" for t in trials["items"])
+    assert sum(t["state"] == "complete" for t in trials["items"]) == ended["n_complete"]
+    for trial in trials["items"]:
+        if trial["stopped"]:  # stopped at a window: pruned, with what it measured
+            assert trial["state"] == "pruned" and not trial["counted"]
+            assert 1 <= len(trial["windows"]) < 5
+    assert client.get(job["links"]["best"], headers=AUTH).status_code == 409
+    assert client.post(job["links"]["cancel"], headers=AUTH).status_code == 409
+
+
+@pytest.mark.slow
+def test_a_worker_shutting_down_requeues_its_job_and_another_finishes_it(
+        running: tuple[TestClient, Worker], storage: str) -> None:
+    client, worker = running
+    job = client.post("/v1/jobs", json=TINY_JOB | {"workload": "transformer", "n_trials": 5},
+                      headers=AUTH).json()
+    wait_for(lambda: _job(client, job)["n_complete"] >= 1, timeout_s=60,
+             what="a complete trial")
+    worker.shutdown()
+    requeued = wait_for(lambda: (j := _job(client, job))["status"] == "queued" and j,
+                        timeout_s=30, what="the job to be requeued")
+    assert "shut down" in requeued["error"]
+    assert make_worker(storage).run_once()
+    done = _job(client, job)
+    assert done["status"] == "succeeded" and done["attempts"] == 2
+    assert done["n_complete"] + done["n_failed"] + done["n_pruned"] == 5
+    trials = client.get(job["links"]["trials"], headers=AUTH).json()["items"]
+    assert sum(t["counted"] for t in trials) == 5
+
+
+# -- resuming: stale leases, orphaned trials, a job killed after its last trial -------------
+
+
+def _ghost_claims(store: JobStore, job_id: str) -> JobRow:
+    """A worker that claims the job and dies: its heartbeat is an hour old."""
+    claimed = store.claim("ghost", devices=("cpu", "auto"))
+    assert claimed is not None and claimed.id == job_id
+    with store.engine.begin() as conn:
+        conn.execute(sa.update(JobRow).where(JobRow.id == job_id).values(
+            heartbeat_at=dt.datetime(2000, 1, 1)))
+    return claimed
+
+
+def _trials(storage: str, study: str) -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name=study, storage=storage).get_trials(deepcopy=False)
+
+
+def test_a_job_whose_worker_died_is_requeued_and_completed(storage: str) -> None:
+    store = JobStore(storage)
+    row = store.create(JobSpec(**(TINY_JOB | {"n_trials": 2})), owner="me")
+    assert _ghost_claims(store, row.id).worker == "ghost"
+    assert make_worker(storage, lease_s=30).run_once()
+    done = store.get(row.id)
+    assert (done.status, done.attempts, done.worker) == ("succeeded", 2, done.worker)
+    assert done.worker != "ghost" and not store.heartbeat(row.id, "ghost").owned
+
+
+def test_stale_jobs_end_when_cancelled_or_out_of_attempts(storage: str) -> None:
+    store = JobStore(storage)
+    cancelled = store.create(JobSpec(**TINY_JOB), owner="me")
+    _ghost_claims(store, cancelled.id)
+    store.cancel(cancelled.id)
+    exhausted = store.create(JobSpec(**TINY_JOB), owner="me")
+    _ghost_claims(store, exhausted.id)
+    assert store.requeue_stale(lease_s=30, max_attempts=1) == 2
+    assert store.get(cancelled.id).status == "cancelled"
+    failed = store.get(exhausted.id)
+    assert failed.status == "failed" and "lost 1 times" in (failed.error or "")
+
+
+def test_a_trial_left_running_is_failed_rerun_and_never_counted(storage: str) -> None:
+    store = JobStore(storage)
+    row = store.create(JobSpec(**(TINY_JOB | {"n_trials": 4})), owner="me")
+    ghost = _ghost_claims(store, row.id)
+    worker = make_worker(storage)
+    options = worker.options_for(ghost, JobSpec.from_dict(ghost.spec))
+    # The ghost completes two trials, stops, and dies in the middle of a third.
+    calls = iter(range(1000))
+    with pytest.raises(Stopped):
+        run_study(options, should_stop=lambda: next(calls) >= 2 * 4)  # 2 trials' checks
+    optuna.load_study(study_name=row.study, storage=storage).ask()
+    before = {t.number: t.values for t in _trials(storage, row.study)
+              if t.state == TrialState.COMPLETE}
+    assert len(before) == 2
+    assert worker.run_once()
+    done = store.get(row.id)
+    assert done.status == "succeeded"
+    trials = _trials(storage, row.study)
+    counts = trial_counts(trials)
+    assert counts.counted == 4 == (done.n_complete + done.n_failed + done.n_pruned)
+    assert {t.number: t.values for t in trials if t.number in before} == before
+    orphan = trials[2]
+    assert orphan.state == TrialState.FAIL and orphan.user_attrs["failure_reason"] == (
+        ORPHAN_REASON)
+    assert len({t.number for t in trials}) == len(trials)
+    assert done.recommendation is not None
+    assert done.recommendation["n_trials"]["complete"] == done.n_complete
+    assert counts.interrupted >= 1  # the ghost's trial (and the ones its stop cut short)
+    _every_reader_counts_alike(storage, row.id, counts)
+
+
+def _every_reader_counts_alike(storage: str, job_id: str, counts: TrialCounts) -> None:
+    """The job row, /v1/jobs/{id}, /best, /v1/studies, `best`, `studies` and the report all
+    show the counting rule's figures for a job whose study holds interrupted trials."""
+    row = JobStore(storage).get(job_id)
+    expected = counts.to_dict()
+    assert (row.n_complete, row.n_failed, row.n_pruned, row.n_interrupted) == (
+        counts.complete, counts.failed, counts.pruned, counts.interrupted)
+    with TestClient(make_app(storage)) as client:
+        job = client.get(f"/v1/jobs/{job_id}", headers=AUTH).json()
+        best = client.get(f"/v1/jobs/{job_id}/best", headers=AUTH).json()
+        study = client.get(f"/v1/studies/{row.study}", headers=AUTH).json()
+        study_best = client.get(f"/v1/studies/{row.study}/best", headers=AUTH).json()
+        page = client.get(f"/v1/jobs/{job_id}/report", headers=AUTH).text
+    assert (job["n_complete"], job["n_failed"], job["n_pruned"], job["n_interrupted"]) == (
+        counts.complete, counts.failed, counts.pruned, counts.interrupted)
+    assert best["n_trials"] == study["trials"] == study_best["n_trials"] == expected
+    assert recommendation(storage, row.study).n_trials == counts
+    assert next(r for r in list_studies(storage) if r["study"] == row.study)["trials"] == expected
+    assert (f"{counts.complete} complete, {counts.failed} failed, {counts.pruned} pruned, "
+            f"{counts.interrupted} interrupted") in page
+
+
+def test_a_job_killed_after_its_last_trial_only_decides(storage: str) -> None:
+    store = JobStore(storage)
+    row = store.create(JobSpec(**(TINY_JOB | {"n_trials": 2})), owner="me")
+    ghost = _ghost_claims(store, row.id)
+    worker = make_worker(storage)
+
+    class DiesAfterTrials:
+        def start(self, study: str, total: int, resumed: bool) -> None: ...
+        def phase(self, text: str) -> None: ...
+
+        def trial_done(self, done: int, total: int, best: float | None, state: str) -> None:
+            if done == total:
+                raise KeyboardInterrupt  # killed between the last trial and the final round
+
+    with pytest.raises(Interrupted):
+        run_study(worker.options_for(ghost, JobSpec.from_dict(ghost.spec)),
+                  progress=DiesAfterTrials())
+    assert len(_trials(storage, row.study)) == 2
+    assert worker.run_once()
+    done = store.get(row.id)
+    assert done.status == "succeeded" and done.recommendation is not None
+    assert len(_trials(storage, row.study)) == 2  # no trial added
+
+
+def test_a_job_that_cannot_run_fails_with_the_reason(storage: str) -> None:
+    store = JobStore(storage)
+    row = store.create(JobSpec(workload="transformer", preset="no-such-preset", device="cpu"),
+                       owner="me")
+    assert make_worker(storage).run_once()
+    failed = store.get(row.id)
+    assert failed.status == "failed" and "no-such-preset" in (failed.error or "")
+
+
+# -- run_study's should_stop, on its own ------------------------------------------------------
+
+
+def test_should_stop_stops_the_running_trial_at_its_next_window(storage: str) -> None:
+    store = JobStore(storage)
+    row = store.create(JobSpec(**(TINY_JOB | {"n_trials": 5})), owner="me")
+    worker = make_worker(storage, measure_windows=4)
+    options = worker.options_for(row, JobSpec.from_dict(row.spec))
+    asked: list[int] = []
+
+    def stop_in_the_second_trial() -> bool:
+        asked.append(1)
+        # per trial: 1 check before it, then 1 per window: the 2nd trial's 2nd window is call 8
+        return len(asked) >= 8
+
+    with pytest.raises(Stopped, match="stopped on request"):
+        run_study(options, should_stop=stop_in_the_second_trial)
+    trials = _trials(storage, row.study)
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.PRUNED]
+    stopped = trials[1]
+    assert stopped.user_attrs[STOPPED_ATTR] is True and len(stopped.user_attrs["windows"]) == 2
+    assert "recommendation" not in optuna.load_study(
+        study_name=row.study, storage=storage).user_attrs
+
+
+# -- what a worker runs, and the commands' own errors --------------------------------------------
+
+
+def test_a_cpu_worker_leaves_cuda_jobs_alone(storage: str) -> None:
+    store = JobStore(storage)
+    store.create(JobSpec(**(TINY_JOB | {"device": "cuda"})), owner="me")
+    assert make_worker(storage).devices == ("auto", "cpu")
+    assert not make_worker(storage).run_once()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_worker_and_serve_flags_are_checked() -> None:
+    from tuner.__main__ import main
+
+    with pytest.raises(TunerError, match="--gpu: 0 is invalid"):
+        Worker(WorkerSettings(), gpu=0)
+    assert main(["serve", "--workers", "1", "--no-worker"]) == 2
+    assert main(["worker", "--gpu", "-1"]) == 2

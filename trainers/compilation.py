@@ -1,0 +1,210 @@
+"""`torch.compile` in a run, and what compiling cost: seconds, graphs, graph breaks, cache hits.
+
+Compilation is a cost paid once per run (per process, with a cold cache), so it is measured on
+its own and kept out of the timed windows: the warm-up steps during which Dynamo compiled are
+timed with a device sync at both ends, and `compile_s` is what they took beyond a normal step
+(the median step of the timed windows). CUDA-graph capture and cudagraph-tree recording are not
+compilation and are not counted.
+
+Inductor keeps compiled artefacts on disk (FX graphs, kernels) under TORCHINDUCTOR_CACHE_DIR,
+its own variable (default: a per-user folder in the temp dir). Processes that share the folder
+share the artefacts: a later run of the same model and mode reads them back (cache hits) instead
+of compiling again. `compile_cache_dir(path)` sets the folder for the runs inside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import statistics
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import cast
+
+import torch
+from torch import nn
+
+from trainers.config import CompileMode, LoopConfig
+
+CACHE_DIR_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
+
+COMPILE_WARMUP_STEPS: dict[str, int] = {
+    "none": 0,
+    "default": 1,
+    "max-autotune-no-cudagraphs": 1,
+    # Cudagraph trees run a compiled graph eagerly once, record it on the second call and
+    # replay from the third: both one-time steps stay out of the timed windows.
+    "reduce-overhead": 2,
+}
+"""Warm-up steps a compile mode needs before its steps are steady; compiling the optimizer
+(optimizer="compiled") needs one."""
+
+_MAX_NOTES = 8
+
+
+def compiles(config: LoopConfig) -> bool:
+    """Whether a run of `config` compiles anything with torch.compile."""
+    return config.compile != "none" or config.optimizer == "compiled"
+
+
+def min_warmup_for_compile(config: LoopConfig) -> int:
+    """The fewest warm-up steps that keep compilation out of the timed windows."""
+    return max(COMPILE_WARMUP_STEPS[config.compile], 1 if config.optimizer == "compiled" else 0)
+
+
+def compile_model(model: nn.Module, mode: CompileMode) -> nn.Module:
+    """`model` wrapped by `torch.compile(model, mode=mode)`, or `model` itself for "none".
+
+    The wrapper shares the model's parameters; the workload's own module is left uncompiled, so a
+    later run of it under another config starts from an eager model.
+    """
+    if mode == "none":
+        return model
+    return cast(nn.Module, torch.compile(model, mode=mode))
+
+
+@contextlib.contextmanager
+def compile_cache_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Point Inductor's on-disk caches at `path` for the block; the previous setting comes back.
+
+    Runs in several processes that use one folder share compiled artefacts (a warm cache makes
+    `compile_s` smaller and shows up as `RunResult.compile_cache_hits`). Set the variable before
+    the first compile of the process to cover the whole process instead.
+    """
+    folder = Path(path).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    previous = os.environ.get(CACHE_DIR_VARIABLE)
+    os.environ[CACHE_DIR_VARIABLE] = str(folder)
+    try:
+        yield folder
+    finally:
+        # Inductor writes its default into the variable on first use; restore what was there.
+        if previous is None:
+            os.environ.pop(CACHE_DIR_VARIABLE, None)
+        else:
+            os.environ[CACHE_DIR_VARIABLE] = previous
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True, slots=True)
+class CompileStats:
+    """What compiling cost in one run (all zero / None for a run that compiles nothing)."""
+
+    compile_s: float = 0.0
+    recompiles: int = 0
+    graph_breaks: int = 0
+    unstable: bool = False
+    notes: tuple[str, ...] = ()
+    cache_hits: int | None = None
+    cache_misses: int | None = None
+
+
+def _counters() -> dict[str, dict[str, int]]:
+    from torch._dynamo.utils import counters
+
+    return cast(dict[str, dict[str, int]], counters)
+
+
+def _graphs() -> int:
+    return _counters()["stats"]["unique_graphs"]
+
+
+def _graph_breaks() -> int:
+    return sum(_counters()["graph_break"].values())
+
+
+class CompileWatch:
+    """Counts what Dynamo and Inductor do during a run and times the warm-up steps that compile.
+
+    Inactive (a config that compiles nothing), every method is a no-op and `finish()` returns
+    the empty CompileStats.
+    """
+
+    def __init__(self, device: torch.device, *, active: bool) -> None:
+        self.device = device
+        self.active = active
+        self._compiling_s: list[float] = []
+        self._graphs_after_first = 0
+        self._graphs_after_warmup = 0
+        self._breaks_after_warmup = 0
+        if active:
+            # A fresh Dynamo, as in a new process: earlier runs in this process compiled the same
+            # code objects (the model class's forward, the optimizer's step), and their cache
+            # entries count against Dynamo's recompile limit; past it, Dynamo runs the frame
+            # eagerly without an error and a "compiled" config would be measured eager. It also
+            # makes compile_s the cost of this run's compilation, not of the first run's.
+            # Inductor's on-disk caches survive (they are reported as cache hits).
+            torch._dynamo.reset()
+            _counters().clear()
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            # Device sync: the step's time includes all its work, and none of an earlier step's.
+            torch.cuda.synchronize(self.device)
+
+    @contextlib.contextmanager
+    def warmup_step(self) -> Iterator[None]:
+        """Time one warm-up step; kept if Dynamo compiled a graph during it."""
+        if not self.active:
+            yield
+            return
+        graphs = _graphs()
+        self._sync()
+        started = time.perf_counter()
+        yield
+        self._sync()
+        elapsed = time.perf_counter() - started
+        if _graphs() > graphs:
+            if not self._compiling_s:
+                self._graphs_after_first = _graphs()
+            self._compiling_s.append(elapsed)
+
+    def end_warmup(self) -> None:
+        if self.active:
+            self._graphs_after_warmup = _graphs()
+            self._breaks_after_warmup = _graph_breaks()
+
+    def finish(self, step_ms: list[float]) -> CompileStats:
+        """The run's CompileStats; `step_ms` are the step times of the timed windows."""
+        if not self.active:
+            return CompileStats()
+        normal_s = statistics.median(step_ms) / 1e3 if step_ms else 0.0
+        graphs, breaks = _graphs(), _graph_breaks()
+        in_windows = graphs - self._graphs_after_warmup
+        breaks_in_windows = breaks - self._breaks_after_warmup
+        notes: list[str] = []
+        if in_windows or breaks_in_windows:
+            notes.append(
+                f"{in_windows} graph(s) compiled and {breaks_in_windows} graph break(s) met "
+                "during the timed windows: their steps include compilation"
+            )
+        notes += [f"graph break: {_first_line(reason)}" for reason in _counters()["graph_break"]]
+        notes += [f"recompile: {_first_line(reason)}" for reason in _recompile_reasons()]
+        inductor = _counters()["inductor"]
+        return CompileStats(
+            compile_s=sum(max(0.0, s - normal_s) for s in self._compiling_s),
+            # Graphs compiled after the first step that compiled: a guard failed (or a new
+            # code path was met) and Dynamo compiled again.
+            recompiles=graphs - self._graphs_after_first if self._compiling_s else 0,
+            graph_breaks=breaks,
+            unstable=bool(in_windows or breaks_in_windows),
+            notes=tuple(notes[:_MAX_NOTES]),
+            cache_hits=inductor["fxgraph_cache_hit"],
+            cache_misses=inductor["fxgraph_cache_miss"],
+        )
+
+
+def _recompile_reasons() -> list[str]:
+    """The guard failures Dynamo recorded (why it recompiled); private to torch, so optional."""
+    from torch._dynamo import utils
+
+    failures = getattr(utils, "guard_failures", None)
+    if not isinstance(failures, dict):
+        return []
+    return [str(reason) for reasons in failures.values() for reason in reasons]
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else text
+    return line[:200]

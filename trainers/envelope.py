@@ -1,0 +1,212 @@
+"""`Envelope`: how far a workload's losses move when only rounding changes.
+
+The reference config is trained once from the workload's initial weights and K times from those
+weights perturbed in their last bit (`Perturbation`, one seed each). The spread of the perturbed
+runs around the reference is the workload's own numerical noise over these steps: what any
+config that merely rounds differently may deviate by (`trainers.equivalence` says how it is
+judged). Measuring it costs K + 1 trainings, so an Envelope serialises to a plain dict: the
+tuner measures it once per workload, preset, seed, steps, precision and device, and keeps it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from trainers.config import REFERENCE
+from trainers.equivalence import (
+    FLOOR_ULPS,
+    MULTIPLE,
+    WINDOW,
+    Equivalence,
+    judge,
+    loss_floor,
+    window_envelope,
+)
+from trainers.loop import resolve_device
+from trainers.measure import fingerprint, fingerprint_key
+from trainers.precision import MATMUL_PRECISION, Precision
+from trainers.trajectories import PARITY_STEPS, Perturbation, trajectory
+from trainers.workloads import WorkloadFactory, resolve_factory
+
+PERTURBATIONS = 4
+"""K, the number of perturbed runs (seeds `seed * 1000 + 1 .. + K`)."""
+FORMAT = 1
+"""Version of `Envelope.to_dict()`'s layout."""
+
+_PRECISION_EPS: dict[str, float | None] = {
+    "fp32": None,
+    "tf32": 2.0**-10,  # TF32 keeps 10 mantissa bits
+    "bf16-autocast": 2.0**-7,
+    "fp16-autocast": 2.0**-10,
+}
+_MATMUL_PRECISION_EPS: dict[str, float | None] = {"high": 2.0**-10, "medium": 2.0**-7}
+
+
+def rounding_eps(precision: Precision | None, matmul_precision: str) -> float | None:
+    """The relative size of one rounding step of the precision the kernels compute in.
+
+    None means float32: each parameter's own dtype epsilon (2^-23). TF32 and fp16 round at
+    2^-10, bfloat16 at 2^-7: two runs that differ only by rounding then differ at that scale, so
+    the perturbation moves the weights by that much. Without a `precision` (`run()` then keeps
+    the process's float32 matmul precision), `high` (TF32) and `medium` (bfloat16) count.
+    """
+    if precision is not None:
+        return _PRECISION_EPS[precision]
+    return _MATMUL_PRECISION_EPS.get(matmul_precision)
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True)
+class Envelope:
+    """The reference trajectory and K perturbed ones, with what they were measured under.
+
+    `to_dict()` holds the raw losses (the figures are derived from them); `from_dict()` reads it
+    back. The derived figures for a window of W steps: `windows(W)` (E_j per window) and `floor`.
+    """
+
+    workload: str
+    preset: str
+    seed: int
+    steps: int
+    device: str
+    hardware: str
+    precision: Precision | None
+    matmul_precision: str
+    eps: float | None
+    """The perturbation's relative size; None: each parameter dtype's machine epsilon."""
+    strict: bool
+    """Whether every run had strictly deterministic kernels (False: warn-only mode was needed)."""
+    reference: tuple[float, ...]
+    perturbed: tuple[tuple[float, ...], ...]
+    perturbation_seeds: tuple[int, ...]
+
+    @classmethod
+    def measure(
+        cls,
+        workload: str | WorkloadFactory,
+        preset: str,
+        *,
+        steps: int = PARITY_STEPS,
+        seed: int = 0,
+        device: str | torch.device = "auto",
+        perturbations: int = PERTURBATIONS,
+        precision: Precision | None = None,
+        eps: float | None = None,
+        reference: Sequence[float] | None = None,
+    ) -> Envelope:
+        """Train the reference (unless `reference` is given: it must be the reference's losses
+        for these arguments) and `perturbations` perturbed copies of it.
+
+        eps None: `rounding_eps(precision, torch.get_float32_matmul_precision())`.
+        """
+        if perturbations < 1:
+            raise ValueError(f"perturbations={perturbations!r} is invalid: allowed >= 1")
+        factory = resolve_factory(workload) if isinstance(workload, str) else workload
+        dev = resolve_device(device)
+        # What run() computes under: a precision sets its own matmul precision for the run.
+        matmul_precision = (
+            torch.get_float32_matmul_precision()
+            if precision is None
+            else MATMUL_PRECISION[precision]
+        )
+        if eps is None:
+            eps = rounding_eps(precision, matmul_precision)
+        common: dict[str, Any] = {
+            "steps": steps,
+            "seed": seed,
+            "device": dev,
+            "precision": precision,
+        }
+        strict = True
+        name = workload if isinstance(workload, str) else getattr(workload, "__name__", "?")
+        if reference is None:
+            ref = trajectory(factory, preset, REFERENCE, **common)
+            reference, strict, name = ref.losses, ref.strict, ref.workload.name
+            del ref
+        seeds = tuple(seed * 1000 + k + 1 for k in range(perturbations))
+        perturbed = []
+        for k in seeds:
+            run = trajectory(
+                factory, preset, REFERENCE, perturbation=Perturbation(seed=k, eps=eps), **common
+            )
+            perturbed.append(tuple(run.losses))
+            strict = strict and run.strict
+            name = run.workload.name
+        return cls(
+            workload=name,
+            preset=preset,
+            seed=seed,
+            steps=steps,
+            device=str(dev),
+            hardware=fingerprint_key(fingerprint(dev)),
+            precision=precision,
+            matmul_precision=matmul_precision,
+            eps=eps,
+            strict=strict,
+            reference=tuple(reference),
+            perturbed=tuple(perturbed),
+            perturbation_seeds=seeds,
+        )
+
+    @property
+    def floor(self) -> float:
+        return loss_floor(self.reference)
+
+    def windows(self, window: int = WINDOW) -> list[float]:
+        """E_j for windows of `window` steps."""
+        return window_envelope(self.reference, self.perturbed, window)
+
+    def judge(
+        self,
+        losses: Sequence[float],
+        *,
+        window: int = WINDOW,
+        multiple: float = MULTIPLE,
+        check_drift: bool = True,
+    ) -> Equivalence:
+        """The equivalence test of `losses` against this envelope's reference."""
+        return judge(
+            losses,
+            self.reference,
+            self.perturbed,
+            window=window,
+            multiple=multiple,
+            floor_ulps=FLOOR_ULPS,
+            check_drift=check_drift,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; `envelope` and `floor` (window `WINDOW`) are for people to read
+        and are recomputed from the losses by `from_dict`."""
+        values = dataclasses.asdict(self)
+        values["reference"] = list(self.reference)
+        values["perturbed"] = [list(run) for run in self.perturbed]
+        values["perturbation_seeds"] = list(self.perturbation_seeds)
+        return {
+            "format": FORMAT,
+            **values,
+            "window": WINDOW,
+            "envelope": self.windows(),
+            "floor": self.floor,
+        }
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> Envelope:
+        if values.get("format") != FORMAT:
+            raise ValueError(
+                f"envelope format={values.get('format')!r} is invalid: allowed {FORMAT}"
+            )
+        names = [f.name for f in dataclasses.fields(cls)]
+        missing = [n for n in names if n not in values]
+        if missing:
+            raise ValueError(f"envelope dict lacks {', '.join(missing)}")
+        fields = {n: values[n] for n in names}
+        fields["reference"] = tuple(float(x) for x in values["reference"])
+        fields["perturbed"] = tuple(tuple(float(x) for x in run) for run in values["perturbed"])
+        fields["perturbation_seeds"] = tuple(int(k) for k in values["perturbation_seeds"])
+        if any(len(run) != len(fields["reference"]) for run in fields["perturbed"]):
+            raise ValueError("envelope dict: every perturbed run needs the reference's length")
+        return cls(**fields)

@@ -1,0 +1,281 @@
+"""Planted faults: deliberately broken copies of our own loop parts, to show that the parity gate
+catches the bugs it exists for. For tests and `benchmarks/gate_power.py` only; nothing in the
+training loop imports this module.
+
+Each fault is a subclass of `DeviceFeed`, `EagerStep` or `GraphStep` that overrides one method
+and differs from the original by exactly one missing or wrong line (marked `FAULT`).
+`planted(kind)` puts it into `trainers.loop`'s namespace for the duration of the block, so `run()`
+builds it instead of the original. It reaches every run inside the block: measure the reference,
+the eager twin and the envelope before entering it.
+
+A race shows only when the timing lets it, so each CUDA fault comes with a provocation: code
+that is harmless while the line is there (`planted(kind, fault=False)` installs the provocation
+alone, the control that must still pass bit for bit). The magnitudes are those of ordinary
+loops, not chosen to make the gate look good:
+- missing-wait: the compute streams do not wait for a batch's copy. Provocation: the copy starts
+  `MISSING_WAIT_DELAY_US` = 200 us late on its transfer stream (a copy engine busy with another
+  transfer: 200 us is the copy of about 4 MB at 20 GB/s, some 320 float32 CIFAR images), and
+  until it lands the destination holds the previous batch, so a premature read sees real data
+  of the wrong step (never uninitialised memory, whose token ids could trip a device assert).
+- missing-record-stream: the batch's memory is not kept for the compute streams, so the caching
+  allocator hands it to the next batch's copy while the step may still read it. Provocation:
+  each step's kernels start `MISSING_RECORD_STREAM_LAG_US` = 20 ms after they are queued: the
+  GPU needs more time per step than the host, as in any GPU-bound loop (transformer large takes
+  33 ms of GPU time per step on an H100), so between syncs the host runs steps ahead and a
+  freed batch is still to be read. The built-in small presets are host-bound (the GPU idles
+  between kernels); without such a lag the race has nothing to race with there.
+- stale-graph-input: the graph replays without copying the new batch into its static input
+  buffers, so it trains on the batch it was captured with, again and again. Provocation: the
+  buffers are filled once at capture (a real bug of this kind usually does that).
+- wrong-op: the optimizer step applies `WRONG_OP_LR_FACTOR` = 0.99 of its update, a 1 % error
+  (a learning-rate schedule one step behind at step 100 of a linear warm-up). Not the gradient
+  scaled before the step: Adam divides the gradient by its own running magnitude, so a constant
+  gradient scale changes nothing but rounding, and the gate is right to pass it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any, Literal, get_args
+
+import torch
+
+from trainers import loop
+from trainers.config import LoopConfig
+from trainers.feed import DeviceFeed, _InFlight
+from trainers.parity import GateTest
+from trainers.step import EagerStep, GraphStep
+from trainers.streams import on
+from trainers.workloads.base import Batch
+
+FaultKind = Literal["missing-wait", "missing-record-stream", "stale-graph-input", "wrong-op"]
+FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
+
+MISSING_WAIT_DELAY_US = 200.0
+MISSING_RECORD_STREAM_LAG_US = 20_000.0
+WRONG_OP_LR_FACTOR = 0.99
+
+_spin: Callable[[int], None] = torch.cuda._sleep
+"""A kernel that spins on the GPU for the given number of clock cycles."""
+
+
+def gpu_sleep(microseconds: float, device: torch.device) -> None:
+    """Queue a kernel on the current stream that spins for about `microseconds` (no-op on CPU)."""
+    if device.type != "cuda" or microseconds <= 0:
+        return
+    khz = getattr(torch.cuda.get_device_properties(device), "clock_rate", 1_500_000)
+    _spin(int(microseconds * khz / 1000))
+
+
+# -- (a) missing transfer -> compute wait ---------------------------------------------------------
+class DelayedCopyFeed(DeviceFeed):
+    """Provocation: each copy after the first starts `delay_us` late on its transfer stream, into
+    a buffer that holds the previous batch until then."""
+
+    delay_us = MISSING_WAIT_DELAY_US
+    _previous: Batch | None = None
+
+    def _issue(self) -> None:
+        host_batch = next(self._batches)
+        stream = self._plan.transfer[self._issued % len(self._plan.transfer)]
+        self._issued += 1
+        previous = self._previous
+        same_shapes = previous is not None and [t.shape for t in previous] == [
+            t.shape for t in host_batch
+        ]
+        with on(stream):
+            if previous is None or not same_shapes:
+                batch = tuple(
+                    t.to(self._device, non_blocking=self._non_blocking) for t in host_batch
+                )
+            else:
+                batch = tuple(t.clone() for t in previous)
+                gpu_sleep(self.delay_us, self._device)
+                for target, source in zip(batch, host_batch, strict=True):
+                    target.copy_(source, non_blocking=self._non_blocking)
+            ready = None
+            if stream is not None and stream != self._plan.forward:
+                ready = torch.cuda.Event()
+                ready.record(stream)
+        self._previous = batch
+        self._in_flight.append(_InFlight(batch, ready, stream))
+
+
+class MissingWaitFeed(DelayedCopyFeed):
+    def next(self) -> Batch:
+        while len(self._in_flight) <= self._depth:
+            self._issue()
+        item = self._in_flight.popleft()
+        if item.ready is not None:
+            for consumer in self._plan.compute_streams():
+                # FAULT: `consumer.wait_event(item.ready)` is missing.
+                for tensor in item.batch:
+                    tensor.record_stream(consumer)
+        return item.batch
+
+
+# -- (b) missing record_stream --------------------------------------------------------------------
+class LaggingComputeFeed(DeviceFeed):
+    """Provocation: the compute streams start each step's kernels `lag_us` late."""
+
+    lag_us = MISSING_RECORD_STREAM_LAG_US
+
+    def next(self) -> Batch:
+        batch = self._hand_out()
+        for consumer in self._plan.compute_streams():
+            with on(consumer):
+                gpu_sleep(self.lag_us, self._device)
+        return batch
+
+    def _hand_out(self) -> Batch:
+        return DeviceFeed.next(self)
+
+
+class MissingRecordStreamFeed(LaggingComputeFeed):
+    def _hand_out(self) -> Batch:
+        while len(self._in_flight) <= self._depth:
+            self._issue()
+        item = self._in_flight.popleft()
+        if item.ready is not None:
+            for consumer in self._plan.compute_streams():
+                consumer.wait_event(item.ready)
+                # FAULT: `tensor.record_stream(consumer)` for each tensor is missing.
+        return item.batch
+
+
+# -- (c) a graph replaying a stale input ----------------------------------------------------------
+class FilledAtCaptureGraphStep(GraphStep):
+    """Provocation: the static input buffers are filled with the captured batch."""
+
+    def _capture(self, batch: Batch) -> None:
+        super()._capture(batch)
+        with on(self.plan.forward):
+            for static, tensor in zip(self.static_batch, batch, strict=True):
+                static.copy_(tensor)
+
+
+class StaleInputGraphStep(FilledAtCaptureGraphStep):
+    def _replay(self, batch: Batch) -> torch.Tensor:
+        assert self.graph is not None and self.static_loss is not None
+        with on(self.plan.forward):
+            # FAULT: the copy of `batch` into `self.static_batch` is missing.
+            self.graph.replay()
+            return self.static_loss.clone()
+
+
+# -- (d) one wrong op in the step -----------------------------------------------------------------
+class WrongOpEagerStep(EagerStep):
+    lr_factor = WRONG_OP_LR_FACTOR
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for group in self.optimizer.param_groups:
+            group["lr"] = group["lr"] * self.lr_factor  # FAULT: the update is scaled
+
+
+class WrongOpGraphStep(GraphStep):
+    lr_factor = WRONG_OP_LR_FACTOR
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for group in self.optimizer.param_groups:
+            group["lr"] = group["lr"] * self.lr_factor  # FAULT: the update is scaled
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True)
+class Fault:
+    """A planted fault: what it breaks, the config that exposes it, the test the gate is run
+    with (None: the one the config requires) and the classes `planted` installs."""
+
+    kind: FaultKind
+    description: str
+    magnitude: str
+    cuda_only: bool
+    config: LoopConfig
+    test: GateTest | None
+    faulty: dict[str, type]
+    provocation: dict[str, type]
+
+
+_SEED_BASELINE = LoopConfig(num_streams=2, pin_memory=True, non_blocking=True)
+_DEFERRED = LoopConfig(
+    num_streams=2, sync_interval=10, sync_mode="event", pin_memory=True, non_blocking=True
+)
+_GRAPH = LoopConfig(
+    cuda_graph=True, sync_interval=10, sync_mode="event", pin_memory=True, non_blocking=True
+)
+
+FAULTS: dict[str, Fault] = {
+    "missing-wait": Fault(
+        kind="missing-wait",
+        description="the compute streams do not wait for the batch's host-to-device copy",
+        magnitude=f"copy starts {MISSING_WAIT_DELAY_US:g} us late; stale data is the last batch",
+        cuda_only=True,
+        config=_SEED_BASELINE,
+        test=None,
+        faulty={"DeviceFeed": MissingWaitFeed},
+        provocation={"DeviceFeed": DelayedCopyFeed},
+    ),
+    "missing-record-stream": Fault(
+        kind="missing-record-stream",
+        description="the batch's memory is not recorded on the compute streams, so the "
+        "allocator reuses it for the next copy while the step may still read it",
+        magnitude=f"each step's kernels start {MISSING_RECORD_STREAM_LAG_US / 1000:g} ms late",
+        cuda_only=True,
+        config=_DEFERRED,
+        test=None,
+        faulty={"DeviceFeed": MissingRecordStreamFeed},
+        provocation={"DeviceFeed": LaggingComputeFeed},
+    ),
+    "stale-graph-input": Fault(
+        kind="stale-graph-input",
+        description="the CUDA graph replays without copying the new batch into its static input",
+        magnitude="every replay trains on the batch of the capture step",
+        cuda_only=True,
+        config=_GRAPH,
+        test=None,
+        faulty={"GraphStep": StaleInputGraphStep},
+        provocation={"GraphStep": FilledAtCaptureGraphStep},
+    ),
+    "wrong-op": Fault(
+        kind="wrong-op",
+        description="the optimizer step applies a scaled update (learning rate x factor)",
+        magnitude=f"learning rate x {WRONG_OP_LR_FACTOR:g}",
+        cuda_only=False,
+        config=LoopConfig(),
+        test="equivalence",
+        faulty={"EagerStep": WrongOpEagerStep, "GraphStep": WrongOpGraphStep},
+        provocation={},
+    ),
+}
+"""Every planted fault. wrong-op runs the equivalence test alone: the exact test would catch it
+at the first step, and what needs showing is that the statistical test does too."""
+
+
+@contextlib.contextmanager
+def planted(kind: FaultKind, *, fault: bool = True, **magnitude: float) -> Iterator[Fault]:
+    """Install fault `kind` (or, with fault=False, its provocation alone) in `trainers.loop`.
+
+    magnitude: override a class attribute of the installed classes (`delay_us`, `lag_us`,
+    `lr_factor`).
+    """
+    if kind not in FAULTS:
+        raise ValueError(f"kind={kind!r} is invalid: allowed {', '.join(FAULT_KINDS)}")
+    spec = FAULTS[kind]
+    classes = spec.faulty if fault else spec.provocation
+    substitutes: dict[str, type] = {}
+    for name, cls in classes.items():
+        unknown = [key for key in magnitude if not hasattr(cls, key)]
+        if unknown:
+            raise ValueError(f"{kind}: {cls.__name__} has no magnitude {', '.join(unknown)}")
+        substitutes[name] = type(cls.__name__, (cls,), dict(magnitude)) if magnitude else cls
+    originals = {name: getattr(loop, name) for name in substitutes}  # AttributeError if renamed
+    for name, cls in substitutes.items():
+        setattr(loop, name, cls)
+    try:
+        yield spec
+    finally:
+        for name, original in originals.items():
+            setattr(loop, name, original)

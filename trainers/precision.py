@@ -1,0 +1,154 @@
+"""Numeric precision of a run: a property of the experiment, fixed for a study and never tuned.
+
+Unlike a `LoopConfig` setting, precision changes the results (the losses), not only the speed, so
+it is chosen with the workload and passed to `run(..., precision=...)`:
+- `fp32`: float32 everywhere; `torch.set_float32_matmul_precision("highest")` for the run.
+- `tf32`: float32 tensors, matmuls and convolutions in TF32 (`"high"`); CUDA Ampere and later.
+- `bf16-autocast`: `torch.autocast(device, torch.bfloat16)` around forward and loss; backward
+  follows the casts autocast recorded. No loss scaling: bfloat16 has float32's exponent range.
+- `fp16-autocast`: float16 autocast plus `torch.amp.GradScaler`, which scales the loss so small
+  gradients do not flush to zero and skips the optimizer step when a gradient overflowed.
+Under autocast the remaining float32 matmuls run at "highest": the precision is the one change.
+The process's matmul precision comes back when the run ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import warnings
+from collections.abc import Iterator
+from typing import Literal, get_args
+
+import torch
+
+from trainers.errors import ConfigError, UnsupportedOnDevice
+
+Precision = Literal["fp32", "tf32", "bf16-autocast", "fp16-autocast"]
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+
+MATMUL_PRECISION: dict[str, str] = {
+    "fp32": "highest",
+    "tf32": "high",
+    "bf16-autocast": "highest",
+    "fp16-autocast": "highest",
+}
+"""`torch.set_float32_matmul_precision` value each precision runs under."""
+
+_AUTOCAST_DTYPE: dict[str, torch.dtype] = {
+    "bf16-autocast": torch.bfloat16,
+    "fp16-autocast": torch.float16,
+}
+
+
+def check_precision(value: object, *, cuda_graph: bool) -> None:
+    """Raise ConfigError naming `precision` unless `value` is a precision usable with the config.
+
+    fp16-autocast with cuda_graph=True is refused: `GradScaler.step` decides on the host whether
+    the gradients overflowed (`.item()` on its found-inf flag, a device sync) for every optimizer
+    that cannot take the scale as a tensor, and neither a host sync nor a host decision can be
+    captured in a graph. bf16 has float32's exponent range and needs no scaler.
+    """
+    if value not in PRECISIONS:
+        raise ConfigError("precision", value, f"one of {', '.join(PRECISIONS)}")
+    if value == "fp16-autocast" and cuda_graph:
+        raise ConfigError(
+            "precision",
+            value,
+            "fp32, tf32 or bf16-autocast with cuda_graph=True (fp16's GradScaler decides on "
+            "the host whether to skip the step, which a CUDA graph cannot replay); "
+            "use bf16-autocast",
+        )
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True, slots=True)
+class PrecisionPlan:
+    """How a step applies a precision: the autocast around forward+loss and the loss scaler.
+
+    The default plan (no autocast, no scaler) is plain float32 arithmetic; the matmul precision is
+    a process setting, applied around the whole run by `matmul_precision_for`.
+    """
+
+    device_type: str = "cpu"
+    autocast_dtype: torch.dtype | None = None
+    scaler: torch.amp.GradScaler | None = None
+
+    def autocast(self) -> contextlib.AbstractContextManager[object]:
+        """The context for forward and loss: autocast for the *-autocast precisions, else none."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        # cache_enabled=False: autocast otherwise keeps the low-precision copy of each weight
+        # that it made at the first use in the context and hands it out again until the context
+        # exits. Inside a CUDA-graph capture that copy is a tensor of the graph's pool which the
+        # cache drops on exit, while the graph keeps reading its address; without the cache every
+        # forward casts the weights again, which a replay must do anyway since the optimizer has
+        # changed them. Off for eager steps too, so graph and eager do the same arithmetic.
+        return torch.autocast(self.device_type, dtype=self.autocast_dtype, cache_enabled=False)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        # fp16: the loss is scaled so that small float16 gradients do not flush to zero.
+        seed = loss if self.scaler is None else self.scaler.scale(loss)
+        seed.backward()
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.scaler is None:
+            optimizer.step()
+            return
+        # Host sync for optimizers that cannot take the scale as a tensor: GradScaler reads the
+        # found-inf flag with .item() to decide whether to skip the step. Fused optimizers get
+        # the scale and the flag as device tensors and do not sync.
+        self.scaler.step(optimizer)
+        # Device-side: grows or backs off the scale with no host read.
+        self.scaler.update()
+
+
+def make_plan(precision: Precision | None, device: torch.device) -> PrecisionPlan:
+    """The plan for `precision` on `device`; UnsupportedOnDevice if its autocast does not work.
+
+    Autocast with a dtype the device does not support only warns and runs in float32, which
+    would label a float32 run as bf16/fp16; a tiny matmul under the autocast finds out first.
+    """
+    if precision is None or precision not in _AUTOCAST_DTYPE:
+        return PrecisionPlan(device_type=device.type)
+    dtype = _AUTOCAST_DTYPE[precision]
+    reason = _autocast_failure(device, dtype)
+    if reason is not None:
+        raise UnsupportedOnDevice(
+            f"precision={precision!r}: {device.type} autocast cannot run {dtype} here "
+            f"(torch {torch.__version__}): {reason}"
+        )
+    scaler = torch.amp.GradScaler(device.type) if precision == "fp16-autocast" else None
+    return PrecisionPlan(device_type=device.type, autocast_dtype=dtype, scaler=scaler)
+
+
+def _autocast_failure(device: torch.device, dtype: torch.dtype) -> str | None:
+    a = torch.ones(2, 2, device=device)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # "autocast disabled" is only a warning
+            with torch.autocast(device.type, dtype=dtype, cache_enabled=False):
+                out = a @ a
+    except (RuntimeError, UserWarning) as exc:
+        return str(exc)
+    if out.dtype != dtype:
+        return f"a matmul under autocast gave {out.dtype}"
+    return None
+
+
+@contextlib.contextmanager
+def matmul_precision_for(precision: Precision | None) -> Iterator[str]:
+    """Set the float32 matmul precision for `precision` and yield it; restore the old one after.
+
+    None leaves the process's setting alone (what the caller set, e.g. `--matmul-precision`),
+    untouched even on the way out: setting "highest" back over torch's unset default is the same
+    arithmetic but another key for Inductor's FX-graph cache, seen as cache misses on CPU.
+    """
+    if precision is None:
+        yield torch.get_float32_matmul_precision()
+        return
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(MATMUL_PRECISION[precision])
+    try:
+        yield torch.get_float32_matmul_precision()
+    finally:
+        torch.set_float32_matmul_precision(previous)

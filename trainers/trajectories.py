@@ -1,0 +1,162 @@
+"""Loss trajectories for the correctness gate: a config trained from a seed, dropout off, under
+deterministic kernels, optionally from weights perturbed by rounding.
+
+`trainers.parity` compares these trajectories; this module only produces them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from trainers.config import LoopConfig
+from trainers.loop import min_warmup, run
+from trainers.precision import Precision
+from trainers.workloads import WorkloadFactory, disable_dropout, resolve_factory
+from trainers.workloads.base import Workload
+
+PARITY_STEPS = 20
+NO_DETERMINISTIC_IMPL = "does not have a deterministic implementation"
+
+
+@contextlib.contextmanager
+def deterministic(*, strict: bool = True) -> Iterator[None]:
+    """Deterministic kernels for the duration; the previous settings come back afterwards.
+
+    strict: an op with no deterministic implementation raises instead of warning. Strict mode
+    also switches some kernels to their deterministic variant (memory-efficient attention's
+    backward, for one), which warn-only mode leaves non-deterministic.
+    """
+    # cuBLAS is only deterministic across streams with a fixed workspace configuration.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    previous = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.benchmark,
+    )
+    torch.use_deterministic_algorithms(True, warn_only=not strict)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
+        torch.backends.cudnn.deterministic = previous[2]
+        torch.backends.cudnn.benchmark = previous[3]
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True, slots=True)
+class Perturbation:
+    """Every floating-point parameter multiplied by (1 + s * eps), s a random sign per element
+    drawn from `seed`: each weight moves by one or two units in its last place (ulps).
+
+    eps None: the machine epsilon of each parameter's own dtype (2^-23 for float32). A larger eps
+    (the unit of a lower compute precision, `trainers.envelope.rounding_eps`) moves the weights
+    by one ulp of the precision the kernels compute in. A weight that is exactly zero (a bias
+    initialised to zero) stays zero: there is no last bit to move.
+    """
+
+    seed: int
+    eps: float | None = None
+
+    def apply(self, model: nn.Module) -> None:
+        generator = torch.Generator().manual_seed(self.seed)
+        with torch.no_grad():
+            for param in model.parameters():
+                if not param.is_floating_point():
+                    continue
+                eps = self.eps if self.eps is not None else torch.finfo(param.dtype).eps
+                # Signs drawn on the CPU, so the perturbation is the same on every device.
+                signs = torch.randint(0, 2, param.shape, generator=generator) * 2 - 1
+                param.mul_(1 + signs.to(param.device, param.dtype) * eps)
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True)
+class Trajectory:
+    """The losses of one gate run, whether strict determinism held, and the trained workload
+    (its model holds the weights and buffers after the last step)."""
+
+    losses: list[float]
+    strict: bool
+    workload: Workload
+
+
+def trajectory(
+    workload: str | WorkloadFactory,
+    preset: str,
+    config: LoopConfig,
+    *,
+    steps: int = PARITY_STEPS,
+    seed: int = 0,
+    device: str | torch.device = "auto",
+    capturable: bool | None = None,
+    precision: Precision | None = None,
+    perturbation: Perturbation | None = None,
+) -> Trajectory:
+    """Train `config` for `steps` steps from `seed` with dropout off and deterministic kernels.
+
+    A graph config's first steps are its eager warm-up and the capture (a compiled config's, its
+    compilation); they are in the losses too, so every trajectory has `steps` losses.
+    `capturable` None builds the optimizer the way the config needs (capturable exactly when it
+    is a graph). `precision` goes to `run()`. A workload with an op that has no deterministic
+    implementation runs in warn-only mode instead (`strict` False); its kernels may then differ
+    from run to run.
+    """
+    factory = resolve_factory(workload) if isinstance(workload, str) else workload
+    warmup = min_warmup(config)
+    for strict in (True, False):
+        built = factory(preset, seed=seed)
+        disable_dropout(built.model)
+        if perturbation is not None:
+            perturbation.apply(built.model)
+        try:
+            with deterministic(strict=strict):
+                result = run(
+                    built,
+                    config,
+                    steps=max(1, steps - warmup),
+                    warmup=warmup,
+                    windows=1,
+                    device=device,
+                    precision=precision,
+                    capturable=capturable,
+                )
+        except RuntimeError as exc:
+            if strict and NO_DETERMINISTIC_IMPL in str(exc):
+                continue
+            raise
+        return Trajectory(losses=result.losses, strict=strict, workload=built)
+    raise AssertionError("unreachable: the warn-only pass returns or raises")
+
+
+def parity_losses(
+    workload: str | WorkloadFactory,
+    preset: str,
+    config: LoopConfig,
+    *,
+    steps: int = PARITY_STEPS,
+    seed: int = 0,
+    device: str | torch.device = "auto",
+    capturable: bool | None = None,
+    precision: Precision | None = None,
+    perturbation: Perturbation | None = None,
+) -> list[float]:
+    """The loss trajectory of `config` from `seed`, dropout off, deterministic kernels (see
+    `trajectory`)."""
+    return trajectory(
+        workload,
+        preset,
+        config,
+        steps=steps,
+        seed=seed,
+        device=device,
+        capturable=capturable,
+        precision=precision,
+        perturbation=perturbation,
+    ).losses

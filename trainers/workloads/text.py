@@ -1,0 +1,331 @@
+"""Hugging Face transformers models as workloads: `hf:causal-lm` (GPT-2 or Llama), `hf:masked-lm`
+(BERT) and `hf:seq-cls` (BERT with a classification head), on synthetic token sequences.
+
+Each model is built from its config class with random weights: nothing is downloaded. The
+attention implementation is set explicitly (option `attention`: sdpa or eager) rather than left to
+whatever the library finds installed, so a name means the same model on every machine. The loss
+is the model's own (`labels=`), as a Hugging Face training loop computes it.
+
+The sequences have no padding, and the step must not read a value on the host (a device sync,
+and a step that a CUDA graph captures differently from how it runs eagerly). transformers'
+mask preparation does read one, in two places: it checks a 2D attention mask for padding
+(`padding_mask.all()`), and without a mask it checks the position ids for packed sequences. So:
+BERT gets no mask (bidirectional, neither check runs); a causal LM with eager attention gets an
+all-ones mask (the eager mask is always built, never checked); a causal LM with sdpa runs
+transformers' own SDPA function registered under `CAUSAL_SDPA`, a name with no mask function, so
+no mask is prepared and SDPA runs causal (`is_causal=True`), eager or captured alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainers.errors import WorkloadError
+from trainers.workloads.base import Batch, LossFn, SyntheticBatches, Workload, adamw
+from trainers.workloads.extras import require
+from trainers.workloads.options import Family, OptionSpec, Value
+
+PAD, MASK = 0, 1
+FIRST_TOKEN = 2  # ids below are reserved (BERT's padding and [MASK])
+IGNORE = -100  # the label transformers' losses skip
+NOISE = 0.1  # share of tokens drawn at random instead of from the successor table
+CAUSAL_SDPA = "streamtune_causal_sdpa"
+
+PRESETS: Mapping[str, Mapping[str, Value]] = {
+    "tiny": {"batch": 2, "seq": 16, "layers": 2, "hidden": 32, "heads": 2, "vocab": 128},
+    "small": {"batch": 8, "seq": 128, "layers": 4, "hidden": 256, "heads": 4, "vocab": 8192},
+    "default": {},  # GPT-2 small: the options' defaults
+}
+
+SHAPE_OPTIONS = (
+    OptionSpec(name="batch", kind="int", default=8, low=1, high=65536, help="sequences per batch"),
+    OptionSpec(
+        name="seq",
+        kind="int",
+        default=512,
+        low=2,
+        high=131072,
+        help="tokens per sequence (also the model's maximum position)",
+    ),
+    OptionSpec(name="layers", kind="int", default=12, low=1, high=256, help="transformer blocks"),
+    OptionSpec(
+        name="hidden",
+        kind="int",
+        default=768,
+        low=8,
+        high=65536,
+        help="model width; the feed-forward width is 4 x hidden",
+    ),
+    OptionSpec(
+        name="heads",
+        kind="int",
+        default=12,
+        low=1,
+        high=1024,
+        help="attention heads; must divide hidden",
+    ),
+    OptionSpec(
+        name="vocab", kind="int", default=50257, low=16, high=1_000_000, help="vocabulary size"
+    ),
+    OptionSpec(
+        name="batches",
+        kind="int",
+        default=16,
+        low=1,
+        high=256,
+        help="distinct synthetic batches, cycled",
+    ),
+    OptionSpec(
+        name="attention",
+        kind="str",
+        default="sdpa",
+        choices=("sdpa", "eager"),
+        help="transformers' attention implementation",
+    ),
+    OptionSpec(
+        name="lr", kind="float", default=3e-4, low=1e-8, high=1.0, help="AdamW learning rate"
+    ),
+    OptionSpec(
+        name="weight_decay",
+        kind="float",
+        default=0.01,
+        low=0.0,
+        high=1.0,
+        help="AdamW weight decay",
+    ),
+)
+
+CAUSAL_LM = Family(
+    name="hf:causal-lm",
+    usage="hf:causal-lm",
+    description="a decoder language model from transformers (GPT2LMHeadModel or "
+    "LlamaForCausalLM), random weights, next-token loss",
+    options=(
+        *SHAPE_OPTIONS,
+        OptionSpec(
+            name="arch",
+            kind="str",
+            default="gpt2",
+            choices=("gpt2", "llama"),
+            help="the architecture: GPT2Config or LlamaConfig",
+        ),
+    ),
+    presets=PRESETS,
+)
+MASKED_LM = Family(
+    name="hf:masked-lm",
+    usage="hf:masked-lm",
+    description="BERT masked language model from transformers (BertForMaskedLM), random "
+    "weights, loss on the masked tokens",
+    options=(
+        *SHAPE_OPTIONS,
+        OptionSpec(
+            name="mask_prob",
+            kind="float",
+            default=0.15,
+            low=0.0,
+            high=1.0,
+            help="share of tokens masked (at least one per sequence)",
+        ),
+    ),
+    presets=PRESETS,
+)
+SEQ_CLS = Family(
+    name="hf:seq-cls",
+    usage="hf:seq-cls",
+    description="BERT sequence classifier from transformers (BertForSequenceClassification), "
+    "random weights, cross-entropy on one label per sequence",
+    options=(
+        *SHAPE_OPTIONS,
+        OptionSpec(
+            name="classes",
+            kind="int",
+            default=2,
+            low=2,
+            high=100_000,
+            help="labels of the classification head",
+        ),
+    ),
+    presets=PRESETS,
+)
+FAMILIES: Mapping[str, Family] = {
+    f.name.removeprefix("hf:"): f for f in (CAUSAL_LM, MASKED_LM, SEQ_CLS)
+}
+
+
+def check_transformers(name: str, kind: str) -> None:
+    require("transformers", workload=name)
+
+
+def check_shape(options: Mapping[str, Value]) -> None:
+    """What no single option can say: the heads split the width (evenly, for Llama)."""
+    hidden, heads = int(options["hidden"]), int(options["heads"])
+    if hidden % heads:
+        raise WorkloadError(
+            f"model_arg.heads={heads} is invalid with hidden={hidden}: allowed a divisor of hidden",
+            field="model_arg.heads",
+        )
+    if options.get("arch") == "llama" and (hidden // heads) % 2:
+        raise WorkloadError(
+            f"model_arg.heads={heads} is invalid with hidden={hidden} and arch=llama: allowed "
+            f"heads that leave an even head width hidden/heads (rotary embeddings rotate pairs), "
+            f"not {hidden // heads}",
+            field="model_arg.heads",
+        )
+
+
+def causal_sdpa(transformers: Any) -> str:
+    """transformers' SDPA attention, registered (once per process) under a name that has no
+    mask function: the model then prepares no mask and SDPA applies causality itself."""
+    interface = transformers.AttentionInterface
+    if CAUSAL_SDPA not in interface():
+        interface.register(CAUSAL_SDPA, interface()["sdpa"])
+    return CAUSAL_SDPA
+
+
+def make_config(kind: str, options: Mapping[str, Value], transformers: Any) -> Any:
+    """The config of the model: sizes from the options, no cache (training), no dropout change."""
+    vocab, hidden, heads = int(options["vocab"]), int(options["hidden"]), int(options["heads"])
+    layers, seq = int(options["layers"]), int(options["seq"])
+    attention = str(options["attention"])
+    if kind == "causal-lm" and attention == "sdpa":
+        attention = causal_sdpa(transformers)
+    common: dict[str, Any] = {"vocab_size": vocab, "attn_implementation": attention}
+    if kind == "causal-lm" and options["arch"] == "gpt2":
+        return transformers.GPT2Config(
+            n_embd=hidden,
+            n_head=heads,
+            n_layer=layers,
+            n_inner=4 * hidden,
+            n_positions=seq,
+            # GPT-2's own end-of-text id is its last one (50256); kept inside the vocabulary.
+            bos_token_id=vocab - 1,
+            eos_token_id=vocab - 1,
+            use_cache=False,
+            **common,
+        )
+    if kind == "causal-lm":
+        return transformers.LlamaConfig(
+            hidden_size=hidden,
+            num_attention_heads=heads,
+            num_key_value_heads=heads,
+            num_hidden_layers=layers,
+            intermediate_size=4 * hidden,
+            max_position_embeddings=seq,
+            # Llama's attention dropout is a float, not a module: disable_dropout cannot reach
+            # it, and it is 0.0 (the library's default) here.
+            attention_dropout=0.0,
+            use_cache=False,
+            **common,
+        )
+    return transformers.BertConfig(
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_hidden_layers=layers,
+        intermediate_size=4 * hidden,
+        max_position_embeddings=seq,
+        pad_token_id=PAD,
+        # Said, not inferred: transformers would otherwise infer it from the labels' dtype.
+        num_labels=int(options.get("classes", 2)),
+        problem_type="single_label_classification",
+        **common,
+    )
+
+
+def make_model(kind: str, options: Mapping[str, Value], transformers: Any) -> nn.Module:
+    config = make_config(kind, options, transformers)
+    built: nn.Module
+    if kind == "masked-lm":
+        built = transformers.BertForMaskedLM(config)
+        return built
+    if kind == "seq-cls":
+        built = transformers.BertForSequenceClassification(config)
+        return built
+    if options["arch"] == "llama":
+        built = transformers.LlamaForCausalLM(config)
+        return built
+    model = transformers.GPT2LMHeadModel(config)
+    # transformers picks the loss from the class name, and "GPT2LMHeadModel" names none; said
+    # here, or it warns before falling back to this same loss.
+    model.loss_type = "ForCausalLM"
+    built = model
+    return built
+
+
+def chain_tokens(options: Mapping[str, Value], generator: torch.Generator) -> torch.Tensor:
+    """int64 token ids in [FIRST_TOKEN, vocab), (batches, batch, seq): each token follows its
+    predecessor through a fixed random successor table, or is drawn at random (NOISE), so a
+    language model has something to learn and its loss falls."""
+    n, b, s = int(options["batches"]), int(options["batch"]), int(options["seq"])
+    vocab = int(options["vocab"])
+    successor = FIRST_TOKEN + torch.randperm(vocab - FIRST_TOKEN, generator=generator)
+    random = torch.randint(FIRST_TOKEN, vocab, (n, b, s), generator=generator)
+    noisy = torch.rand(n, b, s, generator=generator) < NOISE
+    tokens = random.clone()
+    for t in range(1, s):
+        follow = successor[tokens[..., t - 1] - FIRST_TOKEN]
+        tokens[..., t] = torch.where(noisy[..., t], random[..., t], follow)
+    return tokens
+
+
+def make_batches(kind: str, options: Mapping[str, Value], generator: torch.Generator) -> Batch:
+    tokens = chain_tokens(options, generator)
+    if kind == "causal-lm":
+        return (tokens,)  # the labels are the ids: the model shifts them itself
+    if kind == "seq-cls":
+        # The class is read from the first token, which BERT's pooler sees directly.
+        return tokens, (tokens[..., 0] - FIRST_TOKEN) % int(options["classes"])
+    masked = torch.rand(tokens.shape, generator=generator) < float(options["mask_prob"])
+    # One forced mask per sequence: a batch with nothing to predict would make the loss NaN.
+    forced = torch.randint(0, tokens.shape[-1], (*tokens.shape[:-1], 1), generator=generator)
+    masked.scatter_(-1, forced, True)
+    return torch.where(masked, MASK, tokens), torch.where(masked, tokens, IGNORE)
+
+
+def causal_lm_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    (ids,) = batch
+    loss: torch.Tensor = model(input_ids=ids, labels=ids).loss
+    return loss
+
+
+def causal_lm_loss_eager(model: nn.Module, batch: Batch) -> torch.Tensor:
+    (ids,) = batch
+    # All ones, made on the device: with no mask, transformers would look for packed sequences
+    # in the position ids with a host read every step (see the module docstring).
+    loss: torch.Tensor = model(input_ids=ids, attention_mask=torch.ones_like(ids),
+                               labels=ids).loss
+    return loss
+
+
+def labelled_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    ids, labels = batch
+    loss: torch.Tensor = model(input_ids=ids, labels=labels).loss
+    return loss
+
+
+def build(
+    *, name: str, model: str, preset: str, options: Mapping[str, Value], seed: int
+) -> Workload:
+    """`model` is the kind (causal-lm, masked-lm, seq-cls)."""
+    check_shape(options)
+    transformers = require("transformers", workload=name)
+    torch.manual_seed(seed)
+    net = make_model(model, options, transformers)
+    generator = torch.Generator().manual_seed(seed + 1)
+    loss_fn: LossFn = labelled_loss
+    if model == "causal-lm":
+        loss_fn = causal_lm_loss if options["attention"] == "sdpa" else causal_lm_loss_eager
+    return Workload(
+        name=name,
+        preset=preset,
+        model=net,
+        dataset=SyntheticBatches(make_batches(model, options, generator)),
+        loss_fn=loss_fn,
+        samples_per_batch=int(options["batch"]),
+        tokens_per_sample=int(options["seq"]),
+        make_optimizer=adamw(float(options["lr"]), float(options["weight_decay"])),
+    )

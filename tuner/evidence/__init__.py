@@ -1,0 +1,1 @@
+"""Reading and explaining a study: profiles, verdicts, the recommendation, readers, reports."""

@@ -1,0 +1,147 @@
+"""Reading studies back: the recommendation, summaries, trial pages and the report, for every
+study in a storage (jobs' `job-<id>` and `python -m tuner run`'s alike).
+
+Every reader derives a study's trial counts with `tuner.store.counting.count_trials` at read time
+and reads the recommendation through `Recommendation.from_dict`, with its verdicts read anew from
+the stored profile figures (`tuner.evidence.profiles.reread`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import optuna
+
+from tuner.errors import StudyNotFound
+from tuner.evidence.profiles import read_recommendation
+from tuner.evidence.recommendation import Recommendation
+from tuner.evidence.report import build_report
+from tuner.store import keys
+from tuner.store import storage as studies
+from tuner.store.counting import best_trial, count_trials, is_rerun
+from tuner.store.jsonsafe import json_safe_dict
+from tuner.store.keys import JOB_STUDY_PREFIX as STUDY_PREFIX
+from tuner.store.keys import STOPPED as STOPPED_ATTR
+
+
+def recommendation(storage_url: str, name: str) -> Recommendation:
+    """`python -m tuner best`: the recommendation of study `name` in the storage at the URL."""
+    study = studies.load_study(studies.open_storage(storage_url), name)
+    return read_recommendation(study.user_attrs, study.get_trials(deepcopy=False), name)
+
+
+def list_studies(storage_url: str) -> list[dict[str, Any]]:
+    """`python -m tuner studies`: one row per study, counted by the one rule."""
+    storage = studies.open_storage(storage_url)
+    rows = []
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        study = optuna.load_study(study_name=summary.study_name, storage=storage)
+        meta = study.user_attrs.get(keys.META, {})
+        rec = study.user_attrs.get(keys.RECOMMENDATION)
+        trials = study.get_trials(deepcopy=False)
+        best = None
+        if isinstance(rec, dict) and rec.get("throughput"):
+            best = rec["throughput"]["median"]
+        else:
+            found = best_trial(trials)
+            best = None if found is None else found["throughput"]
+        rows.append({
+            "study": summary.study_name,
+            "workload": meta.get("workload"),
+            "preset": meta.get("preset"),
+            "hardware": meta.get("hardware"),
+            "trials": count_trials(trials).to_dict(),
+            "best_throughput": best,
+            "recommended": None if not isinstance(rec, dict) else rec.get("config"),
+        })
+    return rows
+
+
+class StudyReader:
+    """Reads any study of the Optuna storage (jobs' and `python -m tuner run`'s alike)."""
+
+    def __init__(self, storage: optuna.storages.BaseStorage) -> None:
+        self.storage = storage
+
+    def _study_id(self, name: str) -> int:
+        try:
+            return self.storage.get_study_id_from_name(name)
+        except KeyError:
+            raise StudyNotFound(f"no study named {name!r} in this storage") from None
+
+    def exists(self, name: str) -> bool:
+        try:
+            self._study_id(name)
+        except StudyNotFound:
+            return False
+        return True
+
+    def report(self, name: str) -> str:
+        """The study's self-contained HTML report (`tuner.evidence.report.build_report`)."""
+        self._study_id(name)  # StudyNotFound when it does not exist
+        return build_report(optuna.load_study(study_name=name, storage=self.storage))
+
+    def names(self) -> list[str]:
+        return sorted(s.study_name for s in self.storage.get_all_studies())
+
+    def summary(self, name: str) -> dict[str, Any]:
+        study_id = self._study_id(name)
+        attrs = self.storage.get_study_user_attrs(study_id)
+        found = attrs.get(keys.META)
+        meta: dict[str, Any] = found if isinstance(found, dict) else {}
+        rec = attrs.get(keys.RECOMMENDATION)
+        rec = rec if isinstance(rec, dict) else None
+        trials = self.storage.get_all_trials(study_id, deepcopy=False)
+        return json_safe_dict({
+            "name": name,
+            "workload": meta.get("workload"),
+            "preset": meta.get("preset"),
+            "hardware": meta.get("hardware"),
+            "fingerprint": meta.get("fingerprint"),
+            "created": meta.get("created"),
+            "trials": count_trials(trials).to_dict(),
+            "best": best_trial(trials),
+            "has_recommendation": rec is not None,
+            "recommended": None if rec is None else rec.get("config"),
+            "job_id": name.removeprefix(STUDY_PREFIX) if name.startswith(STUDY_PREFIX) else None,
+        })
+
+    def recommendation(self, name: str) -> Recommendation:
+        study_id = self._study_id(name)
+        return read_recommendation(self.storage.get_study_user_attrs(study_id),
+                                   self.storage.get_all_trials(study_id, deepcopy=False), name)
+
+    def trials(self, name: str, *, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+        """A page of a study's trials in trial order, and how many there are; none if no study."""
+        if not self.exists(name):
+            return [], 0
+        trials = self.storage.get_all_trials(self._study_id(name), deepcopy=False)
+        return [_trial_row(t) for t in trials[offset:offset + limit]], len(trials)
+
+
+def _trial_row(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    attrs = trial.user_attrs
+    # Optuna stores naive local times; the API shows UTC with its offset.
+    started = None if trial.datetime_start is None else trial.datetime_start.astimezone(dt.UTC)
+    finished = (None if trial.datetime_complete is None else
+                trial.datetime_complete.astimezone(dt.UTC))
+    return json_safe_dict({
+        "number": trial.number,
+        "state": trial.state.name.lower(),
+        "counted": trial.state.is_finished() and not is_rerun(trial),
+        "config": attrs.get("config"),
+        "params": dict(trial.params),
+        "throughput": None if not trial.values else trial.values[0],
+        "ci95": attrs.get("ci95"),
+        "windows": attrs.get("windows"),
+        "peak_memory_bytes": attrs.get("peak_memory_bytes"),
+        "failure_reason": attrs.get("failure_reason"),
+        "failure_kind": attrs.get("failure_kind"),
+        "stopped": bool(attrs.get(STOPPED_ATTR)),
+        "duplicate_of": attrs.get("duplicate_of"),
+        "started_at": started,
+        "completed_at": finished,
+        "duration_s": None if started is None or finished is None else (
+            finished - started).total_seconds(),
+    })

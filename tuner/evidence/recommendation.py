@@ -1,0 +1,214 @@
+"""`Recommendation`: what the tuner recommends for a study, typed, with its JSON round trip.
+
+`tuner.search.decide` builds one after the final round; the search adds the profiles' verdicts
+and explanation (`with_evidence`) and stores `to_dict()` on the study (`tuner.store.keys.
+RECOMMENDATION`) and on a job's row. Every reader (`best`, `export`, `studies`, the report, the
+API) goes through `Recommendation.from_dict`, so the JSON has one shape: `from_dict(r.to_dict())
+== r`, and a dict stored by an earlier version (fewer keys) still reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from tuner.store.counting import TrialCounts
+from tuner.store.jsonsafe import json_safe_dict
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Interval:
+    """A median with its 95 % bootstrap interval (None where the interval is undefined)."""
+
+    median: float
+    ci95: tuple[float | None, float | None]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"median": self.median, "ci95": list(self.ci95)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Interval:
+        low, high = (list(data.get("ci95") or [None, None]) + [None, None])[:2]
+        return cls(median=float(data["median"]), ci95=(low, high))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Entry:
+    """One config of the final round: its name, config and measured throughput."""
+
+    name: str
+    config: dict[str, Any]
+    throughput: Interval | None
+    peak_memory_bytes: int | None
+    samples: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "config": dict(self.config),
+                "throughput": None if self.throughput is None else self.throughput.to_dict(),
+                "peak_memory_bytes": self.peak_memory_bytes, "samples": self.samples}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Entry:
+        return cls(name=data["name"], config=dict(data["config"]),
+                   throughput=(None if not data.get("throughput") else
+                               Interval.from_dict(data["throughput"])),
+                   peak_memory_bytes=data.get("peak_memory_bytes"),
+                   samples=int(data.get("samples", 0)))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Floor:
+    """The graph floor measured for the workload, and floor / recommended step time."""
+
+    step_ms: float
+    ratio: float
+
+
+# Keys copied from the study's metadata into the recommendation, as stored there.
+STUDY_FIELDS = ("workload", "preset", "device", "hardware", "fingerprint", "matmul_precision")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Recommendation:
+    """The outcome of a study's final round (see `tuner.search.decide` for how it is decided).
+
+    `config` is None when no config passed the correctness gate (and the memory cap): `reason`
+    says why. Speedups are over each baseline measured in the same final round.
+    """
+
+    study: str
+    config: dict[str, Any] | None
+    reason: str | None
+    n_trials: TrialCounts
+    gpu_seconds: float
+    final_round: tuple[Entry, ...] = ()
+    failures: dict[str, str] = dataclasses.field(default_factory=dict)
+    tie_rule: str | None = None
+    tie_margin: float | None = None
+    max_memory_bytes: int | None = None
+    study_fields: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """workload, preset, device, hardware, fingerprint, matmul_precision (STUDY_FIELDS)."""
+    effective: bool = True
+    note: str | None = None
+    pareto: tuple[Entry, ...] | None = None
+    source: str | None = None
+    throughput: Interval | None = None
+    step_ms: float | None = None
+    peak_memory_bytes: int | None = None
+    speedup: dict[str, Interval] = dataclasses.field(default_factory=dict)
+    ties: tuple[Entry, ...] = ()
+    was_tie: bool | None = None
+    floor: Floor | None = None
+    parity: dict[str, Any] | None = None
+    """The correctness gate's verdict for the recommended config: which test applied (exact,
+    equivalence), the envelope, the deviation and the reason (`trainers.ParityVerdict`)."""
+    verdicts: dict[str, dict[str, Any]] | None = None
+    explanation: str | None = None
+    profile_errors: dict[str, str] | None = None
+
+    @property
+    def workload(self) -> str | None:
+        return self.study_fields.get("workload")
+
+    @property
+    def preset(self) -> str | None:
+        return self.study_fields.get("preset")
+
+    @property
+    def hardware(self) -> str | None:
+        return self.study_fields.get("hardware")
+
+    def with_evidence(self, *, verdicts: Mapping[str, Mapping[str, Any]],
+                      explanation: str | None,
+                      profile_errors: Mapping[str, str] | None = None) -> Recommendation:
+        """A copy carrying the profiles' verdicts and the sentence that explains them."""
+        return dataclasses.replace(
+            self, verdicts={k: dict(v) for k, v in verdicts.items()}, explanation=explanation,
+            profile_errors=self.profile_errors if profile_errors is None else dict(
+                profile_errors))
+
+    def with_counts(self, counts: TrialCounts) -> Recommendation:
+        return dataclasses.replace(self, n_trials=counts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON stored on the study and served by `best --json` and `/best`."""
+        data: dict[str, Any] = {
+            "study": self.study,
+            "n_trials": self.n_trials.to_dict(),
+            "gpu_seconds": self.gpu_seconds,
+            "final_round": [e.to_dict() for e in self.final_round],
+            "failures": dict(self.failures),
+            "tie_rule": self.tie_rule,
+            "tie_margin": self.tie_margin,
+            "max_memory_bytes": self.max_memory_bytes,
+            **{k: self.study_fields.get(k) for k in STUDY_FIELDS},
+            "effective": self.effective,
+            "note": self.note,
+            "config": None if self.config is None else dict(self.config),
+            "reason": self.reason,
+        }
+        if self.pareto is not None:
+            data["pareto"] = [e.to_dict() for e in self.pareto]
+        if self.config is not None:
+            data |= {
+                "source": self.source,
+                "throughput": None if self.throughput is None else (
+                    self.throughput.to_dict() | {"unit": "samples/s"}),
+                "step_ms": self.step_ms,
+                "peak_memory_bytes": self.peak_memory_bytes,
+                "speedup": {k: v.to_dict() for k, v in self.speedup.items()},
+                "ties": [e.to_dict() for e in self.ties],
+                "was_tie": self.was_tie,
+                "floor": None if self.floor is None else dataclasses.asdict(self.floor),
+                "parity": None if self.parity is None else dict(self.parity),
+            }
+        if self.verdicts is not None:
+            data["verdicts"] = {k: dict(v) for k, v in self.verdicts.items()}
+        if self.verdicts is not None or self.explanation is not None:
+            data["explanation"] = self.explanation
+        if self.profile_errors is not None:
+            data["profile_errors"] = dict(self.profile_errors)
+        return json_safe_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Recommendation:
+        """Read a stored recommendation (of this version or an earlier one)."""
+
+        def entries(key: str) -> tuple[Entry, ...]:
+            return tuple(Entry.from_dict(e) for e in data.get(key) or ())
+
+        throughput = data.get("throughput")
+        floor = data.get("floor")
+        counts = data.get("n_trials") or {}
+        return cls(
+            study=data["study"],
+            config=None if data.get("config") is None else dict(data["config"]),
+            reason=data.get("reason"),
+            n_trials=TrialCounts.from_dict(counts),
+            gpu_seconds=float(data.get("gpu_seconds") or 0.0),
+            final_round=entries("final_round"),
+            failures=dict(data.get("failures") or {}),
+            tie_rule=data.get("tie_rule"),
+            tie_margin=data.get("tie_margin"),
+            max_memory_bytes=data.get("max_memory_bytes"),
+            study_fields={k: data.get(k) for k in STUDY_FIELDS},
+            effective=bool(data.get("effective", True)),
+            note=data.get("note"),
+            pareto=None if data.get("pareto") is None else entries("pareto"),
+            source=data.get("source"),
+            throughput=None if not throughput else Interval.from_dict(throughput),
+            step_ms=data.get("step_ms"),
+            peak_memory_bytes=data.get("peak_memory_bytes"),
+            speedup={k: Interval.from_dict(v) for k, v in (data.get("speedup") or {}).items()},
+            ties=entries("ties"),
+            was_tie=data.get("was_tie"),
+            floor=None if not floor else Floor(step_ms=float(floor["step_ms"]),
+                                               ratio=float(floor["ratio"])),
+            parity=None if data.get("parity") is None else dict(data["parity"]),
+            verdicts=None if data.get("verdicts") is None else {
+                k: dict(v) for k, v in data["verdicts"].items()},
+            explanation=data.get("explanation"),
+            profile_errors=None if data.get("profile_errors") is None else dict(
+                data["profile_errors"]),
+        )

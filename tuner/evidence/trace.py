@@ -1,0 +1,347 @@
+"""Where a config's time goes: a short `torch.profiler` pass over the real loop, its figures, a
+verdict, and storing both on the study.
+
+`profile_config(workload, config)` runs `trainers.run` for three windows of `steps` steps under
+`torch.profiler.profile` (CPU activity, plus CUDA activity on a GPU) with the schedule
+wait 1 / warmup 1 / active 1, stepped after each timed window: the first window runs without the
+profiler (its step time is `unprofiled_step_ms`), the second warms the profiler up, the third is
+recorded. Its Chrome trace (kineto's JSON) is the one source of every figure (`analyze_trace`),
+and is kept gzip-compressed (`Profile.trace_gz`). The recorded region is the `ProfilerStep#2`
+annotation, which spans exactly the third window: a device sync at its start, `steps` loop steps
+and the device sync that ends the window (`trainers.measure.WindowTimer`).
+
+Figures (per loop step; the ones about the GPU are None without CUDA activity):
+- `step_ms`: wall time of the recorded window / steps (profiler overhead included);
+- `gpu_busy_fraction`: the union of kernel intervals / the window (overlapping kernels on several
+  streams count once);
+- `launch_ms_per_step`: host time in kernel and graph launch calls (`cudaLaunchKernel`,
+  `cudaLaunchKernelExC`, `cuLaunchKernel(Ex)`, `cudaGraphLaunch`, ...);
+- `h2d_ms_per_step`: the union of host-to-device copy intervals; `h2d_overlap_fraction`: the share
+  of it during which a kernel ran (None when nothing was copied); `h2d_exposed_ms_per_step`: the
+  rest, copies the GPU did instead of compute;
+- `sync_ms_per_step`: host time blocked in `cudaStreamSynchronize`, `cudaEventSynchronize` and
+  `cudaDeviceSynchronize`, without the window's own two device syncs (the first and the last
+  `cudaDeviceSynchronize` of the window: the measurement's, not the loop's). On a CPU: the
+  RunResult's `sync_wait_ms` per step;
+- `kernels_per_step`; `ops_per_step` (operator events the profiler recorded on the host);
+- `breakdown_ms`: the window split into disjoint parts that add up to `step_ms` (see BREAKDOWN):
+  on a GPU kernels / exposed H2D copies / other copies and memsets / GPU idle with the host in a
+  sync / GPU idle with the host busy; on a CPU data loading / optimizer step / the rest / sync;
+- `seconds`: wall time of the whole profiled run (device time, for accounting).
+
+kineto prints `USDT:`/`STAGE:` lines straight to fd 2 whenever a trace starts or stops; they are
+dropped (anything else written to stderr meanwhile is passed on), so `run --json` stays quiet.
+
+The verdict drawn from these figures is `tuner.evidence.verdicts`; storing them on a study is
+`tuner.evidence.profiles`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gzip
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+
+import trainers
+from trainers import LoopConfig, Window, Workload
+from tuner.evidence.intervals import Interval, intersect, merge, subtract, total
+
+CPU_NOTE = "profiled without CUDA activity (CPU run): GPU figures are not available"
+
+
+
+BREAKDOWN: dict[str, str] = {
+    # CUDA: disjoint parts of the window, in stacking order.
+    "kernels": "GPU running kernels",
+    "h2d_exposed": "H2D copies not overlapped",
+    "other_gpu": "other copies and memsets",
+    "idle_sync": "GPU idle, host in a sync",
+    "idle_host": "GPU idle, host busy",
+    # CPU: no GPU; the host loads data, steps the optimizer, runs the rest, or waits in a sync.
+    "data": "host loading data",
+    "optimizer": "optimizer step",
+    "host": "forward, backward and the rest",
+    "sync": "host in a sync",
+}
+"""Keys of `Profile.breakdown_ms` -> what each part is (the report's legend)."""
+
+LAUNCH_CALLS = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch")
+"""Name prefixes of the runtime/driver calls that launch kernels or graphs."""
+SYNC_CALLS = ("cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize")
+WINDOW_SYNC = "cudaDeviceSynchronize"
+DATA_MARK = "enumerate(DataLoader)"
+OPTIMIZER_MARK = "Optimizer."
+_STEP_MARK = re.compile(r"ProfilerStep#\d+$")
+_KINETO_LINE = re.compile(rb"(USDT|STAGE):\d{4}-\d\d-\d\d [^\n]*\] ")
+
+
+# --------------------------------------------------------------------------------------------
+# the trace -> figures
+# --------------------------------------------------------------------------------------------
+
+
+def _complete_events(trace: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in trace.get("traceEvents", [])
+            if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e and "dur" in e]
+
+
+def _span(event: Mapping[str, Any]) -> Interval:
+    start = float(event["ts"])
+    return start, start + float(event["dur"])
+
+
+def step_region(trace: Mapping[str, Any]) -> Interval:
+    """The recorded window: the last host `ProfilerStep#N` annotation, else all events."""
+    events = _complete_events(trace)
+    marks = [_span(e) for e in events if e.get("cat") in ("user_annotation", "cpu_op")
+             and _STEP_MARK.match(str(e.get("name", "")))]
+    if marks:
+        return max(marks)
+    spans = [_span(e) for e in events]
+    if not spans:
+        raise ValueError("the trace holds no complete events")
+    return min(s for s, _ in spans), max(e for _, e in spans)
+
+
+def analyze_trace(trace: Mapping[str, Any], *, steps: int, cuda: bool,
+                  window_syncs: bool = True) -> dict[str, Any]:
+    """The profile's figures from a kineto Chrome trace of `steps` loop steps (see the module doc).
+
+    `window_syncs`: the first and last `cudaDeviceSynchronize` of the region are the measurement
+    window's own syncs and are left out of the sync time.
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    region = step_region(trace)
+    r0, r1 = region
+    length = r1 - r0
+    if length <= 0:
+        raise ValueError("the profiled region is empty")
+    window = [region]
+    inside = [e for e in _complete_events(trace)
+              if _span(e)[1] > r0 and _span(e)[0] < r1]
+
+    def clipped(events: Iterable[Mapping[str, Any]]) -> list[Interval]:
+        return intersect(merge(_span(e) for e in events), window)
+
+    ops = [e for e in inside if e.get("cat") == "cpu_op"]
+    figures: dict[str, Any] = {
+        "step_ms": length / steps / 1e3,
+        "ops_per_step": len(ops) / steps,
+        "cuda_activity": cuda,
+    }
+    if not cuda:
+        marks = [e for e in inside if e.get("cat") == "user_annotation"]
+        data = clipped(e for e in marks if str(e.get("name", "")).startswith(DATA_MARK))
+        optimizer = subtract(clipped(
+            e for e in marks if str(e.get("name", "")).startswith(OPTIMIZER_MARK)), data)
+        parts_us = {"data": total(data), "optimizer": total(optimizer)}
+        parts_us["host"] = max(0.0, length - sum(parts_us.values()))
+        return figures | {
+            "gpu_busy_fraction": None, "launch_ms_per_step": None, "h2d_ms_per_step": None,
+            "h2d_overlap_fraction": None, "h2d_exposed_ms_per_step": None,
+            "kernels_per_step": None, "sync_ms_per_step": 0.0,
+            "breakdown_ms": {k: v / steps / 1e3 for k, v in parts_us.items()} | {"sync": 0.0},
+        }
+
+    kernel_events = [e for e in inside if e.get("cat") == "kernel"]
+    copies = [e for e in inside if e.get("cat") == "gpu_memcpy"]
+    h2d_events = [e for e in copies if "HtoD" in str(e.get("name", ""))]
+    other_events = [e for e in copies if "HtoD" not in str(e.get("name", ""))] + [
+        e for e in inside if e.get("cat") == "gpu_memset"]
+    runtime = [e for e in inside if e.get("cat") in ("cuda_runtime", "cuda_driver")]
+    launches = [e for e in runtime if str(e.get("name", "")).startswith(LAUNCH_CALLS)]
+    syncs = sorted((e for e in runtime if e.get("name") in SYNC_CALLS), key=lambda e: e["ts"])
+    if window_syncs:
+        device_syncs = [e for e in syncs if e.get("name") == WINDOW_SYNC]
+        edges = {id(e) for e in device_syncs[:1] + device_syncs[-1:]}
+        syncs = [e for e in syncs if id(e) not in edges]
+
+    kernels = clipped(kernel_events)
+    h2d = clipped(h2d_events)
+    h2d_exposed = subtract(h2d, kernels)
+    gpu_copy_busy = merge([*kernels, *h2d])
+    other = subtract(clipped(other_events), gpu_copy_busy)
+    busy = merge([*gpu_copy_busy, *other])
+    # Host sync time: the calls' own durations (one host thread cannot be in two calls at once).
+    sync_us = sum(total(intersect([_span(e)], window)) for e in syncs)
+    idle_sync = subtract(clipped(syncs), busy)
+    h2d_us = total(h2d)
+    parts_us = {
+        "kernels": total(kernels),
+        "h2d_exposed": total(h2d_exposed),
+        "other_gpu": total(other),
+        "idle_sync": total(idle_sync),
+    }
+    parts_us["idle_host"] = max(0.0, length - sum(parts_us.values()))
+    return figures | {
+        "gpu_busy_fraction": total(kernels) / length,
+        "launch_ms_per_step": sum(float(e["dur"]) for e in launches) / steps / 1e3,
+        "h2d_ms_per_step": h2d_us / steps / 1e3,
+        "h2d_overlap_fraction": None if h2d_us == 0 else 1.0 - total(h2d_exposed) / h2d_us,
+        "h2d_exposed_ms_per_step": total(h2d_exposed) / steps / 1e3,
+        "kernels_per_step": len(kernel_events) / steps,
+        "sync_ms_per_step": sync_us / steps / 1e3,
+        "breakdown_ms": {k: v / steps / 1e3 for k, v in parts_us.items()},
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Profile
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(kw_only=True)
+class Profile:
+    """What one profiled run of one config showed (see the module doc for each figure)."""
+
+    config: dict[str, Any]
+    device: str
+    cuda_activity: bool
+    steps: int
+    step_ms: float
+    unprofiled_step_ms: float | None
+    gpu_busy_fraction: float | None
+    launch_ms_per_step: float | None
+    h2d_ms_per_step: float | None
+    h2d_overlap_fraction: float | None
+    h2d_exposed_ms_per_step: float | None
+    sync_ms_per_step: float
+    kernels_per_step: float | None
+    ops_per_step: float
+    breakdown_ms: dict[str, float]
+    note: str | None
+    seconds: float = 0.0
+    """Wall time of the whole profiled run (device time, for the study's accounting)."""
+    trace_gz: bytes | None = dataclasses.field(default=None, repr=False)
+
+    def to_attrs(self) -> dict[str, Any]:
+        """JSON-safe figures (no trace): what is stored as a user attribute."""
+        values = dataclasses.asdict(self)
+        del values["trace_gz"]
+        return values
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any]) -> Profile:
+        names = {f.name for f in dataclasses.fields(cls)} - {"trace_gz"}
+        return cls(**{k: v for k, v in attrs.items() if k in names})
+
+    def trace(self) -> dict[str, Any]:
+        if self.trace_gz is None:
+            raise ValueError("this profile carries no trace")
+        return dict(json.loads(gzip.decompress(self.trace_gz)))
+
+
+def profile_config(workload: Workload, config: LoopConfig, *, steps: int = 10, warmup: int = 5,
+                   device: str | torch.device = "auto",
+                   precision: trainers.Precision | None = None) -> Profile:
+    """Profile `steps` steps of `config` (after `warmup` and one unprofiled window of `steps`).
+
+    The workload's model trains during the run, as with `trainers.run`; its weights are put back
+    afterwards. Errors of the run (out of memory, capture) propagate.
+    """
+    if steps < 1:
+        raise trainers.ConfigError("steps", steps, "an integer >= 1")
+    dev = trainers.resolve_device(device)
+    cuda = dev.type == "cuda"
+    # Graph capture and compilation stay out of the recorded window.
+    warmup = max(warmup, trainers.min_warmup(config))
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    started = time.perf_counter()
+    saved = {k: v.detach().clone() for k, v in workload.model.state_dict().items()}
+    with tempfile.TemporaryDirectory(prefix="streamtune-profile-") as tmp:
+        trace_path = os.path.join(tmp, "trace.json")
+
+        def export(prof: profile) -> None:
+            prof.export_chrome_trace(trace_path)
+
+        try:
+            with _kineto_quiet(), profile(
+                    activities=activities, on_trace_ready=export,
+                    schedule=schedule(wait=1, warmup=1, active=1, repeat=1)) as prof:
+
+                def on_window(index: int, window: Window) -> bool:
+                    prof.step()
+                    return True
+
+                result = trainers.run(workload, config, steps=3 * steps, warmup=warmup,
+                                      windows=3, device=dev, on_window=on_window,
+                                      precision=precision)
+        finally:
+            workload.model.load_state_dict(saved)
+        with open(trace_path, "rb") as f:
+            raw = f.read()
+    trace = _scrub(json.loads(raw))
+    figures = analyze_trace(trace, steps=steps, cuda=cuda)
+    if not cuda:
+        total_steps = result.warmup_steps + result.steps
+        sync_ms = result.sync_wait_ms / total_steps
+        breakdown = figures["breakdown_ms"]
+        figures["sync_ms_per_step"] = sync_ms
+        breakdown["sync"] = min(sync_ms, breakdown["host"])
+        breakdown["host"] -= breakdown["sync"]
+    return Profile(
+        config=config.to_dict(),
+        device=str(dev),
+        cuda_activity=cuda,
+        steps=steps,
+        step_ms=figures["step_ms"],
+        unprofiled_step_ms=result.windows[0].step_ms if result.windows else None,
+        gpu_busy_fraction=figures["gpu_busy_fraction"],
+        launch_ms_per_step=figures["launch_ms_per_step"],
+        h2d_ms_per_step=figures["h2d_ms_per_step"],
+        h2d_overlap_fraction=figures["h2d_overlap_fraction"],
+        h2d_exposed_ms_per_step=figures["h2d_exposed_ms_per_step"],
+        sync_ms_per_step=figures["sync_ms_per_step"],
+        kernels_per_step=figures["kernels_per_step"],
+        ops_per_step=figures["ops_per_step"],
+        breakdown_ms=figures["breakdown_ms"],
+        note=None if cuda else CPU_NOTE,
+        seconds=time.perf_counter() - started,
+        trace_gz=gzip.compress(json.dumps(trace, separators=(",", ":")).encode(), mtime=0),
+    )
+
+
+@contextlib.contextmanager
+def _kineto_quiet() -> Iterator[None]:
+    """Drop the `USDT:`/`STAGE:` lines kineto writes straight to fd 2 when a trace starts and
+    stops (whatever KINETO_LOG_LEVEL says): `run --json` keeps an empty stderr. Anything else
+    written to stderr meanwhile is passed on when the block ends."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no usable fd 2: nothing to keep clean
+        yield
+        return
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            kept = [line for line in captured.read().splitlines(keepends=True)
+                    if not _KINETO_LINE.match(line)]
+            if kept:
+                os.write(2, b"".join(kept))
+
+
+def _scrub(trace: dict[str, Any]) -> dict[str, Any]:
+    """No host name and no temporary path in a stored trace (fingerprints carry no hostname)."""
+    trace.pop("host_name", None)
+    trace.pop("traceName", None)
+    return trace

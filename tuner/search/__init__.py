@@ -1,0 +1,1 @@
+"""One study in one process: options, space, measurement, parity, statistics, decision."""

@@ -1,0 +1,139 @@
+"""Parity checks and profiles in separate processes, so that they cannot change the measurements.
+
+`check_parity` switches PyTorch to deterministic kernels and sets `CUBLAS_WORKSPACE_CONFIG`. Both
+are process-wide, and measured on an H100 they outlast the check: eager steps of transformer
+`small` went from 14 to 21-23 ms and `medium` from 31 to 43-50 ms after one parity check in the
+same process (docs/benchmarks/README.md, "Parity in its own process"). So the tuner runs every
+parity check in one long-lived child process (spawned, not forked: CUDA cannot be forked), one at
+a time, while the measuring process waits: two measurements never share the GPU.
+
+Profiles run in a second child for the same reason: a `torch.profiler` pass with CUDA activity
+leaves CUPTI attached to the process after it ends (Kineto does not tear it down by default,
+pytorch/pytorch#144455), and on an H100 the seed baseline of transformer `small` measured 14.3-15.3
+ms before a profile and 15.4-22.5 ms after it in the same process
+(docs/benchmarks/profile-overhead-*). Profiles do not share the parity child: its deterministic
+mode would slow what they profile.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import trainers
+from trainers import LoopConfig
+from tuner.evidence import trace
+
+T = TypeVar("T")
+
+
+def _fork_dataloader_workers() -> None:
+    """A spawned child defaults to spawning its own children too, which would make every
+    DataLoader worker import torch again (about 1 s each on a CPU); the training process forks
+    them, so the child does the same."""
+    if "fork" in multiprocessing.get_all_start_methods():
+        multiprocessing.set_start_method("fork", force=True)
+
+
+def _gate(workload: str, preset: str, model_args: dict[str, str], config: dict[str, Any],
+          steps: int, seed: int, device: str, matmul_precision: str,
+          precision: trainers.Precision | None,
+          envelope: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The correctness gate's verdict for `config`, and the envelope it used (measured here the
+    first time: the parent stores it on the study)."""
+    import torch  # in the child
+
+    _fork_dataloader_workers()
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before CUDA starts here
+    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    torch.set_float32_matmul_precision(matmul_precision)
+    factory = trainers.resolve_factory(workload, model_args)
+    found = (trainers.Envelope.from_dict(envelope) if envelope is not None else
+             trainers.Envelope.measure(factory, preset, steps=steps, seed=seed, device=device,
+                                       precision=precision))
+    verdict = trainers.check_parity(factory, LoopConfig.from_dict(config), steps, preset=preset,
+                                    seed=seed, device=device, envelope=found,
+                                    precision=precision)
+    return verdict.to_dict(), found.to_dict()
+
+
+_WORKLOADS: dict[tuple[str, str, int, tuple[tuple[str, str], ...]], trainers.Workload] = {}
+
+
+def _profile(workload: str, preset: str, config: dict[str, Any], steps: int, warmup: int,
+             seed: int, device: str, matmul_precision: str, model_args: dict[str, str],
+             precision: trainers.Precision | None) -> trace.Profile:
+    import torch  # in the child
+
+    _fork_dataloader_workers()
+    torch.set_float32_matmul_precision(matmul_precision)
+    key = (workload, preset, seed, tuple(sorted(model_args.items())))
+    if key not in _WORKLOADS:
+        _WORKLOADS[key] = trainers.load_workload(workload, preset, seed=seed,
+                                                 model_args=model_args)
+    return trace.profile_config(_WORKLOADS[key], LoopConfig.from_dict(config), steps=steps,
+                                warmup=warmup, device=device, precision=precision)
+
+
+class ChildProcess:
+    """One long-lived spawned child process that runs functions one at a time, started on the
+    first call. The caller waits for each call: the child never runs beside a measurement."""
+
+    def __init__(self) -> None:
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._pool is None:
+            self._pool = concurrent.futures.ProcessPoolExecutor(
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        return self._pool.submit(fn, *args).result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+class ProfileProcess:
+    """Runs `tuner.evidence.trace.profile_config` in a child process; `profile` returns its Profile."""
+
+    def __init__(self, workload: str, preset: str, *, steps: int, warmup: int, seed: int,
+                 device: str, matmul_precision: str, model_args: dict[str, str] | None = None,
+                 precision: trainers.Precision | None = None) -> None:
+        self._args = (workload, preset)
+        self._rest = (steps, warmup, seed, device, matmul_precision, dict(model_args or {}),
+                      precision)
+        self._child = ChildProcess()
+
+    def profile(self, config: LoopConfig) -> trace.Profile:
+        return self._child.call(_profile, *self._args, config.to_dict(), *self._rest)
+
+    def close(self) -> None:
+        self._child.close()
+
+
+class ParityProcess:
+    """Runs the correctness gate (`trainers.check_parity`) in a child process."""
+
+    def __init__(self, workload: str, preset: str, *, steps: int, seed: int, device: str,
+                 matmul_precision: str, model_args: dict[str, str] | None = None,
+                 precision: trainers.Precision | None = None) -> None:
+        self._args = (workload, preset, dict(model_args or {}))
+        self.steps = steps
+        self.seed = seed
+        self.device = device
+        self.matmul_precision = matmul_precision
+        self.precision = precision
+        self._child = ChildProcess()
+
+    def check(self, config: LoopConfig, envelope: dict[str, Any] | None = None
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The verdict, and the envelope (`envelope`, or measured now when None)."""
+        return self._child.call(_gate, *self._args, config.to_dict(), self.steps, self.seed,
+                                self.device, self.matmul_precision, self.precision, envelope)
+
+    def close(self) -> None:
+        self._child.close()

@@ -1,0 +1,211 @@
+"""Measuring one config for the tuner: a short real training run, turned into window throughputs.
+
+Every measurement of a study uses the same protocol (`Protocol`): `warmup` untimed steps, then
+`windows` timed windows of `window_steps` steps each, with a device sync at both ends of each
+window. A sync interval longer than a window is therefore capped by the window's own sync; the
+defaults (20-step windows) keep that cap above the intervals that matter (GPU-FACTS: the gain of
+deferred syncs is reached by an interval of 10).
+
+A failure (out of memory, a CUDA error, a step that cannot be captured) becomes a `Failure` with
+its reason, never an exception that ends the study.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import statistics
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+import trainers
+from trainers import LoopConfig, RunResult, Window, Workload
+
+# The search tries up to 4 workers on any machine; the DataLoader's advice against it is noise here.
+warnings.filterwarnings("ignore", message="This DataLoader will create")
+
+PRECISIONS = ("highest", "high", "medium")
+"""torch.set_float32_matmul_precision values: highest (PyTorch's default), high (TF32), medium."""
+
+
+def set_matmul_precision(value: str) -> None:
+    """Set the process's float32 matmul precision; changes results, so it is never tuned."""
+    if value not in PRECISIONS:
+        raise trainers.ConfigError("matmul_precision", value, ", ".join(PRECISIONS))
+    torch.set_float32_matmul_precision(value)
+
+
+DEFAULT_WARMUP = 10
+DEFAULT_WINDOWS = 5
+DEFAULT_WINDOW_STEPS = 20
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True)
+class Protocol:
+    warmup: int = DEFAULT_WARMUP
+    windows: int = DEFAULT_WINDOWS
+    window_steps: int = DEFAULT_WINDOW_STEPS
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name, low in (("warmup", 0), ("windows", 1), ("window_steps", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise trainers.ConfigError(name, value, f"an integer >= {low}")
+
+    def warmup_for(self, config: LoopConfig) -> int:
+        # Graph capture and compilation stay out of the timing (trainers.min_warmup says how).
+        return max(self.warmup, trainers.min_warmup(config))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True)
+class Measured:
+    """What one run of one config gave. `throughputs` are samples/s, one per timed window."""
+
+    throughputs: tuple[float, ...]
+    step_ms: float
+    peak_memory_bytes: int | None
+    n_syncs: int
+    sync_wait_ms: float
+    seconds: float
+    stopped_early: bool
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.throughputs)
+
+    def to_attrs(self) -> dict[str, Any]:
+        return {
+            "windows": list(self.throughputs),
+            "median": self.median,
+            "step_ms": self.step_ms,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "n_syncs": self.n_syncs,
+            "sync_wait_ms": self.sync_wait_ms,
+            "seconds": self.seconds,
+        }
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True)
+class Failure:
+    reason: str
+    kind: str  # "oom", "cuda", "capture", "config", "workload", "error"
+    seconds: float
+
+
+class Measurer:
+    """Runs configs of one workload and preset on one device.
+
+    The workload is built once; each run starts from the same initial weights (restored with
+    load_state_dict), so runs differ only by their config.
+    """
+
+    def __init__(self, workload: str, preset: str, *, device: str | torch.device,
+                 protocol: Protocol, model_args: Mapping[str, str] | None = None,
+                 precision: trainers.Precision | None = None) -> None:
+        self.workload_name = workload
+        self.preset = preset
+        self.model_args = dict(model_args or {})
+        # Fixed for a study (it changes the results); None: fp32, or --matmul-precision's setting.
+        self.precision = precision
+        self.device = trainers.resolve_device(device)
+        self.protocol = protocol
+        self._workload: Workload | None = None
+        self._initial: dict[str, torch.Tensor] = {}
+
+    @property
+    def workload(self) -> Workload:
+        if self._workload is None:
+            self._workload = trainers.load_workload(self.workload_name, self.preset,
+                                                    seed=self.protocol.seed,
+                                                    model_args=self.model_args)
+            self._initial = {k: v.detach().clone()
+                             for k, v in self._workload.model.state_dict().items()}
+        return self._workload
+
+    def measure(
+        self, config: LoopConfig, *, on_window: Callable[[int, float], bool] | None = None
+    ) -> Measured | Failure:
+        """One run of `config`. `on_window(index, throughput)` returning False stops it early."""
+        workload = self.workload
+        workload.model.load_state_dict(self._initial)
+        # Every run starts from the same allocator state: what earlier runs cached is returned.
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        started = time.perf_counter()
+
+        def window_done(index: int, window: Window) -> bool:
+            if on_window is None:
+                return True
+            return on_window(index, workload.samples_per_batch / (window.step_ms / 1e3))
+
+        try:
+            result = trainers.run(
+                workload, config,
+                steps=self.protocol.windows * self.protocol.window_steps,
+                warmup=self.protocol.warmup_for(config),
+                windows=self.protocol.windows,
+                device=self.device,
+                on_window=window_done,
+                precision=self.precision,
+            )
+        except Exception as exc:  # noqa: BLE001 - every failure is recorded, none ends the study
+            return self._failure(exc, time.perf_counter() - started)
+        return _measured(result, time.perf_counter() - started)
+
+    def _failure(self, exc: Exception, seconds: float) -> Failure:
+        if self.device.type == "cuda":
+            # Give back what the failed run cached (after an OOM above all); a broken context
+            # raises again here, and the next trial records that as its own failure.
+            with contextlib.suppress(RuntimeError):
+                torch.cuda.synchronize(self.device)
+                torch.cuda.empty_cache()
+        kind = _failure_kind(exc)
+        return Failure(reason=f"{kind}: {type(exc).__name__}: {exc}".strip()[:2000], kind=kind,
+                       seconds=seconds)
+
+    def floor_ms(self) -> float | None:
+        """The CUDA-graph floor of this workload (None on a CPU or if it cannot be captured)."""
+        if self.device.type != "cuda":
+            return None
+        workload = self.workload
+        workload.model.load_state_dict(self._initial)
+        try:
+            return trainers.graph_floor(workload, device=self.device).step_ms
+        except trainers.TrainerError:
+            return None
+
+
+def _failure_kind(exc: Exception) -> str:
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return "oom"
+    if isinstance(exc, trainers.CaptureError):
+        return "capture"
+    if isinstance(exc, trainers.ConfigError | trainers.UnsupportedOnDevice):
+        return "config"
+    if isinstance(exc, trainers.WorkloadError):
+        return "workload"
+    if isinstance(exc, RuntimeError) and "CUDA" in str(exc):
+        return "cuda"
+    return "error"
+
+
+def _measured(result: RunResult, seconds: float) -> Measured:
+    return Measured(
+        throughputs=tuple(result.window_throughputs()),
+        step_ms=result.step_time_ms["median"],
+        peak_memory_bytes=result.peak_memory_bytes,
+        n_syncs=result.n_syncs,
+        sync_wait_ms=result.sync_wait_ms,
+        seconds=seconds,
+        stopped_early=result.stopped_early,
+    )

@@ -1,0 +1,192 @@
+"""What one tuning run is asked to do (`RunOptions`), the baselines it measures, and the small
+interfaces the search is driven through: progress, trial slots, retries."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+from typing import Protocol as TypingProtocol
+
+import optuna
+
+import trainers
+from trainers import LoopConfig
+from tuner.search.measure import (
+    PRECISIONS,
+    Protocol,
+)
+
+_T = TypeVar("_T")
+
+BASELINES: dict[str, LoopConfig] = {
+    # The PyTorch idiom: one stream, loss.item() every step, unpinned.
+    "pytorch-default": trainers.REFERENCE,
+    # The seed design's starting point: transfer + compute streams, synchronize every step.
+    "seed-baseline": LoopConfig(num_streams=2, pin_memory=True, non_blocking=True),
+}
+SAMPLERS = ("tpe", "random")
+PROFILE_MODES = ("none", "baselines", "all")
+DRIFT_WARNING = 0.10
+PRUNE_PERCENTILE = 25.0
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True)
+class RunOptions:
+    workload: str
+    preset: str
+    trials: int = 40
+    timeout_s: float | None = None
+    space: str | Mapping[str, Any] = "full"
+    """"full", "streams", a .json path, or a mapping (see `tuner.search.spaces.load_space`)."""
+    fix: tuple[str, ...] | Mapping[str, Any] = ()
+    """Pins: "name=value" strings (`--fix`) or a mapping of typed values (a job's `fix`)."""
+    storage: str | None = None
+    study: str | None = None
+    device: str = "auto"
+    objectives: tuple[str, ...] = ("throughput",)
+    max_memory_bytes: int | None = None
+    top_k: int = 3
+    tie_margin: float = 0.01
+    final_rounds: int = 3
+    baseline_every: int = 10
+    parity_steps: int = 20
+    sampler: str = "tpe"
+    seed: int = 0
+    matmul_precision: str = "highest"
+    profile: str = "baselines"
+    """none; baselines (both baselines and the recommended config); all (every complete trial
+    too)."""
+    profile_steps: int = 10
+    artifacts: str | None = None
+    """Where traces go (default: beside an SQLite file; other storages store figures only)."""
+    model_args: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """`--model-arg key=value` options of a library model (`torchvision:`, `timm:`, `hf:`)."""
+    precision: trainers.Precision | None = None
+    """fp32, tf32, bf16-autocast or fp16-autocast: fixed for the study, never searched (it changes
+    the results). None: as before this setting, fp32 under `matmul_precision`."""
+    protocol: Protocol = dataclasses.field(default_factory=Protocol)
+
+    def __post_init__(self) -> None:
+        def bad(field: str, allowed: str) -> trainers.ConfigError:
+            return trainers.ConfigError(field, getattr(self, field), allowed)
+
+        if not 1 <= self.trials <= 100_000:
+            raise bad("trials", "an integer in 1..100000")
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise bad("timeout_s", "a number of seconds > 0")
+        if tuple(self.objectives) not in (("throughput",), ("throughput", "memory")):
+            # Shown as the user typed it (`memory`), not as a Python tuple.
+            raise trainers.ConfigError("objectives", ",".join(self.objectives),
+                                       "throughput or throughput,memory")
+        if self.max_memory_bytes is not None and self.max_memory_bytes <= 0:
+            raise bad("max_memory_bytes", "a number of bytes > 0")
+        if not 0.0 <= self.tie_margin < 1.0:
+            raise bad("tie_margin", "a fraction in [0, 1), e.g. 0.01 for 1 %")
+        for field, low in (("top_k", 1), ("final_rounds", 1), ("baseline_every", 1),
+                           ("parity_steps", 2)):
+            if getattr(self, field) < low:
+                raise bad(field, f"an integer >= {low}")
+        if self.sampler not in SAMPLERS:
+            raise bad("sampler", ", ".join(SAMPLERS))
+        if self.matmul_precision not in PRECISIONS:
+            raise bad("matmul_precision", ", ".join(PRECISIONS))
+        if self.precision is not None:
+            if self.precision not in trainers.PRECISIONS:
+                raise bad("precision", ", ".join(trainers.PRECISIONS))
+            if self.matmul_precision != "highest":
+                raise trainers.ConfigError(
+                    "precision", self.precision, "either --precision or --matmul-precision, "
+                    "not both (--precision tf32 is --matmul-precision high)")
+        if self.profile not in PROFILE_MODES:
+            raise bad("profile", ", ".join(PROFILE_MODES))
+        if self.profile_steps < 1:
+            raise bad("profile_steps", "an integer >= 1")
+
+    @property
+    def study_precision(self) -> str:
+        """The precision the study is measured in, as stored and shown (`precision`, or what
+        `matmul_precision` amounts to)."""
+        if self.precision is not None:
+            return self.precision
+        return {"highest": "fp32", "high": "tf32"}.get(self.matmul_precision,
+                                                       f"fp32 (matmul {self.matmul_precision})")
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.objectives) > 1
+
+
+class Progress(TypingProtocol):
+    """What the search tells its caller as it goes (the CLI draws a progress bar from it)."""
+
+    def start(self, study: str, total: int, resumed: bool) -> None: ...
+    def phase(self, text: str) -> None: ...
+    def trial_done(self, done: int, total: int, best: float | None, state: str) -> None: ...
+
+
+class Quiet:
+    def start(self, study: str, total: int, resumed: bool) -> None:
+        pass
+
+    def phase(self, text: str) -> None:
+        pass
+
+    def trial_done(self, done: int, total: int, best: float | None, state: str) -> None:
+        pass
+
+
+def make_sampler(name: str, seed: int, trials: int) -> optuna.samplers.BaseSampler:
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    # constant_liar: several workers on one study do not all try the same point (issue 5).
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(5, min(10, trials // 4)),
+                                      constant_liar=True)
+
+
+class TrialSlots(TypingProtocol):
+    """Whether this process may run another trial of the study, and the trial if so.
+
+    `python -m tuner run` counts its own trials (`LocalSlots`); workers sharing a job take slots
+    of the job under a lock in the database (`tuner.service.slots.JobSlots`).
+    """
+
+    def take(self, create: Callable[[], optuna.Trial],
+             prepare: Callable[[optuna.Trial], None]) -> optuna.Trial | None:
+        """A new trial (`create`, then `prepare` it), or None when no trial is left to run."""
+        ...
+
+    def more(self) -> bool:
+        """Whether trials may follow the ones taken so far (drift baselines need a next one)."""
+        ...
+
+
+class LocalSlots:
+    """`trials` slots, taken one after the other by this process alone."""
+
+    def __init__(self, trials: int) -> None:
+        self.trials = trials
+        self.taken = 0
+
+    def take(self, create: Callable[[], optuna.Trial],
+             prepare: Callable[[optuna.Trial], None]) -> optuna.Trial | None:
+        if self.taken >= self.trials:
+            return None
+        self.taken += 1
+        trial = create()
+        prepare(trial)
+        return trial
+
+    def more(self) -> bool:
+        return self.taken < self.trials
+
+
+class Retry(TypingProtocol):
+    def call(self, fn: Callable[[], _T], *, what: str) -> _T: ...
+
+
+class NoRetry:
+    """`python -m tuner run`: a database error ends the run (the study resumes later)."""
+
+    def call(self, fn: Callable[[], _T], *, what: str) -> _T:
+        return fn()

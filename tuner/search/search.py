@@ -1,0 +1,446 @@
+"""The search: an Optuna study over the loop's settings, measured with short real training runs.
+
+`run_study(options)` reads top to bottom:
+1. open (or resume) the study; measure both baselines;
+2. ask Optuna for a config, measure it window by window (the pruner may stop it after its second
+   window), gate it on `check_parity` (cached per config), tell the result;
+3. every `baseline_every` trials, measure the baselines again and record their drift;
+4. re-measure the top configs and the baselines interleaved and decide (`tuner.search.decide`).
+
+Pruning rule: `PercentilePruner(25)`: from its second window on, a trial whose best window so far
+is below the 25th percentile of earlier trials at the same window is stopped (after 5 trials).
+Multi-objective studies are not pruned (Optuna does not support it).
+
+Who runs which trial: `run_study` (`python -m tuner run`) runs `trials` trials in this process
+(`LocalSlots`); the tuning service's workers share one study, each taking trial slots of its job
+(`tuner.service.slots.JobSlots`) and calling the same `Search` methods (`open_search`,
+`measure_baselines`, `run_trials`, `decide`). Each trial's sampler is seeded with `seed + trial
+number`, so a study is reproducible for a given history and workers do not draw the same points.
+
+Stopping on request (the tuning service's cancel, a worker's shutdown): `should_stop`, when given,
+is asked before each trial and after each measured window. Once it answers True, the running
+trial stops at its next window (told PRUNED with the windows it measured and the user attribute
+`stopped`), no further trial starts, and `run_study` raises `Stopped` instead of deciding.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import socket
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+import trainers
+from trainers import LoopConfig
+from tuner.errors import Interrupted, Stopped
+from tuner.evidence import profiles
+from tuner.evidence.recommendation import Recommendation
+from tuner.search import decide, profiling
+from tuner.search.isolated import ParityProcess, ProfileProcess
+from tuner.search.measure import (
+    Failure,
+    Measured,
+    Measurer,
+    set_matmul_precision,
+)
+from tuner.search.options import (
+    BASELINES,
+    DRIFT_WARNING,
+    PRUNE_PERCENTILE,
+    LocalSlots,
+    NoRetry,
+    Progress,
+    Quiet,
+    Retry,
+    RunOptions,
+    TrialSlots,
+    make_sampler,
+)
+from tuner.search.space import SearchSpace, config_key
+from tuner.search.spaces import load_space
+from tuner.search.stats import bootstrap_ci, drift
+from tuner.store import keys
+from tuner.store import storage as studies
+from tuner.store.jsonsafe import json_safe
+from tuner.store.keys import OWNER as OWNER_ATTR
+from tuner.store.keys import STOPPED as STOPPED_ATTR
+from tuner.store.retry import is_transient
+
+
+def run_study(options: RunOptions, *, progress: Progress | None = None,
+              should_stop: Callable[[], bool] | None = None) -> Recommendation:
+    """Search, decide, store the recommendation on the study and return it.
+
+    `should_stop` (optional) is polled between trials and after each window; see the module doc.
+    """
+    search = open_search(options, progress=progress, should_stop=should_stop)
+    try:
+        search.measure_baselines("start")
+        search.run_trials(LocalSlots(options.trials))
+        if search.stopped:
+            raise Stopped(f"stopped on request: {search.done} trials of this run are stored in "
+                          f"study {search.study.study_name!r}")
+        return search.decide()
+    except KeyboardInterrupt as exc:
+        name = search.study.study_name
+        raise Interrupted(
+            f"interrupted: {search.done} trials of this run are stored in study {name!r}; "
+            f"run again with --study {name} to resume"
+        ) from exc
+    finally:
+        search.close()
+
+
+def open_search(options: RunOptions, *, progress: Progress | None = None,
+                should_stop: Callable[[], bool] | None = None, owner: str | None = None,
+                retry: Retry | None = None,
+                storage: optuna.storages.BaseStorage | None = None) -> Search:
+    """Open (or resume) the study of `options` and everything needed to measure its trials.
+
+    `owner` (a worker's id) is written on every trial this process runs (`OWNER_ATTR`), so that
+    a trial whose worker died can be told from one still being measured. `retry` wraps the
+    calls that write results to the storage (a worker waits out a database that is away);
+    `storage`, when given, is used instead of opening `options.storage` again.
+    """
+    progress = progress or Quiet()
+    set_matmul_precision(options.matmul_precision)
+    measurer = Measurer(options.workload, options.preset, device=options.device,
+                        protocol=options.protocol, model_args=options.model_args,
+                        precision=options.precision)
+    # Build the workload now: a bad --workload or --preset must fail before a study is stored.
+    measurer.workload  # noqa: B018
+    fingerprint = trainers.fingerprint(measurer.device)
+    hardware = trainers.fingerprint_key(fingerprint)
+    space = load_space(options.space, fix=options.fix, cuda=measurer.device.type == "cuda")
+    storage = storage or studies.open_storage(studies.storage_url(options.storage))
+    # The study's name carries the effective model options and a non-default precision: two
+    # shapes or precisions never share a study.
+    shape = trainers.workload_key(options.workload, options.preset, options.model_args)
+    name = options.study or studies.default_study_name(
+        shape, hardware, space.name, precision=options.study_precision)
+    info = {
+        "workload": options.workload,
+        "preset": options.preset,
+        "model_args": dict(options.model_args),
+        "shape": shape,
+        "precision": options.study_precision,
+        "space": space.to_dict(),
+        "objectives": list(options.objectives),
+        "max_memory_bytes": options.max_memory_bytes,
+        "protocol": options.protocol.to_dict(),
+        "device": str(measurer.device),
+        "hardware": hardware,
+        "fingerprint": fingerprint,
+        "matmul_precision": options.matmul_precision,
+        "created": _now(),
+    }
+    maximize, minimize = optuna.study.StudyDirection.MAXIMIZE, optuna.study.StudyDirection.MINIMIZE
+    directions = [maximize, minimize] if options.multi_objective else [maximize]
+    pruner: optuna.pruners.BasePruner = (
+        optuna.pruners.NopPruner() if options.multi_objective else
+        optuna.pruners.PercentilePruner(PRUNE_PERCENTILE, n_startup_trials=5, n_warmup_steps=1)
+    )
+    study, resumed = studies.open_study(
+        storage, name, info=info, directions=directions,
+        sampler=make_sampler(options.sampler, options.seed, options.trials), pruner=pruner)
+    progress.start(name, options.trials, resumed)
+    return Search(study, measurer, space, options, progress, should_stop, owner=owner,
+                  retry=retry)
+
+
+class Search:
+    """One process's part of a study: its baselines, the trials it runs, the final round."""
+
+    def __init__(self, study: optuna.Study, measurer: Measurer, space: SearchSpace,
+                 options: RunOptions, progress: Progress,
+                 should_stop: Callable[[], bool] | None = None, *, owner: str | None = None,
+                 retry: Retry | None = None) -> None:
+        self.study = study
+        self.owner = owner
+        self.retry: Retry = retry or NoRetry()
+        # Where this process measures: drift compares a device with its own first measurement.
+        self.where = f"{socket.gethostname()}/{measurer.device}"
+        self.measurer = measurer
+        self.space = space
+        self.options = options
+        self.progress = progress
+        self.done = 0
+        self.should_stop = should_stop
+        self.stopped = False
+        self.traces = (None if options.profile == "none" else
+                       profiles.trace_dir(studies.storage_url(options.storage), options.artifacts))
+        # On a GPU, parity runs in its own process: its deterministic mode and cuBLAS workspace
+        # setting outlast it and slowed later measurements by up to 50 % (tuner/search/isolated.py).
+        self._isolated: ParityProcess | None = None
+        # Profiles too: CUPTI stays attached after a profile and slows later measurements.
+        self._profiles: ProfileProcess | None = None
+        self.profiler = profiling.in_process(measurer.workload, device=measurer.device,
+                                             steps=options.profile_steps,
+                                             warmup=options.protocol.warmup,
+                                             precision=options.precision)
+        if measurer.device.type == "cuda":
+            self._isolated = ParityProcess(
+                options.workload, options.preset, steps=options.parity_steps,
+                seed=options.protocol.seed, device=str(measurer.device),
+                matmul_precision=options.matmul_precision,
+                model_args=dict(options.model_args), precision=options.precision)
+            self._profiles = ProfileProcess(
+                options.workload, options.preset, steps=options.profile_steps,
+                warmup=options.protocol.warmup, seed=options.protocol.seed,
+                device=str(measurer.device), matmul_precision=options.matmul_precision,
+                model_args=dict(options.model_args), precision=options.precision)
+            self.profiler = self._profiles.profile
+
+    def close(self) -> None:
+        for child in (self._isolated, self._profiles):
+            if child is not None:
+                child.close()
+
+    # -- baselines -------------------------------------------------------------------------
+    def measure_baselines(self, phase: str) -> None:
+        previous = self.retry.call(
+            lambda: studies.entries(self.study, keys.BASELINE_PREFIX), what="baselines")
+        for name, config in BASELINES.items():
+            self.progress.phase(f"baseline {name} ({phase})")
+            outcome = self.measurer.measure(config)
+            entry: dict[str, Any] = {"phase": phase, "time": _now(), "at_trial": self._n_trials(),
+                                     "config": config.to_dict(), "where": self.where}
+            if isinstance(outcome, Failure):
+                entry |= {"failure_reason": outcome.reason, "seconds": outcome.seconds}
+            else:
+                entry |= outcome.to_attrs()
+                first = _first_baseline(previous, name, self.where)
+                if first is not None:
+                    entry["drift"] = drift(first["windows"], outcome.throughputs)
+                    if abs(entry["drift"]) > DRIFT_WARNING:
+                        self.progress.phase(
+                            f"warning: {name} drifted {entry['drift']:+.1%} since the first "
+                            "measurement (clocks, other load?)")
+            self._store_attr(f"{keys.BASELINE_PREFIX}{name}/{uuid.uuid4().hex[:10]}", entry)
+
+    # -- trials ----------------------------------------------------------------------------
+    def run_trials(self, slots: TrialSlots) -> None:
+        """Run trials while `slots` gives one; baselines again every `baseline_every` of them."""
+        deadline = None if self.options.timeout_s is None else (
+            time.monotonic() + self.options.timeout_s)
+        while True:
+            if self._stop_requested():
+                self.progress.phase(f"stopped on request after {self.done} trials")
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                self.progress.phase(f"timeout: stopped after {self.done} trials")
+                break
+            trial = slots.take(self._create, self._prepare)
+            if trial is None:
+                break
+            state = self._run(trial)
+            self.done += 1
+            self.progress.trial_done(self.done, self.options.trials, self._best_value(), state)
+            if self.done % self.options.baseline_every == 0 and slots.more():
+                self.measure_baselines("drift")
+
+    def decide(self) -> Recommendation:
+        """The final round, the profiles, and the recommendation stored on the study."""
+        self.progress.phase("final round: top configs and baselines, interleaved")
+        recommendation = decide.final_round(self.study, self.measurer, self.options,
+                                            progress=self.progress, baselines=BASELINES,
+                                            parity=self.parity)
+        if self.options.profile != "none":
+            self.progress.phase("profiling the baselines and the recommended config")
+            recommendation = profiling.profile_recommendation(
+                self.study, recommendation, BASELINES, self.traces, self.profiler)
+        self._store_attr(keys.RECOMMENDATION, recommendation.to_dict())
+        return recommendation
+
+    def _store_attr(self, key: str, value: Any) -> None:
+        self.retry.call(lambda: self.study.set_user_attr(key, value), what=f"storing {key}")
+
+    def _create(self) -> optuna.Trial:
+        return self.study.ask()
+
+    def _prepare(self, trial: optuna.Trial) -> None:
+        """Its owner, its config (sampled with a seed of its own) and the config's key.
+
+        Each trial's sampler is seeded with `seed + trial number`: reproducible for a given
+        history, and workers sharing a study do not draw the same random start-up points. A
+        combination the harness refuses (e.g. a whole-step graph over reduce-overhead's own
+        graphs) is recorded as the trial's failure, with the harness's reason, and not run.
+        """
+        if self.owner is not None:
+            trial.set_user_attr(OWNER_ATTR, self.owner)
+        self.study.sampler = make_sampler(self.options.sampler, self.options.seed + trial.number,
+                                          self.options.trials)
+        try:
+            config = self.space.suggest(trial)
+        except trainers.ConfigError as exc:
+            trial.set_user_attr(keys.FAILURE_REASON, f"invalid combination: {exc}")
+            trial.set_user_attr(keys.FAILURE_KIND, "invalid")
+            return
+        trial.set_user_attr(keys.CONFIG, config.to_dict())
+        trial.set_user_attr(keys.CONFIG_KEY, config_key(config))
+
+    def _run(self, trial: optuna.Trial) -> str:
+        if keys.CONFIG not in trial.user_attrs:  # an invalid combination (see _prepare)
+            self.retry.call(lambda: self.study.tell(trial, state=TrialState.FAIL),
+                            what=f"telling trial {trial.number}")
+            return "failed"
+        config = LoopConfig.from_dict(trial.user_attrs[keys.CONFIG])
+        key = trial.user_attrs[keys.CONFIG_KEY]
+        complete = self.retry.call(lambda: self.study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE,)), what="reading the study")
+        earlier = [t for t in complete if t.user_attrs.get(keys.CONFIG_KEY) == key]
+        try:
+            outcome = self.measurer.measure(config, on_window=self._window_callback(trial))
+            return self.retry.call(lambda: self._tell(trial, config, key, outcome, earlier),
+                                   what=f"telling trial {trial.number}")
+        except KeyboardInterrupt:
+            trial.set_user_attr(keys.FAILURE_REASON, "interrupted")
+            self.study.tell(trial, state=TrialState.FAIL)
+            raise
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # Finished meanwhile: failed as interrupted by a worker that took this one for dead
+            # (it is run again), or told by an attempt whose answer the database did not send.
+            return "finished elsewhere"
+
+    def _stop_requested(self) -> bool:
+        if not self.stopped and self.should_stop is not None and self.should_stop():
+            self.stopped = True
+        return self.stopped
+
+    def _window_callback(self, trial: optuna.Trial) -> Any:
+        prune = not self.options.multi_objective
+        if not prune and self.should_stop is None:
+            return None
+
+        def on_window(index: int, throughput: float) -> bool:
+            if self._stop_requested():
+                return False
+            if not prune:
+                return True
+            try:
+                trial.report(throughput, index)
+                return not trial.should_prune()
+            except Exception as exc:
+                if isinstance(self.retry, NoRetry) or not is_transient(exc):
+                    raise
+                # The database is away: measure on, unpruned; the result is told once it is back.
+                return True
+
+        return on_window
+
+    def _tell(self, trial: optuna.Trial, config: LoopConfig, key: str,
+              outcome: Measured | Failure, earlier: Sequence[optuna.trial.FrozenTrial]) -> str:
+        if isinstance(outcome, Failure):
+            trial.set_user_attr(keys.FAILURE_REASON, outcome.reason)
+            trial.set_user_attr(keys.FAILURE_KIND, outcome.kind)
+            trial.set_user_attr(keys.SECONDS, outcome.seconds)
+            self.study.tell(trial, state=TrialState.FAIL)
+            return "failed"
+        for attr, value in outcome.to_attrs().items():
+            trial.set_user_attr(attr, value)
+        if outcome.stopped_early:
+            if self.stopped:
+                trial.set_user_attr(STOPPED_ATTR, True)
+            self.study.tell(trial, state=TrialState.PRUNED)
+            return "pruned"
+        verdict = self.parity(config)
+        trial.set_user_attr(keys.PARITY, verdict)
+        if not verdict["passed"]:
+            deviation = verdict.get("max_rel_deviation")
+            shown = "inf" if deviation is None else f"{deviation:.3g}"
+            test = verdict.get("test", "exact")
+            trial.set_user_attr(keys.FAILURE_REASON, f"parity: {verdict['reason']} "
+                                f"(test {test}; max relative deviation {shown})")
+            trial.set_user_attr(keys.FAILURE_KIND, "parity")
+            self.study.tell(trial, state=TrialState.FAIL)
+            return "failed"
+        # The same config measured before: add these windows to its earlier ones.
+        pooled = list(outcome.throughputs)
+        for previous in earlier:
+            pooled += previous.user_attrs.get(keys.WINDOWS, [])
+        if earlier:
+            trial.set_user_attr(keys.DUPLICATE_OF, earlier[0].number)
+        value = statistics.median(pooled)
+        trial.set_user_attr(keys.POOLED_WINDOWS, len(pooled))
+        if self.options.profile == "all":
+            self.progress.phase(f"profiling trial {trial.number}")
+            profiling.profile_trial(trial, config, self.traces, self.profiler)
+        trial.set_user_attr(keys.CI95, list(bootstrap_ci(pooled)))
+        if self.options.multi_objective:
+            memory = float(outcome.peak_memory_bytes or 0)
+            self.study.tell(trial, [value, memory])
+        else:
+            self.study.tell(trial, value)
+        return "complete"
+
+    # -- the correctness gate ----------------------------------------------------------------
+    def parity(self, config: LoopConfig) -> dict[str, Any]:
+        """The correctness gate's verdict for `config`, from the study's cache when it was checked.
+
+        The gate compares with the reference and, where numerics legitimately differ, judges the
+        deviation against the workload's noise envelope, measured once per study and stored on it
+        (`keys.ENVELOPE`); see `trainers.parity`.
+        """
+        attr = f"{keys.PARITY_PREFIX}{config_key(config)}"
+        cached = self.study.user_attrs.get(attr)
+        if isinstance(cached, dict):
+            return cached
+        started = time.perf_counter()
+        stored = self.study.user_attrs.get(keys.ENVELOPE)
+        envelope = stored if isinstance(stored, dict) else None
+        try:
+            if self._isolated is not None:
+                verdict, used = self._isolated.check(config, envelope)
+            else:
+                verdict, used = self._check_here(config, envelope)
+            if envelope is None:
+                self._store_attr(keys.ENVELOPE, json_safe(used))
+        except Exception as exc:  # noqa: BLE001 - a config that cannot even be checked fails
+            verdict = {"passed": False, "reason": f"parity run failed: {exc}",
+                       "max_rel_deviation": float("inf")}
+        verdict["seconds"] = time.perf_counter() - started
+        verdict["config"] = config.to_dict()
+        self.study.set_user_attr(attr, json_safe(verdict))
+        return verdict
+
+    def _check_here(self, config: LoopConfig, envelope: dict[str, Any] | None
+                    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        options = self.options
+        factory = trainers.resolve_factory(options.workload, options.model_args)
+        found = (trainers.Envelope.from_dict(envelope) if envelope is not None else
+                 trainers.Envelope.measure(factory, options.preset, steps=options.parity_steps,
+                                           seed=options.protocol.seed,
+                                           device=self.measurer.device,
+                                           precision=options.precision))
+        verdict = trainers.check_parity(
+            factory, config, options.parity_steps, preset=options.preset,
+            seed=options.protocol.seed, device=self.measurer.device, envelope=found,
+            precision=options.precision)
+        return verdict.to_dict(), found.to_dict()
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _n_trials(self) -> int:
+        return len(self.study.get_trials(deepcopy=False))
+
+    def _best_value(self) -> float | None:
+        values = [t.values[0] for t in self.study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE,)) if t.values]
+        return max(values) if values else None
+
+
+def _first_baseline(entries: dict[str, Any], name: str, where: str) -> dict[str, Any] | None:
+    """The first measurement of baseline `name` at `where` (entries from before `where` was
+    recorded count as anywhere's)."""
+    measured = [e for k, e in entries.items() if k.startswith(f"{name}/") and "windows" in e
+                and e.get("where", where) == where]
+    return min(measured, key=lambda e: e["time"]) if measured else None
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

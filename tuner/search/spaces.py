@@ -1,0 +1,261 @@
+"""Where search spaces come from: the built-ins, a JSON file, a mapping, and `--fix` pins.
+
+`load_space(spec, fix=..., cuda=...)` is the one entry point: `spec` is "streams", "full" (the
+default: everything but `non_blocking`), a path ending in .json, or a mapping of the same shape
+as such a file (what the API and the workers pass: no file in between). Pins come as "name=value"
+strings (the CLI's `--fix`) or as a mapping of typed values (a job's `fix`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tuner.errors import SpaceError
+from tuner.search.space import (
+    KINDS,
+    Choice,
+    IntRange,
+    SearchSpace,
+    Spec,
+    check_field_name,
+    check_value,
+    spec_from_json,
+)
+
+BUILTIN_SPACES: tuple[str, ...] = ("streams", "full", "compile")
+DEFAULT_SPACE = "full"
+MAPPING_SPACE = "custom"
+"""The name of a space given as a mapping (the study records its settings, not a file)."""
+
+_SPACE_ALLOWED = "streams, full, compile or a .json file"
+_CPU_GRAPH_NOTE = "cuda_graph fixed to false: no CUDA device"
+_CPU_GRAPH_ALLOWED = "false (CUDA graphs need a CUDA device)"
+_CPU_REDUCE_NOTE = "compile reduce-overhead left out: its CUDA graphs need a CUDA device"
+_CPU_REDUCE_ALLOWED = "none, default or max-autotune-no-cudagraphs (reduce-overhead needs CUDA)"
+
+# --------------------------------------------------------------------------------------------
+# built-in spaces and files
+# --------------------------------------------------------------------------------------------
+
+_STREAMS_PARAMS: dict[str, Spec] = {
+    "num_streams": IntRange(low=2, high=4),
+    "sync_interval": IntRange(low=1, high=100, log=True),
+    "sync_mode": Choice(values=("event", "synchronize", "query")),
+}
+
+
+def streams_space() -> SearchSpace:
+    """The seed design: streams 2..4, sync interval 1..100 (log), sync mode; the rest pinned."""
+    return SearchSpace(
+        name="streams",
+        params=dict(_STREAMS_PARAMS),
+        fixed={
+            "pin_memory": True,
+            "non_blocking": True,
+            "prefetch_depth": 0,
+            "num_workers": 0,
+            "cuda_graph": False,
+        },
+    )
+
+
+def full_space() -> SearchSpace:
+    """The default: `streams` plus cuda_graph, prefetch_depth 0..4, pin_memory, num_workers."""
+    return SearchSpace(
+        name="full",
+        params={
+            **_STREAMS_PARAMS,
+            "cuda_graph": Choice(values=(False, True)),
+            "prefetch_depth": IntRange(low=0, high=4),
+            "pin_memory": Choice(values=(False, True)),
+            "num_workers": Choice(values=(0, 1, 2, 4)),
+        },
+        fixed={"non_blocking": True},
+    )
+
+
+def compile_space() -> SearchSpace:
+    """`full` plus the compiler levers: `torch.compile` of the model (none, default,
+    max-autotune-no-cudagraphs, reduce-overhead) and the optimizer implementation (as-built,
+    foreach, fused). Combinations the harness refuses (a whole-step graph over reduce-overhead's
+    own graphs) fail as trials with the harness's reason, and are never measured.
+
+    Opt-in (`--space compile`) until GPU runs have shown how to spend a budget on trials that
+    each cost a compile; `full` stays the default.
+    """
+    full = full_space()
+    return SearchSpace(
+        name="compile",
+        params={
+            **full.params,
+            "compile": Choice(values=("none", "default", "max-autotune-no-cudagraphs",
+                                      "reduce-overhead")),
+            "optimizer": Choice(values=("as-built", "foreach", "fused")),
+        },
+        fixed=dict(full.fixed),
+    )
+
+
+def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise SpaceError(key, value, "each setting listed once")
+        seen[key] = value
+    return seen
+
+
+def _read_space_file(path: str) -> Mapping[str, Any]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise SpaceError("space", path, f"a readable .json file ({reason})") from exc
+    try:
+        data = json.loads(text, object_pairs_hook=_reject_duplicate_keys)
+    except json.JSONDecodeError as exc:
+        where = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+        raise SpaceError("space", path, f"a valid JSON file ({where})") from exc
+    if not isinstance(data, dict):
+        raise SpaceError("space", data, "a JSON object of LoopConfig field -> list, range or value")
+    return data
+
+
+def space_from_mapping(data: Mapping[str, Any], *, name: str = MAPPING_SPACE) -> SearchSpace:
+    """A space from {field: [choices] | {"low", "high", "log"?} | fixed value} (a file's shape)."""
+    if not isinstance(data, Mapping):
+        raise SpaceError("space", data, "an object of LoopConfig field -> list, range or value")
+    params: dict[str, Spec] = {}
+    fixed: dict[str, Any] = {}
+    for field, raw in data.items():
+        check_field_name(field, raw)
+        spec = spec_from_json(field, raw)
+        if spec is None:
+            check_value(field, raw)
+            fixed[field] = raw
+        else:
+            params[field] = spec
+    return SearchSpace(name=name, params=params, fixed=fixed)
+
+
+def _without_graph_on_cpu(space: SearchSpace) -> SearchSpace:
+    """Drop cuda_graph from the search (fixed false, with a note); a required graph is an error.
+
+    reduce-overhead (Inductor's CUDA graphs) is dropped from a searched `compile` likewise.
+    """
+    if space.fixed.get("cuda_graph") is True:
+        raise SpaceError("cuda_graph", True, _CPU_GRAPH_ALLOWED)
+    if space.fixed.get("compile") == "reduce-overhead":
+        raise SpaceError("compile", "reduce-overhead", _CPU_REDUCE_ALLOWED)
+    params = dict(space.params)
+    fixed = dict(space.fixed)
+    notes = list(space.notes)
+    compile_spec = params.get("compile")
+    if isinstance(compile_spec, Choice) and "reduce-overhead" in compile_spec.values:
+        kept = tuple(v for v in compile_spec.values if v != "reduce-overhead")
+        if not kept:
+            raise SpaceError("compile", list(compile_spec.values), _CPU_REDUCE_ALLOWED)
+        params["compile"] = Choice(values=kept)
+        notes.append(_CPU_REDUCE_NOTE)
+    spec = params.get("cuda_graph")
+    if spec is not None:
+        if isinstance(spec, Choice) and False not in spec.values:
+            raise SpaceError("cuda_graph", list(spec.values), _CPU_GRAPH_ALLOWED)
+        del params["cuda_graph"]
+        fixed["cuda_graph"] = False
+        notes.append(_CPU_GRAPH_NOTE)
+    return dataclasses.replace(space, params=params, fixed=fixed, notes=tuple(notes))
+
+
+def load_space(spec: str | Mapping[str, Any], *,
+               fix: Sequence[str] | Mapping[str, Any] = (), cuda: bool = True) -> SearchSpace:
+    """The space `spec` names or gives ("streams", "full", a .json path, or a mapping), pinned.
+
+    Each pin ("name=value" strings, see `parse_fix`, or a mapping of typed values) takes its
+    setting out of the search and pins it, whatever the space said. With `cuda=False`,
+    cuda_graph is taken out of the search and fixed to false (with a note); cuda_graph pinned or
+    fixed to true is then a SpaceError.
+    """
+    if isinstance(spec, Mapping):
+        space = space_from_mapping(spec)
+    elif spec == "streams":
+        space = streams_space()
+    elif spec == "full":
+        space = full_space()
+    elif spec == "compile":
+        space = compile_space()
+    elif isinstance(spec, str) and spec.lower().endswith(".json"):
+        space = space_from_mapping(_read_space_file(spec), name=spec)
+    else:
+        raise SpaceError("space", spec, _SPACE_ALLOWED)
+    pins = pins_from_mapping(fix) if isinstance(fix, Mapping) else parse_fix(fix)
+    if pins:
+        space = dataclasses.replace(
+            space,
+            params={field: s for field, s in space.params.items() if field not in pins},
+            fixed={**space.fixed, **pins},
+        )
+    if not cuda:
+        space = _without_graph_on_cpu(space)
+    return space
+
+
+# --------------------------------------------------------------------------------------------
+# --fix pins
+# --------------------------------------------------------------------------------------------
+
+_TRUE = ("true", "1", "yes")
+_FALSE = ("false", "0", "no")
+
+
+def _convert(field: str, text: str) -> Any:
+    kind = KINDS[field]
+    if kind == "int":
+        try:
+            return int(text)
+        except ValueError:
+            raise SpaceError(field, text, "an integer") from None
+    if kind == "bool":
+        lowered = text.lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+        raise SpaceError(field, text, "true/false, 1/0 or yes/no")
+    return text
+
+
+def parse_fix(items: Sequence[str]) -> dict[str, Any]:
+    """Parse "name=value" pins into LoopConfig field -> typed, validated value (in item order).
+
+    Integers via int(); booleans accept true/false/1/0/yes/no (any case); sync_mode is a string.
+    Errors: no "=" -> SpaceError field "fix"; unknown name, bad value or a setting pinned twice ->
+    SpaceError naming the setting.
+    """
+    pins: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep:
+            raise SpaceError("fix", item, "name=value with name a LoopConfig field")
+        name, text = name.strip(), text.strip()
+        check_field_name(name, text)
+        if name in pins:
+            raise SpaceError(name, text, "each setting pinned once")
+        value = _convert(name, text)
+        check_value(name, value)
+        pins[name] = value
+    return pins
+
+
+def pins_from_mapping(pins: Mapping[str, Any]) -> dict[str, Any]:
+    """Typed pins ({field: value}, a job's `fix`), each checked like a `--fix` item."""
+    checked: dict[str, Any] = {}
+    for name, value in pins.items():
+        check_field_name(name, value)
+        check_value(name, value)
+        checked[name] = value
+    return checked

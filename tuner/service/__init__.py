@@ -1,0 +1,1 @@
+"""The tuning service: tables, job store, trial slots, GPU leases, settings, workers."""

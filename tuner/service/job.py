@@ -1,0 +1,276 @@
+"""One job, as one of its workers runs it: membership, trials, the final round, heartbeats.
+
+`JobRun(worker).member_of(job, claimed=...)` is a worker's time in a job (see `tuner.service.worker`
+for the whole life of a worker, and `tuner.service.slots` for how workers share one job): a
+thread heartbeats the job row, the worker row and the GPU lease every `TUNER_HEARTBEAT_S`, reads
+back whether a cancel was requested and whether the worker is still a member, and fails the
+RUNNING trials whose worker is dead; meanwhile the worker runs trials and, if every slot is
+finished and it wins the finalizer role, the final round.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+import optuna
+import sqlalchemy.exc
+
+import trainers
+from tuner.errors import SpaceError, Stopped, TunerError
+from tuner.evidence.recommendation import Recommendation
+from tuner.search.options import RunOptions
+from tuner.search.search import Search, open_search
+from tuner.service.slots import GAVE_UP_REASON, JobSlots, count_slots, fail_orphans, fail_running
+from tuner.service.spec import JobSpec
+from tuner.service.tables import JobRow, utcnow
+from tuner.store import keys
+from tuner.store import storage as studies
+from tuner.store.counting import TrialCounts, best_trial, count_trials
+from tuner.store.retry import is_transient
+
+if TYPE_CHECKING:
+    from tuner.service.worker import Worker
+
+log = logging.getLogger("tuner.worker")
+
+
+def job_options(worker: Worker, job: JobRow, spec: JobSpec) -> RunOptions:
+    """The `RunOptions` a worker runs a job's study with: the job's request, its own protocol."""
+    s = worker.settings
+    return RunOptions(
+        workload=worker.registry.target(spec.workload), preset=spec.preset,
+        trials=spec.n_trials, space=spec.space, fix=spec.fix,
+        storage=worker.storage_url, study=job.study,
+        device="cpu" if spec.device == "cpu" else worker.device,
+        objectives=spec.objectives, max_memory_bytes=spec.max_memory_bytes,
+        top_k=s.top_k, final_rounds=s.final_rounds, baseline_every=s.baseline_every,
+        parity_steps=s.parity_steps, sampler=s.sampler, protocol=s.protocol(),
+        matmul_precision=s.matmul_precision if spec.precision is None else "highest",
+        model_args=spec.model_args,
+        precision=spec.precision,  # type: ignore[arg-type]  # check_spec: one of PRECISIONS
+    )
+
+
+def describe(exc: BaseException) -> str:
+    """One line for a job's `error`, naming the request field where there is one."""
+    if isinstance(exc, trainers.ConfigError):
+        return f"{exc.field}: {exc}"
+    if isinstance(exc, trainers.WorkloadError):
+        return f"{exc.field or 'workload'}: {exc}"
+    if isinstance(exc, SpaceError):
+        return f"space/fix: {exc}"
+    if isinstance(exc, TunerError | trainers.TrainerError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"[:2000]
+
+
+class JobRun:
+    """A worker's membership of one job (one at a time). `stop` is set by the heartbeat thread:
+    "cancel" (the API flagged the job) or "lost" (the worker is no longer a member)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self._stop: str | None = None
+        self._phase: str | None = None
+
+    def should_stop(self) -> bool:
+        return self._stop is not None or self.worker.stopping.is_set()
+
+    def member_of(self, job: JobRow, *, claimed: bool) -> bool:
+        """Be a member of `job` until no trial of it is left for this worker."""
+        self._stop, self._phase = None, "starting"
+        done = threading.Event()
+        beat = threading.Thread(target=self._beat, args=(job, done), daemon=True,
+                                name=f"heartbeat-{job.id[:8]}")
+        beat.start()
+        try:
+            return self._execute(job, claimed=claimed)
+        finally:
+            done.set()
+            beat.join()
+            self._leave(job)
+
+    def _execute(self, job: JobRow, *, claimed: bool) -> bool:
+        """Run trials of the job, and its final round if it falls to this worker.
+
+        False when this worker found nothing to do in it (every slot taken by others).
+        """
+        if job.cancel_requested:
+            self.worker.store.finish(job.id, self.worker.id, "cancelled")
+            return True
+        search: Search | None = None
+        try:
+            spec = JobSpec.from_dict(job.spec)
+            search = open_search(job_options(self.worker, job, spec), progress=_JobProgress(self, job),
+                                 should_stop=self.should_stop, owner=self.worker.id,
+                                 retry=self.worker.backoff, storage=self.worker.storage())
+            deadline = job.deadline_at
+            if claimed:
+                stored = self._prepare_study(job)
+                if stored is not None:  # killed after deciding, before the row said so
+                    return self._finish(job, stored)
+                search.measure_baselines("start")
+                deadline = None if spec.timeout_s is None else (
+                    utcnow() + dt.timedelta(seconds=spec.timeout_s))
+                hardware = studies.meta(search.study)["hardware"]
+                if not self.worker.store.open_trials(job.id, self.worker.id, hardware=hardware,
+                                              deadline=deadline):
+                    return True  # lost it meanwhile (cancelled, or taken for dead)
+            slots = self._slots(job, deadline)
+            search.run_trials(slots)
+            if search.stopped:
+                raise Stopped(f"stopped after {search.done} trials")
+            if not slots.count().finished or not self.worker.store.claim_finalizing(job.id, self.worker.id):
+                return search.done > 0 or claimed
+            self._phase = "final round"
+            rec = self.worker.backoff.call(search.decide, what=f"job {job.id}: final round")
+        except Stopped:
+            self._after_stop(job)
+            return True
+        except Exception as exc:  # a job's failure is recorded; the worker goes on
+            if is_transient(exc):
+                raise  # the database is away: the loop waits for it; the job is not at fault
+            if self._stop is not None or self.worker.stopping.is_set():
+                self._after_stop(job)
+                return True
+            log.warning("job %s failed: %s", job.id, describe(exc))
+            self._sync_progress(job)
+            self.worker.store.finish(job.id, self.worker.id, "failed", error=describe(exc))
+            return True
+        finally:
+            if search is not None:
+                search.close()
+        return self._finish(job, rec)
+
+    def _finish(self, job: JobRow, rec: Recommendation) -> bool:
+        counts = self._sync_progress(job)
+        status = "cancelled" if self._stop == "cancel" else "succeeded"
+        # The row's recommendation carries the study's counts as they are now (the one rule).
+        stored = rec if counts is None else rec.with_counts(counts)
+        finished = self.worker.backoff.call(
+            lambda: self.worker.store.finish(job.id, self.worker.id, status,
+                                             recommendation=stored.to_dict()),
+            what=f"job {job.id}: finishing")
+        if finished:
+            log.info("job %s %s", job.id, status)
+        else:
+            log.warning("job %s: decided, but this worker no longer holds it", job.id)
+        return True
+
+    def _slots(self, job: JobRow, deadline: dt.datetime | None) -> JobSlots:
+        return JobSlots(self.worker.store, self.worker.storage(), job_id=job.id, study=job.study,
+                        n_trials=job.n_trials, deadline=deadline, worker=self.worker.id,
+                        hold_s=self.worker.settings.lease_s, backoff=self.worker.backoff)
+
+    def _after_stop(self, job: JobRow) -> None:
+        lease = self.worker.store.heartbeat(job.id, self.worker.id)
+        if not lease.owned:
+            log.warning("job %s: this worker is no longer one of its workers", job.id)
+            return
+        self._sync_progress(job)
+        if lease.cancel_requested:
+            if self.worker.store.finish(job.id, self.worker.id, "cancelled"):
+                log.info("job %s cancelled", job.id)
+        elif self.worker.store.requeue(job.id, self.worker.id, reason=f"requeued: worker {self.worker.id} shut down",
+                                lease_s=self.worker.settings.lease_s):
+            log.info("job %s requeued (shutdown)", job.id)
+        else:
+            log.info("job %s: left it to its other workers (shutdown)", job.id)
+
+    def _leave(self, job: JobRow) -> None:
+        """Stop being a member; a trial of this worker still RUNNING (given up) is failed."""
+        try:
+            fail_running(self.worker.storage(), job.study,
+                         lambda t: t.user_attrs.get(keys.OWNER) == self.worker.id, GAVE_UP_REASON)
+            self.worker.store.leave(self.worker.id)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            log.warning("job %s: could not leave it (%s); the others take this worker for dead "
+                        "after %.0f s", job.id, type(exc).__name__, self.worker.settings.lease_s)
+
+    def _prepare_study(self, job: JobRow) -> Recommendation | None:
+        """Fail the orphaned RUNNING trials; the stored recommendation if every slot is done."""
+        storage = self.worker.storage()
+        others = self.worker.store.live_workers(self.worker.settings.lease_s) - {self.worker.id}
+        orphans = fail_orphans(storage, job.study, alive=others, unowned_after_s=0.0)
+        for number in orphans:
+            log.info("job %s: trial %d was left running; failed as interrupted", job.id, number)
+        if count_slots(storage, job.study, job.n_trials, None).free > 0:
+            return None
+        found = storage.get_study_id_from_name(job.study)
+        rec = storage.get_study_user_attrs(found).get(keys.RECOMMENDATION)
+        return Recommendation.from_dict(rec) if isinstance(rec, dict) else None
+
+    # -- progress, heartbeats and dead workers -------------------------------------------
+    def _sync_progress(self, job: JobRow) -> TrialCounts | None:
+        """Copy the study's counts and best trial to the job row; record finished trials once.
+
+        Returns the counts (None when they could not be read)."""
+        try:
+            storage = self.worker.storage()
+            found = storage.get_study_id_from_name(job.study)
+            trials = storage.get_all_trials(found, deepcopy=False)
+            counts = count_trials(trials)
+            self.worker.store.progress(job.id, self.worker.id, counts=counts,
+                                       best=best_trial(trials))
+            recorded = self.worker.store.recorded_trials(job.id)
+            for trial in trials:
+                if (trial.number in recorded or not trial.state.is_finished()
+                        or not trial.datetime_start or not trial.datetime_complete):
+                    continue
+                state = {"COMPLETE": "complete", "PRUNED": "pruned"}.get(trial.state.name,
+                                                                         "failed")
+                seconds = (trial.datetime_complete - trial.datetime_start).total_seconds()
+                self.worker.store.record_trial(job.id, trial.number, state, seconds)
+        except KeyError:
+            return None  # no study yet
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            log.warning("job %s: progress not copied (%s); the next trial copies it", job.id,
+                        type(exc).__name__)
+            return None
+        return counts
+
+    def _beat(self, job: JobRow, done: threading.Event) -> None:
+        while not done.is_set():
+            try:
+                lease = self.worker.store.heartbeat(job.id, self.worker.id, phase=self._phase)
+                gpu_held = self.worker.lease is None or self.worker.lease.beat()
+                self.worker.db_up()
+                if self.worker.may_sweep():
+                    self.worker.fail_orphans(job.id)
+            except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
+                self.worker.db_down()
+                log.warning("job %s: heartbeat failed: %s", job.id, type(exc).__name__)
+            else:
+                if not lease.owned:
+                    self._stop = "lost"
+                elif lease.cancel_requested:
+                    self._stop = "cancel"
+                if not gpu_held:
+                    self.worker.gpu_lost()
+            self.worker.check_parent()
+            done.wait(self.worker.settings.heartbeat_s)
+
+
+class _JobProgress:
+    """`tuner.search.Progress` for a job: phases go out with the heartbeat, trials to the row."""
+
+    def __init__(self, run: JobRun, job: JobRow) -> None:
+        self.worker = run
+        self.job = job
+
+    def start(self, study: str, total: int, resumed: bool) -> None:
+        self.worker._phase = f"{'resumed' if resumed else 'started'}: {total} trials in all"
+
+    def phase(self, text: str) -> None:
+        self.worker._phase = text
+
+    def trial_done(self, done: int, total: int, best: float | None, state: str) -> None:
+        self.worker._phase = f"{done} trials run here, the last {state}"
+        self.worker._sync_progress(self.job)

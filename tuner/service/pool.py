@@ -1,0 +1,76 @@
+"""The worker processes of one node: `python -m tuner worker` children, restarted when they die.
+
+`serve` starts one per visible GPU (or one on the CPU, or `--workers N`). They get
+`TUNER_PARENT_PID`: when `serve` is gone (even killed), each stops its running trial at the next
+window and leaves its job (the job's last live worker puts it back in the queue). On a normal stop
+the pool sends them SIGTERM (same effect) and waits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import torch
+
+log = logging.getLogger("tuner.serve")
+STOP_GRACE_S = 30.0
+RESTART_BACKOFF_S = 5.0
+
+
+def default_slots(count: int | None) -> list[int | None]:
+    """GPU index per worker: one per visible GPU; `count` given: round-robin; no GPU: CPU."""
+    gpus = torch.cuda.device_count()
+    if count is None:
+        count = max(gpus, 1)
+    return [i % gpus if gpus else None for i in range(count)]
+
+
+class WorkerPool:
+    """Worker child processes, restarted (after a pause) when one dies."""
+
+    def __init__(self, slots: list[int | None], storage: str) -> None:
+        self.slots = slots
+        self.storage = storage
+        self.procs: list[subprocess.Popen[bytes] | None] = [None] * len(slots)
+        self._stopping = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, daemon=True, name="worker-pool")
+
+    def start(self) -> None:
+        for index in range(len(self.slots)):
+            self.procs[index] = self._spawn(index)
+        if self.slots:
+            self._watcher.start()
+
+    def _spawn(self, index: int) -> subprocess.Popen[bytes]:
+        gpu = self.slots[index]
+        args = [sys.executable, "-m", "tuner", "worker", "--storage", self.storage]
+        if gpu is not None:
+            args += ["--gpu", str(gpu)]
+        env = os.environ | {"TUNER_PARENT_PID": str(os.getpid())}
+        log.info("starting worker %d (%s)", index, "cpu" if gpu is None else f"cuda:{gpu}")
+        return subprocess.Popen(args, env=env)
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(RESTART_BACKOFF_S):
+            for index, proc in enumerate(self.procs):
+                if proc is not None and proc.poll() is not None and not self._stopping.is_set():
+                    log.warning("worker %d exited with %s; restarting it", index, proc.returncode)
+                    self.procs[index] = self._spawn(index)
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        self._stopping.set()
+        running = [p for p in self.procs if p is not None and p.poll() is None]
+        for proc in running:
+            proc.terminate()
+        deadline = time.monotonic() + grace_s
+        for proc in running:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

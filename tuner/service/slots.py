@@ -1,0 +1,181 @@
+"""One job's study shared by several workers: trial slots, trials whose worker died, finalizing.
+
+A job asks for `n_trials` counted trials (`tuner.store.counting.count_trials`: complete, failed and
+pruned trials that were not cut short by the service). Its workers share the Optuna study
+`job-<id>` through ask/tell, with TPE's constant liar (`tuner.search.options.make_sampler`) so that a
+trial being measured counts as a bad result for the others' sampling instead of being drawn
+again.
+
+Slots: a worker takes a trial only under the job's slot lock (`JobStore.lock_slots`: a guarded
+UPDATE of the job row, which expires after `hold_s` so that a worker dying inside it cannot
+block the job). Holding it, the worker counts the counted and the RUNNING trials, and asks and
+samples a new one only when their sum is below `n_trials`; so at most `n_trials` trials count,
+each trial number is taken once, and the sampler sees every trial being measured. A worker whose
+lock expired and was taken by another before it gave it back fails the trial it just asked
+(interrupted, not counted), so an expiry never makes one trial too many.
+
+Trials whose worker died: every trial carries its worker's id (`tuner.store.keys.OWNER`); a
+RUNNING trial whose worker is not alive (no heartbeat for `lease_s`) is failed as
+`interrupted: ...` (`fail_orphans`), which frees its slot, and another worker runs a new trial.
+A RUNNING trial with no owner (its worker died between asking it and writing its id) is failed
+once it is `lease_s` old, or at once by a worker that claims the job from the queue (nobody else
+can be running it then).
+
+Finalizing: a worker that finds no free slot and no RUNNING trial (`SlotCount.finished`) claims
+the job's finalizer role (`JobStore.claim_finalizing`, atomic); only that worker runs the final
+round, so the speedups are measured on one device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import random
+from collections.abc import Callable, Collection
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.service.jobstore import JobStore
+from tuner.service.tables import utcnow
+from tuner.store import keys
+from tuner.store.counting import count_trials
+from tuner.store.keys import INTERRUPTED_PREFIX
+from tuner.store.keys import OWNER as OWNER_ATTR
+from tuner.store.retry import Backoff
+
+ORPHAN_REASON = f"{INTERRUPTED_PREFIX}: its worker was lost; the trial is run again"
+EXPIRED_REASON = (f"{INTERRUPTED_PREFIX}: the job's slot lock expired while this trial was asked; "
+                  "the trial is run again")
+GAVE_UP_REASON = f"{INTERRUPTED_PREFIX}: its worker gave it up; the trial is run again"
+LOCK_WAIT_S = (0.02, 0.1)  # a wait for the slot lock, drawn uniformly: no two workers in step
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotCount:
+    counted: int
+    running: int
+    n_trials: int
+    past_deadline: bool
+
+    @property
+    def free(self) -> int:
+        return 0 if self.past_deadline else self.n_trials - self.counted - self.running
+
+    @property
+    def finished(self) -> bool:
+        """Every slot is finished (or the job's time is up and none runs): time to decide."""
+        return self.running == 0 and (self.counted >= self.n_trials or self.past_deadline)
+
+
+def study_id(storage: optuna.storages.BaseStorage, name: str) -> int | None:
+    try:
+        return storage.get_study_id_from_name(name)
+    except KeyError:
+        return None
+
+
+def count_slots(storage: optuna.storages.BaseStorage, study: str, n_trials: int,
+                deadline: dt.datetime | None) -> SlotCount:
+    found = study_id(storage, study)
+    counts = count_trials([] if found is None else storage.get_all_trials(found, deepcopy=False))
+    return SlotCount(counted=counts.counted, running=counts.running, n_trials=n_trials,
+                     past_deadline=deadline is not None and utcnow() > deadline)
+
+
+def fail_running(storage: optuna.storages.BaseStorage, study: str,
+                 which: Callable[[FrozenTrial], bool], reason: str) -> list[int]:
+    """Fail the study's RUNNING trials that `which` picks, as interrupted; their numbers."""
+    found = study_id(storage, study)
+    if found is None:
+        return []
+    failed = []
+    for trial in storage.get_all_trials(found, deepcopy=False, states=(TrialState.RUNNING,)):
+        if not which(trial):
+            continue
+        try:
+            storage.set_trial_user_attr(trial._trial_id, keys.FAILURE_REASON, reason)
+            storage.set_trial_user_attr(trial._trial_id, keys.FAILURE_KIND, "interrupted")
+            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue  # its worker told it meanwhile: it was alive after all
+        failed.append(trial.number)
+    return failed
+
+
+def fail_orphans(storage: optuna.storages.BaseStorage, study: str, *, alive: Collection[str],
+                 unowned_after_s: float) -> list[int]:
+    """Fail RUNNING trials whose worker is not alive (module doc); their numbers."""
+    now = dt.datetime.now()  # Optuna stores naive local times
+
+    def orphaned(trial: FrozenTrial) -> bool:
+        owner = trial.user_attrs.get(OWNER_ATTR)
+        if owner is not None:
+            return owner not in alive
+        started = trial.datetime_start or now
+        return (now - started).total_seconds() >= unowned_after_s
+
+    return fail_running(storage, study, orphaned, ORPHAN_REASON)
+
+
+class JobSlots:
+    """`tuner.search.options.TrialSlots` of a shared job: slots taken under the job's slot lock."""
+
+    def __init__(self, store: JobStore, storage: optuna.storages.BaseStorage, *, job_id: str,
+                 study: str, n_trials: int, deadline: dt.datetime | None, worker: str,
+                 hold_s: float, backoff: Backoff) -> None:
+        self.store = store
+        self.storage = storage
+        self.job_id = job_id
+        self.study = study
+        self.n_trials = n_trials
+        self.deadline = deadline
+        self.worker = worker
+        self.hold_s = hold_s
+        self.backoff = backoff
+        self.last: SlotCount | None = None
+
+    def take(self, create: Callable[[], optuna.Trial],
+             prepare: Callable[[optuna.Trial], None]) -> optuna.Trial | None:
+        return self.backoff.call(lambda: self._take_once(create, prepare),
+                                 what=f"job {self.job_id}: taking a trial slot")
+
+    def more(self) -> bool:
+        return self.last is not None and self.last.free > 1
+
+    def count(self) -> SlotCount:
+        return self.backoff.call(
+            lambda: count_slots(self.storage, self.study, self.n_trials, self.deadline),
+            what=f"job {self.job_id}: counting trials")
+
+    def _take_once(self, create: Callable[[], optuna.Trial],
+                   prepare: Callable[[optuna.Trial], None]) -> optuna.Trial | None:
+        if not self._lock():
+            return None  # shutting down
+        trial: optuna.Trial | None = None
+        try:
+            self.last = count_slots(self.storage, self.study, self.n_trials, self.deadline)
+            if self.last.free > 0:
+                trial = create()
+                prepare(trial)
+            exclusive = self.store.unlock_slots(self.job_id, self.worker)
+        except BaseException:
+            if trial is not None:
+                self._abandon(trial, GAVE_UP_REASON)
+            raise
+        if trial is not None and not exclusive:
+            self._abandon(trial, EXPIRED_REASON)
+            return self._take_once(create, prepare)
+        return trial
+
+    def _lock(self) -> bool:
+        while not self.store.lock_slots(self.job_id, self.worker, hold_s=self.hold_s):
+            if self.backoff.stop.wait(random.uniform(*LOCK_WAIT_S)):
+                return False
+        return True
+
+    def _abandon(self, trial: optuna.Trial, reason: str) -> None:
+        number = trial.number
+        self.backoff.call(lambda: fail_running(self.storage, self.study,
+                                               lambda t: t.number == number, reason),
+                          what=f"job {self.job_id}: giving trial {number} up")

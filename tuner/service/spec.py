@@ -1,0 +1,154 @@
+"""What a job asks for (`JobSpec`), the workloads a server runs (`WorkloadRegistry`), and the
+checks only the tuner can make on a request (`check_spec`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import trainers
+from trainers.workloads import catalog
+from trainers.workloads.adapters import lookup
+from tuner.errors import SpaceError, SpecError, TunerError
+from tuner.search.spaces import load_space
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True)
+class JobSpec:
+    """A job's request, already checked for shape (bounds) by its caller.
+
+    space: "full", "streams", or {LoopConfig field: [choices] | {"low", "high", "log"} | value}.
+    fix: {LoopConfig field: value}, pinned whatever the space says.
+    """
+
+    workload: str
+    preset: str
+    space: str | dict[str, Any] = "full"
+    fix: dict[str, Any] = dataclasses.field(default_factory=dict)
+    n_trials: int = 20
+    timeout_s: float | None = None
+    objectives: tuple[str, ...] = ("throughput",)
+    max_memory_bytes: int | None = None
+    device: str = "auto"
+    model_args: dict[str, str] = dataclasses.field(default_factory=dict)
+    """A library model's options (`torchvision:`, `timm:`, `hf:` workloads), as strings."""
+    precision: str | None = None
+    """fp32, tf32, bf16-autocast or fp16-autocast; None: the worker's matmul precision."""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["objectives"] = list(self.objectives)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
+        values = dict(data)
+        values["objectives"] = tuple(values.get("objectives", ("throughput",)))
+        return cls(**values)
+
+
+def is_library_model(name: str) -> bool:
+    """`torchvision:NAME`, `timm:NAME` or `hf:KIND` (whether or not the library is installed)."""
+    return lookup(name) is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkloadRegistry:
+    """The workloads a server runs, by name: the built-ins plus the operator's plug-ins.
+
+    A plug-in maps a name to `package.module:factory`; the API only ever receives the name.
+    """
+
+    plugins: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def names(self) -> tuple[str, ...]:
+        return (*trainers.BUILTIN, *(n for n in self.plugins if n not in trainers.BUILTIN))
+
+    def allowed(self) -> str:
+        usages = ", ".join(family.usage for family in catalog())
+        return f"{', '.join(self.names())} or a library model ({usages})"
+
+    def knows(self, name: str) -> bool:
+        return name in self.names() or is_library_model(name)
+
+    def target(self, name: str) -> str:
+        """What `RunOptions.workload` gets: the built-in name or the plug-in's factory path
+        (a library model is its own name: its options travel as `model_args`)."""
+        if name in trainers.BUILTIN or (is_library_model(name) and name not in self.plugins):
+            return name
+        if name in self.plugins:
+            return self.plugins[name]
+        raise trainers.WorkloadError(
+            f"workload={name!r} is invalid: allowed {self.allowed()}", field="workload")
+
+    def presets(self, name: str) -> tuple[str, ...] | None:
+        """The presets of a built-in or a library model; None for a plug-in (its factory
+        checks its own)."""
+        if name in trainers.BUILTIN:
+            return tuple(trainers.PRESETS[name])
+        found = lookup(name) if name not in self.plugins else None
+        return None if found is None else tuple(found[0].family.presets)
+
+    def check(self) -> None:
+        """Import every plug-in factory now, so that a typo stops the server at start."""
+        for name, target in self.plugins.items():
+            if ":" not in target:
+                raise TunerError(f"TUNER_WORKLOADS: {name}={target!r} is not "
+                                 "package.module:factory")
+            trainers.resolve_factory(target)
+
+
+def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
+    """What only the tuner knows: the workload and preset exist, the space and pins are valid.
+
+    Raises SpecError naming the field. The space is checked the way the run will read it.
+    """
+    if not registry.knows(spec.workload):
+        raise SpecError(("workload",), f"unknown workload {spec.workload!r}: allowed "
+                        f"{registry.allowed()}", spec.workload)
+    if spec.precision is not None and spec.precision not in trainers.PRECISIONS:
+        raise SpecError(("precision",), f"unknown precision {spec.precision!r}: allowed "
+                        f"{', '.join(trainers.PRECISIONS)}", spec.precision)
+    if is_library_model(spec.workload) and spec.workload not in registry.plugins:
+        try:  # the model exists, its library is installed, every option is allowed
+            trainers.resolve_factory(spec.workload, spec.model_args)
+            trainers.workload_key(spec.workload, spec.preset, spec.model_args)
+        except trainers.WorkloadError as exc:
+            loc = tuple((exc.field or "workload").split(".", 1)) if exc.field else ("workload",)
+            raise SpecError(("model_args", *loc[1:]) if loc[0] == "model_arg" else loc,
+                            str(exc), spec.workload) from exc
+    elif spec.model_args:
+        raise SpecError(("model_args",), f"{spec.workload!r} takes no model_args: they apply "
+                        "to library models (torchvision:, timm:, hf:) only", spec.model_args)
+    presets = registry.presets(spec.workload)
+    if presets is not None and spec.preset not in presets:
+        raise SpecError(("preset",), f"{spec.workload} has no preset {spec.preset!r}: allowed "
+                        f"{', '.join(presets)}", spec.preset)
+    cuda = spec.device != "cpu"
+    try:
+        space = load_space(spec.space, cuda=cuda)
+    except SpaceError as exc:
+        raise _spec_error("space", exc) from exc
+    if not space.params:
+        raise SpecError(("space",), "an explicit space needs at least one searched setting "
+                        "(a list of choices or a range)", spec.space)
+    try:
+        load_space(spec.space, fix=spec.fix, cuda=cuda)
+    except SpaceError as exc:
+        raise _spec_error("fix", exc) from exc
+
+
+def _spec_error(where: str, exc: SpaceError) -> SpecError:
+    loc = (where, exc.field) if exc.field in trainers.field_names() else (where,)
+    return SpecError(loc, str(exc), exc.value)
+
+
+def owner_of(token: str | None) -> str:
+    """A stable, non-reversible id of a bearer token (what the queue limit counts by)."""
+    if not token:
+        return "anonymous"
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()[:32]

@@ -1,0 +1,156 @@
+"""The service's tables, in the same database as the Optuna storage, and the engine to reach them.
+
+`create_tables` makes the tables and the columns missing (all added columns are nullable, so a
+database made by an earlier version keeps its rows: `ALTER TABLE ... ADD COLUMN`).
+Timestamps are naive UTC (`utcnow`) from the clock of the process that writes them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+from sqlalchemy.orm import Mapped, mapped_column
+
+from tuner.store.retry import lost_create_race
+
+SQLITE_BUSY_TIMEOUT_S = 30
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+class Base(orm.DeclarativeBase):
+    pass
+
+
+class JobRow(Base):
+    __tablename__ = "streamtune_jobs"
+    __table_args__ = (sa.Index("ix_streamtune_jobs_status_created", "status", "created_at"),)
+
+    id: Mapped[str] = mapped_column(sa.String(32), primary_key=True)
+    owner: Mapped[str] = mapped_column(sa.String(64), index=True)
+    status: Mapped[str] = mapped_column(sa.String(16))
+    workload: Mapped[str] = mapped_column(sa.String(128))
+    preset: Mapped[str] = mapped_column(sa.String(64))
+    device: Mapped[str] = mapped_column(sa.String(8))
+    n_trials: Mapped[int]
+    spec: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
+    study: Mapped[str] = mapped_column(sa.String(64))
+    created_at: Mapped[dt.datetime]
+    updated_at: Mapped[dt.datetime]
+    started_at: Mapped[dt.datetime | None]
+    finished_at: Mapped[dt.datetime | None]
+    heartbeat_at: Mapped[dt.datetime | None]
+    worker: Mapped[str | None] = mapped_column(sa.String(128))
+    attempts: Mapped[int] = mapped_column(default=0)
+    cancel_requested: Mapped[bool] = mapped_column(default=False)
+    phase: Mapped[str | None] = mapped_column(sa.String(200))
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    n_complete: Mapped[int] = mapped_column(default=0)
+    n_failed: Mapped[int] = mapped_column(default=0)
+    n_pruned: Mapped[int] = mapped_column(default=0)
+    best: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
+    recommendation: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
+    hardware: Mapped[str | None] = mapped_column(sa.String(128))
+    rec_throughput: Mapped[float | None]
+    # Sharing a running job (tuner.service.slots); all nullable so that older tables gain them by
+    # ALTER TABLE ADD COLUMN (`_add_missing_columns`).
+    stage: Mapped[str | None] = mapped_column(sa.String(16))
+    finalizer: Mapped[str | None] = mapped_column(sa.String(128))
+    slot_lock: Mapped[str | None] = mapped_column(sa.String(128))
+    slot_lock_until: Mapped[dt.datetime | None]
+    deadline_at: Mapped[dt.datetime | None]
+    # Trials cut short by the service (run again, not counted); see tuner.store.counting.
+    n_interrupted: Mapped[int | None]
+
+
+class WorkerRow(Base):
+    __tablename__ = "streamtune_workers"
+
+    id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    host: Mapped[str] = mapped_column(sa.String(255))
+    pid: Mapped[int]
+    device: Mapped[str] = mapped_column(sa.String(32))
+    started_at: Mapped[dt.datetime]
+    heartbeat_at: Mapped[dt.datetime]
+    job_id: Mapped[str | None] = mapped_column(sa.String(32))
+
+
+class TrialEventRow(Base):
+    """One finished trial of a job (for /metrics); (job, number) is unique, so never twice."""
+
+    __tablename__ = "streamtune_trial_events"
+
+    job_id: Mapped[str] = mapped_column(sa.String(32), primary_key=True)
+    number: Mapped[int] = mapped_column(primary_key=True)
+    state: Mapped[str] = mapped_column(sa.String(16))
+    seconds: Mapped[float]
+    finished_at: Mapped[dt.datetime]
+
+
+class GpuLeaseRow(Base):
+    """Who measures on a GPU: one row per GPU, keyed by its UUID; see `tuner.service.leases`.
+
+    Leases were first keyed by (host, index) in `streamtune_gpu_leases`; that table is no longer
+    read (a database made by an earlier checkout keeps it, unused).
+    """
+
+    __tablename__ = "streamtune_device_leases"
+
+    device: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    host: Mapped[str] = mapped_column(sa.String(255))
+    gpu: Mapped[int]
+    worker: Mapped[str] = mapped_column(sa.String(128))
+    pid: Mapped[int]
+    acquired_at: Mapped[dt.datetime]
+    heartbeat_at: Mapped[dt.datetime]
+
+
+def create_tables(engine: sa.Engine) -> None:
+    """Make the tables and columns missing; a race with another process doing it is retried."""
+    for attempt in range(3):
+        try:
+            Base.metadata.create_all(engine)
+            _add_missing_columns(engine)
+            return
+        except sa.exc.SQLAlchemyError as exc:
+            if attempt == 2 or not lost_create_race(exc):
+                raise
+
+
+def _add_missing_columns(engine: sa.Engine) -> None:
+    """Columns added since a table was made (all nullable): ALTER TABLE ... ADD COLUMN.
+
+    `create_all` makes missing tables only; a database of an earlier version keeps its rows.
+    """
+    inspector = sa.inspect(engine)
+    for table in Base.metadata.sorted_tables:
+        present = {column["name"] for column in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name in present:
+                continue
+            kind = column.type.compile(dialect=engine.dialect)
+            with engine.begin() as conn:
+                conn.execute(sa.text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
+
+
+def make_engine(url: str) -> sa.Engine:
+    if url.startswith("sqlite"):
+        # A pool as large as the API's thread pool is busy: no connection churn under load.
+        engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S},
+                                  pool_size=32, max_overflow=8)
+
+        @sa.event.listens_for(engine, "connect")
+        def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            # WAL: readers (the API) never wait for the writer (a worker), and vice versa.
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.close()
+
+        return engine
+    return sa.create_engine(url, pool_pre_ping=True)

@@ -1,0 +1,278 @@
+"""The worker: claims or joins jobs from the job table and runs their trials on one device.
+
+`python -m tuner worker [--storage URL] [--gpu INDEX]` runs one (`python -m tuner serve` starts one
+per visible GPU). A worker loops: requeue jobs none of whose workers heartbeat any more, claim the
+oldest queued job it can run (`JobStore.claim`, atomic), or else join a running job that has a
+trial slot free or is ready for its final round, run trials of it until no slot is left, repeat;
+with nothing to do it waits `TUNER_POLL_S`. While it is in a job, a thread heartbeats the job
+row, the worker row and the GPU lease every `TUNER_HEARTBEAT_S`, reads back whether a cancel was
+requested and whether the worker is still a member of the job, and fails the RUNNING trials of
+the job's study whose worker is dead (`tuner.service.slots.fail_orphans`).
+
+Several workers on one job (`tuner.service.slots`): the claimer fails the orphaned RUNNING trials,
+measures both baselines (the job's "start" baselines, on its device) and opens the job for
+trials; every member then takes trial slots under the job's slot lock until `n_trials` trials
+count. Drift baselines: each worker measures both baselines again after every `baseline_every`
+trials it ran itself, and their drift compares its device with that device's first measurement.
+The worker that finds every slot finished claims the final round: only it decides, on its device.
+
+Grace period of a worker killed mid-trial: its trial is failed as `interrupted: ...` (not
+counted, run again) by another worker of the job once the dead worker's heartbeat is older than
+`TUNER_LEASE_S`, at that worker's next heartbeat: within `lease_s + heartbeat_s` of the dead
+worker's last heartbeat. Dead workers' rows are removed, and a dead finalizer's job goes back to
+stage "trials", where the next worker to look finalizes it.
+
+The database away: every database call of the loop is retried with exponential backoff
+(`tuner.store.retry`, `TUNER_RETRY_BASE_S` doubling up to `TUNER_RETRY_MAX_S`, with jitter), a measured
+trial's result is told once the database is back (never measured again), and the heartbeat
+thread retries at its own pace. A worker that has just seen the database come back does not take
+other workers for dead until it has been connected for `lease_s` (they have had no chance to
+heartbeat either).
+
+Cancelling: the API flags the row; the heartbeat thread sees the flag, `should_stop` answers True,
+and the running trial stops at its next window (kept as a PRUNED trial with its windows and
+`stopped`, not counted); the job ends as cancelled (once a final round has started, that round
+finishes and its recommendation is kept). A shutdown (SIGTERM/SIGINT, or the `serve` process
+that started the worker gone) stops the running trial the same way; the worker leaves the job
+(the last live member puts it back in the queue), gives its GPU lease back and exits 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+
+import optuna
+import sqlalchemy as sa
+import sqlalchemy.exc
+import torch
+
+import trainers
+from tuner.errors import TunerError
+from tuner.search.options import RunOptions
+from tuner.service.job import JobRun, job_options
+from tuner.service.jobstore import JobStore
+from tuner.service.leases import GpuLease, gpu_uuid
+from tuner.service.settings import WorkerSettings, load_settings
+from tuner.service.slots import (
+    count_slots,
+    fail_orphans,
+)
+from tuner.service.spec import JobSpec, WorkloadRegistry
+from tuner.service.tables import JobRow
+from tuner.store import storage as studies
+from tuner.store.keys import JOB_STUDY_PREFIX as STUDY_PREFIX
+from tuner.store.retry import Backoff, is_transient
+
+log = logging.getLogger("tuner.worker")
+
+
+class Worker:
+    """Runs trials of jobs of one storage on one device (a GPU index, or the CPU)."""
+
+    def __init__(self, settings: WorkerSettings, *, storage: str | None = None,
+                 gpu: int | None = None) -> None:
+        self.settings = settings
+        self.storage_url = storage or settings.storage
+        if gpu is None and torch.cuda.is_available():
+            gpu = 0
+        if gpu is not None and not 0 <= gpu < torch.cuda.device_count():
+            raise TunerError(f"--gpu: {gpu} is invalid: this node has "
+                             f"{torch.cuda.device_count()} visible GPUs")
+        self.device = "cpu" if gpu is None else f"cuda:{gpu}"
+        self.devices = ("auto", "cpu") if gpu is None else ("auto", "cpu", "cuda")
+        self.hardware = trainers.fingerprint_key(trainers.fingerprint(torch.device(self.device)))
+        self.host = settings.host or socket.gethostname()
+        self.id = f"{self.host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.registry = WorkloadRegistry(settings.workloads)
+        self.store = JobStore(self.storage_url)
+        self.lease = None if gpu is None else GpuLease(self.store, self.host, gpu, self.id,
+                                                       os.getpid(), gpu_uuid(gpu))
+        self._optuna: optuna.storages.BaseStorage | None = None
+        self._storage_lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.backoff = Backoff(base_s=settings.retry_base_s, max_s=settings.retry_max_s,
+                               stop=self.stopping)
+        self._started = False
+        self._run: JobRun | None = None  # the job this worker is a member of, if any
+        # Monotonic time since which the database has answered (None: it is away now).
+        self._db_ok_since: float | None = -math.inf
+        if settings.torch_threads is not None:
+            torch.set_num_threads(settings.torch_threads)
+
+    # -- the loop ------------------------------------------------------------------------
+    def start(self) -> None:
+        """Register the worker and take its GPU's lease (`tuner.service.leases.GpuBusy` if taken)."""
+        if self._started:
+            return
+        self.storage()  # Optuna's tables exist before any job is touched
+        self.store.register_worker(self.id, host=self.host, pid=os.getpid(), device=self.device)
+        if self.lease is not None:
+            try:
+                self.lease.acquire(lease_s=self.settings.lease_s)
+            except TunerError:
+                self.store.remove_worker(self.id)
+                raise
+        self._started = True
+
+    def close(self) -> None:
+        """Give the GPU lease back and remove the worker's row (and so its memberships)."""
+        if not self._started:
+            return
+        try:
+            if self.lease is not None:
+                self.lease.release()
+            self.store.remove_worker(self.id)
+        except sqlalchemy.exc.SQLAlchemyError as exc:
+            log.warning("worker %s: could not say goodbye (%s); its rows go stale after %.0f s",
+                        self.id, type(exc).__name__, self.settings.lease_s)
+        self._started = False
+
+    def run(self) -> None:
+        """Claim and run jobs until `shutdown()` (or a signal through `install_signals`)."""
+        self.start()
+        # Never log a database password that the URL may carry.
+        shown = sa.engine.make_url(self.storage_url).render_as_string(hide_password=True)
+        log.info("worker %s on %s, storage %s", self.id, self.device, shown)
+        failures = 0
+        try:
+            while not self.stopping.is_set():
+                self.check_parent()
+                try:
+                    self._beat_idle()
+                    ran = self.run_once()
+                except Exception as exc:
+                    if not is_transient(exc):
+                        raise
+                    self.db_down()
+                    wait = self.backoff.delay(failures)
+                    failures += 1
+                    log.warning("worker %s: database unavailable (%s); retrying in %.1f s",
+                                self.id, type(exc.__cause__ or exc).__name__, wait)
+                    self.stopping.wait(wait)
+                    continue
+                failures = 0
+                self.db_up()
+                if not ran:
+                    self.stopping.wait(self.settings.poll_s)
+        finally:
+            self.close()
+            log.info("worker %s stopped", self.id)
+
+    def run_once(self) -> bool:
+        """Claim a queued job, or join a running one, and run its trials; False if none had any."""
+        self.start()
+        self._sweep()
+        job = self.store.claim(self.id, devices=self.devices)
+        if job is not None:
+            log.info("job %s claimed (attempt %d)", job.id, job.attempts)
+            return self._member_of(job, claimed=True)
+        storage = self.storage()
+        for job in self.store.joinable(devices=self.devices, hardware=self.hardware):
+            slots = count_slots(storage, job.study, job.n_trials, job.deadline_at)
+            if (slots.free > 0 or slots.finished) and self.store.join(job.id, self.id):
+                log.info("job %s joined (%d of %d trials counted)", job.id, slots.counted,
+                         job.n_trials)
+                if self._member_of(job, claimed=False):
+                    return True
+        return False
+
+    def shutdown(self) -> None:
+        self.stopping.set()
+
+    def install_signals(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.shutdown())
+
+    def should_stop(self) -> bool:
+        run = self._run
+        return self.stopping.is_set() or (run is not None and run.should_stop())
+
+    def options_for(self, job: JobRow, spec: JobSpec) -> RunOptions:
+        """The `RunOptions` this worker runs `job`'s study with."""
+        return job_options(self, job, spec)
+
+    def _member_of(self, job: JobRow, *, claimed: bool) -> bool:
+        self._run = JobRun(self)
+        try:
+            return self._run.member_of(job, claimed=claimed)
+        finally:
+            self._run = None
+
+    # -- one job -------------------------------------------------------------------------
+    def _beat_idle(self) -> None:
+        if not self.store.beat_worker(self.id):  # taken for dead while the database was away
+            self.store.register_worker(self.id, host=self.host, pid=os.getpid(),
+                                       device=self.device)
+        if self.lease is not None and not self.lease.beat():
+            self.gpu_lost()
+
+    def gpu_lost(self) -> None:
+        log.error("worker %s: another worker took over the lease of %s (%s) on %s (this one "
+                  "was taken for dead); stopping", self.id, self.device,
+                  self.lease.key if self.lease else "-", self.host)
+        self.shutdown()
+
+    def _sweep(self) -> None:
+        """Requeue jobs without live workers; forget dead workers and fail their trials."""
+        if not self.may_sweep():
+            return
+        self.store.requeue_stale(lease_s=self.settings.lease_s,
+                                 max_attempts=self.settings.max_attempts)
+        for dead in self.store.forget_dead_workers(self.settings.lease_s):
+            log.info("worker %s is dead (no heartbeat for %.0f s)", dead.id,
+                     self.settings.lease_s)
+            if dead.job_id is not None:
+                self.fail_orphans(dead.job_id)
+
+    def fail_orphans(self, job_id: str) -> None:
+        study = f"{STUDY_PREFIX}{job_id}"
+        alive = self.store.live_workers(self.settings.lease_s)
+        for number in fail_orphans(self.storage(), study, alive=alive,
+                                   unowned_after_s=self.settings.lease_s):
+            log.info("job %s: trial %d's worker is dead; failed as interrupted", job_id, number)
+
+    def may_sweep(self) -> bool:
+        """Whether others' stale heartbeats mean they are dead (module doc: the database away)."""
+        since = self._db_ok_since
+        return since is not None and time.monotonic() - since >= self.settings.lease_s
+
+    def db_up(self) -> None:
+        if self._db_ok_since is None:
+            self._db_ok_since = time.monotonic()
+
+    def db_down(self) -> None:
+        self._db_ok_since = None
+
+    def check_parent(self) -> None:
+        parent = self.settings.parent_pid
+        if parent is not None and os.getppid() != parent and not self.stopping.is_set():
+            log.warning("worker %s: its serve process %d is gone; shutting down", self.id, parent)
+            self.shutdown()
+
+    def storage(self) -> optuna.storages.BaseStorage:
+        with self._storage_lock:  # the heartbeat thread may ask first
+            if self._optuna is None:
+                self._optuna = studies.open_storage(self.storage_url)
+            return self._optuna
+
+
+def main(storage: str | None = None, gpu: int | None = None) -> None:
+    """`python -m tuner worker`: run until SIGTERM/SIGINT (then exit 0, see the module doc)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    settings = load_settings(WorkerSettings)
+    if settings.worker_nice and hasattr(os, "nice"):
+        os.nice(settings.worker_nice)
+    worker = Worker(settings, storage=storage, gpu=gpu)
+    worker.registry.check()
+    worker.install_signals()
+    worker.run()
+
+
+__all__ = ["Worker", "main"]

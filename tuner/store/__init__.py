@@ -1,0 +1,1 @@
+"""Where a study lives and what is stored on it: storage, attribute keys, counting, retries."""

@@ -1,0 +1,52 @@
+"""Every name under which streamtune stores something on an Optuna study or trial.
+
+Study user attributes:
+- `META` ("streamtune"): workload, preset, space, protocol, objectives, device, fingerprint;
+- `BASELINE_PREFIX` + `<name>/<id>`: one baseline measurement each (one key per entry, so that
+  concurrent writers never overwrite each other's);
+- `PARITY_PREFIX` + `<config key>`: the correctness gate's verdict for a config (its cache);
+- `FINAL_PREFIX` + `<id>`: the seconds and entries of one final round;
+- `PROFILE_PREFIX` + `<name>`: a baseline's or the recommended config's profile;
+- `RECOMMENDATION`: the latest recommendation (`tuner.evidence.recommendation`);
+- `ENVELOPE`: the correctness gate's noise envelope of the workload (`trainers.Envelope`).
+
+Trial user attributes are the `TRIAL_*` names below; a job's study is `JOB_STUDY_PREFIX` + its id.
+"""
+
+from __future__ import annotations
+
+META = "streamtune"
+BASELINE_PREFIX = "baseline/"
+PARITY_PREFIX = "parity/"
+FINAL_PREFIX = "final/"
+PROFILE_PREFIX = "profile/"
+RECOMMENDATION = "recommendation"
+ENVELOPE = "envelope"
+"""The workload's numerical noise envelope (`trainers.Envelope.to_dict()`): measured once per
+study (its workload, preset, precision and device are fixed), read by every parity check."""
+PROFILE_RECOMMENDED = "recommended"
+"""The name of the recommended config's profile (`PROFILE_PREFIX` + this)."""
+
+JOB_STUDY_PREFIX = "job-"
+
+# -- trial attributes ----------------------------------------------------------------------
+CONFIG = "config"
+CONFIG_KEY = "config_key"
+WINDOWS = "windows"
+CI95 = "ci95"
+SECONDS = "seconds"
+PEAK_MEMORY = "peak_memory_bytes"
+PARITY = "parity"
+DUPLICATE_OF = "duplicate_of"
+POOLED_WINDOWS = "pooled_windows"
+FAILURE_REASON = "failure_reason"
+FAILURE_KIND = "failure_kind"
+PROFILE = "profile"
+PROFILE_ERROR = "profile_error"
+OWNER = "worker"
+"""A trial run by a worker of the tuning service: that worker's id."""
+STOPPED = "stopped"
+"""True on a trial cut short by `should_stop` (a cancel, a shutdown); its windows are kept."""
+
+INTERRUPTED_PREFIX = "interrupted"
+"""`FAILURE_REASON` of a trial the service or Ctrl-C cut short: it is run again, never counted."""

@@ -1,0 +1,80 @@
+"""Waiting out a database that is away: which errors are transient, and exponential backoff.
+
+A worker that loses PostgreSQL (a restart, a fail-over, a network cut) keeps its process, its
+GPU and what it measured: each database call of its loop is retried (`Backoff.call`) until the
+database answers again. The n-th wait is drawn uniformly from [d/2, d], d = min(max_s,
+base_s * 2**n) ("equal jitter": never zero, and workers that lost the database together do not
+come back in step). SQLAlchemy's `pool_pre_ping` (`tuner.service.tables.make_engine`,
+`tuner.store.storage.open_storage`) replaces the pool's dead connections on the first call that follows.
+
+Only connection-level errors are retried; anything else (a constraint, a bug) is raised at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+import optuna
+import sqlalchemy.exc
+
+log = logging.getLogger("tuner.retry")
+T = TypeVar("T")
+
+_CONNECTION_ERRORS = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
+                      sqlalchemy.exc.TimeoutError)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """The database could not be reached or dropped the connection (worth waiting for).
+
+    Optuna's RDB storage wraps what SQLAlchemy raised in `StorageInternalError`; its cause says
+    which.
+    """
+    if isinstance(exc, _CONNECTION_ERRORS):
+        return True
+    if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    if isinstance(exc, optuna.exceptions.StorageInternalError):
+        return exc.__cause__ is not None and is_transient(exc.__cause__)
+    return False
+
+
+def lost_create_race(exc: BaseException | None) -> bool:
+    """Creating a table (or Alembic's version row) that another process created first: what
+    processes started together on an empty database run into; opening again succeeds."""
+    return isinstance(exc, sqlalchemy.exc.IntegrityError) or (
+        isinstance(exc, sqlalchemy.exc.SQLAlchemyError) and "already exists" in str(exc))
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True)
+class Backoff:
+    """Retry policy: first wait about `base_s`, doubling up to `max_s`, until `stop` is set."""
+
+    base_s: float = 0.5
+    max_s: float = 30.0
+    stop: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+    def delay(self, attempt: int) -> float:
+        ceiling = min(self.max_s, self.base_s * 2 ** min(attempt, 30))
+        return random.uniform(ceiling / 2, ceiling)
+
+    def call(self, fn: Callable[[], T], *, what: str) -> T:
+        """`fn()`, retried after transient database errors; the last error once `stop` is set."""
+        attempt = 0
+        while True:
+            try:
+                return fn()
+            except Exception as exc:
+                if not is_transient(exc) or self.stop.is_set():
+                    raise
+                wait = self.delay(attempt)
+                log.warning("%s: database unavailable (%s); retrying in %.1f s", what,
+                            type(exc.__cause__ or exc).__name__, wait)
+                attempt += 1
+                if self.stop.wait(wait):
+                    raise

@@ -1,0 +1,131 @@
+"""Where studies live: the storage URL, study names, opening and resuming a study.
+
+The embedded default is an SQLite file, `./tuner.db`; any Optuna RDB URL works through `--storage`
+or `TUNER_STORAGE` (PostgreSQL: `postgresql+psycopg://user@host/db`). What is stored on a study
+is listed in `tuner.store.keys`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from typing import Any
+
+import optuna
+import sqlalchemy.exc
+
+from tuner.errors import StudyNotFound, TunerError
+from tuner.store.keys import META
+from tuner.store.retry import lost_create_race
+
+DEFAULT_STORAGE = "sqlite:///tuner.db"
+CREATE_RACE_ATTEMPTS = 3
+
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def storage_url(explicit: str | None = None) -> str:
+    return explicit or os.environ.get("TUNER_STORAGE") or DEFAULT_STORAGE
+
+
+def open_storage(url: str) -> optuna.storages.BaseStorage:
+    """An Optuna storage for `url`; a bad URL is an error naming --storage.
+
+    Workers started together on an empty database all create Optuna's tables at once; those
+    that lose the race find them made, and open the storage again.
+    """
+    for _ in range(CREATE_RACE_ATTEMPTS - 1):
+        try:
+            return _open_storage(url)
+        except (sqlalchemy.exc.SQLAlchemyError, TunerError) as exc:
+            if not lost_create_race(exc.__cause__ if isinstance(exc, TunerError) else exc):
+                raise
+    return _open_storage(url)
+
+
+def _open_storage(url: str) -> optuna.storages.BaseStorage:
+    engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if url.startswith("sqlite"):
+        # Several processes may write one SQLite file: wait for the lock rather than fail.
+        engine_kwargs = {"connect_args": {"timeout": 60}}
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+    except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError, ValueError) as exc:
+        raise TunerError(f"--storage: {url!r} is not a usable database URL: {exc}") from exc
+    except sqlalchemy.exc.OperationalError as exc:
+        raise TunerError(f"--storage: cannot open {url!r}: {exc.orig}") from exc
+    except ImportError as exc:  # the URL's database driver is not installed
+        cause = exc.__cause__ or exc
+        raise TunerError(
+            f"--storage: no database driver for {url!r} is installed ({cause})") from exc
+
+
+def default_study_name(shape: str, hardware: str, space: str, *,
+                       precision: str = "fp32") -> str:
+    """Readable and stable: `transformer-small-NVIDIA-H100-80GB-HBM3` (+ `-streams`, `-bf16-autocast`
+    etc.). `shape` is the workload's key (`trainers.workload_key`: name, preset, model options)."""
+    parts = [shape, hardware]
+    if space != "full":
+        parts.append(os.path.splitext(os.path.basename(space))[0])
+    if precision != "fp32":
+        parts.append(precision)
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", "-".join(parts))
+
+
+def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:
+    if name not in optuna.get_all_study_names(storage):
+        known = ", ".join(optuna.get_all_study_names(storage)) or "none"
+        raise StudyNotFound(f"--study: no study named {name!r} in this storage (studies: {known})")
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def meta(study: optuna.Study) -> dict[str, Any]:
+    value = study.user_attrs.get(META)
+    if not isinstance(value, dict):
+        raise TunerError(f"study {study.study_name!r} was not made by streamtune (no {META!r})")
+    return value
+
+
+def open_study(
+    storage: optuna.storages.BaseStorage,
+    name: str,
+    *,
+    info: dict[str, Any],
+    directions: list[optuna.study.StudyDirection],
+    sampler: optuna.samplers.BaseSampler,
+    pruner: optuna.pruners.BasePruner,
+) -> tuple[optuna.Study, bool]:
+    """Create the study, or resume it when it exists and was made for the same question.
+
+    Returns (study, resumed). A study of the same name made for another workload, preset, space,
+    objective or hardware is an error naming what differs: its numbers would not answer this run.
+    """
+    exists = name in optuna.get_all_study_names(storage)
+    study = optuna.create_study(storage=storage, study_name=name, directions=directions,
+                                sampler=sampler, pruner=pruner, load_if_exists=True)
+    if not exists:
+        study.set_user_attr(META, info)
+        return study, False
+    stored = _with_later_fields(meta(study))
+    for field in ("workload", "preset", "space", "objectives", "hardware", "shape", "precision"):
+        if stored.get(field) != info.get(field):
+            raise TunerError(
+                f"--study: {name!r} was made with {field}={stored.get(field)!r}, this run has "
+                f"{info.get(field)!r}; resume it with the same settings or choose another --study"
+            )
+    return study, True
+
+
+def _with_later_fields(stored: dict[str, Any]) -> dict[str, Any]:
+    """A study stored before `shape` and `precision` were recorded: what they were then (no
+    model options; the precision its matmul setting amounted to)."""
+    matmul = stored.get("matmul_precision", "highest")
+    return {"shape": f"{stored.get('workload')}-{stored.get('preset')}",
+            "precision": {"highest": "fp32", "high": "tf32"}.get(
+                matmul, f"fp32 (matmul {matmul})")} | stored
+
+
+def entries(study: optuna.Study, prefix: str) -> dict[str, Any]:
+    return {k[len(prefix):]: v for k, v in study.user_attrs.items() if k.startswith(prefix)}
