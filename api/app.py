@@ -32,10 +32,21 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     registry.check()
     store = JobStore(settings.storage)
     reader = StudyReader(storage.open_storage(settings.storage))
-    app = FastAPI(title="streamtune", version="1", description=DESCRIPTION, docs_url=None,
-                  redoc_url=None, openapi_url=None)
-    app.state.services = Services(settings=settings, store=store, reader=reader,
-                                  registry=registry, tokens=settings.token_bytes())
+    app = FastAPI(
+        title="streamtune",
+        version="1",
+        description=DESCRIPTION,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.state.services = Services(
+        settings=settings,
+        store=store,
+        reader=reader,
+        registry=registry,
+        tokens=settings.token_bytes(),
+    )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     errors.install(app)
     for router in ROUTERS:

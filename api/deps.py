@@ -80,7 +80,8 @@ def authenticate(services: ServicesDep, credentials: Credentials) -> Caller:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
             "missing or invalid bearer token (send Authorization: Bearer <token>)",
-            headers={"WWW-Authenticate": "Bearer"})
+            headers={"WWW-Authenticate": "Bearer"},
+        )
     return Caller(owner=owner_of(credentials.credentials))
 
 

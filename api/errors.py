@@ -31,11 +31,13 @@ from tuner.store.retry import is_transient
 RETRY_AFTER_S = "5"
 
 
-def field_error(loc: Sequence[str | int], message: str, value: object = None) -> (
-        RequestValidationError):
+def field_error(
+    loc: Sequence[str | int], message: str, value: object = None
+) -> RequestValidationError:
     """A 422 naming `loc` (e.g. ("body", "space", "num_streams")), as FastAPI words its own."""
     return RequestValidationError(
-        [{"loc": tuple(loc), "msg": message, "type": "value_error", "input": value}])
+        [{"loc": tuple(loc), "msg": message, "type": "value_error", "input": value}]
+    )
 
 
 def _json(status_code: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -61,16 +63,18 @@ def install(app: FastAPI) -> None:
     async def _bad_spec(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, SpecError)
         error = field_error(("body", *exc.loc), exc.message, exc.value)
-        return JSONResponse({"detail": error.errors()},
-                            status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+        return JSONResponse(
+            {"detail": error.errors()}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         if exc.status_code == status.HTTP_400_BAD_REQUEST:  # FastAPI could not parse the body
             error = field_error(("body",), "the body could not be parsed: send JSON in UTF-8")
-            return JSONResponse({"detail": error.errors()},
-                                status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+            return JSONResponse(
+                {"detail": error.errors()}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
+            )
         return await http_exception_handler(request, exc)
 
     # The database away (down, restarting, unreachable): 503 with Retry-After on every route.
@@ -80,6 +84,8 @@ def install(app: FastAPI) -> None:
     async def _database_down(request: Request, exc: Exception) -> Response:
         if not is_transient(exc):
             raise exc  # a bug, not an outage: a 500, logged
-        return _json(status.HTTP_503_SERVICE_UNAVAILABLE,
-                     f"the database is unavailable: {type(exc.__cause__ or exc).__name__}",
-                     {"Retry-After": RETRY_AFTER_S})
+        return _json(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            f"the database is unavailable: {type(exc.__cause__ or exc).__name__}",
+            {"Retry-After": RETRY_AFTER_S},
+        )

@@ -53,9 +53,17 @@ class BodyLimit:
 
     async def _refuse(self, send: Send) -> None:
         payload = json.dumps(
-            {"detail": f"the request body is over the limit of {self.max_bytes} bytes"}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(payload)).encode()),
-                                (b"connection", b"close")]})
+            {"detail": f"the request body is over the limit of {self.max_bytes} bytes"}
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(payload)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": payload})

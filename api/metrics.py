@@ -16,19 +16,29 @@ def _number(value: float) -> str:
 
 def render(store: JobStore, *, lease_s: float) -> str:
     lines = ["# HELP streamtune_jobs Jobs by state.", "# TYPE streamtune_jobs gauge"]
-    lines += [f'streamtune_jobs{{state="{state}"}} {count}'
-              for state, count in store.counts_by_status().items()]
-    lines += ["# HELP streamtune_workers_alive Workers that heartbeat within the lease.",
-              "# TYPE streamtune_workers_alive gauge",
-              f"streamtune_workers_alive {store.workers_alive(lease_s)}"]
+    lines += [
+        f'streamtune_jobs{{state="{state}"}} {count}'
+        for state, count in store.counts_by_status().items()
+    ]
+    lines += [
+        "# HELP streamtune_workers_alive Workers that heartbeat within the lease.",
+        "# TYPE streamtune_workers_alive gauge",
+        f"streamtune_workers_alive {store.workers_alive(lease_s)}",
+    ]
     stats = store.trial_stats(DURATION_BUCKETS)
-    lines += ["# HELP streamtune_trials_total Finished trials of jobs, by state.",
-              "# TYPE streamtune_trials_total counter"]
-    lines += [f'streamtune_trials_total{{state="{state}"}} {count}'
-              for state, count in stats.by_state.items()]
+    lines += [
+        "# HELP streamtune_trials_total Finished trials of jobs, by state.",
+        "# TYPE streamtune_trials_total counter",
+    ]
+    lines += [
+        f'streamtune_trials_total{{state="{state}"}} {count}'
+        for state, count in stats.by_state.items()
+    ]
     name = "streamtune_trial_duration_seconds"
-    lines += [f"# HELP {name} Wall time of the finished trials of jobs.",
-              f"# TYPE {name} histogram"]
+    lines += [
+        f"# HELP {name} Wall time of the finished trials of jobs.",
+        f"# TYPE {name} histogram",
+    ]
     lines += [f'{name}_bucket{{le="{_number(bound)}"}} {count}' for bound, count in stats.buckets]
     lines += [f"{name}_sum {stats.seconds_sum!r}", f"{name}_count {stats.buckets[-1][1]}"]
     return "\n".join(lines) + "\n"

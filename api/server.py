@@ -38,7 +38,8 @@ def check_exposure(host: str, settings: ApiSettings) -> None:
         raise TunerError(
             f"--host: refusing to serve on {host!r} without TUNER_API_TOKENS: anyone who can "
             "reach the port could submit and cancel jobs. Set TUNER_API_TOKENS (comma separated "
-            "bearer tokens) or serve on 127.0.0.1.")
+            "bearer tokens) or serve on 127.0.0.1."
+        )
 
 
 def load_api_settings(storage: str | None = None) -> ApiSettings:
@@ -47,8 +48,9 @@ def load_api_settings(storage: str | None = None) -> ApiSettings:
     return settings if storage is None else settings.model_copy(update={"storage": storage})
 
 
-def serve(*, host: str, port: int, workers: int | None, no_worker: bool,
-          storage: str | None) -> None:
+def serve(
+    *, host: str, port: int, workers: int | None, no_worker: bool, storage: str | None
+) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = load_api_settings(storage=storage)
     check_exposure(host, settings)
@@ -67,8 +69,7 @@ def serve(*, host: str, port: int, workers: int | None, no_worker: bool,
     gc.collect()
     gc.freeze()
     try:
-        uvicorn.run(app, host=host, port=port, access_log=settings.access_log,
-                    log_level="info")
+        uvicorn.run(app, host=host, port=port, access_log=settings.access_log, log_level="info")
     except _Stopping:
         pass
     finally:

@@ -37,16 +37,21 @@ def once(label: str, config: LoopConfig) -> None:
     gc.collect()
     alive = sum(ref() is not None for ref in refs)
     workspace = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
-    print(f"{label:<28} {r.step_time_ms['median']:7.2f} ms  peak {r.peak_memory_bytes >> 20:6d}"
-          f" MiB  allocated after {torch.cuda.memory_allocated() >> 20:6d} MiB  optimizers alive "
-          f"{alive}/{len(refs)}  CUBLAS_WORKSPACE_CONFIG={workspace}", flush=True)
+    print(
+        f"{label:<28} {r.step_time_ms['median']:7.2f} ms  peak {r.peak_memory_bytes >> 20:6d}"
+        f" MiB  allocated after {torch.cuda.memory_allocated() >> 20:6d} MiB  optimizers alive "
+        f"{alive}/{len(refs)}  CUBLAS_WORKSPACE_CONFIG={workspace}",
+        flush=True,
+    )
 
 
 for i in range(3):
     once(f"eager #{i}", LoopConfig())
 once("seed-baseline", LoopConfig(num_streams=2, pin_memory=True, non_blocking=True))
-print("parity:", check_parity("transformer", LoopConfig(num_streams=2), 20, preset=preset,
-                              device="cuda").passed)
+print(
+    "parity:",
+    check_parity("transformer", LoopConfig(num_streams=2), 20, preset=preset, device="cuda").passed,
+)
 for i in range(2):
     once(f"eager after parity #{i}", LoopConfig())
 once("graph", LoopConfig(cuda_graph=True, sync_interval=20, sync_mode="event"))

@@ -15,8 +15,13 @@ Per model (`name[@preset]`; the preset defaults to `small` on CUDA, `tiny` on a 
 CUDA-only faults and graph configs are skipped on a CPU, with a note. A model that cannot be
 loaded (its package missing, an unknown name) is skipped with the reason.
 
-Writes `gate_power.json` (keys: faults, equivalent, envelope, fingerprint, commit, ...) and
-`gate_power.md` into `--out` (default: $OUT, else the current folder), after each model.
+Writes `gate_power.json` and `gate_power.md` into `--out` (default: $OUT, else the current
+folder), after each model. The JSON's keys: `faults` (per class: runs, detected, and per model
+which test caught each: exact, window, drift), `equivalent` (per model and config: runs, passed,
+and passed_without_drift: whether it would have passed without the drift test), `envelope` (per
+model: floors, per-window envelopes, leave-one-out ratios of the perturbed runs), `trajectories`
+(every loss trajectory, so other statistics can be tried later without a GPU), `fingerprint`,
+`commit`, `models` (ok or skipped, and why), `statistic`, `notes`.
 """
 
 from __future__ import annotations

@@ -30,28 +30,61 @@ PINNED = {"pin_memory": True, "non_blocking": True}
 
 # (name, description, config, GPU-FACTS median ms for small, medium, large)
 SETTINGS: list[tuple[str, str, LoopConfig, tuple[float, float, float]]] = [
-    ("pytorch-default", "PyTorch idiom: 1 stream, sync every step, unpinned",
-     LoopConfig(), (16.5, 35.5, 41.1)),
-    ("seed-baseline", "seed baseline: 2 streams, synchronize every step",
-     LoopConfig(num_streams=2, **PINNED), (19.3, 37.6, 40.4)),
-    ("2s-event10", "2 streams, event sync every 10",
-     LoopConfig(num_streams=2, sync_mode="event", sync_interval=10, **PINNED), (18.5, 34.6, 34.9)),
-    ("2s-sync10", "2 streams, synchronize every 10",
-     LoopConfig(num_streams=2, sync_interval=10, **PINNED), (19.2, 35.0, 35.7)),
-    ("2s-event50", "2 streams, event every 50",
-     LoopConfig(num_streams=2, sync_mode="event", sync_interval=50, **PINNED), (16.9, 33.8, 34.8)),
-    ("3s-event10", "3 streams, event every 10",
-     LoopConfig(num_streams=3, sync_mode="event", sync_interval=10, **PINNED), (17.2, 33.2, 34.8)),
-    ("4s-event10", "4 streams, event every 10",
-     LoopConfig(num_streams=4, sync_mode="event", sync_interval=10, **PINNED), (17.5, 33.2, 35.2)),
-    ("cuda-graph", "whole step captured in one CUDA graph (1 stream, event every 50)",
-     LoopConfig(cuda_graph=True, sync_mode="event", sync_interval=50, **PINNED), (2.9, 14.0, 32.8)),
+    (
+        "pytorch-default",
+        "PyTorch idiom: 1 stream, sync every step, unpinned",
+        LoopConfig(),
+        (16.5, 35.5, 41.1),
+    ),
+    (
+        "seed-baseline",
+        "seed baseline: 2 streams, synchronize every step",
+        LoopConfig(num_streams=2, **PINNED),
+        (19.3, 37.6, 40.4),
+    ),
+    (
+        "2s-event10",
+        "2 streams, event sync every 10",
+        LoopConfig(num_streams=2, sync_mode="event", sync_interval=10, **PINNED),
+        (18.5, 34.6, 34.9),
+    ),
+    (
+        "2s-sync10",
+        "2 streams, synchronize every 10",
+        LoopConfig(num_streams=2, sync_interval=10, **PINNED),
+        (19.2, 35.0, 35.7),
+    ),
+    (
+        "2s-event50",
+        "2 streams, event every 50",
+        LoopConfig(num_streams=2, sync_mode="event", sync_interval=50, **PINNED),
+        (16.9, 33.8, 34.8),
+    ),
+    (
+        "3s-event10",
+        "3 streams, event every 10",
+        LoopConfig(num_streams=3, sync_mode="event", sync_interval=10, **PINNED),
+        (17.2, 33.2, 34.8),
+    ),
+    (
+        "4s-event10",
+        "4 streams, event every 10",
+        LoopConfig(num_streams=4, sync_mode="event", sync_interval=10, **PINNED),
+        (17.5, 33.2, 35.2),
+    ),
+    (
+        "cuda-graph",
+        "whole step captured in one CUDA graph (1 stream, event every 50)",
+        LoopConfig(cuda_graph=True, sync_mode="event", sync_interval=50, **PINNED),
+        (2.9, 14.0, 32.8),
+    ),
 ]
 PRESET_COLUMN = {"small": 0, "medium": 1, "large": 2}
 
 
-def measure_preset(preset: str, *, repeats: int, steps: int, warmup: int,
-                   windows: int) -> dict[str, Any]:
+def measure_preset(
+    preset: str, *, repeats: int, steps: int, warmup: int, windows: int
+) -> dict[str, Any]:
     workload = load_workload("transformer", preset, seed=0)
     initial = {k: v.detach().clone() for k, v in workload.model.state_dict().items()}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in SETTINGS}
@@ -64,20 +97,25 @@ def measure_preset(preset: str, *, repeats: int, steps: int, warmup: int,
             workload.model.load_state_dict(initial)  # every run starts from the same weights
             gc.collect()
             torch.cuda.empty_cache()
-            result = run(workload, config, steps=steps, warmup=warmup, windows=windows,
-                         device="cuda")
-            runs[name].append({
-                "repeat": repeat,
-                "step_ms_median": result.step_time_ms["median"],
-                "window_step_ms": [w.step_ms for w in result.windows],
-                "window_gpu_ms": [w.gpu_ms for w in result.windows],
-                "n_syncs": result.n_syncs,
-                "sync_wait_ms": result.sync_wait_ms,
-                "peak_memory_bytes": result.peak_memory_bytes,
-                "final_loss": result.losses[-1],
-            })
-            print(f"{preset:>6} r{repeat} {name:<16} {result.step_time_ms['median']:8.2f} ms/step",
-                  flush=True)
+            result = run(
+                workload, config, steps=steps, warmup=warmup, windows=windows, device="cuda"
+            )
+            runs[name].append(
+                {
+                    "repeat": repeat,
+                    "step_ms_median": result.step_time_ms["median"],
+                    "window_step_ms": [w.step_ms for w in result.windows],
+                    "window_gpu_ms": [w.gpu_ms for w in result.windows],
+                    "n_syncs": result.n_syncs,
+                    "sync_wait_ms": result.sync_wait_ms,
+                    "peak_memory_bytes": result.peak_memory_bytes,
+                    "final_loss": result.losses[-1],
+                }
+            )
+            print(
+                f"{preset:>6} r{repeat} {name:<16} {result.step_time_ms['median']:8.2f} ms/step",
+                flush=True,
+            )
     settings: dict[str, Any] = {}
     for name, description, config, facts in SETTINGS:
         medians = [r["step_ms_median"] for r in runs[name]]
@@ -126,18 +164,29 @@ def to_markdown(data: dict[str, Any]) -> str:
         for preset in presets:
             e = data["presets"][preset]["settings"][name]
             facts = f" / {e['gpu_facts_ms']}" if e["gpu_facts_ms"] else ""
-            cells.append(f"{e['step_ms_median']:.2f} ({e['step_ms_min']:.2f}-"
-                         f"{e['step_ms_max']:.2f}){facts}")
+            cells.append(
+                f"{e['step_ms_median']:.2f} ({e['step_ms_min']:.2f}-{e['step_ms_max']:.2f}){facts}"
+            )
         lines.append(f"| {description} | " + " | ".join(cells) + " |")
     floor_cells = [f"{data['presets'][p]['graph_floor_ms']['median']:.2f}" for p in presets]
-    lines.append("| graph replay floor: back-to-back replays, no data, no syncs (GPU time) | "
-                 + " | ".join(floor_cells) + " |")
-    lines += ["", "Speedup over seed-baseline (median of repeats) and floor / step time:", "",
-              "| setting | " + " | ".join(presets) + " |", "|---|" + "---|" * len(presets)]
+    lines.append(
+        "| graph replay floor: back-to-back replays, no data, no syncs (GPU time) | "
+        + " | ".join(floor_cells)
+        + " |"
+    )
+    lines += [
+        "",
+        "Speedup over seed-baseline (median of repeats) and floor / step time:",
+        "",
+        "| setting | " + " | ".join(presets) + " |",
+        "|---|" + "---|" * len(presets),
+    ]
     for name, *_ in SETTINGS:
-        cells = [f"{data['presets'][p]['settings'][name]['speedup_vs_seed_baseline']:.2f}x, "
-                 f"floor {data['presets'][p]['settings'][name]['floor_ratio']:.2f}"
-                 for p in presets]
+        cells = [
+            f"{data['presets'][p]['settings'][name]['speedup_vs_seed_baseline']:.2f}x, "
+            f"floor {data['presets'][p]['settings'][name]['floor_ratio']:.2f}"
+            for p in presets
+        ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -151,10 +200,15 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
     parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
-    parser.add_argument("--matmul-precision", choices=["highest", "high", "medium"],
-                        default="highest", help="torch.set_float32_matmul_precision (high: TF32)")
-    parser.add_argument("--floors-only", action="store_true",
-                        help="only the CUDA-graph floor of each preset")
+    parser.add_argument(
+        "--matmul-precision",
+        choices=["highest", "high", "medium"],
+        default="highest",
+        help="torch.set_float32_matmul_precision (high: TF32)",
+    )
+    parser.add_argument(
+        "--floors-only", action="store_true", help="only the CUDA-graph floor of each preset"
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         parser.error("the harness measures a GPU and CUDA is not available here")
@@ -162,23 +216,35 @@ def main() -> None:
     if args.floors_only:
         for preset in args.presets.split(","):
             floor = graph_floor(load_workload("transformer", preset, seed=0), device="cuda")
-            print(f"floor {preset} precision={args.matmul_precision}: {floor.step_ms:.2f} ms "
-                  f"{[round(x, 2) for x in floor.repeats_ms]}")
+            print(
+                f"floor {preset} precision={args.matmul_precision}: {floor.step_ms:.2f} ms "
+                f"{[round(x, 2) for x in floor.repeats_ms]}"
+            )
         return
 
     fp = fingerprint(torch.device("cuda"))
     date = dt.date.today().isoformat()
     data: dict[str, Any] = {
-        "meta": {"fingerprint": fp, "commit": args.commit, "date": date, "steps": args.steps,
-                 "matmul_precision": args.matmul_precision,
-                 "warmup": args.warmup, "windows": args.windows, "repeats": args.repeats},
+        "meta": {
+            "fingerprint": fp,
+            "commit": args.commit,
+            "date": date,
+            "steps": args.steps,
+            "matmul_precision": args.matmul_precision,
+            "warmup": args.warmup,
+            "windows": args.windows,
+            "repeats": args.repeats,
+        },
         "presets": {},
     }
     stem = f"harness-{fp['gpu'].split()[1].lower() if ' ' in fp['gpu'] else 'gpu'}-{date}"
     args.out.mkdir(parents=True, exist_ok=True)
     for preset in args.presets.split(","):
         data["presets"][preset] = measure_preset(
-            preset, repeats=args.repeats, steps=args.steps, warmup=args.warmup,
+            preset,
+            repeats=args.repeats,
+            steps=args.steps,
+            warmup=args.warmup,
             windows=args.windows,
         )
         # Written after every preset, so a run cut short still leaves its results.

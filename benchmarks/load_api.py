@@ -37,13 +37,31 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "load-benchmark-token-0123456789"
-SMALL_JOB = {"workload": "mlp", "preset": "tiny", "n_trials": 3, "device": "cpu",
-             "fix": {"num_workers": 0}}
-LONG_JOB = {"workload": "transformer", "preset": "tiny", "n_trials": 500, "device": "cpu",
-            "fix": {"num_workers": 0}}
-WORKER_SETTINGS = {"measure_warmup": 2, "measure_windows": 5, "measure_window_steps": 20,
-                   "final_rounds": 1, "top_k": 2, "parity_steps": 4, "heartbeat_s": 1.0,
-                   "torch_threads": 1, "access_log": False}
+SMALL_JOB = {
+    "workload": "mlp",
+    "preset": "tiny",
+    "n_trials": 3,
+    "device": "cpu",
+    "fix": {"num_workers": 0},
+}
+LONG_JOB = {
+    "workload": "transformer",
+    "preset": "tiny",
+    "n_trials": 500,
+    "device": "cpu",
+    "fix": {"num_workers": 0},
+}
+WORKER_SETTINGS = {
+    "measure_warmup": 2,
+    "measure_windows": 5,
+    "measure_window_steps": 20,
+    "final_rounds": 1,
+    "top_k": 2,
+    "parity_steps": 4,
+    "heartbeat_s": 1.0,
+    "torch_threads": 1,
+    "access_log": False,
+}
 
 
 def _free_port() -> int:
@@ -75,17 +93,23 @@ def _percentile(values: list[float], q: float) -> float:
 def _summary(latencies_ms: list[float]) -> dict[str, float | int]:
     if not latencies_ms:
         return {"n": 0}
-    return {"n": len(latencies_ms), "p50_ms": _percentile(latencies_ms, 50),
-            "p90_ms": _percentile(latencies_ms, 90), "p99_ms": _percentile(latencies_ms, 99),
-            "max_ms": max(latencies_ms), "mean_ms": statistics.fmean(latencies_ms)}
+    return {
+        "n": len(latencies_ms),
+        "p50_ms": _percentile(latencies_ms, 50),
+        "p90_ms": _percentile(latencies_ms, 90),
+        "p99_ms": _percentile(latencies_ms, 99),
+        "max_ms": max(latencies_ms),
+        "mean_ms": statistics.fmean(latencies_ms),
+    }
 
 
 class _Connection:
     """One HTTP/1.1 keep-alive connection: a minimal client, so that the load generator spends
     little of the machine's CPU (httpx spent about as much per request as the server did)."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 host: str) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str
+    ) -> None:
         self.reader, self.writer, self.host = reader, writer, host
 
     @classmethod
@@ -94,14 +118,19 @@ class _Connection:
         return cls(reader, writer, f"{host}:{port}")
 
     async def get(self, path: str) -> int:
-        self.writer.write(f"GET {path} HTTP/1.1\r\nHost: {self.host}\r\n"
-                          f"Authorization: Bearer {TOKEN}\r\n\r\n".encode())
+        self.writer.write(
+            f"GET {path} HTTP/1.1\r\nHost: {self.host}\r\n"
+            f"Authorization: Bearer {TOKEN}\r\n\r\n".encode()
+        )
         await self.writer.drain()
         head = await self.reader.readuntil(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
         status = int(lines[0].split(" ", 2)[1])
-        length = next(int(line.split(":", 1)[1]) for line in lines
-                      if line.lower().startswith("content-length:"))
+        length = next(
+            int(line.split(":", 1)[1])
+            for line in lines
+            if line.lower().startswith("content-length:")
+        )
         await self.reader.readexactly(length)
         return status
 
@@ -109,8 +138,15 @@ class _Connection:
         self.writer.close()
 
 
-async def _drive(host: str, port: int, paths: list[str], rate: float, duration_s: float,
-                 timeout_s: float, connections: int) -> dict[str, Any]:
+async def _drive(
+    host: str,
+    port: int,
+    paths: list[str],
+    rate: float,
+    duration_s: float,
+    timeout_s: float,
+    connections: int,
+) -> dict[str, Any]:
     """Send GET paths[i % len(paths)] at `rate` per second; latency from the scheduled time."""
     latencies: dict[str, list[float]] = {p: [] for p in paths}
     errors: dict[str, int] = {}
@@ -159,26 +195,53 @@ def _measure(tmp: Path, args: argparse.Namespace) -> tuple[dict[str, Any], list[
     base = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNER_")}
     env |= {f"TUNER_{k.upper()}": str(v) for k, v in WORKER_SETTINGS.items()}
-    env |= {"TUNER_STORAGE": f"sqlite:///{tmp}/load.db", "TUNER_API_TOKENS": TOKEN,
-            "TUNER_WORKER_NICE": str(args.worker_nice)}
+    env |= {
+        "TUNER_STORAGE": f"sqlite:///{tmp}/load.db",
+        "TUNER_API_TOKENS": TOKEN,
+        "TUNER_WORKER_NICE": str(args.worker_nice),
+    }
     with (tmp / "server.log").open("wb") as log:
         server = subprocess.Popen(
             [sys.executable, "-m", "tuner", "serve", "--port", str(port), "--workers", "1"],
-            env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            env=env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
-            http = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"},
-                                timeout=10)
-            _wait(lambda: http.get("/healthz").json()["workers_alive"] >= 1, 120,
-                  "the server and its worker")
+            http = httpx.Client(
+                base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10
+            )
+            _wait(
+                lambda: http.get("/healthz").json()["workers_alive"] >= 1,
+                120,
+                "the server and its worker",
+            )
             finished = http.post("/v1/jobs", json=SMALL_JOB).json()["id"]
-            _wait(lambda: http.get(f"/v1/jobs/{finished}").json()["status"] == "succeeded", 120,
-                  "the small job to succeed")
+            _wait(
+                lambda: http.get(f"/v1/jobs/{finished}").json()["status"] == "succeeded",
+                120,
+                "the small job to succeed",
+            )
             running = http.post("/v1/jobs", json=LONG_JOB).json()["id"]
-            _wait(lambda: http.get(f"/v1/jobs/{running}").json()["n_complete"] >= 1, 120,
-                  "the long job to run")
+            _wait(
+                lambda: http.get(f"/v1/jobs/{running}").json()["n_complete"] >= 1,
+                120,
+                "the long job to run",
+            )
             paths = [f"/v1/jobs/{finished}/best", f"/v1/jobs/{running}"]
-            result = asyncio.run(_drive("127.0.0.1", port, paths, args.rate, args.duration,
-                                        args.timeout_s, args.connections))
+            result = asyncio.run(
+                _drive(
+                    "127.0.0.1",
+                    port,
+                    paths,
+                    args.rate,
+                    args.duration,
+                    args.timeout_s,
+                    args.connections,
+                )
+            )
             during = http.get(f"/v1/jobs/{running}").json()
             http.post(f"/v1/jobs/{running}/cancel")
         finally:
@@ -205,26 +268,34 @@ def main() -> None:
     report = {
         "date": dt.date.today().isoformat(),
         "what": "GET /v1/jobs/{id}/best (a finished job) and GET /v1/jobs/{id} (a running "
-                "job), alternately, open loop, over HTTP/1.1 keep-alive on 127.0.0.1",
-        "rate_per_s": args.rate, "duration_s": args.duration,
-        "achieved_rate_per_s": result["achieved_rate"], "sent": result["sent"],
-        "errors": result["errors"], "n_errors": sum(result["errors"].values()),
+        "job), alternately, open loop, over HTTP/1.1 keep-alive on 127.0.0.1",
+        "rate_per_s": args.rate,
+        "duration_s": args.duration,
+        "achieved_rate_per_s": result["achieved_rate"],
+        "sent": result["sent"],
+        "errors": result["errors"],
+        "n_errors": sum(result["errors"].values()),
         "latency_from_scheduled_send": _summary(every),
         "by_endpoint": {
             "GET /v1/jobs/{id}/best": _summary(result["latencies"][paths[0]]),
             "GET /v1/jobs/{id}": _summary(result["latencies"][paths[1]]),
         },
-        "running_job_during_load": {k: during.get(k) for k in (
-            "status", "n_complete", "n_failed", "n_pruned", "phase")},
+        "running_job_during_load": {
+            k: during.get(k) for k in ("status", "n_complete", "n_failed", "n_pruned", "phase")
+        },
         "setup": {
             "server": "python -m tuner serve --workers 1 (uvicorn, 1 process), SQLite (WAL)",
             "worker": WORKER_SETTINGS | {"worker_nice": args.worker_nice, "job": LONG_JOB},
             "client": f"this script (asyncio, a minimal HTTP/1.1 client), {args.connections} "
-                      "keep-alive connections, on the same machine",
+            "keep-alive connections, on the same machine",
         },
         "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform(), "processor": platform.processor()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "processor": platform.processor(),
+        },
     }
     text = json.dumps(report, indent=2)
     print(text)
@@ -248,8 +319,10 @@ def _markdown(report: dict[str, Any]) -> str:
         "|---|---:|---:|---:|---:|---:|",
     ]
     for name, s in rows:
-        lines.append(f"| {name} | {s['n']} | {s['p50_ms']:.2f} | {s['p90_ms']:.2f} | "
-                     f"{s['p99_ms']:.2f} | {s['max_ms']:.2f} |")
+        lines.append(
+            f"| {name} | {s['n']} | {s['p50_ms']:.2f} | {s['p90_ms']:.2f} | "
+            f"{s['p99_ms']:.2f} | {s['max_ms']:.2f} |"
+        )
     lines += [
         "",
         f"Errors: {report['n_errors']} {json.dumps(report['errors'])}. Latency is measured from "

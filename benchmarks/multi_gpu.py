@@ -60,8 +60,14 @@ from tuner.service.spec import JobSpec  # noqa: E402
 from tuner.store.keys import OWNER as OWNER_ATTR  # noqa: E402
 
 procs_handles: list[subprocess.Popen[bytes]] = []  # every worker started, for stop_all()
-GRAPH = LoopConfig(cuda_graph=True, sync_mode="event", sync_interval=10, num_streams=2,
-                   pin_memory=True, non_blocking=True)
+GRAPH = LoopConfig(
+    cuda_graph=True,
+    sync_mode="event",
+    sync_interval=10,
+    num_streams=2,
+    pin_memory=True,
+    non_blocking=True,
+)
 
 
 def parse() -> argparse.Namespace:
@@ -71,8 +77,12 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--matmul-precision", choices=PRECISIONS, default="high")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="workers (default: one per visible GPU; required with --device cpu)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="workers (default: one per visible GPU; required with --device cpu)",
+    )
     parser.add_argument("--single-too", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--timeout", type=float, default=150.0, help="cap per job, seconds")
     parser.add_argument("--rounds", type=int, default=3, help="measurements per config and GPU")
@@ -94,10 +104,17 @@ def parse() -> argparse.Namespace:
 
 
 def worker_env(args: argparse.Namespace) -> dict[str, str]:
-    settings = {"MEASURE_WARMUP": args.warmup, "MEASURE_WINDOWS": args.windows,
-                "MEASURE_WINDOW_STEPS": args.window_steps, "PARITY_STEPS": args.parity_steps,
-                "FINAL_ROUNDS": args.final_rounds, "MATMUL_PRECISION": args.matmul_precision,
-                "HEARTBEAT_S": 1, "POLL_S": 0.5, "LEASE_S": 20}
+    settings = {
+        "MEASURE_WARMUP": args.warmup,
+        "MEASURE_WINDOWS": args.windows,
+        "MEASURE_WINDOW_STEPS": args.window_steps,
+        "PARITY_STEPS": args.parity_steps,
+        "FINAL_ROUNDS": args.final_rounds,
+        "MATMUL_PRECISION": args.matmul_precision,
+        "HEARTBEAT_S": 1,
+        "POLL_S": 0.5,
+        "LEASE_S": 20,
+    }
     base = {k: v for k, v in os.environ.items() if not k.startswith("TUNER_")}
     tuner = {f"TUNER_{k}": str(v) for k, v in settings.items()}
     return base | tuner | {"PYTHONPATH": CHILD_PYTHONPATH}
@@ -107,8 +124,13 @@ def run_job(args: argparse.Namespace, workers: int, directory: Path) -> dict[str
     """One job, `workers` worker processes (worker i on GPU i); its outcome and who ran what."""
     storage = f"sqlite:///{directory}/jobs.db"
     store = JobStore(storage)
-    spec = JobSpec(workload=args.workload, preset=args.preset, n_trials=args.trials,
-                   device=args.device, fix={"num_workers": 0} if args.device == "cpu" else {})
+    spec = JobSpec(
+        workload=args.workload,
+        preset=args.preset,
+        n_trials=args.trials,
+        device=args.device,
+        fix={"num_workers": 0} if args.device == "cpu" else {},
+    )
     procs: dict[int, str] = {}
     logs = []
     started = time.monotonic()
@@ -121,8 +143,9 @@ def run_job(args: argparse.Namespace, workers: int, directory: Path) -> dict[str
             label = f"cuda:{index}"
         log = (directory / f"worker-{index}.log").open("wb")
         logs.append(log)
-        proc = subprocess.Popen(command, cwd=ROOT, env=worker_env(args), stdout=log,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            command, cwd=ROOT, env=worker_env(args), stdout=log, stderr=subprocess.STDOUT
+        )
         procs[proc.pid] = f"{label}#{index}"
         procs_handles.append(proc)
     try:
@@ -139,24 +162,40 @@ def run_job(args: argparse.Namespace, workers: int, directory: Path) -> dict[str
         for log in logs:
             log.close()
     try:
-        trials = optuna.load_study(study_name=row.study, storage=storage).get_trials(
-            deepcopy=False)
+        trials = optuna.load_study(study_name=row.study, storage=storage).get_trials(deepcopy=False)
     except KeyError:  # no worker got as far as the study: their logs say why
         trials = []
-    log_tails = {procs_label: (directory / f"worker-{i}.log").read_text(
-        encoding="utf-8", errors="replace")[-1500:]
-        for i, procs_label in enumerate(procs.values())} if not trials else {}
+    log_tails = (
+        {
+            procs_label: (directory / f"worker-{i}.log").read_text(
+                encoding="utf-8", errors="replace"
+            )[-1500:]
+            for i, procs_label in enumerate(procs.values())
+        }
+        if not trials
+        else {}
+    )
     per_worker: dict[str, int] = {}
     for name in per_owner_name(trials, procs):
         per_worker[name] = per_worker.get(name, 0) + 1
     rec = row.recommendation or {}
-    return {"status": row.status, "error": row.error, "wall_s": wall_s,
-            "phases": phases(row, trials, per_owner_name(trials, procs)),
-            "timed_out": timed_out,
-            "n_trials": {"complete": row.n_complete, "failed": row.n_failed,
-                         "pruned": row.n_pruned, "in_study": len(trials)},
-            "trials_per_worker": per_worker, "recommended": rec.get("config"),
-            "speedup": rec.get("speedup"), "worker_log_tails": log_tails}
+    return {
+        "status": row.status,
+        "error": row.error,
+        "wall_s": wall_s,
+        "phases": phases(row, trials, per_owner_name(trials, procs)),
+        "timed_out": timed_out,
+        "n_trials": {
+            "complete": row.n_complete,
+            "failed": row.n_failed,
+            "pruned": row.n_pruned,
+            "in_study": len(trials),
+        },
+        "trials_per_worker": per_worker,
+        "recommended": rec.get("config"),
+        "speedup": rec.get("speedup"),
+        "worker_log_tails": log_tails,
+    }
 
 
 def per_owner_name(trials: list[optuna.trial.FrozenTrial], procs: dict[int, str]) -> list[str]:
@@ -169,8 +208,11 @@ def per_owner_name(trials: list[optuna.trial.FrozenTrial], procs: dict[int, str]
     return names
 
 
-def phases(row: Any, trials: list[optuna.trial.FrozenTrial], owners: list[str],
-           ) -> dict[str, Any]:
+def phases(
+    row: Any,
+    trials: list[optuna.trial.FrozenTrial],
+    owners: list[str],
+) -> dict[str, Any]:
     """Where the job's wall time went, from the job row's and the trials' timestamps.
 
     until_claimed: submission to a worker claiming the job (worker start-up: imports, CUDA).
@@ -179,8 +221,11 @@ def phases(row: Any, trials: list[optuna.trial.FrozenTrial], owners: list[str],
     over search x workers that ran trials. after_search: the last trial to the job's end (the
     final round, its parity checks and profiles, on one worker).
     """
-    timed = [(t, o) for t, o in zip(trials, owners, strict=True)
-             if t.datetime_start is not None and t.datetime_complete is not None]
+    timed = [
+        (t, o)
+        for t, o in zip(trials, owners, strict=True)
+        if t.datetime_start is not None and t.datetime_complete is not None
+    ]
     if not timed or row.started_at is None or row.finished_at is None:
         return {}
 
@@ -191,8 +236,9 @@ def phases(row: Any, trials: list[optuna.trial.FrozenTrial], owners: list[str],
     last = max(utc(t.datetime_complete) for t, _ in timed)
     busy: dict[str, float] = {}
     for trial, owner in timed:
-        busy[owner] = busy.get(owner, 0.0) + (
-            trial.datetime_complete - trial.datetime_start).total_seconds()
+        busy[owner] = (
+            busy.get(owner, 0.0) + (trial.datetime_complete - trial.datetime_start).total_seconds()
+        )
     search_s = (last - first).total_seconds()
     return {
         "until_claimed_s": (row.started_at - row.created_at).total_seconds(),
@@ -200,8 +246,9 @@ def phases(row: Any, trials: list[optuna.trial.FrozenTrial], owners: list[str],
         "search_s": search_s,
         "after_search_s": (row.finished_at - last).total_seconds(),
         "trial_s_per_worker": busy,
-        "search_busy_fraction": (sum(busy.values()) / (search_s * len(busy))
-                                 if search_s > 0 else None),
+        "search_busy_fraction": (
+            sum(busy.values()) / (search_s * len(busy)) if search_s > 0 else None
+        ),
     }
 
 
@@ -222,10 +269,11 @@ def agreement(args: argparse.Namespace, devices: list[str]) -> list[dict[str, An
     set_matmul_precision(args.matmul_precision)
     protocol = Protocol(warmup=args.warmup, windows=args.windows, window_steps=args.window_steps)
     second = GRAPH if args.device == "cuda" else BASELINES["pytorch-default"]
-    configs = {"seed-baseline": BASELINES["seed-baseline"],
-               "graph" if args.device == "cuda" else "pytorch-default": second}
-    measurers = [Measurer(args.workload, args.preset, device=d, protocol=protocol)
-                 for d in devices]
+    configs = {
+        "seed-baseline": BASELINES["seed-baseline"],
+        "graph" if args.device == "cuda" else "pytorch-default": second,
+    }
+    measurers = [Measurer(args.workload, args.preset, device=d, protocol=protocol) for d in devices]
     samples: dict[tuple[str, int], list[float]] = {}
     for _ in range(args.rounds):
         for name, config in configs.items():
@@ -239,73 +287,111 @@ def agreement(args: argparse.Namespace, devices: list[str]) -> list[dict[str, An
         reference = samples[(name, 0)]
         for index in range(len(devices)):
             ratio, low, high = ratio_ci(samples[(name, index)], reference)
-            rows.append({"config": name, "device": devices[index],
-                         "median": statistics.median(samples[(name, index)]),
-                         "ratio_to_first": ratio, "ci95": [low, high],
-                         "agree": low <= 1 + args.tolerance and high >= 1 - args.tolerance})
+            rows.append(
+                {
+                    "config": name,
+                    "device": devices[index],
+                    "median": statistics.median(samples[(name, index)]),
+                    "ratio_to_first": ratio,
+                    "ci95": [low, high],
+                    "agree": low <= 1 + args.tolerance and high >= 1 - args.tolerance,
+                }
+            )
     return rows
 
 
 def markdown(result: dict[str, Any]) -> str:
     hw = result["hardware"]
-    lines = [f"# {result['workers']} workers on one job: {result['workload']} "
-             f"{result['preset']}, {result['trials']} trials",
-             "", f"{hw['gpu'] or 'cpu'}, driver {hw['driver']}, CUDA {hw['cuda']}, torch "
-             f"{hw['torch']}; commit {result['commit']}; {result['date']}; matmul precision "
-             f"{result['matmul_precision']}.", "",
-             "| run | status | wall s | counted (complete/failed/pruned) | trials per worker |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"# {result['workers']} workers on one job: {result['workload']} "
+        f"{result['preset']}, {result['trials']} trials",
+        "",
+        f"{hw['gpu'] or 'cpu'}, driver {hw['driver']}, CUDA {hw['cuda']}, torch "
+        f"{hw['torch']}; commit {result['commit']}; {result['date']}; matmul precision "
+        f"{result['matmul_precision']}.",
+        "",
+        "| run | status | wall s | counted (complete/failed/pruned) | trials per worker |",
+        "|---|---|---|---|---|",
+    ]
     for name in ("shared", "single"):
         run = result.get(name)
         if run is None:
             continue
         n = run["n_trials"]
         per = ", ".join(f"{k}: {v}" for k, v in sorted(run["trials_per_worker"].items()))
-        lines.append(f"| {name} | {run['status']} | {run['wall_s']:.1f} | {n['complete']}/"
-                     f"{n['failed']}/{n['pruned']} | {per} |")
-    phase_rows = [(name, result[name]["phases"]) for name in ("shared", "single")
-                  if result.get(name, {}).get("phases")]
+        lines.append(
+            f"| {name} | {run['status']} | {run['wall_s']:.1f} | {n['complete']}/"
+            f"{n['failed']}/{n['pruned']} | {per} |"
+        )
+    phase_rows = [
+        (name, result[name]["phases"])
+        for name in ("shared", "single")
+        if result.get(name, {}).get("phases")
+    ]
     if phase_rows:
-        lines += ["", "Where the wall time went (s; from the job row's and the trials' "
-                  "timestamps):", "",
-                  "| run | until a worker claimed it | until the first trial | search | "
-                  "trial-s per worker | search busy | after the search (final round) |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "Where the wall time went (s; from the job row's and the trials' timestamps):",
+            "",
+            "| run | until a worker claimed it | until the first trial | search | "
+            "trial-s per worker | search busy | after the search (final round) |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for name, p in phase_rows:
             per = ", ".join(f"{k}: {v:.1f}" for k, v in sorted(p["trial_s_per_worker"].items()))
             frac = p["search_busy_fraction"]
-            lines.append(f"| {name} | {p['until_claimed_s']:.1f} | "
-                         f"{p['until_first_trial_s']:.1f} | {p['search_s']:.1f} | {per} | "
-                         f"{'-' if frac is None else f'{frac:.0%}'} | "
-                         f"{p['after_search_s']:.1f} |")
+            lines.append(
+                f"| {name} | {p['until_claimed_s']:.1f} | "
+                f"{p['until_first_trial_s']:.1f} | {p['search_s']:.1f} | {per} | "
+                f"{'-' if frac is None else f'{frac:.0%}'} | "
+                f"{p['after_search_s']:.1f} |"
+            )
     if result.get("single") and result["shared"]["wall_s"]:
-        lines += ["", f"Wall time, one GPU / shared: "
-                  f"{result['single']['wall_s'] / result['shared']['wall_s']:.2f}x."]
+        lines += [
+            "",
+            f"Wall time, one GPU / shared: "
+            f"{result['single']['wall_s'] / result['shared']['wall_s']:.2f}x.",
+        ]
     if result.get("agreement_error"):
         lines += ["", f"Agreement between the GPUs not measured: {result['agreement_error']}"]
-    lines += ["", "| config | device | median samples/s | ratio to first (95 % CI) | agree |",
-              "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| config | device | median samples/s | ratio to first (95 % CI) | agree |",
+        "|---|---|---|---|---|",
+    ]
     for row in result["agreement"]:
         low, high = row["ci95"]
-        lines.append(f"| {row['config']} | {row['device']} | {row['median']:.1f} | "
-                     f"{row['ratio_to_first']:.3f} ({low:.3f}-{high:.3f}) | {row['agree']} |")
+        lines.append(
+            f"| {row['config']} | {row['device']} | {row['median']:.1f} | "
+            f"{row['ratio_to_first']:.3f} ({low:.3f}-{high:.3f}) | {row['agree']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     args = parse()
-    devices = ([f"cuda:{i}" for i in range(args.workers)] if args.device == "cuda"
-               else ["cpu"] * args.workers)
+    devices = (
+        [f"cuda:{i}" for i in range(args.workers)]
+        if args.device == "cuda"
+        else ["cpu"] * args.workers
+    )
     fp = trainers.fingerprint(trainers.resolve_device(devices[0]))
     result: dict[str, Any] = {
-        "workload": args.workload, "preset": args.preset, "trials": args.trials,
-        "workers": args.workers, "matmul_precision": args.matmul_precision,
+        "workload": args.workload,
+        "preset": args.preset,
+        "trials": args.trials,
+        "workers": args.workers,
+        "matmul_precision": args.matmul_precision,
         "commit": os.environ.get("STREAMTUNE_COMMIT", "unknown"),
-        "date": dt.date.today().isoformat(), "hardware": fp,
-        "command": " ".join(sys.argv)}
+        "date": dt.date.today().isoformat(),
+        "hardware": fp,
+        "command": " ".join(sys.argv),
+    }
     with tempfile.TemporaryDirectory(prefix="multi-gpu-") as tmp:
-        for name, count, sub in (("shared", args.workers, "shared"),
-                                 ("single", 1 if args.single_too else 0, "single")):
+        for name, count, sub in (
+            ("shared", args.workers, "shared"),
+            ("single", 1 if args.single_too else 0, "single"),
+        ):
             if count:
                 directory = Path(tmp, sub)
                 directory.mkdir()

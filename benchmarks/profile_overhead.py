@@ -37,8 +37,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--matmul-precision", choices=PRECISIONS, default="highest")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--isolated", action="store_true",
-                        help="profile in a child process (tuner.isolated.ProfileProcess)")
+    parser.add_argument(
+        "--isolated",
+        action="store_true",
+        help="profile in a child process (tuner.isolated.ProfileProcess)",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     set_matmul_precision(args.matmul_precision)
@@ -51,41 +54,65 @@ def main() -> None:
         for _ in range(args.repeats):
             for name, config in configs.items():
                 workload.model.load_state_dict(initial)
-                result = run(workload, config, steps=100, warmup=10, windows=5,
-                             device=device)
+                result = run(workload, config, steps=100, warmup=10, windows=5, device=device)
                 into[name].setdefault(phase, []).append(result.step_time_ms["median"])
                 print(f"{phase:<7} {name:<14} {result.step_time_ms['median']:.3f} ms", flush=True)
 
     step_ms: dict[str, dict[str, list[float]]] = {name: {} for name in configs}
     measure_all("before", step_ms)
     profiled: dict[str, dict[str, float | None]] = {}
-    child = (ProfileProcess("transformer", args.preset, steps=10, warmup=5, seed=0,
-                            device=str(device), matmul_precision=args.matmul_precision)
-             if args.isolated else None)
+    child = (
+        ProfileProcess(
+            "transformer",
+            args.preset,
+            steps=10,
+            warmup=5,
+            seed=0,
+            device=str(device),
+            matmul_precision=args.matmul_precision,
+        )
+        if args.isolated
+        else None
+    )
     for name, config in configs.items():
         workload.model.load_state_dict(initial)
-        prof = (child.profile(config) if child is not None
-                else profile_config(workload, config, device=device))
-        profiled[name] = {"profiled_step_ms": prof.step_ms,
-                          "unprofiled_window_ms": prof.unprofiled_step_ms,
-                          "gpu_busy_fraction": prof.gpu_busy_fraction,
-                          "seconds": prof.seconds}
-        print(f"profile {name:<14} {prof.step_ms:.3f} ms (unprofiled window "
-              f"{prof.unprofiled_step_ms} ms), {prof.seconds:.1f} s", flush=True)
+        prof = (
+            child.profile(config)
+            if child is not None
+            else profile_config(workload, config, device=device)
+        )
+        profiled[name] = {
+            "profiled_step_ms": prof.step_ms,
+            "unprofiled_window_ms": prof.unprofiled_step_ms,
+            "gpu_busy_fraction": prof.gpu_busy_fraction,
+            "seconds": prof.seconds,
+        }
+        print(
+            f"profile {name:<14} {prof.step_ms:.3f} ms (unprofiled window "
+            f"{prof.unprofiled_step_ms} ms), {prof.seconds:.1f} s",
+            flush=True,
+        )
     if child is not None:
         child.close()
     measure_all("after", step_ms)
     summary = {
-        name: {"before_ms": phases["before"], "after_ms": phases["after"],
-               "after_over_before": statistics.median(phases["after"])
-               / statistics.median(phases["before"]),
-               **profiled[name]}
+        name: {
+            "before_ms": phases["before"],
+            "after_ms": phases["after"],
+            "after_over_before": statistics.median(phases["after"])
+            / statistics.median(phases["before"]),
+            **profiled[name],
+        }
         for name, phases in step_ms.items()
     }
-    data = {"fingerprint": fingerprint(device), "preset": args.preset,
-            "matmul_precision": args.matmul_precision, "repeats": args.repeats,
-            "profiled_in": "a child process" if args.isolated else "the measuring process",
-            "configs": summary}
+    data = {
+        "fingerprint": fingerprint(device),
+        "preset": args.preset,
+        "matmul_precision": args.matmul_precision,
+        "repeats": args.repeats,
+        "profiled_in": "a child process" if args.isolated else "the measuring process",
+        "configs": summary,
+    }
     args.out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     for name, entry in summary.items():
         print(f"{name}: after/before {entry['after_over_before']:.3f}")

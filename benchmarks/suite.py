@@ -58,8 +58,16 @@ FIXED_SETTINGS: dict[str, LoopConfig] = {
     "seed-event10": LoopConfig(num_streams=2, sync_mode="event", sync_interval=10, **PINNED),
     "seed-4streams": LoopConfig(num_streams=4, sync_mode="event", sync_interval=10, **PINNED),
 }
-SETTING_ORDER = ("pytorch-default", "seed-baseline", "seed-event10", "seed-4streams",
-                 "grid-best", "recommended", "recommended-seed1", "graph-floor")
+SETTING_ORDER = (
+    "pytorch-default",
+    "seed-baseline",
+    "seed-event10",
+    "seed-4streams",
+    "grid-best",
+    "recommended",
+    "recommended-seed1",
+    "graph-floor",
+)
 
 # The default space (tuner.space.full_space), discretised. Stream count and the sync settings
 # get the values the seed design and GPU-FACTS use; the three feed settings move together, as
@@ -75,9 +83,11 @@ FEEDS: tuple[dict[str, Any], ...] = (
     {"prefetch_depth": 0, "pin_memory": False, "num_workers": 0},
     {"prefetch_depth": 2, "pin_memory": True, "num_workers": 2},
 )
-GRID_NOTE = ("num_streams {1,2,4} x sync_mode {synchronize,event,query} x sync_interval {1,20} "
-             "x cuda_graph {false,true} x feed {idiom: prefetch 0, pageable, 0 workers | fed: "
-             "prefetch 2, pinned, 2 workers}; non_blocking true as in the default space")
+GRID_NOTE = (
+    "num_streams {1,2,4} x sync_mode {synchronize,event,query} x sync_interval {1,20} "
+    "x cuda_graph {false,true} x feed {idiom: prefetch 0, pageable, 0 workers | fed: "
+    "prefetch 2, pinned, 2 workers}; non_blocking true as in the default space"
+)
 TARGET_FRACTION = 0.03
 SAMPLERS = ("tpe", "random", "grid")
 
@@ -103,13 +113,15 @@ def grid_configs(*, cuda: bool) -> list[LoopConfig]:
 def grid_params(config: LoopConfig) -> dict[str, Any]:
     """The replayed search's parameters of a grid config: the grid dimensions and the feed."""
     params = {name: getattr(config, name) for name in GRID_LEVELS}
-    params["feed"] = next(i for i, feed in enumerate(FEEDS)
-                          if all(getattr(config, k) == v for k, v in feed.items()))
+    params["feed"] = next(
+        i for i, feed in enumerate(FEEDS) if all(getattr(config, k) == v for k, v in feed.items())
+    )
     return params
 
 
-def measure_grid(measurer: Measurer, configs: Sequence[LoopConfig],
-                 log: Callable[[str], None]) -> list[dict[str, Any]]:
+def measure_grid(
+    measurer: Measurer, configs: Sequence[LoopConfig], log: Callable[[str], None]
+) -> list[dict[str, Any]]:
     """One short run of each config: its window step times (ms) and the seconds it took."""
     entries = []
     for i, config in enumerate(configs):
@@ -120,11 +132,16 @@ def measure_grid(measurer: Measurer, configs: Sequence[LoopConfig],
         else:
             per_batch = measurer.workload.samples_per_batch
             windows = [per_batch * 1e3 / t for t in outcome.throughputs]
-            entry |= {"windows_ms": windows, "step_ms": statistics.median(windows),
-                      "seconds": outcome.seconds}
+            entry |= {
+                "windows_ms": windows,
+                "step_ms": statistics.median(windows),
+                "seconds": outcome.seconds,
+            }
         entries.append(entry)
-        log(f"grid {i + 1}/{len(configs)} {entry.get('step_ms', float('nan')):.3f} ms "
-            f"{entry['params']}")
+        log(
+            f"grid {i + 1}/{len(configs)} {entry.get('step_ms', float('nan')):.3f} ms "
+            f"{entry['params']}"
+        )
     return entries
 
 
@@ -140,9 +157,14 @@ def grid_best(entries: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def replay_search(entries: Sequence[Mapping[str, Any]], sampler: str, seed: int, *,
-                  target_fraction: float = TARGET_FRACTION,
-                  max_evaluations: int | None = None) -> dict[str, Any]:
+def replay_search(
+    entries: Sequence[Mapping[str, Any]],
+    sampler: str,
+    seed: int,
+    *,
+    target_fraction: float = TARGET_FRACTION,
+    max_evaluations: int | None = None,
+) -> dict[str, Any]:
     """Run `sampler` (tpe, random or grid) over the grid's dimensions, answering each trial with
     one measured window of that config, drawn at random (so the search sees the noise), and
     charging the seconds that config's grid run took. Stops when it has evaluated a config whose
@@ -167,17 +189,26 @@ def replay_search(entries: Sequence[Mapping[str, Any]], sampler: str, seed: int,
     order = [e["params"] for e in random.Random(seed).sample(list(entries), len(entries))]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
-        sampler=(optuna.samplers.TPESampler(seed=seed) if sampler == "tpe"
-                 else optuna.samplers.RandomSampler(seed=seed)),
-        direction="minimize")
-    cap = len(entries) if sampler == "grid" else (
-        max_evaluations if max_evaluations is not None else 2 * len(entries))
+        sampler=(
+            optuna.samplers.TPESampler(seed=seed)
+            if sampler == "tpe"
+            else optuna.samplers.RandomSampler(seed=seed)
+        ),
+        direction="minimize",
+    )
+    cap = (
+        len(entries)
+        if sampler == "grid"
+        else (max_evaluations if max_evaluations is not None else 2 * len(entries))
+    )
     seconds = 0.0
     for evaluation in range(1, cap + 1):
         trial = None if sampler == "grid" else study.ask()
-        params = (dict(order[evaluation - 1]) if trial is None else
-                  {name: trial.suggest_categorical(name, values)
-                   for name, values in space.items()})
+        params = (
+            dict(order[evaluation - 1])
+            if trial is None
+            else {name: trial.suggest_categorical(name, values) for name, values in space.items()}
+        )
         key = json.dumps(params, sort_keys=True)
         if key not in by_params:
             raise ValueError(f"the grid has no entry for {params}")
@@ -190,19 +221,28 @@ def replay_search(entries: Sequence[Mapping[str, Any]], sampler: str, seed: int,
         if trial is not None:
             study.tell(trial, rng.choice(entry["windows_ms"]))
         if entry["step_ms"] <= limit:
-            return {"evaluations": evaluation, "gpu_seconds": seconds, "reached": True,
-                    "config": entry["config"]}
+            return {
+                "evaluations": evaluation,
+                "gpu_seconds": seconds,
+                "reached": True,
+                "config": entry["config"],
+            }
     return {"evaluations": cap, "gpu_seconds": seconds, "reached": False, "config": None}
 
 
-def tuning_cost(entries: Sequence[Mapping[str, Any]], seeds: Sequence[int] = (0, 1, 2),
-                job: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def tuning_cost(
+    entries: Sequence[Mapping[str, Any]],
+    seeds: Sequence[int] = (0, 1, 2),
+    job: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Replayed cost of each sampler over `seeds`, against the grid's own GPU-seconds."""
     grid_seconds = sum(e["seconds"] for e in entries)
     out: dict[str, Any] = {
-        "method": ("replayed over the grid's measurements: each trial is answered with one of "
-                   "that config's measured windows at random and costs the seconds its grid "
-                   "run took"),
+        "method": (
+            "replayed over the grid's measurements: each trial is answered with one of "
+            "that config's measured windows at random and costs the seconds its grid "
+            "run took"
+        ),
         "target": f"a config within {TARGET_FRACTION:.0%} of the grid's best throughput",
         "grid_gpu_seconds": grid_seconds,
         "samplers": {},
@@ -230,12 +270,19 @@ def job_cost(study: optuna.Study, best_ms: float) -> dict[str, Any]:
     for trial in sorted(study.trials, key=lambda t: t.number):
         spent += float(trial.user_attrs.get("seconds", 0.0))
         step_ms = trial.user_attrs.get("step_ms")
-        if (reached_at is None and trial.state == optuna.trial.TrialState.COMPLETE
-                and step_ms is not None and step_ms <= limit):
+        if (
+            reached_at is None
+            and trial.state == optuna.trial.TrialState.COMPLETE
+            and step_ms is not None
+            and step_ms <= limit
+        ):
             reached_at = {"trial": trial.number, "gpu_seconds": spent}
-    return {"method": "the real default job's trials, with the tuner's protocol",
-            "reached": reached_at is not None, "reached_at": reached_at,
-            "trials_gpu_seconds": spent}
+    return {
+        "method": "the real default job's trials, with the tuner's protocol",
+        "reached": reached_at is not None,
+        "reached_at": reached_at,
+        "trials_gpu_seconds": spent,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -243,8 +290,13 @@ def job_cost(study: optuna.Study, best_ms: float) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def compare(measurer: Measurer, settings: Mapping[str, LoopConfig], *, rounds: int,
-            log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+def compare(
+    measurer: Measurer,
+    settings: Mapping[str, LoopConfig],
+    *,
+    rounds: int,
+    log: Callable[[str], None],
+) -> dict[str, dict[str, Any]]:
     """Every setting `rounds` times, interleaved, plus the graph floor once per round."""
     windows: dict[str, list[float]] = {name: [] for name in settings}
     peaks: dict[str, int | None] = {}
@@ -273,21 +325,29 @@ def compare(measurer: Measurer, settings: Mapping[str, LoopConfig], *, rounds: i
             out[name] = entry | {"error": errors.get(name, "not measured")}
             continue
         median = statistics.median(windows[name])
-        entry |= {"step_ms_median": median, "ci95": list(bootstrap_ci(windows[name])),
-                  "windows_ms": windows[name],
-                  "floor_ratio": None if floor_ms is None else floor_ms / median,
-                  "peak_memory_bytes": peaks.get(name)}
+        entry |= {
+            "step_ms_median": median,
+            "ci95": list(bootstrap_ci(windows[name])),
+            "windows_ms": windows[name],
+            "floor_ratio": None if floor_ms is None else floor_ms / median,
+            "peak_memory_bytes": peaks.get(name),
+        }
         if seed_windows:
             ratio, low, high = ratio_ci(seed_windows, windows[name])
-            entry |= {"speedup_vs_seed_baseline": ratio,
-                      "speedup_ci95": [low, high]}
+            entry |= {"speedup_vs_seed_baseline": ratio, "speedup_ci95": [low, high]}
         out[name] = entry
     if floors:
         out["graph-floor"] = {
-            "config": None, "step_ms_median": floor_ms, "ci95": list(bootstrap_ci(floors)),
-            "repeats_ms": floors, "floor_ratio": 1.0, "peak_memory_bytes": None,
-            "speedup_vs_seed_baseline": (statistics.median(seed_windows) / floor_ms
-                                         if seed_windows and floor_ms else None)}
+            "config": None,
+            "step_ms_median": floor_ms,
+            "ci95": list(bootstrap_ci(floors)),
+            "repeats_ms": floors,
+            "floor_ratio": 1.0,
+            "peak_memory_bytes": None,
+            "speedup_vs_seed_baseline": (
+                statistics.median(seed_windows) / floor_ms if seed_windows and floor_ms else None
+            ),
+        }
     return out
 
 
@@ -296,28 +356,56 @@ def compare(measurer: Measurer, settings: Mapping[str, LoopConfig], *, rounds: i
 # --------------------------------------------------------------------------------------------
 
 
-def default_job(workload: str, preset: str, *, storage: str, seed: int, device: str,
-                precision: str, timeout_s: float | None) -> tuple[dict[str, Any], optuna.Study]:
+def default_job(
+    workload: str,
+    preset: str,
+    *,
+    storage: str,
+    seed: int,
+    device: str,
+    precision: str,
+    timeout_s: float | None,
+) -> tuple[dict[str, Any], optuna.Study]:
     name = f"suite-{workload}-{preset}-seed{seed}"
     started = time.perf_counter()
-    rec = run_study(RunOptions(workload=workload, preset=preset, storage=storage, study=name,
-                               seed=seed, device=device, matmul_precision=precision,
-                               timeout_s=timeout_s, profile="baselines")).to_dict()
+    rec = run_study(
+        RunOptions(
+            workload=workload,
+            preset=preset,
+            storage=storage,
+            study=name,
+            seed=seed,
+            device=device,
+            matmul_precision=precision,
+            timeout_s=timeout_s,
+            profile="baselines",
+        )
+    ).to_dict()
     study = optuna.load_study(study_name=name, storage=storage)
-    summary = {"study": name, "seed": seed, "config": rec.get("config"),
-               "source": rec.get("source"), "reason": rec.get("reason"),
-               "n_trials": rec.get("n_trials"), "gpu_seconds": rec.get("gpu_seconds"),
-               "wall_s": time.perf_counter() - started, "search_timeout_s": timeout_s,
-               "verdicts": rec.get("verdicts"), "explanation": rec.get("explanation")}
+    summary = {
+        "study": name,
+        "seed": seed,
+        "config": rec.get("config"),
+        "source": rec.get("source"),
+        "reason": rec.get("reason"),
+        "n_trials": rec.get("n_trials"),
+        "gpu_seconds": rec.get("gpu_seconds"),
+        "wall_s": time.perf_counter() - started,
+        "search_timeout_s": timeout_s,
+        "verdicts": rec.get("verdicts"),
+        "explanation": rec.get("explanation"),
+    }
     return summary, study
 
 
-def run_preset(spec: str, args: argparse.Namespace, storage: str,
-               log: Callable[[str], None]) -> dict[str, Any]:
+def run_preset(
+    spec: str, args: argparse.Namespace, storage: str, log: Callable[[str], None]
+) -> dict[str, Any]:
     workload, preset = spec.split(":", 1)
     started = time.perf_counter()
-    grid_protocol = Protocol(warmup=args.grid_warmup, windows=args.grid_windows,
-                             window_steps=args.grid_window_steps)
+    grid_protocol = Protocol(
+        warmup=args.grid_warmup, windows=args.grid_windows, window_steps=args.grid_window_steps
+    )
     measurer = Measurer(workload, preset, device=args.device, protocol=grid_protocol)
     cuda = measurer.device.type == "cuda"
     configs = grid_configs(cuda=cuda)
@@ -325,8 +413,14 @@ def run_preset(spec: str, args: argparse.Namespace, storage: str,
     best = grid_best(entries)
     parity: dict[str, Any] | None = None
     if cuda:
-        checker = ParityProcess(workload, preset, steps=20, seed=0, device=str(measurer.device),
-                                matmul_precision=args.matmul_precision)
+        checker = ParityProcess(
+            workload,
+            preset,
+            steps=20,
+            seed=0,
+            device=str(measurer.device),
+            matmul_precision=args.matmul_precision,
+        )
         try:
             parity = checker.check(LoopConfig.from_dict(best["config"])).to_dict()
         finally:
@@ -335,9 +429,15 @@ def run_preset(spec: str, args: argparse.Namespace, storage: str,
     studies = []
     for seed in (0, 1) if spec in args.repro else (0,):
         log(f"default tuning job, seed {seed}")
-        summary, study = default_job(workload, preset, storage=storage, seed=seed,
-                                     device=args.device, precision=args.matmul_precision,
-                                     timeout_s=args.search_timeout.get(spec))
+        summary, study = default_job(
+            workload,
+            preset,
+            storage=storage,
+            seed=seed,
+            device=args.device,
+            precision=args.matmul_precision,
+            timeout_s=args.search_timeout.get(spec),
+        )
         jobs.append(summary)
         studies.append(study)
     settings = dict(FIXED_SETTINGS)
@@ -350,20 +450,29 @@ def run_preset(spec: str, args: argparse.Namespace, storage: str,
     reproducibility = None
     if "recommended-seed1" in compared and "step_ms_median" in compared["recommended-seed1"]:
         # Throughput of seed 0's recommendation over seed 1's = seed 1's step time over seed 0's.
-        ratio, low, high = ratio_ci(compared["recommended-seed1"]["windows_ms"],
-                                    compared["recommended"]["windows_ms"])
+        ratio, low, high = ratio_ci(
+            compared["recommended-seed1"]["windows_ms"], compared["recommended"]["windows_ms"]
+        )
         reproducibility = {
             "jobs": [{"seed": j["seed"], "config": j["config"]} for j in jobs],
-            "throughput_ratio": ratio, "ci95": [low, high],
+            "throughput_ratio": ratio,
+            "ci95": [low, high],
             "note": "throughput of seed 0's recommendation over seed 1's",
             "within_3pct": abs(ratio - 1.0) <= TARGET_FRACTION,
         }
     return {
-        "workload": workload, "preset": preset,
+        "workload": workload,
+        "preset": preset,
         "settings": compared,
-        "grid": {"discretisation": GRID_NOTE, "size": len(entries),
-                 "protocol": grid_protocol.to_dict(), "best": best, "best_parity": parity,
-                 "gpu_seconds": sum(e["seconds"] for e in entries), "entries": entries},
+        "grid": {
+            "discretisation": GRID_NOTE,
+            "size": len(entries),
+            "protocol": grid_protocol.to_dict(),
+            "best": best,
+            "best_parity": parity,
+            "gpu_seconds": sum(e["seconds"] for e in entries),
+            "entries": entries,
+        },
         "jobs": jobs,
         "tuning_cost": tuning_cost(entries, job=job_cost(studies[0], best["step_ms"])),
         "reproducibility": reproducibility,
@@ -387,21 +496,27 @@ def to_json(meta: Mapping[str, Any], presets: Mapping[str, Any]) -> dict[str, An
 
 def targets(presets: Mapping[str, Any]) -> dict[str, Any]:
     """Where the suite stands against each aim of the benchmark issue, met or not."""
-    wanted_speedup = {"transformer:small": 6.0, "transformer:medium": 2.5,
-                      "transformer:large": 1.2}
+    wanted_speedup = {"transformer:small": 6.0, "transformer:medium": 2.5, "transformer:large": 1.2}
     out: dict[str, Any] = {}
     for spec, data in presets.items():
         rec = data["settings"].get("recommended", {})
         ratio = rec.get("floor_ratio")
         entry: dict[str, Any] = {
-            "floor_ratio": ratio, "floor_ratio_met": ratio is not None and ratio >= 0.95}
+            "floor_ratio": ratio,
+            "floor_ratio_met": ratio is not None and ratio >= 0.95,
+        }
         if spec in wanted_speedup:
             speedup = rec.get("speedup_vs_seed_baseline")
-            entry |= {"speedup_wanted": wanted_speedup[spec], "speedup": speedup,
-                      "speedup_met": speedup is not None and speedup >= wanted_speedup[spec]}
+            entry |= {
+                "speedup_wanted": wanted_speedup[spec],
+                "speedup": speedup,
+                "speedup_met": speedup is not None and speedup >= wanted_speedup[spec],
+            }
         tpe = data["tuning_cost"]["samplers"]["tpe"]
-        entry |= {"tpe_fraction_of_grid": tpe["fraction_of_grid_median"],
-                  "tpe_cost_met": tpe["all_reached"] and tpe["fraction_of_grid_median"] <= 0.25}
+        entry |= {
+            "tpe_fraction_of_grid": tpe["fraction_of_grid_median"],
+            "tpe_cost_met": tpe["all_reached"] and tpe["fraction_of_grid_median"] <= 0.25,
+        }
         repro = data.get("reproducibility")
         if repro is not None:
             entry["reproducibility_met"] = repro["within_3pct"]
@@ -422,25 +537,31 @@ def _short(config: Mapping[str, Any] | None) -> str:
     graph = ", graph" if config["cuda_graph"] else ""
     memory = "pinned" if config["pin_memory"] else "pageable"
     feed = f", prefetch {config['prefetch_depth']}, {memory}, {config['num_workers']} workers"
-    return (f"{config['num_streams']} str, {config['sync_mode']}/{config['sync_interval']}"
-            f"{graph}{feed}")
+    return (
+        f"{config['num_streams']} str, {config['sync_mode']}/{config['sync_interval']}{graph}{feed}"
+    )
 
 
 def headline(data: Mapping[str, Any]) -> str:
     """The README's table: per preset, step time of each setting and the recommended config's
     speedup, floor ratio and where it stands."""
-    lines = ["| preset | PyTorch idiom ms | seed-baseline ms | seed 4 streams ms | grid-best ms "
-             "| recommended ms | graph floor ms | recommended vs seed-baseline "
-             "| floor/recommended |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| preset | PyTorch idiom ms | seed-baseline ms | seed 4 streams ms | grid-best ms "
+        "| recommended ms | graph floor ms | recommended vs seed-baseline "
+        "| floor/recommended |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for spec, preset in data["presets"].items():
         s = preset["settings"]
         rec = s.get("recommended", {})
 
         def cell(name: str, s: Mapping[str, Any] = s) -> str:
             entry = s.get(name)
-            return "-" if entry is None or "step_ms_median" not in entry else \
-                f"{entry['step_ms_median']:.2f}"
+            return (
+                "-"
+                if entry is None or "step_ms_median" not in entry
+                else f"{entry['step_ms_median']:.2f}"
+            )
 
         speed = rec.get("speedup_vs_seed_baseline")
         ci = rec.get("speedup_ci95") or [float("nan")] * 2
@@ -450,29 +571,47 @@ def headline(data: Mapping[str, Any]) -> str:
             f"| {cell('seed-4streams')} | {cell('grid-best')} | {cell('recommended')} "
             f"| {cell('graph-floor')} | "
             + ("-" if speed is None else f"{speed:.2f}x ({ci[0]:.2f}-{ci[1]:.2f})")
-            + " | " + ("-" if ratio is None else f"{ratio:.2f}") + " |")
+            + " | "
+            + ("-" if ratio is None else f"{ratio:.2f}")
+            + " |"
+        )
     meta = data["meta"]
-    lines += ["", f"Measured by `benchmarks/suite.py` on {meta['gpu']} (driver {meta['driver']}, "
-              f"CUDA {meta['cuda']}, torch {meta['torch']}), commit `{meta['commit']}`, "
-              f"{meta['date']}, float32 matmul precision `{meta['matmul_precision']}`; median "
-              "ms/step of interleaved runs, speedup with its 95 % bootstrap CI. Generated from "
-              f"`{meta['file']}`."]
+    lines += [
+        "",
+        f"Measured by `benchmarks/suite.py` on {meta['gpu']} (driver {meta['driver']}, "
+        f"CUDA {meta['cuda']}, torch {meta['torch']}), commit `{meta['commit']}`, "
+        f"{meta['date']}, float32 matmul precision `{meta['matmul_precision']}`; median "
+        "ms/step of interleaved runs, speedup with its 95 % bootstrap CI. Generated from "
+        f"`{meta['file']}`.",
+    ]
     return "\n".join(lines)
 
 
 def to_markdown(data: Mapping[str, Any]) -> str:
     meta = data["meta"]
-    out = [f"# Benchmark suite on {meta['gpu']}", "",
-           f"Driver {meta['driver']}, CUDA {meta['cuda']}, torch {meta['torch']}; commit "
-           f"`{meta['commit']}`; {meta['date']}; float32 matmul precision "
-           f"`{meta['matmul_precision']}`; `{meta['command']}`.", "",
-           "## Headline", "", headline(data), ""]
+    out = [
+        f"# Benchmark suite on {meta['gpu']}",
+        "",
+        f"Driver {meta['driver']}, CUDA {meta['cuda']}, torch {meta['torch']}; commit "
+        f"`{meta['commit']}`; {meta['date']}; float32 matmul precision "
+        f"`{meta['matmul_precision']}`; `{meta['command']}`.",
+        "",
+        "## Headline",
+        "",
+        headline(data),
+        "",
+    ]
     for spec, preset in data["presets"].items():
         run = preset.get("run")
-        out += [f"## {spec}", ""] + ([f"Run: commit `{run['commit']}`, `{run['command']}`.", ""]
-                                      if run else []) + [
+        out += (
+            [f"## {spec}", ""]
+            + ([f"Run: commit `{run['commit']}`, `{run['command']}`.", ""] if run else [])
+            + [
                 "| setting | ms/step (95 % CI) | floor/step | vs seed-baseline (95 % CI) "
-                "| peak memory MiB | config |", "|---|---|---|---|---|---|"]
+                "| peak memory MiB | config |",
+                "|---|---|---|---|---|---|",
+            ]
+        )
         for name in SETTING_ORDER:
             entry = preset["settings"].get(name)
             if entry is None:
@@ -483,59 +622,102 @@ def to_markdown(data: Mapping[str, Any]) -> str:
             out.append(
                 f"| {name} | {_ms(entry)} | "
                 + ("-" if entry.get("floor_ratio") is None else f"{entry['floor_ratio']:.2f}")
-                + " | " + ("-" if speed is None else f"{speed:.2f}x"
-                           + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else ""))
-                + " | " + ("-" if peak is None else f"{peak / 2**20:.0f}")
-                + f" | {_short(entry.get('config'))} |")
+                + " | "
+                + (
+                    "-"
+                    if speed is None
+                    else f"{speed:.2f}x" + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
+                )
+                + " | "
+                + ("-" if peak is None else f"{peak / 2**20:.0f}")
+                + f" | {_short(entry.get('config'))} |"
+            )
         grid = preset["grid"]
         cost = preset["tuning_cost"]
-        out += ["", f"Grid: {grid['size']} configs ({grid['discretisation']}), "
-                f"{grid['gpu_seconds']:.0f} GPU-s with warm-up {grid['protocol']['warmup']} + "
-                f"{grid['protocol']['windows']} x {grid['protocol']['window_steps']} steps each; "
-                f"best {grid['best']['step_ms']:.2f} ms ({_short(grid['best']['config'])}); "
-                f"its parity: {(grid['best_parity'] or {}).get('passed', 'not checked')}.", "",
-                f"Tuning cost to reach {cost['target']} ({cost['method']}):", "",
-                "| sampler | GPU-s per seed | median fraction of the grid's GPU-s | all reached |",
-                "|---|---|---|---|"]
+        out += [
+            "",
+            f"Grid: {grid['size']} configs ({grid['discretisation']}), "
+            f"{grid['gpu_seconds']:.0f} GPU-s with warm-up {grid['protocol']['warmup']} + "
+            f"{grid['protocol']['windows']} x {grid['protocol']['window_steps']} steps each; "
+            f"best {grid['best']['step_ms']:.2f} ms ({_short(grid['best']['config'])}); "
+            f"its parity: {(grid['best_parity'] or {}).get('passed', 'not checked')}.",
+            "",
+            f"Tuning cost to reach {cost['target']} ({cost['method']}):",
+            "",
+            "| sampler | GPU-s per seed | median fraction of the grid's GPU-s | all reached |",
+            "|---|---|---|---|",
+        ]
         for sampler, entry in cost["samplers"].items():
-            per_seed = ", ".join(f"{r['gpu_seconds']:.1f}" + ("" if r["reached"] else " (not)")
-                                 for r in entry["runs"])
-            out.append(f"| {sampler} | {per_seed} | {entry['fraction_of_grid_median']:.2f} "
-                       f"| {entry['all_reached']} |")
+            per_seed = ", ".join(
+                f"{r['gpu_seconds']:.1f}" + ("" if r["reached"] else " (not)")
+                for r in entry["runs"]
+            )
+            out.append(
+                f"| {sampler} | {per_seed} | {entry['fraction_of_grid_median']:.2f} "
+                f"| {entry['all_reached']} |"
+            )
         job = cost.get("default_job")
         if job is not None:
             reached = job["reached_at"]
-            out += ["", "Real default job: " + (
-                f"trial {reached['trial']} reached the target after {reached['gpu_seconds']:.1f} "
-                f"GPU-s of trials" if reached else "no trial reached the target")
-                + f" ({job['trials_gpu_seconds']:.0f} GPU-s of trials in all)."]
+            out += [
+                "",
+                "Real default job: "
+                + (
+                    f"trial {reached['trial']} reached the target after "
+                    f"{reached['gpu_seconds']:.1f} GPU-s of trials"
+                    if reached
+                    else "no trial reached the target"
+                )
+                + f" ({job['trials_gpu_seconds']:.0f} GPU-s of trials in all).",
+            ]
         for j in preset["jobs"]:
             n = j.get("n_trials") or {}
-            out.append(f"- job seed {j['seed']}: {_short(j['config'])}; trials "
-                       f"{n.get('complete', 0)}/{n.get('failed', 0)}/{n.get('pruned', 0)} "
-                       f"(complete/failed/pruned), {j['wall_s']:.0f} s wall"
-                       + (f", search capped at {j['search_timeout_s']:.0f} s"
-                          if j.get("search_timeout_s") else "")
-                       + (f"; {j['explanation']}" if j.get("explanation") else ""))
+            out.append(
+                f"- job seed {j['seed']}: {_short(j['config'])}; trials "
+                f"{n.get('complete', 0)}/{n.get('failed', 0)}/{n.get('pruned', 0)} "
+                f"(complete/failed/pruned), {j['wall_s']:.0f} s wall"
+                + (
+                    f", search capped at {j['search_timeout_s']:.0f} s"
+                    if j.get("search_timeout_s")
+                    else ""
+                )
+                + (f"; {j['explanation']}" if j.get("explanation") else "")
+            )
         repro = preset.get("reproducibility")
         if repro is not None:
-            out.append(f"- reproducibility: seed 0's recommendation runs at "
-                       f"{repro['throughput_ratio']:.3f}x seed 1's throughput "
-                       f"(95 % CI {repro['ci95'][0]:.3f}-{repro['ci95'][1]:.3f}; within 3 %: "
-                       f"{repro['within_3pct']})")
+            out.append(
+                f"- reproducibility: seed 0's recommendation runs at "
+                f"{repro['throughput_ratio']:.3f}x seed 1's throughput "
+                f"(95 % CI {repro['ci95'][0]:.3f}-{repro['ci95'][1]:.3f}; within 3 %: "
+                f"{repro['within_3pct']})"
+            )
         out.append("")
-    out += ["## Against the aims", "", "| preset | floor/recommended >= 0.95 | speedup aim "
-            "| TPE fraction of grid GPU-s <= 0.25 | two jobs within 3 % |", "|---|---|---|---|---|"]
+    out += [
+        "## Against the aims",
+        "",
+        "| preset | floor/recommended >= 0.95 | speedup aim "
+        "| TPE fraction of grid GPU-s <= 0.25 | two jobs within 3 % |",
+        "|---|---|---|---|---|",
+    ]
     for spec, t in data["targets"].items():
-        speed = ("-" if "speedup_wanted" not in t else
-                 f"{(t['speedup'] or 0):.2f}x vs {t['speedup_wanted']}x: "
-                 f"{'met' if t['speedup_met'] else 'not met'}")
+        speed = (
+            "-"
+            if "speedup_wanted" not in t
+            else f"{(t['speedup'] or 0):.2f}x vs {t['speedup_wanted']}x: "
+            f"{'met' if t['speedup_met'] else 'not met'}"
+        )
         ratio = "-" if t["floor_ratio"] is None else f"{t['floor_ratio']:.2f}"
-        out.append(f"| {spec} | {ratio}: {'met' if t['floor_ratio_met'] else 'not met'} "
-                   f"| {speed} | {t['tpe_fraction_of_grid']:.2f}: "
-                   f"{'met' if t['tpe_cost_met'] else 'not met'} | "
-                   + ("-" if "reproducibility_met" not in t else
-                      ("met" if t["reproducibility_met"] else "not met")) + " |")
+        out.append(
+            f"| {spec} | {ratio}: {'met' if t['floor_ratio_met'] else 'not met'} "
+            f"| {speed} | {t['tpe_fraction_of_grid']:.2f}: "
+            f"{'met' if t['tpe_cost_met'] else 'not met'} | "
+            + (
+                "-"
+                if "reproducibility_met" not in t
+                else ("met" if t["reproducibility_met"] else "not met")
+            )
+            + " |"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -548,17 +730,21 @@ def merge(runs: Sequence[Mapping[str, Any]], names: Sequence[str]) -> dict[str, 
     for data, name in zip(runs, names, strict=True):
         meta = data["meta"]
         if any(meta[k] != first[k] for k in keys):
-            raise ValueError(f"{name}: measured on {[meta[k] for k in keys]}, not on "
-                             f"{[first[k] for k in keys]}: runs on other hardware or software "
-                             "cannot be merged")
+            raise ValueError(
+                f"{name}: measured on {[meta[k] for k in keys]}, not on "
+                f"{[first[k] for k in keys]}: runs on other hardware or software "
+                "cannot be merged"
+            )
         for spec, preset in data["presets"].items():
-            presets[spec] = dict(preset) | {"run": {"commit": meta["commit"], "file": name,
-                                                     "command": meta["command"]}}
+            presets[spec] = dict(preset) | {
+                "run": {"commit": meta["commit"], "file": name, "command": meta["command"]}
+            }
     commits = sorted({p["run"]["commit"] for p in presets.values()})
     meta = {k: first[k] for k in (*keys, "fingerprint", "date") if k in first} | {
         "commit": ", ".join(commits),
         "file": f"suite-{gpu_key(first.get('fingerprint') or first)}-{first['date']}.json",
-        "command": "python benchmarks/suite.py --merge " + " ".join(names)}
+        "command": "python benchmarks/suite.py --merge " + " ".join(names),
+    }
     return to_json(meta, presets)
 
 
@@ -590,34 +776,53 @@ def _parse_caps(text: str) -> dict[str, float]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--presets", default="transformer:small,transformer:medium,"
-                        "transformer:large,convnet:small")
+    parser.add_argument(
+        "--presets", default="transformer:small,transformer:medium,transformer:large,convnet:small"
+    )
     parser.add_argument("--device", default="auto")
     parser.add_argument("--matmul-precision", choices=PRECISIONS, default="highest")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--grid-warmup", type=int, default=10)
     parser.add_argument("--grid-windows", type=int, default=2)
     parser.add_argument("--grid-window-steps", type=int, default=10)
-    parser.add_argument("--search-timeout", type=_parse_caps, default={},
-                        help="workload:preset=SECONDS,... caps a default job's search")
-    parser.add_argument("--repro", default="transformer:small",
-                        help="presets (comma-separated) that get a second, independent job")
+    parser.add_argument(
+        "--search-timeout",
+        type=_parse_caps,
+        default={},
+        help="workload:preset=SECONDS,... caps a default job's search",
+    )
+    parser.add_argument(
+        "--repro",
+        default="transformer:small",
+        help="presets (comma-separated) that get a second, independent job",
+    )
     parser.add_argument("--storage-dir", type=Path, default=None)
     parser.add_argument("--tag", default="")
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
-    parser.add_argument("--from-json", type=Path, default=None,
-                        help="skip measuring: regenerate Markdown/README from this JSON")
-    parser.add_argument("--merge", type=Path, nargs="+", default=None,
-                        help="skip measuring: merge the presets of these suite JSON files (one "
-                        "10-minute run each) into --out/suite-<gpu>-<date>.json")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        default=None,
+        help="skip measuring: regenerate Markdown/README from this JSON",
+    )
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="skip measuring: merge the presets of these suite JSON files (one "
+        "10-minute run each) into --out/suite-<gpu>-<date>.json",
+    )
     parser.add_argument("--readme", type=Path, default=None)
     parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
     args = parser.parse_args(argv)
     args.repro = {s for s in args.repro.split(",") if s}
 
     if args.merge is not None:
-        data = merge([json.loads(p.read_text(encoding="utf-8")) for p in args.merge],
-                     [p.name for p in args.merge])
+        data = merge(
+            [json.loads(p.read_text(encoding="utf-8")) for p in args.merge],
+            [p.name for p in args.merge],
+        )
         path = args.out / data["meta"]["file"]
         path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
         path.with_suffix(".md").write_text(to_markdown(data), encoding="utf-8")
@@ -641,11 +846,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     stem = f"suite-{gpu_key(fp)}-{date}" + (f"-{args.tag}" if args.tag else "")
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{stem}.json"
-    meta = {"gpu": fp["gpu"] or "CPU", "driver": fp["driver"], "cuda": fp["cuda"],
-            "torch": fp["torch"], "fingerprint": fp, "commit": args.commit, "date": date,
-            "matmul_precision": args.matmul_precision, "file": path.name,
-            "command": "python benchmarks/suite.py " + " ".join(sys.argv[1:] if argv is None
-                                                               else argv)}
+    meta = {
+        "gpu": fp["gpu"] or "CPU",
+        "driver": fp["driver"],
+        "cuda": fp["cuda"],
+        "torch": fp["torch"],
+        "fingerprint": fp,
+        "commit": args.commit,
+        "date": date,
+        "matmul_precision": args.matmul_precision,
+        "file": path.name,
+        "command": "python benchmarks/suite.py " + " ".join(sys.argv[1:] if argv is None else argv),
+    }
 
     def log(text: str) -> None:
         print(text, flush=True)

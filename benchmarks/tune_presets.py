@@ -49,9 +49,11 @@ def to_markdown(data: dict[str, Any]) -> str:
             lines.append(f"| {preset} | none: {rec.get('reason')} |" + " |" * 10)
             continue
         cfg = rec["config"]
-        short = (f"{cfg['num_streams']} streams, {cfg['sync_mode']} every "
-                 f"{cfg['sync_interval']}, graph {cfg['cuda_graph']}, prefetch "
-                 f"{cfg['prefetch_depth']}, pin {cfg['pin_memory']}, workers {cfg['num_workers']}")
+        short = (
+            f"{cfg['num_streams']} streams, {cfg['sync_mode']} every "
+            f"{cfg['sync_interval']}, graph {cfg['cuda_graph']}, prefetch "
+            f"{cfg['prefetch_depth']}, pin {cfg['pin_memory']}, workers {cfg['num_workers']}"
+        )
         sb = rec["speedup"].get("seed-baseline", {})
         pd = rec["speedup"].get("pytorch-default", {})
         n = rec["n_trials"]
@@ -81,23 +83,34 @@ def main() -> None:
     parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
     args = parser.parse_args()
 
-    device = torch.device("cuda" if torch.cuda.is_available() and args.device != "cpu"
-                          else "cpu")
+    device = torch.device("cuda" if torch.cuda.is_available() and args.device != "cpu" else "cpu")
     fp = fingerprint(device)
     date = dt.date.today().isoformat()
     gpu = fp["gpu"].split()[1].lower() if fp["gpu"] else "cpu"
     stem = f"tune-{gpu}-{date}" + (f"-{args.tag}" if args.tag else "")
     args.out.mkdir(parents=True, exist_ok=True)
     storage = args.storage or f"sqlite:///{args.out / (stem + '.db')}"
-    data: dict[str, Any] = {"meta": {
-        "fingerprint": fp, "commit": args.commit, "date": date,
-        "matmul_precision": args.matmul_precision, "storage": storage,
-        "command": " ".join(["python", "benchmarks/tune_presets.py", *sys.argv[1:]]),
-    }, "presets": {}}
+    data: dict[str, Any] = {
+        "meta": {
+            "fingerprint": fp,
+            "commit": args.commit,
+            "date": date,
+            "matmul_precision": args.matmul_precision,
+            "storage": storage,
+            "command": " ".join(["python", "benchmarks/tune_presets.py", *sys.argv[1:]]),
+        },
+        "presets": {},
+    }
     for preset in args.presets.split(","):
-        options = RunOptions(workload=args.workload, preset=preset, trials=args.trials,
-                             timeout_s=args.timeout, device=args.device, storage=storage,
-                             matmul_precision=args.matmul_precision)
+        options = RunOptions(
+            workload=args.workload,
+            preset=preset,
+            trials=args.trials,
+            timeout_s=args.timeout,
+            device=args.device,
+            storage=storage,
+            matmul_precision=args.matmul_precision,
+        )
         started = time.perf_counter()
         rec = run_study(options).to_dict()
         wall = time.perf_counter() - started

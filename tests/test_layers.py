@@ -55,7 +55,8 @@ def layer_of(module: str) -> int | None:
 def test_a_package_never_imports_what_sits_above_it(package: str) -> None:
     offenders = [
         f"{path.relative_to(ROOT)} imports {name}"
-        for path in modules(package) for name in imports_of(path)
+        for path in modules(package)
+        for name in imports_of(path)
         if name.split(".")[0] in FORBIDDEN[package]
     ]
     assert not offenders, "\n".join(offenders)
@@ -83,9 +84,17 @@ def test_the_layer_rule_sees_an_upward_import(tmp_path: Path) -> None:
 
 
 def test_importing_the_tuner_cli_loads_no_http_layer() -> None:
-    code = ("import sys, tuner, tuner.cli, tuner.service.worker; "
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('api', 'fastapi')); "
-            "print(bad); sys.exit(1 if bad else 0)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, check=False)
+    code = (
+        "import sys, tuner, tuner.cli, tuner.service.worker; "
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('api', 'fastapi')); "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr

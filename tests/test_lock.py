@@ -33,7 +33,8 @@ def test_lock_was_made_from_this_pyproject(name: str) -> None:
     assert first.startswith(DIGEST_PREFIX), "requirements.lock was not made by tools/lock.py"
     assert first.removeprefix(DIGEST_PREFIX) == pyproject_digest(), (
         "pyproject.toml's dependencies changed since requirements.lock was made: "
-        "run `python tools/lock.py` and commit the locks")
+        "run `python tools/lock.py` and commit the locks"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(BY_NAME))
@@ -48,7 +49,8 @@ def test_every_requirement_is_pinned_inside_its_range(name: str) -> None:
         name = canonicalize_name(req.name)
         assert name in pins, f"{req.name} is required by pyproject.toml but not in the lock"
         assert req.specifier.contains(pins[name], prereleases=True), (
-            f"the lock pins {req.name}=={pins[name]}, outside pyproject's {req.specifier}")
+            f"the lock pins {req.name}=={pins[name]}, outside pyproject's {req.specifier}"
+        )
 
 
 def test_the_digest_sees_a_changed_range(tmp_path: Path) -> None:

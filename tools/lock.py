@@ -50,8 +50,9 @@ LOCK = ROOT / "requirements.lock"
 MODELS_LOCK = ROOT / "requirements-models.lock"
 LOCKS = (
     Lock(LOCK, ("dev",), ("torch==2.13.0+cpu",)),
-    Lock(MODELS_LOCK, ("dev", "models"), ("torch==2.14.1", "torchvision==0.29.1"),
-         local_index=True),
+    Lock(
+        MODELS_LOCK, ("dev", "models"), ("torch==2.14.1", "torchvision==0.29.1"), local_index=True
+    ),
 )
 DIGEST_PREFIX = "# pyproject-dependencies-sha256: "
 
@@ -59,10 +60,13 @@ DIGEST_PREFIX = "# pyproject-dependencies-sha256: "
 def pyproject_digest(pyproject: Path = ROOT / "pyproject.toml") -> str:
     """A digest of what the lock is resolved from: Python range, dependencies and extras."""
     project = tomllib.loads(pyproject.read_text())["project"]
-    tables = {"requires-python": project.get("requires-python"),
-              "dependencies": sorted(project.get("dependencies", [])),
-              "optional-dependencies": {k: sorted(v) for k, v in
-                                        sorted(project.get("optional-dependencies", {}).items())}}
+    tables = {
+        "requires-python": project.get("requires-python"),
+        "dependencies": sorted(project.get("dependencies", [])),
+        "optional-dependencies": {
+            k: sorted(v) for k, v in sorted(project.get("optional-dependencies", {}).items())
+        },
+    }
     return hashlib.sha256(json.dumps(tables, sort_keys=True).encode()).hexdigest()
 
 
@@ -81,17 +85,32 @@ def write(lock: Lock, *, upgrade: bool) -> None:
         if lock.path.exists() and not upgrade:
             # uv keeps the versions an existing output file already pins, where still allowed.
             out.write_text(lock.path.read_text())
-        command = [*uv_command(), "pip", "compile", "pyproject.toml",
-                   *(arg for extra in lock.extras for arg in ("--extra", extra)),
-                   "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28",
-                   "--override", str(override), "--no-annotate", "--quiet",
-                   "--custom-compile-command", "python tools/lock.py", "-o", str(out)]
+        command = [
+            *uv_command(),
+            "pip",
+            "compile",
+            "pyproject.toml",
+            *(arg for extra in lock.extras for arg in ("--extra", extra)),
+            "--python-version",
+            "3.11",
+            "--python-platform",
+            "x86_64-manylinux_2_28",
+            "--override",
+            str(override),
+            "--no-annotate",
+            "--quiet",
+            "--custom-compile-command",
+            "python tools/lock.py",
+            "-o",
+            str(out),
+        ]
         if Path("/opt/wheels").is_dir():  # where these machines keep the CPU torch wheel
             command += ["--find-links", "/opt/wheels"]
         if lock.local_index:
             if not LOCAL_INDEX.is_dir():
-                raise SystemExit(f"{lock.path.name} is resolved against {LOCAL_INDEX}, which "
-                                 "this machine lacks")
+                raise SystemExit(
+                    f"{lock.path.name} is resolved against {LOCAL_INDEX}, which this machine lacks"
+                )
             command += ["--index", LOCAL_INDEX.as_uri()]
         if upgrade:
             command.append("--upgrade")

@@ -13,8 +13,11 @@ def readme_commands(text: str) -> list[str]:
     lines = text.splitlines()
     start = lines.index("```bash") + 1
     end = lines.index("```", start)
-    return [line.strip() for line in lines[start:end]
-            if line.strip() and not line.lstrip().startswith("#")]
+    return [
+        line.strip()
+        for line in lines[start:end]
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
 
 
 if __name__ == "__main__":

@@ -28,8 +28,9 @@ class Floor:
     replays: int
 
 
-def graph_floor(workload: Workload, *, replays: int = 50, repeats: int = 5,
-                device: str | torch.device = "auto") -> Floor:
+def graph_floor(
+    workload: Workload, *, replays: int = 50, repeats: int = 5, device: str | torch.device = "auto"
+) -> Floor:
     dev = resolve_device(device)
     if dev.type != "cuda":
         raise UnsupportedOnDevice(f"the CUDA-graph floor needs a CUDA device, not {dev.type}")

@@ -8,8 +8,8 @@ drain the losses; report.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 import torch
 

@@ -27,8 +27,12 @@ class Window:
         return self.wall_ms / self.steps
 
     def to_dict(self) -> dict[str, Any]:
-        return {"steps": self.steps, "wall_ms": self.wall_ms, "gpu_ms": self.gpu_ms,
-                "step_ms": self.step_ms}
+        return {
+            "steps": self.steps,
+            "wall_ms": self.wall_ms,
+            "gpu_ms": self.gpu_ms,
+            "step_ms": self.step_ms,
+        }
 
 
 class WindowTimer:
@@ -87,7 +91,10 @@ def _driver_version() -> str | None:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10, check=True,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         )
     except (OSError, subprocess.SubprocessError):
         return None

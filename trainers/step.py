@@ -152,8 +152,7 @@ class GraphStep:
             # it (seen on 2 H200s: cuda:0 then cuda:1 in one process -> capture invalidated).
             # A fresh, unused stream of this run's device is what the default is on one GPU.
             capture_stream = torch.cuda.Stream(device=self._side.device)
-            with torch.cuda.graph(graph, stream=capture_stream,
-                                  capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, stream=capture_stream, capture_error_mode="thread_local"):
                 with self.precision.autocast():
                     loss = self.loss_fn(self.model, self.static_batch)
                 loss.backward()
@@ -195,4 +194,3 @@ def _release_rng_from_failed_capture(device: torch.device) -> None:
     fresh = torch.Generator(device=f"cuda:{index}")
     fresh.set_state(stuck.get_state())
     stuck.graphsafe_set_state(fresh)
-

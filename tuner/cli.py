@@ -85,19 +85,35 @@ def flag_error(exc: Exception) -> str | None:
     return None
 
 
-Workload = Annotated[str, typer.Option(
-    help="A built-in workload (transformer, mlp, convnet), a library model (torchvision:NAME, "
-         "timm:NAME, hf:KIND; see `python -m tuner models`) or package.module:factory.")]
-ModelArgs = Annotated[list[str] | None, typer.Option(
-    "--model-arg", help="A library model's option: key=value (repeatable; see `models`).")]
-Precision = Annotated[str | None, typer.Option(
-    help="fp32, tf32, bf16-autocast or fp16-autocast (with a gradient scaler). Fixed for a "
-         "study, never tuned: it changes the results.")]
+Workload = Annotated[
+    str,
+    typer.Option(
+        help="A built-in workload (transformer, mlp, convnet), a library model (torchvision:NAME, "
+        "timm:NAME, hf:KIND; see `python -m tuner models`) or package.module:factory."
+    ),
+]
+ModelArgs = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--model-arg", help="A library model's option: key=value (repeatable; see `models`)."
+    ),
+]
+Precision = Annotated[
+    str | None,
+    typer.Option(
+        help="fp32, tf32, bf16-autocast or fp16-autocast (with a gradient scaler). Fixed for a "
+        "study, never tuned: it changes the results."
+    ),
+]
 Preset = Annotated[str, typer.Option(help="Workload size: tiny, small, medium, large.")]
 Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:INDEX.")]
-MatmulPrecision = Annotated[str, typer.Option(
-    help="float32 matmul precision: highest (PyTorch's default), high (TF32) or medium. "
-         "Changes results and speed; not tuned.")]
+MatmulPrecision = Annotated[
+    str,
+    typer.Option(
+        help="float32 matmul precision: highest (PyTorch's default), high (TF32) or medium. "
+        "Changes results and speed; not tuned."
+    ),
+]
 
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a summary.")]
 
@@ -122,17 +138,27 @@ def train(
     matmul_precision: MatmulPrecision = "highest",
     model_arg: ModelArgs = None,
     precision: Precision = None,
-    compile_mode: Annotated[str, typer.Option("--compile", help=(
-        "torch.compile of the model: none, default, max-autotune-no-cudagraphs or "
-        "reduce-overhead."))] = "none",
-    optimizer: Annotated[str, typer.Option(
-        help="as-built, foreach, fused or compiled.")] = "as-built",
+    compile_mode: Annotated[
+        str,
+        typer.Option(
+            "--compile",
+            help=(
+                "torch.compile of the model: none, default, max-autotune-no-cudagraphs or "
+                "reduce-overhead."
+            ),
+        ),
+    ] = "none",
+    optimizer: Annotated[
+        str, typer.Option(help="as-built, foreach, fused or compiled.")
+    ] = "as-built",
     as_json: AsJson = False,
 ) -> None:
     """Run one measured training run and print its RunResult."""
     if precision is not None and matmul_precision != "highest":
-        raise TunerError("--precision/--matmul-precision: give one of them, not both "
-                         "(--precision tf32 is --matmul-precision high)")
+        raise TunerError(
+            "--precision/--matmul-precision: give one of them, not both "
+            "(--precision tf32 is --matmul-precision high)"
+        )
     set_matmul_precision(matmul_precision)
     config = trainers.LoopConfig(
         num_streams=streams,
@@ -147,10 +173,12 @@ def train(
         optimizer=optimizer,  # type: ignore[arg-type]  # validated by LoopConfig
     )
     dev = trainers.resolve_device(device)
-    built = trainers.load_workload(workload, preset, seed=seed,
-                                   model_args=parse_model_args(model_arg or ()))
-    result = trainers.run(built, config, steps=steps, warmup=warmup, windows=windows, device=dev,
-                          precision=precision)  # type: ignore[arg-type]  # run() checks it
+    built = trainers.load_workload(
+        workload, preset, seed=seed, model_args=parse_model_args(model_arg or ())
+    )
+    result = trainers.run(
+        built, config, steps=steps, warmup=warmup, windows=windows, device=dev, precision=precision
+    )  # type: ignore[arg-type]  # run() checks it
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
@@ -175,14 +203,17 @@ def models(as_json: AsJson = False) -> None:
     """List the library-model families, their presets and the --model-arg options each takes."""
     families = catalog()
     if as_json:
-        typer.echo(json.dumps([dataclasses.asdict(family) for family in families], indent=2,
-                              default=dict))
+        typer.echo(
+            json.dumps([dataclasses.asdict(family) for family in families], indent=2, default=dict)
+        )
     else:
         render.model_table(Console(), families)
 
 
-Storage = Annotated[str | None, typer.Option(
-    help="Optuna storage URL (default: $TUNER_STORAGE or sqlite:///tuner.db).")]
+Storage = Annotated[
+    str | None,
+    typer.Option(help="Optuna storage URL (default: $TUNER_STORAGE or sqlite:///tuner.db)."),
+]
 StudyName = Annotated[str, typer.Option("--study", help="Study name.")]
 
 
@@ -191,25 +222,33 @@ def run_(
     workload: Workload = "transformer",
     preset: Preset = "small",
     trials: Annotated[int, typer.Option(help="Trials to run (added to a resumed study).")] = 40,
-    timeout: Annotated[float | None, typer.Option(
-        help="Stop starting trials after this many seconds.")] = None,
+    timeout: Annotated[
+        float | None, typer.Option(help="Stop starting trials after this many seconds.")
+    ] = None,
     space: Annotated[str, typer.Option(help="full, streams or a JSON file.")] = "full",
-    fix: Annotated[list[str] | None, typer.Option(
-        help="Pin a setting: name=value (repeatable).")] = None,
+    fix: Annotated[
+        list[str] | None, typer.Option(help="Pin a setting: name=value (repeatable).")
+    ] = None,
     storage: Storage = None,
-    study: Annotated[str | None, typer.Option(
-        help="Study name (default: workload-preset-hardware).")] = None,
+    study: Annotated[
+        str | None, typer.Option(help="Study name (default: workload-preset-hardware).")
+    ] = None,
     device: Device = "auto",
-    objectives: Annotated[str, typer.Option(
-        help="throughput, or throughput,memory for a Pareto front.")] = "throughput",
-    max_memory: Annotated[int | None, typer.Option(
-        help="Recommend the fastest config under this many bytes of peak memory.")] = None,
+    objectives: Annotated[
+        str, typer.Option(help="throughput, or throughput,memory for a Pareto front.")
+    ] = "throughput",
+    max_memory: Annotated[
+        int | None,
+        typer.Option(help="Recommend the fastest config under this many bytes of peak memory."),
+    ] = None,
     top_k: Annotated[int, typer.Option(help="Configs re-measured in the final round.")] = 3,
-    tie_margin: Annotated[float, typer.Option(
-        help="Configs within this fraction of the fastest median also tie.")] = 0.01,
+    tie_margin: Annotated[
+        float, typer.Option(help="Configs within this fraction of the fastest median also tie.")
+    ] = 0.01,
     final_rounds: Annotated[int, typer.Option(help="Interleaved final rounds.")] = 3,
-    baseline_every: Annotated[int, typer.Option(
-        help="Re-measure the baselines every N trials (drift).")] = 10,
+    baseline_every: Annotated[
+        int, typer.Option(help="Re-measure the baselines every N trials (drift).")
+    ] = 10,
     parity_steps: Annotated[int, typer.Option(help="Steps of each parity check.")] = 20,
     warmup: Annotated[int, typer.Option(help="Untimed steps per measurement.")] = 10,
     windows: Annotated[int, typer.Option(help="Timed windows per measurement.")] = 5,
@@ -219,13 +258,21 @@ def run_(
     matmul_precision: MatmulPrecision = "highest",
     model_arg: ModelArgs = None,
     precision: Precision = None,
-    profile: Annotated[str, typer.Option(
-        help="Profile none, the baselines and the recommended config (baselines), or every "
-             "complete trial too (all).")] = "baselines",
+    profile: Annotated[
+        str,
+        typer.Option(
+            help="Profile none, the baselines and the recommended config (baselines), or every "
+            "complete trial too (all)."
+        ),
+    ] = "baselines",
     profile_steps: Annotated[int, typer.Option(help="Profiled steps per config.")] = 10,
-    artifacts: Annotated[str | None, typer.Option(
-        help="Directory of the profiler traces (default: beside an SQLite database; "
-             "$TUNER_ARTIFACTS).")] = None,
+    artifacts: Annotated[
+        str | None,
+        typer.Option(
+            help="Directory of the profiler traces (default: beside an SQLite database; "
+            "$TUNER_ARTIFACTS)."
+        ),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """Tune: search the settings with short real runs and recommend a config."""
@@ -233,13 +280,27 @@ def run_(
     from tuner.search.search import run_study
 
     options = RunOptions(
-        workload=workload, preset=preset, trials=trials, timeout_s=timeout, space=space,
-        fix=tuple(fix or ()), storage=storage, study=study, device=device,
+        workload=workload,
+        preset=preset,
+        trials=trials,
+        timeout_s=timeout,
+        space=space,
+        fix=tuple(fix or ()),
+        storage=storage,
+        study=study,
+        device=device,
         objectives=tuple(o.strip() for o in objectives.split(",")),
-        max_memory_bytes=max_memory, top_k=top_k, tie_margin=tie_margin,
+        max_memory_bytes=max_memory,
+        top_k=top_k,
+        tie_margin=tie_margin,
         final_rounds=final_rounds,
-        baseline_every=baseline_every, parity_steps=parity_steps, sampler=sampler, seed=seed,
-        matmul_precision=matmul_precision, profile=profile, profile_steps=profile_steps,
+        baseline_every=baseline_every,
+        parity_steps=parity_steps,
+        sampler=sampler,
+        seed=seed,
+        matmul_precision=matmul_precision,
+        profile=profile,
+        profile_steps=profile_steps,
         model_args=parse_model_args(model_arg or ()),
         precision=precision,  # type: ignore[arg-type]  # RunOptions checks it
         artifacts=artifacts,
@@ -289,11 +350,20 @@ def studies_(storage: Storage = None, as_json: AsJson = False) -> None:
 def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.", min=1, max=65535)] = 8000,
-    workers: Annotated[int | None, typer.Option(
-        help="Worker processes (default: $TUNER_WORKERS, else one per visible GPU, or one on "
-             "the CPU).", min=0)] = None,
-    no_worker: Annotated[bool, typer.Option(
-        "--no-worker", help="Start no worker (run `python -m tuner worker` elsewhere).")] = False,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            help="Worker processes (default: $TUNER_WORKERS, else one per visible GPU, or one on "
+            "the CPU).",
+            min=0,
+        ),
+    ] = None,
+    no_worker: Annotated[
+        bool,
+        typer.Option(
+            "--no-worker", help="Start no worker (run `python -m tuner worker` elsewhere)."
+        ),
+    ] = False,
     storage: Storage = None,
 ) -> None:
     """Serve the tuning API (and its workers): submit jobs, watch them, read recommendations."""
@@ -316,8 +386,10 @@ def serve(
 @app.command()
 def worker(
     storage: Storage = None,
-    gpu: Annotated[int | None, typer.Option(
-        help="GPU index (default: GPU 0 if there is one, else the CPU).", min=0)] = None,
+    gpu: Annotated[
+        int | None,
+        typer.Option(help="GPU index (default: GPU 0 if there is one, else the CPU).", min=0),
+    ] = None,
 ) -> None:
     """Run a worker: claim queued tuning jobs from the storage and run them, until SIGTERM."""
     from tuner.service.worker import main as run_worker

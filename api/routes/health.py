@@ -14,8 +14,11 @@ from api.schemas.health import HealthOut
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/healthz", response_model=HealthOut, responses={
-    503: {"model": HealthOut, "description": "the database is unreachable"}})
+@router.get(
+    "/healthz",
+    response_model=HealthOut,
+    responses={503: {"model": HealthOut, "description": "the database is unreachable"}},
+)
 @router.get("/v1/healthz", response_model=HealthOut, include_in_schema=False)
 def healthz(services: ServicesDep, response: Response) -> HealthOut:
     """The database answers (else 503), and how many workers are alive. No token needed."""
@@ -28,10 +31,18 @@ def healthz(services: ServicesDep, response: Response) -> HealthOut:
     return HealthOut(status="ok" if alive else "no_workers", database=True, workers_alive=alive)
 
 
-@router.get("/metrics", dependencies=[Depends(authenticate)], response_class=Response,
-            responses=UNAUTHORIZED | {200: {
-                "content": {"text/plain": {"schema": {"type": "string"}}},
-                "description": "Prometheus text format 0.0.4"}})
+@router.get(
+    "/metrics",
+    dependencies=[Depends(authenticate)],
+    response_class=Response,
+    responses=UNAUTHORIZED
+    | {
+        200: {
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+            "description": "Prometheus text format 0.0.4",
+        }
+    },
+)
 @router.get("/v1/metrics", include_in_schema=False, dependencies=[Depends(authenticate)])
 def prometheus(services: ServicesDep) -> PlainTextResponse:
     """Jobs by state, workers alive, trials finished by state and their durations."""

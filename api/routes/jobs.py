@@ -14,18 +14,31 @@ from api.schemas.jobs import JobIn, JobOut, JobPage, Status, TrialOut, TrialPage
 from tuner.errors import JobConflict
 from tuner.service.spec import check_spec
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=[Depends(authenticate)],
-                   responses=UNAUTHORIZED)
+router = APIRouter(
+    prefix="/v1/jobs", tags=["jobs"], dependencies=[Depends(authenticate)], responses=UNAUTHORIZED
+)
 
 Limit = Annotated[int, Query(ge=1, le=200, description="page size")]
 Offset = Annotated[int, Query(ge=0, le=10_000_000, description="items to skip")]
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobOut, responses={
-    413: {"model": ErrorOut, "description": "the body is over the limit (64 KiB)"},
-    429: {"model": ErrorOut, "description": "this token has too many queued jobs"}})
-def create_job(body: JobIn, response: Response, caller: CallerDep, store: StoreDep,
-               registry: RegistryDep, settings: SettingsDep) -> JobOut:
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=JobOut,
+    responses={
+        413: {"model": ErrorOut, "description": "the body is over the limit (64 KiB)"},
+        429: {"model": ErrorOut, "description": "this token has too many queued jobs"},
+    },
+)
+def create_job(
+    body: JobIn,
+    response: Response,
+    caller: CallerDep,
+    store: StoreDep,
+    registry: RegistryDep,
+    settings: SettingsDep,
+) -> JobOut:
     """Queue a tuning job; a worker picks it up. `Location` is the job's URL."""
     spec = body.to_spec()
     check_spec(spec, registry)
@@ -35,8 +48,9 @@ def create_job(body: JobIn, response: Response, caller: CallerDep, store: StoreD
 
 
 @router.get("", response_model=JobPage)
-def list_jobs(store: StoreDep, status: Status | None = None, limit: Limit = 50,
-              offset: Offset = 0) -> JobPage:
+def list_jobs(
+    store: StoreDep, status: Status | None = None, limit: Limit = 50, offset: Offset = 0
+) -> JobPage:
     """Jobs, newest first, optionally of one status."""
     rows, total = store.list(status=status, limit=limit, offset=offset)
     return JobPage(items=[JobOut.of(r) for r in rows], total=total, limit=limit, offset=offset)
@@ -49,29 +63,40 @@ def get_job(job_id: str, store: StoreDep) -> JobOut:
 
 
 @router.get("/{job_id}/trials", response_model=TrialPage, responses=NOT_FOUND)
-def job_trials(job_id: str, store: StoreDep, reader: ReaderDep, limit: Limit = 50,
-               offset: Offset = 0) -> TrialPage:
+def job_trials(
+    job_id: str, store: StoreDep, reader: ReaderDep, limit: Limit = 50, offset: Offset = 0
+) -> TrialPage:
     """The job's trials in order: params, throughput with its CI, state, failure reason."""
     rows, total = reader.trials(store.get(job_id).study, limit=limit, offset=offset)
-    return TrialPage(items=[TrialOut.model_validate(r) for r in rows], total=total, limit=limit,
-                     offset=offset)
+    return TrialPage(
+        items=[TrialOut.model_validate(r) for r in rows], total=total, limit=limit, offset=offset
+    )
 
 
-@router.get("/{job_id}/best", response_model=Recommendation,
-            responses=NOT_FOUND | CONFLICT)
+@router.get("/{job_id}/best", response_model=Recommendation, responses=NOT_FOUND | CONFLICT)
 def job_best(job_id: str, store: StoreDep) -> Recommendation:
     """The tuner's recommendation; 409 while there is none."""
     row = store.get(job_id)
     if row.recommendation is None:
-        raise JobConflict(f"job {job_id!r} has no recommendation: it is {row.status}, "
-                          f"{row.n_complete} of {row.n_trials} trials complete")
+        raise JobConflict(
+            f"job {job_id!r} has no recommendation: it is {row.status}, "
+            f"{row.n_complete} of {row.n_trials} trials complete"
+        )
     return Recommendation.model_validate(row.recommendation)
 
 
 # Not `response_class=HTMLResponse`: that would document the JSON errors (401, 404) as HTML too.
-@router.get("/{job_id}/report", response_model=None, responses={
-    **NOT_FOUND, 200: {"content": {"text/html": {"schema": {"type": "string"}}},
-                       "description": "the study's self-contained HTML report"}})
+@router.get(
+    "/{job_id}/report",
+    response_model=None,
+    responses={
+        **NOT_FOUND,
+        200: {
+            "content": {"text/html": {"schema": {"type": "string"}}},
+            "description": "the study's self-contained HTML report",
+        },
+    },
+)
 def job_report(job_id: str, store: StoreDep, reader: ReaderDep) -> HTMLResponse:
     """The job study's report (`python -m tuner report`): recommendation, speedups, every
     trial, throughput by setting, the time breakdown of the profiled configs. A job that has

@@ -12,24 +12,45 @@ from api.schemas.common import Recommendation
 from api.schemas.studies import RecommendationHit
 from tuner.errors import JobNotFound
 
-router = APIRouter(prefix="/v1/recommendations", tags=["recommendations"],
-                   dependencies=[Depends(authenticate)], responses=UNAUTHORIZED)
+router = APIRouter(
+    prefix="/v1/recommendations",
+    tags=["recommendations"],
+    dependencies=[Depends(authenticate)],
+    responses=UNAUTHORIZED,
+)
 
 Text = Annotated[str, Query(min_length=1, max_length=128)]
 
 
 @router.get("", response_model=RecommendationHit, responses=NOT_FOUND)
-def recommend(store: StoreDep, workload: Text, preset: Text,
-              gpu: Annotated[str, Query(min_length=1, max_length=128, description=(
-                  "the GPU's name (spaces or '-') as in the fingerprint, or cpu"))]
-              ) -> RecommendationHit:
+def recommend(
+    store: StoreDep,
+    workload: Text,
+    preset: Text,
+    gpu: Annotated[
+        str,
+        Query(
+            min_length=1,
+            max_length=128,
+            description=("the GPU's name (spaces or '-') as in the fingerprint, or cpu"),
+        ),
+    ],
+) -> RecommendationHit:
     """Across finished jobs, the recommended config of highest throughput for this hardware."""
     hardware = gpu.strip().replace(" ", "-")
     row = store.best_for(workload, preset, hardware)
     if row is None or row.recommendation is None:
-        raise JobNotFound(f"no finished job has a recommendation for workload={workload!r} "
-                          f"preset={preset!r} on {hardware!r}")
+        raise JobNotFound(
+            f"no finished job has a recommendation for workload={workload!r} "
+            f"preset={preset!r} on {hardware!r}"
+        )
     return RecommendationHit(
-        workload=workload, preset=preset, gpu=hardware, job_id=row.id, study=row.study,
-        throughput=row.rec_throughput, config=row.recommendation.get("config"),
-        recommendation=Recommendation.model_validate(row.recommendation))
+        workload=workload,
+        preset=preset,
+        gpu=hardware,
+        job_id=row.id,
+        study=row.study,
+        throughput=row.rec_throughput,
+        config=row.recommendation.get("config"),
+        recommendation=Recommendation.model_validate(row.recommendation),
+    )

@@ -11,16 +11,23 @@ from api.routes import CONFLICT, NOT_FOUND, UNAUTHORIZED
 from api.schemas.common import Recommendation
 from api.schemas.studies import StudyOut, StudyPage
 
-router = APIRouter(prefix="/v1/studies", tags=["studies"],
-                   dependencies=[Depends(authenticate)], responses=UNAUTHORIZED)
+router = APIRouter(
+    prefix="/v1/studies",
+    tags=["studies"],
+    dependencies=[Depends(authenticate)],
+    responses=UNAUTHORIZED,
+)
 
 
 @router.get("", response_model=StudyPage)
-def list_studies(reader: ReaderDep, limit: Annotated[int, Query(ge=1, le=200)] = 50,
-                 offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0) -> StudyPage:
+def list_studies(
+    reader: ReaderDep,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+) -> StudyPage:
     """Studies by name: workload, preset, fingerprint, trial counts, best so far."""
     names = reader.names()
-    items = [StudyOut.of(reader.summary(n)) for n in names[offset:offset + limit]]
+    items = [StudyOut.of(reader.summary(n)) for n in names[offset : offset + limit]]
     return StudyPage(items=items, total=len(names), limit=limit, offset=offset)
 
 

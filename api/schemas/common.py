@@ -24,8 +24,9 @@ class Recommendation(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     study: str
-    config: dict[str, Any] | None = Field(description="the recommended LoopConfig; null: none "
-                                          "passed (see reason)")
+    config: dict[str, Any] | None = Field(
+        description="the recommended LoopConfig; null: none passed (see reason)"
+    )
     reason: str | None = None
     workload: str | None = None
     preset: str | None = None
@@ -38,11 +39,15 @@ class Recommendation(BaseModel):
     gpu_seconds: float | None = None
     floor: dict[str, Any] | None = None
     verdicts: dict[str, Any] | None = Field(
-        default=None, description="profiled config (baselines, recommended) -> kind, "
-        "explanation and the profile figures behind it")
+        default=None,
+        description="profiled config (baselines, recommended) -> kind, "
+        "explanation and the profile figures behind it",
+    )
     explanation: str | None = Field(
-        default=None, description="one line: what bounded the baseline, what the recommended "
-        "config changed, its speedup")
+        default=None,
+        description="one line: what bounded the baseline, what the recommended "
+        "config changed, its speedup",
+    )
     profile_errors: dict[str, str] | None = None
 
 

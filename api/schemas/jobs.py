@@ -14,8 +14,9 @@ from tuner.service.tables import JobRow
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
 # A registry name, or a library model: `torchvision:resnet50`, `timm:convnext_atto`, `hf:causal-lm`.
-WorkloadName = Annotated[str, Field(min_length=1, max_length=128,
-                                    pattern=r"^([a-z]+:)?[A-Za-z0-9_.-]+$")]
+WorkloadName = Annotated[
+    str, Field(min_length=1, max_length=128, pattern=r"^([a-z]+:)?[A-Za-z0-9_.-]+$")
+]
 ModelArgKey = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z_]+$")]
 ModelArgValue = Annotated[str, Field(min_length=1, max_length=64)]
 PrecisionName = Literal["fp32", "tf32", "bf16-autocast", "fp16-autocast"]
@@ -90,25 +91,38 @@ class JobIn(Strict):
 
     workload: WorkloadName = Field(
         description="a workload of the server's registry (e.g. transformer) or a library model "
-                    "(torchvision:resnet50, timm:NAME, hf:causal-lm; `python -m tuner models`)")
+        "(torchvision:resnet50, timm:NAME, hf:causal-lm; `python -m tuner models`)"
+    )
     preset: Name = Field(description="the workload's size, e.g. tiny, small")
     space: Literal["full", "streams", "compile"] | SpaceIn = "full"
     fix: FixIn = Field(default_factory=FixIn)
     n_trials: int = Field(default=20, ge=1, le=500)
-    timeout_s: float | None = Field(default=None, gt=0, le=30 * 86_400,
-                                    description="stop starting trials after this many seconds")
+    timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=30 * 86_400,
+        description="stop starting trials after this many seconds",
+    )
     objectives: list[Objective] = Field(
-        default_factory=lambda: _THROUGHPUT.copy(), min_length=1, max_length=2,
-        description='["throughput"] or ["throughput", "memory"] (a Pareto front)')
-    max_memory_bytes: int | None = Field(default=None, ge=1, le=2**50,
-                                         description="recommend the fastest config under this")
+        default_factory=lambda: _THROUGHPUT.copy(),
+        min_length=1,
+        max_length=2,
+        description='["throughput"] or ["throughput", "memory"] (a Pareto front)',
+    )
+    max_memory_bytes: int | None = Field(
+        default=None, ge=1, le=2**50, description="recommend the fastest config under this"
+    )
     device: Device = "auto"
     model_args: dict[ModelArgKey, ModelArgValue] = Field(
-        default_factory=dict, max_length=32,
-        description='a library model\'s options as strings, e.g. {"batch": "64", "image": "224"}')
+        default_factory=dict,
+        max_length=32,
+        description='a library model\'s options as strings, e.g. {"batch": "64", "image": "224"}',
+    )
     precision: PrecisionName | None = Field(
-        default=None, description="fixed for the study: fp32, tf32, bf16-autocast or "
-                                  "fp16-autocast (default: the workers' matmul precision)")
+        default=None,
+        description="fixed for the study: fp32, tf32, bf16-autocast or "
+        "fp16-autocast (default: the workers' matmul precision)",
+    )
 
     @field_validator("objectives")
     @classmethod
@@ -119,14 +133,21 @@ class JobIn(Strict):
 
     def to_spec(self) -> JobSpec:
         space: str | dict[str, Any] = (
-            self.space if isinstance(self.space, str) else
-            self.space.model_dump(exclude_none=True))
+            self.space if isinstance(self.space, str) else self.space.model_dump(exclude_none=True)
+        )
         return JobSpec(
-            workload=self.workload, preset=self.preset, space=space,
-            fix=self.fix.model_dump(exclude_none=True), n_trials=self.n_trials,
-            timeout_s=self.timeout_s, objectives=tuple(self.objectives),
-            max_memory_bytes=self.max_memory_bytes, device=self.device,
-            model_args=dict(self.model_args), precision=self.precision)
+            workload=self.workload,
+            preset=self.preset,
+            space=space,
+            fix=self.fix.model_dump(exclude_none=True),
+            n_trials=self.n_trials,
+            timeout_s=self.timeout_s,
+            objectives=tuple(self.objectives),
+            max_memory_bytes=self.max_memory_bytes,
+            device=self.device,
+            model_args=dict(self.model_args),
+            precision=self.precision,
+        )
 
 
 class JobLinks(BaseModel):
@@ -152,8 +173,11 @@ class JobOut(BaseModel):
     n_complete: int = Field(description="complete trials (Optuna COMPLETE) so far")
     n_failed: int
     n_pruned: int
-    n_interrupted: int = Field(default=0, description="trials cut short by the service (a "
-                               "worker lost, a cancel): run again, never counted")
+    n_interrupted: int = Field(
+        default=0,
+        description="trials cut short by the service (a "
+        "worker lost, a cancel): run again, never counted",
+    )
     timeout_s: float | None
     objectives: list[str]
     max_memory_bytes: int | None
@@ -177,25 +201,44 @@ class JobOut(BaseModel):
         spec = row.spec
         base = f"/v1/jobs/{row.id}"
         return cls(
-            id=row.id, status=row.status,  # type: ignore[arg-type]  # the store writes STATUSES
-            workload=row.workload, preset=row.preset,
+            id=row.id,
+            status=row.status,  # type: ignore[arg-type]  # the store writes STATUSES
+            workload=row.workload,
+            preset=row.preset,
             device=row.device,  # type: ignore[arg-type]  # written from JobIn.device
-            space=spec.get("space", "full"), fix=spec.get("fix", {}), n_trials=row.n_trials,
-            model_args=spec.get("model_args", {}), precision=spec.get("precision"),
-            n_complete=row.n_complete, n_failed=row.n_failed, n_pruned=row.n_pruned,
+            space=spec.get("space", "full"),
+            fix=spec.get("fix", {}),
+            n_trials=row.n_trials,
+            model_args=spec.get("model_args", {}),
+            precision=spec.get("precision"),
+            n_complete=row.n_complete,
+            n_failed=row.n_failed,
+            n_pruned=row.n_pruned,
             n_interrupted=row.n_interrupted or 0,
-            timeout_s=spec.get("timeout_s"), objectives=spec.get("objectives", ["throughput"]),
+            timeout_s=spec.get("timeout_s"),
+            objectives=spec.get("objectives", ["throughput"]),
             max_memory_bytes=spec.get("max_memory_bytes"),
             best=None if row.best is None else BestSoFar.model_validate(row.best),
-            has_recommendation=row.recommendation is not None, hardware=row.hardware,
-            phase=row.phase, cancel_requested=row.cancel_requested, attempts=row.attempts,
-            error=row.error, study=row.study,
-            created_at=utc(row.created_at), started_at=utc(row.started_at),
-            finished_at=utc(row.finished_at), updated_at=utc(row.updated_at),
+            has_recommendation=row.recommendation is not None,
+            hardware=row.hardware,
+            phase=row.phase,
+            cancel_requested=row.cancel_requested,
+            attempts=row.attempts,
+            error=row.error,
+            study=row.study,
+            created_at=utc(row.created_at),
+            started_at=utc(row.started_at),
+            finished_at=utc(row.finished_at),
+            updated_at=utc(row.updated_at),
             heartbeat_at=utc(row.heartbeat_at),
-            links=JobLinks(self=base, trials=f"{base}/trials", best=f"{base}/best",
-                           report=f"{base}/report", cancel=f"{base}/cancel",
-                           study=f"/v1/studies/{row.study}"),
+            links=JobLinks(
+                self=base,
+                trials=f"{base}/trials",
+                best=f"{base}/best",
+                report=f"{base}/report",
+                cancel=f"{base}/cancel",
+                study=f"/v1/studies/{row.study}",
+            ),
         )
 
 
@@ -209,8 +252,10 @@ class JobPage(BaseModel):
 class TrialOut(BaseModel):
     number: int
     state: Literal["running", "waiting", "complete", "pruned", "fail"]
-    counted: bool = Field(description="counts toward the job's n_trials (false: cut short by "
-                          "the service and run again)")
+    counted: bool = Field(
+        description="counts toward the job's n_trials (false: cut short by "
+        "the service and run again)"
+    )
     config: dict[str, Any] | None
     params: dict[str, Any]
     throughput: float | None = Field(description="samples/s: median of the pooled windows")

@@ -33,8 +33,11 @@ class StudyOut(BaseModel):
     def of(cls, summary: dict[str, Any]) -> StudyOut:
         name = summary["name"]
         job = summary["job_id"]
-        links = StudyLinks(self=f"/v1/studies/{name}", best=f"/v1/studies/{name}/best",
-                           job=None if job is None else f"/v1/jobs/{job}")
+        links = StudyLinks(
+            self=f"/v1/studies/{name}",
+            best=f"/v1/studies/{name}/best",
+            job=None if job is None else f"/v1/jobs/{job}",
+        )
         return cls.model_validate(summary | {"links": links})
 
 

@@ -32,12 +32,7 @@ def make_app(storage: str, **settings: Any) -> FastAPI:
 
 def make_worker(storage: str, **settings: Any) -> Worker:
     values: dict[str, Any] = {"storage": storage} | SMALL
-    if storage.startswith("sqlite:///"):  # explicit spaces are written beside the database
-        values["space_dir"] = str(Path(storage.removeprefix("sqlite:///")).parent)
     return Worker(WorkerSettings(**(values | settings)))
-
-
-from tests.conftest import PG_SERVER, pg_listening  # noqa: F401 - the API tests use them
 
 
 @pytest.fixture
@@ -62,17 +57,33 @@ class Finished:
     local_rec: dict[str, Any]
 
 
-EXPLICIT_SPACE = {"num_streams": [1, 2], "sync_interval": {"low": 1, "high": 4},
-                  "sync_mode": ["synchronize", "event"], "num_workers": 0}
+EXPLICIT_SPACE = {
+    "num_streams": [1, 2],
+    "sync_interval": {"low": 1, "high": 4},
+    "sync_mode": ["synchronize", "event"],
+    "num_workers": 0,
+}
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Finished]:
     storage = sqlite_url(tmp_path_factory.mktemp("finished"))
-    local = run_study(RunOptions(
-        workload="mlp", preset="tiny", trials=2, storage=storage, study="local-mlp",
-        device="cpu", top_k=1, final_rounds=1, parity_steps=4, sampler="random",
-        fix=("num_workers=0",), protocol=make_worker(storage).settings.protocol()))
+    local = run_study(
+        RunOptions(
+            workload="mlp",
+            preset="tiny",
+            trials=2,
+            storage=storage,
+            study="local-mlp",
+            device="cpu",
+            top_k=1,
+            final_rounds=1,
+            parity_steps=4,
+            sampler="random",
+            fix=("num_workers=0",),
+            protocol=make_worker(storage).settings.protocol(),
+        )
+    )
     with TestClient(make_app(storage)) as test_client:
         body = TINY_JOB | {"space": EXPLICIT_SPACE, "fix": {"pin_memory": True}}
         created = test_client.post("/v1/jobs", json=body, headers=AUTH)
@@ -80,5 +91,10 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Finished]:
         assert make_worker(storage).run_once()
         job = test_client.get(created.headers["Location"], headers=AUTH).json()
         assert job["status"] == "succeeded", job
-        yield Finished(storage=storage, client=test_client, job=job, local_study="local-mlp",
-                       local_rec=local.to_dict())
+        yield Finished(
+            storage=storage,
+            client=test_client,
+            job=job,
+            local_study="local-mlp",
+            local_rec=local.to_dict(),
+        )

@@ -16,13 +16,25 @@ OTHER_AUTH = {"Authorization": f"Bearer {OTHER_TOKEN}"}
 
 # The workers' settings for a run of about half a second per job phase (see tests/tuner/tiny.py).
 SMALL: dict[str, Any] = {
-    "measure_warmup": 1, "measure_windows": 3, "measure_window_steps": 2, "final_rounds": 1,
-    "top_k": 2, "parity_steps": 4, "sampler": "random", "heartbeat_s": 0.2, "poll_s": 0.2,
+    "measure_warmup": 1,
+    "measure_windows": 3,
+    "measure_window_steps": 2,
+    "final_rounds": 1,
+    "top_k": 2,
+    "parity_steps": 4,
+    "sampler": "random",
+    "heartbeat_s": 0.2,
+    "poll_s": 0.2,
     "lease_s": 60.0,
 }
 # A job's body that runs quickly on the CPU.
-TINY_JOB: dict[str, Any] = {"workload": "mlp", "preset": "tiny", "n_trials": 3, "device": "cpu",
-                            "fix": {"num_workers": 0}}
+TINY_JOB: dict[str, Any] = {
+    "workload": "mlp",
+    "preset": "tiny",
+    "n_trials": 3,
+    "device": "cpu",
+    "fix": {"num_workers": 0},
+}
 
 T = TypeVar("T")
 
@@ -43,8 +55,9 @@ def free_port() -> int:
         return port
 
 
-def wait_for(probe: Callable[[], T | None], *, timeout_s: float, what: str,
-             every_s: float = 0.1) -> T:
+def wait_for(
+    probe: Callable[[], T | None], *, timeout_s: float, what: str, every_s: float = 0.1
+) -> T:
     """Poll `probe` until it returns something truthy; fail naming `what` after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while True:

@@ -36,8 +36,11 @@ def test_every_endpoint_but_healthz_needs_a_token(client: TestClient) -> None:
     for method, path in routes:
         if path in ("/healthz", "/v1/healthz"):
             continue
-        for headers in ({}, {"Authorization": "Bearer wrong-token-wrong-token"},
-                        {"Authorization": "Basic dXNlcjpwYXNz"}):
+        for headers in (
+            {},
+            {"Authorization": "Bearer wrong-token-wrong-token"},
+            {"Authorization": "Basic dXNlcjpwYXNz"},
+        ):
             response = client.request(method, path, headers=headers)
             assert response.status_code == 401, (method, path, headers, response.text)
             assert response.headers["WWW-Authenticate"] == "Bearer"
@@ -81,8 +84,13 @@ def test_serving_beyond_loopback_without_tokens_is_refused() -> None:
 
 def test_serve_command_refuses_and_says_why(tmp_path: object) -> None:
     env = clean_env() | {"TUNER_STORAGE": f"sqlite:///{tmp_path}/refused.db"}
-    done = subprocess.run([sys.executable, "-m", "tuner", "serve", "--host", "0.0.0.0"],
-                          capture_output=True, text=True, timeout=60, env=env,
-                          cwd=os.getcwd())
+    done = subprocess.run(
+        [sys.executable, "-m", "tuner", "serve", "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=os.getcwd(),
+    )
     assert done.returncode == 2
     assert "refusing to serve on '0.0.0.0' without TUNER_API_TOKENS" in done.stderr

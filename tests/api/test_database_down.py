@@ -26,23 +26,31 @@ def proxied(pg_url: str) -> Iterator[tuple[str, Proxy]]:
 
 
 def test_every_route_answers_503_while_the_database_is_unreachable(
-        proxied: tuple[str, Proxy]) -> None:
+    proxied: tuple[str, Proxy],
+) -> None:
     url, proxy = proxied
     with TestClient(make_app(url), raise_server_exceptions=False) as client:
         job = client.post("/v1/jobs", json=TINY_JOB, headers=AUTH).json()
         study = job["study"]
         requests = [
-            ("GET", "/v1/jobs", None), ("GET", f"/v1/jobs/{job['id']}", None),
+            ("GET", "/v1/jobs", None),
+            ("GET", f"/v1/jobs/{job['id']}", None),
             ("GET", f"/v1/jobs/{job['id']}/trials", None),
             ("GET", f"/v1/jobs/{job['id']}/best", None),
-            ("POST", f"/v1/jobs/{job['id']}/cancel", None), ("POST", "/v1/jobs", TINY_JOB),
-            ("GET", "/v1/studies", None), ("GET", f"/v1/studies/{study}", None),
+            ("POST", f"/v1/jobs/{job['id']}/cancel", None),
+            ("POST", "/v1/jobs", TINY_JOB),
+            ("GET", "/v1/studies", None),
+            ("GET", f"/v1/studies/{study}", None),
             ("GET", f"/v1/studies/{study}/best", None),
             ("GET", "/v1/recommendations?workload=mlp&preset=tiny&gpu=cpu", None),
-            ("GET", "/healthz", None), ("GET", "/metrics", None),
+            ("GET", "/healthz", None),
+            ("GET", "/metrics", None),
         ]
-        before = {path: client.request(m, path, json=body, headers=AUTH).status_code
-                  for m, path, body in requests if m == "GET"}
+        before = {
+            path: client.request(m, path, json=body, headers=AUTH).status_code
+            for m, path, body in requests
+            if m == "GET"
+        }
         assert all(code < 500 for code in before.values()), before
         proxy.cut()
         for method, path, body in requests:

@@ -94,8 +94,9 @@ def test_a_token_with_too_many_queued_jobs_gets_429(storage: str) -> None:
 
 def test_bodies_over_64_kib_get_413(client: TestClient) -> None:
     big = json.dumps(TINY_JOB | {"padding": "x" * (64 * 1024)})
-    response = client.post("/v1/jobs", content=big, headers=AUTH | {
-        "Content-Type": "application/json"})
+    response = client.post(
+        "/v1/jobs", content=big, headers=AUTH | {"Content-Type": "application/json"}
+    )
     assert response.status_code == 413
     assert "65536 bytes" in response.json()["detail"]
 
@@ -103,13 +104,18 @@ def test_bodies_over_64_kib_get_413(client: TestClient) -> None:
         for _ in range(80):
             yield b" " * 1024
 
-    chunked = client.post("/v1/jobs", content=chunks(), headers=AUTH | {
-        "Content-Type": "application/json"})
+    chunked = client.post(
+        "/v1/jobs", content=chunks(), headers=AUTH | {"Content-Type": "application/json"}
+    )
     assert chunked.status_code == 413
     # Just under the limit is parsed as usual (here: a 422 for the unknown field).
     fits = json.dumps(TINY_JOB | {"padding": "x" * (60 * 1024)})
-    assert client.post("/v1/jobs", content=fits, headers=AUTH | {
-        "Content-Type": "application/json"}).status_code == 422
+    assert (
+        client.post(
+            "/v1/jobs", content=fits, headers=AUTH | {"Content-Type": "application/json"}
+        ).status_code
+        == 422
+    )
 
 
 BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
@@ -127,13 +133,18 @@ BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
     ({"precision": "fp64"}, ("body", "precision"), "'bf16-autocast' or 'fp16-autocast'"),
     ({"workload": "nope:model"}, ("body", "workload"), "unknown workload 'nope:model'"),
     ({"space": {"compile": ["fast"]}}, ("body", "space", "SpaceIn", "compile"), "'default'"),
-    ({"space": {"num_streams": {"low": 3, "high": 2}}}, ("body", "space", "num_streams"),
-     "low <= high"),
-    ({"space": {"num_streams": {"low": 1, "high": 9}}}, ("body", "space", "num_streams"),
-     "1..4"),
+    (
+        {"space": {"num_streams": {"low": 3, "high": 2}}},
+        ("body", "space", "num_streams"),
+        "low <= high",
+    ),
+    ({"space": {"num_streams": {"low": 1, "high": 9}}}, ("body", "space", "num_streams"), "1..4"),
     ({"space": {"num_streams": [1, 9]}}, ("body", "space", "SpaceIn", "num_streams"), "4"),
-    ({"space": {"sync_interval": {"low": 0, "high": 8, "log": True}}},
-     ("body", "space", "sync_interval"), "low >= 1"),
+    (
+        {"space": {"sync_interval": {"low": 0, "high": 8, "log": True}}},
+        ("body", "space", "sync_interval"),
+        "low >= 1",
+    ),
     ({"space": {"warp_drive": [1, 2]}}, ("body", "space", "SpaceIn", "warp_drive"), "Extra"),
     ({"space": {"num_streams": 2}}, ("body", "space"), "at least one searched setting"),
     ({"space": {"cuda_graph": [True]}}, ("body", "space", "cuda_graph"), "CUDA"),
@@ -149,31 +160,40 @@ BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("changes", "loc", "message"), BAD_BODIES,
-                         ids=[json.dumps(c)[:60] for c, _, _ in BAD_BODIES])
-def test_bad_bodies_get_422_naming_the_field(client: TestClient, changes: dict[str, Any],
-                                             loc: tuple[Any, ...], message: str) -> None:
+@pytest.mark.parametrize(
+    ("changes", "loc", "message"), BAD_BODIES, ids=[json.dumps(c)[:60] for c, _, _ in BAD_BODIES]
+)
+def test_bad_bodies_get_422_naming_the_field(
+    client: TestClient, changes: dict[str, Any], loc: tuple[Any, ...], message: str
+) -> None:
     response = _post(client, TINY_JOB | changes)
     assert response.status_code == 422, response.text
     errors = response.json()["detail"]
-    assert any(tuple(e["loc"][:len(loc)]) == loc and message in e["msg"] for e in errors), errors
+    assert any(tuple(e["loc"][: len(loc)]) == loc and message in e["msg"] for e in errors), errors
     assert client.get("/v1/jobs", headers=AUTH).json()["total"] == 0
 
 
 def test_missing_fields_and_broken_json_get_422(client: TestClient) -> None:
     missing = _post(client, {"preset": "tiny"}).json()["detail"]
     assert [e["loc"] for e in missing] == [["body", "workload"]]
-    broken = client.post("/v1/jobs", content=b'{"workload": ', headers=AUTH | {
-        "Content-Type": "application/json"})
+    broken = client.post(
+        "/v1/jobs", content=b'{"workload": ', headers=AUTH | {"Content-Type": "application/json"}
+    )
     assert broken.status_code == 422 and broken.json()["detail"][0]["loc"][0] == "body"
 
 
-@pytest.mark.parametrize(("query", "loc"), [
-    ({"limit": 0}, ["query", "limit"]), ({"limit": 201}, ["query", "limit"]),
-    ({"offset": -1}, ["query", "offset"]), ({"status": "sleeping"}, ["query", "status"]),
-])
-def test_bad_queries_get_422_naming_the_parameter(client: TestClient, query: dict[str, Any],
-                                                  loc: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("query", "loc"),
+    [
+        ({"limit": 0}, ["query", "limit"]),
+        ({"limit": 201}, ["query", "limit"]),
+        ({"offset": -1}, ["query", "offset"]),
+        ({"status": "sleeping"}, ["query", "status"]),
+    ],
+)
+def test_bad_queries_get_422_naming_the_parameter(
+    client: TestClient, query: dict[str, Any], loc: list[str]
+) -> None:
     response = client.get("/v1/jobs", params=query, headers=AUTH)
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == loc
@@ -182,13 +202,18 @@ def test_bad_queries_get_422_naming_the_parameter(client: TestClient, query: dic
 @pytest.mark.models
 def test_a_library_model_is_checked_before_it_is_queued(client: TestClient) -> None:
     pytest.importorskip("transformers")
-    body = TINY_JOB | {"workload": "hf:causal-lm", "model_args": {"layers": "2"},
-                       "precision": "bf16-autocast"}
+    body = TINY_JOB | {
+        "workload": "hf:causal-lm",
+        "model_args": {"layers": "2"},
+        "precision": "bf16-autocast",
+    }
     created = _post(client, body)
     assert created.status_code == 201, created.text
     job = created.json()
     assert (job["model_args"], job["precision"]) == ({"layers": "2"}, "bf16-autocast")
     bad = _post(client, body | {"model_args": {"layerz": "2"}})
     assert bad.status_code == 422
-    assert any(e["loc"][:2] == ["body", "model_args"] and "layerz" in e["msg"]
-               for e in bad.json()["detail"]), bad.json()
+    assert any(
+        e["loc"][:2] == ["body", "model_args"] and "layerz" in e["msg"]
+        for e in bad.json()["detail"]
+    ), bad.json()

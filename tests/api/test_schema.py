@@ -23,8 +23,10 @@ import uvicorn
 from tests.api.conftest import make_app
 from tests.api.helpers import AUTH, TOKEN, free_port, sqlite_url, wait_for
 
-CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,"
-          "response_schema_conformance")
+CHECKS = (
+    "not_a_server_error,status_code_conformance,content_type_conformance,"
+    "response_schema_conformance"
+)
 
 
 @pytest.fixture(scope="module")
@@ -47,14 +49,37 @@ def live_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def run_schemathesis(url: str, report: Path) -> subprocess.CompletedProcess[str]:
     # Runs in the report's folder: schemathesis writes a `.schemathesis/` cache where it starts.
-    command = [sys.executable, "-m", "schemathesis.cli", "run", f"{url}/openapi.json",
-               "--checks", CHECKS, "--header", f"Authorization: Bearer {TOKEN}",
-               "--max-examples", "25", "--seed", "1", "--workers", "1",
-               "--phases", "examples,coverage,fuzzing", "--suppress-health-check", "all",
-               "--generation-database", "none", "--no-color",
-               "--report", "ndjson", "--report-ndjson-path", str(report)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=900, check=False,
-                          cwd=report.parent)
+    command = [
+        sys.executable,
+        "-m",
+        "schemathesis.cli",
+        "run",
+        f"{url}/openapi.json",
+        "--checks",
+        CHECKS,
+        "--header",
+        f"Authorization: Bearer {TOKEN}",
+        "--max-examples",
+        "25",
+        "--seed",
+        "1",
+        "--workers",
+        "1",
+        "--phases",
+        "examples,coverage,fuzzing",
+        "--suppress-health-check",
+        "all",
+        "--generation-database",
+        "none",
+        "--no-color",
+        "--report",
+        "ndjson",
+        "--report-ndjson-path",
+        str(report),
+    ]
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=900, check=False, cwd=report.parent
+    )
 
 
 @pytest.mark.slow
@@ -65,15 +90,22 @@ def test_no_request_gets_a_5xx(live_url: str, tmp_path: Path) -> None:
     # The run really exercised the API: every operation was tested, none was skipped or errored.
     events = [json.loads(line) for line in report.read_text().splitlines() if line.strip()]
     scenarios = [e["ScenarioFinished"] for e in events if "ScenarioFinished" in e]
-    fuzzed = {s["recorder"]["label"] for s in scenarios
-              if s["phase"] == "fuzzing" and s["status"] == "success"}
+    fuzzed = {
+        s["recorder"]["label"]
+        for s in scenarios
+        if s["phase"] == "fuzzing" and s["status"] == "success"
+    }
     assert len(fuzzed) == 13, sorted(fuzzed)
     assert not [s for s in scenarios if s["status"] in {"failure", "error"}]
 
 
 def test_the_schema_is_served_with_a_token(live_url: str) -> None:
     schema = httpx.get(f"{live_url}/openapi.json", headers=AUTH, timeout=10).json()
-    operations = {(method.upper(), path) for path, item in schema["paths"].items()
-                  for method in item if method in {"get", "post", "put", "delete", "patch"}}
+    operations = {
+        (method.upper(), path)
+        for path, item in schema["paths"].items()
+        for method in item
+        if method in {"get", "post", "put", "delete", "patch"}
+    }
     assert ("POST", "/v1/jobs") in operations and ("GET", "/healthz") in operations
     assert len(operations) == 13 and ("GET", "/v1/jobs/{job_id}/report") in operations

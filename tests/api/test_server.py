@@ -43,19 +43,37 @@ class Server:
         self.port = free_port()
         self.storage = sqlite_url(tmp_path)
         self.log = tmp_path / "server.log"
-        values = SMALL | {"storage": self.storage, "api_tokens": TOKEN, "lease_s": 3,
-                          "heartbeat_s": 0.3, "torch_threads": 1, "access_log": False}
+        values = SMALL | {
+            "storage": self.storage,
+            "api_tokens": TOKEN,
+            "lease_s": 3,
+            "heartbeat_s": 0.3,
+            "torch_threads": 1,
+            "access_log": False,
+        }
         self.env = clean_env() | env_of(values | settings)
         self.proc: subprocess.Popen[bytes] | None = None
-        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", headers=AUTH,
-                                 timeout=10)
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", headers=AUTH, timeout=10)
 
     def start(self) -> None:
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tuner", "serve", "--port", str(self.port),
-                 "--workers", "1"], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, cwd=os.getcwd())
+                [
+                    sys.executable,
+                    "-m",
+                    "tuner",
+                    "serve",
+                    "--port",
+                    str(self.port),
+                    "--workers",
+                    "1",
+                ],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=os.getcwd(),
+            )
 
         def ready() -> bool:
             assert self.proc is not None and self.proc.poll() is None, self.log.read_text()
@@ -96,29 +114,34 @@ def test_post_a_job_poll_until_it_succeeds_and_read_its_best(server: Server) -> 
     created = server.http.post("/v1/jobs", json=TINY_JOB)
     assert created.status_code == 201
     location = created.headers["Location"]
-    done = wait_for(lambda: (j := server.http.get(location).json())["status"] in (
-        "succeeded", "failed") and j, timeout_s=90, what="the job to end")
+    done = wait_for(
+        lambda: (j := server.http.get(location).json())["status"] in ("succeeded", "failed") and j,
+        timeout_s=90,
+        what="the job to end",
+    )
     assert done["status"] == "succeeded", done
     assert done["n_complete"] + done["n_failed"] + done["n_pruned"] == 3
     best = server.http.get(f"{location}/best")
     assert best.status_code == 200 and best.json()["study"] == done["study"]
     assert server.http.get("/v1/jobs", headers={"Authorization": "Bearer nope"}).status_code == (
-        401)
+        401
+    )
     # SIGTERM: uvicorn stops, and so does the worker (it is told to, and waited for).
     assert server.kill(signal.SIGTERM) == 0
     with pytest.raises(httpx.TransportError):
         server.http.get("/healthz")
 
 
-def test_a_killed_server_resumes_its_job_without_losing_or_repeating_trials(
-        server: Server) -> None:
+def test_a_killed_server_resumes_its_job_without_losing_or_repeating_trials(server: Server) -> None:
     server.env |= env_of({"measure_windows": 5, "measure_window_steps": 20})
     server.start()
     n_trials = 8
-    job_id = server.http.post("/v1/jobs", json=TINY_JOB | {
-        "workload": "transformer", "n_trials": n_trials}).json()["id"]
-    wait_for(lambda: server.job(job_id)["n_complete"] >= 2, timeout_s=90,
-             what="two complete trials")
+    job_id = server.http.post(
+        "/v1/jobs", json=TINY_JOB | {"workload": "transformer", "n_trials": n_trials}
+    ).json()["id"]
+    wait_for(
+        lambda: server.job(job_id)["n_complete"] >= 2, timeout_s=90, what="two complete trials"
+    )
     server.kill()  # SIGKILL to the server and its worker: nothing gets to clean up
     study = f"job-{job_id}"
     before = optuna.load_study(study_name=study, storage=server.storage).get_trials()
@@ -127,8 +150,11 @@ def test_a_killed_server_resumes_its_job_without_losing_or_repeating_trials(
     assert len(kept) >= 2 and JobStore(server.storage).get(job_id).status == "running"
 
     server.start()
-    done = wait_for(lambda: (j := server.job(job_id))["status"] in ("succeeded", "failed") and j,
-                    timeout_s=120, what="the resumed job to end")
+    done = wait_for(
+        lambda: (j := server.job(job_id))["status"] in ("succeeded", "failed") and j,
+        timeout_s=120,
+        what="the resumed job to end",
+    )
     assert done["status"] == "succeeded", done
     assert done["attempts"] == 2
     after = optuna.load_study(study_name=study, storage=server.storage).get_trials()

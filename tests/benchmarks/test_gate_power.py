@@ -40,21 +40,29 @@ def test_gate_power_cpu_smoke_run(tmp_path: Path) -> None:
     assert wrong["runs"] == 2 and 0 <= wrong["detected"] <= 2
     per = wrong["per_model"]["mlp@tiny"]
     assert per["runs"] == 2 and per["detected"] == wrong["detected"]
-    assert per["caught_by_equivalence"] == per["detected"] and per["caught_by_exact"] == 0
+    assert per["caught_by_exact"] == 0  # the equivalence test alone was run
+    assert per["caught_by_window"] + per["caught_by_drift"] >= per["detected"]
+    assert per["detected_without_drift"] == per["caught_by_window"]
+    assert len(per["window_ratios"]) == len(per["drift_ratios"]) == 2
     assert wrong["detected"] == 2  # a 1 % learning-rate error on mlp tiny
 
     configs = written["equivalent"]["mlp@tiny"]
     assert set(configs) == {"2-stream-event", "foreach-optimizer", "fused-optimizer"}
     for entry in configs.values():
-        assert entry["runs"] == 2 and 0 <= entry["passed"] <= entry["runs"]
+        assert entry["runs"] == 2 and 0 <= entry["passed"] <= entry["passed_without_drift"] <= 2
         assert entry["passed"] + len(entry["failures"]) == entry["runs"]
     assert configs["2-stream-event"]["passed"] == 2
 
     env = written["envelope"]["mlp@tiny"]
-    assert len(env["floor"]) == len(env["windows"]) == 2 and len(env["loo_ratios"]) == 8
+    assert len(env["floor"]) == len(env["windows"]) == 2
+    assert len(env["loo_window_ratios"]) == len(env["loo_drift_ratios"]) == 8  # 2 seeds x 4
     assert env["example"]["format"] == 1
+    kept = written["trajectories"]["mlp@tiny"]
+    assert set(kept) == {"0", "1"} and len(kept["0"]["perturbed"]) == 4
+    assert set(kept["0"]["configs"]) == {"fault:wrong-op", *configs}
+    assert all(len(losses) == 10 for losses in kept["0"]["configs"].values())
     table = (tmp_path / "gate_power.md").read_text()
-    assert "| wrong-op | learning rate x 0.99 | 2 | 2 | 100% | 0 | 2 |" in table
+    assert "| wrong-op | learning rate x 0.99 | 2 | 2 | 100% | 0 |" in table
     assert "skipped: CUDA only" in table
 
 

@@ -31,9 +31,15 @@ def synthetic_grid(best_index: int, *, seconds: float = 1.0) -> list[dict[str, A
     entries = []
     for i, config in enumerate(suite.grid_configs(cuda=True)):
         ms = 5.0 if i == best_index else 10.0 + (i % 7)
-        entries.append({"config": config.to_dict(), "params": suite.grid_params(config),
-                        "windows_ms": [ms * 0.99, ms, ms * 1.01], "step_ms": ms,
-                        "seconds": seconds})
+        entries.append(
+            {
+                "config": config.to_dict(),
+                "params": suite.grid_params(config),
+                "windows_ms": [ms * 0.99, ms, ms * 1.01],
+                "step_ms": ms,
+                "seconds": seconds,
+            }
+        )
     return entries
 
 
@@ -79,26 +85,42 @@ def test_failed_grid_configs_cost_time_but_never_win() -> None:
 
 def preset_data(rec_ms: float, seed_ms: float, floor_ms: float) -> dict[str, Any]:
     def setting(ms: float) -> dict[str, Any]:
-        return {"config": LoopConfig().to_dict(), "step_ms_median": ms, "ci95": [ms, ms],
-                "floor_ratio": floor_ms / ms, "speedup_vs_seed_baseline": seed_ms / ms,
-                "speedup_ci95": [seed_ms / ms, seed_ms / ms], "peak_memory_bytes": 2**20}
+        return {
+            "config": LoopConfig().to_dict(),
+            "step_ms_median": ms,
+            "ci95": [ms, ms],
+            "floor_ratio": floor_ms / ms,
+            "speedup_vs_seed_baseline": seed_ms / ms,
+            "speedup_ci95": [seed_ms / ms, seed_ms / ms],
+            "peak_memory_bytes": 2**20,
+        }
 
     entries = synthetic_grid(best_index=5)
     return {
-        "settings": {"seed-baseline": setting(seed_ms), "recommended": setting(rec_ms),
-                     "graph-floor": setting(floor_ms)},
+        "settings": {
+            "seed-baseline": setting(seed_ms),
+            "recommended": setting(rec_ms),
+            "graph-floor": setting(floor_ms),
+        },
         "tuning_cost": suite.tuning_cost(entries, seeds=(0,)),
         "reproducibility": {"within_3pct": True, "throughput_ratio": 1.01, "ci95": [1.0, 1.02]},
-        "grid": {"discretisation": suite.GRID_NOTE, "size": 72, "gpu_seconds": 72.0,
-                 "protocol": {"warmup": 10, "windows": 2, "window_steps": 10},
-                 "best": entries[5], "best_parity": {"passed": True}},
+        "grid": {
+            "discretisation": suite.GRID_NOTE,
+            "size": 72,
+            "gpu_seconds": 72.0,
+            "protocol": {"warmup": 10, "windows": 2, "window_steps": 10},
+            "best": entries[5],
+            "best_parity": {"passed": True},
+        },
         "jobs": [],
     }
 
 
 def test_targets_say_met_or_not_from_the_figures() -> None:
-    presets = {"transformer:small": preset_data(rec_ms=3.0, seed_ms=18.0, floor_ms=2.9),
-               "transformer:large": preset_data(rec_ms=40.0, seed_ms=41.0, floor_ms=33.0)}
+    presets = {
+        "transformer:small": preset_data(rec_ms=3.0, seed_ms=18.0, floor_ms=2.9),
+        "transformer:large": preset_data(rec_ms=40.0, seed_ms=41.0, floor_ms=33.0),
+    }
     t = suite.targets(presets)
     assert t["transformer:small"]["floor_ratio_met"] and t["transformer:small"]["speedup_met"]
     assert not t["transformer:large"]["floor_ratio_met"]
@@ -107,17 +129,26 @@ def test_targets_say_met_or_not_from_the_figures() -> None:
 
 
 def test_the_readme_table_is_generated_from_the_json(tmp_path: Path) -> None:
-    meta = {"gpu": "NVIDIA H100 80GB HBM3", "driver": "580", "cuda": "13.0", "torch": "2.11",
-            "commit": "abc1234", "date": "2026-11-22", "matmul_precision": "high",
-            "file": "suite-h100-2026-11-22.json", "command": "python benchmarks/suite.py"}
+    meta = {
+        "gpu": "NVIDIA H100 80GB HBM3",
+        "driver": "580",
+        "cuda": "13.0",
+        "torch": "2.11",
+        "commit": "abc1234",
+        "date": "2026-11-22",
+        "matmul_precision": "high",
+        "file": "suite-h100-2026-11-22.json",
+        "command": "python benchmarks/suite.py",
+    }
     data = suite.to_json(meta, {"transformer:small": preset_data(3.0, 18.0, 2.9)})
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\n{suite.BEGIN}\nold table\n{suite.END}\n\nrest\n", encoding="utf-8")
     suite.update_readme(readme, data)
     text = readme.read_text(encoding="utf-8")
     assert "old table" not in text and text.endswith("\nrest\n")
-    assert "| transformer:small | - | 18.00 | - | - | 3.00 | 2.90 | 6.00x (6.00-6.00) | 0.97 |" \
-        in text
+    assert (
+        "| transformer:small | - | 18.00 | - | - | 3.00 | 2.90 | 6.00x (6.00-6.00) | 0.97 |" in text
+    )
     assert "suite-h100-2026-11-22.json" in text and "abc1234" in text
     assert "## Against the aims" in suite.to_markdown(data)
     readme.write_text("no markers\n", encoding="utf-8")
@@ -127,16 +158,42 @@ def test_the_readme_table_is_generated_from_the_json(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_suite_runs_end_to_end_on_a_cpu(tmp_path: Path) -> None:
-    suite.main(["--presets", "mlp:tiny", "--device", "cpu", "--rounds", "1",
-                "--grid-warmup", "1", "--grid-window-steps", "2", "--search-timeout",
-                "mlp:tiny=2", "--repro", "", "--out", str(tmp_path), "--tag", "t",
-                "--storage-dir", str(tmp_path / "db")])
+    suite.main(
+        [
+            "--presets",
+            "mlp:tiny",
+            "--device",
+            "cpu",
+            "--rounds",
+            "1",
+            "--grid-warmup",
+            "1",
+            "--grid-window-steps",
+            "2",
+            "--search-timeout",
+            "mlp:tiny=2",
+            "--repro",
+            "",
+            "--out",
+            str(tmp_path),
+            "--tag",
+            "t",
+            "--storage-dir",
+            str(tmp_path / "db"),
+        ]
+    )
     (path,) = tmp_path.glob("suite-*-t.json")
     data = json.loads(path.read_text(encoding="utf-8"))
     preset = data["presets"]["mlp:tiny"]
     assert preset["grid"]["size"] == 36
-    assert set(preset["settings"]) >= {"pytorch-default", "seed-baseline", "seed-event10",
-                                       "seed-4streams", "grid-best", "recommended"}
+    assert set(preset["settings"]) >= {
+        "pytorch-default",
+        "seed-baseline",
+        "seed-event10",
+        "seed-4streams",
+        "grid-best",
+        "recommended",
+    }
     assert "graph-floor" not in preset["settings"]  # no CUDA graphs on a CPU
     for entry in preset["settings"].values():
         assert entry["step_ms_median"] > 0 and entry["ci95"][0] <= entry["step_ms_median"]

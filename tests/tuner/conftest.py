@@ -31,8 +31,16 @@ class Finished:
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Finished:
     """`run` of the transformer `tiny` over the full space: 4 trials, baselines every 2."""
     storage = sqlite_url(tmp_path_factory.mktemp("finished"))
-    opts = options(storage, "tiny-full", workload="transformer", trials=4, baseline_every=2,
-                   final_rounds=2, sampler="tpe", fix=())
+    opts = options(
+        storage,
+        "tiny-full",
+        workload="transformer",
+        trials=4,
+        baseline_every=2,
+        final_rounds=2,
+        sampler="tpe",
+        fix=(),
+    )
     with warnings.catch_warnings():
         # The full space tries up to 4 DataLoader workers; torch warns about that on 2 cores.
         warnings.filterwarnings("ignore", message="This DataLoader will create")

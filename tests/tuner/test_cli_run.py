@@ -27,8 +27,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def tuner(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tuner", *args], capture_output=True,
-                          text=True, timeout=300, cwd=REPO, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "tuner", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env=env,
+    )
 
 
 def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -52,16 +58,30 @@ def test_run_json_in_a_subprocess_uses_tuner_storage(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert out.stderr == ""  # --json draws no progress bar
     rec = json.loads(out.stdout)
-    for key in ("study", "config", "throughput", "speedup", "ties", "fingerprint", "n_trials",
-                "gpu_seconds"):
+    for key in (
+        "study",
+        "config",
+        "throughput",
+        "speedup",
+        "ties",
+        "fingerprint",
+        "n_trials",
+        "gpu_seconds",
+    ):
         assert key in rec, key
     assert rec["study"] == "cli"
     assert LoopConfig.from_dict(rec["config"]).num_workers == 0  # pinned by --fix
     assert len(rec["throughput"]["ci95"]) == 2
     assert set(rec["speedup"]) == {"pytorch-default", "seed-baseline"}
     assert all(len(s["ci95"]) == 2 for s in rec["speedup"].values())
-    assert rec["n_trials"] == {"complete": 2, "failed": 0, "pruned": 0, "interrupted": 0,
-                              "running": 0, "waiting": 0}
+    assert rec["n_trials"] == {
+        "complete": 2,
+        "failed": 0,
+        "pruned": 0,
+        "interrupted": 0,
+        "running": 0,
+        "waiting": 0,
+    }
     assert "no effect" in rec["note"]
     # The study is in $TUNER_STORAGE (no --storage given), not in ./tuner.db.
     assert len(load(storage, "cli").trials) == 2
@@ -72,10 +92,12 @@ def test_run_json_in_a_subprocess_uses_tuner_storage(tmp_path: Path) -> None:
 
 
 def test_run_summary_says_stream_settings_have_no_effect_on_a_cpu(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     storage = sqlite_url(tmp_path)
-    code, out, _ = run_main(capsys, "run", *RUN_FLAGS, "--trials", "1", "--study", "human",
-                            "--storage", storage)
+    code, out, _ = run_main(
+        capsys, "run", *RUN_FLAGS, "--trials", "1", "--study", "human", "--storage", storage
+    )
     assert code == 0
     text = words(out)
     assert "stream, event and pinned-memory settings have no effect" in text
@@ -84,41 +106,84 @@ def test_run_summary_says_stream_settings_have_no_effect_on_a_cpu(
 
 
 def test_run_objectives_and_max_memory_flags(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     storage = sqlite_url(tmp_path)
-    code, out, _ = run_main(capsys, "run", *RUN_FLAGS, "--trials", "2", "--study", "mem",
-                            "--storage", storage, "--objectives", "throughput, memory",
-                            "--max-memory", "1000000000", "--json")
+    code, out, _ = run_main(
+        capsys,
+        "run",
+        *RUN_FLAGS,
+        "--trials",
+        "2",
+        "--study",
+        "mem",
+        "--storage",
+        storage,
+        "--objectives",
+        "throughput, memory",
+        "--max-memory",
+        "1000000000",
+        "--json",
+    )
     assert code == 0
     rec = json.loads(out)
     assert isinstance(rec["pareto"], list)
     assert rec["max_memory_bytes"] == 1_000_000_000
-    assert load(storage, "mem").user_attrs["streamtune"]["objectives"] == ["throughput",
-                                                                           "memory"]
+    assert load(storage, "mem").user_attrs["streamtune"]["objectives"] == ["throughput", "memory"]
 
 
 def test_resuming_another_preset_is_one_line_naming_study(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     storage = sqlite_url(tmp_path)
-    assert run_main(capsys, "run", *RUN_FLAGS, "--trials", "1", "--study", "s",
-                    "--storage", storage, "--json")[0] == 0
-    code, out, err = run_main(capsys, "run", *RUN_FLAGS, "--trials", "1", "--study", "s",
-                              "--storage", storage, "--preset", "small")
+    assert (
+        run_main(
+            capsys,
+            "run",
+            *RUN_FLAGS,
+            "--trials",
+            "1",
+            "--study",
+            "s",
+            "--storage",
+            storage,
+            "--json",
+        )[0]
+        == 0
+    )
+    code, out, err = run_main(
+        capsys,
+        "run",
+        *RUN_FLAGS,
+        "--trials",
+        "1",
+        "--study",
+        "s",
+        "--storage",
+        storage,
+        "--preset",
+        "small",
+    )
     assert code == 2
     assert out == ""
-    assert err == ("error: --study: 's' was made with preset='tiny', this run has 'small'; "
-                   "resume it with the same settings or choose another --study\n")
+    assert err == (
+        "error: --study: 's' was made with preset='tiny', this run has 'small'; "
+        "resume it with the same settings or choose another --study\n"
+    )
     assert len(load(storage, "s").trials) == 1
 
 
 def test_a_failing_workload_is_reported_not_raised(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     storage = sqlite_url(tmp_path)
     flags = [f for f in RUN_FLAGS if f != "mlp"]
-    flags[flags.index("--workload") + 1:flags.index("--workload") + 1] = [
-        f"{WORKLOADS}:raises_in_loss"]
-    code, out, _ = run_main(capsys, "run", *flags, "--trials", "1", "--study", "broken",
-                            "--storage", storage)
+    flags[flags.index("--workload") + 1 : flags.index("--workload") + 1] = [
+        f"{WORKLOADS}:raises_in_loss"
+    ]
+    code, out, _ = run_main(
+        capsys, "run", *flags, "--trials", "1", "--study", "broken", "--storage", storage
+    )
     assert code == 0
     assert "recommendation none: every final-round measurement failed" in words(out)
     code, out, err = run_main(capsys, "export", "--study", "broken", "--storage", storage)
@@ -130,13 +195,16 @@ def test_a_failing_workload_is_reported_not_raised(
 
 
 def test_best_prints_the_stored_recommendation(
-        finished: Finished, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run_main(capsys, "best", "--study", finished.study, "--storage",
-                            finished.storage, "--json")
+    finished: Finished, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run_main(
+        capsys, "best", "--study", finished.study, "--storage", finished.storage, "--json"
+    )
     assert code == 0
     assert json.loads(out) == reader.recommendation(finished.storage, finished.study).to_dict()
-    code, out, _ = run_main(capsys, "best", "--study", finished.study, "--storage",
-                            finished.storage)
+    code, out, _ = run_main(
+        capsys, "best", "--study", finished.study, "--storage", finished.storage
+    )
     assert code == 0
     text = words(out)
     assert f"recommended {finished.rec['source']}:" in text
@@ -145,10 +213,10 @@ def test_best_prints_the_stored_recommendation(
 
 
 @pytest.mark.parametrize("fmt", ["json", "env", "python"])
-def test_export_formats(
-        finished: Finished, capsys: pytest.CaptureFixture[str], fmt: str) -> None:
-    code, out, _ = run_main(capsys, "export", "--study", finished.study, "--storage",
-                            finished.storage, "--format", fmt)
+def test_export_formats(finished: Finished, capsys: pytest.CaptureFixture[str], fmt: str) -> None:
+    code, out, _ = run_main(
+        capsys, "export", "--study", finished.study, "--storage", finished.storage, "--format", fmt
+    )
     assert code == 0
     expected = LoopConfig.from_dict(finished.rec["config"])
     if fmt == "json":
@@ -163,8 +231,8 @@ def test_export_formats(
 
 
 def test_studies_lists_the_study(
-        finished: Finished, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    finished: Finished, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     code, out, _ = run_main(capsys, "studies", "--storage", finished.storage, "--json")
     assert code == 0
     (row,) = json.loads(out)
@@ -203,10 +271,22 @@ BAD_RUN_FLAGS = [
 
 @pytest.mark.parametrize(("args", "start"), BAD_RUN_FLAGS)
 def test_a_bad_run_flag_is_one_line_naming_it_and_stores_nothing(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], start: str) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], start: str
+) -> None:
     storage = sqlite_url(tmp_path)
-    code, out, err = run_main(capsys, "run", "--workload", "mlp", "--preset", "tiny",
-                              "--device", "cpu", "--storage", storage, *args)
+    code, out, err = run_main(
+        capsys,
+        "run",
+        "--workload",
+        "mlp",
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--storage",
+        storage,
+        *args,
+    )
     assert code == 2
     assert out == ""
     assert err.startswith(start)
@@ -215,30 +295,46 @@ def test_a_bad_run_flag_is_one_line_naming_it_and_stores_nothing(
         assert optuna.get_all_study_names(storage) == []
 
 
-@pytest.mark.parametrize(("args", "line"), [
-    (["best", "--study", "missing"],
-     "error: --study: no study named 'missing' in this storage (studies: none)"),
-    (["export", "--study", "missing"],
-     "error: --study: no study named 'missing' in this storage (studies: none)"),
-    (["best"], "error: Missing option '--study'."),
-])
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["best", "--study", "missing"],
+            "error: --study: no study named 'missing' in this storage (studies: none)",
+        ),
+        (
+            ["export", "--study", "missing"],
+            "error: --study: no study named 'missing' in this storage (studies: none)",
+        ),
+        (["best"], "error: Missing option '--study'."),
+    ],
+)
 def test_reading_a_missing_study_is_one_line(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], line: str) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], line: str
+) -> None:
     code, out, err = run_main(capsys, *args, "--storage", sqlite_url(tmp_path))
     assert (code, out, err) == (2, "", line + "\n")
 
 
 def test_a_bad_export_format_is_one_line(
-        finished: Finished, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run_main(capsys, "export", "--study", finished.study, "--storage",
-                            finished.storage, "--format", "yaml")
+    finished: Finished, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run_main(
+        capsys,
+        "export",
+        "--study",
+        finished.study,
+        "--storage",
+        finished.storage,
+        "--format",
+        "yaml",
+    )
     assert code == 2
     assert err == "error: --format: 'yaml' is invalid: allowed json, env, python\n"
 
 
 @pytest.mark.slow
-def test_bad_flags_in_real_processes_exit_2_with_one_line_and_no_traceback(
-        tmp_path: Path) -> None:
+def test_bad_flags_in_real_processes_exit_2_with_one_line_and_no_traceback(tmp_path: Path) -> None:
     storage = sqlite_url(tmp_path)
     cases = {
         "--trials": ["run", "--trials", "0"],
@@ -253,7 +349,11 @@ def test_bad_flags_in_real_processes_exit_2_with_one_line_and_no_traceback(
     procs = {
         flag: subprocess.Popen(
             [sys.executable, "-m", "tuner", *args, *common, *(run_args if "run" in args else [])],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for flag, args in cases.items()
     }
     for flag, proc in procs.items():
@@ -277,23 +377,45 @@ LIBRARY_RUNS = [
 
 @pytest.mark.models
 @pytest.mark.slow
-@pytest.mark.parametrize(("library", "workload", "extra"), LIBRARY_RUNS,
-                         ids=[w for _, w, _ in LIBRARY_RUNS])
+@pytest.mark.parametrize(
+    ("library", "workload", "extra"), LIBRARY_RUNS, ids=[w for _, w, _ in LIBRARY_RUNS]
+)
 def test_a_library_model_is_tuned_in_bf16_by_one_command(
-        tmp_path: Path, library: str, workload: str, extra: tuple[str, ...]) -> None:
+    tmp_path: Path, library: str, workload: str, extra: tuple[str, ...]
+) -> None:
     pytest.importorskip(library)
     flags = list(RUN_FLAGS)
     flags[flags.index("--workload") + 1] = workload
-    out = tuner("run", *flags, *extra, "--trials", "2", "--precision", "bf16-autocast", "--json",
-                "--storage", sqlite_url(tmp_path))
+    out = tuner(
+        "run",
+        *flags,
+        *extra,
+        "--trials",
+        "2",
+        "--precision",
+        "bf16-autocast",
+        "--json",
+        "--storage",
+        sqlite_url(tmp_path),
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     rec = json.loads(out.stdout)
-    assert rec["config"] is not None and rec["n_trials"]["complete"] + rec["n_trials"][
-        "failed"] == 2
+    assert (
+        rec["config"] is not None and rec["n_trials"]["complete"] + rec["n_trials"]["failed"] == 2
+    )
     meta = load(sqlite_url(tmp_path), rec["study"]).user_attrs["streamtune"]
     assert (meta["workload"], meta["precision"]) == (workload, "bf16-autocast")
     assert meta["shape"].startswith(f"{workload}-tiny-") and rec["study"].endswith(
-        "-cpu-bf16-autocast")
-    bad = tuner("run", *flags, "--model-arg", "no_such_option=1", "--trials", "1",
-                "--storage", sqlite_url(tmp_path))
+        "-cpu-bf16-autocast"
+    )
+    bad = tuner(
+        "run",
+        *flags,
+        "--model-arg",
+        "no_such_option=1",
+        "--trials",
+        "1",
+        "--storage",
+        sqlite_url(tmp_path),
+    )
     assert bad.returncode == 2 and "no_such_option" in bad.stderr and "allowed" in bad.stderr

@@ -10,8 +10,9 @@ import pytest
 
 
 def tuner(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tuner", *args], capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "tuner", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_help_lists_train() -> None:
@@ -21,9 +22,26 @@ def test_help_lists_train() -> None:
 
 
 def test_train_json_is_a_run_result() -> None:
-    out = tuner("train", "--workload", "transformer", "--preset", "tiny", "--streams", "2",
-                "--sync-interval", "10", "--sync-mode", "event", "--steps", "20", "--warmup",
-                "2", "--device", "cpu", "--json")
+    out = tuner(
+        "train",
+        "--workload",
+        "transformer",
+        "--preset",
+        "tiny",
+        "--streams",
+        "2",
+        "--sync-interval",
+        "10",
+        "--sync-mode",
+        "event",
+        "--steps",
+        "20",
+        "--warmup",
+        "2",
+        "--device",
+        "cpu",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["config"]["num_streams"] == 2
@@ -41,8 +59,20 @@ def test_train_summary_is_readable() -> None:
 
 
 def test_user_workload_from_module_path() -> None:
-    out = tuner("train", "--workload", "examples.my_workload:build", "--steps", "4",
-                "--warmup", "0", "--windows", "2", "--device", "cpu", "--json")
+    out = tuner(
+        "train",
+        "--workload",
+        "examples.my_workload:build",
+        "--steps",
+        "4",
+        "--warmup",
+        "0",
+        "--windows",
+        "2",
+        "--device",
+        "cpu",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["workload"] == "my_workload"
 

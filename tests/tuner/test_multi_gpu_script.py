@@ -17,13 +17,43 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_the_multi_gpu_script_runs_its_three_parts_on_the_cpu(tmp_path: Path) -> None:
-    flags = ["--device", "cpu", "--workers", "2", "--workload", "mlp", "--preset", "tiny",
-             "--trials", "4", "--warmup", "1", "--windows", "3", "--window-steps", "2",
-             "--parity-steps", "4", "--final-rounds", "1", "--rounds", "1", "--timeout", "150",
-             "--out", str(tmp_path)]
-    done = subprocess.run([sys.executable, "benchmarks/multi_gpu.py", *flags], cwd=ROOT,
-                          env=clean_env() | {"STREAMTUNE_COMMIT": "abc1234"},
-                          capture_output=True, text=True, timeout=400, check=False)
+    flags = [
+        "--device",
+        "cpu",
+        "--workers",
+        "2",
+        "--workload",
+        "mlp",
+        "--preset",
+        "tiny",
+        "--trials",
+        "4",
+        "--warmup",
+        "1",
+        "--windows",
+        "3",
+        "--window-steps",
+        "2",
+        "--parity-steps",
+        "4",
+        "--final-rounds",
+        "1",
+        "--rounds",
+        "1",
+        "--timeout",
+        "150",
+        "--out",
+        str(tmp_path),
+    ]
+    done = subprocess.run(
+        [sys.executable, "benchmarks/multi_gpu.py", *flags],
+        cwd=ROOT,
+        env=clean_env() | {"STREAMTUNE_COMMIT": "abc1234"},
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     [written] = tmp_path.glob("multi-gpu-cpu-*.json")
     result = json.loads(written.read_text())
@@ -32,10 +62,12 @@ def test_the_multi_gpu_script_runs_its_three_parts_on_the_cpu(tmp_path: Path) ->
     for name, workers in (("shared", 2), ("single", 1)):
         run = result[name]
         assert run["status"] == "succeeded" and not run["timed_out"], run
-        counted = run["n_trials"]["complete"] + run["n_trials"]["failed"] + run["n_trials"][
-            "pruned"]
-        assert counted == 4 and sum(run["trials_per_worker"].values()) == run["n_trials"][
-            "in_study"]
+        counted = (
+            run["n_trials"]["complete"] + run["n_trials"]["failed"] + run["n_trials"]["pruned"]
+        )
+        assert (
+            counted == 4 and sum(run["trials_per_worker"].values()) == run["n_trials"]["in_study"]
+        )
         assert len(run["trials_per_worker"]) <= workers and run["wall_s"] > 0
         phases = run["phases"]
         assert set(phases["trial_s_per_worker"]) == set(run["trials_per_worker"])
@@ -46,6 +78,9 @@ def test_the_multi_gpu_script_runs_its_three_parts_on_the_cpu(tmp_path: Path) ->
         assert 0 < phases["search_busy_fraction"] <= 1.0 + 1e-6, phases
     rows = result["agreement"]
     assert [(r["config"], r["device"]) for r in rows] == [
-        ("seed-baseline", "cpu"), ("seed-baseline", "cpu"),
-        ("pytorch-default", "cpu"), ("pytorch-default", "cpu")]
+        ("seed-baseline", "cpu"),
+        ("seed-baseline", "cpu"),
+        ("pytorch-default", "cpu"),
+        ("pytorch-default", "cpu"),
+    ]
     assert rows[0]["ratio_to_first"] == 1.0

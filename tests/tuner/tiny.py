@@ -15,10 +15,32 @@ PROTOCOL = Protocol(warmup=1, windows=3, window_steps=2)
 WORKLOADS = "tests.tuner.workloads_for_tests"
 
 # The same small run as command-line flags (what `options()` builds, for `python -m tuner run`).
-RUN_FLAGS = ("--workload", "mlp", "--preset", "tiny", "--device", "cpu", "--warmup", "1",
-             "--windows", "3", "--window-steps", "2", "--final-rounds", "1", "--top-k", "2",
-             "--parity-steps", "4", "--sampler", "random", "--fix", "num_workers=0",
-             "--profile", "none")
+RUN_FLAGS = (
+    "--workload",
+    "mlp",
+    "--preset",
+    "tiny",
+    "--device",
+    "cpu",
+    "--warmup",
+    "1",
+    "--windows",
+    "3",
+    "--window-steps",
+    "2",
+    "--final-rounds",
+    "1",
+    "--top-k",
+    "2",
+    "--parity-steps",
+    "4",
+    "--sampler",
+    "random",
+    "--fix",
+    "num_workers=0",
+    "--profile",
+    "none",
+)
 
 
 def sqlite_url(directory: Path, name: str = "t.db") -> str:
@@ -28,9 +50,19 @@ def sqlite_url(directory: Path, name: str = "t.db") -> str:
 def options(storage: str, study: str, **changes: Any) -> RunOptions:
     """A run of the `mlp` `tiny` workload that takes about half a second; `changes` override."""
     base: dict[str, Any] = {
-        "workload": "mlp", "preset": "tiny", "trials": 3, "storage": storage, "study": study,
-        "device": "cpu", "top_k": 2, "final_rounds": 1, "parity_steps": 4, "sampler": "random",
-        "protocol": PROTOCOL, "fix": ("num_workers=0",), "profile": "none",
+        "workload": "mlp",
+        "preset": "tiny",
+        "trials": 3,
+        "storage": storage,
+        "study": study,
+        "device": "cpu",
+        "top_k": 2,
+        "final_rounds": 1,
+        "parity_steps": 4,
+        "sampler": "random",
+        "protocol": PROTOCOL,
+        "fix": ("num_workers=0",),
+        "profile": "none",
     }
     return RunOptions(**(base | changes))
 
@@ -42,8 +74,14 @@ def run_json(opts: RunOptions, **kwargs: Any) -> dict[str, Any]:
 
 def counts(complete: int, failed: int, pruned: int, interrupted: int = 0) -> dict[str, int]:
     """A finished study's `n_trials` (nothing running or waiting)."""
-    return {"complete": complete, "failed": failed, "pruned": pruned,
-            "interrupted": interrupted, "running": 0, "waiting": 0}
+    return {
+        "complete": complete,
+        "failed": failed,
+        "pruned": pruned,
+        "interrupted": interrupted,
+        "running": 0,
+        "waiting": 0,
+    }
 
 
 def load(storage: str, study: str) -> optuna.Study:
@@ -52,5 +90,8 @@ def load(storage: str, study: str) -> optuna.Study:
 
 def baseline_entries(study: optuna.Study) -> dict[str, dict[str, Any]]:
     """`baseline/<name>/<id>` study attrs, keyed by `<name>/<id>`."""
-    return {k.removeprefix("baseline/"): v for k, v in study.user_attrs.items()
-            if k.startswith("baseline/")}
+    return {
+        k.removeprefix("baseline/"): v
+        for k, v in study.user_attrs.items()
+        if k.startswith("baseline/")
+    }

@@ -37,11 +37,23 @@ def _batches(seed: int) -> SyntheticBatches:
     return SyntheticBatches((x, torch.randint(0, 3, (8, 4), generator=generator)))
 
 
-def _workload(name: str, preset: str, seed: int, dataset: Dataset[Batch],
-              loss_fn: LossFn = classification_loss) -> Workload:
+def _workload(
+    name: str,
+    preset: str,
+    seed: int,
+    dataset: Dataset[Batch],
+    loss_fn: LossFn = classification_loss,
+) -> Workload:
     torch.manual_seed(seed)
-    return Workload(name=name, preset=preset, model=nn.Linear(8, 3), dataset=dataset,
-                    loss_fn=loss_fn, samples_per_batch=4, make_optimizer=adam(1e-2))
+    return Workload(
+        name=name,
+        preset=preset,
+        model=nn.Linear(8, 3),
+        dataset=dataset,
+        loss_fn=loss_fn,
+        samples_per_batch=4,
+        make_optimizer=adam(1e-2),
+    )
 
 
 def raises_in_loss(preset: str, *, seed: int) -> Workload:

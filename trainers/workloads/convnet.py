@@ -25,7 +25,11 @@ PRESETS: dict[str, ConvShape] = {
     "tiny": ConvShape(image=8, widths=(8, 16), blocks_per_stage=1, classes=10, batch=8),
     "small": ConvShape(image=32, widths=(32, 64, 128), blocks_per_stage=1, classes=10, batch=128),
     "large": ConvShape(
-        image=64, widths=(64, 128, 256, 512), blocks_per_stage=2, classes=100, batch=128,
+        image=64,
+        widths=(64, 128, 256, 512),
+        blocks_per_stage=2,
+        classes=100,
+        batch=128,
         n_batches=8,
     ),
 }
@@ -77,8 +81,9 @@ def make_model(shape: ConvShape) -> nn.Sequential:
 def pattern_images(shape: ConvShape, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
     patterns = torch.randn(shape.classes, 3, shape.image, shape.image, generator=generator)
     labels = torch.randint(0, shape.classes, (shape.n_batches, shape.batch), generator=generator)
-    noise = torch.randn(shape.n_batches, shape.batch, 3, shape.image, shape.image,
-                        generator=generator)
+    noise = torch.randn(
+        shape.n_batches, shape.batch, 3, shape.image, shape.image, generator=generator
+    )
     return patterns[labels] + noise, labels
 
 

@@ -296,8 +296,7 @@ def causal_lm_loss_eager(model: nn.Module, batch: Batch) -> torch.Tensor:
     (ids,) = batch
     # All ones, made on the device: with no mask, transformers would look for packed sequences
     # in the position ids with a host read every step (see the module docstring).
-    loss: torch.Tensor = model(input_ids=ids, attention_mask=torch.ones_like(ids),
-                               labels=ids).loss
+    loss: torch.Tensor = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids).loss
     return loss
 
 

@@ -23,11 +23,14 @@ def export(rec: Recommendation, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(config.to_dict(), indent=2)
     if fmt == "env":
-        return "\n".join(f"{ENV_PREFIX}{k.upper()}={_env_value(v)}"
-                         for k, v in config.to_dict().items())
+        return "\n".join(
+            f"{ENV_PREFIX}{k.upper()}={_env_value(v)}" for k, v in config.to_dict().items()
+        )
     args = ",\n".join(f"    {k}={v!r}" for k, v in config.to_dict().items())
-    return (f"# streamtune recommendation for study {rec.study!r} on {rec.hardware}\n"
-            f"from trainers import LoopConfig\n\nconfig = LoopConfig(\n{args},\n)")
+    return (
+        f"# streamtune recommendation for study {rec.study!r} on {rec.hardware}\n"
+        f"from trainers import LoopConfig\n\nconfig = LoopConfig(\n{args},\n)"
+    )
 
 
 def config_from_env(environ: dict[str, str]) -> LoopConfig:

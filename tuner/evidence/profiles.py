@@ -40,11 +40,16 @@ def artifact_dir(storage_url: str, explicit: str | os.PathLike[str] | None = Non
     except sqlalchemy.exc.ArgumentError as exc:
         raise TunerError(f"--storage: {storage_url!r} is not a database URL") from exc
     database = url.database
-    if url.get_backend_name() != "sqlite" or not database or database == ":memory:" or (
-            database.startswith("file:")):
+    if (
+        url.get_backend_name() != "sqlite"
+        or not database
+        or database == ":memory:"
+        or (database.startswith("file:"))
+    ):
         raise TunerError(
             f"--artifacts: traces of {url.get_backend_name()} storage {storage_url!r} need a "
-            f"directory: pass --artifacts DIR or set {ARTIFACTS_ENV}")
+            f"directory: pass --artifacts DIR or set {ARTIFACTS_ENV}"
+        )
     path = Path(database)
     return path.with_name(f"{path.stem}-artifacts")
 
@@ -62,9 +67,13 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "profile"
 
 
-def store_profile(study_or_trial: optuna.Study | optuna.Trial | optuna.trial.FrozenTrial,
-                  prof: Profile, artifact_dir: str | os.PathLike[str] | None, *,
-                  name: str | None = None) -> str | None:
+def store_profile(
+    study_or_trial: optuna.Study | optuna.Trial | optuna.trial.FrozenTrial,
+    prof: Profile,
+    artifact_dir: str | os.PathLike[str] | None,
+    *,
+    name: str | None = None,
+) -> str | None:
     """Store `prof`: its trace as an artifact, its figures and verdict as a user attribute.
 
     On a Study: attribute `profile/<name>` (`name` required: a baseline's name or "recommended").
@@ -74,8 +83,10 @@ def store_profile(study_or_trial: optuna.Study | optuna.Trial | optuna.trial.Fro
     (None when no trace was stored).
     """
     if isinstance(study_or_trial, optuna.trial.FrozenTrial):
-        raise TypeError("store_profile needs the running optuna.Trial or the Study: a finished "
-                        "(frozen) trial cannot take artifacts")
+        raise TypeError(
+            "store_profile needs the running optuna.Trial or the Study: a finished "
+            "(frozen) trial cannot take artifacts"
+        )
     if isinstance(study_or_trial, optuna.Study):
         if not name:
             raise ValueError("store_profile on a Study needs name= (a baseline or 'recommended')")
@@ -83,8 +94,11 @@ def store_profile(study_or_trial: optuna.Study | optuna.Trial | optuna.trial.Fro
     else:
         name = name or f"trial-{study_or_trial.number}"
         key = TRIAL_ATTR
-    attrs = prof.to_attrs() | {"verdict": verdict(prof).to_dict(), "artifact_id": None,
-                               "artifact_file": None}
+    attrs = prof.to_attrs() | {
+        "verdict": verdict(prof).to_dict(),
+        "artifact_id": None,
+        "artifact_file": None,
+    }
     if prof.trace_gz is not None and artifact_dir is not None:
         directory = Path(artifact_dir)
         directory.mkdir(parents=True, exist_ok=True)
@@ -95,8 +109,12 @@ def store_profile(study_or_trial: optuna.Study | optuna.Trial | optuna.trial.Fro
             with open(path, "wb") as f:
                 f.write(prof.trace_gz)
             attrs["artifact_id"] = optuna.artifacts.upload_artifact(
-                artifact_store=store, file_path=path, study_or_trial=study_or_trial,
-                mimetype="application/json", encoding="gzip")
+                artifact_store=store,
+                file_path=path,
+                study_or_trial=study_or_trial,
+                mimetype="application/json",
+                encoding="gzip",
+            )
         attrs["artifact_file"] = filename
     study_or_trial.set_user_attr(key, attrs)
     artifact_id: str | None = attrs["artifact_id"]
@@ -108,8 +126,9 @@ def load_trace(artifact_dir: str | os.PathLike[str], artifact_id: str) -> dict[s
     store = optuna.artifacts.FileSystemArtifactStore(str(artifact_dir))
     with tempfile.TemporaryDirectory(prefix="streamtune-trace-") as tmp:
         path = os.path.join(tmp, "trace.json.gz")
-        optuna.artifacts.download_artifact(artifact_store=store, file_path=path,
-                                           artifact_id=artifact_id)
+        optuna.artifacts.download_artifact(
+            artifact_store=store, file_path=path, artifact_id=artifact_id
+        )
         with gzip.open(path, "rb") as f:
             return dict(json.loads(f.read()))
 
@@ -121,8 +140,11 @@ def study_profiles(study: optuna.Study) -> dict[str, dict[str, Any]]:
 
 def profiles_in(user_attrs: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """`profile/<name>` entries of a study's user attributes that hold figures, by name."""
-    return {k[len(STUDY_PREFIX):]: v for k, v in user_attrs.items()
-            if k.startswith(STUDY_PREFIX) and isinstance(v, dict) and "step_ms" in v}
+    return {
+        k[len(STUDY_PREFIX) :]: v
+        for k, v in user_attrs.items()
+        if k.startswith(STUDY_PREFIX) and isinstance(v, dict) and "step_ms" in v
+    }
 
 
 def stored_verdicts(profiles: Mapping[str, Mapping[str, Any]]) -> dict[str, Verdict]:
@@ -143,16 +165,19 @@ def reread(recommendation: Recommendation, user_attrs: Mapping[str, Any]) -> Rec
     verdicts = stored_verdicts(profiles)
     return recommendation.with_evidence(
         verdicts={name: v.to_dict() for name, v in verdicts.items()},
-        explanation=explain(recommendation.to_dict(), verdicts))
+        explanation=explain(recommendation.to_dict(), verdicts),
+    )
 
 
-def read_recommendation(attrs: Mapping[str, Any], trials: Sequence[FrozenTrial],
-                        name: str) -> Recommendation:
+def read_recommendation(
+    attrs: Mapping[str, Any], trials: Sequence[FrozenTrial], name: str
+) -> Recommendation:
     """The study's stored recommendation, its counts and verdicts derived again."""
     found = attrs.get(keys.RECOMMENDATION)
     if not isinstance(found, dict):
         raise NoRecommendation(
             f"study {name!r} has no recommendation yet (its run stopped before the final "
-            f"round): run `python -m tuner run --study {name} ...` again to finish it")
+            f"round): run `python -m tuner run --study {name} ...` again to finish it"
+        )
     rec = Recommendation.from_dict({"study": name} | found).with_counts(count_trials(trials))
     return reread(rec, attrs)

@@ -46,15 +46,17 @@ def list_studies(storage_url: str) -> list[dict[str, Any]]:
         else:
             found = best_trial(trials)
             best = None if found is None else found["throughput"]
-        rows.append({
-            "study": summary.study_name,
-            "workload": meta.get("workload"),
-            "preset": meta.get("preset"),
-            "hardware": meta.get("hardware"),
-            "trials": count_trials(trials).to_dict(),
-            "best_throughput": best,
-            "recommended": None if not isinstance(rec, dict) else rec.get("config"),
-        })
+        rows.append(
+            {
+                "study": summary.study_name,
+                "workload": meta.get("workload"),
+                "preset": meta.get("preset"),
+                "hardware": meta.get("hardware"),
+                "trials": count_trials(trials).to_dict(),
+                "best_throughput": best,
+                "recommended": None if not isinstance(rec, dict) else rec.get("config"),
+            }
+        )
     return rows
 
 
@@ -93,55 +95,66 @@ class StudyReader:
         rec = attrs.get(keys.RECOMMENDATION)
         rec = rec if isinstance(rec, dict) else None
         trials = self.storage.get_all_trials(study_id, deepcopy=False)
-        return json_safe_dict({
-            "name": name,
-            "workload": meta.get("workload"),
-            "preset": meta.get("preset"),
-            "hardware": meta.get("hardware"),
-            "fingerprint": meta.get("fingerprint"),
-            "created": meta.get("created"),
-            "trials": count_trials(trials).to_dict(),
-            "best": best_trial(trials),
-            "has_recommendation": rec is not None,
-            "recommended": None if rec is None else rec.get("config"),
-            "job_id": name.removeprefix(STUDY_PREFIX) if name.startswith(STUDY_PREFIX) else None,
-        })
+        return json_safe_dict(
+            {
+                "name": name,
+                "workload": meta.get("workload"),
+                "preset": meta.get("preset"),
+                "hardware": meta.get("hardware"),
+                "fingerprint": meta.get("fingerprint"),
+                "created": meta.get("created"),
+                "trials": count_trials(trials).to_dict(),
+                "best": best_trial(trials),
+                "has_recommendation": rec is not None,
+                "recommended": None if rec is None else rec.get("config"),
+                "job_id": name.removeprefix(STUDY_PREFIX)
+                if name.startswith(STUDY_PREFIX)
+                else None,
+            }
+        )
 
     def recommendation(self, name: str) -> Recommendation:
         study_id = self._study_id(name)
-        return read_recommendation(self.storage.get_study_user_attrs(study_id),
-                                   self.storage.get_all_trials(study_id, deepcopy=False), name)
+        return read_recommendation(
+            self.storage.get_study_user_attrs(study_id),
+            self.storage.get_all_trials(study_id, deepcopy=False),
+            name,
+        )
 
     def trials(self, name: str, *, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
         """A page of a study's trials in trial order, and how many there are; none if no study."""
         if not self.exists(name):
             return [], 0
         trials = self.storage.get_all_trials(self._study_id(name), deepcopy=False)
-        return [_trial_row(t) for t in trials[offset:offset + limit]], len(trials)
+        return [_trial_row(t) for t in trials[offset : offset + limit]], len(trials)
 
 
 def _trial_row(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
     attrs = trial.user_attrs
     # Optuna stores naive local times; the API shows UTC with its offset.
     started = None if trial.datetime_start is None else trial.datetime_start.astimezone(dt.UTC)
-    finished = (None if trial.datetime_complete is None else
-                trial.datetime_complete.astimezone(dt.UTC))
-    return json_safe_dict({
-        "number": trial.number,
-        "state": trial.state.name.lower(),
-        "counted": trial.state.is_finished() and not is_rerun(trial),
-        "config": attrs.get("config"),
-        "params": dict(trial.params),
-        "throughput": None if not trial.values else trial.values[0],
-        "ci95": attrs.get("ci95"),
-        "windows": attrs.get("windows"),
-        "peak_memory_bytes": attrs.get("peak_memory_bytes"),
-        "failure_reason": attrs.get("failure_reason"),
-        "failure_kind": attrs.get("failure_kind"),
-        "stopped": bool(attrs.get(STOPPED_ATTR)),
-        "duplicate_of": attrs.get("duplicate_of"),
-        "started_at": started,
-        "completed_at": finished,
-        "duration_s": None if started is None or finished is None else (
-            finished - started).total_seconds(),
-    })
+    finished = (
+        None if trial.datetime_complete is None else trial.datetime_complete.astimezone(dt.UTC)
+    )
+    return json_safe_dict(
+        {
+            "number": trial.number,
+            "state": trial.state.name.lower(),
+            "counted": trial.state.is_finished() and not is_rerun(trial),
+            "config": attrs.get("config"),
+            "params": dict(trial.params),
+            "throughput": None if not trial.values else trial.values[0],
+            "ci95": attrs.get("ci95"),
+            "windows": attrs.get("windows"),
+            "peak_memory_bytes": attrs.get("peak_memory_bytes"),
+            "failure_reason": attrs.get("failure_reason"),
+            "failure_kind": attrs.get("failure_kind"),
+            "stopped": bool(attrs.get(STOPPED_ATTR)),
+            "duplicate_of": attrs.get("duplicate_of"),
+            "started_at": started,
+            "completed_at": finished,
+            "duration_s": None
+            if started is None or finished is None
+            else (finished - started).total_seconds(),
+        }
+    )

@@ -29,7 +29,7 @@ class Interval:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Interval:
-        low, high = (list(data.get("ci95") or [None, None]) + [None, None])[:2]
+        low, high = [*(data.get("ci95") or []), None, None][:2]
         return cls(median=float(data["median"]), ci95=(low, high))
 
 
@@ -44,17 +44,25 @@ class Entry:
     samples: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "config": dict(self.config),
-                "throughput": None if self.throughput is None else self.throughput.to_dict(),
-                "peak_memory_bytes": self.peak_memory_bytes, "samples": self.samples}
+        return {
+            "name": self.name,
+            "config": dict(self.config),
+            "throughput": None if self.throughput is None else self.throughput.to_dict(),
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "samples": self.samples,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Entry:
-        return cls(name=data["name"], config=dict(data["config"]),
-                   throughput=(None if not data.get("throughput") else
-                               Interval.from_dict(data["throughput"])),
-                   peak_memory_bytes=data.get("peak_memory_bytes"),
-                   samples=int(data.get("samples", 0)))
+        return cls(
+            name=data["name"],
+            config=dict(data["config"]),
+            throughput=(
+                None if not data.get("throughput") else Interval.from_dict(data["throughput"])
+            ),
+            peak_memory_bytes=data.get("peak_memory_bytes"),
+            samples=int(data.get("samples", 0)),
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -119,14 +127,20 @@ class Recommendation:
     def hardware(self) -> str | None:
         return self.study_fields.get("hardware")
 
-    def with_evidence(self, *, verdicts: Mapping[str, Mapping[str, Any]],
-                      explanation: str | None,
-                      profile_errors: Mapping[str, str] | None = None) -> Recommendation:
+    def with_evidence(
+        self,
+        *,
+        verdicts: Mapping[str, Mapping[str, Any]],
+        explanation: str | None,
+        profile_errors: Mapping[str, str] | None = None,
+    ) -> Recommendation:
         """A copy carrying the profiles' verdicts and the sentence that explains them."""
         return dataclasses.replace(
-            self, verdicts={k: dict(v) for k, v in verdicts.items()}, explanation=explanation,
-            profile_errors=self.profile_errors if profile_errors is None else dict(
-                profile_errors))
+            self,
+            verdicts={k: dict(v) for k, v in verdicts.items()},
+            explanation=explanation,
+            profile_errors=self.profile_errors if profile_errors is None else dict(profile_errors),
+        )
 
     def with_counts(self, counts: TrialCounts) -> Recommendation:
         return dataclasses.replace(self, n_trials=counts)
@@ -153,8 +167,9 @@ class Recommendation:
         if self.config is not None:
             data |= {
                 "source": self.source,
-                "throughput": None if self.throughput is None else (
-                    self.throughput.to_dict() | {"unit": "samples/s"}),
+                "throughput": None
+                if self.throughput is None
+                else (self.throughput.to_dict() | {"unit": "samples/s"}),
                 "step_ms": self.step_ms,
                 "peak_memory_bytes": self.peak_memory_bytes,
                 "speedup": {k: v.to_dict() for k, v in self.speedup.items()},
@@ -203,12 +218,15 @@ class Recommendation:
             speedup={k: Interval.from_dict(v) for k, v in (data.get("speedup") or {}).items()},
             ties=entries("ties"),
             was_tie=data.get("was_tie"),
-            floor=None if not floor else Floor(step_ms=float(floor["step_ms"]),
-                                               ratio=float(floor["ratio"])),
+            floor=None
+            if not floor
+            else Floor(step_ms=float(floor["step_ms"]), ratio=float(floor["ratio"])),
             parity=None if data.get("parity") is None else dict(data["parity"]),
-            verdicts=None if data.get("verdicts") is None else {
-                k: dict(v) for k, v in data["verdicts"].items()},
+            verdicts=None
+            if data.get("verdicts") is None
+            else {k: dict(v) for k, v in data["verdicts"].items()},
             explanation=data.get("explanation"),
-            profile_errors=None if data.get("profile_errors") is None else dict(
-                data["profile_errors"]),
+            profile_errors=None
+            if data.get("profile_errors") is None
+            else dict(data["profile_errors"]),
         )

@@ -32,17 +32,28 @@ def run_summary(console: Console, result: RunResult) -> None:
     table = Table(show_header=False, box=None)
     table.add_row("workload", f"{result.workload} / {result.preset} on {result.device}")
     table.add_row("config", ", ".join(f"{k}={v}" for k, v in result.config.items()))
-    table.add_row("step time", f"{st['median']:.3f} ms median (p10 {st['p10']:.3f}, "
-                               f"p90 {st['p90']:.3f}) over {len(result.windows)} windows")
-    table.add_row("throughput", f"{result.samples_per_s:,.1f} samples/s"
-                  + (f", {result.tokens_per_s:,.0f} tokens/s" if result.tokens_per_s else ""))
-    table.add_row("host syncs", f"{result.n_syncs} blocking ({result.sync_wait_ms:.2f} ms), "
-                                f"{result.n_polls} polls")
+    table.add_row(
+        "step time",
+        f"{st['median']:.3f} ms median (p10 {st['p10']:.3f}, "
+        f"p90 {st['p90']:.3f}) over {len(result.windows)} windows",
+    )
+    table.add_row(
+        "throughput",
+        f"{result.samples_per_s:,.1f} samples/s"
+        + (f", {result.tokens_per_s:,.0f} tokens/s" if result.tokens_per_s else ""),
+    )
+    table.add_row(
+        "host syncs",
+        f"{result.n_syncs} blocking ({result.sync_wait_ms:.2f} ms), {result.n_polls} polls",
+    )
     table.add_row("peak memory", _bytes(result.peak_memory_bytes))
     check = result.loss_check
-    table.add_row("losses", f"{result.losses[0]:.4f} -> {result.losses[-1]:.4f}; "
-                            f"{check['n_extracted']}/{check['expected']} extracted, "
-                            f"in order: {check['in_order']}, each once: {check['each_once']}")
+    table.add_row(
+        "losses",
+        f"{result.losses[0]:.4f} -> {result.losses[-1]:.4f}; "
+        f"{check['n_extracted']}/{check['expected']} extracted, "
+        f"in order: {check['in_order']}, each once: {check['each_once']}",
+    )
     console.print(table)
     if result.effective.get("note"):
         console.print(f"[yellow]note:[/yellow] {result.effective['note']}")
@@ -53,9 +64,14 @@ class SearchProgress:
 
     def __init__(self, console: Console, *, enabled: bool = True) -> None:
         self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("best {task.fields[best]}"), TimeElapsedColumn(),
-            TextColumn("{task.fields[status]}"), console=console, disable=not enabled,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("best {task.fields[best]}"),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[status]}"),
+            console=console,
+            disable=not enabled,
         )
         self._task: Any = None
 
@@ -63,16 +79,16 @@ class SearchProgress:
         # The bar is drawn from `start` on: an input error before it is the only line printed.
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._task is not None:
             self._progress.stop()
 
     def start(self, study: str, total: int, resumed: bool) -> None:
         self._progress.start()
         verb = "resuming" if resumed else "study"
-        self._task = self._progress.add_task(f"{verb} {study}", total=total, best="-",
-                                             status="")
+        self._task = self._progress.add_task(f"{verb} {study}", total=total, best="-", status="")
 
     def phase(self, text: str) -> None:
         if self._task is not None:
@@ -95,42 +111,57 @@ def recommendation(console: Console, rec: Recommendation) -> None:
         table.add_row("recommendation", f"none: {rec.reason}")
         console.print(table)
         return
-    table.add_row("recommended", f"{rec.source}: " + ", ".join(
-        f"{k}={v}" for k, v in rec.config.items()))
+    table.add_row(
+        "recommended", f"{rec.source}: " + ", ".join(f"{k}={v}" for k, v in rec.config.items())
+    )
     if rec.explanation:
         table.add_row("why", rec.explanation)
     if rec.parity is not None:
-        table.add_row("correctness", f"{rec.parity.get('test', 'exact')}: "
-                                     f"{rec.parity.get('reason', '-')}")
+        table.add_row(
+            "correctness", f"{rec.parity.get('test', 'exact')}: {rec.parity.get('reason', '-')}"
+        )
     if rec.throughput is not None:
         table.add_row("throughput", _interval(rec.throughput.to_dict(), " samples/s"))
     for name, speedup in rec.speedup.items():
         table.add_row(f"vs {name}", _interval(speedup.to_dict(), "x"))
     if rec.floor is not None and rec.step_ms is not None:
-        table.add_row("graph floor", f"{rec.floor.step_ms:.3f} ms/step; the recommended "
-                                     f"step is {rec.step_ms:.3f} ms (floor/step "
-                                     f"{rec.floor.ratio:.2f})")
+        table.add_row(
+            "graph floor",
+            f"{rec.floor.step_ms:.3f} ms/step; the recommended "
+            f"step is {rec.step_ms:.3f} ms (floor/step "
+            f"{rec.floor.ratio:.2f})",
+        )
     if rec.was_tie:
         names = ", ".join(t.name for t in rec.ties)
         table.add_row("tie", f"{names} overlap; simplest wins ({rec.tie_rule})")
     counts = rec.n_trials
     interrupted = f", {counts.interrupted} interrupted" if counts.interrupted else ""
-    table.add_row("trials", f"{counts.complete} complete, {counts.failed} failed, "
-                            f"{counts.pruned} pruned{interrupted}; {rec.gpu_seconds:.1f} "
-                            "device-seconds")
+    table.add_row(
+        "trials",
+        f"{counts.complete} complete, {counts.failed} failed, "
+        f"{counts.pruned} pruned{interrupted}; {rec.gpu_seconds:.1f} "
+        "device-seconds",
+    )
     console.print(table)
     if rec.note:
         console.print(f"[yellow]note:[/yellow] {rec.note}")
 
 
 def study_table(console: Console, rows: list[dict[str, Any]]) -> None:
-    table = Table("study", "workload", "preset", "hardware", "complete/failed/pruned",
-                  "best samples/s")
+    table = Table(
+        "study", "workload", "preset", "hardware", "complete/failed/pruned", "best samples/s"
+    )
     for row in rows:
         t = row["trials"]
         best = "-" if row["best_throughput"] is None else f"{row['best_throughput']:,.1f}"
-        table.add_row(row["study"], str(row["workload"]), str(row["preset"]),
-                      str(row["hardware"]), f"{t['complete']}/{t['failed']}/{t['pruned']}", best)
+        table.add_row(
+            row["study"],
+            str(row["workload"]),
+            str(row["preset"]),
+            str(row["hardware"]),
+            f"{t['complete']}/{t['failed']}/{t['pruned']}",
+            best,
+        )
     console.print(table if rows else "no studies in this storage")
 
 
@@ -144,7 +175,9 @@ def model_table(console: Console, families: Sequence[Family]) -> None:
             if spec.choices is not None:
                 allowed = ", ".join(str(c) for c in spec.choices)
             elif spec.low is not None or spec.high is not None:
-                allowed = f"{spec.low if spec.low is not None else ''}..{spec.high if spec.high is not None else ''}"
+                low = "" if spec.low is None else spec.low
+                high = "" if spec.high is None else spec.high
+                allowed = f"{low}..{high}"
             else:
                 allowed = "-"
             table.add_row(spec.name, spec.kind, str(spec.default), allowed, spec.help)

@@ -35,12 +35,25 @@ from tuner.store import storage as studies
 from tuner.store.counting import count_trials
 
 BASELINE_ORDER = ("pytorch-default", "seed-baseline")
-STATE_COLOURS = {"complete": "#1f77b4", "pruned": "#ff7f0e", "failed": "#d62728",
-                 "running": "#7f7f7f", "waiting": "#7f7f7f"}
+STATE_COLOURS = {
+    "complete": "#1f77b4",
+    "pruned": "#ff7f0e",
+    "failed": "#d62728",
+    "running": "#7f7f7f",
+    "waiting": "#7f7f7f",
+}
 BASELINE_COLOURS = {"pytorch-default": "#2ca02c", "seed-baseline": "#9467bd"}
-BREAKDOWN_COLOURS = {"kernels": "#1f77b4", "h2d_exposed": "#ff7f0e", "other_gpu": "#bcbd22",
-                     "idle_sync": "#d62728", "idle_host": "#c7c7c7", "data": "#17becf",
-                     "optimizer": "#9467bd", "host": "#8c8c8c", "sync": "#d62728"}
+BREAKDOWN_COLOURS = {
+    "kernels": "#1f77b4",
+    "h2d_exposed": "#ff7f0e",
+    "other_gpu": "#bcbd22",
+    "idle_sync": "#d62728",
+    "idle_host": "#c7c7c7",
+    "data": "#17becf",
+    "optimizer": "#9467bd",
+    "host": "#8c8c8c",
+    "sync": "#d62728",
+}
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
 CSS = """
@@ -78,22 +91,30 @@ def _interval(entry: Mapping[str, Any] | None, unit: str = "", digits: int = 1) 
     if not entry:
         return "-"
     low, high = entry["ci95"]
-    return (f"{entry['median']:,.{digits}f}{unit} "
-            f"(95 % CI {low:,.{digits}f}-{high:,.{digits}f})")
+    return f"{entry['median']:,.{digits}f}{unit} (95 % CI {low:,.{digits}f}-{high:,.{digits}f})"
 
 
 def _bytes(n: int | float | None) -> str:
     return "-" if n is None else f"{n / 2**20:,.1f} MiB"
 
 
-def _table(header: Sequence[str], rows: Iterable[Sequence[str]], *, numeric: Sequence[int] = (),
-           cls: str = "") -> str:
+def _table(
+    header: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    *,
+    numeric: Sequence[int] = (),
+    cls: str = "",
+) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
     body = "".join(
-        "<tr>" + "".join(
+        "<tr>"
+        + "".join(
             f'<td class="num">{cell}</td>' if i in numeric else f"<td>{cell}</td>"
-            for i, cell in enumerate(row)) + "</tr>"
-        for row in rows)
+            for i, cell in enumerate(row)
+        )
+        + "</tr>"
+        for row in rows
+    )
     attr = f' class="{cls}"' if cls else ""
     return f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
@@ -105,9 +126,13 @@ def _config_text(config: Mapping[str, Any] | None) -> str:
 
 
 def _state(trial: FrozenTrial) -> str:
-    return {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned",
-            TrialState.FAIL: "failed", TrialState.RUNNING: "running",
-            TrialState.WAITING: "waiting"}[trial.state]
+    return {
+        TrialState.COMPLETE: "complete",
+        TrialState.PRUNED: "pruned",
+        TrialState.FAIL: "failed",
+        TrialState.RUNNING: "running",
+        TrialState.WAITING: "waiting",
+    }[trial.state]
 
 
 def _throughput(trial: FrozenTrial) -> float | None:
@@ -132,13 +157,21 @@ class _Plots:
     def div(self, name: str, fig: go.Figure, *, height: int = 420, small: bool = False) -> str:
         self.names.append(name)
         legend_below = fig.layout.legend.orientation == "h"
-        fig.update_layout(height=height, template="plotly_white",
-                          margin={"l": 60, "r": 20, "t": 50, "b": 110 if legend_below else 50})
+        fig.update_layout(
+            height=height,
+            template="plotly_white",
+            margin={"l": 60, "r": 20, "t": 50, "b": 110 if legend_below else 50},
+        )
         if legend_below:
             fig.update_layout(legend={"y": -0.3, "yanchor": "top"})
         config = PLOT_CONFIG | ({"displayModeBar": False} if small else {})
-        body = fig.to_html(full_html=False, include_plotlyjs=False, config=config,
-                           div_id=f"plot-{name}", default_width="100%")
+        body = fig.to_html(
+            full_html=False,
+            include_plotlyjs=False,
+            config=config,
+            div_id=f"plot-{name}",
+            default_width="100%",
+        )
         return f'<div class="plot" data-plot="{_e(name)}">{body}</div>'
 
 
@@ -147,8 +180,7 @@ class _Plots:
 # --------------------------------------------------------------------------------------------
 
 
-def _summary(study: optuna.Study, meta: Mapping[str, Any],
-             rec: Mapping[str, Any] | None) -> str:
+def _summary(study: optuna.Study, meta: Mapping[str, Any], rec: Mapping[str, Any] | None) -> str:
     counts = count_trials(study.get_trials(deepcopy=False)).to_dict()
     protocol = meta.get("protocol") or {}
     rows = [
@@ -157,9 +189,12 @@ def _summary(study: optuna.Study, meta: Mapping[str, Any],
         ("objectives", _e(", ".join(meta.get("objectives") or ["throughput"]))),
         ("protocol", _e(", ".join(f"{k}={v}" for k, v in protocol.items())) or "-"),
         ("matmul precision", _e(meta.get("matmul_precision", "-"))),
-        ("trials", f"{counts['complete']} complete, {counts['failed']} failed, "
-                   f"{counts['pruned']} pruned, {counts['interrupted']} interrupted, "
-                   f"{counts['running']} running"),
+        (
+            "trials",
+            f"{counts['complete']} complete, {counts['failed']} failed, "
+            f"{counts['pruned']} pruned, {counts['interrupted']} interrupted, "
+            f"{counts['running']} running",
+        ),
     ]
     if rec and rec.get("gpu_seconds") is not None:
         rows.append(("device time", f"{rec['gpu_seconds']:,.1f} s"))
@@ -175,13 +210,16 @@ def _explanation(rec: Mapping[str, Any], profiles: Mapping[str, Mapping[str, Any
     return None
 
 
-def _recommendation(rec: Mapping[str, Any] | None,
-                    profiles: Mapping[str, Mapping[str, Any]]) -> str:
+def _recommendation(
+    rec: Mapping[str, Any] | None, profiles: Mapping[str, Mapping[str, Any]]
+) -> str:
     parts = ['<section id="recommendation"><h2>Recommendation</h2>']
     if rec is None:
-        parts.append('<p class="missing">No recommendation yet: the run stopped before its final '
-                     'round. Run <code>python -m tuner run --study NAME</code> again to finish '
-                     'it.</p></section>')
+        parts.append(
+            '<p class="missing">No recommendation yet: the run stopped before its final '
+            "round. Run <code>python -m tuner run --study NAME</code> again to finish "
+            "it.</p></section>"
+        )
         return "".join(parts)
     line = _explanation(rec, profiles)
     if line:
@@ -189,45 +227,80 @@ def _recommendation(rec: Mapping[str, Any] | None,
     if rec.get("config") is None:
         parts.append(f'<p class="missing">No config recommended: {_e(rec.get("reason"))}</p>')
     else:
-        rows = [("recommended", f"{_e(rec.get('source'))}: {_config_text(rec['config'])}"),
-                ("throughput", _e(_interval(rec.get("throughput"), " samples/s"))),
-                ("step time", f"{_e(_num(rec.get('step_ms'), 3))} ms"),
-                ("peak memory", _e(_bytes(rec.get("peak_memory_bytes"))))]
+        rows = [
+            ("recommended", f"{_e(rec.get('source'))}: {_config_text(rec['config'])}"),
+            ("throughput", _e(_interval(rec.get("throughput"), " samples/s"))),
+            ("step time", f"{_e(_num(rec.get('step_ms'), 3))} ms"),
+            ("peak memory", _e(_bytes(rec.get("peak_memory_bytes")))),
+        ]
         for name, entry in (rec.get("speedup") or {}).items():
             rows.append((f"vs {name}", _e(_interval(entry, "x", 2))))
         floor = rec.get("floor")
         if floor:
-            rows.append(("CUDA-graph floor", f"{floor['step_ms']:.3f} ms/step "
-                                             f"(floor/step {floor['ratio']:.2f})"))
+            rows.append(
+                (
+                    "CUDA-graph floor",
+                    f"{floor['step_ms']:.3f} ms/step (floor/step {floor['ratio']:.2f})",
+                )
+            )
         rows.append(("decided by", _e(rec.get("reason", "-"))))
         gate = rec.get("parity")
         if gate:
-            rows.append(("correctness", _e(f"{gate.get('test', 'exact')}: "
-                                          f"{gate.get('reason', '-')}")))
+            rows.append(
+                ("correctness", _e(f"{gate.get('test', 'exact')}: {gate.get('reason', '-')}"))
+            )
         parts.append(_table(["", ""], [(f"<b>{_e(k)}</b>", v) for k, v in rows]))
     ties = rec.get("ties") or []
     parts.append("<h3>Ties</h3>")
     if ties:
-        parts.append(f"<p>Configs whose 95 % CI overlaps the best one's (or within "
-                     f"{_e(_num(100 * float(rec.get('tie_margin') or 0), 0))} % of it); the "
-                     f"simplest wins: {_e(rec.get('tie_rule', ''))}.</p>")
-        parts.append(_table(
-            ["name", "config", "throughput (samples/s)", "peak memory"],
-            [(_e(t["name"]), _config_text(t.get("config")),
-              _e(_interval(t.get("throughput"))), _e(_bytes(t.get("peak_memory_bytes"))))
-             for t in ties], numeric=(2,), cls="ties"))
+        parts.append(
+            f"<p>Configs whose 95 % CI overlaps the best one's (or within "
+            f"{_e(_num(100 * float(rec.get('tie_margin') or 0), 0))} % of it); the "
+            f"simplest wins: {_e(rec.get('tie_rule', ''))}.</p>"
+        )
+        parts.append(
+            _table(
+                ["name", "config", "throughput (samples/s)", "peak memory"],
+                [
+                    (
+                        _e(t["name"]),
+                        _config_text(t.get("config")),
+                        _e(_interval(t.get("throughput"))),
+                        _e(_bytes(t.get("peak_memory_bytes"))),
+                    )
+                    for t in ties
+                ],
+                numeric=(2,),
+                cls="ties",
+            )
+        )
     else:
         parts.append('<p class="missing">No other config tied with the recommended one.</p>')
     final = rec.get("final_round") or []
     if final:
         parts.append("<h3>Final round (interleaved re-measurement)</h3>")
-        parts.append(_table(
-            ["name", "config", "throughput (samples/s)", "windows"],
-            [(_e(m["name"]), _config_text(m.get("config")), _e(_interval(m.get("throughput"))),
-              _e(m.get("samples", "-"))) for m in final], numeric=(2, 3)))
+        parts.append(
+            _table(
+                ["name", "config", "throughput (samples/s)", "windows"],
+                [
+                    (
+                        _e(m["name"]),
+                        _config_text(m.get("config")),
+                        _e(_interval(m.get("throughput"))),
+                        _e(m.get("samples", "-")),
+                    )
+                    for m in final
+                ],
+                numeric=(2, 3),
+            )
+        )
     if rec.get("failures"):
-        parts.append(_table(["failed in the final round", "reason"],
-                            [(_e(k), _e(v)) for k, v in rec["failures"].items()]))
+        parts.append(
+            _table(
+                ["failed in the final round", "reason"],
+                [(_e(k), _e(v)) for k, v in rec["failures"].items()],
+            )
+        )
     parts.append("</section>")
     return "".join(parts)
 
@@ -236,28 +309,43 @@ def _speedup(rec: Mapping[str, Any] | None, plots: _Plots) -> str:
     head = '<section id="speedup"><h2>Speedup over the baselines</h2>'
     speedups = (rec or {}).get("speedup") or {}
     if not speedups:
-        return head + ('<p class="missing">No speedup: the study has no recommendation.</p>'
-                       "</section>")
+        return head + (
+            '<p class="missing">No speedup: the study has no recommendation.</p></section>'
+        )
     names = list(speedups)
     medians = [speedups[n]["median"] for n in names]
-    fig = go.Figure(go.Bar(
-        x=names, y=medians, marker_color=[BASELINE_COLOURS.get(n, "#7f7f7f") for n in names],
-        error_y={"type": "data", "symmetric": False,
-                 "array": [speedups[n]["ci95"][1] - speedups[n]["median"] for n in names],
-                 "arrayminus": [speedups[n]["median"] - speedups[n]["ci95"][0] for n in names]},
-        text=[f"{m:.2f}x" for m in medians], textposition="outside",
-        hovertemplate="%{x}: %{y:.3f}x<extra></extra>"))
+    fig = go.Figure(
+        go.Bar(
+            x=names,
+            y=medians,
+            marker_color=[BASELINE_COLOURS.get(n, "#7f7f7f") for n in names],
+            error_y={
+                "type": "data",
+                "symmetric": False,
+                "array": [speedups[n]["ci95"][1] - speedups[n]["median"] for n in names],
+                "arrayminus": [speedups[n]["median"] - speedups[n]["ci95"][0] for n in names],
+            },
+            text=[f"{m:.2f}x" for m in medians],
+            textposition="outside",
+            hovertemplate="%{x}: %{y:.3f}x<extra></extra>",
+        )
+    )
     fig.add_hline(y=1.0, line_dash="dot", line_color="#555")
-    fig.update_layout(title=f"Recommended config ({(rec or {}).get('source')}) over each "
-                            "baseline, median with 95 % CI", yaxis_title="speedup (x)",
-                      showlegend=False)
+    fig.update_layout(
+        title=f"Recommended config ({(rec or {}).get('source')}) over each "
+        "baseline, median with 95 % CI",
+        yaxis_title="speedup (x)",
+        showlegend=False,
+    )
     return head + plots.div("speedup", fig, height=380) + "</section>"
 
 
 def _trials_over_time(study: optuna.Study, plots: _Plots) -> str:
-    head = ('<section id="trials"><h2>Throughput of every trial</h2><p>In the order the trials '
-            'ran; failed trials sit at 0; the baselines\' re-measurements (drift) are drawn at '
-            'the trial count when they ran.</p>')
+    head = (
+        '<section id="trials"><h2>Throughput of every trial</h2><p>In the order the trials '
+        "ran; failed trials sit at 0; the baselines' re-measurements (drift) are drawn at "
+        "the trial count when they ran.</p>"
+    )
     fig = go.Figure()
     trials = study.get_trials(deepcopy=False)
     for state, colour in STATE_COLOURS.items():
@@ -267,35 +355,60 @@ def _trials_over_time(study: optuna.Study, plots: _Plots) -> str:
         ys = [_throughput(t) for t in chosen]
         texts = []
         for t in chosen:
-            when = t.datetime_complete.isoformat(sep=" ", timespec="seconds") if (
-                t.datetime_complete) else "-"
+            when = (
+                t.datetime_complete.isoformat(sep=" ", timespec="seconds")
+                if (t.datetime_complete)
+                else "-"
+            )
             reason = t.user_attrs.get(keys.FAILURE_REASON)
-            texts.append(f"trial {t.number} ({state}, {when})<br>"
-                         + _e(", ".join(f"{k}={v}" for k, v in t.params.items()))
-                         + (f"<br>{_e(str(reason)[:200])}" if reason else ""))
-        fig.add_trace(go.Scatter(
-            x=[t.number for t in chosen], y=[0.0 if y is None else y for y in ys],
-            mode="markers", name=state, text=texts,
-            marker={"color": colour, "size": 9, "symbol": "x" if state == "failed" else "circle"},
-            hovertemplate="%{text}<br>%{y:,.1f} samples/s<extra></extra>"))
+            texts.append(
+                f"trial {t.number} ({state}, {when})<br>"
+                + _e(", ".join(f"{k}={v}" for k, v in t.params.items()))
+                + (f"<br>{_e(str(reason)[:200])}" if reason else "")
+            )
+        fig.add_trace(
+            go.Scatter(
+                x=[t.number for t in chosen],
+                y=[0.0 if y is None else y for y in ys],
+                mode="markers",
+                name=state,
+                text=texts,
+                marker={
+                    "color": colour,
+                    "size": 9,
+                    "symbol": "x" if state == "failed" else "circle",
+                },
+                hovertemplate="%{text}<br>%{y:,.1f} samples/s<extra></extra>",
+            )
+        )
     baselines = studies.entries(study, keys.BASELINE_PREFIX)
     by_name: dict[str, list[tuple[int, float]]] = {}
     for key, entry in baselines.items():
         if isinstance(entry, dict) and isinstance(entry.get("median"), int | float):
             by_name.setdefault(key.split("/", 1)[0], []).append(
-                (int(entry.get("at_trial", 0)), float(entry["median"])))
+                (int(entry.get("at_trial", 0)), float(entry["median"]))
+            )
     for name, points in sorted(by_name.items()):
         points.sort()
-        fig.add_trace(go.Scatter(
-            x=[p[0] for p in points], y=[p[1] for p in points], mode="lines+markers",
-            name=f"baseline {name}", line={"dash": "dash",
-                                           "color": BASELINE_COLOURS.get(name, "#555")},
-            hovertemplate=f"{_e(name)} at trial %{{x}}: %{{y:,.1f}} samples/s<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=[p[0] for p in points],
+                y=[p[1] for p in points],
+                mode="lines+markers",
+                name=f"baseline {name}",
+                line={"dash": "dash", "color": BASELINE_COLOURS.get(name, "#555")},
+                hovertemplate=f"{_e(name)} at trial %{{x}}: %{{y:,.1f}} samples/s<extra></extra>",
+            )
+        )
     if not fig.data:
         return head + '<p class="missing">The study has no trials yet.</p></section>'
-    fig.update_layout(title="Median window throughput per trial", xaxis_title="trial",
-                      xaxis={"dtick": max(1, len(trials) // 10), "rangemode": "tozero"},
-                      yaxis_title="samples/s", legend={"orientation": "h"})
+    fig.update_layout(
+        title="Median window throughput per trial",
+        xaxis_title="trial",
+        xaxis={"dtick": max(1, len(trials) // 10), "rangemode": "tozero"},
+        yaxis_title="samples/s",
+        legend={"orientation": "h"},
+    )
     return head + plots.div("trials-over-time", fig) + "</section>"
 
 
@@ -308,31 +421,48 @@ def _sort_key(value: Any) -> tuple[int, Any]:
 
 
 def _by_setting(study: optuna.Study, plots: _Plots) -> str:
-    head = ('<section id="settings"><h2>Throughput by setting</h2><p>Complete trials, one panel '
-            'per <code>LoopConfig</code> field; a panel with one value is a setting the study '
-            'did not vary.</p>')
-    complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if isinstance(t.user_attrs.get(keys.CONFIG), dict) and _throughput(t) is not None]
+    head = (
+        '<section id="settings"><h2>Throughput by setting</h2><p>Complete trials, one panel '
+        "per <code>LoopConfig</code> field; a panel with one value is a setting the study "
+        "did not vary.</p>"
+    )
+    complete = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if isinstance(t.user_attrs.get(keys.CONFIG), dict) and _throughput(t) is not None
+    ]
     if not complete:
         return head + '<p class="missing">No complete trial yet.</p></section>'
     divs = []
     for field in field_names():
-        pairs = [(t.user_attrs[keys.CONFIG].get(field), _throughput(t), t.number) for t in complete
-                 if field in t.user_attrs[keys.CONFIG]]
+        pairs = [
+            (t.user_attrs[keys.CONFIG].get(field), _throughput(t), t.number)
+            for t in complete
+            if field in t.user_attrs[keys.CONFIG]
+        ]
         if not pairs:
             continue
         values = sorted({p[0] for p in pairs}, key=_sort_key)
         fig = go.Figure()
         for value in values:
             chosen = [p for p in pairs if p[0] == value]
-            fig.add_trace(go.Box(
-                x=[json.dumps(value)] * len(chosen), y=[p[1] for p in chosen],
-                name=json.dumps(value), boxpoints="all", jitter=0.3, pointpos=0,
-                text=[f"trial {p[2]}" for p in chosen], marker={"size": 6},
-                hovertemplate="%{text}: %{y:,.1f} samples/s<extra></extra>"))
+            fig.add_trace(
+                go.Box(
+                    x=[json.dumps(value)] * len(chosen),
+                    y=[p[1] for p in chosen],
+                    name=json.dumps(value),
+                    boxpoints="all",
+                    jitter=0.3,
+                    pointpos=0,
+                    text=[f"trial {p[2]}" for p in chosen],
+                    marker={"size": 6},
+                    hovertemplate="%{text}: %{y:,.1f} samples/s<extra></extra>",
+                )
+            )
         title = field if len(values) > 1 else f"{field} (fixed at {json.dumps(values[0])})"
-        fig.update_layout(title=title, showlegend=False, yaxis_title="samples/s",
-                          xaxis={"type": "category"})
+        fig.update_layout(
+            title=title, showlegend=False, yaxis_title="samples/s", xaxis={"type": "category"}
+        )
         divs.append(plots.div(f"setting-{field}", fig, height=300, small=True))
     return head + f'<div class="grid">{"".join(divs)}</div></section>'
 
@@ -340,12 +470,15 @@ def _by_setting(study: optuna.Study, plots: _Plots) -> str:
 def _pareto(study: optuna.Study, plots: _Plots) -> str:
     head = '<section id="pareto"><h2>Pareto front</h2>'
     if len(study.directions) != 2:
-        return head + ('<p class="missing">One objective (throughput): no Pareto front. Run with '
-                       '<code>--objectives throughput,memory</code> for one.</p></section>')
+        return head + (
+            '<p class="missing">One objective (throughput): no Pareto front. Run with '
+            "<code>--objectives throughput,memory</code> for one.</p></section>"
+        )
     if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         return head + '<p class="missing">No complete trial yet.</p></section>'
     fig = optuna.visualization.plot_pareto_front(
-        study, target_names=["throughput (samples/s)", "peak memory (bytes)"])
+        study, target_names=["throughput (samples/s)", "peak memory (bytes)"]
+    )
     fig.update_layout(title="Throughput against peak memory (front: best trials)")
     return head + plots.div("pareto", fig) + "</section>"
 
@@ -356,50 +489,96 @@ def _profile_order(names: Iterable[str]) -> list[str]:
     return first + sorted(n for n in names if n not in first)
 
 
-def _breakdown(study: optuna.Study, profiles: Mapping[str, Mapping[str, Any]],
-               plots: _Plots) -> str:
+def _breakdown(
+    study: optuna.Study, profiles: Mapping[str, Mapping[str, Any]], plots: _Plots
+) -> str:
     head = '<section id="breakdown"><h2>Where the time goes</h2>'
     if not profiles:
-        return head + ('<p class="missing">No profiles stored in this study: run it with '
-                       'profiling on (<code>--profile baselines</code> or <code>--profile '
-                       'all</code>) to see the time breakdown of the baselines against the '
-                       'recommended config.</p></section>')
+        return head + (
+            '<p class="missing">No profiles stored in this study: run it with '
+            "profiling on (<code>--profile baselines</code> or <code>--profile "
+            "all</code>) to see the time breakdown of the baselines against the "
+            "recommended config.</p></section>"
+        )
     names = _profile_order(profiles)
-    keys = [k for k in BREAKDOWN if any(
-        k in (profiles[n].get("breakdown_ms") or {}) for n in names)]
+    keys = [
+        k for k in BREAKDOWN if any(k in (profiles[n].get("breakdown_ms") or {}) for n in names)
+    ]
     fig = go.Figure()
     for key in keys:
-        fig.add_trace(go.Bar(
-            name=BREAKDOWN[key], x=names,
-            y=[(profiles[n].get("breakdown_ms") or {}).get(key, 0.0) for n in names],
-            marker_color=BREAKDOWN_COLOURS.get(key),
-            hovertemplate="%{x}: %{y:.3f} ms per step<extra>" + _e(BREAKDOWN[key])
-                          + "</extra>"))
-    fig.update_layout(barmode="stack", title="One profiled step, split into disjoint parts",
-                      yaxis_title="ms per step", legend={"orientation": "h"})
+        fig.add_trace(
+            go.Bar(
+                name=BREAKDOWN[key],
+                x=names,
+                y=[(profiles[n].get("breakdown_ms") or {}).get(key, 0.0) for n in names],
+                marker_color=BREAKDOWN_COLOURS.get(key),
+                hovertemplate="%{x}: %{y:.3f} ms per step<extra>" + _e(BREAKDOWN[key]) + "</extra>",
+            )
+        )
+    fig.update_layout(
+        barmode="stack",
+        title="One profiled step, split into disjoint parts",
+        yaxis_title="ms per step",
+        legend={"orientation": "h"},
+    )
     verdicts = stored_verdicts(profiles)
     rows = []
     for n in names:
         p = profiles[n]
-        rows.append((
-            _e(n), f"<b>{_e(verdicts[n].kind)}</b>", _e(verdicts[n].explanation),
-            _e(_num(p.get("step_ms"), 3)), _e(_num(p.get("unprofiled_step_ms"), 3)),
-            _e(_num(None if p.get("gpu_busy_fraction") is None
-                    else 100 * p["gpu_busy_fraction"], 0)),
-            _e(_num(p.get("launch_ms_per_step"), 3)), _e(_num(p.get("h2d_ms_per_step"), 3)),
-            _e(_num(None if p.get("h2d_overlap_fraction") is None
-                    else 100 * p["h2d_overlap_fraction"], 0)),
-            _e(_num(p.get("sync_ms_per_step"), 3)), _e(_num(p.get("kernels_per_step"), 1)),
-            _e(p.get("artifact_file") or "-"),
-        ))
-    table = _table(["config", "verdict", "why", "step ms (profiled)", "step ms (unprofiled)",
-                    "GPU busy %", "launch ms/step", "H2D ms/step", "H2D overlapped %",
-                    "sync ms/step", "kernels/step", "trace artifact"], rows,
-                   numeric=tuple(range(3, 11)), cls="verdicts")
+        rows.append(
+            (
+                _e(n),
+                f"<b>{_e(verdicts[n].kind)}</b>",
+                _e(verdicts[n].explanation),
+                _e(_num(p.get("step_ms"), 3)),
+                _e(_num(p.get("unprofiled_step_ms"), 3)),
+                _e(
+                    _num(
+                        None
+                        if p.get("gpu_busy_fraction") is None
+                        else 100 * p["gpu_busy_fraction"],
+                        0,
+                    )
+                ),
+                _e(_num(p.get("launch_ms_per_step"), 3)),
+                _e(_num(p.get("h2d_ms_per_step"), 3)),
+                _e(
+                    _num(
+                        None
+                        if p.get("h2d_overlap_fraction") is None
+                        else 100 * p["h2d_overlap_fraction"],
+                        0,
+                    )
+                ),
+                _e(_num(p.get("sync_ms_per_step"), 3)),
+                _e(_num(p.get("kernels_per_step"), 1)),
+                _e(p.get("artifact_file") or "-"),
+            )
+        )
+    table = _table(
+        [
+            "config",
+            "verdict",
+            "why",
+            "step ms (profiled)",
+            "step ms (unprofiled)",
+            "GPU busy %",
+            "launch ms/step",
+            "H2D ms/step",
+            "H2D overlapped %",
+            "sync ms/step",
+            "kernels/step",
+            "trace artifact",
+        ],
+        rows,
+        numeric=tuple(range(3, 11)),
+        cls="verdicts",
+    )
     notes = sorted({str(p["note"]) for p in profiles.values() if p.get("note")})
     note = "".join(f'<p class="note">{_e(n)}</p>' for n in notes)
-    return head + note + plots.div("breakdown", fig) + table + _trial_profiles(study) + (
-        "</section>")
+    return (
+        head + note + plots.div("breakdown", fig) + table + _trial_profiles(study) + ("</section>")
+    )
 
 
 def _trial_profiles(study: optuna.Study) -> str:
@@ -408,8 +587,14 @@ def _trial_profiles(study: optuna.Study) -> str:
         attrs = t.user_attrs.get(keys.PROFILE)
         if isinstance(attrs, dict) and "step_ms" in attrs:
             v = verdict(attrs)
-            rows.append((_e(t.number), f"<b>{_e(v.kind)}</b>", _e(v.explanation),
-                         _config_text(attrs.get("config"))))
+            rows.append(
+                (
+                    _e(t.number),
+                    f"<b>{_e(v.kind)}</b>",
+                    _e(v.explanation),
+                    _config_text(attrs.get("config")),
+                )
+            )
     if not rows:
         return ""
     return "<h3>Profiled trials</h3>" + _table(["trial", "verdict", "why", "config"], rows)
@@ -432,31 +617,34 @@ def build_report(study: optuna.Study, *, generated: str | None = None) -> str:
     meta = meta if isinstance(meta, dict) else {}
     try:
         rec: dict[str, Any] | None = read_recommendation(
-            study.user_attrs, study.get_trials(deepcopy=False), study.study_name).to_dict()
+            study.user_attrs, study.get_trials(deepcopy=False), study.study_name
+        ).to_dict()
     except NoRecommendation:
         rec = None
     profiles = study_profiles(study)
     plots = _Plots()
-    body = "".join([
-        _summary(study, meta, rec),
-        _recommendation(rec, profiles),
-        _speedup(rec, plots),
-        _trials_over_time(study, plots),
-        _by_setting(study, plots),
-        _pareto(study, plots),
-        _breakdown(study, profiles, plots),
-        _notes(rec),
-    ])
+    body = "".join(
+        [
+            _summary(study, meta, rec),
+            _recommendation(rec, profiles),
+            _speedup(rec, plots),
+            _trials_over_time(study, plots),
+            _by_setting(study, plots),
+            _pareto(study, plots),
+            _breakdown(study, profiles, plots),
+            _notes(rec),
+        ]
+    )
     when = generated or dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     title = f"streamtune report: {study.study_name}"
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-        f"<meta name=\"generator\" content=\"streamtune\"><title>{_e(title)}</title>"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<meta name="generator" content="streamtune"><title>{_e(title)}</title>'
         f"<style>{CSS}</style>"
-        f"<script type=\"text/javascript\">{plotly.offline.get_plotlyjs()}</script>"
+        f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>'
         f"</head><body><h1>{_e(title)}</h1>"
-        f"<p class=\"meta\">generated {_e(when)}; {len(plots.names)} plots</p>"
+        f'<p class="meta">generated {_e(when)}; {len(plots.names)} plots</p>'
         f"{body}</body></html>\n"
     )
 

@@ -60,7 +60,6 @@ from tuner.evidence.intervals import Interval, intersect, merge, subtract, total
 CPU_NOTE = "profiled without CUDA activity (CPU run): GPU figures are not available"
 
 
-
 BREAKDOWN: dict[str, str] = {
     # CUDA: disjoint parts of the window, in stacking order.
     "kernels": "GPU running kernels",
@@ -92,8 +91,11 @@ _KINETO_LINE = re.compile(rb"(USDT|STAGE):\d{4}-\d\d-\d\d [^\n]*\] ")
 
 
 def _complete_events(trace: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [e for e in trace.get("traceEvents", [])
-            if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e and "dur" in e]
+    return [
+        e
+        for e in trace.get("traceEvents", [])
+        if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e and "dur" in e
+    ]
 
 
 def _span(event: Mapping[str, Any]) -> Interval:
@@ -104,8 +106,12 @@ def _span(event: Mapping[str, Any]) -> Interval:
 def step_region(trace: Mapping[str, Any]) -> Interval:
     """The recorded window: the last host `ProfilerStep#N` annotation, else all events."""
     events = _complete_events(trace)
-    marks = [_span(e) for e in events if e.get("cat") in ("user_annotation", "cpu_op")
-             and _STEP_MARK.match(str(e.get("name", "")))]
+    marks = [
+        _span(e)
+        for e in events
+        if e.get("cat") in ("user_annotation", "cpu_op")
+        and _STEP_MARK.match(str(e.get("name", "")))
+    ]
     if marks:
         return max(marks)
     spans = [_span(e) for e in events]
@@ -114,8 +120,9 @@ def step_region(trace: Mapping[str, Any]) -> Interval:
     return min(s for s, _ in spans), max(e for _, e in spans)
 
 
-def analyze_trace(trace: Mapping[str, Any], *, steps: int, cuda: bool,
-                  window_syncs: bool = True) -> dict[str, Any]:
+def analyze_trace(
+    trace: Mapping[str, Any], *, steps: int, cuda: bool, window_syncs: bool = True
+) -> dict[str, Any]:
     """The profile's figures from a kineto Chrome trace of `steps` loop steps (see the module doc).
 
     `window_syncs`: the first and last `cudaDeviceSynchronize` of the region are the measurement
@@ -129,8 +136,7 @@ def analyze_trace(trace: Mapping[str, Any], *, steps: int, cuda: bool,
     if length <= 0:
         raise ValueError("the profiled region is empty")
     window = [region]
-    inside = [e for e in _complete_events(trace)
-              if _span(e)[1] > r0 and _span(e)[0] < r1]
+    inside = [e for e in _complete_events(trace) if _span(e)[1] > r0 and _span(e)[0] < r1]
 
     def clipped(events: Iterable[Mapping[str, Any]]) -> list[Interval]:
         return intersect(merge(_span(e) for e in events), window)
@@ -144,14 +150,19 @@ def analyze_trace(trace: Mapping[str, Any], *, steps: int, cuda: bool,
     if not cuda:
         marks = [e for e in inside if e.get("cat") == "user_annotation"]
         data = clipped(e for e in marks if str(e.get("name", "")).startswith(DATA_MARK))
-        optimizer = subtract(clipped(
-            e for e in marks if str(e.get("name", "")).startswith(OPTIMIZER_MARK)), data)
+        optimizer = subtract(
+            clipped(e for e in marks if str(e.get("name", "")).startswith(OPTIMIZER_MARK)), data
+        )
         parts_us = {"data": total(data), "optimizer": total(optimizer)}
         parts_us["host"] = max(0.0, length - sum(parts_us.values()))
         return figures | {
-            "gpu_busy_fraction": None, "launch_ms_per_step": None, "h2d_ms_per_step": None,
-            "h2d_overlap_fraction": None, "h2d_exposed_ms_per_step": None,
-            "kernels_per_step": None, "sync_ms_per_step": 0.0,
+            "gpu_busy_fraction": None,
+            "launch_ms_per_step": None,
+            "h2d_ms_per_step": None,
+            "h2d_overlap_fraction": None,
+            "h2d_exposed_ms_per_step": None,
+            "kernels_per_step": None,
+            "sync_ms_per_step": 0.0,
             "breakdown_ms": {k: v / steps / 1e3 for k, v in parts_us.items()} | {"sync": 0.0},
         }
 
@@ -159,7 +170,8 @@ def analyze_trace(trace: Mapping[str, Any], *, steps: int, cuda: bool,
     copies = [e for e in inside if e.get("cat") == "gpu_memcpy"]
     h2d_events = [e for e in copies if "HtoD" in str(e.get("name", ""))]
     other_events = [e for e in copies if "HtoD" not in str(e.get("name", ""))] + [
-        e for e in inside if e.get("cat") == "gpu_memset"]
+        e for e in inside if e.get("cat") == "gpu_memset"
+    ]
     runtime = [e for e in inside if e.get("cat") in ("cuda_runtime", "cuda_driver")]
     launches = [e for e in runtime if str(e.get("name", "")).startswith(LAUNCH_CALLS)]
     syncs = sorted((e for e in runtime if e.get("name") in SYNC_CALLS), key=lambda e: e["ts"])
@@ -243,9 +255,15 @@ class Profile:
         return dict(json.loads(gzip.decompress(self.trace_gz)))
 
 
-def profile_config(workload: Workload, config: LoopConfig, *, steps: int = 10, warmup: int = 5,
-                   device: str | torch.device = "auto",
-                   precision: trainers.Precision | None = None) -> Profile:
+def profile_config(
+    workload: Workload,
+    config: LoopConfig,
+    *,
+    steps: int = 10,
+    warmup: int = 5,
+    device: str | torch.device = "auto",
+    precision: trainers.Precision | None = None,
+) -> Profile:
     """Profile `steps` steps of `config` (after `warmup` and one unprofiled window of `steps`).
 
     The workload's model trains during the run, as with `trainers.run`; its weights are put back
@@ -267,17 +285,29 @@ def profile_config(workload: Workload, config: LoopConfig, *, steps: int = 10, w
             prof.export_chrome_trace(trace_path)
 
         try:
-            with _kineto_quiet(), profile(
-                    activities=activities, on_trace_ready=export,
-                    schedule=schedule(wait=1, warmup=1, active=1, repeat=1)) as prof:
+            with (
+                _kineto_quiet(),
+                profile(
+                    activities=activities,
+                    on_trace_ready=export,
+                    schedule=schedule(wait=1, warmup=1, active=1, repeat=1),
+                ) as prof,
+            ):
 
                 def on_window(index: int, window: Window) -> bool:
                     prof.step()
                     return True
 
-                result = trainers.run(workload, config, steps=3 * steps, warmup=warmup,
-                                      windows=3, device=dev, on_window=on_window,
-                                      precision=precision)
+                result = trainers.run(
+                    workload,
+                    config,
+                    steps=3 * steps,
+                    warmup=warmup,
+                    windows=3,
+                    device=dev,
+                    on_window=on_window,
+                    precision=precision,
+                )
         finally:
             workload.model.load_state_dict(saved)
         with open(trace_path, "rb") as f:
@@ -334,8 +364,11 @@ def _kineto_quiet() -> Iterator[None]:
             os.dup2(saved, 2)
             os.close(saved)
             captured.seek(0)
-            kept = [line for line in captured.read().splitlines(keepends=True)
-                    if not _KINETO_LINE.match(line)]
+            kept = [
+                line
+                for line in captured.read().splitlines(keepends=True)
+                if not _KINETO_LINE.match(line)
+            ]
             if kept:
                 os.write(2, b"".join(kept))
 

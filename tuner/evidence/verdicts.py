@@ -49,8 +49,11 @@ class Verdict:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> Verdict:
-        return cls(kind=values["kind"], explanation=values["explanation"],
-                   figures=dict(values.get("figures", {})))
+        return cls(
+            kind=values["kind"],
+            explanation=values["explanation"],
+            figures=dict(values.get("figures", {})),
+        )
 
 
 def _pct(fraction: float) -> str:
@@ -61,8 +64,11 @@ def verdict(prof: Profile | Mapping[str, Any]) -> Verdict:
     """What bounds the profiled step; the checks and their order are in the module doc."""
     p = prof if isinstance(prof, Profile) else Profile.from_attrs(prof)
     step_ms = p.step_ms
-    figures: dict[str, Any] = {"step_ms": step_ms, "cuda_activity": p.cuda_activity,
-                               "sync_fraction": p.sync_ms_per_step / step_ms if step_ms else None}
+    figures: dict[str, Any] = {
+        "step_ms": step_ms,
+        "cuda_activity": p.cuda_activity,
+        "sync_fraction": p.sync_ms_per_step / step_ms if step_ms else None,
+    }
     if not p.cuda_activity or p.gpu_busy_fraction is None:
         reason = p.note or CPU_NOTE
         return Verdict(kind="unknown", explanation=f"unknown: {reason}", figures=figures)
@@ -83,18 +89,34 @@ def verdict(prof: Profile | Mapping[str, Any]) -> Verdict:
         "kernels_per_step": p.kernels_per_step,
     }
     if exposed > TRANSFER_BOUND_FRACTION:
-        return Verdict(kind="transfer-bound", figures=figures, explanation=(
-            f"transfer-bound: host-to-device copies not overlapped with compute take "
-            f"{_pct(exposed)} of the step"))
+        return Verdict(
+            kind="transfer-bound",
+            figures=figures,
+            explanation=(
+                f"transfer-bound: host-to-device copies not overlapped with compute take "
+                f"{_pct(exposed)} of the step"
+            ),
+        )
     if sync > SYNC_BOUND_FRACTION and busy < GPU_SATURATED_FRACTION:
-        return Verdict(kind="sync-bound", figures=figures, explanation=(
-            f"sync-bound: host blocked in syncs {_pct(sync)} of the step while the GPU idled "
-            f"{_pct(1.0 - busy)}"))
+        return Verdict(
+            kind="sync-bound",
+            figures=figures,
+            explanation=(
+                f"sync-bound: host blocked in syncs {_pct(sync)} of the step while the GPU idled "
+                f"{_pct(1.0 - busy)}"
+            ),
+        )
     if busy < HOST_BOUND_BUSY:
-        return Verdict(kind="host-bound", figures=figures,
-                       explanation=f"host-bound: GPU idle {_pct(1.0 - busy)} of the step")
-    return Verdict(kind="gpu-bound", figures=figures,
-                   explanation=f"gpu-bound: GPU busy {_pct(busy)} of the step")
+        return Verdict(
+            kind="host-bound",
+            figures=figures,
+            explanation=f"host-bound: GPU idle {_pct(1.0 - busy)} of the step",
+        )
+    return Verdict(
+        kind="gpu-bound",
+        figures=figures,
+        explanation=f"gpu-bound: GPU busy {_pct(busy)} of the step",
+    )
 
 
 def _plural(n: int, word: str) -> str:
@@ -136,17 +158,23 @@ def _changes(config: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, st
 
 # For each verdict kind: the settings that act on that bottleneck, what they did, in order.
 _EFFECTS: dict[str, list[tuple[str, str, Any]]] = {
-    "host-bound": [("cuda_graph", "removed the launch overhead", True),
-                   ("sync_interval", "let the host queue work ahead of the GPU", None),
-                   ("sync_mode", "let the host queue work ahead of the GPU", "query")],
-    "sync-bound": [("sync_interval", "removed most of the host's waits", None),
-                   ("sync_mode", "removed the host's waits", "query"),
-                   ("cuda_graph", "removed the launch overhead", True)],
+    "host-bound": [
+        ("cuda_graph", "removed the launch overhead", True),
+        ("sync_interval", "let the host queue work ahead of the GPU", None),
+        ("sync_mode", "let the host queue work ahead of the GPU", "query"),
+    ],
+    "sync-bound": [
+        ("sync_interval", "removed most of the host's waits", None),
+        ("sync_mode", "removed the host's waits", "query"),
+        ("cuda_graph", "removed the launch overhead", True),
+    ],
     # Busy most of the step, the GPU still idles between kernels; only the graph closes those
     # gaps (H100, transformer large: busy 76 % eager, 97 % as one graph, 1.26x).
     "gpu-bound": [("cuda_graph", "closed the GPU's idle gaps between kernels", True)],
-    "transfer-bound": [(field, "overlapped the copies with compute", None) for field in (
-        "prefetch_depth", "pin_memory", "non_blocking", "num_streams", "num_workers")],
+    "transfer-bound": [
+        (field, "overlapped the copies with compute", None)
+        for field in ("prefetch_depth", "pin_memory", "non_blocking", "num_streams", "num_workers")
+    ],
 }
 
 
@@ -167,8 +195,12 @@ def _config_of(rec: Mapping[str, Any], name: str) -> dict[str, Any] | None:
     return None
 
 
-def explain(recommendation: Mapping[str, Any], verdicts: Mapping[str, Verdict],
-            *, baseline: str | None = None) -> str:
+def explain(
+    recommendation: Mapping[str, Any],
+    verdicts: Mapping[str, Verdict],
+    *,
+    baseline: str | None = None,
+) -> str:
     """One line: the baseline's verdict, what the recommended config changed, its speedup.
 
     "host-bound: GPU idle 83 % of the step; whole-step CUDA graph removed the launch overhead:
@@ -179,12 +211,18 @@ def explain(recommendation: Mapping[str, Any], verdicts: Mapping[str, Verdict],
     """
     speedups: Mapping[str, Any] = recommendation.get("speedup") or {}
     if baseline is None:
-        candidates = [n for n in ("seed-baseline", "pytorch-default", *speedups)
-                      if n in speedups or n in verdicts]
-        baseline = next((n for n in candidates if n in speedups and n in verdicts),
-                        candidates[0] if candidates else None)
-    head = verdicts[baseline].explanation if baseline is not None and baseline in verdicts else (
-        None)
+        candidates = [
+            n
+            for n in ("seed-baseline", "pytorch-default", *speedups)
+            if n in speedups or n in verdicts
+        ]
+        baseline = next(
+            (n for n in candidates if n in speedups and n in verdicts),
+            candidates[0] if candidates else None,
+        )
+    head = (
+        verdicts[baseline].explanation if baseline is not None and baseline in verdicts else (None)
+    )
     config = recommendation.get("config")
     if config is None:
         text = f"no recommendation: {recommendation.get('reason', 'none was decided')}"

@@ -29,12 +29,15 @@ from tuner.store import keys
 from tuner.store import storage as studies
 from tuner.store.counting import count_trials, gpu_seconds
 
-CPU_NOTE = ("measured on a CPU: stream, event and pinned-memory settings have no effect there, so "
-            "differences between configs are noise; tune on the GPU you train on")
+CPU_NOTE = (
+    "measured on a CPU: stream, event and pinned-memory settings have no effect there, so "
+    "differences between configs are noise; tune on the GPU you train on"
+)
 
 
-def top_configs(study: optuna.Study, k: int,
-                max_memory_bytes: int | None) -> list[tuple[str, LoopConfig]]:
+def top_configs(
+    study: optuna.Study, k: int, max_memory_bytes: int | None
+) -> list[tuple[str, LoopConfig]]:
     """The k best distinct configs of the study's complete trials (all their windows pooled)."""
     pooled: dict[str, list[float]] = {}
     first: dict[str, optuna.trial.FrozenTrial] = {}
@@ -48,8 +51,10 @@ def top_configs(study: optuna.Study, k: int,
         pooled.setdefault(key, []).extend(trial.user_attrs.get(keys.WINDOWS, []))
         first.setdefault(key, trial)
     ranked = sorted(pooled, key=lambda key: statistics.median(pooled[key]), reverse=True)
-    return [(f"trial-{first[key].number}", LoopConfig.from_dict(first[key].user_attrs[keys.CONFIG]))
-            for key in ranked[:k]]
+    return [
+        (f"trial-{first[key].number}", LoopConfig.from_dict(first[key].user_attrs[keys.CONFIG]))
+        for key in ranked[:k]
+    ]
 
 
 def final_round(
@@ -85,35 +90,57 @@ def final_round(
             if peak is not None:
                 memory[name] = max(memory[name] or 0, peak)
 
-    study.set_user_attr(f"{keys.FINAL_PREFIX}{uuid.uuid4().hex[:10]}",
-                        {"seconds": seconds, "entries": [name for name, _ in entries]})
+    study.set_user_attr(
+        f"{keys.FINAL_PREFIX}{uuid.uuid4().hex[:10]}",
+        {"seconds": seconds, "entries": [name for name, _ in entries]},
+    )
     configs = dict(entries)
     measured = [
-        Measurement(name=name, samples=tuple(samples[name]), memory_bytes=memory[name],
-                    key=simplicity_key(configs[name]))
-        for name, _ in entries if samples[name]
+        Measurement(
+            name=name,
+            samples=tuple(samples[name]),
+            memory_bytes=memory[name],
+            key=simplicity_key(configs[name]),
+        )
+        for name, _ in entries
+        if samples[name]
     ]
     eligible = [m for m in measured if parity(configs[m.name]).get("passed")]
     if options.max_memory_bytes is not None:
-        eligible = [m for m in eligible
-                    if m.memory_bytes is None or m.memory_bytes <= options.max_memory_bytes]
+        eligible = [
+            m
+            for m in eligible
+            if m.memory_bytes is None or m.memory_bytes <= options.max_memory_bytes
+        ]
     meta = studies.meta(study)
     trials = study.get_trials(deepcopy=False)
     on_cpu = str(meta.get("device", "")).startswith("cpu")
     base = Recommendation(
-        study=study.study_name, config=None, reason=None, n_trials=count_trials(trials),
+        study=study.study_name,
+        config=None,
+        reason=None,
+        n_trials=count_trials(trials),
         gpu_seconds=gpu_seconds(trials, study.user_attrs),
         final_round=tuple(_entry(m, configs[m.name]) for m in measured),
-        failures=failures, tie_rule=SIMPLICITY_ORDER, tie_margin=options.tie_margin,
+        failures=failures,
+        tie_rule=SIMPLICITY_ORDER,
+        tie_margin=options.tie_margin,
         max_memory_bytes=options.max_memory_bytes,
         study_fields={k: meta.get(k) for k in STUDY_FIELDS},
-        effective=not on_cpu, note=CPU_NOTE if on_cpu else None,
-        pareto=(tuple(_entry(m, configs[m.name]) for m in pareto_front(eligible))
-                if options.multi_objective else None),
+        effective=not on_cpu,
+        note=CPU_NOTE if on_cpu else None,
+        pareto=(
+            tuple(_entry(m, configs[m.name]) for m in pareto_front(eligible))
+            if options.multi_objective
+            else None
+        ),
     )
     if not eligible:
-        reason = ("no config passed parity (and the memory cap)" if measured else
-                  "every final-round measurement failed (see failures)")
+        reason = (
+            "no config passed parity (and the memory cap)"
+            if measured
+            else "every final-round measurement failed (see failures)"
+        )
         return dataclasses.replace(base, reason=reason)
 
     # With a memory cap, `eligible` holds only configs under it: the fastest of those wins.
@@ -143,6 +170,10 @@ def _speedup(best: Measurement, baseline: list[float]) -> Interval:
 
 
 def _entry(m: Measurement, config: LoopConfig) -> Entry:
-    return Entry(name=m.name, config=config.to_dict(),
-                 throughput=Interval(median=m.median, ci95=m.ci95),
-                 peak_memory_bytes=m.memory_bytes, samples=len(m.samples))
+    return Entry(
+        name=m.name,
+        config=config.to_dict(),
+        throughput=Interval(median=m.median, ci95=m.ci95),
+        peak_memory_bytes=m.memory_bytes,
+        samples=len(m.samples),
+    )

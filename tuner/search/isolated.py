@@ -38,10 +38,18 @@ def _fork_dataloader_workers() -> None:
         multiprocessing.set_start_method("fork", force=True)
 
 
-def _gate(workload: str, preset: str, model_args: dict[str, str], config: dict[str, Any],
-          steps: int, seed: int, device: str, matmul_precision: str,
-          precision: trainers.Precision | None,
-          envelope: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+def _gate(
+    workload: str,
+    preset: str,
+    model_args: dict[str, str],
+    config: dict[str, Any],
+    steps: int,
+    seed: int,
+    device: str,
+    matmul_precision: str,
+    precision: trainers.Precision | None,
+    envelope: dict[str, Any] | None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The correctness gate's verdict for `config`, and the envelope it used (measured here the
     first time: the parent stores it on the study)."""
     import torch  # in the child
@@ -51,31 +59,56 @@ def _gate(workload: str, preset: str, model_args: dict[str, str], config: dict[s
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     torch.set_float32_matmul_precision(matmul_precision)
     factory = trainers.resolve_factory(workload, model_args)
-    found = (trainers.Envelope.from_dict(envelope) if envelope is not None else
-             trainers.Envelope.measure(factory, preset, steps=steps, seed=seed, device=device,
-                                       precision=precision))
-    verdict = trainers.check_parity(factory, LoopConfig.from_dict(config), steps, preset=preset,
-                                    seed=seed, device=device, envelope=found,
-                                    precision=precision)
+    found = (
+        trainers.Envelope.from_dict(envelope)
+        if envelope is not None
+        else trainers.Envelope.measure(
+            factory, preset, steps=steps, seed=seed, device=device, precision=precision
+        )
+    )
+    verdict = trainers.check_parity(
+        factory,
+        LoopConfig.from_dict(config),
+        steps,
+        preset=preset,
+        seed=seed,
+        device=device,
+        envelope=found,
+        precision=precision,
+    )
     return verdict.to_dict(), found.to_dict()
 
 
 _WORKLOADS: dict[tuple[str, str, int, tuple[tuple[str, str], ...]], trainers.Workload] = {}
 
 
-def _profile(workload: str, preset: str, config: dict[str, Any], steps: int, warmup: int,
-             seed: int, device: str, matmul_precision: str, model_args: dict[str, str],
-             precision: trainers.Precision | None) -> trace.Profile:
+def _profile(
+    workload: str,
+    preset: str,
+    config: dict[str, Any],
+    steps: int,
+    warmup: int,
+    seed: int,
+    device: str,
+    matmul_precision: str,
+    model_args: dict[str, str],
+    precision: trainers.Precision | None,
+) -> trace.Profile:
     import torch  # in the child
 
     _fork_dataloader_workers()
     torch.set_float32_matmul_precision(matmul_precision)
     key = (workload, preset, seed, tuple(sorted(model_args.items())))
     if key not in _WORKLOADS:
-        _WORKLOADS[key] = trainers.load_workload(workload, preset, seed=seed,
-                                                 model_args=model_args)
-    return trace.profile_config(_WORKLOADS[key], LoopConfig.from_dict(config), steps=steps,
-                                warmup=warmup, device=device, precision=precision)
+        _WORKLOADS[key] = trainers.load_workload(workload, preset, seed=seed, model_args=model_args)
+    return trace.profile_config(
+        _WORKLOADS[key],
+        LoopConfig.from_dict(config),
+        steps=steps,
+        warmup=warmup,
+        device=device,
+        precision=precision,
+    )
 
 
 class ChildProcess:
@@ -88,7 +121,8 @@ class ChildProcess:
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         if self._pool is None:
             self._pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+                max_workers=1, mp_context=multiprocessing.get_context("spawn")
+            )
         return self._pool.submit(fn, *args).result()
 
     def close(self) -> None:
@@ -98,14 +132,32 @@ class ChildProcess:
 
 
 class ProfileProcess:
-    """Runs `tuner.evidence.trace.profile_config` in a child process; `profile` returns its Profile."""
+    """Runs `tuner.evidence.trace.profile_config` in a child process; `profile` returns its
+    Profile."""
 
-    def __init__(self, workload: str, preset: str, *, steps: int, warmup: int, seed: int,
-                 device: str, matmul_precision: str, model_args: dict[str, str] | None = None,
-                 precision: trainers.Precision | None = None) -> None:
+    def __init__(
+        self,
+        workload: str,
+        preset: str,
+        *,
+        steps: int,
+        warmup: int,
+        seed: int,
+        device: str,
+        matmul_precision: str,
+        model_args: dict[str, str] | None = None,
+        precision: trainers.Precision | None = None,
+    ) -> None:
         self._args = (workload, preset)
-        self._rest = (steps, warmup, seed, device, matmul_precision, dict(model_args or {}),
-                      precision)
+        self._rest = (
+            steps,
+            warmup,
+            seed,
+            device,
+            matmul_precision,
+            dict(model_args or {}),
+            precision,
+        )
         self._child = ChildProcess()
 
     def profile(self, config: LoopConfig) -> trace.Profile:
@@ -118,9 +170,18 @@ class ProfileProcess:
 class ParityProcess:
     """Runs the correctness gate (`trainers.check_parity`) in a child process."""
 
-    def __init__(self, workload: str, preset: str, *, steps: int, seed: int, device: str,
-                 matmul_precision: str, model_args: dict[str, str] | None = None,
-                 precision: trainers.Precision | None = None) -> None:
+    def __init__(
+        self,
+        workload: str,
+        preset: str,
+        *,
+        steps: int,
+        seed: int,
+        device: str,
+        matmul_precision: str,
+        model_args: dict[str, str] | None = None,
+        precision: trainers.Precision | None = None,
+    ) -> None:
         self._args = (workload, preset, dict(model_args or {}))
         self.steps = steps
         self.seed = seed
@@ -129,11 +190,21 @@ class ParityProcess:
         self.precision = precision
         self._child = ChildProcess()
 
-    def check(self, config: LoopConfig, envelope: dict[str, Any] | None = None
-              ) -> tuple[dict[str, Any], dict[str, Any]]:
+    def check(
+        self, config: LoopConfig, envelope: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The verdict, and the envelope (`envelope`, or measured now when None)."""
-        return self._child.call(_gate, *self._args, config.to_dict(), self.steps, self.seed,
-                                self.device, self.matmul_precision, self.precision, envelope)
+        return self._child.call(
+            _gate,
+            *self._args,
+            config.to_dict(),
+            self.steps,
+            self.seed,
+            self.device,
+            self.matmul_precision,
+            self.precision,
+            envelope,
+        )
 
     def close(self) -> None:
         self._child.close()

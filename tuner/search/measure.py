@@ -108,9 +108,16 @@ class Measurer:
     load_state_dict), so runs differ only by their config.
     """
 
-    def __init__(self, workload: str, preset: str, *, device: str | torch.device,
-                 protocol: Protocol, model_args: Mapping[str, str] | None = None,
-                 precision: trainers.Precision | None = None) -> None:
+    def __init__(
+        self,
+        workload: str,
+        preset: str,
+        *,
+        device: str | torch.device,
+        protocol: Protocol,
+        model_args: Mapping[str, str] | None = None,
+        precision: trainers.Precision | None = None,
+    ) -> None:
         self.workload_name = workload
         self.preset = preset
         self.model_args = dict(model_args or {})
@@ -124,11 +131,12 @@ class Measurer:
     @property
     def workload(self) -> Workload:
         if self._workload is None:
-            self._workload = trainers.load_workload(self.workload_name, self.preset,
-                                                    seed=self.protocol.seed,
-                                                    model_args=self.model_args)
-            self._initial = {k: v.detach().clone()
-                             for k, v in self._workload.model.state_dict().items()}
+            self._workload = trainers.load_workload(
+                self.workload_name, self.preset, seed=self.protocol.seed, model_args=self.model_args
+            )
+            self._initial = {
+                k: v.detach().clone() for k, v in self._workload.model.state_dict().items()
+            }
         return self._workload
 
     def measure(
@@ -150,7 +158,8 @@ class Measurer:
 
         try:
             result = trainers.run(
-                workload, config,
+                workload,
+                config,
                 steps=self.protocol.windows * self.protocol.window_steps,
                 warmup=self.protocol.warmup_for(config),
                 windows=self.protocol.windows,
@@ -170,8 +179,9 @@ class Measurer:
                 torch.cuda.synchronize(self.device)
                 torch.cuda.empty_cache()
         kind = _failure_kind(exc)
-        return Failure(reason=f"{kind}: {type(exc).__name__}: {exc}".strip()[:2000], kind=kind,
-                       seconds=seconds)
+        return Failure(
+            reason=f"{kind}: {type(exc).__name__}: {exc}".strip()[:2000], kind=kind, seconds=seconds
+        )
 
     def floor_ms(self) -> float | None:
         """The CUDA-graph floor of this workload (None on a CPU or if it cannot be captured)."""

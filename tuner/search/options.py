@@ -77,14 +77,19 @@ class RunOptions:
             raise bad("timeout_s", "a number of seconds > 0")
         if tuple(self.objectives) not in (("throughput",), ("throughput", "memory")):
             # Shown as the user typed it (`memory`), not as a Python tuple.
-            raise trainers.ConfigError("objectives", ",".join(self.objectives),
-                                       "throughput or throughput,memory")
+            raise trainers.ConfigError(
+                "objectives", ",".join(self.objectives), "throughput or throughput,memory"
+            )
         if self.max_memory_bytes is not None and self.max_memory_bytes <= 0:
             raise bad("max_memory_bytes", "a number of bytes > 0")
         if not 0.0 <= self.tie_margin < 1.0:
             raise bad("tie_margin", "a fraction in [0, 1), e.g. 0.01 for 1 %")
-        for field, low in (("top_k", 1), ("final_rounds", 1), ("baseline_every", 1),
-                           ("parity_steps", 2)):
+        for field, low in (
+            ("top_k", 1),
+            ("final_rounds", 1),
+            ("baseline_every", 1),
+            ("parity_steps", 2),
+        ):
             if getattr(self, field) < low:
                 raise bad(field, f"an integer >= {low}")
         if self.sampler not in SAMPLERS:
@@ -96,8 +101,11 @@ class RunOptions:
                 raise bad("precision", ", ".join(trainers.PRECISIONS))
             if self.matmul_precision != "highest":
                 raise trainers.ConfigError(
-                    "precision", self.precision, "either --precision or --matmul-precision, "
-                    "not both (--precision tf32 is --matmul-precision high)")
+                    "precision",
+                    self.precision,
+                    "either --precision or --matmul-precision, "
+                    "not both (--precision tf32 is --matmul-precision high)",
+                )
         if self.profile not in PROFILE_MODES:
             raise bad("profile", ", ".join(PROFILE_MODES))
         if self.profile_steps < 1:
@@ -109,8 +117,9 @@ class RunOptions:
         `matmul_precision` amounts to)."""
         if self.precision is not None:
             return self.precision
-        return {"highest": "fp32", "high": "tf32"}.get(self.matmul_precision,
-                                                       f"fp32 (matmul {self.matmul_precision})")
+        return {"highest": "fp32", "high": "tf32"}.get(
+            self.matmul_precision, f"fp32 (matmul {self.matmul_precision})"
+        )
 
     @property
     def multi_objective(self) -> bool:
@@ -140,8 +149,9 @@ def make_sampler(name: str, seed: int, trials: int) -> optuna.samplers.BaseSampl
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     # constant_liar: several workers on one study do not all try the same point (issue 5).
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(5, min(10, trials // 4)),
-                                      constant_liar=True)
+    return optuna.samplers.TPESampler(
+        seed=seed, n_startup_trials=max(5, min(10, trials // 4)), constant_liar=True
+    )
 
 
 class TrialSlots(TypingProtocol):
@@ -151,8 +161,9 @@ class TrialSlots(TypingProtocol):
     of the job under a lock in the database (`tuner.service.slots.JobSlots`).
     """
 
-    def take(self, create: Callable[[], optuna.Trial],
-             prepare: Callable[[optuna.Trial], None]) -> optuna.Trial | None:
+    def take(
+        self, create: Callable[[], optuna.Trial], prepare: Callable[[optuna.Trial], None]
+    ) -> optuna.Trial | None:
         """A new trial (`create`, then `prepare` it), or None when no trial is left to run."""
         ...
 
@@ -168,8 +179,9 @@ class LocalSlots:
         self.trials = trials
         self.taken = 0
 
-    def take(self, create: Callable[[], optuna.Trial],
-             prepare: Callable[[optuna.Trial], None]) -> optuna.Trial | None:
+    def take(
+        self, create: Callable[[], optuna.Trial], prepare: Callable[[optuna.Trial], None]
+    ) -> optuna.Trial | None:
         if self.taken >= self.trials:
             return None
         self.taken += 1

@@ -22,16 +22,24 @@ from tuner.store.keys import PROFILE_ERROR, PROFILE_PREFIX, PROFILE_RECOMMENDED
 Profiler = Callable[[LoopConfig], Profile]
 
 
-def in_process(workload: Workload, *, device: str | torch.device, steps: int = 10,
-               warmup: int = 5, precision: trainers.Precision | None = None) -> Profiler:
+def in_process(
+    workload: Workload,
+    *,
+    device: str | torch.device,
+    steps: int = 10,
+    warmup: int = 5,
+    precision: trainers.Precision | None = None,
+) -> Profiler:
     """A profiler that profiles in this process (on a CPU; on a GPU the tuner profiles in a
     child process, `tuner.search.isolated.ProfileProcess`, since CUPTI outlasts the profile)."""
-    return functools.partial(profile_config, workload, steps=steps, warmup=warmup, device=device,
-                             precision=precision)
+    return functools.partial(
+        profile_config, workload, steps=steps, warmup=warmup, device=device, precision=precision
+    )
 
 
-def profile_trial(trial: optuna.Trial, config: LoopConfig, directory: Path | None,
-                  profiler: Profiler) -> None:
+def profile_trial(
+    trial: optuna.Trial, config: LoopConfig, directory: Path | None, profiler: Profiler
+) -> None:
     """`--profile all`: profile a trial's config and store it on the (running) trial. A failure
     is recorded as the attribute `profile_error`, never raised: the trial's measurement stands."""
     try:
@@ -40,9 +48,13 @@ def profile_trial(trial: optuna.Trial, config: LoopConfig, directory: Path | Non
         trial.set_user_attr(PROFILE_ERROR, f"{type(exc).__name__}: {exc}"[:2000])
 
 
-def profile_recommendation(study: optuna.Study, recommendation: Recommendation,
-                           baselines: Mapping[str, LoopConfig], directory: Path | None,
-                           profiler: Profiler) -> Recommendation:
+def profile_recommendation(
+    study: optuna.Study,
+    recommendation: Recommendation,
+    baselines: Mapping[str, LoopConfig],
+    directory: Path | None,
+    profiler: Profiler,
+) -> Recommendation:
     """Profile the baselines and the recommended config, store them on the study, and return
     the recommendation with the profiles' `verdicts` (name -> verdict) and `explanation`."""
     targets: dict[str, LoopConfig] = dict(baselines)
@@ -62,4 +74,6 @@ def profile_recommendation(study: optuna.Study, recommendation: Recommendation,
         verdicts[name] = verdict(prof)
     return recommendation.with_evidence(
         verdicts={name: v.to_dict() for name, v in verdicts.items()},
-        explanation=explain(recommendation.to_dict(), verdicts), profile_errors=errors)
+        explanation=explain(recommendation.to_dict(), verdicts),
+        profile_errors=errors,
+    )

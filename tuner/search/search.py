@@ -73,8 +73,12 @@ from tuner.store.keys import STOPPED as STOPPED_ATTR
 from tuner.store.retry import is_transient
 
 
-def run_study(options: RunOptions, *, progress: Progress | None = None,
-              should_stop: Callable[[], bool] | None = None) -> Recommendation:
+def run_study(
+    options: RunOptions,
+    *,
+    progress: Progress | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> Recommendation:
     """Search, decide, store the recommendation on the study and return it.
 
     `should_stop` (optional) is polled between trials and after each window; see the module doc.
@@ -84,8 +88,10 @@ def run_study(options: RunOptions, *, progress: Progress | None = None,
         search.measure_baselines("start")
         search.run_trials(LocalSlots(options.trials))
         if search.stopped:
-            raise Stopped(f"stopped on request: {search.done} trials of this run are stored in "
-                          f"study {search.study.study_name!r}")
+            raise Stopped(
+                f"stopped on request: {search.done} trials of this run are stored in "
+                f"study {search.study.study_name!r}"
+            )
         return search.decide()
     except KeyboardInterrupt as exc:
         name = search.study.study_name
@@ -97,10 +103,15 @@ def run_study(options: RunOptions, *, progress: Progress | None = None,
         search.close()
 
 
-def open_search(options: RunOptions, *, progress: Progress | None = None,
-                should_stop: Callable[[], bool] | None = None, owner: str | None = None,
-                retry: Retry | None = None,
-                storage: optuna.storages.BaseStorage | None = None) -> Search:
+def open_search(
+    options: RunOptions,
+    *,
+    progress: Progress | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    owner: str | None = None,
+    retry: Retry | None = None,
+    storage: optuna.storages.BaseStorage | None = None,
+) -> Search:
     """Open (or resume) the study of `options` and everything needed to measure its trials.
 
     `owner` (a worker's id) is written on every trial this process runs (`OWNER_ATTR`), so that
@@ -110,9 +121,14 @@ def open_search(options: RunOptions, *, progress: Progress | None = None,
     """
     progress = progress or Quiet()
     set_matmul_precision(options.matmul_precision)
-    measurer = Measurer(options.workload, options.preset, device=options.device,
-                        protocol=options.protocol, model_args=options.model_args,
-                        precision=options.precision)
+    measurer = Measurer(
+        options.workload,
+        options.preset,
+        device=options.device,
+        protocol=options.protocol,
+        model_args=options.model_args,
+        precision=options.precision,
+    )
     # Build the workload now: a bad --workload or --preset must fail before a study is stored.
     measurer.workload  # noqa: B018
     fingerprint = trainers.fingerprint(measurer.device)
@@ -123,7 +139,8 @@ def open_search(options: RunOptions, *, progress: Progress | None = None,
     # shapes or precisions never share a study.
     shape = trainers.workload_key(options.workload, options.preset, options.model_args)
     name = options.study or studies.default_study_name(
-        shape, hardware, space.name, precision=options.study_precision)
+        shape, hardware, space.name, precision=options.study_precision
+    )
     info = {
         "workload": options.workload,
         "preset": options.preset,
@@ -143,24 +160,37 @@ def open_search(options: RunOptions, *, progress: Progress | None = None,
     maximize, minimize = optuna.study.StudyDirection.MAXIMIZE, optuna.study.StudyDirection.MINIMIZE
     directions = [maximize, minimize] if options.multi_objective else [maximize]
     pruner: optuna.pruners.BasePruner = (
-        optuna.pruners.NopPruner() if options.multi_objective else
-        optuna.pruners.PercentilePruner(PRUNE_PERCENTILE, n_startup_trials=5, n_warmup_steps=1)
+        optuna.pruners.NopPruner()
+        if options.multi_objective
+        else optuna.pruners.PercentilePruner(PRUNE_PERCENTILE, n_startup_trials=5, n_warmup_steps=1)
     )
     study, resumed = studies.open_study(
-        storage, name, info=info, directions=directions,
-        sampler=make_sampler(options.sampler, options.seed, options.trials), pruner=pruner)
+        storage,
+        name,
+        info=info,
+        directions=directions,
+        sampler=make_sampler(options.sampler, options.seed, options.trials),
+        pruner=pruner,
+    )
     progress.start(name, options.trials, resumed)
-    return Search(study, measurer, space, options, progress, should_stop, owner=owner,
-                  retry=retry)
+    return Search(study, measurer, space, options, progress, should_stop, owner=owner, retry=retry)
 
 
 class Search:
     """One process's part of a study: its baselines, the trials it runs, the final round."""
 
-    def __init__(self, study: optuna.Study, measurer: Measurer, space: SearchSpace,
-                 options: RunOptions, progress: Progress,
-                 should_stop: Callable[[], bool] | None = None, *, owner: str | None = None,
-                 retry: Retry | None = None) -> None:
+    def __init__(
+        self,
+        study: optuna.Study,
+        measurer: Measurer,
+        space: SearchSpace,
+        options: RunOptions,
+        progress: Progress,
+        should_stop: Callable[[], bool] | None = None,
+        *,
+        owner: str | None = None,
+        retry: Retry | None = None,
+    ) -> None:
         self.study = study
         self.owner = owner
         self.retry: Retry = retry or NoRetry()
@@ -173,28 +203,45 @@ class Search:
         self.done = 0
         self.should_stop = should_stop
         self.stopped = False
-        self.traces = (None if options.profile == "none" else
-                       profiles.trace_dir(studies.storage_url(options.storage), options.artifacts))
+        self.traces = (
+            None
+            if options.profile == "none"
+            else profiles.trace_dir(studies.storage_url(options.storage), options.artifacts)
+        )
         # On a GPU, parity runs in its own process: its deterministic mode and cuBLAS workspace
         # setting outlast it and slowed later measurements by up to 50 % (tuner/search/isolated.py).
         self._isolated: ParityProcess | None = None
         # Profiles too: CUPTI stays attached after a profile and slows later measurements.
         self._profiles: ProfileProcess | None = None
-        self.profiler = profiling.in_process(measurer.workload, device=measurer.device,
-                                             steps=options.profile_steps,
-                                             warmup=options.protocol.warmup,
-                                             precision=options.precision)
+        self.profiler = profiling.in_process(
+            measurer.workload,
+            device=measurer.device,
+            steps=options.profile_steps,
+            warmup=options.protocol.warmup,
+            precision=options.precision,
+        )
         if measurer.device.type == "cuda":
             self._isolated = ParityProcess(
-                options.workload, options.preset, steps=options.parity_steps,
-                seed=options.protocol.seed, device=str(measurer.device),
+                options.workload,
+                options.preset,
+                steps=options.parity_steps,
+                seed=options.protocol.seed,
+                device=str(measurer.device),
                 matmul_precision=options.matmul_precision,
-                model_args=dict(options.model_args), precision=options.precision)
+                model_args=dict(options.model_args),
+                precision=options.precision,
+            )
             self._profiles = ProfileProcess(
-                options.workload, options.preset, steps=options.profile_steps,
-                warmup=options.protocol.warmup, seed=options.protocol.seed,
-                device=str(measurer.device), matmul_precision=options.matmul_precision,
-                model_args=dict(options.model_args), precision=options.precision)
+                options.workload,
+                options.preset,
+                steps=options.profile_steps,
+                warmup=options.protocol.warmup,
+                seed=options.protocol.seed,
+                device=str(measurer.device),
+                matmul_precision=options.matmul_precision,
+                model_args=dict(options.model_args),
+                precision=options.precision,
+            )
             self.profiler = self._profiles.profile
 
     def close(self) -> None:
@@ -205,12 +252,18 @@ class Search:
     # -- baselines -------------------------------------------------------------------------
     def measure_baselines(self, phase: str) -> None:
         previous = self.retry.call(
-            lambda: studies.entries(self.study, keys.BASELINE_PREFIX), what="baselines")
+            lambda: studies.entries(self.study, keys.BASELINE_PREFIX), what="baselines"
+        )
         for name, config in BASELINES.items():
             self.progress.phase(f"baseline {name} ({phase})")
             outcome = self.measurer.measure(config)
-            entry: dict[str, Any] = {"phase": phase, "time": _now(), "at_trial": self._n_trials(),
-                                     "config": config.to_dict(), "where": self.where}
+            entry: dict[str, Any] = {
+                "phase": phase,
+                "time": _now(),
+                "at_trial": self._n_trials(),
+                "config": config.to_dict(),
+                "where": self.where,
+            }
             if isinstance(outcome, Failure):
                 entry |= {"failure_reason": outcome.reason, "seconds": outcome.seconds}
             else:
@@ -221,14 +274,16 @@ class Search:
                     if abs(entry["drift"]) > DRIFT_WARNING:
                         self.progress.phase(
                             f"warning: {name} drifted {entry['drift']:+.1%} since the first "
-                            "measurement (clocks, other load?)")
+                            "measurement (clocks, other load?)"
+                        )
             self._store_attr(f"{keys.BASELINE_PREFIX}{name}/{uuid.uuid4().hex[:10]}", entry)
 
     # -- trials ----------------------------------------------------------------------------
     def run_trials(self, slots: TrialSlots) -> None:
         """Run trials while `slots` gives one; baselines again every `baseline_every` of them."""
-        deadline = None if self.options.timeout_s is None else (
-            time.monotonic() + self.options.timeout_s)
+        deadline = (
+            None if self.options.timeout_s is None else (time.monotonic() + self.options.timeout_s)
+        )
         while True:
             if self._stop_requested():
                 self.progress.phase(f"stopped on request after {self.done} trials")
@@ -248,13 +303,19 @@ class Search:
     def decide(self) -> Recommendation:
         """The final round, the profiles, and the recommendation stored on the study."""
         self.progress.phase("final round: top configs and baselines, interleaved")
-        recommendation = decide.final_round(self.study, self.measurer, self.options,
-                                            progress=self.progress, baselines=BASELINES,
-                                            parity=self.parity)
+        recommendation = decide.final_round(
+            self.study,
+            self.measurer,
+            self.options,
+            progress=self.progress,
+            baselines=BASELINES,
+            parity=self.parity,
+        )
         if self.options.profile != "none":
             self.progress.phase("profiling the baselines and the recommended config")
             recommendation = profiling.profile_recommendation(
-                self.study, recommendation, BASELINES, self.traces, self.profiler)
+                self.study, recommendation, BASELINES, self.traces, self.profiler
+            )
         self._store_attr(keys.RECOMMENDATION, recommendation.to_dict())
         return recommendation
 
@@ -274,8 +335,9 @@ class Search:
         """
         if self.owner is not None:
             trial.set_user_attr(OWNER_ATTR, self.owner)
-        self.study.sampler = make_sampler(self.options.sampler, self.options.seed + trial.number,
-                                          self.options.trials)
+        self.study.sampler = make_sampler(
+            self.options.sampler, self.options.seed + trial.number, self.options.trials
+        )
         try:
             config = self.space.suggest(trial)
         except trainers.ConfigError as exc:
@@ -287,18 +349,24 @@ class Search:
 
     def _run(self, trial: optuna.Trial) -> str:
         if keys.CONFIG not in trial.user_attrs:  # an invalid combination (see _prepare)
-            self.retry.call(lambda: self.study.tell(trial, state=TrialState.FAIL),
-                            what=f"telling trial {trial.number}")
+            self.retry.call(
+                lambda: self.study.tell(trial, state=TrialState.FAIL),
+                what=f"telling trial {trial.number}",
+            )
             return "failed"
         config = LoopConfig.from_dict(trial.user_attrs[keys.CONFIG])
         key = trial.user_attrs[keys.CONFIG_KEY]
-        complete = self.retry.call(lambda: self.study.get_trials(
-            deepcopy=False, states=(TrialState.COMPLETE,)), what="reading the study")
+        complete = self.retry.call(
+            lambda: self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
+            what="reading the study",
+        )
         earlier = [t for t in complete if t.user_attrs.get(keys.CONFIG_KEY) == key]
         try:
             outcome = self.measurer.measure(config, on_window=self._window_callback(trial))
-            return self.retry.call(lambda: self._tell(trial, config, key, outcome, earlier),
-                                   what=f"telling trial {trial.number}")
+            return self.retry.call(
+                lambda: self._tell(trial, config, key, outcome, earlier),
+                what=f"telling trial {trial.number}",
+            )
         except KeyboardInterrupt:
             trial.set_user_attr(keys.FAILURE_REASON, "interrupted")
             self.study.tell(trial, state=TrialState.FAIL)
@@ -334,8 +402,14 @@ class Search:
 
         return on_window
 
-    def _tell(self, trial: optuna.Trial, config: LoopConfig, key: str,
-              outcome: Measured | Failure, earlier: Sequence[optuna.trial.FrozenTrial]) -> str:
+    def _tell(
+        self,
+        trial: optuna.Trial,
+        config: LoopConfig,
+        key: str,
+        outcome: Measured | Failure,
+        earlier: Sequence[optuna.trial.FrozenTrial],
+    ) -> str:
         if isinstance(outcome, Failure):
             trial.set_user_attr(keys.FAILURE_REASON, outcome.reason)
             trial.set_user_attr(keys.FAILURE_KIND, outcome.kind)
@@ -355,8 +429,10 @@ class Search:
             deviation = verdict.get("max_rel_deviation")
             shown = "inf" if deviation is None else f"{deviation:.3g}"
             test = verdict.get("test", "exact")
-            trial.set_user_attr(keys.FAILURE_REASON, f"parity: {verdict['reason']} "
-                                f"(test {test}; max relative deviation {shown})")
+            trial.set_user_attr(
+                keys.FAILURE_REASON,
+                f"parity: {verdict['reason']} (test {test}; max relative deviation {shown})",
+            )
             trial.set_user_attr(keys.FAILURE_KIND, "parity")
             self.study.tell(trial, state=TrialState.FAIL)
             return "failed"
@@ -402,26 +478,43 @@ class Search:
             if envelope is None:
                 self._store_attr(keys.ENVELOPE, json_safe(used))
         except Exception as exc:  # noqa: BLE001 - a config that cannot even be checked fails
-            verdict = {"passed": False, "reason": f"parity run failed: {exc}",
-                       "max_rel_deviation": float("inf")}
+            verdict = {
+                "passed": False,
+                "reason": f"parity run failed: {exc}",
+                "max_rel_deviation": float("inf"),
+            }
         verdict["seconds"] = time.perf_counter() - started
         verdict["config"] = config.to_dict()
         self.study.set_user_attr(attr, json_safe(verdict))
         return verdict
 
-    def _check_here(self, config: LoopConfig, envelope: dict[str, Any] | None
-                    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _check_here(
+        self, config: LoopConfig, envelope: dict[str, Any] | None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         options = self.options
         factory = trainers.resolve_factory(options.workload, options.model_args)
-        found = (trainers.Envelope.from_dict(envelope) if envelope is not None else
-                 trainers.Envelope.measure(factory, options.preset, steps=options.parity_steps,
-                                           seed=options.protocol.seed,
-                                           device=self.measurer.device,
-                                           precision=options.precision))
+        found = (
+            trainers.Envelope.from_dict(envelope)
+            if envelope is not None
+            else trainers.Envelope.measure(
+                factory,
+                options.preset,
+                steps=options.parity_steps,
+                seed=options.protocol.seed,
+                device=self.measurer.device,
+                precision=options.precision,
+            )
+        )
         verdict = trainers.check_parity(
-            factory, config, options.parity_steps, preset=options.preset,
-            seed=options.protocol.seed, device=self.measurer.device, envelope=found,
-            precision=options.precision)
+            factory,
+            config,
+            options.parity_steps,
+            preset=options.preset,
+            seed=options.protocol.seed,
+            device=self.measurer.device,
+            envelope=found,
+            precision=options.precision,
+        )
         return verdict.to_dict(), found.to_dict()
 
     # -- helpers ---------------------------------------------------------------------------
@@ -429,16 +522,22 @@ class Search:
         return len(self.study.get_trials(deepcopy=False))
 
     def _best_value(self) -> float | None:
-        values = [t.values[0] for t in self.study.get_trials(
-            deepcopy=False, states=(TrialState.COMPLETE,)) if t.values]
+        values = [
+            t.values[0]
+            for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.values
+        ]
         return max(values) if values else None
 
 
 def _first_baseline(entries: dict[str, Any], name: str, where: str) -> dict[str, Any] | None:
     """The first measurement of baseline `name` at `where` (entries from before `where` was
     recorded count as anywhere's)."""
-    measured = [e for k, e in entries.items() if k.startswith(f"{name}/") and "windows" in e
-                and e.get("where", where) == where]
+    measured = [
+        e
+        for k, e in entries.items()
+        if k.startswith(f"{name}/") and "windows" in e and e.get("where", where) == where
+    ]
     return min(measured, key=lambda e: e["time"]) if measured else None
 
 

@@ -330,7 +330,10 @@ _LATER_FIELDS: dict[str, Any] = {"compile": "none", "optimizer": "as-built"}
 
 def config_key(config: LoopConfig) -> str:
     """A short stable id of a config: sha1 of its sorted-key compact JSON, first 12 hex chars."""
-    values = {k: v for k, v in config.to_dict().items()
-              if not (k in _LATER_FIELDS and v == _LATER_FIELDS[k])}
+    values = {
+        k: v
+        for k, v in config.to_dict().items()
+        if not (k in _LATER_FIELDS and v == _LATER_FIELDS[k])
+    }
     canonical = json.dumps(values, sort_keys=True, separators=(",", ":"))
     return hashlib.sha1(canonical.encode("utf-8"), usedforsecurity=False).hexdigest()[:12]

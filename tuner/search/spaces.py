@@ -92,8 +92,9 @@ def compile_space() -> SearchSpace:
         name="compile",
         params={
             **full.params,
-            "compile": Choice(values=("none", "default", "max-autotune-no-cudagraphs",
-                                      "reduce-overhead")),
+            "compile": Choice(
+                values=("none", "default", "max-autotune-no-cudagraphs", "reduce-overhead")
+            ),
             "optimizer": Choice(values=("as-built", "foreach", "fused")),
         },
         fixed=dict(full.fixed),
@@ -171,8 +172,9 @@ def _without_graph_on_cpu(space: SearchSpace) -> SearchSpace:
     return dataclasses.replace(space, params=params, fixed=fixed, notes=tuple(notes))
 
 
-def load_space(spec: str | Mapping[str, Any], *,
-               fix: Sequence[str] | Mapping[str, Any] = (), cuda: bool = True) -> SearchSpace:
+def load_space(
+    spec: str | Mapping[str, Any], *, fix: Sequence[str] | Mapping[str, Any] = (), cuda: bool = True
+) -> SearchSpace:
     """The space `spec` names or gives ("streams", "full", a .json path, or a mapping), pinned.
 
     Each pin ("name=value" strings, see `parse_fix`, or a mapping of typed values) takes its

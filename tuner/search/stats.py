@@ -268,8 +268,11 @@ def decide(
         raise ValueError(f"margin must be in [0, 1), got {margin!r}")
     fastest = max(measurements, key=lambda m: m.median)
     floor = fastest.median * (1.0 - margin)
-    ties = tuple(m for m in measurements
-                 if _overlaps(m.ci95, fastest.ci95) or (margin > 0 and m.median >= floor))
+    ties = tuple(
+        m
+        for m in measurements
+        if _overlaps(m.ci95, fastest.ci95) or (margin > 0 and m.median >= floor)
+    )
     best = min(ties, key=lambda m: (m.key, -m.median))
     was_tie = len(ties) > 1
     if was_tie:

@@ -41,13 +41,22 @@ def job_options(worker: Worker, job: JobRow, spec: JobSpec) -> RunOptions:
     """The `RunOptions` a worker runs a job's study with: the job's request, its own protocol."""
     s = worker.settings
     return RunOptions(
-        workload=worker.registry.target(spec.workload), preset=spec.preset,
-        trials=spec.n_trials, space=spec.space, fix=spec.fix,
-        storage=worker.storage_url, study=job.study,
+        workload=worker.registry.target(spec.workload),
+        preset=spec.preset,
+        trials=spec.n_trials,
+        space=spec.space,
+        fix=spec.fix,
+        storage=worker.storage_url,
+        study=job.study,
         device="cpu" if spec.device == "cpu" else worker.device,
-        objectives=spec.objectives, max_memory_bytes=spec.max_memory_bytes,
-        top_k=s.top_k, final_rounds=s.final_rounds, baseline_every=s.baseline_every,
-        parity_steps=s.parity_steps, sampler=s.sampler, protocol=s.protocol(),
+        objectives=spec.objectives,
+        max_memory_bytes=spec.max_memory_bytes,
+        top_k=s.top_k,
+        final_rounds=s.final_rounds,
+        baseline_every=s.baseline_every,
+        parity_steps=s.parity_steps,
+        sampler=s.sampler,
+        protocol=s.protocol(),
         matmul_precision=s.matmul_precision if spec.precision is None else "highest",
         model_args=spec.model_args,
         precision=spec.precision,  # type: ignore[arg-type]  # check_spec: one of PRECISIONS
@@ -83,8 +92,9 @@ class JobRun:
         """Be a member of `job` until no trial of it is left for this worker."""
         self._stop, self._phase = None, "starting"
         done = threading.Event()
-        beat = threading.Thread(target=self._beat, args=(job, done), daemon=True,
-                                name=f"heartbeat-{job.id[:8]}")
+        beat = threading.Thread(
+            target=self._beat, args=(job, done), daemon=True, name=f"heartbeat-{job.id[:8]}"
+        )
         beat.start()
         try:
             return self._execute(job, claimed=claimed)
@@ -104,26 +114,37 @@ class JobRun:
         search: Search | None = None
         try:
             spec = JobSpec.from_dict(job.spec)
-            search = open_search(job_options(self.worker, job, spec), progress=_JobProgress(self, job),
-                                 should_stop=self.should_stop, owner=self.worker.id,
-                                 retry=self.worker.backoff, storage=self.worker.storage())
+            search = open_search(
+                job_options(self.worker, job, spec),
+                progress=_JobProgress(self, job),
+                should_stop=self.should_stop,
+                owner=self.worker.id,
+                retry=self.worker.backoff,
+                storage=self.worker.storage(),
+            )
             deadline = job.deadline_at
             if claimed:
                 stored = self._prepare_study(job)
                 if stored is not None:  # killed after deciding, before the row said so
                     return self._finish(job, stored)
                 search.measure_baselines("start")
-                deadline = None if spec.timeout_s is None else (
-                    utcnow() + dt.timedelta(seconds=spec.timeout_s))
+                deadline = (
+                    None
+                    if spec.timeout_s is None
+                    else (utcnow() + dt.timedelta(seconds=spec.timeout_s))
+                )
                 hardware = studies.meta(search.study)["hardware"]
-                if not self.worker.store.open_trials(job.id, self.worker.id, hardware=hardware,
-                                              deadline=deadline):
+                if not self.worker.store.open_trials(
+                    job.id, self.worker.id, hardware=hardware, deadline=deadline
+                ):
                     return True  # lost it meanwhile (cancelled, or taken for dead)
             slots = self._slots(job, deadline)
             search.run_trials(slots)
             if search.stopped:
                 raise Stopped(f"stopped after {search.done} trials")
-            if not slots.count().finished or not self.worker.store.claim_finalizing(job.id, self.worker.id):
+            if not slots.count().finished or not self.worker.store.claim_finalizing(
+                job.id, self.worker.id
+            ):
                 return search.done > 0 or claimed
             self._phase = "final round"
             rec = self.worker.backoff.call(search.decide, what=f"job {job.id}: final round")
@@ -151,9 +172,11 @@ class JobRun:
         # The row's recommendation carries the study's counts as they are now (the one rule).
         stored = rec if counts is None else rec.with_counts(counts)
         finished = self.worker.backoff.call(
-            lambda: self.worker.store.finish(job.id, self.worker.id, status,
-                                             recommendation=stored.to_dict()),
-            what=f"job {job.id}: finishing")
+            lambda: self.worker.store.finish(
+                job.id, self.worker.id, status, recommendation=stored.to_dict()
+            ),
+            what=f"job {job.id}: finishing",
+        )
         if finished:
             log.info("job %s %s", job.id, status)
         else:
@@ -161,9 +184,17 @@ class JobRun:
         return True
 
     def _slots(self, job: JobRow, deadline: dt.datetime | None) -> JobSlots:
-        return JobSlots(self.worker.store, self.worker.storage(), job_id=job.id, study=job.study,
-                        n_trials=job.n_trials, deadline=deadline, worker=self.worker.id,
-                        hold_s=self.worker.settings.lease_s, backoff=self.worker.backoff)
+        return JobSlots(
+            self.worker.store,
+            self.worker.storage(),
+            job_id=job.id,
+            study=job.study,
+            n_trials=job.n_trials,
+            deadline=deadline,
+            worker=self.worker.id,
+            hold_s=self.worker.settings.lease_s,
+            backoff=self.worker.backoff,
+        )
 
     def _after_stop(self, job: JobRow) -> None:
         lease = self.worker.store.heartbeat(job.id, self.worker.id)
@@ -174,8 +205,12 @@ class JobRun:
         if lease.cancel_requested:
             if self.worker.store.finish(job.id, self.worker.id, "cancelled"):
                 log.info("job %s cancelled", job.id)
-        elif self.worker.store.requeue(job.id, self.worker.id, reason=f"requeued: worker {self.worker.id} shut down",
-                                lease_s=self.worker.settings.lease_s):
+        elif self.worker.store.requeue(
+            job.id,
+            self.worker.id,
+            reason=f"requeued: worker {self.worker.id} shut down",
+            lease_s=self.worker.settings.lease_s,
+        ):
             log.info("job %s requeued (shutdown)", job.id)
         else:
             log.info("job %s: left it to its other workers (shutdown)", job.id)
@@ -183,14 +218,23 @@ class JobRun:
     def _leave(self, job: JobRow) -> None:
         """Stop being a member; a trial of this worker still RUNNING (given up) is failed."""
         try:
-            fail_running(self.worker.storage(), job.study,
-                         lambda t: t.user_attrs.get(keys.OWNER) == self.worker.id, GAVE_UP_REASON)
+            fail_running(
+                self.worker.storage(),
+                job.study,
+                lambda t: t.user_attrs.get(keys.OWNER) == self.worker.id,
+                GAVE_UP_REASON,
+            )
             self.worker.store.leave(self.worker.id)
         except Exception as exc:
             if not is_transient(exc):
                 raise
-            log.warning("job %s: could not leave it (%s); the others take this worker for dead "
-                        "after %.0f s", job.id, type(exc).__name__, self.worker.settings.lease_s)
+            log.warning(
+                "job %s: could not leave it (%s); the others take this worker for dead "
+                "after %.0f s",
+                job.id,
+                type(exc).__name__,
+                self.worker.settings.lease_s,
+            )
 
     def _prepare_study(self, job: JobRow) -> Recommendation | None:
         """Fail the orphaned RUNNING trials; the stored recommendation if every slot is done."""
@@ -215,15 +259,19 @@ class JobRun:
             found = storage.get_study_id_from_name(job.study)
             trials = storage.get_all_trials(found, deepcopy=False)
             counts = count_trials(trials)
-            self.worker.store.progress(job.id, self.worker.id, counts=counts,
-                                       best=best_trial(trials))
+            self.worker.store.progress(
+                job.id, self.worker.id, counts=counts, best=best_trial(trials)
+            )
             recorded = self.worker.store.recorded_trials(job.id)
             for trial in trials:
-                if (trial.number in recorded or not trial.state.is_finished()
-                        or not trial.datetime_start or not trial.datetime_complete):
+                if (
+                    trial.number in recorded
+                    or not trial.state.is_finished()
+                    or not trial.datetime_start
+                    or not trial.datetime_complete
+                ):
                     continue
-                state = {"COMPLETE": "complete", "PRUNED": "pruned"}.get(trial.state.name,
-                                                                         "failed")
+                state = {"COMPLETE": "complete", "PRUNED": "pruned"}.get(trial.state.name, "failed")
                 seconds = (trial.datetime_complete - trial.datetime_start).total_seconds()
                 self.worker.store.record_trial(job.id, trial.number, state, seconds)
         except KeyError:
@@ -231,8 +279,11 @@ class JobRun:
         except Exception as exc:
             if not is_transient(exc):
                 raise
-            log.warning("job %s: progress not copied (%s); the next trial copies it", job.id,
-                        type(exc).__name__)
+            log.warning(
+                "job %s: progress not copied (%s); the next trial copies it",
+                job.id,
+                type(exc).__name__,
+            )
             return None
         return counts
 

@@ -60,8 +60,14 @@ class GpuLease:
     def acquire(self, *, lease_s: float) -> None:
         """Take the lease: free, or stale (its holder's heartbeat older than `lease_s`)."""
         now = utcnow()
-        values = {"host": self.host, "gpu": self.gpu, "worker": self.worker, "pid": self.pid,
-                  "acquired_at": now, "heartbeat_at": now}
+        values = {
+            "host": self.host,
+            "gpu": self.gpu,
+            "worker": self.worker,
+            "pid": self.pid,
+            "acquired_at": now,
+            "heartbeat_at": now,
+        }
         try:
             with self.store.engine.begin() as conn:
                 conn.execute(sa.insert(GpuLeaseRow).values(device=self.key, **values))
@@ -71,8 +77,11 @@ class GpuLease:
         mine = GpuLeaseRow.device == self.key
         stale = GpuLeaseRow.heartbeat_at < now - dt.timedelta(seconds=lease_s)
         with self.store.engine.begin() as conn:
-            taken = conn.execute(sa.update(GpuLeaseRow).where(
-                mine, sa.or_(stale, GpuLeaseRow.worker == self.worker)).values(**values)).rowcount
+            taken = conn.execute(
+                sa.update(GpuLeaseRow)
+                .where(mine, sa.or_(stale, GpuLeaseRow.worker == self.worker))
+                .values(**values)
+            ).rowcount
             holder = conn.execute(sa.select(GpuLeaseRow).where(mine)).one_or_none()
         if taken == 1:
             return
@@ -83,16 +92,28 @@ class GpuLease:
             f"--gpu: GPU {self.gpu} ({self.key}) is leased by worker {holder.worker} on host "
             f"{holder.host!r} (pid {holder.pid}, its GPU {holder.gpu}, heartbeat {age:.0f} s "
             f"ago); two workers must not measure on one GPU: stop that one, or wait until its "
-            f"heartbeat is {lease_s:.0f} s old")
+            f"heartbeat is {lease_s:.0f} s old"
+        )
 
     def beat(self) -> bool:
         """Heartbeat the lease; False when another worker has taken it over."""
         with self.store.engine.begin() as conn:
-            return conn.execute(sa.update(GpuLeaseRow).where(
-                GpuLeaseRow.device == self.key, GpuLeaseRow.worker == self.worker,
-            ).values(heartbeat_at=utcnow())).rowcount == 1
+            return (
+                conn.execute(
+                    sa.update(GpuLeaseRow)
+                    .where(
+                        GpuLeaseRow.device == self.key,
+                        GpuLeaseRow.worker == self.worker,
+                    )
+                    .values(heartbeat_at=utcnow())
+                ).rowcount
+                == 1
+            )
 
     def release(self) -> None:
         with self.store.engine.begin() as conn:
-            conn.execute(sa.delete(GpuLeaseRow).where(
-                GpuLeaseRow.device == self.key, GpuLeaseRow.worker == self.worker))
+            conn.execute(
+                sa.delete(GpuLeaseRow).where(
+                    GpuLeaseRow.device == self.key, GpuLeaseRow.worker == self.worker
+                )
+            )

@@ -29,9 +29,11 @@ class ServiceSettings(BaseSettings):
 
     storage: str = DEFAULT_STORAGE
     workloads: dict[str, str] = Field(
-        default_factory=dict, description="plug-in workloads: JSON {name: package.module:factory}")
-    lease_s: float = Field(default=60.0, gt=0, le=86_400,
-                           description="heartbeat age after which a job is requeued")
+        default_factory=dict, description="plug-in workloads: JSON {name: package.module:factory}"
+    )
+    lease_s: float = Field(
+        default=60.0, gt=0, le=86_400, description="heartbeat age after which a job is requeued"
+    )
 
 
 class WorkerSettings(ServiceSettings):
@@ -39,8 +41,9 @@ class WorkerSettings(ServiceSettings):
 
     heartbeat_s: float = Field(default=5.0, gt=0, le=3_600)
     poll_s: float = Field(default=2.0, gt=0, le=3_600)
-    max_attempts: int = Field(default=3, ge=1, le=100,
-                              description="claims of one job before it fails")
+    max_attempts: int = Field(
+        default=3, ge=1, le=100, description="claims of one job before it fails"
+    )
     measure_warmup: int = Field(default=10, ge=0, le=100_000)
     measure_windows: int = Field(default=5, ge=1, le=10_000)
     measure_window_steps: int = Field(default=20, ge=1, le=1_000_000)
@@ -50,26 +53,43 @@ class WorkerSettings(ServiceSettings):
     baseline_every: int = Field(default=10, ge=1, le=100_000)
     sampler: Literal["tpe", "random"] = "tpe"
     matmul_precision: Literal["highest", "high", "medium"] = Field(
-        default="highest", description="torch float32 matmul precision of every job (high: TF32)")
+        default="highest", description="torch float32 matmul precision of every job (high: TF32)"
+    )
     torch_threads: int | None = Field(default=None, ge=1, le=1024)
-    worker_nice: int = Field(default=0, ge=0, le=19, description=(
-        "niceness of `python -m tuner worker` (e.g. 10: the API and the rest of the node go "
-        "first when they want the CPU too)"))
-    space_dir: str | None = Field(default=None,
-                                  description="where explicit search spaces are written")
-    host: str | None = Field(default=None, min_length=1, max_length=255, description=(
-        "the host name this worker reports (default: socket.gethostname()); GPU leases are "
-        "keyed by the GPU's UUID, and by this host and the index only where torch has no UUID"))
-    retry_base_s: float = Field(default=0.5, gt=0, le=600,
-                                description="first wait after a database error")
-    retry_max_s: float = Field(default=30.0, gt=0, le=3_600,
-                               description="longest wait between database retries")
-    parent_pid: int | None = Field(default=None,
-                                   description="set by `serve`: shut down when it is gone")
+    worker_nice: int = Field(
+        default=0,
+        ge=0,
+        le=19,
+        description=(
+            "niceness of `python -m tuner worker` (e.g. 10: the API and the rest of the node go "
+            "first when they want the CPU too)"
+        ),
+    )
+    host: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        description=(
+            "the host name this worker reports (default: socket.gethostname()); GPU leases are "
+            "keyed by the GPU's UUID, and by this host and the index only where torch has no UUID"
+        ),
+    )
+    retry_base_s: float = Field(
+        default=0.5, gt=0, le=600, description="first wait after a database error"
+    )
+    retry_max_s: float = Field(
+        default=30.0, gt=0, le=3_600, description="longest wait between database retries"
+    )
+    parent_pid: int | None = Field(
+        default=None, description="set by `serve`: shut down when it is gone"
+    )
 
     def protocol(self) -> Protocol:
-        return Protocol(warmup=self.measure_warmup, windows=self.measure_windows,
-                        window_steps=self.measure_window_steps)
+        return Protocol(
+            warmup=self.measure_warmup,
+            windows=self.measure_windows,
+            window_steps=self.measure_window_steps,
+        )
 
 
 def load_settings(kind: type[S]) -> S:

@@ -2,8 +2,8 @@
 
 A job asks for `n_trials` counted trials (`tuner.store.counting.count_trials`: complete, failed and
 pruned trials that were not cut short by the service). Its workers share the Optuna study
-`job-<id>` through ask/tell, with TPE's constant liar (`tuner.search.options.make_sampler`) so that a
-trial being measured counts as a bad result for the others' sampling instead of being drawn
+`job-<id>` through ask/tell, with TPE's constant liar (`tuner.search.options.make_sampler`) so
+that a trial being measured counts as a bad result for the others' sampling instead of being drawn
 again.
 
 Slots: a worker takes a trial only under the job's slot lock (`JobStore.lock_slots`: a guarded
@@ -45,8 +45,10 @@ from tuner.store.keys import OWNER as OWNER_ATTR
 from tuner.store.retry import Backoff
 
 ORPHAN_REASON = f"{INTERRUPTED_PREFIX}: its worker was lost; the trial is run again"
-EXPIRED_REASON = (f"{INTERRUPTED_PREFIX}: the job's slot lock expired while this trial was asked; "
-                  "the trial is run again")
+EXPIRED_REASON = (
+    f"{INTERRUPTED_PREFIX}: the job's slot lock expired while this trial was asked; "
+    "the trial is run again"
+)
 GAVE_UP_REASON = f"{INTERRUPTED_PREFIX}: its worker gave it up; the trial is run again"
 LOCK_WAIT_S = (0.02, 0.1)  # a wait for the slot lock, drawn uniformly: no two workers in step
 
@@ -75,16 +77,25 @@ def study_id(storage: optuna.storages.BaseStorage, name: str) -> int | None:
         return None
 
 
-def count_slots(storage: optuna.storages.BaseStorage, study: str, n_trials: int,
-                deadline: dt.datetime | None) -> SlotCount:
+def count_slots(
+    storage: optuna.storages.BaseStorage, study: str, n_trials: int, deadline: dt.datetime | None
+) -> SlotCount:
     found = study_id(storage, study)
     counts = count_trials([] if found is None else storage.get_all_trials(found, deepcopy=False))
-    return SlotCount(counted=counts.counted, running=counts.running, n_trials=n_trials,
-                     past_deadline=deadline is not None and utcnow() > deadline)
+    return SlotCount(
+        counted=counts.counted,
+        running=counts.running,
+        n_trials=n_trials,
+        past_deadline=deadline is not None and utcnow() > deadline,
+    )
 
 
-def fail_running(storage: optuna.storages.BaseStorage, study: str,
-                 which: Callable[[FrozenTrial], bool], reason: str) -> list[int]:
+def fail_running(
+    storage: optuna.storages.BaseStorage,
+    study: str,
+    which: Callable[[FrozenTrial], bool],
+    reason: str,
+) -> list[int]:
     """Fail the study's RUNNING trials that `which` picks, as interrupted; their numbers."""
     found = study_id(storage, study)
     if found is None:
@@ -103,8 +114,13 @@ def fail_running(storage: optuna.storages.BaseStorage, study: str,
     return failed
 
 
-def fail_orphans(storage: optuna.storages.BaseStorage, study: str, *, alive: Collection[str],
-                 unowned_after_s: float) -> list[int]:
+def fail_orphans(
+    storage: optuna.storages.BaseStorage,
+    study: str,
+    *,
+    alive: Collection[str],
+    unowned_after_s: float,
+) -> list[int]:
     """Fail RUNNING trials whose worker is not alive (module doc); their numbers."""
     now = dt.datetime.now()  # Optuna stores naive local times
 
@@ -121,9 +137,19 @@ def fail_orphans(storage: optuna.storages.BaseStorage, study: str, *, alive: Col
 class JobSlots:
     """`tuner.search.options.TrialSlots` of a shared job: slots taken under the job's slot lock."""
 
-    def __init__(self, store: JobStore, storage: optuna.storages.BaseStorage, *, job_id: str,
-                 study: str, n_trials: int, deadline: dt.datetime | None, worker: str,
-                 hold_s: float, backoff: Backoff) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        storage: optuna.storages.BaseStorage,
+        *,
+        job_id: str,
+        study: str,
+        n_trials: int,
+        deadline: dt.datetime | None,
+        worker: str,
+        hold_s: float,
+        backoff: Backoff,
+    ) -> None:
         self.store = store
         self.storage = storage
         self.job_id = job_id
@@ -135,10 +161,12 @@ class JobSlots:
         self.backoff = backoff
         self.last: SlotCount | None = None
 
-    def take(self, create: Callable[[], optuna.Trial],
-             prepare: Callable[[optuna.Trial], None]) -> optuna.Trial | None:
-        return self.backoff.call(lambda: self._take_once(create, prepare),
-                                 what=f"job {self.job_id}: taking a trial slot")
+    def take(
+        self, create: Callable[[], optuna.Trial], prepare: Callable[[optuna.Trial], None]
+    ) -> optuna.Trial | None:
+        return self.backoff.call(
+            lambda: self._take_once(create, prepare), what=f"job {self.job_id}: taking a trial slot"
+        )
 
     def more(self) -> bool:
         return self.last is not None and self.last.free > 1
@@ -146,10 +174,12 @@ class JobSlots:
     def count(self) -> SlotCount:
         return self.backoff.call(
             lambda: count_slots(self.storage, self.study, self.n_trials, self.deadline),
-            what=f"job {self.job_id}: counting trials")
+            what=f"job {self.job_id}: counting trials",
+        )
 
-    def _take_once(self, create: Callable[[], optuna.Trial],
-                   prepare: Callable[[optuna.Trial], None]) -> optuna.Trial | None:
+    def _take_once(
+        self, create: Callable[[], optuna.Trial], prepare: Callable[[optuna.Trial], None]
+    ) -> optuna.Trial | None:
         if not self._lock():
             return None  # shutting down
         trial: optuna.Trial | None = None
@@ -176,6 +206,7 @@ class JobSlots:
 
     def _abandon(self, trial: optuna.Trial, reason: str) -> None:
         number = trial.number
-        self.backoff.call(lambda: fail_running(self.storage, self.study,
-                                               lambda t: t.number == number, reason),
-                          what=f"job {self.job_id}: giving trial {number} up")
+        self.backoff.call(
+            lambda: fail_running(self.storage, self.study, lambda t: t.number == number, reason),
+            what=f"job {self.job_id}: giving trial {number} up",
+        )

@@ -83,7 +83,8 @@ class WorkloadRegistry:
         if name in self.plugins:
             return self.plugins[name]
         raise trainers.WorkloadError(
-            f"workload={name!r} is invalid: allowed {self.allowed()}", field="workload")
+            f"workload={name!r} is invalid: allowed {self.allowed()}", field="workload"
+        )
 
     def presets(self, name: str) -> tuple[str, ...] | None:
         """The presets of a built-in or a library model; None for a plug-in (its factory
@@ -97,8 +98,9 @@ class WorkloadRegistry:
         """Import every plug-in factory now, so that a typo stops the server at start."""
         for name, target in self.plugins.items():
             if ":" not in target:
-                raise TunerError(f"TUNER_WORKLOADS: {name}={target!r} is not "
-                                 "package.module:factory")
+                raise TunerError(
+                    f"TUNER_WORKLOADS: {name}={target!r} is not package.module:factory"
+                )
             trainers.resolve_factory(target)
 
 
@@ -108,34 +110,51 @@ def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
     Raises SpecError naming the field. The space is checked the way the run will read it.
     """
     if not registry.knows(spec.workload):
-        raise SpecError(("workload",), f"unknown workload {spec.workload!r}: allowed "
-                        f"{registry.allowed()}", spec.workload)
+        raise SpecError(
+            ("workload",),
+            f"unknown workload {spec.workload!r}: allowed {registry.allowed()}",
+            spec.workload,
+        )
     if spec.precision is not None and spec.precision not in trainers.PRECISIONS:
-        raise SpecError(("precision",), f"unknown precision {spec.precision!r}: allowed "
-                        f"{', '.join(trainers.PRECISIONS)}", spec.precision)
+        raise SpecError(
+            ("precision",),
+            f"unknown precision {spec.precision!r}: allowed {', '.join(trainers.PRECISIONS)}",
+            spec.precision,
+        )
     if is_library_model(spec.workload) and spec.workload not in registry.plugins:
         try:  # the model exists, its library is installed, every option is allowed
             trainers.resolve_factory(spec.workload, spec.model_args)
             trainers.workload_key(spec.workload, spec.preset, spec.model_args)
         except trainers.WorkloadError as exc:
             loc = tuple((exc.field or "workload").split(".", 1)) if exc.field else ("workload",)
-            raise SpecError(("model_args", *loc[1:]) if loc[0] == "model_arg" else loc,
-                            str(exc), spec.workload) from exc
+            raise SpecError(
+                ("model_args", *loc[1:]) if loc[0] == "model_arg" else loc, str(exc), spec.workload
+            ) from exc
     elif spec.model_args:
-        raise SpecError(("model_args",), f"{spec.workload!r} takes no model_args: they apply "
-                        "to library models (torchvision:, timm:, hf:) only", spec.model_args)
+        raise SpecError(
+            ("model_args",),
+            f"{spec.workload!r} takes no model_args: they apply "
+            "to library models (torchvision:, timm:, hf:) only",
+            spec.model_args,
+        )
     presets = registry.presets(spec.workload)
     if presets is not None and spec.preset not in presets:
-        raise SpecError(("preset",), f"{spec.workload} has no preset {spec.preset!r}: allowed "
-                        f"{', '.join(presets)}", spec.preset)
+        raise SpecError(
+            ("preset",),
+            f"{spec.workload} has no preset {spec.preset!r}: allowed {', '.join(presets)}",
+            spec.preset,
+        )
     cuda = spec.device != "cpu"
     try:
         space = load_space(spec.space, cuda=cuda)
     except SpaceError as exc:
         raise _spec_error("space", exc) from exc
     if not space.params:
-        raise SpecError(("space",), "an explicit space needs at least one searched setting "
-                        "(a list of choices or a range)", spec.space)
+        raise SpecError(
+            ("space",),
+            "an explicit space needs at least one searched setting (a list of choices or a range)",
+            spec.space,
+        )
     try:
         load_space(spec.space, fix=spec.fix, cuda=cuda)
     except SpaceError as exc:

@@ -141,8 +141,9 @@ def _add_missing_columns(engine: sa.Engine) -> None:
 def make_engine(url: str) -> sa.Engine:
     if url.startswith("sqlite"):
         # A pool as large as the API's thread pool is busy: no connection churn under load.
-        engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S},
-                                  pool_size=32, max_overflow=8)
+        engine = sa.create_engine(
+            url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S}, pool_size=32, max_overflow=8
+        )
 
         @sa.event.listens_for(engine, "connect")
         def _pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -23,8 +23,8 @@ worker's last heartbeat. Dead workers' rows are removed, and a dead finalizer's 
 stage "trials", where the next worker to look finalizes it.
 
 The database away: every database call of the loop is retried with exponential backoff
-(`tuner.store.retry`, `TUNER_RETRY_BASE_S` doubling up to `TUNER_RETRY_MAX_S`, with jitter), a measured
-trial's result is told once the database is back (never measured again), and the heartbeat
+(`tuner.store.retry`, `TUNER_RETRY_BASE_S` doubling up to `TUNER_RETRY_MAX_S`, with jitter), a
+measured trial's result is told once the database is back (never measured again), and the heartbeat
 thread retries at its own pace. A worker that has just seen the database come back does not take
 other workers for dead until it has been connected for `lease_s` (they have had no chance to
 heartbeat either).
@@ -76,15 +76,17 @@ log = logging.getLogger("tuner.worker")
 class Worker:
     """Runs trials of jobs of one storage on one device (a GPU index, or the CPU)."""
 
-    def __init__(self, settings: WorkerSettings, *, storage: str | None = None,
-                 gpu: int | None = None) -> None:
+    def __init__(
+        self, settings: WorkerSettings, *, storage: str | None = None, gpu: int | None = None
+    ) -> None:
         self.settings = settings
         self.storage_url = storage or settings.storage
         if gpu is None and torch.cuda.is_available():
             gpu = 0
         if gpu is not None and not 0 <= gpu < torch.cuda.device_count():
-            raise TunerError(f"--gpu: {gpu} is invalid: this node has "
-                             f"{torch.cuda.device_count()} visible GPUs")
+            raise TunerError(
+                f"--gpu: {gpu} is invalid: this node has {torch.cuda.device_count()} visible GPUs"
+            )
         self.device = "cpu" if gpu is None else f"cuda:{gpu}"
         self.devices = ("auto", "cpu") if gpu is None else ("auto", "cpu", "cuda")
         self.hardware = trainers.fingerprint_key(trainers.fingerprint(torch.device(self.device)))
@@ -92,13 +94,17 @@ class Worker:
         self.id = f"{self.host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.registry = WorkloadRegistry(settings.workloads)
         self.store = JobStore(self.storage_url)
-        self.lease = None if gpu is None else GpuLease(self.store, self.host, gpu, self.id,
-                                                       os.getpid(), gpu_uuid(gpu))
+        self.lease = (
+            None
+            if gpu is None
+            else GpuLease(self.store, self.host, gpu, self.id, os.getpid(), gpu_uuid(gpu))
+        )
         self._optuna: optuna.storages.BaseStorage | None = None
         self._storage_lock = threading.Lock()
         self.stopping = threading.Event()
-        self.backoff = Backoff(base_s=settings.retry_base_s, max_s=settings.retry_max_s,
-                               stop=self.stopping)
+        self.backoff = Backoff(
+            base_s=settings.retry_base_s, max_s=settings.retry_max_s, stop=self.stopping
+        )
         self._started = False
         self._run: JobRun | None = None  # the job this worker is a member of, if any
         # Monotonic time since which the database has answered (None: it is away now).
@@ -108,7 +114,7 @@ class Worker:
 
     # -- the loop ------------------------------------------------------------------------
     def start(self) -> None:
-        """Register the worker and take its GPU's lease (`tuner.service.leases.GpuBusy` if taken)."""
+        """Register the worker and take its GPU's lease (`tuner.errors.GpuBusy` if taken)."""
         if self._started:
             return
         self.storage()  # Optuna's tables exist before any job is touched
@@ -130,8 +136,12 @@ class Worker:
                 self.lease.release()
             self.store.remove_worker(self.id)
         except sqlalchemy.exc.SQLAlchemyError as exc:
-            log.warning("worker %s: could not say goodbye (%s); its rows go stale after %.0f s",
-                        self.id, type(exc).__name__, self.settings.lease_s)
+            log.warning(
+                "worker %s: could not say goodbye (%s); its rows go stale after %.0f s",
+                self.id,
+                type(exc).__name__,
+                self.settings.lease_s,
+            )
         self._started = False
 
     def run(self) -> None:
@@ -153,8 +163,12 @@ class Worker:
                     self.db_down()
                     wait = self.backoff.delay(failures)
                     failures += 1
-                    log.warning("worker %s: database unavailable (%s); retrying in %.1f s",
-                                self.id, type(exc.__cause__ or exc).__name__, wait)
+                    log.warning(
+                        "worker %s: database unavailable (%s); retrying in %.1f s",
+                        self.id,
+                        type(exc.__cause__ or exc).__name__,
+                        wait,
+                    )
                     self.stopping.wait(wait)
                     continue
                 failures = 0
@@ -177,8 +191,9 @@ class Worker:
         for job in self.store.joinable(devices=self.devices, hardware=self.hardware):
             slots = count_slots(storage, job.study, job.n_trials, job.deadline_at)
             if (slots.free > 0 or slots.finished) and self.store.join(job.id, self.id):
-                log.info("job %s joined (%d of %d trials counted)", job.id, slots.counted,
-                         job.n_trials)
+                log.info(
+                    "job %s joined (%d of %d trials counted)", job.id, slots.counted, job.n_trials
+                )
                 if self._member_of(job, claimed=False):
                     return True
         return False
@@ -208,34 +223,39 @@ class Worker:
     # -- one job -------------------------------------------------------------------------
     def _beat_idle(self) -> None:
         if not self.store.beat_worker(self.id):  # taken for dead while the database was away
-            self.store.register_worker(self.id, host=self.host, pid=os.getpid(),
-                                       device=self.device)
+            self.store.register_worker(self.id, host=self.host, pid=os.getpid(), device=self.device)
         if self.lease is not None and not self.lease.beat():
             self.gpu_lost()
 
     def gpu_lost(self) -> None:
-        log.error("worker %s: another worker took over the lease of %s (%s) on %s (this one "
-                  "was taken for dead); stopping", self.id, self.device,
-                  self.lease.key if self.lease else "-", self.host)
+        log.error(
+            "worker %s: another worker took over the lease of %s (%s) on %s (this one "
+            "was taken for dead); stopping",
+            self.id,
+            self.device,
+            self.lease.key if self.lease else "-",
+            self.host,
+        )
         self.shutdown()
 
     def _sweep(self) -> None:
         """Requeue jobs without live workers; forget dead workers and fail their trials."""
         if not self.may_sweep():
             return
-        self.store.requeue_stale(lease_s=self.settings.lease_s,
-                                 max_attempts=self.settings.max_attempts)
+        self.store.requeue_stale(
+            lease_s=self.settings.lease_s, max_attempts=self.settings.max_attempts
+        )
         for dead in self.store.forget_dead_workers(self.settings.lease_s):
-            log.info("worker %s is dead (no heartbeat for %.0f s)", dead.id,
-                     self.settings.lease_s)
+            log.info("worker %s is dead (no heartbeat for %.0f s)", dead.id, self.settings.lease_s)
             if dead.job_id is not None:
                 self.fail_orphans(dead.job_id)
 
     def fail_orphans(self, job_id: str) -> None:
         study = f"{STUDY_PREFIX}{job_id}"
         alive = self.store.live_workers(self.settings.lease_s)
-        for number in fail_orphans(self.storage(), study, alive=alive,
-                                   unowned_after_s=self.settings.lease_s):
+        for number in fail_orphans(
+            self.storage(), study, alive=alive, unowned_after_s=self.settings.lease_s
+        ):
             log.info("job %s: trial %d's worker is dead; failed as interrupted", job_id, number)
 
     def may_sweep(self) -> bool:

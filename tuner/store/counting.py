@@ -47,8 +47,11 @@ def is_rerun(trial: FrozenTrial) -> bool:
     if trial.user_attrs.get(keys.STOPPED):
         return True
     reason = trial.user_attrs.get(keys.FAILURE_REASON)
-    return (trial.state == TrialState.FAIL and isinstance(reason, str)
-            and reason.startswith(keys.INTERRUPTED_PREFIX))
+    return (
+        trial.state == TrialState.FAIL
+        and isinstance(reason, str)
+        and reason.startswith(keys.INTERRUPTED_PREFIX)
+    )
 
 
 def count_trials(trials: Iterable[FrozenTrial]) -> TrialCounts:
@@ -75,16 +78,22 @@ def best_trial(trials: Iterable[FrozenTrial]) -> dict[str, Any] | None:
     if not complete:
         return None
     best = max(complete, key=lambda t: t.values[0])
-    return json_safe_dict({"trial": best.number, "throughput": best.values[0],
-                      "ci95": best.user_attrs.get(keys.CI95),
-                      "config": best.user_attrs.get(keys.CONFIG)})
+    return json_safe_dict(
+        {
+            "trial": best.number,
+            "throughput": best.values[0],
+            "ci95": best.user_attrs.get(keys.CI95),
+            "config": best.user_attrs.get(keys.CONFIG),
+        }
+    )
 
 
 def gpu_seconds(trials: Iterable[FrozenTrial], study_attrs: Mapping[str, Any]) -> float:
     """Device time spent on a study: trials, baselines, parity checks and final rounds."""
     total = sum(float(t.user_attrs.get(keys.SECONDS, 0.0) or 0.0) for t in trials)
     for key, entry in study_attrs.items():
-        if key.startswith((keys.BASELINE_PREFIX, keys.PARITY_PREFIX, keys.FINAL_PREFIX)) and \
-                isinstance(entry, dict):
+        if key.startswith(
+            (keys.BASELINE_PREFIX, keys.PARITY_PREFIX, keys.FINAL_PREFIX)
+        ) and isinstance(entry, dict):
             total += float(entry.get(keys.SECONDS, 0.0) or 0.0)
     return total

@@ -5,7 +5,8 @@ GPU and what it measured: each database call of its loop is retried (`Backoff.ca
 database answers again. The n-th wait is drawn uniformly from [d/2, d], d = min(max_s,
 base_s * 2**n) ("equal jitter": never zero, and workers that lost the database together do not
 come back in step). SQLAlchemy's `pool_pre_ping` (`tuner.service.tables.make_engine`,
-`tuner.store.storage.open_storage`) replaces the pool's dead connections on the first call that follows.
+`tuner.store.storage.open_storage`) replaces the pool's dead connections on the first call that
+follows.
 
 Only connection-level errors are retried; anything else (a constraint, a bug) is raised at once.
 """
@@ -25,8 +26,11 @@ import sqlalchemy.exc
 log = logging.getLogger("tuner.retry")
 T = TypeVar("T")
 
-_CONNECTION_ERRORS = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
-                      sqlalchemy.exc.TimeoutError)
+_CONNECTION_ERRORS = (
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    sqlalchemy.exc.TimeoutError,
+)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -48,7 +52,8 @@ def lost_create_race(exc: BaseException | None) -> bool:
     """Creating a table (or Alembic's version row) that another process created first: what
     processes started together on an empty database run into; opening again succeeds."""
     return isinstance(exc, sqlalchemy.exc.IntegrityError) or (
-        isinstance(exc, sqlalchemy.exc.SQLAlchemyError) and "already exists" in str(exc))
+        isinstance(exc, sqlalchemy.exc.SQLAlchemyError) and "already exists" in str(exc)
+    )
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)
@@ -73,8 +78,12 @@ class Backoff:
                 if not is_transient(exc) or self.stop.is_set():
                     raise
                 wait = self.delay(attempt)
-                log.warning("%s: database unavailable (%s); retrying in %.1f s", what,
-                            type(exc.__cause__ or exc).__name__, wait)
+                log.warning(
+                    "%s: database unavailable (%s); retrying in %.1f s",
+                    what,
+                    type(exc.__cause__ or exc).__name__,
+                    wait,
+                )
                 attempt += 1
                 if self.stop.wait(wait):
                     raise

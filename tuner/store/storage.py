@@ -59,13 +59,14 @@ def _open_storage(url: str) -> optuna.storages.BaseStorage:
     except ImportError as exc:  # the URL's database driver is not installed
         cause = exc.__cause__ or exc
         raise TunerError(
-            f"--storage: no database driver for {url!r} is installed ({cause})") from exc
+            f"--storage: no database driver for {url!r} is installed ({cause})"
+        ) from exc
 
 
-def default_study_name(shape: str, hardware: str, space: str, *,
-                       precision: str = "fp32") -> str:
-    """Readable and stable: `transformer-small-NVIDIA-H100-80GB-HBM3` (+ `-streams`, `-bf16-autocast`
-    etc.). `shape` is the workload's key (`trainers.workload_key`: name, preset, model options)."""
+def default_study_name(shape: str, hardware: str, space: str, *, precision: str = "fp32") -> str:
+    """Readable and stable: `transformer-small-NVIDIA-H100-80GB-HBM3` (+ `-streams`,
+    `-bf16-autocast` etc.). `shape` is the workload's key (`trainers.workload_key`: name, preset,
+    model options)."""
     parts = [shape, hardware]
     if space != "full":
         parts.append(os.path.splitext(os.path.basename(space))[0])
@@ -103,8 +104,14 @@ def open_study(
     objective or hardware is an error naming what differs: its numbers would not answer this run.
     """
     exists = name in optuna.get_all_study_names(storage)
-    study = optuna.create_study(storage=storage, study_name=name, directions=directions,
-                                sampler=sampler, pruner=pruner, load_if_exists=True)
+    study = optuna.create_study(
+        storage=storage,
+        study_name=name,
+        directions=directions,
+        sampler=sampler,
+        pruner=pruner,
+        load_if_exists=True,
+    )
     if not exists:
         study.set_user_attr(META, info)
         return study, False
@@ -122,10 +129,11 @@ def _with_later_fields(stored: dict[str, Any]) -> dict[str, Any]:
     """A study stored before `shape` and `precision` were recorded: what they were then (no
     model options; the precision its matmul setting amounted to)."""
     matmul = stored.get("matmul_precision", "highest")
-    return {"shape": f"{stored.get('workload')}-{stored.get('preset')}",
-            "precision": {"highest": "fp32", "high": "tf32"}.get(
-                matmul, f"fp32 (matmul {matmul})")} | stored
+    return {
+        "shape": f"{stored.get('workload')}-{stored.get('preset')}",
+        "precision": {"highest": "fp32", "high": "tf32"}.get(matmul, f"fp32 (matmul {matmul})"),
+    } | stored
 
 
 def entries(study: optuna.Study, prefix: str) -> dict[str, Any]:
-    return {k[len(prefix):]: v for k, v in study.user_attrs.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in study.user_attrs.items() if k.startswith(prefix)}

@@ -24,10 +24,20 @@ from typing import Any
 CHROMIUM = "/usr/bin/chromium"
 
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-default-apps", "--disable-extensions", "--mute-audio", "--no-default-browser-check",
-    "--window-size=1280,900", "--remote-debugging-pipe",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--mute-audio",
+    "--no-default-browser-check",
+    "--window-size=1280,900",
+    "--remote-debugging-pipe",
 )
 
 # Per plot: the number of plotly SVG roots drawn inside it (0 = the plot did not render).
@@ -63,8 +73,13 @@ class _Pipe:
         self.next_id = 0
         self.events: list[dict[str, Any]] = []
 
-    def send(self, method: str, params: dict[str, Any] | None = None,
-             session: str | None = None, timeout: float = 30.0) -> dict[str, Any]:
+    def send(
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        session: str | None = None,
+        timeout: float = 30.0,
+    ) -> dict[str, Any]:
         self.next_id += 1
         message: dict[str, Any] = {"id": self.next_id, "method": method, "params": params or {}}
         if session is not None:
@@ -117,8 +132,9 @@ def _high_pipe() -> tuple[int, int]:
     return high[0], high[1]
 
 
-def render(page: Path, profile_dir: Path, *, budget_s: float = 20.0,
-           screenshot: bool = False) -> Rendered:
+def render(
+    page: Path, profile_dir: Path, *, budget_s: float = 20.0, screenshot: bool = False
+) -> Rendered:
     """Load `page` (a local file) and wait until every `div.plot` has drawn, or `budget_s`."""
     commands_r, commands_w = _high_pipe()
     replies_r, replies_w = _high_pipe()
@@ -126,16 +142,21 @@ def render(page: Path, profile_dir: Path, *, budget_s: float = 20.0,
     args = [*FLAGS, f"--user-data-dir={profile_dir}", "about:blank"]
     # Chromium reads fd 3 and writes fd 4: put the pipe ends there in the child.
     script = f'exec "$0" "$@" 3<&{commands_r} 4>&{replies_w} {commands_r}<&- {replies_w}>&-'
-    proc = subprocess.Popen(["bash", "-c", script, binary, *args],
-                            pass_fds=(commands_r, replies_w), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        ["bash", "-c", script, binary, *args],
+        pass_fds=(commands_r, replies_w),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     os.close(commands_r)
     os.close(replies_w)
     pipe = _Pipe(proc, commands_w, replies_r)
     try:
         target = pipe.send("Target.createTarget", {"url": "about:blank"})["targetId"]
-        session = pipe.send("Target.attachToTarget",
-                            {"targetId": target, "flatten": True})["sessionId"]
+        session = pipe.send("Target.attachToTarget", {"targetId": target, "flatten": True})[
+            "sessionId"
+        ]
         for domain in ("Runtime", "Log", "Page", "Network"):
             pipe.send(f"{domain}.enable", session=session)
         pipe.send("Page.navigate", {"url": page.resolve().as_uri()}, session=session)
@@ -143,8 +164,11 @@ def render(page: Path, profile_dir: Path, *, budget_s: float = 20.0,
         deadline = time.monotonic() + budget_s
         counts: list[list[Any]] = []
         while time.monotonic() < deadline:
-            value = pipe.send("Runtime.evaluate", {"expression": COUNT_PLOTS,
-                                                   "returnByValue": True}, session=session)
+            value = pipe.send(
+                "Runtime.evaluate",
+                {"expression": COUNT_PLOTS, "returnByValue": True},
+                session=session,
+            )
             counts = json.loads(value["result"]["value"])
             if counts and all(n > 0 for _, n, _ in counts):
                 break
@@ -153,13 +177,20 @@ def render(page: Path, profile_dir: Path, *, budget_s: float = 20.0,
         pipe.send("Runtime.evaluate", {"expression": "1"}, session=session)
         shot = None
         if screenshot:
-            data = pipe.send("Page.captureScreenshot",
-                             {"format": "png", "captureBeyondViewport": True}, session=session)
+            data = pipe.send(
+                "Page.captureScreenshot",
+                {"format": "png", "captureBeyondViewport": True},
+                session=session,
+            )
             shot = base64.b64decode(data["data"])
         errors, requests = _errors_and_requests(pipe.events)
-        return Rendered(plots={name: n for name, n, _ in counts},
-                        traces={name: t for name, _, t in counts},
-                        errors=errors, requests=requests, screenshot=shot)
+        return Rendered(
+            plots={name: n for name, n, _ in counts},
+            traces={name: t for name, _, t in counts},
+            errors=errors,
+            requests=requests,
+            screenshot=shot,
+        )
     finally:
         with contextlib.suppress(RuntimeError, TimeoutError, OSError):
             pipe.send("Browser.close", timeout=5)
@@ -184,13 +215,15 @@ def _errors_and_requests(events: list[dict[str, Any]]) -> tuple[list[str], list[
             text = details.get("exception", {}).get("description") or details.get("text")
             errors.append(f"uncaught: {text}")
         elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-            args = " ".join(str(a.get("value", a.get("description", "")))
-                            for a in params.get("args", []))
+            args = " ".join(
+                str(a.get("value", a.get("description", ""))) for a in params.get("args", [])
+            )
             errors.append(f"console.{params['type']}: {args}")
         elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
             entry = params["entry"]
-            errors.append(f"log ({entry.get('source')}): {entry.get('text')} "
-                          f"{entry.get('url', '')}")
+            errors.append(
+                f"log ({entry.get('source')}): {entry.get('text')} {entry.get('url', '')}"
+            )
         elif method == "Network.requestWillBeSent":
             requests.append(str(params.get("request", {}).get("url", "")))
     return errors, requests

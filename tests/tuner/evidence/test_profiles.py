@@ -40,22 +40,35 @@ def cpu_profile() -> Profile:
 
 
 def marks_of(trace: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
-    return [e for e in trace["traceEvents"] if e.get("ph") == "X"
-            and e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith(prefix)]
+    return [
+        e
+        for e in trace["traceEvents"]
+        if e.get("ph") == "X"
+        and e.get("cat") == "user_annotation"
+        and str(e.get("name", "")).startswith(prefix)
+    ]
 
 
 # -- a real profile on the CPU ---------------------------------------------------------------
 
 
 def test_cpu_profile_says_it_has_no_cuda_activity_and_leaves_gpu_figures_empty(
-        cpu_profile: Profile) -> None:
+    cpu_profile: Profile,
+) -> None:
     assert cpu_profile.cuda_activity is False
     assert cpu_profile.device == "cpu"
     assert cpu_profile.note == CPU_NOTE
-    assert cpu_profile.note == ("profiled without CUDA activity (CPU run): GPU figures are not "
-                                "available")
-    for figure in ("gpu_busy_fraction", "launch_ms_per_step", "h2d_ms_per_step",
-                   "h2d_overlap_fraction", "h2d_exposed_ms_per_step", "kernels_per_step"):
+    assert cpu_profile.note == (
+        "profiled without CUDA activity (CPU run): GPU figures are not available"
+    )
+    for figure in (
+        "gpu_busy_fraction",
+        "launch_ms_per_step",
+        "h2d_ms_per_step",
+        "h2d_overlap_fraction",
+        "h2d_exposed_ms_per_step",
+        "kernels_per_step",
+    ):
         assert getattr(cpu_profile, figure) is None, figure
     assert cpu_profile.sync_ms_per_step == 0.0  # the CPU harvester never blocks
 
@@ -78,8 +91,11 @@ def test_the_recorded_region_is_exactly_the_profiled_steps(cpu_profile: Profile)
     trace = cpu_profile.trace()
     (mark,) = marks_of(trace, "ProfilerStep#")
     start, end = mark["ts"], mark["ts"] + mark["dur"]
-    inside = [e for e in marks_of(trace, "Optimizer.step#")
-              if start <= e["ts"] and e["ts"] + e["dur"] <= end]
+    inside = [
+        e
+        for e in marks_of(trace, "Optimizer.step#")
+        if start <= e["ts"] and e["ts"] + e["dur"] <= end
+    ]
     assert len(inside) == cpu_profile.steps
     assert cpu_profile.step_ms == pytest.approx(mark["dur"] / cpu_profile.steps / 1e3)
     assert "host_name" not in trace and "traceName" not in trace
@@ -101,9 +117,12 @@ def test_profiling_writes_nothing_to_stderr(capfd: pytest.CaptureFixture[str]) -
 
 def test_only_kinetos_banner_lines_are_dropped(capfd: pytest.CaptureFixture[str]) -> None:
     with trace._kineto_quiet():
-        os.write(2, b"USDT:2026-11-22 14:11:46 1578:1578 SyncActivityProfilerHandler.cpp:52] "
-                    b"profiler_start\nkeep me\nSTAGE:2026-11-22 14:11:46 1:1 X.cpp:51] "
-                    b"Completed Stage: Warm Up\nand me\n")
+        os.write(
+            2,
+            b"USDT:2026-11-22 14:11:46 1578:1578 SyncActivityProfilerHandler.cpp:52] "
+            b"profiler_start\nkeep me\nSTAGE:2026-11-22 14:11:46 1:1 X.cpp:51] "
+            b"Completed Stage: Warm Up\nand me\n",
+        )
     assert capfd.readouterr().err == "keep me\nand me\n"
 
 
@@ -128,36 +147,38 @@ def X(cat: str, name: str, ts: float, dur: float) -> dict[str, Any]:
 
 def cuda_trace() -> dict[str, Any]:
     """2 steps in a 10 ms window (microseconds): every figure below is worked out by hand."""
-    return {"traceEvents": [
-        X("user_annotation", "ProfilerStep#2", 0, 10_000),
-        X("gpu_user_annotation", "ProfilerStep#2", 0, 10_000),  # the GPU's copy: not the region
-        X("cpu_op", "aten::mm", 50, 100),
-        X("cpu_op", "aten::add", 300, 50),
-        # kernels: [100, 600] and [500, 1100] overlap -> 1000 us; [2000, 2500] -> 500 us;
-        # one half outside the window counts only inside it: [9900, 10000] -> 100 us.
-        X("kernel", "gemm", 100, 500),
-        X("kernel", "elementwise", 500, 600),
-        X("kernel", "reduce", 2000, 500),
-        X("kernel", "late", 9900, 200),
-        # H2D copies: [50, 250] (150 us under a kernel) and [3000, 3400] (no kernel): 600 us,
-        # 150 overlapped, 450 exposed. A D2H copy [2600, 2700] is other GPU work.
-        X("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 50, 200),
-        X("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 3000, 400),
-        X("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", 2600, 100),
-        X("gpu_memset", "Memset (Device)", 2550, 100),  # [2550, 2650]: 50 us not under D2H
-        # host calls: three kernel launches and a graph launch of 10 us each, a memcpy launch
-        X("cuda_runtime", "cudaLaunchKernel", 90, 10),
-        X("cuda_runtime", "cudaLaunchKernel", 400, 10),
-        X("cuda_driver", "cuLaunchKernelEx", 1900, 10),
-        X("cuda_runtime", "cudaGraphLaunch", 5000, 10),
-        X("cuda_runtime", "cudaMemcpyAsync", 2990, 10),
-        # syncs: the window's own device syncs at both ends are left out; a stream sync of
-        # 1000 us with the GPU busy for 400 of it (H2D [3000, 3400]) and idle for 600.
-        X("cuda_runtime", "cudaDeviceSynchronize", 0, 20),
-        X("cuda_runtime", "cudaStreamSynchronize", 3000, 1000),
-        X("cuda_runtime", "cudaEventQuery", 4500, 5),  # a poll, not a sync
-        X("cuda_runtime", "cudaDeviceSynchronize", 9800, 200),
-    ]}
+    return {
+        "traceEvents": [
+            X("user_annotation", "ProfilerStep#2", 0, 10_000),
+            X("gpu_user_annotation", "ProfilerStep#2", 0, 10_000),  # the GPU's copy: not the region
+            X("cpu_op", "aten::mm", 50, 100),
+            X("cpu_op", "aten::add", 300, 50),
+            # kernels: [100, 600] and [500, 1100] overlap -> 1000 us; [2000, 2500] -> 500 us;
+            # one half outside the window counts only inside it: [9900, 10000] -> 100 us.
+            X("kernel", "gemm", 100, 500),
+            X("kernel", "elementwise", 500, 600),
+            X("kernel", "reduce", 2000, 500),
+            X("kernel", "late", 9900, 200),
+            # H2D copies: [50, 250] (150 us under a kernel) and [3000, 3400] (no kernel): 600 us,
+            # 150 overlapped, 450 exposed. A D2H copy [2600, 2700] is other GPU work.
+            X("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 50, 200),
+            X("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 3000, 400),
+            X("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", 2600, 100),
+            X("gpu_memset", "Memset (Device)", 2550, 100),  # [2550, 2650]: 50 us not under D2H
+            # host calls: three kernel launches and a graph launch of 10 us each, a memcpy launch
+            X("cuda_runtime", "cudaLaunchKernel", 90, 10),
+            X("cuda_runtime", "cudaLaunchKernel", 400, 10),
+            X("cuda_driver", "cuLaunchKernelEx", 1900, 10),
+            X("cuda_runtime", "cudaGraphLaunch", 5000, 10),
+            X("cuda_runtime", "cudaMemcpyAsync", 2990, 10),
+            # syncs: the window's own device syncs at both ends are left out; a stream sync of
+            # 1000 us with the GPU busy for 400 of it (H2D [3000, 3400]) and idle for 600.
+            X("cuda_runtime", "cudaDeviceSynchronize", 0, 20),
+            X("cuda_runtime", "cudaStreamSynchronize", 3000, 1000),
+            X("cuda_runtime", "cudaEventQuery", 4500, 5),  # a poll, not a sync
+            X("cuda_runtime", "cudaDeviceSynchronize", 9800, 200),
+        ]
+    }
 
 
 def test_trace_figures_union_overlapping_kernels_and_split_the_copies() -> None:
@@ -171,13 +192,15 @@ def test_trace_figures_union_overlapping_kernels_and_split_the_copies() -> None:
     assert figures["h2d_exposed_ms_per_step"] == pytest.approx(450 / 2 / 1e3)
     assert figures["sync_ms_per_step"] == pytest.approx(1000 / 2 / 1e3)
     assert figures["ops_per_step"] == pytest.approx(1.0)
-    assert figures["breakdown_ms"] == pytest.approx({
-        "kernels": 1600 / 2e3,
-        "h2d_exposed": 450 / 2e3,
-        "other_gpu": 150 / 2e3,  # memset [2550, 2650] + D2H [2600, 2700]
-        "idle_sync": 600 / 2e3,  # the stream sync's [3400, 4000]
-        "idle_host": (10_000 - 1600 - 450 - 150 - 600) / 2e3,
-    })
+    assert figures["breakdown_ms"] == pytest.approx(
+        {
+            "kernels": 1600 / 2e3,
+            "h2d_exposed": 450 / 2e3,
+            "other_gpu": 150 / 2e3,  # memset [2550, 2650] + D2H [2600, 2700]
+            "idle_sync": 600 / 2e3,  # the stream sync's [3400, 4000]
+            "idle_host": (10_000 - 1600 - 450 - 150 - 600) / 2e3,
+        }
+    )
     assert sum(figures["breakdown_ms"].values()) == pytest.approx(figures["step_ms"])
 
 
@@ -203,58 +226,94 @@ def test_a_trace_without_step_marks_is_taken_whole() -> None:
         analyze_trace({"traceEvents": []}, steps=1, cuda=False)
 
 
-interval_lists = st.lists(st.tuples(st.integers(0, 100), st.integers(0, 30)).map(
-    lambda p: (float(p[0]), float(p[0] + p[1]))), max_size=12)
+interval_lists = st.lists(
+    st.tuples(st.integers(0, 100), st.integers(0, 30)).map(
+        lambda p: (float(p[0]), float(p[0] + p[1]))
+    ),
+    max_size=12,
+)
 
 
 @given(interval_lists, interval_lists)
-def test_interval_algebra_adds_up(a: list[tuple[float, float]],
-                                  b: list[tuple[float, float]]) -> None:
+def test_interval_algebra_adds_up(
+    a: list[tuple[float, float]], b: list[tuple[float, float]]
+) -> None:
     ma, mb = intervals.merge(a), intervals.merge(b)
     both = intervals.intersect(ma, mb)
     union = intervals.merge([*ma, *mb])
     assert intervals.total(union) == pytest.approx(
-        intervals.total(ma) + intervals.total(mb) - intervals.total(both))
+        intervals.total(ma) + intervals.total(mb) - intervals.total(both)
+    )
     assert intervals.total(intervals.subtract(ma, mb)) + intervals.total(both) == pytest.approx(
-        intervals.total(ma))
+        intervals.total(ma)
+    )
     assert all(s < e for s, e in ma) and all(x[1] < y[0] for x, y in itertools.pairwise(ma))
 
 
 # -- verdicts --------------------------------------------------------------------------------
 
 
-def gpu_profile(*, busy: float, sync: float = 0.0, exposed: float = 0.0,
-                step_ms: float = 10.0, unprofiled_ms: float | None = None) -> Profile:
+def gpu_profile(
+    *,
+    busy: float,
+    sync: float = 0.0,
+    exposed: float = 0.0,
+    step_ms: float = 10.0,
+    unprofiled_ms: float | None = None,
+) -> Profile:
     """A CUDA profile whose fractions of a `step_ms` step are the given ones (by default the
     profiler did not slow the step)."""
     return Profile(
-        config=SEED_BASELINE.to_dict(), device="cuda:0", cuda_activity=True, steps=10,
-        step_ms=step_ms, unprofiled_step_ms=step_ms if unprofiled_ms is None else unprofiled_ms,
+        config=SEED_BASELINE.to_dict(),
+        device="cuda:0",
+        cuda_activity=True,
+        steps=10,
+        step_ms=step_ms,
+        unprofiled_step_ms=step_ms if unprofiled_ms is None else unprofiled_ms,
         gpu_busy_fraction=busy,
-        launch_ms_per_step=1.0, h2d_ms_per_step=exposed * step_ms + 0.5,
-        h2d_overlap_fraction=0.5, h2d_exposed_ms_per_step=exposed * step_ms,
-        sync_ms_per_step=sync * step_ms, kernels_per_step=120.0, ops_per_step=300.0,
-        breakdown_ms={"kernels": busy * step_ms}, note=None)
+        launch_ms_per_step=1.0,
+        h2d_ms_per_step=exposed * step_ms + 0.5,
+        h2d_overlap_fraction=0.5,
+        h2d_exposed_ms_per_step=exposed * step_ms,
+        sync_ms_per_step=sync * step_ms,
+        kernels_per_step=120.0,
+        ops_per_step=300.0,
+        breakdown_ms={"kernels": busy * step_ms},
+        note=None,
+    )
 
 
-@pytest.mark.parametrize(("prof", "kind", "explanation"), [
-    (gpu_profile(busy=0.17), "host-bound", "host-bound: GPU idle 83 % of the step"),
-    (gpu_profile(busy=0.49), "host-bound", "host-bound: GPU idle 51 % of the step"),
-    (gpu_profile(busy=0.5), "gpu-bound", "gpu-bound: GPU busy 50 % of the step"),
-    (gpu_profile(busy=0.96, sync=0.1), "gpu-bound", "gpu-bound: GPU busy 96 % of the step"),
-    # A host waiting on a saturated GPU is gpu-bound, however long it waits.
-    (gpu_profile(busy=0.95, sync=0.8), "gpu-bound", "gpu-bound: GPU busy 95 % of the step"),
-    (gpu_profile(busy=0.6, sync=0.35), "sync-bound",
-     "sync-bound: host blocked in syncs 35 % of the step while the GPU idled 40 %"),
-    (gpu_profile(busy=0.6, sync=0.30), "gpu-bound", "gpu-bound: GPU busy 60 % of the step"),
-    # Sync is checked before host: both hold here, and the waits are what to remove first.
-    (gpu_profile(busy=0.3, sync=0.4), "sync-bound",
-     "sync-bound: host blocked in syncs 40 % of the step while the GPU idled 70 %"),
-    # Transfer is checked first: exposed copies also make the kernels look idle.
-    (gpu_profile(busy=0.3, exposed=0.25, sync=0.4), "transfer-bound",
-     "transfer-bound: host-to-device copies not overlapped with compute take 25 % of the step"),
-    (gpu_profile(busy=0.7, exposed=0.2), "gpu-bound", "gpu-bound: GPU busy 70 % of the step"),
-])
+@pytest.mark.parametrize(
+    ("prof", "kind", "explanation"),
+    [
+        (gpu_profile(busy=0.17), "host-bound", "host-bound: GPU idle 83 % of the step"),
+        (gpu_profile(busy=0.49), "host-bound", "host-bound: GPU idle 51 % of the step"),
+        (gpu_profile(busy=0.5), "gpu-bound", "gpu-bound: GPU busy 50 % of the step"),
+        (gpu_profile(busy=0.96, sync=0.1), "gpu-bound", "gpu-bound: GPU busy 96 % of the step"),
+        # A host waiting on a saturated GPU is gpu-bound, however long it waits.
+        (gpu_profile(busy=0.95, sync=0.8), "gpu-bound", "gpu-bound: GPU busy 95 % of the step"),
+        (
+            gpu_profile(busy=0.6, sync=0.35),
+            "sync-bound",
+            "sync-bound: host blocked in syncs 35 % of the step while the GPU idled 40 %",
+        ),
+        (gpu_profile(busy=0.6, sync=0.30), "gpu-bound", "gpu-bound: GPU busy 60 % of the step"),
+        # Sync is checked before host: both hold here, and the waits are what to remove first.
+        (
+            gpu_profile(busy=0.3, sync=0.4),
+            "sync-bound",
+            "sync-bound: host blocked in syncs 40 % of the step while the GPU idled 70 %",
+        ),
+        # Transfer is checked first: exposed copies also make the kernels look idle.
+        (
+            gpu_profile(busy=0.3, exposed=0.25, sync=0.4),
+            "transfer-bound",
+            "transfer-bound: host-to-device copies not overlapped with compute take 25 % of "
+            "the step",
+        ),
+        (gpu_profile(busy=0.7, exposed=0.2), "gpu-bound", "gpu-bound: GPU busy 70 % of the step"),
+    ],
+)
 def test_verdict_thresholds_and_order(prof: Profile, kind: str, explanation: str) -> None:
     found = verdict(prof)
     assert (found.kind, found.explanation) == (kind, explanation)
@@ -273,18 +332,27 @@ def test_gpu_time_is_judged_against_the_unprofiled_step() -> None:
     # transformer small, eager: the GPU idles whichever step it is measured against.
     assert verdict(gpu_profile(busy=0.068, step_ms=35.1, unprofiled_ms=21.7)).kind == "host-bound"
     # A profile faster than its unprofiled window never reads as more than fully busy.
-    assert verdict(gpu_profile(busy=0.9, step_ms=10.0, unprofiled_ms=5.0)).figures[
-        "gpu_busy_fraction"] == 1.0
+    assert (
+        verdict(gpu_profile(busy=0.9, step_ms=10.0, unprofiled_ms=5.0)).figures["gpu_busy_fraction"]
+        == 1.0
+    )
     exposed = verdict(gpu_profile(busy=0.3, exposed=0.15, step_ms=20.0, unprofiled_ms=10.0))
     assert exposed.kind == "transfer-bound"  # 3 ms of exposed copies in a 10 ms step
 
 
 def test_every_kind_is_reachable() -> None:
-    kinds = {verdict(p).kind for p in (
-        gpu_profile(busy=0.1), gpu_profile(busy=0.4, exposed=0.3),
-        gpu_profile(busy=0.5, sync=0.4), gpu_profile(busy=0.9),
-        dataclasses_replace(gpu_profile(busy=0.9), cuda_activity=False, gpu_busy_fraction=None,
-                            note=CPU_NOTE))}
+    kinds = {
+        verdict(p).kind
+        for p in (
+            gpu_profile(busy=0.1),
+            gpu_profile(busy=0.4, exposed=0.3),
+            gpu_profile(busy=0.5, sync=0.4),
+            gpu_profile(busy=0.9),
+            dataclasses_replace(
+                gpu_profile(busy=0.9), cuda_activity=False, gpu_busy_fraction=None, note=CPU_NOTE
+            ),
+        )
+    }
     assert kinds == set(verdicts.KINDS)
 
 
@@ -295,12 +363,20 @@ def dataclasses_replace(prof: Profile, **changes: Any) -> Profile:
 # -- the one-line explanation ----------------------------------------------------------------
 
 
-def recommendation(config: LoopConfig, *, source: str = "trial-7", median: float = 6.4,
-                   ci: tuple[float, float] = (6.2, 6.6)) -> dict[str, Any]:
+def recommendation(
+    config: LoopConfig,
+    *,
+    source: str = "trial-7",
+    median: float = 6.4,
+    ci: tuple[float, float] = (6.2, 6.6),
+) -> dict[str, Any]:
     return {
-        "config": config.to_dict(), "source": source,
-        "speedup": {"pytorch-default": {"median": median * 1.1, "ci95": [6.9, 7.2]},
-                    "seed-baseline": {"median": median, "ci95": list(ci)}},
+        "config": config.to_dict(),
+        "source": source,
+        "speedup": {
+            "pytorch-default": {"median": median * 1.1, "ci95": [6.9, 7.2]},
+            "seed-baseline": {"median": median, "ci95": list(ci)},
+        },
         "final_round": [
             {"name": "pytorch-default", "config": trainers.REFERENCE.to_dict()},
             {"name": "seed-baseline", "config": SEED_BASELINE.to_dict()},
@@ -311,23 +387,30 @@ def recommendation(config: LoopConfig, *, source: str = "trial-7", median: float
 
 def test_explain_in_the_issue_style() -> None:
     rec = recommendation(SEED_BASELINE.replace(cuda_graph=True))
-    verdicts = {"seed-baseline": verdict(gpu_profile(busy=0.17)),
-                "pytorch-default": verdict(gpu_profile(busy=0.2))}
+    verdicts = {
+        "seed-baseline": verdict(gpu_profile(busy=0.17)),
+        "pytorch-default": verdict(gpu_profile(busy=0.2)),
+    }
     assert explain(rec, verdicts) == (
         "host-bound: GPU idle 83 % of the step; whole-step CUDA graph removed the launch "
-        "overhead: 6.4x (CI 6.2-6.6) over seed-baseline")
+        "overhead: 6.4x (CI 6.2-6.6) over seed-baseline"
+    )
 
 
 def test_explain_lists_the_other_changes_and_the_new_verdict() -> None:
-    config = SEED_BASELINE.replace(cuda_graph=True, num_streams=1, sync_interval=10,
-                                   sync_mode="event")
-    verdicts = {"seed-baseline": verdict(gpu_profile(busy=0.17)),
-                keys.PROFILE_RECOMMENDED: verdict(gpu_profile(busy=0.96))}
+    config = SEED_BASELINE.replace(
+        cuda_graph=True, num_streams=1, sync_interval=10, sync_mode="event"
+    )
+    verdicts = {
+        "seed-baseline": verdict(gpu_profile(busy=0.17)),
+        keys.PROFILE_RECOMMENDED: verdict(gpu_profile(busy=0.96)),
+    }
     assert explain(recommendation(config), verdicts) == (
         "host-bound: GPU idle 83 % of the step; whole-step CUDA graph removed the launch "
         "overhead (also 1 stream instead of 2, syncing every 10 steps instead of every step, "
         "event syncs instead of synchronize): 6.4x (CI 6.2-6.6) over seed-baseline; now "
-        "gpu-bound: GPU busy 96 % of the step")
+        "gpu-bound: GPU busy 96 % of the step"
+    )
 
 
 def test_explain_a_sync_bound_baseline() -> None:
@@ -336,7 +419,8 @@ def test_explain_a_sync_bound_baseline() -> None:
     assert explain(recommendation(config, median=1.31, ci=(1.25, 1.36)), verdicts) == (
         "sync-bound: host blocked in syncs 40 % of the step while the GPU idled 45 %; syncing "
         "every 20 steps instead of every step removed most of the host's waits: 1.31x "
-        "(CI 1.25-1.36) over seed-baseline")
+        "(CI 1.25-1.36) over seed-baseline"
+    )
 
 
 def test_explain_a_gpu_bound_baseline_credits_the_graph_not_the_first_field() -> None:
@@ -346,12 +430,15 @@ def test_explain_a_gpu_bound_baseline_credits_the_graph_not_the_first_field() ->
     led the sentence, as if syncing less had made a GPU-bound step 1.26x faster.
     """
     config = SEED_BASELINE.replace(cuda_graph=True, sync_interval=16, sync_mode="event")
-    verdicts = {"seed-baseline": verdict(gpu_profile(busy=0.76)),
-                keys.PROFILE_RECOMMENDED: verdict(gpu_profile(busy=0.97))}
+    verdicts = {
+        "seed-baseline": verdict(gpu_profile(busy=0.76)),
+        keys.PROFILE_RECOMMENDED: verdict(gpu_profile(busy=0.97)),
+    }
     assert explain(recommendation(config, median=1.26, ci=(1.21, 1.34)), verdicts) == (
         "gpu-bound: GPU busy 76 % of the step; whole-step CUDA graph closed the GPU's idle gaps "
         "between kernels (also syncing every 16 steps instead of every step, event syncs "
-        "instead of synchronize): 1.26x (CI 1.21-1.34) over seed-baseline")
+        "instead of synchronize): 1.26x (CI 1.21-1.34) over seed-baseline"
+    )
 
 
 def test_a_stored_recommendation_is_read_again_under_the_current_rules(tmp_path: Path) -> None:
@@ -361,15 +448,22 @@ def test_a_stored_recommendation_is_read_again_under_the_current_rules(tmp_path:
     config = SEED_BASELINE.replace(cuda_graph=True, sync_interval=16, sync_mode="event")
     study = optuna.create_study(storage=url, study_name="old")
     stale = {"kind": "host-bound", "explanation": "host-bound: GPU idle 59 % of the step"}
-    study.set_user_attr(keys.RECOMMENDATION, recommendation(config, median=1.26,
-                                                               ci=(1.21, 1.34)) | {
-        "study": "old", "explanation": "host-bound: GPU idle 59 % of the step; syncing every "
-        "16 steps instead of every step", "verdicts": {"seed-baseline": stale}})
+    study.set_user_attr(
+        keys.RECOMMENDATION,
+        recommendation(config, median=1.26, ci=(1.21, 1.34))
+        | {
+            "study": "old",
+            "explanation": "host-bound: GPU idle 59 % of the step; syncing every "
+            "16 steps instead of every step",
+            "verdicts": {"seed-baseline": stale},
+        },
+    )
     study.set_user_attr("profile/seed-baseline", gpu_profile(busy=0.76).to_attrs())
     study.set_user_attr("profile/recommended", gpu_profile(busy=0.97).to_attrs())
     read = study_reading.recommendation(url, "old").to_dict()
     assert read["explanation"].startswith(
-        "gpu-bound: GPU busy 76 % of the step; whole-step CUDA graph closed the GPU's idle gaps")
+        "gpu-bound: GPU busy 76 % of the step; whole-step CUDA graph closed the GPU's idle gaps"
+    )
     assert read["verdicts"]["seed-baseline"]["kind"] == "gpu-bound"
     assert read["verdicts"]["recommended"]["kind"] == "gpu-bound"
     reader = JobStudyReader(optuna.storages.RDBStorage(url))
@@ -383,36 +477,45 @@ def test_a_stored_recommendation_is_read_again_under_the_current_rules(tmp_path:
 
 
 def test_explain_change_nothing_on_a_cpu() -> None:
-    rec = recommendation(trainers.REFERENCE, source="pytorch-default", median=1.06,
-                         ci=(1.0, 1.08))
-    verdicts = {"seed-baseline": verdict(dataclasses_replace(
-        gpu_profile(busy=0.5), cuda_activity=False, gpu_busy_fraction=None, note=CPU_NOTE))}
+    rec = recommendation(trainers.REFERENCE, source="pytorch-default", median=1.06, ci=(1.0, 1.08))
+    verdicts = {
+        "seed-baseline": verdict(
+            dataclasses_replace(
+                gpu_profile(busy=0.5), cuda_activity=False, gpu_busy_fraction=None, note=CPU_NOTE
+            )
+        )
+    }
     assert explain(rec, verdicts) == (
         f"unknown: {CPU_NOTE}; the PyTorch default (change nothing): 1.06x (CI 1.00-1.08) over "
-        "seed-baseline")
+        "seed-baseline"
+    )
 
 
 def test_explain_when_the_baseline_itself_wins() -> None:
     rec = recommendation(SEED_BASELINE, source="seed-baseline", median=1.0, ci=(0.97, 1.03))
     verdicts = {"seed-baseline": verdict(gpu_profile(busy=0.92))}
-    assert explain(rec, verdicts) == ("gpu-bound: GPU busy 92 % of the step; keeping "
-                                      "seed-baseline's settings: 1.00x (CI 0.97-1.03) over "
-                                      "seed-baseline")
+    assert explain(rec, verdicts) == (
+        "gpu-bound: GPU busy 92 % of the step; keeping "
+        "seed-baseline's settings: 1.00x (CI 0.97-1.03) over "
+        "seed-baseline"
+    )
 
 
 def test_explain_without_a_recommendation_gives_the_reason() -> None:
     rec = {"config": None, "reason": "no config passed parity (and the memory cap)"}
     assert explain(rec, {"seed-baseline": verdict(gpu_profile(busy=0.17))}) == (
         "host-bound: GPU idle 83 % of the step (seed-baseline); no recommendation: no config "
-        "passed parity (and the memory cap)")
+        "passed parity (and the memory cap)"
+    )
     assert explain(rec, {}) == "no recommendation: no config passed parity (and the memory cap)"
 
 
 # -- storing ---------------------------------------------------------------------------------
 
 
-def test_artifact_dir_sits_beside_an_sqlite_file(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_artifact_dir_sits_beside_an_sqlite_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(profiles.ARTIFACTS_ENV, raising=False)
     assert profiles.artifact_dir(f"sqlite:///{tmp_path}/tuner.db") == tmp_path / "tuner-artifacts"
     assert profiles.artifact_dir("sqlite:///tuner.db") == Path("tuner-artifacts")
@@ -428,7 +531,8 @@ def test_artifact_dir_sits_beside_an_sqlite_file(tmp_path: Path,
 
 
 def test_store_profile_on_the_study_round_trips_trace_and_figures(
-        tmp_path: Path, cpu_profile: Profile) -> None:
+    tmp_path: Path, cpu_profile: Profile
+) -> None:
     storage = sqlite_url(tmp_path)
     study = optuna.create_study(storage=storage, study_name="stored")
     directory = profiles.artifact_dir(storage)
@@ -446,7 +550,10 @@ def test_store_profile_on_the_study_round_trips_trace_and_figures(
 
     (meta,) = optuna.artifacts.get_all_artifact_meta(reloaded)
     assert (meta.artifact_id, meta.filename, meta.encoding) == (
-        artifact_id, "seed-baseline.trace.json.gz", "gzip")
+        artifact_id,
+        "seed-baseline.trace.json.gz",
+        "gzip",
+    )
     # Downloaded back by hand: gzip, then a Chrome trace with the profiled step in it.
     with gzip.open(directory / artifact_id) as f:
         trace = json.load(f)
@@ -455,7 +562,8 @@ def test_store_profile_on_the_study_round_trips_trace_and_figures(
 
 
 def test_store_profile_on_a_running_trial_and_never_on_a_finished_one(
-        tmp_path: Path, cpu_profile: Profile) -> None:
+    tmp_path: Path, cpu_profile: Profile
+) -> None:
     storage = sqlite_url(tmp_path)
     study = optuna.create_study(storage=storage, study_name="trials")
     directory = tmp_path / "artifacts"
@@ -473,8 +581,9 @@ def test_store_profile_on_a_running_trial_and_never_on_a_finished_one(
         profiles.store_profile(study, cpu_profile, directory)
 
 
-def test_without_an_artifact_dir_only_the_figures_are_stored(tmp_path: Path,
-                                                            cpu_profile: Profile) -> None:
+def test_without_an_artifact_dir_only_the_figures_are_stored(
+    tmp_path: Path, cpu_profile: Profile
+) -> None:
     study = optuna.create_study(storage=sqlite_url(tmp_path), study_name="figures")
     assert profiles.store_profile(study, cpu_profile, None, name="recommended") is None
     attrs = study.user_attrs["profile/recommended"]
@@ -504,8 +613,11 @@ def test_profile_trial_records_a_failure_instead_of_raising(tmp_path: Path) -> N
 def test_gpu_profiles_attribute_the_small_transformer() -> None:
     workload = trainers.load_workload("transformer", "small", seed=0)
     seed = profile_config(workload, SEED_BASELINE, device="cuda")
-    graph = profile_config(workload, SEED_BASELINE.replace(num_streams=1, cuda_graph=True,
-                                                           sync_interval=10), device="cuda")
+    graph = profile_config(
+        workload,
+        SEED_BASELINE.replace(num_streams=1, cuda_graph=True, sync_interval=10),
+        device="cuda",
+    )
     for prof in (seed, graph):
         assert prof.cuda_activity and prof.note is None
         assert prof.gpu_busy_fraction is not None and 0.0 < prof.gpu_busy_fraction <= 1.0

@@ -46,11 +46,13 @@ def test_recommendation_reads_back_what_the_run_stored(finished: Finished) -> No
 
 
 def test_a_missing_study_is_an_error_naming_study_and_listing_the_known_ones(
-        finished: Finished) -> None:
+    finished: Finished,
+) -> None:
     with pytest.raises(StudyNotFound) as info:
         reader.recommendation(finished.storage, "missing")
     assert str(info.value) == (
-        "--study: no study named 'missing' in this storage (studies: tiny-full)")
+        "--study: no study named 'missing' in this storage (studies: tiny-full)"
+    )
 
 
 def test_a_study_without_recommendation_says_how_to_finish_it(tmp_path: Path) -> None:
@@ -83,25 +85,42 @@ def test_export_python_execs_to_the_recommended_config(finished: Finished) -> No
     assert exec_python(text) == LoopConfig.from_dict(finished.rec["config"])
 
 
-@pytest.mark.parametrize("config", [
-    LoopConfig(),
-    LoopConfig(num_streams=4, sync_interval=37, sync_mode="query", prefetch_depth=4,
-               pin_memory=True, non_blocking=True, num_workers=2, cuda_graph=True),
-    LoopConfig(num_streams=2, sync_interval=10, sync_mode="event", non_blocking=True),
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        LoopConfig(),
+        LoopConfig(
+            num_streams=4,
+            sync_interval=37,
+            sync_mode="query",
+            prefetch_depth=4,
+            pin_memory=True,
+            non_blocking=True,
+            num_workers=2,
+            cuda_graph=True,
+        ),
+        LoopConfig(num_streams=2, sync_interval=10, sync_mode="event", non_blocking=True),
+    ],
+)
 def test_every_export_round_trips(config: LoopConfig) -> None:
     rec = Recommendation.from_dict(
-        {"study": "s", "config": config.to_dict(), "hardware": "NVIDIA-H100-80GB-HBM3"})
+        {"study": "s", "config": config.to_dict(), "hardware": "NVIDIA-H100-80GB-HBM3"}
+    )
     assert LoopConfig.from_dict(json.loads(export.export(rec, "json"))) == config
     assert export.config_from_env(env_lines(export.export(rec, "env"))) == config
     assert exec_python(export.export(rec, "python")) == config
 
 
 def test_config_from_env_reads_only_its_variables_and_defaults_the_rest() -> None:
-    config = export.config_from_env({"STREAMTUNE_NUM_STREAMS": "3",
-                                      "STREAMTUNE_PIN_MEMORY": "1",
-                                      "STREAMTUNE_NON_BLOCKING": "False",
-                                      "PATH": "/usr/bin", "NUM_STREAMS": "4"})
+    config = export.config_from_env(
+        {
+            "STREAMTUNE_NUM_STREAMS": "3",
+            "STREAMTUNE_PIN_MEMORY": "1",
+            "STREAMTUNE_NON_BLOCKING": "False",
+            "PATH": "/usr/bin",
+            "NUM_STREAMS": "4",
+        }
+    )
     assert config == LoopConfig(num_streams=3, pin_memory=True, non_blocking=False)
     assert export.config_from_env({}) == LoopConfig()
 
@@ -110,9 +129,16 @@ def test_export_errors(finished: Finished) -> None:
     with pytest.raises(TunerError, match=r"^--format: 'yaml' is invalid: allowed json, env, py"):
         export.export(finished.recommendation, "yaml")
     with pytest.raises(NoRecommendation, match="'s': no config passed parity"):
-        export.export(Recommendation.from_dict(
-            {"study": "s", "config": None,
-             "reason": "no config passed parity (and the memory cap)"}), "json")
+        export.export(
+            Recommendation.from_dict(
+                {
+                    "study": "s",
+                    "config": None,
+                    "reason": "no config passed parity (and the memory cap)",
+                }
+            ),
+            "json",
+        )
 
 
 # -- studies ---------------------------------------------------------------------------------
@@ -148,23 +174,34 @@ def test_studies_without_recommendation_or_meta(tmp_path: Path) -> None:
 # -- the bookkeeping the recommendation is built from ----------------------------------------
 
 
-def _trial(config: LoopConfig, windows: list[float], memory: int | None = None,
-           state: TrialState = TrialState.COMPLETE) -> optuna.trial.FrozenTrial:
+def _trial(
+    config: LoopConfig,
+    windows: list[float],
+    memory: int | None = None,
+    state: TrialState = TrialState.COMPLETE,
+) -> optuna.trial.FrozenTrial:
     return create_trial(
-        state=state, value=None if state != TrialState.COMPLETE else max(windows),
-        user_attrs={"config": config.to_dict(), "config_key": config_key(config),
-                    "windows": windows, "peak_memory_bytes": memory, "seconds": 1.0})
+        state=state,
+        value=None if state != TrialState.COMPLETE else max(windows),
+        user_attrs={
+            "config": config.to_dict(),
+            "config_key": config_key(config),
+            "windows": windows,
+            "peak_memory_bytes": memory,
+            "seconds": 1.0,
+        },
+    )
 
 
 def test_top_configs_pool_duplicates_rank_by_median_and_honour_the_cap(tmp_path: Path) -> None:
     a, b, c, d = (LoopConfig(num_streams=n) for n in (1, 2, 3, 4))
     study = optuna.create_study(storage=sqlite_url(tmp_path), direction="maximize")
-    study.add_trial(_trial(a, [10.0, 10.0, 10.0], memory=100))         # 0
-    study.add_trial(_trial(b, [20.0, 20.0, 20.0], memory=500))         # 1
-    study.add_trial(_trial(a, [40.0, 40.0, 40.0], memory=100))         # 2: a pools to 25
-    study.add_trial(_trial(c, [30.0, 31.0, 32.0], memory=50))          # 3
+    study.add_trial(_trial(a, [10.0, 10.0, 10.0], memory=100))  # 0
+    study.add_trial(_trial(b, [20.0, 20.0, 20.0], memory=500))  # 1
+    study.add_trial(_trial(a, [40.0, 40.0, 40.0], memory=100))  # 2: a pools to 25
+    study.add_trial(_trial(c, [30.0, 31.0, 32.0], memory=50))  # 3
     study.add_trial(_trial(d, [99.0, 99.0], state=TrialState.PRUNED))  # 4: not complete
-    study.add_trial(create_trial(value=1e9))                           # 5: not a streamtune trial
+    study.add_trial(create_trial(value=1e9))  # 5: not a streamtune trial
 
     def names(k: int, cap: int | None) -> list[str]:
         return [name for name, _ in decide.top_configs(study, k, cap)]
@@ -187,8 +224,14 @@ def test_trial_counts_and_device_seconds_add_up(tmp_path: Path) -> None:
     study.set_user_attr("final/xyz", {"seconds": 4.0, "entries": []})
     study.set_user_attr("recommendation", {"seconds": 100.0})  # not a measurement
     trials = study.get_trials(deepcopy=False)
-    assert count_trials(trials).to_dict() == {"complete": 1, "failed": 1, "pruned": 1,
-                                              "interrupted": 0, "running": 0, "waiting": 0}
+    assert count_trials(trials).to_dict() == {
+        "complete": 1,
+        "failed": 1,
+        "pruned": 1,
+        "interrupted": 0,
+        "running": 0,
+        "waiting": 0,
+    }
     assert gpu_seconds(trials, study.user_attrs) == pytest.approx(3 * 1.0 + 2.5 + 0.25 + 4.0)
 
 
@@ -196,7 +239,8 @@ def test_trial_counts_and_device_seconds_add_up(tmp_path: Path) -> None:
 
 
 def test_storage_url_prefers_the_flag_then_tuner_storage_then_the_default(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("TUNER_STORAGE", raising=False)
     assert studies.storage_url() == "sqlite:///tuner.db"
     monkeypatch.setenv("TUNER_STORAGE", "sqlite:////tmp/from-env.db")
@@ -205,18 +249,22 @@ def test_storage_url_prefers_the_flag_then_tuner_storage_then_the_default(
 
 
 def test_tuner_storage_is_where_results_are_read(
-        finished: Finished, monkeypatch: pytest.MonkeyPatch) -> None:
+    finished: Finished, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TUNER_STORAGE", finished.storage)
     rows = reader.list_studies(studies.storage_url())
     assert [row["study"] for row in rows] == ["tiny-full"]
 
 
-@pytest.mark.parametrize(("url", "message"), [
-    ("not a url", "--storage: 'not a url' is not a usable database URL"),
-    ("nosuchdb://u@h/x", "--storage: 'nosuchdb://u@h/x' is not a usable database URL"),
-    ("mysql://u@h/x", "--storage: no database driver for 'mysql://u@h/x' is installed"),
-    ("sqlite:////nonexistent-dir/sub/t.db", "--storage: cannot open"),
-])
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("not a url", "--storage: 'not a url' is not a usable database URL"),
+        ("nosuchdb://u@h/x", "--storage: 'nosuchdb://u@h/x' is not a usable database URL"),
+        ("mysql://u@h/x", "--storage: no database driver for 'mysql://u@h/x' is installed"),
+        ("sqlite:////nonexistent-dir/sub/t.db", "--storage: cannot open"),
+    ],
+)
 def test_a_bad_storage_url_is_an_error_naming_storage(url: str, message: str) -> None:
     with pytest.raises(TunerError) as info:
         studies.open_storage(url)
@@ -225,17 +273,21 @@ def test_a_bad_storage_url_is_an_error_naming_storage(url: str, message: str) ->
 
 
 def test_default_study_names_are_readable_and_stable() -> None:
-    assert studies.default_study_name("transformer-small", "NVIDIA-H100-80GB-HBM3",
-                                      "full") == "transformer-small-NVIDIA-H100-80GB-HBM3"
+    assert (
+        studies.default_study_name("transformer-small", "NVIDIA-H100-80GB-HBM3", "full")
+        == "transformer-small-NVIDIA-H100-80GB-HBM3"
+    )
     assert studies.default_study_name("mlp-tiny", "cpu", "streams") == "mlp-tiny-cpu-streams"
     named = studies.default_study_name("pkg.mod:build-tiny", "cpu", "/some/dir/my space.json")
     assert named == "pkg.mod-build-tiny-cpu-my-space"
     # Two shapes or two precisions never share a study.
-    shaped = studies.default_study_name("torchvision:resnet18-tiny-batch=2,image=32", "cpu",
-                                        "full", precision="bf16-autocast")
+    shaped = studies.default_study_name(
+        "torchvision:resnet18-tiny-batch=2,image=32", "cpu", "full", precision="bf16-autocast"
+    )
     assert shaped == "torchvision-resnet18-tiny-batch-2-image-32-cpu-bf16-autocast"
-    assert shaped != studies.default_study_name("torchvision:resnet18-tiny-batch=4,image=32",
-                                                "cpu", "full", precision="bf16-autocast")
+    assert shaped != studies.default_study_name(
+        "torchvision:resnet18-tiny-batch=4,image=32", "cpu", "full", precision="bf16-autocast"
+    )
 
 
 def test_the_recommendation_says_which_correctness_test_trusted_it(finished: Finished) -> None:

@@ -52,19 +52,38 @@ def reported(tmp_path_factory: pytest.TempPathFactory) -> Reported:
     storage = sqlite_url(directory)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="This DataLoader will create")
-        rec = run_json(RunOptions(
-            workload="transformer", preset="tiny", trials=4, storage=storage, study="tiny-report",
-            device="cpu", protocol=PROTOCOL, final_rounds=1, parity_steps=4, top_k=2,
-            profile="baselines", profile_steps=3))
+        rec = run_json(
+            RunOptions(
+                workload="transformer",
+                preset="tiny",
+                trials=4,
+                storage=storage,
+                study="tiny-report",
+                device="cpu",
+                protocol=PROTOCOL,
+                final_rounds=1,
+                parity_steps=4,
+                top_k=2,
+                profile="baselines",
+                profile_steps=3,
+            )
+        )
     artifacts = profiles.artifact_dir(storage)
     page = write_report(storage, "tiny-report", directory / "out" / "report.html")
 
-    run_json(options(storage, "two-objectives", objectives=("throughput", "memory"),
-                      profile="none"))
+    run_json(
+        options(storage, "two-objectives", objectives=("throughput", "memory"), profile="none")
+    )
     pareto_page = write_report(storage, "two-objectives", directory / "pareto.html")
-    return Reported(storage=storage, artifacts=artifacts, rec=rec, page=page,
-                    html=page.read_text(encoding="utf-8"), pareto_page=pareto_page,
-                    pareto_html=pareto_page.read_text(encoding="utf-8"))
+    return Reported(
+        storage=storage,
+        artifacts=artifacts,
+        rec=rec,
+        page=page,
+        html=page.read_text(encoding="utf-8"),
+        pareto_page=pareto_page,
+        pareto_html=pareto_page.read_text(encoding="utf-8"),
+    )
 
 
 def plot_names(page: str) -> list[str]:
@@ -97,20 +116,25 @@ def test_the_page_shows_the_recommendation_its_ties_and_explanation(reported: Re
     assert html.escape(rec["note"]) in page  # measured on a CPU
 
 
-def test_the_breakdown_compares_the_profiled_baselines_and_recommended(
-        reported: Reported) -> None:
+def test_the_breakdown_compares_the_profiled_baselines_and_recommended(reported: Reported) -> None:
     page = reported.html
-    section = page[page.index('<section id="breakdown">'):]
+    section = page[page.index('<section id="breakdown">') :]
     assert html.escape(trace.CPU_NOTE) in section
     for name in ("pytorch-default", "seed-baseline", "recommended"):
         assert f"<td>{name}</td><td><b>unknown</b></td>" in section
         assert f"{name}.trace.json.gz" in section
-    figure = json.loads(re.search(r'Plotly\.newPlot\(\s*"plot-breakdown",\s*(\[.*?\]),\s*\{',
-                                  section, re.S).group(1))  # type: ignore[union-attr]
-    assert [t["name"] for t in figure] == [trace.BREAKDOWN[k] for k in (
-        "data", "optimizer", "host", "sync")]
-    assert all(t["type"] == "bar" and t["x"] == ["pytorch-default", "seed-baseline",
-                                                 "recommended"] for t in figure)
+    figure = json.loads(
+        re.search(r'Plotly\.newPlot\(\s*"plot-breakdown",\s*(\[.*?\]),\s*\{', section, re.S).group(
+            1
+        )
+    )  # type: ignore[union-attr]
+    assert [t["name"] for t in figure] == [
+        trace.BREAKDOWN[k] for k in ("data", "optimizer", "host", "sync")
+    ]
+    assert all(
+        t["type"] == "bar" and t["x"] == ["pytorch-default", "seed-baseline", "recommended"]
+        for t in figure
+    )
     study = load(reported.storage, "tiny-report")
     stored = profiles.study_profiles(study)
     for i, name in enumerate(("pytorch-default", "seed-baseline", "recommended")):
@@ -138,8 +162,7 @@ def test_the_page_is_self_contained(reported: Reported) -> None:
         assert page.count("Plotly.newPlot(") == len(plot_names(page))
 
 
-def test_a_two_objective_study_gets_its_pareto_front_and_no_breakdown(
-        reported: Reported) -> None:
+def test_a_two_objective_study_gets_its_pareto_front_and_no_breakdown(reported: Reported) -> None:
     page = reported.pareto_html
     assert "pareto" in plot_names(page)
     assert "breakdown" not in plot_names(page)
@@ -158,14 +181,16 @@ def test_a_study_without_trials_still_gets_a_page(tmp_path: Path) -> None:
         write_report(storage, "missing", tmp_path / "missing.html")
 
 
-def test_the_report_command_writes_the_page(reported: Reported, tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_report_command_writes_the_page(
+    reported: Reported, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     command = typer.main.get_command(cli.app)
     if "report" not in getattr(command, "commands", {}):
         pytest.skip("`report` is not wired into tuner/cli.py yet")
     out = tmp_path / "cli.html"
-    code = main(["report", "--study", "tiny-report", "--storage", reported.storage,
-                 "--out", str(out)])
+    code = main(
+        ["report", "--study", "tiny-report", "--storage", reported.storage, "--out", str(out)]
+    )
     assert (code, capsys.readouterr().out.strip()) == (0, str(out))
     assert plot_names(out.read_text(encoding="utf-8")) == plot_names(reported.html)
     assert main(["report", "--study", "missing", "--storage", reported.storage]) == 2
@@ -177,14 +202,18 @@ def test_the_report_command_writes_the_page(reported: Reported, tmp_path: Path,
 
 needs_chromium = pytest.mark.skipif(
     not chromium.available(),
-    reason=f"headless Chromium is not installed ({chromium.CHROMIUM}): apt-get install chromium")
+    reason=f"headless Chromium is not installed ({chromium.CHROMIUM}): apt-get install chromium",
+)
 
 
 @needs_chromium
 def test_the_page_renders_every_plot_in_chromium_without_console_errors(
-        reported: Reported, tmp_path: Path) -> None:
-    for page, text in ((reported.page, reported.html),
-                       (reported.pareto_page, reported.pareto_html)):
+    reported: Reported, tmp_path: Path
+) -> None:
+    for page, text in (
+        (reported.page, reported.html),
+        (reported.pareto_page, reported.pareto_html),
+    ):
         seen = chromium.render(page, tmp_path / f"profile-{page.stem}")
         expected = plot_names(text)
         assert list(seen.plots) == expected
@@ -197,8 +226,10 @@ def test_the_page_renders_every_plot_in_chromium_without_console_errors(
 @needs_chromium
 def test_the_browser_check_catches_a_broken_page(tmp_path: Path) -> None:
     broken = tmp_path / "broken.html"
-    broken.write_text('<!DOCTYPE html><html><body><div class="plot" data-plot="x"></div>'
-                      '<script>console.error("boom"); undefinedCall();</script></body></html>')
+    broken.write_text(
+        '<!DOCTYPE html><html><body><div class="plot" data-plot="x"></div>'
+        '<script>console.error("boom"); undefinedCall();</script></body></html>'
+    )
     seen = chromium.render(broken, tmp_path / "profile", budget_s=3.0)
     assert seen.plots == {"x": 0}
     assert any("boom" in e for e in seen.errors)
@@ -229,13 +260,22 @@ def test_optuna_dashboard_lists_our_studies_with_readable_names(reported: Report
     first = body["trials"][0]
     assert {p["name"] for p in first["params"]} >= {"num_streams", "sync_interval", "sync_mode"}
     config = next(a["value"] for a in first["user_attrs"] if a["key"] == "config")
-    assert json.loads(config) == load(reported.storage, "tiny-report").trials[0].user_attrs[
-        "config"]
+    assert (
+        json.loads(config) == load(reported.storage, "tiny-report").trials[0].user_attrs["config"]
+    )
     study_attrs = {a["key"] for a in body["user_attrs"]}
-    assert {"streamtune", "recommendation", "profile/seed-baseline",
-            "profile/recommended"} <= study_attrs
+    assert {
+        "streamtune",
+        "recommendation",
+        "profile/seed-baseline",
+        "profile/recommended",
+    } <= study_attrs
     files = {a["filename"]: a["artifact_id"] for a in body["artifacts"]}
-    assert set(files) == {"pytorch-default.trace.json.gz", "seed-baseline.trace.json.gz",
-                          "recommended.trace.json.gz"}
+    assert set(files) == {
+        "pytorch-default.trace.json.gz",
+        "seed-baseline.trace.json.gz",
+        "recommended.trace.json.gz",
+    }
     assert profiles.load_trace(reported.artifacts, files["recommended.trace.json.gz"])[
-        "traceEvents"]
+        "traceEvents"
+    ]

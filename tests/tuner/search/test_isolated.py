@@ -12,11 +12,18 @@ from tuner.search.isolated import ParityProcess, ProfileProcess
 
 @pytest.mark.slow
 def test_parity_in_a_child_process_passes_and_fails_like_in_process() -> None:
-    checker = ParityProcess("tests.trainers.helpers:worker_dependent", "x", steps=6, seed=0,
-                            device="cpu", matmul_precision="highest")
+    checker = ParityProcess(
+        "tests.trainers.helpers:worker_dependent",
+        "x",
+        steps=6,
+        seed=0,
+        device="cpu",
+        matmul_precision="highest",
+    )
     try:
         same, envelope = checker.check(
-            LoopConfig(num_streams=3, sync_interval=2, sync_mode="query"))
+            LoopConfig(num_streams=3, sync_interval=2, sync_mode="query")
+        )
         assert same["passed"] and same["max_abs_deviation"] == 0.0 and same["test"] == "exact"
         # The envelope measured the first time comes back whole, to be stored and passed again.
         assert Envelope.from_dict(envelope).to_dict() == envelope
@@ -31,8 +38,9 @@ def test_parity_in_a_child_process_passes_and_fails_like_in_process() -> None:
 
 @pytest.mark.slow
 def test_profiles_in_a_child_process_come_back_whole() -> None:
-    profiler = ProfileProcess("mlp", "tiny", steps=3, warmup=1, seed=0, device="cpu",
-                              matmul_precision="highest")
+    profiler = ProfileProcess(
+        "mlp", "tiny", steps=3, warmup=1, seed=0, device="cpu", matmul_precision="highest"
+    )
     try:
         first = profiler.profile(LoopConfig())
         second = profiler.profile(LoopConfig(num_streams=2, sync_interval=3))

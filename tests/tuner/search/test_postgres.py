@@ -48,8 +48,11 @@ def test_a_run_into_postgres_completes_and_reads_back(study_name: str) -> None:
     assert rec["n_trials"] == counts(2, 0, 0)
     assert reader.recommendation(URL, study_name).to_dict() == rec
     assert LoopConfig.from_dict(rec["config"]) == export.config_from_env(
-        dict(line.split("=", 1) for line in export.export(
-            Recommendation.from_dict(rec), "env").splitlines()))
+        dict(
+            line.split("=", 1)
+            for line in export.export(Recommendation.from_dict(rec), "env").splitlines()
+        )
+    )
     rows = {row["study"]: row for row in reader.list_studies(URL)}
     assert rows[study_name]["trials"]["complete"] == 2
     assert rows[study_name]["recommended"] == rec["config"]

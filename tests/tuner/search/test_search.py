@@ -88,7 +88,8 @@ def test_gpu_seconds_cover_every_measurement(finished: Finished) -> None:
 
 
 def test_on_a_cpu_the_recommendation_says_stream_settings_have_no_effect(
-        finished: Finished) -> None:
+    finished: Finished,
+) -> None:
     assert finished.rec["effective"] is False
     assert finished.rec["note"] == CPU_NOTE
     assert "no effect" in finished.rec["note"]
@@ -98,8 +99,9 @@ def test_baselines_are_stored_and_remeasured_for_drift(finished: Finished) -> No
     entries = baseline_entries(load(finished.storage, finished.study))
     # 4 trials, baseline_every=2: measured at the start and after trial 2 (not after the last).
     for name, config in BASELINES.items():
-        mine = sorted((e for k, e in entries.items() if k.startswith(f"{name}/")),
-                      key=lambda e: e["at_trial"])
+        mine = sorted(
+            (e for k, e in entries.items() if k.startswith(f"{name}/")), key=lambda e: e["at_trial"]
+        )
         assert [e["phase"] for e in mine] == ["start", "drift"]
         assert [e["at_trial"] for e in mine] == [0, 2]
         assert all(e["config"] == config.to_dict() for e in mine)
@@ -129,14 +131,18 @@ def test_resuming_adds_trials_new_points_and_drift(tmp_path: Path) -> None:
     assert all(isinstance(e["drift"], float) for e in resumed)
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    ({"workload": "transformer"}, "workload"),
-    ({"preset": "small"}, "preset"),
-    ({"fix": ("num_workers=0", "num_streams=2")}, "space"),
-    ({"objectives": ("throughput", "memory")}, "objectives"),
-])
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"workload": "transformer"}, "workload"),
+        ({"preset": "small"}, "preset"),
+        ({"fix": ("num_workers=0", "num_streams=2")}, "space"),
+        ({"objectives": ("throughput", "memory")}, "objectives"),
+    ],
+)
 def test_resuming_with_other_settings_is_a_clear_error(
-        tmp_path: Path, change: dict[str, Any], field: str) -> None:
+    tmp_path: Path, change: dict[str, Any], field: str
+) -> None:
     storage = sqlite_url(tmp_path)
     run_json(options(storage, "made", trials=1))
     with pytest.raises(TunerError, match=rf"^--study: 'made' was made with {field}=") as info:
@@ -145,13 +151,17 @@ def test_resuming_with_other_settings_is_a_clear_error(
     assert len(load(storage, "made").trials) == 1  # nothing was added
 
 
-@pytest.mark.parametrize(("change", "error"), [
-    ({"preset": "huge"}, trainers.WorkloadError),
-    ({"workload": "nope"}, trainers.WorkloadError),
-    ({"workload": "tests.tuner.no_such_module:build"}, trainers.WorkloadError),
-])
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        ({"preset": "huge"}, trainers.WorkloadError),
+        ({"workload": "nope"}, trainers.WorkloadError),
+        ({"workload": "tests.tuner.no_such_module:build"}, trainers.WorkloadError),
+    ],
+)
 def test_a_bad_workload_stores_no_study(
-        tmp_path: Path, change: dict[str, Any], error: type[Exception]) -> None:
+    tmp_path: Path, change: dict[str, Any], error: type[Exception]
+) -> None:
     storage = sqlite_url(tmp_path)
     with pytest.raises(error):
         run_json(options(storage, "never", **change))
@@ -188,9 +198,15 @@ def test_the_same_params_twice_pool_their_windows(tmp_path: Path) -> None:
 def test_a_config_failing_parity_is_failed_and_never_recommended(tmp_path: Path) -> None:
     # Its data depend on the DataLoader worker id: with workers the losses differ.
     storage = sqlite_url(tmp_path)
-    rec = run_json(options(storage, "parity", trials=2,
-                            workload="tests.trainers.helpers:worker_dependent",
-                            fix=("num_workers=1",)))
+    rec = run_json(
+        options(
+            storage,
+            "parity",
+            trials=2,
+            workload="tests.trainers.helpers:worker_dependent",
+            fix=("num_workers=1",),
+        )
+    )
     study = load(storage, "parity")
     failing = LoopConfig.from_dict(study.trials[0].user_attrs["config"])
     assert failing.num_workers == 1
@@ -212,8 +228,15 @@ def test_a_config_failing_parity_is_failed_and_never_recommended(tmp_path: Path)
 
 def test_a_failing_config_is_recorded_with_its_reason(tmp_path: Path) -> None:
     storage = sqlite_url(tmp_path)
-    rec = run_json(options(storage, "fails", trials=2,
-                            workload=f"{WORKLOADS}:fails_in_workers", fix=("num_workers=1",)))
+    rec = run_json(
+        options(
+            storage,
+            "fails",
+            trials=2,
+            workload=f"{WORKLOADS}:fails_in_workers",
+            fix=("num_workers=1",),
+        )
+    )
     study = load(storage, "fails")
     for trial in study.trials:
         assert trial.state == TrialState.FAIL
@@ -228,8 +251,7 @@ def test_a_failing_config_is_recorded_with_its_reason(tmp_path: Path) -> None:
     assert rec["source"] in BASELINES
 
 
-def test_a_workload_that_always_raises_fails_everything_with_its_reason(
-        tmp_path: Path) -> None:
+def test_a_workload_that_always_raises_fails_everything_with_its_reason(tmp_path: Path) -> None:
     storage = sqlite_url(tmp_path)
     rec = run_json(options(storage, "raises", trials=2, workload=f"{WORKLOADS}:raises_in_loss"))
     study = load(storage, "raises")
@@ -274,12 +296,17 @@ def disarm() -> Iterator[None]:
 
 
 def test_an_interrupted_run_keeps_its_trials_and_fails_the_running_one(
-        tmp_path: Path, disarm: None) -> None:
+    tmp_path: Path, disarm: None
+) -> None:
     storage = sqlite_url(tmp_path)
     progress = _ArmAfter("interrupt", after=1)  # Ctrl-C during the second trial
     with pytest.raises(Interrupted, match="--study interrupted to resume") as info:
-        run_json(options(storage, "interrupted", trials=5,
-                          workload=f"{WORKLOADS}:interrupts_when_armed"), progress=progress)
+        run_json(
+            options(
+                storage, "interrupted", trials=5, workload=f"{WORKLOADS}:interrupts_when_armed"
+            ),
+            progress=progress,
+        )
     assert "1 trials of this run are stored" in str(info.value)
     study = load(storage, "interrupted")
     assert [t.state for t in study.trials] == [TrialState.COMPLETE, TrialState.FAIL]
@@ -296,13 +323,14 @@ def test_throughput_and_memory_give_a_pareto_list(tmp_path: Path) -> None:
     storage = sqlite_url(tmp_path)
     rec = run_json(options(storage, "pareto", objectives=("throughput", "memory")))
     study = load(storage, "pareto")
-    assert study.directions == [optuna.study.StudyDirection.MAXIMIZE,
-                                optuna.study.StudyDirection.MINIMIZE]
+    assert study.directions == [
+        optuna.study.StudyDirection.MAXIMIZE,
+        optuna.study.StudyDirection.MINIMIZE,
+    ]
     assert all(len(t.values) == 2 for t in study.trials)
     assert isinstance(rec["pareto"], list)
     finalists = {m["name"] for m in rec["final_round"]}
-    assert all(m["name"] in finalists and m["peak_memory_bytes"] is not None
-               for m in rec["pareto"])
+    assert all(m["name"] in finalists and m["peak_memory_bytes"] is not None for m in rec["pareto"])
     # A CPU run measures no peak memory, so no config is on the front; throughput still decides.
     assert rec["pareto"] == []
     assert rec["config"] is not None
@@ -326,13 +354,21 @@ def test_timeout_stops_starting_trials(tmp_path: Path) -> None:
 
 
 def test_a_much_slower_config_is_pruned_after_its_second_window(
-        tmp_path: Path, disarm: None) -> None:
+    tmp_path: Path, disarm: None
+) -> None:
     storage = sqlite_url(tmp_path)
     progress = _ArmAfter("slow", after=5)  # trials 5 and 6 are far slower than trials 0-4
-    rec = run_json(options(storage, "prune", trials=7, baseline_every=100,
-                            workload=f"{WORKLOADS}:slow_when_armed",
-                            protocol=Protocol(warmup=1, windows=4, window_steps=2)),
-                    progress=progress)
+    rec = run_json(
+        options(
+            storage,
+            "prune",
+            trials=7,
+            baseline_every=100,
+            workload=f"{WORKLOADS}:slow_when_armed",
+            protocol=Protocol(warmup=1, windows=4, window_steps=2),
+        ),
+        progress=progress,
+    )
     study = load(storage, "prune")
     # PercentilePruner(25, n_startup_trials=5, n_warmup_steps=1): from the 2nd window on.
     assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 5 + [TrialState.PRUNED] * 2
@@ -346,20 +382,23 @@ def test_a_much_slower_config_is_pruned_after_its_second_window(
 # -- options ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    ({"trials": 0}, "trials"),
-    ({"timeout_s": 0.0}, "timeout_s"),
-    ({"objectives": ("memory",)}, "objectives"),
-    ({"objectives": ("throughput", "throughput")}, "objectives"),
-    ({"objectives": ()}, "objectives"),
-    ({"max_memory_bytes": 0}, "max_memory_bytes"),
-    ({"top_k": 0}, "top_k"),
-    ({"final_rounds": 0}, "final_rounds"),
-    ({"baseline_every": 0}, "baseline_every"),
-    ({"parity_steps": 1}, "parity_steps"),
-    ({"sampler": "grid"}, "sampler"),
-    ({"matmul_precision": "low"}, "matmul_precision"),
-])
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"trials": 0}, "trials"),
+        ({"timeout_s": 0.0}, "timeout_s"),
+        ({"objectives": ("memory",)}, "objectives"),
+        ({"objectives": ("throughput", "throughput")}, "objectives"),
+        ({"objectives": ()}, "objectives"),
+        ({"max_memory_bytes": 0}, "max_memory_bytes"),
+        ({"top_k": 0}, "top_k"),
+        ({"final_rounds": 0}, "final_rounds"),
+        ({"baseline_every": 0}, "baseline_every"),
+        ({"parity_steps": 1}, "parity_steps"),
+        ({"sampler": "grid"}, "sampler"),
+        ({"matmul_precision": "low"}, "matmul_precision"),
+    ],
+)
 def test_bad_run_options_name_their_field(change: dict[str, Any], field: str) -> None:
     with pytest.raises(trainers.ConfigError) as info:
         RunOptions(workload="mlp", preset="tiny", **change)
@@ -376,7 +415,10 @@ def test_the_precision_is_the_studys_and_a_resume_in_another_is_refused(tmp_path
     assert rec["study"].endswith("-cpu-bf16-autocast")
     meta = load(storage, rec["study"]).user_attrs["streamtune"]
     assert (meta["precision"], meta["shape"], meta["model_args"]) == (
-        "bf16-autocast", "mlp-tiny", {})
+        "bf16-autocast",
+        "mlp-tiny",
+        {},
+    )
     with pytest.raises(TunerError, match="precision='bf16-autocast', this run has 'fp32'"):
         run_json(options(storage, rec["study"], trials=1, precision="fp32"))
 

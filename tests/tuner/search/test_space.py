@@ -496,8 +496,9 @@ def test_spec_type_alias_covers_both_specs() -> None:
 
 def test_the_compile_space_searches_the_compiler_levers_and_drops_cuda_ones_on_a_cpu() -> None:
     on_gpu = load_space("compile")
-    assert on_gpu.params["compile"] == Choice(values=(
-        "none", "default", "max-autotune-no-cudagraphs", "reduce-overhead"))
+    assert on_gpu.params["compile"] == Choice(
+        values=("none", "default", "max-autotune-no-cudagraphs", "reduce-overhead")
+    )
     assert on_gpu.params["optimizer"] == Choice(values=("as-built", "foreach", "fused"))
     assert set(on_gpu.params) - {"compile", "optimizer"} == set(load_space("full").params)
     on_cpu = load_space("compile", cuda=False)
@@ -510,8 +511,10 @@ def test_the_compile_space_searches_the_compiler_levers_and_drops_cuda_ones_on_a
 
 def test_a_combination_the_harness_refuses_is_an_error_when_suggested() -> None:
     space = load_space("compile")
-    graph_over_graphs = {name: spec.values[0] if isinstance(spec, Choice) else spec.low
-                         for name, spec in space.params.items()}
+    graph_over_graphs = {
+        name: spec.values[0] if isinstance(spec, Choice) else spec.low
+        for name, spec in space.params.items()
+    }
     graph_over_graphs |= {"cuda_graph": True, "compile": "reduce-overhead"}
     with pytest.raises(ConfigError, match="compile"):
         space.suggest(optuna.trial.FixedTrial(graph_over_graphs))

@@ -67,8 +67,11 @@ def test_on_postgresql_the_claim_skips_locked_rows(url: str, store: JobStore) ->
         pytest.skip("SKIP LOCKED is PostgreSQL's; SQLite's claim takes the one writer lock")
     store.create(JobSpec(**TINY), owner="me")
     statements: list[str] = []
-    sa.event.listen(store.engine, "before_cursor_execute",
-                    lambda _c, _r, statement, *_: statements.append(statement))
+    sa.event.listen(
+        store.engine,
+        "before_cursor_execute",
+        lambda _c, _r, statement, *_: statements.append(statement),
+    )
     assert store.claim("w", devices=("cpu",)) is not None
     claim = next(s for s in statements if s.lstrip().upper().startswith("UPDATE"))
     assert "FOR UPDATE SKIP LOCKED" in claim and "RETURNING" in claim
@@ -135,9 +138,17 @@ def test_one_finalizer_and_only_it_ends_the_job(store: JobStore) -> None:
     assert store.claim_finalizing(job.id, "b")
     assert not store.claim_finalizing(job.id, "a")
     assert not store.finish(job.id, "a", "succeeded")
-    assert store.finish(job.id, "b", "succeeded", recommendation={
-        "study": job.study, "config": {"num_streams": 1}, "hardware": "cpu",
-        "throughput": {"median": 5.0, "ci95": [4.0, 6.0]}})
+    assert store.finish(
+        job.id,
+        "b",
+        "succeeded",
+        recommendation={
+            "study": job.study,
+            "config": {"num_streams": 1},
+            "hardware": "cpu",
+            "throughput": {"median": 5.0, "ci95": [4.0, 6.0]},
+        },
+    )
     row = store.get(job.id)
     assert (row.status, row.rec_throughput, row.finalizer) == ("succeeded", 5.0, None)
 
@@ -152,16 +163,20 @@ def test_progress_stores_the_counting_rules_figures(store: JobStore) -> None:
     assert (row.n_complete, row.n_failed, row.n_pruned, row.n_interrupted) == (2, 1, 1, 3)
 
 
-def test_stale_jobs_go_back_to_the_queue_and_dead_workers_are_forgotten(
-        store: JobStore) -> None:
+def test_stale_jobs_go_back_to_the_queue_and_dead_workers_are_forgotten(store: JobStore) -> None:
     register(store, "w")
     job = store.create(JobSpec(**TINY), owner="me")
     store.claim("w", devices=("cpu",))
     with store.engine.begin() as conn:  # the worker's last heartbeat, an hour ago
-        conn.execute(sa.text("UPDATE streamtune_jobs SET heartbeat_at = :t"),
-                     {"t": store.get(job.id).heartbeat_at.replace(year=2000)})
-        conn.execute(sa.update(WorkerRow).values(
-            heartbeat_at=store.get(job.id).heartbeat_at.replace(year=2000)))
+        conn.execute(
+            sa.text("UPDATE streamtune_jobs SET heartbeat_at = :t"),
+            {"t": store.get(job.id).heartbeat_at.replace(year=2000)},
+        )
+        conn.execute(
+            sa.update(WorkerRow).values(
+                heartbeat_at=store.get(job.id).heartbeat_at.replace(year=2000)
+            )
+        )
     assert store.requeue_stale(lease_s=60, max_attempts=3) == 1
     assert store.get(job.id).status == "queued"
     assert [w.id for w in store.forget_dead_workers(60)] == ["w"]

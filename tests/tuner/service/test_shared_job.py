@@ -65,27 +65,40 @@ def test_four_workers_share_one_job_of_40_trials(pg_url: str, workers: Workers) 
     assert len(finals) == 1  # one final round, on one worker
     assert done.recommendation is not None and done.recommendation["config"] is not None
     # The start baselines were measured once, by the claimer, before any trial.
-    starts = [v for k, v in study.user_attrs.items()
-              if k.startswith("baseline/") and v["phase"] == "start"]
+    starts = [
+        v
+        for k, v in study.user_attrs.items()
+        if k.startswith("baseline/") and v["phase"] == "start"
+    ]
     assert len(starts) == 2 and {v["at_trial"] for v in starts} == {0}
 
 
 def test_a_worker_killed_mid_trial_loses_its_trial_and_one_stopped_exits_0(
-        pg_url: str, workers: Workers) -> None:
+    pg_url: str, workers: Workers
+) -> None:
     lease_s, heartbeat_s = workers.settings["lease_s"], workers.settings["heartbeat_s"]
     workers.settings |= LONG_TRIALS
     store = JobStore(pg_url)
-    job = store.create(JobSpec(**(TINY_JOB | {"workload": "transformer", "n_trials": 12})),
-                       owner="me")
+    job = store.create(
+        JobSpec(**(TINY_JOB | {"workload": "transformer", "n_trials": 12})), owner="me"
+    )
     workers.start(3)
-    victim = wait_for(lambda: running_trial(pg_url, job.study), timeout_s=120,
-                      what="a running trial")
+    victim = wait_for(
+        lambda: running_trial(pg_url, job.study), timeout_s=120, what="a running trial"
+    )
     killed_pid = pid_of(victim.user_attrs[OWNER_ATTR])
     os.kill(killed_pid, signal.SIGKILL)
     killed_at = dt.datetime.now()
     # SIGTERM another worker while it measures: it stops its trial and exits 0.
-    other = wait_for(lambda: (t := running_trial(pg_url, job.study)) and pid_of(
-        t.user_attrs[OWNER_ATTR]) != killed_pid and t, timeout_s=60, what="another trial")
+    other = wait_for(
+        lambda: (
+            (t := running_trial(pg_url, job.study))
+            and pid_of(t.user_attrs[OWNER_ATTR]) != killed_pid
+            and t
+        ),
+        timeout_s=60,
+        what="another trial",
+    )
     stopped = workers.by_pid(pid_of(other.user_attrs[OWNER_ATTR]))
     stopped.send_signal(signal.SIGTERM)
     assert stopped.wait(timeout=60) == 0, workers.output()
@@ -108,21 +121,34 @@ def test_a_worker_killed_mid_trial_loses_its_trial_and_one_stopped_exits_0(
 
 def _pg_ctl(action: str) -> None:
     version = sorted(os.listdir("/etc/postgresql"))[0]
-    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", action],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", action],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 def _pg_ready() -> bool:
-    return subprocess.run(["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-q"],
-                          check=False).returncode == 0
+    return (
+        subprocess.run(
+            ["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-q"], check=False
+        ).returncode
+        == 0
+    )
 
 
-@pytest.mark.skipif(shutil.which("pg_ctlcluster") is None or not os.path.isdir(
-    "/etc/postgresql") or os.geteuid() != 0, reason="needs root and pg_ctlcluster")
+@pytest.mark.skipif(
+    shutil.which("pg_ctlcluster") is None
+    or not os.path.isdir("/etc/postgresql")
+    or os.geteuid() != 0,
+    reason="needs root and pg_ctlcluster",
+)
 def test_a_job_survives_a_database_restart(pg_url: str, workers: Workers) -> None:
     store = JobStore(pg_url)
-    job = store.create(JobSpec(**(TINY_JOB | {"workload": "transformer", "n_trials": 12})),
-                       owner="me")
+    job = store.create(
+        JobSpec(**(TINY_JOB | {"workload": "transformer", "n_trials": 12})), owner="me"
+    )
     workers.settings |= LONG_TRIALS
     workers.start(2)
     wait_for(lambda: store.get(job.id).n_complete >= 2, timeout_s=120, what="2 trials")

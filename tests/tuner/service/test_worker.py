@@ -57,8 +57,7 @@ def test_a_finished_job_reports_its_trials_and_best(finished: Finished) -> None:
         low, high = trial["ci95"]
         assert low <= trial["throughput"] <= high and len(trial["windows"]) == 3
         assert trial["duration_s"] > 0 and trial["started_at"].endswith("Z")
-    page = client.get(job["links"]["trials"], params={"limit": 1, "offset": 2},
-                      headers=AUTH).json()
+    page = client.get(job["links"]["trials"], params={"limit": 1, "offset": 2}, headers=AUTH).json()
     assert [t["number"] for t in page["items"]] == [2] and page["total"] == 3
 
 
@@ -93,16 +92,19 @@ def test_studies_list_the_jobs_and_the_local_runs(finished: Finished) -> None:
     assert client.get(job["links"]["study"], headers=AUTH).json() == mine
     local_best = client.get(f"/v1/studies/{finished.local_study}/best", headers=AUTH).json()
     assert local_best == json.loads(json.dumps(finished.local_rec))
-    assert client.get("/v1/studies", params={"limit": 1, "offset": 1},
-                      headers=AUTH).json()["items"][0]["name"] == sorted(by_name)[1]
+    assert (
+        client.get("/v1/studies", params={"limit": 1, "offset": 1}, headers=AUTH).json()["items"][
+            0
+        ]["name"]
+        == sorted(by_name)[1]
+    )
 
 
 def test_unknown_studies_are_404_and_undecided_ones_409(finished: Finished) -> None:
     client = finished.client
     for path in ("/v1/studies/nope", "/v1/studies/nope/best"):
         response = client.get(path, headers=AUTH)
-        assert response.status_code == 404 and "no study named 'nope'" in response.json()[
-            "detail"]
+        assert response.status_code == 404 and "no study named 'nope'" in response.json()["detail"]
     optuna.create_study(study_name="undecided", storage=finished.storage)
     try:
         response = client.get("/v1/studies/undecided/best", headers=AUTH)
@@ -114,26 +116,35 @@ def test_unknown_studies_are_404_and_undecided_ones_409(finished: Finished) -> N
 
 def test_recommendations_pick_the_best_finished_job(finished: Finished) -> None:
     client, job = finished.client, finished.job
-    hit = client.get("/v1/recommendations", params={"workload": "mlp", "preset": "tiny",
-                                                    "gpu": "cpu"}, headers=AUTH)
+    hit = client.get(
+        "/v1/recommendations",
+        params={"workload": "mlp", "preset": "tiny", "gpu": "cpu"},
+        headers=AUTH,
+    )
     assert hit.status_code == 200
     assert hit.json()["job_id"] == job["id"] and hit.json()["gpu"] == "cpu"
     assert hit.json()["config"] == client.get(job["links"]["best"], headers=AUTH).json()["config"]
-    miss = client.get("/v1/recommendations", params={"workload": "mlp", "preset": "tiny",
-                                                     "gpu": "NVIDIA H100"}, headers=AUTH)
+    miss = client.get(
+        "/v1/recommendations",
+        params={"workload": "mlp", "preset": "tiny", "gpu": "NVIDIA H100"},
+        headers=AUTH,
+    )
     assert miss.status_code == 404 and "'NVIDIA-H100'" in miss.json()["detail"]
     missing = client.get("/v1/recommendations", params={"workload": "mlp"}, headers=AUTH)
     assert missing.status_code == 422
-    assert {tuple(e["loc"]) for e in missing.json()["detail"]} == {("query", "preset"),
-                                                                    ("query", "gpu")}
+    assert {tuple(e["loc"]) for e in missing.json()["detail"]} == {
+        ("query", "preset"),
+        ("query", "gpu"),
+    }
 
 
 def test_metrics_count_jobs_and_trials(finished: Finished) -> None:
     response = finished.client.get("/metrics", headers=AUTH)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
-    lines = dict(line.rsplit(" ", 1) for line in response.text.splitlines()
-                 if not line.startswith("#"))
+    lines = dict(
+        line.rsplit(" ", 1) for line in response.text.splitlines() if not line.startswith("#")
+    )
     assert lines['streamtune_jobs{state="succeeded"}'] == "1"
     assert lines['streamtune_trials_total{state="complete"}'] == str(finished.job["n_complete"])
     assert lines["streamtune_trial_duration_seconds_count"] == "3"
@@ -166,23 +177,29 @@ def _job(client: TestClient, job: dict[str, Any]) -> dict[str, Any]:
 
 def test_healthz_counts_live_workers(running: tuple[TestClient, Worker]) -> None:
     client, _ = running
-    health = wait_for(lambda: (h := client.get("/healthz").json())["workers_alive"] and h,
-                      timeout_s=20, what="the worker to register")
+    health = wait_for(
+        lambda: (h := client.get("/healthz").json())["workers_alive"] and h,
+        timeout_s=20,
+        what="the worker to register",
+    )
     assert health == {"status": "ok", "database": True, "workers_alive": 1}
 
 
 def test_cancel_stops_a_running_job_and_keeps_its_trials(
-        running: tuple[TestClient, Worker]) -> None:
+    running: tuple[TestClient, Worker],
+) -> None:
     client, _ = running
     body = TINY_JOB | {"workload": "transformer", "n_trials": 200}
     job = client.post("/v1/jobs", json=body, headers=AUTH).json()
-    wait_for(lambda: _job(client, job)["n_complete"] >= 1, timeout_s=60,
-             what="a complete trial")
+    wait_for(lambda: _job(client, job)["n_complete"] >= 1, timeout_s=60, what="a complete trial")
     cancel = client.post(job["links"]["cancel"], headers=AUTH)
     assert cancel.status_code == 200
     assert cancel.json()["status"] == "running" and cancel.json()["cancel_requested"]
-    ended = wait_for(lambda: (j := _job(client, job))["status"] == "cancelled" and j,
-                     timeout_s=30, what="the job to end as cancelled")
+    ended = wait_for(
+        lambda: (j := _job(client, job))["status"] == "cancelled" and j,
+        timeout_s=30,
+        what="the job to end as cancelled",
+    )
     assert ended["finished_at"] and ended["n_complete"] >= 1 and ended["phase"] is None
     trials = client.get(job["links"]["trials"], params={"limit": 200}, headers=AUTH).json()
     assert 1 <= trials["total"] < 200
@@ -198,15 +215,19 @@ def test_cancel_stops_a_running_job_and_keeps_its_trials(
 
 @pytest.mark.slow
 def test_a_worker_shutting_down_requeues_its_job_and_another_finishes_it(
-        running: tuple[TestClient, Worker], storage: str) -> None:
+    running: tuple[TestClient, Worker], storage: str
+) -> None:
     client, worker = running
-    job = client.post("/v1/jobs", json=TINY_JOB | {"workload": "transformer", "n_trials": 5},
-                      headers=AUTH).json()
-    wait_for(lambda: _job(client, job)["n_complete"] >= 1, timeout_s=60,
-             what="a complete trial")
+    job = client.post(
+        "/v1/jobs", json=TINY_JOB | {"workload": "transformer", "n_trials": 5}, headers=AUTH
+    ).json()
+    wait_for(lambda: _job(client, job)["n_complete"] >= 1, timeout_s=60, what="a complete trial")
     worker.shutdown()
-    requeued = wait_for(lambda: (j := _job(client, job))["status"] == "queued" and j,
-                        timeout_s=30, what="the job to be requeued")
+    requeued = wait_for(
+        lambda: (j := _job(client, job))["status"] == "queued" and j,
+        timeout_s=30,
+        what="the job to be requeued",
+    )
     assert "shut down" in requeued["error"]
     assert make_worker(storage).run_once()
     done = _job(client, job)
@@ -224,8 +245,11 @@ def _ghost_claims(store: JobStore, job_id: str) -> JobRow:
     claimed = store.claim("ghost", devices=("cpu", "auto"))
     assert claimed is not None and claimed.id == job_id
     with store.engine.begin() as conn:
-        conn.execute(sa.update(JobRow).where(JobRow.id == job_id).values(
-            heartbeat_at=dt.datetime(2000, 1, 1)))
+        conn.execute(
+            sa.update(JobRow)
+            .where(JobRow.id == job_id)
+            .values(heartbeat_at=dt.datetime(2000, 1, 1))
+        )
     return claimed
 
 
@@ -267,8 +291,9 @@ def test_a_trial_left_running_is_failed_rerun_and_never_counted(storage: str) ->
     with pytest.raises(Stopped):
         run_study(options, should_stop=lambda: next(calls) >= 2 * 4)  # 2 trials' checks
     optuna.load_study(study_name=row.study, storage=storage).ask()
-    before = {t.number: t.values for t in _trials(storage, row.study)
-              if t.state == TrialState.COMPLETE}
+    before = {
+        t.number: t.values for t in _trials(storage, row.study) if t.state == TrialState.COMPLETE
+    }
     assert len(before) == 2
     assert worker.run_once()
     done = store.get(row.id)
@@ -279,7 +304,8 @@ def test_a_trial_left_running_is_failed_rerun_and_never_counted(storage: str) ->
     assert {t.number: t.values for t in trials if t.number in before} == before
     orphan = trials[2]
     assert orphan.state == TrialState.FAIL and orphan.user_attrs["failure_reason"] == (
-        ORPHAN_REASON)
+        ORPHAN_REASON
+    )
     assert len({t.number for t in trials}) == len(trials)
     assert done.recommendation is not None
     assert done.recommendation["n_trials"]["complete"] == done.n_complete
@@ -293,7 +319,11 @@ def _every_reader_counts_alike(storage: str, job_id: str, counts: TrialCounts) -
     row = JobStore(storage).get(job_id)
     expected = counts.to_dict()
     assert (row.n_complete, row.n_failed, row.n_pruned, row.n_interrupted) == (
-        counts.complete, counts.failed, counts.pruned, counts.interrupted)
+        counts.complete,
+        counts.failed,
+        counts.pruned,
+        counts.interrupted,
+    )
     with TestClient(make_app(storage)) as client:
         job = client.get(f"/v1/jobs/{job_id}", headers=AUTH).json()
         best = client.get(f"/v1/jobs/{job_id}/best", headers=AUTH).json()
@@ -301,12 +331,18 @@ def _every_reader_counts_alike(storage: str, job_id: str, counts: TrialCounts) -
         study_best = client.get(f"/v1/studies/{row.study}/best", headers=AUTH).json()
         page = client.get(f"/v1/jobs/{job_id}/report", headers=AUTH).text
     assert (job["n_complete"], job["n_failed"], job["n_pruned"], job["n_interrupted"]) == (
-        counts.complete, counts.failed, counts.pruned, counts.interrupted)
+        counts.complete,
+        counts.failed,
+        counts.pruned,
+        counts.interrupted,
+    )
     assert best["n_trials"] == study["trials"] == study_best["n_trials"] == expected
     assert recommendation(storage, row.study).n_trials == counts
     assert next(r for r in list_studies(storage) if r["study"] == row.study)["trials"] == expected
-    assert (f"{counts.complete} complete, {counts.failed} failed, {counts.pruned} pruned, "
-            f"{counts.interrupted} interrupted") in page
+    assert (
+        f"{counts.complete} complete, {counts.failed} failed, {counts.pruned} pruned, "
+        f"{counts.interrupted} interrupted"
+    ) in page
 
 
 def test_a_job_killed_after_its_last_trial_only_decides(storage: str) -> None:
@@ -324,8 +360,9 @@ def test_a_job_killed_after_its_last_trial_only_decides(storage: str) -> None:
                 raise KeyboardInterrupt  # killed between the last trial and the final round
 
     with pytest.raises(Interrupted):
-        run_study(worker.options_for(ghost, JobSpec.from_dict(ghost.spec)),
-                  progress=DiesAfterTrials())
+        run_study(
+            worker.options_for(ghost, JobSpec.from_dict(ghost.spec)), progress=DiesAfterTrials()
+        )
     assert len(_trials(storage, row.study)) == 2
     assert worker.run_once()
     done = store.get(row.id)
@@ -335,8 +372,9 @@ def test_a_job_killed_after_its_last_trial_only_decides(storage: str) -> None:
 
 def test_a_job_that_cannot_run_fails_with_the_reason(storage: str) -> None:
     store = JobStore(storage)
-    row = store.create(JobSpec(workload="transformer", preset="no-such-preset", device="cpu"),
-                       owner="me")
+    row = store.create(
+        JobSpec(workload="transformer", preset="no-such-preset", device="cpu"), owner="me"
+    )
     assert make_worker(storage).run_once()
     failed = store.get(row.id)
     assert failed.status == "failed" and "no-such-preset" in (failed.error or "")
@@ -363,8 +401,9 @@ def test_should_stop_stops_the_running_trial_at_its_next_window(storage: str) ->
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.PRUNED]
     stopped = trials[1]
     assert stopped.user_attrs[STOPPED_ATTR] is True and len(stopped.user_attrs["windows"]) == 2
-    assert "recommendation" not in optuna.load_study(
-        study_name=row.study, storage=storage).user_attrs
+    assert (
+        "recommendation" not in optuna.load_study(study_name=row.study, storage=storage).user_attrs
+    )
 
 
 # -- what a worker runs, and the commands' own errors --------------------------------------------

@@ -31,9 +31,19 @@ CHILD_PYTHONPATH = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTH
 
 # Short leases and polls, so that a dead worker is noticed in seconds; parallel TPE.
 SHARED: dict[str, Any] = {
-    "measure_warmup": 1, "measure_windows": 3, "measure_window_steps": 2, "final_rounds": 1,
-    "top_k": 2, "parity_steps": 4, "sampler": "tpe", "heartbeat_s": 0.3, "poll_s": 0.3,
-    "lease_s": 3.0, "torch_threads": 1, "retry_base_s": 0.2, "retry_max_s": 2.0,
+    "measure_warmup": 1,
+    "measure_windows": 3,
+    "measure_window_steps": 2,
+    "final_rounds": 1,
+    "top_k": 2,
+    "parity_steps": 4,
+    "sampler": "tpe",
+    "heartbeat_s": 0.3,
+    "poll_s": 0.3,
+    "lease_s": 3.0,
+    "torch_threads": 1,
+    "retry_base_s": 0.2,
+    "retry_max_s": 2.0,
 }
 
 
@@ -50,9 +60,15 @@ class Workers:
         env = clean_env() | env_of(self.settings) | {"PYTHONPATH": CHILD_PYTHONPATH}
         for _ in range(count):
             log = (self.logs / f"worker-{len(self.procs)}.log").open("wb")
-            self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "tuner", "worker", "--storage", self.storage],
-                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
+            self.procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "tuner", "worker", "--storage", self.storage],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
 
     def by_pid(self, pid: int) -> subprocess.Popen[bytes]:
         return next(p for p in self.procs if p.pid == pid)
@@ -69,8 +85,10 @@ class Workers:
                 proc.wait()
 
     def output(self) -> str:
-        return "\n".join(f"--- {path.name}\n{path.read_text(errors='replace')[-3000:]}"
-                         for path in sorted(self.logs.glob("worker-*.log")))
+        return "\n".join(
+            f"--- {path.name}\n{path.read_text(errors='replace')[-3000:]}"
+            for path in sorted(self.logs.glob("worker-*.log"))
+        )
 
     def __iter__(self) -> Iterator[subprocess.Popen[bytes]]:
         return iter(self.procs)
@@ -91,17 +109,30 @@ def running_trial(storage: str, study: str) -> FrozenTrial | None:
         found = trials(storage, study)
     except KeyError:
         return None
-    return next((t for t in found if t.state == TrialState.RUNNING
-                 and t.user_attrs.get(OWNER_ATTR) and t.user_attrs.get("config")), None)
+    return next(
+        (
+            t
+            for t in found
+            if t.state == TrialState.RUNNING
+            and t.user_attrs.get(OWNER_ATTR)
+            and t.user_attrs.get("config")
+        ),
+        None,
+    )
 
 
 def wait_finished(store: JobStore, job_id: str, workers: Workers, timeout_s: float) -> JobRow:
     try:
-        return wait_for(lambda: (row := store.get(job_id)).status in FINISHED and row,
-                        timeout_s=timeout_s, what=f"job {job_id} to finish", every_s=0.5)
+        return wait_for(
+            lambda: (row := store.get(job_id)).status in FINISHED and row,
+            timeout_s=timeout_s,
+            what=f"job {job_id} to finish",
+            every_s=0.5,
+        )
     except AssertionError as exc:
-        raise AssertionError(f"{exc}; job: {store.get(job_id).__dict__}\n"
-                             f"{workers.output()}") from None
+        raise AssertionError(
+            f"{exc}; job: {store.get(job_id).__dict__}\n{workers.output()}"
+        ) from None
 
 
 def assert_exactly_counted(store: JobStore, job: JobRow, storage: str) -> list[FrozenTrial]:
@@ -119,7 +150,10 @@ def assert_exactly_counted(store: JobStore, job: JobRow, storage: str) -> list[F
     recorded = store.recorded_trials(job.id)
     assert recorded == set(numbers), (sorted(recorded), numbers)
     assert (job.n_complete, job.n_failed, job.n_pruned) == (
-        counts.complete, counts.failed, counts.pruned)
+        counts.complete,
+        counts.failed,
+        counts.pruned,
+    )
     assert sum(not is_rerun(t) for t in found) == job.n_trials
     return found
 
