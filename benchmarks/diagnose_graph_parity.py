@@ -70,8 +70,10 @@ def describe(label: str, eq: Equivalence) -> str:
     verdict = "inside" if eq.passed else "OUTSIDE"
     return (
         f"{label}: windowed deviation {eq.deviation:.3g} at steps {eq.decisive_steps[0]}-"
-        f"{eq.decisive_steps[1] - 1}, {eq.ratio:.3g} x the bound ({eq.multiple:g} x "
-        f"max(envelope {eq.envelope:.3g}, floor {eq.floor:.3g})): {verdict} the noise"
+        f"{eq.decisive_steps[1] - 1} = {eq.window_ratio:.3g} x its bound ({eq.multiple:g} x "
+        f"max(envelope {eq.envelope:.3g}, floor {eq.floor:.3g})); drift {eq.drift:.3g} = "
+        f"{eq.drift_ratio:.3g} x its bound ({eq.multiple:g} x max(envelope "
+        f"{eq.drift_envelope:.3g}, floor)): {verdict} the noise"
     )
 
 

@@ -67,8 +67,15 @@ def min_warmup(config: LoopConfig) -> int:
     return max(graph, min_warmup_for_compile(config))
 
 
-def check_run_args(config: LoopConfig, device: torch.device, *, steps: int, warmup: int,
-                   windows: int, precision: str | None = None) -> None:
+def check_run_args(
+    config: LoopConfig,
+    device: torch.device,
+    *,
+    steps: int,
+    warmup: int,
+    windows: int,
+    precision: str | None = None,
+) -> None:
     if steps < 1:
         raise ConfigError("steps", steps, "an integer >= 1")
     if warmup < 0:
@@ -82,13 +89,15 @@ def check_run_args(config: LoopConfig, device: torch.device, *, steps: int, warm
         raise UnsupportedOnDevice(reason)
     if config.cuda_graph and warmup < GRAPH_WARMUP_STEPS + 1:
         raise ConfigError(
-            "warmup", warmup,
+            "warmup",
+            warmup,
             f"an integer >= {GRAPH_WARMUP_STEPS + 1} with cuda_graph=True "
             f"({GRAPH_WARMUP_STEPS} eager warm-up steps and the capture stay untimed)",
         )
     if warmup < min_warmup(config):
         raise ConfigError(
-            "warmup", warmup,
+            "warmup",
+            warmup,
             f"an integer >= {min_warmup(config)} with compile={config.compile!r} and "
             f"optimizer={config.optimizer!r} (compilation stays out of the timed windows)",
         )
@@ -114,8 +123,7 @@ def run(
     parity gate runs a graph config's eager twin with True (`trainers.parity`).
     """
     dev = resolve_device(device)
-    check_run_args(config, dev, steps=steps, warmup=warmup, windows=windows,
-                   precision=precision)
+    check_run_args(config, dev, steps=steps, warmup=warmup, windows=windows, precision=precision)
     # Probes the autocast first: an unsupported precision fails before any step runs.
     numerics = make_plan(precision, dev)
     for param in workload.model.parameters():
@@ -138,7 +146,8 @@ def run(
     if capturable is None:
         capturable = config.cuda_graph
     optimizer = prepare_optimizer(
-        workload.make_optimizer(model.parameters(), capturable), config.optimizer,
+        workload.make_optimizer(model.parameters(), capturable),
+        config.optimizer,
         capturable=capturable,
     )
     # The compiled wrapper shares the model's parameters; workload.model itself stays eager.
@@ -150,8 +159,14 @@ def run(
     if config.cuda_graph:
         step_fn = GraphStep(step_model, optimizer, workload.loss_fn, plan, precision=numerics)
     else:
-        step_fn = EagerStep(step_model, optimizer, workload.loss_fn, plan, precision=numerics,
-                            cudagraph_trees=config.compile == "reduce-overhead")
+        step_fn = EagerStep(
+            step_model,
+            optimizer,
+            workload.loss_fn,
+            plan,
+            precision=numerics,
+            cudagraph_trees=config.compile == "reduce-overhead",
+        )
     harvester = make_harvester(config, plan, warmup + steps, dev)
     timer = WindowTimer(dev, plan)
 
@@ -176,8 +191,10 @@ def run(
                 train_step(step)
                 step += 1
             measured.append(timer.stop(size))
-            if on_window is not None and not on_window(index, measured[-1]) and (
-                index + 1 < windows
+            if (
+                on_window is not None
+                and not on_window(index, measured[-1])
+                and (index + 1 < windows)
             ):
                 stopped_early = True
                 break
@@ -186,12 +203,24 @@ def run(
 
     peak = None
     if dev.type == "cuda":
-        model_bytes = sum(t.numel() * t.element_size()
-                          for t in [*model.parameters(), *model.buffers()])
+        model_bytes = sum(
+            t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]
+        )
         peak = torch.cuda.max_memory_allocated(dev) - allocated_at_start + model_bytes
-    return _result(workload, config, dev, harvester, measured, warmup=warmup,
-                   steps=step - warmup, stopped_early=stopped_early, peak_memory_bytes=peak,
-                   precision=precision, matmul_precision=matmul, compiled=compiled)
+    return _result(
+        workload,
+        config,
+        dev,
+        harvester,
+        measured,
+        warmup=warmup,
+        steps=step - warmup,
+        stopped_early=stopped_early,
+        peak_memory_bytes=peak,
+        precision=precision,
+        matmul_precision=matmul,
+        compiled=compiled,
+    )
 
 
 def _release_blas_workspaces(dev: torch.device) -> None:

@@ -177,8 +177,14 @@ def train(
         workload, preset, seed=seed, model_args=parse_model_args(model_arg or ())
     )
     result = trainers.run(
-        built, config, steps=steps, warmup=warmup, windows=windows, device=dev, precision=precision
-    )  # type: ignore[arg-type]  # run() checks it
+        built,
+        config,
+        steps=steps,
+        warmup=warmup,
+        windows=windows,
+        device=dev,
+        precision=precision,  # type: ignore[arg-type]  # run() checks it
+    )
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:

@@ -25,9 +25,11 @@ from trainers import (
     loop,
     required_test,
 )
+from trainers.config import OptimizerChoice
 from trainers.faults import FAULTS, MissingWaitFeed, WrongOpEagerStep, planted
 from trainers.feed import DeviceFeed
 from trainers.parity import twin_of
+from trainers.workloads import WorkloadFactory
 
 STEPS = 10
 
@@ -75,7 +77,9 @@ def test_a_loop_only_config_is_judged_bit_for_bit(mlp_env: Envelope) -> None:
 
 
 @pytest.mark.parametrize("implementation", ["foreach", "fused"])
-def test_other_optimizer_implementations_pass_equivalence(implementation: str) -> None:
+def test_other_optimizer_implementations_pass_equivalence(
+    implementation: OptimizerChoice,
+) -> None:
     steps = 20  # fused Adam's first differing loss comes after step 10 here
     envs = {
         name: Envelope.measure(name, "tiny", steps=steps, device="cpu")
@@ -85,7 +89,7 @@ def test_other_optimizer_implementations_pass_equivalence(implementation: str) -
         gate(
             name,
             LoopConfig(optimizer=implementation),
-            steps,  # type: ignore[arg-type]
+            steps,
             preset="tiny",
             device="cpu",
             envelope=env,
@@ -111,7 +115,7 @@ def test_other_optimizer_implementations_pass_equivalence(implementation: str) -
         assert any(v.max_abs_deviation > 0 for v in verdicts)
 
 
-def adam_factory(*, foreach: bool) -> object:
+def adam_factory(*, foreach: bool) -> WorkloadFactory:
     """mlp tiny with Adam forced to the for-loop or the foreach implementation."""
 
     def build(preset: str, *, seed: int) -> Workload:
@@ -131,7 +135,7 @@ def test_a_factory_swapped_optimizer_is_judged_by_equivalence(mlp_env: Envelope)
         verdict = gate(
             adam_factory(foreach=foreach),
             REFERENCE,
-            STEPS,  # type: ignore[arg-type]
+            STEPS,
             preset="tiny",
             device="cpu",
             envelope=mlp_env,

@@ -11,8 +11,9 @@ from trainers.workloads import disable_dropout
 
 
 def test_eager_configs_match_the_reference_bit_for_bit_on_cpu() -> None:
-    config = LoopConfig(num_streams=4, sync_interval=6, sync_mode="query", prefetch_depth=2,
-                        num_workers=2)
+    config = LoopConfig(
+        num_streams=4, sync_interval=6, sync_mode="query", prefetch_depth=2, num_workers=2
+    )
     verdict = check_parity("transformer", config, 12, preset="tiny", device="cpu")
     assert verdict.passed, verdict
     assert verdict.max_abs_deviation == 0.0
@@ -21,8 +22,7 @@ def test_eager_configs_match_the_reference_bit_for_bit_on_cpu() -> None:
 
 
 def test_parity_catches_a_pipeline_that_changes_the_data() -> None:
-    verdict = check_parity(worker_dependent, LoopConfig(num_workers=2), 8, preset="x",
-                           device="cpu")
+    verdict = check_parity(worker_dependent, LoopConfig(num_workers=2), 8, preset="x", device="cpu")
     assert not verdict.passed
     assert verdict.first_diverging_step == 0
     assert verdict.max_abs_deviation > 0
@@ -43,12 +43,14 @@ def test_parity_runs_with_dropout_off() -> None:
 
 def test_reference_can_be_reused() -> None:
     reference = parity_losses("mlp", "tiny", LoopConfig(), steps=8, device="cpu")
-    verdict = check_parity("mlp", LoopConfig(sync_interval=3), 8, preset="tiny", device="cpu",
-                           reference=reference)
+    verdict = check_parity(
+        "mlp", LoopConfig(sync_interval=3), 8, preset="tiny", device="cpu", reference=reference
+    )
     assert verdict.passed
     shifted = [x + 1e-3 for x in reference]
-    assert not check_parity("mlp", LoopConfig(), 8, preset="tiny", device="cpu",
-                            reference=shifted).passed
+    assert not check_parity(
+        "mlp", LoopConfig(), 8, preset="tiny", device="cpu", reference=shifted
+    ).passed
 
 
 def test_compare_tolerance_rules() -> None:
