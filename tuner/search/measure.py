@@ -77,6 +77,9 @@ class Measured:
     sync_wait_ms: float
     seconds: float
     stopped_early: bool
+    compile: dict[str, Any] | None = None
+    """compile_s, recompiles, graph_breaks, unstable, cache hits and misses: a compiled run's
+    one-off cost and whether the timed windows were clean (None for an uncompiled config)."""
 
     @property
     def median(self) -> float:
@@ -91,7 +94,7 @@ class Measured:
             "n_syncs": self.n_syncs,
             "sync_wait_ms": self.sync_wait_ms,
             "seconds": self.seconds,
-        }
+        } | ({} if self.compile is None else {"compile": dict(self.compile)})
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)
@@ -218,4 +221,16 @@ def _measured(result: RunResult, seconds: float) -> Measured:
         sync_wait_ms=result.sync_wait_ms,
         seconds=seconds,
         stopped_early=result.stopped_early,
+        compile=None
+        if result.config.get("compile", "none") == "none"
+        and result.config.get("optimizer") != "compiled"
+        else {
+            "compile_s": result.compile_s,
+            "recompiles": result.recompiles,
+            "graph_breaks": result.graph_breaks,
+            "unstable": result.compile_unstable,
+            "notes": list(result.compile_notes)[:10],
+            "cache_hits": result.compile_cache_hits,
+            "cache_misses": result.compile_cache_misses,
+        },
     )

@@ -26,11 +26,13 @@ trial stops at its next window (told PRUNED with the windows it measured and the
 from __future__ import annotations
 
 import datetime as dt
+import os
 import socket
 import statistics
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -134,6 +136,7 @@ def open_search(
     fingerprint = trainers.fingerprint(measurer.device)
     hardware = trainers.fingerprint_key(fingerprint)
     space = load_space(options.space, fix=options.fix, cuda=measurer.device.type == "cuda")
+    compile_cache = share_compile_cache(options)
     storage = storage or studies.open_storage(studies.storage_url(options.storage))
     # The study's name carries the effective model options and a non-default precision: two
     # shapes or precisions never share a study.
@@ -155,6 +158,7 @@ def open_search(
         "hardware": hardware,
         "fingerprint": fingerprint,
         "matmul_precision": options.matmul_precision,
+        "compile_cache": compile_cache,
         "created": _now(),
     }
     maximize, minimize = optuna.study.StudyDirection.MAXIMIZE, optuna.study.StudyDirection.MINIMIZE
@@ -174,6 +178,27 @@ def open_search(
     )
     progress.start(name, options.trials, resumed)
     return Search(study, measurer, space, options, progress, should_stop, owner=owner, retry=retry)
+
+
+COMPILE_CACHE_ENV = "TUNER_COMPILE_CACHE"
+
+
+def share_compile_cache(options: RunOptions) -> str | None:
+    """Point Inductor's on-disk caches at one folder for every trial, child process and worker of
+    the study: $TUNER_COMPILE_CACHE, else `inductor-cache/` in the study's artifact folder (beside
+    an SQLite file), else Inductor's own default. A cache the user set (TORCHINDUCTOR_CACHE_DIR)
+    is left alone. Set for the whole process, so the children it spawns inherit it."""
+    chosen = os.environ.get(COMPILE_CACHE_ENV)
+    if not chosen:
+        artifacts = profiles.trace_dir(studies.storage_url(options.storage), options.artifacts)
+        chosen = None if artifacts is None else str(artifacts / "inductor-cache")
+    if os.environ.get(trainers.compilation.CACHE_DIR_VARIABLE):
+        return os.environ[trainers.compilation.CACHE_DIR_VARIABLE]
+    if chosen is None:
+        return None
+    Path(chosen).mkdir(parents=True, exist_ok=True)
+    os.environ[trainers.compilation.CACHE_DIR_VARIABLE] = str(Path(chosen).resolve())
+    return os.environ[trainers.compilation.CACHE_DIR_VARIABLE]
 
 
 class Search:

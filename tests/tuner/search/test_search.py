@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,7 @@ from tuner.evidence import export, reader
 from tuner.search.decide import CPU_NOTE
 from tuner.search.measure import Protocol
 from tuner.search.options import BASELINES, RunOptions
+from tuner.search.search import share_compile_cache
 from tuner.search.space import config_key
 
 # -- a full run ------------------------------------------------------------------------------
@@ -433,3 +435,53 @@ def test_a_precision_and_a_matmul_precision_together_are_refused() -> None:
 def test_model_args_are_refused_for_a_built_in(tmp_path: Path) -> None:
     with pytest.raises(trainers.WorkloadError, match="takes no model args"):
         run_json(options(sqlite_url(tmp_path), "m", trials=1, model_args={"batch": "4"}))
+
+
+# -- compilation: one Inductor cache per study, its cost recorded per trial ----------------------
+
+
+def test_the_compile_cache_is_shared_through_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("TUNER_COMPILE_CACHE", str(tmp_path / "shared"))
+    chosen = share_compile_cache(options(sqlite_url(tmp_path), "c"))
+    assert chosen == str((tmp_path / "shared").resolve()) == os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    monkeypatch.delenv("TUNER_COMPILE_CACHE")
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    beside = share_compile_cache(options(sqlite_url(tmp_path), "c"))
+    assert beside == str((tmp_path / "t-artifacts" / "inductor-cache").resolve())
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "users"))
+    assert share_compile_cache(options(sqlite_url(tmp_path), "c")) == str(tmp_path / "users")
+
+
+@pytest.mark.slow
+def test_a_compiled_trial_records_its_compile_cost_and_fills_the_studys_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.delenv("TUNER_COMPILE_CACHE", raising=False)
+    storage = sqlite_url(tmp_path)
+    rec = run_json(
+        options(
+            storage,
+            "compiled",
+            trials=1,
+            space="compile",
+            fix=("num_workers=0", "compile=default", "optimizer=foreach"),
+        )
+    )
+    study = load(storage, "compiled")
+    trial = study.trials[0]
+    assert trial.user_attrs["config"]["compile"] == "default"
+    cost = trial.user_attrs["compile"]
+    assert cost["compile_s"] > 0 and cost["graph_breaks"] == 0 and not cost["unstable"]
+    cache = Path(study.user_attrs["streamtune"]["compile_cache"])
+    assert cache.is_dir() and any(cache.rglob("*"))
+    # Compiled kernels change rounding: the gate judged it by equivalence to the reference (its
+    # loop settings, if any, against an eager twin bit for bit).
+    config = trainers.LoopConfig.from_dict(trial.user_attrs["config"])
+    assert trial.user_attrs["parity"]["test"] == trainers.required_test(config)
+    assert "equivalence" in trial.user_attrs["parity"]["test"]
+    assert trial.user_attrs["parity"]["passed"]
+    assert rec["n_trials"]["complete"] == 1
