@@ -296,7 +296,12 @@ class SearchSpace:
 
 _SYNC_MODE_RANK = {"synchronize": 0, "event": 1, "query": 2}
 
+_COMPILE_RANK = {"none": 0, "default": 1, "max-autotune-no-cudagraphs": 2, "reduce-overhead": 3}
+_OPTIMIZER_RANK = {"as-built": 0, "foreach": 1, "fused": 2, "compiled": 3}
+
 SIMPLICITY_ORDER = (
+    "no compile (none < default < max-autotune-no-cudagraphs < reduce-overhead), then the "
+    "optimizer as built (< foreach < fused < compiled), then "
     "fewer streams, then no CUDA graph, smaller prefetch_depth, fewer num_workers, "
     "sync_mode synchronize < event < query, pin_memory off, non_blocking off, "
     "smaller sync_interval"
@@ -308,9 +313,12 @@ def simplicity_key(config: LoopConfig) -> tuple[int, ...]:
     """Sort key, smaller = simpler, in the order of `SIMPLICITY_ORDER`.
 
     `LoopConfig()` (the PyTorch default) has the smallest key of every config: each component
-    is at its minimum there.
+    is at its minimum there. Compilation comes first: it costs a compile in every run that
+    adopts it, and a tie should not ask a user to pay that for nothing.
     """
     return (
+        _COMPILE_RANK[config.compile],
+        _OPTIMIZER_RANK[config.optimizer],
         config.num_streams,
         int(config.cuda_graph),
         config.prefetch_depth,

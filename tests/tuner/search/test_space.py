@@ -476,6 +476,11 @@ def test_simplicity_key_follows_the_documented_order() -> None:
     assert simpler(base.replace(sync_interval=100), base.replace(non_blocking=True))
     assert simpler(base.replace(sync_interval=1), base)
     assert "synchronize < event < query" in SIMPLICITY_ORDER
+    # Compilation first: a tie never asks for a compile, or a rebuilt optimizer, for nothing.
+    assert simpler(base.replace(num_streams=4, cuda_graph=True), base.replace(compile="default"))
+    assert simpler(base.replace(optimizer="fused"), base.replace(compile="default"))
+    assert simpler(base.replace(num_streams=4), base.replace(optimizer="foreach"))
+    assert simpler(base.replace(optimizer="foreach"), base.replace(optimizer="fused"))
 
 
 def test_config_key_is_stable_and_distinguishes_configs() -> None:
