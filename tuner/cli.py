@@ -59,6 +59,7 @@ FLAGS = {
     "artifacts": "--artifacts",
     "model_arg": "--model-arg",
     "precision": "--precision",
+    "train_steps": "--train-steps",
     "compile": "--compile",
     "optimizer": "--optimizer",
 }
@@ -264,6 +265,13 @@ def run_(
     matmul_precision: MatmulPrecision = "highest",
     model_arg: ModelArgs = None,
     precision: Precision = None,
+    train_steps: Annotated[
+        int | None,
+        typer.Option(
+            help="Your planned run length: recommend the least total time, setup "
+            "(compilation) included, over that many steps."
+        ),
+    ] = None,
     profile: Annotated[
         str,
         typer.Option(
@@ -308,6 +316,7 @@ def run_(
         profile=profile,
         profile_steps=profile_steps,
         model_args=parse_model_args(model_arg or ()),
+        train_steps=train_steps,
         precision=precision,  # type: ignore[arg-type]  # RunOptions checks it
         artifacts=artifacts,
         protocol=Protocol(warmup=warmup, windows=windows, window_steps=window_steps, seed=seed),

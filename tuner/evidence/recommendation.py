@@ -108,6 +108,12 @@ class Recommendation:
     ties: tuple[Entry, ...] = ()
     was_tie: bool | None = None
     floor: Floor | None = None
+    setup_s: float | None = None
+    """One-off seconds the recommended config pays before its first step (compilation)."""
+    break_even_steps: dict[str, int | None] = dataclasses.field(default_factory=dict)
+    """Per baseline: training steps after which that setup has paid for itself (None: never)."""
+    train_steps: int | None = None
+    """The planned run length the recommendation was ranked for (`--train-steps`), if given."""
     parity: dict[str, Any] | None = None
     """The correctness gate's verdict for the recommended config: which test applied (exact,
     equivalence), the envelope, the deviation and the reason (`trainers.ParityVerdict`)."""
@@ -177,6 +183,9 @@ class Recommendation:
                 "was_tie": self.was_tie,
                 "floor": None if self.floor is None else dataclasses.asdict(self.floor),
                 "parity": None if self.parity is None else dict(self.parity),
+                "setup_s": self.setup_s,
+                "break_even_steps": dict(self.break_even_steps),
+                "train_steps": self.train_steps,
             }
         if self.verdicts is not None:
             data["verdicts"] = {k: dict(v) for k, v in self.verdicts.items()}
@@ -222,6 +231,9 @@ class Recommendation:
             if not floor
             else Floor(step_ms=float(floor["step_ms"]), ratio=float(floor["ratio"])),
             parity=None if data.get("parity") is None else dict(data["parity"]),
+            setup_s=data.get("setup_s"),
+            break_even_steps=dict(data.get("break_even_steps") or {}),
+            train_steps=data.get("train_steps"),
             verdicts=None
             if data.get("verdicts") is None
             else {k: dict(v) for k, v in data["verdicts"].items()},

@@ -60,6 +60,9 @@ class RunOptions:
     profile_steps: int = 10
     artifacts: str | None = None
     """Where traces go (default: beside an SQLite file; other storages store figures only)."""
+    train_steps: int | None = None
+    """The user's planned run length: the recommendation is then the config of the least total
+    time (setup + N x step) among those that pass the gate; None: the fastest per step."""
     model_args: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """`--model-arg key=value` options of a library model (`torchvision:`, `timm:`, `hf:`)."""
     precision: trainers.Precision | None = None
@@ -96,6 +99,8 @@ class RunOptions:
             raise bad("sampler", ", ".join(SAMPLERS))
         if self.matmul_precision not in PRECISIONS:
             raise bad("matmul_precision", ", ".join(PRECISIONS))
+        if self.train_steps is not None and self.train_steps < 1:
+            raise bad("train_steps", "an integer >= 1")
         if self.precision is not None:
             if self.precision not in trainers.PRECISIONS:
                 raise bad("precision", ", ".join(trainers.PRECISIONS))

@@ -485,3 +485,21 @@ def test_a_compiled_trial_records_its_compile_cost_and_fills_the_studys_cache(
     assert "equivalence" in trial.user_attrs["parity"]["test"]
     assert trial.user_attrs["parity"]["passed"]
     assert rec["n_trials"]["complete"] == 1
+
+
+def test_break_even_counts_the_steps_a_setup_cost_needs_to_pay_for_itself() -> None:
+    from tuner.search.decide import _break_even
+
+    assert _break_even(0.0, 0.01, 0.02) == 0  # no extra setup: even from the first step
+    assert _break_even(30.0, 0.010, 0.020) == 3000  # 30 s saved back at 10 ms a step
+    assert _break_even(30.0, 0.020, 0.020) is None  # never, when not faster
+    assert _break_even(1.0, 0.003, 0.010) == 143
+
+
+def test_the_recommendation_reports_setup_and_break_even(tmp_path: Path) -> None:
+    rec = run_json(options(sqlite_url(tmp_path), "setup", trials=2, train_steps=1000))
+    assert rec["train_steps"] == 1000 and rec["setup_s"] == 0.0
+    # Nothing compiled: nothing to pay back against either baseline.
+    assert rec["break_even_steps"] == {"pytorch-default": 0, "seed-baseline": 0}
+    with pytest.raises(trainers.ConfigError, match="train_steps"):
+        options(sqlite_url(tmp_path), "x", train_steps=0)
