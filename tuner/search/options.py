@@ -16,6 +16,7 @@ from tuner.search.measure import (
     PRECISIONS,
     Protocol,
 )
+from tuner.store.storage import precision_of
 
 _T = TypeVar("_T")
 
@@ -120,11 +121,7 @@ class RunOptions:
     def study_precision(self) -> str:
         """The precision the study is measured in, as stored and shown (`precision`, or what
         `matmul_precision` amounts to)."""
-        if self.precision is not None:
-            return self.precision
-        return {"highest": "fp32", "high": "tf32"}.get(
-            self.matmul_precision, f"fp32 (matmul {self.matmul_precision})"
-        )
+        return self.precision or precision_of(self.matmul_precision)
 
     @property
     def multi_objective(self) -> bool:

@@ -125,13 +125,20 @@ def open_study(
     return study, True
 
 
+def precision_of(matmul_precision: str) -> str:
+    """The precision a study without `--precision` is measured in: what its float32 matmul
+    setting amounts to (`highest`: fp32, `high`: TF32)."""
+    return {"highest": "fp32", "high": "tf32"}.get(
+        matmul_precision, f"fp32 (matmul {matmul_precision})"
+    )
+
+
 def _with_later_fields(stored: dict[str, Any]) -> dict[str, Any]:
     """A study stored before `shape` and `precision` were recorded: what they were then (no
     model options; the precision its matmul setting amounted to)."""
-    matmul = stored.get("matmul_precision", "highest")
     return {
         "shape": f"{stored.get('workload')}-{stored.get('preset')}",
-        "precision": {"highest": "fp32", "high": "tf32"}.get(matmul, f"fp32 (matmul {matmul})"),
+        "precision": precision_of(stored.get("matmul_precision", "highest")),
     } | stored
 
 

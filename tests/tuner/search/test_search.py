@@ -503,3 +503,18 @@ def test_the_recommendation_reports_setup_and_break_even(tmp_path: Path) -> None
     assert rec["break_even_steps"] == {"pytorch-default": 0, "seed-baseline": 0}
     with pytest.raises(trainers.ConfigError, match="train_steps"):
         options(sqlite_url(tmp_path), "x", train_steps=0)
+
+
+def test_a_study_stored_before_shapes_and_precisions_resumes_as_it_was(tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    run_json(options(storage, "old", trials=1))
+    study = load(storage, "old")
+    meta = {
+        k: v
+        for k, v in study.user_attrs["streamtune"].items()
+        if k not in ("shape", "precision", "model_args")
+    }
+    study.set_user_attr("streamtune", meta)  # as an earlier version stored it
+    assert run_json(options(storage, "old", trials=1))["n_trials"]["complete"] >= 1
+    with pytest.raises(TunerError, match="precision='fp32', this run has 'bf16-autocast'"):
+        run_json(options(storage, "old", trials=1, precision="bf16-autocast"))
