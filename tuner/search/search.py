@@ -66,6 +66,7 @@ from tuner.search.options import (
 )
 from tuner.search.space import SearchSpace, config_key
 from tuner.search.spaces import load_space
+from tuner.search.stages import first_stage
 from tuner.search.stats import bootstrap_ci, drift
 from tuner.store import keys
 from tuner.store import storage as studies
@@ -176,6 +177,13 @@ def open_search(
         sampler=make_sampler(options.sampler, options.seed, options.trials),
         pruner=pruner,
     )
+    if not resumed:
+        # A new study starts with the lever corners (tuner/search/stages.py); a resumed one
+        # already holds them, and skip_if_exists keeps a second creator from adding them twice.
+        for params in first_stage(
+            space, device_type=measurer.device.type, precision=options.precision
+        ):
+            study.enqueue_trial(params, skip_if_exists=True)
     progress.start(name, options.trials, resumed)
     return Search(study, measurer, space, options, progress, should_stop, owner=owner, retry=retry)
 

@@ -1,0 +1,526 @@
+"""The recommendation against what a user would write instead, measured interleaved in one process.
+
+    python benchmarks/peers.py --presets transformer:small,transformer:medium \
+        --precisions tf32,bf16-autocast --trials 12 --search-timeout 180 --out docs/benchmarks
+
+Per preset and precision, on one GPU:
+1. a tuning job over the compiler levers (`--space compile`, `--trials`, `--search-timeout`):
+   its wall time, GPU-seconds and recommended config;
+2. the peers, each a plain training loop written the way a user writes it (`user_loop`): the
+   workload's model, loss, optimizer and dataset, a pinned 2-worker DataLoader, `loss.item()`
+   every 10 steps, autocast where the precision asks for it:
+   - `pytorch-idiom`: that loop as it is;
+   - `fused-optimizer`: the optimizer rebuilt with `fused=True`;
+   - `compile-default`: plus `torch.compile(model)`;
+   - `compile-reduce-overhead`: plus `torch.compile(model, mode="reduce-overhead")` with
+     `torch.compiler.cudagraph_mark_step_begin()` before each step, as the PyTorch docs say;
+3. the recommendation and the seed design's baseline, run by the harness (`trainers.run`) with
+   the tuner's protocol;
+4. all of them `--rounds` times, interleaved, every run from the same initial weights. Each peer
+   reports its setup (`setup_s`: its warm-up's wall time beyond that many steady steps, compile
+   included), each run's windows (ms/step, device-synchronised at both ends) and their median
+   and bootstrap CI; `ratio_vs_best_peer` is the recommendation's throughput over the fastest
+   peer's, with a bootstrap CI; `floor` is the fastest setting measured.
+
+A compiled peer starts from `torch._dynamo.reset()`, as a new training process would: Inductor's
+on-disk caches stay warm (the tuning job filled them), the in-memory ones do not.
+
+Writes `peers-<gpu>-<date>[-<tag>].json` after each preset and a Markdown twin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+import trainers
+from trainers import LoopConfig, Workload
+from trainers.optim import prepare_optimizer
+from trainers.precision import matmul_precision_for
+from tuner.search.measure import Failure, Measurer, Protocol
+from tuner.search.options import BASELINES, RunOptions
+from tuner.search.search import run_study
+from tuner.search.stats import bootstrap_ci, ratio_ci
+
+PEERS: dict[str, dict[str, Any]] = {
+    "pytorch-idiom": {"fused": False, "compile": None},
+    "fused-optimizer": {"fused": True, "compile": None},
+    "compile-default": {"fused": False, "compile": "default"},
+    "compile-reduce-overhead": {"fused": False, "compile": "reduce-overhead"},
+}
+HARNESS = ("recommended", "seed-baseline")
+READ_EVERY = 10
+AIMS_TF32 = {"transformer:small": 6.0, "transformer:medium": 2.5, "transformer:large": 1.2}
+RATIO_AIM = 0.98
+
+
+@dataclasses.dataclass
+class Run:
+    windows_ms: list[float]
+    setup_s: float
+    losses: list[float]
+
+
+# --------------------------------------------------------------------------------------------
+# the peers: a user's own loop
+# --------------------------------------------------------------------------------------------
+
+
+def _batches(loader: torch.utils.data.DataLoader[Any]) -> Iterator[Any]:
+    while True:
+        yield from loader
+
+
+def user_loop(
+    workload: Workload,
+    *,
+    device: torch.device,
+    precision: str | None,
+    fused: bool,
+    compile_mode: str | None,
+    warmup: int,
+    windows: int,
+    window_steps: int,
+) -> Run:
+    """The loop a user writes, timed: `warmup` steps, then `windows` windows of `window_steps`."""
+    cuda = device.type == "cuda"
+    started = time.perf_counter()
+    if compile_mode is not None:
+        torch._dynamo.reset()  # a fresh training process: disk caches warm, memory ones empty
+    model = workload.model.to(device)
+    model.train()
+    optimizer = workload.make_optimizer(model.parameters(), False)
+    if fused:
+        optimizer = prepare_optimizer(optimizer, "fused", capturable=False)
+    forward = model if compile_mode is None else torch.compile(model, mode=compile_mode)
+    loader = torch.utils.data.DataLoader(
+        workload.dataset,
+        batch_size=workload.batch_size,
+        shuffle=False,
+        num_workers=2,
+        pin_memory=cuda,
+        collate_fn=workload.collate_fn,
+        persistent_workers=True,
+    )
+    dtype = {"bf16-autocast": torch.bfloat16, "fp16-autocast": torch.float16}.get(precision or "")
+    scaler = torch.amp.GradScaler(device.type) if precision == "fp16-autocast" else None
+    batches = _batches(loader)
+    losses: list[float] = []
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    def step(index: int) -> None:
+        batch = tuple(t.to(device, non_blocking=True) for t in next(batches))
+        if compile_mode == "reduce-overhead":
+            # Inductor's graphs reuse their output buffers: mark where a new iteration begins.
+            torch.compiler.cudagraph_mark_step_begin()
+        autocast = (
+            torch.autocast(device.type, dtype) if dtype is not None else contextlib.nullcontext()
+        )
+        with autocast:
+            loss = workload.loss_fn(forward, batch)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if (index + 1) % READ_EVERY == 0:
+            losses.append(loss.item())  # the user's sync: read the loss every 10 steps
+
+    try:
+        for index in range(warmup):
+            step(index)
+        sync()
+        warm_s = time.perf_counter() - started
+        windows_ms = []
+        index = warmup
+        for _ in range(windows):
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(window_steps):
+                step(index)
+                index += 1
+            sync()
+            windows_ms.append((time.perf_counter() - t0) * 1e3 / window_steps)
+    finally:
+        del loader  # stops its workers
+    steady_s = statistics.median(windows_ms) / 1e3
+    return Run(windows_ms=windows_ms, setup_s=max(0.0, warm_s - warmup * steady_s), losses=losses)
+
+
+# --------------------------------------------------------------------------------------------
+# one preset
+# --------------------------------------------------------------------------------------------
+
+
+def tune(
+    workload: str,
+    preset: str,
+    *,
+    precision: str | None,
+    storage: str,
+    device: str,
+    trials: int,
+    timeout_s: float | None,
+    model_args: Mapping[str, str],
+) -> dict[str, Any]:
+    started = time.perf_counter()
+    rec = run_study(
+        RunOptions(
+            workload=workload,
+            preset=preset,
+            storage=storage,
+            study=f"peers-{workload}-{preset}-{precision}".replace(":", "-"),
+            space="compile",
+            trials=trials,
+            timeout_s=timeout_s,
+            device=device,
+            precision=precision,  # type: ignore[arg-type]
+            model_args=dict(model_args),
+            profile="none",
+        )
+    ).to_dict()
+    return {
+        "config": rec.get("config"),
+        "source": rec.get("source"),
+        "reason": rec.get("reason"),
+        "parity": rec.get("parity"),
+        "setup_s": rec.get("setup_s"),
+        "n_trials": rec.get("n_trials"),
+        "wall_s": time.perf_counter() - started,
+        "gpu_s": rec.get("gpu_seconds"),
+        "search_timeout_s": timeout_s,
+        "trials": trials,
+    }
+
+
+def _summary(runs: Sequence[Run]) -> dict[str, Any]:
+    windows = [w for run in runs for w in run.windows_ms]
+    return {
+        "median_ms": statistics.median(windows),
+        "ci95": list(bootstrap_ci(windows)),
+        "setup_s": runs[0].setup_s,
+        "setup_s_rounds": [r.setup_s for r in runs],
+        "windows_ms": windows,
+        "last_loss": runs[-1].losses[-1] if runs[-1].losses else None,
+    }
+
+
+def compare(
+    measurer: Measurer,
+    recommended: LoopConfig | None,
+    *,
+    precision: str | None,
+    rounds: int,
+    log: Callable[[str], None],
+    peers: Sequence[str] = tuple(PEERS),
+) -> dict[str, Any]:
+    """Peers and harness settings `rounds` times, interleaved, from the same initial weights."""
+    workload = measurer.workload
+    initial = {k: v.detach().clone() for k, v in workload.model.state_dict().items()}
+    protocol = measurer.protocol
+    cuda = measurer.device.type == "cuda"
+    harness = {"seed-baseline": BASELINES["seed-baseline"]}
+    if recommended is not None:
+        harness = {"recommended": recommended} | harness
+    runs: dict[str, list[Run]] = {name: [] for name in [*peers, *harness]}
+    errors: dict[str, str] = {}
+    compile_info: dict[str, Any] = {}
+    for r in range(rounds):
+        for name in peers:
+            spec = PEERS[name]
+            if spec["compile"] == "reduce-overhead" and not cuda:
+                errors[name] = "reduce-overhead needs CUDA"
+                continue
+            workload.model.load_state_dict(initial)
+            for p in workload.model.parameters():
+                p.grad = None
+            try:
+                with matmul_precision_for(precision):  # type: ignore[arg-type]
+                    run = user_loop(
+                        workload,
+                        device=measurer.device,
+                        precision=precision,
+                        fused=spec["fused"],
+                        compile_mode=spec["compile"],
+                        warmup=max(protocol.warmup, 3),
+                        windows=protocol.windows,
+                        window_steps=protocol.window_steps,
+                    )
+            except Exception as exc:  # noqa: BLE001 - a peer that fails is reported, not fatal
+                errors[name] = f"{type(exc).__name__}: {exc}"[:2000]
+                log(f"round {r + 1} {name}: {errors[name]}")
+                continue
+            finally:
+                if cuda:
+                    torch.cuda.empty_cache()
+            runs[name].append(run)
+            log(
+                f"round {r + 1} {name} {statistics.median(run.windows_ms):.3f} ms "
+                f"(setup {run.setup_s:.1f} s)"
+            )
+        for name, config in harness.items():
+            outcome = measurer.measure(config)
+            if isinstance(outcome, Failure):
+                errors[name] = outcome.reason
+                log(f"round {r + 1} {name}: {outcome.reason}")
+                continue
+            per_batch = workload.samples_per_batch
+            windows = [per_batch * 1e3 / t for t in outcome.throughputs]
+            setup = 0.0 if outcome.compile is None else float(outcome.compile.get("compile_s", 0))
+            if outcome.compile is not None:
+                compile_info[name] = dict(outcome.compile)
+            runs[name].append(Run(windows_ms=windows, setup_s=setup, losses=[]))
+            log(f"round {r + 1} {name} {outcome.step_ms:.3f} ms")
+    out: dict[str, Any] = {"peers": {}, "harness": {}}
+    for name, done in runs.items():
+        group = "peers" if name in PEERS else "harness"
+        if not done:
+            out[group][name] = {"error": errors.get(name, "not measured")}
+            continue
+        out[group][name] = _summary(done) | (
+            {"error_in_a_round": errors[name]} if name in errors else {}
+        )
+        if name in harness:
+            out[group][name]["config"] = harness[name].to_dict()
+            if name in compile_info:
+                out[group][name]["compile"] = compile_info[name]
+    measured = {
+        name: entry
+        for group in ("peers", "harness")
+        for name, entry in out[group].items()
+        if "median_ms" in entry
+    }
+    if measured:
+        fastest = min(measured, key=lambda n: measured[n]["median_ms"])
+        out["floor"] = {"setting": fastest, "median_ms": measured[fastest]["median_ms"]}
+    peer_ok = {n: e for n, e in out["peers"].items() if "median_ms" in e}
+    rec = out["harness"].get("recommended", {})
+    if peer_ok and "median_ms" in rec:
+        best = min(peer_ok, key=lambda n: peer_ok[n]["median_ms"])
+        ratio, low, high = ratio_ci(peer_ok[best]["windows_ms"], rec["windows_ms"])
+        out["ratio_vs_best_peer"] = {"best_peer": best, "ratio": ratio, "ci95": [low, high]}
+    seed = out["harness"].get("seed-baseline", {})
+    if "median_ms" in seed and "median_ms" in rec:
+        ratio, low, high = ratio_ci(seed["windows_ms"], rec["windows_ms"])
+        out["speedup_vs_seed_baseline"] = {"ratio": ratio, "ci95": [low, high]}
+    return out
+
+
+def run_preset(
+    spec: str,
+    precision: str | None,
+    args: argparse.Namespace,
+    storage: str,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    workload, preset = spec.rsplit(":", 1)
+    model_args = dict(kv.split("=", 1) for kv in args.model_arg)
+    started = time.perf_counter()
+    log(f"== {spec} {precision}: tuning")
+    tuning = tune(
+        workload,
+        preset,
+        precision=precision,
+        storage=storage,
+        device=args.device,
+        trials=args.trials,
+        timeout_s=args.search_timeout,
+        model_args=model_args,
+    )
+    log(f"recommended {tuning['config']} in {tuning['wall_s']:.0f} s")
+    measurer = Measurer(
+        workload,
+        preset,
+        device=args.device,
+        protocol=Protocol(),
+        model_args=model_args,
+        precision=precision,  # type: ignore[arg-type]
+    )
+    recommended = None if tuning["config"] is None else LoopConfig.from_dict(tuning["config"])
+    compared = compare(measurer, recommended, precision=precision, rounds=args.rounds, log=log)
+    entry: dict[str, Any] = {
+        "workload": workload,
+        "preset": preset,
+        "model_args": model_args,
+        "precision": precision,
+        "tuning": tuning,
+        "rounds": args.rounds,
+        "protocol": measurer.protocol.to_dict(),
+        **compared,
+    }
+    rec = compared["harness"].get("recommended", {})
+    entry["recommended"] = {
+        "config": tuning["config"],
+        "median_ms": rec.get("median_ms"),
+        "ci95": rec.get("ci95"),
+        "compile_s": (rec.get("compile") or {}).get("compile_s"),
+        "setup_s": tuning.get("setup_s"),
+    }
+    entry["aims"] = aims(spec, precision, entry)
+    entry["wall_s"] = time.perf_counter() - started
+    return entry
+
+
+def aims(spec: str, precision: str | None, entry: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    ratio = entry.get("ratio_vs_best_peer")
+    if ratio is not None:
+        out["ratio_lower_bound_at_least_0.98"] = ratio["ci95"][0] >= RATIO_AIM
+    speed = entry.get("speedup_vs_seed_baseline")
+    if precision == "tf32" and spec in AIMS_TF32 and speed is not None:
+        out[f"speedup_vs_seed_baseline_at_least_{AIMS_TF32[spec]}"] = (
+            speed["ratio"] >= AIMS_TF32[spec]
+        )
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# output
+# --------------------------------------------------------------------------------------------
+
+
+def _cell(entry: Mapping[str, Any] | None) -> str:
+    if not entry or "median_ms" not in entry:
+        return "-" if not entry else "failed"
+    low, high = entry["ci95"]
+    return f"{entry['median_ms']:.2f} ({low:.2f}-{high:.2f})"
+
+
+def short(config: Mapping[str, Any] | None) -> str:
+    if not config:
+        return "-"
+    default = LoopConfig().to_dict()
+    return ", ".join(f"{k}={v}" for k, v in config.items() if default.get(k) != v) or "defaults"
+
+
+def to_markdown(data: Mapping[str, Any]) -> str:
+    meta = data["meta"]
+    lines = [
+        f"# The recommendation against a user's own loop on {meta['gpu']}",
+        "",
+        f"Driver {meta['driver']}, CUDA {meta['cuda']}, torch {meta['torch']}, commit "
+        f"`{meta['commit']}`, {meta['date']}. Generated from `{meta['file']}`; "
+        f"command: `{meta['command']}`.",
+        "",
+        "Median ms/step (95 % CI) over every window of every round, interleaved in one process. "
+        "Peers are plain loops (pinned 2-worker DataLoader, `loss.item()` every 10 steps); "
+        "ratio = recommendation's throughput over the fastest peer's.",
+        "",
+        "| preset | precision | PyTorch idiom | fused optimizer | compile | compile "
+        "reduce-overhead | seed-baseline | recommended | ratio vs best peer (95 % CI) "
+        "| vs seed-baseline | tuning wall s / GPU-s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for item in data["presets"]:
+        peers = item["peers"]
+        ratio = item.get("ratio_vs_best_peer")
+        ratio_text = (
+            "-"
+            if ratio is None
+            else f"{ratio['ratio']:.2f} ({ratio['ci95'][0]:.2f}-{ratio['ci95'][1]:.2f})"
+        )
+        speed = item.get("speedup_vs_seed_baseline")
+        speed_text = "-" if speed is None else f"{speed['ratio']:.2f}x"
+        tuning = item["tuning"]
+        gpu_s = tuning.get("gpu_s")
+        lines.append(
+            f"| {item['workload']}:{item['preset']} | {item['precision']} "
+            f"| {_cell(peers.get('pytorch-idiom'))} | {_cell(peers.get('fused-optimizer'))} "
+            f"| {_cell(peers.get('compile-default'))} "
+            f"| {_cell(peers.get('compile-reduce-overhead'))} "
+            f"| {_cell(item['harness'].get('seed-baseline'))} "
+            f"| {_cell(item['harness'].get('recommended'))} | {ratio_text} | {speed_text} "
+            f"| {tuning['wall_s']:.0f} / {'-' if gpu_s is None else f'{gpu_s:.0f}'} |"
+        )
+    lines += ["", "Setup (s, first round; compile included) and the recommended configs:", ""]
+    for item in data["presets"]:
+        setups = ", ".join(
+            f"{name} {entry['setup_s']:.1f}"
+            for name, entry in item["peers"].items()
+            if "setup_s" in entry
+        )
+        rec = item["recommended"]
+        lines.append(
+            f"- {item['workload']}:{item['preset']} {item['precision']}: {setups}; "
+            f"recommended `{short(rec['config'])}` (compile {rec.get('compile_s') or 0:.1f} s); "
+            f"aims {item['aims']}"
+        )
+        for name, entry in {**item["peers"], **item["harness"]}.items():
+            if "error" in entry:
+                lines.append(f"  - {name} failed: {entry['error'][:300]}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", default="transformer:small")
+    parser.add_argument("--precisions", default="tf32")
+    parser.add_argument("--model-arg", action="append", default=[])
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--trials", type=int, default=12)
+    parser.add_argument("--search-timeout", type=float, default=None)
+    parser.add_argument("--tag", default="")
+    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
+    parser.add_argument("--from-json", type=Path, default=None, help="regenerate the Markdown")
+    parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
+    args = parser.parse_args(argv)
+    if args.from_json is not None:
+        data = json.loads(args.from_json.read_text(encoding="utf-8"))
+        args.from_json.with_suffix(".md").write_text(to_markdown(data), encoding="utf-8")
+        return
+    device = trainers.resolve_device(args.device)
+    fp = trainers.fingerprint(device)
+    date = dt.date.today().isoformat()
+    gpu = (fp["gpu"] or "cpu").lower().replace("nvidia ", "").split()[0]
+    stem = f"peers-{gpu}-{date}" + (f"-{args.tag}" if args.tag else "")
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{stem}.json"
+    storage = f"sqlite:///{Path(tempfile.mkdtemp(prefix='streamtune-peers-')) / 'peers.db'}"
+    meta = {
+        "gpu": fp["gpu"] or "CPU",
+        "driver": fp["driver"],
+        "cuda": fp["cuda"],
+        "torch": fp["torch"],
+        "commit": args.commit,
+        "date": date,
+        "file": path.name,
+        "command": "python benchmarks/peers.py " + " ".join(sys.argv[1:] if argv is None else argv),
+    }
+    presets: list[dict[str, Any]] = []
+
+    def log(text: str) -> None:
+        print(text, flush=True)
+
+    for spec in filter(None, args.presets.split(",")):
+        for precision in filter(None, args.precisions.split(",")):
+            presets.append(run_preset(spec, precision, args, storage, log))
+            data = {"meta": meta, "presets": presets}
+            path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+            path.with_suffix(".md").write_text(to_markdown(data), encoding="utf-8")
+            log(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""The first stage of a search over the compiler levers: the lever corners on a sensible feed.
+
+A trial of the `compile` space costs a compile (20-140 s on a cold Inductor cache), so a TPE
+start-up of random points spends most of a budget on configs that differ only in settings that
+do not matter while the levers that do (compile mode x whole-step graph x optimizer) are barely
+sampled. `first_stage(space, ...)` returns the corners of those levers, each on one fixed feed
+(two streams, event sync every 10 steps, two batches prefetched from pinned memory), for the
+study to enqueue before the sampler takes over: the sampler then searches the feed and sync
+settings with the corners' results already in its history, so it explores around the best
+lever combination instead of finding the levers by chance.
+
+A corner is adapted to the space it runs in: a pinned setting keeps its pin, a value the space
+does not offer is replaced by the nearest one it does (the first offered optimizer of fused,
+foreach, as-built; an integer clamped into its range), and a corner the harness would refuse on
+this device and precision (`trainers.invalid_reason`) is left out. Two corners that become the
+same config are enqueued once. Spaces without the levers (`streams`, `full`) get no first stage.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trainers
+from tuner.search.space import Choice, IntRange, SearchSpace
+
+# A space that searches neither of these (`streams`, `full`) keeps its plain sampler start.
+COMPILER_LEVERS = ("compile", "optimizer")
+
+# The corners, most promising first (GPU-FACTS, "What a user would pick instead"): the eager
+# whole-step graph streamtune recommended before, the compiled step under one whole-step graph,
+# Inductor's own CUDA graphs (what users write), and the compiled step without graphs.
+CORNERS: tuple[dict[str, Any], ...] = (
+    {"compile": "none", "optimizer": "fused", "cuda_graph": True},
+    {"compile": "default", "optimizer": "fused", "cuda_graph": True},
+    {"compile": "reduce-overhead", "optimizer": "fused", "cuda_graph": False},
+    {"compile": "default", "optimizer": "fused", "cuda_graph": False},
+)
+
+# The feed every corner runs on: what the seed design and a careful user would both start from.
+FEED: dict[str, Any] = {
+    "num_streams": 2,
+    "sync_mode": "event",
+    "sync_interval": 10,
+    "prefetch_depth": 2,
+    "pin_memory": True,
+    "num_workers": 0,
+    "non_blocking": True,
+}
+
+_OPTIMIZER_FALLBACK = ("fused", "foreach", "as-built")
+
+
+def _offered(spec: Choice | IntRange, wanted: Any, field: str) -> Any:
+    if isinstance(spec, IntRange):
+        return min(max(int(wanted), spec.low), spec.high)
+    if wanted in spec.values:
+        return wanted
+    if field == "optimizer":
+        for value in _OPTIMIZER_FALLBACK:
+            if value in spec.values:
+                return value
+    return spec.values[0]
+
+
+def first_stage(
+    space: SearchSpace,
+    *,
+    device_type: str,
+    precision: str | None = None,
+) -> list[dict[str, Any]]:
+    """The params (the space's searched settings only) of each corner to enqueue, in order."""
+    if not any(field in space.params for field in COMPILER_LEVERS):
+        return []
+    chosen: list[dict[str, Any]] = []
+    seen: set[tuple[tuple[str, Any], ...]] = set()
+    for corner in CORNERS:
+        wanted = FEED | corner
+        params = {
+            field: _offered(spec, wanted.get(field, trainers.LoopConfig().to_dict()[field]), field)
+            for field, spec in space.params.items()
+        }
+        values = space.fixed | params
+        if trainers.invalid_reason(values, precision=precision, device_type=device_type):
+            continue
+        key = tuple(sorted(values.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        chosen.append(params)
+    return chosen
