@@ -21,7 +21,7 @@ needs=(
   typer click rich shellingham markdown-it-py mdurl pygments plotly narwhals
   psycopg psycopg-binary
   # the service (API tests run on the GPU too)
-  fastapi starlette anyio idna h11 uvicorn annotated-doc
+  fastapi starlette anyio idna h11 uvicorn annotated-doc opentelemetry-api
   # the test runner
   pytest pluggy iniconfig hypothesis sortedcontainers httpx httpcore certifi
 )

@@ -1,0 +1,132 @@
+"""benchmarks/peers.py on the CPU: a user's own loop trains, the comparison's arithmetic, the
+outputs. The measurements themselves are GPU evidence (docs/benchmarks/peers-*)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import pytest
+import torch
+
+import trainers
+from benchmarks import peers
+from trainers import LoopConfig
+from tuner.search.measure import Measurer, Protocol
+
+
+def test_a_users_loop_trains_and_reads_the_loss_every_ten_steps() -> None:
+    workload = trainers.load_workload("mlp", "tiny", seed=0)
+    before = [p.detach().clone() for p in workload.model.parameters()]
+    run = peers.user_loop(
+        workload,
+        device=torch.device("cpu"),
+        precision="fp32",
+        fused=True,
+        compile_mode=None,
+        warmup=5,
+        windows=3,
+        window_steps=5,
+    )
+    assert len(run.windows_ms) == 3 and all(w > 0 for w in run.windows_ms)
+    assert len(run.losses) == 2  # 20 steps, read at steps 10 and 20
+    assert all(math.isfinite(x) for x in run.losses) and run.setup_s >= 0
+    after = list(workload.model.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+def test_compare_measures_every_setting_and_ranks_against_the_fastest_peer() -> None:
+    measurer = Measurer(
+        "mlp", "tiny", device="cpu", protocol=Protocol(warmup=2, windows=2, window_steps=5)
+    )
+    recommended = LoopConfig(optimizer="fused", sync_mode="event", sync_interval=10)
+    log: list[str] = []
+    out = peers.compare(
+        measurer,
+        recommended,
+        precision="fp32",
+        rounds=2,
+        log=log.append,
+        peers=("pytorch-idiom", "fused-optimizer", "compile-reduce-overhead"),
+    )
+    assert set(out["peers"]) == {"pytorch-idiom", "fused-optimizer", "compile-reduce-overhead"}
+    assert out["peers"]["compile-reduce-overhead"] == {"error": "reduce-overhead needs CUDA"}
+    for name in ("pytorch-idiom", "fused-optimizer"):
+        entry = out["peers"][name]
+        assert len(entry["windows_ms"]) == 4 and len(entry["setup_s_rounds"]) == 2
+        low, high = entry["ci95"]
+        assert low <= entry["median_ms"] <= high
+    assert out["harness"]["recommended"]["config"] == recommended.to_dict()
+    measured = {
+        n: e["median_ms"]
+        for group in ("peers", "harness")
+        for n, e in out[group].items()
+        if "median_ms" in e
+    }
+    assert out["floor"]["median_ms"] == min(measured.values())
+    best = out["ratio_vs_best_peer"]["best_peer"]
+    assert best == min(("pytorch-idiom", "fused-optimizer"), key=measured.__getitem__)
+    expected = measured[best] / measured["recommended"]
+    assert out["ratio_vs_best_peer"]["ratio"] == pytest.approx(expected, rel=1e-9)
+    low, high = out["ratio_vs_best_peer"]["ci95"]
+    assert low <= out["ratio_vs_best_peer"]["ratio"] <= high
+    # Interleaved: every round visits every setting before the next round starts.
+    order = [line.split()[2] for line in log if line.startswith("round")]
+    assert order[:4] == ["pytorch-idiom", "fused-optimizer", "recommended", "seed-baseline"]
+    assert order[4:] == order[:4]
+
+
+def entry(ratio_low: float, speedup: float) -> dict[str, object]:
+    return {
+        "ratio_vs_best_peer": {"best_peer": "x", "ratio": 1.0, "ci95": [ratio_low, 1.1]},
+        "speedup_vs_seed_baseline": {"ratio": speedup, "ci95": [speedup, speedup]},
+    }
+
+
+def test_the_aims_follow_the_issue() -> None:
+    met = peers.aims("transformer:small", "tf32", entry(0.99, 6.5))
+    assert met == {
+        "ratio_lower_bound_at_least_0.98": True,
+        "speedup_vs_seed_baseline_at_least_6.0": True,
+    }
+    missed = peers.aims("transformer:medium", "tf32", entry(0.97, 2.4))
+    assert not any(missed.values()) and len(missed) == 2
+    # The speedup aims are for TF32 transformers only.
+    assert list(peers.aims("transformer:large", "bf16-autocast", entry(1.0, 1.0))) == [
+        "ratio_lower_bound_at_least_0.98"
+    ]
+
+
+def test_the_markdown_has_a_row_per_preset_and_names_failures() -> None:
+    windows = [2.0, 2.1, 1.9]
+    measured = {
+        "median_ms": statistics.median(windows),
+        "ci95": [1.9, 2.1],
+        "setup_s": 0.5,
+        "windows_ms": windows,
+    }
+    item = {
+        "workload": "transformer",
+        "preset": "small",
+        "precision": "tf32",
+        "peers": {"pytorch-idiom": measured, "compile-default": {"error": "boom"}},
+        "harness": {"recommended": measured},
+        "tuning": {"wall_s": 100.0, "gpu_s": 80.0},
+        "recommended": {"config": LoopConfig(compile="default").to_dict(), "compile_s": 12.0},
+        "aims": {},
+        "ratio_vs_best_peer": {"best_peer": "pytorch-idiom", "ratio": 1.0, "ci95": [0.95, 1.05]},
+    }
+    meta = {
+        "gpu": "GPU",
+        "driver": "1",
+        "cuda": "13",
+        "torch": "2",
+        "commit": "abc",
+        "date": "d",
+        "file": "f.json",
+        "command": "c",
+    }
+    text = peers.to_markdown({"meta": meta, "presets": [item]})
+    row = next(line for line in text.splitlines() if line.startswith("| transformer:small"))
+    assert "2.00 (1.90-2.10)" in row and "failed" in row and "1.00 (0.95-1.05)" in row
+    assert "compile-default failed: boom" in text and "compile=default" in text
