@@ -472,6 +472,41 @@ def to_markdown(data: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def merge(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One document from several runs on one GPU: their presets in order, each run's commit and
+    command kept (a preset records the run it came from)."""
+    gpus = {(r["meta"]["gpu"], r["meta"]["driver"], r["meta"]["torch"]) for r in runs}
+    if len(gpus) != 1:
+        raise SystemExit(f"--merge: runs from different machines or stacks: {sorted(gpus)}")
+    meta = dict(runs[0]["meta"])
+    meta["commit"] = ", ".join(dict.fromkeys(r["meta"]["commit"] for r in runs))
+    meta["command"] = " ; ".join(r["meta"]["command"] for r in runs)
+    meta["runs"] = [r["meta"] for r in runs]
+    presets = [p | {"run": r["meta"]["file"]} for r in runs for p in r["presets"]]
+    return {"meta": meta, "presets": presets}
+
+
+README_BEGIN, README_END = "<!-- peers:begin -->", "<!-- peers:end -->"
+
+
+def update_readme(readme: Path, data: Mapping[str, Any]) -> None:
+    """Replace the table between the README's peers markers with this document's."""
+    text = readme.read_text(encoding="utf-8")
+    head, sep, rest = text.partition(README_BEGIN)
+    _, sep2, tail = rest.partition(README_END)
+    if not sep or not sep2:
+        raise SystemExit(f"{readme}: no {README_BEGIN} ... {README_END} markers")
+    table = [line for line in to_markdown(data).splitlines() if line.startswith("|")]
+    meta = data["meta"]
+    note = (
+        f"Measured by `benchmarks/peers.py` on {meta['gpu']} (driver {meta['driver']}, CUDA "
+        f"{meta['cuda']}, torch {meta['torch']}), commit `{meta['commit']}`, {meta['date']}; "
+        f"generated from `docs/benchmarks/{meta['file']}`."
+    )
+    body = "\n".join(table) + "\n\n" + note
+    readme.write_text(f"{head}{README_BEGIN}\n{body}\n{README_END}{tail}", encoding="utf-8")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", default="transformer:small")
@@ -484,11 +519,31 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--tag", default="")
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
     parser.add_argument("--from-json", type=Path, default=None, help="regenerate the Markdown")
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="skip measuring: join the presets of these JSON files (one 10-minute run each) "
+        "into --out/<first file's stem>-merged.json",
+    )
+    parser.add_argument(
+        "--readme", type=Path, default=None, help="with --merge: rewrite the README's table"
+    )
     parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
     args = parser.parse_args(argv)
     if args.from_json is not None:
         data = json.loads(args.from_json.read_text(encoding="utf-8"))
         args.from_json.with_suffix(".md").write_text(to_markdown(data), encoding="utf-8")
+        return
+    if args.merge is not None:
+        data = merge([json.loads(p.read_text(encoding="utf-8")) for p in args.merge])
+        path = args.out / f"{args.merge[0].stem}-merged.json"
+        data["meta"]["file"] = path.name
+        path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        path.with_suffix(".md").write_text(to_markdown(data), encoding="utf-8")
+        if args.readme is not None:
+            update_readme(args.readme, data)
         return
     device = trainers.resolve_device(args.device)
     fp = trainers.fingerprint(device)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from pathlib import Path
 
 import pytest
 import torch
@@ -130,3 +131,45 @@ def test_the_markdown_has_a_row_per_preset_and_names_failures() -> None:
     row = next(line for line in text.splitlines() if line.startswith("| transformer:small"))
     assert "2.00 (1.90-2.10)" in row and "failed" in row and "1.00 (0.95-1.05)" in row
     assert "compile-default failed: boom" in text and "compile=default" in text
+
+
+def test_runs_merge_into_one_document_and_the_readme_table(tmp_path: Path) -> None:
+    meta = {
+        "gpu": "G",
+        "driver": "1",
+        "cuda": "13",
+        "torch": "2",
+        "date": "d",
+        "file": "a.json",
+        "commit": "c1",
+        "command": "x",
+    }
+    item = {
+        "workload": "transformer",
+        "preset": "small",
+        "precision": "tf32",
+        "peers": {},
+        "harness": {},
+        "tuning": {"wall_s": 1.0, "gpu_s": None},
+        "recommended": {"config": None},
+        "aims": {},
+    }
+    runs = [
+        {"meta": meta, "presets": [item]},
+        {
+            "meta": meta | {"file": "b.json", "commit": "c2"},
+            "presets": [item | {"preset": "large"}],
+        },
+    ]
+    data = peers.merge(runs)
+    assert [p["preset"] for p in data["presets"]] == ["small", "large"]
+    assert [p["run"] for p in data["presets"]] == ["a.json", "b.json"]
+    assert data["meta"]["commit"] == "c1, c2"
+    readme = tmp_path / "README.md"
+    readme.write_text(f"top\n{peers.README_BEGIN}\nold\n{peers.README_END}\nend\n")
+    peers.update_readme(readme, data)
+    text = readme.read_text()
+    assert "old" not in text and text.startswith("top\n") and text.endswith("end\n")
+    assert "| transformer:large | tf32 |" in text and "commit `c1, c2`" in text
+    with pytest.raises(SystemExit, match="different machines"):
+        peers.merge([runs[0], {"meta": meta | {"gpu": "H"}, "presets": []}])
