@@ -232,7 +232,12 @@ def run_(
     timeout: Annotated[
         float | None, typer.Option(help="Stop starting trials after this many seconds.")
     ] = None,
-    space: Annotated[str, typer.Option(help="full, streams or a JSON file.")] = "full",
+    space: Annotated[
+        str,
+        typer.Option(
+            help="auto (compile on a GPU, full on a CPU), full, streams, compile or a JSON file."
+        ),
+    ] = "auto",
     fix: Annotated[
         list[str] | None, typer.Option(help="Pin a setting: name=value (repeatable).")
     ] = None,

@@ -94,7 +94,7 @@ class JobIn(Strict):
         "(torchvision:resnet50, timm:NAME, hf:causal-lm; `python -m tuner models`)"
     )
     preset: Name = Field(description="the workload's size, e.g. tiny, small")
-    space: Literal["full", "streams", "compile"] | SpaceIn = "full"
+    space: Literal["auto", "full", "streams", "compile"] | SpaceIn = "auto"
     fix: FixIn = Field(default_factory=FixIn)
     n_trials: int = Field(default=20, ge=1, le=500)
     timeout_s: float | None = Field(

@@ -26,7 +26,7 @@ def test_post_answers_201_with_location_and_the_job(client: TestClient) -> None:
     assert job["status"] == "queued" and job["attempts"] == 0
     assert (job["workload"], job["preset"], job["device"]) == ("mlp", "tiny", "cpu")
     assert (job["n_trials"], job["n_complete"], job["best"]) == (3, 0, None)
-    assert job["space"] == "full" and job["fix"] == {"num_workers": 0}
+    assert job["space"] == "auto" and job["fix"] == {"num_workers": 0}
     assert job["objectives"] == ["throughput"] and job["timeout_s"] == 30.0
     assert job["study"] == f"job-{job['id']}"
     assert job["links"]["study"] == f"/v1/studies/job-{job['id']}"

@@ -38,8 +38,9 @@ class RunOptions:
     preset: str
     trials: int = 40
     timeout_s: float | None = None
-    space: str | Mapping[str, Any] = "full"
-    """"full", "streams", a .json path, or a mapping (see `tuner.search.spaces.load_space`)."""
+    space: str | Mapping[str, Any] = "auto"
+    """"auto" (compile on a GPU, full on a CPU), "full", "streams", "compile", a .json path, or
+    a mapping (see `tuner.search.spaces.load_space`)."""
     fix: tuple[str, ...] | Mapping[str, Any] = ()
     """Pins: "name=value" strings (`--fix`) or a mapping of typed values (a job's `fix`)."""
     storage: str | None = None

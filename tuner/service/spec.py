@@ -21,13 +21,14 @@ DEVICES = ("auto", "cpu", "cuda")
 class JobSpec:
     """A job's request, already checked for shape (bounds) by its caller.
 
-    space: "full", "streams", or {LoopConfig field: [choices] | {"low", "high", "log"} | value}.
+    space: "auto" (compile on a GPU, full on a CPU), "full", "streams", "compile", or
+        {LoopConfig field: [choices] | {"low", "high", "log"} | value}.
     fix: {LoopConfig field: value}, pinned whatever the space says.
     """
 
     workload: str
     preset: str
-    space: str | dict[str, Any] = "full"
+    space: str | dict[str, Any] = "auto"
     fix: dict[str, Any] = dataclasses.field(default_factory=dict)
     n_trials: int = 20
     timeout_s: float | None = None

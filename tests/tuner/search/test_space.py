@@ -9,6 +9,7 @@ import pytest
 
 from trainers import SYNC_MODES, ConfigError, LoopConfig, field_names
 from tuner.errors import SpaceError
+from tuner.search.options import RunOptions
 from tuner.search.space import (
     SIMPLICITY_ORDER,
     Choice,
@@ -18,7 +19,7 @@ from tuner.search.space import (
     config_key,
     simplicity_key,
 )
-from tuner.search.spaces import full_space, load_space, parse_fix, streams_space
+from tuner.search.spaces import DEFAULT_SPACE, full_space, load_space, parse_fix, streams_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -310,7 +311,7 @@ def test_an_unknown_space_name(spec: str) -> None:
     with pytest.raises(SpaceError) as err:
         load_space(spec)
     assert err.value.field == "space"
-    assert err.value.allowed == "streams, full, compile or a .json file"
+    assert err.value.allowed == "auto, streams, full, compile or a .json file"
 
 
 # ----------------------------------------------------------------------------- pins
@@ -525,3 +526,13 @@ def test_a_combination_the_harness_refuses_is_an_error_when_suggested() -> None:
         space.suggest(optuna.trial.FixedTrial(graph_over_graphs))
     graph_over_graphs["compile"] = "default"
     assert space.suggest(optuna.trial.FixedTrial(graph_over_graphs)).compile == "default"
+
+
+def test_the_default_space_is_compile_on_a_gpu_and_full_on_a_cpu() -> None:
+    assert DEFAULT_SPACE == "auto" and RunOptions(workload="mlp", preset="tiny").space == "auto"
+    assert load_space("auto", cuda=True) == load_space("compile", cuda=True)
+    assert load_space("auto", cuda=False) == load_space("full", cuda=False)
+    pinned = load_space("auto", fix=("compile=default",), cuda=True)
+    assert pinned.fixed["compile"] == "default" and "compile" not in pinned.params
+    with pytest.raises(SpaceError, match="auto, streams, full, compile"):
+        load_space("fastest")
