@@ -147,23 +147,21 @@ def user_loop(
         if (index + 1) % READ_EVERY == 0:
             losses.append(loss.item())  # the user's sync: read the loss every 10 steps
 
-    try:
-        for index in range(warmup):
-            step(index)
+    for index in range(warmup):
+        step(index)
+    sync()
+    warm_s = time.perf_counter() - started
+    windows_ms = []
+    index = warmup
+    for _ in range(windows):
         sync()
-        warm_s = time.perf_counter() - started
-        windows_ms = []
-        index = warmup
-        for _ in range(windows):
-            sync()
-            t0 = time.perf_counter()
-            for _ in range(window_steps):
-                step(index)
-                index += 1
-            sync()
-            windows_ms.append((time.perf_counter() - t0) * 1e3 / window_steps)
-    finally:
-        del loader  # stops its workers
+        t0 = time.perf_counter()
+        for _ in range(window_steps):
+            step(index)
+            index += 1
+        sync()
+        windows_ms.append((time.perf_counter() - t0) * 1e3 / window_steps)
+    # The loader's persistent workers end when it is collected, once this function returns.
     steady_s = statistics.median(windows_ms) / 1e3
     return Run(windows_ms=windows_ms, setup_s=max(0.0, warm_s - warmup * steady_s), losses=losses)
 

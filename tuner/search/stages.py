@@ -71,13 +71,15 @@ def first_stage(
     """The params (the space's searched settings only) of each corner to enqueue, in order."""
     if not any(field in space.params for field in COMPILER_LEVERS):
         return []
+    defaults = trainers.LoopConfig().to_dict()
     chosen: list[dict[str, Any]] = []
     seen: set[tuple[tuple[str, Any], ...]] = set()
     for corner in CORNERS:
-        wanted = FEED | corner
+        # A space searching a field beyond the feed and the levers (a custom one) starts it at
+        # its default.
+        wanted = defaults | FEED | corner
         params = {
-            field: _offered(spec, wanted.get(field, trainers.LoopConfig().to_dict()[field]), field)
-            for field, spec in space.params.items()
+            field: _offered(spec, wanted[field], field) for field, spec in space.params.items()
         }
         values = space.fixed | params
         if trainers.invalid_reason(values, precision=precision, device_type=device_type):
