@@ -171,6 +171,27 @@ def user_loop(
 # --------------------------------------------------------------------------------------------
 
 
+class PhaseLog:
+    """The tuning job's phases and trials in the log, each with the seconds since the job began:
+    where a long job spends its time."""
+
+    def __init__(self, log: Callable[[str], None], started: float) -> None:
+        self.log, self.started = log, started
+
+    def _say(self, text: str) -> None:
+        self.log(f"  [{time.perf_counter() - self.started:6.1f} s] {text}")
+
+    def start(self, study: str, total: int, resumed: bool) -> None:
+        self._say(f"study {study}: {total} trials{' (resumed)' if resumed else ''}")
+
+    def phase(self, text: str) -> None:
+        self._say(text)
+
+    def trial_done(self, done: int, total: int, best: float | None, state: str) -> None:
+        shown = "-" if best is None else f"{best:.1f}/s"
+        self._say(f"trial {done}/{total} {state} (best {shown})")
+
+
 def tune(
     workload: str,
     preset: str,
@@ -181,6 +202,7 @@ def tune(
     trials: int,
     timeout_s: float | None,
     model_args: Mapping[str, str],
+    log: Callable[[str], None] = lambda text: None,
 ) -> dict[str, Any]:
     started = time.perf_counter()
     rec = run_study(
@@ -196,7 +218,8 @@ def tune(
             precision=precision,  # type: ignore[arg-type]
             model_args=dict(model_args),
             profile="none",
-        )
+        ),
+        progress=PhaseLog(log, started),
     ).to_dict()
     return {
         "config": rec.get("config"),
@@ -345,6 +368,7 @@ def run_preset(
         trials=args.trials,
         timeout_s=args.search_timeout,
         model_args=model_args,
+        log=log,
     )
     log(f"recommended {tuning['config']} in {tuning['wall_s']:.0f} s")
     measurer = Measurer(
@@ -431,6 +455,12 @@ def to_markdown(data: Mapping[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for item in data["presets"]:
+        if "error" in item:
+            lines.append(
+                f"| {item['workload']}:{item['preset']} | {item['precision']} "
+                f"| failed: {item['error']} |"
+            )
+            continue
         peers = item["peers"]
         ratio = item.get("ratio_vs_best_peer")
         ratio_text = (
@@ -453,6 +483,8 @@ def to_markdown(data: Mapping[str, Any]) -> str:
         )
     lines += ["", "Setup (s, first round; compile included) and the recommended configs:", ""]
     for item in data["presets"]:
+        if "error" in item:
+            continue
         setups = ", ".join(
             f"{name} {entry['setup_s']:.1f}"
             for name, entry in item["peers"].items()
@@ -568,7 +600,19 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     for spec in filter(None, args.presets.split(",")):
         for precision in filter(None, args.precisions.split(",")):
-            presets.append(run_preset(spec, precision, args, storage, log))
+            try:
+                presets.append(run_preset(spec, precision, args, storage, log))
+            except Exception as exc:  # noqa: BLE001 - one preset's failure must not lose the rest
+                log(f"== {spec} {precision}: failed: {type(exc).__name__}: {exc}")
+                workload, preset = spec.rsplit(":", 1)
+                presets.append(
+                    {
+                        "workload": workload,
+                        "preset": preset,
+                        "precision": precision,
+                        "error": f"{type(exc).__name__}: {exc}",
+                    }
+                )
             data = {"meta": meta, "presets": presets}
             path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
             path.with_suffix(".md").write_text(to_markdown(data), encoding="utf-8")
