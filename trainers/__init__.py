@@ -21,6 +21,7 @@ from trainers.errors import (
     UnsupportedOnDevice,
     WorkloadError,
 )
+from trainers.fit import FitResult, Trainer, workload_from_parts
 from trainers.floor import Floor, graph_floor
 from trainers.loop import WindowCallback, min_warmup, resolve_device, run
 from trainers.measure import RunResult, Window, fingerprint, fingerprint_key
@@ -34,6 +35,7 @@ from trainers.parity import (
     required_test,
 )
 from trainers.precision import PRECISIONS, Precision
+from trainers.settings import config_from_env, load_config
 from trainers.workloads import (
     BUILTIN,
     PRESETS,
@@ -56,11 +58,13 @@ __all__ = [
     "CaptureError",
     "ConfigError",
     "Envelope",
+    "FitResult",
     "Floor",
     "LoopConfig",
     "ParityVerdict",
     "Precision",
     "RunResult",
+    "Trainer",
     "TrainerError",
     "Twin",
     "UnsupportedOnDevice",
@@ -71,12 +75,14 @@ __all__ = [
     "catalog",
     "check_parity",
     "compile_cache_dir",
+    "config_from_env",
     "field_names",
     "fingerprint",
     "fingerprint_key",
     "gate",
     "graph_floor",
     "invalid_reason",
+    "load_config",
     "load_workload",
     "min_warmup",
     "parity_losses",
@@ -84,5 +90,6 @@ __all__ = [
     "resolve_device",
     "resolve_factory",
     "run",
+    "workload_from_parts",
     "workload_key",
 ]

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal, get_args
 
 import torch
@@ -149,18 +149,19 @@ class MissingRecordStreamFeed(LaggingComputeFeed):
 class FilledAtCaptureGraphStep(GraphStep):
     """Provocation: the static input buffers are filled with the captured batch."""
 
-    def _capture(self, batch: Batch) -> None:
-        super()._capture(batch)
+    def _capture(self, batches: Sequence[Batch]) -> None:
+        super()._capture(batches)
         with on(self.plan.forward):
-            for static, tensor in zip(self.static_batch, batch, strict=True):
-                static.copy_(tensor)
+            for statics, batch in zip(self.static_batches, batches, strict=True):
+                for static, tensor in zip(statics, batch, strict=True):
+                    static.copy_(tensor)
 
 
 class StaleInputGraphStep(FilledAtCaptureGraphStep):
-    def _replay(self, batch: Batch) -> torch.Tensor:
+    def _replay(self, batches: Sequence[Batch]) -> torch.Tensor:
         assert self.graph is not None and self.static_loss is not None
         with on(self.plan.forward):
-            # FAULT: the copy of `batch` into `self.static_batch` is missing.
+            # FAULT: the copy of `batches` into `self.static_batches` is missing.
             self.graph.replay()
             return self.static_loss.clone()
 

@@ -14,8 +14,19 @@ from trainers.streams import StreamPlan, on
 from trainers.workloads.base import Batch, Workload
 
 
-def make_loader(workload: Workload, config: LoopConfig, device: torch.device) -> DataLoader[Batch]:
-    """A real DataLoader, so `num_workers` and `pin_memory` cost what they cost in training."""
+def make_loader(
+    workload: Workload,
+    config: LoopConfig,
+    device: torch.device,
+    *,
+    generator: torch.Generator | None = None,
+) -> DataLoader[Batch]:
+    """A real DataLoader, so `num_workers` and `pin_memory` cost what they cost in training.
+
+    generator: where each epoch's iterator draws its base seed; None draws it from torch's global
+    generator, which then depends on when epochs start (`trainers.fit` passes its own, so that a
+    resumed run's dropout draws the same numbers as an uninterrupted one).
+    """
     return DataLoader(
         workload.dataset,
         batch_size=workload.batch_size,
@@ -26,6 +37,7 @@ def make_loader(workload: Workload, config: LoopConfig, device: torch.device) ->
         pin_memory=config.pin_memory and device.type == "cuda",
         persistent_workers=config.num_workers > 0,
         drop_last=workload.batch_size is not None,
+        generator=generator,
     )
 
 

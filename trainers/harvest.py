@@ -15,6 +15,7 @@ is the same and testable, but nothing waits.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -30,6 +31,8 @@ class LossLedger:
     def __init__(self) -> None:
         self.losses: list[float] = []
         self.batches: list[tuple[int, int]] = []  # (first step, count) of each extraction
+        self.listener: Callable[[int, list[float]], None] | None = None
+        """Called with (first step, values) after each extraction (`trainers.fit`'s on_losses)."""
 
     def take(self, first_step: int, values: list[float]) -> None:
         if first_step != len(self.losses):
@@ -39,6 +42,8 @@ class LossLedger:
             )
         self.losses.extend(values)
         self.batches.append((first_step, len(values)))
+        if self.listener is not None:
+            self.listener(first_step, values)
 
     def proof(self, total_steps: int) -> dict[str, Any]:
         """What the result shows: which steps were extracted, how often and in what order."""

@@ -179,7 +179,7 @@ def run(
     stopped_early = False
     step = 0
     # The matmul precision is process-wide: set for the steps, the previous one back after them.
-    with matmul_precision_for(precision) as matmul, contextlib.closing(_LoaderCloser(loader)):
+    with matmul_precision_for(precision) as matmul, contextlib.closing(LoaderCloser(loader)):
         for _ in range(warmup):
             with watch.warmup_step():
                 train_step(step)
@@ -239,7 +239,7 @@ def _release_blas_workspaces(dev: torch.device) -> None:
         clear()
 
 
-class _LoaderCloser:
+class LoaderCloser:
     """Shuts persistent DataLoader workers down when the run ends, even on error."""
 
     def __init__(self, loader: torch.utils.data.DataLoader[Any]) -> None:

@@ -84,6 +84,25 @@ def rebuild(
         ) from exc
 
 
+def with_capturable(optimizer: torch.optim.Optimizer, capturable: bool) -> torch.optim.Optimizer:
+    """`optimizer` as it is, or rebuilt with `capturable` where its constructor takes the flag and
+    its groups say otherwise (a user's optimizer under a CUDA graph). Same state rule as
+    `rebuild`: only before its first step."""
+    accepted = _constructor_keywords(type(optimizer), optimizer.defaults)
+    if "capturable" not in accepted or all(
+        group.get("capturable", False) == capturable for group in optimizer.param_groups
+    ):
+        return optimizer
+    if optimizer.state:
+        raise ConfigError(
+            "optimizer",
+            _name(type(optimizer)),
+            "an optimizer that has not stepped yet (it is rebuilt capturable for a CUDA graph)",
+        )
+    groups = [{**group, "capturable": capturable} for group in optimizer.param_groups]
+    return type(optimizer)(groups, **{**optimizer.defaults, "capturable": capturable})
+
+
 def compile_step(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     """`optimizer` with its `step` replaced by `torch.compile(step)` (Inductor's default mode).
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Literal, get_args
 
 import torch
@@ -90,10 +90,21 @@ class PrecisionPlan:
         seed = loss if self.scaler is None else self.scaler.scale(loss)
         seed.backward()
 
-    def step(self, optimizer: torch.optim.Optimizer) -> None:
+    def step(
+        self, optimizer: torch.optim.Optimizer, before_step: Callable[[], None] | None = None
+    ) -> None:
+        """The optimizer step; `before_step` (gradient clipping) runs on the true gradients
+        first: for fp16 they are unscaled before it."""
         if self.scaler is None:
+            if before_step is not None:
+                before_step()
             optimizer.step()
             return
+        if before_step is not None:
+            # The gradients are still multiplied by the loss scale: a clip must see their real
+            # norm. unscale_ marks the optimizer so scaler.step does not unscale them twice.
+            self.scaler.unscale_(optimizer)
+            before_step()
         # Host sync for optimizers that cannot take the scale as a tensor: GradScaler reads the
         # found-inf flag with .item() to decide whether to skip the step. Fused optimizers get
         # the scale and the flag as device tensors and do not sync.

@@ -3,11 +3,17 @@ tensor that stays valid until the host reads it.
 
 Either step takes the model as the run built it (eager or `torch.compile`d) and a PrecisionPlan:
 autocast around forward and loss, and for fp16 the loss scaler around backward and step.
+
+A step may take several micro-batches (gradient accumulation, `trainers.fit`): each one's loss is
+divided by their count before its backward, so the summed gradients are the mean gradient of the
+whole batch, and the step's loss is the mean of theirs. `clip_norm` clips the gradients' total
+norm before the optimizer step, with `torch.nn.utils.clip_grad_norm_` (which never reads a value
+on the host, so it can be captured). The harness measures one micro-batch and no clipping.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -41,6 +47,7 @@ class EagerStep:
         *,
         precision: PrecisionPlan | None = None,
         cudagraph_trees: bool = False,
+        clip_norm: float | None = None,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
@@ -48,8 +55,14 @@ class EagerStep:
         self.plan = plan
         self.precision = precision if precision is not None else PrecisionPlan()
         self.cudagraph_trees = cudagraph_trees
+        self.clip_norm = clip_norm
 
-    def __call__(self, batch: Batch) -> torch.Tensor:
+    @property
+    def optimizer_stream(self) -> torch.cuda.Stream | None:
+        """The stream the optimizer step runs on (None: the current stream)."""
+        return self.plan.backward
+
+    def __call__(self, *batches: Batch) -> torch.Tensor:
         if self.cudagraph_trees:
             # A new iteration: the outputs of the last one (activations, gradients) are dead, so
             # the cudagraph trees may replay over their memory instead of recording anew.
@@ -59,24 +72,38 @@ class EagerStep:
         wait(forward, backward)
         # set_to_none frees last step's gradients; the wait above already ordered their reuse.
         self.optimizer.zero_grad(set_to_none=True)
-        with on(forward):
-            with self.precision.autocast():
-                loss = self.loss_fn(self.model, batch)
-            kept = loss.detach()
-            if self.cudagraph_trees:
-                # A loss the compiled model returns itself lives in the cudagraph trees' memory,
-                # which the next step's replay overwrites, while the harvester may not have read
-                # it yet (sync_interval > 1): a copy in ordinary memory, queued before `backward`
-                # waits on this stream so every later reader is ordered after it.
-                kept = kept.clone()
+        kept: list[torch.Tensor] = []
+        for batch in batches:
+            with on(forward):
+                with self.precision.autocast():
+                    loss = self.loss_fn(self.model, batch)
+                value = loss.detach()
+                if self.cudagraph_trees:
+                    # A loss the compiled model returns itself lives in the cudagraph trees'
+                    # memory, which the next step's replay overwrites, while the harvester may not
+                    # have read it yet (sync_interval > 1): a copy in ordinary memory, queued
+                    # before `backward` waits on this stream so every later reader is ordered
+                    # after it.
+                    value = value.clone()
+                kept.append(value)
+                if len(batches) > 1:
+                    loss = loss / len(batches)
+            with on(backward):
+                # The seed gradient is made on `backward` and needs the loss.
+                wait(backward, forward)
+                # Backward kernels run on `forward` (their forward ops' stream); autograd makes
+                # `backward` wait for them before returning, so the step below sees the
+                # gradients. A next micro-batch's backward accumulates into them on `forward`,
+                # behind this one's kernels.
+                self.precision.backward(loss)
         with on(backward):
-            # The seed gradient is made on `backward` and needs the loss.
-            wait(backward, forward)
-            # Backward kernels run on `forward` (their forward ops' stream); autograd makes
-            # `backward` wait for them before returning, so the step below sees the gradients.
-            self.precision.backward(loss)
-            self.precision.step(self.optimizer)
-        return kept
+            self.precision.step(self.optimizer, before_step=self._clip)
+        # One micro-batch (the harness): its loss as it is, no extra kernel.
+        return kept[0] if len(kept) == 1 else _mean(kept, forward)
+
+    def _clip(self) -> None:
+        if self.clip_norm is not None:
+            clip_gradients(self.model, self.clip_norm)
 
 
 class GraphStep:
@@ -97,6 +124,7 @@ class GraphStep:
         plan: StreamPlan,
         *,
         precision: PrecisionPlan | None = None,
+        clip_norm: float | None = None,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
@@ -105,43 +133,62 @@ class GraphStep:
         self.precision = precision if precision is not None else PrecisionPlan()
         # GradScaler decides on the host whether to step (trainers.precision.check_precision).
         assert self.precision.scaler is None, "fp16-autocast cannot be captured"
+        self.clip_norm = clip_norm
         self.calls = 0
         self.graph: torch.cuda.CUDAGraph | None = None
-        self.static_batch: Batch = ()
+        self.static_batches: tuple[Batch, ...] = ()
         self.static_loss: torch.Tensor | None = None
         self._side = torch.cuda.Stream()
 
-    def __call__(self, batch: Batch) -> torch.Tensor:
+    @property
+    def optimizer_stream(self) -> torch.cuda.Stream | None:
+        """The stream the optimizer step is ordered on: warm-up steps join `forward` after, and
+        replays run on it."""
+        return self.plan.forward
+
+    def __call__(self, *batches: Batch) -> torch.Tensor:
         self.calls += 1
         if self.calls <= GRAPH_WARMUP_STEPS:
-            return self._warmup_step(batch)
+            return self._warmup_step(batches)
         if self.graph is None:
-            self._capture(batch)
-        return self._replay(batch)
+            self._capture(batches)
+        return self._replay(batches)
 
-    def _warmup_step(self, batch: Batch) -> torch.Tensor:
+    def _train(self, batches: Sequence[Batch]) -> torch.Tensor:
+        """Forward, backward and optimizer step on the current stream (warm-up and capture)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        kept: list[torch.Tensor] = []
+        for batch in batches:
+            with self.precision.autocast():
+                loss = self.loss_fn(self.model, batch)
+            kept.append(loss.detach())
+            (loss / len(batches) if len(batches) > 1 else loss).backward()
+        if self.clip_norm is not None:
+            clip_gradients(self.model, self.clip_norm)
+        self.optimizer.step()
+        return kept[0] if len(kept) == 1 else torch.stack(kept).mean()
+
+    def _warmup_step(self, batches: Sequence[Batch]) -> torch.Tensor:
         forward = self.plan.forward
         # Warm-up on a side stream, as capture requires; it starts after queued work on `forward`.
         wait(self._side, forward)
         with on(self._side):
-            for tensor in batch:
-                tensor.record_stream(self._side)
-            self.optimizer.zero_grad(set_to_none=True)
-            with self.precision.autocast():
-                loss = self.loss_fn(self.model, batch)
-            loss.backward()
-            self.optimizer.step()
-            loss = loss.detach().clone()
+            for batch in batches:
+                for tensor in batch:
+                    tensor.record_stream(self._side)
+            loss = self._train(batches).clone()
         # Later work on `forward` (the next step, the loss copy) comes after this step.
         wait(forward, self._side)
         if forward is not None:
             loss.record_stream(forward)
         return loss
 
-    def _capture(self, batch: Batch) -> None:
+    def _capture(self, batches: Sequence[Batch]) -> None:
         forward = self.plan.forward
         with on(forward):
-            self.static_batch = tuple(torch.empty_like(t) for t in batch)
+            self.static_batches = tuple(
+                tuple(torch.empty_like(t) for t in batch) for batch in batches
+            )
         torch.cuda.synchronize()
         self.optimizer.zero_grad(set_to_none=True)
         graph = torch.cuda.CUDAGraph()
@@ -153,10 +200,7 @@ class GraphStep:
             # A fresh, unused stream of this run's device is what the default is on one GPU.
             capture_stream = torch.cuda.Stream(device=self._side.device)
             with torch.cuda.graph(graph, stream=capture_stream, capture_error_mode="thread_local"):
-                with self.precision.autocast():
-                    loss = self.loss_fn(self.model, self.static_batch)
-                loss.backward()
-                self.optimizer.step()
+                loss = self._train(self.static_batches)
         except RuntimeError as exc:
             _release_rng_from_failed_capture(self._side.device)
             raise CaptureError(
@@ -168,15 +212,36 @@ class GraphStep:
         self.graph = graph
         self.static_loss = loss.detach()
 
-    def _replay(self, batch: Batch) -> torch.Tensor:
+    def _replay(self, batches: Sequence[Batch]) -> torch.Tensor:
         assert self.graph is not None and self.static_loss is not None
+        if len(batches) != len(self.static_batches):
+            raise ValueError(
+                f"the graph was captured for {len(self.static_batches)} micro-batches per step, "
+                f"not {len(batches)}"
+            )
         with on(self.plan.forward):
             # Device-to-device into the graph's fixed input addresses, ordered before the replay.
-            for static, tensor in zip(self.static_batch, batch, strict=True):
-                static.copy_(tensor, non_blocking=True)
+            for statics, batch in zip(self.static_batches, batches, strict=True):
+                for static, tensor in zip(statics, batch, strict=True):
+                    static.copy_(tensor, non_blocking=True)
             self.graph.replay()
             # The next replay overwrites static_loss: keep this step's value.
             return self.static_loss.clone()
+
+
+def clip_gradients(model: nn.Module, max_norm: float) -> None:
+    """Scale the gradients down so their total 2-norm is at most `max_norm`.
+
+    `clip_grad_norm_` computes the norm and the factor on the device and never reads them on the
+    host (error_if_nonfinite stays False), so it runs inside a captured step as well.
+    """
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+
+
+def _mean(losses: list[torch.Tensor], stream: torch.cuda.Stream | None) -> torch.Tensor:
+    with on(stream):
+        # On the stream that made every micro-batch's loss.
+        return torch.stack(losses).mean()
 
 
 def _release_rng_from_failed_capture(device: torch.device) -> None:

@@ -6,15 +6,17 @@ import json
 from typing import Any
 
 from trainers import LoopConfig
+from trainers.settings import ENV_PREFIX, config_from_env
 from tuner.errors import NoRecommendation, TunerError
 from tuner.evidence.recommendation import Recommendation
 
 EXPORT_FORMATS = ("json", "env", "python")
-ENV_PREFIX = "STREAMTUNE_"
+__all__ = ["ENV_PREFIX", "EXPORT_FORMATS", "config_from_env", "export", "python_script"]
 
 
 def export(rec: Recommendation, fmt: str) -> str:
-    """The recommended config as JSON, as environment lines, or as Python building it."""
+    """The recommended config as JSON, as environment lines, or as a Python script training the
+    study's workload with it (`trainers.Trainer`); `trainers.load_config` reads the first two."""
     if fmt not in EXPORT_FORMATS:
         raise TunerError(f"--format: {fmt!r} is invalid: allowed {', '.join(EXPORT_FORMATS)}")
     if rec.config is None:
@@ -26,27 +28,62 @@ def export(rec: Recommendation, fmt: str) -> str:
         return "\n".join(
             f"{ENV_PREFIX}{k.upper()}={_env_value(v)}" for k, v in config.to_dict().items()
         )
+    return python_script(rec, config)
+
+
+def python_script(rec: Recommendation, config: LoopConfig) -> str:
+    """A short runnable script that trains the study's workload with `config` through
+    `trainers.Trainer`; exec'd as a module it only defines `config` (and the workload's names)."""
     args = ",\n".join(f"    {k}={v!r}" for k, v in config.to_dict().items())
-    return (
-        f"# streamtune recommendation for study {rec.study!r} on {rec.hardware}\n"
-        f"from trainers import LoopConfig\n\nconfig = LoopConfig(\n{args},\n)"
+    fields = rec.study_fields
+    workload, preset = fields.get("workload") or "WORKLOAD", fields.get("preset") or "PRESET"
+    model_args = dict(fields.get("model_args") or {})
+    precision = fields.get("precision")
+    return f"""# streamtune recommendation for study {rec.study!r} on {rec.hardware}
+# Trains {workload} {preset} with it: python this_file.py --steps 1000
+from __future__ import annotations
+
+import argparse
+
+import trainers
+from trainers import LoopConfig
+
+config = LoopConfig(
+{args},
+)
+WORKLOAD = {workload!r}
+PRESET = {preset!r}
+MODEL_ARGS = {model_args!r}
+PRECISION = {precision!r}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=f"train {{WORKLOAD}} {{PRESET}} as tuned")
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--checkpoint", default=None, help="write a checkpoint every 500 steps")
+    parser.add_argument("--resume", default=None, help="resume from this checkpoint")
+    args = parser.parse_args()
+    workload = trainers.load_workload(WORKLOAD, PRESET, model_args=MODEL_ARGS)
+    trainer = trainers.Trainer(workload, config, device=args.device, precision=PRECISION)
+
+    def report(first: int, losses: list[float]) -> None:
+        # Called as the tuned sync mode harvests the losses: printing adds no sync.
+        print(f"step {{first + len(losses)}}: loss {{losses[-1]:.4f}}", flush=True)
+
+    result = trainer.fit(
+        args.steps,
+        on_losses=report,
+        checkpoint_every=500 if args.checkpoint else None,
+        checkpoint_path=args.checkpoint,
+        resume_from=args.resume,
     )
+    print(f"trained {{result.step - result.start_step}} steps in {{result.wall_s:.1f}} s")
 
 
-def config_from_env(environ: dict[str, str]) -> LoopConfig:
-    """The inverse of the `env` export: build a LoopConfig from STREAMTUNE_* variables."""
-    values: dict[str, Any] = {}
-    for field, default in LoopConfig().to_dict().items():
-        raw = environ.get(f"{ENV_PREFIX}{field.upper()}")
-        if raw is None:
-            continue
-        if isinstance(default, bool):
-            values[field] = raw.lower() in ("1", "true", "yes")
-        elif isinstance(default, int):
-            values[field] = int(raw)
-        else:
-            values[field] = raw
-    return LoopConfig(**values)
+if __name__ == "__main__":
+    main()
+"""
 
 
 def _env_value(value: Any) -> str:

@@ -74,7 +74,16 @@ class Floor:
 
 
 # Keys copied from the study's metadata into the recommendation, as stored there.
-STUDY_FIELDS = ("workload", "preset", "device", "hardware", "fingerprint", "matmul_precision")
+STUDY_FIELDS = (
+    "workload",
+    "preset",
+    "model_args",
+    "precision",
+    "device",
+    "hardware",
+    "fingerprint",
+    "matmul_precision",
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -96,7 +105,8 @@ class Recommendation:
     tie_margin: float | None = None
     max_memory_bytes: int | None = None
     study_fields: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """workload, preset, device, hardware, fingerprint, matmul_precision (STUDY_FIELDS)."""
+    """workload, preset, model_args, precision, device, hardware, fingerprint, matmul_precision
+    (STUDY_FIELDS)."""
     effective: bool = True
     note: str | None = None
     pareto: tuple[Entry, ...] | None = None

@@ -1,0 +1,362 @@
+"""`trainers.Trainer` on the CPU: real training of the built-in workloads and of small models built
+here, checked against what plain PyTorch computes (resume, accumulation, schedules, clipping,
+evaluation, loss callbacks) and against the errors it promises before any step."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import (
+    CosineAnnealingLR,
+    LinearLR,
+    OneCycleLR,
+    ReduceLROnPlateau,
+    SequentialLR,
+)
+from torch.utils.data import DataLoader, TensorDataset
+
+import trainers
+from trainers import ConfigError, LoopConfig, Trainer, UnsupportedOnDevice, workload_from_parts
+
+EVENT_EVERY_3 = LoopConfig(num_streams=2, sync_mode="event", sync_interval=3, prefetch_depth=2)
+
+
+def warmup_cosine(total: int, warmup: int = 2):  # type: ignore[no-untyped-def]
+    def make(optimizer: torch.optim.Optimizer) -> SequentialLR:
+        return SequentialLR(
+            optimizer,
+            [
+                LinearLR(optimizer, start_factor=0.1, total_iters=warmup),
+                CosineAnnealingLR(optimizer, T_max=total - warmup),
+            ],
+            milestones=[warmup],
+        )
+
+    return make
+
+
+def dropout_workload(seed: int = 0, *, samples: int = 96, batch: int = 8) -> trainers.Workload:
+    """A small MLP with dropout on seeded samples: its losses depend on the RNG state."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 1))
+    generator = torch.Generator().manual_seed(1234)
+    x = torch.randn(samples, 6, generator=generator)
+    y = x.sum(dim=1, keepdim=True) + 0.1 * torch.randn(samples, 1, generator=generator)
+
+    def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        inputs, targets = batch
+        return nn.functional.mse_loss(model(inputs), targets)
+
+    return workload_from_parts(
+        model,
+        TensorDataset(x, y),
+        loss_fn,
+        optimizer=lambda params, capturable: torch.optim.AdamW(params, lr=3e-3),
+        batch_size=batch,
+    )
+
+
+# -- resume ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "config"),
+    [
+        (lambda: trainers.load_workload("transformer", "tiny", seed=0), EVENT_EVERY_3),
+        (lambda: trainers.load_workload("mlp", "tiny", seed=0), LoopConfig(sync_mode="query")),
+        (dropout_workload, EVENT_EVERY_3),
+    ],
+    ids=["transformer-tiny", "mlp-tiny-query", "dropout-mlp"],
+)
+def test_a_resumed_run_gives_the_uninterrupted_losses_bit_for_bit(
+    tmp_path: Path, make, config: LoopConfig
+) -> None:
+    options = dict(
+        config=config,
+        device="cpu",
+        scheduler=warmup_cosine(10),
+        clip_grad_norm=0.5,
+        accumulate=2,
+    )
+    whole = Trainer(make(), **options).fit(10)
+
+    first = Trainer(make(), **options)
+    half = first.fit(6, checkpoint_every=3, checkpoint_path=tmp_path / "run.pt")
+    assert half.checkpoints == [str(tmp_path / "run.pt")] * 2
+    # The run dies after step 6; a new process resumes from the checkpoint written at step 6.
+    resumed_trainer = Trainer(make(), **options)
+    resumed = resumed_trainer.fit(10, resume_from=tmp_path / "run.pt")
+
+    assert resumed.start_step == 6 and resumed.step == 10
+    assert half.losses + resumed.losses == whole.losses
+    assert len(set(whole.losses)) == len(whole.losses)  # the losses move: the test can fail
+    last = Trainer(make(), **options)
+    last.fit(10)
+    for ours, theirs in zip(
+        resumed_trainer.model.parameters(), last.model.parameters(), strict=True
+    ):
+        assert torch.equal(ours, theirs)
+
+
+def test_resuming_without_restoring_the_rng_would_differ(tmp_path: Path) -> None:
+    """The dropout workload's losses depend on the RNG: the resume test above can catch a
+    checkpoint that forgot it."""
+    options = dict(config=EVENT_EVERY_3, device="cpu")
+    whole = Trainer(dropout_workload(), **options).fit(6)
+    Trainer(dropout_workload(), **options).fit(3, checkpoint_every=3, checkpoint_path=tmp_path / "c")
+    state = torch.load(tmp_path / "c", weights_only=False)
+    state["rng"]["torch"] = torch.manual_seed(99).get_state()
+    torch.save(state, tmp_path / "c")
+    resumed = Trainer(dropout_workload(), **options).fit(6, resume_from=tmp_path / "c")
+    assert resumed.losses != whole.losses[3:]
+
+
+def test_a_second_fit_goes_on_where_the_first_stopped() -> None:
+    whole = Trainer(trainers.load_workload("mlp", "tiny"), EVENT_EVERY_3, device="cpu").fit(8)
+    trainer = Trainer(trainers.load_workload("mlp", "tiny"), EVENT_EVERY_3, device="cpu")
+    assert trainer.fit(5).losses + trainer.fit(8).losses == whole.losses
+
+
+# -- accumulation ----------------------------------------------------------------------------
+
+
+def test_k_micro_batches_train_like_one_k_times_batch() -> None:
+    def run(batch: int, accumulate: int) -> tuple[list[float], list[torch.Tensor]]:
+        workload = dropout_workload(samples=96, batch=batch)
+        for module in workload.model.modules():
+            if isinstance(module, nn.Dropout):
+                module.p = 0.0
+        trainer = Trainer(
+            workload, LoopConfig(sync_interval=2), device="cpu", accumulate=accumulate
+        )
+        result = trainer.fit(6)
+        return result.losses, [p.detach().clone() for p in trainer.model.parameters()]
+
+    big_losses, big_params = run(batch=12, accumulate=1)
+    micro_losses, micro_params = run(batch=4, accumulate=3)
+    # Documented tolerance: float32 sums in another order (micro-batch means, then their mean).
+    assert micro_losses == pytest.approx(big_losses, rel=1e-5, abs=1e-6)
+    for micro, big in zip(micro_params, big_params, strict=True):
+        torch.testing.assert_close(micro, big, rtol=1e-4, atol=1e-6)
+    # Not the same as stepping on each micro-batch: the test can fail.
+    stepped_losses, _ = run(batch=4, accumulate=1)
+    assert stepped_losses[1:6] != pytest.approx(micro_losses[1:6], rel=1e-3)
+
+
+# -- learning-rate schedules -------------------------------------------------------------------
+
+
+def linear_probe(lr: float = 0.5) -> trainers.Workload:
+    """loss = sum(w): every gradient is 1, so plain SGD moves w by exactly the step's lr (in
+    float64, so the subtraction loses nothing a float32 rate has)."""
+    model = nn.Linear(1, 1, bias=False).double()
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+
+    def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return model.weight.sum() + 0.0 * batch[0].sum()
+
+    return workload_from_parts(
+        model,
+        TensorDataset(torch.zeros(64, 1, dtype=torch.float64)),
+        loss_fn,
+        optimizer=lambda params, capturable: torch.optim.SGD(params, lr=lr),
+        batch_size=4,
+    )
+
+
+SCHEDULES = pytest.mark.parametrize(
+    "schedule",
+    [
+        warmup_cosine(12, warmup=3),
+        lambda opt: OneCycleLR(opt, max_lr=1.0, total_steps=12, cycle_momentum=False),
+        lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=4, gamma=0.3),
+    ],
+    ids=["warmup-cosine", "one-cycle", "step"],
+)
+
+
+@pytest.mark.parametrize("lr_tensor", [False, True])
+@SCHEDULES
+def test_the_learning_rates_applied_are_the_schedulers_own(schedule, lr_tensor: bool) -> None:
+    check_applied_rates(schedule, LoopConfig(), lr_tensor=lr_tensor)
+
+
+@pytest.mark.slow
+@SCHEDULES
+def test_a_compiled_optimizer_step_follows_the_schedule_through_its_tensor_rate(schedule) -> None:
+    """optimizer='compiled' (Inductor's C++ backend here): the rate becomes a tensor, so the
+    compiled step reads each new value instead of baking the first one in."""
+    trainer = check_applied_rates(schedule, LoopConfig(optimizer="compiled"), lr_tensor=None)
+    assert isinstance(trainer.optimizer.param_groups[0]["lr"], torch.Tensor)
+
+
+def check_applied_rates(schedule, config: LoopConfig, *, lr_tensor: bool | None) -> Trainer:
+    workload = linear_probe()
+    weights: list[float] = []
+    trainer = Trainer(workload, config, device="cpu", scheduler=schedule, lr_tensor=lr_tensor)
+    lr_tensor = isinstance(trainer.optimizer.param_groups[0]["lr"], torch.Tensor)
+    weights.append(float(trainer.model.weight.detach()))
+
+    def record(first: int, losses: list[float]) -> None:
+        weights.append(float(trainer.model.weight.detach()))
+
+    trainer.fit(12, on_losses=record)
+    applied = [before - after for before, after in zip(weights, weights[1:], strict=False)]
+
+    reference_model = nn.Linear(1, 1, bias=False)
+    optimizer = torch.optim.SGD(reference_model.parameters(), lr=0.5)
+    scheduler = schedule(optimizer)
+    expected = []
+    for _ in range(12):
+        expected.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    # A tensor rate is float32: equal to the scheduler's float64 value within float32 rounding.
+    assert applied == pytest.approx(expected, rel=1e-6 if lr_tensor else 1e-12)
+    assert len(set(round(x, 6) for x in expected)) > 2  # the schedule changes the rate
+    return trainer
+
+
+def test_schedulers_that_cannot_drive_the_loop_are_refused_before_any_step() -> None:
+    workload = trainers.load_workload("mlp", "tiny")
+    with pytest.raises(ConfigError, match=r"^scheduler='ReduceLROnPlateau' is invalid: allowed a "):
+        Trainer(workload, device="cpu", scheduler=lambda opt: ReduceLROnPlateau(opt))
+    with pytest.raises(ConfigError, match=r"cycle_momentum=True\)' is invalid: allowed cycle_mom"):
+        Trainer(
+            workload,
+            LoopConfig(optimizer="compiled"),
+            device="cpu",
+            scheduler=lambda opt: OneCycleLR(opt, max_lr=1e-2, total_steps=10),
+        )
+    other = torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.1)
+    with pytest.raises(ConfigError, match="a scheduler built on the optimizer the factory"):
+        Trainer(workload, device="cpu", scheduler=lambda opt: LinearLR(other))
+    with pytest.raises(ConfigError, match="a factory returning a torch.optim.lr_scheduler"):
+        Trainer(workload, device="cpu", scheduler=lambda opt: "cosine")
+    # Nothing trained: the model is as built.
+    fresh = trainers.load_workload("mlp", "tiny")
+    for ours, theirs in zip(
+        workload.model.parameters(), fresh.model.parameters(), strict=True
+    ):
+        assert torch.equal(ours, theirs)
+
+
+# -- clipping ----------------------------------------------------------------------------------
+
+
+def test_clipping_equals_clip_grad_norm() -> None:
+    max_norm = 0.05
+    trainer = Trainer(
+        trainers.load_workload("transformer", "tiny"),
+        LoopConfig(sync_interval=4),
+        device="cpu",
+        clip_grad_norm=max_norm,
+    )
+    ours = trainer.fit(6).losses
+
+    workload = trainers.load_workload("transformer", "tiny")
+    optimizer = workload.make_optimizer(workload.model.parameters(), False)
+    theirs, norms = [], []
+    for index in range(6):
+        batch = workload.dataset[index]
+        optimizer.zero_grad(set_to_none=True)
+        loss = workload.loss_fn(workload.model, batch)
+        loss.backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(workload.model.parameters(), max_norm)))
+        optimizer.step()
+        theirs.append(float(loss))
+    assert ours == theirs
+    assert max(norms) > max_norm  # the clip did clip
+    for a, b in zip(trainer.model.parameters(), workload.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+# -- evaluation and callbacks --------------------------------------------------------------------
+
+
+def test_evaluation_reports_the_held_out_loss_and_leaves_training_alone() -> None:
+    held_out = [trainers.load_workload("convnet", "tiny", seed=1).dataset[i] for i in range(2)]
+    plain = Trainer(trainers.load_workload("convnet", "tiny"), EVENT_EVERY_3, device="cpu").fit(6)
+    seen: list[tuple[int, float]] = []
+    trainer = Trainer(
+        trainers.load_workload("convnet", "tiny"), EVENT_EVERY_3, device="cpu", eval_data=held_out
+    )
+    result = trainer.fit(6, eval_every=2, on_eval=lambda step, loss: seen.append((step, loss)))
+    # BatchNorm in eval mode neither updates its statistics nor changes the next steps.
+    assert result.losses == plain.losses
+    assert [step for step, _ in result.evals] == [2, 4, 6] and seen == result.evals
+
+    workload = trainers.load_workload("convnet", "tiny")
+    workload.model.load_state_dict(trainer.model.state_dict())
+    workload.model.eval()
+    with torch.no_grad():
+        expected = sum(float(workload.loss_fn(workload.model, b)) for b in held_out) / 2
+    assert result.evals[-1][1] == pytest.approx(expected, rel=1e-6)
+
+
+def test_loss_callbacks_arrive_in_step_order_once_each_at_the_configs_sync_points() -> None:
+    calls: list[tuple[int, int]] = []
+    trainer = Trainer(trainers.load_workload("mlp", "tiny"), EVENT_EVERY_3, device="cpu")
+    result = trainer.fit(10, on_losses=lambda first, values: calls.append((first, len(values))))
+    assert calls == [(0, 3), (3, 3), (6, 3), (9, 1)]
+    assert result.n_syncs == 4  # one per sync point: the callbacks added none
+    again = trainer.fit(12, on_losses=lambda first, values: calls.append((first, len(values))))
+    assert calls[4:] == [(10, 2)] and len(again.losses) == 2
+
+
+# -- parts and errors --------------------------------------------------------------------------
+
+
+def test_a_users_own_model_loader_and_optimizer_train_through_the_loop() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
+    x = torch.randn(40, 4, generator=torch.Generator().manual_seed(0))
+    y = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()
+    loader = DataLoader(TensorDataset(x, y), batch_size=8)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+
+    def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return nn.functional.cross_entropy(model(batch[0]), batch[1])
+
+    workload = workload_from_parts(model, loader, loss_fn, optimizer=optimizer)
+    assert workload.batch_size == 8 and workload.samples_per_batch == 8
+    result = Trainer(workload, LoopConfig(sync_interval=5), device="cpu").fit(40)
+    assert result.losses[-1] < 0.6 * result.losses[0]
+
+
+def test_bad_options_are_refused_before_any_step(tmp_path: Path) -> None:
+    workload = trainers.load_workload("mlp", "tiny")
+    cases = [
+        (dict(accumulate=0), r"^accumulate=0 is invalid: allowed an integer >= 1$"),
+        (dict(clip_grad_norm=-1.0), r"^clip_grad_norm=-1.0 is invalid: allowed None or a number"),
+        (dict(clip_grad_norm=True), r"^clip_grad_norm=True is invalid"),
+        (dict(config={"num_streams": 2}), r"^config='dict' is invalid: allowed a trainers.LoopC"),
+    ]
+    for options, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            Trainer(workload, device="cpu", **options)
+    with pytest.raises(UnsupportedOnDevice, match="cuda_graph"):
+        Trainer(workload, LoopConfig(cuda_graph=True), device="cpu")
+    trainer = Trainer(workload, device="cpu")
+    with pytest.raises(ConfigError, match=r"^steps=0 is invalid: allowed an integer > 0"):
+        trainer.fit(0)
+    with pytest.raises(ConfigError, match=r"^eval_every=2 is invalid: allowed None when"):
+        trainer.fit(4, eval_every=2)
+    with pytest.raises(ConfigError, match=r"^checkpoint_path=None is invalid: allowed a file"):
+        trainer.fit(4, checkpoint_every=2)
+    with pytest.raises(ConfigError, match=r"^resume_from='.*missing.pt' is invalid: allowed an"):
+        trainer.fit(4, resume_from=tmp_path / "missing.pt")
+    assert trainer.step == 0
+    trainer.fit(4, checkpoint_every=4, checkpoint_path=tmp_path / "c.pt")
+    with pytest.raises(ConfigError, match=r"^steps=3 is invalid: allowed an integer > 4"):
+        trainer.fit(3)
+    other = Trainer(trainers.load_workload("mlp", "tiny"), device="cpu", accumulate=2)
+    with pytest.raises(ConfigError, match=r"^accumulate=2 is invalid: allowed 1, as in the check"):
+        other.fit(8, resume_from=tmp_path / "c.pt")
+    assert other.step == 0
+    assert math.isfinite(trainer.fit(5).losses[0])

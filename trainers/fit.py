@@ -1,0 +1,487 @@
+"""Train with a tuned `LoopConfig`: the step, feed and loss harvest the tuner measured, for a real
+run of any length, with what real training adds.
+
+    trainer = Trainer(workload, config, scheduler=lambda opt: CosineAnnealingLR(opt, 1000),
+                      clip_grad_norm=1.0, accumulate=2, eval_data=held_out)
+    result = trainer.fit(1000, on_losses=print, eval_every=100,
+                         checkpoint_every=250, checkpoint_path="run.pt")
+    Trainer(workload, config, ...).fit(1000, resume_from="run.pt")  # same losses from step 250
+
+What each addition does under the loop's settings, and why it is correct there:
+- Loss callbacks (`on_losses(first_step, losses)`) are called when the configured sync mode
+  harvests the losses (every `sync_interval` steps, or as `query` finds them done), in step
+  order; they never add a sync.
+- Learning-rate schedules: any per-step `torch.optim.lr_scheduler` scheduler, built by a factory
+  on the optimizer the loop made (the loop may rebuild it fused or capturable). It steps after
+  every optimizer step. A captured step (cuda_graph) replays the learning rate it was captured
+  with unless the rate is a device tensor, and a compiled optimizer step recompiles for each new
+  float; for those configs each group's `lr` becomes a 0-d tensor on the device, which the
+  scheduler updates in place (`fill_`) on the stream the optimizer runs on, between steps.
+- Gradient clipping by total norm (`clip_grad_norm`), inside the step, captured with it.
+- Gradient accumulation: `accumulate` micro-batches per optimizer step, each loss divided by their
+  count (`trainers.step`); a step's loss is their mean. With a CUDA graph the graph holds all of
+  them.
+- Evaluation every N steps on held-out batches, outside any graph, with the eager model in eval
+  mode and no gradients; one host read per evaluation (its mean loss).
+- Checkpoints: model, optimizer, scheduler, loss scaler, step count, the RNG states and the data
+  position, written atomically after the losses so far are harvested and the device is idle.
+  Resuming loads them before the first step and skips the batches already trained on, so a
+  resumed run trains on the same batches from the same state as an uninterrupted one; on the
+  same device and config its losses equal the uninterrupted run's (`tests/trainers/test_fit.py`).
+
+Refused before any step, each naming what to do instead: `ReduceLROnPlateau` (it steps on a
+metric, not per step), and a scheduler that cycles momentum (`cycle_momentum=True`) with a captured
+or compiled optimizer, which reads the betas/momentum as constants.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
+from torch.utils.data import Dataset
+
+from trainers.compilation import compile_model
+from trainers.config import REFERENCE, LoopConfig, device_error
+from trainers.errors import ConfigError, TrainerError, UnsupportedOnDevice
+from trainers.feed import DeviceFeed, cycle, make_loader
+from trainers.harvest import make_harvester
+from trainers.loop import LoaderCloser, resolve_device
+from trainers.optim import prepare_optimizer, with_capturable
+from trainers.precision import Precision, check_precision, make_plan, matmul_precision_for
+from trainers.step import EagerStep, GraphStep
+from trainers.streams import StreamPlan, on, wait
+from trainers.workloads.base import Batch, LossFn, Workload
+
+SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
+"""Builds the scheduler on the optimizer the loop made: `lambda opt: CosineAnnealingLR(opt, T)`."""
+LossCallback = Callable[[int, list[float]], None]
+"""`on_losses(first_step, losses)`: the losses of steps first_step, first_step + 1, ..."""
+EvalCallback = Callable[[int, float], None]
+"""`on_eval(step, mean_loss)`, after the evaluation that follows step `step`."""
+
+CHECKPOINT_FORMAT = "streamtune-trainer/1"
+LOADER_SEED = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class FitResult:
+    start_step: int
+    """The step this call started from (0, or the step of the checkpoint it resumed)."""
+    step: int
+    """The steps trained in all, this call's included."""
+    losses: list[float]
+    """This call's losses, one per optimizer step, in order (step start_step first)."""
+    evals: list[tuple[int, float]]
+    checkpoints: list[str]
+    wall_s: float
+    n_syncs: int
+    """Blocking host syncs the loss harvest made (evaluations and checkpoints not counted)."""
+
+
+class Trainer:
+    """Trains `workload` under `config` (see the module doc for every option).
+
+    Everything is built and checked here, before any step: a bad option raises ConfigError
+    naming it. `workload.model` is trained in place; `trainer.model` is it, on the device.
+    """
+
+    def __init__(
+        self,
+        workload: Workload,
+        config: LoopConfig = REFERENCE,
+        *,
+        device: str | torch.device = "auto",
+        precision: Precision | None = None,
+        scheduler: SchedulerFactory | None = None,
+        clip_grad_norm: float | None = None,
+        accumulate: int = 1,
+        eval_data: Iterable[Batch] | None = None,
+        eval_loss: LossFn | None = None,
+        lr_tensor: bool | None = None,
+    ) -> None:
+        if not isinstance(config, LoopConfig):
+            raise ConfigError("config", type(config).__name__, "a trainers.LoopConfig")
+        if not isinstance(accumulate, int) or isinstance(accumulate, bool) or accumulate < 1:
+            raise ConfigError("accumulate", accumulate, "an integer >= 1")
+        if clip_grad_norm is not None and (
+            isinstance(clip_grad_norm, bool)
+            or not isinstance(clip_grad_norm, int | float)
+            or not clip_grad_norm > 0
+        ):
+            raise ConfigError("clip_grad_norm", clip_grad_norm, "None or a number > 0")
+        self.device = resolve_device(device)
+        reason = device_error(config, self.device.type)
+        if reason is not None:
+            raise UnsupportedOnDevice(reason)
+        if precision is not None:
+            check_precision(precision, cuda_graph=config.cuda_graph)
+        self.workload = workload
+        self.config = config
+        self.precision = precision
+        self.accumulate = accumulate
+        self.clip_grad_norm = None if clip_grad_norm is None else float(clip_grad_norm)
+        self.eval_data = eval_data
+        self.eval_loss = eval_loss or workload.loss_fn
+        self.numerics = make_plan(precision, self.device)
+        self.model = workload.model.to(self.device)
+        self.model.train()
+        # A CUDA graph needs a capturable optimizer (its step counter on the device).
+        capturable = config.cuda_graph
+        # A compiled optimizer step is compiled after the scheduler is built: the scheduler wraps
+        # `optimizer.step` (to count its calls), which must then still be the bound method.
+        compiled = config.optimizer == "compiled"
+        self.optimizer = prepare_optimizer(
+            workload.make_optimizer(self.model.parameters(), capturable),
+            "as-built" if compiled else config.optimizer,
+            capturable=capturable,
+        )
+        # A captured step bakes a float learning rate into the graph, and a compiled optimizer
+        # step recompiles for each new float: a schedule must then change a device tensor.
+        if lr_tensor is None:
+            lr_tensor = scheduler is not None and (config.cuda_graph or compiled)
+        if lr_tensor:
+            for group in self.optimizer.param_groups:
+                if not isinstance(group["lr"], torch.Tensor):
+                    group["lr"] = torch.tensor(float(group["lr"]), device=self.device)
+        self.scheduler = None if scheduler is None else self._make_scheduler(scheduler)
+        if compiled:
+            prepare_optimizer(self.optimizer, "compiled", capturable=capturable)
+        # The compiled wrapper shares the model's parameters; evaluation uses the eager model.
+        self.step_model = compile_model(self.model, config.compile)
+        self.step = 0
+
+    # ----------------------------------------------------------------------------------------
+    # training
+
+    def fit(
+        self,
+        steps: int,
+        *,
+        on_losses: LossCallback | None = None,
+        eval_every: int | None = None,
+        on_eval: EvalCallback | None = None,
+        checkpoint_every: int | None = None,
+        checkpoint_path: str | os.PathLike[str] | None = None,
+        resume_from: str | os.PathLike[str] | None = None,
+    ) -> FitResult:
+        """Train until `steps` optimizer steps are done in all (a resumed run counts the steps
+        of its checkpoint). A second call goes on from where the first stopped."""
+        if resume_from is not None:
+            self.load(resume_from)
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < self.step + 1:
+            raise ConfigError(
+                "steps", steps, f"an integer > {self.step} (the steps already trained)"
+            )
+        if eval_every is not None:
+            _check_positive("eval_every", eval_every)
+            if self.eval_data is None:
+                raise ConfigError(
+                    "eval_every", eval_every, "None when the Trainer has no eval_data"
+                )
+        if checkpoint_every is not None:
+            _check_positive("checkpoint_every", checkpoint_every)
+            if checkpoint_path is None:
+                raise ConfigError(
+                    "checkpoint_path", None, "a file path when checkpoint_every is set"
+                )
+        start = self.step
+        config, dev = self.config, self.device
+        plan = StreamPlan.create(config.num_streams, dev, cuda_graph=config.cuda_graph)
+        # Epochs draw their base seeds from a generator of their own, not from the global one
+        # that dropout uses: the global RNG state then depends on the steps alone, as the
+        # checkpoint records it.
+        loader = make_loader(
+            self.workload, config, dev, generator=torch.Generator().manual_seed(LOADER_SEED)
+        )
+        batches = cycle(loader)
+        # The data position: the micro-batches earlier steps trained on, in dataset order.
+        for _ in range(start * self.accumulate):
+            next(batches)
+        feed = DeviceFeed(batches, plan, config, dev)
+        step_fn = self._make_step(plan)
+        harvester = make_harvester(config, plan, steps - start, dev)
+
+        def harvested(first: int, values: list[float]) -> None:
+            if on_losses is not None:
+                on_losses(start + first, values)
+
+        harvester.ledger.listener = harvested
+        evals: list[tuple[int, float]] = []
+        checkpoints: list[str] = []
+        started = time.perf_counter()
+        with (
+            matmul_precision_for(self.precision),
+            contextlib.closing(LoaderCloser(loader)),
+        ):
+            for step in range(start, steps):
+                micro = [feed.next() for _ in range(self.accumulate)]
+                harvester.push(step - start, step_fn(*micro))
+                if self.scheduler is not None:
+                    # A tensor learning rate is updated on the stream the optimizer step runs
+                    # on: after this step has read it, before the next one does.
+                    with on(step_fn.optimizer_stream):
+                        self.scheduler.step()
+                self.step = step + 1
+                if self.step % config.sync_interval == 0:
+                    harvester.sync_point()
+                if eval_every is not None and self.step % eval_every == 0:
+                    value = self.evaluate(plan)
+                    evals.append((self.step, value))
+                    if on_eval is not None:
+                        on_eval(self.step, value)
+                if checkpoint_every is not None and self.step % checkpoint_every == 0:
+                    assert checkpoint_path is not None
+                    # The losses so far reach the callback before the checkpoint is written.
+                    harvester.drain()
+                    checkpoints.append(str(self.save(checkpoint_path)))
+            harvester.drain()
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)  # the wall time covers the queued work
+        return FitResult(
+            start_step=start,
+            step=self.step,
+            losses=list(harvester.ledger.losses),
+            evals=evals,
+            checkpoints=checkpoints,
+            wall_s=time.perf_counter() - started,
+            n_syncs=harvester.n_syncs,
+        )
+
+    def _make_step(self, plan: StreamPlan) -> EagerStep | GraphStep:
+        if self.config.cuda_graph:
+            return GraphStep(
+                self.step_model,
+                self.optimizer,
+                self.workload.loss_fn,
+                plan,
+                precision=self.numerics,
+                clip_norm=self.clip_grad_norm,
+            )
+        return EagerStep(
+            self.step_model,
+            self.optimizer,
+            self.workload.loss_fn,
+            plan,
+            precision=self.numerics,
+            cudagraph_trees=self.config.compile == "reduce-overhead",
+            clip_norm=self.clip_grad_norm,
+        )
+
+    def _make_scheduler(self, factory: SchedulerFactory) -> LRScheduler:
+        scheduler = factory(self.optimizer)
+        if isinstance(scheduler, ReduceLROnPlateau):
+            raise ConfigError(
+                "scheduler",
+                "ReduceLROnPlateau",
+                "a per-step schedule (LambdaLR, CosineAnnealingLR, OneCycleLR, SequentialLR, "
+                "...): ReduceLROnPlateau steps on a metric; step it yourself from on_eval",
+            )
+        if not isinstance(scheduler, LRScheduler):
+            raise ConfigError(
+                "scheduler",
+                type(scheduler).__name__,
+                "a factory returning a torch.optim.lr_scheduler.LRScheduler",
+            )
+        if scheduler.optimizer is not self.optimizer:
+            raise ConfigError(
+                "scheduler",
+                type(scheduler).__name__,
+                "a scheduler built on the optimizer the factory receives (the loop may rebuild "
+                "the workload's optimizer fused or capturable)",
+            )
+        captured = self.config.cuda_graph or self.config.optimizer == "compiled"
+        if captured and getattr(scheduler, "cycle_momentum", False):
+            raise ConfigError(
+                "scheduler",
+                f"{type(scheduler).__name__}(cycle_momentum=True)",
+                "cycle_momentum=False with cuda_graph=True or optimizer='compiled' (a captured "
+                "or compiled optimizer step reads momentum/betas as constants), or a config "
+                "without them",
+            )
+        return scheduler
+
+    # ----------------------------------------------------------------------------------------
+    # evaluation
+
+    def evaluate(self, plan: StreamPlan | None = None) -> float:
+        """The mean loss over `eval_data`, with the eager model in eval mode and no gradients."""
+        if self.eval_data is None:
+            raise ConfigError("eval_data", None, "held-out batches to evaluate on")
+        current = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+        if plan is not None:
+            # The weights were last written by the optimizer on its stream (the backward stream,
+            # or `forward` where a graph replays): evaluation reads them after that.
+            wait(current, plan.backward)
+            wait(current, plan.forward)
+        total: torch.Tensor | None = None
+        count = 0
+        self.model.eval()
+        try:
+            with torch.no_grad(), self.numerics.autocast():
+                for batch in self.eval_data:
+                    moved = tuple(t.to(self.device) for t in batch)
+                    loss = self.eval_loss(self.model, moved).float()
+                    total = loss if total is None else total + loss
+                    count += 1
+        finally:
+            self.model.train()
+        if total is None:
+            raise ConfigError("eval_data", "empty", "at least one batch")
+        # The one host read of an evaluation: the mean loss.
+        value = float(total.item()) / count
+        if plan is not None:
+            # The next steps write the weights this evaluation read, and may reuse its memory.
+            wait(plan.forward, current)
+            wait(plan.backward, current)
+        return value
+
+    # ----------------------------------------------------------------------------------------
+    # checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs. Call it between steps: `fit` does, after draining."""
+        if self.device.type == "cuda":
+            # Every queued step has written the weights and optimizer state read below.
+            torch.cuda.synchronize(self.device)
+        scaler = self.numerics.scaler
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "step": self.step,
+            "accumulate": self.accumulate,
+            "config": self.config.to_dict(),
+            "workload": [self.workload.name, self.workload.preset],
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
+            "scaler": None if scaler is None else scaler.state_dict(),
+            "rng": _rng_state(self.device),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state.get("format") != CHECKPOINT_FORMAT:
+            raise TrainerError(
+                f"not a streamtune Trainer checkpoint (format {state.get('format')!r}, "
+                f"expected {CHECKPOINT_FORMAT!r})"
+            )
+        if state["accumulate"] != self.accumulate:
+            raise ConfigError(
+                "accumulate",
+                self.accumulate,
+                f"{state['accumulate']}, as in the checkpoint (its data position counts "
+                "micro-batches)",
+            )
+        if (state["scheduler"] is None) != (self.scheduler is None):
+            raise ConfigError(
+                "scheduler",
+                "given" if self.scheduler is not None else None,
+                "the same as the checkpointed run (it had "
+                + ("none" if state["scheduler"] is None else "one")
+                + ")",
+            )
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        for group in self.optimizer.param_groups:
+            if isinstance(group["lr"], torch.Tensor):
+                group["lr"] = group["lr"].to(self.device)
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        if self.numerics.scaler is not None and state["scaler"] is not None:
+            self.numerics.scaler.load_state_dict(state["scaler"])
+        _set_rng_state(state["rng"], self.device)
+        self.step = int(state["step"])
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the checkpoint to `path` atomically (a crash mid-write keeps the previous one)."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".partial")
+        torch.save(self.state_dict(), partial)
+        os.replace(partial, target)
+        return target
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        try:
+            state = torch.load(Path(path), map_location=self.device, weights_only=False)
+        except FileNotFoundError as exc:
+            raise ConfigError("resume_from", str(path), "an existing checkpoint file") from exc
+        self.load_state_dict(state)
+
+
+def workload_from_parts(
+    model: nn.Module,
+    data: Dataset[Any] | torch.utils.data.DataLoader[Any],
+    loss_fn: LossFn,
+    *,
+    optimizer: Callable[[Iterable[nn.Parameter], bool], torch.optim.Optimizer]
+    | torch.optim.Optimizer,
+    batch_size: int | None = None,
+    collate_fn: Callable[[list[Any]], Batch] | None = None,
+    name: str = "custom",
+) -> Workload:
+    """A `Workload` from a user's own model, data, loss and optimizer, for `Trainer`.
+
+    data: a Dataset of samples (with batch_size), of whole batches (batch_size None), or a
+    DataLoader, whose dataset, batch size and collate_fn are used: the loop builds its own
+    loader in dataset order, since workers and pinning are settings it was tuned with.
+    optimizer: a factory `(params, capturable) -> Optimizer`, or an optimizer already built on
+    `model`'s parameters (rebuilt capturable when a CUDA graph needs it).
+    """
+    if isinstance(data, torch.utils.data.DataLoader):
+        batch_size = data.batch_size if batch_size is None else batch_size
+        if collate_fn is None and data.collate_fn is not torch.utils.data.default_collate:
+            collate_fn = data.collate_fn
+        data = data.dataset
+    if isinstance(optimizer, torch.optim.Optimizer):
+        built = optimizer
+
+        def make_optimizer(
+            params: Iterable[nn.Parameter], capturable: bool
+        ) -> torch.optim.Optimizer:
+            return with_capturable(built, capturable)
+
+    elif callable(optimizer):
+        make_optimizer = optimizer
+    else:
+        raise ConfigError(
+            "optimizer", type(optimizer).__name__, "a torch.optim.Optimizer or a factory"
+        )
+    return Workload(
+        name=name,
+        preset="custom",
+        model=model,
+        dataset=data,
+        loss_fn=loss_fn,
+        samples_per_batch=batch_size or 1,
+        make_optimizer=make_optimizer,
+        batch_size=batch_size,
+        collate_fn=collate_fn,
+    )
+
+
+def _check_positive(field: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(field, value, "an integer >= 1")
+
+
+def _rng_state(device: torch.device) -> dict[str, Any]:
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def _set_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
+    torch.set_rng_state(state["torch"].cpu())
+    random.setstate(state["python"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"].cpu(), device)
