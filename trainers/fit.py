@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import random
 import time
@@ -60,7 +61,7 @@ from trainers.optim import prepare_optimizer, with_capturable
 from trainers.precision import Precision, check_precision, make_plan, matmul_precision_for
 from trainers.step import EagerStep, GraphStep
 from trainers.streams import StreamPlan, on, wait
-from trainers.workloads.base import Batch, LossFn, Workload
+from trainers.workloads.base import Batch, LossFn, OptimizerFactory, Workload
 
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
 """Builds the scheduler on the optimizer the loop made: `lambda opt: CosineAnnealingLR(opt, T)`."""
@@ -422,8 +423,7 @@ def workload_from_parts(
     data: Dataset[Any] | torch.utils.data.DataLoader[Any],
     loss_fn: LossFn,
     *,
-    optimizer: Callable[[Iterable[nn.Parameter], bool], torch.optim.Optimizer]
-    | torch.optim.Optimizer,
+    optimizer: OptimizerFactory | torch.optim.Optimizer,
     batch_size: int | None = None,
     collate_fn: Callable[[list[Any]], Batch] | None = None,
     name: str = "custom",
@@ -441,14 +441,9 @@ def workload_from_parts(
         if collate_fn is None and data.collate_fn is not torch.utils.data.default_collate:
             collate_fn = data.collate_fn
         data = data.dataset
+    make_optimizer: OptimizerFactory
     if isinstance(optimizer, torch.optim.Optimizer):
-        built = optimizer
-
-        def make_optimizer(
-            params: Iterable[nn.Parameter], capturable: bool
-        ) -> torch.optim.Optimizer:
-            return with_capturable(built, capturable)
-
+        make_optimizer = functools.partial(_as_built, optimizer)
     elif callable(optimizer):
         make_optimizer = optimizer
     else:
@@ -466,6 +461,13 @@ def workload_from_parts(
         batch_size=batch_size,
         collate_fn=collate_fn,
     )
+
+
+def _as_built(
+    built: torch.optim.Optimizer, params: Iterable[nn.Parameter], capturable: bool
+) -> torch.optim.Optimizer:
+    """A user's optimizer, already built on the model's parameters (`params` are the same)."""
+    return with_capturable(built, capturable)
 
 
 def _check_positive(field: str, value: object) -> None:

@@ -4,6 +4,7 @@ evaluation, loss callbacks) and against the errors it promises before any step."
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
@@ -107,7 +108,9 @@ def test_resuming_without_restoring_the_rng_would_differ(tmp_path: Path) -> None
     checkpoint that forgot it."""
     options = dict(config=EVENT_EVERY_3, device="cpu")
     whole = Trainer(dropout_workload(), **options).fit(6)
-    Trainer(dropout_workload(), **options).fit(3, checkpoint_every=3, checkpoint_path=tmp_path / "c")
+    Trainer(dropout_workload(), **options).fit(
+        3, checkpoint_every=3, checkpoint_path=tmp_path / "c"
+    )
     state = torch.load(tmp_path / "c", weights_only=False)
     state["rng"]["torch"] = torch.manual_seed(99).get_state()
     torch.save(state, tmp_path / "c")
@@ -206,7 +209,7 @@ def check_applied_rates(schedule, config: LoopConfig, *, lr_tensor: bool | None)
         weights.append(float(trainer.model.weight.detach()))
 
     trainer.fit(12, on_losses=record)
-    applied = [before - after for before, after in zip(weights, weights[1:], strict=False)]
+    applied = [before - after for before, after in itertools.pairwise(weights)]
 
     reference_model = nn.Linear(1, 1, bias=False)
     optimizer = torch.optim.SGD(reference_model.parameters(), lr=0.5)
@@ -236,13 +239,11 @@ def test_schedulers_that_cannot_drive_the_loop_are_refused_before_any_step() -> 
     other = torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.1)
     with pytest.raises(ConfigError, match="a scheduler built on the optimizer the factory"):
         Trainer(workload, device="cpu", scheduler=lambda opt: LinearLR(other))
-    with pytest.raises(ConfigError, match="a factory returning a torch.optim.lr_scheduler"):
+    with pytest.raises(ConfigError, match=r"a factory returning a torch\.optim\.lr_scheduler"):
         Trainer(workload, device="cpu", scheduler=lambda opt: "cosine")
     # Nothing trained: the model is as built.
     fresh = trainers.load_workload("mlp", "tiny")
-    for ours, theirs in zip(
-        workload.model.parameters(), fresh.model.parameters(), strict=True
-    ):
+    for ours, theirs in zip(workload.model.parameters(), fresh.model.parameters(), strict=True):
         assert torch.equal(ours, theirs)
 
 

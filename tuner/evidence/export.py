@@ -61,7 +61,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=f"train {{WORKLOAD}} {{PRESET}} as tuned")
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--checkpoint", default=None, help="write a checkpoint every 500 steps")
+    parser.add_argument("--log-every", type=int, default=100, help="print a loss every N steps")
+    parser.add_argument(
+        "--checkpoint", default=None, help="checkpoint every 500 steps, and at the end"
+    )
     parser.add_argument("--resume", default=None, help="resume from this checkpoint")
     args = parser.parse_args()
     workload = trainers.load_workload(WORKLOAD, PRESET, model_args=MODEL_ARGS)
@@ -69,7 +72,9 @@ def main() -> None:
 
     def report(first: int, losses: list[float]) -> None:
         # Called as the tuned sync mode harvests the losses: printing adds no sync.
-        print(f"step {{first + len(losses)}}: loss {{losses[-1]:.4f}}", flush=True)
+        for step, loss in enumerate(losses, start=first + 1):
+            if step % args.log_every == 0:
+                print(f"step {{step}}: loss {{loss:.4f}}", flush=True)
 
     result = trainer.fit(
         args.steps,
@@ -78,6 +83,8 @@ def main() -> None:
         checkpoint_path=args.checkpoint,
         resume_from=args.resume,
     )
+    if args.checkpoint:
+        trainer.save(args.checkpoint)
     print(f"trained {{result.step - result.start_step}} steps in {{result.wall_s:.1f}} s")
 
 

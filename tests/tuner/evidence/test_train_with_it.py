@@ -1,0 +1,146 @@
+"""From a finished study to training with its recommendation: `trainers.load_config` from the
+study (SQLite and PostgreSQL), the exported JSON and the environment, and the script that
+`export --format python` prints, run as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+import trainers
+from tests.tuner.conftest import Finished
+from tests.tuner.tiny import sqlite_url
+from trainers import ConfigError, LoopConfig
+from tuner.evidence import export
+from tuner.evidence.recommendation import Recommendation
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_load_config_reads_the_studys_recommendation(finished: Finished) -> None:
+    config = trainers.load_config(study=finished.study, storage=finished.storage)
+    assert config == LoopConfig.from_dict(finished.rec["config"])
+
+
+def test_load_config_reads_every_export_and_the_environment(
+    finished: Finished, tmp_path: Path
+) -> None:
+    expected = LoopConfig.from_dict(finished.rec["config"])
+    exported = tmp_path / "config.json"
+    exported.write_text(export.export(finished.recommendation, "json"))
+    best = tmp_path / "best.json"
+    best.write_text(json.dumps(finished.rec))
+    assert trainers.load_config(exported) == expected
+    assert trainers.load_config(str(best)) == expected
+    assert trainers.load_config(finished.rec) == expected
+    env = dict(line.split("=", 1) for line in export.export(finished.recommendation, "env").split())
+    assert trainers.load_config(environ=env) == expected
+    assert trainers.load_config(expected) is expected
+
+
+@pytest.mark.postgres
+def test_load_config_reads_a_study_in_postgres(pg_url: str) -> None:
+    study = optuna.create_study(storage=pg_url, study_name="tuned")
+    config = LoopConfig(num_streams=3, sync_mode="query", sync_interval=7)
+    study.set_user_attr("recommendation", {"study": "tuned", "config": config.to_dict()})
+    assert trainers.load_config(study="tuned", storage=pg_url) == config
+
+
+def test_load_config_errors_name_what_is_missing(tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    optuna.create_study(storage=storage, study_name="unfinished")
+    cases = [
+        (
+            dict(study="nope", storage=storage),
+            r"^study='nope' is invalid: allowed a study in sqlite",
+        ),
+        (dict(study="unfinished", storage=storage), r"allowed a study whose run has finished"),
+        (dict(study="unfinished"), r"^storage=None is invalid: allowed both study= and storage="),
+        (
+            dict(storage="nosuch://x", study="s"),
+            r"^storage='nosuch://x' is invalid: allowed a data",
+        ),
+        (dict(environ={"PATH": "/bin"}), r"^source=None is invalid: allowed a LoopConfig, a JSON"),
+        (
+            dict(environ={"STREAMTUNE_CUDA_GRAPH": "maybe"}),
+            r"^STREAMTUNE_CUDA_GRAPH='maybe' is invalid: allowed true or false",
+        ),
+        (dict(source=tmp_path / "none.json"), r"^source='.*none.json' is invalid: allowed an exis"),
+        (dict(source={"streams": 2}), r"^streams=2 is invalid: allowed a LoopConfig field: num_s"),
+        (
+            dict(source={"config": None, "reason": "no config passed the gate"}),
+            r"^config=None is invalid: allowed a recommended config \(the mapping has none: no ",
+        ),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            trainers.load_config(**kwargs)  # type: ignore[arg-type]
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="allowed a JSON object"):
+        trainers.load_config(tmp_path / "bad.json")
+
+
+def test_the_exported_python_script_trains_the_workload_with_the_config(
+    finished: Finished, tmp_path: Path
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(export.export(finished.recommendation, "python"))
+    command = [sys.executable, str(script), "--steps", "6", "--device", "cpu", "--log-every", "1"]
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        command, capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    steps = [line for line in done.stdout.splitlines() if line.startswith("step ")]
+    assert steps and steps[-1].startswith("step 6: loss ")
+    assert "trained 6 steps in" in done.stdout
+    # The script trains the study's own workload: it names it.
+    assert f"WORKLOAD = {finished.rec['workload']!r}" in script.read_text()
+
+    # And resumes from its own checkpoint.
+    checkpoint = tmp_path / "run.pt"
+    first = subprocess.run(
+        [*command[:3], "600", *command[4:], "--checkpoint", str(checkpoint)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert first.returncode == 0, first.stderr[-2000:]
+    resumed = subprocess.run(
+        [*command[:3], "602", *command[4:], "--resume", str(checkpoint)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "trained 2 steps in" in resumed.stdout  # from the checkpoint written at the end
+    assert resumed.stdout.splitlines()[0].startswith("step 601: loss ")
+
+
+def test_the_script_carries_model_args_and_precision() -> None:
+    rec = Recommendation.from_dict(
+        {
+            "study": "s",
+            "config": LoopConfig(num_streams=2).to_dict(),
+            "hardware": "NVIDIA-H100-80GB-HBM3",
+            "workload": "torchvision:resnet18",
+            "preset": "default",
+            "model_args": {"batch": "128", "image": "32"},
+            "precision": "bf16-autocast",
+        }
+    )
+    namespace: dict[str, object] = {}
+    exec(compile(export.export(rec, "python"), "<export>", "exec"), namespace)
+    assert namespace["WORKLOAD"] == "torchvision:resnet18"
+    assert namespace["MODEL_ARGS"] == {"batch": "128", "image": "32"}
+    assert namespace["PRECISION"] == "bf16-autocast"
+    assert namespace["config"] == LoopConfig(num_streams=2)
