@@ -1,0 +1,130 @@
+"""`trainers.Trainer` on a GPU, under the configs a CPU cannot run: a whole-step CUDA graph (eager
+and over a compiled step), reduce-overhead, several streams. Resume must equal the uninterrupted
+run bit for bit, the schedule must reach a captured optimizer (its rate a device tensor),
+accumulation and clipping must be captured with the step. Skipped without CUDA."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
+from torch.utils.data import TensorDataset
+
+import trainers
+from trainers import LoopConfig, Trainer, workload_from_parts
+from trainers.optim import with_capturable
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+FEED = dict(num_streams=2, sync_mode="event", sync_interval=5, prefetch_depth=2, pin_memory=True)
+CONFIGS = {
+    "graph": LoopConfig(**FEED, non_blocking=True, cuda_graph=True),
+    "graph-fused": LoopConfig(**FEED, non_blocking=True, cuda_graph=True, optimizer="fused"),
+    "compile-graph": LoopConfig(**FEED, non_blocking=True, cuda_graph=True, compile="default"),
+    "reduce-overhead": LoopConfig(**FEED, non_blocking=True, compile="reduce-overhead"),
+    "four-streams-query": LoopConfig(num_streams=4, sync_mode="query", sync_interval=3),
+}
+
+
+def warmup_cosine(total: int, warmup: int = 3):  # type: ignore[no-untyped-def]
+    def make(optimizer: torch.optim.Optimizer) -> SequentialLR:
+        return SequentialLR(
+            optimizer,
+            [
+                LinearLR(optimizer, start_factor=0.1, total_iters=warmup),
+                CosineAnnealingLR(optimizer, T_max=total - warmup),
+            ],
+            milestones=[warmup],
+        )
+
+    return make
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_a_resumed_run_gives_the_uninterrupted_losses_bit_for_bit(
+    name: str, tmp_path: Path
+) -> None:
+    options = dict(
+        config=CONFIGS[name],
+        device="cuda",
+        scheduler=warmup_cosine(16),
+        clip_grad_norm=0.5,
+        accumulate=2,
+    )
+
+    def make() -> trainers.Workload:
+        return trainers.load_workload("transformer", "tiny", seed=0)
+
+    whole = Trainer(make(), **options).fit(16)
+    Trainer(make(), **options).fit(8, checkpoint_every=8, checkpoint_path=tmp_path / "c.pt")
+    resumed = Trainer(make(), **options).fit(16, resume_from=tmp_path / "c.pt")
+    assert resumed.losses == whole.losses[8:]
+    assert len(set(whole.losses)) > 8
+
+
+def linear_probe() -> trainers.Workload:
+    model = nn.Linear(1, 1, bias=False).double()
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+
+    def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return model.weight.sum() + 0.0 * batch[0].sum()
+
+    return workload_from_parts(
+        model,
+        TensorDataset(torch.zeros(64, 1, dtype=torch.float64)),
+        loss_fn,
+        optimizer=lambda params, capturable: torch.optim.SGD(params, lr=0.5),
+        batch_size=4,
+    )
+
+
+@pytest.mark.parametrize("lr_tensor", [None, False])
+def test_a_captured_optimizer_follows_the_schedule_only_through_a_tensor_rate(
+    lr_tensor: bool | None,
+) -> None:
+    schedule = warmup_cosine(12)
+    trainer = Trainer(
+        linear_probe(),
+        LoopConfig(cuda_graph=True),
+        device="cuda",
+        scheduler=schedule,
+        lr_tensor=lr_tensor,
+    )
+    weights = [float(trainer.model.weight.detach())]
+    trainer.fit(12, on_losses=lambda first, losses: weights.append(float(trainer.model.weight)))
+    applied = [a - b for a, b in itertools.pairwise(weights)]
+    reference = torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.5)
+    scheduler = schedule(reference)
+    expected = []
+    for _ in range(12):
+        expected.append(reference.param_groups[0]["lr"])
+        reference.step()
+        scheduler.step()
+    if lr_tensor is None:  # the default under a graph: a device tensor
+        assert applied == pytest.approx(expected, rel=1e-6)
+    else:  # a float is baked into the graph at capture: the schedule is lost after it
+        assert applied != pytest.approx(expected, rel=1e-3)
+
+
+def test_accumulation_and_clipping_are_captured_with_the_step() -> None:
+    """The graph's losses follow its eager twin (same capturable optimizer, same order of
+    operations) within float32 rounding."""
+
+    def losses(config: LoopConfig) -> list[float]:
+        workload = trainers.load_workload("transformer", "tiny", seed=0)
+        trainer = Trainer(workload, config, device="cuda", clip_grad_norm=0.1, accumulate=3)
+        if not config.cuda_graph:
+            trainer.optimizer = with_capturable(trainer.optimizer, True)
+        return trainer.fit(12).losses
+
+    graph = losses(CONFIGS["graph"])
+    eager = losses(CONFIGS["graph"].replace(cuda_graph=False))
+    assert graph == pytest.approx(eager, rel=1e-5)
