@@ -78,6 +78,7 @@ TUNER = {
     "WorkloadRegistry",
     "count_trials",
     "list_studies",
+    "load_config",
     "load_space",
     "recommendation",
     "run_study",

@@ -27,7 +27,7 @@ from tuner.errors import (
     TooManyQueued,
     TunerError,
 )
-from tuner.evidence.reader import StudyReader, list_studies, recommendation
+from tuner.evidence.reader import StudyReader, list_studies, load_config, recommendation
 from tuner.evidence.recommendation import Recommendation
 from tuner.search.options import BASELINES, RunOptions
 from tuner.search.search import run_study
@@ -64,6 +64,7 @@ __all__ = [
     "WorkloadRegistry",
     "count_trials",
     "list_studies",
+    "load_config",
     "load_space",
     "recommendation",
     "run_study",

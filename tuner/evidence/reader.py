@@ -13,6 +13,8 @@ from typing import Any
 
 import optuna
 
+import trainers
+from trainers import LoopConfig
 from tuner.errors import StudyNotFound
 from tuner.evidence.profiles import read_recommendation
 from tuner.evidence.recommendation import Recommendation
@@ -29,6 +31,14 @@ def recommendation(storage_url: str, name: str) -> Recommendation:
     """`python -m tuner best`: the recommendation of study `name` in the storage at the URL."""
     study = studies.load_study(studies.open_storage(storage_url), name)
     return read_recommendation(study.user_attrs, study.get_trials(deepcopy=False), name)
+
+
+def load_config(storage_url: str, name: str) -> LoopConfig:
+    """The recommended config of study `name`, to train with (`trainers.Trainer`).
+
+    NoRecommendation when no config passed the gate, StudyNotFound for an unknown study.
+    """
+    return trainers.load_config(recommendation(storage_url, name).to_dict())
 
 
 def list_studies(storage_url: str) -> list[dict[str, Any]]:

@@ -1,6 +1,7 @@
-"""From a finished study to training with its recommendation: `trainers.load_config` from the
-study (SQLite and PostgreSQL), the exported JSON and the environment, and the script that
-`export --format python` prints, run as a user runs it."""
+"""From a finished study to training with its recommendation: `tuner.load_config` from the
+study (SQLite and PostgreSQL), `trainers.load_config` from the exported JSON, the recommendation
+and the environment, and the script that `export --format python` prints, run as a user runs
+it."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ import optuna
 import pytest
 
 import trainers
+import tuner
 from tests.tuner.conftest import Finished
 from tests.tuner.tiny import sqlite_url
 from trainers import ConfigError, LoopConfig
+from tuner.errors import NoRecommendation, StudyNotFound
 from tuner.evidence import export
 from tuner.evidence.recommendation import Recommendation
 
@@ -23,8 +26,9 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_load_config_reads_the_studys_recommendation(finished: Finished) -> None:
-    config = trainers.load_config(study=finished.study, storage=finished.storage)
+    config = tuner.load_config(finished.storage, finished.study)
     assert config == LoopConfig.from_dict(finished.rec["config"])
+    assert trainers.load_config(tuner.recommendation(finished.storage, finished.study)) == config
 
 
 def test_load_config_reads_every_export_and_the_environment(
@@ -48,24 +52,19 @@ def test_load_config_reads_a_study_in_postgres(pg_url: str) -> None:
     study = optuna.create_study(storage=pg_url, study_name="tuned")
     config = LoopConfig(num_streams=3, sync_mode="query", sync_interval=7)
     study.set_user_attr("recommendation", {"study": "tuned", "config": config.to_dict()})
-    assert trainers.load_config(study="tuned", storage=pg_url) == config
+    assert tuner.load_config(pg_url, "tuned") == config
 
 
 def test_load_config_errors_name_what_is_missing(tmp_path: Path) -> None:
     storage = sqlite_url(tmp_path)
     optuna.create_study(storage=storage, study_name="unfinished")
+    with pytest.raises(StudyNotFound, match="no study named 'nope'"):
+        tuner.load_config(storage, "nope")
+    with pytest.raises(NoRecommendation, match="run `python -m tuner run --study unfinished"):
+        tuner.load_config(storage, "unfinished")
     cases = [
-        (
-            dict(study="nope", storage=storage),
-            r"^study='nope' is invalid: allowed a study in sqlite",
-        ),
-        (dict(study="unfinished", storage=storage), r"allowed a study whose run has finished"),
-        (dict(study="unfinished"), r"^storage=None is invalid: allowed both study= and storage="),
-        (
-            dict(storage="nosuch://x", study="s"),
-            r"^storage='nosuch://x' is invalid: allowed a data",
-        ),
-        (dict(environ={"PATH": "/bin"}), r"^source=None is invalid: allowed a LoopConfig, a JSON"),
+        (dict(environ={"PATH": "/bin"}), r"^source=None is invalid: allowed a LoopConfig, a reco"),
+        (dict(source=3), r"^source='int' is invalid: allowed a LoopConfig, a mapping, a recomm"),
         (
             dict(environ={"STREAMTUNE_CUDA_GRAPH": "maybe"}),
             r"^STREAMTUNE_CUDA_GRAPH='maybe' is invalid: allowed true or false",
