@@ -25,6 +25,7 @@ trial stops at its next window (told PRUNED with the windows it measured and the
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import socket
@@ -52,6 +53,7 @@ from tuner.search.measure import (
     set_matmul_precision,
 )
 from tuner.search.options import (
+    AUTO_SEARCH_BUDGET_S,
     BASELINES,
     DRIFT_WARNING,
     PRUNE_PERCENTILE,
@@ -65,7 +67,7 @@ from tuner.search.options import (
     make_sampler,
 )
 from tuner.search.space import SearchSpace, config_key
-from tuner.search.spaces import load_space
+from tuner.search.spaces import AUTO_GPU_SPACE, load_space
 from tuner.search.stages import first_stage
 from tuner.search.stats import bootstrap_ci, drift
 from tuner.store import keys
@@ -86,7 +88,14 @@ def run_study(
 
     `should_stop` (optional) is polled between trials and after each window; see the module doc.
     """
+    progress = progress or Quiet()
     search = open_search(options, progress=progress, should_stop=should_stop)
+    budget = search_budget(options.timeout_s, search.space.name)
+    if budget != options.timeout_s:
+        search.options = dataclasses.replace(options, timeout_s=budget)
+        progress.phase(
+            f"search budget {budget:.0f} s (the default on a GPU; --timeout sets another)"
+        )
     try:
         search.measure_baselines("start")
         search.run_trials(LocalSlots(options.trials))
@@ -104,6 +113,15 @@ def run_study(
         ) from exc
     finally:
         search.close()
+
+
+def search_budget(timeout_s: float | None, space_name: str) -> float | None:
+    """Seconds after which no trial starts: `timeout_s` when given; else, for the default space
+    on a GPU, AUTO_SEARCH_BUDGET_S: compiled trials cost 3-85 s each on an H100
+    (docs/benchmarks/peers-h100-*), so 40 of them could take most of an hour."""
+    if timeout_s is not None or space_name != AUTO_GPU_SPACE:
+        return timeout_s
+    return AUTO_SEARCH_BUDGET_S
 
 
 def open_search(

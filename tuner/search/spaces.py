@@ -1,10 +1,10 @@
 """Where search spaces come from: the built-ins, a JSON file, a mapping, and `--fix` pins.
 
 `load_space(spec, fix=..., cuda=...)` is the one entry point: `spec` is "auto" (the default:
-"compile" on a GPU, "full" on a CPU), "streams", "full" (everything but `non_blocking`),
-"compile" (`full` plus the compiler levers), a path ending in .json, or a mapping of the same shape
-as such a file (what the API and the workers pass: no file in between). Pins come as "name=value"
-strings (the CLI's `--fix`) or as a mapping of typed values (a job's `fix`).
+"compile" without max-autotune on a GPU, "full" on a CPU), "streams", "full" (everything but
+`non_blocking`), "compile" (`full` plus the compiler levers), a path ending in .json, or a mapping
+of the same shape as such a file (what the API and the workers pass: no file in between). Pins come
+as "name=value" strings (the CLI's `--fix`) or as a mapping of typed values (a job's `fix`).
 """
 
 from __future__ import annotations
@@ -82,23 +82,32 @@ def full_space() -> SearchSpace:
     )
 
 
-def compile_space() -> SearchSpace:
+AUTO_GPU_SPACE = "auto"
+"""The name of what `auto` means on a GPU: `compile` without max-autotune."""
+
+
+def compile_space(*, autotune: bool = True) -> SearchSpace:
     """`full` plus the compiler levers: `torch.compile` of the model (none, default,
     max-autotune-no-cudagraphs, reduce-overhead) and the optimizer implementation (as-built,
     foreach, fused). Combinations the harness refuses (a whole-step graph over reduce-overhead's
     own graphs) fail as trials with the harness's reason, and are never measured.
 
-    The default on a GPU (`auto`). A new study starts from the lever corners
-    (`tuner.search.stages`), so a budget of trials that each cost a compile goes to the levers
-    first.
+    A new study starts from the lever corners (`tuner.search.stages`), so a budget of trials
+    that each cost a compile goes to the levers first.
+
+    autotune=False is the default on a GPU (`auto`): max-autotune-no-cudagraphs left out. Its
+    trials benchmark kernel candidates while compiling: one took 290 s on convnet small on an
+    H100 (docs/benchmarks/raw/peers-h100-2026-11-23/peers-convnet.log), against 3-85 s for the
+    other trials of those jobs, and it was never the recommendation.
     """
     full = full_space()
+    modes = ("none", "default", "max-autotune-no-cudagraphs", "reduce-overhead")
     return SearchSpace(
-        name="compile",
+        name="compile" if autotune else AUTO_GPU_SPACE,
         params={
             **full.params,
             "compile": Choice(
-                values=("none", "default", "max-autotune-no-cudagraphs", "reduce-overhead")
+                values=modes if autotune else tuple(m for m in modes if "autotune" not in m)
             ),
             "optimizer": Choice(values=("as-built", "foreach", "fused")),
         },
@@ -190,7 +199,7 @@ def load_space(
     if isinstance(spec, Mapping):
         space = space_from_mapping(spec)
     elif spec == "auto":
-        space = compile_space() if cuda else full_space()
+        space = compile_space(autotune=False) if cuda else full_space()
     elif spec == "streams":
         space = streams_space()
     elif spec == "full":

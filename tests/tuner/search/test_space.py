@@ -9,7 +9,8 @@ import pytest
 
 from trainers import SYNC_MODES, ConfigError, LoopConfig, field_names
 from tuner.errors import SpaceError
-from tuner.search.options import RunOptions
+from tuner.search.options import AUTO_SEARCH_BUDGET_S, RunOptions
+from tuner.search.search import search_budget
 from tuner.search.space import (
     SIMPLICITY_ORDER,
     Choice,
@@ -528,9 +529,23 @@ def test_a_combination_the_harness_refuses_is_an_error_when_suggested() -> None:
     assert space.suggest(optuna.trial.FixedTrial(graph_over_graphs)).compile == "default"
 
 
-def test_the_default_space_is_compile_on_a_gpu_and_full_on_a_cpu() -> None:
+def test_only_the_default_space_on_a_gpu_gets_a_default_search_budget() -> None:
+    auto = load_space("auto", cuda=True).name
+    assert search_budget(None, auto) == AUTO_SEARCH_BUDGET_S == 600.0
+    assert search_budget(30.0, auto) == 30.0
+    assert search_budget(None, load_space("compile", cuda=True).name) is None
+    assert search_budget(None, load_space("auto", cuda=False).name) is None
+
+
+def test_the_default_space_is_compile_without_autotune_on_a_gpu_and_full_on_a_cpu() -> None:
     assert DEFAULT_SPACE == "auto" and RunOptions(workload="mlp", preset="tiny").space == "auto"
-    assert load_space("auto", cuda=True) == load_space("compile", cuda=True)
+    auto, compile_ = load_space("auto", cuda=True), load_space("compile", cuda=True)
+    assert auto.name == "auto" and compile_.name == "compile"
+    assert auto.params["compile"] == Choice(values=("none", "default", "reduce-overhead"))
+    assert "max-autotune-no-cudagraphs" in compile_.params["compile"].values  # type: ignore[union-attr]
+    assert {k: v for k, v in auto.params.items() if k != "compile"} == {
+        k: v for k, v in compile_.params.items() if k != "compile"
+    }
     assert load_space("auto", cuda=False) == load_space("full", cuda=False)
     pinned = load_space("auto", fix=("compile=default",), cuda=True)
     assert pinned.fixed["compile"] == "default" and "compile" not in pinned.params
