@@ -4,7 +4,8 @@
         --precisions tf32,bf16-autocast --trials 12 --search-timeout 180 --out docs/benchmarks
 
 Per preset and precision, on one GPU:
-1. a tuning job over the compiler levers (`--space compile`, `--trials`, `--search-timeout`):
+1. a tuning job over the default space (`--space auto`: on a GPU the compiler levers without
+   max-autotune; the runs of 2026-11-23 used `compile`, with it), `--trials`, `--search-timeout`:
    its wall time, GPU-seconds and recommended config;
 2. the peers, each a plain training loop written the way a user writes it (`user_loop`): the
    workload's model, loss, optimizer and dataset, a pinned 2-worker DataLoader, `loss.item()`
@@ -211,7 +212,7 @@ def tune(
             preset=preset,
             storage=storage,
             study=f"peers-{workload}-{preset}-{precision}".replace(":", "-"),
-            space="compile",
+            space="auto",
             trials=trials,
             timeout_s=timeout_s,
             device=device,
