@@ -30,8 +30,10 @@ What each addition does under the loop's settings, and why it is correct there:
   same device and config its losses equal the uninterrupted run's (`tests/trainers/test_fit.py`).
 
 Refused before any step, each naming what to do instead: `ReduceLROnPlateau` (it steps on a
-metric, not per step), and a scheduler that cycles momentum (`cycle_momentum=True`) with a captured
-or compiled optimizer, which reads the betas/momentum as constants.
+metric, not per step); a scheduler that cycles momentum (`cycle_momentum=True`) with a captured
+or compiled optimizer, which reads the betas/momentum as constants; and a scheduler under a CUDA
+graph with an optimizer that is neither capturable nor fused (e.g. plain SGD), whose step reads
+a tensor learning rate on the host, which a capture cannot do.
 """
 
 from __future__ import annotations
@@ -150,6 +152,19 @@ class Trainer:
         # step recompiles for each new float: a schedule must then change a device tensor.
         if lr_tensor is None:
             lr_tensor = scheduler is not None and (config.cuda_graph or compiled)
+        if lr_tensor and config.cuda_graph:
+            # A foreach or for-loop step reads a tensor rate on the host (`alpha=-lr`), which a
+            # capture refuses (seen on an H100: SGD, cudaErrorStreamCaptureUnsupported); the
+            # capturable and fused kernels read it on the device.
+            for group in self.optimizer.param_groups:
+                if not (group.get("capturable") or group.get("fused")):
+                    raise ConfigError(
+                        "scheduler",
+                        type(self.optimizer).__name__,
+                        "with cuda_graph=True a scheduler needs an optimizer that reads its "
+                        "learning rate on the device: optimizer='fused', or one built with "
+                        "capturable=True (Adam, AdamW, ...); or a config without cuda_graph",
+                    )
         if lr_tensor:
             for group in self.optimizer.param_groups:
                 if not isinstance(group["lr"], torch.Tensor):

@@ -69,7 +69,9 @@ def test_a_resumed_run_gives_the_uninterrupted_losses_bit_for_bit(
     assert len(set(whole.losses)) > 8
 
 
-def linear_probe() -> trainers.Workload:
+def linear_probe(make_optimizer) -> trainers.Workload:  # type: ignore[no-untyped-def]
+    """loss = sum(w): every gradient is 1. Plain SGD moves w by the step's rate; so does Adam
+    with eps=0 (a constant gradient makes m_hat / sqrt(v_hat) exactly 1)."""
     model = nn.Linear(1, 1, bias=False).double()
     with torch.no_grad():
         model.weight.fill_(1.0)
@@ -81,9 +83,13 @@ def linear_probe() -> trainers.Workload:
         model,
         TensorDataset(torch.zeros(64, 1, dtype=torch.float64)),
         loss_fn,
-        optimizer=lambda params, capturable: torch.optim.SGD(params, lr=0.5),
+        optimizer=make_optimizer,
         batch_size=4,
     )
+
+
+def adam(params, capturable: bool) -> torch.optim.Optimizer:  # type: ignore[no-untyped-def]
+    return torch.optim.Adam(params, lr=0.5, eps=0.0, capturable=capturable)
 
 
 @pytest.mark.parametrize("lr_tensor", [None, False])
@@ -92,14 +98,16 @@ def test_a_captured_optimizer_follows_the_schedule_only_through_a_tensor_rate(
 ) -> None:
     schedule = warmup_cosine(12)
     trainer = Trainer(
-        linear_probe(),
+        linear_probe(adam),
         LoopConfig(cuda_graph=True),
         device="cuda",
         scheduler=schedule,
         lr_tensor=lr_tensor,
     )
     weights = [float(trainer.model.weight.detach())]
-    trainer.fit(12, on_losses=lambda first, losses: weights.append(float(trainer.model.weight)))
+    trainer.fit(
+        12, on_losses=lambda first, losses: weights.append(float(trainer.model.weight.detach()))
+    )
     applied = [a - b for a, b in itertools.pairwise(weights)]
     reference = torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.5)
     scheduler = schedule(reference)
@@ -112,6 +120,14 @@ def test_a_captured_optimizer_follows_the_schedule_only_through_a_tensor_rate(
         assert applied == pytest.approx(expected, rel=1e-6)
     else:  # a float is baked into the graph at capture: the schedule is lost after it
         assert applied != pytest.approx(expected, rel=1e-3)
+
+
+def test_a_schedule_over_a_graph_of_an_optimizer_that_reads_its_rate_on_the_host_is_refused() -> (
+    None
+):
+    sgd = linear_probe(lambda params, capturable: torch.optim.SGD(params, lr=0.5))
+    with pytest.raises(trainers.ConfigError, match="optimizer='fused', or one built with capt"):
+        Trainer(sgd, LoopConfig(cuda_graph=True), device="cuda", scheduler=warmup_cosine(12))
 
 
 def test_accumulation_and_clipping_are_captured_with_the_step() -> None:
