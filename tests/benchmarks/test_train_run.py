@@ -16,7 +16,7 @@ def test_the_trainer_cut_in_two_trains_like_the_idiom(tmp_path: Path) -> None:
         [
             "--workload", "transformer", "--preset", "tiny", "--config", str(config),
             "--steps", "20", "--window", "5", "--precision", "none", "--perturbed", "2",
-            "--device", "cpu", "--tag", "t", "--out", str(tmp_path),
+            "--device", "cpu", "--tag", "t", "--out", str(tmp_path), "--warm",
         ]
     )  # fmt: skip
     (path,) = tmp_path.glob("train-run-cpu-*-t.json")
@@ -26,6 +26,8 @@ def test_the_trainer_cut_in_two_trains_like_the_idiom(tmp_path: Path) -> None:
     # Same optimizer, same order of operations, same batches: the same losses, through a resume.
     assert rec["losses"] == idiom["losses"]
     assert rec["checkpoint_step"] == 10
+    assert data["runs"]["recommended_warm"]["losses"] == rec["losses"]
+    assert data["speedup_warm"] > 0
     assert data["equivalence"]["passed"] and data["speedup"] > 0
     assert [len(run["losses"]) for run in data["runs"]["perturbed"]] == [20, 20]
     assert "inside" in path.with_suffix(".md").read_text()
