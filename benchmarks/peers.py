@@ -605,7 +605,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 presets.append(run_preset(spec, precision, args, storage, log))
             except Exception as exc:  # noqa: BLE001 - one preset's failure must not lose the rest
                 log(f"== {spec} {precision}: failed: {type(exc).__name__}: {exc}")
-                workload, preset = spec.rsplit(":", 1)
+                workload, _, preset = spec.rpartition(":")
                 presets.append(
                     {
                         "workload": workload,

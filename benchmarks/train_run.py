@@ -223,6 +223,9 @@ def main(argv: list[str] | None = None) -> None:
     config = trainers.load_config(args.config)
     device = trainers.resolve_device(args.device)
     precision = None if args.precision == "none" else args.precision
+    if precision not in (None, "fp32", "tf32", "bf16-autocast"):
+        # The idiom loop here has no loss scaler: fp16 would compare unlike with like.
+        parser.error(f"--precision {args.precision!r}: allowed none, fp32, tf32, bf16-autocast")
 
     def make() -> trainers.Workload:
         return trainers.load_workload(args.workload, args.preset, model_args=model_args)

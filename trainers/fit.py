@@ -44,10 +44,11 @@ import functools
 import os
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
@@ -122,6 +123,28 @@ class Trainer:
             or not clip_grad_norm > 0
         ):
             raise ConfigError("clip_grad_norm", clip_grad_norm, "None or a number > 0")
+        if scheduler is not None and not callable(scheduler):
+            raise ConfigError(
+                "scheduler",
+                type(scheduler).__name__,
+                "None or a factory: lambda optimizer: CosineAnnealingLR(optimizer, T_max)",
+            )
+        if lr_tensor is not None and not isinstance(lr_tensor, bool):
+            raise ConfigError("lr_tensor", lr_tensor, "None (decided by the config), true or false")
+        if eval_loss is not None and not callable(eval_loss):
+            raise ConfigError(
+                "eval_loss", type(eval_loss).__name__, "None or loss_fn(model, batch)"
+            )
+        _check_eval_data(eval_data)
+        if config.compile == "reduce-overhead" and accumulate > 1:
+            # The cudagraph trees keep a backward's gradients in their own memory, which the next
+            # micro-batch's replay may overwrite (pytorch/pytorch#96693): unverified, refused.
+            raise ConfigError(
+                "accumulate",
+                accumulate,
+                "1 with compile='reduce-overhead' (its CUDA graphs may overwrite the gradients of "
+                "the earlier micro-batches); compile='default' with cuda_graph=True accumulates",
+            )
         self.device = resolve_device(device)
         reason = device_error(config, self.device.type)
         if reason is not None:
@@ -152,6 +175,14 @@ class Trainer:
         # step recompiles for each new float: a schedule must then change a device tensor.
         if lr_tensor is None:
             lr_tensor = scheduler is not None and (config.cuda_graph or compiled)
+        elif not lr_tensor and scheduler is not None and config.cuda_graph:
+            raise ConfigError(
+                "lr_tensor",
+                False,
+                "None or true with cuda_graph=True and a scheduler (a float rate is baked into "
+                "the graph at capture and the schedule would be lost)",
+            )
+        self.lr_tensor = lr_tensor
         if lr_tensor and config.cuda_graph:
             # A foreach or for-loop step reads a tensor rate on the host (`alpha=-lr`), which a
             # capture refuses (seen on an H100: SGD, cudaErrorStreamCaptureUnsupported); the
@@ -204,6 +235,12 @@ class Trainer:
                 raise ConfigError(
                     "eval_every", eval_every, "None when the Trainer has no eval_data"
                 )
+        if checkpoint_every is None and checkpoint_path is not None:
+            raise ConfigError(
+                "checkpoint_every",
+                None,
+                "an integer >= 1 when checkpoint_path is set (or save with trainer.save(path))",
+            )
         if checkpoint_every is not None:
             _check_positive("checkpoint_every", checkpoint_every)
             if checkpoint_path is None:
@@ -213,16 +250,11 @@ class Trainer:
         start = self.step
         config, dev = self.config, self.device
         plan = StreamPlan.create(config.num_streams, dev, cuda_graph=config.cuda_graph)
-        # Epochs draw their base seeds from a generator of their own, not from the global one
-        # that dropout uses: the global RNG state then depends on the steps alone, as the
-        # checkpoint records it.
-        loader = make_loader(
-            self.workload, config, dev, generator=torch.Generator().manual_seed(LOADER_SEED)
-        )
-        batches = cycle(loader)
+        loaders: list[torch.utils.data.DataLoader[Batch]] = []
         # The data position: the micro-batches earlier steps trained on, in dataset order.
-        for _ in range(start * self.accumulate):
-            next(batches)
+        batches = positioned_batches(
+            self.workload, config, dev, start * self.accumulate, opened=loaders
+        )
         feed = DeviceFeed(batches, plan, config, dev)
         step_fn = self._make_step(plan)
         harvester = make_harvester(config, plan, steps - start, dev)
@@ -237,8 +269,9 @@ class Trainer:
         started = time.perf_counter()
         with (
             matmul_precision_for(self.precision),
-            contextlib.closing(LoaderCloser(loader)),
+            contextlib.ExitStack() as closing,
         ):
+            closing.callback(_close_loaders, loaders)
             for step in range(start, steps):
                 micro = [feed.next() for _ in range(self.accumulate)]
                 harvester.push(step - start, step_fn(*micro))
@@ -396,6 +429,19 @@ class Trainer:
                 f"{state['accumulate']}, as in the checkpoint (its data position counts "
                 "micro-batches)",
             )
+        saved = state.get("config")
+        if saved != self.config.to_dict():
+            changed = sorted(
+                k for k, v in self.config.to_dict().items() if (saved or {}).get(k) != v
+            )
+            raise ConfigError(
+                "config",
+                ", ".join(f"{k}={getattr(self.config, k)!r}" for k in changed),
+                "the checkpointed run's config ("
+                + ", ".join(f"{k}={(saved or {}).get(k)!r}" for k in changed)
+                + "): the optimizer's state and learning rates are restored as that config "
+                "built them",
+            )
         if (state["scheduler"] is None) != (self.scheduler is None):
             raise ConfigError(
                 "scheduler",
@@ -407,8 +453,12 @@ class Trainer:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         for group in self.optimizer.param_groups:
+            # load_state_dict puts the saved groups' values in place: the rate is made a device
+            # tensor again where this Trainer needs one (and one was saved as a float).
             if isinstance(group["lr"], torch.Tensor):
                 group["lr"] = group["lr"].to(self.device)
+            elif self.lr_tensor:
+                group["lr"] = torch.tensor(float(group["lr"]), device=self.device)
         if self.scheduler is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         if self.numerics.scaler is not None and state["scaler"] is not None:
@@ -427,7 +477,7 @@ class Trainer:
 
     def load(self, path: str | os.PathLike[str]) -> None:
         try:
-            state = torch.load(Path(path), map_location=self.device, weights_only=False)
+            state = torch.load(Path(path), map_location=self.device, weights_only=True)
         except FileNotFoundError as exc:
             raise ConfigError("resume_from", str(path), "an existing checkpoint file") from exc
         self.load_state_dict(state)
@@ -452,6 +502,14 @@ def workload_from_parts(
     `model`'s parameters (rebuilt capturable when a CUDA graph needs it).
     """
     if isinstance(data, torch.utils.data.DataLoader):
+        if not isinstance(data.sampler, torch.utils.data.SequentialSampler):
+            raise ConfigError(
+                "data",
+                f"DataLoader(sampler={type(data.sampler).__name__})",
+                "a DataLoader in dataset order (shuffle=False, no sampler): the tuned loop builds "
+                "its own loader in dataset order; shuffle the dataset itself, e.g. "
+                "Subset(dataset, torch.randperm(n, generator=seeded))",
+            )
         batch_size = data.batch_size if batch_size is None else batch_size
         if collate_fn is None and data.collate_fn is not torch.utils.data.default_collate:
             collate_fn = data.collate_fn
@@ -478,11 +536,85 @@ def workload_from_parts(
     )
 
 
+def positioned_batches(
+    workload: Workload,
+    config: LoopConfig,
+    device: torch.device,
+    start: int,
+    *,
+    opened: list[torch.utils.data.DataLoader[Batch]],
+) -> Iterator[Batch]:
+    """The batches from batch `start` on, in dataset order, epoch after epoch, as an
+    uninterrupted run would see them from there; the loaders made are appended to `opened`.
+
+    A dataset of known length is entered at its position by index (a Subset for the rest of the
+    current epoch): nothing before it is loaded. Each epoch's loader draws its base seed (worker
+    seeds) from a generator of the Trainer's own, advanced by the epochs already done, never
+    from the global generator that dropout uses. Resume is exact when loading a batch draws no
+    random numbers from the global generators in the main process (the built-in workloads;
+    random augmentation belongs in workers, or in a generator seeded per sample).
+    """
+    generator = torch.Generator().manual_seed(LOADER_SEED)
+    full = make_loader(workload, config, device, generator=generator)
+    opened.append(full)
+    try:
+        per_epoch = len(full)
+    except TypeError:  # an iterable dataset: skipped by loading
+        per_epoch = 0
+    if per_epoch == 0:
+        batches = cycle(full)
+        for _ in range(start):
+            next(batches)
+        yield from batches
+        return
+    epochs, offset = divmod(start, per_epoch)
+    for _ in range(epochs):
+        # What each epoch's iterator draws for its base seed (DataLoader._get_shared_seed).
+        torch.empty((), dtype=torch.int64).random_(generator=generator)
+    if offset:
+        size = workload.batch_size or 1
+        rest = torch.utils.data.Subset(workload.dataset, range(offset * size, per_epoch * size))
+        partial = make_loader(
+            dataclasses.replace(workload, dataset=rest), config, device, generator=generator
+        )
+        opened.append(partial)
+        for batch in partial:
+            yield tuple(batch)
+    yield from cycle(full)
+
+
+def _close_loaders(loaders: list[torch.utils.data.DataLoader[Batch]]) -> None:
+    for loader in loaders:
+        LoaderCloser(loader).close()
+
+
 def _as_built(
     built: torch.optim.Optimizer, params: Iterable[nn.Parameter], capturable: bool
 ) -> torch.optim.Optimizer:
     """A user's optimizer, already built on the model's parameters (`params` are the same)."""
     return with_capturable(built, capturable)
+
+
+def _check_eval_data(eval_data: object) -> None:
+    if eval_data is None:
+        return
+    if isinstance(eval_data, torch.Tensor) or (
+        isinstance(eval_data, tuple) and all(isinstance(t, torch.Tensor) for t in eval_data)
+    ):
+        raise ConfigError(
+            "eval_data", "one batch", "a collection of batches (wrap one batch in a list)"
+        )
+    try:
+        iterator = iter(eval_data)  # type: ignore[call-overload]
+    except TypeError:
+        raise ConfigError("eval_data", type(eval_data).__name__, "an iterable of batches") from None
+    if iterator is eval_data:
+        raise ConfigError(
+            "eval_data",
+            type(eval_data).__name__,
+            "a collection evaluated again every time (a list, a Dataset of batches or a "
+            "DataLoader), not a one-shot iterator",
+        )
 
 
 def _check_positive(field: str, value: object) -> None:
@@ -491,14 +623,27 @@ def _check_positive(field: str, value: object) -> None:
 
 
 def _rng_state(device: torch.device) -> dict[str, Any]:
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        # As plain lists: a checkpoint loads with weights_only=True (no pickled objects).
+        "numpy": _numpy_state(),
+    }
     if device.type == "cuda":
         state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
+def _numpy_state() -> list[Any]:
+    name, keys, position, has_gauss, cached = np.random.get_state(legacy=True)
+    return [str(name), [int(k) for k in keys], int(position), int(has_gauss), float(cached)]
+
+
 def _set_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
     torch.set_rng_state(state["torch"].cpu())
     random.setstate(state["python"])
+    if "numpy" in state:
+        name, keys, position, has_gauss, cached = state["numpy"]
+        np.random.set_state((name, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached))
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state(state["cuda"].cpu(), device)

@@ -99,8 +99,22 @@ def with_capturable(optimizer: torch.optim.Optimizer, capturable: bool) -> torch
             _name(type(optimizer)),
             "an optimizer that has not stepped yet (it is rebuilt capturable for a CUDA graph)",
         )
-    groups = [{**group, "capturable": capturable} for group in optimizer.param_groups]
-    return type(optimizer)(groups, **{**optimizer.defaults, "capturable": capturable})
+    groups = [
+        {
+            **{k: v for k, v in group.items() if k == "params" or k in accepted},
+            "capturable": capturable,
+        }
+        for group in optimizer.param_groups
+    ]
+    defaults = {k: v for k, v in optimizer.defaults.items() if k in accepted}
+    try:
+        return type(optimizer)(groups, **{**defaults, "capturable": capturable})
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ConfigError(
+            "optimizer",
+            _name(type(optimizer)),
+            f"an optimizer that can be rebuilt with capturable={capturable} (torch said: {exc})",
+        ) from exc
 
 
 def compile_step(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:

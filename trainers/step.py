@@ -73,7 +73,8 @@ class EagerStep:
         # set_to_none frees last step's gradients; the wait above already ordered their reuse.
         self.optimizer.zero_grad(set_to_none=True)
         kept: list[torch.Tensor] = []
-        for batch in batches:
+        step_loss = None
+        for index, batch in enumerate(batches):
             with on(forward):
                 with self.precision.autocast():
                     loss = self.loss_fn(self.model, batch)
@@ -88,6 +89,10 @@ class EagerStep:
                 kept.append(value)
                 if len(batches) > 1:
                     loss = loss / len(batches)
+                if index == len(batches) - 1:
+                    # The step's loss, made on `forward` before `backward` waits on it below:
+                    # the harvester's copy on the last stream is ordered after it.
+                    step_loss = kept[0] if len(kept) == 1 else torch.stack(kept).mean()
             with on(backward):
                 # The seed gradient is made on `backward` and needs the loss.
                 wait(backward, forward)
@@ -97,13 +102,17 @@ class EagerStep:
                 # behind this one's kernels.
                 self.precision.backward(loss)
         with on(backward):
-            self.precision.step(self.optimizer, before_step=self._clip)
+            # No clipping (the harness): no hook, so fp16's scaler does not unscale separately.
+            self.precision.step(
+                self.optimizer, before_step=None if self.clip_norm is None else self._clip
+            )
         # One micro-batch (the harness): its loss as it is, no extra kernel.
-        return kept[0] if len(kept) == 1 else _mean(kept, forward)
+        assert step_loss is not None
+        return step_loss
 
     def _clip(self) -> None:
-        if self.clip_norm is not None:
-            clip_gradients(self.model, self.clip_norm)
+        assert self.clip_norm is not None
+        clip_gradients(self.model, self.clip_norm)
 
 
 class GraphStep:
@@ -236,12 +245,6 @@ def clip_gradients(model: nn.Module, max_norm: float) -> None:
     host (error_if_nonfinite stays False), so it runs inside a captured step as well.
     """
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-
-
-def _mean(losses: list[torch.Tensor], stream: torch.cuda.Stream | None) -> torch.Tensor:
-    with on(stream):
-        # On the stream that made every micro-batch's loss.
-        return torch.stack(losses).mean()
 
 
 def _release_rng_from_failed_capture(device: torch.device) -> None:

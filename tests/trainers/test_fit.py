@@ -361,3 +361,143 @@ def test_bad_options_are_refused_before_any_step(tmp_path: Path) -> None:
         other.fit(8, resume_from=tmp_path / "c.pt")
     assert other.step == 0
     assert math.isfinite(trainer.fit(5).losses[0])
+
+
+def test_more_bad_options_are_refused_before_any_step(tmp_path: Path) -> None:
+    workload = trainers.load_workload("mlp", "tiny")
+    batch = workload.dataset[0]
+    cases = [
+        (dict(scheduler="cosine"), r"^scheduler='str' is invalid: allowed None or a factory"),
+        (dict(lr_tensor="no"), r"^lr_tensor='no' is invalid: allowed None \(decided by the con"),
+        (dict(eval_loss=3), r"^eval_loss='int' is invalid: allowed None or loss_fn\(model, batch"),
+        (dict(eval_data=batch), r"^eval_data='one batch' is invalid: allowed a collection of ba"),
+        (dict(eval_data=iter([batch])), r"^eval_data='list_iterator' is invalid: allowed a coll"),
+        (dict(eval_data=3), r"^eval_data='int' is invalid: allowed an iterable of batches"),
+        (
+            dict(config=LoopConfig(compile="reduce-overhead"), accumulate=2),
+            r"^accumulate=2 is invalid: allowed 1 with compile='reduce-overhead'",
+        ),
+    ]
+    for options, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            Trainer(workload, device="cpu", **options)
+    trainer = Trainer(workload, device="cpu")
+    with pytest.raises(ConfigError, match=r"^checkpoint_every=None is invalid: allowed an integ"):
+        trainer.fit(4, checkpoint_path=tmp_path / "c.pt")
+    assert trainer.step == 0 and not (tmp_path / "c.pt").exists()
+
+
+def test_a_checkpoint_resumes_only_under_its_own_config(tmp_path: Path) -> None:
+    Trainer(trainers.load_workload("mlp", "tiny"), EVENT_EVERY_3, device="cpu").fit(
+        3, checkpoint_every=3, checkpoint_path=tmp_path / "c.pt"
+    )
+    other = Trainer(
+        trainers.load_workload("mlp", "tiny"),
+        EVENT_EVERY_3.replace(optimizer="foreach", sync_interval=5),
+        device="cpu",
+    )
+    with pytest.raises(ConfigError) as info:
+        other.fit(6, resume_from=tmp_path / "c.pt")
+    message = str(info.value)
+    assert message.startswith(
+        """config="optimizer='foreach', sync_interval=5" is invalid: allowed"""
+    )
+    assert "optimizer='as-built', sync_interval=3" in message
+    assert other.step == 0
+
+
+class CountingBatches(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Whole batches, counting what is loaded: a resume must not load what it skips."""
+
+    def __init__(self, n: int) -> None:
+        generator = torch.Generator().manual_seed(7)
+        self.x = torch.randn(n, 4, 6, generator=generator)
+        self.y = self.x.sum(dim=2, keepdim=True)
+        self.loaded: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        self.loaded.append(index)
+        return self.x[index], self.y[index]
+
+
+def counting_workload() -> trainers.Workload:
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 1))
+    return workload_from_parts(
+        model,
+        CountingBatches(5),
+        lambda model, batch: nn.functional.mse_loss(model(batch[0]), batch[1]),
+        optimizer=lambda params, capturable: torch.optim.Adam(params, lr=0.01),
+    )
+
+
+def test_a_resume_enters_the_data_at_its_position_without_loading_what_came_before(
+    tmp_path: Path,
+) -> None:
+    whole = Trainer(counting_workload(), LoopConfig(sync_interval=2), device="cpu").fit(11)
+    Trainer(counting_workload(), LoopConfig(sync_interval=2), device="cpu").fit(
+        7, checkpoint_every=7, checkpoint_path=tmp_path / "c.pt"
+    )
+    workload = counting_workload()
+    resumed = Trainer(workload, LoopConfig(sync_interval=2), device="cpu").fit(
+        11, resume_from=tmp_path / "c.pt"
+    )
+    # Step 7 is batch 2 of the second epoch (5 batches an epoch): 2, 3, 4, then the third
+    # epoch's 0; nothing before batch 2 was loaded.
+    assert resumed.losses == whole.losses[7:]
+    assert workload.dataset.loaded == [2, 3, 4, 0]
+
+
+def test_a_shuffling_loader_is_refused_and_a_built_adamw_is_made_capturable() -> None:
+    model = nn.Linear(3, 1)
+    data = TensorDataset(torch.zeros(8, 3), torch.zeros(8, 1))
+    with pytest.raises(ConfigError, match=r"^data='DataLoader\(sampler=RandomSampler\)' is inv"):
+        workload_from_parts(
+            model,
+            DataLoader(data, batch_size=4, shuffle=True),
+            lambda m, b: m(b[0]).sum(),
+            optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        )
+    built = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.05)
+    workload = workload_from_parts(
+        model, DataLoader(data, batch_size=4), lambda m, b: m(b[0]).sum(), optimizer=built
+    )
+    capturable = workload.make_optimizer(model.parameters(), True)
+    assert type(capturable) is torch.optim.AdamW
+    assert capturable.param_groups[0]["capturable"] is True
+    assert capturable.param_groups[0]["weight_decay"] == 0.05
+    assert workload.make_optimizer(model.parameters(), False) is built
+
+
+def test_fp16_clipping_sees_the_unscaled_gradients() -> None:
+    """fp16 autocast with a loss scaler: the clip runs after unscale_, as the PyTorch AMP recipe
+    says, so the Trainer equals that recipe written by hand."""
+    try:
+        trainer = Trainer(
+            trainers.load_workload("mlp", "tiny"),
+            LoopConfig(sync_interval=3),
+            device="cpu",
+            precision="fp16-autocast",
+            clip_grad_norm=0.05,
+        )
+    except UnsupportedOnDevice as exc:
+        pytest.skip(str(exc))
+    ours = trainer.fit(6).losses
+    workload = trainers.load_workload("mlp", "tiny")
+    optimizer = workload.make_optimizer(workload.model.parameters(), False)
+    scaler = torch.amp.GradScaler("cpu")
+    theirs = []
+    for index in range(6):
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.float16, cache_enabled=False):
+            loss = workload.loss_fn(workload.model, workload.dataset[index])
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(workload.model.parameters(), 0.05)
+        scaler.step(optimizer)
+        scaler.update()
+        theirs.append(float(loss))
+    assert ours == theirs

@@ -92,18 +92,12 @@ def adam(params, capturable: bool) -> torch.optim.Optimizer:  # type: ignore[no-
     return torch.optim.Adam(params, lr=0.5, eps=0.0, capturable=capturable)
 
 
-@pytest.mark.parametrize("lr_tensor", [None, False])
-def test_a_captured_optimizer_follows_the_schedule_only_through_a_tensor_rate(
-    lr_tensor: bool | None,
-) -> None:
+def test_a_captured_optimizer_follows_the_schedule_through_a_tensor_rate() -> None:
     schedule = warmup_cosine(12)
     trainer = Trainer(
-        linear_probe(adam),
-        LoopConfig(cuda_graph=True),
-        device="cuda",
-        scheduler=schedule,
-        lr_tensor=lr_tensor,
+        linear_probe(adam), LoopConfig(cuda_graph=True), device="cuda", scheduler=schedule
     )
+    assert isinstance(trainer.optimizer.param_groups[0]["lr"], torch.Tensor)
     weights = [float(trainer.model.weight.detach())]
     trainer.fit(
         12, on_losses=lambda first, losses: weights.append(float(trainer.model.weight.detach()))
@@ -116,10 +110,16 @@ def test_a_captured_optimizer_follows_the_schedule_only_through_a_tensor_rate(
         expected.append(reference.param_groups[0]["lr"])
         reference.step()
         scheduler.step()
-    if lr_tensor is None:  # the default under a graph: a device tensor
-        assert applied == pytest.approx(expected, rel=1e-6)
-    else:  # a float is baked into the graph at capture: the schedule is lost after it
-        assert applied != pytest.approx(expected, rel=1e-3)
+    assert applied == pytest.approx(expected, rel=1e-6)
+    # A float rate would be baked into the graph at capture: refused.
+    with pytest.raises(trainers.ConfigError, match=r"^lr_tensor=False is invalid"):
+        Trainer(
+            linear_probe(adam),
+            LoopConfig(cuda_graph=True),
+            device="cuda",
+            scheduler=schedule,
+            lr_tensor=False,
+        )
 
 
 def test_a_schedule_over_a_graph_of_an_optimizer_that_reads_its_rate_on_the_host_is_refused() -> (
