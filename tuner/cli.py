@@ -292,11 +292,21 @@ def run_(
             "$TUNER_ARTIFACTS)."
         ),
     ] = None,
+    program: Annotated[
+        str | None,
+        typer.Option(
+            help="A registered training program to tune as it is (the registry file in "
+            "$TUNER_PROGRAMS; see trainers/program.py): same as --workload program:NAME."
+        ),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """Tune: search the settings with short real runs and recommend a config."""
     from tuner.search.options import RunOptions
     from tuner.search.search import run_study
+
+    if program is not None:
+        workload = f"program:{program}"
 
     options = RunOptions(
         workload=workload,

@@ -153,7 +153,7 @@ def final_round(
     decision = decide(eligible, order_description=SIMPLICITY_ORDER, margin=options.tie_margin)
     best = decision.best
     reason = decision.reason
-    per_batch = measurer.workload.samples_per_batch
+    per_batch = measurer.samples_per_batch
     train_steps: int | None = getattr(options, "train_steps", None)
     if train_steps is not None:
         steps: int = train_steps

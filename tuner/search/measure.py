@@ -25,6 +25,8 @@ import torch
 
 import trainers
 from trainers import LoopConfig, RunResult, Window, Workload
+from trainers.program import PREFIX as PROGRAM_PREFIX
+from trainers.program import Program, find_program, run_program
 
 # The search tries up to 4 workers on any machine; the DataLoader's advice against it is noise here.
 warnings.filterwarnings("ignore", message="This DataLoader will create")
@@ -130,6 +132,30 @@ class Measurer:
         self.protocol = protocol
         self._workload: Workload | None = None
         self._initial: dict[str, torch.Tensor] = {}
+        # A registered program (`program:NAME`, trainers/program.py) runs in its own process per
+        # measurement; everything else is a Workload built here.
+        self.program: Program | None = (
+            find_program(workload) if workload.startswith(PROGRAM_PREFIX) else None
+        )
+        self._samples_per_batch: int | None = None
+
+    def check(self) -> None:
+        """Build the workload (or check the program's preset) now: a bad name or preset fails
+        before a study is stored."""
+        if self.program is not None:
+            self.program.check(self.preset)
+        else:
+            self.workload  # noqa: B018
+
+    @property
+    def samples_per_batch(self) -> int:
+        if self.program is None:
+            return self.workload.samples_per_batch
+        if self._samples_per_batch is None:
+            raise trainers.TrainerError(
+                f"program {self.program.name!r}: no run has reported its batch size yet"
+            )
+        return self._samples_per_batch
 
     @property
     def workload(self) -> Workload:
@@ -146,6 +172,8 @@ class Measurer:
         self, config: LoopConfig, *, on_window: Callable[[int, float], bool] | None = None
     ) -> Measured | Failure:
         """One run of `config`. `on_window(index, throughput)` returning False stops it early."""
+        if self.program is not None:
+            return self._measure_program(self.program, config, on_window)
         workload = self.workload
         workload.model.load_state_dict(self._initial)
         # Every run starts from the same allocator state: what earlier runs cached is returned.
@@ -174,6 +202,42 @@ class Measurer:
             return self._failure(exc, time.perf_counter() - started)
         return _measured(result, time.perf_counter() - started)
 
+    def _measure_program(
+        self,
+        program: Program,
+        config: LoopConfig,
+        on_window: Callable[[int, float], bool] | None,
+    ) -> Measured | Failure:
+        started = time.perf_counter()
+
+        def window_done(index: int, window: Window) -> bool:
+            if on_window is None or self._samples_per_batch is None:
+                return True
+            return on_window(index, self._samples_per_batch / (window.step_ms / 1e3))
+
+        try:
+            result = run_program(
+                program,
+                self.preset,
+                config,
+                steps=self.protocol.windows * self.protocol.window_steps,
+                warmup=self.protocol.warmup_for(config),
+                windows=self.protocol.windows,
+                device=self.device,
+                on_window=window_done,
+                precision=self.precision,
+                seed=self.protocol.seed,
+                on_start=self._started,
+            )
+        except Exception as exc:  # noqa: BLE001 - every failure is recorded, none ends the study
+            return self._failure(exc, time.perf_counter() - started)
+        self._samples_per_batch = result.samples_per_batch
+        return _measured(result, time.perf_counter() - started)
+
+    def _started(self, samples_per_batch: int) -> None:
+        # From the program's start line: windows are converted to samples/s as they come.
+        self._samples_per_batch = samples_per_batch
+
     def _failure(self, exc: Exception, seconds: float) -> Failure:
         if self.device.type == "cuda":
             # Give back what the failed run cached (after an OOM above all); a broken context
@@ -188,7 +252,7 @@ class Measurer:
 
     def floor_ms(self) -> float | None:
         """The CUDA-graph floor of this workload (None on a CPU or if it cannot be captured)."""
-        if self.device.type != "cuda":
+        if self.device.type != "cuda" or self.program is not None:
             return None
         workload = self.workload
         workload.model.load_state_dict(self._initial)

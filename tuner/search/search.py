@@ -41,6 +41,7 @@ from optuna.trial import TrialState
 
 import trainers
 from trainers import LoopConfig
+from trainers.program import program_parity
 from tuner.errors import Interrupted, Stopped
 from tuner.evidence import profiles
 from tuner.evidence.recommendation import Recommendation
@@ -67,7 +68,7 @@ from tuner.search.options import (
     make_sampler,
 )
 from tuner.search.space import SearchSpace, config_key
-from tuner.search.spaces import AUTO_GPU_SPACE, load_space
+from tuner.search.spaces import AUTO_GPU_SPACE, load_space, program_space
 from tuner.search.stages import first_stage
 from tuner.search.stats import bootstrap_ci, drift
 from tuner.store import keys
@@ -151,10 +152,17 @@ def open_search(
         precision=options.precision,
     )
     # Build the workload now: a bad --workload or --preset must fail before a study is stored.
-    measurer.workload  # noqa: B018
+    measurer.check()
     fingerprint = trainers.fingerprint(measurer.device)
     hardware = trainers.fingerprint_key(fingerprint)
     space = load_space(options.space, fix=options.fix, cuda=measurer.device.type == "cuda")
+    if measurer.program is not None:
+        # A program searches only the settings it implements; it is profiled by nobody (its
+        # kernels run in another process).
+        space = program_space(space, measurer.program)
+        if options.profile != "none":
+            progress.phase(f"profiles off: program {measurer.program.name!r} runs elsewhere")
+            options = dataclasses.replace(options, profile="none")
     compile_cache = share_compile_cache(options)
     storage = storage or studies.open_storage(studies.storage_url(options.storage))
     # The study's name carries the effective model options and a non-default precision: two
@@ -264,14 +272,18 @@ class Search:
         self._isolated: ParityProcess | None = None
         # Profiles too: CUPTI stays attached after a profile and slows later measurements.
         self._profiles: ProfileProcess | None = None
-        self.profiler = profiling.in_process(
-            measurer.workload,
-            device=measurer.device,
-            steps=options.profile_steps,
-            warmup=options.protocol.warmup,
-            precision=options.precision,
+        self.profiler = (
+            None
+            if measurer.program is not None
+            else profiling.in_process(
+                measurer.workload,
+                device=measurer.device,
+                steps=options.profile_steps,
+                warmup=options.protocol.warmup,
+                precision=options.precision,
+            )
         )
-        if measurer.device.type == "cuda":
+        if measurer.device.type == "cuda" and measurer.program is None:
             self._isolated = ParityProcess(
                 options.workload,
                 options.preset,
@@ -363,6 +375,7 @@ class Search:
             parity=self.parity,
         )
         if self.options.profile != "none":
+            assert self.profiler is not None  # profiles are off for programs (open_search)
             self.progress.phase("profiling the baselines and the recommended config")
             recommendation = profiling.profile_recommendation(
                 self.study, recommendation, BASELINES, self.traces, self.profiler
@@ -496,6 +509,7 @@ class Search:
         value = statistics.median(pooled)
         trial.set_user_attr(keys.POOLED_WINDOWS, len(pooled))
         if self.options.profile == "all":
+            assert self.profiler is not None  # profiles are off for programs (open_search)
             self.progress.phase(f"profiling trial {trial.number}")
             profiling.profile_trial(trial, config, self.traces, self.profiler)
         trial.set_user_attr(keys.CI95, list(bootstrap_ci(pooled)))
@@ -543,6 +557,17 @@ class Search:
         self, config: LoopConfig, envelope: dict[str, Any] | None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         options = self.options
+        if self.measurer.program is not None:
+            return program_parity(
+                self.measurer.program,
+                options.preset,
+                config,
+                steps=options.parity_steps,
+                seed=options.protocol.seed,
+                device=self.measurer.device,
+                precision=options.precision,
+                envelope=envelope,
+            )
         factory = trainers.resolve_factory(options.workload, options.model_args)
         found = (
             trainers.Envelope.from_dict(envelope)

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainers import LoopConfig
+from trainers.program import Program
 from tuner.errors import SpaceError
 from tuner.search.space import (
     KINDS,
@@ -184,6 +186,24 @@ def _without_graph_on_cpu(space: SearchSpace) -> SearchSpace:
         fixed["cuda_graph"] = False
         notes.append(_CPU_GRAPH_NOTE)
     return dataclasses.replace(space, params=params, fixed=fixed, notes=tuple(notes))
+
+
+def program_space(space: SearchSpace, program: Program) -> SearchSpace:
+    """`space` cut to the settings `program` implements: every other setting is fixed to its
+    default (what the program does anyway). A pin of such a setting to anything else is a
+    SpaceError naming it."""
+    defaults = LoopConfig().to_dict()
+    for field, value in space.fixed.items():
+        if field not in program.settings and value != defaults[field]:
+            raise SpaceError(
+                field,
+                value,
+                f"{defaults[field]!r}: program {program.name!r} does not implement {field} "
+                f"(it implements {', '.join(program.settings) or 'none'})",
+            )
+    params = {f: spec for f, spec in space.params.items() if f in program.settings}
+    fixed = {**space.fixed, **{f: defaults[f] for f in space.params if f not in program.settings}}
+    return dataclasses.replace(space, params=params, fixed=fixed)
 
 
 def load_space(

@@ -1,0 +1,250 @@
+"""Programs as workloads (`trainers.program`): real processes on the CPU. The example program
+(`examples/program/plain_loop.py`, a plain PyTorch loop using `trainers.reporting`), and small
+programs written here that break the protocol one way each."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from trainers import ConfigError, LoopConfig, WorkloadError
+from trainers.program import (
+    Program,
+    ProgramFailed,
+    find_program,
+    load_registry,
+    program_parity,
+    run_program,
+)
+from trainers.reporting import Reporter
+
+ROOT = Path(__file__).resolve().parents[2]
+REGISTRY = ROOT / "examples" / "program" / "programs.json"
+
+
+@pytest.fixture(scope="module")
+def plain() -> Program:
+    return load_registry(REGISTRY)["plain-mlp"]
+
+
+def test_the_example_program_reports_every_loss_and_window(plain: Program) -> None:
+    seen: list[int] = []
+    result = run_program(
+        plain,
+        "tiny",
+        LoopConfig(sync_interval=4),
+        steps=12,
+        warmup=3,
+        windows=3,
+        device="cpu",
+        on_window=lambda index, window: seen.append(index) is None,
+    )
+    assert seen == [0, 1, 2] and [w.steps for w in result.windows] == [4, 4, 4]
+    assert result.loss_check["complete"] and len(result.losses) == 15
+    assert result.samples_per_batch == 16 and result.workload == "program:plain-mlp"
+    assert result.n_syncs == 3  # 15 steps, a sync every 4
+    # Its losses do not depend on when the host reads them.
+    again = run_program(plain, "tiny", LoopConfig(sync_interval=1), steps=12, warmup=3, windows=3)
+    assert again.losses == result.losses and again.n_syncs == 15
+
+
+def test_a_pruned_run_stops_the_program_after_the_window(plain: Program) -> None:
+    result = run_program(
+        plain,
+        "tiny",
+        LoopConfig(),
+        steps=40,
+        warmup=2,
+        windows=4,
+        device="cpu",
+        on_window=lambda index, window: False,
+    )
+    assert result.stopped_early and len(result.windows) == 1
+
+
+def test_settings_and_presets_a_program_lacks_are_refused_before_it_runs(plain: Program) -> None:
+    with pytest.raises(ConfigError, match=r"^num_streams=2 is invalid: allowed 1: program 'plain"):
+        run_program(plain, "tiny", LoopConfig(num_streams=2), steps=4, windows=1)
+    with pytest.raises(WorkloadError, match=r"preset='huge' is invalid for program 'plain-mlp'"):
+        run_program(plain, "huge", LoopConfig(), steps=4, windows=1)
+
+
+def test_the_gate_judges_a_programs_losses_within_its_envelope(plain: Program) -> None:
+    verdict, envelope = program_parity(
+        plain, "tiny", LoopConfig(sync_interval=3), steps=6, seed=0, device="cpu", precision=None
+    )
+    assert verdict["passed"] and verdict["test"] == "equivalence"
+    assert len(envelope["reference"]) == 6 and len(envelope["perturbed"]) == 4
+    # The perturbed runs moved: the envelope is measured, not assumed.
+    assert any(p != envelope["reference"] for p in envelope["perturbed"])
+    # A reused envelope runs only the config.
+    started = time.perf_counter()
+    again, same = program_parity(
+        plain,
+        "tiny",
+        LoopConfig(num_workers=1),
+        steps=6,
+        seed=0,
+        device="cpu",
+        precision=None,
+        envelope=envelope,
+    )
+    assert again["passed"] and same == envelope
+    assert time.perf_counter() - started < 60
+
+
+def fake(tmp_path: Path, body: str, *, timeout_s: float = 30.0) -> Program:
+    """A program of a few lines of Python (no torch: quick to start)."""
+    script = tmp_path / "fake.py"
+    script.write_text(
+        "import json, os, sys, time\n"
+        "out = open(os.environ['STREAMTUNE_REPORT'], 'a')\n"
+        "def say(**line):\n"
+        "    out.write(json.dumps(line) + '\\n'); out.flush()\n" + textwrap.dedent(body)
+    )
+    return Program(
+        name="fake",
+        command=(sys.executable, str(script)),
+        cwd=tmp_path,
+        presets=("tiny",),
+        settings=(),
+        timeout_s=timeout_s,
+    )
+
+
+START = "say(event='start', protocol=1, samples_per_batch=4, device='cpu')\n"
+GOOD = START + (
+    "say(event='loss', step=0, losses=[1.0, 0.9, 0.8])\n"
+    "say(event='window', index=0, steps=1, seconds=0.01)\n"
+    "say(event='window', index=1, steps=1, seconds=0.01)\n"
+    "say(event='end')\n"
+)
+
+
+WINDOW_1 = "say(event='window', index=1, steps=1, seconds=0.01)\n"
+BROKEN = {
+    "exit": (
+        GOOD + "sys.stderr.write('boom: CUDA out of memory'); sys.exit(3)\n",
+        "exited with status 3; stderr: boom: CUDA out of memory",
+    ),
+    "json": (START + "out.write('{not json\\n'); out.flush()\n", "malformed report line"),
+    "order": ("say(event='loss', step=0, loss=1.0)\n", "the first line must be the start event"),
+    "protocol": (START.replace("protocol=1", "protocol=2"), "protocol 2, expected 1"),
+    "window-size": (
+        GOOD.replace("index=1, steps=1", "index=1, steps=5"),
+        "window 1 has 5 steps, expected 1",
+    ),
+    "loss-order": (
+        GOOD.replace("step=0, losses", "step=1, losses"),
+        "loss of step 1 extracted out of order",
+    ),
+    "missing-window": (GOOD.replace(WINDOW_1, ""), "1 of 2 windows reported"),
+    "no-end": (GOOD.replace("say(event='end')\n", ""), "no end event"),
+    "seconds": (GOOD.replace(WINDOW_1, WINDOW_1.replace("0.01", "-1")), "window 1 took -1"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("body", "message"), list(BROKEN.values()), ids=list(BROKEN))
+def test_a_program_that_breaks_the_protocol_fails_with_the_reason(
+    tmp_path: Path, body: str, message: str
+) -> None:
+    with pytest.raises(ProgramFailed, match="program 'fake'") as info:
+        run_program(fake(tmp_path, body), "tiny", LoopConfig(), steps=2, warmup=1, windows=2)
+    assert message in str(info.value)
+
+
+def test_the_protocol_is_met_by_a_few_lines_and_a_hung_program_times_out(tmp_path: Path) -> None:
+    result = run_program(fake(tmp_path, GOOD), "tiny", LoopConfig(), steps=2, warmup=1, windows=2)
+    assert result.losses == [1.0, 0.9, 0.8] and len(result.windows) == 2
+    hung = fake(tmp_path, START + "time.sleep(60)\n", timeout_s=1.0)
+    started = time.perf_counter()
+    with pytest.raises(ProgramFailed, match="timed out after 1 s"):
+        run_program(hung, "tiny", LoopConfig(), steps=2, warmup=1, windows=2)
+    assert time.perf_counter() - started < 30
+
+
+def test_the_program_gets_its_settings_and_the_commands_placeholders(tmp_path: Path) -> None:
+    body = START + (
+        "say(event='loss', step=0, losses=[float(os.environ['STREAMTUNE_SYNC_INTERVAL']),"
+        " float(sys.argv[1] == 'tiny'), float(os.environ['STREAMTUNE_PIN_MEMORY'] == 'true')])\n"
+        "say(event='window', index=0, steps=2, seconds=0.5)\n"
+        "say(event='end', n_syncs=7)\n"
+    )
+    program = fake(tmp_path, body)
+    program = Program(
+        **{
+            **program.__dict__,
+            "command": (*program.command, "{preset}"),
+            "settings": ("sync_interval", "pin_memory"),
+        }
+    )
+    result = run_program(
+        program,
+        "tiny",
+        LoopConfig(sync_interval=9, pin_memory=True),
+        steps=2,
+        warmup=1,
+        windows=1,
+    )
+    assert result.losses == [9.0, 1.0, 1.0] and result.n_syncs == 7
+    assert result.windows[0].step_ms == pytest.approx(250.0)
+
+
+def test_registry_errors_name_the_entry_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "programs.json"
+    cases = [
+        ({"programs": {}}, r"^programs=\{\} is invalid: allowed an object of named programs"),
+        ({"programs": {"a": {"presets": ["x"]}}}, r"^programs.a.command=None is invalid"),
+        ({"programs": {"a": {"command": ["x"]}}}, r"^programs.a.presets=\[\] is invalid"),
+        (
+            {"programs": {"a": {"command": ["x"], "presets": ["t"], "settings": ["streams"]}}},
+            r"^programs.a.settings=\['streams'\] is invalid: allowed a list of LoopConfig fields",
+        ),
+        (
+            {"programs": {"a": {"command": ["x"], "presets": ["t"], "timeout_s": 0}}},
+            r"^programs.a.timeout_s=0 is invalid",
+        ),
+        (
+            {"programs": {"a": {"command": ["x"], "presets": ["t"], "shell": True}}},
+            r"^programs.a.shell=True is invalid: allowed one of command, presets",
+        ),
+    ]
+    for data, message in cases:
+        path.write_text(json.dumps(data))
+        with pytest.raises(ConfigError, match=message):
+            load_registry(path)
+    with pytest.raises(WorkloadError, match="no program registry: set TUNER_PROGRAMS"):
+        find_program("program:plain-mlp", environ={})
+    with pytest.raises(WorkloadError, match=r"allowed program:plain-mlp$"):
+        find_program("program:nope", environ={"TUNER_PROGRAMS": str(REGISTRY)})
+    assert find_program("program:plain-mlp", environ={"TUNER_PROGRAMS": str(REGISTRY)}).cwd == (
+        REGISTRY.parent
+    )
+
+
+def test_the_reporter_reads_its_run_from_the_environment(tmp_path: Path) -> None:
+    assert not Reporter.active({})
+    with pytest.raises(ConfigError, match=r"^STREAMTUNE_REPORT=None is invalid: allowed set by"):
+        Reporter.from_env({})
+    env = {
+        "STREAMTUNE_REPORT": str(tmp_path / "r.jsonl"),
+        "STREAMTUNE_WARMUP": "2",
+        "STREAMTUNE_STEPS": "7",
+        "STREAMTUNE_WINDOWS": "3",
+        "STREAMTUNE_DEVICE": "cpu",
+        "STREAMTUNE_PRECISION": "",
+        "STREAMTUNE_SEED": "0",
+        "STREAMTUNE_PRESET": "tiny",
+        "STREAMTUNE_SYNC_INTERVAL": "6",
+        "STREAMTUNE_PERTURB_SEED": "",
+    }
+    reporter = Reporter.from_env(env)
+    assert reporter.config == LoopConfig(sync_interval=6) and reporter.window_sizes() == [3, 2, 2]
+    assert reporter.perturb_seed is None and reporter.precision is None
+    with pytest.raises(ConfigError, match=r"^STREAMTUNE_STEPS='x' is invalid: allowed an integer"):
+        Reporter.from_env({**env, "STREAMTUNE_STEPS": "x"})

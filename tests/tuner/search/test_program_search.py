@@ -1,0 +1,64 @@
+"""A registered program tuned by `python -m tuner run --program NAME` on the CPU: real Optuna,
+real SQLite, the example program run as a process per measurement and per gate run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainers import LoopConfig
+from trainers.program import load_registry
+from tuner.errors import SpaceError
+from tuner.search.spaces import load_space, program_space
+
+ROOT = Path(__file__).resolve().parents[3]
+REGISTRY = ROOT / "examples" / "program" / "programs.json"
+
+
+def test_a_program_searches_only_the_settings_it_implements() -> None:
+    program = load_registry(REGISTRY)["plain-mlp"]
+    space = program_space(load_space("auto", cuda=True), program)
+    assert set(space.params) == {"sync_interval", "pin_memory", "num_workers"}
+    assert space.fixed["num_streams"] == 1 and space.fixed["cuda_graph"] is False
+    assert space.fixed["compile"] == "none" and space.fixed["non_blocking"] is True
+    with pytest.raises(SpaceError, match=r"^num_streams=2 is invalid: allowed 1: program 'plain"):
+        program_space(load_space("full", fix=("num_streams=2",), cuda=True), program)
+    assert LoopConfig(**space.fixed | {"sync_interval": 3}).sync_interval == 3
+
+
+@pytest.mark.slow
+def test_the_cli_tunes_a_registered_program(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'programs.db'}"
+    command = [
+        sys.executable, "-m", "tuner", "run", "--program", "plain-mlp", "--preset", "tiny",
+        "--trials", "2", "--storage", storage, "--device", "cpu", "--json", "--windows", "2",
+        "--window-steps", "4", "--warmup", "1", "--final-rounds", "1", "--top-k", "1",
+        "--parity-steps", "5",
+    ]  # fmt: skip
+    env = {"TUNER_PROGRAMS": str(REGISTRY), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rec = json.loads(done.stdout)
+    assert rec["workload"] == "program:plain-mlp" and rec["config"] is not None
+    assert rec["parity"]["test"] == "equivalence" and rec["parity"]["passed"]
+    assert rec["n_trials"]["complete"] == 2
+    config = LoopConfig.from_dict(rec["config"])
+    assert config.num_streams == 1 and config.compile == "none"  # what the program lacks
+
+    unknown = subprocess.run(
+        [*command[:5], "nope", *command[6:]],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert unknown.returncode != 0
+    assert "workload='program:nope' is invalid: allowed program:plain-mlp" in unknown.stderr
