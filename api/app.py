@@ -28,7 +28,7 @@ Every endpoint but `/healthz` needs `Authorization: Bearer <token>` (a token of
 
 def create_app(settings: ApiSettings | None = None) -> FastAPI:
     settings = settings or ApiSettings()
-    registry = WorkloadRegistry(settings.workloads)
+    registry = WorkloadRegistry(settings.workloads, settings.programs)
     registry.check()
     store = JobStore(settings.storage)
     reader = StudyReader(storage.open_storage(settings.storage))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,8 @@ from fastapi.testclient import TestClient
 
 from tests.api.conftest import make_app
 from tests.api.helpers import AUTH, OTHER_AUTH, TINY_JOB
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _post(client: TestClient, body: dict[str, Any], headers: dict[str, str] = AUTH) -> Any:
@@ -217,3 +220,27 @@ def test_a_library_model_is_checked_before_it_is_queued(client: TestClient) -> N
         e["loc"][:2] == ["body", "model_args"] and "layerz" in e["msg"]
         for e in bad.json()["detail"]
     ), bad.json()
+
+
+def test_a_job_names_a_program_of_the_servers_registry_never_its_command(storage: str) -> None:
+    registry = str(ROOT / "examples" / "program" / "programs.json")
+    job = {"workload": "program:plain-mlp", "preset": "tiny", "n_trials": 2, "device": "cpu"}
+    with TestClient(make_app(storage, programs=registry)) as with_programs:
+        created = _post(with_programs, job)
+        assert created.status_code == 201, created.text
+        assert created.json()["workload"] == "program:plain-mlp"
+        for changes, loc, message in [
+            ({"workload": "program:nope"}, ("body", "workload"), "program:plain-mlp"),
+            ({"preset": "huge"}, ("body", "preset"), "no preset 'huge': allowed tiny, small"),
+            ({"fix": {"num_streams": 2}}, ("body", "fix"), "does not implement num_streams"),
+            ({"command": ["rm", "-rf", "/"]}, ("body", "command"), "Extra inputs"),
+        ]:
+            response = _post(with_programs, job | changes)
+            assert response.status_code == 422, response.text
+            errors = response.json()["detail"]
+            assert any(
+                tuple(e["loc"][: len(loc)]) == loc and message in e["msg"] for e in errors
+            ), errors
+    with TestClient(make_app(storage)) as without:
+        refused = _post(without, job)
+        assert refused.status_code == 422 and "unknown workload 'program:plain-mlp'" in refused.text

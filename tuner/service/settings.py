@@ -3,8 +3,9 @@ per process kind (`WorkerSettings` here, `api.settings.ApiSettings` for the API)
 `ServiceSettings`, the fields both read.
 
 `TUNER_STORAGE` (the database of the jobs and the Optuna studies), `TUNER_WORKLOADS` (plug-in
-workloads, JSON `{name: "package.module:factory"}`), `TUNER_LEASE_S` (heartbeat age after which a
-job's workers count as gone).
+workloads, JSON `{name: "package.module:factory"}`), `TUNER_PROGRAMS` (the registry file of
+training programs a job may name as `program:NAME`, trainers/program.py), `TUNER_LEASE_S`
+(heartbeat age after which a job's workers count as gone).
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ class ServiceSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TUNER_", extra="ignore")
 
     storage: str = DEFAULT_STORAGE
+    programs: str | None = Field(
+        default=None,
+        description="registry file of training programs tuned as they are (trainers/program.py)",
+    )
     workloads: dict[str, str] = Field(
         default_factory=dict, description="plug-in workloads: JSON {name: package.module:factory}"
     )

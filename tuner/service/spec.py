@@ -9,10 +9,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import trainers
+from trainers.program import PREFIX as PROGRAM_PREFIX
+from trainers.program import Program, load_registry
 from trainers.workloads import catalog
 from trainers.workloads.adapters import lookup
 from tuner.errors import SpaceError, SpecError, TunerError
-from tuner.search.spaces import load_space
+from tuner.search.spaces import load_space, program_space
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -65,9 +67,20 @@ class WorkloadRegistry:
     """
 
     plugins: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    programs_file: str | None = None
+    """The registry of programs (`TUNER_PROGRAMS`, trainers/program.py): a job names one as
+    `program:NAME`; its command never comes from the request."""
+
+    @property
+    def programs(self) -> Mapping[str, Program]:
+        return {} if not self.programs_file else load_registry(self.programs_file)
 
     def names(self) -> tuple[str, ...]:
-        return (*trainers.BUILTIN, *(n for n in self.plugins if n not in trainers.BUILTIN))
+        return (
+            *trainers.BUILTIN,
+            *(n for n in self.plugins if n not in trainers.BUILTIN),
+            *(f"{PROGRAM_PREFIX}{n}" for n in self.programs),
+        )
 
     def allowed(self) -> str:
         usages = ", ".join(family.usage for family in catalog())
@@ -81,6 +94,8 @@ class WorkloadRegistry:
         (a library model is its own name: its options travel as `model_args`)."""
         if name in trainers.BUILTIN or (is_library_model(name) and name not in self.plugins):
             return name
+        if name.startswith(PROGRAM_PREFIX) and name in self.names():
+            return name  # resolved by the worker from its own TUNER_PROGRAMS
         if name in self.plugins:
             return self.plugins[name]
         raise trainers.WorkloadError(
@@ -92,11 +107,16 @@ class WorkloadRegistry:
         checks its own)."""
         if name in trainers.BUILTIN:
             return tuple(trainers.PRESETS[name])
+        if name.startswith(PROGRAM_PREFIX):
+            program = self.programs.get(name.removeprefix(PROGRAM_PREFIX))
+            return None if program is None else program.presets
         found = lookup(name) if name not in self.plugins else None
         return None if found is None else tuple(found[0].family.presets)
 
     def check(self) -> None:
-        """Import every plug-in factory now, so that a typo stops the server at start."""
+        """Import every plug-in factory and read the programs' registry now, so that a typo
+        stops the server at start."""
+        self.programs  # noqa: B018
         for name, target in self.plugins.items():
             if ":" not in target:
                 raise TunerError(
@@ -157,7 +177,9 @@ def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
             spec.space,
         )
     try:
-        load_space(spec.space, fix=spec.fix, cuda=cuda)
+        pinned = load_space(spec.space, fix=spec.fix, cuda=cuda)
+        if spec.workload.startswith(PROGRAM_PREFIX):
+            program_space(pinned, registry.programs[spec.workload.removeprefix(PROGRAM_PREFIX)])
     except SpaceError as exc:
         raise _spec_error("fix", exc) from exc
 

@@ -54,6 +54,7 @@ import sqlalchemy.exc
 import torch
 
 import trainers
+from trainers.program import REGISTRY_VARIABLE
 from tuner.errors import TunerError
 from tuner.search.options import RunOptions
 from tuner.service.job import JobRun, job_options
@@ -92,7 +93,11 @@ class Worker:
         self.hardware = trainers.fingerprint_key(trainers.fingerprint(torch.device(self.device)))
         self.host = settings.host or socket.gethostname()
         self.id = f"{self.host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.registry = WorkloadRegistry(settings.workloads)
+        self.registry = WorkloadRegistry(settings.workloads, settings.programs)
+        if settings.programs:
+            # The measurements find a program by this variable (trainers.program.find_program),
+            # also when the setting came as an argument rather than from the environment.
+            os.environ[REGISTRY_VARIABLE] = settings.programs
         self.store = JobStore(self.storage_url)
         self.lease = (
             None
