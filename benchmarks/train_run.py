@@ -39,32 +39,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
-from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
 
 import trainers
 from trainers.envelope import rounding_eps
 from trainers.equivalence import judge
+from trainers.fit import warmup_cosine
 from trainers.precision import matmul_precision_for
 from trainers.trajectories import Perturbation
 
 READ_EVERY = 10
 CLIP = 1.0
-
-
-def warmup_cosine(total: int):  # type: ignore[no-untyped-def]
-    warmup = max(1, total // 20)
-
-    def make(optimizer: torch.optim.Optimizer) -> SequentialLR:
-        return SequentialLR(
-            optimizer,
-            [
-                LinearLR(optimizer, start_factor=0.01, total_iters=warmup),
-                CosineAnnealingLR(optimizer, T_max=max(1, total - warmup)),
-            ],
-            milestones=[warmup],
-        )
-
-    return make
 
 
 def idiom(
@@ -77,7 +61,7 @@ def idiom(
     model = workload.model.to(device)
     model.train()
     optimizer = workload.make_optimizer(model.parameters(), False)
-    scheduler = warmup_cosine(steps)(optimizer)
+    scheduler = warmup_cosine(steps, max(1, steps // 20))(optimizer)
     loader = torch.utils.data.DataLoader(
         workload.dataset,
         batch_size=workload.batch_size,
@@ -128,7 +112,10 @@ def recommended(
     """The Trainer, cut in two at half the steps by a checkpoint and a resume."""
     half = steps // 2
     options: dict[str, Any] = dict(
-        device=device, precision=precision, scheduler=warmup_cosine(steps), clip_grad_norm=CLIP
+        device=device,
+        precision=precision,
+        scheduler=warmup_cosine(steps, max(1, steps // 20)),
+        clip_grad_norm=CLIP,
     )
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "run.pt"

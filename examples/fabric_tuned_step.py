@@ -20,27 +20,11 @@ import csv
 from pathlib import Path
 from typing import Any
 
-import torch
 from lightning_fabric import Fabric
 from lightning_fabric.loggers import CSVLogger
-from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
 
 import trainers
-from trainers.fit import SchedulerFactory
-
-
-def warmup_cosine(total: int, warmup: int) -> SchedulerFactory:
-    def make(optimizer: torch.optim.Optimizer) -> SequentialLR:
-        return SequentialLR(
-            optimizer,
-            [
-                LinearLR(optimizer, start_factor=0.01, total_iters=warmup),
-                CosineAnnealingLR(optimizer, T_max=max(1, total - warmup)),
-            ],
-            milestones=[warmup],
-        )
-
-    return make
+from trainers.fit import warmup_cosine
 
 
 def train(
@@ -67,7 +51,7 @@ def train(
         trainers.load_workload(workload, preset),
         config,
         device=fabric.device,
-        scheduler=warmup_cosine(total, warmup=max(1, total // 20)),
+        scheduler=warmup_cosine(total, max(1, total // 20)),
         clip_grad_norm=1.0,
         eval_data=[trainers.load_workload(workload, preset, seed=1).dataset[i] for i in range(2)],
     )

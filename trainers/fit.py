@@ -51,7 +51,13 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
+from torch.optim.lr_scheduler import (
+    CosineAnnealingLR,
+    LinearLR,
+    LRScheduler,
+    ReduceLROnPlateau,
+    SequentialLR,
+)
 from torch.utils.data import Dataset
 
 from trainers.compilation import compile_model
@@ -90,6 +96,25 @@ class FitResult:
     wall_s: float
     n_syncs: int
     """Blocking host syncs the loss harvest made (evaluations and checkpoints not counted)."""
+
+
+def warmup_cosine(
+    total_steps: int, warmup_steps: int, *, start_factor: float = 0.01
+) -> SchedulerFactory:
+    """A linear warm-up from `start_factor` x the rate over `warmup_steps`, then cosine decay
+    to the end of `total_steps`: the schedule most runs use, as a `scheduler=` factory."""
+
+    def make(optimizer: torch.optim.Optimizer) -> SequentialLR:
+        return SequentialLR(
+            optimizer,
+            [
+                LinearLR(optimizer, start_factor=start_factor, total_iters=warmup_steps),
+                CosineAnnealingLR(optimizer, T_max=max(1, total_steps - warmup_steps)),
+            ],
+            milestones=[warmup_steps],
+        )
+
+    return make
 
 
 class Trainer:

@@ -95,15 +95,23 @@ class Program:
             )
         if config is None:
             return
+        refused = self.lacking(config.to_dict())
+        if refused is not None:
+            raise ConfigError(*refused)
+
+    def lacking(self, values: Mapping[str, Any]) -> tuple[str, Any, str] | None:
+        """The first of `values` set to other than its default that the program does not
+        implement, as (field, value, what is allowed); None if there is none."""
         defaults = LoopConfig().to_dict()
-        for field, value in config.to_dict().items():
+        for field, value in values.items():
             if field not in self.settings and value != defaults[field]:
-                raise ConfigError(
+                return (
                     field,
                     value,
                     f"{defaults[field]!r}: program {self.name!r} does not implement {field} "
                     f"(it implements {', '.join(self.settings) or 'none'})",
                 )
+        return None
 
 
 def load_registry(path: str | os.PathLike[str]) -> dict[str, Program]:

@@ -11,33 +11,17 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
-from torch.optim.lr_scheduler import (
-    CosineAnnealingLR,
-    LinearLR,
-    OneCycleLR,
-    ReduceLROnPlateau,
-    SequentialLR,
-)
+from torch.optim.lr_scheduler import LinearLR, OneCycleLR, ReduceLROnPlateau
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainers
-from trainers import ConfigError, LoopConfig, Trainer, UnsupportedOnDevice, workload_from_parts
+from trainers import ConfigError, LoopConfig, Trainer, UnsupportedOnDevice, fit, workload_from_parts
 
 EVENT_EVERY_3 = LoopConfig(num_streams=2, sync_mode="event", sync_interval=3, prefetch_depth=2)
 
 
 def warmup_cosine(total: int, warmup: int = 2):  # type: ignore[no-untyped-def]
-    def make(optimizer: torch.optim.Optimizer) -> SequentialLR:
-        return SequentialLR(
-            optimizer,
-            [
-                LinearLR(optimizer, start_factor=0.1, total_iters=warmup),
-                CosineAnnealingLR(optimizer, T_max=total - warmup),
-            ],
-            milestones=[warmup],
-        )
-
-    return make
+    return fit.warmup_cosine(total, warmup, start_factor=0.1)
 
 
 def dropout_workload(seed: int = 0, *, samples: int = 96, batch: int = 8) -> trainers.Workload:

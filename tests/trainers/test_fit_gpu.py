@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
-from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
 from torch.utils.data import TensorDataset
 
 import trainers
-from trainers import LoopConfig, Trainer, workload_from_parts
+from trainers import LoopConfig, Trainer, fit, workload_from_parts
 from trainers.optim import with_capturable
 
 pytestmark = [
@@ -34,17 +33,7 @@ CONFIGS = {
 
 
 def warmup_cosine(total: int, warmup: int = 3):  # type: ignore[no-untyped-def]
-    def make(optimizer: torch.optim.Optimizer) -> SequentialLR:
-        return SequentialLR(
-            optimizer,
-            [
-                LinearLR(optimizer, start_factor=0.1, total_iters=warmup),
-                CosineAnnealingLR(optimizer, T_max=total - warmup),
-            ],
-            milestones=[warmup],
-        )
-
-    return make
+    return fit.warmup_cosine(total, warmup, start_factor=0.1)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))

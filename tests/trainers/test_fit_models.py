@@ -8,10 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
 
 import trainers
-from trainers import LoopConfig, Trainer
+from trainers import LoopConfig, Trainer, fit
 
 pytestmark = pytest.mark.models
 
@@ -24,12 +23,7 @@ CASES = [
 ]
 
 
-def warmup_cosine(optimizer):  # type: ignore[no-untyped-def]
-    return SequentialLR(
-        optimizer,
-        [LinearLR(optimizer, start_factor=0.1, total_iters=2), CosineAnnealingLR(optimizer, 6)],
-        milestones=[2],
-    )
+warmup_cosine = fit.warmup_cosine(8, 2, start_factor=0.1)
 
 
 @pytest.mark.parametrize(

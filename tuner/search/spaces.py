@@ -192,15 +192,10 @@ def program_space(space: SearchSpace, program: Program) -> SearchSpace:
     """`space` cut to the settings `program` implements: every other setting is fixed to its
     default (what the program does anyway). A pin of such a setting to anything else is a
     SpaceError naming it."""
+    refused = program.lacking(space.fixed)
+    if refused is not None:
+        raise SpaceError(*refused)
     defaults = LoopConfig().to_dict()
-    for field, value in space.fixed.items():
-        if field not in program.settings and value != defaults[field]:
-            raise SpaceError(
-                field,
-                value,
-                f"{defaults[field]!r}: program {program.name!r} does not implement {field} "
-                f"(it implements {', '.join(program.settings) or 'none'})",
-            )
     params = {f: spec for f, spec in space.params.items() if f in program.settings}
     fixed = {**space.fixed, **{f: defaults[f] for f in space.params if f not in program.settings}}
     return dataclasses.replace(space, params=params, fixed=fixed)
