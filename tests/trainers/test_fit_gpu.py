@@ -45,7 +45,8 @@ def test_a_resumed_run_gives_the_uninterrupted_losses_bit_for_bit(
         device="cuda",
         scheduler=warmup_cosine(16),
         clip_grad_norm=0.5,
-        accumulate=2,
+        # reduce-overhead refuses accumulation (trainers/fit.py says why); the others accumulate.
+        accumulate=1 if CONFIGS[name].compile == "reduce-overhead" else 2,
     )
 
     def make() -> trainers.Workload:
@@ -99,7 +100,10 @@ def test_a_captured_optimizer_follows_the_schedule_through_a_tensor_rate() -> No
         expected.append(reference.param_groups[0]["lr"])
         reference.step()
         scheduler.step()
-    assert applied == pytest.approx(expected, rel=1e-6)
+    # Capturable Adam computes its bias corrections from a float32 step counter: 1 - 0.999 in
+    # float32 is off by 1.3e-5 relative, and the step carries its square root (6.4e-6, seen on an
+    # H100). A rate off by one schedule step would be off by more than 10 %.
+    assert applied == pytest.approx(expected, rel=2e-5)
     # A float rate would be baked into the graph at capture: refused.
     with pytest.raises(trainers.ConfigError, match=r"^lr_tensor=False is invalid"):
         Trainer(
