@@ -1,0 +1,154 @@
+"""The seed design's LibTorch trainer (examples/libtorch/), built with CMake against the torch in
+this venv and run through the program protocol on the CPU: its settings, its reports, its
+losses against the Python built-in's, and a tuning job of it by one command.
+
+Building needs cmake and a C++17 compiler. Where they are missing these tests skip, unless
+STREAMTUNE_REQUIRE_LIBTORCH=1 (set by .ci/run, which installs them): then they fail.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainers import LoopConfig
+from trainers.envelope import Envelope
+from trainers.program import Program, ProgramFailed, load_registry, run_program
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = ROOT / "examples" / "libtorch"
+REGISTRY = HERE / "programs.json"
+
+pytestmark = pytest.mark.slow
+
+
+def _load(name: str):  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location(f"libtorch_{name}", HERE / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def binary() -> Path:
+    if shutil.which("cmake") is None or shutil.which("c++") is None:
+        if os.environ.get("STREAMTUNE_REQUIRE_LIBTORCH") == "1":
+            pytest.fail("cmake and a C++ compiler are needed to build examples/libtorch")
+        pytest.skip("cmake or a C++ compiler is missing")
+    path: Path = _load("build").build(HERE / "build", quiet=True)
+    assert path.exists()
+    return path
+
+
+@pytest.fixture(scope="module")
+def program(binary: Path) -> Program:
+    return load_registry(REGISTRY)["libtorch-transformer"]
+
+
+def with_init(program: Program, init: Path) -> Program:
+    """The registered program started from the Python built-in's weights and data, dropout off
+    (the gate's trajectories run without dropout)."""
+    command = (*program.command, "--init", str(init), "--dropout", "0")
+    return Program(
+        name=program.name,
+        command=command,
+        cwd=program.cwd,
+        presets=program.presets,
+        settings=program.settings,
+    )
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        LoopConfig(),
+        LoopConfig(num_streams=2, sync_mode="event", sync_interval=4, prefetch_depth=2),
+        LoopConfig(num_streams=4, sync_mode="query", sync_interval=3, pin_memory=True),
+        LoopConfig(num_streams=3, sync_interval=7, non_blocking=True),
+    ],
+)
+def test_every_setting_runs_and_reports_every_step_and_window(
+    program: Program, config: LoopConfig
+) -> None:
+    result = run_program(program, "tiny", config, steps=12, warmup=2, windows=3, device="cpu")
+    assert len(result.losses) == 14 and all(0.0 < x < 10.0 for x in result.losses)
+    assert [w.steps for w in result.windows] == [4, 4, 4]
+    assert all(w.wall_ms > 0 for w in result.windows)
+    assert result.samples_per_batch == 8
+    # One sync every sync_interval steps, plus the final drain.
+    assert result.n_syncs == 14 // config.sync_interval + 1
+
+
+def test_a_bad_setting_fails_the_run_with_the_programs_own_words(program: Program) -> None:
+    with pytest.raises(ProgramFailed, match="STREAMTUNE_CUDA_GRAPH=true: allowed false"):
+        run_program(program, "tiny", LoopConfig(cuda_graph=True), steps=4, windows=1, device="cpu")
+    broken = Program(
+        name="broken",
+        command=(*program.command, "--dropout"),
+        cwd=program.cwd,
+        presets=program.presets,
+        settings=program.settings,
+    )
+    with pytest.raises(ProgramFailed, match=r"exited with status 2.*--dropout: needs a value"):
+        run_program(broken, "tiny", LoopConfig(), steps=4, windows=1, device="cpu")
+
+
+def test_from_the_python_weights_its_losses_are_the_python_loops_within_the_gate(
+    program: Program, tmp_path: Path
+) -> None:
+    steps = 40
+    init = _load("export_init").export("tiny", 0, tmp_path / "init.pt")
+    cpp = with_init(program, init)
+    envelope = Envelope.measure("transformer", "tiny", steps=steps, seed=0, device="cpu")
+    for config in (LoopConfig(), LoopConfig(num_streams=2, sync_mode="query", sync_interval=5)):
+        losses = run_program(cpp, "tiny", config, steps=steps, warmup=0, windows=2, device="cpu")
+        verdict = envelope.judge(losses.losses)
+        assert verdict.passed, verdict.reason
+        # The same weights and batches: the first loss is the same forward pass.
+        assert losses.losses[0] == pytest.approx(envelope.reference[0], rel=1e-5)
+    # From its own weights (no --init) the trajectory is another one: the gate tells them apart.
+    own = run_program(
+        Program(
+            name="own",
+            command=(*program.command, "--dropout", "0"),
+            cwd=program.cwd,
+            presets=program.presets,
+            settings=program.settings,
+        ),
+        "tiny",
+        LoopConfig(),
+        steps=steps,
+        warmup=0,
+        windows=1,
+        device="cpu",
+    )
+    assert not envelope.judge(own.losses).passed
+
+
+def test_one_command_tunes_the_cpp_trainer(binary: Path, tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'cpp.db'}"
+    command = [
+        sys.executable, "-m", "tuner", "run", "--program", "libtorch-transformer",
+        "--preset", "tiny", "--trials", "3", "--storage", storage, "--device", "cpu", "--json",
+        "--windows", "2", "--window-steps", "5", "--warmup", "1", "--final-rounds", "1",
+        "--top-k", "1", "--parity-steps", "6",
+    ]  # fmt: skip
+    env = {"TUNER_PROGRAMS": str(REGISTRY), "PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rec = json.loads(done.stdout)
+    assert rec["workload"] == "program:libtorch-transformer"
+    assert rec["n_trials"]["complete"] == 3
+    assert rec["parity"]["test"] == "equivalence" and rec["parity"]["passed"]
+    config = LoopConfig.from_dict(rec["config"])
+    assert config.compile == "none" and config.num_workers == 0  # what the program lacks
