@@ -40,6 +40,9 @@ def build(folder: Path = HERE / "build", *, jobs: int | None = None, quiet: bool
                 "-DCMAKE_BUILD_TYPE=Release",
                 f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
                 f"-DPython_EXECUTABLE={sys.executable}",
+                # CMake 4 refuses cmake_minimum_required below 3.5 in any config file it reads;
+                # older CMake ignores this variable.
+                "-DCMAKE_POLICY_VERSION_MINIMUM=3.5",
             ],
             check=True,
             stdout=out,
