@@ -152,3 +152,33 @@ def test_one_command_tunes_the_cpp_trainer(binary: Path, tmp_path: Path) -> None
     assert rec["parity"]["test"] == "equivalence" and rec["parity"]["passed"]
     config = LoopConfig.from_dict(rec["config"])
     assert config.compile == "none" and config.num_workers == 0  # what the program lacks
+
+
+def test_a_job_of_the_cpp_trainer_runs_through_the_service(binary: Path, tmp_path: Path) -> None:
+    """A real `python -m tuner serve` with the registry: the job names the program, the worker
+    runs the binary per trial, and the best config comes back over HTTP."""
+    from tests.api.helpers import wait_for
+    from tests.api.test_server import Server
+
+    server = Server(tmp_path, programs=str(REGISTRY))
+    try:
+        server.start()
+        job = {"workload": "program:libtorch-transformer", "preset": "tiny", "n_trials": 2}
+        created = server.http.post("/v1/jobs", json=job | {"device": "cpu"})
+        assert created.status_code == 201, created.text
+        location = created.headers["Location"]
+        done = wait_for(
+            lambda: (
+                (j := server.http.get(location).json())["status"] in ("succeeded", "failed") and j
+            ),
+            timeout_s=300,
+            what="the job to end",
+        )
+        assert done["status"] == "succeeded", done
+        assert done["n_complete"] == 2
+        best = server.http.get(f"{location}/best").json()
+        assert LoopConfig.from_dict(best["config"]).compile == "none"
+    finally:
+        if server.proc is not None:
+            server.kill()
+        server.http.close()
