@@ -45,7 +45,7 @@ import trainers
 from trainers import LoopConfig
 from trainers.envelope import Envelope, rounding_eps
 from trainers.precision import MATMUL_PRECISION
-from trainers.program import Program, load_registry, run_program
+from trainers.program import Program, ProgramFailed, load_registry, run_program
 from tuner.search.options import RunOptions
 from tuner.search.search import run_study
 from tuner.search.stats import bootstrap_ci, ratio_ci
@@ -122,20 +122,24 @@ def tune(
     }
 
 
+def _with_args(program: Program, *extra: str) -> Program:
+    return Program(
+        name=program.name,
+        command=(*program.command, *extra),
+        cwd=program.cwd,
+        presets=program.presets,
+        settings=program.settings,
+        timeout_s=program.timeout_s,
+    )
+
+
 def agreement(
     program: Program, preset: str, *, steps: int, precision: str, device: str
 ) -> dict[str, Any]:
     """The C++ trainer from the Python weights and data, judged within the Python envelope."""
     init = Path(tempfile.mkdtemp(prefix="streamtune-init-")) / f"{preset}.pt"
     _example("export_init").export(preset, 0, init)
-    cpp = Program(
-        name=program.name,
-        command=(*program.command, "--init", str(init), "--dropout", "0"),
-        cwd=program.cwd,
-        presets=program.presets,
-        settings=program.settings,
-        timeout_s=program.timeout_s,
-    )
+    cpp = _with_args(program, "--init", str(init), "--dropout", "0")
     eps = rounding_eps(precision, MATMUL_PRECISION[precision])  # type: ignore[index,arg-type]
     envelope = Envelope.measure(
         "transformer", preset, steps=steps, seed=0, device=device, precision=precision, eps=eps
@@ -182,15 +186,30 @@ def run_preset(
         print(f"[{preset}] tuned in {entry['tuning']['wall_s']:.0f} s", flush=True)
         if entry["tuning"]["config"] is not None:
             configs["cpp-recommended"] = LoopConfig.from_dict(entry["tuning"]["config"])
-    windows: dict[str, dict[str, list[float]]] = {"cpp": {}, "python": {}}
+    # LibTorch's own torch::nn::Transformer forward (--stock) syncs inside every attention call;
+    # measured for the configs without a graph (it cannot be captured).
+    stock = _with_args(program, "--stock")
+    stock_names = [n for n in (BASELINE, "seed-events-every-10") if n in configs]
+    windows: dict[str, dict[str, list[float]]] = {"cpp": {}, "python": {}, "cpp_stock": {}}
+    failures: dict[str, str] = {}
+
+    def cpp_run(lang: str, name: str, which: Program, config: LoopConfig) -> float | None:
+        try:
+            result = run_program(
+                which, preset, config, steps=args.steps, warmup=args.warmup,
+                windows=args.windows, device=args.device, precision=args.precision,
+            )  # fmt: skip
+        except ProgramFailed as exc:  # recorded, and the other configs go on
+            failures[f"{lang}:{name}"] = str(exc)[-1500:]
+            return None
+        windows[lang].setdefault(name, []).extend(window_ms(result))
+        return statistics.median(window_ms(result))
+
     for round_ in range(args.rounds):
         for name, config in configs.items():
             started = time.perf_counter()
-            cpp = run_program(
-                program, preset, config, steps=args.steps, warmup=args.warmup,
-                windows=args.windows, device=args.device, precision=args.precision,
-            )  # fmt: skip
-            windows["cpp"].setdefault(name, []).extend(window_ms(cpp))
+            cpp_ms = cpp_run("cpp", name, program, config)
+            stock_ms = cpp_run("cpp_stock", name, stock, config) if name in stock_names else None
             py = trainers.run(
                 trainers.load_workload("transformer", preset, seed=0),
                 python_config(config),
@@ -202,22 +221,25 @@ def run_preset(
             )
             windows["python"].setdefault(name, []).extend(window_ms(py))
             print(
-                f"[{preset}] round {round_ + 1} {name}: C++ "
-                f"{statistics.median(window_ms(cpp)):.3f} ms/step, Python "
-                f"{statistics.median(window_ms(py)):.3f} ({time.perf_counter() - started:.1f} s)",
+                f"[{preset}] round {round_ + 1} {name}: C++ {cpp_ms or float('nan'):.3f} ms/step"
+                + (f", C++ stock {stock_ms:.3f}" if stock_ms else "")
+                + f", Python {statistics.median(window_ms(py)):.3f} "
+                f"({time.perf_counter() - started:.1f} s)",
                 flush=True,
             )
     entry["configs"] = {name: config.to_dict() for name, config in configs.items()}
-    entry["cpp"] = {name: summary(w) for name, w in windows["cpp"].items()}
-    entry["python"] = {name: summary(w) for name, w in windows["python"].items()}
+    entry["failures"] = failures
+    for lang, runs in windows.items():
+        entry[lang] = {name: summary(w) for name, w in runs.items()}
     entry["gain_vs_seed_baseline"] = {
-        lang: {
-            name: list(ratio_ci(windows[lang][BASELINE], w)) for name, w in windows[lang].items()
-        }
-        for lang in ("cpp", "python")
+        lang: {name: list(ratio_ci(runs[BASELINE], w)) for name, w in runs.items()}
+        for lang, runs in windows.items()
+        if BASELINE in runs
     }
     entry["python_over_cpp"] = {
-        name: list(ratio_ci(windows["python"][name], windows["cpp"][name])) for name in configs
+        name: list(ratio_ci(windows["python"][name], windows["cpp"][name]))
+        for name in configs
+        if name in windows["cpp"]
     }
     if args.parity_steps > 0:
         print(f"[{preset}] agreement with the Python reference", flush=True)
@@ -248,17 +270,27 @@ def to_markdown(data: Mapping[str, Any]) -> str:
         lines += [
             f"## transformer {entry['preset']}",
             "",
-            "| config | C++ ms/step | gain (C++) | Python ms/step | gain (Python) | Python / C++ |",
-            "|---|---|---|---|---|---|",
+            "| config | C++ ms/step | gain (C++) | Python ms/step | gain (Python) | Python / C++ "
+            "| C++, stock nn::Transformer forward | gain (stock) |",
+            "|---|---|---|---|---|---|---|---|",
         ]
-        for name in entry["cpp"]:
-            cpp, py = entry["cpp"][name], entry["python"][name]
-            lines.append(
-                f"| {name} | {cpp['median_ms']:.3f} | "
-                f"{_ratio(entry['gain_vs_seed_baseline']['cpp'][name])} | {py['median_ms']:.3f} | "
-                f"{_ratio(entry['gain_vs_seed_baseline']['python'][name])} | "
-                f"{_ratio(entry['python_over_cpp'][name])} |"
-            )
+        gains = entry["gain_vs_seed_baseline"]
+        for name in entry["python"]:
+            cpp, py = entry["cpp"].get(name), entry["python"][name]
+            stock = entry.get("cpp_stock", {}).get(name)
+            cells = [
+                name,
+                f"{cpp['median_ms']:.3f}" if cpp else "failed",
+                _ratio(gains["cpp"][name]) if cpp and "cpp" in gains else "-",
+                f"{py['median_ms']:.3f}",
+                _ratio(gains["python"][name]),
+                _ratio(entry["python_over_cpp"][name]) if cpp else "-",
+                f"{stock['median_ms']:.3f}" if stock else "-",
+                _ratio(gains["cpp_stock"][name]) if stock and "cpp_stock" in gains else "-",
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+        for where, reason in entry.get("failures", {}).items():
+            lines.append(f"\nFailed: {where}: {reason[-300:]}")
         tuning = entry.get("tuning")
         if tuning:
             lines += [

@@ -23,7 +23,7 @@
 // device, so that the same optimizer runs eagerly and captured. Precision: STREAMTUNE_PRECISION
 // empty or fp32, tf32, bf16-autocast.
 //
-//   transformer_trainer --preset small [--steps 100] [--init init.pt] [--dropout 0.1]
+//   transformer_trainer --preset small [--steps 100] [--init init.pt] [--dropout 0.1] [--stock]
 // Without STREAMTUNE_REPORT it trains --steps steps with the settings' defaults and prints the
 // last loss; with it, it runs the protocol: warm-up, timed windows, losses, end.
 #include <torch/cuda.h>
@@ -83,11 +83,23 @@ struct Batch {
   torch::Tensor src, tgt_in, tgt_out;
 };
 
-// Seq2SeqTransformer of the Python built-in. torch::nn::Transformer has no batch_first: the
-// embeddings go in as (seq, batch, d_model) and the output is transposed back.
+// Seq2SeqTransformer of the Python built-in: its modules and parameter names are
+// torch::nn::Transformer's (so --init maps the Python weights one to one), its forward is below.
+//
+// Why not torch::nn::Transformer's own forward: LibTorch's multi-head attention decides between
+// self- and cross-attention with torch::equal(query, key), which compares the tensors' contents
+// and so waits for the GPU, once per attention call (6 times a step on `small`). That sync
+// defeats every sync setting of the seed design and cannot be captured in a CUDA graph
+// ("operation not permitted when stream is capturing", seen on the H100). --stock runs that
+// forward anyway, to measure what it costs. The forward here does what Python's
+// nn.Transformer(batch_first=True) does in training, attention through
+// scaled_dot_product_attention, with no host sync.
 struct Seq2SeqImpl : torch::nn::Module {
-  Seq2SeqImpl(const Shape& s)
+  Seq2SeqImpl(const Shape& s, bool stock)
       : scale(std::sqrt(static_cast<double>(s.d_model))),
+        heads(s.heads),
+        dropout(s.dropout),
+        stock(stock),
         embed(register_module("embed", torch::nn::Embedding(torch::nn::EmbeddingOptions(s.vocab, s.d_model).padding_idx(PAD)))),
         position(register_module("position", torch::nn::Embedding(s.seq, s.d_model))),
         transformer(register_module(
@@ -97,28 +109,75 @@ struct Seq2SeqImpl : torch::nn::Module {
                                                       .dim_feedforward(s.ff)
                                                       .dropout(s.dropout)))),
         head(register_module("head", torch::nn::Linear(s.d_model, s.vocab))) {
-    // A float mask (-inf above the diagonal): the C++ attention adds attn_mask to the scores, so
-    // a bool mask would add 1.0 instead of masking. A buffer, so it keeps one address (graphs).
-    causal = register_buffer("causal_mask", torch::nn::TransformerImpl::generate_square_subsequent_mask(s.seq));
+    // Buffers, so they move with the model and keep one address (CUDA graphs need that). The
+    // stock forward adds attn_mask to the scores, so it takes a float mask (-inf above the
+    // diagonal); SDPA takes a bool one (true = may attend).
+    causal_float = register_buffer("causal_float", torch::nn::TransformerImpl::generate_square_subsequent_mask(s.seq));
+    causal_allowed = register_buffer("causal_allowed", torch::ones({s.seq, s.seq}, torch::kBool).tril());
   }
 
   torch::Tensor forward(const torch::Tensor& src, const torch::Tensor& tgt_in) {
     auto positions = position->weight.slice(0, 0, src.size(1));
     auto src_pad = src.eq(PAD);
-    auto src_x = (embed(src) * scale + positions).transpose(0, 1);
-    auto tgt_x = (embed(tgt_in) * scale + positions).transpose(0, 1);
-    auto out = transformer->forward(src_x, tgt_x, /*src_mask=*/{}, /*tgt_mask=*/causal,
-                                    /*memory_mask=*/{}, /*src_key_padding_mask=*/src_pad,
-                                    /*tgt_key_padding_mask=*/tgt_in.eq(PAD),
-                                    /*memory_key_padding_mask=*/src_pad);
-    return head(out.transpose(0, 1));
+    auto tgt_pad = tgt_in.eq(PAD);
+    auto src_x = embed(src) * scale + positions;
+    auto tgt_x = embed(tgt_in) * scale + positions;
+    if (stock) {
+      auto out = transformer->forward(src_x.transpose(0, 1), tgt_x.transpose(0, 1), /*src_mask=*/{},
+                                      /*tgt_mask=*/causal_float, /*memory_mask=*/{}, src_pad, tgt_pad, src_pad);
+      return head(out.transpose(0, 1));
+    }
+    // (batch, 1, 1, keys): false where the key is padding; the decoder's self-attention is also causal.
+    auto src_keys = src_pad.logical_not().view({src.size(0), 1, 1, src.size(1)});
+    auto tgt_keys = tgt_pad.logical_not().view({tgt_in.size(0), 1, 1, tgt_in.size(1)});
+    const long q = tgt_in.size(1);
+    auto tgt_allowed = tgt_keys.logical_and(causal_allowed.slice(0, 0, q).slice(1, 0, q));
+    auto encoder = transformer->encoder.ptr<torch::nn::TransformerEncoderImpl>();
+    auto memory = src_x;
+    for (const auto& module : *encoder->layers) {
+      auto* layer = module->as<torch::nn::TransformerEncoderLayerImpl>();
+      memory = layer->norm1(memory + layer->dropout1(attention(*layer->self_attn, memory, memory, src_keys)));
+      memory = layer->norm2(memory + layer->dropout2(feed_forward(*layer, memory)));
+    }
+    memory = encoder->norm.forward(memory);
+    auto decoder = transformer->decoder.ptr<torch::nn::TransformerDecoderImpl>();
+    auto x = tgt_x;
+    for (const auto& module : *decoder->layers) {
+      auto* layer = module->as<torch::nn::TransformerDecoderLayerImpl>();
+      x = layer->norm1(x + layer->dropout1(attention(*layer->self_attn, x, x, tgt_allowed)));
+      x = layer->norm2(x + layer->dropout2(attention(*layer->multihead_attn, x, memory, src_keys)));
+      x = layer->norm3(x + layer->dropout3(feed_forward(*layer, x)));
+    }
+    return head(decoder->norm.forward(x));
+  }
+
+  // Multi-head attention with the module's own weights (in_proj packs q, k and v), batch first.
+  torch::Tensor attention(torch::nn::MultiheadAttentionImpl& m, const torch::Tensor& query, const torch::Tensor& kv,
+                          const torch::Tensor& allowed) {
+    namespace F = torch::nn::functional;
+    const long n = query.size(0), d = query.size(2), h = heads;
+    auto w = m.in_proj_weight, b = m.in_proj_bias;
+    auto q = F::linear(query, w.slice(0, 0, d), b.slice(0, 0, d));
+    auto k = F::linear(kv, w.slice(0, d, 2 * d), b.slice(0, d, 2 * d));
+    auto v = F::linear(kv, w.slice(0, 2 * d), b.slice(0, 2 * d));
+    auto split = [&](const torch::Tensor& t) { return t.view({n, t.size(1), h, d / h}).transpose(1, 2); };
+    auto out = at::scaled_dot_product_attention(split(q), split(k), split(v), allowed, is_training() ? dropout : 0.0);
+    return m.out_proj(out.transpose(1, 2).reshape({n, query.size(1), d}));
+  }
+
+  template <typename Layer>
+  torch::Tensor feed_forward(Layer& layer, const torch::Tensor& x) {
+    return layer.linear2(layer.dropout(torch::relu(layer.linear1(x))));
   }
 
   double scale;
+  long heads;
+  double dropout;
+  bool stock;
   torch::nn::Embedding embed, position;
   torch::nn::Transformer transformer;
   torch::nn::Linear head;
-  torch::Tensor causal;
+  torch::Tensor causal_float, causal_allowed;
 };
 TORCH_MODULE(Seq2Seq);
 
@@ -234,12 +293,13 @@ struct StreamGuardIf {
 
 class Trainer {
  public:
-  Trainer(const Shape& shape, streamtune::Run run, const std::string& init) : shape_(shape), run_(std::move(run)) {
+  Trainer(const Shape& shape, streamtune::Run run, const std::string& init, bool stock)
+      : shape_(shape), run_(std::move(run)) {
     device_ = torch::Device(run_.device);
     cuda_ = device_.is_cuda();
     check_settings();
     torch::manual_seed(run_.seed);
-    model_ = Seq2Seq(shape_);
+    model_ = Seq2Seq(shape_, stock);
     host_ = init.empty() ? reverse_task(shape_, run_.seed) : load_init(init, model_);
     if (run_.perturb) perturb(model_, run_.perturb_seed, run_.perturb_eps);
     model_->to(device_);
@@ -522,6 +582,7 @@ struct Args {
   std::string preset = "tiny", init;
   long steps = 100;
   std::optional<double> dropout;
+  bool stock = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -536,7 +597,8 @@ Args parse(int argc, char** argv) {
     else if (flag == "--init") args.init = value();
     else if (flag == "--steps") args.steps = std::stol(value());
     else if (flag == "--dropout") args.dropout = std::stod(value());
-    else throw Usage(flag + ": unknown option (allowed --preset, --steps, --init, --dropout)");
+    else if (flag == "--stock") args.stock = true;
+    else throw Usage(flag + ": unknown option (allowed --preset, --steps, --init, --dropout, --stock)");
   }
   if (!PRESETS.count(args.preset)) throw Usage("--preset " + args.preset + ": allowed tiny, small, medium, large");
   return args;
@@ -549,7 +611,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 int run_protocol(const Shape& shape, const Args& args) {
   auto run = streamtune::Run::from_env();
   if (run.preset.empty()) run.preset = args.preset;
-  Trainer trainer(shape, run, args.init);
+  Trainer trainer(shape, run, args.init, args.stock);
   streamtune::Reporter report(run.report);
   report.start(trainer.samples_per_batch(), run.device);
   for (long i = 0; i < run.warmup; ++i) trainer.step();
@@ -588,7 +650,7 @@ int main(int argc, char** argv) {
     setenv("STREAMTUNE_WARMUP", "0", 0);
     setenv("STREAMTUNE_STEPS", "1", 0);
     setenv("STREAMTUNE_WINDOWS", "1", 0);
-    Trainer trainer(shape, streamtune::Run::from_env(), args.init);
+    Trainer trainer(shape, streamtune::Run::from_env(), args.init, args.stock);
     for (long i = 0; i < args.steps; ++i) trainer.step();
     trainer.sync();
     std::cout << "loss " << trainer.losses().back() << std::endl;
@@ -596,6 +658,10 @@ int main(int argc, char** argv) {
   } catch (const Usage& e) {
     std::cerr << "transformer_trainer: " << e.what() << std::endl;
     return 2;
+  } catch (const c10::Error& e) {
+    // Without the C++ backtrace: the tuner quotes the end of stderr as the trial's reason.
+    std::cerr << "transformer_trainer: " << e.what_without_backtrace() << std::endl;
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "transformer_trainer: " << e.what() << std::endl;
     return 1;

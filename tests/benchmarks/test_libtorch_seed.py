@@ -34,6 +34,9 @@ def test_the_seed_configs_run_in_both_languages_and_agree(tmp_path: Path) -> Non
     expected = {n for n, c in libtorch_seed.SEED_CONFIGS.items() if not c.cuda_graph}
     assert set(entry["cpp"]) == set(entry["python"]) == expected | {"cpp-recommended"}
     assert all(len(s["windows_ms"]) == 4 for s in entry["cpp"].values())
+    # LibTorch's stock forward, for the seed's two sync settings; nothing failed.
+    assert set(entry["cpp_stock"]) == {libtorch_seed.BASELINE, "seed-events-every-10"}
+    assert entry["failures"] == {}
     baseline = entry["gain_vs_seed_baseline"]["cpp"][libtorch_seed.BASELINE]
     assert baseline[0] == pytest.approx(1.0)
     assert entry["tuning"]["n_trials"]["complete"] == 2
