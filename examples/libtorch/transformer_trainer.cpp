@@ -87,10 +87,10 @@ struct Batch {
 // torch::nn::Transformer's (so --init maps the Python weights one to one), its forward is below.
 //
 // Why not torch::nn::Transformer's own forward: LibTorch's multi-head attention decides between
-// self- and cross-attention with torch::equal(query, key), which compares the tensors' contents
-// and so waits for the GPU, once per attention call (6 times a step on `small`). That sync
-// defeats every sync setting of the seed design and cannot be captured in a CUDA graph
-// ("operation not permitted when stream is capturing", seen on the H100). --stock runs that
+// self- and cross-attention with torch::equal(query, key) (torch/nn/functional/activation.h),
+// which compares the tensors' contents and so waits for the GPU, two or three times per attention
+// call. Those syncs defeat every sync setting of the seed design, and a host sync cannot be
+// captured: on the H100 the whole-step capture failed inside that attention. --stock runs that
 // forward anyway, to measure what it costs. The forward here does what Python's
 // nn.Transformer(batch_first=True) does in training, attention through
 // scaled_dot_product_attention, with no host sync.
