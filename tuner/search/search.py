@@ -91,9 +91,11 @@ def run_study(
     """
     progress = progress or Quiet()
     search = open_search(options, progress=progress, should_stop=should_stop)
-    budget = search_budget(options.timeout_s, search.space.name)
-    if budget != options.timeout_s:
-        search.options = dataclasses.replace(options, timeout_s=budget)
+    # search.options, not options: open_search adapts them (profiles off for a program), and the
+    # budget must not undo that (it did: a program's job on a GPU then failed at its profiles).
+    budget = search_budget(search.options.timeout_s, search.space.name)
+    if budget != search.options.timeout_s:
+        search.options = dataclasses.replace(search.options, timeout_s=budget)
         progress.phase(
             f"search budget {budget:.0f} s (the default on a GPU; --timeout sets another)"
         )
