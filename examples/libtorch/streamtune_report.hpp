@@ -36,8 +36,14 @@ inline std::string env(const std::string& name, const char* fallback = nullptr) 
 inline long env_int(const std::string& name, const char* fallback = nullptr) {
   const std::string text = env(name, fallback);
   std::size_t used = 0;
-  const long value = std::stol(text, &used);
-  if (used != text.size()) throw std::runtime_error("STREAMTUNE_" + name + "=" + text + ": not an integer");
+  long value = 0;
+  try {
+    value = std::stol(text, &used);
+  } catch (const std::logic_error&) {  // invalid_argument, out_of_range
+    used = 0;
+  }
+  if (used == 0 || used != text.size())
+    throw std::runtime_error("STREAMTUNE_" + name + "=" + text + ": not an integer");
   return value;
 }
 

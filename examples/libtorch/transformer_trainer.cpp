@@ -593,14 +593,28 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) throw Usage(flag + ": needs a value");
       return argv[++i];
     };
+    // A number that does not parse, or has trailing text, is an error naming the flag.
+    auto number = [&](auto parse) {
+      const std::string text = value();
+      std::size_t used = 0;
+      try {
+        const auto parsed = parse(text, &used);
+        if (used == text.size()) return parsed;
+      } catch (const std::logic_error&) {
+      }
+      throw Usage(flag + " " + text + ": not a number");
+    };
     if (flag == "--preset") args.preset = value();
     else if (flag == "--init") args.init = value();
-    else if (flag == "--steps") args.steps = std::stol(value());
-    else if (flag == "--dropout") args.dropout = std::stod(value());
+    else if (flag == "--steps") args.steps = number([](const std::string& t, std::size_t* n) { return std::stol(t, n); });
+    else if (flag == "--dropout") args.dropout = number([](const std::string& t, std::size_t* n) { return std::stod(t, n); });
     else if (flag == "--stock") args.stock = true;
     else throw Usage(flag + ": unknown option (allowed --preset, --steps, --init, --dropout, --stock)");
   }
   if (!PRESETS.count(args.preset)) throw Usage("--preset " + args.preset + ": allowed tiny, small, medium, large");
+  if (args.steps < 1) throw Usage("--steps " + std::to_string(args.steps) + ": allowed an integer >= 1");
+  if (args.dropout && (*args.dropout < 0.0 || *args.dropout >= 1.0))
+    throw Usage("--dropout " + std::to_string(*args.dropout) + ": allowed a number in [0, 1)");
   return args;
 }
 

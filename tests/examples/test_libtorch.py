@@ -101,6 +101,21 @@ def test_a_bad_setting_fails_the_run_with_the_programs_own_words(program: Progra
         run_program(broken, "tiny", LoopConfig(), steps=4, windows=1, device="cpu")
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--steps", "5x"], "--steps 5x: not a number"),
+        (["--steps", "0"], "--steps 0: allowed an integer >= 1"),
+        (["--dropout", "1.5"], "allowed a number in [0, 1)"),
+        (["--preset", "huge"], "--preset huge: allowed tiny, small, medium, large"),
+        (["--layers"], "--layers: unknown option"),
+    ],
+)
+def test_bad_options_on_its_own_name_the_option(binary: Path, args: list[str], says: str) -> None:
+    done = subprocess.run([binary, *args], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2 and says in done.stderr
+
+
 def test_from_the_python_weights_its_losses_are_the_python_loops_within_the_gate(
     program: Program, tmp_path: Path
 ) -> None:
