@@ -414,7 +414,8 @@ class Trainer {
     std::shared_ptr<c10::Event> ready;
   };
 
-  // Issue copies until `prefetch_depth` + 1 batches are in flight, alternating transfer streams.
+  // Issue copies until this step's batch and `prefetch_depth` more are in flight, alternating
+  // transfer streams.
   void issue() {
     while (static_cast<long>(in_flight_.size()) <= run_.prefetch_depth) {
       const Batch& host = host_[next_host_ % host_.size()];
@@ -442,7 +443,8 @@ class Trainer {
         for (auto* t : {&f.batch.src, &f.batch.tgt_in, &f.batch.tgt_out}) t->record_stream(*s);
       }
     }
-    issue();  // the next copies start while this step computes
+    // `prefetch_depth` later batches are already in flight and copy while this step computes;
+    // with 0 the next copy starts with the next step, just in time.
     return f.batch;
   }
 
