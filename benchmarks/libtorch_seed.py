@@ -27,6 +27,7 @@ Writes `libtorch-seed-<gpu>-<date>[-<tag>].json` after each preset and a Markdow
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import importlib.util
 import json
@@ -123,14 +124,7 @@ def tune(
 
 
 def _with_args(program: Program, *extra: str) -> Program:
-    return Program(
-        name=program.name,
-        command=(*program.command, *extra),
-        cwd=program.cwd,
-        presets=program.presets,
-        settings=program.settings,
-        timeout_s=program.timeout_s,
-    )
+    return dataclasses.replace(program, command=(*program.command, *extra))
 
 
 def agreement(

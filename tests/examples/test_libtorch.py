@@ -8,6 +8,7 @@ STREAMTUNE_REQUIRE_LIBTORCH=1 (set by .ci/run, which installs them): then they f
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -53,17 +54,8 @@ def program(binary: Path) -> Program:
     return load_registry(REGISTRY)["libtorch-transformer"]
 
 
-def with_init(program: Program, init: Path) -> Program:
-    """The registered program started from the Python built-in's weights and data, dropout off
-    (the gate's trajectories run without dropout)."""
-    command = (*program.command, "--init", str(init), "--dropout", "0")
-    return Program(
-        name=program.name,
-        command=command,
-        cwd=program.cwd,
-        presets=program.presets,
-        settings=program.settings,
-    )
+def with_args(program: Program, *extra: str) -> Program:
+    return dataclasses.replace(program, command=(*program.command, *extra))
 
 
 @pytest.mark.parametrize(
@@ -90,13 +82,7 @@ def test_every_setting_runs_and_reports_every_step_and_window(
 def test_a_bad_setting_fails_the_run_with_the_programs_own_words(program: Program) -> None:
     with pytest.raises(ProgramFailed, match="STREAMTUNE_CUDA_GRAPH=true: allowed false"):
         run_program(program, "tiny", LoopConfig(cuda_graph=True), steps=4, windows=1, device="cpu")
-    broken = Program(
-        name="broken",
-        command=(*program.command, "--dropout"),
-        cwd=program.cwd,
-        presets=program.presets,
-        settings=program.settings,
-    )
+    broken = with_args(program, "--dropout")
     with pytest.raises(ProgramFailed, match=r"exited with status 2.*--dropout: needs a value"):
         run_program(broken, "tiny", LoopConfig(), steps=4, windows=1, device="cpu")
 
@@ -121,7 +107,9 @@ def test_from_the_python_weights_its_losses_are_the_python_loops_within_the_gate
 ) -> None:
     steps = 40
     init = _load("export_init").export("tiny", 0, tmp_path / "init.pt")
-    cpp = with_init(program, init)
+    # From the Python built-in's weights and data, dropout off (the gate's trajectories run
+    # without dropout).
+    cpp = with_args(program, "--init", str(init), "--dropout", "0")
     envelope = Envelope.measure("transformer", "tiny", steps=steps, seed=0, device="cpu")
     for config in (LoopConfig(), LoopConfig(num_streams=2, sync_mode="query", sync_interval=5)):
         losses = run_program(cpp, "tiny", config, steps=steps, warmup=0, windows=2, device="cpu")
@@ -131,13 +119,7 @@ def test_from_the_python_weights_its_losses_are_the_python_loops_within_the_gate
         assert losses.losses[0] == pytest.approx(envelope.reference[0], rel=1e-5)
     # From its own weights (no --init) the trajectory is another one: the gate tells them apart.
     own = run_program(
-        Program(
-            name="own",
-            command=(*program.command, "--dropout", "0"),
-            cwd=program.cwd,
-            presets=program.presets,
-            settings=program.settings,
-        ),
+        with_args(program, "--dropout", "0"),
         "tiny",
         LoopConfig(),
         steps=steps,
