@@ -2,56 +2,26 @@
 this venv and run through the program protocol on the CPU: its settings, its reports, its
 losses against the Python built-in's, and a tuning job of it by one command.
 
-Building needs cmake and a C++17 compiler. Where they are missing these tests skip, unless
-STREAMTUNE_REQUIRE_LIBTORCH=1 (set by .ci/run, which installs them): then they fail.
+The build is conftest.py's `binary` fixture.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.examples.conftest import REGISTRY, ROOT, load_example
 from trainers import LoopConfig
 from trainers.envelope import Envelope
-from trainers.program import Program, ProgramFailed, load_registry, run_program
-
-ROOT = Path(__file__).resolve().parents[2]
-HERE = ROOT / "examples" / "libtorch"
-REGISTRY = HERE / "programs.json"
+from trainers.program import Program, ProgramFailed, run_program
 
 pytestmark = pytest.mark.slow
-
-
-def _load(name: str):  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(f"libtorch_{name}", HERE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def binary() -> Path:
-    if shutil.which("cmake") is None or shutil.which("c++") is None:
-        if os.environ.get("STREAMTUNE_REQUIRE_LIBTORCH") == "1":
-            pytest.fail("cmake and a C++ compiler are needed to build examples/libtorch")
-        pytest.skip("cmake or a C++ compiler is missing")
-    path: Path = _load("build").build(HERE / "build", quiet=True)
-    assert path.exists()
-    return path
-
-
-@pytest.fixture(scope="module")
-def program(binary: Path) -> Program:
-    return load_registry(REGISTRY)["libtorch-transformer"]
 
 
 def with_args(program: Program, *extra: str) -> Program:
@@ -106,7 +76,7 @@ def test_from_the_python_weights_its_losses_are_the_python_loops_within_the_gate
     program: Program, tmp_path: Path
 ) -> None:
     steps = 40
-    init = _load("export_init").export("tiny", 0, tmp_path / "init.pt")
+    init = load_example("export_init").export("tiny", 0, tmp_path / "init.pt")
     # From the Python built-in's weights and data, dropout off (the gate's trajectories run
     # without dropout).
     cpp = with_args(program, "--init", str(init), "--dropout", "0")

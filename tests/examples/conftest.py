@@ -1,0 +1,46 @@
+"""The LibTorch trainer's build, shared by its CPU and GPU tests.
+
+Building needs cmake and a C++17 compiler. Where they are missing the tests skip, unless
+STREAMTUNE_REQUIRE_LIBTORCH=1 (set by .ci/run, which installs them): then they fail.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainers.program import Program, load_registry
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = ROOT / "examples" / "libtorch"
+REGISTRY = HERE / "programs.json"
+
+
+def load_example(name: str) -> Any:
+    """A script of examples/libtorch/ as a module (the folder is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"libtorch_{name}", HERE / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def binary() -> Path:
+    if shutil.which("cmake") is None or shutil.which("c++") is None:
+        if os.environ.get("STREAMTUNE_REQUIRE_LIBTORCH") == "1":
+            pytest.fail("cmake and a C++ compiler are needed to build examples/libtorch")
+        pytest.skip("cmake or a C++ compiler is missing")
+    path: Path = load_example("build").build(HERE / "build", quiet=True)
+    assert path.exists()
+    return path
+
+
+@pytest.fixture
+def program(binary: Path) -> Program:
+    return load_registry(REGISTRY)["libtorch-transformer"]
