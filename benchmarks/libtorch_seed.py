@@ -36,7 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -162,8 +162,14 @@ def summary(windows: Sequence[float]) -> dict[str, Any]:
 
 
 def run_preset(
-    preset: str, args: argparse.Namespace, program: Program, storage: str
+    preset: str,
+    args: argparse.Namespace,
+    program: Program,
+    storage: str,
+    save: Callable[[dict[str, Any]], None] = lambda entry: None,
 ) -> dict[str, Any]:
+    """One preset: tuning, `args.rounds` interleaved rounds, agreement. `save(entry)` gets the
+    entry so far after each round, so a run cut short keeps what it measured."""
     # A CPU (a smoke test of this script) has no CUDA graphs.
     configs = {k: c for k, c in SEED_CONFIGS.items() if args.device != "cpu" or not c.cuda_graph}
     entry: dict[str, Any] = {"preset": preset}
@@ -199,6 +205,24 @@ def run_preset(
         windows[lang].setdefault(name, []).extend(window_ms(result))
         return statistics.median(window_ms(result))
 
+    def summarise(rounds_done: int) -> None:
+        entry["rounds_done"] = rounds_done
+        entry["configs"] = {name: config.to_dict() for name, config in configs.items()}
+        entry["failures"] = failures
+        for lang, runs in windows.items():
+            entry[lang] = {name: summary(w) for name, w in runs.items()}
+        entry["gain_vs_seed_baseline"] = {
+            lang: {name: list(ratio_ci(runs[BASELINE], w)) for name, w in runs.items()}
+            for lang, runs in windows.items()
+            if BASELINE in runs
+        }
+        entry["python_over_cpp"] = {
+            name: list(ratio_ci(windows["python"][name], windows["cpp"][name]))
+            for name in configs
+            if name in windows["cpp"]
+        }
+        save(entry)
+
     for round_ in range(args.rounds):
         for name, config in configs.items():
             started = time.perf_counter()
@@ -221,25 +245,13 @@ def run_preset(
                 f"({time.perf_counter() - started:.1f} s)",
                 flush=True,
             )
-    entry["configs"] = {name: config.to_dict() for name, config in configs.items()}
-    entry["failures"] = failures
-    for lang, runs in windows.items():
-        entry[lang] = {name: summary(w) for name, w in runs.items()}
-    entry["gain_vs_seed_baseline"] = {
-        lang: {name: list(ratio_ci(runs[BASELINE], w)) for name, w in runs.items()}
-        for lang, runs in windows.items()
-        if BASELINE in runs
-    }
-    entry["python_over_cpp"] = {
-        name: list(ratio_ci(windows["python"][name], windows["cpp"][name]))
-        for name in configs
-        if name in windows["cpp"]
-    }
+        summarise(round_ + 1)
     if args.parity_steps > 0:
         print(f"[{preset}] agreement with the Python reference", flush=True)
         entry["agreement"] = agreement(
             program, preset, steps=args.parity_steps, precision=args.precision, device=args.device
         )
+        save(entry)
     return entry
 
 
@@ -262,7 +274,7 @@ def to_markdown(data: Mapping[str, Any]) -> str:
     ]
     for entry in data["presets"]:
         lines += [
-            f"## transformer {entry['preset']}",
+            f"## transformer {entry['preset']} ({entry.get('rounds_done', 0)} rounds measured)",
             "",
             "| config | C++ ms/step | gain (C++) | Python ms/step | gain (Python) | Python / C++ "
             "| C++, stock nn::Transformer forward | gain (stock) |",
@@ -360,10 +372,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         "presets": [],
     }
     path = args.out / f"{stem}.json"
+
+    def save(entry: dict[str, Any]) -> None:
+        partial = data | {"presets": [*data["presets"], entry]}
+        path.write_text(json.dumps(partial, indent=2), encoding="utf-8")
+        path.with_suffix(".md").write_text(to_markdown(partial), encoding="utf-8")
+
     for preset in args.presets.split(","):
-        data["presets"].append(run_preset(preset, args, program, storage))
-        path.write_text(json.dumps(data, indent=2), encoding="utf-8")
-        path.with_suffix(".md").write_text(to_markdown(data), encoding="utf-8")
+        data["presets"].append(run_preset(preset, args, program, storage, save))
     print(to_markdown(data))
 
 

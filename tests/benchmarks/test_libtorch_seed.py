@@ -37,6 +37,7 @@ def test_the_seed_configs_run_in_both_languages_and_agree(tmp_path: Path) -> Non
     # LibTorch's stock forward, for the seed's two sync settings; nothing failed.
     assert set(entry["cpp_stock"]) == {libtorch_seed.BASELINE, "seed-events-every-10"}
     assert entry["failures"] == {}
+    assert entry["rounds_done"] == 2
     baseline = entry["gain_vs_seed_baseline"]["cpp"][libtorch_seed.BASELINE]
     assert baseline[0] == pytest.approx(1.0)
     assert entry["tuning"]["n_trials"]["complete"] == 2
