@@ -149,3 +149,32 @@ def test_a_job_of_the_cpp_trainer_runs_through_the_service(binary: Path, tmp_pat
         if server.proc is not None:
             server.kill()
         server.http.close()
+
+
+def test_the_default_search_budget_keeps_a_programs_profiles_off(
+    program: Program, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a GPU, `python -m tuner run` gives the default space a search budget; that must not
+    bring back the profiles a program's job turns off (it did, and the job failed after its
+    final round on the H100). The CPU's space gets no budget, so one is forced here."""
+    from tuner.search import search
+    from tuner.search.measure import Protocol
+    from tuner.search.options import RunOptions
+
+    monkeypatch.setattr(search, "search_budget", lambda timeout_s, space_name: 600.0)
+    monkeypatch.setenv("TUNER_PROGRAMS", str(REGISTRY))
+    rec = search.run_study(
+        RunOptions(
+            workload="program:libtorch-transformer",
+            preset="tiny",
+            trials=2,
+            storage=f"sqlite:///{tmp_path / 'budget.db'}",
+            device="cpu",
+            profile="baselines",
+            final_rounds=1,
+            top_k=1,
+            parity_steps=4,
+            protocol=Protocol(warmup=1, windows=2, window_steps=3),
+        )
+    )
+    assert rec.config is not None and rec.n_trials.complete == 2
