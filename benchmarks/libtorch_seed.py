@@ -43,12 +43,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import trainers
+from benchmarks import peers
 from trainers import LoopConfig
 from trainers.envelope import Envelope, rounding_eps
 from trainers.precision import MATMUL_PRECISION
 from trainers.program import Program, ProgramFailed, load_registry, run_program
-from tuner.search.options import RunOptions
-from tuner.search.search import run_study
 from tuner.search.stats import bootstrap_ci, ratio_ci
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +76,7 @@ SEED_CONFIGS: dict[str, LoopConfig] = {
 }
 
 
-def _example(name: str) -> Any:
+def example_module(name: str) -> Any:
     """A script of examples/libtorch/ as a module (the folder is not a package)."""
     spec = importlib.util.spec_from_file_location(f"libtorch_{name}", LIBTORCH / f"{name}.py")
     assert spec is not None and spec.loader is not None
@@ -95,34 +94,6 @@ def python_config(config: LoopConfig) -> LoopConfig:
     return LoopConfig.from_dict(config.to_dict() | {"optimizer": "fused"})
 
 
-def tune(
-    program: str, preset: str, *, trials: int, precision: str, storage: str, device: str
-) -> dict[str, Any]:
-    started = time.perf_counter()
-    rec = run_study(
-        RunOptions(
-            workload=f"program:{program}",
-            preset=preset,
-            storage=storage,
-            study=f"cpp-{preset}",
-            space="auto",
-            trials=trials,
-            device=device,
-            precision=precision,  # type: ignore[arg-type]
-            profile="none",
-        )
-    ).to_dict()
-    return {
-        "config": rec.get("config"),
-        "source": rec.get("source"),
-        "reason": rec.get("reason"),
-        "parity": rec.get("parity"),
-        "n_trials": rec.get("n_trials"),
-        "wall_s": time.perf_counter() - started,
-        "gpu_s": rec.get("gpu_seconds"),
-    }
-
-
 def _with_args(program: Program, *extra: str) -> Program:
     return dataclasses.replace(program, command=(*program.command, *extra))
 
@@ -132,7 +103,7 @@ def agreement(
 ) -> dict[str, Any]:
     """The C++ trainer from the Python weights and data, judged within the Python envelope."""
     init = Path(tempfile.mkdtemp(prefix="streamtune-init-")) / f"{preset}.pt"
-    _example("export_init").export(preset, 0, init)
+    example_module("export_init").export(preset, 0, init)
     cpp = _with_args(program, "--init", str(init), "--dropout", "0")
     eps = rounding_eps(precision, MATMUL_PRECISION[precision])  # type: ignore[index,arg-type]
     envelope = Envelope.measure(
@@ -175,13 +146,17 @@ def run_preset(
     entry: dict[str, Any] = {"preset": preset}
     if args.tune_trials > 0:
         print(f"[{preset}] tuning the C++ trainer, {args.tune_trials} trials", flush=True)
-        entry["tuning"] = tune(
-            PROGRAM,
+        # The tuning job of benchmarks/peers.py (default space, profiles off), on the program.
+        entry["tuning"] = peers.tune(
+            f"program:{PROGRAM}",
             preset,
-            trials=args.tune_trials,
             precision=args.precision,
             storage=storage,
             device=args.device,
+            trials=args.tune_trials,
+            timeout_s=None,
+            model_args={},
+            log=print,
         )
         print(f"[{preset}] tuned in {entry['tuning']['wall_s']:.0f} s", flush=True)
         if entry["tuning"]["config"] is not None:
@@ -345,7 +320,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(path)
         return
     started = time.perf_counter()
-    _example("build").build(quiet=True)
+    example_module("build").build(quiet=True)
     build_s = time.perf_counter() - started
     print(f"built the C++ trainer in {build_s:.0f} s", flush=True)
     os.environ["TUNER_PROGRAMS"] = str(REGISTRY)

@@ -6,28 +6,18 @@ STREAMTUNE_REQUIRE_LIBTORCH=1 (set by .ci/run, which installs them): then they f
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from benchmarks.libtorch_seed import example_module as load_example
 from trainers.program import Program, load_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = ROOT / "examples" / "libtorch"
 REGISTRY = HERE / "programs.json"
-
-
-def load_example(name: str) -> Any:
-    """A script of examples/libtorch/ as a module (the folder is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"libtorch_{name}", HERE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="session")
