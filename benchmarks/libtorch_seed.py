@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import importlib.util
 import json
 import os
@@ -44,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import trainers
 from benchmarks import peers
+from benchmarks.run_meta import run_meta
 from trainers import LoopConfig
 from trainers.envelope import Envelope, rounding_eps
 from trainers.precision import MATMUL_PRECISION
@@ -325,25 +325,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"built the C++ trainer in {build_s:.0f} s", flush=True)
     os.environ["TUNER_PROGRAMS"] = str(REGISTRY)
     program = load_registry(REGISTRY)[PROGRAM]
-    device = trainers.resolve_device(args.device)
-    fp = trainers.fingerprint(device)
-    date = dt.date.today().isoformat()
-    gpu = (fp["gpu"] or "cpu").lower().replace("nvidia ", "").split()[0]
-    stem = f"libtorch-seed-{gpu}-{date}" + (f"-{args.tag}" if args.tag else "")
+    meta, where = run_meta(
+        trainers.resolve_device(args.device),
+        "libtorch_seed.py",
+        sys.argv[1:] if argv is None else argv,
+        args.commit,
+    )
+    stem = f"libtorch-seed-{where}" + (f"-{args.tag}" if args.tag else "")
     storage = f"sqlite:///{Path(tempfile.mkdtemp(prefix='streamtune-cpp-')) / 'cpp.db'}"
     data: dict[str, Any] = {
-        "meta": {
-            "gpu": fp["gpu"] or "CPU",
-            "driver": fp["driver"],
-            "cuda": fp["cuda"],
-            "torch": fp["torch"],
-            "commit": args.commit,
-            "date": date,
-            "precision": args.precision,
-            "build_s": build_s,
-            "command": "python benchmarks/libtorch_seed.py "
-            + " ".join(sys.argv[1:] if argv is None else argv),
-        },
+        "meta": meta | {"precision": args.precision, "build_s": build_s},
         "presets": [],
     }
     path = args.out / f"{stem}.json"

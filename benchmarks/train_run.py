@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import json
 import os
 import statistics
@@ -41,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 import trainers
+from benchmarks.run_meta import run_meta
 from trainers.envelope import rounding_eps
 from trainers.equivalence import judge
 from trainers.fit import warmup_cosine
@@ -244,20 +244,10 @@ def main(argv: list[str] | None = None) -> None:
         [run["losses"] for run in runs["perturbed"]],
         window=args.window,
     )
-    fp = trainers.fingerprint(device)
-    date = dt.date.today().isoformat()
-    gpu = (fp["gpu"] or "cpu").lower().replace("nvidia ", "").split()[0]
-    stem = f"train-run-{gpu}-{date}" + (f"-{args.tag}" if args.tag else "")
+    meta, where = run_meta(device, "train_run.py", argv or sys.argv[1:], args.commit)
+    stem = f"train-run-{where}" + (f"-{args.tag}" if args.tag else "")
     data = {
-        "meta": {
-            "gpu": fp["gpu"] or "CPU",
-            "driver": fp["driver"],
-            "cuda": fp["cuda"],
-            "torch": fp["torch"],
-            "commit": args.commit,
-            "date": date,
-            "command": "python benchmarks/train_run.py " + " ".join(argv or sys.argv[1:]),
-        },
+        "meta": meta,
         "workload": args.workload,
         "preset": args.preset,
         "model_args": model_args,
