@@ -60,6 +60,7 @@ FLAGS = {
     "model_arg": "--model-arg",
     "precision": "--precision",
     "train_steps": "--train-steps",
+    "patience": "--patience",
     "compile": "--compile",
     "optimizer": "--optimizer",
 }
@@ -277,6 +278,14 @@ def run_(
             "(compilation) included, over that many steps."
         ),
     ] = None,
+    patience: Annotated[
+        int | None,
+        typer.Option(
+            help="Stop starting trials after this many complete trials in a row without a "
+            "gain above --tie-margin; 0: off (default: 8 on the default space on a GPU, "
+            "else off)."
+        ),
+    ] = None,
     profile: Annotated[
         str,
         typer.Option(
@@ -332,6 +341,7 @@ def run_(
         profile_steps=profile_steps,
         model_args=parse_model_args(model_arg or ()),
         train_steps=train_steps,
+        patience=patience,
         precision=precision,  # type: ignore[arg-type]  # RunOptions checks it
         artifacts=artifacts,
         protocol=Protocol(warmup=warmup, windows=windows, window_steps=window_steps, seed=seed),

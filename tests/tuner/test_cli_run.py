@@ -255,6 +255,11 @@ BAD_RUN_FLAGS = [
     (["--sampler", "grid"], "error: --sampler: sampler='grid' is invalid"),
     (["--max-memory", "0"], "error: --max-memory: "),
     (["--timeout", "0"], "error: --timeout: "),
+    (["--patience", "-1"], "error: --patience: patience=-1 is invalid"),
+    (
+        ["--patience", "3", "--objectives", "throughput,memory"],
+        "error: --patience: patience=3 is invalid",
+    ),
     (["--top-k", "0"], "error: --top-k: "),
     (["--windows", "0"], "error: --windows: "),
     (["--window-steps", "0"], "error: --window-steps: "),

@@ -33,6 +33,12 @@ PRUNE_PERCENTILE = 25.0
 AUTO_SEARCH_BUDGET_S = 600.0
 """The search budget of a job on the default space on a GPU given no --timeout: trials stop
 starting after it, then the final round runs (about 75 s on transformer large on an H100)."""
+AUTO_PATIENCE = 8
+"""The patience of a job on the default space on a GPU given no --patience: trials stop starting
+once this many complete trials in a row have not beaten the best by more than the tie margin. On
+every preset of docs/benchmarks/peers-h100-2026-11-23-* the recommendation was one of the four
+lever corners the search starts with (tuner.search.stages); the trials after them moved the best
+by less than the run-to-run noise, at a compile each."""
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)
@@ -68,6 +74,10 @@ class RunOptions:
     train_steps: int | None = None
     """The user's planned run length: the recommendation is then the config of the least total
     time (setup + N x step) among those that pass the gate; None: the fastest per step."""
+    patience: int | None = None
+    """Stop starting trials once this many complete trials in a row have not beaten the best
+    throughput by more than `tie_margin`; 0 turns the rule off; None: AUTO_PATIENCE for the
+    default space on a GPU (`tuner.search.search.search_patience`), off otherwise."""
     model_args: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """`--model-arg key=value` options of a library model (`torchvision:`, `timm:`, `hf:`)."""
     precision: trainers.Precision | None = None
@@ -115,6 +125,14 @@ class RunOptions:
                     self.precision,
                     "either --precision or --matmul-precision, "
                     "not both (--precision tf32 is --matmul-precision high)",
+                )
+        if self.patience is not None:
+            if not 0 <= self.patience <= 100_000:
+                raise bad("patience", "an integer in 0..100000 (0 turns it off)")
+            if self.patience and len(self.objectives) > 1:
+                raise bad(
+                    "patience",
+                    "0 with objectives throughput,memory (it counts gains in throughput alone)",
                 )
         if self.profile not in PROFILE_MODES:
             raise bad("profile", ", ".join(PROFILE_MODES))

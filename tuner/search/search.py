@@ -11,6 +11,11 @@ Pruning rule: `PercentilePruner(25)`: from its second window on, a trial whose b
 is below the 25th percentile of earlier trials at the same window is stopped (after 5 trials).
 Multi-objective studies are not pruned (Optuna does not support it).
 
+When trials stop starting: after `trials`; after `timeout_s` (`search_budget`: 600 s by default
+on the default space on a GPU); and once `patience` complete trials in a row have not beaten the
+best throughput by more than `tie_margin` (`search_patience`: 8 by default on the default space
+on a GPU, off otherwise). A trial already running always finishes.
+
 Who runs which trial: `run_study` (`python -m tuner run`) runs `trials` trials in this process
 (`LocalSlots`); the tuning service's workers share one study, each taking trial slots of its job
 (`tuner.service.slots.JobSlots`) and calling the same `Search` methods (`open_search`,
@@ -54,6 +59,7 @@ from tuner.search.measure import (
     set_matmul_precision,
 )
 from tuner.search.options import (
+    AUTO_PATIENCE,
     AUTO_SEARCH_BUDGET_S,
     BASELINES,
     DRIFT_WARNING,
@@ -99,6 +105,13 @@ def run_study(
         progress.phase(
             f"search budget {budget:.0f} s (the default on a GPU; --timeout sets another)"
         )
+    patience = search_patience(search.options, search.space.name)
+    if patience != search.options.patience:
+        search.options = dataclasses.replace(search.options, patience=patience)
+        progress.phase(
+            f"patience {patience} trials (the default on a GPU; --patience sets another, "
+            "0 turns it off)"
+        )
     try:
         search.measure_baselines("start")
         search.run_trials(LocalSlots(options.trials))
@@ -125,6 +138,30 @@ def search_budget(timeout_s: float | None, space_name: str) -> float | None:
     if timeout_s is not None or space_name != AUTO_GPU_SPACE:
         return timeout_s
     return AUTO_SEARCH_BUDGET_S
+
+
+def search_patience(options: RunOptions, space_name: str) -> int | None:
+    """`options.patience` when given; else AUTO_PATIENCE for a single-objective job on the
+    default space on a GPU, whose trials cost a compile each; else None (off)."""
+    if options.patience is not None or space_name != AUTO_GPU_SPACE or options.multi_objective:
+        return options.patience
+    return AUTO_PATIENCE
+
+
+def trials_without_gain(values: Sequence[float], margin: float) -> int:
+    """How many of `values` (complete trials' throughputs, in trial order) came after the last
+    one that beat every earlier value by more than `margin` (a fraction). A gain inside the
+    margin raises the best without counting as one: it is run-to-run noise (the tie margin of the
+    final round), and a search creeping up by such steps has stopped finding anything."""
+    best: float | None = None
+    since = 0
+    for value in values:
+        if best is None or value > best * (1.0 + margin):
+            since = 0
+        else:
+            since += 1
+        best = value if best is None else max(best, value)
+    return since
 
 
 def open_search(
@@ -355,6 +392,12 @@ class Search:
                 break
             if deadline is not None and time.monotonic() > deadline:
                 self.progress.phase(f"timeout: stopped after {self.done} trials")
+                break
+            if self._out_of_patience():
+                self.progress.phase(
+                    f"patience: {self.options.patience} trials in a row without a gain above "
+                    f"{self.options.tie_margin:.0%}; stopped after {self.done} trials"
+                )
                 break
             trial = slots.take(self._create, self._prepare)
             if trial is None:
@@ -598,6 +641,23 @@ class Search:
     # -- helpers ---------------------------------------------------------------------------
     def _n_trials(self) -> int:
         return len(self.study.get_trials(deepcopy=False))
+
+    def _out_of_patience(self) -> bool:
+        """The patience rule, over the whole study (workers sharing it included). This run's
+        own trials must number at least the patience too, so that resuming a study that had
+        already stalled still runs that many more."""
+        patience = self.options.patience
+        if not patience or self.done < patience:
+            return False
+        values = [
+            t.values[0]
+            for t in sorted(
+                self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
+                key=lambda t: t.number,
+            )
+            if t.values
+        ]
+        return trials_without_gain(values, self.options.tie_margin) >= patience
 
     def _best_value(self) -> float | None:
         values = [

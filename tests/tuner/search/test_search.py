@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -31,9 +32,10 @@ from tuner.errors import Interrupted, NoRecommendation, TunerError
 from tuner.evidence import export, reader
 from tuner.search.decide import CPU_NOTE
 from tuner.search.measure import Protocol
-from tuner.search.options import BASELINES, RunOptions
-from tuner.search.search import share_compile_cache
+from tuner.search.options import AUTO_PATIENCE, BASELINES, RunOptions
+from tuner.search.search import search_patience, share_compile_cache, trials_without_gain
 from tuner.search.space import config_key
+from tuner.search.spaces import load_space
 
 # -- a full run ------------------------------------------------------------------------------
 
@@ -518,3 +520,109 @@ def test_a_study_stored_before_shapes_and_precisions_resumes_as_it_was(tmp_path:
     assert run_json(options(storage, "old", trials=1))["n_trials"]["complete"] >= 1
     with pytest.raises(TunerError, match="precision='fp32', this run has 'bf16-autocast'"):
         run_json(options(storage, "old", trials=1, precision="bf16-autocast"))
+
+
+# -- patience --------------------------------------------------------------------------------
+
+
+class _Phases:
+    """A Progress that keeps the phase lines (the CLI prints them)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def start(self, study: str, total: int, resumed: bool) -> None:
+        pass
+
+    def phase(self, text: str) -> None:
+        self.lines.append(text)
+
+    def trial_done(self, done: int, total: int, best: float | None, state: str) -> None:
+        pass
+
+
+def _complete_values(storage: str, study: str) -> list[float]:
+    trials = load(storage, study).get_trials(states=(TrialState.COMPLETE,))
+    return [t.value for t in sorted(trials, key=lambda t: t.number)]
+
+
+def _expected_stop(values: list[float], patience: int, margin: float, first: int = 0) -> int:
+    """The number of complete trials at which the rule stops a run that started after `first`
+    of them: the first count k, k - first >= patience, whose last `patience` brought no gain."""
+    for k in range(first + patience, len(values) + 1):
+        if trials_without_gain(values[:k], margin) >= patience:
+            return k
+    return len(values)
+
+
+def test_patience_stops_a_run_whose_trials_stop_gaining_and_a_resume_runs_that_many_more(
+    tmp_path: Path,
+) -> None:
+    storage = sqlite_url(tmp_path)
+    # A 99 % margin: almost no trial counts as a gain, so the rule must stop the run long
+    # before its 40 trials; where it stops follows from the measured values alone.
+    opts = options(storage, "patient", trials=40, patience=2, tie_margin=0.99, baseline_every=100)
+    progress = _Phases()
+    run_json(opts, progress=progress)
+    values = _complete_values(storage, "patient")
+    assert len(load(storage, "patient").trials) == len(values)  # none failed or pruned
+    assert len(values) == _expected_stop(values, 2, 0.99) < 40
+    assert any(line.startswith("patience: 2 trials in a row") for line in progress.lines)
+
+    # Resumed, the study has already stalled: this run still runs `patience` trials of its own.
+    run_json(opts)
+    resumed = _complete_values(storage, "patient")
+    assert resumed[: len(values)] == values
+    assert len(resumed) == _expected_stop(resumed, 2, 0.99, first=len(values)) < len(values) + 40
+
+
+def test_patience_zero_runs_every_trial(tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    run_json(options(storage, "impatient", trials=4, patience=0, tie_margin=0.99))
+    assert len(_complete_values(storage, "impatient")) == 4
+
+
+def test_trials_without_gain_counts_since_the_last_gain_above_the_margin() -> None:
+    assert trials_without_gain([], 0.01) == 0
+    assert trials_without_gain([100.0], 0.01) == 0
+    assert trials_without_gain([100.0, 90.0, 95.0], 0.01) == 2
+    assert trials_without_gain([100.0, 90.0, 102.0], 0.01) == 0
+    # A gain inside the margin is noise: it raises the best but does not reset the count, so a
+    # creep of 0.5 % steps never counts as a gain...
+    assert trials_without_gain([100.0, 100.5, 101.0, 101.5], 0.01) == 3
+    # ...and the next real gain is measured against the raised best (101.5 x 1.01 = 102.5).
+    assert trials_without_gain([100.0, 100.5, 101.0, 101.5, 102.0], 0.01) == 4
+    assert trials_without_gain([100.0, 100.5, 101.0, 101.5, 103.0], 0.01) == 0
+    # Margin 0: any strict gain counts; a tie does not.
+    assert trials_without_gain([1.0, 1.0, 1.0], 0.0) == 2
+    assert trials_without_gain([1.0, 1.0, 1.5], 0.0) == 0
+
+
+def test_only_a_single_objective_job_on_the_default_space_on_a_gpu_gets_a_default_patience() -> (
+    None
+):
+    auto = load_space("auto", cuda=True).name
+    base = RunOptions(workload="mlp", preset="tiny")
+    assert search_patience(base, auto) == AUTO_PATIENCE == 8
+    assert search_patience(dataclasses.replace(base, patience=3), auto) == 3
+    assert search_patience(dataclasses.replace(base, patience=0), auto) == 0
+    assert search_patience(base, load_space("compile", cuda=True).name) is None
+    assert search_patience(base, load_space("auto", cuda=False).name) is None
+    pareto = dataclasses.replace(base, objectives=("throughput", "memory"))
+    assert search_patience(pareto, auto) is None
+
+
+@pytest.mark.parametrize(
+    ("change", "allowed"),
+    [
+        ({"patience": -1}, "0..100000"),
+        ({"patience": 2, "objectives": ("throughput", "memory")}, "throughput,memory"),
+    ],
+)
+def test_bad_patience_names_its_field_and_what_is_allowed(
+    change: dict[str, Any], allowed: str
+) -> None:
+    with pytest.raises(trainers.ConfigError) as info:
+        RunOptions(workload="mlp", preset="tiny", **change)
+    assert info.value.field == "patience"
+    assert allowed in str(info.value)
