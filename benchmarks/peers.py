@@ -504,17 +504,32 @@ def to_markdown(data: Mapping[str, Any]) -> str:
 
 
 def merge(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One document from several runs on one GPU: their presets in order, each run's commit and
-    command kept (a preset records the run it came from)."""
+    """One document from several runs on one GPU (a merged document counts as the runs it was
+    made of): their presets grouped by precision in PRECISION_ORDER, in run order within one, each
+    recording the run it came from; every run's meta kept, their commits and dates joined."""
     gpus = {(r["meta"]["gpu"], r["meta"]["driver"], r["meta"]["torch"]) for r in runs}
     if len(gpus) != 1:
         raise SystemExit(f"--merge: runs from different machines or stacks: {sorted(gpus)}")
+    metas = [m for r in runs for m in r["meta"].get("runs", [r["meta"]])]
+    presets = [
+        p if "run" in p else p | {"run": r["meta"]["file"]} for r in runs for p in r["presets"]
+    ]
+    presets.sort(key=lambda p: _precision_rank(p.get("precision")))
     meta = dict(runs[0]["meta"])
-    meta["commit"] = ", ".join(dict.fromkeys(r["meta"]["commit"] for r in runs))
-    meta["command"] = " ; ".join(r["meta"]["command"] for r in runs)
-    meta["runs"] = [r["meta"] for r in runs]
-    presets = [p | {"run": r["meta"]["file"]} for r in runs for p in r["presets"]]
+    for key in ("commit", "date"):
+        meta[key] = ", ".join(dict.fromkeys(str(m[key]) for m in metas))
+    meta["command"] = " ; ".join(m["command"] for m in metas)
+    meta["runs"] = metas
     return {"meta": meta, "presets": presets}
+
+
+PRECISION_ORDER = ("fp32", "tf32", "bf16-autocast", "fp16-autocast")
+
+
+def _precision_rank(precision: str | None) -> int:
+    return (
+        PRECISION_ORDER.index(precision) if precision in PRECISION_ORDER else len(PRECISION_ORDER)
+    )
 
 
 README_BEGIN, README_END = "<!-- peers:begin -->", "<!-- peers:end -->"

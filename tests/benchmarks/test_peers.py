@@ -173,3 +173,17 @@ def test_runs_merge_into_one_document_and_the_readme_table(tmp_path: Path) -> No
     assert "| transformer:large | tf32 |" in text and "commit `c1, c2`" in text
     with pytest.raises(SystemExit, match="different machines"):
         peers.merge([runs[0], {"meta": meta | {"gpu": "H"}, "presets": []}])
+    # A merged document merges again as the runs it was made of; rows group by precision.
+    later = {
+        "meta": meta | {"file": "c.json", "commit": "c3", "date": "e"},
+        "presets": [item | {"precision": "bf16-autocast"}, item | {"preset": "medium"}],
+    }
+    again = peers.merge([data, later])
+    assert [(p["preset"], p["precision"], p["run"]) for p in again["presets"]] == [
+        ("small", "tf32", "a.json"),
+        ("large", "tf32", "b.json"),
+        ("medium", "tf32", "c.json"),
+        ("small", "bf16-autocast", "c.json"),
+    ]
+    assert again["meta"]["commit"] == "c1, c2, c3" and again["meta"]["date"] == "d, e"
+    assert [m["file"] for m in again["meta"]["runs"]] == ["a.json", "b.json", "c.json"]
