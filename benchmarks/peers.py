@@ -47,7 +47,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import optuna
 import torch
+from optuna.trial import TrialState
 
 import trainers
 from trainers import LoopConfig, Workload
@@ -57,6 +59,7 @@ from tuner.search.measure import Failure, Measurer, Protocol
 from tuner.search.options import BASELINES, RunOptions
 from tuner.search.search import run_study
 from tuner.search.stats import bootstrap_ci, ratio_ci
+from tuner.store import keys
 
 PEERS: dict[str, dict[str, Any]] = {
     "pytorch-idiom": {"fused": False, "compile": None},
@@ -206,12 +209,13 @@ def tune(
     log: Callable[[str], None] = lambda text: None,
 ) -> dict[str, Any]:
     started = time.perf_counter()
+    study = f"peers-{workload}-{preset}-{precision}".replace(":", "-")
     rec = run_study(
         RunOptions(
             workload=workload,
             preset=preset,
             storage=storage,
-            study=f"peers-{workload}-{preset}-{precision}".replace(":", "-"),
+            study=study,
             space="auto",
             trials=trials,
             timeout_s=timeout_s,
@@ -222,6 +226,9 @@ def tune(
         ),
         progress=PhaseLog(log, started),
     ).to_dict()
+    failed = failed_trials(storage, study)
+    for item in failed:
+        log(f"  trial {item['trial']} failed: {item['reason']}")
     return {
         "config": rec.get("config"),
         "source": rec.get("source"),
@@ -229,11 +236,29 @@ def tune(
         "parity": rec.get("parity"),
         "setup_s": rec.get("setup_s"),
         "n_trials": rec.get("n_trials"),
+        "failed_trials": failed,
         "wall_s": time.perf_counter() - started,
         "gpu_s": rec.get("gpu_seconds"),
         "search_timeout_s": timeout_s,
         "trials": trials,
     }
+
+
+def failed_trials(storage: str, study: str) -> list[dict[str, Any]]:
+    """The tuning job's failed trials: number, config and the harness's reason (a config the
+    gate or a capture refused is a result too, e.g. an eager whole-step graph of a model that
+    syncs the host)."""
+    trials = optuna.load_study(study_name=study, storage=storage).get_trials(
+        deepcopy=False, states=(TrialState.FAIL,)
+    )
+    return [
+        {
+            "trial": t.number,
+            "config": t.user_attrs.get(keys.CONFIG),
+            "reason": t.user_attrs.get(keys.FAILURE_REASON),
+        }
+        for t in trials
+    ]
 
 
 def _summary(runs: Sequence[Run]) -> dict[str, Any]:
@@ -500,6 +525,11 @@ def to_markdown(data: Mapping[str, Any]) -> str:
         for name, entry in {**item["peers"], **item["harness"]}.items():
             if "error" in entry:
                 lines.append(f"  - {name} failed: {entry['error'][:300]}")
+        for failed in item["tuning"].get("failed_trials", []):
+            lines.append(
+                f"  - tuning trial {failed['trial']} (`{short(failed['config'])}`) failed: "
+                f"{(failed['reason'] or '')[:300]}"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -7,13 +7,16 @@ import math
 import statistics
 from pathlib import Path
 
+import optuna
 import pytest
 import torch
+from optuna.trial import TrialState
 
 import trainers
 from benchmarks import peers
 from trainers import LoopConfig
 from tuner.search.measure import Measurer, Protocol
+from tuner.store import keys
 
 
 def test_a_users_loop_trains_and_reads_the_loss_every_ten_steps() -> None:
@@ -112,7 +115,13 @@ def test_the_markdown_has_a_row_per_preset_and_names_failures() -> None:
         "precision": "tf32",
         "peers": {"pytorch-idiom": measured, "compile-default": {"error": "boom"}},
         "harness": {"recommended": measured},
-        "tuning": {"wall_s": 100.0, "gpu_s": 80.0},
+        "tuning": {
+            "wall_s": 100.0,
+            "gpu_s": 80.0,
+            "failed_trials": [
+                {"trial": 0, "config": LoopConfig(cuda_graph=True).to_dict(), "reason": "no sync"}
+            ],
+        },
         "recommended": {"config": LoopConfig(compile="default").to_dict(), "compile_s": 12.0},
         "aims": {},
         "ratio_vs_best_peer": {"best_peer": "pytorch-idiom", "ratio": 1.0, "ci95": [0.95, 1.05]},
@@ -131,6 +140,7 @@ def test_the_markdown_has_a_row_per_preset_and_names_failures() -> None:
     row = next(line for line in text.splitlines() if line.startswith("| transformer:small"))
     assert "2.00 (1.90-2.10)" in row and "failed" in row and "1.00 (0.95-1.05)" in row
     assert "compile-default failed: boom" in text and "compile=default" in text
+    assert "tuning trial 0 (`cuda_graph=True`) failed: no sync" in text
 
 
 def test_runs_merge_into_one_document_and_the_readme_table(tmp_path: Path) -> None:
@@ -187,3 +197,21 @@ def test_runs_merge_into_one_document_and_the_readme_table(tmp_path: Path) -> No
     ]
     assert again["meta"]["commit"] == "c1, c2, c3" and again["meta"]["date"] == "d, e"
     assert [m["file"] for m in again["meta"]["runs"]] == ["a.json", "b.json", "c.json"]
+
+
+def test_failed_tuning_trials_keep_their_config_and_reason(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'peers.db'}"
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    graph = LoopConfig(cuda_graph=True).to_dict()
+    for config, reason in ((graph, "capture failed: operation not permitted"), (None, None)):
+        trial = study.ask()
+        if config is None:  # a complete trial is not listed
+            study.tell(trial, 1.0)
+            continue
+        trial.set_user_attr(keys.CONFIG, config)
+        trial.set_user_attr(keys.FAILURE_REASON, reason)
+        study.tell(trial, state=TrialState.FAIL)
+    failed = peers.failed_trials(storage, "s")
+    assert failed == [
+        {"trial": 0, "config": graph, "reason": "capture failed: operation not permitted"}
+    ]
