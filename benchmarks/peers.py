@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime as dt
 import json
 import os
 import statistics
@@ -52,6 +51,7 @@ import torch
 from optuna.trial import TrialState
 
 import trainers
+from benchmarks.run_meta import run_meta
 from trainers import LoopConfig, Workload
 from trainers.optim import prepare_optimizer
 from trainers.precision import matmul_precision_for
@@ -622,23 +622,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             update_readme(args.readme, data)
         return
     device = trainers.resolve_device(args.device)
-    fp = trainers.fingerprint(device)
-    date = dt.date.today().isoformat()
-    gpu = (fp["gpu"] or "cpu").lower().replace("nvidia ", "").split()[0]
-    stem = f"peers-{gpu}-{date}" + (f"-{args.tag}" if args.tag else "")
+    meta, where = run_meta(device, "peers.py", sys.argv[1:] if argv is None else argv, args.commit)
+    stem = f"peers-{where}" + (f"-{args.tag}" if args.tag else "")
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{stem}.json"
     storage = f"sqlite:///{Path(tempfile.mkdtemp(prefix='streamtune-peers-')) / 'peers.db'}"
-    meta = {
-        "gpu": fp["gpu"] or "CPU",
-        "driver": fp["driver"],
-        "cuda": fp["cuda"],
-        "torch": fp["torch"],
-        "commit": args.commit,
-        "date": date,
-        "file": path.name,
-        "command": "python benchmarks/peers.py " + " ".join(sys.argv[1:] if argv is None else argv),
-    }
+    meta["file"] = path.name
     presets: list[dict[str, Any]] = []
 
     def log(text: str) -> None:

@@ -26,7 +26,6 @@ a Markdown twin. `--readme README.md` rewrites the headline table between the RE
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import itertools
 import json
 import os
@@ -44,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import optuna
 
+from benchmarks.run_meta import run_meta
 from trainers import LoopConfig, fingerprint, fingerprint_key, resolve_device
 from tuner.search.isolated import ParityProcess
 from tuner.search.measure import PRECISIONS, Failure, Measurer, Protocol, set_matmul_precision
@@ -841,23 +841,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     storage_dir.mkdir(parents=True, exist_ok=True)
     storage = f"sqlite:///{storage_dir / 'suite.db'}"
     device = resolve_device(args.device)
+    meta, _ = run_meta(device, "suite.py", sys.argv[1:] if argv is None else argv, args.commit)
     fp = fingerprint(device)
-    date = dt.date.today().isoformat()
-    stem = f"suite-{gpu_key(fp)}-{date}" + (f"-{args.tag}" if args.tag else "")
+    stem = f"suite-{gpu_key(fp)}-{meta['date']}" + (f"-{args.tag}" if args.tag else "")
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{stem}.json"
-    meta = {
-        "gpu": fp["gpu"] or "CPU",
-        "driver": fp["driver"],
-        "cuda": fp["cuda"],
-        "torch": fp["torch"],
-        "fingerprint": fp,
-        "commit": args.commit,
-        "date": date,
-        "matmul_precision": args.matmul_precision,
-        "file": path.name,
-        "command": "python benchmarks/suite.py " + " ".join(sys.argv[1:] if argv is None else argv),
-    }
+    meta |= {"fingerprint": fp, "matmul_precision": args.matmul_precision, "file": path.name}
 
     def log(text: str) -> None:
         print(text, flush=True)
