@@ -1,7 +1,8 @@
 """The LibTorch trainer on a GPU: every stream, sync and graph setting runs through the protocol,
 and its losses stay inside the envelope of its own eager reference (the gate a tuning job
 applies). Written after the H100 runs of docs/benchmarks/libtorch-seed-h100-2026-11-23-*,
-which ran these configs; not yet run as a test on a GPU."""
+which ran these configs; 5 passed on an H100 at 9a42411
+(docs/benchmarks/raw/libtorch-h100-2026-11-24/build-cli-gputests.log)."""
 
 from __future__ import annotations
 
