@@ -186,22 +186,72 @@ def test_the_step_never_reads_a_value_on_the_host(case: Case) -> None:
     assert reads.seen == []
 
 
-@pytest.mark.parametrize("case", cases([VISION[3], *TEXT]))
-def test_disable_dropout_reaches_the_library_dropout(case: Case) -> None:
+# Stochastic depth draws in training as dropout does: torchvision's EfficientNet and ConvNeXt
+# build it by default (StochasticDepth), so the gate's runs must switch it off too.
+STOCHASTIC_DEPTH = [
+    Case("torchvision:efficientnet_b0", "torchvision"),
+    Case("torchvision:convnext_tiny", "torchvision"),
+]
+
+
+@pytest.mark.parametrize("case", cases(VISION + STOCHASTIC_DEPTH + TEXT))
+def test_disable_dropout_leaves_no_randomness_in_training(case: Case) -> None:
     workload = case.build()
     model = workload.model.train()
     changed = disable_dropout(model)
     if ("arch", "llama") in case.args:
         # Llama has no dropout module; its attention dropout is a float, 0.0 as built.
-        assert changed == 0
         assert model.config.attention_dropout == 0.0  # type: ignore[union-attr]
-    elif case.library == "transformers":
-        assert changed > 0  # GPT-2's and BERT's dropout, attention's included, are nn.Dropout
+    elif case.library == "transformers" or case in STOCHASTIC_DEPTH:
+        assert changed > 0
+    assert disable_dropout(model) == 0
     batch = workload.dataset[0]
     torch.manual_seed(1)
     first = workload.loss_fn(model, batch)
     torch.manual_seed(2)
     assert torch.equal(first, workload.loss_fn(model, batch))  # no randomness left in training
+
+
+class FloatDropout(torch.nn.Module):
+    """A module that keeps its dropout as a float and calls the functional form, as transformers'
+    attention does (`attention_dropout`), beside timm's DropPath and torchvision's
+    StochasticDepth."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+        self.attention_dropout = 0.3
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.dropout(
+            self.linear(x), p=self.attention_dropout, training=self.training
+        )
+
+
+@models
+def test_disable_dropout_reaches_stochastic_depth_and_float_probabilities() -> None:
+    timm = pytest.importorskip("timm")
+    torchvision = pytest.importorskip("torchvision")
+    model = torch.nn.Sequential(
+        FloatDropout(),
+        timm.layers.DropPath(0.5),
+        torchvision.ops.StochasticDepth(0.5, "row"),
+        torch.nn.BatchNorm1d(16),
+    ).train()
+    x = torch.randn(32, 16)
+
+    def draws() -> bool:
+        torch.manual_seed(1)
+        first = model(x)
+        torch.manual_seed(2)
+        return not torch.equal(first, model(x))
+
+    assert draws()
+    assert disable_dropout(model) == 3
+    assert not draws()
+    assert model[1].drop_prob == 0.0 and model[2].p == 0.0
+    # Other floats in [0, 1] are left alone: only the ones named like a probability change.
+    assert model[3].momentum == 0.1 and model[3].eps == 1e-5
 
 
 @models

@@ -8,6 +8,7 @@ compared loss for loss (`trainers.parity`).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -100,21 +101,49 @@ class Workload:
             raise WorkloadError(f"workload {self.name!r}: samples_per_batch must be >= 1")
 
 
-def disable_dropout(model: nn.Module) -> int:
-    """Set every dropout probability in `model` to zero; returns how many were changed.
+# What the gate must switch off to compare runs loss for loss: every random draw of a training
+# step. Modules that draw keep their probability in an attribute: the nn.Dropout family's `p`,
+# torchvision's StochasticDepth `p`, timm's DropPath and DropBlock2d `drop_prob`.
+_RANDOM_MODULE = re.compile(r"drop|stochasticdepth", re.IGNORECASE)
+_RANDOM_MODULE_ATTRIBUTES = ("p", "drop_prob", "drop_rate")
+# Others keep it as a float attribute of the module that calls the functional form, or read it
+# from the model's config in forward: nn.MultiheadAttention's `dropout`, timm's `drop_rate`
+# (classifier dropout), transformers' `attention_dropout`, `dropout_prob` (BERT's SDPA attention
+# before transformers 5), `attn_pdrop`, `layerdrop` (whole layers skipped at random).
+_DROPOUT_NAME = re.compile(r"dropout|pdrop|drop_prob|drop_rate|drop_path|layerdrop", re.IGNORECASE)
 
-    Covers the nn.Dropout family and nn.MultiheadAttention, whose attention dropout is a float
-    attribute rather than a module.
+
+def disable_dropout(model: nn.Module) -> int:
+    """Set every dropout and stochastic-depth probability in `model` to zero; returns how many
+    were changed.
+
+    Reaches the probabilities that modules hold (see `_RANDOM_MODULE`) and float attributes named
+    like one on any module or on its `config` (see `_DROPOUT_NAME`). A probability passed as a
+    literal (`F.dropout(x, 0.1, self.training)`) is out of reach: such a model still draws random
+    numbers in training, and the gate cannot compare a graph or a compiled step with it bit for
+    bit.
     """
     changed = 0
     for module in model.modules():
-        if isinstance(module, nn.modules.dropout._DropoutNd) and module.p != 0.0:
-            module.p = 0.0
-            changed += 1
-        elif isinstance(module, nn.MultiheadAttention) and module.dropout != 0.0:
-            module.dropout = 0.0
-            changed += 1
+        holders: list[Any] = [module]
+        config = getattr(module, "config", None)
+        if config is not None and not isinstance(config, nn.Module | torch.Tensor):
+            holders.append(config)
+        for holder in holders:
+            for name, value in list(vars(holder).items()):
+                probability = _DROPOUT_NAME.search(name) or (
+                    holder is module
+                    and name in _RANDOM_MODULE_ATTRIBUTES
+                    and _RANDOM_MODULE.search(type(module).__name__)
+                )
+                if probability and _is_probability(value) and value != 0.0:
+                    setattr(holder, name, 0.0)
+                    changed += 1
     return changed
+
+
+def _is_probability(value: object) -> bool:
+    return isinstance(value, float) and 0.0 <= value <= 1.0
 
 
 def check_preset(workload: str, preset: str, presets: Iterable[str]) -> None:

@@ -216,8 +216,8 @@ def make_config(kind: str, options: Mapping[str, Value], transformers: Any) -> A
             num_hidden_layers=layers,
             intermediate_size=4 * hidden,
             max_position_embeddings=seq,
-            # Llama's attention dropout is a float, not a module: disable_dropout cannot reach
-            # it, and it is 0.0 (the library's default) here.
+            # Llama's attention dropout is a float, not a module (disable_dropout finds it by
+            # name); 0.0, the library's default, here.
             attention_dropout=0.0,
             use_cache=False,
             **common,

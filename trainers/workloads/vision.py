@@ -3,8 +3,8 @@
 `torchvision:<model_name>` is any classification model that `torchvision.models.get_model` knows,
 `timm:<model_name>` any of `timm.list_models()`. Weights are random (`weights=None`,
 `pretrained=False`): nothing is downloaded, and the same seed gives the same weights. The models
-are kept as the libraries build them (BatchNorm, dropout and all); `disable_dropout` reaches their
-dropout, which is nn.Dropout or nn.MultiheadAttention's.
+are kept as the libraries build them (BatchNorm, dropout, stochastic depth and all);
+`disable_dropout` reaches their dropout and stochastic depth for the gate's runs.
 """
 
 from __future__ import annotations
