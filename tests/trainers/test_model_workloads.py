@@ -150,8 +150,10 @@ def test_parity_holds_for_an_eager_config(case: Case) -> None:
 
 
 class HostReads(TorchDispatchMode):
-    """Records every op that reads a tensor's value on the host (`.item()`, `bool(t)`) or has a
-    data-dependent output shape: a device sync on a GPU, and a step CUDA graphs cannot capture."""
+    """Records every op that reads a tensor's value on the host (`.item()`, `bool(t)`), has a
+    data-dependent output shape, or makes a tensor from host data (`torch.tensor(0.0,
+    device=...)`: a copy from pageable memory): a device sync on a GPU, and a step CUDA graphs
+    cannot capture."""
 
     SYNCING = frozenset(
         {
@@ -162,6 +164,7 @@ class HostReads(TorchDispatchMode):
             "_unique2",
             "unique_consecutive",
             "repeat_interleave",
+            "lift_fresh",
         }
     )
 

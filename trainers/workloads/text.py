@@ -10,8 +10,8 @@ The sequences have no padding, and the step must not read a value on the host (a
 and a step that a CUDA graph captures differently from how it runs eagerly). transformers'
 mask preparation does read one, in two places: it checks a 2D attention mask for padding
 (`padding_mask.all()`), and without a mask it checks the position ids for packed sequences. So:
-BERT gets no mask (bidirectional, neither check runs); a causal LM with eager attention gets an
-all-ones mask (the eager mask is always built, never checked); a causal LM with sdpa runs
+BERT gets no mask (bidirectional, neither check runs); a causal LM with eager attention gets its
+causal mask ready-made, 4D and on the device (transformers builds none then); a causal LM with sdpa runs
 transformers' own SDPA function registered under `CAUSAL_SDPA`, a name with no mask function, so
 no mask is prepared and SDPA runs causal (`is_causal=True`), eager or captured alike.
 """
@@ -294,9 +294,15 @@ def causal_lm_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
 
 def causal_lm_loss_eager(model: nn.Module, batch: Batch) -> torch.Tensor:
     (ids,) = batch
-    # All ones, made on the device: with no mask, transformers would look for packed sequences
-    # in the position ids with a host read every step (see the module docstring).
-    loss: torch.Tensor = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids).loss
+    # The causal mask made here, on the device, in the 4D additive form that transformers passes
+    # through as it is: without a mask it would look for packed sequences in the position ids
+    # (a host read every step), and the eager mask it builds from a 2D one starts from
+    # `torch.tensor(0.0, device=...)`, a copy from pageable host memory that syncs every step and
+    # that a CUDA graph cannot capture (seen on an H100 with transformers 5.17).
+    seq = ids.shape[-1]
+    blocked = torch.full((seq, seq), torch.finfo(torch.float32).min, device=ids.device)
+    mask = blocked.triu(1)[None, None]
+    loss: torch.Tensor = model(input_ids=ids, attention_mask=mask, labels=ids).loss
     return loss
 
 
