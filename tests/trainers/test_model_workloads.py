@@ -178,7 +178,13 @@ class HostReads(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("case", cases(VISION + TEXT))
+EAGER_BERT = [
+    Case("hf:masked-lm", "transformers", (("attention", "eager"),)),
+    Case("hf:seq-cls", "transformers", (("attention", "eager"), ("classes", "3"))),
+]
+
+
+@pytest.mark.parametrize("case", cases(VISION + TEXT + EAGER_BERT))
 def test_the_step_never_reads_a_value_on_the_host(case: Case) -> None:
     workload = case.build()
     workload.model.train()
@@ -187,6 +193,16 @@ def test_the_step_never_reads_a_value_on_the_host(case: Case) -> None:
         loss.backward()
     assert loss.shape == () and loss.dtype == torch.float32
     assert reads.seen == []
+
+
+@pytest.mark.parametrize("case", cases(EAGER_BERT))
+def test_bert_eager_attention_with_its_ready_made_mask_changes_no_bit(case: Case) -> None:
+    from trainers.workloads.text import labelled_loss, labelled_loss_eager
+
+    workload = case.build()
+    model, batch = workload.model.eval(), workload.dataset[0]
+    assert workload.loss_fn is labelled_loss_eager
+    assert torch.equal(labelled_loss_eager(model, batch), labelled_loss(model, batch))
 
 
 # Stochastic depth draws in training as dropout does: torchvision's EfficientNet and ConvNeXt
@@ -283,7 +299,7 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CU
 
 @pytest.mark.gpu
 @needs_gpu
-@pytest.mark.parametrize("case", cases(VISION + TEXT))
+@pytest.mark.parametrize("case", cases(VISION + STOCHASTIC_DEPTH + TEXT + EAGER_BERT))
 def test_on_a_gpu_the_step_never_syncs_implicitly(case: Case) -> None:
     workload = case.build()
     model = workload.model.cuda().train()
@@ -303,7 +319,7 @@ def test_on_a_gpu_the_step_never_syncs_implicitly(case: Case) -> None:
 
 @pytest.mark.gpu
 @needs_gpu
-@pytest.mark.parametrize("case", cases(VISION + TEXT))
+@pytest.mark.parametrize("case", cases(VISION + STOCHASTIC_DEPTH + TEXT + EAGER_BERT))
 def test_on_a_gpu_a_cuda_graph_trains_like_the_eager_loop(case: Case) -> None:
     pytest.importorskip(case.library)
     factory = resolve_factory(case.name, case.model_args)

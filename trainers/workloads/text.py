@@ -9,11 +9,13 @@ is the model's own (`labels=`), as a Hugging Face training loop computes it.
 The sequences have no padding, and the step must not read a value on the host (a device sync,
 and a step that a CUDA graph captures differently from how it runs eagerly). transformers'
 mask preparation does read one, in two places: it checks a 2D attention mask for padding
-(`padding_mask.all()`), and without a mask it checks the position ids for packed sequences. So:
-BERT gets no mask (bidirectional, neither check runs); a causal LM with eager attention gets its
-causal mask ready-made, 4D and on the device (transformers builds none then); a causal LM with sdpa runs
-transformers' own SDPA function registered under `CAUSAL_SDPA`, a name with no mask function, so
-no mask is prepared and SDPA runs causal (`is_causal=True`), eager or captured alike.
+(`padding_mask.all()`), and without a mask it checks the position ids for packed sequences; and
+its eager mask starts from a host scalar (`torch.tensor(0.0, device=...)`, transformers 5.17).
+So: BERT with sdpa gets no mask (bidirectional, neither check runs); with eager attention every
+model gets its mask ready-made, 4D and on the device, which transformers passes through as it
+is (causal, or for BERT one that masks nothing); a causal LM with sdpa runs transformers' own
+SDPA function registered under `CAUSAL_SDPA`, a name with no mask function, so no mask is
+prepared and SDPA runs causal (`is_causal=True`), eager or captured alike.
 """
 
 from __future__ import annotations
@@ -312,6 +314,17 @@ def labelled_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     return loss
 
 
+def labelled_loss_eager(model: nn.Module, batch: Batch) -> torch.Tensor:
+    ids, labels = batch
+    # BERT with eager attention: a ready-made 4D mask that masks nothing (added, it changes no
+    # bit), made on the device. transformers 5.17 otherwise builds the eager mask from
+    # `torch.tensor(0.0, device=...)`, a copy from pageable host memory that syncs every step and
+    # that a CUDA graph cannot capture (seen on an H100); 5.18 builds none here.
+    mask = torch.zeros((1, 1, 1, 1), device=ids.device)
+    loss: torch.Tensor = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    return loss
+
+
 def build(
     *, name: str, model: str, preset: str, options: Mapping[str, Value], seed: int
 ) -> Workload:
@@ -321,9 +334,10 @@ def build(
     torch.manual_seed(seed)
     net = make_model(model, options, transformers)
     generator = torch.Generator().manual_seed(seed + 1)
-    loss_fn: LossFn = labelled_loss
+    eager = options["attention"] == "eager"
+    loss_fn: LossFn = labelled_loss_eager if eager else labelled_loss
     if model == "causal-lm":
-        loss_fn = causal_lm_loss if options["attention"] == "sdpa" else causal_lm_loss_eager
+        loss_fn = causal_lm_loss_eager if eager else causal_lm_loss
     return Workload(
         name=name,
         preset=preset,
