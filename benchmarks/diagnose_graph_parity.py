@@ -14,6 +14,12 @@ is the workload's own rounding noise. Then the windowed equivalence statistic of
 the largest differences of the BatchNorm running statistics and of the weights after the last
 step, next to the same figures for the perturbed runs.
 
+It also lists the ops of one training step that still draw random numbers once the gate switched
+dropout off (`random_ops`, by `torch.Tag.nondeterministic_seeded`; SDPA is tagged whatever its
+dropout, so its float arguments are shown): such a draw would make b and c differ for reasons
+other than the capture. `--sdpa math` runs everything with SDPA's math backend, to tell a
+difference made by an attention kernel under capture from one made by the loop.
+
 On a CPU (`--device cpu`) only a and p run: capturable optimizers and graphs need CUDA.
 `--out DIR` (default: $OUT when set) also writes diagnose_graph_parity.json.
 """
@@ -25,6 +31,7 @@ import json
 import math
 import os
 import sys
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,12 +39,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainers import REFERENCE, LoopConfig, fingerprint, resolve_device, resolve_factory
 from trainers.envelope import PERTURBATIONS, rounding_eps
 from trainers.equivalence import MULTIPLE, WINDOW, Equivalence, judge
 from trainers.precision import MATMUL_PRECISION, PRECISIONS, Precision
 from trainers.trajectories import Perturbation, Trajectory, trajectory
+from trainers.workloads import disable_dropout
 
 State = dict[str, torch.Tensor]
 BATCHNORM_BUFFERS = ("running_mean", "running_var")
@@ -102,8 +111,46 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         metavar="KEY=VALUE",
         help="an option of a library model, e.g. batch=128 (torchvision:, hf:)",
     )
+    parser.add_argument(
+        "--sdpa",
+        choices=("default", "math"),
+        default="default",
+        help="SDPA backends: PyTorch's choice, or the math backend only",
+    )
     parser.add_argument("--out", default=None, help="folder for the JSON (default: $OUT)")
     args = parser.parse_args(argv)
+    if args.sdpa == "math":
+        with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.MATH]):
+            return diagnose(args)
+    return diagnose(args)
+
+
+class RandomOps(TorchDispatchMode):
+    """Counts the ops that draw from a random generator, with their float arguments."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if torch.Tag.nondeterministic_seeded in func.tags:
+            floats = [a for a in [*args, *(kwargs or {}).values()] if isinstance(a, float)]
+            self.seen[f"{func}{floats if floats else ''}"] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def random_ops(factory: Any, preset: str, device: torch.device) -> dict[str, int]:
+    """The random ops of one forward and backward, dropout off as in the gate's runs."""
+    built = factory(preset, seed=0)
+    disable_dropout(built.model)
+    model = built.model.to(device).train()
+    batch = tuple(t.to(device) for t in built.dataset[0])
+    with RandomOps() as mode:
+        built.loss_fn(model, batch).backward()
+    return dict(mode.seen)
+
+
+def diagnose(args: argparse.Namespace) -> dict[str, Any]:
     device = resolve_device(args.device)
     model_args = dict(item.split("=", 1) for item in args.model_arg)
     factory = resolve_factory(args.workload, model_args or None)
@@ -187,9 +234,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "matmul_precision": matmul,
         "eps": eps,
         "graph_config": graph_config.to_dict(),
+        "sdpa": args.sdpa,
+        "random_ops": random_ops(factory, args.preset, device),
         "losses": losses,
         "perturbed": p_losses,
     }
+    print(f"random ops in a step, dropout off: {report['random_ops'] or 'none'}")
     print()
     if cuda:
         b_eq = judge(losses["b"], a, p_losses, window=args.window, multiple=args.multiple)

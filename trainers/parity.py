@@ -365,7 +365,7 @@ def gate(
                 # Not always our bug: a kernel may compute other bits when captured. On an H100
                 # (torch 2.11) BERT's eager graph left its twin at ~1e-6 with SDPA's memory-
                 # efficient attention and replayed it bit for bit with the math backend
-                # (benchmarks/graph_twin_probe.py, docs/benchmarks/README.md).
+                # (benchmarks/diagnose_graph_parity.py --sdpa math, docs/benchmarks/README.md).
                 cause = (
                     "a capture or stream bug, or a kernel whose bits change when captured"
                     if config.cuda_graph
