@@ -362,12 +362,15 @@ def gate(
             if exact_ok:
                 reasons.append(f"{subject} replays its eager twin bit for bit")
             else:
-                # Not always our bug: a kernel may compute other bits when captured. On an H100
-                # (torch 2.11) BERT's eager graph left its twin at ~1e-6 with SDPA's memory-
-                # efficient attention and replayed it bit for bit with the math backend
-                # (benchmarks/diagnose_graph_parity.py --sdpa math, docs/benchmarks/README.md).
+                # Not always our bug: a kernel may compute other bits when captured or on another
+                # stream. On an H100 (torch 2.11) BERT's eager graph left its twin by ~1e-6 with
+                # SDPA's memory-efficient attention and replayed it bit for bit with the math
+                # backend; with a second stream or prefetch it left it from an eager warm-up step
+                # whatever the backend, cause not found (benchmarks/diagnose_graph_parity.py
+                # --sdpa math; docs/benchmarks/README.md, 2026-11-24).
                 cause = (
-                    "a capture or stream bug, or a kernel whose bits change when captured"
+                    "a capture or stream bug, or a kernel whose bits change when captured or on "
+                    "another stream"
                     if config.cuda_graph
                     else "a stream bug"
                 )
