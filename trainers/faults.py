@@ -13,10 +13,14 @@ that is harmless while the line is there (`planted(kind, fault=False)` installs 
 alone, the control that must still pass bit for bit). The magnitudes are those of ordinary
 loops, not chosen to make the gate look good:
 - missing-wait: the compute streams do not wait for a batch's copy. Provocation: the copy starts
-  `MISSING_WAIT_DELAY_US` = 200 us late on its transfer stream (a copy engine busy with another
-  transfer: 200 us is the copy of about 4 MB at 20 GB/s, some 320 float32 CIFAR images), and
-  until it lands the destination holds the previous batch, so a premature read sees real data
-  of the wrong step (never uninitialised memory, whose token ids could trip a device assert).
+  `MISSING_WAIT_DELAY_US` = 2 ms late on its transfer stream (a copy engine busy with another
+  transfer: 2 ms is the copy of about 40 MB at 20 GB/s, half of one float32 ImageNet batch of
+  128 images, the torchvision default preset), and until it lands the destination holds the
+  previous batch, so a premature read sees real data of the wrong step (never uninitialised
+  memory, whose token ids could trip a device assert). It was 200 us (4 MB) until 2026-11-24:
+  with that the race never showed on an H100 (uncaught in 0 of 3 seeds on transformer and
+  convnet small), presumably because the step first read the batch later than 200 us after
+  the copy was queued.
 - missing-record-stream: the batch's memory is not kept for the compute streams, so the caching
   allocator hands it to the next batch's copy while the step may still read it. Provocation:
   each step's kernels start `MISSING_RECORD_STREAM_LAG_US` = 20 ms after they are queued: the
@@ -53,7 +57,7 @@ from trainers.workloads.base import Batch
 FaultKind = Literal["missing-wait", "missing-record-stream", "stale-graph-input", "wrong-op"]
 FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
 
-MISSING_WAIT_DELAY_US = 200.0
+MISSING_WAIT_DELAY_US = 2_000.0
 MISSING_RECORD_STREAM_LAG_US = 20_000.0
 WRONG_OP_LR_FACTOR = 0.99
 
