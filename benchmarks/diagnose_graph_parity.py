@@ -42,10 +42,18 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainers import REFERENCE, LoopConfig, fingerprint, resolve_device, resolve_factory
-from trainers.envelope import PERTURBATIONS, rounding_eps
-from trainers.equivalence import MULTIPLE, WINDOW, Equivalence, judge
+from trainers.gate import (
+    MULTIPLE,
+    PERTURBATIONS,
+    WINDOW,
+    Equivalence,
+    Perturbation,
+    Trajectory,
+    judge,
+    rounding_eps,
+    trajectory,
+)
 from trainers.precision import MATMUL_PRECISION, PRECISIONS, Precision
-from trainers.trajectories import Perturbation, Trajectory, trajectory
 from trainers.workloads import disable_dropout
 
 State = dict[str, torch.Tensor]

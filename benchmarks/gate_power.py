@@ -7,7 +7,7 @@ Per model (`name[@preset]`; the preset defaults to `small` on CUDA, `tiny` on a 
 (`--runs` seeds from `--seed`: new initial weights and data each time), in one process:
 1. the reference and its noise envelope (`Envelope.measure`, `--perturbations` runs), and the
    eager twins of the graph configs (`Twin.measure`);
-2. every planted fault (`trainers.faults`) on the config that exposes it, judged by the gate:
+2. every planted fault (`trainers.gate.faults`) on the config that exposes it, judged by the gate:
    detected = the verdict failed (or the run raised);
 3. configs that must pass: a graph config, a 2-stream event config, the foreach and fused
    optimizers, a graph with the fused optimizer, and on CUDA each fault's provocation without
@@ -54,10 +54,24 @@ from trainers import (
     resolve_device,
     resolve_factory,
 )
-from trainers.envelope import PERTURBATIONS, Envelope
-from trainers.equivalence import FLOOR_ULPS, MULTIPLE, WINDOW, judge
-from trainers.faults import FAULT_KINDS, FAULTS, FaultKind, planted
-from trainers.parity import GateTest, ParityVerdict, Twin, gate, required_test, twin_of
+from trainers.gate import (
+    FAULT_KINDS,
+    FAULTS,
+    FLOOR_ULPS,
+    MULTIPLE,
+    PERTURBATIONS,
+    WINDOW,
+    Envelope,
+    FaultKind,
+    GateTest,
+    ParityVerdict,
+    Twin,
+    gate,
+    judge,
+    planted,
+    required_test,
+    twin_of,
+)
 from trainers.precision import PRECISIONS, Precision
 from trainers.workloads import WorkloadFactory
 from trainers.workloads.adapters import lookup

@@ -18,7 +18,7 @@ gain 10-15 % in all. Per preset of the transformer copy task, on one GPU:
    config;
 4. agreement: the C++ trainer from the Python built-in's initial weights and data
    (examples/libtorch/export_init.py), dropout off, judged by the gate against the envelope of
-   the Python reference and its perturbed runs (`trainers.envelope`), `--parity-steps` steps.
+   the Python reference and its perturbed runs (`trainers.gate.envelope`), `--parity-steps` steps.
 
 Writes `libtorch-seed-<gpu>-<date>[-<tag>].json` after each preset and a Markdown twin;
 `--merge A.json B.json` joins the presets of several runs.
@@ -45,7 +45,7 @@ import trainers
 from benchmarks import peers
 from benchmarks.run_meta import run_meta
 from trainers import LoopConfig
-from trainers.envelope import Envelope, rounding_eps
+from trainers.gate import Envelope, rounding_eps
 from trainers.precision import MATMUL_PRECISION
 from trainers.program import Program, ProgramFailed, load_registry, run_program
 from tuner.search.stats import bootstrap_ci, ratio_ci

@@ -14,8 +14,8 @@ with a warm-up + cosine schedule (5 % warm-up) and gradient clipping at norm 1.0
 - `recommended_warm` (`--warm`): the same again, now that the first filled Inductor's on-disk
   cache, as a run on the machine the tuning job compiled on finds it;
 - `perturbed`: `--perturbed` (2) more idiom runs from the weights moved by one rounding unit of
-  the precision (`trainers.trajectories.Perturbation`), the envelope the gate judges with:
-  `equivalence` is `trainers.equivalence.judge` of the recommended losses against the idiom's,
+  the precision (`trainers.gate.trajectories.Perturbation`), the envelope the gate judges with:
+  `equivalence` is `trainers.gate.equivalence.judge` of the recommended losses against the idiom's,
   in windows of `--window` (100) steps.
 
 Writes `train-run-<gpu>-<date>[-<tag>].json` and a Markdown twin.
@@ -41,11 +41,9 @@ import torch
 
 import trainers
 from benchmarks.run_meta import run_meta
-from trainers.envelope import rounding_eps
-from trainers.equivalence import judge
 from trainers.fit import warmup_cosine
+from trainers.gate import Perturbation, judge, rounding_eps
 from trainers.precision import matmul_precision_for
-from trainers.trajectories import Perturbation
 
 READ_EVERY = 10
 CLIP = 1.0

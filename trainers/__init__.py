@@ -13,7 +13,6 @@ from trainers.config import (
     field_names,
     invalid_reason,
 )
-from trainers.envelope import Envelope
 from trainers.errors import (
     CaptureError,
     ConfigError,
@@ -22,18 +21,20 @@ from trainers.errors import (
     WorkloadError,
 )
 from trainers.fit import FitResult, Trainer, workload_from_parts
-from trainers.floor import Floor, graph_floor
-from trainers.loop import WindowCallback, min_warmup, resolve_device, run
-from trainers.measure import RunResult, Window, fingerprint, fingerprint_key
-from trainers.parity import (
+from trainers.gate import (
     GRAPH_RTOL,
+    Envelope,
+    Floor,
     ParityVerdict,
     Twin,
     check_parity,
     gate,
+    graph_floor,
     parity_losses,
     required_test,
 )
+from trainers.loop import WindowCallback, min_warmup, resolve_device, run
+from trainers.measure import RunResult, Window, fingerprint, fingerprint_key
 from trainers.precision import PRECISIONS, Precision
 from trainers.settings import config_from_env, load_config
 from trainers.workloads import (

@@ -305,7 +305,7 @@ def run_(
         str | None,
         typer.Option(
             help="A registered training program to tune as it is (the registry file in "
-            "$TUNER_PROGRAMS; see trainers/program.py): same as --workload program:NAME."
+            "$TUNER_PROGRAMS; see trainers/program/runner.py): same as --workload program:NAME."
         ),
     ] = None,
     as_json: AsJson = False,

@@ -1,5 +1,5 @@
 // streamtune_report.hpp: the program side of streamtune's program protocol (version 1), for a
-// C++ trainer. Header-only, C++17, no dependency: the protocol itself is in trainers/program.py.
+// C++ trainer. Header-only, C++17, no dependency: the protocol itself is in trainers/program/runner.py.
 //
 //   auto run = streamtune::Run::from_env();       // settings and run shape from STREAMTUNE_*
 //   streamtune::Reporter report(run.report);

@@ -4,7 +4,7 @@
 // step for step, and with --init the same initial weights and data.
 //
 // What the loop implements, each a STREAMTUNE_* setting (streamtune's program protocol, see
-// streamtune_report.hpp and trainers/program.py):
+// streamtune_report.hpp and trainers/program/runner.py):
 //   NUM_STREAMS 1-4 with the seed's roles: 1 = everything on the current stream; 2 = transfer +
 //     compute; 3 = transfer + forward + backward/optimizer; 4 = two transfer streams used
 //     alternately + forward + backward/optimizer. Autograd runs each backward kernel on the

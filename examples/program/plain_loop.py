@@ -2,7 +2,7 @@
 
 A plain PyTorch loop (an MLP regression on synthetic data): it reads the settings it implements
 (`sync_interval`, `pin_memory`, `non_blocking`, `num_workers`) and the run's shape from the
-STREAMTUNE_* variables through `trainers.reporting.Reporter`, and reports its losses and timed
+STREAMTUNE_* variables through `trainers.program.Reporter`, and reports its losses and timed
 windows. Registered in `programs.json` beside it:
 
     TUNER_PROGRAMS=examples/program/programs.json \\
@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from trainers import LoopConfig
-from trainers.reporting import Reporter
+from trainers.program import Reporter
 
 PRESETS = {
     "tiny": {"batch": 16, "width": 32, "batches": 8},

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from trainers import Envelope, LoopConfig, load_workload, parity_losses
-from trainers.envelope import FORMAT, rounding_eps
-from trainers.equivalence import FLOAT32_EPS
-from trainers.trajectories import Perturbation
+from trainers.gate.envelope import FORMAT, rounding_eps
+from trainers.gate.equivalence import FLOAT32_EPS
+from trainers.gate.trajectories import Perturbation
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from trainers.equivalence import (
+from trainers.gate.equivalence import (
     FLOAT32_EPS,
     FLOOR_ULPS,
     MULTIPLE,
@@ -19,7 +19,7 @@ from trainers.equivalence import (
     window_envelope,
     window_spans,
 )
-from trainers.parity import GRAPH_RTOL, compare
+from trainers.gate.parity import GRAPH_RTOL, compare
 
 STEPS = 20
 

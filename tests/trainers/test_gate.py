@@ -26,9 +26,9 @@ from trainers import (
     required_test,
 )
 from trainers.config import OptimizerChoice
-from trainers.faults import FAULTS, MissingWaitFeed, WrongOpEagerStep, planted
 from trainers.feed import DeviceFeed
-from trainers.parity import twin_of
+from trainers.gate.faults import FAULTS, MissingWaitFeed, WrongOpEagerStep, planted
+from trainers.gate.parity import twin_of
 from trainers.workloads import WorkloadFactory
 
 STEPS = 10

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from trainers import Envelope, LoopConfig, Twin, gate
-from trainers.faults import FAULTS, planted
+from trainers.gate.faults import FAULTS, planted
 from trainers.precision import Precision
 
 pytestmark = [

@@ -82,7 +82,7 @@ def test_graph_capture_on_every_transformer_preset(preset: str) -> None:
     verdict = check_parity("transformer", config, 16, preset=preset, device="cuda")
     assert verdict.passed, verdict
     # Owed bit for bit to its eager twin (the same step, optimizer capturable, no graph), and
-    # statistical equivalence to the reference (trainers.parity); no longer a relative rtol.
+    # statistical equivalence to the reference (trainers.gate.parity); no longer a relative rtol.
     assert verdict.test == "exact+equivalence" and verdict.exact_required
     assert verdict.exact_against == "eager twin" and verdict.twin_first_diverging_step is None
     assert verdict.ratio is not None and verdict.ratio <= 1.0

@@ -6,7 +6,7 @@ import pytest
 
 from tests.trainers.helpers import worker_dependent
 from trainers import LoopConfig, check_parity, load_workload, parity_losses, run
-from trainers.parity import compare
+from trainers.gate.parity import compare
 from trainers.workloads import disable_dropout
 
 

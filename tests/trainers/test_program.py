@@ -1,5 +1,5 @@
 """Programs as workloads (`trainers.program`): real processes on the CPU. The example program
-(`examples/program/plain_loop.py`, a plain PyTorch loop using `trainers.reporting`), and small
+(`examples/program/plain_loop.py`, a plain PyTorch loop using `Reporter`), and small
 programs written here that break the protocol one way each."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from trainers import ConfigError, LoopConfig, WorkloadError
-from trainers.program import (
+from trainers.program.reporting import Reporter
+from trainers.program.runner import (
     Program,
     ProgramFailed,
     find_program,
@@ -21,7 +22,6 @@ from trainers.program import (
     program_parity,
     run_program,
 )
-from trainers.reporting import Reporter
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = ROOT / "examples" / "program" / "programs.json"

@@ -2,7 +2,7 @@
 
 A workload factory is any callable `factory(preset: str, *, seed: int) -> Workload`. The same
 preset and seed must give the same initial weights and the same batches, so two runs can be
-compared loss for loss (`trainers.parity`).
+compared loss for loss (`trainers.gate.parity`).
 """
 
 from __future__ import annotations

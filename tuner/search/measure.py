@@ -132,7 +132,7 @@ class Measurer:
         self.protocol = protocol
         self._workload: Workload | None = None
         self._initial: dict[str, torch.Tensor] = {}
-        # A registered program (`program:NAME`, trainers/program.py) runs in its own process per
+        # A registered program (`program:NAME`, trainers/program/) runs in its own process per
         # measurement; everything else is a Workload built here.
         self.program: Program | None = (
             find_program(workload) if workload.startswith(PROGRAM_PREFIX) else None

@@ -571,7 +571,7 @@ class Search:
 
         The gate compares with the reference and, where numerics legitimately differ, judges the
         deviation against the workload's noise envelope, measured once per study and stored on it
-        (`keys.ENVELOPE`); see `trainers.parity`.
+        (`keys.ENVELOPE`); see `trainers.gate.parity`.
         """
         attr = f"{keys.PARITY_PREFIX}{config_key(config)}"
         cached = self.study.user_attrs.get(attr)

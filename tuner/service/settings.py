@@ -4,7 +4,7 @@ per process kind (`WorkerSettings` here, `api.settings.ApiSettings` for the API)
 
 `TUNER_STORAGE` (the database of the jobs and the Optuna studies), `TUNER_WORKLOADS` (plug-in
 workloads, JSON `{name: "package.module:factory"}`), `TUNER_PROGRAMS` (the registry file of
-training programs a job may name as `program:NAME`, trainers/program.py), `TUNER_LEASE_S`
+training programs a job may name as `program:NAME`, trainers/program/runner.py), `TUNER_LEASE_S`
 (heartbeat age after which a job's workers count as gone).
 """
 
@@ -31,7 +31,7 @@ class ServiceSettings(BaseSettings):
     storage: str = DEFAULT_STORAGE
     programs: str | None = Field(
         default=None,
-        description="registry file of training programs tuned as they are (trainers/program.py)",
+        description="registry file of training programs tuned as they are (trainers/program/)",
     )
     workloads: dict[str, str] = Field(
         default_factory=dict, description="plug-in workloads: JSON {name: package.module:factory}"

@@ -68,7 +68,7 @@ class WorkloadRegistry:
 
     plugins: Mapping[str, str] = dataclasses.field(default_factory=dict)
     programs_file: str | None = None
-    """The registry of programs (`TUNER_PROGRAMS`, trainers/program.py): a job names one as
+    """The registry of programs (`TUNER_PROGRAMS`, trainers/program/runner.py): a job names one as
     `program:NAME`; its command never comes from the request."""
 
     @property

@@ -1,7 +1,7 @@
 """Loss trajectories for the correctness gate: a config trained from a seed, dropout off, under
 deterministic kernels, optionally from weights perturbed by rounding.
 
-`trainers.parity` compares these trajectories; this module only produces them.
+`trainers.gate.parity` compares these trajectories; this module only produces them.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class Perturbation:
     drawn from `seed`: each weight moves by one or two units in its last place (ulps).
 
     eps None: the machine epsilon of each parameter's own dtype (2^-23 for float32). A larger eps
-    (the unit of a lower compute precision, `trainers.envelope.rounding_eps`) moves the weights
+    (the unit of a lower compute precision, `trainers.gate.envelope.rounding_eps`) moves the weights
     by one ulp of the precision the kernels compute in. A weight that is exactly zero (a bias
     initialised to zero) stays zero: there is no last bit to move.
     """

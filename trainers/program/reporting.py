@@ -1,4 +1,4 @@
-"""The program side of the protocol (`trainers.program`), for a Python training program.
+"""The program side of the protocol (`trainers.program.runner`), for a Python training program.
 
     reporter = Reporter.from_env()               # settings and run shape from STREAMTUNE_*
     config = reporter.config                     # a LoopConfig; use the fields you implement
@@ -30,9 +30,9 @@ from torch import nn
 
 from trainers.config import LoopConfig
 from trainers.errors import ConfigError
+from trainers.gate.trajectories import Perturbation
 from trainers.measure import fingerprint, window_sizes
 from trainers.settings import ENV_PREFIX, config_from_env
-from trainers.trajectories import Perturbation
 
 PROTOCOL = 1
 

@@ -3,7 +3,7 @@
 Where a config may legitimately change the arithmetic (a capturable, fused or foreach optimizer,
 compiled kernels), its losses are not owed bit for bit; they are owed *as close to the reference
 as runs that differ from it only by rounding*. Those runs are the reference trained again from
-weights perturbed in their last bit (`trainers.envelope`). The statistic, in full:
+weights perturbed in their last bit (`trainers.gate.envelope`). The statistic, in full:
 
 - Windows: the T steps are split into n = max(1, T // W) consecutive windows of nearly equal
   length (W = `WINDOW` = 5 steps by default; a remainder goes to the first windows).

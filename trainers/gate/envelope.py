@@ -3,7 +3,7 @@
 The reference config is trained once from the workload's initial weights and K times from those
 weights perturbed in their last bit (`Perturbation`, one seed each). The spread of the perturbed
 runs around the reference is the workload's own numerical noise over these steps: what any
-config that merely rounds differently may deviate by (`trainers.equivalence` says how it is
+config that merely rounds differently may deviate by (`trainers.gate.equivalence` says how it is
 judged). Measuring it costs K + 1 trainings, so an Envelope serialises to a plain dict: the
 tuner measures it once per workload, preset, seed, steps, precision and device, and keeps it.
 """
@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from trainers.config import REFERENCE
-from trainers.equivalence import (
+from trainers.gate.equivalence import (
     FLOOR_ULPS,
     MULTIPLE,
     WINDOW,
@@ -26,10 +26,10 @@ from trainers.equivalence import (
     loss_floor,
     window_envelope,
 )
+from trainers.gate.trajectories import PARITY_STEPS, Perturbation, trajectory
 from trainers.loop import resolve_device
 from trainers.measure import fingerprint, fingerprint_key
 from trainers.precision import MATMUL_PRECISION, Precision
-from trainers.trajectories import PARITY_STEPS, Perturbation, trajectory
 from trainers.workloads import WorkloadFactory, resolve_factory
 
 PERTURBATIONS = 4

@@ -12,12 +12,12 @@ What is owed depends on what the config changes:
 - Settings that change the arithmetic (the capturable optimizer, `LoopConfig.compile` and
   `LoopConfig.optimizer`, any field in `NUMERICS_FIELDS`) are owed statistical equivalence: the
   config's losses must stay within a multiple of the workload's own rounding noise around the
-  reference (`trainers.equivalence` defines the statistic, `trainers.envelope` measures the
+  reference (`gate.equivalence` defines the statistic, `gate.envelope` measures the
   noise). A config that changes arithmetic *and* loop settings is compared bit for bit with its
   eager twin (its own arithmetic settings, the reference's loop settings) as well.
 
 Every run starts from the same seed with dropout off and deterministic kernels
-(`trainers.trajectories`). `gate` runs what the config needs; `check_parity` is its old name.
+(`trainers.gate.trajectories`). `gate` runs what the config needs; `check_parity` is its old name.
 Pass `reference`, `twin` and `envelope` to reuse them: each is a function of the workload,
 preset, seed, steps, precision and device only.
 """
@@ -32,16 +32,16 @@ from typing import Any, Literal, get_args
 import torch
 
 from trainers.config import REFERENCE, LoopConfig, field_names
-from trainers.envelope import PERTURBATIONS, Envelope
-from trainers.equivalence import MULTIPLE, WINDOW, Equivalence
-from trainers.precision import Precision
-from trainers.trajectories import (
+from trainers.gate.envelope import PERTURBATIONS, Envelope
+from trainers.gate.equivalence import MULTIPLE, WINDOW, Equivalence
+from trainers.gate.trajectories import (
     NO_DETERMINISTIC_IMPL,
     PARITY_STEPS,
     deterministic,
     parity_losses,
     trajectory,
 )
+from trainers.precision import Precision
 from trainers.workloads import WorkloadFactory
 
 __all__ = [
@@ -88,7 +88,7 @@ class ParityVerdict:
     twin_max_abs_deviation, twin_first_diverging_step: the exact comparison with the eager twin.
     deviation, envelope, floor, bound, multiple, window, ratio, window_ratio, decisive_steps,
     window_deviations, window_envelopes, drift, drift_envelope, drift_bound, drift_ratio: the
-    equivalence test (`trainers.equivalence.Equivalence`); ratio <= 1 passes it.
+    equivalence test (`trainers.gate.equivalence.Equivalence`); ratio <= 1 passes it.
     losses: the config's loss trajectory.
     """
 
@@ -316,7 +316,7 @@ def gate(
     test: force a test instead of `required_test(config)`; for a change the config does not
     show (an optimizer swapped by a workload factory), "equivalence" with the unchanged
     workload's `envelope`.
-    multiple, window, check_drift: the equivalence statistic's (`trainers.equivalence.judge`).
+    multiple, window, check_drift: the equivalence statistic's (`trainers.gate.equivalence.judge`).
     """
     if test is not None and test not in GATE_TESTS:
         raise ValueError(f"test={test!r} is invalid: allowed {', '.join(GATE_TESTS)}")

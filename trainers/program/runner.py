@@ -11,7 +11,7 @@ In, for every run (`program_env`):
   (initial weights and data), `STREAMTUNE_PRESET`;
 - `STREAMTUNE_PERTURB_SEED` and `STREAMTUNE_PERTURB_EPS` (empty unless the correctness gate
   measures its noise envelope): multiply every weight by 1 + s * eps, s a random sign per element
-  drawn from that seed, before the first step (`trainers.trajectories.Perturbation`);
+  drawn from that seed, before the first step (`trainers.gate.trajectories.Perturbation`);
 - `STREAMTUNE_REPORT`: the file to append the JSON lines to.
 The program's command comes from the registry (`load_registry`); `{python}` (this Python),
 `{preset}`, `{device}`, `{steps}`, `{warmup}`, `{windows}` and `{seed}` in it are replaced.
@@ -29,7 +29,7 @@ A window is read as soon as its line is written: a pruned run's program is stopp
 (SIGTERM, then SIGKILL). A program that exits non-zero, writes a malformed line, skips a step or
 a window, or runs past its timeout is a failed run whose reason quotes the end of its stderr.
 
-`trainers.reporting.Reporter` is the Python side of the protocol; `examples/program/` holds a
+`trainers.program.Reporter` is the Python side of the protocol; `examples/program/` holds a
 plain PyTorch program that uses it.
 """
 
@@ -189,7 +189,7 @@ def find_program(name: str, environ: Mapping[str, str] | None = None) -> Program
     if not path:
         raise WorkloadError(
             f"workload={name!r}: no program registry: set {REGISTRY_VARIABLE} to a registry "
-            "file on this machine (see trainers/program.py)",
+            "file on this machine (see trainers/program/runner.py)",
             field="workload",
         )
     programs = load_registry(path)
@@ -508,7 +508,7 @@ class _Report:
 
 
 PERTURBATIONS = 4
-"""K, the perturbed reference runs of a program's noise envelope (as `trainers.envelope`)."""
+"""K, the perturbed reference runs of a program's noise envelope (as `trainers.gate.envelope`)."""
 
 
 def program_parity(
@@ -524,16 +524,16 @@ def program_parity(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The correctness gate for a program: its losses under `config` against its losses under the
     PyTorch idiom (`REFERENCE`), judged within the envelope of K reference runs from perturbed
-    weights (`trainers.equivalence.judge`). The program's losses are all the gate sees, so every
+    weights (`trainers.gate.judge`). The program's losses are all the gate sees, so every
     config takes the equivalence test (no bit-for-bit test: the twin configs of
-    `trainers.parity` are the harness's own).
+    `trainers.gate.parity` are the harness's own).
 
     envelope: the reference and perturbed losses of an earlier call (the second value it
     returned), measured once per study.
     """
     from trainers.config import REFERENCE
-    from trainers.envelope import rounding_eps
-    from trainers.equivalence import judge
+    from trainers.gate.envelope import rounding_eps
+    from trainers.gate.equivalence import judge
     from trainers.precision import MATMUL_PRECISION
 
     def losses(run_config: LoopConfig, perturb: tuple[int, float | None] | None) -> list[float]:

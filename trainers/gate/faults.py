@@ -49,7 +49,7 @@ import torch
 from trainers import loop
 from trainers.config import LoopConfig
 from trainers.feed import DeviceFeed, _InFlight
-from trainers.parity import GateTest
+from trainers.gate.parity import GateTest
 from trainers.step import EagerStep, GraphStep
 from trainers.streams import on
 from trainers.workloads.base import Batch

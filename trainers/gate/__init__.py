@@ -1,0 +1,57 @@
+"""The correctness gate: does a loop setting still train the same model?
+
+- `parity`: the verdict (`gate`, `ParityVerdict`): which test a config must pass (bit-exact
+  against the reference, exact against its eager twin, or equivalent within the envelope).
+- `equivalence`: the windowed loss-trajectory test, and its tolerance (`judge`).
+- `envelope`: the reference's own spread under harmless perturbations (`Envelope`).
+- `trajectories`: the short, deterministic training runs the tests compare.
+- `floor`: the eager whole-step graph's replay time, the GPU's own time for a step.
+- `faults`: planted faults (a missing stream wait, a wrong op) that prove the gate can fail.
+"""
+
+from trainers.gate.envelope import PERTURBATIONS, Envelope, rounding_eps
+from trainers.gate.equivalence import FLOOR_ULPS, MULTIPLE, WINDOW, Equivalence, judge
+from trainers.gate.faults import FAULT_KINDS, FAULTS, FaultKind, planted
+from trainers.gate.floor import Floor, graph_floor
+from trainers.gate.parity import (
+    GRAPH_RTOL,
+    GateTest,
+    ParityVerdict,
+    Twin,
+    check_parity,
+    gate,
+    parity_losses,
+    required_test,
+    twin_of,
+)
+from trainers.gate.trajectories import PARITY_STEPS, Perturbation, Trajectory, trajectory
+
+__all__ = [
+    "FAULTS",
+    "FAULT_KINDS",
+    "FLOOR_ULPS",
+    "GRAPH_RTOL",
+    "MULTIPLE",
+    "PARITY_STEPS",
+    "PERTURBATIONS",
+    "WINDOW",
+    "Envelope",
+    "Equivalence",
+    "FaultKind",
+    "Floor",
+    "GateTest",
+    "ParityVerdict",
+    "Perturbation",
+    "Trajectory",
+    "Twin",
+    "check_parity",
+    "gate",
+    "graph_floor",
+    "judge",
+    "parity_losses",
+    "planted",
+    "required_test",
+    "rounding_eps",
+    "trajectory",
+    "twin_of",
+]
