@@ -22,6 +22,12 @@ CompileMode = Literal["none", "default", "max-autotune-no-cudagraphs", "reduce-o
 COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
 OptimizerChoice = Literal["as-built", "foreach", "fused", "compiled"]
 OPTIMIZERS: tuple[str, ...] = get_args(OptimizerChoice)
+CompileScope = Literal["model", "blocks"]
+COMPILE_SCOPES: tuple[str, ...] = get_args(CompileScope)
+Checkpointing = Literal["none", "blocks", "selective"]
+CHECKPOINTING: tuple[str, ...] = get_args(Checkpointing)
+MICRO_BATCHES: tuple[int, ...] = (1, 2, 4, 8)
+CHECKPOINT_SHARES: tuple[float, ...] = (0.25, 0.5, 1.0)
 
 MAX_STREAMS = 4
 MAX_PREFETCH = 4
@@ -47,8 +53,66 @@ def _check_choice(field: str, value: object, choices: tuple[str, ...]) -> None:
         raise ConfigError(field, value, f"one of {', '.join(choices)}")
 
 
+def _check_scale_levers(config: LoopConfig) -> None:
+    """The memory-for-compute levers' own values (see LoopConfig's docstring)."""
+    micro = config.micro_batches
+    if not isinstance(micro, int) or isinstance(micro, bool) or micro not in MICRO_BATCHES:
+        raise ConfigError(
+            "micro_batches", config.micro_batches, "one of " + ", ".join(map(str, MICRO_BATCHES))
+        )
+    _check_choice("activation_checkpointing", config.activation_checkpointing, CHECKPOINTING)
+    share = config.checkpoint_share
+    if (
+        isinstance(share, bool)
+        or not isinstance(share, int | float)
+        or share not in CHECKPOINT_SHARES
+    ):
+        raise ConfigError(
+            "checkpoint_share", share, "one of " + ", ".join(map(str, CHECKPOINT_SHARES))
+        )
+    _check_choice("compile_scope", config.compile_scope, COMPILE_SCOPES)
+
+
+def _check_scale_combination(config: LoopConfig) -> None:
+    if config.activation_checkpointing == "none" and config.checkpoint_share != 1.0:
+        raise ConfigError(
+            "checkpoint_share",
+            config.checkpoint_share,
+            "1.0 with activation_checkpointing='none' (the share says which blocks recompute)",
+        )
+    if config.compile_scope == "blocks" and config.compile not in (
+        "default",
+        "max-autotune-no-cudagraphs",
+    ):
+        raise ConfigError(
+            "compile_scope",
+            config.compile_scope,
+            "'model' with compile="
+            f"{config.compile!r} (compiling each block needs compile='default' or "
+            "'max-autotune-no-cudagraphs'; Inductor's cudagraph trees per block are not proven)",
+        )
+    if config.micro_batches > 1 and config.compile == "reduce-overhead":
+        # The cudagraph trees keep a backward's gradients in their own memory, which the next
+        # micro-batch's replay may overwrite (pytorch/pytorch#96693): unverified, refused.
+        raise ConfigError(
+            "micro_batches",
+            config.micro_batches,
+            "1 with compile='reduce-overhead' (its CUDA graphs may overwrite the gradients of "
+            "the earlier micro-batches); compile='default' with cuda_graph=True accumulates",
+        )
+    if config.cuda_graph and config.activation_checkpointing != "none":
+        raise ConfigError(
+            "activation_checkpointing",
+            config.activation_checkpointing,
+            "'none' with cuda_graph=True (the checkpoint saves and restores the random-number "
+            "state around the recompute, which a capture does not allow; not yet proven on a "
+            "GPU); at this scale a whole-step graph adds about 1 % (shared/GPU-FACTS.md)",
+        )
+
+
 def _check_combination(config: LoopConfig) -> None:
     """The combinations LoopConfig's docstring lists as refused, each with its reason."""
+    _check_scale_combination(config)
     if config.cuda_graph and config.compile == "reduce-overhead":
         raise ConfigError(
             "compile",
@@ -101,6 +165,20 @@ class LoopConfig:
         `fused` = rebuilt with foreach=True / fused=True (same hyper-parameters; `fused` only for
         optimizers whose constructor takes it, such as Adam, AdamW and SGD); `compiled` = its
         `step` wrapped in `torch.compile`.
+    micro_batches: 1, 2, 4 or 8: each step's batch is split (along its first dimension) into that
+        many micro-batches, each forward and backward in turn with its loss divided by their
+        count, one optimizer step after the last: the optimizer sees the same batch and the same
+        number of steps, the activations of one micro-batch at a time are alive. Under a
+        whole-step CUDA graph all micro-steps are in the one graph. Where a model has batch
+        statistics (BatchNorm) this changes the results: the gate decides.
+    activation_checkpointing: `none`; `blocks` = `torch.utils.checkpoint` (non-reentrant) around
+        the model's repeated blocks (`trainers.blocks`), which keep only their inputs and run
+        their forward again in the backward; `selective` = the same with PyTorch's selective
+        policy: matmul, convolution and attention outputs kept, the cheap ops recomputed
+        (`trainers.recompute`).
+    checkpoint_share: 0.25, 0.5 or 1.0: the share of the blocks checkpointed (the first ones).
+    compile_scope: `model` = `torch.compile` of the whole model; `blocks` = each repeated block
+        compiled on its own (regional compilation: one compile reused by every block).
 
     Combinations refused, and why:
     - cuda_graph=True with compile="reduce-overhead": two CUDA-graph systems over one step.
@@ -110,6 +188,10 @@ class LoopConfig:
       in tests/trainers/test_levers_gpu.py says when this rule can go), and inside one
       graph it has little to win over optimizer="fused": launch overhead is gone either way and
       the fused kernel already reads and writes each state tensor once per step.
+    - checkpoint_share other than 1.0 with activation_checkpointing='none'; compile_scope='blocks'
+      with compile 'none' or 'reduce-overhead'; micro_batches > 1 with compile='reduce-overhead'
+      (its CUDA graphs may overwrite earlier micro-batches' gradients); activation checkpointing
+      with cuda_graph=True (the recompute's random-number bookkeeping cannot be captured).
     Refused at run start, not here, since they depend on the run: cuda_graph=True and
     compile="reduce-overhead" need a CUDA device; precision="fp16-autocast" does not combine
     with cuda_graph=True (see `trainers.precision`).
@@ -125,6 +207,10 @@ class LoopConfig:
     cuda_graph: bool = False
     compile: CompileMode = "none"
     optimizer: OptimizerChoice = "as-built"
+    micro_batches: int = 1
+    activation_checkpointing: Checkpointing = "none"
+    checkpoint_share: float = 1.0
+    compile_scope: CompileScope = "model"
 
     def __post_init__(self) -> None:
         _check_int("num_streams", self.num_streams, 1, MAX_STREAMS)
@@ -137,6 +223,7 @@ class LoopConfig:
         _check_bool("cuda_graph", self.cuda_graph)
         _check_choice("compile", self.compile, COMPILE_MODES)
         _check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        _check_scale_levers(self)
         _check_combination(self)
 
     def to_dict(self) -> dict[str, Any]:

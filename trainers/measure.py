@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trainers.flops import Utilisation, utilisation
 from trainers.streams import StreamPlan
 
 
@@ -190,10 +191,25 @@ class RunResult:
     compile_notes: list[str] = dataclasses.field(default_factory=list)
     compile_cache_hits: int | None = None
     compile_cache_misses: int | None = None
+    flops_per_step: int | None = None
+    """The model's FLOPs in one optimizer step (forward + backward, recomputation not counted;
+    `trainers.flops`); None where they were not counted."""
 
     @property
     def step_time_ms(self) -> dict[str, float]:
         return step_time_summary(self.windows)
+
+    @property
+    def utilisation(self) -> Utilisation:
+        """Achieved model TFLOP/s and MFU at the median step time (MFU: None on a CPU or an
+        unknown GPU, with the reason in `.note`)."""
+        return utilisation(
+            self.flops_per_step,
+            self.step_time_ms["median"],
+            gpu_name=self.fingerprint.get("gpu"),
+            precision=self.precision,
+            matmul_precision=self.matmul_precision,
+        )
 
     @property
     def samples_per_s(self) -> float:
@@ -210,6 +226,7 @@ class RunResult:
         return [self.samples_per_batch / (w.step_ms / 1e3) for w in self.windows]
 
     def to_dict(self) -> dict[str, Any]:
+        use = self.utilisation
         return {
             "config": self.config,
             "workload": self.workload,
@@ -239,4 +256,9 @@ class RunResult:
             "compile_notes": self.compile_notes,
             "compile_cache_hits": self.compile_cache_hits,
             "compile_cache_misses": self.compile_cache_misses,
+            "flops_per_step": self.flops_per_step,
+            "tflops": use.tflops,
+            "mfu": use.mfu,
+            "peak_tflops": use.peak_tflops,
+            "mfu_note": use.note,
         }

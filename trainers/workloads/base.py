@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -81,6 +81,9 @@ class Workload:
     `loss_fn(model, batch)` returns a scalar loss with the batch already on the model's device. It
     must not sync with the host (no `.item()`, no data-dependent shapes) if the workload is to be
     captured in a CUDA graph.
+
+    `blocks(model)` returns the model's repeated blocks in forward order, where activation
+    checkpointing and regional compilation apply; None: found by structure (`trainers.blocks`).
     """
 
     name: str
@@ -93,6 +96,7 @@ class Workload:
     batch_size: int | None = None
     tokens_per_sample: int | None = None
     collate_fn: Callable[[list[Any]], Batch] | None = None
+    blocks: Callable[[nn.Module], Sequence[nn.Module]] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, nn.Module):

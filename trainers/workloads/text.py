@@ -43,6 +43,39 @@ PRESETS: Mapping[str, Mapping[str, Value]] = {
     "default": {},  # GPT-2 small: the options' defaults
 }
 
+# Llama-style decoders at the scale users train on one H100 (built from config, no download):
+# GQA (4 query heads per key/value head), SwiGLU of 4 x hidden, a 32000-token vocabulary and
+# 2048-token sequences. Each at two batches: one whose plain bf16 step fits in 80 GB and one,
+# twice to four times larger, whose plain step does not (GPU-FACTS: the 1.1B model's plain
+# compiled step took 64.6 GB at 16 x 2048 and ran out of memory at 32 x 2048).
+_LLAMA_350M: Mapping[str, Value] = {
+    "arch": "llama",
+    "hidden": 1024,
+    "layers": 20,
+    "heads": 16,
+    "kv_heads": 4,
+    "vocab": 32000,
+    "seq": 2048,
+    "batches": 4,
+}
+_LLAMA_1B: Mapping[str, Value] = {
+    "arch": "llama",
+    "hidden": 2048,
+    "layers": 16,
+    "heads": 32,
+    "kv_heads": 8,
+    "vocab": 32000,
+    "seq": 2048,
+    "batches": 4,
+}
+CAUSAL_PRESETS: Mapping[str, Mapping[str, Value]] = {
+    **PRESETS,
+    "llama-350m": {**_LLAMA_350M, "batch": 16},
+    "llama-350m-large": {**_LLAMA_350M, "batch": 64},
+    "llama-1b": {**_LLAMA_1B, "batch": 16},
+    "llama-1b-large": {**_LLAMA_1B, "batch": 32},
+}
+
 SHAPE_OPTIONS = (
     OptionSpec(name="batch", kind="int", default=8, low=1, high=65536, help="sequences per batch"),
     OptionSpec(
@@ -115,8 +148,25 @@ CAUSAL_LM = Family(
             choices=("gpt2", "llama"),
             help="the architecture: GPT2Config or LlamaConfig",
         ),
+        OptionSpec(
+            name="kv_heads",
+            kind="int",
+            default=0,
+            low=0,
+            high=1024,
+            help="key/value heads for grouped-query attention (arch=llama; must divide heads); "
+            "0: as many as heads",
+        ),
+        OptionSpec(
+            name="ffn",
+            kind="int",
+            default=0,
+            low=0,
+            high=1_048_576,
+            help="feed-forward width (SwiGLU's for llama); 0: 4 x hidden",
+        ),
     ),
-    presets=PRESETS,
+    presets=CAUSAL_PRESETS,
 )
 MASKED_LM = Family(
     name="hf:masked-lm",
@@ -171,6 +221,19 @@ def check_shape(options: Mapping[str, Value]) -> None:
             f"model_arg.heads={heads} is invalid with hidden={hidden}: allowed a divisor of hidden",
             field="model_arg.heads",
         )
+    kv_heads = int(options.get("kv_heads", 0))
+    if kv_heads and options.get("arch") != "llama":
+        raise WorkloadError(
+            f"model_arg.kv_heads={kv_heads} is invalid with arch={options.get('arch')}: allowed 0 "
+            "(grouped-query attention is built for arch=llama only)",
+            field="model_arg.kv_heads",
+        )
+    if kv_heads and heads % kv_heads:
+        raise WorkloadError(
+            f"model_arg.kv_heads={kv_heads} is invalid with heads={heads}: allowed 0 or a divisor "
+            "of heads",
+            field="model_arg.kv_heads",
+        )
     if options.get("arch") == "llama" and (hidden // heads) % 2:
         raise WorkloadError(
             f"model_arg.heads={heads} is invalid with hidden={hidden} and arch=llama: allowed "
@@ -193,6 +256,7 @@ def make_config(kind: str, options: Mapping[str, Value], transformers: Any) -> A
     """The config of the model: sizes from the options, no cache (training), no dropout change."""
     vocab, hidden, heads = int(options["vocab"]), int(options["hidden"]), int(options["heads"])
     layers, seq = int(options["layers"]), int(options["seq"])
+    ffn = int(options.get("ffn", 0)) or 4 * hidden
     attention = str(options["attention"])
     if kind == "causal-lm" and attention == "sdpa":
         attention = causal_sdpa(transformers)
@@ -202,7 +266,7 @@ def make_config(kind: str, options: Mapping[str, Value], transformers: Any) -> A
             n_embd=hidden,
             n_head=heads,
             n_layer=layers,
-            n_inner=4 * hidden,
+            n_inner=ffn,
             n_positions=seq,
             # GPT-2's own end-of-text id is its last one (50256); kept inside the vocabulary.
             bos_token_id=vocab - 1,
@@ -214,9 +278,9 @@ def make_config(kind: str, options: Mapping[str, Value], transformers: Any) -> A
         return transformers.LlamaConfig(
             hidden_size=hidden,
             num_attention_heads=heads,
-            num_key_value_heads=heads,
+            num_key_value_heads=int(options.get("kv_heads", 0)) or heads,
             num_hidden_layers=layers,
-            intermediate_size=4 * hidden,
+            intermediate_size=ffn,
             max_position_embeddings=seq,
             # Llama's attention dropout is a float, not a module (disable_dropout finds it by
             # name); 0.0, the library's default, here.

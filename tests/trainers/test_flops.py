@@ -1,0 +1,136 @@
+"""Model FLOPs and MFU (`trainers.flops`): the count against a hand count, the peak table, and
+the utilisation figure's arithmetic and refusals."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from torch import nn
+
+from trainers.flops import PEAKS, count_step_flops, peak_column, peak_for, utilisation
+from trainers.workloads import load_workload
+from trainers.workloads.base import SyntheticBatches, Workload
+from trainers.workloads.mlp import classification_loss
+
+
+def _mlp_workload(widths: list[int], batch: int) -> Workload:
+    torch.manual_seed(0)
+    layers: list[nn.Module] = []
+    for a, b in itertools.pairwise(widths):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    model = nn.Sequential(*layers[:-1])
+    x = torch.randn(2, batch, widths[0])
+    y = torch.randint(0, widths[-1], (2, batch))
+    return Workload(
+        name=f"mlp-{'x'.join(map(str, widths))}",
+        preset=str(batch),
+        model=model,
+        dataset=SyntheticBatches((x, y)),
+        loss_fn=classification_loss,
+        samples_per_batch=batch,
+    )
+
+
+def test_the_count_of_an_mlp_step_is_the_hand_count() -> None:
+    widths, batch = [24, 40, 16, 10], 12
+    workload = _mlp_workload(widths, batch)
+    # Each Linear: 2*B*in*out forward, the same again for the weight's gradient, and for the
+    # input's gradient, except the first layer, whose input needs none.
+    pairs = list(itertools.pairwise(widths))
+    hand = sum(6 * batch * a * b for a, b in pairs) - 2 * batch * pairs[0][0] * pairs[0][1]
+    assert count_step_flops(workload, torch.device("cpu")) == hand
+
+
+def test_the_count_leaves_the_model_as_it_was() -> None:
+    workload = load_workload("mlp", "tiny", seed=3)  # has dropout: the count must draw nothing
+    model = workload.model
+    model.train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+    count_step_flops(workload, torch.device("cpu"))
+    assert model.training
+    assert all(p.grad is None for p in model.parameters())
+    assert torch.equal(torch.get_rng_state(), rng)
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+
+
+def test_a_batchnorm_model_keeps_its_running_statistics() -> None:
+    workload = load_workload("convnet", "tiny", seed=0)
+    buffers = {k: v.clone() for k, v in workload.model.named_buffers()}
+    assert count_step_flops(workload, torch.device("cpu")) > 0
+    for key, value in workload.model.named_buffers():
+        assert torch.equal(value, buffers[key]), key
+
+
+def test_the_count_scales_with_the_batch() -> None:
+    small = count_step_flops(_mlp_workload([8, 16, 4], 3), torch.device("cpu"))
+    large = count_step_flops(_mlp_workload([8, 16, 4], 30), torch.device("cpu"))
+    assert large == 10 * small
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA H100 NVL", "H100 NVL"),
+        ("NVIDIA H200", "H200 SXM"),
+        ("NVIDIA A100-SXM4-80GB", "A100"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA L40S", None),
+        ("NVIDIA GeForce RTX 4090", None),
+        (None, None),
+    ],
+)
+def test_the_peak_table_names_the_gpu(name: str | None, expected: str | None) -> None:
+    peak = peak_for(name)
+    assert (peak.name if peak else None) == expected
+
+
+def test_every_peak_is_ordered_bf16_above_tf32() -> None:
+    for peak in PEAKS:
+        assert peak.bf16 > peak.tf32 > 0 and peak.fp32 > 0
+
+
+@pytest.mark.parametrize(
+    ("precision", "matmul", "column"),
+    [
+        ("bf16-autocast", "highest", "bf16"),
+        ("fp16-autocast", "highest", "bf16"),
+        ("tf32", "high", "tf32"),
+        ("fp32", "highest", "fp32"),
+        (None, "high", "tf32"),
+        (None, "highest", "fp32"),
+    ],
+)
+def test_the_precision_picks_the_peak(precision: str | None, matmul: str, column: str) -> None:
+    assert peak_column(precision, matmul) == column
+
+
+def test_utilisation_on_an_h100_in_bf16() -> None:
+    # 494.7 TFLOP in one second is half the H100 SXM's dense bf16 peak.
+    use = utilisation(
+        int(494.7e12),
+        1000.0,
+        gpu_name="NVIDIA H100 80GB HBM3",
+        precision="bf16-autocast",
+        matmul_precision="highest",
+    )
+    assert use.tflops == pytest.approx(494.7)
+    assert use.mfu == pytest.approx(0.5)
+    assert use.peak_tflops == 989.4
+
+
+def test_no_mfu_on_a_cpu_or_an_unknown_gpu_and_the_note_says_why() -> None:
+    cpu = utilisation(10**9, 10.0, gpu_name=None, precision=None, matmul_precision="highest")
+    assert cpu.mfu is None and cpu.tflops == pytest.approx(0.1)
+    assert "CPU" in (cpu.note or "")
+    other = utilisation(
+        10**9, 10.0, gpu_name="Some GPU 9000", precision=None, matmul_precision="highest"
+    )
+    assert other.mfu is None and "Some GPU 9000" in (other.note or "")
+    none = utilisation(None, 10.0, gpu_name="NVIDIA H100", precision=None, matmul_precision="high")
+    assert none.mfu is None and none.tflops is None

@@ -1,0 +1,180 @@
+"""Model FLOP utilisation: the model's FLOPs per training step against the GPU's dense peak.
+
+FLOPs are counted, not estimated: one forward and backward of the eager model under
+`torch.utils.flop_counter.FlopCounterMode`, which counts matmuls, convolutions and attention
+(forward and backward formulas per op). The count runs on a one-sample slice of a batch and is
+scaled by the samples per batch: every op it counts is linear in the batch, and a one-sample
+step never runs out of memory where the whole step would. It runs on the plain model, before
+any recomputation lever wraps it, so recomputed FLOPs are never counted as model FLOPs (MFU, not
+hardware FLOP utilisation). Elementwise ops, normalisations and the optimizer are not counted,
+as in the usual 6 x parameters x tokens figure.
+
+The peak is the GPU's dense (no 2:4 sparsity) tensor-core rate for the run's precision, from
+`PEAKS` below (vendor data sheets, boost clock). A GPU not in the table gets no MFU, and
+`mfu_note` says why; so does a CPU run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from trainers.workloads.base import Batch, Workload
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Peak:
+    """Dense TFLOP/s of one GPU model: bf16/fp16 tensor cores, TF32 tensor cores, plain fp32."""
+
+    name: str
+    pattern: str
+    """A regular expression searched in `torch.cuda.get_device_name()`."""
+    bf16: float
+    tf32: float
+    fp32: float
+
+
+# Order matters: the first pattern that matches names the GPU (an H100 NVL also says "H100").
+PEAKS: tuple[Peak, ...] = (
+    Peak(name="H200 NVL", pattern=r"H200 NVL", bf16=835.0, tf32=417.5, fp32=60.0),
+    Peak(name="H200 SXM", pattern=r"H200", bf16=989.4, tf32=494.7, fp32=66.9),
+    Peak(name="H100 NVL", pattern=r"H100 NVL", bf16=835.0, tf32=417.5, fp32=60.0),
+    Peak(name="H100 PCIe", pattern=r"H100 PCIe", bf16=756.0, tf32=378.0, fp32=51.2),
+    # "NVIDIA H100 80GB HBM3" is the SXM part's name.
+    Peak(name="H100 SXM", pattern=r"H100", bf16=989.4, tf32=494.7, fp32=66.9),
+    Peak(name="A100", pattern=r"A100", bf16=312.0, tf32=156.0, fp32=19.5),
+    Peak(name="L4", pattern=r"\bL4\b", bf16=121.0, tf32=60.0, fp32=30.3),
+)
+
+
+def peak_for(gpu_name: str | None) -> Peak | None:
+    if not gpu_name:
+        return None
+    for peak in PEAKS:
+        if re.search(peak.pattern, gpu_name):
+            return peak
+    return None
+
+
+def peak_column(precision: str | None, matmul_precision: str) -> str:
+    """Which of a Peak's rates a run's matmuls run at. Reduced-precision autocast (and float8,
+    whose MFU is quoted against the bf16 rate: the model's FLOPs do not change) -> bf16;
+    float32 tensors -> TF32 unless the matmul precision is 'highest'."""
+    if precision is not None and precision not in ("fp32", "tf32"):
+        return "bf16"
+    if precision == "tf32" or (precision is None and matmul_precision != "highest"):
+        return "tf32"
+    return "fp32"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Utilisation:
+    tflops: float | None
+    """Achieved model TFLOP/s (None without a FLOP count)."""
+    mfu: float | None
+    """tflops / the GPU's dense peak for the run's precision, 0..1 (None: see note)."""
+    peak_tflops: float | None
+    note: str | None
+
+
+def utilisation(
+    flops_per_step: int | None,
+    step_ms: float,
+    *,
+    gpu_name: str | None,
+    precision: str | None,
+    matmul_precision: str,
+) -> Utilisation:
+    if flops_per_step is None or flops_per_step <= 0 or step_ms <= 0:
+        return Utilisation(tflops=None, mfu=None, peak_tflops=None, note="no FLOP count")
+    tflops = flops_per_step / (step_ms / 1e3) / 1e12
+    if gpu_name is None:
+        return Utilisation(
+            tflops=tflops, mfu=None, peak_tflops=None, note="CPU run: MFU is quoted for GPUs only"
+        )
+    peak = peak_for(gpu_name)
+    if peak is None:
+        known = ", ".join(p.name for p in PEAKS)
+        return Utilisation(
+            tflops=tflops,
+            mfu=None,
+            peak_tflops=None,
+            note=f"no dense peak known for {gpu_name!r} (trainers/flops.py knows {known})",
+        )
+    column = peak_column(precision, matmul_precision)
+    rate = float(getattr(peak, column))
+    return Utilisation(
+        tflops=tflops,
+        mfu=tflops / rate,
+        peak_tflops=rate,
+        note=f"against the {peak.name} dense {column} peak, {rate:g} TFLOP/s",
+    )
+
+
+_COUNTS: dict[tuple[Any, ...], int] = {}
+
+
+def _one_sample(batch: Batch, samples: int) -> tuple[Batch, int]:
+    """The batch's first sample (dim 0) and the factor that scales its count back up; the whole
+    batch and 1 when a tensor's first dimension is not the batch."""
+    if samples > 1 and all(t.dim() > 0 and t.shape[0] == samples for t in batch):
+        return tuple(t[:1] for t in batch), samples
+    return batch, 1
+
+
+def _first_batch(workload: Workload) -> Batch:
+    if workload.batch_size is None:
+        item = workload.dataset[0]
+        return tuple(item)
+    samples = [workload.dataset[i] for i in range(workload.batch_size)]
+    if workload.collate_fn is not None:
+        return tuple(workload.collate_fn(samples))
+    collated = torch.utils.data.default_collate(samples)
+    return tuple(collated)
+
+
+def _shape_key(batch: Iterable[torch.Tensor]) -> tuple[Any, ...]:
+    return tuple((tuple(t.shape), str(t.dtype)) for t in batch)
+
+
+def count_step_flops(workload: Workload, device: torch.device) -> int:
+    """FLOPs of one training step of `workload` (forward + backward), counted once per process
+    for each workload, preset and batch shape.
+
+    Leaves the model as it found it: eval mode during the count (so BatchNorm's running
+    statistics do not move and dropout draws no random numbers), the random-number state forked,
+    the gradients it made dropped.
+    """
+    batch = _first_batch(workload)
+    key = (workload.name, workload.preset, _shape_key(batch))
+    if key in _COUNTS:
+        return _COUNTS[key]
+    model = workload.model
+    piece, factor = _one_sample(batch, workload.samples_per_batch)
+    piece = tuple(t.to(device) for t in piece)
+    was_training = model.training
+    grads = {p: p.grad for p in model.parameters()}
+    devices = [device] if device.type == "cuda" else []
+    try:
+        model.eval()
+        with torch.random.fork_rng(devices=devices), FlopCounterMode(display=False) as counter:
+            loss = workload.loss_fn(model, piece)
+            loss.backward()
+    finally:
+        model.train(was_training)
+        for param, grad in grads.items():
+            param.grad = grad
+    total = int(counter.get_total_flops()) * factor
+    _COUNTS[key] = total
+    return total
+
+
+def trainable(model: nn.Module) -> int:
+    """Trainable parameters, for the 6 x parameters x tokens cross-check in tests and docs."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -1,0 +1,110 @@
+"""Levers on a model's repeated blocks (`trainers.blocks`): activation checkpointing and regional
+compilation. Both change the blocks in place and give back an `undo` that restores them, so the
+workload's model is the same module (same parameters, same `state_dict` keys) before and after.
+
+Activation checkpointing (`LoopConfig.activation_checkpointing`):
+- `blocks`: `torch.utils.checkpoint` (non-reentrant) around each covered block: its forward
+  keeps only its inputs, and the backward runs the block's forward again. The most memory saved,
+  at the cost of one more forward of the covered blocks.
+- `selective`: the same wrapper with PyTorch's selective activation checkpoint policy: the
+  outputs of matmuls, convolutions and attention (the expensive ops) are kept, the cheap
+  elementwise ops and normalisations are recomputed. Less memory saved, little recompute.
+`checkpoint_share` covers the first share of the blocks: recomputing only as many blocks as the
+memory requires is where a search beats the all-or-nothing switch.
+
+Regional compilation (`LoopConfig.compile_scope="blocks"`): `torch.compile` each block instead of
+the whole model (`nn.Module.compile`, in place). The blocks share one class and one shape, so
+Dynamo compiles the block once and reuses it: a shorter cold compile on deep models, and on the
+1.1B decoder of GPU-FACTS a faster step than whole-model compilation.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import (
+    CheckpointPolicy,
+    checkpoint,
+    create_selective_checkpoint_contexts,
+)
+
+from trainers.blocks import blocks_of, first_share
+from trainers.config import LoopConfig
+from trainers.workloads.base import Workload
+
+Undo = Callable[[], None]
+
+_aten = torch.ops.aten
+# Kept by the selective policy: the ops whose outputs cost the most to recompute.
+_SAVED = {
+    _aten.mm.default,
+    _aten.addmm.default,
+    _aten.bmm.default,
+    _aten.baddbmm.default,
+    _aten.convolution.default,
+    _aten._scaled_dot_product_flash_attention.default,
+    _aten._scaled_dot_product_efficient_attention.default,
+    _aten._scaled_dot_product_cudnn_attention.default,
+    _aten._scaled_dot_product_flash_attention_for_cpu.default,
+}
+
+
+def _selective_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+    return CheckpointPolicy.MUST_SAVE if op in _SAVED else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _checkpointed(block: nn.Module, selective: bool) -> Undo:
+    inner = block.forward
+    context_fn = (
+        functools.partial(create_selective_checkpoint_contexts, _selective_policy)
+        if selective
+        else None
+    )
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled():
+            return inner(*args, **kwargs)  # evaluation: nothing is kept for a backward anyway
+        if context_fn is None:
+            return checkpoint(inner, *args, use_reentrant=False, **kwargs)
+        return checkpoint(inner, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
+
+    # An instance attribute: `nn.Module.__call__` looks `forward` up on the instance first.
+    block.forward = forward
+
+    def undo() -> None:
+        del block.forward
+
+    return undo
+
+
+def _compiled(block: nn.Module, mode: str) -> Undo:
+    block.compile(mode=None if mode == "default" else mode)
+
+    def undo() -> None:
+        block._compiled_call_impl = None
+
+    return undo
+
+
+def apply_block_levers(workload: Workload, config: LoopConfig) -> Undo:
+    """Wrap `workload.model`'s blocks as `config` says; the returned `undo` restores them.
+    ConfigError (naming the field) when a lever is asked for and the model has no known blocks."""
+    undos: list[Undo] = []
+    if config.activation_checkpointing != "none":
+        blocks = blocks_of(workload, field="activation_checkpointing")
+        selective = config.activation_checkpointing == "selective"
+        undos += [_checkpointed(b, selective) for b in first_share(blocks, config.checkpoint_share)]
+    if config.compile != "none" and config.compile_scope == "blocks":
+        # After the checkpoint wrapper: the compiled block runs the wrapped forward, so
+        # recomputation happens inside the compiled region (as torchtitan composes them).
+        undos += [_compiled(b, config.compile) for b in blocks_of(workload, field="compile_scope")]
+
+    def undo() -> None:
+        for step in reversed(undos):
+            step()
+
+    return undo
