@@ -112,7 +112,15 @@ def test_a_stored_config_from_before_the_new_levers_still_loads() -> None:
     }
     config = LoopConfig.from_dict(json.loads(json.dumps(stored)))
     assert config.compile == "none" and config.optimizer == "as-built"
-    assert config.to_dict() == {**stored, "compile": "none", "optimizer": "as-built"}
+    assert config.to_dict() == {
+        **stored,
+        "compile": "none",
+        "optimizer": "as-built",
+        "micro_batches": 1,
+        "activation_checkpointing": "none",
+        "checkpoint_share": 1.0,
+        "compile_scope": "model",
+    }
     assert invalid_reason(stored) is None
 
 

@@ -333,7 +333,14 @@ def simplicity_key(config: LoopConfig) -> tuple[int, ...]:
 # Settings added to LoopConfig after studies were stored: left out of a config's key while at
 # their default, so every config that could be stored before they existed keeps its key (its
 # cached parity verdict, its pooled windows).
-_LATER_FIELDS: dict[str, Any] = {"compile": "none", "optimizer": "as-built"}
+_LATER_FIELDS: dict[str, Any] = {
+    "compile": "none",
+    "optimizer": "as-built",
+    "micro_batches": 1,
+    "activation_checkpointing": "none",
+    "checkpoint_share": 1.0,
+    "compile_scope": "model",
+}
 
 
 def config_key(config: LoopConfig) -> str:
