@@ -66,7 +66,29 @@ PEERS: dict[str, dict[str, Any]] = {
     "fused-optimizer": {"fused": True, "compile": None},
     "compile-default": {"fused": False, "compile": "default"},
     "compile-reduce-overhead": {"fused": False, "compile": "reduce-overhead"},
+    # At scale (0.3-8B parameters), as their users write them:
+    # `torch.compile(model)` with fused AdamW, the plain strong loop;
+    "compile-fused": {"fused": True, "compile": "default"},
+    # the Hugging Face way: gradient checkpointing on every layer, `torch.compile`, fused AdamW;
+    "hf-checkpointing": {"fused": True, "compile": "default", "checkpointing": "hf"},
+    # the torchtitan way: each decoder layer compiled on its own, selective activation
+    # checkpointing (matmul and attention outputs kept), fused AdamW;
+    "torchtitan": {"fused": True, "compile": "per-layer", "checkpointing": "selective"},
+    # gradient accumulation in halves until the step fits, as `auto_find_batch_size` users end up.
+    "accumulate-halves": {"fused": True, "compile": "default", "accumulate": "halves"},
 }
+PEER_LABELS = {
+    "pytorch-idiom": "PyTorch idiom",
+    "fused-optimizer": "fused optimizer",
+    "compile-default": "compile",
+    "compile-reduce-overhead": "compile reduce-overhead",
+    "compile-fused": "compile + fused",
+    "hf-checkpointing": "HF checkpointing + compile",
+    "torchtitan": "torchtitan (per-layer compile + SAC)",
+    "accumulate-halves": "accumulate in halves + compile",
+}
+SCALE_PEERS = ("compile-fused", "hf-checkpointing", "torchtitan", "accumulate-halves")
+SMALL_PEERS = ("pytorch-idiom", "fused-optimizer", "compile-default", "compile-reduce-overhead")
 HARNESS = ("recommended", "seed-baseline")
 READ_EVERY = 10
 AIMS_TF32 = {"transformer:small": 6.0, "transformer:medium": 2.5, "transformer:large": 1.2}
@@ -78,6 +100,8 @@ class Run:
     windows_ms: list[float]
     setup_s: float
     losses: list[float]
+    peak_memory_bytes: int | None = None
+    micro_batches: int = 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -90,6 +114,88 @@ def _batches(loader: torch.utils.data.DataLoader[Any]) -> Iterator[Any]:
         yield from loader
 
 
+def _layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The decoder layers, found as a user finds them: `model.model.layers` (Llama),
+    `model.transformer.h` (GPT-2), `model.bert.encoder.layer` (BERT)."""
+    for path in ("model.layers", "transformer.h", "bert.encoder.layer", "layers", "blocks"):
+        found: Any = model
+        for name in path.split("."):
+            found = getattr(found, name, None)
+        if isinstance(found, torch.nn.ModuleList):
+            return list(found)
+    raise ValueError(f"no decoder layers found in {type(model).__name__}")
+
+
+def _titan_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    aten = torch.ops.aten
+    saved = (
+        aten.mm.default,
+        aten._scaled_dot_product_flash_attention.default,
+        aten._scaled_dot_product_efficient_attention.default,
+        aten._scaled_dot_product_cudnn_attention.default,
+    )
+    return CheckpointPolicy.MUST_SAVE if op in saved else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _titan_layers(model: torch.nn.Module) -> Callable[[], None]:
+    """torchtitan's recipe, written out: each layer wrapped in a selective activation checkpoint
+    (`ptd_checkpoint_wrapper` with an op policy), then compiled on its own."""
+    import functools
+
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    layers = _layers(model)
+    parent_of = {
+        id(m): (parent, name) for parent in model.modules() for name, m in parent.named_children()
+    }
+    context = functools.partial(create_selective_checkpoint_contexts, _titan_policy)
+    placed = []
+    for layer in layers:
+        wrapped = checkpoint_wrapper(layer, context_fn=context, preserve_rng_state=False)
+        compiled = torch.compile(wrapped)
+        parent, name = parent_of[id(layer)]
+        setattr(parent, name, compiled)
+        placed.append((parent, name, layer))
+
+    def undo() -> None:
+        for parent, name, layer in placed:
+            setattr(parent, name, layer)
+
+    return undo
+
+
+def _prepare_model(
+    model: torch.nn.Module, spec: Mapping[str, Any]
+) -> tuple[torch.nn.Module, Callable[[], None]]:
+    """The model a peer trains, checkpointed and compiled as its users do it, and what puts the
+    shared model back as it was for the next peer."""
+    if spec.get("checkpointing") == "selective":
+        return model, _titan_layers(model)
+    undo: Callable[[], None] = lambda: None  # noqa: E731
+    if spec.get("checkpointing") == "hf":
+        enable = getattr(model, "gradient_checkpointing_enable", None)
+        if enable is None:
+            raise ValueError("gradient_checkpointing_enable: not a Hugging Face model")
+        enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        undo = model.gradient_checkpointing_disable
+    compile_mode = spec.get("compile")
+    return (model if compile_mode is None else torch.compile(model, mode=compile_mode)), undo
+
+
+def _fits(step: Callable[[int], None], device: torch.device) -> bool:
+    """One step at `micro` micro-batches; False when it ran out of memory."""
+    try:
+        step(0)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    except torch.cuda.OutOfMemoryError:
+        return False
+    return True
+
+
 def user_loop(
     workload: Workload,
     *,
@@ -100,18 +206,54 @@ def user_loop(
     warmup: int,
     windows: int,
     window_steps: int,
+    spec: Mapping[str, Any] | None = None,
 ) -> Run:
     """The loop a user writes, timed: `warmup` steps, then `windows` windows of `window_steps`."""
     cuda = device.type == "cuda"
+    spec = dict(spec or {"fused": fused, "compile": compile_mode})
     started = time.perf_counter()
     if compile_mode is not None:
         torch._dynamo.reset()  # a fresh training process: disk caches warm, memory ones empty
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
     model = workload.model.to(device)
     model.train()
     optimizer = workload.make_optimizer(model.parameters(), False)
     if fused:
         optimizer = prepare_optimizer(optimizer, "fused", capturable=False)
-    forward = model if compile_mode is None else torch.compile(model, mode=compile_mode)
+    forward, undo = _prepare_model(model, spec)
+    try:
+        return _timed(
+            workload,
+            forward,
+            optimizer,
+            spec,
+            device,
+            precision,
+            warmup,
+            windows,
+            window_steps,
+            started,
+        )
+    finally:
+        undo()
+
+
+def _timed(
+    workload: Workload,
+    forward: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    spec: Mapping[str, Any],
+    device: torch.device,
+    precision: str | None,
+    warmup: int,
+    windows: int,
+    window_steps: int,
+    started: float,
+) -> Run:
+    cuda = device.type == "cuda"
+    compile_mode = spec.get("compile")
+    micro = 1
     loader = torch.utils.data.DataLoader(
         workload.dataset,
         batch_size=workload.batch_size,
@@ -138,19 +280,34 @@ def user_loop(
         autocast = (
             torch.autocast(device.type, dtype) if dtype is not None else contextlib.nullcontext()
         )
-        with autocast:
-            loss = workload.loss_fn(forward, batch)
+        pieces = zip(*(t.chunk(micro) for t in batch), strict=True) if micro > 1 else [batch]
+        for piece in pieces:
+            with autocast:
+                loss = workload.loss_fn(forward, piece)
+            if micro > 1:
+                loss = loss / micro
+            if scaler is not None:
+                scaler.scale(loss).backward()
+            else:
+                loss.backward()
         if scaler is not None:
-            scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
         else:
-            loss.backward()
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if (index + 1) % READ_EVERY == 0:
             losses.append(loss.item())  # the user's sync: read the loss every 10 steps
 
+    if spec.get("accumulate") == "halves":
+        # Halve the micro-batch until one step fits, as a user reruns after each out-of-memory.
+        while not _fits(step, device):
+            optimizer.zero_grad(set_to_none=True)
+            if cuda:
+                torch.cuda.empty_cache()
+            if micro * 2 > workload.samples_per_batch:
+                raise torch.cuda.OutOfMemoryError("one sample per micro-batch does not fit")
+            micro *= 2
     for index in range(warmup):
         step(index)
     sync()
@@ -167,7 +324,13 @@ def user_loop(
         windows_ms.append((time.perf_counter() - t0) * 1e3 / window_steps)
     # The loader's persistent workers end when it is collected, once this function returns.
     steady_s = statistics.median(windows_ms) / 1e3
-    return Run(windows_ms=windows_ms, setup_s=max(0.0, warm_s - warmup * steady_s), losses=losses)
+    return Run(
+        windows_ms=windows_ms,
+        setup_s=max(0.0, warm_s - warmup * steady_s),
+        losses=losses,
+        peak_memory_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
+        micro_batches=micro,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -261,10 +424,15 @@ def failed_trials(storage: str, study: str) -> list[dict[str, Any]]:
     ]
 
 
-def _summary(runs: Sequence[Run]) -> dict[str, Any]:
+def _summary(runs: Sequence[Run], flops: Callable[[float], dict[str, Any]]) -> dict[str, Any]:
     windows = [w for run in runs for w in run.windows_ms]
+    peaks = [r.peak_memory_bytes for r in runs if r.peak_memory_bytes is not None]
+    median = statistics.median(windows)
     return {
-        "median_ms": statistics.median(windows),
+        "median_ms": median,
+        **flops(median),
+        "peak_memory_bytes": max(peaks) if peaks else None,
+        "micro_batches": runs[0].micro_batches,
         "ci95": list(bootstrap_ci(windows)),
         "setup_s": runs[0].setup_s,
         "setup_s_rounds": [r.setup_s for r in runs],
@@ -280,10 +448,11 @@ def compare(
     precision: str | None,
     rounds: int,
     log: Callable[[str], None],
-    peers: Sequence[str] = tuple(PEERS),
+    peers: Sequence[str] = SMALL_PEERS,
 ) -> dict[str, Any]:
     """Peers and harness settings `rounds` times, interleaved, from the same initial weights."""
     workload = measurer.workload
+    utilisation = _utilisation(workload, measurer.device, precision)
     initial = {k: v.detach().clone() for k, v in workload.model.state_dict().items()}
     protocol = measurer.protocol
     cuda = measurer.device.type == "cuda"
@@ -313,6 +482,7 @@ def compare(
                         warmup=max(protocol.warmup, 3),
                         windows=protocol.windows,
                         window_steps=protocol.window_steps,
+                        spec=spec,
                     )
             except Exception as exc:  # noqa: BLE001 - a peer that fails is reported, not fatal
                 errors[name] = f"{type(exc).__name__}: {exc}"[:2000]
@@ -337,7 +507,15 @@ def compare(
             setup = 0.0 if outcome.compile is None else float(outcome.compile.get("compile_s", 0))
             if outcome.compile is not None:
                 compile_info[name] = dict(outcome.compile)
-            runs[name].append(Run(windows_ms=windows, setup_s=setup, losses=[]))
+            runs[name].append(
+                Run(
+                    windows_ms=windows,
+                    setup_s=setup,
+                    losses=[],
+                    peak_memory_bytes=outcome.peak_memory_bytes,
+                    micro_batches=config.micro_batches,
+                )
+            )
             log(f"round {r + 1} {name} {outcome.step_ms:.3f} ms")
     out: dict[str, Any] = {"peers": {}, "harness": {}}
     for name, done in runs.items():
@@ -345,7 +523,7 @@ def compare(
         if not done:
             out[group][name] = {"error": errors.get(name, "not measured")}
             continue
-        out[group][name] = _summary(done) | (
+        out[group][name] = _summary(done, utilisation) | (
             {"error_in_a_round": errors[name]} if name in errors else {}
         )
         if name in harness:
@@ -372,6 +550,38 @@ def compare(
         ratio, low, high = ratio_ci(seed["windows_ms"], rec["windows_ms"])
         out["speedup_vs_seed_baseline"] = {"ratio": ratio, "ci95": [low, high]}
     return out
+
+
+def _utilisation(
+    workload: Workload, device: torch.device, precision: str | None
+) -> Callable[[float], dict[str, Any]]:
+    """Model TFLOP/s and MFU at a median step time: the model's FLOPs counted once
+    (`trainers.flops`), the same count for every row (recomputation is not model FLOPs)."""
+    from trainers.flops import count_step_flops, utilisation
+
+    flops = count_step_flops(workload, device)
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    matmul = torch.get_float32_matmul_precision()
+
+    def at(median_ms: float) -> dict[str, Any]:
+        use = utilisation(
+            flops, median_ms, gpu_name=gpu, precision=precision, matmul_precision=matmul
+        )
+        return {"flops_per_step": flops, "tflops": use.tflops, "mfu": use.mfu, "mfu_note": use.note}
+
+    return at
+
+
+def peers_for(spec: str, chosen: str | None) -> tuple[str, ...]:
+    """The peers of a preset: `--peers` if given; at scale (the llama presets) the loops users of
+    0.3-8B models write, otherwise the small-model loops."""
+    if chosen:
+        names = tuple(filter(None, chosen.split(",")))
+        unknown = [n for n in names if n not in PEERS]
+        if unknown:
+            raise SystemExit(f"--peers: unknown {unknown}; allowed {', '.join(PEERS)}")
+        return names
+    return SCALE_PEERS if ":llama" in spec else SMALL_PEERS
 
 
 def run_preset(
@@ -406,7 +616,14 @@ def run_preset(
         precision=precision,  # type: ignore[arg-type]
     )
     recommended = None if tuning["config"] is None else LoopConfig.from_dict(tuning["config"])
-    compared = compare(measurer, recommended, precision=precision, rounds=args.rounds, log=log)
+    compared = compare(
+        measurer,
+        recommended,
+        precision=precision,
+        rounds=args.rounds,
+        log=log,
+        peers=peers_for(spec, getattr(args, "peers", None)),
+    )
     entry: dict[str, Any] = {
         "workload": workload,
         "preset": preset,
@@ -449,10 +666,16 @@ def aims(spec: str, precision: str | None, entry: Mapping[str, Any]) -> dict[str
 
 
 def _cell(entry: Mapping[str, Any] | None) -> str:
+    """ms/step (95 % CI), then MFU and peak memory where they were recorded."""
     if not entry or "median_ms" not in entry:
         return "-" if not entry else "failed"
     low, high = entry["ci95"]
-    return f"{entry['median_ms']:.2f} ({low:.2f}-{high:.2f})"
+    text = f"{entry['median_ms']:.2f} ({low:.2f}-{high:.2f})"
+    if entry.get("mfu") is not None:
+        text += f", MFU {100 * entry['mfu']:.1f} %"
+    if entry.get("peak_memory_bytes") is not None:
+        text += f", {entry['peak_memory_bytes'] / 1e9:.1f} GB"
+    return text
 
 
 def short(config: Mapping[str, Any] | None) -> str:
@@ -475,10 +698,16 @@ def to_markdown(data: Mapping[str, Any]) -> str:
         "Peers are plain loops (pinned 2-worker DataLoader, `loss.item()` every 10 steps); "
         "ratio = recommendation's throughput over the fastest peer's.",
         "",
-        "| preset | precision | PyTorch idiom | fused optimizer | compile | compile "
-        "reduce-overhead | seed-baseline | recommended | ratio vs best peer (95 % CI) "
+    ]
+    present = [
+        name for name in PEERS if any(name in item.get("peers", {}) for item in data["presets"])
+    ] or list(SMALL_PEERS)
+    lines += [
+        "| preset | precision | "
+        + " | ".join(PEER_LABELS.get(n, n) for n in present)
+        + " | seed-baseline | recommended | ratio vs best peer (95 % CI) "
         "| vs seed-baseline | tuning wall s / GPU-s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|" + "---|" * (len(present) + 8),
     ]
     for item in data["presets"]:
         if "error" in item:
@@ -498,11 +727,9 @@ def to_markdown(data: Mapping[str, Any]) -> str:
         speed_text = "-" if speed is None else f"{speed['ratio']:.2f}x"
         tuning = item["tuning"]
         gpu_s = tuning.get("gpu_s")
+        cells = " | ".join(_cell(peers.get(name)) for name in present)
         lines.append(
-            f"| {item['workload']}:{item['preset']} | {item['precision']} "
-            f"| {_cell(peers.get('pytorch-idiom'))} | {_cell(peers.get('fused-optimizer'))} "
-            f"| {_cell(peers.get('compile-default'))} "
-            f"| {_cell(peers.get('compile-reduce-overhead'))} "
+            f"| {item['workload']}:{item['preset']} | {item['precision']} | {cells} "
             f"| {_cell(item['harness'].get('seed-baseline'))} "
             f"| {_cell(item['harness'].get('recommended'))} | {ratio_text} | {speed_text} "
             f"| {tuning['wall_s']:.0f} / {'-' if gpu_s is None else f'{gpu_s:.0f}'} |"
@@ -590,6 +817,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--model-arg", action="append", default=[])
     parser.add_argument("--device", default="auto")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--peers",
+        default=None,
+        help="comma-separated peers (default: the small-model loops, or at scale, for the llama "
+        f"presets, {','.join(SCALE_PEERS)}); all: {','.join(PEERS)}",
+    )
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--search-timeout", type=float, default=None)
     parser.add_argument("--tag", default="")
