@@ -10,7 +10,7 @@ Which settings combine is decided here, once: `LoopConfig` refuses an invalid co
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, get_args
 
 from trainers.errors import ConfigError
@@ -53,24 +53,57 @@ def _check_choice(field: str, value: object, choices: tuple[str, ...]) -> None:
         raise ConfigError(field, value, f"one of {', '.join(choices)}")
 
 
-def _check_scale_levers(config: LoopConfig) -> None:
-    """The memory-for-compute levers' own values (see LoopConfig's docstring)."""
-    micro = config.micro_batches
-    if not isinstance(micro, int) or isinstance(micro, bool) or micro not in MICRO_BATCHES:
-        raise ConfigError(
-            "micro_batches", config.micro_batches, "one of " + ", ".join(map(str, MICRO_BATCHES))
-        )
-    _check_choice("activation_checkpointing", config.activation_checkpointing, CHECKPOINTING)
-    share = config.checkpoint_share
-    if (
-        isinstance(share, bool)
-        or not isinstance(share, int | float)
-        or share not in CHECKPOINT_SHARES
-    ):
-        raise ConfigError(
-            "checkpoint_share", share, "one of " + ", ".join(map(str, CHECKPOINT_SHARES))
-        )
-    _check_choice("compile_scope", config.compile_scope, COMPILE_SCOPES)
+def _check_micro_batches(field: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value not in MICRO_BATCHES:
+        raise ConfigError(field, value, "one of " + ", ".join(map(str, MICRO_BATCHES)))
+
+
+def _check_share(field: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(field, value, "one of " + ", ".join(map(str, CHECKPOINT_SHARES)))
+    if value not in CHECKPOINT_SHARES:
+        raise ConfigError(field, value, "one of " + ", ".join(map(str, CHECKPOINT_SHARES)))
+
+
+_RULES: dict[str, Callable[[str, object], None]] = {
+    "num_streams": lambda f, v: _check_int(f, v, 1, MAX_STREAMS),
+    "sync_interval": lambda f, v: _check_int(f, v, 1, None),
+    "sync_mode": lambda f, v: _check_choice(f, v, SYNC_MODES),
+    "prefetch_depth": lambda f, v: _check_int(f, v, 0, MAX_PREFETCH),
+    "pin_memory": _check_bool,
+    "non_blocking": _check_bool,
+    "num_workers": lambda f, v: _check_int(f, v, 0, MAX_WORKERS),
+    "cuda_graph": _check_bool,
+    "compile": lambda f, v: _check_choice(f, v, COMPILE_MODES),
+    "optimizer": lambda f, v: _check_choice(f, v, OPTIMIZERS),
+    "micro_batches": _check_micro_batches,
+    "activation_checkpointing": lambda f, v: _check_choice(f, v, CHECKPOINTING),
+    "checkpoint_share": _check_share,
+    "compile_scope": lambda f, v: _check_choice(f, v, COMPILE_SCOPES),
+}
+
+
+def check_setting(field: str, value: object) -> None:
+    """ConfigError naming `field` unless `value` is one of its allowed values, whatever the
+    other settings are (the combinations are LoopConfig's to check)."""
+    _RULES[field](field, value)
+
+
+INERT: dict[str, tuple[str, object, object]] = {
+    "checkpoint_share": ("activation_checkpointing", "none", 1.0),
+}
+"""Settings that mean nothing while another one has a given value: name -> (the other setting,
+its value, the setting's default). `canonical` resets them, so a search that samples them
+independently never builds a refused or duplicate config."""
+
+
+def canonical(values: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` with every inert setting (`INERT`) back at its default."""
+    out = dict(values)
+    for name, (other, inert_at, default) in INERT.items():
+        if name in out and out.get(other, inert_at) == inert_at:
+            out[name] = default
+    return out
 
 
 def _check_scale_combination(config: LoopConfig) -> None:
@@ -213,17 +246,8 @@ class LoopConfig:
     compile_scope: CompileScope = "model"
 
     def __post_init__(self) -> None:
-        _check_int("num_streams", self.num_streams, 1, MAX_STREAMS)
-        _check_int("sync_interval", self.sync_interval, 1, None)
-        _check_choice("sync_mode", self.sync_mode, SYNC_MODES)
-        _check_int("prefetch_depth", self.prefetch_depth, 0, MAX_PREFETCH)
-        _check_bool("pin_memory", self.pin_memory)
-        _check_bool("non_blocking", self.non_blocking)
-        _check_int("num_workers", self.num_workers, 0, MAX_WORKERS)
-        _check_bool("cuda_graph", self.cuda_graph)
-        _check_choice("compile", self.compile, COMPILE_MODES)
-        _check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        _check_scale_levers(self)
+        for name in field_names():
+            check_setting(name, getattr(self, name))
         _check_combination(self)
 
     def to_dict(self) -> dict[str, Any]:

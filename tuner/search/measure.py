@@ -168,6 +168,12 @@ class Measurer:
             }
         return self._workload
 
+    def parameters(self) -> int | None:
+        """The workload's trainable parameters (None for a program: its model is elsewhere)."""
+        if self.program is not None:
+            return None
+        return sum(p.numel() for p in self.workload.model.parameters() if p.requires_grad)
+
     def measure(
         self, config: LoopConfig, *, on_window: Callable[[int, float], bool] | None = None
     ) -> Measured | Failure:

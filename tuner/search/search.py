@@ -194,7 +194,12 @@ def open_search(
     measurer.check()
     fingerprint = trainers.fingerprint(measurer.device)
     hardware = trainers.fingerprint_key(fingerprint)
-    space = load_space(options.space, fix=options.fix, cuda=measurer.device.type == "cuda")
+    space = load_space(
+        options.space,
+        fix=options.fix,
+        cuda=measurer.device.type == "cuda",
+        parameters=measurer.parameters(),
+    )
     if measurer.program is not None:
         # A program searches only the settings it implements; it is profiled by nobody (its
         # kernels run in another process).

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import optuna
 
-from trainers import ConfigError, LoopConfig, field_names
+from trainers import ConfigError, LoopConfig, canonical, check_setting, field_names
 from tuner.errors import SpaceError
 
 __all__ = [
@@ -88,10 +88,10 @@ def check_field_name(field: str, value: object) -> None:
 
 
 def check_value(field: str, value: object) -> None:
-    """Raise SpaceError naming `field` unless `LoopConfig(field=value)` is valid."""
-    setting: dict[str, Any] = {field: value}
+    """Raise SpaceError naming `field` unless `value` is one of the field's allowed values
+    (whatever the other settings: a combination is checked when a config is built)."""
     try:
-        LoopConfig(**setting)
+        check_setting(field, value)
     except ConfigError as exc:
         raise SpaceError(exc.field, value, exc.allowed) from exc
 
@@ -215,7 +215,9 @@ class SearchSpace:
                 suggested[field] = trial.suggest_int(field, spec.low, spec.high, log=spec.log)
             else:
                 suggested[field] = trial.suggest_categorical(field, spec.values)
-        return LoopConfig(**self.fixed, **suggested)
+        # A setting inert under another's value (checkpoint_share without checkpointing) takes
+        # its default, so the config is the canonical one.
+        return LoopConfig(**canonical({**self.fixed, **suggested}))
 
     def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
         """The Optuna distribution of every searched setting (what `suggest` asks for)."""
@@ -247,7 +249,9 @@ class SearchSpace:
                     raise SpaceError(field, value, f"an integer in {spec.low}..{spec.high}")
             elif not any(type(value) is type(c) and value == c for c in spec.values):
                 raise SpaceError(field, value, f"one of {', '.join(map(repr, spec.values))}")
-        return LoopConfig(**self.fixed, **{field: params[field] for field in self.params})
+        return LoopConfig(
+            **canonical({**self.fixed, **{field: params[field] for field in self.params}})
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form: name, params (lists / range objects as in a file), fixed, notes.

@@ -29,7 +29,7 @@ from tuner.search.space import (
     spec_from_json,
 )
 
-BUILTIN_SPACES: tuple[str, ...] = ("auto", "streams", "full", "compile")
+BUILTIN_SPACES: tuple[str, ...] = ("auto", "streams", "full", "compile", "scale")
 # `compile` on a GPU, `full` on a CPU: on an H100 the compiler levers made the recommendation
 # 1.1x-2.8x faster than the best plain loop a user writes (docs/benchmarks/peers-h100-*); on a
 # CPU every trial pays an Inductor C++ compile that nobody has measured paying back.
@@ -37,7 +37,12 @@ DEFAULT_SPACE = "auto"
 MAPPING_SPACE = "custom"
 """The name of a space given as a mapping (the study records its settings, not a file)."""
 
-_SPACE_ALLOWED = "auto, streams, full, compile or a .json file"
+_SPACE_ALLOWED = "auto, streams, full, compile, scale or a .json file"
+
+SCALE_PARAMS = 250_000_000
+"""From this many trainable parameters, `auto` on a GPU means `scale`: at 125M every strong loop
+landed within 3 % of the others (the loop overhead is gone), at 1.1B the decisive choices were
+how memory and FLOPs are spent (shared/GPU-FACTS.md)."""
 _CPU_GRAPH_NOTE = "cuda_graph fixed to false: no CUDA device"
 _CPU_GRAPH_ALLOWED = "false (CUDA graphs need a CUDA device)"
 _CPU_REDUCE_NOTE = "compile reduce-overhead left out: its CUDA graphs need a CUDA device"
@@ -114,6 +119,39 @@ def compile_space(*, autotune: bool = True) -> SearchSpace:
             "optimizer": Choice(values=("as-built", "foreach", "fused")),
         },
         fixed=dict(full.fixed),
+    )
+
+
+def scale_space() -> SearchSpace:
+    """For models of 0.3-8B parameters: the memory-for-compute levers on a compiled step.
+
+    Searched: what to compile as a unit (the whole model or each repeated block), activation
+    checkpointing (none, selective, full) and the share of blocks it covers, and the micro-batches
+    each step's batch is split into. Fixed: `torch.compile` (mode default), fused optimizer, the
+    corners' feed (two streams, event sync every 10 steps, two batches prefetched from pinned
+    memory), no whole-step CUDA graph (about 1 % at 1.1B, and checkpointing cannot be captured).
+    A config that runs out of memory is a failed trial with what it asked for; the job goes on.
+    """
+    return SearchSpace(
+        name="scale",
+        params={
+            "compile_scope": Choice(values=("blocks", "model")),
+            "activation_checkpointing": Choice(values=("none", "selective", "blocks")),
+            "checkpoint_share": Choice(values=(1.0, 0.5, 0.25)),
+            "micro_batches": Choice(values=(1, 2, 4)),
+        },
+        fixed={
+            "compile": "default",
+            "optimizer": "fused",
+            "cuda_graph": False,
+            "num_streams": 2,
+            "sync_mode": "event",
+            "sync_interval": 10,
+            "prefetch_depth": 2,
+            "pin_memory": True,
+            "non_blocking": True,
+            "num_workers": 0,
+        },
     )
 
 
@@ -202,9 +240,16 @@ def program_space(space: SearchSpace, program: Program) -> SearchSpace:
 
 
 def load_space(
-    spec: str | Mapping[str, Any], *, fix: Sequence[str] | Mapping[str, Any] = (), cuda: bool = True
+    spec: str | Mapping[str, Any],
+    *,
+    fix: Sequence[str] | Mapping[str, Any] = (),
+    cuda: bool = True,
+    parameters: int | None = None,
 ) -> SearchSpace:
     """The space `spec` names or gives ("streams", "full", a .json path, or a mapping), pinned.
+
+    `auto`: on a CPU `full`; on a GPU `scale` for a model of at least SCALE_PARAMS trainable
+    `parameters`, else `compile` without max-autotune.
 
     Each pin ("name=value" strings, see `parse_fix`, or a mapping of typed values) takes its
     setting out of the search and pins it, whatever the space said. With `cuda=False`,
@@ -214,7 +259,14 @@ def load_space(
     if isinstance(spec, Mapping):
         space = space_from_mapping(spec)
     elif spec == "auto":
-        space = compile_space(autotune=False) if cuda else full_space()
+        if not cuda:
+            space = full_space()
+        elif parameters is not None and parameters >= SCALE_PARAMS:
+            space = scale_space()
+        else:
+            space = compile_space(autotune=False)
+    elif spec == "scale":
+        space = scale_space()
     elif spec == "streams":
         space = streams_space()
     elif spec == "full":

@@ -36,6 +36,21 @@ CORNERS: tuple[dict[str, Any], ...] = (
     {"compile": "default", "optimizer": "fused", "cuda_graph": False},
 )
 
+# The scale space's corners (models of 0.3-8B parameters), most promising first (GPU-FACTS,
+# "Memory and precision on a 1.1B decoder"): each block compiled on its own, no recompute (the
+# fastest loop that fit); the whole model compiled; then, for a step that does not fit, the
+# cheapest ways down in memory: two micro-batches, selective checkpointing of every block, full
+# checkpointing of half the blocks, four micro-batches.
+SCALE_LEVERS = ("compile_scope", "activation_checkpointing", "checkpoint_share", "micro_batches")
+SCALE_CORNERS: tuple[dict[str, Any], ...] = (
+    {"compile_scope": "blocks"},
+    {"compile_scope": "model"},
+    {"compile_scope": "blocks", "micro_batches": 2},
+    {"compile_scope": "blocks", "activation_checkpointing": "selective"},
+    {"compile_scope": "blocks", "activation_checkpointing": "blocks", "checkpoint_share": 0.5},
+    {"compile_scope": "blocks", "micro_batches": 4},
+)
+
 # The feed every corner runs on: what the seed design and a careful user would both start from.
 FEED: dict[str, Any] = {
     "num_streams": 2,
@@ -69,19 +84,21 @@ def first_stage(
     precision: str | None = None,
 ) -> list[dict[str, Any]]:
     """The params (the space's searched settings only) of each corner to enqueue, in order."""
-    if not any(field in space.params for field in COMPILER_LEVERS):
+    scale = any(field in space.params for field in SCALE_LEVERS)
+    if not scale and not any(field in space.params for field in COMPILER_LEVERS):
         return []
     defaults = trainers.LoopConfig().to_dict()
     chosen: list[dict[str, Any]] = []
     seen: set[tuple[tuple[str, Any], ...]] = set()
-    for corner in CORNERS:
+    for corner in SCALE_CORNERS if scale else CORNERS:
         # A space searching a field beyond the feed and the levers (a custom one) starts it at
         # its default.
         wanted = defaults | FEED | corner
         params = {
             field: _offered(spec, wanted[field], field) for field, spec in space.params.items()
         }
-        values = space.fixed | params
+        values = trainers.canonical(space.fixed | params)
+        params = {field: values[field] for field in params}
         if trainers.invalid_reason(values, precision=precision, device_type=device_type):
             continue
         key = tuple(sorted(values.items()))

@@ -314,7 +314,7 @@ def test_an_unknown_space_name(spec: str) -> None:
     with pytest.raises(SpaceError) as err:
         load_space(spec)
     assert err.value.field == "space"
-    assert err.value.allowed == "auto, streams, full, compile or a .json file"
+    assert err.value.allowed == "auto, streams, full, compile, scale or a .json file"
 
 
 # ----------------------------------------------------------------------------- pins

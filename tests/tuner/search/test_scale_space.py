@@ -1,0 +1,84 @@
+"""The scale space: which models `auto` gives it to, and its first stage of corners."""
+
+from __future__ import annotations
+
+import pytest
+
+import trainers
+from tuner.errors import SpaceError
+from tuner.search.spaces import SCALE_PARAMS, load_space, scale_space
+from tuner.search.stages import SCALE_CORNERS, first_stage
+
+
+@pytest.mark.parametrize(
+    ("cuda", "parameters", "name"),
+    [
+        (True, SCALE_PARAMS, "scale"),
+        (True, 1_100_000_000, "scale"),
+        (True, SCALE_PARAMS - 1, "auto"),
+        (True, None, "auto"),  # a program: its model is elsewhere
+        (False, 1_100_000_000, "full"),  # a CPU: no compile levers at all
+    ],
+)
+def test_auto_picks_the_scale_space_for_large_models_on_a_gpu(
+    cuda: bool, parameters: int | None, name: str
+) -> None:
+    assert load_space("auto", cuda=cuda, parameters=parameters).name == name
+
+
+def test_the_scale_space_by_name_and_its_pins() -> None:
+    space = load_space("scale", fix=["micro_batches=2"])
+    assert space.fixed["micro_batches"] == 2 and "micro_batches" not in space.params
+    assert set(space.params) == {"compile_scope", "activation_checkpointing", "checkpoint_share"}
+    with pytest.raises(SpaceError, match="scale"):
+        load_space("scales")
+
+
+@pytest.mark.parametrize("device_type", ["cuda", "cpu"])
+def test_the_first_stage_enqueues_every_scale_corner_once_and_valid(device_type: str) -> None:
+    space = scale_space()
+    corners = first_stage(space, device_type=device_type, precision="bf16-autocast")
+    assert len(corners) == len(SCALE_CORNERS)
+    assert corners[0]["compile_scope"] == "blocks"
+    assert corners[0]["activation_checkpointing"] == "none" and corners[0]["micro_batches"] == 1
+    seen = set()
+    for params in corners:
+        values = space.fixed | params
+        assert set(params) == set(space.params)
+        assert trainers.invalid_reason(values, device_type=device_type) is None
+        seen.add(tuple(sorted(values.items())))
+    assert len(seen) == len(corners)
+
+
+def test_a_pinned_lever_collapses_corners_that_become_the_same() -> None:
+    space = load_space("scale", fix=["compile_scope=model", "micro_batches=1"])
+    corners = first_stage(space, device_type="cuda")
+    # Left: none, selective, blocks at 0.5: the rest became the first corner.
+    assert [c["activation_checkpointing"] for c in corners] == ["none", "selective", "blocks"]
+
+
+def test_a_sampled_share_without_checkpointing_becomes_the_canonical_config() -> None:
+    import optuna
+
+    space = scale_space()
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    configs = []
+    for _ in range(40):
+        trial = study.ask()
+        config = space.suggest(trial)
+        study.tell(trial, 1.0)
+        configs.append((trial.params, config))
+    inert = [c for p, c in configs if p["activation_checkpointing"] == "none"]
+    assert inert and all(c.checkpoint_share == 1.0 for c in inert)
+    shared = [c for p, c in configs if p["activation_checkpointing"] != "none"]
+    assert {c.checkpoint_share for c in shared} == {0.25, 0.5, 1.0}
+    for params, config in configs:
+        assert space.config_from_params(params) == config
+
+
+def test_canonical_leaves_meaningful_settings_alone() -> None:
+    assert trainers.canonical({"activation_checkpointing": "blocks", "checkpoint_share": 0.5}) == {
+        "activation_checkpointing": "blocks",
+        "checkpoint_share": 0.5,
+    }
+    assert trainers.canonical({"checkpoint_share": 0.25}) == {"checkpoint_share": 1.0}
