@@ -52,10 +52,10 @@ from typing import Any
 import torch
 
 from trainers.config import LoopConfig
+from trainers.core import resolve_device
 from trainers.errors import ConfigError, TrainerError, WorkloadError
 from trainers.harvest import LossLedger
-from trainers.loop import resolve_device
-from trainers.measure import RunResult, Window, window_sizes
+from trainers.measure import RunResult, Window, check_counts, window_sizes
 from trainers.settings import ENV_PREFIX
 
 PROTOCOL = 1
@@ -260,12 +260,7 @@ def run_program(
     on_start(samples_per_batch) is called when the program's start line is read, before its
     first window."""
     program.check(preset, config)
-    if steps < 1:
-        raise ConfigError("steps", steps, "an integer >= 1")
-    if warmup < 0:
-        raise ConfigError("warmup", warmup, "an integer >= 0")
-    if not 1 <= windows <= steps:
-        raise ConfigError("windows", windows, f"an integer in 1..steps ({steps})")
+    check_counts(steps=steps, warmup=warmup, windows=windows)
     dev = resolve_device(device)
     with tempfile.TemporaryDirectory(prefix="streamtune-program-") as folder:
         report = Path(folder) / "report.jsonl"
