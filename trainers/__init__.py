@@ -15,6 +15,7 @@ from trainers.config import (
     field_names,
     invalid_reason,
 )
+from trainers.core import min_warmup, resolve_device
 from trainers.errors import (
     CaptureError,
     ConfigError,
@@ -35,7 +36,7 @@ from trainers.gate import (
     parity_losses,
     required_test,
 )
-from trainers.loop import WindowCallback, min_warmup, resolve_device, run
+from trainers.loop import WindowCallback, run
 from trainers.measure import RunResult, Window, fingerprint, fingerprint_key
 from trainers.precision import PRECISIONS, Precision
 from trainers.settings import config_from_env, load_config

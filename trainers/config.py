@@ -2,7 +2,8 @@
 
 The defaults are the PyTorch idiom: one stream, the loss read back every step, no pinning, no
 prefetch, no graph, no compiler, the workload's optimizer as built. What each setting does on the
-GPU is documented on its field and, in more detail, in `trainers/loop.py` where it happens.
+GPU is documented on its field and, in more detail, where it happens (`trainers/core.py` builds
+the parts: streams, feed, step, harvester).
 Which settings combine is decided here, once: `LoopConfig` refuses an invalid combination, and
 `invalid_reason` tells a search space which combinations to leave out.
 """

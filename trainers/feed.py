@@ -1,10 +1,12 @@
-"""From the dataset to batches on the device: DataLoader, prefetch and stream ordering."""
+"""From the dataset to batches on the device: DataLoader, the data position, prefetch and stream
+ordering."""
 
 from __future__ import annotations
 
 import collections
 import dataclasses
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
@@ -50,6 +52,67 @@ def cycle(loader: DataLoader[Batch]) -> Iterator[Batch]:
             yield tuple(batch)
         if not yielded:
             raise ValueError("the workload's dataset yields no batch")
+
+
+LOADER_SEED = 0
+"""Seeds the generator each epoch's loader draws its base seed (worker seeds) from."""
+
+
+def positioned_batches(
+    workload: Workload,
+    config: LoopConfig,
+    device: torch.device,
+    start: int,
+    *,
+    opened: list[DataLoader[Batch]],
+) -> Iterator[Batch]:
+    """The batches from batch `start` on, in dataset order, epoch after epoch, as an
+    uninterrupted run would see them from there; the loaders made are appended to `opened`
+    (`close_loaders` shuts their workers down).
+
+    A dataset of known length is entered at its position by index (a Subset for the rest of the
+    current epoch): nothing before it is loaded. Each epoch's loader draws its base seed (worker
+    seeds) from a generator of the run's own, advanced by the epochs already done, never from
+    the global generator that dropout uses. Resume is exact when loading a batch draws no
+    random numbers from the global generators in the main process (the built-in workloads;
+    random augmentation belongs in workers, or in a generator seeded per sample).
+    """
+    generator = torch.Generator().manual_seed(LOADER_SEED)
+    full = make_loader(workload, config, device, generator=generator)
+    opened.append(full)
+    try:
+        per_epoch = len(full)
+    except TypeError:  # an iterable dataset: skipped by loading
+        per_epoch = 0
+    if per_epoch == 0:
+        batches = cycle(full)
+        for _ in range(start):
+            next(batches)
+        yield from batches
+        return
+    epochs, offset = divmod(start, per_epoch)
+    for _ in range(epochs):
+        # What each epoch's iterator draws for its base seed (DataLoader._get_shared_seed).
+        torch.empty((), dtype=torch.int64).random_(generator=generator)
+    if offset:
+        size = workload.batch_size or 1
+        rest = torch.utils.data.Subset(workload.dataset, range(offset * size, per_epoch * size))
+        partial = make_loader(
+            dataclasses.replace(workload, dataset=rest), config, device, generator=generator
+        )
+        opened.append(partial)
+        for batch in partial:
+            yield tuple(batch)
+    yield from cycle(full)
+
+
+def close_loaders(loaders: list[DataLoader[Any]]) -> None:
+    """Shut the persistent DataLoader workers of `loaders` down (at the end of a run, even on
+    error: they are processes that would otherwise outlive it)."""
+    for loader in loaders:
+        iterator = getattr(loader, "_iterator", None)
+        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
 
 
 @dataclasses.dataclass(slots=True)

@@ -38,13 +38,12 @@ a tensor learning rate on the host, which a capture cannot do.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import os
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,15 +59,11 @@ from torch.optim.lr_scheduler import (
 )
 from torch.utils.data import Dataset
 
-from trainers.compilation import compile_model
-from trainers.config import REFERENCE, LoopConfig, device_error
-from trainers.errors import ConfigError, TrainerError, UnsupportedOnDevice
-from trainers.feed import DeviceFeed, cycle, make_loader
-from trainers.harvest import make_harvester
-from trainers.loop import LoaderCloser, resolve_device
-from trainers.optim import prepare_optimizer, with_capturable
-from trainers.precision import Precision, check_precision, make_plan, matmul_precision_for
-from trainers.step import EagerStep, GraphStep
+from trainers.config import REFERENCE, LoopConfig
+from trainers.core import Engine, check_micro_batches
+from trainers.errors import ConfigError, TrainerError
+from trainers.optim import with_capturable
+from trainers.precision import Precision
 from trainers.streams import StreamPlan, on, wait
 from trainers.workloads.base import Batch, LossFn, OptimizerFactory, Workload
 
@@ -80,7 +75,6 @@ EvalCallback = Callable[[int, float], None]
 """`on_eval(step, mean_loss)`, after the evaluation that follows step `step`."""
 
 CHECKPOINT_FORMAT = "streamtune-trainer/1"
-LOADER_SEED = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,44 +132,15 @@ class Trainer:
         eval_loss: LossFn | None = None,
         lr_tensor: bool | None = None,
     ) -> None:
-        if not isinstance(config, LoopConfig):
-            raise ConfigError("config", type(config).__name__, "a trainers.LoopConfig")
-        if not isinstance(accumulate, int) or isinstance(accumulate, bool) or accumulate < 1:
-            raise ConfigError("accumulate", accumulate, "an integer >= 1")
-        if clip_grad_norm is not None and (
-            isinstance(clip_grad_norm, bool)
-            or not isinstance(clip_grad_norm, int | float)
-            or not clip_grad_norm > 0
-        ):
-            raise ConfigError("clip_grad_norm", clip_grad_norm, "None or a number > 0")
-        if scheduler is not None and not callable(scheduler):
-            raise ConfigError(
-                "scheduler",
-                type(scheduler).__name__,
-                "None or a factory: lambda optimizer: CosineAnnealingLR(optimizer, T_max)",
-            )
-        if lr_tensor is not None and not isinstance(lr_tensor, bool):
-            raise ConfigError("lr_tensor", lr_tensor, "None (decided by the config), true or false")
-        if eval_loss is not None and not callable(eval_loss):
-            raise ConfigError(
-                "eval_loss", type(eval_loss).__name__, "None or loss_fn(model, batch)"
-            )
-        _check_eval_data(eval_data)
-        if config.compile == "reduce-overhead" and accumulate > 1:
-            # The cudagraph trees keep a backward's gradients in their own memory, which the next
-            # micro-batch's replay may overwrite (pytorch/pytorch#96693): unverified, refused.
-            raise ConfigError(
-                "accumulate",
-                accumulate,
-                "1 with compile='reduce-overhead' (its CUDA graphs may overwrite the gradients of "
-                "the earlier micro-batches); compile='default' with cuda_graph=True accumulates",
-            )
-        self.device = resolve_device(device)
-        reason = device_error(config, self.device.type)
-        if reason is not None:
-            raise UnsupportedOnDevice(reason)
-        if precision is not None:
-            check_precision(precision, cuda_graph=config.cuda_graph)
+        _check_options(
+            config,
+            accumulate=accumulate,
+            clip_grad_norm=clip_grad_norm,
+            scheduler=scheduler,
+            lr_tensor=lr_tensor,
+            eval_loss=eval_loss,
+            eval_data=eval_data,
+        )
         self.workload = workload
         self.config = config
         self.precision = precision
@@ -183,54 +148,56 @@ class Trainer:
         self.clip_grad_norm = None if clip_grad_norm is None else float(clip_grad_norm)
         self.eval_data = eval_data
         self.eval_loss = eval_loss or workload.loss_fn
-        self.numerics = make_plan(precision, self.device)
-        self.model = workload.model.to(self.device)
-        self.model.train()
-        # A CUDA graph needs a capturable optimizer (its step counter on the device).
-        capturable = config.cuda_graph
-        # A compiled optimizer step is compiled after the scheduler is built: the scheduler wraps
-        # `optimizer.step` (to count its calls), which must then still be the bound method.
-        compiled = config.optimizer == "compiled"
-        self.optimizer = prepare_optimizer(
-            workload.make_optimizer(self.model.parameters(), capturable),
-            "as-built" if compiled else config.optimizer,
-            capturable=capturable,
-        )
         # A captured step bakes a float learning rate into the graph, and a compiled optimizer
         # step recompiles for each new float: a schedule must then change a device tensor.
         if lr_tensor is None:
-            lr_tensor = scheduler is not None and (config.cuda_graph or compiled)
-        elif not lr_tensor and scheduler is not None and config.cuda_graph:
+            lr_tensor = scheduler is not None and (
+                config.cuda_graph or config.optimizer == "compiled"
+            )
+        self.lr_tensor = lr_tensor
+        self._scheduler_factory = scheduler
+        self.scheduler: LRScheduler | None = None
+        # The loop's parts, as `trainers.run` builds them; `_adopt` sees the optimizer first.
+        self.engine = Engine(
+            workload, config, device=device, precision=precision, on_optimizer=self._adopt
+        )
+        self.device = self.engine.device
+        self.numerics = self.engine.numerics
+        self.model = self.engine.model
+        self.optimizer = self.engine.optimizer
+        # The compiled wrapper shares the model's parameters; evaluation uses the eager model.
+        self.step_model = self.engine.step_model
+        self.step = 0
+
+    def _adopt(self, optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+        """The optimizer the core built: tensor learning rates where needed, the scheduler."""
+        self.optimizer = optimizer
+        if not self.lr_tensor and self._scheduler_factory is not None and self.config.cuda_graph:
             raise ConfigError(
                 "lr_tensor",
                 False,
                 "None or true with cuda_graph=True and a scheduler (a float rate is baked into "
                 "the graph at capture and the schedule would be lost)",
             )
-        self.lr_tensor = lr_tensor
-        if lr_tensor and config.cuda_graph:
+        if self.lr_tensor and self.config.cuda_graph:
             # A foreach or for-loop step reads a tensor rate on the host (`alpha=-lr`), which a
             # capture refuses (seen on an H100: SGD, cudaErrorStreamCaptureUnsupported); the
             # capturable and fused kernels read it on the device.
-            for group in self.optimizer.param_groups:
+            for group in optimizer.param_groups:
                 if not (group.get("capturable") or group.get("fused")):
                     raise ConfigError(
                         "scheduler",
-                        type(self.optimizer).__name__,
+                        type(optimizer).__name__,
                         "with cuda_graph=True a scheduler needs an optimizer that reads its "
                         "learning rate on the device: optimizer='fused', or one built with "
                         "capturable=True (Adam, AdamW, ...); or a config without cuda_graph",
                     )
-        if lr_tensor:
-            for group in self.optimizer.param_groups:
+        if self.lr_tensor:
+            for group in optimizer.param_groups:
                 if not isinstance(group["lr"], torch.Tensor):
-                    group["lr"] = torch.tensor(float(group["lr"]), device=self.device)
-        self.scheduler = None if scheduler is None else self._make_scheduler(scheduler)
-        if compiled:
-            prepare_optimizer(self.optimizer, "compiled", capturable=capturable)
-        # The compiled wrapper shares the model's parameters; evaluation uses the eager model.
-        self.step_model = compile_model(self.model, config.compile)
-        self.step = 0
+                    group["lr"] = torch.tensor(float(group["lr"]), device=device)
+        if self._scheduler_factory is not None:
+            self.scheduler = self._make_scheduler(self._scheduler_factory)
 
     # ----------------------------------------------------------------------------------------
     # training
@@ -250,6 +217,58 @@ class Trainer:
         of its checkpoint). A second call goes on from where the first stopped."""
         if resume_from is not None:
             self.load(resume_from)
+        self._check_fit(steps, eval_every, checkpoint_every, checkpoint_path)
+        start = self.step
+        session = self.engine.session(
+            capacity=steps - start,
+            first_step=start,
+            micro_batches=self.accumulate,
+            clip_norm=self.clip_grad_norm,
+        )
+        if on_losses is not None:
+            session.on_losses(on_losses)
+        evals: list[tuple[int, float]] = []
+        checkpoints: list[str] = []
+        started = time.perf_counter()
+        with session:
+            for step in range(start, steps):
+                session.step(step)
+                if self.scheduler is not None:
+                    # A tensor learning rate is updated on the stream the optimizer step runs
+                    # on: after this step has read it, before the next one does.
+                    with on(session.step_fn.optimizer_stream):
+                        self.scheduler.step()
+                self.step = step + 1
+                if eval_every is not None and self.step % eval_every == 0:
+                    value = self.evaluate(session.plan)
+                    evals.append((self.step, value))
+                    if on_eval is not None:
+                        on_eval(self.step, value)
+                if checkpoint_every is not None and self.step % checkpoint_every == 0:
+                    assert checkpoint_path is not None
+                    # The losses so far reach the callback before the checkpoint is written.
+                    session.drain()
+                    checkpoints.append(str(self.save(checkpoint_path)))
+            session.drain()
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)  # the wall time covers the queued work
+        return FitResult(
+            start_step=start,
+            step=self.step,
+            losses=list(session.losses),
+            evals=evals,
+            checkpoints=checkpoints,
+            wall_s=time.perf_counter() - started,
+            n_syncs=session.harvester.n_syncs,
+        )
+
+    def _check_fit(
+        self,
+        steps: int,
+        eval_every: int | None,
+        checkpoint_every: int | None,
+        checkpoint_path: str | os.PathLike[str] | None,
+    ) -> None:
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < self.step + 1:
             raise ConfigError(
                 "steps", steps, f"an integer > {self.step} (the steps already trained)"
@@ -272,84 +291,6 @@ class Trainer:
                 raise ConfigError(
                     "checkpoint_path", None, "a file path when checkpoint_every is set"
                 )
-        start = self.step
-        config, dev = self.config, self.device
-        plan = StreamPlan.create(config.num_streams, dev, cuda_graph=config.cuda_graph)
-        loaders: list[torch.utils.data.DataLoader[Batch]] = []
-        # The data position: the micro-batches earlier steps trained on, in dataset order.
-        batches = positioned_batches(
-            self.workload, config, dev, start * self.accumulate, opened=loaders
-        )
-        feed = DeviceFeed(batches, plan, config, dev)
-        step_fn = self._make_step(plan)
-        harvester = make_harvester(config, plan, steps - start, dev)
-
-        def harvested(first: int, values: list[float]) -> None:
-            if on_losses is not None:
-                on_losses(start + first, values)
-
-        harvester.ledger.listener = harvested
-        evals: list[tuple[int, float]] = []
-        checkpoints: list[str] = []
-        started = time.perf_counter()
-        with (
-            matmul_precision_for(self.precision),
-            contextlib.ExitStack() as closing,
-        ):
-            closing.callback(_close_loaders, loaders)
-            for step in range(start, steps):
-                micro = [feed.next() for _ in range(self.accumulate)]
-                harvester.push(step - start, step_fn(*micro))
-                if self.scheduler is not None:
-                    # A tensor learning rate is updated on the stream the optimizer step runs
-                    # on: after this step has read it, before the next one does.
-                    with on(step_fn.optimizer_stream):
-                        self.scheduler.step()
-                self.step = step + 1
-                if self.step % config.sync_interval == 0:
-                    harvester.sync_point()
-                if eval_every is not None and self.step % eval_every == 0:
-                    value = self.evaluate(plan)
-                    evals.append((self.step, value))
-                    if on_eval is not None:
-                        on_eval(self.step, value)
-                if checkpoint_every is not None and self.step % checkpoint_every == 0:
-                    assert checkpoint_path is not None
-                    # The losses so far reach the callback before the checkpoint is written.
-                    harvester.drain()
-                    checkpoints.append(str(self.save(checkpoint_path)))
-            harvester.drain()
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)  # the wall time covers the queued work
-        return FitResult(
-            start_step=start,
-            step=self.step,
-            losses=list(harvester.ledger.losses),
-            evals=evals,
-            checkpoints=checkpoints,
-            wall_s=time.perf_counter() - started,
-            n_syncs=harvester.n_syncs,
-        )
-
-    def _make_step(self, plan: StreamPlan) -> EagerStep | GraphStep:
-        if self.config.cuda_graph:
-            return GraphStep(
-                self.step_model,
-                self.optimizer,
-                self.workload.loss_fn,
-                plan,
-                precision=self.numerics,
-                clip_norm=self.clip_grad_norm,
-            )
-        return EagerStep(
-            self.step_model,
-            self.optimizer,
-            self.workload.loss_fn,
-            plan,
-            precision=self.numerics,
-            cudagraph_trees=self.config.compile == "reduce-overhead",
-            clip_norm=self.clip_grad_norm,
-        )
 
     def _make_scheduler(self, factory: SchedulerFactory) -> LRScheduler:
         scheduler = factory(self.optimizer)
@@ -561,63 +502,45 @@ def workload_from_parts(
     )
 
 
-def positioned_batches(
-    workload: Workload,
-    config: LoopConfig,
-    device: torch.device,
-    start: int,
-    *,
-    opened: list[torch.utils.data.DataLoader[Batch]],
-) -> Iterator[Batch]:
-    """The batches from batch `start` on, in dataset order, epoch after epoch, as an
-    uninterrupted run would see them from there; the loaders made are appended to `opened`.
-
-    A dataset of known length is entered at its position by index (a Subset for the rest of the
-    current epoch): nothing before it is loaded. Each epoch's loader draws its base seed (worker
-    seeds) from a generator of the Trainer's own, advanced by the epochs already done, never
-    from the global generator that dropout uses. Resume is exact when loading a batch draws no
-    random numbers from the global generators in the main process (the built-in workloads;
-    random augmentation belongs in workers, or in a generator seeded per sample).
-    """
-    generator = torch.Generator().manual_seed(LOADER_SEED)
-    full = make_loader(workload, config, device, generator=generator)
-    opened.append(full)
-    try:
-        per_epoch = len(full)
-    except TypeError:  # an iterable dataset: skipped by loading
-        per_epoch = 0
-    if per_epoch == 0:
-        batches = cycle(full)
-        for _ in range(start):
-            next(batches)
-        yield from batches
-        return
-    epochs, offset = divmod(start, per_epoch)
-    for _ in range(epochs):
-        # What each epoch's iterator draws for its base seed (DataLoader._get_shared_seed).
-        torch.empty((), dtype=torch.int64).random_(generator=generator)
-    if offset:
-        size = workload.batch_size or 1
-        rest = torch.utils.data.Subset(workload.dataset, range(offset * size, per_epoch * size))
-        partial = make_loader(
-            dataclasses.replace(workload, dataset=rest), config, device, generator=generator
-        )
-        opened.append(partial)
-        for batch in partial:
-            yield tuple(batch)
-    yield from cycle(full)
-
-
-def _close_loaders(loaders: list[torch.utils.data.DataLoader[Batch]]) -> None:
-    for loader in loaders:
-        LoaderCloser(loader).close()
-
-
 def _as_built(
     built: torch.optim.Optimizer, params: Iterable[nn.Parameter], capturable: bool
 ) -> torch.optim.Optimizer:
     """A user's optimizer, already built on the model's parameters (`params` are the same)."""
     return with_capturable(built, capturable)
+
+
+def _check_options(
+    config: object,
+    *,
+    accumulate: object,
+    clip_grad_norm: object,
+    scheduler: object,
+    lr_tensor: object,
+    eval_loss: object,
+    eval_data: object,
+) -> None:
+    """ConfigError naming the first bad Trainer option (the device and precision are the
+    core's to check)."""
+    if not isinstance(config, LoopConfig):
+        raise ConfigError("config", type(config).__name__, "a trainers.LoopConfig")
+    check_micro_batches(config, accumulate, field="accumulate")  # type: ignore[arg-type]
+    if clip_grad_norm is not None and (
+        isinstance(clip_grad_norm, bool)
+        or not isinstance(clip_grad_norm, int | float)
+        or not clip_grad_norm > 0
+    ):
+        raise ConfigError("clip_grad_norm", clip_grad_norm, "None or a number > 0")
+    if scheduler is not None and not callable(scheduler):
+        raise ConfigError(
+            "scheduler",
+            type(scheduler).__name__,
+            "None or a factory: lambda optimizer: CosineAnnealingLR(optimizer, T_max)",
+        )
+    if lr_tensor is not None and not isinstance(lr_tensor, bool):
+        raise ConfigError("lr_tensor", lr_tensor, "None (decided by the config), true or false")
+    if eval_loss is not None and not callable(eval_loss):
+        raise ConfigError("eval_loss", type(eval_loss).__name__, "None or loss_fn(model, batch)")
+    _check_eval_data(eval_data)
 
 
 def _check_eval_data(eval_data: object) -> None:

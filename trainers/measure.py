@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trainers.errors import ConfigError
 from trainers.flops import Utilisation, utilisation
 from trainers.streams import StreamPlan
 
@@ -70,6 +71,18 @@ class WindowTimer:
             gpu_ms = self._start_event.elapsed_time(end)
         wall_ms = (time.perf_counter() - self._start) * 1e3
         return Window(steps=steps, wall_ms=wall_ms, gpu_ms=gpu_ms)
+
+
+def check_counts(*, steps: int, warmup: int, windows: int) -> None:
+    """ConfigError naming the count unless `warmup` untimed steps, then `steps` timed steps in
+    `windows` windows, make a measurement: the one check of these arguments, for a built-in run
+    (`trainers.run`) and a program's (`trainers.program.run_program`) alike."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ConfigError("steps", steps, "an integer >= 1")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ConfigError("warmup", warmup, "an integer >= 0")
+    if isinstance(windows, bool) or not isinstance(windows, int) or not 1 <= windows <= steps:
+        raise ConfigError("windows", windows, f"an integer in 1..steps ({steps})")
 
 
 def window_sizes(steps: int, windows: int) -> list[int]:

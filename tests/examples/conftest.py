@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.libtorch_seed import example_module as load_example
-from trainers.program.runner import Program, load_registry
+from trainers.program import Program, load_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = ROOT / "examples" / "libtorch"

@@ -19,7 +19,7 @@ import pytest
 from tests.examples.conftest import REGISTRY, ROOT, load_example
 from trainers import LoopConfig
 from trainers.gate.envelope import Envelope
-from trainers.program.runner import Program, ProgramFailed, run_program
+from trainers.program import Program, ProgramFailed, run_program
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from trainers import LoopConfig
-from trainers.program.runner import Program, program_parity, run_program
+from trainers.program import Program, program_parity, run_program
 
 pytestmark = [
     pytest.mark.gpu,

@@ -20,9 +20,9 @@ from trainers import (
     Twin,
     Workload,
     check_parity,
+    core,
     gate,
     load_workload,
-    loop,
     required_test,
 )
 from trainers.config import OptimizerChoice
@@ -231,13 +231,13 @@ def test_a_wrong_op_is_rejected_by_the_equivalence_test(workload: str) -> None:
 
 
 def test_planted_installs_and_restores_our_own_classes() -> None:
-    original = loop.DeviceFeed
+    original = core.DeviceFeed
     with planted("missing-wait") as fault:
-        assert loop.DeviceFeed is MissingWaitFeed and fault.cuda_only
-    assert loop.DeviceFeed is original is DeviceFeed
+        assert core.DeviceFeed is MissingWaitFeed and fault.cuda_only
+    assert core.DeviceFeed is original is DeviceFeed
     with planted("wrong-op", lr_factor=0.5):
-        assert issubclass(loop.EagerStep, WrongOpEagerStep)
-        assert loop.EagerStep.lr_factor == 0.5  # type: ignore[attr-defined]
+        assert issubclass(core.EagerStep, WrongOpEagerStep)
+        assert core.EagerStep.lr_factor == 0.5  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="no magnitude"), planted("wrong-op", delay_us=1.0):
         pass
     with pytest.raises(ValueError, match="kind="), planted("bogus"):  # type: ignore[arg-type]

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from trainers import ConfigError, LoopConfig, WorkloadError
-from trainers.program.reporting import Reporter
-from trainers.program.runner import (
+from trainers.program import (
     Program,
     ProgramFailed,
     find_program,
@@ -22,6 +21,7 @@ from trainers.program.runner import (
     program_parity,
     run_program,
 )
+from trainers.program.reporting import Reporter
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = ROOT / "examples" / "program" / "programs.json"
@@ -248,3 +248,27 @@ def test_the_reporter_reads_its_run_from_the_environment(tmp_path: Path) -> None
     assert reporter.perturb_seed is None and reporter.precision is None
     with pytest.raises(ConfigError, match=r"^STREAMTUNE_STEPS='x' is invalid: allowed an integer"):
         Reporter.from_env({**env, "STREAMTUNE_STEPS": "x"})
+
+
+def test_registry_errors_name_the_file_and_reach_inside_lists(tmp_path: Path) -> None:
+    path = tmp_path / "programs.json"
+    cases = [
+        ({"programs": {"a": {"command": ["x", 3], "presets": ["t"]}}}, r"^programs.a.command="),
+        ({"programs": {"a": {"command": ["x"], "presets": ["t"], "env": {"K": 1}}}}, "env="),
+        ({"programs": {"a": {"command": ["x"], "presets": ["t"], "timeout_s": True}}}, "timeout"),
+        ({"programs": {"a": ["x"]}}, r"^programs.a=\['x'\] is invalid: allowed an object with"),
+        (["not", "an", "object"], r"^programs=None is invalid"),
+    ]
+    for data, message in cases:
+        path.write_text(json.dumps(data))
+        with pytest.raises(ConfigError, match=message) as raised:
+            load_registry(path)
+        assert str(path) in str(raised.value)
+    path.write_text("{not json")
+    with pytest.raises(ConfigError, match=r"^TUNER_PROGRAMS=.* a JSON file"):
+        load_registry(path)
+    with pytest.raises(ConfigError, match="an existing registry file"):
+        load_registry(tmp_path / "missing.json")
+    path.write_text(json.dumps({"programs": {"a": {"command": ["x"], "presets": ["t"]}}}))
+    (program,) = load_registry(path).values()
+    assert program.timeout_s == 600.0 and program.settings == () and program.cwd == tmp_path

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trainers import LoopConfig
-from trainers.program.runner import Program, run_program
+from trainers.program import Program, run_program
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADER_DIR = ROOT / "examples" / "libtorch"

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from trainers.config import REFERENCE
+from trainers.core import resolve_device
 from trainers.gate.equivalence import (
     FLOOR_ULPS,
     MULTIPLE,
@@ -27,7 +28,6 @@ from trainers.gate.equivalence import (
     window_envelope,
 )
 from trainers.gate.trajectories import PARITY_STEPS, Perturbation, trajectory
-from trainers.loop import resolve_device
 from trainers.measure import fingerprint, fingerprint_key
 from trainers.precision import MATMUL_PRECISION, Precision
 from trainers.workloads import WorkloadFactory, resolve_factory

@@ -4,9 +4,9 @@ training loop imports this module.
 
 Each fault is a subclass of `DeviceFeed`, `EagerStep` or `GraphStep` that overrides one method
 and differs from the original by exactly one missing or wrong line (marked `FAULT`).
-`planted(kind)` puts it into `trainers.loop`'s namespace for the duration of the block, so `run()`
-builds it instead of the original. It reaches every run inside the block: measure the reference,
-the eager twin and the envelope before entering it.
+`planted(kind)` puts it into `trainers.core`'s namespace for the duration of the block, so `run()`
+(and `Trainer`) build it instead of the original. It reaches every run inside the block:
+measure the reference, the eager twin and the envelope before entering it.
 
 A race shows only when the timing lets it, so each CUDA fault comes with a provocation: code
 that is harmless while the line is there (`planted(kind, fault=False)` installs the provocation
@@ -46,7 +46,7 @@ from typing import Any, Literal, get_args
 
 import torch
 
-from trainers import loop
+from trainers import core
 from trainers.config import LoopConfig
 from trainers.feed import DeviceFeed, _InFlight
 from trainers.gate.parity import GateTest
@@ -261,7 +261,7 @@ at the first step, and what needs showing is that the statistical test does too.
 
 @contextlib.contextmanager
 def planted(kind: FaultKind, *, fault: bool = True, **magnitude: float) -> Iterator[Fault]:
-    """Install fault `kind` (or, with fault=False, its provocation alone) in `trainers.loop`.
+    """Install fault `kind` (or, with fault=False, its provocation alone) in `trainers.core`.
 
     magnitude: override a class attribute of the installed classes (`delay_us`, `lag_us`,
     `lr_factor`).
@@ -276,11 +276,11 @@ def planted(kind: FaultKind, *, fault: bool = True, **magnitude: float) -> Itera
         if unknown:
             raise ValueError(f"{kind}: {cls.__name__} has no magnitude {', '.join(unknown)}")
         substitutes[name] = type(cls.__name__, (cls,), dict(magnitude)) if magnitude else cls
-    originals = {name: getattr(loop, name) for name in substitutes}  # AttributeError if renamed
+    originals = {name: getattr(core, name) for name in substitutes}  # AttributeError if renamed
     for name, cls in substitutes.items():
-        setattr(loop, name, cls)
+        setattr(core, name, cls)
     try:
         yield spec
     finally:
         for name, original in originals.items():
-            setattr(loop, name, original)
+            setattr(core, name, original)

@@ -13,8 +13,8 @@ import statistics
 
 import torch
 
+from trainers.core import resolve_device
 from trainers.errors import UnsupportedOnDevice
-from trainers.loop import resolve_device
 from trainers.step import GRAPH_WARMUP_STEPS, GraphStep
 from trainers.streams import StreamPlan
 from trainers.workloads.base import Workload

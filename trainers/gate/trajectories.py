@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from trainers.config import LoopConfig
-from trainers.loop import min_warmup, run
+from trainers.core import min_warmup
+from trainers.loop import run
 from trainers.precision import Precision
 from trainers.workloads import WorkloadFactory, disable_dropout, resolve_factory
 from trainers.workloads.base import Workload

@@ -1,4 +1,4 @@
-"""The program side of the protocol (`trainers.program.runner`), for a Python training program.
+"""The program side of the protocol (`trainers.program.protocol`), for a Python training program.
 
     reporter = Reporter.from_env()               # settings and run shape from STREAMTUNE_*
     config = reporter.config                     # a LoopConfig; use the fields you implement
@@ -32,9 +32,8 @@ from trainers.config import LoopConfig
 from trainers.errors import ConfigError
 from trainers.gate.trajectories import Perturbation
 from trainers.measure import fingerprint, window_sizes
+from trainers.program.protocol import PROTOCOL
 from trainers.settings import ENV_PREFIX, config_from_env
-
-PROTOCOL = 1
 
 
 @dataclasses.dataclass

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from trainers import LoopConfig
-from trainers.program.runner import load_registry
+from trainers.program import load_registry
 from tuner.errors import SpaceError
 from tuner.search.spaces import load_space, program_space
 
