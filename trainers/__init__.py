@@ -15,7 +15,7 @@ from trainers.config import (
     field_names,
     invalid_reason,
 )
-from trainers.core import min_warmup, resolve_device
+from trainers.core import min_warmup, resolve_device, split_batch
 from trainers.errors import (
     CaptureError,
     ConfigError,
@@ -96,6 +96,7 @@ __all__ = [
     "resolve_device",
     "resolve_factory",
     "run",
+    "split_batch",
     "workload_from_parts",
     "workload_key",
 ]

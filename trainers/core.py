@@ -32,10 +32,12 @@ from trainers.compilation import CompileWatch, compile_model, compiles, min_warm
 from trainers.config import LoopConfig, device_error
 from trainers.errors import ConfigError, UnsupportedOnDevice
 from trainers.feed import DeviceFeed, close_loaders, positioned_batches
+from trainers.flops import count_step_flops
 from trainers.harvest import Harvester, make_harvester
 from trainers.measure import check_counts
 from trainers.optim import prepare_optimizer
 from trainers.precision import Precision, check_precision, make_plan, matmul_precision_for
+from trainers.recompute import apply_block_levers
 from trainers.step import GRAPH_WARMUP_STEPS, EagerStep, GraphStep
 from trainers.streams import StreamPlan
 from trainers.workloads.base import Batch, Workload
@@ -170,7 +172,11 @@ class Engine:
         # Before anything is compiled: resets Dynamo for a compiling config (see CompileWatch).
         self.watch = CompileWatch(dev, active=compiles(config))
         self.capturable = config.cuda_graph if capturable is None else capturable
+        # Counted on the plain model, before any lever wraps it: recomputation is not a model
+        # FLOP.
+        self.flops_per_step = _count_flops(workload, dev)
         self.optimizer = self._build_optimizer(on_optimizer)
+        self._undo_blocks: Callable[[], None] = _nothing
         self.step_model = self._transform_model(self.model)
 
     def _build_optimizer(self, on_optimizer: OptimizerHook | None) -> torch.optim.Optimizer:
@@ -191,8 +197,20 @@ class Engine:
 
     def _transform_model(self, model: nn.Module) -> nn.Module:
         """The model the step calls. The compiled wrapper shares the model's parameters; the
-        workload's own module stays eager, so a later run of it starts from an eager model."""
+        workload's own module stays eager, so a later run of it starts from an eager model.
+
+        The block levers (activation checkpointing, each block compiled on its own) change the
+        blocks in place; `close()` puts them back, so the next run of the same workload starts
+        from the plain model."""
+        self._undo_blocks = apply_block_levers(self.workload, self.config)
+        if self.config.compile_scope == "blocks":
+            return model  # its blocks are compiled; what lies between them stays eager
         return compile_model(model, self.config.compile)
+
+    def close(self) -> None:
+        """Undo the block levers on the workload's model (a measured run ends with this)."""
+        self._undo_blocks()
+        self._undo_blocks = _nothing
 
     def session(
         self,
@@ -294,8 +312,15 @@ class Session:
         self._closing.close()
 
     def step(self, index: int) -> None:
-        """Train step `index` (counted from the start of training, `first_step` the first)."""
+        """Train step `index` (counted from the start of training, `first_step` the first).
+
+        The step draws `micro_batches` batches (a Trainer's `accumulate`) and splits each into
+        `config.micro_batches` pieces: the step accumulates the gradients of all the pieces.
+        """
         batches = [self.feed.next() for _ in range(self.micro_batches)]
+        split = self.engine.config.micro_batches
+        if split > 1:
+            batches = [piece for batch in batches for piece in split_batch(batch, split)]
         self.harvester.push(index - self.first_step, self.step_fn(*batches))
         # The one sync rule: after every `sync_interval`-th step of the training, counted from
         # its start (a resumed run syncs where the uninterrupted one did).
@@ -319,6 +344,36 @@ class Session:
             listener(first_step + first, values)
 
         self.harvester.ledger.listener = harvested
+
+
+def split_batch(batch: Batch, pieces: int) -> list[Batch]:
+    """`batch` cut along its first dimension into `pieces` equal micro-batches (views: no copy;
+    the feed's stream hand-off covers their storage). ConfigError naming `micro_batches` when a
+    tensor's first dimension does not split evenly."""
+    for tensor in batch:
+        if tensor.dim() == 0 or tensor.shape[0] % pieces:
+            size = "a scalar" if tensor.dim() == 0 else f"first dimension {tensor.shape[0]}"
+            raise ConfigError(
+                "micro_batches",
+                pieces,
+                f"a divisor of the batch (a batch tensor has {size}; every tensor of a batch "
+                "must have the samples along its first dimension)",
+            )
+    return list(zip(*(tensor.chunk(pieces) for tensor in batch), strict=True))
+
+
+def _nothing() -> None:
+    pass
+
+
+def _count_flops(workload: Workload, dev: torch.device) -> int | None:
+    """The model FLOPs of one step (`trainers.flops`); None where they cannot be counted (a loss
+    that reads the host, a model that refuses a one-sample batch): MFU is then unknown, and the
+    run goes on."""
+    try:
+        return count_step_flops(workload, dev)
+    except Exception:  # noqa: BLE001 - a count that fails leaves MFU unknown, never the run
+        return None
 
 
 def _release_blas_workspaces(dev: torch.device) -> None:

@@ -8,6 +8,7 @@ the core's, shared with `trainers.fit.Trainer`: measuring adds only the windows 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import torch
@@ -53,40 +54,52 @@ def run(
     dev = resolve_device(device)
     check_run_args(config, dev, steps=steps, warmup=warmup, windows=windows, precision=precision)
     engine = Engine(workload, config, device=dev, precision=precision, capturable=capturable)
-    session = engine.session(capacity=warmup + steps)
-    timer = WindowTimer(dev, session.plan)
-    measured: list[Window] = []
-    stopped_early = False
-    step = 0
-    with session:
-        for _ in range(warmup):
-            with engine.watch.warmup_step():
-                session.step(step)
-            step += 1
-        engine.watch.end_warmup()
-        for index, size in enumerate(window_sizes(steps, windows)):
-            timer.start()
-            for _ in range(size):
-                session.step(step)
-                step += 1
-            measured.append(timer.stop(size))
-            if (
-                on_window is not None
-                and not on_window(index, measured[-1])
-                and (index + 1 < windows)
-            ):
-                stopped_early = True
-                break
-        session.drain()
+    with contextlib.closing(engine):
+        session = engine.session(capacity=warmup + steps)
+        with session:
+            measured, stopped_early = _timed_steps(
+                session, warmup=warmup, steps=steps, windows=windows, on_window=on_window
+            )
+            session.drain()
     compiled = engine.watch.finish([w.step_ms for w in measured])
     return _result(
         session,
         measured,
         warmup=warmup,
-        steps=step - warmup,
+        steps=sum(w.steps for w in measured),
         stopped_early=stopped_early,
         compiled=compiled,
     )
+
+
+def _timed_steps(
+    session: Session,
+    *,
+    warmup: int,
+    steps: int,
+    windows: int,
+    on_window: WindowCallback | None,
+) -> tuple[list[Window], bool]:
+    """The warm-up steps (compilation and capture watched), then the timed windows; the windows
+    and whether `on_window` stopped the run early."""
+    engine = session.engine
+    timer = WindowTimer(engine.device, session.plan)
+    measured: list[Window] = []
+    step = 0
+    for _ in range(warmup):
+        with engine.watch.warmup_step():
+            session.step(step)
+        step += 1
+    engine.watch.end_warmup()
+    for index, size in enumerate(window_sizes(steps, windows)):
+        timer.start()
+        for _ in range(size):
+            session.step(step)
+            step += 1
+        measured.append(timer.stop(size))
+        if on_window is not None and not on_window(index, measured[-1]) and index + 1 < windows:
+            return measured, True
+    return measured, False
 
 
 def _result(
@@ -137,4 +150,5 @@ def _result(
         compile_notes=list(compiled.notes),
         compile_cache_hits=compiled.cache_hits,
         compile_cache_misses=compiled.cache_misses,
+        flops_per_step=engine.flops_per_step,
     )

@@ -93,15 +93,19 @@ def _compiled(block: nn.Module, mode: str) -> Undo:
 def apply_block_levers(workload: Workload, config: LoopConfig) -> Undo:
     """Wrap `workload.model`'s blocks as `config` says; the returned `undo` restores them.
     ConfigError (naming the field) when a lever is asked for and the model has no known blocks."""
-    undos: list[Undo] = []
+    # Every block list first: a lever refused for want of blocks leaves the model untouched.
+    checkpointed: list[nn.Module] = []
+    compiled: list[nn.Module] = []
     if config.activation_checkpointing != "none":
         blocks = blocks_of(workload, field="activation_checkpointing")
-        selective = config.activation_checkpointing == "selective"
-        undos += [_checkpointed(b, selective) for b in first_share(blocks, config.checkpoint_share)]
+        checkpointed = first_share(blocks, config.checkpoint_share)
     if config.compile != "none" and config.compile_scope == "blocks":
-        # After the checkpoint wrapper: the compiled block runs the wrapped forward, so
-        # recomputation happens inside the compiled region (as torchtitan composes them).
-        undos += [_compiled(b, config.compile) for b in blocks_of(workload, field="compile_scope")]
+        compiled = blocks_of(workload, field="compile_scope")
+    selective = config.activation_checkpointing == "selective"
+    undos = [_checkpointed(b, selective) for b in checkpointed]
+    # After the checkpoint wrapper: the compiled block runs the wrapped forward, so the
+    # recomputation happens inside the compiled region (as torchtitan composes them).
+    undos += [_compiled(b, config.compile) for b in compiled]
 
     def undo() -> None:
         for step in reversed(undos):

@@ -96,3 +96,24 @@ def slow_when_armed(preset: str, *, seed: int) -> Workload:
         return classification_loss(model, batch)
 
     return _workload("slow_when_armed", preset, seed, _batches(seed), loss_fn)
+
+
+OOM_SAMPLES = 2
+"""`needs_micro_batches` runs out of memory on any forward of more samples than this."""
+
+
+def needs_micro_batches(preset: str, *, seed: int) -> Workload:
+    """A model whose step 'does not fit' above OOM_SAMPLES samples a forward: it raises the
+    error CUDA raises (`torch.cuda.OutOfMemoryError`, which a CPU build has too), with what it
+    asked for, as a model too large for its device does. micro_batches >= 2 make it fit."""
+
+    def loss_fn(model: nn.Module, batch: Batch) -> torch.Tensor:
+        x, _ = batch
+        if x.shape[0] > OOM_SAMPLES:
+            raise torch.cuda.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate 2.00 GiB (a forward of {x.shape[0]} "
+                "samples). GPU 0 has a total capacity of 1.00 GiB of which 0.50 GiB is free."
+            )
+        return classification_loss(model, batch)
+
+    return _workload("needs_micro_batches", preset, seed, _batches(seed), loss_fn)
