@@ -57,27 +57,36 @@ def find_blocks(model: nn.Module) -> list[nn.Module]:
     return best[1]
 
 
-def blocks_of(workload: Workload, *, field: str) -> list[nn.Module]:
-    """The declared blocks of `workload`, or those found; ConfigError naming `field` if none."""
+def blocks_of(workload: Workload, *, field: str, value: object) -> list[nn.Module]:
+    """The declared blocks of `workload`, or those found; ConfigError naming `field` and its
+    `value` (the lever that needs blocks) if there are none."""
     declared = workload.blocks
     if declared is not None:
         found = list(declared(workload.model))
         if not found or not all(isinstance(b, nn.Module) for b in found):
             raise ConfigError(
                 field,
-                workload.name,
-                "a workload whose `blocks` function returns a non-empty list of nn.Modules",
+                value,
+                f"a workload whose `blocks` function returns a non-empty list of nn.Modules "
+                f"({workload.name}'s returned {len(found)} items)",
             )
         return found
     found = find_blocks(workload.model)
     if not found:
         raise ConfigError(
             field,
-            workload.name,
-            f"a model with repeated blocks; none were found in {type(workload.model).__name__}: "
-            + DECLARE,
+            value,
+            f"a model with repeated blocks; none were found in {type(workload.model).__name__} "
+            f"(workload {workload.name}): " + DECLARE,
         )
     return found
+
+
+def has_blocks(workload: Workload) -> bool:
+    """Whether the block levers can apply to `workload` (declared or found blocks)."""
+    if workload.blocks is not None:
+        return bool(list(workload.blocks(workload.model)))
+    return bool(find_blocks(workload.model))
 
 
 def first_share(blocks: list[nn.Module], share: float) -> list[nn.Module]:

@@ -97,10 +97,12 @@ def apply_block_levers(workload: Workload, config: LoopConfig) -> Undo:
     checkpointed: list[nn.Module] = []
     compiled: list[nn.Module] = []
     if config.activation_checkpointing != "none":
-        blocks = blocks_of(workload, field="activation_checkpointing")
+        blocks = blocks_of(
+            workload, field="activation_checkpointing", value=config.activation_checkpointing
+        )
         checkpointed = first_share(blocks, config.checkpoint_share)
     if config.compile != "none" and config.compile_scope == "blocks":
-        compiled = blocks_of(workload, field="compile_scope")
+        compiled = blocks_of(workload, field="compile_scope", value=config.compile_scope)
     selective = config.activation_checkpointing == "selective"
     undos = [_checkpointed(b, selective) for b in checkpointed]
     # After the checkpoint wrapper: the compiled block runs the wrapped forward, so the

@@ -58,18 +58,18 @@ def test_the_outer_repeated_class_is_the_block() -> None:
 def test_a_model_without_repeated_blocks_has_none_and_the_lever_says_how_to_declare() -> None:
     workload = load_workload("mlp", "tiny", seed=0)  # Linear layers only: leaves, not blocks
     assert find_blocks(workload.model) == []
-    with pytest.raises(ConfigError, match=r"activation_checkpointing.*blocks=lambda model"):
-        blocks_of(workload, field="activation_checkpointing")
+    with pytest.raises(ConfigError, match=r"activation_checkpointing='blocks'.*blocks=lambda"):
+        blocks_of(workload, field="activation_checkpointing", value="blocks")
 
 
 def test_declared_blocks_win() -> None:
     workload = load_workload("mlp", "tiny", seed=0)
     linears = [m for m in workload.model if isinstance(m, nn.Linear)]
     workload.blocks = lambda model: [m for m in model if isinstance(m, nn.Linear)]
-    assert blocks_of(workload, field="compile_scope") == linears
+    assert blocks_of(workload, field="compile_scope", value="blocks") == linears
     workload.blocks = lambda model: []
-    with pytest.raises(ConfigError, match="compile_scope"):
-        blocks_of(workload, field="compile_scope")
+    with pytest.raises(ConfigError, match="compile_scope='blocks'"):
+        blocks_of(workload, field="compile_scope", value="blocks")
 
 
 @pytest.mark.parametrize(("share", "count"), [(0.25, 1), (0.5, 2), (1.0, 4)])
