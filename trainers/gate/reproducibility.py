@@ -185,7 +185,7 @@ def measure(
     seconds = time.perf_counter() - started
     differ, largest = _differences(second.losses, reference)
     return Reproducibility(
-        workload=workload_key(workload, preset) or getattr(factory, "__name__", "?"),
+        workload=workload_key(workload, preset) or str(getattr(factory, "__name__", "?")),
         device=device_key(dev),
         precision=precision,
         determinism=mode,
