@@ -98,24 +98,38 @@ def _probes(result: dict[str, Any]) -> list[str]:
         "and the cost of deterministic algorithms:",
         "",
         "| workload | precision | determinism | reproducible | first differing step | "
-        "max abs diff | strict held | eager ms/step |",
-        "|---|---|---|---|---|---|---|---|",
+        "max abs diff | strict held | one-stream graph replays its eager twin | eager ms/step |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for label, by_precision in result["probes"].items():
         for precision, by_mode in by_precision.items():
             for mode, p in by_mode.items():
                 if "error" in p:
                     lines.append(
-                        f"| {label} | {precision} | {mode} | error: {p['error'][:80]} |||||"
+                        f"| {label} | {precision} | {mode} | error: {p['error'][:80]} ||||||"
                     )
                     continue
                 ms = "-" if p["step_ms"] is None else f"{p['step_ms']:.3f}"
                 lines.append(
                     f"| {label} | {precision} | {mode} | {'yes' if p['reproducible'] else 'no'} | "
                     f"{'-' if p['first_difference'] is None else p['first_difference']} | "
-                    f"{p['max_abs_difference']:.2g} | {'yes' if p['strict'] else 'no'} | {ms} |"
+                    f"{p['max_abs_difference']:.2g} | {'yes' if p['strict'] else 'no'} | "
+                    f"{_graph(p)} | {ms} |"
                 )
     return lines
+
+
+def _graph(probe: dict[str, Any]) -> str:
+    if probe.get("graph_error"):
+        return f"error: {probe['graph_error'][:60]}"
+    if probe.get("graph_replays_twin") is None:
+        return "-"
+    if probe["graph_replays_twin"]:
+        return "yes"
+    return (
+        f"no: from step {probe['graph_first_difference']} "
+        f"(max {probe['graph_max_abs_difference']:.2g})"
+    )
 
 
 def _envelopes(result: dict[str, Any]) -> list[str]:

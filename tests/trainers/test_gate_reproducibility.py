@@ -82,6 +82,7 @@ def test_the_probe_finds_the_first_step_two_identical_runs_differ_and_is_cached(
         torch.device("cpu")
     )
     assert probe.determinism == "strict" and probe.strict
+    assert probe.graph_replays_twin is None and probe.graph_error is None  # no graph on a CPU
     # Cached per workload, device, precision and determinism: not measured again, at any seed.
     assert eager_reproducibility(noisy_mlp, "tiny", seed=5, device="cpu") is probe
     assert eager_reproducibility(noisy_mlp, "tiny", device="cpu", precision="fp32") is not probe
@@ -112,6 +113,10 @@ def test_a_non_reproducible_step_skips_exactness_and_equivalence_decides(
 def test_a_planted_fault_is_still_rejected_where_exactness_is_skipped(
     noisy_env: Envelope,
 ) -> None:
+    # The probe refuses to measure broken loop parts: a fault is no irreproducibility.
+    with planted("wrong-op"), pytest.raises(RuntimeError, match="while a fault is planted"):
+        gate(noisy_mlp, LOOP_ONLY, STEPS, preset="tiny", device="cpu", envelope=noisy_env)
+    eager_reproducibility(noisy_mlp, "tiny", steps=STEPS, device="cpu")  # before planting
     with planted("wrong-op"):
         verdict = gate(noisy_mlp, LOOP_ONLY, STEPS, preset="tiny", device="cpu", envelope=noisy_env)
     assert verdict.exact_skipped is not None and verdict.test == "equivalence"
@@ -128,7 +133,8 @@ def test_a_reproducible_step_still_takes_the_exact_test(mlp_env: Envelope) -> No
     )
     assert twin_checked.passed and twin_checked.exact_against == "eager twin"
     assert twin_checked.eager_reproducible is True
-    # The planted fault, judged by the exact test (the one the config is owed), fails it there.
+    # The planted fault, judged by the exact test (the one the config is owed), fails it there
+    # (the probe is cached from the first verdict above, measured before the fault).
     with planted("wrong-op"):
         faulty = gate("mlp", LOOP_ONLY, STEPS, preset="tiny", device="cpu", envelope=mlp_env)
     assert not faulty.passed and faulty.test == "exact" and faulty.first_diverging_step == 1

@@ -59,6 +59,7 @@ from trainers import loop
 from trainers.config import LoopConfig
 from trainers.feed import DeviceFeed, _InFlight
 from trainers.gate.parity import GateTest
+from trainers.gate.reproducibility import fault_planted
 from trainers.step import EagerStep, GraphStep
 from trainers.streams import on
 from trainers.workloads.base import Batch
@@ -342,7 +343,9 @@ def planted(kind: FaultKind, *, fault: bool = True, **magnitude: float) -> Itera
     for name, cls in substitutes.items():
         setattr(loop, name, cls)
     try:
-        yield spec
+        # The reproducibility probe refuses to run meanwhile: a fault is no irreproducibility.
+        with fault_planted():
+            yield spec
     finally:
         for name, original in originals.items():
             setattr(loop, name, original)

@@ -97,7 +97,9 @@ class ParityVerdict:
     twin that is not bitwise reproducible here).
     eager_reproducible, eager_first_difference, eager_max_abs_difference: the reproducibility
     probe asked before any exact test (`trainers.gate.reproducibility`); None where no exact test
-    was owed. determinism: the mode every run of this verdict computed under.
+    was owed. graph_replays_twin, graph_first_difference: for a graph owed its twin's bits, the
+    probe's one-stream graph against its eager twin (GPU only). determinism: the mode every run
+    of this verdict computed under.
     twin_max_abs_deviation, twin_first_diverging_step: the exact comparison with the eager twin.
     deviation, envelope, floor, bound, multiple, window, ratio, window_ratio, decisive_steps,
     window_deviations, window_envelopes, drift, drift_envelope, drift_bound, drift_ratio: the
@@ -137,6 +139,8 @@ class ParityVerdict:
     eager_reproducible: bool | None = None
     eager_first_difference: int | None = None
     eager_max_abs_difference: float | None = None
+    graph_replays_twin: bool | None = None
+    graph_first_difference: int | None = None
     determinism: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -360,7 +364,9 @@ def gate(
     reasons: list[str] = []
     if chosen != "equivalence":
         # Before any exact test: can two identical eager runs agree bit for bit here at all?
-        chosen = _reproducible_or_skip(workload, preset, probe, common, fields, reasons, chosen)
+        chosen = _reproducible_or_skip(
+            workload, preset, config, probe, common, fields, reasons, chosen
+        )
     if reference is None:
         reference = parity_losses(workload, preset, REFERENCE, **common)
     losses = parity_losses(workload, preset, config, **common)
@@ -402,6 +408,7 @@ def gate(
 def _reproducible_or_skip(
     workload: str | WorkloadFactory,
     preset: str,
+    config: LoopConfig,
     probe: Reproducibility | None,
     common: Mapping[str, Any],
     fields: dict[str, Any],
@@ -409,7 +416,8 @@ def _reproducible_or_skip(
     chosen: GateTest,
 ) -> GateTest:
     """The test left once the reproducibility probe has answered: `chosen` where the eager step
-    is bitwise reproducible, else "equivalence" with the skip recorded in `fields`/`reasons`."""
+    is bitwise reproducible (and, for a graph owed its twin's bits, where the one-stream graph
+    replays its twin), else "equivalence" with the skip recorded in `fields`/`reasons`."""
     if probe is None:
         probe = eager_reproducibility(workload, preset, **common)
     else:
@@ -419,10 +427,17 @@ def _reproducible_or_skip(
         eager_first_difference=probe.first_difference,
         eager_max_abs_difference=probe.max_abs_difference,
     )
-    if probe.reproducible:
+    graph_owed_twin = chosen == "exact+equivalence" and config.cuda_graph
+    if graph_owed_twin and probe.graph_replays_twin is not None:
+        fields.update(
+            graph_replays_twin=probe.graph_replays_twin,
+            graph_first_difference=probe.graph_first_difference,
+        )
+    if probe.reproducible and not (graph_owed_twin and probe.graph_replays_twin is False):
         return chosen
-    fields["exact_skipped"] = probe.skipped_reason()
-    reasons.append(fields["exact_skipped"])
+    skipped = probe.skipped_reason() if not probe.reproducible else probe.capture_skipped_reason()
+    fields["exact_skipped"] = skipped
+    reasons.append(skipped)
     return "equivalence"
 
 

@@ -10,29 +10,37 @@ determinism mode. Not reproducible: the exact test is skipped, the verdict says 
 (`ParityVerdict.exact_skipped`, the first step at which the two runs differed and by how much)
 and the equivalence test decides.
 
+On a GPU the probe also asks the question a graph's exact test depends on: does the simplest
+whole-step graph (the reference loop with `cuda_graph=True`: one stream, a host sync every step)
+replay its eager twin bit for bit? Where it does not, a kernel computes other bits when captured
+(on an H100, torch 2.11: SDPA's memory-efficient attention in BERT, fp32 and bf16, while the
+math backend replays bit for bit, `docs/benchmarks/README.md`), and no graph config can be held
+to its twin bit for bit: a graph's exact test is skipped the same way.
+
 The answer depends on the workload, the device and the precision only, so it is measured once:
 `eager_reproducibility` keeps it in a process-level cache keyed by (workload key, device key,
 precision, determinism), and `Reproducibility.to_dict()` / `from_dict()` let a caller persist it
 (with its study) and hand it back (`gate(probe=...)` or `remember`).
 
-Why a fault cannot hide behind "not reproducible": the probe runs the reference loop (one stream,
-a host sync every step, eager step), which contains none of the hand-offs a planted fault breaks
-(a stream wait, a `record_stream`, a graph's static input); a caller measures it before any
-planted fault anyway, as it does the reference and the envelope; and a skipped exact test still
-leaves the equivalence test, which `benchmarks/gate_power.py` shows catches the planted faults.
+Why a fault cannot hide behind "not reproducible": the probe refuses to run while a fault is
+planted (`trainers.gate.faults.planted` marks it), so it is measured with our real loop parts and
+cached before any; and a skipped exact test still leaves the equivalence test, which
+`benchmarks/gate_power.py` shows catches the planted faults.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from trainers.config import REFERENCE
+from trainers.errors import TrainerError
 from trainers.gate.trajectories import (
     DETERMINISMS,
     GATE_DETERMINISM,
@@ -52,6 +60,20 @@ ProbeKey = tuple[str, str, str, str]
 """(workload key, device key, precision, determinism)."""
 
 _PROBES: dict[ProbeKey, Reproducibility] = {}
+_planted = 0
+"""How many planted faults are installed now (`fault_planted`)."""
+
+
+@contextlib.contextmanager
+def fault_planted() -> Iterator[None]:
+    """Marks a planted fault for the duration (`trainers.gate.faults.planted` enters it): the
+    probe must not measure broken loop parts and call the breakage irreproducibility."""
+    global _planted
+    _planted += 1
+    try:
+        yield
+    finally:
+        _planted -= 1
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)
@@ -64,6 +86,9 @@ class Reproducibility:
     loss was not finite in one run only). strict: both runs held strict deterministic algorithms
     (False under determinism "off", or where an op has no deterministic implementation).
     seconds: what the second run cost.
+    graph_replays_twin, graph_first_difference, graph_max_abs_difference: the one-stream
+    whole-step graph against its eager twin (None: not measured, on a CPU; graph_error: why the
+    graph could not run).
     """
 
     workload: str
@@ -77,6 +102,10 @@ class Reproducibility:
     max_abs_difference: float
     strict: bool
     seconds: float
+    graph_replays_twin: bool | None = None
+    graph_first_difference: int | None = None
+    graph_max_abs_difference: float | None = None
+    graph_error: str | None = None
 
     @property
     def key(self) -> ProbeKey:
@@ -91,6 +120,16 @@ class Reproducibility:
             "equivalence test decides"
         )
 
+    def capture_skipped_reason(self) -> str:
+        """Why a graph's exact test against its eager twin cannot apply."""
+        return (
+            f"this workload's kernels compute other bits when captured: the one-stream "
+            f"whole-step graph of the reference loop first differs from its eager twin at step "
+            f"{self.graph_first_difference} (max |diff| {self.graph_max_abs_difference:.2g}), so "
+            "a graph's exact test cannot tell a capture bug from the kernel and the equivalence "
+            "test decides"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, **dataclasses.asdict(self)}
 
@@ -103,7 +142,7 @@ class Reproducibility:
                 f"determinism={values.get('determinism')!r} is invalid: allowed "
                 f"{', '.join(DETERMINISMS)}"
             )
-        fields = {f.name: values[f.name] for f in dataclasses.fields(cls)}
+        fields = {f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values}
         fields["max_abs_difference"] = float(fields["max_abs_difference"])
         return cls(**fields)
 
@@ -163,9 +202,17 @@ def measure(
     precision: Precision | None = None,
     determinism: Determinism | None = None,
     reference: Sequence[float] | None = None,
+    capture: bool = True,
 ) -> Reproducibility:
     """Run the reference loop twice (once, beside `reference`: the reference's losses for these
-    very arguments and determinism, such as `Envelope.reference`) and compare the runs."""
+    very arguments and determinism, such as `Envelope.reference`) and compare the runs; on a GPU
+    also (unless `capture` is False) its one-stream whole-step graph against its eager twin
+    (`_capture`)."""
+    if _planted:
+        raise RuntimeError(
+            "the reproducibility probe cannot run while a fault is planted: measure it (or the "
+            "gate's first exact test) before `planted`, as the reference and the envelope"
+        )
     mode: Determinism = GATE_DETERMINISM if determinism is None else determinism
     factory = resolve_factory(workload) if isinstance(workload, str) else workload
     dev = resolve_device(device)
@@ -184,6 +231,7 @@ def measure(
     second = trajectory(factory, preset, REFERENCE, **common)
     seconds = time.perf_counter() - started
     differ, largest = _differences(second.losses, reference)
+    graph = _capture(factory, preset, common) if capture and dev.type == "cuda" else {}
     return Reproducibility(
         workload=workload_key(workload, preset) or str(getattr(factory, "__name__", "?")),
         device=device_key(dev),
@@ -196,7 +244,24 @@ def measure(
         max_abs_difference=largest,
         strict=strict and second.strict and mode == "strict",
         seconds=seconds,
+        **graph,
     )
+
+
+def _capture(factory: WorkloadFactory, preset: str, common: Mapping[str, Any]) -> dict[str, Any]:
+    """The reference loop as a whole-step graph against its eager twin (the same loop with the
+    capturable optimizer): the probe's `graph_*` fields."""
+    try:
+        twin = trajectory(factory, preset, REFERENCE, capturable=True, **common)
+        graph = trajectory(factory, preset, REFERENCE.replace(cuda_graph=True), **common)
+    except (RuntimeError, TrainerError) as exc:
+        return {"graph_error": f"{type(exc).__name__}: {exc}"[:300]}
+    differ, largest = _differences(graph.losses, twin.losses)
+    return {
+        "graph_replays_twin": differ is None,
+        "graph_first_difference": differ,
+        "graph_max_abs_difference": largest,
+    }
 
 
 def eager_reproducibility(
