@@ -14,7 +14,7 @@
 from trainers.gate.envelope import PERTURBATIONS, Envelope, rounding_eps
 from trainers.gate.equivalence import FLOOR_ULPS, MULTIPLE, WINDOW, Equivalence, judge
 from trainers.gate.faults import FAULT_KINDS, FAULTS, FaultKind, planted
-from trainers.gate.floor import Floor, graph_floor
+from trainers.gate.floor import Floor, comparable_floor, floor_applies, graph_floor
 from trainers.gate.parity import (
     GRAPH_RTOL,
     GateTest,
@@ -65,7 +65,9 @@ __all__ = [
     "Trajectory",
     "Twin",
     "check_parity",
+    "comparable_floor",
     "eager_reproducibility",
+    "floor_applies",
     "forget",
     "gate",
     "graph_floor",
