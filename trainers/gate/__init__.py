@@ -4,6 +4,8 @@
   against the reference, exact against its eager twin, or equivalent within the envelope).
 - `equivalence`: the windowed loss-trajectory test, and its tolerance (`judge`).
 - `envelope`: the reference's own spread under harmless perturbations (`Envelope`).
+- `reproducibility`: whether two identical eager runs agree bit for bit here (`Reproducibility`),
+  asked before every exact test and cached per workload, device and precision.
 - `trajectories`: the short, deterministic training runs the tests compare.
 - `floor`: the eager whole-step graph's replay time, the GPU's own time for a step.
 - `faults`: planted faults (a missing stream wait, a wrong op) that prove the gate can fail.
@@ -12,7 +14,7 @@
 from trainers.gate.envelope import PERTURBATIONS, Envelope, rounding_eps
 from trainers.gate.equivalence import FLOOR_ULPS, MULTIPLE, WINDOW, Equivalence, judge
 from trainers.gate.faults import FAULT_KINDS, FAULTS, FaultKind, planted
-from trainers.gate.floor import Floor, graph_floor
+from trainers.gate.floor import Floor, comparable_floor, floor_applies, graph_floor
 from trainers.gate.parity import (
     GRAPH_RTOL,
     GateTest,
@@ -24,17 +26,34 @@ from trainers.gate.parity import (
     required_test,
     twin_of,
 )
-from trainers.gate.trajectories import PARITY_STEPS, Perturbation, Trajectory, trajectory
+from trainers.gate.reproducibility import (
+    Reproducibility,
+    eager_reproducibility,
+    forget,
+    remember,
+)
+from trainers.gate.trajectories import (
+    DETERMINISMS,
+    GATE_DETERMINISM,
+    PARITY_STEPS,
+    Determinism,
+    Perturbation,
+    Trajectory,
+    trajectory,
+)
 
 __all__ = [
+    "DETERMINISMS",
     "FAULTS",
     "FAULT_KINDS",
     "FLOOR_ULPS",
+    "GATE_DETERMINISM",
     "GRAPH_RTOL",
     "MULTIPLE",
     "PARITY_STEPS",
     "PERTURBATIONS",
     "WINDOW",
+    "Determinism",
     "Envelope",
     "Equivalence",
     "FaultKind",
@@ -42,14 +61,20 @@ __all__ = [
     "GateTest",
     "ParityVerdict",
     "Perturbation",
+    "Reproducibility",
     "Trajectory",
     "Twin",
     "check_parity",
+    "comparable_floor",
+    "eager_reproducibility",
+    "floor_applies",
+    "forget",
     "gate",
     "graph_floor",
     "judge",
     "parity_losses",
     "planted",
+    "remember",
     "required_test",
     "rounding_eps",
     "trajectory",

@@ -22,12 +22,21 @@ loops, not chosen to make the gate look good:
   convnet small), presumably because the step first read the batch later than 200 us after
   the copy was queued.
 - missing-record-stream: the batch's memory is not kept for the compute streams, so the caching
-  allocator hands it to the next batch's copy while the step may still read it. Provocation:
-  each step's kernels start `MISSING_RECORD_STREAM_LAG_US` = 20 ms after they are queued: the
-  GPU needs more time per step than the host, as in any GPU-bound loop (transformer large takes
-  33 ms of GPU time per step on an H100), so between syncs the host runs steps ahead and a
-  freed batch is still to be read. The built-in small presets are host-bound (the GPU idles
-  between kernels); without such a lag the race has nothing to race with there.
+  allocator hands it to the next batch's copy while the step may still read it. Provocation, in
+  two parts. (1) Each step's kernels start `MISSING_RECORD_STREAM_LAG_US` = 20 ms after they are
+  queued: the GPU needs more time per step than the host, as in any GPU-bound loop (transformer
+  large takes 33 ms of GPU time per step on an H100), so between syncs the host runs steps ahead
+  and a freed batch is still to be read. The built-in small presets are host-bound (the GPU idles
+  between kernels); without such a lag the race has nothing to race with there. (2) The next
+  allocation of the batch's size on its transfer stream is written at once: when the loop has
+  dropped batch i (its step is queued), the feed allocates tensors of batch i's shapes on the
+  stream that copied it, up to `REUSE_TRIES` of them, until one lands in batch i's memory, and
+  copies batch i+1's data into it, which is what the next copy of a real loop does. With the
+  lag alone the race was caught 3 of 3 and then 2 of 3 on transformer `small` (H100,
+  2026-11-24): whether the next copy got that very block was up to the allocator's choice among
+  free blocks of one size. With `record_stream` in place the allocator keeps the block until the
+  step has read it, so the allocations land elsewhere (or after the read) and the control still
+  passes bit for bit.
 - stale-graph-input: the graph replays without copying the new batch into its static input
   buffers, so it trains on the batch it was captured with, again and again. Provocation: the
   buffers are filled once at capture (a real bug of this kind usually does that).
@@ -50,6 +59,7 @@ from trainers import core
 from trainers.config import LoopConfig
 from trainers.feed import DeviceFeed, _InFlight
 from trainers.gate.parity import GateTest
+from trainers.gate.reproducibility import fault_planted
 from trainers.step import EagerStep, GraphStep
 from trainers.streams import on
 from trainers.workloads.base import Batch
@@ -59,6 +69,7 @@ FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
 
 MISSING_WAIT_DELAY_US = 2_000.0
 MISSING_RECORD_STREAM_LAG_US = 20_000.0
+REUSE_TRIES = 16
 WRONG_OP_LR_FACTOR = 0.99
 
 _spin: Callable[[int], None] = torch.cuda._sleep
@@ -121,20 +132,71 @@ class MissingWaitFeed(DelayedCopyFeed):
 
 
 # -- (b) missing record_stream --------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Footprint:
+    """Where a handed-out tensor lived (plain numbers: the tensor itself must be free to go)."""
+
+    ptr: int
+    nbytes: int
+    shape: torch.Size
+    dtype: torch.dtype
+    stream: torch.cuda.Stream | None
+
+
 class LaggingComputeFeed(DeviceFeed):
-    """Provocation: the compute streams start each step's kernels `lag_us` late."""
+    """Provocation: the compute streams start each step's kernels `lag_us` late, and the memory
+    of the batch handed out last time, once the loop has let it go, is taken by the next
+    same-size allocation on its transfer stream and written at once (`reuse_tries` tries)."""
 
     lag_us = MISSING_RECORD_STREAM_LAG_US
+    reuse_tries = REUSE_TRIES
+    _last: tuple[_Footprint, ...] = ()
+    _handed = 0
 
     def next(self) -> Batch:
         batch = self._hand_out()
+        transfer = self._plan.transfer
+        # Batches are handed out in the order they were issued: hand-out i was copied on the
+        # transfer stream of issue i.
+        stream = transfer[self._handed % len(transfer)] if transfer else None
+        self._handed += 1
         for consumer in self._plan.compute_streams():
             with on(consumer):
                 gpu_sleep(self.lag_us, self._device)
+        self._reuse_freed(batch, stream)
         return batch
 
     def _hand_out(self) -> Batch:
         return DeviceFeed.next(self)
+
+    def _reuse_freed(self, batch: Batch, stream: torch.cuda.Stream | None) -> None:
+        """The next copy of the last batch's size, on its transfer stream, into its memory if
+        the allocator gives it out: it does at once without `record_stream`, and only after the
+        compute streams' queued work with it."""
+        freed = self._last
+        self._last = tuple(
+            _Footprint(t.data_ptr(), t.numel() * t.element_size(), t.shape, t.dtype, stream)
+            for t in batch
+        )
+        if self._device.type != "cuda":
+            return
+        for old, source in zip(freed, batch, strict=False):
+            if old.stream is None or (old.shape, old.dtype) != (source.shape, source.dtype):
+                continue
+            with on(old.stream):
+                if stream is not None and stream != old.stream:
+                    # The source was copied on another transfer stream: read it once it landed.
+                    old.stream.wait_stream(stream)
+                held = []
+                for _ in range(self.reuse_tries):
+                    # Allocated on the producer stream, from that stream's pool of free blocks.
+                    fresh = torch.empty(old.shape, dtype=old.dtype, device=self._device)
+                    start, end = fresh.data_ptr(), fresh.data_ptr() + old.nbytes
+                    if start < old.ptr + old.nbytes and old.ptr < end:
+                        # The next batch's data, written where the step may not have read yet.
+                        fresh.copy_(source, non_blocking=True)
+                        break
+                    held.append(fresh)  # keep it, so the next try gets another block
 
 
 class MissingRecordStreamFeed(LaggingComputeFeed):
@@ -227,7 +289,8 @@ FAULTS: dict[str, Fault] = {
         kind="missing-record-stream",
         description="the batch's memory is not recorded on the compute streams, so the "
         "allocator reuses it for the next copy while the step may still read it",
-        magnitude=f"each step's kernels start {MISSING_RECORD_STREAM_LAG_US / 1000:g} ms late",
+        magnitude=f"each step's kernels start {MISSING_RECORD_STREAM_LAG_US / 1000:g} ms late; "
+        "the freed batch's memory is taken by the next same-size copy at once",
         cuda_only=True,
         config=_DEFERRED,
         test=None,
@@ -280,7 +343,9 @@ def planted(kind: FaultKind, *, fault: bool = True, **magnitude: float) -> Itera
     for name, cls in substitutes.items():
         setattr(core, name, cls)
     try:
-        yield spec
+        # The reproducibility probe refuses to run meanwhile: a fault is no irreproducibility.
+        with fault_planted():
+            yield spec
     finally:
         for name, original in originals.items():
             setattr(core, name, original)

@@ -16,10 +16,17 @@ What is owed depends on what the config changes:
   noise). A config that changes arithmetic *and* loop settings is compared bit for bit with its
   eager twin (its own arithmetic settings, the reference's loop settings) as well.
 
-Every run starts from the same seed with dropout off and deterministic kernels
-(`trainers.gate.trajectories`). `gate` runs what the config needs; `check_parity` is its old name.
-Pass `reference`, `twin` and `envelope` to reuse them: each is a function of the workload,
-preset, seed, steps, precision and device only.
+Every exact test first asks whether the eager step is bit-reproducible at all on this workload,
+device and precision (`trainers.gate.reproducibility`: the reference loop run twice, cached per
+process). Where it is not, no bit-for-bit comparison can mean anything: the exact test is skipped
+(`ParityVerdict.exact_skipped` names the first step at which two identical eager runs differed,
+and by how much) and the equivalence test decides.
+
+Every run starts from the same seed with dropout off and, by default, deterministic kernels
+(`trainers.gate.trajectories.GATE_DETERMINISM`). `gate` runs what the config needs;
+`check_parity` is its old name. Pass `reference`, `twin`, `envelope` and `probe` to reuse them:
+each is a function of the workload, preset, seed, steps, precision and device only (the probe
+not even of the seed and steps).
 """
 
 from __future__ import annotations
@@ -34,7 +41,9 @@ import torch
 from trainers.config import REFERENCE, LoopConfig, field_names
 from trainers.gate.envelope import PERTURBATIONS, Envelope
 from trainers.gate.equivalence import MULTIPLE, WINDOW, Equivalence
+from trainers.gate.reproducibility import Reproducibility, check_probe, eager_reproducibility
 from trainers.gate.trajectories import (
+    GATE_DETERMINISM,
     NO_DETERMINISTIC_IMPL,
     PARITY_STEPS,
     deterministic,
@@ -94,7 +103,13 @@ class ParityVerdict:
     tolerance: 0 for an exact test alone; otherwise the equivalence bound of the decisive window.
     test: the tests that applied ("relative" for the legacy `compare(exact=False)`);
     exact_against: what the exact test compared with ("reference" or "eager twin").
-    exact_skipped: why an exact test the config needed could not apply (an irreproducible twin).
+    exact_skipped: why an exact test the config needed could not apply (an eager step or an eager
+    twin that is not bitwise reproducible here).
+    eager_reproducible, eager_first_difference, eager_max_abs_difference: the reproducibility
+    probe asked before any exact test (`trainers.gate.reproducibility`); None where no exact test
+    was owed. graph_replays_twin, graph_first_difference: for a graph owed its twin's bits, the
+    probe's one-stream graph against its eager twin (GPU only). determinism: the mode every run
+    of this verdict computed under.
     twin_max_abs_deviation, twin_first_diverging_step: the exact comparison with the eager twin.
     deviation, envelope, floor, bound, multiple, window, ratio, window_ratio, decisive_steps,
     window_deviations, window_envelopes, drift, drift_envelope, drift_bound, drift_ratio: the
@@ -131,6 +146,12 @@ class ParityVerdict:
     drift_bound: float | None = None
     drift_ratio: float | None = None
     losses: tuple[float, ...] = ()
+    eager_reproducible: bool | None = None
+    eager_first_difference: int | None = None
+    eager_max_abs_difference: float | None = None
+    graph_replays_twin: bool | None = None
+    graph_first_difference: int | None = None
+    determinism: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         values = dataclasses.asdict(self)
@@ -152,7 +173,8 @@ class ParityVerdict:
 @dataclasses.dataclass(kw_only=True, frozen=True)
 class Twin:
     """A config's eager twin, run twice: `losses` is the first run; `reproducible` says whether
-    the second gave the same losses bit for bit (`first_difference`: where it did not)."""
+    the second gave the same losses bit for bit (`first_difference`: where it did not;
+    `max_abs_difference`: by how much at most; None in a dict from before it was recorded)."""
 
     config: dict[str, Any]
     capturable: bool
@@ -160,6 +182,7 @@ class Twin:
     reproducible: bool
     first_difference: int | None
     strict: bool
+    max_abs_difference: float | None = None
 
     @classmethod
     def measure(
@@ -190,6 +213,7 @@ class Twin:
         ]
         first, second = runs[0].losses, runs[1].losses
         differ = _first_difference(second, first)
+        largest, _, _ = _per_step(second, first)
         return cls(
             config=twin_config.to_dict(),
             capturable=capturable,
@@ -197,6 +221,7 @@ class Twin:
             reproducible=differ is None and len(first) == len(second),
             first_difference=differ,
             strict=runs[0].strict and runs[1].strict,
+            max_abs_difference=largest,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -206,7 +231,7 @@ class Twin:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> Twin:
-        fields = {f.name: values[f.name] for f in dataclasses.fields(cls)}
+        fields = {f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values}
         fields["losses"] = tuple(float(x) for x in fields["losses"])
         return cls(**fields)
 
@@ -317,11 +342,15 @@ def gate(
     multiple: float = MULTIPLE,
     window: int = WINDOW,
     check_drift: bool = True,
+    probe: Reproducibility | None = None,
 ) -> ParityVerdict:
     """Run `config` and what it is compared with, and judge it.
 
     reference, envelope, twin: reuse earlier measurements (the reference's losses, its noise
     envelope, `config`'s eager twin); whatever the test needs and is not given is measured here.
+    probe: the eager step's reproducibility (`trainers.gate.reproducibility`); None takes it
+    from the process cache or measures it (two runs of the reference loop) before the first
+    exact test.
     precision: passed to every run (`run(precision=...)`), the reference's included.
     test: force a test instead of `required_test(config)`; for a change the config does not
     show (an optimizer swapped by a workload factory), "equivalence" with the unchanged
@@ -341,60 +370,32 @@ def gate(
         "device": device,
         "precision": precision,
     }
+    fields: dict[str, Any] = {"determinism": GATE_DETERMINISM}
+    reasons: list[str] = []
+    if chosen != "equivalence":
+        # Before any exact test: can two identical eager runs agree bit for bit here at all?
+        chosen = _reproducible_or_skip(
+            workload, preset, config, probe, common, fields, reasons, chosen
+        )
     if reference is None:
         reference = parity_losses(workload, preset, REFERENCE, **common)
     losses = parity_losses(workload, preset, config, **common)
     if chosen == "exact":
-        return compare(losses, reference, exact=True, tolerance=0.0)
+        return dataclasses.replace(compare(losses, reference, exact=True, tolerance=0.0), **fields)
 
     max_abs, max_rel, first = _per_step(losses, reference)
-    fields: dict[str, Any] = {
-        "steps": len(reference),
-        "max_abs_deviation": max_abs,
-        "max_rel_deviation": max_rel,
-        "first_diverging_step": first,
-    }
-    reasons: list[str] = []
+    fields.update(
+        steps=len(reference),
+        max_abs_deviation=max_abs,
+        max_rel_deviation=max_rel,
+        first_diverging_step=first,
+    )
     exact_ok = True
     if chosen == "exact+equivalence":
         if twin is None:
             twin = Twin.measure(workload, config, preset=preset, **common)
         _check_twin(twin, config)
-        if twin.reproducible:
-            twin_abs, _, twin_first = _per_step(losses, twin.losses)
-            exact_ok = twin_first is None
-            fields.update(
-                exact_against="eager twin",
-                twin_max_abs_deviation=twin_abs,
-                twin_first_diverging_step=twin_first,
-            )
-            subject = "graph" if config.cuda_graph else "config"
-            if exact_ok:
-                reasons.append(f"{subject} replays its eager twin bit for bit")
-            else:
-                # Not always our bug: a kernel may compute other bits when captured or on another
-                # stream. On an H100 (torch 2.11) BERT's eager graph left its twin by ~1e-6 with
-                # SDPA's memory-efficient attention and replayed it bit for bit with the math
-                # backend; with a second stream or prefetch it left it from an eager warm-up step
-                # whatever the backend, cause not found (benchmarks/diagnose_graph_parity.py
-                # --sdpa math; docs/benchmarks/README.md, 2026-11-24).
-                cause = (
-                    "a capture or stream bug, or a kernel whose bits change when captured or on "
-                    "another stream"
-                    if config.cuda_graph
-                    else "a stream bug"
-                )
-                reasons.append(
-                    f"{subject} does not replay its eager twin bit for bit: first differs at "
-                    f"step {twin_first} (max |diff| {twin_abs:.2g}), {cause}"
-                )
-        else:
-            chosen = "equivalence"
-            fields["exact_skipped"] = (
-                f"eager twin is not bitwise reproducible (its two runs differ from step "
-                f"{twin.first_difference}), so the exact test cannot apply"
-            )
-            reasons.append(fields["exact_skipped"])
+        exact_ok, chosen = _against_twin(config, losses, twin, fields, reasons)
 
     if envelope is None:
         envelope = Envelope.measure(
@@ -412,6 +413,89 @@ def gate(
         **fields,
         **_equivalence_fields(eq),
     )
+
+
+def _reproducible_or_skip(
+    workload: str | WorkloadFactory,
+    preset: str,
+    config: LoopConfig,
+    probe: Reproducibility | None,
+    common: Mapping[str, Any],
+    fields: dict[str, Any],
+    reasons: list[str],
+    chosen: GateTest,
+) -> GateTest:
+    """The test left once the reproducibility probe has answered: `chosen` where the eager step
+    is bitwise reproducible (and, for a graph owed its twin's bits, where the one-stream graph
+    replays its twin), else "equivalence" with the skip recorded in `fields`/`reasons`."""
+    if probe is None:
+        probe = eager_reproducibility(workload, preset, **common)
+    else:
+        check_probe(probe, workload, preset, device=common["device"], precision=common["precision"])
+    fields.update(
+        eager_reproducible=probe.reproducible,
+        eager_first_difference=probe.first_difference,
+        eager_max_abs_difference=probe.max_abs_difference,
+    )
+    graph_owed_twin = chosen == "exact+equivalence" and config.cuda_graph
+    if graph_owed_twin and probe.graph_replays_twin is not None:
+        fields.update(
+            graph_replays_twin=probe.graph_replays_twin,
+            graph_first_difference=probe.graph_first_difference,
+        )
+    if probe.reproducible and not (graph_owed_twin and probe.graph_replays_twin is False):
+        return chosen
+    skipped = probe.skipped_reason() if not probe.reproducible else probe.capture_skipped_reason()
+    fields["exact_skipped"] = skipped
+    reasons.append(skipped)
+    return "equivalence"
+
+
+def _against_twin(
+    config: LoopConfig,
+    losses: Sequence[float],
+    twin: Twin,
+    fields: dict[str, Any],
+    reasons: list[str],
+) -> tuple[bool, GateTest]:
+    """The exact comparison with the eager twin: (passed, the test that applied), the figures
+    and reason recorded in `fields`/`reasons`. A twin that differs from itself cannot be
+    matched bit for bit: the test falls back to equivalence alone."""
+    if not twin.reproducible:
+        size = (
+            "" if twin.max_abs_difference is None else f", max |diff| {twin.max_abs_difference:.2g}"
+        )
+        fields["exact_skipped"] = (
+            f"eager twin is not bitwise reproducible (its two runs differ from step "
+            f"{twin.first_difference}{size}), so the exact test cannot apply"
+        )
+        reasons.append(fields["exact_skipped"])
+        return True, "equivalence"
+    twin_abs, _, twin_first = _per_step(losses, twin.losses)
+    fields.update(
+        exact_against="eager twin",
+        twin_max_abs_deviation=twin_abs,
+        twin_first_diverging_step=twin_first,
+    )
+    subject = "graph" if config.cuda_graph else "config"
+    if twin_first is None:
+        reasons.append(f"{subject} replays its eager twin bit for bit")
+        return True, "exact+equivalence"
+    # Not always our bug: a kernel may compute other bits when captured or on another stream. On
+    # an H100 (torch 2.11) BERT's eager graph left its twin by ~1e-6 with SDPA's memory-efficient
+    # attention and replayed it bit for bit with the math backend; with a second stream or
+    # prefetch it left it from an eager warm-up step whatever the backend, cause not found
+    # (benchmarks/diagnose_graph_parity.py --sdpa math; docs/benchmarks/README.md, 2026-11-24).
+    cause = (
+        "a capture or stream bug, or a kernel whose bits change when captured or on another stream"
+        if config.cuda_graph
+        else "a stream bug"
+    )
+    reasons.append(
+        f"{subject} does not replay its eager twin bit for bit: first differs at step "
+        f"{twin_first} (max |diff| {twin_abs:.2g}), {cause}"
+    )
+    return False, "exact+equivalence"
 
 
 def _equivalence_fields(eq: Equivalence) -> dict[str, Any]:
@@ -465,6 +549,7 @@ def check_parity(
     envelope: Envelope | None = None,
     twin: Twin | None = None,
     precision: Precision | None = None,
+    probe: Reproducibility | None = None,
 ) -> ParityVerdict:
     """The gate (`gate`) under its old name and signature, with the new optional inputs."""
     return gate(
@@ -478,4 +563,5 @@ def check_parity(
         envelope=envelope,
         twin=twin,
         precision=precision,
+        probe=probe,
     )

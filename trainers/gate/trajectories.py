@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import os
 from collections.abc import Iterator
+from typing import Literal, get_args
 
 import torch
 from torch import nn
@@ -23,6 +24,18 @@ from trainers.workloads.base import Workload
 
 PARITY_STEPS = 20
 NO_DETERMINISTIC_IMPL = "does not have a deterministic implementation"
+
+Determinism = Literal["strict", "off"]
+DETERMINISMS: tuple[str, ...] = get_args(Determinism)
+GATE_DETERMINISM: Determinism = "strict"
+"""How every gate run computes: "strict" under `torch.use_deterministic_algorithms(True)`
+(cuDNN deterministic, no benchmark; warn-only for a workload with an op that has no deterministic
+implementation), "off" under the process's own settings. Strict makes more steps bit-reproducible
+(memory-efficient attention's backward, scatter-adds) at a cost per step; where the eager step is
+still not reproducible, the exact tests give way to the equivalence test
+(`trainers.gate.reproducibility`). `benchmarks/gate_power.py --probe-determinism strict,off`
+measures both, and their cost in ms/step, per workload and precision; the choice stays strict
+until a GPU run shows "off" reproducible where strict is not cheaper (README, "Correctness")."""
 
 
 @contextlib.contextmanager
@@ -99,6 +112,7 @@ def trajectory(
     capturable: bool | None = None,
     precision: Precision | None = None,
     perturbation: Perturbation | None = None,
+    determinism: Determinism | None = None,
 ) -> Trajectory:
     """Train `config` for `steps` steps from `seed` with dropout off and deterministic kernels.
 
@@ -107,17 +121,21 @@ def trajectory(
     `capturable` None builds the optimizer the way the config needs (capturable exactly when it
     is a graph). `precision` goes to `run()`. A workload with an op that has no deterministic
     implementation runs in warn-only mode instead (`strict` False); its kernels may then differ
-    from run to run.
+    from run to run. `determinism` None: `GATE_DETERMINISM`; "off" runs under the process's own
+    settings (`strict` False).
     """
+    mode = GATE_DETERMINISM if determinism is None else determinism
+    if mode not in DETERMINISMS:
+        raise ValueError(f"determinism={mode!r} is invalid: allowed {', '.join(DETERMINISMS)}")
     factory = resolve_factory(workload) if isinstance(workload, str) else workload
     warmup = min_warmup(config)
-    for strict in (True, False):
+    for strict in (True, False) if mode == "strict" else (None,):
         built = factory(preset, seed=seed)
         disable_dropout(built.model)
         if perturbation is not None:
             perturbation.apply(built.model)
         try:
-            with deterministic(strict=strict):
+            with contextlib.nullcontext() if strict is None else deterministic(strict=strict):
                 result = run(
                     built,
                     config,
@@ -132,7 +150,7 @@ def trajectory(
             if strict and NO_DETERMINISTIC_IMPL in str(exc):
                 continue
             raise
-        return Trajectory(losses=result.losses, strict=strict, workload=built)
+        return Trajectory(losses=result.losses, strict=bool(strict), workload=built)
     raise AssertionError("unreachable: the warn-only pass returns or raises")
 
 
@@ -147,6 +165,7 @@ def parity_losses(
     capturable: bool | None = None,
     precision: Precision | None = None,
     perturbation: Perturbation | None = None,
+    determinism: Determinism | None = None,
 ) -> list[float]:
     """The loss trajectory of `config` from `seed`, dropout off, deterministic kernels (see
     `trajectory`)."""
@@ -160,4 +179,5 @@ def parity_losses(
         capturable=capturable,
         precision=precision,
         perturbation=perturbation,
+        determinism=determinism,
     ).losses

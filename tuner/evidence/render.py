@@ -124,7 +124,8 @@ def recommendation(console: Console, rec: Recommendation) -> None:
         table.add_row("throughput", _interval(rec.throughput.to_dict(), " samples/s"))
     for name, speedup in rec.speedup.items():
         table.add_row(f"vs {name}", _interval(speedup.to_dict(), "x"))
-    if rec.floor is not None and rec.step_ms is not None:
+    # A floor slower than the step (a record from before issue 28) is no floor: not shown.
+    if rec.floor is not None and rec.step_ms is not None and rec.floor.step_ms <= rec.step_ms:
         table.add_row(
             "graph floor",
             f"{rec.floor.step_ms:.3f} ms/step; the recommended "

@@ -236,7 +236,8 @@ def _recommendation(
         for name, entry in (rec.get("speedup") or {}).items():
             rows.append((f"vs {name}", _e(_interval(entry, "x", 2))))
         floor = rec.get("floor")
-        if floor:
+        # A floor slower than the step (a record from before issue 28) is no floor: not shown.
+        if floor and floor["ratio"] <= 1.0:
             rows.append(
                 (
                     "CUDA-graph floor",

@@ -25,6 +25,7 @@ import torch
 
 import trainers
 from trainers import LoopConfig, RunResult, Window, Workload
+from trainers.gate import floor_applies
 from trainers.program import PREFIX as PROGRAM_PREFIX
 from trainers.program import Program, find_program, run_program
 
@@ -256,14 +257,19 @@ class Measurer:
             reason=f"{kind}: {type(exc).__name__}: {exc}".strip()[:2000], kind=kind, seconds=seconds
         )
 
-    def floor_ms(self) -> float | None:
-        """The CUDA-graph floor of this workload (None on a CPU or if it cannot be captured)."""
+    def floor_ms(self, config: LoopConfig | None = None) -> float | None:
+        """The CUDA-graph floor of this workload in the study's precision (None on a CPU, if it
+        cannot be captured, or where it does not bound `config`'s step: a compiled step)."""
         if self.device.type != "cuda" or self.program is not None:
+            return None
+        if config is not None and floor_applies(config) is not None:
             return None
         workload = self.workload
         workload.model.load_state_dict(self._initial)
         try:
-            return trainers.graph_floor(workload, device=self.device).step_ms
+            return trainers.graph_floor(
+                workload, device=self.device, precision=self.precision
+            ).step_ms
         except trainers.TrainerError:
             return None
 
