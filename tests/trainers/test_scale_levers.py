@@ -156,3 +156,60 @@ def test_each_block_compiled_on_its_own_trains_the_same_model() -> None:
     # Inductor fuses other kernels than eager runs: close, not equal.
     assert result.losses == pytest.approx(eager, rel=1e-3)
     assert all(getattr(b, "_compiled_call_impl", None) is None for b in blocks)
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.b(torch.tanh(self.a(x)))
+
+
+class _FitsOnlyCheckpointed(torch.nn.Module):
+    """A model 'too large' for its device unless its blocks are checkpointed: its forward raises
+    the error CUDA raises (a CPU build has the class too) while training un-checkpointed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(_Block() for _ in range(3))
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        wrapped = all("forward" in vars(block) for block in self.blocks)
+        if torch.is_grad_enabled() and not wrapped:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def _too_large(preset: str, *, seed: int) -> trainers.Workload:
+    from trainers.workloads import SyntheticBatches, adam
+    from trainers.workloads.mlp import classification_loss
+
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(4, 6, 8, generator=generator)
+    return trainers.Workload(
+        name="too_large",
+        preset=preset,
+        model=_FitsOnlyCheckpointed(),
+        dataset=SyntheticBatches((x, torch.randint(0, 3, (4, 6), generator=generator))),
+        loss_fn=classification_loss,
+        samples_per_batch=6,
+        make_optimizer=adam(1e-2),
+    )
+
+
+def test_a_gate_reference_that_does_not_fit_runs_checkpointed_with_the_same_losses() -> None:
+    from trainers.gate import trajectory
+
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        trainers.run(_too_large("x", seed=0), LoopConfig(), steps=2, warmup=0, windows=1)
+    reference = trajectory(_too_large, "x", trainers.REFERENCE, steps=6, device="cpu").losses
+    checkpointed = LoopConfig(activation_checkpointing="blocks")
+    assert reference == trajectory(_too_large, "x", checkpointed, steps=6, device="cpu").losses
+    assert len(reference) == 6

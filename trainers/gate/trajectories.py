@@ -10,14 +10,16 @@ import contextlib
 import dataclasses
 import os
 from collections.abc import Iterator
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import torch
 from torch import nn
 
+from trainers.blocks import has_blocks
 from trainers.config import LoopConfig
 from trainers.core import min_warmup
 from trainers.loop import run
+from trainers.measure import RunResult
 from trainers.precision import Precision
 from trainers.workloads import WorkloadFactory, disable_dropout, resolve_factory
 from trainers.workloads.base import Workload
@@ -136,12 +138,11 @@ def trajectory(
             perturbation.apply(built.model)
         try:
             with contextlib.nullcontext() if strict is None else deterministic(strict=strict):
-                result = run(
+                result = _run_fitting(
                     built,
                     config,
                     steps=max(1, steps - warmup),
                     warmup=warmup,
-                    windows=1,
                     device=device,
                     precision=precision,
                     capturable=capturable,
@@ -152,6 +153,42 @@ def trajectory(
             raise
         return Trajectory(losses=result.losses, strict=bool(strict), workload=built)
     raise AssertionError("unreachable: the warn-only pass returns or raises")
+
+
+def _run_fitting(
+    built: Workload,
+    config: LoopConfig,
+    *,
+    steps: int,
+    warmup: int,
+    device: str | torch.device,
+    precision: Precision | None,
+    capturable: bool | None,
+) -> RunResult:
+    """`run()` of a gate trajectory; an eager config whose step does not fit in memory (the
+    reference of a large model: the plain step is what users cannot run) runs again with every
+    block checkpointed. Eager recomputation runs the same kernels on the same inputs, so the
+    losses are the plain step's, bit for bit (tests/trainers/test_scale_gpu.py on an H100,
+    tests/trainers/test_scale_levers.py on a CPU), in the memory of one block's activations."""
+    common: dict[str, Any] = {
+        "steps": steps,
+        "warmup": warmup,
+        "windows": 1,
+        "device": device,
+        "precision": precision,
+        "capturable": capturable,
+    }
+    try:
+        return run(built, config, **common)
+    except torch.cuda.OutOfMemoryError:
+        fits = config.compile == "none" and config.activation_checkpointing == "none"
+        if not fits or not has_blocks(built):
+            raise
+    # Outside the except block: the failed run's tensors (its traceback) are released first.
+    for param in built.model.parameters():
+        param.grad = None
+    torch.cuda.empty_cache()
+    return run(built, config.replace(activation_checkpointing="blocks"), **common)
 
 
 def parity_losses(

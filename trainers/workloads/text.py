@@ -45,9 +45,10 @@ PRESETS: Mapping[str, Mapping[str, Value]] = {
 
 # Llama-style decoders at the scale users train on one H100 (built from config, no download):
 # GQA (4 query heads per key/value head), SwiGLU of 4 x hidden, a 32000-token vocabulary and
-# 2048-token sequences. Each at two batches: one whose plain bf16 step fits in 80 GB and one,
-# twice to four times larger, whose plain step does not (GPU-FACTS: the 1.1B model's plain
-# compiled step took 64.6 GB at 16 x 2048 and ran out of memory at 32 x 2048).
+# 2048-token sequences. Each at two batches: one whose plain (eager) bf16 step fits in 80 GB, and
+# the next one up, whose plain step does not, as users meet when they scale up (on an H100 the
+# 1.1B model's eager step ran out of memory at 16 x 2048 tokens, where its compiled step took
+# 66 GB: docs/benchmarks/scale-probe-h100-2026-11-25.md).
 _LLAMA_350M: Mapping[str, Value] = {
     "arch": "llama",
     "hidden": 1024,
@@ -71,9 +72,9 @@ _LLAMA_1B: Mapping[str, Value] = {
 CAUSAL_PRESETS: Mapping[str, Mapping[str, Value]] = {
     **PRESETS,
     "llama-350m": {**_LLAMA_350M, "batch": 16},
-    "llama-350m-large": {**_LLAMA_350M, "batch": 64},
-    "llama-1b": {**_LLAMA_1B, "batch": 16},
-    "llama-1b-large": {**_LLAMA_1B, "batch": 32},
+    "llama-350m-large": {**_LLAMA_350M, "batch": 32},
+    "llama-1b": {**_LLAMA_1B, "batch": 8},
+    "llama-1b-large": {**_LLAMA_1B, "batch": 16},
 }
 
 SHAPE_OPTIONS = (
