@@ -36,7 +36,17 @@ from trainers.gate import (
 )
 from trainers.loop import WindowCallback, run
 from trainers.measure import RunResult, Window, fingerprint, fingerprint_key
-from trainers.precision import PRECISIONS, Precision
+from trainers.precision import (
+    MATMUL_PRECISION,
+    MATMUL_PRECISIONS,
+    PRECISIONS,
+    MatmulPrecision,
+    Precision,
+    check_matmul_precision,
+    check_precisions,
+    matmul_precision_for,
+    set_matmul_precision,
+)
 from trainers.settings import config_from_env, load_config
 from trainers.workloads import (
     BUILTIN,
@@ -52,6 +62,8 @@ __all__ = [
     "BUILTIN",
     "COMPILE_MODES",
     "GRAPH_RTOL",
+    "MATMUL_PRECISION",
+    "MATMUL_PRECISIONS",
     "OPTIMIZERS",
     "PRECISIONS",
     "PRESETS",
@@ -63,6 +75,7 @@ __all__ = [
     "FitResult",
     "Floor",
     "LoopConfig",
+    "MatmulPrecision",
     "ParityVerdict",
     "Precision",
     "RunResult",
@@ -75,7 +88,9 @@ __all__ = [
     "Workload",
     "WorkloadError",
     "catalog",
+    "check_matmul_precision",
     "check_parity",
+    "check_precisions",
     "compile_cache_dir",
     "config_from_env",
     "field_names",
@@ -86,12 +101,14 @@ __all__ = [
     "invalid_reason",
     "load_config",
     "load_workload",
+    "matmul_precision_for",
     "min_warmup",
     "parity_losses",
     "required_test",
     "resolve_device",
     "resolve_factory",
     "run",
+    "set_matmul_precision",
     "workload_from_parts",
     "workload_key",
 ]
