@@ -350,41 +350,7 @@ def gate(
         if twin is None:
             twin = Twin.measure(workload, config, preset=preset, **common)
         _check_twin(twin, config)
-        if twin.reproducible:
-            twin_abs, _, twin_first = _per_step(losses, twin.losses)
-            exact_ok = twin_first is None
-            fields.update(
-                exact_against="eager twin",
-                twin_max_abs_deviation=twin_abs,
-                twin_first_diverging_step=twin_first,
-            )
-            subject = "graph" if config.cuda_graph else "config"
-            if exact_ok:
-                reasons.append(f"{subject} replays its eager twin bit for bit")
-            else:
-                # Not always our bug: a kernel may compute other bits when captured or on another
-                # stream. On an H100 (torch 2.11) BERT's eager graph left its twin by ~1e-6 with
-                # SDPA's memory-efficient attention and replayed it bit for bit with the math
-                # backend; with a second stream or prefetch it left it from an eager warm-up step
-                # whatever the backend, cause not found (benchmarks/diagnose_graph_parity.py
-                # --sdpa math; docs/benchmarks/README.md, 2026-11-24).
-                cause = (
-                    "a capture or stream bug, or a kernel whose bits change when captured or on "
-                    "another stream"
-                    if config.cuda_graph
-                    else "a stream bug"
-                )
-                reasons.append(
-                    f"{subject} does not replay its eager twin bit for bit: first differs at "
-                    f"step {twin_first} (max |diff| {twin_abs:.2g}), {cause}"
-                )
-        else:
-            chosen = "equivalence"
-            fields["exact_skipped"] = (
-                f"eager twin is not bitwise reproducible (its two runs differ from step "
-                f"{twin.first_difference}), so the exact test cannot apply"
-            )
-            reasons.append(fields["exact_skipped"])
+        chosen, exact_ok = _against_twin(config, losses, twin, fields, reasons)
 
     if envelope is None:
         envelope = Envelope.measure(
@@ -402,6 +368,53 @@ def gate(
         **fields,
         **_equivalence_fields(eq),
     )
+
+
+def _against_twin(
+    config: LoopConfig,
+    losses: Sequence[float],
+    twin: Twin,
+    fields: dict[str, Any],
+    reasons: list[str],
+) -> tuple[GateTest, bool]:
+    """The exact half of "exact+equivalence": `losses` against the eager twin's, bit for bit,
+    where the twin is reproducible; otherwise the test falls back to "equivalence". Adds what it
+    found to `fields` and `reasons`; returns the test taken and whether the exact half passed."""
+    if not twin.reproducible:
+        fields["exact_skipped"] = (
+            f"eager twin is not bitwise reproducible (its two runs differ from step "
+            f"{twin.first_difference}), so the exact test cannot apply"
+        )
+        reasons.append(fields["exact_skipped"])
+        return "equivalence", True
+    twin_abs, _, twin_first = _per_step(losses, twin.losses)
+    exact_ok = twin_first is None
+    fields.update(
+        exact_against="eager twin",
+        twin_max_abs_deviation=twin_abs,
+        twin_first_diverging_step=twin_first,
+    )
+    subject = "graph" if config.cuda_graph else "config"
+    if exact_ok:
+        reasons.append(f"{subject} replays its eager twin bit for bit")
+    else:
+        # Not always our bug: a kernel may compute other bits when captured or on another
+        # stream. On an H100 (torch 2.11) BERT's eager graph left its twin by ~1e-6 with
+        # SDPA's memory-efficient attention and replayed it bit for bit with the math
+        # backend; with a second stream or prefetch it left it from an eager warm-up step
+        # whatever the backend, cause not found (benchmarks/diagnose_graph_parity.py
+        # --sdpa math; docs/benchmarks/README.md, 2026-11-24).
+        cause = (
+            "a capture or stream bug, or a kernel whose bits change when captured or on "
+            "another stream"
+            if config.cuda_graph
+            else "a stream bug"
+        )
+        reasons.append(
+            f"{subject} does not replay its eager twin bit for bit: first differs at "
+            f"step {twin_first} (max |diff| {twin_abs:.2g}), {cause}"
+        )
+    return "exact+equivalence", exact_ok
 
 
 def _equivalence_fields(eq: Equivalence) -> dict[str, Any]:
