@@ -46,8 +46,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from trainers import (
+    PRECISIONS,
     ConfigError,
     LoopConfig,
+    Precision,
     TrainerError,
     UnsupportedOnDevice,
     fingerprint,
@@ -72,9 +74,7 @@ from trainers.gate import (
     required_test,
     twin_of,
 )
-from trainers.precision import PRECISIONS, Precision
-from trainers.workloads import WorkloadFactory
-from trainers.workloads.adapters import lookup
+from trainers.workloads import WorkloadFactory, lookup
 
 CUDA_MODELS = (
     "transformer@small,convnet@small,mlp@small,torchvision:resnet18,hf:causal-lm,"

@@ -7,6 +7,10 @@ import trainers
 import tuner
 
 TRAINERS = {
+    "CACHE_DIR_VARIABLE",
+    "ENV_PREFIX",
+    "prepare_optimizer",
+    "warmup_cosine",
     "BUILTIN",
     "COMPILE_MODES",
     "CaptureError",

@@ -3,7 +3,7 @@
 Knows nothing of Optuna or HTTP; `tuner` and `api` build on it.
 """
 
-from trainers.compilation import compile_cache_dir
+from trainers.compilation import CACHE_DIR_VARIABLE, compile_cache_dir
 from trainers.config import (
     COMPILE_MODES,
     OPTIMIZERS,
@@ -21,7 +21,7 @@ from trainers.errors import (
     UnsupportedOnDevice,
     WorkloadError,
 )
-from trainers.fit import FitResult, Trainer, workload_from_parts
+from trainers.fit import FitResult, Trainer, warmup_cosine, workload_from_parts
 from trainers.gate import (
     GRAPH_RTOL,
     Envelope,
@@ -36,6 +36,7 @@ from trainers.gate import (
 )
 from trainers.loop import WindowCallback, run
 from trainers.measure import RunResult, Window, fingerprint, fingerprint_key
+from trainers.optim import prepare_optimizer
 from trainers.precision import (
     MATMUL_PRECISION,
     MATMUL_PRECISIONS,
@@ -47,7 +48,7 @@ from trainers.precision import (
     matmul_precision_for,
     set_matmul_precision,
 )
-from trainers.settings import config_from_env, load_config
+from trainers.settings import ENV_PREFIX, config_from_env, load_config
 from trainers.workloads import (
     BUILTIN,
     PRESETS,
@@ -60,7 +61,9 @@ from trainers.workloads import (
 
 __all__ = [
     "BUILTIN",
+    "CACHE_DIR_VARIABLE",
     "COMPILE_MODES",
+    "ENV_PREFIX",
     "GRAPH_RTOL",
     "MATMUL_PRECISION",
     "MATMUL_PRECISIONS",
@@ -104,11 +107,13 @@ __all__ = [
     "matmul_precision_for",
     "min_warmup",
     "parity_losses",
+    "prepare_optimizer",
     "required_test",
     "resolve_device",
     "resolve_factory",
     "run",
     "set_matmul_precision",
+    "warmup_cosine",
     "workload_from_parts",
     "workload_key",
 ]
