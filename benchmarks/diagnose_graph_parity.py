@@ -41,7 +41,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from trainers import REFERENCE, LoopConfig, fingerprint, resolve_device, resolve_factory
+from trainers import (
+    MATMUL_PRECISION,
+    PRECISIONS,
+    REFERENCE,
+    LoopConfig,
+    Precision,
+    fingerprint,
+    resolve_device,
+    resolve_factory,
+)
 from trainers.gate import (
     MULTIPLE,
     PERTURBATIONS,
@@ -53,7 +62,6 @@ from trainers.gate import (
     rounding_eps,
     trajectory,
 )
-from trainers.precision import MATMUL_PRECISION, PRECISIONS, Precision
 from trainers.workloads import disable_dropout
 
 State = dict[str, torch.Tensor]

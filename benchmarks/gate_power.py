@@ -61,9 +61,11 @@ import torch
 from benchmarks.gate_power_report import markdown, write
 from benchmarks.run_meta import run_meta
 from trainers import (
+    PRECISIONS,
     REFERENCE,
     ConfigError,
     LoopConfig,
+    Precision,
     TrainerError,
     UnsupportedOnDevice,
     fingerprint,
@@ -96,9 +98,7 @@ from trainers.gate import (
 from trainers.gate.reproducibility import measure as measure_reproducibility
 from trainers.gate.trajectories import deterministic
 from trainers.loop import min_warmup
-from trainers.precision import PRECISIONS, Precision
-from trainers.workloads import WorkloadFactory, disable_dropout
-from trainers.workloads.adapters import lookup
+from trainers.workloads import WorkloadFactory, disable_dropout, lookup
 
 CUDA_MODELS = (
     "transformer@small,convnet@small,mlp@small,torchvision:resnet18,hf:causal-lm,"

@@ -44,9 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import trainers
 from benchmarks import peers
 from benchmarks.run_meta import run_meta
-from trainers import LoopConfig
+from trainers import MATMUL_PRECISION, LoopConfig
 from trainers.gate import Envelope, rounding_eps
-from trainers.precision import MATMUL_PRECISION
 from trainers.program import Program, ProgramFailed, load_registry, run_program
 from tuner.search.stats import bootstrap_ci, ratio_ci
 

@@ -52,9 +52,7 @@ from optuna.trial import TrialState
 
 import trainers
 from benchmarks.run_meta import run_meta
-from trainers import LoopConfig, Workload
-from trainers.optim import prepare_optimizer
-from trainers.precision import matmul_precision_for
+from trainers import LoopConfig, Workload, matmul_precision_for, prepare_optimizer
 from tuner.search.measure import Failure, Measurer, Protocol
 from tuner.search.options import BASELINES, RunOptions
 from tuner.search.search import run_study

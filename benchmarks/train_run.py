@@ -41,9 +41,8 @@ import torch
 
 import trainers
 from benchmarks.run_meta import run_meta
-from trainers.fit import warmup_cosine
+from trainers import matmul_precision_for, warmup_cosine
 from trainers.gate import Perturbation, judge, rounding_eps
-from trainers.precision import matmul_precision_for
 
 READ_EVERY = 10
 CLIP = 1.0

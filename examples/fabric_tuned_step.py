@@ -24,7 +24,7 @@ from lightning_fabric import Fabric
 from lightning_fabric.loggers import CSVLogger
 
 import trainers
-from trainers.fit import warmup_cosine
+from trainers import warmup_cosine
 
 
 def train(

@@ -34,8 +34,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from trainers import Workload, WorkloadError
-from trainers.workloads import WorkloadFactory, adamw
-from trainers.workloads.base import check_preset
+from trainers.workloads import WorkloadFactory, adamw, check_preset
 
 Batch = tuple[torch.Tensor, ...]
 IMAGE_DIR, TEXT_FILE = "STREAMTUNE_IMAGE_DIR", "STREAMTUNE_TEXT_FILE"

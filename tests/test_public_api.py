@@ -3,10 +3,18 @@ is changed with it (httpx pins its `__all__` the same way)."""
 
 from __future__ import annotations
 
+import importlib
+
+import pytest
+
 import trainers
 import tuner
 
 TRAINERS = {
+    "CACHE_DIR_VARIABLE",
+    "ENV_PREFIX",
+    "prepare_optimizer",
+    "warmup_cosine",
     "BUILTIN",
     "COMPILE_MODES",
     "CaptureError",
@@ -16,6 +24,9 @@ TRAINERS = {
     "Floor",
     "GRAPH_RTOL",
     "LoopConfig",
+    "MATMUL_PRECISION",
+    "MATMUL_PRECISIONS",
+    "MatmulPrecision",
     "OPTIMIZERS",
     "PRECISIONS",
     "PRESETS",
@@ -33,7 +44,9 @@ TRAINERS = {
     "Workload",
     "WorkloadError",
     "catalog",
+    "check_matmul_precision",
     "check_parity",
+    "check_precisions",
     "compile_cache_dir",
     "config_from_env",
     "field_names",
@@ -45,12 +58,77 @@ TRAINERS = {
     "workload_from_parts",
     "invalid_reason",
     "load_workload",
+    "matmul_precision_for",
     "min_warmup",
     "parity_losses",
     "required_test",
     "resolve_device",
     "resolve_factory",
     "run",
+    "set_matmul_precision",
+    "workload_key",
+}
+GATE = {
+    "Envelope",
+    "Equivalence",
+    "FAULTS",
+    "FAULT_KINDS",
+    "FLOOR_ULPS",
+    "FaultKind",
+    "Floor",
+    "GRAPH_RTOL",
+    "GateTest",
+    "MULTIPLE",
+    "PARITY_STEPS",
+    "PERTURBATIONS",
+    "ParityVerdict",
+    "Perturbation",
+    "Trajectory",
+    "Twin",
+    "WINDOW",
+    "check_parity",
+    "gate",
+    "graph_floor",
+    "judge",
+    "parity_losses",
+    "planted",
+    "required_test",
+    "rounding_eps",
+    "trajectory",
+    "twin_of",
+}
+PROGRAM = {
+    "PREFIX",
+    "PROTOCOL",
+    "Program",
+    "ProgramFailed",
+    "REGISTRY_VARIABLE",
+    "ReportReader",
+    "Reporter",
+    "find_program",
+    "load_registry",
+    "program_env",
+    "program_parity",
+    "run_program",
+}
+WORKLOADS = {
+    "BUILTIN",
+    "Batch",
+    "BoundFactory",
+    "Family",
+    "OptionSpec",
+    "PRESETS",
+    "SyntheticBatches",
+    "Workload",
+    "WorkloadFactory",
+    "adam",
+    "adamw",
+    "catalog",
+    "check_preset",
+    "disable_dropout",
+    "load_workload",
+    "lookup",
+    "resolve_factory",
     "workload_key",
 }
 TUNER = {
@@ -95,3 +173,14 @@ def test_tuner_exports_exactly_its_public_names() -> None:
     assert set(tuner.__all__) == TUNER
     assert all(hasattr(tuner, name) for name in tuner.__all__)
     assert len(tuner.__all__) == len(set(tuner.__all__))
+
+
+@pytest.mark.parametrize(
+    ("front", "names"),
+    [("trainers.gate", GATE), ("trainers.program", PROGRAM), ("trainers.workloads", WORKLOADS)],
+)
+def test_each_trainers_front_exports_exactly_its_public_names(front: str, names: set[str]) -> None:
+    # By module name: the attribute `trainers.gate` is the function `gate` the front re-exports.
+    package = importlib.import_module(front)
+    assert set(package.__all__) == names
+    assert all(hasattr(package, name) for name in package.__all__)

@@ -3,7 +3,7 @@
 Knows nothing of Optuna or HTTP; `tuner` and `api` build on it.
 """
 
-from trainers.compilation import compile_cache_dir
+from trainers.compilation import CACHE_DIR_VARIABLE, compile_cache_dir
 from trainers.config import (
     COMPILE_MODES,
     OPTIMIZERS,
@@ -23,7 +23,7 @@ from trainers.errors import (
     UnsupportedOnDevice,
     WorkloadError,
 )
-from trainers.fit import FitResult, Trainer, workload_from_parts
+from trainers.fit import FitResult, Trainer, warmup_cosine, workload_from_parts
 from trainers.gate import (
     GRAPH_RTOL,
     Envelope,
@@ -38,8 +38,19 @@ from trainers.gate import (
 )
 from trainers.loop import WindowCallback, run
 from trainers.measure import RunResult, Window, fingerprint, fingerprint_key
-from trainers.precision import PRECISIONS, Precision
-from trainers.settings import config_from_env, load_config
+from trainers.optim import prepare_optimizer
+from trainers.precision import (
+    MATMUL_PRECISION,
+    MATMUL_PRECISIONS,
+    PRECISIONS,
+    MatmulPrecision,
+    Precision,
+    check_matmul_precision,
+    check_precisions,
+    matmul_precision_for,
+    set_matmul_precision,
+)
+from trainers.settings import ENV_PREFIX, config_from_env, load_config
 from trainers.workloads import (
     BUILTIN,
     PRESETS,
@@ -52,8 +63,12 @@ from trainers.workloads import (
 
 __all__ = [
     "BUILTIN",
+    "CACHE_DIR_VARIABLE",
     "COMPILE_MODES",
+    "ENV_PREFIX",
     "GRAPH_RTOL",
+    "MATMUL_PRECISION",
+    "MATMUL_PRECISIONS",
     "OPTIMIZERS",
     "PRECISIONS",
     "PRESETS",
@@ -65,6 +80,7 @@ __all__ = [
     "FitResult",
     "Floor",
     "LoopConfig",
+    "MatmulPrecision",
     "ParityVerdict",
     "Precision",
     "RunResult",
@@ -78,7 +94,9 @@ __all__ = [
     "WorkloadError",
     "canonical",
     "catalog",
+    "check_matmul_precision",
     "check_parity",
+    "check_precisions",
     "check_setting",
     "compile_cache_dir",
     "config_from_env",
@@ -90,13 +108,17 @@ __all__ = [
     "invalid_reason",
     "load_config",
     "load_workload",
+    "matmul_precision_for",
     "min_warmup",
     "parity_losses",
+    "prepare_optimizer",
     "required_test",
     "resolve_device",
     "resolve_factory",
     "run",
+    "set_matmul_precision",
     "split_batch",
+    "warmup_cosine",
     "workload_from_parts",
     "workload_key",
 ]

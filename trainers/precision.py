@@ -10,6 +10,10 @@ it is chosen with the workload and passed to `run(..., precision=...)`:
   gradients do not flush to zero and skips the optimizer step when a gradient overflowed.
 Under autocast the remaining float32 matmuls run at "highest": the precision is the one change.
 The process's matmul precision comes back when the run ends.
+
+The older, process-wide knob, `matmul_precision` (`torch.set_float32_matmul_precision`: highest,
+high or medium), is owned here too: `set_matmul_precision` is its one setter, and
+`check_precisions` the one rule between the two (a run names one of them, not both).
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ MATMUL_PRECISION: dict[str, str] = {
 }
 """`torch.set_float32_matmul_precision` value each precision runs under."""
 
+MatmulPrecision = Literal["highest", "high", "medium"]
+MATMUL_PRECISIONS: tuple[str, ...] = get_args(MatmulPrecision)
+"""`torch.set_float32_matmul_precision` values: highest (PyTorch's default), high (TF32), medium."""
+
 _AUTOCAST_DTYPE: dict[str, torch.dtype] = {
     "bf16-autocast": torch.bfloat16,
     "fp16-autocast": torch.float16,
@@ -59,6 +67,37 @@ def check_precision(value: object, *, cuda_graph: bool) -> None:
             "the host whether to skip the step, which a CUDA graph cannot replay); "
             "use bf16-autocast",
         )
+
+
+def check_matmul_precision(value: object) -> None:
+    """ConfigError naming `matmul_precision` unless `value` is one of MATMUL_PRECISIONS."""
+    if not isinstance(value, str) or value not in MATMUL_PRECISIONS:
+        raise ConfigError("matmul_precision", value, ", ".join(MATMUL_PRECISIONS))
+
+
+def check_precisions(precision: object, matmul_precision: object) -> None:
+    """The one rule between a run's `precision` and the process's `matmul_precision`: each valid,
+    and not both set (a precision sets the matmul precision itself; "highest" is the unset
+    default). ConfigError naming the field at fault."""
+    check_matmul_precision(matmul_precision)
+    if precision is None:
+        return
+    if precision not in PRECISIONS:
+        raise ConfigError("precision", precision, ", ".join(PRECISIONS))
+    if matmul_precision != "highest":
+        raise ConfigError(
+            "precision",
+            precision,
+            "either precision or matmul_precision, not both (precision tf32 is matmul_precision "
+            f"high; this run has matmul_precision {matmul_precision!r})",
+        )
+
+
+def set_matmul_precision(value: str) -> None:
+    """Set the process's float32 matmul precision (the one setter; ConfigError for a bad value).
+    It changes results, so it is a property of the experiment and never tuned."""
+    check_matmul_precision(value)
+    torch.set_float32_matmul_precision(value)
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True, slots=True)
@@ -158,8 +197,8 @@ def matmul_precision_for(precision: Precision | None) -> Iterator[str]:
         yield torch.get_float32_matmul_precision()
         return
     previous = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision(MATMUL_PRECISION[precision])
+    set_matmul_precision(MATMUL_PRECISION[precision])
     try:
         yield torch.get_float32_matmul_precision()
     finally:
-        torch.set_float32_matmul_precision(previous)
+        torch.set_float32_matmul_precision(previous)  # whatever it was, even torch's own value

@@ -16,7 +16,7 @@ from trainers.workloads import catalog
 from tuner.errors import SpaceError, TunerError
 from tuner.evidence import export as exporting
 from tuner.evidence import reader, render
-from tuner.search.measure import Protocol, set_matmul_precision
+from tuner.search.measure import Protocol
 from tuner.store import storage as studies
 
 app = typer.Typer(
@@ -156,12 +156,8 @@ def train(
     as_json: AsJson = False,
 ) -> None:
     """Run one measured training run and print its RunResult."""
-    if precision is not None and matmul_precision != "highest":
-        raise TunerError(
-            "--precision/--matmul-precision: give one of them, not both "
-            "(--precision tf32 is --matmul-precision high)"
-        )
-    set_matmul_precision(matmul_precision)
+    trainers.check_precisions(precision, matmul_precision)
+    trainers.set_matmul_precision(matmul_precision)
     config = trainers.LoopConfig(
         num_streams=streams,
         sync_interval=sync_interval,

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+import trainers
 from trainers import (
     PRECISIONS,
     ConfigError,
@@ -184,3 +185,23 @@ def test_fp16_autocast_with_a_cuda_graph_is_refused_with_the_alternative() -> No
         )
     assert info.value.field == "precision"
     assert "use bf16-autocast" in str(info.value)
+
+
+def test_the_matmul_precision_has_one_setter_and_one_rule_against_precision() -> None:
+    before = torch.get_float32_matmul_precision()
+    try:
+        trainers.set_matmul_precision("high")
+        assert torch.get_float32_matmul_precision() == "high"
+        with pytest.raises(trainers.ConfigError, match=r"^matmul_precision='low' is invalid"):
+            trainers.set_matmul_precision("low")
+        assert torch.get_float32_matmul_precision() == "high"  # a refused value sets nothing
+    finally:
+        torch.set_float32_matmul_precision(before)
+    trainers.check_precisions(None, "medium")
+    trainers.check_precisions("tf32", "highest")
+    with pytest.raises(trainers.ConfigError, match=r"^precision='tf32' is invalid: allowed either"):
+        trainers.check_precisions("tf32", "high")
+    with pytest.raises(trainers.ConfigError, match=r"^precision='fp64' is invalid"):
+        trainers.check_precisions("fp64", "highest")
+    with pytest.raises(trainers.ConfigError, match=r"^matmul_precision='low'"):
+        trainers.check_precisions("bf16-autocast", "low")

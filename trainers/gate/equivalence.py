@@ -197,6 +197,34 @@ def _ratio(value: float, bound: float) -> float:
     return value / bound if bound > 0 else (0.0 if value == 0 else math.inf)
 
 
+def _unusable(
+    losses: Sequence[float], reference: Sequence[float], window: int, common: dict[str, Any]
+) -> Equivalence | None:
+    """The failed verdict for trajectories that cannot be compared (lengths differ, a loss is
+    not finite), or None."""
+    if len(losses) != len(reference) or not reference:
+        return _failed(
+            f"{len(losses)} losses against {len(reference)} in the reference",
+            steps=(0, len(reference)),
+            window_index=0,
+            nonfinite=None,
+            common=common,
+        )
+    spans = window_spans(len(reference), window)
+    for name, run in (("the reference's loss", reference), ("loss", losses)):
+        bad = next((t for t, x in enumerate(run) if not math.isfinite(x)), None)
+        if bad is not None:
+            index = next(j for j, (a, b) in enumerate(spans) if a <= bad < b)
+            return _failed(
+                f"{name} is not finite at step {bad}",
+                steps=spans[index],
+                window_index=index,
+                nonfinite=bad,
+                common=common,
+            )
+    return None
+
+
 def judge(
     losses: Sequence[float],
     reference: Sequence[float],
@@ -218,27 +246,10 @@ def judge(
         "window": window,
         "drift_enforced": check_drift,
     }
-    if len(losses) != len(reference) or not reference:
-        return _failed(
-            f"{len(losses)} losses against {len(reference)} in the reference",
-            steps=(0, len(reference)),
-            window_index=0,
-            nonfinite=None,
-            common=common,
-        )
+    unusable = _unusable(losses, reference, window, common)
+    if unusable is not None:
+        return unusable
     spans = window_spans(len(reference), window)
-    for name, run in (("the reference's loss", reference), ("loss", losses)):
-        bad = next((t for t, x in enumerate(run) if not math.isfinite(x)), None)
-        if bad is not None:
-            index = next(j for j, (a, b) in enumerate(spans) if a <= bad < b)
-            return _failed(
-                f"{name} is not finite at step {bad}",
-                steps=spans[index],
-                window_index=index,
-                nonfinite=bad,
-                common=common,
-            )
-
     deviations = window_deviations(losses, reference, window)
     envelopes = window_envelope(reference, perturbed, window)
     bounds = [multiple * max(e, floor) for e in envelopes]

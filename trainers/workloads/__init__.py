@@ -9,7 +9,7 @@ from typing import cast
 
 from trainers.errors import WorkloadError
 from trainers.workloads import adapters, convnet, mlp, transformer
-from trainers.workloads.adapters import BoundFactory, catalog
+from trainers.workloads.adapters import BoundFactory, catalog, lookup
 from trainers.workloads.base import (
     Batch,
     SyntheticBatches,
@@ -17,6 +17,7 @@ from trainers.workloads.base import (
     WorkloadFactory,
     adam,
     adamw,
+    check_preset,
     disable_dropout,
 )
 from trainers.workloads.options import Family, OptionSpec, key_of
@@ -124,8 +125,10 @@ __all__ = [
     "adam",
     "adamw",
     "catalog",
+    "check_preset",
     "disable_dropout",
     "load_workload",
+    "lookup",
     "resolve_factory",
     "workload_key",
 ]

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trainers import LoopConfig
-from trainers.settings import ENV_PREFIX, config_from_env
+from trainers import ENV_PREFIX, LoopConfig, config_from_env
 from tuner.errors import NoRecommendation, TunerError
 from tuner.evidence.recommendation import Recommendation
 

@@ -32,15 +32,11 @@ from trainers.program import Program, find_program, run_program
 # The search tries up to 4 workers on any machine; the DataLoader's advice against it is noise here.
 warnings.filterwarnings("ignore", message="This DataLoader will create")
 
-PRECISIONS = ("highest", "high", "medium")
-"""torch.set_float32_matmul_precision values: highest (PyTorch's default), high (TF32), medium."""
-
-
-def set_matmul_precision(value: str) -> None:
-    """Set the process's float32 matmul precision; changes results, so it is never tuned."""
-    if value not in PRECISIONS:
-        raise trainers.ConfigError("matmul_precision", value, ", ".join(PRECISIONS))
-    torch.set_float32_matmul_precision(value)
+PRECISIONS = trainers.MATMUL_PRECISIONS
+"""torch.set_float32_matmul_precision values (owned by `trainers.precision`)."""
+set_matmul_precision = trainers.set_matmul_precision
+"""The one setter of the process's matmul precision, `trainers.set_matmul_precision`; named here
+for the modules that import it from the measurement."""
 
 
 DEFAULT_WARMUP = 10

@@ -12,10 +12,7 @@ import optuna
 
 import trainers
 from trainers import LoopConfig
-from tuner.search.measure import (
-    PRECISIONS,
-    Protocol,
-)
+from tuner.search.measure import Protocol
 from tuner.store.storage import precision_of
 
 _T = TypeVar("_T")
@@ -112,20 +109,10 @@ class RunOptions:
                 raise bad(field, f"an integer >= {low}")
         if self.sampler not in SAMPLERS:
             raise bad("sampler", ", ".join(SAMPLERS))
-        if self.matmul_precision not in PRECISIONS:
-            raise bad("matmul_precision", ", ".join(PRECISIONS))
+        # Each valid, and not both (the rule is trainers.precision's).
+        trainers.check_precisions(self.precision, self.matmul_precision)
         if self.train_steps is not None and self.train_steps < 1:
             raise bad("train_steps", "an integer >= 1")
-        if self.precision is not None:
-            if self.precision not in trainers.PRECISIONS:
-                raise bad("precision", ", ".join(trainers.PRECISIONS))
-            if self.matmul_precision != "highest":
-                raise trainers.ConfigError(
-                    "precision",
-                    self.precision,
-                    "either --precision or --matmul-precision, "
-                    "not both (--precision tf32 is --matmul-precision high)",
-                )
         if self.patience is not None:
             if not 0 <= self.patience <= 100_000:
                 raise bad("patience", "an integer in 0..100000 (0 turns it off)")

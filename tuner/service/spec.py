@@ -11,8 +11,7 @@ from typing import Any
 import trainers
 from trainers.program import PREFIX as PROGRAM_PREFIX
 from trainers.program import Program, load_registry
-from trainers.workloads import catalog
-from trainers.workloads.adapters import lookup
+from trainers.workloads import catalog, lookup
 from tuner.errors import SpaceError, SpecError, TunerError
 from tuner.search.spaces import load_space, program_space
 
