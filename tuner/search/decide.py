@@ -107,7 +107,11 @@ def final_round(
         },
     )
     measured = _measurements(entries, rounds)
-    eligible = _eligible(measured, configs, parity, options)
+    # A config dropped after a round was shown not to tie with the leader then; its fewer
+    # samples must not make it look like a tie now (a wider interval).
+    eligible = [
+        m for m in _eligible(measured, configs, parity, options) if m.name not in rounds.dropped
+    ]
     base = _base(study, options, measured, configs, rounds, eligible)
     if not eligible:
         reason = (
