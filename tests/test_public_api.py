@@ -56,6 +56,7 @@ TRAINERS = {
     "fingerprint_key",
     "gate",
     "graph_floor",
+    "has_blocks",
     "load_config",
     "workload_from_parts",
     "invalid_reason",

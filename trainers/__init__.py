@@ -3,6 +3,7 @@
 Knows nothing of Optuna or HTTP; `tuner` and `api` build on it.
 """
 
+from trainers.blocks import has_blocks
 from trainers.compilation import CACHE_DIR_VARIABLE, compile_cache_dir
 from trainers.config import (
     COMPILE_MODES,
@@ -105,6 +106,7 @@ __all__ = [
     "fingerprint_key",
     "gate",
     "graph_floor",
+    "has_blocks",
     "invalid_reason",
     "load_config",
     "load_workload",

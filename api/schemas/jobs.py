@@ -266,6 +266,9 @@ class TrialOut(BaseModel):
     failure_kind: str | None
     stopped: bool = Field(description="stopped at a window by a cancel or a shutdown")
     duplicate_of: int | None
+    time: dict[str, float] | None = Field(
+        default=None, description="the trial's seconds by phase: compile, measure, gate parts"
+    )
     started_at: dt.datetime | None
     completed_at: dt.datetime | None
     duration_s: float | None

@@ -26,6 +26,11 @@ class StudyOut(BaseModel):
     best: BestSoFar | None = Field(description="the best complete trial so far")
     has_recommendation: bool
     recommended: dict[str, Any] | None
+    time: dict[str, Any] | None = Field(
+        default=None,
+        description="where the study's time went: wall_s, phases (seconds of compile, each gate "
+        "part, measure, final_round, profile and idle), sessions; null: recorded before phases",
+    )
     job_id: str | None = Field(description="the job that made it; null: made by `tuner run`")
     links: StudyLinks
 

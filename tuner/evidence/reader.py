@@ -25,6 +25,7 @@ from tuner.store.counting import best_trial, count_trials, is_rerun
 from tuner.store.jsonsafe import json_safe_dict
 from tuner.store.keys import JOB_STUDY_PREFIX as STUDY_PREFIX
 from tuner.store.keys import STOPPED as STOPPED_ATTR
+from tuner.store.phases import study_time
 
 
 def recommendation(storage_url: str, name: str) -> Recommendation:
@@ -117,6 +118,7 @@ class StudyReader:
                 "best": best_trial(trials),
                 "has_recommendation": rec is not None,
                 "recommended": None if rec is None else rec.get("config"),
+                "time": study_time(attrs),
                 "job_id": name.removeprefix(STUDY_PREFIX)
                 if name.startswith(STUDY_PREFIX)
                 else None,
@@ -161,6 +163,7 @@ def _trial_row(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
             "failure_kind": attrs.get("failure_kind"),
             "stopped": bool(attrs.get(STOPPED_ATTR)),
             "duplicate_of": attrs.get("duplicate_of"),
+            "time": attrs.get(keys.TIME) if isinstance(attrs.get(keys.TIME), dict) else None,
             "started_at": started,
             "completed_at": finished,
             "duration_s": None

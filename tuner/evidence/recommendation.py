@@ -130,6 +130,10 @@ class Recommendation:
     verdicts: dict[str, dict[str, Any]] | None = None
     explanation: str | None = None
     profile_errors: dict[str, str] | None = None
+    time: dict[str, Any] | None = None
+    """Where the study's time went up to this recommendation (`tuner.store.phases.study_time`):
+    `wall_s`, `phases` (seconds per phase, `idle` included) and `sessions`; None for a study
+    recorded before phases were."""
 
     @property
     def workload(self) -> str | None:
@@ -157,6 +161,10 @@ class Recommendation:
             explanation=explanation,
             profile_errors=self.profile_errors if profile_errors is None else dict(profile_errors),
         )
+
+    def with_time(self, time: Mapping[str, Any] | None) -> Recommendation:
+        """A copy carrying the study's phase times (`tuner.store.phases.study_time`)."""
+        return dataclasses.replace(self, time=None if time is None else dict(time))
 
     def with_counts(self, counts: TrialCounts) -> Recommendation:
         return dataclasses.replace(self, n_trials=counts)
@@ -203,6 +211,8 @@ class Recommendation:
             data["explanation"] = self.explanation
         if self.profile_errors is not None:
             data["profile_errors"] = dict(self.profile_errors)
+        if self.time is not None:
+            data["time"] = dict(self.time)
         return json_safe_dict(data)
 
     @classmethod
@@ -251,4 +261,5 @@ class Recommendation:
             profile_errors=None
             if data.get("profile_errors") is None
             else dict(data["profile_errors"]),
+            time=None if data.get("time") is None else dict(data["time"]),
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -19,6 +19,7 @@ from rich.table import Table
 from trainers import RunResult
 from trainers.workloads import Family
 from tuner.evidence.recommendation import Recommendation
+from tuner.store.phases import LABELS
 
 
 def _bytes(n: int | None) -> str:
@@ -104,11 +105,27 @@ def _interval(entry: dict[str, Any], unit: str = "") -> str:
     return f"{entry['median']:,.2f}{unit} (95% CI {low:,.2f}-{high:,.2f})"
 
 
+def phase_times(time: Mapping[str, Any] | None) -> str | None:
+    """One line: the study's wall time and each phase's seconds (`tuner.store.phases`), largest
+    first, phases that took no time left out; None for a study recorded before phases were."""
+    if not time:
+        return None
+    phases = {k: float(v or 0.0) for k, v in (time.get("phases") or {}).items()}
+    shown = sorted(((s, k) for k, s in phases.items() if s > 0.0), reverse=True)
+    parts = ", ".join(f"{LABELS.get(k, k)} {s:.1f} s" for s, k in shown)
+    sessions = int(time.get("sessions") or 1)
+    across = f" over {sessions} sessions" if sessions > 1 else ""
+    return f"{float(time.get('wall_s') or 0.0):.1f} s{across}: {parts or 'nothing recorded'}"
+
+
 def recommendation(console: Console, rec: Recommendation) -> None:
     table = Table(show_header=False, box=None)
     table.add_row("study", f"{rec.study} ({rec.workload} / {rec.preset} on {rec.hardware})")
+    spent = phase_times(rec.time)
     if rec.config is None:
         table.add_row("recommendation", f"none: {rec.reason}")
+        if spent is not None:
+            table.add_row("time", spent)
         console.print(table)
         return
     table.add_row(
@@ -143,6 +160,8 @@ def recommendation(console: Console, rec: Recommendation) -> None:
         f"{counts.pruned} pruned{interrupted}; {rec.gpu_seconds:.1f} "
         "device-seconds",
     )
+    if spent is not None:
+        table.add_row("time", spent)
     console.print(table)
     if rec.note:
         console.print(f"[yellow]note:[/yellow] {rec.note}")

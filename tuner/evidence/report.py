@@ -3,7 +3,8 @@
 The page holds the recommendation and its ties, the speedup over each baseline with its 95 % CI,
 the throughput of every trial in the order they ran (baseline re-measurements beside them), the
 throughput by each setting, the Pareto front of a two-objective study, and the time breakdown of
-the profiled baselines against the recommended config (stacked bars, from `tuner.evidence.trace`).
+the profiled baselines against the recommended config (stacked bars, from `tuner.evidence.trace`),
+and where the tuning time went: the study's phases and each trial's (`tuner.store.phases`).
 
 Self-contained: plotly.js is inlined once in the page's head, every figure is drawn from it, and
 nothing is fetched from the network. Each plot is a `<div class="plot" data-plot="NAME">`.
@@ -33,6 +34,7 @@ from tuner.evidence.verdicts import explain, verdict
 from tuner.store import keys
 from tuner.store import storage as studies
 from tuner.store.counting import count_trials
+from tuner.store.phases import LABELS, PHASES, study_time
 
 BASELINE_ORDER = ("pytorch-default", "seed-baseline")
 STATE_COLOURS = {
@@ -227,56 +229,66 @@ def _recommendation(
     if rec.get("config") is None:
         parts.append(f'<p class="missing">No config recommended: {_e(rec.get("reason"))}</p>')
     else:
-        rows = [
-            ("recommended", f"{_e(rec.get('source'))}: {_config_text(rec['config'])}"),
-            ("throughput", _e(_interval(rec.get("throughput"), " samples/s"))),
-            ("step time", f"{_e(_num(rec.get('step_ms'), 3))} ms"),
-            ("peak memory", _e(_bytes(rec.get("peak_memory_bytes")))),
-        ]
-        for name, entry in (rec.get("speedup") or {}).items():
-            rows.append((f"vs {name}", _e(_interval(entry, "x", 2))))
-        floor = rec.get("floor")
-        # A floor slower than the step (a record from before issue 28) is no floor: not shown.
-        if floor and floor["ratio"] <= 1.0:
-            rows.append(
-                (
-                    "CUDA-graph floor",
-                    f"{floor['step_ms']:.3f} ms/step (floor/step {floor['ratio']:.2f})",
-                )
+        parts.append(_recommended(rec))
+    parts += [_ties(rec), _final_round(rec), "</section>"]
+    return "".join(parts)
+
+
+def _recommended(rec: Mapping[str, Any]) -> str:
+    """The recommended config and its figures, one row each."""
+    rows = [
+        ("recommended", f"{_e(rec.get('source'))}: {_config_text(rec['config'])}"),
+        ("throughput", _e(_interval(rec.get("throughput"), " samples/s"))),
+        ("step time", f"{_e(_num(rec.get('step_ms'), 3))} ms"),
+        ("peak memory", _e(_bytes(rec.get("peak_memory_bytes")))),
+    ]
+    for name, entry in (rec.get("speedup") or {}).items():
+        rows.append((f"vs {name}", _e(_interval(entry, "x", 2))))
+    floor = rec.get("floor")
+    # A floor slower than the step (a record from before the floor followed the study's
+    # precision) is no floor: not shown.
+    if floor and floor["ratio"] <= 1.0:
+        rows.append(
+            (
+                "CUDA-graph floor",
+                f"{floor['step_ms']:.3f} ms/step (floor/step {floor['ratio']:.2f})",
             )
-        rows.append(("decided by", _e(rec.get("reason", "-"))))
-        gate = rec.get("parity")
-        if gate:
-            rows.append(
-                ("correctness", _e(f"{gate.get('test', 'exact')}: {gate.get('reason', '-')}"))
-            )
-        parts.append(_table(["", ""], [(f"<b>{_e(k)}</b>", v) for k, v in rows]))
+        )
+    rows.append(("decided by", _e(rec.get("reason", "-"))))
+    gate = rec.get("parity")
+    if gate:
+        rows.append(("correctness", _e(f"{gate.get('test', 'exact')}: {gate.get('reason', '-')}")))
+    return _table(["", ""], [(f"<b>{_e(k)}</b>", v) for k, v in rows])
+
+
+def _ties(rec: Mapping[str, Any]) -> str:
     ties = rec.get("ties") or []
-    parts.append("<h3>Ties</h3>")
-    if ties:
-        parts.append(
-            f"<p>Configs whose 95 % CI overlaps the best one's (or within "
-            f"{_e(_num(100 * float(rec.get('tie_margin') or 0), 0))} % of it); the "
-            f"simplest wins: {_e(rec.get('tie_rule', ''))}.</p>"
+    if not ties:
+        return '<h3>Ties</h3><p class="missing">No other config tied with the recommended one.</p>'
+    return (
+        "<h3>Ties</h3>"
+        f"<p>Configs whose 95 % CI overlaps the best one's (or within "
+        f"{_e(_num(100 * float(rec.get('tie_margin') or 0), 0))} % of it); the "
+        f"simplest wins: {_e(rec.get('tie_rule', ''))}.</p>"
+        + _table(
+            ["name", "config", "throughput (samples/s)", "peak memory"],
+            [
+                (
+                    _e(t["name"]),
+                    _config_text(t.get("config")),
+                    _e(_interval(t.get("throughput"))),
+                    _e(_bytes(t.get("peak_memory_bytes"))),
+                )
+                for t in ties
+            ],
+            numeric=(2,),
+            cls="ties",
         )
-        parts.append(
-            _table(
-                ["name", "config", "throughput (samples/s)", "peak memory"],
-                [
-                    (
-                        _e(t["name"]),
-                        _config_text(t.get("config")),
-                        _e(_interval(t.get("throughput"))),
-                        _e(_bytes(t.get("peak_memory_bytes"))),
-                    )
-                    for t in ties
-                ],
-                numeric=(2,),
-                cls="ties",
-            )
-        )
-    else:
-        parts.append('<p class="missing">No other config tied with the recommended one.</p>')
+    )
+
+
+def _final_round(rec: Mapping[str, Any]) -> str:
+    parts = []
     final = rec.get("final_round") or []
     if final:
         parts.append("<h3>Final round (interleaved re-measurement)</h3>")
@@ -302,7 +314,6 @@ def _recommendation(
                 [(_e(k), _e(v)) for k, v in rec["failures"].items()],
             )
         )
-    parts.append("</section>")
     return "".join(parts)
 
 
@@ -502,60 +513,7 @@ def _breakdown(
             "recommended config.</p></section>"
         )
     names = _profile_order(profiles)
-    keys = [
-        k for k in BREAKDOWN if any(k in (profiles[n].get("breakdown_ms") or {}) for n in names)
-    ]
-    fig = go.Figure()
-    for key in keys:
-        fig.add_trace(
-            go.Bar(
-                name=BREAKDOWN[key],
-                x=names,
-                y=[(profiles[n].get("breakdown_ms") or {}).get(key, 0.0) for n in names],
-                marker_color=BREAKDOWN_COLOURS.get(key),
-                hovertemplate="%{x}: %{y:.3f} ms per step<extra>" + _e(BREAKDOWN[key]) + "</extra>",
-            )
-        )
-    fig.update_layout(
-        barmode="stack",
-        title="One profiled step, split into disjoint parts",
-        yaxis_title="ms per step",
-        legend={"orientation": "h"},
-    )
     verdicts = stored_verdicts(profiles)
-    rows = []
-    for n in names:
-        p = profiles[n]
-        rows.append(
-            (
-                _e(n),
-                f"<b>{_e(verdicts[n].kind)}</b>",
-                _e(verdicts[n].explanation),
-                _e(_num(p.get("step_ms"), 3)),
-                _e(_num(p.get("unprofiled_step_ms"), 3)),
-                _e(
-                    _num(
-                        None
-                        if p.get("gpu_busy_fraction") is None
-                        else 100 * p["gpu_busy_fraction"],
-                        0,
-                    )
-                ),
-                _e(_num(p.get("launch_ms_per_step"), 3)),
-                _e(_num(p.get("h2d_ms_per_step"), 3)),
-                _e(
-                    _num(
-                        None
-                        if p.get("h2d_overlap_fraction") is None
-                        else 100 * p["h2d_overlap_fraction"],
-                        0,
-                    )
-                ),
-                _e(_num(p.get("sync_ms_per_step"), 3)),
-                _e(_num(p.get("kernels_per_step"), 1)),
-                _e(p.get("artifact_file") or "-"),
-            )
-        )
     table = _table(
         [
             "config",
@@ -571,14 +529,100 @@ def _breakdown(
             "kernels/step",
             "trace artifact",
         ],
-        rows,
+        [_profile_row(n, profiles[n], verdicts[n]) for n in names],
         numeric=tuple(range(3, 11)),
         cls="verdicts",
     )
     notes = sorted({str(p["note"]) for p in profiles.values() if p.get("note")})
     note = "".join(f'<p class="note">{_e(n)}</p>' for n in notes)
+    figure = plots.div("breakdown", _breakdown_figure(profiles, names))
+    return head + note + figure + table + _trial_profiles(study) + "</section>"
+
+
+def _breakdown_figure(profiles: Mapping[str, Mapping[str, Any]], names: list[str]) -> go.Figure:
+    """One stacked bar per profiled config: a step split into disjoint parts."""
+    parts = [
+        k for k in BREAKDOWN if any(k in (profiles[n].get("breakdown_ms") or {}) for n in names)
+    ]
+    fig = go.Figure()
+    for key in parts:
+        fig.add_trace(
+            go.Bar(
+                name=BREAKDOWN[key],
+                x=names,
+                y=[(profiles[n].get("breakdown_ms") or {}).get(key, 0.0) for n in names],
+                marker_color=BREAKDOWN_COLOURS.get(key),
+                hovertemplate="%{x}: %{y:.3f} ms per step<extra>" + _e(BREAKDOWN[key]) + "</extra>",
+            )
+        )
+    fig.update_layout(
+        barmode="stack",
+        title="One profiled step, split into disjoint parts",
+        yaxis_title="ms per step",
+        legend={"orientation": "h"},
+    )
+    return fig
+
+
+def _percent(fraction: float | None) -> str:
+    return _e(_num(None if fraction is None else 100 * fraction, 0))
+
+
+def _profile_row(name: str, p: Mapping[str, Any], v: Any) -> tuple[str, ...]:
     return (
-        head + note + plots.div("breakdown", fig) + table + _trial_profiles(study) + ("</section>")
+        _e(name),
+        f"<b>{_e(v.kind)}</b>",
+        _e(v.explanation),
+        _e(_num(p.get("step_ms"), 3)),
+        _e(_num(p.get("unprofiled_step_ms"), 3)),
+        _percent(p.get("gpu_busy_fraction")),
+        _e(_num(p.get("launch_ms_per_step"), 3)),
+        _e(_num(p.get("h2d_ms_per_step"), 3)),
+        _percent(p.get("h2d_overlap_fraction")),
+        _e(_num(p.get("sync_ms_per_step"), 3)),
+        _e(_num(p.get("kernels_per_step"), 1)),
+        _e(p.get("artifact_file") or "-"),
+    )
+
+
+def _phases(study: optuna.Study) -> str:
+    """Where the tuning time went: the study's phases (`tuner.store.phases`) and each trial's."""
+    head = '<section id="phases"><h2>Where the tuning time went</h2>'
+    spent = study_time(study.user_attrs)
+    if spent is None:
+        return head + '<p class="missing">This study was recorded before phase times were.</p>'
+    wall = float(spent["wall_s"]) or 1.0
+    rows = [
+        (_e(LABELS[name]), _e(_num(seconds, 1)), _e(_num(100 * seconds / wall, 0)))
+        for name, seconds in spent["phases"].items()
+    ]
+    rows.append(("<b>wall time</b>", _e(_num(spent["wall_s"], 1)), "100"))
+    sessions = int(spent["sessions"])
+    note = (
+        f"<p>{sessions} sessions (runs or workers) worked on this study; their times add up.</p>"
+        if sessions > 1
+        else ""
+    )
+    table = _table(["phase", "seconds", "% of wall"], rows, numeric=(1, 2), cls="phases")
+    return head + note + table + _trial_phases(study) + "</section>"
+
+
+def _trial_phases(study: optuna.Study) -> str:
+    recorded = [
+        (t, t.user_attrs[keys.TIME])
+        for t in study.get_trials(deepcopy=False)
+        if isinstance(t.user_attrs.get(keys.TIME), dict)
+    ]
+    if not recorded:
+        return ""
+    names = [n for n in PHASES if any(n in spent for _, spent in recorded)]
+    rows = [
+        (_e(t.number), _e(_state(t)), *(_e(_num(spent.get(n), 2)) for n in names))
+        for t, spent in recorded
+    ]
+    header = ["trial", "state", *(f"{LABELS[n]} (s)" for n in names)]
+    return "<h3>Each trial</h3>" + _table(
+        header, rows, numeric=tuple(range(2, 2 + len(names))), cls="trial-phases"
     )
 
 
@@ -633,6 +677,7 @@ def build_report(study: optuna.Study, *, generated: str | None = None) -> str:
             _by_setting(study, plots),
             _pareto(study, plots),
             _breakdown(study, profiles, plots),
+            _phases(study),
             _notes(rec),
         ]
     )

@@ -132,40 +132,64 @@ def analyze_trace(
         raise ValueError(f"steps must be >= 1, got {steps}")
     region = step_region(trace)
     r0, r1 = region
-    length = r1 - r0
-    if length <= 0:
+    if r1 - r0 <= 0:
         raise ValueError("the profiled region is empty")
-    window = [region]
     inside = [e for e in _complete_events(trace) if _span(e)[1] > r0 and _span(e)[0] < r1]
-
-    def clipped(events: Iterable[Mapping[str, Any]]) -> list[Interval]:
-        return intersect(merge(_span(e) for e in events), window)
-
     ops = [e for e in inside if e.get("cat") == "cpu_op"]
     figures: dict[str, Any] = {
-        "step_ms": length / steps / 1e3,
+        "step_ms": (r1 - r0) / steps / 1e3,
         "ops_per_step": len(ops) / steps,
         "cuda_activity": cuda,
     }
     if not cuda:
-        marks = [e for e in inside if e.get("cat") == "user_annotation"]
-        data = clipped(e for e in marks if str(e.get("name", "")).startswith(DATA_MARK))
-        optimizer = subtract(
-            clipped(e for e in marks if str(e.get("name", "")).startswith(OPTIMIZER_MARK)), data
-        )
-        parts_us = {"data": total(data), "optimizer": total(optimizer)}
-        parts_us["host"] = max(0.0, length - sum(parts_us.values()))
-        return figures | {
-            "gpu_busy_fraction": None,
-            "launch_ms_per_step": None,
-            "h2d_ms_per_step": None,
-            "h2d_overlap_fraction": None,
-            "h2d_exposed_ms_per_step": None,
-            "kernels_per_step": None,
-            "sync_ms_per_step": 0.0,
-            "breakdown_ms": {k: v / steps / 1e3 for k, v in parts_us.items()} | {"sync": 0.0},
-        }
+        return figures | _host_figures(inside, region, steps)
+    return figures | _device_figures(inside, region, steps, window_syncs)
 
+
+def _clipped(events: Iterable[Mapping[str, Any]], region: Interval) -> list[Interval]:
+    """The events' spans, merged and clipped to the region."""
+    return intersect(merge(_span(e) for e in events), [region])
+
+
+def _host_figures(inside: list[dict[str, Any]], region: Interval, steps: int) -> dict[str, Any]:
+    """A CPU run's figures: the region split into data loading, the optimizer and the rest."""
+    length = region[1] - region[0]
+    marks = [e for e in inside if e.get("cat") == "user_annotation"]
+    data = _clipped((e for e in marks if str(e.get("name", "")).startswith(DATA_MARK)), region)
+    optimizer = subtract(
+        _clipped((e for e in marks if str(e.get("name", "")).startswith(OPTIMIZER_MARK)), region),
+        data,
+    )
+    parts_us = {"data": total(data), "optimizer": total(optimizer)}
+    parts_us["host"] = max(0.0, length - sum(parts_us.values()))
+    return {
+        "gpu_busy_fraction": None,
+        "launch_ms_per_step": None,
+        "h2d_ms_per_step": None,
+        "h2d_overlap_fraction": None,
+        "h2d_exposed_ms_per_step": None,
+        "kernels_per_step": None,
+        "sync_ms_per_step": 0.0,
+        "breakdown_ms": {k: v / steps / 1e3 for k, v in parts_us.items()} | {"sync": 0.0},
+    }
+
+
+def _host_syncs(inside: list[dict[str, Any]], window_syncs: bool) -> list[dict[str, Any]]:
+    """The host's sync calls in the region, less the window's own first and last device sync."""
+    runtime = [e for e in inside if e.get("cat") in ("cuda_runtime", "cuda_driver")]
+    syncs = sorted((e for e in runtime if e.get("name") in SYNC_CALLS), key=lambda e: e["ts"])
+    if window_syncs:
+        device_syncs = [e for e in syncs if e.get("name") == WINDOW_SYNC]
+        edges = {id(e) for e in device_syncs[:1] + device_syncs[-1:]}
+        syncs = [e for e in syncs if id(e) not in edges]
+    return syncs
+
+
+def _device_figures(
+    inside: list[dict[str, Any]], region: Interval, steps: int, window_syncs: bool
+) -> dict[str, Any]:
+    """A GPU run's figures: kernels, copies, launches and syncs, and the disjoint breakdown."""
+    length = region[1] - region[0]
     kernel_events = [e for e in inside if e.get("cat") == "kernel"]
     copies = [e for e in inside if e.get("cat") == "gpu_memcpy"]
     h2d_events = [e for e in copies if "HtoD" in str(e.get("name", ""))]
@@ -174,21 +198,17 @@ def analyze_trace(
     ]
     runtime = [e for e in inside if e.get("cat") in ("cuda_runtime", "cuda_driver")]
     launches = [e for e in runtime if str(e.get("name", "")).startswith(LAUNCH_CALLS)]
-    syncs = sorted((e for e in runtime if e.get("name") in SYNC_CALLS), key=lambda e: e["ts"])
-    if window_syncs:
-        device_syncs = [e for e in syncs if e.get("name") == WINDOW_SYNC]
-        edges = {id(e) for e in device_syncs[:1] + device_syncs[-1:]}
-        syncs = [e for e in syncs if id(e) not in edges]
+    syncs = _host_syncs(inside, window_syncs)
 
-    kernels = clipped(kernel_events)
-    h2d = clipped(h2d_events)
+    kernels = _clipped(kernel_events, region)
+    h2d = _clipped(h2d_events, region)
     h2d_exposed = subtract(h2d, kernels)
     gpu_copy_busy = merge([*kernels, *h2d])
-    other = subtract(clipped(other_events), gpu_copy_busy)
+    other = subtract(_clipped(other_events, region), gpu_copy_busy)
     busy = merge([*gpu_copy_busy, *other])
     # Host sync time: the calls' own durations (one host thread cannot be in two calls at once).
-    sync_us = sum(total(intersect([_span(e)], window)) for e in syncs)
-    idle_sync = subtract(clipped(syncs), busy)
+    sync_us = sum(total(intersect([_span(e)], [region])) for e in syncs)
+    idle_sync = subtract(_clipped(syncs, region), busy)
     h2d_us = total(h2d)
     parts_us = {
         "kernels": total(kernels),
@@ -197,7 +217,7 @@ def analyze_trace(
         "idle_sync": total(idle_sync),
     }
     parts_us["idle_host"] = max(0.0, length - sum(parts_us.values()))
-    return figures | {
+    return {
         "gpu_busy_fraction": total(kernels) / length,
         "launch_ms_per_step": sum(float(e["dur"]) for e in launches) / steps / 1e3,
         "h2d_ms_per_step": h2d_us / steps / 1e3,
@@ -273,10 +293,44 @@ def profile_config(
         raise trainers.ConfigError("steps", steps, "an integer >= 1")
     dev = trainers.resolve_device(device)
     cuda = dev.type == "cuda"
+    started = time.perf_counter()
     # Graph capture and compilation stay out of the recorded window.
     warmup = max(warmup, trainers.min_warmup(config))
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    started = time.perf_counter()
+    result, raw = _profiled_run(workload, config, steps, warmup, dev, precision)
+    trace = _scrub(json.loads(raw))
+    figures = analyze_trace(trace, steps=steps, cuda=cuda)
+    if not cuda:
+        total_steps = result.warmup_steps + result.steps
+        sync_ms = result.sync_wait_ms / total_steps
+        breakdown = figures["breakdown_ms"]
+        figures["sync_ms_per_step"] = sync_ms
+        breakdown["sync"] = min(sync_ms, breakdown["host"])
+        breakdown["host"] -= breakdown["sync"]
+    names = {f.name for f in dataclasses.fields(Profile)}
+    return Profile(
+        **{k: v for k, v in figures.items() if k in names and k != "cuda_activity"},
+        config=config.to_dict(),
+        device=str(dev),
+        cuda_activity=cuda,
+        steps=steps,
+        unprofiled_step_ms=result.windows[0].step_ms if result.windows else None,
+        note=None if cuda else CPU_NOTE,
+        seconds=time.perf_counter() - started,
+        trace_gz=gzip.compress(json.dumps(trace, separators=(",", ":")).encode(), mtime=0),
+    )
+
+
+def _profiled_run(
+    workload: Workload,
+    config: LoopConfig,
+    steps: int,
+    warmup: int,
+    device: torch.device,
+    precision: trainers.Precision | None,
+) -> tuple[trainers.RunResult, bytes]:
+    """Three windows of `steps` under the profiler, which records the second (wait one window,
+    warm up over one, record one); the run's result and the Chrome trace it wrote."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     saved = {k: v.detach().clone() for k, v in workload.model.state_dict().items()}
     with tempfile.TemporaryDirectory(prefix="streamtune-profile-") as tmp:
         trace_path = os.path.join(tmp, "trace.json")
@@ -304,43 +358,14 @@ def profile_config(
                     steps=3 * steps,
                     warmup=warmup,
                     windows=3,
-                    device=dev,
+                    device=device,
                     on_window=on_window,
                     precision=precision,
                 )
         finally:
             workload.model.load_state_dict(saved)
         with open(trace_path, "rb") as f:
-            raw = f.read()
-    trace = _scrub(json.loads(raw))
-    figures = analyze_trace(trace, steps=steps, cuda=cuda)
-    if not cuda:
-        total_steps = result.warmup_steps + result.steps
-        sync_ms = result.sync_wait_ms / total_steps
-        breakdown = figures["breakdown_ms"]
-        figures["sync_ms_per_step"] = sync_ms
-        breakdown["sync"] = min(sync_ms, breakdown["host"])
-        breakdown["host"] -= breakdown["sync"]
-    return Profile(
-        config=config.to_dict(),
-        device=str(dev),
-        cuda_activity=cuda,
-        steps=steps,
-        step_ms=figures["step_ms"],
-        unprofiled_step_ms=result.windows[0].step_ms if result.windows else None,
-        gpu_busy_fraction=figures["gpu_busy_fraction"],
-        launch_ms_per_step=figures["launch_ms_per_step"],
-        h2d_ms_per_step=figures["h2d_ms_per_step"],
-        h2d_overlap_fraction=figures["h2d_overlap_fraction"],
-        h2d_exposed_ms_per_step=figures["h2d_exposed_ms_per_step"],
-        sync_ms_per_step=figures["sync_ms_per_step"],
-        kernels_per_step=figures["kernels_per_step"],
-        ops_per_step=figures["ops_per_step"],
-        breakdown_ms=figures["breakdown_ms"],
-        note=None if cuda else CPU_NOTE,
-        seconds=time.perf_counter() - started,
-        trace_gz=gzip.compress(json.dumps(trace, separators=(",", ":")).encode(), mtime=0),
-    )
+            return result, f.read()
 
 
 @contextlib.contextmanager

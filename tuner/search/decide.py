@@ -7,6 +7,10 @@ recommendation is the best median of that round; configs whose 95 % bootstrap in
 the best one's, or whose median is within `tie_margin` (1 %) of it, are ties, and a tie goes to
 the simplest config (`tuner.search.space.SIMPLICITY_ORDER`),
 baselines included: when the PyTorch default ties with the fastest, the answer is "change nothing".
+
+A config that no longer ties with the leader after a round is not measured again (`_still_tying`):
+the rounds spend their time only on the configs that can still be recommended, and the
+baselines. The final round's stored record (`keys.FINAL_PREFIX`) says which were dropped when.
 """
 
 from __future__ import annotations
@@ -24,12 +28,15 @@ from optuna.trial import TrialState
 from trainers import LoopConfig
 from trainers.gate import comparable_floor
 from tuner.evidence.recommendation import STUDY_FIELDS, Entry, Floor, Interval, Recommendation
+from tuner.search.gate import GateVerdict
 from tuner.search.measure import Failure, Measurer
 from tuner.search.space import SIMPLICITY_ORDER, config_key, simplicity_key
 from tuner.search.stats import Measurement, decide, pareto_front, ratio_ci
+from tuner.search.timing import Clock
 from tuner.store import keys
 from tuner.store import storage as studies
 from tuner.store.counting import count_trials, gpu_seconds
+from tuner.store.phases import FINAL_ROUND
 
 CPU_NOTE = (
     "measured on a CPU: stream, event and pinned-memory settings have no effect there, so "
@@ -59,6 +66,21 @@ def top_configs(
     ]
 
 
+@dataclasses.dataclass(kw_only=True)
+class _Rounds:
+    """What the final round's runs gave, per entry name."""
+
+    samples: dict[str, list[float]]
+    memory: dict[str, int | None]
+    setup: dict[str, float]
+    """The one-off cost a run of the config pays before its first timed step (compilation); the
+    largest of the rounds: a user's first run may find the cache as cold as the first round."""
+    failures: dict[str, str] = dataclasses.field(default_factory=dict)
+    dropped: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Entries no longer measured, and after how many rounds: they could no longer tie."""
+    seconds: float = 0.0
+
+
 def final_round(
     study: optuna.Study,
     measurer: Measurer,
@@ -66,70 +88,179 @@ def final_round(
     *,
     progress: Any,
     baselines: Mapping[str, LoopConfig],
-    parity: Callable[[LoopConfig], dict[str, Any]],
+    parity: Callable[[LoopConfig], GateVerdict],
+    clock: Clock | None = None,
 ) -> Recommendation:
+    """Re-measure the finalists beside the baselines, interleaved, and recommend (module doc).
+
+    `parity` gives a config's (cached) gate verdict; `clock` (optional) takes the time spent.
+    """
+    clock = clock or Clock()
+    entries = finalists(study, options, baselines)
+    configs = dict(entries)
+    rounds = _measure_rounds(entries, measurer, options, progress, baselines, parity, clock)
+    study.set_user_attr(
+        f"{keys.FINAL_PREFIX}{uuid.uuid4().hex[:10]}",
+        {
+            "seconds": rounds.seconds,
+            "entries": [name for name, _ in entries],
+            "dropped": dict(rounds.dropped),
+        },
+    )
+    measured = _measurements(entries, rounds)
+    # A config dropped after a round was shown not to tie with the leader then; its fewer
+    # samples must not make it look like a tie now (a wider interval).
+    eligible = [
+        m for m in _eligible(measured, configs, parity, options) if m.name not in rounds.dropped
+    ]
+    base = _base(study, options, measured, configs, rounds, eligible)
+    if not eligible:
+        reason = (
+            "no config passed parity (and the memory cap)"
+            if measured
+            else "every final-round measurement failed (see failures)"
+        )
+        return dataclasses.replace(base, reason=reason)
+
+    def floor_of(config: LoopConfig) -> float | None:
+        # The floor is measured (once) for the winner's precision and compile setting.
+        with clock.timing(FINAL_ROUND):
+            return measurer.floor_ms(config)
+
+    return _recommend(
+        base, eligible, configs, rounds, options, baselines, parity, measurer, floor_of
+    )
+
+
+def finalists(
+    study: optuna.Study, options: Any, baselines: Mapping[str, LoopConfig]
+) -> list[tuple[str, LoopConfig]]:
+    """The baselines, then the top configs of the search that are not one of them."""
     entries: list[tuple[str, LoopConfig]] = list(baselines.items())
     known = {config_key(config) for config in baselines.values()}
     for name, config in top_configs(study, options.top_k, options.max_memory_bytes):
         if config_key(config) not in known:  # a trial that is a baseline is measured once
             entries.append((name, config))
             known.add(config_key(config))
+    return entries
 
-    samples: dict[str, list[float]] = {name: [] for name, _ in entries}
-    memory: dict[str, int | None] = {name: None for name, _ in entries}
-    # The one-off cost a run of the config pays before its first timed step (compilation); the
-    # largest of the rounds: a user's first run may find the cache as cold as the first round.
-    setup: dict[str, float] = {name: 0.0 for name, _ in entries}
-    failures: dict[str, str] = {}
-    seconds = 0.0
+
+def _measure_rounds(
+    entries: list[tuple[str, LoopConfig]],
+    measurer: Measurer,
+    options: Any,
+    progress: Any,
+    baselines: Mapping[str, LoopConfig],
+    parity: Callable[[LoopConfig], GateVerdict],
+    clock: Clock,
+) -> _Rounds:
+    """`final_rounds` rounds over the entries still in the running (`_still_tying`)."""
+    names = [name for name, _ in entries]
+    rounds = _Rounds(
+        samples={n: [] for n in names},
+        memory=dict.fromkeys(names),
+        setup=dict.fromkeys(names, 0.0),
+    )
+    running = list(entries)
     for round_index in range(options.final_rounds):
-        for name, config in entries:
+        for name, config in running:
             progress.phase(f"final round {round_index + 1}/{options.final_rounds}: {name}")
             outcome = measurer.measure(config)
-            seconds += outcome.seconds
+            clock.measured(outcome, FINAL_ROUND)
+            rounds.seconds += outcome.seconds
             if isinstance(outcome, Failure):
-                failures[name] = outcome.reason
+                rounds.failures[name] = outcome.reason
                 continue
-            samples[name].extend(outcome.throughputs)
+            rounds.samples[name].extend(outcome.throughputs)
             peak = outcome.peak_memory_bytes
             if peak is not None:
-                memory[name] = max(memory[name] or 0, peak)
+                rounds.memory[name] = max(rounds.memory[name] or 0, peak)
             if outcome.compile is not None:
-                setup[name] = max(setup[name], float(outcome.compile.get("compile_s") or 0.0))
+                compile_s = float(outcome.compile.get("compile_s") or 0.0)
+                rounds.setup[name] = max(rounds.setup[name], compile_s)
+        if round_index + 1 < options.final_rounds:
+            running = _still_tying(running, rounds, options, baselines, parity, round_index + 1)
+    return rounds
 
-    study.set_user_attr(
-        f"{keys.FINAL_PREFIX}{uuid.uuid4().hex[:10]}",
-        {"seconds": seconds, "entries": [name for name, _ in entries]},
-    )
-    configs = dict(entries)
-    measured = [
+
+def _still_tying(
+    running: list[tuple[str, LoopConfig]],
+    rounds: _Rounds,
+    options: Any,
+    baselines: Mapping[str, LoopConfig],
+    parity: Callable[[LoopConfig], GateVerdict],
+    done: int,
+) -> list[tuple[str, LoopConfig]]:
+    """The entries worth another round: the baselines (the speedups are over them), and every
+    config that still ties with the leader (`stats.decide`: its interval overlaps the leader's or
+    its median is within the tie margin). A config that no longer does cannot be recommended:
+    more samples narrow the intervals, so the gap only becomes clearer. Off with `train_steps`
+    (a config's setup cost can reverse the order) and with two objectives (a slower config may
+    be on the Pareto front by its memory)."""
+    if options.train_steps is not None or options.multi_objective:
+        return running
+    configs = dict(running)
+    measured = _measurements(running, rounds)
+    eligible = _eligible(measured, configs, parity, options)
+    if not eligible:
+        return running
+    ties = {m.name for m in decide(eligible, margin=options.tie_margin).ties}
+    kept = []
+    for name, config in running:
+        if name in baselines or name in ties or not rounds.samples[name]:
+            kept.append((name, config))
+        else:
+            rounds.dropped[name] = done
+    return kept
+
+
+def _measurements(entries: list[tuple[str, LoopConfig]], rounds: _Rounds) -> list[Measurement]:
+    return [
         Measurement(
             name=name,
-            samples=tuple(samples[name]),
-            memory_bytes=memory[name],
-            key=simplicity_key(configs[name]),
+            samples=tuple(rounds.samples[name]),
+            memory_bytes=rounds.memory[name],
+            key=simplicity_key(config),
         )
-        for name, _ in entries
-        if samples[name]
+        for name, config in entries
+        if rounds.samples[name]
     ]
-    eligible = [m for m in measured if parity(configs[m.name]).get("passed")]
-    if options.max_memory_bytes is not None:
-        eligible = [
-            m
-            for m in eligible
-            if m.memory_bytes is None or m.memory_bytes <= options.max_memory_bytes
-        ]
+
+
+def _eligible(
+    measured: list[Measurement],
+    configs: Mapping[str, LoopConfig],
+    parity: Callable[[LoopConfig], GateVerdict],
+    options: Any,
+) -> list[Measurement]:
+    """The measured configs that passed the gate and stay under the memory cap."""
+    eligible = [m for m in measured if parity(configs[m.name]).passed]
+    cap = options.max_memory_bytes
+    if cap is not None:
+        eligible = [m for m in eligible if m.memory_bytes is None or m.memory_bytes <= cap]
+    return eligible
+
+
+def _base(
+    study: optuna.Study,
+    options: Any,
+    measured: list[Measurement],
+    configs: Mapping[str, LoopConfig],
+    rounds: _Rounds,
+    eligible: list[Measurement],
+) -> Recommendation:
+    """The recommendation's fields that do not depend on which config wins."""
     meta = studies.meta(study)
     trials = study.get_trials(deepcopy=False)
     on_cpu = str(meta.get("device", "")).startswith("cpu")
-    base = Recommendation(
+    return Recommendation(
         study=study.study_name,
         config=None,
         reason=None,
         n_trials=count_trials(trials),
         gpu_seconds=gpu_seconds(trials, study.user_attrs),
         final_round=tuple(_entry(m, configs[m.name]) for m in measured),
-        failures=failures,
+        failures=rounds.failures,
         tie_rule=SIMPLICITY_ORDER,
         tie_margin=options.tie_margin,
         max_memory_bytes=options.max_memory_bytes,
@@ -142,40 +273,30 @@ def final_round(
             else None
         ),
     )
-    if not eligible:
-        reason = (
-            "no config passed parity (and the memory cap)"
-            if measured
-            else "every final-round measurement failed (see failures)"
-        )
-        return dataclasses.replace(base, reason=reason)
 
-    # With a memory cap, `eligible` holds only configs under it: the fastest of those wins.
+
+def _recommend(
+    base: Recommendation,
+    eligible: list[Measurement],
+    configs: Mapping[str, LoopConfig],
+    rounds: _Rounds,
+    options: Any,
+    baselines: Mapping[str, LoopConfig],
+    parity: Callable[[LoopConfig], GateVerdict],
+    measurer: Measurer,
+    floor_of: Callable[[LoopConfig], float | None],
+) -> Recommendation:
+    """The winner among `eligible` (with a memory cap, only configs under it), and the figures
+    that compare it with the baselines."""
     decision = decide(eligible, order_description=SIMPLICITY_ORDER, margin=options.tie_margin)
-    best = decision.best
-    reason = decision.reason
     per_batch = measurer.samples_per_batch
-    train_steps: int | None = getattr(options, "train_steps", None)
-    if train_steps is not None:
-        steps: int = train_steps
-
-        # The user's run length decides: setup + N steps, each at its measured median.
-        def total_s(m: Measurement) -> float:
-            return setup[m.name] + steps * per_batch / m.median
-
-        fastest = min(eligible, key=lambda m: (total_s(m), m.key))
-        # Only a setup cost can reverse the decision: among configs without one, the tie rule
-        # (noise-aware, simplest first) already chose.
-        if setup[best.name] > 0.0 and fastest.name != best.name:
-            reason = (
-                f"{train_steps} training steps: {fastest.name} takes {total_s(fastest):.1f} s "
-                f"in all against {total_s(best):.1f} s for {best.name}, the fastest per "
-                f"step ({best.name} pays {setup[best.name]:.1f} s of setup first)"
-            )
-            best = fastest
+    best, reason = _for_run_length(
+        decision.best, decision.reason, eligible, rounds, options, per_batch
+    )
+    samples, setup = rounds.samples, rounds.setup
     step_ms = per_batch / best.median * 1e3
     # Only a floor that bounds this step is shown: same precision, eager kernels, not slower.
-    floor_ms = comparable_floor(measurer.floor_ms(configs[best.name]), step_ms)
+    floor_ms = comparable_floor(floor_of(configs[best.name]), step_ms)
     return dataclasses.replace(
         base,
         config=configs[best.name].to_dict(),
@@ -188,7 +309,7 @@ def final_round(
         ties=tuple(_entry(m, configs[m.name]) for m in decision.ties),
         was_tie=decision.was_tie,
         floor=None if floor_ms is None else Floor(step_ms=floor_ms, ratio=floor_ms / step_ms),
-        parity={k: v for k, v in parity(configs[best.name]).items() if k != "config"},
+        parity=parity(configs[best.name]).public(),
         setup_s=setup[best.name],
         break_even_steps={
             name: _break_even(
@@ -199,8 +320,39 @@ def final_round(
             for name in baselines
             if samples[name]
         },
-        train_steps=train_steps,
+        train_steps=getattr(options, "train_steps", None),
     )
+
+
+def _for_run_length(
+    best: Measurement,
+    reason: str,
+    eligible: list[Measurement],
+    rounds: _Rounds,
+    options: Any,
+    per_batch: int,
+) -> tuple[Measurement, str]:
+    """With `train_steps`, the user's run length decides: setup + N steps, each at its measured
+    median. Only a setup cost can reverse the decision: among configs without one, the tie rule
+    (noise-aware, simplest first) already chose."""
+    train_steps: int | None = getattr(options, "train_steps", None)
+    if train_steps is None:
+        return best, reason
+    steps: int = train_steps
+    setup = rounds.setup
+
+    def total_s(m: Measurement) -> float:
+        return setup[m.name] + steps * per_batch / m.median
+
+    fastest = min(eligible, key=lambda m: (total_s(m), m.key))
+    if setup[best.name] > 0.0 and fastest.name != best.name:
+        reason = (
+            f"{train_steps} training steps: {fastest.name} takes {total_s(fastest):.1f} s "
+            f"in all against {total_s(best):.1f} s for {best.name}, the fastest per "
+            f"step ({best.name} pays {setup[best.name]:.1f} s of setup first)"
+        )
+        return fastest, reason
+    return best, reason
 
 
 def _break_even(extra_setup_s: float, step_s: float, baseline_step_s: float) -> int | None:

@@ -20,12 +20,13 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import trainers
 from trainers import LoopConfig
 from tuner.evidence import trace
+from tuner.search.gate import GateRun, run_parts
 
 T = TypeVar("T")
 
@@ -49,34 +50,26 @@ def _gate(
     matmul_precision: str,
     precision: trainers.Precision | None,
     envelope: dict[str, Any] | None,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The correctness gate's verdict for `config`, and the envelope it used (measured here the
-    first time: the parent stores it on the study)."""
+) -> GateRun:
+    """The correctness gate for `config`, part by part (`tuner.search.gate.run_parts`): the
+    verdict, the envelope it used (measured here the first time: the parent stores it on the
+    study) and the seconds of each part."""
     import torch  # in the child
 
     _fork_dataloader_workers()
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before CUDA starts here
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     torch.set_float32_matmul_precision(matmul_precision)
-    factory = trainers.resolve_factory(workload, model_args)
-    found = (
-        trainers.Envelope.from_dict(envelope)
-        if envelope is not None
-        else trainers.Envelope.measure(
-            factory, preset, steps=steps, seed=seed, device=device, precision=precision
-        )
-    )
-    verdict = trainers.check_parity(
-        factory,
+    return run_parts(
+        trainers.resolve_factory(workload, model_args),
+        preset,
         LoopConfig.from_dict(config),
-        steps,
-        preset=preset,
+        steps=steps,
         seed=seed,
         device=device,
-        envelope=found,
         precision=precision,
+        envelope=envelope,
     )
-    return verdict.to_dict(), found.to_dict()
 
 
 _WORKLOADS: dict[tuple[str, str, int, tuple[tuple[str, str], ...]], trainers.Workload] = {}
@@ -168,7 +161,7 @@ class ProfileProcess:
 
 
 class ParityProcess:
-    """Runs the correctness gate (`trainers.check_parity`) in a child process."""
+    """Runs the correctness gate (`tuner.search.gate.run_parts`) in a child process: a `Gate`."""
 
     def __init__(
         self,
@@ -190,10 +183,9 @@ class ParityProcess:
         self.precision = precision
         self._child = ChildProcess()
 
-    def check(
-        self, config: LoopConfig, envelope: dict[str, Any] | None = None
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The verdict, and the envelope (`envelope`, or measured now when None)."""
+    def check(self, config: LoopConfig, envelope: Mapping[str, Any] | None = None) -> GateRun:
+        """The verdict, the envelope (`envelope`, or measured now when None) and the seconds of
+        each part of the gate."""
         return self._child.call(
             _gate,
             *self._args,
@@ -203,7 +195,7 @@ class ParityProcess:
             self.device,
             self.matmul_precision,
             self.precision,
-            envelope,
+            None if envelope is None else dict(envelope),
         )
 
     def close(self) -> None:

@@ -165,6 +165,10 @@ class Measurer:
             }
         return self._workload
 
+    def has_blocks(self) -> bool:
+        """Whether the block levers apply (a program's model is elsewhere: they do not)."""
+        return self.program is None and trainers.has_blocks(self.workload)
+
     def parameters(self) -> int | None:
         """The workload's trainable parameters (None for a program: its model is elsewhere)."""
         if self.program is not None:

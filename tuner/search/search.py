@@ -31,12 +31,10 @@ trial stops at its next window (told PRUNED with the windows it measured and the
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import os
 import socket
 import statistics
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,23 +44,18 @@ from optuna.trial import TrialState
 
 import trainers
 from trainers import LoopConfig
-from trainers.program import program_parity
 from tuner.errors import Interrupted, Stopped
 from tuner.evidence import profiles
 from tuner.evidence.recommendation import Recommendation
 from tuner.search import decide, profiling
-from tuner.search.isolated import ParityProcess, ProfileProcess
-from tuner.search.measure import (
-    Failure,
-    Measured,
-    Measurer,
-    set_matmul_precision,
-)
+from tuner.search.baselines import Baselines, now
+from tuner.search.children import open_children
+from tuner.search.gate import GateVerdict
+from tuner.search.measure import Failure, Measured, Measurer, set_matmul_precision
 from tuner.search.options import (
     AUTO_PATIENCE,
     AUTO_SEARCH_BUDGET_S,
     BASELINES,
-    DRIFT_WARNING,
     PRUNE_PERCENTILE,
     LocalSlots,
     NoRetry,
@@ -73,15 +66,17 @@ from tuner.search.options import (
     TrialSlots,
     make_sampler,
 )
+from tuner.search.parity import ParityCache
 from tuner.search.space import SearchSpace, config_key
-from tuner.search.spaces import AUTO_GPU_SPACE, load_space, program_space
+from tuner.search.spaces import AUTO_GPU_SPACE, load_space, program_space, without_block_levers
 from tuner.search.stages import first_stage
-from tuner.search.stats import bootstrap_ci, drift
+from tuner.search.stats import bootstrap_ci
+from tuner.search.timing import Clock
 from tuner.store import keys
 from tuner.store import storage as studies
-from tuner.store.jsonsafe import json_safe
 from tuner.store.keys import OWNER as OWNER_ATTR
 from tuner.store.keys import STOPPED as STOPPED_ATTR
+from tuner.store.phases import MEASURE, PROFILE, study_time
 from tuner.store.retry import is_transient
 
 
@@ -180,6 +175,7 @@ def open_search(
     calls that write results to the storage (a worker waits out a database that is away);
     `storage`, when given, is used instead of opening `options.storage` again.
     """
+    clock = Clock()  # the session's wall time starts here: opening the study is part of it
     progress = progress or Quiet()
     set_matmul_precision(options.matmul_precision)
     measurer = Measurer(
@@ -192,23 +188,67 @@ def open_search(
     )
     # Build the workload now: a bad --workload or --preset must fail before a study is stored.
     measurer.check()
-    fingerprint = trainers.fingerprint(measurer.device)
-    hardware = trainers.fingerprint_key(fingerprint)
     space = load_space(
         options.space,
         fix=options.fix,
         cuda=measurer.device.type == "cuda",
         parameters=measurer.parameters(),
     )
-    if measurer.program is not None:
-        # A program searches only the settings it implements; it is profiled by nobody (its
-        # kernels run in another process).
-        space = program_space(space, measurer.program)
-        if options.profile != "none":
-            progress.phase(f"profiles off: program {measurer.program.name!r} runs elsewhere")
-            options = dataclasses.replace(options, profile="none")
-    compile_cache = share_compile_cache(options)
+    if not measurer.has_blocks():
+        space = without_block_levers(space)
+    space, options = _for_program(space, options, measurer, progress)
     storage = storage or studies.open_storage(studies.storage_url(options.storage))
+    name, info = _study_info(options, measurer, space)
+    study, resumed = studies.open_study(
+        storage,
+        name,
+        info=info,
+        directions=_directions(options),
+        sampler=make_sampler(options.sampler, options.seed, options.trials),
+        pruner=_pruner(options),
+    )
+    if not resumed:
+        # A new study starts with the lever corners (tuner/search/stages.py); a resumed one
+        # already holds them, and skip_if_exists keeps a second creator from adding them twice.
+        for params in first_stage(
+            space, device_type=measurer.device.type, precision=options.precision
+        ):
+            study.enqueue_trial(params, skip_if_exists=True)
+    progress.start(name, options.trials, resumed)
+    return Search(
+        study,
+        measurer,
+        space,
+        options,
+        progress,
+        should_stop,
+        owner=owner,
+        retry=retry,
+        clock=clock,
+    )
+
+
+def _for_program(
+    space: SearchSpace, options: RunOptions, measurer: Measurer, progress: Progress
+) -> tuple[SearchSpace, RunOptions]:
+    """A program searches only the settings it implements; it is profiled by nobody (its
+    kernels run in another process)."""
+    if measurer.program is None:
+        return space, options
+    space = program_space(space, measurer.program)
+    if options.profile != "none":
+        progress.phase(f"profiles off: program {measurer.program.name!r} runs elsewhere")
+        options = dataclasses.replace(options, profile="none")
+    return space, options
+
+
+def _study_info(
+    options: RunOptions, measurer: Measurer, space: SearchSpace
+) -> tuple[str, dict[str, Any]]:
+    """The study's name and its metadata (`keys.META`)."""
+    fingerprint = trainers.fingerprint(measurer.device)
+    hardware = trainers.fingerprint_key(fingerprint)
+    compile_cache = share_compile_cache(options)
     # The study's name carries the effective model options and a non-default precision: two
     # shapes or precisions never share a study.
     shape = trainers.workload_key(options.workload, options.preset, options.model_args)
@@ -230,32 +270,20 @@ def open_search(
         "fingerprint": fingerprint,
         "matmul_precision": options.matmul_precision,
         "compile_cache": compile_cache,
-        "created": _now(),
+        "created": now(),
     }
+    return name, info
+
+
+def _directions(options: RunOptions) -> list[optuna.study.StudyDirection]:
     maximize, minimize = optuna.study.StudyDirection.MAXIMIZE, optuna.study.StudyDirection.MINIMIZE
-    directions = [maximize, minimize] if options.multi_objective else [maximize]
-    pruner: optuna.pruners.BasePruner = (
-        optuna.pruners.NopPruner()
-        if options.multi_objective
-        else optuna.pruners.PercentilePruner(PRUNE_PERCENTILE, n_startup_trials=5, n_warmup_steps=1)
-    )
-    study, resumed = studies.open_study(
-        storage,
-        name,
-        info=info,
-        directions=directions,
-        sampler=make_sampler(options.sampler, options.seed, options.trials),
-        pruner=pruner,
-    )
-    if not resumed:
-        # A new study starts with the lever corners (tuner/search/stages.py); a resumed one
-        # already holds them, and skip_if_exists keeps a second creator from adding them twice.
-        for params in first_stage(
-            space, device_type=measurer.device.type, precision=options.precision
-        ):
-            study.enqueue_trial(params, skip_if_exists=True)
-    progress.start(name, options.trials, resumed)
-    return Search(study, measurer, space, options, progress, should_stop, owner=owner, retry=retry)
+    return [maximize, minimize] if options.multi_objective else [maximize]
+
+
+def _pruner(options: RunOptions) -> optuna.pruners.BasePruner:
+    if options.multi_objective:
+        return optuna.pruners.NopPruner()  # Optuna does not prune multi-objective studies
+    return optuna.pruners.PercentilePruner(PRUNE_PERCENTILE, n_startup_trials=5, n_warmup_steps=1)
 
 
 COMPILE_CACHE_ENV = "TUNER_COMPILE_CACHE"
@@ -280,7 +308,9 @@ def share_compile_cache(options: RunOptions) -> str | None:
 
 
 class Search:
-    """One process's part of a study: its baselines, the trials it runs, the final round."""
+    """One process's part of a study: its trials and the final round, over its parts: the
+    baselines (`Baselines`), the gate's cache (`ParityCache`), the gate and profiler
+    (`Children`) and the time each phase took (`Clock`)."""
 
     def __init__(
         self,
@@ -293,12 +323,12 @@ class Search:
         *,
         owner: str | None = None,
         retry: Retry | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.study = study
         self.owner = owner
         self.retry: Retry = retry or NoRetry()
-        # Where this process measures: drift compares a device with its own first measurement.
-        self.where = f"{socket.gethostname()}/{measurer.device}"
+        self.clock = clock or Clock()
         self.measurer = measurer
         self.space = space
         self.options = options
@@ -311,79 +341,29 @@ class Search:
             if options.profile == "none"
             else profiles.trace_dir(studies.storage_url(options.storage), options.artifacts)
         )
-        # On a GPU, parity runs in its own process: its deterministic mode and cuBLAS workspace
-        # setting outlast it and slowed later measurements by up to 50 % (tuner/search/isolated.py).
-        self._isolated: ParityProcess | None = None
-        # Profiles too: CUPTI stays attached after a profile and slows later measurements.
-        self._profiles: ProfileProcess | None = None
-        self.profiler = (
-            None
-            if measurer.program is not None
-            else profiling.in_process(
-                measurer.workload,
-                device=measurer.device,
-                steps=options.profile_steps,
-                warmup=options.protocol.warmup,
-                precision=options.precision,
-            )
+        self._children = open_children(options, measurer)
+        self.parity_cache = ParityCache(
+            study, self._children.gate, retry=self.retry, clock=self.clock
         )
-        if measurer.device.type == "cuda" and measurer.program is None:
-            self._isolated = ParityProcess(
-                options.workload,
-                options.preset,
-                steps=options.parity_steps,
-                seed=options.protocol.seed,
-                device=str(measurer.device),
-                matmul_precision=options.matmul_precision,
-                model_args=dict(options.model_args),
-                precision=options.precision,
-            )
-            self._profiles = ProfileProcess(
-                options.workload,
-                options.preset,
-                steps=options.profile_steps,
-                warmup=options.protocol.warmup,
-                seed=options.protocol.seed,
-                device=str(measurer.device),
-                matmul_precision=options.matmul_precision,
-                model_args=dict(options.model_args),
-                precision=options.precision,
-            )
-            self.profiler = self._profiles.profile
+        # Where this process measures: drift compares a device with its own first measurement.
+        self.baselines = Baselines(
+            study,
+            measurer,
+            where=f"{socket.gethostname()}/{measurer.device}",
+            retry=self.retry,
+            progress=progress,
+            clock=self.clock,
+        )
 
     def close(self) -> None:
-        for child in (self._isolated, self._profiles):
-            if child is not None:
-                child.close()
+        # The phase times were stored after the last trial and by `decide`: a run that ends
+        # otherwise (stopped, interrupted, the database gone) keeps those.
+        self._children.close()
 
     # -- baselines -------------------------------------------------------------------------
     def measure_baselines(self, phase: str) -> None:
-        previous = self.retry.call(
-            lambda: studies.entries(self.study, keys.BASELINE_PREFIX), what="baselines"
-        )
-        for name, config in BASELINES.items():
-            self.progress.phase(f"baseline {name} ({phase})")
-            outcome = self.measurer.measure(config)
-            entry: dict[str, Any] = {
-                "phase": phase,
-                "time": _now(),
-                "at_trial": self._n_trials(),
-                "config": config.to_dict(),
-                "where": self.where,
-            }
-            if isinstance(outcome, Failure):
-                entry |= {"failure_reason": outcome.reason, "seconds": outcome.seconds}
-            else:
-                entry |= outcome.to_attrs()
-                first = _first_baseline(previous, name, self.where)
-                if first is not None:
-                    entry["drift"] = drift(first["windows"], outcome.throughputs)
-                    if abs(entry["drift"]) > DRIFT_WARNING:
-                        self.progress.phase(
-                            f"warning: {name} drifted {entry['drift']:+.1%} since the first "
-                            "measurement (clocks, other load?)"
-                        )
-            self._store_attr(f"{keys.BASELINE_PREFIX}{name}/{uuid.uuid4().hex[:10]}", entry)
+        self.baselines.measure(phase)
+        self._store_time()
 
     # -- trials ----------------------------------------------------------------------------
     def run_trials(self, slots: TrialSlots) -> None:
@@ -409,12 +389,14 @@ class Search:
                 break
             state = self._run(trial)
             self.done += 1
+            self._store_time()
             self.progress.trial_done(self.done, self.options.trials, self._best_value(), state)
             if self.done % self.options.baseline_every == 0 and slots.more():
                 self.measure_baselines("drift")
 
     def decide(self) -> Recommendation:
-        """The final round, the profiles, and the recommendation stored on the study."""
+        """The final round, the profiles, and the recommendation stored on the study, with the
+        time each phase of the study took so far."""
         self.progress.phase("final round: top configs and baselines, interleaved")
         recommendation = decide.final_round(
             self.study,
@@ -423,15 +405,28 @@ class Search:
             progress=self.progress,
             baselines=BASELINES,
             parity=self.parity,
+            clock=self.clock,
         )
-        if self.options.profile != "none":
-            assert self.profiler is not None  # profiles are off for programs (open_search)
+        if self.options.profile != "none" and self._children.profiler is not None:
             self.progress.phase("profiling the baselines and the recommended config")
-            recommendation = profiling.profile_recommendation(
-                self.study, recommendation, BASELINES, self.traces, self.profiler
-            )
+            with self.clock.timing(PROFILE):
+                recommendation = profiling.profile_recommendation(
+                    self.study, recommendation, BASELINES, self.traces, self._children.profiler
+                )
+        self._store_time()
+        attrs = self.retry.call(lambda: self.study.user_attrs, what="reading the study")
+        recommendation = recommendation.with_time(study_time(attrs))
         self._store_attr(keys.RECOMMENDATION, recommendation.to_dict())
         return recommendation
+
+    def parity(self, config: LoopConfig) -> GateVerdict:
+        """The correctness gate's verdict for `config`, from the study's cache when it was
+        checked (`ParityCache`)."""
+        return self.parity_cache.verdict(config)
+
+    def _store_time(self) -> None:
+        """This session's phase times so far, on the study (`keys.TIME_PREFIX`)."""
+        self._store_attr(self.clock.key, self.clock.record())
 
     def _store_attr(self, key: str, value: Any) -> None:
         self.retry.call(lambda: self.study.set_user_attr(key, value), what=f"storing {key}")
@@ -477,8 +472,9 @@ class Search:
         earlier = [t for t in complete if t.user_attrs.get(keys.CONFIG_KEY) == key]
         try:
             outcome = self.measurer.measure(config, on_window=self._window_callback(trial))
+            spent = self.clock.measured(outcome, MEASURE)
             return self.retry.call(
-                lambda: self._tell(trial, config, key, outcome, earlier),
+                lambda: self._tell(trial, config, key, outcome, earlier, spent),
                 what=f"telling trial {trial.number}",
             )
         except KeyboardInterrupt:
@@ -523,31 +519,32 @@ class Search:
         key: str,
         outcome: Measured | Failure,
         earlier: Sequence[optuna.trial.FrozenTrial],
+        spent: dict[str, float],
     ) -> str:
+        """Store the trial's result and tell Optuna. `spent`: the trial's phase times so far
+        (its measurement); the gate's parts and a profile are added here."""
         if isinstance(outcome, Failure):
             trial.set_user_attr(keys.FAILURE_REASON, outcome.reason)
             trial.set_user_attr(keys.FAILURE_KIND, outcome.kind)
             trial.set_user_attr(keys.SECONDS, outcome.seconds)
+            trial.set_user_attr(keys.TIME, spent)
             self.study.tell(trial, state=TrialState.FAIL)
             return "failed"
         for attr, value in outcome.to_attrs().items():
             trial.set_user_attr(attr, value)
         if outcome.stopped_early:
+            trial.set_user_attr(keys.TIME, spent)
             if self.stopped:
                 trial.set_user_attr(STOPPED_ATTR, True)
             self.study.tell(trial, state=TrialState.PRUNED)
             return "pruned"
-        verdict = self.parity(config)
-        trial.set_user_attr(keys.PARITY, verdict)
-        if not verdict["passed"]:
-            deviation = verdict.get("max_rel_deviation")
-            shown = "inf" if deviation is None else f"{deviation:.3g}"
-            test = verdict.get("test", "exact")
-            trial.set_user_attr(
-                keys.FAILURE_REASON,
-                f"parity: {verdict['reason']} (test {test}; max relative deviation {shown})",
-            )
+        verdict, gate_time = self.parity_cache.check(config)
+        spent = spent | gate_time
+        trial.set_user_attr(keys.PARITY, verdict.to_dict())
+        if not verdict.passed:
+            trial.set_user_attr(keys.FAILURE_REASON, verdict.failure_reason())
             trial.set_user_attr(keys.FAILURE_KIND, "parity")
+            trial.set_user_attr(keys.TIME, spent)
             self.study.tell(trial, state=TrialState.FAIL)
             return "failed"
         # The same config measured before: add these windows to its earlier ones.
@@ -558,11 +555,14 @@ class Search:
             trial.set_user_attr(keys.DUPLICATE_OF, earlier[0].number)
         value = statistics.median(pooled)
         trial.set_user_attr(keys.POOLED_WINDOWS, len(pooled))
-        if self.options.profile == "all":
-            assert self.profiler is not None  # profiles are off for programs (open_search)
+        if self.options.profile == "all" and self._children.profiler is not None:
             self.progress.phase(f"profiling trial {trial.number}")
-            profiling.profile_trial(trial, config, self.traces, self.profiler)
+            started = time.perf_counter()
+            with self.clock.timing(PROFILE):
+                profiling.profile_trial(trial, config, self.traces, self._children.profiler)
+            spent = spent | {PROFILE: time.perf_counter() - started}
         trial.set_user_attr(keys.CI95, list(bootstrap_ci(pooled)))
+        trial.set_user_attr(keys.TIME, spent)
         if self.options.multi_objective:
             memory = float(outcome.peak_memory_bytes or 0)
             self.study.tell(trial, [value, memory])
@@ -570,83 +570,7 @@ class Search:
             self.study.tell(trial, value)
         return "complete"
 
-    # -- the correctness gate ----------------------------------------------------------------
-    def parity(self, config: LoopConfig) -> dict[str, Any]:
-        """The correctness gate's verdict for `config`, from the study's cache when it was checked.
-
-        The gate compares with the reference and, where numerics legitimately differ, judges the
-        deviation against the workload's noise envelope, measured once per study and stored on it
-        (`keys.ENVELOPE`); see `trainers.gate.parity`.
-        """
-        attr = f"{keys.PARITY_PREFIX}{config_key(config)}"
-        cached = self.study.user_attrs.get(attr)
-        if isinstance(cached, dict):
-            return cached
-        started = time.perf_counter()
-        stored = self.study.user_attrs.get(keys.ENVELOPE)
-        envelope = stored if isinstance(stored, dict) else None
-        try:
-            if self._isolated is not None:
-                verdict, used = self._isolated.check(config, envelope)
-            else:
-                verdict, used = self._check_here(config, envelope)
-            if envelope is None:
-                self._store_attr(keys.ENVELOPE, json_safe(used))
-        except Exception as exc:  # noqa: BLE001 - a config that cannot even be checked fails
-            verdict = {
-                "passed": False,
-                "reason": f"parity run failed: {exc}",
-                "max_rel_deviation": float("inf"),
-            }
-        verdict["seconds"] = time.perf_counter() - started
-        verdict["config"] = config.to_dict()
-        self.study.set_user_attr(attr, json_safe(verdict))
-        return verdict
-
-    def _check_here(
-        self, config: LoopConfig, envelope: dict[str, Any] | None
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        options = self.options
-        if self.measurer.program is not None:
-            return program_parity(
-                self.measurer.program,
-                options.preset,
-                config,
-                steps=options.parity_steps,
-                seed=options.protocol.seed,
-                device=self.measurer.device,
-                precision=options.precision,
-                envelope=envelope,
-            )
-        factory = trainers.resolve_factory(options.workload, options.model_args)
-        found = (
-            trainers.Envelope.from_dict(envelope)
-            if envelope is not None
-            else trainers.Envelope.measure(
-                factory,
-                options.preset,
-                steps=options.parity_steps,
-                seed=options.protocol.seed,
-                device=self.measurer.device,
-                precision=options.precision,
-            )
-        )
-        verdict = trainers.check_parity(
-            factory,
-            config,
-            options.parity_steps,
-            preset=options.preset,
-            seed=options.protocol.seed,
-            device=self.measurer.device,
-            envelope=found,
-            precision=options.precision,
-        )
-        return verdict.to_dict(), found.to_dict()
-
     # -- helpers ---------------------------------------------------------------------------
-    def _n_trials(self) -> int:
-        return len(self.study.get_trials(deepcopy=False))
-
     def _out_of_patience(self) -> bool:
         """The patience rule, over the whole study (workers sharing it included). This run's
         own trials must number at least the patience too, so that resuming a study that had
@@ -671,18 +595,3 @@ class Search:
             if t.values
         ]
         return max(values) if values else None
-
-
-def _first_baseline(entries: dict[str, Any], name: str, where: str) -> dict[str, Any] | None:
-    """The first measurement of baseline `name` at `where` (entries from before `where` was
-    recorded count as anywhere's)."""
-    measured = [
-        e
-        for k, e in entries.items()
-        if k.startswith(f"{name}/") and "windows" in e and e.get("where", where) == where
-    ]
-    return min(measured, key=lambda e: e["time"]) if measured else None
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

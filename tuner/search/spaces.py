@@ -155,6 +155,31 @@ def scale_space() -> SearchSpace:
     )
 
 
+BLOCK_LEVERS: dict[str, Any] = {
+    "compile_scope": "model",
+    "activation_checkpointing": "none",
+    "checkpoint_share": 1.0,
+}
+_NO_BLOCKS_NOTE = (
+    "block levers (compile_scope, activation_checkpointing) fixed off: the model has no repeated "
+    "blocks; declare them with Workload(blocks=...) to search them"
+)
+
+
+def without_block_levers(space: SearchSpace) -> SearchSpace:
+    """`space` with the levers that need repeated blocks pinned off (with a note), for a model
+    that has none: they would only fail as trials."""
+    searched = [field for field in BLOCK_LEVERS if field in space.params]
+    if not searched:
+        return space
+    return dataclasses.replace(
+        space,
+        params={f: s for f, s in space.params.items() if f not in BLOCK_LEVERS},
+        fixed={**space.fixed, **{f: BLOCK_LEVERS[f] for f in searched}},
+        notes=(*space.notes, _NO_BLOCKS_NOTE),
+    )
+
+
 def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     for key, value in pairs:

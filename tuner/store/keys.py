@@ -8,7 +8,8 @@ Study user attributes:
 - `FINAL_PREFIX` + `<id>`: the seconds and entries of one final round;
 - `PROFILE_PREFIX` + `<name>`: a baseline's or the recommended config's profile;
 - `RECOMMENDATION`: the latest recommendation (`tuner.evidence.recommendation`);
-- `ENVELOPE`: the correctness gate's noise envelope of the workload (`trainers.Envelope`).
+- `ENVELOPE`: the correctness gate's noise envelope of the workload (`trainers.Envelope`);
+- `TIME_PREFIX` + `<id>`: one session's wall time and phase times (`tuner.store.phases`).
 
 Trial user attributes are the `TRIAL_*` names below; a job's study is `JOB_STUDY_PREFIX` + its id.
 """
@@ -22,6 +23,9 @@ FINAL_PREFIX = "final/"
 PROFILE_PREFIX = "profile/"
 RECOMMENDATION = "recommendation"
 ENVELOPE = "envelope"
+TIME_PREFIX = "time/"
+"""One session per process that worked on the study: `{"started", "wall_s", "phases"}`
+(`tuner.store.phases` adds them up)."""
 """The workload's numerical noise envelope (`trainers.Envelope.to_dict()`): measured once per
 study (its workload, preset, precision and device are fixed), read by every parity check."""
 PROFILE_RECOMMENDED = "recommended"
@@ -43,6 +47,8 @@ FAILURE_REASON = "failure_reason"
 FAILURE_KIND = "failure_kind"
 PROFILE = "profile"
 PROFILE_ERROR = "profile_error"
+TIME = "time"
+"""A trial's phase times (`tuner.store.phases`): compile, measure, its gate parts, profile."""
 OWNER = "worker"
 """A trial run by a worker of the tuning service: that worker's id."""
 STOPPED = "stopped"

@@ -21,17 +21,20 @@ def test_parity_in_a_child_process_passes_and_fails_like_in_process() -> None:
         matmul_precision="highest",
     )
     try:
-        same, envelope = checker.check(
-            LoopConfig(num_streams=3, sync_interval=2, sync_mode="query")
-        )
-        assert same["passed"] and same["max_abs_deviation"] == 0.0 and same["test"] == "exact"
+        first = checker.check(LoopConfig(num_streams=3, sync_interval=2, sync_mode="query"))
+        same, envelope = first.verdict, first.envelope
+        assert same.passed and same.max_abs_deviation == 0.0 and same.test == "exact"
         # The envelope measured the first time comes back whole, to be stored and passed again.
         assert Envelope.from_dict(envelope).to_dict() == envelope
+        # The reference and envelope ran this time (timed), no twin: the test is exact.
+        assert set(first.time) == {"gate_reference", "gate_envelope", "gate_config"}
+        assert all(seconds > 0.0 for seconds in first.time.values())
         # This workload's data depends on the DataLoader worker: the child must catch it too.
-        broken, again = checker.check(LoopConfig(num_workers=1), envelope)
-        assert again == envelope
-        assert not broken["passed"]
-        assert broken["first_diverging_step"] == 0
+        second = checker.check(LoopConfig(num_workers=1), envelope)
+        assert second.envelope == envelope
+        assert set(second.time) == {"gate_config"}  # given the envelope, nothing else ran
+        assert not second.verdict.passed
+        assert second.verdict.first_diverging_step == 0
     finally:
         checker.close()
 

@@ -1,0 +1,131 @@
+"""The final round spends its rounds only on configs that can still be recommended: a config that
+no longer ties with the leader after a round is not measured again (`decide._still_tying`).
+
+The measurements are scripted (a `Measurer` whose runs give fixed throughputs per config), so
+that which config leads is certain; the study, its trials and the decision are real."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import optuna
+
+from tests.tuner.tiny import PROTOCOL
+from trainers import LoopConfig
+from trainers.gate import ParityVerdict
+from tuner.search.decide import final_round
+from tuner.search.gate import GateVerdict
+from tuner.search.measure import Failure, Measured, Measurer
+from tuner.search.options import BASELINES, Quiet, RunOptions
+from tuner.search.space import config_key
+from tuner.search.timing import Clock
+from tuner.store import keys
+
+FAST = LoopConfig(num_streams=2, sync_interval=4)
+SLOW = LoopConfig(num_streams=3, sync_interval=2)
+THROUGHPUT = {
+    config_key(BASELINES["pytorch-default"]): 100.0,
+    config_key(BASELINES["seed-baseline"]): 101.0,
+    config_key(FAST): 200.0,
+    config_key(SLOW): 50.0,
+}
+
+
+class Scripted(Measurer):
+    """Each run of a config gives its scripted throughput, +-1 across the windows."""
+
+    def __init__(self) -> None:
+        super().__init__("mlp", "tiny", device="cpu", protocol=PROTOCOL)
+        self.runs: Counter[str] = Counter()
+
+    @property
+    def samples_per_batch(self) -> int:
+        return 8
+
+    def measure(self, config: LoopConfig, *, on_window: Any = None) -> Measured | Failure:
+        key = config_key(config)
+        self.runs[key] += 1
+        base = THROUGHPUT[key]
+        return Measured(
+            throughputs=(base - 1.0, base, base + 1.0),
+            step_ms=8e3 / base,
+            peak_memory_bytes=None,
+            n_syncs=0,
+            sync_wait_ms=0.0,
+            seconds=0.01,
+            stopped_early=False,
+        )
+
+
+def _passed(config: LoopConfig) -> GateVerdict:
+    verdict = ParityVerdict(
+        passed=True,
+        exact_required=True,
+        tolerance=0.0,
+        steps=4,
+        max_abs_deviation=0.0,
+        max_rel_deviation=0.0,
+        first_diverging_step=None,
+        reason="identical losses",
+    )
+    return GateVerdict(verdict=verdict, config=config.to_dict())
+
+
+def _study() -> optuna.Study:
+    study = optuna.create_study(study_name="final", direction="maximize")
+    study.set_user_attr(keys.META, {"device": "cuda:0", "workload": "mlp", "preset": "tiny"})
+    for config in (FAST, SLOW):
+        windows = [THROUGHPUT[config_key(config)]] * 3
+        study.add_trial(
+            optuna.trial.create_trial(
+                value=windows[0],
+                user_attrs={
+                    keys.CONFIG: config.to_dict(),
+                    keys.CONFIG_KEY: config_key(config),
+                    keys.WINDOWS: windows,
+                },
+            )
+        )
+    return study
+
+
+def _decide(**changes: Any) -> tuple[optuna.Study, Scripted, Any]:
+    study = _study()
+    measurer = Scripted()
+    options = RunOptions(workload="mlp", preset="tiny", top_k=2, final_rounds=3, **changes)
+    clock = Clock()
+    rec = final_round(
+        study,
+        measurer,
+        options,
+        progress=Quiet(),
+        baselines=BASELINES,
+        parity=_passed,
+        clock=clock,
+    )
+    # Every run's seconds, and the (here instant) graph floor.
+    runs_s = 0.01 * sum(measurer.runs.values())
+    assert runs_s <= clock.seconds["final_round"] < runs_s + 0.5
+    return study, measurer, rec
+
+
+def test_a_config_that_no_longer_ties_is_not_measured_again() -> None:
+    study, measurer, rec = _decide()
+    assert rec.source == "trial-0" and rec.config == FAST.to_dict()
+    # The slow config ran once; the leader and both baselines (the speedups) every round.
+    assert measurer.runs[config_key(SLOW)] == 1
+    assert measurer.runs[config_key(FAST)] == 3
+    assert all(measurer.runs[config_key(c)] == 3 for c in BASELINES.values())
+    final = next(v for k, v in study.user_attrs.items() if k.startswith(keys.FINAL_PREFIX))
+    assert final["dropped"] == {"trial-1": 1}
+    samples = {e.name: e.samples for e in rec.final_round}
+    assert samples["trial-1"] == 3 and samples["trial-0"] == 9
+    assert "trial-1" not in {t.name for t in rec.ties}
+
+
+def test_with_a_planned_run_length_every_config_runs_every_round() -> None:
+    """A config's setup cost can reverse the order over `train_steps`: nothing is dropped."""
+    _, measurer, rec = _decide(train_steps=1000)
+    assert measurer.runs[config_key(SLOW)] == 3
+    assert rec.source == "trial-0"

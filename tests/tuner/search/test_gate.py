@@ -1,0 +1,109 @@
+"""Typed gate verdicts (`tuner.search.gate`): one JSON round trip, old stored dicts still read,
+and the built-in gate's parts run and timed on the CPU."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+import trainers
+from trainers import LoopConfig
+from trainers.gate import ParityVerdict, gate
+from tuner.search.gate import GateVerdict, InProcessGate, run_parts
+from tuner.store.phases import GATE_CONFIG, GATE_ENVELOPE, GATE_REFERENCE, GATE_TWIN
+
+
+def _verdict(**changes: object) -> ParityVerdict:
+    base = ParityVerdict(
+        passed=True,
+        exact_required=True,
+        tolerance=0.0,
+        steps=4,
+        max_abs_deviation=0.0,
+        max_rel_deviation=0.0,
+        first_diverging_step=None,
+        reason="identical losses",
+        losses=(1.0, 0.9, 0.8, 0.7),
+    )
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_a_verdict_survives_its_json_round_trip_whole() -> None:
+    verdict = GateVerdict(
+        verdict=_verdict(exact_skipped="eager twin differs from step 3", decisive_steps=(0, 2)),
+        config=LoopConfig(num_streams=2).to_dict(),
+        seconds=1.5,
+        time={GATE_CONFIG: 1.25},
+    )
+    stored = json.loads(json.dumps(verdict.to_dict()))
+    assert GateVerdict.from_dict(stored) == verdict
+    # Flat, as before verdicts were typed: readers of `parity/<key>` keep working.
+    assert stored["passed"] is True and stored["seconds"] == 1.5
+    assert stored["exact_skipped"] == "eager twin differs from step 3"
+    assert "config" not in verdict.public() and verdict.public()["test"] == "exact"
+
+
+def test_an_infinite_deviation_comes_back_infinite() -> None:
+    failed = GateVerdict(verdict=_verdict(passed=False, max_rel_deviation=math.inf, reason="x"))
+    stored = json.loads(json.dumps(failed.to_dict()))
+    assert stored["max_rel_deviation"] is None  # JSON has no Infinity
+    assert GateVerdict.from_dict(stored).verdict.max_rel_deviation == math.inf
+    assert failed.failure_reason() == "parity: x (test exact; max relative deviation inf)"
+
+
+def test_verdicts_stored_by_earlier_versions_still_read() -> None:
+    # A config whose check raised, as `Search.parity` stored it before.
+    crashed = GateVerdict.from_dict(
+        {
+            "passed": False,
+            "reason": "parity run failed: boom",
+            "max_rel_deviation": None,
+            "seconds": 0.5,
+            "config": {"num_streams": 2},
+        }
+    )
+    assert not crashed.passed and crashed.reason == "parity run failed: boom"
+    assert crashed.verdict.max_rel_deviation == math.inf and crashed.seconds == 0.5
+    assert crashed.config == {"num_streams": 2}
+    # A program's verdict, with the equivalence test nested.
+    program = GateVerdict.from_dict(
+        {
+            "passed": True,
+            "test": "equivalence",
+            "reason": "within the envelope",
+            "max_rel_deviation": 0.4,
+            "equivalence": {"passed": True, "ratio": 0.4, "bound": 0.01, "window": 5},
+        }
+    )
+    assert program.passed and program.verdict.test == "equivalence"
+    assert program.verdict.ratio == 0.4 and program.verdict.window == 5
+    assert program.verdict.tolerance == 0.01
+
+
+def test_a_failed_check_is_a_failing_verdict_naming_why() -> None:
+    verdict = GateVerdict.failed("parity run failed: out of memory", config=LoopConfig())
+    assert not verdict.passed
+    assert verdict.config == LoopConfig().to_dict()
+    assert GateVerdict.from_dict(verdict.to_dict()) == verdict
+
+
+@pytest.mark.slow
+def test_the_gates_parts_run_once_each_and_are_timed() -> None:
+    """The reference and envelope run only without a stored envelope; the twin only for a test
+    that needs it; the verdict is the one `trainers.gate.gate` gives with nothing reused."""
+    common = {"steps": 4, "seed": 0, "device": "cpu", "precision": None}
+    config = LoopConfig(num_streams=2, optimizer="foreach")
+    first = run_parts("mlp", "tiny", config, envelope=None, **common)  # type: ignore[arg-type]
+    assert trainers.required_test(config) == "exact+equivalence"
+    assert set(first.time) == {GATE_REFERENCE, GATE_ENVELOPE, GATE_TWIN, GATE_CONFIG}
+    assert all(seconds > 0.0 for seconds in first.time.values())
+    alone = gate("mlp", config, preset="tiny", **common)  # type: ignore[arg-type]
+    assert first.verdict.passed == alone.passed and first.verdict.losses == alone.losses
+    assert first.verdict.test == alone.test
+    local = InProcessGate("mlp", "tiny", steps=4, seed=0, device=trainers.resolve_device("cpu"))
+    again = local.check(LoopConfig(num_streams=2), first.envelope)
+    assert set(again.time) == {GATE_CONFIG}  # the envelope given, an exact test: nothing else
+    assert again.envelope == first.envelope and again.verdict.passed

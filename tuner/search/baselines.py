@@ -1,0 +1,97 @@
+"""The baselines, measured at the start and every `baseline_every` trials, and their drift.
+
+Each measurement is one study attribute (`keys.BASELINE_PREFIX` + `<name>/<id>`), so concurrent
+workers never overwrite each other's. Drift compares a baseline with its own first measurement
+on the same device (`where`): clocks and other load move every config alike, and a drift above
+`DRIFT_WARNING` is shown.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any
+
+import optuna
+
+from tuner.search.measure import Failure, Measurer
+from tuner.search.options import BASELINES, DRIFT_WARNING, Progress, Retry
+from tuner.search.stats import drift
+from tuner.search.timing import Clock
+from tuner.store import keys
+from tuner.store import storage as studies
+from tuner.store.phases import MEASURE
+
+
+class Baselines:
+    """Measures `BASELINES` on one device and stores each measurement with its drift."""
+
+    def __init__(
+        self,
+        study: optuna.Study,
+        measurer: Measurer,
+        *,
+        where: str,
+        retry: Retry,
+        progress: Progress,
+        clock: Clock,
+    ) -> None:
+        self.study = study
+        self.measurer = measurer
+        self.where = where
+        self.retry = retry
+        self.progress = progress
+        self.clock = clock
+
+    def measure(self, phase: str) -> None:
+        """Measure every baseline once; `phase` ("start", "drift") is stored with each."""
+        previous = self.retry.call(
+            lambda: studies.entries(self.study, keys.BASELINE_PREFIX), what="baselines"
+        )
+        for name, config in BASELINES.items():
+            self.progress.phase(f"baseline {name} ({phase})")
+            outcome = self.measurer.measure(config)
+            self.clock.measured(outcome, MEASURE)
+            entry: dict[str, Any] = {
+                "phase": phase,
+                "time": now(),
+                "at_trial": self._n_trials(),
+                "config": config.to_dict(),
+                "where": self.where,
+            }
+            if isinstance(outcome, Failure):
+                entry |= {"failure_reason": outcome.reason, "seconds": outcome.seconds}
+            else:
+                entry |= outcome.to_attrs()
+                first = first_baseline(previous, name, self.where)
+                if first is not None:
+                    entry["drift"] = drift(first["windows"], outcome.throughputs)
+                    if abs(entry["drift"]) > DRIFT_WARNING:
+                        self.progress.phase(
+                            f"warning: {name} drifted {entry['drift']:+.1%} since the first "
+                            "measurement (clocks, other load?)"
+                        )
+            self._store(f"{keys.BASELINE_PREFIX}{name}/{uuid.uuid4().hex[:10]}", entry)
+
+    def _store(self, key: str, entry: dict[str, Any]) -> None:
+        self.retry.call(lambda: self.study.set_user_attr(key, entry), what=f"storing {key}")
+
+    def _n_trials(self) -> int:
+        return len(
+            self.retry.call(lambda: self.study.get_trials(deepcopy=False), what="reading trials")
+        )
+
+
+def first_baseline(entries: dict[str, Any], name: str, where: str) -> dict[str, Any] | None:
+    """The first measurement of baseline `name` at `where` (entries from before `where` was
+    recorded count as anywhere's)."""
+    measured = [
+        e
+        for k, e in entries.items()
+        if k.startswith(f"{name}/") and "windows" in e and e.get("where", where) == where
+    ]
+    return min(measured, key=lambda e: e["time"]) if measured else None
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

@@ -1,0 +1,90 @@
+"""The search's gate and profiler, and the child processes they run in.
+
+Chosen once, by the kind of run, so that the search never asks which:
+- a built-in workload on a GPU: the gate and the profiles each in a long-lived child process
+  (`tuner.search.isolated`): the gate's deterministic mode and cuBLAS workspace setting, and
+  CUPTI after a profile, outlast them and slowed later measurements by up to 50 %;
+- a built-in workload on a CPU: both in this process;
+- a registered program: its own gate (`ProgramGate`), and no profiler (its kernels run in
+  another process; `open_search` turns profiles off for it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tuner.search import profiling
+from tuner.search.gate import Gate, InProcessGate, ProgramGate
+from tuner.search.isolated import ParityProcess, ProfileProcess
+from tuner.search.measure import Measurer
+from tuner.search.options import RunOptions
+
+
+@dataclasses.dataclass(kw_only=True)
+class Children:
+    """The gate and the profiler (None: profiles off) of one search; `close` ends their
+    processes."""
+
+    gate: Gate
+    profiler: profiling.Profiler | None
+    _profiles: ProfileProcess | None = None
+
+    def close(self) -> None:
+        self.gate.close()
+        if self._profiles is not None:
+            self._profiles.close()
+
+
+def open_children(options: RunOptions, measurer: Measurer) -> Children:
+    """The gate and profiler for `measurer`'s kind of run (see the module doc)."""
+    if measurer.program is not None:
+        gate = ProgramGate(
+            measurer.program,
+            options.preset,
+            device=measurer.device,
+            precision=options.precision,
+            steps=options.parity_steps,
+            seed=options.protocol.seed,
+        )
+        return Children(gate=gate, profiler=None)
+    if measurer.device.type != "cuda":
+        profiler = profiling.in_process(
+            measurer.workload,
+            device=measurer.device,
+            steps=options.profile_steps,
+            warmup=options.protocol.warmup,
+            precision=options.precision,
+        )
+        local = InProcessGate(
+            options.workload,
+            options.preset,
+            device=measurer.device,
+            model_args=options.model_args,
+            precision=options.precision,
+            steps=options.parity_steps,
+            seed=options.protocol.seed,
+        )
+        return Children(gate=local, profiler=profiler)
+    # On a GPU: each in a child process of its own (see the module doc).
+    profiles = ProfileProcess(
+        options.workload,
+        options.preset,
+        steps=options.profile_steps,
+        warmup=options.protocol.warmup,
+        seed=options.protocol.seed,
+        device=str(measurer.device),
+        matmul_precision=options.matmul_precision,
+        model_args=dict(options.model_args),
+        precision=options.precision,
+    )
+    parity = ParityProcess(
+        options.workload,
+        options.preset,
+        steps=options.parity_steps,
+        seed=options.protocol.seed,
+        device=str(measurer.device),
+        matmul_precision=options.matmul_precision,
+        model_args=dict(options.model_args),
+        precision=options.precision,
+    )
+    return Children(gate=parity, profiler=profiles.profile, _profiles=profiles)

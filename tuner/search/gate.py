@@ -1,0 +1,304 @@
+"""The correctness gate as the search sees it: one interface for every kind of run, one verdict.
+
+`Gate.check(config, envelope)` runs the gate for one config and returns a `GateRun`: the typed
+verdict (`trainers.gate.ParityVerdict`), the envelope it judged against (the caller stores it
+once per study and passes it back), and the seconds each part took. Three gates implement it:
+- `InProcessGate`: the built-in workloads, in this process (on a CPU);
+- `tuner.search.isolated.ParityProcess`: the same parts in a child process (on a GPU, whose
+  deterministic mode and cuBLAS workspace setting outlast a check);
+- `ProgramGate`: a registered external program (`trainers.program.program_parity`).
+`make_gate` picks one; the search never asks which.
+
+`GateVerdict` is what the search stores on a trial and on the study (its cache): the
+`ParityVerdict` whole (through its own `to_dict`/`from_dict`, so a field added there passes
+through), the config, the seconds and the parts' times, in one flat JSON object. `from_dict`
+also reads the dicts earlier versions stored (a failed run's three keys, a program's verdict).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, TypeVar
+
+import torch
+
+import trainers
+from trainers import LoopConfig
+from trainers.gate import Envelope, ParityVerdict, Twin, gate, parity_losses, required_test
+from trainers.program import Program, program_parity
+from trainers.workloads import WorkloadFactory
+from tuner.store.jsonsafe import json_safe_dict
+from tuner.store.phases import GATE_CONFIG, GATE_ENVELOPE, GATE_REFERENCE, GATE_TWIN
+
+T = TypeVar("T")
+
+# What a dict stored before verdicts were typed may lack: a failed run stored only `passed`,
+# `reason` and `max_rel_deviation`, a program's verdict a nested `equivalence` too.
+_LEGACY_DEFAULTS: dict[str, Any] = {
+    "exact_required": False,
+    "tolerance": 0.0,
+    "steps": 0,
+    "max_abs_deviation": math.inf,
+    "max_rel_deviation": math.inf,
+    "first_diverging_step": None,
+}
+# The search's own keys beside the verdict's fields in the stored JSON.
+_OWN_KEYS = ("config", "seconds", "time")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GateVerdict:
+    """A config's gate verdict as stored: the verdict, the config, its seconds, the parts' times."""
+
+    verdict: ParityVerdict
+    config: dict[str, Any] | None = None
+    seconds: float = 0.0
+    """Wall seconds of the check (0 for a verdict read back from the cache)."""
+    time: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Seconds of each part of the gate this check ran (`tuner.store.phases.GATE_PHASES`)."""
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict.passed
+
+    @property
+    def reason(self) -> str:
+        return self.verdict.reason
+
+    def failure_reason(self) -> str:
+        """The trial's `failure_reason` when the verdict failed it."""
+        deviation = self.verdict.max_rel_deviation
+        shown = "inf" if deviation is None or not math.isfinite(deviation) else f"{deviation:.3g}"
+        return (
+            f"parity: {self.verdict.reason} (test {self.verdict.test}; "
+            f"max relative deviation {shown})"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The flat JSON stored on the trial and the study: the verdict's fields, then ours."""
+        data = self.verdict.to_dict() | {"seconds": self.seconds, "time": dict(self.time)}
+        if self.config is not None:
+            data["config"] = dict(self.config)
+        return json_safe_dict(data)
+
+    def public(self) -> dict[str, Any]:
+        """The verdict's JSON without the config (the recommendation's `parity`)."""
+        return {k: v for k, v in self.to_dict().items() if k != "config"}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GateVerdict:
+        """Read a stored verdict, of this version or an earlier one (see `_LEGACY_DEFAULTS`)."""
+        fields = {k: v for k, v in data.items() if k not in _OWN_KEYS}
+        nested = fields.pop("equivalence", None)
+        if isinstance(nested, Mapping):  # a program's verdict before verdicts were typed
+            fields = {**nested, **fields}
+            fields.setdefault("tolerance", nested.get("bound"))
+        for key, default in _LEGACY_DEFAULTS.items():
+            if fields.get(key) is None and key not in ("first_diverging_step",):
+                # JSON turned an infinite deviation into null: read it back as infinite.
+                fields[key] = default
+        fields.setdefault("first_diverging_step", None)
+        config = data.get("config")
+        return cls(
+            verdict=ParityVerdict.from_dict(fields),
+            config=None if config is None else dict(config),
+            seconds=float(data.get("seconds") or 0.0),
+            time={k: float(v) for k, v in (data.get("time") or {}).items()},
+        )
+
+    @classmethod
+    def failed(cls, reason: str, *, config: LoopConfig | None = None) -> GateVerdict:
+        """A config the gate could not even check: it fails."""
+        fields = _LEGACY_DEFAULTS | {"passed": False, "reason": reason}
+        return cls(
+            verdict=ParityVerdict(**fields),
+            config=None if config is None else config.to_dict(),
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GateRun:
+    """What one check gave: the verdict, the envelope it used, the seconds of each part."""
+
+    verdict: ParityVerdict
+    envelope: dict[str, Any]
+    time: dict[str, float]
+
+
+class Gate(Protocol):
+    """Runs the correctness gate for one config. `envelope` is the study's stored envelope (None
+    the first time: the gate measures it, and `GateRun.envelope` is to be stored)."""
+
+    def check(self, config: LoopConfig, envelope: Mapping[str, Any] | None) -> GateRun: ...
+
+    def close(self) -> None: ...
+
+
+class _Parts:
+    """Times each part of a check into `time` (seconds per `tuner.store.phases` name)."""
+
+    def __init__(self) -> None:
+        self.time: dict[str, float] = {}
+
+    def run(self, part: str, fn: Callable[[], T]) -> T:
+        started = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            self.time[part] = self.time.get(part, 0.0) + time.perf_counter() - started
+
+
+def run_parts(
+    workload: str | WorkloadFactory,
+    preset: str,
+    config: LoopConfig,
+    *,
+    steps: int,
+    seed: int,
+    device: str | torch.device,
+    precision: trainers.Precision | None,
+    envelope: Mapping[str, Any] | None,
+) -> GateRun:
+    """The built-in gate, part by part: the reference and its envelope (only when `envelope` is
+    None: they depend on the workload alone, so once per study), the eager twin (when the
+    config's test needs one), then the config's own run and the judgement (`trainers.gate.gate`
+    given all it needs, so it measures nothing else)."""
+    parts = _Parts()
+    common: dict[str, Any] = {"steps": steps, "seed": seed, "device": device}
+    if envelope is not None:
+        found = Envelope.from_dict(envelope)
+    else:
+        reference = parts.run(
+            GATE_REFERENCE,
+            lambda: parity_losses(
+                workload, preset, trainers.REFERENCE, precision=precision, **common
+            ),
+        )
+        found = parts.run(
+            GATE_ENVELOPE,
+            lambda: Envelope.measure(
+                workload, preset, precision=precision, reference=reference, **common
+            ),
+        )
+    twin: Twin | None = None
+    if required_test(config) == "exact+equivalence":
+        twin = parts.run(
+            GATE_TWIN,
+            lambda: Twin.measure(workload, config, preset=preset, precision=precision, **common),
+        )
+    verdict = parts.run(
+        GATE_CONFIG,
+        lambda: gate(
+            workload,
+            config,
+            preset=preset,
+            envelope=found,
+            twin=twin,
+            precision=precision,
+            **common,
+        ),
+    )
+    return GateRun(verdict=verdict, envelope=found.to_dict(), time=parts.time)
+
+
+class InProcessGate:
+    """The built-in gate in this process (on a CPU, where nothing it sets outlasts it)."""
+
+    def __init__(
+        self,
+        workload: str,
+        preset: str,
+        *,
+        steps: int,
+        seed: int,
+        device: torch.device,
+        model_args: Mapping[str, str] | None = None,
+        precision: trainers.Precision | None = None,
+    ) -> None:
+        self._factory = trainers.resolve_factory(workload, dict(model_args or {}))
+        self._preset = preset
+        self._common: dict[str, Any] = {
+            "steps": steps,
+            "seed": seed,
+            "device": device,
+            "precision": precision,
+        }
+
+    def check(self, config: LoopConfig, envelope: Mapping[str, Any] | None) -> GateRun:
+        return run_parts(self._factory, self._preset, config, envelope=envelope, **self._common)
+
+    def close(self) -> None:
+        pass
+
+
+class ProgramGate:
+    """A registered program's gate (`trainers.program.program_parity`): every config takes the
+    equivalence test against the program's own reference and envelope. The program measures its
+    reference inside its envelope, so their seconds are recorded together as the envelope's."""
+
+    def __init__(
+        self,
+        program: Program,
+        preset: str,
+        *,
+        steps: int,
+        seed: int,
+        device: torch.device,
+        precision: trainers.Precision | None = None,
+    ) -> None:
+        self._program = program
+        self._preset = preset
+        self._steps = steps
+        self._common: dict[str, Any] = {
+            "steps": steps,
+            "seed": seed,
+            "device": device,
+            "precision": precision,
+        }
+
+    def _parity(
+        self, config: LoopConfig, envelope: Mapping[str, Any] | None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        return program_parity(
+            self._program, self._preset, config, envelope=envelope, **self._common
+        )
+
+    def check(self, config: LoopConfig, envelope: Mapping[str, Any] | None) -> GateRun:
+        parts = _Parts()
+        if envelope is None:
+            # The reference's own check runs no config beside the envelope's runs.
+            _, envelope = parts.run(GATE_ENVELOPE, lambda: self._parity(trainers.REFERENCE, None))
+        known = envelope
+        found, used = parts.run(GATE_CONFIG, lambda: self._parity(config, known))
+        return GateRun(verdict=_program_verdict(found, self._steps), envelope=used, time=parts.time)
+
+    def close(self) -> None:
+        pass
+
+
+def _program_verdict(found: Mapping[str, Any], steps: int) -> ParityVerdict:
+    """`program_parity`'s dict as a ParityVerdict: the equivalence test's fields, flat."""
+    equivalence = dict(found.get("equivalence") or {})
+    names = {f.name for f in dataclasses.fields(ParityVerdict)}
+    fields = {k: v for k, v in equivalence.items() if k in names}
+    for key in ("decisive_steps", "window_deviations", "window_envelopes"):
+        if fields.get(key) is not None:
+            fields[key] = tuple(fields[key])
+    return ParityVerdict(
+        **fields
+        | {
+            "passed": bool(found["passed"]),
+            "exact_required": False,
+            "tolerance": float(equivalence.get("bound") or 0.0),
+            "steps": steps,
+            # The program reports losses only: no per-step absolute figure is known.
+            "max_abs_deviation": math.nan,
+            "max_rel_deviation": float(found.get("max_rel_deviation", math.inf)),
+            "first_diverging_step": None,
+            "reason": str(found["reason"]),
+            "test": str(found.get("test", "equivalence")),
+        }
+    )
