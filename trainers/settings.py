@@ -84,6 +84,11 @@ def config_from_env(environ: Mapping[str, str]) -> LoopConfig:
                 values[field] = int(raw)
             except ValueError as exc:
                 raise ConfigError(name, raw, "an integer") from exc
+        elif isinstance(default, float):
+            try:
+                values[field] = float(raw)
+            except ValueError as exc:
+                raise ConfigError(name, raw, "a number") from exc
         else:
             values[field] = raw
     return LoopConfig(**values)

@@ -37,7 +37,7 @@ __all__ = [
 _RANGE_KEYS = ("low", "high", "log")
 _DICT_KEYS = ("name", "params", "fixed", "notes")
 
-_Kind = Literal["int", "bool", "str"]
+_Kind = Literal["int", "bool", "float", "str"]
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)
@@ -68,12 +68,21 @@ Spec = Choice | IntRange
 
 
 def _field_kinds() -> dict[str, _Kind]:
-    """LoopConfig field -> "int", "bool" or "str" (a Literal such as sync_mode), in field order."""
+    """LoopConfig field -> "int", "bool", "float" or "str" (a Literal such as sync_mode), in field
+    order."""
     hints = typing.get_type_hints(LoopConfig)
     kinds: dict[str, _Kind] = {}
     for name in field_names():
         hint = hints[name]
-        kinds[name] = "bool" if hint is bool else "int" if hint is int else "str"
+        kinds[name] = (
+            "bool"
+            if hint is bool
+            else "int"
+            if hint is int
+            else "float"
+            if hint is float
+            else "str"
+        )
     return kinds
 
 

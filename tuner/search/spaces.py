@@ -336,6 +336,11 @@ def _convert(field: str, text: str) -> Any:
         if lowered in _FALSE:
             return False
         raise SpaceError(field, text, "true/false, 1/0 or yes/no")
+    if kind == "float":
+        try:
+            return float(text)
+        except ValueError:
+            raise SpaceError(field, text, "a number") from None
     return text
 
 

@@ -82,3 +82,14 @@ def test_canonical_leaves_meaningful_settings_alone() -> None:
         "checkpoint_share": 0.5,
     }
     assert trainers.canonical({"checkpoint_share": 0.25}) == {"checkpoint_share": 1.0}
+
+
+def test_a_float_setting_is_read_as_a_number_from_pins_and_the_environment() -> None:
+    from tuner.search.spaces import parse_fix
+
+    assert parse_fix(["checkpoint_share=0.5"]) == {"checkpoint_share": 0.5}
+    with pytest.raises(SpaceError, match="checkpoint_share"):
+        parse_fix(["checkpoint_share=half"])
+    config = trainers.LoopConfig(activation_checkpointing="blocks", checkpoint_share=0.25)
+    env = {f"STREAMTUNE_{k.upper()}": str(v) for k, v in config.to_dict().items()}
+    assert trainers.config_from_env(env) == config
