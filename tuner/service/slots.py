@@ -6,7 +6,7 @@ pruned trials that were not cut short by the service). Its workers share the Opt
 that a trial being measured counts as a bad result for the others' sampling instead of being drawn
 again.
 
-Slots: a worker takes a trial only under the job's slot lock (`JobStore.lock_slots`: a guarded
+Slots: a worker takes a trial only under the job's slot lock (`SlotLocks.lock_slots`: a guarded
 UPDATE of the job row, which expires after `hold_s` so that a worker dying inside it cannot
 block the job). Holding it, the worker counts the counted and the RUNNING trials, and asks and
 samples a new one only when their sum is below `n_trials`; so at most `n_trials` trials count,
@@ -22,7 +22,7 @@ once it is `lease_s` old, or at once by a worker that claims the job from the qu
 can be running it then).
 
 Finalizing: a worker that finds no free slot and no RUNNING trial (`SlotCount.finished`) claims
-the job's finalizer role (`JobStore.claim_finalizing`, atomic); only that worker runs the final
+the job's finalizer role (`Membership.claim_finalizing`, atomic); only that worker runs the final
 round, so the speedups are measured on one device.
 """
 
@@ -36,7 +36,7 @@ from collections.abc import Callable, Collection
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.service.jobstore import JobStore
+from tuner.service.slotlocks import SlotLocks
 from tuner.service.tables import utcnow
 from tuner.store import keys
 from tuner.store.counting import count_trials
@@ -139,7 +139,7 @@ class JobSlots:
 
     def __init__(
         self,
-        store: JobStore,
+        store: SlotLocks,
         storage: optuna.storages.BaseStorage,
         *,
         job_id: str,
