@@ -124,7 +124,7 @@ class JobRun:
             return True
         search: Search | None = None
         try:
-            spec = JobSpec.from_dict(job.spec)
+            spec = JobSpec.of(job)
             search = open_search(
                 self.worker.options_for(job, spec),
                 progress=_JobProgress(self, job),
@@ -198,9 +198,7 @@ class JobRun:
         return JobSlots(
             self.worker.store,
             self.worker.storage(),
-            job_id=job.id,
-            study=job.study,
-            n_trials=job.n_trials,
+            job=job,
             deadline=deadline,
             worker=self.worker.id,
             hold_s=self.worker.settings.lease_s,
@@ -254,7 +252,7 @@ class JobRun:
         orphans = fail_orphans(storage, job.study, alive=others, unowned_after_s=0.0)
         for number in orphans:
             log.info("job %s: trial %d was left running; failed as interrupted", job.id, number)
-        if count_slots(storage, job.study, job.n_trials, None).free > 0:
+        if count_slots(storage, job, None).free > 0:
             return None
         found = storage.get_study_id_from_name(job.study)
         rec = storage.get_study_user_attrs(found).get(keys.RECOMMENDATION)

@@ -37,7 +37,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.service.slotlocks import SlotLocks
-from tuner.service.tables import utcnow
+from tuner.service.tables import JobRow, utcnow
 from tuner.store import keys
 from tuner.store.counting import count_trials
 from tuner.store.keys import INTERRUPTED_PREFIX
@@ -78,14 +78,16 @@ def study_id(storage: optuna.storages.BaseStorage, name: str) -> int | None:
 
 
 def count_slots(
-    storage: optuna.storages.BaseStorage, study: str, n_trials: int, deadline: dt.datetime | None
+    storage: optuna.storages.BaseStorage, job: JobRow, deadline: dt.datetime | None
 ) -> SlotCount:
-    found = study_id(storage, study)
+    """The slots of `job`'s study: the counting rule against the trials the job asked for (the
+    row's `n_trials`, its one stored place), and whether its time is up."""
+    found = study_id(storage, job.study)
     counts = count_trials([] if found is None else storage.get_all_trials(found, deepcopy=False))
     return SlotCount(
         counted=counts.counted,
         running=counts.running,
-        n_trials=n_trials,
+        n_trials=job.n_trials,
         past_deadline=deadline is not None and utcnow() > deadline,
     )
 
@@ -142,9 +144,7 @@ class JobSlots:
         store: SlotLocks,
         storage: optuna.storages.BaseStorage,
         *,
-        job_id: str,
-        study: str,
-        n_trials: int,
+        job: JobRow,
         deadline: dt.datetime | None,
         worker: str,
         hold_s: float,
@@ -152,9 +152,9 @@ class JobSlots:
     ) -> None:
         self.store = store
         self.storage = storage
-        self.job_id = job_id
-        self.study = study
-        self.n_trials = n_trials
+        self.job = job
+        self.job_id = job.id
+        self.study = job.study
         self.deadline = deadline
         self.worker = worker
         self.hold_s = hold_s
@@ -173,7 +173,7 @@ class JobSlots:
 
     def count(self) -> SlotCount:
         return self.backoff.call(
-            lambda: count_slots(self.storage, self.study, self.n_trials, self.deadline),
+            lambda: count_slots(self.storage, self.job, self.deadline),
             what=f"job {self.job_id}: counting trials",
         )
 
@@ -184,7 +184,7 @@ class JobSlots:
             return None  # shutting down
         trial: optuna.Trial | None = None
         try:
-            self.last = count_slots(self.storage, self.study, self.n_trials, self.deadline)
+            self.last = count_slots(self.storage, self.job, self.deadline)
             if self.last.free > 0:
                 trial = create()
                 prepare(trial)

@@ -46,7 +46,7 @@ class Submissions(JobTables):
             "preset": spec.preset,
             "device": spec.device,
             "n_trials": spec.n_trials,
-            "spec": spec.to_dict(),
+            "spec": spec.to_stored(),
             "study": f"{JOB_STUDY_PREFIX}{job_id}",
             "created_at": now,
             "updated_at": now,

@@ -194,10 +194,10 @@ class Worker:
             return self._member_of(job, claimed=True)
         storage = self.storage()
         for job in self.store.joinable(devices=self.devices, hardware=self.hardware):
-            slots = count_slots(storage, job.study, job.n_trials, job.deadline_at)
+            slots = count_slots(storage, job, job.deadline_at)
             if (slots.free > 0 or slots.finished) and self.store.join(job.id, self.id):
                 log.info(
-                    "job %s joined (%d of %d trials counted)", job.id, slots.counted, job.n_trials
+                    "job %s joined (%d of %d trials counted)", job.id, slots.counted, slots.n_trials
                 )
                 if self._member_of(job, claimed=False):
                     return True
