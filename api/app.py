@@ -45,7 +45,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         store=store,
         reader=reader,
         registry=registry,
-        tokens=settings.token_bytes(),
+        tokens=settings.tokens(),
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     errors.install(app)
