@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import math
 import uuid
 from collections.abc import Sequence
@@ -31,6 +32,12 @@ class TrialStats:
     by_state: dict[str, int]
     seconds_sum: float
     buckets: list[tuple[float, int]]  # (upper bound, cumulative count); +Inf last
+
+
+def _lock_key(owner: str) -> int:
+    """A signed 64-bit key of an owner's advisory lock (PostgreSQL's lock keys are bigints)."""
+    digest = hashlib.sha256(f"streamtune-queue:{owner}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 def _visible(by: Owner | None) -> list[sa.ColumnElement[bool]]:
@@ -69,8 +76,11 @@ class Submissions(JobTables):
             "n_pruned": 0,
         }
         # One statement, INSERT ... SELECT ... WHERE (queued jobs of this owner) < max_queued:
-        # atomic on SQLite (no read-then-write upgrade to fail on a busy database). On
-        # PostgreSQL, concurrent POSTs of one token may pass the limit by their number.
+        # atomic on SQLite, whose writers take the one database lock in turn (no read-then-write
+        # upgrade to fail on a busy database). On PostgreSQL each statement counts in its own
+        # snapshot (READ COMMITTED), so concurrent creates of one owner would all see the same
+        # count: a transaction-scoped advisory lock per owner serialises them, and each counts
+        # after the previous one committed.
         columns = [JobRow.__table__.c[name] for name in values]
         chosen = sa.select(
             *[sa.literal(v, type_=c.type) for v, c in zip(values.values(), columns, strict=True)]
@@ -84,6 +94,9 @@ class Submissions(JobTables):
             )
             chosen = chosen.where(queued < max_queued)
         with self.engine.begin() as conn:
+            if self._postgres and max_queued is not None:
+                # Held until this transaction ends (commit or rollback): no unlock to forget.
+                conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_lock_key(owner.name))))
             inserted = conn.execute(
                 sa.insert(JobRow).from_select(columns, chosen).returning(JobRow.id)
             ).scalar_one_or_none()
