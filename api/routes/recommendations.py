@@ -19,7 +19,8 @@ router = APIRouter(
     responses=UNAUTHORIZED,
 )
 
-Text = Annotated[str, Query(min_length=1, max_length=128)]
+PRINTABLE = r"^[^\x00-\x1f\x7f]+$"  # no control character (PostgreSQL stores no NUL)
+Text = Annotated[str, Query(min_length=1, max_length=128, pattern=PRINTABLE)]
 
 
 @router.get("", response_model=RecommendationHit, responses=NOT_FOUND)
@@ -33,6 +34,7 @@ def recommend(
         Query(
             min_length=1,
             max_length=128,
+            pattern=PRINTABLE,
             description=("the GPU's name (spaces or '-') as in the fingerprint, or cpu"),
         ),
     ],

@@ -55,6 +55,7 @@ def study_best(name: str, reader: ReaderDep, store: StoreDep, caller: CallerDep)
 def _visible(name: str, store: Submissions, caller: Owner) -> str:
     """`name`, if the caller may see it; StudyNotFound otherwise, worded as for an unknown one."""
     mine = store.studies(by=caller)
-    if mine is not None and name not in mine:
+    # A name with a NUL names no study (and PostgreSQL could not even be asked about it).
+    if "\x00" in name or (mine is not None and name not in mine):
         raise StudyNotFound(f"no study named {name!r} in this storage")
     return name

@@ -136,6 +136,10 @@ def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
 
     Raises SpecError naming the field. The space is checked the way the run will read it.
     """
+    try:  # a library family's own refusal (`hf:os`: no such kind) is the request's error
+        is_library_model(spec.workload)
+    except trainers.WorkloadError as exc:
+        raise SpecError(("workload",), str(exc), spec.workload) from exc
     if not registry.knows(spec.workload):
         raise SpecError(
             ("workload",),

@@ -139,6 +139,7 @@ class Submissions(JobTables):
         """A queued job is cancelled now; a running one is flagged (its worker stops it)."""
         now = utcnow()
         flagged = {"cancel_requested": True, "updated_at": now}
+        self.get(job_id)  # JobNotFound for an id that is none (before it reaches the database)
         mine = [JobRow.id == job_id, *_visible(by)]
         with self.engine.begin() as conn:  # conditional single statements: no lost updates
             changed = conn.execute(
