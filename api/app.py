@@ -47,7 +47,9 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         registry=registry,
         tokens=settings.tokens(),
     )
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimit, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s
+    )
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
