@@ -12,6 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from api.settings import ApiSettings, Token
 from tuner.evidence.reader import StudyReader
 from tuner.service.owners import EVERYONE, Owner
+from tuner.service.reports import ReportCache
 from tuner.service.spec import WorkloadRegistry
 from tuner.service.submissions import Submissions
 
@@ -25,6 +26,7 @@ class Services:
     reader: StudyReader
     registry: WorkloadRegistry
     tokens: tuple[Token, ...]
+    reports: ReportCache
 
 
 def get_services(request: Request) -> Services:
@@ -51,10 +53,15 @@ def get_registry(services: ServicesDep) -> WorkloadRegistry:
     return services.registry
 
 
+def get_reports(services: ServicesDep) -> ReportCache:
+    return services.reports
+
+
 SettingsDep = Annotated[ApiSettings, Depends(get_settings)]
 StoreDep = Annotated[Submissions, Depends(get_store)]
 ReaderDep = Annotated[StudyReader, Depends(get_reader)]
 RegistryDep = Annotated[WorkloadRegistry, Depends(get_registry)]
+ReportsDep = Annotated[ReportCache, Depends(get_reports)]
 
 bearer = HTTPBearer(auto_error=False, description="a token of TUNER_API_TOKENS")
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]

@@ -5,10 +5,17 @@ from __future__ import annotations
 import logging
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query, Response, status
-from fastapi.responses import HTMLResponse
+from fastapi import APIRouter, Depends, Path, Query, Request, Response, status
 
-from api.deps import CallerDep, ReaderDep, RegistryDep, SettingsDep, StoreDep, authenticate
+from api.deps import (
+    CallerDep,
+    ReaderDep,
+    RegistryDep,
+    ReportsDep,
+    SettingsDep,
+    StoreDep,
+    authenticate,
+)
 from api.routes import CONFLICT, NOT_FOUND, UNAUTHORIZED
 from api.schemas.common import ErrorOut, Recommendation
 from api.schemas.jobs import JobIn, JobOut, JobPage, Status, TrialOut, TrialPage
@@ -22,6 +29,7 @@ router = APIRouter(
 
 Limit = Annotated[int, Query(ge=1, le=200, description="page size")]
 Offset = Annotated[int, Query(ge=0, le=10_000_000, description="items to skip")]
+HTML = "text/html; charset=utf-8"
 JobId = Annotated[str, Path(description="the job's id (32 hexadecimal digits)")]
 
 
@@ -106,17 +114,36 @@ def job_best(job_id: JobId, store: StoreDep, caller: CallerDep) -> Recommendatio
         **NOT_FOUND,
         200: {
             "content": {"text/html": {"schema": {"type": "string"}}},
-            "description": "the study's self-contained HTML report",
+            "description": "the study's self-contained HTML report (gzipped if accepted)",
         },
+        304: {"description": "not changed since the ETag sent in If-None-Match"},
     },
 )
 def job_report(
-    job_id: JobId, store: StoreDep, reader: ReaderDep, caller: CallerDep
-) -> HTMLResponse:
+    job_id: JobId, store: StoreDep, reports: ReportsDep, caller: CallerDep, request: Request
+) -> Response:
     """The job study's report (`python -m tuner report`): recommendation, speedups, every
-    trial, throughput by setting, the time breakdown of the profiled configs. A job that has
-    not started has no study yet: 404."""
-    return HTMLResponse(reader.report(store.job(job_id, by=caller).study))
+    trial, throughput by setting, the time breakdown of the profiled configs. Built once per
+    state of the study (its ETag) and served from memory. A job that has not started has no
+    study yet: 404."""
+    page = reports.page(store.job(job_id, by=caller).study)
+    # private: the page is this token's; no-cache: ask again (a 304 while unchanged).
+    headers = {"ETag": page.etag, "Cache-Control": "private, no-cache", "Vary": "Accept-Encoding"}
+    if page.etag in request.headers.get("if-none-match", ""):
+        return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
+    if accepts_gzip(request.headers.get("accept-encoding", "")):
+        headers["Content-Encoding"] = "gzip"
+        return Response(page.gzipped, media_type=HTML, headers=headers)
+    return Response(page.html, media_type=HTML, headers=headers)
+
+
+def accepts_gzip(header: str) -> bool:
+    """Whether an Accept-Encoding header takes gzip (and not with q=0)."""
+    for part in header.lower().split(","):
+        coding, _, params = part.strip().partition(";")
+        if coding.strip() in ("gzip", "*"):
+            return params.replace(" ", "") not in ("q=0", "q=0.0", "q=0.00", "q=0.000")
+    return False
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut, responses=NOT_FOUND | CONFLICT)
