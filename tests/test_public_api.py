@@ -39,6 +39,8 @@ TRAINERS = {
     "TrainerError",
     "Twin",
     "UnsupportedOnDevice",
+    "Utilisation",
+    "utilisation",
     "Window",
     "WindowCallback",
     "Workload",

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from trainers import RunResult
 from trainers.workloads import Family
-from tuner.evidence.recommendation import Recommendation
+from tuner.evidence.recommendation import Recommendation, memory_text, utilisation_text
 from tuner.store.phases import LABELS
 
 
@@ -141,6 +141,12 @@ def recommendation(console: Console, rec: Recommendation) -> None:
         table.add_row("throughput", _interval(rec.throughput.to_dict(), " samples/s"))
     for name, speedup in rec.speedup.items():
         table.add_row(f"vs {name}", _interval(speedup.to_dict(), "x"))
+    use = utilisation_text(rec.utilisation)
+    if use is not None:
+        table.add_row("model FLOPs", use)
+    memory = memory_text(rec.peak_memory_bytes, rec.device_memory_bytes)
+    if memory is not None:
+        table.add_row("peak memory", memory)
     # A floor slower than the step (a record from before issue 28) is no floor: not shown.
     if rec.floor is not None and rec.step_ms is not None and rec.floor.step_ms <= rec.step_ms:
         table.add_row(
