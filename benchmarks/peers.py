@@ -368,8 +368,17 @@ def tune(
     timeout_s: float | None,
     model_args: Mapping[str, str],
     log: Callable[[str], None] = lambda text: None,
+    protocol: Protocol | None = None,
+    final_rounds: int | None = None,
 ) -> dict[str, Any]:
     started = time.perf_counter()
+    # A large model's default protocol (110 steps a measurement) leaves a 10-minute run no room
+    # to search: `--protocol` and `--final-rounds` shorten the job the way a user would.
+    shorter: dict[str, Any] = {}
+    if protocol is not None:
+        shorter["protocol"] = protocol
+    if final_rounds is not None:
+        shorter["final_rounds"] = final_rounds
     study = f"peers-{workload}-{preset}-{precision}".replace(":", "-")
     rec = run_study(
         RunOptions(
@@ -384,6 +393,7 @@ def tune(
             precision=precision,  # type: ignore[arg-type]
             model_args=dict(model_args),
             profile="none",
+            **shorter,
         ),
         progress=PhaseLog(log, started),
     ).to_dict()
@@ -603,13 +613,15 @@ def run_preset(
         timeout_s=args.search_timeout,
         model_args=model_args,
         log=log,
+        protocol=args.protocol,
+        final_rounds=args.final_rounds,
     )
     log(f"recommended {tuning['config']} in {tuning['wall_s']:.0f} s")
     measurer = Measurer(
         workload,
         preset,
         device=args.device,
-        protocol=Protocol(),
+        protocol=args.protocol or Protocol(),
         model_args=model_args,
         precision=precision,  # type: ignore[arg-type]
     )
@@ -808,6 +820,16 @@ def update_readme(readme: Path, data: Mapping[str, Any]) -> None:
     readme.write_text(f"{head}{README_BEGIN}\n{body}\n{README_END}{tail}", encoding="utf-8")
 
 
+def _protocol(text: str) -> Protocol:
+    try:
+        warmup, windows, steps = (int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--protocol: expected WARMUP,WINDOWS,WINDOW_STEPS (three integers), got {text!r}"
+        ) from None
+    return Protocol(warmup=warmup, windows=windows, window_steps=steps)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", default="transformer:small")
@@ -822,6 +844,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"presets, {','.join(SCALE_PEERS)}); all: {','.join(PEERS)}",
     )
     parser.add_argument("--trials", type=int, default=12)
+    parser.add_argument(
+        "--protocol",
+        type=_protocol,
+        default=None,
+        help="WARMUP,WINDOWS,WINDOW_STEPS of every measurement, tuning and peers "
+        "(default: the tuner's, 10,5,20)",
+    )
+    parser.add_argument("--final-rounds", type=int, default=None)
     parser.add_argument("--search-timeout", type=float, default=None)
     parser.add_argument("--tag", default="")
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
