@@ -198,12 +198,11 @@ def _run_fitting(
 
 
 def _fitting(built: Workload, config: LoopConfig) -> Iterator[LoopConfig]:
-    """The plain step's stand-ins, least changed first. Eager recomputation runs the same kernels
-    on the same inputs, so its losses are the plain step's bit for bit (tests/trainers/
-    test_scale_gpu.py on an H100, test_scale_levers.py on a CPU), in the memory of one block's
-    activations. Micro-batches (a model without known blocks, or one whose checkpointed step
-    still does not fit) sum the gradient in another order: a few ulps off the plain step, which
-    is why every config with micro-batches is judged by the equivalence test, never exactly."""
+    """The plain step's stand-ins, least changed first: every block checkpointed (the same
+    kernels on the same inputs, in the memory of one block's activations: bit for bit on a CPU,
+    a few ulps off on a GPU whose backward picks other kernels), then 2, 4 or 8 micro-batches
+    (the gradient summed in another order). Both are why every config with checkpointing or
+    micro-batches is judged by the equivalence test (`NUMERICS_FIELDS`), never exactly."""
     if has_blocks(built):
         yield config.replace(activation_checkpointing="blocks")
     for pieces in (2, 4, 8):
