@@ -86,9 +86,9 @@ NUMERICS_FIELDS: Mapping[str, object] = {
     # its own fuses other kernels than the whole model: both train the same model, neither bit
     # for bit, so equivalence decides. So does activation checkpointing: an eager recompute runs
     # the same kernels on the same inputs, bit for bit on a CPU, but on the H100 a checkpointed
-    # bf16 Llama-style decoder left the plain step's losses by 2e-5 at step 10 (2026-11-25,
-    # docs/benchmarks/gpu-tests-h100-2026-11-25-f111199.md): the backward's kernels are chosen for other
-    # buffers. An exact test would reject the lever on exactly the models that need it.
+    # bf16 Llama-style decoder left the plain step's losses by 2e-5 at step 10
+    # (docs/benchmarks/gpu-tests-h100-2026-11-25-f111199.md): the backward's kernels are chosen
+    # for other buffers. An exact test would reject the lever on the models that need it.
     "micro_batches": 1,
     "compile_scope": "model",
     "activation_checkpointing": "none",
@@ -387,6 +387,39 @@ def gate(
     if chosen == "exact":
         return dataclasses.replace(compare(losses, reference, exact=True, tolerance=0.0), **fields)
 
+    return _judged_equivalent(
+        workload,
+        preset,
+        config,
+        chosen,
+        losses=losses,
+        reference=reference,
+        envelope=envelope,
+        twin=twin,
+        common=common,
+        fields=fields,
+        reasons=reasons,
+        judge={"window": window, "multiple": multiple, "check_drift": check_drift},
+    )
+
+
+def _judged_equivalent(
+    workload: str | WorkloadFactory,
+    preset: str,
+    config: LoopConfig,
+    chosen: GateTest,
+    *,
+    losses: Sequence[float],
+    reference: Sequence[float],
+    envelope: Envelope | None,
+    twin: Twin | None,
+    common: dict[str, Any],
+    fields: dict[str, Any],
+    reasons: list[str],
+    judge: dict[str, Any],
+) -> ParityVerdict:
+    """`gate`'s verdict for a config owed equivalence (after its twin, for a graph): the
+    deviation from the reference within the envelope, measured here when not given."""
     max_abs, max_rel, first = _per_step(losses, reference)
     fields.update(
         steps=len(reference),
@@ -405,7 +438,7 @@ def gate(
         envelope = Envelope.measure(
             workload, preset, perturbations=PERTURBATIONS, reference=reference, **common
         )
-    eq = envelope.judge(losses, window=window, multiple=multiple, check_drift=check_drift)
+    eq = envelope.judge(losses, **judge)
     reasons.append(eq.reason)
     return ParityVerdict(
         passed=exact_ok and eq.passed,
