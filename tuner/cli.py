@@ -6,7 +6,7 @@ import dataclasses
 import json
 import os
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -15,9 +15,13 @@ import trainers
 from trainers.workloads import catalog
 from tuner.errors import SpaceError, TunerError
 from tuner.evidence import export as exporting
-from tuner.evidence import reader, render
+from tuner.evidence import progress, reader, render
+from tuner.evidence.recommendation import Recommendation
 from tuner.search.measure import Protocol
 from tuner.store import storage as studies
+
+if TYPE_CHECKING:
+    from tuner.search.options import RunOptions
 
 app = typer.Typer(
     help="streamtune: measure and tune the concurrency settings of PyTorch training loops.",
@@ -25,6 +29,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+CPU_SEARCH_BUDGET_S = 60.0
+"""`python -m tuner run`'s search budget on a CPU when no --timeout is given (`_cpu_defaults`)."""
 
 # LoopConfig fields and run arguments -> the flag a user typed.
 FLAGS = {
@@ -216,139 +223,220 @@ def models(as_json: AsJson = False) -> None:
 
 Storage = Annotated[
     str | None,
-    typer.Option(help="Optuna storage URL (default: $TUNER_STORAGE or sqlite:///tuner.db)."),
+    typer.Option(
+        help="Optuna storage URL (default: $TUNER_STORAGE or sqlite:///tuner.db). An SQLite "
+        "file's folder must exist: the file and its NAME-artifacts/ folder are created beside "
+        "it, never a missing folder on the way to it (create those with mkdir -p)."
+    ),
 ]
 StudyName = Annotated[str, typer.Option("--study", help="Study name.")]
+
+# `run`'s options, one alias each, so that the command's signature stays a list of names.
+Trials = Annotated[int, typer.Option(help="Trials to run (added to a resumed study).")]
+Timeout = Annotated[
+    float | None,
+    typer.Option(
+        help="Stop starting trials after this many seconds (default: 600 on the default space "
+        f"on a GPU, {CPU_SEARCH_BUDGET_S:.0f} on a CPU, else none)."
+    ),
+]
+Space = Annotated[
+    str,
+    typer.Option(
+        help="auto (compile on a GPU, full on a CPU), full, streams, compile or a JSON file."
+    ),
+]
+Fix = Annotated[list[str] | None, typer.Option(help="Pin a setting: name=value (repeatable).")]
+RunStudy = Annotated[
+    str | None, typer.Option(help="Study name (default: workload-preset-hardware).")
+]
+Objectives = Annotated[
+    str, typer.Option(help="throughput, or throughput,memory for a Pareto front.")
+]
+MaxMemory = Annotated[
+    int | None,
+    typer.Option(help="Recommend the fastest config under this many bytes of peak memory."),
+]
+TopK = Annotated[int, typer.Option(help="Configs re-measured in the final round.")]
+TieMargin = Annotated[
+    float, typer.Option(help="Configs within this fraction of the fastest median also tie.")
+]
+FinalRounds = Annotated[int, typer.Option(help="Interleaved final rounds.")]
+BaselineEvery = Annotated[
+    int, typer.Option(help="Re-measure the baselines every N trials (drift).")
+]
+ParitySteps = Annotated[int, typer.Option(help="Steps of each parity check.")]
+Warmup = Annotated[int, typer.Option(help="Untimed steps per measurement.")]
+Windows = Annotated[int, typer.Option(help="Timed windows per measurement.")]
+WindowSteps = Annotated[int, typer.Option(help="Steps per timed window.")]
+Sampler = Annotated[str, typer.Option(help="tpe or random.")]
+Seed = Annotated[int, typer.Option(help="Seed of the sampler, weights and data.")]
+TrainSteps = Annotated[
+    int | None,
+    typer.Option(
+        help="Your planned run length: recommend the least total time, setup "
+        "(compilation) included, over that many steps."
+    ),
+]
+Patience = Annotated[
+    int | None,
+    typer.Option(
+        help="Stop starting trials after this many complete trials in a row without a "
+        "gain above --tie-margin; 0: off (default: 8 on the default space on a GPU, "
+        "else off)."
+    ),
+]
+Profile = Annotated[
+    str,
+    typer.Option(
+        help="Profile none, the baselines and the recommended config (baselines), or every "
+        "complete trial too (all)."
+    ),
+]
+ProfileSteps = Annotated[int, typer.Option(help="Profiled steps per config.")]
+Artifacts = Annotated[
+    str | None,
+    typer.Option(
+        help="Directory of the profiler traces (default: beside an SQLite database; "
+        "$TUNER_ARTIFACTS)."
+    ),
+]
+Program = Annotated[
+    str | None,
+    typer.Option(
+        help="A registered training program to tune as it is (the registry file in "
+        "$TUNER_PROGRAMS; see trainers/program/runner.py): same as --workload program:NAME."
+    ),
+]
+Quiet = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        help="Print no progress. Without it, progress goes to stderr: a live bar on a "
+        "terminal, else one line per phase and per trial.",
+    ),
+]
 
 
 @app.command("run")
 def run_(
     workload: Workload = "transformer",
     preset: Preset = "small",
-    trials: Annotated[int, typer.Option(help="Trials to run (added to a resumed study).")] = 40,
-    timeout: Annotated[
-        float | None, typer.Option(help="Stop starting trials after this many seconds.")
-    ] = None,
-    space: Annotated[
-        str,
-        typer.Option(
-            help="auto (compile on a GPU, full on a CPU), full, streams, compile or a JSON file."
-        ),
-    ] = "auto",
-    fix: Annotated[
-        list[str] | None, typer.Option(help="Pin a setting: name=value (repeatable).")
-    ] = None,
+    trials: Trials = 40,
+    timeout: Timeout = None,
+    space: Space = "auto",
+    fix: Fix = None,
     storage: Storage = None,
-    study: Annotated[
-        str | None, typer.Option(help="Study name (default: workload-preset-hardware).")
-    ] = None,
+    study: RunStudy = None,
     device: Device = "auto",
-    objectives: Annotated[
-        str, typer.Option(help="throughput, or throughput,memory for a Pareto front.")
-    ] = "throughput",
-    max_memory: Annotated[
-        int | None,
-        typer.Option(help="Recommend the fastest config under this many bytes of peak memory."),
-    ] = None,
-    top_k: Annotated[int, typer.Option(help="Configs re-measured in the final round.")] = 3,
-    tie_margin: Annotated[
-        float, typer.Option(help="Configs within this fraction of the fastest median also tie.")
-    ] = 0.01,
-    final_rounds: Annotated[int, typer.Option(help="Interleaved final rounds.")] = 3,
-    baseline_every: Annotated[
-        int, typer.Option(help="Re-measure the baselines every N trials (drift).")
-    ] = 10,
-    parity_steps: Annotated[int, typer.Option(help="Steps of each parity check.")] = 20,
-    warmup: Annotated[int, typer.Option(help="Untimed steps per measurement.")] = 10,
-    windows: Annotated[int, typer.Option(help="Timed windows per measurement.")] = 5,
-    window_steps: Annotated[int, typer.Option(help="Steps per timed window.")] = 20,
-    sampler: Annotated[str, typer.Option(help="tpe or random.")] = "tpe",
-    seed: Annotated[int, typer.Option(help="Seed of the sampler, weights and data.")] = 0,
+    objectives: Objectives = "throughput",
+    max_memory: MaxMemory = None,
+    top_k: TopK = 3,
+    tie_margin: TieMargin = 0.01,
+    final_rounds: FinalRounds = 3,
+    baseline_every: BaselineEvery = 10,
+    parity_steps: ParitySteps = 20,
+    warmup: Warmup = 10,
+    windows: Windows = 5,
+    window_steps: WindowSteps = 20,
+    sampler: Sampler = "tpe",
+    seed: Seed = 0,
     matmul_precision: MatmulPrecision = "highest",
     model_arg: ModelArgs = None,
     precision: Precision = None,
-    train_steps: Annotated[
-        int | None,
-        typer.Option(
-            help="Your planned run length: recommend the least total time, setup "
-            "(compilation) included, over that many steps."
-        ),
-    ] = None,
-    patience: Annotated[
-        int | None,
-        typer.Option(
-            help="Stop starting trials after this many complete trials in a row without a "
-            "gain above --tie-margin; 0: off (default: 8 on the default space on a GPU, "
-            "else off)."
-        ),
-    ] = None,
-    profile: Annotated[
-        str,
-        typer.Option(
-            help="Profile none, the baselines and the recommended config (baselines), or every "
-            "complete trial too (all)."
-        ),
-    ] = "baselines",
-    profile_steps: Annotated[int, typer.Option(help="Profiled steps per config.")] = 10,
-    artifacts: Annotated[
-        str | None,
-        typer.Option(
-            help="Directory of the profiler traces (default: beside an SQLite database; "
-            "$TUNER_ARTIFACTS)."
-        ),
-    ] = None,
-    program: Annotated[
-        str | None,
-        typer.Option(
-            help="A registered training program to tune as it is (the registry file in "
-            "$TUNER_PROGRAMS; see trainers/program/runner.py): same as --workload program:NAME."
-        ),
-    ] = None,
+    train_steps: TrainSteps = None,
+    patience: Patience = None,
+    profile: Profile = "baselines",
+    profile_steps: ProfileSteps = 10,
+    artifacts: Artifacts = None,
+    program: Program = None,
+    quiet: Quiet = False,
     as_json: AsJson = False,
 ) -> None:
     """Tune: search the settings with short real runs and recommend a config."""
-    from tuner.search.options import RunOptions
-    from tuner.search.search import run_study
-
-    if program is not None:
-        workload = f"program:{program}"
-
-    options = RunOptions(
-        workload=workload,
-        preset=preset,
-        trials=trials,
-        timeout_s=timeout,
-        space=space,
-        fix=tuple(fix or ()),
-        storage=storage,
-        study=study,
-        device=device,
-        objectives=tuple(o.strip() for o in objectives.split(",")),
-        max_memory_bytes=max_memory,
-        top_k=top_k,
-        tie_margin=tie_margin,
-        final_rounds=final_rounds,
-        baseline_every=baseline_every,
-        parity_steps=parity_steps,
-        sampler=sampler,
-        seed=seed,
-        matmul_precision=matmul_precision,
-        profile=profile,
-        profile_steps=profile_steps,
-        model_args=parse_model_args(model_arg or ()),
-        train_steps=train_steps,
-        patience=patience,
-        precision=precision,  # type: ignore[arg-type]  # RunOptions checks it
-        artifacts=artifacts,
-        protocol=Protocol(warmup=warmup, windows=windows, window_steps=window_steps, seed=seed),
-    )
-    console = Console(stderr=True)
-    with render.SearchProgress(console, enabled=not as_json) as progress:
-        rec = run_study(options, progress=progress)
+    flags = dict(locals())  # every flag as given, for `_run_options`
+    show = progress.for_terminal(quiet=quiet, stdout=sys.stdout, stderr=sys.stderr)
+    with show:
+        rec = _tune(flags, show)
     if as_json:
         typer.echo(json.dumps(rec.to_dict(), indent=2))
     else:
         render.recommendation(Console(), rec)
+
+
+def _tune(flags: dict[str, Any], show: Any) -> Recommendation:
+    """Check the storage, apply a CPU's defaults, run the study, end the progress on the
+    recommendation's figure. The first line comes before anything slow (the workload is built
+    and the study opened after it), so a log shows the run has started."""
+    from tuner.search.search import run_study
+
+    workload = flags["workload"] if flags["program"] is None else f"program:{flags['program']}"
+    # The flags and the storage path are checked first (in milliseconds): an error in them is
+    # then the only line printed.
+    options = _run_options(flags, workload)
+    url = studies.storage_url(flags["storage"])
+    studies.check_sqlite_path(url)
+    show.line(
+        f"tuning {workload} / {flags['preset']} on device {flags['device']}, study in {url}: "
+        "building the workload and opening the study"
+    )
+    options = _cpu_defaults(options, flags, show)
+    rec = run_study(options, progress=show)
+    show.finish(rec)
+    return rec
+
+
+def _run_options(flags: dict[str, Any], workload: str) -> RunOptions:
+    """`run`'s flags as the search's `RunOptions` (which checks them)."""
+    from tuner.search.options import RunOptions
+
+    return RunOptions(
+        workload=workload,
+        preset=flags["preset"],
+        trials=flags["trials"],
+        timeout_s=flags["timeout"],
+        space=flags["space"],
+        fix=tuple(flags["fix"] or ()),
+        storage=flags["storage"],
+        study=flags["study"],
+        device=flags["device"],
+        objectives=tuple(o.strip() for o in flags["objectives"].split(",")),
+        max_memory_bytes=flags["max_memory"],
+        top_k=flags["top_k"],
+        tie_margin=flags["tie_margin"],
+        final_rounds=flags["final_rounds"],
+        baseline_every=flags["baseline_every"],
+        parity_steps=flags["parity_steps"],
+        sampler=flags["sampler"],
+        seed=flags["seed"],
+        matmul_precision=flags["matmul_precision"],
+        profile=flags["profile"],
+        profile_steps=flags["profile_steps"],
+        model_args=parse_model_args(flags["model_arg"] or ()),
+        train_steps=flags["train_steps"],
+        patience=flags["patience"],
+        precision=flags["precision"],
+        artifacts=flags["artifacts"],
+        protocol=Protocol(
+            warmup=flags["warmup"],
+            windows=flags["windows"],
+            window_steps=flags["window_steps"],
+            seed=flags["seed"],
+        ),
+    )
+
+
+def _cpu_defaults(options: RunOptions, flags: dict[str, Any], show: Any) -> RunOptions:
+    """On a CPU, a search budget of CPU_SEARCH_BUDGET_S unless --timeout is given: a CPU run
+    answers whether the workload trains under each config and passes the gate, not which config
+    is fastest on a GPU, so a long search there buys nothing (issue 29: the default job ran 12
+    minutes on this project's 2-core machine). A GPU's defaults are `run_study`'s."""
+    if flags["timeout"] is not None or trainers.resolve_device(options.device).type != "cpu":
+        return options
+    show.phase(
+        f"search budget {CPU_SEARCH_BUDGET_S:.0f} s (the default on a CPU; --timeout sets another)"
+    )
+    return dataclasses.replace(options, timeout_s=CPU_SEARCH_BUDGET_S)
 
 
 @app.command()

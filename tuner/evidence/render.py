@@ -3,17 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.table import Table
 
 from trainers import RunResult
@@ -58,46 +50,6 @@ def run_summary(console: Console, result: RunResult) -> None:
     console.print(table)
     if result.effective.get("note"):
         console.print(f"[yellow]note:[/yellow] {result.effective['note']}")
-
-
-class SearchProgress:
-    """The live progress bar of `python -m tuner run`: trial n of N, current best, elapsed."""
-
-    def __init__(self, console: Console, *, enabled: bool = True) -> None:
-        self._progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("best {task.fields[best]}"),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[status]}"),
-            console=console,
-            disable=not enabled,
-        )
-        self._task: Any = None
-
-    def __enter__(self) -> SearchProgress:
-        # The bar is drawn from `start` on: an input error before it is the only line printed.
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._task is not None:
-            self._progress.stop()
-
-    def start(self, study: str, total: int, resumed: bool) -> None:
-        self._progress.start()
-        verb = "resuming" if resumed else "study"
-        self._task = self._progress.add_task(f"{verb} {study}", total=total, best="-", status="")
-
-    def phase(self, text: str) -> None:
-        if self._task is not None:
-            self._progress.update(self._task, status=text)
-
-    def trial_done(self, done: int, total: int, best: float | None, state: str) -> None:
-        shown = "-" if best is None else f"{best:,.1f} samples/s"
-        self._progress.update(self._task, completed=done, best=shown, status=f"last: {state}")
 
 
 def _interval(entry: dict[str, Any], unit: str = "") -> str:
@@ -168,9 +120,48 @@ def recommendation(console: Console, rec: Recommendation) -> None:
     )
     if spent is not None:
         table.add_row("time", spent)
+    on_cpu = rec.hardware == "cpu"
+    if on_cpu:
+        for label, text in cpu_rows(rec):
+            table.add_row(label, text)
     console.print(table)
-    if rec.note:
+    # On a CPU the rows above say what the stored note says, and more.
+    if rec.note and not (on_cpu and rec.note.startswith("measured on a CPU")):
         console.print(f"[yellow]note:[/yellow] {rec.note}")
+
+
+def gpu_command(rec: Recommendation) -> str:
+    """The command that asks the same question of a GPU (the first one, `--device auto`)."""
+    workload = str(rec.workload or "transformer")
+    if workload.startswith("program:"):
+        words = ["python -m tuner run --program", workload.removeprefix("program:")]
+    else:
+        words = ["python -m tuner run --workload", workload]
+    words += ["--preset", str(rec.preset or "small")]
+    for key, value in (rec.study_fields.get("model_args") or {}).items():
+        words.append(f"--model-arg {key}={value}")
+    precision = rec.study_fields.get("precision")
+    if precision and precision != "fp32":
+        words.append(f"--precision {precision}")
+    return " ".join(words)
+
+
+def cpu_rows(rec: Recommendation) -> list[tuple[str, str]]:
+    """What a CPU run can and cannot tell, and what to run on a GPU (issue 29)."""
+    return [
+        (
+            "a CPU run tells",
+            "that the workload trains under every config tried, which of them passed the "
+            "correctness gate (the PyTorch loop's losses), and what each costs on this CPU",
+        ),
+        (
+            "it cannot tell",
+            "which config is fastest on a GPU: stream, event and pinned-memory settings have no "
+            "effect on a CPU and CUDA graphs do not run there, so the configs above differ by "
+            "noise and 'change nothing' is the expected answer",
+        ),
+        ("on a GPU, run", gpu_command(rec)),
+    ]
 
 
 def study_table(console: Console, rows: list[dict[str, Any]]) -> None:

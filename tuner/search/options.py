@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, runtime_checkable
 from typing import Protocol as TypingProtocol
 
 import optuna
 
 import trainers
 from trainers import LoopConfig
+from tuner.evidence.progress import TrialReport
 from tuner.search.measure import Protocol
 from tuner.store.storage import precision_of
 
@@ -143,6 +144,14 @@ class Progress(TypingProtocol):
     def start(self, study: str, total: int, resumed: bool) -> None: ...
     def phase(self, text: str) -> None: ...
     def trial_done(self, done: int, total: int, best: float | None, state: str) -> None: ...
+
+
+@runtime_checkable
+class TrialReporter(TypingProtocol):
+    """A `Progress` that also takes each finished trial in full (number, config, result or
+    reason, seconds): the CLI's plain lines. Optional, so a `Progress` without it still works."""
+
+    def trial_report(self, report: TrialReport) -> None: ...
 
 
 class Quiet:

@@ -44,8 +44,9 @@ from optuna.trial import TrialState
 
 import trainers
 from trainers import LoopConfig
-from tuner.errors import Interrupted, Stopped
+from tuner.errors import Interrupted, Stopped, TunerError
 from tuner.evidence import profiles
+from tuner.evidence.progress import TrialReport
 from tuner.evidence.recommendation import Recommendation
 from tuner.search import decide, profiling
 from tuner.search.baselines import Baselines, now
@@ -63,6 +64,7 @@ from tuner.search.options import (
     Quiet,
     Retry,
     RunOptions,
+    TrialReporter,
     TrialSlots,
     make_sampler,
 )
@@ -302,7 +304,14 @@ def share_compile_cache(options: RunOptions) -> str | None:
         return os.environ[trainers.compilation.CACHE_DIR_VARIABLE]
     if chosen is None:
         return None
-    Path(chosen).mkdir(parents=True, exist_ok=True)
+    try:
+        Path(chosen).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        # One line naming where the folder came from, not a traceback (issue 29).
+        source = COMPILE_CACHE_ENV if os.environ.get(COMPILE_CACHE_ENV) else "--artifacts"
+        raise TunerError(
+            f"{source}: cannot create the compile cache folder {chosen}: {exc.strerror}"
+        ) from exc
     os.environ[trainers.compilation.CACHE_DIR_VARIABLE] = str(Path(chosen).resolve())
     return os.environ[trainers.compilation.CACHE_DIR_VARIABLE]
 
@@ -387,10 +396,18 @@ class Search:
             trial = slots.take(self._create, self._prepare)
             if trial is None:
                 break
+            started = time.perf_counter()
             state = self._run(trial)
             self.done += 1
             self._store_time()
-            self.progress.trial_done(self.done, self.options.trials, self._best_value(), state)
+            values = self._complete_values()
+            best = max(values.values()) if values else None
+            if isinstance(self.progress, TrialReporter):
+                seconds = time.perf_counter() - started
+                self.progress.trial_report(
+                    self._report(trial, state, seconds, values.get(trial.number), best)
+                )
+            self.progress.trial_done(self.done, self.options.trials, best, state)
             if self.done % self.options.baseline_every == 0 and slots.more():
                 self.measure_baselines("drift")
 
@@ -588,10 +605,43 @@ class Search:
         ]
         return trials_without_gain(values, self.options.tie_margin) >= patience
 
-    def _best_value(self) -> float | None:
-        values = [
-            t.values[0]
+    def _complete_values(self) -> dict[int, float]:
+        """Each complete trial's throughput, by trial number."""
+        return {
+            t.number: t.values[0]
             for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if t.values
-        ]
-        return max(values) if values else None
+        }
+
+    def _report(
+        self,
+        trial: optuna.Trial,
+        state: str,
+        seconds: float,
+        value: float | None,
+        best: float | None,
+    ) -> TrialReport:
+        """The finished trial in full, for a progress that prints one line per trial."""
+        attrs = trial.user_attrs
+        reason = attrs.get(keys.FAILURE_REASON)
+        if state == "pruned":
+            reason = (
+                "stopped on request"
+                if attrs.get(STOPPED_ATTR)
+                else "stopped early: slower than most earlier trials at the same window"
+            )
+        elif state == "finished elsewhere":
+            reason = "finished by another worker"
+        phases = attrs.get(keys.TIME)
+        return TrialReport(
+            number=trial.number,
+            done=self.done,
+            total=self.options.trials,
+            state=state,
+            config=attrs.get(keys.CONFIG),
+            value=value if state == "complete" else None,
+            reason=None if reason is None else str(reason),
+            seconds=seconds,
+            phases=phases if isinstance(phases, dict) else {},
+            best=best,
+        )
