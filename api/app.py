@@ -15,8 +15,8 @@ from api.limits import BodyLimit
 from api.routes import docs, health, jobs, recommendations, studies
 from api.settings import ApiSettings
 from tuner.evidence.reader import StudyReader
-from tuner.service.jobstore import JobStore
 from tuner.service.spec import WorkloadRegistry
+from tuner.service.submissions import Submissions
 from tuner.store import storage
 
 ROUTERS = (jobs.router, studies.router, recommendations.router, health.router, docs.router)
@@ -30,7 +30,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     settings = settings or ApiSettings()
     registry = WorkloadRegistry(settings.workloads, settings.programs)
     registry.check()
-    store = JobStore(settings.storage)
+    store = Submissions(settings.storage)
     reader = StudyReader(storage.open_storage(settings.storage))
     app = FastAPI(
         title="streamtune",

@@ -11,8 +11,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.settings import ApiSettings
 from tuner.evidence.reader import StudyReader
-from tuner.service.jobstore import JobStore
 from tuner.service.spec import WorkloadRegistry, owner_of
+from tuner.service.submissions import Submissions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,7 +20,7 @@ class Services:
     """What the app holds for its lifetime (on `app.state.services`)."""
 
     settings: ApiSettings
-    store: JobStore
+    store: Submissions
     reader: StudyReader
     registry: WorkloadRegistry
     tokens: tuple[bytes, ...]
@@ -43,7 +43,7 @@ def get_settings(services: ServicesDep) -> ApiSettings:
     return services.settings
 
 
-def get_store(services: ServicesDep) -> JobStore:
+def get_store(services: ServicesDep) -> Submissions:
     return services.store
 
 
@@ -56,7 +56,7 @@ def get_registry(services: ServicesDep) -> WorkloadRegistry:
 
 
 SettingsDep = Annotated[ApiSettings, Depends(get_settings)]
-StoreDep = Annotated[JobStore, Depends(get_store)]
+StoreDep = Annotated[Submissions, Depends(get_store)]
 ReaderDep = Annotated[StudyReader, Depends(get_reader)]
 RegistryDep = Annotated[WorkloadRegistry, Depends(get_registry)]
 

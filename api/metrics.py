@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from tuner.service.jobstore import JobStore
+from tuner.service.submissions import Submissions
 
 DURATION_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -14,7 +14,7 @@ def _number(value: float) -> str:
     return "+Inf" if math.isinf(value) else repr(float(value)) if value % 1 else str(int(value))
 
 
-def render(store: JobStore, *, lease_s: float) -> str:
+def render(store: Submissions, *, lease_s: float) -> str:
     lines = ["# HELP streamtune_jobs Jobs by state.", "# TYPE streamtune_jobs gauge"]
     lines += [
         f'streamtune_jobs{{state="{state}"}} {count}'

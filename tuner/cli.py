@@ -33,7 +33,9 @@ app = typer.Typer(
 CPU_SEARCH_BUDGET_S = 60.0
 """`python -m tuner run`'s search budget on a CPU when no --timeout is given (`_cpu_defaults`)."""
 
-# LoopConfig fields and run arguments -> the flag a user typed.
+# The settings' fields (`trainers.LoopConfig`, `RunOptions`, the measurement `Protocol`) and run
+# arguments -> the flag a user typed. tests/tuner/test_cli_flags.py holds it to those owners:
+# every flag here exists, and every field of theirs has a flag here or a reason not to.
 FLAGS = {
     "num_streams": "--streams",
     "sync_interval": "--sync-interval",
@@ -70,6 +72,12 @@ FLAGS = {
     "patience": "--patience",
     "compile": "--compile",
     "optimizer": "--optimizer",
+    "space": "--space",
+    "fix": "--fix",
+    "storage": "--storage",
+    "study": "--study",
+    "seed": "--seed",
+    "model_args": "--model-arg",
 }
 
 

@@ -1,14 +1,29 @@
-"""Jobs: the request (`JobIn`), the job (`JobOut`) and its trials (`TrialOut`)."""
+"""Jobs: the request (`JobIn`), the job (`JobOut`) and its trials (`TrialOut`).
+
+Each group of fields has one owner, and the models here follow it: the request's fields are
+`tuner.service.spec.JobSpec`'s (`JobIn.to_spec` and `JobOut.of` copy them by name), the space's
+and the pins' are `trainers.LoopConfig`'s with its allowed values and bounds, the precision is
+`trainers.precision`'s. tests/api/test_owners.py holds the models to their owners.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
 from api.schemas.common import BestSoFar, Strict, utc
-from trainers.config import MAX_PREFETCH, MAX_STREAMS, MAX_WORKERS
+from trainers import Precision
+from trainers.config import (
+    MAX_PREFETCH,
+    MAX_STREAMS,
+    MAX_WORKERS,
+    CompileMode,
+    OptimizerChoice,
+    SyncMode,
+)
 from tuner.service.spec import JobSpec
 from tuner.service.tables import JobRow
 
@@ -19,13 +34,12 @@ WorkloadName = Annotated[
 ]
 ModelArgKey = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z_]+$")]
 ModelArgValue = Annotated[str, Field(min_length=1, max_length=64)]
-PrecisionName = Literal["fp32", "tf32", "bf16-autocast", "fp16-autocast"]
+PrecisionName = Precision
 # The harness's own bounds (trainers.config), so the schema cannot drift from what runs.
 Streams = Annotated[int, Field(ge=1, le=MAX_STREAMS)]
 SyncInterval = Annotated[int, Field(ge=1, le=10_000)]  # the API's cap; the harness has none
 Prefetch = Annotated[int, Field(ge=0, le=MAX_PREFETCH)]
 Loaders = Annotated[int, Field(ge=0, le=MAX_WORKERS)]
-SyncMode = Literal["synchronize", "event", "query"]
 Objective = Literal["throughput", "memory"]
 Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 Device = Literal["auto", "cpu", "cuda"]
@@ -49,8 +63,6 @@ SyncModeChoices = Annotated[list[SyncMode], Choices]
 PrefetchChoices = Annotated[list[Prefetch], Choices]
 LoadersChoices = Annotated[list[Loaders], Choices]
 BoolChoices = Annotated[list[bool], Choices]
-CompileMode = Literal["none", "default", "max-autotune-no-cudagraphs", "reduce-overhead"]
-OptimizerChoice = Literal["as-built", "foreach", "fused", "compiled"]
 CompileChoices = Annotated[list[CompileMode], Choices]
 OptimizerChoices = Annotated[list[OptimizerChoice], Choices]
 
@@ -132,22 +144,14 @@ class JobIn(Strict):
         return value
 
     def to_spec(self) -> JobSpec:
-        space: str | dict[str, Any] = (
-            self.space if isinstance(self.space, str) else self.space.model_dump(exclude_none=True)
-        )
-        return JobSpec(
-            workload=self.workload,
-            preset=self.preset,
-            space=space,
-            fix=self.fix.model_dump(exclude_none=True),
-            n_trials=self.n_trials,
-            timeout_s=self.timeout_s,
-            objectives=tuple(self.objectives),
-            max_memory_bytes=self.max_memory_bytes,
-            device=self.device,
-            model_args=dict(self.model_args),
-            precision=self.precision,
-        )
+        """The request as the tuner reads it: every field by its name (they are `JobSpec`'s)."""
+        values: dict[str, Any] = {name: getattr(self, name) for name in type(self).model_fields}
+        if isinstance(self.space, SpaceIn):
+            values["space"] = self.space.model_dump(exclude_none=True)
+        values["fix"] = self.fix.model_dump(exclude_none=True)
+        values["objectives"] = tuple(self.objectives)
+        values["model_args"] = dict(self.model_args)
+        return JobSpec(**values)
 
 
 class JobLinks(BaseModel):
@@ -198,47 +202,39 @@ class JobOut(BaseModel):
 
     @classmethod
     def of(cls, row: JobRow) -> JobOut:
-        spec = row.spec
+        """The job: its request (`JobSpec`'s fields, by name) and its progress from the row."""
         base = f"/v1/jobs/{row.id}"
-        return cls(
-            id=row.id,
-            status=row.status,  # type: ignore[arg-type]  # the store writes STATUSES
-            workload=row.workload,
-            preset=row.preset,
-            device=row.device,  # type: ignore[arg-type]  # written from JobIn.device
-            space=spec.get("space", "full"),
-            fix=spec.get("fix", {}),
-            n_trials=row.n_trials,
-            model_args=spec.get("model_args", {}),
-            precision=spec.get("precision"),
-            n_complete=row.n_complete,
-            n_failed=row.n_failed,
-            n_pruned=row.n_pruned,
-            n_interrupted=row.n_interrupted or 0,
-            timeout_s=spec.get("timeout_s"),
-            objectives=spec.get("objectives", ["throughput"]),
-            max_memory_bytes=spec.get("max_memory_bytes"),
-            best=None if row.best is None else BestSoFar.model_validate(row.best),
-            has_recommendation=row.recommendation is not None,
-            hardware=row.hardware,
-            phase=row.phase,
-            cancel_requested=row.cancel_requested,
-            attempts=row.attempts,
-            error=row.error,
-            study=row.study,
-            created_at=utc(row.created_at),
-            started_at=utc(row.started_at),
-            finished_at=utc(row.finished_at),
-            updated_at=utc(row.updated_at),
-            heartbeat_at=utc(row.heartbeat_at),
-            links=JobLinks(
-                self=base,
-                trials=f"{base}/trials",
-                best=f"{base}/best",
-                report=f"{base}/report",
-                cancel=f"{base}/cancel",
-                study=f"/v1/studies/{row.study}",
-            ),
+        return cls.model_validate(
+            dataclasses.asdict(JobSpec.of(row))
+            | {
+                "id": row.id,
+                "status": row.status,
+                "n_complete": row.n_complete,
+                "n_failed": row.n_failed,
+                "n_pruned": row.n_pruned,
+                "n_interrupted": row.n_interrupted or 0,
+                "best": None if row.best is None else BestSoFar.model_validate(row.best),
+                "has_recommendation": row.recommendation is not None,
+                "hardware": row.hardware,
+                "phase": row.phase,
+                "cancel_requested": row.cancel_requested,
+                "attempts": row.attempts,
+                "error": row.error,
+                "study": row.study,
+                "created_at": utc(row.created_at),
+                "started_at": utc(row.started_at),
+                "finished_at": utc(row.finished_at),
+                "updated_at": utc(row.updated_at),
+                "heartbeat_at": utc(row.heartbeat_at),
+                "links": JobLinks(
+                    self=base,
+                    trials=f"{base}/trials",
+                    best=f"{base}/best",
+                    report=f"{base}/report",
+                    cancel=f"{base}/cancel",
+                    study=f"/v1/studies/{row.study}",
+                ),
+            }
         )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import optuna
 import sqlalchemy.exc
@@ -23,44 +23,55 @@ from tuner.errors import SpaceError, Stopped, TunerError
 from tuner.evidence.recommendation import Recommendation
 from tuner.search.options import RunOptions
 from tuner.search.search import Search, open_search
+from tuner.service.jobstore import WorkerStore
+from tuner.service.settings import WorkerSettings
 from tuner.service.slots import GAVE_UP_REASON, JobSlots, count_slots, fail_orphans, fail_running
 from tuner.service.spec import JobSpec
 from tuner.service.tables import JobRow, utcnow
 from tuner.store import keys
 from tuner.store import storage as studies
 from tuner.store.counting import TrialCounts, best_trial, count_trials
-from tuner.store.retry import is_transient
-
-if TYPE_CHECKING:
-    from tuner.service.worker import Worker
+from tuner.store.retry import Backoff, is_transient
 
 log = logging.getLogger("tuner.worker")
 
 
-def job_options(worker: Worker, job: JobRow, spec: JobSpec) -> RunOptions:
-    """The `RunOptions` a worker runs a job's study with: the job's request, its own protocol."""
-    s = worker.settings
-    return RunOptions(
-        workload=worker.registry.target(spec.workload),
-        preset=spec.preset,
-        trials=spec.n_trials,
-        space=spec.space,
-        fix=spec.fix,
-        storage=worker.storage_url,
-        study=job.study,
-        device="cpu" if spec.device == "cpu" else worker.device,
-        objectives=spec.objectives,
-        max_memory_bytes=spec.max_memory_bytes,
-        top_k=s.top_k,
-        final_rounds=s.final_rounds,
-        baseline_every=s.baseline_every,
-        parity_steps=s.parity_steps,
-        sampler=s.sampler,
-        protocol=s.protocol(),
-        matmul_precision=s.matmul_precision if spec.precision is None else "highest",
-        model_args=spec.model_args,
-        precision=spec.precision,  # type: ignore[arg-type]  # check_spec: one of PRECISIONS
-    )
+class JobMember(Protocol):
+    """What a job's run needs of the worker that is its member (`tuner.service.worker.Worker`
+    implements it; this module never imports the worker, so the two do not import each other).
+    """
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def settings(self) -> WorkerSettings: ...
+    @property
+    def store(self) -> WorkerStore: ...
+    @property
+    def backoff(self) -> Backoff: ...
+    @property
+    def stopping(self) -> threading.Event: ...
+
+    def storage(self) -> optuna.storages.BaseStorage:
+        """The Optuna storage of the jobs' studies (opened once per worker)."""
+        ...
+
+    def options_for(self, job: JobRow, spec: JobSpec) -> RunOptions:
+        """The `RunOptions` this worker runs `job`'s study with."""
+        ...
+
+    def beat_in(self, job_id: str) -> None:
+        """The worker's own heartbeat while in a job: its GPU lease, the database seen up, and
+        the job's trials whose worker is dead failed. Raises the database's errors."""
+        ...
+
+    def db_down(self) -> None:
+        """The database did not answer a heartbeat."""
+        ...
+
+    def check_parent(self) -> None:
+        """Shut down when the `serve` process that started this worker is gone."""
+        ...
 
 
 def describe(exc: BaseException) -> str:
@@ -80,7 +91,7 @@ class JobRun:
     """A worker's membership of one job (one at a time). `stop` is set by the heartbeat thread:
     "cancel" (the API flagged the job) or "lost" (the worker is no longer a member)."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: JobMember) -> None:
         self.worker = worker
         self._stop: str | None = None
         self._phase: str | None = None
@@ -113,9 +124,9 @@ class JobRun:
             return True
         search: Search | None = None
         try:
-            spec = JobSpec.from_dict(job.spec)
+            spec = JobSpec.of(job)
             search = open_search(
-                job_options(self.worker, job, spec),
+                self.worker.options_for(job, spec),
                 progress=_JobProgress(self, job),
                 should_stop=self.should_stop,
                 owner=self.worker.id,
@@ -187,9 +198,7 @@ class JobRun:
         return JobSlots(
             self.worker.store,
             self.worker.storage(),
-            job_id=job.id,
-            study=job.study,
-            n_trials=job.n_trials,
+            job=job,
             deadline=deadline,
             worker=self.worker.id,
             hold_s=self.worker.settings.lease_s,
@@ -243,7 +252,7 @@ class JobRun:
         orphans = fail_orphans(storage, job.study, alive=others, unowned_after_s=0.0)
         for number in orphans:
             log.info("job %s: trial %d was left running; failed as interrupted", job.id, number)
-        if count_slots(storage, job.study, job.n_trials, None).free > 0:
+        if count_slots(storage, job, None).free > 0:
             return None
         found = storage.get_study_id_from_name(job.study)
         rec = storage.get_study_user_attrs(found).get(keys.RECOMMENDATION)
@@ -291,10 +300,7 @@ class JobRun:
         while not done.is_set():
             try:
                 lease = self.worker.store.heartbeat(job.id, self.worker.id, phase=self._phase)
-                gpu_held = self.worker.lease is None or self.worker.lease.beat()
-                self.worker.db_up()
-                if self.worker.may_sweep():
-                    self.worker.fail_orphans(job.id)
+                self.worker.beat_in(job.id)
             except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
                 self.worker.db_down()
                 log.warning("job %s: heartbeat failed: %s", job.id, type(exc).__name__)
@@ -303,8 +309,6 @@ class JobRun:
                     self._stop = "lost"
                 elif lease.cancel_requested:
                     self._stop = "cancel"
-                if not gpu_held:
-                    self.worker.gpu_lost()
             self.worker.check_parent()
             done.wait(self.worker.settings.heartbeat_s)
 
@@ -313,15 +317,15 @@ class _JobProgress:
     """`tuner.search.Progress` for a job: phases go out with the heartbeat, trials to the row."""
 
     def __init__(self, run: JobRun, job: JobRow) -> None:
-        self.worker = run
+        self.run = run
         self.job = job
 
     def start(self, study: str, total: int, resumed: bool) -> None:
-        self.worker._phase = f"{'resumed' if resumed else 'started'}: {total} trials in all"
+        self.run._phase = f"{'resumed' if resumed else 'started'}: {total} trials in all"
 
     def phase(self, text: str) -> None:
-        self.worker._phase = text
+        self.run._phase = text
 
     def trial_done(self, done: int, total: int, best: float | None, state: str) -> None:
-        self.worker._phase = f"{done} trials run here, the last {state}"
-        self.worker._sync_progress(self.job)
+        self.run._phase = f"{done} trials run here, the last {state}"
+        self.run._sync_progress(self.job)

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 import torch
 
 from tuner.errors import GpuBusy
-from tuner.service.jobstore import JobStore
+from tuner.service.jobtables import JobTables
 from tuner.service.tables import GpuLeaseRow, utcnow
 
 
@@ -46,7 +46,7 @@ def uuid_key(uuid: object) -> str | None:
 class GpuLease:
     """The lease of GPU `gpu` (the index this process sees) of `host`, with its UUID if known."""
 
-    store: JobStore
+    store: JobTables
     host: str
     gpu: int
     worker: str

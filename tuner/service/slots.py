@@ -6,7 +6,7 @@ pruned trials that were not cut short by the service). Its workers share the Opt
 that a trial being measured counts as a bad result for the others' sampling instead of being drawn
 again.
 
-Slots: a worker takes a trial only under the job's slot lock (`JobStore.lock_slots`: a guarded
+Slots: a worker takes a trial only under the job's slot lock (`SlotLocks.lock_slots`: a guarded
 UPDATE of the job row, which expires after `hold_s` so that a worker dying inside it cannot
 block the job). Holding it, the worker counts the counted and the RUNNING trials, and asks and
 samples a new one only when their sum is below `n_trials`; so at most `n_trials` trials count,
@@ -22,7 +22,7 @@ once it is `lease_s` old, or at once by a worker that claims the job from the qu
 can be running it then).
 
 Finalizing: a worker that finds no free slot and no RUNNING trial (`SlotCount.finished`) claims
-the job's finalizer role (`JobStore.claim_finalizing`, atomic); only that worker runs the final
+the job's finalizer role (`Membership.claim_finalizing`, atomic); only that worker runs the final
 round, so the speedups are measured on one device.
 """
 
@@ -36,8 +36,8 @@ from collections.abc import Callable, Collection
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.service.jobstore import JobStore
-from tuner.service.tables import utcnow
+from tuner.service.slotlocks import SlotLocks
+from tuner.service.tables import JobRow, utcnow
 from tuner.store import keys
 from tuner.store.counting import count_trials
 from tuner.store.keys import INTERRUPTED_PREFIX
@@ -78,14 +78,16 @@ def study_id(storage: optuna.storages.BaseStorage, name: str) -> int | None:
 
 
 def count_slots(
-    storage: optuna.storages.BaseStorage, study: str, n_trials: int, deadline: dt.datetime | None
+    storage: optuna.storages.BaseStorage, job: JobRow, deadline: dt.datetime | None
 ) -> SlotCount:
-    found = study_id(storage, study)
+    """The slots of `job`'s study: the counting rule against the trials the job asked for (the
+    row's `n_trials`, its one stored place), and whether its time is up."""
+    found = study_id(storage, job.study)
     counts = count_trials([] if found is None else storage.get_all_trials(found, deepcopy=False))
     return SlotCount(
         counted=counts.counted,
         running=counts.running,
-        n_trials=n_trials,
+        n_trials=job.n_trials,
         past_deadline=deadline is not None and utcnow() > deadline,
     )
 
@@ -139,12 +141,10 @@ class JobSlots:
 
     def __init__(
         self,
-        store: JobStore,
+        store: SlotLocks,
         storage: optuna.storages.BaseStorage,
         *,
-        job_id: str,
-        study: str,
-        n_trials: int,
+        job: JobRow,
         deadline: dt.datetime | None,
         worker: str,
         hold_s: float,
@@ -152,9 +152,9 @@ class JobSlots:
     ) -> None:
         self.store = store
         self.storage = storage
-        self.job_id = job_id
-        self.study = study
-        self.n_trials = n_trials
+        self.job = job
+        self.job_id = job.id
+        self.study = job.study
         self.deadline = deadline
         self.worker = worker
         self.hold_s = hold_s
@@ -173,7 +173,7 @@ class JobSlots:
 
     def count(self) -> SlotCount:
         return self.backoff.call(
-            lambda: count_slots(self.storage, self.study, self.n_trials, self.deadline),
+            lambda: count_slots(self.storage, self.job, self.deadline),
             what=f"job {self.job_id}: counting trials",
         )
 
@@ -184,7 +184,7 @@ class JobSlots:
             return None  # shutting down
         trial: optuna.Trial | None = None
         try:
-            self.last = count_slots(self.storage, self.study, self.n_trials, self.deadline)
+            self.last = count_slots(self.storage, self.job, self.deadline)
             if self.last.free > 0:
                 trial = create()
                 prepare(trial)

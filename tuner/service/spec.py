@@ -14,6 +14,7 @@ from trainers.program import Program, load_registry
 from trainers.workloads import catalog, lookup
 from tuner.errors import SpaceError, SpecError, TunerError
 from tuner.search.spaces import load_space, program_space
+from tuner.service.tables import JobRow
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -41,16 +42,23 @@ class JobSpec:
     precision: str | None = None
     """fp32, tf32, bf16-autocast or fp16-autocast; None: the worker's matmul precision."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_stored(self) -> dict[str, Any]:
+        """The row's `spec` column: every field but `n_trials`, which the row's own column holds
+        (its one stored place: `tuner.service.slots.count_slots` reads it there)."""
         data = dataclasses.asdict(self)
+        del data["n_trials"]
         data["objectives"] = list(self.objectives)
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
-        values = dict(data)
+    def of(cls, row: JobRow) -> JobSpec:
+        """The request of a stored job. Rows stored before `n_trials` had one place also carry it
+        in `spec`; the column wins (they were written equal). A key no field has any more is
+        left out."""
+        fields = {f.name for f in dataclasses.fields(cls)} - {"n_trials"}
+        values = {k: v for k, v in row.spec.items() if k in fields}
         values["objectives"] = tuple(values.get("objectives", ("throughput",)))
-        return cls(**values)
+        return cls(**values, n_trials=row.n_trials)
 
 
 def is_library_model(name: str) -> bool:

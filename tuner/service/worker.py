@@ -2,7 +2,7 @@
 
 `python -m tuner worker [--storage URL] [--gpu INDEX]` runs one (`python -m tuner serve` starts one
 per visible GPU). A worker loops: requeue jobs none of whose workers heartbeat any more, claim the
-oldest queued job it can run (`JobStore.claim`, atomic), or else join a running job that has a
+oldest queued job it can run (`Membership.claim`, atomic), or else join a running job that has a
 trial slot free or is ready for its final round, run trials of it until no slot is left, repeat;
 with nothing to do it waits `TUNER_POLL_S`. While it is in a job, a thread heartbeats the job
 row, the worker row and the GPU lease every `TUNER_HEARTBEAT_S`, reads back whether a cancel was
@@ -57,8 +57,8 @@ import trainers
 from trainers.program import REGISTRY_VARIABLE
 from tuner.errors import TunerError
 from tuner.search.options import RunOptions
-from tuner.service.job import JobRun, job_options
-from tuner.service.jobstore import JobStore
+from tuner.service.job import JobRun
+from tuner.service.jobstore import WorkerStore
 from tuner.service.leases import GpuLease, gpu_uuid
 from tuner.service.settings import WorkerSettings, load_settings
 from tuner.service.slots import (
@@ -98,7 +98,7 @@ class Worker:
             # The measurements find a program by this variable (trainers.program.find_program),
             # also when the setting came as an argument rather than from the environment.
             os.environ[REGISTRY_VARIABLE] = settings.programs
-        self.store = JobStore(self.storage_url)
+        self.store = WorkerStore(self.storage_url)
         self.lease = (
             None
             if gpu is None
@@ -194,10 +194,10 @@ class Worker:
             return self._member_of(job, claimed=True)
         storage = self.storage()
         for job in self.store.joinable(devices=self.devices, hardware=self.hardware):
-            slots = count_slots(storage, job.study, job.n_trials, job.deadline_at)
+            slots = count_slots(storage, job, job.deadline_at)
             if (slots.free > 0 or slots.finished) and self.store.join(job.id, self.id):
                 log.info(
-                    "job %s joined (%d of %d trials counted)", job.id, slots.counted, job.n_trials
+                    "job %s joined (%d of %d trials counted)", job.id, slots.counted, slots.n_trials
                 )
                 if self._member_of(job, claimed=False):
                     return True
@@ -215,8 +215,38 @@ class Worker:
         return self.stopping.is_set() or (run is not None and run.should_stop())
 
     def options_for(self, job: JobRow, spec: JobSpec) -> RunOptions:
-        """The `RunOptions` this worker runs `job`'s study with."""
-        return job_options(self, job, spec)
+        """The `RunOptions` this worker runs `job`'s study with: the job's request, the worker's
+        own protocol and device."""
+        s = self.settings
+        return RunOptions(
+            workload=self.registry.target(spec.workload),
+            preset=spec.preset,
+            trials=spec.n_trials,
+            space=spec.space,
+            fix=spec.fix,
+            storage=self.storage_url,
+            study=job.study,
+            device="cpu" if spec.device == "cpu" else self.device,
+            objectives=spec.objectives,
+            max_memory_bytes=spec.max_memory_bytes,
+            top_k=s.top_k,
+            final_rounds=s.final_rounds,
+            baseline_every=s.baseline_every,
+            parity_steps=s.parity_steps,
+            sampler=s.sampler,
+            protocol=s.protocol(),
+            matmul_precision=s.matmul_precision if spec.precision is None else "highest",
+            model_args=spec.model_args,
+            precision=spec.precision,  # type: ignore[arg-type]  # check_spec: one of PRECISIONS
+        )
+
+    def beat_in(self, job_id: str) -> None:
+        """`JobMember.beat_in`: the GPU lease, the database up, dead workers' trials failed."""
+        if self.lease is not None and not self.lease.beat():
+            self.gpu_lost()
+        self.db_up()
+        if self.may_sweep():
+            self.fail_orphans(job_id)
 
     def _member_of(self, job: JobRow, *, claimed: bool) -> bool:
         self._run = JobRun(self)

@@ -16,7 +16,7 @@ from tests.conftest import pg_listening
 from tuner.errors import JobConflict, JobNotFound, TooManyQueued
 from tuner.service.jobstore import JobStore
 from tuner.service.spec import JobSpec
-from tuner.service.tables import WorkerRow
+from tuner.service.tables import JobRow, WorkerRow
 from tuner.store.counting import TrialCounts
 
 TINY = {"workload": "mlp", "preset": "tiny", "n_trials": 3, "device": "cpu"}
@@ -95,7 +95,9 @@ def test_create_get_list_and_the_queue_limit(store: JobStore) -> None:
     store.create(JobSpec(**TINY), owner="b", max_queued=2)  # the limit is per owner
     listed, total = store.list(status="queued", limit=10)
     assert total == 3 and {r.id for r in rows} <= {r.id for r in listed}
-    assert store.get(rows[0].id).spec == JobSpec(**TINY).to_dict()
+    stored = store.get(rows[0].id)
+    assert stored.n_trials == 3 and "n_trials" not in stored.spec  # the column is its one place
+    assert JobSpec.of(stored) == JobSpec(**TINY)
     with pytest.raises(JobNotFound):
         store.get("nope")
     assert store.counts_by_status()["queued"] == 3
@@ -189,3 +191,13 @@ def test_a_finished_trial_is_recorded_once(store: JobStore) -> None:
     store.record_trial(job.id, 0, "complete", 1.5)
     assert store.recorded_trials(job.id) == {0}
     assert store.trial_stats([1.0, 2.0]).by_state["complete"] == 1
+
+
+def test_a_job_stored_with_n_trials_in_its_spec_too_reads_back(store: JobStore) -> None:
+    """Rows written before `n_trials` had one place carry it in the spec JSON as well."""
+    job = store.create(JobSpec(**TINY), owner="me")
+    old = JobSpec(**TINY).to_stored() | {"n_trials": 3}
+    with store.engine.begin() as conn:
+        conn.execute(sa.update(JobRow).where(JobRow.id == job.id).values(spec=old))
+    assert JobSpec.of(store.get(job.id)) == JobSpec(**TINY)
+    assert JobSpec.of(store.get(job.id)).n_trials == store.get(job.id).n_trials == 3

@@ -285,7 +285,7 @@ def test_a_trial_left_running_is_failed_rerun_and_never_counted(storage: str) ->
     row = store.create(JobSpec(**(TINY_JOB | {"n_trials": 4})), owner="me")
     ghost = _ghost_claims(store, row.id)
     worker = make_worker(storage)
-    options = worker.options_for(ghost, JobSpec.from_dict(ghost.spec))
+    options = worker.options_for(ghost, JobSpec.of(ghost))
     # The ghost completes two trials, stops, and dies in the middle of a third.
     calls = iter(range(1000))
     with pytest.raises(Stopped):
@@ -360,9 +360,7 @@ def test_a_job_killed_after_its_last_trial_only_decides(storage: str) -> None:
                 raise KeyboardInterrupt  # killed between the last trial and the final round
 
     with pytest.raises(Interrupted):
-        run_study(
-            worker.options_for(ghost, JobSpec.from_dict(ghost.spec)), progress=DiesAfterTrials()
-        )
+        run_study(worker.options_for(ghost, JobSpec.of(ghost)), progress=DiesAfterTrials())
     assert len(_trials(storage, row.study)) == 2
     assert worker.run_once()
     done = store.get(row.id)
@@ -387,7 +385,7 @@ def test_should_stop_stops_the_running_trial_at_its_next_window(storage: str) ->
     store = JobStore(storage)
     row = store.create(JobSpec(**(TINY_JOB | {"n_trials": 5})), owner="me")
     worker = make_worker(storage, measure_windows=4)
-    options = worker.options_for(row, JobSpec.from_dict(row.spec))
+    options = worker.options_for(row, JobSpec.of(row))
     asked: list[int] = []
 
     def stop_in_the_second_trial() -> bool:

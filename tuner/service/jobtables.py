@@ -1,0 +1,64 @@
+"""The job tables' connection, shared by the three clients of the job store.
+
+`JobTables` opens the database at a URL (tables made when missing) and reads one job; the clients
+build on it, one class each (`tuner.service.jobstore` composes them over one engine):
+
+- `tuner.service.submissions.Submissions`: the API's side (submit, read, list, cancel, counts);
+- `tuner.service.membership.Membership`: the workers' side (claim, join, heartbeat, progress,
+  finish, requeue, the worker rows);
+- `tuner.service.slotlocks.SlotLocks`: the lock a shared job's trial slots are taken under.
+
+Timestamps are naive UTC from the clock of the process that writes them (so worker nodes' clocks
+should agree to well within the lease). This module knows nothing of HTTP.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+from tuner.errors import JobNotFound, TunerError
+from tuner.service.tables import JobRow, create_tables, make_engine
+
+STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+FINISHED = ("succeeded", "failed", "cancelled")
+
+# What a claim, a requeue and the end of a job clear: nobody shares the job any more.
+SHARING_RESET: dict[str, Any] = {
+    "stage": None,
+    "finalizer": None,
+    "slot_lock": None,
+    "slot_lock_until": None,
+}
+
+
+class JobTables:
+    """The engine and sessions of the job tables at `url` (tables made when missing)."""
+
+    def __init__(self, url: str, *, engine: sa.Engine | None = None) -> None:
+        self.url = url
+        self.engine = engine or make_engine(url)
+        try:
+            create_tables(self.engine)
+        except sa.exc.ArgumentError as exc:
+            raise TunerError(f"storage: {url!r} is not a usable database URL: {exc}") from exc
+        except sa.exc.OperationalError as exc:
+            raise TunerError(f"storage: cannot open {url!r}: {exc.orig}") from exc
+        self._sessions = orm.sessionmaker(self.engine, expire_on_commit=False)
+        self._postgres = self.engine.dialect.name == "postgresql"
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def ping(self) -> None:
+        with self.engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+
+    def get(self, job_id: str) -> JobRow:
+        with self._sessions() as session:
+            row = session.get(JobRow, job_id)
+        if row is None:
+            raise JobNotFound(f"no job with id {job_id!r}")
+        return row

@@ -1,0 +1,402 @@
+"""The workers' side of the job store: claiming, joining and leaving jobs, heartbeats, progress,
+the end of a job, and the worker rows.
+
+Statuses: queued -> running -> succeeded | failed | cancelled; a running job whose workers all
+stopped heartbeating for longer than the lease goes back to queued (or to failed after
+`max_attempts` claims, or to cancelled when a cancel was requested), and the last worker of a job
+shutting down puts it back to queued itself.
+
+Several workers share a running job (`tuner.service.slots`): the worker that claims it from the
+queue measures the baselines and opens it (`stage` "trials"); others join it (`WorkerRow.job_id`,
+the job's members) and take trial slots one at a time under the job's slot lock
+(`tuner.service.slotlocks`); the worker that finds every slot finished claims `finalizer` (stage
+"finalizing") and alone runs the final round. Members heartbeat the job row; the job's lease is
+its heartbeat, whoever wrote it.
+
+Claiming is atomic: one `UPDATE ... WHERE id = (SELECT ... LIMIT 1) RETURNING`. On PostgreSQL the
+subquery is `FOR UPDATE SKIP LOCKED`, so concurrent workers skip each other's rows; on SQLite the
+statement takes the single writer lock first (the engine waits up to `SQLITE_BUSY_TIMEOUT_S` for
+it) and the `status` guard in the WHERE clause makes a lost race a no-op.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from tuner.service.jobtables import FINISHED, SHARING_RESET, JobTables
+from tuner.service.tables import JobRow, TrialEventRow, WorkerRow, utcnow
+from tuner.store.counting import TrialCounts
+from tuner.store.jsonsafe import json_safe
+
+
+@dataclasses.dataclass(frozen=True)
+class Lease:
+    owned: bool
+    cancel_requested: bool
+
+
+class Membership(JobTables):
+    """What workers do to the job table: membership of jobs, and their own rows."""
+
+    def requeue_stale(self, *, lease_s: float, max_attempts: int) -> int:
+        """Running jobs no member heartbeats any more: back to the queue (or ended).
+
+        Their members lose their membership, so that one of them coming back (say, from a
+        network partition) finds it no longer holds the job.
+        """
+        now = utcnow()
+        stale = sa.and_(
+            JobRow.status == "running", JobRow.heartbeat_at < now - dt.timedelta(seconds=lease_s)
+        )
+        lost = "requeued: its workers stopped heartbeating"
+        changed = 0
+        with self.engine.begin() as conn:
+            ids = list(conn.scalars(sa.select(JobRow.id).where(stale)))
+            for where, values in (
+                (
+                    sa.and_(stale, JobRow.cancel_requested),
+                    {"status": "cancelled", "finished_at": now},
+                ),
+                (
+                    sa.and_(stale, JobRow.attempts >= max_attempts),
+                    {
+                        "status": "failed",
+                        "finished_at": now,
+                        "error": f"its worker was lost {max_attempts} times; not requeued again",
+                    },
+                ),
+                (stale, {"status": "queued", "error": lost}),
+            ):
+                result = conn.execute(
+                    sa.update(JobRow)
+                    .where(where)
+                    .values(worker=None, phase=None, updated_at=now, **SHARING_RESET, **values)
+                )
+                changed += result.rowcount
+            if ids:
+                conn.execute(
+                    sa.update(WorkerRow).where(WorkerRow.job_id.in_(ids)).values(job_id=None)
+                )
+        return changed
+
+    def claim(self, worker: str, *, devices: Iterable[str]) -> JobRow | None:
+        """Atomically take the oldest queued job this worker can run; None when there is none.
+
+        The claiming worker becomes the job's first member.
+        """
+        now = utcnow()
+        candidate = (
+            sa.select(JobRow.id)
+            .where(JobRow.status == "queued", JobRow.device.in_(list(devices)))
+            .order_by(JobRow.created_at, JobRow.id)
+            .limit(1)
+        )
+        if self._postgres:
+            candidate = candidate.with_for_update(skip_locked=True)
+        statement = (
+            sa.update(JobRow)
+            .where(JobRow.id == candidate.scalar_subquery(), JobRow.status == "queued")
+            .values(
+                status="running",
+                worker=worker,
+                heartbeat_at=now,
+                updated_at=now,
+                started_at=sa.func.coalesce(JobRow.started_at, now),
+                attempts=JobRow.attempts + 1,
+                error=None,
+                **SHARING_RESET,
+            )
+            .returning(JobRow.id)
+        )
+        with self.engine.begin() as conn:
+            claimed = conn.execute(statement).scalar_one_or_none()
+            if claimed is not None:
+                conn.execute(
+                    sa.update(WorkerRow)
+                    .where(WorkerRow.id == worker)
+                    .values(job_id=claimed, heartbeat_at=now)
+                )
+        return None if claimed is None else self.get(claimed)
+
+    def open_trials(
+        self, job_id: str, worker: str, *, hardware: str, deadline: dt.datetime | None
+    ) -> bool:
+        """The claimer has opened the study and measured the baselines: others may join now."""
+        return self._update_owned(
+            job_id, worker, stage="trials", hardware=hardware, deadline_at=deadline
+        )
+
+    def joinable(self, *, devices: Iterable[str], hardware: str) -> Sequence[JobRow]:
+        """Running jobs open for trials that this worker could measure, oldest first.
+
+        A job is measured on one kind of hardware (its study's fingerprint): CPU jobs on the
+        CPU, others on the GPU model of the worker that claimed it.
+        """
+        same_hardware = sa.or_(
+            sa.and_(JobRow.device == "cpu", JobRow.hardware == "cpu"),
+            sa.and_(JobRow.device != "cpu", JobRow.hardware == hardware),
+        )
+        with self._sessions() as session:
+            return list(
+                session.scalars(
+                    sa.select(JobRow)
+                    .where(
+                        JobRow.status == "running",
+                        JobRow.stage == "trials",
+                        JobRow.finalizer.is_(None),
+                        JobRow.cancel_requested.is_(False),
+                        JobRow.device.in_(list(devices)),
+                        same_hardware,
+                    )
+                    .order_by(JobRow.started_at, JobRow.id)
+                )
+            )
+
+    def join(self, job_id: str, worker: str) -> bool:
+        """Become a member of a running job open for trials; False when it no longer is."""
+        open_job = (
+            sa.select(JobRow.id)
+            .where(
+                JobRow.id == job_id,
+                JobRow.status == "running",
+                JobRow.stage == "trials",
+                JobRow.finalizer.is_(None),
+            )
+            .exists()
+        )
+        with self.engine.begin() as conn:
+            return (
+                conn.execute(
+                    sa.update(WorkerRow)
+                    .where(WorkerRow.id == worker, open_job)
+                    .values(job_id=job_id, heartbeat_at=utcnow())
+                ).rowcount
+                == 1
+            )
+
+    def leave(self, worker: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(sa.update(WorkerRow).where(WorkerRow.id == worker).values(job_id=None))
+
+    def heartbeat(self, job_id: str, worker: str, *, phase: str | None = None) -> Lease:
+        """Heartbeat a job this worker is a member of, and the worker itself."""
+        now = utcnow()
+        values: dict[str, Any] = {"heartbeat_at": now}
+        if phase is not None:
+            values["phase"] = phase[:200]
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                sa.update(JobRow)
+                .where(
+                    JobRow.id == job_id,
+                    JobRow.status == "running",
+                    self._member(worker, job_id),
+                )
+                .values(**values)
+                .returning(JobRow.cancel_requested)
+            )
+            flag = result.scalar_one_or_none()
+            conn.execute(
+                sa.update(WorkerRow).where(WorkerRow.id == worker).values(heartbeat_at=now)
+            )
+        return Lease(owned=flag is not None, cancel_requested=bool(flag))
+
+    def claim_finalizing(self, job_id: str, worker: str) -> bool:
+        """Become the one worker that runs the job's final round; False when another is."""
+        return self._update_owned(
+            job_id,
+            worker,
+            _extra=(JobRow.finalizer.is_(None),),
+            stage="finalizing",
+            finalizer=worker,
+        )
+
+    def progress(
+        self, job_id: str, worker: str, *, counts: TrialCounts, best: dict[str, Any] | None
+    ) -> bool:
+        """The study's counts (`tuner.store.counting.count_trials`) and best trial, on the row."""
+        return self._update_owned(
+            job_id,
+            worker,
+            n_complete=counts.complete,
+            n_failed=counts.failed,
+            n_pruned=counts.pruned,
+            n_interrupted=counts.interrupted,
+            best=json_safe(best),
+        )
+
+    def finish(
+        self,
+        job_id: str,
+        worker: str,
+        status: str,
+        *,
+        error: str | None = None,
+        recommendation: dict[str, Any] | None = None,
+    ) -> bool:
+        """End a job this worker is a member of; False when it no longer is.
+
+        Once a finalizer runs the final round, only it ends the job (a cancel then waits for the
+        round, whose recommendation is kept).
+        """
+        if status not in FINISHED:
+            raise ValueError(f"status={status!r}: allowed {', '.join(FINISHED)}")
+        values: dict[str, Any] = {
+            "status": status,
+            "error": error,
+            "finished_at": utcnow(),
+            "phase": None,
+            **SHARING_RESET,
+        }
+        if recommendation is not None:
+            rec = json_safe(recommendation)
+            throughput = rec.get("throughput") if rec.get("config") is not None else None
+            values |= {
+                "recommendation": rec,
+                "hardware": rec.get("hardware"),
+                "rec_throughput": None if not throughput else throughput.get("median"),
+            }
+        not_finalizing = sa.or_(JobRow.finalizer.is_(None), JobRow.finalizer == worker)
+        return self._update_owned(job_id, worker, _extra=(not_finalizing,), **values)
+
+    def requeue(self, job_id: str, worker: str, *, reason: str, lease_s: float) -> bool:
+        """Give a job back to the queue when this worker is its last live member (shutdown)."""
+        cutoff = utcnow() - dt.timedelta(seconds=lease_s)
+        others = (
+            sa.select(WorkerRow.id)
+            .where(
+                WorkerRow.job_id == job_id, WorkerRow.id != worker, WorkerRow.heartbeat_at >= cutoff
+            )
+            .exists()
+        )
+        return self._update_owned(
+            job_id,
+            worker,
+            _extra=(~others,),
+            status="queued",
+            worker=None,
+            phase=None,
+            error=reason,
+            **SHARING_RESET,
+        )
+
+    def record_trial(self, job_id: str, number: int, state: str, seconds: float) -> None:
+        """Record a finished trial once (a second call for it is a no-op)."""
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(
+                    sa.insert(TrialEventRow).values(
+                        job_id=job_id,
+                        number=number,
+                        state=state,
+                        seconds=seconds,
+                        finished_at=utcnow(),
+                    )
+                )
+        except sa.exc.IntegrityError:
+            pass
+
+    def recorded_trials(self, job_id: str) -> set[int]:
+        with self.engine.connect() as conn:
+            return set(
+                conn.scalars(sa.select(TrialEventRow.number).where(TrialEventRow.job_id == job_id))
+            )
+
+    def _member(self, worker: str, job_id: str) -> sa.ColumnElement[bool]:
+        return (
+            sa.select(WorkerRow.id)
+            .where(WorkerRow.id == worker, WorkerRow.job_id == job_id)
+            .exists()
+        )
+
+    def _update_owned(
+        self,
+        job_id: str,
+        member: str,
+        *,
+        _extra: Sequence[sa.ColumnElement[bool]] = (),
+        **values: Any,
+    ) -> bool:
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                sa.update(JobRow)
+                .where(
+                    JobRow.id == job_id,
+                    JobRow.status == "running",
+                    self._member(member, job_id),
+                    *_extra,
+                )
+                .values(updated_at=utcnow(), **values)
+            )
+        return result.rowcount == 1
+
+    # -- workers ---------------------------------------------------------------------------
+    def register_worker(self, worker: str, *, host: str, pid: int, device: str) -> None:
+        now = utcnow()
+        with self.engine.begin() as conn:
+            conn.execute(
+                sa.insert(WorkerRow).values(
+                    id=worker,
+                    host=host,
+                    pid=pid,
+                    device=device,
+                    started_at=now,
+                    heartbeat_at=now,
+                    job_id=None,
+                )
+            )
+
+    def beat_worker(self, worker: str) -> bool:
+        """Heartbeat an idle worker; False when its row is gone (it was taken for dead)."""
+        with self.engine.begin() as conn:
+            return (
+                conn.execute(
+                    sa.update(WorkerRow).where(WorkerRow.id == worker).values(heartbeat_at=utcnow())
+                ).rowcount
+                == 1
+            )
+
+    def remove_worker(self, worker: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(sa.delete(WorkerRow).where(WorkerRow.id == worker))
+
+    def live_workers(self, lease_s: float) -> set[str]:
+        cutoff = utcnow() - dt.timedelta(seconds=lease_s)
+        with self.engine.connect() as conn:
+            return set(
+                conn.scalars(sa.select(WorkerRow.id).where(WorkerRow.heartbeat_at >= cutoff))
+            )
+
+    def forget_dead_workers(self, lease_s: float) -> Sequence[WorkerRow]:
+        """Workers whose heartbeat is older than the lease: removed, and what they held freed.
+
+        Returns them (with the job each was in), so that their running trials can be failed.
+        A finalizer among them gives its job back to stage "trials", where any member finalizes.
+        """
+        cutoff = utcnow() - dt.timedelta(seconds=lease_s)
+        with self.engine.begin() as conn:
+            dead = list(
+                conn.execute(
+                    sa.delete(WorkerRow)
+                    .where(WorkerRow.heartbeat_at < cutoff)
+                    .returning(WorkerRow.id, WorkerRow.job_id)
+                )
+            )
+            ids = [row.id for row in dead]
+            if ids:
+                conn.execute(
+                    sa.update(JobRow)
+                    .where(JobRow.status == "running", JobRow.finalizer.in_(ids))
+                    .values(stage="trials", finalizer=None)
+                )
+                conn.execute(
+                    sa.update(JobRow)
+                    .where(JobRow.slot_lock.in_(ids))
+                    .values(slot_lock=None, slot_lock_until=None)
+                )
+        return [WorkerRow(id=row.id, job_id=row.job_id) for row in dead]

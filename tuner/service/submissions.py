@@ -1,0 +1,175 @@
+"""The API's side of the job store: submit a job, read, list and cancel jobs, and the counts
+that `/metrics` and `/healthz` show.
+
+A job is a request to run a tuning study on a per-job study (`job-<id>`). Its row holds the
+request, the status and what a reader needs without touching Optuna (trial counts, the best trial
+so far, the final recommendation), so that `GET /jobs/{id}` and `/best` are one indexed read.
+Workers (`tuner.service.membership`) keep those columns up to date as the run goes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from tuner.errors import JobConflict, TooManyQueued
+from tuner.service.jobtables import FINISHED, STATUSES, JobTables
+from tuner.service.spec import JobSpec
+from tuner.service.tables import JobRow, TrialEventRow, WorkerRow, utcnow
+from tuner.store.keys import JOB_STUDY_PREFIX
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialStats:
+    by_state: dict[str, int]
+    seconds_sum: float
+    buckets: list[tuple[float, int]]  # (upper bound, cumulative count); +Inf last
+
+
+class Submissions(JobTables):
+    """What the API does to jobs (and reads of the worker rows for the health check)."""
+
+    def create(self, spec: JobSpec, *, owner: str, max_queued: int | None = None) -> JobRow:
+        job_id = uuid.uuid4().hex
+        now = utcnow()
+        values: dict[str, Any] = {
+            "id": job_id,
+            "owner": owner,
+            "status": "queued",
+            "workload": spec.workload,
+            "preset": spec.preset,
+            "device": spec.device,
+            "n_trials": spec.n_trials,
+            "spec": spec.to_stored(),
+            "study": f"{JOB_STUDY_PREFIX}{job_id}",
+            "created_at": now,
+            "updated_at": now,
+            "attempts": 0,
+            "cancel_requested": False,
+            "n_complete": 0,
+            "n_failed": 0,
+            "n_pruned": 0,
+        }
+        # One statement, INSERT ... SELECT ... WHERE (queued jobs of this owner) < max_queued:
+        # atomic on SQLite (no read-then-write upgrade to fail on a busy database). On
+        # PostgreSQL, concurrent POSTs of one token may pass the limit by their number.
+        columns = [JobRow.__table__.c[name] for name in values]
+        chosen = sa.select(
+            *[sa.literal(v, type_=c.type) for v, c in zip(values.values(), columns, strict=True)]
+        )
+        if max_queued is not None:
+            queued = (
+                sa.select(sa.func.count())
+                .select_from(JobRow)
+                .where(JobRow.owner == owner, JobRow.status == "queued")
+                .scalar_subquery()
+            )
+            chosen = chosen.where(queued < max_queued)
+        with self.engine.begin() as conn:
+            inserted = conn.execute(
+                sa.insert(JobRow).from_select(columns, chosen).returning(JobRow.id)
+            ).scalar_one_or_none()
+        if inserted is None:
+            raise TooManyQueued(
+                f"this token already has {max_queued} queued jobs (the limit): "
+                "wait for some to start, or cancel some"
+            )
+        return self.get(job_id)
+
+    def list(
+        self, *, status: str | None = None, limit: int = 50, offset: int = 0
+    ) -> tuple[list[JobRow], int]:
+        """A page of jobs, newest first, and how many there are in all."""
+        where = [] if status is None else [JobRow.status == status]
+        with self._sessions() as session:
+            total = session.scalar(sa.select(sa.func.count()).select_from(JobRow).where(*where))
+            rows = session.scalars(
+                sa.select(JobRow)
+                .where(*where)
+                .order_by(JobRow.created_at.desc(), JobRow.id)
+                .limit(limit)
+                .offset(offset)
+            ).all()
+        return list(rows), int(total or 0)
+
+    def cancel(self, job_id: str) -> JobRow:
+        """A queued job is cancelled now; a running one is flagged (its worker stops it)."""
+        now = utcnow()
+        flagged = {"cancel_requested": True, "updated_at": now}
+        with self.engine.begin() as conn:  # conditional single statements: no lost updates
+            changed = conn.execute(
+                sa.update(JobRow)
+                .where(JobRow.id == job_id, JobRow.status == "queued")
+                .values(status="cancelled", finished_at=now, phase=None, **flagged)
+            ).rowcount
+            if not changed:
+                changed = conn.execute(
+                    sa.update(JobRow)
+                    .where(JobRow.id == job_id, JobRow.status == "running")
+                    .values(**flagged)
+                ).rowcount
+        row = self.get(job_id)  # JobNotFound for an unknown id
+        if not changed:
+            raise JobConflict(f"job {job_id!r} is already {row.status}")
+        return row
+
+    def counts_by_status(self) -> dict[str, int]:
+        counts = dict.fromkeys(STATUSES, 0)
+        with self.engine.connect() as conn:
+            for status, count in conn.execute(
+                sa.select(JobRow.status, sa.func.count()).group_by(JobRow.status)
+            ):
+                counts[status] = int(count)
+        return counts
+
+    def trial_stats(self, bounds: Sequence[float]) -> TrialStats:
+        """Finished trials of all jobs by state, and a histogram of their durations."""
+        seconds = TrialEventRow.seconds
+        columns: list[Any] = [sa.func.count(), sa.func.coalesce(sa.func.sum(seconds), 0.0)]
+        columns += [
+            sa.func.coalesce(sa.func.sum(sa.case((seconds <= b, 1), else_=0)), 0) for b in bounds
+        ]
+        by_state = {"complete": 0, "failed": 0, "pruned": 0}
+        with self.engine.connect() as conn:
+            for state, count in conn.execute(
+                sa.select(TrialEventRow.state, sa.func.count()).group_by(TrialEventRow.state)
+            ):
+                by_state[state] = int(count)
+            total, seconds_sum, *cumulative = conn.execute(sa.select(*columns)).one()
+        buckets = [(b, int(c)) for b, c in zip(bounds, cumulative, strict=True)]
+        buckets.append((math.inf, int(total)))
+        return TrialStats(by_state=by_state, seconds_sum=float(seconds_sum), buckets=buckets)
+
+    def best_for(self, workload: str, preset: str, hardware: str) -> JobRow | None:
+        """The finished job with the fastest recommended config for this workload and hardware."""
+        with self._sessions() as session:
+            return session.scalars(
+                sa.select(JobRow)
+                .where(
+                    JobRow.workload == workload,
+                    JobRow.preset == preset,
+                    JobRow.hardware == hardware,
+                    JobRow.rec_throughput.is_not(None),
+                    JobRow.status.in_(FINISHED),
+                )
+                .order_by(JobRow.rec_throughput.desc())
+                .limit(1)
+            ).first()
+
+    def workers_alive(self, lease_s: float) -> int:
+        cutoff = utcnow() - dt.timedelta(seconds=lease_s)
+        with self.engine.connect() as conn:
+            return int(
+                conn.scalar(
+                    sa.select(sa.func.count())
+                    .select_from(WorkerRow)
+                    .where(WorkerRow.heartbeat_at >= cutoff)
+                )
+                or 0
+            )
