@@ -79,6 +79,9 @@ def test_streams_space_has_exactly_the_three_seed_settings() -> None:
     # The compiler and memory levers are not the seed's question: they keep their defaults.
     later = {"compile", "optimizer", "micro_batches", "activation_checkpointing"}
     later |= {"checkpoint_share", "compile_scope"}
+    # Nor are the data-parallel levers (searched only with --nproc-per-node > 1).
+    later |= {"parallel", "bucket_cap_mb", "gradient_as_bucket_view", "static_graph"}
+    later |= {"reshard_after_forward", "fsdp_prefetch"}
     assert set(space.params) | set(space.fixed) == set(field_names()) - later
     assert space == streams_space()
 
