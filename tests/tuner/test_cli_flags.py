@@ -30,6 +30,13 @@ NO_FLAG = {
     "activation_checkpointing": "--fix",
     "checkpoint_share": "--fix",
     "compile_scope": "--fix",
+    # The data-parallel levers (searched when --nproc-per-node > 1, pinned with --fix).
+    "parallel": "--fix",
+    "bucket_cap_mb": "--fix",
+    "gradient_as_bucket_view": "--fix",
+    "static_graph": "--fix",
+    "reshard_after_forward": "--fix",
+    "fsdp_prefetch": "--fix",
 }
 # Where a command's default differs from the owner's on purpose.
 OWN_DEFAULTS = {
