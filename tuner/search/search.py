@@ -195,6 +195,7 @@ def open_search(
         fix=options.fix,
         cuda=measurer.device.type == "cuda",
         parameters=measurer.parameters(),
+        train_steps=options.train_steps,
     )
     if not measurer.has_blocks():
         space = without_block_levers(space)

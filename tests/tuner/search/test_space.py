@@ -20,7 +20,14 @@ from tuner.search.space import (
     config_key,
     simplicity_key,
 )
-from tuner.search.spaces import DEFAULT_SPACE, full_space, load_space, parse_fix, streams_space
+from tuner.search.spaces import (
+    AUTOTUNE_TRAIN_STEPS,
+    DEFAULT_SPACE,
+    full_space,
+    load_space,
+    parse_fix,
+    streams_space,
+)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -556,3 +563,16 @@ def test_the_default_space_is_compile_without_autotune_on_a_gpu_and_full_on_a_cp
     assert pinned.fixed["compile"] == "default" and "compile" not in pinned.params
     with pytest.raises(SpaceError, match="auto, streams, full, compile"):
         load_space("fastest")
+
+
+def test_a_long_planned_run_brings_max_autotune_into_the_default_gpu_space() -> None:
+    def modes(train_steps: int | None) -> tuple[object, ...]:
+        space = load_space("auto", cuda=True, train_steps=train_steps)
+        assert space.name == "auto"  # the default budget still applies
+        return space.params["compile"].values  # type: ignore[union-attr]
+
+    autotune = "max-autotune-no-cudagraphs"
+    assert autotune not in modes(None)
+    assert autotune not in modes(AUTOTUNE_TRAIN_STEPS - 1)
+    assert autotune in modes(AUTOTUNE_TRAIN_STEPS)
+    assert load_space("auto", cuda=False, train_steps=10**6) == load_space("full", cuda=False)
