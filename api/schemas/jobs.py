@@ -12,11 +12,12 @@ import dataclasses
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import AfterValidator, BaseModel, Field, WithJsonSchema, field_validator
 
 from api.schemas.common import BestSoFar, Strict, utc
 from trainers import Precision
 from trainers.config import (
+    CHECKPOINT_SHARES,
     MAX_PREFETCH,
     MAX_STREAMS,
     MAX_WORKERS,
@@ -70,7 +71,20 @@ OptimizerChoices = Annotated[list[OptimizerChoice], Choices]
 # The scale levers' values (trainers.config MICRO_BATCHES, CHECKPOINT_SHARES; a test holds them
 # to LoopConfig's rules).
 MicroBatches = Literal[1, 2, 4, 8]
-CheckpointShare = Literal[0.25, 0.5, 1.0]
+
+
+def _share(value: float) -> float:
+    if value not in CHECKPOINT_SHARES:
+        raise ValueError(f"one of {', '.join(map(str, CHECKPOINT_SHARES))}")
+    return value
+
+
+# A float Literal is not a type to mypy: the same enum, checked after parsing.
+CheckpointShare = Annotated[
+    float,
+    AfterValidator(_share),
+    WithJsonSchema({"type": "number", "enum": list(CHECKPOINT_SHARES)}),
+]
 MicroBatchesChoices = Annotated[list[MicroBatches], Choices]
 CheckpointingChoices = Annotated[list[Checkpointing], Choices]
 CheckpointShareChoices = Annotated[list[CheckpointShare], Choices]
