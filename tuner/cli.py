@@ -30,8 +30,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-CPU_SEARCH_BUDGET_S = 60.0
+CPU_SEARCH_BUDGET_S = 30.0
 """`python -m tuner run`'s search budget on a CPU when no --timeout is given (`_cpu_defaults`)."""
+CPU_FINAL_ROUNDS = 1
+"""Its final rounds on a CPU when no --final-rounds is given."""
 
 # LoopConfig fields and run arguments -> the flag a user typed.
 FLAGS = {
@@ -261,7 +263,10 @@ TopK = Annotated[int, typer.Option(help="Configs re-measured in the final round.
 TieMargin = Annotated[
     float, typer.Option(help="Configs within this fraction of the fastest median also tie.")
 ]
-FinalRounds = Annotated[int, typer.Option(help="Interleaved final rounds.")]
+FinalRounds = Annotated[
+    int | None,
+    typer.Option(help=f"Interleaved final rounds (default: 3; {CPU_FINAL_ROUNDS} on a CPU)."),
+]
 BaselineEvery = Annotated[
     int, typer.Option(help="Re-measure the baselines every N trials (drift).")
 ]
@@ -287,10 +292,11 @@ Patience = Annotated[
     ),
 ]
 Profile = Annotated[
-    str,
+    str | None,
     typer.Option(
         help="Profile none, the baselines and the recommended config (baselines), or every "
-        "complete trial too (all)."
+        "complete trial too (all). Default: baselines; none on a CPU, where a profile has no "
+        "GPU figures."
     ),
 ]
 ProfileSteps = Annotated[int, typer.Option(help="Profiled steps per config.")]
@@ -333,7 +339,7 @@ def run_(
     max_memory: MaxMemory = None,
     top_k: TopK = 3,
     tie_margin: TieMargin = 0.01,
-    final_rounds: FinalRounds = 3,
+    final_rounds: FinalRounds = None,
     baseline_every: BaselineEvery = 10,
     parity_steps: ParitySteps = 20,
     warmup: Warmup = 10,
@@ -346,7 +352,7 @@ def run_(
     precision: Precision = None,
     train_steps: TrainSteps = None,
     patience: Patience = None,
-    profile: Profile = "baselines",
+    profile: Profile = None,
     profile_steps: ProfileSteps = 10,
     artifacts: Artifacts = None,
     program: Program = None,
@@ -404,13 +410,13 @@ def _run_options(flags: dict[str, Any], workload: str) -> RunOptions:
         max_memory_bytes=flags["max_memory"],
         top_k=flags["top_k"],
         tie_margin=flags["tie_margin"],
-        final_rounds=flags["final_rounds"],
+        final_rounds=3 if flags["final_rounds"] is None else flags["final_rounds"],
         baseline_every=flags["baseline_every"],
         parity_steps=flags["parity_steps"],
         sampler=flags["sampler"],
         seed=flags["seed"],
         matmul_precision=flags["matmul_precision"],
-        profile=flags["profile"],
+        profile=flags["profile"] or "baselines",
         profile_steps=flags["profile_steps"],
         model_args=parse_model_args(flags["model_arg"] or ()),
         train_steps=flags["train_steps"],
@@ -427,16 +433,28 @@ def _run_options(flags: dict[str, Any], workload: str) -> RunOptions:
 
 
 def _cpu_defaults(options: RunOptions, flags: dict[str, Any], show: Any) -> RunOptions:
-    """On a CPU, a search budget of CPU_SEARCH_BUDGET_S unless --timeout is given: a CPU run
-    answers whether the workload trains under each config and passes the gate, not which config
-    is fastest on a GPU, so a long search there buys nothing (issue 29: the default job ran 12
-    minutes on this project's 2-core machine). A GPU's defaults are `run_study`'s."""
-    if flags["timeout"] is not None or trainers.resolve_device(options.device).type != "cpu":
+    """On a CPU, where not given: a search budget of CPU_SEARCH_BUDGET_S, CPU_FINAL_ROUNDS final
+    round and no profiles. A CPU run answers whether the workload trains under each config and
+    passes the gate, not which config is fastest on a GPU (the summary says so), and a CPU
+    profile has no GPU figures; so a long job there buys nothing. On this project's 2-core
+    machine, under other jobs' load, the README's first command took 239 s with three final
+    rounds (128 s) and profiles (31 s). A GPU's defaults are untouched."""
+    if trainers.resolve_device(options.device).type != "cpu":
         return options
-    show.phase(
-        f"search budget {CPU_SEARCH_BUDGET_S:.0f} s (the default on a CPU; --timeout sets another)"
-    )
-    return dataclasses.replace(options, timeout_s=CPU_SEARCH_BUDGET_S)
+    changes: dict[str, Any] = {}
+    said: list[str] = []
+    if flags["timeout"] is None:
+        changes["timeout_s"] = CPU_SEARCH_BUDGET_S
+        said.append(f"search budget {CPU_SEARCH_BUDGET_S:.0f} s (--timeout)")
+    if flags["final_rounds"] is None:
+        changes["final_rounds"] = CPU_FINAL_ROUNDS
+        said.append(f"{CPU_FINAL_ROUNDS} final round (--final-rounds)")
+    if flags["profile"] is None:
+        changes["profile"] = "none"
+        said.append("no profiles (--profile)")
+    if said:
+        show.phase(f"on a CPU: {', '.join(said)}; the flags in brackets set others")
+    return dataclasses.replace(options, **changes)
 
 
 @app.command()

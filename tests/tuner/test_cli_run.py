@@ -168,6 +168,34 @@ def test_quiet_prints_no_progress_and_without_it_stderr_has_the_lines(
     assert any(re.search(r"\] trial 0 \(1/1\) ", line) for line in progress), loud.err
 
 
+def test_a_cpu_run_given_no_budget_flags_gets_the_cpu_defaults(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a CPU: a 30 s search budget, 1 final round, no profiles, unless the flags say otherwise
+    (a GPU keeps its own defaults: `run_study`'s)."""
+    storage = sqlite_url(tmp_path)
+    pairs = dict(zip(RUN_FLAGS[::2], RUN_FLAGS[1::2], strict=True))
+    flags = [
+        w for k, v in pairs.items() if k not in ("--final-rounds", "--profile") for w in (k, v)
+    ]
+    base = ["run", *flags, "--trials", "1", "--storage", storage]
+    assert main([*base, "--study", "defaults", "--json"]) == 0
+    err = capsys.readouterr().err
+    assert (
+        "on a CPU: search budget 30 s (--timeout), 1 final round (--final-rounds), no profiles "
+        "(--profile); the flags in brackets set others"
+    ) in err
+    assert "final round 1/1" in err and "final round 1/3" not in err
+    assert "profiling" not in err
+    attrs = load(storage, "defaults").user_attrs
+    assert not [k for k in attrs if k.startswith("profile/")]
+    assert attrs["recommendation"].get("explanation") is None  # no profile: no verdict to explain
+    assert main([*base, "--study", "given", "--final-rounds", "2", "--timeout", "100"]) == 0
+    err = capsys.readouterr().err
+    assert "on a CPU: no profiles (--profile)" in err
+    assert "final round 2/2" in err
+
+
 # -- storage paths ------------------------------------------------------------------------------
 
 
