@@ -61,7 +61,7 @@ def _words(name: str, value: Any) -> str | None:
         "prefetch_depth": lambda v: f"prefetch {v}",
         "pin_memory": lambda v: "pinned" if v else "unpinned",
         "non_blocking": lambda v: "non-blocking" if v else "blocking",
-        "num_workers": lambda v: f"{v} workers",
+        "num_workers": lambda v: f"{v} worker" + ("" if v == 1 else "s"),
         "cuda_graph": lambda v: "whole-step graph" if v else "no graph",
         "compile": lambda v: f"compile {v}",
         "optimizer": lambda v: f"{v} optimizer",
