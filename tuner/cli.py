@@ -11,16 +11,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
-import trainers
-from trainers.workloads import catalog
 from tuner.errors import SpaceError, TunerError
-from tuner.evidence import export as exporting
-from tuner.evidence import progress, reader, render
-from tuner.evidence.recommendation import Recommendation
-from tuner.search.measure import Protocol
-from tuner.store import storage as studies
+from tuner.evidence import progress
 
+# Each command imports what it needs when it runs: importing torch, Optuna and scipy takes 3-7 s
+# on a 2-core machine, and `run` prints its first progress line before that (issue 29).
 if TYPE_CHECKING:
+    from tuner.evidence.recommendation import Recommendation
     from tuner.search.options import RunOptions
 
 app = typer.Typer(
@@ -82,6 +79,8 @@ def _root() -> None:
 
 def flag_error(exc: Exception) -> str | None:
     """A one-line message for a known input error, naming the flag; None for anything else."""
+    import trainers  # loaded already when the error came from it
+
     if isinstance(exc, trainers.ConfigError):
         return f"{FLAGS.get(exc.field, exc.field)}: {exc}"
     if isinstance(exc, trainers.WorkloadError):
@@ -165,6 +164,9 @@ def train(
     as_json: AsJson = False,
 ) -> None:
     """Run one measured training run and print its RunResult."""
+    import trainers
+    from tuner.evidence import render
+
     trainers.check_precisions(precision, matmul_precision)
     trainers.set_matmul_precision(matmul_precision)
     config = trainers.LoopConfig(
@@ -214,6 +216,9 @@ def parse_model_args(items: list[str] | tuple[str, ...]) -> dict[str, str]:
 @app.command()
 def models(as_json: AsJson = False) -> None:
     """List the library-model families, their presets and the --model-arg options each takes."""
+    from trainers.workloads import catalog
+    from tuner.evidence import render
+
     families = catalog()
     if as_json:
         typer.echo(
@@ -364,6 +369,8 @@ def run_(
     show = progress.for_terminal(quiet=quiet, stdout=sys.stdout, stderr=sys.stderr)
     with show:
         rec = _tune(flags, show)
+    from tuner.evidence import render
+
     if as_json:
         typer.echo(json.dumps(rec.to_dict(), indent=2))
     else:
@@ -371,21 +378,21 @@ def run_(
 
 
 def _tune(flags: dict[str, Any], show: Any) -> Recommendation:
-    """Check the storage, apply a CPU's defaults, run the study, end the progress on the
-    recommendation's figure. The first line comes before anything slow (the workload is built
-    and the study opened after it), so a log shows the run has started."""
-    from tuner.search.search import run_study
-
+    """Check the flags and the storage, apply a CPU's defaults, run the study, end the progress
+    on the recommendation's figure. The first line comes before anything slow (importing torch,
+    building the workload, opening the study), so a log shows at once that the run started."""
     workload = flags["workload"] if flags["program"] is None else f"program:{flags['program']}"
-    # The flags and the storage path are checked first (in milliseconds): an error in them is
-    # then the only line printed.
+    show.line(
+        f"tuning {workload} / {flags['preset']} on device {flags['device']}: loading PyTorch "
+        "and Optuna"
+    )
+    from tuner.search.search import run_study
+    from tuner.store import storage as studies
+
     options = _run_options(flags, workload)
     url = studies.storage_url(flags["storage"])
     studies.check_sqlite_path(url)
-    show.line(
-        f"tuning {workload} / {flags['preset']} on device {flags['device']}, study in {url}: "
-        "building the workload and opening the study"
-    )
+    show.line(f"building the workload, then opening the study in {url}")
     options = _cpu_defaults(options, flags, show)
     rec = run_study(options, progress=show)
     show.finish(rec)
@@ -394,6 +401,7 @@ def _tune(flags: dict[str, Any], show: Any) -> Recommendation:
 
 def _run_options(flags: dict[str, Any], workload: str) -> RunOptions:
     """`run`'s flags as the search's `RunOptions` (which checks them)."""
+    from tuner.search.measure import Protocol
     from tuner.search.options import RunOptions
 
     return RunOptions(
@@ -439,6 +447,8 @@ def _cpu_defaults(options: RunOptions, flags: dict[str, Any], show: Any) -> RunO
     profile has no GPU figures; so a long job there buys nothing. On this project's 2-core
     machine, under other jobs' load, the README's first command took 239 s with three final
     rounds (128 s) and profiles (31 s). A GPU's defaults are untouched."""
+    import trainers
+
     if trainers.resolve_device(options.device).type != "cpu":
         return options
     changes: dict[str, Any] = {}
@@ -460,6 +470,9 @@ def _cpu_defaults(options: RunOptions, flags: dict[str, Any], show: Any) -> RunO
 @app.command()
 def best(study: StudyName, storage: Storage = None, as_json: AsJson = False) -> None:
     """Print a study's recommendation."""
+    from tuner.evidence import reader, render
+    from tuner.store import storage as studies
+
     rec = reader.recommendation(studies.storage_url(storage), study)
     if as_json:
         typer.echo(json.dumps(rec.to_dict(), indent=2))
@@ -474,6 +487,10 @@ def export(
     format: Annotated[str, typer.Option("--format", help="json, env or python.")] = "json",
 ) -> None:
     """Print the recommended config as JSON, environment variables or Python."""
+    from tuner.evidence import export as exporting
+    from tuner.evidence import reader
+    from tuner.store import storage as studies
+
     rec = reader.recommendation(studies.storage_url(storage), study)
     typer.echo(exporting.export(rec, format))
 
@@ -481,6 +498,9 @@ def export(
 @app.command("studies")
 def studies_(storage: Storage = None, as_json: AsJson = False) -> None:
     """List the studies in the storage with their best throughput."""
+    from tuner.evidence import reader, render
+    from tuner.store import storage as studies
+
     rows = reader.list_studies(studies.storage_url(storage))
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
@@ -547,6 +567,7 @@ def report(
 ) -> None:
     """Write one self-contained HTML page about a study (plots, recommendation, profiles)."""
     from tuner.evidence.report import write_report
+    from tuner.store import storage as studies
 
     path = write_report(studies.storage_url(storage), study, out)
     typer.echo(str(path))

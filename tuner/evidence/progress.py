@@ -18,14 +18,15 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-import trainers
-from tuner.evidence.recommendation import Recommendation
 from tuner.store.phases import LABELS
+
+if TYPE_CHECKING:  # imported when used: `python -m tuner run` prints its first line before torch
+    from tuner.evidence.recommendation import Recommendation
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -77,6 +78,8 @@ def _words(name: str, value: Any) -> str | None:
 
 def short_config(config: Mapping[str, Any] | None) -> str:
     """A config in a few words: only what differs from the PyTorch default (`LoopConfig()`)."""
+    import trainers  # here, not at the top: see the imports
+
     if config is None:
         return "refused combination"
     default = trainers.LoopConfig().to_dict()
