@@ -111,6 +111,10 @@ GATE = {
     "twin_of",
 }
 PROGRAM = {
+    "MAX_NPROC",
+    "NCCL_ENV",
+    "check_nproc",
+    "run_distributed",
     "PREFIX",
     "PROTOCOL",
     "Program",
