@@ -122,7 +122,7 @@ def test_nproc_outside_its_range_names_the_field() -> None:
     assert check_nproc(2) == 2
 
 
-# ---------------------------------------------------------------------------- shards, outside torchrun
+# ------------------------------------------------------------------ shards, outside torchrun
 
 
 def test_each_rank_gets_its_contiguous_shard_of_the_global_batch() -> None:
