@@ -61,6 +61,7 @@ FLAGS = {
     "precision": "--precision",
     "train_steps": "--train-steps",
     "patience": "--patience",
+    "nproc_per_node": "--nproc-per-node",
     "compile": "--compile",
     "optimizer": "--optimizer",
 }
@@ -304,6 +305,13 @@ def run_(
             "$TUNER_PROGRAMS; see trainers/program/runner.py): same as --workload program:NAME."
         ),
     ] = None,
+    nproc_per_node: Annotated[
+        int,
+        typer.Option(
+            help="Processes per trial on this node, one per GPU (gloo on a CPU): above 1, each "
+            "trial is a torchrun launch and DDP, FSDP2 and their settings are searched."
+        ),
+    ] = 1,
     as_json: AsJson = False,
 ) -> None:
     """Tune: search the settings with short real runs and recommend a config."""
@@ -341,6 +349,7 @@ def run_(
         precision=precision,  # type: ignore[arg-type]  # RunOptions checks it
         artifacts=artifacts,
         protocol=Protocol(warmup=warmup, windows=windows, window_steps=window_steps, seed=seed),
+        nproc_per_node=nproc_per_node,
     )
     console = Console(stderr=True)
     with render.SearchProgress(console, enabled=not as_json) as progress:
