@@ -11,8 +11,9 @@ what the tuner measured is what a user trains with. Two stages:
   context manager, it sets the matmul precision and closes the data loaders on the way out.
 
 Each lever has one spot here, which both users reach: the model transform in
-`Engine._transform_model`, the optimizer in `Engine._build_optimizer`, the batches one step
-draws in `Session.step`.
+`Engine._transform_model` (block levers, then the data-parallel wrapper of `trainers.parallel`,
+then the compiler), the optimizer in `Engine._build_optimizer`, the batches one step draws in
+`Session.step` (each process's shard of them: `DataParallel.shard`).
 
 `trainers.gate.faults` swaps `DeviceFeed`, `EagerStep` and `GraphStep` in this module's
 namespace to plant its faults: they are looked up here when a Session is built.
@@ -36,6 +37,7 @@ from trainers.flops import count_step_flops
 from trainers.harvest import Harvester, make_harvester
 from trainers.measure import check_counts
 from trainers.optim import prepare_optimizer
+from trainers.parallel import DataParallel
 from trainers.precision import Precision, check_precision, make_plan, matmul_precision_for
 from trainers.recompute import apply_block_levers
 from trainers.step import GRAPH_WARMUP_STEPS, EagerStep, GraphStep
@@ -175,9 +177,13 @@ class Engine:
         # Counted on the plain model, before any lever wraps it: recomputation is not a model
         # FLOP.
         self.flops_per_step = _count_flops(workload, dev)
-        self.optimizer = self._build_optimizer(on_optimizer)
+        self.data_parallel = DataParallel.create(config, dev)
+        self.data_parallel.check_workload(workload)
         self._undo_blocks: Callable[[], None] = _nothing
+        # Before the optimizer: FSDP2 replaces the parameters by their shards, which the
+        # optimizer must hold (every other transform shares the model's parameters).
         self.step_model = self._transform_model(self.model)
+        self.optimizer = self._build_optimizer(on_optimizer)
 
     def _build_optimizer(self, on_optimizer: OptimizerHook | None) -> torch.optim.Optimizer:
         """The workload's optimizer, rebuilt as `config.optimizer` asks."""
@@ -203,6 +209,9 @@ class Engine:
         blocks in place; `close()` puts them back, so the next run of the same workload starts
         from the plain model."""
         self._undo_blocks = apply_block_levers(self.workload, self.config)
+        # DDP or FSDP2 around the (checkpointed, per-block compiled) model; the whole-model
+        # compile goes around the wrapper, so Dynamo sees DDP's buckets (trainers.parallel).
+        model = self.data_parallel.wrap(model, self.workload)
         if self.config.compile_scope == "blocks":
             return model  # its blocks are compiled; what lies between them stays eager
         return compile_model(model, self.config.compile)
@@ -269,6 +278,8 @@ class Session:
         batches = positioned_batches(
             engine.workload, config, dev, first_step * micro_batches, opened=self.loaders
         )
+        # Under data parallelism each process keeps its shard of every global batch.
+        batches = engine.data_parallel.shard(batches)
         self.feed = DeviceFeed(batches, self.plan, config, dev)
         self.step_fn = self._make_step(clip_norm)
         self.harvester: Harvester = make_harvester(config, self.plan, capacity, dev)

@@ -69,6 +69,7 @@ FLAGS = {
     "precision": "--precision",
     "train_steps": "--train-steps",
     "patience": "--patience",
+    "nproc_per_node": "--nproc-per-node",
     "compile": "--compile",
     "optimizer": "--optimizer",
     "space": "--space",
@@ -327,6 +328,13 @@ Program = Annotated[
         "$TUNER_PROGRAMS; see trainers/program/runner.py): same as --workload program:NAME."
     ),
 ]
+NprocPerNode = Annotated[
+    int,
+    typer.Option(
+        help="Processes per trial on this node, one per GPU (gloo on a CPU): above 1, each "
+        "trial is a torchrun launch and DDP, FSDP2 and their settings are searched."
+    ),
+]
 Quiet = Annotated[
     bool,
     typer.Option(
@@ -370,6 +378,7 @@ def run_(
     artifacts: Artifacts = None,
     program: Program = None,
     quiet: Quiet = False,
+    nproc_per_node: NprocPerNode = 1,
     as_json: AsJson = False,
 ) -> None:
     """Tune: search the settings with short real runs and recommend a config."""
@@ -445,6 +454,7 @@ def _run_options(flags: dict[str, Any], workload: str) -> RunOptions:
             window_steps=flags["window_steps"],
             seed=flags["seed"],
         ),
+        nproc_per_node=flags["nproc_per_node"],
     )
 
 
