@@ -109,15 +109,16 @@ def utilisation(
         )
     column = peak_column(precision, matmul_precision)
     rate = float(getattr(peak, column))
-    return Utilisation(
-        tflops=tflops,
-        mfu=tflops / rate,
-        peak_tflops=rate,
-        note=f"against the {peak.name} dense {column} peak, {rate:g} TFLOP/s",
-    )
+    note = f"against the {peak.name} dense {column} peak, {rate:g} TFLOP/s"
+    if precision == "float8":
+        # The model's FLOPs do not change with the precision that runs them: a float8 run is
+        # quoted against the bf16 rate (as torchtitan does), never the float8 one, so its MFU
+        # compares with a bf16 run's and shows what float8 bought.
+        note = "float8 matmuls, MFU " + note
+    return Utilisation(tflops=tflops, mfu=tflops / rate, peak_tflops=rate, note=note)
 
 
-_COUNTS: dict[tuple[Any, ...], int] = {}
+_COUNTS: dict[tuple[Any, ...], dict[str, int]] = {}
 
 
 def _one_sample(batch: Batch, samples: int) -> tuple[Batch, int]:
@@ -151,6 +152,13 @@ def count_step_flops(workload: Workload, device: torch.device) -> int:
     statistics do not move and dropout draws no random numbers), the random-number state forked,
     the gradients it made dropped.
     """
+    return count_step_flops_by_module(workload, device)[""]
+
+
+def count_step_flops_by_module(workload: Workload, device: torch.device) -> dict[str, int]:
+    """`count_step_flops`, split by module: each module's qualified name (as `named_modules`
+    gives it) maps to the FLOPs of the ops that ran inside it, its submodules' included; "" is
+    the whole step. Modules that ran no counted op are absent. Counted with the total, once."""
     batch = _first_batch(workload)
     key = (workload.name, workload.preset, _shape_key(batch))
     if key in _COUNTS:
@@ -170,9 +178,15 @@ def count_step_flops(workload: Workload, device: torch.device) -> int:
         model.train(was_training)
         for param, grad in grads.items():
             param.grad = grad
-    total = int(counter.get_total_flops()) * factor
-    _COUNTS[key] = total
-    return total
+    # FlopCounterMode names a module "<root class>.<qualified name>", the root by its class alone
+    # and the whole step "Global".
+    root = type(model).__name__
+    counts = {"": int(counter.get_total_flops()) * factor}
+    for name, ops in counter.get_flop_counts().items():
+        if name.startswith(root + "."):
+            counts[name.removeprefix(root + ".")] = int(sum(ops.values())) * factor
+    _COUNTS[key] = counts
+    return counts
 
 
 def trainable(model: nn.Module) -> int:
