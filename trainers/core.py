@@ -33,7 +33,7 @@ from trainers.config import LoopConfig, device_error
 from trainers.errors import ConfigError, UnsupportedOnDevice
 from trainers.feed import DeviceFeed, close_loaders, positioned_batches
 from trainers.float8 import Float8Report, apply_float8
-from trainers.flops import count_step_flops, count_step_flops_by_module
+from trainers.flops import count_step_flops, count_step_flops_by_linear
 from trainers.harvest import Harvester, make_harvester
 from trainers.measure import check_counts
 from trainers.optim import prepare_optimizer
@@ -409,7 +409,7 @@ def _count_module_flops(workload: Workload, dev: torch.device) -> dict[str, int]
     """The step's model FLOPs by module (for float8's converted share); None where they cannot
     be counted, as for `_count_flops`."""
     try:
-        return count_step_flops_by_module(workload, dev)
+        return count_step_flops_by_linear(workload, dev)
     except Exception:  # noqa: BLE001 - a count that fails leaves the share unknown, never the run
         return None
 

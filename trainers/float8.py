@@ -52,22 +52,31 @@ GPUS = "H100, H200, L4, RTX 40xx"
 Undo = Callable[[], None]
 
 
+_NEEDED = (
+    f"float8 matmuls need a CUDA GPU of compute capability "
+    f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} or later ({GPUS})"
+)
+
+
 def device_error(device: torch.device) -> str | None:
     """Why `device` cannot run float8 matmuls (naming the GPU and its capability), or None."""
-    needed = (
-        f"float8 matmuls need a CUDA GPU of compute capability "
-        f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} or later ({GPUS})"
-    )
     if device.type != "cuda":
-        return f"precision='float8': {needed}; this run's device is {device.type}"
-    major, minor = torch.cuda.get_device_capability(device)
-    if (major, minor) < MIN_CAPABILITY:
-        name = torch.cuda.get_device_name(device)
-        return (
-            f"precision='float8': {name} has compute capability {major}.{minor}; {needed}; "
-            "use bf16-autocast on this GPU"
-        )
-    return None
+        return f"precision='float8': {_NEEDED}; this run's device is {device.type}"
+    return capability_error(
+        torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device)
+    )
+
+
+def capability_error(gpu: str, capability: tuple[int, int]) -> str | None:
+    """Why the GPU named `gpu`, of compute `capability` (major, minor), cannot run float8
+    matmuls, or None where it can."""
+    if tuple(capability) >= MIN_CAPABILITY:
+        return None
+    major, minor = capability
+    return (
+        f"precision='float8': {gpu} has compute capability {major}.{minor}; {_NEEDED}; "
+        "use bf16-autocast on this GPU"
+    )
 
 
 def torchao_error() -> str | None:
@@ -153,6 +162,22 @@ class Float8Plan:
         """torchao's `module_filter_fn`: convert exactly the planned linears."""
         return fqn in self.converted
 
+    def report(
+        self, flops: Mapping[str, int] | None, *, converted: tuple[str, ...] | None = None
+    ) -> Float8Report:
+        """The report of this plan: `converted` the layers really converted (None: the
+        planned ones); `flops` the step's model FLOPs by module (`count_step_flops_by_linear`,
+        "" the whole step), for the converted share (None: unknown)."""
+        names = self.converted if converted is None else converted
+        return Float8Report(
+            recipe=RECIPE,
+            linears=len(self.converted) + len(self.kept),
+            converted=names,
+            kept=self.kept,
+            converted_flops=None if flops is None else sum(flops.get(n, 0) for n in names),
+            step_flops=None if flops is None else flops.get(""),
+        )
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Float8Report:
@@ -229,7 +254,7 @@ def apply_float8(
     model: nn.Module, *, flops: Mapping[str, int] | None, name: str = "the model"
 ) -> tuple[Float8Report, Undo]:
     """Convert `model`'s eligible linears (`Float8Plan.of`); the report of what was converted
-    and the `undo`. `flops`: the step's model FLOPs by module (`count_step_flops_by_module`),
+    and the `undo`. `flops`: the step's model FLOPs by module (`count_step_flops_by_linear`),
     for the converted share. ConfigError naming `precision` when no linear qualifies: such a
     run would be bf16 under another name."""
     plan = Float8Plan.of(model)
@@ -245,12 +270,4 @@ def apply_float8(
     # What torchao really swapped, not what was asked: the report must not claim a layer that
     # its own rules skipped.
     converted = tuple(n for n, m in model.named_modules() if is_float8(m))
-    report = Float8Report(
-        recipe=RECIPE,
-        linears=len(plan.converted) + len(plan.kept),
-        converted=converted,
-        kept=plan.kept,
-        converted_flops=None if flops is None else sum(flops.get(n, 0) for n in converted),
-        step_flops=None if flops is None else flops.get(""),
-    )
-    return report, undo
+    return plan.report(flops, converted=converted), undo
