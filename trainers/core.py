@@ -33,12 +33,19 @@ from trainers.compilation import CompileWatch, compile_model, compiles, min_warm
 from trainers.config import LoopConfig, device_error
 from trainers.errors import ConfigError, UnsupportedOnDevice
 from trainers.feed import DeviceFeed, close_loaders, positioned_batches
-from trainers.flops import count_step_flops
+from trainers.float8 import Float8Report, apply_float8
+from trainers.flops import count_step_flops, count_step_flops_by_linear
 from trainers.harvest import Harvester, make_harvester
 from trainers.measure import check_counts
 from trainers.optim import prepare_optimizer
 from trainers.parallel import DataParallel
-from trainers.precision import Precision, check_precision, make_plan, matmul_precision_for
+from trainers.precision import (
+    Precision,
+    check_precision,
+    check_precision_here,
+    make_plan,
+    matmul_precision_for,
+)
 from trainers.recompute import apply_block_levers
 from trainers.step import GRAPH_WARMUP_STEPS, EagerStep, GraphStep
 from trainers.streams import StreamPlan
@@ -72,6 +79,8 @@ def check_setup(config: LoopConfig, device: torch.device, precision: str | None)
     """ConfigError / UnsupportedOnDevice unless `config` and `precision` can run on `device`."""
     if precision is not None:
         check_precision(precision, cuda_graph=config.cuda_graph)
+        # float8 on a CPU, an older GPU or without torchao: one line, before anything is built.
+        check_precision_here(precision, device)
     reason = device_error(config, device.type)
     if reason is not None:
         raise UnsupportedOnDevice(reason)
@@ -180,6 +189,9 @@ class Engine:
         self.data_parallel = DataParallel.create(config, dev)
         self.data_parallel.check_workload(workload)
         self._undo_blocks: Callable[[], None] = _nothing
+        self._undo_float8: Callable[[], None] = _nothing
+        self.float8: Float8Report | None = None
+        """What precision float8 converted (None for the other precisions)."""
         # Before the optimizer: FSDP2 replaces the parameters by their shards, which the
         # optimizer must hold (every other transform shares the model's parameters).
         self.step_model = self._transform_model(self.model)
@@ -205,10 +217,24 @@ class Engine:
         """The model the step calls. The compiled wrapper shares the model's parameters; the
         workload's own module stays eager, so a later run of it starts from an eager model.
 
-        The block levers (activation checkpointing, each block compiled on its own) change the
-        blocks in place; `close()` puts them back, so the next run of the same workload starts
-        from the plain model."""
-        self._undo_blocks = apply_block_levers(self.workload, self.config)
+        Precision float8 converts the eligible linears, and the block levers (activation
+        checkpointing, each block compiled on its own) change the blocks, all in place;
+        `close()` puts them back, so the next run of the same workload starts from the plain
+        model. The converted linears share the model's Parameters, and a state dict loads into
+        either form."""
+        if self.precision == "float8":
+            # First: the checkpoint wrappers and the compiler then see the converted layers,
+            # and the scaling is fused into the compiled kernels (torchao's order).
+            self.float8, self._undo_float8 = apply_float8(
+                model,
+                flops=_count_module_flops(self.workload, self.device),
+                name=self.workload.name,
+            )
+        try:
+            self._undo_blocks = apply_block_levers(self.workload, self.config)
+        except BaseException:
+            self.close()  # a refused lever leaves the workload's model as it was
+            raise
         # DDP or FSDP2 around the (checkpointed, per-block compiled) model; the whole-model
         # compile goes around the wrapper, so Dynamo sees DDP's buckets (trainers.parallel).
         model = self.data_parallel.wrap(model, self.workload)
@@ -217,9 +243,12 @@ class Engine:
         return compile_model(model, self.config.compile)
 
     def close(self) -> None:
-        """Undo the block levers on the workload's model (a measured run ends with this)."""
+        """Undo the block levers and the float8 conversion on the workload's model, in the
+        reverse order of their making (a measured run ends with this)."""
         self._undo_blocks()
         self._undo_blocks = _nothing
+        self._undo_float8()
+        self._undo_float8 = _nothing
 
     def session(
         self,
@@ -384,6 +413,15 @@ def _count_flops(workload: Workload, dev: torch.device) -> int | None:
     try:
         return count_step_flops(workload, dev)
     except Exception:  # noqa: BLE001 - a count that fails leaves MFU unknown, never the run
+        return None
+
+
+def _count_module_flops(workload: Workload, dev: torch.device) -> dict[str, int] | None:
+    """The step's model FLOPs by module (for float8's converted share); None where they cannot
+    be counted, as for `_count_flops`."""
+    try:
+        return count_step_flops_by_linear(workload, dev)
+    except Exception:  # noqa: BLE001 - a count that fails leaves the share unknown, never the run
         return None
 
 

@@ -42,6 +42,10 @@ _PRECISION_EPS: dict[str, float | None] = {
     "tf32": 2.0**-10,  # TF32 keeps 10 mantissa bits
     "bf16-autocast": 2.0**-7,
     "fp16-autocast": 2.0**-10,
+    # An envelope measured under float8 itself: bf16's step, the rounding of every layer that
+    # float8 leaves in bf16. A float8 candidate is judged against a bf16-autocast reference's
+    # envelope (`gate(reference_precision=...)`), whose step is bf16's anyway.
+    "float8": 2.0**-7,
 }
 _MATMUL_PRECISION_EPS: dict[str, float | None] = {"high": 2.0**-10, "medium": 2.0**-7}
 
