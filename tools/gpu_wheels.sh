@@ -24,6 +24,8 @@ needs=(
   fastapi starlette anyio idna h11 uvicorn annotated-doc opentelemetry-api
   # the test runner
   pytest pluggy iniconfig hypothesis sortedcontainers httpx httpcore certifi
+  # the float8 precision (trainers/float8.py): one cp310-abi3 wheel, no dependency beyond torch
+  torchao
 )
 pins=()
 for name in "${needs[@]}"; do

@@ -5,8 +5,9 @@
 
 Two locks, for CPython 3.11 on x86-64 Linux, resolved by uv's pip-compatible `uv pip compile`
 (pinned below):
-- `requirements.lock`: the package and its `dev` extra, with torch as the CPU build `2.13.0+cpu`
-  (the build these machines install from disk; the README's two commands use this lock);
+- `requirements.lock`: the package and its `dev` and `float8` extras, with torch as the CPU build
+  `2.13.0+cpu` (the build these machines install from disk; the README's two commands use this
+  lock; torchao, the `float8` extra, is pinned here for the GPU image and `tools/gpu_wheels.sh`);
 - `requirements-models.lock`: the same plus the `models` extra (torchvision, timm,
   transformers). PyPI's torchvision does not import beside the CPU torch 2.13.0 build, so this
   lock takes torch 2.14.1 with torchvision 0.29.1, and the CUDA libraries at the versions these
@@ -49,9 +50,12 @@ class Lock:
 LOCK = ROOT / "requirements.lock"
 MODELS_LOCK = ROOT / "requirements-models.lock"
 LOCKS = (
-    Lock(LOCK, ("dev",), ("torch==2.13.0+cpu",)),
+    Lock(LOCK, ("dev", "float8"), ("torch==2.13.0+cpu",)),
     Lock(
-        MODELS_LOCK, ("dev", "models"), ("torch==2.14.1", "torchvision==0.29.1"), local_index=True
+        MODELS_LOCK,
+        ("dev", "models", "float8"),
+        ("torch==2.14.1", "torchvision==0.29.1"),
+        local_index=True,
     ),
 )
 DIGEST_PREFIX = "# pyproject-dependencies-sha256: "

@@ -25,6 +25,7 @@ from trainers.errors import (
     WorkloadError,
 )
 from trainers.fit import FitResult, Trainer, warmup_cosine, workload_from_parts
+from trainers.flops import Utilisation, utilisation
 from trainers.gate import (
     GRAPH_RTOL,
     Envelope,
@@ -89,6 +90,7 @@ __all__ = [
     "TrainerError",
     "Twin",
     "UnsupportedOnDevice",
+    "Utilisation",
     "Window",
     "WindowCallback",
     "Workload",
@@ -120,6 +122,7 @@ __all__ = [
     "run",
     "set_matmul_precision",
     "split_batch",
+    "utilisation",
     "warmup_cosine",
     "workload_from_parts",
     "workload_key",

@@ -27,12 +27,19 @@ CompileScope = Literal["model", "blocks"]
 COMPILE_SCOPES: tuple[str, ...] = get_args(CompileScope)
 Checkpointing = Literal["none", "blocks", "selective"]
 CHECKPOINTING: tuple[str, ...] = get_args(Checkpointing)
+Parallel = Literal["none", "ddp", "fsdp2"]
+PARALLELS: tuple[str, ...] = get_args(Parallel)
 MICRO_BATCHES: tuple[int, ...] = (1, 2, 4, 8)
 CHECKPOINT_SHARES: tuple[float, ...] = (0.25, 0.5, 1.0)
 
 MAX_STREAMS = 4
 MAX_PREFETCH = 4
 MAX_WORKERS = 32
+MAX_BUCKET_CAP_MB = 1024
+DDP_FIELDS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph")
+"""DDP's own settings: they mean something with parallel='ddp' only."""
+FSDP_FIELDS = ("reshard_after_forward", "fsdp_prefetch")
+"""FSDP2's own settings: they mean something with parallel='fsdp2' only."""
 
 
 def _check_int(field: str, value: object, low: int, high: int | None) -> None:
@@ -81,6 +88,12 @@ _RULES: dict[str, Callable[[str, object], None]] = {
     "activation_checkpointing": lambda f, v: _check_choice(f, v, CHECKPOINTING),
     "checkpoint_share": _check_share,
     "compile_scope": lambda f, v: _check_choice(f, v, COMPILE_SCOPES),
+    "parallel": lambda f, v: _check_choice(f, v, PARALLELS),
+    "bucket_cap_mb": lambda f, v: _check_int(f, v, 1, MAX_BUCKET_CAP_MB),
+    "gradient_as_bucket_view": _check_bool,
+    "static_graph": _check_bool,
+    "reshard_after_forward": _check_bool,
+    "fsdp_prefetch": _check_bool,
 }
 
 
@@ -90,19 +103,25 @@ def check_setting(field: str, value: object) -> None:
     _RULES[field](field, value)
 
 
-INERT: dict[str, tuple[str, object, object]] = {
-    "checkpoint_share": ("activation_checkpointing", "none", 1.0),
+INERT: dict[str, tuple[str, tuple[object, ...], object]] = {
+    "checkpoint_share": ("activation_checkpointing", ("none",), 1.0),
+    "bucket_cap_mb": ("parallel", ("none", "fsdp2"), 25),
+    "gradient_as_bucket_view": ("parallel", ("none", "fsdp2"), False),
+    "static_graph": ("parallel", ("none", "fsdp2"), False),
+    "reshard_after_forward": ("parallel", ("none", "ddp"), True),
+    "fsdp_prefetch": ("parallel", ("none", "ddp"), False),
 }
-"""Settings that mean nothing while another one has a given value: name -> (the other setting,
-its value, the setting's default). `canonical` resets them, so a search that samples them
-independently never builds a refused or duplicate config."""
+"""Settings that mean nothing while another one has one of some values: name -> (the other
+setting, the values at which this one is inert, this one's default). `canonical` resets them, so
+a search that samples them independently never builds a refused or duplicate config."""
 
 
 def canonical(values: Mapping[str, Any]) -> dict[str, Any]:
     """`values` with every inert setting (`INERT`) back at its default."""
     out = dict(values)
+    defaults = {f.name: f.default for f in dataclasses.fields(LoopConfig)}
     for name, (other, inert_at, default) in INERT.items():
-        if name in out and out.get(other, inert_at) == inert_at:
+        if name in out and out.get(other, defaults[other]) in inert_at:
             out[name] = default
     return out
 
@@ -144,9 +163,55 @@ def _check_scale_combination(config: LoopConfig) -> None:
         )
 
 
+_DP_CUDA_GRAPH = {
+    "ddp": (
+        "a whole-step CUDA graph over DDP needs DDP built on the capture's side stream, 11 or "
+        "more eager DDP steps before the capture and NCCL's asynchronous error handling off "
+        "(PyTorch's CUDA-graph notes), and is not yet proven here on several GPUs"
+    ),
+    "fsdp2": (
+        "FSDP2 all-gathers each block's parameters into memory it allocates and frees every "
+        "step on its own streams, which a capture cannot replay"
+    ),
+}
+
+
+def _check_parallel_combination(config: LoopConfig) -> None:
+    """The data-parallel levers' rules (`trainers.parallel` applies them)."""
+    for field in (*DDP_FIELDS, *FSDP_FIELDS):
+        owner = "ddp" if field in DDP_FIELDS else "fsdp2"
+        default = INERT[field][2]
+        value = getattr(config, field)
+        if config.parallel != owner and value != default:
+            raise ConfigError(
+                field,
+                value,
+                f"{default!r} with parallel={config.parallel!r} ({field} is a setting of "
+                f"{owner}: it applies with parallel={owner!r} only)",
+            )
+    if config.parallel == "none":
+        return
+    if config.cuda_graph:
+        raise ConfigError(
+            "cuda_graph",
+            config.cuda_graph,
+            f"false with parallel={config.parallel!r} ({_DP_CUDA_GRAPH[config.parallel]})",
+        )
+    if config.compile == "reduce-overhead":
+        raise ConfigError(
+            "compile",
+            config.compile,
+            f"none, default or max-autotune-no-cudagraphs with parallel={config.parallel!r} "
+            "(Inductor's CUDA graphs around DDP's all-reduce hooks or FSDP2's all-gathers are "
+            "not proven here; compile='default' over DDP splits the compiled graph at the "
+            "gradient buckets, so each bucket's all-reduce overlaps the rest of the backward)",
+        )
+
+
 def _check_combination(config: LoopConfig) -> None:
     """The combinations LoopConfig's docstring lists as refused, each with its reason."""
     _check_scale_combination(config)
+    _check_parallel_combination(config)
     if config.cuda_graph and config.compile == "reduce-overhead":
         raise ConfigError(
             "compile",
@@ -213,6 +278,27 @@ class LoopConfig:
     checkpoint_share: 0.25, 0.5 or 1.0: the share of the blocks checkpointed (the first ones).
     compile_scope: `model` = `torch.compile` of the whole model; `blocks` = each repeated block
         compiled on its own (regional compilation: one compile reused by every block).
+    parallel: `none` = one process trains alone; `ddp` = DistributedDataParallel, each process a
+        replica that all-reduces its gradients, bucket by bucket, on NCCL's (gloo's) own streams
+        while the backward goes on; `fsdp2` = `torch.distributed.fsdp.fully_shard` of each
+        repeated block and of the model: parameters, gradients and optimizer state sharded,
+        each block's parameters all-gathered before its forward and backward, its gradients
+        reduce-scattered after. Either runs under torchrun (`trainers.distributed`, the tuner's
+        `--nproc-per-node`), each process on its shard of the global batch
+        (`trainers.parallel`). With `compile`, DDP's model is compiled around the wrapper
+        (Dynamo's DDPOptimizer splits the graph at the buckets, so their all-reduces still
+        overlap the backward); FSDP2 composes with each block compiled (compile_scope='blocks')
+        or the whole model compiled around its hooks.
+    bucket_cap_mb (ddp): the size of DDP's gradient buckets in MiB (DDP's default 25): smaller
+        buckets start their all-reduce earlier in the backward, larger ones launch fewer.
+    gradient_as_bucket_view (ddp): the gradients are views into the buckets: no copy into the
+        bucket before each all-reduce, and less memory.
+    static_graph (ddp): the set of parameters used and the hook order stay the same every step:
+        DDP may skip its per-step search for unused parameters and reorder its buckets.
+    reshard_after_forward (fsdp2): free each block's gathered parameters after its forward (less
+        memory, one more all-gather in the backward) or keep them to the backward.
+    fsdp_prefetch (fsdp2): explicit prefetch: each block's forward all-gathers the next block's
+        parameters, and its backward the previous block's, instead of FSDP2's implicit order.
 
     Combinations refused, and why:
     - cuda_graph=True with compile="reduce-overhead": two CUDA-graph systems over one step.
@@ -226,6 +312,10 @@ class LoopConfig:
       with compile 'none' or 'reduce-overhead'; micro_batches > 1 with compile='reduce-overhead'
       (its CUDA graphs may overwrite earlier micro-batches' gradients); activation checkpointing
       with cuda_graph=True (the recompute's random-number bookkeeping cannot be captured).
+    - a DDP setting with parallel other than 'ddp', an FSDP2 setting with parallel other than
+      'fsdp2' (each is inert there); parallel 'ddp' or 'fsdp2' with cuda_graph=True (DDP's capture
+      needs setup not proven here; FSDP2's per-step allocations cannot be captured) or with
+      compile='reduce-overhead' (Inductor's CUDA graphs around the collectives, not proven).
     Refused at run start, not here, since they depend on the run: cuda_graph=True and
     compile="reduce-overhead" need a CUDA device; precision="fp16-autocast" does not combine
     with cuda_graph=True (see `trainers.precision`).
@@ -245,6 +335,12 @@ class LoopConfig:
     activation_checkpointing: Checkpointing = "none"
     checkpoint_share: float = 1.0
     compile_scope: CompileScope = "model"
+    parallel: Parallel = "none"
+    bucket_cap_mb: int = 25
+    gradient_as_bucket_view: bool = False
+    static_graph: bool = False
+    reshard_after_forward: bool = True
+    fsdp_prefetch: bool = False
 
     def __post_init__(self) -> None:
         for name in field_names():

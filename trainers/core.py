@@ -11,8 +11,9 @@ what the tuner measured is what a user trains with. Two stages:
   context manager, it sets the matmul precision and closes the data loaders on the way out.
 
 Each lever has one spot here, which both users reach: the model transform in
-`Engine._transform_model`, the optimizer in `Engine._build_optimizer`, the batches one step
-draws in `Session.step`.
+`Engine._transform_model` (block levers, then the data-parallel wrapper of `trainers.parallel`,
+then the compiler), the optimizer in `Engine._build_optimizer`, the batches one step draws in
+`Session.step` (each process's shard of them: `DataParallel.shard`).
 
 `trainers.gate.faults` swaps `DeviceFeed`, `EagerStep` and `GraphStep` in this module's
 namespace to plant its faults: they are looked up here when a Session is built.
@@ -32,11 +33,19 @@ from trainers.compilation import CompileWatch, compile_model, compiles, min_warm
 from trainers.config import LoopConfig, device_error
 from trainers.errors import ConfigError, UnsupportedOnDevice
 from trainers.feed import DeviceFeed, close_loaders, positioned_batches
-from trainers.flops import count_step_flops
+from trainers.float8 import Float8Report, apply_float8
+from trainers.flops import count_step_flops, count_step_flops_by_linear
 from trainers.harvest import Harvester, make_harvester
 from trainers.measure import check_counts
 from trainers.optim import prepare_optimizer
-from trainers.precision import Precision, check_precision, make_plan, matmul_precision_for
+from trainers.parallel import DataParallel
+from trainers.precision import (
+    Precision,
+    check_precision,
+    check_precision_here,
+    make_plan,
+    matmul_precision_for,
+)
 from trainers.recompute import apply_block_levers
 from trainers.step import GRAPH_WARMUP_STEPS, EagerStep, GraphStep
 from trainers.streams import StreamPlan
@@ -70,6 +79,8 @@ def check_setup(config: LoopConfig, device: torch.device, precision: str | None)
     """ConfigError / UnsupportedOnDevice unless `config` and `precision` can run on `device`."""
     if precision is not None:
         check_precision(precision, cuda_graph=config.cuda_graph)
+        # float8 on a CPU, an older GPU or without torchao: one line, before anything is built.
+        check_precision_here(precision, device)
     reason = device_error(config, device.type)
     if reason is not None:
         raise UnsupportedOnDevice(reason)
@@ -175,9 +186,16 @@ class Engine:
         # Counted on the plain model, before any lever wraps it: recomputation is not a model
         # FLOP.
         self.flops_per_step = _count_flops(workload, dev)
-        self.optimizer = self._build_optimizer(on_optimizer)
+        self.data_parallel = DataParallel.create(config, dev)
+        self.data_parallel.check_workload(workload)
         self._undo_blocks: Callable[[], None] = _nothing
+        self._undo_float8: Callable[[], None] = _nothing
+        self.float8: Float8Report | None = None
+        """What precision float8 converted (None for the other precisions)."""
+        # Before the optimizer: FSDP2 replaces the parameters by their shards, which the
+        # optimizer must hold (every other transform shares the model's parameters).
         self.step_model = self._transform_model(self.model)
+        self.optimizer = self._build_optimizer(on_optimizer)
 
     def _build_optimizer(self, on_optimizer: OptimizerHook | None) -> torch.optim.Optimizer:
         """The workload's optimizer, rebuilt as `config.optimizer` asks."""
@@ -199,18 +217,38 @@ class Engine:
         """The model the step calls. The compiled wrapper shares the model's parameters; the
         workload's own module stays eager, so a later run of it starts from an eager model.
 
-        The block levers (activation checkpointing, each block compiled on its own) change the
-        blocks in place; `close()` puts them back, so the next run of the same workload starts
-        from the plain model."""
-        self._undo_blocks = apply_block_levers(self.workload, self.config)
+        Precision float8 converts the eligible linears, and the block levers (activation
+        checkpointing, each block compiled on its own) change the blocks, all in place;
+        `close()` puts them back, so the next run of the same workload starts from the plain
+        model. The converted linears share the model's Parameters, and a state dict loads into
+        either form."""
+        if self.precision == "float8":
+            # First: the checkpoint wrappers and the compiler then see the converted layers,
+            # and the scaling is fused into the compiled kernels (torchao's order).
+            self.float8, self._undo_float8 = apply_float8(
+                model,
+                flops=_count_module_flops(self.workload, self.device),
+                name=self.workload.name,
+            )
+        try:
+            self._undo_blocks = apply_block_levers(self.workload, self.config)
+        except BaseException:
+            self.close()  # a refused lever leaves the workload's model as it was
+            raise
+        # DDP or FSDP2 around the (checkpointed, per-block compiled) model; the whole-model
+        # compile goes around the wrapper, so Dynamo sees DDP's buckets (trainers.parallel).
+        model = self.data_parallel.wrap(model, self.workload)
         if self.config.compile_scope == "blocks":
             return model  # its blocks are compiled; what lies between them stays eager
         return compile_model(model, self.config.compile)
 
     def close(self) -> None:
-        """Undo the block levers on the workload's model (a measured run ends with this)."""
+        """Undo the block levers and the float8 conversion on the workload's model, in the
+        reverse order of their making (a measured run ends with this)."""
         self._undo_blocks()
         self._undo_blocks = _nothing
+        self._undo_float8()
+        self._undo_float8 = _nothing
 
     def session(
         self,
@@ -269,6 +307,8 @@ class Session:
         batches = positioned_batches(
             engine.workload, config, dev, first_step * micro_batches, opened=self.loaders
         )
+        # Under data parallelism each process keeps its shard of every global batch.
+        batches = engine.data_parallel.shard(batches)
         self.feed = DeviceFeed(batches, self.plan, config, dev)
         self.step_fn = self._make_step(clip_norm)
         self.harvester: Harvester = make_harvester(config, self.plan, capacity, dev)
@@ -373,6 +413,15 @@ def _count_flops(workload: Workload, dev: torch.device) -> int | None:
     try:
         return count_step_flops(workload, dev)
     except Exception:  # noqa: BLE001 - a count that fails leaves MFU unknown, never the run
+        return None
+
+
+def _count_module_flops(workload: Workload, dev: torch.device) -> dict[str, int] | None:
+    """The step's model FLOPs by module (for float8's converted share); None where they cannot
+    be counted, as for `_count_flops`."""
+    try:
+        return count_step_flops_by_linear(workload, dev)
+    except Exception:  # noqa: BLE001 - a count that fails leaves the share unknown, never the run
         return None
 
 

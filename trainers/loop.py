@@ -151,4 +151,5 @@ def _result(
         compile_cache_hits=compiled.cache_hits,
         compile_cache_misses=compiled.cache_misses,
         flops_per_step=engine.flops_per_step,
+        float8=None if engine.float8 is None else engine.float8.to_dict(),
     )

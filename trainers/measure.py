@@ -207,6 +207,9 @@ class RunResult:
     flops_per_step: int | None = None
     """The model's FLOPs in one optimizer step (forward + backward, recomputation not counted;
     `trainers.flops`); None where they were not counted."""
+    float8: dict[str, Any] | None = None
+    """Precision float8 only (`trainers.float8.Float8Report.to_dict`): how many linears were
+    converted, which stayed in bf16 and why, and the share of the step's FLOPs converted."""
 
     @property
     def step_time_ms(self) -> dict[str, float]:
@@ -274,4 +277,5 @@ class RunResult:
             "mfu": use.mfu,
             "peak_tflops": use.peak_tflops,
             "mfu_note": use.note,
+            "float8": self.float8,
         }

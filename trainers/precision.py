@@ -8,6 +8,10 @@ it is chosen with the workload and passed to `run(..., precision=...)`:
   follows the casts autocast recorded. No loss scaling: bfloat16 has float32's exponent range.
 - `fp16-autocast`: float16 autocast plus `torch.amp.GradScaler`, which scales the loss so small
   gradients do not flush to zero and skips the optimizer step when a gradient overflowed.
+- `float8`: bf16-autocast plus torchao's float8 training conversion of the model's eligible
+  `nn.Linear` layers (`trainers.float8`: which ones, and where it runs: a CUDA GPU of compute
+  capability 8.9 or later with torchao installed; `check_precision_here` refuses it elsewhere).
+  The conversion is a model transform, applied by the loop core before compilation.
 Under autocast the remaining float32 matmuls run at "highest": the precision is the one change.
 The process's matmul precision comes back when the run ends.
 
@@ -26,9 +30,10 @@ from typing import Literal, get_args
 
 import torch
 
+from trainers import float8
 from trainers.errors import ConfigError, UnsupportedOnDevice
 
-Precision = Literal["fp32", "tf32", "bf16-autocast", "fp16-autocast"]
+Precision = Literal["fp32", "tf32", "bf16-autocast", "fp16-autocast", "float8"]
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 
 MATMUL_PRECISION: dict[str, str] = {
@@ -36,6 +41,7 @@ MATMUL_PRECISION: dict[str, str] = {
     "tf32": "high",
     "bf16-autocast": "highest",
     "fp16-autocast": "highest",
+    "float8": "highest",
 }
 """`torch.set_float32_matmul_precision` value each precision runs under."""
 
@@ -46,6 +52,8 @@ MATMUL_PRECISIONS: tuple[str, ...] = get_args(MatmulPrecision)
 _AUTOCAST_DTYPE: dict[str, torch.dtype] = {
     "bf16-autocast": torch.bfloat16,
     "fp16-autocast": torch.float16,
+    # float8's converted linears cast to float8 themselves; the rest of the model runs in bf16.
+    "float8": torch.bfloat16,
 }
 
 
@@ -67,6 +75,16 @@ def check_precision(value: object, *, cuda_graph: bool) -> None:
             "the host whether to skip the step, which a CUDA graph cannot replay); "
             "use bf16-autocast",
         )
+
+
+def check_precision_here(precision: object, device: torch.device) -> None:
+    """UnsupportedOnDevice, in one line naming `precision`, where `device` or this install cannot
+    run `precision`: float8 needs a CUDA GPU of compute capability 8.9 or later and torchao
+    (`trainers.float8.unavailable`). The other precisions are probed by `make_plan`."""
+    if precision == "float8":
+        reason = float8.unavailable(device)
+        if reason is not None:
+            raise UnsupportedOnDevice(reason)
 
 
 def check_matmul_precision(value: object) -> None:
@@ -157,7 +175,10 @@ def make_plan(precision: Precision | None, device: torch.device) -> PrecisionPla
 
     Autocast with a dtype the device does not support only warns and runs in float32, which
     would label a float32 run as bf16/fp16; a tiny matmul under the autocast finds out first.
+    float8's plan is bf16-autocast's (its conversion is a model transform, `trainers.float8`),
+    refused first where float8 cannot run.
     """
+    check_precision_here(precision, device)
     if precision is None or precision not in _AUTOCAST_DTYPE:
         return PrecisionPlan(device_type=device.type)
     dtype = _AUTOCAST_DTYPE[precision]

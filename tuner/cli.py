@@ -6,18 +6,19 @@ import dataclasses
 import json
 import os
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
-import trainers
-from trainers.workloads import catalog
 from tuner.errors import SpaceError, TunerError
-from tuner.evidence import export as exporting
-from tuner.evidence import reader, render
-from tuner.search.measure import Protocol
-from tuner.store import storage as studies
+from tuner.evidence import progress
+
+# Each command imports what it needs when it runs: importing torch, Optuna and scipy takes 3-7 s
+# on a 2-core machine, and `run` prints its first progress line before that (issue 29).
+if TYPE_CHECKING:
+    from tuner.evidence.recommendation import Recommendation
+    from tuner.search.options import RunOptions
 
 app = typer.Typer(
     help="streamtune: measure and tune the concurrency settings of PyTorch training loops.",
@@ -25,6 +26,11 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+CPU_SEARCH_BUDGET_S = 30.0
+"""`python -m tuner run`'s search budget on a CPU when no --timeout is given (`_cpu_defaults`)."""
+CPU_FINAL_ROUNDS = 1
+"""Its final rounds on a CPU when no --final-rounds is given."""
 
 # The settings' fields (`trainers.LoopConfig`, `RunOptions`, the measurement `Protocol`) and run
 # arguments -> the flag a user typed. tests/tuner/test_cli_flags.py holds it to those owners:
@@ -63,6 +69,7 @@ FLAGS = {
     "precision": "--precision",
     "train_steps": "--train-steps",
     "patience": "--patience",
+    "nproc_per_node": "--nproc-per-node",
     "compile": "--compile",
     "optimizer": "--optimizer",
     "space": "--space",
@@ -81,6 +88,8 @@ def _root() -> None:
 
 def flag_error(exc: Exception) -> str | None:
     """A one-line message for a known input error, naming the flag; None for anything else."""
+    import trainers  # loaded already when the error came from it
+
     if isinstance(exc, trainers.ConfigError):
         return f"{FLAGS.get(exc.field, exc.field)}: {exc}"
     if isinstance(exc, trainers.WorkloadError):
@@ -164,6 +173,9 @@ def train(
     as_json: AsJson = False,
 ) -> None:
     """Run one measured training run and print its RunResult."""
+    import trainers
+    from tuner.evidence import render
+
     trainers.check_precisions(precision, matmul_precision)
     trainers.set_matmul_precision(matmul_precision)
     config = trainers.LoopConfig(
@@ -213,6 +225,9 @@ def parse_model_args(items: list[str] | tuple[str, ...]) -> dict[str, str]:
 @app.command()
 def models(as_json: AsJson = False) -> None:
     """List the library-model families, their presets and the --model-arg options each takes."""
+    from trainers.workloads import catalog
+    from tuner.evidence import render
+
     families = catalog()
     if as_json:
         typer.echo(
@@ -224,144 +239,258 @@ def models(as_json: AsJson = False) -> None:
 
 Storage = Annotated[
     str | None,
-    typer.Option(help="Optuna storage URL (default: $TUNER_STORAGE or sqlite:///tuner.db)."),
+    typer.Option(
+        help="Optuna storage URL (default: $TUNER_STORAGE or sqlite:///tuner.db). An SQLite "
+        "file's folder must exist: the file and its NAME-artifacts/ folder are created beside "
+        "it, never a missing folder on the way to it (create those with mkdir -p)."
+    ),
 ]
 StudyName = Annotated[str, typer.Option("--study", help="Study name.")]
+
+# `run`'s options, one alias each, so that the command's signature stays a list of names.
+Trials = Annotated[int, typer.Option(help="Trials to run (added to a resumed study).")]
+Timeout = Annotated[
+    float | None,
+    typer.Option(
+        help="Stop starting trials after this many seconds (default: 600 on the default space "
+        f"on a GPU, {CPU_SEARCH_BUDGET_S:.0f} on a CPU, else none)."
+    ),
+]
+Space = Annotated[
+    str,
+    typer.Option(
+        help="auto (compile on a GPU, full on a CPU), full, streams, compile or a JSON file."
+    ),
+]
+Fix = Annotated[list[str] | None, typer.Option(help="Pin a setting: name=value (repeatable).")]
+RunStudy = Annotated[
+    str | None, typer.Option(help="Study name (default: workload-preset-hardware).")
+]
+Objectives = Annotated[
+    str, typer.Option(help="throughput, or throughput,memory for a Pareto front.")
+]
+MaxMemory = Annotated[
+    int | None,
+    typer.Option(help="Recommend the fastest config under this many bytes of peak memory."),
+]
+TopK = Annotated[int, typer.Option(help="Configs re-measured in the final round.")]
+TieMargin = Annotated[
+    float, typer.Option(help="Configs within this fraction of the fastest median also tie.")
+]
+FinalRounds = Annotated[
+    int | None,
+    typer.Option(help=f"Interleaved final rounds (default: 3; {CPU_FINAL_ROUNDS} on a CPU)."),
+]
+BaselineEvery = Annotated[
+    int, typer.Option(help="Re-measure the baselines every N trials (drift).")
+]
+ParitySteps = Annotated[int, typer.Option(help="Steps of each parity check.")]
+Warmup = Annotated[int, typer.Option(help="Untimed steps per measurement.")]
+Windows = Annotated[int, typer.Option(help="Timed windows per measurement.")]
+WindowSteps = Annotated[int, typer.Option(help="Steps per timed window.")]
+Sampler = Annotated[str, typer.Option(help="tpe or random.")]
+Seed = Annotated[int, typer.Option(help="Seed of the sampler, weights and data.")]
+TrainSteps = Annotated[
+    int | None,
+    typer.Option(
+        help="Your planned run length: recommend the least total time, setup "
+        "(compilation) included, over that many steps."
+    ),
+]
+Patience = Annotated[
+    int | None,
+    typer.Option(
+        help="Stop starting trials after this many complete trials in a row without a "
+        "gain above --tie-margin; 0: off (default: 8 on the default space on a GPU, "
+        "else off)."
+    ),
+]
+Profile = Annotated[
+    str | None,
+    typer.Option(
+        help="Profile none, the baselines and the recommended config (baselines), or every "
+        "complete trial too (all). Default: baselines; none on a CPU, where a profile has no "
+        "GPU figures."
+    ),
+]
+ProfileSteps = Annotated[int, typer.Option(help="Profiled steps per config.")]
+Artifacts = Annotated[
+    str | None,
+    typer.Option(
+        help="Directory of the profiler traces (default: beside an SQLite database; "
+        "$TUNER_ARTIFACTS)."
+    ),
+]
+Program = Annotated[
+    str | None,
+    typer.Option(
+        help="A registered training program to tune as it is (the registry file in "
+        "$TUNER_PROGRAMS; see trainers/program/runner.py): same as --workload program:NAME."
+    ),
+]
+NprocPerNode = Annotated[
+    int,
+    typer.Option(
+        help="Processes per trial on this node, one per GPU (gloo on a CPU): above 1, each "
+        "trial is a torchrun launch and DDP, FSDP2 and their settings are searched."
+    ),
+]
+Quiet = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        help="Print no progress. Without it, progress goes to stderr: a live bar on a "
+        "terminal, else one line per phase and per trial.",
+    ),
+]
 
 
 @app.command("run")
 def run_(
     workload: Workload = "transformer",
     preset: Preset = "small",
-    trials: Annotated[int, typer.Option(help="Trials to run (added to a resumed study).")] = 40,
-    timeout: Annotated[
-        float | None, typer.Option(help="Stop starting trials after this many seconds.")
-    ] = None,
-    space: Annotated[
-        str,
-        typer.Option(
-            help="auto (compile on a GPU, full on a CPU), full, streams, compile or a JSON file."
-        ),
-    ] = "auto",
-    fix: Annotated[
-        list[str] | None, typer.Option(help="Pin a setting: name=value (repeatable).")
-    ] = None,
+    trials: Trials = 40,
+    timeout: Timeout = None,
+    space: Space = "auto",
+    fix: Fix = None,
     storage: Storage = None,
-    study: Annotated[
-        str | None, typer.Option(help="Study name (default: workload-preset-hardware).")
-    ] = None,
+    study: RunStudy = None,
     device: Device = "auto",
-    objectives: Annotated[
-        str, typer.Option(help="throughput, or throughput,memory for a Pareto front.")
-    ] = "throughput",
-    max_memory: Annotated[
-        int | None,
-        typer.Option(help="Recommend the fastest config under this many bytes of peak memory."),
-    ] = None,
-    top_k: Annotated[int, typer.Option(help="Configs re-measured in the final round.")] = 3,
-    tie_margin: Annotated[
-        float, typer.Option(help="Configs within this fraction of the fastest median also tie.")
-    ] = 0.01,
-    final_rounds: Annotated[int, typer.Option(help="Interleaved final rounds.")] = 3,
-    baseline_every: Annotated[
-        int, typer.Option(help="Re-measure the baselines every N trials (drift).")
-    ] = 10,
-    parity_steps: Annotated[int, typer.Option(help="Steps of each parity check.")] = 20,
-    warmup: Annotated[int, typer.Option(help="Untimed steps per measurement.")] = 10,
-    windows: Annotated[int, typer.Option(help="Timed windows per measurement.")] = 5,
-    window_steps: Annotated[int, typer.Option(help="Steps per timed window.")] = 20,
-    sampler: Annotated[str, typer.Option(help="tpe or random.")] = "tpe",
-    seed: Annotated[int, typer.Option(help="Seed of the sampler, weights and data.")] = 0,
+    objectives: Objectives = "throughput",
+    max_memory: MaxMemory = None,
+    top_k: TopK = 3,
+    tie_margin: TieMargin = 0.01,
+    final_rounds: FinalRounds = None,
+    baseline_every: BaselineEvery = 10,
+    parity_steps: ParitySteps = 20,
+    warmup: Warmup = 10,
+    windows: Windows = 5,
+    window_steps: WindowSteps = 20,
+    sampler: Sampler = "tpe",
+    seed: Seed = 0,
     matmul_precision: MatmulPrecision = "highest",
     model_arg: ModelArgs = None,
     precision: Precision = None,
-    train_steps: Annotated[
-        int | None,
-        typer.Option(
-            help="Your planned run length: recommend the least total time, setup "
-            "(compilation) included, over that many steps."
-        ),
-    ] = None,
-    patience: Annotated[
-        int | None,
-        typer.Option(
-            help="Stop starting trials after this many complete trials in a row without a "
-            "gain above --tie-margin; 0: off (default: 8 on the default space on a GPU, "
-            "else off)."
-        ),
-    ] = None,
-    profile: Annotated[
-        str,
-        typer.Option(
-            help="Profile none, the baselines and the recommended config (baselines), or every "
-            "complete trial too (all)."
-        ),
-    ] = "baselines",
-    profile_steps: Annotated[int, typer.Option(help="Profiled steps per config.")] = 10,
-    artifacts: Annotated[
-        str | None,
-        typer.Option(
-            help="Directory of the profiler traces (default: beside an SQLite database; "
-            "$TUNER_ARTIFACTS)."
-        ),
-    ] = None,
-    program: Annotated[
-        str | None,
-        typer.Option(
-            help="A registered training program to tune as it is (the registry file in "
-            "$TUNER_PROGRAMS; see trainers/program/runner.py): same as --workload program:NAME."
-        ),
-    ] = None,
+    train_steps: TrainSteps = None,
+    patience: Patience = None,
+    profile: Profile = None,
+    profile_steps: ProfileSteps = 10,
+    artifacts: Artifacts = None,
+    program: Program = None,
+    quiet: Quiet = False,
+    nproc_per_node: NprocPerNode = 1,
     as_json: AsJson = False,
 ) -> None:
     """Tune: search the settings with short real runs and recommend a config."""
-    from tuner.search.options import RunOptions
-    from tuner.search.search import run_study
+    flags = dict(locals())  # every flag as given, for `_run_options`
+    show = progress.for_terminal(quiet=quiet, stdout=sys.stdout, stderr=sys.stderr)
+    with show:
+        rec = _tune(flags, show)
+    from tuner.evidence import render
 
-    if program is not None:
-        workload = f"program:{program}"
-
-    options = RunOptions(
-        workload=workload,
-        preset=preset,
-        trials=trials,
-        timeout_s=timeout,
-        space=space,
-        fix=tuple(fix or ()),
-        storage=storage,
-        study=study,
-        device=device,
-        objectives=tuple(o.strip() for o in objectives.split(",")),
-        max_memory_bytes=max_memory,
-        top_k=top_k,
-        tie_margin=tie_margin,
-        final_rounds=final_rounds,
-        baseline_every=baseline_every,
-        parity_steps=parity_steps,
-        sampler=sampler,
-        seed=seed,
-        matmul_precision=matmul_precision,
-        profile=profile,
-        profile_steps=profile_steps,
-        model_args=parse_model_args(model_arg or ()),
-        train_steps=train_steps,
-        patience=patience,
-        precision=precision,  # type: ignore[arg-type]  # RunOptions checks it
-        artifacts=artifacts,
-        protocol=Protocol(warmup=warmup, windows=windows, window_steps=window_steps, seed=seed),
-    )
-    console = Console(stderr=True)
-    with render.SearchProgress(console, enabled=not as_json) as progress:
-        rec = run_study(options, progress=progress)
     if as_json:
         typer.echo(json.dumps(rec.to_dict(), indent=2))
     else:
         render.recommendation(Console(), rec)
 
 
+def _tune(flags: dict[str, Any], show: Any) -> Recommendation:
+    """Check the flags and the storage, apply a CPU's defaults, run the study, end the progress
+    on the recommendation's figure. The first line comes before anything slow (importing torch,
+    building the workload, opening the study), so a log shows at once that the run started."""
+    workload = flags["workload"] if flags["program"] is None else f"program:{flags['program']}"
+    show.line(
+        f"tuning {workload} / {flags['preset']} on device {flags['device']}: loading PyTorch "
+        "and Optuna"
+    )
+    from tuner.search.search import run_study
+    from tuner.store import storage as studies
+
+    options = _run_options(flags, workload)
+    url = studies.storage_url(flags["storage"])
+    studies.check_sqlite_path(url)
+    show.line(f"building the workload, then opening the study in {url}")
+    options = _cpu_defaults(options, flags, show)
+    rec = run_study(options, progress=show)
+    show.finish(rec)
+    return rec
+
+
+def _run_options(flags: dict[str, Any], workload: str) -> RunOptions:
+    """`run`'s flags as the search's `RunOptions` (which checks them)."""
+    from tuner.search.measure import Protocol
+    from tuner.search.options import RunOptions
+
+    return RunOptions(
+        workload=workload,
+        preset=flags["preset"],
+        trials=flags["trials"],
+        timeout_s=flags["timeout"],
+        space=flags["space"],
+        fix=tuple(flags["fix"] or ()),
+        storage=flags["storage"],
+        study=flags["study"],
+        device=flags["device"],
+        objectives=tuple(o.strip() for o in flags["objectives"].split(",")),
+        max_memory_bytes=flags["max_memory"],
+        top_k=flags["top_k"],
+        tie_margin=flags["tie_margin"],
+        final_rounds=3 if flags["final_rounds"] is None else flags["final_rounds"],
+        baseline_every=flags["baseline_every"],
+        parity_steps=flags["parity_steps"],
+        sampler=flags["sampler"],
+        seed=flags["seed"],
+        matmul_precision=flags["matmul_precision"],
+        profile=flags["profile"] or "baselines",
+        profile_steps=flags["profile_steps"],
+        model_args=parse_model_args(flags["model_arg"] or ()),
+        train_steps=flags["train_steps"],
+        patience=flags["patience"],
+        precision=flags["precision"],
+        artifacts=flags["artifacts"],
+        protocol=Protocol(
+            warmup=flags["warmup"],
+            windows=flags["windows"],
+            window_steps=flags["window_steps"],
+            seed=flags["seed"],
+        ),
+        nproc_per_node=flags["nproc_per_node"],
+    )
+
+
+def _cpu_defaults(options: RunOptions, flags: dict[str, Any], show: Any) -> RunOptions:
+    """On a CPU, where not given: a search budget of CPU_SEARCH_BUDGET_S, CPU_FINAL_ROUNDS final
+    round and no profiles. A CPU run answers whether the workload trains under each config and
+    passes the gate, not which config is fastest on a GPU (the summary says so), and a CPU
+    profile has no GPU figures; so a long job there buys nothing. On this project's 2-core
+    machine, under other jobs' load, the README's first command took 239 s with three final
+    rounds (128 s) and profiles (31 s). A GPU's defaults are untouched."""
+    import trainers
+
+    if trainers.resolve_device(options.device).type != "cpu":
+        return options
+    changes: dict[str, Any] = {}
+    said: list[str] = []
+    if flags["timeout"] is None:
+        changes["timeout_s"] = CPU_SEARCH_BUDGET_S
+        said.append(f"search budget {CPU_SEARCH_BUDGET_S:.0f} s (--timeout)")
+    if flags["final_rounds"] is None:
+        changes["final_rounds"] = CPU_FINAL_ROUNDS
+        said.append(f"{CPU_FINAL_ROUNDS} final round (--final-rounds)")
+    if flags["profile"] is None:
+        changes["profile"] = "none"
+        said.append("no profiles (--profile)")
+    if said:
+        show.phase(f"on a CPU: {', '.join(said)}; the flags in brackets set others")
+    return dataclasses.replace(options, **changes)
+
+
 @app.command()
 def best(study: StudyName, storage: Storage = None, as_json: AsJson = False) -> None:
     """Print a study's recommendation."""
+    from tuner.evidence import reader, render
+    from tuner.store import storage as studies
+
     rec = reader.recommendation(studies.storage_url(storage), study)
     if as_json:
         typer.echo(json.dumps(rec.to_dict(), indent=2))
@@ -376,6 +505,10 @@ def export(
     format: Annotated[str, typer.Option("--format", help="json, env or python.")] = "json",
 ) -> None:
     """Print the recommended config as JSON, environment variables or Python."""
+    from tuner.evidence import export as exporting
+    from tuner.evidence import reader
+    from tuner.store import storage as studies
+
     rec = reader.recommendation(studies.storage_url(storage), study)
     typer.echo(exporting.export(rec, format))
 
@@ -383,6 +516,9 @@ def export(
 @app.command("studies")
 def studies_(storage: Storage = None, as_json: AsJson = False) -> None:
     """List the studies in the storage with their best throughput."""
+    from tuner.evidence import reader, render
+    from tuner.store import storage as studies
+
     rows = reader.list_studies(studies.storage_url(storage))
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
@@ -449,6 +585,7 @@ def report(
 ) -> None:
     """Write one self-contained HTML page about a study (plots, recommendation, profiles)."""
     from tuner.evidence.report import write_report
+    from tuner.store import storage as studies
 
     path = write_report(studies.storage_url(storage), study, out)
     typer.echo(str(path))

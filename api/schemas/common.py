@@ -40,6 +40,15 @@ class Recommendation(BaseModel):
     n_trials: dict[str, int] | None = None
     gpu_seconds: float | None = None
     floor: dict[str, Any] | None = None
+    peak_memory_bytes: int | None = None
+    headroom_bytes: int | None = Field(
+        default=None, description="device memory the recommended config leaves unused at its peak"
+    )
+    utilisation: dict[str, Any] | None = Field(
+        default=None,
+        description="model FLOPs of the recommended step: tflops, mfu (0..1; null on a CPU or "
+        "an unknown GPU), peak_tflops and a note saying what the MFU is counted against",
+    )
     verdicts: dict[str, Any] | None = Field(
         default=None,
         description="profiled config (baselines, recommended) -> kind, "

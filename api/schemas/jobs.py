@@ -12,15 +12,18 @@ import dataclasses
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import AfterValidator, BaseModel, Field, WithJsonSchema, field_validator
 
 from api.schemas.common import BestSoFar, Strict, utc
 from trainers import Precision
 from trainers.config import (
+    CHECKPOINT_SHARES,
     MAX_PREFETCH,
     MAX_STREAMS,
     MAX_WORKERS,
+    Checkpointing,
     CompileMode,
+    CompileScope,
     OptimizerChoice,
     SyncMode,
 )
@@ -65,6 +68,27 @@ LoadersChoices = Annotated[list[Loaders], Choices]
 BoolChoices = Annotated[list[bool], Choices]
 CompileChoices = Annotated[list[CompileMode], Choices]
 OptimizerChoices = Annotated[list[OptimizerChoice], Choices]
+# The scale levers' values (trainers.config MICRO_BATCHES, CHECKPOINT_SHARES; a test holds them
+# to LoopConfig's rules).
+MicroBatches = Literal[1, 2, 4, 8]
+
+
+def _share(value: float) -> float:
+    if value not in CHECKPOINT_SHARES:
+        raise ValueError(f"one of {', '.join(map(str, CHECKPOINT_SHARES))}")
+    return value
+
+
+# A float Literal is not a type to mypy: the same enum, checked after parsing.
+CheckpointShare = Annotated[
+    float,
+    AfterValidator(_share),
+    WithJsonSchema({"type": "number", "enum": list(CHECKPOINT_SHARES)}),
+]
+MicroBatchesChoices = Annotated[list[MicroBatches], Choices]
+CheckpointingChoices = Annotated[list[Checkpointing], Choices]
+CheckpointShareChoices = Annotated[list[CheckpointShare], Choices]
+CompileScopeChoices = Annotated[list[CompileScope], Choices]
 
 
 class SpaceIn(Strict):
@@ -81,6 +105,10 @@ class SpaceIn(Strict):
     cuda_graph: bool | BoolChoices | None = None
     compile: CompileMode | CompileChoices | None = None
     optimizer: OptimizerChoice | OptimizerChoices | None = None
+    micro_batches: MicroBatches | MicroBatchesChoices | None = None
+    activation_checkpointing: Checkpointing | CheckpointingChoices | None = None
+    checkpoint_share: CheckpointShare | CheckpointShareChoices | None = None
+    compile_scope: CompileScope | CompileScopeChoices | None = None
 
 
 class FixIn(Strict):
@@ -96,6 +124,10 @@ class FixIn(Strict):
     cuda_graph: bool | None = None
     compile: CompileMode | None = None
     optimizer: OptimizerChoice | None = None
+    micro_batches: MicroBatches | None = None
+    activation_checkpointing: Checkpointing | None = None
+    checkpoint_share: CheckpointShare | None = None
+    compile_scope: CompileScope | None = None
 
 
 class JobIn(Strict):
@@ -106,7 +138,7 @@ class JobIn(Strict):
         "(torchvision:resnet50, timm:NAME, hf:causal-lm; `python -m tuner models`)"
     )
     preset: Name = Field(description="the workload's size, e.g. tiny, small")
-    space: Literal["auto", "full", "streams", "compile"] | SpaceIn = "auto"
+    space: Literal["auto", "full", "streams", "compile", "scale"] | SpaceIn = "auto"
     fix: FixIn = Field(default_factory=FixIn)
     n_trials: int = Field(default=20, ge=1, le=500)
     timeout_s: float | None = Field(

@@ -23,7 +23,15 @@ LOOP_FIELDS = [f.name for f in dataclasses.fields(trainers.LoopConfig)]
 # LoopConfig's settings the API does not offer (its fields stay as they were; a pin of these is
 # `python -m tuner run --fix`'s for now). A new LoopConfig field fails this test until it is
 # offered or listed here.
-NOT_IN_THE_API = {"micro_batches", "activation_checkpointing", "checkpoint_share", "compile_scope"}
+# The data-parallel levers: a job of the service runs one process until nproc_per_node lands.
+NOT_IN_THE_API = {
+    "parallel",
+    "bucket_cap_mb",
+    "gradient_as_bucket_view",
+    "static_graph",
+    "reshard_after_forward",
+    "fsdp_prefetch",
+}
 # Every field of the request with a value that is not its default.
 EVERYTHING: dict[str, Any] = {
     "workload": "mlp",
@@ -66,8 +74,10 @@ def _allowed(model: type[pydantic.BaseModel], name: str, value: object) -> bool:
 
 
 def _loop_allows(name: str, value: object) -> bool:
+    # The field's own rule: a value that is refused only beside other settings (a checkpoint
+    # share without checkpointing) is the job's to refuse as a whole, with LoopConfig's reason.
     try:
-        trainers.LoopConfig(**{name: value})
+        trainers.check_setting(name, value)
     except trainers.ConfigError:
         return False
     return True
@@ -79,6 +89,8 @@ def _candidates(name: str) -> list[object]:
         return [*typing.get_args(hint), "bogus"]
     if hint is bool:
         return [True, False]
+    if hint is float:
+        return [0.25, 0.5, 1.0, 0.3, 0.0, -0.5, 2.0]
     return list(range(-2, 40))
 
 

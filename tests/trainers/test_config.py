@@ -120,6 +120,12 @@ def test_a_stored_config_from_before_the_new_levers_still_loads() -> None:
         "activation_checkpointing": "none",
         "checkpoint_share": 1.0,
         "compile_scope": "model",
+        "parallel": "none",
+        "bucket_cap_mb": 25,
+        "gradient_as_bucket_view": False,
+        "static_graph": False,
+        "reshard_after_forward": True,
+        "fsdp_prefetch": False,
     }
     assert invalid_reason(stored) is None
 

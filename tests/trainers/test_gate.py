@@ -55,6 +55,10 @@ def test_required_test_follows_what_the_config_changes() -> None:
     assert required_test(LoopConfig(optimizer="fused")) == "equivalence"
     assert required_test(LoopConfig(optimizer="foreach")) == "equivalence"
     assert required_test(LoopConfig(compile="default")) == "equivalence"
+    # The scale levers change the arithmetic on a GPU (another order of sums, other kernels).
+    assert required_test(LoopConfig(micro_batches=2)) == "equivalence"
+    assert required_test(LoopConfig(activation_checkpointing="blocks")) == "equivalence"
+    assert required_test(LoopConfig(activation_checkpointing="selective")) == "equivalence"
     assert required_test(LoopConfig(optimizer="fused", num_streams=2)) == "exact+equivalence"
     # The eager twin keeps the arithmetic settings and takes the reference's loop settings.
     assert twin_of(LoopConfig(cuda_graph=True, num_streams=3, sync_interval=5)) == (REFERENCE, True)

@@ -58,9 +58,11 @@ def test_checkpointing_keeps_every_loss_and_lowers_the_peak() -> None:
     full = _run(LoopConfig(activation_checkpointing="blocks", **FEED))
     half = _run(LoopConfig(activation_checkpointing="blocks", checkpoint_share=0.5, **FEED))
     selective = _run(LoopConfig(activation_checkpointing="selective", **FEED))
-    # Eager recompute runs the same kernels on the same inputs.
-    assert full.losses == plain.losses
-    assert selective.losses == plain.losses
+    # Eager recompute runs the same kernels on the same inputs, but the backward may pick other
+    # kernels for the recomputed buffers: at step 10, 8.250440 against 8.250459 (f111199). Close,
+    # not always equal, which is why the gate judges checkpointing by equivalence.
+    assert full.losses == pytest.approx(plain.losses, rel=1e-4)
+    assert selective.losses == pytest.approx(plain.losses, rel=1e-4)
     assert plain.peak_memory_bytes and full.peak_memory_bytes and half.peak_memory_bytes
     assert full.peak_memory_bytes < half.peak_memory_bytes < plain.peak_memory_bytes
     assert selective.peak_memory_bytes is not None

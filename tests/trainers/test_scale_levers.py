@@ -213,3 +213,20 @@ def test_a_gate_reference_that_does_not_fit_runs_checkpointed_with_the_same_loss
     checkpointed = LoopConfig(activation_checkpointing="blocks")
     assert reference == trajectory(_too_large, "x", checkpointed, steps=6, device="cpu").losses
     assert len(reference) == 6
+
+
+def test_a_gate_reference_without_blocks_that_does_not_fit_runs_split() -> None:
+    """No blocks to checkpoint: the reference runs in micro-batches, the split a config of the
+    same micro-batches takes, so the two give the same losses."""
+    from tests.tuner.workloads_for_tests import needs_micro_batches
+    from trainers.gate import trajectory
+
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        trainers.run(needs_micro_batches("x", seed=0), LoopConfig(), steps=2, warmup=0, windows=1)
+    reference = trajectory(needs_micro_batches, "x", trainers.REFERENCE, steps=6, device="cpu")
+    split = trainers.REFERENCE.replace(micro_batches=2)
+    assert (
+        reference.losses
+        == trajectory(needs_micro_batches, "x", split, steps=6, device="cpu").losses
+    )
+    assert len(reference.losses) == 6

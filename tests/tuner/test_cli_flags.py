@@ -30,6 +30,13 @@ NO_FLAG = {
     "activation_checkpointing": "--fix",
     "checkpoint_share": "--fix",
     "compile_scope": "--fix",
+    # The data-parallel levers (searched when --nproc-per-node > 1, pinned with --fix).
+    "parallel": "--fix",
+    "bucket_cap_mb": "--fix",
+    "gradient_as_bucket_view": "--fix",
+    "static_graph": "--fix",
+    "reshard_after_forward": "--fix",
+    "fsdp_prefetch": "--fix",
 }
 # Where a command's default differs from the owner's on purpose.
 OWN_DEFAULTS = {
@@ -37,6 +44,9 @@ OWN_DEFAULTS = {
     ("run", "fix"),  # None typed, () parsed
     ("run", "model_args"),  # None typed, {} parsed
     ("train", "model_args"),
+    # None typed: the CPU's own default where not given (`cli._cpu_defaults`), else the owner's.
+    ("run", "final_rounds"),
+    ("run", "profile"),
 }
 
 

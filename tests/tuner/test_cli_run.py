@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +39,21 @@ def tuner(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
     )
 
 
+# A progress line, as `python -m tuner run` prints them where stderr is not a terminal.
+PROGRESS_LINE = re.compile(r"^\[ *\d+\.\d s\] ")
+
+
+def without_progress(err: str) -> str:
+    """stderr without its progress lines: what is left is the errors."""
+    return "".join(line for line in err.splitlines(keepends=True) if not PROGRESS_LINE.match(line))
+
+
 def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """The command in-process; stderr without its progress lines (a test of those reads them
+    from `main` itself)."""
     code = main(list(args))
     out = capsys.readouterr()
-    return code, out.out, out.err
+    return code, out.out, without_progress(out.err)
 
 
 def words(text: str) -> str:
@@ -54,9 +67,9 @@ def words(text: str) -> str:
 def test_run_json_in_a_subprocess_uses_tuner_storage(tmp_path: Path) -> None:
     storage = sqlite_url(tmp_path)
     env = {**os.environ, "TUNER_STORAGE": storage}
-    out = tuner("run", *RUN_FLAGS, "--trials", "2", "--study", "cli", "--json", env=env)
+    out = tuner("run", *RUN_FLAGS, "--trials", "2", "--study", "cli", "--json", "--quiet", env=env)
     assert out.returncode == 0, out.stderr
-    assert out.stderr == ""  # --json draws no progress bar
+    assert out.stderr == ""  # --quiet: no progress
     rec = json.loads(out.stdout)
     for key in (
         "study",
@@ -86,6 +99,148 @@ def test_run_json_in_a_subprocess_uses_tuner_storage(tmp_path: Path) -> None:
     # The study is in $TUNER_STORAGE (no --storage given), not in ./tuner.db.
     assert len(load(storage, "cli").trials) == 2
     assert load(storage, "cli").user_attrs["recommendation"] == rec
+
+
+# -- progress --------------------------------------------------------------------------------
+
+
+def test_a_run_logged_to_a_file_prints_its_first_line_within_5_s_then_one_per_trial(
+    tmp_path: Path,
+) -> None:
+    """stdout and stderr to one file, as `nohup` or CI does: plain progress lines, the first
+    within 5 s of the start (issue 29: a run printed nothing for 11 minutes), one per trial with
+    its number, its config in short, its result and seconds, and a last one whose figure is the
+    summary's."""
+    log = tmp_path / "run.log"
+    storage = sqlite_url(tmp_path)
+    command = [sys.executable, "-m", "tuner", "run", *RUN_FLAGS, "--trials", "3"]
+    with log.open("w") as sink:
+        started = time.monotonic()
+        proc = subprocess.Popen(
+            [*command, "--study", "log", "--storage", storage],
+            cwd=REPO,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+        first_after = None
+        while proc.poll() is None and time.monotonic() - started < 300:
+            if first_after is None and log.read_text().strip():
+                first_after = time.monotonic() - started
+            time.sleep(0.05)
+        proc.wait(timeout=10)
+    text = log.read_text()
+    assert proc.returncode == 0, text
+    assert first_after is not None and first_after < 5.0, (first_after, text)
+    lines = [line for line in text.splitlines() if PROGRESS_LINE.match(line)]
+    assert lines[0].endswith("tuning mlp / tiny on device cpu: loading PyTorch and Optuna")
+    assert lines[1].endswith(f"building the workload, then opening the study in {storage}")
+    assert any("new study log: up to 3 trials" in line for line in lines)
+    trials = [line for line in lines if re.search(r"\] trial \d+ \(\d/3\) ", line)]
+    assert len(trials) == 3, lines
+    for line in trials:
+        # Each trial: its state, then its figure or its reason, its config in words, seconds.
+        assert re.search(r"\) (complete: [\d,.]+ samples/s|pruned: |failed: )", line), line
+        assert re.search(r" \[[^\]]+\] in \d+\.\d s", line), line
+        assert "0 workers" not in line  # only what differs from the PyTorch default is named
+    assert any("final round" in line for line in lines)
+    done = lines[-1]
+    assert "] done: recommended " in done, lines
+    rec = load(storage, "log").user_attrs["recommendation"]
+    figure = float(re.search(r" at ([\d,.]+) samples/s", done)[1].replace(",", ""))
+    assert figure == pytest.approx(rec["throughput"]["median"], abs=0.051)
+    # The summary after the log gives the same figure (2 decimals there, 1 in the log).
+    assert f"{rec['throughput']['median']:,.2f} samples/s" in text.split(done)[1]
+
+
+def test_quiet_prints_no_progress_and_without_it_stderr_has_the_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    storage = sqlite_url(tmp_path)
+    flags = ["run", *RUN_FLAGS, "--trials", "1", "--storage", storage]
+    assert main([*flags, "--study", "quiet", "--quiet"]) == 0
+    quiet = capsys.readouterr()
+    assert quiet.err == ""
+    assert "1 complete, 0 failed, 0 pruned" in words(quiet.out)  # the summary still is printed
+    assert main([*flags, "--study", "loud", "--json"]) == 0
+    loud = capsys.readouterr()
+    assert json.loads(loud.out)["study"] == "loud"  # progress stays out of the JSON
+    progress = loud.err.splitlines()
+    assert progress and all(PROGRESS_LINE.match(line) for line in progress), loud.err
+    assert any(re.search(r"\] trial 0 \(1/1\) ", line) for line in progress), loud.err
+
+
+def test_a_cpu_run_given_no_budget_flags_gets_the_cpu_defaults(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a CPU: a 30 s search budget, 1 final round, no profiles, unless the flags say otherwise
+    (a GPU keeps its own defaults: `run_study`'s)."""
+    storage = sqlite_url(tmp_path)
+    pairs = dict(zip(RUN_FLAGS[::2], RUN_FLAGS[1::2], strict=True))
+    flags = [
+        w for k, v in pairs.items() if k not in ("--final-rounds", "--profile") for w in (k, v)
+    ]
+    base = ["run", *flags, "--trials", "1", "--storage", storage]
+    assert main([*base, "--study", "defaults", "--json"]) == 0
+    err = capsys.readouterr().err
+    assert (
+        "on a CPU: search budget 30 s (--timeout), 1 final round (--final-rounds), no profiles "
+        "(--profile); the flags in brackets set others"
+    ) in err
+    assert "final round 1/1" in err and "final round 1/3" not in err
+    assert "profiling" not in err
+    attrs = load(storage, "defaults").user_attrs
+    assert not [k for k in attrs if k.startswith("profile/")]
+    assert attrs["recommendation"].get("explanation") is None  # no profile: no verdict to explain
+    assert main([*base, "--study", "given", "--final-rounds", "2", "--timeout", "100"]) == 0
+    err = capsys.readouterr().err
+    assert "on a CPU: no profiles (--profile)" in err
+    assert "final round 2/2" in err
+
+
+# -- storage paths ------------------------------------------------------------------------------
+
+
+def test_an_sqlite_path_in_a_missing_folder_is_one_line_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No folder is made for a database: a mistyped path must not create folders anywhere."""
+    missing = tmp_path / "missing" / "x"
+    url = f"sqlite:///{missing}/t.db"
+    code, out, err = run_main(capsys, "run", *RUN_FLAGS, "--storage", url)
+    assert (code, out) == (2, "")
+    assert err == (
+        f"error: --storage: the folder {missing} of {url!r} does not exist; create it first "
+        f"(mkdir -p {missing}): an SQLite file's folder must exist: streamtune creates the file "
+        "and its <name>-artifacts/ folder beside it, never the folders on the way to it\n"
+    )
+    assert not (tmp_path / "missing").exists()
+    # Once the folder exists, the same URL works.
+    missing.mkdir(parents=True)
+    code, _, err = run_main(capsys, "run", *RUN_FLAGS, "--trials", "1", "--storage", url)
+    assert (code, err) == (0, "")
+    assert (missing / "t.db").is_file()
+
+
+def test_an_unusable_sqlite_path_in_a_real_process_is_one_line_without_traceback() -> None:
+    """`/proc/nope` cannot be created by anyone: one line naming --storage and the path, exit 2
+    (issue 29: a 67-line traceback)."""
+    out = tuner("run", *RUN_FLAGS, "--storage", "sqlite:////proc/nope/t.db")
+    assert out.returncode == 2, out.stderr
+    assert out.stdout == ""
+    assert "Traceback" not in out.stderr
+    assert without_progress(out.stderr).splitlines() == [
+        "error: --storage: the folder /proc/nope of 'sqlite:////proc/nope/t.db' does not exist; "
+        "create it first (mkdir -p /proc/nope): an SQLite file's folder must exist: streamtune "
+        "creates the file and its <name>-artifacts/ folder beside it, never the folders on the "
+        "way to it"
+    ]
+    assert not Path("/proc/nope").exists()
+
+
+def test_the_storage_rule_is_in_the_help() -> None:
+    out = tuner("run", "--help", env={**os.environ, "COLUMNS": "200"})
+    assert out.returncode == 0
+    assert "never a missing folder on the way to it" in words(out.stdout)
 
 
 # -- run, in-process -------------------------------------------------------------------------
@@ -365,7 +520,7 @@ def test_bad_flags_in_real_processes_exit_2_with_one_line_and_no_traceback(tmp_p
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 2, (flag, err)
         assert out == "", flag
-        lines = err.splitlines()
+        lines = without_progress(err).splitlines()
         assert len(lines) == 1, (flag, err)
         assert lines[0].startswith("error: ") and flag in lines[0], (flag, err)
         assert "Traceback" not in err

@@ -10,7 +10,9 @@ What is owed depends on what the config changes:
   reference's loop settings, not the config's: those are owed bit-exactness anyway, and a
   single twin per workload then also catches a stream bug inside a graph config.
 - Settings that change the arithmetic (the capturable optimizer, `LoopConfig.compile` and
-  `LoopConfig.optimizer`, any field in `NUMERICS_FIELDS`) are owed statistical equivalence: the
+  `LoopConfig.optimizer`, any field in `NUMERICS_FIELDS`, or a precision other than the
+  reference's, such as float8 against a bf16-autocast reference: `gate(precision=...,
+  reference_precision=...)`) are owed statistical equivalence: the
   config's losses must stay within a multiple of the workload's own rounding noise around the
   reference (`gate.equivalence` defines the statistic, `gate.envelope` measures the
   noise). A config that changes arithmetic *and* loop settings is compared bit for bit with its
@@ -39,6 +41,7 @@ from typing import Any, Literal, get_args
 import torch
 
 from trainers.config import REFERENCE, LoopConfig, field_names
+from trainers.core import resolve_device
 from trainers.gate.envelope import PERTURBATIONS, Envelope
 from trainers.gate.equivalence import MULTIPLE, WINDOW, Equivalence
 from trainers.gate.reproducibility import Reproducibility, check_probe, eager_reproducibility
@@ -50,7 +53,7 @@ from trainers.gate.trajectories import (
     parity_losses,
     trajectory,
 )
-from trainers.precision import Precision
+from trainers.precision import Precision, check_precision_here
 from trainers.workloads import WorkloadFactory
 
 __all__ = [
@@ -84,10 +87,15 @@ NUMERICS_FIELDS: Mapping[str, object] = {
     "optimizer": "as-built",
     # Accumulating micro-batches sums the gradients in another order, and a block compiled on
     # its own fuses other kernels than the whole model: both train the same model, neither bit
-    # for bit, so equivalence decides. Activation checkpointing is not here: an eager recompute
-    # runs the same kernels on the same inputs, and is held to the exact test.
+    # for bit, so equivalence decides. So does activation checkpointing: an eager recompute runs
+    # the same kernels on the same inputs, bit for bit on a CPU, but on the H100 a checkpointed
+    # bf16 Llama-style decoder left the plain step's losses by 2e-5 at step 10
+    # (docs/benchmarks/gpu-tests-h100-2026-11-25-f111199.md): the backward's kernels are chosen
+    # for other buffers. An exact test would reject the lever on the models that need it.
     "micro_batches": 1,
     "compile_scope": "model",
+    "activation_checkpointing": "none",
+    "checkpoint_share": 1.0,
 }
 """LoopConfig fields that may change the arithmetic, with the value that does not. Read with
 getattr, so a LoopConfig without them (before they land) counts as the default."""
@@ -108,7 +116,8 @@ class ParityVerdict:
     probe asked before any exact test (`trainers.gate.reproducibility`); None where no exact test
     was owed. graph_replays_twin, graph_first_difference: for a graph owed its twin's bits, the
     probe's one-stream graph against its eager twin (GPU only). determinism: the mode every run
-    of this verdict computed under.
+    of this verdict computed under. precision, reference_precision: what the config's runs and
+    the reference (and its envelope) ran in.
     twin_max_abs_deviation, twin_first_diverging_step: the exact comparison with the eager twin.
     deviation, envelope, floor, bound, multiple, window, ratio, window_ratio, decisive_steps,
     window_deviations, window_envelopes, drift, drift_envelope, drift_bound, drift_ratio: the
@@ -151,6 +160,8 @@ class ParityVerdict:
     graph_replays_twin: bool | None = None
     graph_first_difference: int | None = None
     determinism: str | None = None
+    precision: str | None = None
+    reference_precision: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         values = dataclasses.asdict(self)
@@ -249,10 +260,22 @@ def _changes_numerics(config: LoopConfig) -> bool:
     )
 
 
-def required_test(config: LoopConfig) -> GateTest:
-    """Which tests `config` is owed (see the module docstring)."""
+def required_test(
+    config: LoopConfig,
+    *,
+    precision: Precision | None = None,
+    reference_precision: Precision | None = None,
+) -> GateTest:
+    """Which tests `config` is owed (see the module docstring).
+
+    precision, reference_precision: what the config's runs and the reference run in (None for
+    `reference_precision`: the config's). A config run in another precision than the reference
+    changes the arithmetic as a NUMERICS_FIELDS setting does: float8 matmuls are never bit-exact
+    against bf16 ones, so they are owed equivalence (and, with loop settings or a graph, their
+    eager twin's bits in their own precision)."""
     twin_config, capturable = twin_of(config)
-    if not capturable and not _changes_numerics(config):
+    other_precision = reference_precision is not None and reference_precision != precision
+    if not capturable and not _changes_numerics(config) and not other_precision:
         return "exact"  # the twin is the reference itself
     if not capturable and twin_config == config:
         return "equivalence"  # the config is its own twin
@@ -342,6 +365,7 @@ def gate(
     window: int = WINDOW,
     check_drift: bool = True,
     probe: Reproducibility | None = None,
+    reference_precision: Precision | None = None,
 ) -> ParityVerdict:
     """Run `config` and what it is compared with, and judge it.
 
@@ -350,26 +374,33 @@ def gate(
     probe: the eager step's reproducibility (`trainers.gate.reproducibility`); None takes it
     from the process cache or measures it (two runs of the reference loop) before the first
     exact test.
-    precision: passed to every run (`run(precision=...)`), the reference's included.
-    test: force a test instead of `required_test(config)`; for a change the config does not
+    precision: passed to every run (`run(precision=...)`), the reference's included unless
+    `reference_precision` names another: then the reference and the envelope run in that one
+    (it is the envelope's `precision`), and the config, its eager twin and the reproducibility
+    probe in `precision` (float8 judged against bf16-autocast from the same weights and data).
+    test: force a test instead of `required_test(config, ...)`; for a change the config does not
     show (an optimizer swapped by a workload factory), "equivalence" with the unchanged
     workload's `envelope`.
     multiple, window, check_drift: the equivalence statistic's (`trainers.gate.equivalence.judge`).
     """
     if test is not None and test not in GATE_TESTS:
         raise ValueError(f"test={test!r} is invalid: allowed {', '.join(GATE_TESTS)}")
-    chosen: GateTest = test or required_test(config)
+    ref_precision = precision if reference_precision is None else reference_precision
+    chosen: GateTest = test or required_test(
+        config, precision=precision, reference_precision=ref_precision
+    )
     if envelope is not None:
-        _check_envelope(envelope, preset=preset, steps=steps, seed=seed, precision=precision)
+        _check_envelope(envelope, preset=preset, steps=steps, seed=seed, precision=ref_precision)
     if reference is None and envelope is not None:
         reference = envelope.reference
-    common: dict[str, Any] = {
-        "steps": steps,
-        "seed": seed,
-        "device": device,
+    common, reference_common = _run_arguments(
+        steps=steps, seed=seed, device=device, precision=precision, reference=ref_precision
+    )
+    fields: dict[str, Any] = {
+        "determinism": GATE_DETERMINISM,
         "precision": precision,
+        "reference_precision": ref_precision,
     }
-    fields: dict[str, Any] = {"determinism": GATE_DETERMINISM}
     reasons: list[str] = []
     if chosen != "equivalence":
         # Before any exact test: can two identical eager runs agree bit for bit here at all?
@@ -377,11 +408,65 @@ def gate(
             workload, preset, config, probe, common, fields, reasons, chosen
         )
     if reference is None:
-        reference = parity_losses(workload, preset, REFERENCE, **common)
+        reference = parity_losses(workload, preset, REFERENCE, **reference_common)
     losses = parity_losses(workload, preset, config, **common)
     if chosen == "exact":
         return dataclasses.replace(compare(losses, reference, exact=True, tolerance=0.0), **fields)
 
+    return _judged_equivalent(
+        workload,
+        preset,
+        config,
+        chosen,
+        losses=losses,
+        reference=reference,
+        envelope=envelope,
+        twin=twin,
+        common=common,
+        reference_common=reference_common,
+        fields=fields,
+        reasons=reasons,
+        judge={"window": window, "multiple": multiple, "check_drift": check_drift},
+    )
+
+
+def _run_arguments(
+    *,
+    steps: int,
+    seed: int,
+    device: str | torch.device,
+    precision: Precision | None,
+    reference: Precision | None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The arguments of the config's runs (its losses, its eager twin, the probe) and of the
+    reference's (its losses, its envelope): the same steps, seed and device, each in its own
+    precision."""
+    if precision != reference and precision is not None:
+        # A candidate precision this device cannot run (float8 on a CPU) is refused in one
+        # line before the reference's runs, not after them.
+        check_precision_here(precision, resolve_device(device))
+    common: dict[str, Any] = {"steps": steps, "seed": seed, "device": device}
+    return {**common, "precision": precision}, {**common, "precision": reference}
+
+
+def _judged_equivalent(
+    workload: str | WorkloadFactory,
+    preset: str,
+    config: LoopConfig,
+    chosen: GateTest,
+    *,
+    losses: Sequence[float],
+    reference: Sequence[float],
+    envelope: Envelope | None,
+    twin: Twin | None,
+    common: dict[str, Any],
+    reference_common: dict[str, Any],
+    fields: dict[str, Any],
+    reasons: list[str],
+    judge: dict[str, Any],
+) -> ParityVerdict:
+    """`gate`'s verdict for a config owed equivalence (after its twin, for a graph): the
+    deviation from the reference within the envelope, measured here when not given."""
     max_abs, max_rel, first = _per_step(losses, reference)
     fields.update(
         steps=len(reference),
@@ -398,9 +483,9 @@ def gate(
 
     if envelope is None:
         envelope = Envelope.measure(
-            workload, preset, perturbations=PERTURBATIONS, reference=reference, **common
+            workload, preset, perturbations=PERTURBATIONS, reference=reference, **reference_common
         )
-    eq = envelope.judge(losses, window=window, multiple=multiple, check_drift=check_drift)
+    eq = envelope.judge(losses, **judge)
     reasons.append(eq.reason)
     return ParityVerdict(
         passed=exact_ok and eq.passed,

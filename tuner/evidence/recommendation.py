@@ -114,6 +114,11 @@ class Recommendation:
     throughput: Interval | None = None
     step_ms: float | None = None
     peak_memory_bytes: int | None = None
+    utilisation: dict[str, Any] | None = None
+    """Model FLOPs of the recommended step: `tflops`, `mfu` (0..1; None on a CPU or an unknown
+    GPU), `peak_tflops` and `note` (what the MFU is counted against, or why there is none)."""
+    device_memory_bytes: int | None = None
+    """The device's total memory: the recommendation's headroom is this less its peak."""
     speedup: dict[str, Interval] = dataclasses.field(default_factory=dict)
     ties: tuple[Entry, ...] = ()
     was_tie: bool | None = None
@@ -134,6 +139,13 @@ class Recommendation:
     """Where the study's time went up to this recommendation (`tuner.store.phases.study_time`):
     `wall_s`, `phases` (seconds per phase, `idle` included) and `sessions`; None for a study
     recorded before phases were."""
+
+    @property
+    def headroom_bytes(self) -> int | None:
+        """Device memory the recommended config leaves unused at its peak (None on a CPU)."""
+        if self.device_memory_bytes is None or self.peak_memory_bytes is None:
+            return None
+        return self.device_memory_bytes - self.peak_memory_bytes
 
     @property
     def workload(self) -> str | None:
@@ -196,6 +208,9 @@ class Recommendation:
                 else (self.throughput.to_dict() | {"unit": "samples/s"}),
                 "step_ms": self.step_ms,
                 "peak_memory_bytes": self.peak_memory_bytes,
+                "device_memory_bytes": self.device_memory_bytes,
+                "headroom_bytes": self.headroom_bytes,
+                "utilisation": None if self.utilisation is None else dict(self.utilisation),
                 "speedup": {k: v.to_dict() for k, v in self.speedup.items()},
                 "ties": [e.to_dict() for e in self.ties],
                 "was_tie": self.was_tie,
@@ -244,6 +259,8 @@ class Recommendation:
             throughput=None if not throughput else Interval.from_dict(throughput),
             step_ms=data.get("step_ms"),
             peak_memory_bytes=data.get("peak_memory_bytes"),
+            utilisation=None if data.get("utilisation") is None else dict(data["utilisation"]),
+            device_memory_bytes=data.get("device_memory_bytes"),
             speedup={k: Interval.from_dict(v) for k, v in (data.get("speedup") or {}).items()},
             ties=entries("ties"),
             was_tie=data.get("was_tie"),
@@ -263,3 +280,27 @@ class Recommendation:
             else dict(data["profile_errors"]),
             time=None if data.get("time") is None else dict(data["time"]),
         )
+
+
+def utilisation_text(use: Mapping[str, Any] | None) -> str | None:
+    """'412.3 TFLOP/s, 41.7 % MFU (against the H100 SXM dense bf16 peak, 989 TFLOP/s)'; the
+    reason where there is no MFU; None without a FLOP count."""
+    if not use or use.get("tflops") is None:
+        return None
+    rate = f"{use['tflops']:.1f} TFLOP/s"
+    if use.get("mfu") is None:
+        return f"{rate}; no MFU: {use.get('note')}"
+    return f"{rate}, {100 * use['mfu']:.1f} % MFU ({use.get('note')})"
+
+
+def memory_text(peak: int | None, total: int | None) -> str | None:
+    """'55.8 GB of 79.1 GB (23.3 GB headroom)'; the peak alone without the device's total."""
+    if peak is None:
+        return None
+    if total is None:
+        return _size(peak)
+    return f"{_size(peak)} of {_size(total)} ({_size(total - peak)} headroom)"
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:,.1f} MiB"

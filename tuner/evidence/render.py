@@ -3,22 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.table import Table
 
 from trainers import RunResult
 from trainers.workloads import Family
-from tuner.evidence.recommendation import Recommendation
+from tuner.evidence.progress import short_config
+from tuner.evidence.recommendation import Recommendation, memory_text, utilisation_text
 from tuner.store.phases import LABELS
 
 
@@ -60,46 +53,6 @@ def run_summary(console: Console, result: RunResult) -> None:
         console.print(f"[yellow]note:[/yellow] {result.effective['note']}")
 
 
-class SearchProgress:
-    """The live progress bar of `python -m tuner run`: trial n of N, current best, elapsed."""
-
-    def __init__(self, console: Console, *, enabled: bool = True) -> None:
-        self._progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("best {task.fields[best]}"),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[status]}"),
-            console=console,
-            disable=not enabled,
-        )
-        self._task: Any = None
-
-    def __enter__(self) -> SearchProgress:
-        # The bar is drawn from `start` on: an input error before it is the only line printed.
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._task is not None:
-            self._progress.stop()
-
-    def start(self, study: str, total: int, resumed: bool) -> None:
-        self._progress.start()
-        verb = "resuming" if resumed else "study"
-        self._task = self._progress.add_task(f"{verb} {study}", total=total, best="-", status="")
-
-    def phase(self, text: str) -> None:
-        if self._task is not None:
-            self._progress.update(self._task, status=text)
-
-    def trial_done(self, done: int, total: int, best: float | None, state: str) -> None:
-        shown = "-" if best is None else f"{best:,.1f} samples/s"
-        self._progress.update(self._task, completed=done, best=shown, status=f"last: {state}")
-
-
 def _interval(entry: dict[str, Any], unit: str = "") -> str:
     low, high = entry["ci95"]
     return f"{entry['median']:,.2f}{unit} (95% CI {low:,.2f}-{high:,.2f})"
@@ -107,11 +60,13 @@ def _interval(entry: dict[str, Any], unit: str = "") -> str:
 
 def phase_times(time: Mapping[str, Any] | None) -> str | None:
     """One line: the study's wall time and each phase's seconds (`tuner.store.phases`), largest
-    first, phases that took no time left out; None for a study recorded before phases were."""
+    first, phases that took (next to) no time left out; None for a study recorded before phases
+    were."""
     if not time:
         return None
     phases = {k: float(v or 0.0) for k, v in (time.get("phases") or {}).items()}
-    shown = sorted(((s, k) for k, s in phases.items() if s > 0.0), reverse=True)
+    # A phase that would read "0.0 s" is left out with those that took no time.
+    shown = sorted(((s, k) for k, s in phases.items() if f"{s:.1f}" != "0.0"), reverse=True)
     parts = ", ".join(f"{LABELS.get(k, k)} {s:.1f} s" for s, k in shown)
     sessions = int(time.get("sessions") or 1)
     across = f" over {sessions} sessions" if sessions > 1 else ""
@@ -128,9 +83,9 @@ def recommendation(console: Console, rec: Recommendation) -> None:
             table.add_row("time", spent)
         console.print(table)
         return
-    table.add_row(
-        "recommended", f"{rec.source}: " + ", ".join(f"{k}={v}" for k, v in rec.config.items())
-    )
+    # The settings that differ from the PyTorch default, in words; every field is in the export.
+    table.add_row("recommended", f"{rec.source}: {short_config(rec.config)}")
+    table.add_row("train with it", f"python -m tuner export --study {rec.study} --format python")
     if rec.explanation:
         table.add_row("why", rec.explanation)
     if rec.parity is not None:
@@ -141,6 +96,12 @@ def recommendation(console: Console, rec: Recommendation) -> None:
         table.add_row("throughput", _interval(rec.throughput.to_dict(), " samples/s"))
     for name, speedup in rec.speedup.items():
         table.add_row(f"vs {name}", _interval(speedup.to_dict(), "x"))
+    use = utilisation_text(rec.utilisation)
+    if use is not None:
+        table.add_row("model FLOPs", use)
+    memory = memory_text(rec.peak_memory_bytes, rec.device_memory_bytes)
+    if memory is not None:
+        table.add_row("peak memory", memory)
     # A floor slower than the step (a record from before issue 28) is no floor: not shown.
     if rec.floor is not None and rec.step_ms is not None and rec.floor.step_ms <= rec.step_ms:
         table.add_row(
@@ -162,9 +123,48 @@ def recommendation(console: Console, rec: Recommendation) -> None:
     )
     if spent is not None:
         table.add_row("time", spent)
+    on_cpu = rec.hardware == "cpu"
+    if on_cpu:
+        for label, text in cpu_rows(rec):
+            table.add_row(label, text)
     console.print(table)
-    if rec.note:
+    # On a CPU the rows above say what the stored note says, and more.
+    if rec.note and not (on_cpu and rec.note.startswith("measured on a CPU")):
         console.print(f"[yellow]note:[/yellow] {rec.note}")
+
+
+def gpu_command(rec: Recommendation) -> str:
+    """The command that asks the same question of a GPU (the first one, `--device auto`)."""
+    workload = str(rec.workload or "transformer")
+    if workload.startswith("program:"):
+        words = ["python -m tuner run --program", workload.removeprefix("program:")]
+    else:
+        words = ["python -m tuner run --workload", workload]
+    words += ["--preset", str(rec.preset or "small")]
+    for key, value in (rec.study_fields.get("model_args") or {}).items():
+        words.append(f"--model-arg {key}={value}")
+    precision = rec.study_fields.get("precision")
+    if precision and precision != "fp32":
+        words.append(f"--precision {precision}")
+    return " ".join(words)
+
+
+def cpu_rows(rec: Recommendation) -> list[tuple[str, str]]:
+    """What a CPU run can and cannot tell, and what to run on a GPU (issue 29)."""
+    return [
+        (
+            "a CPU run tells",
+            "that the workload trains under every config tried, which of them passed the "
+            "correctness gate (the PyTorch loop's losses), and what each costs on this CPU",
+        ),
+        (
+            "it cannot tell",
+            "which config is fastest on a GPU: stream, event and pinned-memory settings have no "
+            "effect on a CPU and CUDA graphs do not run there, so the configs above differ by "
+            "noise and 'change nothing' is the usual answer",
+        ),
+        ("on a GPU, run", gpu_command(rec)),
+    ]
 
 
 def study_table(console: Console, rows: list[dict[str, Any]]) -> None:

@@ -29,6 +29,7 @@ from optuna.trial import FrozenTrial, TrialState
 from trainers import field_names
 from tuner.errors import NoRecommendation
 from tuner.evidence.profiles import read_recommendation, stored_verdicts, study_profiles
+from tuner.evidence.recommendation import memory_text, utilisation_text
 from tuner.evidence.trace import BREAKDOWN
 from tuner.evidence.verdicts import explain, verdict
 from tuner.store import keys
@@ -240,8 +241,17 @@ def _recommended(rec: Mapping[str, Any]) -> str:
         ("recommended", f"{_e(rec.get('source'))}: {_config_text(rec['config'])}"),
         ("throughput", _e(_interval(rec.get("throughput"), " samples/s"))),
         ("step time", f"{_e(_num(rec.get('step_ms'), 3))} ms"),
-        ("peak memory", _e(_bytes(rec.get("peak_memory_bytes")))),
+        (
+            "peak memory",
+            _e(
+                memory_text(rec.get("peak_memory_bytes"), rec.get("device_memory_bytes"))
+                or _bytes(None)
+            ),
+        ),
     ]
+    use = utilisation_text(rec.get("utilisation"))
+    if use is not None:
+        rows.append(("model FLOPs", _e(use)))
     for name, entry in (rec.get("speedup") or {}).items():
         rows.append((f"vs {name}", _e(_interval(entry, "x", 2))))
     floor = rec.get("floor")

@@ -9,7 +9,7 @@ host, which records every op and launch, and not the kernels. On an H100 the eag
 gpu-bound, which the whole-step graph's mere 1.22x gain confirms (docs/benchmarks/README.md).
 Host-side sync time stays a fraction of the profiled step. The checks run in this order, first
 match wins:
-1. no CUDA activity -> `unknown` (the reason is the CPU note);
+1. no CUDA activity -> `unknown` (on a CPU, the sentence says it was a CPU run);
 2. `transfer-bound`: host-to-device copies that overlap no kernel take more than
    TRANSFER_BOUND_FRACTION (20 %) of the step. First, because exposed copies also leave the
    kernels idle and would otherwise read as host-bound;
@@ -35,6 +35,8 @@ HOST_BOUND_BUSY = 0.50
 SYNC_BOUND_FRACTION = 0.30
 TRANSFER_BOUND_FRACTION = 0.20
 GPU_SATURATED_FRACTION = 0.90
+CPU_EXPLANATION = "a CPU run (GPU figures are not available)"
+"""The verdict's sentence for a profile without CUDA activity on a CPU."""
 KINDS = ("host-bound", "transfer-bound", "sync-bound", "gpu-bound", "unknown")
 
 
@@ -71,7 +73,9 @@ def verdict(prof: Profile | Mapping[str, Any]) -> Verdict:
     }
     if not p.cuda_activity or p.gpu_busy_fraction is None:
         reason = p.note or CPU_NOTE
-        return Verdict(kind="unknown", explanation=f"unknown: {reason}", figures=figures)
+        # On a CPU nothing is unknown about the run: there is no GPU to tell anything about.
+        said = CPU_EXPLANATION if reason == CPU_NOTE else f"unknown: {reason}"
+        return Verdict(kind="unknown", explanation=said, figures=figures)
     # The profiler slows the host (every op and launch is recorded), not the kernels: GPU time
     # is taken over the step as it runs unprofiled (see the module doc).
     base_ms = p.unprofiled_step_ms if p.unprofiled_step_ms else step_ms

@@ -305,6 +305,8 @@ def _recommend(
         throughput=Interval(median=best.median, ci95=best.ci95),
         step_ms=step_ms,
         peak_memory_bytes=best.memory_bytes,
+        utilisation=_utilisation(measurer, step_ms),
+        device_memory_bytes=measurer.device_memory_bytes(),
         speedup={name: _speedup(best, samples[name]) for name in baselines if samples[name]},
         ties=tuple(_entry(m, configs[m.name]) for m in decision.ties),
         was_tie=decision.was_tie,
@@ -362,6 +364,11 @@ def _break_even(extra_setup_s: float, step_s: float, baseline_step_s: float) -> 
         return 0
     saved = baseline_step_s - step_s
     return None if saved <= 0.0 else math.ceil(extra_setup_s / saved)
+
+
+def _utilisation(measurer: Measurer, step_ms: float) -> dict[str, Any] | None:
+    use = measurer.utilisation(step_ms)
+    return None if use is None else dataclasses.asdict(use)
 
 
 def _speedup(best: Measurement, baseline: list[float]) -> Interval:

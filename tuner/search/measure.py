@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import re
 import statistics
 import time
 import warnings
@@ -27,7 +28,7 @@ import trainers
 from trainers import LoopConfig, RunResult, Window, Workload
 from trainers.gate import floor_applies
 from trainers.program import PREFIX as PROGRAM_PREFIX
-from trainers.program import Program, find_program, run_program
+from trainers.program import Program, find_program, run_distributed, run_program
 
 # The search tries up to 4 workers on any machine; the DataLoader's advice against it is noise here.
 warnings.filterwarnings("ignore", message="This DataLoader will create")
@@ -79,6 +80,10 @@ class Measured:
     compile: dict[str, Any] | None = None
     """compile_s, recompiles, graph_breaks, unstable, cache hits and misses: a compiled run's
     one-off cost and whether the timed windows were clean (None for an uncompiled config)."""
+    tflops: float | None = None
+    """Achieved model TFLOP/s at the median step (`trainers.flops`; None without a count)."""
+    mfu: float | None = None
+    """Model FLOP utilisation, 0..1 (None on a CPU, an unknown GPU or without a count)."""
 
     @property
     def median(self) -> float:
@@ -93,6 +98,8 @@ class Measured:
             "n_syncs": self.n_syncs,
             "sync_wait_ms": self.sync_wait_ms,
             "seconds": self.seconds,
+            "tflops": self.tflops,
+            "mfu": self.mfu,
         } | ({} if self.compile is None else {"compile": dict(self.compile)})
 
 
@@ -119,8 +126,12 @@ class Measurer:
         protocol: Protocol,
         model_args: Mapping[str, str] | None = None,
         precision: trainers.Precision | None = None,
+        nproc: int = 1,
     ) -> None:
         self.workload_name = workload
+        # Above 1, each measurement is a torchrun launch of `nproc` processes
+        # (`trainers.program.run_distributed`); the workload is still built here, for its checks.
+        self.nproc = nproc
         self.preset = preset
         self.model_args = dict(model_args or {})
         # Fixed for a study (it changes the results); None: fp32, or --matmul-precision's setting.
@@ -135,14 +146,24 @@ class Measurer:
             find_program(workload) if workload.startswith(PROGRAM_PREFIX) else None
         )
         self._samples_per_batch: int | None = None
+        # What MFU is computed from, taken from the last complete run (the FLOPs of a step do
+        # not depend on the config: recomputation is not counted).
+        self._basis: RunResult | None = None
 
     def check(self) -> None:
         """Build the workload (or check the program's preset) now: a bad name or preset fails
         before a study is stored."""
         if self.program is not None:
             self.program.check(self.preset)
-        else:
-            self.workload  # noqa: B018
+            return
+        size = self.workload.samples_per_batch
+        if size % self.nproc:
+            raise trainers.ConfigError(
+                "nproc_per_node",
+                self.nproc,
+                f"a divisor of the global batch ({self.workload_name} {self.preset} has {size} "
+                "samples per batch: each process trains on an equal shard)",
+            )
 
     @property
     def samples_per_batch(self) -> int:
@@ -181,6 +202,8 @@ class Measurer:
         """One run of `config`. `on_window(index, throughput)` returning False stops it early."""
         if self.program is not None:
             return self._measure_program(self.program, config, on_window)
+        if self.nproc > 1:
+            return self._measure_distributed(config, on_window)
         workload = self.workload
         workload.model.load_state_dict(self._initial)
         # Every run starts from the same allocator state: what earlier runs cached is returned.
@@ -207,7 +230,28 @@ class Measurer:
             )
         except Exception as exc:  # noqa: BLE001 - every failure is recorded, none ends the study
             return self._failure(exc, time.perf_counter() - started)
+        self._basis = result
         return _measured(result, time.perf_counter() - started)
+
+    def utilisation(self, step_ms: float) -> trainers.Utilisation | None:
+        """Achieved TFLOP/s and MFU of a step of `step_ms` on this workload and device (None
+        before a complete run, or for a program: its FLOPs are not counted here)."""
+        if self._basis is None:
+            return None
+        basis = self._basis
+        return trainers.utilisation(
+            basis.flops_per_step,
+            step_ms,
+            gpu_name=basis.fingerprint.get("gpu"),
+            precision=basis.precision,
+            matmul_precision=basis.matmul_precision,
+        )
+
+    def device_memory_bytes(self) -> int | None:
+        """The device's total memory (None on a CPU): what a peak's headroom is counted from."""
+        if self.device.type != "cuda":
+            return None
+        return int(torch.cuda.get_device_properties(self.device).total_memory)
 
     def _measure_program(
         self,
@@ -241,6 +285,38 @@ class Measurer:
         self._samples_per_batch = result.samples_per_batch
         return _measured(result, time.perf_counter() - started)
 
+    def _measure_distributed(
+        self, config: LoopConfig, on_window: Callable[[int, float], bool] | None
+    ) -> Measured | Failure:
+        """One torchrun launch of `nproc` processes (a failed or hung rank: a Failure naming it,
+        with its stderr; no process left behind). Windows are samples/s of the global batch."""
+        started = time.perf_counter()
+        samples = self.workload.samples_per_batch
+
+        def window_done(index: int, window: Window) -> bool:
+            if on_window is None:
+                return True
+            return on_window(index, samples / (window.step_ms / 1e3))
+
+        try:
+            result = run_distributed(
+                self.workload_name,
+                self.preset,
+                config,
+                nproc=self.nproc,
+                steps=self.protocol.windows * self.protocol.window_steps,
+                warmup=self.protocol.warmup_for(config),
+                windows=self.protocol.windows,
+                device=self.device,
+                on_window=window_done,
+                precision=self.precision,
+                seed=self.protocol.seed,
+                model_args=self.model_args,
+            )
+        except Exception as exc:  # noqa: BLE001 - every failure is recorded, none ends the study
+            return self._failure(exc, time.perf_counter() - started)
+        return _measured(result, time.perf_counter() - started)
+
     def _started(self, samples_per_batch: int) -> None:
         # From the program's start line: windows are converted to samples/s as they come.
         self._samples_per_batch = samples_per_batch
@@ -253,14 +329,13 @@ class Measurer:
                 torch.cuda.synchronize(self.device)
                 torch.cuda.empty_cache()
         kind = _failure_kind(exc)
-        return Failure(
-            reason=f"{kind}: {type(exc).__name__}: {exc}".strip()[:2000], kind=kind, seconds=seconds
-        )
+        text = oom_reason(str(exc)) if kind == "oom" else f"{type(exc).__name__}: {exc}"
+        return Failure(reason=f"{kind}: {text}".strip()[:2000], kind=kind, seconds=seconds)
 
     def floor_ms(self, config: LoopConfig | None = None) -> float | None:
         """The CUDA-graph floor of this workload in the study's precision (None on a CPU, if it
         cannot be captured, or where it does not bound `config`'s step: a compiled step)."""
-        if self.device.type != "cuda" or self.program is not None:
+        if self.device.type != "cuda" or self.program is not None or self.nproc > 1:
             return None
         if config is not None and floor_applies(config) is not None:
             return None
@@ -272,6 +347,25 @@ class Measurer:
             ).step_ms
         except trainers.TrainerError:
             return None
+
+
+_ASKED = re.compile(r"Tried to allocate ([\d.]+ [KMGT]?i?B)")
+_FREE = re.compile(r"total capacity of ([\d.]+ [KMGT]?i?B) of which ([\d.]+ [KMGT]?i?B) is free")
+_IN_USE = re.compile(r"([\d.]+ [KMGT]?i?B) is allocated by PyTorch")
+
+
+def oom_reason(message: str) -> str:
+    """One line from PyTorch's out-of-memory message: what the run asked for, what the device
+    had free of its total, what the run held (the rest of the message is allocator advice that
+    does not apply to a tuning trial). The message as it is when it is not in that form."""
+    asked, free, in_use = _ASKED.search(message), _FREE.search(message), _IN_USE.search(message)
+    if asked is None or free is None:
+        return " ".join(message.split())[:300]
+    held = f"; the run held {in_use.group(1)}" if in_use is not None else ""
+    return (
+        f"out of memory: asked for {asked.group(1)} with {free.group(2)} free of "
+        f"{free.group(1)}{held}"
+    )
 
 
 def _failure_kind(exc: Exception) -> str:
@@ -289,7 +383,10 @@ def _failure_kind(exc: Exception) -> str:
 
 
 def _measured(result: RunResult, seconds: float) -> Measured:
+    use = result.utilisation
     return Measured(
+        tflops=use.tflops,
+        mfu=use.mfu,
         throughputs=tuple(result.window_throughputs()),
         step_ms=result.step_time_ms["median"],
         peak_memory_bytes=result.peak_memory_bytes,

@@ -44,8 +44,9 @@ from optuna.trial import TrialState
 
 import trainers
 from trainers import LoopConfig
-from tuner.errors import Interrupted, Stopped
+from tuner.errors import Interrupted, Stopped, TunerError
 from tuner.evidence import profiles
+from tuner.evidence.progress import TrialReport
 from tuner.evidence.recommendation import Recommendation
 from tuner.search import decide, profiling
 from tuner.search.baselines import Baselines, now
@@ -55,7 +56,6 @@ from tuner.search.measure import Failure, Measured, Measurer, set_matmul_precisi
 from tuner.search.options import (
     AUTO_PATIENCE,
     AUTO_SEARCH_BUDGET_S,
-    BASELINES,
     PRUNE_PERCENTILE,
     LocalSlots,
     NoRetry,
@@ -63,12 +63,20 @@ from tuner.search.options import (
     Quiet,
     Retry,
     RunOptions,
+    TrialReporter,
     TrialSlots,
+    baselines_for,
     make_sampler,
 )
 from tuner.search.parity import ParityCache
 from tuner.search.space import SearchSpace, config_key
-from tuner.search.spaces import AUTO_GPU_SPACE, load_space, program_space, without_block_levers
+from tuner.search.spaces import (
+    AUTO_GPU_SPACE,
+    for_processes,
+    load_space,
+    program_space,
+    without_block_levers,
+)
 from tuner.search.stages import first_stage
 from tuner.search.stats import bootstrap_ci
 from tuner.search.timing import Clock
@@ -185,6 +193,7 @@ def open_search(
         protocol=options.protocol,
         model_args=options.model_args,
         precision=options.precision,
+        nproc=options.nproc_per_node,
     )
     # Build the workload now: a bad --workload or --preset must fail before a study is stored.
     measurer.check()
@@ -193,9 +202,12 @@ def open_search(
         fix=options.fix,
         cuda=measurer.device.type == "cuda",
         parameters=measurer.parameters(),
+        train_steps=options.train_steps,
     )
     if not measurer.has_blocks():
         space = without_block_levers(space)
+    # N processes per trial: the data-parallel levers join the space (one: they stay off).
+    space = for_processes(space, options.nproc_per_node, has_blocks=measurer.has_blocks())
     space, options = _for_program(space, options, measurer, progress)
     storage = storage or studies.open_storage(studies.storage_url(options.storage))
     name, info = _study_info(options, measurer, space)
@@ -248,6 +260,9 @@ def _study_info(
     """The study's name and its metadata (`keys.META`)."""
     fingerprint = trainers.fingerprint(measurer.device)
     hardware = trainers.fingerprint_key(fingerprint)
+    if options.nproc_per_node > 1:
+        # N processes on N devices never share a study with one process on one.
+        hardware = f"{hardware}-x{options.nproc_per_node}"
     compile_cache = share_compile_cache(options)
     # The study's name carries the effective model options and a non-default precision: two
     # shapes or precisions never share a study.
@@ -270,6 +285,7 @@ def _study_info(
         "fingerprint": fingerprint,
         "matmul_precision": options.matmul_precision,
         "compile_cache": compile_cache,
+        "nproc_per_node": options.nproc_per_node,
         "created": now(),
     }
     return name, info
@@ -302,7 +318,14 @@ def share_compile_cache(options: RunOptions) -> str | None:
         return os.environ[trainers.compilation.CACHE_DIR_VARIABLE]
     if chosen is None:
         return None
-    Path(chosen).mkdir(parents=True, exist_ok=True)
+    try:
+        Path(chosen).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        # One line naming where the folder came from, not a traceback (issue 29).
+        source = COMPILE_CACHE_ENV if os.environ.get(COMPILE_CACHE_ENV) else "--artifacts"
+        raise TunerError(
+            f"{source}: cannot create the compile cache folder {chosen}: {exc.strerror}"
+        ) from exc
     os.environ[trainers.compilation.CACHE_DIR_VARIABLE] = str(Path(chosen).resolve())
     return os.environ[trainers.compilation.CACHE_DIR_VARIABLE]
 
@@ -342,6 +365,7 @@ class Search:
             else profiles.trace_dir(studies.storage_url(options.storage), options.artifacts)
         )
         self._children = open_children(options, measurer)
+        self.baseline_configs = baselines_for(options.nproc_per_node)
         self.parity_cache = ParityCache(
             study, self._children.gate, retry=self.retry, clock=self.clock
         )
@@ -353,6 +377,7 @@ class Search:
             retry=self.retry,
             progress=progress,
             clock=self.clock,
+            configs=self.baseline_configs,
         )
 
     def close(self) -> None:
@@ -387,10 +412,18 @@ class Search:
             trial = slots.take(self._create, self._prepare)
             if trial is None:
                 break
+            started = time.perf_counter()
             state = self._run(trial)
             self.done += 1
             self._store_time()
-            self.progress.trial_done(self.done, self.options.trials, self._best_value(), state)
+            values = self._complete_values()
+            best = max(values.values()) if values else None
+            if isinstance(self.progress, TrialReporter):
+                seconds = time.perf_counter() - started
+                self.progress.trial_report(
+                    self._report(trial, state, seconds, values.get(trial.number), best)
+                )
+            self.progress.trial_done(self.done, self.options.trials, best, state)
             if self.done % self.options.baseline_every == 0 and slots.more():
                 self.measure_baselines("drift")
 
@@ -403,7 +436,7 @@ class Search:
             self.measurer,
             self.options,
             progress=self.progress,
-            baselines=BASELINES,
+            baselines=self.baseline_configs,
             parity=self.parity,
             clock=self.clock,
         )
@@ -411,7 +444,11 @@ class Search:
             self.progress.phase("profiling the baselines and the recommended config")
             with self.clock.timing(PROFILE):
                 recommendation = profiling.profile_recommendation(
-                    self.study, recommendation, BASELINES, self.traces, self._children.profiler
+                    self.study,
+                    recommendation,
+                    self.baseline_configs,
+                    self.traces,
+                    self._children.profiler,
                 )
         self._store_time()
         attrs = self.retry.call(lambda: self.study.user_attrs, what="reading the study")
@@ -588,10 +625,43 @@ class Search:
         ]
         return trials_without_gain(values, self.options.tie_margin) >= patience
 
-    def _best_value(self) -> float | None:
-        values = [
-            t.values[0]
+    def _complete_values(self) -> dict[int, float]:
+        """Each complete trial's throughput, by trial number."""
+        return {
+            t.number: t.values[0]
             for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if t.values
-        ]
-        return max(values) if values else None
+        }
+
+    def _report(
+        self,
+        trial: optuna.Trial,
+        state: str,
+        seconds: float,
+        value: float | None,
+        best: float | None,
+    ) -> TrialReport:
+        """The finished trial in full, for a progress that prints one line per trial."""
+        attrs = trial.user_attrs
+        reason = attrs.get(keys.FAILURE_REASON)
+        if state == "pruned":
+            reason = (
+                "stopped on request"
+                if attrs.get(STOPPED_ATTR)
+                else "stopped early: slower than most earlier trials at the same window"
+            )
+        elif state == "finished elsewhere":
+            reason = "finished by another worker"
+        phases = attrs.get(keys.TIME)
+        return TrialReport(
+            number=trial.number,
+            done=self.done,
+            total=self.options.trials,
+            state=state,
+            config=attrs.get(keys.CONFIG),
+            value=value if state == "complete" else None,
+            reason=None if reason is None else str(reason),
+            seconds=seconds,
+            phases=phases if isinstance(phases, dict) else {},
+            best=best,
+        )

@@ -311,13 +311,15 @@ _SYNC_MODE_RANK = {"synchronize": 0, "event": 1, "query": 2}
 
 _COMPILE_RANK = {"none": 0, "default": 1, "max-autotune-no-cudagraphs": 2, "reduce-overhead": 3}
 _OPTIMIZER_RANK = {"as-built": 0, "foreach": 1, "fused": 2, "compiled": 3}
+_PARALLEL_RANK = {"none": 0, "ddp": 1, "fsdp2": 2}
 
 SIMPLICITY_ORDER = (
-    "no compile (none < default < max-autotune-no-cudagraphs < reduce-overhead), then the "
+    "no data parallelism (none < ddp < fsdp2), then no compile "
+    "(none < default < max-autotune-no-cudagraphs < reduce-overhead), then the "
     "optimizer as built (< foreach < fused < compiled), then "
     "fewer streams, then no CUDA graph, smaller prefetch_depth, fewer num_workers, "
     "sync_mode synchronize < event < query, pin_memory off, non_blocking off, "
-    "smaller sync_interval"
+    "smaller sync_interval, then the data-parallel settings at their defaults"
 )
 """How `simplicity_key` orders configs, simplest first (for output)."""
 
@@ -330,6 +332,7 @@ def simplicity_key(config: LoopConfig) -> tuple[int, ...]:
     adopts it, and a tie should not ask a user to pay that for nothing.
     """
     return (
+        _PARALLEL_RANK[config.parallel],
         _COMPILE_RANK[config.compile],
         _OPTIMIZER_RANK[config.optimizer],
         config.num_streams,
@@ -340,6 +343,12 @@ def simplicity_key(config: LoopConfig) -> tuple[int, ...]:
         int(config.pin_memory),
         int(config.non_blocking),
         config.sync_interval,
+        # Off the default, the data-parallel settings are one more thing a user must carry.
+        int(config.bucket_cap_mb != 25),
+        int(config.gradient_as_bucket_view),
+        int(config.static_graph),
+        int(not config.reshard_after_forward),
+        int(config.fsdp_prefetch),
     )
 
 
@@ -353,6 +362,12 @@ _LATER_FIELDS: dict[str, Any] = {
     "activation_checkpointing": "none",
     "checkpoint_share": 1.0,
     "compile_scope": "model",
+    "parallel": "none",
+    "bucket_cap_mb": 25,
+    "gradient_as_bucket_view": False,
+    "static_graph": False,
+    "reshard_after_forward": True,
+    "fsdp_prefetch": False,
 }
 
 

@@ -93,7 +93,7 @@ AUTO_GPU_SPACE = "auto"
 """The name of what `auto` means on a GPU: `compile` without max-autotune."""
 
 
-def compile_space(*, autotune: bool = True) -> SearchSpace:
+def compile_space(*, autotune: bool = True, auto: bool | None = None) -> SearchSpace:
     """`full` plus the compiler levers: `torch.compile` of the model (none, default,
     max-autotune-no-cudagraphs, reduce-overhead) and the optimizer implementation (as-built,
     foreach, fused). Combinations the harness refuses (a whole-step graph over reduce-overhead's
@@ -110,7 +110,8 @@ def compile_space(*, autotune: bool = True) -> SearchSpace:
     full = full_space()
     modes = ("none", "default", "max-autotune-no-cudagraphs", "reduce-overhead")
     return SearchSpace(
-        name="compile" if autotune else AUTO_GPU_SPACE,
+        # `auto` (what a default run searches, and its default budget) with or without autotune.
+        name=AUTO_GPU_SPACE if (not autotune if auto is None else auto) else "compile",
         params={
             **full.params,
             "compile": Choice(
@@ -120,6 +121,21 @@ def compile_space(*, autotune: bool = True) -> SearchSpace:
         },
         fixed=dict(full.fixed),
     )
+
+
+AUTOTUNE_TRAIN_STEPS = 20_000
+"""The planned run (`--train-steps`) from which `auto` searches max-autotune-no-cudagraphs too.
+Its compile cost up to 290 s more than mode default (convnet small, H100); a kernel 2 % faster
+on a 0.4 s step (a 1B decoder) saves 8 ms a step, about 36,000 steps to pay that back, on a 20 ms
+step 725,000. Below 20,000 steps it can pay back only where its gain is far larger than that."""
+
+
+def autotune_pays(train_steps: int | None) -> bool:
+    """Whether a run of `train_steps` is long enough to search max-autotune. The search then
+    only offers it: the final round ranks by setup plus `train_steps` steps
+    (`decide._for_run_length`), so it is recommended only where its measured compile time is
+    paid back over that run."""
+    return train_steps is not None and train_steps >= AUTOTUNE_TRAIN_STEPS
 
 
 def scale_space() -> SearchSpace:
@@ -178,6 +194,75 @@ def without_block_levers(space: SearchSpace) -> SearchSpace:
         fixed={**space.fixed, **{f: BLOCK_LEVERS[f] for f in searched}},
         notes=(*space.notes, _NO_BLOCKS_NOTE),
     )
+
+
+DATA_PARALLEL_LEVERS: dict[str, Spec] = {
+    "parallel": Choice(values=("ddp", "fsdp2")),
+    "bucket_cap_mb": Choice(values=(1, 5, 25, 100)),
+    "gradient_as_bucket_view": Choice(values=(False, True)),
+    "static_graph": Choice(values=(False, True)),
+    "reshard_after_forward": Choice(values=(True, False)),
+    "fsdp_prefetch": Choice(values=(False, True)),
+}
+"""What a study of N > 1 processes searches on top of its space: DDP or FSDP2 and each one's
+settings (an inert one is reset by `trainers.canonical`, so it makes no duplicate trial)."""
+_DP_ALLOWED = "'ddp' or 'fsdp2' with nproc_per_node > 1 (one process per device needs a wrapper)"
+_SINGLE_ALLOWED = "'none' with nproc_per_node=1 (DDP and FSDP2 run with --nproc-per-node >= 2)"
+_DP_GRAPH_NOTE = "cuda_graph fixed to false: not proven with DDP or FSDP2 (trainers/config.py)"
+_DP_REDUCE_NOTE = "compile reduce-overhead left out: not proven with DDP or FSDP2"
+_DP_PREFETCH_NOTE = "fsdp_prefetch fixed to false: explicit prefetch needs repeated blocks"
+
+
+def _searched_or_fixed(space: SearchSpace, field: str) -> tuple[Any, ...]:
+    spec = space.params.get(field)
+    if isinstance(spec, Choice):
+        return spec.values
+    return (space.fixed[field],) if field in space.fixed else ()
+
+
+def for_processes(space: SearchSpace, nproc: int, *, has_blocks: bool = True) -> SearchSpace:
+    """`space` for a study of `nproc` processes on one node.
+
+    One process: data parallelism must stay off (SpaceError naming `parallel` otherwise). More:
+    the data-parallel levers (`DATA_PARALLEL_LEVERS`) are searched unless the space already
+    searches or pins them; a whole-step CUDA graph is fixed off and reduce-overhead left out
+    (each with a note; pinned on, a SpaceError naming it); explicit FSDP2 prefetch is fixed off
+    for a model without repeated blocks."""
+    parallel = _searched_or_fixed(space, "parallel")
+    if nproc == 1:
+        if any(value != "none" for value in parallel):
+            raise SpaceError("parallel", list(parallel), _SINGLE_ALLOWED)
+        return space
+    if "none" in parallel:
+        raise SpaceError("parallel", list(parallel), _DP_ALLOWED)
+    if space.fixed.get("cuda_graph") is True:
+        raise SpaceError(
+            "cuda_graph", True, "false with nproc_per_node > 1 (" + _DP_GRAPH_NOTE + ")"
+        )
+    if space.fixed.get("compile") == "reduce-overhead":
+        raise SpaceError(
+            "compile",
+            "reduce-overhead",
+            "none, default or max-autotune-no-cudagraphs with nproc_per_node > 1",
+        )
+    params = {f: s for f, s in DATA_PARALLEL_LEVERS.items() if f not in space.fixed}
+    params |= space.params
+    fixed, notes = dict(space.fixed), list(space.notes)
+    if "cuda_graph" in params:
+        del params["cuda_graph"]
+        fixed["cuda_graph"] = False
+        notes.append(_DP_GRAPH_NOTE)
+    compile_spec = params.get("compile")
+    if isinstance(compile_spec, Choice) and "reduce-overhead" in compile_spec.values:
+        params["compile"] = Choice(
+            values=tuple(v for v in compile_spec.values if v != "reduce-overhead")
+        )
+        notes.append(_DP_REDUCE_NOTE)
+    if not has_blocks and "fsdp_prefetch" in params:
+        del params["fsdp_prefetch"]
+        fixed["fsdp_prefetch"] = False
+        notes.append(_DP_PREFETCH_NOTE)
+    return dataclasses.replace(space, params=params, fixed=fixed, notes=tuple(notes))
 
 
 def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -270,11 +355,13 @@ def load_space(
     fix: Sequence[str] | Mapping[str, Any] = (),
     cuda: bool = True,
     parameters: int | None = None,
+    train_steps: int | None = None,
 ) -> SearchSpace:
     """The space `spec` names or gives ("streams", "full", a .json path, or a mapping), pinned.
 
     `auto`: on a CPU `full`; on a GPU `scale` for a model of at least SCALE_PARAMS trainable
-    `parameters`, else `compile` without max-autotune.
+    `parameters`, else `compile`, with max-autotune only for a planned run of at least
+    AUTOTUNE_TRAIN_STEPS `train_steps` (`autotune_pays`).
 
     Each pin ("name=value" strings, see `parse_fix`, or a mapping of typed values) takes its
     setting out of the search and pins it, whatever the space said. With `cuda=False`,
@@ -289,7 +376,7 @@ def load_space(
         elif parameters is not None and parameters >= SCALE_PARAMS:
             space = scale_space()
         else:
-            space = compile_space(autotune=False)
+            space = compile_space(autotune=autotune_pays(train_steps), auto=True)
     elif spec == "scale":
         space = scale_space()
     elif spec == "streams":

@@ -13,6 +13,7 @@ import warnings
 from typing import Any
 
 import optuna
+import sqlalchemy.engine
 import sqlalchemy.exc
 
 from tuner.errors import StudyNotFound, TunerError
@@ -45,7 +46,45 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
     return _open_storage(url)
 
 
+SQLITE_FOLDER_RULE = (
+    "an SQLite file's folder must exist: streamtune creates the file and its "
+    "<name>-artifacts/ folder beside it, never the folders on the way to it"
+)
+
+
+def check_sqlite_path(url: str) -> None:
+    """For an SQLite file URL, a one-line `--storage` error naming the path when its folder is
+    missing or not writable (SQLite's own "unable to open database file" names neither).
+
+    The rule (`SQLITE_FOLDER_RULE`): no folder is created for a database, so a mistyped path
+    cannot create folders anywhere on the machine; create them first (`mkdir -p`). Other URLs
+    (PostgreSQL, in-memory SQLite, `file:` URIs) are left to their driver.
+    """
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except sqlalchemy.exc.ArgumentError:
+        return  # not a URL: `_open_storage` says so
+    database = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return
+    if database.startswith("file:"):
+        return
+    path = os.path.abspath(database)
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        raise TunerError(
+            f"--storage: the folder {folder} of {url!r} does not exist; create it first "
+            f"(mkdir -p {folder}): {SQLITE_FOLDER_RULE}"
+        )
+    if not os.path.exists(path) and not os.access(folder, os.W_OK | os.X_OK):
+        raise TunerError(
+            f"--storage: cannot create the database {path} of {url!r}: its folder is not "
+            "writable; pass a path in a folder you can write to"
+        )
+
+
 def _open_storage(url: str) -> optuna.storages.BaseStorage:
+    check_sqlite_path(url)
     engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if url.startswith("sqlite"):
         # Several processes may write one SQLite file: wait for the lock rather than fail.

@@ -26,7 +26,7 @@ from tuner.evidence import reader as study_reading
 from tuner.evidence.reader import StudyReader as JobStudyReader
 from tuner.evidence.report import build_report
 from tuner.evidence.trace import CPU_NOTE, Profile, analyze_trace, profile_config
-from tuner.evidence.verdicts import Verdict, explain, verdict
+from tuner.evidence.verdicts import CPU_EXPLANATION, Verdict, explain, verdict
 from tuner.search import profiling
 from tuner.store import keys
 
@@ -135,7 +135,9 @@ def test_a_cuda_graph_on_the_cpu_is_refused_like_a_run() -> None:
 def test_the_verdict_of_a_cpu_profile_is_unknown_and_says_why(cpu_profile: Profile) -> None:
     found = verdict(cpu_profile)
     assert found.kind == "unknown"
-    assert found.explanation == f"unknown: {CPU_NOTE}"
+    # Said as a CPU run, not as "unknown: ...", which reads as an error (issue 29).
+    assert found.explanation == verdicts.CPU_EXPLANATION
+    assert not found.explanation.startswith("unknown")
 
 
 # -- the analysis on a trace with known answers ----------------------------------------------
@@ -486,7 +488,7 @@ def test_explain_change_nothing_on_a_cpu() -> None:
         )
     }
     assert explain(rec, verdicts) == (
-        f"unknown: {CPU_NOTE}; the PyTorch default (change nothing): 1.06x (CI 1.00-1.08) over "
+        f"{CPU_EXPLANATION}; the PyTorch default (change nothing): 1.06x (CI 1.00-1.08) over "
         "seed-baseline"
     )
 

@@ -24,7 +24,7 @@ from trainers import field_names
 from tuner import cli
 from tuner.__main__ import main
 from tuner.errors import StudyNotFound
-from tuner.evidence import profiles, trace
+from tuner.evidence import profiles, trace, verdicts
 from tuner.evidence.report import write_report
 from tuner.search.options import RunOptions
 from tuner.store import storage as studies
@@ -105,7 +105,7 @@ def test_the_page_has_every_section_and_plot(reported: Reported) -> None:
 
 def test_the_page_shows_the_recommendation_its_ties_and_explanation(reported: Reported) -> None:
     page, rec = reported.html, reported.rec
-    assert rec["explanation"].startswith(f"unknown: {trace.CPU_NOTE}; ")
+    assert rec["explanation"].startswith(f"{verdicts.CPU_EXPLANATION}; ")
     assert rec["explanation"].endswith(" over seed-baseline")
     assert f'<p class="explanation">{html.escape(rec["explanation"])}</p>' in page
     assert f"{html.escape(str(rec['source']))}: num_streams=" in page

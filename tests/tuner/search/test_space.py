@@ -20,7 +20,14 @@ from tuner.search.space import (
     config_key,
     simplicity_key,
 )
-from tuner.search.spaces import DEFAULT_SPACE, full_space, load_space, parse_fix, streams_space
+from tuner.search.spaces import (
+    AUTOTUNE_TRAIN_STEPS,
+    DEFAULT_SPACE,
+    full_space,
+    load_space,
+    parse_fix,
+    streams_space,
+)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -79,6 +86,9 @@ def test_streams_space_has_exactly_the_three_seed_settings() -> None:
     # The compiler and memory levers are not the seed's question: they keep their defaults.
     later = {"compile", "optimizer", "micro_batches", "activation_checkpointing"}
     later |= {"checkpoint_share", "compile_scope"}
+    # Nor are the data-parallel levers (searched only with --nproc-per-node > 1).
+    later |= {"parallel", "bucket_cap_mb", "gradient_as_bucket_view", "static_graph"}
+    later |= {"reshard_after_forward", "fsdp_prefetch"}
     assert set(space.params) | set(space.fixed) == set(field_names()) - later
     assert space == streams_space()
 
@@ -553,3 +563,16 @@ def test_the_default_space_is_compile_without_autotune_on_a_gpu_and_full_on_a_cp
     assert pinned.fixed["compile"] == "default" and "compile" not in pinned.params
     with pytest.raises(SpaceError, match="auto, streams, full, compile"):
         load_space("fastest")
+
+
+def test_a_long_planned_run_brings_max_autotune_into_the_default_gpu_space() -> None:
+    def modes(train_steps: int | None) -> tuple[object, ...]:
+        space = load_space("auto", cuda=True, train_steps=train_steps)
+        assert space.name == "auto"  # the default budget still applies
+        return space.params["compile"].values  # type: ignore[union-attr]
+
+    autotune = "max-autotune-no-cudagraphs"
+    assert autotune not in modes(None)
+    assert autotune not in modes(AUTOTUNE_TRAIN_STEPS - 1)
+    assert autotune in modes(AUTOTUNE_TRAIN_STEPS)
+    assert load_space("auto", cuda=False, train_steps=10**6) == load_space("full", cuda=False)
