@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from api.schemas.common import BestSoFar, Strict, utc
 from trainers.config import MAX_PREFETCH, MAX_STREAMS, MAX_WORKERS
+from trainers.program import MAX_NPROC
 from tuner.service.spec import JobSpec
 from tuner.service.tables import JobRow
 
@@ -123,6 +124,13 @@ class JobIn(Strict):
         description="fixed for the study: fp32, tf32, bf16-autocast or "
         "fp16-autocast (default: the workers' matmul precision)",
     )
+    nproc_per_node: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_NPROC,
+        description="processes per trial on the worker's node, one per GPU (gloo on a CPU): "
+        "above 1, each trial is a torchrun launch and DDP, FSDP2 and their settings are searched",
+    )
 
     @field_validator("objectives")
     @classmethod
@@ -147,6 +155,7 @@ class JobIn(Strict):
             device=self.device,
             model_args=dict(self.model_args),
             precision=self.precision,
+            nproc_per_node=self.nproc_per_node,
         )
 
 
@@ -170,6 +179,7 @@ class JobOut(BaseModel):
     n_trials: int = Field(description="trials asked for")
     model_args: dict[str, str] = Field(default_factory=dict)
     precision: str | None = None
+    nproc_per_node: int = Field(default=1, description="processes per trial")
     n_complete: int = Field(description="complete trials (Optuna COMPLETE) so far")
     n_failed: int
     n_pruned: int
@@ -211,6 +221,7 @@ class JobOut(BaseModel):
             n_trials=row.n_trials,
             model_args=spec.get("model_args", {}),
             precision=spec.get("precision"),
+            nproc_per_node=spec.get("nproc_per_node", 1),
             n_complete=row.n_complete,
             n_failed=row.n_failed,
             n_pruned=row.n_pruned,
