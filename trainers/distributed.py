@@ -33,13 +33,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
+import json
 import math
 import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,7 @@ import torch
 import torch.distributed as dist
 
 from trainers.config import LoopConfig
+from trainers.core import min_warmup
 from trainers.errors import ConfigError, TrainerError
 from trainers.gate.trajectories import deterministic
 from trainers.loop import run
@@ -62,7 +65,7 @@ from trainers.program.torchrun import (
     RANK_DIR_VARIABLE,
     TIMEOUT_VARIABLE,
 )
-from trainers.workloads import disable_dropout, load_workload
+from trainers.workloads import Workload, disable_dropout, load_workload
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -71,6 +74,13 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--preset", required=True)
     parser.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--gate", action="store_true", help="dropout off, deterministic kernels")
+    parser.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="CONFIG_JSON",
+        help="with --gate: another config's trajectory, trained after the first in this launch",
+    )
     return parser.parse_args(argv)
 
 
@@ -146,12 +156,8 @@ def agreement(
     return [math.fsum(step) / len(gathered) for step in columns], None
 
 
-def _train(
-    args: argparse.Namespace, reporter: Reporter, rank: int, device: torch.device
-) -> tuple[RunResult, Any]:
-    """Build the workload and train it under the config; rank 0 reports the windows."""
+def _check_world(config: LoopConfig) -> None:
     world = dist.get_world_size()
-    config = reporter.config
     if world > 1 and config.parallel == "none":
         raise ConfigError(
             "parallel",
@@ -159,6 +165,29 @@ def _train(
             f"'ddp' or 'fsdp2' with {world} processes (alone, each would "
             "train its own model on its shard)",
         )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Shape:
+    """The steps of one training run of this launch."""
+
+    warmup: int
+    steps: int
+    windows: int
+
+
+def _train(
+    args: argparse.Namespace,
+    reporter: Reporter,
+    config: LoopConfig,
+    shape: _Shape,
+    device: torch.device,
+    on_window: Callable[[int, Window], bool] | None = None,
+    on_built: Callable[[Workload], None] | None = None,
+) -> tuple[RunResult, torch.nn.Module]:
+    """Build the workload afresh (every rank the same weights) and train it under `config`;
+    `on_built(workload)` is called before the first step."""
+    _check_world(config)
     model_args = dict(item.split("=", 1) for item in args.model_arg)
     workload = load_workload(
         args.workload, reporter.preset, seed=reporter.seed, model_args=model_args
@@ -166,26 +195,15 @@ def _train(
     if args.gate:
         disable_dropout(workload.model)
     reporter.perturb(workload.model)
-    fault = _fault(rank)
-    if rank == 0:
-        reporter.start(
-            samples_per_batch=workload.samples_per_batch,
-            tokens_per_sample=workload.tokens_per_sample,
-        )
-
-    def on_window(index: int, window: Window) -> bool:
-        if rank == 0:
-            reporter.window_seconds(index, window.steps, window.wall_ms / 1e3)
-        _strike(fault, index)
-        return True
-
+    if on_built is not None:
+        on_built(workload)
     with deterministic(strict=False) if args.gate else contextlib.nullcontext():
         result = run(
             workload,
             config,
-            steps=reporter.steps,
-            warmup=reporter.warmup,
-            windows=reporter.windows,
+            steps=shape.steps,
+            warmup=shape.warmup,
+            windows=shape.windows,
             device=device,
             on_window=on_window,
             precision=reporter.precision,  # type: ignore[arg-type]
@@ -193,28 +211,78 @@ def _train(
     return result, workload.model
 
 
-def _report(reporter: Reporter, result: RunResult, model: torch.nn.Module, rank: int) -> None:
-    """Gather every rank's losses and digest; rank 0 checks them and reports."""
+def _gathered(
+    result: RunResult, model: torch.nn.Module, config: LoopConfig, rank: int
+) -> tuple[list[float], list[list[float]]]:
+    """Every rank's losses and digest gathered (a collective); on rank 0 the global losses and
+    the ranks' own (TrainerError naming the rank that disagrees), elsewhere empty lists."""
     world = dist.get_world_size()
     mine = {"rank": rank, "losses": list(result.losses), "digest": parameter_digest(model)}
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, mine)
     if rank != 0:
-        return
-    config = reporter.config
+        return [], []
     losses, disagreement = agreement(gathered, config)
     if disagreement is not None:
         raise TrainerError(f"the {world} ranks disagree: {disagreement}")
+    return losses, [g["losses"] for g in gathered]
+
+
+def _also(
+    args: argparse.Namespace, reporter: Reporter, rank: int, device: torch.device
+) -> list[dict[str, Any]]:
+    """The gate's trajectories of the `--also` configs, each as long as the first run's (its
+    own untimed steps included), in this same launch: their losses, on rank 0."""
+    total = reporter.warmup + reporter.steps
+    found = []
+    for raw in args.also:
+        config = LoopConfig.from_dict(json.loads(raw))
+        warmup = min_warmup(config)
+        shape = _Shape(warmup=warmup, steps=max(1, total - warmup), windows=1)
+        result, model = _train(args, reporter, config, shape, device)
+        losses, _ = _gathered(result, model, config, rank)
+        found.append({"config": config.to_dict(), "losses": losses})
+    return found
+
+
+def _run_rank(
+    args: argparse.Namespace, reporter: Reporter, rank: int, device: torch.device
+) -> None:
+    """The launch's run under the reported config (rank 0 reports its windows as they end),
+    the `--also` trajectories, then rank 0's losses and end line."""
+    config = reporter.config
+    fault = _fault(rank)
+
+    def started(workload: Workload) -> None:
+        if rank == 0:
+            reporter.start(
+                samples_per_batch=workload.samples_per_batch,
+                tokens_per_sample=workload.tokens_per_sample,
+            )
+
+    def on_window(index: int, window: Window) -> bool:
+        if rank == 0:
+            reporter.window_seconds(index, window.steps, window.wall_ms / 1e3)
+        _strike(fault, index)
+        return True
+
+    shape = _Shape(warmup=reporter.warmup, steps=reporter.steps, windows=reporter.windows)
+    result, model = _train(args, reporter, config, shape, device, on_window, started)
+    losses, rank_losses = _gathered(result, model, config, rank)
+    also = _also(args, reporter, rank, device)
+    if rank != 0:
+        return
     reporter.losses(0, losses)
     reporter.end(
         n_syncs=result.n_syncs,
         n_polls=result.n_polls,
         sync_wait_ms=result.sync_wait_ms,
         peak_memory_bytes=result.peak_memory_bytes,
-        world_size=world,
-        rank_losses=[g["losses"] for g in gathered],
+        world_size=dist.get_world_size(),
+        rank_losses=rank_losses,
         replicas="identical" if config.parallel == "ddp" else "sharded",
         backend=dist.get_backend(),
+        also=also,
     )
 
 
@@ -230,8 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     device = _device(reporter.device, local_rank)
     _start_group(device)
     try:
-        result, model = _train(args, reporter, rank, device)
-        _report(reporter, result, model, rank)
+        _run_rank(args, reporter, rank, device)
     finally:
         # Every rank leaves the group, a failed one too: NCCL's communicators are freed.
         dist.destroy_process_group()

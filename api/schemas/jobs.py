@@ -27,6 +27,7 @@ from trainers.config import (
     OptimizerChoice,
     SyncMode,
 )
+from trainers.program import MAX_NPROC
 from tuner.service.spec import JobSpec
 from tuner.service.tables import JobRow
 
@@ -167,6 +168,13 @@ class JobIn(Strict):
         description="fixed for the study: fp32, tf32, bf16-autocast or "
         "fp16-autocast (default: the workers' matmul precision)",
     )
+    nproc_per_node: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_NPROC,
+        description="processes per trial on the worker's node, one per GPU (gloo on a CPU): "
+        "above 1, each trial is a torchrun launch and DDP, FSDP2 and their settings are searched",
+    )
 
     @field_validator("objectives")
     @classmethod
@@ -206,6 +214,7 @@ class JobOut(BaseModel):
     n_trials: int = Field(description="trials asked for")
     model_args: dict[str, str] = Field(default_factory=dict)
     precision: str | None = None
+    nproc_per_node: int = Field(default=1, description="processes per trial")
     n_complete: int = Field(description="complete trials (Optuna COMPLETE) so far")
     n_failed: int
     n_pruned: int

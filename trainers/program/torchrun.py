@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import re
 import signal
@@ -84,11 +85,18 @@ def torchrun_command(
 
 
 def entry_args(
-    workload: str, preset: str, model_args: Mapping[str, str] | None, *, gate: bool
+    workload: str,
+    preset: str,
+    model_args: Mapping[str, str] | None,
+    *,
+    gate: bool,
+    also: Sequence[LoopConfig] = (),
 ) -> list[str]:
     args = ["--workload", workload, "--preset", preset]
     for key, value in (model_args or {}).items():
         args += ["--model-arg", f"{key}={value}"]
+    for config in also:
+        args += ["--also", json.dumps(config.to_dict(), separators=(",", ":"))]
     return args + (["--gate"] if gate else [])
 
 
@@ -128,14 +136,20 @@ def run_distributed(
     on_start: Callable[[int], None] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     matmul_precision: str | None = None,
+    also: Sequence[LoopConfig] = (),
 ) -> RunResult:
     """Train `workload` under `config` with `nproc` processes (see the module doc) and return
     rank 0's report. gate: dropout off and deterministic kernels (the gate's trajectories).
-    matmul_precision: the ranks' float32 matmul precision (None: this process's)."""
+    matmul_precision: the ranks' float32 matmul precision (None: this process's).
+    also: with `gate`, more configs trained after `config` in the same launch, each for as many
+    steps (one launch instead of one each); their losses are in `effective["also"]`."""
     check_nproc(nproc)
+    if also and not gate:
+        raise ConfigError("also", [c.to_dict() for c in also], "() unless gate=True")
     check_counts(steps=steps, warmup=warmup, windows=windows)
     dev = resolve_device(device)
-    command = torchrun_command(nproc, ENTRY, entry_args(workload, preset, model_args, gate=gate))
+    args = entry_args(workload, preset, model_args, gate=gate, also=also)
+    command = torchrun_command(nproc, ENTRY, args)
     program = Program(
         name=f"torchrun {nproc} x {workload}",
         command=tuple(command),
@@ -177,6 +191,7 @@ def run_distributed(
             "backend": end.get("backend"),
             "replicas": end.get("replicas"),
             "rank_losses": end.get("rank_losses"),
+            "also": end.get("also") or [],
         },
     )
 

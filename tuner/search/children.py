@@ -21,7 +21,7 @@ from tuner.search.dpgate import DataParallelGate
 from tuner.search.gate import Gate, InProcessGate, ProgramGate
 from tuner.search.isolated import ParityProcess, ProfileProcess
 from tuner.search.measure import Measurer
-from tuner.search.options import RunOptions
+from tuner.search.options import RunOptions, baselines_for
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -108,5 +108,6 @@ def _data_parallel(options: RunOptions, measurer: Measurer) -> Children:
         model_args=options.model_args,
         precision=options.precision,
         isolate=measurer.device.type == "cuda",
+        batch=list(baselines_for(measurer.nproc).values()),
     )
     return Children(gate=gate, profiler=None)

@@ -12,7 +12,7 @@ from trainers.program import PREFIX as PROGRAM_PREFIX
 from trainers.program import Program, load_registry
 from trainers.workloads import catalog, lookup
 from tuner.errors import SpaceError, SpecError, TunerError
-from tuner.search.spaces import load_space, program_space
+from tuner.search.spaces import for_processes, load_space, program_space
 from tuner.service.tables import JobRow
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -40,6 +40,8 @@ class JobSpec:
     """A library model's options (`torchvision:`, `timm:`, `hf:` workloads), as strings."""
     precision: str | None = None
     """fp32, tf32, bf16-autocast or fp16-autocast; None: the worker's matmul precision."""
+    nproc_per_node: int = 1
+    """Processes per trial on the worker's node (`RunOptions.nproc_per_node`)."""
 
     def to_stored(self) -> dict[str, Any]:
         """The row's `spec` column: every field but `n_trials`, which the row's own column holds
@@ -186,8 +188,17 @@ def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
             "an explicit space needs at least one searched setting (a list of choices or a range)",
             spec.space,
         )
+    if spec.nproc_per_node > 1 and spec.workload.startswith(PROGRAM_PREFIX):
+        raise SpecError(
+            ("nproc_per_node",),
+            f"1 for a program ({spec.workload} starts its own processes; data-parallel trials "
+            "run the built-in loop under torchrun)",
+            spec.nproc_per_node,
+        )
     try:
         pinned = load_space(spec.space, fix=spec.fix, cuda=cuda)
+        # The data-parallel levers' rules for this many processes (a pinned parallel, a graph).
+        for_processes(pinned, spec.nproc_per_node)
         if spec.workload.startswith(PROGRAM_PREFIX):
             program_space(pinned, registry.programs[spec.workload.removeprefix(PROGRAM_PREFIX)])
     except SpaceError as exc:

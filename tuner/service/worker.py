@@ -238,6 +238,7 @@ class Worker:
             matmul_precision=s.matmul_precision if spec.precision is None else "highest",
             model_args=spec.model_args,
             precision=spec.precision,  # type: ignore[arg-type]  # check_spec: one of PRECISIONS
+            nproc_per_node=spec.nproc_per_node,
         )
 
     def beat_in(self, job_id: str) -> None:

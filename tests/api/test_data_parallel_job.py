@@ -1,0 +1,73 @@
+"""A job of N > 1 processes per trial through the API: the field's bounds (422 naming it) and a
+2-process gloo job of transformer tiny run to the end by a real worker (one trial: each trial is a
+torchrun launch of three Python processes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.api.conftest import make_worker
+from tests.api.helpers import AUTH
+from trainers import LoopConfig
+
+DP_JOB: dict[str, Any] = {
+    "workload": "transformer",
+    "preset": "tiny",
+    "n_trials": 1,
+    "device": "cpu",
+    "fix": {"num_workers": 0},
+    "nproc_per_node": 2,
+}
+# One trial, one final round, two 2-step windows: the fewest launches a job can make.
+FEW: dict[str, Any] = {"top_k": 1, "measure_windows": 2, "final_rounds": 1}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (0, "greater than or equal to 1"),
+        (9, "less than or equal to 8"),
+        ("2", "valid integer"),
+        (2.5, "valid integer"),
+        (True, "valid integer"),
+    ],
+)
+def test_a_bad_nproc_per_node_gets_422_naming_it(
+    client: TestClient, value: object, message: str
+) -> None:
+    response = client.post("/v1/jobs", json=DP_JOB | {"nproc_per_node": value}, headers=AUTH)
+    assert response.status_code == 422, response.text
+    errors = response.json()["detail"]
+    assert any(
+        e["loc"][:2] == ["body", "nproc_per_node"] and message in e["msg"] for e in errors
+    ), errors
+
+
+def test_a_pin_refused_with_several_processes_gets_422_naming_it(client: TestClient) -> None:
+    response = client.post(
+        "/v1/jobs",
+        json=DP_JOB | {"fix": {"cuda_graph": False, "compile": "reduce-overhead"}},
+        headers=AUTH,
+    )
+    assert response.status_code == 422, response.text
+    assert "reduce-overhead" in response.text
+
+
+def test_a_two_process_job_tunes_end_to_end(client: TestClient, storage: str) -> None:
+    created = client.post("/v1/jobs", json=DP_JOB, headers=AUTH)
+    assert created.status_code == 201, created.text
+    assert created.json()["nproc_per_node"] == 2
+    assert make_worker(storage, **FEW).run_once()
+    job = client.get(created.headers["Location"], headers=AUTH).json()
+    assert job["status"] == "succeeded", job
+    assert job["nproc_per_node"] == 2
+    trials = client.get(f"{job['links']['trials']}", headers=AUTH).json()["items"]
+    assert len(trials) == 1
+    assert trials[0]["config"]["parallel"] in ("ddp", "fsdp2")
+    best = client.get(job["links"]["best"], headers=AUTH).json()
+    config = LoopConfig.from_dict(best["config"])
+    assert config.parallel in ("ddp", "fsdp2")
+    assert "the 2 ranks agree" in best["parity"]["reason"]

@@ -1,0 +1,217 @@
+"""Studies of N > 1 processes per trial: the flag, the space, a killed rank, and a 2-process gloo
+study of transformer tiny tuned end to end through the CLI.
+
+Each trial is a torchrun launch (three Python processes: 4-6 s each on the 2-core CI machine),
+so the study is as small as a study gets: one trial, one final round."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import optuna
+import pytest
+
+import trainers
+from tests.tuner.test_cli_run import run_main
+from tests.tuner.tiny import sqlite_url
+from trainers import ConfigError, LoopConfig
+from tuner.errors import SpaceError
+from tuner.search.measure import Failure, Measurer, Protocol
+from tuner.search.options import BASELINES, RunOptions, baselines_for
+from tuner.search.space import config_key
+from tuner.search.spaces import DATA_PARALLEL_LEVERS, for_processes, load_space
+from tuner.store import keys
+
+REPO = Path(__file__).resolve().parents[2]
+TINY_DP_FLAGS = (
+    "--workload",
+    "transformer",
+    "--preset",
+    "tiny",
+    "--device",
+    "cpu",
+    "--warmup",
+    "1",
+    "--windows",
+    "2",
+    "--window-steps",
+    "2",
+    "--final-rounds",
+    "1",
+    "--top-k",
+    "1",
+    "--parity-steps",
+    "4",
+    "--sampler",
+    "random",
+    "--profile",
+    "none",
+    "--fix",
+    "num_workers=0",
+    "--nproc-per-node",
+    "2",
+)
+
+# ---------------------------------------------------------------------------- options and space
+
+
+def test_nproc_per_node_is_checked_naming_the_field() -> None:
+    for bad in (0, 9):
+        with pytest.raises(ConfigError, match=r"nproc_per_node=.*allowed an integer in 1\.\.8"):
+            RunOptions(workload="mlp", preset="tiny", nproc_per_node=bad)
+    with pytest.raises(ConfigError, match="nproc_per_node=2 is invalid: allowed 1 for a program"):
+        RunOptions(workload="program:x", preset="tiny", nproc_per_node=2)
+
+
+def test_the_baselines_of_n_processes_are_ddp_with_its_defaults() -> None:
+    assert baselines_for(1) == BASELINES
+    ddp = baselines_for(2)
+    assert set(ddp) == set(BASELINES)
+    assert all(c.parallel == "ddp" and c.bucket_cap_mb == 25 for c in ddp.values())
+    assert ddp["seed-baseline"] == BASELINES["seed-baseline"].replace(parallel="ddp")
+    # The single-process baselines keep the keys stored studies know them by.
+    assert config_key(BASELINES["pytorch-default"]) == config_key(trainers.REFERENCE)
+
+
+def test_the_space_of_n_processes_searches_the_data_parallel_levers() -> None:
+    one = load_space("compile", cuda=True)
+    assert for_processes(one, 1) == one
+    space = for_processes(one, 2)
+    for field, spec in DATA_PARALLEL_LEVERS.items():
+        assert space.params[field] == spec
+    assert space.fixed["cuda_graph"] is False and "cuda_graph" not in space.params
+    assert "reduce-overhead" not in space.params["compile"].values  # type: ignore[union-attr]
+    assert any("not proven with DDP or FSDP2" in note for note in space.notes)
+    no_blocks = for_processes(load_space("full", cuda=False), 2, has_blocks=False)
+    assert no_blocks.fixed["fsdp_prefetch"] is False and "fsdp_prefetch" not in no_blocks.params
+    # Every config the space builds is valid: inert levers are reset (no duplicate trials).
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(30):
+        config = space.suggest(study.ask())
+        assert config.parallel in ("ddp", "fsdp2")
+        if config.parallel == "fsdp2":
+            assert config.bucket_cap_mb == 25 and not config.static_graph
+        else:
+            assert config.reshard_after_forward and not config.fsdp_prefetch
+
+
+@pytest.mark.parametrize(
+    ("fix", "nproc", "field", "allowed"),
+    [
+        (("parallel=ddp",), 1, "parallel", "'none' with nproc_per_node=1"),
+        (("parallel=none",), 2, "parallel", "'ddp' or 'fsdp2' with nproc_per_node > 1"),
+        (("cuda_graph=true",), 2, "cuda_graph", "false with nproc_per_node > 1"),
+        (("compile=reduce-overhead",), 2, "compile", "with nproc_per_node > 1"),
+    ],
+)
+def test_a_pin_the_processes_refuse_names_the_setting(
+    fix: tuple[str, ...], nproc: int, field: str, allowed: str
+) -> None:
+    with pytest.raises(SpaceError) as info:
+        for_processes(load_space("full", fix=fix, cuda=True), nproc)
+    assert info.value.field == field and allowed in str(info.value)
+
+
+def test_a_pin_of_a_lever_is_kept() -> None:
+    space = for_processes(
+        load_space("full", fix=("parallel=ddp", "bucket_cap_mb=5"), cuda=False), 2
+    )
+    assert space.fixed["parallel"] == "ddp" and space.fixed["bucket_cap_mb"] == 5
+    assert "parallel" not in space.params and "static_graph" in space.params
+
+
+# ---------------------------------------------------------------------------- a killed rank
+
+
+def _ours(token: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if f"STREAMTUNE_TEST_TOKEN={token}".encode() in environ and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc (Linux)")
+def test_a_killed_rank_fails_the_trial_cleanly(monkeypatch: pytest.MonkeyPatch) -> None:
+    token = uuid.uuid4().hex
+    monkeypatch.setenv("STREAMTUNE_TEST_TOKEN", token)
+    monkeypatch.setenv("STREAMTUNE_DIST_FAULT", "kill:1:0")
+    measurer = Measurer(
+        "transformer",
+        "tiny",
+        device="cpu",
+        protocol=Protocol(warmup=1, windows=2, window_steps=2),
+        nproc=2,
+    )
+    measurer.check()
+    outcome = measurer.measure(LoopConfig(parallel="ddp"))
+    assert isinstance(outcome, Failure)
+    assert "rank 1 of 2 failed (killed by SIGKILL)" in outcome.reason
+    assert "rank 1's stderr" in outcome.reason
+    assert _ours(token) == []
+
+
+def test_a_global_batch_that_does_not_split_is_refused_before_a_study() -> None:
+    measurer = Measurer("transformer", "tiny", device="cpu", protocol=Protocol(), nproc=3)
+    with pytest.raises(ConfigError, match="nproc_per_node=3 is invalid: allowed a divisor"):
+        measurer.check()
+
+
+# ---------------------------------------------------------------------------- end to end, CLI
+
+
+def test_a_two_process_study_tunes_end_to_end_through_the_cli(tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "tuner", "run", *TINY_DP_FLAGS, "--trials", "1", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**os.environ, "TUNER_STORAGE": storage},
+    )
+    assert out.returncode == 0, out.stderr
+    rec = json.loads(out.stdout)
+    assert rec["study"] == "transformer-tiny-cpu-x2"
+    assert LoopConfig.from_dict(rec["config"]).parallel in ("ddp", "fsdp2")
+    final = {entry["name"]: entry["config"] for entry in rec["final_round"]}
+    assert final["pytorch-default"] == LoopConfig(parallel="ddp").to_dict()
+    assert set(rec["speedup"]) == {"pytorch-default", "seed-baseline"}
+    assert rec["n_trials"]["complete"] + rec["n_trials"]["failed"] == 1
+    study = optuna.load_study(study_name=rec["study"], storage=storage)
+    trial = study.trials[0]
+    assert trial.user_attrs["config"]["parallel"] in ("ddp", "fsdp2")
+    # Every trial and baseline went through the data-parallel gate: the ranks agreed and the
+    # losses stayed inside the single-process envelope.
+    verdicts = [v for k, v in study.user_attrs.items() if k.startswith(keys.PARITY_PREFIX)]
+    assert len(verdicts) == 3
+    for verdict in verdicts:
+        assert "the 2 ranks agree (gloo" in verdict["reason"], verdict["reason"]
+        assert verdict["test"] == "equivalence"
+    assert rec["parity"]["passed"] is True
+    assert study.user_attrs[keys.META]["nproc_per_node"] == 2
+
+
+def test_the_cli_flag_names_itself_when_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    storage = sqlite_url(tmp_path)
+    code, _, err = run_main(
+        capsys, "run", *TINY_DP_FLAGS[:-1], "9", "--trials", "1", "--storage", storage
+    )
+    assert code != 0
+    assert "--nproc-per-node: nproc_per_node=9 is invalid: allowed an integer in 1..8" in " ".join(
+        err.split()
+    )
