@@ -15,6 +15,7 @@ from api.limits import BodyLimit
 from api.routes import docs, health, jobs, recommendations, studies
 from api.settings import ApiSettings
 from tuner.evidence.reader import StudyReader
+from tuner.service.reports import ReportCache
 from tuner.service.spec import WorkloadRegistry
 from tuner.service.submissions import Submissions
 from tuner.store import storage
@@ -31,7 +32,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     registry = WorkloadRegistry(settings.workloads, settings.programs)
     registry.check()
     store = Submissions(settings.storage)
-    reader = StudyReader(storage.open_storage(settings.storage))
+    optuna_storage = storage.open_storage(settings.storage)
+    reader = StudyReader(optuna_storage)
     app = FastAPI(
         title="streamtune",
         version="1",
@@ -45,9 +47,12 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         store=store,
         reader=reader,
         registry=registry,
-        tokens=settings.token_bytes(),
+        tokens=settings.tokens(),
+        reports=ReportCache(optuna_storage),
     )
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimit, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s
+    )
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)

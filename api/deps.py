@@ -9,9 +9,11 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from api.settings import ApiSettings
+from api.settings import ApiSettings, Token
 from tuner.evidence.reader import StudyReader
-from tuner.service.spec import WorkloadRegistry, owner_of
+from tuner.service.owners import EVERYONE, Owner
+from tuner.service.reports import ReportCache
+from tuner.service.spec import WorkloadRegistry
 from tuner.service.submissions import Submissions
 
 
@@ -23,12 +25,8 @@ class Services:
     store: Submissions
     reader: StudyReader
     registry: WorkloadRegistry
-    tokens: tuple[bytes, ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class Caller:
-    owner: str  # a hash of the token (tuner.service.spec.owner_of)
+    tokens: tuple[Token, ...]
+    reports: ReportCache
 
 
 def get_services(request: Request) -> Services:
@@ -55,34 +53,41 @@ def get_registry(services: ServicesDep) -> WorkloadRegistry:
     return services.registry
 
 
+def get_reports(services: ServicesDep) -> ReportCache:
+    return services.reports
+
+
 SettingsDep = Annotated[ApiSettings, Depends(get_settings)]
 StoreDep = Annotated[Submissions, Depends(get_store)]
 ReaderDep = Annotated[StudyReader, Depends(get_reader)]
 RegistryDep = Annotated[WorkloadRegistry, Depends(get_registry)]
+ReportsDep = Annotated[ReportCache, Depends(get_reports)]
 
 bearer = HTTPBearer(auto_error=False, description="a token of TUNER_API_TOKENS")
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
-def authenticate(services: ServicesDep, credentials: Credentials) -> Caller:
+def authenticate(services: ServicesDep, credentials: Credentials) -> Owner:
     """The caller, from `Authorization: Bearer <token>`; 401 unless the token is configured.
 
-    Every configured token is compared, each in constant time, so the time taken tells nothing
-    about which one (or how much of one) matched. No tokens configured: no authentication.
+    Every configured token is compared, each in constant time and none skipped after a match, so
+    the time taken tells nothing about which one (or how much of one) matched. No tokens
+    configured: no authentication, and the caller sees every job.
     """
     if not services.tokens:
-        return Caller(owner=owner_of(None))
-    given = b"" if credentials is None else credentials.credentials.encode("utf-8")
-    matched = False
+        return EVERYONE
+    given = b"" if credentials is None else credentials.credentials.encode("utf-8", "replace")
+    found: Owner | None = None
     for token in services.tokens:
-        matched |= hmac.compare_digest(given, token)
-    if credentials is None or not matched:
+        if hmac.compare_digest(given, token.secret):
+            found = token.owner
+    if credentials is None or found is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
             "missing or invalid bearer token (send Authorization: Bearer <token>)",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    return Caller(owner=owner_of(credentials.credentials))
+    return found
 
 
-CallerDep = Annotated[Caller, Depends(authenticate)]
+CallerDep = Annotated[Owner, Depends(authenticate)]

@@ -2,13 +2,19 @@
 
 The database unreachable is a 503 with `Retry-After` on every route (a 500 only for database
 errors that are not about reaching it). 422s keep FastAPI's shape (`detail`: a list of
-`{loc, msg, type}`, `loc` naming the field), also for the checks that only the tuner can make
-(an unknown workload, a bad range of the space).
+`{loc, msg, type, input}`, `loc` naming the field), also for the checks that only the tuner can
+make (an unknown workload, a bad range of the space), and their handler cannot fail on any input:
+what it echoes is made JSON-safe first (a non-finite number, a lone surrogate, an integer too long
+to print, an exception in `ctx`), and if rendering still failed the answer drops the echo.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import math
 from collections.abc import Sequence
+from typing import Any
 
 import optuna
 import sqlalchemy.exc
@@ -18,6 +24,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+import trainers
 from tuner.errors import (
     JobConflict,
     JobNotFound,
@@ -29,6 +36,12 @@ from tuner.errors import (
 from tuner.store.retry import is_transient
 
 RETRY_AFTER_S = "5"
+MAX_ECHO = 200  # characters of an input (and items of a list) echoed back in a 422
+JSON_HINT = "the body must be a JSON object: send it with Content-Type: application/json"
+log = logging.getLogger("api.errors")
+UNREADABLE = json.dumps(
+    {"detail": [{"type": "value_error", "loc": ["body"], "msg": "the request is invalid"}]}
+).encode()
 
 
 def field_error(
@@ -38,6 +51,55 @@ def field_error(
     return RequestValidationError(
         [{"loc": tuple(loc), "msg": message, "type": "value_error", "input": value}]
     )
+
+
+def _text(value: str) -> str:
+    """A string that encodes as UTF-8 (a lone surrogate escaped), cut to MAX_ECHO characters."""
+    cut = value if len(value) <= MAX_ECHO else value[:MAX_ECHO] + "..."
+    return cut.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def plain(value: object, depth: int = 0) -> Any:
+    """`value` as JSON can carry it: non-finite floats and huge integers as text, strings that
+    encode, containers cut short, anything else as its (safe) repr."""
+    if value is None or isinstance(value, bool | str):
+        return value if not isinstance(value, str) else _text(value)
+    if isinstance(value, int):
+        return value if abs(value) < 2**63 else f"an integer of {value.bit_length()} bits"
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, bytes):
+        return _text(value.decode("utf-8", "replace"))
+    if depth > 8:
+        return "..."
+    if isinstance(value, dict):
+        items = list(value.items())[:MAX_ECHO]
+        return {_text(str(plain(k))): plain(v, depth + 1) for k, v in items}
+    if isinstance(value, list | tuple | set):
+        return [plain(v, depth + 1) for v in list(value)[:MAX_ECHO]]
+    return _text(repr(value))
+
+
+def unprocessable(errors: Sequence[Any], *, hint_json: bool = False) -> Response:
+    """A 422 with FastAPI's shape for `errors`; it renders whatever the errors hold."""
+    try:
+        detail = []
+        for error in errors:
+            entry = {key: plain(error.get(key)) for key in ("type", "loc", "msg", "input")}
+            if error.get("ctx"):
+                entry["ctx"] = plain(error["ctx"])
+            if hint_json and tuple(entry["loc"] or ()) == ("body",):
+                entry["msg"] = f"{entry['msg']}: {JSON_HINT}"
+            detail.append(entry)
+        body = json.dumps(
+            {"detail": detail}, allow_nan=False, ensure_ascii=False, separators=(",", ":")
+        ).encode()
+    # Not expected after `plain`; but this handler answers 422 whatever the errors hold (a 500
+    # here would be the server failing on the client's input).
+    except Exception as exc:  # noqa: BLE001
+        log.warning("a 422 answered without its details: %s", type(exc).__name__)
+        body = UNREADABLE
+    return Response(body, status_code=422, media_type="application/json")
 
 
 def _json(status_code: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -59,22 +121,34 @@ def install(app: FastAPI) -> None:
     async def _too_many(_: Request, exc: Exception) -> JSONResponse:
         return _json(status.HTTP_429_TOO_MANY_REQUESTS, str(exc), {"Retry-After": "60"})
 
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        hint = request.method == "POST" and kind != "application/json"
+        return unprocessable(exc.errors(), hint_json=hint)
+
     @app.exception_handler(SpecError)
-    async def _bad_spec(request: Request, exc: Exception) -> JSONResponse:
+    async def _bad_spec(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, SpecError)
-        error = field_error(("body", *exc.loc), exc.message, exc.value)
-        return JSONResponse(
-            {"detail": error.errors()}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
-        )
+        return unprocessable(field_error(("body", *exc.loc), exc.message, exc.value).errors())
+
+    # What only a library model's adapter knows (an unknown family or model): a 422 naming the
+    # field, wherever it is raised (tuner.service.spec.check_spec turns the known ones into
+    # SpecErrors first; this is the net under it).
+    @app.exception_handler(trainers.WorkloadError)
+    async def _bad_workload(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, trainers.WorkloadError)
+        head, _, rest = (exc.field or "workload").partition(".")
+        loc = ("model_args", rest) if head == "model_arg" and rest else (head,)
+        return unprocessable(field_error(("body", *loc), str(exc)).errors())
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         if exc.status_code == status.HTTP_400_BAD_REQUEST:  # FastAPI could not parse the body
             error = field_error(("body",), "the body could not be parsed: send JSON in UTF-8")
-            return JSONResponse(
-                {"detail": error.errors()}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
-            )
+            return unprocessable(error.errors())
         return await http_exception_handler(request, exc)
 
     # The database away (down, restarting, unreachable): 503 with Retry-After on every route.

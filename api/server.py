@@ -34,7 +34,7 @@ def is_loopback(host: str) -> bool:
 
 def check_exposure(host: str, settings: ApiSettings) -> None:
     """Refuse to serve beyond this machine without tokens: anyone could then run jobs."""
-    if not settings.api_tokens and not is_loopback(host):
+    if not settings.tokens() and not is_loopback(host):
         raise TunerError(
             f"--host: refusing to serve on {host!r} without TUNER_API_TOKENS: anyone who can "
             "reach the port could submit and cancel jobs. Set TUNER_API_TOKENS (comma separated "

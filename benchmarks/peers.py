@@ -580,6 +580,44 @@ def _utilisation(
     return at
 
 
+def add_mfu(data: Mapping[str, Any]) -> dict[str, Any]:
+    """`data` (a peers JSON recorded before MFU was) with TFLOP/s and MFU on every timed entry:
+    the model's FLOPs counted here on a CPU (`trainers.flops`, the count a GPU run makes; it
+    does not depend on the device), over the recorded median ms/step, against the dense peak of
+    the GPU named in `meta`. Peak memory was not recorded by those runs and stays absent."""
+    from trainers.flops import count_step_flops, utilisation
+
+    out = json.loads(json.dumps(data))
+    gpu = out["meta"].get("gpu")
+    cpu = torch.device("cpu")
+    for item in out["presets"]:
+        if "error" in item:
+            continue
+        precision = item.get("precision")
+        workload = trainers.load_workload(
+            item["workload"], item["preset"], seed=0, model_args=item.get("model_args") or {}
+        )
+        flops = count_step_flops(workload, cpu)
+        entries = [*item.get("peers", {}).values(), *item.get("harness", {}).values()]
+        for entry in entries:
+            if not isinstance(entry, dict) or "median_ms" not in entry:
+                continue
+            use = utilisation(
+                flops,
+                entry["median_ms"],
+                gpu_name=gpu,
+                precision=precision,  # "tf32" and the autocasts pick their peak column
+                matmul_precision="highest",
+            )
+            entry |= {"flops_per_step": flops, "tflops": use.tflops, "mfu": use.mfu}
+            entry["mfu_note"] = f"{use.note}; FLOPs counted afterwards on a CPU"
+    out["meta"]["mfu_added"] = (
+        "MFU added afterwards by `benchmarks/peers.py --add-mfu`: FLOPs counted on a CPU over "
+        "the recorded median ms/step; peak memory was not recorded by these runs"
+    )
+    return out
+
+
 def peers_for(spec: str, chosen: str | None) -> tuple[str, ...]:
     """The peers of a preset: `--peers` if given; at scale (the llama presets) the loops users of
     0.3-8B models write, otherwise the small-model loops."""
@@ -709,6 +747,8 @@ def to_markdown(data: Mapping[str, Any]) -> str:
         "ratio = recommendation's throughput over the fastest peer's.",
         "",
     ]
+    if meta.get("mfu_added"):
+        lines += [meta["mfu_added"] + ".", ""]
     present = [
         name for name in PEERS if any(name in item.get("peers", {}) for item in data["presets"])
     ] or list(SMALL_PEERS)
@@ -867,8 +907,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--readme", type=Path, default=None, help="with --merge: rewrite the README's table"
     )
+    parser.add_argument(
+        "--add-mfu",
+        type=Path,
+        default=None,
+        help="skip measuring: add TFLOP/s and MFU to this JSON's entries (FLOPs counted on the "
+        "CPU) and regenerate its Markdown (and with --readme, the README's table)",
+    )
     parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
     args = parser.parse_args(argv)
+    if args.add_mfu is not None:
+        data = add_mfu(json.loads(args.add_mfu.read_text(encoding="utf-8")))
+        args.add_mfu.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        args.add_mfu.with_suffix(".md").write_text(to_markdown(data), encoding="utf-8")
+        if args.readme is not None:
+            update_readme(args.readme, data)
+        return
     if args.from_json is not None:
         data = json.loads(args.from_json.read_text(encoding="utf-8"))
         args.from_json.with_suffix(".md").write_text(to_markdown(data), encoding="utf-8")

@@ -34,6 +34,9 @@ TRAINERS_PARTS: dict[str, tuple[str, ...]] = {
     "core": (),
     "gate": ("core",),
     "program": ("core", "gate"),
+    # The rank side of a data-parallel run (`trainers.distributed`): the loop, the gate's
+    # deterministic mode, the program protocol's reporter.
+    "distributed": ("core", "gate", "program"),
 }
 # The only `trainers` modules `tuner` may import: the packages' public fronts.
 TRAINERS_FRONTS = ("trainers", "trainers.gate", "trainers.program", "trainers.workloads")

@@ -113,6 +113,10 @@ GATE = {
     "twin_of",
 }
 PROGRAM = {
+    "MAX_NPROC",
+    "NCCL_ENV",
+    "check_nproc",
+    "run_distributed",
     "PREFIX",
     "PROTOCOL",
     "Program",

@@ -11,8 +11,9 @@ what the tuner measured is what a user trains with. Two stages:
   context manager, it sets the matmul precision and closes the data loaders on the way out.
 
 Each lever has one spot here, which both users reach: the model transform in
-`Engine._transform_model`, the optimizer in `Engine._build_optimizer`, the batches one step
-draws in `Session.step`.
+`Engine._transform_model` (block levers, then the data-parallel wrapper of `trainers.parallel`,
+then the compiler), the optimizer in `Engine._build_optimizer`, the batches one step draws in
+`Session.step` (each process's shard of them: `DataParallel.shard`).
 
 `trainers.gate.faults` swaps `DeviceFeed`, `EagerStep` and `GraphStep` in this module's
 namespace to plant its faults: they are looked up here when a Session is built.
@@ -37,6 +38,7 @@ from trainers.flops import count_step_flops, count_step_flops_by_linear
 from trainers.harvest import Harvester, make_harvester
 from trainers.measure import check_counts
 from trainers.optim import prepare_optimizer
+from trainers.parallel import DataParallel
 from trainers.precision import (
     Precision,
     check_precision,
@@ -184,12 +186,16 @@ class Engine:
         # Counted on the plain model, before any lever wraps it: recomputation is not a model
         # FLOP.
         self.flops_per_step = _count_flops(workload, dev)
-        self.optimizer = self._build_optimizer(on_optimizer)
+        self.data_parallel = DataParallel.create(config, dev)
+        self.data_parallel.check_workload(workload)
         self._undo_blocks: Callable[[], None] = _nothing
         self._undo_float8: Callable[[], None] = _nothing
         self.float8: Float8Report | None = None
         """What precision float8 converted (None for the other precisions)."""
+        # Before the optimizer: FSDP2 replaces the parameters by their shards, which the
+        # optimizer must hold (every other transform shares the model's parameters).
         self.step_model = self._transform_model(self.model)
+        self.optimizer = self._build_optimizer(on_optimizer)
 
     def _build_optimizer(self, on_optimizer: OptimizerHook | None) -> torch.optim.Optimizer:
         """The workload's optimizer, rebuilt as `config.optimizer` asks."""
@@ -214,8 +220,8 @@ class Engine:
         Precision float8 converts the eligible linears, and the block levers (activation
         checkpointing, each block compiled on its own) change the blocks, all in place;
         `close()` puts them back, so the next run of the same workload starts from the plain
-        model. The converted linears share the model's Parameters: the optimizer built before
-        keeps stepping them, and a state dict loads into either form."""
+        model. The converted linears share the model's Parameters, and a state dict loads into
+        either form."""
         if self.precision == "float8":
             # First: the checkpoint wrappers and the compiler then see the converted layers,
             # and the scaling is fused into the compiled kernels (torchao's order).
@@ -229,6 +235,9 @@ class Engine:
         except BaseException:
             self.close()  # a refused lever leaves the workload's model as it was
             raise
+        # DDP or FSDP2 around the (checkpointed, per-block compiled) model; the whole-model
+        # compile goes around the wrapper, so Dynamo sees DDP's buckets (trainers.parallel).
+        model = self.data_parallel.wrap(model, self.workload)
         if self.config.compile_scope == "blocks":
             return model  # its blocks are compiled; what lies between them stays eager
         return compile_model(model, self.config.compile)
@@ -298,6 +307,8 @@ class Session:
         batches = positioned_batches(
             engine.workload, config, dev, first_step * micro_batches, opened=self.loaders
         )
+        # Under data parallelism each process keeps its shard of every global batch.
+        batches = engine.data_parallel.shard(batches)
         self.feed = DeviceFeed(batches, self.plan, config, dev)
         self.step_fn = self._make_step(clip_norm)
         self.harvester: Harvester = make_harvester(config, self.plan, capacity, dev)

@@ -14,6 +14,9 @@ Three sub-packages, each importing only those before it (a test pins the order):
 `tuner.cli` (`python -m tuner`) sits on top. `tuner` never imports `api`, the HTTP layer beside it.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from tuner.errors import (
     GpuBusy,
     Interrupted,
@@ -27,17 +30,57 @@ from tuner.errors import (
     TooManyQueued,
     TunerError,
 )
-from tuner.evidence.reader import StudyReader, list_studies, load_config, recommendation
-from tuner.evidence.recommendation import Recommendation
-from tuner.search.options import BASELINES, RunOptions
-from tuner.search.search import run_study
-from tuner.search.space import SearchSpace
-from tuner.search.spaces import load_space, space_from_mapping
-from tuner.service.jobstore import JobStore
-from tuner.service.settings import WorkerSettings
-from tuner.service.spec import JobSpec, WorkloadRegistry
-from tuner.service.worker import Worker
-from tuner.store.counting import TrialCounts, count_trials
+
+# The rest is imported on first use (PEP 562): `python -m tuner` runs this file before its
+# command, and importing torch, Optuna and scipy here took 3-7 s on this project's 2-core machine
+# (by its load), all before `run` could print its first progress line (issue 29).
+_LAZY = {
+    "StudyReader": "tuner.evidence.reader",
+    "list_studies": "tuner.evidence.reader",
+    "load_config": "tuner.evidence.reader",
+    "recommendation": "tuner.evidence.reader",
+    "Recommendation": "tuner.evidence.recommendation",
+    "BASELINES": "tuner.search.options",
+    "RunOptions": "tuner.search.options",
+    "run_study": "tuner.search.search",
+    "SearchSpace": "tuner.search.space",
+    "load_space": "tuner.search.spaces",
+    "space_from_mapping": "tuner.search.spaces",
+    "JobStore": "tuner.service.jobstore",
+    "WorkerSettings": "tuner.service.settings",
+    "JobSpec": "tuner.service.spec",
+    "WorkloadRegistry": "tuner.service.spec",
+    "Worker": "tuner.service.worker",
+    "TrialCounts": "tuner.store.counting",
+    "count_trials": "tuner.store.counting",
+}
+
+if TYPE_CHECKING:
+    from tuner.evidence.reader import StudyReader, list_studies, load_config, recommendation
+    from tuner.evidence.recommendation import Recommendation
+    from tuner.search.options import BASELINES, RunOptions
+    from tuner.search.search import run_study
+    from tuner.search.space import SearchSpace
+    from tuner.search.spaces import load_space, space_from_mapping
+    from tuner.service.jobstore import JobStore
+    from tuner.service.settings import WorkerSettings
+    from tuner.service.spec import JobSpec, WorkloadRegistry
+    from tuner.service.worker import Worker
+    from tuner.store.counting import TrialCounts, count_trials
+
+
+def __getattr__(name: str) -> Any:
+    """A public name of `_LAZY`, imported from its module on first use."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tuner' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "BASELINES",

@@ -11,16 +11,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
-import trainers
-from trainers.workloads import catalog
 from tuner.errors import SpaceError, TunerError
-from tuner.evidence import export as exporting
-from tuner.evidence import progress, reader, render
-from tuner.evidence.recommendation import Recommendation
-from tuner.search.measure import Protocol
-from tuner.store import storage as studies
+from tuner.evidence import progress
 
+# Each command imports what it needs when it runs: importing torch, Optuna and scipy takes 3-7 s
+# on a 2-core machine, and `run` prints its first progress line before that (issue 29).
 if TYPE_CHECKING:
+    from tuner.evidence.recommendation import Recommendation
     from tuner.search.options import RunOptions
 
 app = typer.Typer(
@@ -30,8 +27,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-CPU_SEARCH_BUDGET_S = 60.0
+CPU_SEARCH_BUDGET_S = 30.0
 """`python -m tuner run`'s search budget on a CPU when no --timeout is given (`_cpu_defaults`)."""
+CPU_FINAL_ROUNDS = 1
+"""Its final rounds on a CPU when no --final-rounds is given."""
 
 # The settings' fields (`trainers.LoopConfig`, `RunOptions`, the measurement `Protocol`) and run
 # arguments -> the flag a user typed. tests/tuner/test_cli_flags.py holds it to those owners:
@@ -70,6 +69,7 @@ FLAGS = {
     "precision": "--precision",
     "train_steps": "--train-steps",
     "patience": "--patience",
+    "nproc_per_node": "--nproc-per-node",
     "compile": "--compile",
     "optimizer": "--optimizer",
     "space": "--space",
@@ -88,6 +88,8 @@ def _root() -> None:
 
 def flag_error(exc: Exception) -> str | None:
     """A one-line message for a known input error, naming the flag; None for anything else."""
+    import trainers  # loaded already when the error came from it
+
     if isinstance(exc, trainers.ConfigError):
         return f"{FLAGS.get(exc.field, exc.field)}: {exc}"
     if isinstance(exc, trainers.WorkloadError):
@@ -171,6 +173,9 @@ def train(
     as_json: AsJson = False,
 ) -> None:
     """Run one measured training run and print its RunResult."""
+    import trainers
+    from tuner.evidence import render
+
     trainers.check_precisions(precision, matmul_precision)
     trainers.set_matmul_precision(matmul_precision)
     config = trainers.LoopConfig(
@@ -220,6 +225,9 @@ def parse_model_args(items: list[str] | tuple[str, ...]) -> dict[str, str]:
 @app.command()
 def models(as_json: AsJson = False) -> None:
     """List the library-model families, their presets and the --model-arg options each takes."""
+    from trainers.workloads import catalog
+    from tuner.evidence import render
+
     families = catalog()
     if as_json:
         typer.echo(
@@ -269,7 +277,10 @@ TopK = Annotated[int, typer.Option(help="Configs re-measured in the final round.
 TieMargin = Annotated[
     float, typer.Option(help="Configs within this fraction of the fastest median also tie.")
 ]
-FinalRounds = Annotated[int, typer.Option(help="Interleaved final rounds.")]
+FinalRounds = Annotated[
+    int | None,
+    typer.Option(help=f"Interleaved final rounds (default: 3; {CPU_FINAL_ROUNDS} on a CPU)."),
+]
 BaselineEvery = Annotated[
     int, typer.Option(help="Re-measure the baselines every N trials (drift).")
 ]
@@ -295,10 +306,11 @@ Patience = Annotated[
     ),
 ]
 Profile = Annotated[
-    str,
+    str | None,
     typer.Option(
         help="Profile none, the baselines and the recommended config (baselines), or every "
-        "complete trial too (all)."
+        "complete trial too (all). Default: baselines; none on a CPU, where a profile has no "
+        "GPU figures."
     ),
 ]
 ProfileSteps = Annotated[int, typer.Option(help="Profiled steps per config.")]
@@ -314,6 +326,13 @@ Program = Annotated[
     typer.Option(
         help="A registered training program to tune as it is (the registry file in "
         "$TUNER_PROGRAMS; see trainers/program/runner.py): same as --workload program:NAME."
+    ),
+]
+NprocPerNode = Annotated[
+    int,
+    typer.Option(
+        help="Processes per trial on this node, one per GPU (gloo on a CPU): above 1, each "
+        "trial is a torchrun launch and DDP, FSDP2 and their settings are searched."
     ),
 ]
 Quiet = Annotated[
@@ -341,7 +360,7 @@ def run_(
     max_memory: MaxMemory = None,
     top_k: TopK = 3,
     tie_margin: TieMargin = 0.01,
-    final_rounds: FinalRounds = 3,
+    final_rounds: FinalRounds = None,
     baseline_every: BaselineEvery = 10,
     parity_steps: ParitySteps = 20,
     warmup: Warmup = 10,
@@ -354,11 +373,12 @@ def run_(
     precision: Precision = None,
     train_steps: TrainSteps = None,
     patience: Patience = None,
-    profile: Profile = "baselines",
+    profile: Profile = None,
     profile_steps: ProfileSteps = 10,
     artifacts: Artifacts = None,
     program: Program = None,
     quiet: Quiet = False,
+    nproc_per_node: NprocPerNode = 1,
     as_json: AsJson = False,
 ) -> None:
     """Tune: search the settings with short real runs and recommend a config."""
@@ -366,6 +386,8 @@ def run_(
     show = progress.for_terminal(quiet=quiet, stdout=sys.stdout, stderr=sys.stderr)
     with show:
         rec = _tune(flags, show)
+    from tuner.evidence import render
+
     if as_json:
         typer.echo(json.dumps(rec.to_dict(), indent=2))
     else:
@@ -373,21 +395,21 @@ def run_(
 
 
 def _tune(flags: dict[str, Any], show: Any) -> Recommendation:
-    """Check the storage, apply a CPU's defaults, run the study, end the progress on the
-    recommendation's figure. The first line comes before anything slow (the workload is built
-    and the study opened after it), so a log shows the run has started."""
-    from tuner.search.search import run_study
-
+    """Check the flags and the storage, apply a CPU's defaults, run the study, end the progress
+    on the recommendation's figure. The first line comes before anything slow (importing torch,
+    building the workload, opening the study), so a log shows at once that the run started."""
     workload = flags["workload"] if flags["program"] is None else f"program:{flags['program']}"
-    # The flags and the storage path are checked first (in milliseconds): an error in them is
-    # then the only line printed.
+    show.line(
+        f"tuning {workload} / {flags['preset']} on device {flags['device']}: loading PyTorch "
+        "and Optuna"
+    )
+    from tuner.search.search import run_study
+    from tuner.store import storage as studies
+
     options = _run_options(flags, workload)
     url = studies.storage_url(flags["storage"])
     studies.check_sqlite_path(url)
-    show.line(
-        f"tuning {workload} / {flags['preset']} on device {flags['device']}, study in {url}: "
-        "building the workload and opening the study"
-    )
+    show.line(f"building the workload, then opening the study in {url}")
     options = _cpu_defaults(options, flags, show)
     rec = run_study(options, progress=show)
     show.finish(rec)
@@ -396,6 +418,7 @@ def _tune(flags: dict[str, Any], show: Any) -> Recommendation:
 
 def _run_options(flags: dict[str, Any], workload: str) -> RunOptions:
     """`run`'s flags as the search's `RunOptions` (which checks them)."""
+    from tuner.search.measure import Protocol
     from tuner.search.options import RunOptions
 
     return RunOptions(
@@ -412,13 +435,13 @@ def _run_options(flags: dict[str, Any], workload: str) -> RunOptions:
         max_memory_bytes=flags["max_memory"],
         top_k=flags["top_k"],
         tie_margin=flags["tie_margin"],
-        final_rounds=flags["final_rounds"],
+        final_rounds=3 if flags["final_rounds"] is None else flags["final_rounds"],
         baseline_every=flags["baseline_every"],
         parity_steps=flags["parity_steps"],
         sampler=flags["sampler"],
         seed=flags["seed"],
         matmul_precision=flags["matmul_precision"],
-        profile=flags["profile"],
+        profile=flags["profile"] or "baselines",
         profile_steps=flags["profile_steps"],
         model_args=parse_model_args(flags["model_arg"] or ()),
         train_steps=flags["train_steps"],
@@ -431,25 +454,43 @@ def _run_options(flags: dict[str, Any], workload: str) -> RunOptions:
             window_steps=flags["window_steps"],
             seed=flags["seed"],
         ),
+        nproc_per_node=flags["nproc_per_node"],
     )
 
 
 def _cpu_defaults(options: RunOptions, flags: dict[str, Any], show: Any) -> RunOptions:
-    """On a CPU, a search budget of CPU_SEARCH_BUDGET_S unless --timeout is given: a CPU run
-    answers whether the workload trains under each config and passes the gate, not which config
-    is fastest on a GPU, so a long search there buys nothing (issue 29: the default job ran 12
-    minutes on this project's 2-core machine). A GPU's defaults are `run_study`'s."""
-    if flags["timeout"] is not None or trainers.resolve_device(options.device).type != "cpu":
+    """On a CPU, where not given: a search budget of CPU_SEARCH_BUDGET_S, CPU_FINAL_ROUNDS final
+    round and no profiles. A CPU run answers whether the workload trains under each config and
+    passes the gate, not which config is fastest on a GPU (the summary says so), and a CPU
+    profile has no GPU figures; so a long job there buys nothing. On this project's 2-core
+    machine, under other jobs' load, the README's first command took 239 s with three final
+    rounds (128 s) and profiles (31 s). A GPU's defaults are untouched."""
+    import trainers
+
+    if trainers.resolve_device(options.device).type != "cpu":
         return options
-    show.phase(
-        f"search budget {CPU_SEARCH_BUDGET_S:.0f} s (the default on a CPU; --timeout sets another)"
-    )
-    return dataclasses.replace(options, timeout_s=CPU_SEARCH_BUDGET_S)
+    changes: dict[str, Any] = {}
+    said: list[str] = []
+    if flags["timeout"] is None:
+        changes["timeout_s"] = CPU_SEARCH_BUDGET_S
+        said.append(f"search budget {CPU_SEARCH_BUDGET_S:.0f} s (--timeout)")
+    if flags["final_rounds"] is None:
+        changes["final_rounds"] = CPU_FINAL_ROUNDS
+        said.append(f"{CPU_FINAL_ROUNDS} final round (--final-rounds)")
+    if flags["profile"] is None:
+        changes["profile"] = "none"
+        said.append("no profiles (--profile)")
+    if said:
+        show.phase(f"on a CPU: {', '.join(said)}; the flags in brackets set others")
+    return dataclasses.replace(options, **changes)
 
 
 @app.command()
 def best(study: StudyName, storage: Storage = None, as_json: AsJson = False) -> None:
     """Print a study's recommendation."""
+    from tuner.evidence import reader, render
+    from tuner.store import storage as studies
+
     rec = reader.recommendation(studies.storage_url(storage), study)
     if as_json:
         typer.echo(json.dumps(rec.to_dict(), indent=2))
@@ -464,6 +505,10 @@ def export(
     format: Annotated[str, typer.Option("--format", help="json, env or python.")] = "json",
 ) -> None:
     """Print the recommended config as JSON, environment variables or Python."""
+    from tuner.evidence import export as exporting
+    from tuner.evidence import reader
+    from tuner.store import storage as studies
+
     rec = reader.recommendation(studies.storage_url(storage), study)
     typer.echo(exporting.export(rec, format))
 
@@ -471,6 +516,9 @@ def export(
 @app.command("studies")
 def studies_(storage: Storage = None, as_json: AsJson = False) -> None:
     """List the studies in the storage with their best throughput."""
+    from tuner.evidence import reader, render
+    from tuner.store import storage as studies
+
     rows = reader.list_studies(studies.storage_url(storage))
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
@@ -537,6 +585,7 @@ def report(
 ) -> None:
     """Write one self-contained HTML page about a study (plots, recommendation, profiles)."""
     from tuner.evidence.report import write_report
+    from tuner.store import storage as studies
 
     path = write_report(studies.storage_url(storage), study, out)
     typer.echo(str(path))

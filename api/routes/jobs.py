@@ -2,24 +2,35 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Response, status
-from fastapi.responses import HTMLResponse
+from fastapi import APIRouter, Depends, Path, Query, Request, Response, status
 
-from api.deps import CallerDep, ReaderDep, RegistryDep, SettingsDep, StoreDep, authenticate
+from api.deps import (
+    CallerDep,
+    ReaderDep,
+    RegistryDep,
+    ReportsDep,
+    SettingsDep,
+    StoreDep,
+    authenticate,
+)
 from api.routes import CONFLICT, NOT_FOUND, UNAUTHORIZED
 from api.schemas.common import ErrorOut, Recommendation
 from api.schemas.jobs import JobIn, JobOut, JobPage, Status, TrialOut, TrialPage
 from tuner.errors import JobConflict
 from tuner.service.spec import check_spec
 
+log = logging.getLogger("api.jobs")
 router = APIRouter(
     prefix="/v1/jobs", tags=["jobs"], dependencies=[Depends(authenticate)], responses=UNAUTHORIZED
 )
 
 Limit = Annotated[int, Query(ge=1, le=200, description="page size")]
 Offset = Annotated[int, Query(ge=0, le=10_000_000, description="items to skip")]
+HTML = "text/html; charset=utf-8"
+JobId = Annotated[str, Path(description="the job's id (32 hexadecimal digits)")]
 
 
 @router.post(
@@ -42,41 +53,51 @@ def create_job(
     """Queue a tuning job; a worker picks it up. `Location` is the job's URL."""
     spec = body.to_spec()
     check_spec(spec, registry)
-    row = store.create(spec, owner=caller.owner, max_queued=settings.max_queued_per_token)
+    row = store.create(spec, owner=caller, max_queued=settings.max_queued_per_token)
+    log.info("job %s queued by %s: %s %s", row.id, caller.name, row.workload, row.preset)
     response.headers["Location"] = f"/v1/jobs/{row.id}"
     return JobOut.of(row)
 
 
 @router.get("", response_model=JobPage)
 def list_jobs(
-    store: StoreDep, status: Status | None = None, limit: Limit = 50, offset: Offset = 0
+    store: StoreDep,
+    caller: CallerDep,
+    status: Status | None = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
 ) -> JobPage:
-    """Jobs, newest first, optionally of one status."""
-    rows, total = store.list(status=status, limit=limit, offset=offset)
+    """This token's jobs (an admin's: every job), newest first, optionally of one status."""
+    rows, total = store.list(status=status, limit=limit, offset=offset, by=caller)
     return JobPage(items=[JobOut.of(r) for r in rows], total=total, limit=limit, offset=offset)
 
 
 @router.get("/{job_id}", response_model=JobOut, responses=NOT_FOUND)
-def get_job(job_id: str, store: StoreDep) -> JobOut:
+def get_job(job_id: JobId, store: StoreDep, caller: CallerDep) -> JobOut:
     """Status, trials complete of n_trials, the best trial so far, timestamps, error."""
-    return JobOut.of(store.get(job_id))
+    return JobOut.of(store.job(job_id, by=caller))
 
 
 @router.get("/{job_id}/trials", response_model=TrialPage, responses=NOT_FOUND)
 def job_trials(
-    job_id: str, store: StoreDep, reader: ReaderDep, limit: Limit = 50, offset: Offset = 0
+    job_id: JobId,
+    store: StoreDep,
+    reader: ReaderDep,
+    caller: CallerDep,
+    limit: Limit = 50,
+    offset: Offset = 0,
 ) -> TrialPage:
     """The job's trials in order: params, throughput with its CI, state, failure reason."""
-    rows, total = reader.trials(store.get(job_id).study, limit=limit, offset=offset)
+    rows, total = reader.trials(store.job(job_id, by=caller).study, limit=limit, offset=offset)
     return TrialPage(
         items=[TrialOut.model_validate(r) for r in rows], total=total, limit=limit, offset=offset
     )
 
 
 @router.get("/{job_id}/best", response_model=Recommendation, responses=NOT_FOUND | CONFLICT)
-def job_best(job_id: str, store: StoreDep) -> Recommendation:
+def job_best(job_id: JobId, store: StoreDep, caller: CallerDep) -> Recommendation:
     """The tuner's recommendation; 409 while there is none."""
-    row = store.get(job_id)
+    row = store.job(job_id, by=caller)
     if row.recommendation is None:
         raise JobConflict(
             f"job {job_id!r} has no recommendation: it is {row.status}, "
@@ -93,19 +114,42 @@ def job_best(job_id: str, store: StoreDep) -> Recommendation:
         **NOT_FOUND,
         200: {
             "content": {"text/html": {"schema": {"type": "string"}}},
-            "description": "the study's self-contained HTML report",
+            "description": "the study's self-contained HTML report (gzipped if accepted)",
         },
+        304: {"description": "not changed since the ETag sent in If-None-Match"},
     },
 )
-def job_report(job_id: str, store: StoreDep, reader: ReaderDep) -> HTMLResponse:
+def job_report(
+    job_id: JobId, store: StoreDep, reports: ReportsDep, caller: CallerDep, request: Request
+) -> Response:
     """The job study's report (`python -m tuner report`): recommendation, speedups, every
-    trial, throughput by setting, the time breakdown of the profiled configs. A job that has
-    not started has no study yet: 404."""
-    return HTMLResponse(reader.report(store.get(job_id).study))
+    trial, throughput by setting, the time breakdown of the profiled configs. Built once per
+    state of the study (its ETag) and served from memory. A job that has not started has no
+    study yet: 404."""
+    page = reports.page(store.job(job_id, by=caller).study)
+    # private: the page is this token's; no-cache: ask again (a 304 while unchanged).
+    headers = {"ETag": page.etag, "Cache-Control": "private, no-cache", "Vary": "Accept-Encoding"}
+    if page.etag in request.headers.get("if-none-match", ""):
+        return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
+    if accepts_gzip(request.headers.get("accept-encoding", "")):
+        headers["Content-Encoding"] = "gzip"
+        return Response(page.gzipped, media_type=HTML, headers=headers)
+    return Response(page.html, media_type=HTML, headers=headers)
+
+
+def accepts_gzip(header: str) -> bool:
+    """Whether an Accept-Encoding header takes gzip (and not with q=0)."""
+    for part in header.lower().split(","):
+        coding, _, params = part.strip().partition(";")
+        if coding.strip() in ("gzip", "*"):
+            return params.replace(" ", "") not in ("q=0", "q=0.0", "q=0.00", "q=0.000")
+    return False
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut, responses=NOT_FOUND | CONFLICT)
-def cancel_job(job_id: str, store: StoreDep) -> JobOut:
+def cancel_job(job_id: JobId, store: StoreDep, caller: CallerDep) -> JobOut:
     """Cancel: a queued job at once; a running one stops at its running trial's next window
     (what was measured stays). 409 when the job has already ended."""
-    return JobOut.of(store.cancel(job_id))
+    row = store.cancel(job_id, by=caller)
+    log.info("job %s: cancel asked by %s", job_id, caller.name)
+    return JobOut.of(row)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from api.deps import StoreDep, authenticate
+from api.deps import CallerDep, StoreDep, authenticate
 from api.routes import NOT_FOUND, UNAUTHORIZED
 from api.schemas.common import Recommendation
 from api.schemas.studies import RecommendationHit
@@ -19,12 +19,14 @@ router = APIRouter(
     responses=UNAUTHORIZED,
 )
 
-Text = Annotated[str, Query(min_length=1, max_length=128)]
+PRINTABLE = r"^[^\x00-\x1f\x7f]+$"  # no control character (PostgreSQL stores no NUL)
+Text = Annotated[str, Query(min_length=1, max_length=128, pattern=PRINTABLE)]
 
 
 @router.get("", response_model=RecommendationHit, responses=NOT_FOUND)
 def recommend(
     store: StoreDep,
+    caller: CallerDep,
     workload: Text,
     preset: Text,
     gpu: Annotated[
@@ -32,13 +34,15 @@ def recommend(
         Query(
             min_length=1,
             max_length=128,
+            pattern=PRINTABLE,
             description=("the GPU's name (spaces or '-') as in the fingerprint, or cpu"),
         ),
     ],
 ) -> RecommendationHit:
-    """Across finished jobs, the recommended config of highest throughput for this hardware."""
+    """Across this token's finished jobs (an admin's: everyone's), the recommended config of
+    highest throughput for this hardware."""
     hardware = gpu.strip().replace(" ", "-")
-    row = store.best_for(workload, preset, hardware)
+    row = store.best_for(workload, preset, hardware, by=caller)
     if row is None or row.recommendation is None:
         raise JobNotFound(
             f"no finished job has a recommendation for workload={workload!r} "

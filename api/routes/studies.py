@@ -6,10 +6,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from api.deps import ReaderDep, authenticate
+from api.deps import CallerDep, ReaderDep, StoreDep, authenticate
 from api.routes import CONFLICT, NOT_FOUND, UNAUTHORIZED
 from api.schemas.common import Recommendation
 from api.schemas.studies import StudyOut, StudyPage
+from tuner.errors import StudyNotFound
+from tuner.service.owners import Owner
+from tuner.service.submissions import Submissions
 
 router = APIRouter(
     prefix="/v1/studies",
@@ -22,21 +25,37 @@ router = APIRouter(
 @router.get("", response_model=StudyPage)
 def list_studies(
     reader: ReaderDep,
+    store: StoreDep,
+    caller: CallerDep,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
 ) -> StudyPage:
-    """Studies by name: workload, preset, fingerprint, trial counts, best so far."""
+    """Studies by name: workload, preset, fingerprint, trial counts, best so far. A token sees
+    its jobs' studies; an admin's, every study of the storage (`python -m tuner run`'s too)."""
     names = reader.names()
+    mine = store.studies(by=caller)
+    if mine is not None:
+        names = [n for n in names if n in mine]
     items = [StudyOut.of(reader.summary(n)) for n in names[offset : offset + limit]]
     return StudyPage(items=items, total=len(names), limit=limit, offset=offset)
 
 
 @router.get("/{name}", response_model=StudyOut, responses=NOT_FOUND)
-def get_study(name: str, reader: ReaderDep) -> StudyOut:
-    return StudyOut.of(reader.summary(name))
+def get_study(name: str, reader: ReaderDep, store: StoreDep, caller: CallerDep) -> StudyOut:
+    return StudyOut.of(reader.summary(_visible(name, store, caller)))
 
 
 @router.get("/{name}/best", response_model=Recommendation, responses=NOT_FOUND | CONFLICT)
-def study_best(name: str, reader: ReaderDep) -> Recommendation:
+def study_best(name: str, reader: ReaderDep, store: StoreDep, caller: CallerDep) -> Recommendation:
     """The study's recommendation; 409 while it has none."""
-    return Recommendation.model_validate(reader.recommendation(name).to_dict())
+    found = reader.recommendation(_visible(name, store, caller))
+    return Recommendation.model_validate(found.to_dict())
+
+
+def _visible(name: str, store: Submissions, caller: Owner) -> str:
+    """`name`, if the caller may see it; StudyNotFound otherwise, worded as for an unknown one."""
+    mine = store.studies(by=caller)
+    # A name with a NUL names no study (and PostgreSQL could not even be asked about it).
+    if "\x00" in name or (mine is not None and name not in mine):
+        raise StudyNotFound(f"no study named {name!r} in this storage")
+    return name

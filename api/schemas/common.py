@@ -9,9 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class Strict(BaseModel):
-    """Request models: unknown fields are errors, and no type is coerced into another."""
+    """Request models: unknown fields are errors, no type is coerced into another, and every
+    number is finite."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # NaN and infinities (JSON's `NaN`, `Infinity`, `1e999`) are refused as not finite.
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class ErrorOut(BaseModel):

@@ -36,7 +36,7 @@ WorkloadName = Annotated[
     str, Field(min_length=1, max_length=128, pattern=r"^([a-z]+:)?[A-Za-z0-9_.-]+$")
 ]
 ModelArgKey = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z_]+$")]
-ModelArgValue = Annotated[str, Field(min_length=1, max_length=64)]
+ModelArgValue = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$")]
 PrecisionName = Precision
 # The harness's own bounds (trainers.config), so the schema cannot drift from what runs.
 Streams = Annotated[int, Field(ge=1, le=MAX_STREAMS)]

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.settings import ApiSettings
-from tests.api.helpers import AUTH, OTHER_TOKEN, SMALL, TINY_JOB, TOKEN, sqlite_url
+from tests.api.helpers import ADMIN_TOKEN, AUTH, OTHER_TOKEN, SMALL, TINY_JOB, TOKEN, sqlite_url
 from tuner.search.options import RunOptions
 from tuner.search.search import run_study
 from tuner.service.settings import WorkerSettings
@@ -26,7 +26,11 @@ for _name in [k for k in os.environ if k.startswith("TUNER_")]:
 
 
 def make_app(storage: str, **settings: Any) -> FastAPI:
-    values: dict[str, Any] = {"storage": storage, "api_tokens": f"{TOKEN},{OTHER_TOKEN}"}
+    values: dict[str, Any] = {
+        "storage": storage,
+        "api_tokens": f"{TOKEN},{OTHER_TOKEN}",
+        "api_admin_tokens": f"ops:{ADMIN_TOKEN}",
+    }
     return create_app(ApiSettings(**(values | settings)))
 
 
@@ -38,6 +42,15 @@ def make_worker(storage: str, **settings: Any) -> Worker:
 @pytest.fixture
 def storage(tmp_path: Path) -> str:
     return sqlite_url(tmp_path)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def any_storage(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh database on each backend: an SQLite file, and a PostgreSQL schema (`pg_url`,
+    skipped when nothing listens on 127.0.0.1:5432)."""
+    if request.param == "sqlite":
+        return sqlite_url(tmp_path)
+    return str(request.getfixturevalue("pg_url"))
 
 
 @pytest.fixture

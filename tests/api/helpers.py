@@ -11,8 +11,10 @@ from typing import Any, TypeVar
 
 TOKEN = "test-token-aaaaaaaaaaaaaaaa"
 OTHER_TOKEN = "test-token-bbbbbbbbbbbbbbbb"
+ADMIN_TOKEN = "test-token-adminadminadmin"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 OTHER_AUTH = {"Authorization": f"Bearer {OTHER_TOKEN}"}
+ADMIN_AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 # The workers' settings for a run of about half a second per job phase (see tests/tuner/tiny.py).
 SMALL: dict[str, Any] = {

@@ -61,7 +61,7 @@ def test_either_configured_token_is_accepted(client: TestClient) -> None:
 
 
 def test_without_tokens_the_api_is_open(storage: str) -> None:
-    with TestClient(make_app(storage, api_tokens="")) as open_client:
+    with TestClient(make_app(storage, api_tokens="", api_admin_tokens="")) as open_client:
         assert open_client.get("/v1/jobs").status_code == 200
 
 

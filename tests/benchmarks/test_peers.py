@@ -215,3 +215,32 @@ def test_failed_tuning_trials_keep_their_config_and_reason(tmp_path: Path) -> No
     assert failed == [
         {"trial": 0, "config": graph, "reason": "capture failed: operation not permitted"}
     ]
+
+
+def test_mfu_added_afterwards_counts_the_models_flops_over_the_recorded_step() -> None:
+    entry = {"median_ms": 10.0, "ci95": [9.0, 11.0]}
+    data = {
+        "meta": {"gpu": "NVIDIA H100 80GB HBM3"},
+        "presets": [
+            {
+                "workload": "transformer",
+                "preset": "tiny",
+                "precision": "bf16-autocast",
+                "peers": {"compile-default": dict(entry), "failed-one": {"error": "x"}},
+                "harness": {"recommended": dict(entry, median_ms=5.0)},
+            },
+            {"workload": "x", "preset": "y", "precision": "tf32", "error": "failed"},
+        ],
+    }
+    out = peers.add_mfu(data)
+    flops = trainers.flops.count_step_flops(
+        trainers.load_workload("transformer", "tiny", seed=0), torch.device("cpu")
+    )
+    peer = out["presets"][0]["peers"]["compile-default"]
+    assert peer["flops_per_step"] == flops > 0
+    assert peer["mfu"] == pytest.approx(flops / 0.010 / 1e12 / 989.4)
+    # Half the time, twice the utilisation; the entry without a time is left as it was.
+    assert out["presets"][0]["harness"]["recommended"]["mfu"] == pytest.approx(2 * peer["mfu"])
+    assert out["presets"][0]["peers"]["failed-one"] == {"error": "x"}
+    assert "peak memory was not recorded" in out["meta"]["mfu_added"]
+    assert "mfu" not in data["presets"][0]["peers"]["compile-default"]  # the input is kept

@@ -44,6 +44,9 @@ OWN_DEFAULTS = {
     ("run", "fix"),  # None typed, () parsed
     ("run", "model_args"),  # None typed, {} parsed
     ("train", "model_args"),
+    # None typed: the CPU's own default where not given (`cli._cpu_defaults`), else the owner's.
+    ("run", "final_rounds"),
+    ("run", "profile"),
 }
 
 

@@ -132,7 +132,8 @@ def test_a_run_logged_to_a_file_prints_its_first_line_within_5_s_then_one_per_tr
     assert proc.returncode == 0, text
     assert first_after is not None and first_after < 5.0, (first_after, text)
     lines = [line for line in text.splitlines() if PROGRESS_LINE.match(line)]
-    assert lines[0].endswith("building the workload and opening the study"), lines[0]
+    assert lines[0].endswith("tuning mlp / tiny on device cpu: loading PyTorch and Optuna")
+    assert lines[1].endswith(f"building the workload, then opening the study in {storage}")
     assert any("new study log: up to 3 trials" in line for line in lines)
     trials = [line for line in lines if re.search(r"\] trial \d+ \(\d/3\) ", line)]
     assert len(trials) == 3, lines
@@ -168,6 +169,34 @@ def test_quiet_prints_no_progress_and_without_it_stderr_has_the_lines(
     assert any(re.search(r"\] trial 0 \(1/1\) ", line) for line in progress), loud.err
 
 
+def test_a_cpu_run_given_no_budget_flags_gets_the_cpu_defaults(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a CPU: a 30 s search budget, 1 final round, no profiles, unless the flags say otherwise
+    (a GPU keeps its own defaults: `run_study`'s)."""
+    storage = sqlite_url(tmp_path)
+    pairs = dict(zip(RUN_FLAGS[::2], RUN_FLAGS[1::2], strict=True))
+    flags = [
+        w for k, v in pairs.items() if k not in ("--final-rounds", "--profile") for w in (k, v)
+    ]
+    base = ["run", *flags, "--trials", "1", "--storage", storage]
+    assert main([*base, "--study", "defaults", "--json"]) == 0
+    err = capsys.readouterr().err
+    assert (
+        "on a CPU: search budget 30 s (--timeout), 1 final round (--final-rounds), no profiles "
+        "(--profile); the flags in brackets set others"
+    ) in err
+    assert "final round 1/1" in err and "final round 1/3" not in err
+    assert "profiling" not in err
+    attrs = load(storage, "defaults").user_attrs
+    assert not [k for k in attrs if k.startswith("profile/")]
+    assert attrs["recommendation"].get("explanation") is None  # no profile: no verdict to explain
+    assert main([*base, "--study", "given", "--final-rounds", "2", "--timeout", "100"]) == 0
+    err = capsys.readouterr().err
+    assert "on a CPU: no profiles (--profile)" in err
+    assert "final round 2/2" in err
+
+
 # -- storage paths ------------------------------------------------------------------------------
 
 
@@ -198,7 +227,8 @@ def test_an_unusable_sqlite_path_in_a_real_process_is_one_line_without_traceback
     out = tuner("run", *RUN_FLAGS, "--storage", "sqlite:////proc/nope/t.db")
     assert out.returncode == 2, out.stderr
     assert out.stdout == ""
-    assert out.stderr.splitlines() == [
+    assert "Traceback" not in out.stderr
+    assert without_progress(out.stderr).splitlines() == [
         "error: --storage: the folder /proc/nope of 'sqlite:////proc/nope/t.db' does not exist; "
         "create it first (mkdir -p /proc/nope): an SQLite file's folder must exist: streamtune "
         "creates the file and its <name>-artifacts/ folder beside it, never the folders on the "

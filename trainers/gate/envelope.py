@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from trainers.config import REFERENCE
+from trainers.config import REFERENCE, LoopConfig
 from trainers.core import resolve_device
 from trainers.gate.equivalence import (
     FLOOR_ULPS,
@@ -100,11 +100,15 @@ class Envelope:
         precision: Precision | None = None,
         eps: float | None = None,
         reference: Sequence[float] | None = None,
+        config: LoopConfig = REFERENCE,
     ) -> Envelope:
         """Train the reference (unless `reference` is given: it must be the reference's losses
         for these arguments) and `perturbations` perturbed copies of it.
 
         eps None: `rounding_eps(precision, torch.get_float32_matmul_precision())`.
+        config: the reference's config (the loop's `REFERENCE`; a data-parallel run is judged
+        against one process accumulating the ranks' shards as micro-batches,
+        `tuner.search.dpgate`).
         """
         if perturbations < 1:
             raise ValueError(f"perturbations={perturbations!r} is invalid: allowed >= 1")
@@ -127,14 +131,14 @@ class Envelope:
         strict = True
         name = workload if isinstance(workload, str) else getattr(workload, "__name__", "?")
         if reference is None:
-            ref = trajectory(factory, preset, REFERENCE, **common)
+            ref = trajectory(factory, preset, config, **common)
             reference, strict, name = ref.losses, ref.strict, ref.workload.name
             del ref
         seeds = tuple(seed * 1000 + k + 1 for k in range(perturbations))
         perturbed = []
         for k in seeds:
             run = trajectory(
-                factory, preset, REFERENCE, perturbation=Perturbation(seed=k, eps=eps), **common
+                factory, preset, config, perturbation=Perturbation(seed=k, eps=eps), **common
             )
             perturbed.append(tuple(run.losses))
             strict = strict and run.strict

@@ -7,6 +7,8 @@
 - `runner`: launching a program with a `LoopConfig`, timeouts and stopping, and the correctness
   gate for a program's losses (`program_parity`).
 - `reporting`: the helper a Python program uses to report in that protocol (`Reporter`).
+- `torchrun`: a data-parallel run of a built-in workload, torchrun of `trainers.distributed` with
+  N processes, read through the same protocol (`run_distributed`).
 """
 
 from trainers.program.protocol import PROTOCOL, ReportReader, program_env
@@ -19,8 +21,11 @@ from trainers.program.registry import (
 )
 from trainers.program.reporting import Reporter
 from trainers.program.runner import ProgramFailed, program_parity, run_program
+from trainers.program.torchrun import MAX_NPROC, NCCL_ENV, check_nproc, run_distributed
 
 __all__ = [
+    "MAX_NPROC",
+    "NCCL_ENV",
     "PREFIX",
     "PROTOCOL",
     "REGISTRY_VARIABLE",
@@ -28,9 +33,11 @@ __all__ = [
     "ProgramFailed",
     "ReportReader",
     "Reporter",
+    "check_nproc",
     "find_program",
     "load_registry",
     "program_env",
     "program_parity",
+    "run_distributed",
     "run_program",
 ]

@@ -134,7 +134,9 @@ class Reporter:
             torch.cuda.synchronize(device)  # everything queued in the window is counted
         self.window_seconds(index, steps, time.perf_counter() - started)
 
-    def end(self, **counters: float | int | None) -> None:
+    def end(self, **counters: Any) -> None:
+        """The end line: the counters (`n_syncs`, ...) and whatever else the run adds (a
+        data-parallel run: its world size and every rank's losses)."""
         self._write({"event": "end", **counters})
         if self._handle is not None:
             self._handle.close()

@@ -97,9 +97,15 @@ def _execute(
     folder: Path,
     reader: ReportReader,
     on_window: Callable[[int, Window], bool] | None,
+    *,
+    stop_at_end: bool = False,
 ) -> bool:
     """Start the program, follow its report (`folder/report.jsonl`) until it exits or is
-    stopped; True if it was stopped early. ProgramFailed with its stderr's tail if it failed."""
+    stopped; True if it was stopped early. ProgramFailed with its stderr's tail if it failed.
+
+    stop_at_end: once the report is complete (its end line read), stop the program instead of
+    waiting for it to exit: a torchrun launch spends about 2 s tearing its agent down after
+    every rank has reported (`trainers.program.torchrun`)."""
     stderr_path = folder / "stderr.txt"
     with stderr_path.open("wb") as stderr:
         try:
@@ -116,7 +122,12 @@ def _execute(
             raise ProgramFailed(f"program {program.name!r} could not start: {exc}") from exc
         try:
             stopped = _follow(
-                process, folder / "report.jsonl", reader, on_window, program.timeout_s
+                process,
+                folder / "report.jsonl",
+                reader,
+                on_window,
+                program.timeout_s,
+                stop_at_end=stop_at_end,
             )
         except BaseException:
             _stop(process)
@@ -124,7 +135,8 @@ def _execute(
     tail = stderr_path.read_bytes()[-STDERR_TAIL:].decode("utf-8", "replace").strip()
     if reader.error is not None:
         raise ProgramFailed(f"program {program.name!r}: {reader.error}; stderr: {tail}")
-    if not stopped and process.returncode != 0:
+    complete = stop_at_end and reader.end is not None and reader.missing() is None
+    if not stopped and process.returncode != 0 and not complete:
         raise ProgramFailed(
             f"program {program.name!r} exited with status {process.returncode}; stderr: {tail}"
         )
@@ -147,8 +159,11 @@ def _follow(
     reader: ReportReader,
     on_window: Callable[[int, Window], bool] | None,
     timeout_s: float,
+    *,
+    stop_at_end: bool = False,
 ) -> bool:
-    """Read the report as it grows until the program exits; True if it was stopped early."""
+    """Read the report as it grows until the program exits (or, with `stop_at_end`, has
+    reported everything); True if it was stopped early."""
     deadline = time.monotonic() + timeout_s
     offset = 0
     pending = b""
@@ -174,6 +189,10 @@ def _follow(
                 if pending.strip():
                     reader.feed(pending)
                 return False
+            if stop_at_end and reader.end is not None and reader.missing() is None:
+                # Everything is reported: nothing is left to shut down gracefully.
+                _stop(process, grace_s=0)
+                return False
             if time.monotonic() > deadline:
                 _stop(process)
                 reader.error = reader.error or f"timed out after {timeout_s:.0f} s"
@@ -181,13 +200,16 @@ def _follow(
             time.sleep(POLL_S)
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the program's process group, SIGKILL after a grace period."""
+def _stop(process: subprocess.Popen[bytes], grace_s: float = GRACE_S) -> None:
+    """SIGTERM to the program's process group, SIGKILL after a grace period (at once with
+    `grace_s` 0)."""
     if process.poll() is not None:
         return
     try:
+        if grace_s <= 0:
+            raise subprocess.TimeoutExpired(process.args, 0)
         os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=GRACE_S)
+        process.wait(timeout=grace_s)
     except (ProcessLookupError, subprocess.TimeoutExpired):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)

@@ -18,14 +18,15 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-import trainers
-from tuner.evidence.recommendation import Recommendation
 from tuner.store.phases import LABELS
+
+if TYPE_CHECKING:  # imported when used: `python -m tuner run` prints its first line before torch
+    from tuner.evidence.recommendation import Recommendation
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -61,7 +62,7 @@ def _words(name: str, value: Any) -> str | None:
         "prefetch_depth": lambda v: f"prefetch {v}",
         "pin_memory": lambda v: "pinned" if v else "unpinned",
         "non_blocking": lambda v: "non-blocking" if v else "blocking",
-        "num_workers": lambda v: f"{v} workers",
+        "num_workers": lambda v: f"{v} worker" + ("" if v == 1 else "s"),
         "cuda_graph": lambda v: "whole-step graph" if v else "no graph",
         "compile": lambda v: f"compile {v}",
         "optimizer": lambda v: f"{v} optimizer",
@@ -77,6 +78,8 @@ def _words(name: str, value: Any) -> str | None:
 
 def short_config(config: Mapping[str, Any] | None) -> str:
     """A config in a few words: only what differs from the PyTorch default (`LoopConfig()`)."""
+    import trainers  # here, not at the top: see the imports
+
     if config is None:
         return "refused combination"
     default = trainers.LoopConfig().to_dict()

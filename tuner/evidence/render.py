@@ -10,6 +10,7 @@ from rich.table import Table
 
 from trainers import RunResult
 from trainers.workloads import Family
+from tuner.evidence.progress import short_config
 from tuner.evidence.recommendation import Recommendation, memory_text, utilisation_text
 from tuner.store.phases import LABELS
 
@@ -59,11 +60,13 @@ def _interval(entry: dict[str, Any], unit: str = "") -> str:
 
 def phase_times(time: Mapping[str, Any] | None) -> str | None:
     """One line: the study's wall time and each phase's seconds (`tuner.store.phases`), largest
-    first, phases that took no time left out; None for a study recorded before phases were."""
+    first, phases that took (next to) no time left out; None for a study recorded before phases
+    were."""
     if not time:
         return None
     phases = {k: float(v or 0.0) for k, v in (time.get("phases") or {}).items()}
-    shown = sorted(((s, k) for k, s in phases.items() if s > 0.0), reverse=True)
+    # A phase that would read "0.0 s" is left out with those that took no time.
+    shown = sorted(((s, k) for k, s in phases.items() if f"{s:.1f}" != "0.0"), reverse=True)
     parts = ", ".join(f"{LABELS.get(k, k)} {s:.1f} s" for s, k in shown)
     sessions = int(time.get("sessions") or 1)
     across = f" over {sessions} sessions" if sessions > 1 else ""
@@ -80,9 +83,9 @@ def recommendation(console: Console, rec: Recommendation) -> None:
             table.add_row("time", spent)
         console.print(table)
         return
-    table.add_row(
-        "recommended", f"{rec.source}: " + ", ".join(f"{k}={v}" for k, v in rec.config.items())
-    )
+    # The settings that differ from the PyTorch default, in words; every field is in the export.
+    table.add_row("recommended", f"{rec.source}: {short_config(rec.config)}")
+    table.add_row("train with it", f"python -m tuner export --study {rec.study} --format python")
     if rec.explanation:
         table.add_row("why", rec.explanation)
     if rec.parity is not None:
@@ -158,7 +161,7 @@ def cpu_rows(rec: Recommendation) -> list[tuple[str, str]]:
             "it cannot tell",
             "which config is fastest on a GPU: stream, event and pinned-memory settings have no "
             "effect on a CPU and CUDA graphs do not run there, so the configs above differ by "
-            "noise and 'change nothing' is the expected answer",
+            "noise and 'change nothing' is the usual answer",
         ),
         ("on a GPU, run", gpu_command(rec)),
     ]

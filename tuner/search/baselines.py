@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import optuna
 
+from trainers import LoopConfig
 from tuner.search.measure import Failure, Measurer
 from tuner.search.options import BASELINES, DRIFT_WARNING, Progress, Retry
 from tuner.search.stats import drift
@@ -35,8 +37,11 @@ class Baselines:
         retry: Retry,
         progress: Progress,
         clock: Clock,
+        configs: Mapping[str, LoopConfig] | None = None,
     ) -> None:
         self.study = study
+        # `BASELINES`, or their DDP twins in a study of several processes (`baselines_for`).
+        self.configs = dict(BASELINES if configs is None else configs)
         self.measurer = measurer
         self.where = where
         self.retry = retry
@@ -48,7 +53,7 @@ class Baselines:
         previous = self.retry.call(
             lambda: studies.entries(self.study, keys.BASELINE_PREFIX), what="baselines"
         )
-        for name, config in BASELINES.items():
+        for name, config in self.configs.items():
             self.progress.phase(f"baseline {name} ({phase})")
             outcome = self.measurer.measure(config)
             self.clock.measured(outcome, MEASURE)

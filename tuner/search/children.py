@@ -6,7 +6,10 @@ Chosen once, by the kind of run, so that the search never asks which:
   CUPTI after a profile, outlast them and slowed later measurements by up to 50 %;
 - a built-in workload on a CPU: both in this process;
 - a registered program: its own gate (`ProgramGate`), and no profiler (its kernels run in
-  another process; `open_search` turns profiles off for it).
+  another process; `open_search` turns profiles off for it);
+- N > 1 processes per trial: the data-parallel gate (`tuner.search.dpgate`: the ranks under
+  torchrun against one process on the same global batches), its envelope in a child process on
+  a GPU; the profiles run under torchrun too (`tuner.search.dpprofile`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 
 from tuner.search import profiling
+from tuner.search.dpgate import DataParallelGate
 from tuner.search.gate import Gate, InProcessGate, ProgramGate
 from tuner.search.isolated import ParityProcess, ProfileProcess
 from tuner.search.measure import Measurer
@@ -47,6 +51,8 @@ def open_children(options: RunOptions, measurer: Measurer) -> Children:
             seed=options.protocol.seed,
         )
         return Children(gate=gate, profiler=None)
+    if measurer.nproc > 1:
+        return _data_parallel(options, measurer)
     if measurer.device.type != "cuda":
         profiler = profiling.in_process(
             measurer.workload,
@@ -88,3 +94,19 @@ def open_children(options: RunOptions, measurer: Measurer) -> Children:
         precision=options.precision,
     )
     return Children(gate=parity, profiler=profiles.profile, _profiles=profiles)
+
+
+def _data_parallel(options: RunOptions, measurer: Measurer) -> Children:
+    gate = DataParallelGate(
+        options.workload,
+        options.preset,
+        nproc=measurer.nproc,
+        steps=options.parity_steps,
+        seed=options.protocol.seed,
+        device=measurer.device,
+        matmul_precision=options.matmul_precision,
+        model_args=options.model_args,
+        precision=options.precision,
+        isolate=measurer.device.type == "cuda",
+    )
+    return Children(gate=gate, profiler=None)

@@ -28,7 +28,7 @@ import trainers
 from trainers import LoopConfig, RunResult, Window, Workload
 from trainers.gate import floor_applies
 from trainers.program import PREFIX as PROGRAM_PREFIX
-from trainers.program import Program, find_program, run_program
+from trainers.program import Program, find_program, run_distributed, run_program
 
 # The search tries up to 4 workers on any machine; the DataLoader's advice against it is noise here.
 warnings.filterwarnings("ignore", message="This DataLoader will create")
@@ -126,8 +126,12 @@ class Measurer:
         protocol: Protocol,
         model_args: Mapping[str, str] | None = None,
         precision: trainers.Precision | None = None,
+        nproc: int = 1,
     ) -> None:
         self.workload_name = workload
+        # Above 1, each measurement is a torchrun launch of `nproc` processes
+        # (`trainers.program.run_distributed`); the workload is still built here, for its checks.
+        self.nproc = nproc
         self.preset = preset
         self.model_args = dict(model_args or {})
         # Fixed for a study (it changes the results); None: fp32, or --matmul-precision's setting.
@@ -151,8 +155,15 @@ class Measurer:
         before a study is stored."""
         if self.program is not None:
             self.program.check(self.preset)
-        else:
-            self.workload  # noqa: B018
+            return
+        size = self.workload.samples_per_batch
+        if size % self.nproc:
+            raise trainers.ConfigError(
+                "nproc_per_node",
+                self.nproc,
+                f"a divisor of the global batch ({self.workload_name} {self.preset} has {size} "
+                "samples per batch: each process trains on an equal shard)",
+            )
 
     @property
     def samples_per_batch(self) -> int:
@@ -191,6 +202,8 @@ class Measurer:
         """One run of `config`. `on_window(index, throughput)` returning False stops it early."""
         if self.program is not None:
             return self._measure_program(self.program, config, on_window)
+        if self.nproc > 1:
+            return self._measure_distributed(config, on_window)
         workload = self.workload
         workload.model.load_state_dict(self._initial)
         # Every run starts from the same allocator state: what earlier runs cached is returned.
@@ -272,6 +285,38 @@ class Measurer:
         self._samples_per_batch = result.samples_per_batch
         return _measured(result, time.perf_counter() - started)
 
+    def _measure_distributed(
+        self, config: LoopConfig, on_window: Callable[[int, float], bool] | None
+    ) -> Measured | Failure:
+        """One torchrun launch of `nproc` processes (a failed or hung rank: a Failure naming it,
+        with its stderr; no process left behind). Windows are samples/s of the global batch."""
+        started = time.perf_counter()
+        samples = self.workload.samples_per_batch
+
+        def window_done(index: int, window: Window) -> bool:
+            if on_window is None:
+                return True
+            return on_window(index, samples / (window.step_ms / 1e3))
+
+        try:
+            result = run_distributed(
+                self.workload_name,
+                self.preset,
+                config,
+                nproc=self.nproc,
+                steps=self.protocol.windows * self.protocol.window_steps,
+                warmup=self.protocol.warmup_for(config),
+                windows=self.protocol.windows,
+                device=self.device,
+                on_window=window_done,
+                precision=self.precision,
+                seed=self.protocol.seed,
+                model_args=self.model_args,
+            )
+        except Exception as exc:  # noqa: BLE001 - every failure is recorded, none ends the study
+            return self._failure(exc, time.perf_counter() - started)
+        return _measured(result, time.perf_counter() - started)
+
     def _started(self, samples_per_batch: int) -> None:
         # From the program's start line: windows are converted to samples/s as they come.
         self._samples_per_batch = samples_per_batch
@@ -290,7 +335,7 @@ class Measurer:
     def floor_ms(self, config: LoopConfig | None = None) -> float | None:
         """The CUDA-graph floor of this workload in the study's precision (None on a CPU, if it
         cannot be captured, or where it does not bound `config`'s step: a compiled step)."""
-        if self.device.type != "cuda" or self.program is not None:
+        if self.device.type != "cuda" or self.program is not None or self.nproc > 1:
             return None
         if config is not None and floor_applies(config) is not None:
             return None

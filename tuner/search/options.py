@@ -12,6 +12,8 @@ import optuna
 
 import trainers
 from trainers import LoopConfig
+from trainers.program import PREFIX as PROGRAM_PREFIX
+from trainers.program import check_nproc
 from tuner.evidence.progress import TrialReport
 from tuner.search.measure import Protocol
 from tuner.store.storage import precision_of
@@ -24,6 +26,17 @@ BASELINES: dict[str, LoopConfig] = {
     # The seed design's starting point: transfer + compute streams, synchronize every step.
     "seed-baseline": LoopConfig(num_streams=2, pin_memory=True, non_blocking=True),
 }
+
+
+def baselines_for(nproc_per_node: int) -> dict[str, LoopConfig]:
+    """The baselines a study of `nproc_per_node` processes measures: `BASELINES` alone, or, with
+    several processes, the same loops under DDP with its defaults (what a user of torchrun
+    writes first): every trial is then measured against what runs on as many devices."""
+    if nproc_per_node == 1:
+        return dict(BASELINES)
+    return {name: config.replace(parallel="ddp") for name, config in BASELINES.items()}
+
+
 SAMPLERS = ("tpe", "random")
 PROFILE_MODES = ("none", "baselines", "all")
 DRIFT_WARNING = 0.10
@@ -82,6 +95,10 @@ class RunOptions:
     """fp32, tf32, bf16-autocast or fp16-autocast: fixed for the study, never searched (it changes
     the results). None: as before this setting, fp32 under `matmul_precision`."""
     protocol: Protocol = dataclasses.field(default_factory=Protocol)
+    nproc_per_node: int = 1
+    """Processes per trial on this node (1..8): above 1, every measurement is a torchrun launch
+    of N processes (one per GPU; gloo on a CPU), the data-parallel levers are searched and the
+    baselines are DDP's defaults (`baselines_for`)."""
 
     def __post_init__(self) -> None:
         def bad(field: str, allowed: str) -> trainers.ConfigError:
@@ -126,6 +143,13 @@ class RunOptions:
             raise bad("profile", ", ".join(PROFILE_MODES))
         if self.profile_steps < 1:
             raise bad("profile_steps", "an integer >= 1")
+        check_nproc(self.nproc_per_node)
+        if self.nproc_per_node > 1 and self.workload.startswith(PROGRAM_PREFIX):
+            raise bad(
+                "nproc_per_node",
+                f"1 for a program ({self.workload}: a registered program starts its own "
+                "processes; data-parallel trials run the built-in loop under torchrun)",
+            )
 
     @property
     def study_precision(self) -> str:

@@ -56,7 +56,6 @@ from tuner.search.measure import Failure, Measured, Measurer, set_matmul_precisi
 from tuner.search.options import (
     AUTO_PATIENCE,
     AUTO_SEARCH_BUDGET_S,
-    BASELINES,
     PRUNE_PERCENTILE,
     LocalSlots,
     NoRetry,
@@ -66,11 +65,18 @@ from tuner.search.options import (
     RunOptions,
     TrialReporter,
     TrialSlots,
+    baselines_for,
     make_sampler,
 )
 from tuner.search.parity import ParityCache
 from tuner.search.space import SearchSpace, config_key
-from tuner.search.spaces import AUTO_GPU_SPACE, load_space, program_space, without_block_levers
+from tuner.search.spaces import (
+    AUTO_GPU_SPACE,
+    for_processes,
+    load_space,
+    program_space,
+    without_block_levers,
+)
 from tuner.search.stages import first_stage
 from tuner.search.stats import bootstrap_ci
 from tuner.search.timing import Clock
@@ -187,6 +193,7 @@ def open_search(
         protocol=options.protocol,
         model_args=options.model_args,
         precision=options.precision,
+        nproc=options.nproc_per_node,
     )
     # Build the workload now: a bad --workload or --preset must fail before a study is stored.
     measurer.check()
@@ -199,6 +206,8 @@ def open_search(
     )
     if not measurer.has_blocks():
         space = without_block_levers(space)
+    # N processes per trial: the data-parallel levers join the space (one: they stay off).
+    space = for_processes(space, options.nproc_per_node, has_blocks=measurer.has_blocks())
     space, options = _for_program(space, options, measurer, progress)
     storage = storage or studies.open_storage(studies.storage_url(options.storage))
     name, info = _study_info(options, measurer, space)
@@ -251,6 +260,9 @@ def _study_info(
     """The study's name and its metadata (`keys.META`)."""
     fingerprint = trainers.fingerprint(measurer.device)
     hardware = trainers.fingerprint_key(fingerprint)
+    if options.nproc_per_node > 1:
+        # N processes on N devices never share a study with one process on one.
+        hardware = f"{hardware}-x{options.nproc_per_node}"
     compile_cache = share_compile_cache(options)
     # The study's name carries the effective model options and a non-default precision: two
     # shapes or precisions never share a study.
@@ -273,6 +285,7 @@ def _study_info(
         "fingerprint": fingerprint,
         "matmul_precision": options.matmul_precision,
         "compile_cache": compile_cache,
+        "nproc_per_node": options.nproc_per_node,
         "created": now(),
     }
     return name, info
@@ -352,6 +365,7 @@ class Search:
             else profiles.trace_dir(studies.storage_url(options.storage), options.artifacts)
         )
         self._children = open_children(options, measurer)
+        self.baseline_configs = baselines_for(options.nproc_per_node)
         self.parity_cache = ParityCache(
             study, self._children.gate, retry=self.retry, clock=self.clock
         )
@@ -363,6 +377,7 @@ class Search:
             retry=self.retry,
             progress=progress,
             clock=self.clock,
+            configs=self.baseline_configs,
         )
 
     def close(self) -> None:
@@ -421,7 +436,7 @@ class Search:
             self.measurer,
             self.options,
             progress=self.progress,
-            baselines=BASELINES,
+            baselines=self.baseline_configs,
             parity=self.parity,
             clock=self.clock,
         )
@@ -429,7 +444,11 @@ class Search:
             self.progress.phase("profiling the baselines and the recommended config")
             with self.clock.timing(PROFILE):
                 recommendation = profiling.profile_recommendation(
-                    self.study, recommendation, BASELINES, self.traces, self._children.profiler
+                    self.study,
+                    recommendation,
+                    self.baseline_configs,
+                    self.traces,
+                    self._children.profiler,
                 )
         self._store_time()
         attrs = self.retry.call(lambda: self.study.user_attrs, what="reading the study")

@@ -196,6 +196,75 @@ def without_block_levers(space: SearchSpace) -> SearchSpace:
     )
 
 
+DATA_PARALLEL_LEVERS: dict[str, Spec] = {
+    "parallel": Choice(values=("ddp", "fsdp2")),
+    "bucket_cap_mb": Choice(values=(1, 5, 25, 100)),
+    "gradient_as_bucket_view": Choice(values=(False, True)),
+    "static_graph": Choice(values=(False, True)),
+    "reshard_after_forward": Choice(values=(True, False)),
+    "fsdp_prefetch": Choice(values=(False, True)),
+}
+"""What a study of N > 1 processes searches on top of its space: DDP or FSDP2 and each one's
+settings (an inert one is reset by `trainers.canonical`, so it makes no duplicate trial)."""
+_DP_ALLOWED = "'ddp' or 'fsdp2' with nproc_per_node > 1 (one process per device needs a wrapper)"
+_SINGLE_ALLOWED = "'none' with nproc_per_node=1 (DDP and FSDP2 run with --nproc-per-node >= 2)"
+_DP_GRAPH_NOTE = "cuda_graph fixed to false: not proven with DDP or FSDP2 (trainers/config.py)"
+_DP_REDUCE_NOTE = "compile reduce-overhead left out: not proven with DDP or FSDP2"
+_DP_PREFETCH_NOTE = "fsdp_prefetch fixed to false: explicit prefetch needs repeated blocks"
+
+
+def _searched_or_fixed(space: SearchSpace, field: str) -> tuple[Any, ...]:
+    spec = space.params.get(field)
+    if isinstance(spec, Choice):
+        return spec.values
+    return (space.fixed[field],) if field in space.fixed else ()
+
+
+def for_processes(space: SearchSpace, nproc: int, *, has_blocks: bool = True) -> SearchSpace:
+    """`space` for a study of `nproc` processes on one node.
+
+    One process: data parallelism must stay off (SpaceError naming `parallel` otherwise). More:
+    the data-parallel levers (`DATA_PARALLEL_LEVERS`) are searched unless the space already
+    searches or pins them; a whole-step CUDA graph is fixed off and reduce-overhead left out
+    (each with a note; pinned on, a SpaceError naming it); explicit FSDP2 prefetch is fixed off
+    for a model without repeated blocks."""
+    parallel = _searched_or_fixed(space, "parallel")
+    if nproc == 1:
+        if any(value != "none" for value in parallel):
+            raise SpaceError("parallel", list(parallel), _SINGLE_ALLOWED)
+        return space
+    if "none" in parallel:
+        raise SpaceError("parallel", list(parallel), _DP_ALLOWED)
+    if space.fixed.get("cuda_graph") is True:
+        raise SpaceError(
+            "cuda_graph", True, "false with nproc_per_node > 1 (" + _DP_GRAPH_NOTE + ")"
+        )
+    if space.fixed.get("compile") == "reduce-overhead":
+        raise SpaceError(
+            "compile",
+            "reduce-overhead",
+            "none, default or max-autotune-no-cudagraphs with nproc_per_node > 1",
+        )
+    params = {f: s for f, s in DATA_PARALLEL_LEVERS.items() if f not in space.fixed}
+    params |= space.params
+    fixed, notes = dict(space.fixed), list(space.notes)
+    if "cuda_graph" in params:
+        del params["cuda_graph"]
+        fixed["cuda_graph"] = False
+        notes.append(_DP_GRAPH_NOTE)
+    compile_spec = params.get("compile")
+    if isinstance(compile_spec, Choice) and "reduce-overhead" in compile_spec.values:
+        params["compile"] = Choice(
+            values=tuple(v for v in compile_spec.values if v != "reduce-overhead")
+        )
+        notes.append(_DP_REDUCE_NOTE)
+    if not has_blocks and "fsdp_prefetch" in params:
+        del params["fsdp_prefetch"]
+        fixed["fsdp_prefetch"] = False
+        notes.append(_DP_PREFETCH_NOTE)
+    return dataclasses.replace(space, params=params, fixed=fixed, notes=tuple(notes))
+
+
 def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     for key, value in pairs:

@@ -14,6 +14,7 @@ should agree to well within the lease). This module knows nothing of HTTP.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import sqlalchemy as sa
@@ -22,6 +23,7 @@ from sqlalchemy import orm
 from tuner.errors import JobNotFound, TunerError
 from tuner.service.tables import JobRow, create_tables, make_engine
 
+JOB_ID = re.compile(r"[0-9a-f]{32}")  # uuid4().hex, what `Submissions.create` gives a job
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
 FINISHED = ("succeeded", "failed", "cancelled")
 
@@ -57,6 +59,10 @@ class JobTables:
             conn.execute(sa.text("SELECT 1"))
 
     def get(self, job_id: str) -> JobRow:
+        """The job; JobNotFound for an unknown id (one that is not 32 hexadecimal digits never
+        reaches the database, which may not be able to hold it: PostgreSQL refuses NUL)."""
+        if not JOB_ID.fullmatch(job_id):
+            raise JobNotFound(f"no job with id {job_id!r}")
         with self._sessions() as session:
             row = session.get(JobRow, job_id)
         if row is None:

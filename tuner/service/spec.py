@@ -4,7 +4,6 @@ checks only the tuner can make on a request (`check_spec`)."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -137,6 +136,10 @@ def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
 
     Raises SpecError naming the field. The space is checked the way the run will read it.
     """
+    try:  # a library family's own refusal (`hf:os`: no such kind) is the request's error
+        is_library_model(spec.workload)
+    except trainers.WorkloadError as exc:
+        raise SpecError(("workload",), str(exc), spec.workload) from exc
     if not registry.knows(spec.workload):
         raise SpecError(
             ("workload",),
@@ -194,10 +197,3 @@ def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
 def _spec_error(where: str, exc: SpaceError) -> SpecError:
     loc = (where, exc.field) if exc.field in trainers.field_names() else (where,)
     return SpecError(loc, str(exc), exc.value)
-
-
-def owner_of(token: str | None) -> str:
-    """A stable, non-reversible id of a bearer token (what the queue limit counts by)."""
-    if not token:
-        return "anonymous"
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()[:32]

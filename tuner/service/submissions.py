@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import math
 import uuid
 from collections.abc import Sequence
@@ -18,8 +19,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from tuner.errors import JobConflict, TooManyQueued
+from tuner.errors import JobConflict, JobNotFound, TooManyQueued
 from tuner.service.jobtables import FINISHED, STATUSES, JobTables
+from tuner.service.owners import Owner
 from tuner.service.spec import JobSpec
 from tuner.service.tables import JobRow, TrialEventRow, WorkerRow, utcnow
 from tuner.store.keys import JOB_STUDY_PREFIX
@@ -32,15 +34,32 @@ class TrialStats:
     buckets: list[tuple[float, int]]  # (upper bound, cumulative count); +Inf last
 
 
-class Submissions(JobTables):
-    """What the API does to jobs (and reads of the worker rows for the health check)."""
+def _lock_key(owner: str) -> int:
+    """A signed 64-bit key of an owner's advisory lock (PostgreSQL's lock keys are bigints)."""
+    digest = hashlib.sha256(f"streamtune-queue:{owner}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
 
-    def create(self, spec: JobSpec, *, owner: str, max_queued: int | None = None) -> JobRow:
+
+def _visible(by: Owner | None) -> list[sa.ColumnElement[bool]]:
+    """The WHERE clause of the jobs `by` may see: its own (by any of its names), or every job."""
+    return [] if by is None or by.admin else [JobRow.owner.in_(by.names)]
+
+
+class Submissions(JobTables):
+    """What the API does to jobs (and reads of the worker rows for the health check).
+
+    Reads and cancels take the caller (`by`, an `Owner`): another owner's job is not found, as if
+    it did not exist. `by=None` is the operator's view (scripts, tests): every job.
+    """
+
+    def create(self, spec: JobSpec, *, owner: Owner | str, max_queued: int | None = None) -> JobRow:
+        """Queue a job stored under `owner`'s name; TooManyQueued when it has `max_queued`."""
+        owner = owner if isinstance(owner, Owner) else Owner(name=owner)
         job_id = uuid.uuid4().hex
         now = utcnow()
         values: dict[str, Any] = {
             "id": job_id,
-            "owner": owner,
+            "owner": owner.name,
             "status": "queued",
             "workload": spec.workload,
             "preset": spec.preset,
@@ -57,8 +76,11 @@ class Submissions(JobTables):
             "n_pruned": 0,
         }
         # One statement, INSERT ... SELECT ... WHERE (queued jobs of this owner) < max_queued:
-        # atomic on SQLite (no read-then-write upgrade to fail on a busy database). On
-        # PostgreSQL, concurrent POSTs of one token may pass the limit by their number.
+        # atomic on SQLite, whose writers take the one database lock in turn (no read-then-write
+        # upgrade to fail on a busy database). On PostgreSQL each statement counts in its own
+        # snapshot (READ COMMITTED), so concurrent creates of one owner would all see the same
+        # count: a transaction-scoped advisory lock per owner serialises them, and each counts
+        # after the previous one committed.
         columns = [JobRow.__table__.c[name] for name in values]
         chosen = sa.select(
             *[sa.literal(v, type_=c.type) for v, c in zip(values.values(), columns, strict=True)]
@@ -67,11 +89,14 @@ class Submissions(JobTables):
             queued = (
                 sa.select(sa.func.count())
                 .select_from(JobRow)
-                .where(JobRow.owner == owner, JobRow.status == "queued")
+                .where(JobRow.owner.in_(owner.names), JobRow.status == "queued")
                 .scalar_subquery()
             )
             chosen = chosen.where(queued < max_queued)
         with self.engine.begin() as conn:
+            if self._postgres and max_queued is not None:
+                # Held until this transaction ends (commit or rollback): no unlock to forget.
+                conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_lock_key(owner.name))))
             inserted = conn.execute(
                 sa.insert(JobRow).from_select(columns, chosen).returning(JobRow.id)
             ).scalar_one_or_none()
@@ -82,11 +107,23 @@ class Submissions(JobTables):
             )
         return self.get(job_id)
 
+    def job(self, job_id: str, *, by: Owner | None) -> JobRow:
+        """The job, if `by` may see it; JobNotFound otherwise, worded as for an unknown id."""
+        row = self.get(job_id)
+        if by is not None and not by.owns(row.owner):
+            raise JobNotFound(f"no job with id {job_id!r}")
+        return row
+
     def list(
-        self, *, status: str | None = None, limit: int = 50, offset: int = 0
+        self,
+        *,
+        status: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        by: Owner | None = None,
     ) -> tuple[list[JobRow], int]:
-        """A page of jobs, newest first, and how many there are in all."""
-        where = [] if status is None else [JobRow.status == status]
+        """A page of the jobs `by` may see, newest first, and how many there are in all."""
+        where = _visible(by) + ([] if status is None else [JobRow.status == status])
         with self._sessions() as session:
             total = session.scalar(sa.select(sa.func.count()).select_from(JobRow).where(*where))
             rows = session.scalars(
@@ -98,23 +135,23 @@ class Submissions(JobTables):
             ).all()
         return list(rows), int(total or 0)
 
-    def cancel(self, job_id: str) -> JobRow:
+    def cancel(self, job_id: str, *, by: Owner | None = None) -> JobRow:
         """A queued job is cancelled now; a running one is flagged (its worker stops it)."""
         now = utcnow()
         flagged = {"cancel_requested": True, "updated_at": now}
+        self.get(job_id)  # JobNotFound for an id that is none (before it reaches the database)
+        mine = [JobRow.id == job_id, *_visible(by)]
         with self.engine.begin() as conn:  # conditional single statements: no lost updates
             changed = conn.execute(
                 sa.update(JobRow)
-                .where(JobRow.id == job_id, JobRow.status == "queued")
+                .where(*mine, JobRow.status == "queued")
                 .values(status="cancelled", finished_at=now, phase=None, **flagged)
             ).rowcount
             if not changed:
                 changed = conn.execute(
-                    sa.update(JobRow)
-                    .where(JobRow.id == job_id, JobRow.status == "running")
-                    .values(**flagged)
+                    sa.update(JobRow).where(*mine, JobRow.status == "running").values(**flagged)
                 ).rowcount
-        row = self.get(job_id)  # JobNotFound for an unknown id
+        row = self.job(job_id, by=by)  # JobNotFound for an unknown id, or another's job
         if not changed:
             raise JobConflict(f"job {job_id!r} is already {row.status}")
         return row
@@ -146,12 +183,16 @@ class Submissions(JobTables):
         buckets.append((math.inf, int(total)))
         return TrialStats(by_state=by_state, seconds_sum=float(seconds_sum), buckets=buckets)
 
-    def best_for(self, workload: str, preset: str, hardware: str) -> JobRow | None:
-        """The finished job with the fastest recommended config for this workload and hardware."""
+    def best_for(
+        self, workload: str, preset: str, hardware: str, *, by: Owner | None = None
+    ) -> JobRow | None:
+        """Of the finished jobs `by` may see, the one with the fastest recommended config for
+        this workload and hardware."""
         with self._sessions() as session:
             return session.scalars(
                 sa.select(JobRow)
                 .where(
+                    *_visible(by),
                     JobRow.workload == workload,
                     JobRow.preset == preset,
                     JobRow.hardware == hardware,
@@ -161,6 +202,14 @@ class Submissions(JobTables):
                 .order_by(JobRow.rec_throughput.desc())
                 .limit(1)
             ).first()
+
+    def studies(self, *, by: Owner | None) -> set[str] | None:
+        """The studies of the jobs `by` may see; None: every study of the storage (an admin's, and
+        the operator's view, which includes `python -m tuner run`'s studies)."""
+        if by is None or by.admin:
+            return None
+        with self.engine.connect() as conn:
+            return set(conn.scalars(sa.select(JobRow.study).where(*_visible(by))))
 
     def workers_alive(self, lease_s: float) -> int:
         cutoff = utcnow() - dt.timedelta(seconds=lease_s)

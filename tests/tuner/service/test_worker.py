@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from optuna.trial import TrialState
 
 from tests.api.conftest import EXPLICIT_SPACE, Finished, make_app, make_worker
-from tests.api.helpers import AUTH, TINY_JOB, wait_for
+from tests.api.helpers import ADMIN_AUTH, AUTH, TINY_JOB, wait_for
 from trainers import LoopConfig
 from tuner.errors import Interrupted, Stopped, TunerError
 from tuner.evidence.reader import list_studies, recommendation
@@ -78,8 +78,9 @@ def test_a_finished_job_serves_its_report_and_its_profiles(finished: Finished) -
 
 
 def test_studies_list_the_jobs_and_the_local_runs(finished: Finished) -> None:
+    """An admin token sees every study; a token sees its jobs' (tests/api/test_ownership.py)."""
     client, job = finished.client, finished.job
-    listed = client.get("/v1/studies", headers=AUTH).json()
+    listed = client.get("/v1/studies", headers=ADMIN_AUTH).json()
     by_name = {s["name"]: s for s in listed["items"]}
     assert set(by_name) == {job["study"], finished.local_study} and listed["total"] == 2
     local = by_name[finished.local_study]
@@ -90,26 +91,26 @@ def test_studies_list_the_jobs_and_the_local_runs(finished: Finished) -> None:
     mine = by_name[job["study"]]
     assert mine["job_id"] == job["id"] and mine["links"]["job"] == job["links"]["self"]
     assert client.get(job["links"]["study"], headers=AUTH).json() == mine
-    local_best = client.get(f"/v1/studies/{finished.local_study}/best", headers=AUTH).json()
+    local_best = client.get(f"/v1/studies/{finished.local_study}/best", headers=ADMIN_AUTH).json()
     assert local_best == json.loads(json.dumps(finished.local_rec))
-    assert (
-        client.get("/v1/studies", params={"limit": 1, "offset": 1}, headers=AUTH).json()["items"][
-            0
-        ]["name"]
-        == sorted(by_name)[1]
-    )
+    page = client.get("/v1/studies", params={"limit": 1, "offset": 1}, headers=ADMIN_AUTH).json()
+    assert page["items"][0]["name"] == sorted(by_name)[1]
+    own = client.get("/v1/studies", headers=AUTH).json()
+    assert [s["name"] for s in own["items"]] == [job["study"]] and own["total"] == 1
 
 
 def test_unknown_studies_are_404_and_undecided_ones_409(finished: Finished) -> None:
     client = finished.client
     for path in ("/v1/studies/nope", "/v1/studies/nope/best"):
-        response = client.get(path, headers=AUTH)
-        assert response.status_code == 404 and "no study named 'nope'" in response.json()["detail"]
+        for headers in (AUTH, ADMIN_AUTH):
+            response = client.get(path, headers=headers)
+            assert response.status_code == 404
+            assert "no study named 'nope'" in response.json()["detail"]
     optuna.create_study(study_name="undecided", storage=finished.storage)
     try:
-        response = client.get("/v1/studies/undecided/best", headers=AUTH)
+        response = client.get("/v1/studies/undecided/best", headers=ADMIN_AUTH)
         assert response.status_code == 409 and "no recommendation" in response.json()["detail"]
-        assert client.get("/v1/studies/undecided", headers=AUTH).json()["workload"] is None
+        assert client.get("/v1/studies/undecided", headers=ADMIN_AUTH).json()["workload"] is None
     finally:
         optuna.delete_study(study_name="undecided", storage=finished.storage)
 
@@ -325,11 +326,11 @@ def _every_reader_counts_alike(storage: str, job_id: str, counts: TrialCounts) -
         counts.interrupted,
     )
     with TestClient(make_app(storage)) as client:
-        job = client.get(f"/v1/jobs/{job_id}", headers=AUTH).json()
-        best = client.get(f"/v1/jobs/{job_id}/best", headers=AUTH).json()
-        study = client.get(f"/v1/studies/{row.study}", headers=AUTH).json()
-        study_best = client.get(f"/v1/studies/{row.study}/best", headers=AUTH).json()
-        page = client.get(f"/v1/jobs/{job_id}/report", headers=AUTH).text
+        job = client.get(f"/v1/jobs/{job_id}", headers=ADMIN_AUTH).json()
+        best = client.get(f"/v1/jobs/{job_id}/best", headers=ADMIN_AUTH).json()
+        study = client.get(f"/v1/studies/{row.study}", headers=ADMIN_AUTH).json()
+        study_best = client.get(f"/v1/studies/{row.study}/best", headers=ADMIN_AUTH).json()
+        page = client.get(f"/v1/jobs/{job_id}/report", headers=ADMIN_AUTH).text
     assert (job["n_complete"], job["n_failed"], job["n_pruned"], job["n_interrupted"]) == (
         counts.complete,
         counts.failed,

@@ -1,0 +1,57 @@
+"""`GET /v1/jobs/{id}/report` (issue 27): the page is built once per state of the job's study and
+served from the cache (with its ETag, gzipped when accepted, 304 when unchanged), and it stays
+self-contained: no script, style or image from anywhere else."""
+
+from __future__ import annotations
+
+import gzip
+import re
+
+from tests.api.conftest import Finished
+from tests.api.helpers import AUTH, OTHER_AUTH
+
+EXTERNAL = re.compile(r"""<(script|link|img|iframe)\b[^>]*\b(src|href)\s*=\s*["']?(https?:)?//""")
+
+
+def test_the_report_is_built_once_and_served_from_the_cache(finished: Finished) -> None:
+    client, url = finished.client, finished.job["links"]["report"]
+    reports = client.app.state.services.reports  # type: ignore[attr-defined]
+    plain = {"Accept-Encoding": "identity"}
+    first = client.get(url, headers=AUTH | plain)
+    built = reports.built
+    assert first.status_code == 200 and first.headers["content-type"].startswith("text/html")
+    assert "content-encoding" not in first.headers
+    for _ in range(3):
+        again = client.get(url, headers=AUTH | plain)
+        assert again.content == first.content and again.headers["etag"] == first.headers["etag"]
+    assert reports.built == built  # served from the cache, not built again
+    assert first.headers["cache-control"] == "private, no-cache"
+
+
+def test_the_report_stays_self_contained(finished: Finished) -> None:
+    page = finished.client.get(finished.job["links"]["report"], headers=AUTH).text
+    assert "Plotly.newPlot" in page and "<script" in page
+    assert not EXTERNAL.search(page), EXTERNAL.search(page)
+    assert EXTERNAL.search('<script src="https://cdn.plot.ly/plotly.js"></script>')  # it can fail
+
+
+def test_the_report_is_gzipped_when_accepted_and_304_when_unchanged(finished: Finished) -> None:
+    client, url = finished.client, finished.job["links"]["report"]
+    plain = client.get(url, headers=AUTH | {"Accept-Encoding": "identity"})
+    zipped = client.get(url, headers=AUTH | {"Accept-Encoding": "gzip, deflate"})
+    assert zipped.headers["content-encoding"] == "gzip" and zipped.content == plain.content
+    assert int(zipped.headers["content-length"]) < len(plain.content) / 2
+    assert (
+        gzip.decompress(
+            client.app.state.services.reports.page(  # type: ignore[attr-defined]
+                finished.job["study"]
+            ).gzipped
+        )
+        == plain.content
+    )
+    refused = client.get(url, headers=AUTH | {"Accept-Encoding": "gzip;q=0"})
+    assert "content-encoding" not in refused.headers
+    unchanged = client.get(url, headers=AUTH | {"If-None-Match": plain.headers["etag"]})
+    assert unchanged.status_code == 304 and unchanged.content == b""
+    assert client.get(url, headers=AUTH | {"If-None-Match": '"other"'}).status_code == 200
+    assert client.get(url, headers=OTHER_AUTH).status_code == 404  # not its job

@@ -1,0 +1,248 @@
+"""One process of a data-parallel run: what torchrun starts on every rank.
+
+    python -m torch.distributed.run --standalone --nproc-per-node N \\
+        -m trainers.distributed --workload transformer --preset tiny [--model-arg k=v] [--gate]
+
+`trainers.program.run_distributed` builds that command; the settings and the run's shape come
+in the program protocol's variables (`STREAMTUNE_*`, `trainers.program.protocol`), the same on
+every rank. Each rank:
+1. writes its stderr to its own file and its pid beside it (`STREAMTUNE_RANK_DIR`), so that a
+   failed rank's own tail can be quoted and a rank left behind can be found and killed;
+2. starts the process group: NCCL on GPUs (rank r on `cuda:LOCAL_RANK`), gloo on a CPU, with
+   the collective timeout `STREAMTUNE_DIST_TIMEOUT` (a rank that hangs fails the others there);
+3. builds the workload from the seed (every rank the same weights and the same global batches)
+   and trains it with `trainers.run` under the config: the loop core wraps the model in DDP or
+   FSDP2 and feeds each rank its shard of every global batch (`trainers.parallel`);
+4. gathers every rank's losses and a digest of its parameters. The ranks agree when they
+   trained the same number of steps and, under DDP, ended with identical replicas; otherwise
+   rank 0 fails the run, naming the rank that differs. The loss reported for a step is the mean
+   of the ranks' losses: with equal shards, the loss of the global batch.
+
+Rank 0 alone reports: the start line (the global batch), each timed window as it ends (timed on
+rank 0 with a device sync at both ends; every step's collectives keep the ranks in step), the
+losses, and the end line with `world_size`, `rank_losses` and `replicas` ("identical" for DDP,
+"sharded" for FSDP2). `--gate` runs as the correctness gate's trajectories do: dropout off,
+deterministic kernels (warn-only: an op without a deterministic kernel must not fail one rank).
+
+`STREAMTUNE_DIST_FAULT=kill:RANK:WINDOW` (or `hang:`) plants a fault: that rank kills itself
+with SIGKILL (or sleeps forever) after that timed window. The tests use it to prove that a lost
+rank fails the trial cleanly; it is never set otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import math
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trainers.config import LoopConfig
+from trainers.errors import ConfigError, TrainerError
+from trainers.gate.trajectories import deterministic
+from trainers.loop import run
+from trainers.measure import RunResult, Window
+from trainers.parallel import parameter_digest
+from trainers.precision import set_matmul_precision
+from trainers.program.reporting import Reporter
+from trainers.program.torchrun import (
+    DEFAULT_TIMEOUT_S,
+    FAULT_VARIABLE,
+    MATMUL_VARIABLE,
+    NCCL_ENV,
+    RANK_DIR_VARIABLE,
+    TIMEOUT_VARIABLE,
+)
+from trainers.workloads import disable_dropout, load_workload
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m trainers.distributed")
+    parser.add_argument("--workload", required=True)
+    parser.add_argument("--preset", required=True)
+    parser.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--gate", action="store_true", help="dropout off, deterministic kernels")
+    return parser.parse_args(argv)
+
+
+def _own_stderr(folder: Path, rank: int) -> None:
+    """Send this rank's stderr (fd 2: Python's and C++'s) to `folder/rank<r>.stderr`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"rank{rank}.pid").write_text(str(os.getpid()), encoding="utf-8")
+    handle = os.open(folder / f"rank{rank}.stderr", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(handle, 2)
+    os.close(handle)
+
+
+def _device(asked: str, local_rank: int) -> torch.device:
+    """Rank r's device: `cuda:LOCAL_RANK` when the launch asked for CUDA, else the CPU."""
+    if torch.device(asked).type == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        return device
+    return torch.device("cpu")
+
+
+def _start_group(device: torch.device) -> None:
+    for name, value in NCCL_ENV.items():
+        os.environ.setdefault(name, value)
+    timeout = float(os.environ.get(TIMEOUT_VARIABLE) or DEFAULT_TIMEOUT_S)
+    dist.init_process_group(
+        "nccl" if device.type == "cuda" else "gloo",
+        timeout=datetime.timedelta(seconds=timeout),
+        device_id=device if device.type == "cuda" else None,
+    )
+
+
+def _fault(rank: int) -> tuple[str, int] | None:
+    """The planted fault for this rank: (kind, after which window), or None."""
+    raw = os.environ.get(FAULT_VARIABLE)
+    if not raw:
+        return None
+    kind, target, window = raw.split(":")
+    if kind not in ("kill", "hang"):
+        raise ConfigError(FAULT_VARIABLE, raw, "kill:RANK:WINDOW or hang:RANK:WINDOW")
+    return (kind, int(window)) if int(target) == rank else None
+
+
+def _strike(fault: tuple[str, int] | None, index: int) -> None:
+    if fault is None or fault[1] != index:
+        return
+    if fault[0] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    while True:  # hang: the other ranks wait for this one in their next collective
+        time.sleep(60)
+
+
+def agreement(
+    gathered: Sequence[dict[str, Any]], config: LoopConfig
+) -> tuple[list[float], str | None]:
+    """The global losses (each step's mean over the ranks) and why the ranks disagree (None:
+    they agree). `gathered[r]` holds rank r's `losses` and parameter `digest`."""
+    first = gathered[0]
+    for rank, other in enumerate(gathered[1:], start=1):
+        if len(other["losses"]) != len(first["losses"]):
+            return [], (
+                f"rank {rank} trained {len(other['losses'])} steps, rank 0 {len(first['losses'])}"
+            )
+        # DDP's replicas apply the same averaged gradients: they stay identical, bit for bit.
+        if config.parallel == "ddp" and other["digest"] != first["digest"]:
+            pairs = zip(other["digest"], first["digest"], strict=True)
+            index = next(i for i, (a, b) in enumerate(pairs) if a != b)
+            return [], (
+                f"rank {rank}'s parameters differ from rank 0's after training (parameter "
+                f"{index}: sum {other['digest'][index]!r} against {first['digest'][index]!r})"
+            )
+    columns = zip(*(g["losses"] for g in gathered), strict=True)
+    return [math.fsum(step) / len(gathered) for step in columns], None
+
+
+def _train(
+    args: argparse.Namespace, reporter: Reporter, rank: int, device: torch.device
+) -> tuple[RunResult, Any]:
+    """Build the workload and train it under the config; rank 0 reports the windows."""
+    world = dist.get_world_size()
+    config = reporter.config
+    if world > 1 and config.parallel == "none":
+        raise ConfigError(
+            "parallel",
+            "none",
+            f"'ddp' or 'fsdp2' with {world} processes (alone, each would "
+            "train its own model on its shard)",
+        )
+    model_args = dict(item.split("=", 1) for item in args.model_arg)
+    workload = load_workload(
+        args.workload, reporter.preset, seed=reporter.seed, model_args=model_args
+    )
+    if args.gate:
+        disable_dropout(workload.model)
+    reporter.perturb(workload.model)
+    fault = _fault(rank)
+    if rank == 0:
+        reporter.start(
+            samples_per_batch=workload.samples_per_batch,
+            tokens_per_sample=workload.tokens_per_sample,
+        )
+
+    def on_window(index: int, window: Window) -> bool:
+        if rank == 0:
+            reporter.window_seconds(index, window.steps, window.wall_ms / 1e3)
+        _strike(fault, index)
+        return True
+
+    with deterministic(strict=False) if args.gate else contextlib.nullcontext():
+        result = run(
+            workload,
+            config,
+            steps=reporter.steps,
+            warmup=reporter.warmup,
+            windows=reporter.windows,
+            device=device,
+            on_window=on_window,
+            precision=reporter.precision,  # type: ignore[arg-type]
+        )
+    return result, workload.model
+
+
+def _report(reporter: Reporter, result: RunResult, model: torch.nn.Module, rank: int) -> None:
+    """Gather every rank's losses and digest; rank 0 checks them and reports."""
+    world = dist.get_world_size()
+    mine = {"rank": rank, "losses": list(result.losses), "digest": parameter_digest(model)}
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, mine)
+    if rank != 0:
+        return
+    config = reporter.config
+    losses, disagreement = agreement(gathered, config)
+    if disagreement is not None:
+        raise TrainerError(f"the {world} ranks disagree: {disagreement}")
+    reporter.losses(0, losses)
+    reporter.end(
+        n_syncs=result.n_syncs,
+        n_polls=result.n_polls,
+        sync_wait_ms=result.sync_wait_ms,
+        peak_memory_bytes=result.peak_memory_bytes,
+        world_size=world,
+        rank_losses=[g["losses"] for g in gathered],
+        replicas="identical" if config.parallel == "ddp" else "sharded",
+        backend=dist.get_backend(),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse(argv)
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    folder = os.environ.get(RANK_DIR_VARIABLE)
+    if folder:
+        _own_stderr(Path(folder), rank)
+    reporter = Reporter.from_env()
+    if os.environ.get(MATMUL_VARIABLE):
+        set_matmul_precision(os.environ[MATMUL_VARIABLE])  # the launching process's
+    device = _device(reporter.device, local_rank)
+    _start_group(device)
+    try:
+        result, model = _train(args, reporter, rank, device)
+        _report(reporter, result, model, rank)
+    finally:
+        # Every rank leaves the group, a failed one too: NCCL's communicators are freed.
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Everything is reported and the group is destroyed: leave without the interpreter's
+    # teardown, in which FSDP2 over gloo aborted ("terminate called without an active
+    # exception", SIGABRT) in 1 of 6 runs of transformer tiny on a CPU (torch 2.13).
+    os._exit(code)

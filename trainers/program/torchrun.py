@@ -1,0 +1,245 @@
+"""A data-parallel run of a built-in workload: torchrun of `trainers.distributed` with N processes
+on this node, followed through the program protocol like any program.
+
+`run_distributed(...)` starts `python -m torch.distributed.run --standalone --nproc-per-node N
+-m trainers.distributed ...` in a session of its own (`trainers.program.runner`: its report is
+read as it grows, a pruned run is stopped at its window, a run past `timeout_s` is stopped) and
+returns the `RunResult` rank 0 reported, the losses being the mean over the ranks (the global
+batch's). Once rank 0 has reported its end line (after every rank's losses were gathered), the
+launch is stopped rather than waited for: torchrun's own teardown took about 2 s more on the CI
+machine. torchrun stops the other ranks when one fails; the run then fails with a
+`ProgramFailed` that names the rank torchrun saw fail first, its exit code, and the tail of that
+rank's own stderr (each rank writes its own file, `trainers.distributed`). Whatever way the run
+ends, any rank process still alive afterwards (torchrun killed before it could stop its
+workers, which it starts in sessions of their own) is found by the pid it wrote and killed.
+
+The collective timeout of every rank is the run's timeout: a rank that hangs either makes the
+others' collectives fail (the run fails naming them, their stderr saying whom they waited for)
+or the run is stopped at its timeout; no process is left behind either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from trainers.config import LoopConfig, field_names
+from trainers.core import resolve_device
+from trainers.errors import ConfigError
+from trainers.measure import RunResult, Window, check_counts, window_sizes
+from trainers.program.protocol import ReportReader, program_env
+from trainers.program.registry import Program
+from trainers.program.runner import STDERR_TAIL, ProgramFailed, _execute
+from trainers.settings import ENV_PREFIX
+
+ENTRY = "trainers.distributed"
+RANK_DIR_VARIABLE = f"{ENV_PREFIX}RANK_DIR"
+TIMEOUT_VARIABLE = f"{ENV_PREFIX}DIST_TIMEOUT"
+FAULT_VARIABLE = f"{ENV_PREFIX}DIST_FAULT"
+MATMUL_VARIABLE = f"{ENV_PREFIX}MATMUL_PRECISION"
+DEFAULT_TIMEOUT_S = 900.0
+MAX_NPROC = 8
+NPROC_ALLOWED = f"an integer in 1..{MAX_NPROC} (processes on this node, one per GPU)"
+NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+"""Set in every process launched here: NVLink multicast (NVLS) and symmetric-memory multicast
+stay off (the lent machines do not support them)."""
+_ROOT = Path(__file__).resolve().parents[2]
+"""The folder `trainers` sits in: every rank must import the same code as this process."""
+_ROOT_CAUSE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+
+
+def check_nproc(nproc: object, field: str = "nproc_per_node") -> int:
+    """`nproc` as an int; ConfigError naming `field` unless it is in 1..MAX_NPROC."""
+    if not isinstance(nproc, int) or isinstance(nproc, bool) or not 1 <= nproc <= MAX_NPROC:
+        raise ConfigError(field, nproc, NPROC_ALLOWED)
+    return nproc
+
+
+def torchrun_command(
+    nproc: int, module: str, args: Sequence[str], *, python: str = sys.executable
+) -> list[str]:
+    """torchrun of `python -m module args` with `nproc` processes on this node, rendezvous on a
+    free local port (c10d, `--standalone`), no restart: a failed rank fails the run."""
+    return [
+        python,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={check_nproc(nproc)}",
+        "--max-restarts=0",
+        "-m",
+        module,
+        *args,
+    ]
+
+
+def entry_args(
+    workload: str, preset: str, model_args: Mapping[str, str] | None, *, gate: bool
+) -> list[str]:
+    args = ["--workload", workload, "--preset", preset]
+    for key, value in (model_args or {}).items():
+        args += ["--model-arg", f"{key}={value}"]
+    return args + (["--gate"] if gate else [])
+
+
+def launch_env(folder: Path, timeout_s: float, matmul_precision: str | None) -> dict[str, str]:
+    """What every rank gets on top of the protocol's variables: the code this process runs, the
+    rank folder, the collective timeout, this process's float32 matmul precision (a process
+    setting: it is not inherited), NVLink multicast off."""
+    paths = [str(_ROOT), os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {
+        **NCCL_ENV,
+        MATMUL_VARIABLE: matmul_precision or torch.get_float32_matmul_precision(),
+        "PYTHONPATH": os.pathsep.join(paths),
+        RANK_DIR_VARIABLE: str(folder),
+        TIMEOUT_VARIABLE: str(timeout_s),
+        # One thread per rank unless asked: torchrun's own default, said here so it is not
+        # printed as a warning into the stderr a failure quotes.
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+    }
+
+
+def run_distributed(
+    workload: str,
+    preset: str,
+    config: LoopConfig,
+    *,
+    nproc: int,
+    steps: int = 50,
+    warmup: int = 10,
+    windows: int = 5,
+    device: str | torch.device = "auto",
+    on_window: Callable[[int, Window], bool] | None = None,
+    precision: str | None = None,
+    seed: int = 0,
+    model_args: Mapping[str, str] | None = None,
+    gate: bool = False,
+    perturb: tuple[int, float | None] | None = None,
+    on_start: Callable[[int], None] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    matmul_precision: str | None = None,
+) -> RunResult:
+    """Train `workload` under `config` with `nproc` processes (see the module doc) and return
+    rank 0's report. gate: dropout off and deterministic kernels (the gate's trajectories).
+    matmul_precision: the ranks' float32 matmul precision (None: this process's)."""
+    check_nproc(nproc)
+    check_counts(steps=steps, warmup=warmup, windows=windows)
+    dev = resolve_device(device)
+    command = torchrun_command(nproc, ENTRY, entry_args(workload, preset, model_args, gate=gate))
+    program = Program(
+        name=f"torchrun {nproc} x {workload}",
+        command=tuple(command),
+        cwd=Path.cwd(),
+        presets=(preset,),
+        settings=field_names(),
+        timeout_s=timeout_s,
+    )
+    with tempfile.TemporaryDirectory(prefix="streamtune-torchrun-") as name:
+        folder = Path(name)
+        (folder / "report.jsonl").touch()
+        env = program_env(
+            program,
+            preset,
+            config,
+            steps=steps,
+            warmup=warmup,
+            windows=windows,
+            device=dev,
+            precision=precision,
+            seed=seed,
+            report=folder / "report.jsonl",
+            perturb=perturb,
+        ) | launch_env(folder / "ranks", timeout_s, matmul_precision)
+        reader = ReportReader(program.name, warmup + steps, window_sizes(steps, windows), on_start)
+        try:
+            stopped = _execute(program, command, env, folder, reader, on_window, stop_at_end=True)
+        except ProgramFailed as exc:
+            raise ProgramFailed(rank_failure(str(exc), folder, nproc)) from None
+        finally:
+            kill_leftovers(folder / "ranks")
+    result = reader.result(program, preset, config, warmup=warmup, stopped=stopped, dev=dev)
+    end = reader.end or {}
+    return dataclasses.replace(
+        result,
+        workload=workload,
+        effective={
+            "world_size": nproc,
+            "backend": end.get("backend"),
+            "replicas": end.get("replicas"),
+            "rank_losses": end.get("rank_losses"),
+        },
+    )
+
+
+def _tail(path: Path) -> str:
+    try:
+        data = path.read_bytes()[-STDERR_TAIL:]
+    except FileNotFoundError:
+        return "(no stderr file: the rank never started)"
+    return data.decode("utf-8", "replace").strip() or "(empty)"
+
+
+def _exit_words(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+def rank_failure(reason: str, folder: Path, nproc: int) -> str:
+    """Why the run failed, naming the rank that failed first and quoting its own stderr."""
+    torchrun = (
+        (folder / "stderr.txt").read_text("utf-8", "replace")
+        if (folder / "stderr.txt").exists()
+        else ""
+    )
+    found = (
+        _ROOT_CAUSE.search(torchrun[torchrun.find("Root Cause") :])
+        if "Root Cause" in torchrun
+        else None
+    )
+    ranks = folder / "ranks"
+    if found is not None:
+        rank, code = int(found.group(1)), int(found.group(2))
+        return (
+            f"rank {rank} of {nproc} failed ({_exit_words(code)}); torchrun stopped the others. "
+            f"rank {rank}'s stderr: {_tail(ranks / f'rank{rank}.stderr')}"
+        )
+    tails = "; ".join(f"rank {r}: {_tail(ranks / f'rank{r}.stderr')[-400:]}" for r in range(nproc))
+    head = reason.split("; stderr:", 1)[0]
+    return f"{head} ({nproc} ranks, every rank stopped); the ranks' stderr: {tails}"
+
+
+def _alive_rank(pid: int) -> bool:
+    """Whether `pid` is a live rank process of this module (not a reused pid)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return ENTRY.encode() in cmdline and state != "Z"
+
+
+def kill_leftovers(ranks: Path, wait_s: float = 5.0) -> list[int]:
+    """SIGKILL every rank process of `ranks` (the pids they wrote) still alive; their pids."""
+    killed = []
+    for pid_file in sorted(ranks.glob("rank*.pid")):
+        pid = int(pid_file.read_text() or 0)
+        if pid and _alive_rank(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+    deadline = time.monotonic() + wait_s
+    while any(_alive_rank(pid) for pid in killed) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return killed

@@ -1,0 +1,198 @@
+"""The correctness gate for a study of N > 1 processes: the ranks agree, and the run is equivalent
+to one process training the same global batches.
+
+A data-parallel step computes, on each of N ranks, the mean loss of its shard, and applies the
+mean of the N shards' gradients. One process accumulating the same N shards as micro-batches
+(`LoopConfig(micro_batches=N)`) computes exactly that; with a per-sample mean loss it is also the
+plain reference's step, up to rounding (measured on a CPU: mlp tiny under DDP and FSDP2 equal the
+accumulating process bit for bit, and the plain reference within 2.4e-7). Where a loss is not a
+per-sample mean (the transformer's cross-entropy over its non-padding tokens), every DDP user
+trains the mean of the shards' means instead (1.6e-2 from the plain reference on transformer
+tiny, 5e-7 from the accumulating process): the gate's reference is therefore the accumulating
+process, for N a micro-batch count (1, 2, 4, 8), and the plain reference otherwise.
+
+`DataParallelGate.check(config, envelope)`:
+1. the envelope (once per study): that reference trained, and K copies from weights perturbed by
+   rounding, in one process (`trainers.gate.Envelope.measure`); in a child process on a GPU, like
+   the single-process gate, so that its deterministic settings never reach a measurement;
+2. the config trained by N ranks under torchrun as the gate's trajectories are (dropout off,
+   deterministic kernels, the same steps): the ranks' losses and parameters are gathered and
+   checked to agree (DDP's replicas identical), else the run fails naming the rank;
+3. the equivalence test of the mean losses against the envelope (`Envelope.judge`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+import trainers
+from trainers import LoopConfig
+from trainers.gate import Envelope, ParityVerdict
+from trainers.program import run_distributed
+from tuner.search.gate import GateRun
+from tuner.search.isolated import ChildProcess
+from tuner.store.phases import GATE_CONFIG, GATE_ENVELOPE
+
+_ACCUMULATES = (1, 2, 4, 8)
+
+
+def dp_reference(nproc: int) -> LoopConfig:
+    """The one-process loop a run of `nproc` ranks is owed (see the module doc)."""
+    return (
+        trainers.REFERENCE.replace(micro_batches=nproc)
+        if nproc in _ACCUMULATES
+        else (trainers.REFERENCE)
+    )
+
+
+def measure_envelope(
+    workload: str,
+    preset: str,
+    model_args: dict[str, str],
+    nproc: int,
+    steps: int,
+    seed: int,
+    device: str,
+    matmul_precision: str,
+    precision: trainers.Precision | None,
+) -> dict[str, Any]:
+    """The envelope of `dp_reference(nproc)` (runs where it is called: a child on a GPU)."""
+    trainers.set_matmul_precision(matmul_precision)
+    envelope = Envelope.measure(
+        trainers.resolve_factory(workload, model_args),
+        preset,
+        steps=steps,
+        seed=seed,
+        device=device,
+        precision=precision,
+        config=dp_reference(nproc),
+    )
+    return envelope.to_dict()
+
+
+def equivalence_verdict(losses: list[float], envelope: Envelope, *, note: str) -> ParityVerdict:
+    """The equivalence test of `losses` against `envelope`'s reference, as a verdict."""
+    reference = envelope.reference
+    if len(losses) != len(reference):
+        raise ValueError(f"{len(losses)} losses against {len(reference)} in the reference")
+    diffs = [abs(a - b) for a, b in zip(losses, reference, strict=True)]
+    rel = [
+        d / abs(r) if r else (0.0 if d == 0 else math.inf)
+        for d, r in zip(diffs, reference, strict=True)
+    ]
+    first = next((i for i, d in enumerate(diffs) if d != 0), None)
+    eq = envelope.judge(losses)
+    names = {f.name for f in dataclasses.fields(ParityVerdict)}
+    fields = {k: v for k, v in dataclasses.asdict(eq).items() if k in names}
+    fields.pop("passed", None)
+    fields.pop("reason", None)
+    return ParityVerdict(
+        **fields
+        | {
+            "passed": eq.passed,
+            "exact_required": False,
+            "tolerance": eq.bound,
+            "steps": len(reference),
+            "max_abs_deviation": max(diffs, default=0.0),
+            "max_rel_deviation": max(rel, default=0.0),
+            "first_diverging_step": first,
+            "reason": f"{note}; {eq.reason}",
+            "test": "equivalence",
+            "losses": tuple(losses),
+            # The ranks run deterministic kernels in warn-only mode: an op without a
+            # deterministic kernel must not fail one rank of N (`trainers.distributed`).
+            "determinism": "warn-only",
+            "decisive_steps": tuple(eq.decisive_steps),
+            "window_deviations": tuple(eq.window_deviations),
+            "window_envelopes": tuple(eq.window_envelopes),
+        }
+    )
+
+
+class DataParallelGate:
+    """The gate of a study of `nproc` processes (see the module doc); a `tuner.search.gate.Gate`."""
+
+    def __init__(
+        self,
+        workload: str,
+        preset: str,
+        *,
+        nproc: int,
+        steps: int,
+        seed: int,
+        device: str | torch.device,
+        matmul_precision: str,
+        model_args: Mapping[str, str] | None = None,
+        precision: trainers.Precision | None = None,
+        isolate: bool = False,
+    ) -> None:
+        self._args = (workload, preset, dict(model_args or {}), nproc)
+        self.nproc = nproc
+        self.steps = steps
+        self.seed = seed
+        self.device = str(device)
+        self.matmul_precision = matmul_precision
+        self.precision = precision
+        self._child = ChildProcess() if isolate else None
+
+    def _envelope(self) -> dict[str, Any]:
+        args = (
+            *self._args,
+            self.steps,
+            self.seed,
+            self.device,
+            self.matmul_precision,
+            self.precision,
+        )
+        if self._child is not None:
+            return self._child.call(measure_envelope, *args)
+        return measure_envelope(*args)
+
+    def _losses(self, config: LoopConfig) -> tuple[list[float], str]:
+        workload, preset, model_args, nproc = self._args
+        warmup = trainers.min_warmup(config)
+        result = run_distributed(
+            workload,
+            preset,
+            config,
+            nproc=nproc,
+            # The gate's trajectory: untimed compilation steps included, `steps` losses in all.
+            steps=max(1, self.steps - warmup),
+            warmup=warmup,
+            windows=1,
+            device=self.device,
+            precision=self.precision,
+            seed=self.seed,
+            model_args=model_args,
+            gate=True,
+            matmul_precision=self.matmul_precision,
+        )
+        effective = result.effective
+        note = (
+            f"the {effective['world_size']} ranks agree ({effective['backend']}; replicas "
+            f"{effective['replicas']}); against one process on the same global batches "
+            f"({dp_reference(nproc).micro_batches} micro-batches)"
+        )
+        return result.losses, note
+
+    def check(self, config: LoopConfig, envelope: Mapping[str, Any] | None) -> GateRun:
+        times: dict[str, float] = {}
+        started = time.perf_counter()
+        found = dict(envelope) if envelope is not None else self._envelope()
+        if envelope is None:
+            times[GATE_ENVELOPE] = time.perf_counter() - started
+        started = time.perf_counter()
+        losses, note = self._losses(config)
+        verdict = equivalence_verdict(losses, Envelope.from_dict(found), note=note)
+        times[GATE_CONFIG] = time.perf_counter() - started
+        return GateRun(verdict=verdict, envelope=found, time=times)
+
+    def close(self) -> None:
+        if self._child is not None:
+            self._child.close()
