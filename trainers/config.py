@@ -396,7 +396,7 @@ def invalid_reason(
     try:
         config = LoopConfig.from_dict(values)
         if precision is not None:
-            check_precision(precision, cuda_graph=config.cuda_graph)
+            check_precision(precision, cuda_graph=config.cuda_graph, parallel=config.parallel)
     except ConfigError as exc:
         return str(exc)
     if device_type is not None:

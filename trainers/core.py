@@ -78,7 +78,7 @@ def resolve_device(device: str | torch.device) -> torch.device:
 def check_setup(config: LoopConfig, device: torch.device, precision: str | None) -> None:
     """ConfigError / UnsupportedOnDevice unless `config` and `precision` can run on `device`."""
     if precision is not None:
-        check_precision(precision, cuda_graph=config.cuda_graph)
+        check_precision(precision, cuda_graph=config.cuda_graph, parallel=config.parallel)
         # float8 on a CPU, an older GPU or without torchao: one line, before anything is built.
         check_precision_here(precision, device)
     reason = device_error(config, device.type)

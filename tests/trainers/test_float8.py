@@ -19,6 +19,7 @@ from torch import nn
 
 from trainers import ConfigError, LoopConfig, UnsupportedOnDevice, load_workload, run
 from trainers import float8 as f8
+from trainers.config import invalid_reason
 from trainers.float8 import INSTALL, Float8Plan, capability_error, output_heads
 from trainers.flops import count_step_flops_by_linear, utilisation
 
@@ -273,3 +274,11 @@ def test_a_refused_block_lever_leaves_no_converted_layer_behind() -> None:
     with pytest.raises(ConfigError, match="activation_checkpointing"):
         run(workload, config, steps=2, warmup=0, windows=1, device="cpu", precision="float8")
     assert not any(f8.is_float8(m) for m in workload.model.modules())
+
+
+def test_float8_under_fsdp2_is_refused_until_a_gpu_test_passes_it() -> None:
+    reason = invalid_reason({"parallel": "fsdp2"}, precision="float8")
+    assert reason is not None and reason.startswith("precision='float8' is invalid: allowed ")
+    assert "parallel='fsdp2'" in reason
+    assert invalid_reason({"parallel": "ddp"}, precision="float8") is None
+    assert invalid_reason({"parallel": "fsdp2"}, precision="bf16-autocast") is None

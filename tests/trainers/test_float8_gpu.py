@@ -1,0 +1,123 @@
+"""Precision float8 on a GPU of compute capability 8.9 or later (H100, H200, L4): it converts the
+eligible linears and keeps the head in bf16, trains within a loose tolerance of bf16 from the
+same weights and data, composes with compilation (whole model and per block) and with the
+whole-step CUDA graph, and gives the model back. Skipped without such a GPU or torchao.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from trainers import LoopConfig, RunResult, Workload, load_workload, run
+from trainers.float8 import MIN_CAPABILITY, is_float8
+from trainers.workloads import disable_dropout
+
+
+def _capable() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= MIN_CAPABILITY
+
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not _capable(), reason="needs a CUDA GPU of compute capability >= 8.9"),
+]
+
+pytest.importorskip("torchao.float8", reason="torchao is not installed")
+
+STEPS = 20
+FEED = {"num_streams": 2, "sync_mode": "event", "sync_interval": 5, "optimizer": "fused"}
+
+
+def _workload() -> Workload:
+    # transformer small: feed-forward 256 -> 1024 -> 256 in 2 + 2 layers (8 linears converted);
+    # the head (256 -> 1000) and attention's out_proj stay in bf16.
+    workload = load_workload("transformer", "small", seed=0)
+    disable_dropout(workload.model)
+    return workload
+
+
+def _run(
+    precision: str, config: LoopConfig, workload: Workload | None = None, warmup: int = 4
+) -> RunResult:
+    torch.cuda.empty_cache()
+    return run(
+        workload or _workload(),
+        config,
+        steps=STEPS,
+        warmup=warmup,
+        windows=2,
+        device="cuda",
+        precision=precision,  # type: ignore[arg-type]
+    )
+
+
+def _close(losses: list[float], reference: list[float]) -> None:
+    """A loose tolerance: float8 rounds the converted matmuls' operands to 3 mantissa bits."""
+    assert all(math.isfinite(x) for x in losses)
+    assert losses[0] == pytest.approx(reference[0], rel=0.02)
+    assert losses[-1] == pytest.approx(reference[-1], rel=0.1)
+    assert losses[-1] < losses[0]  # it trains
+
+
+def test_float8_converts_keeps_the_head_and_trains_like_bf16() -> None:
+    workload = _workload()
+    head_dtypes: set[torch.dtype] = set()
+    kinds: set[str] = set()
+
+    def on_head(module: nn.Module, args: object, output: torch.Tensor) -> None:
+        head_dtypes.add(output.dtype)
+        kinds.add(type(workload.model.transformer.encoder.layers[0].linear1).__name__)
+
+    handle = workload.model.head.register_forward_hook(on_head)
+    fp8 = _run("float8", LoopConfig(**FEED), workload)
+    handle.remove()
+    bf16 = _run("bf16-autocast", LoopConfig(**FEED))
+    report = fp8.float8
+    assert report is not None and report["converted"] == 8 and report["linears"] == 15
+    assert report["kept"]["head"] == "output head: its logits feed the loss"
+    assert 0.5 < report["flop_share"] < 0.6, report["summary"]  # 53.4 % counted on a CPU
+    # During the run: the feed-forward layers were torchao's, the head a bf16 nn.Linear.
+    assert kinds == {"Float8Linear"} and head_dtypes == {torch.bfloat16}
+    _close(fp8.losses, bf16.losses)
+    assert fp8.losses != bf16.losses  # float8 is never bit-exact
+    assert not any(is_float8(m) for m in workload.model.modules())
+    assert "float8 matmuls, MFU against" in (fp8.to_dict()["mfu_note"] or "")
+
+
+@pytest.mark.parametrize("scope", ["model", "blocks"])
+def test_float8_composes_with_compilation(scope: str) -> None:
+    eager = _run("float8", LoopConfig(**FEED))
+    compiled = _run("float8", LoopConfig(compile="default", compile_scope=scope, **FEED))
+    assert compiled.float8 is not None and compiled.float8["converted"] == 8
+    assert not compiled.compile_unstable, compiled.compile_notes
+    _close(compiled.losses, eager.losses)
+
+
+def test_float8_inside_a_whole_step_cuda_graph() -> None:
+    eager = _run("float8", LoopConfig(**FEED))
+    graph = _run("float8", LoopConfig(cuda_graph=True, **FEED))
+    assert graph.float8 is not None and graph.float8["converted"] == 8
+    _close(graph.losses, eager.losses)
+
+
+@pytest.mark.models
+def test_float8_on_a_llama_style_decoder() -> None:
+    pytest.importorskip("transformers")
+    args = {"arch": "llama", "hidden": "512", "layers": "4", "heads": "8", "kv_heads": "2"}
+    args |= {"vocab": "8192", "seq": "256", "batch": "8", "batches": "4"}
+
+    def llama() -> Workload:
+        workload = load_workload("hf:causal-lm", "small", seed=0, model_args=args)
+        disable_dropout(workload.model)
+        return workload
+
+    config = LoopConfig(compile="default", compile_scope="blocks", **FEED)
+    fp8 = _run("float8", config, llama())
+    bf16 = _run("bf16-autocast", config, llama())
+    assert fp8.float8 is not None and fp8.float8["converted"] == 7 * 4
+    assert list(fp8.float8["kept"]) == ["lm_head"]
+    _close(fp8.losses, bf16.losses)
