@@ -18,6 +18,7 @@ from api.schemas.common import BestSoFar, Strict, utc
 from trainers import Precision
 from trainers.config import (
     CHECKPOINT_SHARES,
+    MAX_BUCKET_CAP_MB,
     MAX_PREFETCH,
     MAX_STREAMS,
     MAX_WORKERS,
@@ -25,6 +26,7 @@ from trainers.config import (
     CompileMode,
     CompileScope,
     OptimizerChoice,
+    Parallel,
     SyncMode,
 )
 from trainers.program import MAX_NPROC
@@ -90,6 +92,10 @@ MicroBatchesChoices = Annotated[list[MicroBatches], Choices]
 CheckpointingChoices = Annotated[list[Checkpointing], Choices]
 CheckpointShareChoices = Annotated[list[CheckpointShare], Choices]
 CompileScopeChoices = Annotated[list[CompileScope], Choices]
+# The data-parallel levers: searched by a job of nproc_per_node > 1 (inert in one process).
+BucketCap = Annotated[int, Field(ge=1, le=MAX_BUCKET_CAP_MB)]
+ParallelChoices = Annotated[list[Parallel], Choices]
+BucketCapChoices = Annotated[list[BucketCap], Choices]
 
 
 class SpaceIn(Strict):
@@ -110,6 +116,12 @@ class SpaceIn(Strict):
     activation_checkpointing: Checkpointing | CheckpointingChoices | None = None
     checkpoint_share: CheckpointShare | CheckpointShareChoices | None = None
     compile_scope: CompileScope | CompileScopeChoices | None = None
+    parallel: Parallel | ParallelChoices | None = None
+    bucket_cap_mb: BucketCap | BucketCapChoices | IntRangeIn | None = None
+    gradient_as_bucket_view: bool | BoolChoices | None = None
+    static_graph: bool | BoolChoices | None = None
+    reshard_after_forward: bool | BoolChoices | None = None
+    fsdp_prefetch: bool | BoolChoices | None = None
 
 
 class FixIn(Strict):
@@ -129,6 +141,12 @@ class FixIn(Strict):
     activation_checkpointing: Checkpointing | None = None
     checkpoint_share: CheckpointShare | None = None
     compile_scope: CompileScope | None = None
+    parallel: Parallel | None = None
+    bucket_cap_mb: BucketCap | None = None
+    gradient_as_bucket_view: bool | None = None
+    static_graph: bool | None = None
+    reshard_after_forward: bool | None = None
+    fsdp_prefetch: bool | None = None
 
 
 class JobIn(Strict):

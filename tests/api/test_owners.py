@@ -23,15 +23,7 @@ LOOP_FIELDS = [f.name for f in dataclasses.fields(trainers.LoopConfig)]
 # LoopConfig's settings the API does not offer (its fields stay as they were; a pin of these is
 # `python -m tuner run --fix`'s for now). A new LoopConfig field fails this test until it is
 # offered or listed here.
-# The data-parallel levers: a job of the service runs one process until nproc_per_node lands.
-NOT_IN_THE_API = {
-    "parallel",
-    "bucket_cap_mb",
-    "gradient_as_bucket_view",
-    "static_graph",
-    "reshard_after_forward",
-    "fsdp_prefetch",
-}
+NOT_IN_THE_API: set[str] = set()
 # Every field of the request with a value that is not its default.
 EVERYTHING: dict[str, Any] = {
     "workload": "mlp",
@@ -45,6 +37,7 @@ EVERYTHING: dict[str, Any] = {
     "device": "cpu",
     "model_args": {"batch": "8"},
     "precision": "bf16-autocast",
+    "nproc_per_node": 2,
 }
 
 
