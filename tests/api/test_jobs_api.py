@@ -130,10 +130,10 @@ BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
     ({"workload": "os.path:join"}, ("body", "workload"), "pattern"),
     ({"workload": "resnet"}, ("body", "workload"), "unknown workload 'resnet'"),
     ({"preset": "enormous"}, ("body", "preset"), "no preset 'enormous'"),
-    ({"space": "everything"}, ("body", "space"), "'full', 'streams' or 'compile'"),
+    ({"space": "everything"}, ("body", "space"), "'streams', 'compile' or 'scale'"),
     ({"model_args": {"batch": "4"}}, ("body", "model_args"), "takes no model_args"),
     ({"model_args": {"Batch!": "4"}}, ("body", "model_args"), "pattern"),
-    ({"precision": "fp64"}, ("body", "precision"), "'bf16-autocast' or 'fp16-autocast'"),
+    ({"precision": "fp64"}, ("body", "precision"), "'bf16-autocast', 'fp16-autocast'"),
     ({"workload": "nope:model"}, ("body", "workload"), "unknown workload 'nope:model'"),
     ({"space": {"compile": ["fast"]}}, ("body", "space", "SpaceIn", "compile"), "'default'"),
     (
