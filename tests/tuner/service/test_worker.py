@@ -20,6 +20,7 @@ from tests.api.helpers import ADMIN_AUTH, AUTH, TINY_JOB, wait_for
 from trainers import LoopConfig
 from tuner.errors import Interrupted, Stopped, TunerError
 from tuner.evidence.reader import list_studies, recommendation
+from tuner.evidence.verdicts import CPU_EXPLANATION
 from tuner.search.search import run_study
 from tuner.service.jobstore import JobStore
 from tuner.service.settings import WorkerSettings
@@ -67,7 +68,7 @@ def test_a_finished_job_serves_its_report_and_its_profiles(finished: Finished) -
     # Profiled on the CPU: the verdicts say so, with the figures behind them.
     assert set(rec["verdicts"]) == {"pytorch-default", "seed-baseline", "recommended"}
     for found in rec["verdicts"].values():
-        assert found["kind"] == "unknown" and "without CUDA activity" in found["explanation"]
+        assert found["kind"] == "unknown" and found["explanation"] == CPU_EXPLANATION
         assert found["figures"]["step_ms"] > 0
     assert rec["explanation"] and rec["profile_errors"] == {}
     page = client.get(job["links"]["report"], headers=AUTH)
