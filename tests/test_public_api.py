@@ -49,6 +49,7 @@ TRAINERS = {
     "catalog",
     "check_matmul_precision",
     "check_parity",
+    "check_precision_here",
     "check_precisions",
     "check_setting",
     "compile_cache_dir",
