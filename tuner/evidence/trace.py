@@ -300,11 +300,26 @@ def profile_config(
     if steps < 1:
         raise trainers.ConfigError("steps", steps, "an integer >= 1")
     dev = trainers.resolve_device(device)
-    cuda = dev.type == "cuda"
     started = time.perf_counter()
     # Graph capture and compilation stay out of the recorded window.
     warmup = max(warmup, trainers.min_warmup(config))
     result, raw = _profiled_run(workload, config, steps, warmup, dev, precision)
+    return profile_from_trace(raw, result, config, dev, steps=steps, started=started)
+
+
+def profile_from_trace(
+    raw: bytes,
+    result: trainers.RunResult,
+    config: LoopConfig,
+    dev: torch.device,
+    *,
+    steps: int,
+    started: float,
+) -> Profile:
+    """The Profile of a run of three windows of `steps` whose third was recorded into the
+    Chrome trace `raw` (this process's run, or rank 0's of a data-parallel launch:
+    `tuner.search.dpprofile`); `started` is the perf_counter time the profiled run began."""
+    cuda = dev.type == "cuda"
     trace = _scrub(json.loads(raw))
     figures = analyze_trace(trace, steps=steps, cuda=cuda)
     if not cuda:
