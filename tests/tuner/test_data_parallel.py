@@ -200,7 +200,7 @@ def test_a_two_process_study_tunes_end_to_end_through_the_cli(tmp_path: Path) ->
     verdicts = [v for k, v in study.user_attrs.items() if k.startswith(keys.PARITY_PREFIX)]
     assert len(verdicts) == 3
     for verdict in verdicts:
-        assert "the 2 ranks agree (gloo" in verdict["reason"], verdict["reason"]
+        assert "the ranks agree (world size 2, gloo" in verdict["reason"], verdict["reason"]
         assert verdict["test"] == "equivalence"
     assert rec["parity"]["passed"] is True
     assert study.user_attrs[keys.META]["nproc_per_node"] == 2
