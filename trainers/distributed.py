@@ -41,7 +41,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,12 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--preset", required=True)
     parser.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--gate", action="store_true", help="dropout off, deterministic kernels")
+    parser.add_argument(
+        "--trace",
+        metavar="PATH",
+        help="rank 0 records its third of three timed windows with torch.profiler into PATH "
+        "(a Chrome trace: the tuner's profile of a data-parallel config)",
+    )
     parser.add_argument(
         "--also",
         action="append",
@@ -154,6 +160,27 @@ def agreement(
             )
     columns = zip(*(g["losses"] for g in gathered), strict=True)
     return [math.fsum(step) / len(gathered) for step in columns], None
+
+
+@contextlib.contextmanager
+def _profiled(path: str | None, device: torch.device) -> Iterator[Callable[[], None]]:
+    """With a `path`, torch.profiler over the run, stepped after each timed window: it waits
+    over the first, warms up over the second, records the third (as `tuner.evidence.trace`
+    profiles one process) and writes the Chrome trace to `path`. Yields the step function."""
+    if path is None:
+        yield lambda: None
+        return
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(
+        activities=activities,
+        on_trace_ready=lambda prof: prof.export_chrome_trace(path),
+        schedule=schedule(wait=1, warmup=1, active=1, repeat=1),
+    ) as prof:
+        yield prof.step
 
 
 def _check_world(config: LoopConfig) -> None:
@@ -267,7 +294,14 @@ def _run_rank(
         return True
 
     shape = _Shape(warmup=reporter.warmup, steps=reporter.steps, windows=reporter.windows)
-    result, model = _train(args, reporter, config, shape, device, on_window, started)
+    with _profiled(args.trace if rank == 0 else None, device) as next_window:
+
+        def window_then_profile(index: int, window: Window) -> bool:
+            on_window(index, window)
+            next_window()
+            return True
+
+        result, model = _train(args, reporter, config, shape, device, window_then_profile, started)
     losses, rank_losses = _gathered(result, model, config, rank)
     also = _also(args, reporter, rank, device)
     if rank != 0:

@@ -70,4 +70,4 @@ def test_a_two_process_job_tunes_end_to_end(client: TestClient, storage: str) ->
     best = client.get(job["links"]["best"], headers=AUTH).json()
     config = LoopConfig.from_dict(best["config"])
     assert config.parallel in ("ddp", "fsdp2")
-    assert "the 2 ranks agree" in best["parity"]["reason"]
+    assert "the ranks agree (world size 2, gloo" in best["parity"]["reason"]

@@ -15,12 +15,14 @@ from pathlib import Path
 
 import optuna
 import pytest
+import torch
 
 import trainers
 from tests.tuner.test_cli_run import run_main
 from tests.tuner.tiny import sqlite_url
 from trainers import ConfigError, LoopConfig
 from tuner.errors import SpaceError
+from tuner.search.dpprofile import DataParallelProfiler
 from tuner.search.measure import Failure, Measurer, Protocol
 from tuner.search.options import BASELINES, RunOptions, baselines_for
 from tuner.search.space import config_key
@@ -198,7 +200,7 @@ def test_a_two_process_study_tunes_end_to_end_through_the_cli(tmp_path: Path) ->
     verdicts = [v for k, v in study.user_attrs.items() if k.startswith(keys.PARITY_PREFIX)]
     assert len(verdicts) == 3
     for verdict in verdicts:
-        assert "the 2 ranks agree (gloo" in verdict["reason"], verdict["reason"]
+        assert "the ranks agree (world size 2, gloo" in verdict["reason"], verdict["reason"]
         assert verdict["test"] == "equivalence"
     assert rec["parity"]["passed"] is True
     assert study.user_attrs[keys.META]["nproc_per_node"] == 2
@@ -215,3 +217,30 @@ def test_the_cli_flag_names_itself_when_refused(
     assert "--nproc-per-node: nproc_per_node=9 is invalid: allowed an integer in 1..8" in " ".join(
         err.split()
     )
+
+
+# ---------------------------------------------------------------------------- profiles
+
+
+def test_rank_zero_profiles_a_data_parallel_config() -> None:
+    profiler = DataParallelProfiler(
+        "mlp",
+        "tiny",
+        nproc=2,
+        steps=2,
+        warmup=1,
+        seed=0,
+        device=torch.device("cpu"),
+        matmul_precision="highest",
+    )
+    prof = profiler(LoopConfig(parallel="ddp"))
+    assert prof.config["parallel"] == "ddp" and prof.steps == 2
+    assert prof.step_ms > 0 and prof.unprofiled_step_ms is not None
+    # The recorded window is rank 0's third: its ProfilerStep annotation and DDP's own ops.
+    names = {str(e.get("name", "")) for e in prof.trace()["traceEvents"]}
+    assert any(name.startswith("ProfilerStep#") for name in names)
+    assert any("DistributedDataParallel" in name or "c10d" in name for name in names), sorted(
+        names
+    )[:50]
+    # No CUDA here: no kernels, so no communication figures, and the CPU's note.
+    assert prof.comm_exposed_fraction is None and not prof.cuda_activity

@@ -91,8 +91,11 @@ def entry_args(
     *,
     gate: bool,
     also: Sequence[LoopConfig] = (),
+    trace: Path | None = None,
 ) -> list[str]:
     args = ["--workload", workload, "--preset", preset]
+    if trace is not None:
+        args += ["--trace", str(trace)]
     for key, value in (model_args or {}).items():
         args += ["--model-arg", f"{key}={value}"]
     for config in also:
@@ -137,18 +140,23 @@ def run_distributed(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     matmul_precision: str | None = None,
     also: Sequence[LoopConfig] = (),
+    trace: Path | None = None,
 ) -> RunResult:
     """Train `workload` under `config` with `nproc` processes (see the module doc) and return
     rank 0's report. gate: dropout off and deterministic kernels (the gate's trajectories).
     matmul_precision: the ranks' float32 matmul precision (None: this process's).
     also: with `gate`, more configs trained after `config` in the same launch, each for as many
-    steps (one launch instead of one each); their losses are in `effective["also"]`."""
+    steps (one launch instead of one each); their losses are in `effective["also"]`.
+    trace: rank 0 records its third of three windows into this Chrome trace file
+    (`windows` must be 3: the first runs unprofiled, the second warms the profiler up)."""
     check_nproc(nproc)
     if also and not gate:
         raise ConfigError("also", [c.to_dict() for c in also], "() unless gate=True")
     check_counts(steps=steps, warmup=warmup, windows=windows)
     dev = resolve_device(device)
-    args = entry_args(workload, preset, model_args, gate=gate, also=also)
+    if trace is not None and windows != 3:
+        raise ConfigError("windows", windows, "3 with a trace (wait, warm up, record)")
+    args = entry_args(workload, preset, model_args, gate=gate, also=also, trace=trace)
     command = torchrun_command(nproc, ENTRY, args)
     program = Program(
         name=f"torchrun {nproc} x {workload}",

@@ -19,6 +19,9 @@ Figures (per loop step; the ones about the GPU are None without CUDA activity):
 - `h2d_ms_per_step`: the union of host-to-device copy intervals; `h2d_overlap_fraction`: the share
   of it during which a kernel ran (None when nothing was copied); `h2d_exposed_ms_per_step`: the
   rest, copies the GPU did instead of compute;
+- `comm_ms_per_step`, `comm_exposed_ms_per_step`, `comm_exposed_fraction`, `comm_kind`: NCCL's
+  kernels (a data-parallel run), and the share of their time no compute kernel ran beside
+  (`tuner.evidence.comm`); None without communication;
 - `sync_ms_per_step`: host time blocked in `cudaStreamSynchronize`, `cudaEventSynchronize` and
   `cudaDeviceSynchronize`, without the window's own two device syncs (the first and the last
   `cudaDeviceSynchronize` of the window: the measurement's, not the loop's). On a CPU: the
@@ -55,6 +58,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 import trainers
 from trainers import LoopConfig, Window, Workload
+from tuner.evidence.comm import communication
 from tuner.evidence.intervals import Interval, intersect, merge, subtract, total
 
 CPU_NOTE = "profiled without CUDA activity (CPU run): GPU figures are not available"
@@ -226,7 +230,7 @@ def _device_figures(
         "kernels_per_step": len(kernel_events) / steps,
         "sync_ms_per_step": sync_us / steps / 1e3,
         "breakdown_ms": {k: v / steps / 1e3 for k, v in parts_us.items()},
-    }
+    } | communication(kernel_events, region, steps)
 
 
 # --------------------------------------------------------------------------------------------
@@ -254,6 +258,10 @@ class Profile:
     ops_per_step: float
     breakdown_ms: dict[str, float]
     note: str | None
+    comm_ms_per_step: float | None = None
+    comm_exposed_ms_per_step: float | None = None
+    comm_exposed_fraction: float | None = None
+    comm_kind: str | None = None
     seconds: float = 0.0
     """Wall time of the whole profiled run (device time, for the study's accounting)."""
     trace_gz: bytes | None = dataclasses.field(default=None, repr=False)
@@ -292,11 +300,26 @@ def profile_config(
     if steps < 1:
         raise trainers.ConfigError("steps", steps, "an integer >= 1")
     dev = trainers.resolve_device(device)
-    cuda = dev.type == "cuda"
     started = time.perf_counter()
     # Graph capture and compilation stay out of the recorded window.
     warmup = max(warmup, trainers.min_warmup(config))
     result, raw = _profiled_run(workload, config, steps, warmup, dev, precision)
+    return profile_from_trace(raw, result, config, dev, steps=steps, started=started)
+
+
+def profile_from_trace(
+    raw: bytes,
+    result: trainers.RunResult,
+    config: LoopConfig,
+    dev: torch.device,
+    *,
+    steps: int,
+    started: float,
+) -> Profile:
+    """The Profile of a run of three windows of `steps` whose third was recorded into the
+    Chrome trace `raw` (this process's run, or rank 0's of a data-parallel launch:
+    `tuner.search.dpprofile`); `started` is the perf_counter time the profiled run began."""
+    cuda = dev.type == "cuda"
     trace = _scrub(json.loads(raw))
     figures = analyze_trace(trace, steps=steps, cuda=cuda)
     if not cuda:

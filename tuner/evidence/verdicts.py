@@ -10,6 +10,10 @@ gpu-bound, which the whole-step graph's mere 1.22x gain confirms (docs/benchmark
 Host-side sync time stays a fraction of the profiled step. The checks run in this order, first
 match wins:
 1. no CUDA activity -> `unknown` (on a CPU, the sentence says it was a CPU run);
+1b. `communication-bound` (a data-parallel run): NCCL's kernels that overlap no compute kernel
+   take more than COMM_BOUND_FRACTION (10 %) of the step; the text gives the share of the
+   communication time exposed ("communication-bound: 35 % of all-reduce time exposed"). Under
+   that share, a verdict of another kind still says it (", 4 % of all-reduce time exposed");
 2. `transfer-bound`: host-to-device copies that overlap no kernel take more than
    TRANSFER_BOUND_FRACTION (20 %) of the step. First, because exposed copies also leave the
    kernels idle and would otherwise read as host-bound;
@@ -37,7 +41,15 @@ TRANSFER_BOUND_FRACTION = 0.20
 GPU_SATURATED_FRACTION = 0.90
 CPU_EXPLANATION = "a CPU run (GPU figures are not available)"
 """The verdict's sentence for a profile without CUDA activity on a CPU."""
-KINDS = ("host-bound", "transfer-bound", "sync-bound", "gpu-bound", "unknown")
+COMM_BOUND_FRACTION = 0.10
+KINDS = (
+    "host-bound",
+    "transfer-bound",
+    "sync-bound",
+    "gpu-bound",
+    "communication-bound",
+    "unknown",
+)
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)
@@ -65,6 +77,33 @@ def _pct(fraction: float) -> str:
 def verdict(prof: Profile | Mapping[str, Any]) -> Verdict:
     """What bounds the profiled step; the checks and their order are in the module doc."""
     p = prof if isinstance(prof, Profile) else Profile.from_attrs(prof)
+    return _with_communication(p, _verdict(p))
+
+
+def _with_communication(p: Profile, found: Verdict) -> Verdict:
+    """A data-parallel profile's exposed communication, as its own verdict or said in another."""
+    if p.comm_exposed_fraction is None or found.kind == "unknown":
+        return found
+    base_ms = p.unprofiled_step_ms if p.unprofiled_step_ms else p.step_ms
+    # NCCL's kernels run on the GPU's clock, unslowed by the profiler: over the real step.
+    exposed_step = min(1.0, (p.comm_exposed_ms_per_step or 0.0) / base_ms) if base_ms else 0.0
+    words = f"{_pct(p.comm_exposed_fraction)} of {p.comm_kind or 'communication'} time exposed"
+    figures = found.figures | {
+        "comm_ms_per_step": p.comm_ms_per_step,
+        "comm_exposed_ms_per_step": p.comm_exposed_ms_per_step,
+        "comm_exposed_fraction": p.comm_exposed_fraction,
+        "comm_exposed_step_fraction": exposed_step,
+    }
+    if exposed_step > COMM_BOUND_FRACTION:
+        return Verdict(
+            kind="communication-bound",
+            figures=figures,
+            explanation=f"communication-bound: {words} ({_pct(exposed_step)} of the step)",
+        )
+    return Verdict(kind=found.kind, figures=figures, explanation=f"{found.explanation}, {words}")
+
+
+def _verdict(p: Profile) -> Verdict:
     step_ms = p.step_ms
     figures: dict[str, Any] = {
         "step_ms": step_ms,
@@ -201,6 +240,20 @@ _EFFECTS: dict[str, list[tuple[str, str, Any]]] = {
     "gpu-bound": [
         ("compile", "fused kernels, so the GPU reads and writes less", None),
         ("cuda_graph", "closed the GPU's idle gaps between kernels", True),
+    ],
+    # Exposed communication: the settings that decide when the collectives start and what they
+    # wait for.
+    "communication-bound": [
+        ("bucket_cap_mb", "started the all-reduces at other points of the backward", None),
+        (
+            "fsdp_prefetch",
+            "issued each block's all-gather under the previous block's compute",
+            None,
+        ),
+        ("reshard_after_forward", "kept the gathered parameters for the backward", False),
+        ("static_graph", "let DDP reorder its buckets", True),
+        ("gradient_as_bucket_view", "saved the copy into each bucket", True),
+        ("parallel", "changed the collectives", None),
     ],
     "transfer-bound": [
         (field, "overlapped the copies with compute", None)

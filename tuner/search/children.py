@@ -18,6 +18,7 @@ import dataclasses
 
 from tuner.search import profiling
 from tuner.search.dpgate import DataParallelGate
+from tuner.search.dpprofile import DataParallelProfiler
 from tuner.search.gate import Gate, InProcessGate, ProgramGate
 from tuner.search.isolated import ParityProcess, ProfileProcess
 from tuner.search.measure import Measurer
@@ -110,4 +111,19 @@ def _data_parallel(options: RunOptions, measurer: Measurer) -> Children:
         isolate=measurer.device.type == "cuda",
         batch=list(baselines_for(measurer.nproc).values()),
     )
-    return Children(gate=gate, profiler=None)
+    if measurer.device.type != "cuda":
+        # Over gloo the collectives run on host threads: no kernel to overlap (dpprofile).
+        return Children(gate=gate, profiler=None)
+    profiler = DataParallelProfiler(
+        options.workload,
+        options.preset,
+        nproc=measurer.nproc,
+        steps=options.profile_steps,
+        warmup=options.protocol.warmup,
+        seed=options.protocol.seed,
+        device=measurer.device,
+        matmul_precision=options.matmul_precision,
+        model_args=options.model_args,
+        precision=options.precision,
+    )
+    return Children(gate=gate, profiler=profiler)

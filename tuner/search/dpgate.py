@@ -201,7 +201,8 @@ class DataParallelGate:
 
         def note(other: LoopConfig) -> str:
             return (
-                f"the {effective['world_size']} ranks agree ({effective['backend']}; replicas "
+                f"the ranks agree (world size {effective['world_size']}, "
+                f"{effective['backend']}; replicas "
                 f"{'identical' if other.parallel == 'ddp' else 'sharded'}); against one process "
                 f"on the same global batches ({dp_reference(nproc).micro_batches} micro-batches)"
             )

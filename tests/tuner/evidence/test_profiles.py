@@ -353,6 +353,13 @@ def test_every_kind_is_reachable() -> None:
             dataclasses_replace(
                 gpu_profile(busy=0.9), cuda_activity=False, gpu_busy_fraction=None, note=CPU_NOTE
             ),
+            dataclasses_replace(
+                gpu_profile(busy=0.9),
+                comm_ms_per_step=2.0,
+                comm_exposed_ms_per_step=1.5,
+                comm_exposed_fraction=0.75,
+                comm_kind="all-reduce",
+            ),
         )
     }
     assert kinds == set(verdicts.KINDS)
