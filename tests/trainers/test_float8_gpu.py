@@ -69,8 +69,11 @@ def test_float8_converts_keeps_the_head_and_trains_like_bf16() -> None:
     kinds: set[str] = set()
 
     def on_head(module: nn.Module, args: object, output: torch.Tensor) -> None:
-        head_dtypes.add(output.dtype)
-        kinds.add(type(workload.model.transformer.encoder.layers[0].linear1).__name__)
+        # The FLOP count runs a forward of the plain model first (before the conversion): only
+        # forwards under autocast, the run's, are the converted model's.
+        if torch.is_autocast_enabled("cuda"):
+            head_dtypes.add(output.dtype)
+            kinds.add(type(workload.model.transformer.encoder.layers[0].linear1).__name__)
 
     handle = workload.model.head.register_forward_hook(on_head)
     fp8 = _run("float8", LoopConfig(**FEED), workload)
