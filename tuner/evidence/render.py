@@ -160,8 +160,8 @@ def cpu_rows(rec: Recommendation) -> list[tuple[str, str]]:
         (
             "it cannot tell",
             "which config is fastest on a GPU: stream, event and pinned-memory settings have no "
-            "effect on a CPU and CUDA graphs do not run there, so the configs above differ by "
-            "noise and 'change nothing' is the usual answer",
+            "effect on a CPU and CUDA graphs do not run there, so differences between configs "
+            "here come from the CPU (its load, DataLoader workers) and say nothing about a GPU",
         ),
         ("on a GPU, run", gpu_command(rec)),
     ]

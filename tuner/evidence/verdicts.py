@@ -39,7 +39,7 @@ HOST_BOUND_BUSY = 0.50
 SYNC_BOUND_FRACTION = 0.30
 TRANSFER_BOUND_FRACTION = 0.20
 GPU_SATURATED_FRACTION = 0.90
-CPU_EXPLANATION = "a CPU run (GPU figures are not available)"
+CPU_EXPLANATION = "a CPU run, profiled without CUDA activity: GPU figures are not available"
 """The verdict's sentence for a profile without CUDA activity on a CPU."""
 COMM_BOUND_FRACTION = 0.10
 KINDS = (
