@@ -159,6 +159,7 @@ class Engine:
         precision: Precision | None = None,
         capturable: bool | None = None,
         on_optimizer: OptimizerHook | None = None,
+        count_flops: bool = True,
     ) -> None:
         self.workload = workload
         self.config = config
@@ -184,8 +185,8 @@ class Engine:
         self.watch = CompileWatch(dev, active=compiles(config))
         self.capturable = config.cuda_graph if capturable is None else capturable
         # Counted on the plain model, before any lever wraps it: recomputation is not a model
-        # FLOP.
-        self.flops_per_step = _count_flops(workload, dev)
+        # FLOP. `count_flops=False` (training) skips it.
+        self.flops_per_step = _count_flops(workload, dev) if count_flops else None
         self.data_parallel = DataParallel.create(config, dev)
         self.data_parallel.check_workload(workload)
         self._undo_blocks: Callable[[], None] = _nothing

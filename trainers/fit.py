@@ -158,8 +158,15 @@ class Trainer:
         self._scheduler_factory = scheduler
         self.scheduler: LRScheduler | None = None
         # The loop's parts, as `trainers.run` builds them; `_adopt` sees the optimizer first.
+        # No FLOP count: training reports no MFU, and the count reads the dataset's first
+        # batch, which a run resumed past it must not load.
         self.engine = Engine(
-            workload, config, device=device, precision=precision, on_optimizer=self._adopt
+            workload,
+            config,
+            device=device,
+            precision=precision,
+            on_optimizer=self._adopt,
+            count_flops=False,
         )
         self.device = self.engine.device
         self.numerics = self.engine.numerics

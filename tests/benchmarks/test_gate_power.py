@@ -46,7 +46,12 @@ def test_gate_power_cpu_smoke_run(tmp_path: Path) -> None:
     assert len(per["window_ratios"]) == len(per["drift_ratios"]) == 2
     assert wrong["detected"] == 2  # a 1 % learning-rate error on mlp tiny
 
-    configs = written["equivalent"]["mlp@tiny"]
+    # The shape: one entry per "<workload>/<config>".
+    configs = {
+        key.split("/", 1)[1]: entry
+        for key, entry in written["equivalent"].items()
+        if key.startswith("mlp@tiny/")
+    }
     assert set(configs) == {"2-stream-event", "foreach-optimizer", "fused-optimizer"}
     for entry in configs.values():
         assert entry["runs"] == 2 and 0 <= entry["passed"] <= entry["passed_without_drift"] <= 2
@@ -62,7 +67,7 @@ def test_gate_power_cpu_smoke_run(tmp_path: Path) -> None:
     assert set(kept["0"]["configs"]) == {"fault:wrong-op", *configs}
     assert all(len(losses) == 10 for losses in kept["0"]["configs"].values())
     table = (tmp_path / "gate_power.md").read_text()
-    assert "| wrong-op | learning rate x 0.99 | 2 | 2 | 100% | 0 |" in table
+    assert "| wrong-op | learning rate x 0.99 | 2 | 2 | 100% | mlp@tiny | 0 |" in table
     assert "skipped: CUDA only" in table
 
 

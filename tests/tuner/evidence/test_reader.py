@@ -262,7 +262,7 @@ def test_tuner_storage_is_where_results_are_read(
         ("not a url", "--storage: 'not a url' is not a usable database URL"),
         ("nosuchdb://u@h/x", "--storage: 'nosuchdb://u@h/x' is not a usable database URL"),
         ("mysql://u@h/x", "--storage: no database driver for 'mysql://u@h/x' is installed"),
-        ("sqlite:////nonexistent-dir/sub/t.db", "--storage: cannot open"),
+        ("sqlite:////nonexistent-dir/sub/t.db", "--storage: the folder /nonexistent-dir/sub"),
     ],
 )
 def test_a_bad_storage_url_is_an_error_naming_storage(url: str, message: str) -> None:
