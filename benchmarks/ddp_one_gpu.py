@@ -183,6 +183,11 @@ def _profile(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     }
 
 
+def _nccl_version() -> str:
+    version = torch.cuda.nccl.version()  # (2, 27, 7) in recent torch, an int in old ones
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
 def _write(path: Path, record: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
@@ -205,10 +210,7 @@ def main(argv: Sequence[str]) -> int:
     configs = {name: LoopConfig(**levers[name]) for name in names}
     out = Path(args.out)
     record: dict[str, Any] = {
-        "meta": meta
-        | {
-            "nccl": ".".join(map(str, torch.cuda.nccl.version())) if device.type == "cuda" else None
-        },
+        "meta": meta | {"nccl": _nccl_version() if device.type == "cuda" else None},
         "what": f"world size 1, {'NCCL' if device.type == 'cuda' else 'gloo'}, one torchrun "
         "launch per setting: code paths, not speedups (nothing to all-reduce across)",
         "workload": f"{args.workload} {args.preset}",

@@ -8,7 +8,8 @@ in the program protocol's variables (`STREAMTUNE_*`, `trainers.program.protocol`
 every rank. Each rank:
 1. writes its stderr to its own file and its pid beside it (`STREAMTUNE_RANK_DIR`), so that a
    failed rank's own tail can be quoted and a rank left behind can be found and killed;
-2. starts the process group: NCCL on GPUs (rank r on `cuda:LOCAL_RANK`), gloo on a CPU, with
+2. starts the process group: NCCL on GPUs (rank r on `cuda:K+LOCAL_RANK` for a launch from
+   `cuda:K`), gloo on a CPU, with
    the collective timeout `STREAMTUNE_DIST_TIMEOUT` (a rank that hangs fails the others there);
 3. builds the workload from the seed (every rank the same weights and the same global batches)
    and trains it with `trainers.run` under the config: the loop core wraps the model in DDP or
@@ -100,9 +101,11 @@ def _own_stderr(folder: Path, rank: int) -> None:
 
 
 def _device(asked: str, local_rank: int) -> torch.device:
-    """Rank r's device: `cuda:LOCAL_RANK` when the launch asked for CUDA, else the CPU."""
-    if torch.device(asked).type == "cuda":
-        device = torch.device("cuda", local_rank)
+    """Rank r's device: with `cuda:K` asked, `cuda:(K + LOCAL_RANK)` (a launch from GPU 2 of 4
+    processes uses GPUs 2-5 of those visible); else the CPU."""
+    first = torch.device(asked)
+    if first.type == "cuda":
+        device = torch.device("cuda", (first.index or 0) + local_rank)
         torch.cuda.set_device(device)
         return device
     return torch.device("cpu")

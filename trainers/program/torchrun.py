@@ -157,10 +157,9 @@ def run_distributed(
     if trace is not None and windows != 3:
         raise ConfigError("windows", windows, "3 with a trace (wait, warm up, record)")
     args = entry_args(workload, preset, model_args, gate=gate, also=also, trace=trace)
-    command = torchrun_command(nproc, ENTRY, args)
     program = Program(
         name=f"torchrun {nproc} x {workload}",
-        command=tuple(command),
+        command=tuple(torchrun_command(nproc, ENTRY, args)),
         cwd=Path.cwd(),
         presets=(preset,),
         settings=field_names(),
@@ -183,12 +182,7 @@ def run_distributed(
             perturb=perturb,
         ) | launch_env(folder / "ranks", timeout_s, matmul_precision)
         reader = ReportReader(program.name, warmup + steps, window_sizes(steps, windows), on_start)
-        try:
-            stopped = _execute(program, command, env, folder, reader, on_window, stop_at_end=True)
-        except ProgramFailed as exc:
-            raise ProgramFailed(rank_failure(str(exc), folder, nproc)) from None
-        finally:
-            kill_leftovers(folder / "ranks")
+        stopped = _follow_launch(program, env, folder, reader, on_window, nproc)
     result = reader.result(program, preset, config, warmup=warmup, stopped=stopped, dev=dev)
     end = reader.end or {}
     return dataclasses.replace(
@@ -202,6 +196,25 @@ def run_distributed(
             "also": end.get("also") or [],
         },
     )
+
+
+def _follow_launch(
+    program: Program,
+    env: Mapping[str, str],
+    folder: Path,
+    reader: ReportReader,
+    on_window: Callable[[int, Window], bool] | None,
+    nproc: int,
+) -> bool:
+    """Run the launch to its end line (or its failure, naming the rank); whatever happens, no
+    rank process outlives it. True if `on_window` stopped it early."""
+    try:
+        command = list(program.command)
+        return _execute(program, command, env, folder, reader, on_window, stop_at_end=True)
+    except ProgramFailed as exc:
+        raise ProgramFailed(rank_failure(str(exc), folder, nproc)) from None
+    finally:
+        kill_leftovers(folder / "ranks")
 
 
 def _tail(path: Path) -> str:

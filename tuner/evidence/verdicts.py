@@ -198,6 +198,8 @@ def _changes(config: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, st
             out[field] = _COMPILE_WORDS.get(str(new), f"torch.compile {new}")
         elif field == "optimizer":
             out[field] = _OPTIMIZER_WORDS.get(str(new), f"optimizer {new}")
+        elif field in _DATA_PARALLEL_WORDS:
+            out[field] = _DATA_PARALLEL_WORDS[field](new)
         else:  # a field added to LoopConfig later
             out[field] = f"{field}={new}"
     if config.get("cuda_graph") and "cuda_graph" in out and "compile" in out:
@@ -211,6 +213,16 @@ _COMPILE_WORDS = {
     "default": "torch.compile",
     "max-autotune-no-cudagraphs": "torch.compile max-autotune (no CUDA graphs)",
     "reduce-overhead": "torch.compile reduce-overhead (Inductor's CUDA graphs)",
+}
+_DATA_PARALLEL_WORDS: dict[str, Any] = {
+    "parallel": lambda v: {"ddp": "DDP", "fsdp2": "FSDP2"}.get(str(v), "one process"),
+    "bucket_cap_mb": lambda v: f"{v} MiB gradient buckets",
+    "gradient_as_bucket_view": lambda v: "gradients as bucket views" if v else "gradient copies",
+    "static_graph": lambda v: "DDP's static graph" if v else "no static graph",
+    "reshard_after_forward": lambda v: (
+        "parameters resharded after the forward" if v else "parameters kept to the backward"
+    ),
+    "fsdp_prefetch": lambda v: "explicit FSDP2 prefetch" if v else "FSDP2's implicit prefetch",
 }
 _OPTIMIZER_WORDS = {
     "as-built": "the optimizer as built",

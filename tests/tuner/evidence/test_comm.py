@@ -125,3 +125,23 @@ def test_the_verdict_says_how_much_all_reduce_time_is_exposed() -> None:
     ):
         del stored[key]
     assert verdict(stored).kind == "gpu-bound"
+
+
+def test_the_explanation_names_the_lever_that_acts_on_exposed_communication() -> None:
+    from trainers import LoopConfig
+    from tuner.evidence.verdicts import explain
+
+    rec = {
+        "config": LoopConfig(parallel="ddp", bucket_cap_mb=5, static_graph=True).to_dict(),
+        "source": "trial-3",
+        "speedup": {"pytorch-default": {"median": 1.2, "ci95": [1.1, 1.3]}},
+        "final_round": [
+            {"name": "pytorch-default", "config": LoopConfig(parallel="ddp").to_dict()}
+        ],
+    }
+    line = explain(rec, {"pytorch-default": verdict(profile(comm_exposed_ms=1.4))})
+    assert line == (
+        "communication-bound: 70 % of all-reduce time exposed (14 % of the step); "
+        "5 MiB gradient buckets started the all-reduces at other points of the backward "
+        "(also DDP's static graph): 1.20x (CI 1.10-1.30) over pytorch-default"
+    )
