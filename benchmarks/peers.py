@@ -757,7 +757,7 @@ def to_markdown(data: Mapping[str, Any]) -> str:
         + " | ".join(PEER_LABELS.get(n, n) for n in present)
         + " | seed-baseline | recommended | ratio vs best peer (95 % CI) "
         "| vs seed-baseline | tuning wall s / GPU-s |",
-        "|" + "---|" * (len(present) + 8),
+        "|" + "---|" * (len(present) + 7),
     ]
     for item in data["presets"]:
         if "error" in item:
@@ -845,8 +845,10 @@ README_BEGIN, README_END = "<!-- peers:begin -->", "<!-- peers:end -->"
 def update_readme(readme: Path, data: Mapping[str, Any]) -> None:
     """Replace the table between the README's peers markers with this document's."""
     text = readme.read_text(encoding="utf-8")
-    head, sep, rest = text.partition(README_BEGIN)
-    _, sep2, tail = rest.partition(README_END)
+    # The markers on lines of their own: prose may name them (docs/results.md does).
+    head, sep, rest = text.partition(f"\n{README_BEGIN}\n")
+    _, sep2, tail = rest.partition(f"\n{README_END}")
+    head += "\n" if sep else ""
     if not sep or not sep2:
         raise SystemExit(f"{readme}: no {README_BEGIN} ... {README_END} markers")
     table = [line for line in to_markdown(data).splitlines() if line.startswith("|")]

@@ -137,6 +137,9 @@ def test_the_markdown_has_a_row_per_preset_and_names_failures() -> None:
         "command": "c",
     }
     text = peers.to_markdown({"meta": meta, "presets": [item]})
+    # A table: the delimiter row has as many cells as the header (else Markdown shows text).
+    header, delimiter = [row for row in text.splitlines() if row.startswith("|")][:2]
+    assert header.count("|") == delimiter.count("|")
     row = next(line for line in text.splitlines() if line.startswith("| transformer:small"))
     assert "2.00 (1.90-2.10)" in row and "failed" in row and "1.00 (0.95-1.05)" in row
     assert "compile-default failed: boom" in text and "compile=default" in text
