@@ -197,6 +197,12 @@ def open_search(
     )
     # Build the workload now: a bad --workload or --preset must fail before a study is stored.
     measurer.check()
+    try:
+        # A precision this device cannot run (float8 off an sm89+ GPU) fails here, in one line,
+        # not as every trial's failure.
+        trainers.check_precision_here(options.precision, measurer.device)
+    except trainers.UnsupportedOnDevice as exc:
+        raise TunerError(f"--precision: {exc}") from None
     space = load_space(
         options.space,
         fix=options.fix,

@@ -626,3 +626,11 @@ def test_bad_patience_names_its_field_and_what_is_allowed(
         RunOptions(workload="mlp", preset="tiny", **change)
     assert info.value.field == "patience"
     assert allowed in str(info.value)
+
+
+def test_a_precision_the_device_cannot_run_is_one_error_before_any_study(tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    with pytest.raises(TunerError, match=r"^--precision: .*compute capability 8\.9") as info:
+        run_json(options(storage, "f8", precision="float8"))
+    assert "device is cpu" in str(info.value)
+    assert optuna.study.get_all_study_names(storage) == []
