@@ -39,22 +39,11 @@ import torch
 
 import trainers
 from benchmarks.run_meta import run_meta
+from benchmarks.scale_probe import FEED, PARTS
 from trainers import LoopConfig
 
-FEED: dict[str, Any] = {
-    "num_streams": 2,
-    "sync_mode": "event",
-    "sync_interval": 10,
-    "prefetch_depth": 2,
-    "pin_memory": True,
-    "non_blocking": True,
-    "optimizer": "fused",
-}
-SCOPES: dict[str, dict[str, Any]] = {
-    "eager": {"compile": "none"},
-    "model": {"compile": "default", "compile_scope": "model"},
-    "blocks": {"compile": "default", "compile_scope": "blocks"},
-}
+# The scale probe's feed and compile scopes: the two probes' rows compare.
+SCOPES: dict[str, dict[str, Any]] = {name: PARTS[name] for name in ("eager", "model", "blocks")}
 QUICK = {
     "preset": "llama-350m",
     "model_arg": ["layers=4", "batch=4"],
