@@ -85,3 +85,17 @@ def test_bad_workload_inputs(name: str, preset: str, field: str, match: str) -> 
     with pytest.raises(WorkloadError, match=match) as info:
         load_workload(name, preset)
     assert info.value.field == field
+
+
+def test_a_model_option_given_as_a_number_from_python_is_read_as_its_text() -> None:
+    from trainers.workloads.options import OptionSpec
+
+    ffn = OptionSpec(name="ffn", kind="int", default=64, help="width", low=1)
+    assert ffn.parse(4096) == ffn.parse("4096") == 4096  # type: ignore[arg-type]
+    flag = OptionSpec(name="flag", kind="bool", default=False, help="on or off")
+    assert flag.parse(True) is True  # type: ignore[arg-type]
+    # Anything else is the option's error, naming it, not an AttributeError.
+    with pytest.raises(WorkloadError, match=r"model_arg\.ffn=\[1\] is invalid: allowed an integer"):
+        ffn.parse([1])  # type: ignore[arg-type]
+    with pytest.raises(WorkloadError, match=r"model_arg\.ffn='0' is invalid: allowed an integer"):
+        ffn.parse(0)  # type: ignore[arg-type]

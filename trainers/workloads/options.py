@@ -77,7 +77,14 @@ class OptionSpec:
         )
 
     def parse(self, raw: str) -> Value:
-        """The typed value of the string `raw`; WorkloadError naming key, value and allowance."""
+        """The typed value of the string `raw`; WorkloadError naming key, value and allowance.
+        A number or bool given from Python (`model_args={"ffn": 4096}`) is read as its text."""
+        if isinstance(raw, bool):
+            raw = str(raw).lower()
+        elif isinstance(raw, int | float):
+            raw = str(raw)
+        elif not isinstance(raw, str):
+            raise self.error(raw)
         text = raw.strip()
         value: Value
         try:
