@@ -39,7 +39,7 @@ import torch
 
 import trainers
 from benchmarks.run_meta import run_meta
-from benchmarks.scale_probe import FEED, PARTS
+from benchmarks.scale_probe import FEED, PARTS, run_row
 from trainers import LoopConfig
 
 # The scale probe's feed and compile scopes: the two probes' rows compare.
@@ -89,22 +89,11 @@ def measure(
             torch.cuda.empty_cache()
     out = result.to_dict()
     fp8 = out["float8"] or {}
-    return {
-        "median_ms": out["step_time_ms"]["median"],
-        "windows_ms": [w["step_ms"] for w in out["windows"]],
-        "mfu": out["mfu"],
-        "tflops": out["tflops"],
-        "mfu_note": out["mfu_note"],
-        "flops_per_step": out["flops_per_step"],
-        "peak_memory_bytes": out["peak_memory_bytes"],
-        "tokens_per_s": out["tokens_per_s"],
-        "compile_s": out["compile_s"],
-        "compile_unstable": out["compile_unstable"],
+    return run_row(out, started) | {
         "converted": fp8.get("converted"),
         "linears": fp8.get("linears"),
         "converted_flop_share": fp8.get("flop_share"),
         "float8_summary": fp8.get("summary"),
-        "wall_s": time.perf_counter() - started,
         "losses": out["losses"],
     }
 

@@ -95,6 +95,12 @@ def probe(
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()
     out = result.to_dict()
+    return run_row(out, started) | {"last_loss": out["losses"][-1] if out["losses"] else None}
+
+
+def run_row(out: dict[str, Any], started: float) -> dict[str, Any]:
+    """A probe's figures of one run (`RunResult.to_dict()`), begun at `started`: speed, MFU,
+    peak memory and compile cost (the float8 probe's rows share them)."""
     return {
         "median_ms": out["step_time_ms"]["median"],
         "windows_ms": [w["step_ms"] for w in out["windows"]],
@@ -107,7 +113,6 @@ def probe(
         "compile_s": out["compile_s"],
         "compile_unstable": out["compile_unstable"],
         "wall_s": time.perf_counter() - started,
-        "last_loss": out["losses"][-1] if out["losses"] else None,
     }
 
 
