@@ -178,3 +178,100 @@ def write(result: dict[str, Any], out: Path, name: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     _replace(out / f"{name}.json", json.dumps(result, indent=1, default=str) + "\n")
     _replace(out / f"{name}.md", markdown(result))
+
+
+def _add_counts(into: dict[str, Any], part: dict[str, Any]) -> None:
+    """Numbers add up, lists join; anything else keeps `into`'s value (the same in every part)."""
+    for key, value in part.items():
+        if key not in into:
+            into[key] = value
+        elif isinstance(value, bool) or value is None:
+            continue
+        elif isinstance(value, int | float | list) and type(value) is type(into[key]):
+            into[key] = into[key] + value
+
+
+def merge(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One result from runs of one commit and plan over disjoint seeds (the evidence split over
+    processes that share a GPU, or over calls): counts add up, per-seed lists and trajectories
+    join; the probes are the first part's. ValueError where the parts are not comparable."""
+    if not parts:
+        raise ValueError("nothing to merge")
+    parts = json.loads(json.dumps(list(parts), default=str))  # the callers' dicts stay as they are
+    first = parts[0]
+    for key in ("commit", "steps", "statistic", "determinism", "precision", "format"):
+        differing = {json.dumps(p.get(key), sort_keys=True) for p in parts}
+        if len(differing) > 1:
+            raise ValueError(f"the parts differ in {key!r}: {sorted(differing)}")
+    seeds: dict[str, set[str]] = {}
+    for part in parts:
+        for label, runs in part["trajectories"].items():
+            clash = seeds.setdefault(label, set()) & set(runs)
+            if clash:
+                raise ValueError(f"seed {sorted(clash)[0]} of {label} is in two parts")
+            seeds[label] |= set(runs)
+    merged = first
+    for part in parts[1:]:
+        for kind, fault in part["faults"].items():
+            if kind not in merged["faults"]:
+                merged["faults"][kind] = fault
+                continue
+            entry = merged["faults"][kind]
+            if entry["skipped"]:
+                continue
+            entry["runs"] += fault["runs"]
+            entry["detected"] += fault["detected"]
+            for label, per in fault["per_model"].items():
+                if label in entry["per_model"]:
+                    _add_counts(entry["per_model"][label], per)
+                else:
+                    entry["per_model"][label] = per
+        for key, eq in part["equivalent"].items():
+            if key not in merged["equivalent"]:
+                merged["equivalent"][key] = eq
+                continue
+            _add_counts(merged["equivalent"][key], {k: v for k, v in eq.items() if k != "config"})
+        for label, model in part["models"].items():
+            if label in merged["models"]:
+                merged["models"][label]["runs"] += model.get("runs", 0)
+            else:
+                merged["models"][label] = model
+        for label, env in part["envelope"].items():
+            if label not in merged["envelope"]:
+                merged["envelope"][label] = env
+                continue
+            mine = merged["envelope"][label]
+            for key in ("floor", "windows", "loo_window_ratios", "loo_drift_ratios"):
+                mine[key] = mine[key] + env[key]
+        for label, runs in part["trajectories"].items():
+            merged["trajectories"].setdefault(label, {}).update(runs)
+        for label, probe in part["probes"].items():
+            merged["probes"].setdefault(label, probe)
+    for fault in merged["faults"].values():
+        fault["rate"] = fault["detected"] / fault["runs"] if fault["runs"] else None
+    merged["seconds"] = max(p["seconds"] for p in parts)
+    merged["stopped_early"] = any(p["stopped_early"] for p in parts)
+    merged["seed"] = min(p["seed"] for p in parts)
+    merged["notes"] = [
+        f"{len(parts)} parts merged, seeds from {merged['seed']}: "
+        + "; ".join(f"`{p['meta']['command']}`" for p in parts),
+        *(f"part {i + 1}: {note}" for i, p in enumerate(parts) for note in p["notes"]),
+    ]
+    return merged
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="merge gate_power.py results of disjoint seeds")
+    parser.add_argument("parts", nargs="+", type=Path)
+    parser.add_argument("--out", type=Path, required=True, help="output folder")
+    parser.add_argument("--name", required=True, help="output file stem")
+    args = parser.parse_args(argv)
+    merged = merge([json.loads(p.read_text()) for p in args.parts])
+    write(merged, args.out, args.name)
+    print(markdown(merged), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks import diagnose_graph_parity, gate_power
+import pytest
+
+from benchmarks import diagnose_graph_parity, gate_power, gate_power_report
 
 
 def test_gate_power_cpu_smoke_run(tmp_path: Path) -> None:
@@ -93,3 +95,42 @@ def test_diagnose_graph_parity_cpu_part(tmp_path: Path) -> None:
     assert all(d["batchnorm_where"] != "-" for d in report["state_differences"].values())
     saved = json.loads((tmp_path / "diagnose_graph_parity.json").read_text())
     assert saved["losses"]["a"] == report["losses"]["a"]
+
+
+def test_runs_of_disjoint_seeds_merge_into_one_result(tmp_path: Path) -> None:
+    def part(seed: int) -> dict:
+        args = ["--device", "cpu", "--runs", "1", "--models", "mlp", "--steps", "10"]
+        args += ["--seed", str(seed), "--out", str(tmp_path / str(seed))]
+        return gate_power.main(args)
+
+    first, second = part(0), part(1)
+    merged = gate_power_report.merge([first, second])
+    wrong = merged["faults"]["wrong-op"]
+    assert wrong["runs"] == 2 and wrong["per_model"]["mlp@tiny"]["runs"] == 2
+    assert wrong["detected"] == (
+        first["faults"]["wrong-op"]["detected"] + second["faults"]["wrong-op"]["detected"]
+    )
+    assert wrong["rate"] == wrong["detected"] / 2
+    entry = merged["equivalent"]["mlp@tiny/2-stream-event"]
+    assert entry["runs"] == 2 and len(entry["window_ratios"]) == 2
+    assert entry["config"] == first["equivalent"]["mlp@tiny/2-stream-event"]["config"]
+    assert set(merged["trajectories"]["mlp@tiny"]) == {"0", "1"}
+    assert len(merged["envelope"]["mlp@tiny"]["floor"]) == 2
+    assert merged["models"]["mlp@tiny"]["runs"] == 2 and merged["seed"] == 0
+    assert "2 parts merged" in merged["notes"][0]
+    # The parts are left as they were.
+    assert first["faults"]["wrong-op"]["runs"] == 1
+
+    with pytest.raises(ValueError, match="seed 0 of mlp@tiny is in two parts"):
+        gate_power_report.merge([first, first])
+    other = dict(second, steps=20)
+    with pytest.raises(ValueError, match="'steps'"):
+        gate_power_report.merge([first, other])
+
+    gate_power_report.main(
+        [str(tmp_path / s / "gate_power.json") for s in ("0", "1")]
+        + ["--out", str(tmp_path / "m"), "--name", "merged"]
+    )
+    written = json.loads((tmp_path / "m" / "merged.json").read_text())
+    assert written["faults"]["wrong-op"]["runs"] == 2
+    assert "| wrong-op |" in (tmp_path / "m" / "merged.md").read_text()

@@ -24,8 +24,11 @@ loops, not chosen to make the gate look good:
 - missing-record-stream: the batch's memory is not kept for the compute streams, so the caching
   allocator hands it to the next batch's copy while the step may still read it. Provocation, in
   two parts. (1) Each step's kernels start `MISSING_RECORD_STREAM_LAG_US` = 20 ms after they are
-  queued: the GPU needs more time per step than the host, as in any GPU-bound loop (transformer
-  large takes 33 ms of GPU time per step on an H100), so between syncs the host runs steps ahead
+  queued, or `HOST_LAG_MULTIPLE` = 3 times the host's time per step where that is longer (20 ms
+  alone let the fault through 4 of 10 times on transformer small, whose host needs 23 ms per
+  step: H100, 2026-11-25, docs/benchmarks/gate-h100-2026-11-25.md): the GPU needs more time per
+  step than the host, as in any GPU-bound loop (transformer large takes 33 ms of GPU time per
+  step on an H100), so between syncs the host runs steps ahead
   and a freed batch is still to be read. The built-in small presets are host-bound (the GPU idles
   between kernels); without such a lag the race has nothing to race with there. (2) The next
   allocation of the batch's size on its transfer stream is written at once: when the loop has
@@ -50,6 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal, get_args
 
@@ -69,6 +73,8 @@ FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
 
 MISSING_WAIT_DELAY_US = 2_000.0
 MISSING_RECORD_STREAM_LAG_US = 20_000.0
+HOST_LAG_MULTIPLE = 3.0
+MAX_LAG_US = 250_000.0
 REUSE_TRIES = 16
 WRONG_OP_LR_FACTOR = 0.99
 
@@ -149,9 +155,12 @@ class LaggingComputeFeed(DeviceFeed):
     same-size allocation on its transfer stream and written at once (`reuse_tries` tries)."""
 
     lag_us = MISSING_RECORD_STREAM_LAG_US
+    host_multiple = HOST_LAG_MULTIPLE
     reuse_tries = REUSE_TRIES
     _last: tuple[_Footprint, ...] = ()
     _handed = 0
+    _previous_at: float | None = None
+    _host_s: float | None = None
 
     def next(self) -> Batch:
         batch = self._hand_out()
@@ -160,11 +169,28 @@ class LaggingComputeFeed(DeviceFeed):
         # transfer stream of issue i.
         stream = transfer[self._handed % len(transfer)] if transfer else None
         self._handed += 1
+        lag = self._lag_us()
         for consumer in self._plan.compute_streams():
             with on(consumer):
-                gpu_sleep(self.lag_us, self._device)
+                gpu_sleep(lag, self._device)
         self._reuse_freed(batch, stream)
         return batch
+
+    def _lag_us(self) -> float:
+        """`lag_us`, or `host_multiple` times the host's shortest time between hand-outs so far
+        where that is longer (capped at MAX_LAG_US). On a host-bound step (transformer small
+        queues its kernels in about 23 ms on an H100) a fixed 20 ms lag was used up while the
+        host still queued the step, the next copy raced the step's last reads, and the fault was
+        caught 6 of 10 times. The shortest interval, because one that holds a sync point's wait
+        is the GPU's time (lags included), not the host's."""
+        now = time.perf_counter()
+        if self._previous_at is not None:
+            interval = now - self._previous_at
+            self._host_s = interval if self._host_s is None else min(self._host_s, interval)
+        self._previous_at = now
+        if self._host_s is None:
+            return self.lag_us
+        return min(MAX_LAG_US, max(self.lag_us, self.host_multiple * self._host_s * 1e6))
 
     def _hand_out(self) -> Batch:
         return DeviceFeed.next(self)
@@ -289,7 +315,8 @@ FAULTS: dict[str, Fault] = {
         kind="missing-record-stream",
         description="the batch's memory is not recorded on the compute streams, so the "
         "allocator reuses it for the next copy while the step may still read it",
-        magnitude=f"each step's kernels start {MISSING_RECORD_STREAM_LAG_US / 1000:g} ms late; "
+        magnitude=f"each step's kernels start {MISSING_RECORD_STREAM_LAG_US / 1000:g} ms late, or "
+        f"{HOST_LAG_MULTIPLE:g}x the host's time per step where that is longer; "
         "the freed batch's memory is taken by the next same-size copy at once",
         cuda_only=True,
         config=_DEFERRED,
