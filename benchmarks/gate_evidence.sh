@@ -18,7 +18,8 @@ run() {
 }
 controls=control:missing-wait,control:missing-record-stream,control:stale-graph-input
 faulty=transformer@small,convnet@small
-run faults --models "$faulty" --fault-models "$faulty" --configs "$controls" --max-seconds 270
+run faults --models "$faulty" --fault-models "$faulty" --fault-runs "$seeds" --configs "$controls" \
+  --max-seconds 270
 llama=hf:causal-lm@tiny+arch=llama+precision=bf16-autocast
 run bert --models hf:masked-lm@tiny --fault-models hf:masked-lm@tiny --fault-runs 0 \
   --max-seconds 230 &
