@@ -26,7 +26,8 @@ loops, not chosen to make the gate look good:
   two parts. (1) Each step's kernels start `MISSING_RECORD_STREAM_LAG_US` = 20 ms after they are
   queued, or `HOST_LAG_MULTIPLE` = 3 times the host's time per step where that is longer (20 ms
   alone let the fault through 4 of 10 times on transformer small, whose host needs 23 ms per
-  step: H100, 2026-11-25, docs/benchmarks/gate-h100-2026-11-25.md): the GPU needs more time per
+  step: H100, 2026-11-25, docs/benchmarks/gate-h100-2026-11-25-f111199.md; 35 of 35 with it, at
+  be4a869: gate-h100-2026-11-25.md): the GPU needs more time per
   step than the host, as in any GPU-bound loop (transformer large takes 33 ms of GPU time per
   step on an H100), so between syncs the host runs steps ahead
   and a freed batch is still to be read. The built-in small presets are host-bound (the GPU idles
