@@ -21,6 +21,7 @@ Dynamo compiles the block once and reuses it: a shorter cold compile on deep mod
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -68,9 +69,13 @@ def _checkpointed(block: nn.Module, selective: bool) -> Undo:
     def forward(*args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled():
             return inner(*args, **kwargs)  # evaluation: nothing is kept for a backward anyway
-        if context_fn is None:
-            return checkpoint(inner, *args, use_reentrant=False, **kwargs)
-        return checkpoint(inner, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
+        try:
+            if context_fn is None:
+                return checkpoint(inner, *args, use_reentrant=False, **kwargs)
+            return checkpoint(inner, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
+        except BaseException as exc:
+            close_checkpoint_frames(exc)
+            raise
 
     # An instance attribute: `nn.Module.__call__` looks `forward` up on the instance first.
     block.forward = forward
@@ -79,6 +84,29 @@ def _checkpointed(block: nn.Module, selective: bool) -> Undo:
         del block.forward
 
     return undo
+
+
+def close_checkpoint_frames(exc: BaseException) -> int:
+    """Close the checkpoint generators that `exc` unwound through without closing; how many.
+
+    Before pytorch/pytorch#184018 (torch 2.12), a non-reentrant `checkpoint` whose forward raised
+    left its generator suspended inside `with _checkpoint_hook(frame)`: the frame's saved-tensor
+    hooks stayed pushed, every later forward of the process saved its tensors into that dead
+    frame, and the next checkpointed backward failed with "A different number of tensors was
+    saved during the original forward and recomputation" (691, then 1142, 1320, 1973 saved:
+    H100, torch 2.11, the 1.1B preset's gate after an out-of-memory reference). Closing the
+    generator here, while its hooks are still the top of the stack, pops them in order; on a
+    torch with the fix the generator is already finished and this does nothing."""
+    closed = 0
+    trace = exc.__traceback__
+    while trace is not None:
+        frame = trace.tb_frame
+        gen = frame.f_locals.get("gen") if frame.f_code.co_name == "checkpoint" else None
+        if inspect.isgenerator(gen) and gen.gi_frame is not None:
+            gen.close()
+            closed += 1
+        trace = trace.tb_next
+    return closed
 
 
 def _compiled(block: nn.Module, mode: str) -> Undo:

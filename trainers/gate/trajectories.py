@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import os
 from collections.abc import Iterator
 from typing import Any, Literal, get_args
@@ -183,17 +184,19 @@ def _run_fitting(
         plain = config.compile == "none" and config.activation_checkpointing == "none"
         if not plain or config.micro_batches != 1:
             raise
-        error = exc
+        # Kept without its traceback: the traceback's frames hold the failed run's tensors.
+        error = exc.with_traceback(None)
     for fitting in _fitting(built, config):
         # Outside the except block: the failed run's tensors (its traceback) are released first.
         for param in built.model.parameters():
             param.grad = None
+        gc.collect()  # the failed run's reference cycles (autograd nodes, frames)
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         try:
             return run(built, fitting, **common)
         except torch.cuda.OutOfMemoryError as exc:
-            error = exc
+            error = exc.with_traceback(None)
     raise error
 
 

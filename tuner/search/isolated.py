@@ -60,16 +60,32 @@ def _gate(
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before CUDA starts here
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     torch.set_float32_matmul_precision(matmul_precision)
-    return run_parts(
-        trainers.resolve_factory(workload, model_args),
-        preset,
-        LoopConfig.from_dict(config),
-        steps=steps,
-        seed=seed,
-        device=device,
-        precision=precision,
-        envelope=envelope,
-    )
+    try:
+        return run_parts(
+            trainers.resolve_factory(workload, model_args),
+            preset,
+            LoopConfig.from_dict(config),
+            steps=steps,
+            seed=seed,
+            device=device,
+            precision=precision,
+            envelope=envelope,
+        )
+    finally:
+        _give_back_memory()
+
+
+def _give_back_memory() -> None:
+    """Return what this child's allocator cached to the GPU: the measuring process runs the next
+    trial while this child waits, and on a large model needs that memory (the child keeps only
+    its workload's model between calls)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 _WORKLOADS: dict[tuple[str, str, int, tuple[tuple[str, str], ...]], trainers.Workload] = {}
@@ -94,14 +110,17 @@ def _profile(
     key = (workload, preset, seed, tuple(sorted(model_args.items())))
     if key not in _WORKLOADS:
         _WORKLOADS[key] = trainers.load_workload(workload, preset, seed=seed, model_args=model_args)
-    return trace.profile_config(
-        _WORKLOADS[key],
-        LoopConfig.from_dict(config),
-        steps=steps,
-        warmup=warmup,
-        device=device,
-        precision=precision,
-    )
+    try:
+        return trace.profile_config(
+            _WORKLOADS[key],
+            LoopConfig.from_dict(config),
+            steps=steps,
+            warmup=warmup,
+            device=device,
+            precision=precision,
+        )
+    finally:
+        _give_back_memory()
 
 
 class ChildProcess:

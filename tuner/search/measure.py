@@ -231,7 +231,15 @@ class Measurer:
         except Exception as exc:  # noqa: BLE001 - every failure is recorded, none ends the study
             return self._failure(exc, time.perf_counter() - started)
         self._basis = result
-        return _measured(result, time.perf_counter() - started)
+        measured = _measured(result, time.perf_counter() - started)
+        if self.device.type == "cuda":
+            # The parity and profile children run next, on the same GPU, in their own
+            # processes: what this run's allocator cached is theirs to use. On the 1.1B preset
+            # (8 x 2048 tokens, a 43-56 GB step) the gate's plain reference ran out of memory in
+            # the child while this process still held its cache (H100, 2026-11-25).
+            gc.collect()
+            torch.cuda.empty_cache()
+        return measured
 
     def utilisation(self, step_ms: float) -> trainers.Utilisation | None:
         """Achieved TFLOP/s and MFU of a step of `step_ms` on this workload and device (None
