@@ -37,7 +37,7 @@ def test_the_cli_tunes_a_registered_program(tmp_path: Path) -> None:
         sys.executable, "-m", "tuner", "run", "--program", "plain-mlp", "--preset", "tiny",
         "--trials", "2", "--storage", storage, "--device", "cpu", "--json", "--windows", "2",
         "--window-steps", "4", "--warmup", "1", "--final-rounds", "1", "--top-k", "1",
-        "--parity-steps", "5",
+        "--parity-steps", "5", "--timeout", "600",  # both trials, however slow the machine
     ]  # fmt: skip
     env = {"TUNER_PROGRAMS": str(REGISTRY), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
