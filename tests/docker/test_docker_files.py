@@ -182,9 +182,10 @@ def test_installs_the_package_the_readme_way() -> None:
     package = [
         i
         for i, r in enumerate(runs)
-        if re.search(r"pip install\b.*\s\.(\s|$)", r) and "-e" not in r.split()
+        if re.search(r"pip install\b.*\s(\.|\"\.\[[a-z0-9,]+\]\")(\s|$)", r)
+        and "-e" not in r.split()
     ]
-    assert package, "the repository is not installed with `pip install .`"
+    assert package, 'the repository is not installed with `pip install .` (or `".[extra]"`)'
     assert runs.index(torch[0]) < package[0], "torch goes first, as in the README"
     for r in runs:
         if "pip install" in r:
@@ -314,3 +315,15 @@ def test_secret_checks_can_fail() -> None:
     assert URL_PASSWORD.search("postgresql+psycopg://u:hunter2@db:5432/x")
     assert not URL_PASSWORD.search("postgresql+psycopg://u:${POSTGRES_PASSWORD}@db/x")
     assert not URL_PASSWORD.search("postgresql+psycopg://u@db:5432/x")
+
+
+def test_the_image_installs_the_float8_extra_through_the_lock() -> None:
+    installs = [
+        args
+        for word, args in dockerfile_instructions()
+        if word == "RUN" and "pip install" in args and "-c /tmp/constraints.txt" in args
+    ]
+    assert installs, "the package is not installed through the lock's constraints"
+    assert any('".[float8]"' in args for args in installs), "the GPU image lacks torchao"
+    text = (DOCKER.parent / "requirements.lock").read_text(encoding="utf-8")
+    assert re.search(r"^torchao==\S+$", text, re.M), "torchao is not pinned in the lock"
