@@ -256,13 +256,17 @@ def _first_trials(
     space: SearchSpace, options: RunOptions, device_type: str
 ) -> list[dict[str, Any]]:
     """The lever corners (tuner/search/stages.py); with several precisions allowed, each corner
-    in each precision where it is valid (corner by corner, so a short study sees them all)."""
+    in each precision where it is valid (corner by corner, so a short study sees them all), or,
+    in a space without corners (a CPU's), one trial in each precision, its settings sampled:
+    every precision the user allowed is measured and gated, however short the study."""
     if not options.multi_precision:
         return first_stage(space, device_type=device_type, precision=options.precision)
     by_precision = {
         precision: first_stage(space, device_type=device_type, precision=precision)
         for precision in options.allowed_precisions
     }
+    if not any(by_precision.values()):
+        return [{PRECISION_PARAM: precision} for precision in options.allowed_precisions]
     corners: list[dict[str, Any]] = []
     for index in range(max((len(c) for c in by_precision.values()), default=0)):
         for precision, chosen in by_precision.items():
