@@ -326,7 +326,8 @@ def _final_round(rec: Mapping[str, Any]) -> str:
                 ["name", "config", "throughput (samples/s)", "windows"],
                 [
                     (
-                        _e(m["name"]),
+                        # An entry in another precision than the study's says which.
+                        _e(m["name"] + (f" ({m['precision']})" if m.get("precision") else "")),
                         _config_text(m.get("config")),
                         _e(_interval(m.get("throughput"))),
                         _e(m.get("samples", "-")),

@@ -19,11 +19,12 @@ from tests.tuner.test_cli_run import run_main
 from tests.tuner.tiny import RUN_FLAGS, load, options, sqlite_url
 from trainers import LoopConfig
 from tuner.__main__ import main
+from tuner.errors import TunerError
 from tuner.evidence import export
 from tuner.evidence.progress import final_line
 from tuner.evidence.recommendation import Recommendation
 from tuner.search.options import RunOptions
-from tuner.search.search import run_study
+from tuner.search.search import open_search, run_study
 from tuner.search.space import config_key
 from tuner.store import keys
 
@@ -218,3 +219,10 @@ def test_a_study_fixed_to_one_precision_exports_as_before(tmp_path: Path) -> Non
     assert rec.precision is None and rec.precisions is None
     assert "reference_precision" not in rec.to_dict()
     assert "precision" not in json.loads(export.export(rec, "json"))
+
+
+def test_a_resume_with_other_precisions_is_refused(tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    open_search(options(storage, "p", precisions=ALLOWED)).close()
+    with pytest.raises(TunerError, match=r"made with precisions=\['fp32', 'bf16-autocast'\]"):
+        open_search(options(storage, "p", precisions=("fp32",)))
