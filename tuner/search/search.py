@@ -44,7 +44,6 @@ from optuna.trial import TrialState
 
 import trainers
 from trainers import LoopConfig
-from trainers.precision import check_precision
 from tuner.errors import Interrupted, Stopped, TunerError
 from tuner.evidence import profiles
 from tuner.evidence.progress import TrialReport
@@ -530,10 +529,15 @@ class Search:
         )
         try:
             config = self.space.suggest(trial)
-            precision = self._suggest_precision(trial, config)
         except trainers.ConfigError as exc:
-            trial.set_user_attr(keys.FAILURE_REASON, f"invalid combination: {exc}")
-            trial.set_user_attr(keys.FAILURE_KIND, "invalid")
+            self._refuse(trial, str(exc))
+            return
+        precision = self._suggest_precision(trial)
+        # A config that cannot run in the trial's precision (fp16-autocast under a whole-step
+        # graph) is refused like any other combination, with the harness's reason.
+        refused = precision and trainers.invalid_reason(config.to_dict(), precision=precision)
+        if refused:
+            self._refuse(trial, refused)
             return
         trial.set_user_attr(keys.CONFIG, config.to_dict())
         trial.set_user_attr(
@@ -542,17 +546,19 @@ class Search:
         if precision is not None:
             trial.set_user_attr(keys.PRECISION, precision)
 
-    def _suggest_precision(self, trial: optuna.Trial, config: LoopConfig) -> str | None:
+    def _suggest_precision(self, trial: optuna.Trial) -> str | None:
         """The trial's precision when the study searches several (an Optuna param named
-        `precision`), else None: the study's. ConfigError for one the config cannot run in
-        (fp16-autocast under a whole-step graph), as for any refused combination."""
+        `precision`), else None: the study's."""
         if not self.options.multi_precision:
             return None
-        precision = str(
+        return str(
             trial.suggest_categorical(PRECISION_PARAM, list(self.options.allowed_precisions))
         )
-        check_precision(precision, cuda_graph=config.cuda_graph, parallel=config.parallel)
-        return precision
+
+    def _refuse(self, trial: optuna.Trial, reason: str) -> None:
+        """A combination the harness refuses: recorded as the trial's failure, never run."""
+        trial.set_user_attr(keys.FAILURE_REASON, f"invalid combination: {reason}")
+        trial.set_user_attr(keys.FAILURE_KIND, "invalid")
 
     def _run(self, trial: optuna.Trial) -> str:
         if keys.CONFIG not in trial.user_attrs:  # an invalid combination (see _prepare)
