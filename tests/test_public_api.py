@@ -61,6 +61,7 @@ TRAINERS = {
     "graph_floor",
     "has_blocks",
     "load_config",
+    "load_precision",
     "workload_from_parts",
     "invalid_reason",
     "load_workload",

@@ -53,7 +53,7 @@ from trainers.precision import (
     matmul_precision_for,
     set_matmul_precision,
 )
-from trainers.settings import ENV_PREFIX, config_from_env, load_config
+from trainers.settings import ENV_PREFIX, config_from_env, load_config, load_precision
 from trainers.workloads import (
     BUILTIN,
     PRESETS,
@@ -113,6 +113,7 @@ __all__ = [
     "has_blocks",
     "invalid_reason",
     "load_config",
+    "load_precision",
     "load_workload",
     "matmul_precision_for",
     "min_warmup",

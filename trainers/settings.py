@@ -6,6 +6,9 @@
 - the environment: `STREAMTUNE_<FIELD>` variables (`export --format env`), the default when
   nothing else is named.
 
+`load_precision` reads, from the same sources, the precision a study that searched precisions
+chose (`"precision"` in the JSON, `STREAMTUNE_PRECISION`): train with it, as the tuner measured.
+
 A study itself is read by `tuner.load_config(storage, study)`: trainers knows no database (the
 layer rule in tests/test_layers.py).
 """
@@ -66,6 +69,42 @@ def load_config(
     return _from_mapping(data, str(path))
 
 
+def load_precision(
+    source: Mapping[str, Any] | str | os.PathLike[str] | Any = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> str | None:
+    """The precision named where `load_config` reads the config (a JSON file or mapping's
+    `"precision"`, a recommendation's, or `STREAMTUNE_PRECISION` when `source` is None); None
+    where none is named (train in the precision the study was fixed to). ConfigError names an
+    unknown one."""
+    if source is None:
+        value = (os.environ if environ is None else environ).get(f"{ENV_PREFIX}PRECISION")
+        return _precision(value, f"{ENV_PREFIX}PRECISION")
+    if isinstance(source, Mapping):
+        return _precision(source.get("precision"), "precision")
+    to_dict = getattr(source, "to_dict", None)
+    if callable(to_dict):
+        return _precision(to_dict().get("precision"), "precision")
+    if not isinstance(source, str | os.PathLike):
+        return None
+    try:
+        data = json.loads(Path(source).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError("source", str(source), f"a readable JSON file ({exc})") from exc
+    return _precision(data.get("precision") if isinstance(data, dict) else None, "precision")
+
+
+def _precision(value: object, field: str) -> str | None:
+    from trainers.precision import PRECISIONS  # torch only when a precision is asked for
+
+    if value is None:
+        return None
+    if value not in PRECISIONS:
+        raise ConfigError(field, value, ", ".join(PRECISIONS))
+    return str(value)
+
+
 def config_from_env(environ: Mapping[str, str]) -> LoopConfig:
     """A LoopConfig from STREAMTUNE_* variables (the `env` export); unset fields keep their
     defaults."""
@@ -105,4 +144,8 @@ def _from_mapping(data: Mapping[str, Any], where: str) -> LoopConfig:
         if not isinstance(config, Mapping):
             raise ConfigError("config", type(config).__name__, f"a mapping in {where}")
         return LoopConfig.from_dict(dict(config))
-    return LoopConfig.from_dict(dict(data))
+    # An export of a study that searched precisions names the chosen one beside the config's
+    # fields (`load_precision` reads it); it is no LoopConfig field.
+    fields = {k: v for k, v in data.items() if k != "precision"}
+    _precision(data.get("precision"), "precision")
+    return LoopConfig.from_dict(fields)

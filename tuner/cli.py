@@ -67,6 +67,7 @@ FLAGS = {
     "artifacts": "--artifacts",
     "model_arg": "--model-arg",
     "precision": "--precision",
+    "precisions": "--precisions",
     "train_steps": "--train-steps",
     "patience": "--patience",
     "nproc_per_node": "--nproc-per-node",
@@ -122,6 +123,16 @@ Precision = Annotated[
     typer.Option(
         help="fp32, tf32, bf16-autocast or fp16-autocast (with a gradient scaler). Fixed for a "
         "study, never tuned: it changes the results."
+    ),
+]
+Precisions = Annotated[
+    str | None,
+    typer.Option(
+        help="The precisions the search may choose among, comma-separated (e.g. "
+        "bf16-autocast,float8): precision becomes a searched setting of every trial, and a "
+        "trial in another than --precision (default: the first listed, the reference the "
+        "baselines and the gate run in) is owed equivalence against it. Default: --precision "
+        "alone, never searched."
     ),
 ]
 Preset = Annotated[str, typer.Option(help="Workload size: tiny, small, medium, large.")]
@@ -207,6 +218,13 @@ def train(
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
         render.run_summary(Console(), result)
+
+
+def parse_precisions(text: str | None) -> tuple[str, ...] | None:
+    """`--precisions a,b` as a tuple (`RunOptions` checks each value and the rest)."""
+    if text is None:
+        return None
+    return tuple(part.strip() for part in text.split(","))
 
 
 def parse_model_args(items: list[str] | tuple[str, ...]) -> dict[str, str]:
@@ -371,6 +389,7 @@ def run_(
     matmul_precision: MatmulPrecision = "highest",
     model_arg: ModelArgs = None,
     precision: Precision = None,
+    precisions: Precisions = None,
     train_steps: TrainSteps = None,
     patience: Patience = None,
     profile: Profile = None,
@@ -447,6 +466,7 @@ def _run_options(flags: dict[str, Any], workload: str) -> RunOptions:
         train_steps=flags["train_steps"],
         patience=flags["patience"],
         precision=flags["precision"],
+        precisions=parse_precisions(flags["precisions"]),
         artifacts=flags["artifacts"],
         protocol=Protocol(
             warmup=flags["warmup"],

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, Field, WithJsonSchema, field_validator
 
 from api.schemas.common import BestSoFar, Strict, utc
-from trainers import Precision
+from trainers import PRECISIONS, Precision
 from trainers.config import (
     CHECKPOINT_SHARES,
     MAX_BUCKET_CAP_MB,
@@ -186,6 +186,15 @@ class JobIn(Strict):
         description="fixed for the study: fp32, tf32, bf16-autocast or "
         "fp16-autocast (default: the workers' matmul precision)",
     )
+    precisions: list[PrecisionName] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=len(PRECISIONS),
+        description="the precisions the search may choose among, e.g. "
+        '["bf16-autocast", "float8"]: precision becomes a searched setting, and a trial in '
+        "another than `precision` (default: the first listed) is judged by equivalence "
+        "against it (default: `precision` alone, never searched)",
+    )
     nproc_per_node: int = Field(
         default=1,
         ge=1,
@@ -201,6 +210,13 @@ class JobIn(Strict):
             raise ValueError('allowed ["throughput"] or ["throughput", "memory"]')
         return value
 
+    @field_validator("precisions")
+    @classmethod
+    def _each_once(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError(f"each precision once (allowed {', '.join(PRECISIONS)})")
+        return value
+
     def to_spec(self) -> JobSpec:
         """The request as the tuner reads it: every field by its name (they are `JobSpec`'s)."""
         values: dict[str, Any] = {name: getattr(self, name) for name in type(self).model_fields}
@@ -209,6 +225,7 @@ class JobIn(Strict):
         values["fix"] = self.fix.model_dump(exclude_none=True)
         values["objectives"] = tuple(self.objectives)
         values["model_args"] = dict(self.model_args)
+        values["precisions"] = None if self.precisions is None else tuple(self.precisions)
         return JobSpec(**values)
 
 
@@ -232,6 +249,9 @@ class JobOut(BaseModel):
     n_trials: int = Field(description="trials asked for")
     model_args: dict[str, str] = Field(default_factory=dict)
     precision: str | None = None
+    precisions: list[str] | None = Field(
+        default=None, description="the precisions the search chose among (null: `precision`)"
+    )
     nproc_per_node: int = Field(default=1, description="processes per trial")
     n_complete: int = Field(description="complete trials (Optuna COMPLETE) so far")
     n_failed: int

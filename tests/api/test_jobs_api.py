@@ -37,6 +37,21 @@ def test_post_answers_201_with_location_and_the_job(client: TestClient) -> None:
     assert client.get(job["links"]["self"], headers=AUTH).json() == job
 
 
+def test_a_job_allowing_several_precisions_keeps_them(client: TestClient) -> None:
+    """`precisions` is stored with the job and shown as it was asked; `precision` stays unset
+    (the run takes the first of them as its reference)."""
+    response = _post(client, TINY_JOB | {"precisions": ["fp32", "bf16-autocast"]})
+    assert response.status_code == 201, response.text
+    job = response.json()
+    assert job["precisions"] == ["fp32", "bf16-autocast"] and job["precision"] is None
+    assert client.get(job["links"]["self"], headers=AUTH).json()["precisions"] == [
+        "fp32",
+        "bf16-autocast",
+    ]
+    plain = _post(client, TINY_JOB).json()
+    assert plain["precisions"] is None
+
+
 def test_list_filters_by_status_and_pages(client: TestClient) -> None:
     ids = [_post(client, TINY_JOB).json()["id"] for _ in range(3)]
     client.post(f"/v1/jobs/{ids[0]}/cancel", headers=AUTH)
@@ -134,6 +149,19 @@ BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
     ({"model_args": {"batch": "4"}}, ("body", "model_args"), "takes no model_args"),
     ({"model_args": {"Batch!": "4"}}, ("body", "model_args"), "pattern"),
     ({"precision": "fp64"}, ("body", "precision"), "'fp16-autocast' or 'float8'"),
+    ({"precisions": ["fp32", "fp64"]}, ("body", "precisions"), "'fp16-autocast' or 'float8'"),
+    ({"precisions": ["fp32", "fp32"]}, ("body", "precisions"), "each precision once"),
+    ({"precisions": []}, ("body", "precisions"), "at least 1"),
+    (
+        {"precision": "tf32", "precisions": ["fp32", "bf16-autocast"]},
+        ("body", "precision"),
+        "one of precisions (fp32, bf16-autocast)",
+    ),
+    (
+        {"precisions": ["fp32", "bf16-autocast"], "nproc_per_node": 2},
+        ("body", "precisions"),
+        "one precision with nproc_per_node > 1",
+    ),
     ({"workload": "nope:model"}, ("body", "workload"), "unknown workload 'nope:model'"),
     ({"space": {"compile": ["fast"]}}, ("body", "space", "SpaceIn", "compile"), "'default'"),
     (

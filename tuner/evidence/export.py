@@ -21,11 +21,15 @@ def export(rec: Recommendation, fmt: str) -> str:
     if rec.config is None:
         raise NoRecommendation(f"study {rec.study!r}: {rec.reason}")
     config = LoopConfig.from_dict(rec.config)
+    # A study that chose the precision too exports it beside the config (`trainers.
+    # load_precision` reads it back); a study fixed to one exports the config alone, as before.
+    chosen = {"precision": rec.trained_precision} if rec.precisions else {}
     if fmt == "json":
-        return json.dumps(config.to_dict(), indent=2)
+        return json.dumps(config.to_dict() | chosen, indent=2)
     if fmt == "env":
         return "\n".join(
-            f"{ENV_PREFIX}{k.upper()}={_env_value(v)}" for k, v in config.to_dict().items()
+            f"{ENV_PREFIX}{k.upper()}={_env_value(v)}"
+            for k, v in (config.to_dict() | chosen).items()
         )
     return python_script(rec, config)
 
@@ -37,7 +41,8 @@ def python_script(rec: Recommendation, config: LoopConfig) -> str:
     fields = rec.study_fields
     workload, preset = fields.get("workload") or "WORKLOAD", fields.get("preset") or "PRESET"
     model_args = dict(fields.get("model_args") or {})
-    precision = fields.get("precision")
+    # The precision to train in: the one the study chose when it searched several.
+    precision = rec.trained_precision
     return f"""# streamtune recommendation for study {rec.study!r} on {rec.hardware}
 # Trains {workload} {preset} with it: python this_file.py --steps 1000
 from __future__ import annotations

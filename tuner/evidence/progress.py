@@ -53,6 +53,8 @@ class TrialReport:
     """Its own phase times (`tuner.store.keys.TIME`)."""
     best: float | None = None
     """The fastest complete trial of the study so far, samples/s."""
+    precision: str | None = None
+    """The trial's precision in a study searching precisions (None: the study's)."""
 
 
 def _words(name: str, value: Any) -> str | None:
@@ -112,7 +114,10 @@ def trial_line(report: TrialReport) -> str:
     ]
     took = f"in {report.seconds:.1f} s" + (f" ({', '.join(spent)})" if spent else "")
     best = "" if report.best is None else f"; fastest trial so far {report.best:,.1f} samples/s"
-    return f"{head} [{short_config(report.config)}] {took}{best}"
+    shown = short_config(report.config)
+    if report.precision is not None:
+        shown = f"{shown}, {report.precision}"
+    return f"{head} [{shown}] {took}{best}"
 
 
 def final_line(rec: Recommendation) -> str:
@@ -120,8 +125,11 @@ def final_line(rec: Recommendation) -> str:
     if rec.config is None:
         return f"done: no recommendation ({_one_line(rec.reason or 'none was decided')})"
     figure = "" if rec.throughput is None else f" at {rec.throughput.median:,.1f} samples/s"
+    shown = short_config(rec.config)
+    if rec.precisions:
+        shown = f"{shown}, {rec.precision}"
     return (
-        f"done: recommended {rec.source} [{short_config(rec.config)}]{figure} "
+        f"done: recommended {rec.source} [{shown}]{figure} "
         "(final round; each trial above was one short measurement)"
     )
 

@@ -42,15 +42,20 @@ class Entry:
     throughput: Interval | None
     peak_memory_bytes: int | None
     samples: int
+    precision: str | None = None
+    """The precision it ran in, when not the study's (a study searching precisions)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "name": self.name,
             "config": dict(self.config),
             "throughput": None if self.throughput is None else self.throughput.to_dict(),
             "peak_memory_bytes": self.peak_memory_bytes,
             "samples": self.samples,
         }
+        if self.precision is not None:
+            data["precision"] = self.precision
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Entry:
@@ -62,6 +67,7 @@ class Entry:
             ),
             peak_memory_bytes=data.get("peak_memory_bytes"),
             samples=int(data.get("samples", 0)),
+            precision=data.get("precision"),
         )
 
 
@@ -79,6 +85,7 @@ STUDY_FIELDS = (
     "preset",
     "model_args",
     "precision",
+    "precisions",
     "device",
     "hardware",
     "fingerprint",
@@ -105,7 +112,8 @@ class Recommendation:
     tie_margin: float | None = None
     max_memory_bytes: int | None = None
     study_fields: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """workload, preset, model_args, precision, device, hardware, fingerprint, matmul_precision
+    """workload, preset, model_args, precision (the study's reference precision), precisions (the
+    ones it searched; None: `precision` alone), device, hardware, fingerprint, matmul_precision
     (STUDY_FIELDS)."""
     effective: bool = True
     note: str | None = None
@@ -135,6 +143,10 @@ class Recommendation:
     verdicts: dict[str, dict[str, Any]] | None = None
     explanation: str | None = None
     profile_errors: dict[str, str] | None = None
+    precision: str | None = None
+    """In a study that searched precisions (`study_fields["precisions"]`), the one the
+    recommended config runs in (None elsewhere: the study's). In the JSON, `precision` is always
+    the precision to train in, and such a study adds `reference_precision`, the study's."""
     time: dict[str, Any] | None = None
     """Where the study's time went up to this recommendation (`tuner.store.phases.study_time`):
     `wall_s`, `phases` (seconds per phase, `idle` included) and `sessions`; None for a study
@@ -146,6 +158,17 @@ class Recommendation:
         if self.device_memory_bytes is None or self.peak_memory_bytes is None:
             return None
         return self.device_memory_bytes - self.peak_memory_bytes
+
+    @property
+    def trained_precision(self) -> str | None:
+        """The precision to train the recommended config in: the chosen one, or the study's."""
+        return self.precision or self.study_fields.get("precision")
+
+    @property
+    def precisions(self) -> list[str] | None:
+        """The precisions the study searched (None: it was fixed to one)."""
+        value = self.study_fields.get("precisions")
+        return None if not value else list(value)
 
     @property
     def workload(self) -> str | None:
@@ -198,6 +221,9 @@ class Recommendation:
             "config": None if self.config is None else dict(self.config),
             "reason": self.reason,
         }
+        if self.precision is not None:
+            data["precision"] = self.precision
+            data["reference_precision"] = self.study_fields.get("precision")
         if self.pareto is not None:
             data["pareto"] = [e.to_dict() for e in self.pareto]
         if self.config is not None:
@@ -240,6 +266,12 @@ class Recommendation:
         throughput = data.get("throughput")
         floor = data.get("floor")
         counts = data.get("n_trials") or {}
+        fields = {k: data.get(k) for k in STUDY_FIELDS}
+        chosen = None
+        if "reference_precision" in data:
+            # `precision` is then the chosen one; the study's is `reference_precision`.
+            chosen = data.get("precision")
+            fields["precision"] = data["reference_precision"]
         return cls(
             study=data["study"],
             config=None if data.get("config") is None else dict(data["config"]),
@@ -251,7 +283,8 @@ class Recommendation:
             tie_rule=data.get("tie_rule"),
             tie_margin=data.get("tie_margin"),
             max_memory_bytes=data.get("max_memory_bytes"),
-            study_fields={k: data.get(k) for k in STUDY_FIELDS},
+            study_fields=fields,
+            precision=chosen,
             effective=bool(data.get("effective", True)),
             note=data.get("note"),
             pareto=None if data.get("pareto") is None else entries("pareto"),

@@ -85,6 +85,13 @@ def recommendation(console: Console, rec: Recommendation) -> None:
         return
     # The settings that differ from the PyTorch default, in words; every field is in the export.
     table.add_row("recommended", f"{rec.source}: {short_config(rec.config)}")
+    if rec.precisions:
+        # The study chose the precision too: name it, and what it was chosen among.
+        table.add_row(
+            "precision",
+            f"{rec.trained_precision} (searched {', '.join(rec.precisions)}; reference "
+            f"{rec.study_fields.get('precision')})",
+        )
     table.add_row("train with it", f"python -m tuner export --study {rec.study} --format python")
     if rec.explanation:
         table.add_row("why", rec.explanation)
@@ -144,7 +151,11 @@ def gpu_command(rec: Recommendation) -> str:
     for key, value in (rec.study_fields.get("model_args") or {}).items():
         words.append(f"--model-arg {key}={value}")
     precision = rec.study_fields.get("precision")
-    if precision and precision != "fp32":
+    if rec.precisions:
+        words.append(f"--precisions {','.join(rec.precisions)}")
+        if precision != rec.precisions[0]:
+            words.append(f"--precision {precision}")
+    elif precision and precision != "fp32":
         words.append(f"--precision {precision}")
     return " ".join(words)
 

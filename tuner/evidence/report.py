@@ -192,6 +192,7 @@ def _summary(study: optuna.Study, meta: Mapping[str, Any], rec: Mapping[str, Any
         ("objectives", _e(", ".join(meta.get("objectives") or ["throughput"]))),
         ("protocol", _e(", ".join(f"{k}={v}" for k, v in protocol.items())) or "-"),
         ("matmul precision", _e(meta.get("matmul_precision", "-"))),
+        ("precision", _e(_precision_text(meta))),
         (
             "trials",
             f"{counts['complete']} complete, {counts['failed']} failed, "
@@ -203,6 +204,15 @@ def _summary(study: optuna.Study, meta: Mapping[str, Any], rec: Mapping[str, Any
         rows.append(("device time", f"{rec['gpu_seconds']:,.1f} s"))
     table = _table(["", ""], [(f"<b>{_e(k)}</b>", v) for k, v in rows])
     return f'<section id="summary">{table}</section>'
+
+
+def _precision_text(meta: Mapping[str, Any]) -> str:
+    """The study's precision, and the ones it searched when it searched several."""
+    precision = str(meta.get("precision") or "fp32")
+    searched = meta.get("precisions")
+    if not searched:
+        return precision
+    return f"searched {', '.join(searched)}; reference {precision}"
 
 
 def _explanation(rec: Mapping[str, Any], profiles: Mapping[str, Mapping[str, Any]]) -> str | None:
@@ -249,6 +259,15 @@ def _recommended(rec: Mapping[str, Any]) -> str:
             ),
         ),
     ]
+    if rec.get("reference_precision") is not None:
+        # A study that searched precisions: the one chosen, against its reference.
+        rows.insert(
+            1,
+            (
+                "precision",
+                _e(f"{rec.get('precision')} (reference {rec.get('reference_precision')})"),
+            ),
+        )
     use = utilisation_text(rec.get("utilisation"))
     if use is not None:
         rows.append(("model FLOPs", _e(use)))
@@ -307,7 +326,8 @@ def _final_round(rec: Mapping[str, Any]) -> str:
                 ["name", "config", "throughput (samples/s)", "windows"],
                 [
                     (
-                        _e(m["name"]),
+                        # An entry in another precision than the study's says which.
+                        _e(m["name"] + (f" ({m['precision']})" if m.get("precision") else "")),
                         _config_text(m.get("config")),
                         _e(_interval(m.get("throughput"))),
                         _e(m.get("samples", "-")),

@@ -29,8 +29,8 @@ from trainers import LoopConfig
 from trainers.gate import comparable_floor
 from tuner.evidence.recommendation import STUDY_FIELDS, Entry, Floor, Interval, Recommendation
 from tuner.search.gate import GateVerdict
-from tuner.search.measure import Failure, Measurer
-from tuner.search.space import SIMPLICITY_ORDER, config_key, simplicity_key
+from tuner.search.measure import Failure, Measured, Measurer
+from tuner.search.space import SIMPLICITY_ORDER, candidate_key, simplicity_key
 from tuner.search.stats import Measurement, decide, pareto_front, ratio_ci
 from tuner.search.timing import Clock
 from tuner.store import keys
@@ -48,6 +48,15 @@ def top_configs(
     study: optuna.Study, k: int, max_memory_bytes: int | None
 ) -> list[tuple[str, LoopConfig]]:
     """The k best distinct configs of the study's complete trials (all their windows pooled)."""
+    return [(name, config) for name, config, _ in top_candidates(study, k, max_memory_bytes)]
+
+
+def top_candidates(
+    study: optuna.Study, k: int, max_memory_bytes: int | None
+) -> list[tuple[str, LoopConfig, str | None]]:
+    """The k best distinct candidates of the study's complete trials (all their windows
+    pooled): a config with the precision it ran in (None: the study's; a study searching
+    precisions keys each config and precision apart, `tuner.search.space.candidate_key`)."""
     pooled: dict[str, list[float]] = {}
     first: dict[str, optuna.trial.FrozenTrial] = {}
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
@@ -61,9 +70,28 @@ def top_configs(
         first.setdefault(key, trial)
     ranked = sorted(pooled, key=lambda key: statistics.median(pooled[key]), reverse=True)
     return [
-        (f"trial-{first[key].number}", LoopConfig.from_dict(first[key].user_attrs[keys.CONFIG]))
+        (
+            f"trial-{first[key].number}",
+            LoopConfig.from_dict(first[key].user_attrs[keys.CONFIG]),
+            first[key].user_attrs.get(keys.PRECISION),
+        )
         for key in ranked[:k]
     ]
+
+
+Precisions = Mapping[str, str | None]
+"""Each final-round entry's precision, by name (None or absent: the study's)."""
+
+
+def _measure(measurer: Measurer, config: LoopConfig, precision: str | None) -> Measured | Failure:
+    # Without a precision of its own, the call a single-precision study always made.
+    if precision is None:
+        return measurer.measure(config)
+    return measurer.measure(config, precision=precision)
+
+
+def _verdict(parity: Callable[..., GateVerdict], config: LoopConfig, precision: str | None) -> Any:
+    return parity(config) if precision is None else parity(config, precision)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -88,17 +116,20 @@ def final_round(
     *,
     progress: Any,
     baselines: Mapping[str, LoopConfig],
-    parity: Callable[[LoopConfig], GateVerdict],
+    parity: Callable[..., GateVerdict],
     clock: Clock | None = None,
 ) -> Recommendation:
     """Re-measure the finalists beside the baselines, interleaved, and recommend (module doc).
 
-    `parity` gives a config's (cached) gate verdict; `clock` (optional) takes the time spent.
+    `parity` gives a config's (cached) gate verdict (`parity(config, precision)` for a
+    candidate in a precision of its own); `clock` (optional) takes the time spent.
     """
     clock = clock or Clock()
-    entries = finalists(study, options, baselines)
+    entries, precisions = finalist_candidates(study, options, baselines)
     configs = dict(entries)
-    rounds = _measure_rounds(entries, measurer, options, progress, baselines, parity, clock)
+    rounds = _measure_rounds(
+        entries, measurer, options, progress, baselines, parity, clock, precisions
+    )
     study.set_user_attr(
         f"{keys.FINAL_PREFIX}{uuid.uuid4().hex[:10]}",
         {
@@ -107,13 +138,15 @@ def final_round(
             "dropped": dict(rounds.dropped),
         },
     )
-    measured = _measurements(entries, rounds)
+    measured = _measurements(entries, rounds, precisions)
     # A config dropped after a round was shown not to tie with the leader then; its fewer
     # samples must not make it look like a tie now (a wider interval).
     eligible = [
-        m for m in _eligible(measured, configs, parity, options) if m.name not in rounds.dropped
+        m
+        for m in _eligible(measured, configs, parity, options, precisions)
+        if m.name not in rounds.dropped
     ]
-    base = _base(study, options, measured, configs, rounds, eligible)
+    base = _base(study, options, measured, configs, rounds, eligible, precisions)
     if not eligible:
         reason = (
             "no config passed parity (and the memory cap)"
@@ -122,13 +155,16 @@ def final_round(
         )
         return dataclasses.replace(base, reason=reason)
 
-    def floor_of(config: LoopConfig) -> float | None:
+    def floor_of(name: str) -> float | None:
         # The floor is measured (once) for the winner's precision and compile setting.
         with clock.timing(FINAL_ROUND):
-            return measurer.floor_ms(config)
+            precision = precisions.get(name)
+            if precision is None:
+                return measurer.floor_ms(configs[name])
+            return measurer.floor_ms(configs[name], precision=precision)
 
     return _recommend(
-        base, eligible, configs, rounds, options, baselines, parity, measurer, floor_of
+        base, eligible, configs, rounds, options, baselines, parity, measurer, floor_of, precisions
     )
 
 
@@ -136,13 +172,25 @@ def finalists(
     study: optuna.Study, options: Any, baselines: Mapping[str, LoopConfig]
 ) -> list[tuple[str, LoopConfig]]:
     """The baselines, then the top configs of the search that are not one of them."""
+    return finalist_candidates(study, options, baselines)[0]
+
+
+def finalist_candidates(
+    study: optuna.Study, options: Any, baselines: Mapping[str, LoopConfig]
+) -> tuple[list[tuple[str, LoopConfig]], dict[str, str | None]]:
+    """The baselines (in the study's precision), then the top candidates of the search that are
+    not one of them, and each entry's precision (None: the study's)."""
     entries: list[tuple[str, LoopConfig]] = list(baselines.items())
-    known = {config_key(config) for config in baselines.values()}
-    for name, config in top_configs(study, options.top_k, options.max_memory_bytes):
-        if config_key(config) not in known:  # a trial that is a baseline is measured once
+    precisions: dict[str, str | None] = dict.fromkeys(baselines)
+    reference = getattr(options, "precision", None)
+    known = {candidate_key(config, None, reference) for config in baselines.values()}
+    for name, config, precision in top_candidates(study, options.top_k, options.max_memory_bytes):
+        key = candidate_key(config, precision, reference)
+        if key not in known:  # a trial that is a baseline is measured once
             entries.append((name, config))
-            known.add(config_key(config))
-    return entries
+            precisions[name] = None if precision == reference else precision
+            known.add(key)
+    return entries, precisions
 
 
 def _measure_rounds(
@@ -151,8 +199,9 @@ def _measure_rounds(
     options: Any,
     progress: Any,
     baselines: Mapping[str, LoopConfig],
-    parity: Callable[[LoopConfig], GateVerdict],
+    parity: Callable[..., GateVerdict],
     clock: Clock,
+    precisions: Precisions,
 ) -> _Rounds:
     """`final_rounds` rounds over the entries still in the running (`_still_tying`)."""
     names = [name for name, _ in entries]
@@ -165,7 +214,7 @@ def _measure_rounds(
     for round_index in range(options.final_rounds):
         for name, config in running:
             progress.phase(f"final round {round_index + 1}/{options.final_rounds}: {name}")
-            outcome = measurer.measure(config)
+            outcome = _measure(measurer, config, precisions.get(name))
             clock.measured(outcome, FINAL_ROUND)
             rounds.seconds += outcome.seconds
             if isinstance(outcome, Failure):
@@ -179,7 +228,9 @@ def _measure_rounds(
                 compile_s = float(outcome.compile.get("compile_s") or 0.0)
                 rounds.setup[name] = max(rounds.setup[name], compile_s)
         if round_index + 1 < options.final_rounds:
-            running = _still_tying(running, rounds, options, baselines, parity, round_index + 1)
+            running = _still_tying(
+                running, rounds, options, baselines, parity, round_index + 1, precisions
+            )
     return rounds
 
 
@@ -188,8 +239,9 @@ def _still_tying(
     rounds: _Rounds,
     options: Any,
     baselines: Mapping[str, LoopConfig],
-    parity: Callable[[LoopConfig], GateVerdict],
+    parity: Callable[..., GateVerdict],
     done: int,
+    precisions: Precisions,
 ) -> list[tuple[str, LoopConfig]]:
     """The entries worth another round: the baselines (the speedups are over them), and every
     config that still ties with the leader (`stats.decide`: its interval overlaps the leader's or
@@ -200,8 +252,8 @@ def _still_tying(
     if options.train_steps is not None or options.multi_objective:
         return running
     configs = dict(running)
-    measured = _measurements(running, rounds)
-    eligible = _eligible(measured, configs, parity, options)
+    measured = _measurements(running, rounds, precisions)
+    eligible = _eligible(measured, configs, parity, options, precisions)
     if not eligible:
         return running
     ties = {m.name for m in decide(eligible, margin=options.tie_margin).ties}
@@ -214,13 +266,26 @@ def _still_tying(
     return kept
 
 
-def _measurements(entries: list[tuple[str, LoopConfig]], rounds: _Rounds) -> list[Measurement]:
+def tie_rule(options: Any) -> str:
+    """How a tie is broken: the simplest config (`SIMPLICITY_ORDER`), and, in a study that
+    searched precisions, the study's own precision before any other."""
+    if getattr(options, "multi_precision", False):
+        return f"the study's precision ({options.precision}) first, then {SIMPLICITY_ORDER}"
+    return SIMPLICITY_ORDER
+
+
+def _measurements(
+    entries: list[tuple[str, LoopConfig]], rounds: _Rounds, precisions: Precisions | None = None
+) -> list[Measurement]:
+    # The tie rule's order starts with the precision: a tie goes to the study's own precision
+    # (another changes the results, within the gate's equivalence, for no measured gain).
+    other = precisions or {}
     return [
         Measurement(
             name=name,
             samples=tuple(rounds.samples[name]),
             memory_bytes=rounds.memory[name],
-            key=simplicity_key(config),
+            key=(int(other.get(name) is not None), *simplicity_key(config)),
         )
         for name, config in entries
         if rounds.samples[name]
@@ -230,11 +295,14 @@ def _measurements(entries: list[tuple[str, LoopConfig]], rounds: _Rounds) -> lis
 def _eligible(
     measured: list[Measurement],
     configs: Mapping[str, LoopConfig],
-    parity: Callable[[LoopConfig], GateVerdict],
+    parity: Callable[..., GateVerdict],
     options: Any,
+    precisions: Precisions,
 ) -> list[Measurement]:
     """The measured configs that passed the gate and stay under the memory cap."""
-    eligible = [m for m in measured if parity(configs[m.name]).passed]
+    eligible = [
+        m for m in measured if _verdict(parity, configs[m.name], precisions.get(m.name)).passed
+    ]
     cap = options.max_memory_bytes
     if cap is not None:
         eligible = [m for m in eligible if m.memory_bytes is None or m.memory_bytes <= cap]
@@ -248,6 +316,7 @@ def _base(
     configs: Mapping[str, LoopConfig],
     rounds: _Rounds,
     eligible: list[Measurement],
+    precisions: Precisions,
 ) -> Recommendation:
     """The recommendation's fields that do not depend on which config wins."""
     meta = studies.meta(study)
@@ -259,16 +328,16 @@ def _base(
         reason=None,
         n_trials=count_trials(trials),
         gpu_seconds=gpu_seconds(trials, study.user_attrs),
-        final_round=tuple(_entry(m, configs[m.name]) for m in measured),
+        final_round=tuple(_entry(m, configs[m.name], precisions) for m in measured),
         failures=rounds.failures,
-        tie_rule=SIMPLICITY_ORDER,
+        tie_rule=tie_rule(options),
         tie_margin=options.tie_margin,
         max_memory_bytes=options.max_memory_bytes,
         study_fields={k: meta.get(k) for k in STUDY_FIELDS},
         effective=not on_cpu,
         note=CPU_NOTE if on_cpu else None,
         pareto=(
-            tuple(_entry(m, configs[m.name]) for m in pareto_front(eligible))
+            tuple(_entry(m, configs[m.name], precisions) for m in pareto_front(eligible))
             if options.multi_objective
             else None
         ),
@@ -282,13 +351,14 @@ def _recommend(
     rounds: _Rounds,
     options: Any,
     baselines: Mapping[str, LoopConfig],
-    parity: Callable[[LoopConfig], GateVerdict],
+    parity: Callable[..., GateVerdict],
     measurer: Measurer,
-    floor_of: Callable[[LoopConfig], float | None],
+    floor_of: Callable[[str], float | None],
+    precisions: Precisions,
 ) -> Recommendation:
     """The winner among `eligible` (with a memory cap, only configs under it), and the figures
     that compare it with the baselines."""
-    decision = decide(eligible, order_description=SIMPLICITY_ORDER, margin=options.tie_margin)
+    decision = decide(eligible, order_description=tie_rule(options), margin=options.tie_margin)
     per_batch = measurer.samples_per_batch
     best, reason = _for_run_length(
         decision.best, decision.reason, eligible, rounds, options, per_batch
@@ -296,7 +366,9 @@ def _recommend(
     samples, setup = rounds.samples, rounds.setup
     step_ms = per_batch / best.median * 1e3
     # Only a floor that bounds this step is shown: same precision, eager kernels, not slower.
-    floor_ms = comparable_floor(floor_of(configs[best.name]), step_ms)
+    floor_ms = comparable_floor(floor_of(best.name), step_ms)
+    chosen = precisions.get(best.name)
+    searched = getattr(options, "multi_precision", False)
     return dataclasses.replace(
         base,
         config=configs[best.name].to_dict(),
@@ -305,13 +377,15 @@ def _recommend(
         throughput=Interval(median=best.median, ci95=best.ci95),
         step_ms=step_ms,
         peak_memory_bytes=best.memory_bytes,
-        utilisation=_utilisation(measurer, step_ms),
+        utilisation=_utilisation(measurer, step_ms, chosen),
         device_memory_bytes=measurer.device_memory_bytes(),
         speedup={name: _speedup(best, samples[name]) for name in baselines if samples[name]},
-        ties=tuple(_entry(m, configs[m.name]) for m in decision.ties),
+        ties=tuple(_entry(m, configs[m.name], precisions) for m in decision.ties),
         was_tie=decision.was_tie,
         floor=None if floor_ms is None else Floor(step_ms=floor_ms, ratio=floor_ms / step_ms),
-        parity=parity(configs[best.name]).public(),
+        parity=_verdict(parity, configs[best.name], chosen).public(),
+        # The precision to train in, named whenever the study chose among several.
+        precision=(chosen or getattr(options, "precision", None)) if searched else None,
         setup_s=setup[best.name],
         break_even_steps={
             name: _break_even(
@@ -366,8 +440,14 @@ def _break_even(extra_setup_s: float, step_s: float, baseline_step_s: float) -> 
     return None if saved <= 0.0 else math.ceil(extra_setup_s / saved)
 
 
-def _utilisation(measurer: Measurer, step_ms: float) -> dict[str, Any] | None:
-    use = measurer.utilisation(step_ms)
+def _utilisation(
+    measurer: Measurer, step_ms: float, precision: str | None
+) -> dict[str, Any] | None:
+    use = (
+        measurer.utilisation(step_ms)
+        if precision is None
+        else measurer.utilisation(step_ms, precision=precision)
+    )
     return None if use is None else dataclasses.asdict(use)
 
 
@@ -376,10 +456,11 @@ def _speedup(best: Measurement, baseline: list[float]) -> Interval:
     return Interval(median=ratio, ci95=(low, high))
 
 
-def _entry(m: Measurement, config: LoopConfig) -> Entry:
+def _entry(m: Measurement, config: LoopConfig, precisions: Precisions) -> Entry:
     return Entry(
         name=m.name,
         config=config.to_dict(),
+        precision=precisions.get(m.name),
         throughput=Interval(median=m.median, ci95=m.ci95),
         peak_memory_bytes=m.memory_bytes,
         samples=len(m.samples),

@@ -40,7 +40,7 @@ import trainers
 from trainers import LoopConfig
 from trainers.gate import Envelope, ParityVerdict
 from trainers.program import run_distributed
-from tuner.search.gate import GateRun
+from tuner.search.gate import GateRun, only_one_precision
 from tuner.search.isolated import ChildProcess
 from tuner.store.phases import GATE_CONFIG, GATE_ENVELOPE
 
@@ -211,7 +211,14 @@ class DataParallelGate:
             self._trained[other] = (list(found["losses"]), note(other))
         return result.losses, note(config)
 
-    def check(self, config: LoopConfig, envelope: Mapping[str, Any] | None) -> GateRun:
+    def check(
+        self,
+        config: LoopConfig,
+        envelope: Mapping[str, Any] | None,
+        *,
+        precision: str | None = None,
+    ) -> GateRun:
+        only_one_precision(precision, self.precision, "data-parallel trials")
         times: dict[str, float] = {}
         started = time.perf_counter()
         found = dict(envelope) if envelope is not None else self._envelope()

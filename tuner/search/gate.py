@@ -130,9 +130,17 @@ class GateRun:
 
 class Gate(Protocol):
     """Runs the correctness gate for one config. `envelope` is the study's stored envelope (None
-    the first time: the gate measures it, and `GateRun.envelope` is to be stored)."""
+    the first time: the gate measures it, and `GateRun.envelope` is to be stored). `precision`:
+    the config's, when not the study's (a study searching precisions): the reference and the
+    envelope stay in the study's precision and the config is owed equivalence against them."""
 
-    def check(self, config: LoopConfig, envelope: Mapping[str, Any] | None) -> GateRun: ...
+    def check(
+        self,
+        config: LoopConfig,
+        envelope: Mapping[str, Any] | None,
+        *,
+        precision: str | None = None,
+    ) -> GateRun: ...
 
     def close(self) -> None: ...
 
@@ -161,12 +169,19 @@ def run_parts(
     device: str | torch.device,
     precision: trainers.Precision | None,
     envelope: Mapping[str, Any] | None,
+    config_precision: trainers.Precision | None = None,
 ) -> GateRun:
     """The built-in gate, part by part: the reference and its envelope (only when `envelope` is
     None: they depend on the workload alone, so once per study), the eager twin (when the
     config's test needs one), then the config's own run and the judgement (`trainers.gate.gate`
-    given all it needs, so it measures nothing else)."""
+    given all it needs, so it measures nothing else).
+
+    `precision` is the study's: the reference and the envelope run in it. `config_precision`
+    (None: the same) is the config's own: in another, its eager twin and its run are in that one
+    and the verdict is equivalence against the reference (`gate(reference_precision=...)`),
+    never exactness."""
     parts = _Parts()
+    own = precision if config_precision is None else config_precision
     common: dict[str, Any] = {"steps": steps, "seed": seed, "device": device}
     if envelope is not None:
         found = Envelope.from_dict(envelope)
@@ -184,10 +199,10 @@ def run_parts(
             ),
         )
     twin: Twin | None = None
-    if required_test(config) == "exact+equivalence":
+    if required_test(config, precision=own, reference_precision=precision) == ("exact+equivalence"):
         twin = parts.run(
             GATE_TWIN,
-            lambda: Twin.measure(workload, config, preset=preset, precision=precision, **common),
+            lambda: Twin.measure(workload, config, preset=preset, precision=own, **common),
         )
     verdict = parts.run(
         GATE_CONFIG,
@@ -197,7 +212,8 @@ def run_parts(
             preset=preset,
             envelope=found,
             twin=twin,
-            precision=precision,
+            precision=own,
+            reference_precision=precision,
             **common,
         ),
     )
@@ -227,8 +243,21 @@ class InProcessGate:
             "precision": precision,
         }
 
-    def check(self, config: LoopConfig, envelope: Mapping[str, Any] | None) -> GateRun:
-        return run_parts(self._factory, self._preset, config, envelope=envelope, **self._common)
+    def check(
+        self,
+        config: LoopConfig,
+        envelope: Mapping[str, Any] | None,
+        *,
+        precision: str | None = None,
+    ) -> GateRun:
+        return run_parts(
+            self._factory,
+            self._preset,
+            config,
+            envelope=envelope,
+            config_precision=precision,  # type: ignore[arg-type]  # RunOptions checked it
+            **self._common,
+        )
 
     def close(self) -> None:
         pass
@@ -266,7 +295,14 @@ class ProgramGate:
             self._program, self._preset, config, envelope=envelope, **self._common
         )
 
-    def check(self, config: LoopConfig, envelope: Mapping[str, Any] | None) -> GateRun:
+    def check(
+        self,
+        config: LoopConfig,
+        envelope: Mapping[str, Any] | None,
+        *,
+        precision: str | None = None,
+    ) -> GateRun:
+        only_one_precision(precision, self._common["precision"], "a program")
         parts = _Parts()
         if envelope is None:
             # The reference's own check runs no config beside the envelope's runs.
@@ -277,6 +313,15 @@ class ProgramGate:
 
     def close(self) -> None:
         pass
+
+
+def only_one_precision(precision: str | None, own: str | None, what: str) -> None:
+    """A gate that judges one precision (a program's, the data-parallel one) refuses another;
+    `RunOptions` refuses `precisions` for them first, so this is the last line, not the first."""
+    if precision is not None and precision != own:
+        raise trainers.ConfigError(
+            "precisions", precision, f"{own or 'the study precision'} alone for {what}"
+        )
 
 
 def _program_verdict(found: Mapping[str, Any], steps: int) -> ParityVerdict:

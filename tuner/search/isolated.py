@@ -50,6 +50,7 @@ def _gate(
     matmul_precision: str,
     precision: trainers.Precision | None,
     envelope: dict[str, Any] | None,
+    config_precision: trainers.Precision | None = None,
 ) -> GateRun:
     """The correctness gate for `config`, part by part (`tuner.search.gate.run_parts`): the
     verdict, the envelope it used (measured here the first time: the parent stores it on the
@@ -70,6 +71,7 @@ def _gate(
             device=device,
             precision=precision,
             envelope=envelope,
+            config_precision=config_precision,
         )
     finally:
         _give_back_memory()
@@ -172,8 +174,10 @@ class ProfileProcess:
         )
         self._child = ChildProcess()
 
-    def profile(self, config: LoopConfig) -> trace.Profile:
-        return self._child.call(_profile, *self._args, config.to_dict(), *self._rest)
+    def profile(self, config: LoopConfig, *, precision: str | None = None) -> trace.Profile:
+        """`config`'s profile, in `precision` (None: the study's)."""
+        rest = self._rest if precision is None else (*self._rest[:-1], precision)
+        return self._child.call(_profile, *self._args, config.to_dict(), *rest)
 
     def close(self) -> None:
         self._child.close()
@@ -202,9 +206,15 @@ class ParityProcess:
         self.precision = precision
         self._child = ChildProcess()
 
-    def check(self, config: LoopConfig, envelope: Mapping[str, Any] | None = None) -> GateRun:
+    def check(
+        self,
+        config: LoopConfig,
+        envelope: Mapping[str, Any] | None = None,
+        *,
+        precision: str | None = None,
+    ) -> GateRun:
         """The verdict, the envelope (`envelope`, or measured now when None) and the seconds of
-        each part of the gate."""
+        each part of the gate; `precision`: the config's, when not the study's (`run_parts`)."""
         return self._child.call(
             _gate,
             *self._args,
@@ -215,6 +225,7 @@ class ParityProcess:
             self.matmul_precision,
             self.precision,
             None if envelope is None else dict(envelope),
+            precision,
         )
 
     def close(self) -> None:

@@ -134,7 +134,8 @@ class Measurer:
         self.nproc = nproc
         self.preset = preset
         self.model_args = dict(model_args or {})
-        # Fixed for a study (it changes the results); None: fp32, or --matmul-precision's setting.
+        # The study's (it changes the results); None: fp32, or --matmul-precision's setting. A
+        # study searching precisions names another per run (`measure(..., precision=...)`).
         self.precision = precision
         self.device = trainers.resolve_device(device)
         self.protocol = protocol
@@ -146,9 +147,11 @@ class Measurer:
             find_program(workload) if workload.startswith(PROGRAM_PREFIX) else None
         )
         self._samples_per_batch: int | None = None
-        # What MFU is computed from, taken from the last complete run (the FLOPs of a step do
-        # not depend on the config: recomputation is not counted).
-        self._basis: RunResult | None = None
+        self._others: dict[str, Measurer] = {}
+        # What MFU is computed from, taken from the last complete run in each precision (the
+        # FLOPs of a step do not depend on the config: recomputation is not counted; the peak
+        # they are counted against depends on the precision).
+        self._basis: dict[str | None, RunResult] = {}
 
     def check(self) -> None:
         """Build the workload (or check the program's preset) now: a bad name or preset fails
@@ -197,9 +200,18 @@ class Measurer:
         return sum(p.numel() for p in self.workload.model.parameters() if p.requires_grad)
 
     def measure(
-        self, config: LoopConfig, *, on_window: Callable[[int, float], bool] | None = None
+        self,
+        config: LoopConfig,
+        *,
+        on_window: Callable[[int, float], bool] | None = None,
+        precision: str | None = None,
     ) -> Measured | Failure:
-        """One run of `config`. `on_window(index, throughput)` returning False stops it early."""
+        """One run of `config`. `on_window(index, throughput)` returning False stops it early.
+        `precision`: this run's, in a study searching precisions (None: the study's)."""
+        if precision is not None and precision != self.precision:
+            # A run in another precision: the same measurement, by a Measurer of that precision
+            # sharing this one's workload and initial weights.
+            return self._in(precision).measure(config, on_window=on_window)
         if self.program is not None:
             return self._measure_program(self.program, config, on_window)
         if self.nproc > 1:
@@ -230,7 +242,7 @@ class Measurer:
             )
         except Exception as exc:  # noqa: BLE001 - every failure is recorded, none ends the study
             return self._failure(exc, time.perf_counter() - started)
-        self._basis = result
+        self._basis[self.precision] = result
         measured = _measured(result, time.perf_counter() - started)
         if self.device.type == "cuda":
             # The parity and profile children run next, on the same GPU, in their own
@@ -241,12 +253,17 @@ class Measurer:
             torch.cuda.empty_cache()
         return measured
 
-    def utilisation(self, step_ms: float) -> trainers.Utilisation | None:
-        """Achieved TFLOP/s and MFU of a step of `step_ms` on this workload and device (None
-        before a complete run, or for a program: its FLOPs are not counted here)."""
-        if self._basis is None:
+    def utilisation(
+        self, step_ms: float, *, precision: str | None = None
+    ) -> trainers.Utilisation | None:
+        """Achieved TFLOP/s and MFU of a step of `step_ms` on this workload and device, in
+        `precision` (None: the study's); None before a complete run in it, or for a program
+        (its FLOPs are not counted here)."""
+        if precision is not None and precision != self.precision:
+            return self._in(precision).utilisation(step_ms)
+        basis = self._basis.get(self.precision)
+        if basis is None:
             return None
-        basis = self._basis
         return trainers.utilisation(
             basis.flops_per_step,
             step_ms,
@@ -325,6 +342,25 @@ class Measurer:
             return self._failure(exc, time.perf_counter() - started)
         return _measured(result, time.perf_counter() - started)
 
+    def _in(self, precision: str) -> Measurer:
+        """This Measurer in `precision`: made once, sharing the built workload and its initial
+        weights (every run restores them), so runs differ by their config and precision only."""
+        other = self._others.get(precision)
+        if other is None:
+            other = Measurer(
+                self.workload_name,
+                self.preset,
+                device=self.device,
+                protocol=self.protocol,
+                model_args=self.model_args,
+                precision=precision,  # type: ignore[arg-type]  # RunOptions checked it
+                nproc=self.nproc,
+            )
+            if self.program is None:
+                other._workload, other._initial = self.workload, self._initial
+            self._others[precision] = other
+        return other
+
     def _started(self, samples_per_batch: int) -> None:
         # From the program's start line: windows are converted to samples/s as they come.
         self._samples_per_batch = samples_per_batch
@@ -340,9 +376,13 @@ class Measurer:
         text = oom_reason(str(exc)) if kind == "oom" else f"{type(exc).__name__}: {exc}"
         return Failure(reason=f"{kind}: {text}".strip()[:2000], kind=kind, seconds=seconds)
 
-    def floor_ms(self, config: LoopConfig | None = None) -> float | None:
-        """The CUDA-graph floor of this workload in the study's precision (None on a CPU, if it
-        cannot be captured, or where it does not bound `config`'s step: a compiled step)."""
+    def floor_ms(
+        self, config: LoopConfig | None = None, *, precision: str | None = None
+    ) -> float | None:
+        """The CUDA-graph floor of this workload in `precision` (None: the study's); None on a
+        CPU, if it cannot be captured, or where it does not bound `config`'s step (compiled)."""
+        if precision is not None and precision != self.precision:
+            return self._in(precision).floor_ms(config)
         if self.device.type != "cuda" or self.program is not None or self.nproc > 1:
             return None
         if config is not None and floor_applies(config) is not None:

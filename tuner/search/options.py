@@ -4,7 +4,7 @@ interfaces the search is driven through: progress, trial slots, retries."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, runtime_checkable
 from typing import Protocol as TypingProtocol
 
@@ -92,8 +92,14 @@ class RunOptions:
     model_args: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """`--model-arg key=value` options of a library model (`torchvision:`, `timm:`, `hf:`)."""
     precision: trainers.Precision | None = None
-    """fp32, tf32, bf16-autocast or fp16-autocast: fixed for the study, never searched (it changes
-    the results). None: as before this setting, fp32 under `matmul_precision`."""
+    """fp32, tf32, bf16-autocast, fp16-autocast or float8: the study's reference precision (the
+    baselines and the gate's reference run in it). Never searched unless `precisions` allows
+    others (it changes the results). None: as before this setting, fp32 under
+    `matmul_precision`; with `precisions`, the first of them."""
+    precisions: tuple[str, ...] | None = None
+    """The precisions the user allows the search to choose among (`--precisions`): with two or
+    more, `precision` is a dimension of every trial, and a trial in another precision than
+    `precision` is judged by equivalence against it. None: `precision` alone, as before."""
     protocol: Protocol = dataclasses.field(default_factory=Protocol)
     nproc_per_node: int = 1
     """Processes per trial on this node (1..8): above 1, every measurement is a torchrun launch
@@ -127,6 +133,7 @@ class RunOptions:
                 raise bad(field, f"an integer >= {low}")
         if self.sampler not in SAMPLERS:
             raise bad("sampler", ", ".join(SAMPLERS))
+        self._check_allowed_precisions()
         # Each valid, and not both (the rule is trainers.precision's).
         trainers.check_precisions(self.precision, self.matmul_precision)
         if self.train_steps is not None and self.train_steps < 1:
@@ -151,6 +158,30 @@ class RunOptions:
                 "processes; data-parallel trials run the built-in loop under torchrun)",
             )
 
+    def _check_allowed_precisions(self) -> None:
+        """`precisions` (`check_allowed_precisions`); `precision` becomes the first of them
+        when not given. The frozen dataclass's fields are set here, before anything reads them."""
+        if self.precisions is None:
+            return
+        values = tuple(self.precisions)
+        precision = check_allowed_precisions(
+            self.precision, values, nproc_per_node=self.nproc_per_node, workload=self.workload
+        )
+        object.__setattr__(self, "precision", precision)
+        object.__setattr__(self, "precisions", values)
+
+    @property
+    def allowed_precisions(self) -> tuple[str, ...]:
+        """The precisions a trial may run in: `precisions`, or the study's alone."""
+        if self.precisions is not None:
+            return self.precisions
+        return (self.precision,) if self.precision is not None else ()
+
+    @property
+    def multi_precision(self) -> bool:
+        """Whether precision is a searched dimension (two or more allowed)."""
+        return len(self.allowed_precisions) > 1
+
     @property
     def study_precision(self) -> str:
         """The precision the study is measured in, as stored and shown (`precision`, or what
@@ -160,6 +191,52 @@ class RunOptions:
     @property
     def multi_objective(self) -> bool:
         return len(self.objectives) > 1
+
+
+def check_allowed_precisions(
+    precision: str | None,
+    precisions: Sequence[str],
+    *,
+    nproc_per_node: int = 1,
+    workload: str = "",
+) -> str:
+    """The study's reference precision given the precisions a user allows: `precision`, which
+    must be one of them, or the first of them. ConfigError naming the field at fault: an empty
+    list, an unknown value, one given twice, `precision` not among them, or several with data-
+    parallel trials or a program (whose gates judge one precision). Shared by `RunOptions` and
+    the tuning service's request check (`tuner.service.spec.check_spec`)."""
+    allowed = ", ".join(trainers.PRECISIONS)
+    values = tuple(precisions)
+    if not values:
+        raise trainers.ConfigError("precisions", "", f"one or more of {allowed}")
+    for value in values:
+        if value not in trainers.PRECISIONS:
+            raise trainers.ConfigError("precisions", value, f"each one of {allowed}")
+    if len(set(values)) != len(values):
+        twice = sorted({v for v in values if values.count(v) > 1})
+        raise trainers.ConfigError(
+            "precisions", ",".join(values), f"each precision once ({', '.join(twice)} twice)"
+        )
+    if precision is not None and precision not in values:
+        raise trainers.ConfigError(
+            "precision",
+            precision,
+            f"one of precisions ({', '.join(values)}): the reference precision is one of the "
+            "precisions the study may choose",
+        )
+    if len(values) > 1 and nproc_per_node > 1:
+        raise trainers.ConfigError(
+            "precisions",
+            ",".join(values),
+            "one precision with nproc_per_node > 1 (the data-parallel gate judges one precision)",
+        )
+    if len(values) > 1 and workload.startswith(PROGRAM_PREFIX):
+        raise trainers.ConfigError(
+            "precisions",
+            ",".join(values),
+            f"one precision for a program ({workload} runs its own gate, in one precision)",
+        )
+    return precision if precision is not None else values[0]
 
 
 class Progress(TypingProtocol):

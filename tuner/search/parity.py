@@ -1,4 +1,5 @@
-"""The gate's verdicts, cached on the study: each config is checked once per study.
+"""The gate's verdicts, cached on the study: each config is checked once per study (once per
+precision it ran in, in a study searching precisions: `tuner.search.space.candidate_key`).
 
 A verdict is stored under `keys.PARITY_PREFIX` + the config's key (`GateVerdict.to_dict`), so
 every later trial of the same config, the final round and every worker sharing the study read it
@@ -17,7 +18,7 @@ import optuna
 from trainers import LoopConfig
 from tuner.search.gate import Gate, GateVerdict
 from tuner.search.options import Retry
-from tuner.search.space import config_key
+from tuner.search.space import candidate_key
 from tuner.search.timing import Clock
 from tuner.store import keys
 from tuner.store.jsonsafe import json_safe
@@ -25,20 +26,35 @@ from tuner.store.phases import GATE_CONFIG
 
 
 class ParityCache:
-    """`check(config)`: the verdict from the study's cache, or from the gate (then stored)."""
+    """`check(config, precision)`: the verdict from the study's cache, or from the gate (then
+    stored). `reference`: the study's precision; a config in another is keyed and judged apart."""
 
-    def __init__(self, study: optuna.Study, gate: Gate, *, retry: Retry, clock: Clock) -> None:
+    def __init__(
+        self,
+        study: optuna.Study,
+        gate: Gate,
+        *,
+        retry: Retry,
+        clock: Clock,
+        reference: str | None = None,
+    ) -> None:
         self.study = study
+        self.reference = reference
         self.gate = gate
         self.retry = retry
         self.clock = clock
 
-    def verdict(self, config: LoopConfig) -> GateVerdict:
-        return self.check(config)[0]
+    def verdict(self, config: LoopConfig, precision: str | None = None) -> GateVerdict:
+        return self.check(config, precision)[0]
 
-    def check(self, config: LoopConfig) -> tuple[GateVerdict, dict[str, float]]:
-        """The verdict, and the seconds of each gate part run now (none when it was cached)."""
-        attr = f"{keys.PARITY_PREFIX}{config_key(config)}"
+    def check(
+        self, config: LoopConfig, precision: str | None = None
+    ) -> tuple[GateVerdict, dict[str, float]]:
+        """The verdict, and the seconds of each gate part run now (none when it was cached).
+        `precision`: the config's (None: the study's)."""
+        if precision == self.reference:
+            precision = None
+        attr = f"{keys.PARITY_PREFIX}{candidate_key(config, precision, self.reference)}"
         attrs = self._attrs()
         cached = attrs.get(attr)
         if isinstance(cached, dict):
@@ -47,7 +63,11 @@ class ParityCache:
         stored = attrs.get(keys.ENVELOPE)
         envelope = stored if isinstance(stored, dict) else None
         try:
-            run = self.gate.check(config, envelope)
+            run = (
+                self.gate.check(config, envelope)
+                if precision is None
+                else self.gate.check(config, envelope, precision=precision)
+            )
             if envelope is None:
                 self._store(keys.ENVELOPE, json_safe(run.envelope))
             spent = dict(run.time)

@@ -19,7 +19,8 @@ from tuner.evidence.trace import Profile, profile_config
 from tuner.evidence.verdicts import Verdict, explain, verdict
 from tuner.store.keys import PROFILE_ERROR, PROFILE_PREFIX, PROFILE_RECOMMENDED
 
-Profiler = Callable[[LoopConfig], Profile]
+Profiler = Callable[..., Profile]
+"""`profiler(config)` profiles in the study's precision; `profiler(config, precision=p)` in p."""
 
 
 def in_process(
@@ -38,12 +39,19 @@ def in_process(
 
 
 def profile_trial(
-    trial: optuna.Trial, config: LoopConfig, directory: Path | None, profiler: Profiler
+    trial: optuna.Trial,
+    config: LoopConfig,
+    directory: Path | None,
+    profiler: Profiler,
+    *,
+    precision: str | None = None,
 ) -> None:
-    """`--profile all`: profile a trial's config and store it on the (running) trial. A failure
-    is recorded as the attribute `profile_error`, never raised: the trial's measurement stands."""
+    """`--profile all`: profile a trial's config (in its `precision`; None: the study's) and
+    store it on the (running) trial. A failure is recorded as the attribute `profile_error`,
+    never raised: the trial's measurement stands."""
     try:
-        store_profile(trial, profiler(config), directory)
+        profile = profiler(config) if precision is None else profiler(config, precision=precision)
+        store_profile(trial, profile, directory)
     except Exception as exc:  # noqa: BLE001 - a profile is evidence, not the trial's result
         trial.set_user_attr(PROFILE_ERROR, f"{type(exc).__name__}: {exc}"[:2000])
 
@@ -63,8 +71,10 @@ def profile_recommendation(
     verdicts: dict[str, Verdict] = {}
     errors: dict[str, str] = {}
     for name, config in targets.items():
+        # The recommended config in the precision it was chosen in (a study searching them).
+        chosen = recommendation.precision if name == PROFILE_RECOMMENDED else None
         try:
-            prof = profiler(config)
+            prof = profiler(config) if chosen is None else profiler(config, precision=chosen)
         except Exception as exc:  # noqa: BLE001 - recorded; the recommendation stands
             errors[name] = f"{type(exc).__name__}: {exc}"[:2000]
             with contextlib.suppress(Exception):

@@ -69,7 +69,7 @@ from tuner.search.options import (
     make_sampler,
 )
 from tuner.search.parity import ParityCache
-from tuner.search.space import SearchSpace, config_key
+from tuner.search.space import SearchSpace, candidate_key
 from tuner.search.spaces import (
     AUTO_GPU_SPACE,
     for_processes,
@@ -83,6 +83,7 @@ from tuner.search.timing import Clock
 from tuner.store import keys
 from tuner.store import storage as studies
 from tuner.store.keys import OWNER as OWNER_ATTR
+from tuner.store.keys import PRECISION as PRECISION_PARAM
 from tuner.store.keys import STOPPED as STOPPED_ATTR
 from tuner.store.phases import MEASURE, PROFILE, study_time
 from tuner.store.retry import is_transient
@@ -197,12 +198,7 @@ def open_search(
     )
     # Build the workload now: a bad --workload or --preset must fail before a study is stored.
     measurer.check()
-    try:
-        # A precision this device cannot run (float8 off an sm89+ GPU) fails here, in one line,
-        # not as every trial's failure.
-        trainers.check_precision_here(options.precision, measurer.device)
-    except trainers.UnsupportedOnDevice as exc:
-        raise TunerError(f"--precision: {exc}") from None
+    _check_precisions_here(options, measurer)
     space = load_space(
         options.space,
         fix=options.fix,
@@ -228,9 +224,7 @@ def open_search(
     if not resumed:
         # A new study starts with the lever corners (tuner/search/stages.py); a resumed one
         # already holds them, and skip_if_exists keeps a second creator from adding them twice.
-        for params in first_stage(
-            space, device_type=measurer.device.type, precision=options.precision
-        ):
+        for params in _first_trials(space, options, measurer.device.type):
             study.enqueue_trial(params, skip_if_exists=True)
     progress.start(name, options.trials, resumed)
     return Search(
@@ -244,6 +238,40 @@ def open_search(
         retry=retry,
         clock=clock,
     )
+
+
+def _check_precisions_here(options: RunOptions, measurer: Measurer) -> None:
+    """A precision this device cannot run (float8 off an sm89+ GPU, or without torchao) fails
+    here, in one line naming the flag, not as every trial's failure."""
+    flag = "--precisions" if options.precisions is not None else "--precision"
+    for precision in options.allowed_precisions or (None,):
+        try:
+            trainers.check_precision_here(precision, measurer.device)
+        except trainers.UnsupportedOnDevice as exc:
+            raise TunerError(f"{flag}: {exc}") from None
+
+
+def _first_trials(
+    space: SearchSpace, options: RunOptions, device_type: str
+) -> list[dict[str, Any]]:
+    """The lever corners (tuner/search/stages.py); with several precisions allowed, each corner
+    in each precision where it is valid (corner by corner, so a short study sees them all), or,
+    in a space without corners (a CPU's), one trial in each precision, its settings sampled:
+    every precision the user allowed is measured and gated, however short the study."""
+    if not options.multi_precision:
+        return first_stage(space, device_type=device_type, precision=options.precision)
+    by_precision = {
+        precision: first_stage(space, device_type=device_type, precision=precision)
+        for precision in options.allowed_precisions
+    }
+    if not any(by_precision.values()):
+        return [{PRECISION_PARAM: precision} for precision in options.allowed_precisions]
+    corners: list[dict[str, Any]] = []
+    for index in range(max((len(c) for c in by_precision.values()), default=0)):
+        for precision, chosen in by_precision.items():
+            if index < len(chosen):
+                corners.append(chosen[index] | {PRECISION_PARAM: precision})
+    return corners
 
 
 def _for_program(
@@ -273,15 +301,20 @@ def _study_info(
     # The study's name carries the effective model options and a non-default precision: two
     # shapes or precisions never share a study.
     shape = trainers.workload_key(options.workload, options.preset, options.model_args)
-    name = options.study or studies.default_study_name(
-        shape, hardware, space.name, precision=options.study_precision
+    # A study that searches precisions never shares a name with one fixed to one of them.
+    label = (
+        "precisions-" + "-".join(options.allowed_precisions)
+        if options.multi_precision
+        else options.study_precision
     )
+    name = options.study or studies.default_study_name(shape, hardware, space.name, precision=label)
     info = {
         "workload": options.workload,
         "preset": options.preset,
         "model_args": dict(options.model_args),
         "shape": shape,
         "precision": options.study_precision,
+        "precisions": list(options.allowed_precisions) if options.multi_precision else None,
         "space": space.to_dict(),
         "objectives": list(options.objectives),
         "max_memory_bytes": options.max_memory_bytes,
@@ -373,7 +406,11 @@ class Search:
         self._children = open_children(options, measurer)
         self.baseline_configs = baselines_for(options.nproc_per_node)
         self.parity_cache = ParityCache(
-            study, self._children.gate, retry=self.retry, clock=self.clock
+            study,
+            self._children.gate,
+            retry=self.retry,
+            clock=self.clock,
+            reference=options.precision,
         )
         # Where this process measures: drift compares a device with its own first measurement.
         self.baselines = Baselines(
@@ -462,10 +499,10 @@ class Search:
         self._store_attr(keys.RECOMMENDATION, recommendation.to_dict())
         return recommendation
 
-    def parity(self, config: LoopConfig) -> GateVerdict:
-        """The correctness gate's verdict for `config`, from the study's cache when it was
-        checked (`ParityCache`)."""
-        return self.parity_cache.verdict(config)
+    def parity(self, config: LoopConfig, precision: str | None = None) -> GateVerdict:
+        """The correctness gate's verdict for `config` in `precision` (None: the study's), from
+        the study's cache when it was checked (`ParityCache`)."""
+        return self.parity_cache.verdict(config, precision)
 
     def _store_time(self) -> None:
         """This session's phase times so far, on the study (`keys.TIME_PREFIX`)."""
@@ -493,11 +530,35 @@ class Search:
         try:
             config = self.space.suggest(trial)
         except trainers.ConfigError as exc:
-            trial.set_user_attr(keys.FAILURE_REASON, f"invalid combination: {exc}")
-            trial.set_user_attr(keys.FAILURE_KIND, "invalid")
+            self._refuse(trial, str(exc))
+            return
+        precision = self._suggest_precision(trial)
+        # A config that cannot run in the trial's precision (fp16-autocast under a whole-step
+        # graph) is refused like any other combination, with the harness's reason.
+        refused = precision and trainers.invalid_reason(config.to_dict(), precision=precision)
+        if refused:
+            self._refuse(trial, refused)
             return
         trial.set_user_attr(keys.CONFIG, config.to_dict())
-        trial.set_user_attr(keys.CONFIG_KEY, config_key(config))
+        trial.set_user_attr(
+            keys.CONFIG_KEY, candidate_key(config, precision, self.options.precision)
+        )
+        if precision is not None:
+            trial.set_user_attr(keys.PRECISION, precision)
+
+    def _suggest_precision(self, trial: optuna.Trial) -> str | None:
+        """The trial's precision when the study searches several (an Optuna param named
+        `precision`), else None: the study's."""
+        if not self.options.multi_precision:
+            return None
+        return str(
+            trial.suggest_categorical(PRECISION_PARAM, list(self.options.allowed_precisions))
+        )
+
+    def _refuse(self, trial: optuna.Trial, reason: str) -> None:
+        """A combination the harness refuses: recorded as the trial's failure, never run."""
+        trial.set_user_attr(keys.FAILURE_REASON, f"invalid combination: {reason}")
+        trial.set_user_attr(keys.FAILURE_KIND, "invalid")
 
     def _run(self, trial: optuna.Trial) -> str:
         if keys.CONFIG not in trial.user_attrs:  # an invalid combination (see _prepare)
@@ -508,16 +569,19 @@ class Search:
             return "failed"
         config = LoopConfig.from_dict(trial.user_attrs[keys.CONFIG])
         key = trial.user_attrs[keys.CONFIG_KEY]
+        precision = trial.user_attrs.get(keys.PRECISION)
         complete = self.retry.call(
             lambda: self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
             what="reading the study",
         )
         earlier = [t for t in complete if t.user_attrs.get(keys.CONFIG_KEY) == key]
         try:
-            outcome = self.measurer.measure(config, on_window=self._window_callback(trial))
+            outcome = self.measurer.measure(
+                config, on_window=self._window_callback(trial), precision=precision
+            )
             spent = self.clock.measured(outcome, MEASURE)
             return self.retry.call(
-                lambda: self._tell(trial, config, key, outcome, earlier, spent),
+                lambda: self._tell(trial, config, key, outcome, earlier, spent, precision),
                 what=f"telling trial {trial.number}",
             )
         except KeyboardInterrupt:
@@ -563,9 +627,12 @@ class Search:
         outcome: Measured | Failure,
         earlier: Sequence[optuna.trial.FrozenTrial],
         spent: dict[str, float],
+        precision: str | None = None,
     ) -> str:
         """Store the trial's result and tell Optuna. `spent`: the trial's phase times so far
-        (its measurement); the gate's parts and a profile are added here."""
+        (its measurement); the gate's parts and a profile are added here. `precision`: the
+        trial's (None: the study's); in another than the study's, the gate judges it by
+        equivalence against the study's reference precision."""
         if isinstance(outcome, Failure):
             trial.set_user_attr(keys.FAILURE_REASON, outcome.reason)
             trial.set_user_attr(keys.FAILURE_KIND, outcome.kind)
@@ -581,7 +648,7 @@ class Search:
                 trial.set_user_attr(STOPPED_ATTR, True)
             self.study.tell(trial, state=TrialState.PRUNED)
             return "pruned"
-        verdict, gate_time = self.parity_cache.check(config)
+        verdict, gate_time = self.parity_cache.check(config, precision)
         spent = spent | gate_time
         trial.set_user_attr(keys.PARITY, verdict.to_dict())
         if not verdict.passed:
@@ -602,7 +669,9 @@ class Search:
             self.progress.phase(f"profiling trial {trial.number}")
             started = time.perf_counter()
             with self.clock.timing(PROFILE):
-                profiling.profile_trial(trial, config, self.traces, self._children.profiler)
+                profiling.profile_trial(
+                    trial, config, self.traces, self._children.profiler, precision=precision
+                )
             spent = spent | {PROFILE: time.perf_counter() - started}
         trial.set_user_attr(keys.CI95, list(bootstrap_ci(pooled)))
         trial.set_user_attr(keys.TIME, spent)
@@ -665,6 +734,7 @@ class Search:
             total=self.options.trials,
             state=state,
             config=attrs.get(keys.CONFIG),
+            precision=attrs.get(keys.PRECISION),
             value=value if state == "complete" else None,
             reason=None if reason is None else str(reason),
             seconds=seconds,

@@ -380,3 +380,11 @@ def config_key(config: LoopConfig) -> str:
     }
     canonical = json.dumps(values, sort_keys=True, separators=(",", ":"))
     return hashlib.sha1(canonical.encode("utf-8"), usedforsecurity=False).hexdigest()[:12]
+
+
+def candidate_key(config: LoopConfig, precision: str | None, reference: str | None) -> str:
+    """The key of `config` run in `precision`: `config_key` in the study's reference precision
+    (so a single-precision study's keys stay what they were), `<config_key>@<precision>` in
+    another: a config in two precisions is two candidates, cached and pooled apart."""
+    key = config_key(config)
+    return key if precision is None or precision == reference else f"{key}@{precision}"

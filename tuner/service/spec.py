@@ -12,6 +12,7 @@ from trainers.program import PREFIX as PROGRAM_PREFIX
 from trainers.program import Program, load_registry
 from trainers.workloads import catalog, lookup
 from tuner.errors import SpaceError, SpecError, TunerError
+from tuner.search.options import check_allowed_precisions
 from tuner.search.spaces import for_processes, load_space, program_space
 from tuner.service.tables import JobRow
 
@@ -39,7 +40,10 @@ class JobSpec:
     model_args: dict[str, str] = dataclasses.field(default_factory=dict)
     """A library model's options (`torchvision:`, `timm:`, `hf:` workloads), as strings."""
     precision: str | None = None
-    """fp32, tf32, bf16-autocast or fp16-autocast; None: the worker's matmul precision."""
+    """fp32, tf32, bf16-autocast or fp16-autocast; None: the worker's matmul precision (with
+    `precisions`, the first of them)."""
+    precisions: tuple[str, ...] | None = None
+    """The precisions the search may choose among (`RunOptions.precisions`); None: `precision`."""
     nproc_per_node: int = 1
     """Processes per trial on the worker's node (`RunOptions.nproc_per_node`)."""
 
@@ -49,6 +53,7 @@ class JobSpec:
         data = dataclasses.asdict(self)
         del data["n_trials"]
         data["objectives"] = list(self.objectives)
+        data["precisions"] = None if self.precisions is None else list(self.precisions)
         return data
 
     @classmethod
@@ -59,6 +64,8 @@ class JobSpec:
         fields = {f.name for f in dataclasses.fields(cls)} - {"n_trials"}
         values = {k: v for k, v in row.spec.items() if k in fields}
         values["objectives"] = tuple(values.get("objectives", ("throughput",)))
+        if values.get("precisions") is not None:
+            values["precisions"] = tuple(values["precisions"])
         return cls(**values, n_trials=row.n_trials)
 
 
@@ -154,6 +161,16 @@ def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
             f"unknown precision {spec.precision!r}: allowed {', '.join(trainers.PRECISIONS)}",
             spec.precision,
         )
+    if spec.precisions is not None:
+        try:
+            check_allowed_precisions(
+                spec.precision,
+                spec.precisions,
+                nproc_per_node=spec.nproc_per_node,
+                workload=spec.workload,
+            )
+        except trainers.ConfigError as exc:
+            raise SpecError((exc.field,), str(exc), exc.value) from exc
     if is_library_model(spec.workload) and spec.workload not in registry.plugins:
         try:  # the model exists, its library is installed, every option is allowed
             trainers.resolve_factory(spec.workload, spec.model_args)

@@ -235,9 +235,13 @@ class Worker:
             parity_steps=s.parity_steps,
             sampler=s.sampler,
             protocol=s.protocol(),
-            matmul_precision=s.matmul_precision if spec.precision is None else "highest",
+            # A precision named (or several allowed) sets the matmul precision itself.
+            matmul_precision=s.matmul_precision
+            if spec.precision is None and spec.precisions is None
+            else "highest",
             model_args=spec.model_args,
             precision=spec.precision,  # type: ignore[arg-type]  # check_spec: one of PRECISIONS
+            precisions=spec.precisions,
             nproc_per_node=spec.nproc_per_node,
         )
 

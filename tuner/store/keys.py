@@ -36,6 +36,11 @@ JOB_STUDY_PREFIX = "job-"
 # -- trial attributes ----------------------------------------------------------------------
 CONFIG = "config"
 CONFIG_KEY = "config_key"
+"""The trial's config's key (`tuner.search.space.config_key`); in a study searching precisions,
+of the config and its precision (`tuner.search.space.candidate_key`)."""
+PRECISION = "precision"
+"""The precision a trial of a study searching precisions ran in (absent: the study's). Also the
+name of that trial's Optuna param."""
 WINDOWS = "windows"
 CI95 = "ci95"
 SECONDS = "seconds"

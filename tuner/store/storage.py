@@ -155,7 +155,16 @@ def open_study(
         study.set_user_attr(META, info)
         return study, False
     stored = _with_later_fields(meta(study))
-    for field in ("workload", "preset", "space", "objectives", "hardware", "shape", "precision"):
+    for field in (
+        "workload",
+        "preset",
+        "space",
+        "objectives",
+        "hardware",
+        "shape",
+        "precision",
+        "precisions",
+    ):
         if stored.get(field) != info.get(field):
             raise TunerError(
                 f"--study: {name!r} was made with {field}={stored.get(field)!r}, this run has "
@@ -178,6 +187,8 @@ def _with_later_fields(stored: dict[str, Any]) -> dict[str, Any]:
     return {
         "shape": f"{stored.get('workload')}-{stored.get('preset')}",
         "precision": precision_of(stored.get("matmul_precision", "highest")),
+        # A study stored before precisions could be searched searched none.
+        "precisions": None,
     } | stored
 
 
