@@ -107,6 +107,7 @@ def test_one_command_tunes_the_cpp_trainer(binary: Path, tmp_path: Path) -> None
         "--preset", "tiny", "--trials", "3", "--storage", storage, "--device", "cpu", "--json",
         "--windows", "2", "--window-steps", "5", "--warmup", "1", "--final-rounds", "1",
         "--top-k", "1", "--parity-steps", "6",
+        "--timeout", "600",  # all 3 trials, however loaded the machine (a CPU's default is 30 s)
     ]  # fmt: skip
     env = {"TUNER_PROGRAMS": str(REGISTRY), "PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
