@@ -74,6 +74,15 @@ PEERS: dict[str, dict[str, Any]] = {
     "torchtitan": {"fused": True, "compile": "per-layer", "checkpointing": "selective"},
     # gradient accumulation in halves until the step fits, as `auto_find_batch_size` users end up.
     "accumulate-halves": {"fused": True, "compile": "default", "accumulate": "halves"},
+    # each decoder layer compiled on its own, nothing recomputed: the fastest bf16 loop of the
+    # float8 issue's table (434.7 ms on the 1.1B decoder, 16 x 2048);
+    "compile-per-layer": {"fused": True, "compile": "per-layer"},
+    # Float8 matmuls (bf16 autocast around them), where the job allows float8:
+    # torchao's README: `convert_to_float8_training` (tensorwise, the last linear and any whose
+    # features are not multiples of 16 left alone), then `torch.compile(model)`;
+    "float8-compile": {"fused": True, "compile": "default", "float8": True},
+    # torchtitan's float8: the same conversion, then each decoder layer compiled on its own.
+    "float8-per-layer": {"fused": True, "compile": "per-layer", "float8": True},
 }
 PEER_LABELS = {
     "pytorch-idiom": "PyTorch idiom",
@@ -84,13 +93,22 @@ PEER_LABELS = {
     "hf-checkpointing": "HF checkpointing + compile",
     "torchtitan": "torchtitan (per-layer compile + SAC)",
     "accumulate-halves": "accumulate in halves + compile",
+    "compile-per-layer": "per-layer compile",
+    "float8-compile": "torchao float8 + compile",
+    "float8-per-layer": "float8 + per-layer compile (torchtitan)",
 }
 SCALE_PEERS = ("compile-fused", "hf-checkpointing", "torchtitan", "accumulate-halves")
+FLOAT8_PEERS = ("compile-per-layer", "float8-compile", "float8-per-layer")
+"""Added to a preset's peers when its tuning job may choose float8 (`--allow-precisions`): the
+strongest bf16 loop of that regime and the two float8 loops users write."""
 SMALL_PEERS = ("pytorch-idiom", "fused-optimizer", "compile-default", "compile-reduce-overhead")
 HARNESS = ("recommended", "seed-baseline")
 READ_EVERY = 10
 AIMS_TF32 = {"transformer:small": 6.0, "transformer:medium": 2.5, "transformer:large": 1.2}
 RATIO_AIM = 0.98
+FLOAT8_OVER_BF16_AIM = 1.12
+"""The float8 issue's aim: a job allowing float8, at least 1.12x the fastest bf16 peer (ratio CI
+low), and no slower than the float8 peers (CI low >= RATIO_AIM)."""
 
 
 @dataclasses.dataclass
@@ -137,9 +155,10 @@ def _titan_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
     return CheckpointPolicy.MUST_SAVE if op in saved else CheckpointPolicy.PREFER_RECOMPUTE
 
 
-def _titan_layers(model: torch.nn.Module) -> Callable[[], None]:
-    """torchtitan's recipe, written out: each layer wrapped in a selective activation checkpoint
-    (`ptd_checkpoint_wrapper` with an op policy), then compiled on its own."""
+def _compile_each_layer(model: torch.nn.Module, *, selective: bool) -> Callable[[], None]:
+    """Each decoder layer compiled on its own, in place; with `selective`, torchtitan's recipe
+    written out: each layer first wrapped in a selective activation checkpoint
+    (`ptd_checkpoint_wrapper` with an op policy). Returns what puts the layers back."""
     import functools
 
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
@@ -152,7 +171,11 @@ def _titan_layers(model: torch.nn.Module) -> Callable[[], None]:
     context = functools.partial(create_selective_checkpoint_contexts, _titan_policy)
     placed = []
     for layer in layers:
-        wrapped = checkpoint_wrapper(layer, context_fn=context, preserve_rng_state=False)
+        wrapped = (
+            checkpoint_wrapper(layer, context_fn=context, preserve_rng_state=False)
+            if selective
+            else layer
+        )
         compiled = torch.compile(wrapped)
         parent, name = parent_of[id(layer)]
         setattr(parent, name, compiled)
@@ -165,20 +188,75 @@ def _titan_layers(model: torch.nn.Module) -> Callable[[], None]:
     return undo
 
 
+def float8_peer_error(device: torch.device, precision: str | None) -> str | None:
+    """Why a float8 peer cannot run here (None: it can): float8 tensor cores and torchao, under
+    bf16 autocast as torchao's and torchtitan's recipes train."""
+    from trainers.float8 import unavailable
+
+    if precision != "bf16-autocast":
+        return f"float8 peers train under bf16-autocast (torchao's recipe); this run is {precision}"
+    return unavailable(device)
+
+
+def _to_float8_as_torchao_writes_it(model: torch.nn.Module) -> Callable[[], None]:
+    """torchao's README, written out: `convert_to_float8_training` with its default (tensorwise)
+    config and its README's filter: not the last linear (the output head), not a linear whose
+    features are not multiples of 16. In place; returns what puts the `nn.Linear` modules back
+    (torchao's modules share their Parameters, so what was trained stays trained)."""
+    from torchao.float8 import convert_to_float8_training
+
+    linears = {
+        name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and name
+    }
+    last = list(linears)[-1] if linears else None
+
+    def module_filter_fn(module: torch.nn.Module, fqn: str) -> bool:
+        if fqn == last:
+            return False
+        if isinstance(module, torch.nn.Linear):
+            return module.in_features % 16 == 0 and module.out_features % 16 == 0
+        return True
+
+    convert_to_float8_training(model, module_filter_fn=module_filter_fn)
+
+    def undo() -> None:
+        for name, module in linears.items():
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent) if parent else model, child, module)
+
+    return undo
+
+
 def _prepare_model(
     model: torch.nn.Module, spec: Mapping[str, Any]
 ) -> tuple[torch.nn.Module, Callable[[], None]]:
-    """The model a peer trains, checkpointed and compiled as its users do it, and what puts the
-    shared model back as it was for the next peer."""
-    if spec.get("checkpointing") == "selective":
-        return model, _titan_layers(model)
-    undo: Callable[[], None] = lambda: None  # noqa: E731
-    if spec.get("checkpointing") == "hf":
-        enable = getattr(model, "gradient_checkpointing_enable", None)
-        if enable is None:
-            raise ValueError("gradient_checkpointing_enable: not a Hugging Face model")
-        enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        undo = model.gradient_checkpointing_disable
+    """The model a peer trains, converted, checkpointed and compiled as its users do it (float8
+    conversion first, then compilation: torchao's order), and what puts the shared model back as
+    it was for the next peer."""
+    undos: list[Callable[[], None]] = []
+
+    def undo() -> None:
+        for step in reversed(undos):
+            step()
+
+    try:
+        if spec.get("float8"):
+            undos.append(_to_float8_as_torchao_writes_it(model))
+        if spec.get("compile") == "per-layer":
+            undos.append(
+                _compile_each_layer(model, selective=spec.get("checkpointing") == "selective")
+            )
+            return model, undo
+        if spec.get("checkpointing") == "hf":
+            enable = getattr(model, "gradient_checkpointing_enable", None)
+            disable = getattr(model, "gradient_checkpointing_disable", None)
+            if enable is None or disable is None:
+                raise ValueError("gradient_checkpointing_enable: not a Hugging Face model")
+            enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            undos.append(disable)
+    except BaseException:
+        undo()  # the shared model as it was, for the next peer
+        raise
     compile_mode = spec.get("compile")
     return (model if compile_mode is None else torch.compile(model, mode=compile_mode)), undo
 
@@ -370,7 +448,11 @@ def tune(
     log: Callable[[str], None] = lambda text: None,
     protocol: Protocol | None = None,
     final_rounds: int | None = None,
+    precisions: Sequence[str] | None = None,
+    parity_steps: int | None = None,
 ) -> dict[str, Any]:
+    """The tuning job. `precisions`: those it may choose among (`--precisions`; None: `precision`
+    alone); `parity_steps`: the gate's run length (None: the tuner's default)."""
     started = time.perf_counter()
     # A large model's default protocol (110 steps a measurement) leaves a 10-minute run no room
     # to search: `--protocol` and `--final-rounds` shorten the job the way a user would.
@@ -379,6 +461,10 @@ def tune(
         shorter["protocol"] = protocol
     if final_rounds is not None:
         shorter["final_rounds"] = final_rounds
+    if precisions:
+        shorter["precisions"] = tuple(precisions)
+    if parity_steps is not None:
+        shorter["parity_steps"] = parity_steps
     study = f"peers-{workload}-{preset}-{precision}".replace(":", "-")
     rec = run_study(
         RunOptions(
@@ -402,6 +488,8 @@ def tune(
         log(f"  trial {item['trial']} failed: {item['reason']}")
     return {
         "config": rec.get("config"),
+        "precision": rec.get("precision"),
+        "precisions": list(precisions) if precisions else None,
         "source": rec.get("source"),
         "reason": rec.get("reason"),
         "parity": rec.get("parity"),
@@ -457,8 +545,11 @@ def compare(
     rounds: int,
     log: Callable[[str], None],
     peers: Sequence[str] = SMALL_PEERS,
+    recommended_precision: str | None = None,
 ) -> dict[str, Any]:
-    """Peers and harness settings `rounds` times, interleaved, from the same initial weights."""
+    """Peers and harness settings `rounds` times, interleaved, from the same initial weights.
+    `recommended_precision`: the precision a job searching precisions chose (None: `precision`);
+    the recommendation is measured in it, the seed design's baseline in `precision`."""
     workload = measurer.workload
     utilisation = _utilisation(workload, measurer.device, precision)
     initial = {k: v.detach().clone() for k, v in workload.model.state_dict().items()}
@@ -475,6 +566,9 @@ def compare(
             spec = PEERS[name]
             if spec["compile"] == "reduce-overhead" and not cuda:
                 errors[name] = "reduce-overhead needs CUDA"
+                continue
+            if spec.get("float8") and (why := float8_peer_error(measurer.device, precision)):
+                errors[name] = why
                 continue
             workload.model.load_state_dict(initial)
             for p in workload.model.parameters():
@@ -505,7 +599,8 @@ def compare(
                 f"(setup {run.setup_s:.1f} s)"
             )
         for name, config in harness.items():
-            outcome = measurer.measure(config)
+            chosen = recommended_precision if name == "recommended" else None
+            outcome = measurer.measure(config, precision=chosen)
             if isinstance(outcome, Failure):
                 errors[name] = outcome.reason
                 log(f"round {r + 1} {name}: {outcome.reason}")
@@ -549,15 +644,36 @@ def compare(
         out["floor"] = {"setting": fastest, "median_ms": measured[fastest]["median_ms"]}
     peer_ok = {n: e for n, e in out["peers"].items() if "median_ms" in e}
     rec = out["harness"].get("recommended", {})
-    if peer_ok and "median_ms" in rec:
-        best = min(peer_ok, key=lambda n: peer_ok[n]["median_ms"])
-        ratio, low, high = ratio_ci(peer_ok[best]["windows_ms"], rec["windows_ms"])
-        out["ratio_vs_best_peer"] = {"best_peer": best, "ratio": ratio, "ci95": [low, high]}
+    if "median_ms" in rec:
+        if recommended_precision is not None:
+            out["harness"]["recommended"]["precision"] = recommended_precision
+        groups = {"ratio_vs_best_peer": peer_ok}
+        if any(PEERS[n].get("float8") for n in peers):
+            # A job allowing float8 is judged against each kind: the fastest loop without float8
+            # (what float8 must beat by the issue's margin) and the fastest with it.
+            groups["ratio_vs_best_bf16_peer"] = {
+                n: e for n, e in peer_ok.items() if not PEERS[n].get("float8")
+            }
+            groups["ratio_vs_best_float8_peer"] = {
+                n: e for n, e in peer_ok.items() if PEERS[n].get("float8")
+            }
+        for key, members in groups.items():
+            if members:
+                out[key] = _ratio_vs_fastest(members, rec)
     seed = out["harness"].get("seed-baseline", {})
     if "median_ms" in seed and "median_ms" in rec:
         ratio, low, high = ratio_ci(seed["windows_ms"], rec["windows_ms"])
         out["speedup_vs_seed_baseline"] = {"ratio": ratio, "ci95": [low, high]}
     return out
+
+
+def _ratio_vs_fastest(
+    peers: Mapping[str, Mapping[str, Any]], rec: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The recommendation's throughput over the fastest of `peers`', with a bootstrap CI."""
+    best = min(peers, key=lambda n: peers[n]["median_ms"])
+    ratio, low, high = ratio_ci(peers[best]["windows_ms"], rec["windows_ms"])
+    return {"best_peer": best, "ratio": ratio, "ci95": [low, high]}
 
 
 def _utilisation(
@@ -618,16 +734,22 @@ def add_mfu(data: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def peers_for(spec: str, chosen: str | None) -> tuple[str, ...]:
+def peers_for(
+    spec: str, chosen: str | None, allowed: Sequence[str] | None = None
+) -> tuple[str, ...]:
     """The peers of a preset: `--peers` if given; at scale (the llama presets) the loops users of
-    0.3-8B models write, otherwise the small-model loops."""
+    0.3-8B models write, otherwise the small-model loops; with FLOAT8_PEERS beside them where the
+    job may choose float8 (`allowed`, its precisions)."""
     if chosen:
         names = tuple(filter(None, chosen.split(",")))
         unknown = [n for n in names if n not in PEERS]
         if unknown:
             raise SystemExit(f"--peers: unknown {unknown}; allowed {', '.join(PEERS)}")
         return names
-    return SCALE_PEERS if ":llama" in spec else SMALL_PEERS
+    base = SCALE_PEERS if ":llama" in spec else SMALL_PEERS
+    if allowed and "float8" in allowed:
+        return base + tuple(n for n in FLOAT8_PEERS if n not in base)
+    return base
 
 
 def run_preset(
@@ -640,7 +762,9 @@ def run_preset(
     workload, preset = spec.rsplit(":", 1)
     model_args = dict(kv.split("=", 1) for kv in args.model_arg)
     started = time.perf_counter()
-    log(f"== {spec} {precision}: tuning")
+    allowed = _allowed(precision, getattr(args, "allow_precisions", None))
+    choice = f" (may choose {','.join(allowed)})" if allowed else ""
+    log(f"== {spec} {precision}: tuning{choice}")
     tuning = tune(
         workload,
         preset,
@@ -653,8 +777,15 @@ def run_preset(
         log=log,
         protocol=args.protocol,
         final_rounds=args.final_rounds,
+        precisions=allowed,
+        parity_steps=getattr(args, "parity_steps", None),
     )
-    log(f"recommended {tuning['config']} in {tuning['wall_s']:.0f} s")
+    chosen = tuning["precision"]
+    log(
+        f"recommended {tuning['config']}"
+        + (f" in {chosen}" if chosen else "")
+        + f" in {tuning['wall_s']:.0f} s"
+    )
     measurer = Measurer(
         workload,
         preset,
@@ -670,7 +801,8 @@ def run_preset(
         precision=precision,
         rounds=args.rounds,
         log=log,
-        peers=peers_for(spec, getattr(args, "peers", None)),
+        peers=peers_for(spec, getattr(args, "peers", None), allowed),
+        recommended_precision=chosen,
     )
     entry: dict[str, Any] = {
         "workload": workload,
@@ -685,6 +817,7 @@ def run_preset(
     rec = compared["harness"].get("recommended", {})
     entry["recommended"] = {
         "config": tuning["config"],
+        "precision": chosen or precision,
         "median_ms": rec.get("median_ms"),
         "ci95": rec.get("ci95"),
         "compile_s": (rec.get("compile") or {}).get("compile_s"),
@@ -695,11 +828,33 @@ def run_preset(
     return entry
 
 
+def _allowed(precision: str | None, allow: str | None) -> tuple[str, ...] | None:
+    """The tuning job's precisions: `--allow-precisions` with the preset's own first (the
+    study's reference, which the gate judges the others against); None where not given."""
+    if not allow:
+        return None
+    names = [p for p in allow.split(",") if p]
+    return tuple(dict.fromkeys([precision, *names] if precision else names))
+
+
 def aims(spec: str, precision: str | None, entry: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     ratio = entry.get("ratio_vs_best_peer")
     if ratio is not None:
         out["ratio_lower_bound_at_least_0.98"] = ratio["ci95"][0] >= RATIO_AIM
+    allowed = (entry.get("tuning") or {}).get("precisions") or ()
+    if "float8" in allowed:
+        # The float8 issue's aims, where the job could choose it: float8 recommended, 1.12x the
+        # fastest bf16 peer and no slower than the float8 peers (CI lows).
+        out["recommends_float8"] = (entry.get("recommended") or {}).get("precision") == "float8"
+        bf16 = entry.get("ratio_vs_best_bf16_peer")
+        if bf16 is not None:
+            out[f"ratio_vs_best_bf16_peer_low_at_least_{FLOAT8_OVER_BF16_AIM}"] = (
+                bf16["ci95"][0] >= FLOAT8_OVER_BF16_AIM
+            )
+        f8 = entry.get("ratio_vs_best_float8_peer")
+        if f8 is not None:
+            out[f"ratio_vs_best_float8_peer_low_at_least_{RATIO_AIM}"] = f8["ci95"][0] >= RATIO_AIM
     speed = entry.get("speedup_vs_seed_baseline")
     if precision == "tf32" and spec in AIMS_TF32 and speed is not None:
         out[f"speedup_vs_seed_baseline_at_least_{AIMS_TF32[spec]}"] = (
@@ -794,11 +949,23 @@ def to_markdown(data: Mapping[str, Any]) -> str:
             if "setup_s" in entry
         )
         rec = item["recommended"]
+        chosen = rec.get("precision")
+        in_chosen = f" in {chosen}" if chosen and chosen != item["precision"] else ""
         lines.append(
             f"- {item['workload']}:{item['preset']} {item['precision']}: {setups}; "
-            f"recommended `{short(rec['config'])}` (compile {rec.get('compile_s') or 0:.1f} s); "
-            f"aims {item['aims']}"
+            f"recommended `{short(rec['config'])}`{in_chosen} (compile "
+            f"{rec.get('compile_s') or 0:.1f} s); aims {item['aims']}"
         )
+        for key, label in (
+            ("ratio_vs_best_bf16_peer", "without float8"),
+            ("ratio_vs_best_float8_peer", "with float8"),
+        ):
+            if key in item:
+                r = item[key]
+                lines.append(
+                    f"  - vs the fastest peer {label} ({r['best_peer']}): {r['ratio']:.2f} "
+                    f"({r['ci95'][0]:.2f}-{r['ci95'][1]:.2f})"
+                )
         for name, entry in {**item["peers"], **item["harness"]}.items():
             if "error" in entry:
                 lines.append(f"  - {name} failed: {entry['error'][:300]}")
@@ -886,6 +1053,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"presets, {','.join(SCALE_PEERS)}); all: {','.join(PEERS)}",
     )
     parser.add_argument("--trials", type=int, default=12)
+    parser.add_argument(
+        "--allow-precisions",
+        default=None,
+        help="the precisions each tuning job may choose among beside the preset's own (e.g. "
+        "float8: the job runs with --precisions <precision>,float8, and the float8 peers "
+        f"{','.join(FLOAT8_PEERS)} join the preset's)",
+    )
+    parser.add_argument(
+        "--parity-steps",
+        type=int,
+        default=None,
+        help="the gate's run length in each tuning job (the float8 evidence asks at least 200)",
+    )
     parser.add_argument(
         "--protocol",
         type=_protocol,

@@ -247,3 +247,134 @@ def test_mfu_added_afterwards_counts_the_models_flops_over_the_recorded_step() -
     assert out["presets"][0]["peers"]["failed-one"] == {"error": "x"}
     assert "peak memory was not recorded" in out["meta"]["mfu_added"]
     assert "mfu" not in data["presets"][0]["peers"]["compile-default"]  # the input is kept
+
+
+# -- float8 peers --------------------------------------------------------------------------------
+
+
+class Decoder(torch.nn.Module):
+    """Two layers found where `_layers` looks (`.layers`), and an output head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32))
+            for _ in range(2)
+        )
+        self.odd = torch.nn.Linear(32, 20)  # 20 features: not a multiple of 16
+        self.head = torch.nn.Linear(20, 48)  # the last linear: the output head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(self.odd(x))
+
+
+def test_the_float8_peer_converts_as_torchaos_readme_and_puts_the_model_back() -> None:
+    pytest.importorskip("torchao.float8")
+    model = Decoder()
+    before = dict(model.named_modules())
+    params = {name: id(p) for name, p in model.named_parameters()}
+    forward, undo = peers._prepare_model(model, peers.PEERS["float8-per-layer"])
+    assert forward is model  # per-layer: the model itself, its layers compiled in place
+    converted = {
+        name.replace("_orig_mod.", "")  # the compiled layer's wrapper in the path
+        for name, m in model.named_modules()
+        if type(m).__name__ == "Float8Linear"
+    }
+    assert converted == {f"layers.{i}.{j}" for i in range(2) for j in (0, 2)}
+    assert type(model.head) is torch.nn.Linear and type(model.odd) is torch.nn.Linear
+    assert all(type(layer).__name__ == "OptimizedModule" for layer in model.layers)
+    # torchao's modules hold the very same Parameters: the optimizer built before still trains.
+    assert {name.replace("_orig_mod.", ""): id(p) for name, p in model.named_parameters()} == (
+        params
+    )
+    undo()
+    assert dict(model.named_modules()) == before  # the same module objects, back in place
+
+
+def test_the_float8_whole_model_peer_compiles_the_converted_model() -> None:
+    pytest.importorskip("torchao.float8")
+    model = Decoder()
+    forward, undo = peers._prepare_model(model, peers.PEERS["float8-compile"])
+    assert type(forward).__name__ == "OptimizedModule" and forward._orig_mod is model
+    assert type(model.layers[0][0]).__name__ == "Float8Linear"
+    undo()
+    assert type(model.layers[0][0]) is torch.nn.Linear
+
+
+def test_a_failed_preparation_leaves_the_shared_model_as_it_was() -> None:
+    """hf-checkpointing on a model that is not Hugging Face's fails; a float8 conversion made
+    before that must not stay behind for the next peer."""
+    pytest.importorskip("torchao.float8")
+    model = Decoder()
+    before = dict(model.named_modules())
+    spec = {"fused": True, "compile": "default", "float8": True, "checkpointing": "hf"}
+    with pytest.raises(ValueError, match="not a Hugging Face model"):
+        peers._prepare_model(model, spec)
+    assert dict(model.named_modules()) == before
+
+
+def test_float8_peers_name_what_they_need_on_a_cpu() -> None:
+    cpu = torch.device("cpu")
+    assert "bf16-autocast" in (peers.float8_peer_error(cpu, "tf32") or "")
+    why = peers.float8_peer_error(cpu, "bf16-autocast") or ""
+    assert "compute capability 8.9" in why
+    measurer = Measurer(
+        "mlp", "tiny", device="cpu", protocol=Protocol(warmup=1, windows=2, window_steps=3)
+    )
+    out = peers.compare(
+        measurer,
+        LoopConfig(),
+        precision="bf16-autocast",
+        rounds=1,
+        log=lambda text: None,
+        peers=("fused-optimizer", "float8-compile"),
+    )
+    assert out["peers"]["float8-compile"] == {"error": why}
+    # Only a peer without float8 was measured: the float8 group has nothing to compare against.
+    assert out["ratio_vs_best_bf16_peer"] == out["ratio_vs_best_peer"]
+    assert out["ratio_vs_best_bf16_peer"]["best_peer"] == "fused-optimizer"
+    assert "ratio_vs_best_float8_peer" not in out
+
+
+def test_float8_peers_join_where_the_job_may_choose_float8() -> None:
+    assert peers.peers_for("hf:causal-lm:llama-1b", None) == peers.SCALE_PEERS
+    both = peers.peers_for("hf:causal-lm:llama-1b", None, ("bf16-autocast", "float8"))
+    assert both == peers.SCALE_PEERS + peers.FLOAT8_PEERS
+    assert peers.peers_for("transformer:small", None, ("bf16-autocast",)) == peers.SMALL_PEERS
+    assert peers._allowed("bf16-autocast", "float8") == ("bf16-autocast", "float8")
+    assert peers._allowed("bf16-autocast", "float8,bf16-autocast") == ("bf16-autocast", "float8")
+    assert peers._allowed("bf16-autocast", None) is None
+
+
+def test_the_float8_aims_follow_the_issue() -> None:
+    def ratio(low: float) -> dict[str, object]:
+        return {"best_peer": "x", "ratio": low + 0.01, "ci95": [low, low + 0.02]}
+
+    met = {
+        "tuning": {"precisions": ["bf16-autocast", "float8"]},
+        "recommended": {"precision": "float8"},
+        "ratio_vs_best_peer": ratio(1.0),
+        "ratio_vs_best_bf16_peer": ratio(1.13),
+        "ratio_vs_best_float8_peer": ratio(0.99),
+    }
+    assert peers.aims("hf:causal-lm:llama-1b", "bf16-autocast", met) == {
+        "ratio_lower_bound_at_least_0.98": True,
+        "recommends_float8": True,
+        "ratio_vs_best_bf16_peer_low_at_least_1.12": True,
+        "ratio_vs_best_float8_peer_low_at_least_0.98": True,
+    }
+    missed = met | {
+        "recommended": {"precision": "bf16-autocast"},
+        "ratio_vs_best_bf16_peer": ratio(1.05),
+        "ratio_vs_best_float8_peer": ratio(0.9),
+    }
+    aims = peers.aims("hf:causal-lm:llama-1b", "bf16-autocast", missed)
+    assert [k for k, v in aims.items() if not v] == [
+        "recommends_float8",
+        "ratio_vs_best_bf16_peer_low_at_least_1.12",
+        "ratio_vs_best_float8_peer_low_at_least_0.98",
+    ]
+    # A job that could not choose float8 has no float8 aims.
+    assert "recommends_float8" not in peers.aims("x:y", "bf16-autocast", {"tuning": {}})
