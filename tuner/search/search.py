@@ -11,7 +11,7 @@ Pruning rule: `PercentilePruner(25)`: from its second window on, a trial whose b
 is below the 25th percentile of earlier trials at the same window is stopped (after 5 trials).
 Multi-objective studies are not pruned (Optuna does not support it).
 
-When trials stop starting: after `trials`; after `timeout_s` (`search_budget`: 600 s by default
+When trials stop starting: after `trials`; after `timeout_s` (`search_budget`: 240 s by default
 on the default space on a GPU); and once `patience` complete trials in a row have not beaten the
 best throughput by more than `tie_margin` (`search_patience`: 8 by default on the default space
 on a GPU, off otherwise). A trial already running always finishes.

@@ -543,7 +543,7 @@ def test_a_combination_the_harness_refuses_is_an_error_when_suggested() -> None:
 
 def test_only_the_default_space_on_a_gpu_gets_a_default_search_budget() -> None:
     auto = load_space("auto", cuda=True).name
-    assert search_budget(None, auto) == AUTO_SEARCH_BUDGET_S == 600.0
+    assert search_budget(None, auto) == AUTO_SEARCH_BUDGET_S == 240.0
     assert search_budget(30.0, auto) == 30.0
     assert search_budget(None, load_space("compile", cuda=True).name) is None
     assert search_budget(None, load_space("auto", cuda=False).name) is None
