@@ -13,6 +13,7 @@ from rich.console import Console
 
 from tuner.errors import SpaceError, TunerError
 from tuner.evidence import progress
+from tuner.search.defaults import AUTO_PATIENCE, AUTO_SEARCH_BUDGET_S
 
 # Each command imports what it needs when it runs: importing torch, Optuna and scipy takes 3-7 s
 # on a 2-core machine, and `run` prints its first progress line before that (issue 29).
@@ -270,8 +271,9 @@ Trials = Annotated[int, typer.Option(help="Trials to run (added to a resumed stu
 Timeout = Annotated[
     float | None,
     typer.Option(
-        help="Stop starting trials after this many seconds (default: 600 on the default space "
-        f"on a GPU, {CPU_SEARCH_BUDGET_S:.0f} on a CPU, else none)."
+        help="Stop starting trials after this many seconds (default: "
+        f"{AUTO_SEARCH_BUDGET_S:.0f} on the default space on a GPU, {CPU_SEARCH_BUDGET_S:.0f} "
+        "on a CPU, else none)."
     ),
 ]
 Space = Annotated[
@@ -319,8 +321,8 @@ Patience = Annotated[
     int | None,
     typer.Option(
         help="Stop starting trials after this many complete trials in a row without a "
-        "gain above --tie-margin; 0: off (default: 8 on the default space on a GPU, "
-        "else off)."
+        f"gain above --tie-margin; 0: off (default: {AUTO_PATIENCE} on the default space on a "
+        "GPU, else off)."
     ),
 ]
 Profile = Annotated[

@@ -177,7 +177,10 @@ def test_a_cpu_run_given_no_budget_flags_gets_the_cpu_defaults(
     storage = sqlite_url(tmp_path)
     pairs = dict(zip(RUN_FLAGS[::2], RUN_FLAGS[1::2], strict=True))
     flags = [
-        w for k, v in pairs.items() if k not in ("--final-rounds", "--profile", "--timeout") for w in (k, v)
+        w
+        for k, v in pairs.items()
+        if k not in ("--final-rounds", "--profile", "--timeout")
+        for w in (k, v)
     ]
     base = ["run", *flags, "--trials", "1", "--storage", storage]
     assert main([*base, "--study", "defaults", "--json"]) == 0

@@ -51,11 +51,10 @@ from tuner.evidence.recommendation import Recommendation
 from tuner.search import decide, profiling
 from tuner.search.baselines import Baselines, now
 from tuner.search.children import open_children
+from tuner.search.defaults import AUTO_PATIENCE, AUTO_SEARCH_BUDGET_S
 from tuner.search.gate import GateVerdict
 from tuner.search.measure import Failure, Measured, Measurer, set_matmul_precision
 from tuner.search.options import (
-    AUTO_PATIENCE,
-    AUTO_SEARCH_BUDGET_S,
     PRUNE_PERCENTILE,
     LocalSlots,
     NoRetry,

@@ -32,8 +32,9 @@ from trainers import LoopConfig
 from tuner.errors import Interrupted, NoRecommendation, TunerError
 from tuner.evidence import export, reader
 from tuner.search.decide import CPU_NOTE
+from tuner.search.defaults import AUTO_PATIENCE
 from tuner.search.measure import Protocol
-from tuner.search.options import AUTO_PATIENCE, BASELINES, RunOptions
+from tuner.search.options import BASELINES, RunOptions
 from tuner.search.search import search_patience, share_compile_cache, trials_without_gain
 from tuner.search.space import config_key
 from tuner.search.spaces import load_space

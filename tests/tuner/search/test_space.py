@@ -9,7 +9,8 @@ import pytest
 
 from trainers import SYNC_MODES, ConfigError, LoopConfig, field_names
 from tuner.errors import SpaceError
-from tuner.search.options import AUTO_SEARCH_BUDGET_S, RunOptions
+from tuner.search.defaults import AUTO_SEARCH_BUDGET_S
+from tuner.search.options import RunOptions
 from tuner.search.search import search_budget
 from tuner.search.space import (
     SIMPLICITY_ORDER,

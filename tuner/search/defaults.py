@@ -1,0 +1,22 @@
+"""The default GPU job's stopping rules, in a module without imports: `python -m tuner run --help`
+names them before PyTorch loads (`tuner.cli`), and `tuner.search.options` applies them."""
+
+AUTO_SEARCH_BUDGET_S = 240.0
+"""The search budget of a job on the default space on a GPU given no --timeout: trials stop
+starting after it (a trial under way finishes), then the final round runs (about 75 s on
+transformer large on an H100). Chosen for issue 29's aim, a default job on a 125M model in at
+most 8 minutes from a cold compile cache: a cold compiled trial of GPT-2 or a Llama-style 125M
+decoder costs 60-145 s on an H100, the baselines, final round and profiles about 3 minutes more.
+It was 600 s until 2026-11-25: the default job then ran about a quarter of an hour on such a
+model. Not yet timed on an H100 at this value (docs/benchmarks/README.md says when it is)."""
+AUTO_PATIENCE = 4
+"""The patience of a job on the default space on a GPU given no --patience: trials stop starting
+once this many complete trials in a row have not beaten the best by more than the tie margin. On
+every preset of docs/benchmarks/peers-h100-2026-11-23-* the recommendation was one of the four
+lever corners the search starts with (tuner.search.stages); the trials after them moved the best
+by less than the run-to-run noise, at a compile each. Replayed on the default job's recorded
+trials (docs/benchmarks/raw/default-job-h100-2026-11-24-warm/trials.json, transformer small),
+4 stops the cold job after trial 17, 168 s after its first trial began, with a best 0.4 % below
+the 22 trials' (inside the 1 % tie margin), and the warm job after trial 16 at 93 s with the same
+best; 8, the value until 2026-11-25, ran 197 s and 130 s for no gain outside the margin
+(tests/tuner/search/test_search.py replays them)."""
