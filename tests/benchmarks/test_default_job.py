@@ -1,0 +1,86 @@
+"""benchmarks/default_job.py on the CPU: two real jobs in their own processes, timed, with every
+trial's phases read back from the study; the comparison with a peers record. The timings
+themselves are GPU evidence (docs/benchmarks/default-job-*)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import default_job
+from tests.tuner.tiny import RUN_FLAGS
+
+
+def _passed() -> list[str]:
+    """RUN_FLAGS without the workload and preset, which the script's own flags give."""
+    pairs = dict(zip(RUN_FLAGS[::2], RUN_FLAGS[1::2], strict=True))
+    return [w for k, v in pairs.items() if k not in ("--workload", "--preset") for w in (k, v)]
+
+
+def test_two_jobs_are_timed_and_their_trials_phases_recorded(tmp_path: Path) -> None:
+    reference = tmp_path / "peers.json"
+    reference.write_text(
+        json.dumps(
+            {
+                "meta": {"commit": "abc1234"},
+                "presets": [
+                    {
+                        "workload": "mlp",
+                        "preset": "tiny",
+                        "precision": None,
+                        # Far slower than any tiny CPU step: this run is "as fast".
+                        "harness": {"recommended": {"median_ms": 1e6, "ci95": [9e5, 1.1e6]}},
+                    }
+                ],
+            }
+        )
+    )
+    default_job.main(
+        [
+            "--workload", "mlp", "--preset", "tiny", "--device", "cpu", "--runs", "cold,warm",
+            "--reference", str(reference), "--out", str(tmp_path), "--tag", "t",
+            "--", *_passed(), "--trials", "2",
+        ]
+    )  # fmt: skip
+    [path] = tmp_path.glob("default-job-*-t.json")
+    data = json.loads(path.read_text())
+    assert data["meta"]["commit"] == "unknown" and data["reference"]["median_ms"] == 1e6
+    assert [r["run"] for r in data["runs"]] == ["cold", "warm"]
+    for run in data["runs"]:
+        assert run["returncode"] == 0, run.get("error")
+        assert run["wall_s"] > 0 and run["within_aim"] is True  # a tiny CPU job: seconds
+        assert run["recommendation"]["n_trials"]["complete"] == 2
+        assert [t["number"] for t in run["trials"]] == [0, 1]
+        for trial in run["trials"]:
+            assert trial["state"] == "complete" and trial["samples_per_s"] > 0
+            assert trial["phases_s"]["measure"] > 0 and trial["seconds"] > 0
+        assert run["time"]["wall_s"] > 0 and run["time"]["phases"]["final_round"] > 0
+        median, low, high = run["step_ms"]
+        assert low <= median <= high
+        assert run["vs_reference"]["as_fast"] is True
+        assert (tmp_path / run["log"]).read_text().count("] trial ") == 2  # its progress lines
+    # Both studies in one database, the second a new study (not a resume of the first).
+    assert data["runs"][1]["command"].endswith("--study warm --json")
+    markdown = path.with_suffix(".md").read_text()
+    assert "| cold | " in markdown and "| warm | " in markdown
+    assert markdown.count("- cold trial ") == 2 and "Reference: `peers.json`" in markdown
+
+
+def test_as_fast_means_this_runs_interval_reaches_the_references() -> None:
+    reference = {"median_ms": 10.0, "ci95": [9.8, 10.2]}
+    # ms/step from a throughput interval: the slower bound of throughput is the longer step.
+    assert default_job.step_ms_interval(
+        {"step_ms": 10.0, "throughput": {"median": 100.0, "ci95": [80.0, 125.0]}}
+    ) == pytest.approx((10.0, 8.0, 12.5))
+    overlapping = default_job.compare({"step_ms": (10.4, 10.1, 10.7)}, reference)
+    assert overlapping == {"reference_over_run": pytest.approx(10.0 / 10.4), "as_fast": True}
+    slower = default_job.compare({"step_ms": (10.6, 10.3, 10.9)}, reference)
+    assert slower is not None and slower["as_fast"] is False
+    assert default_job.compare({"step_ms": None}, reference) is None
+
+
+def test_distinct_run_names_are_required() -> None:
+    with pytest.raises(SystemExit, match="--runs: expected distinct names"):
+        default_job.main(["--runs", "cold,cold"])
