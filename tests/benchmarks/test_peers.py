@@ -378,3 +378,34 @@ def test_the_float8_aims_follow_the_issue() -> None:
     ]
     # A job that could not choose float8 has no float8 aims.
     assert "recommends_float8" not in peers.aims("x:y", "bf16-autocast", {"tuning": {}})
+
+
+def test_a_preset_whose_job_may_choose_a_precision_is_measured_in_the_chosen_one(
+    tmp_path: Path,
+) -> None:
+    """`--allow-precisions`: the tuning job searches the preset's precision and the allowed ones;
+    the recommendation is then measured, beside the peers, in the precision it chose."""
+    import argparse
+
+    args = argparse.Namespace(
+        model_arg=[],
+        device="cpu",
+        trials=4,
+        search_timeout=None,
+        protocol=Protocol(warmup=1, windows=2, window_steps=3),
+        final_rounds=1,
+        rounds=1,
+        peers="fused-optimizer",
+        allow_precisions="bf16-autocast",
+        parity_steps=4,
+    )
+    log: list[str] = []
+    entry = peers.run_preset("mlp:tiny", "fp32", args, f"sqlite:///{tmp_path / 'p.db'}", log.append)
+    assert entry["tuning"]["precisions"] == ["fp32", "bf16-autocast"]
+    chosen = entry["tuning"]["precision"]
+    assert chosen in ("fp32", "bf16-autocast")
+    assert entry["recommended"]["precision"] == chosen
+    assert entry["harness"]["recommended"]["precision"] == chosen
+    assert "may choose fp32,bf16-autocast" in log[0]
+    # No float8 allowed: no float8 aims, no float8 ratios.
+    assert "recommends_float8" not in entry["aims"] and "ratio_vs_best_float8_peer" not in entry
