@@ -218,6 +218,12 @@ def _to_float8_as_torchao_writes_it(model: torch.nn.Module) -> Callable[[], None
         return True
 
     convert_to_float8_training(model, module_filter_fn=module_filter_fn)
+    if not any(type(m).__name__ == "Float8Linear" for m in model.modules()):
+        # GPT-2's layers are transformers' Conv1D, not nn.Linear: nothing qualifies, and such a
+        # loop would be a bf16 loop under a float8 name.
+        raise ValueError(
+            "float8: no nn.Linear of this model qualifies (only its output head, or none at all)"
+        )
 
     def undo() -> None:
         for name, module in linears.items():

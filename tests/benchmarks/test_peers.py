@@ -409,3 +409,15 @@ def test_a_preset_whose_job_may_choose_a_precision_is_measured_in_the_chosen_one
     assert "may choose fp32,bf16-autocast" in log[0]
     # No float8 allowed: no float8 aims, no float8 ratios.
     assert "recommends_float8" not in entry["aims"] and "ratio_vs_best_float8_peer" not in entry
+
+
+def test_a_float8_peer_of_a_model_without_a_qualifying_linear_fails_rather_than_run_bf16() -> None:
+    """GPT-2's layers are Conv1D, its only nn.Linear the head: a float8 peer there would be a
+    bf16 loop under a float8 name."""
+    pytest.importorskip("torchao.float8")
+    model = torch.nn.Sequential(
+        torch.nn.Conv1d(4, 32, 1), torch.nn.Flatten(), torch.nn.Linear(32, 48)
+    )
+    with pytest.raises(ValueError, match=r"no nn\.Linear of this model qualifies"):
+        peers._prepare_model(model, peers.PEERS["float8-compile"])
+    assert type(model[2]) is torch.nn.Linear
