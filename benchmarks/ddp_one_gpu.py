@@ -13,7 +13,10 @@ or FSDP2 wrapper, rank 0 reporting through the program protocol) measures `--win
 single-process reference's noise envelope, measured in a child process), and DDP's default is
 profiled once (`tuner.search.dpprofile`: rank 0's trace, the share of NCCL time exposed).
 
-What this proves: the code paths run on a GPU under NCCL and train the same model. What it
+`--nproc N` runs every launch with N processes, one per GPU, for a machine of several GPUs:
+then each lever's ms/step and gate verdict are the data-parallel figures themselves.
+
+What this proves (N = 1): the code paths run on a GPU under NCCL and train the same model. What it
 cannot: world size 1 has nothing to all-reduce across, so no figure here says what a lever is
 worth on several GPUs; that needs a machine of several GPUs (README, "Several GPUs").
 
@@ -69,6 +72,13 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="the JSON file to write")
     parser.add_argument("--commit", default="unknown", help="the commit measured (no git there)")
+    parser.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        help="processes, one per GPU (default 1: the code paths on one GPU; 2 or more on a "
+        "machine of several GPUs gives each lever's cost and gate verdict there)",
+    )
     parser.add_argument("--workload", default="transformer")
     parser.add_argument("--preset", default="small")
     parser.add_argument("--warmup", type=int, default=5)
@@ -95,7 +105,7 @@ def _measure(args: argparse.Namespace, config: LoopConfig, device: torch.device)
         args.workload,
         args.preset,
         config,
-        nproc=1,
+        nproc=args.nproc,
         steps=args.windows * args.window_steps,
         warmup=max(args.warmup, trainers.min_warmup(config)),
         windows=args.windows,
@@ -125,7 +135,7 @@ def _gate(
     gate = DataParallelGate(
         args.workload,
         args.preset,
-        nproc=1,
+        nproc=args.nproc,
         steps=args.parity_steps,
         seed=0,
         device=device,
@@ -160,7 +170,7 @@ def _profile(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     profiler = DataParallelProfiler(
         args.workload,
         args.preset,
-        nproc=1,
+        nproc=args.nproc,
         steps=args.window_steps,
         warmup=args.warmup,
         seed=0,
@@ -211,8 +221,9 @@ def main(argv: Sequence[str]) -> int:
     out = Path(args.out)
     record: dict[str, Any] = {
         "meta": meta | {"nccl": _nccl_version() if device.type == "cuda" else None},
-        "what": f"world size 1, {'NCCL' if device.type == 'cuda' else 'gloo'}, one torchrun "
-        "launch per setting: code paths, not speedups (nothing to all-reduce across)",
+        "what": f"world size {args.nproc}, {'NCCL' if device.type == 'cuda' else 'gloo'}, one "
+        "torchrun launch per setting"
+        + (": code paths, not speedups (nothing to all-reduce across)" if args.nproc == 1 else ""),
         "workload": f"{args.workload} {args.preset}",
         "protocol": {
             "warmup": args.warmup,

@@ -1,4 +1,4 @@
-"""benchmarks/ddp_one_gpu.py's logic on the CPU (`--device cpu`: world size 1 over gloo), so the
+"""benchmarks/ddp_one_gpu.py's logic on the CPU (`--device cpu --nproc 2`: gloo), so the
 script the lead runs on a GPU is known to run: each setting measured, the gate's one launch for
 all, the profile, and the record written (its figures mean nothing on a CPU)."""
 
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_the_one_gpu_script_runs_its_parts_on_the_cpu(tmp_path: Path) -> None:
     out = tmp_path / "ddp.json"
-    flags = ["--device", "cpu", "--quick", "--preset", "tiny", "--windows", "2"]
+    flags = ["--device", "cpu", "--quick", "--preset", "tiny", "--windows", "2", "--nproc", "2"]
     flags += ["--window-steps", "2", "--warmup", "1", "--parity-steps", "4"]
     done = subprocess.run(
         [sys.executable, "benchmarks/ddp_one_gpu.py", *flags, "--commit", "abc", "--out", str(out)],
@@ -34,7 +34,7 @@ def test_the_one_gpu_script_runs_its_parts_on_the_cpu(tmp_path: Path) -> None:
     assert record["all_ok"] is True
     assert set(record["levers"]) == {"ddp-bucket-25", "fsdp2-prefetch"}
     for lever in record["levers"].values():
-        assert lever["ok"] and lever["world_size"] == 1 and lever["backend"] == "gloo"
+        assert lever["ok"] and lever["world_size"] == 2 and lever["backend"] == "gloo"
         assert lever["losses_finite"] and lever["ms_per_step_median"] > 0
     assert set(record["gate"]) == set(record["levers"])
     assert all(verdict["passed"] for verdict in record["gate"].values())
