@@ -89,7 +89,8 @@ def tune(spec: str, args: argparse.Namespace, storage: str) -> dict[str, Any]:
             trials=args.trials,
             timeout_s=args.search_timeout,
             final_rounds=args.final_rounds,
-            profile=args.profile,
+            # The default job's own: the baselines and the recommendation profiled on GPUs.
+            **({} if args.profile is None else {"profile": args.profile}),
         )
     ).to_dict()
     return {
@@ -125,7 +126,7 @@ def _launch(
     return {
         "windows_ms": [w.step_ms for w in result.windows],
         "peak_memory_bytes": result.peak_memory_bytes,
-        "mfu": getattr(result, "mfu", None),
+        "mfu": result.utilisation.mfu,  # None on a CPU or an unknown GPU
         "world_size": result.effective.get("world_size"),
         "backend": result.effective.get("backend"),
     }
@@ -144,8 +145,8 @@ def compare(
     errors: dict[str, str] = {}
     for r in range(args.rounds):
         for name, config in settings.items():
-            if name in errors:
-                continue  # a setting that failed once fails again: keep the rounds short
+            if name in errors and not runs[name]:
+                continue  # failed in its first round: it would fail again; keep the rounds short
             try:
                 run = _launch(spec, config, args, device)
             except Exception as exc:  # noqa: BLE001 - a setting that fails is a result
@@ -171,7 +172,7 @@ def compare(
             "peak_memory_bytes": max(peaks) if peaks else None,
             "world_size": runs[name][0]["world_size"],
             "backend": runs[name][0]["backend"],
-        }
+        } | ({"error_in_a_round": errors[name]} if name in errors else {})
     return out
 
 
@@ -308,7 +309,9 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--search-timeout", type=float, default=240.0)
     parser.add_argument("--final-rounds", type=int, default=None)
-    parser.add_argument("--profile", default="none", help="the tuning job's --profile")
+    parser.add_argument(
+        "--profile", default=None, help="the tuning job's --profile (default: the job's own)"
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--windows", type=int, default=3)
@@ -318,8 +321,12 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
     parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
     args = parser.parse_args(argv)
-    if args.final_rounds is None:
-        args.final_rounds = 3 if args.device == "cuda" else 1
+    if args.device == "cpu":
+        # As `python -m tuner run` does on a CPU: one final round, no profiles (nothing to see).
+        args.final_rounds = 1 if args.final_rounds is None else args.final_rounds
+        args.profile = "none" if args.profile is None else args.profile
+    elif args.final_rounds is None:
+        args.final_rounds = RunOptions(workload="w", preset="p").final_rounds
     return args
 
 

@@ -236,10 +236,10 @@ def main(argv: Sequence[str]) -> int:
     started = time.perf_counter()
     for name, config in configs.items():
         try:
-            record["levers"][name] = {"config": LEVERS[name]} | _measure(args, config, device)
+            record["levers"][name] = {"config": levers[name]} | _measure(args, config, device)
         except Exception as exc:  # noqa: BLE001 - a failed setting is a result too
             record["levers"][name] = {
-                "config": LEVERS[name],
+                "config": levers[name],
                 "ok": False,
                 "error": str(exc)[-3000:],
             }

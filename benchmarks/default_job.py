@@ -12,7 +12,9 @@ each later run (`warm`) is a new study on what the runs before it compiled, as a
 job. Issue 29's aims: cold in at most 480 s, warm in at most 240 s.
 
 `--reference peers.json`: the recommendation's ms/step beside the one a peers record
-(`benchmarks/peers.py`) measured for the same workload, preset and precision; "as fast" when
+(`benchmarks/peers.py`) measured for the workload, preset, model options and precision the job
+ran (defaults resolved: `--workload hf:causal-lm` alone runs preset `small`, not GPT-2's
+`default`); "as fast" when
 this run's interval reaches that one's or is faster (its fastest bound at or below the
 reference's slowest).
 
@@ -98,12 +100,19 @@ def step_ms_interval(rec: Mapping[str, Any]) -> tuple[float, float, float] | Non
     return step_ms, step_ms * median / high, step_ms * median / low
 
 
-def reference_of(path: Path, workload: str, preset: str | None, precision: str | None) -> Any:
-    """The recommendation a peers record measured for this workload, preset and precision."""
+def reference_of(path: Path, rec: Mapping[str, Any]) -> Any:
+    """The recommendation a peers record measured for the workload, preset, model options and
+    precision this job ran (as its recommendation names them, defaults resolved)."""
     data = json.loads(path.read_text(encoding="utf-8"))
+    ran = (
+        rec.get("workload"),
+        rec.get("preset"),
+        rec.get("model_args") or {},
+        rec.get("precision"),
+    )
     for item in data["presets"]:
-        same = (item["workload"], item.get("precision")) == (workload, precision)
-        if same and item["preset"] == (preset or "default"):
+        there = (item["workload"], item["preset"], item.get("model_args") or {})
+        if (*there, item.get("precision")) == ran:
             rec = item.get("harness", {}).get("recommended", {})
             if "median_ms" in rec:
                 return {
@@ -146,18 +155,25 @@ def one_run(
         "returncode": done.returncode,
         "log": log.name,
     }
-    if done.returncode != 0:
+    try:
+        rec = json.loads(done.stdout) if done.returncode == 0 else None
+    except json.JSONDecodeError as exc:
+        run["error"] = f"its --json output did not parse ({exc}): {done.stdout[-500:]!r}"
+        return run
+    if rec is None:
         run["error"] = log.read_text(encoding="utf-8")[-2000:]
         return run
-    rec = json.loads(done.stdout)
     run["recommendation"] = {
         k: rec.get(k)
         for k in (
+            "workload",
+            "preset",
+            "model_args",
             "config",
             "precision",
             "throughput",
             "step_ms",
-            "mfu",
+            "utilisation",
             "peak_memory_bytes",
             "speedup",
             "n_trials",
@@ -197,7 +213,8 @@ def to_markdown(data: Mapping[str, Any]) -> str:
         counts = rec.get("n_trials") or {}
         interval = run.get("step_ms")
         ms = "-" if interval is None else f"{interval[0]:.2f} ({interval[1]:.2f}-{interval[2]:.2f})"
-        mfu = "-" if rec.get("mfu") is None else f"{100 * rec['mfu']:.1f} %"
+        use = (rec.get("utilisation") or {}).get("mfu")
+        mfu = "-" if use is None else f"{100 * use:.1f} %"
         peak = rec.get("peak_memory_bytes")
         versus = run.get("vs_reference")
         verdict = "as fast" if versus and versus["as_fast"] else "slower"
@@ -264,20 +281,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     storage = f"sqlite:///{scratch / 'tuner.db'}"
     # A fresh machine's caches: the study's own Inductor cache beside the database (empty until
     # the first run fills it) and a new Triton cache; a cache the caller set would not be cold.
-    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    unset = ("TORCHINDUCTOR_CACHE_DIR", "TUNER_COMPILE_CACHE")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     env["TRITON_CACHE_DIR"] = str(scratch / "triton-cache")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    reference = (
-        None
-        if args.reference is None
-        else reference_of(args.reference, args.workload, args.preset, args.precision)
-    )
     # The database stays where it is (its studies, traces and cache are the runs' evidence).
-    data: dict[str, Any] = {"meta": meta, "storage": storage, "reference": reference, "runs": []}
+    data: dict[str, Any] = {"meta": meta, "storage": storage, "reference": None, "runs": []}
     for name in names:
         print(f"== {name}: {' '.join(job_command(args, storage, name)[1:])}", flush=True)
         run = one_run(name, args, storage, env, args.out / f"{stem}-{name}.log")
-        run["vs_reference"] = compare(run, reference)
+        if args.reference is not None and "recommendation" in run:
+            data["reference"] = reference_of(args.reference, run["recommendation"])
+        run["vs_reference"] = compare(run, data["reference"])
         data["runs"].append(run)
         path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
         path.with_suffix(".md").write_text(to_markdown(data), encoding="utf-8")

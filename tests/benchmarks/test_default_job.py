@@ -29,7 +29,7 @@ def test_two_jobs_are_timed_and_their_trials_phases_recorded(tmp_path: Path) -> 
                     {
                         "workload": "mlp",
                         "preset": "tiny",
-                        "precision": None,
+                        "precision": "fp32",  # what a job given no --precision runs in
                         # Far slower than any tiny CPU step: this run is "as fast".
                         "harness": {"recommended": {"median_ms": 1e6, "ci95": [9e5, 1.1e6]}},
                     }
@@ -84,3 +84,32 @@ def test_as_fast_means_this_runs_interval_reaches_the_references() -> None:
 def test_distinct_run_names_are_required() -> None:
     with pytest.raises(SystemExit, match="--runs: expected distinct names"):
         default_job.main(["--runs", "cold,cold"])
+
+
+def test_the_reference_is_the_peers_record_of_what_the_job_ran(tmp_path: Path) -> None:
+    """Defaults resolved: the job's own workload, preset, model options and precision, never
+    what the flags left out (`--workload hf:causal-lm` alone runs preset small, not GPT-2)."""
+    record = {
+        "meta": {"commit": "abc1234"},
+        "presets": [
+            {
+                "workload": "hf:causal-lm",
+                "preset": preset,
+                "model_args": args,
+                "precision": "bf16-autocast",
+                "harness": {"recommended": {"median_ms": ms, "ci95": [ms, ms]}},
+            }
+            for preset, args, ms in (
+                ("default", {}, 12.7),
+                ("small", {}, 3.0),
+                ("small", {"layers": "8"}, 5.0),
+            )
+        ],
+    }
+    path = tmp_path / "peers.json"
+    path.write_text(json.dumps(record))
+    ran = {"workload": "hf:causal-lm", "preset": "small", "precision": "bf16-autocast"}
+    assert default_job.reference_of(path, ran | {"model_args": {}})["median_ms"] == 3.0
+    assert default_job.reference_of(path, ran | {"model_args": {"layers": "8"}})["median_ms"] == 5.0
+    assert default_job.reference_of(path, ran | {"preset": "default"})["median_ms"] == 12.7
+    assert default_job.reference_of(path, ran | {"precision": "tf32"}) is None

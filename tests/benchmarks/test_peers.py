@@ -376,12 +376,20 @@ def test_the_float8_aims_follow_the_issue() -> None:
         "ratio_vs_best_bf16_peer_low_at_least_1.12",
         "ratio_vs_best_float8_peer_low_at_least_0.98",
     ]
+    # Every float8 peer failed: nothing was beaten, and the record must not read as if it was.
+    unmeasured = {k: v for k, v in met.items() if k != "ratio_vs_best_float8_peer"}
+    assert (
+        peers.aims("hf:causal-lm:llama-1b", "bf16-autocast", unmeasured)[
+            "ratio_vs_best_float8_peer_low_at_least_0.98"
+        ]
+        is False
+    )
     # A job that could not choose float8 has no float8 aims.
     assert "recommends_float8" not in peers.aims("x:y", "bf16-autocast", {"tuning": {}})
 
 
 def test_a_preset_whose_job_may_choose_a_precision_is_measured_in_the_chosen_one(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`--allow-precisions`: the tuning job searches the preset's precision and the allowed ones;
     the recommendation is then measured, beside the peers, in the precision it chose."""
@@ -400,12 +408,32 @@ def test_a_preset_whose_job_may_choose_a_precision_is_measured_in_the_chosen_one
         parity_steps=4,
     )
     log: list[str] = []
+    # What the recommendation was measured in: the precision each measurement of the comparison
+    # (after the tuning job) asked for.
+    asked: list[str | None] = []
+    comparing: list[bool] = []
+    measure, compare = peers.Measurer.measure, peers.compare
+
+    def spy(self: Measurer, config: LoopConfig, **kwargs: object) -> object:
+        if comparing:
+            asked.append(kwargs.get("precision"))  # type: ignore[arg-type]
+        return measure(self, config, **kwargs)  # type: ignore[arg-type]
+
+    def comparison(*args: object, **kwargs: object) -> object:
+        comparing.append(True)
+        return compare(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(peers.Measurer, "measure", spy)
+    monkeypatch.setattr(peers, "compare", comparison)
     entry = peers.run_preset("mlp:tiny", "fp32", args, f"sqlite:///{tmp_path / 'p.db'}", log.append)
     assert entry["tuning"]["precisions"] == ["fp32", "bf16-autocast"]
     chosen = entry["tuning"]["precision"]
     assert chosen in ("fp32", "bf16-autocast")
     assert entry["recommended"]["precision"] == chosen
     assert entry["harness"]["recommended"]["precision"] == chosen
+    # The recommendation in its own (a precision other than the study's then measures again
+    # through a Measurer of that precision, asking for none); the seed baseline in the study's.
+    assert asked[0] == chosen and asked[-1] is None and len(asked) == (2 if chosen == "fp32" else 3)
     assert "may choose fp32,bf16-autocast" in log[0]
     # No float8 allowed: no float8 aims, no float8 ratios.
     assert "recommends_float8" not in entry["aims"] and "ratio_vs_best_float8_peer" not in entry
@@ -418,6 +446,15 @@ def test_a_float8_peer_of_a_model_without_a_qualifying_linear_fails_rather_than_
     model = torch.nn.Sequential(
         torch.nn.Conv1d(4, 32, 1), torch.nn.Flatten(), torch.nn.Linear(32, 48)
     )
-    with pytest.raises(ValueError, match=r"no nn\.Linear of this model qualifies"):
+    with pytest.raises(ValueError, match=r"no plain nn\.Linear of this model qualifies"):
         peers._prepare_model(model, peers.PEERS["float8-compile"])
     assert type(model[2]) is torch.nn.Linear
+    # nn.MultiheadAttention's out_proj is an nn.Linear subclass that torchao converts, but the
+    # attention reads its weight directly: nothing would run in float8 there either.
+    attention = torch.nn.ModuleDict(
+        {"attn": torch.nn.MultiheadAttention(32, 2), "head": torch.nn.Linear(32, 48)}
+    )
+    out_proj = attention["attn"].out_proj
+    with pytest.raises(ValueError, match="subclasses whose owners read the weight"):
+        peers._prepare_model(attention, peers.PEERS["float8-compile"])
+    assert attention["attn"].out_proj is out_proj  # put back

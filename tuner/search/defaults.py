@@ -1,5 +1,5 @@
 """The default GPU job's stopping rules, in a module without imports: `python -m tuner run --help`
-names them before PyTorch loads (`tuner.cli`), and `tuner.search.options` applies them."""
+names them before PyTorch loads (`tuner.cli`), and `tuner.search.search` applies them."""
 
 AUTO_SEARCH_BUDGET_S = 240.0
 """The search budget of a job on the default space on a GPU given no --timeout: trials stop

@@ -13,7 +13,7 @@ Multi-objective studies are not pruned (Optuna does not support it).
 
 When trials stop starting: after `trials`; after `timeout_s` (`search_budget`: 240 s by default
 on the default space on a GPU); and once `patience` complete trials in a row have not beaten the
-best throughput by more than `tie_margin` (`search_patience`: 8 by default on the default space
+best throughput by more than `tie_margin` (`search_patience`: 4 by default on the default space
 on a GPU, off otherwise). A trial already running always finishes.
 
 Who runs which trial: `run_study` (`python -m tuner run`) runs `trials` trials in this process
