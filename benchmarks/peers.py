@@ -42,7 +42,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -169,7 +169,7 @@ def _compile_each_layer(model: torch.nn.Module, *, selective: bool) -> Callable[
         id(m): (parent, name) for parent in model.modules() for name, m in parent.named_children()
     }
     context = functools.partial(create_selective_checkpoint_contexts, _titan_policy)
-    placed = []
+    placed: list[tuple[torch.nn.Module, str, torch.nn.Module]] = []
 
     def undo() -> None:
         for parent, name, layer in placed:
@@ -277,7 +277,10 @@ def _prepare_model(
         undo()  # the shared model as it was, for the next peer
         raise
     compile_mode = spec.get("compile")
-    return (model if compile_mode is None else torch.compile(model, mode=compile_mode)), undo
+    if compile_mode is None:
+        return model, undo
+    # torch.compile of a module returns an OptimizedModule (typed as a callable).
+    return cast(torch.nn.Module, torch.compile(model, mode=compile_mode)), undo
 
 
 def _fits(step: Callable[[int], None], device: torch.device) -> bool:
