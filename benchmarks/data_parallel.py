@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 import trainers
-from benchmarks.run_meta import run_meta
+from benchmarks.run_meta import provenance, run_meta
 from trainers import LoopConfig
 from trainers.program import NCCL_ENV, run_distributed
 from tuner.search.dpprofile import DataParallelProfiler
@@ -267,9 +267,7 @@ def to_markdown(data: Mapping[str, Any]) -> str:
     lines = [
         f"# Data-parallel tuning on {meta['gpu']}",
         "",
-        f"Driver {meta['driver']}, CUDA {meta['cuda']}, torch {meta['torch']}, NCCL "
-        f"{meta.get('nccl')}, commit `{meta['commit']}`, {meta['date']}. Generated from "
-        f"`{meta['file']}`; command: `{meta['command']}`.",
+        provenance(meta, also=f"NCCL {meta.get('nccl')}"),
         "",
         "Median ms/step (95 % CI) over every window of every round, interleaved; each a torchrun "
         "launch of N processes. Exposed: the share of NCCL time not hidden under compute.",

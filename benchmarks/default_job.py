@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import optuna
 
 import trainers
-from benchmarks.run_meta import run_meta
+from benchmarks.run_meta import provenance, run_meta
 from tuner.store import keys
 from tuner.store.phases import study_time
 
@@ -195,9 +195,7 @@ def to_markdown(data: Mapping[str, Any]) -> str:
     lines = [
         f"# The default job, timed, on {meta['gpu']}",
         "",
-        f"Driver {meta['driver']}, CUDA {meta['cuda']}, torch {meta['torch']}, commit "
-        f"`{meta['commit']}`, {meta['date']}. Generated from `{meta['file']}`; command: "
-        f"`{meta['command']}`.",
+        provenance(meta),
         "",
         "| run | wall s (aim) | trials complete/failed/pruned | recommended ms/step (95 % CI) "
         "| MFU | peak GB | vs reference | where the time went (s) |",

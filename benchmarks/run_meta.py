@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -29,3 +29,13 @@ def run_meta(
     }
     gpu = (fp["gpu"] or "cpu").lower().replace("nvidia ", "").split()[0]
     return meta, f"{gpu}-{date}"
+
+
+def provenance(meta: Mapping[str, Any], *, also: str = "") -> str:
+    """The Markdown twin's sentence of where and from what it was measured (`also`: more of the
+    stack, such as "NCCL 2.28.9", after the torch version)."""
+    stack = f"Driver {meta['driver']}, CUDA {meta['cuda']}, torch {meta['torch']}"
+    return (
+        f"{stack}{f', {also}' if also else ''}, commit `{meta['commit']}`, {meta['date']}. "
+        f"Generated from `{meta['file']}`; command: `{meta['command']}`."
+    )
