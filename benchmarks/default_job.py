@@ -190,6 +190,25 @@ def one_run(
     return run
 
 
+def continued(
+    earlier: dict[str, Any], meta: Mapping[str, Any], names: Sequence[str]
+) -> dict[str, Any]:
+    """An earlier call's record on the same scratch, to append this call's runs to: same
+    commit and GPU (else the runs do not belong together), no run name twice."""
+    before = earlier["meta"]
+    for key in ("commit", "gpu"):
+        if before.get(key) != meta.get(key):
+            raise SystemExit(
+                f"--scratch: its record was made with {key} {before.get(key)!r}, this call has "
+                f"{meta.get(key)!r}; use a new --scratch"
+            )
+    again = sorted({r["run"] for r in earlier["runs"]} & set(names))
+    if again:
+        raise SystemExit(f"--runs: {', '.join(again)} already ran on this --scratch")
+    earlier["meta"]["continued_by"] = meta.get("command")
+    return earlier
+
+
 def to_markdown(data: Mapping[str, Any]) -> str:
     meta = data["meta"]
     lines = [
@@ -262,6 +281,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--tag", default="")
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
     parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
+    parser.add_argument(
+        "--scratch",
+        type=Path,
+        default=None,
+        help="where the database and caches live (default: a new temporary folder); one that "
+        "holds an earlier call's record continues it, every run warm on its caches (a device "
+        "call's 10 minutes may end between the cold and the warm run)",
+    )
     raw = list(sys.argv[1:] if argv is None else argv)
     passed = raw[raw.index("--") + 1 :] if "--" in raw else []
     args = parser.parse_args(raw[: raw.index("--")] if "--" in raw else raw)
@@ -275,8 +302,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{stem}.json"
     meta["file"] = path.name
-    scratch = Path(tempfile.mkdtemp(prefix="streamtune-default-job-"))
-    storage = f"sqlite:///{scratch / 'tuner.db'}"
+    scratch = args.scratch or Path(tempfile.mkdtemp(prefix="streamtune-default-job-"))
+    scratch.mkdir(parents=True, exist_ok=True)
+    storage = f"sqlite:///{scratch.resolve() / 'tuner.db'}"
+    kept = scratch / "record.json"
     # A fresh machine's caches: the study's own Inductor cache beside the database (empty until
     # the first run fills it) and a new Triton cache; a cache the caller set would not be cold.
     unset = ("TORCHINDUCTOR_CACHE_DIR", "TUNER_COMPILE_CACHE")
@@ -285,6 +314,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     # The database stays where it is (its studies, traces and cache are the runs' evidence).
     data: dict[str, Any] = {"meta": meta, "storage": storage, "reference": None, "runs": []}
+    if kept.exists():
+        data = continued(json.loads(kept.read_text(encoding="utf-8")), meta, names)
     for name in names:
         print(f"== {name}: {' '.join(job_command(args, storage, name)[1:])}", flush=True)
         run = one_run(name, args, storage, env, args.out / f"{stem}-{name}.log")
@@ -293,6 +324,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         run["vs_reference"] = compare(run, data["reference"])
         data["runs"].append(run)
         path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        kept.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
         path.with_suffix(".md").write_text(to_markdown(data), encoding="utf-8")
         print(f"== {name}: {run['wall_s']:.0f} s, exit {run['returncode']}; wrote {path}")
 

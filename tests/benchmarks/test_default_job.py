@@ -37,13 +37,17 @@ def test_two_jobs_are_timed_and_their_trials_phases_recorded(tmp_path: Path) -> 
             }
         )
     )
-    default_job.main(
-        [
-            "--workload", "mlp", "--preset", "tiny", "--device", "cpu", "--runs", "cold,warm",
-            "--reference", str(reference), "--out", str(tmp_path), "--tag", "t",
-            "--", *_passed(), "--trials", "2",
-        ]
-    )  # fmt: skip
+    scratch = tmp_path / "scratch"
+    # Two calls on one scratch, as two device calls on one warm machine: the second continues
+    # the first's record on its database and caches.
+    for runs in ("cold", "warm"):
+        default_job.main(
+            [
+                "--workload", "mlp", "--preset", "tiny", "--device", "cpu", "--runs", runs,
+                "--reference", str(reference), "--out", str(tmp_path), "--tag", "t",
+                "--scratch", str(scratch), "--", *_passed(), "--trials", "2",
+            ]
+        )  # fmt: skip
     [path] = tmp_path.glob("default-job-*-t.json")
     data = json.loads(path.read_text())
     assert data["meta"]["commit"] == "unknown" and data["reference"]["median_ms"] == 1e6
@@ -63,6 +67,17 @@ def test_two_jobs_are_timed_and_their_trials_phases_recorded(tmp_path: Path) -> 
         assert (tmp_path / run["log"]).read_text().count("] trial ") == 2  # its progress lines
     # Both studies in one database, the second a new study (not a resume of the first).
     assert data["runs"][1]["command"].endswith("--study warm --json")
+    assert data["storage"] == f"sqlite:///{scratch.resolve() / 'tuner.db'}"
+    assert all(data["storage"] in r["command"] for r in data["runs"])
+    # A run name already on the scratch is refused, not run twice into one study.
+    with pytest.raises(SystemExit, match="--runs: warm already ran on this --scratch"):
+        default_job.main(["--workload", "mlp", "--runs", "warm", "--device", "cpu",
+                          "--out", str(tmp_path), "--scratch", str(scratch)])  # fmt: skip
+    # So is another commit's record: its runs and this call's do not belong together.
+    with pytest.raises(SystemExit, match="--scratch: its record was made with commit 'unknown'"):
+        default_job.main(["--workload", "mlp", "--runs", "again", "--device", "cpu",
+                          "--out", str(tmp_path), "--scratch", str(scratch),
+                          "--commit", "abc1234"])  # fmt: skip
     markdown = path.with_suffix(".md").read_text()
     assert "| cold | " in markdown and "| warm | " in markdown
     assert markdown.count("- cold trial ") == 2 and "Reference: `peers.json`" in markdown
