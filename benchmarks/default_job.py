@@ -50,6 +50,12 @@ AIMS_S = {"cold": 480.0, "warm": 240.0}
 """Issue 29: the default job on a 125M model from a cold cache in at most 8 minutes, warm 4."""
 
 
+def aim_of(name: str) -> float | None:
+    """A run's aim by its name: `cold`, or `warm` and its retries (`warm2`: a warm run again on
+    the same caches after one was cut short)."""
+    return AIMS_S.get(name.rstrip("0123456789"))
+
+
 def job_command(args: argparse.Namespace, storage: str, study: str) -> list[str]:
     """`python -m tuner run` as the user types it, with this run's storage and study."""
     command = [sys.executable, "-m", "tuner", "run", "--workload", args.workload]
@@ -185,8 +191,9 @@ def one_run(
     loaded = optuna.load_study(study_name=name, storage=storage)
     run["time"] = study_time(loaded.user_attrs)
     run["trials"] = trials_of(storage, name)
-    if name in AIMS_S:
-        run["within_aim"] = wall <= AIMS_S[name]
+    aim = aim_of(name)
+    if aim is not None:
+        run["within_aim"] = wall <= aim
     return run
 
 
@@ -221,7 +228,7 @@ def to_markdown(data: Mapping[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for run in data["runs"]:
-        aim = AIMS_S.get(run["run"])
+        aim = aim_of(run["run"])
         wall = f"{run['wall_s']:.0f}" + ("" if aim is None else f" ({aim:.0f})")
         if "error" in run:
             lines.append(f"| {run['run']} | {wall} | failed: exit {run['returncode']} |")
@@ -251,6 +258,7 @@ def to_markdown(data: Mapping[str, Any]) -> str:
             f"Reference: `{reference['file']}` (commit {reference['commit']}), the recommendation "
             f"at {reference['median_ms']:.2f} ms/step ({low:.2f}-{high:.2f}).",
         ]
+    lines += [f"\n{note}" for note in data.get("notes", [])]
     lines += ["", "Each trial (seconds from its start to its end; its phases):", ""]
     for run in data["runs"]:
         for trial in run.get("trials", []):

@@ -43,3 +43,11 @@ def pg_url() -> Iterator[str]:
         with admin.begin() as conn:
             conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
         admin.dispose()
+
+
+@pytest.fixture(autouse=True)
+def gate_memo_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's studies run their own gate, as a first study on a machine does: many tests
+    run one workload's studies on one storage and count what the gate ran. The memo's own tests
+    (tests/tuner/search/test_memo.py) turn it back on."""
+    monkeypatch.setenv("TUNER_GATE_MEMO", "off")

@@ -47,6 +47,8 @@ def list_studies(storage_url: str) -> list[dict[str, Any]]:
     storage = studies.open_storage(storage_url)
     rows = []
     for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        if summary.study_name.startswith(keys.MEMO_PREFIX):
+            continue  # the gate's shared verdicts (tuner.search.memo), not a study of trials
         study = optuna.load_study(study_name=summary.study_name, storage=storage)
         meta = study.user_attrs.get(keys.META, {})
         rec = study.user_attrs.get(keys.RECOMMENDATION)

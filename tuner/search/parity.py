@@ -6,6 +6,10 @@ every later trial of the same config, the final round and every worker sharing t
 instead of running the gate again. The envelope (with the reference's losses in it) depends on
 the workload alone: the first check measures it and it is stored once (`keys.ENVELOPE`); every
 later check is given it, so the reference and the envelope run once per study.
+
+With a memo (`tuner.search.memo`: the same workload, shape, precision, code and machine), both
+are also shared between studies: a verdict or envelope missing from the study is read from the
+memo, copied onto the study (its record stays whole), and a new one is stored in both.
 """
 
 from __future__ import annotations
@@ -37,8 +41,12 @@ class ParityCache:
         retry: Retry,
         clock: Clock,
         reference: str | None = None,
+        memo: optuna.Study | None = None,
     ) -> None:
         self.study = study
+        self.memo = memo
+        self.reused = 0
+        """Verdicts this process read from the memo instead of running the gate."""
         self.reference = reference
         self.gate = gate
         self.retry = retry
@@ -59,9 +67,22 @@ class ParityCache:
         cached = attrs.get(attr)
         if isinstance(cached, dict):
             return GateVerdict.from_dict(cached), {}
+        shared = self._memo_attrs()
+        if isinstance(shared.get(attr), dict):
+            # Checked by an earlier study of the same inputs (tuner.search.memo): the study
+            # keeps its own copy, as if its gate had run, with no seconds spent.
+            self._store(attr, shared[attr])
+            if keys.ENVELOPE not in attrs and isinstance(shared.get(keys.ENVELOPE), dict):
+                self._store(keys.ENVELOPE, shared[keys.ENVELOPE])  # what the verdict judged by
+            self.reused += 1
+            return GateVerdict.from_dict(shared[attr]), {}
         started = time.perf_counter()
         stored = attrs.get(keys.ENVELOPE)
+        if not isinstance(stored, dict) and isinstance(shared.get(keys.ENVELOPE), dict):
+            stored = shared[keys.ENVELOPE]
+            self._store(keys.ENVELOPE, stored)
         envelope = stored if isinstance(stored, dict) else None
+        reached = True
         try:
             run = (
                 self.gate.check(config, envelope)
@@ -70,11 +91,13 @@ class ParityCache:
             )
             if envelope is None:
                 self._store(keys.ENVELOPE, json_safe(run.envelope))
+                self._share(keys.ENVELOPE, json_safe(run.envelope))
             spent = dict(run.time)
             verdict = GateVerdict(verdict=run.verdict, config=config.to_dict())
         except Exception as exc:  # noqa: BLE001 - a config that cannot even be checked fails
             verdict = GateVerdict.failed(f"parity run failed: {exc}", config=config)
             spent = {GATE_CONFIG: time.perf_counter() - started}
+            reached = False  # a fact about this moment (another process's memory, ...): not shared
         self.clock.add(spent)
         verdict = GateVerdict(
             verdict=verdict.verdict,
@@ -83,10 +106,27 @@ class ParityCache:
             time=spent,
         )
         self._store(attr, verdict.to_dict())
+        if reached:
+            self._share(attr, verdict.to_dict())
         return verdict, spent
+
+    def known(self) -> int:
+        """How many verdicts the memo holds (0 without one)."""
+        return sum(1 for k in self._memo_attrs() if k.startswith(keys.PARITY_PREFIX))
 
     def _attrs(self) -> dict[str, Any]:
         return self.retry.call(lambda: self.study.user_attrs, what="reading the parity cache")
+
+    def _memo_attrs(self) -> dict[str, Any]:
+        memo = self.memo
+        if memo is None:
+            return {}
+        return self.retry.call(lambda: memo.user_attrs, what="reading the shared verdicts")
+
+    def _share(self, key: str, value: Any) -> None:
+        memo = self.memo
+        if memo is not None:
+            self.retry.call(lambda: memo.set_user_attr(key, value), what=f"sharing {key}")
 
     def _store(self, key: str, value: Any) -> None:
         self.retry.call(lambda: self.study.set_user_attr(key, value), what=f"storing {key}")

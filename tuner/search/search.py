@@ -54,6 +54,7 @@ from tuner.search.children import open_children
 from tuner.search.defaults import AUTO_PATIENCE, AUTO_SEARCH_BUDGET_S
 from tuner.search.gate import GateVerdict
 from tuner.search.measure import Failure, Measured, Measurer, set_matmul_precision
+from tuner.search.memo import MEMO_ENV, open_memo
 from tuner.search.options import (
     PRUNE_PERCENTILE,
     LocalSlots,
@@ -226,6 +227,10 @@ def open_search(
         for params in _first_trials(space, options, measurer.device.type):
             study.enqueue_trial(params, skip_if_exists=True)
     progress.start(name, options.trials, resumed)
+    # Programs are measured elsewhere: their code is not this process's to fingerprint.
+    memo = (
+        None if measurer.program is not None else open_memo(storage, options, info["fingerprint"])
+    )
     return Search(
         study,
         measurer,
@@ -236,6 +241,7 @@ def open_search(
         owner=owner,
         retry=retry,
         clock=clock,
+        memo=memo,
     )
 
 
@@ -385,6 +391,7 @@ class Search:
         owner: str | None = None,
         retry: Retry | None = None,
         clock: Clock | None = None,
+        memo: optuna.Study | None = None,
     ) -> None:
         self.study = study
         self.owner = owner
@@ -410,7 +417,14 @@ class Search:
             retry=self.retry,
             clock=self.clock,
             reference=options.precision,
+            memo=memo,
         )
+        known = self.parity_cache.known()
+        if known:
+            progress.phase(
+                f"gate: {known} verdicts known from earlier studies of this workload, shape and "
+                f"precision on this machine and code ({MEMO_ENV}=off checks them again)"
+            )
         # Where this process measures: drift compares a device with its own first measurement.
         self.baselines = Baselines(
             study,

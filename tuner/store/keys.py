@@ -12,6 +12,8 @@ Study user attributes:
 - `TIME_PREFIX` + `<id>`: one session's wall time and phase times (`tuner.store.phases`).
 
 Trial user attributes are the `TRIAL_*` names below; a job's study is `JOB_STUDY_PREFIX` + its id.
+A study named `MEMO_PREFIX` + a digest holds no trials: the gate's verdicts and envelope shared
+between studies of the same inputs (`tuner.search.memo`), under the same keys.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 META = "streamtune"
 BASELINE_PREFIX = "baseline/"
 PARITY_PREFIX = "parity/"
+MEMO_PREFIX = "streamtune-gate-memo/"
 FINAL_PREFIX = "final/"
 PROFILE_PREFIX = "profile/"
 RECOMMENDATION = "recommendation"

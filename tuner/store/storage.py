@@ -17,7 +17,7 @@ import sqlalchemy.engine
 import sqlalchemy.exc
 
 from tuner.errors import StudyNotFound, TunerError
-from tuner.store.keys import META
+from tuner.store.keys import MEMO_PREFIX, META
 from tuner.store.retry import lost_create_race
 
 DEFAULT_STORAGE = "sqlite:///tuner.db"
@@ -115,8 +115,10 @@ def default_study_name(shape: str, hardware: str, space: str, *, precision: str 
 
 
 def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:
-    if name not in optuna.get_all_study_names(storage):
-        known = ", ".join(optuna.get_all_study_names(storage)) or "none"
+    names = optuna.get_all_study_names(storage)
+    if name not in names:
+        # The gate's shared verdicts are not studies a user asks for (tuner.search.memo).
+        known = ", ".join(n for n in names if not n.startswith(MEMO_PREFIX)) or "none"
         raise StudyNotFound(f"--study: no study named {name!r} in this storage (studies: {known})")
     return optuna.load_study(study_name=name, storage=storage)
 

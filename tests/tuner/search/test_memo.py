@@ -1,0 +1,146 @@
+"""The gate's verdicts shared between studies of the same inputs (`tuner.search.memo`): a second
+study reads them instead of running the gate, on SQLite and PostgreSQL; other inputs, a user's
+own workload, a check that raised, or `TUNER_GATE_MEMO=off` share nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+import trainers
+from tests.tuner.tiny import load, options, run_json, sqlite_url
+from trainers import LoopConfig
+from tuner.evidence import reader
+from tuner.search.gate import GateRun, InProcessGate
+from tuner.search.memo import MEMO_ENV, memo_name
+from tuner.search.options import NoRetry
+from tuner.search.parity import ParityCache
+from tuner.search.timing import Clock
+from tuner.store import keys
+from tuner.store import storage as studies
+from tuner.store.phases import GATE_PHASES, study_time
+
+CPU = trainers.fingerprint(trainers.resolve_device("cpu"))
+
+
+@pytest.fixture(autouse=True)
+def memo_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MEMO_ENV, "on")
+
+
+def _verdicts(study: optuna.Study) -> dict[str, dict[str, Any]]:
+    """Each stored verdict without its seconds (a verdict read from the memo took none)."""
+    return {
+        k: {f: v for f, v in value.items() if f not in ("seconds", "time")}
+        for k, value in study.user_attrs.items()
+        if k.startswith(keys.PARITY_PREFIX)
+    }
+
+
+def _gate_seconds(study: optuna.Study) -> float:
+    phases = (study_time(study.user_attrs) or {})["phases"]
+    return sum(phases[p] for p in GATE_PHASES)
+
+
+def _two_studies(url: str) -> tuple[optuna.Study, optuna.Study]:
+    # The same sampler seed: the second study samples the configs the first one did.
+    for name in ("first", "second"):
+        run_json(options(url, name, trials=3))
+    return load(url, "first"), load(url, "second")
+
+
+def test_a_second_study_reads_the_first_ones_verdicts_and_runs_no_gate(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path)
+    first, second = _two_studies(url)
+    assert _gate_seconds(first) > 0  # the first study ran the reference, envelope and configs
+    assert _gate_seconds(second) == 0.0  # the second ran none of it
+    assert _verdicts(second) == _verdicts(first) and len(_verdicts(first)) >= 2
+    assert second.user_attrs[keys.ENVELOPE] == first.user_attrs[keys.ENVELOPE]
+    # Every trial of the second study was judged: its recommendation stands on those verdicts.
+    assert second.user_attrs[keys.RECOMMENDATION]["parity"]["passed"] is True
+    # The memo is no study of trials: the listings and "no such study" leave it out.
+    assert sorted(r["study"] for r in reader.list_studies(url)) == ["first", "second"]
+    with pytest.raises(Exception, match=r"studies: first, second\)$"):
+        studies.load_study(studies.open_storage(url), "third")
+
+
+def test_off_every_study_checks_again_and_nothing_is_shared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(MEMO_ENV, "off")
+    url = sqlite_url(tmp_path)
+    first, second = _two_studies(url)
+    assert _gate_seconds(first) > 0 and _gate_seconds(second) > 0
+    names = optuna.get_all_study_names(studies.open_storage(url))
+    assert sorted(names) == ["first", "second"]
+
+
+def test_another_input_is_another_memo_and_a_users_own_workload_has_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    base = options("sqlite://", "s")
+    name = memo_name(base, CPU)
+    assert name is not None and name.startswith(keys.MEMO_PREFIX)
+    assert memo_name(options("sqlite://", "other study", trials=9), CPU) == name
+    for changes in (
+        {"parity_steps": 5},
+        {"precision": "bf16-autocast"},
+        {"matmul_precision": "high"},
+        {"preset": "small"},
+    ):
+        assert memo_name(options("sqlite://", "s", **changes), CPU) != name, changes
+    assert memo_name(base, CPU | {"torch": "0.0"}) != name
+    assert memo_name(base, CPU | {"gpu": "another GPU"}) != name
+    library = options("sqlite://", "s", workload="timm:resnet10t", preset="default")
+    wider = options(
+        "sqlite://", "s", workload="timm:resnet10t", preset="default", model_args={"image": "64"}
+    )
+    assert memo_name(library, CPU) not in (None, memo_name(wider, CPU))
+    # A user's own factory: its code can change where no digest here sees it.
+    own = options("sqlite://", "s", workload="tests.tuner.workloads_for_tests:raises_in_loss")
+    assert memo_name(own, CPU) is None
+    monkeypatch.setenv(MEMO_ENV, "off")
+    assert memo_name(base, CPU) is None
+
+
+class _RaisingGate:
+    """A gate whose run raises, as one out of memory because another process held the GPU."""
+
+    def check(self, config: LoopConfig, envelope: Any, *, precision: Any = None) -> GateRun:
+        raise RuntimeError("CUDA out of memory (another process)")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_check_that_raised_fails_its_study_but_is_not_shared(tmp_path: Path) -> None:
+    storage = studies.open_storage(sqlite_url(tmp_path))
+    memo = optuna.create_study(study_name=f"{keys.MEMO_PREFIX}x", storage=storage)
+    config = LoopConfig(num_streams=2)
+
+    def cache(name: str, gate: Any) -> ParityCache:
+        study = optuna.create_study(study_name=name, storage=storage)
+        return ParityCache(study, gate, retry=NoRetry(), clock=Clock(), memo=memo)
+
+    failed = cache("a", _RaisingGate()).verdict(config)
+    assert not failed.passed and "another process" in failed.reason
+    assert not any(k.startswith(keys.PARITY_PREFIX) for k in memo.user_attrs)
+    real = InProcessGate(
+        "mlp", "tiny", steps=4, seed=0, device=trainers.resolve_device("cpu"), precision=None
+    )
+    checked = cache("b", real)
+    assert checked.verdict(config).passed and checked.reused == 0
+    assert checked.known() == 1 and keys.ENVELOPE in memo.user_attrs
+    # A third study asks again: the memo answers, through a gate that would raise.
+    third = cache("c", _RaisingGate())
+    assert third.verdict(config).passed and third.reused == 1
+
+
+@pytest.mark.postgres
+def test_studies_in_postgresql_share_verdicts_as_workers_share_studies(pg_url: str) -> None:
+    first, second = _two_studies(pg_url)
+    assert _gate_seconds(first) > 0 and _gate_seconds(second) == 0.0
+    assert _verdicts(second) == _verdicts(first)

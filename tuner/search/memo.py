@@ -1,0 +1,118 @@
+"""The gate's verdicts shared between studies of one workload on one machine.
+
+A user's second job on the same model (another study: a new name, other trial counts, another
+search budget) asks the gate the same questions as the first: the reference's losses, their
+noise envelope, and a verdict for each lever corner. Measured on an H100 (GPT-2 124M, bf16, the
+default job at 73b9fe6, `docs/benchmarks/default-job-h100-2026-11-25-gpt2.*`), the warm job spent
+155 s of its 377 s in the gate, re-checking the configs the cold job had checked minutes before.
+
+A verdict is a function of its inputs: the code that trains (the `trainers` package and the gate's
+runners here), the workload and its shape, the study's precision and matmul precision, the gate's
+steps and seed, the number of processes, and the machine (`trainers.fingerprint`: GPU, driver,
+CUDA, torch, Python, CPU). `memo_name` hashes all of them into the name of an Optuna study in the
+same storage (so PostgreSQL workers share it as they share studies) that holds the verdicts, keyed
+as the study's own cache keys them (`tuner.search.parity`), and the envelope. Any change to any
+input is another name: nothing stale is read.
+
+Left out on purpose:
+- a user's own `package.module:factory` workload and a registered program: their code can change
+  in files this process cannot see (the factory's imports, a program's binary). Their verdicts
+  stay cached within one study, as before.
+- a verdict the gate could not reach (its run raised, for example out of memory because another
+  process held the GPU): that is a fact about the moment, not about the config.
+
+`TUNER_GATE_MEMO=off` turns the sharing off: every study then checks every config again.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+import trainers
+from trainers.workloads import BUILTIN
+from trainers.workloads.adapters import PREFIXES
+from tuner.search.options import RunOptions
+from tuner.store.keys import MEMO_PREFIX
+
+MEMO_ENV = "TUNER_GATE_MEMO"
+FORMAT = 1
+"""Version of the memo's key; raise it when what a verdict depends on changes shape."""
+_LIBRARIES = ("torchvision", "timm", "transformers", "torchao")
+_GATE_CODE = ("gate.py", "isolated.py", "dpgate.py")
+"""The gate's runners in this package (the rest of the gate is in `trainers`)."""
+
+
+def memo_enabled() -> bool:
+    return os.environ.get(MEMO_ENV, "on").strip().lower() not in ("off", "0", "false", "no")
+
+
+def shareable(workload: str) -> bool:
+    """A built-in workload or a library model: code this package or a versioned library owns."""
+    return workload in BUILTIN or workload.partition(":")[0] in PREFIXES
+
+
+@functools.cache
+def code_digest() -> str:
+    """SHA-256 of every source file that decides a verdict: `trainers/` and the gate's runners."""
+    digest = hashlib.sha256()
+    root = Path(trainers.__file__).resolve().parent
+    here = Path(__file__).resolve().parent
+    files = sorted(root.rglob("*.py")) + [here / name for name in _GATE_CODE]
+    for path in files:
+        digest.update(str(path.relative_to(path.parents[1])).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _library_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in _LIBRARIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def memo_inputs(options: RunOptions, fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """Everything a verdict of this study depends on beside the config (see the module doc)."""
+    return {
+        "format": FORMAT,
+        "code": code_digest(),
+        "libraries": _library_versions(),
+        "workload": options.workload,
+        "preset": options.preset,
+        "model_args": dict(sorted(options.model_args.items())),
+        "precision": options.precision,
+        "matmul_precision": options.matmul_precision,
+        "parity_steps": options.parity_steps,
+        "seed": options.protocol.seed,
+        "nproc_per_node": options.nproc_per_node,
+        "fingerprint": fingerprint,
+    }
+
+
+def memo_name(options: RunOptions, fingerprint: dict[str, Any]) -> str | None:
+    """The shared verdicts' study name; None where they are not shared (see the module doc)."""
+    if not memo_enabled() or not shareable(options.workload):
+        return None
+    text = json.dumps(memo_inputs(options, fingerprint), sort_keys=True, default=str)
+    return MEMO_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def open_memo(
+    storage: optuna.storages.BaseStorage, options: RunOptions, fingerprint: dict[str, Any]
+) -> optuna.Study | None:
+    """The memo study of `options` on this machine (created empty the first time), or None."""
+    name = memo_name(options, fingerprint)
+    if name is None:
+        return None
+    return optuna.create_study(study_name=name, storage=storage, load_if_exists=True)
