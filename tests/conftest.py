@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import uuid
 from collections.abc import Iterator
@@ -45,9 +46,8 @@ def pg_url() -> Iterator[str]:
         admin.dispose()
 
 
-@pytest.fixture(autouse=True)
-def gate_memo_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test's studies run their own gate, as a first study on a machine does: many tests
-    run one workload's studies on one storage and count what the gate ran. The memo's own tests
-    (tests/tuner/search/test_memo.py) turn it back on."""
-    monkeypatch.setenv("TUNER_GATE_MEMO", "off")
+# Each test's studies run their own gate, as a first study on a machine does: many tests run one
+# workload's studies on one storage and count what the gate ran. Set at import, before any
+# fixture of any scope and for every process a test starts; the memo's own tests
+# (tests/tuner/search/test_memo.py) turn it back on.
+os.environ["TUNER_GATE_MEMO"] = "off"

@@ -72,5 +72,8 @@ def wait_for(
 
 
 def clean_env() -> dict[str, str]:
-    """This process's environment without any TUNER_* variable of the developer's shell."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("TUNER_")}
+    """This process's environment without any TUNER_* variable of the developer's shell, but
+    with the tests' `TUNER_GATE_MEMO` (tests/conftest.py)."""
+    return {
+        k: v for k, v in os.environ.items() if not k.startswith("TUNER_") or k == "TUNER_GATE_MEMO"
+    }

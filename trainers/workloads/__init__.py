@@ -9,6 +9,7 @@ from typing import cast
 
 from trainers.errors import WorkloadError
 from trainers.workloads import adapters, convnet, mlp, transformer
+from trainers.workloads.adapters import PREFIXES as LIBRARY_PREFIXES
 from trainers.workloads.adapters import BoundFactory, catalog, lookup
 from trainers.workloads.base import (
     Batch,
@@ -114,6 +115,7 @@ def workload_key(name: str, preset: str, model_args: Mapping[str, str] | None = 
 
 __all__ = [
     "BUILTIN",
+    "LIBRARY_PREFIXES",
     "PRESETS",
     "Batch",
     "BoundFactory",

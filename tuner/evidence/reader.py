@@ -98,7 +98,12 @@ class StudyReader:
         return build_report(optuna.load_study(study_name=name, storage=self.storage))
 
     def names(self) -> list[str]:
-        return sorted(s.study_name for s in self.storage.get_all_studies())
+        # The gate's shared verdicts (tuner.search.memo) are not a study of trials.
+        return sorted(
+            s.study_name
+            for s in self.storage.get_all_studies()
+            if not s.study_name.startswith(keys.MEMO_PREFIX)
+        )
 
     def summary(self, name: str) -> dict[str, Any]:
         study_id = self._study_id(name)

@@ -20,6 +20,8 @@ Left out on purpose:
   stay cached within one study, as before.
 - a verdict the gate could not reach (its run raised, for example out of memory because another
   process held the GPU): that is a fact about the moment, not about the config.
+- a verdict judged against another envelope than the memo's (a study resumed after the code or
+  the machine changed keeps its own stored envelope): it holds for that envelope only.
 
 `TUNER_GATE_MEMO=off` turns the sharing off: every study then checks every config again.
 """
@@ -35,19 +37,33 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import torch
 
 import trainers
-from trainers.workloads import BUILTIN
-from trainers.workloads.adapters import PREFIXES
+from trainers.workloads import BUILTIN, LIBRARY_PREFIXES
 from tuner.search.options import RunOptions
 from tuner.store.keys import MEMO_PREFIX
 
 MEMO_ENV = "TUNER_GATE_MEMO"
 FORMAT = 1
 """Version of the memo's key; raise it when what a verdict depends on changes shape."""
-_LIBRARIES = ("torchvision", "timm", "transformers", "torchao")
-_GATE_CODE = ("gate.py", "isolated.py", "dpgate.py")
-"""The gate's runners in this package (the rest of the gate is in `trainers`)."""
+_LIBRARIES = ("torchvision", "timm", "transformers", "torchao", "triton")
+_GATE_CODE = ("gate.py", "isolated.py", "dpgate.py", "parity.py", "children.py")
+"""The gate's runners in this package and what hands them their settings (the rest of the
+gate is in `trainers`)."""
+_ENV_PREFIXES = (
+    "TORCH",
+    "PYTORCH_",
+    "CUBLAS",
+    "CUDNN",
+    "NVIDIA_TF32",
+    "NCCL_",
+    "OMP_",
+    "MKL_",
+    "CUDA_",
+)
+"""Environment variables that can change what a run computes (TF32 override, cuBLAS
+workspace, Inductor's and NCCL's choices, thread counts); cache locations are left out below."""
 
 
 def memo_enabled() -> bool:
@@ -56,7 +72,7 @@ def memo_enabled() -> bool:
 
 def shareable(workload: str) -> bool:
     """A built-in workload or a library model: code this package or a versioned library owns."""
-    return workload in BUILTIN or workload.partition(":")[0] in PREFIXES
+    return workload in BUILTIN or workload.partition(":")[0] in LIBRARY_PREFIXES
 
 
 @functools.cache
@@ -73,13 +89,34 @@ def code_digest() -> str:
 
 
 def _library_versions() -> dict[str, str | None]:
+    """The model libraries, Triton, and the CUDA libraries pip installs beside torch (their
+    wheels, `nvidia-*`, can be upgraded without torch), by installed version."""
     versions: dict[str, str | None] = {}
     for name in _LIBRARIES:
         try:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             versions[name] = None
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"] or ""
+        if name.lower().startswith("nvidia-"):
+            versions[name.lower()] = dist.version
+    versions["cudnn"] = str(torch.backends.cudnn.version())
     return versions
+
+
+def _environment() -> dict[str, str]:
+    return {
+        k: v
+        for k, v in sorted(os.environ.items())
+        if k.startswith(_ENV_PREFIXES) and not k.endswith(("CACHE_DIR", "_CACHE"))
+    }
+
+
+_STARTED_WITH = _environment()
+"""The environment as this process started (read at import, before any study runs): the gate
+sets some of these itself (`CUBLAS_WORKSPACE_CONFIG` for its deterministic kernels, where the
+user set none), and what it sets is the same for every study."""
 
 
 def memo_inputs(options: RunOptions, fingerprint: dict[str, Any]) -> dict[str, Any]:
@@ -97,6 +134,9 @@ def memo_inputs(options: RunOptions, fingerprint: dict[str, Any]) -> dict[str, A
         "seed": options.protocol.seed,
         "nproc_per_node": options.nproc_per_node,
         "fingerprint": fingerprint,
+        # The CPU gate runs in this process: its thread count changes the order of reductions.
+        "threads": torch.get_num_threads(),
+        "environment": _STARTED_WITH,
     }
 
 

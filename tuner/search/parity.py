@@ -14,6 +14,7 @@ memo, copied onto the study (its record stays whole), and a new one is stored in
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -70,12 +71,13 @@ class ParityCache:
         shared = self._memo_attrs()
         if isinstance(shared.get(attr), dict):
             # Checked by an earlier study of the same inputs (tuner.search.memo): the study
-            # keeps its own copy, as if its gate had run, with no seconds spent.
-            self._store(attr, shared[attr])
+            # keeps its own copy, with no seconds spent here (`gpu_seconds` adds them up).
+            found = dataclasses.replace(GateVerdict.from_dict(shared[attr]), seconds=0.0, time={})
+            self._store(attr, found.to_dict())
             if keys.ENVELOPE not in attrs and isinstance(shared.get(keys.ENVELOPE), dict):
                 self._store(keys.ENVELOPE, shared[keys.ENVELOPE])  # what the verdict judged by
             self.reused += 1
-            return GateVerdict.from_dict(shared[attr]), {}
+            return found, {}
         started = time.perf_counter()
         stored = attrs.get(keys.ENVELOPE)
         if not isinstance(stored, dict) and isinstance(shared.get(keys.ENVELOPE), dict):
@@ -90,8 +92,11 @@ class ParityCache:
                 else self.gate.check(config, envelope, precision=precision)
             )
             if envelope is None:
-                self._store(keys.ENVELOPE, json_safe(run.envelope))
-                self._share(keys.ENVELOPE, json_safe(run.envelope))
+                envelope = json_safe(run.envelope)
+                self._store(keys.ENVELOPE, envelope)
+                if keys.ENVELOPE not in shared:
+                    self._share(keys.ENVELOPE, envelope)
+                    shared[keys.ENVELOPE] = envelope
             spent = dict(run.time)
             verdict = GateVerdict(verdict=run.verdict, config=config.to_dict())
         except Exception as exc:  # noqa: BLE001 - a config that cannot even be checked fails
@@ -106,7 +111,9 @@ class ParityCache:
             time=spent,
         )
         self._store(attr, verdict.to_dict())
-        if reached:
+        # Shared only when judged against the memo's own envelope: a study resumed after its
+        # inputs changed judges by the envelope it stored then, which holds for it alone.
+        if reached and shared.get(keys.ENVELOPE) == envelope:
             self._share(attr, verdict.to_dict())
         return verdict, spent
 

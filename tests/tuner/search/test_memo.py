@@ -9,6 +9,7 @@ from typing import Any
 
 import optuna
 import pytest
+import torch
 
 import trainers
 from tests.tuner.tiny import load, options, run_json, sqlite_url
@@ -58,6 +59,9 @@ def test_a_second_study_reads_the_first_ones_verdicts_and_runs_no_gate(tmp_path:
     assert _gate_seconds(first) > 0  # the first study ran the reference, envelope and configs
     assert _gate_seconds(second) == 0.0  # the second ran none of it
     assert _verdicts(second) == _verdicts(first) and len(_verdicts(first)) >= 2
+    # No gate seconds claimed where none were spent (`gpu_seconds` adds them up).
+    copies = [v for k, v in second.user_attrs.items() if k.startswith(keys.PARITY_PREFIX)]
+    assert all(v["seconds"] == 0.0 and v["time"] == {} for v in copies)
     assert second.user_attrs[keys.ENVELOPE] == first.user_attrs[keys.ENVELOPE]
     # Every trial of the second study was judged: its recommendation stands on those verdicts.
     assert second.user_attrs[keys.RECOMMENDATION]["parity"]["passed"] is True
@@ -93,6 +97,12 @@ def test_another_input_is_another_memo_and_a_users_own_workload_has_none(
     ):
         assert memo_name(options("sqlite://", "s", **changes), CPU) != name, changes
     assert memo_name(base, CPU | {"torch": "0.0"}) != name
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads + 1)  # the CPU gate's reductions run in another order
+    try:
+        assert memo_name(base, CPU) != name
+    finally:
+        torch.set_num_threads(threads)
     assert memo_name(base, CPU | {"gpu": "another GPU"}) != name
     library = options("sqlite://", "s", workload="timm:resnet10t", preset="default")
     wider = options(
@@ -137,6 +147,13 @@ def test_a_check_that_raised_fails_its_study_but_is_not_shared(tmp_path: Path) -
     # A third study asks again: the memo answers, through a gate that would raise.
     third = cache("c", _RaisingGate())
     assert third.verdict(config).passed and third.reused == 1
+    # A study resumed with an envelope of its own from before (other code, another machine):
+    # its verdict of a new config holds against that envelope only, and is not shared.
+    resumed = cache("d", real)
+    older = dict(memo.user_attrs[keys.ENVELOPE]) | {"measured_by": "an earlier version"}
+    resumed.study.set_user_attr(keys.ENVELOPE, older)
+    assert resumed.verdict(LoopConfig(num_streams=3)).passed
+    assert checked.known() == 1 and memo.user_attrs[keys.ENVELOPE] != older
 
 
 @pytest.mark.postgres
