@@ -136,6 +136,7 @@ WORKLOADS = {
     "BUILTIN",
     "Batch",
     "BoundFactory",
+    "LIBRARY_PREFIXES",
     "Family",
     "OptionSpec",
     "PRESETS",
