@@ -299,7 +299,10 @@ TieMargin = Annotated[
 ]
 FinalRounds = Annotated[
     int | None,
-    typer.Option(help=f"Interleaved final rounds (default: 3; {CPU_FINAL_ROUNDS} on a CPU)."),
+    typer.Option(
+        help=f"Interleaved final rounds at most (default: 3; {CPU_FINAL_ROUNDS} on a CPU); they "
+        "stop once a round leaves the decision as it was."
+    ),
 ]
 BaselineEvery = Annotated[
     int, typer.Option(help="Re-measure the baselines every N trials (drift).")

@@ -20,8 +20,10 @@ from tuner.search.search import run_study
 from tuner.service.settings import WorkerSettings
 from tuner.service.worker import Worker
 
-# Settings come from each test, never from TUNER_* variables of the shell running the suite.
-for _name in [k for k in os.environ if k.startswith("TUNER_")]:
+# Settings come from each test, never from TUNER_* variables of the shell running the suite;
+# but the gate memo stays as tests/conftest.py set it (off: each test's studies run their own
+# gate and profiles), whichever test module imports this one first.
+for _name in [k for k in os.environ if k.startswith("TUNER_") and k != "TUNER_GATE_MEMO"]:
     del os.environ[_name]
 
 

@@ -611,8 +611,16 @@ def _profile_row(name: str, p: Mapping[str, Any], v: Any) -> tuple[str, ...]:
         _percent(p.get("h2d_overlap_fraction")),
         _e(_num(p.get("sync_ms_per_step"), 3)),
         _e(_num(p.get("kernels_per_step"), 1)),
-        _e(p.get("artifact_file") or "-"),
+        _e(_trace_cell(p)),
     )
+
+
+def _trace_cell(p: Mapping[str, Any]) -> str:
+    """The trace's file, and the study that profiled it when this one copied it (a profile
+    shared between studies of the same inputs: `tuner.search.profiling.SharedProfiles`)."""
+    file = str(p.get("artifact_file") or "-")
+    origin = p.get("shared_from")
+    return f"{file} (profiled by study {origin})" if origin else file
 
 
 def _phases(study: optuna.Study) -> str:

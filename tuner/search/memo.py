@@ -1,4 +1,4 @@
-"""The gate's verdicts shared between studies of one workload on one machine.
+"""The gate's verdicts (and profiles) shared between studies of one workload on one machine.
 
 A user's second job on the same model (another study: a new name, other trial counts, another
 search budget) asks the gate the same questions as the first: the reference's losses, their
@@ -23,7 +23,12 @@ Left out on purpose:
 - a verdict judged against another envelope than the memo's (a study resumed after the code or
   the machine changed keeps its own stored envelope): it holds for that envelope only.
 
-`TUNER_GATE_MEMO=off` turns the sharing off: every study then checks every config again.
+The same memo study holds the profiles taken after deciding (`tuner.search.profiling.
+SharedProfiles`): the baselines' and the recommended config's, keyed by config and profile
+settings. They depend on the same inputs as a verdict.
+
+`TUNER_GATE_MEMO=off` turns the sharing off: every study then checks and profiles every config
+again.
 """
 
 from __future__ import annotations

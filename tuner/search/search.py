@@ -419,6 +419,16 @@ class Search:
             reference=options.precision,
             memo=memo,
         )
+        self.shared_profiles = (
+            None
+            if memo is None
+            else profiling.SharedProfiles(
+                memo,
+                settings=f"{options.profile_steps}x{options.protocol.warmup}",
+                reference=options.precision,
+                retry=self.retry,
+            )
+        )
         known = self.parity_cache.known()
         if known:
             progress.phase(
@@ -505,6 +515,18 @@ class Search:
                     self.baseline_configs,
                     self.traces,
                     self._children.profiler,
+                    shared=self.shared_profiles,
+                )
+            copied = [
+                name
+                for name, attrs in profiles.study_profiles(self.study).items()
+                if attrs.get("shared_from") not in (None, self.study.study_name)
+            ]
+            if copied:
+                self.progress.phase(
+                    f"profiles of {', '.join(copied)}: from earlier studies of this workload, "
+                    f"shape and precision on this machine and code ({MEMO_ENV}=off profiles "
+                    "them again)"
                 )
         self._store_time()
         attrs = self.retry.call(lambda: self.study.user_attrs, what="reading the study")

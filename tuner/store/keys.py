@@ -13,7 +13,8 @@ Study user attributes:
 
 Trial user attributes are the `TRIAL_*` names below; a job's study is `JOB_STUDY_PREFIX` + its id.
 A study named `MEMO_PREFIX` + a digest holds no trials: the gate's verdicts and envelope shared
-between studies of the same inputs (`tuner.search.memo`), under the same keys.
+between studies of the same inputs (`tuner.search.memo`), under the same keys, and profiles of
+configs under `MEMO_PROFILE_PREFIX` + `<candidate key>/<profile settings>`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ PARITY_PREFIX = "parity/"
 MEMO_PREFIX = "streamtune-gate-memo/"
 FINAL_PREFIX = "final/"
 PROFILE_PREFIX = "profile/"
+MEMO_PROFILE_PREFIX = "profile-of/"
 RECOMMENDATION = "recommendation"
 ENVELOPE = "envelope"
 TIME_PREFIX = "time/"

@@ -6,6 +6,7 @@ that which config leads is certain; the study, its trials and the decision are r
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from typing import Any
 
@@ -113,19 +114,45 @@ def _decide(**changes: Any) -> tuple[optuna.Study, Scripted, Any]:
 def test_a_config_that_no_longer_ties_is_not_measured_again() -> None:
     study, measurer, rec = _decide()
     assert rec.source == "trial-0" and rec.config == FAST.to_dict()
-    # The slow config ran once; the leader and both baselines (the speedups) every round.
+    # The slow config ran once; the leader and both baselines (the speedups) every round run,
+    # and the second round left the decision as the first had it: the third was not run.
     assert measurer.runs[config_key(SLOW)] == 1
-    assert measurer.runs[config_key(FAST)] == 3
-    assert all(measurer.runs[config_key(c)] == 3 for c in BASELINES.values())
+    assert measurer.runs[config_key(FAST)] == 2
+    assert all(measurer.runs[config_key(c)] == 2 for c in BASELINES.values())
     final = next(v for k, v in study.user_attrs.items() if k.startswith(keys.FINAL_PREFIX))
-    assert final["dropped"] == {"trial-1": 1}
+    assert final["dropped"] == {"trial-1": 1} and final["settled_after"] == 2
     samples = {e.name: e.samples for e in rec.final_round}
-    assert samples["trial-1"] == 3 and samples["trial-0"] == 9
+    assert samples["trial-1"] == 3 and samples["trial-0"] == 6
     assert "trial-1" not in {t.name for t in rec.ties}
 
 
+class Slowing(Scripted):
+    """The fast config runs at half its speed from its second run on (another job took part of
+    the GPU): the decision after the second round is not the one after the first."""
+
+    def measure(self, config: LoopConfig, *, on_window: Any = None) -> Measured | Failure:
+        measured = super().measure(config, on_window=on_window)
+        key = config_key(config)
+        if key != config_key(FAST) or self.runs[key] == 1 or isinstance(measured, Failure):
+            return measured
+        return dataclasses.replace(measured, throughputs=tuple(t / 2 for t in measured.throughputs))
+
+
+def test_a_round_that_changes_the_decision_is_followed_by_the_next() -> None:
+    study = _study()
+    measurer = Slowing()
+    options = RunOptions(workload="mlp", preset="tiny", top_k=2, final_rounds=3)
+    final_round(study, measurer, options, progress=Quiet(), baselines=BASELINES, parity=_passed)
+    assert measurer.runs[config_key(FAST)] == 3
+    assert all(measurer.runs[config_key(c)] == 3 for c in BASELINES.values())
+    final = next(v for k, v in study.user_attrs.items() if k.startswith(keys.FINAL_PREFIX))
+    assert final["settled_after"] is None
+
+
 def test_with_a_planned_run_length_every_config_runs_every_round() -> None:
-    """A config's setup cost can reverse the order over `train_steps`: nothing is dropped."""
+    """A config's setup cost can reverse the order over `train_steps`: nothing is dropped, and
+    every round runs."""
     _, measurer, rec = _decide(train_steps=1000)
     assert measurer.runs[config_key(SLOW)] == 3
+    assert measurer.runs[config_key(FAST)] == 3
     assert rec.source == "trial-0"

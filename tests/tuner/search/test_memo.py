@@ -161,3 +161,48 @@ def test_studies_in_postgresql_share_verdicts_as_workers_share_studies(pg_url: s
     first, second = _two_studies(pg_url)
     assert _gate_seconds(first) > 0 and _gate_seconds(second) == 0.0
     assert _verdicts(second) == _verdicts(first)
+
+
+def _profiles(study: optuna.Study) -> dict[str, dict[str, Any]]:
+    return {
+        k: v
+        for k, v in study.user_attrs.items()
+        if k.startswith(keys.PROFILE_PREFIX) and isinstance(v, dict)
+    }
+
+
+def _profile_seconds(study: optuna.Study) -> float:
+    return float((study_time(study.user_attrs) or {})["phases"]["profile"])
+
+
+def test_a_second_study_copies_the_first_ones_profiles_and_profiles_nothing(
+    tmp_path: Path,
+) -> None:
+    url = sqlite_url(tmp_path)
+    for name in ("first", "second"):
+        run_json(options(url, name, trials=3, profile="baselines"))
+    first, second = load(url, "first"), load(url, "second")
+    mine, copied = _profiles(first), _profiles(second)
+    # Both baselines, and the recommendation when it is another config: the same configs.
+    assert len(mine) >= 2 and set(copied) <= set(mine)
+    baselines = {k for k in mine if not k.endswith(keys.PROFILE_RECOMMENDED)}
+    assert baselines <= set(copied)
+    for key in baselines:
+        # The first study's figures, named as its, claiming no seconds in the second.
+        assert copied[key]["shared_from"] == "first" and copied[key]["seconds"] == 0.0
+        assert copied[key]["step_ms"] == mine[key]["step_ms"]
+        assert copied[key]["artifact_id"] == mine[key]["artifact_id"] is not None
+        assert "shared_from" not in mine[key] and mine[key]["seconds"] > 0
+    assert _profile_seconds(first) > _profile_seconds(second)
+    # Each profile, copied or measured, gives the recommendation its verdict.
+    verdicts = second.user_attrs[keys.RECOMMENDATION]["verdicts"]
+    assert {f"{keys.PROFILE_PREFIX}{name}" for name in verdicts} == set(copied)
+
+
+def test_other_profile_settings_profile_again(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path)
+    run_json(options(url, "first", trials=2, profile="baselines"))
+    run_json(options(url, "second", trials=2, profile="baselines", profile_steps=3))
+    # Its own profiles only (a recommendation that is a baseline is that baseline's copy).
+    origins = {v.get("shared_from") for v in _profiles(load(url, "second")).values()}
+    assert origins <= {None, "second"} and None in origins
