@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tarfile
 import time
 from pathlib import Path
 
@@ -20,6 +21,13 @@ def _run(tree: Path, out: Path, state: Path, *args: str) -> subprocess.Completed
     )
 
 
+def _result(out: Path, name: str) -> str:
+    with tarfile.open(out / "queue.tar.gz") as archive:
+        member = archive.extractfile(f"./{name}")
+        assert member is not None
+        return member.read().decode()
+
+
 def test_a_queue_outlives_its_call_and_the_next_call_collects_it(tmp_path: Path) -> None:
     tree, state = tmp_path / "tree", tmp_path / "state"
     tree.mkdir()
@@ -32,7 +40,7 @@ def test_a_queue_outlives_its_call_and_the_next_call_collects_it(tmp_path: Path)
     first = _run(tree, tmp_path / "out1", state, "start", "queue.sh", "1")
     assert first.returncode == 3, first.stderr  # still running when the call's time is up
     assert "call 'wait' again" in first.stdout
-    assert (tmp_path / "out1" / "queue" / "first.txt").read_text() == f"first {state / 'repo'}\n"
+    assert _result(tmp_path / "out1", "first.txt") == f"first {state / 'repo'}\n"
     # A second start on the same machine is refused: one queue per machine.
     again = _run(tree, tmp_path / "out2", state, "start", "queue.sh", "1")
     assert again.returncode == 2 and "use 'wait'" in again.stderr
@@ -44,7 +52,8 @@ def test_a_queue_outlives_its_call_and_the_next_call_collects_it(tmp_path: Path)
             break
     assert second.returncode == 0, second.stdout + second.stderr
     assert "queue ended with exit code 0" in second.stdout
-    assert (tmp_path / "out3" / "queue" / "second.txt").read_text() == "second\n"
+    assert _result(tmp_path / "out3", "second.txt") == "second\n"
+    assert (tmp_path / "out3" / "queue.log").read_text() == ""  # the queue printed nothing
 
 
 def test_wait_without_a_queue_says_so(tmp_path: Path) -> None:

@@ -23,9 +23,11 @@ state=${QUEUE_STATE:-/tmp/queue}
 out=${OUT:?OUT is the result folder of the device call}
 
 copy_back() {
-  mkdir -p "$out/queue"
-  cp -r "$state/out/." "$out/queue/" 2>/dev/null || true
-  cp "$state/log" "$out/queue/queue.log" 2>/dev/null || true
+  # One archive and the log: a call brings back only so many files (8 on 2026-11-25; the
+  # rest of that queue's results were lost with the machine).
+  tar -czf "$out/queue.tar.gz.part" -C "$state/out" . 2>/dev/null \
+    && mv "$out/queue.tar.gz.part" "$out/queue.tar.gz"
+  cp "$state/log" "$out/queue.log" 2>/dev/null || true
 }
 
 watch_until() {

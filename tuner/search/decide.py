@@ -10,13 +10,15 @@ baselines included: when the PyTorch default ties with the fastest, the answer i
 
 A config that no longer ties with the leader after a round is not measured again (`_still_tying`):
 the rounds spend their time only on the configs that can still be recommended, and the
-baselines. The rounds stop early once a round changed nothing (`_settled`): from the second round
-on, when the decision (the winner and the configs tied with it) on all samples so far is the one
-on the samples before that round, the last round is not run. Measured on an H100 (GPT-2 124M, the
-default job at 73b9fe6), a final round was 78 s of a 377 s job, and its third round re-measured
-two baselines and two tied configs whose medians were 0.15 % apart, for the same answer. The
-final round's stored record (`keys.FINAL_PREFIX`) says which were dropped when, and after how
-many rounds the decision settled.
+baselines. The rounds stop early once a round changed nothing (`_settled`): when the decision
+(the winner and the configs tied with it) on all samples so far is the one on the samples before
+that round, the rounds left are not run; before the first round, the samples are the search's
+own (`_searched`: each candidate's trial windows and the baselines' measurements during the
+search), so a first round that decides as the search did is the last. Measured on an H100
+(GPT-2 124M, the default job at 73b9fe6), a final round was 78 s of a 377 s job, and its third
+round re-measured two baselines and two tied configs whose medians were 0.15 % apart, for the
+same answer. The final round's stored record (`keys.FINAL_PREFIX`) says which were dropped
+when, and after how many rounds the decision settled.
 """
 
 from __future__ import annotations
@@ -136,8 +138,9 @@ def final_round(
     clock = clock or Clock()
     entries, precisions = finalist_candidates(study, options, baselines)
     configs = dict(entries)
+    searched = _searched(study, entries, baselines, options, precisions)
     rounds = _measure_rounds(
-        entries, measurer, options, progress, baselines, parity, clock, precisions
+        entries, measurer, options, progress, baselines, parity, clock, precisions, searched
     )
     study.set_user_attr(
         f"{keys.FINAL_PREFIX}{uuid.uuid4().hex[:10]}",
@@ -212,8 +215,11 @@ def _measure_rounds(
     parity: Callable[..., GateVerdict],
     clock: Clock,
     precisions: Precisions,
+    searched: _Rounds | None = None,
 ) -> _Rounds:
-    """`final_rounds` rounds over the entries still in the running (`_still_tying`)."""
+    """`final_rounds` rounds over the entries still in the running (`_still_tying`), fewer once
+    a round leaves the decision as it was (`_settled`); `searched`: the search's own samples of
+    the entries, the decision before the first round."""
     names = [name for name, _ in entries]
     rounds = _Rounds(
         samples={n: [] for n in names},
@@ -221,7 +227,7 @@ def _measure_rounds(
         setup=dict.fromkeys(names, 0.0),
     )
     running = list(entries)
-    before: tuple[str, frozenset[str]] | None = None
+    before = None if searched is None else _settled(running, searched, options, parity, precisions)
     for round_index in range(options.final_rounds):
         for name, config in running:
             progress.phase(f"final round {round_index + 1}/{options.final_rounds}: {name}")
@@ -252,6 +258,37 @@ def _measure_rounds(
                 break
             before = now
     return rounds
+
+
+def _searched(
+    study: optuna.Study,
+    entries: list[tuple[str, LoopConfig]],
+    baselines: Mapping[str, LoopConfig],
+    options: Any,
+    precisions: Precisions,
+) -> _Rounds:
+    """The samples the search itself measured of each entry: a candidate's complete trials'
+    windows pooled (as `top_candidates` ranks them), a baseline's measurements during the search
+    (`tuner.search.baselines`). Short and not interleaved, but independent of the final round's:
+    when its first round decides as they do, that round left the decision as it was."""
+    reference = getattr(options, "precision", None)
+    keyed = {
+        candidate_key(config, precisions.get(name), reference): name
+        for name, config in entries
+        if name not in baselines
+    }
+    samples: dict[str, list[float]] = {name: [] for name, _ in entries}
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        name = keyed.get(str(trial.user_attrs.get(keys.CONFIG_KEY)))
+        if name is not None:
+            samples[name].extend(trial.user_attrs.get(keys.WINDOWS, []))
+    for key, entry in studies.entries(study, keys.BASELINE_PREFIX).items():
+        name = key.split("/", 1)[0]
+        if name in samples and name in baselines and isinstance(entry, dict):
+            samples[name].extend(entry.get("windows", []))
+    return _Rounds(
+        samples=samples, memory=dict.fromkeys(samples), setup=dict.fromkeys(samples, 0.0)
+    )
 
 
 def _settled(
