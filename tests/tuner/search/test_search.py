@@ -38,6 +38,7 @@ from tuner.search.options import BASELINES, RunOptions
 from tuner.search.search import search_patience, share_compile_cache, trials_without_gain
 from tuner.search.space import config_key
 from tuner.search.spaces import load_space
+from tuner.store import keys
 
 # -- a full run ------------------------------------------------------------------------------
 
@@ -78,7 +79,13 @@ def test_recommendation_has_the_documented_shape(finished: Finished) -> None:
     finalists = {m["name"]: m for m in rec["final_round"]}
     assert {"pytorch-default", "seed-baseline"} <= set(finalists)
     assert finalists[rec["source"]]["config"] == config.to_dict()
-    assert finalists[rec["source"]]["samples"] == 2 * PROTOCOL.windows  # final_rounds=2
+    # final_rounds=2: one round when the first decided as the search had (`settled_after`).
+    study = load(finished.storage, finished.study)
+    final = next(v for k, v in study.user_attrs.items() if k.startswith(keys.FINAL_PREFIX))
+    rounds = final["settled_after"] or 2
+    assert finalists[rec["source"]]["samples"] == rounds * PROTOCOL.windows
+    kept = {name: e for name, e in finalists.items() if name not in final["dropped"]}
+    assert all(e["samples"] == rounds * PROTOCOL.windows for e in kept.values())
     assert rec["fingerprint"]["device_type"] == "cpu"
     assert rec["fingerprint"] == trainers.fingerprint(trainers.resolve_device("cpu"))
     assert rec["n_trials"] == counts(4, 0, 0)
