@@ -525,6 +525,47 @@ def tune(
     }
 
 
+def recommendation_of(
+    path: Path,
+    workload: str,
+    preset: str,
+    model_args: Mapping[str, str],
+    precision: str | None,
+) -> dict[str, Any]:
+    """The tuning entry of a job run elsewhere: the first run of a `benchmarks/default_job.py`
+    record that recommended a config for this workload, preset and model options (so the peers
+    are measured against what the default job, timed there, recommended), in the precision the
+    job chose. Refuses a record that has none, naming what it holds."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    wanted = (workload, preset, dict(model_args))
+    seen = []
+    for run in data.get("runs", []):
+        rec = run.get("recommendation") or {}
+        ran = (rec.get("workload"), rec.get("preset"), rec.get("model_args") or {})
+        has = "a config" if rec.get("config") else "no config"
+        seen.append(f"{run.get('run')}: {ran[0]}:{ran[1]} {ran[2]}, {has}")
+        if ran != wanted or not rec.get("config"):
+            continue
+        chosen = rec.get("precision")
+        return {
+            "config": rec["config"],
+            "precision": None if chosen == precision else chosen,
+            "precisions": None,
+            "source": f"{path.name}, run {run.get('run')!r} (commit {data['meta'].get('commit')})",
+            "reason": rec.get("reason"),
+            "n_trials": rec.get("n_trials"),
+            "failed_trials": [],
+            "wall_s": run.get("wall_s"),
+            "gpu_s": rec.get("gpu_seconds"),
+            "search_timeout_s": None,
+            "trials": None,
+        }
+    raise SystemExit(
+        f"--recommendation {path}: no run recommended a config for {workload}:{preset} "
+        f"{dict(model_args)} {precision}; its runs: {'; '.join(seen) or 'none'}"
+    )
+
+
 def failed_trials(storage: str, study: str) -> list[dict[str, Any]]:
     """The tuning job's failed trials: number, config and the harness's reason (a config the
     gate or a capture refused is a result too, e.g. an eager whole-step graph of a model that
@@ -786,22 +827,27 @@ def run_preset(
     started = time.perf_counter()
     allowed = _allowed(precision, getattr(args, "allow_precisions", None))
     choice = f" (may choose {','.join(allowed)})" if allowed else ""
-    log(f"== {spec} {precision}: tuning{choice}")
-    tuning = tune(
-        workload,
-        preset,
-        precision=precision,
-        storage=storage,
-        device=args.device,
-        trials=args.trials,
-        timeout_s=args.search_timeout,
-        model_args=model_args,
-        log=log,
-        protocol=args.protocol,
-        final_rounds=args.final_rounds,
-        precisions=allowed,
-        parity_steps=getattr(args, "parity_steps", None),
-    )
+    given = getattr(args, "recommendation", None)
+    if given is not None:
+        log(f"== {spec} {precision}: the recommendation of {given.name}")
+        tuning = recommendation_of(given, workload, preset, model_args, precision)
+    else:
+        log(f"== {spec} {precision}: tuning{choice}")
+        tuning = tune(
+            workload,
+            preset,
+            precision=precision,
+            storage=storage,
+            device=args.device,
+            trials=args.trials,
+            timeout_s=args.search_timeout,
+            model_args=model_args,
+            log=log,
+            protocol=args.protocol,
+            final_rounds=args.final_rounds,
+            precisions=allowed,
+            parity_steps=getattr(args, "parity_steps", None),
+        )
     chosen = tuning["precision"]
     log(
         f"recommended {tuning['config']}"
@@ -1118,6 +1164,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=None,
         help="skip measuring: add TFLOP/s and MFU to this JSON's entries (FLOPs counted on the "
         "CPU) and regenerate its Markdown (and with --readme, the README's table)",
+    )
+    parser.add_argument(
+        "--recommendation",
+        type=Path,
+        default=None,
+        help="skip the tuning job: measure the recommendation of this `benchmarks/default_job.py` "
+        "record (its first run that recommended a config for the preset) against the peers",
     )
     parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
     args = parser.parse_args(argv)

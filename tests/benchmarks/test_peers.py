@@ -3,6 +3,7 @@ outputs. The measurements themselves are GPU evidence (docs/benchmarks/peers-*).
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from pathlib import Path
@@ -458,3 +459,39 @@ def test_a_float8_peer_of_a_model_without_a_qualifying_linear_fails_rather_than_
     with pytest.raises(ValueError, match="subclasses whose owners read the weight"):
         peers._prepare_model(attention, peers.PEERS["float8-compile"])
     assert attention["attn"].out_proj is out_proj  # put back
+
+
+def test_the_peers_measure_a_default_jobs_recommendation_without_tuning_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--recommendation record.json`: the default job timed by `benchmarks/default_job.py` is
+    the recommendation the peers are measured against; no second tuning job runs."""
+    import argparse
+
+    from benchmarks import default_job
+    from tests.benchmarks.test_default_job import _passed
+
+    default_job.main(
+        ["--workload", "mlp", "--preset", "tiny", "--device", "cpu", "--runs", "cold",
+         "--out", str(tmp_path), "--tag", "t", "--", *_passed(), "--trials", "2"]
+    )  # fmt: skip
+    [record] = tmp_path.glob("default-job-*-t.json")
+    job = json.loads(record.read_text())["runs"][0]
+    monkeypatch.setattr(peers, "tune", lambda *a, **k: pytest.fail("tuned again"))
+    args = argparse.Namespace(
+        model_arg=[],
+        device="cpu",
+        protocol=Protocol(warmup=1, windows=2, window_steps=3),
+        rounds=1,
+        peers="fused-optimizer",
+        allow_precisions=None,
+        recommendation=record,
+    )
+    log: list[str] = []
+    entry = peers.run_preset("mlp:tiny", "fp32", args, "sqlite://", log.append)
+    assert entry["recommended"]["config"] == job["recommendation"]["config"]
+    assert entry["harness"]["recommended"]["config"] == job["recommendation"]["config"]
+    assert entry["tuning"]["wall_s"] == job["wall_s"] and record.name in entry["tuning"]["source"]
+    assert "median_ms" in entry["peers"]["fused-optimizer"]
+    with pytest.raises(SystemExit, match="no run recommended a config for mlp:small"):
+        peers.run_preset("mlp:small", "fp32", args, "sqlite://", log.append)

@@ -30,6 +30,7 @@ from trainers import LoopConfig
 from trainers.gate import Envelope, ParityVerdict, Twin, gate, parity_losses, required_test
 from trainers.program import Program, program_parity
 from trainers.workloads import WorkloadFactory
+from trainers.workloads.reuse import ReusedBuilds
 from tuner.store.jsonsafe import json_safe_dict
 from tuner.store.phases import GATE_CONFIG, GATE_ENVELOPE, GATE_REFERENCE, GATE_TWIN
 
@@ -234,7 +235,8 @@ class InProcessGate:
         model_args: Mapping[str, str] | None = None,
         precision: trainers.Precision | None = None,
     ) -> None:
-        self._factory = trainers.resolve_factory(workload, dict(model_args or {}))
+        # Each (preset, seed) built once: the gate's runs start from copies of it.
+        self._factory = ReusedBuilds(trainers.resolve_factory(workload, dict(model_args or {})))
         self._preset = preset
         self._common: dict[str, Any] = {
             "steps": steps,

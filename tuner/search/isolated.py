@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import trainers
 from trainers import LoopConfig
+from trainers.workloads.reuse import ReusedBuilds
 from tuner.evidence import trace
 from tuner.search.gate import GateRun, run_parts
 
@@ -63,7 +64,7 @@ def _gate(
     torch.set_float32_matmul_precision(matmul_precision)
     try:
         return run_parts(
-            trainers.resolve_factory(workload, model_args),
+            _reused_builds(workload, model_args),
             preset,
             LoopConfig.from_dict(config),
             steps=steps,
@@ -75,6 +76,20 @@ def _gate(
         )
     finally:
         _give_back_memory()
+
+
+_BUILDS: dict[tuple[str, tuple[tuple[str, str], ...]], ReusedBuilds] = {}
+
+
+def _reused_builds(workload: str, model_args: dict[str, str]) -> ReusedBuilds:
+    """The factory of `workload`, building each (preset, seed) once in this child: the gate's ten
+    or so runs per config start from copies (`trainers.workloads.reuse`). One workload's pristine
+    copy is kept at a time: another workload's replaces it."""
+    key = (workload, tuple(sorted(model_args.items())))
+    if key not in _BUILDS:
+        _BUILDS.clear()
+        _BUILDS[key] = ReusedBuilds(trainers.resolve_factory(workload, model_args))
+    return _BUILDS[key]
 
 
 def _give_back_memory() -> None:

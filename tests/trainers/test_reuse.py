@@ -1,0 +1,144 @@
+"""`ReusedBuilds`: the gate's runs from copies of one build give the losses of fresh builds."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import trainers
+from trainers import REFERENCE, LoopConfig, Workload
+from trainers.gate import Envelope, Perturbation, trajectory
+from trainers.workloads import SyntheticBatches, adam
+from trainers.workloads.mlp import classification_loss
+from trainers.workloads.reuse import ReusedBuilds
+from tuner.search.gate import run_parts
+
+
+class Noise(nn.Module):
+    """Draws from the global generator in every forward (not a dropout: the gate keeps it on)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 0.05 * torch.randn_like(x)
+
+
+def _batches() -> SyntheticBatches:
+    generator = torch.Generator().manual_seed(7)
+    return SyntheticBatches(
+        (
+            torch.randn(6, 4, 8, generator=generator),
+            torch.randint(0, 3, (6, 4), generator=generator),
+        )
+    )
+
+
+def noisy(preset: str, *, seed: int) -> Workload:
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    return Workload(
+        name="noisy",
+        preset=preset,
+        model=nn.Sequential(nn.Linear(8, 16), Noise(), nn.ReLU(), nn.Linear(16, 3)),
+        dataset=_batches(),
+        loss_fn=classification_loss,
+        samples_per_batch=4,
+        make_optimizer=adam(1e-2),
+    )
+
+
+def closing_over_the_model(preset: str, *, seed: int) -> Workload:
+    torch.manual_seed(seed)
+    model = nn.Linear(8, 3)
+
+    def loss_fn(_: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return nn.functional.cross_entropy(model(batch[0]), batch[1])  # the build's model
+
+    return Workload(
+        name="closure",
+        preset=preset,
+        model=model,
+        dataset=_batches(),
+        loss_fn=loss_fn,
+        samples_per_batch=4,
+    )
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer"])
+def test_trajectories_from_copies_match_fresh_builds_bit_for_bit(name: str) -> None:
+    factory = trainers.resolve_factory(name)
+    reused = ReusedBuilds(factory)
+    runs = [
+        {},
+        {"perturbation": Perturbation(seed=1, eps=2.0**-7)},
+        {"config": LoopConfig(num_streams=2, sync_interval=3, prefetch_depth=2)},
+        {},
+    ]
+    for kwargs in runs:
+        config = kwargs.pop("config", REFERENCE)
+        common = {"steps": 6, "seed": 3, "device": "cpu", **kwargs}
+        fresh = trajectory(factory, "tiny", config, **common).losses
+        copied = trajectory(reused, "tiny", config, **common).losses
+        assert copied == fresh
+    assert (reused.builds, reused.copies, reused.reason) == (1, 3, None)
+
+
+def test_the_global_random_states_are_those_a_build_leaves() -> None:
+    reused = ReusedBuilds(noisy)
+    fresh = [trajectory(noisy, "x", REFERENCE, steps=5, device="cpu").losses for _ in range(2)]
+    assert fresh[0] == fresh[1]  # the factory's seeding makes each build's run the same
+    copied = [trajectory(reused, "x", REFERENCE, steps=5, device="cpu").losses for _ in range(3)]
+    assert copied == [fresh[0]] * 3
+    assert reused.copies == 2
+    for _ in range(2):
+        reused("x", seed=0)
+        drawn = (torch.rand(2).tolist(), random.random(), float(np.random.rand()))
+        noisy("x", seed=0)
+        assert drawn == (torch.rand(2).tolist(), random.random(), float(np.random.rand()))
+
+
+def test_copies_are_independent_and_another_seed_is_built() -> None:
+    reused = ReusedBuilds(trainers.resolve_factory("mlp"))
+    first = reused("tiny", seed=0)
+    with torch.no_grad():
+        for param in first.model.parameters():
+            param.add_(1.0)
+    second = reused("tiny", seed=0)
+    fresh = trainers.load_workload("mlp", "tiny", seed=0)
+    for mine, theirs in zip(second.model.parameters(), fresh.model.parameters(), strict=True):
+        assert torch.equal(mine, theirs)
+    other = reused("tiny", seed=1)
+    assert reused.builds == 2
+    assert not torch.equal(next(other.model.parameters()), next(second.model.parameters()))
+
+
+def test_a_closure_over_the_build_is_built_every_time() -> None:
+    calls = []
+
+    def factory(preset: str, *, seed: int) -> Workload:
+        calls.append(seed)
+        return closing_over_the_model(preset, seed=seed)
+
+    reused = ReusedBuilds(factory)
+    losses = [trajectory(reused, "x", REFERENCE, steps=4, device="cpu").losses for _ in range(2)]
+    assert losses[0] == losses[1]
+    assert len(calls) == 2 and reused.copies == 0
+    assert reused.reason is not None and "loss_fn" in reused.reason
+
+
+def test_the_gate_judges_the_same_from_copies() -> None:
+    config = LoopConfig(num_streams=2, sync_interval=2)
+    common = {"steps": 8, "seed": 0, "device": torch.device("cpu"), "precision": None}
+
+    def parts(factory: trainers.WorkloadFactory) -> tuple[dict[str, object], dict[str, object]]:
+        found = run_parts(factory, "tiny", config, envelope=None, **common)
+        return found.verdict.to_dict(), found.envelope
+
+    fresh = parts(trainers.resolve_factory("mlp"))
+    reused = ReusedBuilds(trainers.resolve_factory("mlp"))
+    assert parts(reused) == fresh
+    assert reused.builds == 1 and reused.copies >= 5  # reference, 4 perturbed, the config
+    assert Envelope.from_dict(fresh[1]).perturbed  # the envelope was measured, not given
