@@ -1,9 +1,9 @@
-# Issue 32 on one H100 (tools/device_queue.sh), commit 8b36659: the default job on the 1.1B
+# Issue 32 on one H100 (tools/device_queue.sh), commit 396a502: the default job on the 1.1B
 # preset that fits (8 x 2048 tokens) from a cold cache, as a user types it; then the scale peers
 # measured interleaved against that job's recommendation (no second tuning job); then the
 # default job on the preset whose plain step does not fit (16 x 2048 tokens).
 set -x
-commit=PLACEHOLDER
+commit=396a502
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$QUEUE_OUT/nvidia-smi.csv"
 python benchmarks/default_job.py --workload hf:causal-lm --preset llama-1b \
   --precision bf16-autocast --runs cold --tag llama-1b --commit $commit --out "$QUEUE_OUT" \
