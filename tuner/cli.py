@@ -13,7 +13,7 @@ from rich.console import Console
 
 from tuner.errors import SpaceError, TunerError
 from tuner.evidence import progress
-from tuner.search.defaults import AUTO_PATIENCE, AUTO_SEARCH_BUDGET_S
+from tuner.search.defaults import AUTO_PATIENCE, AUTO_SCALE_BUDGET_S, AUTO_SEARCH_BUDGET_S
 
 # Each command imports what it needs when it runs: importing torch, Optuna and scipy takes 3-7 s
 # on a 2-core machine, and `run` prints its first progress line before that (issue 29).
@@ -272,8 +272,9 @@ Timeout = Annotated[
     float | None,
     typer.Option(
         help="Stop starting trials after this many seconds (default: "
-        f"{AUTO_SEARCH_BUDGET_S:.0f} on the default space on a GPU, {CPU_SEARCH_BUDGET_S:.0f} "
-        "on a CPU, else none)."
+        f"{AUTO_SEARCH_BUDGET_S:.0f} on the default space on a GPU, {AUTO_SCALE_BUDGET_S:.0f} "
+        f"there for a model of 250M parameters or more, {CPU_SEARCH_BUDGET_S:.0f} on a CPU, "
+        "else none)."
     ),
 ]
 Space = Annotated[

@@ -9,14 +9,25 @@ most 8 minutes from a cold compile cache: a cold compiled trial of GPT-2 or a Ll
 decoder costs 60-145 s on an H100, the baselines, final round and profiles about 3 minutes more.
 It was 600 s until 2026-11-25: the default job then ran about a quarter of an hour on such a
 model. Not yet timed on an H100 at this value (docs/benchmarks/README.md says when it is)."""
+AUTO_SCALE_BUDGET_S = 480.0
+"""The search budget of a job on the scale space (what the default space means on a GPU for a
+model of 0.3-8B parameters) given no --timeout. Its four lever corners (each block compiled,
+the whole model compiled, 2 micro-batches, selective checkpointing) took 503 s on the 1.1B
+preset (8 x 2048 tokens) from a cold cache on an H100, the first 205 s of it (its gate measured
+the reference and the envelope), the others 82-133 s (docs/benchmarks/raw/
+default-job-h100-2026-11-26-llama-1b-396a502/): a trial under way finishes, so 480 s after the
+first trial starts lets the last corner start and no fifth trial, and the job answers in about
+13 minutes with its final round and profiles (issue 32's aim: 15). Without a budget that job ran
+40 trials, 25 of them after the fastest had been found (tests/tuner/search/test_search.py
+replays it)."""
 AUTO_PATIENCE = 4
-"""The patience of a job on the default space on a GPU given no --patience: trials stop starting
-once this many complete trials in a row have not beaten the best by more than the tie margin. On
-every preset of docs/benchmarks/peers-h100-2026-11-23-* the recommendation was one of the four
-lever corners the search starts with (tuner.search.stages); the trials after them moved the best
-by less than the run-to-run noise, at a compile each. Replayed on the default job's recorded
-trials (docs/benchmarks/raw/default-job-h100-2026-11-24-warm/trials.json, transformer small),
-4 stops the cold job after trial 17, 168 s after its first trial began, with a best 0.4 % below
-the 22 trials' (inside the 1 % tie margin), and the warm job after trial 16 at 93 s with the same
-best; 8, the value until 2026-11-25, ran 197 s and 130 s for no gain outside the margin
+"""The patience of a job on the default space on a GPU (the scale space too) given no --patience:
+trials stop starting once this many complete trials in a row have not beaten the best by more than
+the tie margin. On every preset of docs/benchmarks/peers-h100-2026-11-23-* the recommendation was
+one of the four lever corners the search starts with (tuner.search.stages); the trials after them
+moved the best by less than the run-to-run noise, at a compile each. Replayed on the default job's
+recorded trials (docs/benchmarks/raw/default-job-h100-2026-11-24-warm/trials.json, transformer
+small), 4 stops the cold job after trial 17, 168 s after its first trial began, with a best 0.4 %
+below the 22 trials' (inside the 1 % tie margin), and the warm job after trial 16 at 93 s with the
+same best; 8, the value until 2026-11-25, ran 197 s and 130 s for no gain outside the margin
 (tests/tuner/search/test_search.py replays them)."""

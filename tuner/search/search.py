@@ -11,10 +11,11 @@ Pruning rule: `PercentilePruner(25)`: from its second window on, a trial whose b
 is below the 25th percentile of earlier trials at the same window is stopped (after 5 trials).
 Multi-objective studies are not pruned (Optuna does not support it).
 
-When trials stop starting: after `trials`; after `timeout_s` (`search_budget`: 240 s by default
-on the default space on a GPU); and once `patience` complete trials in a row have not beaten the
-best throughput by more than `tie_margin` (`search_patience`: 4 by default on the default space
-on a GPU, off otherwise). A trial already running always finishes.
+When trials stop starting: after `trials`; after `timeout_s` (`search_budget`: by default 240 s
+on the default space on a GPU, 480 s where that space is `scale`, for models of 0.3-8B
+parameters); and once `patience` complete trials in a row have not beaten the best throughput by
+more than `tie_margin` (`search_patience`: 4 by default on those spaces, off otherwise). A trial
+already running always finishes.
 
 Who runs which trial: `run_study` (`python -m tuner run`) runs `trials` trials in this process
 (`LocalSlots`); the tuning service's workers share one study, each taking trial slots of its job
@@ -51,7 +52,7 @@ from tuner.evidence.recommendation import Recommendation
 from tuner.search import decide, profiling
 from tuner.search.baselines import Baselines, now
 from tuner.search.children import open_children
-from tuner.search.defaults import AUTO_PATIENCE, AUTO_SEARCH_BUDGET_S
+from tuner.search.defaults import AUTO_PATIENCE, AUTO_SCALE_BUDGET_S, AUTO_SEARCH_BUDGET_S
 from tuner.search.gate import GateVerdict
 from tuner.search.measure import Failure, Measured, Measurer, set_matmul_precision
 from tuner.search.memo import MEMO_ENV, open_memo
@@ -72,6 +73,7 @@ from tuner.search.parity import ParityCache
 from tuner.search.space import SearchSpace, candidate_key
 from tuner.search.spaces import (
     AUTO_GPU_SPACE,
+    SCALE_SPACE,
     for_processes,
     load_space,
     program_space,
@@ -135,19 +137,29 @@ def run_study(
         search.close()
 
 
+DEFAULT_BUDGETS: dict[str, float] = {
+    AUTO_GPU_SPACE: AUTO_SEARCH_BUDGET_S,
+    SCALE_SPACE: AUTO_SCALE_BUDGET_S,
+}
+"""The search budget of each space the default space means on a GPU, given no --timeout."""
+
+
 def search_budget(timeout_s: float | None, space_name: str) -> float | None:
-    """Seconds after which no trial starts: `timeout_s` when given; else, for the default space
-    on a GPU, AUTO_SEARCH_BUDGET_S: compiled trials cost 3-85 s each on an H100
-    (docs/benchmarks/peers-h100-*), so 40 of them could take most of an hour."""
-    if timeout_s is not None or space_name != AUTO_GPU_SPACE:
+    """Seconds after which no trial starts: `timeout_s` when given; else, for what the default
+    space means on a GPU, its budget (`DEFAULT_BUDGETS`): compiled trials cost 3-85 s each on an
+    H100 at 125M (docs/benchmarks/peers-h100-*), 80-205 s at 1.1B, so 40 of them could take
+    most of an hour."""
+    if timeout_s is not None:
         return timeout_s
-    return AUTO_SEARCH_BUDGET_S
+    return DEFAULT_BUDGETS.get(space_name)
 
 
 def search_patience(options: RunOptions, space_name: str) -> int | None:
-    """`options.patience` when given; else AUTO_PATIENCE for a single-objective job on the
-    default space on a GPU, whose trials cost a compile each; else None (off)."""
-    if options.patience is not None or space_name != AUTO_GPU_SPACE or options.multi_objective:
+    """`options.patience` when given; else AUTO_PATIENCE for a single-objective job on what the
+    default space means on a GPU, whose trials cost a compile each; else None (off)."""
+    if options.patience is not None or space_name not in DEFAULT_BUDGETS:
+        return options.patience
+    if options.multi_objective:
         return options.patience
     return AUTO_PATIENCE
 

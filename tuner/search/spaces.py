@@ -91,6 +91,8 @@ def full_space() -> SearchSpace:
 
 AUTO_GPU_SPACE = "auto"
 """The name of what `auto` means on a GPU: `compile` without max-autotune."""
+SCALE_SPACE = "scale"
+"""The name of what `auto` means on a GPU for a model of SCALE_PARAMS parameters or more."""
 
 
 def compile_space(*, autotune: bool = True, auto: bool | None = None) -> SearchSpace:
@@ -149,7 +151,7 @@ def scale_space() -> SearchSpace:
     A config that runs out of memory is a failed trial with what it asked for; the job goes on.
     """
     return SearchSpace(
-        name="scale",
+        name=SCALE_SPACE,
         params={
             "compile_scope": Choice(values=("blocks", "model")),
             "activation_checkpointing": Choice(values=("none", "selective", "blocks")),

@@ -6,6 +6,7 @@ import dataclasses
 import datetime as dt
 import json
 import os
+import re
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,10 +33,15 @@ from trainers import LoopConfig
 from tuner.errors import Interrupted, NoRecommendation, TunerError
 from tuner.evidence import export, reader
 from tuner.search.decide import CPU_NOTE
-from tuner.search.defaults import AUTO_PATIENCE
+from tuner.search.defaults import AUTO_PATIENCE, AUTO_SCALE_BUDGET_S
 from tuner.search.measure import Protocol
 from tuner.search.options import BASELINES, RunOptions
-from tuner.search.search import search_patience, share_compile_cache, trials_without_gain
+from tuner.search.search import (
+    search_budget,
+    search_patience,
+    share_compile_cache,
+    trials_without_gain,
+)
 from tuner.search.space import config_key
 from tuner.search.spaces import load_space
 from tuner.store import keys
@@ -638,6 +644,39 @@ def test_the_default_patience_replayed_on_recorded_h100_trials_loses_nothing_out
     assert max(values) >= best_of_all / (1 + RunOptions(workload="w", preset="p").tie_margin)
 
 
+RECORDED_1B_LOG = (
+    Path(__file__).resolve().parents[3]
+    / "docs/benchmarks/raw/default-job-h100-2026-11-26-llama-1b-396a502"
+    / "default-job-h100-2026-11-26-llama-1b-cold.log"
+)
+_TRIAL_LINE = re.compile(
+    r"^\[\s*([\d.]+) s\] trial (\d+) \(\d+/\d+\) (\w+): (?:([\d.]+) samples/s )?.* in ([\d.]+) s"
+)
+
+
+def test_the_scale_budget_replayed_on_the_recorded_1b_job_runs_its_corners_and_stops() -> None:
+    """AUTO_SCALE_BUDGET_S's evidence (its docstring): the cold default job on the 1.1B preset
+    as the H100 ran it without a budget (40 trials), replayed through the budget rule (no trial
+    starts once the budget has passed since the first began): the four corners start, no fifth
+    trial does, and the fastest trial of the whole run is among those that ran."""
+    trials = []
+    for line in RECORDED_1B_LOG.read_text().splitlines():
+        found = _TRIAL_LINE.match(line)
+        if found:
+            ended, number, state, value, seconds = found.groups()
+            start = float(ended) - float(seconds)
+            trials.append((int(number), start, float(ended), state, float(value or 0.0)))
+    assert [t[0] for t in trials] == list(range(len(trials))) and len(trials) >= 30
+    budget = search_budget(None, load_space("scale", cuda=True).name)
+    assert budget == AUTO_SCALE_BUDGET_S
+    deadline = trials[0][1] + budget
+    ran = [t for t in trials if t[1] <= deadline]
+    assert [t[0] for t in ran] == [0, 1, 2, 3]
+    assert max(t[4] for t in ran) == max(t[4] for t in trials)
+    # The trials end about 10 minutes into the job: the final round and profiles fit in 15.
+    assert ran[-1][2] < 11 * 60
+
+
 def test_only_a_single_objective_job_on_the_default_space_on_a_gpu_gets_a_default_patience() -> (
     None
 ):
@@ -646,6 +685,7 @@ def test_only_a_single_objective_job_on_the_default_space_on_a_gpu_gets_a_defaul
     assert search_patience(base, auto) == AUTO_PATIENCE == 4
     assert search_patience(dataclasses.replace(base, patience=3), auto) == 3
     assert search_patience(dataclasses.replace(base, patience=0), auto) == 0
+    assert search_patience(base, load_space("scale", cuda=True).name) == AUTO_PATIENCE
     assert search_patience(base, load_space("compile", cuda=True).name) is None
     assert search_patience(base, load_space("auto", cuda=False).name) is None
     pareto = dataclasses.replace(base, objectives=("throughput", "memory"))

@@ -9,7 +9,7 @@ import pytest
 
 from trainers import SYNC_MODES, ConfigError, LoopConfig, field_names
 from tuner.errors import SpaceError
-from tuner.search.defaults import AUTO_SEARCH_BUDGET_S
+from tuner.search.defaults import AUTO_SCALE_BUDGET_S, AUTO_SEARCH_BUDGET_S
 from tuner.search.options import RunOptions
 from tuner.search.search import search_budget
 from tuner.search.space import (
@@ -546,6 +546,8 @@ def test_only_the_default_space_on_a_gpu_gets_a_default_search_budget() -> None:
     auto = load_space("auto", cuda=True).name
     assert search_budget(None, auto) == AUTO_SEARCH_BUDGET_S == 240.0
     assert search_budget(30.0, auto) == 30.0
+    assert search_budget(None, load_space("scale", cuda=True).name) == AUTO_SCALE_BUDGET_S == 480.0
+    assert search_budget(60.0, load_space("scale", cuda=True).name) == 60.0
     assert search_budget(None, load_space("compile", cuda=True).name) is None
     assert search_budget(None, load_space("auto", cuda=False).name) is None
 
