@@ -171,10 +171,14 @@ def count_step_flops_by_linear(workload: Workload, device: torch.device) -> dict
         return _COUNTS[key]
     model = workload.model
     piece, factor = _one_sample(batch, workload.samples_per_batch)
-    piece = tuple(t.to(device) for t in piece)
+    # Counted where the model is: the count does not depend on the device (`benchmarks/peers.py
+    # --add-mfu` counts on a CPU), and a model not yet moved to `device` (a comparison that
+    # counts before its first run) would otherwise meet its inputs on another device.
+    where = next((p.device for p in model.parameters()), device)
+    piece = tuple(t.to(where) for t in piece)
     was_training = model.training
     grads = {p: p.grad for p in model.parameters()}
-    devices = [device] if device.type == "cuda" else []
+    devices = [where] if where.type == "cuda" else []
     linears: dict[str, int] = {}
     hooks = [
         module.register_forward_hook(_linear_counter(name, linears))

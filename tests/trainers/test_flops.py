@@ -43,6 +43,16 @@ def test_the_count_of_an_mlp_step_is_the_hand_count() -> None:
     assert count_step_flops(workload, torch.device("cpu")) == hand
 
 
+def test_the_count_runs_where_the_model_is() -> None:
+    """A comparison counts before its first run has moved the model to the GPU: the inputs go
+    where the model is (here a device the model is not on: meta), and the count is the same."""
+    widths, batch = [24, 40, 16, 10], 12
+    on_cpu = count_step_flops(_mlp_workload(widths, batch), torch.device("cpu"))
+    assert count_step_flops(_mlp_workload(widths, batch + 1), torch.device("meta")) == (
+        on_cpu * (batch + 1) // batch
+    )
+
+
 def test_the_count_leaves_the_model_as_it_was() -> None:
     workload = load_workload("mlp", "tiny", seed=3)  # has dropout: the count must draw nothing
     model = workload.model

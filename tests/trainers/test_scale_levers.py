@@ -230,3 +230,37 @@ def test_a_gate_reference_without_blocks_that_does_not_fit_runs_split() -> None:
         == trajectory(needs_micro_batches, "x", split, steps=6, device="cpu").losses
     )
     assert len(reference.losses) == 6
+
+
+def test_a_plain_step_that_did_not_fit_is_not_tried_again_in_the_process() -> None:
+    """Each attempt of a plain step that does not fit fills the device first; the gate runs the
+    reference up to seven times a check. After the first, the stand-in runs straight away, with
+    the same losses."""
+    from trainers.gate import trajectories
+
+    attempts: list[bool] = []
+
+    def counted(preset: str, *, seed: int) -> trainers.Workload:
+        built = _too_large(preset, seed=seed)
+        forward = built.model.forward
+
+        def forward_counted(x: torch.Tensor) -> torch.Tensor:
+            if torch.is_grad_enabled():  # a training forward, plain or checkpointed
+                attempts.append(all("forward" in vars(b) for b in built.model.blocks))
+            return forward(x)
+
+        built.model.forward = forward_counted  # type: ignore[method-assign]
+        return built
+
+    trajectories._PLAIN_DOES_NOT_FIT.clear()
+    first = trajectories.trajectory(counted, "y", trainers.REFERENCE, steps=3, device="cpu")
+    plain_first = attempts.count(False)  # the plain run (and the FLOP counts of each run)
+    assert plain_first >= 1 and attempts[-1] is True  # then checkpointed
+    attempts.clear()
+    again = trajectories.trajectory(counted, "y", trainers.REFERENCE, steps=3, device="cpu")
+    assert attempts.count(False) < plain_first and attempts[-1] is True
+    assert again.losses == first.losses
+    # Another shape (preset) is tried plain first.
+    attempts.clear()
+    trajectories.trajectory(counted, "z", trainers.REFERENCE, steps=3, device="cpu")
+    assert attempts.count(False) == plain_first

@@ -208,8 +208,10 @@ class Twin:
     ) -> Twin:
         """Run the eager twin of `config` (`twin_of`) twice."""
         twin_config, capturable = twin_of(config)
-        runs = [
-            trajectory(
+        runs = []
+        for _ in range(2):
+            # Losses only: each trained model leaves the device before the next run.
+            run = trajectory(
                 workload,
                 preset,
                 twin_config,
@@ -219,9 +221,9 @@ class Twin:
                 capturable=capturable,
                 precision=precision,
             )
-            for _ in range(2)
-        ]
-        first, second = runs[0].losses, runs[1].losses
+            runs.append((run.losses, run.strict))
+            del run
+        (first, first_strict), (second, second_strict) = runs
         differ = _first_difference(second, first)
         largest, _, _ = _per_step(second, first)
         return cls(
@@ -230,7 +232,7 @@ class Twin:
             losses=tuple(first),
             reproducible=differ is None and len(first) == len(second),
             first_difference=differ,
-            strict=runs[0].strict and runs[1].strict,
+            strict=first_strict and second_strict,
             max_abs_difference=largest,
         )
 

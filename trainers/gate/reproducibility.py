@@ -227,10 +227,13 @@ def measure(
     if reference is None:
         first = trajectory(factory, preset, REFERENCE, **common)
         reference, strict = first.losses, first.strict
+        del first  # its trained model leaves the device before the second run
     started = time.perf_counter()
     second = trajectory(factory, preset, REFERENCE, **common)
     seconds = time.perf_counter() - started
-    differ, largest = _differences(second.losses, reference)
+    losses, second_strict = second.losses, second.strict
+    del second  # before the capture's runs
+    differ, largest = _differences(losses, reference)
     graph = _capture(factory, preset, common) if capture and dev.type == "cuda" else {}
     return Reproducibility(
         workload=workload_key(workload, preset) or str(getattr(factory, "__name__", "?")),
@@ -242,7 +245,7 @@ def measure(
         reproducible=differ is None,
         first_difference=differ,
         max_abs_difference=largest,
-        strict=strict and second.strict and mode == "strict",
+        strict=strict and second_strict and mode == "strict",
         seconds=seconds,
         **graph,
     )
@@ -252,11 +255,11 @@ def _capture(factory: WorkloadFactory, preset: str, common: Mapping[str, Any]) -
     """The reference loop as a whole-step graph against its eager twin (the same loop with the
     capturable optimizer): the probe's `graph_*` fields."""
     try:
-        twin = trajectory(factory, preset, REFERENCE, capturable=True, **common)
-        graph = trajectory(factory, preset, REFERENCE.replace(cuda_graph=True), **common)
+        twin = trajectory(factory, preset, REFERENCE, capturable=True, **common).losses
+        graph = trajectory(factory, preset, REFERENCE.replace(cuda_graph=True), **common).losses
     except (RuntimeError, TrainerError) as exc:
         return {"graph_error": f"{type(exc).__name__}: {exc}"[:300]}
-    differ, largest = _differences(graph.losses, twin.losses)
+    differ, largest = _differences(graph, twin)
     return {
         "graph_replays_twin": differ is None,
         "graph_first_difference": differ,

@@ -94,7 +94,9 @@ def _study(searched: dict[str, float] | None = None) -> optuna.Study:
 
 
 def _decide(
-    searched: dict[str, float] | None = None, **changes: Any
+    searched: dict[str, float] | None = None,
+    parity: Any = _passed,
+    **changes: Any,
 ) -> tuple[optuna.Study, Scripted, Any]:
     study = _study(searched)
     measurer = Scripted()
@@ -106,7 +108,7 @@ def _decide(
         options,
         progress=Quiet(),
         baselines=BASELINES,
-        parity=_passed,
+        parity=parity,
         clock=clock,
     )
     # Every run's seconds, and the (here instant) graph floor.
@@ -170,3 +172,38 @@ def test_with_a_planned_run_length_every_config_runs_every_round() -> None:
     assert measurer.runs[config_key(SLOW)] == 3
     assert measurer.runs[config_key(FAST)] == 3
     assert rec.source == "trial-0"
+
+
+class Gates:
+    """The gate as the final round calls it: every verdict passes, each call is counted."""
+
+    def __init__(self, failing: LoopConfig | None = None) -> None:
+        self.asked: Counter[str] = Counter()
+        self.failing = failing
+
+    def __call__(self, config: LoopConfig, precision: str | None = None) -> GateVerdict:
+        self.asked[config_key(config)] += 1
+        verdict = _passed(config)
+        if config == self.failing:
+            fields = dataclasses.replace(verdict.verdict, passed=False, reason="planted")
+            return dataclasses.replace(verdict, verdict=fields)
+        return verdict
+
+
+def test_configs_that_cannot_tie_with_the_winner_are_not_gated() -> None:
+    """The baselines (100 and 101 samples/s) and the slow config (50) cannot tie with the fast
+    one (200): only its gate runs; where the fastest fails the gate, the next fastest are gated;
+    with a planned run length every config is."""
+    gates = Gates()
+    _, _, rec = _decide(parity=gates)
+    assert rec.source == "trial-0" and set(gates.asked) == {config_key(FAST)}
+    gates = Gates(failing=FAST)
+    _, _, rec = _decide(parity=gates)
+    # The seed baseline (101) leads once FAST is out; the PyTorch default (100) ties with it.
+    assert rec.config == BASELINES["pytorch-default"].to_dict() or rec.config == (
+        BASELINES["seed-baseline"].to_dict()
+    )
+    assert {config_key(c) for c in BASELINES.values()} <= set(gates.asked)
+    gates = Gates()
+    _decide(parity=gates, train_steps=1000)
+    assert set(gates.asked) == {config_key(c) for c in (FAST, SLOW, *BASELINES.values())}
