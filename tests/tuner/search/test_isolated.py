@@ -3,11 +3,13 @@ CPU."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from trainers import Envelope, LoopConfig
 from tuner.evidence.trace import CPU_NOTE
-from tuner.search.isolated import ParityProcess, ProfileProcess
+from tuner.search.isolated import ChildProcess, ParityProcess, ProfileProcess
 
 
 @pytest.mark.slow
@@ -56,3 +58,26 @@ def test_profiles_in_a_child_process_come_back_whole() -> None:
         assert prof.steps == 3 and prof.step_ms > 0.0
         # The trace travels back with the figures, compressed.
         assert any(e.get("ph") == "X" for e in prof.trace()["traceEvents"])
+
+
+def _pid() -> int:
+    return os.getpid()
+
+
+def _fail() -> None:
+    raise RuntimeError("CUDA out of memory (planted)")
+
+
+def test_a_child_whose_call_raised_is_replaced_by_a_new_one() -> None:
+    """What a failed call leaves (allocator blocks, pushed hooks) must not reach the next call:
+    the child is ended, the next call starts another; a call that succeeds keeps its child."""
+    child = ChildProcess()
+    try:
+        first = child.call(_pid)
+        assert child.call(_pid) == first
+        with pytest.raises(RuntimeError, match="planted"):
+            child.call(_fail)
+        second = child.call(_pid)
+        assert second != first and child.call(_pid) == second
+    finally:
+        child.close()
