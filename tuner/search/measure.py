@@ -229,6 +229,7 @@ class Measurer:
                 return True
             return on_window(index, workload.samples_per_batch / (window.step_ms / 1e3))
 
+        failure: Failure | None = None
         try:
             result = trainers.run(
                 workload,
@@ -241,17 +242,28 @@ class Measurer:
                 precision=self.precision,
             )
         except Exception as exc:  # noqa: BLE001 - every failure is recorded, none ends the study
-            return self._failure(exc, time.perf_counter() - started)
+            failure = self._failure(exc, time.perf_counter() - started)
+        # After the except block: the failed run's traceback, which holds its tensors, is gone.
+        self._give_back(workload)
+        if failure is not None:
+            return failure
         self._basis[self.precision] = result
-        measured = _measured(result, time.perf_counter() - started)
+        return _measured(result, time.perf_counter() - started)
+
+    def _give_back(self, workload: Workload) -> None:
+        """Between runs this process holds no GPU memory for the model: the parity and profile
+        children run next, on the same GPU, in their own processes. On the 1.1B preset (8 x 2048
+        tokens, a 43-56 GB step) the gate's plain reference ran out of memory in the child while
+        this process still held its allocator's cache (H100, 2026-11-25); at 16 x 2048 the gate
+        could not run a 66-71 GB config beside the 18.6 GB this process then kept: the weights,
+        their gradients and more (2026-11-26). The next run starts from `_initial` anyway, and
+        moves the model back (1.1B weights: about a second each way)."""
+        for param in workload.model.parameters():
+            param.grad = None
         if self.device.type == "cuda":
-            # The parity and profile children run next, on the same GPU, in their own
-            # processes: what this run's allocator cached is theirs to use. On the 1.1B preset
-            # (8 x 2048 tokens, a 43-56 GB step) the gate's plain reference ran out of memory in
-            # the child while this process still held its cache (H100, 2026-11-25).
+            workload.model.to("cpu")
             gc.collect()
             torch.cuda.empty_cache()
-        return measured
 
     def utilisation(
         self, step_ms: float, *, precision: str | None = None

@@ -70,3 +70,22 @@ def test_the_recommendation_keeps_utilisation_and_headroom_through_its_json() ->
     no_peak = {"tflops": 1.0, "mfu": None, "note": "CPU run"}
     assert utilisation_text(no_peak) == "1.0 TFLOP/s; no MFU: CPU run"
     assert utilisation_text(None) is None
+
+
+def test_between_runs_the_measuring_process_keeps_no_gradients() -> None:
+    """The gate and the profiles run next in their own processes on the same GPU: the measured
+    model keeps no gradients (at 1.1B, 4.4 GB), after a run and after a failed one, and the
+    next run runs all the same."""
+    from tuner.search.measure import Measured, Measurer, Protocol
+
+    measurer = Measurer(
+        "mlp", "tiny", device="cpu", protocol=Protocol(warmup=1, windows=2, window_steps=3)
+    )
+    first = measurer.measure(LoopConfig())
+    assert isinstance(first, Measured)
+    assert all(p.grad is None for p in measurer.workload.model.parameters())
+    failed = measurer.measure(LoopConfig(compile_scope="blocks", compile="default"))
+    assert not isinstance(failed, Measured)  # mlp has no blocks: refused, recorded
+    assert all(p.grad is None for p in measurer.workload.model.parameters())
+    again = measurer.measure(LoopConfig())
+    assert isinstance(again, Measured) and len(again.throughputs) == len(first.throughputs)
