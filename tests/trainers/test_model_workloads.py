@@ -149,6 +149,24 @@ def test_parity_holds_for_an_eager_config(case: Case) -> None:
     assert verdict.passed, verdict.reason
 
 
+@pytest.mark.parametrize("case", cases([VISION[0], VISION[3], TEXT[1], TEXT[2]]))
+def test_the_gate_reuses_one_build_of_a_library_model_with_the_same_losses(case: Case) -> None:
+    """The gate's processes build each (preset, seed) once (`ReusedBuilds`): a library model's
+    workload copies (no closure over the build) and every run from a copy trains like a run
+    from a fresh build, bit for bit on the CPU."""
+    from trainers.gate import Perturbation, trajectory
+    from trainers.workloads.reuse import ReusedBuilds
+
+    pytest.importorskip(case.library)
+    factory = resolve_factory(case.name, case.model_args)
+    reused = ReusedBuilds(factory)
+    for perturbation in (None, Perturbation(seed=1, eps=2.0**-7), None):
+        common = {"steps": 3, "device": "cpu", "perturbation": perturbation}
+        fresh = trajectory(factory, "tiny", LoopConfig(), **common).losses  # type: ignore[arg-type]
+        assert trajectory(reused, "tiny", LoopConfig(), **common).losses == fresh  # type: ignore[arg-type]
+    assert (reused.builds, reused.copies, reused.reason) == (1, 2, None)
+
+
 class HostReads(TorchDispatchMode):
     """Records every op that reads a tensor's value on the host (`.item()`, `bool(t)`), has a
     data-dependent output shape, or makes a tensor from host data (`torch.tensor(0.0,
