@@ -81,6 +81,9 @@ class Utilisation:
     """tflops / the GPU's dense peak for the run's precision, 0..1 (None: see note)."""
     peak_tflops: float | None
     note: str | None
+    recompute_share: float | None = None
+    """FLOPs the step computes again for activation checkpointing, as a share of the model's
+    (`count_recompute_flops`): compute the step does beyond what MFU counts. None: not counted."""
 
 
 def utilisation(
@@ -167,8 +170,36 @@ def count_step_flops_by_linear(workload: Workload, device: torch.device) -> dict
     """
     batch = _first_batch(workload)
     key = (workload.name, workload.preset, _shape_key(batch))
-    if key in _COUNTS:
-        return _COUNTS[key]
+    if key not in _COUNTS:
+        _COUNTS[key] = _counted(workload, batch, device)
+    return _COUNTS[key]
+
+
+def count_recompute_flops(workload: Workload, config: Any, device: torch.device) -> int:
+    """FLOPs a step of `config` computes a second time in its backward (activation
+    checkpointing: the checkpointed blocks' forward, or with `selective` only what its policy
+    does not keep), counted like `count_step_flops`: the step with the config's checkpointing
+    applied, less the model's FLOPs. 0 without checkpointing. MFU leaves them out (they are not
+    model FLOPs); their share of the model's is what a checkpointing config pays in compute."""
+    if config.activation_checkpointing == "none":
+        return 0
+    from trainers.recompute import apply_block_levers  # trainers.recompute imports workloads
+
+    batch = _first_batch(workload)
+    levers = (config.activation_checkpointing, config.checkpoint_share)
+    key = (workload.name, workload.preset, _shape_key(batch), *levers)
+    if key not in _COUNTS:
+        # Checkpointing only: a compiled block would be compiled for nothing here.
+        undo = apply_block_levers(workload, config.replace(compile="none", compile_scope="model"))
+        try:
+            _COUNTS[key] = _counted(workload, batch, device)
+        finally:
+            undo()
+    return max(0, _COUNTS[key][""] - count_step_flops(workload, device))
+
+
+def _counted(workload: Workload, batch: Batch, device: torch.device) -> dict[str, int]:
+    """One uncached count (`count_step_flops_by_linear`)."""
     model = workload.model
     piece, factor = _one_sample(batch, workload.samples_per_batch)
     # Counted where the model is: the count does not depend on the device (`benchmarks/peers.py
@@ -198,7 +229,6 @@ def count_step_flops_by_linear(workload: Workload, device: torch.device) -> dict
             param.grad = grad
     counts = {"": int(counter.get_total_flops()) * factor}
     counts.update({name: flops * factor for name, flops in linears.items()})
-    _COUNTS[key] = counts
     return counts
 
 

@@ -47,7 +47,9 @@ class Recommendation(BaseModel):
     utilisation: dict[str, Any] | None = Field(
         default=None,
         description="model FLOPs of the recommended step: tflops, mfu (0..1; null on a CPU or "
-        "an unknown GPU), peak_tflops and a note saying what the MFU is counted against",
+        "an unknown GPU), peak_tflops, a note saying what the MFU is counted against, and "
+        "recompute_share (FLOPs its activation checkpointing computes again, a share of the "
+        "model's; not in the MFU)",
     )
     verdicts: dict[str, Any] | None = Field(
         default=None,

@@ -124,7 +124,9 @@ class Recommendation:
     peak_memory_bytes: int | None = None
     utilisation: dict[str, Any] | None = None
     """Model FLOPs of the recommended step: `tflops`, `mfu` (0..1; None on a CPU or an unknown
-    GPU), `peak_tflops` and `note` (what the MFU is counted against, or why there is none)."""
+    GPU), `peak_tflops`, `note` (what the MFU is counted against, or why there is none) and
+    `recompute_share` (FLOPs its activation checkpointing computes again, a share of the
+    model's: compute beyond the MFU)."""
     device_memory_bytes: int | None = None
     """The device's total memory: the recommendation's headroom is this less its peak."""
     speedup: dict[str, Interval] = dataclasses.field(default_factory=dict)
@@ -316,14 +318,18 @@ class Recommendation:
 
 
 def utilisation_text(use: Mapping[str, Any] | None) -> str | None:
-    """'412.3 TFLOP/s, 41.7 % MFU (against the H100 SXM dense bf16 peak, 989 TFLOP/s)'; the
-    reason where there is no MFU; None without a FLOP count."""
+    """'412.3 TFLOP/s, 41.7 % MFU (against the H100 SXM dense bf16 peak, 989 TFLOP/s)', with
+    '; recomputes 11.2 % more FLOPs' for a checkpointing config; the reason where there is no
+    MFU; None without a FLOP count."""
     if not use or use.get("tflops") is None:
         return None
     rate = f"{use['tflops']:.1f} TFLOP/s"
+    again = use.get("recompute_share")
+    # Checkpointing's recomputation is compute the step does that MFU does not count.
+    extra = f"; recomputes {100 * again:.1f} % more FLOPs" if again else ""
     if use.get("mfu") is None:
-        return f"{rate}; no MFU: {use.get('note')}"
-    return f"{rate}, {100 * use['mfu']:.1f} % MFU ({use.get('note')})"
+        return f"{rate}; no MFU: {use.get('note')}{extra}"
+    return f"{rate}, {100 * use['mfu']:.1f} % MFU ({use.get('note')}){extra}"
 
 
 def memory_text(peak: int | None, total: int | None) -> str | None:

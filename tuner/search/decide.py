@@ -471,7 +471,7 @@ def _recommend(
         throughput=Interval(median=best.median, ci95=best.ci95),
         step_ms=step_ms,
         peak_memory_bytes=best.memory_bytes,
-        utilisation=_utilisation(measurer, step_ms, chosen),
+        utilisation=_utilisation(measurer, step_ms, chosen, configs[best.name]),
         device_memory_bytes=measurer.device_memory_bytes(),
         speedup={name: _speedup(best, samples[name]) for name in baselines if samples[name]},
         ties=tuple(_entry(m, configs[m.name], precisions) for m in decision.ties),
@@ -535,12 +535,12 @@ def _break_even(extra_setup_s: float, step_s: float, baseline_step_s: float) -> 
 
 
 def _utilisation(
-    measurer: Measurer, step_ms: float, precision: str | None
+    measurer: Measurer, step_ms: float, precision: str | None, config: LoopConfig
 ) -> dict[str, Any] | None:
     use = (
-        measurer.utilisation(step_ms)
+        measurer.utilisation(step_ms, config=config)
         if precision is None
-        else measurer.utilisation(step_ms, precision=precision)
+        else measurer.utilisation(step_ms, precision=precision, config=config)
     )
     return None if use is None else dataclasses.asdict(use)
 

@@ -26,6 +26,7 @@ import torch
 
 import trainers
 from trainers import LoopConfig, RunResult, Window, Workload
+from trainers.flops import count_recompute_flops
 from trainers.gate import floor_applies
 from trainers.program import PREFIX as PROGRAM_PREFIX
 from trainers.program import Program, find_program, run_distributed, run_program
@@ -266,23 +267,32 @@ class Measurer:
             torch.cuda.empty_cache()
 
     def utilisation(
-        self, step_ms: float, *, precision: str | None = None
+        self,
+        step_ms: float,
+        *,
+        precision: str | None = None,
+        config: LoopConfig | None = None,
     ) -> trainers.Utilisation | None:
         """Achieved TFLOP/s and MFU of a step of `step_ms` on this workload and device, in
         `precision` (None: the study's); None before a complete run in it, or for a program
-        (its FLOPs are not counted here)."""
+        (its FLOPs are not counted here). With `config`, also the share of FLOPs its activation
+        checkpointing computes again (`recompute_share`, counted once per lever setting)."""
         if precision is not None and precision != self.precision:
-            return self._in(precision).utilisation(step_ms)
+            return self._in(precision).utilisation(step_ms, config=config)
         basis = self._basis.get(self.precision)
         if basis is None:
             return None
-        return trainers.utilisation(
+        use = trainers.utilisation(
             basis.flops_per_step,
             step_ms,
             gpu_name=basis.fingerprint.get("gpu"),
             precision=basis.precision,
             matmul_precision=basis.matmul_precision,
         )
+        if config is None or not basis.flops_per_step or self.program is not None:
+            return use
+        again = count_recompute_flops(self.workload, config, self.device)
+        return dataclasses.replace(use, recompute_share=again / basis.flops_per_step)
 
     def device_memory_bytes(self) -> int | None:
         """The device's total memory (None on a CPU): what a peak's headroom is counted from."""

@@ -5,11 +5,15 @@ workload raises the error CUDA raises (`torch.cuda.OutOfMemoryError`, present in
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+
+import pytest
+import torch
 
 from tests.tuner import workloads_for_tests as broken
 from tests.tuner.tiny import WORKLOADS, load, options, run_json, sqlite_url
-from trainers import LoopConfig
+from trainers import LoopConfig, load_workload
 from tuner.evidence.recommendation import Recommendation, memory_text, utilisation_text
 from tuner.search.measure import oom_reason
 
@@ -89,3 +93,33 @@ def test_between_runs_the_measuring_process_keeps_no_gradients() -> None:
     assert all(p.grad is None for p in measurer.workload.model.parameters())
     again = measurer.measure(LoopConfig())
     assert isinstance(again, Measured) and len(again.throughputs) == len(first.throughputs)
+
+
+def test_a_checkpointing_config_shows_what_its_step_computes_again() -> None:
+    """MFU counts the model's FLOPs; a config that checkpoints its blocks computes their forward
+    again in the backward. Its utilisation (the recommendation's) says how much more, counted on
+    the real step."""
+    from trainers.flops import count_recompute_flops, count_step_flops
+    from tuner.search.measure import Measured, Measurer, Protocol
+
+    cpu = torch.device("cpu")
+    protocol = Protocol(warmup=1, windows=2, window_steps=2)
+    measurer = Measurer("transformer", "tiny", device="cpu", protocol=protocol)
+    config = LoopConfig(activation_checkpointing="blocks")
+    measured = measurer.measure(config)
+    assert isinstance(measured, Measured)
+    use = measurer.utilisation(measured.step_ms, config=config)
+    workload = load_workload("transformer", "tiny")
+    expected = count_recompute_flops(workload, config, cpu) / count_step_flops(workload, cpu)
+    assert use is not None and 0.0 < use.recompute_share == pytest.approx(expected)  # type: ignore[operator]
+    text = utilisation_text(dataclasses.asdict(use)) or ""
+    assert f"; recomputes {100 * expected:.1f} % more FLOPs" in text
+    plain = measurer.utilisation(measured.step_ms, config=LoopConfig())
+    assert plain is not None and plain.recompute_share == 0.0
+    assert "recomputes" not in (utilisation_text(dataclasses.asdict(plain)) or "")
+    # Selective checkpointing keeps the matmuls' outputs: nothing counted is computed again.
+    assert (
+        count_recompute_flops(workload, LoopConfig(activation_checkpointing="selective"), cpu) == 0
+    )
+    half = count_recompute_flops(workload, config.replace(checkpoint_share=0.5), cpu)
+    assert 0 < half < count_recompute_flops(workload, config, cpu)
