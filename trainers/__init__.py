@@ -25,7 +25,7 @@ from trainers.errors import (
     WorkloadError,
 )
 from trainers.fit import FitResult, Trainer, warmup_cosine, workload_from_parts
-from trainers.flops import Utilisation, utilisation
+from trainers.flops import Utilisation, count_recompute_flops, utilisation
 from trainers.gate import (
     GRAPH_RTOL,
     Envelope,
@@ -57,6 +57,7 @@ from trainers.settings import ENV_PREFIX, config_from_env, load_config, load_pre
 from trainers.workloads import (
     BUILTIN,
     PRESETS,
+    ReusedBuilds,
     Workload,
     catalog,
     load_workload,
@@ -86,6 +87,7 @@ __all__ = [
     "MatmulPrecision",
     "ParityVerdict",
     "Precision",
+    "ReusedBuilds",
     "RunResult",
     "Trainer",
     "TrainerError",
@@ -105,6 +107,7 @@ __all__ = [
     "check_setting",
     "compile_cache_dir",
     "config_from_env",
+    "count_recompute_flops",
     "field_names",
     "fingerprint",
     "fingerprint_key",

@@ -22,6 +22,7 @@ from trainers.workloads.base import (
     disable_dropout,
 )
 from trainers.workloads.options import Family, OptionSpec, key_of
+from trainers.workloads.reuse import ReusedBuilds
 
 BUILTIN: Mapping[str, WorkloadFactory] = {
     "transformer": transformer.build,
@@ -121,6 +122,7 @@ __all__ = [
     "BoundFactory",
     "Family",
     "OptionSpec",
+    "ReusedBuilds",
     "SyntheticBatches",
     "Workload",
     "WorkloadFactory",

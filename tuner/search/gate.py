@@ -29,8 +29,7 @@ import trainers
 from trainers import LoopConfig
 from trainers.gate import Envelope, ParityVerdict, Twin, gate, parity_losses, required_test
 from trainers.program import Program, program_parity
-from trainers.workloads import WorkloadFactory
-from trainers.workloads.reuse import ReusedBuilds
+from trainers.workloads import ReusedBuilds, WorkloadFactory
 from tuner.store.jsonsafe import json_safe_dict
 from tuner.store.phases import GATE_CONFIG, GATE_ENVELOPE, GATE_REFERENCE, GATE_TWIN
 

@@ -25,7 +25,6 @@ from typing import Any, TypeVar
 
 import trainers
 from trainers import LoopConfig
-from trainers.workloads.reuse import ReusedBuilds
 from tuner.evidence import trace
 from tuner.search.gate import GateRun, run_parts
 
@@ -78,17 +77,17 @@ def _gate(
         _give_back_memory()
 
 
-_BUILDS: dict[tuple[str, tuple[tuple[str, str], ...]], ReusedBuilds] = {}
+_BUILDS: dict[tuple[str, tuple[tuple[str, str], ...]], trainers.ReusedBuilds] = {}
 
 
-def _reused_builds(workload: str, model_args: dict[str, str]) -> ReusedBuilds:
+def _reused_builds(workload: str, model_args: dict[str, str]) -> trainers.ReusedBuilds:
     """The factory of `workload`, building each (preset, seed) once in this child: the gate's ten
     or so runs per config start from copies (`trainers.workloads.reuse`). One workload's pristine
     copy is kept at a time: another workload's replaces it."""
     key = (workload, tuple(sorted(model_args.items())))
     if key not in _BUILDS:
         _BUILDS.clear()
-        _BUILDS[key] = ReusedBuilds(trainers.resolve_factory(workload, model_args))
+        _BUILDS[key] = trainers.ReusedBuilds(trainers.resolve_factory(workload, model_args))
     return _BUILDS[key]
 
 

@@ -26,7 +26,6 @@ import torch
 
 import trainers
 from trainers import LoopConfig, RunResult, Window, Workload
-from trainers.flops import count_recompute_flops
 from trainers.gate import floor_applies
 from trainers.program import PREFIX as PROGRAM_PREFIX
 from trainers.program import Program, find_program, run_distributed, run_program
@@ -291,7 +290,7 @@ class Measurer:
         )
         if config is None or not basis.flops_per_step or self.program is not None:
             return use
-        again = count_recompute_flops(self.workload, config, self.device)
+        again = trainers.count_recompute_flops(self.workload, config, self.device)
         return dataclasses.replace(use, recompute_share=again / basis.flops_per_step)
 
     def device_memory_bytes(self) -> int | None:
