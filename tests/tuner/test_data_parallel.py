@@ -195,10 +195,11 @@ def test_a_two_process_study_tunes_end_to_end_through_the_cli(tmp_path: Path) ->
     study = optuna.load_study(study_name=rec["study"], storage=storage)
     trial = study.trials[0]
     assert trial.user_attrs["config"]["parallel"] in ("ddp", "fsdp2")
-    # Every trial and baseline went through the data-parallel gate: the ranks agreed and the
-    # losses stayed inside the single-process envelope.
+    # The trial, and each final-round entry that could tie with the fastest (a baseline that
+    # cannot is not gated: `decide._eligible`), went through the data-parallel gate: the ranks
+    # agreed and the losses stayed inside the single-process envelope.
     verdicts = [v for k, v in study.user_attrs.items() if k.startswith(keys.PARITY_PREFIX)]
-    assert len(verdicts) == 3
+    assert 1 <= len(verdicts) <= 3
     for verdict in verdicts:
         assert "the ranks agree (world size 2, gloo" in verdict["reason"], verdict["reason"]
         assert verdict["test"] == "equivalence"
