@@ -146,7 +146,7 @@ class ChildProcess:
     A call that raises ends its child; the next call starts a new one. What a failure leaves in
     a process outlives the call: on the 1.1B preset at 16 x 2048 tokens a gate run that ran out of
     memory left its child holding 60 GB of the H100's 80, and every trial of the job after it
-    ran out of memory too (docs/benchmarks/raw/default-job-h100-2026-11-26-llama-1b-large-*);
+    ran out of memory too (docs/benchmarks/raw/default-job-h100-2026-11-26-llama-1b-130e597/);
     at 3643f53 a failed checkpointed block left its hooks pushed for every later run."""
 
     def __init__(self) -> None:
