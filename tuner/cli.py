@@ -13,7 +13,13 @@ from rich.console import Console
 
 from tuner.errors import SpaceError, TunerError
 from tuner.evidence import progress
-from tuner.search.defaults import AUTO_PATIENCE, AUTO_SCALE_BUDGET_S, AUTO_SEARCH_BUDGET_S
+from tuner.search.defaults import (
+    AUTO_PATIENCE,
+    AUTO_SCALE_BUDGET_S,
+    AUTO_SEARCH_BUDGET_S,
+    DEFAULT_WINDOW_STEPS,
+    SCALE_WINDOW_STEPS,
+)
 
 # Each command imports what it needs when it runs: importing torch, Optuna and scipy takes 3-7 s
 # on a 2-core machine, and `run` prints its first progress line before that (issue 29).
@@ -311,7 +317,13 @@ BaselineEvery = Annotated[
 ParitySteps = Annotated[int, typer.Option(help="Steps of each parity check.")]
 Warmup = Annotated[int, typer.Option(help="Untimed steps per measurement.")]
 Windows = Annotated[int, typer.Option(help="Timed windows per measurement.")]
-WindowSteps = Annotated[int, typer.Option(help="Steps per timed window.")]
+WindowSteps = Annotated[
+    int | None,
+    typer.Option(
+        help=f"Steps per timed window (default: {DEFAULT_WINDOW_STEPS}; {SCALE_WINDOW_STEPS} on "
+        "the scale space, models of 250M parameters and more on a GPU, whose steps are long)."
+    ),
+]
 Sampler = Annotated[str, typer.Option(help="tpe or random.")]
 Seed = Annotated[int, typer.Option(help="Seed of the sampler, weights and data.")]
 TrainSteps = Annotated[
@@ -389,7 +401,7 @@ def run_(
     parity_steps: ParitySteps = 20,
     warmup: Warmup = 10,
     windows: Windows = 5,
-    window_steps: WindowSteps = 20,
+    window_steps: WindowSteps = None,
     sampler: Sampler = "tpe",
     seed: Seed = 0,
     matmul_precision: MatmulPrecision = "highest",
@@ -477,9 +489,12 @@ def _run_options(flags: dict[str, Any], workload: str) -> RunOptions:
         protocol=Protocol(
             warmup=flags["warmup"],
             windows=flags["windows"],
-            window_steps=flags["window_steps"],
+            window_steps=(
+                DEFAULT_WINDOW_STEPS if flags["window_steps"] is None else flags["window_steps"]
+            ),
             seed=flags["seed"],
         ),
+        auto_window_steps=flags["window_steps"] is None,
         nproc_per_node=flags["nproc_per_node"],
     )
 

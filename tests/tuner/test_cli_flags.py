@@ -25,6 +25,7 @@ OWNERS: dict[str, Any] = {
 # Fields without a flag of their own, and why.
 NO_FLAG = {
     "protocol": "RunOptions' measurement protocol: its fields are flags (--warmup, --windows, ...)",
+    "auto_window_steps": "set where --window-steps is not given",
     # Newer levers of LoopConfig: searched by the space and pinned with --fix NAME=VALUE.
     "micro_batches": "--fix",
     "activation_checkpointing": "--fix",
@@ -47,6 +48,8 @@ OWN_DEFAULTS = {
     # None typed: the CPU's own default where not given (`cli._cpu_defaults`), else the owner's.
     ("run", "final_rounds"),
     ("run", "profile"),
+    # None typed: the scale space's window where not given (`search.measurement_protocol`).
+    ("run", "window_steps"),
 }
 
 
@@ -97,10 +100,25 @@ def test_where_run_and_train_have_a_fields_flag_its_default_is_the_owners() -> N
                 continue  # the owner has no default (workload, preset): the command picks one
             assert options[flag].default == owner, (command, flag, options[flag].default, owner)
             checked.append((command, name))
-    assert ("run", "trials") in checked and ("run", "window_steps") in checked
+    assert ("run", "trials") in checked and ("run", "windows") in checked
     assert ("train", "num_streams") in checked and ("train", "compile") in checked
 
 
 def test_a_wrong_default_would_be_seen() -> None:
     assert _options("run")["--trials"].default == RunOptions(workload="w", preset="p").trials
     assert _fields()["trials"] != 41
+
+
+def test_run_leaves_the_window_to_the_job_only_when_not_given() -> None:
+    from tuner import cli
+    from tuner.search.defaults import DEFAULT_WINDOW_STEPS
+
+    flags = {p.name: p.default for p in COMMANDS["run"].params if p.name is not None}
+    default = cli._run_options(flags, "mlp")
+    assert default.auto_window_steps is True
+    assert default.protocol.window_steps == DEFAULT_WINDOW_STEPS
+    given = cli._run_options(flags | {"window_steps": 7}, "mlp")
+    assert (given.auto_window_steps, given.protocol.window_steps) == (False, 7)
+    # Given as the default's own value, it is still the user's choice: kept on the scale space.
+    same = cli._run_options(flags | {"window_steps": DEFAULT_WINDOW_STEPS}, "mlp")
+    assert same.auto_window_steps is False

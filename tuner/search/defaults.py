@@ -1,6 +1,20 @@
 """The default GPU job's stopping rules, in a module without imports: `python -m tuner run --help`
 names them before PyTorch loads (`tuner.cli`), and `tuner.search.search` applies them."""
 
+DEFAULT_WARMUP = 10
+DEFAULT_WINDOWS = 5
+DEFAULT_WINDOW_STEPS = 20
+"""A measurement: DEFAULT_WARMUP untimed steps, then DEFAULT_WINDOWS timed windows of
+DEFAULT_WINDOW_STEPS steps (`tuner.search.measure.Protocol`)."""
+SCALE_WINDOW_STEPS = 10
+"""Steps per timed window on the scale space given no --window-steps. A step of the 1.1B preset
+takes 225-350 ms on an H100, so the default 110-step measurement cost 25-40 s and a default job
+measures 11 times or more (two baselines, four corners, the final round's five): about 5 minutes
+of the 979 s the job took at 130e597. Ten steps make a window of 2-4 s, 100-300x the timer's
+resolution; the run-to-run spread there was 0.2 % (CI 225.2-225.6 ms over 20-step windows); and
+ten is the default loss-read cadence (event every 10), so every window holds the same number of
+reads. A model under 250M parameters keeps DEFAULT_WINDOW_STEPS: its steps take 2-40 ms, and a
+window of 20 is 40-800 ms."""
 AUTO_SEARCH_BUDGET_S = 240.0
 """The search budget of a job on the default space on a GPU given no --timeout: trials stop
 starting after it (a trial under way finishes), then the final round runs (about 75 s on

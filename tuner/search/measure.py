@@ -29,6 +29,7 @@ from trainers import LoopConfig, RunResult, Window, Workload
 from trainers.gate import floor_applies
 from trainers.program import PREFIX as PROGRAM_PREFIX
 from trainers.program import Program, find_program, run_distributed, run_program
+from tuner.search.defaults import DEFAULT_WARMUP, DEFAULT_WINDOW_STEPS, DEFAULT_WINDOWS
 
 # The search tries up to 4 workers on any machine; the DataLoader's advice against it is noise here.
 warnings.filterwarnings("ignore", message="This DataLoader will create")
@@ -38,11 +39,6 @@ PRECISIONS = trainers.MATMUL_PRECISIONS
 set_matmul_precision = trainers.set_matmul_precision
 """The one setter of the process's matmul precision, `trainers.set_matmul_precision`; named here
 for the modules that import it from the measurement."""
-
-
-DEFAULT_WARMUP = 10
-DEFAULT_WINDOWS = 5
-DEFAULT_WINDOW_STEPS = 20
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)

@@ -92,6 +92,10 @@ class RunOptions:
     more, `precision` is a dimension of every trial, and a trial in another precision than
     `precision` is judged by equivalence against it. None: `precision` alone, as before."""
     protocol: Protocol = dataclasses.field(default_factory=Protocol)
+    auto_window_steps: bool = False
+    """True where the user did not set the protocol's window length (`run` without
+    --window-steps): the scale space then times windows of SCALE_WINDOW_STEPS steps
+    (`tuner.search.search.measurement_protocol`); False keeps `protocol` as given."""
     nproc_per_node: int = 1
     """Processes per trial on this node (1..8): above 1, every measurement is a torchrun launch
     of N processes (one per GPU; gloo on a CPU), the data-parallel levers are searched and the

@@ -52,9 +52,14 @@ from tuner.evidence.recommendation import Recommendation
 from tuner.search import decide, profiling
 from tuner.search.baselines import Baselines, now
 from tuner.search.children import open_children
-from tuner.search.defaults import AUTO_PATIENCE, AUTO_SCALE_BUDGET_S, AUTO_SEARCH_BUDGET_S
+from tuner.search.defaults import (
+    AUTO_PATIENCE,
+    AUTO_SCALE_BUDGET_S,
+    AUTO_SEARCH_BUDGET_S,
+    SCALE_WINDOW_STEPS,
+)
 from tuner.search.gate import GateVerdict
-from tuner.search.measure import Failure, Measured, Measurer, set_matmul_precision
+from tuner.search.measure import Failure, Measured, Measurer, Protocol, set_matmul_precision
 from tuner.search.memo import MEMO_ENV, open_memo
 from tuner.search.options import (
     PRUNE_PERCENTILE,
@@ -164,6 +169,16 @@ def search_patience(options: RunOptions, space_name: str) -> int | None:
     return AUTO_PATIENCE
 
 
+def measurement_protocol(options: RunOptions, space_name: str) -> Protocol:
+    """The protocol the job measures with: `options.protocol`, except on the scale space where
+    the user left the window length to the job (`options.auto_window_steps`): windows of
+    SCALE_WINDOW_STEPS steps there, since a step of a 0.3-8B model takes long enough that the
+    default window costs tens of seconds per measurement for no gain in precision."""
+    if not options.auto_window_steps or space_name != SCALE_SPACE:
+        return options.protocol
+    return dataclasses.replace(options.protocol, window_steps=SCALE_WINDOW_STEPS)
+
+
 def trials_without_gain(values: Sequence[float], margin: float) -> int:
     """How many of `values` (complete trials' throughputs, in trial order) came after the last
     one that beat every earlier value by more than `margin` (a fraction). A gain inside the
@@ -220,6 +235,14 @@ def open_search(
     )
     if not measurer.has_blocks():
         space = without_block_levers(space)
+    protocol = measurement_protocol(options, space.name)
+    if protocol != options.protocol:
+        progress.phase(
+            f"windows of {protocol.window_steps} steps (the default on the {space.name} space; "
+            "--window-steps sets another)"
+        )
+        options = dataclasses.replace(options, protocol=protocol)
+        measurer.protocol = protocol
     # N processes per trial: the data-parallel levers join the space (one: they stay off).
     space = for_processes(space, options.nproc_per_node, has_blocks=measurer.has_blocks())
     space, options = _for_program(space, options, measurer, progress)

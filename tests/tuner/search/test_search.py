@@ -33,10 +33,17 @@ from trainers import LoopConfig
 from tuner.errors import Interrupted, NoRecommendation, TunerError
 from tuner.evidence import export, reader
 from tuner.search.decide import CPU_NOTE
-from tuner.search.defaults import AUTO_PATIENCE, AUTO_SCALE_BUDGET_S
+from tuner.search.defaults import (
+    AUTO_PATIENCE,
+    AUTO_SCALE_BUDGET_S,
+    DEFAULT_WINDOW_STEPS,
+    SCALE_WINDOW_STEPS,
+)
 from tuner.search.measure import Protocol
 from tuner.search.options import BASELINES, RunOptions
 from tuner.search.search import (
+    measurement_protocol,
+    open_search,
     search_budget,
     search_patience,
     share_compile_cache,
@@ -675,6 +682,47 @@ def test_the_scale_budget_replayed_on_the_recorded_1b_job_runs_its_corners_and_s
     assert max(t[4] for t in ran) == max(t[4] for t in trials)
     # The trials end about 10 minutes into the job: the final round and profiles fit in 15.
     assert ran[-1][2] < 11 * 60
+
+
+def test_only_the_scale_space_shortens_a_window_the_user_left_to_the_job() -> None:
+    scale = load_space("scale", cuda=True).name
+    given = Protocol(warmup=7, windows=4, window_steps=DEFAULT_WINDOW_STEPS, seed=3)
+    auto = RunOptions(workload="mlp", preset="tiny", protocol=given, auto_window_steps=True)
+    chosen = measurement_protocol(auto, scale)
+    assert chosen == dataclasses.replace(given, window_steps=SCALE_WINDOW_STEPS)
+    assert SCALE_WINDOW_STEPS < DEFAULT_WINDOW_STEPS
+    # The user's own window length, and every other space, keep the protocol as it is.
+    assert measurement_protocol(dataclasses.replace(auto, auto_window_steps=False), scale) == given
+    for name in ("auto", "compile"):
+        assert measurement_protocol(auto, load_space(name, cuda=True).name) == given
+    assert measurement_protocol(auto, load_space("auto", cuda=False).name) == given
+
+
+def test_a_scale_study_measures_and_stores_the_shorter_windows(tmp_path: Path) -> None:
+    """Through open_search on a real study (the scale space named, as a GPU picks it for a model
+    from 250M parameters): the measurer and the study's stored protocol both get the scale
+    window, so a resumed or shared study reads what was measured."""
+    storage = sqlite_url(tmp_path)
+    opts = options(
+        storage,
+        "scale-windows",
+        space="scale",
+        protocol=Protocol(warmup=1, windows=3, window_steps=DEFAULT_WINDOW_STEPS),
+        auto_window_steps=True,
+    )
+    search = open_search(opts)
+    try:
+        assert search.measurer.protocol.window_steps == SCALE_WINDOW_STEPS
+        assert search.options.protocol.window_steps == SCALE_WINDOW_STEPS
+        stored = optuna.load_study(study_name="scale-windows", storage=storage)
+        assert json.dumps(stored.user_attrs).count(f'"window_steps": {SCALE_WINDOW_STEPS}') >= 1
+    finally:
+        search.close()
+    kept = open_search(dataclasses.replace(opts, study="scale-kept", auto_window_steps=False))
+    try:
+        assert kept.measurer.protocol.window_steps == DEFAULT_WINDOW_STEPS
+    finally:
+        kept.close()
 
 
 def test_only_a_single_objective_job_on_the_default_space_on_a_gpu_gets_a_default_patience() -> (
