@@ -760,10 +760,11 @@ def _utilisation(
 
 
 def add_mfu(data: Mapping[str, Any]) -> dict[str, Any]:
-    """`data` (a peers JSON recorded before MFU was) with TFLOP/s and MFU on every timed entry:
-    the model's FLOPs counted here on a CPU (`trainers.flops`, the count a GPU run makes; it
-    does not depend on the device), over the recorded median ms/step, against the dense peak of
-    the GPU named in `meta`. Peak memory was not recorded by those runs and stays absent."""
+    """`data` (a peers JSON) with TFLOP/s and MFU on every timed entry, recounted: the model's
+    FLOPs counted here on a CPU (`trainers.flops`, the count a GPU run makes; it does not depend
+    on the device), over the recorded median ms/step, against the dense peak of the GPU named in
+    `meta`. For the runs recorded before MFU was, and for those whose CPU count left attention
+    out (before 2026-11-26's fix in `trainers.flops`). Peak memory is what the run recorded."""
     from trainers.flops import count_step_flops, utilisation
 
     out = json.loads(json.dumps(data))
@@ -790,9 +791,15 @@ def add_mfu(data: Mapping[str, Any]) -> dict[str, Any]:
             )
             entry |= {"flops_per_step": flops, "tflops": use.tflops, "mfu": use.mfu}
             entry["mfu_note"] = f"{use.note}; FLOPs counted afterwards on a CPU"
+    recorded_memory = any(
+        isinstance(entry, dict) and entry.get("peak_memory_bytes") is not None
+        for item in out["presets"]
+        for entry in [*item.get("peers", {}).values(), *item.get("harness", {}).values()]
+    )
     out["meta"]["mfu_added"] = (
         "MFU added afterwards by `benchmarks/peers.py --add-mfu`: FLOPs counted on a CPU over "
-        "the recorded median ms/step; peak memory was not recorded by these runs"
+        "the recorded median ms/step"
+        + ("" if recorded_memory else "; peak memory was not recorded by these runs")
     )
     return out
 

@@ -43,6 +43,53 @@ def test_the_count_of_an_mlp_step_is_the_hand_count() -> None:
     assert count_step_flops(workload, torch.device("cpu")) == hand
 
 
+class _Attention(nn.Module):
+    """One causal self-attention layer through `scaled_dot_product_attention`, as Hugging Face
+    decoders call it: q, k, v and output projections without bias."""
+
+    def __init__(self, hidden: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(hidden, 3 * hidden, bias=False)
+        self.out = nn.Linear(hidden, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, h // self.heads).unbind(2)
+        y = nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
+        return self.out(y.transpose(1, 2).reshape(b, s, h))
+
+
+def test_attention_is_counted_on_a_cpu_as_on_a_gpu() -> None:
+    """On a CPU, `scaled_dot_product_attention` runs a kernel torch's FlopCounterMode has no
+    formula for: the count must still hold attention's 4 x sequence^2 x hidden FLOPs forward (QK^T
+    and AV, the causal mask not discounted) and twice that backward (no recomputed scores),
+    besides the projections' 6 x rows x in x out (4 x for the first: its input needs no
+    gradient)."""
+    hidden, heads, seq, batch = 32, 4, 16, 3
+    torch.manual_seed(0)
+    model = _Attention(hidden, heads)
+    x = torch.randn(2, batch, seq, hidden)
+
+    def loss_fn(m: nn.Module, b: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return m(b[0]).float().pow(2).mean()
+
+    workload = Workload(
+        name="attention",
+        preset="t",
+        model=model,
+        dataset=SyntheticBatches((x,)),
+        loss_fn=loss_fn,
+        samples_per_batch=batch,
+    )
+    rows = batch * seq
+    projections = 4 * rows * hidden * 3 * hidden + 6 * rows * hidden * hidden
+    attention = 3 * batch * 4 * seq * seq * hidden
+    assert count_step_flops(workload, torch.device("cpu")) == projections + attention
+
+
 def test_the_count_runs_where_the_model_is() -> None:
     """A comparison counts before its first run has moved the model to the GPU: the inputs go
     where the model is (here a device the model is not on: meta), and the count is the same."""
