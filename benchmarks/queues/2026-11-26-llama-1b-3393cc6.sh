@@ -3,7 +3,7 @@
 # gating only configs that can tie (c38c074) and the scale space's 10-step windows (3393cc6);
 # then the scale peers measured interleaved against that job's recommendation (no second tuning
 # job). The preset whose plain step does not fit runs on a second machine
-# (2026-11-26-llama-1b-large-3393cc6.sh): both do not fit in one machine's 30 minutes.
+# (2026-11-26-llama-1b-large-306d389.sh): both do not fit in one machine's 30 minutes.
 set -x
 commit=3393cc6
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$QUEUE_OUT/nvidia-smi.csv"
