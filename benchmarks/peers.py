@@ -566,6 +566,29 @@ def recommendation_of(
     )
 
 
+def given_config(text: str) -> dict[str, Any]:
+    """The tuning entry of a config given as JSON (`--config`): measured against the peers
+    without a tuning job, labelled as given, not as a recommendation. For a config a job found
+    but could not finish deciding (a machine that went back during its final round)."""
+    try:
+        config = LoopConfig.from_dict(json.loads(text)).to_dict()
+    except (ValueError, TypeError) as exc:
+        raise SystemExit(f"--config: {exc}") from None
+    return {
+        "config": config,
+        "precision": None,
+        "precisions": None,
+        "source": "given by --config (not a finished job's recommendation)",
+        "reason": None,
+        "n_trials": None,
+        "failed_trials": [],
+        "wall_s": None,
+        "gpu_s": None,
+        "search_timeout_s": None,
+        "trials": None,
+    }
+
+
 def failed_trials(storage: str, study: str) -> list[dict[str, Any]]:
     """The tuning job's failed trials: number, config and the harness's reason (a config the
     gate or a capture refused is a result too, e.g. an eager whole-step graph of a model that
@@ -835,7 +858,10 @@ def run_preset(
     allowed = _allowed(precision, getattr(args, "allow_precisions", None))
     choice = f" (may choose {','.join(allowed)})" if allowed else ""
     given = getattr(args, "recommendation", None)
-    if given is not None:
+    if getattr(args, "config", None) is not None:
+        log(f"== {spec} {precision}: the config given by --config")
+        tuning = given_config(args.config)
+    elif given is not None:
         log(f"== {spec} {precision}: the recommendation of {given.name}")
         tuning = recommendation_of(given, workload, preset, model_args, precision)
     else:
@@ -1178,6 +1204,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=None,
         help="skip the tuning job: measure the recommendation of this `benchmarks/default_job.py` "
         "record (its first run that recommended a config for the preset) against the peers",
+    )
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="skip the tuning job: measure this LoopConfig (JSON) against the peers, labelled "
+        "as given (for instance the fastest trial of a job that did not finish)",
     )
     parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
     args = parser.parse_args(argv)
