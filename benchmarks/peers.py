@@ -885,7 +885,7 @@ def run_preset(
     log(
         f"recommended {tuning['config']}"
         + (f" in {chosen}" if chosen else "")
-        + f" in {tuning['wall_s']:.0f} s"
+        + ("" if tuning.get("wall_s") is None else f" in {tuning['wall_s']:.0f} s")
     )
     measurer = Measurer(
         workload,
@@ -983,6 +983,10 @@ def _cell(entry: Mapping[str, Any] | None) -> str:
     return text
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
 def short(config: Mapping[str, Any] | None) -> str:
     if not config:
         return "-"
@@ -1039,7 +1043,7 @@ def to_markdown(data: Mapping[str, Any]) -> str:
             f"| {item['workload']}:{item['preset']} | {item['precision']} | {cells} "
             f"| {_cell(item['harness'].get('seed-baseline'))} "
             f"| {_cell(item['harness'].get('recommended'))} | {ratio_text} | {speed_text} "
-            f"| {tuning['wall_s']:.0f} / {'-' if gpu_s is None else f'{gpu_s:.0f}'} |"
+            f"| {_seconds(tuning.get('wall_s'))} / {_seconds(gpu_s)} |"
         )
     lines += ["", "Setup (s, first round; compile included) and the recommended configs:", ""]
     for item in data["presets"]:
