@@ -252,22 +252,21 @@ _ATTENTION_OPS = (
 
 def _attention_formulas() -> dict[Any, Any]:
     """One formula for attention's model FLOPs, whatever kernel runs it and whatever torch counts:
-    forward, QK^T and AV, 4 x batch x heads x query length x key length x head size (torch's
-    `sdpa_flop_count`; a causal mask is not discounted, as in the usual 12 x layers x hidden x
-    sequence per token); backward twice that (the gradients of both products).
+    forward, QK^T and AV, 4 x batch x heads x query length x key length x head size (a causal
+    mask is not discounted, as in the usual 12 x layers x hidden x sequence per token); backward
+    twice that (the gradients of both products).
 
     torch's own formulas disagree by device and version: it has none for the CPU's kernel (a
     count on a CPU left attention out: 102.1 TFLOP a step for the 1.1B preset, 8 x 2048 tokens,
     against 115.3 on an H100 with torch 2.11; 2026-11-26, commit 3393cc6), and torch 2.13's
     backward adds the scores the flash kernel computes again, which is recomputation, not model
     FLOPs (MFU leaves it out)."""
-    from torch.utils.flop_counter import sdpa_flop_count
 
     def forward(query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> int:
-        return int(sdpa_flop_count(query, key, value))
+        return _attention_forward(query, key, value)
 
     def backward(grad: Any, query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> int:
-        return 2 * int(sdpa_flop_count(query, key, value))
+        return 2 * _attention_forward(query, key, value)
 
     aten = torch.ops.aten
     formulas: dict[Any, Any] = {}
@@ -277,6 +276,15 @@ def _attention_formulas() -> dict[Any, Any]:
             if op is not None:  # an op this torch does not have is never run by it
                 formulas[op] = formula
     return formulas
+
+
+def _attention_forward(query: Any, key: Any, value: Any) -> int:
+    """QK^T and AV of (batch, heads, length, head size) shapes: 2 x b x h x Lq x Lk x (d + dv).
+    Key and value may have fewer heads (grouped-query attention, `enable_gqa`): every query head
+    multiplies, so the query's heads count (torch 2.11's own formula refused such shapes)."""
+    b, h, s_q, d = query
+    s_k, d_v = key[-2], value[-1]
+    return int(2 * b * h * s_q * s_k * (d + d_v))
 
 
 def _linear_counter(name: str, into: dict[str, int]) -> Any:

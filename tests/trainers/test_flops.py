@@ -47,17 +47,22 @@ class _Attention(nn.Module):
     """One causal self-attention layer through `scaled_dot_product_attention`, as Hugging Face
     decoders call it: q, k, v and output projections without bias."""
 
-    def __init__(self, hidden: int, heads: int) -> None:
+    def __init__(self, hidden: int, heads: int, kv_heads: int) -> None:
         super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(hidden, 3 * hidden, bias=False)
+        self.heads, self.kv_heads, self.size = heads, kv_heads, hidden // heads
+        self.qkv = nn.Linear(hidden, (heads + 2 * kv_heads) * self.size, bias=False)
         self.out = nn.Linear(hidden, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, h = x.shape
-        q, k, v = self.qkv(x).view(b, s, 3, self.heads, h // self.heads).unbind(2)
+        q, k, v = self.qkv(x).split(
+            [self.heads * self.size, self.kv_heads * self.size, self.kv_heads * self.size], -1
+        )
+        q = q.view(b, s, self.heads, self.size).transpose(1, 2)
+        k = k.view(b, s, self.kv_heads, self.size).transpose(1, 2)
+        v = v.view(b, s, self.kv_heads, self.size).transpose(1, 2)
         y = nn.functional.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+            q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads
         )
         return self.out(y.transpose(1, 2).reshape(b, s, h))
 
@@ -70,7 +75,8 @@ def test_attention_is_counted_on_a_cpu_as_on_a_gpu() -> None:
     gradient)."""
     hidden, heads, seq, batch = 32, 4, 16, 3
     torch.manual_seed(0)
-    model = _Attention(hidden, heads)
+    kv_heads = heads
+    model = _Attention(hidden, heads, kv_heads)
     x = torch.randn(2, batch, seq, hidden)
 
     def loss_fn(m: nn.Module, b: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -85,9 +91,23 @@ def test_attention_is_counted_on_a_cpu_as_on_a_gpu() -> None:
         samples_per_batch=batch,
     )
     rows = batch * seq
-    projections = 4 * rows * hidden * 3 * hidden + 6 * rows * hidden * hidden
+    qkv = (heads + 2 * kv_heads) * hidden // heads
+    projections = 4 * rows * hidden * qkv + 6 * rows * hidden * hidden
     attention = 3 * batch * 4 * seq * seq * hidden
     assert count_step_flops(workload, torch.device("cpu")) == projections + attention
+
+
+def test_grouped_query_attention_counts_every_query_head() -> None:
+    """Llama's attention (32 query heads, 8 key/value heads, `enable_gqa`): torch 2.11's own
+    formula refused such shapes, which ended a count on the 1.1B preset (H100, 2026-11-26)."""
+    from trainers.flops import _attention_forward
+
+    b, h, kv, s, d = 2, 32, 8, 128, 64
+    assert _attention_forward((b, h, s, d), (b, kv, s, d), (b, kv, s, d)) == 4 * b * h * s * s * d
+    assert (
+        _attention_forward((b, h, s, d), (b, h, 2 * s, d), (b, h, 2 * s, d))
+        == 8 * b * h * s * s * d
+    )
 
 
 def test_the_count_runs_where_the_model_is() -> None:
