@@ -7,7 +7,7 @@
 # The device time left (725 s) bought no second job: this measures that trial's config, labelled
 # as given.
 set -x
-commit=6a2eb6e
+commit=2f2b1e5
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$QUEUE_OUT/nvidia-smi.csv"
 python benchmarks/peers.py --presets hf:causal-lm:llama-1b-large --precisions bf16-autocast \
   --protocol 2,4,5 --rounds 2 --config '{"num_streams":2,"sync_interval":10,"sync_mode":"event","prefetch_depth":2,"pin_memory":true,"non_blocking":true,"num_workers":0,"cuda_graph":false,"compile":"default","optimizer":"fused","micro_batches":1,"activation_checkpointing":"none","checkpoint_share":1.0,"compile_scope":"model","parallel":"none","bucket_cap_mb":25,"gradient_as_bucket_view":false,"static_graph":false,"reshard_after_forward":true,"fsdp_prefetch":false}' \
