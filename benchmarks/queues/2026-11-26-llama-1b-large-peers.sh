@@ -1,5 +1,5 @@
-# Issue 32 on one H100 (tools/device_queue.sh), the working tree of commit 2a25fbb plus peers.py's
-# peers.py's --config): the scale peers on the 1.1B preset whose plain step does not fit
+# Issue 32 on one H100 (tools/device_queue.sh), commit 2f2b1e5 (306d389, peers.py's --config and
+# the FLOP count's attention formula): the scale peers on the 1.1B preset whose plain step does not fit
 # (16 x 2048 tokens), against the config the default job's search found fastest there. That job
 # (2026-11-26-llama-1b-large-306d389.sh) lost its machine in its final round, 556 s in (log:
 # docs/benchmarks/raw/default-job-h100-2026-11-26-llama-1b-large-306d389/); its trial 1, the

@@ -500,3 +500,39 @@ def test_the_peers_measure_a_default_jobs_recommendation_without_tuning_again(
     assert "median_ms" in entry["peers"]["fused-optimizer"]
     with pytest.raises(SystemExit, match="no run recommended a config for mlp:small"):
         peers.run_preset("mlp:small", "fp32", args, "sqlite://", log.append)
+
+
+def test_the_peers_measure_a_given_config_labelled_as_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--config JSON`: a config a job found but could not finish deciding (its machine went
+    back) is measured against the peers without a tuning job, and the record says it was given;
+    a config that is not a LoopConfig is refused naming the flag and the field."""
+    import argparse
+
+    monkeypatch.setattr(peers, "tune", lambda *a, **k: pytest.fail("tuned"))
+    given = {"optimizer": "fused", "sync_mode": "event", "sync_interval": 2}
+    args = argparse.Namespace(
+        model_arg=[],
+        device="cpu",
+        protocol=Protocol(warmup=1, windows=2, window_steps=3),
+        rounds=1,
+        peers="fused-optimizer",
+        allow_precisions=None,
+        recommendation=None,
+        config=json.dumps(given),
+    )
+    log: list[str] = []
+    entry = peers.run_preset("mlp:tiny", "fp32", args, "sqlite://", log.append)
+    expected = LoopConfig.from_dict(given).to_dict()
+    assert entry["recommended"]["config"] == expected == entry["harness"]["recommended"]["config"]
+    assert "median_ms" in entry["harness"]["recommended"]
+    assert "given by --config" in entry["tuning"]["source"]
+    meta = dict.fromkeys(
+        ("gpu", "driver", "cuda", "torch", "commit", "date", "file", "command"), "x"
+    )
+    table = peers.to_markdown({"meta": meta, "presets": [entry]})
+    assert "| - / - |" in table  # no tuning job: no wall time
+    args.config = json.dumps({"sync_mode": "sometimes"})
+    with pytest.raises(SystemExit, match="--config: sync_mode='sometimes'"):
+        peers.run_preset("mlp:tiny", "fp32", args, "sqlite://", log.append)
