@@ -814,15 +814,21 @@ def add_mfu(data: Mapping[str, Any]) -> dict[str, Any]:
             )
             entry |= {"flops_per_step": flops, "tflops": use.tflops, "mfu": use.mfu}
             entry["mfu_note"] = f"{use.note}; FLOPs counted afterwards on a CPU"
-    recorded_memory = any(
-        isinstance(entry, dict) and entry.get("peak_memory_bytes") is not None
+    memory = [
+        entry.get("peak_memory_bytes") is not None
         for item in out["presets"]
         for entry in [*item.get("peers", {}).values(), *item.get("harness", {}).values()]
-    )
+        if isinstance(entry, dict) and "median_ms" in entry
+    ]
+    said = {
+        True: "",
+        False: "; peak memory was not recorded by these runs",
+        None: "; peak memory was recorded only by the runs that show it",
+    }
     out["meta"]["mfu_added"] = (
         "MFU added afterwards by `benchmarks/peers.py --add-mfu`: FLOPs counted on a CPU over "
         "the recorded median ms/step"
-        + ("" if recorded_memory else "; peak memory was not recorded by these runs")
+        + said[all(memory) if all(memory) or not any(memory) else None]
     )
     return out
 

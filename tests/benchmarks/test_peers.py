@@ -248,10 +248,14 @@ def test_mfu_added_afterwards_counts_the_models_flops_over_the_recorded_step() -
     assert out["presets"][0]["peers"]["failed-one"] == {"error": "x"}
     assert "peak memory was not recorded" in out["meta"]["mfu_added"]
     assert "mfu" not in data["presets"][0]["peers"]["compile-default"]  # the input is kept
-    # A record with peak memory (a recount after the attention fix) does not say it lacks it.
+    # A record with peak memory (a recount after the attention fix) does not say it lacks it;
+    # one where only some runs have it says so.
     data["presets"][0]["peers"]["compile-default"]["peak_memory_bytes"] = 10**9
+    some = peers.add_mfu(data)["meta"]["mfu_added"]
+    assert "recorded only by the runs that show it" in some
+    data["presets"][0]["harness"]["recommended"]["peak_memory_bytes"] = 2 * 10**9
     recounted = peers.add_mfu(data)
-    assert "peak memory was not recorded" not in recounted["meta"]["mfu_added"]
+    assert "peak memory" not in recounted["meta"]["mfu_added"]
     assert recounted["presets"][0]["peers"]["compile-default"]["peak_memory_bytes"] == 10**9
 
 
