@@ -17,6 +17,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tuner.errors import TunerError
+from tuner.search.defaults import DEFAULT_WINDOW_STEPS
 from tuner.search.measure import Protocol
 from tuner.store.storage import DEFAULT_STORAGE
 
@@ -51,7 +52,12 @@ class WorkerSettings(ServiceSettings):
     )
     measure_warmup: int = Field(default=10, ge=0, le=100_000)
     measure_windows: int = Field(default=5, ge=1, le=10_000)
-    measure_window_steps: int = Field(default=20, ge=1, le=1_000_000)
+    measure_window_steps: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="steps per timed window; unset: 20, or 10 on the scale space (as `run`)",
+    )
     final_rounds: int = Field(default=3, ge=1, le=100)
     top_k: int = Field(default=3, ge=1, le=100)
     parity_steps: int = Field(default=20, ge=2, le=100_000)
@@ -93,7 +99,11 @@ class WorkerSettings(ServiceSettings):
         return Protocol(
             warmup=self.measure_warmup,
             windows=self.measure_windows,
-            window_steps=self.measure_window_steps,
+            window_steps=(
+                DEFAULT_WINDOW_STEPS
+                if self.measure_window_steps is None
+                else self.measure_window_steps
+            ),
         )
 
 

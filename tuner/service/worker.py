@@ -235,6 +235,7 @@ class Worker:
             parity_steps=s.parity_steps,
             sampler=s.sampler,
             protocol=s.protocol(),
+            auto_window_steps=s.measure_window_steps is None,
             # A precision named (or several allowed) sets the matmul precision itself.
             matmul_precision=s.matmul_precision
             if spec.precision is None and spec.precisions is None

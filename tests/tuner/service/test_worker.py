@@ -424,3 +424,18 @@ def test_worker_and_serve_flags_are_checked() -> None:
         Worker(WorkerSettings(), gpu=0)
     assert main(["serve", "--workers", "1", "--no-worker"]) == 2
     assert main(["worker", "--gpu", "-1"]) == 2
+
+
+def test_a_worker_leaves_the_window_to_the_job_unless_its_settings_set_one(storage: str) -> None:
+    """As `run` without --window-steps: a worker whose TUNER_MEASURE_WINDOW_STEPS is unset lets
+    the scale space shorten the windows (`search.measurement_protocol`); one that sets it keeps
+    its own length."""
+    from tuner.search.defaults import DEFAULT_WINDOW_STEPS
+
+    row = JobStore(storage).create(JobSpec(**TINY_JOB), owner="me")
+    left = make_worker(storage, measure_window_steps=None).options_for(row, JobSpec.of(row))
+    assert left.auto_window_steps is True
+    assert left.protocol.window_steps == DEFAULT_WINDOW_STEPS
+    kept = make_worker(storage, measure_window_steps=7).options_for(row, JobSpec.of(row))
+    assert (kept.auto_window_steps, kept.protocol.window_steps) == (False, 7)
+    assert WorkerSettings().measure_window_steps is None
