@@ -14,7 +14,10 @@ of the 979 s the job took at 130e597. Ten steps make a window of 2-4 s, 100-300x
 resolution; the run-to-run spread there was 0.2 % (CI 225.2-225.6 ms over 20-step windows); and
 ten is the default loss-read cadence (event every 10), so every window holds the same number of
 reads. A model under 250M parameters keeps DEFAULT_WINDOW_STEPS: its steps take 2-40 ms, and a
-window of 20 is 40-800 ms."""
+window of 20 is 40-800 ms. Measured at 3393cc6 on the same job (H100, 2026-11-26): 17-20 s a
+trial's measurement instead of 25-28 s, the final round 108 s instead of 243 (with c38c074's
+cut), the job 818 s, the recommendation's CI 222.6-223.6 ms
+(docs/benchmarks/default-job-h100-2026-11-26-llama-1b-3393cc6.md)."""
 AUTO_SEARCH_BUDGET_S = 240.0
 """The search budget of a job on the default space on a GPU given no --timeout: trials stop
 starting after it (a trial under way finishes), then the final round runs (about 75 s on
