@@ -128,3 +128,19 @@ def test_the_reference_is_the_peers_record_of_what_the_job_ran(tmp_path: Path) -
     assert default_job.reference_of(path, ran | {"model_args": {"layers": "8"}})["median_ms"] == 5.0
     assert default_job.reference_of(path, ran | {"preset": "default"})["median_ms"] == 12.7
     assert default_job.reference_of(path, ran | {"precision": "tf32"}) is None
+
+
+def test_a_records_own_aims_are_the_ones_it_is_judged_by() -> None:
+    """`--aim-cold 900` (issue 32's aim for a 1B model) is kept in the record and printed; a
+    record without aims (before the flags) is judged by issue 29's."""
+    meta = dict.fromkeys(
+        ("gpu", "driver", "cuda", "torch", "commit", "date", "file", "command"), "x"
+    )
+    run = {"run": "cold", "wall_s": 818.0, "returncode": 1, "error": "x"}
+    scaled = default_job.to_markdown({"meta": meta | {"aims_s": {"cold": 900.0}}, "runs": [run]})
+    assert "| cold | 818 (900) | failed: exit 1 |" in scaled
+    assert "| cold | 818 (480) |" in default_job.to_markdown({"meta": meta, "runs": [run]})
+    assert default_job.aim_of("warm2", {"cold": 900.0, "warm": 300.0}) == 300.0
+    assert default_job.aim_of("again") is None
+    with pytest.raises(SystemExit, match=r"--aim-cold: expected seconds > 0, got 0\.0"):
+        default_job.main(["--aim-cold", "0"])
