@@ -103,6 +103,11 @@ def recommendation(console: Console, rec: Recommendation) -> None:
         table.add_row("throughput", _interval(rec.throughput.to_dict(), " samples/s"))
     for name, speedup in rec.speedup.items():
         table.add_row(f"vs {name}", _interval(speedup.to_dict(), "x"))
+    # A baseline that failed has no speedup row: its reason says why (at 1.1B parameters, 16 x
+    # 2048 tokens, both baselines' eager steps ran out of memory where the compiled step fit).
+    for name, why in rec.failures.items():
+        if name not in rec.speedup:
+            table.add_row(f"vs {name}", f"failed in the final round: {why}")
     use = utilisation_text(rec.utilisation)
     if use is not None:
         table.add_row("model FLOPs", use)
