@@ -47,10 +47,20 @@ def _gate_seconds(study: optuna.Study) -> float:
 
 
 def _two_studies(url: str) -> tuple[optuna.Study, optuna.Study]:
-    # The same sampler seed: the second study samples the configs the first one did.
-    for name in ("first", "second"):
-        run_json(options(url, name, trials=3))
+    # The same sampler seed: the second study samples the configs the first one did. The first
+    # plans a run length, so its final round gates every entry (`decide._eligible`); a final
+    # round without one gates only the entries that can still tie, and on a CPU whether a
+    # baseline can tie changes from run to run (a baseline the second needs and the first never
+    # gated would be gated again: CI, 2026-11-26).
+    run_json(options(url, "first", trials=3, train_steps=1000))
+    run_json(options(url, "second", trials=3))
     return load(url, "first"), load(url, "second")
+
+
+def _read_from(first: optuna.Study, second: optuna.Study) -> None:
+    """Every verdict the second study holds is the first one's (it may need fewer)."""
+    theirs, ours = _verdicts(first), _verdicts(second)
+    assert len(ours) >= 2 and all(theirs.get(key) == verdict for key, verdict in ours.items())
 
 
 def test_a_second_study_reads_the_first_ones_verdicts_and_runs_no_gate(tmp_path: Path) -> None:
@@ -58,7 +68,7 @@ def test_a_second_study_reads_the_first_ones_verdicts_and_runs_no_gate(tmp_path:
     first, second = _two_studies(url)
     assert _gate_seconds(first) > 0  # the first study ran the reference, envelope and configs
     assert _gate_seconds(second) == 0.0  # the second ran none of it
-    assert _verdicts(second) == _verdicts(first) and len(_verdicts(first)) >= 2
+    _read_from(first, second)
     # No gate seconds claimed where none were spent (`gpu_seconds` adds them up).
     copies = [v for k, v in second.user_attrs.items() if k.startswith(keys.PARITY_PREFIX)]
     assert all(v["seconds"] == 0.0 and v["time"] == {} for v in copies)
@@ -160,7 +170,7 @@ def test_a_check_that_raised_fails_its_study_but_is_not_shared(tmp_path: Path) -
 def test_studies_in_postgresql_share_verdicts_as_workers_share_studies(pg_url: str) -> None:
     first, second = _two_studies(pg_url)
     assert _gate_seconds(first) > 0 and _gate_seconds(second) == 0.0
-    assert _verdicts(second) == _verdicts(first)
+    _read_from(first, second)
 
 
 def _profiles(study: optuna.Study) -> dict[str, dict[str, Any]]:
