@@ -7,6 +7,7 @@ import json
 import math
 import statistics
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -470,13 +471,27 @@ def test_a_float8_peer_of_a_model_without_a_qualifying_linear_fails_rather_than_
     assert attention["attn"].out_proj is out_proj  # put back
 
 
+def _without_tuning(**given: Any) -> Any:
+    """`run_preset`'s arguments for a tiny CPU comparison against one peer, with what stands in
+    for the tuning job (`recommendation=` or `config=`)."""
+    import argparse
+
+    return argparse.Namespace(
+        model_arg=[],
+        device="cpu",
+        protocol=Protocol(warmup=1, windows=2, window_steps=3),
+        rounds=1,
+        peers="fused-optimizer",
+        allow_precisions=None,
+        **({"recommendation": None, "config": None} | given),
+    )
+
+
 def test_the_peers_measure_a_default_jobs_recommendation_without_tuning_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`--recommendation record.json`: the default job timed by `benchmarks/default_job.py` is
     the recommendation the peers are measured against; no second tuning job runs."""
-    import argparse
-
     from benchmarks import default_job
     from tests.benchmarks.test_default_job import _passed
 
@@ -487,15 +502,7 @@ def test_the_peers_measure_a_default_jobs_recommendation_without_tuning_again(
     [record] = tmp_path.glob("default-job-*-t.json")
     job = json.loads(record.read_text())["runs"][0]
     monkeypatch.setattr(peers, "tune", lambda *a, **k: pytest.fail("tuned again"))
-    args = argparse.Namespace(
-        model_arg=[],
-        device="cpu",
-        protocol=Protocol(warmup=1, windows=2, window_steps=3),
-        rounds=1,
-        peers="fused-optimizer",
-        allow_precisions=None,
-        recommendation=record,
-    )
+    args = _without_tuning(recommendation=record)
     log: list[str] = []
     entry = peers.run_preset("mlp:tiny", "fp32", args, "sqlite://", log.append)
     assert entry["recommended"]["config"] == job["recommendation"]["config"]
@@ -512,20 +519,9 @@ def test_the_peers_measure_a_given_config_labelled_as_given(
     """`--config JSON`: a config a job found but could not finish deciding (its machine went
     back) is measured against the peers without a tuning job, and the record says it was given;
     a config that is not a LoopConfig is refused naming the flag and the field."""
-    import argparse
-
     monkeypatch.setattr(peers, "tune", lambda *a, **k: pytest.fail("tuned"))
     given = {"optimizer": "fused", "sync_mode": "event", "sync_interval": 2}
-    args = argparse.Namespace(
-        model_arg=[],
-        device="cpu",
-        protocol=Protocol(warmup=1, windows=2, window_steps=3),
-        rounds=1,
-        peers="fused-optimizer",
-        allow_precisions=None,
-        recommendation=None,
-        config=json.dumps(given),
-    )
+    args = _without_tuning(config=json.dumps(given))
     log: list[str] = []
     entry = peers.run_preset("mlp:tiny", "fp32", args, "sqlite://", log.append)
     expected = LoopConfig.from_dict(given).to_dict()

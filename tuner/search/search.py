@@ -179,6 +179,22 @@ def measurement_protocol(options: RunOptions, space_name: str) -> Protocol:
     return dataclasses.replace(options.protocol, window_steps=SCALE_WINDOW_STEPS)
 
 
+def _with_protocol(
+    options: RunOptions, measurer: Measurer, space_name: str, progress: Progress
+) -> RunOptions:
+    """`options` with the protocol the job measures with (`measurement_protocol`), given to the
+    measurer too, and said where it is not the one asked for."""
+    protocol = measurement_protocol(options, space_name)
+    if protocol == options.protocol:
+        return options
+    progress.phase(
+        f"windows of {protocol.window_steps} steps (the default on the {space_name} space; "
+        "--window-steps sets another)"
+    )
+    measurer.protocol = protocol
+    return dataclasses.replace(options, protocol=protocol)
+
+
 def trials_without_gain(values: Sequence[float], margin: float) -> int:
     """How many of `values` (complete trials' throughputs, in trial order) came after the last
     one that beat every earlier value by more than `margin` (a fraction). A gain inside the
@@ -235,14 +251,7 @@ def open_search(
     )
     if not measurer.has_blocks():
         space = without_block_levers(space)
-    protocol = measurement_protocol(options, space.name)
-    if protocol != options.protocol:
-        progress.phase(
-            f"windows of {protocol.window_steps} steps (the default on the {space.name} space; "
-            "--window-steps sets another)"
-        )
-        options = dataclasses.replace(options, protocol=protocol)
-        measurer.protocol = protocol
+    options = _with_protocol(options, measurer, space.name, progress)
     # N processes per trial: the data-parallel levers join the space (one: they stay off).
     space = for_processes(space, options.nproc_per_node, has_blocks=measurer.has_blocks())
     space, options = _for_program(space, options, measurer, progress)
