@@ -820,15 +820,15 @@ def add_mfu(data: Mapping[str, Any]) -> dict[str, Any]:
         for entry in [*item.get("peers", {}).values(), *item.get("harness", {}).values()]
         if isinstance(entry, dict) and "median_ms" in entry
     ]
-    said = {
-        True: "",
-        False: "; peak memory was not recorded by these runs",
-        None: "; peak memory was recorded only by the runs that show it",
-    }
+    if all(memory):
+        said = ""
+    elif any(memory):
+        said = "; peak memory was recorded only by the runs that show it"
+    else:
+        said = "; peak memory was not recorded by these runs"
     out["meta"]["mfu_added"] = (
         "MFU added afterwards by `benchmarks/peers.py --add-mfu`: FLOPs counted on a CPU over "
-        "the recorded median ms/step"
-        + said[all(memory) if all(memory) or not any(memory) else None]
+        "the recorded median ms/step" + said
     )
     return out
 
