@@ -214,8 +214,12 @@ def test_the_same_params_twice_pool_their_windows(tmp_path: Path) -> None:
     for trial in trials:
         windows += trial.user_attrs["windows"]
         assert trial.value == pytest.approx(statistics.median(windows))
-    # The config is checked for parity once and measured once more in the final round.
-    assert sum(k.startswith("parity/") for k in study.user_attrs) == 3  # + both baselines
+    # The config is checked for parity once and measured once more in the final round; a
+    # baseline is checked only where it can still tie (`decide._eligible`), which on a CPU
+    # changes from run to run (CI, 2026-11-26).
+    verdicts = [v for k, v in study.user_attrs.items() if k.startswith("parity/")]
+    config = trials[0].user_attrs["config"]
+    assert sum(v["config"] == config for v in verdicts) == 1 and len(verdicts) <= 3
     trial_entries = [m for m in rec["final_round"] if m["name"].startswith("trial-")]
     assert [m["name"] for m in trial_entries] == ["trial-0"]
     assert trial_entries[0]["config"]["sync_interval"] == 3
