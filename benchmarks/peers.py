@@ -472,9 +472,11 @@ def tune(
     final_rounds: int | None = None,
     precisions: Sequence[str] | None = None,
     parity_steps: int | None = None,
+    precision_parity_steps: int | None = None,
 ) -> dict[str, Any]:
     """The tuning job. `precisions`: those it may choose among (`--precisions`; None: `precision`
-    alone); `parity_steps`: the gate's run length (None: the tuner's default)."""
+    alone); `parity_steps`: the gate's run length (None: the tuner's default);
+    `precision_parity_steps`: that of a config in another precision (None: `parity_steps`)."""
     started = time.perf_counter()
     # A large model's default protocol (110 steps a measurement) leaves a 10-minute run no room
     # to search: `--protocol` and `--final-rounds` shorten the job the way a user would.
@@ -487,6 +489,8 @@ def tune(
         shorter["precisions"] = tuple(precisions)
     if parity_steps is not None:
         shorter["parity_steps"] = parity_steps
+    if precision_parity_steps is not None:
+        shorter["precision_parity_steps"] = precision_parity_steps
     study = f"peers-{workload}-{preset}-{precision}".replace(":", "-")
     rec = run_study(
         RunOptions(
@@ -886,6 +890,7 @@ def run_preset(
             final_rounds=args.final_rounds,
             precisions=allowed,
             parity_steps=getattr(args, "parity_steps", None),
+            precision_parity_steps=getattr(args, "precision_parity_steps", None),
         )
     chosen = tuning["precision"]
     log(
@@ -1176,7 +1181,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--parity-steps",
         type=int,
         default=None,
-        help="the gate's run length in each tuning job (the float8 evidence asks at least 200)",
+        help="the gate's run length in each tuning job (default: the tuner's, 20)",
+    )
+    parser.add_argument(
+        "--precision-parity-steps",
+        type=int,
+        default=None,
+        help="the gate's run length for a config in another precision than the preset's, "
+        "judged against its seed-to-seed envelope (the float8 evidence asks at least 200; "
+        "default: --parity-steps)",
     )
     parser.add_argument(
         "--protocol",

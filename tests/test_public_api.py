@@ -100,6 +100,7 @@ GATE = {
     "MULTIPLE",
     "PARITY_STEPS",
     "PERTURBATIONS",
+    "SPREADS",
     "ParityVerdict",
     "Perturbation",
     "Trajectory",
@@ -113,6 +114,7 @@ GATE = {
     "planted",
     "required_test",
     "rounding_eps",
+    "spread_for",
     "trajectory",
     "twin_of",
 }

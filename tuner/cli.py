@@ -67,6 +67,7 @@ FLAGS = {
     "final_rounds": "--final-rounds",
     "baseline_every": "--baseline-every",
     "parity_steps": "--parity-steps",
+    "precision_parity_steps": "--precision-parity-steps",
     "sampler": "--sampler",
     "window_steps": "--window-steps",
     "profile": "--profile",
@@ -315,6 +316,14 @@ BaselineEvery = Annotated[
     int, typer.Option(help="Re-measure the baselines every N trials (drift).")
 ]
 ParitySteps = Annotated[int, typer.Option(help="Steps of each parity check.")]
+PrecisionParitySteps = Annotated[
+    int | None,
+    typer.Option(
+        help="Steps of the parity check of a config in another precision than --precision "
+        "(with --precisions), judged against the reference's seed-to-seed envelope (default: "
+        "--parity-steps; the float8 evidence used 200)."
+    ),
+]
 Warmup = Annotated[int, typer.Option(help="Untimed steps per measurement.")]
 Windows = Annotated[int, typer.Option(help="Timed windows per measurement.")]
 WindowSteps = Annotated[
@@ -399,6 +408,7 @@ def run_(
     final_rounds: FinalRounds = None,
     baseline_every: BaselineEvery = 10,
     parity_steps: ParitySteps = 20,
+    precision_parity_steps: PrecisionParitySteps = None,
     warmup: Warmup = 10,
     windows: Windows = 5,
     window_steps: WindowSteps = None,
@@ -475,6 +485,7 @@ def _run_options(flags: dict[str, Any], workload: str) -> RunOptions:
         final_rounds=3 if flags["final_rounds"] is None else flags["final_rounds"],
         baseline_every=flags["baseline_every"],
         parity_steps=flags["parity_steps"],
+        precision_parity_steps=flags["precision_parity_steps"],
         sampler=flags["sampler"],
         seed=flags["seed"],
         matmul_precision=flags["matmul_precision"],

@@ -30,9 +30,11 @@ from trainers import (
 )
 from trainers import float8 as f8
 from trainers.float8 import Float8Plan
+from trainers.gate import PERTURBATIONS, spread_for
 from trainers.workloads import WorkloadFactory
 
 STEPS = 10
+SEED_STEPS = 20
 FAULT_SCALE = 1.125
 """One e4m3 step at 1.0 (3 mantissa bits: 2^-3): a float8 scale rounded to float8 itself instead
 of kept in float32 is off by up to this much."""
@@ -63,6 +65,86 @@ def bf16_envelope(seed: int) -> Envelope:
     return Envelope.measure(
         "transformer", "tiny", steps=STEPS, seed=seed, device="cpu", precision="bf16-autocast"
     )
+
+
+def head_times(factor: float) -> WorkloadFactory:
+    """transformer with its head's logits times `factor`: a fault that changes what is learnt
+    (a softmax temperature), not only how it is rounded."""
+
+    def build(preset: str, *, seed: int) -> Workload:
+        workload = load_workload("transformer", preset, seed=seed)
+        workload.model.head.register_forward_hook(_times(factor))
+        return workload
+
+    return build
+
+
+def test_another_precision_is_judged_against_the_references_seed_to_seed_envelope() -> None:
+    # No envelope given: the gate measures the one the candidate's precision is owed.
+    verdict = gate(
+        "transformer",
+        REFERENCE,
+        SEED_STEPS,
+        preset="tiny",
+        device="cpu",
+        precision="fp32",
+        reference_precision="bf16-autocast",
+    )
+    assert verdict.passed, verdict.reason
+    assert "seed-to-seed envelope (4 other seeds in bf16-autocast)" in verdict.reason
+    assert spread_for("float8", "bf16-autocast") == spread_for("fp32", "bf16-autocast") == "seeds"
+    assert spread_for("bf16-autocast", "bf16-autocast") == spread_for(None, None) == "rounding"
+    # The same precision on both sides keeps the rounding envelope.
+    same = gate("transformer", LoopConfig(num_streams=2), SEED_STEPS, preset="tiny", device="cpu")
+    assert "seed-to-seed" not in same.reason
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_seed_to_seed_envelope_rejects_a_wrong_head_scale_and_passes_bf16_itself(
+    seed: int,
+) -> None:
+    # Measured here (20 steps, seeds 0-2, torch 2.13 CPU): logits times 2 rejected at ratios
+    # 1.13-1.90, times 4 at 1.9-3.9; times 1.25 passed (0.22-0.37), as did torchao's real
+    # float8 (0.009-0.02) and the converted linears' outputs times 4 (LayerNorm absorbs it).
+    env = Envelope.measure(
+        "transformer",
+        "tiny",
+        steps=SEED_STEPS,
+        seed=seed,
+        device="cpu",
+        precision="bf16-autocast",
+        spread="seeds",
+    )
+    assert env.spread == "seeds" and env.perturbation_seeds == tuple(
+        seed * 1000 + k for k in range(1, PERTURBATIONS + 1)
+    )
+    # Another seed starts from other weights: the spread is far wider than rounding's.
+    assert min(abs(run[0] - env.reference[0]) for run in env.perturbed) > 0.0
+    common = {
+        "preset": "tiny",
+        "seed": seed,
+        "device": "cpu",
+        "envelope": env,
+        "precision": "bf16-autocast",
+        "test": "equivalence",
+    }
+    faulty = gate(head_times(4.0), REFERENCE, SEED_STEPS, **common)  # type: ignore[arg-type]
+    itself = gate("transformer", REFERENCE, SEED_STEPS, **common)  # type: ignore[arg-type]
+    assert not faulty.passed and faulty.ratio is not None and faulty.ratio > 1.0, faulty.reason
+    assert itself.passed and itself.ratio == 0.0 and itself.max_abs_deviation == 0.0
+
+
+def test_an_envelopes_spread_round_trips_and_is_checked() -> None:
+    env = Envelope.measure("mlp", "tiny", steps=4, device="cpu", perturbations=1, spread="seeds")
+    data = env.to_dict()
+    assert Envelope.from_dict(data) == env and data["spread"] == "seeds"
+    # An envelope stored before spreads existed was a rounding envelope.
+    older = {k: v for k, v in data.items() if k != "spread"}
+    assert Envelope.from_dict(older).spread == "rounding"
+    with pytest.raises(ValueError, match=r"spread='ulps' is invalid: allowed rounding, seeds"):
+        Envelope.from_dict({**data, "spread": "ulps"})
+    with pytest.raises(ValueError, match=r"spread='ulps' is invalid: allowed rounding, seeds"):
+        Envelope.measure("mlp", "tiny", steps=4, device="cpu", spread="ulps")
 
 
 def test_another_precision_than_the_references_is_owed_equivalence() -> None:

@@ -11,7 +11,7 @@
 - `faults`: planted faults (a missing stream wait, a wrong op) that prove the gate can fail.
 """
 
-from trainers.gate.envelope import PERTURBATIONS, Envelope, rounding_eps
+from trainers.gate.envelope import PERTURBATIONS, SPREADS, Envelope, rounding_eps
 from trainers.gate.equivalence import FLOOR_ULPS, MULTIPLE, WINDOW, Equivalence, judge
 from trainers.gate.faults import FAULT_KINDS, FAULTS, FaultKind, planted
 from trainers.gate.floor import Floor, comparable_floor, floor_applies, graph_floor
@@ -24,6 +24,7 @@ from trainers.gate.parity import (
     gate,
     parity_losses,
     required_test,
+    spread_for,
     twin_of,
 )
 from trainers.gate.reproducibility import (
@@ -52,6 +53,7 @@ __all__ = [
     "MULTIPLE",
     "PARITY_STEPS",
     "PERTURBATIONS",
+    "SPREADS",
     "WINDOW",
     "Determinism",
     "Envelope",
@@ -77,6 +79,7 @@ __all__ = [
     "remember",
     "required_test",
     "rounding_eps",
+    "spread_for",
     "trajectory",
     "twin_of",
 ]

@@ -6,6 +6,13 @@ runs around the reference is the workload's own numerical noise over these steps
 config that merely rounds differently may deviate by (`trainers.gate.equivalence` says how it is
 judged). Measuring it costs K + 1 trainings, so an Envelope serialises to a plain dict: the
 tuner measures it once per workload, preset, seed, steps, precision and device, and keeps it.
+
+That rounding envelope judges a config that computes the same thing in another order. A config
+in another precision than the reference's (float8 against bf16) rounds far more than one last
+bit, by design: the question a user asks of it is whether it trains as differently from the
+reference as another seed of the reference does. `spread="seeds"` measures that envelope: the K
+runs are the reference trained from seeds `seed * 1000 + 1 .. + K` (other initial weights and
+other batches), unperturbed.
 """
 
 from __future__ import annotations
@@ -36,6 +43,9 @@ PERTURBATIONS = 4
 """K, the number of perturbed runs (seeds `seed * 1000 + 1 .. + K`)."""
 FORMAT = 1
 """Version of `Envelope.to_dict()`'s layout."""
+SPREADS = ("rounding", "seeds")
+"""What the K runs around the reference vary (see the module doc): its weights' last bits, or
+the seed."""
 
 _PRECISION_EPS: dict[str, float | None] = {
     "fp32": None,
@@ -86,6 +96,9 @@ class Envelope:
     reference: tuple[float, ...]
     perturbed: tuple[tuple[float, ...], ...]
     perturbation_seeds: tuple[int, ...]
+    spread: str = "rounding"
+    """"rounding": the K runs are the reference's weights perturbed in their last bit (seeds
+    of the perturbation); "seeds": the reference trained from those seeds instead (`eps` unused)."""
 
     @classmethod
     def measure(
@@ -101,6 +114,7 @@ class Envelope:
         eps: float | None = None,
         reference: Sequence[float] | None = None,
         config: LoopConfig = REFERENCE,
+        spread: str = "rounding",
     ) -> Envelope:
         """Train the reference (unless `reference` is given: it must be the reference's losses
         for these arguments) and `perturbations` perturbed copies of it.
@@ -109,7 +123,11 @@ class Envelope:
         config: the reference's config (the loop's `REFERENCE`; a data-parallel run is judged
         against one process accumulating the ranks' shards as micro-batches,
         `tuner.search.dpgate`).
+        spread: "rounding" (the K runs perturbed in their last bit) or "seeds" (trained from K
+        other seeds: the envelope a config in another precision is judged against).
         """
+        if spread not in SPREADS:
+            raise ValueError(f"spread={spread!r} is invalid: allowed {', '.join(SPREADS)}")
         if perturbations < 1:
             raise ValueError(f"perturbations={perturbations!r} is invalid: allowed >= 1")
         factory = resolve_factory(workload) if isinstance(workload, str) else workload
@@ -137,9 +155,12 @@ class Envelope:
         seeds = tuple(seed * 1000 + k + 1 for k in range(perturbations))
         perturbed = []
         for k in seeds:
-            run = trajectory(
-                factory, preset, config, perturbation=Perturbation(seed=k, eps=eps), **common
-            )
+            if spread == "seeds":
+                run = trajectory(factory, preset, config, **{**common, "seed": k})
+            else:
+                run = trajectory(
+                    factory, preset, config, perturbation=Perturbation(seed=k, eps=eps), **common
+                )
             perturbed.append(tuple(run.losses))
             strict = strict and run.strict
             name = run.workload.name
@@ -160,6 +181,7 @@ class Envelope:
             reference=tuple(reference),
             perturbed=tuple(perturbed),
             perturbation_seeds=seeds,
+            spread=spread,
         )
 
     @property
@@ -209,6 +231,12 @@ class Envelope:
         if values.get("format") != FORMAT:
             raise ValueError(
                 f"envelope format={values.get('format')!r} is invalid: allowed {FORMAT}"
+            )
+        # Envelopes stored before `spread` existed were all rounding envelopes.
+        values = {"spread": "rounding", **values}
+        if values["spread"] not in SPREADS:
+            raise ValueError(
+                f"envelope spread={values['spread']!r} is invalid: allowed {', '.join(SPREADS)}"
             )
         names = [f.name for f in dataclasses.fields(cls)]
         missing = [n for n in names if n not in values]

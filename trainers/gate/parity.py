@@ -485,9 +485,19 @@ def _judged_equivalent(
 
     if envelope is None:
         envelope = Envelope.measure(
-            workload, preset, perturbations=PERTURBATIONS, reference=reference, **reference_common
+            workload,
+            preset,
+            perturbations=PERTURBATIONS,
+            reference=reference,
+            spread=spread_for(fields["precision"], fields["reference_precision"]),
+            **reference_common,
         )
     eq = envelope.judge(losses, **judge)
+    if envelope.spread == "seeds":
+        reasons.append(
+            f"judged against the reference's seed-to-seed envelope "
+            f"({len(envelope.perturbed)} other seeds in {envelope.precision or 'fp32'})"
+        )
     reasons.append(eq.reason)
     return ParityVerdict(
         passed=exact_ok and eq.passed,
@@ -499,6 +509,13 @@ def _judged_equivalent(
         **fields,
         **_equivalence_fields(eq),
     )
+
+
+def spread_for(precision: Precision | None, reference_precision: Precision | None) -> str:
+    """The envelope a config is judged against (`Envelope.spread`): a config in the reference's
+    own precision may only round differently ("rounding"); one in another precision (float8
+    against bf16) is owed no more than another seed of the reference moves ("seeds")."""
+    return "rounding" if precision == reference_precision else "seeds"
 
 
 def _reproducible_or_skip(

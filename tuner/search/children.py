@@ -70,6 +70,7 @@ def open_children(options: RunOptions, measurer: Measurer) -> Children:
             precision=options.precision,
             steps=options.parity_steps,
             seed=options.protocol.seed,
+            precision_steps=options.precision_parity_steps,
         )
         return Children(gate=local, profiler=profiler)
     # On a GPU: each in a child process of its own (see the module doc).
@@ -88,6 +89,7 @@ def open_children(options: RunOptions, measurer: Measurer) -> Children:
         options.workload,
         options.preset,
         steps=options.parity_steps,
+        precision_steps=options.precision_parity_steps,
         seed=options.protocol.seed,
         device=str(measurer.device),
         matmul_precision=options.matmul_precision,

@@ -27,7 +27,15 @@ import torch
 
 import trainers
 from trainers import LoopConfig
-from trainers.gate import Envelope, ParityVerdict, Twin, gate, parity_losses, required_test
+from trainers.gate import (
+    Envelope,
+    ParityVerdict,
+    Twin,
+    gate,
+    parity_losses,
+    required_test,
+    spread_for,
+)
 from trainers.program import Program, program_parity
 from trainers.workloads import ReusedBuilds, WorkloadFactory
 from tuner.store.jsonsafe import json_safe_dict
@@ -170,6 +178,7 @@ def run_parts(
     precision: trainers.Precision | None,
     envelope: Mapping[str, Any] | None,
     config_precision: trainers.Precision | None = None,
+    precision_steps: int | None = None,
 ) -> GateRun:
     """The built-in gate, part by part: the reference and its envelope (only when `envelope` is
     None: they depend on the workload alone, so once per study), the eager twin (when the
@@ -179,9 +188,14 @@ def run_parts(
     `precision` is the study's: the reference and the envelope run in it. `config_precision`
     (None: the same) is the config's own: in another, its eager twin and its run are in that one
     and the verdict is equivalence against the reference (`gate(reference_precision=...)`),
-    never exactness."""
+    never exactness, against the reference's seed-to-seed envelope (`spread_for`) over
+    `precision_steps` steps (None: `steps`); `envelope` is then that envelope, kept apart from
+    the study's rounding one (`ParityCache`)."""
     parts = _Parts()
     own = precision if config_precision is None else config_precision
+    spread = spread_for(own, precision)
+    if spread == "seeds" and precision_steps is not None:
+        steps = precision_steps
     common: dict[str, Any] = {"steps": steps, "seed": seed, "device": device}
     if envelope is not None:
         found = Envelope.from_dict(envelope)
@@ -195,7 +209,7 @@ def run_parts(
         found = parts.run(
             GATE_ENVELOPE,
             lambda: Envelope.measure(
-                workload, preset, precision=precision, reference=reference, **common
+                workload, preset, precision=precision, reference=reference, spread=spread, **common
             ),
         )
     twin: Twin | None = None
@@ -233,6 +247,7 @@ class InProcessGate:
         device: torch.device,
         model_args: Mapping[str, str] | None = None,
         precision: trainers.Precision | None = None,
+        precision_steps: int | None = None,
     ) -> None:
         # Each (preset, seed) built once: the gate's runs start from copies of it.
         self._factory = ReusedBuilds(trainers.resolve_factory(workload, dict(model_args or {})))
@@ -242,6 +257,7 @@ class InProcessGate:
             "seed": seed,
             "device": device,
             "precision": precision,
+            "precision_steps": precision_steps,
         }
 
     def check(

@@ -51,6 +51,7 @@ def _gate(
     precision: trainers.Precision | None,
     envelope: dict[str, Any] | None,
     config_precision: trainers.Precision | None = None,
+    precision_steps: int | None = None,
 ) -> GateRun:
     """The correctness gate for `config`, part by part (`tuner.search.gate.run_parts`): the
     verdict, the envelope it used (measured here the first time: the parent stores it on the
@@ -72,6 +73,7 @@ def _gate(
             precision=precision,
             envelope=envelope,
             config_precision=config_precision,
+            precision_steps=precision_steps,
         )
     finally:
         _give_back_memory()
@@ -221,9 +223,11 @@ class ParityProcess:
         matmul_precision: str,
         model_args: dict[str, str] | None = None,
         precision: trainers.Precision | None = None,
+        precision_steps: int | None = None,
     ) -> None:
         self._args = (workload, preset, dict(model_args or {}))
         self.steps = steps
+        self.precision_steps = precision_steps
         self.seed = seed
         self.device = device
         self.matmul_precision = matmul_precision
@@ -250,6 +254,7 @@ class ParityProcess:
             self.precision,
             None if envelope is None else dict(envelope),
             precision,
+            self.precision_steps,
         )
 
     def close(self) -> None:

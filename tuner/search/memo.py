@@ -136,6 +136,7 @@ def memo_inputs(options: RunOptions, fingerprint: dict[str, Any]) -> dict[str, A
         "precision": options.precision,
         "matmul_precision": options.matmul_precision,
         "parity_steps": options.parity_steps,
+        "precision_parity_steps": options.precision_parity_steps,
         "seed": options.protocol.seed,
         "nproc_per_node": options.nproc_per_node,
         "fingerprint": fingerprint,

@@ -64,6 +64,10 @@ class RunOptions:
     final_rounds: int = 3
     baseline_every: int = 10
     parity_steps: int = 20
+    precision_parity_steps: int | None = None
+    """The gate's run length for a config in another precision than `precision` (a study
+    searching `precisions`: float8 against bf16), judged against the reference's seed-to-seed
+    envelope (`trainers.gate.spread_for`); None: `parity_steps`. The float8 evidence uses 200."""
     sampler: str = "tpe"
     seed: int = 0
     matmul_precision: str = "highest"
@@ -126,6 +130,8 @@ class RunOptions:
         ):
             if getattr(self, field) < low:
                 raise bad(field, f"an integer >= {low}")
+        if self.precision_parity_steps is not None and self.precision_parity_steps < 2:
+            raise bad("precision_parity_steps", "an integer >= 2, or unset for parity_steps")
         if self.sampler not in SAMPLERS:
             raise bad("sampler", ", ".join(SAMPLERS))
         self._check_allowed_precisions()

@@ -5,7 +5,9 @@ A verdict is stored under `keys.PARITY_PREFIX` + the config's key (`GateVerdict.
 every later trial of the same config, the final round and every worker sharing the study read it
 instead of running the gate again. The envelope (with the reference's losses in it) depends on
 the workload alone: the first check measures it and it is stored once (`keys.ENVELOPE`); every
-later check is given it, so the reference and the envelope run once per study.
+later check is given it, so the reference and the envelope run once per study. A config in
+another precision than the study's is judged against another envelope, the reference's
+seed-to-seed one (`keys.PRECISION_ENVELOPE`), likewise measured once.
 
 With a memo (`tuner.search.memo`: the same workload, shape, precision, code and machine), both
 are also shared between studies: a verdict or envelope missing from the study is read from the
@@ -69,20 +71,23 @@ class ParityCache:
         if isinstance(cached, dict):
             return GateVerdict.from_dict(cached), {}
         shared = self._memo_attrs()
+        # A config in another precision is judged against the reference's seed-to-seed
+        # envelope (over the options' precision_parity_steps), stored apart from the rounding one.
+        env_key = keys.ENVELOPE if precision is None else keys.PRECISION_ENVELOPE
         if isinstance(shared.get(attr), dict):
             # Checked by an earlier study of the same inputs (tuner.search.memo): the study
             # keeps its own copy, with no seconds spent here (`gpu_seconds` adds them up).
             found = dataclasses.replace(GateVerdict.from_dict(shared[attr]), seconds=0.0, time={})
             self._store(attr, found.to_dict())
-            if keys.ENVELOPE not in attrs and isinstance(shared.get(keys.ENVELOPE), dict):
-                self._store(keys.ENVELOPE, shared[keys.ENVELOPE])  # what the verdict judged by
+            if env_key not in attrs and isinstance(shared.get(env_key), dict):
+                self._store(env_key, shared[env_key])  # what the verdict judged by
             self.reused += 1
             return found, {}
         started = time.perf_counter()
-        stored = attrs.get(keys.ENVELOPE)
-        if not isinstance(stored, dict) and isinstance(shared.get(keys.ENVELOPE), dict):
-            stored = shared[keys.ENVELOPE]
-            self._store(keys.ENVELOPE, stored)
+        stored = attrs.get(env_key)
+        if not isinstance(stored, dict) and isinstance(shared.get(env_key), dict):
+            stored = shared[env_key]
+            self._store(env_key, stored)
         envelope = stored if isinstance(stored, dict) else None
         reached = True
         try:
@@ -93,10 +98,10 @@ class ParityCache:
             )
             if envelope is None:
                 envelope = json_safe(run.envelope)
-                self._store(keys.ENVELOPE, envelope)
-                if keys.ENVELOPE not in shared:
-                    self._share(keys.ENVELOPE, envelope)
-                    shared[keys.ENVELOPE] = envelope
+                self._store(env_key, envelope)
+                if env_key not in shared:
+                    self._share(env_key, envelope)
+                    shared[env_key] = envelope
             spent = dict(run.time)
             verdict = GateVerdict(verdict=run.verdict, config=config.to_dict())
         except Exception as exc:  # noqa: BLE001 - a config that cannot even be checked fails
@@ -113,7 +118,7 @@ class ParityCache:
         self._store(attr, verdict.to_dict())
         # Shared only when judged against the memo's own envelope: a study resumed after its
         # inputs changed judges by the envelope it stored then, which holds for it alone.
-        if reached and shared.get(keys.ENVELOPE) == envelope:
+        if reached and shared.get(env_key) == envelope:
             self._share(attr, verdict.to_dict())
         return verdict, spent
 

@@ -61,6 +61,13 @@ class WorkerSettings(ServiceSettings):
     final_rounds: int = Field(default=3, ge=1, le=100)
     top_k: int = Field(default=3, ge=1, le=100)
     parity_steps: int = Field(default=20, ge=2, le=100_000)
+    precision_parity_steps: int | None = Field(
+        default=None,
+        ge=2,
+        le=100_000,
+        description="steps of the parity check of a config in another precision than the "
+        "job's (a job with `precisions`); unset: parity_steps (as `run`)",
+    )
     baseline_every: int = Field(default=10, ge=1, le=100_000)
     sampler: Literal["tpe", "random"] = "tpe"
     matmul_precision: Literal["highest", "high", "medium"] = Field(

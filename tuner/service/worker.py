@@ -233,6 +233,7 @@ class Worker:
             final_rounds=s.final_rounds,
             baseline_every=s.baseline_every,
             parity_steps=s.parity_steps,
+            precision_parity_steps=s.precision_parity_steps,
             sampler=s.sampler,
             protocol=s.protocol(),
             auto_window_steps=s.measure_window_steps is None,

@@ -33,6 +33,9 @@ TIME_PREFIX = "time/"
 (`tuner.store.phases` adds them up)."""
 """The workload's numerical noise envelope (`trainers.Envelope.to_dict()`): measured once per
 study (its workload, preset, precision and device are fixed), read by every parity check."""
+PRECISION_ENVELOPE = "precision-envelope"
+"""The reference trained from other seeds (`trainers.Envelope`, spread "seeds"): what a config in
+another precision than the study's is judged against (`tuner.search.parity`)."""
 PROFILE_RECOMMENDED = "recommended"
 """The name of the recommended config's profile (`PROFILE_PREFIX` + this)."""
 

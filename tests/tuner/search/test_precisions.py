@@ -29,6 +29,8 @@ from tuner.search.space import config_key
 from tuner.store import keys
 
 ALLOWED = ("fp32", "bf16-autocast")
+PRECISION_STEPS = 7
+"""The gate's run length for a config in bf16 here (RUN_FLAGS' --parity-steps is another)."""
 
 # -- the checks --------------------------------------------------------------------------------
 
@@ -53,6 +55,11 @@ ALLOWED = ("fp32", "bf16-autocast")
             {"precisions": ALLOWED, "workload": "program:anything"},
             "precisions",
             "one precision for a program",
+        ),
+        (
+            {"precisions": ALLOWED, "precision_parity_steps": 1},
+            "precision_parity_steps",
+            "an integer >= 2, or unset for parity_steps",
         ),
     ],
 )
@@ -134,6 +141,8 @@ def searched(tmp_path_factory: pytest.TempPathFactory) -> Searched:
                 "120",
                 "--precisions",
                 ",".join(ALLOWED),
+                "--precision-parity-steps",
+                str(PRECISION_STEPS),
                 "--json",
             ]
         )
@@ -176,9 +185,21 @@ def test_bf16_trials_are_judged_by_equivalence_against_the_fp32_reference(
         # Cached apart from the same config in fp32.
         assert f"parity/{trial.user_attrs[keys.CONFIG_KEY]}" in study.user_attrs
         assert trial.user_attrs[keys.CONFIG_KEY].endswith("@bf16-autocast")
+        # Over --precision-parity-steps, against fp32's seed-to-seed envelope.
+        assert verdict["steps"] == PRECISION_STEPS
+        assert "seed-to-seed envelope (4 other seeds in fp32)" in verdict["reason"]
     fp32 = [t for t in study.trials if t.params.get("precision") == "fp32"]
     gated = [t.user_attrs[keys.PARITY] for t in fp32 if keys.PARITY in t.user_attrs]
     assert all(v["precision"] == v["reference_precision"] == "fp32" for v in gated)
+    assert all(v["steps"] != PRECISION_STEPS and "seed-to-seed" not in v["reason"] for v in gated)
+    # Two envelopes, each measured once: the rounding one of the fp32 configs' gates, and the
+    # seed-to-seed one of the bf16 configs'.
+    rounding = study.user_attrs[keys.ENVELOPE]
+    seeds = study.user_attrs[keys.PRECISION_ENVELOPE]
+    assert (rounding["spread"], seeds["spread"]) == ("rounding", "seeds")
+    assert seeds["steps"] == PRECISION_STEPS != rounding["steps"]
+    assert rounding["precision"] == seeds["precision"] == "fp32"
+    assert seeds["perturbation_seeds"] == [1, 2, 3, 4]
 
 
 def test_the_recommendation_names_its_precision(searched: Searched) -> None:
