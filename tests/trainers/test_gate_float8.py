@@ -73,7 +73,7 @@ def head_times(factor: float) -> WorkloadFactory:
 
     def build(preset: str, *, seed: int) -> Workload:
         workload = load_workload("transformer", preset, seed=seed)
-        workload.model.head.register_forward_hook(_times(factor))
+        workload.model.get_submodule("head").register_forward_hook(_times(factor))
         return workload
 
     return build
@@ -119,15 +119,11 @@ def test_the_seed_to_seed_envelope_rejects_a_wrong_head_scale_and_passes_bf16_it
         seed * 1000 + k for k in range(1, PERTURBATIONS + 1)
     )
     # Another seed starts from other weights: the spread is far wider than rounding's.
-    assert min(abs(run[0] - env.reference[0]) for run in env.perturbed) > 0.0
-    common = {
-        "preset": "tiny",
-        "seed": seed,
-        "device": "cpu",
-        "envelope": env,
-        "precision": "bf16-autocast",
-        "test": "equivalence",
-    }
+    rounding = Envelope.measure(
+        "transformer", "tiny", steps=SEED_STEPS, seed=seed, device="cpu", precision="bf16-autocast"
+    )
+    assert min(env.windows()) > max(rounding.windows())
+    common = bf16_equivalence(env, seed)
     faulty = gate(head_times(4.0), REFERENCE, SEED_STEPS, **common)  # type: ignore[arg-type]
     itself = gate("transformer", REFERENCE, SEED_STEPS, **common)  # type: ignore[arg-type]
     assert not faulty.passed and faulty.ratio is not None and faulty.ratio > 1.0, faulty.reason
@@ -145,6 +141,18 @@ def test_an_envelopes_spread_round_trips_and_is_checked() -> None:
         Envelope.from_dict({**data, "spread": "ulps"})
     with pytest.raises(ValueError, match=r"spread='ulps' is invalid: allowed rounding, seeds"):
         Envelope.measure("mlp", "tiny", steps=4, device="cpu", spread="ulps")
+
+
+def bf16_equivalence(env: Envelope, seed: int) -> dict[str, object]:
+    """`gate`'s arguments for the equivalence test against `env` on transformer tiny, in bf16."""
+    return {
+        "preset": "tiny",
+        "seed": seed,
+        "device": "cpu",
+        "envelope": env,
+        "precision": "bf16-autocast",
+        "test": "equivalence",
+    }
 
 
 def test_another_precision_than_the_references_is_owed_equivalence() -> None:
@@ -180,15 +188,7 @@ def test_the_gate_rejects_a_float8_like_fault_and_accepts_bf16_against_itself() 
     seeds = range(5)
     detected = 0
     for seed in seeds:
-        env = bf16_envelope(seed)
-        common = {
-            "preset": "tiny",
-            "seed": seed,
-            "device": "cpu",
-            "envelope": env,
-            "precision": "bf16-autocast",
-            "test": "equivalence",
-        }
+        common = bf16_equivalence(bf16_envelope(seed), seed)
         faulty = gate(scaled_converted_linears(FAULT_SCALE), REFERENCE, STEPS, **common)  # type: ignore[arg-type]
         control = gate(scaled_converted_linears(1.0), REFERENCE, STEPS, **common)  # type: ignore[arg-type]
         itself = gate("transformer", REFERENCE, STEPS, **common)  # type: ignore[arg-type]

@@ -155,18 +155,9 @@ class Envelope:
         seeds = tuple(seed * 1000 + k + 1 for k in range(perturbations))
         perturbed = []
         for k in seeds:
-            if spread == "seeds":
-                run = trajectory(factory, preset, config, **{**common, "seed": k})
-            else:
-                run = trajectory(
-                    factory, preset, config, perturbation=Perturbation(seed=k, eps=eps), **common
-                )
-            perturbed.append(tuple(run.losses))
-            strict = strict and run.strict
-            name = run.workload.name
-            # Its trained model leaves the device before the next run (4.4 GB of weights and
-            # as much of gradients at 1.1B).
-            del run
+            losses, held, name = _around(factory, preset, config, k, spread, eps, common)
+            perturbed.append(losses)
+            strict = strict and held
         return cls(
             workload=name,
             preset=preset,
@@ -249,3 +240,24 @@ class Envelope:
         if any(len(run) != len(fields["reference"]) for run in fields["perturbed"]):
             raise ValueError("envelope dict: every perturbed run needs the reference's length")
         return cls(**fields)
+
+
+def _around(
+    factory: WorkloadFactory,
+    preset: str,
+    config: LoopConfig,
+    k: int,
+    spread: str,
+    eps: float | None,
+    common: Mapping[str, Any],
+) -> tuple[tuple[float, ...], bool, str]:
+    """One of the envelope's K runs (`Envelope.spread`): the losses, whether strict determinism
+    held, the workload's name. Only the losses are kept: the trained model leaves the device
+    before the next run (4.4 GB of weights and as much of gradients at 1.1B)."""
+    if spread == "seeds":
+        run = trajectory(factory, preset, config, **{**common, "seed": k})
+    else:
+        run = trajectory(
+            factory, preset, config, perturbation=Perturbation(seed=k, eps=eps), **common
+        )
+    return tuple(run.losses), run.strict, run.workload.name
