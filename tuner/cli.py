@@ -68,6 +68,7 @@ FLAGS = {
     "baseline_every": "--baseline-every",
     "parity_steps": "--parity-steps",
     "precision_parity_steps": "--precision-parity-steps",
+    "precision_tolerance": "--precision-tolerance",
     "sampler": "--sampler",
     "window_steps": "--window-steps",
     "profile": "--profile",
@@ -324,6 +325,13 @@ PrecisionParitySteps = Annotated[
         "--parity-steps; the float8 evidence used 200)."
     ),
 ]
+PrecisionTolerance = Annotated[
+    float | None,
+    typer.Option(
+        help="How many times the reference's seed-to-seed envelope a config in another "
+        "precision may deviate by (default: 3, the gate's own multiple; shown in its verdict)."
+    ),
+]
 Warmup = Annotated[int, typer.Option(help="Untimed steps per measurement.")]
 Windows = Annotated[int, typer.Option(help="Timed windows per measurement.")]
 WindowSteps = Annotated[
@@ -409,6 +417,7 @@ def run_(
     baseline_every: BaselineEvery = 10,
     parity_steps: ParitySteps = 20,
     precision_parity_steps: PrecisionParitySteps = None,
+    precision_tolerance: PrecisionTolerance = None,
     warmup: Warmup = 10,
     windows: Windows = 5,
     window_steps: WindowSteps = None,
@@ -486,6 +495,7 @@ def _run_options(flags: dict[str, Any], workload: str) -> RunOptions:
         baseline_every=flags["baseline_every"],
         parity_steps=flags["parity_steps"],
         precision_parity_steps=flags["precision_parity_steps"],
+        precision_tolerance=flags["precision_tolerance"],
         sampler=flags["sampler"],
         seed=flags["seed"],
         matmul_precision=flags["matmul_precision"],

@@ -19,7 +19,7 @@ import dataclasses
 from tuner.search import profiling
 from tuner.search.dpgate import DataParallelGate
 from tuner.search.dpprofile import DataParallelProfiler
-from tuner.search.gate import Gate, InProcessGate, ProgramGate
+from tuner.search.gate import CrossPrecision, Gate, InProcessGate, ProgramGate
 from tuner.search.isolated import ParityProcess, ProfileProcess
 from tuner.search.measure import Measurer
 from tuner.search.options import RunOptions, baselines_for
@@ -70,7 +70,7 @@ def open_children(options: RunOptions, measurer: Measurer) -> Children:
             precision=options.precision,
             steps=options.parity_steps,
             seed=options.protocol.seed,
-            precision_steps=options.precision_parity_steps,
+            cross=cross_precision(options),
         )
         return Children(gate=local, profiler=profiler)
     # On a GPU: each in a child process of its own (see the module doc).
@@ -89,7 +89,7 @@ def open_children(options: RunOptions, measurer: Measurer) -> Children:
         options.workload,
         options.preset,
         steps=options.parity_steps,
-        precision_steps=options.precision_parity_steps,
+        cross=cross_precision(options),
         seed=options.protocol.seed,
         device=str(measurer.device),
         matmul_precision=options.matmul_precision,
@@ -97,6 +97,15 @@ def open_children(options: RunOptions, measurer: Measurer) -> Children:
         precision=options.precision,
     )
     return Children(gate=parity, profiler=profiles.profile, _profiles=profiles)
+
+
+def cross_precision(options: RunOptions) -> CrossPrecision:
+    """How the gate judges a config in another precision than the study's, as the user set it."""
+    if options.precision_tolerance is None:
+        return CrossPrecision(steps=options.precision_parity_steps)
+    return CrossPrecision(
+        steps=options.precision_parity_steps, multiple=options.precision_tolerance
+    )
 
 
 def _data_parallel(options: RunOptions, measurer: Measurer) -> Children:

@@ -28,6 +28,7 @@ import torch
 import trainers
 from trainers import LoopConfig
 from trainers.gate import (
+    MULTIPLE,
     Envelope,
     ParityVerdict,
     Twin,
@@ -136,6 +137,20 @@ class GateRun:
     time: dict[str, float]
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CrossPrecision:
+    """How a config in another precision than the study's is judged (`run_parts`): over `steps`
+    steps (None: the gate's own) and within `multiple` x the reference's seed-to-seed envelope
+    (`RunOptions.precision_parity_steps` and `precision_tolerance`)."""
+
+    steps: int | None = None
+    multiple: float = MULTIPLE
+
+
+AS_THE_GATE = CrossPrecision()
+"""The gate's own steps and multiple for every config."""
+
+
 class Gate(Protocol):
     """Runs the correctness gate for one config. `envelope` is the study's stored envelope (None
     the first time: the gate measures it, and `GateRun.envelope` is to be stored). `precision`:
@@ -178,7 +193,7 @@ def run_parts(
     precision: trainers.Precision | None,
     envelope: Mapping[str, Any] | None,
     config_precision: trainers.Precision | None = None,
-    precision_steps: int | None = None,
+    cross: CrossPrecision = AS_THE_GATE,
 ) -> GateRun:
     """The built-in gate, part by part: the reference and its envelope (only when `envelope` is
     None: they depend on the workload alone, so once per study), the eager twin (when the
@@ -188,14 +203,16 @@ def run_parts(
     `precision` is the study's: the reference and the envelope run in it. `config_precision`
     (None: the same) is the config's own: in another, its eager twin and its run are in that one
     and the verdict is equivalence against the reference (`gate(reference_precision=...)`),
-    never exactness, against the reference's seed-to-seed envelope (`spread_for`) over
-    `precision_steps` steps (None: `steps`); `envelope` is then that envelope, kept apart from
-    the study's rounding one (`ParityCache`)."""
+    never exactness, against the reference's seed-to-seed envelope (`spread_for`) as `cross`
+    says; `envelope` is then that envelope, kept apart from the study's rounding one
+    (`ParityCache`)."""
     parts = _Parts()
     own = precision if config_precision is None else config_precision
     spread = spread_for(own, precision)
-    if spread == "seeds" and precision_steps is not None:
-        steps = precision_steps
+    judged: dict[str, Any] = {}
+    if spread == "seeds":
+        steps = steps if cross.steps is None else cross.steps
+        judged["multiple"] = cross.multiple
     common: dict[str, Any] = {"steps": steps, "seed": seed, "device": device}
     if envelope is not None:
         found = Envelope.from_dict(envelope)
@@ -229,6 +246,7 @@ def run_parts(
             precision=own,
             reference_precision=precision,
             **common,
+            **judged,
         ),
     )
     return GateRun(verdict=verdict, envelope=found.to_dict(), time=parts.time)
@@ -247,7 +265,7 @@ class InProcessGate:
         device: torch.device,
         model_args: Mapping[str, str] | None = None,
         precision: trainers.Precision | None = None,
-        precision_steps: int | None = None,
+        cross: CrossPrecision = AS_THE_GATE,
     ) -> None:
         # Each (preset, seed) built once: the gate's runs start from copies of it.
         self._factory = ReusedBuilds(trainers.resolve_factory(workload, dict(model_args or {})))
@@ -257,7 +275,7 @@ class InProcessGate:
             "seed": seed,
             "device": device,
             "precision": precision,
-            "precision_steps": precision_steps,
+            "cross": cross,
         }
 
     def check(

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import trainers
 from trainers import LoopConfig
 from tuner.evidence import trace
-from tuner.search.gate import GateRun, run_parts
+from tuner.search.gate import AS_THE_GATE, CrossPrecision, GateRun, run_parts
 
 T = TypeVar("T")
 
@@ -51,7 +51,7 @@ def _gate(
     precision: trainers.Precision | None,
     envelope: dict[str, Any] | None,
     config_precision: trainers.Precision | None = None,
-    precision_steps: int | None = None,
+    cross: CrossPrecision = AS_THE_GATE,
 ) -> GateRun:
     """The correctness gate for `config`, part by part (`tuner.search.gate.run_parts`): the
     verdict, the envelope it used (measured here the first time: the parent stores it on the
@@ -73,7 +73,7 @@ def _gate(
             precision=precision,
             envelope=envelope,
             config_precision=config_precision,
-            precision_steps=precision_steps,
+            cross=cross,
         )
     finally:
         _give_back_memory()
@@ -223,11 +223,11 @@ class ParityProcess:
         matmul_precision: str,
         model_args: dict[str, str] | None = None,
         precision: trainers.Precision | None = None,
-        precision_steps: int | None = None,
+        cross: CrossPrecision = AS_THE_GATE,
     ) -> None:
         self._args = (workload, preset, dict(model_args or {}))
         self.steps = steps
-        self.precision_steps = precision_steps
+        self.cross = cross
         self.seed = seed
         self.device = device
         self.matmul_precision = matmul_precision
@@ -254,7 +254,7 @@ class ParityProcess:
             self.precision,
             None if envelope is None else dict(envelope),
             precision,
-            self.precision_steps,
+            self.cross,
         )
 
     def close(self) -> None:

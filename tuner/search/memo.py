@@ -137,6 +137,7 @@ def memo_inputs(options: RunOptions, fingerprint: dict[str, Any]) -> dict[str, A
         "matmul_precision": options.matmul_precision,
         "parity_steps": options.parity_steps,
         "precision_parity_steps": options.precision_parity_steps,
+        "precision_tolerance": options.precision_tolerance,
         "seed": options.protocol.seed,
         "nproc_per_node": options.nproc_per_node,
         "fingerprint": fingerprint,

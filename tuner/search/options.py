@@ -4,6 +4,7 @@ interfaces the search is driven through: progress, trial slots, retries."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, runtime_checkable
 from typing import Protocol as TypingProtocol
@@ -68,6 +69,10 @@ class RunOptions:
     """The gate's run length for a config in another precision than `precision` (a study
     searching `precisions`: float8 against bf16), judged against the reference's seed-to-seed
     envelope (`trainers.gate.spread_for`); None: `parity_steps`. The float8 evidence uses 200."""
+    precision_tolerance: float | None = None
+    """How many times that seed-to-seed envelope a config in another precision may deviate by
+    (its verdict and the report show it); None: the gate's own multiple, 3
+    (`trainers.gate.MULTIPLE`)."""
     sampler: str = "tpe"
     seed: int = 0
     matmul_precision: str = "highest"
@@ -132,6 +137,9 @@ class RunOptions:
                 raise bad(field, f"an integer >= {low}")
         if self.precision_parity_steps is not None and self.precision_parity_steps < 2:
             raise bad("precision_parity_steps", "an integer >= 2, or unset for parity_steps")
+        tolerance = self.precision_tolerance
+        if tolerance is not None and not (math.isfinite(tolerance) and tolerance > 0):
+            raise bad("precision_tolerance", "a number > 0 (a multiple of the envelope), or unset")
         if self.sampler not in SAMPLERS:
             raise bad("sampler", ", ".join(SAMPLERS))
         self._check_allowed_precisions()

@@ -68,6 +68,13 @@ class WorkerSettings(ServiceSettings):
         description="steps of the parity check of a config in another precision than the "
         "job's (a job with `precisions`); unset: parity_steps (as `run`)",
     )
+    precision_tolerance: float | None = Field(
+        default=None,
+        gt=0,
+        le=1_000,
+        description="how many times the reference's seed-to-seed envelope such a config may "
+        "deviate by; unset: 3 (as `run`)",
+    )
     baseline_every: int = Field(default=10, ge=1, le=100_000)
     sampler: Literal["tpe", "random"] = "tpe"
     matmul_precision: Literal["highest", "high", "medium"] = Field(

@@ -234,6 +234,7 @@ class Worker:
             baseline_every=s.baseline_every,
             parity_steps=s.parity_steps,
             precision_parity_steps=s.precision_parity_steps,
+            precision_tolerance=s.precision_tolerance,
             sampler=s.sampler,
             protocol=s.protocol(),
             auto_window_steps=s.measure_window_steps is None,

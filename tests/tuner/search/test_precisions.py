@@ -31,6 +31,8 @@ from tuner.store import keys
 ALLOWED = ("fp32", "bf16-autocast")
 PRECISION_STEPS = 7
 """The gate's run length for a config in bf16 here (RUN_FLAGS' --parity-steps is another)."""
+TOLERANCE = 5.0
+"""--precision-tolerance here: the multiple of that envelope a bf16 config may deviate by."""
 
 # -- the checks --------------------------------------------------------------------------------
 
@@ -60,6 +62,16 @@ PRECISION_STEPS = 7
             {"precisions": ALLOWED, "precision_parity_steps": 1},
             "precision_parity_steps",
             "an integer >= 2, or unset for parity_steps",
+        ),
+        (
+            {"precisions": ALLOWED, "precision_tolerance": 0.0},
+            "precision_tolerance",
+            "a number > 0 (a multiple of the envelope), or unset",
+        ),
+        (
+            {"precisions": ALLOWED, "precision_tolerance": float("nan")},
+            "precision_tolerance",
+            "a number > 0",
         ),
     ],
 )
@@ -92,6 +104,32 @@ def test_cli_refuses_float8_on_a_cpu_in_one_line(
     )
     assert code != 0 and out == ""
     assert err.startswith("error: --precisions: ") and "float8" in err and "CUDA" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "allowed"),
+    [
+        ("--precision-parity-steps", "1", "an integer >= 2, or unset for parity_steps"),
+        ("--precision-tolerance", "0", "a number > 0 (a multiple of the envelope), or unset"),
+    ],
+)
+def test_cli_names_the_flag_of_a_bad_cross_precision_setting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str, allowed: str
+) -> None:
+    code, out, err = run_main(
+        capsys,
+        "run",
+        *RUN_FLAGS,
+        "--storage",
+        sqlite_url(tmp_path),
+        "--precisions",
+        ",".join(ALLOWED),
+        flag,
+        value,
+    )
+    assert code != 0 and out == ""
+    assert err.startswith(f"error: {flag}: ") and err.rstrip().endswith(f"allowed {allowed}")
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
@@ -143,6 +181,8 @@ def searched(tmp_path_factory: pytest.TempPathFactory) -> Searched:
                 ",".join(ALLOWED),
                 "--precision-parity-steps",
                 str(PRECISION_STEPS),
+                "--precision-tolerance",
+                str(TOLERANCE),
                 "--json",
             ]
         )
@@ -188,10 +228,15 @@ def test_bf16_trials_are_judged_by_equivalence_against_the_fp32_reference(
         # Over --precision-parity-steps, against fp32's seed-to-seed envelope.
         assert verdict["steps"] == PRECISION_STEPS
         assert "seed-to-seed envelope (4 other seeds in fp32)" in verdict["reason"]
+        # The user's tolerance, in the verdict and its reason (the report shows both).
+        assert (
+            verdict["multiple"] == TOLERANCE and f"{TOLERANCE:g}x the envelope" in verdict["reason"]
+        )
     fp32 = [t for t in study.trials if t.params.get("precision") == "fp32"]
     gated = [t.user_attrs[keys.PARITY] for t in fp32 if keys.PARITY in t.user_attrs]
     assert all(v["precision"] == v["reference_precision"] == "fp32" for v in gated)
     assert all(v["steps"] != PRECISION_STEPS and "seed-to-seed" not in v["reason"] for v in gated)
+    assert all(v.get("multiple") in (None, 3.0) for v in gated)
     # Two envelopes, each measured once: the rounding one of the fp32 configs' gates, and the
     # seed-to-seed one of the bf16 configs'.
     rounding = study.user_attrs[keys.ENVELOPE]
