@@ -19,7 +19,7 @@ import dataclasses
 from tuner.search import profiling
 from tuner.search.dpgate import DataParallelGate
 from tuner.search.dpprofile import DataParallelProfiler
-from tuner.search.gate import CrossPrecision, Gate, InProcessGate, ProgramGate
+from tuner.search.gate import AS_THE_GATE, CrossPrecision, Gate, InProcessGate, ProgramGate
 from tuner.search.isolated import ParityProcess, ProfileProcess
 from tuner.search.measure import Measurer
 from tuner.search.options import RunOptions, baselines_for
@@ -101,10 +101,10 @@ def open_children(options: RunOptions, measurer: Measurer) -> Children:
 
 def cross_precision(options: RunOptions) -> CrossPrecision:
     """How the gate judges a config in another precision than the study's, as the user set it."""
-    if options.precision_tolerance is None:
-        return CrossPrecision(steps=options.precision_parity_steps)
+    tolerance = options.precision_tolerance
     return CrossPrecision(
-        steps=options.precision_parity_steps, multiple=options.precision_tolerance
+        steps=options.precision_parity_steps,
+        multiple=AS_THE_GATE.multiple if tolerance is None else tolerance,
     )
 
 
