@@ -183,7 +183,12 @@ def one_run(
             "step_ms",
             "utilisation",
             "peak_memory_bytes",
+            "device_memory_bytes",
+            "headroom_bytes",
             "speedup",
+            # A baseline that failed (at 1.1B, 16 x 2048: the eager step out of memory) has no
+            # speed-up; its reason is here, not only in the study the machine takes back.
+            "failures",
             "n_trials",
             "gpu_seconds",
             "reason",
@@ -260,6 +265,9 @@ def to_markdown(data: Mapping[str, Any]) -> str:
             f"Reference: `{reference['file']}` (commit {reference['commit']}), the recommendation "
             f"at {reference['median_ms']:.2f} ms/step ({low:.2f}-{high:.2f}).",
         ]
+    for run in data["runs"]:
+        for name, why in ((run.get("recommendation") or {}).get("failures") or {}).items():
+            lines += ["", f"{run['run']}: baseline {name} failed: {why}"]
     lines += [f"\n{note}" for note in data.get("notes", [])]
     lines += ["", "Each trial (seconds from its start to its end; its phases):", ""]
     for run in data["runs"]:

@@ -56,6 +56,9 @@ def test_two_jobs_are_timed_and_their_trials_phases_recorded(tmp_path: Path) -> 
         assert run["returncode"] == 0, run.get("error")
         assert run["wall_s"] > 0 and run["within_aim"] is True  # a tiny CPU job: seconds
         assert run["recommendation"]["n_trials"]["complete"] == 2
+        # Both baselines ran here: no failure kept, each with its speed-up.
+        assert run["recommendation"]["failures"] == {}
+        assert set(run["recommendation"]["speedup"]) == {"pytorch-default", "seed-baseline"}
         assert [t["number"] for t in run["trials"]] == [0, 1]
         for trial in run["trials"]:
             assert trial["state"] == "complete" and trial["samples_per_s"] > 0
@@ -144,3 +147,22 @@ def test_a_records_own_aims_are_the_ones_it_is_judged_by() -> None:
     assert default_job.aim_of("again") is None
     with pytest.raises(SystemExit, match=r"--aim-cold: expected seconds > 0, got 0\.0"):
         default_job.main(["--aim-cold", "0"])
+
+
+def test_a_failed_baselines_reason_is_printed_with_the_run() -> None:
+    """At 1.1B, 16 x 2048 tokens, both eager baselines ran out of memory: the record keeps why
+    (the study that also holds it stays on the machine)."""
+    meta = dict.fromkeys(
+        ("gpu", "driver", "cuda", "torch", "commit", "date", "file", "command"), "x"
+    )
+    why = "oom: out of memory: asked for 3.91 GiB with 2.38 GiB free of 79.18 GiB"
+    run = {
+        "run": "cold",
+        "wall_s": 807.0,
+        "returncode": 0,
+        "recommendation": {"failures": {"seed-baseline": why}, "speedup": {}},
+    }
+    text = default_job.to_markdown({"meta": meta, "runs": [run]})
+    assert f"cold: baseline seed-baseline failed: {why}" in text
+    ran = default_job.to_markdown({"meta": meta, "runs": [run | {"recommendation": {}}]})
+    assert "failed:" not in ran
