@@ -570,17 +570,24 @@ def recommendation_of(
     )
 
 
-def given_config(text: str) -> dict[str, Any]:
+def given_config(text: str, precision: str | None = None) -> dict[str, Any]:
     """The tuning entry of a config given as JSON (`--config`): measured against the peers
     without a tuning job, labelled as given, not as a recommendation. For a config a job found
-    but could not finish deciding (a machine that went back during its final round)."""
+    but could not finish deciding (a machine that went back during its final round), or one a
+    job could not reach in the time a machine is lent (`precision`: the one it runs in, when not
+    the preset's: `--config-precision`)."""
     try:
         config = LoopConfig.from_dict(json.loads(text)).to_dict()
     except (ValueError, TypeError) as exc:
         raise SystemExit(f"--config: {exc}") from None
+    if precision is not None and precision not in trainers.PRECISIONS:
+        raise SystemExit(
+            f"--config-precision: {precision!r} is not a precision; allowed "
+            f"{', '.join(trainers.PRECISIONS)}"
+        )
     return {
         "config": config,
-        "precision": None,
+        "precision": precision,
         "precisions": None,
         "source": "given by --config (not a finished job's recommendation)",
         "reason": None,
@@ -870,7 +877,7 @@ def run_preset(
     given = getattr(args, "recommendation", None)
     if getattr(args, "config", None) is not None:
         log(f"== {spec} {precision}: the config given by --config")
-        tuning = given_config(args.config)
+        tuning = given_config(args.config, getattr(args, "config_precision", None))
     elif given is not None:
         log(f"== {spec} {precision}: the recommendation of {given.name}")
         tuning = recommendation_of(given, workload, preset, model_args, precision)
@@ -1234,8 +1241,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="skip the tuning job: measure this LoopConfig (JSON) against the peers, labelled "
         "as given (for instance the fastest trial of a job that did not finish)",
     )
+    parser.add_argument(
+        "--config-precision",
+        default=None,
+        help="with --config: the precision it runs in, when not the preset's (e.g. float8)",
+    )
     parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
     args = parser.parse_args(argv)
+    if args.config_precision is not None and args.config is None:
+        parser.error("--config-precision needs --config")
     if args.add_mfu is not None:
         data = add_mfu(json.loads(args.add_mfu.read_text(encoding="utf-8")))
         args.add_mfu.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")

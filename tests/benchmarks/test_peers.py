@@ -536,3 +536,14 @@ def test_the_peers_measure_a_given_config_labelled_as_given(
     args.config = json.dumps({"sync_mode": "sometimes"})
     with pytest.raises(SystemExit, match="--config: sync_mode='sometimes'"):
         peers.run_preset("mlp:tiny", "fp32", args, "sqlite://", log.append)
+    # --config-precision: the given config runs in it, beside the preset's peers.
+    args.config, args.config_precision = json.dumps(given), "bf16-autocast"
+    entry = peers.run_preset("mlp:tiny", "fp32", args, "sqlite://", log.append)
+    assert entry["recommended"]["precision"] == "bf16-autocast"
+    assert entry["harness"]["recommended"]["precision"] == "bf16-autocast"
+    assert entry["precision"] == "fp32"  # the preset's, which the peers run in
+    args.config_precision = "fp8"
+    with pytest.raises(SystemExit, match="--config-precision: 'fp8' is not a precision; allowed"):
+        peers.run_preset("mlp:tiny", "fp32", args, "sqlite://", log.append)
+    with pytest.raises(SystemExit, match="2"):
+        peers.main(["--config-precision", "float8"])

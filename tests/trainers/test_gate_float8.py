@@ -12,6 +12,7 @@ rejected 5 of 5).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -22,6 +23,7 @@ from trainers import (
     REFERENCE,
     Envelope,
     LoopConfig,
+    Twin,
     UnsupportedOnDevice,
     Workload,
     gate,
@@ -168,6 +170,48 @@ def test_another_precision_than_the_references_is_owed_equivalence() -> None:
     assert required_test(REFERENCE, precision="float8") == "exact"
     assert required_test(REFERENCE, precision="float8", reference_precision="float8") == "exact"
     assert required_test(LoopConfig(num_streams=2), precision="bf16-autocast") == "exact"
+
+
+def test_a_long_cross_precision_judgement_holds_only_its_first_steps_to_the_twins_bits() -> None:
+    # fp32 against a bf16 reference, as float8 is judged: 8 steps for equivalence, its twin's
+    # bits over the first 4 (`exact_steps`).
+    config = LoopConfig(num_streams=2, sync_interval=3)
+    common = {
+        "preset": "tiny",
+        "device": "cpu",
+        "precision": "fp32",
+        "reference_precision": "bf16-autocast",
+        "envelope": Envelope.measure(
+            "transformer",
+            "tiny",
+            steps=8,
+            device="cpu",
+            precision="bf16-autocast",
+            perturbations=2,
+            spread="seeds",
+            determinism="off",
+        ),
+    }
+    assert common["envelope"].strict is False  # type: ignore[union-attr]
+    verdict = gate("transformer", config, 8, exact_steps=4, **common)  # type: ignore[arg-type]
+    assert verdict.passed, verdict.reason
+    assert verdict.test == "exact+equivalence" and verdict.exact_against == "eager twin"
+    assert (verdict.steps, len(verdict.losses), verdict.exact_steps) == (8, 8, 4)
+    assert (verdict.determinism, verdict.reference_determinism) == ("strict", "off")
+    assert verdict.twin_max_abs_deviation == 0.0 and "bit for bit" in verdict.reason
+    # A twin whose bits differ within those first steps fails the exact test.
+    twin = Twin.measure("transformer", config, 4, preset="tiny", device="cpu", precision="fp32")
+    assert len(twin.losses) == 4
+    wrong = dataclasses.replace(
+        twin, losses=(*twin.losses[:2], twin.losses[2] * 1.001, twin.losses[3])
+    )
+    failed = gate("transformer", config, 8, exact_steps=4, twin=wrong, **common)  # type: ignore[arg-type]
+    assert not failed.passed and failed.twin_first_diverging_step == 2, failed.reason
+    # A twin of another length, or exact steps beyond the run, is refused.
+    with pytest.raises(ValueError, match="twin ran 4 steps, the exact test runs 3"):
+        gate("transformer", config, 8, exact_steps=3, twin=twin, **common)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"exact_steps=9 is invalid: allowed 1 to steps \(8\)"):
+        gate("transformer", config, 8, exact_steps=9, **common)  # type: ignore[arg-type]
 
 
 def test_a_float8_candidate_on_a_cpu_is_refused_before_the_reference_runs() -> None:

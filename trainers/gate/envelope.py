@@ -34,7 +34,7 @@ from trainers.gate.equivalence import (
     loss_floor,
     window_envelope,
 )
-from trainers.gate.trajectories import PARITY_STEPS, Perturbation, trajectory
+from trainers.gate.trajectories import PARITY_STEPS, Determinism, Perturbation, trajectory
 from trainers.measure import fingerprint, fingerprint_key
 from trainers.precision import MATMUL_PRECISION, Precision
 from trainers.workloads import WorkloadFactory, resolve_factory
@@ -115,6 +115,7 @@ class Envelope:
         reference: Sequence[float] | None = None,
         config: LoopConfig = REFERENCE,
         spread: str = "rounding",
+        determinism: Determinism | None = None,
     ) -> Envelope:
         """Train the reference (unless `reference` is given: it must be the reference's losses
         for these arguments) and `perturbations` perturbed copies of it.
@@ -125,6 +126,8 @@ class Envelope:
         `tuner.search.dpgate`).
         spread: "rounding" (the K runs perturbed in their last bit) or "seeds" (trained from K
         other seeds: the envelope a config in another precision is judged against).
+        determinism: every run's (`trajectory`; None: the gate's, strict). `strict` records
+        whether all of them held strict determinism.
         """
         if spread not in SPREADS:
             raise ValueError(f"spread={spread!r} is invalid: allowed {', '.join(SPREADS)}")
@@ -145,6 +148,7 @@ class Envelope:
             "seed": seed,
             "device": dev,
             "precision": precision,
+            "determinism": determinism,
         }
         strict = True
         name = workload if isinstance(workload, str) else getattr(workload, "__name__", "?")

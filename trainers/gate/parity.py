@@ -49,6 +49,7 @@ from trainers.gate.trajectories import (
     GATE_DETERMINISM,
     NO_DETERMINISTIC_IMPL,
     PARITY_STEPS,
+    Determinism,
     deterministic,
     parity_losses,
     trajectory,
@@ -62,6 +63,7 @@ __all__ = [
     "NO_DETERMINISTIC_IMPL",
     "NUMERICS_FIELDS",
     "PARITY_STEPS",
+    "SEEDS_DETERMINISM",
     "GateTest",
     "ParityVerdict",
     "Twin",
@@ -70,7 +72,9 @@ __all__ = [
     "deterministic",
     "gate",
     "parity_losses",
+    "reference_determinism",
     "required_test",
+    "spread_for",
     "twin_of",
 ]
 
@@ -78,6 +82,16 @@ GRAPH_RTOL = 1e-3
 """Legacy: the relative per-step tolerance `compare(exact=False)` applies. `gate` no longer uses
 it: a fixed relative tolerance rejected legitimate graph configs (a ResNet-18 at 0.198) and blows
 up as the loss falls towards zero."""
+
+SEEDS_DETERMINISM: Determinism = "off"
+"""How the reference and its seed-to-seed envelope run (`spread_for` "seeds": a config in another
+precision). Another seed draws other initial weights and other batches: its losses move at the
+scale of the loss's own batch-to-batch noise, while a kernel's run-to-run rounding moves them at
+the rounding envelope's (2.1e-5 over 200 steps on llama-1b in bf16,
+docs/benchmarks/peers-h100-2026-11-26-llama-1b-float8.json). Strict determinism then buys that
+judgement nothing and costs its five long runs (deterministic attention and embedding backward
+kernels), and off, they run the kernels a timed run runs. The config itself still runs strict
+whenever it owes its eager twin bit for bit."""
 
 GateTest = Literal["exact", "equivalence", "exact+equivalence"]
 GATE_TESTS: tuple[str, ...] = get_args(GateTest)
@@ -115,9 +129,12 @@ class ParityVerdict:
     eager_reproducible, eager_first_difference, eager_max_abs_difference: the reproducibility
     probe asked before any exact test (`trainers.gate.reproducibility`); None where no exact test
     was owed. graph_replays_twin, graph_first_difference: for a graph owed its twin's bits, the
-    probe's one-stream graph against its eager twin (GPU only). determinism: the mode every run
-    of this verdict computed under. precision, reference_precision: what the config's runs and
-    the reference (and its envelope) ran in.
+    probe's one-stream graph against its eager twin (GPU only). determinism: the mode the
+    config's runs (and its probe and twin) computed under; reference_determinism: the
+    reference's and its envelope's (`SEEDS_DETERMINISM` against another precision; None in a
+    verdict from before it was recorded). precision, reference_precision: what the config's runs
+    and the reference (and its envelope) ran in. exact_steps: how many of the config's first
+    steps the exact tests covered (None: no exact test was owed).
     twin_max_abs_deviation, twin_first_diverging_step: the exact comparison with the eager twin.
     deviation, envelope, floor, bound, multiple, window, ratio, window_ratio, decisive_steps,
     window_deviations, window_envelopes, drift, drift_envelope, drift_bound, drift_ratio: the
@@ -162,6 +179,8 @@ class ParityVerdict:
     determinism: str | None = None
     precision: str | None = None
     reference_precision: str | None = None
+    reference_determinism: str | None = None
+    exact_steps: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         values = dataclasses.asdict(self)
@@ -368,6 +387,7 @@ def gate(
     check_drift: bool = True,
     probe: Reproducibility | None = None,
     reference_precision: Precision | None = None,
+    exact_steps: int | None = None,
 ) -> ParityVerdict:
     """Run `config` and what it is compared with, and judge it.
 
@@ -384,9 +404,20 @@ def gate(
     show (an optimizer swapped by a workload factory), "equivalence" with the unchanged
     workload's `envelope`.
     multiple, window, check_drift: the equivalence statistic's (`trainers.gate.equivalence.judge`).
+    exact_steps: the length of the exact tests (the reproducibility probe and the eager twin),
+    when shorter than `steps` (None: `steps`): the config's first `exact_steps` losses are held
+    to its twin's bits, and all `steps` are judged for equivalence. A config in another
+    precision is judged over a long run (200 steps for the float8 evidence), while a stream or
+    capture bug shows within the gate's own 20: at full length its probe and twin would add four
+    200-step runs (at 1.1B, about 400 s).
+    A config in another precision is judged against a reference and a seed-to-seed envelope run
+    under `SEEDS_DETERMINISM`; the config's runs stay strict.
     """
     if test is not None and test not in GATE_TESTS:
         raise ValueError(f"test={test!r} is invalid: allowed {', '.join(GATE_TESTS)}")
+    short = steps if exact_steps is None else exact_steps
+    if not 1 <= short <= steps:
+        raise ValueError(f"exact_steps={exact_steps!r} is invalid: allowed 1 to steps ({steps})")
     ref_precision = precision if reference_precision is None else reference_precision
     chosen: GateTest = test or required_test(
         config, precision=precision, reference_precision=ref_precision
@@ -398,16 +429,19 @@ def gate(
     common, reference_common = _run_arguments(
         steps=steps, seed=seed, device=device, precision=precision, reference=ref_precision
     )
+    exact_common = {**common, "steps": short}
     fields: dict[str, Any] = {
         "determinism": GATE_DETERMINISM,
+        "reference_determinism": reference_common["determinism"],
         "precision": precision,
         "reference_precision": ref_precision,
+        "exact_steps": None if chosen == "equivalence" else short,
     }
     reasons: list[str] = []
     if chosen != "equivalence":
         # Before any exact test: can two identical eager runs agree bit for bit here at all?
         chosen = _reproducible_or_skip(
-            workload, preset, config, probe, common, fields, reasons, chosen
+            workload, preset, config, probe, exact_common, fields, reasons, chosen
         )
     if reference is None:
         reference = parity_losses(workload, preset, REFERENCE, **reference_common)
@@ -424,7 +458,7 @@ def gate(
         reference=reference,
         envelope=envelope,
         twin=twin,
-        common=common,
+        twin_common=exact_common,
         reference_common=reference_common,
         fields=fields,
         reasons=reasons,
@@ -442,13 +476,18 @@ def _run_arguments(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The arguments of the config's runs (its losses, its eager twin, the probe) and of the
     reference's (its losses, its envelope): the same steps, seed and device, each in its own
-    precision."""
+    precision; the reference's under the determinism its envelope's spread asks
+    (`SEEDS_DETERMINISM` against another precision)."""
     if precision != reference and precision is not None:
         # A candidate precision this device cannot run (float8 on a CPU) is refused in one
         # line before the reference's runs, not after them.
         check_precision_here(precision, resolve_device(device))
     common: dict[str, Any] = {"steps": steps, "seed": seed, "device": device}
-    return {**common, "precision": precision}, {**common, "precision": reference}
+    return {**common, "precision": precision}, {
+        **common,
+        "precision": reference,
+        "determinism": reference_determinism(spread_for(precision, reference)),
+    }
 
 
 def _judged_equivalent(
@@ -461,14 +500,15 @@ def _judged_equivalent(
     reference: Sequence[float],
     envelope: Envelope | None,
     twin: Twin | None,
-    common: dict[str, Any],
+    twin_common: dict[str, Any],
     reference_common: dict[str, Any],
     fields: dict[str, Any],
     reasons: list[str],
     judge: dict[str, Any],
 ) -> ParityVerdict:
     """`gate`'s verdict for a config owed equivalence (after its twin, for a graph): the
-    deviation from the reference within the envelope, measured here when not given."""
+    deviation from the reference within the envelope, measured here when not given. The twin
+    runs `twin_common`'s steps (`gate`'s `exact_steps`)."""
     max_abs, max_rel, first = _per_step(losses, reference)
     fields.update(
         steps=len(reference),
@@ -479,8 +519,8 @@ def _judged_equivalent(
     exact_ok = True
     if chosen == "exact+equivalence":
         if twin is None:
-            twin = Twin.measure(workload, config, preset=preset, **common)
-        _check_twin(twin, config)
+            twin = Twin.measure(workload, config, preset=preset, **twin_common)
+        _check_twin(twin, config, steps=twin_common["steps"])
         exact_ok, chosen = _against_twin(config, losses, twin, fields, reasons)
 
     if envelope is None:
@@ -516,6 +556,12 @@ def spread_for(precision: Precision | None, reference_precision: Precision | Non
     own precision may only round differently ("rounding"); one in another precision (float8
     against bf16) is owed no more than another seed of the reference moves ("seeds")."""
     return "rounding" if precision == reference_precision else "seeds"
+
+
+def reference_determinism(spread: str) -> Determinism:
+    """How the reference and its envelope of this spread run: strict for a rounding envelope
+    (its configs may owe the reference's bits), `SEEDS_DETERMINISM` for a seed-to-seed one."""
+    return SEEDS_DETERMINISM if spread == "seeds" else GATE_DETERMINISM
 
 
 def _reproducible_or_skip(
@@ -574,7 +620,8 @@ def _against_twin(
         )
         reasons.append(fields["exact_skipped"])
         return True, "equivalence"
-    twin_abs, _, twin_first = _per_step(losses, twin.losses)
+    # The config's first steps against a twin run only that long (`gate`'s `exact_steps`).
+    twin_abs, _, twin_first = _per_step(losses[: len(twin.losses)], twin.losses)
     fields.update(
         exact_against="eager twin",
         twin_max_abs_deviation=twin_abs,
@@ -631,7 +678,9 @@ def _check_envelope(
         raise ValueError(f"envelope measured for {got}, the gate runs {wanted}")
 
 
-def _check_twin(twin: Twin, config: LoopConfig) -> None:
+def _check_twin(twin: Twin, config: LoopConfig, *, steps: int) -> None:
+    if len(twin.losses) != steps:
+        raise ValueError(f"twin ran {len(twin.losses)} steps, the exact test runs {steps}")
     expected, capturable = twin_of(config)
     if twin.config != expected.to_dict() or twin.capturable != capturable:
         raise ValueError(

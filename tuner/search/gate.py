@@ -34,6 +34,7 @@ from trainers.gate import (
     Twin,
     gate,
     parity_losses,
+    reference_determinism,
     required_test,
     spread_for,
 )
@@ -202,38 +203,55 @@ def run_parts(
 
     `precision` is the study's: the reference and the envelope run in it. `config_precision`
     (None: the same) is the config's own: in another, its eager twin and its run are in that one
-    and the verdict is equivalence against the reference (`gate(reference_precision=...)`),
-    never exactness, against the reference's seed-to-seed envelope (`spread_for`) as `cross`
-    says; `envelope` is then that envelope, kept apart from the study's rounding one
-    (`ParityCache`)."""
+    and the verdict is equivalence against the reference (`gate(reference_precision=...)`)
+    over `cross`'s steps, against the reference's seed-to-seed envelope (`spread_for`) within
+    `cross`'s multiple; `envelope` is then that envelope, kept apart from the study's rounding
+    one (`ParityCache`). Its exact tests (the twin's bits) keep the gate's own `steps`."""
     parts = _Parts()
     own = precision if config_precision is None else config_precision
     spread = spread_for(own, precision)
     judged: dict[str, Any] = {}
+    exact_steps = steps
     if spread == "seeds":
         steps = steps if cross.steps is None else cross.steps
-        judged["multiple"] = cross.multiple
+        exact_steps = min(exact_steps, steps)
+        judged.update(multiple=cross.multiple, exact_steps=exact_steps)
     common: dict[str, Any] = {"steps": steps, "seed": seed, "device": device}
+    # The reference and its envelope: strict for a rounding envelope, not for a seed one.
+    mode = reference_determinism(spread)
     if envelope is not None:
         found = Envelope.from_dict(envelope)
     else:
         reference = parts.run(
             GATE_REFERENCE,
             lambda: parity_losses(
-                workload, preset, trainers.REFERENCE, precision=precision, **common
+                workload,
+                preset,
+                trainers.REFERENCE,
+                precision=precision,
+                determinism=mode,
+                **common,
             ),
         )
         found = parts.run(
             GATE_ENVELOPE,
             lambda: Envelope.measure(
-                workload, preset, precision=precision, reference=reference, spread=spread, **common
+                workload,
+                preset,
+                precision=precision,
+                reference=reference,
+                spread=spread,
+                determinism=mode,
+                **common,
             ),
         )
     twin: Twin | None = None
     if required_test(config, precision=own, reference_precision=precision) == ("exact+equivalence"):
         twin = parts.run(
             GATE_TWIN,
-            lambda: Twin.measure(workload, config, preset=preset, precision=own, **common),
+            lambda: Twin.measure(
+                workload, config, preset=preset, precision=own, **(common | {"steps": exact_steps})
+            ),
         )
     verdict = parts.run(
         GATE_CONFIG,

@@ -225,8 +225,11 @@ def test_bf16_trials_are_judged_by_equivalence_against_the_fp32_reference(
         # Cached apart from the same config in fp32.
         assert f"parity/{trial.user_attrs[keys.CONFIG_KEY]}" in study.user_attrs
         assert trial.user_attrs[keys.CONFIG_KEY].endswith("@bf16-autocast")
-        # Over --precision-parity-steps, against fp32's seed-to-seed envelope.
+        # Over --precision-parity-steps, against fp32's seed-to-seed envelope, measured with
+        # the process's own kernels; a twin's bits (loop settings) over the gate's own 4 steps.
         assert verdict["steps"] == PRECISION_STEPS
+        assert (verdict["determinism"], verdict["reference_determinism"]) == ("strict", "off")
+        assert verdict["exact_steps"] == (None if verdict["test"] == "equivalence" else 4)
         assert "seed-to-seed envelope (4 other seeds in fp32)" in verdict["reason"]
         # The user's tolerance, in the verdict and its reason (the report shows both).
         assert (
@@ -237,6 +240,9 @@ def test_bf16_trials_are_judged_by_equivalence_against_the_fp32_reference(
     assert all(v["precision"] == v["reference_precision"] == "fp32" for v in gated)
     assert all(v["steps"] != PRECISION_STEPS and "seed-to-seed" not in v["reason"] for v in gated)
     assert all(v.get("multiple") in (None, 3.0) for v in gated)
+    assert all(v["reference_determinism"] == "strict" for v in gated)
+    # The shorter exact test was exercised: some bf16 config owed its twin's bits.
+    assert any(t.user_attrs[keys.PARITY]["exact_steps"] == 4 for t in judged)
     # Two envelopes, each measured once: the rounding one of the fp32 configs' gates, and the
     # seed-to-seed one of the bf16 configs'.
     rounding = study.user_attrs[keys.ENVELOPE]
@@ -245,6 +251,8 @@ def test_bf16_trials_are_judged_by_equivalence_against_the_fp32_reference(
     assert seeds["steps"] == PRECISION_STEPS != rounding["steps"]
     assert rounding["precision"] == seeds["precision"] == "fp32"
     assert seeds["perturbation_seeds"] == [1, 2, 3, 4]
+    # The seed-to-seed runs computed with the process's own kernels, the rounding ones strict.
+    assert (seeds["strict"], rounding["strict"]) == (False, True)
 
 
 def test_the_recommendation_names_its_precision(searched: Searched) -> None:
