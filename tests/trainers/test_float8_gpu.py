@@ -124,3 +124,31 @@ def test_float8_on_a_llama_style_decoder() -> None:
     assert fp8.float8 is not None and fp8.float8["converted"] == 7 * 4
     assert list(fp8.float8["kept"]) == ["lm_head"]
     _close(fp8.losses, bf16.losses)
+
+
+def test_the_gate_judges_compiled_float8_against_bf16s_seed_to_seed_envelope() -> None:
+    """The cross-precision gate as a tuning job runs it (`tuner.search.gate.run_parts`): the
+    bf16 reference and 4 other seeds under the process's own kernels, 60 steps judged for
+    equivalence, the twin's bits (float8, the reference's loop settings) over the first 10."""
+    from tuner.search.gate import CrossPrecision, run_parts
+
+    config = LoopConfig(compile="default", **FEED)
+    run = run_parts(
+        "transformer",
+        "small",
+        config,
+        steps=10,
+        seed=0,
+        device="cuda",
+        precision="bf16-autocast",
+        envelope=None,
+        config_precision="float8",
+        cross=CrossPrecision(steps=60),
+    )
+    verdict = run.verdict
+    assert verdict.passed, verdict.reason
+    assert (verdict.precision, verdict.reference_precision) == ("float8", "bf16-autocast")
+    assert (verdict.steps, verdict.exact_steps) == (60, 10)
+    assert (verdict.determinism, verdict.reference_determinism) == ("strict", "off")
+    assert run.envelope["spread"] == "seeds" and run.envelope["strict"] is False
+    assert verdict.max_abs_deviation > 0.0  # float8 is never bf16 bit for bit
