@@ -512,6 +512,9 @@ def tune(
     failed = failed_trials(storage, study)
     for item in failed:
         log(f"  trial {item['trial']} failed: {item['reason']}")
+    ran = trial_results(storage, study)
+    for item in ran:
+        log(f"  trial {item['trial']}: {_trial_line(item)}")
     return {
         "config": rec.get("config"),
         "precision": rec.get("precision"),
@@ -522,6 +525,7 @@ def tune(
         "setup_s": rec.get("setup_s"),
         "n_trials": rec.get("n_trials"),
         "failed_trials": failed,
+        "trial_results": ran,
         "wall_s": time.perf_counter() - started,
         "gpu_s": rec.get("gpu_seconds"),
         "search_timeout_s": timeout_s,
@@ -615,6 +619,47 @@ def failed_trials(storage: str, study: str) -> list[dict[str, Any]]:
         }
         for t in trials
     ]
+
+
+GATE_FIELDS = ("passed", "test", "steps", "exact_steps", "ratio", "multiple", "reason", "seconds")
+"""What `trial_results` keeps of each trial's gate verdict (the losses stay in the study)."""
+
+
+def trial_results(storage: str, study: str) -> list[dict[str, Any]]:
+    """Every finished trial of the tuning job, in order: its state, precision (None: the
+    study's), config, throughput and the gate's verdict in brief. What a job that may choose
+    among precisions measured of each (a record then shows whether float8 paid, and how the
+    gate judged it, even where the recommendation is in another precision)."""
+    trials = optuna.load_study(study_name=study, storage=storage).get_trials(
+        deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+    )
+    out = []
+    for t in sorted(trials, key=lambda t: t.number):
+        verdict = t.user_attrs.get(keys.PARITY) or {}
+        out.append(
+            {
+                "trial": t.number,
+                "state": t.state.name.lower(),
+                "precision": t.user_attrs.get(keys.PRECISION),
+                "config": t.user_attrs.get(keys.CONFIG),
+                "samples_per_s": t.values[0] if t.values else None,
+                "failure_reason": t.user_attrs.get(keys.FAILURE_REASON),
+                "gate": {k: verdict[k] for k in GATE_FIELDS if k in verdict} or None,
+            }
+        )
+    return out
+
+
+def _trial_line(item: Mapping[str, Any]) -> str:
+    speed = item["samples_per_s"]
+    gate = item["gate"] or {}
+    text = f"{item['state']}, {item['precision'] or 'the study precision'}"
+    if speed is not None:
+        text += f", {speed:.1f} samples/s"
+    if gate.get("ratio") is not None:
+        verdict = "passed" if gate.get("passed") else "rejected"
+        text += f", gate {verdict} at ratio {gate['ratio']:.2f}"
+    return text
 
 
 def _summary(runs: Sequence[Run], flops: Callable[[float], dict[str, Any]]) -> dict[str, Any]:
@@ -1098,6 +1143,10 @@ def to_markdown(data: Mapping[str, Any]) -> str:
                 f"  - tuning trial {failed['trial']} (`{short(failed['config'])}`) failed: "
                 f"{(failed['reason'] or '')[:300]}"
             )
+        if any(r["precision"] for r in item["tuning"].get("trial_results", [])):
+            # A job choosing among precisions: what it measured of each, and the gate's word.
+            for ran in item["tuning"]["trial_results"]:
+                lines.append(f"  - tuning trial {ran['trial']}: {_trial_line(ran)}")
     return "\n".join(lines) + "\n"
 
 

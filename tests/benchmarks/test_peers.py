@@ -220,6 +220,14 @@ def test_failed_tuning_trials_keep_their_config_and_reason(tmp_path: Path) -> No
     assert failed == [
         {"trial": 0, "config": graph, "reason": "capture failed: operation not permitted"}
     ]
+    # Every finished trial, failed or complete, in order, with what the gate said.
+    ran = peers.trial_results(storage, "s")
+    assert [(r["trial"], r["state"], r["samples_per_s"]) for r in ran] == [
+        (0, "fail", None),
+        (1, "complete", 1.0),
+    ]
+    assert ran[0]["failure_reason"] == "capture failed: operation not permitted"
+    assert ran[0]["config"] == graph and ran[1]["gate"] is None
 
 
 def test_mfu_added_afterwards_counts_the_models_flops_over_the_recorded_step() -> None:
@@ -448,6 +456,17 @@ def test_a_preset_whose_job_may_choose_a_precision_is_measured_in_the_chosen_one
     assert "may choose fp32,bf16-autocast" in log[0]
     # No float8 allowed: no float8 aims, no float8 ratios.
     assert "recommends_float8" not in entry["aims"] and "ratio_vs_best_float8_peer" not in entry
+    # Each trial of each precision, with its speed and the gate's verdict, in the record.
+    ran = entry["tuning"]["trial_results"]
+    assert {r["precision"] for r in ran} == {"fp32", "bf16-autocast"}
+    gated = [r for r in ran if r["gate"] is not None]
+    assert gated and all(r["gate"]["passed"] == (r["state"] == "complete") for r in gated)
+    assert any(line.startswith("  trial ") and "samples/s" in line for line in log)
+    meta = dict.fromkeys(
+        ("gpu", "driver", "cuda", "torch", "commit", "date", "file", "command"), "x"
+    )
+    table = peers.to_markdown({"meta": meta, "presets": [entry]})
+    assert f"  - tuning trial {gated[0]['trial']}: {gated[0]['state']}" in table
 
 
 def test_a_float8_peer_of_a_model_without_a_qualifying_linear_fails_rather_than_run_bf16() -> None:
