@@ -473,10 +473,13 @@ def tune(
     precisions: Sequence[str] | None = None,
     parity_steps: int | None = None,
     precision_parity_steps: int | None = None,
+    precision_tolerance: float | None = None,
 ) -> dict[str, Any]:
     """The tuning job. `precisions`: those it may choose among (`--precisions`; None: `precision`
     alone); `parity_steps`: the gate's run length (None: the tuner's default);
-    `precision_parity_steps`: that of a config in another precision (None: `parity_steps`)."""
+    `precision_parity_steps`: that of a config in another precision (None: `parity_steps`);
+    `precision_tolerance`: the multiple of the seed-to-seed envelope such a config may deviate
+    by (None: the tuner's, 3)."""
     started = time.perf_counter()
     # A large model's default protocol (110 steps a measurement) leaves a 10-minute run no room
     # to search: `--protocol` and `--final-rounds` shorten the job the way a user would.
@@ -491,6 +494,8 @@ def tune(
         shorter["parity_steps"] = parity_steps
     if precision_parity_steps is not None:
         shorter["precision_parity_steps"] = precision_parity_steps
+    if precision_tolerance is not None:
+        shorter["precision_tolerance"] = precision_tolerance
     study = f"peers-{workload}-{preset}-{precision}".replace(":", "-")
     rec = run_study(
         RunOptions(
@@ -943,6 +948,7 @@ def run_preset(
             precisions=allowed,
             parity_steps=getattr(args, "parity_steps", None),
             precision_parity_steps=getattr(args, "precision_parity_steps", None),
+            precision_tolerance=getattr(args, "precision_tolerance", None),
         )
     chosen = tuning["precision"]
     log(
@@ -1246,6 +1252,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="the gate's run length for a config in another precision than the preset's, "
         "judged against its seed-to-seed envelope (the float8 evidence asks at least 200; "
         "default: --parity-steps)",
+    )
+    parser.add_argument(
+        "--precision-tolerance",
+        type=float,
+        default=None,
+        help="the multiple of the seed-to-seed envelope a config in another precision may "
+        "deviate by in each tuning job (default: the tuner's, 3)",
     )
     parser.add_argument(
         "--protocol",
