@@ -507,12 +507,10 @@ def _run_options(flags: dict[str, Any], workload: str) -> RunOptions:
         precision=flags["precision"],
         precisions=parse_precisions(flags["precisions"]),
         artifacts=flags["artifacts"],
-        protocol=Protocol(
+        protocol=Protocol.given(
             warmup=flags["warmup"],
             windows=flags["windows"],
-            window_steps=(
-                DEFAULT_WINDOW_STEPS if flags["window_steps"] is None else flags["window_steps"]
-            ),
+            window_steps=flags["window_steps"],
             seed=flags["seed"],
         ),
         auto_window_steps=flags["window_steps"] is None,

@@ -54,6 +54,16 @@ class Protocol:
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise trainers.ConfigError(name, value, f"an integer >= {low}")
 
+    @classmethod
+    def given(
+        cls, *, warmup: int, windows: int, window_steps: int | None, seed: int = 0
+    ) -> Protocol:
+        """The protocol of a user's flags or settings: `window_steps` None is the default
+        (`DEFAULT_WINDOW_STEPS`), which a search may then lengthen for the scale space
+        (`RunOptions.auto_window_steps`)."""
+        steps = DEFAULT_WINDOW_STEPS if window_steps is None else window_steps
+        return cls(warmup=warmup, windows=windows, window_steps=steps, seed=seed)
+
     def warmup_for(self, config: LoopConfig) -> int:
         # Graph capture and compilation stay out of the timing (trainers.min_warmup says how).
         return max(self.warmup, trainers.min_warmup(config))

@@ -17,7 +17,6 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tuner.errors import TunerError
-from tuner.search.defaults import DEFAULT_WINDOW_STEPS
 from tuner.search.measure import Protocol
 from tuner.store.storage import DEFAULT_STORAGE
 
@@ -110,14 +109,10 @@ class WorkerSettings(ServiceSettings):
     )
 
     def protocol(self) -> Protocol:
-        return Protocol(
+        return Protocol.given(
             warmup=self.measure_warmup,
             windows=self.measure_windows,
-            window_steps=(
-                DEFAULT_WINDOW_STEPS
-                if self.measure_window_steps is None
-                else self.measure_window_steps
-            ),
+            window_steps=self.measure_window_steps,
         )
 
 

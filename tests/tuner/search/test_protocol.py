@@ -1,0 +1,30 @@
+"""`Protocol.given`: the measurement protocol of a user's flags (the CLI) or settings (a
+worker), one rule for both."""
+
+from __future__ import annotations
+
+import pytest
+
+import trainers
+from tuner.search.defaults import DEFAULT_WINDOW_STEPS
+from tuner.search.measure import Protocol
+from tuner.service.settings import WorkerSettings
+
+
+def test_unset_window_steps_take_the_default_and_given_ones_stay() -> None:
+    assert Protocol.given(warmup=2, windows=3, window_steps=None).window_steps == (
+        DEFAULT_WINDOW_STEPS
+    )
+    given = Protocol.given(warmup=2, windows=3, window_steps=7, seed=5)
+    assert given == Protocol(warmup=2, windows=3, window_steps=7, seed=5)
+    with pytest.raises(trainers.ConfigError, match="window_steps"):
+        Protocol.given(warmup=2, windows=3, window_steps=0)
+
+
+def test_a_worker_and_the_cli_read_unset_window_steps_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TUNER_MEASURE_WINDOW_STEPS", raising=False)
+    assert WorkerSettings().protocol().window_steps == DEFAULT_WINDOW_STEPS
+    monkeypatch.setenv("TUNER_MEASURE_WINDOW_STEPS", "9")
+    assert WorkerSettings().protocol().window_steps == 9
