@@ -130,6 +130,13 @@ def test_the_seed_to_seed_envelope_rejects_a_wrong_head_scale_and_passes_bf16_it
     itself = gate("transformer", REFERENCE, SEED_STEPS, **common)  # type: ignore[arg-type]
     assert not faulty.passed and faulty.ratio is not None and faulty.ratio > 1.0, faulty.reason
     assert itself.passed and itself.ratio == 0.0 and itself.max_abs_deviation == 0.0
+    # The rejection names the tolerance it would take, and it does take exactly that.
+    least = faulty.passing_multiple
+    assert least is not None and least == pytest.approx(faulty.ratio * 3.0)
+    assert f"it would pass within {least:.3g}x the envelope" in faulty.reason
+    assert env.judge(faulty.losses, multiple=least * 1.001).passed
+    assert not env.judge(faulty.losses, multiple=least * 0.999).passed
+    assert itself.passing_multiple == 0.0 and "would pass" not in itself.reason
 
 
 def test_an_envelopes_spread_round_trips_and_is_checked() -> None:

@@ -157,6 +157,13 @@ class Equivalence:
     first_nonfinite_step: int | None
     reason: str
 
+    @property
+    def passing_multiple(self) -> float | None:
+        """The least `multiple` these losses would pass at (every bound scales with it), None
+        where none would (a loss that is not finite). Where a user sets the multiple (a config in
+        another precision, `--precision-tolerance`), it is the tolerance a rejection asks for."""
+        return self.ratio * self.multiple if math.isfinite(self.ratio) else None
+
     def to_dict(self) -> dict[str, Any]:
         values = dataclasses.asdict(self)
         for key in ("decisive_steps", "window_deviations", "window_envelopes"):

@@ -134,7 +134,9 @@ class ParityVerdict:
     reference's and its envelope's (`SEEDS_DETERMINISM` against another precision; None in a
     verdict from before it was recorded). precision, reference_precision: what the config's runs
     and the reference (and its envelope) ran in. exact_steps: how many of the config's first
-    steps the exact tests covered (None: no exact test was owed).
+    steps the exact tests covered (None: no exact test was owed). passing_multiple: the least
+    multiple of the envelope the equivalence test would pass at (None: no equivalence test, or
+    a loss that is not finite).
     twin_max_abs_deviation, twin_first_diverging_step: the exact comparison with the eager twin.
     deviation, envelope, floor, bound, multiple, window, ratio, window_ratio, decisive_steps,
     window_deviations, window_envelopes, drift, drift_envelope, drift_bound, drift_ratio: the
@@ -181,6 +183,7 @@ class ParityVerdict:
     reference_precision: str | None = None
     reference_determinism: str | None = None
     exact_steps: int | None = None
+    passing_multiple: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         values = dataclasses.asdict(self)
@@ -539,6 +542,9 @@ def _judged_equivalent(
             f"({len(envelope.perturbed)} other seeds in {envelope.precision or 'fp32'})"
         )
     reasons.append(eq.reason)
+    if envelope.spread == "seeds" and not eq.passed and eq.passing_multiple is not None:
+        # The multiple is the user's to set here: say what it would take.
+        reasons.append(f"it would pass within {eq.passing_multiple:.3g}x the envelope")
     return ParityVerdict(
         passed=exact_ok and eq.passed,
         exact_required="exact_against" in fields,
@@ -665,6 +671,7 @@ def _equivalence_fields(eq: Equivalence) -> dict[str, Any]:
         "drift_envelope": eq.drift_envelope,
         "drift_bound": eq.drift_bound,
         "drift_ratio": eq.drift_ratio,
+        "passing_multiple": eq.passing_multiple,
     }
 
 
