@@ -53,6 +53,7 @@ from trainers.gate.trajectories import (
     deterministic,
     parity_losses,
     trajectory,
+    trajectory_length,
 )
 from trainers.precision import Precision, check_precision_here
 from trainers.workloads import WorkloadFactory
@@ -686,9 +687,10 @@ def _check_envelope(
 
 
 def _check_twin(twin: Twin, config: LoopConfig, *, steps: int) -> None:
-    if len(twin.losses) != steps:
-        raise ValueError(f"twin ran {len(twin.losses)} steps, the exact test runs {steps}")
     expected, capturable = twin_of(config)
+    length = trajectory_length(expected, steps)
+    if len(twin.losses) != length:
+        raise ValueError(f"twin ran {len(twin.losses)} steps, the exact test runs {length}")
     if twin.config != expected.to_dict() or twin.capturable != capturable:
         raise ValueError(
             f"twin is the eager twin of {twin.config} (capturable={twin.capturable}), not of "

@@ -142,7 +142,7 @@ def trajectory(
                 result = _run_fitting(
                     built,
                     config,
-                    steps=max(1, steps - warmup),
+                    steps=trajectory_length(config, steps) - warmup,
                     warmup=warmup,
                     device=device,
                     precision=precision,
@@ -154,6 +154,13 @@ def trajectory(
             raise
         return Trajectory(losses=result.losses, strict=bool(strict), workload=built)
     raise AssertionError("unreachable: the warn-only pass returns or raises")
+
+
+def trajectory_length(config: LoopConfig, steps: int) -> int:
+    """How many losses `trajectory(config, steps=steps)` gives: `steps`, unless the config's
+    warm-up (compilation, a graph's capture) is longer."""
+    warmup = min_warmup(config)
+    return warmup + max(1, steps - warmup)
 
 
 def _run_fitting(
