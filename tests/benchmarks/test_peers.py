@@ -537,7 +537,7 @@ def test_the_peers_measure_a_default_jobs_recommendation_without_tuning_again(
 
 
 def test_the_peers_measure_a_given_config_labelled_as_given(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`--config JSON`: a config a job found but could not finish deciding (its machine went
     back) is measured against the peers without a tuning job, and the record says it was given;
@@ -570,3 +570,4 @@ def test_the_peers_measure_a_given_config_labelled_as_given(
         peers.run_preset("mlp:tiny", "fp32", args, "sqlite://", log.append)
     with pytest.raises(SystemExit, match="2"):
         peers.main(["--config-precision", "float8"])
+    assert "--config-precision needs --config" in capsys.readouterr().err

@@ -113,3 +113,16 @@ def test_envelope_records_what_it_was_measured_under() -> None:
     assert dataclasses.replace(env, steps=5) != env
     with pytest.raises(ValueError, match="perturbations"):
         Envelope.measure("mlp", "tiny", steps=4, device="cpu", perturbations=0)
+
+
+def test_an_envelope_records_the_determinism_its_runs_were_asked_for() -> None:
+    off = Envelope.measure(
+        "mlp", "tiny", steps=3, device="cpu", perturbations=1, spread="seeds", determinism="off"
+    )
+    assert off.determinism == "off" and off.strict is False
+    assert Envelope.from_dict(off.to_dict()) == off
+    # Stored before it was recorded: every envelope then ran strict.
+    old = {k: v for k, v in off.to_dict().items() if k != "determinism"}
+    assert Envelope.from_dict(old).determinism == "strict"
+    with pytest.raises(ValueError, match="envelope determinism='loose' is invalid: allowed"):
+        Envelope.from_dict(off.to_dict() | {"determinism": "loose"})

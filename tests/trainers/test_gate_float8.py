@@ -13,6 +13,7 @@ rejected 5 of 5).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 
 import pytest
@@ -33,6 +34,8 @@ from trainers import (
 from trainers import float8 as f8
 from trainers.float8 import Float8Plan
 from trainers.gate import PERTURBATIONS, spread_for
+from trainers.gate.parity import _exact_length
+from trainers.gate.trajectories import trajectory_length
 from trainers.workloads import WorkloadFactory
 
 STEPS = 10
@@ -133,9 +136,11 @@ def test_the_seed_to_seed_envelope_rejects_a_wrong_head_scale_and_passes_bf16_it
     # The rejection names the tolerance it would take, and it does take exactly that.
     least = faulty.passing_multiple
     assert least is not None and least == pytest.approx(faulty.ratio * 3.0)
-    assert f"it would pass within {least:.3g}x the envelope" in faulty.reason
     assert env.judge(faulty.losses, multiple=least * 1.001).passed
     assert not env.judge(faulty.losses, multiple=least * 0.999).passed
+    # The figure the reason shows (3 digits, rounded up) is one a user can set and pass at.
+    shown = float(re.search(r"it would pass within ([0-9.]+)x the envelope", faulty.reason)[1])  # type: ignore[index]
+    assert least <= shown < least * 1.01 and env.judge(faulty.losses, multiple=shown).passed
     assert itself.passing_multiple == 0.0 and "would pass" not in itself.reason
 
 
@@ -219,6 +224,29 @@ def test_a_long_cross_precision_judgement_holds_only_its_first_steps_to_the_twin
         gate("transformer", config, 8, exact_steps=3, twin=twin, **common)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"exact_steps=9 is invalid: allowed 1 to steps \(8\)"):
         gate("transformer", config, 8, exact_steps=9, **common)  # type: ignore[arg-type]
+    # A given envelope's own determinism is what the verdict reports.
+    strict = dataclasses.replace(common["envelope"], determinism="strict")  # type: ignore[type-var]
+    assert (
+        gate(  # type: ignore[misc]
+            "transformer", config, 8, exact_steps=4, **(common | {"envelope": strict})
+        ).reference_determinism
+        == "strict"
+    )
+    # Across precisions no test is bit for bit: a forced exact one is refused.
+    with pytest.raises(ValueError, match="test='exact' is invalid for a config in fp32"):
+        gate("transformer", config, 8, test="exact", **common)  # type: ignore[arg-type]
+
+
+def test_the_exact_tests_cover_the_warm_up_and_an_exact_test_the_whole_run() -> None:
+    graph = LoopConfig(cuda_graph=True)
+    # A graph's twin runs past its eager warm-up and capture: they alone would hide a capture
+    # bug.
+    assert _exact_length(graph, "exact+equivalence", 200, 2) == trajectory_length(graph, 2) > 4
+    assert _exact_length(LoopConfig(num_streams=2), "exact+equivalence", 200, 20) == 20
+    # An exact test against the reference compares the whole run, whatever was asked.
+    assert _exact_length(LoopConfig(num_streams=2), "exact", 200, 20) == 200
+    verdict = gate("mlp", LoopConfig(num_streams=2), 6, preset="tiny", device="cpu", exact_steps=2)
+    assert verdict.test == "exact" and verdict.passed and verdict.exact_steps == 6
 
 
 def test_a_float8_candidate_on_a_cpu_is_refused_before_the_reference_runs() -> None:

@@ -34,7 +34,14 @@ from trainers.gate.equivalence import (
     loss_floor,
     window_envelope,
 )
-from trainers.gate.trajectories import PARITY_STEPS, Determinism, Perturbation, trajectory
+from trainers.gate.trajectories import (
+    DETERMINISMS,
+    GATE_DETERMINISM,
+    PARITY_STEPS,
+    Determinism,
+    Perturbation,
+    trajectory,
+)
 from trainers.measure import fingerprint, fingerprint_key
 from trainers.precision import MATMUL_PRECISION, Precision
 from trainers.workloads import WorkloadFactory, resolve_factory
@@ -99,6 +106,9 @@ class Envelope:
     spread: str = "rounding"
     """"rounding": the K runs are the reference's weights perturbed in their last bit (seeds
     of the perturbation); "seeds": the reference trained from those seeds instead (`eps` unused)."""
+    determinism: str = GATE_DETERMINISM
+    """The mode its runs were asked to compute under (`trajectory`; "strict" in a dict from before
+    it was recorded); `strict` says whether strict determinism then held."""
 
     @classmethod
     def measure(
@@ -133,6 +143,7 @@ class Envelope:
             raise ValueError(f"spread={spread!r} is invalid: allowed {', '.join(SPREADS)}")
         if perturbations < 1:
             raise ValueError(f"perturbations={perturbations!r} is invalid: allowed >= 1")
+        mode = GATE_DETERMINISM if determinism is None else determinism
         factory = resolve_factory(workload) if isinstance(workload, str) else workload
         dev = resolve_device(device)
         # What run() computes under: a precision sets its own matmul precision for the run.
@@ -148,7 +159,7 @@ class Envelope:
             "seed": seed,
             "device": dev,
             "precision": precision,
-            "determinism": determinism,
+            "determinism": mode,
         }
         strict = True
         name = workload if isinstance(workload, str) else getattr(workload, "__name__", "?")
@@ -177,6 +188,7 @@ class Envelope:
             perturbed=tuple(perturbed),
             perturbation_seeds=seeds,
             spread=spread,
+            determinism=mode,
         )
 
     @property
@@ -227,8 +239,13 @@ class Envelope:
             raise ValueError(
                 f"envelope format={values.get('format')!r} is invalid: allowed {FORMAT}"
             )
-        # Envelopes stored before `spread` existed were all rounding envelopes.
-        values = {"spread": "rounding", **values}
+        # Envelopes stored before `spread` existed were all rounding envelopes, and all strict.
+        values = {"spread": "rounding", "determinism": GATE_DETERMINISM, **values}
+        if values["determinism"] not in DETERMINISMS:
+            raise ValueError(
+                f"envelope determinism={values['determinism']!r} is invalid: allowed "
+                f"{', '.join(DETERMINISMS)}"
+            )
         if values["spread"] not in SPREADS:
             raise ValueError(
                 f"envelope spread={values['spread']!r} is invalid: allowed {', '.join(SPREADS)}"

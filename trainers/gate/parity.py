@@ -419,13 +419,16 @@ def gate(
     """
     if test is not None and test not in GATE_TESTS:
         raise ValueError(f"test={test!r} is invalid: allowed {', '.join(GATE_TESTS)}")
-    short = steps if exact_steps is None else exact_steps
-    if not 1 <= short <= steps:
-        raise ValueError(f"exact_steps={exact_steps!r} is invalid: allowed 1 to steps ({steps})")
     ref_precision = precision if reference_precision is None else reference_precision
+    if test == "exact" and precision != ref_precision:
+        raise ValueError(
+            f"test='exact' is invalid for a config in {precision} against a reference in "
+            f"{ref_precision}: another precision is never bit for bit"
+        )
     chosen: GateTest = test or required_test(
         config, precision=precision, reference_precision=ref_precision
     )
+    short = _exact_length(config, chosen, steps, exact_steps)
     if envelope is not None:
         _check_envelope(envelope, preset=preset, steps=steps, seed=seed, precision=ref_precision)
     if reference is None and envelope is not None:
@@ -436,7 +439,10 @@ def gate(
     exact_common = {**common, "steps": short}
     fields: dict[str, Any] = {
         "determinism": GATE_DETERMINISM,
-        "reference_determinism": reference_common["determinism"],
+        # What the reference computed under: a given envelope's own, else this run's.
+        "reference_determinism": (
+            envelope.determinism if envelope is not None else reference_common["determinism"]
+        ),
         "precision": precision,
         "reference_precision": ref_precision,
         "exact_steps": None if chosen == "equivalence" else short,
@@ -468,6 +474,17 @@ def gate(
         reasons=reasons,
         judge={"window": window, "multiple": multiple, "check_drift": check_drift},
     )
+
+
+def _exact_length(config: LoopConfig, chosen: GateTest, steps: int, exact_steps: int | None) -> int:
+    """How many steps the exact tests run (`gate`'s `exact_steps`): all `steps` for an exact
+    test against the reference (it compares the whole run), else `exact_steps`, lengthened to
+    cover the config's warm-up and one step after it (a graph's capture and first replay)."""
+    if exact_steps is None or chosen == "exact":
+        return steps
+    if not 1 <= exact_steps <= steps:
+        raise ValueError(f"exact_steps={exact_steps!r} is invalid: allowed 1 to steps ({steps})")
+    return min(trajectory_length(config, exact_steps), trajectory_length(config, steps))
 
 
 def _run_arguments(
@@ -544,8 +561,11 @@ def _judged_equivalent(
         )
     reasons.append(eq.reason)
     if envelope.spread == "seeds" and not eq.passed and eq.passing_multiple is not None:
-        # The multiple is the user's to set here: say what it would take.
-        reasons.append(f"it would pass within {eq.passing_multiple:.3g}x the envelope")
+        # The multiple is the user's to set here: say what it would take (rounded up, so that
+        # the figure shown does pass).
+        reasons.append(f"it would pass within {_round_up(eq.passing_multiple)}x the envelope")
+    if fields.get("exact_skipped"):
+        fields["exact_steps"] = None  # no exact test covered any step
     return ParityVerdict(
         passed=exact_ok and eq.passed,
         exact_required="exact_against" in fields,
@@ -563,6 +583,14 @@ def spread_for(precision: Precision | None, reference_precision: Precision | Non
     own precision may only round differently ("rounding"); one in another precision (float8
     against bf16) is owed no more than another seed of the reference moves ("seeds")."""
     return "rounding" if precision == reference_precision else "seeds"
+
+
+def _round_up(value: float, digits: int = 3) -> str:
+    """`value` to `digits` significant digits, rounded up."""
+    if value <= 0:
+        return "0"
+    scale = 10 ** (digits - 1 - math.floor(math.log10(value)))
+    return f"{math.ceil(value * scale - 1e-9) / scale:.{digits}g}"
 
 
 def reference_determinism(spread: str) -> Determinism:
