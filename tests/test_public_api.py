@@ -85,6 +85,7 @@ GATE = {
     "Reproducibility",
     "comparable_floor",
     "eager_reproducibility",
+    "exact_length",
     "floor_applies",
     "forget",
     "remember",

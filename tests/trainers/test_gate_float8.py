@@ -34,7 +34,7 @@ from trainers import (
 from trainers import float8 as f8
 from trainers.float8 import Float8Plan
 from trainers.gate import PERTURBATIONS, spread_for
-from trainers.gate.parity import _exact_length
+from trainers.gate.parity import exact_length
 from trainers.gate.trajectories import trajectory_length
 from trainers.workloads import WorkloadFactory
 
@@ -241,10 +241,10 @@ def test_the_exact_tests_cover_the_warm_up_and_an_exact_test_the_whole_run() -> 
     graph = LoopConfig(cuda_graph=True)
     # A graph's twin runs past its eager warm-up and capture: they alone would hide a capture
     # bug.
-    assert _exact_length(graph, "exact+equivalence", 200, 2) == trajectory_length(graph, 2) > 4
-    assert _exact_length(LoopConfig(num_streams=2), "exact+equivalence", 200, 20) == 20
+    assert exact_length(graph, "exact+equivalence", 200, 2) == trajectory_length(graph, 2) > 4
+    assert exact_length(LoopConfig(num_streams=2), "exact+equivalence", 200, 20) == 20
     # An exact test against the reference compares the whole run, whatever was asked.
-    assert _exact_length(LoopConfig(num_streams=2), "exact", 200, 20) == 200
+    assert exact_length(LoopConfig(num_streams=2), "exact", 200, 20) == 200
     verdict = gate("mlp", LoopConfig(num_streams=2), 6, preset="tiny", device="cpu", exact_steps=2)
     assert verdict.test == "exact" and verdict.passed and verdict.exact_steps == 6
 

@@ -71,6 +71,7 @@ __all__ = [
     "check_parity",
     "compare",
     "deterministic",
+    "exact_length",
     "gate",
     "parity_losses",
     "reference_determinism",
@@ -408,27 +409,13 @@ def gate(
     show (an optimizer swapped by a workload factory), "equivalence" with the unchanged
     workload's `envelope`.
     multiple, window, check_drift: the equivalence statistic's (`trainers.gate.equivalence.judge`).
-    exact_steps: the length of the exact tests (the reproducibility probe and the eager twin),
-    when shorter than `steps` (None: `steps`): the config's first `exact_steps` losses are held
-    to its twin's bits, and all `steps` are judged for equivalence. A config in another
-    precision is judged over a long run (200 steps for the float8 evidence), while a stream or
-    capture bug shows within the gate's own 20: at full length its probe and twin would add four
-    200-step runs (at 1.1B, about 400 s).
+    exact_steps: the exact tests' length where shorter than `steps` (`exact_length`).
     A config in another precision is judged against a reference and a seed-to-seed envelope run
     under `SEEDS_DETERMINISM`; the config's runs stay strict.
     """
-    if test is not None and test not in GATE_TESTS:
-        raise ValueError(f"test={test!r} is invalid: allowed {', '.join(GATE_TESTS)}")
     ref_precision = precision if reference_precision is None else reference_precision
-    if test == "exact" and precision != ref_precision:
-        raise ValueError(
-            f"test='exact' is invalid for a config in {precision} against a reference in "
-            f"{ref_precision}: another precision is never bit for bit"
-        )
-    chosen: GateTest = test or required_test(
-        config, precision=precision, reference_precision=ref_precision
-    )
-    short = _exact_length(config, chosen, steps, exact_steps)
+    chosen = _chosen_test(config, test, precision, ref_precision)
+    short = exact_length(config, chosen, steps, exact_steps)
     if envelope is not None:
         _check_envelope(envelope, preset=preset, steps=steps, seed=seed, precision=ref_precision)
     if reference is None and envelope is not None:
@@ -437,16 +424,7 @@ def gate(
         steps=steps, seed=seed, device=device, precision=precision, reference=ref_precision
     )
     exact_common = {**common, "steps": short}
-    fields: dict[str, Any] = {
-        "determinism": GATE_DETERMINISM,
-        # What the reference computed under: a given envelope's own, else this run's.
-        "reference_determinism": (
-            envelope.determinism if envelope is not None else reference_common["determinism"]
-        ),
-        "precision": precision,
-        "reference_precision": ref_precision,
-        "exact_steps": None if chosen == "equivalence" else short,
-    }
+    fields = _run_fields(chosen, short, envelope, common, reference_common)
     reasons: list[str] = []
     if chosen != "equivalence":
         # Before any exact test: can two identical eager runs agree bit for bit here at all?
@@ -476,15 +454,60 @@ def gate(
     )
 
 
-def _exact_length(config: LoopConfig, chosen: GateTest, steps: int, exact_steps: int | None) -> int:
-    """How many steps the exact tests run (`gate`'s `exact_steps`): all `steps` for an exact
-    test against the reference (it compares the whole run), else `exact_steps`, lengthened to
-    cover the config's warm-up and one step after it (a graph's capture and first replay)."""
-    if exact_steps is None or chosen == "exact":
-        return steps
-    if not 1 <= exact_steps <= steps:
+def _run_fields(
+    chosen: GateTest,
+    exact_steps: int,
+    envelope: Envelope | None,
+    common: Mapping[str, Any],
+    reference_common: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The verdict's fields on how its runs computed."""
+    return {
+        "determinism": GATE_DETERMINISM,
+        # What the reference computed under: a given envelope's own, else this run's.
+        "reference_determinism": (
+            envelope.determinism if envelope is not None else reference_common["determinism"]
+        ),
+        "precision": common["precision"],
+        "reference_precision": reference_common["precision"],
+        "exact_steps": None if chosen == "equivalence" else exact_steps,
+    }
+
+
+def _chosen_test(
+    config: LoopConfig,
+    test: GateTest | None,
+    precision: Precision | None,
+    reference_precision: Precision | None,
+) -> GateTest:
+    """`test` where given and valid (never "exact" across precisions), else `required_test`."""
+    if test is not None and test not in GATE_TESTS:
+        raise ValueError(f"test={test!r} is invalid: allowed {', '.join(GATE_TESTS)}")
+    if test == "exact" and precision != reference_precision:
+        raise ValueError(
+            f"test='exact' is invalid for a config in {precision} against a reference in "
+            f"{reference_precision}: another precision is never bit for bit"
+        )
+    return test or required_test(
+        config, precision=precision, reference_precision=reference_precision
+    )
+
+
+def exact_length(config: LoopConfig, chosen: GateTest, steps: int, exact_steps: int | None) -> int:
+    """How many steps the exact tests (the reproducibility probe, the eager twin) run: all
+    `steps` for an exact test against the reference (it compares the whole run), else
+    `exact_steps` (None: `steps`), lengthened to cover the config's warm-up and one step after
+    it (a graph's capture and first replay); the config's first that many losses are held to
+    its twin's bits, and all `steps` are judged for equivalence. A config in another precision
+    is judged over a long run (200 steps for the float8 evidence), while a stream or capture bug
+    shows within the gate's own 20: at full length its probe and twin would add four 200-step
+    runs (at 1.1B, about 400 s)."""
+    if exact_steps is not None and not 1 <= exact_steps <= steps:
         raise ValueError(f"exact_steps={exact_steps!r} is invalid: allowed 1 to steps ({steps})")
-    return min(trajectory_length(config, exact_steps), trajectory_length(config, steps))
+    if chosen == "exact":
+        return steps
+    wanted = steps if exact_steps is None else exact_steps
+    return min(trajectory_length(config, wanted), trajectory_length(config, steps))
 
 
 def _run_arguments(

@@ -32,6 +32,7 @@ from trainers.gate import (
     Envelope,
     ParityVerdict,
     Twin,
+    exact_length,
     gate,
     parity_losses,
     reference_determinism,
@@ -211,46 +212,26 @@ def run_parts(
     own = precision if config_precision is None else config_precision
     spread = spread_for(own, precision)
     judged: dict[str, Any] = {}
-    exact_steps = steps
+    exact_steps: int | None = None  # None: all `steps`
     if spread == "seeds":
+        exact_steps = steps if cross.steps is None else min(steps, cross.steps)
         steps = steps if cross.steps is None else cross.steps
-        exact_steps = min(exact_steps, steps)
         judged.update(multiple=cross.multiple, exact_steps=exact_steps)
     common: dict[str, Any] = {"steps": steps, "seed": seed, "device": device}
-    # The reference and its envelope: strict for a rounding envelope, not for a seed one.
-    mode = reference_determinism(spread)
-    if envelope is not None:
-        found = Envelope.from_dict(envelope)
-    else:
-        reference = parts.run(
-            GATE_REFERENCE,
-            lambda: parity_losses(
-                workload,
-                preset,
-                trainers.REFERENCE,
-                precision=precision,
-                determinism=mode,
-                **common,
-            ),
-        )
-        found = parts.run(
-            GATE_ENVELOPE,
-            lambda: Envelope.measure(
-                workload,
-                preset,
-                precision=precision,
-                reference=reference,
-                spread=spread,
-                determinism=mode,
-                **common,
-            ),
-        )
+    found = (
+        Envelope.from_dict(envelope)
+        if envelope is not None
+        else _measure_envelope(parts, workload, preset, precision, spread, common)
+    )
     twin: Twin | None = None
-    if required_test(config, precision=own, reference_precision=precision) == ("exact+equivalence"):
+    test = required_test(config, precision=own, reference_precision=precision)
+    if test == "exact+equivalence":
+        # As long as `gate` will hold it to (`exact_length`: a graph's warm-up included).
+        length = exact_length(config, test, steps, exact_steps)
         twin = parts.run(
             GATE_TWIN,
             lambda: Twin.measure(
-                workload, config, preset=preset, precision=own, **(common | {"steps": exact_steps})
+                workload, config, preset=preset, precision=own, **(common | {"steps": length})
             ),
         )
     verdict = parts.run(
@@ -268,6 +249,37 @@ def run_parts(
         ),
     )
     return GateRun(verdict=verdict, envelope=found.to_dict(), time=parts.time)
+
+
+def _measure_envelope(
+    parts: _Parts,
+    workload: str | WorkloadFactory,
+    preset: str,
+    precision: trainers.Precision | None,
+    spread: str,
+    common: Mapping[str, Any],
+) -> Envelope:
+    """The study's reference and its envelope of `spread`, each part timed: strict for a
+    rounding envelope, with the process's own kernels for a seed one (`reference_determinism`)."""
+    mode = reference_determinism(spread)
+    reference = parts.run(
+        GATE_REFERENCE,
+        lambda: parity_losses(
+            workload, preset, trainers.REFERENCE, precision=precision, determinism=mode, **common
+        ),
+    )
+    return parts.run(
+        GATE_ENVELOPE,
+        lambda: Envelope.measure(
+            workload,
+            preset,
+            precision=precision,
+            reference=reference,
+            spread=spread,
+            determinism=mode,
+            **common,
+        ),
+    )
 
 
 class InProcessGate:
