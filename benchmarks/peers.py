@@ -53,6 +53,7 @@ from optuna.trial import TrialState
 import trainers
 from benchmarks.run_meta import run_meta
 from trainers import LoopConfig, Workload, matmul_precision_for, prepare_optimizer
+from tuner.evidence.render import phase_times, search_text
 from tuner.search.measure import Failure, Measurer, Protocol
 from tuner.search.options import BASELINES, RunOptions
 from tuner.search.search import run_study
@@ -131,9 +132,18 @@ def _batches(loader: torch.utils.data.DataLoader[Any]) -> Iterator[Any]:
 
 
 def _layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The decoder layers, found as a user finds them: `model.model.layers` (Llama),
-    `model.transformer.h` (GPT-2), `model.bert.encoder.layer` (BERT)."""
-    for path in ("model.layers", "transformer.h", "bert.encoder.layer", "layers", "blocks"):
+    """The decoder layers, found as a user finds them: `model.model.layers` (Llama, Qwen2,
+    Mistral), `model.gpt_neox.layers` (GPT-NeoX), `model.transformer.h` (GPT-2),
+    `model.bert.encoder.layer` (BERT)."""
+    paths = (
+        "model.layers",
+        "gpt_neox.layers",
+        "transformer.h",
+        "bert.encoder.layer",
+        "layers",
+        "blocks",
+    )
+    for path in paths:
         found: Any = model
         for name in path.split("."):
             found = getattr(found, name, None)
@@ -510,6 +520,8 @@ def tune(
             precision=precision,  # type: ignore[arg-type]
             model_args=dict(model_args),
             profile="none",
+            # As `python -m tuner run` without --window-steps: the scale space's shorter windows.
+            auto_window_steps=protocol is None,
             **shorter,
         ),
         progress=PhaseLog(log, started),
@@ -535,6 +547,10 @@ def tune(
         "gpu_s": rec.get("gpu_seconds"),
         "search_timeout_s": timeout_s,
         "trials": trials,
+        # Where the job's time went, phase by phase, and how its search spent its trials
+        # (predicted, skipped, screened out, gated; how often the predictions were right).
+        "time": rec.get("time"),
+        "search": rec.get("search"),
     }
 
 
@@ -960,7 +976,7 @@ def run_preset(
         workload,
         preset,
         device=args.device,
-        protocol=args.protocol or Protocol(),
+        protocol=getattr(args, "peer_protocol", None) or args.protocol or Protocol(),
         model_args=model_args,
         precision=precision,  # type: ignore[arg-type]
     )
@@ -978,6 +994,7 @@ def run_preset(
         "workload": workload,
         "preset": preset,
         "model_args": model_args,
+        "parameters": measurer.parameters(),
         "precision": precision,
         "tuning": tuning,
         "rounds": args.rounds,
@@ -1131,6 +1148,19 @@ def to_markdown(data: Mapping[str, Any]) -> str:
             f"recommended `{short(rec['config'])}`{in_chosen} (compile "
             f"{rec.get('compile_s') or 0:.1f} s); aims {item['aims']}"
         )
+        tuning = item["tuning"]
+        if item.get("parameters"):
+            args_text = ", ".join(f"{k}={v}" for k, v in (item.get("model_args") or {}).items())
+            lines.append(
+                f"  - {item['parameters'] / 1e9:.2f}B parameters"
+                + (f" ({args_text})" if args_text else "")
+            )
+        spent = phase_times(tuning.get("time"))
+        if spent is not None:
+            lines.append(f"  - tuning time: {spent}")
+        searched = search_text(tuning.get("search"))
+        if searched is not None:
+            lines.append(f"  - search: {searched}")
         for key, label in (
             ("ratio_vs_best_bf16_peer", "without float8"),
             ("ratio_vs_best_float8_peer", "with float8"),
@@ -1266,6 +1296,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=None,
         help="WARMUP,WINDOWS,WINDOW_STEPS of every measurement, tuning and peers "
         "(default: the tuner's, 10,5,20)",
+    )
+    parser.add_argument(
+        "--peer-protocol",
+        type=_protocol,
+        default=None,
+        help="WARMUP,WINDOWS,WINDOW_STEPS of the peers' interleaved measurement alone, leaving "
+        "the tuning job its own defaults (default: --protocol)",
     )
     parser.add_argument("--final-rounds", type=int, default=None)
     parser.add_argument("--search-timeout", type=float, default=None)

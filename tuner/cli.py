@@ -79,6 +79,7 @@ FLAGS = {
     "precisions": "--precisions",
     "train_steps": "--train-steps",
     "patience": "--patience",
+    "screen": "--screen",
     "nproc_per_node": "--nproc-per-node",
     "compile": "--compile",
     "optimizer": "--optimizer",
@@ -358,6 +359,14 @@ Patience = Annotated[
         "GPU, else off)."
     ),
 ]
+Screen = Annotated[
+    str,
+    typer.Option(
+        help="Screen, then gate: auto (on for models of 250M parameters or more on a GPU), on, "
+        "off. A trial slower than the fastest so far is pruned after two windows and never "
+        "gated; a candidate predicted not to fit, or to lose, is not run."
+    ),
+]
 Profile = Annotated[
     str | None,
     typer.Option(
@@ -429,6 +438,7 @@ def run_(
     precisions: Precisions = None,
     train_steps: TrainSteps = None,
     patience: Patience = None,
+    screen: Screen = "auto",
     profile: Profile = None,
     profile_steps: ProfileSteps = 10,
     artifacts: Artifacts = None,
@@ -504,6 +514,7 @@ def _run_options(flags: dict[str, Any], workload: str) -> RunOptions:
         model_args=parse_model_args(flags["model_arg"] or ()),
         train_steps=flags["train_steps"],
         patience=flags["patience"],
+        screen=flags["screen"],
         precision=flags["precision"],
         precisions=parse_precisions(flags["precisions"]),
         artifacts=flags["artifacts"],

@@ -149,6 +149,10 @@ class Recommendation:
     """In a study that searched precisions (`study_fields["precisions"]`), the one the
     recommended config runs in (None elsewhere: the study's). In the JSON, `precision` is always
     the precision to train in, and such a study adds `reference_precision`, the study's."""
+    search: dict[str, Any] | None = None
+    """How the search spent its trials (`tuner.search.Search._search_record`): trials predicted,
+    skipped on a prediction, screened out, gated and complete, how often the predictions were
+    right, and the gate references reused from an earlier job; None before it was recorded."""
     time: dict[str, Any] | None = None
     """Where the study's time went up to this recommendation (`tuner.store.phases.study_time`):
     `wall_s`, `phases` (seconds per phase, `idle` included) and `sessions`; None for a study
@@ -203,6 +207,10 @@ class Recommendation:
         """A copy carrying the study's phase times (`tuner.store.phases.study_time`)."""
         return dataclasses.replace(self, time=None if time is None else dict(time))
 
+    def with_search(self, search: Mapping[str, Any] | None) -> Recommendation:
+        """A copy carrying the search's record (`search`)."""
+        return dataclasses.replace(self, search=None if search is None else dict(search))
+
     def with_counts(self, counts: TrialCounts) -> Recommendation:
         return dataclasses.replace(self, n_trials=counts)
 
@@ -256,6 +264,8 @@ class Recommendation:
             data["profile_errors"] = dict(self.profile_errors)
         if self.time is not None:
             data["time"] = dict(self.time)
+        if self.search is not None:
+            data["search"] = dict(self.search)
         return json_safe_dict(data)
 
     @classmethod
@@ -314,6 +324,7 @@ class Recommendation:
             if data.get("profile_errors") is None
             else dict(data["profile_errors"]),
             time=None if data.get("time") is None else dict(data["time"]),
+            search=None if data.get("search") is None else dict(data["search"]),
         )
 
 

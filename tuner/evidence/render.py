@@ -73,6 +73,31 @@ def phase_times(time: Mapping[str, Any] | None) -> str | None:
     return f"{float(time.get('wall_s') or 0.0):.1f} s{across}: {parts or 'nothing recorded'}"
 
 
+def search_text(search: Mapping[str, Any] | None) -> str | None:
+    """One line: how a screening search spent its trials (`Recommendation.search`), and the
+    gate's references reused from an earlier job; None where there is nothing to say."""
+    if not search:
+        return None
+    parts: list[str] = []
+    if search.get("screening"):
+        parts.append(
+            f"{search.get('predicted', 0)} predicted ({search.get('skipped_memory', 0)} not run: "
+            f"would not fit; {search.get('skipped_slower', 0)} not run: predicted slower), "
+            f"{search.get('screened_out', 0)} screened out, {search.get('gated', 0)} gated"
+        )
+        for name in ("fit", "order"):
+            checked = int(search.get(f"{name}_checked") or 0)
+            if checked:
+                parts.append(f"{name} predicted right {search.get(f'{name}_right', 0)}/{checked}")
+    reused = search.get("reference_reused") or []
+    if reused:
+        parts.append(
+            "the gate's reference and envelope reused from an earlier job on this model, shape, "
+            "precision and machine"
+        )
+    return "; ".join(parts) or None
+
+
 def recommendation(console: Console, rec: Recommendation) -> None:
     table = Table(show_header=False, box=None)
     table.add_row("study", f"{rec.study} ({rec.workload} / {rec.preset} on {rec.hardware})")
@@ -133,6 +158,9 @@ def recommendation(console: Console, rec: Recommendation) -> None:
         f"{counts.pruned} pruned{interrupted}; {rec.gpu_seconds:.1f} "
         "device-seconds",
     )
+    screened = search_text(rec.search)
+    if screened is not None:
+        table.add_row("search", screened)
     if spent is not None:
         table.add_row("time", spent)
     on_cpu = rec.hardware == "cpu"

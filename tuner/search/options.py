@@ -17,6 +17,7 @@ from trainers.program import PREFIX as PROGRAM_PREFIX
 from trainers.program import check_nproc
 from tuner.evidence.progress import TrialReport
 from tuner.search.measure import Protocol
+from tuner.search.screen import SCREEN_MODES
 from tuner.store.storage import precision_of
 
 _T = TypeVar("_T")
@@ -105,6 +106,11 @@ class RunOptions:
     """True where the user did not set the protocol's window length (`run` without
     --window-steps): the scale space then times windows of SCALE_WINDOW_STEPS steps
     (`tuner.search.search.measurement_protocol`); False keeps `protocol` as given."""
+    screen: str = "auto"
+    """Screen, then gate (`tuner.search.screen`): `on`, `off`, or `auto` (on for the scale
+    space): a trial that falls behind the fastest so far is pruned and never gated, one that
+    does not is gated in the final round, and a candidate predicted not to fit or to lose is not
+    run (`tuner.search.predict`)."""
     nproc_per_node: int = 1
     """Processes per trial on this node (1..8): above 1, every measurement is a torchrun launch
     of N processes (one per GPU; gloo on a CPU), the data-parallel levers are searched and the
@@ -155,6 +161,8 @@ class RunOptions:
                     "patience",
                     "0 with objectives throughput,memory (it counts gains in throughput alone)",
                 )
+        if self.screen not in SCREEN_MODES:
+            raise bad("screen", ", ".join(SCREEN_MODES))
         if self.profile not in PROFILE_MODES:
             raise bad("profile", ", ".join(PROFILE_MODES))
         if self.profile_steps < 1:

@@ -50,6 +50,10 @@ class ParityCache:
         self.memo = memo
         self.reused = 0
         """Verdicts this process read from the memo instead of running the gate."""
+        self.reused_envelopes: set[str] = set()
+        """The envelopes (`keys.ENVELOPE`, `keys.PRECISION_ENVELOPE`: each with its reference's
+        losses) this process read from the memo, measured by an earlier job, instead of running
+        the reference and its envelope again."""
         self.reference = reference
         self.gate = gate
         self.retry = retry
@@ -81,13 +85,16 @@ class ParityCache:
             self._store(attr, found.to_dict())
             if env_key not in attrs and isinstance(shared.get(env_key), dict):
                 self._store(env_key, shared[env_key])  # what the verdict judged by
+                self.reused_envelopes.add(env_key)
             self.reused += 1
             return found, {}
         started = time.perf_counter()
         stored = attrs.get(env_key)
         if not isinstance(stored, dict) and isinstance(shared.get(env_key), dict):
+            # Measured by an earlier job on the same model, shape, precision, code and machine.
             stored = shared[env_key]
             self._store(env_key, stored)
+            self.reused_envelopes.add(env_key)
         envelope = stored if isinstance(stored, dict) else None
         reached = True
         try:

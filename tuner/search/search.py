@@ -75,6 +75,18 @@ from tuner.search.options import (
     make_sampler,
 )
 from tuner.search.parity import ParityCache
+from tuner.search.predict import check as check_prediction
+from tuner.search.predict import known_trials, predict
+from tuner.search.predict import tally as search_tally
+from tuner.search.screen import (
+    SCREEN_WINDOWS,
+    Incumbent,
+    incumbent,
+    screen_record,
+    screen_value,
+    screened_out,
+    screening,
+)
 from tuner.search.space import SearchSpace, candidate_key
 from tuner.search.spaces import (
     AUTO_GPU_SPACE,
@@ -418,6 +430,12 @@ def share_compile_cache(options: RunOptions) -> str | None:
     return os.environ[trainers.compilation.CACHE_DIR_VARIABLE]
 
 
+def _skipped(trial: optuna.trial.FrozenTrial) -> bool:
+    """A trial pruned unrun on its prediction (`Search._predict`)."""
+    found = trial.user_attrs.get(keys.PREDICTION)
+    return isinstance(found, dict) and found.get("skip") is not None
+
+
 class Search:
     """One process's part of a study: its trials and the final round, over its parts: the
     baselines (`Baselines`), the gate's cache (`ParityCache`), the gate and profiler
@@ -454,6 +472,12 @@ class Search:
             else profiles.trace_dir(studies.storage_url(options.storage), options.artifacts)
         )
         self._children = open_children(options, measurer)
+        # Screen, then gate (tuner.search.screen): the incumbent each running trial is held
+        # against, read when it starts.
+        self.screening = screening(
+            options.screen, space.name, multi_objective=options.multi_objective
+        )
+        self._against: dict[int, Incumbent | None] = {}
         self.baseline_configs = baselines_for(options.nproc_per_node)
         self.parity_cache = ParityCache(
             study,
@@ -575,8 +599,29 @@ class Search:
         self._store_time()
         attrs = self.retry.call(lambda: self.study.user_attrs, what="reading the study")
         recommendation = recommendation.with_time(study_time(attrs))
+        recommendation = recommendation.with_search(self._search_record(attrs))
         self._store_attr(keys.RECOMMENDATION, recommendation.to_dict())
         return recommendation
+
+    def _search_record(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """How the search spent its trials (`tuner.search.predict.tally`), how many distinct
+        candidates the gate judged, and which of the gate's references were reused from an
+        earlier job (`ParityCache.reused_envelopes`)."""
+        trials = self.retry.call(
+            lambda: self.study.get_trials(deepcopy=False), what="reading the study"
+        )
+        candidates = {t.user_attrs.get(keys.CONFIG_KEY) for t in trials}
+        gated = sum(
+            1
+            for key in attrs
+            if key.startswith(keys.PARITY_PREFIX)
+            and key.removeprefix(keys.PARITY_PREFIX) in candidates
+        )
+        return search_tally(trials) | {
+            "screening": self.screening,
+            "gated": gated,
+            "reference_reused": sorted(self.parity_cache.reused_envelopes),
+        }
 
     def parity(self, config: LoopConfig, precision: str | None = None) -> GateVerdict:
         """The correctness gate's verdict for `config` in `precision` (None: the study's), from
@@ -654,6 +699,10 @@ class Search:
             what="reading the study",
         )
         earlier = [t for t in complete if t.user_attrs.get(keys.CONFIG_KEY) == key]
+        if self.screening:
+            skipped = self._predict(trial, config, precision)
+            if skipped is not None:
+                return skipped
         try:
             outcome = self.measurer.measure(
                 config, on_window=self._window_callback(trial), precision=precision
@@ -672,6 +721,35 @@ class Search:
             # (it is run again), or told by an attempt whose answer the database did not send.
             return "finished elsewhere"
 
+    def _predict(
+        self, trial: optuna.Trial, config: LoopConfig, precision: str | None
+    ) -> str | None:
+        """Predict the trial's peak and speed from the study's measurements (`tuner.search.
+        predict`) and keep the prediction on it; one predicted not to fit, or to lose to the
+        incumbent beyond the tie margin with margin to spare, is pruned unrun ("skipped")."""
+        trials = self.retry.call(
+            lambda: self.study.get_trials(deepcopy=False), what="reading the study"
+        )
+        against = incumbent(trials)
+        self._against[trial.number] = against
+        prediction = predict(
+            config,
+            precision,
+            known_trials(trials),
+            parameters=self.measurer.parameters(),
+            device_bytes=self.measurer.device_memory_bytes(),
+            incumbent=against,
+            margin=self.options.tie_margin,
+        )
+        trial.set_user_attr(keys.PREDICTION, prediction.to_dict())
+        if prediction.skip is None:
+            return None
+        self.retry.call(
+            lambda: self.study.tell(trial, state=TrialState.PRUNED),
+            what=f"telling trial {trial.number}",
+        )
+        return "skipped"
+
     def _stop_requested(self) -> bool:
         if not self.stopped and self.should_stop is not None and self.should_stop():
             self.stopped = True
@@ -681,12 +759,21 @@ class Search:
         prune = not self.options.multi_objective
         if not prune and self.should_stop is None:
             return None
+        seen: list[float] = []
+        against = self._against.get(trial.number)
 
         def on_window(index: int, throughput: float) -> bool:
             if self._stop_requested():
                 return False
             if not prune:
                 return True
+            seen.append(throughput)
+            if self.screening and len(seen) == SCREEN_WINDOWS and against is not None:
+                # The screen: its best window against the incumbent (tuner.search.screen).
+                record = screen_record("screen", seen, against, self.options.tie_margin)
+                trial.set_user_attr(keys.SCREEN, record)
+                if record["outcome"] == "lost":
+                    return False
             try:
                 trial.report(throughput, index)
                 return not trial.should_prune()
@@ -712,6 +799,16 @@ class Search:
         (its measurement); the gate's parts and a profile are added here. `precision`: the
         trial's (None: the study's); in another than the study's, the gate judges it by
         equivalence against the study's reference precision."""
+        prediction = trial.user_attrs.get(keys.PREDICTION)
+        if isinstance(prediction, dict):
+            # Kept beside the measurement: was the prediction right about fit and order?
+            checked = check_prediction(
+                prediction,
+                out_of_memory=isinstance(outcome, Failure) and outcome.kind == "oom",
+                throughput=None if isinstance(outcome, Failure) else outcome.median,
+                margin=self.options.tie_margin,
+            )
+            trial.set_user_attr(keys.PREDICTION_CHECK, checked)
         if isinstance(outcome, Failure):
             trial.set_user_attr(keys.FAILURE_REASON, outcome.reason)
             trial.set_user_attr(keys.FAILURE_KIND, outcome.kind)
@@ -726,16 +823,31 @@ class Search:
             if self.stopped:
                 trial.set_user_attr(STOPPED_ATTR, True)
             self.study.tell(trial, state=TrialState.PRUNED)
-            return "pruned"
-        verdict, gate_time = self.parity_cache.check(config, precision)
-        spent = spent | gate_time
-        trial.set_user_attr(keys.PARITY, verdict.to_dict())
-        if not verdict.passed:
-            trial.set_user_attr(keys.FAILURE_REASON, verdict.failure_reason())
-            trial.set_user_attr(keys.FAILURE_KIND, "parity")
-            trial.set_user_attr(keys.TIME, spent)
-            self.study.tell(trial, state=TrialState.FAIL)
-            return "failed"
+            return "screened out" if screened_out(trial) else "pruned"
+        if self.screening:
+            against = self._against.get(trial.number)
+            record = screen_record(
+                "measured", outcome.throughputs, against, self.options.tie_margin
+            )
+            if against is not None:
+                trial.set_user_attr(keys.SCREEN, record)
+            if record["outcome"] == "lost":
+                # Measured whole and still behind the incumbent: it cannot tie, so no gate.
+                trial.set_user_attr(keys.TIME, spent)
+                self.study.tell(trial, state=TrialState.PRUNED)
+                return "screened out"
+            # A contender: its gate runs in the final round, and only if it can still tie.
+            trial.set_user_attr(keys.GATE_DEFERRED, True)
+        else:
+            verdict, gate_time = self.parity_cache.check(config, precision)
+            spent = spent | gate_time
+            trial.set_user_attr(keys.PARITY, verdict.to_dict())
+            if not verdict.passed:
+                trial.set_user_attr(keys.FAILURE_REASON, verdict.failure_reason())
+                trial.set_user_attr(keys.FAILURE_KIND, "parity")
+                trial.set_user_attr(keys.TIME, spent)
+                self.study.tell(trial, state=TrialState.FAIL)
+                return "failed"
         # The same config measured before: add these windows to its earlier ones.
         pooled = list(outcome.throughputs)
         for previous in earlier:
@@ -765,18 +877,19 @@ class Search:
     def _out_of_patience(self) -> bool:
         """The patience rule, over the whole study (workers sharing it included). This run's
         own trials must number at least the patience too, so that resuming a study that had
-        already stalled still runs that many more."""
+        already stalled still runs that many more. In a screening study a trial screened out or
+        skipped on its prediction counts too: it did not beat the best either."""
         patience = self.options.patience
         if not patience or self.done < patience:
             return False
-        values = [
-            t.values[0]
-            for t in sorted(
-                self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
-                key=lambda t: t.number,
-            )
-            if t.values
-        ]
+        values: list[float] = []
+        for t in sorted(self.study.get_trials(deepcopy=False), key=lambda t: t.number):
+            if t.state == TrialState.COMPLETE and t.values:
+                values.append(t.values[0])
+            elif (
+                self.screening and t.state == TrialState.PRUNED and (screened_out(t) or _skipped(t))
+            ):
+                values.append(screen_value(t) or 0.0)
         return trials_without_gain(values, self.options.tie_margin) >= patience
 
     def _complete_values(self) -> dict[int, float]:
@@ -798,7 +911,17 @@ class Search:
         """The finished trial in full, for a progress that prints one line per trial."""
         attrs = trial.user_attrs
         reason = attrs.get(keys.FAILURE_REASON)
-        if state == "pruned":
+        if state == "screened out":
+            record = attrs.get(keys.SCREEN) or {}
+            against = record.get("incumbent") or {}
+            reason = (
+                f"{record.get('value', 0.0):,.1f} samples/s over {record.get('windows')} windows, "
+                f"more than {self.options.tie_margin:.0%} below trial {against.get('trial')}'s "
+                f"{against.get('throughput', 0.0):,.1f}: not gated"
+            )
+        elif state == "skipped":
+            reason = f"not run: {(attrs.get(keys.PREDICTION) or {}).get('reason')}"
+        elif state == "pruned":
             reason = (
                 "stopped on request"
                 if attrs.get(STOPPED_ATTR)

@@ -36,19 +36,20 @@ CORNERS: tuple[dict[str, Any], ...] = (
     {"compile": "default", "optimizer": "fused", "cuda_graph": False},
 )
 
-# The scale space's corners (models of 0.3-8B parameters), most promising first: the whole model
-# compiled, no recompute, then each block compiled on its own. GPU-FACTS ("Memory and precision on
-# a 1.1B decoder") had each block 1.15x faster with a hand-written loop; in this harness, on an
-# H100, the whole model was the faster of the two on every 1B preset measured (llama-1b bf16
-# 220.7 against 229.5 ms, float8 190.0 against 198.3; llama-1b-large bf16 423.3 against 433.6:
-# docs/benchmarks/README.md, fourth session), and at 1B a trial costs minutes, so a short job
-# must try the likelier winner first. Then, for a step that does not fit, the cheapest ways down
-# in memory: two micro-batches, selective checkpointing of every block, full checkpointing of
-# half the blocks, four micro-batches.
+# The scale space's corners (models of 0.3-8B parameters), cheapest to compile first: each block
+# compiled (one block's graph, compiled once and reused by every block: 12-24 s at 1.1B on an
+# H100), then the whole model (60-110 s). No order of the two scopes is right for every model:
+# on the `llama-1b` preset the whole model was 1.02-1.04x faster, on another Llama-family 1.1B
+# shape each block was 1.16-1.17x faster (H100, docs/benchmarks/README.md). So both are
+# measured, the cheap one first, and the screen (tuner/search/screen.py) prunes the loser of the
+# two without gating it. Then, for a step that does not fit, the cheapest ways down in memory:
+# two micro-batches, selective checkpointing of every block, full checkpointing of half the
+# blocks, four micro-batches; where the plain step fits they are predicted to lose and are not
+# run (tuner/search/predict.py).
 SCALE_LEVERS = ("compile_scope", "activation_checkpointing", "checkpoint_share", "micro_batches")
 SCALE_CORNERS: tuple[dict[str, Any], ...] = (
-    {"compile_scope": "model"},
     {"compile_scope": "blocks"},
+    {"compile_scope": "model"},
     {"compile_scope": "blocks", "micro_batches": 2},
     {"compile_scope": "blocks", "activation_checkpointing": "selective"},
     {"compile_scope": "blocks", "activation_checkpointing": "blocks", "checkpoint_share": 0.5},

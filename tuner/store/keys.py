@@ -64,6 +64,17 @@ TIME = "time"
 """A trial's phase times (`tuner.store.phases`): compile, measure, its gate parts, profile."""
 OWNER = "worker"
 """A trial run by a worker of the tuning service: that worker's id."""
+SCREEN = "screen"
+"""A screening study's trial: what its screen showed against the incumbent
+(`tuner.search.screen.screen_record`); a trial whose outcome is `lost` was pruned, never gated."""
+PREDICTION = "prediction"
+"""A screening study's trial: its predicted peak memory and throughput before it ran, and whether
+the prediction skipped it (`tuner.search.predict.Prediction`)."""
+PREDICTION_CHECK = "prediction_check"
+"""Whether that prediction was right about fit and order, once the trial ran
+(`tuner.search.predict.check`)."""
+GATE_DEFERRED = "gate_deferred"
+"""True on a complete trial of a screening study: its gate runs in the final round, if at all."""
 STOPPED = "stopped"
 """True on a trial cut short by `should_stop` (a cancel, a shutdown); its windows are kept."""
 

@@ -1,0 +1,270 @@
+"""Screen, then gate (`tuner.search.screen`) and predict before running (`tuner.search.predict`),
+through the real search: real Optuna and SQLite under tmp_path, real CPU runs of the tiny MLP.
+
+The incumbent a trial is held against is the fastest complete trial of the study. A test plants
+one where it needs a known figure: a complete trial added to the real study, as a worker sharing
+the study would have told it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tests.tuner.tiny import PROTOCOL, load, options, run_json, sqlite_url
+from trainers import LoopConfig
+from tuner.evidence.render import search_text
+from tuner.search import predict as pr
+from tuner.search.memo import MEMO_ENV
+from tuner.search.options import LocalSlots, RunOptions
+from tuner.search.screen import SCREEN_WINDOWS, Incumbent, screen_record, screening
+from tuner.search.search import open_search
+from tuner.search.space import candidate_key
+from tuner.store import keys
+from tuner.store.phases import GATE_ENVELOPE, GATE_REFERENCE, study_time
+
+
+def _one_point(tmp_path: Path, sync_interval: int = 3) -> str:
+    space = tmp_path / f"one-point-{sync_interval}.json"
+    space.write_text(json.dumps({"num_streams": [2], "sync_interval": sync_interval}))
+    return str(space)
+
+
+def _screened(storage: str, study: str, space: str, **changes: Any) -> RunOptions:
+    return options(storage, study, space=space, fix=(), screen="on", **changes)
+
+
+def _plant(study: optuna.Study, config: LoopConfig, **attrs: Any) -> int:
+    """A finished trial of `config` added to the study (as another worker would have told it)."""
+    state = attrs.pop("state", TrialState.COMPLETE)
+    value = attrs.get("median")
+    trial = optuna.trial.create_trial(
+        state=state,
+        value=value if state == TrialState.COMPLETE else None,
+        user_attrs={
+            keys.CONFIG: config.to_dict(),
+            keys.CONFIG_KEY: candidate_key(config, None, None),
+            **attrs,
+        },
+    )
+    study.add_trial(trial)
+    return study.trials[-1].number
+
+
+def _run_one(opts: RunOptions, plant: dict[str, Any]) -> optuna.trial.FrozenTrial:
+    """Open the search, plant a trial of the space's one config, run one trial; that trial."""
+    search = open_search(opts)
+    try:
+        config = search.space.config_from_params({"num_streams": 2})
+        _plant(search.study, config, **plant)
+        search.run_trials(LocalSlots(1))
+    finally:
+        search.close()
+    return load(opts.storage or "", opts.study or "").trials[-1]
+
+
+def test_a_slower_screen_is_pruned_and_never_gated(tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    opts = _screened(storage, "slower", _one_point(tmp_path))
+    # An incumbent no CPU run can come near: the trial loses on its screen.
+    trial = _run_one(opts, {"median": 1e12, keys.WINDOWS: [1e12]})
+    assert trial.state == TrialState.PRUNED
+    record = trial.user_attrs[keys.SCREEN]
+    assert record["stage"] == "screen" and record["outcome"] == "lost"
+    assert record["incumbent"]["throughput"] == 1e12
+    # Stopped after its screen, before the protocol's other windows.
+    assert PROTOCOL.windows > SCREEN_WINDOWS
+    assert len(trial.user_attrs[keys.WINDOWS]) == SCREEN_WINDOWS
+    # Never gated: no verdict on the trial, none cached on the study, no reference measured.
+    study = load(storage, "slower")
+    assert keys.PARITY not in trial.user_attrs
+    assert not [k for k in study.user_attrs if k.startswith(keys.PARITY_PREFIX)]
+    assert keys.ENVELOPE not in study.user_attrs
+
+
+def test_a_trial_that_ties_goes_on_and_is_gated_in_the_final_round(tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    # The same config twice, at a margin no CPU noise crosses: the second ties the first.
+    opts = _screened(storage, "ties", _one_point(tmp_path), trials=2, tie_margin=0.9)
+    rec = run_json(opts)
+    study = load(storage, "ties")
+    first, second = study.trials
+    assert keys.SCREEN not in first.user_attrs  # nothing to hold the first trial against
+    assert second.user_attrs[keys.SCREEN]["outcome"] == "contender"
+    assert second.user_attrs[keys.SCREEN]["incumbent"]["trial"] == 0
+    for trial in (first, second):
+        assert trial.state == TrialState.COMPLETE
+        assert len(trial.user_attrs[keys.WINDOWS]) == PROTOCOL.windows  # measured whole
+        assert trial.user_attrs[keys.GATE_DEFERRED] is True and keys.PARITY not in trial.user_attrs
+    # Gated once, in the final round: its verdict is on the study and the recommendation.
+    config_key = first.user_attrs[keys.CONFIG_KEY]
+    assert study.user_attrs[f"{keys.PARITY_PREFIX}{config_key}"]["passed"] is True
+    assert rec["search"]["screening"] is True
+    assert rec["search"]["gated"] == 1 and rec["search"]["screened_out"] == 0
+    assert rec["search"]["complete"] == 2
+
+
+def test_a_candidate_predicted_not_to_fit_is_never_run(tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    opts = _screened(storage, "oom", _one_point(tmp_path))
+    # The same config ran out of memory before: keeping as many activations, this one cannot fit.
+    trial = _run_one(
+        opts, {"state": TrialState.FAIL, keys.FAILURE_KIND: "oom", keys.FAILURE_REASON: "oom"}
+    )
+    assert trial.state == TrialState.PRUNED
+    prediction = trial.user_attrs[keys.PREDICTION]
+    assert prediction["skip"] == "memory" and prediction["fits"] is False
+    assert prediction["memory_basis"] == 0
+    assert keys.WINDOWS not in trial.user_attrs  # never measured
+    assert keys.PREDICTION_CHECK not in trial.user_attrs
+
+
+def test_the_prediction_is_kept_beside_the_measurement(tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    opts = _screened(storage, "kept", _one_point(tmp_path))
+    # A slow earlier measurement of the same family: the basis of the speed prediction.
+    trial = _run_one(opts, {"median": 1e-6, keys.WINDOWS: [1e-6]})
+    assert trial.state == TrialState.COMPLETE
+    prediction = trial.user_attrs[keys.PREDICTION]
+    assert prediction["time_basis"] == 0 and prediction["skip"] is None
+    assert prediction["throughput"] == pytest.approx(1e-6)
+    assert prediction["incumbent"] == pytest.approx(1e-6)
+    # Predicted to tie the incumbent, measured faster: not behind it either way.
+    assert trial.user_attrs[keys.PREDICTION_CHECK] == {"fit_right": None, "order_right": True}
+    assert trial.user_attrs["median"] > 1e-6
+
+
+def test_a_later_job_reuses_the_reference_and_envelope_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Across jobs on the same model, shape, precision and machine (`tuner.search.memo`): the
+    second job gates another config, against the first job's reference and envelope."""
+    monkeypatch.setenv(MEMO_ENV, "on")
+    storage = sqlite_url(tmp_path)
+    first = run_json(_screened(storage, "first", _one_point(tmp_path, 3), trials=1))
+    second = run_json(_screened(storage, "second", _one_point(tmp_path, 5), trials=1))
+    assert first["search"]["reference_reused"] == []
+    assert second["search"]["reference_reused"] == [keys.ENVELOPE]
+    phases = [
+        (study_time(load(storage, n).user_attrs) or {})["phases"] for n in ("first", "second")
+    ]
+    assert phases[0][GATE_REFERENCE] > 0 and phases[0][GATE_ENVELOPE] > 0
+    assert phases[1].get(GATE_REFERENCE, 0.0) == 0.0 and phases[1].get(GATE_ENVELOPE, 0.0) == 0.0
+    text = search_text(second["search"])
+    assert text is not None and "reused from an earlier job" in text
+    assert "reused" not in (search_text(first["search"]) or "")
+
+
+# -- the rules, on their own -------------------------------------------------------------------
+
+
+def test_screening_is_on_for_the_scale_space_unless_asked_otherwise() -> None:
+    assert screening("auto", "scale", multi_objective=False)
+    assert not screening("auto", "auto", multi_objective=False)
+    assert screening("on", "auto", multi_objective=False)
+    assert not screening("off", "scale", multi_objective=False)
+    assert not screening("on", "scale", multi_objective=True)  # a slower one can be on the front
+
+
+def test_a_bad_screen_mode_names_the_field() -> None:
+    with pytest.raises(Exception, match=r"screen=.*auto, on, off"):
+        options("sqlite://", "s", screen="sometimes")
+
+
+def test_the_screen_holds_its_best_window_and_the_measurement_its_median() -> None:
+    against = Incumbent(trial=4, throughput=100.0)
+    # One stalled window does not prune a config whose other window ties.
+    assert screen_record("screen", [50.0, 99.5], against, 0.01)["outcome"] == "contender"
+    assert screen_record("screen", [50.0, 98.0], against, 0.01)["outcome"] == "lost"
+    assert screen_record("measured", [50.0, 99.5, 98.0], against, 0.01)["outcome"] == "lost"
+    assert screen_record("measured", [101.0], None, 0.01)["outcome"] == "contender"
+
+
+def _known(number: int, precision: str | None = "bf16-autocast", **fields: Any) -> Any:
+    config = LoopConfig(**fields.pop("config", {}))
+    return pr._Known(
+        number=number,
+        config=config,
+        precision=precision,
+        throughput=fields.get("throughput"),
+        peak_bytes=fields.get("peak"),
+        out_of_memory=fields.get("oom", False),
+    )
+
+
+GB = 1_000_000_000
+PLAIN = {"compile": "default", "compile_scope": "blocks"}
+
+
+def test_memory_is_predicted_from_a_measured_peak_and_the_levers() -> None:
+    params = 1_000_000_000  # 16 GB of state
+    known = [_known(0, config=PLAIN, peak=56 * GB, throughput=10.0)]  # 40 GB of activations
+
+    def peak(**levers: Any) -> pr.Prediction:
+        return pr.predict(
+            LoopConfig(**PLAIN, **levers),
+            "bf16-autocast",
+            known,
+            parameters=params,
+            device_bytes=80 * GB,
+            incumbent=None,
+            margin=0.01,
+        )
+
+    assert peak().peak_bytes == pytest.approx(56 * GB)
+    assert peak(micro_batches=2).peak_bytes == pytest.approx(36 * GB)
+    selective = peak(activation_checkpointing="selective").peak_bytes
+    assert selective is not None and 16 * GB < selective < 56 * GB
+    # Twice the batch's activations would not fit: 16 + 80 GB.
+    doubled = [_known(0, config={**PLAIN, "micro_batches": 2}, peak=56 * GB)]
+    over = pr.predict(
+        LoopConfig(**PLAIN),
+        "bf16-autocast",
+        doubled,
+        parameters=params,
+        device_bytes=80 * GB,
+        incumbent=None,
+        margin=0.01,
+    )
+    assert over.fits is False and over.skip == "memory"
+    # Another precision's measurement predicts nothing about this one's memory.
+    other = pr.predict(
+        LoopConfig(**PLAIN),
+        "float8",
+        known,
+        parameters=params,
+        device_bytes=80 * GB,
+        incumbent=None,
+        margin=0.01,
+    )
+    assert other.fits is None and not other.predicted
+
+
+def test_recomputation_where_the_plain_step_fits_is_predicted_to_lose_and_skipped() -> None:
+    known = [_known(0, config=PLAIN, throughput=100.0, peak=40 * GB)]
+    best = Incumbent(trial=0, throughput=100.0)
+    kwargs: dict[str, Any] = {
+        "parameters": 10**9,
+        "device_bytes": 80 * GB,
+        "incumbent": best,
+        "margin": 0.01,
+    }
+    selective = pr.predict(
+        LoopConfig(**PLAIN, activation_checkpointing="selective"), "bf16-autocast", known, **kwargs
+    )
+    assert selective.skip == "slower" and selective.throughput == pytest.approx(100 / 1.10)
+    # The other compile scope is another family: its speed is not predicted, it is measured.
+    whole = pr.predict(
+        LoopConfig(compile="default", compile_scope="model"), "bf16-autocast", known, **kwargs
+    )
+    assert whole.throughput is None and whole.skip is None
+    # Checked against what the run gave: predicted to lose, and it did.
+    checked = pr.check(selective.to_dict(), out_of_memory=False, throughput=90.0, margin=0.01)
+    assert checked == {"fit_right": True, "order_right": True}
+    wrong = pr.check(selective.to_dict(), out_of_memory=True, throughput=None, margin=0.01)
+    assert wrong == {"fit_right": False, "order_right": None}

@@ -1,0 +1,110 @@
+"""Screen, then gate: what a trial must show before it earns the full measurement and the gate.
+
+At 1B parameters a trial costs minutes and the gate is most of it: on the `llama-1b` preset a
+default job gated every trial, also the two that ran 6 % and 4 % slower than the first, at about
+57 s each (H100, commit 419ed56). The rule here, applied to every trial of a study that screens
+(`screening`: by default the scale space, where that cost is):
+
+1. **Screen.** The trial's first SCREEN_WINDOWS timed windows (after its compile and warm-up) are
+   its screen. If the best of them is slower than the incumbent (the fastest complete trial so
+   far) by more than the tie margin, the trial stops there: PRUNED, with the screen's figures in
+   its record (`keys.SCREEN`). It can neither win nor tie, so it is never gated.
+2. **Measure.** A trial that passes its screen runs its remaining windows. If its median then
+   falls behind the incumbent by more than the tie margin, it is pruned the same way.
+3. **Gate later.** A contender (faster than the incumbent, or tying it) is complete and its gate
+   is deferred to the final round, which gates the fastest finalists first and only those that
+   could still tie (`tuner.search.decide._eligible`). A config that is beaten later in the
+   search is then never gated at all.
+
+The best of the screen windows, not their median, is held against the incumbent's median: a
+window that met a one-off stall (a late recompile, the allocator growing) must not prune a
+config whose steady state ties. The full measurement's median is the stricter second test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner.store import keys
+
+SCREEN_WINDOWS = 2
+"""Timed windows in a screen. Two: the first window after warm-up is the one most often hit by a
+one-off cost; on the scale space a window is 10 steps (2-4 s at 1B), so a screen adds 4-8 s to a
+compile of 15-110 s."""
+SCREEN_MODES = ("auto", "on", "off")
+
+
+def screening(mode: str, space_name: str, *, multi_objective: bool) -> bool:
+    """Whether a study screens: `on`, `off`, or `auto` (the scale space, single objective). A
+    study with two objectives does not: a slower config can be on the Pareto front."""
+    if multi_objective or mode == "off":
+        return False
+    if mode == "on":
+        return True
+    from tuner.search.spaces import SCALE_SPACE  # spaces imports the lever tables, this does not
+
+    return space_name == SCALE_SPACE
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Incumbent:
+    """The fastest complete trial when a trial starts: what its screen is held against."""
+
+    trial: int
+    throughput: float
+
+    def lost(self, throughput: float, margin: float) -> bool:
+        """Slower than the incumbent by more than `margin` (a fraction): it cannot tie."""
+        return throughput < self.throughput * (1.0 - margin)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"trial": self.trial, "throughput": self.throughput}
+
+
+def incumbent(trials: Iterable[optuna.trial.FrozenTrial]) -> Incumbent | None:
+    """The complete trial of highest throughput (None before any completes)."""
+    complete = [t for t in trials if t.state == TrialState.COMPLETE and t.values]
+    if not complete:
+        return None
+    best = max(complete, key=lambda t: (t.values[0], -t.number))
+    return Incumbent(trial=best.number, throughput=float(best.values[0]))
+
+
+def screen_record(
+    stage: str,
+    throughputs: Sequence[float],
+    against: Incumbent | None,
+    margin: float,
+) -> dict[str, Any]:
+    """What a trial's screen showed, as stored (`keys.SCREEN`): `stage` is `screen` (its first
+    windows) or `measured` (all of them); `value` the figure held against the incumbent."""
+    value = max(throughputs) if stage == "screen" else float(statistics.median(throughputs))
+    lost = against is not None and against.lost(value, margin)
+    return {
+        "stage": stage,
+        "value": value,
+        "windows": len(throughputs),
+        "incumbent": None if against is None else against.to_dict(),
+        "margin": margin,
+        "outcome": "lost" if lost else "contender",
+    }
+
+
+def screened_out(trial: optuna.trial.FrozenTrial | optuna.Trial) -> bool:
+    """A trial pruned by its screen (at either stage)."""
+    record = trial.user_attrs.get(keys.SCREEN)
+    return isinstance(record, dict) and record.get("outcome") == "lost"
+
+
+def screen_value(trial: optuna.trial.FrozenTrial) -> float | None:
+    """The throughput a screened-out trial showed (None for any other trial)."""
+    if not screened_out(trial):
+        return None
+    value = trial.user_attrs[keys.SCREEN].get("value")
+    return float(value) if isinstance(value, int | float) else None
