@@ -484,8 +484,11 @@ def tune(
     parity_steps: int | None = None,
     precision_parity_steps: int | None = None,
     precision_tolerance: float | None = None,
+    profile: str = "none",
 ) -> dict[str, Any]:
-    """The tuning job. `precisions`: those it may choose among (`--precisions`; None: `precision`
+    """The tuning job. `profile`: its profiles (`RunOptions.profile`; a default job's is
+    `baselines`, "none" leaves them out of the tuning time). `precisions`: those it may choose
+    among (`--precisions`; None: `precision`
     alone); `parity_steps`: the gate's run length (None: the tuner's default);
     `precision_parity_steps`: that of a config in another precision (None: `parity_steps`);
     `precision_tolerance`: the multiple of the seed-to-seed envelope such a config may deviate
@@ -519,7 +522,7 @@ def tune(
             device=device,
             precision=precision,  # type: ignore[arg-type]
             model_args=dict(model_args),
-            profile="none",
+            profile=profile,
             # As `python -m tuner run` without --window-steps: the scale space's shorter windows.
             auto_window_steps=protocol is None,
             **shorter,
@@ -965,6 +968,7 @@ def run_preset(
             parity_steps=getattr(args, "parity_steps", None),
             precision_parity_steps=getattr(args, "precision_parity_steps", None),
             precision_tolerance=getattr(args, "precision_tolerance", None),
+            profile=getattr(args, "profile", None) or "none",
         )
     chosen = tuning["precision"]
     log(
@@ -1303,6 +1307,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=None,
         help="WARMUP,WINDOWS,WINDOW_STEPS of the peers' interleaved measurement alone, leaving "
         "the tuning job its own defaults (default: --protocol)",
+    )
+    parser.add_argument(
+        "--profile",
+        default="none",
+        help="the tuning job's profiles: none (default: the tuning time is the search's alone) "
+        "or baselines (a default job's, as `python -m tuner run` takes them)",
     )
     parser.add_argument("--final-rounds", type=int, default=None)
     parser.add_argument("--search-timeout", type=float, default=None)

@@ -190,9 +190,13 @@ def _memory(
 ) -> dict[str, Any]:
     mine = activation_factor(config)
     same = [k for k in known if k.precision == precision]
-    # Out of memory while keeping no more activations than this one: this one cannot fit.
+    ours = family(config, precision)
+    # Out of memory while keeping no more activations than this one, in the same family (the
+    # other compile scope's peak differs by a few GB: 64.6 against 65.8 GB at 1.1B): this one
+    # cannot fit either.
     for k in same:
-        if k.out_of_memory and activation_factor(k.config) <= mine:
+        relative = family(k.config, k.precision) == ours
+        if relative and k.out_of_memory and activation_factor(k.config) <= mine:
             return {
                 "fits": False,
                 "memory_basis": k.number,
@@ -203,7 +207,6 @@ def _memory(
     if parameters is None or device_bytes is None or not measured:
         return {}
     state = parameters * STATE_BYTES_PER_PARAM
-    ours = family(config, precision)
     # The closest basis: one of the same family if any (same compile scope), the latest first.
     basis = max(measured, key=lambda k: (family(k.config, k.precision) == ours, k.number))
     activations = max(0.0, float(basis.peak_bytes or 0) - state) / activation_factor(basis.config)
