@@ -29,7 +29,7 @@ from trainers.workloads import (
 from trainers.workloads.adapters import bind
 from trainers.workloads.extras import INSTALL, require
 from trainers.workloads.options import OptionSpec
-from trainers.workloads.text import CAUSAL_SDPA, IGNORE, MASK
+from trainers.workloads.text import CAUSAL_SDPA, IGNORE, MASK, TokenStream
 
 models = pytest.mark.models
 
@@ -93,8 +93,9 @@ def test_images_are_float_nchw_with_int64_labels(case: Case) -> None:
 @pytest.mark.parametrize("case", cases(TEXT))
 def test_tokens_and_labels(case: Case) -> None:
     workload = case.build()
-    assert isinstance(workload.dataset, SyntheticBatches)
-    assert 8 <= len(workload.dataset) <= 16
+    # A stream by default (docs/data.md): long enough that no run repeats a batch.
+    assert isinstance(workload.dataset, TokenStream)
+    assert len(workload.dataset) >= 1 << 20
     batch = workload.dataset[0]
     ids_ = batch[0]
     assert ids_.shape == (2, 16) and ids_.dtype == torch.int64
@@ -423,9 +424,10 @@ def test_heads_must_divide_hidden() -> None:
         ),
         (
             "hf:causal-lm",
-            {"arch": "mistral"},
+            {"arch": "bloom"},
             "model_arg.arch",
-            r"model_arg.arch='mistral' is invalid: allowed one of gpt2, llama",
+            r"model_arg.arch='bloom' is invalid: allowed one of gpt2, llama, qwen2, gpt_neox, "
+            r"mistral",
         ),
         ("hf:seq-cls", {"lr": "nan"}, "model_arg.lr", r"model_arg.lr='nan' is invalid"),
         (
