@@ -184,6 +184,14 @@ CAUSAL_LM = Family(
             high=1_048_576,
             help="feed-forward width (SwiGLU's for llama, qwen2 and mistral); 0: 4 x hidden",
         ),
+        OptionSpec(
+            name="tie",
+            kind="str",
+            default="auto",
+            choices=("auto", "true", "false"),
+            help="output head tied to the input embeddings; auto: the architecture's config "
+            "default (tied for gpt2, untied for the others; Qwen2's 0.5B and 1.5B models tie)",
+        ),
     ),
     presets=CAUSAL_PRESETS,
 )
@@ -305,6 +313,8 @@ def make_config(kind: str, options: Mapping[str, Value], transformers: Any) -> A
     if kind == "causal-lm" and attention == "sdpa":
         attention = causal_sdpa(transformers)
     common: dict[str, Any] = {"vocab_size": vocab, "attn_implementation": attention}
+    if kind == "causal-lm" and options.get("tie", "auto") != "auto":
+        common["tie_word_embeddings"] = options["tie"] == "true"
     if kind == "causal-lm" and options["arch"] == "gpt2":
         return transformers.GPT2Config(
             n_embd=hidden,
