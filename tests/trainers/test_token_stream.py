@@ -70,6 +70,10 @@ def test_same_seed_same_batches_in_any_order_other_seed_differs() -> None:
     assert torch.equal(a[10**9][0], late[0][0])
     assert not torch.equal(a[3][0], other[3][0])
     assert not torch.equal(a[3][0], a[4][0])
+    # Whatever the sampler hands over: a 0-d tensor index reads the same batch.
+    assert torch.equal(a[torch.tensor(7)][0], a[7][0])  # type: ignore[index]
+    with pytest.raises(IndexError):
+        a[len(a)]
 
 
 @pytest.mark.parametrize("kind", ["causal-lm", "masked-lm", "seq-cls"])

@@ -21,6 +21,7 @@ prepared and SDPA runs causal (`is_causal=True`), eager or captured alike.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,10 +48,12 @@ PRESETS: Mapping[str, Mapping[str, Value]] = {
 
 # Llama-style decoders at the scale users train on one H100 (built from config, no download):
 # GQA (4 query heads per key/value head), SwiGLU of 4 x hidden, a 32000-token vocabulary and
-# 2048-token sequences. Each at two batches: one whose plain (eager) bf16 step fits in 80 GB, and
-# the next one up, whose plain step does not, as users meet when they scale up (on an H100 the
-# 1.1B model's eager step ran out of memory at 16 x 2048 tokens, where its compiled step took
-# 66 GB: docs/benchmarks/scale-probe-h100-2026-11-25.md).
+# 2048-token sequences, trained on the token stream (`data`'s default; `batches` is how many
+# fixed batches `data=fixed` makes, as these presets had before the stream). Each at two
+# batches: one whose plain (eager) bf16 step fits in 80 GB, and the next one up, whose plain step
+# does not, as users meet when they scale up (on an H100 the 1.1B model's eager step ran out of
+# memory at 16 x 2048 tokens, where its compiled step took 66 GB:
+# docs/benchmarks/scale-probe-h100-2026-11-25.md).
 _LLAMA_350M: Mapping[str, Value] = {
     "arch": "llama",
     "hidden": 1024,
@@ -558,6 +561,9 @@ class TokenStream(Dataset[Batch]):
         return self.length
 
     def __getitem__(self, index: int) -> Batch:
+        # A plain int, whatever the sampler handed over (a numpy or 0-d tensor index would
+        # otherwise reach the seed's arithmetic).
+        index = operator.index(index)
         if not 0 <= index < self.length:
             raise IndexError(f"batch {index} of a stream of {self.length}")
         generator = torch.Generator().manual_seed(batch_seed(self.seed, index))
