@@ -232,3 +232,29 @@ def test_a_tiny_causal_lm_learns_the_stream() -> None:
     first, last = (sum(part) / len(part) for part in (result.losses[:16], result.losses[-16:]))
     assert first > 0.9 * math.log(126)
     assert last < first - 0.5, (first, last)
+
+
+@models
+def test_data_parallel_ranks_each_train_their_shard_of_the_streams_global_batches() -> None:
+    """Two gloo processes under DDP on the stream: each rank builds the workload from the seed,
+    reads the same global batch i and keeps its half, so the ranks' losses differ and their
+    mean is what one process gets accumulating the two halves as micro-batches."""
+    pytest.importorskip("transformers")
+    from trainers import parity_losses
+    from trainers.program import run_distributed
+    from trainers.workloads import resolve_factory
+
+    args = {"arch": "llama", "batch": "4"}
+    steps = 5
+    result = run_distributed(
+        "hf:causal-lm", "tiny", LoopConfig(parallel="ddp"), nproc=2, steps=steps - 1,
+        warmup=1, windows=2, device="cpu", gate=True, model_args=args,
+    )  # fmt: skip
+    ranks = result.effective["rank_losses"]
+    assert len(ranks) == 2 and ranks[0] != ranks[1]
+    factory = resolve_factory("hf:causal-lm", args)
+    accumulated = parity_losses(
+        factory, "tiny", LoopConfig(micro_batches=2), steps=steps, device="cpu"
+    )
+    assert result.losses == pytest.approx(accumulated, rel=1e-5)
+    assert len(set(result.losses)) == steps
