@@ -28,6 +28,7 @@ from trainers.workloads.text import (
     NOISE,
     SEQ_CLS,
     TokenStream,
+    batch_seed,
     chain_tokens,
     jumps,
     make_dataset,
@@ -70,6 +71,10 @@ def test_same_seed_same_batches_in_any_order_other_seed_differs() -> None:
     assert torch.equal(a[10**9][0], late[0][0])
     assert not torch.equal(a[3][0], other[3][0])
     assert not torch.equal(a[3][0], a[4][0])
+    # Seed and index are hashed together, not added: seed 1's batch 0 does not draw what seed
+    # 0's batch 1 draws.
+    assert batch_seed(1, 0) != batch_seed(0, 1)
+    assert len({batch_seed(seed, index) for seed in range(8) for index in range(8)}) == 64
     # Whatever the sampler hands over: a 0-d tensor index reads the same batch.
     assert torch.equal(a[torch.tensor(7)][0], a[7][0])  # type: ignore[index]
     with pytest.raises(IndexError):

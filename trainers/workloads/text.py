@@ -492,8 +492,9 @@ _MASK64 = (1 << 64) - 1
 
 
 def _splitmix64(x: int) -> int:
-    """SplitMix64's finaliser: nearby inputs (seed 0 and 1, batch 5 and 6) give unrelated
-    64-bit outputs, so no two (seed, index) pairs seed overlapping generator streams."""
+    """SplitMix64's finaliser: nearby inputs (seed 0 and 1, batch 5 and 6) give unrelated 64-bit
+    outputs, so consecutive batches and neighbouring seeds get generators that look unrelated
+    (`seed + index` would give seed 0's batch 1 and seed 1's batch 0 the same tokens)."""
     x = (x + 0x9E3779B97F4A7C15) & _MASK64
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
