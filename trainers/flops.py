@@ -147,6 +147,24 @@ def _shape_key(batch: Iterable[torch.Tensor]) -> tuple[Any, ...]:
     return tuple((tuple(t.shape), str(t.dtype)) for t in batch)
 
 
+def _model_key(workload: Workload) -> tuple[Any, ...]:
+    """What else the count depends on: the model's class, its parameters' names and shapes, its
+    attention implementation and the loss function. A library model's options are not in its
+    workload's name or preset: without this, `hf:causal-lm` tiny with arch=qwen2 was given the
+    count made for arch=llama (or sdpa's for eager) when both ran in one process."""
+    model = workload.model
+    config = getattr(model, "config", None)
+    parameters = tuple(
+        (name, tuple(p.shape), p.requires_grad) for name, p in model.named_parameters()
+    )
+    return (
+        type(model).__qualname__,
+        getattr(config, "_attn_implementation", None),
+        getattr(workload.loss_fn, "__qualname__", None),
+        parameters,
+    )
+
+
 def count_step_flops(workload: Workload, device: torch.device) -> int:
     """FLOPs of one training step of `workload` (forward + backward), counted once per process
     for each workload, preset and batch shape.
@@ -169,7 +187,7 @@ def count_step_flops_by_linear(workload: Workload, device: torch.device) -> dict
     the step's total (1.15x on the tiny preset).
     """
     batch = _first_batch(workload)
-    key = (workload.name, workload.preset, _shape_key(batch))
+    key = (workload.name, workload.preset, _shape_key(batch), _model_key(workload))
     if key not in _COUNTS:
         _COUNTS[key] = _counted(workload, batch, device)
     return _COUNTS[key]
@@ -187,7 +205,7 @@ def count_recompute_flops(workload: Workload, config: Any, device: torch.device)
 
     batch = _first_batch(workload)
     levers = (config.activation_checkpointing, config.checkpoint_share)
-    key = (workload.name, workload.preset, _shape_key(batch), *levers)
+    key = (workload.name, workload.preset, _shape_key(batch), _model_key(workload), *levers)
     if key not in _COUNTS:
         # Checkpointing only: a compiled block would be compiled for nothing here.
         undo = apply_block_levers(workload, config.replace(compile="none", compile_scope="model"))

@@ -17,6 +17,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainers import LoopConfig, WorkloadError, check_parity, load_workload, run
+from trainers.blocks import find_blocks
+from trainers.flops import count_step_flops, trainable
 from trainers.workloads import (
     BoundFactory,
     SyntheticBatches,
@@ -29,7 +31,7 @@ from trainers.workloads import (
 from trainers.workloads.adapters import bind
 from trainers.workloads.extras import INSTALL, require
 from trainers.workloads.options import OptionSpec
-from trainers.workloads.text import CAUSAL_SDPA, IGNORE, MASK
+from trainers.workloads.text import CAUSAL_SDPA, IGNORE, MASK, TokenStream
 
 models = pytest.mark.models
 
@@ -62,7 +64,12 @@ TEXT = [
     ),
     Case("hf:masked-lm", "transformers", (("lr", "1e-3"),)),
     Case("hf:seq-cls", "transformers", (("classes", "3"), ("lr", "1e-3"))),
+    # Held-out architectures (issue 47): no preset, built from the options alone.
+    Case("hf:causal-lm", "transformers", (("arch", "qwen2"), ("kv_heads", "1"), ("lr", "1e-3"))),
+    Case("hf:causal-lm", "transformers", (("arch", "gpt_neox"), ("lr", "1e-3"))),
+    Case("hf:causal-lm", "transformers", (("arch", "mistral"), ("kv_heads", "1"), ("lr", "1e-3"))),
 ]
+HELD_OUT = TEXT[-3:]
 
 
 def ids(case: Case) -> str:
@@ -93,8 +100,11 @@ def test_images_are_float_nchw_with_int64_labels(case: Case) -> None:
 @pytest.mark.parametrize("case", cases(TEXT))
 def test_tokens_and_labels(case: Case) -> None:
     workload = case.build()
-    assert isinstance(workload.dataset, SyntheticBatches)
-    assert 8 <= len(workload.dataset) <= 16
+    if case.name == "hf:masked-lm":  # fixed batches by default (see its `data` option)
+        assert isinstance(workload.dataset, SyntheticBatches) and len(workload.dataset) == 16
+    else:  # a stream (docs/data.md): long enough that no run repeats a batch
+        assert isinstance(workload.dataset, TokenStream)
+        assert len(workload.dataset) >= 1 << 20
     batch = workload.dataset[0]
     ids_ = batch[0]
     assert ids_.shape == (2, 16) and ids_.dtype == torch.int64
@@ -200,9 +210,13 @@ EAGER_BERT = [
     Case("hf:masked-lm", "transformers", (("attention", "eager"),)),
     Case("hf:seq-cls", "transformers", (("attention", "eager"), ("classes", "3"))),
 ]
+# The held-out decoders with eager attention and their ready-made 4D mask.
+EAGER_HELD_OUT = [
+    dataclasses.replace(case, args=(*case.args, ("attention", "eager"))) for case in HELD_OUT
+]
 
 
-@pytest.mark.parametrize("case", cases(VISION + TEXT + EAGER_BERT))
+@pytest.mark.parametrize("case", cases(VISION + TEXT + EAGER_BERT + EAGER_HELD_OUT))
 def test_the_step_never_reads_a_value_on_the_host(case: Case) -> None:
     workload = case.build()
     workload.model.train()
@@ -236,8 +250,9 @@ def test_disable_dropout_leaves_no_randomness_in_training(case: Case) -> None:
     workload = case.build()
     model = workload.model.train()
     changed = disable_dropout(model)
-    if ("arch", "llama") in case.args:
-        # Llama has no dropout module; its attention dropout is a float, 0.0 as built.
+    if case.library == "transformers" and case.name == "hf:causal-lm" and case.args[0][0] == "arch":
+        # Llama and the held-out decoders have no dropout that is not 0.0 as built: attention
+        # dropout is a float (GPT-NeoX's hidden dropout too), 0.0.
         assert model.config.attention_dropout == 0.0  # type: ignore[union-attr]
     elif case.library == "transformers" or case in STOCHASTIC_DEPTH:
         assert changed > 0
@@ -292,12 +307,15 @@ def test_disable_dropout_reaches_stochastic_depth_and_float_probabilities() -> N
 
 
 @models
-@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "qwen2", "gpt_neox", "mistral"])
 def test_causal_lm_sdpa_is_causal_and_agrees_with_eager_attention(arch: str) -> None:
     # With sdpa, the model prepares no mask (see trainers.workloads.text): causality rests on SDPA.
     pytest.importorskip("transformers")
+    gqa = {"kv_heads": "1"} if arch in ("qwen2", "mistral") else {}
     sdpa, eager = (
-        load_workload("hf:causal-lm", "tiny", model_args={"arch": arch, "attention": attention})
+        load_workload(
+            "hf:causal-lm", "tiny", model_args={"arch": arch, "attention": attention, **gqa}
+        )
         for attention in ("sdpa", "eager")
     )
     assert sdpa.model.config._attn_implementation == CAUSAL_SDPA  # type: ignore[union-attr]
@@ -312,12 +330,146 @@ def test_causal_lm_sdpa_is_causal_and_agrees_with_eager_attention(arch: str) -> 
     assert not torch.equal(before[:, -1], after[:, -1])
 
 
+HELD_OUT_CLASSES = {
+    "qwen2": ("Qwen2ForCausalLM", "Qwen2DecoderLayer"),
+    "gpt_neox": ("GPTNeoXForCausalLM", "GPTNeoXLayer"),
+    "mistral": ("MistralForCausalLM", "MistralDecoderLayer"),
+}
+
+
+@pytest.mark.parametrize("case", cases(HELD_OUT))
+def test_a_held_out_architecture_is_built_from_its_options(case: Case) -> None:
+    pytest.importorskip(case.library)
+    arch = case.model_args["arch"]
+    workload = load_workload(
+        case.name, "tiny", model_args={**case.model_args, "layers": "3", "ffn": "48"}
+    )
+    model, config = workload.model, workload.model.config  # type: ignore[union-attr]
+    model_class, layer_class = HELD_OUT_CLASSES[arch]
+    assert type(model).__name__ == model_class
+    assert config._attn_implementation == CAUSAL_SDPA and config.use_cache is False
+    assert (config.hidden_size, config.num_hidden_layers, config.intermediate_size) == (32, 3, 48)
+    assert config.vocab_size == 128 and config.max_position_embeddings == 16
+    if arch == "gpt_neox":
+        assert config.rope_parameters["partial_rotary_factor"] == 0.25  # Pythia's rotary_pct
+        assert config.use_parallel_residual
+    else:
+        assert config.num_key_value_heads == 1 and config.num_attention_heads == 2
+        assert getattr(config, "sliding_window", None) is None  # full causal attention
+    # The family's default: untied input and output embeddings.
+    assert model.get_output_embeddings().weight is not model.get_input_embeddings().weight
+    # The block levers find its decoder layers, in order.
+    blocks = find_blocks(model)
+    assert [type(b).__name__ for b in blocks] == [layer_class] * 3
+    layers = model.gpt_neox.layers if arch == "gpt_neox" else model.model.layers
+    assert all(a is b for a, b in zip(blocks, layers, strict=True))
+    # torchao's float8 conversion would keep its output head in high precision.
+    from trainers.float8 import output_heads
+
+    assert output_heads(model) == {"lm_head"}
+    assert model.lm_head is model.get_output_embeddings()
+
+
+@models
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "qwen2", "gpt_neox", "mistral"])
+def test_tie_ties_the_output_head_to_the_embeddings_or_keeps_the_familys_default(
+    arch: str,
+) -> None:
+    pytest.importorskip("transformers")
+    tied = {}
+    for tie in ("auto", "true", "false"):
+        model = load_workload("hf:causal-lm", "tiny", model_args={"arch": arch, "tie": tie}).model
+        head, embeddings = model.get_output_embeddings(), model.get_input_embeddings()
+        tied[tie] = head.weight is embeddings.weight
+    assert (tied["true"], tied["false"]) == (True, False)
+    assert tied["auto"] == (arch == "gpt2")  # each config's own default
+
+
+@models
+def test_a_tied_qwen2_trains_with_one_shared_matrix() -> None:
+    """Qwen2's small models (0.5B, 1.5B) tie their embeddings: the shared matrix gets the
+    gradients of both uses and the loss falls."""
+    pytest.importorskip("transformers")
+    args = {"arch": "qwen2", "kv_heads": "1", "tie": "true", "lr": "1e-3"}
+    workload = load_workload("hf:causal-lm", "tiny", model_args=args)
+    before = workload.model.get_input_embeddings().weight.detach().clone()
+    result = run(workload, LoopConfig(), steps=32, warmup=0, windows=1, device="cpu")
+    assert all(math.isfinite(loss) for loss in result.losses)
+    assert sum(result.losses[-8:]) < sum(result.losses[:8])
+    shared = workload.model.get_input_embeddings().weight
+    assert shared is workload.model.get_output_embeddings().weight
+    assert not torch.equal(before, shared.detach())
+
+
+@models
+def test_flops_are_counted_for_each_architecture_apart() -> None:
+    """Counted > 0 and for the model built: the count is cached per process, and options are not
+    in a workload's name or preset, so qwen2's fewer key/value heads must show (they did not,
+    before the cache was keyed on the model)."""
+    pytest.importorskip("transformers")
+    cpu = torch.device("cpu")
+    counts = {}
+    for arch in ("llama", "qwen2", "mistral", "gpt_neox"):
+        gqa = {"kv_heads": "1"} if arch in ("qwen2", "mistral") else {}
+        workload = load_workload("hf:causal-lm", "tiny", model_args={"arch": arch, **gqa})
+        counts[arch] = count_step_flops(workload, cpu)
+        tokens = workload.samples_per_batch * 16
+        # Below the 6 x parameters x tokens figure (the embeddings are no matmul) and near it.
+        assert 0.6 * 6 * trainable(workload.model) * tokens < counts[arch]
+        assert counts[arch] < 6 * trainable(workload.model) * tokens
+    # Grouped-query attention: 2 heads sharing one key/value head makes fewer FLOPs than 2.
+    assert counts["qwen2"] == counts["mistral"] < counts["llama"]
+    assert counts["gpt_neox"] != counts["llama"]
+
+
+@models
+@pytest.mark.parametrize(
+    ("args", "field", "match"),
+    [
+        (
+            {"arch": "gpt_neox", "kv_heads": "1"},
+            "model_arg.kv_heads",
+            r"model_arg.kv_heads=1 is invalid with arch=gpt_neox: allowed 0 \(grouped-query "
+            r"attention is built for arch=llama, qwen2, mistral only\)",
+        ),
+        (
+            {"arch": "qwen2", "kv_heads": "3", "heads": "4"},
+            "model_arg.kv_heads",
+            r"model_arg.kv_heads=3 is invalid with heads=4: allowed 0 or a divisor of heads",
+        ),
+        (
+            {"arch": "mistral", "heads": "32"},
+            "model_arg.heads",
+            r"model_arg.heads=32 is invalid with hidden=32 and arch=mistral: allowed heads that "
+            r"leave an even head width",
+        ),
+        (
+            {"arch": "gpt_neox", "heads": "8"},
+            "model_arg.heads",
+            r"model_arg.heads=8 is invalid with hidden=32 and arch=gpt_neox: allowed heads that "
+            r"leave a head width hidden/heads whose rotated quarter \(rotary_pct 0.25\) is an "
+            r"even number of at least 2, not 4 \(quarter 1\)",
+        ),
+        ({"arch": "qwen2", "heads": "3"}, "model_arg.heads", r"allowed a divisor of hidden"),
+    ],
+)
+def test_held_out_shapes_are_checked_naming_the_option(
+    args: dict[str, str], field: str, match: str
+) -> None:
+    pytest.importorskip("transformers")
+    with pytest.raises(WorkloadError, match=match) as info:
+        load_workload("hf:causal-lm", "tiny", model_args=args)
+    assert info.value.field == field
+
+
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 @pytest.mark.gpu
 @needs_gpu
-@pytest.mark.parametrize("case", cases(VISION + STOCHASTIC_DEPTH + TEXT + EAGER_BERT))
+@pytest.mark.parametrize(
+    "case", cases(VISION + STOCHASTIC_DEPTH + TEXT + EAGER_BERT + EAGER_HELD_OUT)
+)
 def test_on_a_gpu_the_step_never_syncs_implicitly(case: Case) -> None:
     workload = case.build()
     model = workload.model.cuda().train()
@@ -337,7 +489,9 @@ def test_on_a_gpu_the_step_never_syncs_implicitly(case: Case) -> None:
 
 @pytest.mark.gpu
 @needs_gpu
-@pytest.mark.parametrize("case", cases(VISION + STOCHASTIC_DEPTH + TEXT + EAGER_BERT))
+@pytest.mark.parametrize(
+    "case", cases(VISION + STOCHASTIC_DEPTH + TEXT + EAGER_BERT + EAGER_HELD_OUT)
+)
 def test_on_a_gpu_a_cuda_graph_trains_like_the_eager_loop(case: Case) -> None:
     pytest.importorskip(case.library)
     factory = resolve_factory(case.name, case.model_args)
@@ -423,9 +577,10 @@ def test_heads_must_divide_hidden() -> None:
         ),
         (
             "hf:causal-lm",
-            {"arch": "mistral"},
+            {"arch": "bloom"},
             "model_arg.arch",
-            r"model_arg.arch='mistral' is invalid: allowed one of gpt2, llama",
+            r"model_arg.arch='bloom' is invalid: allowed one of gpt2, llama, qwen2, gpt_neox, "
+            r"mistral",
         ),
         ("hf:seq-cls", {"lr": "nan"}, "model_arg.lr", r"model_arg.lr='nan' is invalid"),
         (
