@@ -18,7 +18,7 @@ import sqlalchemy.exc
 
 from tuner.errors import StudyNotFound, TunerError
 from tuner.store.keys import MEMO_PREFIX, META
-from tuner.store.retry import lost_create_race
+from tuner.store.retry import POSTGRES_ISOLATION, lost_create_race
 
 DEFAULT_STORAGE = "sqlite:///tuner.db"
 CREATE_RACE_ATTEMPTS = 3
@@ -89,6 +89,10 @@ def _open_storage(url: str) -> optuna.storages.BaseStorage:
     if url.startswith("sqlite"):
         # Several processes may write one SQLite file: wait for the lock rather than fail.
         engine_kwargs = {"connect_args": {"timeout": 60}}
+    elif url.startswith("postgresql"):
+        # Optuna's own read-modify-write of a trial assumes READ COMMITTED; a server defaulting to
+        # SERIALIZABLE would fail them (POSTGRES_ISOLATION).
+        engine_kwargs["isolation_level"] = POSTGRES_ISOLATION
     try:
         return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
     except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError, ValueError) as exc:
