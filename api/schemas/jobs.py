@@ -72,6 +72,8 @@ LoadersChoices = Annotated[list[Loaders], Choices]
 BoolChoices = Annotated[list[bool], Choices]
 CompileChoices = Annotated[list[CompileMode], Choices]
 OptimizerChoices = Annotated[list[OptimizerChoice], Choices]
+
+
 # The scale levers' values (trainers.config MICRO_BATCHES, CHECKPOINT_SHARES; a test holds them
 # to LoopConfig's rules).
 # Not `Literal[1, 2, 4, 8]`: a Literal matches by equality, so JSON's `true` and `1.0` would pass
