@@ -46,6 +46,21 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
     return _open_storage(url)
 
 
+def check_url(url: str) -> None:
+    """A one-line `--storage` error for what is not a database URL; a bare file path (what a
+    user most often gives) is told the SQLite URL that names it."""
+    try:
+        sqlalchemy.engine.make_url(url)
+    except sqlalchemy.exc.ArgumentError as exc:
+        if "://" not in url:
+            # sqlite:/// + a relative path, sqlite://// + an absolute one (its own leading /).
+            raise TunerError(
+                f"--storage: {url!r} is a path, not a database URL: for an SQLite file "
+                f"give --storage sqlite:///{url} (PostgreSQL: postgresql+psycopg://USER@HOST/DB)"
+            ) from exc
+        raise TunerError(f"--storage: {url!r} is not a usable database URL: {exc}") from exc
+
+
 SQLITE_FOLDER_RULE = (
     "an SQLite file's folder must exist: streamtune creates the file and its "
     "<name>-artifacts/ folder beside it, never the folders on the way to it"
@@ -84,6 +99,7 @@ def check_sqlite_path(url: str) -> None:
 
 
 def _open_storage(url: str) -> optuna.storages.BaseStorage:
+    check_url(url)
     check_sqlite_path(url)
     engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if url.startswith("sqlite"):
