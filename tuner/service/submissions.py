@@ -170,29 +170,40 @@ class Submissions(JobTables):
             raise JobConflict(f"job {job_id!r} is already {row.status}")
         return row
 
-    def counts_by_status(self) -> dict[str, int]:
+    def counts_by_status(self, *, by: Owner | None = None) -> dict[str, int]:
+        """The jobs `by` may see (an admin, or `None`: all), by status."""
         counts = dict.fromkeys(STATUSES, 0)
         with self.engine.connect() as conn:
             for status, count in conn.execute(
-                sa.select(JobRow.status, sa.func.count()).group_by(JobRow.status)
+                sa.select(JobRow.status, sa.func.count())
+                .where(*_visible(by))
+                .group_by(JobRow.status)
             ):
                 counts[status] = int(count)
         return counts
 
-    def trial_stats(self, bounds: Sequence[float]) -> TrialStats:
-        """Finished trials of all jobs by state, and a histogram of their durations."""
+    def trial_stats(self, bounds: Sequence[float], *, by: Owner | None = None) -> TrialStats:
+        """Finished trials of the jobs `by` may see (an admin, or `None`: all) by state, and a
+        histogram of their durations."""
         seconds = TrialEventRow.seconds
         columns: list[Any] = [sa.func.count(), sa.func.coalesce(sa.func.sum(seconds), 0.0)]
         columns += [
             sa.func.coalesce(sa.func.sum(sa.case((seconds <= b, 1), else_=0)), 0) for b in bounds
         ]
+        visible = _visible(by)
+        # An owner's trials are those of its jobs: the event rows name the job, not the owner.
+        mine = [TrialEventRow.job_id.in_(sa.select(JobRow.id).where(*visible))] if visible else []
         by_state = {"complete": 0, "failed": 0, "pruned": 0}
         with self.engine.connect() as conn:
             for state, count in conn.execute(
-                sa.select(TrialEventRow.state, sa.func.count()).group_by(TrialEventRow.state)
+                sa.select(TrialEventRow.state, sa.func.count())
+                .where(*mine)
+                .group_by(TrialEventRow.state)
             ):
                 by_state[state] = int(count)
-            total, seconds_sum, *cumulative = conn.execute(sa.select(*columns)).one()
+            total, seconds_sum, *cumulative = conn.execute(
+                sa.select(*columns).select_from(TrialEventRow).where(*mine)
+            ).one()
         buckets = [(b, int(c)) for b, c in zip(bounds, cumulative, strict=True)]
         buckets.append((math.inf, int(total)))
         return TrialStats(by_state=by_state, seconds_sum=float(seconds_sum), buckets=buckets)
