@@ -19,7 +19,7 @@ Per preset, in one process on one GPU:
    of the grid's best.
 
 Writes `suite-<gpu>-<date>[-<tag>].json` (schema in `to_json`'s docstring) after each preset, and
-a Markdown twin. `--readme docs/results.md` rewrites the headline table between that file's
+a Markdown twin. `--readme docs/benchmarks/results.md` rewrites the headline table between that file's
 `<!-- suite:begin -->` and `<!-- suite:end -->` markers from that JSON.
 """
 
