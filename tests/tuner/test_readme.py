@@ -177,3 +177,32 @@ def test_the_gpu_block_runs_as_written(tmp_path: Path) -> None:
     done = _bash(gpu, tmp_path, timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "transformer-small-" in done.stdout
+
+
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+DOC_TAGS = {"cpu", "gpu", "multi-node"}  # multi-node: several machines, which no test has
+
+
+def test_every_docs_shell_block_is_tagged() -> None:
+    for path in DOCS:
+        text = path.read_text(encoding="utf-8")
+        fences = re.findall(r"(?:<!-- test: ([\w-]+) -->\n)?```bash\n", text)
+        assert all(tag in DOC_TAGS for tag in fences), (path.name, fences)
+
+
+@pytest.mark.slow
+def test_the_docs_cpu_blocks_run_as_written(tmp_path: Path) -> None:
+    ran = 0
+    for path in DOCS:
+        for tag, body in re.findall(
+            r"<!-- test: ([\w-]+) -->\n```bash\n(.*?)```", path.read_text(encoding="utf-8"), re.S
+        ):
+            if tag != "cpu":
+                continue
+            # Paths in the blocks are the checkout's (examples/...): run them from its root, on
+            # a storage of the test's own.
+            script = f"export TUNER_STORAGE=sqlite:///{tmp_path}/docs.db\ncd {ROOT}\n{body}"
+            done = _bash(script, tmp_path)
+            assert done.returncode == 0, (path.name, body, done.stderr[-3000:])
+            ran += 1
+    assert ran >= 1
