@@ -8,8 +8,9 @@ checks the plug-in workloads, and mounts the routes. Running jobs is the workers
 from __future__ import annotations
 
 from fastapi import FastAPI
+from fastapi.responses import PlainTextResponse
 
-from api import errors
+from api import errors, metrics
 from api.deps import Services
 from api.limits import BodyLimit
 from api.routes import docs, health, jobs, recommendations, studies
@@ -56,4 +57,19 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
+    return app
+
+
+def create_metrics_app(store: Submissions, *, lease_s: float) -> FastAPI:
+    """The operator's scrape port (`TUNER_METRICS_PORT`): `GET /metrics` of every job, without a
+    token, and nothing else. The operator opts in and binds it where only the scraper reaches
+    it; the API's own /metrics scopes the counts by token."""
+    app = FastAPI(title="streamtune metrics", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.get("/metrics")
+    def scrape() -> PlainTextResponse:
+        return PlainTextResponse(
+            metrics.render(store, lease_s=lease_s, by=None), media_type=metrics.CONTENT_TYPE
+        )
+
     return app

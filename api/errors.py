@@ -102,6 +102,22 @@ def unprocessable(errors: Sequence[Any], *, hint_json: bool = False) -> Response
     return Response(body, status_code=422, media_type="application/json")
 
 
+def unparsable(cause: BaseException | None) -> str:
+    """Why FastAPI could not parse a body (it says only "There was an error parsing the body"),
+    from what its JSON parser raised. Syntax errors never get here (FastAPI answers those itself,
+    as `json_invalid`)."""
+    if isinstance(cause, RecursionError):
+        # Python's parser recurses once per level and stops near its recursion limit (~1,000
+        # levels); a job's body needs 3 (the body, `space`, a setting's choices).
+        return (
+            "the body could not be parsed: its arrays or objects are nested too deeply for the "
+            "JSON parser (a job's body needs 3 levels)"
+        )
+    if isinstance(cause, UnicodeDecodeError):
+        return f"the body could not be parsed: it is not valid UTF-8 ({cause.reason})"
+    return "the body could not be parsed: send JSON in UTF-8"
+
+
 def _json(status_code: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=status_code, headers=headers)
 
@@ -147,7 +163,7 @@ def install(app: FastAPI) -> None:
     async def _http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         if exc.status_code == status.HTTP_400_BAD_REQUEST:  # FastAPI could not parse the body
-            error = field_error(("body",), "the body could not be parsed: send JSON in UTF-8")
+            error = field_error(("body",), unparsable(exc.__cause__))
             return unprocessable(error.errors())
         return await http_exception_handler(request, exc)
 

@@ -11,10 +11,12 @@ import gc
 import ipaddress
 import logging
 import signal
+import threading
 
 import uvicorn
+from fastapi import FastAPI
 
-from api.app import create_app
+from api.app import create_app, create_metrics_app
 from api.settings import ApiSettings
 from tuner.errors import TunerError
 from tuner.service.pool import WorkerPool, default_slots
@@ -62,6 +64,7 @@ def serve(
     # found: these, which end `serve` normally, so that the workers are stopped and waited for.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stop)
+    scrape = _scrape_server(app, settings)
     pool.start()
     # Everything imported so far (torch, optuna: ~300k objects) lives as long as the process:
     # out of the collector's sight, a full collection takes microseconds instead of ~140 ms,
@@ -73,7 +76,31 @@ def serve(
     except _Stopping:
         pass
     finally:
+        if scrape is not None:
+            scrape.should_exit = True
         pool.stop()
+
+
+def _scrape_server(app: FastAPI, settings: ApiSettings) -> uvicorn.Server | None:
+    """The opt-in scrape port (`TUNER_METRICS_PORT`), served beside the API from a thread; None
+    when the operator did not ask for one."""
+    if settings.metrics_port is None:
+        return None
+    store = app.state.services.store
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_metrics_app(store, lease_s=settings.lease_s),
+            host=settings.metrics_host,
+            port=settings.metrics_port,
+            access_log=False,
+            log_level="warning",
+        )
+    )
+    threading.Thread(target=server.run, name="metrics", daemon=True).start()
+    log.info(
+        "metrics of every job on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port
+    )
+    return server
 
 
 class _Stopping(Exception):

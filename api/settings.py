@@ -5,7 +5,8 @@ separated bearer tokens, each `NAME:TOKEN` or a bare token; none: no authenticat
 allows on a loopback host only), `TUNER_API_ADMIN_TOKENS` (the same, for tokens that see and
 cancel every job), `TUNER_WORKERS` (worker processes `serve` starts; default one per visible GPU,
 or one on the CPU), `TUNER_WORKLOADS` (plug-in workloads, JSON `{name: "package.module:factory"}`),
-and the limits. The workers' own settings (protocol, heartbeats) are
+`TUNER_METRICS_PORT` and `TUNER_METRICS_HOST` (an unauthenticated scrape port of every job's
+metrics, off by default), and the limits. The workers' own settings (protocol, heartbeats) are
 `tuner.service.settings.WorkerSettings`; both share `tuner.service.settings.ServiceSettings`.
 """
 
@@ -60,6 +61,11 @@ class ApiSettings(ServiceSettings):
         description="a request's body must have arrived this many seconds after it started",
     )
     access_log: bool = True
+    # The operator's opt-in scrape port: /metrics of every job, without a token, on its own
+    # port (none by default: on the API's port an owner's token sees its own counts only, an
+    # admin token all). Bind it where only the scraper reaches it.
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    metrics_host: str = "127.0.0.1"
 
     @field_validator("api_tokens", "api_admin_tokens", mode="before")
     @classmethod

@@ -1225,7 +1225,7 @@ README_BEGIN, README_END = "<!-- peers:begin -->", "<!-- peers:end -->"
 def update_readme(readme: Path, data: Mapping[str, Any]) -> None:
     """Replace the table between the README's peers markers with this document's."""
     text = readme.read_text(encoding="utf-8")
-    # The markers on lines of their own: prose may name them (docs/results.md does).
+    # The markers on lines of their own: prose may name them (docs/benchmarks/results.md does).
     head, sep, rest = text.partition(f"\n{README_BEGIN}\n")
     _, sep2, tail = rest.partition(f"\n{README_END}")
     head += "\n" if sep else ""

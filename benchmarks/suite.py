@@ -19,8 +19,8 @@ Per preset, in one process on one GPU:
    of the grid's best.
 
 Writes `suite-<gpu>-<date>[-<tag>].json` (schema in `to_json`'s docstring) after each preset, and
-a Markdown twin. `--readme docs/results.md` rewrites the headline table between that file's
-`<!-- suite:begin -->` and `<!-- suite:end -->` markers from that JSON.
+a Markdown twin. `--readme docs/benchmarks/results.md` rewrites the headline table between that
+file's `<!-- suite:begin -->` and `<!-- suite:end -->` markers from that JSON.
 """
 
 from __future__ import annotations

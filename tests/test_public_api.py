@@ -53,6 +53,7 @@ TRAINERS = {
     "check_precision_here",
     "check_precisions",
     "check_setting",
+    "checkpoint_file",  # where fit writes the checkpoint of a step (`{step}` in the path)
     "compile_cache_dir",
     "config_from_env",
     "count_recompute_flops",

@@ -24,7 +24,7 @@ from trainers.errors import (
     UnsupportedOnDevice,
     WorkloadError,
 )
-from trainers.fit import FitResult, Trainer, warmup_cosine, workload_from_parts
+from trainers.fit import FitResult, Trainer, checkpoint_file, warmup_cosine, workload_from_parts
 from trainers.flops import Utilisation, count_recompute_flops, utilisation
 from trainers.gate import (
     GRAPH_RTOL,
@@ -105,6 +105,7 @@ __all__ = [
     "check_precision_here",
     "check_precisions",
     "check_setting",
+    "checkpoint_file",
     "compile_cache_dir",
     "config_from_env",
     "count_recompute_flops",

@@ -4,8 +4,8 @@ run of any length, with what real training adds.
     trainer = Trainer(workload, config, scheduler=lambda opt: CosineAnnealingLR(opt, 1000),
                       clip_grad_norm=1.0, accumulate=2, eval_data=held_out)
     result = trainer.fit(1000, on_losses=print, eval_every=100,
-                         checkpoint_every=250, checkpoint_path="run.pt")
-    Trainer(workload, config, ...).fit(1000, resume_from="run.pt")  # same losses from step 250
+                         checkpoint_every=250, checkpoint_path="run-{step}.pt")
+    Trainer(workload, config, ...).fit(1000, resume_from="run-250.pt")  # same losses from 250
 
 What each addition does under the loop's settings, and why it is correct there:
 - Loss callbacks (`on_losses(first_step, losses)`) are called when the configured sync mode
@@ -221,7 +221,10 @@ class Trainer:
         resume_from: str | os.PathLike[str] | None = None,
     ) -> FitResult:
         """Train until `steps` optimizer steps are done in all (a resumed run counts the steps
-        of its checkpoint). A second call goes on from where the first stopped."""
+        of its checkpoint). A second call goes on from where the first stopped.
+
+        `checkpoint_path` is written every `checkpoint_every` steps; a `{step}` in it is replaced
+        by the step (`run-{step}.pt` keeps each checkpoint, `run.pt` the latest only)."""
         if resume_from is not None:
             self.load(resume_from)
         self._check_fit(steps, eval_every, checkpoint_every, checkpoint_path)
@@ -255,7 +258,7 @@ class Trainer:
                     assert checkpoint_path is not None
                     # The losses so far reach the callback before the checkpoint is written.
                     session.drain()
-                    checkpoints.append(str(self.save(checkpoint_path)))
+                    checkpoints.append(str(self.save(checkpoint_file(checkpoint_path, self.step))))
             session.drain()
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)  # the wall time covers the queued work
@@ -454,6 +457,13 @@ class Trainer:
         except FileNotFoundError as exc:
             raise ConfigError("resume_from", str(path), "an existing checkpoint file") from exc
         self.load_state_dict(state)
+
+
+def checkpoint_file(path: str | os.PathLike[str], step: int) -> Path:
+    """Where the checkpoint of `step` goes: `path`, with `{step}` in it replaced by the step, so
+    that `run-{step}.pt` keeps every checkpoint (run-500.pt, run-1000.pt) where `run.pt` keeps
+    the latest only."""
+    return Path(str(path).replace("{step}", str(step)))
 
 
 def workload_from_parts(

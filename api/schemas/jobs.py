@@ -22,6 +22,7 @@ from trainers.config import (
     MAX_PREFETCH,
     MAX_STREAMS,
     MAX_WORKERS,
+    MICRO_BATCHES,
     Checkpointing,
     CompileMode,
     CompileScope,
@@ -71,9 +72,24 @@ LoadersChoices = Annotated[list[Loaders], Choices]
 BoolChoices = Annotated[list[bool], Choices]
 CompileChoices = Annotated[list[CompileMode], Choices]
 OptimizerChoices = Annotated[list[OptimizerChoice], Choices]
+
+
 # The scale levers' values (trainers.config MICRO_BATCHES, CHECKPOINT_SHARES; a test holds them
 # to LoopConfig's rules).
-MicroBatches = Literal[1, 2, 4, 8]
+# Not `Literal[1, 2, 4, 8]`: a Literal matches by equality, so JSON's `true` and `1.0` would pass
+# as 1 (True == 1 == 1.0), although no type is coerced. A strict integer, then the same enum.
+def _micro_batches(value: int) -> int:
+    if value not in MICRO_BATCHES:
+        raise ValueError(f"one of {', '.join(map(str, MICRO_BATCHES))}")
+    return value
+
+
+MicroBatches = Annotated[
+    int,
+    Field(strict=True),
+    AfterValidator(_micro_batches),
+    WithJsonSchema({"type": "integer", "enum": list(MICRO_BATCHES)}),
+]
 
 
 def _share(value: float) -> float:

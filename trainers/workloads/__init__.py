@@ -4,8 +4,10 @@ own (`package.module:factory`)."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
-from typing import cast
+import inspect
+import traceback
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 from trainers.errors import WorkloadError
 from trainers.workloads import adapters, convnet, mlp, transformer
@@ -77,7 +79,67 @@ def resolve_factory(name: str, model_args: Mapping[str, str] | None = None) -> W
             f"workload={name!r}: {module_name!r} has no callable {attr!r}", field="workload"
         )
     # A user's callable: load_workload checks that what it returns is a Workload.
-    return cast(WorkloadFactory, factory)
+    return cast(WorkloadFactory, UserFactory(name, factory))
+
+
+class UserFactory:
+    """A user's `package.module:factory`, whose own errors become one-line `WorkloadError`s.
+
+    A wrong signature (no `seed` keyword, say) or an exception inside the factory would otherwise
+    reach the user as a traceback through the tuner's frames; the error names the workload, the
+    cause and the file and line where it was raised, which is what the user has to fix. Keeps the
+    factory's module and name, which key its probes (`trainers.gate.reproducibility`).
+    """
+
+    def __init__(self, name: str, factory: Callable[..., Any]) -> None:
+        self.name = name
+        self.factory = factory
+        self.__module__ = getattr(factory, "__module__", type(self).__module__)
+        self.__qualname__ = getattr(factory, "__qualname__", "<factory>")
+        self.__name__ = getattr(factory, "__name__", "<factory>")
+
+    def __call__(self, preset: str, *, seed: int) -> Workload:
+        try:
+            return cast(Workload, self.factory(preset, seed=seed))
+        except WorkloadError:
+            raise
+        except TypeError as exc:
+            if _takes(self.factory, preset, seed):
+                raise WorkloadError(self._raised(exc), field="workload") from exc
+            raise WorkloadError(
+                f"workload={self.name!r}: the factory must be callable as "
+                f"factory(preset, *, seed): {exc}",
+                field="workload",
+            ) from exc
+        except ValueError as exc:  # the factory refusing its preset
+            raise WorkloadError(self._raised(exc), field="preset") from exc
+        except Exception as exc:
+            if type(exc).__name__ == "OutOfMemoryError":  # torch's: a trial's failure, as usual
+                raise
+            raise WorkloadError(self._raised(exc), field="workload") from exc
+
+    def _raised(self, exc: BaseException) -> str:
+        return f"workload={self.name!r}: the factory raised {_one_line(exc)}"
+
+
+def _takes(factory: Callable[..., Any], preset: str, seed: int) -> bool:
+    """Whether `factory(preset, seed=seed)` binds to the factory's signature (True when it has
+    none to read: the TypeError then came from inside it)."""
+    try:
+        inspect.signature(factory).bind(preset, seed=seed)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin)
+        return True
+    return True
+
+
+def _one_line(exc: BaseException) -> str:
+    """`Type: message (file:line)`: the error and the innermost frame it was raised in."""
+    message = " ".join(str(exc).split()) or "(no message)"
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {message}{where}"
 
 
 def load_workload(
@@ -88,12 +150,7 @@ def load_workload(
     model_args: `--model-arg key=value` options of a library model, as strings.
     """
     factory = resolve_factory(name, model_args)
-    try:
-        workload = factory(preset, seed=seed)
-    except WorkloadError:
-        raise
-    except ValueError as exc:  # a user factory refusing its preset
-        raise WorkloadError(f"workload={name!r}: {exc}", field="preset") from exc
+    workload = factory(preset, seed=seed)  # a user factory's errors are WorkloadErrors
     if not isinstance(workload, Workload):
         raise WorkloadError(
             f"workload={name!r}: the factory returned {type(workload).__name__}, not a Workload",

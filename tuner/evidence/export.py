@@ -45,6 +45,10 @@ def python_script(rec: Recommendation, config: LoopConfig) -> str:
     precision = rec.trained_precision
     return f"""# streamtune recommendation for study {rec.study!r} on {rec.hardware}
 # Trains {workload} {preset} with it: python this_file.py --steps 1000
+# Checkpoints and resuming: --steps is the total to reach, so a resumed run goes on to it:
+#   python this_file.py --steps 1000 --checkpoint 'run-{{step}}.pt'  # run-500.pt, run-1000.pt
+#   python this_file.py --steps 1000 --resume run-500.pt   # steps 501-1000 again, the same losses
+#   python this_file.py --steps 2000 --resume run-1000.pt  # 1000 steps more
 from __future__ import annotations
 
 import argparse
@@ -59,20 +63,39 @@ WORKLOAD = {workload!r}
 PRESET = {preset!r}
 MODEL_ARGS = {model_args!r}
 PRECISION = {precision!r}
+CHECKPOINT_EVERY = 500
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=f"train {{WORKLOAD}} {{PRESET}} as tuned")
-    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument(
+        "--steps", type=int, default=1000, help="steps in all (a resumed run counts its own)"
+    )
     parser.add_argument("--device", default="auto")
     parser.add_argument("--log-every", type=int, default=100, help="print a loss every N steps")
     parser.add_argument(
-        "--checkpoint", default=None, help="checkpoint every 500 steps, and at the end"
+        "--checkpoint",
+        default=None,
+        help=f"checkpoint every {{CHECKPOINT_EVERY}} steps and at the end; a {{{{step}}}} in the "
+        "path is replaced by the step, keeping each (run-{{step}}.pt), else the latest is kept",
     )
     parser.add_argument("--resume", default=None, help="resume from this checkpoint")
     args = parser.parse_args()
     workload = trainers.load_workload(WORKLOAD, PRESET, model_args=MODEL_ARGS)
     trainer = trainers.Trainer(workload, config, device=args.device, precision=PRECISION)
+    if args.resume:
+        try:
+            trainer.load(args.resume)
+        except (trainers.ConfigError, trainers.TrainerError) as exc:
+            parser.exit(2, f"error: --resume: {{exc}}\\n")
+        if trainer.step >= args.steps:
+            # --steps is the total: a checkpoint that has reached it has nothing left to train.
+            parser.exit(
+                2,
+                f"error: --resume: {{args.resume}} has trained {{trainer.step}} steps, --steps "
+                f"{{args.steps}} in all leaves none; give --steps above {{trainer.step}} (e.g. "
+                f"--steps {{trainer.step + args.steps}} for {{args.steps}} more)\\n",
+            )
 
     def report(first: int, losses: list[float]) -> None:
         # Called as the tuned sync mode harvests the losses: printing adds no sync.
@@ -83,12 +106,11 @@ def main() -> None:
     result = trainer.fit(
         args.steps,
         on_losses=report,
-        checkpoint_every=500 if args.checkpoint else None,
+        checkpoint_every=CHECKPOINT_EVERY if args.checkpoint else None,
         checkpoint_path=args.checkpoint,
-        resume_from=args.resume,
     )
-    if args.checkpoint:
-        trainer.save(args.checkpoint)
+    if args.checkpoint and trainer.step % CHECKPOINT_EVERY:  # the end, unless just written
+        trainer.save(trainers.checkpoint_file(args.checkpoint, trainer.step))
     print(f"trained {{result.step - result.start_step}} steps in {{result.wall_s:.1f}} s")
 
 

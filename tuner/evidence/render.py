@@ -58,6 +58,26 @@ def _interval(entry: dict[str, Any], unit: str = "") -> str:
     return f"{entry['median']:,.2f}{unit} (95% CI {low:,.2f}-{high:,.2f})"
 
 
+def speedup_text(entry: dict[str, Any]) -> str:
+    """A ratio and its interval; one whose interval holds 1.00x says it is no measured
+    difference (a 5.30x with a 95 % CI of 0.48-11.84 beside a recommended default would read as
+    a contradiction otherwise)."""
+    low, high = entry["ci95"]
+    shown = _interval(entry, "x")
+    if low <= 1.0 <= high:
+        return f"{shown}: a tie, the interval includes 1.00x"
+    return shown
+
+
+def tie_text(names: Sequence[str], rule: str | None) -> str:
+    """The tie row: which configs tie, that a tie is a difference inside the 95 % CIs, and the
+    rule by which the simpler config wins it."""
+    return (
+        f"{', '.join(names)}: their 95 % CIs overlap, so no difference between them was measured "
+        f"and the simplest wins ({rule})"
+    )
+
+
 def phase_times(time: Mapping[str, Any] | None) -> str | None:
     """One line: the study's wall time and each phase's seconds (`tuner.store.phases`), largest
     first, phases that took (next to) no time left out; None for a study recorded before phases
@@ -127,7 +147,7 @@ def recommendation(console: Console, rec: Recommendation) -> None:
     if rec.throughput is not None:
         table.add_row("throughput", _interval(rec.throughput.to_dict(), " samples/s"))
     for name, speedup in rec.speedup.items():
-        table.add_row(f"vs {name}", _interval(speedup.to_dict(), "x"))
+        table.add_row(f"vs {name}", speedup_text(speedup.to_dict()))
     # A baseline that failed has no speedup row: its reason says why (at 1.1B parameters, 16 x
     # 2048 tokens, both baselines' eager steps ran out of memory where the compiled step fit).
     for name, why in rec.failures.items():
@@ -148,8 +168,7 @@ def recommendation(console: Console, rec: Recommendation) -> None:
             f"{rec.floor.ratio:.2f})",
         )
     if rec.was_tie:
-        names = ", ".join(t.name for t in rec.ties)
-        table.add_row("tie", f"{names} overlap; simplest wins ({rec.tie_rule})")
+        table.add_row("tie", tie_text([t.name for t in rec.ties], rec.tie_rule))
     counts = rec.n_trials
     interrupted = f", {counts.interrupted} interrupted" if counts.interrupted else ""
     table.add_row(
@@ -211,22 +230,44 @@ def cpu_rows(rec: Recommendation) -> list[tuple[str, str]]:
     ]
 
 
+STUDY_COLUMNS = (
+    "study",
+    "workload",
+    "preset",
+    "hardware",
+    "complete/failed/pruned",
+    "best samples/s",
+)
+
+
 def study_table(console: Console, rows: list[dict[str, Any]]) -> None:
-    table = Table(
-        "study", "workload", "preset", "hardware", "complete/failed/pruned", "best samples/s"
-    )
+    """The studies as a table on a terminal; elsewhere (a pipe, a file) one tab-separated line
+    each, names in full: a table fitted to a width would cut them, and `best --study` needs
+    the whole name."""
+    cells = []
     for row in rows:
         t = row["trials"]
         best = "-" if row["best_throughput"] is None else f"{row['best_throughput']:,.1f}"
-        table.add_row(
-            row["study"],
-            str(row["workload"]),
-            str(row["preset"]),
-            str(row["hardware"]),
-            f"{t['complete']}/{t['failed']}/{t['pruned']}",
-            best,
+        cells.append(
+            (
+                row["study"],
+                str(row["workload"]),
+                str(row["preset"]),
+                str(row["hardware"]),
+                f"{t['complete']}/{t['failed']}/{t['pruned']}",
+                best,
+            )
         )
-    console.print(table if rows else "no studies in this storage")
+    if not rows:
+        console.print("no studies in this storage")
+    elif not console.is_terminal:
+        # Written as they are: rich would expand the tabs into spaces.
+        console.file.write("".join("\t".join(line) + "\n" for line in [STUDY_COLUMNS, *cells]))
+    else:
+        table = Table(*STUDY_COLUMNS)
+        for cell in cells:
+            table.add_row(*cell)
+        console.print(table)
 
 
 def model_table(console: Console, families: Sequence[Family]) -> None:

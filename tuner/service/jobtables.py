@@ -22,6 +22,7 @@ from sqlalchemy import orm
 
 from tuner.errors import JobNotFound, TunerError
 from tuner.service.tables import JobRow, create_tables, make_engine
+from tuner.store.storage import check_url
 
 JOB_ID = re.compile(r"[0-9a-f]{32}")  # uuid4().hex, what `Submissions.create` gives a job
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
@@ -41,6 +42,8 @@ class JobTables:
 
     def __init__(self, url: str, *, engine: sa.Engine | None = None) -> None:
         self.url = url
+        if engine is None:
+            check_url(url)  # a bare path is told its sqlite:/// URL
         self.engine = engine or make_engine(url)
         try:
             create_tables(self.engine)

@@ -25,6 +25,7 @@ from tuner.service.owners import Owner
 from tuner.service.spec import JobSpec
 from tuner.service.tables import JobRow, TrialEventRow, WorkerRow, utcnow
 from tuner.store.keys import JOB_STUDY_PREFIX
+from tuner.store.retry import retry_conflicts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,13 +94,21 @@ class Submissions(JobTables):
                 .scalar_subquery()
             )
             chosen = chosen.where(queued < max_queued)
-        with self.engine.begin() as conn:
-            if self._postgres and max_queued is not None:
-                # Held until this transaction ends (commit or rollback): no unlock to forget.
-                conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_lock_key(owner.name))))
-            inserted = conn.execute(
-                sa.insert(JobRow).from_select(columns, chosen).returning(JobRow.id)
-            ).scalar_one_or_none()
+
+        # The engine pins READ COMMITTED (tuner.store.retry.POSTGRES_ISOLATION): under a higher
+        # level the snapshot would predate the lock. A transaction that lost a race anyway (a
+        # serialization failure, a deadlock) is run again, never shown to the client.
+        def insert() -> str | None:
+            with self.engine.begin() as conn:
+                if self._postgres and max_queued is not None:
+                    # Held until this transaction ends (commit or rollback): no unlock to forget.
+                    conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_lock_key(owner.name))))
+                found: str | None = conn.execute(
+                    sa.insert(JobRow).from_select(columns, chosen).returning(JobRow.id)
+                ).scalar_one_or_none()
+                return found
+
+        inserted = retry_conflicts(insert)
         if inserted is None:
             raise TooManyQueued(
                 f"this token already has {max_queued} queued jobs (the limit): "
@@ -141,44 +150,60 @@ class Submissions(JobTables):
         flagged = {"cancel_requested": True, "updated_at": now}
         self.get(job_id)  # JobNotFound for an id that is none (before it reaches the database)
         mine = [JobRow.id == job_id, *_visible(by)]
-        with self.engine.begin() as conn:  # conditional single statements: no lost updates
-            changed = conn.execute(
-                sa.update(JobRow)
-                .where(*mine, JobRow.status == "queued")
-                .values(status="cancelled", finished_at=now, phase=None, **flagged)
-            ).rowcount
-            if not changed:
-                changed = conn.execute(
-                    sa.update(JobRow).where(*mine, JobRow.status == "running").values(**flagged)
+
+        def update() -> int:
+            with self.engine.begin() as conn:  # conditional single statements: no lost updates
+                done = conn.execute(
+                    sa.update(JobRow)
+                    .where(*mine, JobRow.status == "queued")
+                    .values(status="cancelled", finished_at=now, phase=None, **flagged)
                 ).rowcount
+                if not done:
+                    done = conn.execute(
+                        sa.update(JobRow).where(*mine, JobRow.status == "running").values(**flagged)
+                    ).rowcount
+                return int(done)
+
+        changed = retry_conflicts(update)
         row = self.job(job_id, by=by)  # JobNotFound for an unknown id, or another's job
         if not changed:
             raise JobConflict(f"job {job_id!r} is already {row.status}")
         return row
 
-    def counts_by_status(self) -> dict[str, int]:
+    def counts_by_status(self, *, by: Owner | None = None) -> dict[str, int]:
+        """The jobs `by` may see (an admin, or `None`: all), by status."""
         counts = dict.fromkeys(STATUSES, 0)
         with self.engine.connect() as conn:
             for status, count in conn.execute(
-                sa.select(JobRow.status, sa.func.count()).group_by(JobRow.status)
+                sa.select(JobRow.status, sa.func.count())
+                .where(*_visible(by))
+                .group_by(JobRow.status)
             ):
                 counts[status] = int(count)
         return counts
 
-    def trial_stats(self, bounds: Sequence[float]) -> TrialStats:
-        """Finished trials of all jobs by state, and a histogram of their durations."""
+    def trial_stats(self, bounds: Sequence[float], *, by: Owner | None = None) -> TrialStats:
+        """Finished trials of the jobs `by` may see (an admin, or `None`: all) by state, and a
+        histogram of their durations."""
         seconds = TrialEventRow.seconds
         columns: list[Any] = [sa.func.count(), sa.func.coalesce(sa.func.sum(seconds), 0.0)]
         columns += [
             sa.func.coalesce(sa.func.sum(sa.case((seconds <= b, 1), else_=0)), 0) for b in bounds
         ]
+        visible = _visible(by)
+        # An owner's trials are those of its jobs: the event rows name the job, not the owner.
+        mine = [TrialEventRow.job_id.in_(sa.select(JobRow.id).where(*visible))] if visible else []
         by_state = {"complete": 0, "failed": 0, "pruned": 0}
         with self.engine.connect() as conn:
             for state, count in conn.execute(
-                sa.select(TrialEventRow.state, sa.func.count()).group_by(TrialEventRow.state)
+                sa.select(TrialEventRow.state, sa.func.count())
+                .where(*mine)
+                .group_by(TrialEventRow.state)
             ):
                 by_state[state] = int(count)
-            total, seconds_sum, *cumulative = conn.execute(sa.select(*columns)).one()
+            total, seconds_sum, *cumulative = conn.execute(
+                sa.select(*columns).select_from(TrialEventRow).where(*mine)
+            ).one()
         buckets = [(b, int(c)) for b, c in zip(bounds, cumulative, strict=True)]
         buckets.append((math.inf, int(total)))
         return TrialStats(by_state=by_state, seconds_sum=float(seconds_sum), buckets=buckets)

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy import orm
 from sqlalchemy.orm import Mapped, mapped_column
 
-from tuner.store.retry import lost_create_race
+from tuner.store.retry import POSTGRES_ISOLATION, lost_create_race
 
 SQLITE_BUSY_TIMEOUT_S = 30
 
@@ -154,4 +154,7 @@ def make_engine(url: str) -> sa.Engine:
             cursor.close()
 
         return engine
+    if url.startswith("postgresql"):
+        # Pinned, never the server's default: see POSTGRES_ISOLATION.
+        return sa.create_engine(url, pool_pre_ping=True, isolation_level=POSTGRES_ISOLATION)
     return sa.create_engine(url, pool_pre_ping=True)

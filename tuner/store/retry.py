@@ -9,6 +9,11 @@ come back in step). SQLAlchemy's `pool_pre_ping` (`tuner.service.tables.make_eng
 follows.
 
 Only connection-level errors are retried; anything else (a constraint, a bug) is raised at once.
+
+A serialization failure or a deadlock (PostgreSQL's SQLSTATE 40001, 40P01) is not the database
+being away: the transaction lost a race and is run again at once (`retry_conflicts`). The engines
+pin READ COMMITTED (`POSTGRES_ISOLATION`), where a single statement rarely meets one, but a server
+or a pooler may still raise them and a client must never see one.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import dataclasses
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -26,11 +32,49 @@ import sqlalchemy.exc
 log = logging.getLogger("tuner.retry")
 T = TypeVar("T")
 
+# The isolation level every engine of ours asks PostgreSQL for, whatever the server's default
+# (`default_transaction_isolation`): the job store's checks (the queue limit, the claims) count
+# rows in the statement that writes, after an advisory lock; under REPEATABLE READ or
+# SERIALIZABLE the snapshot is taken before the lock is granted and the count is stale.
+POSTGRES_ISOLATION = "READ COMMITTED"
+# SQLSTATEs of a transaction that lost a race: serialization_failure, deadlock_detected.
+CONFLICT_STATES = frozenset({"40001", "40P01"})
+CONFLICT_ATTEMPTS = 50
+
 _CONNECTION_ERRORS = (
     sqlalchemy.exc.OperationalError,
     sqlalchemy.exc.InterfaceError,
     sqlalchemy.exc.TimeoutError,
 )
+
+
+def is_conflict(exc: BaseException | None) -> bool:
+    """A serialization failure or a deadlock: the same transaction, run again, may succeed."""
+    while exc is not None:
+        if (
+            getattr(exc, "sqlstate", None) in CONFLICT_STATES
+            or getattr(exc, "pgcode", None) in CONFLICT_STATES
+        ):
+            return True
+        orig = getattr(exc, "orig", None)
+        exc = orig if orig is not None and orig is not exc else exc.__cause__
+    return False
+
+
+def retry_conflicts(fn: Callable[[], T], *, attempts: int = CONFLICT_ATTEMPTS) -> T:
+    """`fn()` (one whole transaction), run again after a serialization failure or a deadlock.
+
+    Each retry waits a few milliseconds, drawn at random, so that the transactions that
+    conflicted do not meet again in step; the last attempt's error is raised.
+    """
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except Exception as exc:
+            if attempt == attempts - 1 or not is_conflict(exc):
+                raise
+            time.sleep(random.uniform(0.001, 0.002 * 2 ** min(attempt, 6)))
+    raise AssertionError("unreachable")  # the loop returns or raises
 
 
 def is_transient(exc: BaseException) -> bool:

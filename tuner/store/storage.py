@@ -18,7 +18,7 @@ import sqlalchemy.exc
 
 from tuner.errors import StudyNotFound, TunerError
 from tuner.store.keys import MEMO_PREFIX, META
-from tuner.store.retry import lost_create_race
+from tuner.store.retry import POSTGRES_ISOLATION, lost_create_race
 
 DEFAULT_STORAGE = "sqlite:///tuner.db"
 CREATE_RACE_ATTEMPTS = 3
@@ -44,6 +44,21 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
             if not lost_create_race(exc.__cause__ if isinstance(exc, TunerError) else exc):
                 raise
     return _open_storage(url)
+
+
+def check_url(url: str) -> None:
+    """A one-line `--storage` error for what is not a database URL; a bare file path (what a
+    user most often gives) is told the SQLite URL that names it."""
+    try:
+        sqlalchemy.engine.make_url(url)
+    except sqlalchemy.exc.ArgumentError as exc:
+        if "://" not in url:
+            # sqlite:/// + a relative path, sqlite://// + an absolute one (its own leading /).
+            raise TunerError(
+                f"--storage: {url!r} is a path, not a database URL: for an SQLite file "
+                f"give --storage sqlite:///{url} (PostgreSQL: postgresql+psycopg://USER@HOST/DB)"
+            ) from exc
+        raise TunerError(f"--storage: {url!r} is not a usable database URL: {exc}") from exc
 
 
 SQLITE_FOLDER_RULE = (
@@ -84,11 +99,16 @@ def check_sqlite_path(url: str) -> None:
 
 
 def _open_storage(url: str) -> optuna.storages.BaseStorage:
+    check_url(url)
     check_sqlite_path(url)
     engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if url.startswith("sqlite"):
         # Several processes may write one SQLite file: wait for the lock rather than fail.
         engine_kwargs = {"connect_args": {"timeout": 60}}
+    elif url.startswith("postgresql"):
+        # Optuna's own read-modify-write of a trial assumes READ COMMITTED; a server defaulting to
+        # SERIALIZABLE would fail them (POSTGRES_ISOLATION).
+        engine_kwargs["isolation_level"] = POSTGRES_ISOLATION
     try:
         return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
     except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError, ValueError) as exc:

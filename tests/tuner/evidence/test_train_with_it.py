@@ -143,3 +143,48 @@ def test_the_script_carries_model_args_and_precision() -> None:
     assert namespace["MODEL_ARGS"] == {"batch": "128", "image": "32"}
     assert namespace["PRECISION"] == "bf16-autocast"
     assert namespace["config"] == LoopConfig(num_streams=2)
+
+
+def test_the_scripts_documented_resume_gives_the_uninterrupted_losses(
+    finished: Finished, tmp_path: Path
+) -> None:
+    """The commands the script's header and the README give: `--steps` is the total, a
+    `{step}` in `--checkpoint` keeps every checkpoint, and a run resumed from step 500 prints the
+    uninterrupted run's losses from there on; a checkpoint that reached `--steps` is one line."""
+    script = tmp_path / "train.py"
+    script.write_text(export.export(finished.recommendation, "python"))
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+
+    def train(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(script), "--device", "cpu", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=300,
+            check=False,
+        )
+
+    def losses(out: str) -> dict[int, str]:
+        found = [line.split(": loss ") for line in out.splitlines() if line.startswith("step ")]
+        return {int(step.removeprefix("step ")): loss for step, loss in found}
+
+    whole = train("--steps", "1000", "--checkpoint", "run-{step}.pt")
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    assert (tmp_path / "run-500.pt").is_file() and (tmp_path / "run-1000.pt").is_file()
+    resumed = train("--steps", "1000", "--resume", "run-500.pt")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "trained 500 steps in" in resumed.stdout
+    again = losses(resumed.stdout)
+    assert sorted(again) == list(range(600, 1001, 100))
+    assert again == {step: loss for step, loss in losses(whole.stdout).items() if step > 500}
+
+    done = train("--steps", "1000", "--resume", "run-1000.pt")
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert "has trained 1000 steps" in line and "--steps 2000" in line
+    more = train("--steps", "1100", "--resume", "run-1000.pt", "--checkpoint", "run.pt")
+    assert more.returncode == 0, more.stderr[-2000:]
+    assert "trained 100 steps in" in more.stdout
+    assert (tmp_path / "run.pt").is_file()  # written at the end (1100 is no multiple of 500)

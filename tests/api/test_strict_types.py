@@ -1,0 +1,109 @@
+"""No type is coerced into another in a job's `fix` and `space`: for every setting, a value of the
+wrong JSON type (`true` for an integer, `1` for a boolean, `1.0` for an integer, a number for a
+name, text for a number) is a 422 naming the field, and nothing is queued. And a body nested
+deeper than JSON's parser goes is a 422 that says so."""
+
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+import trainers
+from api.schemas.jobs import FixIn
+from tests.api.helpers import AUTH, TINY_JOB
+
+HINTS = typing.get_type_hints(trainers.LoopConfig)
+
+
+def _valid(name: str) -> Any:
+    """A value LoopConfig allows for `name`, of its own type."""
+    hint = HINTS[name]
+    if typing.get_origin(hint) is typing.Literal:
+        return typing.get_args(hint)[0]
+    if hint is bool:
+        return True
+    if hint is float:
+        return 0.5
+    for value in range(1, 40):
+        try:
+            trainers.check_setting(name, value)
+        except trainers.ConfigError:
+            continue
+        return value
+    raise AssertionError(f"no integer allowed for {name}")
+
+
+def _wrong_types(value: Any) -> list[Any]:
+    """JSON values of another type that a lenient parser would take for `value`."""
+    if isinstance(value, bool):
+        return [1, 0, "true", 1.0]
+    if isinstance(value, int):
+        return [True, float(value), str(value)]
+    if isinstance(value, float):
+        return [True, str(value)]
+    return [1, True, [value, [value]]]
+
+
+CASES = [(name, wrong) for name in FixIn.model_fields for wrong in _wrong_types(_valid(name))]
+
+
+def _named(errors: list[dict[str, Any]], where: str, name: str) -> bool:
+    return any(e["loc"][:2] == ["body", where] and name in e["loc"] for e in errors)
+
+
+def test_every_setting_has_cases() -> None:
+    assert {name for name, _ in CASES} == set(FixIn.model_fields)
+    assert ("micro_batches", True) in CASES and ("micro_batches", 1.0) in CASES
+
+
+@pytest.mark.parametrize(("name", "wrong"), CASES)
+def test_a_wrong_type_in_fix_or_space_is_a_422_naming_the_field(
+    client: TestClient, name: str, wrong: Any
+) -> None:
+    queued = client.get("/v1/jobs", headers=AUTH).json()["total"]
+    searched = {"num_streams": [1, 2]} if name != "num_streams" else {"sync_interval": [1, 2]}
+    bodies = {
+        "fix": TINY_JOB | {"fix": {name: wrong}},
+        "space": TINY_JOB | {"space": searched | {name: wrong}},
+        "space list": TINY_JOB | {"space": searched | {name: [wrong]}},
+    }
+    for label, body in bodies.items():
+        answer = client.post("/v1/jobs", json=body, headers=AUTH)
+        assert answer.status_code == 422, (label, answer.text)
+        assert _named(answer.json()["detail"], label.split()[0], name), (label, answer.text)
+    assert client.get("/v1/jobs", headers=AUTH).json()["total"] == queued  # nothing stored
+
+
+def test_micro_batches_true_is_not_stored_as_one(client: TestClient) -> None:
+    answer = client.post("/v1/jobs", json=TINY_JOB | {"fix": {"micro_batches": True}}, headers=AUTH)
+    assert answer.status_code == 422
+    (error,) = answer.json()["detail"]
+    assert error["loc"] == ["body", "fix", "micro_batches"]
+    stored = client.post("/v1/jobs", json=TINY_JOB | {"fix": {"micro_batches": 2}}, headers=AUTH)
+    assert stored.status_code == 201 and stored.json()["fix"]["micro_batches"] == 2
+
+
+@pytest.mark.parametrize("opener", ["[", '{"a":'])
+def test_a_body_nested_5000_deep_is_a_422_that_says_so(client: TestClient, opener: str) -> None:
+    closer = "]" if opener == "[" else "}"
+    body = opener * 5000 + "1" + closer * 5000
+    answer = client.post(
+        "/v1/jobs", content=body, headers=AUTH | {"content-type": "application/json"}
+    )
+    assert answer.status_code == 422
+    (error,) = answer.json()["detail"]
+    # The body is valid UTF-8 and valid JSON syntax: neither is what the message blames.
+    assert "nested too deeply" in error["msg"] and "UTF-8" not in error["msg"]
+
+
+def test_a_body_that_is_not_utf8_is_a_422_that_says_so(client: TestClient) -> None:
+    answer = client.post(
+        "/v1/jobs",
+        content=b'{"workload": "\xff"}',
+        headers=AUTH | {"content-type": "application/json"},
+    )
+    assert answer.status_code == 422
+    assert "not valid UTF-8" in answer.json()["detail"][0]["msg"]

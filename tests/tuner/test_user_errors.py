@@ -1,0 +1,158 @@
+"""A user's mistakes get one line and exit status 2, never a traceback: a factory of the wrong
+signature or one that raises (its cause, with the file and line it was raised at), a bare path as
+`--storage` (told its `sqlite:///` URL), and `studies` read by a script (full names). And the
+summary's speedup rows say when an interval is a tie."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.tuner.test_cli_run import REPO, run_main, without_progress
+from tests.tuner.tiny import RUN_FLAGS, sqlite_url
+from tuner.evidence.render import speedup_text, tie_text
+
+FACTORIES = textwrap.dedent(
+    """\
+    import trainers
+
+
+    def no_seed(preset):
+        return trainers.load_workload("mlp", preset)
+
+
+    def raises(preset, *, seed):
+        folder = "/nowhere/data"
+        raise FileNotFoundError(f"no data in {folder}")
+
+
+    def refuses(preset, *, seed):
+        raise ValueError(f"preset {preset!r} is not one of mine")
+    """
+)
+RAISES_LINE = 10  # the `raise FileNotFoundError` line above, counted from 1
+
+
+@pytest.fixture
+def factories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    module = tmp_path / f"userfactories_{tmp_path.name.replace('-', '_')}.py"
+    module.write_text(FACTORIES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return module
+
+
+def _one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+def test_a_factory_without_seed_is_one_line(
+    factories: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    flags = [f if f != "mlp" else f"{factories.stem}:no_seed" for f in RUN_FLAGS]
+    code, _, err = run_main(capsys, "run", *flags, "--storage", sqlite_url(tmp_path))
+    assert code == 2
+    line = _one_error_line(err)
+    assert "factory(preset, *, seed)" in line and "unexpected keyword argument 'seed'" in line
+
+
+def test_a_factory_that_raises_is_its_cause_and_where(
+    factories: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    flags = [f if f != "mlp" else f"{factories.stem}:raises" for f in RUN_FLAGS]
+    code, _, err = run_main(capsys, "run", *flags, "--storage", sqlite_url(tmp_path))
+    assert code == 2
+    line = _one_error_line(err)
+    assert "FileNotFoundError: no data in /nowhere/data" in line
+    assert f"({factories}:{RAISES_LINE})" in line
+
+
+def test_a_factory_refusing_its_preset_names_the_preset(
+    factories: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    flags = [f if f != "mlp" else f"{factories.stem}:refuses" for f in RUN_FLAGS]
+    code, _, err = run_main(capsys, "run", *flags, "--storage", sqlite_url(tmp_path))
+    assert code == 2
+    line = _one_error_line(err)
+    assert line.startswith("error: --preset: ") and "is not one of mine" in line
+
+
+def test_a_raising_factory_in_a_subprocess_prints_no_traceback(
+    factories: Path, tmp_path: Path
+) -> None:
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(factories.parent), str(REPO)])}
+    flags = [f if f != "mlp" else f"{factories.stem}:raises" for f in RUN_FLAGS]
+    out = subprocess.run(
+        [sys.executable, "-m", "tuner", "run", *flags, "--storage", sqlite_url(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env=env,
+    )
+    assert out.returncode == 2
+    assert "FileNotFoundError" in _one_error_line(without_progress(out.stderr))
+
+
+@pytest.mark.parametrize("path", ["tuner.db", "/tmp/some folder/tuner.db"])
+def test_a_bare_path_as_storage_is_told_its_url(
+    capsys: pytest.CaptureFixture[str], path: str
+) -> None:
+    code, _, err = run_main(capsys, "studies", "--storage", path)
+    assert code == 2
+    line = _one_error_line(err)
+    assert f"--storage sqlite:///{path}" in line
+
+
+def test_serve_with_a_bare_path_is_one_line() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "api", "--storage", "jobs.db", "--no-worker"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert out.returncode == 2
+    assert "--storage sqlite:///jobs.db" in _one_error_line(out.stderr)
+
+
+def test_studies_prints_full_names_outside_a_terminal(tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    name = "a-study-name-long-enough-that-a-table-of-eighty-columns-would-cut-it-short"
+    flags = [*RUN_FLAGS, "--trials", "1", "--study", name, "--storage", storage, "--quiet"]
+    made = subprocess.run(
+        [sys.executable, "-m", "tuner", "run", *flags],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert made.returncode == 0, made.stderr
+    listed = subprocess.run(
+        [sys.executable, "-m", "tuner", "studies", "--storage", storage],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert listed.returncode == 0, listed.stderr
+    header, row = listed.stdout.splitlines()
+    assert header.split("\t")[0] == "study"
+    assert row.split("\t")[:3] == [name, "mlp", "tiny"]
+
+
+def test_a_speedup_whose_interval_holds_one_says_it_is_a_tie() -> None:
+    tie = speedup_text({"median": 5.30, "ci95": [0.48, 11.84]})
+    assert tie.startswith("5.30x (95% CI 0.48-11.84)") and "a tie" in tie
+    assert "tie" not in speedup_text({"median": 1.08, "ci95": [1.05, 1.49]})
+    assert "tie" not in speedup_text({"median": 0.5, "ci95": [0.4, 0.6]})
+    row = tie_text(["pytorch-default", "trial-2"], "fewer streams")
+    assert "no difference between them was measured" in row and "simplest wins" in row
