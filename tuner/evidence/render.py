@@ -109,6 +109,9 @@ def search_text(search: Mapping[str, Any] | None) -> str | None:
             checked = int(search.get(f"{name}_checked") or 0)
             if checked:
                 parts.append(f"{name} predicted right {search.get(f'{name}_right', 0)}/{checked}")
+    loaded = int((search.get("compile_artifacts") or {}).get("loaded") or 0)
+    if loaded:
+        parts.append(f"{loaded} compile artefacts of an earlier job loaded")
     reused = search.get("reference_reused") or []
     if reused:
         parts.append(

@@ -49,7 +49,7 @@ from tuner.errors import Interrupted, Stopped, TunerError
 from tuner.evidence import profiles
 from tuner.evidence.progress import TrialReport
 from tuner.evidence.recommendation import Recommendation
-from tuner.search import decide, profiling
+from tuner.search import artifacts, decide, profiling
 from tuner.search.baselines import Baselines, now
 from tuner.search.children import open_children
 from tuner.search.defaults import (
@@ -269,6 +269,12 @@ def open_search(
     space, options = _for_program(space, options, measurer, progress)
     storage = storage or studies.open_storage(studies.storage_url(options.storage))
     name, info = _study_info(options, measurer, space)
+    # Before any compile: what an earlier job compiled, where its artefacts file was copied.
+    loaded, refused = artifacts.load(info["compile_cache"])
+    if loaded:
+        progress.phase(f"compile artefacts of an earlier job loaded: {loaded} entries")
+    if refused:
+        progress.phase(f"compile artefacts of an earlier job not loaded ({refused}): cold compiles")
     study, resumed = studies.open_study(
         storage,
         name,
@@ -287,7 +293,7 @@ def open_search(
     memo = (
         None if measurer.program is not None else open_memo(storage, options, info["fingerprint"])
     )
-    return Search(
+    search = Search(
         study,
         measurer,
         space,
@@ -299,6 +305,8 @@ def open_search(
         clock=clock,
         memo=memo,
     )
+    search.compile_cache, search.artifacts_loaded = info["compile_cache"], loaded
+    return search
 
 
 def _check_precisions_here(options: RunOptions, measurer: Measurer) -> None:
@@ -478,6 +486,9 @@ class Search:
             options.screen, space.name, multi_objective=options.multi_objective
         )
         self._against: dict[int, Incumbent | None] = {}
+        # The compile cache folder and the portable artefacts loaded into it (`artifacts`).
+        self.compile_cache: str | None = None
+        self.artifacts_loaded = 0
         self.baseline_configs = baselines_for(options.nproc_per_node)
         self.parity_cache = ParityCache(
             study,
@@ -596,10 +607,15 @@ class Search:
                     f"shape and precision on this machine and code ({MEMO_ENV}=off profiles "
                     "them again)"
                 )
+        # What this process compiled, for a job on another machine (`tuner.search.artifacts`).
+        saved = artifacts.save(self.compile_cache)
         self._store_time()
         attrs = self.retry.call(lambda: self.study.user_attrs, what="reading the study")
         recommendation = recommendation.with_time(study_time(attrs))
-        recommendation = recommendation.with_search(self._search_record(attrs))
+        recommendation = recommendation.with_search(
+            self._search_record(attrs)
+            | {"compile_artifacts": {"loaded": self.artifacts_loaded, "saved": saved}}
+        )
         self._store_attr(keys.RECOMMENDATION, recommendation.to_dict())
         return recommendation
 

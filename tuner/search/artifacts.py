@@ -1,0 +1,73 @@
+"""Compile artefacts that travel to another machine: a job's compiled graphs in one file.
+
+Every trial, child process and worker of a study shares one Inductor cache folder
+(`tuner.search.search.share_compile_cache`), so on one machine a config compiles cold once and a
+later trial or job of the same graph finds it there. A machine that has not compiled it (a new
+GPU node, a fresh container, a lent machine that starts bare) compiles everything cold again: at
+1.1B parameters 60-110 s for the whole model, most of a trial. torch's portable cache
+(`torch.compiler.save_cache_artifacts`, "Mega-Cache" in PyTorch's compile-time caching guide)
+packs what this process compiled (Inductor's graphs and kernels, AOTAutograd's, autotuning
+results) into bytes that `torch.compiler.load_cache_artifacts` puts back into the caches of
+another process, on a machine with the same software.
+
+A job saves them at its end to ARTIFACTS_FILE in its compile cache folder, and a job that starts
+with that file present loads it first. So copying the folder (or mounting it, as `docker/` does
+with the artifacts volume) to another machine gives its first job warm compiles. Loading is
+best effort: bytes from another torch version are refused by torch, and the job then compiles
+cold with one line saying why. What was loaded and saved is in the recommendation's `search`
+record (`compile_artifacts`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ARTIFACTS_FILE = "streamtune-compile-artifacts.bin"
+
+
+def _count(info: Any) -> int:
+    """Entries in a `torch.compiler._cache.CacheInfo` (0 for None)."""
+    if info is None:
+        return 0
+    return sum(len(keys) for keys in getattr(info, "artifacts", {}).values())
+
+
+def load(folder: str | os.PathLike[str] | None) -> tuple[int, str | None]:
+    """Load the artefacts saved in `folder` by an earlier job: (entries loaded, why none were,
+    if a file was there and could not be loaded). (0, None) without a folder or a file."""
+    if folder is None:
+        return 0, None
+    path = Path(folder) / ARTIFACTS_FILE
+    if not path.is_file():
+        return 0, None
+    try:
+        info = torch.compiler.load_cache_artifacts(path.read_bytes())
+    except Exception as exc:  # noqa: BLE001 - stale or foreign bytes: compile cold, say why
+        return 0, f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+    if info is None:
+        # torch logs why and returns None for bytes it cannot read (a damaged file, another
+        # torch's format).
+        return 0, f"torch could not read {path} (damaged, or written by another torch)"
+    return _count(info), None
+
+
+def save(folder: str | os.PathLike[str] | None) -> int:
+    """Save what this process compiled to `folder` (entries saved; 0 when it compiled nothing).
+    Written beside and then renamed over the old file, so a reader never sees half of it."""
+    if folder is None:
+        return 0
+    found = torch.compiler.save_cache_artifacts()
+    if found is None:
+        return 0
+    data, info = found
+    if not data:
+        return 0
+    path = Path(folder) / ARTIFACTS_FILE
+    partial = path.with_suffix(f".part-{os.getpid()}")
+    partial.write_bytes(data)
+    partial.replace(path)
+    return _count(info)
