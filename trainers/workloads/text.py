@@ -349,35 +349,7 @@ def make_config(kind: str, options: Mapping[str, Value], transformers: Any) -> A
             **common,
         )
     if kind == "causal-lm":
-        extra: dict[str, Any] = {}
-        if options["arch"] == "mistral":
-            # No sliding window (Mistral's config defaults to 4096): the causal SDPA path
-            # (`CAUSAL_SDPA`) and the eager path's ready-made mask are both full causal
-            # attention, and a window shorter than the sequence would be silently ignored by
-            # the one and not by the other. Mistral 7B v0.2 on has none either.
-            extra["sliding_window"] = None
-        if options["arch"] == "qwen2":
-            # Qwen2's default (every layer full attention), said for the same reason.
-            extra["use_sliding_window"] = False
-        config_class = {
-            "llama": transformers.LlamaConfig,
-            "qwen2": transformers.Qwen2Config,
-            "mistral": transformers.MistralConfig,
-        }[str(options["arch"])]
-        return config_class(
-            hidden_size=hidden,
-            num_attention_heads=heads,
-            num_key_value_heads=int(options.get("kv_heads", 0)) or heads,
-            num_hidden_layers=layers,
-            intermediate_size=ffn,
-            max_position_embeddings=seq,
-            # The attention dropout of these is a float, not a module (disable_dropout finds it
-            # by name); 0.0, the library's default, here.
-            attention_dropout=0.0,
-            use_cache=False,
-            **extra,
-            **common,
-        )
+        return _rotary_decoder_config(options, transformers, common)
     return transformers.BertConfig(
         hidden_size=hidden,
         num_attention_heads=heads,
@@ -388,6 +360,43 @@ def make_config(kind: str, options: Mapping[str, Value], transformers: Any) -> A
         # Said, not inferred: transformers would otherwise infer it from the labels' dtype.
         num_labels=int(options.get("classes", 2)),
         problem_type="single_label_classification",
+        **common,
+    )
+
+
+def _rotary_decoder_config(
+    options: Mapping[str, Value], transformers: Any, common: Mapping[str, Any]
+) -> Any:
+    """The config of a Llama, Qwen2 or Mistral decoder (the same fields; grouped-query
+    attention through `kv_heads`)."""
+    hidden, heads = int(options["hidden"]), int(options["heads"])
+    extra: dict[str, Any] = {}
+    if options["arch"] == "mistral":
+        # No sliding window (Mistral's config defaults to 4096): the causal SDPA path
+        # (`CAUSAL_SDPA`) and the eager path's ready-made mask are both full causal attention,
+        # and a window shorter than the sequence would be silently ignored by the one and not
+        # by the other. Mistral 7B v0.2 on has none either.
+        extra["sliding_window"] = None
+    if options["arch"] == "qwen2":
+        # Qwen2's default (every layer full attention), said for the same reason.
+        extra["use_sliding_window"] = False
+    config_class = {
+        "llama": transformers.LlamaConfig,
+        "qwen2": transformers.Qwen2Config,
+        "mistral": transformers.MistralConfig,
+    }[str(options["arch"])]
+    return config_class(
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_key_value_heads=int(options.get("kv_heads", 0)) or heads,
+        num_hidden_layers=int(options["layers"]),
+        intermediate_size=int(options.get("ffn", 0)) or 4 * hidden,
+        max_position_embeddings=int(options["seq"]),
+        # The attention dropout of these is a float, not a module (disable_dropout finds it by
+        # name); 0.0, the library's default, here.
+        attention_dropout=0.0,
+        use_cache=False,
+        **extra,
         **common,
     )
 

@@ -34,6 +34,62 @@ def export(rec: Recommendation, fmt: str) -> str:
     return python_script(rec, config)
 
 
+_MAIN = """
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=f"train {WORKLOAD} {PRESET} as tuned")
+    parser.add_argument(
+        "--steps", type=int, default=1000, help="steps in all (a resumed run counts its own)"
+    )
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--log-every", type=int, default=100, help="print a loss every N steps")
+    parser.add_argument(
+        "--checkpoint",
+        default=None,
+        help=f"checkpoint every {CHECKPOINT_EVERY} steps and at the end; a {{step}} in the "
+        "path is replaced by the step, keeping each (run-{step}.pt), else the latest is kept",
+    )
+    parser.add_argument("--resume", default=None, help="resume from this checkpoint")
+    args = parser.parse_args()
+    workload = trainers.load_workload(WORKLOAD, PRESET, model_args=MODEL_ARGS)
+    trainer = trainers.Trainer(workload, config, device=args.device, precision=PRECISION)
+    if args.resume:
+        try:
+            trainer.load(args.resume)
+        except (trainers.ConfigError, trainers.TrainerError) as exc:
+            parser.exit(2, f"error: --resume: {exc}\\n")
+        if trainer.step >= args.steps:
+            # --steps is the total: a checkpoint that has reached it has nothing left to train.
+            parser.exit(
+                2,
+                f"error: --resume: {args.resume} has trained {trainer.step} steps, --steps "
+                f"{args.steps} in all leaves none; give --steps above {trainer.step} (e.g. "
+                f"--steps {trainer.step + args.steps} for {args.steps} more)\\n",
+            )
+
+    def report(first: int, losses: list[float]) -> None:
+        # Called as the tuned sync mode harvests the losses: printing adds no sync.
+        for step, loss in enumerate(losses, start=first + 1):
+            if step % args.log_every == 0:
+                print(f"step {step}: loss {loss:.4f}", flush=True)
+
+    result = trainer.fit(
+        args.steps,
+        on_losses=report,
+        checkpoint_every=CHECKPOINT_EVERY if args.checkpoint else None,
+        checkpoint_path=args.checkpoint,
+    )
+    if args.checkpoint and trainer.step % CHECKPOINT_EVERY:  # the end, unless just written
+        trainer.save(trainers.checkpoint_file(args.checkpoint, trainer.step))
+    print(f"trained {result.step - result.start_step} steps in {result.wall_s:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
+"""
+"""The exported script's `main`: train, checkpoint and resume as its header says."""
+
+
 def python_script(rec: Recommendation, config: LoopConfig) -> str:
     """A short runnable script that trains the study's workload with `config` through
     `trainers.Trainer`; exec'd as a module it only defines `config` (and the workload's names)."""
@@ -43,7 +99,8 @@ def python_script(rec: Recommendation, config: LoopConfig) -> str:
     model_args = dict(fields.get("model_args") or {})
     # The precision to train in: the one the study chose when it searched several.
     precision = rec.trained_precision
-    return f"""# streamtune recommendation for study {rec.study!r} on {rec.hardware}
+    return (
+        f"""# streamtune recommendation for study {rec.study!r} on {rec.hardware}
 # Trains {workload} {preset} with it: python this_file.py --steps 1000
 # Checkpoints and resuming: --steps is the total to reach, so a resumed run goes on to it:
 #   python this_file.py --steps 1000 --checkpoint 'run-{{step}}.pt'  # run-500.pt, run-1000.pt
@@ -64,59 +121,9 @@ PRESET = {preset!r}
 MODEL_ARGS = {model_args!r}
 PRECISION = {precision!r}
 CHECKPOINT_EVERY = 500
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=f"train {{WORKLOAD}} {{PRESET}} as tuned")
-    parser.add_argument(
-        "--steps", type=int, default=1000, help="steps in all (a resumed run counts its own)"
-    )
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--log-every", type=int, default=100, help="print a loss every N steps")
-    parser.add_argument(
-        "--checkpoint",
-        default=None,
-        help=f"checkpoint every {{CHECKPOINT_EVERY}} steps and at the end; a {{{{step}}}} in the "
-        "path is replaced by the step, keeping each (run-{{step}}.pt), else the latest is kept",
-    )
-    parser.add_argument("--resume", default=None, help="resume from this checkpoint")
-    args = parser.parse_args()
-    workload = trainers.load_workload(WORKLOAD, PRESET, model_args=MODEL_ARGS)
-    trainer = trainers.Trainer(workload, config, device=args.device, precision=PRECISION)
-    if args.resume:
-        try:
-            trainer.load(args.resume)
-        except (trainers.ConfigError, trainers.TrainerError) as exc:
-            parser.exit(2, f"error: --resume: {{exc}}\\n")
-        if trainer.step >= args.steps:
-            # --steps is the total: a checkpoint that has reached it has nothing left to train.
-            parser.exit(
-                2,
-                f"error: --resume: {{args.resume}} has trained {{trainer.step}} steps, --steps "
-                f"{{args.steps}} in all leaves none; give --steps above {{trainer.step}} (e.g. "
-                f"--steps {{trainer.step + args.steps}} for {{args.steps}} more)\\n",
-            )
-
-    def report(first: int, losses: list[float]) -> None:
-        # Called as the tuned sync mode harvests the losses: printing adds no sync.
-        for step, loss in enumerate(losses, start=first + 1):
-            if step % args.log_every == 0:
-                print(f"step {{step}}: loss {{loss:.4f}}", flush=True)
-
-    result = trainer.fit(
-        args.steps,
-        on_losses=report,
-        checkpoint_every=CHECKPOINT_EVERY if args.checkpoint else None,
-        checkpoint_path=args.checkpoint,
-    )
-    if args.checkpoint and trainer.step % CHECKPOINT_EVERY:  # the end, unless just written
-        trainer.save(trainers.checkpoint_file(args.checkpoint, trainer.step))
-    print(f"trained {{result.step - result.start_step}} steps in {{result.wall_s:.1f}} s")
-
-
-if __name__ == "__main__":
-    main()
 """
+        + _MAIN
+    )
 
 
 def _env_value(value: Any) -> str:

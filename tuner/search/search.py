@@ -269,12 +269,7 @@ def open_search(
     space, options = _for_program(space, options, measurer, progress)
     storage = storage or studies.open_storage(studies.storage_url(options.storage))
     name, info = _study_info(options, measurer, space)
-    # Before any compile: what an earlier job compiled, where its artefacts file was copied.
-    loaded, refused = artifacts.load(info["compile_cache"])
-    if loaded:
-        progress.phase(f"compile artefacts of an earlier job loaded: {loaded} entries")
-    if refused:
-        progress.phase(f"compile artefacts of an earlier job not loaded ({refused}): cold compiles")
+    loaded = _load_artifacts(info["compile_cache"], progress)
     study, resumed = studies.open_study(
         storage,
         name,
@@ -307,6 +302,17 @@ def open_search(
     )
     search.compile_cache, search.artifacts_loaded = info["compile_cache"], loaded
     return search
+
+
+def _load_artifacts(folder: str | None, progress: Progress) -> int:
+    """Before any compile: what an earlier job compiled, where its artefacts file was copied
+    (`tuner.search.artifacts`); the entries loaded, each outcome said in one line."""
+    loaded, refused = artifacts.load(folder)
+    if loaded:
+        progress.phase(f"compile artefacts of an earlier job loaded: {loaded} entries")
+    if refused:
+        progress.phase(f"compile artefacts of an earlier job not loaded ({refused}): cold compiles")
+    return loaded
 
 
 def _check_precisions_here(options: RunOptions, measurer: Measurer) -> None:
@@ -815,16 +821,7 @@ class Search:
         (its measurement); the gate's parts and a profile are added here. `precision`: the
         trial's (None: the study's); in another than the study's, the gate judges it by
         equivalence against the study's reference precision."""
-        prediction = trial.user_attrs.get(keys.PREDICTION)
-        if isinstance(prediction, dict):
-            # Kept beside the measurement: was the prediction right about fit and order?
-            checked = check_prediction(
-                prediction,
-                out_of_memory=isinstance(outcome, Failure) and outcome.kind == "oom",
-                throughput=None if isinstance(outcome, Failure) else outcome.median,
-                margin=self.options.tie_margin,
-            )
-            trial.set_user_attr(keys.PREDICTION_CHECK, checked)
+        self._check_prediction(trial, outcome)
         if isinstance(outcome, Failure):
             trial.set_user_attr(keys.FAILURE_REASON, outcome.reason)
             trial.set_user_attr(keys.FAILURE_KIND, outcome.kind)
@@ -840,30 +837,9 @@ class Search:
                 trial.set_user_attr(STOPPED_ATTR, True)
             self.study.tell(trial, state=TrialState.PRUNED)
             return "screened out" if screened_out(trial) else "pruned"
-        if self.screening:
-            against = self._against.get(trial.number)
-            record = screen_record(
-                "measured", outcome.throughputs, against, self.options.tie_margin
-            )
-            if against is not None:
-                trial.set_user_attr(keys.SCREEN, record)
-            if record["outcome"] == "lost":
-                # Measured whole and still behind the incumbent: it cannot tie, so no gate.
-                trial.set_user_attr(keys.TIME, spent)
-                self.study.tell(trial, state=TrialState.PRUNED)
-                return "screened out"
-            # A contender: its gate runs in the final round, and only if it can still tie.
-            trial.set_user_attr(keys.GATE_DEFERRED, True)
-        else:
-            verdict, gate_time = self.parity_cache.check(config, precision)
-            spent = spent | gate_time
-            trial.set_user_attr(keys.PARITY, verdict.to_dict())
-            if not verdict.passed:
-                trial.set_user_attr(keys.FAILURE_REASON, verdict.failure_reason())
-                trial.set_user_attr(keys.FAILURE_KIND, "parity")
-                trial.set_user_attr(keys.TIME, spent)
-                self.study.tell(trial, state=TrialState.FAIL)
-                return "failed"
+        ended, spent = self._screen_or_gate(trial, config, outcome, spent, precision)
+        if ended is not None:
+            return ended
         # The same config measured before: add these windows to its earlier ones.
         pooled = list(outcome.throughputs)
         for previous in earlier:
@@ -888,6 +864,58 @@ class Search:
         else:
             self.study.tell(trial, value)
         return "complete"
+
+    def _check_prediction(self, trial: optuna.Trial, outcome: Measured | Failure) -> None:
+        """A predicted trial's prediction checked against what it measured, kept beside it:
+        was it right about fit and order (`tuner.search.predict.check`)?"""
+        prediction = trial.user_attrs.get(keys.PREDICTION)
+        if not isinstance(prediction, dict):
+            return
+        checked = check_prediction(
+            prediction,
+            out_of_memory=isinstance(outcome, Failure) and outcome.kind == "oom",
+            throughput=None if isinstance(outcome, Failure) else outcome.median,
+            margin=self.options.tie_margin,
+        )
+        trial.set_user_attr(keys.PREDICTION_CHECK, checked)
+
+    def _screen_or_gate(
+        self,
+        trial: optuna.Trial,
+        config: LoopConfig,
+        outcome: Measured,
+        spent: dict[str, float],
+        precision: str | None,
+    ) -> tuple[str | None, dict[str, float]]:
+        """A measured trial's judgement: in a screening study, pruned ungated when its median is
+        behind the incumbent beyond the tie margin, else complete with its gate deferred to the
+        final round; otherwise gated now, and failed when the gate fails it. Returns the state
+        it ended in (None: it goes on to be complete) and its phase times, the gate's added."""
+        if self.screening:
+            against = self._against.get(trial.number)
+            record = screen_record(
+                "measured", outcome.throughputs, against, self.options.tie_margin
+            )
+            if against is not None:
+                trial.set_user_attr(keys.SCREEN, record)
+            if record["outcome"] == "lost":
+                # Measured whole and still behind the incumbent: it cannot tie, so no gate.
+                trial.set_user_attr(keys.TIME, spent)
+                self.study.tell(trial, state=TrialState.PRUNED)
+                return "screened out", spent
+            # A contender: its gate runs in the final round, and only if it can still tie.
+            trial.set_user_attr(keys.GATE_DEFERRED, True)
+            return None, spent
+        verdict, gate_time = self.parity_cache.check(config, precision)
+        spent = spent | gate_time
+        trial.set_user_attr(keys.PARITY, verdict.to_dict())
+        if verdict.passed:
+            return None, spent
+        trial.set_user_attr(keys.FAILURE_REASON, verdict.failure_reason())
+        trial.set_user_attr(keys.FAILURE_KIND, "parity")
+        trial.set_user_attr(keys.TIME, spent)
+        self.study.tell(trial, state=TrialState.FAIL)
+        return "failed", spent
 
     # -- helpers ---------------------------------------------------------------------------
     def _out_of_patience(self) -> bool:
