@@ -55,19 +55,24 @@ def load(folder: str | os.PathLike[str] | None) -> tuple[int, str | None]:
     return _count(info), None
 
 
-def save(folder: str | os.PathLike[str] | None) -> int:
-    """Save what this process compiled to `folder` (entries saved; 0 when it compiled nothing).
-    Written beside and then renamed over the old file, so a reader never sees half of it."""
+def save(folder: str | os.PathLike[str] | None) -> tuple[int, str | None]:
+    """Save what this process compiled to `folder`: (entries saved, why nothing was, if it
+    failed). Written beside and then renamed over the old file, so a reader never sees half of
+    it; a failure (a full disk, a folder gone) leaves the old file and costs the job nothing.
+    The file holds what this process compiled: in the tuning service, the worker that ran the
+    final round (its earlier jobs' graphs too)."""
     if folder is None:
-        return 0
-    found = torch.compiler.save_cache_artifacts()
-    if found is None:
-        return 0
-    data, info = found
-    if not data:
-        return 0
+        return 0, None
     path = Path(folder) / ARTIFACTS_FILE
     partial = path.with_suffix(f".part-{os.getpid()}")
-    partial.write_bytes(data)
-    partial.replace(path)
-    return _count(info)
+    try:
+        found = torch.compiler.save_cache_artifacts()
+        if found is None or not found[0]:
+            return 0, None
+        data, info = found
+        partial.write_bytes(data)
+        partial.replace(path)
+    except Exception as exc:  # noqa: BLE001 - the recommendation matters more than the cache
+        partial.unlink(missing_ok=True)
+        return 0, f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+    return _count(info), None

@@ -67,9 +67,15 @@ def top_candidates(
     precisions keys each config and precision apart, `tuner.search.space.candidate_key`)."""
     pooled: dict[str, list[float]] = {}
     first: dict[str, optuna.trial.FrozenTrial] = {}
+    # A complete trial whose gate was deferred (a screening study) may have failed it since:
+    # it leaves its place among the k to the next.
+    verdicts = study.user_attrs
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         key = trial.user_attrs.get(keys.CONFIG_KEY)
         if key is None:
+            continue
+        verdict = verdicts.get(f"{keys.PARITY_PREFIX}{key}")
+        if isinstance(verdict, dict) and verdict.get("passed") is False:
             continue
         memory = trial.user_attrs.get(keys.PEAK_MEMORY)
         if max_memory_bytes is not None and memory is not None and memory > max_memory_bytes:

@@ -94,6 +94,7 @@ class Prediction:
     throughput: float | None = None
     time_basis: int | None = None
     incumbent: float | None = None
+    incumbent_trial: int | None = None
     skip: str | None = None
     """None (run it), `memory` (predicted not to fit) or `slower` (predicted to lose)."""
     reason: str = ""
@@ -160,7 +161,7 @@ def predict(
     skip_memory, reason = memory.pop("skip_memory", False), memory.pop("reason", "")
     fields: dict[str, Any] = {**memory, **speed}
     if incumbent is not None:
-        fields["incumbent"] = incumbent.throughput
+        fields["incumbent"], fields["incumbent_trial"] = incumbent.throughput, incumbent.trial
     prediction = Prediction(**fields)
     if skip_memory:
         return dataclasses.replace(prediction, skip="memory", reason=reason)
@@ -211,7 +212,6 @@ def _memory(
     basis = max(measured, key=lambda k: (family(k.config, k.precision) == ours, k.number))
     activations = max(0.0, float(basis.peak_bytes or 0) - state) / activation_factor(basis.config)
     peak = state + activations * mine
-    skip = peak > device_bytes * (1.0 + MEMORY_SPARE)
     reason = (
         f"predicted peak {peak / 1e9:.1f} GB from trial {basis.number} over the device's "
         f"{device_bytes / 1e9:.1f} GB"
@@ -220,9 +220,33 @@ def _memory(
         "peak_bytes": peak,
         "fits": peak <= device_bytes,
         "memory_basis": basis.number,
-        "skip_memory": skip,
+        "skip_memory": _skips_on_memory(config, ours, peak, basis, measured, state, device_bytes),
         "reason": reason,
     }
+
+
+def _skips_on_memory(
+    config: LoopConfig,
+    ours: tuple[Any, ...],
+    peak: float,
+    basis: _Known,
+    measured: list[_Known],
+    state: float,
+    device_bytes: int,
+) -> bool:
+    """Whether a memory prediction is firm enough to leave the candidate unrun: over the device
+    with MEMORY_SPARE to spare, from a basis of its own family (another compile scope or a graph
+    pool keeps memory the factors do not scale), on a model of the state that the basis's peak
+    holds, and no trial of its family that fitted kept as many activations or more."""
+    if peak <= device_bytes * (1.0 + MEMORY_SPARE):
+        return False
+    if family(basis.config, basis.precision) != ours or state >= float(basis.peak_bytes or 0):
+        return False
+    mine = activation_factor(config)
+    return not any(
+        family(k.config, k.precision) == ours and activation_factor(k.config) >= mine
+        for k in measured
+    )
 
 
 def _speed(config: LoopConfig, precision: str | None, known: list[_Known]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import optuna
@@ -67,9 +67,24 @@ class Incumbent:
         return {"trial": self.trial, "throughput": self.throughput}
 
 
-def incumbent(trials: Iterable[optuna.trial.FrozenTrial]) -> Incumbent | None:
-    """The complete trial of highest throughput (None before any completes)."""
-    complete = [t for t in trials if t.state == TrialState.COMPLETE and t.values]
+def incumbent(
+    trials: Iterable[optuna.trial.FrozenTrial],
+    *,
+    failed: Collection[str] = (),
+    cap: int | None = None,
+) -> Incumbent | None:
+    """The complete trial of highest throughput that can still be recommended (None before
+    any): not a config the gate failed (`failed`: their config keys) nor one over the memory
+    cap. A trial judged against an incumbent that later fails the gate is run again
+    (`tuner.search.search.Search.revive`)."""
+    complete = [
+        t
+        for t in trials
+        if t.state == TrialState.COMPLETE
+        and t.values
+        and t.user_attrs.get(keys.CONFIG_KEY) not in failed
+        and not over_cap(t, cap)
+    ]
     if not complete:
         return None
     best = max(complete, key=lambda t: (t.values[0], -t.number))
@@ -94,6 +109,24 @@ def screen_record(
         "margin": margin,
         "outcome": "lost" if lost else "contender",
     }
+
+
+def over_cap(trial: optuna.trial.FrozenTrial, cap: int | None) -> bool:
+    """Whether the trial's measured peak is over the memory cap (`--max-memory`)."""
+    peak = trial.user_attrs.get(keys.PEAK_MEMORY)
+    return cap is not None and isinstance(peak, int | float) and peak > cap
+
+
+def judged_against(trial: optuna.trial.FrozenTrial) -> int | None:
+    """The incumbent trial a screened-out or skipped trial was held against (None: neither)."""
+    record = trial.user_attrs.get(keys.SCREEN)
+    if isinstance(record, dict) and record.get("outcome") == "lost":
+        return (record.get("incumbent") or {}).get("trial")
+    found = trial.user_attrs.get(keys.PREDICTION)
+    if isinstance(found, dict) and found.get("skip") == "slower":
+        number = found.get("incumbent_trial")
+        return int(number) if isinstance(number, int) else None
+    return None
 
 
 def screened_out(trial: optuna.trial.FrozenTrial | optuna.Trial) -> bool:

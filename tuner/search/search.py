@@ -82,6 +82,8 @@ from tuner.search.screen import (
     SCREEN_WINDOWS,
     Incumbent,
     incumbent,
+    judged_against,
+    over_cap,
     screen_record,
     screen_value,
     screened_out,
@@ -542,10 +544,14 @@ class Search:
         self._store_time()
 
     # -- trials ----------------------------------------------------------------------------
-    def run_trials(self, slots: TrialSlots) -> None:
-        """Run trials while `slots` gives one; baselines again every `baseline_every` of them."""
+    def run_trials(self, slots: TrialSlots, *, stops: bool = True) -> None:
+        """Run trials while `slots` gives one; baselines again every `baseline_every` of them.
+        `stops` False: the search budget and patience do not stop them (trials run again by
+        `revive`, which the search owes its decision)."""
         deadline = (
-            None if self.options.timeout_s is None else (time.monotonic() + self.options.timeout_s)
+            None
+            if self.options.timeout_s is None or not stops
+            else (time.monotonic() + self.options.timeout_s)
         )
         while True:
             if self._stop_requested():
@@ -554,7 +560,7 @@ class Search:
             if deadline is not None and time.monotonic() > deadline:
                 self.progress.phase(f"timeout: stopped after {self.done} trials")
                 break
-            if self._out_of_patience():
+            if stops and self._out_of_patience():
                 self.progress.phase(
                     f"patience: {self.options.patience} trials in a row without a gain above "
                     f"{self.options.tie_margin:.0%}; stopped after {self.done} trials"
@@ -578,9 +584,60 @@ class Search:
             if self.done % self.options.baseline_every == 0 and slots.more():
                 self.measure_baselines("drift")
 
+    def revive(self) -> int:
+        """In a screening study, before the final round: gate the complete trials fastest first
+        until one holds (passes, under the memory cap; the final round reads the same verdicts),
+        then run again every trial that was screened out or skipped against a faster one that
+        did not hold: it was judged against a config that cannot be recommended. Returns how
+        many were run again (0 in the usual case, where the fastest trial passes)."""
+        if not self.screening:
+            return 0
+        cap = self.options.max_memory_bytes
+        while True:
+            trials = self.study.get_trials(deepcopy=False)
+            best = incumbent(trials, failed=self._failed_keys(), cap=cap)
+            if best is None:
+                break
+            found = next(t for t in trials if t.number == best.trial)
+            config = LoopConfig.from_dict(found.user_attrs[keys.CONFIG])
+            if self.parity(config, found.user_attrs.get(keys.PRECISION)).passed:
+                break
+        failed = self._failed_keys()
+        invalid = {
+            t.number
+            for t in trials
+            if t.state == TrialState.COMPLETE
+            and (t.user_attrs.get(keys.CONFIG_KEY) in failed or over_cap(t, cap))
+        }
+        again = [t for t in trials if t.state == TrialState.PRUNED and judged_against(t) in invalid]
+        if not again:
+            return 0
+        self.progress.phase(
+            f"{len(again)} trials were judged against a faster config that the gate failed (or "
+            "over the memory cap): run again"
+        )
+        waiting = len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        for trial in again:
+            self.study.enqueue_trial(dict(trial.params))
+        # Enqueued trials run oldest first: what was waiting runs too.
+        self.run_trials(LocalSlots(waiting + len(again)), stops=False)
+        return len(again)
+
+    def _failed_keys(self) -> set[str]:
+        """The config keys whose cached gate verdict failed (`ParityCache`)."""
+        attrs = self.retry.call(lambda: self.study.user_attrs, what="reading the study")
+        return {
+            key.removeprefix(keys.PARITY_PREFIX)
+            for key, verdict in attrs.items()
+            if key.startswith(keys.PARITY_PREFIX)
+            and isinstance(verdict, dict)
+            and verdict.get("passed") is False
+        }
+
     def decide(self) -> Recommendation:
         """The final round, the profiles, and the recommendation stored on the study, with the
         time each phase of the study took so far."""
+        self.revive()
         self.progress.phase("final round: top configs and baselines, interleaved")
         recommendation = decide.final_round(
             self.study,
@@ -614,7 +671,9 @@ class Search:
                     "them again)"
                 )
         # What this process compiled, for a job on another machine (`tuner.search.artifacts`).
-        saved = artifacts.save(self.compile_cache)
+        saved, unsaved = artifacts.save(self.compile_cache)
+        if unsaved:
+            self.progress.phase(f"compile artefacts not saved: {unsaved}")
         self._store_time()
         attrs = self.retry.call(lambda: self.study.user_attrs, what="reading the study")
         recommendation = recommendation.with_time(study_time(attrs))
@@ -752,14 +811,18 @@ class Search:
         trials = self.retry.call(
             lambda: self.study.get_trials(deepcopy=False), what="reading the study"
         )
-        against = incumbent(trials)
+        against = incumbent(trials, failed=self._failed_keys(), cap=self.options.max_memory_bytes)
         self._against[trial.number] = against
         prediction = predict(
             config,
             precision,
             known_trials(trials),
             parameters=self.measurer.parameters(),
-            device_bytes=self.measurer.device_memory_bytes(),
+            # Several processes: the model state per device depends on the data-parallel
+            # lever (FSDP2 shards it), which the memory model does not: no memory prediction.
+            device_bytes=(
+                self.measurer.device_memory_bytes() if self.options.nproc_per_node == 1 else None
+            ),
             incumbent=against,
             margin=self.options.tie_margin,
         )
@@ -790,12 +853,16 @@ class Search:
             if not prune:
                 return True
             seen.append(throughput)
-            if self.screening and len(seen) == SCREEN_WINDOWS and against is not None:
-                # The screen: its best window against the incumbent (tuner.search.screen).
-                record = screen_record("screen", seen, against, self.options.tie_margin)
-                trial.set_user_attr(keys.SCREEN, record)
-                if record["outcome"] == "lost":
-                    return False
+            if self.screening:
+                # The screen, not the percentile pruner: the pruner keeps only the top quarter
+                # of earlier trials, and in a screening study those are the contenders, so it
+                # would cut configs that tie the fastest.
+                if len(seen) == SCREEN_WINDOWS and against is not None:
+                    # Its best window against the incumbent (tuner.search.screen).
+                    record = screen_record("screen", seen, against, self.options.tie_margin)
+                    trial.set_user_attr(keys.SCREEN, record)
+                    return bool(record["outcome"] != "lost")
+                return True
             try:
                 trial.report(throughput, index)
                 return not trial.should_prune()
@@ -837,7 +904,7 @@ class Search:
                 trial.set_user_attr(STOPPED_ATTR, True)
             self.study.tell(trial, state=TrialState.PRUNED)
             return "screened out" if screened_out(trial) else "pruned"
-        ended, spent = self._screen_or_gate(trial, config, outcome, spent, precision)
+        ended, spent = self._screen_or_gate(trial, config, outcome, spent, precision, earlier)
         if ended is not None:
             return ended
         # The same config measured before: add these windows to its earlier ones.
@@ -886,6 +953,7 @@ class Search:
         outcome: Measured,
         spent: dict[str, float],
         precision: str | None,
+        earlier: Sequence[optuna.trial.FrozenTrial] = (),
     ) -> tuple[str | None, dict[str, float]]:
         """A measured trial's judgement: in a screening study, pruned ungated when its median is
         behind the incumbent beyond the tie margin, else complete with its gate deferred to the
@@ -893,9 +961,11 @@ class Search:
         it ended in (None: it goes on to be complete) and its phase times, the gate's added."""
         if self.screening:
             against = self._against.get(trial.number)
-            record = screen_record(
-                "measured", outcome.throughputs, against, self.options.tie_margin
-            )
+            # A config measured before (the incumbent's own, say) is judged on all its windows.
+            pooled = list(outcome.throughputs)
+            for previous in earlier:
+                pooled += previous.user_attrs.get(keys.WINDOWS, [])
+            record = screen_record("measured", pooled, against, self.options.tie_margin)
             if against is not None:
                 trial.set_user_attr(keys.SCREEN, record)
             if record["outcome"] == "lost":

@@ -20,9 +20,10 @@ from tests.tuner.tiny import PROTOCOL, load, options, run_json, sqlite_url
 from trainers import LoopConfig
 from tuner.evidence.render import search_text
 from tuner.search import predict as pr
+from tuner.search.artifacts import save
 from tuner.search.memo import MEMO_ENV
 from tuner.search.options import LocalSlots, RunOptions
-from tuner.search.screen import SCREEN_WINDOWS, Incumbent, screen_record, screening
+from tuner.search.screen import SCREEN_WINDOWS, Incumbent, incumbent, screen_record, screening
 from tuner.search.search import open_search
 from tuner.search.space import candidate_key
 from tuner.store import keys
@@ -36,7 +37,7 @@ def _one_point(tmp_path: Path, sync_interval: int = 3) -> str:
 
 
 def _screened(storage: str, study: str, space: str, **changes: Any) -> RunOptions:
-    return options(storage, study, space=space, fix=(), screen="on", **changes)
+    return options(storage, study, **({"space": space, "fix": (), "screen": "on"} | changes))
 
 
 def _plant(study: optuna.Study, config: LoopConfig, **attrs: Any) -> int:
@@ -268,3 +269,86 @@ def test_recomputation_where_the_plain_step_fits_is_predicted_to_lose_and_skippe
     assert checked == {"fit_right": True, "order_right": True}
     wrong = pr.check(selective.to_dict(), out_of_memory=True, throughput=None, margin=0.01)
     assert wrong == {"fit_right": False, "order_right": None}
+
+
+# -- an incumbent that cannot be recommended ---------------------------------------------------
+
+
+def test_a_trial_screened_against_a_config_the_gate_fails_is_run_again_and_recommended(
+    tmp_path: Path,
+) -> None:
+    """The incumbent is planted with a config that fails the gate (its data depend on the
+    DataLoader worker: with a worker the losses differ). The real trial is screened out against
+    it; before the final round the gate fails the incumbent, and the trial runs again."""
+    storage = sqlite_url(tmp_path)
+    opts = _screened(
+        storage,
+        "revive",
+        _one_point(tmp_path),
+        workload="tests.trainers.helpers:worker_dependent",
+        fix=("num_workers=0",),
+        trials=1,
+    )
+    search = open_search(opts)
+    try:
+        failing = search.space.config_from_params({"num_streams": 2}).replace(num_workers=1)
+        planted = _plant(search.study, failing, median=1e12, **{keys.WINDOWS: [1e12]})
+        search.run_trials(LocalSlots(1))
+        screened = search.study.trials[-1]
+        assert screened.state == TrialState.PRUNED
+        assert screened.user_attrs[keys.SCREEN]["incumbent"]["trial"] == planted
+        rec = search.decide().to_dict()
+    finally:
+        search.close()
+    study = load(storage, "revive")
+    verdict = study.user_attrs[f"{keys.PARITY_PREFIX}{candidate_key(failing, None, None)}"]
+    assert verdict["passed"] is False
+    again = study.trials[-1]
+    assert again.number > screened.number and again.params == screened.params
+    assert again.state == TrialState.COMPLETE
+    assert keys.SCREEN not in again.user_attrs  # no incumbent left that could be recommended
+    # The failing config never reaches the final round; the one that passes does.
+    assert all(e["config"]["num_workers"] == 0 for e in rec["final_round"])
+    assert f"trial-{again.number}" in {e["name"] for e in rec["final_round"]}
+
+
+def test_an_incumbent_over_the_memory_cap_or_failed_is_no_incumbent() -> None:
+    study = optuna.create_study(direction="maximize")
+    slow, fast = LoopConfig(num_streams=2), LoopConfig(num_streams=3)
+    _plant(study, slow, median=10.0, **{keys.PEAK_MEMORY: 100})
+    _plant(study, fast, median=20.0, **{keys.PEAK_MEMORY: 900})
+    assert incumbent(study.trials) == Incumbent(trial=1, throughput=20.0)
+    assert incumbent(study.trials, cap=500) == Incumbent(trial=0, throughput=10.0)
+    failed = {candidate_key(fast, None, None)}
+    assert incumbent(study.trials, failed=failed) == Incumbent(trial=0, throughput=10.0)
+    assert incumbent(study.trials, failed=failed, cap=50) is None
+
+
+def test_saving_artefacts_where_it_cannot_is_one_reason_and_no_failure(tmp_path: Path) -> None:
+    saved, why = save(tmp_path / "gone")
+    # Nothing compiled in this process, or a folder that is not there: never an exception.
+    assert saved == 0
+    assert why is None or len(why.splitlines()) == 1
+    assert not list(tmp_path.glob("**/*.part-*"))
+
+
+def test_a_memory_prediction_skips_only_on_a_basis_of_its_own_family() -> None:
+    params = 1_000_000_000
+    kwargs: dict[str, Any] = {
+        "parameters": params,
+        "device_bytes": 80 * GB,
+        "incumbent": None,
+        "margin": 0.01,
+    }
+    # A graph-captured whole-model basis: another family; its prediction is kept, not acted on.
+    other = [_known(0, config={"compile": "default", "compile_scope": "model"}, peak=70 * GB)]
+    wide = pr.predict(LoopConfig(**PLAIN, micro_batches=1), "bf16-autocast", other, **kwargs)
+    doubled = pr.predict(LoopConfig(**PLAIN), "bf16-autocast", other, **kwargs)
+    assert doubled.skip is None and wide.skip is None
+    # A trial of the family that fitted with as many activations: this one fits too.
+    fitted = [
+        _known(0, config={**PLAIN, "micro_batches": 2}, peak=56 * GB),
+        _known(1, config=PLAIN, peak=79 * GB),
+    ]
+    plain = pr.predict(LoopConfig(**PLAIN), "bf16-autocast", fitted, **kwargs)
+    assert plain.skip is None
