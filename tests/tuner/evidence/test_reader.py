@@ -259,7 +259,8 @@ def test_tuner_storage_is_where_results_are_read(
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("not a url", "--storage: 'not a url' is not a usable database URL"),
+        # A bare path: told the SQLite URL it probably meant.
+        ("not a url", "--storage: 'not a url' is a path, not a database URL: for an SQLite file"),
         ("nosuchdb://u@h/x", "--storage: 'nosuchdb://u@h/x' is not a usable database URL"),
         ("mysql://u@h/x", "--storage: no database driver for 'mysql://u@h/x' is installed"),
         ("sqlite:////nonexistent-dir/sub/t.db", "--storage: the folder /nonexistent-dir/sub"),
