@@ -52,6 +52,17 @@ def test_a_job_allowing_several_precisions_keeps_them(client: TestClient) -> Non
     assert plain["precisions"] is None
 
 
+def test_a_job_asking_to_screen_keeps_it_as_asked(client: TestClient) -> None:
+    """`screen` is stored with the job and shown as asked."""
+    from tuner.service.spec import JobSpec
+
+    job = _post(client, TINY_JOB | {"screen": "on"}).json()
+    assert job["screen"] == "on"
+    assert client.get(job["links"]["self"], headers=AUTH).json()["screen"] == "on"
+    assert _post(client, TINY_JOB).json()["screen"] == "auto"
+    assert JobSpec(workload="mlp", preset="tiny", screen="off").to_stored()["screen"] == "off"
+
+
 def test_list_filters_by_status_and_pages(client: TestClient) -> None:
     ids = [_post(client, TINY_JOB).json()["id"] for _ in range(3)]
     client.post(f"/v1/jobs/{ids[0]}/cancel", headers=AUTH)
@@ -186,6 +197,8 @@ BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
     ({"objectives": ["throughput", "throughput"]}, ("body", "objectives"), "throughput"),
     ({"objectives": []}, ("body", "objectives"), "at least 1"),
     ({"device": "tpu"}, ("body", "device"), "'auto', 'cpu' or 'cuda'"),
+    ({"screen": "sometimes"}, ("body", "screen"), "'auto', 'on' or 'off'"),
+    ({"screen": True}, ("body", "screen"), "'auto', 'on' or 'off'"),
     ({"timeout_s": 0}, ("body", "timeout_s"), "greater than 0"),
     ({"max_memory_bytes": 0}, ("body", "max_memory_bytes"), "greater than or equal to 1"),
 ]

@@ -46,6 +46,8 @@ class JobSpec:
     """The precisions the search may choose among (`RunOptions.precisions`); None: `precision`."""
     nproc_per_node: int = 1
     """Processes per trial on the worker's node (`RunOptions.nproc_per_node`)."""
+    screen: str = "auto"
+    """Screen, then gate (`RunOptions.screen`): auto, on or off."""
 
     def to_stored(self) -> dict[str, Any]:
         """The row's `spec` column: every field but `n_trials`, which the row's own column holds

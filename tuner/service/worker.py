@@ -246,6 +246,7 @@ class Worker:
             precision=spec.precision,  # type: ignore[arg-type]  # check_spec: one of PRECISIONS
             precisions=spec.precisions,
             nproc_per_node=spec.nproc_per_node,
+            screen=spec.screen,
         )
 
     def beat_in(self, job_id: str) -> None:

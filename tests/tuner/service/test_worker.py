@@ -439,3 +439,13 @@ def test_a_worker_leaves_the_window_to_the_job_unless_its_settings_set_one(stora
     kept = make_worker(storage, measure_window_steps=7).options_for(row, JobSpec.of(row))
     assert (kept.auto_window_steps, kept.protocol.window_steps) == (False, 7)
     assert WorkerSettings().measure_window_steps is None
+
+
+def test_a_job_that_asks_to_screen_is_run_screening(storage: str) -> None:
+    """The job's `screen` reaches the worker's RunOptions, stored and read back (`JobSpec.of`)."""
+    store = JobStore(storage)
+    asked = store.create(JobSpec(**(TINY_JOB | {"screen": "on"})), owner="me")
+    plain = store.create(JobSpec(**TINY_JOB), owner="me")
+    worker = make_worker(storage)
+    assert worker.options_for(asked, JobSpec.of(asked)).screen == "on"
+    assert worker.options_for(plain, JobSpec.of(plain)).screen == "auto"
