@@ -211,18 +211,18 @@ class JobIn(Strict):
         "another than `precision` (default: the first listed) is judged by equivalence "
         "against it (default: `precision` alone, never searched)",
     )
-    screen: Literal["auto", "on", "off"] = Field(
-        default="auto",
-        description="screen, then gate: a trial slower than the fastest so far is pruned after "
-        "two timed windows and never gated, and one predicted not to fit or to lose is not run; "
-        "auto: on for the scale space (models of 250M parameters or more on a GPU)",
-    )
     nproc_per_node: int = Field(
         default=1,
         ge=1,
         le=MAX_NPROC,
         description="processes per trial on the worker's node, one per GPU (gloo on a CPU): "
         "above 1, each trial is a torchrun launch and DDP, FSDP2 and their settings are searched",
+    )
+    screen: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="screen, then gate: a trial slower than the fastest so far is pruned after "
+        "two timed windows and never gated, and one predicted not to fit or to lose is not run; "
+        "auto: on for the scale space (models of 250M parameters or more on a GPU)",
     )
 
     @field_validator("objectives")
@@ -274,8 +274,8 @@ class JobOut(BaseModel):
     precisions: list[str] | None = Field(
         default=None, description="the precisions the search chose among (null: `precision`)"
     )
-    screen: str = Field(default="auto", description="screen, then gate: auto, on or off")
     nproc_per_node: int = Field(default=1, description="processes per trial")
+    screen: str = Field(default="auto", description="screen, then gate: auto, on or off")
     n_complete: int = Field(description="complete trials (Optuna COMPLETE) so far")
     n_failed: int
     n_pruned: int

@@ -41,6 +41,7 @@ EVERYTHING: dict[str, Any] = {
     # one); tests/tuner/search/test_precisions.py searches several.
     "precisions": ["bf16-autocast"],
     "nproc_per_node": 2,
+    "screen": "on",
 }
 
 
