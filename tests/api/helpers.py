@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -77,3 +79,45 @@ def clean_env() -> dict[str, str]:
     return {
         k: v for k, v in os.environ.items() if not k.startswith("TUNER_") or k == "TUNER_GATE_MEMO"
     }
+
+
+@contextlib.contextmanager
+def served(app: Any) -> Iterator[int]:
+    """`app` served by uvicorn on 127.0.0.1 in a thread of this process; yields its port."""
+    import uvicorn  # here: the helpers above serve tests that start no server
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for(lambda: server.started, timeout_s=30, what="uvicorn to start")
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def at_once(
+    count: int,
+    call: Callable[[], object],
+    refused: type[BaseException] | tuple[type[BaseException], ...] = Exception,
+) -> list[object]:
+    """`call()` from `count` threads released together; what each returned, or the `refused`
+    exception it raised (the call's result, asserted on by the test)."""
+    start = threading.Barrier(count)
+    results: list[object] = [None] * count
+
+    def run(index: int) -> None:
+        start.wait()
+        try:
+            results[index] = call()
+        except refused as exc:
+            results[index] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return results

@@ -11,17 +11,15 @@ engine that does not pin it (a SERIALIZABLE session) still holds the limit, its 
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Iterator
 
 import httpx
 import pytest
 import sqlalchemy as sa
-import uvicorn
 
 from tests.api.conftest import make_app
-from tests.api.helpers import AUTH, TINY_JOB, free_port, wait_for
+from tests.api.helpers import AUTH, TINY_JOB, at_once, served
 from tests.conftest import PG_SERVER, pg_listening
 from tuner.errors import TooManyQueued
 from tuner.service.spec import JobSpec
@@ -80,56 +78,30 @@ def test_the_database_defaults_to_the_level_and_our_engines_pin_read_committed(
     assert _isolation(optuna_engine) == "read committed"
 
 
-def _at_once(count: int, call: object) -> list[object]:
-    assert callable(call)
-    start = threading.Barrier(count)
-    results: list[object] = [None] * count
-
-    def run(index: int) -> None:
-        start.wait()
-        try:
-            results[index] = call()
-        except Exception as exc:  # noqa: BLE001 - the call's failure is its result, asserted on
-            results[index] = exc
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    return results
-
-
 def test_concurrent_posts_hold_the_limit_exactly_with_no_5xx(strict_db: tuple[str, str]) -> None:
     url, _ = strict_db
     app = make_app(url, max_queued_per_token=LIMIT, access_log=False)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for(lambda: server.started, timeout_s=30, what="uvicorn to start")
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=AUTH, timeout=60) as http:
-            created = []
-            for _ in range(2):  # a second round: the limit is still held with 20 queued
-                answers = _at_once(POSTS, lambda: http.post("/v1/jobs", json=TINY_JOB))
-                codes = sorted(a.status_code for a in answers)  # type: ignore[attr-defined]
-                assert all(c < 500 for c in codes), [
-                    a.text  # type: ignore[attr-defined]
-                    for a in answers
-                    if a.status_code >= 500  # type: ignore[attr-defined]
-                ][:3]
-                created.append(codes.count(201))
-                assert created[-1] + codes.count(429) == POSTS
-                queued = http.get("/v1/jobs", params={"status": "queued"}).json()["total"]
-                assert queued == LIMIT
-            assert created == [LIMIT, 0]  # the first round took exactly the limit, the second none
-            job = http.get("/v1/jobs", params={"limit": 1}).json()["items"][0]
-            cancelled = http.post(f"/v1/jobs/{job['id']}/cancel")
-            assert cancelled.status_code == 200, cancelled.text
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with (
+        served(app) as port,
+        httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=AUTH, timeout=60) as http,
+    ):
+        created = []
+        for _ in range(2):  # a second round: the limit is still held with 20 queued
+            answers = at_once(POSTS, lambda: http.post("/v1/jobs", json=TINY_JOB))
+            codes = sorted(a.status_code for a in answers)  # type: ignore[attr-defined]
+            assert all(c < 500 for c in codes), [
+                a.text  # type: ignore[attr-defined]
+                for a in answers
+                if a.status_code >= 500  # type: ignore[attr-defined]
+            ][:3]
+            created.append(codes.count(201))
+            assert created[-1] + codes.count(429) == POSTS
+            queued = http.get("/v1/jobs", params={"status": "queued"}).json()["total"]
+            assert queued == LIMIT
+        assert created == [LIMIT, 0]  # the first round took exactly the limit, the second none
+        job = http.get("/v1/jobs", params={"limit": 1}).json()["items"][0]
+        cancelled = http.post(f"/v1/jobs/{job['id']}/cancel")
+        assert cancelled.status_code == 200, cancelled.text
 
 
 # REPEATABLE READ fails no transaction here (it counts in a stale snapshot): nothing to retry.
@@ -143,7 +115,7 @@ def test_a_store_on_an_unpinned_serializable_engine_retries_its_lost_races(
     store = Submissions(url, engine=engine)
     try:
         spec = JobSpec(**TINY_JOB)
-        results = _at_once(POSTS, lambda: store.create(spec, owner="one", max_queued=LIMIT).id)
+        results = at_once(POSTS, lambda: store.create(spec, owner="one", max_queued=LIMIT).id)
         errors = [r for r in results if isinstance(r, Exception)]
         assert all(isinstance(e, TooManyQueued) for e in errors), errors[:3]
         assert store.list(status="queued", limit=200)[1] == LIMIT

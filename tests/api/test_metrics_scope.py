@@ -9,14 +9,12 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 import sqlalchemy as sa
-import uvicorn
 
 from tests.api.conftest import make_app
 from tests.api.helpers import (
@@ -28,6 +26,7 @@ from tests.api.helpers import (
     clean_env,
     env_of,
     free_port,
+    served,
     sqlite_url,
     wait_for,
 )
@@ -45,16 +44,8 @@ def _value(text: str, series: str) -> float:
 def live(tmp_path: Path) -> Iterator[tuple[str, str]]:
     storage = sqlite_url(tmp_path)
     app = make_app(storage, access_log=False)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for(lambda: server.started, timeout_s=30, what="uvicorn to start")
-    try:
+    with served(app) as port:
         yield f"http://127.0.0.1:{port}", storage
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def _finished_trials(storage: str, job_id: str, states: list[str]) -> None:

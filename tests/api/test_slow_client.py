@@ -12,11 +12,10 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
 
 from api.settings import BODY_TIMEOUT_S, ApiSettings
 from tests.api.conftest import make_app
-from tests.api.helpers import AUTH, TOKEN, free_port, wait_for
+from tests.api.helpers import AUTH, TOKEN, served
 
 DEADLINE_S = 2.0
 DECLARED = 400  # bytes the client says it will send: 400 s at a byte a second
@@ -25,16 +24,8 @@ DECLARED = 400  # bytes the client says it will send: 400 s at a byte a second
 @pytest.fixture
 def live(storage: str) -> Iterator[int]:
     app = make_app(storage, body_timeout_s=DEADLINE_S, access_log=False)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for(lambda: server.started, timeout_s=30, what="uvicorn to start")
-    try:
+    with served(app) as port:
         yield port
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def _trickle(port: int, answered: dict[str, object]) -> None:
