@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainers import Envelope, LoopConfig, ParityVerdict, Workload, gate, load_workload
+from trainers import Envelope, LoopConfig, ParityVerdict, Twin, Workload, gate, load_workload
 from trainers.gate import Reproducibility, eager_reproducibility, forget, planted, remember
 from trainers.gate.reproducibility import device_key, measure, workload_key
 from trainers.gate.trajectories import trajectory
@@ -132,9 +132,12 @@ def test_a_reproducible_step_still_takes_the_exact_test(mlp_env: Envelope) -> No
         "mlp", LOOP_AND_NUMERICS, STEPS, preset="tiny", device="cpu", envelope=mlp_env
     )
     assert twin_checked.passed and twin_checked.exact_against == "eager twin"
-    assert twin_checked.eager_reproducible is True
+    # It replayed its twin bit for bit: the probe was not needed, so not run.
+    assert twin_checked.eager_reproducible is None
+    assert "replays its eager twin bit for bit" in twin_checked.reason
     # The planted fault, judged by the exact test (the one the config is owed), fails it there
-    # (the probe is cached from the first verdict above, measured before the fault).
+    # (the probe measured before the fault, as the reference and the envelope are).
+    eager_reproducibility("mlp", "tiny", steps=STEPS, device="cpu")
     with planted("wrong-op"):
         faulty = gate("mlp", LOOP_ONLY, STEPS, preset="tiny", device="cpu", envelope=mlp_env)
     assert not faulty.passed and faulty.test == "exact" and faulty.first_diverging_step == 1
@@ -204,3 +207,63 @@ def test_workload_keys_name_the_same_shape_in_every_process() -> None:
         return load_workload("mlp", preset, seed=seed)
 
     assert workload_key(closure, "tiny") is None  # not cached: the caller keeps the probe
+
+
+def test_a_config_that_replays_its_twin_needs_no_probe_and_no_second_twin_run(
+    mlp_env: Envelope,
+) -> None:
+    builds: list[int] = []
+
+    def counted_mlp(preset: str, *, seed: int) -> Workload:
+        builds.append(seed)  # one build per run of the loop
+        return load_workload("mlp", preset, seed=seed)
+
+    # The envelope's reference is given: the gate runs the config, then its twin once.
+    matched = gate(
+        counted_mlp, LOOP_AND_NUMERICS, STEPS, preset="tiny", device="cpu", envelope=mlp_env
+    )
+    assert matched.passed and matched.exact_against == "eager twin", matched.reason
+    assert matched.eager_reproducible is None  # not asked: the two runs agreed bit for bit
+    assert len(builds) == 2
+
+    # A twin run once whose losses the config does not match: the probe (two runs) decides the
+    # exact test applies, then the twin's second run shows the twin is not reproducible (its
+    # first run was tampered with), so the exact test cannot apply.
+    once = Twin.measure("mlp", LOOP_AND_NUMERICS, STEPS, preset="tiny", device="cpu", runs=1)
+    assert once.runs == 1 and once.reproducible is None
+    losses = list(once.losses)
+    losses[5] = float(torch.nextafter(torch.tensor(losses[5]), torch.tensor(0.0)))
+    builds.clear()
+    tampered = dataclasses.replace(once, losses=tuple(losses))
+    verdict = gate(
+        counted_mlp,
+        LOOP_AND_NUMERICS,
+        STEPS,
+        preset="tiny",
+        device="cpu",
+        envelope=mlp_env,
+        twin=tampered,
+    )
+    assert len(builds) == 4  # the config, the probe's two runs, the twin's second
+    assert verdict.eager_reproducible is True
+    assert verdict.exact_skipped is not None and "differ from step 5" in verdict.exact_skipped
+    assert verdict.test == "equivalence" and verdict.passed
+
+    # A loop-only config that matches the reference is shown reproducible by the two runs.
+    builds.clear()
+    exact = gate(counted_mlp, LOOP_ONLY, STEPS, preset="tiny", device="cpu", envelope=mlp_env)
+    assert exact.passed and exact.test == "exact" and len(builds) == 1
+    assert exact.eager_reproducible is True and exact.eager_max_abs_difference == 0.0
+
+
+def test_a_twin_runs_once_or_twice_and_confirms_only_once() -> None:
+    with pytest.raises(ValueError, match="runs=3 is invalid: allowed 1 or 2"):
+        Twin.measure("mlp", LOOP_AND_NUMERICS, 4, preset="tiny", device="cpu", runs=3)
+    once = Twin.measure("mlp", LOOP_AND_NUMERICS, 4, preset="tiny", device="cpu", runs=1)
+    both = once.confirmed("mlp", preset="tiny", device="cpu")
+    assert both.runs == 2 and both.reproducible is True and both.max_abs_difference == 0.0
+    assert both.losses == once.losses and both.confirmed("mlp", preset="tiny") is both
+    assert both == Twin.measure("mlp", LOOP_AND_NUMERICS, 4, preset="tiny", device="cpu")
+    # A twin stored before `runs` was recorded ran twice.
+    old = {k: v for k, v in both.to_dict().items() if k != "runs"}
+    assert Twin.from_dict(old) == both

@@ -5,8 +5,9 @@ What is owed depends on what the config changes:
   work is queued and when the host waits. They are owed the reference's losses bit for bit.
 - A whole-step CUDA graph replays the kernels of one eager step, so it is owed bit for bit what
   the same step gives eagerly with the same optimizer implementation: its *eager twin*, the
-  reference loop with the optimizer built `capturable=True` (two runs, which must agree with
-  each other, else the exact test cannot apply and the verdict says so). The twin keeps the
+  reference loop with the optimizer built `capturable=True` (run twice where the config differs
+  from it: the runs must agree with each other, else the exact test cannot apply and the verdict
+  says so; a config that replays its first run bit for bit needs no second). The twin keeps the
   reference's loop settings, not the config's: those are owed bit-exactness anyway, and a
   single twin per workload then also catches a stream bug inside a graph config.
 - Settings that change the arithmetic (the capturable optimizer, `LoopConfig.compile` and
@@ -18,11 +19,12 @@ What is owed depends on what the config changes:
   noise). A config that changes arithmetic *and* loop settings is compared bit for bit with its
   eager twin (its own arithmetic settings, the reference's loop settings) as well.
 
-Every exact test first asks whether the eager step is bit-reproducible at all on this workload,
-device and precision (`trainers.gate.reproducibility`: the reference loop run twice, cached per
-process). Where it is not, no bit-for-bit comparison can mean anything: the exact test is skipped
-(`ParityVerdict.exact_skipped` names the first step at which two identical eager runs differed,
-and by how much) and the equivalence test decides.
+Every exact test that fails asks whether the eager step is bit-reproducible at all on this
+workload, device and precision (`trainers.gate.reproducibility`: the reference loop run twice,
+cached per process; asked first where it is known). Where it is not, no bit-for-bit comparison
+can mean anything: the exact test is skipped (`ParityVerdict.exact_skipped` names the first step
+at which two identical eager runs differed, and by how much) and the equivalence test decides. A
+config that matches bit for bit needs no probe: two runs that agree have shown it.
 
 Every run starts from the same seed with dropout off and, by default, deterministic kernels
 (`trainers.gate.trajectories.GATE_DETERMINISM`). `gate` runs what the config needs;
@@ -44,7 +46,13 @@ from trainers.config import REFERENCE, LoopConfig, field_names
 from trainers.core import resolve_device
 from trainers.gate.envelope import PERTURBATIONS, Envelope
 from trainers.gate.equivalence import MULTIPLE, WINDOW, Equivalence
-from trainers.gate.reproducibility import Reproducibility, check_probe, eager_reproducibility
+from trainers.gate.reproducibility import (
+    Reproducibility,
+    cached,
+    check_probe,
+    eager_reproducibility,
+    fault_is_planted,
+)
 from trainers.gate.trajectories import (
     GATE_DETERMINISM,
     NO_DETERMINISTIC_IMPL,
@@ -129,16 +137,18 @@ class ParityVerdict:
     exact_skipped: why an exact test the config needed could not apply (an eager step or an eager
     twin that is not bitwise reproducible here).
     eager_reproducible, eager_first_difference, eager_max_abs_difference: the reproducibility
-    probe asked before any exact test (`trainers.gate.reproducibility`); None where no exact test
-    was owed. graph_replays_twin, graph_first_difference: for a graph owed its twin's bits, the
-    probe's one-stream graph against its eager twin (GPU only). determinism: the mode the
-    config's runs (and its probe and twin) computed under; reference_determinism: the
-    reference's and its envelope's (`SEEDS_DETERMINISM` against another precision; None in a
-    verdict from before it was recorded). precision, reference_precision: what the config's runs
-    and the reference (and its envelope) ran in. exact_steps: how many of the config's first
-    steps the exact tests covered (None: no exact test was owed). passing_multiple: the least
-    multiple of the envelope the equivalence test would pass at (None: no equivalence test, or
-    a loss that is not finite).
+    probe (`trainers.gate.reproducibility`); None where no exact test was owed, or where the
+    config replayed its eager twin bit for bit before the probe was known (it was not needed);
+    for an exact test against the reference that matched, True from those two runs.
+    graph_replays_twin, graph_first_difference: for a graph owed its twin's bits, the probe's
+    one-stream graph against its eager twin (GPU only). determinism: the mode the config's runs
+    (and its probe and twin) computed under; reference_determinism: the reference's and its
+    envelope's (`SEEDS_DETERMINISM` against another precision; None in a verdict from before it
+    was recorded). precision, reference_precision: what the config's runs and the reference (and
+    its envelope) ran in. exact_steps: how many of the config's first steps the exact tests
+    covered (None: no exact test was owed). passing_multiple: the least multiple of the envelope
+    the equivalence test would pass at (None: no equivalence test, or a loss that is not
+    finite).
     twin_max_abs_deviation, twin_first_diverging_step: the exact comparison with the eager twin.
     deviation, envelope, floor, bound, multiple, window, ratio, window_ratio, decisive_steps,
     window_deviations, window_envelopes, drift, drift_envelope, drift_bound, drift_ratio: the
@@ -206,17 +216,22 @@ class ParityVerdict:
 
 @dataclasses.dataclass(kw_only=True, frozen=True)
 class Twin:
-    """A config's eager twin, run twice: `losses` is the first run; `reproducible` says whether
-    the second gave the same losses bit for bit (`first_difference`: where it did not;
-    `max_abs_difference`: by how much at most; None in a dict from before it was recorded)."""
+    """A config's eager twin: `losses` is its first run. Run twice (`runs` 2), `reproducible`
+    says whether the second gave the same losses bit for bit (`first_difference`: where it did
+    not; `max_abs_difference`: by how much at most; None in a dict from before it was recorded).
+    Run once (`runs` 1), `reproducible` is None: a config that replays those losses bit for bit
+    shows by that alone that the arithmetic is reproducible, so the gate runs the twin a second
+    time (`confirmed`) only when the config differs from it. At 1.1B with float8 each run is a
+    compile and 20 strict steps: the second run was a third of the gate."""
 
     config: dict[str, Any]
     capturable: bool
     losses: tuple[float, ...]
-    reproducible: bool
+    reproducible: bool | None
     first_difference: int | None
     strict: bool
     max_abs_difference: float | None = None
+    runs: int = 2
 
     @classmethod
     def measure(
@@ -229,35 +244,56 @@ class Twin:
         seed: int = 0,
         device: str | torch.device = "auto",
         precision: Precision | None = None,
+        runs: int = 2,
     ) -> Twin:
-        """Run the eager twin of `config` (`twin_of`) twice."""
+        """Run the eager twin of `config` (`twin_of`) `runs` times (1 or 2)."""
+        if runs not in (1, 2):
+            raise ValueError(f"runs={runs!r} is invalid: allowed 1 or 2")
         twin_config, capturable = twin_of(config)
-        runs = []
-        for _ in range(2):
-            # Losses only: each trained model leaves the device before the next run.
-            run = trajectory(
-                workload,
-                preset,
-                twin_config,
-                steps=steps,
-                seed=seed,
-                device=device,
-                capturable=capturable,
-                precision=precision,
-            )
-            runs.append((run.losses, run.strict))
-            del run
-        (first, first_strict), (second, second_strict) = runs
-        differ = _first_difference(second, first)
-        largest, _, _ = _per_step(second, first)
-        return cls(
+        common: dict[str, Any] = {"steps": steps, "seed": seed, "device": device}
+        common["precision"] = precision
+        losses, strict = _twin_run(workload, preset, twin_config, capturable, common)
+        once = cls(
             config=twin_config.to_dict(),
             capturable=capturable,
-            losses=tuple(first),
-            reproducible=differ is None and len(first) == len(second),
+            losses=losses,
+            reproducible=None,
+            first_difference=None,
+            strict=strict,
+            runs=1,
+        )
+        if runs == 1:
+            return once
+        return once.confirmed(
+            workload, preset=preset, seed=seed, device=device, precision=precision
+        )
+
+    def confirmed(
+        self,
+        workload: str | WorkloadFactory,
+        *,
+        preset: str,
+        seed: int = 0,
+        device: str | torch.device = "auto",
+        precision: Precision | None = None,
+        steps: int | None = None,
+    ) -> Twin:
+        """This twin with its second run (itself where it has one): whether it reproduces."""
+        if self.runs == 2:
+            return self
+        length = len(self.losses) if steps is None else steps
+        common = {"steps": length, "seed": seed, "device": device, "precision": precision}
+        config, capturable = LoopConfig.from_dict(self.config), self.capturable
+        second, second_strict = _twin_run(workload, preset, config, capturable, common)
+        differ = _first_difference(second, self.losses)
+        largest, _, _ = _per_step(second, self.losses)
+        return dataclasses.replace(
+            self,
+            reproducible=differ is None and len(self.losses) == len(second),
             first_difference=differ,
-            strict=first_strict and second_strict,
+            strict=self.strict and second_strict,
             max_abs_difference=largest,
+            runs=2,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -270,6 +306,19 @@ class Twin:
         fields = {f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values}
         fields["losses"] = tuple(float(x) for x in fields["losses"])
         return cls(**fields)
+
+
+def _twin_run(
+    workload: str | WorkloadFactory,
+    preset: str,
+    twin_config: LoopConfig,
+    capturable: bool,
+    common: Mapping[str, Any],
+) -> tuple[tuple[float, ...], bool]:
+    """One run of an eager twin: its losses and whether it ran strict."""
+    run = trajectory(workload, preset, twin_config, capturable=capturable, **common)
+    # Losses only: the trained model leaves the device before the next run.
+    return tuple(run.losses), run.strict
 
 
 def twin_of(config: LoopConfig) -> tuple[LoopConfig, bool]:
@@ -426,14 +475,26 @@ def gate(
     exact_common = {**common, "steps": short}
     fields = _run_fields(chosen, short, envelope, common, reference_common)
     reasons: list[str] = []
-    if chosen != "equivalence":
-        # Before any exact test: can two identical eager runs agree bit for bit here at all?
+    if probe is None:
+        probe = cached(workload, preset, device=device, precision=precision)
+    # Can two identical eager runs agree bit for bit here at all? Known (given or cached): asked
+    # before any exact test. Unknown: asked only if the exact comparison fails, since a config
+    # that matches bit for bit has shown it (`_unless_matched`); the probe is two eager runs.
+    ask_later = chosen != "equivalence" and probe is None and not fault_is_planted()
+    if chosen != "equivalence" and not ask_later:
         chosen = _reproducible_or_skip(
             workload, preset, config, probe, exact_common, fields, reasons, chosen
         )
     if reference is None:
         reference = parity_losses(workload, preset, REFERENCE, **reference_common)
     losses = parity_losses(workload, preset, config, **common)
+    if chosen == "exact+equivalence" and twin is None:
+        twin = Twin.measure(workload, config, preset=preset, runs=1, **exact_common)
+    if ask_later:
+        target = reference if chosen == "exact" else twin.losses  # type: ignore[union-attr]
+        chosen = _unless_matched(
+            workload, preset, config, (losses, target), exact_common, fields, reasons, chosen
+        )
     if chosen == "exact":
         return dataclasses.replace(compare(losses, reference, exact=True, tolerance=0.0), **fields)
 
@@ -563,8 +624,11 @@ def _judged_equivalent(
     exact_ok = True
     if chosen == "exact+equivalence":
         if twin is None:
-            twin = Twin.measure(workload, config, preset=preset, **twin_common)
+            twin = Twin.measure(workload, config, preset=preset, runs=1, **twin_common)
         _check_twin(twin, config, steps=twin_common["steps"])
+        if _first_difference(losses[: len(twin.losses)], twin.losses) is not None:
+            # The config differs: is the twin itself reproducible? (Only then is it a bug.)
+            twin = twin.confirmed(workload, preset=preset, **twin_common)
         exact_ok, chosen = _against_twin(config, losses, twin, fields, reasons)
 
     if envelope is None:
@@ -658,6 +722,33 @@ def _reproducible_or_skip(
     return "equivalence"
 
 
+def _unless_matched(
+    workload: str | WorkloadFactory,
+    preset: str,
+    config: LoopConfig,
+    runs: tuple[Sequence[float], Sequence[float]],
+    common: Mapping[str, Any],
+    fields: dict[str, Any],
+    reasons: list[str],
+    chosen: GateTest,
+) -> GateTest:
+    """The exact test left when the reproducibility probe was not known before: `chosen` as it
+    is where the config's losses match the exact test's target (the reference, or the eager
+    twin's first run) bit for bit over the target's length, for two runs that agree bit for bit
+    have shown the arithmetic reproducible; otherwise the probe decides (`_reproducible_or_skip`,
+    measured now), as it would have before."""
+    losses, target = runs
+    if _first_difference(losses[: len(target)], target) is not None:
+        return _reproducible_or_skip(
+            workload, preset, config, None, common, fields, reasons, chosen
+        )
+    if chosen == "exact":
+        # The config and the reference are two eager runs of the same arithmetic.
+        fields.update(eager_reproducible=True, eager_first_difference=None)
+        fields.update(eager_max_abs_difference=0.0)
+    return chosen
+
+
 def _against_twin(
     config: LoopConfig,
     losses: Sequence[float],
@@ -668,7 +759,7 @@ def _against_twin(
     """The exact comparison with the eager twin: (passed, the test that applied), the figures
     and reason recorded in `fields`/`reasons`. A twin that differs from itself cannot be
     matched bit for bit: the test falls back to equivalence alone."""
-    if not twin.reproducible:
+    if twin.reproducible is False:
         size = (
             "" if twin.max_abs_difference is None else f", max |diff| {twin.max_abs_difference:.2g}"
         )

@@ -76,6 +76,12 @@ def fault_planted() -> Iterator[None]:
         _planted -= 1
 
 
+def fault_is_planted() -> bool:
+    """Whether a planted fault is installed now: the gate then asks the probe (cached, or
+    refusing to measure) before any exact comparison, as it always did."""
+    return _planted > 0
+
+
 @dataclasses.dataclass(kw_only=True, frozen=True)
 class Reproducibility:
     """Two identical eager runs of the reference loop, compared bit for bit.
@@ -210,8 +216,8 @@ def measure(
     (`_capture`)."""
     if _planted:
         raise RuntimeError(
-            "the reproducibility probe cannot run while a fault is planted: measure it (or the "
-            "gate's first exact test) before `planted`, as the reference and the envelope"
+            "the reproducibility probe cannot run while a fault is planted: measure it "
+            "(`eager_reproducibility`) before `planted`, as the reference and the envelope"
         )
     mode: Determinism = GATE_DETERMINISM if determinism is None else determinism
     factory = resolve_factory(workload) if isinstance(workload, str) else workload
@@ -267,6 +273,34 @@ def _capture(factory: WorkloadFactory, preset: str, common: Mapping[str, Any]) -
     }
 
 
+def cached(
+    workload: str | WorkloadFactory,
+    preset: str,
+    *,
+    device: str | torch.device = "auto",
+    precision: Precision | None = None,
+    determinism: Determinism | None = None,
+) -> Reproducibility | None:
+    """The probe `eager_reproducibility` would return from the process cache, or None where it
+    would have to measure one (the gate then asks only when an exact comparison fails)."""
+    key = _key(workload, preset, device, precision, determinism)
+    return None if key is None else _PROBES.get(key)
+
+
+def _key(
+    workload: str | WorkloadFactory,
+    preset: str,
+    device: str | torch.device,
+    precision: Precision | None,
+    determinism: Determinism | None,
+) -> ProbeKey | None:
+    mode: Determinism = GATE_DETERMINISM if determinism is None else determinism
+    name = workload_key(workload, preset)
+    return (
+        None if name is None else (name, device_key(resolve_device(device)), str(precision), mode)
+    )
+
+
 def eager_reproducibility(
     workload: str | WorkloadFactory,
     preset: str,
@@ -282,8 +316,7 @@ def eager_reproducibility(
     cache if measured before (at any seed and steps: a property of the kernels, not of the
     data), else measured now (`measure`) and cached when the workload has a key."""
     mode: Determinism = GATE_DETERMINISM if determinism is None else determinism
-    name = workload_key(workload, preset)
-    key = None if name is None else (name, device_key(resolve_device(device)), str(precision), mode)
+    key = _key(workload, preset, device, precision, mode)
     if key is not None and key in _PROBES:
         return _PROBES[key]
     probe = measure(

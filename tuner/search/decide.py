@@ -60,11 +60,13 @@ def top_configs(
 
 
 def top_candidates(
-    study: optuna.Study, k: int, max_memory_bytes: int | None
+    study: optuna.Study, k: int, max_memory_bytes: int | None, *, behind: float | None = None
 ) -> list[tuple[str, LoopConfig, str | None]]:
     """The k best distinct candidates of the study's complete trials (all their windows
     pooled): a config with the precision it ran in (None: the study's; a study searching
-    precisions keys each config and precision apart, `tuner.search.space.candidate_key`)."""
+    precisions keys each config and precision apart, `tuner.search.space.candidate_key`).
+    behind: leave out a candidate whose median is more than this fraction behind the best's (a
+    screening study's rule: the screen would prune it now; at 1B each finalist costs a compile)."""
     pooled: dict[str, list[float]] = {}
     first: dict[str, optuna.trial.FrozenTrial] = {}
     # A complete trial whose gate was deferred (a screening study) may have failed it since:
@@ -82,7 +84,11 @@ def top_candidates(
             continue
         pooled.setdefault(key, []).extend(trial.user_attrs.get(keys.WINDOWS, []))
         first.setdefault(key, trial)
-    ranked = sorted(pooled, key=lambda key: statistics.median(pooled[key]), reverse=True)
+    medians = {key: statistics.median(values) for key, values in pooled.items() if values}
+    ranked = sorted(medians, key=medians.__getitem__, reverse=True)
+    if behind is not None and ranked:
+        floor = medians[ranked[0]] * (1.0 - behind)
+        ranked = [key for key in ranked if medians[key] >= floor]
     return [
         (
             f"trial-{first[key].number}",
@@ -135,14 +141,16 @@ def final_round(
     baselines: Mapping[str, LoopConfig],
     parity: Callable[..., GateVerdict],
     clock: Clock | None = None,
+    behind: float | None = None,
 ) -> Recommendation:
     """Re-measure the finalists beside the baselines, interleaved, and recommend (module doc).
 
     `parity` gives a config's (cached) gate verdict (`parity(config, precision)` for a
-    candidate in a precision of its own); `clock` (optional) takes the time spent.
+    candidate in a precision of its own); `clock` (optional) takes the time spent; `behind`
+    leaves out trials too far behind the best to tie (`top_candidates`).
     """
     clock = clock or Clock()
-    entries, precisions = finalist_candidates(study, options, baselines)
+    entries, precisions = finalist_candidates(study, options, baselines, behind=behind)
     configs = dict(entries)
     searched = _searched(study, entries, baselines, options, precisions)
     rounds = _measure_rounds(
@@ -195,15 +203,21 @@ def finalists(
 
 
 def finalist_candidates(
-    study: optuna.Study, options: Any, baselines: Mapping[str, LoopConfig]
+    study: optuna.Study,
+    options: Any,
+    baselines: Mapping[str, LoopConfig],
+    *,
+    behind: float | None = None,
 ) -> tuple[list[tuple[str, LoopConfig]], dict[str, str | None]]:
     """The baselines (in the study's precision), then the top candidates of the search that are
-    not one of them, and each entry's precision (None: the study's)."""
+    not one of them (`behind`: as `top_candidates`), and each entry's precision (None: the
+    study's)."""
     entries: list[tuple[str, LoopConfig]] = list(baselines.items())
     precisions: dict[str, str | None] = dict.fromkeys(baselines)
     reference = getattr(options, "precision", None)
     known = {candidate_key(config, None, reference) for config in baselines.values()}
-    for name, config, precision in top_candidates(study, options.top_k, options.max_memory_bytes):
+    top = top_candidates(study, options.top_k, options.max_memory_bytes, behind=behind)
+    for name, config, precision in top:
         key = candidate_key(config, precision, reference)
         if key not in known:  # a trial that is a baseline is measured once
             entries.append((name, config))

@@ -226,12 +226,18 @@ def run_parts(
     twin: Twin | None = None
     test = required_test(config, precision=own, reference_precision=precision)
     if test == "exact+equivalence":
-        # As long as `gate` will hold it to (`exact_length`: a graph's warm-up included).
+        # As long as `gate` will hold it to (`exact_length`: a graph's warm-up included). Once:
+        # `gate` runs it again (in gate_config) only where the config does not replay it.
         length = exact_length(config, test, steps, exact_steps)
         twin = parts.run(
             GATE_TWIN,
             lambda: Twin.measure(
-                workload, config, preset=preset, precision=own, **(common | {"steps": length})
+                workload,
+                config,
+                preset=preset,
+                precision=own,
+                runs=1,
+                **(common | {"steps": length}),
             ),
         )
     verdict = parts.run(

@@ -75,8 +75,8 @@ from tuner.search.options import (
     make_sampler,
 )
 from tuner.search.parity import ParityCache
+from tuner.search.predict import TIME_SPARE, known_trials, predict
 from tuner.search.predict import check as check_prediction
-from tuner.search.predict import known_trials, predict
 from tuner.search.predict import tally as search_tally
 from tuner.search.screen import (
     SCREEN_WINDOWS,
@@ -647,6 +647,8 @@ class Search:
             baselines=self.baseline_configs,
             parity=self.parity,
             clock=self.clock,
+            # What the screen would prune now does not enter: at 1B each entry is a compile.
+            behind=self.options.tie_margin + TIME_SPARE if self.screening else None,
         )
         if self.options.profile != "none" and self._children.profiler is not None:
             self.progress.phase("profiling the baselines and the recommended config")

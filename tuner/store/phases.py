@@ -10,7 +10,8 @@ trial (`keys.TIME`): its compile, measurement, gate parts and profile.
   (`RunResult.compile_s`), of every measured run (trials, baselines, final rounds);
 - gate_reference, gate_envelope: the gate's reference run and its perturbed copies, once per
   study (a program measures its reference inside its envelope: all of it is gate_envelope);
-- gate_twin: a config's eager twin (two runs), for the configs whose test needs one;
+- gate_twin: a config's eager twin (one run; its second, where the config does not replay the
+  first, and the reproducibility probe count as gate_config), for the configs whose test needs one;
 - gate_config: the config's own gate run and the judgement;
 - measure: the measurements of trials and baselines, compile excluded;
 - final_round: the final round's measurements (compile excluded) and the graph floor;

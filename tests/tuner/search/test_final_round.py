@@ -96,6 +96,7 @@ def _study(searched: dict[str, float] | None = None) -> optuna.Study:
 def _decide(
     searched: dict[str, float] | None = None,
     parity: Any = _passed,
+    behind: float | None = None,
     **changes: Any,
 ) -> tuple[optuna.Study, Scripted, Any]:
     study = _study(searched)
@@ -110,6 +111,7 @@ def _decide(
         baselines=BASELINES,
         parity=parity,
         clock=clock,
+        behind=behind,
     )
     # Every run's seconds, and the (here instant) graph floor.
     runs_s = 0.01 * sum(measurer.runs.values())
@@ -207,3 +209,14 @@ def test_configs_that_cannot_tie_with_the_winner_are_not_gated() -> None:
     gates = Gates()
     _decide(parity=gates, train_steps=1000)
     assert set(gates.asked) == {config_key(c) for c in (FAST, SLOW, *BASELINES.values())}
+
+
+def test_a_screening_study_leaves_out_trials_too_far_behind_to_tie() -> None:
+    """SLOW (50 samples/s) is 75 % behind FAST (200): with `behind` (a screening study's tie
+    margin and spare) it is never measured in the final round; within it, it is."""
+    study, measurer, rec = _decide(behind=0.03)
+    assert config_key(SLOW) not in measurer.runs and rec.config == FAST.to_dict()
+    final = next(v for k, v in study.user_attrs.items() if k.startswith(keys.FINAL_PREFIX))
+    assert "trial-1" not in final["entries"] and "trial-0" in final["entries"]
+    _, measurer, _ = _decide(behind=0.8)
+    assert measurer.runs[config_key(SLOW)] == 1
