@@ -47,6 +47,8 @@ def test_the_first_stage_enqueues_every_scale_corner_once_and_valid(device_type:
         values = space.fixed | params
         assert set(params) == set(space.params)
         assert trainers.invalid_reason(values, device_type=device_type) is None
+        # Batches are made in DataLoader workers, never on the loop's own thread (spaces.py).
+        assert trainers.LoopConfig.from_dict(values).num_workers >= 1
         seen.add(tuple(sorted(values.items())))
     assert len(seen) == len(corners)
 
