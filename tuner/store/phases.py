@@ -69,12 +69,20 @@ def sessions(study_attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def study_time(study_attrs: Mapping[str, Any]) -> dict[str, Any] | None:
-    """`{"wall_s", "phases": {phase: s, ..., "idle": s}, "sessions"}` over every session of the
-    study; None for a study recorded before phases were."""
+    """`{"wall_s", "phases": {phase: s, ..., "idle": s}, "sessions", "profiles"}` over every
+    session of the study; None for a study recorded before phases were. `profiles`: each stored
+    profile's own seconds (`keys.PROFILE_PREFIX`; its run and trace, not the child process's start
+    or the model's build, which the `profile` phase includes), 0 for one copied from an earlier
+    study: at 1.1B the phase took 147-249 s, and this says which profile took it."""
     found = sessions(study_attrs)
     if not found:
         return None
-    return total(found)
+    profiles = {
+        key.removeprefix(keys.PROFILE_PREFIX): float(value.get("seconds") or 0.0)
+        for key, value in study_attrs.items()
+        if key.startswith(keys.PROFILE_PREFIX) and isinstance(value, Mapping) and "seconds" in value
+    }
+    return total(found) | {"profiles": profiles}
 
 
 def total(found: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

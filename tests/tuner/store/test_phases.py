@@ -17,11 +17,15 @@ def test_sessions_of_a_study_add_up() -> None:
         "time/b": {"started": "2026-01-02", "wall_s": 4.0, "phases": {"measure": 3.0}},
         "time/a": {"started": "2026-01-01", "wall_s": 6.0, "phases": {"measure": 1.0}},
         "baseline/x": {"seconds": 99.0},
+        "profile/recommended": {"seconds": 2.5, "verdict": "gpu-bound"},
+        "profile/seed-baseline": {"error": "out of memory"},
     }
     total = study_time(attrs)
     assert total is not None
     assert total["wall_s"] == 10.0 and total["sessions"] == 2
     assert total["phases"]["measure"] == 4.0 and total["phases"]["idle"] == 6.0
+    # Each stored profile's own seconds; a failed one has none.
+    assert total["profiles"] == {"recommended": 2.5}
 
 
 def test_a_study_recorded_before_phases_has_none() -> None:
