@@ -10,6 +10,7 @@ the training is unchanged, and each call is one bucket's all-reduce."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,9 @@ def _rank(rank: int, init: str, config_json: str, out: str) -> None:
         Path(out, f"rank{rank}.json").write_text(json.dumps(found), encoding="utf-8")
     finally:
         dist.destroy_process_group()
+    # Written and left the group: exit without the interpreter's teardown, in which FSDP2 over
+    # gloo aborts now and then (as trainers.distributed does, and for the same reason).
+    os._exit(0)
 
 
 def _two_ranks(config: LoopConfig, folder: Path) -> list[dict[str, Any]]:
