@@ -105,6 +105,8 @@ def check_setting(field: str, value: object) -> None:
 
 INERT: dict[str, tuple[str, tuple[object, ...], object]] = {
     "checkpoint_share": ("activation_checkpointing", ("none",), 1.0),
+    # Nothing is compiled per block without a compile mode that allows it (the rule below).
+    "compile_scope": ("compile", ("none", "reduce-overhead"), "model"),
     "bucket_cap_mb": ("parallel", ("none", "fsdp2"), 25),
     "gradient_as_bucket_view": ("parallel", ("none", "fsdp2"), False),
     "static_graph": ("parallel", ("none", "fsdp2"), False),

@@ -38,7 +38,7 @@ from trainers.flops import count_step_flops, count_step_flops_by_linear
 from trainers.harvest import Harvester, make_harvester
 from trainers.measure import check_counts
 from trainers.optim import prepare_optimizer
-from trainers.parallel import DataParallel
+from trainers.parallel import DataParallel, sync_skipper
 from trainers.precision import (
     Precision,
     check_precision,
@@ -335,6 +335,8 @@ class Session:
             precision=engine.numerics,
             cudagraph_trees=engine.config.compile == "reduce-overhead",
             clip_norm=clip_norm,
+            # Micro-batches under DDP or FSDP2 reduce their gradients once, in the last one.
+            skip_sync=sync_skipper(engine.step_model) if engine.data_parallel.active else None,
         )
 
     def __enter__(self) -> Session:

@@ -10,7 +10,10 @@ is written once and both the tuner's measured runs and `Trainer.fit` get it:
 - `shard(batches)`: every process reads the same global batches (same dataset, same order) and
   keeps its own contiguous slice of each, before the copy to the device (only the shard crosses
   the bus). With equal shards and a mean loss, the mean of the shards' gradients, which DDP's
-  all-reduce and FSDP2's reduce-scatter compute, is the gradient of the global batch.
+  all-reduce and FSDP2's reduce-scatter compute, is the gradient of the global batch;
+- `sync_skipper(step_model)`: with several micro-batches per step, the context each one but the
+  last runs under, so the gradients are communicated once per step (as users write it: DDP's
+  `no_sync()`, FSDP2's `set_requires_gradient_sync(False)`).
 
 The process group must already be up (`trainers.distributed` starts it under torchrun).
 `parallel='none'` is the identity: nothing is wrapped or sliced.
@@ -18,9 +21,12 @@ The process group must already be up (`trainers.distributed` starts it under tor
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -30,6 +36,9 @@ from trainers.blocks import blocks_of, has_blocks
 from trainers.config import LoopConfig
 from trainers.errors import ConfigError
 from trainers.workloads.base import Batch, Workload
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import FSDPModule
 
 NPROC_FIELD = "nproc_per_node"
 """The setting the world size comes from, named in the errors a user can meet."""
@@ -128,6 +137,43 @@ class DataParallel:
         if not self.active or self.world == 1:
             return batches
         return (shard_batch(batch, self.rank, self.world) for batch in batches)
+
+
+SyncSkipper = Callable[[], contextlib.AbstractContextManager[object]]
+"""A context under which a micro-batch's forward and backward leave the gradients unreduced."""
+
+
+def sync_skipper(step_model: nn.Module) -> SyncSkipper | None:
+    """The context that defers the gradient reduction of `step_model` (what the step calls: DDP,
+    an FSDP2 root, or either compiled around it), or None for a model that reduces nothing.
+
+    DDP: `no_sync()`. Its flag is read in DDP's own forward (run eagerly under Dynamo too), which
+    then does not arm the reducer: the backward accumulates into `.grad` locally and no bucket is
+    all-reduced. The next forward outside the context arms it again, and that backward all-reduces
+    the sum of every micro-batch's gradients, the same mean the per-micro-batch all-reduces sum.
+    FSDP2: `set_requires_gradient_sync(False)` on the root and every unit under it: each block
+    keeps its unsharded gradient (more memory, a block's full gradient per block) instead of
+    reduce-scattering it, and the last micro-batch's backward reduce-scatters the sum.
+    """
+    from torch.distributed.fsdp import FSDPModule
+    from torch.nn.parallel import DistributedDataParallel
+
+    inner = getattr(step_model, "_orig_mod", step_model)  # torch.compile's wrapper
+    if isinstance(inner, DistributedDataParallel):
+        return inner.no_sync
+    if isinstance(inner, FSDPModule):
+        return functools.partial(_fsdp_without_sync, inner)
+    return None
+
+
+@contextlib.contextmanager
+def _fsdp_without_sync(root: FSDPModule) -> Iterator[None]:
+    # recurse=True (the default): every block is its own FSDP2 unit with its own flag.
+    root.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        root.set_requires_gradient_sync(True)
 
 
 def shard_batch(batch: Batch, rank: int, world: int) -> Batch:

@@ -65,8 +65,9 @@ def check_precision(value: object, *, cuda_graph: bool, parallel: str = "none") 
     that cannot take the scale as a tensor, and neither a host sync nor a host decision can be
     captured in a graph. bf16 has float32's exponent range and needs no scaler.
     float8 with parallel='fsdp2' is refused until a GPU test passes it: FSDP2 shards the
-    converted layers' weights into DTensors, which torchao handles with its own float8
-    all-gather settings that nothing here has measured or checked.
+    converted layers' weights into DTensors, which torchao all-gathers in bf16 or, with
+    `Float8LinearConfig(enable_fsdp_float8_all_gather=True)`, in float8; neither has run here
+    (float8 needs a GPU of compute capability 8.9 or later, and no such run exists yet).
     """
     if value not in PRECISIONS:
         raise ConfigError("precision", value, f"one of {', '.join(PRECISIONS)}")
@@ -74,8 +75,9 @@ def check_precision(value: object, *, cuda_graph: bool, parallel: str = "none") 
         raise ConfigError(
             "precision",
             value,
-            "bf16-autocast with parallel='fsdp2' (float8 under FSDP2 has passed no GPU test "
-            "here); float8 with parallel='ddp' or 'none'",
+            "fp32, tf32, bf16-autocast or fp16-autocast with parallel='fsdp2'; float8 with "
+            "parallel='ddp' or 'none' (FSDP2 shards float8's converted weights, and torchao's "
+            "float8 all-gather, enable_fsdp_float8_all_gather, has passed no GPU test here)",
         )
     if value == "fp16-autocast" and cuda_graph:
         raise ConfigError(

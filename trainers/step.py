@@ -14,11 +14,13 @@ on the host, so it can be captured). The harness measures one micro-batch and no
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 
 import torch
 from torch import nn
 
 from trainers.errors import CaptureError
+from trainers.parallel import SyncSkipper
 from trainers.precision import PrecisionPlan
 from trainers.streams import StreamPlan, on, wait
 from trainers.workloads.base import Batch, LossFn
@@ -36,6 +38,8 @@ class EagerStep:
     cudagraph_trees: the model was compiled with mode="reduce-overhead", whose forward and
     backward replay from Inductor's CUDA graphs; each step then starts by telling Inductor so,
     and the loss is cloned out of the graphs' memory.
+    skip_sync: under data parallelism (`trainers.parallel.sync_skipper`), the context every
+    micro-batch but the last runs under, so the gradients cross processes once per step.
     """
 
     def __init__(
@@ -48,6 +52,7 @@ class EagerStep:
         precision: PrecisionPlan | None = None,
         cudagraph_trees: bool = False,
         clip_norm: float | None = None,
+        skip_sync: SyncSkipper | None = None,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
@@ -56,6 +61,7 @@ class EagerStep:
         self.precision = precision if precision is not None else PrecisionPlan()
         self.cudagraph_trees = cudagraph_trees
         self.clip_norm = clip_norm
+        self.skip_sync = skip_sync
 
     @property
     def optimizer_stream(self) -> torch.cuda.Stream | None:
@@ -75,32 +81,13 @@ class EagerStep:
         kept: list[torch.Tensor] = []
         step_loss = None
         for index, batch in enumerate(batches):
-            with on(forward):
-                with self.precision.autocast():
-                    loss = self.loss_fn(self.model, batch)
-                value = loss.detach()
-                if self.cudagraph_trees:
-                    # A loss the compiled model returns itself lives in the cudagraph trees'
-                    # memory, which the next step's replay overwrites, while the harvester may not
-                    # have read it yet (sync_interval > 1): a copy in ordinary memory, queued
-                    # before `backward` waits on this stream so every later reader is ordered
-                    # after it.
-                    value = value.clone()
-                kept.append(value)
-                if len(batches) > 1:
-                    loss = loss / len(batches)
-                if index == len(batches) - 1:
-                    # The step's loss, made on `forward` before `backward` waits on it below:
-                    # the harvester's copy on the last stream is ordered after it.
-                    step_loss = kept[0] if len(kept) == 1 else torch.stack(kept).mean()
-            with on(backward):
-                # The seed gradient is made on `backward` and needs the loss.
-                wait(backward, forward)
-                # Backward kernels run on `forward` (their forward ops' stream); autograd makes
-                # `backward` wait for them before returning, so the step below sees the
-                # gradients. A next micro-batch's backward accumulates into them on `forward`,
-                # behind this one's kernels.
-                self.precision.backward(loss)
+            # Every micro-batch but the last leaves its gradients unreduced (DDP's no_sync,
+            # FSDP2's set_requires_gradient_sync(False)): the cross-process hand-off, one
+            # all-reduce or reduce-scatter of the summed gradients, is in the last backward.
+            last = index == len(batches) - 1
+            deferred = self.skip_sync() if self.skip_sync and not last else nullcontext()
+            with deferred:
+                step_loss = self._micro_step(batch, len(batches), kept, last=last)
         with on(backward):
             # No clipping (the harness): no hook, so fp16's scaler does not unscale separately.
             self.precision.step(
@@ -108,6 +95,41 @@ class EagerStep:
             )
         # One micro-batch (the harness): its loss as it is, no extra kernel.
         assert step_loss is not None
+        return step_loss
+
+    def _micro_step(
+        self, batch: Batch, count: int, kept: list[torch.Tensor], *, last: bool
+    ) -> torch.Tensor | None:
+        """Forward and backward of one of `count` micro-batches, its loss appended to `kept`;
+        after the `last` one, the step's loss."""
+        forward, backward = self.plan.forward, self.plan.backward
+        step_loss = None
+        with on(forward):
+            with self.precision.autocast():
+                loss = self.loss_fn(self.model, batch)
+            value = loss.detach()
+            if self.cudagraph_trees:
+                # A loss the compiled model returns itself lives in the cudagraph trees'
+                # memory, which the next step's replay overwrites, while the harvester may not
+                # have read it yet (sync_interval > 1): a copy in ordinary memory, queued
+                # before `backward` waits on this stream so every later reader is ordered
+                # after it.
+                value = value.clone()
+            kept.append(value)
+            if count > 1:
+                loss = loss / count
+            if last:
+                # The step's loss, made on `forward` before `backward` waits on it below:
+                # the harvester's copy on the last stream is ordered after it.
+                step_loss = kept[0] if len(kept) == 1 else torch.stack(kept).mean()
+        with on(backward):
+            # The seed gradient is made on `backward` and needs the loss.
+            wait(backward, forward)
+            # Backward kernels run on `forward` (their forward ops' stream); autograd makes
+            # `backward` wait for them before returning, so the step below sees the
+            # gradients. A next micro-batch's backward accumulates into them on `forward`,
+            # behind this one's kernels.
+            self.precision.backward(loss)
         return step_loss
 
     def _clip(self) -> None:

@@ -265,3 +265,16 @@ def test_a_hung_rank_fails_the_run_at_the_timeout_and_leaves_no_process(
     # for rank 1 and torchrun stopped the rest: both name what happened.
     assert "timed out" in message or "rank 0 of 2 failed" in message, message
     assert _ours(token) == []
+
+
+def test_float8_with_fsdp2_is_refused_naming_the_fields_and_what_is_allowed() -> None:
+    why = invalid_reason({"parallel": "fsdp2"}, precision="float8")
+    assert why is not None
+    assert why.startswith("precision='float8' is invalid")
+    assert "parallel='fsdp2'" in why and "float8 with parallel='ddp' or 'none'" in why
+    assert "bf16-autocast" in why and "enable_fsdp_float8_all_gather" in why
+    assert invalid_reason({"parallel": "ddp"}, precision="float8") is None
+    assert invalid_reason({"parallel": "fsdp2"}, precision="bf16-autocast") is None
+    # The refusal names torchao's real setting (the one a GPU test would turn on).
+    config = pytest.importorskip("torchao.float8").Float8LinearConfig
+    assert config(enable_fsdp_float8_all_gather=True).enable_fsdp_float8_all_gather

@@ -25,8 +25,10 @@ from tuner.errors import SpaceError
 from tuner.search.dpprofile import DataParallelProfiler
 from tuner.search.measure import Failure, Measurer, Protocol
 from tuner.search.options import BASELINES, RunOptions, baselines_for
+from tuner.search.screen import screening
 from tuner.search.space import config_key
 from tuner.search.spaces import DATA_PARALLEL_LEVERS, for_processes, load_space
+from tuner.search.stages import first_stage
 from tuner.store import keys
 
 REPO = Path(__file__).resolve().parents[2]
@@ -245,3 +247,67 @@ def test_rank_zero_profiles_a_data_parallel_config() -> None:
     )[:50]
     # No CUDA here: no kernels, so no communication figures, and the CPU's note.
     assert prof.comm_exposed_fraction is None and not prof.cuda_activity
+
+
+# ---------------------------------------------------------------------------- the levers reached
+
+
+def test_the_data_parallel_space_reaches_the_compiler_and_recomputation() -> None:
+    space = for_processes(load_space("auto", cuda=True), 2)
+    values = {f: set(s.values) for f, s in space.params.items() if hasattr(s, "values")}
+    assert {"default", "none"} <= values["compile"]
+    assert values["compile_scope"] == {"model", "blocks"}
+    assert "fused" in values["optimizer"]
+    assert {"selective", "blocks"} <= values["activation_checkpointing"]
+    assert values["parallel"] == {"ddp", "fsdp2"}
+    for field in ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph"):
+        assert field in space.params  # DDP's
+    for field in ("reshard_after_forward", "fsdp_prefetch"):
+        assert field in space.params  # FSDP2's
+    # Without repeated blocks there is nothing to compile or recompute block by block.
+    plain = for_processes(load_space("auto", cuda=True), 2, has_blocks=False)
+    assert "compile_scope" not in plain.params and "compile" in plain.params
+    # One process: the single-GPU space, untouched.
+    assert for_processes(load_space("auto", cuda=True), 1) == load_space("auto", cuda=True)
+
+
+@pytest.mark.parametrize("device_type", ["cuda", "cpu"])
+def test_a_data_parallel_study_starts_from_valid_compiled_corners(device_type: str) -> None:
+    space = for_processes(load_space("compile", cuda=device_type == "cuda"), 2)
+    corners = [space.fixed | p for p in first_stage(space, device_type=device_type)]
+    for corner in corners:
+        assert trainers.invalid_reason(corner, device_type=device_type) is None
+    found = [(c["parallel"], c["compile"], c["compile_scope"], c["optimizer"]) for c in corners]
+    # Cheapest compile first: each block compiled, under DDP then FSDP2; then DDP around the
+    # whole compiled model (the torchrun peer); no eager corner (the baselines are eager DDP).
+    assert found[:3] == [
+        ("ddp", "default", "blocks", "fused"),
+        ("fsdp2", "default", "blocks", "fused"),
+        ("ddp", "default", "model", "fused"),
+    ]
+    assert all(c["compile"] != "none" and not c["cuda_graph"] for c in corners)
+    assert any(c["parallel"] == "fsdp2" and not c["reshard_after_forward"] for c in corners)
+
+
+def test_float8_keeps_a_data_parallel_study_on_ddp() -> None:
+    space = for_processes(load_space("auto", cuda=True), 2, precision="float8")
+    assert space.fixed["parallel"] == "ddp" and "parallel" not in space.params
+    assert "reshard_after_forward" not in space.params  # FSDP2's levers are inert under DDP
+    assert any("float8 with FSDP2 is refused" in note for note in space.notes)
+    corners = [space.fixed | p for p in first_stage(space, device_type="cuda", precision="float8")]
+    assert [(c["compile_scope"], c["parallel"]) for c in corners] == [
+        ("blocks", "ddp"),
+        ("model", "ddp"),
+    ]
+    for corner in corners:
+        assert trainers.invalid_reason(corner, precision="float8", device_type="cuda") is None
+    with pytest.raises(SpaceError) as info:
+        for_processes(load_space("auto", fix=("parallel=fsdp2",)), 2, precision="float8")
+    assert info.value.field == "parallel" and "ddp with precision float8" in str(info.value)
+
+
+def test_a_data_parallel_study_screens_by_default() -> None:
+    assert screening("auto", "auto", multi_objective=False, nproc=2)
+    assert not screening("auto", "auto", multi_objective=False, nproc=1)  # one GPU: as before
+    assert not screening("off", "auto", multi_objective=False, nproc=2)
+    assert not screening("auto", "auto", multi_objective=True, nproc=2)

@@ -40,16 +40,22 @@ compile of 15-110 s."""
 SCREEN_MODES = ("auto", "on", "off")
 
 
-def screening(mode: str, space_name: str, *, multi_objective: bool) -> bool:
-    """Whether a study screens: `on`, `off`, or `auto` (the scale space, single objective). A
-    study with two objectives does not: a slower config can be on the Pareto front."""
+def screening(mode: str, space_name: str, *, multi_objective: bool, nproc: int = 1) -> bool:
+    """Whether a study screens: `on`, `off`, or `auto` (the scale space, or any space with
+    `nproc` > 1 processes per trial; single objective). A study with two objectives does not: a
+    slower config can be on the Pareto front.
+
+    Data-parallel trials screen too: each is a torchrun launch, and its gate another (the
+    data-parallel gate, `tuner.search.dpgate`); a default job of 2 processes on transformer
+    medium (2 H100s) spent its 200 s budget gating its first trials and never reached the
+    compiled ones (docs GPU-FACTS)."""
     if multi_objective or mode == "off":
         return False
     if mode == "on":
         return True
     from tuner.search.spaces import SCALE_SPACE  # spaces imports the lever tables, this does not
 
-    return space_name == SCALE_SPACE
+    return space_name == SCALE_SPACE or nproc > 1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

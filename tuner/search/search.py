@@ -267,7 +267,12 @@ def open_search(
         space = without_block_levers(space)
     options = _with_protocol(options, measurer, space.name, progress)
     # N processes per trial: the data-parallel levers join the space (one: they stay off).
-    space = for_processes(space, options.nproc_per_node, has_blocks=measurer.has_blocks())
+    space = for_processes(
+        space,
+        options.nproc_per_node,
+        has_blocks=measurer.has_blocks(),
+        precision=options.precision,
+    )
     space, options = _for_program(space, options, measurer, progress)
     storage = storage or studies.open_storage(studies.storage_url(options.storage))
     name, info = _study_info(options, measurer, space)
@@ -491,7 +496,10 @@ class Search:
         # Screen, then gate (tuner.search.screen): the incumbent each running trial is held
         # against, read when it starts.
         self.screening = screening(
-            options.screen, space.name, multi_objective=options.multi_objective
+            options.screen,
+            space.name,
+            multi_objective=options.multi_objective,
+            nproc=options.nproc_per_node,
         )
         self._against: dict[int, Incumbent | None] = {}
         # The compile cache folder and the portable artefacts loaded into it (`artifacts`).

@@ -7,7 +7,8 @@ sampled. `first_stage(space, ...)` returns the corners of those levers, each on 
 (two streams, event sync every 10 steps, two batches prefetched from pinned memory), for the
 study to enqueue before the sampler takes over: the sampler then searches the feed and sync
 settings with the corners' results already in its history, so it explores around the best
-lever combination instead of finding the levers by chance.
+lever combination instead of finding the levers by chance. A data-parallel study (N > 1
+processes per trial) starts from its own corners (`DATA_PARALLEL_CORNERS`).
 
 A corner is adapted to the space it runs in: a pinned setting keeps its pin, a value the space
 does not offer is replaced by the nearest one it does (the first offered optimizer of fused,
@@ -56,6 +57,29 @@ SCALE_CORNERS: tuple[dict[str, Any], ...] = (
     {"compile_scope": "blocks", "micro_batches": 4},
 )
 
+# A data-parallel study's corners (N > 1 processes per trial, each trial a torchrun launch), what
+# users of several GPUs write, on the compiled step with the fused optimizer, cheapest compile
+# first as measured on one H100 at 1.1B (docs GPU-FACTS: a block compiled in 12-24 s, the whole
+# model in 60-110 s): DDP and FSDP2 each with every block compiled, DDP around the whole
+# compiled model (the torchrun peer "DDP + torch.compile + fused"), then FSDP2 keeping each
+# block's gathered parameters to its backward (one all-gather per block and step fewer). The
+# baselines already measure eager DDP with its defaults, so no corner repeats it. A model
+# without blocks collapses them to DDP and FSDP2 around the whole compiled model; under float8
+# (DDP only, trainers.precision) to DDP's. The screen (tuner/search/screen.py) stops a losing
+# corner after two windows, ungated, so a weak corner costs one short launch.
+DATA_PARALLEL_CORNERS: tuple[dict[str, Any], ...] = (
+    {"parallel": "ddp", "compile": "default", "compile_scope": "blocks", "optimizer": "fused"},
+    {"parallel": "fsdp2", "compile": "default", "compile_scope": "blocks", "optimizer": "fused"},
+    {"parallel": "ddp", "compile": "default", "compile_scope": "model", "optimizer": "fused"},
+    {
+        "parallel": "fsdp2",
+        "compile": "default",
+        "compile_scope": "blocks",
+        "optimizer": "fused",
+        "reshard_after_forward": False,
+    },
+)
+
 # The feed every corner runs on: what the seed design and a careful user would both start from.
 FEED: dict[str, Any] = {
     "num_streams": 2,
@@ -95,7 +119,9 @@ def first_stage(
     defaults = trainers.LoopConfig().to_dict()
     chosen: list[dict[str, Any]] = []
     seen: set[tuple[tuple[str, Any], ...]] = set()
-    for corner in SCALE_CORNERS if scale else CORNERS:
+    data_parallel = "parallel" in space.params or space.fixed.get("parallel", "none") != "none"
+    corners = DATA_PARALLEL_CORNERS if data_parallel else SCALE_CORNERS if scale else CORNERS
+    for corner in corners:
         # A space searching a field beyond the feed and the levers (a custom one) starts it at
         # its default.
         wanted = defaults | FEED | corner
