@@ -70,7 +70,7 @@ def _gpus(value: object) -> int | str:
     if value == "all" or (
         isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_GPUS
     ):
-        return value  # type: ignore[return-value]  # "all" or an int, as checked
+        return value  # "all" or an int, as checked
     raise ValueError(f"allowed 'all' or a whole number 1..{MAX_GPUS}")
 
 
