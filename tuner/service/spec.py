@@ -206,10 +206,7 @@ def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
             f"{spec.workload} has no preset {spec.preset!r}: allowed {', '.join(presets)}",
             spec.preset,
         )
-    if spec.gpus != "all" and (
-        isinstance(spec.gpus, bool) or not isinstance(spec.gpus, int) or spec.gpus < 1
-    ):
-        raise SpecError(("gpus",), f"{GPUS_ALLOWED}, not {spec.gpus!r}", spec.gpus)
+    _check_gpus(spec.gpus)
     cuda = spec.device != "cpu"
     try:
         space = load_space(spec.space, cuda=cuda)
@@ -236,6 +233,11 @@ def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
             program_space(pinned, registry.programs[spec.workload.removeprefix(PROGRAM_PREFIX)])
     except SpaceError as exc:
         raise _spec_error("fix", exc) from exc
+
+
+def _check_gpus(gpus: object) -> None:
+    if gpus != "all" and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
+        raise SpecError(("gpus",), f"{GPUS_ALLOWED}, not {gpus!r}", gpus)
 
 
 def _spec_error(where: str, exc: SpaceError) -> SpecError:

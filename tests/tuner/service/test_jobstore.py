@@ -13,9 +13,9 @@ import pytest
 import sqlalchemy as sa
 
 from tests.conftest import pg_listening
-from tuner.errors import JobConflict, JobNotFound, TooManyQueued
+from tuner.errors import JobConflict, JobNotFound, SpecError, TooManyQueued
 from tuner.service.jobstore import JobStore
-from tuner.service.spec import JobSpec
+from tuner.service.spec import JobSpec, WorkloadRegistry, check_spec
 from tuner.service.tables import JobRow, WorkerRow
 from tuner.store.counting import TrialCounts
 
@@ -221,3 +221,11 @@ def test_a_job_of_gpus_n_takes_n_members_and_a_worker_of_one_job_no_other(
     assert store.join(job.id, "c")  # no limit: every free worker, as "all" means
     assert store.get(other.id).status == "queued"
     assert JobSpec(**TINY).max_members is None
+
+
+@pytest.mark.parametrize("gpus", [0, -1, True, "some", 1.5])
+def test_check_spec_refuses_a_bad_gpus_naming_it(gpus: object) -> None:
+    with pytest.raises(SpecError) as caught:
+        check_spec(JobSpec(**(TINY | {"gpus": gpus})), WorkloadRegistry())
+    assert caught.value.loc == ("gpus",) and "allowed 'all' or a whole number" in str(caught.value)
+    check_spec(JobSpec(**(TINY | {"gpus": 3})), WorkloadRegistry())  # and takes a good one
