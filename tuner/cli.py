@@ -26,6 +26,7 @@ from tuner.search.defaults import (
 if TYPE_CHECKING:
     from tuner.evidence.recommendation import Recommendation
     from tuner.search.options import RunOptions
+    from tuner.service.node import NodeDevices, NodeSummary
 
 app = typer.Typer(
     help="streamtune: measure and tune the concurrency settings of PyTorch training loops.",
@@ -81,6 +82,7 @@ FLAGS = {
     "patience": "--patience",
     "screen": "--screen",
     "nproc_per_node": "--nproc-per-node",
+    "gpus": "--gpus",
     "compile": "--compile",
     "optimizer": "--optimizer",
     "space": "--space",
@@ -397,6 +399,16 @@ NprocPerNode = Annotated[
         "trial is a torchrun launch and DDP, FSDP2 and their settings are searched."
     ),
 ]
+Gpus = Annotated[
+    str,
+    typer.Option(
+        help="GPUs of this node whose workers run the trials at once, one trial per GPU: a "
+        "number or all (every visible GPU). Above 1 the run is a job of the storage's job "
+        "table, run by one `python -m tuner worker` per GPU (as the service runs them); the "
+        "final round measures every finalist on one GPU. 1: this process alone. On a CPU, "
+        "$TUNER_CPU_STANDINS CPU workers may stand in for GPUs (tests)."
+    ),
+]
 Quiet = Annotated[
     bool,
     typer.Option(
@@ -445,22 +457,26 @@ def run_(
     program: Program = None,
     quiet: Quiet = False,
     nproc_per_node: NprocPerNode = 1,
+    gpus: Gpus = "1",
     as_json: AsJson = False,
 ) -> None:
     """Tune: search the settings with short real runs and recommend a config."""
     flags = dict(locals())  # every flag as given, for `_run_options`
     show = progress.for_terminal(quiet=quiet, stdout=sys.stdout, stderr=sys.stderr)
     with show:
-        rec = _tune(flags, show)
+        rec, node = _tune(flags, show)
     from tuner.evidence import render
 
     if as_json:
-        typer.echo(json.dumps(rec.to_dict(), indent=2))
+        shown = rec.to_dict() if node is None else rec.to_dict() | {"node": node.to_dict()}
+        typer.echo(json.dumps(shown, indent=2))
     else:
         render.recommendation(Console(), rec)
+        if node is not None:
+            Console().print(node.line(), soft_wrap=True)
 
 
-def _tune(flags: dict[str, Any], show: Any) -> Recommendation:
+def _tune(flags: dict[str, Any], show: Any) -> tuple[Recommendation, NodeSummary | None]:
     """Check the flags and the storage, apply a CPU's defaults, run the study, end the progress
     on the recommendation's figure. The first line comes before anything slow (importing torch,
     building the workload, opening the study), so a log shows at once that the run started."""
@@ -476,10 +492,28 @@ def _tune(flags: dict[str, Any], show: Any) -> Recommendation:
     url = studies.storage_url(flags["storage"])
     studies.check_sqlite_path(url)
     show.line(f"building the workload, then opening the study in {url}")
+    gpus, devices = _gpus(flags)
     options = _cpu_defaults(options, flags, show)
+    if devices is not None:
+        from tuner.service.node import run_on_node
+
+        rec, node = run_on_node(options, gpus, devices, url, show)
+        show.finish(rec)
+        show.line(node.line())
+        return rec, node
     rec = run_study(options, progress=show)
     show.finish(rec)
-    return rec
+    return rec, None
+
+
+def _gpus(flags: dict[str, Any]) -> tuple[int, NodeDevices | None]:
+    """`--gpus` checked against this node (`tuner.service.node.resolve_gpus`); 1: no devices,
+    the run stays in this process as it always was."""
+    if flags["gpus"].strip() == "1":
+        return 1, None
+    from tuner.service.node import resolve_gpus
+
+    return resolve_gpus(flags["gpus"], flags["device"])
 
 
 def _run_options(flags: dict[str, Any], workload: str) -> RunOptions:
@@ -641,11 +675,15 @@ def worker(
         int | None,
         typer.Option(help="GPU index (default: GPU 0 if there is one, else the CPU).", min=0),
     ] = None,
+    job: Annotated[
+        str | None,
+        typer.Option(help="Run this job only, then exit (what `run --gpus N` starts)."),
+    ] = None,
 ) -> None:
     """Run a worker: claim queued tuning jobs from the storage and run them, until SIGTERM."""
     from tuner.service.worker import main as run_worker
 
-    run_worker(storage=storage, gpu=gpu)
+    run_worker(storage=storage, gpu=gpu, job=job)
 
 
 @app.command()

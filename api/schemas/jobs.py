@@ -12,7 +12,14 @@ import dataclasses
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, Field, WithJsonSchema, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    PlainValidator,
+    WithJsonSchema,
+    field_validator,
+)
 
 from api.schemas.common import BestSoFar, Strict, utc
 from trainers import PRECISIONS, Precision
@@ -53,6 +60,27 @@ Device = Literal["auto", "cpu", "cuda"]
 
 
 _THROUGHPUT: list[Objective] = ["throughput"]
+
+
+MAX_GPUS = 64  # the API's cap: GPUs of one node
+
+
+def _gpus(value: object) -> int | str:
+    # One rule and one message for both forms (a union would report each member's failure).
+    if value == "all" or (
+        isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_GPUS
+    ):
+        return value  # "all" or an int, as checked
+    raise ValueError(f"allowed 'all' or a whole number 1..{MAX_GPUS}")
+
+
+Gpus = Annotated[
+    int | str,
+    PlainValidator(_gpus),
+    WithJsonSchema(
+        {"anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_GPUS}, {"const": "all"}]}
+    ),
+]
 
 
 class IntRangeIn(Strict):
@@ -224,6 +252,11 @@ class JobIn(Strict):
         "two timed windows and never gated, and one predicted not to fit or to lose is not run; "
         "auto: on for the scale space (models of 250M parameters or more on a GPU)",
     )
+    gpus: Gpus = Field(
+        default="all",
+        description="workers (one per GPU) that may run the job's trials at once: all (every "
+        "free worker that can measure it) or a number; the final round runs on one of them",
+    )
 
     @field_validator("objectives")
     @classmethod
@@ -276,6 +309,7 @@ class JobOut(BaseModel):
     )
     nproc_per_node: int = Field(default=1, description="processes per trial")
     screen: str = Field(default="auto", description="screen, then gate: auto, on or off")
+    gpus: int | str = Field(default="all", description="workers that may run its trials at once")
     n_complete: int = Field(description="complete trials (Optuna COMPLETE) so far")
     n_failed: int
     n_pruned: int

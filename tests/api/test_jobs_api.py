@@ -52,6 +52,13 @@ def test_a_job_allowing_several_precisions_keeps_them(client: TestClient) -> Non
     assert plain["precisions"] is None
 
 
+def test_a_job_asking_for_gpus_keeps_it_and_all_is_the_default(client: TestClient) -> None:
+    job = _post(client, TINY_JOB | {"gpus": 2}).json()
+    assert job["gpus"] == 2
+    assert client.get(job["links"]["self"], headers=AUTH).json()["gpus"] == 2
+    assert _post(client, TINY_JOB).json()["gpus"] == "all"
+
+
 def test_a_job_asking_to_screen_keeps_it_as_asked(client: TestClient) -> None:
     """`screen` is stored with the job and shown as asked."""
     from tuner.service.spec import JobSpec
@@ -199,6 +206,11 @@ BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
     ({"device": "tpu"}, ("body", "device"), "'auto', 'cpu' or 'cuda'"),
     ({"screen": "sometimes"}, ("body", "screen"), "'auto', 'on' or 'off'"),
     ({"screen": True}, ("body", "screen"), "'auto', 'on' or 'off'"),
+    ({"gpus": 0}, ("body", "gpus"), "allowed 'all' or a whole number 1..64"),
+    ({"gpus": 65}, ("body", "gpus"), "allowed 'all' or a whole number 1..64"),
+    ({"gpus": "every"}, ("body", "gpus"), "allowed 'all' or a whole number 1..64"),
+    ({"gpus": True}, ("body", "gpus"), "allowed 'all' or a whole number 1..64"),
+    ({"gpus": 1.5}, ("body", "gpus"), "allowed 'all' or a whole number 1..64"),
     ({"timeout_s": 0}, ("body", "timeout_s"), "greater than 0"),
     ({"max_memory_bytes": 0}, ("body", "max_memory_bytes"), "greater than or equal to 1"),
 ]

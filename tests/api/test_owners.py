@@ -42,6 +42,7 @@ EVERYTHING: dict[str, Any] = {
     "precisions": ["bf16-autocast"],
     "nproc_per_node": 2,
     "screen": "on",
+    "gpus": 2,
 }
 
 
@@ -117,6 +118,7 @@ MAPPED = {
     "workload": "workload",  # a plug-in's name becomes its factory path (the registry's target)
     "device": "device",  # auto and cuda become the worker's own device
     "timeout_s": None,  # the job's deadline, kept by the job's slots (JobSlots), not the run
+    "gpus": None,  # how many workers join the job (Membership.join), not one run's setting
     "precision": "precision",  # also decides matmul_precision (the worker's, or highest)
 }
 
@@ -134,7 +136,9 @@ def test_the_worker_hands_every_field_of_the_request_to_the_run(
         assert name in fields and getattr(options, name) == getattr(spec, name), name
         return
     target = MAPPED[name]
-    if target is None:
+    if name == "gpus":
+        assert spec.max_members == 2 and not hasattr(options, "gpus")
+    elif target is None:
         assert options.timeout_s is None
     elif name == "n_trials":
         assert options.trials == spec.n_trials == row.n_trials == 7

@@ -691,6 +691,8 @@ class Search:
             self._search_record(attrs)
             | {"compile_artifacts": {"loaded": self.artifacts_loaded, "saved": saved}}
         )
+        if self.owner is not None:
+            self._store_attr(keys.FINALIZER, self.owner)
         self._store_attr(keys.RECOMMENDATION, recommendation.to_dict())
         return recommendation
 

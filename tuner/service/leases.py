@@ -10,13 +10,15 @@ A lease is keyed by the GPU's UUID (`GPU-...`, as `nvidia-smi -L` prints it), wh
 whatever index and host name the process sees: in containers every worker sees its one GPU as
 index 0 and has a host name of its own, and two containers given the same GPU still share one
 lease. Where torch reports no UUID the key falls back to `<host>/cuda:<index>`, with the host
-from `socket.gethostname()` or `TUNER_HOST`.
+from `socket.gethostname()` or `TUNER_HOST`, and the index as `CUDA_VISIBLE_DEVICES` names it
+where that is set: `run --gpus N` pins each worker to one GPU, which each then sees as index 0.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
 
 import sqlalchemy as sa
 import torch
@@ -42,6 +44,13 @@ def uuid_key(uuid: object) -> str | None:
     return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
 
 
+def visible_name(index: int) -> str:
+    """How the node names visible CUDA device `index`: its `CUDA_VISIBLE_DEVICES` entry where
+    that is set (a pinned process sees its one GPU as 0), else the index itself."""
+    entries = [e.strip() for e in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if e]
+    return entries[index] if index < len(entries) else str(index)
+
+
 @dataclasses.dataclass(frozen=True)
 class GpuLease:
     """The lease of GPU `gpu` (the index this process sees) of `host`, with its UUID if known."""
@@ -55,7 +64,7 @@ class GpuLease:
 
     @property
     def key(self) -> str:
-        return self.uuid or f"{self.host}/cuda:{self.gpu}"
+        return self.uuid or f"{self.host}/cuda:{visible_name(self.gpu)}"
 
     def acquire(self, *, lease_s: float) -> None:
         """Take the lease: free, or stale (its holder's heartbeat older than `lease_s`)."""

@@ -84,15 +84,19 @@ class Membership(JobTables):
                 )
         return changed
 
-    def claim(self, worker: str, *, devices: Iterable[str]) -> JobRow | None:
+    def claim(
+        self, worker: str, *, devices: Iterable[str], job: str | None = None
+    ) -> JobRow | None:
         """Atomically take the oldest queued job this worker can run; None when there is none.
 
-        The claiming worker becomes the job's first member.
+        The claiming worker becomes the job's first member. `job`: that job only (the workers
+        of `python -m tuner run --gpus N` take no other).
         """
         now = utcnow()
+        only = () if job is None else (JobRow.id == job,)
         candidate = (
             sa.select(JobRow.id)
-            .where(JobRow.status == "queued", JobRow.device.in_(list(devices)))
+            .where(JobRow.status == "queued", JobRow.device.in_(list(devices)), *only)
             .order_by(JobRow.created_at, JobRow.id)
             .limit(1)
         )
@@ -131,12 +135,16 @@ class Membership(JobTables):
             job_id, worker, stage="trials", hardware=hardware, deadline_at=deadline
         )
 
-    def joinable(self, *, devices: Iterable[str], hardware: str) -> Sequence[JobRow]:
-        """Running jobs open for trials that this worker could measure, oldest first.
+    def joinable(
+        self, *, devices: Iterable[str], hardware: str, job: str | None = None
+    ) -> Sequence[JobRow]:
+        """Running jobs open for trials that this worker could measure, oldest first (`job`:
+        that job only).
 
         A job is measured on one kind of hardware (its study's fingerprint): CPU jobs on the
         CPU, others on the GPU model of the worker that claimed it.
         """
+        only = () if job is None else (JobRow.id == job,)
         same_hardware = sa.or_(
             sa.and_(JobRow.device == "cpu", JobRow.hardware == "cpu"),
             sa.and_(JobRow.device != "cpu", JobRow.hardware == hardware),
@@ -152,13 +160,24 @@ class Membership(JobTables):
                         JobRow.cancel_requested.is_(False),
                         JobRow.device.in_(list(devices)),
                         same_hardware,
+                        *only,
                     )
                     .order_by(JobRow.started_at, JobRow.id)
                 )
             )
 
-    def join(self, job_id: str, worker: str) -> bool:
-        """Become a member of a running job open for trials; False when it no longer is."""
+    def join(self, job_id: str, worker: str, *, max_members: int | None = None) -> bool:
+        """Become a member of a running job open for trials; False when it no longer is, or
+        when it has `max_members` members already (its `gpus`). The count is part of the one
+        UPDATE: SQLite's writers take turns; on PostgreSQL two workers joining in the same
+        instant may both pass it (one member too many for a while, never a wrong result)."""
+        members = (
+            sa.select(sa.func.count())
+            .select_from(WorkerRow)
+            .where(WorkerRow.job_id == job_id)
+            .scalar_subquery()
+        )
+        room = () if max_members is None else (members < max_members,)
         open_job = (
             sa.select(JobRow.id)
             .where(
@@ -166,6 +185,7 @@ class Membership(JobTables):
                 JobRow.status == "running",
                 JobRow.stage == "trials",
                 JobRow.finalizer.is_(None),
+                *room,
             )
             .exists()
         )

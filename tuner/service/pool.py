@@ -1,6 +1,9 @@
 """The worker processes of one node: `python -m tuner worker` children, restarted when they die.
 
-`serve` starts one per visible GPU (or one on the CPU, or `--workers N`). They get
+`serve` starts one per visible GPU (or one on the CPU, or `--workers N`). `python -m tuner run
+--gpus N` starts N for its one job (`tuner.service.node`): each pinned to its GPU through
+`CUDA_VISIBLE_DEVICES` (so that nothing it runs, a compile or a child, touches another GPU), its
+output in a log file, and not restarted (a worker that exits is done, or broken). They get
 `TUNER_PARENT_PID`: when `serve` is gone (even killed), each stops its running trial at the next
 window and leaves its job (the job's last live worker puts it back in the queue). On a normal stop
 the pool sends them SIGTERM (same effect) and waits.
@@ -14,8 +17,11 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import torch
+
+from tuner.service.leases import visible_name
 
 log = logging.getLogger("tuner.serve")
 STOP_GRACE_S = 30.0
@@ -33,9 +39,23 @@ def default_slots(count: int | None) -> list[int | None]:
 class WorkerPool:
     """Worker child processes, restarted (after a pause) when one dies."""
 
-    def __init__(self, slots: list[int | None], storage: str) -> None:
+    def __init__(
+        self,
+        slots: list[int | None],
+        storage: str,
+        *,
+        job: str | None = None,
+        logs: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """`job` given: workers of that job alone, pinned, logging to `logs`, with `env` added,
+        and not restarted (module doc)."""
         self.slots = slots
         self.storage = storage
+        self.job = job
+        self.logs = logs
+        self.env = env or {}
+        self.spawned_at: list[float] = [0.0] * len(slots)
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * len(slots)
         self._stopping = threading.Event()
         self._watcher = threading.Thread(target=self._watch, daemon=True, name="worker-pool")
@@ -43,17 +63,33 @@ class WorkerPool:
     def start(self) -> None:
         for index in range(len(self.slots)):
             self.procs[index] = self._spawn(index)
-        if self.slots:
+        if self.slots and self.job is None:
             self._watcher.start()
 
     def _spawn(self, index: int) -> subprocess.Popen[bytes]:
         gpu = self.slots[index]
         args = [sys.executable, "-m", "tuner", "worker", "--storage", self.storage]
+        env = os.environ | {"TUNER_PARENT_PID": str(os.getpid())}
+        output = None
+        if self.job is not None:
+            args += ["--job", self.job]
+            # Pinned: the one GPU is the worker's index 0; a CPU stand-in sees no GPU at all
+            # (else it would lease GPU 0, as one worker per node does by default).
+            env |= self.env | {"CUDA_VISIBLE_DEVICES": "" if gpu is None else visible_name(gpu)}
+            gpu = None if gpu is None else 0
+            if self.logs is not None:
+                output = (self.logs / f"worker-{index}.log").open("ab")
         if gpu is not None:
             args += ["--gpu", str(gpu)]
-        env = os.environ | {"TUNER_PARENT_PID": str(os.getpid())}
         log.info("starting worker %d (%s)", index, "cpu" if gpu is None else f"cuda:{gpu}")
-        return subprocess.Popen(args, env=env)
+        self.spawned_at[index] = time.monotonic()
+        try:
+            return subprocess.Popen(
+                args, env=env, stdout=output, stderr=subprocess.STDOUT if output else None
+            )
+        finally:
+            if output is not None:
+                output.close()  # the child has its own copy
 
     def _watch(self) -> None:
         while not self._stopping.wait(RESTART_BACKOFF_S):

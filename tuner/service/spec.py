@@ -17,6 +17,7 @@ from tuner.search.spaces import for_processes, load_space, program_space
 from tuner.service.tables import JobRow
 
 DEVICES = ("auto", "cpu", "cuda")
+GPUS_ALLOWED = "allowed 'all' or a whole number from 1"
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)
@@ -48,6 +49,15 @@ class JobSpec:
     """Processes per trial on the worker's node (`RunOptions.nproc_per_node`)."""
     screen: str = "auto"
     """Screen, then gate (`RunOptions.screen`): auto, on or off."""
+    gpus: int | str = "all"
+    """How many workers (one per GPU) may run the job's trials at once: "all" (every free
+    worker that can measure it, as before the field existed) or a number from 1. The final
+    round runs on one of them either way."""
+
+    @property
+    def max_members(self) -> int | None:
+        """The most workers the job takes (`Membership.join`); None: no limit."""
+        return None if self.gpus == "all" else int(self.gpus)
 
     def to_stored(self) -> dict[str, Any]:
         """The row's `spec` column: every field but `n_trials`, which the row's own column holds
@@ -196,6 +206,7 @@ def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
             f"{spec.workload} has no preset {spec.preset!r}: allowed {', '.join(presets)}",
             spec.preset,
         )
+    _check_gpus(spec.gpus)
     cuda = spec.device != "cpu"
     try:
         space = load_space(spec.space, cuda=cuda)
@@ -222,6 +233,11 @@ def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
             program_space(pinned, registry.programs[spec.workload.removeprefix(PROGRAM_PREFIX)])
     except SpaceError as exc:
         raise _spec_error("fix", exc) from exc
+
+
+def _check_gpus(gpus: object) -> None:
+    if gpus != "all" and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
+        raise SpecError(("gpus",), f"{GPUS_ALLOWED}, not {gpus!r}", gpus)
 
 
 def _spec_error(where: str, exc: SpaceError) -> SpecError:

@@ -4,10 +4,12 @@
 per visible GPU). A worker loops: requeue jobs none of whose workers heartbeat any more, claim the
 oldest queued job it can run (`Membership.claim`, atomic), or else join a running job that has a
 trial slot free or is ready for its final round, run trials of it until no slot is left, repeat;
-with nothing to do it waits `TUNER_POLL_S`. While it is in a job, a thread heartbeats the job
-row, the worker row and the GPU lease every `TUNER_HEARTBEAT_S`, reads back whether a cancel was
-requested and whether the worker is still a member of the job, and fails the RUNNING trials of
-the job's study whose worker is dead (`tuner.service.slots.fail_orphans`).
+with nothing to do it waits `TUNER_POLL_S`. With `--job ID` (the workers `python -m tuner run
+--gpus N` starts) it claims or joins that job only, and exits 0 once the job has ended. While it is
+in a job, a thread heartbeats the job row, the worker row and the GPU lease every
+`TUNER_HEARTBEAT_S`, reads back whether a cancel was requested and whether the worker is still a
+member of the job, and fails the RUNNING trials of the job's study whose worker is dead
+(`tuner.service.slots.fail_orphans`).
 
 Several workers on one job (`tuner.service.slots`): the claimer fails the orphaned RUNNING trials,
 measures both baselines (the job's "start" baselines, on its device) and opens the job for
@@ -55,10 +57,10 @@ import torch
 
 import trainers
 from trainers.program import REGISTRY_VARIABLE
-from tuner.errors import TunerError
+from tuner.errors import JobNotFound, TunerError
 from tuner.search.options import RunOptions
 from tuner.service.job import JobRun
-from tuner.service.jobstore import WorkerStore
+from tuner.service.jobstore import FINISHED, WorkerStore
 from tuner.service.leases import GpuLease, gpu_uuid
 from tuner.service.settings import WorkerSettings, load_settings
 from tuner.service.slots import (
@@ -78,9 +80,16 @@ class Worker:
     """Runs trials of jobs of one storage on one device (a GPU index, or the CPU)."""
 
     def __init__(
-        self, settings: WorkerSettings, *, storage: str | None = None, gpu: int | None = None
+        self,
+        settings: WorkerSettings,
+        *,
+        storage: str | None = None,
+        gpu: int | None = None,
+        job: str | None = None,
     ) -> None:
         self.settings = settings
+        # One job only, then exit (a worker of `python -m tuner run --gpus N`); None: any job.
+        self.only_job = job
         self.storage_url = storage or settings.storage
         if gpu is None and torch.cuda.is_available():
             gpu = 0
@@ -178,6 +187,8 @@ class Worker:
                     continue
                 failures = 0
                 self.db_up()
+                if self.only_job is not None and self._job_over():
+                    break
                 if not ran:
                     self.stopping.wait(self.settings.poll_s)
         finally:
@@ -188,14 +199,20 @@ class Worker:
         """Claim a queued job, or join a running one, and run its trials; False if none had any."""
         self.start()
         self._sweep()
-        job = self.store.claim(self.id, devices=self.devices)
+        job = self.store.claim(self.id, devices=self.devices, job=self.only_job)
         if job is not None:
             log.info("job %s claimed (attempt %d)", job.id, job.attempts)
             return self._member_of(job, claimed=True)
         storage = self.storage()
-        for job in self.store.joinable(devices=self.devices, hardware=self.hardware):
+        joinable = self.store.joinable(
+            devices=self.devices, hardware=self.hardware, job=self.only_job
+        )
+        for job in joinable:
             slots = count_slots(storage, job, job.deadline_at)
-            if (slots.free > 0 or slots.finished) and self.store.join(job.id, self.id):
+            limit = JobSpec.of(job).max_members
+            if (slots.free > 0 or slots.finished) and self.store.join(
+                job.id, self.id, max_members=limit
+            ):
                 log.info(
                     "job %s joined (%d of %d trials counted)", job.id, slots.counted, slots.n_trials
                 )
@@ -205,6 +222,14 @@ class Worker:
 
     def shutdown(self) -> None:
         self.stopping.set()
+
+    def _job_over(self) -> bool:
+        """Whether the one job this worker serves has ended (or is gone)."""
+        try:
+            row = self.store.get(self.only_job or "")
+        except JobNotFound:
+            return True
+        return row.status in FINISHED
 
     def install_signals(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -327,13 +352,14 @@ class Worker:
             return self._optuna
 
 
-def main(storage: str | None = None, gpu: int | None = None) -> None:
-    """`python -m tuner worker`: run until SIGTERM/SIGINT (then exit 0, see the module doc)."""
+def main(storage: str | None = None, gpu: int | None = None, job: str | None = None) -> None:
+    """`python -m tuner worker`: run until SIGTERM/SIGINT (then exit 0, see the module doc), or
+    with `job` until that job has ended."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = load_settings(WorkerSettings)
     if settings.worker_nice and hasattr(os, "nice"):
         os.nice(settings.worker_nice)
-    worker = Worker(settings, storage=storage, gpu=gpu)
+    worker = Worker(settings, storage=storage, gpu=gpu, job=job)
     worker.registry.check()
     worker.install_signals()
     worker.run()

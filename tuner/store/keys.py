@@ -27,6 +27,9 @@ FINAL_PREFIX = "final/"
 PROFILE_PREFIX = "profile/"
 MEMO_PROFILE_PREFIX = "profile-of/"
 RECOMMENDATION = "recommendation"
+FINALIZER = "finalizer"
+"""The id of the worker that ran the final round (set where the study has owners: a service job,
+`python -m tuner run --gpus N`), so that a reader can tell on which device every finalist ran."""
 ENVELOPE = "envelope"
 TIME_PREFIX = "time/"
 """One session per process that worked on the study: `{"started", "wall_s", "phases"}`

@@ -13,9 +13,9 @@ import pytest
 import sqlalchemy as sa
 
 from tests.conftest import pg_listening
-from tuner.errors import JobConflict, JobNotFound, TooManyQueued
+from tuner.errors import JobConflict, JobNotFound, SpecError, TooManyQueued
 from tuner.service.jobstore import JobStore
-from tuner.service.spec import JobSpec
+from tuner.service.spec import JobSpec, WorkloadRegistry, check_spec
 from tuner.service.tables import JobRow, WorkerRow
 from tuner.store.counting import TrialCounts
 
@@ -201,3 +201,31 @@ def test_a_job_stored_with_n_trials_in_its_spec_too_reads_back(store: JobStore) 
         conn.execute(sa.update(JobRow).where(JobRow.id == job.id).values(spec=old))
     assert JobSpec.of(store.get(job.id)) == JobSpec(**TINY)
     assert JobSpec.of(store.get(job.id)).n_trials == store.get(job.id).n_trials == 3
+
+
+def test_a_job_of_gpus_n_takes_n_members_and_a_worker_of_one_job_no_other(
+    store: JobStore,
+) -> None:
+    register(store, "a", "b", "c")
+    other = store.create(JobSpec(**TINY), owner="me")
+    job = store.create(JobSpec(**(TINY | {"gpus": 2})), owner="me")
+    # A worker started for `job` (`worker --job`) passes the older job by.
+    claimed = store.claim("a", devices=("cpu",), job=job.id)
+    assert claimed is not None and claimed.id == job.id
+    assert store.open_trials(job.id, "a", hardware="cpu", deadline=None)
+    assert [r.id for r in store.joinable(devices=("cpu",), hardware="cpu", job=job.id)] == [job.id]
+    limit = JobSpec.of(store.get(job.id)).max_members
+    assert limit == 2
+    assert store.join(job.id, "b", max_members=limit)
+    assert not store.join(job.id, "c", max_members=limit)  # two members already
+    assert store.join(job.id, "c")  # no limit: every free worker, as "all" means
+    assert store.get(other.id).status == "queued"
+    assert JobSpec(**TINY).max_members is None
+
+
+@pytest.mark.parametrize("gpus", [0, -1, True, "some", 1.5])
+def test_check_spec_refuses_a_bad_gpus_naming_it(gpus: object) -> None:
+    with pytest.raises(SpecError) as caught:
+        check_spec(JobSpec(**(TINY | {"gpus": gpus})), WorkloadRegistry())
+    assert caught.value.loc == ("gpus",) and "allowed 'all' or a whole number" in str(caught.value)
+    check_spec(JobSpec(**(TINY | {"gpus": 3})), WorkloadRegistry())  # and takes a good one

@@ -1,0 +1,144 @@
+"""`python -m tuner run --gpus N`: one job's trials on N devices through the service's workers.
+
+This machine has no GPU: CPU worker processes stand in for GPUs (`TUNER_CPU_STANDINS`, read only
+with `--device cpu`). Everything else is the production path: the real CLI in a subprocess, real
+`python -m tuner worker --job` children, real Optuna on a real SQLite file, the tiny workload.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tests.tuner.test_cli_run import run_main, tuner
+from tests.tuner.tiny import RUN_FLAGS, sqlite_url
+from tuner.service.jobstore import JobStore
+from tuner.store import keys
+from tuner.store.keys import OWNER
+
+STANDINS = "TUNER_CPU_STANDINS"
+
+
+def standin_env(count: int | None, **more: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNER_")}
+    env["TUNER_GATE_MEMO"] = os.environ.get("TUNER_GATE_MEMO", "off")
+    if count is not None:
+        env[STANDINS] = str(count)
+    return env | more
+
+
+def test_two_standins_share_the_trials_and_one_runs_the_final_round(tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    # Workers poll for a job to join every 0.3 s (TUNER_POLL_S; 2 s by default), so the second
+    # is in the job well before 8 trials are done.
+    env = standin_env(2, TUNER_POLL_S="0.3", TUNER_TORCH_THREADS="1")
+    out = tuner(
+        "run", *RUN_FLAGS, "--trials", "8", "--storage", storage, "--gpus", "2", "--json", env=env
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    rec = json.loads(out.stdout)
+    node = rec["node"]
+    study = optuna.load_study(study_name=rec["study"], storage=storage)
+    trials = study.get_trials(deepcopy=False)
+    owners = {t.user_attrs[OWNER] for t in trials}
+    assert len(owners) >= 2, (owners, out.stderr[-3000:])  # spread over the workers
+    assert len(trials) == 8 and {t.state.name for t in trials} <= {"COMPLETE", "PRUNED"}
+    # One final round, run by one of the job's workers: every finalist measured on one device.
+    finals = [k for k in study.user_attrs if k.startswith(keys.FINAL_PREFIX)]
+    assert len(finals) == 1
+    assert study.user_attrs[keys.FINALIZER] in owners
+    assert node["final_round_on"] in {"cpu stand-in 0", "cpu stand-in 1"}
+    assert set(node["trials_by_device"]) == {"cpu stand-in 0", "cpu stand-in 1"}
+    assert sum(node["trials_by_device"].values()) == 8
+    # Wall time and GPU-seconds: two workers held their device for most of the wall time.
+    assert node["gpus"] == 2 and node["standins"] is True
+    assert 0 < node["trial_seconds"] <= node["gpu_seconds"] <= 2 * node["wall_s"] + 1
+    # Each trial's progress line names its device, and the job ended as a job does.
+    lines = re.findall(r"trial (\d+) on (cpu stand-in \d) (complete|pruned)", out.stderr)
+    assert sorted(int(n) for n, _, _ in lines) == list(range(8))
+    assert {where for _, where, _ in lines} == {"cpu stand-in 0", "cpu stand-in 1"}
+    assert "GPU-seconds used" in out.stderr
+    (job,), _ = JobStore(storage).list()
+    assert (job.status, job.study, job.spec["gpus"]) == ("succeeded", rec["study"], 2)
+
+
+@pytest.mark.parametrize(
+    ("standins", "flags", "message"),
+    [
+        (2, ("--gpus", "3"), "--gpus: 3 asked, but the device is the CPU, with 2 stand-ins"),
+        (None, ("--gpus", "2"), "--gpus: 2 asked, but the device is the CPU, with 0 stand-ins"),
+        (None, ("--gpus", "all"), "--gpus: all asked, but the device is the CPU, with 0 stand-ins"),
+        (2, ("--gpus", "0"), "--gpus: '0' is invalid: allowed 'all' or a whole number from 1"),
+        (2, ("--gpus", "two"), "--gpus: 'two' is invalid: allowed 'all'"),
+        (2, ("--gpus", "2", "--seed", "3"), "--seed: not with --gpus 2"),
+        (2, ("--gpus", "2", "--device", "cuda:1"), "--device: cuda:1 names one GPU"),
+    ],
+)
+def test_a_bad_gpus_is_one_line_naming_the_flag_and_stores_nothing(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    standins: int | None,
+    flags: tuple[str, ...],
+    message: str,
+) -> None:
+    if standins is None:
+        monkeypatch.delenv(STANDINS, raising=False)
+    else:
+        monkeypatch.setenv(STANDINS, str(standins))
+    storage = sqlite_url(tmp_path)
+    code, out, err = run_main(capsys, "run", *RUN_FLAGS, "--storage", storage, *flags)
+    assert code == 2
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
+    assert out == ""
+    db = tmp_path / "t.db"
+    assert not db.exists() or not _tables(db) & {"jobs", "trials"}
+
+
+def _tables(db: Path) -> set[str]:
+    with sqlite3.connect(db) as conn:
+        return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def test_fewer_gpus_than_asked_in_a_real_process_exits_2_with_one_line(tmp_path: Path) -> None:
+    out = tuner(
+        "run", *RUN_FLAGS, "--storage", sqlite_url(tmp_path), "--gpus", "4", env=standin_env(2)
+    )
+    assert out.returncode == 2
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        "error: --gpus: 4 asked, but the device is the CPU, with 2 stand-ins for GPUs "
+        "(TUNER_CPU_STANDINS=2; it lets that many CPU worker processes stand in for GPUs)"
+    ], out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_gpus_1_runs_in_this_process_without_a_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(STANDINS, "2")  # stand-ins exist, and --gpus 1 still takes none
+    storage = sqlite_url(tmp_path)
+    flags = ("run", *RUN_FLAGS, "--storage", storage, "--trials", "2", "--study", "one")
+    code, out, err = run_main(capsys, *flags, "--gpus", "1", "--json")
+    assert code == 0, err
+    rec = json.loads(out)
+    assert "node" not in rec and rec["study"] == "one"
+    trials = optuna.load_study(study_name="one", storage=storage).get_trials()
+    assert len(trials) == 2
+    assert JobStore(storage).list() == ([], 0)
+
+
+def test_the_stand_ins_variable_is_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(STANDINS, "many")
+    code, _, err = run_main(
+        capsys, "run", *RUN_FLAGS, "--storage", sqlite_url(tmp_path), "--gpus", "2"
+    )
+    assert code == 2 and "TUNER_CPU_STANDINS='many' is invalid" in err
