@@ -364,9 +364,10 @@ Patience = Annotated[
 Screen = Annotated[
     str,
     typer.Option(
-        help="Screen, then gate: auto (on for models of 250M parameters or more on a GPU), on, "
-        "off. A trial slower than the fastest so far is pruned after two windows and never "
-        "gated; a candidate predicted not to fit, or to lose, is not run."
+        help="Screen, then gate: auto (on for models of 250M parameters or more on a GPU, and "
+        "under --nproc-per-node above 1), on, off. A trial slower than the fastest so far is "
+        "pruned after two windows and never gated; a candidate predicted not to fit, or to "
+        "lose, is not run."
     ),
 ]
 Profile = Annotated[

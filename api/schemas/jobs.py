@@ -250,7 +250,8 @@ class JobIn(Strict):
         default="auto",
         description="screen, then gate: a trial slower than the fastest so far is pruned after "
         "two timed windows and never gated, and one predicted not to fit or to lose is not run; "
-        "auto: on for the scale space (models of 250M parameters or more on a GPU)",
+        "auto: on for the scale space (models of 250M parameters or more on a GPU) and for "
+        "nproc_per_node above 1",
     )
     gpus: Gpus = Field(
         default="all",

@@ -53,6 +53,8 @@ def test_two_standins_share_the_trials_and_one_runs_the_final_round(tmp_path: Pa
     finals = [k for k in study.user_attrs if k.startswith(keys.FINAL_PREFIX)]
     assert len(finals) == 1
     assert study.user_attrs[keys.FINALIZER] in owners
+    # The run's own settings reach the workers: on a CPU it profiles nothing (its default).
+    assert not [k for k in study.user_attrs if k.startswith(keys.PROFILE_PREFIX)]
     assert node["final_round_on"] in {"cpu stand-in 0", "cpu stand-in 1"}
     assert set(node["trials_by_device"]) == {"cpu stand-in 0", "cpu stand-in 1"}
     assert sum(node["trials_by_device"].values()) == 8

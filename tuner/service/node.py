@@ -116,6 +116,7 @@ def _worker_env(options: RunOptions, url: str) -> dict[str, str]:
         "precision_parity_steps": options.precision_parity_steps,
         "precision_tolerance": options.precision_tolerance,
         "baseline_every": options.baseline_every,
+        "profile": options.profile,
         "sampler": options.sampler,
         "matmul_precision": options.matmul_precision,
     }

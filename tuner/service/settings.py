@@ -75,6 +75,11 @@ class WorkerSettings(ServiceSettings):
         "deviate by; unset: 3 (as `run`)",
     )
     baseline_every: int = Field(default=10, ge=1, le=100_000)
+    profile: Literal["none", "baselines", "all"] = Field(
+        default="baselines",
+        description="what each job profiles: the baselines and the recommendation (as `run`), "
+        "every trial too (all), or nothing (none)",
+    )
     sampler: Literal["tpe", "random"] = "tpe"
     matmul_precision: Literal["highest", "high", "medium"] = Field(
         default="highest", description="torch float32 matmul precision of every job (high: TF32)"

@@ -257,6 +257,7 @@ class Worker:
             top_k=s.top_k,
             final_rounds=s.final_rounds,
             baseline_every=s.baseline_every,
+            profile=s.profile,
             parity_steps=s.parity_steps,
             precision_parity_steps=s.precision_parity_steps,
             precision_tolerance=s.precision_tolerance,

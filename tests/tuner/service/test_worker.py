@@ -449,3 +449,17 @@ def test_a_job_that_asks_to_screen_is_run_screening(storage: str) -> None:
     worker = make_worker(storage)
     assert worker.options_for(asked, JobSpec.of(asked)).screen == "on"
     assert worker.options_for(plain, JobSpec.of(plain)).screen == "auto"
+
+
+def test_a_worker_profiles_as_its_settings_say(
+    storage: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TUNER_PROFILE reaches each job's RunOptions (how `run --gpus N --profile ...` passes its
+    flag to the workers it starts); any other value names the setting."""
+    row = JobStore(storage).create(JobSpec(**TINY_JOB), owner="me")
+    assert make_worker(storage).options_for(row, JobSpec.of(row)).profile == "baselines"
+    monkeypatch.setenv("TUNER_PROFILE", "none")
+    assert WorkerSettings().profile == "none"
+    monkeypatch.setenv("TUNER_PROFILE", "sometimes")
+    with pytest.raises(ValueError, match="profile"):
+        WorkerSettings()
