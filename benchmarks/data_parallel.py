@@ -69,6 +69,16 @@ PEERS: dict[str, dict[str, LoopConfig]] = {
             parallel="fsdp2", optimizer="fused", compile="default", compile_scope="blocks"
         ),
     },
+    # The loops a torchrun user would set a tuned job against, in one interleaved run: DDP as
+    # written first, DDP with the compiler and fused AdamW, FSDP2 with each block compiled. FSDP2
+    # with float8 is refused by the harness (trainers/parallel.py says why), so it has no peer.
+    "torchrun": {
+        "ddp-defaults": _IDIOM.replace(parallel="ddp"),
+        "ddp-compile-fused": _IDIOM.replace(parallel="ddp", compile="default", optimizer="fused"),
+        "fsdp2-blocks-compiled": _IDIOM.replace(
+            parallel="fsdp2", optimizer="fused", compile="default", compile_scope="blocks"
+        ),
+    },
 }
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import trainers
 from benchmarks import data_parallel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,3 +77,16 @@ def test_more_processes_than_gpus_is_refused_in_one_line(
         err.startswith(f"data_parallel.py: --nproc {more} needs as many GPUs")
         and err.count("\n") == 1
     )
+
+
+def test_every_peer_is_a_valid_data_parallel_config_on_a_gpu() -> None:
+    assert set(data_parallel.PEERS["torchrun"]) == {
+        "ddp-defaults",
+        "ddp-compile-fused",
+        "fsdp2-blocks-compiled",
+    }
+    for group in data_parallel.PEERS.values():
+        for name, config in group.items():
+            reason = trainers.invalid_reason(config.to_dict(), device_type="cuda")
+            assert reason is None, (name, reason)
+            assert config.parallel in ("ddp", "fsdp2"), name
