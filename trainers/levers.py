@@ -137,6 +137,11 @@ class Lever:
     def rank(self, value: Value) -> int:
         return self.option(value).rank
 
+    def ordered(self) -> str:
+        """The declared values from simplest to least simple, as "a < b < c" (for help texts)."""
+        options = sorted(self.options, key=lambda option: option.rank)
+        return " < ".join(str(option.value) for option in options)
+
 
 def _is_kind(value: object, kind: Kind) -> bool:
     # bool is an int subclass; True as a stream count is a typo, not a setting.
@@ -409,9 +414,3 @@ def defaults_where(numerics: Numerics) -> dict[str, Value]:
         if numerics in classes:
             out[item.name] = item.default
     return out
-
-
-def ordered(name: str) -> str:
-    """The values of lever `name` from simplest to least simple, as "a < b < c"."""
-    options = sorted(LEVERS[name].options, key=lambda option: option.rank)
-    return " < ".join(str(option.value) for option in options)

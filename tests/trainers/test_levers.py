@@ -24,7 +24,6 @@ from trainers.levers import (
     Option,
     Value,
     defaults_where,
-    ordered,
 )
 
 # Settings under which a value that needs another lever is valid: blocks compiled need a compile
@@ -160,7 +159,10 @@ def test_the_readers_get_what_they_wrote_out_before_the_table() -> None:
     }
     assert min_warmup_for_compile(LoopConfig(optimizer="compiled")) == 1
     assert min_warmup_for_compile(LoopConfig(compile="reduce-overhead", optimizer="fused")) == 2
-    assert ordered("compile") == "none < default < max-autotune-no-cudagraphs < reduce-overhead"
+    assert (
+        LEVERS["compile"].ordered()
+        == "none < default < max-autotune-no-cudagraphs < reduce-overhead"
+    )
 
 
 def test_the_tie_order_names_declared_levers_once() -> None:

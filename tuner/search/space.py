@@ -21,8 +21,15 @@ from typing import Any, Literal
 
 import optuna
 
-from trainers import ConfigError, LoopConfig, canonical, check_setting, field_names
-from trainers.levers import LEVERS, TIE_ORDER, ordered
+from trainers import (
+    LEVERS,
+    TIE_ORDER,
+    ConfigError,
+    LoopConfig,
+    canonical,
+    check_setting,
+    field_names,
+)
 from tuner.errors import SpaceError
 
 __all__ = [
@@ -309,14 +316,14 @@ class SearchSpace:
 # --------------------------------------------------------------------------------------------
 
 _TIE_LEVERS = tuple(LEVERS[name] for name in TIE_ORDER)
-_OPTIMIZERS_BEYOND = ordered("optimizer").partition(" < ")[2]
+_OPTIMIZERS_BEYOND = LEVERS["optimizer"].ordered().partition(" < ")[2]
 
 SIMPLICITY_ORDER = (
-    f"no data parallelism ({ordered('parallel')}), then no compile "
-    f"({ordered('compile')}), then the "
+    f"no data parallelism ({LEVERS['parallel'].ordered()}), then no compile "
+    f"({LEVERS['compile'].ordered()}), then the "
     f"optimizer as built (< {_OPTIMIZERS_BEYOND}), then "
     "fewer streams, then no CUDA graph, smaller prefetch_depth, fewer num_workers, "
-    f"sync_mode {ordered('sync_mode')}, pin_memory off, non_blocking off, "
+    f"sync_mode {LEVERS['sync_mode'].ordered()}, pin_memory off, non_blocking off, "
     "smaller sync_interval, then the data-parallel settings at their defaults"
 )
 """How `simplicity_key` orders configs, simplest first (for output): the lever table's
