@@ -23,6 +23,8 @@ TRAINERS = {
     "FitResult",
     "Floor",
     "GRAPH_RTOL",
+    "LEVERS",  # the lever table: each LoopConfig field's values and facts, declared once
+    "Lever",
     "LoopConfig",
     "MATMUL_PRECISION",
     "MATMUL_PRECISIONS",
@@ -36,6 +38,7 @@ TRAINERS = {
     "ReusedBuilds",
     "RunResult",
     "SYNC_MODES",
+    "TIE_ORDER",  # the levers the tie rule compares, most decisive first
     "Trainer",
     "TrainerError",
     "Twin",

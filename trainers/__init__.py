@@ -38,6 +38,7 @@ from trainers.gate import (
     parity_losses,
     required_test,
 )
+from trainers.levers import LEVERS, TIE_ORDER, Lever
 from trainers.loop import WindowCallback, run
 from trainers.measure import RunResult, Window, fingerprint, fingerprint_key
 from trainers.optim import prepare_optimizer
@@ -71,6 +72,7 @@ __all__ = [
     "COMPILE_MODES",
     "ENV_PREFIX",
     "GRAPH_RTOL",
+    "LEVERS",
     "MATMUL_PRECISION",
     "MATMUL_PRECISIONS",
     "OPTIMIZERS",
@@ -78,11 +80,13 @@ __all__ = [
     "PRESETS",
     "REFERENCE",
     "SYNC_MODES",
+    "TIE_ORDER",
     "CaptureError",
     "ConfigError",
     "Envelope",
     "FitResult",
     "Floor",
+    "Lever",
     "LoopConfig",
     "MatmulPrecision",
     "ParityVerdict",

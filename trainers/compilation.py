@@ -27,19 +27,15 @@ import torch
 from torch import nn
 
 from trainers.config import CompileMode, LoopConfig
+from trainers.levers import LEVERS
 
 CACHE_DIR_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
 
 COMPILE_WARMUP_STEPS: dict[str, int] = {
-    "none": 0,
-    "default": 1,
-    "max-autotune-no-cudagraphs": 1,
-    # Cudagraph trees run a compiled graph eagerly once, record it on the second call and
-    # replay from the third: both one-time steps stay out of the timed windows.
-    "reduce-overhead": 2,
+    str(option.value): option.warmup_steps for option in LEVERS["compile"].options
 }
-"""Warm-up steps a compile mode needs before its steps are steady; compiling the optimizer
-(optimizer="compiled") needs one."""
+"""Warm-up steps a compile mode needs before its steps are steady (the lever table's, where the
+reasons are); compiling the optimizer (optimizer="compiled") needs one."""
 
 _MAX_NOTES = 8
 
@@ -51,7 +47,10 @@ def compiles(config: LoopConfig) -> bool:
 
 def min_warmup_for_compile(config: LoopConfig) -> int:
     """The fewest warm-up steps that keep compilation out of the timed windows."""
-    return max(COMPILE_WARMUP_STEPS[config.compile], 1 if config.optimizer == "compiled" else 0)
+    return max(
+        COMPILE_WARMUP_STEPS[config.compile],
+        LEVERS["optimizer"].option(config.optimizer).warmup_steps,
+    )
 
 
 def compile_model(model: nn.Module, mode: CompileMode) -> nn.Module:

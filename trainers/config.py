@@ -11,96 +11,76 @@ Which settings combine is decided here, once: `LoopConfig` refuses an invalid co
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
-from typing import Any, Literal, get_args
+from collections.abc import Mapping
+from typing import Any
 
 from trainers.errors import ConfigError
+from trainers.levers import (
+    LEVERS,
+    MAX_BUCKET_CAP_MB,
+    MAX_PREFETCH,
+    MAX_STREAMS,
+    MAX_WORKERS,
+    Checkpointing,
+    CompileMode,
+    CompileScope,
+    OptimizerChoice,
+    Parallel,
+    SyncMode,
+)
 from trainers.precision import check_precision
 
-SyncMode = Literal["synchronize", "event", "query"]
-SYNC_MODES: tuple[str, ...] = get_args(SyncMode)
-CompileMode = Literal["none", "default", "max-autotune-no-cudagraphs", "reduce-overhead"]
-COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
-OptimizerChoice = Literal["as-built", "foreach", "fused", "compiled"]
-OPTIMIZERS: tuple[str, ...] = get_args(OptimizerChoice)
-CompileScope = Literal["model", "blocks"]
-COMPILE_SCOPES: tuple[str, ...] = get_args(CompileScope)
-Checkpointing = Literal["none", "blocks", "selective"]
-CHECKPOINTING: tuple[str, ...] = get_args(Checkpointing)
-Parallel = Literal["none", "ddp", "fsdp2"]
-PARALLELS: tuple[str, ...] = get_args(Parallel)
-MICRO_BATCHES: tuple[int, ...] = (1, 2, 4, 8)
-CHECKPOINT_SHARES: tuple[float, ...] = (0.25, 0.5, 1.0)
+__all__ = [
+    "CHECKPOINTING",
+    "CHECKPOINT_SHARES",
+    "COMPILE_MODES",
+    "COMPILE_SCOPES",
+    "DDP_FIELDS",
+    "FSDP_FIELDS",
+    "INERT",
+    "MAX_BUCKET_CAP_MB",
+    "MAX_PREFETCH",
+    "MAX_STREAMS",
+    "MAX_WORKERS",
+    "MICRO_BATCHES",
+    "OPTIMIZERS",
+    "PARALLELS",
+    "REFERENCE",
+    "SYNC_MODES",
+    "Checkpointing",
+    "CompileMode",
+    "CompileScope",
+    "LoopConfig",
+    "OptimizerChoice",
+    "Parallel",
+    "SyncMode",
+    "canonical",
+    "check_setting",
+    "device_error",
+    "field_names",
+    "invalid_reason",
+]
 
-MAX_STREAMS = 4
-MAX_PREFETCH = 4
-MAX_WORKERS = 32
-MAX_BUCKET_CAP_MB = 1024
+# The allowed values live in the lever table (`trainers.levers`); these are their public names.
+SYNC_MODES: tuple[str, ...] = LEVERS["sync_mode"].choices()
+COMPILE_MODES: tuple[str, ...] = LEVERS["compile"].choices()
+OPTIMIZERS: tuple[str, ...] = LEVERS["optimizer"].choices()
+COMPILE_SCOPES: tuple[str, ...] = LEVERS["compile_scope"].choices()
+CHECKPOINTING: tuple[str, ...] = LEVERS["activation_checkpointing"].choices()
+PARALLELS: tuple[str, ...] = LEVERS["parallel"].choices()
+MICRO_BATCHES: tuple[int, ...] = tuple(int(v) for v in LEVERS["micro_batches"].values())
+CHECKPOINT_SHARES: tuple[float, ...] = tuple(float(v) for v in LEVERS["checkpoint_share"].values())
+
 DDP_FIELDS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph")
 """DDP's own settings: they mean something with parallel='ddp' only."""
 FSDP_FIELDS = ("reshard_after_forward", "fsdp_prefetch")
 """FSDP2's own settings: they mean something with parallel='fsdp2' only."""
 
 
-def _check_int(field: str, value: object, low: int, high: int | None) -> None:
-    allowed = f"an integer >= {low}" if high is None else f"an integer in {low}..{high}"
-    # bool is an int subclass; True as a stream count is a typo, not a setting.
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(field, value, allowed)
-    if value < low or (high is not None and value > high):
-        raise ConfigError(field, value, allowed)
-
-
-def _check_bool(field: str, value: object) -> None:
-    if not isinstance(value, bool):
-        raise ConfigError(field, value, "true or false")
-
-
-def _check_choice(field: str, value: object, choices: tuple[str, ...]) -> None:
-    if not isinstance(value, str) or value not in choices:
-        raise ConfigError(field, value, f"one of {', '.join(choices)}")
-
-
-def _check_micro_batches(field: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value not in MICRO_BATCHES:
-        raise ConfigError(field, value, "one of " + ", ".join(map(str, MICRO_BATCHES)))
-
-
-def _check_share(field: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(field, value, "one of " + ", ".join(map(str, CHECKPOINT_SHARES)))
-    if value not in CHECKPOINT_SHARES:
-        raise ConfigError(field, value, "one of " + ", ".join(map(str, CHECKPOINT_SHARES)))
-
-
-_RULES: dict[str, Callable[[str, object], None]] = {
-    "num_streams": lambda f, v: _check_int(f, v, 1, MAX_STREAMS),
-    "sync_interval": lambda f, v: _check_int(f, v, 1, None),
-    "sync_mode": lambda f, v: _check_choice(f, v, SYNC_MODES),
-    "prefetch_depth": lambda f, v: _check_int(f, v, 0, MAX_PREFETCH),
-    "pin_memory": _check_bool,
-    "non_blocking": _check_bool,
-    "num_workers": lambda f, v: _check_int(f, v, 0, MAX_WORKERS),
-    "cuda_graph": _check_bool,
-    "compile": lambda f, v: _check_choice(f, v, COMPILE_MODES),
-    "optimizer": lambda f, v: _check_choice(f, v, OPTIMIZERS),
-    "micro_batches": _check_micro_batches,
-    "activation_checkpointing": lambda f, v: _check_choice(f, v, CHECKPOINTING),
-    "checkpoint_share": _check_share,
-    "compile_scope": lambda f, v: _check_choice(f, v, COMPILE_SCOPES),
-    "parallel": lambda f, v: _check_choice(f, v, PARALLELS),
-    "bucket_cap_mb": lambda f, v: _check_int(f, v, 1, MAX_BUCKET_CAP_MB),
-    "gradient_as_bucket_view": _check_bool,
-    "static_graph": _check_bool,
-    "reshard_after_forward": _check_bool,
-    "fsdp_prefetch": _check_bool,
-}
-
-
 def check_setting(field: str, value: object) -> None:
     """ConfigError naming `field` unless `value` is one of its allowed values, whatever the
     other settings are (the combinations are LoopConfig's to check)."""
-    _RULES[field](field, value)
+    LEVERS[field].check(value)
 
 
 INERT: dict[str, tuple[str, tuple[object, ...], object]] = {

@@ -63,6 +63,7 @@ from trainers.gate.trajectories import (
     trajectory,
     trajectory_length,
 )
+from trainers.levers import defaults_where
 from trainers.precision import Precision, check_precision_here
 from trainers.workloads import WorkloadFactory
 
@@ -106,23 +107,11 @@ whenever it owes its eager twin bit for bit."""
 GateTest = Literal["exact", "equivalence", "exact+equivalence"]
 GATE_TESTS: tuple[str, ...] = get_args(GateTest)
 
-NUMERICS_FIELDS: Mapping[str, object] = {
-    "compile": "none",
-    "optimizer": "as-built",
-    # Accumulating micro-batches sums the gradients in another order, and a block compiled on
-    # its own fuses other kernels than the whole model: both train the same model, neither bit
-    # for bit, so equivalence decides. So does activation checkpointing: an eager recompute runs
-    # the same kernels on the same inputs, bit for bit on a CPU, but on the H100 a checkpointed
-    # bf16 Llama-style decoder left the plain step's losses by 2e-5 at step 10
-    # (docs/benchmarks/gpu-tests-h100-2026-11-25-f111199.md): the backward's kernels are chosen
-    # for other buffers. An exact test would reject the lever on the models that need it.
-    "micro_batches": 1,
-    "compile_scope": "model",
-    "activation_checkpointing": "none",
-    "checkpoint_share": 1.0,
-}
-"""LoopConfig fields that may change the arithmetic, with the value that does not. Read with
-getattr, so a LoopConfig without them (before they land) counts as the default."""
+NUMERICS_FIELDS: Mapping[str, object] = defaults_where("equivalence")
+"""LoopConfig fields that may change the arithmetic, with the value that does not: the levers
+with a value of numerics class `equivalence` in the lever table (`trainers.levers`, which says
+why each is). Read with getattr, so a LoopConfig without them (before they land) counts as the
+default."""
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)

@@ -21,7 +21,15 @@ from typing import Any, Literal
 
 import optuna
 
-from trainers import ConfigError, LoopConfig, canonical, check_setting, field_names
+from trainers import (
+    LEVERS,
+    TIE_ORDER,
+    ConfigError,
+    LoopConfig,
+    canonical,
+    check_setting,
+    field_names,
+)
 from tuner.errors import SpaceError
 
 __all__ = [
@@ -307,49 +315,30 @@ class SearchSpace:
 # ordering and ids
 # --------------------------------------------------------------------------------------------
 
-_SYNC_MODE_RANK = {"synchronize": 0, "event": 1, "query": 2}
-
-_COMPILE_RANK = {"none": 0, "default": 1, "max-autotune-no-cudagraphs": 2, "reduce-overhead": 3}
-_OPTIMIZER_RANK = {"as-built": 0, "foreach": 1, "fused": 2, "compiled": 3}
-_PARALLEL_RANK = {"none": 0, "ddp": 1, "fsdp2": 2}
+_TIE_LEVERS = tuple(LEVERS[name] for name in TIE_ORDER)
+_OPTIMIZERS_BEYOND = LEVERS["optimizer"].ordered().partition(" < ")[2]
 
 SIMPLICITY_ORDER = (
-    "no data parallelism (none < ddp < fsdp2), then no compile "
-    "(none < default < max-autotune-no-cudagraphs < reduce-overhead), then the "
-    "optimizer as built (< foreach < fused < compiled), then "
+    f"no data parallelism ({LEVERS['parallel'].ordered()}), then no compile "
+    f"({LEVERS['compile'].ordered()}), then the "
+    f"optimizer as built (< {_OPTIMIZERS_BEYOND}), then "
     "fewer streams, then no CUDA graph, smaller prefetch_depth, fewer num_workers, "
-    "sync_mode synchronize < event < query, pin_memory off, non_blocking off, "
+    f"sync_mode {LEVERS['sync_mode'].ordered()}, pin_memory off, non_blocking off, "
     "smaller sync_interval, then the data-parallel settings at their defaults"
 )
-"""How `simplicity_key` orders configs, simplest first (for output)."""
+"""How `simplicity_key` orders configs, simplest first (for output): the lever table's
+`TIE_ORDER` and ranks, in words."""
 
 
 def simplicity_key(config: LoopConfig) -> tuple[int, ...]:
-    """Sort key, smaller = simpler, in the order of `SIMPLICITY_ORDER`.
+    """Sort key, smaller = simpler, in the order of `SIMPLICITY_ORDER`: the rank of each lever in
+    `trainers.levers.TIE_ORDER`, from the lever table.
 
     `LoopConfig()` (the PyTorch default) has the smallest key of every config: each component
     is at its minimum there. Compilation comes first: it costs a compile in every run that
     adopts it, and a tie should not ask a user to pay that for nothing.
     """
-    return (
-        _PARALLEL_RANK[config.parallel],
-        _COMPILE_RANK[config.compile],
-        _OPTIMIZER_RANK[config.optimizer],
-        config.num_streams,
-        int(config.cuda_graph),
-        config.prefetch_depth,
-        config.num_workers,
-        _SYNC_MODE_RANK[config.sync_mode],
-        int(config.pin_memory),
-        int(config.non_blocking),
-        config.sync_interval,
-        # Off the default, the data-parallel settings are one more thing a user must carry.
-        int(config.bucket_cap_mb != 25),
-        int(config.gradient_as_bucket_view),
-        int(config.static_graph),
-        int(not config.reshard_after_forward),
-        int(config.fsdp_prefetch),
-    )
+    return tuple(lever.rank(getattr(config, lever.name)) for lever in _TIE_LEVERS)
 
 
 # Settings added to LoopConfig after studies were stored: left out of a config's key while at

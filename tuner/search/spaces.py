@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainers import LoopConfig
+from trainers import COMPILE_MODES, LoopConfig
 from trainers.program import Program
 from tuner.errors import SpaceError
 from tuner.search.space import (
@@ -110,7 +110,7 @@ def compile_space(*, autotune: bool = True, auto: bool | None = None) -> SearchS
     other trials of those jobs, and it was never the recommendation.
     """
     full = full_space()
-    modes = ("none", "default", "max-autotune-no-cudagraphs", "reduce-overhead")
+    modes = COMPILE_MODES
     return SearchSpace(
         # `auto` (what a default run searches, and its default budget) with or without autotune.
         name=AUTO_GPU_SPACE if (not autotune if auto is None else auto) else "compile",

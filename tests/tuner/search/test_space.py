@@ -579,3 +579,23 @@ def test_a_long_planned_run_brings_max_autotune_into_the_default_gpu_space() -> 
     assert autotune not in modes(AUTOTUNE_TRAIN_STEPS - 1)
     assert autotune in modes(AUTOTUNE_TRAIN_STEPS)
     assert load_space("auto", cuda=False, train_steps=10**6) == load_space("full", cuda=False)
+
+
+def test_simplicity_key_reads_the_lever_tables_ranks_as_it_wrote_them_out() -> None:
+    # The ranks the tie rule used before the lever table held them: a tie must break the same way.
+    config = LoopConfig(
+        parallel="ddp",
+        compile="max-autotune-no-cudagraphs",
+        optimizer="fused",
+        num_streams=3,
+        prefetch_depth=2,
+        num_workers=4,
+        sync_mode="query",
+        pin_memory=True,
+        sync_interval=10,
+        bucket_cap_mb=50,
+        static_graph=True,
+    )
+    assert simplicity_key(config) == (1, 2, 2, 3, 0, 2, 4, 2, 1, 0, 10, 1, 0, 1, 0, 0)
+    assert simplicity_key(LoopConfig(parallel="fsdp2", reshard_after_forward=False))[-2] == 1
+    assert simplicity_key(LoopConfig(cuda_graph=True, compile="default"))[:5] == (0, 1, 0, 1, 1)
