@@ -448,32 +448,23 @@ def gate(
     workload's `envelope`.
     multiple, window, check_drift: the equivalence statistic's (`trainers.gate.equivalence.judge`).
     exact_steps: the exact tests' length where shorter than `steps` (`exact_length`).
-    A config in another precision is judged against a reference and a seed-to-seed envelope run
-    under `SEEDS_DETERMINISM`; the config's runs stay strict.
+    Another precision: the reference and its envelope run under `SEEDS_DETERMINISM`, it strict.
     """
     ref_precision = precision if reference_precision is None else reference_precision
     chosen = _chosen_test(config, test, precision, ref_precision)
     short = exact_length(config, chosen, steps, exact_steps)
     if envelope is not None:
         _check_envelope(envelope, preset=preset, steps=steps, seed=seed, precision=ref_precision)
-    if reference is None and envelope is not None:
-        reference = envelope.reference
+    reference = envelope.reference if reference is None and envelope is not None else reference
     common, reference_common = _run_arguments(
         steps=steps, seed=seed, device=device, precision=precision, reference=ref_precision
     )
     exact_common = {**common, "steps": short}
     fields = _run_fields(chosen, short, envelope, common, reference_common)
     reasons: list[str] = []
-    if probe is None:
-        probe = cached(workload, preset, device=device, precision=precision)
-    # Can two identical eager runs agree bit for bit here at all? Known (given or cached): asked
-    # before any exact test. Unknown: asked only if the exact comparison fails, since a config
-    # that matches bit for bit has shown it (`_unless_matched`); the probe is two eager runs.
-    ask_later = chosen != "equivalence" and probe is None and not fault_is_planted()
-    if chosen != "equivalence" and not ask_later:
-        chosen = _reproducible_or_skip(
-            workload, preset, config, probe, exact_common, fields, reasons, chosen
-        )
+    chosen, ask_later = _probe_first(
+        workload, preset, config, probe, exact_common, fields, reasons, chosen
+    )
     if reference is None:
         reference = parity_losses(workload, preset, REFERENCE, **reference_common)
     losses = parity_losses(workload, preset, config, **common)
@@ -486,7 +477,6 @@ def gate(
         )
     if chosen == "exact":
         return dataclasses.replace(compare(losses, reference, exact=True, tolerance=0.0), **fields)
-
     return _judged_equivalent(
         workload,
         preset,
@@ -709,6 +699,32 @@ def _reproducible_or_skip(
     fields["exact_skipped"] = skipped
     reasons.append(skipped)
     return "equivalence"
+
+
+def _probe_first(
+    workload: str | WorkloadFactory,
+    preset: str,
+    config: LoopConfig,
+    probe: Reproducibility | None,
+    common: Mapping[str, Any],
+    fields: dict[str, Any],
+    reasons: list[str],
+    chosen: GateTest,
+) -> tuple[GateTest, bool]:
+    """Can two identical eager runs agree bit for bit here at all? Known (given, or cached in
+    this process): asked now, before any exact test (`_reproducible_or_skip`). Unknown: asked
+    only if the exact comparison fails (`_unless_matched`), since a config that matches bit for
+    bit has shown it, and the probe is two eager runs. Returns the test left and whether the
+    probe waits. A planted fault never waits: the probe must refuse to run under it."""
+    if chosen == "equivalence":
+        return chosen, False
+    if probe is None:
+        probe = cached(workload, preset, device=common["device"], precision=common["precision"])
+    if probe is None and not fault_is_planted():
+        return chosen, True
+    return _reproducible_or_skip(
+        workload, preset, config, probe, common, fields, reasons, chosen
+    ), False
 
 
 def _unless_matched(

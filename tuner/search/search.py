@@ -256,24 +256,7 @@ def open_search(
     # Build the workload now: a bad --workload or --preset must fail before a study is stored.
     measurer.check()
     _check_precisions_here(options, measurer)
-    space = load_space(
-        options.space,
-        fix=options.fix,
-        cuda=measurer.device.type == "cuda",
-        parameters=measurer.parameters(),
-        train_steps=options.train_steps,
-    )
-    if not measurer.has_blocks():
-        space = without_block_levers(space)
-    options = _with_protocol(options, measurer, space.name, progress)
-    # N processes per trial: the data-parallel levers join the space (one: they stay off).
-    space = for_processes(
-        space,
-        options.nproc_per_node,
-        has_blocks=measurer.has_blocks(),
-        precision=options.precision,
-    )
-    space, options = _for_program(space, options, measurer, progress)
+    space, options = _space_for(options, measurer, progress)
     storage = storage or studies.open_storage(studies.storage_url(options.storage))
     name, info = _study_info(options, measurer, space)
     loaded = _load_artifacts(info["compile_cache"], progress)
@@ -309,6 +292,31 @@ def open_search(
     )
     search.compile_cache, search.artifacts_loaded = info["compile_cache"], loaded
     return search
+
+
+def _space_for(
+    options: RunOptions, measurer: Measurer, progress: Progress
+) -> tuple[SearchSpace, RunOptions]:
+    """The space this model, device and launch search (`options.space` with what the model
+    cannot take pinned off), and the options with the protocol that space measures with."""
+    space = load_space(
+        options.space,
+        fix=options.fix,
+        cuda=measurer.device.type == "cuda",
+        parameters=measurer.parameters(),
+        train_steps=options.train_steps,
+    )
+    if not measurer.has_blocks():
+        space = without_block_levers(space)
+    options = _with_protocol(options, measurer, space.name, progress)
+    # N processes per trial: the data-parallel levers join the space (one: they stay off).
+    space = for_processes(
+        space,
+        options.nproc_per_node,
+        has_blocks=measurer.has_blocks(),
+        precision=options.precision,
+    )
+    return _for_program(space, options, measurer, progress)
 
 
 def _load_artifacts(folder: str | None, progress: Progress) -> int:

@@ -152,21 +152,9 @@ class WorkloadRegistry:
             trainers.resolve_factory(target)
 
 
-def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
-    """What only the tuner knows: the workload and preset exist, the space and pins are valid.
-
-    Raises SpecError naming the field. The space is checked the way the run will read it.
-    """
-    try:  # a library family's own refusal (`hf:os`: no such kind) is the request's error
-        is_library_model(spec.workload)
-    except trainers.WorkloadError as exc:
-        raise SpecError(("workload",), str(exc), spec.workload) from exc
-    if not registry.knows(spec.workload):
-        raise SpecError(
-            ("workload",),
-            f"unknown workload {spec.workload!r}: allowed {registry.allowed()}",
-            spec.workload,
-        )
+def _check_precisions(spec: JobSpec) -> None:
+    """The job's precision is one of trainers.PRECISIONS, and the precisions it may choose
+    among go together (`check_allowed_precisions`)."""
     if spec.precision is not None and spec.precision not in trainers.PRECISIONS:
         raise SpecError(
             ("precision",),
@@ -183,6 +171,24 @@ def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
             )
         except trainers.ConfigError as exc:
             raise SpecError((exc.field,), str(exc), exc.value) from exc
+
+
+def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
+    """What only the tuner knows: the workload and preset exist, the space and pins are valid.
+
+    Raises SpecError naming the field. The space is checked the way the run will read it.
+    """
+    try:  # a library family's own refusal (`hf:os`: no such kind) is the request's error
+        is_library_model(spec.workload)
+    except trainers.WorkloadError as exc:
+        raise SpecError(("workload",), str(exc), spec.workload) from exc
+    if not registry.knows(spec.workload):
+        raise SpecError(
+            ("workload",),
+            f"unknown workload {spec.workload!r}: allowed {registry.allowed()}",
+            spec.workload,
+        )
+    _check_precisions(spec)
     if is_library_model(spec.workload) and spec.workload not in registry.plugins:
         try:  # the model exists, its library is installed, every option is allowed
             trainers.resolve_factory(spec.workload, spec.model_args)
