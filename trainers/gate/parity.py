@@ -462,9 +462,8 @@ def gate(
     exact_common = {**common, "steps": short}
     fields = _run_fields(chosen, short, envelope, common, reference_common)
     reasons: list[str] = []
-    chosen, ask_later = _probe_first(
-        workload, preset, config, probe, exact_common, fields, reasons, chosen
-    )
+    exact = _ExactTests(workload, preset, config, exact_common, fields, reasons)
+    chosen, ask_later = exact.probe_first(probe, chosen)
     if reference is None:
         reference = parity_losses(workload, preset, REFERENCE, **reference_common)
     losses = parity_losses(workload, preset, config, **common)
@@ -472,9 +471,7 @@ def gate(
         twin = Twin.measure(workload, config, preset=preset, runs=1, **exact_common)
     if ask_later:
         target = reference if chosen == "exact" else twin.losses  # type: ignore[union-attr]
-        chosen = _unless_matched(
-            workload, preset, config, (losses, target), exact_common, fields, reasons, chosen
-        )
+        chosen = exact.unless_matched(losses, target, chosen)
     if chosen == "exact":
         return dataclasses.replace(compare(losses, reference, exact=True, tolerance=0.0), **fields)
     return _judged_equivalent(
@@ -665,93 +662,79 @@ def reference_determinism(spread: str) -> Determinism:
     return SEEDS_DETERMINISM if spread == "seeds" else GATE_DETERMINISM
 
 
-def _reproducible_or_skip(
-    workload: str | WorkloadFactory,
-    preset: str,
-    config: LoopConfig,
-    probe: Reproducibility | None,
-    common: Mapping[str, Any],
-    fields: dict[str, Any],
-    reasons: list[str],
-    chosen: GateTest,
-) -> GateTest:
-    """The test left once the reproducibility probe has answered: `chosen` where the eager step
-    is bitwise reproducible (and, for a graph owed its twin's bits, where the one-stream graph
-    replays its twin), else "equivalence" with the skip recorded in `fields`/`reasons`."""
-    if probe is None:
-        probe = eager_reproducibility(workload, preset, **common)
-    else:
-        check_probe(probe, workload, preset, device=common["device"], precision=common["precision"])
-    fields.update(
-        eager_reproducible=probe.reproducible,
-        eager_first_difference=probe.first_difference,
-        eager_max_abs_difference=probe.max_abs_difference,
-    )
-    graph_owed_twin = chosen == "exact+equivalence" and config.cuda_graph
-    if graph_owed_twin and probe.graph_replays_twin is not None:
-        fields.update(
-            graph_replays_twin=probe.graph_replays_twin,
-            graph_first_difference=probe.graph_first_difference,
-        )
-    if probe.reproducible and not (graph_owed_twin and probe.graph_replays_twin is False):
+@dataclasses.dataclass(frozen=True)
+class _ExactTests:
+    """What `gate` asks before an exact test, for one config's runs (`common`: their arguments),
+    recording into the verdict's `fields` and `reasons`: whether two identical eager runs can
+    agree bit for bit here at all (the reproducibility probe), asked first where it is known and
+    otherwise only once the exact comparison fails."""
+
+    workload: str | WorkloadFactory
+    preset: str
+    config: LoopConfig
+    common: Mapping[str, Any]
+    fields: dict[str, Any]
+    reasons: list[str]
+
+    def probe_first(self, probe: Reproducibility | None, chosen: GateTest) -> tuple[GateTest, bool]:
+        """Known (given, or cached in this process): asked now, before any exact test. Unknown:
+        asked only if the exact comparison fails (`unless_matched`), since a config that matches
+        bit for bit has shown it, and the probe is two eager runs. Returns the test left and
+        whether the probe waits. A planted fault never waits: the probe must refuse under it."""
+        if chosen == "equivalence":
+            return chosen, False
+        if probe is None:
+            device, precision = self.common["device"], self.common["precision"]
+            probe = cached(self.workload, self.preset, device=device, precision=precision)
+        if probe is None and not fault_is_planted():
+            return chosen, True
+        return self.skip_unless_reproducible(probe, chosen), False
+
+    def unless_matched(
+        self, losses: Sequence[float], target: Sequence[float], chosen: GateTest
+    ) -> GateTest:
+        """The test left when the probe was not known before: `chosen` as it is where `losses`
+        match the exact test's `target` (the reference, or the eager twin's first run) bit for
+        bit over the target's length, for two runs that agree bit for bit have shown the
+        arithmetic reproducible; otherwise the probe decides, measured now, as it would have
+        before."""
+        if _first_difference(losses[: len(target)], target) is not None:
+            return self.skip_unless_reproducible(None, chosen)
+        if chosen == "exact":
+            # The config and the reference are two eager runs of the same arithmetic.
+            self.fields.update(eager_reproducible=True, eager_first_difference=None)
+            self.fields.update(eager_max_abs_difference=0.0)
         return chosen
-    skipped = probe.skipped_reason() if not probe.reproducible else probe.capture_skipped_reason()
-    fields["exact_skipped"] = skipped
-    reasons.append(skipped)
-    return "equivalence"
 
-
-def _probe_first(
-    workload: str | WorkloadFactory,
-    preset: str,
-    config: LoopConfig,
-    probe: Reproducibility | None,
-    common: Mapping[str, Any],
-    fields: dict[str, Any],
-    reasons: list[str],
-    chosen: GateTest,
-) -> tuple[GateTest, bool]:
-    """Can two identical eager runs agree bit for bit here at all? Known (given, or cached in
-    this process): asked now, before any exact test (`_reproducible_or_skip`). Unknown: asked
-    only if the exact comparison fails (`_unless_matched`), since a config that matches bit for
-    bit has shown it, and the probe is two eager runs. Returns the test left and whether the
-    probe waits. A planted fault never waits: the probe must refuse to run under it."""
-    if chosen == "equivalence":
-        return chosen, False
-    if probe is None:
-        probe = cached(workload, preset, device=common["device"], precision=common["precision"])
-    if probe is None and not fault_is_planted():
-        return chosen, True
-    return _reproducible_or_skip(
-        workload, preset, config, probe, common, fields, reasons, chosen
-    ), False
-
-
-def _unless_matched(
-    workload: str | WorkloadFactory,
-    preset: str,
-    config: LoopConfig,
-    runs: tuple[Sequence[float], Sequence[float]],
-    common: Mapping[str, Any],
-    fields: dict[str, Any],
-    reasons: list[str],
-    chosen: GateTest,
-) -> GateTest:
-    """The exact test left when the reproducibility probe was not known before: `chosen` as it
-    is where the config's losses match the exact test's target (the reference, or the eager
-    twin's first run) bit for bit over the target's length, for two runs that agree bit for bit
-    have shown the arithmetic reproducible; otherwise the probe decides (`_reproducible_or_skip`,
-    measured now), as it would have before."""
-    losses, target = runs
-    if _first_difference(losses[: len(target)], target) is not None:
-        return _reproducible_or_skip(
-            workload, preset, config, None, common, fields, reasons, chosen
+    def skip_unless_reproducible(self, probe: Reproducibility | None, chosen: GateTest) -> GateTest:
+        """The test left once the probe (None: measured now) has answered: `chosen` where the
+        eager step is bitwise reproducible (and, for a graph owed its twin's bits, where the
+        one-stream graph replays its twin), else "equivalence" with the skip recorded."""
+        common, fields = self.common, self.fields
+        if probe is None:
+            probe = eager_reproducibility(self.workload, self.preset, **common)
+        else:
+            device, precision = common["device"], common["precision"]
+            check_probe(probe, self.workload, self.preset, device=device, precision=precision)
+        fields.update(
+            eager_reproducible=probe.reproducible,
+            eager_first_difference=probe.first_difference,
+            eager_max_abs_difference=probe.max_abs_difference,
         )
-    if chosen == "exact":
-        # The config and the reference are two eager runs of the same arithmetic.
-        fields.update(eager_reproducible=True, eager_first_difference=None)
-        fields.update(eager_max_abs_difference=0.0)
-    return chosen
+        graph_owed_twin = chosen == "exact+equivalence" and self.config.cuda_graph
+        if graph_owed_twin and probe.graph_replays_twin is not None:
+            fields.update(
+                graph_replays_twin=probe.graph_replays_twin,
+                graph_first_difference=probe.graph_first_difference,
+            )
+        if probe.reproducible and not (graph_owed_twin and probe.graph_replays_twin is False):
+            return chosen
+        skipped = (
+            probe.skipped_reason() if not probe.reproducible else probe.capture_skipped_reason()
+        )
+        fields["exact_skipped"] = skipped
+        self.reasons.append(skipped)
+        return "equivalence"
 
 
 def _against_twin(
