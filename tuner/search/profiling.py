@@ -107,14 +107,19 @@ def profile_recommendation(
     profiler: Profiler,
     *,
     shared: SharedProfiles | None = None,
+    cut: Callable[[], str | None] | None = None,
 ) -> Recommendation:
-    """Profile the baselines and the recommended config, store them on the study, and return
+    """Profile the recommended config, then the baselines, store them on the study, and return
     the recommendation with the profiles' `verdicts` (name -> verdict) and `explanation`.
     `shared`: profiles an earlier study of the same inputs measured are copied from it (and
-    this study's are shared) instead of measured again."""
-    targets: dict[str, LoopConfig] = dict(baselines)
+    this study's are shared) instead of measured again. `cut` (optional), asked before each
+    profile is measured: a reason not to (the job's time) leaves it out, the reason recorded
+    in `profile_errors`; None goes on."""
+    targets: dict[str, LoopConfig] = {}
     if recommendation.config is not None:
+        # First: where a cut leaves profiles out, the recommendation's own explains the most.
         targets[PROFILE_RECOMMENDED] = LoopConfig.from_dict(recommendation.config)
+    targets.update(baselines)
     verdicts: dict[str, Verdict] = {}
     errors: dict[str, str] = {}
     for name, config in targets.items():
@@ -126,6 +131,10 @@ def profile_recommendation(
             copy = {**known, "seconds": 0.0}
             study.set_user_attr(f"{PROFILE_PREFIX}{name}", copy)
             verdicts[name] = verdict(Profile.from_attrs(copy))
+            continue
+        reason = cut() if cut is not None else None
+        if reason is not None:
+            errors[name] = f"not profiled: {reason}"
             continue
         try:
             prof = profiler(config) if chosen is None else profiler(config, precision=chosen)

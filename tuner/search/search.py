@@ -56,6 +56,7 @@ from tuner.search.defaults import (
     AUTO_PATIENCE,
     AUTO_SCALE_BUDGET_S,
     AUTO_SEARCH_BUDGET_S,
+    SCALE_PROFILE_UNTIL_S,
     SCALE_WINDOW_STEPS,
 )
 from tuner.search.gate import GateVerdict
@@ -556,6 +557,12 @@ class Search:
 
     # -- baselines -------------------------------------------------------------------------
     def measure_baselines(self, phase: str) -> None:
+        if phase == "start" and self.space.name == SCALE_SPACE:
+            # The start measurement is the base of the baselines' drift, which a scale job never
+            # reaches (4-7 trials on the 0.4-1.1B rows at 1cda6b8, drift every 10), and it cost
+            # 60-90 s of such a job; the final round measures the baselines, interleaved.
+            self.progress.phase("baselines: measured in the final round (the scale space)")
+            return
         self.baselines.measure(phase)
         self._store_time()
 
@@ -650,6 +657,23 @@ class Search:
             and verdict.get("passed") is False
         }
 
+    def _profile_cut(self) -> Callable[[], str | None] | None:
+        """On the scale space with `--profile baselines`: no profile starts after
+        `SCALE_PROFILE_UNTIL_S` of the job (`tuner.search.defaults` says why)."""
+        if self.space.name != SCALE_SPACE or self.options.profile == "all":
+            return None
+
+        def cut() -> str | None:
+            wall = self.clock.wall_s
+            if wall < SCALE_PROFILE_UNTIL_S:
+                return None
+            return (
+                f"the job had run {wall:.0f} s; on the scale space profiles start only in its "
+                f"first {SCALE_PROFILE_UNTIL_S:.0f} s (--profile all takes every one)"
+            )
+
+        return cut
+
     def decide(self) -> Recommendation:
         """The final round, the profiles, and the recommendation stored on the study, with the
         time each phase of the study took so far."""
@@ -676,6 +700,17 @@ class Search:
                     self.traces,
                     self._children.profiler,
                     shared=self.shared_profiles,
+                    cut=self._profile_cut(),
+                )
+            left_out = [
+                name
+                for name, error in (recommendation.profile_errors or {}).items()
+                if error.startswith("not profiled")
+            ]
+            if left_out:
+                self.progress.phase(
+                    f"profiles of {', '.join(left_out)} not taken: the job passed "
+                    f"{SCALE_PROFILE_UNTIL_S:.0f} s (--profile all takes them)"
                 )
             copied = [
                 name

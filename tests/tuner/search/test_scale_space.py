@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import trainers
+from tests.tuner.tiny import load, options, run_json, sqlite_url
 from tuner.errors import SpaceError
+from tuner.search import search as search_module
 from tuner.search.spaces import SCALE_PARAMS, load_space, scale_space
 from tuner.search.stages import SCALE_CORNERS, first_stage
+from tuner.store import keys
+from tuner.store import storage as studies
 
 
 @pytest.mark.parametrize(
@@ -96,3 +102,42 @@ def test_a_float_setting_is_read_as_a_number_from_pins_and_the_environment() -> 
     config = trainers.LoopConfig(activation_checkpointing="blocks", checkpoint_share=0.25)
     env = {f"STREAMTUNE_{k.upper()}": str(v) for k, v in config.to_dict().items()}
     assert trainers.config_from_env(env) == config
+
+
+def _baseline_phases(storage: str, study: str) -> list[str]:
+    entries = studies.entries(load(storage, study), keys.BASELINE_PREFIX)
+    return sorted(str(e.get("phase")) for e in entries.values())
+
+
+def test_a_scale_job_measures_its_baselines_in_the_final_round_only(tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    # num_workers pinned: the scale space feeds from worker processes, slow to start on a CPU.
+    fix = ("num_workers=0", "compile=none", "compile_scope=model")
+    rec = run_json(options(storage, "scale", trials=2, space="scale", fix=fix))
+    assert _baseline_phases(storage, "scale") == []
+    # Still measured, interleaved with the finalists: the speedups over both come from there.
+    assert {"pytorch-default", "seed-baseline"} <= set(rec["speedup"])
+    run_json(options(storage, "full", trials=2))
+    assert _baseline_phases(storage, "full") == ["start", "start"]
+
+
+def test_late_profiles_on_the_scale_space_are_left_out_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = sqlite_url(tmp_path)
+    fix = ("num_workers=0", "compile=none", "compile_scope=model")
+    # A job always past the cut: not one profile starts, and each says why.
+    monkeypatch.setattr(search_module, "SCALE_PROFILE_UNTIL_S", 0.0)
+    late = run_json(options(storage, "late", trials=2, space="scale", fix=fix, profile="baselines"))
+    assert set(late["profile_errors"]) == {"recommended", "pytorch-default", "seed-baseline"}
+    assert all("not profiled: the job had run" in e for e in late["profile_errors"].values())
+    assert not late["verdicts"]
+    # --profile all takes every one whatever the time; so does a job inside the cut.
+    every = run_json(options(storage, "all", trials=2, space="scale", fix=fix, profile="all"))
+    assert not every.get("profile_errors")
+    assert {"recommended", "pytorch-default", "seed-baseline"} <= set(every["verdicts"])
+    monkeypatch.setattr(search_module, "SCALE_PROFILE_UNTIL_S", 1e9)
+    early = run_json(
+        options(storage, "early", trials=2, space="scale", fix=fix, profile="baselines")
+    )
+    assert not early.get("profile_errors") and len(early["verdicts"]) == 3
