@@ -37,14 +37,20 @@ first trial starts lets the last corner start and no fifth trial, and the job an
 13 minutes with its final round and profiles (issue 32's aim: 15). Without a budget that job ran
 40 trials, 25 of them after the fastest had been found (tests/tuner/search/test_search.py
 replays it)."""
-SCALE_PROFILE_UNTIL_S = 800.0
+SCALE_JOB_AIM_S = 900.0
 """On the scale space, with `--profile baselines` (the default), a profile after the decision
-starts only while the job has run less than this (`tuner.search.Search.decide`; `--profile all`
-takes every one). The recommended config is profiled first. Issue 47 asks for a 1B job in at
-most 900 s; at 1cda6b8 on four H100s the three profiles (the recommended config and both
-baselines) took 147-249 s of jobs of 766-1,096 s, so about 50-85 s each, and the jobs reached
-them after 600-900 s (docs/benchmarks/raw/heldout-h100x4-2026-11-26-1cda6b8/). 800 s leaves one
-profile of that length inside the 900."""
+starts only where its expected cost still ends the job inside this (`tuner.search.Search.decide`;
+`--profile all` takes every one): issue 47 asks for a 1B job in at most 900 s. The baselines are
+profiled first, as they are cheap, then the recommended config."""
+PROFILE_CHILD_S = 40.0
+"""Expected seconds to start the profiles' child process and build the workload in it: 31.7 s
+at 0.4B, 38.7 s at 1.1B (the profile phase less its profiles' own seconds, one H100 each, at
+dac6cd4: docs/benchmarks/raw/heldout-h100x4-2026-11-27-dac6cd4/)."""
+PROFILE_EAGER_S = 20.0
+"""Expected seconds of one profile of an eager config (a baseline): 12.9-13.2 s at 0.4B there."""
+PROFILE_COMPILED_S = 150.0
+"""Expected seconds of one profile of a compiled config: the child compiles it again (Inductor's
+disk cache warm; Dynamo and AOTAutograd run anew), 68 s at 0.4B, 122-130 s at 1.1B there."""
 AUTO_PATIENCE = 4
 """The patience of a job on the default space on a GPU (the scale space too) given no --patience:
 trials stop starting once this many complete trials in a row have not beaten the best by more than

@@ -99,6 +99,32 @@ class SharedProfiles:
         self.retry.call(lambda: self.memo.set_user_attr(key, value), what=f"sharing {key}")
 
 
+def time_cut(
+    wall: Callable[[], float],
+    aim_s: float,
+    *,
+    child_s: float,
+    eager_s: float,
+    compiled_s: float,
+) -> Callable[[LoopConfig, bool], str | None]:
+    """A `cut` for `profile_recommendation`: a profile starts only where the job's time so far
+    (`wall()`) and its expected cost (`eager_s` or `compiled_s`, by the config's compile, and
+    `child_s` for the child process when no profile ran before it) end inside `aim_s`."""
+
+    def cut(config: LoopConfig, child_started: bool) -> str | None:
+        expected = eager_s if config.compile == "none" else compiled_s
+        expected += 0.0 if child_started else child_s
+        so_far = wall()
+        if so_far + expected <= aim_s:
+            return None
+        return (
+            f"the job had run {so_far:.0f} s and this profile takes about {expected:.0f} s; "
+            f"on the scale space profiles fit in {aim_s:.0f} s (--profile all takes every one)"
+        )
+
+    return cut
+
+
 def profile_recommendation(
     study: optuna.Study,
     recommendation: Recommendation,
@@ -107,19 +133,18 @@ def profile_recommendation(
     profiler: Profiler,
     *,
     shared: SharedProfiles | None = None,
-    cut: Callable[[], str | None] | None = None,
+    cut: Callable[[LoopConfig, bool], str | None] | None = None,
 ) -> Recommendation:
-    """Profile the recommended config, then the baselines, store them on the study, and return
+    """Profile the baselines, then the recommended config, store them on the study, and return
     the recommendation with the profiles' `verdicts` (name -> verdict) and `explanation`.
     `shared`: profiles an earlier study of the same inputs measured are copied from it (and
     this study's are shared) instead of measured again. `cut` (optional), asked before each
-    profile is measured: a reason not to (the job's time) leaves it out, the reason recorded
-    in `profile_errors`; None goes on."""
-    targets: dict[str, LoopConfig] = {}
+    profile is measured with its config and whether a profile was measured before it: a reason
+    not to (the job's time) leaves it out, the reason recorded in `profile_errors`; None goes on."""
+    targets: dict[str, LoopConfig] = dict(baselines)
     if recommendation.config is not None:
-        # First: where a cut leaves profiles out, the recommendation's own explains the most.
         targets[PROFILE_RECOMMENDED] = LoopConfig.from_dict(recommendation.config)
-    targets.update(baselines)
+    measured = False
     verdicts: dict[str, Verdict] = {}
     errors: dict[str, str] = {}
     for name, config in targets.items():
@@ -132,10 +157,11 @@ def profile_recommendation(
             study.set_user_attr(f"{PROFILE_PREFIX}{name}", copy)
             verdicts[name] = verdict(Profile.from_attrs(copy))
             continue
-        reason = cut() if cut is not None else None
+        reason = cut(config, measured) if cut is not None else None
         if reason is not None:
             errors[name] = f"not profiled: {reason}"
             continue
+        measured = True
         try:
             prof = profiler(config) if chosen is None else profiler(config, precision=chosen)
         except Exception as exc:  # noqa: BLE001 - recorded; the recommendation stands

@@ -56,7 +56,10 @@ from tuner.search.defaults import (
     AUTO_PATIENCE,
     AUTO_SCALE_BUDGET_S,
     AUTO_SEARCH_BUDGET_S,
-    SCALE_PROFILE_UNTIL_S,
+    PROFILE_CHILD_S,
+    PROFILE_COMPILED_S,
+    PROFILE_EAGER_S,
+    SCALE_JOB_AIM_S,
     SCALE_WINDOW_STEPS,
 )
 from tuner.search.gate import GateVerdict
@@ -657,22 +660,19 @@ class Search:
             and verdict.get("passed") is False
         }
 
-    def _profile_cut(self) -> Callable[[], str | None] | None:
-        """On the scale space with `--profile baselines`: no profile starts after
-        `SCALE_PROFILE_UNTIL_S` of the job (`tuner.search.defaults` says why)."""
+    def _profile_cut(self) -> Callable[[LoopConfig, bool], str | None] | None:
+        """On the scale space with `--profile baselines`: a profile starts only where its
+        expected cost ends the job inside `SCALE_JOB_AIM_S` (`tuner.search.defaults` says why
+        and what each costs)."""
         if self.space.name != SCALE_SPACE or self.options.profile == "all":
             return None
-
-        def cut() -> str | None:
-            wall = self.clock.wall_s
-            if wall < SCALE_PROFILE_UNTIL_S:
-                return None
-            return (
-                f"the job had run {wall:.0f} s; on the scale space profiles start only in its "
-                f"first {SCALE_PROFILE_UNTIL_S:.0f} s (--profile all takes every one)"
-            )
-
-        return cut
+        return profiling.time_cut(
+            lambda: self.clock.wall_s,
+            SCALE_JOB_AIM_S,
+            child_s=PROFILE_CHILD_S,
+            eager_s=PROFILE_EAGER_S,
+            compiled_s=PROFILE_COMPILED_S,
+        )
 
     def decide(self) -> Recommendation:
         """The final round, the profiles, and the recommendation stored on the study, with the
@@ -709,8 +709,8 @@ class Search:
             ]
             if left_out:
                 self.progress.phase(
-                    f"profiles of {', '.join(left_out)} not taken: the job passed "
-                    f"{SCALE_PROFILE_UNTIL_S:.0f} s (--profile all takes them)"
+                    f"profiles of {', '.join(left_out)} not taken: they would end the job after "
+                    f"{SCALE_JOB_AIM_S:.0f} s (--profile all takes them)"
                 )
             copied = [
                 name

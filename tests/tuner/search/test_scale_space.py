@@ -8,7 +8,9 @@ import pytest
 
 import trainers
 from tests.tuner.tiny import load, options, run_json, sqlite_url
+from trainers import LoopConfig
 from tuner.errors import SpaceError
+from tuner.search import profiling
 from tuner.search import search as search_module
 from tuner.search.spaces import SCALE_PARAMS, load_space, scale_space
 from tuner.search.stages import SCALE_CORNERS, first_stage
@@ -127,7 +129,7 @@ def test_late_profiles_on_the_scale_space_are_left_out_with_the_reason(
     storage = sqlite_url(tmp_path)
     fix = ("num_workers=0", "compile=none", "compile_scope=model")
     # A job always past the cut: not one profile starts, and each says why.
-    monkeypatch.setattr(search_module, "SCALE_PROFILE_UNTIL_S", 0.0)
+    monkeypatch.setattr(search_module, "SCALE_JOB_AIM_S", 0.0)
     late = run_json(options(storage, "late", trials=2, space="scale", fix=fix, profile="baselines"))
     assert set(late["profile_errors"]) == {"recommended", "pytorch-default", "seed-baseline"}
     assert all("not profiled: the job had run" in e for e in late["profile_errors"].values())
@@ -136,8 +138,22 @@ def test_late_profiles_on_the_scale_space_are_left_out_with_the_reason(
     every = run_json(options(storage, "all", trials=2, space="scale", fix=fix, profile="all"))
     assert not every.get("profile_errors")
     assert {"recommended", "pytorch-default", "seed-baseline"} <= set(every["verdicts"])
-    monkeypatch.setattr(search_module, "SCALE_PROFILE_UNTIL_S", 1e9)
+    monkeypatch.setattr(search_module, "SCALE_JOB_AIM_S", 1e9)
     early = run_json(
         options(storage, "early", trials=2, space="scale", fix=fix, profile="baselines")
     )
     assert not early.get("profile_errors") and len(early["verdicts"]) == 3
+
+
+def test_a_profile_starts_only_where_its_expected_cost_ends_the_job_inside_the_aim() -> None:
+    now = [720.0]
+    cut = profiling.time_cut(lambda: now[0], 900.0, child_s=40.0, eager_s=20.0, compiled_s=150.0)
+    eager, compiled = LoopConfig(), LoopConfig(compile="default")
+    # The first profile also starts the child: 720 + 40 + 20 fits, 720 + 40 + 150 does not.
+    assert cut(eager, False) is None
+    refused = cut(compiled, False)
+    assert refused is not None and "720 s" in refused and "190 s" in refused
+    # With the child running, the compiled one fits until 750 s of the job.
+    assert cut(compiled, True) is None
+    now[0] = 750.5
+    assert cut(compiled, True) is not None and cut(eager, True) is None
