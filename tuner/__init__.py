@@ -42,10 +42,10 @@ _LAZY = {
     "Recommendation": "tuner.evidence.recommendation",
     "BASELINES": "tuner.search.options",
     "RunOptions": "tuner.search.options",
-    "run_study": "tuner.search.search",
-    "SearchSpace": "tuner.search.space",
-    "load_space": "tuner.search.spaces",
-    "space_from_mapping": "tuner.search.spaces",
+    "run_study": "tuner.search.study",
+    "SearchSpace": "tuner.search.spaces.space",
+    "load_space": "tuner.search.spaces.named",
+    "space_from_mapping": "tuner.search.spaces.named",
     "JobStore": "tuner.service.jobstore",
     "WorkerSettings": "tuner.service.settings",
     "JobSpec": "tuner.service.spec",
@@ -59,9 +59,9 @@ if TYPE_CHECKING:
     from tuner.evidence.reader import StudyReader, list_studies, load_config, recommendation
     from tuner.evidence.recommendation import Recommendation
     from tuner.search.options import BASELINES, RunOptions
-    from tuner.search.search import run_study
-    from tuner.search.space import SearchSpace
-    from tuner.search.spaces import load_space, space_from_mapping
+    from tuner.search.spaces.named import load_space, space_from_mapping
+    from tuner.search.spaces.space import SearchSpace
+    from tuner.search.study import run_study
     from tuner.service.jobstore import JobStore
     from tuner.service.settings import WorkerSettings
     from tuner.service.spec import JobSpec, WorkloadRegistry

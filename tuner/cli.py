@@ -13,7 +13,7 @@ from rich.console import Console
 
 from tuner.errors import SpaceError, TunerError
 from tuner.evidence import progress
-from tuner.search.defaults import (
+from tuner.search.proposing.defaults import (
     AUTO_PATIENCE,
     AUTO_SCALE_BUDGET_S,
     AUTO_SEARCH_BUDGET_S,
@@ -486,7 +486,7 @@ def _tune(flags: dict[str, Any], show: Any) -> tuple[Recommendation, NodeSummary
         f"tuning {workload} / {flags['preset']} on device {flags['device']}: loading PyTorch "
         "and Optuna"
     )
-    from tuner.search.search import run_study
+    from tuner.search.study import run_study
     from tuner.store import storage as studies
 
     options = _run_options(flags, workload)
@@ -519,7 +519,7 @@ def _gpus(flags: dict[str, Any]) -> tuple[int, NodeDevices | None]:
 
 def _run_options(flags: dict[str, Any], workload: str) -> RunOptions:
     """`run`'s flags as the search's `RunOptions` (which checks them)."""
-    from tuner.search.measure import Protocol
+    from tuner.search.measuring.measure import Protocol
     from tuner.search.options import RunOptions
 
     return RunOptions(

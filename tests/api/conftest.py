@@ -16,7 +16,7 @@ from api.app import create_app
 from api.settings import ApiSettings
 from tests.api.helpers import ADMIN_TOKEN, AUTH, OTHER_TOKEN, SMALL, TINY_JOB, TOKEN, sqlite_url
 from tuner.search.options import RunOptions
-from tuner.search.search import run_study
+from tuner.search.study import run_study
 from tuner.service.settings import WorkerSettings
 from tuner.service.worker import Worker
 

@@ -13,11 +13,11 @@ import optuna
 import pytest
 import torch
 from optuna.trial import TrialState
+from tuner.search.measure import Measurer, Protocol
 
 import trainers
 from benchmarks import peers
 from trainers import LoopConfig
-from tuner.search.measure import Measurer, Protocol
 from tuner.store import keys
 
 

@@ -158,8 +158,8 @@ def test_the_default_search_budget_keeps_a_programs_profiles_off(
     """On a GPU, `python -m tuner run` gives the default space a search budget; that must not
     bring back the profiles a program's job turns off (it did, and the job failed after its
     final round on the H100). The CPU's space gets no budget, so one is forced here."""
-    from tuner.search import search
-    from tuner.search.measure import Protocol
+    from tuner.search import study as search
+    from tuner.search.measuring.measure import Protocol
     from tuner.search.options import RunOptions
 
     monkeypatch.setattr(search, "search_budget", lambda timeout_s, space_name: 600.0)

@@ -127,10 +127,10 @@ def test_float8_on_a_llama_style_decoder() -> None:
 
 
 def test_the_gate_judges_compiled_float8_against_bf16s_seed_to_seed_envelope() -> None:
-    """The cross-precision gate as a tuning job runs it (`tuner.search.gate.run_parts`): the
+    """The cross-precision gate as a tuning job runs it (`tuner.search.gating.gate.run_parts`): the
     bf16 reference and 4 other seeds under the process's own kernels, 60 steps judged for
     equivalence, the twin's bits (float8, the reference's loop settings) over the first 10."""
-    from tuner.search.gate import CrossPrecision, run_parts
+    from tuner.search.gating.gate import CrossPrecision, run_parts
 
     config = LoopConfig(compile="default", **FEED)
     run = run_parts(

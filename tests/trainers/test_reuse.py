@@ -15,7 +15,7 @@ from trainers.gate import Envelope, Perturbation, trajectory
 from trainers.workloads import SyntheticBatches, adam
 from trainers.workloads.mlp import classification_loss
 from trainers.workloads.reuse import ReusedBuilds
-from tuner.search.gate import run_parts
+from tuner.search.gating.gate import run_parts
 
 
 class Noise(nn.Module):

@@ -11,7 +11,7 @@ import pytest
 from tests.tuner.tiny import options, sqlite_url
 from tuner.evidence.recommendation import Recommendation
 from tuner.search.options import RunOptions
-from tuner.search.search import run_study
+from tuner.search.study import run_study
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ import typer.main
 
 import trainers
 from tuner.cli import FLAGS, app
-from tuner.search.measure import Protocol
+from tuner.search.measuring.measure import Protocol
 from tuner.search.options import RunOptions
 
 COMMANDS = typer.main.get_command(app).commands  # type: ignore[attr-defined]
@@ -111,7 +111,7 @@ def test_a_wrong_default_would_be_seen() -> None:
 
 def test_run_leaves_the_window_to_the_job_only_when_not_given() -> None:
     from tuner import cli
-    from tuner.search.defaults import DEFAULT_WINDOW_STEPS
+    from tuner.search.proposing.defaults import DEFAULT_WINDOW_STEPS
 
     flags = {p.name: p.default for p in COMMANDS["run"].params if p.name is not None}
     default = cli._run_options(flags, "mlp")

@@ -22,13 +22,14 @@ from tests.tuner.test_cli_run import run_main
 from tests.tuner.tiny import sqlite_url
 from trainers import ConfigError, LoopConfig
 from tuner.errors import SpaceError
-from tuner.search.dpprofile import DataParallelProfiler
-from tuner.search.measure import Failure, Measurer, Protocol
+from tuner.search.deciding.dpprofile import DataParallelProfiler
+from tuner.search.measuring.measure import Failure, Measurer, Protocol
 from tuner.search.options import BASELINES, RunOptions, baselines_for
-from tuner.search.screen import screening
-from tuner.search.space import config_key
-from tuner.search.spaces import DATA_PARALLEL_LEVERS, for_processes, load_space
-from tuner.search.stages import first_stage
+from tuner.search.proposing.screen import screening
+from tuner.search.proposing.stages import first_stage
+from tuner.search.spaces.named import load_space
+from tuner.search.spaces.processes import DATA_PARALLEL_LEVERS, for_processes
+from tuner.search.spaces.space import config_key
 from tuner.store import keys
 
 REPO = Path(__file__).resolve().parents[2]
@@ -198,7 +199,7 @@ def test_a_two_process_study_tunes_end_to_end_through_the_cli(tmp_path: Path) ->
     trial = study.trials[0]
     assert trial.user_attrs["config"]["parallel"] in ("ddp", "fsdp2")
     # The trial, and each final-round entry that could tie with the fastest (a baseline that
-    # cannot is not gated: `decide._eligible`), went through the data-parallel gate: the ranks
+    # cannot is not gated: `recommend._eligible`), went through the data-parallel gate: the ranks
     # agreed and the losses stayed inside the single-process envelope.
     verdicts = [v for k, v in study.user_attrs.items() if k.startswith(keys.PARITY_PREFIX)]
     assert 1 <= len(verdicts) <= 3

@@ -7,9 +7,9 @@ from typing import Any
 
 import optuna
 
-from tuner.search.measure import Protocol
+from tuner.search.measuring.measure import Protocol
 from tuner.search.options import RunOptions
-from tuner.search.search import run_study
+from tuner.search.study import run_study
 
 PROTOCOL = Protocol(warmup=1, windows=3, window_steps=2)
 WORKLOADS = "tests.tuner.workloads_for_tests"

@@ -133,7 +133,7 @@ class Envelope:
         eps None: `rounding_eps(precision, torch.get_float32_matmul_precision())`.
         config: the reference's config (the loop's `REFERENCE`; a data-parallel run is judged
         against one process accumulating the ranks' shards as micro-batches,
-        `tuner.search.dpgate`).
+        `tuner.search.gating.dpgate`).
         spread: "rounding" (the K runs perturbed in their last bit) or "seeds" (trained from K
         other seeds: the envelope a config in another precision is judged against).
         determinism: every run's (`trajectory`; None: the gate's, strict). `strict` records

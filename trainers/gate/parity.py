@@ -374,8 +374,8 @@ def compare(
     losses: Sequence[float], reference: Sequence[float], *, exact: bool, tolerance: float
 ) -> ParityVerdict:
     """Compare two loss trajectories step by step: bit for bit (`exact`), or, legacy, within a
-    relative `tolerance` per step (`tuner/search/isolated.py` still uses that for graph configs;
-    `gate` replaces it)."""
+    relative `tolerance` per step (`tuner/search/gating/isolated.py` still uses that for graph
+    configs; `gate` replaces it)."""
     if len(losses) != len(reference):
         return ParityVerdict(
             passed=False,

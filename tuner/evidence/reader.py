@@ -48,7 +48,7 @@ def list_studies(storage_url: str) -> list[dict[str, Any]]:
     rows = []
     for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
         if summary.study_name.startswith(keys.MEMO_PREFIX):
-            continue  # the gate's shared verdicts (tuner.search.memo), not a study of trials
+            continue  # the gate's shared verdicts (tuner.search.gating.memo), not a study of trials
         study = optuna.load_study(study_name=summary.study_name, storage=storage)
         meta = study.user_attrs.get(keys.META, {})
         rec = study.user_attrs.get(keys.RECOMMENDATION)
@@ -98,7 +98,7 @@ class StudyReader:
         return build_report(optuna.load_study(study_name=name, storage=self.storage))
 
     def names(self) -> list[str]:
-        # The gate's shared verdicts (tuner.search.memo) are not a study of trials.
+        # The gate's shared verdicts (tuner.search.gating.memo) are not a study of trials.
         return sorted(
             s.study_name
             for s in self.storage.get_all_studies()

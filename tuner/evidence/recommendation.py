@@ -1,7 +1,7 @@
 """`Recommendation`: what the tuner recommends for a study, typed, with its JSON round trip.
 
-`tuner.search.decide` builds one after the final round; the search adds the profiles' verdicts
-and explanation (`with_evidence`) and stores `to_dict()` on the study (`tuner.store.keys.
+`tuner.search.deciding.decide` builds one after the final round; the search adds the profiles'
+verdicts and explanation (`with_evidence`) and stores `to_dict()` on the study (`tuner.store.keys.
 RECOMMENDATION`) and on a job's row. Every reader (`best`, `export`, `studies`, the report, the
 API) goes through `Recommendation.from_dict`, so the JSON has one shape: `from_dict(r.to_dict())
 == r`, and a dict stored by an earlier version (fewer keys) still reads.
@@ -95,7 +95,8 @@ STUDY_FIELDS = (
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Recommendation:
-    """The outcome of a study's final round (see `tuner.search.decide` for how it is decided).
+    """The outcome of a study's final round (see `tuner.search.deciding.decide` for how it is
+    decided).
 
     `config` is None when no config passed the correctness gate (and the memory cap): `reason`
     says why. Speedups are over each baseline measured in the same final round.

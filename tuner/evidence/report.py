@@ -617,7 +617,7 @@ def _profile_row(name: str, p: Mapping[str, Any], v: Any) -> tuple[str, ...]:
 
 def _trace_cell(p: Mapping[str, Any]) -> str:
     """The trace's file, and the study that profiled it when this one copied it (a profile
-    shared between studies of the same inputs: `tuner.search.profiling.SharedProfiles`)."""
+    shared between studies of the same inputs: `tuner.search.deciding.profiling.SharedProfiles`)."""
     file = str(p.get("artifact_file") or "-")
     origin = p.get("shared_from")
     return f"{file} (profiled by study {origin})" if origin else file

@@ -318,7 +318,8 @@ def profile_from_trace(
 ) -> Profile:
     """The Profile of a run of three windows of `steps` whose third was recorded into the
     Chrome trace `raw` (this process's run, or rank 0's of a data-parallel launch:
-    `tuner.search.dpprofile`); `started` is the perf_counter time the profiled run began."""
+    `tuner.search.deciding.dpprofile`); `started` is the perf_counter time the profiled run
+    began."""
     cuda = dev.type == "cuda"
     trace = _scrub(json.loads(raw))
     figures = analyze_trace(trace, steps=steps, cuda=cuda)

@@ -16,8 +16,8 @@ from trainers import LoopConfig
 from trainers.program import PREFIX as PROGRAM_PREFIX
 from trainers.program import check_nproc
 from tuner.evidence.progress import TrialReport
-from tuner.search.measure import Protocol
-from tuner.search.screen import SCREEN_MODES
+from tuner.search.measuring.measure import Protocol
+from tuner.search.proposing.screen import SCREEN_MODES
 from tuner.store.storage import precision_of
 
 _T = TypeVar("_T")
@@ -53,7 +53,7 @@ class RunOptions:
     timeout_s: float | None = None
     space: str | Mapping[str, Any] = "auto"
     """"auto" (compile on a GPU, full on a CPU), "full", "streams", "compile", a .json path, or
-    a mapping (see `tuner.search.spaces.load_space`)."""
+    a mapping (see `tuner.search.spaces.named.load_space`)."""
     fix: tuple[str, ...] | Mapping[str, Any] = ()
     """Pins: "name=value" strings (`--fix`) or a mapping of typed values (a job's `fix`)."""
     storage: str | None = None
@@ -89,7 +89,7 @@ class RunOptions:
     patience: int | None = None
     """Stop starting trials once this many complete trials in a row have not beaten the best
     throughput by more than `tie_margin`; 0 turns the rule off; None: AUTO_PATIENCE for the
-    default space on a GPU (`tuner.search.search.search_patience`), off otherwise."""
+    default space on a GPU (`tuner.search.study.search_patience`), off otherwise."""
     model_args: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """`--model-arg key=value` options of a library model (`torchvision:`, `timm:`, `hf:`)."""
     precision: trainers.Precision | None = None
@@ -105,12 +105,12 @@ class RunOptions:
     auto_window_steps: bool = False
     """True where the user did not set the protocol's window length (`run` without
     --window-steps): the scale space then times windows of SCALE_WINDOW_STEPS steps
-    (`tuner.search.search.measurement_protocol`); False keeps `protocol` as given."""
+    (`tuner.search.study.measurement_protocol`); False keeps `protocol` as given."""
     screen: str = "auto"
-    """Screen, then gate (`tuner.search.screen`): `on`, `off`, or `auto` (on for the scale
+    """Screen, then gate (`tuner.search.proposing.screen`): `on`, `off`, or `auto` (on for the scale
     space): a trial that falls behind the fastest so far is pruned and never gated, one that
     does not is gated in the final round, and a candidate predicted not to fit or to lose is not
-    run (`tuner.search.predict`)."""
+    run (`tuner.search.proposing.predict`)."""
     nproc_per_node: int = 1
     """Processes per trial on this node (1..8): above 1, every measurement is a torchrun launch
     of N processes (one per GPU; gloo on a CPU), the data-parallel levers are searched and the

@@ -22,7 +22,8 @@ import trainers
 from tuner.errors import SpaceError, Stopped, TunerError
 from tuner.evidence.recommendation import Recommendation
 from tuner.search.options import RunOptions
-from tuner.search.search import Search, open_search
+from tuner.search.search import Search
+from tuner.search.study import open_search
 from tuner.service.jobstore import WorkerStore
 from tuner.service.settings import WorkerSettings
 from tuner.service.slots import GAVE_UP_REASON, JobSlots, count_slots, fail_orphans, fail_running

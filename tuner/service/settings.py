@@ -17,7 +17,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tuner.errors import TunerError
-from tuner.search.measure import Protocol
+from tuner.search.measuring.measure import Protocol
 from tuner.store.storage import DEFAULT_STORAGE
 
 S = TypeVar("S", bound=BaseSettings)

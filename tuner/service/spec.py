@@ -13,7 +13,8 @@ from trainers.program import Program, load_registry
 from trainers.workloads import catalog, lookup
 from tuner.errors import SpaceError, SpecError, TunerError
 from tuner.search.options import check_allowed_precisions
-from tuner.search.spaces import for_processes, load_space, program_space
+from tuner.search.spaces.named import load_space, program_space
+from tuner.search.spaces.processes import for_processes
 from tuner.service.tables import JobRow
 
 DEVICES = ("auto", "cpu", "cuda")

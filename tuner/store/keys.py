@@ -13,8 +13,8 @@ Study user attributes:
 
 Trial user attributes are the `TRIAL_*` names below; a job's study is `JOB_STUDY_PREFIX` + its id.
 A study named `MEMO_PREFIX` + a digest holds no trials: the gate's verdicts and envelope shared
-between studies of the same inputs (`tuner.search.memo`), under the same keys, and profiles of
-configs under `MEMO_PROFILE_PREFIX` + `<candidate key>/<profile settings>`.
+between studies of the same inputs (`tuner.search.gating.memo`), under the same keys, and profiles
+of configs under `MEMO_PROFILE_PREFIX` + `<candidate key>/<profile settings>`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ TIME_PREFIX = "time/"
 study (its workload, preset, precision and device are fixed), read by every parity check."""
 PRECISION_ENVELOPE = "precision-envelope"
 """The reference trained from other seeds (`trainers.Envelope`, spread "seeds"): what a config in
-another precision than the study's is judged against (`tuner.search.parity`)."""
+another precision than the study's is judged against (`tuner.search.gating.parity`)."""
 PROFILE_RECOMMENDED = "recommended"
 """The name of the recommended config's profile (`PROFILE_PREFIX` + this)."""
 
@@ -47,8 +47,8 @@ JOB_STUDY_PREFIX = "job-"
 # -- trial attributes ----------------------------------------------------------------------
 CONFIG = "config"
 CONFIG_KEY = "config_key"
-"""The trial's config's key (`tuner.search.space.config_key`); in a study searching precisions,
-of the config and its precision (`tuner.search.space.candidate_key`)."""
+"""The trial's config's key (`tuner.search.spaces.space.config_key`); in a study searching
+precisions, of the config and its precision (`tuner.search.spaces.space.candidate_key`)."""
 PRECISION = "precision"
 """The precision a trial of a study searching precisions ran in (absent: the study's). Also the
 name of that trial's Optuna param."""
@@ -69,13 +69,14 @@ OWNER = "worker"
 """A trial run by a worker of the tuning service: that worker's id."""
 SCREEN = "screen"
 """A screening study's trial: what its screen showed against the incumbent
-(`tuner.search.screen.screen_record`); a trial whose outcome is `lost` was pruned, never gated."""
+(`tuner.search.proposing.screen.screen_record`); a trial whose outcome is `lost` was pruned, never
+gated."""
 PREDICTION = "prediction"
 """A screening study's trial: its predicted peak memory and throughput before it ran, and whether
-the prediction skipped it (`tuner.search.predict.Prediction`)."""
+the prediction skipped it (`tuner.search.proposing.predict.Prediction`)."""
 PREDICTION_CHECK = "prediction_check"
 """Whether that prediction was right about fit and order, once the trial ran
-(`tuner.search.predict.check`)."""
+(`tuner.search.proposing.predict.check`)."""
 GATE_DEFERRED = "gate_deferred"
 """True on a complete trial of a screening study: its gate runs in the final round, if at all."""
 STOPPED = "stopped"

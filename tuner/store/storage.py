@@ -137,7 +137,7 @@ def default_study_name(shape: str, hardware: str, space: str, *, precision: str 
 def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:
     names = optuna.get_all_study_names(storage)
     if name not in names:
-        # The gate's shared verdicts are not studies a user asks for (tuner.search.memo).
+        # The gate's shared verdicts are not studies a user asks for (tuner.search.gating.memo).
         known = ", ".join(n for n in names if not n.startswith(MEMO_PREFIX)) or "none"
         raise StudyNotFound(f"--study: no study named {name!r} in this storage (studies: {known})")
     return optuna.load_study(study_name=name, storage=storage)

@@ -27,7 +27,7 @@ from tuner.evidence.reader import StudyReader as JobStudyReader
 from tuner.evidence.report import build_report
 from tuner.evidence.trace import CPU_NOTE, Profile, analyze_trace, profile_config
 from tuner.evidence.verdicts import CPU_EXPLANATION, Verdict, explain, verdict
-from tuner.search import profiling
+from tuner.search.deciding import profiling
 from tuner.store import keys
 
 SEED_BASELINE = LoopConfig(num_streams=2, pin_memory=True, non_blocking=True)

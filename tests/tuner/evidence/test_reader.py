@@ -18,8 +18,8 @@ from trainers import LoopConfig
 from tuner.errors import NoRecommendation, StudyNotFound, TunerError
 from tuner.evidence import export, reader
 from tuner.evidence.recommendation import Recommendation
-from tuner.search import decide
-from tuner.search.space import config_key
+from tuner.search.deciding import decide
+from tuner.search.spaces.space import config_key
 from tuner.store import storage as studies
 from tuner.store.counting import count_trials, gpu_seconds
 

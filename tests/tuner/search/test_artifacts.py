@@ -1,5 +1,5 @@
-"""Compile artefacts that travel (`tuner.search.artifacts`): a job saves what it compiled, and a
-job on a machine whose compile cache is empty loads them and compiles warm. Each job runs in a
+"""Compile artefacts that travel (`tuner.search.measuring.artifacts`): a job saves what it compiled,
+and a job on a machine whose compile cache is empty loads them and compiles warm. Each job runs in a
 process of its own (a machine of its own, as far as torch's caches go), compiling for real with
 Inductor on the CPU."""
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tuner.search.artifacts import ARTIFACTS_FILE, load
+from tuner.search.measuring.artifacts import ARTIFACTS_FILE, load
 
 ROOT = Path(__file__).resolve().parents[3]
 JOB = """

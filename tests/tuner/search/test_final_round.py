@@ -15,12 +15,12 @@ import optuna
 from tests.tuner.tiny import PROTOCOL
 from trainers import LoopConfig
 from trainers.gate import ParityVerdict
-from tuner.search.decide import final_round
-from tuner.search.gate import GateVerdict
-from tuner.search.measure import Failure, Measured, Measurer
+from tuner.search.deciding.decide import final_round
+from tuner.search.gating.gate import GateVerdict
+from tuner.search.measuring.measure import Failure, Measured, Measurer
+from tuner.search.measuring.timing import Clock
 from tuner.search.options import BASELINES, Quiet, RunOptions
-from tuner.search.space import config_key
-from tuner.search.timing import Clock
+from tuner.search.spaces.space import config_key
 from tuner.store import keys
 
 FAST = LoopConfig(num_streams=2, sync_interval=4)

@@ -1,5 +1,5 @@
-"""Typed gate verdicts (`tuner.search.gate`): one JSON round trip, old stored dicts still read,
-and the built-in gate's parts run and timed on the CPU."""
+"""Typed gate verdicts (`tuner.search.gating.gate`): one JSON round trip, old stored dicts still
+read, and the built-in gate's parts run and timed on the CPU."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import trainers
 from trainers import LoopConfig
 from trainers.gate import ParityVerdict, gate
-from tuner.search.gate import GateVerdict, InProcessGate, run_parts
+from tuner.search.gating.gate import GateVerdict, InProcessGate, run_parts
 from tuner.store.phases import GATE_CONFIG, GATE_ENVELOPE, GATE_REFERENCE, GATE_TWIN
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from trainers import Envelope, LoopConfig
 from tuner.evidence.trace import CPU_NOTE
-from tuner.search.isolated import ChildProcess, ParityProcess, ProfileProcess
+from tuner.search.gating.isolated import ChildProcess, ParityProcess, ProfileProcess
 
 
 @pytest.mark.slow

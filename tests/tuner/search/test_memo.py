@@ -1,6 +1,6 @@
-"""The gate's verdicts shared between studies of the same inputs (`tuner.search.memo`): a second
-study reads them instead of running the gate, on SQLite and PostgreSQL; other inputs, a user's
-own workload, a check that raised, or `TUNER_GATE_MEMO=off` share nothing."""
+"""The gate's verdicts shared between studies of the same inputs (`tuner.search.gating.memo`): a
+second study reads them instead of running the gate, on SQLite and PostgreSQL; other inputs, a
+user's own workload, a check that raised, or `TUNER_GATE_MEMO=off` share nothing."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import trainers
 from tests.tuner.tiny import load, options, run_json, sqlite_url
 from trainers import LoopConfig
 from tuner.evidence import reader
-from tuner.search.gate import GateRun, InProcessGate
-from tuner.search.memo import MEMO_ENV, memo_name
+from tuner.search.gating.gate import GateRun, InProcessGate
+from tuner.search.gating.memo import MEMO_ENV, memo_name
+from tuner.search.gating.parity import ParityCache
+from tuner.search.measuring.timing import Clock
 from tuner.search.options import NoRetry
-from tuner.search.parity import ParityCache
-from tuner.search.timing import Clock
 from tuner.store import keys
 from tuner.store import storage as studies
 from tuner.store.phases import GATE_PHASES, study_time
@@ -48,7 +48,7 @@ def _gate_seconds(study: optuna.Study) -> float:
 
 def _two_studies(url: str) -> tuple[optuna.Study, optuna.Study]:
     # The same sampler seed: the second study samples the configs the first one did. The first
-    # plans a run length, so its final round gates every entry (`decide._eligible`); a final
+    # plans a run length, so its final round gates every entry (`recommend._eligible`); a final
     # round without one gates only the entries that can still tie, and on a CPU whether a
     # baseline can tie changes from run to run (a baseline the second needs and the first never
     # gated would be gated again: CI, 2026-11-26).

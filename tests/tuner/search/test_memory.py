@@ -15,7 +15,7 @@ from tests.tuner import workloads_for_tests as broken
 from tests.tuner.tiny import WORKLOADS, load, options, run_json, sqlite_url
 from trainers import LoopConfig, load_workload
 from tuner.evidence.recommendation import Recommendation, memory_text, utilisation_text
-from tuner.search.measure import oom_reason
+from tuner.search.measuring.measure import oom_reason
 
 # PyTorch's caching allocator words its error this way (c10/cuda/CUDACachingAllocator.cpp).
 ALLOCATOR_MESSAGE = (
@@ -80,7 +80,7 @@ def test_between_runs_the_measuring_process_keeps_no_gradients() -> None:
     """The gate and the profiles run next in their own processes on the same GPU: the measured
     model keeps no gradients (at 1.1B, 4.4 GB), after a run and after a failed one, and the
     next run runs all the same."""
-    from tuner.search.measure import Measured, Measurer, Protocol
+    from tuner.search.measuring.measure import Measured, Measurer, Protocol
 
     measurer = Measurer(
         "mlp", "tiny", device="cpu", protocol=Protocol(warmup=1, windows=2, window_steps=3)
@@ -100,7 +100,7 @@ def test_a_checkpointing_config_shows_what_its_step_computes_again() -> None:
     again in the backward. Its utilisation (the recommendation's) says how much more, counted on
     the real step."""
     from trainers.flops import count_recompute_flops, count_step_flops
-    from tuner.search.measure import Measured, Measurer, Protocol
+    from tuner.search.measuring.measure import Measured, Measurer, Protocol
 
     cpu = torch.device("cpu")
     protocol = Protocol(warmup=1, windows=2, window_steps=2)

@@ -24,8 +24,8 @@ from tuner.evidence import export
 from tuner.evidence.progress import final_line
 from tuner.evidence.recommendation import Recommendation
 from tuner.search.options import RunOptions
-from tuner.search.search import open_search, run_study
-from tuner.search.space import config_key
+from tuner.search.spaces.space import config_key
+from tuner.search.study import open_search, run_study
 from tuner.store import keys
 
 ALLOWED = ("fp32", "bf16-autocast")

@@ -13,7 +13,7 @@ import pytest
 from trainers import LoopConfig
 from trainers.program import load_registry
 from tuner.errors import SpaceError
-from tuner.search.spaces import load_space, program_space
+from tuner.search.spaces.named import load_space, program_space
 
 ROOT = Path(__file__).resolve().parents[3]
 REGISTRY = ROOT / "examples" / "program" / "programs.json"

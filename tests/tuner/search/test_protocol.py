@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import trainers
-from tuner.search.defaults import DEFAULT_WINDOW_STEPS
-from tuner.search.measure import Protocol
+from tuner.search.measuring.measure import Protocol
+from tuner.search.proposing.defaults import DEFAULT_WINDOW_STEPS
 from tuner.service.settings import WorkerSettings
 
 

@@ -10,10 +10,10 @@ import trainers
 from tests.tuner.tiny import load, options, run_json, sqlite_url
 from trainers import LoopConfig
 from tuner.errors import SpaceError
-from tuner.search import profiling
 from tuner.search import search as search_module
-from tuner.search.spaces import SCALE_PARAMS, load_space, scale_space
-from tuner.search.stages import SCALE_CORNERS, first_stage
+from tuner.search.deciding import profiling
+from tuner.search.proposing.stages import SCALE_CORNERS, first_stage
+from tuner.search.spaces.named import SCALE_PARAMS, load_space, scale_space
 from tuner.store import keys
 from tuner.store import storage as studies
 
@@ -96,7 +96,7 @@ def test_canonical_leaves_meaningful_settings_alone() -> None:
 
 
 def test_a_float_setting_is_read_as_a_number_from_pins_and_the_environment() -> None:
-    from tuner.search.spaces import parse_fix
+    from tuner.search.spaces.pins import parse_fix
 
     assert parse_fix(["checkpoint_share=0.5"]) == {"checkpoint_share": 0.5}
     with pytest.raises(SpaceError, match="checkpoint_share"):

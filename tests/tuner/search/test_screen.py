@@ -1,5 +1,6 @@
-"""Screen, then gate (`tuner.search.screen`) and predict before running (`tuner.search.predict`),
-through the real search: real Optuna and SQLite under tmp_path, real CPU runs of the tiny MLP.
+"""Screen, then gate (`tuner.search.proposing.screen`) and predict before running
+(`tuner.search.proposing.predict`), through the real search: real Optuna and SQLite under tmp_path,
+real CPU runs of the tiny MLP.
 
 The incumbent a trial is held against is the fastest complete trial of the study. A test plants
 one where it needs a known figure: a complete trial added to the real study, as a worker sharing
@@ -19,13 +20,19 @@ from optuna.trial import TrialState
 from tests.tuner.tiny import PROTOCOL, load, options, run_json, sqlite_url
 from trainers import LoopConfig
 from tuner.evidence.render import search_text
-from tuner.search import predict as pr
-from tuner.search.artifacts import save
-from tuner.search.memo import MEMO_ENV
+from tuner.search.gating.memo import MEMO_ENV
+from tuner.search.measuring.artifacts import save
 from tuner.search.options import LocalSlots, RunOptions
-from tuner.search.screen import SCREEN_WINDOWS, Incumbent, incumbent, screen_record, screening
-from tuner.search.search import open_search
-from tuner.search.space import candidate_key
+from tuner.search.proposing import predict as pr
+from tuner.search.proposing.screen import (
+    SCREEN_WINDOWS,
+    Incumbent,
+    incumbent,
+    screen_record,
+    screening,
+)
+from tuner.search.spaces.space import candidate_key
+from tuner.search.study import open_search
 from tuner.store import keys
 from tuner.store.phases import GATE_ENVELOPE, GATE_REFERENCE, study_time
 
@@ -143,7 +150,7 @@ def test_the_prediction_is_kept_beside_the_measurement(tmp_path: Path) -> None:
 def test_a_later_job_reuses_the_reference_and_envelope_and_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Across jobs on the same model, shape, precision and machine (`tuner.search.memo`): the
+    """Across jobs on the same model, shape, precision and machine (`tuner.search.gating.memo`): the
     second job gates another config, against the first job's reference and envelope."""
     monkeypatch.setenv(MEMO_ENV, "on")
     storage = sqlite_url(tmp_path)

@@ -32,25 +32,25 @@ from tests.tuner.tiny import (
 from trainers import LoopConfig
 from tuner.errors import Interrupted, NoRecommendation, TunerError
 from tuner.evidence import export, reader
-from tuner.search.decide import CPU_NOTE
-from tuner.search.defaults import (
+from tuner.search.deciding.decide import CPU_NOTE
+from tuner.search.measuring.measure import Protocol
+from tuner.search.options import BASELINES, RunOptions
+from tuner.search.proposing.defaults import (
     AUTO_PATIENCE,
     AUTO_SCALE_BUDGET_S,
     DEFAULT_WINDOW_STEPS,
     SCALE_WINDOW_STEPS,
 )
-from tuner.search.measure import Protocol
-from tuner.search.options import BASELINES, RunOptions
-from tuner.search.search import (
+from tuner.search.spaces.named import load_space
+from tuner.search.spaces.space import config_key
+from tuner.search.study import (
     measurement_protocol,
     open_search,
     search_budget,
     search_patience,
     share_compile_cache,
-    trials_without_gain,
 )
-from tuner.search.space import config_key
-from tuner.search.spaces import load_space
+from tuner.search.trials import trials_without_gain
 from tuner.store import keys
 
 # -- a full run ------------------------------------------------------------------------------
@@ -215,7 +215,7 @@ def test_the_same_params_twice_pool_their_windows(tmp_path: Path) -> None:
         windows += trial.user_attrs["windows"]
         assert trial.value == pytest.approx(statistics.median(windows))
     # The config is checked for parity once and measured once more in the final round; a
-    # baseline is checked only where it can still tie (`decide._eligible`), which on a CPU
+    # baseline is checked only where it can still tie (`recommend._eligible`), which on a CPU
     # changes from run to run (CI, 2026-11-26).
     verdicts = [v for k, v in study.user_attrs.items() if k.startswith("parity/")]
     config = trials[0].user_attrs["config"]
@@ -516,7 +516,7 @@ def test_a_compiled_trial_records_its_compile_cost_and_fills_the_studys_cache(
 
 
 def test_break_even_counts_the_steps_a_setup_cost_needs_to_pay_for_itself() -> None:
-    from tuner.search.decide import _break_even
+    from tuner.search.deciding.decide import _break_even
 
     assert _break_even(0.0, 0.01, 0.02) == 0  # no extra setup: even from the first step
     assert _break_even(30.0, 0.010, 0.020) == 3000  # 30 s saved back at 10 ms a step

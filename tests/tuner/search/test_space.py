@@ -9,10 +9,17 @@ import pytest
 
 from trainers import SYNC_MODES, ConfigError, LoopConfig, field_names
 from tuner.errors import SpaceError
-from tuner.search.defaults import AUTO_SCALE_BUDGET_S, AUTO_SEARCH_BUDGET_S
 from tuner.search.options import RunOptions
-from tuner.search.search import search_budget
-from tuner.search.space import (
+from tuner.search.proposing.defaults import AUTO_SCALE_BUDGET_S, AUTO_SEARCH_BUDGET_S
+from tuner.search.spaces.named import (
+    AUTOTUNE_TRAIN_STEPS,
+    DEFAULT_SPACE,
+    full_space,
+    load_space,
+    parse_fix,
+    streams_space,
+)
+from tuner.search.spaces.space import (
     SIMPLICITY_ORDER,
     Choice,
     IntRange,
@@ -21,14 +28,7 @@ from tuner.search.space import (
     config_key,
     simplicity_key,
 )
-from tuner.search.spaces import (
-    AUTOTUNE_TRAIN_STEPS,
-    DEFAULT_SPACE,
-    full_space,
-    load_space,
-    parse_fix,
-    streams_space,
-)
+from tuner.search.study import search_budget
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

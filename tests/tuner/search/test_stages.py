@@ -10,10 +10,10 @@ from optuna.trial import TrialState
 import trainers
 from tests.tuner.tiny import sqlite_url
 from tuner.search.options import RunOptions
-from tuner.search.search import open_search
-from tuner.search.space import Choice, IntRange
-from tuner.search.spaces import load_space
-from tuner.search.stages import CORNERS, FEED, first_stage
+from tuner.search.proposing.stages import CORNERS, FEED, first_stage
+from tuner.search.spaces.named import load_space
+from tuner.search.spaces.space import Choice, IntRange
+from tuner.search.study import open_search
 
 
 def configs(space_name: str, *, cuda: bool, fix: tuple[str, ...] = ()) -> list[dict[str, object]]:

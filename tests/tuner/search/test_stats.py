@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
-from tuner.search.stats import (
+from tuner.search.measuring.stats import (
     Decision,
     Measurement,
     bootstrap_ci,

@@ -1,5 +1,5 @@
-"""Where a study's time goes (`tuner.search.timing`, `tuner.store.phases`): a real tiny study on
-the CPU records every phase, per session and per trial, and the summary, the report and the
+"""Where a study's time goes (`tuner.search.measuring.timing`, `tuner.store.phases`): a real tiny
+study on the CPU records every phase, per session and per trial, and the summary, the report and the
 readers show them."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tests.tuner.tiny import load, options, sqlite_url
 from tuner.evidence import reader, render
 from tuner.evidence.recommendation import Recommendation
 from tuner.evidence.report import build_report
-from tuner.search.search import run_study
+from tuner.search.study import run_study
 from tuner.store import storage as studies
 from tuner.store.phases import IDLE, LABELS, PHASES, study_time
 

@@ -21,7 +21,7 @@ from trainers import LoopConfig
 from tuner.errors import Interrupted, Stopped, TunerError
 from tuner.evidence.reader import list_studies, recommendation
 from tuner.evidence.verdicts import CPU_EXPLANATION
-from tuner.search.search import run_study
+from tuner.search.study import run_study
 from tuner.service.jobstore import JobStore
 from tuner.service.settings import WorkerSettings
 from tuner.service.slots import ORPHAN_REASON
@@ -430,7 +430,7 @@ def test_a_worker_leaves_the_window_to_the_job_unless_its_settings_set_one(stora
     """As `run` without --window-steps: a worker whose TUNER_MEASURE_WINDOW_STEPS is unset lets
     the scale space shorten the windows (`search.measurement_protocol`); one that sets it keeps
     its own length."""
-    from tuner.search.defaults import DEFAULT_WINDOW_STEPS
+    from tuner.search.proposing.defaults import DEFAULT_WINDOW_STEPS
 
     row = JobStore(storage).create(JobSpec(**TINY_JOB), owner="me")
     left = make_worker(storage, measure_window_steps=None).options_for(row, JobSpec.of(row))

@@ -2,8 +2,8 @@
 the recommended config; in this process on a CPU, in a child process on a GPU.
 
 A profile after deciding is shared between studies of the same inputs (`SharedProfiles`, on the
-gate's memo, `tuner.search.memo`): a user's second job on the same model profiles the same two
-baselines, and often recommends the same config, as the first. Measured on an H100 (GPT-2 124M,
+gate's memo, `tuner.search.gating.memo`): a user's second job on the same model profiles the same
+two baselines, and often recommends the same config, as the first. Measured on an H100 (GPT-2 124M,
 the default job at 73b9fe6, `docs/benchmarks/default-job-h100-2026-11-25-gpt2.*`), the warm job
 spent 40 s of its 377 s profiling configs the cold job had profiled minutes before.
 """
@@ -26,7 +26,7 @@ from tuner.evidence.recommendation import Recommendation
 from tuner.evidence.trace import Profile, profile_config
 from tuner.evidence.verdicts import Verdict, explain, verdict
 from tuner.search.options import Retry
-from tuner.search.space import candidate_key
+from tuner.search.spaces.space import candidate_key
 from tuner.store.keys import MEMO_PROFILE_PREFIX, PROFILE_ERROR, PROFILE_PREFIX, PROFILE_RECOMMENDED
 
 Profiler = Callable[..., Profile]
@@ -42,7 +42,8 @@ def in_process(
     precision: trainers.Precision | None = None,
 ) -> Profiler:
     """A profiler that profiles in this process (on a CPU; on a GPU the tuner profiles in a
-    child process, `tuner.search.isolated.ProfileProcess`, since CUPTI outlasts the profile)."""
+    child process, `tuner.search.gating.isolated.ProfileProcess`, since CUPTI outlasts the
+    profile)."""
     return functools.partial(
         profile_config, workload, steps=steps, warmup=warmup, device=device, precision=precision
     )
@@ -67,11 +68,11 @@ def profile_trial(
 
 
 class SharedProfiles:
-    """Profiles of configs shared between studies through the memo study (`tuner.search.memo`:
-    the same code, libraries, workload, shape, precision and machine), keyed by the config's
-    candidate key and the profile's settings (`settings`: steps and warm-up). A copy claims no
-    seconds and names the study that measured it (`shared_from`); its trace stays that study's
-    artifact (the same artifact store where the storage is the same)."""
+    """Profiles of configs shared between studies through the memo study
+    (`tuner.search.gating.memo`: the same code, libraries, workload, shape, precision and machine),
+    keyed by the config's candidate key and the profile's settings (`settings`: steps and warm-up).
+    A copy claims no seconds and names the study that measured it (`shared_from`); its trace stays
+    that study's artifact (the same artifact store where the storage is the same)."""
 
     def __init__(
         self, memo: optuna.Study, *, settings: str, reference: str | None, retry: Retry

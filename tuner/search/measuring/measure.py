@@ -29,7 +29,7 @@ from trainers import LoopConfig, RunResult, Window, Workload
 from trainers.gate import floor_applies
 from trainers.program import PREFIX as PROGRAM_PREFIX
 from trainers.program import Program, find_program, run_distributed, run_program
-from tuner.search.defaults import DEFAULT_WARMUP, DEFAULT_WINDOW_STEPS, DEFAULT_WINDOWS
+from tuner.search.proposing.defaults import DEFAULT_WARMUP, DEFAULT_WINDOW_STEPS, DEFAULT_WINDOWS
 
 # The search tries up to 4 workers on any machine; the DataLoader's advice against it is noise here.
 warnings.filterwarnings("ignore", message="This DataLoader will create")

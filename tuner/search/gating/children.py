@@ -2,26 +2,26 @@
 
 Chosen once, by the kind of run, so that the search never asks which:
 - a built-in workload on a GPU: the gate and the profiles each in a long-lived child process
-  (`tuner.search.isolated`): the gate's deterministic mode and cuBLAS workspace setting, and
+  (`tuner.search.gating.isolated`): the gate's deterministic mode and cuBLAS workspace setting, and
   CUPTI after a profile, outlast them and slowed later measurements by up to 50 %;
 - a built-in workload on a CPU: both in this process;
 - a registered program: its own gate (`ProgramGate`), and no profiler (its kernels run in
   another process; `open_search` turns profiles off for it);
-- N > 1 processes per trial: the data-parallel gate (`tuner.search.dpgate`: the ranks under
+- N > 1 processes per trial: the data-parallel gate (`tuner.search.gating.dpgate`: the ranks under
   torchrun against one process on the same global batches), its envelope in a child process on
-  a GPU; the profiles run under torchrun too (`tuner.search.dpprofile`).
+  a GPU; the profiles run under torchrun too (`tuner.search.deciding.dpprofile`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from tuner.search import profiling
-from tuner.search.dpgate import DataParallelGate
-from tuner.search.dpprofile import DataParallelProfiler
-from tuner.search.gate import AS_THE_GATE, CrossPrecision, Gate, InProcessGate, ProgramGate
-from tuner.search.isolated import ParityProcess, ProfileProcess
-from tuner.search.measure import Measurer
+from tuner.search.deciding import profiling
+from tuner.search.deciding.dpprofile import DataParallelProfiler
+from tuner.search.gating.dpgate import DataParallelGate
+from tuner.search.gating.gate import AS_THE_GATE, CrossPrecision, Gate, InProcessGate, ProgramGate
+from tuner.search.gating.isolated import ParityProcess, ProfileProcess
+from tuner.search.measuring.measure import Measurer
 from tuner.search.options import RunOptions, baselines_for
 
 

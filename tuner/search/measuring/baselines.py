@@ -16,10 +16,10 @@ from typing import Any
 import optuna
 
 from trainers import LoopConfig
-from tuner.search.measure import Failure, Measurer
+from tuner.search.measuring.measure import Failure, Measurer
+from tuner.search.measuring.stats import drift
+from tuner.search.measuring.timing import Clock
 from tuner.search.options import BASELINES, DRIFT_WARNING, Progress, Retry
-from tuner.search.stats import drift
-from tuner.search.timing import Clock
 from tuner.store import keys
 from tuner.store import storage as studies
 from tuner.store.phases import MEASURE

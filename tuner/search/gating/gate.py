@@ -4,7 +4,7 @@
 verdict (`trainers.gate.ParityVerdict`), the envelope it judged against (the caller stores it
 once per study and passes it back), and the seconds each part took. Three gates implement it:
 - `InProcessGate`: the built-in workloads, in this process (on a CPU);
-- `tuner.search.isolated.ParityProcess`: the same parts in a child process (on a GPU, whose
+- `tuner.search.gating.isolated.ParityProcess`: the same parts in a child process (on a GPU, whose
   deterministic mode and cuBLAS workspace setting outlast a check);
 - `ProgramGate`: a registered external program (`trainers.program.program_parity`).
 `make_gate` picks one; the search never asks which.

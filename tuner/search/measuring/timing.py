@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from tuner.search.measure import Failure, Measured
+from tuner.search.measuring.measure import Failure, Measured
 from tuner.store import keys
 from tuner.store.phases import COMPILE, PHASES, with_idle
 

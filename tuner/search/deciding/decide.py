@@ -5,7 +5,7 @@ baselines are run again, in rounds: A B C D E, A B C D E, ... so clock and load 
 them alike. Each one's samples are the window throughputs of all its final-round runs. The
 recommendation is the best median of that round; configs whose 95 % bootstrap interval overlaps
 the best one's, or whose median is within `tie_margin` (1 %) of it, are ties, and a tie goes to
-the simplest config (`tuner.search.space.SIMPLICITY_ORDER`),
+the simplest config (`tuner.search.spaces.space.SIMPLICITY_ORDER`),
 baselines included: when the PyTorch default ties with the fastest, the answer is "change nothing".
 
 A config that no longer ties with the leader after a round is not measured again (`_still_tying`):
@@ -24,7 +24,6 @@ when, and after how many rounds the decision settled.
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 import uuid
 from collections.abc import Callable, Mapping
@@ -34,22 +33,23 @@ import optuna
 from optuna.trial import TrialState
 
 from trainers import LoopConfig
-from trainers.gate import comparable_floor
-from tuner.evidence.recommendation import STUDY_FIELDS, Entry, Floor, Interval, Recommendation
-from tuner.search.gate import GateVerdict
-from tuner.search.measure import Failure, Measured, Measurer
-from tuner.search.space import SIMPLICITY_ORDER, candidate_key, simplicity_key
-from tuner.search.stats import Measurement, decide, pareto_front, ratio_ci
-from tuner.search.timing import Clock
+from tuner.evidence.recommendation import Recommendation
+from tuner.search.deciding.recommend import (
+    Precisions,
+    _base,
+    _eligible,
+    _measurements,
+    _recommend,
+    _Rounds,
+)
+from tuner.search.gating.gate import GateVerdict
+from tuner.search.measuring.measure import Failure, Measured, Measurer
+from tuner.search.measuring.stats import decide
+from tuner.search.measuring.timing import Clock
+from tuner.search.spaces.space import candidate_key
 from tuner.store import keys
 from tuner.store import storage as studies
-from tuner.store.counting import count_trials, gpu_seconds
 from tuner.store.phases import FINAL_ROUND
-
-CPU_NOTE = (
-    "measured on a CPU: stream, event and pinned-memory settings have no effect there, so "
-    "differences between configs are noise; tune on the GPU you train on"
-)
 
 
 def top_configs(
@@ -64,7 +64,7 @@ def top_candidates(
 ) -> list[tuple[str, LoopConfig, str | None]]:
     """The k best distinct candidates of the study's complete trials (all their windows
     pooled): a config with the precision it ran in (None: the study's; a study searching
-    precisions keys each config and precision apart, `tuner.search.space.candidate_key`).
+    precisions keys each config and precision apart, `tuner.search.spaces.space.candidate_key`).
     behind: leave out a candidate whose median is more than this fraction behind the best's (a
     screening study's rule: the screen would prune it now; at 1B each finalist costs a compile)."""
     pooled: dict[str, list[float]] = {}
@@ -99,37 +99,11 @@ def top_candidates(
     ]
 
 
-Precisions = Mapping[str, str | None]
-"""Each final-round entry's precision, by name (None or absent: the study's)."""
-
-
 def _measure(measurer: Measurer, config: LoopConfig, precision: str | None) -> Measured | Failure:
     # Without a precision of its own, the call a single-precision study always made.
     if precision is None:
         return measurer.measure(config)
     return measurer.measure(config, precision=precision)
-
-
-def _verdict(parity: Callable[..., GateVerdict], config: LoopConfig, precision: str | None) -> Any:
-    return parity(config) if precision is None else parity(config, precision)
-
-
-@dataclasses.dataclass(kw_only=True)
-class _Rounds:
-    """What the final round's runs gave, per entry name."""
-
-    samples: dict[str, list[float]]
-    memory: dict[str, int | None]
-    setup: dict[str, float]
-    """The one-off cost a run of the config pays before its first timed step (compilation); the
-    largest of the rounds: a user's first run may find the cache as cold as the first round."""
-    failures: dict[str, str] = dataclasses.field(default_factory=dict)
-    dropped: dict[str, int] = dataclasses.field(default_factory=dict)
-    """Entries no longer measured, and after how many rounds: they could no longer tie."""
-    settled: int | None = None
-    """The rounds run when the last of them left the decision as it was (`_settled`): the
-    rounds after it were not run. None: every round ran."""
-    seconds: float = 0.0
 
 
 def final_round(
@@ -289,8 +263,8 @@ def _searched(
 ) -> _Rounds:
     """The samples the search itself measured of each entry: a candidate's complete trials'
     windows pooled (as `top_candidates` ranks them), a baseline's measurements during the search
-    (`tuner.search.baselines`). Short and not interleaved, but independent of the final round's:
-    when its first round decides as they do, that round left the decision as it was."""
+    (`tuner.search.measuring.baselines`). Short and not interleaved, but independent of the final
+    round's: when its first round decides as they do, that round left the decision as it was."""
     reference = getattr(options, "precision", None)
     keyed = {
         candidate_key(config, precisions.get(name), reference): name
@@ -363,219 +337,3 @@ def _still_tying(
         else:
             rounds.dropped[name] = done
     return kept
-
-
-def tie_rule(options: Any) -> str:
-    """How a tie is broken: the simplest config (`SIMPLICITY_ORDER`), and, in a study that
-    searched precisions, the study's own precision before any other."""
-    if getattr(options, "multi_precision", False):
-        return f"the study's precision ({options.precision}) first, then {SIMPLICITY_ORDER}"
-    return SIMPLICITY_ORDER
-
-
-def _measurements(
-    entries: list[tuple[str, LoopConfig]], rounds: _Rounds, precisions: Precisions | None = None
-) -> list[Measurement]:
-    # The tie rule's order starts with the precision: a tie goes to the study's own precision
-    # (another changes the results, within the gate's equivalence, for no measured gain).
-    other = precisions or {}
-    return [
-        Measurement(
-            name=name,
-            samples=tuple(rounds.samples[name]),
-            memory_bytes=rounds.memory[name],
-            key=(int(other.get(name) is not None), *simplicity_key(config)),
-        )
-        for name, config in entries
-        if rounds.samples[name]
-    ]
-
-
-def _eligible(
-    measured: list[Measurement],
-    configs: Mapping[str, LoopConfig],
-    parity: Callable[..., GateVerdict],
-    options: Any,
-    precisions: Precisions,
-) -> list[Measurement]:
-    """The measured configs that passed the gate and stay under the memory cap, in `measured`'s
-    order, for the decision (`stats.decide`).
-
-    Gated fastest first, and only those that could change the decision: a config that does not
-    tie with the fastest eligible one (decide's rule) can neither win nor tie, so its gate is
-    not run. On the 1.1B preset the baselines were 1.55x slower than the winner, and gating them
-    was 79 s of a 16-minute job (docs/benchmarks/raw/default-job-h100-2026-11-26-llama-1b-*).
-    With `train_steps` (a slower config with no compile can win over the run) or two objectives
-    (a slower one can be on the Pareto front), every config is gated."""
-    cap = options.max_memory_bytes
-    under = [m for m in measured if cap is None or m.memory_bytes is None or m.memory_bytes <= cap]
-    every = getattr(options, "train_steps", None) is not None or getattr(
-        options, "multi_objective", False
-    )
-    passed: list[Measurement] = []
-    for m in sorted(under, key=lambda m: m.median, reverse=True):
-        if passed and not every:
-            ties = decide([passed[0], m], margin=options.tie_margin).ties
-            if not any(t is m for t in ties):
-                continue
-        if _verdict(parity, configs[m.name], precisions.get(m.name)).passed:
-            passed.append(m)
-    return [m for m in under if any(p is m for p in passed)]
-
-
-def _base(
-    study: optuna.Study,
-    options: Any,
-    measured: list[Measurement],
-    configs: Mapping[str, LoopConfig],
-    rounds: _Rounds,
-    eligible: list[Measurement],
-    precisions: Precisions,
-) -> Recommendation:
-    """The recommendation's fields that do not depend on which config wins."""
-    meta = studies.meta(study)
-    trials = study.get_trials(deepcopy=False)
-    on_cpu = str(meta.get("device", "")).startswith("cpu")
-    return Recommendation(
-        study=study.study_name,
-        config=None,
-        reason=None,
-        n_trials=count_trials(trials),
-        gpu_seconds=gpu_seconds(trials, study.user_attrs),
-        final_round=tuple(_entry(m, configs[m.name], precisions) for m in measured),
-        failures=rounds.failures,
-        tie_rule=tie_rule(options),
-        tie_margin=options.tie_margin,
-        max_memory_bytes=options.max_memory_bytes,
-        study_fields={k: meta.get(k) for k in STUDY_FIELDS},
-        effective=not on_cpu,
-        note=CPU_NOTE if on_cpu else None,
-        pareto=(
-            tuple(_entry(m, configs[m.name], precisions) for m in pareto_front(eligible))
-            if options.multi_objective
-            else None
-        ),
-    )
-
-
-def _recommend(
-    base: Recommendation,
-    eligible: list[Measurement],
-    configs: Mapping[str, LoopConfig],
-    rounds: _Rounds,
-    options: Any,
-    baselines: Mapping[str, LoopConfig],
-    parity: Callable[..., GateVerdict],
-    measurer: Measurer,
-    floor_of: Callable[[str], float | None],
-    precisions: Precisions,
-) -> Recommendation:
-    """The winner among `eligible` (with a memory cap, only configs under it), and the figures
-    that compare it with the baselines."""
-    decision = decide(eligible, order_description=tie_rule(options), margin=options.tie_margin)
-    per_batch = measurer.samples_per_batch
-    best, reason = _for_run_length(
-        decision.best, decision.reason, eligible, rounds, options, per_batch
-    )
-    samples, setup = rounds.samples, rounds.setup
-    step_ms = per_batch / best.median * 1e3
-    # Only a floor that bounds this step is shown: same precision, eager kernels, not slower.
-    floor_ms = comparable_floor(floor_of(best.name), step_ms)
-    chosen = precisions.get(best.name)
-    searched = getattr(options, "multi_precision", False)
-    return dataclasses.replace(
-        base,
-        config=configs[best.name].to_dict(),
-        reason=reason,
-        source=best.name,
-        throughput=Interval(median=best.median, ci95=best.ci95),
-        step_ms=step_ms,
-        peak_memory_bytes=best.memory_bytes,
-        utilisation=_utilisation(measurer, step_ms, chosen, configs[best.name]),
-        device_memory_bytes=measurer.device_memory_bytes(),
-        speedup={name: _speedup(best, samples[name]) for name in baselines if samples[name]},
-        ties=tuple(_entry(m, configs[m.name], precisions) for m in decision.ties),
-        was_tie=decision.was_tie,
-        floor=None if floor_ms is None else Floor(step_ms=floor_ms, ratio=floor_ms / step_ms),
-        parity=_verdict(parity, configs[best.name], chosen).public(),
-        # The precision to train in, named whenever the study chose among several.
-        precision=(chosen or getattr(options, "precision", None)) if searched else None,
-        setup_s=setup[best.name],
-        break_even_steps={
-            name: _break_even(
-                setup[best.name] - setup[name],
-                per_batch / best.median,
-                per_batch / statistics.median(samples[name]),
-            )
-            for name in baselines
-            if samples[name]
-        },
-        train_steps=getattr(options, "train_steps", None),
-    )
-
-
-def _for_run_length(
-    best: Measurement,
-    reason: str,
-    eligible: list[Measurement],
-    rounds: _Rounds,
-    options: Any,
-    per_batch: int,
-) -> tuple[Measurement, str]:
-    """With `train_steps`, the user's run length decides: setup + N steps, each at its measured
-    median. Only a setup cost can reverse the decision: among configs without one, the tie rule
-    (noise-aware, simplest first) already chose."""
-    train_steps: int | None = getattr(options, "train_steps", None)
-    if train_steps is None:
-        return best, reason
-    steps: int = train_steps
-    setup = rounds.setup
-
-    def total_s(m: Measurement) -> float:
-        return setup[m.name] + steps * per_batch / m.median
-
-    fastest = min(eligible, key=lambda m: (total_s(m), m.key))
-    if setup[best.name] > 0.0 and fastest.name != best.name:
-        reason = (
-            f"{train_steps} training steps: {fastest.name} takes {total_s(fastest):.1f} s "
-            f"in all against {total_s(best):.1f} s for {best.name}, the fastest per "
-            f"step ({best.name} pays {setup[best.name]:.1f} s of setup first)"
-        )
-        return fastest, reason
-    return best, reason
-
-
-def _break_even(extra_setup_s: float, step_s: float, baseline_step_s: float) -> int | None:
-    """Training steps after which the recommended config's extra setup has paid for itself
-    against a baseline: 0 when it costs nothing extra, None when it never does (not faster)."""
-    if extra_setup_s <= 0.0:
-        return 0
-    saved = baseline_step_s - step_s
-    return None if saved <= 0.0 else math.ceil(extra_setup_s / saved)
-
-
-def _utilisation(
-    measurer: Measurer, step_ms: float, precision: str | None, config: LoopConfig
-) -> dict[str, Any] | None:
-    use = (
-        measurer.utilisation(step_ms, config=config)
-        if precision is None
-        else measurer.utilisation(step_ms, precision=precision, config=config)
-    )
-    return None if use is None else dataclasses.asdict(use)
-
-
-def _speedup(best: Measurement, baseline: list[float]) -> Interval:
-    ratio, low, high = ratio_ci(best.samples, baseline)
-    return Interval(median=ratio, ci95=(low, high))
-
-
-def _entry(m: Measurement, config: LoopConfig, precisions: Precisions) -> Entry:
-    return Entry(
-        name=m.name,
-        config=config.to_dict(),
-        precision=precisions.get(m.name),
-        throughput=Interval(median=m.median, ci95=m.ci95),
-        peak_memory_bytes=m.memory_bytes,
-        samples=len(m.samples),
-    )

@@ -1,5 +1,5 @@
 """The gate's verdicts, cached on the study: each config is checked once per study (once per
-precision it ran in, in a study searching precisions: `tuner.search.space.candidate_key`).
+precision it ran in, in a study searching precisions: `tuner.search.spaces.space.candidate_key`).
 
 A verdict is stored under `keys.PARITY_PREFIX` + the config's key (`GateVerdict.to_dict`), so
 every later trial of the same config, the final round and every worker sharing the study read it
@@ -9,8 +9,8 @@ later check is given it, so the reference and the envelope run once per study. A
 another precision than the study's is judged against another envelope, the reference's
 seed-to-seed one (`keys.PRECISION_ENVELOPE`), likewise measured once.
 
-With a memo (`tuner.search.memo`: the same workload, shape, precision, code and machine), both
-are also shared between studies: a verdict or envelope missing from the study is read from the
+With a memo (`tuner.search.gating.memo`: the same workload, shape, precision, code and machine),
+both are also shared between studies: a verdict or envelope missing from the study is read from the
 memo, copied onto the study (its record stays whole), and a new one is stored in both.
 """
 
@@ -23,10 +23,10 @@ from typing import Any
 import optuna
 
 from trainers import LoopConfig
-from tuner.search.gate import Gate, GateVerdict
+from tuner.search.gating.gate import Gate, GateVerdict
+from tuner.search.measuring.timing import Clock
 from tuner.search.options import Retry
-from tuner.search.space import candidate_key
-from tuner.search.timing import Clock
+from tuner.search.spaces.space import candidate_key
 from tuner.store import keys
 from tuner.store.jsonsafe import json_safe
 from tuner.store.phases import GATE_CONFIG
@@ -79,7 +79,7 @@ class ParityCache:
         # envelope (over the options' precision_parity_steps), stored apart from the rounding one.
         env_key = keys.ENVELOPE if precision is None else keys.PRECISION_ENVELOPE
         if isinstance(shared.get(attr), dict):
-            # Checked by an earlier study of the same inputs (tuner.search.memo): the study
+            # Checked by an earlier study of the same inputs (tuner.search.gating.memo): the study
             # keeps its own copy, with no seconds spent here (`gpu_seconds` adds them up).
             found = dataclasses.replace(GateVerdict.from_dict(shared[attr]), seconds=0.0, time={})
             self._store(attr, found.to_dict())

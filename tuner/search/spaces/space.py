@@ -6,8 +6,8 @@ a study's trials can be turned back into configs (`SearchSpace.config_from_param
 input raises `tuner.errors.SpaceError` naming the setting.
 
 Where spaces come from (the built-ins, a JSON file, a mapping from the API, `--fix` pins) is
-`tuner.search.spaces`. Also here: `simplicity_key` (the order the tuner breaks ties in, simplest
-first) and `config_key` (a short stable id of a config, for caching per config).
+`tuner.search.spaces.named`. Also here: `simplicity_key` (the order the tuner breaks ties in,
+simplest first) and `config_key` (a short stable id of a config, for caching per config).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ runners here), the workload and its shape, the study's precision and matmul prec
 steps and seed, the number of processes, and the machine (`trainers.fingerprint`: GPU, driver,
 CUDA, torch, Python, CPU). `memo_name` hashes all of them into the name of an Optuna study in the
 same storage (so PostgreSQL workers share it as they share studies) that holds the verdicts, keyed
-as the study's own cache keys them (`tuner.search.parity`), and the envelope. Any change to any
-input is another name: nothing stale is read.
+as the study's own cache keys them (`tuner.search.gating.parity`), and the envelope. Any change to
+any input is another name: nothing stale is read.
 
 Left out on purpose:
 - a user's own `package.module:factory` workload and a registered program: their code can change
@@ -23,7 +23,7 @@ Left out on purpose:
 - a verdict judged against another envelope than the memo's (a study resumed after the code or
   the machine changed keeps its own stored envelope): it holds for that envelope only.
 
-The same memo study holds the profiles taken after deciding (`tuner.search.profiling.
+The same memo study holds the profiles taken after deciding (`tuner.search.deciding.profiling.
 SharedProfiles`): the baselines' and the recommended config's, keyed by config and profile
 settings. They depend on the same inputs as a verdict.
 

@@ -18,8 +18,8 @@ from typing import Any
 from trainers import COMPILE_MODES, LoopConfig
 from trainers.program import Program
 from tuner.errors import SpaceError
-from tuner.search.space import (
-    KINDS,
+from tuner.search.spaces.pins import parse_fix, pins_from_mapping
+from tuner.search.spaces.space import (
     Choice,
     IntRange,
     SearchSpace,
@@ -101,8 +101,8 @@ def compile_space(*, autotune: bool = True, auto: bool | None = None) -> SearchS
     foreach, fused). Combinations the harness refuses (a whole-step graph over reduce-overhead's
     own graphs) fail as trials with the harness's reason, and are never measured.
 
-    A new study starts from the lever corners (`tuner.search.stages`), so a budget of trials
-    that each cost a compile goes to the levers first.
+    A new study starts from the lever corners (`tuner.search.proposing.stages`), so a budget of
+    trials that each cost a compile goes to the levers first.
 
     autotune=False is the default on a GPU (`auto`): max-autotune-no-cudagraphs left out. Its
     trials benchmark kernel candidates while compiling: one took 290 s on convnet small on an
@@ -135,7 +135,7 @@ step 725,000. Below 20,000 steps it can pay back only where its gain is far larg
 def autotune_pays(train_steps: int | None) -> bool:
     """Whether a run of `train_steps` is long enough to search max-autotune. The search then
     only offers it: the final round ranks by setup plus `train_steps` steps
-    (`decide._for_run_length`), so it is recommended only where its measured compile time is
+    (`recommend._for_run_length`), so it is recommended only where its measured compile time is
     paid back over that run."""
     return train_steps is not None and train_steps >= AUTOTUNE_TRAIN_STEPS
 
@@ -203,111 +203,6 @@ def without_block_levers(space: SearchSpace) -> SearchSpace:
         fixed={**space.fixed, **{f: BLOCK_LEVERS[f] for f in searched}},
         notes=(*space.notes, _NO_BLOCKS_NOTE),
     )
-
-
-DATA_PARALLEL_LEVERS: dict[str, Spec] = {
-    "parallel": Choice(values=("ddp", "fsdp2")),
-    "bucket_cap_mb": Choice(values=(1, 5, 25, 100)),
-    "gradient_as_bucket_view": Choice(values=(False, True)),
-    "static_graph": Choice(values=(False, True)),
-    "reshard_after_forward": Choice(values=(True, False)),
-    "fsdp_prefetch": Choice(values=(False, True)),
-}
-"""What a study of N > 1 processes searches on top of its space: DDP or FSDP2 and each one's
-settings (an inert one is reset by `trainers.canonical`, so it makes no duplicate trial)."""
-_DP_ALLOWED = "'ddp' or 'fsdp2' with nproc_per_node > 1 (one process per device needs a wrapper)"
-_SINGLE_ALLOWED = "'none' with nproc_per_node=1 (DDP and FSDP2 run with --nproc-per-node >= 2)"
-_DP_GRAPH_NOTE = "cuda_graph fixed to false: not proven with DDP or FSDP2 (trainers/config.py)"
-_DP_REDUCE_NOTE = "compile reduce-overhead left out: not proven with DDP or FSDP2"
-_DP_PREFETCH_NOTE = "fsdp_prefetch fixed to false: explicit prefetch needs repeated blocks"
-_FSDP_LEVERS = ("reshard_after_forward", "fsdp_prefetch")
-_DP_FLOAT8_NOTE = (
-    "parallel fixed to ddp: float8 with FSDP2 is refused (trainers.precision.check_precision)"
-)
-DATA_PARALLEL_BLOCK_LEVERS: dict[str, Spec] = {
-    "compile_scope": Choice(values=("model", "blocks")),
-    "activation_checkpointing": Choice(values=("none", "selective", "blocks")),
-    "checkpoint_share": Choice(values=(1.0, 0.5)),
-}
-"""What a study of N > 1 processes adds to a space that searches the compiler, for a model with
-repeated blocks: each block compiled on its own (FSDP2 shards block by block, and at 1.1B on one
-H100 a block compiled in 12-24 s against 60-110 s for the whole model, docs GPU-FACTS) and
-recomputation. compile_scope is inert without a compile mode (`trainers.canonical`)."""
-
-
-def _searched_or_fixed(space: SearchSpace, field: str) -> tuple[Any, ...]:
-    spec = space.params.get(field)
-    if isinstance(spec, Choice):
-        return spec.values
-    return (space.fixed[field],) if field in space.fixed else ()
-
-
-def for_processes(
-    space: SearchSpace, nproc: int, *, has_blocks: bool = True, precision: str | None = None
-) -> SearchSpace:
-    """`space` for a study of `nproc` processes on one node.
-
-    One process: data parallelism must stay off (SpaceError naming `parallel` otherwise). More:
-    the data-parallel levers (`DATA_PARALLEL_LEVERS`) are searched unless the space already
-    searches or pins them; a whole-step CUDA graph is fixed off and reduce-overhead left out
-    (each with a note; pinned on, a SpaceError naming it); explicit FSDP2 prefetch is fixed off
-    for a model without repeated blocks. A space that searches `compile` also searches, for a
-    model with blocks, `DATA_PARALLEL_BLOCK_LEVERS`. Under `precision` float8, `parallel` is
-    fixed to ddp (with a note; fsdp2 pinned: a SpaceError naming it)."""
-    parallel = _searched_or_fixed(space, "parallel")
-    if nproc == 1:
-        if any(value != "none" for value in parallel):
-            raise SpaceError("parallel", list(parallel), _SINGLE_ALLOWED)
-        return space
-    if "none" in parallel:
-        raise SpaceError("parallel", list(parallel), _DP_ALLOWED)
-    if space.fixed.get("cuda_graph") is True:
-        raise SpaceError(
-            "cuda_graph", True, "false with nproc_per_node > 1 (" + _DP_GRAPH_NOTE + ")"
-        )
-    if space.fixed.get("compile") == "reduce-overhead":
-        raise SpaceError(
-            "compile",
-            "reduce-overhead",
-            "none, default or max-autotune-no-cudagraphs with nproc_per_node > 1",
-        )
-    params = {f: s for f, s in DATA_PARALLEL_LEVERS.items() if f not in space.fixed}
-    if has_blocks and "compile" in space.params:
-        params |= {f: s for f, s in DATA_PARALLEL_BLOCK_LEVERS.items() if f not in space.fixed}
-    params |= space.params
-    fixed, notes = dict(space.fixed), list(space.notes)
-    if precision == "float8":
-        _ddp_for_float8(params, fixed, notes)
-    if "cuda_graph" in params:
-        del params["cuda_graph"]
-        fixed["cuda_graph"] = False
-        notes.append(_DP_GRAPH_NOTE)
-    compile_spec = params.get("compile")
-    if isinstance(compile_spec, Choice) and "reduce-overhead" in compile_spec.values:
-        params["compile"] = Choice(
-            values=tuple(v for v in compile_spec.values if v != "reduce-overhead")
-        )
-        notes.append(_DP_REDUCE_NOTE)
-    if not has_blocks and "fsdp_prefetch" in params:
-        del params["fsdp_prefetch"]
-        fixed["fsdp_prefetch"] = False
-        notes.append(_DP_PREFETCH_NOTE)
-    return dataclasses.replace(space, params=params, fixed=fixed, notes=tuple(notes))
-
-
-def _ddp_for_float8(params: dict[str, Spec], fixed: dict[str, Any], notes: list[str]) -> None:
-    """Fix `parallel` to ddp in place: float8 under FSDP2 is refused (trainers.precision)."""
-    if fixed.get("parallel") == "fsdp2":
-        raise SpaceError("parallel", "fsdp2", "ddp with precision float8 (" + _DP_FLOAT8_NOTE + ")")
-    if "parallel" in params:
-        del params["parallel"]
-        fixed["parallel"] = "ddp"
-        notes.append(_DP_FLOAT8_NOTE)
-    defaults = LoopConfig().to_dict()
-    for field in _FSDP_LEVERS:  # inert under DDP: not searched
-        if field in params:
-            del params[field]
-            fixed[field] = defaults[field]
 
 
 def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -449,60 +344,3 @@ def load_space(
 # --------------------------------------------------------------------------------------------
 # --fix pins
 # --------------------------------------------------------------------------------------------
-
-_TRUE = ("true", "1", "yes")
-_FALSE = ("false", "0", "no")
-
-
-def _convert(field: str, text: str) -> Any:
-    kind = KINDS[field]
-    if kind == "int":
-        try:
-            return int(text)
-        except ValueError:
-            raise SpaceError(field, text, "an integer") from None
-    if kind == "bool":
-        lowered = text.lower()
-        if lowered in _TRUE:
-            return True
-        if lowered in _FALSE:
-            return False
-        raise SpaceError(field, text, "true/false, 1/0 or yes/no")
-    if kind == "float":
-        try:
-            return float(text)
-        except ValueError:
-            raise SpaceError(field, text, "a number") from None
-    return text
-
-
-def parse_fix(items: Sequence[str]) -> dict[str, Any]:
-    """Parse "name=value" pins into LoopConfig field -> typed, validated value (in item order).
-
-    Integers via int(); booleans accept true/false/1/0/yes/no (any case); sync_mode is a string.
-    Errors: no "=" -> SpaceError field "fix"; unknown name, bad value or a setting pinned twice ->
-    SpaceError naming the setting.
-    """
-    pins: dict[str, Any] = {}
-    for item in items:
-        name, sep, text = item.partition("=")
-        if not sep:
-            raise SpaceError("fix", item, "name=value with name a LoopConfig field")
-        name, text = name.strip(), text.strip()
-        check_field_name(name, text)
-        if name in pins:
-            raise SpaceError(name, text, "each setting pinned once")
-        value = _convert(name, text)
-        check_value(name, value)
-        pins[name] = value
-    return pins
-
-
-def pins_from_mapping(pins: Mapping[str, Any]) -> dict[str, Any]:
-    """Typed pins ({field: value}, a job's `fix`), each checked like a `--fix` item."""
-    checked: dict[str, Any] = {}
-    for name, value in pins.items():
-        check_field_name(name, value)
-        check_value(name, value)
-        checked[name] = value
-    return checked

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 import trainers
-from tuner.search.space import Choice, IntRange, SearchSpace
+from tuner.search.spaces.space import Choice, IntRange, SearchSpace
 
 # A space that searches neither of these (`streams`, `full`) keeps its plain sampler start.
 COMPILER_LEVERS = ("compile", "optimizer")
@@ -42,11 +42,11 @@ CORNERS: tuple[dict[str, Any], ...] = (
 # H100), then the whole model (60-110 s). No order of the two scopes is right for every model:
 # on the `llama-1b` preset the whole model was 1.02-1.04x faster, on another Llama-family 1.1B
 # shape each block was 1.16-1.17x faster (H100, docs/benchmarks/README.md). So both are
-# measured, the cheap one first, and the screen (tuner/search/screen.py) prunes the loser of the
-# two without gating it. Then, for a step that does not fit, the cheapest ways down in memory:
-# two micro-batches, selective checkpointing of every block, full checkpointing of half the
+# measured, the cheap one first, and the screen (tuner/search/proposing/screen.py) prunes the loser
+# of the two without gating it. Then, for a step that does not fit, the cheapest ways down in
+# memory: two micro-batches, selective checkpointing of every block, full checkpointing of half the
 # blocks, four micro-batches; where the plain step fits they are predicted to lose and are not
-# run (tuner/search/predict.py).
+# run (tuner/search/proposing/predict.py).
 SCALE_LEVERS = ("compile_scope", "activation_checkpointing", "checkpoint_share", "micro_batches")
 SCALE_CORNERS: tuple[dict[str, Any], ...] = (
     {"compile_scope": "blocks"},
@@ -65,8 +65,8 @@ SCALE_CORNERS: tuple[dict[str, Any], ...] = (
 # block's gathered parameters to its backward (one all-gather per block and step fewer). The
 # baselines already measure eager DDP with its defaults, so no corner repeats it. A model
 # without blocks collapses them to DDP and FSDP2 around the whole compiled model; under float8
-# (DDP only, trainers.precision) to DDP's. The screen (tuner/search/screen.py) stops a losing
-# corner after two windows, ungated, so a weak corner costs one short launch.
+# (DDP only, trainers.precision) to DDP's. The screen (tuner/search/proposing/screen.py) stops a
+# losing corner after two windows, ungated, so a weak corner costs one short launch.
 DATA_PARALLEL_CORNERS: tuple[dict[str, Any], ...] = (
     {"parallel": "ddp", "compile": "default", "compile_scope": "blocks", "optimizer": "fused"},
     {"parallel": "fsdp2", "compile": "default", "compile_scope": "blocks", "optimizer": "fused"},

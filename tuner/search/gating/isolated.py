@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import trainers
 from trainers import LoopConfig
 from tuner.evidence import trace
-from tuner.search.gate import AS_THE_GATE, CrossPrecision, GateRun, run_parts
+from tuner.search.gating.gate import AS_THE_GATE, CrossPrecision, GateRun, run_parts
 
 T = TypeVar("T")
 
@@ -53,7 +53,7 @@ def _gate(
     config_precision: trainers.Precision | None = None,
     cross: CrossPrecision = AS_THE_GATE,
 ) -> GateRun:
-    """The correctness gate for `config`, part by part (`tuner.search.gate.run_parts`): the
+    """The correctness gate for `config`, part by part (`tuner.search.gating.gate.run_parts`): the
     verdict, the envelope it used (measured here the first time: the parent stores it on the
     study) and the seconds of each part."""
     import torch  # in the child
@@ -210,7 +210,8 @@ class ProfileProcess:
 
 
 class ParityProcess:
-    """Runs the correctness gate (`tuner.search.gate.run_parts`) in a child process: a `Gate`."""
+    """Runs the correctness gate (`tuner.search.gating.gate.run_parts`) in a child process: a
+    `Gate`."""
 
     def __init__(
         self,

@@ -36,7 +36,7 @@ from optuna.trial import TrialState
 
 import trainers
 from trainers import LoopConfig
-from tuner.search.screen import Incumbent
+from tuner.search.proposing.screen import Incumbent
 from tuner.store import keys
 
 STATE_BYTES_PER_PARAM = 16

@@ -13,7 +13,7 @@ default job gated every trial, also the two that ran 6 % and 4 % slower than the
    falls behind the incumbent by more than the tie margin, it is pruned the same way.
 3. **Gate later.** A contender (faster than the incumbent, or tying it) is complete and its gate
    is deferred to the final round, which gates the fastest finalists first and only those that
-   could still tie (`tuner.search.decide._eligible`). A config that is beaten later in the
+   could still tie (`tuner.search.deciding.recommend._eligible`). A config that is beaten later in the
    search is then never gated at all.
 
 The best of the screen windows, not their median, is held against the incumbent's median: a
@@ -46,14 +46,16 @@ def screening(mode: str, space_name: str, *, multi_objective: bool, nproc: int =
     slower config can be on the Pareto front.
 
     Data-parallel trials screen too: each is a torchrun launch, and its gate another (the
-    data-parallel gate, `tuner.search.dpgate`); a default job of 2 processes on transformer
+    data-parallel gate, `tuner.search.gating.dpgate`); a default job of 2 processes on transformer
     medium (2 H100s) spent its 200 s budget gating its first trials and never reached the
     compiled ones (docs GPU-FACTS)."""
     if multi_objective or mode == "off":
         return False
     if mode == "on":
         return True
-    from tuner.search.spaces import SCALE_SPACE  # spaces imports the lever tables, this does not
+    from tuner.search.spaces.named import (
+        SCALE_SPACE,  # spaces imports the lever tables, this does not
+    )
 
     return space_name == SCALE_SPACE or nproc > 1
 

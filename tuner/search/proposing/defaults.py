@@ -5,7 +5,7 @@ DEFAULT_WARMUP = 10
 DEFAULT_WINDOWS = 5
 DEFAULT_WINDOW_STEPS = 20
 """A measurement: DEFAULT_WARMUP untimed steps, then DEFAULT_WINDOWS timed windows of
-DEFAULT_WINDOW_STEPS steps (`tuner.search.measure.Protocol`)."""
+DEFAULT_WINDOW_STEPS steps (`tuner.search.measuring.measure.Protocol`)."""
 SCALE_WINDOW_STEPS = 10
 """Steps per timed window on the scale space given no --window-steps. A step of the 1.1B preset
 takes 225-350 ms on an H100, so the default 110-step measurement cost 25-40 s and a default job
@@ -55,10 +55,10 @@ AUTO_PATIENCE = 4
 """The patience of a job on the default space on a GPU (the scale space too) given no --patience:
 trials stop starting once this many complete trials in a row have not beaten the best by more than
 the tie margin. On every preset of docs/benchmarks/peers-h100-2026-11-23-* the recommendation was
-one of the four lever corners the search starts with (tuner.search.stages); the trials after them
-moved the best by less than the run-to-run noise, at a compile each. Replayed on the default job's
-recorded trials (docs/benchmarks/raw/default-job-h100-2026-11-24-warm/trials.json, transformer
-small), 4 stops the cold job after trial 17, 168 s after its first trial began, with a best 0.4 %
-below the 22 trials' (inside the 1 % tie margin), and the warm job after trial 16 at 93 s with the
-same best; 8, the value until 2026-11-25, ran 197 s and 130 s for no gain outside the margin
-(tests/tuner/search/test_search.py replays them)."""
+one of the four lever corners the search starts with (tuner.search.proposing.stages); the trials
+after them moved the best by less than the run-to-run noise, at a compile each. Replayed on the
+default job's recorded trials (docs/benchmarks/raw/default-job-h100-2026-11-24-warm/trials.json,
+transformer small), 4 stops the cold job after trial 17, 168 s after its first trial began, with a
+best 0.4 % below the 22 trials' (inside the 1 % tie margin), and the warm job after trial 16 at 93 s
+with the same best; 8, the value until 2026-11-25, ran 197 s and 130 s for no gain outside the
+margin (tests/tuner/search/test_search.py replays them)."""

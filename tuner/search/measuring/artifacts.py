@@ -1,7 +1,7 @@
 """Compile artefacts that travel to another machine: a job's compiled graphs in one file.
 
 Every trial, child process and worker of a study shares one Inductor cache folder
-(`tuner.search.search.share_compile_cache`), so on one machine a config compiles cold once and a
+(`tuner.search.study.share_compile_cache`), so on one machine a config compiles cold once and a
 later trial or job of the same graph finds it there. A machine that has not compiled it (a new
 GPU node, a fresh container, a lent machine that starts bare) compiles everything cold again: at
 1.1B parameters 60-110 s for the whole model, most of a trial. torch's portable cache

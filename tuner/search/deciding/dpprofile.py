@@ -24,7 +24,7 @@ from tuner.evidence.trace import Profile, profile_from_trace
 
 
 class DataParallelProfiler:
-    """A `tuner.search.profiling.Profiler` for configs of `nproc` processes."""
+    """A `tuner.search.deciding.profiling.Profiler` for configs of `nproc` processes."""
 
     def __init__(
         self,

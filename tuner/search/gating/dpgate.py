@@ -40,8 +40,8 @@ import trainers
 from trainers import LoopConfig
 from trainers.gate import Envelope, ParityVerdict
 from trainers.program import run_distributed
-from tuner.search.gate import GateRun, only_one_precision
-from tuner.search.isolated import ChildProcess
+from tuner.search.gating.gate import GateRun, only_one_precision
+from tuner.search.gating.isolated import ChildProcess
 from tuner.store.phases import GATE_CONFIG, GATE_ENVELOPE
 
 _ACCUMULATES = (1, 2, 4, 8)
@@ -121,7 +121,8 @@ def equivalence_verdict(losses: list[float], envelope: Envelope, *, note: str) -
 
 
 class DataParallelGate:
-    """The gate of a study of `nproc` processes (see the module doc); a `tuner.search.gate.Gate`."""
+    """The gate of a study of `nproc` processes (see the module doc); a
+    `tuner.search.gating.gate.Gate`."""
 
     def __init__(
         self,

@@ -1,0 +1,1 @@
+"""What is recommended: the final round, the decision and the profiles after it."""

@@ -1,0 +1,1 @@
+"""Whether a config is correct: the gate, its child processes and its memo across studies."""

@@ -1,0 +1,2 @@
+"""How a config is measured: the protocol, its statistics, the baselines, the time per phase,
+the compile artefacts."""

@@ -1,0 +1,1 @@
+"""Which config next: the first stage of corners, screening, predictions, the stopping rules."""

@@ -1,0 +1,1 @@
+"""What is searched: the search space and the named spaces."""

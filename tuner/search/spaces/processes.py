@@ -1,0 +1,131 @@
+"""A space adapted to N processes per trial (DDP or FSDP2 under torchrun): the data-parallel
+levers searched, what one process alone cannot run left out, each change said in a note."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from trainers import LoopConfig
+from tuner.errors import SpaceError
+from tuner.search.spaces.space import (
+    Choice,
+    SearchSpace,
+    Spec,
+)
+
+DATA_PARALLEL_LEVERS: dict[str, Spec] = {
+    "parallel": Choice(values=("ddp", "fsdp2")),
+    "bucket_cap_mb": Choice(values=(1, 5, 25, 100)),
+    "gradient_as_bucket_view": Choice(values=(False, True)),
+    "static_graph": Choice(values=(False, True)),
+    "reshard_after_forward": Choice(values=(True, False)),
+    "fsdp_prefetch": Choice(values=(False, True)),
+}
+"""What a study of N > 1 processes searches on top of its space: DDP or FSDP2 and each one's
+settings (an inert one is reset by `trainers.canonical`, so it makes no duplicate trial)."""
+_DP_FLOAT8_NOTE = (
+    "parallel fixed to ddp: float8 with FSDP2 is refused (trainers.precision.check_precision)"
+)
+DATA_PARALLEL_BLOCK_LEVERS: dict[str, Spec] = {
+    "compile_scope": Choice(values=("model", "blocks")),
+    "activation_checkpointing": Choice(values=("none", "selective", "blocks")),
+    "checkpoint_share": Choice(values=(1.0, 0.5)),
+}
+"""What a study of N > 1 processes adds to a space that searches the compiler, for a model with
+repeated blocks: each block compiled on its own (FSDP2 shards block by block, and at 1.1B on one
+H100 a block compiled in 12-24 s against 60-110 s for the whole model, docs GPU-FACTS) and
+recomputation. compile_scope is inert without a compile mode (`trainers.canonical`)."""
+
+
+_DP_ALLOWED = "'ddp' or 'fsdp2' with nproc_per_node > 1 (one process per device needs a wrapper)"
+
+
+_SINGLE_ALLOWED = "'none' with nproc_per_node=1 (DDP and FSDP2 run with --nproc-per-node >= 2)"
+
+
+_DP_GRAPH_NOTE = "cuda_graph fixed to false: not proven with DDP or FSDP2 (trainers/config.py)"
+
+
+_DP_REDUCE_NOTE = "compile reduce-overhead left out: not proven with DDP or FSDP2"
+
+
+_DP_PREFETCH_NOTE = "fsdp_prefetch fixed to false: explicit prefetch needs repeated blocks"
+
+
+_FSDP_LEVERS = ("reshard_after_forward", "fsdp_prefetch")
+
+
+def _searched_or_fixed(space: SearchSpace, field: str) -> tuple[Any, ...]:
+    spec = space.params.get(field)
+    if isinstance(spec, Choice):
+        return spec.values
+    return (space.fixed[field],) if field in space.fixed else ()
+
+
+def for_processes(
+    space: SearchSpace, nproc: int, *, has_blocks: bool = True, precision: str | None = None
+) -> SearchSpace:
+    """`space` for a study of `nproc` processes on one node.
+
+    One process: data parallelism must stay off (SpaceError naming `parallel` otherwise). More:
+    the data-parallel levers (`DATA_PARALLEL_LEVERS`) are searched unless the space already
+    searches or pins them; a whole-step CUDA graph is fixed off and reduce-overhead left out
+    (each with a note; pinned on, a SpaceError naming it); explicit FSDP2 prefetch is fixed off
+    for a model without repeated blocks. A space that searches `compile` also searches, for a
+    model with blocks, `DATA_PARALLEL_BLOCK_LEVERS`. Under `precision` float8, `parallel` is
+    fixed to ddp (with a note; fsdp2 pinned: a SpaceError naming it)."""
+    parallel = _searched_or_fixed(space, "parallel")
+    if nproc == 1:
+        if any(value != "none" for value in parallel):
+            raise SpaceError("parallel", list(parallel), _SINGLE_ALLOWED)
+        return space
+    if "none" in parallel:
+        raise SpaceError("parallel", list(parallel), _DP_ALLOWED)
+    if space.fixed.get("cuda_graph") is True:
+        raise SpaceError(
+            "cuda_graph", True, "false with nproc_per_node > 1 (" + _DP_GRAPH_NOTE + ")"
+        )
+    if space.fixed.get("compile") == "reduce-overhead":
+        raise SpaceError(
+            "compile",
+            "reduce-overhead",
+            "none, default or max-autotune-no-cudagraphs with nproc_per_node > 1",
+        )
+    params = {f: s for f, s in DATA_PARALLEL_LEVERS.items() if f not in space.fixed}
+    if has_blocks and "compile" in space.params:
+        params |= {f: s for f, s in DATA_PARALLEL_BLOCK_LEVERS.items() if f not in space.fixed}
+    params |= space.params
+    fixed, notes = dict(space.fixed), list(space.notes)
+    if precision == "float8":
+        _ddp_for_float8(params, fixed, notes)
+    if "cuda_graph" in params:
+        del params["cuda_graph"]
+        fixed["cuda_graph"] = False
+        notes.append(_DP_GRAPH_NOTE)
+    compile_spec = params.get("compile")
+    if isinstance(compile_spec, Choice) and "reduce-overhead" in compile_spec.values:
+        params["compile"] = Choice(
+            values=tuple(v for v in compile_spec.values if v != "reduce-overhead")
+        )
+        notes.append(_DP_REDUCE_NOTE)
+    if not has_blocks and "fsdp_prefetch" in params:
+        del params["fsdp_prefetch"]
+        fixed["fsdp_prefetch"] = False
+        notes.append(_DP_PREFETCH_NOTE)
+    return dataclasses.replace(space, params=params, fixed=fixed, notes=tuple(notes))
+
+
+def _ddp_for_float8(params: dict[str, Spec], fixed: dict[str, Any], notes: list[str]) -> None:
+    """Fix `parallel` to ddp in place: float8 under FSDP2 is refused (trainers.precision)."""
+    if fixed.get("parallel") == "fsdp2":
+        raise SpaceError("parallel", "fsdp2", "ddp with precision float8 (" + _DP_FLOAT8_NOTE + ")")
+    if "parallel" in params:
+        del params["parallel"]
+        fixed["parallel"] = "ddp"
+        notes.append(_DP_FLOAT8_NOTE)
+    defaults = LoopConfig().to_dict()
+    for field in _FSDP_LEVERS:  # inert under DDP: not searched
+        if field in params:
+            del params[field]
+            fixed[field] = defaults[field]

@@ -1,0 +1,390 @@
+"""A study from start to end: `run_study` (what `python -m tuner run` calls) and `open_search`
+(what it and the service's workers open a `Search` with), with the defaults they apply on a GPU:
+the search budget, the patience and the measurement protocol of each space, the first trials,
+the compile cache folder and the artefacts loaded into it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+import trainers
+from tuner.errors import Interrupted, Stopped, TunerError
+from tuner.evidence import profiles
+from tuner.evidence.recommendation import Recommendation
+from tuner.search.gating.memo import open_memo
+from tuner.search.measuring import artifacts
+from tuner.search.measuring.baselines import now
+from tuner.search.measuring.measure import (
+    Measurer,
+    Protocol,
+    set_matmul_precision,
+)
+from tuner.search.measuring.timing import Clock
+from tuner.search.options import (
+    PRUNE_PERCENTILE,
+    LocalSlots,
+    Progress,
+    Quiet,
+    Retry,
+    RunOptions,
+    make_sampler,
+)
+from tuner.search.proposing.defaults import (
+    AUTO_PATIENCE,
+    AUTO_SCALE_BUDGET_S,
+    AUTO_SEARCH_BUDGET_S,
+    SCALE_WINDOW_STEPS,
+)
+from tuner.search.proposing.stages import first_stage
+from tuner.search.search import Search
+from tuner.search.spaces.named import (
+    AUTO_GPU_SPACE,
+    SCALE_SPACE,
+    load_space,
+    program_space,
+    without_block_levers,
+)
+from tuner.search.spaces.processes import for_processes
+from tuner.search.spaces.space import SearchSpace
+from tuner.store import storage as studies
+from tuner.store.keys import PRECISION as PRECISION_PARAM
+
+
+def run_study(
+    options: RunOptions,
+    *,
+    progress: Progress | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> Recommendation:
+    """Search, decide, store the recommendation on the study and return it.
+
+    `should_stop` (optional) is polled between trials and after each window; see the module doc.
+    """
+    progress = progress or Quiet()
+    search = open_search(options, progress=progress, should_stop=should_stop)
+    # search.options, not options: open_search adapts them (profiles off for a program), and the
+    # budget must not undo that (it did: a program's job on a GPU then failed at its profiles).
+    budget = search_budget(search.options.timeout_s, search.space.name)
+    if budget != search.options.timeout_s:
+        search.options = dataclasses.replace(search.options, timeout_s=budget)
+        progress.phase(
+            f"search budget {budget:.0f} s (the default on a GPU; --timeout sets another)"
+        )
+    patience = search_patience(search.options, search.space.name)
+    if patience != search.options.patience:
+        search.options = dataclasses.replace(search.options, patience=patience)
+        progress.phase(
+            f"patience {patience} trials (the default on a GPU; --patience sets another, "
+            "0 turns it off)"
+        )
+    try:
+        search.measure_baselines("start")
+        search.run_trials(LocalSlots(options.trials))
+        if search.stopped:
+            raise Stopped(
+                f"stopped on request: {search.done} trials of this run are stored in "
+                f"study {search.study.study_name!r}"
+            )
+        return search.decide()
+    except KeyboardInterrupt as exc:
+        name = search.study.study_name
+        raise Interrupted(
+            f"interrupted: {search.done} trials of this run are stored in study {name!r}; "
+            f"run again with --study {name} to resume"
+        ) from exc
+    finally:
+        search.close()
+
+
+DEFAULT_BUDGETS: dict[str, float] = {
+    AUTO_GPU_SPACE: AUTO_SEARCH_BUDGET_S,
+    SCALE_SPACE: AUTO_SCALE_BUDGET_S,
+}
+"""The search budget of each space the default space means on a GPU, given no --timeout."""
+
+
+def search_budget(timeout_s: float | None, space_name: str) -> float | None:
+    """Seconds after which no trial starts: `timeout_s` when given; else, for what the default
+    space means on a GPU, its budget (`DEFAULT_BUDGETS`): compiled trials cost 3-85 s each on an
+    H100 at 125M (docs/benchmarks/peers-h100-*), 80-205 s at 1.1B, so 40 of them could take
+    most of an hour."""
+    if timeout_s is not None:
+        return timeout_s
+    return DEFAULT_BUDGETS.get(space_name)
+
+
+def search_patience(options: RunOptions, space_name: str) -> int | None:
+    """`options.patience` when given; else AUTO_PATIENCE for a single-objective job on what the
+    default space means on a GPU, whose trials cost a compile each; else None (off)."""
+    if options.patience is not None or space_name not in DEFAULT_BUDGETS:
+        return options.patience
+    if options.multi_objective:
+        return options.patience
+    return AUTO_PATIENCE
+
+
+def measurement_protocol(options: RunOptions, space_name: str) -> Protocol:
+    """The protocol the job measures with: `options.protocol`, except on the scale space where
+    the user left the window length to the job (`options.auto_window_steps`): windows of
+    SCALE_WINDOW_STEPS steps there, since a step of a 0.3-8B model takes long enough that the
+    default window costs tens of seconds per measurement for no gain in precision."""
+    if not options.auto_window_steps or space_name != SCALE_SPACE:
+        return options.protocol
+    return dataclasses.replace(options.protocol, window_steps=SCALE_WINDOW_STEPS)
+
+
+def _with_protocol(
+    options: RunOptions, measurer: Measurer, space_name: str, progress: Progress
+) -> RunOptions:
+    """`options` with the protocol the job measures with (`measurement_protocol`), given to the
+    measurer too, and said where it is not the one asked for."""
+    protocol = measurement_protocol(options, space_name)
+    if protocol == options.protocol:
+        return options
+    progress.phase(
+        f"windows of {protocol.window_steps} steps (the default on the {space_name} space; "
+        "--window-steps sets another)"
+    )
+    measurer.protocol = protocol
+    return dataclasses.replace(options, protocol=protocol)
+
+
+def open_search(
+    options: RunOptions,
+    *,
+    progress: Progress | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    owner: str | None = None,
+    retry: Retry | None = None,
+    storage: optuna.storages.BaseStorage | None = None,
+) -> Search:
+    """Open (or resume) the study of `options` and everything needed to measure its trials.
+
+    `owner` (a worker's id) is written on every trial this process runs (`OWNER_ATTR`), so that
+    a trial whose worker died can be told from one still being measured. `retry` wraps the
+    calls that write results to the storage (a worker waits out a database that is away);
+    `storage`, when given, is used instead of opening `options.storage` again.
+    """
+    clock = Clock()  # the session's wall time starts here: opening the study is part of it
+    progress = progress or Quiet()
+    set_matmul_precision(options.matmul_precision)
+    measurer = Measurer(
+        options.workload,
+        options.preset,
+        device=options.device,
+        protocol=options.protocol,
+        model_args=options.model_args,
+        precision=options.precision,
+        nproc=options.nproc_per_node,
+    )
+    # Build the workload now: a bad --workload or --preset must fail before a study is stored.
+    measurer.check()
+    _check_precisions_here(options, measurer)
+    space, options = _space_for(options, measurer, progress)
+    storage = storage or studies.open_storage(studies.storage_url(options.storage))
+    name, info = _study_info(options, measurer, space)
+    loaded = _load_artifacts(info["compile_cache"], progress)
+    study, resumed = studies.open_study(
+        storage,
+        name,
+        info=info,
+        directions=_directions(options),
+        sampler=make_sampler(options.sampler, options.seed, options.trials),
+        pruner=_pruner(options),
+    )
+    if not resumed:
+        # A new study starts with the lever corners (tuner/search/proposing/stages.py); a resumed
+        # one already holds them, and skip_if_exists keeps a second creator from adding them twice.
+        for params in _first_trials(space, options, measurer.device.type):
+            study.enqueue_trial(params, skip_if_exists=True)
+    progress.start(name, options.trials, resumed)
+    # Programs are measured elsewhere: their code is not this process's to fingerprint.
+    memo = (
+        None if measurer.program is not None else open_memo(storage, options, info["fingerprint"])
+    )
+    search = Search(
+        study,
+        measurer,
+        space,
+        options,
+        progress,
+        should_stop,
+        owner=owner,
+        retry=retry,
+        clock=clock,
+        memo=memo,
+    )
+    search.compile_cache, search.artifacts_loaded = info["compile_cache"], loaded
+    return search
+
+
+def _space_for(
+    options: RunOptions, measurer: Measurer, progress: Progress
+) -> tuple[SearchSpace, RunOptions]:
+    """The space this model, device and launch search (`options.space` with what the model
+    cannot take pinned off), and the options with the protocol that space measures with."""
+    space = load_space(
+        options.space,
+        fix=options.fix,
+        cuda=measurer.device.type == "cuda",
+        parameters=measurer.parameters(),
+        train_steps=options.train_steps,
+    )
+    if not measurer.has_blocks():
+        space = without_block_levers(space)
+    options = _with_protocol(options, measurer, space.name, progress)
+    # N processes per trial: the data-parallel levers join the space (one: they stay off).
+    space = for_processes(
+        space,
+        options.nproc_per_node,
+        has_blocks=measurer.has_blocks(),
+        precision=options.precision,
+    )
+    return _for_program(space, options, measurer, progress)
+
+
+def _load_artifacts(folder: str | None, progress: Progress) -> int:
+    """Before any compile: what an earlier job compiled, where its artefacts file was copied
+    (`tuner.search.measuring.artifacts`); the entries loaded, each outcome said in one line."""
+    loaded, refused = artifacts.load(folder)
+    if loaded:
+        progress.phase(f"compile artefacts of an earlier job loaded: {loaded} entries")
+    if refused:
+        progress.phase(f"compile artefacts of an earlier job not loaded ({refused}): cold compiles")
+    return loaded
+
+
+def _check_precisions_here(options: RunOptions, measurer: Measurer) -> None:
+    """A precision this device cannot run (float8 off an sm89+ GPU, or without torchao) fails
+    here, in one line naming the flag, not as every trial's failure."""
+    flag = "--precisions" if options.precisions is not None else "--precision"
+    for precision in options.allowed_precisions or (None,):
+        try:
+            trainers.check_precision_here(precision, measurer.device)
+        except trainers.UnsupportedOnDevice as exc:
+            raise TunerError(f"{flag}: {exc}") from None
+
+
+def _first_trials(
+    space: SearchSpace, options: RunOptions, device_type: str
+) -> list[dict[str, Any]]:
+    """The lever corners (tuner/search/proposing/stages.py); with several precisions allowed, each
+    corner in each precision where it is valid (corner by corner, so a short study sees them all),
+    or, in a space without corners (a CPU's), one trial in each precision, its settings sampled:
+    every precision the user allowed is measured and gated, however short the study."""
+    if not options.multi_precision:
+        return first_stage(space, device_type=device_type, precision=options.precision)
+    by_precision = {
+        precision: first_stage(space, device_type=device_type, precision=precision)
+        for precision in options.allowed_precisions
+    }
+    if not any(by_precision.values()):
+        return [{PRECISION_PARAM: precision} for precision in options.allowed_precisions]
+    corners: list[dict[str, Any]] = []
+    for index in range(max((len(c) for c in by_precision.values()), default=0)):
+        for precision, chosen in by_precision.items():
+            if index < len(chosen):
+                corners.append(chosen[index] | {PRECISION_PARAM: precision})
+    return corners
+
+
+def _for_program(
+    space: SearchSpace, options: RunOptions, measurer: Measurer, progress: Progress
+) -> tuple[SearchSpace, RunOptions]:
+    """A program searches only the settings it implements; it is profiled by nobody (its
+    kernels run in another process)."""
+    if measurer.program is None:
+        return space, options
+    space = program_space(space, measurer.program)
+    if options.profile != "none":
+        progress.phase(f"profiles off: program {measurer.program.name!r} runs elsewhere")
+        options = dataclasses.replace(options, profile="none")
+    return space, options
+
+
+def _study_info(
+    options: RunOptions, measurer: Measurer, space: SearchSpace
+) -> tuple[str, dict[str, Any]]:
+    """The study's name and its metadata (`keys.META`)."""
+    fingerprint = trainers.fingerprint(measurer.device)
+    hardware = trainers.fingerprint_key(fingerprint)
+    if options.nproc_per_node > 1:
+        # N processes on N devices never share a study with one process on one.
+        hardware = f"{hardware}-x{options.nproc_per_node}"
+    compile_cache = share_compile_cache(options)
+    # The study's name carries the effective model options and a non-default precision: two
+    # shapes or precisions never share a study.
+    shape = trainers.workload_key(options.workload, options.preset, options.model_args)
+    # A study that searches precisions never shares a name with one fixed to one of them.
+    label = (
+        "precisions-" + "-".join(options.allowed_precisions)
+        if options.multi_precision
+        else options.study_precision
+    )
+    name = options.study or studies.default_study_name(shape, hardware, space.name, precision=label)
+    info = {
+        "workload": options.workload,
+        "preset": options.preset,
+        "model_args": dict(options.model_args),
+        "shape": shape,
+        "precision": options.study_precision,
+        "precisions": list(options.allowed_precisions) if options.multi_precision else None,
+        "space": space.to_dict(),
+        "objectives": list(options.objectives),
+        "max_memory_bytes": options.max_memory_bytes,
+        "protocol": options.protocol.to_dict(),
+        "device": str(measurer.device),
+        "hardware": hardware,
+        "fingerprint": fingerprint,
+        "matmul_precision": options.matmul_precision,
+        "compile_cache": compile_cache,
+        "nproc_per_node": options.nproc_per_node,
+        "created": now(),
+    }
+    return name, info
+
+
+def _directions(options: RunOptions) -> list[optuna.study.StudyDirection]:
+    maximize, minimize = optuna.study.StudyDirection.MAXIMIZE, optuna.study.StudyDirection.MINIMIZE
+    return [maximize, minimize] if options.multi_objective else [maximize]
+
+
+def _pruner(options: RunOptions) -> optuna.pruners.BasePruner:
+    if options.multi_objective:
+        return optuna.pruners.NopPruner()  # Optuna does not prune multi-objective studies
+    return optuna.pruners.PercentilePruner(PRUNE_PERCENTILE, n_startup_trials=5, n_warmup_steps=1)
+
+
+COMPILE_CACHE_ENV = "TUNER_COMPILE_CACHE"
+
+
+def share_compile_cache(options: RunOptions) -> str | None:
+    """Point Inductor's on-disk caches at one folder for every trial, child process and worker of
+    the study: $TUNER_COMPILE_CACHE, else `inductor-cache/` in the study's artifact folder (beside
+    an SQLite file), else Inductor's own default. A cache the user set (TORCHINDUCTOR_CACHE_DIR)
+    is left alone. Set for the whole process, so the children it spawns inherit it."""
+    chosen = os.environ.get(COMPILE_CACHE_ENV)
+    if not chosen:
+        artifacts = profiles.trace_dir(studies.storage_url(options.storage), options.artifacts)
+        chosen = None if artifacts is None else str(artifacts / "inductor-cache")
+    if os.environ.get(trainers.compilation.CACHE_DIR_VARIABLE):
+        return os.environ[trainers.compilation.CACHE_DIR_VARIABLE]
+    if chosen is None:
+        return None
+    try:
+        Path(chosen).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        # One line naming where the folder came from, not a traceback (issue 29).
+        source = COMPILE_CACHE_ENV if os.environ.get(COMPILE_CACHE_ENV) else "--artifacts"
+        raise TunerError(
+            f"{source}: cannot create the compile cache folder {chosen}: {exc.strerror}"
+        ) from exc
+    os.environ[trainers.compilation.CACHE_DIR_VARIABLE] = str(Path(chosen).resolve())
+    return os.environ[trainers.compilation.CACHE_DIR_VARIABLE]
