@@ -13,8 +13,8 @@ default job gated every trial, also the two that ran 6 % and 4 % slower than the
    falls behind the incumbent by more than the tie margin, it is pruned the same way.
 3. **Gate later.** A contender (faster than the incumbent, or tying it) is complete and its gate
    is deferred to the final round, which gates the fastest finalists first and only those that
-   could still tie (`tuner.search.deciding.recommend._eligible`). A config that is beaten later in the
-   search is then never gated at all.
+   could still tie (`tuner.search.deciding.recommend._eligible`). A config that is beaten later in
+   the search is then never gated at all.
 
 The best of the screen windows, not their median, is held against the incumbent's median: a
 window that met a one-off stall (a late recompile, the allocator growing) must not prune a
