@@ -32,7 +32,7 @@ from tests.tuner.tiny import (
 from trainers import LoopConfig
 from tuner.errors import Interrupted, NoRecommendation, TunerError
 from tuner.evidence import export, reader
-from tuner.search.deciding.decide import CPU_NOTE
+from tuner.search.deciding.recommend import CPU_NOTE
 from tuner.search.measuring.measure import Protocol
 from tuner.search.options import BASELINES, RunOptions
 from tuner.search.proposing.defaults import (
@@ -516,7 +516,7 @@ def test_a_compiled_trial_records_its_compile_cost_and_fills_the_studys_cache(
 
 
 def test_break_even_counts_the_steps_a_setup_cost_needs_to_pay_for_itself() -> None:
-    from tuner.search.deciding.decide import _break_even
+    from tuner.search.deciding.recommend import _break_even
 
     assert _break_even(0.0, 0.01, 0.02) == 0  # no extra setup: even from the first step
     assert _break_even(30.0, 0.010, 0.020) == 3000  # 30 s saved back at 10 ms a step
