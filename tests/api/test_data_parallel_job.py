@@ -71,3 +71,27 @@ def test_a_two_process_job_tunes_end_to_end(client: TestClient, storage: str) ->
     config = LoopConfig.from_dict(best["config"])
     assert config.parallel in ("ddp", "fsdp2")
     assert "the ranks agree (world size 2, gloo" in best["parity"]["reason"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("precision", "float8"), ("precisions", ["bf16-autocast", "float8"])],
+)
+def test_float8_on_a_cpu_job_gets_422_naming_the_field(
+    client: TestClient, field: str, value: object
+) -> None:
+    job = {"workload": "transformer", "preset": "tiny", "device": "cpu", field: value}
+    response = client.post("/v1/jobs", json=job, headers=AUTH)
+    assert response.status_code == 422, response.text
+    errors = response.json()["detail"]
+    assert any(e["loc"][:2] == ["body", field] and "float8" in e["msg"] for e in errors), errors
+    # The same request on a GPU worker's device is accepted: the GPU is checked there.
+    accepted = client.post("/v1/jobs", json=job | {"device": "auto"}, headers=AUTH)
+    assert accepted.status_code == 201, accepted.text
+
+
+def test_a_cuda_graph_pinned_on_a_cpu_job_gets_422_naming_it(client: TestClient) -> None:
+    job = {"workload": "transformer", "preset": "tiny", "device": "cpu"}
+    response = client.post("/v1/jobs", json=job | {"fix": {"cuda_graph": True}}, headers=AUTH)
+    assert response.status_code == 422, response.text
+    assert "cuda_graph" in response.text and "CUDA device" in response.text

@@ -7,6 +7,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
 import trainers
 from trainers.program import PREFIX as PROGRAM_PREFIX
 from trainers.program import Program, load_registry
@@ -174,6 +176,24 @@ def _check_precisions(spec: JobSpec) -> None:
             raise SpecError((exc.field,), str(exc), exc.value) from exc
 
 
+def _check_device(spec: JobSpec) -> None:
+    """What a job's device cannot run, refused at submission (naming the field) by the rule the
+    CLI applies before its first trial (`trainers.check_precision_here`): float8 on a `cpu`
+    job. A CUDA graph or `reduce-overhead` pinned on a `cpu` job is refused by its space
+    (`load_space(cuda=False)`). With `auto` or `cuda` the GPU is the worker's, known only there."""
+    if spec.device != "cpu":
+        return
+    cpu = torch.device("cpu")
+    for field, values in (("precision", (spec.precision,)), ("precisions", spec.precisions)):
+        for value in values or ():
+            try:
+                trainers.check_precision_here(value, cpu)
+            except trainers.UnsupportedOnDevice as exc:
+                raise SpecError(
+                    (field,), f"{exc}; this job's device is cpu (auto or cuda runs on a GPU)", value
+                ) from exc
+
+
 def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
     """What only the tuner knows: the workload and preset exist, the space and pins are valid.
 
@@ -190,6 +210,7 @@ def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
             spec.workload,
         )
     _check_precisions(spec)
+    _check_device(spec)
     if is_library_model(spec.workload) and spec.workload not in registry.plugins:
         try:  # the model exists, its library is installed, every option is allowed
             trainers.resolve_factory(spec.workload, spec.model_args)
