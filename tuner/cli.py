@@ -17,7 +17,9 @@ from tuner.search.proposing.defaults import (
     AUTO_PATIENCE,
     AUTO_SCALE_BUDGET_S,
     AUTO_SEARCH_BUDGET_S,
+    DEFAULT_TRIALS,
     DEFAULT_WINDOW_STEPS,
+    MAX_TRIALS,
     SCALE_WINDOW_STEPS,
 )
 
@@ -278,7 +280,14 @@ Storage = Annotated[
 StudyName = Annotated[str, typer.Option("--study", help="Study name.")]
 
 # `run`'s options, one alias each, so that the command's signature stays a list of names.
-Trials = Annotated[int, typer.Option(help="Trials to run (added to a resumed study).")]
+Trials = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        max=MAX_TRIALS,
+        help=f"Trials to run, 1-{MAX_TRIALS} (added to a resumed study; the API's n_trials).",
+    ),
+]
 Timeout = Annotated[
     float | None,
     typer.Option(
@@ -424,7 +433,7 @@ Quiet = Annotated[
 def run_(
     workload: Workload = "transformer",
     preset: Preset = "small",
-    trials: Trials = 40,
+    trials: Trials = DEFAULT_TRIALS,
     timeout: Timeout = None,
     space: Space = "auto",
     fix: Fix = None,

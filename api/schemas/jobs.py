@@ -38,6 +38,7 @@ from trainers.config import (
     SyncMode,
 )
 from trainers.program import MAX_NPROC
+from tuner.search.proposing.defaults import DEFAULT_TRIALS, MAX_TRIALS
 from tuner.service.spec import JobSpec
 from tuner.service.tables import JobRow
 
@@ -203,7 +204,12 @@ class JobIn(Strict):
     preset: Name = Field(description="the workload's size, e.g. tiny, small")
     space: Literal["auto", "full", "streams", "compile", "scale"] | SpaceIn = "auto"
     fix: FixIn = Field(default_factory=FixIn)
-    n_trials: int = Field(default=20, ge=1, le=500)
+    n_trials: int = Field(
+        default=DEFAULT_TRIALS,
+        ge=1,
+        le=MAX_TRIALS,
+        description="trials to run: the same default and bounds as the CLI's --trials",
+    )
     timeout_s: float | None = Field(
         default=None,
         gt=0,

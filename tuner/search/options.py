@@ -17,6 +17,7 @@ from trainers.program import PREFIX as PROGRAM_PREFIX
 from trainers.program import check_nproc
 from tuner.evidence.progress import TrialReport
 from tuner.search.measuring.measure import Protocol
+from tuner.search.proposing.defaults import DEFAULT_TRIALS, MAX_TRIALS
 from tuner.search.proposing.screen import SCREEN_MODES
 from tuner.store.storage import precision_of
 
@@ -49,7 +50,7 @@ PRUNE_PERCENTILE = 25.0
 class RunOptions:
     workload: str
     preset: str
-    trials: int = 40
+    trials: int = DEFAULT_TRIALS
     timeout_s: float | None = None
     space: str | Mapping[str, Any] = "auto"
     """"auto" (compile on a GPU, full on a CPU), "full", "streams", "compile", a .json path, or
@@ -120,8 +121,8 @@ class RunOptions:
         def bad(field: str, allowed: str) -> trainers.ConfigError:
             return trainers.ConfigError(field, getattr(self, field), allowed)
 
-        if not 1 <= self.trials <= 100_000:
-            raise bad("trials", "an integer in 1..100000")
+        if not 1 <= self.trials <= MAX_TRIALS:
+            raise bad("trials", f"an integer in 1..{MAX_TRIALS}")
         if self.timeout_s is not None and self.timeout_s <= 0:
             raise bad("timeout_s", "a number of seconds > 0")
         if tuple(self.objectives) not in (("throughput",), ("throughput", "memory")):

@@ -15,6 +15,7 @@ from trainers.program import Program, load_registry
 from trainers.workloads import catalog, lookup
 from tuner.errors import SpaceError, SpecError, TunerError
 from tuner.search.options import check_allowed_precisions
+from tuner.search.proposing.defaults import DEFAULT_TRIALS
 from tuner.search.spaces.named import load_space, program_space
 from tuner.search.spaces.processes import for_processes
 from tuner.service.tables import JobRow
@@ -36,7 +37,7 @@ class JobSpec:
     preset: str
     space: str | dict[str, Any] = "auto"
     fix: dict[str, Any] = dataclasses.field(default_factory=dict)
-    n_trials: int = 20
+    n_trials: int = DEFAULT_TRIALS
     timeout_s: float | None = None
     objectives: tuple[str, ...] = ("throughput",)
     max_memory_bytes: int | None = None

@@ -1,0 +1,94 @@
+"""The CLI and the API accept and refuse the same requests, for the settings they share one rule
+for: the number of trials (`DEFAULT_TRIALS`, `MAX_TRIALS`) and what a `cpu` device cannot run.
+The values are generated from those rules, so a change to one side alone fails here. The CLI runs
+as a user runs it (typer's runner on the real app), the API through its real app."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from tests.api.helpers import AUTH
+from tuner.cli import app
+from tuner.search.proposing.defaults import DEFAULT_TRIALS, MAX_TRIALS
+
+TRIAL_COUNTS = sorted({0, 1, DEFAULT_TRIALS, MAX_TRIALS, MAX_TRIALS + 1, -1})
+
+
+def _cli(args: list[str], tmp_path: Path) -> tuple[int, str]:
+    storage = f"sqlite:///{tmp_path / 'cli.db'}"
+    result = CliRunner().invoke(app, ["run", "--storage", storage, *args])
+    # The refusal is on stderr, the progress on stdout: a user sees both.
+    return result.exit_code, result.stdout + result.stderr
+
+
+def _cli_refuses_trials(value: int, tmp_path: Path) -> bool:
+    # An unknown workload: an accepted count goes on to that refusal, and nothing runs.
+    code, output = _cli(
+        ["--workload", "no-such", "--preset", "tiny", f"--trials={value}"], tmp_path
+    )
+    assert code != 0, output
+    return "--trials" in output
+
+
+def _api_refuses_trials(client: TestClient, value: int) -> bool:
+    job = {"workload": "no-such", "preset": "tiny", "n_trials": value}
+    response = client.post("/v1/jobs", json=job, headers=AUTH)
+    assert response.status_code == 422, response.text
+    return any(e["loc"][:2] == ["body", "n_trials"] for e in response.json()["detail"])
+
+
+@pytest.mark.parametrize("value", TRIAL_COUNTS)
+def test_the_cli_and_the_api_accept_the_same_numbers_of_trials(
+    client: TestClient, tmp_path: Path, value: int
+) -> None:
+    refused = not 1 <= value <= MAX_TRIALS
+    assert _cli_refuses_trials(value, tmp_path) is refused
+    assert _api_refuses_trials(client, value) is refused
+
+
+def test_both_default_to_the_same_number_of_trials(client: TestClient) -> None:
+    job = {"workload": "mlp", "preset": "tiny", "device": "cpu"}
+    created = client.post("/v1/jobs", json=job, headers=AUTH)
+    assert created.status_code == 201, created.text
+    assert created.json()["n_trials"] == DEFAULT_TRIALS
+    # The CLI's default as a user sees it, in its help.
+    help_text = CliRunner().invoke(app, ["run", "--help"], terminal_width=200).output
+    assert f"[default: {DEFAULT_TRIALS}]" in help_text.split("--trials", 1)[1].split("--", 1)[0]
+
+
+def test_float8_on_the_cpu_is_refused_by_both_naming_the_precision(
+    client: TestClient, tmp_path: Path
+) -> None:
+    job = {"workload": "mlp", "preset": "tiny", "device": "cpu", "precision": "float8"}
+    response = client.post("/v1/jobs", json=job, headers=AUTH)
+    assert response.status_code == 422, response.text
+    (error,) = [e for e in response.json()["detail"] if e["loc"][:2] == ["body", "precision"]]
+    # In a process of its own, as a user runs it: the refusal comes after PyTorch loads.
+    run = subprocess.run(
+        [
+            *(sys.executable, "-m", "tuner", "run", "--workload", "mlp", "--preset", "tiny"),
+            *(
+                "--device",
+                "cpu",
+                "--precision",
+                "float8",
+                "--storage",
+                f"sqlite:///{tmp_path}/f.db",
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    output = run.stderr
+    assert run.returncode != 0 and "--precision" in output, output
+    # One rule (`trainers.check_precision_here`): the same reason in both.
+    reason = output.split("--precision:", 1)[1].strip().split(";")[0].strip()
+    assert reason and reason in error["msg"], (reason, error["msg"])
