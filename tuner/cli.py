@@ -13,14 +13,66 @@ from rich.console import Console
 
 from tuner.errors import SpaceError, TunerError
 from tuner.evidence import progress
+from tuner.flags import (
+    FLAGS,
+    Artifacts,
+    AsJson,
+    BaselineEvery,
+    CompileMode,
+    CudaGraph,
+    Device,
+    FinalRounds,
+    Fix,
+    Gpus,
+    MatmulPrecision,
+    MaxMemory,
+    ModelArgs,
+    NonBlocking,
+    NprocPerNode,
+    NumWorkers,
+    Objectives,
+    Optimizer,
+    ParitySteps,
+    Patience,
+    PinMemory,
+    Precision,
+    PrecisionParitySteps,
+    Precisions,
+    PrecisionTolerance,
+    PrefetchDepth,
+    Preset,
+    Profile,
+    ProfileSteps,
+    Program,
+    Quiet,
+    RunStudy,
+    Sampler,
+    Screen,
+    Seed,
+    Space,
+    Steps,
+    Storage,
+    Streams,
+    StudyName,
+    SyncInterval,
+    SyncMode,
+    TieMargin,
+    Timeout,
+    TopK,
+    TrainSeed,
+    TrainSteps,
+    TrainWarmup,
+    TrainWindows,
+    Trials,
+    Warmup,
+    Windows,
+    WindowSteps,
+    Workload,
+)
 from tuner.search.proposing.defaults import (
-    AUTO_PATIENCE,
-    AUTO_SCALE_BUDGET_S,
-    AUTO_SEARCH_BUDGET_S,
+    CPU_FINAL_ROUNDS,
+    CPU_SEARCH_BUDGET_S,
     DEFAULT_TRIALS,
-    DEFAULT_WINDOW_STEPS,
-    MAX_TRIALS,
-    SCALE_WINDOW_STEPS,
 )
 
 # Each command imports what it needs when it runs: importing torch, Optuna and scipy takes 3-7 s
@@ -36,64 +88,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-CPU_SEARCH_BUDGET_S = 30.0
-"""`python -m tuner run`'s search budget on a CPU when no --timeout is given (`_cpu_defaults`)."""
-CPU_FINAL_ROUNDS = 1
-"""Its final rounds on a CPU when no --final-rounds is given."""
-
-# The settings' fields (`trainers.LoopConfig`, `RunOptions`, the measurement `Protocol`) and run
-# arguments -> the flag a user typed. tests/tuner/test_cli_flags.py holds it to those owners:
-# every flag here exists, and every field of theirs has a flag here or a reason not to.
-FLAGS = {
-    "num_streams": "--streams",
-    "sync_interval": "--sync-interval",
-    "sync_mode": "--sync-mode",
-    "prefetch_depth": "--prefetch-depth",
-    "pin_memory": "--pin-memory",
-    "non_blocking": "--non-blocking",
-    "num_workers": "--num-workers",
-    "cuda_graph": "--cuda-graph",
-    "steps": "--steps",
-    "warmup": "--warmup",
-    "windows": "--windows",
-    "device": "--device",
-    "workload": "--workload",
-    "preset": "--preset",
-    "matmul_precision": "--matmul-precision",
-    "trials": "--trials",
-    "timeout_s": "--timeout",
-    "objectives": "--objectives",
-    "max_memory_bytes": "--max-memory",
-    "top_k": "--top-k",
-    "tie_margin": "--tie-margin",
-    "final_rounds": "--final-rounds",
-    "baseline_every": "--baseline-every",
-    "parity_steps": "--parity-steps",
-    "precision_parity_steps": "--precision-parity-steps",
-    "precision_tolerance": "--precision-tolerance",
-    "sampler": "--sampler",
-    "window_steps": "--window-steps",
-    "profile": "--profile",
-    "profile_steps": "--profile-steps",
-    "artifacts": "--artifacts",
-    "model_arg": "--model-arg",
-    "precision": "--precision",
-    "precisions": "--precisions",
-    "train_steps": "--train-steps",
-    "patience": "--patience",
-    "screen": "--screen",
-    "nproc_per_node": "--nproc-per-node",
-    "gpus": "--gpus",
-    "compile": "--compile",
-    "optimizer": "--optimizer",
-    "space": "--space",
-    "fix": "--fix",
-    "storage": "--storage",
-    "study": "--study",
-    "seed": "--seed",
-    "model_args": "--model-arg",
-}
 
 
 @app.callback()
@@ -119,82 +113,28 @@ def flag_error(exc: Exception) -> str | None:
     return None
 
 
-Workload = Annotated[
-    str,
-    typer.Option(
-        help="A built-in workload (transformer, mlp, convnet), a library model (torchvision:NAME, "
-        "timm:NAME, hf:KIND; see `python -m tuner models`) or package.module:factory."
-    ),
-]
-ModelArgs = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--model-arg", help="A library model's option: key=value (repeatable; see `models`)."
-    ),
-]
-Precision = Annotated[
-    str | None,
-    typer.Option(
-        help="fp32, tf32, bf16-autocast or fp16-autocast (with a gradient scaler). Fixed for a "
-        "study, never tuned: it changes the results."
-    ),
-]
-Precisions = Annotated[
-    str | None,
-    typer.Option(
-        help="The precisions the search may choose among, comma-separated (e.g. "
-        "bf16-autocast,float8): precision becomes a searched setting of every trial, and a "
-        "trial in another than --precision (default: the first listed, the reference the "
-        "baselines and the gate run in) is owed equivalence against it. Default: --precision "
-        "alone, never searched."
-    ),
-]
-Preset = Annotated[str, typer.Option(help="Workload size: tiny, small, medium, large.")]
-Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:INDEX.")]
-MatmulPrecision = Annotated[
-    str,
-    typer.Option(
-        help="float32 matmul precision: highest (PyTorch's default), high (TF32) or medium. "
-        "Changes results and speed; not tuned."
-    ),
-]
-
-AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a summary.")]
-
-
 @app.command()
 def train(
     workload: Workload = "transformer",
     preset: Preset = "tiny",
-    streams: Annotated[int, typer.Option(help="1-4 CUDA streams (see LoopConfig).")] = 1,
-    sync_interval: Annotated[int, typer.Option(help="Host syncs every N steps.")] = 1,
-    sync_mode: Annotated[str, typer.Option(help="synchronize, event or query.")] = "synchronize",
-    prefetch_depth: Annotated[int, typer.Option(help="Batches copied ahead, 0-4.")] = 0,
-    pin_memory: Annotated[bool, typer.Option(help="Page-locked batches.")] = False,
-    non_blocking: Annotated[bool, typer.Option(help="Asynchronous H2D copies.")] = False,
-    num_workers: Annotated[int, typer.Option(help="DataLoader workers.")] = 0,
-    cuda_graph: Annotated[bool, typer.Option(help="Capture the step in a CUDA graph.")] = False,
-    steps: Annotated[int, typer.Option(help="Measured steps.")] = 50,
-    warmup: Annotated[int, typer.Option(help="Untimed steps first.")] = 10,
-    windows: Annotated[int, typer.Option(help="Timed windows the steps are split into.")] = 5,
+    streams: Streams = 1,
+    sync_interval: SyncInterval = 1,
+    sync_mode: SyncMode = "synchronize",
+    prefetch_depth: PrefetchDepth = 0,
+    pin_memory: PinMemory = False,
+    non_blocking: NonBlocking = False,
+    num_workers: NumWorkers = 0,
+    cuda_graph: CudaGraph = False,
+    steps: Steps = 50,
+    warmup: TrainWarmup = 10,
+    windows: TrainWindows = 5,
     device: Device = "auto",
-    seed: Annotated[int, typer.Option(help="Seed of the weights and the data.")] = 0,
+    seed: TrainSeed = 0,
     matmul_precision: MatmulPrecision = "highest",
     model_arg: ModelArgs = None,
     precision: Precision = None,
-    compile_mode: Annotated[
-        str,
-        typer.Option(
-            "--compile",
-            help=(
-                "torch.compile of the model: none, default, max-autotune-no-cudagraphs or "
-                "reduce-overhead."
-            ),
-        ),
-    ] = "none",
-    optimizer: Annotated[
-        str, typer.Option(help="as-built, foreach, fused or compiled.")
-    ] = "as-built",
+    compile_mode: CompileMode = "none",
+    optimizer: Optimizer = "as-built",
     as_json: AsJson = False,
 ) -> None:
     """Run one measured training run and print its RunResult."""
@@ -267,166 +207,6 @@ def models(as_json: AsJson = False) -> None:
         )
     else:
         render.model_table(Console(), families)
-
-
-Storage = Annotated[
-    str | None,
-    typer.Option(
-        help="Optuna storage URL (default: $TUNER_STORAGE or sqlite:///tuner.db). An SQLite "
-        "file's folder must exist: the file and its NAME-artifacts/ folder are created beside "
-        "it, never a missing folder on the way to it (create those with mkdir -p)."
-    ),
-]
-StudyName = Annotated[str, typer.Option("--study", help="Study name.")]
-
-# `run`'s options, one alias each, so that the command's signature stays a list of names.
-Trials = Annotated[
-    int,
-    typer.Option(
-        min=1,
-        max=MAX_TRIALS,
-        help=f"Trials to run, 1-{MAX_TRIALS} (added to a resumed study; the API's n_trials).",
-    ),
-]
-Timeout = Annotated[
-    float | None,
-    typer.Option(
-        help="Stop starting trials after this many seconds (default: "
-        f"{AUTO_SEARCH_BUDGET_S:.0f} on the default space on a GPU, {AUTO_SCALE_BUDGET_S:.0f} "
-        f"there for a model of 250M parameters or more, {CPU_SEARCH_BUDGET_S:.0f} on a CPU, "
-        "else none)."
-    ),
-]
-Space = Annotated[
-    str,
-    typer.Option(
-        help="auto (compile on a GPU, full on a CPU), full, streams, compile or a JSON file."
-    ),
-]
-Fix = Annotated[list[str] | None, typer.Option(help="Pin a setting: name=value (repeatable).")]
-RunStudy = Annotated[
-    str | None, typer.Option(help="Study name (default: workload-preset-hardware).")
-]
-Objectives = Annotated[
-    str, typer.Option(help="throughput, or throughput,memory for a Pareto front.")
-]
-MaxMemory = Annotated[
-    int | None,
-    typer.Option(help="Recommend the fastest config under this many bytes of peak memory."),
-]
-TopK = Annotated[int, typer.Option(help="Configs re-measured in the final round.")]
-TieMargin = Annotated[
-    float, typer.Option(help="Configs within this fraction of the fastest median also tie.")
-]
-FinalRounds = Annotated[
-    int | None,
-    typer.Option(
-        help=f"Interleaved final rounds at most (default: 3; {CPU_FINAL_ROUNDS} on a CPU); they "
-        "stop once a round leaves the decision as it was."
-    ),
-]
-BaselineEvery = Annotated[
-    int, typer.Option(help="Re-measure the baselines every N trials (drift).")
-]
-ParitySteps = Annotated[int, typer.Option(help="Steps of each parity check.")]
-PrecisionParitySteps = Annotated[
-    int | None,
-    typer.Option(
-        help="Steps of the parity check of a config in another precision than --precision "
-        "(with --precisions), judged against the reference's seed-to-seed envelope (default: "
-        "--parity-steps; the float8 evidence used 200)."
-    ),
-]
-PrecisionTolerance = Annotated[
-    float | None,
-    typer.Option(
-        help="How many times the reference's seed-to-seed envelope a config in another "
-        "precision may deviate by (default: 3, the gate's own multiple; shown in its verdict)."
-    ),
-]
-Warmup = Annotated[int, typer.Option(help="Untimed steps per measurement.")]
-Windows = Annotated[int, typer.Option(help="Timed windows per measurement.")]
-WindowSteps = Annotated[
-    int | None,
-    typer.Option(
-        help=f"Steps per timed window (default: {DEFAULT_WINDOW_STEPS}; {SCALE_WINDOW_STEPS} on "
-        "the scale space, models of 250M parameters and more on a GPU, whose steps are long)."
-    ),
-]
-Sampler = Annotated[str, typer.Option(help="tpe or random.")]
-Seed = Annotated[int, typer.Option(help="Seed of the sampler, weights and data.")]
-TrainSteps = Annotated[
-    int | None,
-    typer.Option(
-        help="Your planned run length: recommend the least total time, setup "
-        "(compilation) included, over that many steps."
-    ),
-]
-Patience = Annotated[
-    int | None,
-    typer.Option(
-        help="Stop starting trials after this many complete trials in a row without a "
-        f"gain above --tie-margin; 0: off (default: {AUTO_PATIENCE} on the default space on a "
-        "GPU, else off)."
-    ),
-]
-Screen = Annotated[
-    str,
-    typer.Option(
-        help="Screen, then gate: auto (on for models of 250M parameters or more on a GPU, and "
-        "under --nproc-per-node above 1), on, off. A trial slower than the fastest so far is "
-        "pruned after two windows and never gated; a candidate predicted not to fit, or to "
-        "lose, is not run."
-    ),
-]
-Profile = Annotated[
-    str | None,
-    typer.Option(
-        help="Profile none, the baselines and the recommended config (baselines), or every "
-        "complete trial too (all). Default: baselines; none on a CPU, where a profile has no "
-        "GPU figures."
-    ),
-]
-ProfileSteps = Annotated[int, typer.Option(help="Profiled steps per config.")]
-Artifacts = Annotated[
-    str | None,
-    typer.Option(
-        help="Directory of the profiler traces (default: beside an SQLite database; "
-        "$TUNER_ARTIFACTS)."
-    ),
-]
-Program = Annotated[
-    str | None,
-    typer.Option(
-        help="A registered training program to tune as it is (the registry file in "
-        "$TUNER_PROGRAMS; see trainers/program/runner.py): same as --workload program:NAME."
-    ),
-]
-NprocPerNode = Annotated[
-    int,
-    typer.Option(
-        help="Processes per trial on this node, one per GPU (gloo on a CPU): above 1, each "
-        "trial is a torchrun launch and DDP, FSDP2 and their settings are searched."
-    ),
-]
-Gpus = Annotated[
-    str,
-    typer.Option(
-        help="GPUs of this node whose workers run the trials at once, one trial per GPU: a "
-        "number or all (every visible GPU). Above 1 the run is a job of the storage's job "
-        "table, run by one `python -m tuner worker` per GPU (as the service runs them); the "
-        "final round measures every finalist on one GPU. 1: this process alone. On a CPU, "
-        "$TUNER_CPU_STANDINS CPU workers may stand in for GPUs (tests)."
-    ),
-]
-Quiet = Annotated[
-    bool,
-    typer.Option(
-        "--quiet",
-        help="Print no progress. Without it, progress goes to stderr: a live bar on a "
-        "terminal, else one line per phase and per trial.",
-    ),
-]
 
 
 @app.command("run")

@@ -41,8 +41,8 @@ RUN_FLAGS = (
     "--profile",
     "none",
     # A search budget far above what these runs need: without it a CPU run gets a 30 s budget
-    # (`tuner.cli.CPU_SEARCH_BUDGET_S`), and on a loaded machine a trial counted by a test may
-    # never start (CI: a bf16 ResNet-18 study ended after 1 of its 2 trials).
+    # (`tuner.search.proposing.defaults.CPU_SEARCH_BUDGET_S`), and on a loaded machine a trial
+    # counted by a test may never start (CI: a bf16 ResNet-18 study ended after 1 of its 2 trials).
     "--timeout",
     "600",
 )

@@ -139,8 +139,24 @@ class Search(TrialRunner):
         self.compile_cache: str | None = None
         self.artifacts_loaded = 0
         self.baseline_configs = baselines_for(options.nproc_per_node)
-        self.parity_cache = ParityCache(
+        self._open_shared(memo)
+        # Where this process measures: drift compares a device with its own first measurement.
+        self.baselines = Baselines(
             study,
+            measurer,
+            where=f"{socket.gethostname()}/{measurer.device}",
+            retry=self.retry,
+            progress=progress,
+            clock=self.clock,
+            configs=self.baseline_configs,
+        )
+
+    def _open_shared(self, memo: optuna.Study | None) -> None:
+        """The gate's cache and the profiles, shared with earlier studies of the same inputs
+        through `memo` (`tuner.search.gating.memo`; None: this study's alone)."""
+        options = self.options
+        self.parity_cache = ParityCache(
+            self.study,
             self._children.gate,
             retry=self.retry,
             clock=self.clock,
@@ -159,20 +175,10 @@ class Search(TrialRunner):
         )
         known = self.parity_cache.known()
         if known:
-            progress.phase(
+            self.progress.phase(
                 f"gate: {known} verdicts known from earlier studies of this workload, shape and "
                 f"precision on this machine and code ({MEMO_ENV}=off checks them again)"
             )
-        # Where this process measures: drift compares a device with its own first measurement.
-        self.baselines = Baselines(
-            study,
-            measurer,
-            where=f"{socket.gethostname()}/{measurer.device}",
-            retry=self.retry,
-            progress=progress,
-            clock=self.clock,
-            configs=self.baseline_configs,
-        )
 
     def close(self) -> None:
         # The phase times were stored after the last trial and by `decide`: a run that ends
@@ -301,38 +307,7 @@ class Search(TrialRunner):
             behind=self.options.tie_margin + TIME_SPARE if self.screening else None,
         )
         if self.options.profile != "none" and self._children.profiler is not None:
-            self.progress.phase("profiling the baselines and the recommended config")
-            with self.clock.timing(PROFILE):
-                recommendation = profiling.profile_recommendation(
-                    self.study,
-                    recommendation,
-                    self.baseline_configs,
-                    self.traces,
-                    self._children.profiler,
-                    shared=self.shared_profiles,
-                    cut=self._profile_cut(),
-                )
-            left_out = [
-                name
-                for name, error in (recommendation.profile_errors or {}).items()
-                if error.startswith("not profiled")
-            ]
-            if left_out:
-                self.progress.phase(
-                    f"profiles of {', '.join(left_out)} not taken: they would end the job after "
-                    f"{SCALE_JOB_AIM_S:.0f} s (--profile all takes them)"
-                )
-            copied = [
-                name
-                for name, attrs in profiles.study_profiles(self.study).items()
-                if attrs.get("shared_from") not in (None, self.study.study_name)
-            ]
-            if copied:
-                self.progress.phase(
-                    f"profiles of {', '.join(copied)}: from earlier studies of this workload, "
-                    f"shape and precision on this machine and code ({MEMO_ENV}=off profiles "
-                    "them again)"
-                )
+            recommendation = self._profile(recommendation)
         # What this process compiled, for a job on another machine
         # (`tuner.search.measuring.artifacts`).
         saved, unsaved = artifacts.save(self.compile_cache)
@@ -348,6 +323,45 @@ class Search(TrialRunner):
         if self.owner is not None:
             self._store_attr(keys.FINALIZER, self.owner)
         self._store_attr(keys.RECOMMENDATION, recommendation.to_dict())
+        return recommendation
+
+    def _profile(self, recommendation: Recommendation) -> Recommendation:
+        """The profiles after deciding (`profiling.profile_recommendation`), each one left out
+        or copied from an earlier study said in one line."""
+        profiler = self._children.profiler
+        assert profiler is not None  # decide asks only where there is one
+        self.progress.phase("profiling the baselines and the recommended config")
+        with self.clock.timing(PROFILE):
+            recommendation = profiling.profile_recommendation(
+                self.study,
+                recommendation,
+                self.baseline_configs,
+                self.traces,
+                profiler,
+                shared=self.shared_profiles,
+                cut=self._profile_cut(),
+            )
+        left_out = [
+            name
+            for name, error in (recommendation.profile_errors or {}).items()
+            if error.startswith("not profiled")
+        ]
+        if left_out:
+            self.progress.phase(
+                f"profiles of {', '.join(left_out)} not taken: they would end the job after "
+                f"{SCALE_JOB_AIM_S:.0f} s (--profile all takes them)"
+            )
+        copied = [
+            name
+            for name, attrs in profiles.study_profiles(self.study).items()
+            if attrs.get("shared_from") not in (None, self.study.study_name)
+        ]
+        if copied:
+            self.progress.phase(
+                f"profiles of {', '.join(copied)}: from earlier studies of this workload, "
+                f"shape and precision on this machine and code ({MEMO_ENV}=off profiles "
+                "them again)"
+            )
         return recommendation
 
     def _search_record(self, attrs: dict[str, Any]) -> dict[str, Any]:

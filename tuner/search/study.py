@@ -174,18 +174,7 @@ def open_search(
     """
     clock = Clock()  # the session's wall time starts here: opening the study is part of it
     progress = progress or Quiet()
-    set_matmul_precision(options.matmul_precision)
-    measurer = Measurer(
-        options.workload,
-        options.preset,
-        device=options.device,
-        protocol=options.protocol,
-        model_args=options.model_args,
-        precision=options.precision,
-        nproc=options.nproc_per_node,
-    )
-    # Build the workload now: a bad --workload or --preset must fail before a study is stored.
-    measurer.check()
+    measurer = _measurer(options)
     _check_precisions_here(options, measurer)
     space, options = _space_for(options, measurer, progress)
     storage = storage or studies.open_storage(studies.storage_url(options.storage))
@@ -223,6 +212,23 @@ def open_search(
     )
     search.compile_cache, search.artifacts_loaded = info["compile_cache"], loaded
     return search
+
+
+def _measurer(options: RunOptions) -> Measurer:
+    """The study's measurer, its workload built: a bad --workload or --preset must fail before
+    a study is stored."""
+    set_matmul_precision(options.matmul_precision)
+    measurer = Measurer(
+        options.workload,
+        options.preset,
+        device=options.device,
+        protocol=options.protocol,
+        model_args=options.model_args,
+        precision=options.precision,
+        nproc=options.nproc_per_node,
+    )
+    measurer.check()
+    return measurer
 
 
 def _space_for(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from typing import Protocol
+from typing import Literal, Protocol
 
 import optuna
 import sqlalchemy.exc
@@ -136,20 +136,12 @@ class JobRun:
             )
             deadline = job.deadline_at
             if claimed:
-                stored = self._prepare_study(job)
-                if stored is not None:  # killed after deciding, before the row said so
-                    return self._finish(job, stored)
-                search.measure_baselines("start")
-                deadline = (
-                    None
-                    if spec.timeout_s is None
-                    else (utcnow() + dt.timedelta(seconds=spec.timeout_s))
-                )
-                hardware = studies.meta(search.study)["hardware"]
-                if not self.worker.store.open_trials(
-                    job.id, self.worker.id, hardware=hardware, deadline=deadline
-                ):
+                opened = self._open_job(job, spec, search)
+                if isinstance(opened, Recommendation):  # killed after deciding, before the row
+                    return self._finish(job, opened)
+                if opened is False:
                     return True  # lost it meanwhile (cancelled, or taken for dead)
+                deadline = opened
             slots = self._slots(job, deadline)
             search.run_trials(slots)
             if search.stopped:
@@ -177,6 +169,27 @@ class JobRun:
             if search is not None:
                 search.close()
         return self._finish(job, rec)
+
+    def _open_job(
+        self, job: JobRow, spec: JobSpec, search: Search
+    ) -> Recommendation | dt.datetime | Literal[False] | None:
+        """The claimer's part before any trial: the study prepared, the start baselines, the job
+        opened for trials. The recommendation where the study already holds one (its worker was
+        killed after deciding, before the row said so); False where the job was lost meanwhile;
+        else the job's deadline (None: none)."""
+        stored = self._prepare_study(job)
+        if stored is not None:
+            return stored
+        search.measure_baselines("start")
+        deadline = (
+            None if spec.timeout_s is None else (utcnow() + dt.timedelta(seconds=spec.timeout_s))
+        )
+        hardware = studies.meta(search.study)["hardware"]
+        if not self.worker.store.open_trials(
+            job.id, self.worker.id, hardware=hardware, deadline=deadline
+        ):
+            return False
+        return deadline
 
     def _finish(self, job: JobRow, rec: Recommendation) -> bool:
         counts = self._sync_progress(job)

@@ -200,6 +200,22 @@ def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
 
     Raises SpecError naming the field. The space is checked the way the run will read it.
     """
+    _check_workload(spec, registry)
+    _check_precisions(spec)
+    _check_device(spec)
+    _check_model_args(spec, registry)
+    presets = registry.presets(spec.workload)
+    if presets is not None and spec.preset not in presets:
+        raise SpecError(
+            ("preset",),
+            f"{spec.workload} has no preset {spec.preset!r}: allowed {', '.join(presets)}",
+            spec.preset,
+        )
+    _check_gpus(spec.gpus)
+    _check_space(spec, registry)
+
+
+def _check_workload(spec: JobSpec, registry: WorkloadRegistry) -> None:
     try:  # a library family's own refusal (`hf:os`: no such kind) is the request's error
         is_library_model(spec.workload)
     except trainers.WorkloadError as exc:
@@ -210,8 +226,9 @@ def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
             f"unknown workload {spec.workload!r}: allowed {registry.allowed()}",
             spec.workload,
         )
-    _check_precisions(spec)
-    _check_device(spec)
+
+
+def _check_model_args(spec: JobSpec, registry: WorkloadRegistry) -> None:
     if is_library_model(spec.workload) and spec.workload not in registry.plugins:
         try:  # the model exists, its library is installed, every option is allowed
             trainers.resolve_factory(spec.workload, spec.model_args)
@@ -228,14 +245,9 @@ def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
             "to library models (torchvision:, timm:, hf:) only",
             spec.model_args,
         )
-    presets = registry.presets(spec.workload)
-    if presets is not None and spec.preset not in presets:
-        raise SpecError(
-            ("preset",),
-            f"{spec.workload} has no preset {spec.preset!r}: allowed {', '.join(presets)}",
-            spec.preset,
-        )
-    _check_gpus(spec.gpus)
+
+
+def _check_space(spec: JobSpec, registry: WorkloadRegistry) -> None:
     cuda = spec.device != "cpu"
     try:
         space = load_space(spec.space, cuda=cuda)

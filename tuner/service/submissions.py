@@ -57,25 +57,7 @@ class Submissions(JobTables):
         """Queue a job stored under `owner`'s name; TooManyQueued when it has `max_queued`."""
         owner = owner if isinstance(owner, Owner) else Owner(name=owner)
         job_id = uuid.uuid4().hex
-        now = utcnow()
-        values: dict[str, Any] = {
-            "id": job_id,
-            "owner": owner.name,
-            "status": "queued",
-            "workload": spec.workload,
-            "preset": spec.preset,
-            "device": spec.device,
-            "n_trials": spec.n_trials,
-            "spec": spec.to_stored(),
-            "study": f"{JOB_STUDY_PREFIX}{job_id}",
-            "created_at": now,
-            "updated_at": now,
-            "attempts": 0,
-            "cancel_requested": False,
-            "n_complete": 0,
-            "n_failed": 0,
-            "n_pruned": 0,
-        }
+        values = _new_row(job_id, spec, owner)
         # One statement, INSERT ... SELECT ... WHERE (queued jobs of this owner) < max_queued:
         # atomic on SQLite, whose writers take the one database lock in turn (no read-then-write
         # upgrade to fail on a busy database). On PostgreSQL each statement counts in its own
@@ -247,3 +229,26 @@ class Submissions(JobTables):
                 )
                 or 0
             )
+
+
+def _new_row(job_id: str, spec: JobSpec, owner: Owner) -> dict[str, Any]:
+    """The column values of a job just queued."""
+    now = utcnow()
+    return {
+        "id": job_id,
+        "owner": owner.name,
+        "status": "queued",
+        "workload": spec.workload,
+        "preset": spec.preset,
+        "device": spec.device,
+        "n_trials": spec.n_trials,
+        "spec": spec.to_stored(),
+        "study": f"{JOB_STUDY_PREFIX}{job_id}",
+        "created_at": now,
+        "updated_at": now,
+        "attempts": 0,
+        "cancel_requested": False,
+        "n_complete": 0,
+        "n_failed": 0,
+        "n_pruned": 0,
+    }

@@ -130,15 +130,7 @@ def final_round(
     rounds = _measure_rounds(
         entries, measurer, options, progress, baselines, parity, clock, precisions, searched
     )
-    study.set_user_attr(
-        f"{keys.FINAL_PREFIX}{uuid.uuid4().hex[:10]}",
-        {
-            "seconds": rounds.seconds,
-            "entries": [name for name, _ in entries],
-            "dropped": dict(rounds.dropped),
-            "settled_after": rounds.settled,
-        },
-    )
+    _store_rounds(study, entries, rounds)
     measured = _measurements(entries, rounds, precisions)
     # A config dropped after a round was shown not to tie with the leader then; its fewer
     # samples must not make it look like a tie now (a wider interval).
@@ -166,6 +158,22 @@ def final_round(
 
     return _recommend(
         base, eligible, configs, rounds, options, baselines, parity, measurer, floor_of, precisions
+    )
+
+
+def _store_rounds(
+    study: optuna.Study, entries: list[tuple[str, LoopConfig]], rounds: _Rounds
+) -> None:
+    """The final round's record (`keys.FINAL_PREFIX`): what it measured, dropped and when the
+    decision settled."""
+    study.set_user_attr(
+        f"{keys.FINAL_PREFIX}{uuid.uuid4().hex[:10]}",
+        {
+            "seconds": rounds.seconds,
+            "entries": [name for name, _ in entries],
+            "dropped": dict(rounds.dropped),
+            "settled_after": rounds.settled,
+        },
     )
 
 

@@ -223,23 +223,7 @@ def run_parts(
         if envelope is not None
         else _measure_envelope(parts, workload, preset, precision, spread, common)
     )
-    twin: Twin | None = None
-    test = required_test(config, precision=own, reference_precision=precision)
-    if test == "exact+equivalence":
-        # As long as `gate` will hold it to (`exact_length`: a graph's warm-up included). Once:
-        # `gate` runs it again (in gate_config) only where the config does not replay it.
-        length = exact_length(config, test, steps, exact_steps)
-        twin = parts.run(
-            GATE_TWIN,
-            lambda: Twin.measure(
-                workload,
-                config,
-                preset=preset,
-                precision=own,
-                runs=1,
-                **(common | {"steps": length}),
-            ),
-        )
+    twin = _twin_if_needed(parts, workload, preset, config, own, precision, common, exact_steps)
     verdict = parts.run(
         GATE_CONFIG,
         lambda: gate(
@@ -255,6 +239,36 @@ def run_parts(
         ),
     )
     return GateRun(verdict=verdict, envelope=found.to_dict(), time=parts.time)
+
+
+def _twin_if_needed(
+    parts: _Parts,
+    workload: str | WorkloadFactory,
+    preset: str,
+    config: LoopConfig,
+    own: trainers.Precision | None,
+    precision: trainers.Precision | None,
+    common: Mapping[str, Any],
+    exact_steps: int | None,
+) -> Twin | None:
+    """The config's eager twin, run once (timed as GATE_TWIN), where its test needs one."""
+    test = required_test(config, precision=own, reference_precision=precision)
+    if test != "exact+equivalence":
+        return None
+    # As long as `gate` will hold it to (`exact_length`: a graph's warm-up included). Once:
+    # `gate` runs it again (in gate_config) only where the config does not replay it.
+    length = exact_length(config, test, common["steps"], exact_steps)
+    return parts.run(
+        GATE_TWIN,
+        lambda: Twin.measure(
+            workload,
+            config,
+            preset=preset,
+            precision=own,
+            runs=1,
+            **(dict(common) | {"steps": length}),
+        ),
+    )
 
 
 def _measure_envelope(

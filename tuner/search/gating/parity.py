@@ -79,15 +79,7 @@ class ParityCache:
         # envelope (over the options' precision_parity_steps), stored apart from the rounding one.
         env_key = keys.ENVELOPE if precision is None else keys.PRECISION_ENVELOPE
         if isinstance(shared.get(attr), dict):
-            # Checked by an earlier study of the same inputs (tuner.search.gating.memo): the study
-            # keeps its own copy, with no seconds spent here (`gpu_seconds` adds them up).
-            found = dataclasses.replace(GateVerdict.from_dict(shared[attr]), seconds=0.0, time={})
-            self._store(attr, found.to_dict())
-            if env_key not in attrs and isinstance(shared.get(env_key), dict):
-                self._store(env_key, shared[env_key])  # what the verdict judged by
-                self.reused_envelopes.add(env_key)
-            self.reused += 1
-            return found, {}
+            return self._copied(attr, env_key, attrs, shared), {}
         started = time.perf_counter()
         stored = attrs.get(env_key)
         if not isinstance(stored, dict) and isinstance(shared.get(env_key), dict):
@@ -128,6 +120,20 @@ class ParityCache:
         if reached and shared.get(env_key) == envelope:
             self._share(attr, verdict.to_dict())
         return verdict, spent
+
+    def _copied(
+        self, attr: str, env_key: str, attrs: dict[str, Any], shared: dict[str, Any]
+    ) -> GateVerdict:
+        """A verdict an earlier study of the same inputs reached (tuner.search.gating.memo): the
+        study keeps its own copy, with no seconds spent here (`gpu_seconds` adds them up), and
+        the envelope it was judged by."""
+        found = dataclasses.replace(GateVerdict.from_dict(shared[attr]), seconds=0.0, time={})
+        self._store(attr, found.to_dict())
+        if env_key not in attrs and isinstance(shared.get(env_key), dict):
+            self._store(env_key, shared[env_key])  # what the verdict judged by
+            self.reused_envelopes.add(env_key)
+        self.reused += 1
+        return found
 
     def known(self) -> int:
         """How many verdicts the memo holds (0 without one)."""

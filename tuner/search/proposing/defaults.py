@@ -72,3 +72,8 @@ transformer small), 4 stops the cold job after trial 17, 168 s after its first t
 best 0.4 % below the 22 trials' (inside the 1 % tie margin), and the warm job after trial 16 at 93 s
 with the same best; 8, the value until 2026-11-25, ran 197 s and 130 s for no gain outside the
 margin (tests/tuner/search/test_search.py replays them)."""
+CPU_SEARCH_BUDGET_S = 30.0
+"""`python -m tuner run`'s search budget on a CPU when no --timeout is given
+(`tuner.cli._cpu_defaults`)."""
+CPU_FINAL_ROUNDS = 1
+"""Its final rounds on a CPU when no --final-rounds is given."""
