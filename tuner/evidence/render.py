@@ -147,29 +147,7 @@ def recommendation(console: Console, rec: Recommendation) -> None:
         table.add_row(
             "correctness", f"{rec.parity.get('test', 'exact')}: {rec.parity.get('reason', '-')}"
         )
-    if rec.throughput is not None:
-        table.add_row("throughput", _interval(rec.throughput.to_dict(), " samples/s"))
-    for name, speedup in rec.speedup.items():
-        table.add_row(f"vs {name}", speedup_text(speedup.to_dict()))
-    # A baseline that failed has no speedup row: its reason says why (at 1.1B parameters, 16 x
-    # 2048 tokens, both baselines' eager steps ran out of memory where the compiled step fit).
-    for name, why in rec.failures.items():
-        if name not in rec.speedup:
-            table.add_row(f"vs {name}", f"failed in the final round: {why}")
-    use = utilisation_text(rec.utilisation)
-    if use is not None:
-        table.add_row("model FLOPs", use)
-    memory = memory_text(rec.peak_memory_bytes, rec.device_memory_bytes)
-    if memory is not None:
-        table.add_row("peak memory", memory)
-    # A floor slower than the step (a record from before issue 28) is no floor: not shown.
-    if rec.floor is not None and rec.step_ms is not None and rec.floor.step_ms <= rec.step_ms:
-        table.add_row(
-            "graph floor",
-            f"{rec.floor.step_ms:.3f} ms/step; the recommended "
-            f"step is {rec.step_ms:.3f} ms (floor/step "
-            f"{rec.floor.ratio:.2f})",
-        )
+    _measured_rows(table, rec)
     if rec.was_tie:
         table.add_row("tie", tie_text([t.name for t in rec.ties], rec.tie_rule))
     counts = rec.n_trials
@@ -193,6 +171,33 @@ def recommendation(console: Console, rec: Recommendation) -> None:
     # On a CPU the rows above say what the stored note says, and more.
     if rec.note and not (on_cpu and rec.note.startswith("measured on a CPU")):
         console.print(f"[yellow]note:[/yellow] {rec.note}")
+
+
+def _measured_rows(table: Table, rec: Recommendation) -> None:
+    """The recommendation's measurements: throughput, speedups, utilisation, memory, floor."""
+    if rec.throughput is not None:
+        table.add_row("throughput", _interval(rec.throughput.to_dict(), " samples/s"))
+    for name, speedup in rec.speedup.items():
+        table.add_row(f"vs {name}", speedup_text(speedup.to_dict()))
+    # A baseline that failed has no speedup row: its reason says why (at 1.1B parameters, 16 x
+    # 2048 tokens, both baselines' eager steps ran out of memory where the compiled step fit).
+    for name, why in rec.failures.items():
+        if name not in rec.speedup:
+            table.add_row(f"vs {name}", f"failed in the final round: {why}")
+    use = utilisation_text(rec.utilisation)
+    if use is not None:
+        table.add_row("model FLOPs", use)
+    memory = memory_text(rec.peak_memory_bytes, rec.device_memory_bytes)
+    if memory is not None:
+        table.add_row("peak memory", memory)
+    # A floor slower than the step (a record from before issue 28) is no floor: not shown.
+    if rec.floor is not None and rec.step_ms is not None and rec.floor.step_ms <= rec.step_ms:
+        table.add_row(
+            "graph floor",
+            f"{rec.floor.step_ms:.3f} ms/step; the recommended "
+            f"step is {rec.step_ms:.3f} ms (floor/step "
+            f"{rec.floor.ratio:.2f})",
+        )
 
 
 def gpu_command(rec: Recommendation) -> str:

@@ -291,6 +291,18 @@ def _config_of(rec: Mapping[str, Any], name: str) -> dict[str, Any] | None:
     return None
 
 
+def _explained_against(speedups: Mapping[str, Any], verdicts: Mapping[str, Verdict]) -> str | None:
+    """The baseline `explain` compares with: the first of seed-baseline, pytorch-default and the
+    others with both a speedup and a verdict, else the first with either."""
+    candidates = [
+        n for n in ("seed-baseline", "pytorch-default", *speedups) if n in speedups or n in verdicts
+    ]
+    return next(
+        (n for n in candidates if n in speedups and n in verdicts),
+        candidates[0] if candidates else None,
+    )
+
+
 def explain(
     recommendation: Mapping[str, Any],
     verdicts: Mapping[str, Verdict],
@@ -307,15 +319,7 @@ def explain(
     """
     speedups: Mapping[str, Any] = recommendation.get("speedup") or {}
     if baseline is None:
-        candidates = [
-            n
-            for n in ("seed-baseline", "pytorch-default", *speedups)
-            if n in speedups or n in verdicts
-        ]
-        baseline = next(
-            (n for n in candidates if n in speedups and n in verdicts),
-            candidates[0] if candidates else None,
-        )
+        baseline = _explained_against(speedups, verdicts)
     head = (
         verdicts[baseline].explanation if baseline is not None and baseline in verdicts else (None)
     )
