@@ -21,7 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 # Layers of `tuner`, lowest first; a module may import its own layer and those before it.
-TUNER_LAYERS = ("errors", "store", "evidence", "search", "service", "cli")
+TUNER_LAYERS = ("errors", "store", "evidence", "search", "service", "flags", "cli")
 # What each top-level package must never import.
 FORBIDDEN = {
     "trainers": ("tuner", "api", "optuna", "fastapi", "sqlalchemy"),
