@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -18,25 +18,13 @@ from pydantic import (
     Field,
     PlainValidator,
     WithJsonSchema,
+    create_model,
     field_validator,
 )
 
 from api.schemas.common import BestSoFar, Strict, utc
 from trainers import PRECISIONS, Precision
-from trainers.config import (
-    CHECKPOINT_SHARES,
-    MAX_BUCKET_CAP_MB,
-    MAX_PREFETCH,
-    MAX_STREAMS,
-    MAX_WORKERS,
-    MICRO_BATCHES,
-    Checkpointing,
-    CompileMode,
-    CompileScope,
-    OptimizerChoice,
-    Parallel,
-    SyncMode,
-)
+from trainers.levers import LEVERS, Lever
 from trainers.program import MAX_NPROC
 from tuner.search.proposing.defaults import DEFAULT_TRIALS, MAX_TRIALS
 from tuner.service.spec import JobSpec
@@ -50,11 +38,6 @@ WorkloadName = Annotated[
 ModelArgKey = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z_]+$")]
 ModelArgValue = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$")]
 PrecisionName = Precision
-# The harness's own bounds (trainers.config), so the schema cannot drift from what runs.
-Streams = Annotated[int, Field(ge=1, le=MAX_STREAMS)]
-SyncInterval = Annotated[int, Field(ge=1, le=10_000)]  # the API's cap; the harness has none
-Prefetch = Annotated[int, Field(ge=0, le=MAX_PREFETCH)]
-Loaders = Annotated[int, Field(ge=0, le=MAX_WORKERS)]
 Objective = Literal["throughput", "memory"]
 Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 Device = Literal["auto", "cpu", "cuda"]
@@ -92,106 +75,77 @@ class IntRangeIn(Strict):
     log: bool = False
 
 
-Choices = Field(min_length=1, max_length=16)
-StreamsChoices = Annotated[list[Streams], Choices]
-SyncIntervalChoices = Annotated[list[SyncInterval], Choices]
-SyncModeChoices = Annotated[list[SyncMode], Choices]
-PrefetchChoices = Annotated[list[Prefetch], Choices]
-LoadersChoices = Annotated[list[Loaders], Choices]
-BoolChoices = Annotated[list[bool], Choices]
-CompileChoices = Annotated[list[CompileMode], Choices]
-OptimizerChoices = Annotated[list[OptimizerChoice], Choices]
+CHOICES = 16
+"""The most choices one setting of an explicit space may list."""
+SYNC_INTERVAL_CAP = 10_000
+"""The API's cap on an integer setting the harness leaves unbounded (`sync_interval`)."""
 
 
-# The scale levers' values (trainers.config MICRO_BATCHES, CHECKPOINT_SHARES; a test holds them
-# to LoopConfig's rules).
-# Not `Literal[1, 2, 4, 8]`: a Literal matches by equality, so JSON's `true` and `1.0` would pass
-# as 1 (True == 1 == 1.0), although no type is coerced. A strict integer, then the same enum.
-def _micro_batches(value: int) -> int:
-    if value not in MICRO_BATCHES:
-        raise ValueError(f"one of {', '.join(map(str, MICRO_BATCHES))}")
-    return value
+def _one_of(values: tuple[Any, ...]) -> Any:
+    def check(value: Any) -> Any:
+        # Not `Literal[1, 2, 4, 8]`: a Literal matches by equality, so JSON's `true` and `1.0`
+        # would pass as 1 (True == 1 == 1.0), although no type is coerced. A strict number, then
+        # the same enum.
+        if value not in values or isinstance(value, bool):
+            raise ValueError(f"one of {', '.join(map(str, values))}")
+        return value
+
+    return check
 
 
-MicroBatches = Annotated[
-    int,
-    Field(strict=True),
-    AfterValidator(_micro_batches),
-    WithJsonSchema({"type": "integer", "enum": list(MICRO_BATCHES)}),
-]
+def _value_type(item: Lever) -> Any:
+    """One value of `item`, as its declaration allows it (`trainers.levers`)."""
+    if item.kind == "bool":
+        return bool
+    if item.span is not None:
+        high = SYNC_INTERVAL_CAP if item.span.high is None else item.span.high
+        return Annotated[int, Field(ge=item.span.low, le=high)]
+    values = item.values()
+    if item.kind == "str":
+        return Literal[values]
+    base = int if item.kind == "int" else float
+    return Annotated[
+        base,
+        AfterValidator(_one_of(values)),
+        WithJsonSchema({"type": "integer" if base is int else "number", "enum": list(values)}),
+    ]
 
 
-def _share(value: float) -> float:
-    if value not in CHECKPOINT_SHARES:
-        raise ValueError(f"one of {', '.join(map(str, CHECKPOINT_SHARES))}")
-    return value
+def _setting(item: Lever, *, searched: bool) -> tuple[Any, Any]:
+    """A field of `SpaceIn` (`searched`: a value, a list of choices, or an integer range) or of
+    `FixIn` (a value), with the lever's label as its description."""
+    one = _value_type(item)
+    kinds: Any = one
+    if searched:
+        kinds = one | Annotated[list[one], Field(min_length=1, max_length=CHOICES)]  # type: ignore[valid-type]
+        if item.span is not None:
+            kinds = kinds | IntRangeIn
+    return (kinds | None, Field(default=None, description=item.label))
 
 
-# A float Literal is not a type to mypy: the same enum, checked after parsing.
-CheckpointShare = Annotated[
-    float,
-    AfterValidator(_share),
-    WithJsonSchema({"type": "number", "enum": list(CHECKPOINT_SHARES)}),
-]
-MicroBatchesChoices = Annotated[list[MicroBatches], Choices]
-CheckpointingChoices = Annotated[list[Checkpointing], Choices]
-CheckpointShareChoices = Annotated[list[CheckpointShare], Choices]
-CompileScopeChoices = Annotated[list[CompileScope], Choices]
-# The data-parallel levers: searched by a job of nproc_per_node > 1 (inert in one process).
-BucketCap = Annotated[int, Field(ge=1, le=MAX_BUCKET_CAP_MB)]
-ParallelChoices = Annotated[list[Parallel], Choices]
-BucketCapChoices = Annotated[list[BucketCap], Choices]
+def _lever_model(name: str, doc: str, *, searched: bool) -> type[Strict]:
+    """A request model with one field per `LoopConfig` setting, in its order, from the lever
+    table: a new lever or value is offered here without an edit."""
+    fields: dict[str, Any] = {
+        item.name: _setting(item, searched=searched) for item in LEVERS.values()
+    }
+    return create_model(name, __base__=Strict, __doc__=doc, **fields)
 
 
-class SpaceIn(Strict):
-    """An explicit space: per setting a value (fixed), a list of choices or a range; the settings
-    left out keep LoopConfig's defaults. At least one setting must be searched."""
+if TYPE_CHECKING:
 
-    num_streams: Streams | StreamsChoices | IntRangeIn | None = None
-    sync_interval: SyncInterval | SyncIntervalChoices | IntRangeIn | None = None
-    sync_mode: SyncMode | SyncModeChoices | None = None
-    prefetch_depth: Prefetch | PrefetchChoices | IntRangeIn | None = None
-    pin_memory: bool | BoolChoices | None = None
-    non_blocking: bool | BoolChoices | None = None
-    num_workers: Loaders | LoadersChoices | IntRangeIn | None = None
-    cuda_graph: bool | BoolChoices | None = None
-    compile: CompileMode | CompileChoices | None = None
-    optimizer: OptimizerChoice | OptimizerChoices | None = None
-    micro_batches: MicroBatches | MicroBatchesChoices | None = None
-    activation_checkpointing: Checkpointing | CheckpointingChoices | None = None
-    checkpoint_share: CheckpointShare | CheckpointShareChoices | None = None
-    compile_scope: CompileScope | CompileScopeChoices | None = None
-    parallel: Parallel | ParallelChoices | None = None
-    bucket_cap_mb: BucketCap | BucketCapChoices | IntRangeIn | None = None
-    gradient_as_bucket_view: bool | BoolChoices | None = None
-    static_graph: bool | BoolChoices | None = None
-    reshard_after_forward: bool | BoolChoices | None = None
-    fsdp_prefetch: bool | BoolChoices | None = None
+    class SpaceIn(Strict): ...
 
+    class FixIn(Strict): ...
 
-class FixIn(Strict):
-    """Settings pinned whatever the space says."""
-
-    num_streams: Streams | None = None
-    sync_interval: SyncInterval | None = None
-    sync_mode: SyncMode | None = None
-    prefetch_depth: Prefetch | None = None
-    pin_memory: bool | None = None
-    non_blocking: bool | None = None
-    num_workers: Loaders | None = None
-    cuda_graph: bool | None = None
-    compile: CompileMode | None = None
-    optimizer: OptimizerChoice | None = None
-    micro_batches: MicroBatches | None = None
-    activation_checkpointing: Checkpointing | None = None
-    checkpoint_share: CheckpointShare | None = None
-    compile_scope: CompileScope | None = None
-    parallel: Parallel | None = None
-    bucket_cap_mb: BucketCap | None = None
-    gradient_as_bucket_view: bool | None = None
-    static_graph: bool | None = None
-    reshard_after_forward: bool | None = None
-    fsdp_prefetch: bool | None = None
+else:
+    SpaceIn = _lever_model(
+        "SpaceIn",
+        "An explicit space: per setting a value (fixed), a list of choices or a range; the "
+        "settings left out keep LoopConfig's defaults. At least one setting must be searched.",
+        searched=True,
+    )
+    FixIn = _lever_model("FixIn", "Settings pinned whatever the space says.", searched=False)
 
 
 class JobIn(Strict):

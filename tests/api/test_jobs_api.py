@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from tests.api.conftest import make_app
 from tests.api.helpers import AUTH, OTHER_AUTH, TINY_JOB
+from tuner.search.proposing.defaults import MAX_TRIALS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -157,7 +158,7 @@ def test_bodies_over_64_kib_get_413(client: TestClient) -> None:
 BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
     # (changes to TINY_JOB, the error's loc must start with this, its message must hold this)
     ({"n_trials": 0}, ("body", "n_trials"), "greater than or equal to 1"),
-    ({"n_trials": 501}, ("body", "n_trials"), "less than or equal to 500"),
+    ({"n_trials": MAX_TRIALS + 1}, ("body", "n_trials"), f"less than or equal to {MAX_TRIALS}"),
     ({"n_trials": "5"}, ("body", "n_trials"), "valid integer"),
     ({"code": "import os"}, ("body", "code"), "Extra inputs"),
     ({"workload": "os.path:join"}, ("body", "workload"), "pattern"),
