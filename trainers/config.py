@@ -27,6 +27,8 @@ from trainers.levers import (
     OptimizerChoice,
     Parallel,
     SyncMode,
+    compile_modes,
+    one_of,
 )
 from trainers.precision import check_precision
 
@@ -115,16 +117,14 @@ def _check_scale_combination(config: LoopConfig) -> None:
             config.checkpoint_share,
             "1.0 with activation_checkpointing='none' (the share says which blocks recompute)",
         )
-    if config.compile_scope == "blocks" and config.compile not in (
-        "default",
-        "max-autotune-no-cudagraphs",
-    ):
+    per_block = compile_modes(graphs=False, compiled=True)
+    if config.compile_scope == "blocks" and config.compile not in per_block:
         raise ConfigError(
             "compile_scope",
             config.compile_scope,
             "'model' with compile="
-            f"{config.compile!r} (compiling each block needs compile='default' or "
-            "'max-autotune-no-cudagraphs'; Inductor's cudagraph trees per block are not proven)",
+            f"{config.compile!r} (compiling each block needs compile={one_of(per_block)}; "
+            "Inductor's cudagraph trees per block are not proven)",
         )
     if config.micro_batches > 1 and config.compile == "reduce-overhead":
         # The cudagraph trees keep a backward's gradients in their own memory, which the next
@@ -183,7 +183,7 @@ def _check_parallel_combination(config: LoopConfig) -> None:
         raise ConfigError(
             "compile",
             config.compile,
-            f"none, default or max-autotune-no-cudagraphs with parallel={config.parallel!r} "
+            f"{one_of(compile_modes(graphs=False))} with parallel={config.parallel!r} "
             "(Inductor's CUDA graphs around DDP's all-reduce hooks or FSDP2's all-gathers are "
             "not proven here; compile='default' over DDP splits the compiled graph at the "
             "gradient buckets, so each bucket's all-reduce overlaps the rest of the backward)",
@@ -198,7 +198,7 @@ def _check_combination(config: LoopConfig) -> None:
         raise ConfigError(
             "compile",
             config.compile,
-            "none, default or max-autotune-no-cudagraphs with cuda_graph=True (Inductor's "
+            f"{one_of(compile_modes(graphs=False))} with cuda_graph=True (Inductor's "
             "cudagraph trees cannot be captured inside the whole-step CUDA graph; "
             "compile='default' with cuda_graph=True captures the compiled step instead)",
         )

@@ -404,6 +404,22 @@ def lever(name: str) -> Lever:
     return LEVERS[name]
 
 
+def compile_modes(*, graphs: bool = True, compiled: bool = False) -> tuple[str, ...]:
+    """The compile modes in declaration order; `graphs=False` leaves out those that record
+    Inductor's CUDA graphs (cost `compile+record`: refused beside a whole-step graph, several
+    processes, micro-batches or a CPU), `compiled=True` leaves out `none`."""
+    return tuple(
+        str(option.value)
+        for option in LEVERS["compile"].options
+        if (graphs or option.cost != "compile+record") and (not compiled or option.cost != "none")
+    )
+
+
+def one_of(values: tuple[str, ...]) -> str:
+    """`values` in words: "a", "a or b", "a, b or c"."""
+    return values[0] if len(values) == 1 else f"{', '.join(values[:-1])} or {values[-1]}"
+
+
 def defaults_where(numerics: Numerics) -> dict[str, Value]:
     """Lever name -> default, for the levers with at least one value of class `numerics`."""
     out: dict[str, Value] = {}

@@ -292,8 +292,8 @@ CompileMode = Annotated[
     typer.Option(
         "--compile",
         help=(
-            "torch.compile of the model: none, default, max-autotune-no-cudagraphs or "
-            "reduce-overhead."
+            "torch.compile of the model: none or one of LoopConfig's compile modes (a mode it "
+            "does not declare is refused, naming those it does)."
         ),
     ),
 ]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers import COMPILE_MODES, LoopConfig
+from trainers.levers import compile_modes, one_of
 from trainers.program import Program
 from tuner.errors import SpaceError
 from tuner.search.spaces.pins import parse_fix, pins_from_mapping
@@ -46,7 +47,7 @@ how memory and FLOPs are spent (shared/GPU-FACTS.md)."""
 _CPU_GRAPH_NOTE = "cuda_graph fixed to false: no CUDA device"
 _CPU_GRAPH_ALLOWED = "false (CUDA graphs need a CUDA device)"
 _CPU_REDUCE_NOTE = "compile reduce-overhead left out: its CUDA graphs need a CUDA device"
-_CPU_REDUCE_ALLOWED = "none, default or max-autotune-no-cudagraphs (reduce-overhead needs CUDA)"
+_CPU_REDUCE_ALLOWED = f"{one_of(compile_modes(graphs=False))} (reduce-overhead needs CUDA)"
 
 # --------------------------------------------------------------------------------------------
 # built-in spaces and files

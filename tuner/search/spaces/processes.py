@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 from trainers import LoopConfig
+from trainers.levers import compile_modes, one_of
 from tuner.errors import SpaceError
 from tuner.search.spaces.space import (
     Choice,
@@ -90,7 +91,7 @@ def for_processes(
         raise SpaceError(
             "compile",
             "reduce-overhead",
-            "none, default or max-autotune-no-cudagraphs with nproc_per_node > 1",
+            f"{one_of(compile_modes(graphs=False))} with nproc_per_node > 1",
         )
     params = {f: s for f, s in DATA_PARALLEL_LEVERS.items() if f not in space.fixed}
     if has_blocks and "compile" in space.params:
