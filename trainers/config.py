@@ -29,6 +29,7 @@ from trainers.levers import (
     SyncMode,
     compile_modes,
     one_of,
+    records_graphs,
 )
 from trainers.precision import check_precision
 
@@ -88,7 +89,11 @@ def check_setting(field: str, value: object) -> None:
 INERT: dict[str, tuple[str, tuple[object, ...], object]] = {
     "checkpoint_share": ("activation_checkpointing", ("none",), 1.0),
     # Nothing is compiled per block without a compile mode that allows it (the rule below).
-    "compile_scope": ("compile", ("none", "reduce-overhead"), "model"),
+    "compile_scope": (
+        "compile",
+        tuple(m for m in compile_modes() if m not in compile_modes(graphs=False, compiled=True)),
+        "model",
+    ),
     "bucket_cap_mb": ("parallel", ("none", "fsdp2"), 25),
     "gradient_as_bucket_view": ("parallel", ("none", "fsdp2"), False),
     "static_graph": ("parallel", ("none", "fsdp2"), False),
@@ -126,13 +131,13 @@ def _check_scale_combination(config: LoopConfig) -> None:
             f"{config.compile!r} (compiling each block needs compile={one_of(per_block)}; "
             "Inductor's cudagraph trees per block are not proven)",
         )
-    if config.micro_batches > 1 and config.compile == "reduce-overhead":
+    if config.micro_batches > 1 and records_graphs(config.compile):
         # The cudagraph trees keep a backward's gradients in their own memory, which the next
         # micro-batch's replay may overwrite (pytorch/pytorch#96693): unverified, refused.
         raise ConfigError(
             "micro_batches",
             config.micro_batches,
-            "1 with compile='reduce-overhead' (its CUDA graphs may overwrite the gradients of "
+            f"1 with compile={config.compile!r} (its CUDA graphs may overwrite the gradients of "
             "the earlier micro-batches); compile='default' with cuda_graph=True accumulates",
         )
     if config.cuda_graph and config.activation_checkpointing != "none":
@@ -179,7 +184,7 @@ def _check_parallel_combination(config: LoopConfig) -> None:
             config.cuda_graph,
             f"false with parallel={config.parallel!r} ({_DP_CUDA_GRAPH[config.parallel]})",
         )
-    if config.compile == "reduce-overhead":
+    if records_graphs(config.compile):
         raise ConfigError(
             "compile",
             config.compile,
@@ -194,7 +199,7 @@ def _check_combination(config: LoopConfig) -> None:
     """The combinations LoopConfig's docstring lists as refused, each with its reason."""
     _check_scale_combination(config)
     _check_parallel_combination(config)
-    if config.cuda_graph and config.compile == "reduce-overhead":
+    if config.cuda_graph and records_graphs(config.compile):
         raise ConfigError(
             "compile",
             config.compile,
@@ -355,9 +360,9 @@ def device_error(config: LoopConfig, device_type: str) -> str | None:
         return None
     if config.cuda_graph:
         return f"cuda_graph=True needs a CUDA device, and this run is on {device_type}"
-    if config.compile == "reduce-overhead":
+    if records_graphs(config.compile):
         return (
-            f"compile='reduce-overhead' needs a CUDA device (it adds CUDA graphs), and this run "
+            f"compile={config.compile!r} needs a CUDA device (it adds CUDA graphs), and this run "
             f"is on {device_type}; use compile='default'"
         )
     return None

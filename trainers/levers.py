@@ -415,6 +415,11 @@ def compile_modes(*, graphs: bool = True, compiled: bool = False) -> tuple[str, 
     )
 
 
+def records_graphs(mode: str) -> bool:
+    """Whether compile mode `mode` records Inductor's CUDA graphs (cost `compile+record`)."""
+    return mode in compile_modes() and mode not in compile_modes(graphs=False)
+
+
 def one_of(values: tuple[str, ...]) -> str:
     """`values` in words: "a", "a or b", "a, b or c"."""
     return values[0] if len(values) == 1 else f"{', '.join(values[:-1])} or {values[-1]}"

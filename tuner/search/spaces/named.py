@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers import COMPILE_MODES, LoopConfig
-from trainers.levers import compile_modes, one_of
+from trainers.levers import compile_modes, one_of, records_graphs
 from trainers.program import Program
 from tuner.errors import SpaceError
 from tuner.search.spaces.pins import parse_fix, pins_from_mapping
@@ -47,7 +47,9 @@ how memory and FLOPs are spent (shared/GPU-FACTS.md)."""
 _CPU_GRAPH_NOTE = "cuda_graph fixed to false: no CUDA device"
 _CPU_GRAPH_ALLOWED = "false (CUDA graphs need a CUDA device)"
 _CPU_REDUCE_NOTE = "compile reduce-overhead left out: its CUDA graphs need a CUDA device"
-_CPU_REDUCE_ALLOWED = f"{one_of(compile_modes(graphs=False))} (reduce-overhead needs CUDA)"
+_CPU_REDUCE_ALLOWED = (
+    f"{one_of(compile_modes(graphs=False))} (a mode with CUDA graphs needs a CUDA device)"
+)
 
 # --------------------------------------------------------------------------------------------
 # built-in spaces and files
@@ -255,14 +257,15 @@ def _without_graph_on_cpu(space: SearchSpace) -> SearchSpace:
     """
     if space.fixed.get("cuda_graph") is True:
         raise SpaceError("cuda_graph", True, _CPU_GRAPH_ALLOWED)
-    if space.fixed.get("compile") == "reduce-overhead":
-        raise SpaceError("compile", "reduce-overhead", _CPU_REDUCE_ALLOWED)
+    pinned = space.fixed.get("compile")
+    if isinstance(pinned, str) and records_graphs(pinned):
+        raise SpaceError("compile", pinned, _CPU_REDUCE_ALLOWED)
     params = dict(space.params)
     fixed = dict(space.fixed)
     notes = list(space.notes)
     compile_spec = params.get("compile")
-    if isinstance(compile_spec, Choice) and "reduce-overhead" in compile_spec.values:
-        kept = tuple(v for v in compile_spec.values if v != "reduce-overhead")
+    if isinstance(compile_spec, Choice) and any(map(records_graphs, compile_spec.values)):
+        kept = tuple(v for v in compile_spec.values if not records_graphs(v))
         if not kept:
             raise SpaceError("compile", list(compile_spec.values), _CPU_REDUCE_ALLOWED)
         params["compile"] = Choice(values=kept)

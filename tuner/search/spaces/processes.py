@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from trainers import LoopConfig
-from trainers.levers import compile_modes, one_of
+from trainers.levers import compile_modes, one_of, records_graphs
 from tuner.errors import SpaceError
 from tuner.search.spaces.space import (
     Choice,
@@ -87,10 +87,11 @@ def for_processes(
         raise SpaceError(
             "cuda_graph", True, "false with nproc_per_node > 1 (" + _DP_GRAPH_NOTE + ")"
         )
-    if space.fixed.get("compile") == "reduce-overhead":
+    pinned = space.fixed.get("compile")
+    if isinstance(pinned, str) and records_graphs(pinned):
         raise SpaceError(
             "compile",
-            "reduce-overhead",
+            pinned,
             f"{one_of(compile_modes(graphs=False))} with nproc_per_node > 1",
         )
     params = {f: s for f, s in DATA_PARALLEL_LEVERS.items() if f not in space.fixed}
