@@ -34,6 +34,10 @@ metric, not per step); a scheduler that cycles momentum (`cycle_momentum=True`) 
 or compiled optimizer, which reads the betas/momentum as constants; and a scheduler under a CUDA
 graph with an optimizer that is neither capturable nor fused (e.g. plain SGD), whose step reads
 a tensor learning rate on the host, which a capture cannot do.
+
+Those refusals and every other check of the options are in `trainers.fit_checks`; the
+checkpoint's format, its random-number states and whether a Trainer may resume from it in
+`trainers.checkpoint` (`CHECKPOINT_FORMAT` and `checkpoint_file` are importable from here too).
 """
 
 from __future__ import annotations
@@ -41,31 +45,43 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import random
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
-from torch.optim.lr_scheduler import (
-    CosineAnnealingLR,
-    LinearLR,
-    LRScheduler,
-    ReduceLROnPlateau,
-    SequentialLR,
-)
+from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, LRScheduler, SequentialLR
 from torch.utils.data import Dataset
 
+from trainers.checkpoint import (
+    CHECKPOINT_FORMAT,
+    check_resumable,
+    checkpoint_file,
+    rng_state,
+    set_rng_state,
+)
 from trainers.config import REFERENCE, LoopConfig
-from trainers.core import Engine, check_micro_batches
-from trainers.errors import ConfigError, TrainerError
+from trainers.core import Engine, Session
+from trainers.errors import ConfigError
+from trainers.fit_checks import check_fit_arguments, check_options, checked_scheduler
 from trainers.optim import with_capturable
 from trainers.precision import Precision
 from trainers.streams import StreamPlan, on, wait
 from trainers.workloads.base import Batch, LossFn, OptimizerFactory, Workload
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "EvalCallback",
+    "FitResult",
+    "LossCallback",
+    "SchedulerFactory",
+    "Trainer",
+    "checkpoint_file",
+    "warmup_cosine",
+    "workload_from_parts",
+]
 
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
 """Builds the scheduler on the optimizer the loop made: `lambda opt: CosineAnnealingLR(opt, T)`."""
@@ -73,8 +89,6 @@ LossCallback = Callable[[int, list[float]], None]
 """`on_losses(first_step, losses)`: the losses of steps first_step, first_step + 1, ..."""
 EvalCallback = Callable[[int, float], None]
 """`on_eval(step, mean_loss)`, after the evaluation that follows step `step`."""
-
-CHECKPOINT_FORMAT = "streamtune-trainer/1"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +146,7 @@ class Trainer:
         eval_loss: LossFn | None = None,
         lr_tensor: bool | None = None,
     ) -> None:
-        _check_options(
+        check_options(
             config,
             accumulate=accumulate,
             clip_grad_norm=clip_grad_norm,
@@ -204,7 +218,8 @@ class Trainer:
                 if not isinstance(group["lr"], torch.Tensor):
                     group["lr"] = torch.tensor(float(group["lr"]), device=device)
         if self._scheduler_factory is not None:
-            self.scheduler = self._make_scheduler(self._scheduler_factory)
+            built = self._scheduler_factory(optimizer)
+            self.scheduler = checked_scheduler(built, optimizer, self.config)
 
     # ----------------------------------------------------------------------------------------
     # training
@@ -227,16 +242,16 @@ class Trainer:
         by the step (`run-{step}.pt` keeps each checkpoint, `run.pt` the latest only)."""
         if resume_from is not None:
             self.load(resume_from)
-        self._check_fit(steps, eval_every, checkpoint_every, checkpoint_path)
-        start = self.step
-        session = self.engine.session(
-            capacity=steps - start,
-            first_step=start,
-            micro_batches=self.accumulate,
-            clip_norm=self.clip_grad_norm,
+        check_fit_arguments(
+            steps,
+            eval_every,
+            checkpoint_every,
+            checkpoint_path,
+            trained=self.step,
+            has_eval_data=self.eval_data is not None,
         )
-        if on_losses is not None:
-            session.on_losses(on_losses)
+        start = self.step
+        session = self._session(steps - start, on_losses)
         evals: list[tuple[int, float]] = []
         checkpoints: list[str] = []
         started = time.perf_counter()
@@ -250,15 +265,10 @@ class Trainer:
                         self.scheduler.step()
                 self.step = step + 1
                 if eval_every is not None and self.step % eval_every == 0:
-                    value = self.evaluate(session.plan)
-                    evals.append((self.step, value))
-                    if on_eval is not None:
-                        on_eval(self.step, value)
+                    evals.append(self._evaluated(session.plan, on_eval))
                 if checkpoint_every is not None and self.step % checkpoint_every == 0:
                     assert checkpoint_path is not None
-                    # The losses so far reach the callback before the checkpoint is written.
-                    session.drain()
-                    checkpoints.append(str(self.save(checkpoint_file(checkpoint_path, self.step))))
+                    checkpoints.append(self._checkpoint(session, checkpoint_path))
             session.drain()
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)  # the wall time covers the queued work
@@ -272,68 +282,30 @@ class Trainer:
             n_syncs=session.harvester.n_syncs,
         )
 
-    def _check_fit(
-        self,
-        steps: int,
-        eval_every: int | None,
-        checkpoint_every: int | None,
-        checkpoint_path: str | os.PathLike[str] | None,
-    ) -> None:
-        if not isinstance(steps, int) or isinstance(steps, bool) or steps < self.step + 1:
-            raise ConfigError(
-                "steps", steps, f"an integer > {self.step} (the steps already trained)"
-            )
-        if eval_every is not None:
-            _check_positive("eval_every", eval_every)
-            if self.eval_data is None:
-                raise ConfigError(
-                    "eval_every", eval_every, "None when the Trainer has no eval_data"
-                )
-        if checkpoint_every is None and checkpoint_path is not None:
-            raise ConfigError(
-                "checkpoint_every",
-                None,
-                "an integer >= 1 when checkpoint_path is set (or save with trainer.save(path))",
-            )
-        if checkpoint_every is not None:
-            _check_positive("checkpoint_every", checkpoint_every)
-            if checkpoint_path is None:
-                raise ConfigError(
-                    "checkpoint_path", None, "a file path when checkpoint_every is set"
-                )
+    def _session(self, capacity: int, on_losses: LossCallback | None) -> Session:
+        """The core's session for `capacity` more steps from this one, with the loss callback."""
+        session = self.engine.session(
+            capacity=capacity,
+            first_step=self.step,
+            micro_batches=self.accumulate,
+            clip_norm=self.clip_grad_norm,
+        )
+        if on_losses is not None:
+            session.on_losses(on_losses)
+        return session
 
-    def _make_scheduler(self, factory: SchedulerFactory) -> LRScheduler:
-        scheduler = factory(self.optimizer)
-        if isinstance(scheduler, ReduceLROnPlateau):
-            raise ConfigError(
-                "scheduler",
-                "ReduceLROnPlateau",
-                "a per-step schedule (LambdaLR, CosineAnnealingLR, OneCycleLR, SequentialLR, "
-                "...): ReduceLROnPlateau steps on a metric; step it yourself from on_eval",
-            )
-        if not isinstance(scheduler, LRScheduler):
-            raise ConfigError(
-                "scheduler",
-                type(scheduler).__name__,
-                "a factory returning a torch.optim.lr_scheduler.LRScheduler",
-            )
-        if scheduler.optimizer is not self.optimizer:
-            raise ConfigError(
-                "scheduler",
-                type(scheduler).__name__,
-                "a scheduler built on the optimizer the factory receives (the loop may rebuild "
-                "the workload's optimizer fused or capturable)",
-            )
-        captured = self.config.cuda_graph or self.config.optimizer == "compiled"
-        if captured and getattr(scheduler, "cycle_momentum", False):
-            raise ConfigError(
-                "scheduler",
-                f"{type(scheduler).__name__}(cycle_momentum=True)",
-                "cycle_momentum=False with cuda_graph=True or optimizer='compiled' (a captured "
-                "or compiled optimizer step reads momentum/betas as constants), or a config "
-                "without them",
-            )
-        return scheduler
+    def _evaluated(self, plan: StreamPlan, on_eval: EvalCallback | None) -> tuple[int, float]:
+        """The evaluation after this step, handed to `on_eval`: (step, mean loss)."""
+        value = self.evaluate(plan)
+        if on_eval is not None:
+            on_eval(self.step, value)
+        return self.step, value
+
+    def _checkpoint(self, session: Session, path: str | os.PathLike[str]) -> str:
+        """Write this step's checkpoint to `path` (`checkpoint_file`): where it was written."""
+        # The losses so far reach the callback before the checkpoint is written.
+        session.drain()
+        return str(self.save(checkpoint_file(path, self.step)))
 
     # ----------------------------------------------------------------------------------------
     # evaluation
@@ -389,43 +361,16 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
             "scaler": None if scaler is None else scaler.state_dict(),
-            "rng": _rng_state(self.device),
+            "rng": rng_state(self.device),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if state.get("format") != CHECKPOINT_FORMAT:
-            raise TrainerError(
-                f"not a streamtune Trainer checkpoint (format {state.get('format')!r}, "
-                f"expected {CHECKPOINT_FORMAT!r})"
-            )
-        if state["accumulate"] != self.accumulate:
-            raise ConfigError(
-                "accumulate",
-                self.accumulate,
-                f"{state['accumulate']}, as in the checkpoint (its data position counts "
-                "micro-batches)",
-            )
-        saved = state.get("config")
-        if saved != self.config.to_dict():
-            changed = sorted(
-                k for k, v in self.config.to_dict().items() if (saved or {}).get(k) != v
-            )
-            raise ConfigError(
-                "config",
-                ", ".join(f"{k}={getattr(self.config, k)!r}" for k in changed),
-                "the checkpointed run's config ("
-                + ", ".join(f"{k}={(saved or {}).get(k)!r}" for k in changed)
-                + "): the optimizer's state and learning rates are restored as that config "
-                "built them",
-            )
-        if (state["scheduler"] is None) != (self.scheduler is None):
-            raise ConfigError(
-                "scheduler",
-                "given" if self.scheduler is not None else None,
-                "the same as the checkpointed run (it had "
-                + ("none" if state["scheduler"] is None else "one")
-                + ")",
-            )
+        check_resumable(
+            state,
+            accumulate=self.accumulate,
+            config=self.config,
+            scheduler=self.scheduler is not None,
+        )
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         for group in self.optimizer.param_groups:
@@ -439,7 +384,7 @@ class Trainer:
             self.scheduler.load_state_dict(state["scheduler"])
         if self.numerics.scaler is not None and state["scaler"] is not None:
             self.numerics.scaler.load_state_dict(state["scaler"])
-        _set_rng_state(state["rng"], self.device)
+        set_rng_state(state["rng"], self.device)
         self.step = int(state["step"])
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -457,13 +402,6 @@ class Trainer:
         except FileNotFoundError as exc:
             raise ConfigError("resume_from", str(path), "an existing checkpoint file") from exc
         self.load_state_dict(state)
-
-
-def checkpoint_file(path: str | os.PathLike[str], step: int) -> Path:
-    """Where the checkpoint of `step` goes: `path`, with `{step}` in it replaced by the step, so
-    that `run-{step}.pt` keeps every checkpoint (run-500.pt, run-1000.pt) where `run.pt` keeps
-    the latest only."""
-    return Path(str(path).replace("{step}", str(step)))
 
 
 def workload_from_parts(
@@ -524,91 +462,3 @@ def _as_built(
 ) -> torch.optim.Optimizer:
     """A user's optimizer, already built on the model's parameters (`params` are the same)."""
     return with_capturable(built, capturable)
-
-
-def _check_options(
-    config: object,
-    *,
-    accumulate: object,
-    clip_grad_norm: object,
-    scheduler: object,
-    lr_tensor: object,
-    eval_loss: object,
-    eval_data: object,
-) -> None:
-    """ConfigError naming the first bad Trainer option (the device and precision are the
-    core's to check)."""
-    if not isinstance(config, LoopConfig):
-        raise ConfigError("config", type(config).__name__, "a trainers.LoopConfig")
-    check_micro_batches(config, accumulate, field="accumulate")  # type: ignore[arg-type]
-    if clip_grad_norm is not None and (
-        isinstance(clip_grad_norm, bool)
-        or not isinstance(clip_grad_norm, int | float)
-        or not clip_grad_norm > 0
-    ):
-        raise ConfigError("clip_grad_norm", clip_grad_norm, "None or a number > 0")
-    if scheduler is not None and not callable(scheduler):
-        raise ConfigError(
-            "scheduler",
-            type(scheduler).__name__,
-            "None or a factory: lambda optimizer: CosineAnnealingLR(optimizer, T_max)",
-        )
-    if lr_tensor is not None and not isinstance(lr_tensor, bool):
-        raise ConfigError("lr_tensor", lr_tensor, "None (decided by the config), true or false")
-    if eval_loss is not None and not callable(eval_loss):
-        raise ConfigError("eval_loss", type(eval_loss).__name__, "None or loss_fn(model, batch)")
-    _check_eval_data(eval_data)
-
-
-def _check_eval_data(eval_data: object) -> None:
-    if eval_data is None:
-        return
-    if isinstance(eval_data, torch.Tensor) or (
-        isinstance(eval_data, tuple) and all(isinstance(t, torch.Tensor) for t in eval_data)
-    ):
-        raise ConfigError(
-            "eval_data", "one batch", "a collection of batches (wrap one batch in a list)"
-        )
-    try:
-        iterator = iter(eval_data)  # type: ignore[call-overload]
-    except TypeError:
-        raise ConfigError("eval_data", type(eval_data).__name__, "an iterable of batches") from None
-    if iterator is eval_data:
-        raise ConfigError(
-            "eval_data",
-            type(eval_data).__name__,
-            "a collection evaluated again every time (a list, a Dataset of batches or a "
-            "DataLoader), not a one-shot iterator",
-        )
-
-
-def _check_positive(field: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(field, value, "an integer >= 1")
-
-
-def _rng_state(device: torch.device) -> dict[str, Any]:
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "python": random.getstate(),
-        # As plain lists: a checkpoint loads with weights_only=True (no pickled objects).
-        "numpy": _numpy_state(),
-    }
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def _numpy_state() -> list[Any]:
-    name, keys, position, has_gauss, cached = np.random.get_state(legacy=True)
-    return [str(name), [int(k) for k in keys], int(position), int(has_gauss), float(cached)]
-
-
-def _set_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
-    torch.set_rng_state(state["torch"].cpu())
-    random.setstate(state["python"])
-    if "numpy" in state:
-        name, keys, position, has_gauss, cached = state["numpy"]
-        np.random.set_state((name, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached))
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state(state["cuda"].cpu(), device)

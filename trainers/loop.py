@@ -49,7 +49,7 @@ def run(
     precision: the run's numeric precision (`trainers.precision`), a property of the experiment
     and never tuned; None keeps the process's float32 matmul precision and no autocast.
     capturable: build the optimizer capturable (None: exactly when `config.cuda_graph`); the
-    parity gate runs a graph config's eager twin with True (`trainers.gate.parity`).
+    parity gate runs a graph config's eager twin with True (`trainers.gate.twin`).
     """
     dev = resolve_device(device)
     check_run_args(config, dev, steps=steps, warmup=warmup, windows=windows, precision=precision)

@@ -1,7 +1,11 @@
 """The correctness gate: does a loop setting still train the same model?
 
-- `parity`: the verdict (`gate`, `ParityVerdict`): which test a config must pass (bit-exact
-  against the reference, exact against its eager twin, or equivalent within the envelope).
+- `parity`: the verdict (`gate`): which test a config must pass (bit-exact against the
+  reference, exact against its eager twin, or equivalent within the envelope), and the judgement.
+  - `verdict`: what a verdict holds (`ParityVerdict`) and the step-by-step comparison (`compare`).
+  - `twin`: a config's eager twin (`Twin`, `twin_of`).
+  - `exact`: the exact tests: the reproducibility probe asked before them, the twin comparison.
+  - `reference`: the reference's runs: their determinism, their envelope's spread.
 - `equivalence`: the windowed loss-trajectory test, and its tolerance (`judge`).
 - `envelope`: the reference's own spread under harmless perturbations (`Envelope`).
 - `reproducibility`: whether two identical eager runs agree bit for bit here (`Reproducibility`),
@@ -15,21 +19,8 @@ from trainers.gate.envelope import PERTURBATIONS, SPREADS, Envelope, rounding_ep
 from trainers.gate.equivalence import FLOOR_ULPS, MULTIPLE, WINDOW, Equivalence, judge
 from trainers.gate.faults import FAULT_KINDS, FAULTS, FaultKind, planted
 from trainers.gate.floor import Floor, comparable_floor, floor_applies, graph_floor
-from trainers.gate.parity import (
-    GRAPH_RTOL,
-    SEEDS_DETERMINISM,
-    GateTest,
-    ParityVerdict,
-    Twin,
-    check_parity,
-    exact_length,
-    gate,
-    parity_losses,
-    reference_determinism,
-    required_test,
-    spread_for,
-    twin_of,
-)
+from trainers.gate.parity import check_parity, exact_length, gate, required_test
+from trainers.gate.reference import SEEDS_DETERMINISM, reference_determinism, spread_for
 from trainers.gate.reproducibility import (
     Reproducibility,
     eager_reproducibility,
@@ -43,8 +34,11 @@ from trainers.gate.trajectories import (
     Determinism,
     Perturbation,
     Trajectory,
+    parity_losses,
     trajectory,
 )
+from trainers.gate.twin import Twin, twin_of
+from trainers.gate.verdict import GRAPH_RTOL, GateTest, ParityVerdict
 
 __all__ = [
     "DETERMINISMS",

@@ -139,42 +139,20 @@ class Envelope:
         determinism: every run's (`trajectory`; None: the gate's, strict). `strict` records
         whether all of them held strict determinism.
         """
-        if spread not in SPREADS:
-            raise ValueError(f"spread={spread!r} is invalid: allowed {', '.join(SPREADS)}")
-        if perturbations < 1:
-            raise ValueError(f"perturbations={perturbations!r} is invalid: allowed >= 1")
+        _check_measure(spread, perturbations)
         mode = GATE_DETERMINISM if determinism is None else determinism
         factory = resolve_factory(workload) if isinstance(workload, str) else workload
         dev = resolve_device(device)
-        # What run() computes under: a precision sets its own matmul precision for the run.
-        matmul_precision = (
-            torch.get_float32_matmul_precision()
-            if precision is None
-            else MATMUL_PRECISION[precision]
-        )
+        matmul_precision = _matmul_precision_of(precision)
         if eps is None:
             eps = rounding_eps(precision, matmul_precision)
-        common: dict[str, Any] = {
-            "steps": steps,
-            "seed": seed,
-            "device": dev,
-            "precision": precision,
-            "determinism": mode,
-        }
-        strict = True
-        name = workload if isinstance(workload, str) else getattr(workload, "__name__", "?")
-        if reference is None:
-            ref = trajectory(factory, preset, config, **common)
-            reference, strict, name = ref.losses, ref.strict, ref.workload.name
-            del ref
+        common: dict[str, Any] = {"steps": steps, "seed": seed, "device": dev}
+        common.update(precision=precision, determinism=mode)
         seeds = tuple(seed * 1000 + k + 1 for k in range(perturbations))
-        perturbed = []
-        for k in seeds:
-            losses, held, name = _around(factory, preset, config, k, spread, eps, common)
-            perturbed.append(losses)
-            strict = strict and held
+        name = workload if isinstance(workload, str) else getattr(workload, "__name__", "?")
+        runs = _Runs.measure(factory, preset, config, name, reference, seeds, spread, eps, common)
         return cls(
-            workload=name,
+            workload=runs.workload,
             preset=preset,
             seed=seed,
             steps=steps,
@@ -183,9 +161,9 @@ class Envelope:
             precision=precision,
             matmul_precision=matmul_precision,
             eps=eps,
-            strict=strict,
-            reference=tuple(reference),
-            perturbed=tuple(perturbed),
+            strict=runs.strict,
+            reference=runs.reference,
+            perturbed=runs.perturbed,
             perturbation_seeds=seeds,
             spread=spread,
             determinism=mode,
@@ -261,6 +239,60 @@ class Envelope:
         if any(len(run) != len(fields["reference"]) for run in fields["perturbed"]):
             raise ValueError("envelope dict: every perturbed run needs the reference's length")
         return cls(**fields)
+
+
+def _check_measure(spread: str, perturbations: int) -> None:
+    if spread not in SPREADS:
+        raise ValueError(f"spread={spread!r} is invalid: allowed {', '.join(SPREADS)}")
+    if perturbations < 1:
+        raise ValueError(f"perturbations={perturbations!r} is invalid: allowed >= 1")
+
+
+def _matmul_precision_of(precision: Precision | None) -> str:
+    """What run() computes under: a precision sets its own matmul precision for the run."""
+    if precision is None:
+        return torch.get_float32_matmul_precision()
+    return MATMUL_PRECISION[precision]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Runs:
+    """An envelope's runs: the reference's losses and its K runs' around it (`Envelope.spread`),
+    whether strict determinism held in all of them, the workload's name."""
+
+    workload: str
+    reference: tuple[float, ...]
+    perturbed: tuple[tuple[float, ...], ...]
+    strict: bool
+
+    @classmethod
+    def measure(
+        cls,
+        factory: WorkloadFactory,
+        preset: str,
+        config: LoopConfig,
+        name: str,
+        reference: Sequence[float] | None,
+        seeds: Sequence[int],
+        spread: str,
+        eps: float | None,
+        common: Mapping[str, Any],
+    ) -> _Runs:
+        """Train the reference (unless its losses are given: `name` is then the workload's) and
+        one run around it per seed, one at a time."""
+        strict = True
+        if reference is None:
+            ref = trajectory(factory, preset, config, **common)
+            reference, strict, name = ref.losses, ref.strict, ref.workload.name
+            del ref
+        perturbed = []
+        for k in seeds:
+            losses, held, name = _around(factory, preset, config, k, spread, eps, common)
+            perturbed.append(losses)
+            strict = strict and held
+        return cls(
+            workload=name, reference=tuple(reference), perturbed=tuple(perturbed), strict=strict
+        )
 
 
 def _around(

@@ -232,6 +232,69 @@ def _unusable(
     return None
 
 
+def _drift_test(
+    losses: Sequence[float],
+    reference: Sequence[float],
+    perturbed: Sequence[Sequence[float]],
+    *,
+    multiple: float,
+    floor: float,
+) -> tuple[float, float, float, float]:
+    """The drift over the whole trajectory: the config's, the envelope's (the largest of the
+    perturbed runs'), its bound and their ratio."""
+    drift_value = drift(losses, reference)
+    drift_env = max((drift(run, reference) for run in perturbed), default=0.0)
+    drift_bound = multiple * max(drift_env, floor)
+    return drift_value, drift_env, drift_bound, _ratio(drift_value, drift_bound)
+
+
+def _window_text(
+    deviation: float,
+    envelope: float,
+    steps: tuple[int, int],
+    *,
+    ok: bool,
+    multiple: float,
+    floor: float,
+) -> str:
+    """The decisive window's part of the reason."""
+    first, last = steps
+    return (
+        f"deviation from the reference {deviation:.2g} "
+        f"{'within' if ok else 'exceeds'} {multiple:g}x "
+        f"{'the envelope' if envelope >= floor else 'the floor'} "
+        f"{max(envelope, floor):.2g} (steps {first}-{last - 1})"
+    )
+
+
+def _drift_text(
+    value: float,
+    envelope: float,
+    ratio: float,
+    *,
+    multiple: float,
+    floor: float,
+    enforced: bool,
+) -> str:
+    """The drift's part of the reason (said even where it is not enforced)."""
+    text = (
+        f"drift {value:.2g} {'within' if ratio <= 1.0 else 'exceeds'} {multiple:g}x "
+        f"{'the envelope' if envelope >= floor else 'the floor'} {max(envelope, floor):.2g}"
+    )
+    if not enforced:
+        text += " (not enforced)"
+    return text
+
+
+def _reason(window_text: str, drift_text: str, *, window_ok: bool, drift_ok: bool) -> str:
+    """The verdict's reason: the decisive window's test, and the drift's unless only the window
+    fails."""
+    parts = [window_text, drift_text] if window_ok or not drift_ok else [window_text]
+    if window_ok and not drift_ok:
+        parts.reverse()  # the failing test first
+    return ", ".join(parts)
+
+
 def judge(
     losses: Sequence[float],
     reference: Sequence[float],
@@ -247,12 +310,8 @@ def judge(
     if multiple <= 0:
         raise ValueError(f"multiple={multiple!r} is invalid: allowed a number > 0")
     floor = loss_floor(reference, floor_ulps)
-    common: dict[str, Any] = {
-        "floor": floor,
-        "multiple": multiple,
-        "window": window,
-        "drift_enforced": check_drift,
-    }
+    common: dict[str, Any] = {"floor": floor, "multiple": multiple, "window": window}
+    common["drift_enforced"] = check_drift
     unusable = _unusable(losses, reference, window, common)
     if unusable is not None:
         return unusable
@@ -262,29 +321,17 @@ def judge(
     bounds = [multiple * max(e, floor) for e in envelopes]
     ratios = [_ratio(d, b) for d, b in zip(deviations, bounds, strict=True)]
     j = max(range(len(ratios)), key=ratios.__getitem__)
-    drift_value = drift(losses, reference)
-    drift_env = max((drift(run, reference) for run in perturbed), default=0.0)
-    drift_bound = multiple * max(drift_env, floor)
-    drift_ratio = _ratio(drift_value, drift_bound)
+    drift_value, drift_env, drift_bound, drift_ratio = _drift_test(
+        losses, reference, perturbed, multiple=multiple, floor=floor
+    )
     window_ok = ratios[j] <= 1.0
     drift_ok = drift_ratio <= 1.0 or not check_drift
-
-    first, last = spans[j]
-    window_text = (
-        f"deviation from the reference {deviations[j]:.2g} "
-        f"{'within' if window_ok else 'exceeds'} {multiple:g}x "
-        f"{'the envelope' if envelopes[j] >= floor else 'the floor'} "
-        f"{max(envelopes[j], floor):.2g} (steps {first}-{last - 1})"
+    window_text = _window_text(
+        deviations[j], envelopes[j], spans[j], ok=window_ok, multiple=multiple, floor=floor
     )
-    drift_text = (
-        f"drift {drift_value:.2g} {'within' if drift_ratio <= 1.0 else 'exceeds'} {multiple:g}x "
-        f"{'the envelope' if drift_env >= floor else 'the floor'} {max(drift_env, floor):.2g}"
+    drift_text = _drift_text(
+        drift_value, drift_env, drift_ratio, multiple=multiple, floor=floor, enforced=check_drift
     )
-    if not check_drift:
-        drift_text += " (not enforced)"
-    parts = [window_text, drift_text] if window_ok or not drift_ok else [window_text]
-    if window_ok and not drift_ok:
-        parts.reverse()  # the failing test first
     return Equivalence(
         passed=window_ok and drift_ok,
         ratio=max(ratios[j], drift_ratio) if check_drift else ratios[j],
@@ -301,6 +348,6 @@ def judge(
         drift_bound=drift_bound,
         drift_ratio=drift_ratio,
         first_nonfinite_step=None,
-        reason=", ".join(parts),
+        reason=_reason(window_text, drift_text, window_ok=window_ok, drift_ok=drift_ok),
         **common,
     )

@@ -63,8 +63,8 @@ import torch
 from trainers import core
 from trainers.config import LoopConfig
 from trainers.feed import DeviceFeed, _InFlight
-from trainers.gate.parity import GateTest
 from trainers.gate.reproducibility import fault_planted
+from trainers.gate.verdict import GateTest
 from trainers.step import EagerStep, GraphStep
 from trainers.streams import on
 from trainers.workloads.base import Batch

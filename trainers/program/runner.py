@@ -235,15 +235,13 @@ def program_parity(
     PyTorch idiom (`REFERENCE`), judged within the envelope of K reference runs from perturbed
     weights (`trainers.gate.judge`). The program's losses are all the gate sees, so every
     config takes the equivalence test (no bit-for-bit test: the twin configs of
-    `trainers.gate.parity` are the harness's own).
+    `trainers.gate.twin` are the harness's own).
 
     envelope: the reference and perturbed losses of an earlier call (the second value it
     returned), measured once per study.
     """
     from trainers.config import REFERENCE
-    from trainers.gate.envelope import rounding_eps
     from trainers.gate.equivalence import judge
-    from trainers.precision import MATMUL_PRECISION
 
     def losses(run_config: LoopConfig, perturb: tuple[int, float | None] | None) -> list[float]:
         result = run_program(
@@ -261,18 +259,7 @@ def program_parity(
         return result.losses
 
     if envelope is None or envelope.get("steps") != steps or envelope.get("seed") != seed:
-        eps = rounding_eps(precision, MATMUL_PRECISION[precision or "fp32"])  # type: ignore[arg-type]
-        envelope = {
-            "program": program.name,
-            "preset": preset,
-            "steps": steps,
-            "seed": seed,
-            "precision": precision,
-            "reference": losses(REFERENCE, None),
-            "perturbed": [
-                losses(REFERENCE, (seed * 1000 + k, eps)) for k in range(1, PERTURBATIONS + 1)
-            ],
-        }
+        envelope = _program_envelope(program, preset, steps, seed, precision, losses)
     reference = list(envelope["reference"])
     ours = reference if config == REFERENCE else losses(config, None)
     verdict = judge(ours, reference, [list(p) for p in envelope["perturbed"]])
@@ -286,3 +273,31 @@ def program_parity(
         },
         dict(envelope),
     )
+
+
+def _program_envelope(
+    program: Program,
+    preset: str,
+    steps: int,
+    seed: int,
+    precision: str | None,
+    losses: Callable[[LoopConfig, tuple[int, float | None] | None], list[float]],
+) -> dict[str, Any]:
+    """A program's noise envelope (`program_parity`'s second value): its losses under the
+    reference and under it from K perturbed weights, `losses(config, perturb)` each."""
+    from trainers.config import REFERENCE
+    from trainers.gate.envelope import rounding_eps
+    from trainers.precision import MATMUL_PRECISION
+
+    eps = rounding_eps(precision, MATMUL_PRECISION[precision or "fp32"])  # type: ignore[arg-type]
+    return {
+        "program": program.name,
+        "preset": preset,
+        "steps": steps,
+        "seed": seed,
+        "precision": precision,
+        "reference": losses(REFERENCE, None),
+        "perturbed": [
+            losses(REFERENCE, (seed * 1000 + k, eps)) for k in range(1, PERTURBATIONS + 1)
+        ],
+    }

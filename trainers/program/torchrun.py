@@ -31,6 +31,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -149,22 +150,9 @@ def run_distributed(
     steps (one launch instead of one each); their losses are in `effective["also"]`.
     trace: rank 0 records its third of three windows into this Chrome trace file
     (`windows` must be 3: the first runs unprofiled, the second warms the profiler up)."""
-    check_nproc(nproc)
-    if also and not gate:
-        raise ConfigError("also", [c.to_dict() for c in also], "() unless gate=True")
-    check_counts(steps=steps, warmup=warmup, windows=windows)
-    dev = resolve_device(device)
-    if trace is not None and windows != 3:
-        raise ConfigError("windows", windows, "3 with a trace (wait, warm up, record)")
+    dev = _checked_device(nproc, device, steps, warmup, windows, also=also, gate=gate, trace=trace)
     args = entry_args(workload, preset, model_args, gate=gate, also=also, trace=trace)
-    program = Program(
-        name=f"torchrun {nproc} x {workload}",
-        command=tuple(torchrun_command(nproc, ENTRY, args)),
-        cwd=Path.cwd(),
-        presets=(preset,),
-        settings=field_names(),
-        timeout_s=timeout_s,
-    )
+    program = _launch_program(nproc, workload, preset, args, timeout_s)
     with tempfile.TemporaryDirectory(prefix="streamtune-torchrun-") as name:
         folder = Path(name)
         (folder / "report.jsonl").touch()
@@ -184,18 +172,56 @@ def run_distributed(
         reader = ReportReader(program.name, warmup + steps, window_sizes(steps, windows), on_start)
         stopped = _follow_launch(program, env, folder, reader, on_window, nproc)
     result = reader.result(program, preset, config, warmup=warmup, stopped=stopped, dev=dev)
-    end = reader.end or {}
-    return dataclasses.replace(
-        result,
-        workload=workload,
-        effective={
-            "world_size": nproc,
-            "backend": end.get("backend"),
-            "replicas": end.get("replicas"),
-            "rank_losses": end.get("rank_losses"),
-            "also": end.get("also") or [],
-        },
+    return dataclasses.replace(result, workload=workload, effective=_effective(nproc, reader.end))
+
+
+def _checked_device(
+    nproc: int,
+    device: str | torch.device,
+    steps: int,
+    warmup: int,
+    windows: int,
+    *,
+    also: Sequence[LoopConfig],
+    gate: bool,
+    trace: Path | None,
+) -> torch.device:
+    """`run_distributed`'s arguments checked before anything starts: the device to run on."""
+    check_nproc(nproc)
+    if also and not gate:
+        raise ConfigError("also", [c.to_dict() for c in also], "() unless gate=True")
+    check_counts(steps=steps, warmup=warmup, windows=windows)
+    dev = resolve_device(device)
+    if trace is not None and windows != 3:
+        raise ConfigError("windows", windows, "3 with a trace (wait, warm up, record)")
+    return dev
+
+
+def _launch_program(
+    nproc: int, workload: str, preset: str, args: Sequence[str], timeout_s: float
+) -> Program:
+    """The torchrun launch as a program: followed through the protocol like any other."""
+    return Program(
+        name=f"torchrun {nproc} x {workload}",
+        command=tuple(torchrun_command(nproc, ENTRY, args)),
+        cwd=Path.cwd(),
+        presets=(preset,),
+        settings=field_names(),
+        timeout_s=timeout_s,
     )
+
+
+def _effective(nproc: int, end: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The launch beyond its config, from rank 0's end line (None where none was read): the world
+    size, the backend, the replicas, each rank's losses and the `also` configs' losses."""
+    end = end or {}
+    return {
+        "world_size": nproc,
+        "backend": end.get("backend"),
+        "replicas": end.get("replicas"),
+        "rank_losses": end.get("rank_losses"),
+        "also": end.get("also") or [],
+    }
 
 
 def _follow_launch(

@@ -1,0 +1,142 @@
+"""The checks of a `Trainer`'s options and of `Trainer.fit`'s arguments (`trainers.fit`), made
+before any step: each raises a ConfigError naming the first bad one and what to give instead.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
+
+from trainers.config import LoopConfig
+from trainers.core import check_micro_batches
+from trainers.errors import ConfigError
+
+
+def check_options(
+    config: object,
+    *,
+    accumulate: object,
+    clip_grad_norm: object,
+    scheduler: object,
+    lr_tensor: object,
+    eval_loss: object,
+    eval_data: object,
+) -> None:
+    """ConfigError naming the first bad Trainer option (the device and precision are the
+    core's to check)."""
+    if not isinstance(config, LoopConfig):
+        raise ConfigError("config", type(config).__name__, "a trainers.LoopConfig")
+    check_micro_batches(config, accumulate, field="accumulate")  # type: ignore[arg-type]
+    if clip_grad_norm is not None and (
+        isinstance(clip_grad_norm, bool)
+        or not isinstance(clip_grad_norm, int | float)
+        or not clip_grad_norm > 0
+    ):
+        raise ConfigError("clip_grad_norm", clip_grad_norm, "None or a number > 0")
+    if scheduler is not None and not callable(scheduler):
+        raise ConfigError(
+            "scheduler",
+            type(scheduler).__name__,
+            "None or a factory: lambda optimizer: CosineAnnealingLR(optimizer, T_max)",
+        )
+    if lr_tensor is not None and not isinstance(lr_tensor, bool):
+        raise ConfigError("lr_tensor", lr_tensor, "None (decided by the config), true or false")
+    if eval_loss is not None and not callable(eval_loss):
+        raise ConfigError("eval_loss", type(eval_loss).__name__, "None or loss_fn(model, batch)")
+    _check_eval_data(eval_data)
+
+
+def _check_eval_data(eval_data: object) -> None:
+    if eval_data is None:
+        return
+    if isinstance(eval_data, torch.Tensor) or (
+        isinstance(eval_data, tuple) and all(isinstance(t, torch.Tensor) for t in eval_data)
+    ):
+        raise ConfigError(
+            "eval_data", "one batch", "a collection of batches (wrap one batch in a list)"
+        )
+    try:
+        iterator = iter(eval_data)  # type: ignore[call-overload]
+    except TypeError:
+        raise ConfigError("eval_data", type(eval_data).__name__, "an iterable of batches") from None
+    if iterator is eval_data:
+        raise ConfigError(
+            "eval_data",
+            type(eval_data).__name__,
+            "a collection evaluated again every time (a list, a Dataset of batches or a "
+            "DataLoader), not a one-shot iterator",
+        )
+
+
+def check_positive(field: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(field, value, "an integer >= 1")
+
+
+def check_fit_arguments(
+    steps: int,
+    eval_every: int | None,
+    checkpoint_every: int | None,
+    checkpoint_path: str | os.PathLike[str] | None,
+    *,
+    trained: int,
+    has_eval_data: bool,
+) -> None:
+    """`fit`'s arguments, for a Trainer that has trained `trained` steps already and has
+    held-out batches to evaluate on or not (`has_eval_data`)."""
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < trained + 1:
+        raise ConfigError("steps", steps, f"an integer > {trained} (the steps already trained)")
+    if eval_every is not None:
+        check_positive("eval_every", eval_every)
+        if not has_eval_data:
+            raise ConfigError("eval_every", eval_every, "None when the Trainer has no eval_data")
+    if checkpoint_every is None and checkpoint_path is not None:
+        raise ConfigError(
+            "checkpoint_every",
+            None,
+            "an integer >= 1 when checkpoint_path is set (or save with trainer.save(path))",
+        )
+    if checkpoint_every is not None:
+        check_positive("checkpoint_every", checkpoint_every)
+        if checkpoint_path is None:
+            raise ConfigError("checkpoint_path", None, "a file path when checkpoint_every is set")
+
+
+def checked_scheduler(
+    scheduler: Any, optimizer: torch.optim.Optimizer, config: LoopConfig
+) -> LRScheduler:
+    """The scheduler a `scheduler=` factory built on `optimizer`, refused where it cannot step
+    per step under `config` (see `trainers.fit`'s module doc)."""
+    if isinstance(scheduler, ReduceLROnPlateau):
+        raise ConfigError(
+            "scheduler",
+            "ReduceLROnPlateau",
+            "a per-step schedule (LambdaLR, CosineAnnealingLR, OneCycleLR, SequentialLR, "
+            "...): ReduceLROnPlateau steps on a metric; step it yourself from on_eval",
+        )
+    if not isinstance(scheduler, LRScheduler):
+        raise ConfigError(
+            "scheduler",
+            type(scheduler).__name__,
+            "a factory returning a torch.optim.lr_scheduler.LRScheduler",
+        )
+    if scheduler.optimizer is not optimizer:
+        raise ConfigError(
+            "scheduler",
+            type(scheduler).__name__,
+            "a scheduler built on the optimizer the factory receives (the loop may rebuild "
+            "the workload's optimizer fused or capturable)",
+        )
+    captured = config.cuda_graph or config.optimizer == "compiled"
+    if captured and getattr(scheduler, "cycle_momentum", False):
+        raise ConfigError(
+            "scheduler",
+            f"{type(scheduler).__name__}(cycle_momentum=True)",
+            "cycle_momentum=False with cuda_graph=True or optimizer='compiled' (a captured "
+            "or compiled optimizer step reads momentum/betas as constants), or a config "
+            "without them",
+        )
+    return scheduler

@@ -1,0 +1,160 @@
+"""The gate's exact tests (`ExactTests`): whether a bit-for-bit comparison can mean anything here
+(the reproducibility probe, `trainers.gate.reproducibility`), and the comparison of a config with
+its eager twin (`trainers.gate.twin`). An exact test against the reference is `compare`'s
+(`trainers.gate.verdict`); `trainers.gate.parity` says which tests a config is owed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from trainers.config import LoopConfig
+from trainers.gate.reproducibility import (
+    Reproducibility,
+    cached,
+    check_probe,
+    eager_reproducibility,
+    fault_is_planted,
+)
+from trainers.gate.twin import Twin, check_twin
+from trainers.gate.verdict import GateTest, first_difference, per_step
+from trainers.workloads import WorkloadFactory
+
+__all__ = ["ExactTests"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ExactTests:
+    """What `gate` asks before an exact test, for one config's runs (`common`: their arguments),
+    recording into the verdict's `fields` and `reasons`: whether two identical eager runs can
+    agree bit for bit here at all (the reproducibility probe), asked first where it is known and
+    otherwise only once the exact comparison fails; and, for a config owed its eager twin's bits,
+    that comparison (`against_twin`)."""
+
+    workload: str | WorkloadFactory
+    preset: str
+    config: LoopConfig
+    common: Mapping[str, Any]
+    fields: dict[str, Any]
+    reasons: list[str]
+
+    def probe_first(self, probe: Reproducibility | None, chosen: GateTest) -> tuple[GateTest, bool]:
+        """Known (given, or cached in this process): asked now, before any exact test. Unknown:
+        asked only if the exact comparison fails (`unless_matched`), since a config that matches
+        bit for bit has shown it, and the probe is two eager runs. Returns the test left and
+        whether the probe waits. A planted fault never waits: the probe must refuse under it."""
+        if chosen == "equivalence":
+            return chosen, False
+        if probe is None:
+            device, precision = self.common["device"], self.common["precision"]
+            probe = cached(self.workload, self.preset, device=device, precision=precision)
+        if probe is None and not fault_is_planted():
+            return chosen, True
+        return self.skip_unless_reproducible(probe, chosen), False
+
+    def unless_matched(
+        self, losses: Sequence[float], target: Sequence[float], chosen: GateTest
+    ) -> GateTest:
+        """The test left when the probe was not known before: `chosen` as it is where `losses`
+        match the exact test's `target` (the reference, or the eager twin's first run) bit for
+        bit over the target's length, for two runs that agree bit for bit have shown the
+        arithmetic reproducible; otherwise the probe decides, measured now, as it would have
+        before."""
+        if first_difference(losses[: len(target)], target) is not None:
+            return self.skip_unless_reproducible(None, chosen)
+        if chosen == "exact":
+            # The config and the reference are two eager runs of the same arithmetic.
+            self.fields.update(eager_reproducible=True, eager_first_difference=None)
+            self.fields.update(eager_max_abs_difference=0.0)
+        return chosen
+
+    def skip_unless_reproducible(self, probe: Reproducibility | None, chosen: GateTest) -> GateTest:
+        """The test left once the probe (None: measured now) has answered: `chosen` where the
+        eager step is bitwise reproducible (and, for a graph owed its twin's bits, where the
+        one-stream graph replays its twin), else "equivalence" with the skip recorded."""
+        common, fields = self.common, self.fields
+        if probe is None:
+            probe = eager_reproducibility(self.workload, self.preset, **common)
+        else:
+            device, precision = common["device"], common["precision"]
+            check_probe(probe, self.workload, self.preset, device=device, precision=precision)
+        fields.update(
+            eager_reproducible=probe.reproducible,
+            eager_first_difference=probe.first_difference,
+            eager_max_abs_difference=probe.max_abs_difference,
+        )
+        graph_owed_twin = chosen == "exact+equivalence" and self.config.cuda_graph
+        if graph_owed_twin and probe.graph_replays_twin is not None:
+            fields.update(
+                graph_replays_twin=probe.graph_replays_twin,
+                graph_first_difference=probe.graph_first_difference,
+            )
+        if probe.reproducible and not (graph_owed_twin and probe.graph_replays_twin is False):
+            return chosen
+        skipped = (
+            probe.skipped_reason() if not probe.reproducible else probe.capture_skipped_reason()
+        )
+        fields["exact_skipped"] = skipped
+        self.reasons.append(skipped)
+        return "equivalence"
+
+    def against_twin(self, losses: Sequence[float], twin: Twin | None) -> tuple[bool, GateTest]:
+        """The exact test against the eager twin (measured here when not given, over `common`'s
+        steps: `gate`'s `exact_steps`): (passed, the test that applied)."""
+        if twin is None:
+            twin = Twin.measure(
+                self.workload, self.config, preset=self.preset, runs=1, **self.common
+            )
+        check_twin(twin, self.config, steps=self.common["steps"])
+        if first_difference(losses[: len(twin.losses)], twin.losses) is not None:
+            # The config differs: is the twin itself reproducible? (Only then is it a bug.)
+            twin = twin.confirmed(self.workload, preset=self.preset, **self.common)
+        return self._compared_with_twin(losses, twin)
+
+    def _compared_with_twin(self, losses: Sequence[float], twin: Twin) -> tuple[bool, GateTest]:
+        """The exact comparison with the eager twin: (passed, the test that applied), the figures
+        and reason recorded in `fields`/`reasons`. A twin that differs from itself cannot be
+        matched bit for bit: the test falls back to equivalence alone."""
+        fields, reasons = self.fields, self.reasons
+        if twin.reproducible is False:
+            size = (
+                ""
+                if twin.max_abs_difference is None
+                else f", max |diff| {twin.max_abs_difference:.2g}"
+            )
+            fields["exact_skipped"] = (
+                f"eager twin is not bitwise reproducible (its two runs differ from step "
+                f"{twin.first_difference}{size}), so the exact test cannot apply"
+            )
+            reasons.append(fields["exact_skipped"])
+            return True, "equivalence"
+        # The config's first steps against a twin run only that long (`gate`'s `exact_steps`).
+        twin_abs, _, twin_first = per_step(losses[: len(twin.losses)], twin.losses)
+        fields.update(
+            exact_against="eager twin",
+            twin_max_abs_deviation=twin_abs,
+            twin_first_diverging_step=twin_first,
+        )
+        subject = "graph" if self.config.cuda_graph else "config"
+        if twin_first is None:
+            reasons.append(f"{subject} replays its eager twin bit for bit")
+            return True, "exact+equivalence"
+        # Not always our bug: a kernel may compute other bits when captured or on another
+        # stream. On an H100 (torch 2.11) BERT's eager graph left its twin by ~1e-6 with SDPA's
+        # memory-efficient attention and replayed it bit for bit with the math backend; with a
+        # second stream or prefetch it left it from an eager warm-up step whatever the backend,
+        # cause not found (benchmarks/diagnose_graph_parity.py --sdpa math;
+        # docs/benchmarks/README.md, 2026-11-24).
+        cause = (
+            "a capture or stream bug, or a kernel whose bits change when captured or on "
+            "another stream"
+            if self.config.cuda_graph
+            else "a stream bug"
+        )
+        reasons.append(
+            f"{subject} does not replay its eager twin bit for bit: first differs at step "
+            f"{twin_first} (max |diff| {twin_abs:.2g}), {cause}"
+        )
+        return False, "exact+equivalence"
