@@ -123,3 +123,16 @@ def test_a_checkpointing_config_shows_what_its_step_computes_again() -> None:
     )
     half = count_recompute_flops(workload, config.replace(checkpoint_share=0.5), cpu)
     assert 0 < half < count_recompute_flops(workload, config, cpu)
+
+
+def test_a_baseline_that_failed_in_the_final_round_is_not_profiled_again(tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    workload = f"{WORKLOADS}:needs_micro_batches"
+    rec = run_json(
+        options(storage, "oom", trials=4, workload=workload, space="scale", profile="baselines")
+    )
+    assert set(rec["failures"]) == {"pytorch-default", "seed-baseline"}
+    for name in rec["failures"]:
+        assert rec["profile_errors"][name].startswith("not profiled: it failed in the final round")
+    # The recommended config ran, so it is profiled.
+    assert "recommended" in rec["verdicts"]

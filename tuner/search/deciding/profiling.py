@@ -159,6 +159,9 @@ def profile_recommendation(
             verdicts[name] = verdict(Profile.from_attrs(copy))
             continue
         reason = cut(config, measured) if cut is not None else None
+        if name in recommendation.failures:
+            # Its run failed in the final round (out of memory, say): a profile runs it again.
+            reason = f"it failed in the final round ({recommendation.failures[name][:200]})"
         if reason is not None:
             errors[name] = f"not profiled: {reason}"
             continue
