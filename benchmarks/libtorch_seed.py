@@ -42,7 +42,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import trainers
-from benchmarks import peers
+from benchmarks.peers_tuning import tune
 from benchmarks.run_meta import run_meta
 from trainers import MATMUL_PRECISION, LoopConfig
 from trainers.gate import Envelope, rounding_eps
@@ -146,7 +146,7 @@ def run_preset(
     if args.tune_trials > 0:
         print(f"[{preset}] tuning the C++ trainer, {args.tune_trials} trials", flush=True)
         # The tuning job of benchmarks/peers.py (default space, profiles off), on the program.
-        entry["tuning"] = peers.tune(
+        entry["tuning"] = tune(
             f"program:{PROGRAM}",
             preset,
             precision=args.precision,
