@@ -4,6 +4,7 @@ The measurements themselves are GPU evidence (docs/benchmarks/peers-*)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -203,6 +204,78 @@ def test_runs_merge_into_one_document_and_the_readme_table(tmp_path: Path) -> No
     ]
     assert again["meta"]["commit"] == "c1, c2, c3" and again["meta"]["date"] == "d, e"
     assert [m["file"] for m in again["meta"]["runs"]] == ["a.json", "b.json", "c.json"]
+
+
+def test_the_command_line_merges_runs_and_regenerates_the_markdown(tmp_path: Path) -> None:
+    """`--merge A B --readme R` and `--from-json`: records rewritten without measuring."""
+    meta = dict.fromkeys(("gpu", "driver", "cuda", "torch", "date", "command"), "x")
+    item = {
+        "workload": "transformer",
+        "preset": "small",
+        "precision": "tf32",
+        "peers": {},
+        "harness": {},
+        "tuning": {"wall_s": 1.0, "gpu_s": None},
+        "recommended": {"config": None},
+        "aims": {},
+    }
+    paths = []
+    for name, preset, commit in (("a", "small", "c1"), ("b", "large", "c2")):
+        run = {
+            "meta": meta | {"file": f"{name}.json", "commit": commit},
+            "presets": [item | {"preset": preset}],
+        }
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(run))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"top\n{peers_record.README_BEGIN}\nold\n{peers_record.README_END}\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    peers.main(["--merge", *map(str, paths), "--out", str(out), "--readme", str(readme)])
+    merged = out / "a-merged.json"
+    data = json.loads(merged.read_text())
+    assert data["meta"]["file"] == "a-merged.json" and data["meta"]["commit"] == "c1, c2"
+    assert merged.with_suffix(".md").read_text() == peers_record.to_markdown(data)
+    assert "| transformer:large | tf32 |" in readme.read_text() and "old" not in readme.read_text()
+    merged.with_suffix(".md").unlink()
+    peers.main(["--from-json", str(merged)])
+    assert merged.with_suffix(".md").read_text() == peers_record.to_markdown(data)
+
+
+def _out_of_memory_above(workload: trainers.Workload, samples: int) -> trainers.Workload:
+    """The workload as on a device where a forward of more than `samples` samples runs out of
+    memory."""
+    loss_fn = workload.loss_fn
+
+    def loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
+        if batch[0].shape[0] > samples:
+            raise torch.cuda.OutOfMemoryError(f"{batch[0].shape[0]} samples do not fit")
+        return loss_fn(model, batch)
+
+    return dataclasses.replace(workload, loss_fn=loss)
+
+
+def test_the_accumulating_peer_halves_its_micro_batch_until_a_step_fits() -> None:
+    """`accumulate-halves`: a step that runs out of memory is tried again in twice the
+    micro-batches, as a user reruns it; one where a single sample does not fit is refused."""
+    workload = trainers.load_workload("mlp", "tiny", seed=0)
+    assert workload.samples_per_batch == 16
+    spec = peers_loops.PEERS["accumulate-halves"]
+    common: dict[str, Any] = {
+        "device": torch.device("cpu"),
+        "precision": "fp32",
+        "fused": spec["fused"],
+        "compile_mode": None,
+        "warmup": 2,
+        "windows": 2,
+        "window_steps": 5,
+        "spec": spec | {"compile": None},  # uncompiled on a CPU: the halving is under test
+    }
+    run = peers_loops.user_loop(_out_of_memory_above(workload, 4), **common)
+    assert run.micro_batches == 4 and len(run.windows_ms) == 2 and len(run.losses) == 1
+    assert all(math.isfinite(x) for x in run.losses)
+    with pytest.raises(torch.cuda.OutOfMemoryError, match="one sample per micro-batch"):
+        peers_loops.user_loop(_out_of_memory_above(workload, 0), **common)
 
 
 def test_failed_tuning_trials_keep_their_config_and_reason(tmp_path: Path) -> None:

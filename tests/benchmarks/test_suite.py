@@ -159,6 +159,39 @@ def test_the_readme_table_is_generated_from_the_json(tmp_path: Path) -> None:
         suite_record.update_readme(readme, data)
 
 
+def test_the_command_line_merges_runs_and_rewrites_the_readme(tmp_path: Path) -> None:
+    """`--merge PART --readme R` and `--from-json`: records rewritten without measuring."""
+    meta = {
+        "gpu": "NVIDIA H100 80GB HBM3",
+        "driver": "580",
+        "cuda": "13.0",
+        "torch": "2.11",
+        "commit": "abc1234",
+        "date": "2026-11-22",
+        "matmul_precision": "high",
+        "file": "part.json",
+        "command": "python benchmarks/suite.py --presets transformer:small",
+    }
+    part = tmp_path / "part.json"
+    part.write_text(
+        json.dumps(suite_record.to_json(meta, {"transformer:small": preset_data(3.0, 18.0, 2.9)}))
+    )
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{suite_record.BEGIN}\nold\n{suite_record.END}\n", encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    suite.main(["--merge", str(part), "--out", str(out), "--readme", str(readme)])
+    merged = out / "suite-h100-2026-11-22.json"
+    data = json.loads(merged.read_text(encoding="utf-8"))
+    assert data["presets"]["transformer:small"]["run"]["file"] == "part.json"
+    assert data["meta"]["command"] == "python benchmarks/suite.py --merge part.json"
+    assert merged.with_suffix(".md").read_text(encoding="utf-8") == suite_record.to_markdown(data)
+    assert "| transformer:small |" in readme.read_text(encoding="utf-8")
+    merged.with_suffix(".md").unlink()
+    suite.main(["--from-json", str(merged)])
+    assert merged.with_suffix(".md").read_text(encoding="utf-8") == suite_record.to_markdown(data)
+
+
 @pytest.mark.slow
 def test_the_suite_runs_end_to_end_on_a_cpu(tmp_path: Path) -> None:
     suite.main(
