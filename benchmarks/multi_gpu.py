@@ -180,7 +180,7 @@ def _start_workers(
     """`python -m tuner worker` processes, each logging to `worker-<i>.log`: their labels by pid
     ('cuda:1#1') and the open logs."""
     procs: dict[int, str] = {}
-    logs = []
+    logs: list[IO[bytes]] = []
     for index in range(workers):
         command = [sys.executable, "-m", "tuner", "worker", "--storage", storage]
         label = "cpu"
