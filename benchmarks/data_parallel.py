@@ -46,13 +46,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 import trainers
+from benchmarks.interleaved import ratio_vs_fastest
 from benchmarks.run_meta import provenance, run_meta
 from trainers import LoopConfig
 from trainers.program import NCCL_ENV, run_distributed
 from tuner.search.dpprofile import DataParallelProfiler
 from tuner.search.options import BASELINES, RunOptions
 from tuner.search.search import run_study
-from tuner.search.stats import bootstrap_ci, ratio_ci
+from tuner.search.stats import bootstrap_ci
 
 _IDIOM = BASELINES["pytorch-default"]
 PEERS: dict[str, dict[str, LoopConfig]] = {
@@ -192,9 +193,7 @@ def speedup_over_fastest_peer(measured: Mapping[str, Mapping[str, Any]]) -> dict
     peers = {n: e for n, e in measured.items() if n != "recommended" and "median_ms" in e}
     if "median_ms" not in rec or not peers:
         return None
-    best = min(peers, key=lambda n: peers[n]["median_ms"])
-    ratio, low, high = ratio_ci(peers[best]["windows_ms"], rec["windows_ms"])
-    return {"best_peer": best, "ratio": ratio, "ci95": [low, high]}
+    return ratio_vs_fastest(peers, rec)
 
 
 def comm_exposure(

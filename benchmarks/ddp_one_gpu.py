@@ -203,6 +203,24 @@ def _write(path: Path, record: dict[str, Any]) -> None:
     path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
 
+def _record(args: argparse.Namespace, meta: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """The record before any lever ran: what was run, where, with which protocol."""
+    return {
+        "meta": meta | {"nccl": _nccl_version() if device.type == "cuda" else None},
+        "what": f"world size {args.nproc}, {'NCCL' if device.type == 'cuda' else 'gloo'}, one "
+        "torchrun launch per setting"
+        + (": code paths, not speedups (nothing to all-reduce across)" if args.nproc == 1 else ""),
+        "workload": f"{args.workload} {args.preset}",
+        "protocol": {
+            "warmup": args.warmup,
+            "windows": args.windows,
+            "window_steps": args.window_steps,
+            "parity_steps": args.parity_steps,
+        },
+        "levers": {},
+    }
+
+
 def main(argv: Sequence[str]) -> int:
     args = _parse(argv)
     for name, value in NCCL_ENV.items():
@@ -219,20 +237,7 @@ def main(argv: Sequence[str]) -> int:
     names = QUICK if args.quick else tuple(levers)
     configs = {name: LoopConfig(**levers[name]) for name in names}
     out = Path(args.out)
-    record: dict[str, Any] = {
-        "meta": meta | {"nccl": _nccl_version() if device.type == "cuda" else None},
-        "what": f"world size {args.nproc}, {'NCCL' if device.type == 'cuda' else 'gloo'}, one "
-        "torchrun launch per setting"
-        + (": code paths, not speedups (nothing to all-reduce across)" if args.nproc == 1 else ""),
-        "workload": f"{args.workload} {args.preset}",
-        "protocol": {
-            "warmup": args.warmup,
-            "windows": args.windows,
-            "window_steps": args.window_steps,
-            "parity_steps": args.parity_steps,
-        },
-        "levers": {},
-    }
+    record = _record(args, meta, device)
     started = time.perf_counter()
     for name, config in configs.items():
         try:

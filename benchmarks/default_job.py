@@ -271,23 +271,24 @@ def to_markdown(data: Mapping[str, Any]) -> str:
     lines += [f"\n{note}" for note in data.get("notes", [])]
     lines += ["", "Each trial (seconds from its start to its end; its phases):", ""]
     for run in data["runs"]:
-        for trial in run.get("trials", []):
-            phases = trial.get("phases_s") or {}
-            spent = ", ".join(f"{k} {v:.1f}" for k, v in phases.items())
-            figure = (
-                f"{trial['samples_per_s']:,.1f} samples/s"
-                if trial["samples_per_s"]
-                else (trial.get("failure_reason") or "")[:160]
-            )
-            seconds = "-" if trial["seconds"] is None else f"{trial['seconds']:.1f}"
-            lines.append(
-                f"- {run['run']} trial {trial['number']} {trial['state']}: {figure}; "
-                f"{seconds} s ({spent})"
-            )
+        lines += [_trial_line(run["run"], trial) for trial in run.get("trials", [])]
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def _trial_line(run: str, trial: Mapping[str, Any]) -> str:
+    """One trial of a run: its state, throughput (or why it failed), seconds and phases."""
+    phases = trial.get("phases_s") or {}
+    spent = ", ".join(f"{k} {v:.1f}" for k, v in phases.items())
+    figure = (
+        f"{trial['samples_per_s']:,.1f} samples/s"
+        if trial["samples_per_s"]
+        else (trial.get("failure_reason") or "")[:160]
+    )
+    seconds = "-" if trial["seconds"] is None else f"{trial['seconds']:.1f}"
+    return f"- {run} trial {trial['number']} {trial['state']}: {figure}; {seconds} s ({spent})"
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="transformer")
     parser.add_argument("--preset", default=None)
@@ -315,6 +316,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         "holds an earlier call's record continues it, every run warm on its caches (a device "
         "call's 10 minutes may end between the cold and the warm run)",
     )
+    return parser
+
+
+def _parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str], list[str]]:
+    """The arguments (those after `--` go to every job), the raw command line, the run names."""
+    parser = _parser()
     raw = list(sys.argv[1:] if argv is None else argv)
     passed = raw[raw.index("--") + 1 :] if "--" in raw else []
     args = parser.parse_args(raw[: raw.index("--")] if "--" in raw else raw)
@@ -326,7 +333,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     names = [n for n in args.runs.split(",") if n]
     if not names or len(set(names)) != len(names):
         raise SystemExit(f"--runs: expected distinct names, got {args.runs!r}")
+    return args, raw, names
 
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args, raw, names = _parse(argv)
     meta, where = run_meta(trainers.resolve_device(args.device), "default_job.py", raw, args.commit)
     stem = f"default-job-{where}" + (f"-{args.tag}" if args.tag else "")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,7 @@ On a CPU (`--device cpu`) only a and p run: capturable optimizers and graphs nee
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -166,36 +167,60 @@ def random_ops(factory: Any, preset: str, device: torch.device) -> dict[str, int
     return dict(mode.seen)
 
 
-def diagnose(args: argparse.Namespace) -> dict[str, Any]:
+@dataclasses.dataclass
+class _Setup:
+    """What every run of the diagnosis shares: the model's factory, the graph config, the
+    arguments of `trajectory` and the perturbation's size."""
+
+    factory: Any
+    device: torch.device
+    model_args: dict[str, str]
+    graph_config: LoopConfig
+    common: dict[str, Any]
+    matmul: str
+    eps: float | None
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+
+def _setup(args: argparse.Namespace) -> _Setup:
     device = resolve_device(args.device)
     model_args = dict(item.split("=", 1) for item in args.model_arg)
-    factory = resolve_factory(args.workload, model_args or None)
-    cuda = device.type == "cuda"
     precision: Precision | None = args.precision
-    graph_config = LoopConfig.from_dict(json.loads(args.graph_config))
-    common: dict[str, Any] = {
-        "steps": args.steps,
-        "seed": args.seed,
-        "device": device,
-        "precision": precision,
-    }
     matmul = (
         torch.get_float32_matmul_precision() if precision is None else MATMUL_PRECISION[precision]
     )
-    eps = rounding_eps(precision, matmul)
+    setup = _Setup(
+        factory=resolve_factory(args.workload, model_args or None),
+        device=device,
+        model_args=model_args,
+        graph_config=LoopConfig.from_dict(json.loads(args.graph_config)),
+        common={"steps": args.steps, "seed": args.seed, "device": device, "precision": precision},
+        matmul=matmul,
+        eps=rounding_eps(precision, matmul),
+    )
     print(
         f"{args.workload} {args.preset} on {device} ({fingerprint(device).get('gpu') or 'CPU'}, "
         f"torch {torch.__version__}), {args.steps} steps, seed {args.seed}, precision "
-        f"{precision or matmul}; perturbation eps {eps or 'dtype machine epsilon'}",
+        f"{precision or matmul}; perturbation eps {setup.eps or 'dtype machine epsilon'}",
         flush=True,
     )
+    return setup
 
+
+def _trajectories(
+    setup: _Setup, args: argparse.Namespace
+) -> tuple[dict[str, list[float]], list[list[float]], dict[str, State], list[State]]:
+    """Runs a (and on a GPU b, b', c) and the perturbed p runs: their losses and trained states."""
+    factory, common = setup.factory, setup.common
     runs: dict[str, Trajectory] = {"a": trajectory(factory, args.preset, REFERENCE, **common)}
     states: dict[str, State] = {"a": state_of(runs["a"])}
-    if cuda:
+    if setup.cuda:
         for key in ("b", "b'"):
             runs[key] = trajectory(factory, args.preset, REFERENCE, capturable=True, **common)
-        runs["c"] = trajectory(factory, args.preset, graph_config, **common)
+        runs["c"] = trajectory(factory, args.preset, setup.graph_config, **common)
     else:
         print("CPU: b (capturable optimizer) and c (graph) need CUDA; running a and p only")
     perturbed: list[Trajectory] = []
@@ -205,7 +230,7 @@ def diagnose(args: argparse.Namespace) -> dict[str, Any]:
                 factory,
                 args.preset,
                 REFERENCE,
-                perturbation=Perturbation(seed=args.seed * 1000 + k + 1, eps=eps),
+                perturbation=Perturbation(seed=args.seed * 1000 + k + 1, eps=setup.eps),
                 **common,
             )
         )
@@ -218,12 +243,19 @@ def diagnose(args: argparse.Namespace) -> dict[str, Any]:
                 "deterministic implementation): it may vary from run to run"
             )
     p_states = [state_of(p) for p in perturbed]
-    losses = {key: run.losses for key, run in runs.items()}
-    p_losses = [p.losses for p in perturbed]
-    a = losses["a"]
-    del runs, perturbed
+    return (
+        {key: run.losses for key, run in runs.items()},
+        [p.losses for p in perturbed],
+        states,
+        p_states,
+    )
 
-    # -- per step --------------------------------------------------------------------------
+
+def _print_steps(
+    losses: Mapping[str, Sequence[float]], p_losses: Sequence[Sequence[float]], *, cuda: bool
+) -> None:
+    """Per step: the reference's loss, the noise, and on a GPU each run's distance."""
+    a = losses["a"]
     header = f"{'step':>4} {'a: reference':>14} {'noise max|p-a|':>15}"
     if cuda:
         header += f" {'|b-a|':>10} {'|b-a|/|a|':>10} {'|c-b|':>10} {'|c-a|':>10} {'|b-bprime|':>10}"
@@ -239,68 +271,51 @@ def diagnose(args: argparse.Namespace) -> dict[str, Any]:
             )
         print(line)
 
-    # -- summary -----------------------------------------------------------------------------
-    report: dict[str, Any] = {
-        "workload": args.workload,
-        "model_args": model_args,
-        "preset": args.preset,
-        "device": str(device),
-        "fingerprint": fingerprint(device),
-        "precision": precision,
-        "matmul_precision": matmul,
-        "eps": eps,
-        "graph_config": graph_config.to_dict(),
-        "sdpa": args.sdpa,
-        "random_ops": random_ops(factory, args.preset, device),
-        "losses": losses,
-        "perturbed": p_losses,
-    }
-    print(f"random ops in a step, dropout off: {report['random_ops'] or 'none'}")
-    print()
-    if cuda:
-        b_eq = judge(losses["b"], a, p_losses, window=args.window, multiple=args.multiple)
-        c_eq = judge(losses["c"], a, p_losses, window=args.window, multiple=args.multiple)
-        twin_diff = first_difference(losses["b"], losses["b'"])
-        capture_diff = first_difference(losses["c"], losses["b"])
-        print(describe("a vs b (capturable arithmetic)", b_eq))
-        print(describe("a vs c (graph against the reference)", c_eq))
-        print(
-            "b vs b' (eager twin reproducible?): "
-            + (
-                "identical bit for bit"
-                if twin_diff is None
-                else f"differ from step {twin_diff}: "
-                "the exact test cannot apply (non-deterministic kernels)"
-            )
-        )
-        print(
-            "b vs c (capture): "
-            + (
-                "identical bit for bit: the capture is faithful"
-                if capture_diff is None
-                else f"first differs at step {capture_diff}: a capture bug "
-                "(stale input, a buffer not refreshed, a missing wait) or a "
-                "kernel chosen differently under capture"
-            )
-        )
-        report.update(
-            capturable=b_eq.to_dict(),
-            graph=c_eq.to_dict(),
-            twin_first_difference=twin_diff,
-            capture_first_difference=capture_diff,
-        )
-    noise_loo = [
-        judge(
-            p, a, [q for q in p_losses if q is not p], window=args.window, multiple=args.multiple
-        ).ratio
-        for p in p_losses
-    ]
-    print(
-        f"perturbed runs against each other's envelope (rounding noise only): ratios "
-        f"{', '.join(f'{r:.3g}' for r in noise_loo)}"
-    )
-    report["leave_one_out_ratios"] = noise_loo
 
+def _graph_verdicts(
+    losses: Mapping[str, list[float]], p_losses: list[list[float]], args: argparse.Namespace
+) -> dict[str, Any]:
+    """On a GPU: the capturable arithmetic and the graph judged against the reference, whether
+    the eager twin reproduces itself, and where the capture first differs from it."""
+    a = losses["a"]
+    b_eq = judge(losses["b"], a, p_losses, window=args.window, multiple=args.multiple)
+    c_eq = judge(losses["c"], a, p_losses, window=args.window, multiple=args.multiple)
+    twin_diff = first_difference(losses["b"], losses["b'"])
+    capture_diff = first_difference(losses["c"], losses["b"])
+    print(describe("a vs b (capturable arithmetic)", b_eq))
+    print(describe("a vs c (graph against the reference)", c_eq))
+    print(
+        "b vs b' (eager twin reproducible?): "
+        + (
+            "identical bit for bit"
+            if twin_diff is None
+            else f"differ from step {twin_diff}: "
+            "the exact test cannot apply (non-deterministic kernels)"
+        )
+    )
+    print(
+        "b vs c (capture): "
+        + (
+            "identical bit for bit: the capture is faithful"
+            if capture_diff is None
+            else f"first differs at step {capture_diff}: a capture bug "
+            "(stale input, a buffer not refreshed, a missing wait) or a "
+            "kernel chosen differently under capture"
+        )
+    )
+    return {
+        "capturable": b_eq.to_dict(),
+        "graph": c_eq.to_dict(),
+        "twin_first_difference": twin_diff,
+        "capture_first_difference": capture_diff,
+    }
+
+
+def _state_differences(
+    states: Mapping[str, State], p_states: Sequence[State], *, cuda: bool
+) -> dict[str, dict[str, Any]]:
+    """After the last step, the largest differences of the BatchNorm running statistics and of
+    the weights between the runs, and those of the perturbed runs beside them."""
     print()
     print("after the last step, largest |difference| (BatchNorm running stats / weights):")
     comparisons: dict[str, tuple[State, State]] = {
@@ -313,12 +328,12 @@ def diagnose(args: argparse.Namespace) -> dict[str, Any]:
             "a vs c": (states["a"], states["c"]),
             **comparisons,
         }
-    report["state_differences"] = {}
+    found = {}
     for label, (x, y) in comparisons.items():
         bn, bn_where = max_abs_diff(x, y, buffers=True)
         weights, w_where = max_abs_diff(x, y, buffers=False)
         print(f"  {label:<8} BN {bn:>10.3g} ({bn_where})  weights {weights:>10.3g} ({w_where})")
-        report["state_differences"][label] = {
+        found[label] = {
             "batchnorm": bn,
             "batchnorm_where": bn_where,
             "weights": weights,
@@ -326,6 +341,45 @@ def diagnose(args: argparse.Namespace) -> dict[str, Any]:
         }
     if not any(k.rsplit(".", 1)[-1] in BATCHNORM_BUFFERS for k in states["a"]):
         print("  (the model has no BatchNorm running statistics)")
+    return found
+
+
+def diagnose(args: argparse.Namespace) -> dict[str, Any]:
+    setup = _setup(args)
+    losses, p_losses, states, p_states = _trajectories(setup, args)
+    a = losses["a"]
+    _print_steps(losses, p_losses, cuda=setup.cuda)
+    report: dict[str, Any] = {
+        "workload": args.workload,
+        "model_args": setup.model_args,
+        "preset": args.preset,
+        "device": str(setup.device),
+        "fingerprint": fingerprint(setup.device),
+        "precision": setup.common["precision"],
+        "matmul_precision": setup.matmul,
+        "eps": setup.eps,
+        "graph_config": setup.graph_config.to_dict(),
+        "sdpa": args.sdpa,
+        "random_ops": random_ops(setup.factory, args.preset, setup.device),
+        "losses": losses,
+        "perturbed": p_losses,
+    }
+    print(f"random ops in a step, dropout off: {report['random_ops'] or 'none'}")
+    print()
+    if setup.cuda:
+        report.update(_graph_verdicts(losses, p_losses, args))
+    noise_loo = [
+        judge(
+            p, a, [q for q in p_losses if q is not p], window=args.window, multiple=args.multiple
+        ).ratio
+        for p in p_losses
+    ]
+    print(
+        f"perturbed runs against each other's envelope (rounding noise only): ratios "
+        f"{', '.join(f'{r:.3g}' for r in noise_loo)}"
+    )
+    report["leave_one_out_ratios"] = noise_loo
+    report["state_differences"] = _state_differences(states, p_states, cuda=setup.cuda)
     out = args.out or os.environ.get("OUT")
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)

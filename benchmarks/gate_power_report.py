@@ -191,6 +191,45 @@ def _add_counts(into: dict[str, Any], part: dict[str, Any]) -> None:
             into[key] = into[key] + value
 
 
+def _merge_part(merged: dict[str, Any], part: dict[str, Any]) -> None:
+    """One more part's counts, lists, trajectories and probes into `merged`."""
+    for kind, fault in part["faults"].items():
+        if kind not in merged["faults"]:
+            merged["faults"][kind] = fault
+            continue
+        entry = merged["faults"][kind]
+        if entry["skipped"]:
+            continue
+        entry["runs"] += fault["runs"]
+        entry["detected"] += fault["detected"]
+        for label, per in fault["per_model"].items():
+            if label in entry["per_model"]:
+                _add_counts(entry["per_model"][label], per)
+            else:
+                entry["per_model"][label] = per
+    for key, eq in part["equivalent"].items():
+        if key not in merged["equivalent"]:
+            merged["equivalent"][key] = eq
+            continue
+        _add_counts(merged["equivalent"][key], {k: v for k, v in eq.items() if k != "config"})
+    for label, model in part["models"].items():
+        if label in merged["models"]:
+            merged["models"][label]["runs"] += model.get("runs", 0)
+        else:
+            merged["models"][label] = model
+    for label, env in part["envelope"].items():
+        if label not in merged["envelope"]:
+            merged["envelope"][label] = env
+            continue
+        mine = merged["envelope"][label]
+        for key in ("floor", "windows", "loo_window_ratios", "loo_drift_ratios"):
+            mine[key] = mine[key] + env[key]
+    for label, runs in part["trajectories"].items():
+        merged["trajectories"].setdefault(label, {}).update(runs)
+    for label, probe in part["probes"].items():
+        merged["probes"].setdefault(label, probe)
+
+
 def merge(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One result from runs of one commit and plan over disjoint seeds (the evidence split over
     processes that share a GPU, or over calls): counts add up, per-seed lists and trajectories
@@ -212,41 +251,7 @@ def merge(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
             seeds[label] |= set(runs)
     merged = first
     for part in parts[1:]:
-        for kind, fault in part["faults"].items():
-            if kind not in merged["faults"]:
-                merged["faults"][kind] = fault
-                continue
-            entry = merged["faults"][kind]
-            if entry["skipped"]:
-                continue
-            entry["runs"] += fault["runs"]
-            entry["detected"] += fault["detected"]
-            for label, per in fault["per_model"].items():
-                if label in entry["per_model"]:
-                    _add_counts(entry["per_model"][label], per)
-                else:
-                    entry["per_model"][label] = per
-        for key, eq in part["equivalent"].items():
-            if key not in merged["equivalent"]:
-                merged["equivalent"][key] = eq
-                continue
-            _add_counts(merged["equivalent"][key], {k: v for k, v in eq.items() if k != "config"})
-        for label, model in part["models"].items():
-            if label in merged["models"]:
-                merged["models"][label]["runs"] += model.get("runs", 0)
-            else:
-                merged["models"][label] = model
-        for label, env in part["envelope"].items():
-            if label not in merged["envelope"]:
-                merged["envelope"][label] = env
-                continue
-            mine = merged["envelope"][label]
-            for key in ("floor", "windows", "loo_window_ratios", "loo_drift_ratios"):
-                mine[key] = mine[key] + env[key]
-        for label, runs in part["trajectories"].items():
-            merged["trajectories"].setdefault(label, {}).update(runs)
-        for label, probe in part["probes"].items():
-            merged["probes"].setdefault(label, probe)
+        _merge_part(merged, part)
     for fault in merged["faults"].values():
         fault["rate"] = fault["detected"] / fault["runs"] if fault["runs"] else None
     merged["seconds"] = max(p["seconds"] for p in parts)

@@ -42,7 +42,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import trainers
-from benchmarks import peers
+from benchmarks.peers_tuning import tune
 from benchmarks.run_meta import run_meta
 from trainers import MATMUL_PRECISION, LoopConfig
 from trainers.gate import Envelope, rounding_eps
@@ -144,45 +144,110 @@ def run_preset(
     configs = {k: c for k, c in SEED_CONFIGS.items() if args.device != "cpu" or not c.cuda_graph}
     entry: dict[str, Any] = {"preset": preset}
     if args.tune_trials > 0:
-        print(f"[{preset}] tuning the C++ trainer, {args.tune_trials} trials", flush=True)
-        # The tuning job of benchmarks/peers.py (default space, profiles off), on the program.
-        entry["tuning"] = peers.tune(
-            f"program:{PROGRAM}",
-            preset,
-            precision=args.precision,
-            storage=storage,
-            device=args.device,
-            trials=args.tune_trials,
-            timeout_s=None,
-            model_args={},
-            log=print,
-        )
-        print(f"[{preset}] tuned in {entry['tuning']['wall_s']:.0f} s", flush=True)
+        entry["tuning"] = _tune_program(preset, args, storage)
         if entry["tuning"]["config"] is not None:
             configs["cpp-recommended"] = LoopConfig.from_dict(entry["tuning"]["config"])
-    # LibTorch's own torch::nn::Transformer forward (--stock) syncs inside every attention call;
-    # measured for the configs without a graph (it cannot be captured).
-    stock = _with_args(program, "--stock")
-    stock_names = [n for n in (BASELINE, "seed-events-every-10") if n in configs]
-    windows: dict[str, dict[str, list[float]]] = {"cpp": {}, "python": {}, "cpp_stock": {}}
-    failures: dict[str, str] = {}
+    rounds = _Rounds(preset, args, program, configs)
+    for round_ in range(args.rounds):
+        rounds.run(round_)
+        rounds.summarise(entry, round_ + 1)
+        save(entry)
+    if args.parity_steps > 0:
+        print(f"[{preset}] agreement with the Python reference", flush=True)
+        entry["agreement"] = agreement(
+            program, preset, steps=args.parity_steps, precision=args.precision, device=args.device
+        )
+        save(entry)
+    return entry
 
-    def cpp_run(lang: str, name: str, which: Program, config: LoopConfig) -> float | None:
+
+def _tune_program(preset: str, args: argparse.Namespace, storage: str) -> dict[str, Any]:
+    """The tuning job of benchmarks/peers.py (default space, profiles off), on the program."""
+    print(f"[{preset}] tuning the C++ trainer, {args.tune_trials} trials", flush=True)
+    tuning = tune(
+        f"program:{PROGRAM}",
+        preset,
+        precision=args.precision,
+        storage=storage,
+        device=args.device,
+        trials=args.tune_trials,
+        timeout_s=None,
+        model_args={},
+        log=print,
+    )
+    print(f"[{preset}] tuned in {tuning['wall_s']:.0f} s", flush=True)
+    return tuning
+
+
+class _Rounds:
+    """The interleaved rounds of one preset: each config in C++ (one process per run), in C++
+    with LibTorch's stock forward where it applies, and in the Python loop; the windows of every
+    round, and what failed."""
+
+    def __init__(
+        self,
+        preset: str,
+        args: argparse.Namespace,
+        program: Program,
+        configs: Mapping[str, LoopConfig],
+    ) -> None:
+        self.preset, self.args, self.program, self.configs = preset, args, program, configs
+        # LibTorch's own torch::nn::Transformer forward (--stock) syncs inside every attention
+        # call; measured for the configs without a graph (it cannot be captured).
+        self.stock = _with_args(program, "--stock")
+        self.stock_names = [n for n in (BASELINE, "seed-events-every-10") if n in configs]
+        self.windows: dict[str, dict[str, list[float]]] = {"cpp": {}, "python": {}, "cpp_stock": {}}
+        self.failures: dict[str, str] = {}
+
+    def cpp_run(self, lang: str, name: str, which: Program, config: LoopConfig) -> float | None:
+        args = self.args
         try:
             result = run_program(
-                which, preset, config, steps=args.steps, warmup=args.warmup,
+                which, self.preset, config, steps=args.steps, warmup=args.warmup,
                 windows=args.windows, device=args.device, precision=args.precision,
             )  # fmt: skip
         except ProgramFailed as exc:  # recorded, and the other configs go on
-            failures[f"{lang}:{name}"] = str(exc)[-1500:]
+            self.failures[f"{lang}:{name}"] = str(exc)[-1500:]
             return None
-        windows[lang].setdefault(name, []).extend(window_ms(result))
+        self.windows[lang].setdefault(name, []).extend(window_ms(result))
         return statistics.median(window_ms(result))
 
-    def summarise(rounds_done: int) -> None:
+    def run(self, round_: int) -> None:
+        """Every config once, in C++, then (for some) stock C++, then in Python."""
+        args, preset = self.args, self.preset
+        for name, config in self.configs.items():
+            started = time.perf_counter()
+            cpp_ms = self.cpp_run("cpp", name, self.program, config)
+            stock_ms = (
+                self.cpp_run("cpp_stock", name, self.stock, config)
+                if name in self.stock_names
+                else None
+            )
+            py = trainers.run(
+                trainers.load_workload("transformer", preset, seed=0),
+                python_config(config),
+                steps=args.steps,
+                warmup=args.warmup,
+                windows=args.windows,
+                device=args.device,
+                precision=args.precision,  # type: ignore[arg-type]
+            )
+            self.windows["python"].setdefault(name, []).extend(window_ms(py))
+            print(
+                f"[{preset}] round {round_ + 1} {name}: C++ {cpp_ms or float('nan'):.3f} ms/step"
+                + (f", C++ stock {stock_ms:.3f}" if stock_ms else "")
+                + f", Python {statistics.median(window_ms(py)):.3f} "
+                f"({time.perf_counter() - started:.1f} s)",
+                flush=True,
+            )
+
+    def summarise(self, entry: dict[str, Any], rounds_done: int) -> None:
+        """The rounds so far into `entry`: each config's summary per language, the gains over
+        the seed's baseline, Python over C++."""
+        windows, configs = self.windows, self.configs
         entry["rounds_done"] = rounds_done
         entry["configs"] = {name: config.to_dict() for name, config in configs.items()}
-        entry["failures"] = failures
+        entry["failures"] = self.failures
         for lang, runs in windows.items():
             entry[lang] = {name: summary(w) for name, w in runs.items()}
         entry["gain_vs_seed_baseline"] = {
@@ -195,38 +260,6 @@ def run_preset(
             for name in configs
             if name in windows["cpp"]
         }
-        save(entry)
-
-    for round_ in range(args.rounds):
-        for name, config in configs.items():
-            started = time.perf_counter()
-            cpp_ms = cpp_run("cpp", name, program, config)
-            stock_ms = cpp_run("cpp_stock", name, stock, config) if name in stock_names else None
-            py = trainers.run(
-                trainers.load_workload("transformer", preset, seed=0),
-                python_config(config),
-                steps=args.steps,
-                warmup=args.warmup,
-                windows=args.windows,
-                device=args.device,
-                precision=args.precision,  # type: ignore[arg-type]
-            )
-            windows["python"].setdefault(name, []).extend(window_ms(py))
-            print(
-                f"[{preset}] round {round_ + 1} {name}: C++ {cpp_ms or float('nan'):.3f} ms/step"
-                + (f", C++ stock {stock_ms:.3f}" if stock_ms else "")
-                + f", Python {statistics.median(window_ms(py)):.3f} "
-                f"({time.perf_counter() - started:.1f} s)",
-                flush=True,
-            )
-        summarise(round_ + 1)
-    if args.parity_steps > 0:
-        print(f"[{preset}] agreement with the Python reference", flush=True)
-        entry["agreement"] = agreement(
-            program, preset, steps=args.parity_steps, precision=args.precision, device=args.device
-        )
-        save(entry)
-    return entry
 
 
 def _ratio(values: Sequence[float]) -> str:

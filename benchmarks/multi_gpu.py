@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 # Children find this checkout first, and whatever else this process was given (a --target site).
@@ -131,23 +131,9 @@ def run_job(args: argparse.Namespace, workers: int, directory: Path) -> dict[str
         device=args.device,
         fix={"num_workers": 0} if args.device == "cpu" else {},
     )
-    procs: dict[int, str] = {}
-    logs = []
     started = time.monotonic()
     job = store.create(spec, owner="multi-gpu")
-    for index in range(workers):
-        command = [sys.executable, "-m", "tuner", "worker", "--storage", storage]
-        label = "cpu"
-        if args.device == "cuda":
-            command += ["--gpu", str(index)]
-            label = f"cuda:{index}"
-        log = (directory / f"worker-{index}.log").open("wb")
-        logs.append(log)
-        proc = subprocess.Popen(
-            command, cwd=ROOT, env=worker_env(args), stdout=log, stderr=subprocess.STDOUT
-        )
-        procs[proc.pid] = f"{label}#{index}"
-        procs_handles.append(proc)
+    procs, logs = _start_workers(args, workers, directory, storage)
     try:
         row = store.get(job.id)
         while row.status not in FINISHED and time.monotonic() - started < args.timeout:
@@ -165,16 +151,6 @@ def run_job(args: argparse.Namespace, workers: int, directory: Path) -> dict[str
         trials = optuna.load_study(study_name=row.study, storage=storage).get_trials(deepcopy=False)
     except KeyError:  # no worker got as far as the study: their logs say why
         trials = []
-    log_tails = (
-        {
-            procs_label: (directory / f"worker-{i}.log").read_text(
-                encoding="utf-8", errors="replace"
-            )[-1500:]
-            for i, procs_label in enumerate(procs.values())
-        }
-        if not trials
-        else {}
-    )
     per_worker: dict[str, int] = {}
     for name in per_owner_name(trials, procs):
         per_worker[name] = per_worker.get(name, 0) + 1
@@ -194,8 +170,40 @@ def run_job(args: argparse.Namespace, workers: int, directory: Path) -> dict[str
         "trials_per_worker": per_worker,
         "recommended": rec.get("config"),
         "speedup": rec.get("speedup"),
-        "worker_log_tails": log_tails,
+        "worker_log_tails": {} if trials else _log_tails(directory, procs),
     }
+
+
+def _start_workers(
+    args: argparse.Namespace, workers: int, directory: Path, storage: str
+) -> tuple[dict[int, str], list[IO[bytes]]]:
+    """`python -m tuner worker` processes, each logging to `worker-<i>.log`: their labels by pid
+    ('cuda:1#1') and the open logs."""
+    procs: dict[int, str] = {}
+    logs: list[IO[bytes]] = []
+    for index in range(workers):
+        command = [sys.executable, "-m", "tuner", "worker", "--storage", storage]
+        label = "cpu"
+        if args.device == "cuda":
+            command += ["--gpu", str(index)]
+            label = f"cuda:{index}"
+        log = (directory / f"worker-{index}.log").open("wb")
+        logs.append(log)
+        proc = subprocess.Popen(
+            command, cwd=ROOT, env=worker_env(args), stdout=log, stderr=subprocess.STDOUT
+        )
+        procs[proc.pid] = f"{label}#{index}"
+        procs_handles.append(proc)
+    return procs, logs
+
+
+def _log_tails(directory: Path, procs: dict[int, str]) -> dict[str, str]:
+    """The end of each worker's log, by its label: why no worker got as far as the study."""
+    tails = {}
+    for i, procs_label in enumerate(procs.values()):
+        text = (directory / f"worker-{i}.log").read_text(encoding="utf-8", errors="replace")
+        tails[procs_label] = text[-1500:]
+    return tails
 
 
 def per_owner_name(trials: list[optuna.trial.FrozenTrial], procs: dict[int, str]) -> list[str]:
@@ -323,6 +331,32 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {name} | {run['status']} | {run['wall_s']:.1f} | {n['complete']}/"
             f"{n['failed']}/{n['pruned']} | {per} |"
         )
+    lines += _phase_table(result)
+    if result.get("single") and result["shared"]["wall_s"]:
+        lines += [
+            "",
+            f"Wall time, one GPU / shared: "
+            f"{result['single']['wall_s'] / result['shared']['wall_s']:.2f}x.",
+        ]
+    if result.get("agreement_error"):
+        lines += ["", f"Agreement between the GPUs not measured: {result['agreement_error']}"]
+    lines += [
+        "",
+        "| config | device | median samples/s | ratio to first (95 % CI) | agree |",
+        "|---|---|---|---|---|",
+    ]
+    for row in result["agreement"]:
+        low, high = row["ci95"]
+        lines.append(
+            f"| {row['config']} | {row['device']} | {row['median']:.1f} | "
+            f"{row['ratio_to_first']:.3f} ({low:.3f}-{high:.3f}) | {row['agree']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _phase_table(result: dict[str, Any]) -> list[str]:
+    """Where each run's wall time went, from the job row's and the trials' timestamps."""
+    lines: list[str] = []
     phase_rows = [
         (name, result[name]["phases"])
         for name in ("shared", "single")
@@ -346,26 +380,7 @@ def markdown(result: dict[str, Any]) -> str:
                 f"{'-' if frac is None else f'{frac:.0%}'} | "
                 f"{p['after_search_s']:.1f} |"
             )
-    if result.get("single") and result["shared"]["wall_s"]:
-        lines += [
-            "",
-            f"Wall time, one GPU / shared: "
-            f"{result['single']['wall_s'] / result['shared']['wall_s']:.2f}x.",
-        ]
-    if result.get("agreement_error"):
-        lines += ["", f"Agreement between the GPUs not measured: {result['agreement_error']}"]
-    lines += [
-        "",
-        "| config | device | median samples/s | ratio to first (95 % CI) | agree |",
-        "|---|---|---|---|---|",
-    ]
-    for row in result["agreement"]:
-        low, high = row["ci95"]
-        lines.append(
-            f"| {row['config']} | {row['device']} | {row['median']:.1f} | "
-            f"{row['ratio_to_first']:.3f} ({low:.3f}-{high:.3f}) | {row['agree']} |"
-        )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def main() -> None:

@@ -31,7 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -187,7 +187,7 @@ def to_markdown(data: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", default="torchvision:resnet18")
     parser.add_argument("--preset", default="default")
@@ -202,18 +202,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tag", default="")
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
     parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
-    args = parser.parse_args(argv)
-    model_args = dict(kv.split("=", 1) for kv in args.model_arg)
-    config = trainers.load_config(args.config)
-    device = trainers.resolve_device(args.device)
-    precision = None if args.precision == "none" else args.precision
-    if precision not in (None, "fp32", "tf32", "bf16-autocast"):
-        # The idiom loop here has no loss scaler: fp16 would compare unlike with like.
-        parser.error(f"--precision {args.precision!r}: allowed none, fp32, tf32, bf16-autocast")
+    return parser
 
-    def make() -> trainers.Workload:
-        return trainers.load_workload(args.workload, args.preset, model_args=model_args)
 
+def _train(
+    make: Callable[[], trainers.Workload],
+    config: trainers.LoopConfig,
+    args: argparse.Namespace,
+    device: torch.device,
+    precision: str | None,
+) -> dict[str, Any]:
+    """The idiom, the recommendation (and warm, with `--warm`) and the perturbed idiom runs, each
+    with its final loss and loss curve."""
     runs: dict[str, Any] = {}
     with matmul_precision_for(precision) as matmul:  # type: ignore[arg-type]
         runs["idiom"] = idiom(make(), steps=args.steps, device=device, precision=precision)
@@ -235,6 +235,24 @@ def main(argv: list[str] | None = None) -> None:
     timed = [runs["idiom"], runs["recommended"], *runs["perturbed"]]
     for run in timed + ([runs["recommended_warm"]] if args.warm else []):
         run.update(summary(run["losses"], args.window))
+    return runs
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    model_args = dict(kv.split("=", 1) for kv in args.model_arg)
+    config = trainers.load_config(args.config)
+    device = trainers.resolve_device(args.device)
+    precision = None if args.precision == "none" else args.precision
+    if precision not in (None, "fp32", "tf32", "bf16-autocast"):
+        # The idiom loop here has no loss scaler: fp16 would compare unlike with like.
+        parser.error(f"--precision {args.precision!r}: allowed none, fp32, tf32, bf16-autocast")
+
+    def make() -> trainers.Workload:
+        return trainers.load_workload(args.workload, args.preset, model_args=model_args)
+
+    runs = _train(make, config, args, device, precision)
     equivalence = judge(
         runs["recommended"]["losses"],
         runs["idiom"]["losses"],

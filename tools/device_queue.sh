@@ -9,7 +9,10 @@
 #   tools/device_queue.sh start QUEUE LIMIT_S   # first call: install, copy the tree, start QUEUE
 #   tools/device_queue.sh wait LIMIT_S          # each next call, made within the 30 s window
 #
-# QUEUE is a bash file run from a private copy of the working tree (`$QUEUE_STATE/repo`;
+# QUEUE is a bash file, named by its path from the repository root, where the call starts; the
+# queues that ran are kept as records in docs/benchmarks/raw/queues/, and one runs again as
+#   tools/device_queue.sh start docs/benchmarks/raw/queues/2026-11-27-heldout-3.sh 570
+# It runs from a private copy of the working tree (`$QUEUE_STATE/repo`;
 # QUEUE_STATE defaults to /tmp/queue), so the next call's copy of the tree cannot change files
 # under a running job, with PYTHONPATH set to the carried wheels (`.whl/`, from
 # tools/gpu_wheels.sh; installed when present) and to that copy, and QUEUE_OUT set to the folder

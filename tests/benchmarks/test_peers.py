@@ -1,8 +1,10 @@
-"""benchmarks/peers.py on the CPU: a user's own loop trains, the comparison's arithmetic, the
-outputs. The measurements themselves are GPU evidence (docs/benchmarks/peers-*)."""
+"""benchmarks/peers.py and its parts (`peers_loops`, `peers_tuning`, `peers_compare`,
+`peers_record`) on the CPU: a user's own loop trains, the comparison's arithmetic, the outputs.
+The measurements themselves are GPU evidence (docs/benchmarks/peers-*)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -16,7 +18,7 @@ from optuna.trial import TrialState
 from tuner.search.measure import Measurer, Protocol
 
 import trainers
-from benchmarks import peers
+from benchmarks import peers, peers_compare, peers_loops, peers_record, peers_tuning
 from trainers import LoopConfig
 from tuner.store import keys
 
@@ -24,7 +26,7 @@ from tuner.store import keys
 def test_a_users_loop_trains_and_reads_the_loss_every_ten_steps() -> None:
     workload = trainers.load_workload("mlp", "tiny", seed=0)
     before = [p.detach().clone() for p in workload.model.parameters()]
-    run = peers.user_loop(
+    run = peers_loops.user_loop(
         workload,
         device=torch.device("cpu"),
         precision="fp32",
@@ -47,7 +49,7 @@ def test_compare_measures_every_setting_and_ranks_against_the_fastest_peer() -> 
     )
     recommended = LoopConfig(optimizer="fused", sync_mode="event", sync_interval=10)
     log: list[str] = []
-    out = peers.compare(
+    out = peers_compare.compare(
         measurer,
         recommended,
         precision="fp32",
@@ -90,15 +92,15 @@ def entry(ratio_low: float, speedup: float) -> dict[str, object]:
 
 
 def test_the_aims_follow_the_issue() -> None:
-    met = peers.aims("transformer:small", "tf32", entry(0.99, 6.5))
+    met = peers_compare.aims("transformer:small", "tf32", entry(0.99, 6.5))
     assert met == {
         "ratio_lower_bound_at_least_0.98": True,
         "speedup_vs_seed_baseline_at_least_6.0": True,
     }
-    missed = peers.aims("transformer:medium", "tf32", entry(0.97, 2.4))
+    missed = peers_compare.aims("transformer:medium", "tf32", entry(0.97, 2.4))
     assert not any(missed.values()) and len(missed) == 2
     # The speedup aims are for TF32 transformers only.
-    assert list(peers.aims("transformer:large", "bf16-autocast", entry(1.0, 1.0))) == [
+    assert list(peers_compare.aims("transformer:large", "bf16-autocast", entry(1.0, 1.0))) == [
         "ratio_lower_bound_at_least_0.98"
     ]
 
@@ -138,7 +140,7 @@ def test_the_markdown_has_a_row_per_preset_and_names_failures() -> None:
         "file": "f.json",
         "command": "c",
     }
-    text = peers.to_markdown({"meta": meta, "presets": [item]})
+    text = peers_record.to_markdown({"meta": meta, "presets": [item]})
     # A table: the delimiter row has as many cells as the header (else Markdown shows text).
     header, delimiter = [row for row in text.splitlines() if row.startswith("|")][:2]
     assert header.count("|") == delimiter.count("|")
@@ -176,24 +178,24 @@ def test_runs_merge_into_one_document_and_the_readme_table(tmp_path: Path) -> No
             "presets": [item | {"preset": "large"}],
         },
     ]
-    data = peers.merge(runs)
+    data = peers_record.merge(runs)
     assert [p["preset"] for p in data["presets"]] == ["small", "large"]
     assert [p["run"] for p in data["presets"]] == ["a.json", "b.json"]
     assert data["meta"]["commit"] == "c1, c2"
     readme = tmp_path / "README.md"
-    readme.write_text(f"top\n{peers.README_BEGIN}\nold\n{peers.README_END}\nend\n")
-    peers.update_readme(readme, data)
+    readme.write_text(f"top\n{peers_record.README_BEGIN}\nold\n{peers_record.README_END}\nend\n")
+    peers_record.update_readme(readme, data)
     text = readme.read_text()
     assert "old" not in text and text.startswith("top\n") and text.endswith("end\n")
     assert "| transformer:large | tf32 |" in text and "commit `c1, c2`" in text
     with pytest.raises(SystemExit, match="different machines"):
-        peers.merge([runs[0], {"meta": meta | {"gpu": "H"}, "presets": []}])
+        peers_record.merge([runs[0], {"meta": meta | {"gpu": "H"}, "presets": []}])
     # A merged document merges again as the runs it was made of; rows group by precision.
     later = {
         "meta": meta | {"file": "c.json", "commit": "c3", "date": "e"},
         "presets": [item | {"precision": "bf16-autocast"}, item | {"preset": "medium"}],
     }
-    again = peers.merge([data, later])
+    again = peers_record.merge([data, later])
     assert [(p["preset"], p["precision"], p["run"]) for p in again["presets"]] == [
         ("small", "tf32", "a.json"),
         ("large", "tf32", "b.json"),
@@ -202,6 +204,78 @@ def test_runs_merge_into_one_document_and_the_readme_table(tmp_path: Path) -> No
     ]
     assert again["meta"]["commit"] == "c1, c2, c3" and again["meta"]["date"] == "d, e"
     assert [m["file"] for m in again["meta"]["runs"]] == ["a.json", "b.json", "c.json"]
+
+
+def test_the_command_line_merges_runs_and_regenerates_the_markdown(tmp_path: Path) -> None:
+    """`--merge A B --readme R` and `--from-json`: records rewritten without measuring."""
+    meta = dict.fromkeys(("gpu", "driver", "cuda", "torch", "date", "command"), "x")
+    item = {
+        "workload": "transformer",
+        "preset": "small",
+        "precision": "tf32",
+        "peers": {},
+        "harness": {},
+        "tuning": {"wall_s": 1.0, "gpu_s": None},
+        "recommended": {"config": None},
+        "aims": {},
+    }
+    paths = []
+    for name, preset, commit in (("a", "small", "c1"), ("b", "large", "c2")):
+        run = {
+            "meta": meta | {"file": f"{name}.json", "commit": commit},
+            "presets": [item | {"preset": preset}],
+        }
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(run))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"top\n{peers_record.README_BEGIN}\nold\n{peers_record.README_END}\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    peers.main(["--merge", *map(str, paths), "--out", str(out), "--readme", str(readme)])
+    merged = out / "a-merged.json"
+    data = json.loads(merged.read_text())
+    assert data["meta"]["file"] == "a-merged.json" and data["meta"]["commit"] == "c1, c2"
+    assert merged.with_suffix(".md").read_text() == peers_record.to_markdown(data)
+    assert "| transformer:large | tf32 |" in readme.read_text() and "old" not in readme.read_text()
+    merged.with_suffix(".md").unlink()
+    peers.main(["--from-json", str(merged)])
+    assert merged.with_suffix(".md").read_text() == peers_record.to_markdown(data)
+
+
+def _out_of_memory_above(workload: trainers.Workload, samples: int) -> trainers.Workload:
+    """The workload as on a device where a forward of more than `samples` samples runs out of
+    memory."""
+    loss_fn = workload.loss_fn
+
+    def loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
+        if batch[0].shape[0] > samples:
+            raise torch.cuda.OutOfMemoryError(f"{batch[0].shape[0]} samples do not fit")
+        return loss_fn(model, batch)
+
+    return dataclasses.replace(workload, loss_fn=loss)
+
+
+def test_the_accumulating_peer_halves_its_micro_batch_until_a_step_fits() -> None:
+    """`accumulate-halves`: a step that runs out of memory is tried again in twice the
+    micro-batches, as a user reruns it; one where a single sample does not fit is refused."""
+    workload = trainers.load_workload("mlp", "tiny", seed=0)
+    assert workload.samples_per_batch == 16
+    spec = peers_loops.PEERS["accumulate-halves"]
+    common: dict[str, Any] = {
+        "device": torch.device("cpu"),
+        "precision": "fp32",
+        "fused": spec["fused"],
+        "compile_mode": None,
+        "warmup": 2,
+        "windows": 2,
+        "window_steps": 5,
+        "spec": spec | {"compile": None},  # uncompiled on a CPU: the halving is under test
+    }
+    run = peers_loops.user_loop(_out_of_memory_above(workload, 4), **common)
+    assert run.micro_batches == 4 and len(run.windows_ms) == 2 and len(run.losses) == 1
+    assert all(math.isfinite(x) for x in run.losses)
+    with pytest.raises(torch.cuda.OutOfMemoryError, match="one sample per micro-batch"):
+        peers_loops.user_loop(_out_of_memory_above(workload, 0), **common)
 
 
 def test_failed_tuning_trials_keep_their_config_and_reason(tmp_path: Path) -> None:
@@ -216,12 +290,12 @@ def test_failed_tuning_trials_keep_their_config_and_reason(tmp_path: Path) -> No
         trial.set_user_attr(keys.CONFIG, config)
         trial.set_user_attr(keys.FAILURE_REASON, reason)
         study.tell(trial, state=TrialState.FAIL)
-    failed = peers.failed_trials(storage, "s")
+    failed = peers_tuning.failed_trials(storage, "s")
     assert failed == [
         {"trial": 0, "config": graph, "reason": "capture failed: operation not permitted"}
     ]
     # Every finished trial, failed or complete, in order, with what the gate said.
-    ran = peers.trial_results(storage, "s")
+    ran = peers_tuning.trial_results(storage, "s")
     assert [(r["trial"], r["state"], r["samples_per_s"]) for r in ran] == [
         (0, "fail", None),
         (1, "complete", 1.0),
@@ -245,7 +319,7 @@ def test_mfu_added_afterwards_counts_the_models_flops_over_the_recorded_step() -
             {"workload": "x", "preset": "y", "precision": "tf32", "error": "failed"},
         ],
     }
-    out = peers.add_mfu(data)
+    out = peers_record.add_mfu(data)
     flops = trainers.flops.count_step_flops(
         trainers.load_workload("transformer", "tiny", seed=0), torch.device("cpu")
     )
@@ -260,10 +334,10 @@ def test_mfu_added_afterwards_counts_the_models_flops_over_the_recorded_step() -
     # A record with peak memory (a recount after the attention fix) does not say it lacks it;
     # one where only some runs have it says so.
     data["presets"][0]["peers"]["compile-default"]["peak_memory_bytes"] = 10**9
-    some = peers.add_mfu(data)["meta"]["mfu_added"]
+    some = peers_record.add_mfu(data)["meta"]["mfu_added"]
     assert "recorded only by the runs that show it" in some
     data["presets"][0]["harness"]["recommended"]["peak_memory_bytes"] = 2 * 10**9
-    recounted = peers.add_mfu(data)
+    recounted = peers_record.add_mfu(data)
     assert "peak memory" not in recounted["meta"]["mfu_added"]
     assert recounted["presets"][0]["peers"]["compile-default"]["peak_memory_bytes"] == 10**9
 
@@ -294,7 +368,7 @@ def test_the_float8_peer_converts_as_torchaos_readme_and_puts_the_model_back() -
     model = Decoder()
     before = dict(model.named_modules())
     params = {name: id(p) for name, p in model.named_parameters()}
-    forward, undo = peers._prepare_model(model, peers.PEERS["float8-per-layer"])
+    forward, undo = peers_loops._prepare_model(model, peers_loops.PEERS["float8-per-layer"])
     assert forward is model  # per-layer: the model itself, its layers compiled in place
     converted = {
         name.replace("_orig_mod.", "")  # the compiled layer's wrapper in the path
@@ -315,7 +389,7 @@ def test_the_float8_peer_converts_as_torchaos_readme_and_puts_the_model_back() -
 def test_the_float8_whole_model_peer_compiles_the_converted_model() -> None:
     pytest.importorskip("torchao.float8")
     model = Decoder()
-    forward, undo = peers._prepare_model(model, peers.PEERS["float8-compile"])
+    forward, undo = peers_loops._prepare_model(model, peers_loops.PEERS["float8-compile"])
     assert type(forward).__name__ == "OptimizedModule" and forward._orig_mod is model
     assert type(model.layers[0][0]).__name__ == "Float8Linear"
     undo()
@@ -330,19 +404,19 @@ def test_a_failed_preparation_leaves_the_shared_model_as_it_was() -> None:
     before = dict(model.named_modules())
     spec = {"fused": True, "compile": "default", "float8": True, "checkpointing": "hf"}
     with pytest.raises(ValueError, match="not a Hugging Face model"):
-        peers._prepare_model(model, spec)
+        peers_loops._prepare_model(model, spec)
     assert dict(model.named_modules()) == before
 
 
 def test_float8_peers_name_what_they_need_on_a_cpu() -> None:
     cpu = torch.device("cpu")
-    assert "bf16-autocast" in (peers.float8_peer_error(cpu, "tf32") or "")
-    why = peers.float8_peer_error(cpu, "bf16-autocast") or ""
+    assert "bf16-autocast" in (peers_loops.float8_peer_error(cpu, "tf32") or "")
+    why = peers_loops.float8_peer_error(cpu, "bf16-autocast") or ""
     assert "compute capability 8.9" in why
     measurer = Measurer(
         "mlp", "tiny", device="cpu", protocol=Protocol(warmup=1, windows=2, window_steps=3)
     )
-    out = peers.compare(
+    out = peers_compare.compare(
         measurer,
         LoopConfig(),
         precision="bf16-autocast",
@@ -358,13 +432,22 @@ def test_float8_peers_name_what_they_need_on_a_cpu() -> None:
 
 
 def test_float8_peers_join_where_the_job_may_choose_float8() -> None:
-    assert peers.peers_for("hf:causal-lm:llama-1b", None) == peers.SCALE_PEERS
-    both = peers.peers_for("hf:causal-lm:llama-1b", None, ("bf16-autocast", "float8"))
-    assert both == peers.SCALE_PEERS + peers.FLOAT8_PEERS
-    assert peers.peers_for("transformer:small", None, ("bf16-autocast",)) == peers.SMALL_PEERS
-    assert peers._allowed("bf16-autocast", "float8") == ("bf16-autocast", "float8")
-    assert peers._allowed("bf16-autocast", "float8,bf16-autocast") == ("bf16-autocast", "float8")
-    assert peers._allowed("bf16-autocast", None) is None
+    assert peers_compare.peers_for("hf:causal-lm:llama-1b", None) == peers_loops.SCALE_PEERS
+    both = peers_compare.peers_for("hf:causal-lm:llama-1b", None, ("bf16-autocast", "float8"))
+    assert both == peers_loops.SCALE_PEERS + peers_loops.FLOAT8_PEERS
+    assert (
+        peers_compare.peers_for("transformer:small", None, ("bf16-autocast",))
+        == peers_loops.SMALL_PEERS
+    )
+    assert peers_compare.allowed_precisions("bf16-autocast", "float8") == (
+        "bf16-autocast",
+        "float8",
+    )
+    assert peers_compare.allowed_precisions("bf16-autocast", "float8,bf16-autocast") == (
+        "bf16-autocast",
+        "float8",
+    )
+    assert peers_compare.allowed_precisions("bf16-autocast", None) is None
 
 
 def test_the_float8_aims_follow_the_issue() -> None:
@@ -378,7 +461,7 @@ def test_the_float8_aims_follow_the_issue() -> None:
         "ratio_vs_best_bf16_peer": ratio(1.13),
         "ratio_vs_best_float8_peer": ratio(0.99),
     }
-    assert peers.aims("hf:causal-lm:llama-1b", "bf16-autocast", met) == {
+    assert peers_compare.aims("hf:causal-lm:llama-1b", "bf16-autocast", met) == {
         "ratio_lower_bound_at_least_0.98": True,
         "recommends_float8": True,
         "ratio_vs_best_bf16_peer_low_at_least_1.12": True,
@@ -389,7 +472,7 @@ def test_the_float8_aims_follow_the_issue() -> None:
         "ratio_vs_best_bf16_peer": ratio(1.05),
         "ratio_vs_best_float8_peer": ratio(0.9),
     }
-    aims = peers.aims("hf:causal-lm:llama-1b", "bf16-autocast", missed)
+    aims = peers_compare.aims("hf:causal-lm:llama-1b", "bf16-autocast", missed)
     assert [k for k, v in aims.items() if not v] == [
         "recommends_float8",
         "ratio_vs_best_bf16_peer_low_at_least_1.12",
@@ -398,13 +481,13 @@ def test_the_float8_aims_follow_the_issue() -> None:
     # Every float8 peer failed: nothing was beaten, and the record must not read as if it was.
     unmeasured = {k: v for k, v in met.items() if k != "ratio_vs_best_float8_peer"}
     assert (
-        peers.aims("hf:causal-lm:llama-1b", "bf16-autocast", unmeasured)[
+        peers_compare.aims("hf:causal-lm:llama-1b", "bf16-autocast", unmeasured)[
             "ratio_vs_best_float8_peer_low_at_least_0.98"
         ]
         is False
     )
     # A job that could not choose float8 has no float8 aims.
-    assert "recommends_float8" not in peers.aims("x:y", "bf16-autocast", {"tuning": {}})
+    assert "recommends_float8" not in peers_compare.aims("x:y", "bf16-autocast", {"tuning": {}})
 
 
 def test_a_preset_whose_job_may_choose_a_precision_is_measured_in_the_chosen_one(
@@ -432,7 +515,7 @@ def test_a_preset_whose_job_may_choose_a_precision_is_measured_in_the_chosen_one
     # (after the tuning job) asked for.
     asked: list[str | None] = []
     comparing: list[bool] = []
-    measure, compare = peers.Measurer.measure, peers.compare
+    measure, compare = Measurer.measure, peers.compare
 
     def spy(self: Measurer, config: LoopConfig, **kwargs: object) -> object:
         if comparing:
@@ -443,7 +526,7 @@ def test_a_preset_whose_job_may_choose_a_precision_is_measured_in_the_chosen_one
         comparing.append(True)
         return compare(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(peers.Measurer, "measure", spy)
+    monkeypatch.setattr(Measurer, "measure", spy)
     monkeypatch.setattr(peers, "compare", comparison)
     entry = peers.run_preset("mlp:tiny", "fp32", args, f"sqlite:///{tmp_path / 'p.db'}", log.append)
     assert entry["tuning"]["precisions"] == ["fp32", "bf16-autocast"]
@@ -469,7 +552,7 @@ def test_a_preset_whose_job_may_choose_a_precision_is_measured_in_the_chosen_one
     meta = dict.fromkeys(
         ("gpu", "driver", "cuda", "torch", "commit", "date", "file", "command"), "x"
     )
-    table = peers.to_markdown({"meta": meta, "presets": [entry]})
+    table = peers_record.to_markdown({"meta": meta, "presets": [entry]})
     assert f"  - tuning trial {gated[0]['trial']}: {gated[0]['state']}" in table
 
 
@@ -481,7 +564,7 @@ def test_a_float8_peer_of_a_model_without_a_qualifying_linear_fails_rather_than_
         torch.nn.Conv1d(4, 32, 1), torch.nn.Flatten(), torch.nn.Linear(32, 48)
     )
     with pytest.raises(ValueError, match=r"no plain nn\.Linear of this model qualifies"):
-        peers._prepare_model(model, peers.PEERS["float8-compile"])
+        peers_loops._prepare_model(model, peers_loops.PEERS["float8-compile"])
     assert type(model[2]) is torch.nn.Linear
     # nn.MultiheadAttention's out_proj is an nn.Linear subclass that torchao converts, but the
     # attention reads its weight directly: nothing would run in float8 there either.
@@ -490,7 +573,7 @@ def test_a_float8_peer_of_a_model_without_a_qualifying_linear_fails_rather_than_
     )
     out_proj = attention["attn"].out_proj
     with pytest.raises(ValueError, match="subclasses whose owners read the weight"):
-        peers._prepare_model(attention, peers.PEERS["float8-compile"])
+        peers_loops._prepare_model(attention, peers_loops.PEERS["float8-compile"])
     assert attention["attn"].out_proj is out_proj  # put back
 
 
@@ -554,7 +637,7 @@ def test_the_peers_measure_a_given_config_labelled_as_given(
     meta = dict.fromkeys(
         ("gpu", "driver", "cuda", "torch", "commit", "date", "file", "command"), "x"
     )
-    table = peers.to_markdown({"meta": meta, "presets": [entry]})
+    table = peers_record.to_markdown({"meta": meta, "presets": [entry]})
     assert "| - / - |" in table  # no tuning job: no wall time
     args.config = json.dumps({"sync_mode": "sometimes"})
     with pytest.raises(SystemExit, match="--config: sync_mode='sometimes'"):
