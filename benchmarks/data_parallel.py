@@ -19,7 +19,8 @@ Per preset:
 3. the recommendation and the peers `--rounds` times, interleaved, each run `--windows` windows:
    ms/step medians with bootstrap CIs, MFU and peak memory, and the recommendation's speedup
    over the fastest peer with its CI;
-4. each setting profiled once (`tuner.search.dpprofile`, rank 0's trace): the share of NCCL time
+4. each setting profiled once (`tuner.search.deciding.dpprofile`, rank 0's trace): the share of NCCL
+time
    the step leaves exposed, i.e. not hidden under compute (GPUs only: gloo has no kernels).
 
 NCCL_NVLS_ENABLE=0 and TORCH_SYMM_MEM_DISABLE_MULTICAST=1 hold for this process and every launch
@@ -50,10 +51,10 @@ from benchmarks.interleaved import ratio_vs_fastest
 from benchmarks.run_meta import provenance, run_meta
 from trainers import LoopConfig
 from trainers.program import NCCL_ENV, run_distributed
-from tuner.search.dpprofile import DataParallelProfiler
+from tuner.search.deciding.dpprofile import DataParallelProfiler
+from tuner.search.measuring.stats import bootstrap_ci
 from tuner.search.options import BASELINES, RunOptions
-from tuner.search.search import run_study
-from tuner.search.stats import bootstrap_ci
+from tuner.search.study import run_study
 
 _IDIOM = BASELINES["pytorch-default"]
 PEERS: dict[str, dict[str, LoopConfig]] = {

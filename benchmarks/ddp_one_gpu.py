@@ -9,9 +9,9 @@ torch.compile too) one torchrun launch
 of one process on GPU 0 (`trainers.program.run_distributed(nproc=1)`: NCCL, the loop core's DDP
 or FSDP2 wrapper, rank 0 reporting through the program protocol) measures `--windows` windows of
 `--window-steps` steps. Then the data-parallel gate judges every setting in one more launch
-(`tuner.search.dpgate`: the ranks' losses gathered and checked, the losses against the
+(`tuner.search.gating.dpgate`: the ranks' losses gathered and checked, the losses against the
 single-process reference's noise envelope, measured in a child process), and DDP's default is
-profiled once (`tuner.search.dpprofile`: rank 0's trace, the share of NCCL time exposed).
+profiled once (`tuner.search.deciding.dpprofile`: rank 0's trace, the share of NCCL time exposed).
 
 `--nproc N` runs every launch with N processes, one per GPU, for a machine of several GPUs:
 then each lever's ms/step and gate verdict are the data-parallel figures themselves.
@@ -45,8 +45,8 @@ import trainers
 from benchmarks.run_meta import run_meta
 from trainers import LoopConfig
 from trainers.program import NCCL_ENV, run_distributed
-from tuner.search.dpgate import DataParallelGate
-from tuner.search.dpprofile import DataParallelProfiler
+from tuner.search.deciding.dpprofile import DataParallelProfiler
+from tuner.search.gating.dpgate import DataParallelGate
 
 LEVERS: dict[str, dict[str, Any]] = {
     "ddp-bucket-1": {"parallel": "ddp", "bucket_cap_mb": 1},

@@ -210,8 +210,8 @@ def git_commit() -> str:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    # As the tuner's parity child does (tuner/search/isolated.py), before cuBLAS starts: the gate's
-    # runs need a fixed cuBLAS workspace to be deterministic across streams.
+    # As the tuner's parity child does (tuner/search/gating/isolated.py), before cuBLAS starts: the
+    # gate's runs need a fixed cuBLAS workspace to be deterministic across streams.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     device = resolve_device(args.device)
     meta, where = run_meta(

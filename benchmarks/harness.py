@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trainers import LoopConfig, fingerprint, graph_floor, load_workload, run
-from tuner.search.stats import bootstrap_ci
+from tuner.search.measuring.stats import bootstrap_ci
 
 PINNED = {"pin_memory": True, "non_blocking": True}
 

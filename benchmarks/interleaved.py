@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from trainers import LoopConfig
-from tuner.search.measure import Failure, Measured, Measurer
-from tuner.search.stats import ratio_ci
+from tuner.search.measuring.measure import Failure, Measured, Measurer
+from tuner.search.measuring.stats import ratio_ci
 
 
 def windows_ms(measurer: Measurer, measured: Measured) -> list[float]:

@@ -47,7 +47,7 @@ from benchmarks.run_meta import run_meta
 from trainers import MATMUL_PRECISION, LoopConfig
 from trainers.gate import Envelope, rounding_eps
 from trainers.program import Program, ProgramFailed, load_registry, run_program
-from tuner.search.stats import bootstrap_ci, ratio_ci
+from tuner.search.measuring.stats import bootstrap_ci, ratio_ci
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBTORCH = ROOT / "examples" / "libtorch"

@@ -46,15 +46,15 @@ import torch  # noqa: E402
 
 import trainers  # noqa: E402
 from trainers import LoopConfig  # noqa: E402
-from tuner.search.measure import (  # noqa: E402
+from tuner.search.measuring.measure import (  # noqa: E402
     PRECISIONS,
     Failure,
     Measurer,
     Protocol,
     set_matmul_precision,
 )
+from tuner.search.measuring.stats import ratio_ci  # noqa: E402
 from tuner.search.options import BASELINES  # noqa: E402
-from tuner.search.stats import ratio_ci  # noqa: E402
 from tuner.service.jobstore import FINISHED, JobStore  # noqa: E402
 from tuner.service.spec import JobSpec  # noqa: E402
 from tuner.store.keys import OWNER as OWNER_ATTR  # noqa: E402

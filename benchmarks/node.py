@@ -9,9 +9,9 @@ For each preset: the default job (`python -m tuner run ... --json`) on one GPU, 
 `--gpus N`, each in a fresh SQLite file and a compile cache of its own (each starts as cold as
 a user's first job); then both recommendations measured on GPU 0, interleaved (`--rounds`
 rounds), and the ratio of the N-GPU job's recommendation to the one-GPU job's throughput with a
-95 % bootstrap CI (`tuner.search.stats.ratio_ci`). Writes `node-<gpu>-<date>[-tag].json` (one
-entry per preset: `preset`, `wall_s_one_gpu`, `wall_s_gpus`, `gpus`, `ratio_vs_one_gpu`) and its
-Markdown twin. `--device cpu` with `TUNER_CPU_STANDINS=N` runs the same logic on CPU worker
+95 % bootstrap CI (`tuner.search.measuring.stats.ratio_ci`). Writes `node-<gpu>-<date>[-tag].json`
+(one entry per preset: `preset`, `wall_s_one_gpu`, `wall_s_gpus`, `gpus`, `ratio_vs_one_gpu`) and
+its Markdown twin. `--device cpu` with `TUNER_CPU_STANDINS=N` runs the same logic on CPU worker
 processes standing in for GPUs (the test of this script; its figures mean nothing).
 """
 
@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 import trainers  # noqa: E402
 from benchmarks.run_meta import provenance, run_meta  # noqa: E402
 from trainers import LoopConfig  # noqa: E402
-from tuner.search.measure import Failure, Measurer, Protocol  # noqa: E402
-from tuner.search.stats import ratio_ci  # noqa: E402
+from tuner.search.measuring.measure import Failure, Measurer, Protocol  # noqa: E402
+from tuner.search.measuring.stats import ratio_ci  # noqa: E402
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -50,7 +50,7 @@ from benchmarks.peers_record import add_mfu, merge, to_markdown, update_readme
 from benchmarks.peers_tuning import given_config, recommendation_of, tune
 from benchmarks.run_meta import run_meta
 from trainers import LoopConfig
-from tuner.search.measure import Measurer, Protocol
+from tuner.search.measuring.measure import Measurer, Protocol
 
 # The parts, by responsibility: the peers' loops (`peers_loops`), the tuning job or what stands in
 # for it (`peers_tuning`), the interleaved measurement (`peers_compare`), the record

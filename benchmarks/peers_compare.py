@@ -23,9 +23,9 @@ from benchmarks.peers_loops import (
     user_loop,
 )
 from trainers import LoopConfig, Workload, matmul_precision_for
-from tuner.search.measure import Measurer
+from tuner.search.measuring.measure import Measurer
+from tuner.search.measuring.stats import bootstrap_ci, ratio_ci
 from tuner.search.options import BASELINES
-from tuner.search.stats import bootstrap_ci, ratio_ci
 
 HARNESS = ("recommended", "seed-baseline")
 """The settings the harness runs (`trainers.run`, the tuner's protocol) beside the peers."""

@@ -1,7 +1,7 @@
 """The gate's judgement of one config in another precision than the study's, alone: what a tuning
-job that may choose that precision runs for each such trial (`tuner.search.gate.InProcessGate`,
-the study's reference and its seed-to-seed envelope measured first), with the verdict, the
-envelope and the seconds of each part recorded.
+job that may choose that precision runs for each such trial
+(`tuner.search.gating.gate.InProcessGate`, the study's reference and its seed-to-seed envelope
+measured first), with the verdict, the envelope and the seconds of each part recorded.
 
     python benchmarks/precision_gate.py --workload hf:causal-lm --preset llama-1b-large \\
         --precision bf16-autocast --config-precision float8 \\
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import trainers
 from benchmarks.run_meta import run_meta
 from trainers.gate import MULTIPLE, PARITY_STEPS
-from tuner.search.gate import CrossPrecision, InProcessGate
+from tuner.search.gating.gate import CrossPrecision, InProcessGate
 
 SHOWN = (
     "passed",

@@ -53,11 +53,11 @@ from benchmarks.suite_grid import (
 )
 from benchmarks.suite_record import gpu_key, merge, to_json, to_markdown, update_readme
 from trainers import LoopConfig, fingerprint, resolve_device
-from tuner.search.isolated import ParityProcess
-from tuner.search.measure import PRECISIONS, Measurer, Protocol, set_matmul_precision
+from tuner.search.gating.isolated import ParityProcess
+from tuner.search.measuring.measure import PRECISIONS, Measurer, Protocol, set_matmul_precision
+from tuner.search.measuring.stats import bootstrap_ci, ratio_ci
 from tuner.search.options import RunOptions
-from tuner.search.search import run_study
-from tuner.search.stats import bootstrap_ci, ratio_ci
+from tuner.search.study import run_study
 
 # The parts, by responsibility: the grid and the replayed tuning cost (`suite_grid`), the record
 # (`suite_record`); this file is the side-by-side comparison, one preset's run and the command

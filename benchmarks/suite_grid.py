@@ -16,7 +16,7 @@ import optuna
 
 from benchmarks.interleaved import windows_ms
 from trainers import LoopConfig
-from tuner.search.measure import Failure, Measurer
+from tuner.search.measuring.measure import Failure, Measurer
 
 # The default space (tuner.space.full_space), discretised. Stream count and the sync settings
 # get the values the seed design and GPU-FACTS use; the three feed settings move together, as

@@ -25,7 +25,7 @@ import torch
 
 from trainers import fingerprint
 from tuner.search.options import RunOptions
-from tuner.search.search import run_study
+from tuner.search.study import run_study
 
 
 def to_markdown(data: dict[str, Any]) -> str:

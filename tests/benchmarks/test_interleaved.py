@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks.interleaved import measure_in_round, ratio_vs_fastest, windows_ms
 from trainers import LoopConfig
-from tuner.search.measure import Measurer, Protocol
+from tuner.search.measuring.measure import Measurer, Protocol
 
 
 def test_a_setting_is_measured_or_its_failure_kept_and_logged() -> None:

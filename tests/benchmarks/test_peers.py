@@ -15,11 +15,11 @@ import optuna
 import pytest
 import torch
 from optuna.trial import TrialState
-from tuner.search.measure import Measurer, Protocol
 
 import trainers
 from benchmarks import peers, peers_compare, peers_loops, peers_record, peers_tuning
 from trainers import LoopConfig
+from tuner.search.measuring.measure import Measurer, Protocol
 from tuner.store import keys
 
 
