@@ -174,6 +174,9 @@ MAX_STREAMS = 4
 MAX_PREFETCH = 4
 MAX_WORKERS = 32
 MAX_BUCKET_CAP_MB = 1024
+MAX_SYNC_INTERVAL = 10_000
+"""One bound for the CLI, the API and the harness (the API alone capped it here before): a read
+every 10,000 steps is already fewer than once per run of any measurement or job here."""
 
 _LOOP = (
     Lever(
@@ -188,7 +191,7 @@ _LOOP = (
         label="the host waits for the GPU and reads the losses every N steps",
         kind="int",
         default=1,
-        span=Span(low=1, high=None, rank="value", cost="none", numerics="exact"),
+        span=Span(low=1, high=MAX_SYNC_INTERVAL, rank="value", cost="none", numerics="exact"),
     ),
     Lever(
         name="sync_mode",

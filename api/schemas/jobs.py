@@ -77,8 +77,6 @@ class IntRangeIn(Strict):
 
 CHOICES = 16
 """The most choices one setting of an explicit space may list."""
-SYNC_INTERVAL_CAP = 10_000
-"""The API's cap on an integer setting the harness leaves unbounded (`sync_interval`)."""
 
 
 def _one_of(values: tuple[Any, ...]) -> Any:
@@ -98,8 +96,7 @@ def _value_type(item: Lever) -> Any:
     if item.kind == "bool":
         return bool
     if item.span is not None:
-        high = SYNC_INTERVAL_CAP if item.span.high is None else item.span.high
-        return Annotated[int, Field(ge=item.span.low, le=high)]
+        return Annotated[int, Field(ge=item.span.low, le=item.span.high)]
     values = item.values()
     if item.kind == "str":
         return Literal[values]

@@ -1,5 +1,6 @@
 """The CLI and the API accept and refuse the same requests, for the settings they share one rule
-for: the number of trials (`DEFAULT_TRIALS`, `MAX_TRIALS`) and what a `cpu` device cannot run.
+for: the number of trials (`DEFAULT_TRIALS`, `MAX_TRIALS`), what a `cpu` device cannot run, and
+every setting's pin (`--fix name=value` against the job's `fix`, each value from the lever table).
 The values are generated from those rules, so a change to one side alone fails here. The CLI runs
 as a user runs it (typer's runner on the real app), the API through its real app."""
 
@@ -8,14 +9,19 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from tests.api.helpers import AUTH
+from trainers.levers import LEVERS, Lever
 from tuner.cli import app
+from tuner.errors import SpaceError
 from tuner.search.proposing.defaults import DEFAULT_TRIALS, MAX_TRIALS
+from tuner.search.spaces.named import load_space
+from tuner.search.spaces.processes import for_processes
 
 TRIAL_COUNTS = sorted({0, 1, DEFAULT_TRIALS, MAX_TRIALS, MAX_TRIALS + 1, -1})
 
@@ -92,3 +98,48 @@ def test_float8_on_the_cpu_is_refused_by_both_naming_the_precision(
     # One rule (`trainers.check_precision_here`): the same reason in both.
     reason = output.split("--precision:", 1)[1].strip().split(";")[0].strip()
     assert reason and reason in error["msg"], (reason, error["msg"])
+
+
+def _lever_values(item: Lever) -> list[Any]:
+    """Each value `item` declares, and values next to them it does not: the bounds of a span and
+    one past each, or each option and one of the same type that is none of them."""
+    if item.span is not None:
+        low, high = item.span.low, item.span.high
+        return [low, low - 1] + ([] if high is None else [high, high + 1])
+    wrong: dict[str, Any] = {"str": "no-such", "bool": "maybe", "int": 3, "float": 0.3}
+    return [*item.values(), wrong[item.kind]]
+
+
+LEVER_CASES = [(item.name, value) for item in LEVERS.values() for value in _lever_values(item)]
+
+
+def _cli_text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _cli_accepts_pin(name: str, value: Any) -> bool:
+    """`--fix name=value` as `python -m tuner run` reads it: the text parsed and checked by the
+    space it pins, for one process per trial (`tuner.search.study.open_search`'s order)."""
+    try:
+        for_processes(load_space("auto", fix=[f"{name}={_cli_text(value)}"], cuda=True), 1)
+    except SpaceError:
+        return False
+    return True
+
+
+def test_the_lever_table_has_cases_for_every_setting() -> None:
+    assert {name for name, _ in LEVER_CASES} == set(LEVERS)
+    # Each setting has a value both accept and one both refuse (the next test compares them).
+    for name in LEVERS:
+        outcomes = {_cli_accepts_pin(n, v) for n, v in LEVER_CASES if n == name}
+        assert outcomes == {True, False}, name
+
+
+@pytest.mark.parametrize(("name", "value"), LEVER_CASES)
+def test_the_cli_and_the_api_accept_the_same_pins(
+    client: TestClient, name: str, value: Any
+) -> None:
+    job = {"workload": "mlp", "preset": "tiny", "fix": {name: value}}
+    response = client.post("/v1/jobs", json=job, headers=AUTH)
+    assert response.status_code in (201, 422), response.text
+    assert (response.status_code == 201) is _cli_accepts_pin(name, value), response.text

@@ -35,7 +35,7 @@ def test_keyword_only() -> None:
         ("num_streams", 5, "1..4"),
         ("num_streams", True, "1..4"),
         ("num_streams", 2.0, "1..4"),
-        ("sync_interval", 0, ">= 1"),
+        ("sync_interval", 0, "in 1..10000"),
         ("sync_mode", "sometimes", "synchronize, event, query"),
         ("prefetch_depth", 5, "0..4"),
         ("prefetch_depth", -1, "0..4"),

@@ -14,8 +14,6 @@ from tuner.search.spaces.space import (
 )
 
 _TRUE = ("true", "1", "yes")
-
-
 _FALSE = ("false", "0", "no")
 
 
