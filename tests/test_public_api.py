@@ -25,6 +25,9 @@ TRAINERS = {
     "GRAPH_RTOL",
     "LEVERS",  # the lever table: each LoopConfig field's values and facts, declared once
     "Lever",
+    "compile_modes",
+    "one_of",
+    "records_graphs",
     "LoopConfig",
     "MATMUL_PRECISION",
     "MATMUL_PRECISIONS",

@@ -38,7 +38,14 @@ from trainers.gate import (
     parity_losses,
     required_test,
 )
-from trainers.levers import LEVERS, TIE_ORDER, Lever
+from trainers.levers import (
+    LEVERS,
+    TIE_ORDER,
+    Lever,
+    compile_modes,
+    one_of,
+    records_graphs,
+)
 from trainers.loop import WindowCallback, run
 from trainers.measure import RunResult, Window, fingerprint, fingerprint_key
 from trainers.optim import prepare_optimizer
@@ -111,6 +118,7 @@ __all__ = [
     "check_setting",
     "checkpoint_file",
     "compile_cache_dir",
+    "compile_modes",
     "config_from_env",
     "count_recompute_flops",
     "field_names",
@@ -125,8 +133,10 @@ __all__ = [
     "load_workload",
     "matmul_precision_for",
     "min_warmup",
+    "one_of",
     "parity_losses",
     "prepare_optimizer",
+    "records_graphs",
     "required_test",
     "resolve_device",
     "resolve_factory",

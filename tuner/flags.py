@@ -129,8 +129,6 @@ StudyName = Annotated[str, typer.Option("--study", help="Study name.")]
 Trials = Annotated[
     int,
     typer.Option(
-        min=1,
-        max=MAX_TRIALS,
         help=f"Trials to run, 1-{MAX_TRIALS} (added to a resumed study; the API's n_trials).",
     ),
 ]

@@ -23,8 +23,7 @@ from pydantic import (
 )
 
 from api.schemas.common import BestSoFar, Strict, utc
-from trainers import PRECISIONS, Precision
-from trainers.levers import LEVERS, Lever
+from trainers import LEVERS, PRECISIONS, Lever, Precision
 from trainers.program import MAX_NPROC
 from tuner.search.proposing.defaults import DEFAULT_TRIALS, MAX_TRIALS
 from tuner.service.spec import JobSpec

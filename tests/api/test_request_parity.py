@@ -16,7 +16,8 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from tests.api.helpers import AUTH
-from trainers.levers import LEVERS, Lever
+from trainers import LEVERS, Lever
+from tuner.__main__ import main
 from tuner.cli import app
 from tuner.errors import SpaceError
 from tuner.search.proposing.defaults import DEFAULT_TRIALS, MAX_TRIALS
@@ -33,13 +34,14 @@ def _cli(args: list[str], tmp_path: Path) -> tuple[int, str]:
     return result.exit_code, result.stdout + result.stderr
 
 
-def _cli_refuses_trials(value: int, tmp_path: Path) -> bool:
+def _cli_refuses_trials(value: int, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> bool:
     # An unknown workload: an accepted count goes on to that refusal, and nothing runs.
-    code, output = _cli(
-        ["--workload", "no-such", "--preset", "tiny", f"--trials={value}"], tmp_path
-    )
-    assert code != 0, output
-    return "--trials" in output
+    storage = f"sqlite:///{tmp_path / 'cli.db'}"
+    args = ["run", "--workload", "no-such", "--preset", "tiny", f"--trials={value}"]
+    code = main([*args, "--storage", storage])
+    err = capsys.readouterr().err
+    assert code != 0, err
+    return "--trials" in err
 
 
 def _api_refuses_trials(client: TestClient, value: int) -> bool:
@@ -51,10 +53,10 @@ def _api_refuses_trials(client: TestClient, value: int) -> bool:
 
 @pytest.mark.parametrize("value", TRIAL_COUNTS)
 def test_the_cli_and_the_api_accept_the_same_numbers_of_trials(
-    client: TestClient, tmp_path: Path, value: int
+    client: TestClient, capsys: pytest.CaptureFixture[str], tmp_path: Path, value: int
 ) -> None:
     refused = not 1 <= value <= MAX_TRIALS
-    assert _cli_refuses_trials(value, tmp_path) is refused
+    assert _cli_refuses_trials(value, capsys, tmp_path) is refused
     assert _api_refuses_trials(client, value) is refused
 
 

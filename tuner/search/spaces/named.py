@@ -15,8 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainers import COMPILE_MODES, LoopConfig
-from trainers.levers import compile_modes, one_of, records_graphs
+from trainers import COMPILE_MODES, LoopConfig, compile_modes, one_of, records_graphs
 from trainers.program import Program
 from tuner.errors import SpaceError
 from tuner.search.spaces.pins import parse_fix, pins_from_mapping

@@ -6,8 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from trainers import LoopConfig
-from trainers.levers import compile_modes, one_of, records_graphs
+from trainers import LoopConfig, compile_modes, one_of, records_graphs
 from tuner.errors import SpaceError
 from tuner.search.spaces.space import (
     Choice,
