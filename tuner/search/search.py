@@ -341,16 +341,10 @@ class Search(TrialRunner):
                 shared=self.shared_profiles,
                 cut=self._profile_cut(),
             )
-        left_out = [
-            name
-            for name, error in (recommendation.profile_errors or {}).items()
-            if error.startswith("not profiled")
-        ]
-        if left_out:
-            self.progress.phase(
-                f"profiles of {', '.join(left_out)} not taken: they would end the job after "
-                f"{SCALE_JOB_AIM_S:.0f} s (--profile all takes them)"
-            )
+        for name, error in (recommendation.profile_errors or {}).items():
+            # Left out on purpose (the job's time, a run that failed): its own reason, one line.
+            if error.startswith("not profiled"):
+                self.progress.phase(f"profile of {name} {error}")
         copied = [
             name
             for name, attrs in profiles.study_profiles(self.study).items()
