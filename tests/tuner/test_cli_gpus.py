@@ -17,7 +17,7 @@ import optuna
 import pytest
 
 from tests.tuner.test_cli_run import run_main, tuner
-from tests.tuner.tiny import RUN_FLAGS, sqlite_url
+from tests.tuner.tiny import RUN_FLAGS, WORKLOADS, sqlite_url
 from tuner.service.jobstore import JobStore
 from tuner.store import keys
 from tuner.store.keys import OWNER
@@ -35,12 +35,13 @@ def standin_env(count: int | None, **more: str) -> dict[str, str]:
 
 def test_two_standins_share_the_trials_and_one_runs_the_final_round(tmp_path: Path) -> None:
     storage = sqlite_url(tmp_path)
-    # Workers poll for a job to join every 0.3 s (TUNER_POLL_S; 2 s by default), so the second
-    # is in the job well before 8 trials are done.
+    # Workers poll for a job to join every 0.3 s (TUNER_POLL_S; 2 s by default). The workload's
+    # steps take PACE_S each, so 8 trials take the claimer well over 10 s whatever the machine's
+    # load: CI once saw the mlp's 8 trials done in 3.3 s, before the second worker had imported
+    # torch, and one worker ran them all.
     env = standin_env(2, TUNER_POLL_S="0.3", TUNER_TORCH_THREADS="1")
-    out = tuner(
-        "run", *RUN_FLAGS, "--trials", "8", "--storage", storage, "--gpus", "2", "--json", env=env
-    )
+    flags = (*RUN_FLAGS, "--workload", f"{WORKLOADS}:paced", "--trials", "8")
+    out = tuner("run", *flags, "--storage", storage, "--gpus", "2", "--json", env=env)
     assert out.returncode == 0, out.stderr[-4000:]
     rec = json.loads(out.stdout)
     node = rec["node"]

@@ -7,7 +7,9 @@ Each one is tiny (an 8 -> 3 linear classifier, 4 samples a batch) and fails in a
 - `interrupts_when_armed`: a step raises KeyboardInterrupt once `ARMED["interrupt"]` is set, as
   Ctrl-C would;
 - `slow_when_armed`: a step sleeps `SLOW_STEP_S` once `ARMED["slow"]` is set (a config that is
-  far slower than every earlier one, for the pruner).
+  far slower than every earlier one, for the pruner);
+- `paced`: every step sleeps `PACE_S`, as a host waits on a GPU: a trial costs the same on an idle
+  machine and a loaded one, so a test of several workers is not a race against imports.
 """
 
 from __future__ import annotations
@@ -96,6 +98,17 @@ def slow_when_armed(preset: str, *, seed: int) -> Workload:
         return classification_loss(model, batch)
 
     return _workload("slow_when_armed", preset, seed, _batches(seed), loss_fn)
+
+
+PACE_S = 0.1
+
+
+def paced(preset: str, *, seed: int) -> Workload:
+    def loss_fn(model: nn.Module, batch: Batch) -> torch.Tensor:
+        time.sleep(PACE_S)
+        return classification_loss(model, batch)
+
+    return _workload("paced", preset, seed, _batches(seed), loss_fn)
 
 
 OOM_SAMPLES = 2
