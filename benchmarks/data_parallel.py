@@ -49,7 +49,7 @@ import torch
 import trainers
 from benchmarks.interleaved import ratio_vs_fastest
 from benchmarks.run_meta import provenance, run_meta
-from trainers import LoopConfig
+from trainers import LoopConfig, RunArgs
 from trainers.program import NCCL_ENV, run_distributed
 from tuner.search.deciding.dpprofile import DataParallelProfiler
 from tuner.search.measuring.stats import bootstrap_ci
@@ -109,7 +109,7 @@ def tune(spec: str, args: argparse.Namespace, storage: str) -> dict[str, Any]:
         "wall_s": time.perf_counter() - started,
         "config": rec.get("config"),
         "reason": rec.get("reason"),
-        "n_trials": rec.get("n_trials"),
+        "n_trials": rec.get("trial_counts"),
         "gpu_seconds": rec.get("gpu_seconds"),
         "speedup": rec.get("speedup"),
         "throughput": rec.get("throughput"),
@@ -126,12 +126,14 @@ def _launch(
         workload,
         preset,
         config,
+        RunArgs(
+            steps=args.windows * args.window_steps,
+            warmup=max(args.warmup, trainers.min_warmup(config)),
+            windows=args.windows,
+            device=device,
+            precision=args.precision,
+        ),
         nproc=args.nproc,
-        steps=args.windows * args.window_steps,
-        warmup=max(args.warmup, trainers.min_warmup(config)),
-        windows=args.windows,
-        device=device,
-        precision=args.precision,
         model_args=dict(kv.split("=", 1) for kv in args.model_arg),
         timeout_s=args.launch_timeout,
     )

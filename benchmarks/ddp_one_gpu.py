@@ -43,7 +43,7 @@ import torch
 
 import trainers
 from benchmarks.run_meta import run_meta
-from trainers import LoopConfig
+from trainers import LoopConfig, RunArgs
 from trainers.program import NCCL_ENV, run_distributed
 from tuner.search.deciding.dpprofile import DataParallelProfiler
 from tuner.search.gating.dpgate import DataParallelGate
@@ -105,11 +105,13 @@ def _measure(args: argparse.Namespace, config: LoopConfig, device: torch.device)
         args.workload,
         args.preset,
         config,
+        RunArgs(
+            steps=args.windows * args.window_steps,
+            warmup=max(args.warmup, trainers.min_warmup(config)),
+            windows=args.windows,
+            device=device,
+        ),
         nproc=args.nproc,
-        steps=args.windows * args.window_steps,
-        warmup=max(args.warmup, trainers.min_warmup(config)),
-        windows=args.windows,
-        device=device,
         timeout_s=300,
     )
     steps_ms = sorted(w.step_ms for w in result.windows)

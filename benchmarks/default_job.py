@@ -189,11 +189,13 @@ def one_run(
             # A baseline that failed (at 1.1B, 16 x 2048: the eager step out of memory) has no
             # speed-up; its reason is here, not only in the study the machine takes back.
             "failures",
-            "n_trials",
             "gpu_seconds",
             "reason",
         )
     }
+    # The record's key stays `n_trials` (the recommendation's `trial_counts`, its name since
+    # 2026-11-27), so the records before and after read alike.
+    run["recommendation"]["n_trials"] = rec.get("trial_counts")
     run["step_ms"] = step_ms_interval(rec)
     loaded = optuna.load_study(study_name=name, storage=storage)
     run["time"] = study_time(loaded.user_attrs)

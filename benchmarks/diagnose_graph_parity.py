@@ -48,6 +48,7 @@ from trainers import (
     REFERENCE,
     LoopConfig,
     Precision,
+    RunArgs,
     fingerprint,
     resolve_device,
     resolve_factory,
@@ -176,7 +177,7 @@ class _Setup:
     device: torch.device
     model_args: dict[str, str]
     graph_config: LoopConfig
-    common: dict[str, Any]
+    run_args: RunArgs
     matmul: str
     eps: float | None
 
@@ -197,7 +198,7 @@ def _setup(args: argparse.Namespace) -> _Setup:
         device=device,
         model_args=model_args,
         graph_config=LoopConfig.from_dict(json.loads(args.graph_config)),
-        common={"steps": args.steps, "seed": args.seed, "device": device, "precision": precision},
+        run_args=RunArgs(steps=args.steps, seed=args.seed, device=device, precision=precision),
         matmul=matmul,
         eps=rounding_eps(precision, matmul),
     )
@@ -214,13 +215,13 @@ def _trajectories(
     setup: _Setup, args: argparse.Namespace
 ) -> tuple[dict[str, list[float]], list[list[float]], dict[str, State], list[State]]:
     """Runs a (and on a GPU b, b', c) and the perturbed p runs: their losses and trained states."""
-    factory, common = setup.factory, setup.common
-    runs: dict[str, Trajectory] = {"a": trajectory(factory, args.preset, REFERENCE, **common)}
+    factory, run_args = setup.factory, setup.run_args
+    runs: dict[str, Trajectory] = {"a": trajectory(factory, args.preset, REFERENCE, run_args)}
     states: dict[str, State] = {"a": state_of(runs["a"])}
     if setup.cuda:
         for key in ("b", "b'"):
-            runs[key] = trajectory(factory, args.preset, REFERENCE, capturable=True, **common)
-        runs["c"] = trajectory(factory, args.preset, setup.graph_config, **common)
+            runs[key] = trajectory(factory, args.preset, REFERENCE, run_args, capturable=True)
+        runs["c"] = trajectory(factory, args.preset, setup.graph_config, run_args)
     else:
         print("CPU: b (capturable optimizer) and c (graph) need CUDA; running a and p only")
     perturbed: list[Trajectory] = []
@@ -230,8 +231,8 @@ def _trajectories(
                 factory,
                 args.preset,
                 REFERENCE,
+                run_args,
                 perturbation=Perturbation(seed=args.seed * 1000 + k + 1, eps=setup.eps),
-                **common,
             )
         )
     for key, run in runs.items():
@@ -355,7 +356,7 @@ def diagnose(args: argparse.Namespace) -> dict[str, Any]:
         "preset": args.preset,
         "device": str(setup.device),
         "fingerprint": fingerprint(setup.device),
-        "precision": setup.common["precision"],
+        "precision": setup.run_args.precision,
         "matmul_precision": setup.matmul,
         "eps": setup.eps,
         "graph_config": setup.graph_config.to_dict(),

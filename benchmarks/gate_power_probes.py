@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from benchmarks.gate_power_models import ModelSpec
-from trainers import REFERENCE, Precision, TrainerError, run
+from trainers import REFERENCE, Precision, RunArgs, TrainerError, run
 from trainers.gate import Determinism, Reproducibility
 from trainers.gate.reproducibility import measure as measure_reproducibility
 from trainers.gate.trajectories import deterministic
@@ -48,11 +48,13 @@ def eager_step_ms(
         result = run(
             workload,
             REFERENCE,
-            steps=max(3, steps),
-            warmup=max(5, min_warmup(REFERENCE)),
-            windows=3,
-            device=device,
-            precision=precision,
+            RunArgs(
+                steps=max(3, steps),
+                warmup=max(5, min_warmup(REFERENCE)),
+                windows=3,
+                device=device,
+                precision=precision,
+            ),
         )
     return float(result.step_time_ms["median"])
 

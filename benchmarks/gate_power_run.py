@@ -18,7 +18,14 @@ import torch
 
 from benchmarks.gate_power_models import EQUIVALENT, Equivalent, ModelSpec, load, parse_model_args
 from benchmarks.gate_power_probes import probe_entry, time_modes
-from trainers import ConfigError, LoopConfig, TrainerError, UnsupportedOnDevice, fingerprint
+from trainers import (
+    ConfigError,
+    LoopConfig,
+    RunArgs,
+    TrainerError,
+    UnsupportedOnDevice,
+    fingerprint,
+)
 from trainers.gate import (
     FAULTS,
     FLOOR_ULPS,
@@ -81,19 +88,17 @@ class SeedJudge:
         self.seed = seed
         self.envelope = envelope
         self.probe = probe
-        self.common: dict[str, Any] = {
-            "preset": spec.preset,
-            "seed": seed,
-            "device": power.device,
-            "precision": spec.precision,
-        }
+        self.preset = spec.preset
+        self.run_args = RunArgs(
+            steps=self.args.steps, seed=seed, device=power.device, precision=spec.precision
+        )
         self.twins: dict[str, Twin] = {}
 
     def twin(self, config: LoopConfig) -> Twin:
         twin_config, capturable = twin_of(config)
         key = json.dumps([twin_config.to_dict(), capturable])
         if key not in self.twins:
-            self.twins[key] = Twin.measure(self.factory, config, self.args.steps, **self.common)
+            self.twins[key] = Twin.measure(self.factory, config, self.run_args, preset=self.preset)
         return self.twins[key]
 
     def needs_twin(self, config: LoopConfig, test: GateTest | None) -> bool:
@@ -118,14 +123,14 @@ class SeedJudge:
         return gate(
             self.factory,
             config,
-            self.args.steps,
+            self.run_args,
+            preset=self.preset,
             envelope=self.envelope,
             twin=self.twin(config) if needs_twin else None,
             test=test,
             multiple=self.args.multiple,
             window=self.args.window,
             probe=self.probe,
-            **self.common,
         )
 
 
@@ -229,11 +234,8 @@ class PowerRun:
         envelope = Envelope.measure(
             factory,
             spec.preset,
-            steps=self.args.steps,
-            seed=seed,
-            device=self.device,
+            RunArgs(steps=self.args.steps, seed=seed, device=self.device, precision=spec.precision),
             perturbations=self.args.perturbations,
-            precision=spec.precision,
         )
         summary = self.envelope[spec.label]
         summary["floor"].append(envelope.floor)

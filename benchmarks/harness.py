@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainers import LoopConfig, fingerprint, graph_floor, load_workload, run
+from trainers import LoopConfig, RunArgs, fingerprint, graph_floor, load_workload, run
 from tuner.search.measuring.stats import bootstrap_ci
 
 PINNED = {"pin_memory": True, "non_blocking": True}
@@ -98,7 +98,9 @@ def measure_preset(
             gc.collect()
             torch.cuda.empty_cache()
             result = run(
-                workload, config, steps=steps, warmup=warmup, windows=windows, device="cuda"
+                workload,
+                config,
+                RunArgs(steps=steps, warmup=warmup, windows=windows, device="cuda"),
             )
             runs[name].append(
                 {

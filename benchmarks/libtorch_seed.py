@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import trainers
 from benchmarks.peers_tuning import tune
 from benchmarks.run_meta import run_meta
-from trainers import MATMUL_PRECISION, LoopConfig
+from trainers import MATMUL_PRECISION, LoopConfig, RunArgs
 from trainers.gate import Envelope, rounding_eps
 from trainers.program import Program, ProgramFailed, load_registry, run_program
 from tuner.search.measuring.stats import bootstrap_ci, ratio_ci
@@ -106,12 +106,13 @@ def agreement(
     cpp = _with_args(program, "--init", str(init), "--dropout", "0")
     eps = rounding_eps(precision, MATMUL_PRECISION[precision])  # type: ignore[index,arg-type]
     envelope = Envelope.measure(
-        "transformer", preset, steps=steps, seed=0, device=device, precision=precision, eps=eps
+        "transformer",
+        preset,
+        RunArgs(steps=steps, seed=0, device=device, precision=precision),
+        eps=eps,
     )
-    ours = run_program(
-        cpp, preset, LoopConfig(), steps=steps, warmup=0, windows=1, device=device,
-        precision=precision,
-    )  # fmt: skip
+    args = RunArgs(steps=steps, warmup=0, windows=1, device=device, precision=precision)
+    ours = run_program(cpp, preset, LoopConfig(), args)
     verdict = envelope.judge(ours.losses)
     return {
         "steps": steps,
@@ -202,10 +203,14 @@ class _Rounds:
     def cpp_run(self, lang: str, name: str, which: Program, config: LoopConfig) -> float | None:
         args = self.args
         try:
-            result = run_program(
-                which, self.preset, config, steps=args.steps, warmup=args.warmup,
-                windows=args.windows, device=args.device, precision=args.precision,
-            )  # fmt: skip
+            run_args = RunArgs(
+                steps=args.steps,
+                warmup=args.warmup,
+                windows=args.windows,
+                device=args.device,
+                precision=args.precision,
+            )
+            result = run_program(which, self.preset, config, run_args)
         except ProgramFailed as exc:  # recorded, and the other configs go on
             self.failures[f"{lang}:{name}"] = str(exc)[-1500:]
             return None
@@ -223,14 +228,17 @@ class _Rounds:
                 if name in self.stock_names
                 else None
             )
-            py = trainers.run(
-                trainers.load_workload("transformer", preset, seed=0),
-                python_config(config),
+            run_args = trainers.RunArgs(
                 steps=args.steps,
                 warmup=args.warmup,
                 windows=args.windows,
                 device=args.device,
                 precision=args.precision,  # type: ignore[arg-type]
+            )
+            py = trainers.run(
+                trainers.load_workload("transformer", preset, seed=0),
+                python_config(config),
+                run_args,
             )
             self.windows["python"].setdefault(name, []).extend(window_ms(py))
             print(

@@ -40,14 +40,14 @@ TOKEN = "load-benchmark-token-0123456789"
 SMALL_JOB = {
     "workload": "mlp",
     "preset": "tiny",
-    "n_trials": 3,
+    "trials": 3,
     "device": "cpu",
     "fix": {"num_workers": 0},
 }
 LONG_JOB = {
     "workload": "transformer",
     "preset": "tiny",
-    "n_trials": 500,
+    "trials": 500,
     "device": "cpu",
     "fix": {"num_workers": 0},
 }

@@ -127,7 +127,7 @@ def run_job(args: argparse.Namespace, workers: int, directory: Path) -> dict[str
     spec = JobSpec(
         workload=args.workload,
         preset=args.preset,
-        n_trials=args.trials,
+        trials=args.trials,
         device=args.device,
         fix={"num_workers": 0} if args.device == "cpu" else {},
     )

@@ -168,7 +168,7 @@ def default_job(
         "config": rec.get("config"),
         "source": rec.get("source"),
         "reason": rec.get("reason"),
-        "n_trials": rec.get("n_trials"),
+        "n_trials": rec.get("trial_counts"),
         "gpu_seconds": rec.get("gpu_seconds"),
         "wall_s": time.perf_counter() - started,
         "search_timeout_s": timeout_s,

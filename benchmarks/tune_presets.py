@@ -56,7 +56,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         )
         sb = rec["speedup"].get("seed-baseline", {})
         pd = rec["speedup"].get("pytorch-default", {})
-        n = rec["n_trials"]
+        n = rec.get("trial_counts") or rec["n_trials"]  # the key until 2026-11-27
         floor = rec.get("floor") or {}
         lines.append(
             f"| {preset} | {short} ({rec['source']}) | {sb.get('median', 0):.2f}x "

@@ -11,6 +11,9 @@ import trainers
 import tuner
 
 TRAINERS = {
+    "DEVICE_PATTERN",
+    "RunArgs",
+    "DEVICES_ALLOWED",
     "CACHE_DIR_VARIABLE",
     "ENV_PREFIX",
     "prepare_optimizer",

@@ -16,7 +16,7 @@ from trainers.config import (
     field_names,
     invalid_reason,
 )
-from trainers.core import min_warmup, resolve_device, split_batch
+from trainers.core import DEVICE_PATTERN, DEVICES_ALLOWED, min_warmup, resolve_device, split_batch
 from trainers.errors import (
     CaptureError,
     ConfigError,
@@ -61,6 +61,7 @@ from trainers.precision import (
     matmul_precision_for,
     set_matmul_precision,
 )
+from trainers.runargs import RunArgs
 from trainers.settings import ENV_PREFIX, config_from_env, load_config, load_precision
 from trainers.workloads import (
     BUILTIN,
@@ -77,6 +78,8 @@ __all__ = [
     "BUILTIN",
     "CACHE_DIR_VARIABLE",
     "COMPILE_MODES",
+    "DEVICES_ALLOWED",
+    "DEVICE_PATTERN",
     "ENV_PREFIX",
     "GRAPH_RTOL",
     "LEVERS",
@@ -99,6 +102,7 @@ __all__ = [
     "ParityVerdict",
     "Precision",
     "ReusedBuilds",
+    "RunArgs",
     "RunResult",
     "Trainer",
     "TrainerError",

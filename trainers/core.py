@@ -22,6 +22,7 @@ namespace to plant its faults: they are looked up here when a Session is built.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -56,15 +57,21 @@ OptimizerHook = Callable[[torch.optim.Optimizer, torch.device], None]
 (`Trainer` makes its learning rates device tensors and builds its scheduler there)."""
 
 
+DEVICES_ALLOWED = "auto, cpu, cuda or cuda:INDEX"
+DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d{1,2})?)$")
+"""The one device syntax of a run (`--device`) and of a service job (its `device`)."""
+
+
 def resolve_device(device: str | torch.device) -> torch.device:
     if isinstance(device, torch.device):
         resolved = device
+    elif not DEVICE_PATTERN.match(device):
+        # Before torch reads it: `cuda:x` is torch's RuntimeError, not the flag's error.
+        raise ConfigError("device", device, DEVICES_ALLOWED)
     elif device == "auto":
         resolved = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    elif device in ("cpu", "cuda") or device.startswith("cuda:"):
-        resolved = torch.device(device)
     else:
-        raise ConfigError("device", device, "auto, cpu, cuda or cuda:INDEX")
+        resolved = torch.device(device)
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise UnsupportedOnDevice(
             f"device={device!r}: CUDA is not available here (torch {torch.__version__}); "

@@ -66,6 +66,7 @@ from trainers.program.torchrun import (
     RANK_DIR_VARIABLE,
     TIMEOUT_VARIABLE,
 )
+from trainers.runargs import RunArgs
 from trainers.workloads import Workload, disable_dropout, load_workload
 
 
@@ -228,16 +229,14 @@ def _train(
     if on_built is not None:
         on_built(workload)
     with deterministic(strict=False) if args.gate else contextlib.nullcontext():
-        result = run(
-            workload,
-            config,
+        run_args = RunArgs(
             steps=shape.steps,
             warmup=shape.warmup,
             windows=shape.windows,
             device=device,
-            on_window=on_window,
-            precision=reporter.precision,  # type: ignore[arg-type]
+            precision=reporter.precision,  # type: ignore[arg-type]  # run() checks it
         )
+        result = run(workload, config, run_args, on_window=on_window)
     return result, workload.model
 
 

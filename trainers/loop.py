@@ -11,13 +11,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
-import torch
-
 from trainers.compilation import CompileStats
 from trainers.config import LoopConfig
 from trainers.core import Engine, Session, check_run_args, min_warmup, resolve_device
 from trainers.measure import RunResult, Window, WindowTimer, fingerprint, window_sizes
-from trainers.precision import Precision
+from trainers.runargs import DEFAULT_ARGS, RunArgs
 from trainers.workloads.base import Workload
 
 __all__ = ["CPU_NOTE", "WindowCallback", "min_warmup", "resolve_device", "run"]
@@ -35,23 +33,20 @@ CPU_NOTE = (
 def run(
     workload: Workload,
     config: LoopConfig,
+    args: RunArgs = DEFAULT_ARGS,
     *,
-    steps: int = 50,
-    warmup: int = 10,
-    windows: int = 5,
-    device: str | torch.device = "auto",
     on_window: WindowCallback | None = None,
-    precision: Precision | None = None,
     capturable: bool | None = None,
 ) -> RunResult:
-    """Train `workload` for `warmup + steps` steps under `config`; time `steps` in `windows`.
+    """Train `workload` for `args.warmup + args.steps` steps under `config` on `args.device` in
+    `args.precision`; time `args.steps` in `args.windows` windows (`RunArgs`; its seed is the
+    workload's, already built).
 
-    precision: the run's numeric precision (`trainers.precision`), a property of the experiment
-    and never tuned; None keeps the process's float32 matmul precision and no autocast.
     capturable: build the optimizer capturable (None: exactly when `config.cuda_graph`); the
     parity gate runs a graph config's eager twin with True (`trainers.gate.twin`).
     """
-    dev = resolve_device(device)
+    dev = resolve_device(args.device)
+    steps, warmup, windows, precision = args.steps, args.warmup, args.windows, args.precision
     check_run_args(config, dev, steps=steps, warmup=warmup, windows=windows, precision=precision)
     engine = Engine(workload, config, device=dev, precision=precision, capturable=capturable)
     with contextlib.closing(engine):

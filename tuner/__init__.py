@@ -48,7 +48,7 @@ _LAZY = {
     "space_from_mapping": "tuner.search.spaces.named",
     "JobStore": "tuner.service.jobstore",
     "WorkerSettings": "tuner.service.settings",
-    "JobSpec": "tuner.service.spec",
+    "JobSpec": "tuner.search.request",
     "WorkloadRegistry": "tuner.service.spec",
     "Worker": "tuner.service.worker",
     "TrialCounts": "tuner.store.counting",
@@ -59,12 +59,13 @@ if TYPE_CHECKING:
     from tuner.evidence.reader import StudyReader, list_studies, load_config, recommendation
     from tuner.evidence.recommendation import Recommendation
     from tuner.search.options import BASELINES, RunOptions
+    from tuner.search.request import JobSpec
     from tuner.search.spaces.named import load_space, space_from_mapping
     from tuner.search.spaces.space import SearchSpace
     from tuner.search.study import run_study
     from tuner.service.jobstore import JobStore
     from tuner.service.settings import WorkerSettings
-    from tuner.service.spec import JobSpec, WorkloadRegistry
+    from tuner.service.spec import WorkloadRegistry
     from tuner.service.worker import Worker
     from tuner.store.counting import TrialCounts, count_trials
 

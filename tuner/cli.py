@@ -15,64 +15,36 @@ from tuner.errors import SpaceError, TunerError
 from tuner.evidence import progress
 from tuner.flags import (
     FLAGS,
-    Artifacts,
     AsJson,
-    BaselineEvery,
     CompileMode,
     CudaGraph,
     Device,
-    FinalRounds,
-    Fix,
-    Gpus,
     MatmulPrecision,
-    MaxMemory,
     ModelArgs,
     NonBlocking,
-    NprocPerNode,
     NumWorkers,
-    Objectives,
     Optimizer,
-    ParitySteps,
-    Patience,
     PinMemory,
     Precision,
-    PrecisionParitySteps,
-    Precisions,
-    PrecisionTolerance,
     PrefetchDepth,
     Preset,
-    Profile,
-    ProfileSteps,
-    Program,
-    Quiet,
-    RunStudy,
-    Sampler,
-    Screen,
-    Seed,
-    Space,
+    RunFlags,
     Steps,
     Storage,
     Streams,
     StudyName,
     SyncInterval,
     SyncMode,
-    TieMargin,
-    Timeout,
-    TopK,
     TrainSeed,
-    TrainSteps,
     TrainWarmup,
     TrainWindows,
-    Trials,
-    Warmup,
-    Windows,
-    WindowSteps,
     Workload,
+    command_of,
+    parse_model_args,
 )
 from tuner.search.proposing.defaults import (
     CPU_FINAL_ROUNDS,
     CPU_SEARCH_BUDGET_S,
-    DEFAULT_TRIALS,
 )
 
 # Each command imports what it needs when it runs: importing torch, Optuna and scipy takes 3-7 s
@@ -80,6 +52,7 @@ from tuner.search.proposing.defaults import (
 if TYPE_CHECKING:
     from tuner.evidence.recommendation import Recommendation
     from tuner.search.options import RunOptions
+    from tuner.search.request import JobSpec
     from tuner.service.node import NodeDevices, NodeSummary
 
 app = typer.Typer(
@@ -159,39 +132,18 @@ def train(
     built = trainers.load_workload(
         workload, preset, seed=seed, model_args=parse_model_args(model_arg or ())
     )
-    result = trainers.run(
-        built,
-        config,
+    args = trainers.RunArgs(
         steps=steps,
         warmup=warmup,
         windows=windows,
         device=dev,
         precision=precision,  # type: ignore[arg-type]  # run() checks it
     )
+    result = trainers.run(built, config, args)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
         render.run_summary(Console(), result)
-
-
-def parse_precisions(text: str | None) -> tuple[str, ...] | None:
-    """`--precisions a,b` as a tuple (`RunOptions` checks each value and the rest)."""
-    if text is None:
-        return None
-    return tuple(part.strip() for part in text.split(","))
-
-
-def parse_model_args(items: list[str] | tuple[str, ...]) -> dict[str, str]:
-    """`--model-arg key=value` items as a mapping; the adapter checks keys and values."""
-    parsed: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise TunerError(f"--model-arg: {item!r} is invalid: allowed key=value")
-        if key.strip() in parsed:
-            raise TunerError(f"--model-arg: {key.strip()!r} is given twice")
-        parsed[key.strip()] = value.strip()
-    return parsed
 
 
 @app.command()
@@ -210,54 +162,21 @@ def models(as_json: AsJson = False) -> None:
 
 
 @app.command("run")
-def run_(
-    workload: Workload = "transformer",
-    preset: Preset = "small",
-    trials: Trials = DEFAULT_TRIALS,
-    timeout: Timeout = None,
-    space: Space = "auto",
-    fix: Fix = None,
-    storage: Storage = None,
-    study: RunStudy = None,
-    device: Device = "auto",
-    objectives: Objectives = "throughput",
-    max_memory: MaxMemory = None,
-    top_k: TopK = 3,
-    tie_margin: TieMargin = 0.01,
-    final_rounds: FinalRounds = None,
-    baseline_every: BaselineEvery = 10,
-    parity_steps: ParitySteps = 20,
-    precision_parity_steps: PrecisionParitySteps = None,
-    precision_tolerance: PrecisionTolerance = None,
-    warmup: Warmup = 10,
-    windows: Windows = 5,
-    window_steps: WindowSteps = None,
-    sampler: Sampler = "tpe",
-    seed: Seed = 0,
-    matmul_precision: MatmulPrecision = "highest",
-    model_arg: ModelArgs = None,
-    precision: Precision = None,
-    precisions: Precisions = None,
-    train_steps: TrainSteps = None,
-    patience: Patience = None,
-    screen: Screen = "auto",
-    profile: Profile = None,
-    profile_steps: ProfileSteps = 10,
-    artifacts: Artifacts = None,
-    program: Program = None,
-    quiet: Quiet = False,
-    nproc_per_node: NprocPerNode = 1,
-    gpus: Gpus = "1",
-    as_json: AsJson = False,
-) -> None:
+@command_of(RunFlags)
+def run_(flags: RunFlags) -> None:
     """Tune: search the settings with short real runs and recommend a config."""
-    flags = dict(locals())  # every flag as given, for `_run_options`
-    show = progress.for_terminal(quiet=quiet, stdout=sys.stdout, stderr=sys.stderr)
+    show = progress.for_terminal(quiet=flags.quiet, stdout=sys.stdout, stderr=sys.stderr)
     with show:
-        rec, node = _tune(flags, show)
+        # The first line before anything slow (importing torch and Optuna, building the
+        # workload, opening the study), so a log shows at once that the run started.
+        show.line(
+            f"tuning {flags.workload_name} / {flags.preset} on device {flags.device}: loading "
+            "PyTorch and Optuna"
+        )
+        rec, node = _tune(flags.spec(), flags.settings(), flags.gpus, show)
     from tuner.evidence import render
 
-    if as_json:
+    if flags.as_json:
         shown = rec.to_dict() if node is None else rec.to_dict() | {"node": node.to_dict()}
         typer.echo(json.dumps(shown, indent=2))
     else:
@@ -266,28 +185,31 @@ def run_(
             Console().print(node.line(), soft_wrap=True)
 
 
-def _tune(flags: dict[str, Any], show: Any) -> tuple[Recommendation, NodeSummary | None]:
-    """Check the flags and the storage, apply a CPU's defaults, run the study, end the progress
-    on the recommendation's figure. The first line comes before anything slow (importing torch,
-    building the workload, opening the study), so a log shows at once that the run started."""
-    workload = flags["workload"] if flags["program"] is None else f"program:{flags['program']}"
-    show.line(
-        f"tuning {workload} / {flags['preset']} on device {flags['device']}: loading PyTorch "
-        "and Optuna"
-    )
+def _tune(
+    spec: JobSpec, settings: dict[str, Any], gpus: str, show: Any
+) -> tuple[Recommendation, NodeSummary | None]:
+    """Check the request and the storage, apply a CPU's defaults, run the study (or, with
+    `--gpus` above 1, its job on this node's GPUs), end the progress on the recommendation.
+    `settings`: `RunOptions`' other fields from the flags, None where the default depends on the
+    device (`_cpu_defaults`)."""
+    from tuner.search.options import RunOptions
     from tuner.search.study import run_study
     from tuner.store import storage as studies
 
-    options = _run_options(flags, workload)
-    url = studies.storage_url(flags["storage"])
+    unset = {k for k in ("final_rounds", "profile") if settings[k] is None}
+    unset |= {"timeout_s"} if spec.timeout_s is None else set()
+    given = {k: v for k, v in settings.items() if k not in unset}
+    options = RunOptions.from_spec(spec, **given)
+    url = studies.storage_url(settings["storage"])
     studies.check_sqlite_path(url)
     show.line(f"building the workload, then opening the study in {url}")
-    gpus, devices = _gpus(flags)
-    options = _cpu_defaults(options, flags, show)
+    count, devices = _gpus(gpus, spec.device)
+    options = _cpu_defaults(options, unset, show)
     if devices is not None:
         from tuner.service.node import run_on_node
 
-        rec, node = run_on_node(options, gpus, devices, url, show)
+        spec = dataclasses.replace(spec, gpus=count)
+        rec, node = run_on_node(spec, options, devices, url, show)
         show.finish(rec)
         show.line(node.line())
         return rec, node
@@ -296,83 +218,36 @@ def _tune(flags: dict[str, Any], show: Any) -> tuple[Recommendation, NodeSummary
     return rec, None
 
 
-def _gpus(flags: dict[str, Any]) -> tuple[int, NodeDevices | None]:
+def _gpus(gpus: str, device: str) -> tuple[int, NodeDevices | None]:
     """`--gpus` checked against this node (`tuner.service.node.resolve_gpus`); 1: no devices,
     the run stays in this process as it always was."""
-    if flags["gpus"].strip() == "1":
+    if gpus.strip() == "1":
         return 1, None
     from tuner.service.node import resolve_gpus
 
-    return resolve_gpus(flags["gpus"], flags["device"])
+    return resolve_gpus(gpus, device)
 
 
-def _run_options(flags: dict[str, Any], workload: str) -> RunOptions:
-    """`run`'s flags as the search's `RunOptions` (which checks them)."""
-    from tuner.search.measuring.measure import Protocol
-    from tuner.search.options import RunOptions
-
-    return RunOptions(
-        workload=workload,
-        preset=flags["preset"],
-        trials=flags["trials"],
-        timeout_s=flags["timeout"],
-        space=flags["space"],
-        fix=tuple(flags["fix"] or ()),
-        storage=flags["storage"],
-        study=flags["study"],
-        device=flags["device"],
-        objectives=tuple(o.strip() for o in flags["objectives"].split(",")),
-        max_memory_bytes=flags["max_memory"],
-        top_k=flags["top_k"],
-        tie_margin=flags["tie_margin"],
-        final_rounds=3 if flags["final_rounds"] is None else flags["final_rounds"],
-        baseline_every=flags["baseline_every"],
-        parity_steps=flags["parity_steps"],
-        precision_parity_steps=flags["precision_parity_steps"],
-        precision_tolerance=flags["precision_tolerance"],
-        sampler=flags["sampler"],
-        seed=flags["seed"],
-        matmul_precision=flags["matmul_precision"],
-        profile=flags["profile"] or "baselines",
-        profile_steps=flags["profile_steps"],
-        model_args=parse_model_args(flags["model_arg"] or ()),
-        train_steps=flags["train_steps"],
-        patience=flags["patience"],
-        screen=flags["screen"],
-        precision=flags["precision"],
-        precisions=parse_precisions(flags["precisions"]),
-        artifacts=flags["artifacts"],
-        protocol=Protocol.given(
-            warmup=flags["warmup"],
-            windows=flags["windows"],
-            window_steps=flags["window_steps"],
-            seed=flags["seed"],
-        ),
-        auto_window_steps=flags["window_steps"] is None,
-        nproc_per_node=flags["nproc_per_node"],
-    )
-
-
-def _cpu_defaults(options: RunOptions, flags: dict[str, Any], show: Any) -> RunOptions:
-    """On a CPU, where not given: a search budget of CPU_SEARCH_BUDGET_S, CPU_FINAL_ROUNDS final
-    round and no profiles. A CPU run answers whether the workload trains under each config and
-    passes the gate, not which config is fastest on a GPU (the summary says so), and a CPU
-    profile has no GPU figures; so a long job there buys nothing. On this project's 2-core
-    machine, under other jobs' load, the README's first command took 239 s with three final
-    rounds (128 s) and profiles (31 s). A GPU's defaults are untouched."""
+def _cpu_defaults(options: RunOptions, unset: set[str], show: Any) -> RunOptions:
+    """On a CPU, where not given (`unset`): a search budget of CPU_SEARCH_BUDGET_S,
+    CPU_FINAL_ROUNDS final round and no profiles. A CPU run answers whether the workload trains
+    under each config and passes the gate, not which config is fastest on a GPU (the summary
+    says so), and a CPU profile has no GPU figures; so a long job there buys nothing. On this
+    project's 2-core machine, under other jobs' load, the README's first command took 239 s
+    with three final rounds (128 s) and profiles (31 s). A GPU's defaults are untouched."""
     import trainers
 
     if trainers.resolve_device(options.device).type != "cpu":
         return options
     changes: dict[str, Any] = {}
     said: list[str] = []
-    if flags["timeout"] is None:
+    if "timeout_s" in unset:
         changes["timeout_s"] = CPU_SEARCH_BUDGET_S
         said.append(f"search budget {CPU_SEARCH_BUDGET_S:.0f} s (--timeout)")
-    if flags["final_rounds"] is None:
+    if "final_rounds" in unset:
         changes["final_rounds"] = CPU_FINAL_ROUNDS
         said.append(f"{CPU_FINAL_ROUNDS} final round (--final-rounds)")
-    if flags["profile"] is None:
+    if "profile" in unset:
         changes["profile"] = "none"
         said.append("no profiles (--profile)")
     if said:

@@ -1,10 +1,15 @@
 """The options of `python -m tuner`'s commands, one alias each (`tuner.cli` reads them), so that a
-command's signature stays a list of names. Built before PyTorch loads: only typer and the
+command's signature stays a list of names; `run`'s as one typed object (`RunFlags`, whose fields
+`command_of` makes the command's options). Built before PyTorch loads: only typer and the
 import-free defaults here."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import dataclasses
+import inspect
+import typing
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -14,6 +19,7 @@ from tuner.search.proposing.defaults import (
     AUTO_SEARCH_BUDGET_S,
     CPU_FINAL_ROUNDS,
     CPU_SEARCH_BUDGET_S,
+    DEFAULT_TRIALS,
     DEFAULT_WINDOW_STEPS,
     MAX_TRIALS,
     SCALE_WINDOW_STEPS,
@@ -129,7 +135,7 @@ StudyName = Annotated[str, typer.Option("--study", help="Study name.")]
 Trials = Annotated[
     int,
     typer.Option(
-        help=f"Trials to run, 1-{MAX_TRIALS} (added to a resumed study; the API's n_trials).",
+        help=f"Trials to run, 1-{MAX_TRIALS} (added to a resumed study; the API's trials).",
     ),
 ]
 Timeout = Annotated[
@@ -296,3 +302,168 @@ CompileMode = Annotated[
     ),
 ]
 Optimizer = Annotated[str, typer.Option(help="as-built, foreach, fused or compiled.")]
+
+
+if TYPE_CHECKING:
+    from tuner.search.request import JobSpec
+
+F = TypeVar("F")
+R = TypeVar("R")
+
+
+def command_of(flags: type[F]) -> Callable[[Callable[[F], R]], Callable[..., R]]:
+    """A Typer command whose options are the fields of the dataclass `flags` (their annotations
+    are the aliases above, their defaults the flags' defaults), calling the function with one
+    `flags` instance: a typed object in place of a signature of dozens of parameters."""
+    hints = typing.get_type_hints(flags, include_extras=True)
+    params = [
+        inspect.Parameter(
+            field.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=field.default,
+            annotation=hints[field.name],
+        )
+        for field in dataclasses.fields(flags)  # type: ignore[arg-type]
+    ]
+
+    def wrap(function: Callable[[F], R]) -> Callable[..., R]:
+        def command(**given: Any) -> R:
+            return function(flags(**given))
+
+        command.__name__ = function.__name__
+        command.__qualname__ = function.__qualname__
+        command.__doc__ = function.__doc__
+        command.__module__ = function.__module__
+        # What Typer reads: the signature and the type hints.
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command
+
+    return wrap
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunFlags:
+    """`python -m tuner run`'s flags as typed: the request (`spec`, the API's job field for
+    field) and how this process measures it (`settings`, `RunOptions`' other fields)."""
+
+    workload: Workload = "transformer"
+    preset: Preset = "small"
+    trials: Trials = DEFAULT_TRIALS
+    timeout: Timeout = None
+    space: Space = "auto"
+    fix: Fix = None
+    storage: Storage = None
+    study: RunStudy = None
+    device: Device = "auto"
+    objectives: Objectives = "throughput"
+    max_memory: MaxMemory = None
+    top_k: TopK = 3
+    tie_margin: TieMargin = 0.01
+    final_rounds: FinalRounds = None
+    baseline_every: BaselineEvery = 10
+    parity_steps: ParitySteps = 20
+    precision_parity_steps: PrecisionParitySteps = None
+    precision_tolerance: PrecisionTolerance = None
+    warmup: Warmup = 10
+    windows: Windows = 5
+    window_steps: WindowSteps = None
+    sampler: Sampler = "tpe"
+    seed: Seed = 0
+    matmul_precision: MatmulPrecision = "highest"
+    model_arg: ModelArgs = None
+    precision: Precision = None
+    precisions: Precisions = None
+    train_steps: TrainSteps = None
+    patience: Patience = None
+    screen: Screen = "auto"
+    profile: Profile = None
+    profile_steps: ProfileSteps = 10
+    artifacts: Artifacts = None
+    program: Program = None
+    quiet: Quiet = False
+    nproc_per_node: NprocPerNode = 1
+    gpus: Gpus = "1"
+    as_json: AsJson = False
+
+    @property
+    def workload_name(self) -> str:
+        return self.workload if self.program is None else f"program:{self.program}"
+
+    def spec(self) -> JobSpec:
+        """What is asked: the API's job, field for field (one process: `gpus` 1)."""
+        from tuner.search.request import JobSpec
+        from tuner.search.spaces.pins import parse_fix
+
+        return JobSpec(
+            workload=self.workload_name,
+            preset=self.preset,
+            space=self.space,
+            fix=parse_fix(self.fix or ()),
+            trials=self.trials,
+            timeout_s=self.timeout,
+            objectives=tuple(o.strip() for o in self.objectives.split(",")),
+            max_memory_bytes=self.max_memory,
+            device=self.device,
+            model_args=parse_model_args(self.model_arg or ()),
+            precision=self.precision,
+            precisions=parse_precisions(self.precisions),
+            nproc_per_node=self.nproc_per_node,
+            screen=self.screen,
+            gpus=1,
+        )
+
+    def settings(self) -> dict[str, Any]:
+        """How this process measures the request: `RunOptions`' other fields, by name, as a
+        service worker takes them from its `TUNER_*` settings. None where the default depends
+        on the device (final_rounds, profile: `tuner.cli`'s CPU defaults)."""
+        from tuner.search.measuring.measure import Protocol
+
+        return {
+            "storage": self.storage,
+            "study": self.study,
+            "top_k": self.top_k,
+            "tie_margin": self.tie_margin,
+            "final_rounds": self.final_rounds,
+            "baseline_every": self.baseline_every,
+            "parity_steps": self.parity_steps,
+            "precision_parity_steps": self.precision_parity_steps,
+            "precision_tolerance": self.precision_tolerance,
+            "sampler": self.sampler,
+            "seed": self.seed,
+            "matmul_precision": self.matmul_precision,
+            "profile": self.profile,
+            "profile_steps": self.profile_steps,
+            "artifacts": self.artifacts,
+            "train_steps": self.train_steps,
+            "patience": self.patience,
+            "protocol": Protocol.given(
+                warmup=self.warmup,
+                windows=self.windows,
+                window_steps=self.window_steps,
+                seed=self.seed,
+            ),
+            "auto_window_steps": self.window_steps is None,
+        }
+
+
+def parse_precisions(text: str | None) -> tuple[str, ...] | None:
+    """`--precisions a,b` as a tuple (`RunOptions` checks each value and the rest)."""
+    if text is None:
+        return None
+    return tuple(part.strip() for part in text.split(","))
+
+
+def parse_model_args(items: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """`--model-arg key=value` items as a mapping; the adapter checks keys and values."""
+    from tuner.errors import TunerError
+
+    parsed: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise TunerError(f"--model-arg: {item!r} is invalid: allowed key=value")
+        if key.strip() in parsed:
+            raise TunerError(f"--model-arg: {key.strip()!r} is given twice")
+        parsed[key.strip()] = value.strip()
+    return parsed

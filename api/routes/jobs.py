@@ -74,7 +74,7 @@ def list_jobs(
 
 @router.get("/{job_id}", response_model=JobOut, responses=NOT_FOUND)
 def get_job(job_id: JobId, store: StoreDep, caller: CallerDep) -> JobOut:
-    """Status, trials complete of n_trials, the best trial so far, timestamps, error."""
+    """Status, trials complete of those asked for, the best trial so far, timestamps, error."""
     return JobOut.of(store.job(job_id, by=caller))
 
 
@@ -101,7 +101,7 @@ def job_best(job_id: JobId, store: StoreDep, caller: CallerDep) -> Recommendatio
     if row.recommendation is None:
         raise JobConflict(
             f"job {job_id!r} has no recommendation: it is {row.status}, "
-            f"{row.n_complete} of {row.n_trials} trials complete"
+            f"{row.n_complete} of {row.trials} trials complete"
         )
     return Recommendation.model_validate(row.recommendation)
 

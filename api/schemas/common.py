@@ -37,7 +37,9 @@ class Recommendation(BaseModel):
     throughput: dict[str, Any] | None = None
     speedup: dict[str, Any] | None = None
     ties: list[dict[str, Any]] | None = None
-    n_trials: dict[str, int] | None = None
+    trial_counts: dict[str, int] | None = Field(
+        default=None, description="trials by state: complete, failed, pruned, interrupted, ..."
+    )
     gpu_seconds: float | None = None
     floor: dict[str, Any] | None = None
     peak_memory_bytes: int | None = None

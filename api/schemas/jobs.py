@@ -1,7 +1,8 @@
 """Jobs: the request (`JobIn`), the job (`JobOut`) and its trials (`TrialOut`).
 
 Each group of fields has one owner, and the models here follow it: the request's fields are
-`tuner.service.spec.JobSpec`'s (`JobIn.to_spec` and `JobOut.of` copy them by name), the space's
+`tuner.search.request.JobSpec`'s (`JobIn.to_spec` and `JobOut.of` copy them by name), which
+the CLI builds from its flags too, the space's
 and the pins' are `trainers.LoopConfig`'s with its allowed values and bounds, the precision is
 `trainers.precision`'s. tests/api/test_owners.py holds the models to their owners.
 """
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
+    AliasChoices,
     BaseModel,
     Field,
     PlainValidator,
@@ -23,10 +25,10 @@ from pydantic import (
 )
 
 from api.schemas.common import BestSoFar, Strict, utc
-from trainers import LEVERS, PRECISIONS, Lever, Precision
+from trainers import DEVICES_ALLOWED, LEVERS, PRECISIONS, Lever, Precision
 from trainers.program import MAX_NPROC
 from tuner.search.proposing.defaults import DEFAULT_TRIALS, MAX_TRIALS
-from tuner.service.spec import JobSpec
+from tuner.search.request import JobSpec
 from tuner.service.tables import JobRow
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
@@ -39,7 +41,9 @@ ModelArgValue = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^\
 PrecisionName = Precision
 Objective = Literal["throughput", "memory"]
 Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-Device = Literal["auto", "cpu", "cuda"]
+# The CLI's device syntax (`trainers.DEVICE_PATTERN`), checked by `check_spec`
+# with its message; 8 characters hold `cuda:99`, as the job table's column does.
+Device = Annotated[str, Field(min_length=1, max_length=8)]
 
 
 _THROUGHPUT: list[Objective] = ["throughput"]
@@ -154,11 +158,14 @@ class JobIn(Strict):
     preset: Name = Field(description="the workload's size, e.g. tiny, small")
     space: Literal["auto", "full", "streams", "compile", "scale"] | SpaceIn = "auto"
     fix: FixIn = Field(default_factory=FixIn)
-    n_trials: int = Field(
+    trials: int = Field(
         default=DEFAULT_TRIALS,
         ge=1,
         le=MAX_TRIALS,
-        description="trials to run: the same default and bounds as the CLI's --trials",
+        # `n_trials`: its name until 2026-11-27, still read so that older clients keep working.
+        validation_alias=AliasChoices("trials", "n_trials"),
+        description="trials to run: the same name, default and bounds as the CLI's --trials "
+        "(`n_trials`, its former name, is still accepted)",
     )
     timeout_s: float | None = Field(
         default=None,
@@ -175,7 +182,10 @@ class JobIn(Strict):
     max_memory_bytes: int | None = Field(
         default=None, ge=1, le=2**50, description="recommend the fastest config under this"
     )
-    device: Device = "auto"
+    device: Device = Field(
+        default="auto",
+        description=f"{DEVICES_ALLOWED}: on cuda:INDEX only the worker of that GPU runs it",
+    )
     model_args: dict[ModelArgKey, ModelArgValue] = Field(
         default_factory=dict,
         max_length=32,
@@ -258,7 +268,7 @@ class JobOut(BaseModel):
     device: Device
     space: str | dict[str, Any]
     fix: dict[str, Any]
-    n_trials: int = Field(description="trials asked for")
+    trials: int = Field(description="trials asked for")
     model_args: dict[str, str] = Field(default_factory=dict)
     precision: str | None = None
     precisions: list[str] | None = Field(

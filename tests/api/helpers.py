@@ -35,7 +35,7 @@ SMALL: dict[str, Any] = {
 TINY_JOB: dict[str, Any] = {
     "workload": "mlp",
     "preset": "tiny",
-    "n_trials": 3,
+    "trials": 3,
     "device": "cpu",
     "fix": {"num_workers": 0},
 }

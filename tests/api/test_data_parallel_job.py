@@ -16,7 +16,7 @@ from trainers import LoopConfig
 DP_JOB: dict[str, Any] = {
     "workload": "transformer",
     "preset": "tiny",
-    "n_trials": 1,
+    "trials": 1,
     "device": "cpu",
     "fix": {"num_workers": 0},
     "nproc_per_node": 2,

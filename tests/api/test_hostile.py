@@ -72,7 +72,7 @@ HOSTILE_TEXT = [
     "x" * 3000,
 ]
 TOP = sorted(set(TINY_JOB) | {"space", "fix", "timeout_s", "objectives", "model_args"})
-TOP += ["max_memory_bytes", "precision", "n_trials"]
+TOP += ["max_memory_bytes", "precision", "trials"]
 NESTED = [("space", name) for name in FixIn.model_fields] + [
     ("fix", name) for name in FixIn.model_fields
 ]
@@ -179,13 +179,13 @@ def test_a_library_lookup_error_is_a_422_naming_the_workload(client: TestClient,
 def test_the_422_handler_echoes_what_json_cannot_carry_as_text(client: TestClient) -> None:
     response = client.post(
         "/v1/jobs",
-        content='{"workload": "\\ud800", "preset": "tiny", "n_trials": ' + "9" * 40 + "}",
+        content='{"workload": "\\ud800", "preset": "tiny", "trials": ' + "9" * 40 + "}",
         headers=AUTH | {"Content-Type": "application/json"},
     )
     assert response.status_code == 422
     by_field = {tuple(e["loc"])[-1]: e for e in response.json()["detail"]}
     assert by_field["workload"]["input"] == "\\ud800"
-    assert by_field["n_trials"]["input"] == f"an integer of {int('9' * 40).bit_length()} bits"
+    assert by_field["trials"]["input"] == f"an integer of {int('9' * 40).bit_length()} bits"
 
 
 def test_a_body_without_its_content_type_is_told_to_send_one(client: TestClient) -> None:

@@ -29,7 +29,7 @@ def test_post_answers_201_with_location_and_the_job(client: TestClient) -> None:
     assert response.headers["Location"] == f"/v1/jobs/{job['id']}" == job["links"]["self"]
     assert job["status"] == "queued" and job["attempts"] == 0
     assert (job["workload"], job["preset"], job["device"]) == ("mlp", "tiny", "cpu")
-    assert (job["n_trials"], job["n_complete"], job["best"]) == (3, 0, None)
+    assert (job["trials"], job["n_complete"], job["best"]) == (3, 0, None)
     assert job["space"] == "auto" and job["fix"] == {"num_workers": 0}
     assert job["objectives"] == ["throughput"] and job["timeout_s"] == 30.0
     assert job["study"] == f"job-{job['id']}"
@@ -157,9 +157,9 @@ def test_bodies_over_64_kib_get_413(client: TestClient) -> None:
 
 BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
     # (changes to TINY_JOB, the error's loc must start with this, its message must hold this)
-    ({"n_trials": 0}, ("body", "n_trials"), "greater than or equal to 1"),
-    ({"n_trials": MAX_TRIALS + 1}, ("body", "n_trials"), f"less than or equal to {MAX_TRIALS}"),
-    ({"n_trials": "5"}, ("body", "n_trials"), "valid integer"),
+    ({"trials": 0}, ("body", "trials"), "greater than or equal to 1"),
+    ({"trials": MAX_TRIALS + 1}, ("body", "trials"), f"less than or equal to {MAX_TRIALS}"),
+    ({"trials": "5"}, ("body", "trials"), "valid integer"),
     ({"code": "import os"}, ("body", "code"), "Extra inputs"),
     ({"workload": "os.path:join"}, ("body", "workload"), "pattern"),
     ({"workload": "resnet"}, ("body", "workload"), "unknown workload 'resnet'"),
@@ -204,7 +204,7 @@ BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
     ({"objectives": ["memory"]}, ("body", "objectives"), "throughput"),
     ({"objectives": ["throughput", "throughput"]}, ("body", "objectives"), "throughput"),
     ({"objectives": []}, ("body", "objectives"), "at least 1"),
-    ({"device": "tpu"}, ("body", "device"), "'auto', 'cpu' or 'cuda'"),
+    ({"device": "tpu"}, ("body", "device"), "allowed auto, cpu, cuda or cuda:INDEX, not 'tpu'"),
     ({"screen": "sometimes"}, ("body", "screen"), "'auto', 'on' or 'off'"),
     ({"screen": True}, ("body", "screen"), "'auto', 'on' or 'off'"),
     ({"gpus": 0}, ("body", "gpus"), "allowed 'all' or a whole number 1..64"),
@@ -278,7 +278,7 @@ def test_a_library_model_is_checked_before_it_is_queued(client: TestClient) -> N
 
 def test_a_job_names_a_program_of_the_servers_registry_never_its_command(storage: str) -> None:
     registry = str(ROOT / "examples" / "program" / "programs.json")
-    job = {"workload": "program:plain-mlp", "preset": "tiny", "n_trials": 2, "device": "cpu"}
+    job = {"workload": "program:plain-mlp", "preset": "tiny", "trials": 2, "device": "cpu"}
     with TestClient(make_app(storage, programs=registry)) as with_programs:
         created = _post(with_programs, job)
         assert created.status_code == 201, created.text

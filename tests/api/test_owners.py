@@ -12,11 +12,11 @@ import pydantic
 import pytest
 
 import trainers
-from api.schemas.jobs import Device, FixIn, JobIn, JobOut, PrecisionName, SpaceIn
+from api.schemas.jobs import FixIn, JobIn, JobOut, PrecisionName, SpaceIn
 from tests.api.conftest import make_worker
 from tuner.search.options import RunOptions
+from tuner.search.request import JobSpec
 from tuner.service.jobstore import JobStore
-from tuner.service.spec import DEVICES, JobSpec
 
 SPEC_FIELDS = [f.name for f in dataclasses.fields(JobSpec)]
 LOOP_FIELDS = [f.name for f in dataclasses.fields(trainers.LoopConfig)]
@@ -30,7 +30,7 @@ EVERYTHING: dict[str, Any] = {
     "preset": "small",
     "space": {"num_streams": [1, 2], "sync_mode": ["event", "query"]},
     "fix": {"num_workers": 0, "pin_memory": True},
-    "n_trials": 7,
+    "trials": 7,
     "timeout_s": 120.5,
     "objectives": ["throughput", "memory"],
     "max_memory_bytes": 2**30,
@@ -106,7 +106,6 @@ def test_the_space_and_the_pins_are_loopconfigs_settings_with_its_values() -> No
 
 def test_the_other_choices_are_their_owners() -> None:
     assert typing.get_args(PrecisionName) == trainers.PRECISIONS
-    assert typing.get_args(Device) == DEVICES
     for objectives in (["throughput"], ["throughput", "memory"]):
         JobIn.model_validate(EVERYTHING | {"objectives": objectives})
         RunOptions(workload="mlp", preset="tiny", objectives=tuple(objectives))
@@ -114,7 +113,6 @@ def test_the_other_choices_are_their_owners() -> None:
 
 # The fields of the request that reach `RunOptions` otherwise than by their own name, and why.
 MAPPED = {
-    "n_trials": "trials",  # the job's slots count against the row's n_trials; the run's total
     "workload": "workload",  # a plug-in's name becomes its factory path (the registry's target)
     "device": "device",  # auto and cuda become the worker's own device
     "timeout_s": None,  # the job's deadline, kept by the job's slots (JobSlots), not the run
@@ -140,8 +138,6 @@ def test_the_worker_hands_every_field_of_the_request_to_the_run(
         assert spec.max_members == 2 and not hasattr(options, "gpus")
     elif target is None:
         assert options.timeout_s is None
-    elif name == "n_trials":
-        assert options.trials == spec.n_trials == row.n_trials == 7
     elif name == "device":
         assert options.device == "cpu"
     elif name == "workload":

@@ -137,7 +137,7 @@ def test_a_named_token_stores_its_name_and_logs_it_never_the_token(
         assert client.get(f"/v1/jobs/{job['id']}", headers=OTHER_AUTH).status_code == 404
     row = JobStore(any_storage).get(job["id"])
     assert row.owner == "alice"
-    stored = " ".join(str(getattr(row, c.name)) for c in row.__table__.columns)
+    stored = " ".join(str(getattr(row, c.key)) for c in row.__mapper__.column_attrs)
     assert TOKEN not in stored and owner_of(TOKEN) not in stored
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert f"job {job['id']} queued by alice" in logged
@@ -147,7 +147,7 @@ def test_a_named_token_stores_its_name_and_logs_it_never_the_token(
 
 def test_a_token_named_later_keeps_the_jobs_stored_under_its_hash(any_storage: str) -> None:
     store = JobStore(any_storage)
-    old = store.create(JobSpec(**(TINY_JOB | {"n_trials": 3})), owner=owner_of(TOKEN))
+    old = store.create(JobSpec(**(TINY_JOB | {"trials": 3})), owner=owner_of(TOKEN))
     with TestClient(make_app(any_storage, api_tokens=f"alice:{TOKEN},{OTHER_TOKEN}")) as client:
         assert client.get(f"/v1/jobs/{old.id}", headers=AUTH).status_code == 200
         assert client.get(f"/v1/jobs/{old.id}", headers=OTHER_AUTH).status_code == 404

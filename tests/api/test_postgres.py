@@ -17,7 +17,7 @@ pytestmark = pytest.mark.postgres
 
 def test_a_job_runs_end_to_end_on_postgres(pg_url: str) -> None:
     with TestClient(make_app(pg_url)) as client:
-        job = client.post("/v1/jobs", json=TINY_JOB | {"n_trials": 2}, headers=AUTH).json()
+        job = client.post("/v1/jobs", json=TINY_JOB | {"trials": 2}, headers=AUTH).json()
         assert make_worker(pg_url).run_once()
         done = client.get(job["links"]["self"], headers=AUTH).json()
         assert done["status"] == "succeeded" and done["n_complete"] == 2

@@ -84,5 +84,5 @@ def test_the_readme_service_commands_run_as_written(tmp_path: Path) -> None:
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>") and best["study"] in page
     row = JobStore(f"sqlite:///{tmp_path}/tuner.db").get(job_id)
-    assert (row.status, row.owner, row.n_trials) == ("succeeded", "me", 3)  # the token's name
+    assert (row.status, row.owner, row.trials) == ("succeeded", "me", 3)  # the token's name
     assert _port_free(8000)  # `kill $SERVER` stopped it

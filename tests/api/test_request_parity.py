@@ -1,5 +1,6 @@
 """The CLI and the API accept and refuse the same requests, for the settings they share one rule
-for: the number of trials (`DEFAULT_TRIALS`, `MAX_TRIALS`), what a `cpu` device cannot run, and
+for: the number of trials (`DEFAULT_TRIALS`, `MAX_TRIALS`), the device's syntax, what a `cpu`
+device cannot run, and
 every setting's pin (`--fix name=value` against the job's `fix`, each value from the lever table).
 The values are generated from those rules, so a change to one side alone fails here. The CLI runs
 as a user runs it (typer's runner on the real app), the API through its real app."""
@@ -45,10 +46,10 @@ def _cli_refuses_trials(value: int, capsys: pytest.CaptureFixture[str], tmp_path
 
 
 def _api_refuses_trials(client: TestClient, value: int) -> bool:
-    job = {"workload": "no-such", "preset": "tiny", "n_trials": value}
+    job = {"workload": "no-such", "preset": "tiny", "trials": value}
     response = client.post("/v1/jobs", json=job, headers=AUTH)
     assert response.status_code == 422, response.text
-    return any(e["loc"][:2] == ["body", "n_trials"] for e in response.json()["detail"])
+    return any(e["loc"][:2] == ["body", "trials"] for e in response.json()["detail"])
 
 
 @pytest.mark.parametrize("value", TRIAL_COUNTS)
@@ -64,7 +65,7 @@ def test_both_default_to_the_same_number_of_trials(client: TestClient) -> None:
     job = {"workload": "mlp", "preset": "tiny", "device": "cpu"}
     created = client.post("/v1/jobs", json=job, headers=AUTH)
     assert created.status_code == 201, created.text
-    assert created.json()["n_trials"] == DEFAULT_TRIALS
+    assert created.json()["trials"] == DEFAULT_TRIALS
     # The CLI's default as a user sees it, in its help.
     help_text = CliRunner().invoke(app, ["run", "--help"], terminal_width=200).output
     assert f"[default: {DEFAULT_TRIALS}]" in help_text.split("--trials", 1)[1].split("--", 1)[0]
@@ -100,6 +101,45 @@ def test_float8_on_the_cpu_is_refused_by_both_naming_the_precision(
     # One rule (`trainers.check_precision_here`): the same reason in both.
     reason = output.split("--precision:", 1)[1].strip().split(";")[0].strip()
     assert reason and reason in error["msg"], (reason, error["msg"])
+
+
+DEVICE_CASES = ["auto", "cpu", "cuda", "cuda:0", "cuda:12", "gpu", "cuda:x", "cuda:", "CPU", ""]
+
+
+def _cli_refuses_device(value: str) -> bool:
+    """`--device` as the CLI reads it (`trainers.resolve_device`): refused for its syntax, or
+    accepted (CUDA itself missing on this machine is another refusal, not the syntax's)."""
+    import trainers
+
+    try:
+        trainers.resolve_device(value)
+    except trainers.ConfigError:
+        return True
+    except trainers.UnsupportedOnDevice:
+        return False
+    return False
+
+
+@pytest.mark.parametrize("value", DEVICE_CASES)
+def test_the_cli_and_the_api_read_one_device_syntax(client: TestClient, value: str) -> None:
+    job = {"workload": "mlp", "preset": "tiny", "device": value}
+    response = client.post("/v1/jobs", json=job, headers=AUTH)
+    assert response.status_code in (201, 422), response.text
+    refused = response.status_code == 422
+    if refused:
+        assert [e["loc"][:2] for e in response.json()["detail"]] == [["body", "device"]]
+    else:
+        assert response.json()["device"] == value
+    assert _cli_refuses_device(value) is refused, value
+
+
+def test_the_api_still_reads_n_trials_its_former_name(client: TestClient) -> None:
+    job = {"workload": "mlp", "preset": "tiny", "device": "cpu", "n_trials": 7}
+    created = client.post("/v1/jobs", json=job, headers=AUTH)
+    assert created.status_code == 201, created.text
+    assert created.json()["trials"] == 7 and "n_trials" not in created.json()
+    bad = client.post("/v1/jobs", json=job | {"n_trials": 0}, headers=AUTH)
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "n_trials"]
 
 
 def _lever_values(item: Lever) -> list[Any]:

@@ -135,9 +135,9 @@ def test_post_a_job_poll_until_it_succeeds_and_read_its_best(server: Server) -> 
 def test_a_killed_server_resumes_its_job_without_losing_or_repeating_trials(server: Server) -> None:
     server.env |= env_of({"measure_windows": 5, "measure_window_steps": 20})
     server.start()
-    n_trials = 8
+    asked = 8
     job_id = server.http.post(
-        "/v1/jobs", json=TINY_JOB | {"workload": "transformer", "n_trials": n_trials}
+        "/v1/jobs", json=TINY_JOB | {"workload": "transformer", "trials": asked}
     ).json()["id"]
     wait_for(
         lambda: server.job(job_id)["n_complete"] >= 2, timeout_s=90, what="two complete trials"
@@ -159,8 +159,8 @@ def test_a_killed_server_resumes_its_job_without_losing_or_repeating_trials(serv
     assert done["attempts"] == 2
     after = optuna.load_study(study_name=study, storage=server.storage).get_trials()
     counts = trial_counts(after)
-    assert counts.counted == n_trials
-    assert done["n_complete"] + done["n_failed"] + done["n_pruned"] == n_trials
+    assert counts.counted == asked
+    assert done["n_complete"] + done["n_failed"] + done["n_pruned"] == asked
     assert {t.number: t.values for t in after if t.number in kept} == kept  # none lost
     assert len({t.number for t in after}) == len(after)
     for number in left_running:  # failed as interrupted, and run again (not counted)
@@ -168,4 +168,4 @@ def test_a_killed_server_resumes_its_job_without_losing_or_repeating_trials(serv
         assert after[number].user_attrs["failure_reason"] == ORPHAN_REASON
     assert server.http.get(f"/v1/jobs/{job_id}/best").status_code == 200
     trials = server.http.get(f"/v1/jobs/{job_id}/trials", params={"limit": 200}).json()
-    assert sum(t["counted"] for t in trials["items"]) == n_trials
+    assert sum(t["counted"] for t in trials["items"]) == asked

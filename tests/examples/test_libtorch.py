@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.examples.conftest import REGISTRY, ROOT, load_example
-from trainers import LoopConfig
+from trainers import LoopConfig, RunArgs
 from trainers.gate.envelope import Envelope
 from trainers.program import Program, ProgramFailed, run_program
 
@@ -40,7 +40,9 @@ def with_args(program: Program, *extra: str) -> Program:
 def test_every_setting_runs_and_reports_every_step_and_window(
     program: Program, config: LoopConfig
 ) -> None:
-    result = run_program(program, "tiny", config, steps=12, warmup=2, windows=3, device="cpu")
+    result = run_program(
+        program, "tiny", config, RunArgs(steps=12, warmup=2, windows=3, device="cpu")
+    )
     assert len(result.losses) == 14 and all(0.0 < x < 10.0 for x in result.losses)
     assert [w.steps for w in result.windows] == [4, 4, 4]
     assert all(w.wall_ms > 0 for w in result.windows)
@@ -51,10 +53,12 @@ def test_every_setting_runs_and_reports_every_step_and_window(
 
 def test_a_bad_setting_fails_the_run_with_the_programs_own_words(program: Program) -> None:
     with pytest.raises(ProgramFailed, match="STREAMTUNE_CUDA_GRAPH=true: allowed false"):
-        run_program(program, "tiny", LoopConfig(cuda_graph=True), steps=4, windows=1, device="cpu")
+        run_program(
+            program, "tiny", LoopConfig(cuda_graph=True), RunArgs(steps=4, windows=1, device="cpu")
+        )
     broken = with_args(program, "--dropout")
     with pytest.raises(ProgramFailed, match=r"exited with status 2.*--dropout: needs a value"):
-        run_program(broken, "tiny", LoopConfig(), steps=4, windows=1, device="cpu")
+        run_program(broken, "tiny", LoopConfig(), RunArgs(steps=4, windows=1, device="cpu"))
 
 
 @pytest.mark.parametrize(
@@ -80,9 +84,11 @@ def test_from_the_python_weights_its_losses_are_the_python_loops_within_the_gate
     # From the Python built-in's weights and data, dropout off (the gate's trajectories run
     # without dropout).
     cpp = with_args(program, "--init", str(init), "--dropout", "0")
-    envelope = Envelope.measure("transformer", "tiny", steps=steps, seed=0, device="cpu")
+    envelope = Envelope.measure("transformer", "tiny", RunArgs(steps=steps, seed=0, device="cpu"))
     for config in (LoopConfig(), LoopConfig(num_streams=2, sync_mode="query", sync_interval=5)):
-        losses = run_program(cpp, "tiny", config, steps=steps, warmup=0, windows=2, device="cpu")
+        losses = run_program(
+            cpp, "tiny", config, RunArgs(steps=steps, warmup=0, windows=2, device="cpu")
+        )
         verdict = envelope.judge(losses.losses)
         assert verdict.passed, verdict.reason
         # The same weights and batches: the first loss is the same forward pass.
@@ -92,10 +98,7 @@ def test_from_the_python_weights_its_losses_are_the_python_loops_within_the_gate
         with_args(program, "--dropout", "0"),
         "tiny",
         LoopConfig(),
-        steps=steps,
-        warmup=0,
-        windows=1,
-        device="cpu",
+        RunArgs(steps=steps, warmup=0, windows=1, device="cpu"),
     )
     assert not envelope.judge(own.losses).passed
 
@@ -116,7 +119,7 @@ def test_one_command_tunes_the_cpp_trainer(binary: Path, tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr[-3000:]
     rec = json.loads(done.stdout)
     assert rec["workload"] == "program:libtorch-transformer"
-    assert rec["n_trials"]["complete"] == 3
+    assert rec["trial_counts"]["complete"] == 3
     assert rec["parity"]["test"] == "equivalence" and rec["parity"]["passed"]
     config = LoopConfig.from_dict(rec["config"])
     assert config.compile == "none" and config.num_workers == 0  # what the program lacks
@@ -131,7 +134,7 @@ def test_a_job_of_the_cpp_trainer_runs_through_the_service(binary: Path, tmp_pat
     server = Server(tmp_path, programs=str(REGISTRY))
     try:
         server.start()
-        job = {"workload": "program:libtorch-transformer", "preset": "tiny", "n_trials": 2}
+        job = {"workload": "program:libtorch-transformer", "preset": "tiny", "trials": 2}
         created = server.http.post("/v1/jobs", json=job | {"device": "cpu"})
         assert created.status_code == 201, created.text
         location = created.headers["Location"]
@@ -178,4 +181,4 @@ def test_the_default_search_budget_keeps_a_programs_profiles_off(
             protocol=Protocol(warmup=1, windows=2, window_steps=3),
         )
     )
-    assert rec.config is not None and rec.n_trials.complete == 2
+    assert rec.config is not None and rec.trial_counts.complete == 2

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainers import LoopConfig
+from trainers import LoopConfig, RunArgs
 from trainers.program import Program, program_parity, run_program
 
 pytestmark = [
@@ -31,9 +31,10 @@ CONFIGS = {
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_every_config_runs_on_the_gpu_and_passes_the_gate(program: Program, name: str) -> None:
     config = CONFIGS[name]
-    result = run_program(program, "tiny", config, steps=20, warmup=5, windows=2, device="cuda")
-    assert len(result.losses) == 25 and all(w.wall_ms > 0 for w in result.windows)
-    verdict, _ = program_parity(
-        program, "tiny", config, steps=20, seed=0, device="cuda", precision="tf32"
+    result = run_program(
+        program, "tiny", config, RunArgs(steps=20, warmup=5, windows=2, device="cuda")
     )
+    assert len(result.losses) == 25 and all(w.wall_ms > 0 for w in result.windows)
+    args = RunArgs(steps=20, seed=0, device="cuda", precision="tf32")
+    verdict, _ = program_parity(program, "tiny", config, args)
     assert verdict["passed"], verdict["reason"]

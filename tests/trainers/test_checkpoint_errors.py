@@ -97,12 +97,18 @@ def test_the_blocks_lever_closes_what_a_raising_block_left_open() -> None:
     try:
         config = trainers.LoopConfig(activation_checkpointing="blocks")
         with pytest.raises(torch.OutOfMemoryError):
-            trainers.run(workload, config, steps=1, warmup=0, windows=1, device="cpu")
+            trainers.run(
+                workload, config, trainers.RunArgs(steps=1, warmup=0, windows=1, device="cpu")
+            )
     finally:
         blocks[0].forward = original
     assert calls["n"] >= 1  # the run reached the block (the FLOP count may call it first)
     plain = trainers.run(
-        workload, trainers.LoopConfig(), steps=2, warmup=0, windows=1, device="cpu"
+        workload,
+        trainers.LoopConfig(),
+        trainers.RunArgs(steps=2, warmup=0, windows=1, device="cpu"),
     )
-    again = trainers.run(workload, config, steps=2, warmup=0, windows=1, device="cpu")
+    again = trainers.run(
+        workload, config, trainers.RunArgs(steps=2, warmup=0, windows=1, device="cpu")
+    )
     assert len(plain.losses) == len(again.losses) == 2

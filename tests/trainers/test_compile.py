@@ -15,6 +15,7 @@ from torch.utils.data import Dataset
 from trainers import (
     ConfigError,
     LoopConfig,
+    RunArgs,
     RunResult,
     UnsupportedOnDevice,
     Workload,
@@ -42,7 +43,9 @@ def mlp_run(
         # compiled runs can be compared loss for loss.
         disable_dropout(workload.model)
     result = run(
-        workload, config, steps=steps, warmup=warmup, windows=2, device="cpu", precision=precision
+        workload,
+        config,
+        RunArgs(steps=steps, warmup=warmup, windows=2, device="cpu", precision=precision),
     )  # type: ignore[arg-type]
     return result, workload.model
 
@@ -57,10 +60,7 @@ def test_compiled_configs_need_warmup_steps() -> None:
         run(
             load_workload("mlp", "tiny"),
             LoopConfig(compile="default"),
-            steps=4,
-            warmup=0,
-            windows=1,
-            device="cpu",
+            RunArgs(steps=4, warmup=0, windows=1, device="cpu"),
         )
     assert info.value.field == "warmup"
     assert "an integer >= 1 with compile='default'" in str(info.value)
@@ -71,10 +71,7 @@ def test_reduce_overhead_needs_cuda() -> None:
         run(
             load_workload("mlp", "tiny"),
             LoopConfig(compile="reduce-overhead"),
-            steps=4,
-            warmup=2,
-            windows=1,
-            device="cpu",
+            RunArgs(steps=4, warmup=2, windows=1, device="cpu"),
         )
 
 
@@ -172,7 +169,9 @@ def test_a_recompile_during_the_timed_windows_is_flagged(tmp_path: Path) -> None
     )
     with compile_cache_dir(tmp_path / "inductor"):
         result = run(
-            workload, LoopConfig(compile="default"), steps=6, warmup=2, windows=2, device="cpu"
+            workload,
+            LoopConfig(compile="default"),
+            RunArgs(steps=6, warmup=2, windows=2, device="cpu"),
         )
     assert all(math.isfinite(x) for x in result.losses)
     assert result.recompiles >= 1

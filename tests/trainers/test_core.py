@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import trainers
-from trainers import LoopConfig, Trainer, core, run, workload_from_parts
+from trainers import LoopConfig, RunArgs, Trainer, core, run, workload_from_parts
 from trainers.gate import planted
 
 
@@ -65,7 +65,7 @@ def test_run_and_fit_give_the_same_losses_for_the_same_config_and_seed(
     make: Callable[[], trainers.Workload], config: LoopConfig
 ) -> None:
     torch.manual_seed(0)
-    measured = run(make(), config, steps=10, warmup=4, windows=2, device="cpu")
+    measured = run(make(), config, RunArgs(steps=10, warmup=4, windows=2, device="cpu"))
     torch.manual_seed(0)
     trained = Trainer(make(), config, device="cpu").fit(14)
     assert len(measured.losses) == 14
@@ -83,16 +83,16 @@ def test_both_sync_after_every_intervalth_step_counted_from_the_start_of_trainin
     # A second call resumes at step 6: its first sync is after step 8, as in one call of 10.
     trainer.fit(10, on_losses=lambda first, values: seen.append((first, len(values))))
     assert seen == [(0, 4), (4, 2), (6, 2), (8, 2)]
-    result = run(mlp(), config, steps=10, warmup=0, windows=1, device="cpu")
+    result = run(mlp(), config, RunArgs(steps=10, warmup=0, windows=1, device="cpu"))
     assert result.loss_check["extractions"] == 3  # after steps 4 and 8, and the final drain
 
 
 def test_a_part_swapped_in_the_core_reaches_both_users() -> None:
     config = LoopConfig(sync_interval=2)
-    plain = run(mlp(), config, steps=6, warmup=0, windows=1, device="cpu").losses
+    plain = run(mlp(), config, RunArgs(steps=6, warmup=0, windows=1, device="cpu")).losses
     with planted("wrong-op"):
         assert core.EagerStep.__name__ == "WrongOpEagerStep"
-        measured = run(mlp(), config, steps=6, warmup=0, windows=1, device="cpu").losses
+        measured = run(mlp(), config, RunArgs(steps=6, warmup=0, windows=1, device="cpu")).losses
         trained = Trainer(mlp(), config, device="cpu").fit(6).losses
     assert measured == trained
     assert measured[0] == plain[0]  # the first loss comes before the first (wrong) update

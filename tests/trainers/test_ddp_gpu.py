@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainers import LoopConfig, parity_losses
+from trainers import LoopConfig, RunArgs, parity_losses
 from trainers.program import run_distributed
 
 pytestmark = [
@@ -28,11 +28,8 @@ def _gate_run(config: LoopConfig) -> list[float]:
         "transformer",
         "tiny",
         config,
+        RunArgs(steps=STEPS - 1, warmup=1, windows=1, device="cuda"),
         nproc=1,
-        steps=STEPS - 1,
-        warmup=1,
-        windows=1,
-        device="cuda",
         gate=True,
         timeout_s=300,
     )
@@ -51,7 +48,9 @@ def _gate_run(config: LoopConfig) -> list[float]:
     ],
 )
 def test_one_rank_under_nccl_trains_the_single_process_model(settings: dict[str, object]) -> None:
-    reference = parity_losses("transformer", "tiny", LoopConfig(), steps=STEPS, device="cuda")
+    reference = parity_losses(
+        "transformer", "tiny", LoopConfig(), RunArgs(steps=STEPS, device="cuda")
+    )
     losses = _gate_run(LoopConfig(**settings))  # type: ignore[arg-type]
     # One rank averages over one: the same gradients; FSDP2's flat buffers may sum in another
     # order, hence a rounding tolerance, far below what a wrong step moves.

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from trainers import Envelope, LoopConfig, load_workload, parity_losses
+from trainers import Envelope, LoopConfig, RunArgs, load_workload, parity_losses
 from trainers.gate.envelope import FORMAT, rounding_eps
 from trainers.gate.equivalence import FLOAT32_EPS
 from trainers.gate.trajectories import Perturbation
@@ -17,18 +17,20 @@ from trainers.gate.trajectories import Perturbation
 
 @pytest.fixture(scope="module")
 def mlp_envelope() -> Envelope:
-    return Envelope.measure("mlp", "tiny", steps=10, seed=3, device="cpu", perturbations=3)
+    return Envelope.measure("mlp", "tiny", RunArgs(steps=10, seed=3, device="cpu"), perturbations=3)
 
 
 def test_envelope_of_a_tiny_model_is_deterministic_finite_and_floored(
     mlp_envelope: Envelope,
 ) -> None:
     env = mlp_envelope
-    again = Envelope.measure("mlp", "tiny", steps=10, seed=3, device="cpu", perturbations=3)
+    again = Envelope.measure(
+        "mlp", "tiny", RunArgs(steps=10, seed=3, device="cpu"), perturbations=3
+    )
     assert again == env
     assert env.workload == "mlp" and env.preset == "tiny" and env.steps == 10
     assert env.reference == tuple(
-        parity_losses("mlp", "tiny", LoopConfig(), steps=10, seed=3, device="cpu")
+        parity_losses("mlp", "tiny", LoopConfig(), RunArgs(steps=10, seed=3, device="cpu"))
     )
     assert len(env.perturbed) == 3 and all(len(run) == 10 for run in env.perturbed)
     assert env.perturbed[0] != env.reference  # the perturbation reaches the losses
@@ -46,15 +48,15 @@ def test_envelope_reuses_a_given_reference_and_differs_by_seed(mlp_envelope: Env
     reused = Envelope.measure(
         "mlp",
         "tiny",
-        steps=10,
-        seed=3,
-        device="cpu",
+        RunArgs(steps=10, seed=3, device="cpu"),
         perturbations=1,
         reference=mlp_envelope.reference,
     )
     assert reused.reference == mlp_envelope.reference
     assert reused.perturbed == mlp_envelope.perturbed[:1]
-    other = Envelope.measure("transformer", "tiny", steps=6, seed=4, device="cpu", perturbations=2)
+    other = Envelope.measure(
+        "transformer", "tiny", RunArgs(steps=6, seed=4, device="cpu"), perturbations=2
+    )
     assert other.perturbation_seeds == (4001, 4002)
     assert all(e >= 0 for e in other.windows(3))
 
@@ -107,17 +109,26 @@ def test_rounding_eps_follows_the_compute_precision() -> None:
 
 def test_envelope_records_what_it_was_measured_under() -> None:
     env = Envelope.measure(
-        "mlp", "tiny", steps=4, seed=0, device="cpu", perturbations=1, precision="fp32", eps=1e-6
+        "mlp",
+        "tiny",
+        RunArgs(steps=4, seed=0, device="cpu", precision="fp32"),
+        perturbations=1,
+        eps=1e-6,
     )
     assert env.precision == "fp32" and env.matmul_precision == "highest" and env.eps == 1e-6
     assert dataclasses.replace(env, steps=5) != env
     with pytest.raises(ValueError, match="perturbations"):
-        Envelope.measure("mlp", "tiny", steps=4, device="cpu", perturbations=0)
+        Envelope.measure("mlp", "tiny", RunArgs(steps=4, device="cpu"), perturbations=0)
 
 
 def test_an_envelope_records_the_determinism_its_runs_were_asked_for() -> None:
     off = Envelope.measure(
-        "mlp", "tiny", steps=3, device="cpu", perturbations=1, spread="seeds", determinism="off"
+        "mlp",
+        "tiny",
+        RunArgs(steps=3, device="cpu"),
+        perturbations=1,
+        spread="seeds",
+        determinism="off",
     )
     assert off.determinism == "off" and off.strict is False
     assert Envelope.from_dict(off.to_dict()) == off

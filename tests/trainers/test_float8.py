@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainers import ConfigError, LoopConfig, UnsupportedOnDevice, load_workload, run
+from trainers import ConfigError, LoopConfig, RunArgs, UnsupportedOnDevice, load_workload, run
 from trainers import float8 as f8
 from trainers.config import invalid_reason
 from trainers.float8 import INSTALL, Float8Plan, capability_error, output_heads
@@ -95,7 +95,11 @@ def test_without_torchao_the_refusal_gives_the_install_command(
     assert f8.unavailable(torch.device("cpu")) == reason
     workload = load_workload("transformer", "tiny", seed=0)
     with pytest.raises(UnsupportedOnDevice, match=r"pip install 'streamtune\[float8\]'"):
-        run(workload, LoopConfig(), steps=2, warmup=0, windows=1, device="cpu", precision="float8")
+        run(
+            workload,
+            LoopConfig(),
+            RunArgs(steps=2, warmup=0, windows=1, device="cpu", precision="float8"),
+        )
 
 
 class Shapes(nn.Module):
@@ -212,7 +216,9 @@ def test_a_float8_run_converts_reports_and_gives_the_model_back() -> None:
     before = dict(model.named_modules())
     params = list(model.parameters())
     result = run(
-        workload, LoopConfig(), steps=6, warmup=0, windows=1, device="cpu", precision="float8"
+        workload,
+        LoopConfig(),
+        RunArgs(steps=6, warmup=0, windows=1, device="cpu", precision="float8"),
     )
     report = result.float8
     assert report is not None and report["converted"] == 4
@@ -227,11 +233,7 @@ def test_a_float8_run_converts_reports_and_gives_the_model_back() -> None:
     bf16 = run(
         load_workload("transformer", "tiny", seed=0),
         LoopConfig(),
-        steps=6,
-        warmup=0,
-        windows=1,
-        device="cpu",
-        precision="bf16-autocast",
+        RunArgs(steps=6, warmup=0, windows=1, device="cpu", precision="bf16-autocast"),
     )
     assert bf16.float8 is None
     # Same weights and data; float8 rounds the converted matmuls' operands: never bit-exact,
@@ -251,7 +253,9 @@ def test_float8_converts_before_the_blocks_are_compiled() -> None:
 
     block = workload.model.transformer.encoder.layers[0]
     handle = block.register_forward_pre_hook(hook)
-    result = run(workload, config, steps=2, warmup=1, windows=1, device="cpu", precision="float8")
+    result = run(
+        workload, config, RunArgs(steps=2, warmup=1, windows=1, device="cpu", precision="float8")
+    )
     handle.remove()
     assert result.float8 is not None and result.float8["converted"] == 4
     # The compiled block ran the converted layer; afterwards the block is plain again.
@@ -263,7 +267,11 @@ def test_float8_converts_before_the_blocks_are_compiled() -> None:
 def test_a_model_with_nothing_to_convert_is_refused_and_left_alone() -> None:
     workload = load_workload("convnet", "tiny", seed=0)  # its only Linear is the head
     with pytest.raises(ConfigError, match=r"^precision='float8' is invalid: allowed a model with"):
-        run(workload, LoopConfig(), steps=2, warmup=0, windows=1, device="cpu", precision="float8")
+        run(
+            workload,
+            LoopConfig(),
+            RunArgs(steps=2, warmup=0, windows=1, device="cpu", precision="float8"),
+        )
     assert not any(f8.is_float8(m) for m in workload.model.modules())
 
 
@@ -272,7 +280,11 @@ def test_a_refused_block_lever_leaves_no_converted_layer_behind() -> None:
     workload = load_workload("mlp", "tiny", seed=0)  # no repeated blocks
     config = LoopConfig(activation_checkpointing="blocks")
     with pytest.raises(ConfigError, match="activation_checkpointing"):
-        run(workload, config, steps=2, warmup=0, windows=1, device="cpu", precision="float8")
+        run(
+            workload,
+            config,
+            RunArgs(steps=2, warmup=0, windows=1, device="cpu", precision="float8"),
+        )
     assert not any(f8.is_float8(m) for m in workload.model.modules())
 
 

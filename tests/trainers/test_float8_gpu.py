@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainers import LoopConfig, RunResult, Workload, load_workload, run
+from trainers import LoopConfig, RunArgs, RunResult, Workload, load_workload, run
 from trainers.float8 import MIN_CAPABILITY, is_float8
 from trainers.workloads import disable_dropout
 
@@ -44,15 +44,14 @@ def _run(
     precision: str, config: LoopConfig, workload: Workload | None = None, warmup: int = 4
 ) -> RunResult:
     torch.cuda.empty_cache()
-    return run(
-        workload or _workload(),
-        config,
+    args = RunArgs(
         steps=STEPS,
         warmup=warmup,
         windows=2,
         device="cuda",
         precision=precision,  # type: ignore[arg-type]
     )
+    return run(workload or _workload(), config, args)
 
 
 def _close(losses: list[float], reference: list[float]) -> None:
@@ -137,10 +136,7 @@ def test_the_gate_judges_compiled_float8_against_bf16s_seed_to_seed_envelope() -
         "transformer",
         "small",
         config,
-        steps=10,
-        seed=0,
-        device="cuda",
-        precision="bf16-autocast",
+        RunArgs(steps=10, seed=0, device="cuda", precision="bf16-autocast"),
         envelope=None,
         config_precision="float8",
         cross=CrossPrecision(steps=60),

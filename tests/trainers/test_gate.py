@@ -17,6 +17,7 @@ from trainers import (
     Envelope,
     LoopConfig,
     ParityVerdict,
+    RunArgs,
     Twin,
     Workload,
     check_parity,
@@ -36,7 +37,7 @@ STEPS = 10
 
 @pytest.fixture(scope="module")
 def mlp_env() -> Envelope:
-    return Envelope.measure("mlp", "tiny", steps=STEPS, seed=0, device="cpu")
+    return Envelope.measure("mlp", "tiny", RunArgs(steps=STEPS, seed=0, device="cpu"))
 
 
 def test_required_test_follows_what_the_config_changes() -> None:
@@ -72,7 +73,9 @@ def test_required_test_follows_what_the_config_changes() -> None:
 
 def test_a_loop_only_config_is_judged_bit_for_bit(mlp_env: Envelope) -> None:
     config = LoopConfig(num_streams=2, sync_interval=4, sync_mode="event", prefetch_depth=1)
-    verdict = gate("mlp", config, STEPS, preset="tiny", device="cpu", envelope=mlp_env)
+    verdict = gate(
+        "mlp", config, RunArgs(steps=STEPS, device="cpu"), preset="tiny", envelope=mlp_env
+    )
     assert verdict.passed, verdict.reason
     assert verdict.test == "exact" and verdict.exact_against == "reference"
     assert verdict.exact_required and verdict.tolerance == 0.0
@@ -86,16 +89,15 @@ def test_other_optimizer_implementations_pass_equivalence(
 ) -> None:
     steps = 20  # fused Adam's first differing loss comes after step 10 here
     envs = {
-        name: Envelope.measure(name, "tiny", steps=steps, device="cpu")
+        name: Envelope.measure(name, "tiny", RunArgs(steps=steps, device="cpu"))
         for name in ("mlp", "transformer")
     }
     verdicts = [
         gate(
             name,
             LoopConfig(optimizer=implementation),
-            steps,
+            RunArgs(steps=steps, device="cpu"),
             preset="tiny",
-            device="cpu",
             envelope=env,
         )
         for name, env in envs.items()
@@ -139,9 +141,8 @@ def test_a_factory_swapped_optimizer_is_judged_by_equivalence(mlp_env: Envelope)
         verdict = gate(
             adam_factory(foreach=foreach),
             REFERENCE,
-            STEPS,
+            RunArgs(steps=STEPS, device="cpu"),
             preset="tiny",
-            device="cpu",
             envelope=mlp_env,
             test="equivalence",
         )
@@ -151,11 +152,18 @@ def test_a_factory_swapped_optimizer_is_judged_by_equivalence(mlp_env: Envelope)
 
 def test_an_arithmetic_config_with_loop_settings_matches_its_twin(mlp_env: Envelope) -> None:
     config = LoopConfig(num_streams=2, sync_interval=3, optimizer="fused")
-    twin = Twin.measure("mlp", config, STEPS, preset="tiny", device="cpu")
+    twin = Twin.measure("mlp", config, RunArgs(steps=STEPS, device="cpu"), preset="tiny")
     assert twin.reproducible and twin.first_difference is None and not twin.capturable
     assert twin.config == REFERENCE.replace(optimizer="fused").to_dict()
     assert Twin.from_dict(json.loads(json.dumps(twin.to_dict()))) == twin
-    verdict = gate("mlp", config, STEPS, preset="tiny", device="cpu", envelope=mlp_env, twin=twin)
+    verdict = gate(
+        "mlp",
+        config,
+        RunArgs(steps=STEPS, device="cpu"),
+        preset="tiny",
+        envelope=mlp_env,
+        twin=twin,
+    )
     assert verdict.passed, verdict.reason
     assert verdict.test == "exact+equivalence" and verdict.exact_against == "eager twin"
     assert verdict.exact_required
@@ -163,7 +171,9 @@ def test_an_arithmetic_config_with_loop_settings_matches_its_twin(mlp_env: Envel
     assert verdict.reason.startswith(
         "config replays its eager twin bit for bit; deviation from the reference "
     )
-    measured_here = gate("mlp", config, STEPS, preset="tiny", device="cpu", envelope=mlp_env)
+    measured_here = gate(
+        "mlp", config, RunArgs(steps=STEPS, device="cpu"), preset="tiny", envelope=mlp_env
+    )
     assert measured_here == verdict
 
     # A twin that differs in one step by one ulp: the exact test fails, equivalence would not.
@@ -171,7 +181,12 @@ def test_an_arithmetic_config_with_loop_settings_matches_its_twin(mlp_env: Envel
     losses[5] = float(torch.nextafter(torch.tensor(losses[5]), torch.tensor(0.0)))
     tampered = dataclasses.replace(twin, losses=tuple(losses))
     failed = gate(
-        "mlp", config, STEPS, preset="tiny", device="cpu", envelope=mlp_env, twin=tampered
+        "mlp",
+        config,
+        RunArgs(steps=STEPS, device="cpu"),
+        preset="tiny",
+        envelope=mlp_env,
+        twin=tampered,
     )
     assert not failed.passed and failed.ratio is not None and failed.ratio <= 1.0
     assert failed.twin_first_diverging_step == 5
@@ -180,7 +195,12 @@ def test_an_arithmetic_config_with_loop_settings_matches_its_twin(mlp_env: Envel
     # A twin whose two runs differed: the exact test cannot apply, and the verdict says so.
     unsteady = dataclasses.replace(twin, reproducible=False, first_difference=3)
     fallback = gate(
-        "mlp", config, STEPS, preset="tiny", device="cpu", envelope=mlp_env, twin=unsteady
+        "mlp",
+        config,
+        RunArgs(steps=STEPS, device="cpu"),
+        preset="tiny",
+        envelope=mlp_env,
+        twin=unsteady,
     )
     assert fallback.passed and fallback.test == "equivalence" and not fallback.exact_required
     assert fallback.exact_skipped is not None and "differ from step 3" in fallback.exact_skipped
@@ -190,9 +210,8 @@ def test_an_arithmetic_config_with_loop_settings_matches_its_twin(mlp_env: Envel
         gate(
             "mlp",
             config.replace(optimizer="foreach"),
-            STEPS,
+            RunArgs(steps=STEPS, device="cpu"),
             preset="tiny",
-            device="cpu",
             envelope=mlp_env,
             twin=twin,
         )
@@ -204,15 +223,13 @@ def test_a_wrong_op_is_rejected_by_the_equivalence_test(workload: str) -> None:
     detected = controls_passed = 0
     seeds = range(5)
     for seed in seeds:
-        env = Envelope.measure(workload, "tiny", steps=STEPS, seed=seed, device="cpu")
+        env = Envelope.measure(workload, "tiny", RunArgs(steps=STEPS, seed=seed, device="cpu"))
         with planted("wrong-op"):
             faulty = gate(
                 workload,
                 fault.config,
-                STEPS,
+                RunArgs(steps=STEPS, seed=seed, device="cpu"),
                 preset="tiny",
-                seed=seed,
-                device="cpu",
                 envelope=env,
                 test=fault.test,
             )
@@ -220,10 +237,8 @@ def test_a_wrong_op_is_rejected_by_the_equivalence_test(workload: str) -> None:
             control = gate(
                 workload,
                 fault.config,
-                STEPS,
+                RunArgs(steps=STEPS, seed=seed, device="cpu"),
                 preset="tiny",
-                seed=seed,
-                device="cpu",
                 envelope=env,
                 test=fault.test,
             )
@@ -250,7 +265,11 @@ def test_planted_installs_and_restores_our_own_classes() -> None:
 
 def test_verdict_round_trips_and_check_parity_takes_the_new_inputs(mlp_env: Envelope) -> None:
     verdict = check_parity(
-        "mlp", LoopConfig(optimizer="fused"), STEPS, preset="tiny", device="cpu", envelope=mlp_env
+        "mlp",
+        LoopConfig(optimizer="fused"),
+        RunArgs(steps=STEPS, device="cpu"),
+        preset="tiny",
+        envelope=mlp_env,
     )
     assert verdict.test == "equivalence" and verdict.passed
     values = json.loads(json.dumps(verdict.to_dict()))
@@ -259,24 +278,31 @@ def test_verdict_round_trips_and_check_parity_takes_the_new_inputs(mlp_env: Enve
     )
     assert ParityVerdict.from_dict(values) == verdict
     with pytest.raises(ValueError, match="test='bogus'"):
-        gate("mlp", REFERENCE, STEPS, preset="tiny", device="cpu", test="bogus")  # type: ignore[arg-type]
+        gate("mlp", REFERENCE, RunArgs(steps=STEPS, device="cpu"), preset="tiny", test="bogus")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="envelope measured for"):
-        gate("mlp", REFERENCE, 8, preset="tiny", device="cpu", envelope=mlp_env)
+        gate("mlp", REFERENCE, RunArgs(steps=8, device="cpu"), preset="tiny", envelope=mlp_env)
     # The precision reaches every run, the envelope's included (measured here: none given).
     fp32 = check_parity(
-        "mlp", LoopConfig(optimizer="fused"), 6, preset="tiny", device="cpu", precision="fp32"
+        "mlp",
+        LoopConfig(optimizer="fused"),
+        RunArgs(steps=6, device="cpu", precision="fp32"),
+        preset="tiny",
     )
     assert fp32.passed and fp32.test == "equivalence"
     with pytest.raises(ValueError, match="'precision': 'fp32'"):
         gate(
             "mlp",
             REFERENCE,
-            STEPS,
+            RunArgs(steps=STEPS, device="cpu", precision="fp32"),
             preset="tiny",
-            device="cpu",
             envelope=mlp_env,
-            precision="fp32",
             test="equivalence",
         )
     with pytest.raises(ValueError, match="'seed': 1"):
-        gate("mlp", REFERENCE, STEPS, preset="tiny", seed=1, device="cpu", envelope=mlp_env)
+        gate(
+            "mlp",
+            REFERENCE,
+            RunArgs(steps=STEPS, seed=1, device="cpu"),
+            preset="tiny",
+            envelope=mlp_env,
+        )

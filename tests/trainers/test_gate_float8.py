@@ -24,6 +24,7 @@ from trainers import (
     REFERENCE,
     Envelope,
     LoopConfig,
+    RunArgs,
     Twin,
     UnsupportedOnDevice,
     Workload,
@@ -68,7 +69,9 @@ def _times(factor: float) -> Callable[[nn.Module, object, torch.Tensor], torch.T
 
 def bf16_envelope(seed: int) -> Envelope:
     return Envelope.measure(
-        "transformer", "tiny", steps=STEPS, seed=seed, device="cpu", precision="bf16-autocast"
+        "transformer",
+        "tiny",
+        RunArgs(steps=STEPS, seed=seed, device="cpu", precision="bf16-autocast"),
     )
 
 
@@ -89,10 +92,8 @@ def test_another_precision_is_judged_against_the_references_seed_to_seed_envelop
     verdict = gate(
         "transformer",
         REFERENCE,
-        SEED_STEPS,
+        RunArgs(steps=SEED_STEPS, device="cpu", precision="fp32"),
         preset="tiny",
-        device="cpu",
-        precision="fp32",
         reference_precision="bf16-autocast",
     )
     assert verdict.passed, verdict.reason
@@ -100,7 +101,12 @@ def test_another_precision_is_judged_against_the_references_seed_to_seed_envelop
     assert spread_for("float8", "bf16-autocast") == spread_for("fp32", "bf16-autocast") == "seeds"
     assert spread_for("bf16-autocast", "bf16-autocast") == spread_for(None, None) == "rounding"
     # The same precision on both sides keeps the rounding envelope.
-    same = gate("transformer", LoopConfig(num_streams=2), SEED_STEPS, preset="tiny", device="cpu")
+    same = gate(
+        "transformer",
+        LoopConfig(num_streams=2),
+        RunArgs(steps=SEED_STEPS, device="cpu"),
+        preset="tiny",
+    )
     assert "seed-to-seed" not in same.reason
 
 
@@ -114,10 +120,7 @@ def test_the_seed_to_seed_envelope_rejects_a_wrong_head_scale_and_passes_bf16_it
     env = Envelope.measure(
         "transformer",
         "tiny",
-        steps=SEED_STEPS,
-        seed=seed,
-        device="cpu",
-        precision="bf16-autocast",
+        RunArgs(steps=SEED_STEPS, seed=seed, device="cpu", precision="bf16-autocast"),
         spread="seeds",
     )
     assert env.spread == "seeds" and env.perturbation_seeds == tuple(
@@ -125,12 +128,14 @@ def test_the_seed_to_seed_envelope_rejects_a_wrong_head_scale_and_passes_bf16_it
     )
     # Another seed starts from other weights: the spread is far wider than rounding's.
     rounding = Envelope.measure(
-        "transformer", "tiny", steps=SEED_STEPS, seed=seed, device="cpu", precision="bf16-autocast"
+        "transformer",
+        "tiny",
+        RunArgs(steps=SEED_STEPS, seed=seed, device="cpu", precision="bf16-autocast"),
     )
     assert min(env.windows()) > max(rounding.windows())
-    common = bf16_equivalence(env, seed)
-    faulty = gate(head_times(4.0), REFERENCE, SEED_STEPS, **common)  # type: ignore[arg-type]
-    itself = gate("transformer", REFERENCE, SEED_STEPS, **common)  # type: ignore[arg-type]
+    args, common = bf16_equivalence(env, seed, SEED_STEPS)
+    faulty = gate(head_times(4.0), REFERENCE, args, **common)  # type: ignore[arg-type]
+    itself = gate("transformer", REFERENCE, args, **common)  # type: ignore[arg-type]
     assert not faulty.passed and faulty.ratio is not None and faulty.ratio > 1.0, faulty.reason
     assert itself.passed and itself.ratio == 0.0 and itself.max_abs_deviation == 0.0
     # The rejection names the tolerance it would take, and it does take exactly that.
@@ -145,7 +150,9 @@ def test_the_seed_to_seed_envelope_rejects_a_wrong_head_scale_and_passes_bf16_it
 
 
 def test_an_envelopes_spread_round_trips_and_is_checked() -> None:
-    env = Envelope.measure("mlp", "tiny", steps=4, device="cpu", perturbations=1, spread="seeds")
+    env = Envelope.measure(
+        "mlp", "tiny", RunArgs(steps=4, device="cpu"), perturbations=1, spread="seeds"
+    )
     data = env.to_dict()
     assert Envelope.from_dict(data) == env and data["spread"] == "seeds"
     # An envelope stored before spreads existed was a rounding envelope.
@@ -154,19 +161,14 @@ def test_an_envelopes_spread_round_trips_and_is_checked() -> None:
     with pytest.raises(ValueError, match=r"spread='ulps' is invalid: allowed rounding, seeds"):
         Envelope.from_dict({**data, "spread": "ulps"})
     with pytest.raises(ValueError, match=r"spread='ulps' is invalid: allowed rounding, seeds"):
-        Envelope.measure("mlp", "tiny", steps=4, device="cpu", spread="ulps")
+        Envelope.measure("mlp", "tiny", RunArgs(steps=4, device="cpu"), spread="ulps")
 
 
-def bf16_equivalence(env: Envelope, seed: int) -> dict[str, object]:
-    """`gate`'s arguments for the equivalence test against `env` on transformer tiny, in bf16."""
-    return {
-        "preset": "tiny",
-        "seed": seed,
-        "device": "cpu",
-        "envelope": env,
-        "precision": "bf16-autocast",
-        "test": "equivalence",
-    }
+def bf16_equivalence(env: Envelope, seed: int, steps: int) -> tuple[RunArgs, dict[str, object]]:
+    """`gate`'s arguments for the equivalence test against `env` on transformer tiny, in bf16:
+    its runs' and the rest."""
+    args = RunArgs(steps=steps, seed=seed, device="cpu", precision="bf16-autocast")
+    return args, {"preset": "tiny", "envelope": env, "test": "equivalence"}
 
 
 def test_another_precision_than_the_references_is_owed_equivalence() -> None:
@@ -188,53 +190,52 @@ def test_a_long_cross_precision_judgement_holds_only_its_first_steps_to_the_twin
     # fp32 against a bf16 reference, as float8 is judged: 8 steps for equivalence, its twin's
     # bits over the first 4 (`exact_steps`).
     config = LoopConfig(num_streams=2, sync_interval=3)
+    args = RunArgs(steps=8, device="cpu", precision="fp32")
     common = {
         "preset": "tiny",
-        "device": "cpu",
-        "precision": "fp32",
         "reference_precision": "bf16-autocast",
         "envelope": Envelope.measure(
             "transformer",
             "tiny",
-            steps=8,
-            device="cpu",
-            precision="bf16-autocast",
+            RunArgs(steps=8, device="cpu", precision="bf16-autocast"),
             perturbations=2,
             spread="seeds",
             determinism="off",
         ),
     }
     assert common["envelope"].strict is False  # type: ignore[union-attr]
-    verdict = gate("transformer", config, 8, exact_steps=4, **common)  # type: ignore[arg-type]
+    verdict = gate("transformer", config, args, exact_steps=4, **common)  # type: ignore[arg-type]
     assert verdict.passed, verdict.reason
     assert verdict.test == "exact+equivalence" and verdict.exact_against == "eager twin"
     assert (verdict.steps, len(verdict.losses), verdict.exact_steps) == (8, 8, 4)
     assert (verdict.determinism, verdict.reference_determinism) == ("strict", "off")
     assert verdict.twin_max_abs_deviation == 0.0 and "bit for bit" in verdict.reason
     # A twin whose bits differ within those first steps fails the exact test.
-    twin = Twin.measure("transformer", config, 4, preset="tiny", device="cpu", precision="fp32")
+    twin = Twin.measure(
+        "transformer", config, RunArgs(steps=4, device="cpu", precision="fp32"), preset="tiny"
+    )
     assert len(twin.losses) == 4
     wrong = dataclasses.replace(
         twin, losses=(*twin.losses[:2], twin.losses[2] * 1.001, twin.losses[3])
     )
-    failed = gate("transformer", config, 8, exact_steps=4, twin=wrong, **common)  # type: ignore[arg-type]
+    failed = gate("transformer", config, args, exact_steps=4, twin=wrong, **common)  # type: ignore[arg-type]
     assert not failed.passed and failed.twin_first_diverging_step == 2, failed.reason
     # A twin of another length, or exact steps beyond the run, is refused.
     with pytest.raises(ValueError, match="twin ran 4 steps, the exact test runs 3"):
-        gate("transformer", config, 8, exact_steps=3, twin=twin, **common)  # type: ignore[arg-type]
+        gate("transformer", config, args, exact_steps=3, twin=twin, **common)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"exact_steps=9 is invalid: allowed 1 to steps \(8\)"):
-        gate("transformer", config, 8, exact_steps=9, **common)  # type: ignore[arg-type]
+        gate("transformer", config, args, exact_steps=9, **common)  # type: ignore[arg-type]
     # A given envelope's own determinism is what the verdict reports.
     strict = dataclasses.replace(common["envelope"], determinism="strict")  # type: ignore[type-var]
     assert (
         gate(  # type: ignore[misc]
-            "transformer", config, 8, exact_steps=4, **(common | {"envelope": strict})
+            "transformer", config, args, exact_steps=4, **(common | {"envelope": strict})
         ).reference_determinism
         == "strict"
     )
     # Across precisions no test is bit for bit: a forced exact one is refused.
     with pytest.raises(ValueError, match="test='exact' is invalid for a config in fp32"):
-        gate("transformer", config, 8, test="exact", **common)  # type: ignore[arg-type]
+        gate("transformer", config, args, test="exact", **common)  # type: ignore[arg-type]
 
 
 def test_the_exact_tests_cover_the_warm_up_and_an_exact_test_the_whole_run() -> None:
@@ -245,7 +246,13 @@ def test_the_exact_tests_cover_the_warm_up_and_an_exact_test_the_whole_run() -> 
     assert exact_length(LoopConfig(num_streams=2), "exact+equivalence", 200, 20) == 20
     # An exact test against the reference compares the whole run, whatever was asked.
     assert exact_length(LoopConfig(num_streams=2), "exact", 200, 20) == 200
-    verdict = gate("mlp", LoopConfig(num_streams=2), 6, preset="tiny", device="cpu", exact_steps=2)
+    verdict = gate(
+        "mlp",
+        LoopConfig(num_streams=2),
+        RunArgs(steps=6, device="cpu"),
+        preset="tiny",
+        exact_steps=2,
+    )
     assert verdict.test == "exact" and verdict.passed and verdict.exact_steps == 6
 
 
@@ -254,10 +261,8 @@ def test_a_float8_candidate_on_a_cpu_is_refused_before_the_reference_runs() -> N
         gate(
             "transformer",
             REFERENCE,
-            STEPS,
+            RunArgs(steps=STEPS, device="cpu", precision="float8"),
             preset="tiny",
-            device="cpu",
-            precision="float8",
             reference_precision="bf16-autocast",
         )
 
@@ -267,10 +272,10 @@ def test_the_gate_rejects_a_float8_like_fault_and_accepts_bf16_against_itself() 
     seeds = range(5)
     detected = 0
     for seed in seeds:
-        common = bf16_equivalence(bf16_envelope(seed), seed)
-        faulty = gate(scaled_converted_linears(FAULT_SCALE), REFERENCE, STEPS, **common)  # type: ignore[arg-type]
-        control = gate(scaled_converted_linears(1.0), REFERENCE, STEPS, **common)  # type: ignore[arg-type]
-        itself = gate("transformer", REFERENCE, STEPS, **common)  # type: ignore[arg-type]
+        args, common = bf16_equivalence(bf16_envelope(seed), seed, STEPS)
+        faulty = gate(scaled_converted_linears(FAULT_SCALE), REFERENCE, args, **common)  # type: ignore[arg-type]
+        control = gate(scaled_converted_linears(1.0), REFERENCE, args, **common)  # type: ignore[arg-type]
+        itself = gate("transformer", REFERENCE, args, **common)  # type: ignore[arg-type]
         assert faulty.test == "equivalence" and faulty.ratio is not None
         detected += not faulty.passed
         if not faulty.passed:
@@ -287,11 +292,9 @@ def test_a_legitimate_precision_change_is_judged_against_the_references_envelope
     verdict = gate(
         "transformer",
         REFERENCE,
-        STEPS,
+        RunArgs(steps=STEPS, device="cpu", precision="fp32"),
         preset="tiny",
-        device="cpu",
         envelope=env,
-        precision="fp32",
         reference_precision="bf16-autocast",
     )
     assert verdict.test == "equivalence" and not verdict.exact_required
@@ -303,11 +306,9 @@ def test_a_legitimate_precision_change_is_judged_against_the_references_envelope
         gate(
             "transformer",
             REFERENCE,
-            STEPS,
+            RunArgs(steps=STEPS, device="cpu", precision="fp32"),
             preset="tiny",
-            device="cpu",
             envelope=env,
-            precision="fp32",
         )
 
 
@@ -320,11 +321,9 @@ def test_real_float8_is_judged_by_equivalence_against_bf16(
     verdict = gate(
         "transformer",
         REFERENCE,
-        STEPS,
+        RunArgs(steps=STEPS, device="cpu", precision="float8"),
         preset="tiny",
-        device="cpu",
         envelope=bf16_envelope(0),
-        precision="float8",
         reference_precision="bf16-autocast",
     )
     assert verdict.test == "equivalence" and verdict.exact_against is None

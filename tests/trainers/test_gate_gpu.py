@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from trainers import Envelope, LoopConfig, Twin, gate
+from trainers import Envelope, LoopConfig, RunArgs, Twin, gate
 from trainers.gate import eager_reproducibility
 from trainers.gate.faults import FAULTS, planted
 from trainers.precision import Precision
@@ -35,12 +35,14 @@ def baselines() -> Baselines:
 
     def get(workload: str, preset: str, seed: int) -> tuple[Envelope, Twin]:
         key = (workload, preset, seed)
-        probe = eager_reproducibility(workload, preset, steps=STEPS, device="cuda")
+        probe = eager_reproducibility(workload, preset, RunArgs(steps=STEPS, device="cuda"))
         assert probe.reproducible and probe.graph_replays_twin, probe
         if key not in cache:
             cache[key] = (
-                Envelope.measure(workload, preset, steps=STEPS, seed=seed, device="cuda"),
-                Twin.measure(workload, GRAPH, STEPS, preset=preset, seed=seed, device="cuda"),
+                Envelope.measure(workload, preset, RunArgs(steps=STEPS, seed=seed, device="cuda")),
+                Twin.measure(
+                    workload, GRAPH, RunArgs(steps=STEPS, seed=seed, device="cuda"), preset=preset
+                ),
             )
         return cache[key]
 
@@ -57,7 +59,12 @@ def test_graph_replays_its_eager_twin_bit_for_bit(
     envelope, twin = baselines(workload, preset, 0)
     assert twin.reproducible, f"the eager twin differs from itself at step {twin.first_difference}"
     verdict = gate(
-        workload, GRAPH, STEPS, preset=preset, device="cuda", envelope=envelope, twin=twin
+        workload,
+        GRAPH,
+        RunArgs(steps=STEPS, device="cuda"),
+        preset=preset,
+        envelope=envelope,
+        twin=twin,
     )
     assert verdict.passed, verdict.reason
     assert verdict.test == "exact+equivalence" and verdict.exact_against == "eager twin"
@@ -67,7 +74,7 @@ def test_graph_replays_its_eager_twin_bit_for_bit(
 
 def test_graph_with_the_fused_optimizer_replays_its_fused_twin() -> None:
     config = GRAPH.replace(optimizer="fused")
-    verdict = gate("transformer", config, STEPS, preset="small", device="cuda")
+    verdict = gate("transformer", config, RunArgs(steps=STEPS, device="cuda"), preset="small")
     assert verdict.passed, verdict.reason
     assert verdict.test == "exact+equivalence" and verdict.twin_first_diverging_step is None
 
@@ -76,14 +83,22 @@ def test_graph_with_the_fused_optimizer_replays_its_fused_twin() -> None:
 def test_graph_under_a_lower_precision_is_judged_against_that_precision(
     precision: Precision,
 ) -> None:
-    verdict = gate("transformer", GRAPH, STEPS, preset="small", device="cuda", precision=precision)
+    verdict = gate(
+        "transformer",
+        GRAPH,
+        RunArgs(steps=STEPS, device="cuda", precision=precision),
+        preset="small",
+    )
     assert verdict.passed, verdict.reason
     assert verdict.twin_first_diverging_step is None
 
 
 def test_a_compiled_model_passes_equivalence() -> None:
     verdict = gate(
-        "transformer", LoopConfig(compile="default"), STEPS, preset="small", device="cuda"
+        "transformer",
+        LoopConfig(compile="default"),
+        RunArgs(steps=STEPS, device="cuda"),
+        preset="small",
     )
     assert verdict.passed, verdict.reason
     assert verdict.test == "equivalence"
@@ -103,10 +118,8 @@ def test_cuda_faults_are_caught_and_their_provocations_alone_are_not(
             verdict = gate(
                 workload,
                 fault.config,
-                STEPS,
+                RunArgs(steps=STEPS, seed=seed, device="cuda"),
                 preset=preset,
-                seed=seed,
-                device="cuda",
                 envelope=envelope,
                 twin=twin,
                 test=fault.test,
@@ -116,10 +129,8 @@ def test_cuda_faults_are_caught_and_their_provocations_alone_are_not(
             control = gate(
                 workload,
                 fault.config,
-                STEPS,
+                RunArgs(steps=STEPS, seed=seed, device="cuda"),
                 preset=preset,
-                seed=seed,
-                device="cuda",
                 envelope=envelope,
                 twin=twin,
                 test=fault.test,
@@ -136,14 +147,13 @@ def test_the_wrong_op_is_caught_on_the_gpu_too(workload: str, preset: str) -> No
     # a chaotic workload (transformer small: envelope ~1e-4 after 20 steps on a CPU) a 1 %
     # learning-rate error can hide in the noise; benchmarks/gate_power.py measures that power.
     fault = FAULTS["wrong-op"]
-    envelope = Envelope.measure(workload, preset, steps=STEPS, device="cuda")
+    envelope = Envelope.measure(workload, preset, RunArgs(steps=STEPS, device="cuda"))
     with planted("wrong-op"):
         verdict = gate(
             workload,
             fault.config,
-            STEPS,
+            RunArgs(steps=STEPS, device="cuda"),
             preset=preset,
-            device="cuda",
             envelope=envelope,
             test=fault.test,
         )
@@ -154,9 +164,9 @@ def test_a_graph_whose_kernels_change_bits_when_captured_is_judged_by_equivalenc
     # On an H100 (torch 2.11) BERT's SDPA (memory-efficient attention) gives other bits captured
     # than eager, while the eager step is reproducible: the graph must not be rejected for it.
     pytest.importorskip("transformers")
-    probe = eager_reproducibility("hf:masked-lm", "tiny", steps=STEPS, device="cuda")
+    probe = eager_reproducibility("hf:masked-lm", "tiny", RunArgs(steps=STEPS, device="cuda"))
     assert probe.reproducible, probe
-    verdict = gate("hf:masked-lm", GRAPH, STEPS, preset="tiny", device="cuda")
+    verdict = gate("hf:masked-lm", GRAPH, RunArgs(steps=STEPS, device="cuda"), preset="tiny")
     assert verdict.passed, verdict.reason
     if probe.graph_replays_twin is False:
         assert verdict.test == "equivalence" and verdict.exact_skipped is not None

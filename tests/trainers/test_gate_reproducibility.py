@@ -17,8 +17,24 @@ import pytest
 import torch
 from torch import nn
 
-from trainers import Envelope, LoopConfig, ParityVerdict, Twin, Workload, gate, load_workload
-from trainers.gate import Reproducibility, eager_reproducibility, forget, planted, remember
+from trainers import (
+    Envelope,
+    LoopConfig,
+    ParityVerdict,
+    RunArgs,
+    Twin,
+    Workload,
+    gate,
+    load_workload,
+)
+from trainers.gate import (
+    GATE_ARGS,
+    Reproducibility,
+    eager_reproducibility,
+    forget,
+    planted,
+    remember,
+)
 from trainers.gate.reproducibility import device_key, measure, workload_key
 from trainers.gate.trajectories import trajectory
 from trainers.workloads import BUILTIN
@@ -65,16 +81,16 @@ def fresh_cache() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def noisy_env() -> Envelope:
-    return Envelope.measure(noisy_mlp, "tiny", steps=STEPS, device="cpu")
+    return Envelope.measure(noisy_mlp, "tiny", RunArgs(steps=STEPS, device="cpu"))
 
 
 @pytest.fixture(scope="module")
 def mlp_env() -> Envelope:
-    return Envelope.measure("mlp", "tiny", steps=STEPS, device="cpu")
+    return Envelope.measure("mlp", "tiny", RunArgs(steps=STEPS, device="cpu"))
 
 
 def test_the_probe_finds_the_first_step_two_identical_runs_differ_and_is_cached() -> None:
-    probe = eager_reproducibility(noisy_mlp, "tiny", steps=STEPS, device="cpu")
+    probe = eager_reproducibility(noisy_mlp, "tiny", RunArgs(steps=STEPS, device="cpu"))
     assert not probe.reproducible
     assert probe.first_difference == NOISY_FROM_STEP
     assert 0.0 < probe.max_abs_difference < 1e-4
@@ -84,10 +100,15 @@ def test_the_probe_finds_the_first_step_two_identical_runs_differ_and_is_cached(
     assert probe.determinism == "strict" and probe.strict
     assert probe.graph_replays_twin is None and probe.graph_error is None  # no graph on a CPU
     # Cached per workload, device, precision and determinism: not measured again, at any seed.
-    assert eager_reproducibility(noisy_mlp, "tiny", seed=5, device="cpu") is probe
-    assert eager_reproducibility(noisy_mlp, "tiny", device="cpu", precision="fp32") is not probe
+    assert (
+        eager_reproducibility(noisy_mlp, "tiny", GATE_ARGS.replace(seed=5, device="cpu")) is probe
+    )
+    assert (
+        eager_reproducibility(noisy_mlp, "tiny", GATE_ARGS.replace(device="cpu", precision="fp32"))
+        is not probe
+    )
 
-    steady = eager_reproducibility("mlp", "tiny", steps=STEPS, device="cpu")
+    steady = eager_reproducibility("mlp", "tiny", RunArgs(steps=STEPS, device="cpu"))
     assert steady.reproducible and steady.first_difference is None
     assert steady.max_abs_difference == 0.0
 
@@ -96,7 +117,9 @@ def test_a_non_reproducible_step_skips_exactness_and_equivalence_decides(
     noisy_env: Envelope,
 ) -> None:
     for config in (LOOP_ONLY, LOOP_AND_NUMERICS):
-        verdict = gate(noisy_mlp, config, STEPS, preset="tiny", device="cpu", envelope=noisy_env)
+        verdict = gate(
+            noisy_mlp, config, RunArgs(steps=STEPS, device="cpu"), preset="tiny", envelope=noisy_env
+        )
         assert verdict.passed, verdict.reason
         assert verdict.test == "equivalence" and not verdict.exact_required
         assert verdict.exact_against is None and verdict.twin_first_diverging_step is None
@@ -115,21 +138,39 @@ def test_a_planted_fault_is_still_rejected_where_exactness_is_skipped(
 ) -> None:
     # The probe refuses to measure broken loop parts: a fault is no irreproducibility.
     with planted("wrong-op"), pytest.raises(RuntimeError, match="while a fault is planted"):
-        gate(noisy_mlp, LOOP_ONLY, STEPS, preset="tiny", device="cpu", envelope=noisy_env)
-    eager_reproducibility(noisy_mlp, "tiny", steps=STEPS, device="cpu")  # before planting
+        gate(
+            noisy_mlp,
+            LOOP_ONLY,
+            RunArgs(steps=STEPS, device="cpu"),
+            preset="tiny",
+            envelope=noisy_env,
+        )
+    eager_reproducibility(noisy_mlp, "tiny", RunArgs(steps=STEPS, device="cpu"))  # before planting
     with planted("wrong-op"):
-        verdict = gate(noisy_mlp, LOOP_ONLY, STEPS, preset="tiny", device="cpu", envelope=noisy_env)
+        verdict = gate(
+            noisy_mlp,
+            LOOP_ONLY,
+            RunArgs(steps=STEPS, device="cpu"),
+            preset="tiny",
+            envelope=noisy_env,
+        )
     assert verdict.exact_skipped is not None and verdict.test == "equivalence"
     assert not verdict.passed and verdict.ratio is not None and verdict.ratio > 1.0
 
 
 def test_a_reproducible_step_still_takes_the_exact_test(mlp_env: Envelope) -> None:
-    verdict = gate("mlp", LOOP_ONLY, STEPS, preset="tiny", device="cpu", envelope=mlp_env)
+    verdict = gate(
+        "mlp", LOOP_ONLY, RunArgs(steps=STEPS, device="cpu"), preset="tiny", envelope=mlp_env
+    )
     assert verdict.passed and verdict.test == "exact" and verdict.exact_required
     assert verdict.eager_reproducible is True and verdict.eager_first_difference is None
     assert verdict.exact_skipped is None and verdict.determinism == "strict"
     twin_checked = gate(
-        "mlp", LOOP_AND_NUMERICS, STEPS, preset="tiny", device="cpu", envelope=mlp_env
+        "mlp",
+        LOOP_AND_NUMERICS,
+        RunArgs(steps=STEPS, device="cpu"),
+        preset="tiny",
+        envelope=mlp_env,
     )
     assert twin_checked.passed and twin_checked.exact_against == "eager twin"
     # It replayed its twin bit for bit: the probe was not needed, so not run.
@@ -137,14 +178,16 @@ def test_a_reproducible_step_still_takes_the_exact_test(mlp_env: Envelope) -> No
     assert "replays its eager twin bit for bit" in twin_checked.reason
     # The planted fault, judged by the exact test (the one the config is owed), fails it there
     # (the probe measured before the fault, as the reference and the envelope are).
-    eager_reproducibility("mlp", "tiny", steps=STEPS, device="cpu")
+    eager_reproducibility("mlp", "tiny", RunArgs(steps=STEPS, device="cpu"))
     with planted("wrong-op"):
-        faulty = gate("mlp", LOOP_ONLY, STEPS, preset="tiny", device="cpu", envelope=mlp_env)
+        faulty = gate(
+            "mlp", LOOP_ONLY, RunArgs(steps=STEPS, device="cpu"), preset="tiny", envelope=mlp_env
+        )
     assert not faulty.passed and faulty.test == "exact" and faulty.first_diverging_step == 1
 
 
 def test_a_probe_handed_back_replaces_the_measurement_and_must_fit(mlp_env: Envelope) -> None:
-    probe = measure("mlp", "tiny", steps=STEPS, device="cpu", reference=mlp_env.reference)
+    probe = measure("mlp", "tiny", RunArgs(steps=STEPS, device="cpu"), reference=mlp_env.reference)
     stored = json.loads(json.dumps(probe.to_dict()))
     assert Reproducibility.from_dict(stored) == probe
     # A probe persisted by the caller that says "not reproducible" is believed: exact skipped.
@@ -152,23 +195,28 @@ def test_a_probe_handed_back_replaces_the_measurement_and_must_fit(mlp_env: Enve
         probe, reproducible=False, first_difference=7, max_abs_difference=1e-6
     )
     verdict = gate(
-        "mlp", LOOP_ONLY, STEPS, preset="tiny", device="cpu", envelope=mlp_env, probe=unsteady
+        "mlp",
+        LOOP_ONLY,
+        RunArgs(steps=STEPS, device="cpu"),
+        preset="tiny",
+        envelope=mlp_env,
+        probe=unsteady,
     )
     assert verdict.test == "equivalence" and verdict.eager_first_difference == 7
     remember(unsteady)
-    assert eager_reproducibility("mlp", "tiny", device="cpu") is unsteady
+    assert eager_reproducibility("mlp", "tiny", GATE_ARGS.replace(device="cpu")) is unsteady
     with pytest.raises(ValueError, match="'precision': 'fp32'"):
         gate(
             "mlp",
             LOOP_ONLY,
-            STEPS,
+            RunArgs(steps=STEPS, device="cpu", precision="fp32"),
             preset="tiny",
-            device="cpu",
-            precision="fp32",
             probe=probe,
         )
     with pytest.raises(ValueError, match="probe measured for"):
-        gate("transformer", LOOP_ONLY, STEPS, preset="tiny", device="cpu", probe=probe)
+        gate(
+            "transformer", LOOP_ONLY, RunArgs(steps=STEPS, device="cpu"), preset="tiny", probe=probe
+        )
     with pytest.raises(ValueError, match="format=None is invalid"):
         Reproducibility.from_dict({k: v for k, v in stored.items() if k != "format"})
     with pytest.raises(ValueError, match="determinism='sometimes' is invalid"):
@@ -178,7 +226,9 @@ def test_a_probe_handed_back_replaces_the_measurement_and_must_fit(mlp_env: Enve
 def test_verdicts_round_trip_with_the_new_fields_and_old_dicts_still_load(
     noisy_env: Envelope,
 ) -> None:
-    verdict = gate(noisy_mlp, LOOP_ONLY, STEPS, preset="tiny", device="cpu", envelope=noisy_env)
+    verdict = gate(
+        noisy_mlp, LOOP_ONLY, RunArgs(steps=STEPS, device="cpu"), preset="tiny", envelope=noisy_env
+    )
     values = json.loads(json.dumps(verdict.to_dict()))
     assert ParityVerdict.from_dict(values) == verdict
     new = {"eager_reproducible", "eager_first_difference", "eager_max_abs_difference"}
@@ -189,13 +239,15 @@ def test_verdicts_round_trip_with_the_new_fields_and_old_dicts_still_load(
 
 
 def test_determinism_off_runs_under_the_process_settings() -> None:
-    probe = measure("mlp", "tiny", steps=8, device="cpu", determinism="off")
+    probe = measure("mlp", "tiny", RunArgs(steps=8, device="cpu"), determinism="off")
     assert probe.determinism == "off" and not probe.strict
     assert probe.reproducible  # a CPU's mlp kernels are deterministic either way
-    run = trajectory("mlp", "tiny", LoopConfig(), steps=8, device="cpu", determinism="off")
+    run = trajectory("mlp", "tiny", LoopConfig(), RunArgs(steps=8, device="cpu"), determinism="off")
     assert not run.strict and not torch.are_deterministic_algorithms_enabled()
     with pytest.raises(ValueError, match="determinism='sometimes' is invalid"):
-        trajectory("mlp", "tiny", LoopConfig(), steps=4, device="cpu", determinism="sometimes")  # type: ignore[arg-type]
+        trajectory(
+            "mlp", "tiny", LoopConfig(), RunArgs(steps=4, device="cpu"), determinism="sometimes"
+        )  # type: ignore[arg-type]
 
 
 def test_workload_keys_name_the_same_shape_in_every_process() -> None:
@@ -220,7 +272,11 @@ def test_a_config_that_replays_its_twin_needs_no_probe_and_no_second_twin_run(
 
     # The envelope's reference is given: the gate runs the config, then its twin once.
     matched = gate(
-        counted_mlp, LOOP_AND_NUMERICS, STEPS, preset="tiny", device="cpu", envelope=mlp_env
+        counted_mlp,
+        LOOP_AND_NUMERICS,
+        RunArgs(steps=STEPS, device="cpu"),
+        preset="tiny",
+        envelope=mlp_env,
     )
     assert matched.passed and matched.exact_against == "eager twin", matched.reason
     assert matched.eager_reproducible is None  # not asked: the two runs agreed bit for bit
@@ -229,7 +285,9 @@ def test_a_config_that_replays_its_twin_needs_no_probe_and_no_second_twin_run(
     # A twin run once whose losses the config does not match: the probe (two runs) decides the
     # exact test applies, then the twin's second run shows the twin is not reproducible (its
     # first run was tampered with), so the exact test cannot apply.
-    once = Twin.measure("mlp", LOOP_AND_NUMERICS, STEPS, preset="tiny", device="cpu", runs=1)
+    once = Twin.measure(
+        "mlp", LOOP_AND_NUMERICS, RunArgs(steps=STEPS, device="cpu"), preset="tiny", runs=1
+    )
     assert once.runs == 1 and once.reproducible is None
     losses = list(once.losses)
     losses[5] = float(torch.nextafter(torch.tensor(losses[5]), torch.tensor(0.0)))
@@ -238,9 +296,8 @@ def test_a_config_that_replays_its_twin_needs_no_probe_and_no_second_twin_run(
     verdict = gate(
         counted_mlp,
         LOOP_AND_NUMERICS,
-        STEPS,
+        RunArgs(steps=STEPS, device="cpu"),
         preset="tiny",
-        device="cpu",
         envelope=mlp_env,
         twin=tampered,
     )
@@ -251,19 +308,27 @@ def test_a_config_that_replays_its_twin_needs_no_probe_and_no_second_twin_run(
 
     # A loop-only config that matches the reference is shown reproducible by the two runs.
     builds.clear()
-    exact = gate(counted_mlp, LOOP_ONLY, STEPS, preset="tiny", device="cpu", envelope=mlp_env)
+    exact = gate(
+        counted_mlp, LOOP_ONLY, RunArgs(steps=STEPS, device="cpu"), preset="tiny", envelope=mlp_env
+    )
     assert exact.passed and exact.test == "exact" and len(builds) == 1
     assert exact.eager_reproducible is True and exact.eager_max_abs_difference == 0.0
 
 
 def test_a_twin_runs_once_or_twice_and_confirms_only_once() -> None:
     with pytest.raises(ValueError, match="runs=3 is invalid: allowed 1 or 2"):
-        Twin.measure("mlp", LOOP_AND_NUMERICS, 4, preset="tiny", device="cpu", runs=3)
-    once = Twin.measure("mlp", LOOP_AND_NUMERICS, 4, preset="tiny", device="cpu", runs=1)
+        Twin.measure(
+            "mlp", LOOP_AND_NUMERICS, RunArgs(steps=4, device="cpu"), preset="tiny", runs=3
+        )
+    once = Twin.measure(
+        "mlp", LOOP_AND_NUMERICS, RunArgs(steps=4, device="cpu"), preset="tiny", runs=1
+    )
     both = once.confirmed("mlp", preset="tiny", device="cpu")
     assert both.runs == 2 and both.reproducible is True and both.max_abs_difference == 0.0
     assert both.losses == once.losses and both.confirmed("mlp", preset="tiny") is both
-    assert both == Twin.measure("mlp", LOOP_AND_NUMERICS, 4, preset="tiny", device="cpu")
+    assert both == Twin.measure(
+        "mlp", LOOP_AND_NUMERICS, RunArgs(steps=4, device="cpu"), preset="tiny"
+    )
     # A twin stored before `runs` was recorded ran twice.
     old = {k: v for k, v in both.to_dict().items() if k != "runs"}
     assert Twin.from_dict(old) == both

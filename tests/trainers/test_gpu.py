@@ -13,6 +13,7 @@ from tests.trainers.helpers import syncs_in_loss
 from trainers import (
     CaptureError,
     LoopConfig,
+    RunArgs,
     check_parity,
     graph_floor,
     load_workload,
@@ -28,7 +29,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def small_reference() -> list[float]:
-    return parity_losses("transformer", "small", LoopConfig(), steps=20, device="cuda")
+    return parity_losses("transformer", "small", LoopConfig(), RunArgs(steps=20, device="cuda"))
 
 
 @pytest.mark.parametrize(
@@ -46,7 +47,11 @@ def test_every_stream_count_and_sync_mode_is_bit_exact(
         prefetch_depth=2,
     )
     verdict = check_parity(
-        "transformer", config, 20, preset="small", device="cuda", reference=small_reference
+        "transformer",
+        config,
+        RunArgs(steps=20, device="cuda"),
+        preset="small",
+        reference=small_reference,
     )
     assert verdict.passed, verdict
     assert verdict.max_abs_deviation == 0.0
@@ -63,7 +68,11 @@ def test_two_batches_in_flight_with_workers_is_bit_exact(small_reference: list[f
         num_workers=2,
     )
     verdict = check_parity(
-        "transformer", config, 20, preset="small", device="cuda", reference=small_reference
+        "transformer",
+        config,
+        RunArgs(steps=20, device="cuda"),
+        preset="small",
+        reference=small_reference,
     )
     assert verdict.passed, verdict
 
@@ -79,7 +88,7 @@ def test_graph_capture_on_every_transformer_preset(preset: str) -> None:
         non_blocking=True,
         prefetch_depth=1,
     )
-    verdict = check_parity("transformer", config, 16, preset=preset, device="cuda")
+    verdict = check_parity("transformer", config, RunArgs(steps=16, device="cuda"), preset=preset)
     assert verdict.passed, verdict
     # Owed bit for bit to its eager twin (the same step, optimizer capturable, no graph), and
     # statistical equivalence to the reference (trainers.gate.parity); no longer a relative rtol.
@@ -91,23 +100,20 @@ def test_graph_capture_on_every_transformer_preset(preset: str) -> None:
 @pytest.mark.parametrize("streams", [1, 3, 4])
 def test_graph_capture_with_other_stream_counts(streams: int) -> None:
     config = LoopConfig(num_streams=streams, sync_mode="query", sync_interval=5, cuda_graph=True)
-    verdict = check_parity("mlp", config, 16, preset="small", device="cuda")
+    verdict = check_parity("mlp", config, RunArgs(steps=16, device="cuda"), preset="small")
     assert verdict.passed, verdict
 
 
 def test_graph_capture_of_convnet() -> None:
     config = LoopConfig(cuda_graph=True, sync_interval=8, sync_mode="event")
-    assert check_parity("convnet", config, 12, preset="small", device="cuda").passed
+    assert check_parity("convnet", config, RunArgs(steps=12, device="cuda"), preset="small").passed
 
 
 def test_query_mode_blocks_only_in_the_final_drain() -> None:
     result = run(
         load_workload("transformer", "small"),
         LoopConfig(num_streams=2, sync_mode="query", sync_interval=1),
-        steps=30,
-        warmup=5,
-        windows=3,
-        device="cuda",
+        RunArgs(steps=30, warmup=5, windows=3, device="cuda"),
     )
     # Never blocks before the drain; here every window's closing device sync already brought
     # the losses home, so even the drain found nothing left to wait for.
@@ -122,10 +128,7 @@ def test_deferred_modes_block_once_per_interval(mode: str) -> None:
     result = run(
         load_workload("transformer", "small"),
         LoopConfig(num_streams=3, sync_mode=mode, sync_interval=10),  # type: ignore[arg-type]
-        steps=40,
-        warmup=10,
-        windows=4,
-        device="cuda",
+        RunArgs(steps=40, warmup=10, windows=4, device="cuda"),
     )
     assert result.n_syncs == 5
     assert result.loss_check["complete"]
@@ -135,10 +138,7 @@ def test_gpu_result_fields() -> None:
     result = run(
         load_workload("transformer", "small"),
         LoopConfig(num_streams=2),
-        steps=20,
-        warmup=5,
-        windows=2,
-        device="cuda",
+        RunArgs(steps=20, warmup=5, windows=2, device="cuda"),
     )
     assert result.peak_memory_bytes is not None and result.peak_memory_bytes > 0
     assert all(w.gpu_ms is not None and w.gpu_ms > 0 for w in result.windows)
@@ -153,10 +153,7 @@ def test_graph_floor_is_below_the_eager_step() -> None:
     eager = run(
         load_workload("transformer", "small"),
         LoopConfig(),
-        steps=20,
-        warmup=5,
-        windows=2,
-        device="cuda",
+        RunArgs(steps=20, warmup=5, windows=2, device="cuda"),
     )
     assert 0 < floor.step_ms < eager.step_time_ms["median"]
     assert len(floor.repeats_ms) == 3
@@ -167,7 +164,9 @@ def test_peak_memory_does_not_carry_over_between_runs() -> None:
     order = (3, 1, 2, 4, 1, 3)
     peaks = [
         run(
-            workload, LoopConfig(num_streams=streams), steps=10, warmup=2, windows=1, device="cuda"
+            workload,
+            LoopConfig(num_streams=streams),
+            RunArgs(steps=10, warmup=2, windows=1, device="cuda"),
         ).peak_memory_bytes
         for streams in order
     ]
@@ -188,7 +187,7 @@ def test_whole_step_graphs_on_two_gpus_in_one_process() -> None:
     workload = load_workload("transformer", "tiny", seed=0)
     config = LoopConfig(cuda_graph=True, pin_memory=True, non_blocking=True)
     for device in ("cuda:0", "cuda:1", "cuda:0"):
-        result = run(workload, config, steps=4, warmup=4, windows=1, device=device)
+        result = run(workload, config, RunArgs(steps=4, warmup=4, windows=1, device=device))
         assert result.device == device
         assert result.losses and all(math.isfinite(x) for x in result.losses)
 
@@ -199,14 +198,11 @@ def test_a_step_that_syncs_cannot_be_captured_and_says_why() -> None:
         run(
             syncs_in_loss("x", seed=0),
             LoopConfig(cuda_graph=True),
-            steps=4,
-            warmup=4,
-            windows=1,
-            device="cuda",
+            RunArgs(steps=4, warmup=4, windows=1, device="cuda"),
         )
     # The failed capture left the CUDA generator believing a capture was underway: dropout
     # outside a graph then raised "Offset increment outside graph capture" (H100, torch 2.11).
     workload = load_workload("transformer", "tiny", seed=0)
     for config in (LoopConfig(), LoopConfig(cuda_graph=True)):
-        result = run(workload, config, steps=4, warmup=4, windows=1, device="cuda")
+        result = run(workload, config, RunArgs(steps=4, warmup=4, windows=1, device="cuda"))
         assert result.losses and all(math.isfinite(x) for x in result.losses)

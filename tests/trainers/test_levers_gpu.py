@@ -20,6 +20,7 @@ from trainers import (
     GRAPH_RTOL,
     OPTIMIZERS,
     LoopConfig,
+    RunArgs,
     RunResult,
     Workload,
     invalid_reason,
@@ -74,7 +75,9 @@ def train_workload(
     if warmup is None:
         warmup = max(min_warmup(config), 2)
     return run(
-        workload, config, steps=steps, warmup=warmup, windows=2, device="cuda", precision=precision
+        workload,
+        config,
+        RunArgs(steps=steps, warmup=warmup, windows=2, device="cuda", precision=precision),
     )  # type: ignore[arg-type]
 
 

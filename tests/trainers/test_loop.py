@@ -10,6 +10,7 @@ from tests.trainers.helpers import per_sample
 from trainers import (
     ConfigError,
     LoopConfig,
+    RunArgs,
     UnsupportedOnDevice,
     Window,
     load_workload,
@@ -22,9 +23,8 @@ def tiny_run(
     config: LoopConfig, *, steps: int = 12, warmup: int = 3, windows: int = 3, **kwargs: object
 ):
     workload = load_workload("transformer", "tiny")
-    return run(
-        workload, config, steps=steps, warmup=warmup, windows=windows, device="cpu", **kwargs
-    )  # type: ignore[arg-type]
+    args = RunArgs(steps=steps, warmup=warmup, windows=windows, device="cpu")
+    return run(workload, config, args, **kwargs)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("interval", [1, 4, 5, 15, 100])
@@ -140,10 +140,7 @@ def test_per_sample_dataset_is_batched_by_the_loader() -> None:
     result = run(
         per_sample("any", seed=0),
         LoopConfig(num_workers=1),
-        steps=6,
-        warmup=0,
-        windows=2,
-        device="cpu",
+        RunArgs(steps=6, warmup=0, windows=2, device="cpu"),
     )
     assert len(result.losses) == 6
     assert result.samples_per_batch == 8
@@ -161,15 +158,15 @@ def test_per_sample_dataset_is_batched_by_the_loader() -> None:
 def test_bad_run_arguments(kwargs: dict[str, int], field: str) -> None:
     args = {"steps": 12, "warmup": 3, "windows": 3} | kwargs
     with pytest.raises(ConfigError) as info:
-        run(load_workload("mlp", "tiny"), LoopConfig(), device="cpu", **args)
+        run(load_workload("mlp", "tiny"), LoopConfig(), RunArgs(device="cpu", **args))
     assert info.value.field == field
 
 
 def test_cuda_graph_on_cpu_is_a_clear_error() -> None:
     with pytest.raises(UnsupportedOnDevice, match="cuda_graph=True needs a CUDA device"):
-        run(load_workload("mlp", "tiny"), LoopConfig(cuda_graph=True), device="cpu")
+        run(load_workload("mlp", "tiny"), LoopConfig(cuda_graph=True), RunArgs(device="cpu"))
 
 
 def test_bad_device() -> None:
     with pytest.raises(ConfigError, match="device='tpu'"):
-        run(load_workload("mlp", "tiny"), LoopConfig(), device="tpu")
+        run(load_workload("mlp", "tiny"), LoopConfig(), RunArgs(device="tpu"))

@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from trainers import LoopConfig, WorkloadError, check_parity, load_workload, run
+from trainers import LoopConfig, RunArgs, WorkloadError, check_parity, load_workload, run
 from trainers.blocks import find_blocks
 from trainers.flops import count_step_flops, trainable
 from trainers.workloads import (
@@ -141,7 +141,9 @@ def test_same_seed_same_weights_and_batches_other_seed_differs(case: Case) -> No
 @pytest.mark.parametrize("case", cases(VISION + TEXT))
 def test_trains_through_the_loop_on_cpu(case: Case) -> None:
     steps = 4 if case in VISION else 32
-    result = run(case.build(), LoopConfig(), steps=steps, warmup=0, windows=1, device="cpu")
+    result = run(
+        case.build(), LoopConfig(), RunArgs(steps=steps, warmup=0, windows=1, device="cpu")
+    )
     assert len(result.losses) == steps
     assert all(math.isfinite(loss) for loss in result.losses)
     assert len(set(result.losses)) > 1
@@ -155,7 +157,7 @@ def test_parity_holds_for_an_eager_config(case: Case) -> None:
     factory = resolve_factory(case.name, case.model_args)
     assert isinstance(factory, BoundFactory)  # `timm:` is the library, not a module named timm
     config = LoopConfig(num_streams=2, sync_interval=2, sync_mode="event", prefetch_depth=2)
-    verdict = check_parity(factory, config, 4, preset="tiny", device="cpu")
+    verdict = check_parity(factory, config, RunArgs(steps=4, device="cpu"), preset="tiny")
     assert verdict.passed, verdict.reason
 
 
@@ -171,9 +173,10 @@ def test_the_gate_reuses_one_build_of_a_library_model_with_the_same_losses(case:
     factory = resolve_factory(case.name, case.model_args)
     reused = ReusedBuilds(factory)
     for perturbation in (None, Perturbation(seed=1, eps=2.0**-7), None):
-        common = {"steps": 3, "device": "cpu", "perturbation": perturbation}
-        fresh = trajectory(factory, "tiny", LoopConfig(), **common).losses  # type: ignore[arg-type]
-        assert trajectory(reused, "tiny", LoopConfig(), **common).losses == fresh  # type: ignore[arg-type]
+        args = RunArgs(steps=3, device="cpu")
+        fresh = trajectory(factory, "tiny", LoopConfig(), args, perturbation=perturbation).losses
+        again = trajectory(reused, "tiny", LoopConfig(), args, perturbation=perturbation).losses
+        assert again == fresh
     assert (reused.builds, reused.copies, reused.reason) == (1, 2, None)
 
 
@@ -393,7 +396,7 @@ def test_a_tied_qwen2_trains_with_one_shared_matrix() -> None:
     args = {"arch": "qwen2", "kv_heads": "1", "tie": "true", "lr": "1e-3"}
     workload = load_workload("hf:causal-lm", "tiny", model_args=args)
     before = workload.model.get_input_embeddings().weight.detach().clone()
-    result = run(workload, LoopConfig(), steps=32, warmup=0, windows=1, device="cpu")
+    result = run(workload, LoopConfig(), RunArgs(steps=32, warmup=0, windows=1, device="cpu"))
     assert all(math.isfinite(loss) for loss in result.losses)
     assert sum(result.losses[-8:]) < sum(result.losses[:8])
     shared = workload.model.get_input_embeddings().weight
@@ -495,7 +498,9 @@ def test_on_a_gpu_the_step_never_syncs_implicitly(case: Case) -> None:
 def test_on_a_gpu_a_cuda_graph_trains_like_the_eager_loop(case: Case) -> None:
     pytest.importorskip(case.library)
     factory = resolve_factory(case.name, case.model_args)
-    verdict = check_parity(factory, LoopConfig(cuda_graph=True), 12, preset="tiny", device="cuda")
+    verdict = check_parity(
+        factory, LoopConfig(cuda_graph=True), RunArgs(steps=12, device="cuda"), preset="tiny"
+    )
     assert verdict.passed, verdict.reason
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainers import ConfigError, LoopConfig, Workload, load_workload, run
+from trainers import ConfigError, LoopConfig, RunArgs, Workload, load_workload, run
 from trainers.optim import prepare_optimizer
 from trainers.workloads import SyntheticBatches
 from trainers.workloads.mlp import classification_loss
@@ -127,12 +127,18 @@ def test_run_refuses_fused_rmsprop_before_any_step() -> None:
     workload = rmsprop_workload("x", seed=0)
     before = [p.detach().clone() for p in workload.model.parameters()]
     with pytest.raises(ConfigError, match=r"optimizer='fused'.*RMSprop"):
-        run(workload, LoopConfig(optimizer="fused"), steps=4, warmup=1, windows=1, device="cpu")
+        run(
+            workload,
+            LoopConfig(optimizer="fused"),
+            RunArgs(steps=4, warmup=1, windows=1, device="cpu"),
+        )
     after = list(workload.model.parameters())
     assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
     # foreach exists for RMSprop: the same workload trains.
     result = run(
-        workload, LoopConfig(optimizer="foreach"), steps=4, warmup=1, windows=1, device="cpu"
+        workload,
+        LoopConfig(optimizer="foreach"),
+        RunArgs(steps=4, warmup=1, windows=1, device="cpu"),
     )
     assert all(math.isfinite(x) for x in result.losses)
 
@@ -142,7 +148,7 @@ def test_foreach_and_fused_train_like_the_optimizer_as_built(name: str) -> None:
     def losses(choice: str) -> list[float]:
         workload = load_workload(name, "tiny", seed=0)
         config = LoopConfig(optimizer=choice)  # type: ignore[arg-type]
-        return run(workload, config, steps=8, warmup=0, windows=1, device="cpu").losses
+        return run(workload, config, RunArgs(steps=8, warmup=0, windows=1, device="cpu")).losses
 
     reference = losses("as-built")
     assert len(set(reference)) > 4  # training, not a constant

@@ -18,7 +18,7 @@ from examples.own_dataset import (
     image_folder,
     text_file,
 )
-from trainers import LoopConfig, WorkloadError, load_workload, run
+from trainers import LoopConfig, RunArgs, WorkloadError, load_workload, run
 
 SENTENCE = "the cat sat on the mat and the dog sat on the log while the bird sang"
 WORDS = SENTENCE.split()
@@ -69,12 +69,14 @@ def test_image_folder_trains_with_the_collate_fn_in_workers(png_folder: Path) ->
     assert labels.dtype == torch.int64
     assert float(images.min()) >= -1.0 and float(images.max()) <= 1.0
 
-    result = run(workload, LoopConfig(), steps=9, warmup=0, windows=1, device="cpu")
+    result = run(workload, LoopConfig(), RunArgs(steps=9, warmup=0, windows=1, device="cpu"))
     assert all(math.isfinite(loss) for loss in result.losses)
     assert len(set(result.losses)) > 1
     # Collated in two worker processes: the same batches, so the same losses.
     in_workers = run(
-        build("tiny", seed=0), LoopConfig(num_workers=2), steps=9, warmup=0, windows=1, device="cpu"
+        build("tiny", seed=0),
+        LoopConfig(num_workers=2),
+        RunArgs(steps=9, warmup=0, windows=1, device="cpu"),
     )
     assert in_workers.losses == result.losses
 
@@ -88,7 +90,7 @@ def test_images_by_name_from_the_environment(
     again = load_workload("examples.own_dataset:build_images", "tiny", seed=3)
     for a, b in zip(workload.model.parameters(), again.model.parameters(), strict=True):
         assert torch.equal(a, b)
-    run(workload, LoopConfig(), steps=3, warmup=0, windows=1, device="cpu")
+    run(workload, LoopConfig(), RunArgs(steps=3, warmup=0, windows=1, device="cpu"))
 
 
 def test_token_windows_are_sequences_and_their_next_tokens(text_path: Path) -> None:
@@ -108,16 +110,13 @@ def test_token_windows_are_sequences_and_their_next_tokens(text_path: Path) -> N
 def test_text_file_trains_and_its_loss_falls(text_path: Path) -> None:
     workload = text_file(text_path)("tiny", seed=0)
     assert workload.tokens_per_sample == 16 and workload.batch_size == 4
-    result = run(workload, LoopConfig(), steps=30, warmup=0, windows=1, device="cpu")
+    result = run(workload, LoopConfig(), RunArgs(steps=30, warmup=0, windows=1, device="cpu"))
     assert all(math.isfinite(loss) for loss in result.losses)
     assert sum(result.losses[-5:]) < sum(result.losses[:5])
     again = run(
         text_file(text_path)("tiny", seed=0),
         LoopConfig(),
-        steps=30,
-        warmup=0,
-        windows=1,
-        device="cpu",
+        RunArgs(steps=30, warmup=0, windows=1, device="cpu"),
     )
     assert again.losses == result.losses
 

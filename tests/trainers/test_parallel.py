@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import trainers
-from trainers import ConfigError, LoopConfig, canonical, invalid_reason, parity_losses
+from trainers import ConfigError, LoopConfig, RunArgs, canonical, invalid_reason, parity_losses
 from trainers.distributed import agreement
 from trainers.parallel import shard_batch
 from trainers.program import ProgramFailed, check_nproc, run_distributed
@@ -141,7 +141,9 @@ def test_data_parallel_outside_a_torchrun_launch_is_refused_naming_parallel() ->
     workload = trainers.load_workload("mlp", "tiny")
     with pytest.raises(ConfigError) as info:
         trainers.run(
-            workload, LoopConfig(parallel="ddp"), steps=2, warmup=0, windows=1, device="cpu"
+            workload,
+            LoopConfig(parallel="ddp"),
+            RunArgs(steps=2, warmup=0, windows=1, device="cpu"),
         )
     assert info.value.field == "parallel"
     assert "--nproc-per-node" in str(info.value)
@@ -177,11 +179,8 @@ def _distributed(config: LoopConfig, workload: str = "mlp", **kwargs: object) ->
         workload,
         "tiny",
         config,
+        trainers.RunArgs(steps=STEPS - 1, warmup=1, windows=2, device="cpu"),
         nproc=2,
-        steps=STEPS - 1,
-        warmup=1,
-        windows=2,
-        device="cpu",
         gate=True,
         **kwargs,  # type: ignore[arg-type]
     )
@@ -202,9 +201,9 @@ def test_data_parallel_losses_equal_the_single_process_reference_on_the_cpu(
     # bit here; the plain reference on the same global batch differs by rounding (mlp's loss is
     # a per-sample mean).
     accumulated = parity_losses(
-        "mlp", "tiny", LoopConfig(micro_batches=2), steps=STEPS, device="cpu"
+        "mlp", "tiny", LoopConfig(micro_batches=2), RunArgs(steps=STEPS, device="cpu")
     )
-    plain = parity_losses("mlp", "tiny", trainers.REFERENCE, steps=STEPS, device="cpu")
+    plain = parity_losses("mlp", "tiny", trainers.REFERENCE, RunArgs(steps=STEPS, device="cpu"))
     assert result.losses == pytest.approx(accumulated, abs=1e-6)
     assert result.losses == pytest.approx(plain, rel=1e-5)
     assert result.losses != pytest.approx([plain[0]] * STEPS)  # it trains

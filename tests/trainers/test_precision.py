@@ -14,6 +14,7 @@ from trainers import (
     PRECISIONS,
     ConfigError,
     LoopConfig,
+    RunArgs,
     UnsupportedOnDevice,
     Workload,
     load_workload,
@@ -49,11 +50,7 @@ def observed_run(
     result = run(
         workload,
         config or LoopConfig(),
-        steps=steps,
-        warmup=0,
-        windows=1,
-        device="cpu",
-        precision=precision,
+        RunArgs(steps=steps, warmup=0, windows=1, device="cpu", precision=precision),
     )  # type: ignore[arg-type]
     assert result.precision == precision
     return result.losses, dtypes, matmul
@@ -100,11 +97,7 @@ def test_matmul_precision_is_set_for_the_run_and_restored(precision: str, matmul
     result = run(
         load_workload("mlp", "tiny"),
         LoopConfig(),
-        steps=2,
-        warmup=0,
-        windows=1,
-        device="cpu",
-        precision=precision,
+        RunArgs(steps=2, warmup=0, windows=1, device="cpu", precision=precision),
     )  # type: ignore[arg-type]
     assert result.matmul_precision == matmul
     assert result.to_dict()["precision"] == precision
@@ -146,11 +139,7 @@ def test_matmul_precision_comes_back_when_the_run_fails() -> None:
         run(
             failing_after(3),
             LoopConfig(),
-            steps=4,
-            warmup=1,
-            windows=1,
-            device="cpu",
-            precision="tf32",
+            RunArgs(steps=4, warmup=1, windows=1, device="cpu", precision="tf32"),
         )
     assert torch.get_float32_matmul_precision() == "medium"
 
@@ -161,11 +150,7 @@ def test_an_unknown_precision_names_the_field_and_the_choices(value: object) -> 
         run(
             load_workload("mlp", "tiny"),
             LoopConfig(),
-            steps=2,
-            warmup=0,
-            windows=1,
-            device="cpu",
-            precision=value,
+            RunArgs(steps=2, warmup=0, windows=1, device="cpu", precision=value),
         )  # type: ignore[arg-type]
     assert info.value.field == "precision"
     assert ", ".join(PRECISIONS) in str(info.value)
@@ -177,11 +162,7 @@ def test_fp16_autocast_with_a_cuda_graph_is_refused_with_the_alternative() -> No
         run(
             load_workload("mlp", "tiny"),
             LoopConfig(cuda_graph=True),
-            steps=2,
-            warmup=4,
-            windows=1,
-            device="cpu",
-            precision="fp16-autocast",
+            RunArgs(steps=2, warmup=4, windows=1, device="cpu", precision="fp16-autocast"),
         )
     assert info.value.field == "precision"
     assert "use bf16-autocast" in str(info.value)

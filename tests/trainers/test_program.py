@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from trainers import ConfigError, LoopConfig, WorkloadError
+from trainers import ConfigError, LoopConfig, RunArgs, WorkloadError
 from trainers.program import (
     Program,
     ProgramFailed,
@@ -38,10 +38,7 @@ def test_the_example_program_reports_every_loss_and_window(plain: Program) -> No
         plain,
         "tiny",
         LoopConfig(sync_interval=4),
-        steps=12,
-        warmup=3,
-        windows=3,
-        device="cpu",
+        RunArgs(steps=12, warmup=3, windows=3, device="cpu"),
         on_window=lambda index, window: seen.append(index) is None,
     )
     assert seen == [0, 1, 2] and [w.steps for w in result.windows] == [4, 4, 4]
@@ -49,7 +46,9 @@ def test_the_example_program_reports_every_loss_and_window(plain: Program) -> No
     assert result.samples_per_batch == 16 and result.workload == "program:plain-mlp"
     assert result.n_syncs == 3  # 15 steps, a sync every 4
     # Its losses do not depend on when the host reads them.
-    again = run_program(plain, "tiny", LoopConfig(sync_interval=1), steps=12, warmup=3, windows=3)
+    again = run_program(
+        plain, "tiny", LoopConfig(sync_interval=1), RunArgs(steps=12, warmup=3, windows=3)
+    )
     assert again.losses == result.losses and again.n_syncs == 15
 
 
@@ -58,10 +57,7 @@ def test_a_pruned_run_stops_the_program_after_the_window(plain: Program) -> None
         plain,
         "tiny",
         LoopConfig(),
-        steps=40,
-        warmup=2,
-        windows=4,
-        device="cpu",
+        RunArgs(steps=40, warmup=2, windows=4, device="cpu"),
         on_window=lambda index, window: False,
     )
     assert result.stopped_early and len(result.windows) == 1
@@ -69,31 +65,21 @@ def test_a_pruned_run_stops_the_program_after_the_window(plain: Program) -> None
 
 def test_settings_and_presets_a_program_lacks_are_refused_before_it_runs(plain: Program) -> None:
     with pytest.raises(ConfigError, match=r"^num_streams=2 is invalid: allowed 1: program 'plain"):
-        run_program(plain, "tiny", LoopConfig(num_streams=2), steps=4, windows=1)
+        run_program(plain, "tiny", LoopConfig(num_streams=2), RunArgs(steps=4, windows=1))
     with pytest.raises(WorkloadError, match=r"preset='huge' is invalid for program 'plain-mlp'"):
-        run_program(plain, "huge", LoopConfig(), steps=4, windows=1)
+        run_program(plain, "huge", LoopConfig(), RunArgs(steps=4, windows=1))
 
 
 def test_the_gate_judges_a_programs_losses_within_its_envelope(plain: Program) -> None:
-    verdict, envelope = program_parity(
-        plain, "tiny", LoopConfig(sync_interval=3), steps=6, seed=0, device="cpu", precision=None
-    )
+    args = RunArgs(steps=6, seed=0, device="cpu")
+    verdict, envelope = program_parity(plain, "tiny", LoopConfig(sync_interval=3), args)
     assert verdict["passed"] and verdict["test"] == "equivalence"
     assert len(envelope["reference"]) == 6 and len(envelope["perturbed"]) == 4
     # The perturbed runs moved: the envelope is measured, not assumed.
     assert any(p != envelope["reference"] for p in envelope["perturbed"])
     # A reused envelope runs only the config.
     started = time.perf_counter()
-    again, same = program_parity(
-        plain,
-        "tiny",
-        LoopConfig(num_workers=1),
-        steps=6,
-        seed=0,
-        device="cpu",
-        precision=None,
-        envelope=envelope,
-    )
+    again, same = program_parity(plain, "tiny", LoopConfig(num_workers=1), args, envelope=envelope)
     assert again["passed"] and same == envelope
     assert time.perf_counter() - started < 60
 
@@ -154,17 +140,21 @@ def test_a_program_that_breaks_the_protocol_fails_with_the_reason(
     tmp_path: Path, body: str, message: str
 ) -> None:
     with pytest.raises(ProgramFailed, match="program 'fake'") as info:
-        run_program(fake(tmp_path, body), "tiny", LoopConfig(), steps=2, warmup=1, windows=2)
+        run_program(
+            fake(tmp_path, body), "tiny", LoopConfig(), RunArgs(steps=2, warmup=1, windows=2)
+        )
     assert message in str(info.value)
 
 
 def test_the_protocol_is_met_by_a_few_lines_and_a_hung_program_times_out(tmp_path: Path) -> None:
-    result = run_program(fake(tmp_path, GOOD), "tiny", LoopConfig(), steps=2, warmup=1, windows=2)
+    result = run_program(
+        fake(tmp_path, GOOD), "tiny", LoopConfig(), RunArgs(steps=2, warmup=1, windows=2)
+    )
     assert result.losses == [1.0, 0.9, 0.8] and len(result.windows) == 2
     hung = fake(tmp_path, START + "time.sleep(60)\n", timeout_s=1.0)
     started = time.perf_counter()
     with pytest.raises(ProgramFailed, match="timed out after 1 s"):
-        run_program(hung, "tiny", LoopConfig(), steps=2, warmup=1, windows=2)
+        run_program(hung, "tiny", LoopConfig(), RunArgs(steps=2, warmup=1, windows=2))
     assert time.perf_counter() - started < 30
 
 
@@ -187,9 +177,7 @@ def test_the_program_gets_its_settings_and_the_commands_placeholders(tmp_path: P
         program,
         "tiny",
         LoopConfig(sync_interval=9, pin_memory=True),
-        steps=2,
-        warmup=1,
-        windows=1,
+        RunArgs(steps=2, warmup=1, windows=1),
     )
     assert result.losses == [9.0, 1.0, 1.0] and result.n_syncs == 7
     assert result.windows[0].step_ms == pytest.approx(250.0)

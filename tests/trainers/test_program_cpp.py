@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainers import LoopConfig
+from trainers import LoopConfig, RunArgs
 from trainers.program import Program, run_program
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +41,7 @@ def program(binary: Path) -> Program:
 
 def test_a_cpp_program_reports_through_the_header(binary: Path) -> None:
     result = run_program(
-        program(binary), "tiny", LoopConfig(sync_interval=3), steps=10, warmup=2, windows=3
+        program(binary), "tiny", LoopConfig(sync_interval=3), RunArgs(steps=10, warmup=2, windows=3)
     )
     assert result.losses == [1.0 / (i + 1) + 0.003 for i in range(12)]  # exact: 17 digits
     assert [w.steps for w in result.windows] == [4, 3, 3]
@@ -54,9 +54,7 @@ def test_a_pruned_cpp_program_is_stopped_between_windows(binary: Path) -> None:
         program(binary),
         "tiny",
         LoopConfig(),
-        steps=3000,
-        warmup=0,
-        windows=3,
+        RunArgs(steps=3000, warmup=0, windows=3),
         on_window=lambda index, window: False,
     )
     # Stopped after its first window of 1000 steps (2 s), long before the other 4 s.

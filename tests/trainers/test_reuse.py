@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import trainers
-from trainers import REFERENCE, LoopConfig, Workload
+from trainers import REFERENCE, LoopConfig, RunArgs, Workload
 from trainers.gate import Envelope, Perturbation, trajectory
 from trainers.workloads import SyntheticBatches, adam
 from trainers.workloads.mlp import classification_loss
@@ -79,18 +79,22 @@ def test_trajectories_from_copies_match_fresh_builds_bit_for_bit(name: str) -> N
     ]
     for kwargs in runs:
         config = kwargs.pop("config", REFERENCE)
-        common = {"steps": 6, "seed": 3, "device": "cpu", **kwargs}
-        fresh = trajectory(factory, "tiny", config, **common).losses
-        copied = trajectory(reused, "tiny", config, **common).losses
+        args = trainers.RunArgs(steps=6, seed=3, device="cpu")
+        fresh = trajectory(factory, "tiny", config, args, **kwargs).losses
+        copied = trajectory(reused, "tiny", config, args, **kwargs).losses
         assert copied == fresh
     assert (reused.builds, reused.copies, reused.reason) == (1, 3, None)
 
 
 def test_the_global_random_states_are_those_a_build_leaves() -> None:
     reused = ReusedBuilds(noisy)
-    fresh = [trajectory(noisy, "x", REFERENCE, steps=5, device="cpu").losses for _ in range(2)]
+    fresh = [
+        trajectory(noisy, "x", REFERENCE, RunArgs(steps=5, device="cpu")).losses for _ in range(2)
+    ]
     assert fresh[0] == fresh[1]  # the factory's seeding makes each build's run the same
-    copied = [trajectory(reused, "x", REFERENCE, steps=5, device="cpu").losses for _ in range(3)]
+    copied = [
+        trajectory(reused, "x", REFERENCE, RunArgs(steps=5, device="cpu")).losses for _ in range(3)
+    ]
     assert copied == [fresh[0]] * 3
     assert reused.copies == 2
     for _ in range(2):
@@ -123,7 +127,9 @@ def test_a_closure_over_the_build_is_built_every_time() -> None:
         return closing_over_the_model(preset, seed=seed)
 
     reused = ReusedBuilds(factory)
-    losses = [trajectory(reused, "x", REFERENCE, steps=4, device="cpu").losses for _ in range(2)]
+    losses = [
+        trajectory(reused, "x", REFERENCE, RunArgs(steps=4, device="cpu")).losses for _ in range(2)
+    ]
     assert losses[0] == losses[1]
     assert len(calls) == 2 and reused.copies == 0
     assert reused.reason is not None and "loss_fn" in reused.reason
@@ -131,10 +137,10 @@ def test_a_closure_over_the_build_is_built_every_time() -> None:
 
 def test_the_gate_judges_the_same_from_copies() -> None:
     config = LoopConfig(num_streams=2, sync_interval=2)
-    common = {"steps": 8, "seed": 0, "device": torch.device("cpu"), "precision": None}
+    args = trainers.RunArgs(steps=8, seed=0, device=torch.device("cpu"))
 
     def parts(factory: trainers.WorkloadFactory) -> tuple[dict[str, object], dict[str, object]]:
-        found = run_parts(factory, "tiny", config, envelope=None, **common)
+        found = run_parts(factory, "tiny", config, args, envelope=None)
         return found.verdict.to_dict(), found.envelope
 
     fresh = parts(trainers.resolve_factory("mlp"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainers import LoopConfig, RunResult, load_workload, run
+from trainers import LoopConfig, RunArgs, RunResult, load_workload, run
 from trainers.workloads import disable_dropout
 
 pytestmark = [
@@ -45,11 +45,7 @@ def _run(config: LoopConfig, *, steps: int = 10, warmup: int = 2) -> RunResult:
     return run(
         workload,
         config,
-        steps=steps,
-        warmup=warmup,
-        windows=2,
-        device="cuda",
-        precision="bf16-autocast",
+        RunArgs(steps=steps, warmup=warmup, windows=2, device="cuda", precision="bf16-autocast"),
     )
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import trainers
-from trainers import LoopConfig, Trainer, load_workload
+from trainers import LoopConfig, RunArgs, Trainer, load_workload
 from trainers.blocks import find_blocks
 from trainers.workloads.base import disable_dropout
 
@@ -19,7 +19,9 @@ def _losses(name: str, config: LoopConfig, *, dropout: bool = False, steps: int 
     workload = load_workload(name, "tiny", seed=0)
     if not dropout:
         disable_dropout(workload.model)
-    result = trainers.run(workload, config, steps=steps, warmup=0, windows=1, device="cpu")
+    result = trainers.run(
+        workload, config, trainers.RunArgs(steps=steps, warmup=0, windows=1, device="cpu")
+    )
     return result.losses
 
 
@@ -76,7 +78,9 @@ def test_a_batch_that_does_not_split_is_refused_naming_micro_batches() -> None:
     )
     with pytest.raises(trainers.ConfigError, match=r"micro_batches.*divisor of the batch"):
         trainers.run(
-            workload, LoopConfig(micro_batches=4), steps=1, warmup=0, windows=1, device="cpu"
+            workload,
+            LoopConfig(micro_batches=4),
+            trainers.RunArgs(steps=1, warmup=0, windows=1, device="cpu"),
         )
 
 
@@ -99,7 +103,7 @@ def test_a_run_puts_the_blocks_back() -> None:
     workload = load_workload("transformer", "tiny", seed=0)
     blocks = find_blocks(workload.model)
     config = LoopConfig(activation_checkpointing="selective")
-    trainers.run(workload, config, steps=2, warmup=0, windows=1, device="cpu")
+    trainers.run(workload, config, trainers.RunArgs(steps=2, warmup=0, windows=1, device="cpu"))
     assert all("forward" not in vars(block) for block in blocks)
 
 
@@ -109,16 +113,15 @@ def test_a_lever_without_blocks_is_refused_and_leaves_the_model_alone() -> None:
         trainers.run(
             workload,
             LoopConfig(activation_checkpointing="blocks"),
-            steps=1,
-            warmup=0,
-            windows=1,
-            device="cpu",
+            trainers.RunArgs(steps=1, warmup=0, windows=1, device="cpu"),
         )
 
 
 def test_the_run_reports_its_model_flops_and_no_mfu_on_a_cpu() -> None:
     workload = load_workload("mlp", "tiny", seed=0)
-    result = trainers.run(workload, LoopConfig(), steps=2, warmup=0, windows=1, device="cpu")
+    result = trainers.run(
+        workload, LoopConfig(), trainers.RunArgs(steps=2, warmup=0, windows=1, device="cpu")
+    )
     assert result.flops_per_step is not None and result.flops_per_step > 0
     out = result.to_dict()
     assert out["mfu"] is None and "CPU" in out["mfu_note"]
@@ -129,7 +132,7 @@ def test_checkpointing_does_not_count_its_recompute_as_model_flops() -> None:
     def flops(config: LoopConfig) -> int | None:
         workload = load_workload("transformer", "tiny", seed=0)
         return trainers.run(
-            workload, config, steps=1, warmup=0, windows=1, device="cpu"
+            workload, config, trainers.RunArgs(steps=1, warmup=0, windows=1, device="cpu")
         ).flops_per_step
 
     assert flops(LoopConfig(activation_checkpointing="blocks")) == flops(LoopConfig())
@@ -151,7 +154,9 @@ def test_each_block_compiled_on_its_own_trains_the_same_model() -> None:
     disable_dropout(workload.model)
     blocks = find_blocks(workload.model)
     config = LoopConfig(compile="default", compile_scope="blocks", **FEED)
-    result = trainers.run(workload, config, steps=6, warmup=1, windows=1, device="cpu")
+    result = trainers.run(
+        workload, config, trainers.RunArgs(steps=6, warmup=1, windows=1, device="cpu")
+    )
     eager = _losses("transformer", LoopConfig(**FEED), steps=7)
     # Inductor fuses other kernels than eager runs: close, not equal.
     assert result.losses == pytest.approx(eager, rel=1e-3)
@@ -208,10 +213,17 @@ def test_a_gate_reference_that_does_not_fit_runs_checkpointed_with_the_same_loss
     from trainers.gate import trajectory
 
     with pytest.raises(torch.cuda.OutOfMemoryError):
-        trainers.run(_too_large("x", seed=0), LoopConfig(), steps=2, warmup=0, windows=1)
-    reference = trajectory(_too_large, "x", trainers.REFERENCE, steps=6, device="cpu").losses
+        trainers.run(
+            _too_large("x", seed=0), LoopConfig(), trainers.RunArgs(steps=2, warmup=0, windows=1)
+        )
+    reference = trajectory(
+        _too_large, "x", trainers.REFERENCE, RunArgs(steps=6, device="cpu")
+    ).losses
     checkpointed = LoopConfig(activation_checkpointing="blocks")
-    assert reference == trajectory(_too_large, "x", checkpointed, steps=6, device="cpu").losses
+    assert (
+        reference
+        == trajectory(_too_large, "x", checkpointed, RunArgs(steps=6, device="cpu")).losses
+    )
     assert len(reference) == 6
 
 
@@ -222,12 +234,18 @@ def test_a_gate_reference_without_blocks_that_does_not_fit_runs_split() -> None:
     from trainers.gate import trajectory
 
     with pytest.raises(torch.cuda.OutOfMemoryError):
-        trainers.run(needs_micro_batches("x", seed=0), LoopConfig(), steps=2, warmup=0, windows=1)
-    reference = trajectory(needs_micro_batches, "x", trainers.REFERENCE, steps=6, device="cpu")
+        trainers.run(
+            needs_micro_batches("x", seed=0),
+            LoopConfig(),
+            trainers.RunArgs(steps=2, warmup=0, windows=1),
+        )
+    reference = trajectory(
+        needs_micro_batches, "x", trainers.REFERENCE, RunArgs(steps=6, device="cpu")
+    )
     split = trainers.REFERENCE.replace(micro_batches=2)
     assert (
         reference.losses
-        == trajectory(needs_micro_batches, "x", split, steps=6, device="cpu").losses
+        == trajectory(needs_micro_batches, "x", split, RunArgs(steps=6, device="cpu")).losses
     )
     assert len(reference.losses) == 6
 
@@ -253,14 +271,18 @@ def test_a_plain_step_that_did_not_fit_is_not_tried_again_in_the_process() -> No
         return built
 
     trajectories._PLAIN_DOES_NOT_FIT.clear()
-    first = trajectories.trajectory(counted, "y", trainers.REFERENCE, steps=3, device="cpu")
+    first = trajectories.trajectory(
+        counted, "y", trainers.REFERENCE, RunArgs(steps=3, device="cpu")
+    )
     plain_first = attempts.count(False)  # the plain run (and the FLOP counts of each run)
     assert plain_first >= 1 and attempts[-1] is True  # then checkpointed
     attempts.clear()
-    again = trajectories.trajectory(counted, "y", trainers.REFERENCE, steps=3, device="cpu")
+    again = trajectories.trajectory(
+        counted, "y", trainers.REFERENCE, RunArgs(steps=3, device="cpu")
+    )
     assert attempts.count(False) < plain_first and attempts[-1] is True
     assert again.losses == first.losses
     # Another shape (preset) is tried plain first.
     attempts.clear()
-    trajectories.trajectory(counted, "z", trainers.REFERENCE, steps=3, device="cpu")
+    trajectories.trajectory(counted, "z", trainers.REFERENCE, RunArgs(steps=3, device="cpu"))
     assert attempts.count(False) == plain_first

@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainers import LoopConfig, load_workload, run
+from trainers import LoopConfig, RunArgs, load_workload, run
 from trainers.feed import close_loaders, positioned_batches
 from trainers.parallel import shard_batch
 from trainers.workloads import SyntheticBatches, Workload
@@ -232,7 +232,7 @@ def test_a_tiny_causal_lm_learns_the_stream() -> None:
     pytest.importorskip("transformers")
     workload = load_workload("hf:causal-lm", "tiny", seed=0, model_args={"lr": "3e-3"})
     assert isinstance(workload.dataset, TokenStream)
-    result = run(workload, LoopConfig(), steps=96, warmup=0, windows=1, device="cpu")
+    result = run(workload, LoopConfig(), RunArgs(steps=96, warmup=0, windows=1, device="cpu"))
     assert all(math.isfinite(loss) for loss in result.losses)
     first, last = (sum(part) / len(part) for part in (result.losses[:16], result.losses[-16:]))
     assert first > 0.9 * math.log(126)
@@ -251,15 +251,16 @@ def test_data_parallel_ranks_each_train_their_shard_of_the_streams_global_batche
 
     args = {"arch": "llama", "batch": "4"}
     steps = 5
+    run_args = RunArgs(steps=steps - 1, warmup=1, windows=2, device="cpu")
+    config = LoopConfig(parallel="ddp")
     result = run_distributed(
-        "hf:causal-lm", "tiny", LoopConfig(parallel="ddp"), nproc=2, steps=steps - 1,
-        warmup=1, windows=2, device="cpu", gate=True, model_args=args,
-    )  # fmt: skip
+        "hf:causal-lm", "tiny", config, run_args, nproc=2, gate=True, model_args=args
+    )
     ranks = result.effective["rank_losses"]
     assert len(ranks) == 2 and ranks[0] != ranks[1]
     factory = resolve_factory("hf:causal-lm", args)
     accumulated = parity_losses(
-        factory, "tiny", LoopConfig(micro_batches=2), steps=steps, device="cpu"
+        factory, "tiny", LoopConfig(micro_batches=2), RunArgs(steps=steps, device="cpu")
     )
     assert result.losses == pytest.approx(accumulated, rel=1e-5)
     assert len(set(result.losses)) == steps

@@ -110,15 +110,19 @@ def test_a_wrong_default_would_be_seen() -> None:
 
 
 def test_run_leaves_the_window_to_the_job_only_when_not_given() -> None:
-    from tuner import cli
+    from tuner.flags import RunFlags
     from tuner.search.proposing.defaults import DEFAULT_WINDOW_STEPS
 
-    flags = {p.name: p.default for p in COMMANDS["run"].params if p.name is not None}
-    default = cli._run_options(flags, "mlp")
+    def options(**flags: object) -> RunOptions:
+        given = RunFlags(workload="mlp", **flags)  # type: ignore[arg-type]
+        settings = given.settings() | {"final_rounds": 3, "profile": "none"}
+        return RunOptions.from_spec(given.spec(), **settings)
+
+    default = options()
     assert default.auto_window_steps is True
     assert default.protocol.window_steps == DEFAULT_WINDOW_STEPS
-    given = cli._run_options(flags | {"window_steps": 7}, "mlp")
+    given = options(window_steps=7)
     assert (given.auto_window_steps, given.protocol.window_steps) == (False, 7)
     # Given as the default's own value, it is still the user's choice: kept on the scale space.
-    same = cli._run_options(flags | {"window_steps": DEFAULT_WINDOW_STEPS}, "mlp")
+    same = options(window_steps=DEFAULT_WINDOW_STEPS)
     assert same.auto_window_steps is False

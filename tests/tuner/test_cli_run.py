@@ -78,7 +78,7 @@ def test_run_json_in_a_subprocess_uses_tuner_storage(tmp_path: Path) -> None:
         "speedup",
         "ties",
         "fingerprint",
-        "n_trials",
+        "trial_counts",
         "gpu_seconds",
     ):
         assert key in rec, key
@@ -87,7 +87,7 @@ def test_run_json_in_a_subprocess_uses_tuner_storage(tmp_path: Path) -> None:
     assert len(rec["throughput"]["ci95"]) == 2
     assert set(rec["speedup"]) == {"pytorch-default", "seed-baseline"}
     assert all(len(s["ci95"]) == 2 for s in rec["speedup"].values())
-    assert rec["n_trials"] == {
+    assert rec["trial_counts"] == {
         "complete": 2,
         "failed": 0,
         "pruned": 0,
@@ -566,7 +566,8 @@ def test_a_library_model_is_tuned_in_bf16_by_one_command(
     assert out.returncode == 0, out.stderr[-3000:]
     rec = json.loads(out.stdout)
     assert (
-        rec["config"] is not None and rec["n_trials"]["complete"] + rec["n_trials"]["failed"] == 2
+        rec["config"] is not None
+        and rec["trial_counts"]["complete"] + rec["trial_counts"]["failed"] == 2
     )
     meta = load(sqlite_url(tmp_path), rec["study"]).user_attrs["streamtune"]
     assert (meta["workload"], meta["precision"]) == (workload, "bf16-autocast")

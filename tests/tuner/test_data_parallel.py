@@ -194,7 +194,7 @@ def test_a_two_process_study_tunes_end_to_end_through_the_cli(tmp_path: Path) ->
     final = {entry["name"]: entry["config"] for entry in rec["final_round"]}
     assert final["pytorch-default"] == LoopConfig(parallel="ddp").to_dict()
     assert set(rec["speedup"]) == {"pytorch-default", "seed-baseline"}
-    assert rec["n_trials"]["complete"] + rec["n_trials"]["failed"] == 1
+    assert rec["trial_counts"]["complete"] + rec["trial_counts"]["failed"] == 1
     study = optuna.load_study(study_name=rec["study"], storage=storage)
     trial = study.trials[0]
     assert trial.user_attrs["config"]["parallel"] in ("ddp", "fsdp2")

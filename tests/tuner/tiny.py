@@ -78,7 +78,7 @@ def run_json(opts: RunOptions, **kwargs: Any) -> dict[str, Any]:
 
 
 def counts(complete: int, failed: int, pruned: int, interrupted: int = 0) -> dict[str, int]:
-    """A finished study's `n_trials` (nothing running or waiting)."""
+    """A finished study's `trial_counts` (nothing running or waiting)."""
     return {
         "complete": complete,
         "failed": failed,

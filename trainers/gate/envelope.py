@@ -36,14 +36,16 @@ from trainers.gate.equivalence import (
 )
 from trainers.gate.trajectories import (
     DETERMINISMS,
+    GATE_ARGS,
     GATE_DETERMINISM,
-    PARITY_STEPS,
     Determinism,
     Perturbation,
+    Trajectory,
     trajectory,
 )
 from trainers.measure import fingerprint, fingerprint_key
 from trainers.precision import MATMUL_PRECISION, Precision
+from trainers.runargs import RunArgs
 from trainers.workloads import WorkloadFactory, resolve_factory
 
 PERTURBATIONS = 4
@@ -115,12 +117,9 @@ class Envelope:
         cls,
         workload: str | WorkloadFactory,
         preset: str,
+        args: RunArgs = GATE_ARGS,
         *,
-        steps: int = PARITY_STEPS,
-        seed: int = 0,
-        device: str | torch.device = "auto",
         perturbations: int = PERTURBATIONS,
-        precision: Precision | None = None,
         eps: float | None = None,
         reference: Sequence[float] | None = None,
         config: LoopConfig = REFERENCE,
@@ -128,7 +127,8 @@ class Envelope:
         determinism: Determinism | None = None,
     ) -> Envelope:
         """Train the reference (unless `reference` is given: it must be the reference's losses
-        for these arguments) and `perturbations` perturbed copies of it.
+        for these arguments) and `perturbations` perturbed copies of it, each a trajectory of
+        `args` (its steps, seed, device and precision).
 
         eps None: `rounding_eps(precision, torch.get_float32_matmul_precision())`.
         config: the reference's config (the loop's `REFERENCE`; a data-parallel run is judged
@@ -142,20 +142,21 @@ class Envelope:
         _check_measure(spread, perturbations)
         mode = GATE_DETERMINISM if determinism is None else determinism
         factory = resolve_factory(workload) if isinstance(workload, str) else workload
-        dev = resolve_device(device)
+        dev = resolve_device(args.device)
+        args = args.replace(device=dev)
+        precision = args.precision
         matmul_precision = _matmul_precision_of(precision)
         if eps is None:
             eps = rounding_eps(precision, matmul_precision)
-        common: dict[str, Any] = {"steps": steps, "seed": seed, "device": dev}
-        common.update(precision=precision, determinism=mode)
-        seeds = tuple(seed * 1000 + k + 1 for k in range(perturbations))
+        seeds = tuple(args.seed * 1000 + k + 1 for k in range(perturbations))
         name = workload if isinstance(workload, str) else getattr(workload, "__name__", "?")
-        runs = _Runs.measure(factory, preset, config, name, reference, seeds, spread, eps, common)
+        around = _Around(factory, preset, config, args, mode, spread, eps)
+        runs = _Runs.measure(around, name, reference, seeds)
         return cls(
             workload=runs.workload,
             preset=preset,
-            seed=seed,
-            steps=steps,
+            seed=args.seed,
+            steps=args.steps,
             device=str(dev),
             hardware=fingerprint_key(fingerprint(dev)),
             precision=precision,
@@ -267,27 +268,18 @@ class _Runs:
 
     @classmethod
     def measure(
-        cls,
-        factory: WorkloadFactory,
-        preset: str,
-        config: LoopConfig,
-        name: str,
-        reference: Sequence[float] | None,
-        seeds: Sequence[int],
-        spread: str,
-        eps: float | None,
-        common: Mapping[str, Any],
+        cls, around: _Around, name: str, reference: Sequence[float] | None, seeds: Sequence[int]
     ) -> _Runs:
         """Train the reference (unless its losses are given: `name` is then the workload's) and
         one run around it per seed, one at a time."""
         strict = True
         if reference is None:
-            ref = trajectory(factory, preset, config, **common)
+            ref = around.reference()
             reference, strict, name = ref.losses, ref.strict, ref.workload.name
             del ref
         perturbed = []
         for k in seeds:
-            losses, held, name = _around(factory, preset, config, k, spread, eps, common)
+            losses, held, name = around.run(k)
             perturbed.append(losses)
             strict = strict and held
         return cls(
@@ -295,22 +287,39 @@ class _Runs:
         )
 
 
-def _around(
-    factory: WorkloadFactory,
-    preset: str,
-    config: LoopConfig,
-    k: int,
-    spread: str,
-    eps: float | None,
-    common: Mapping[str, Any],
-) -> tuple[tuple[float, ...], bool, str]:
-    """One of the envelope's K runs (`Envelope.spread`): the losses, whether strict determinism
-    held, the workload's name. Only the losses are kept: the trained model leaves the device
-    before the next run (4.4 GB of weights and as much of gradients at 1.1B)."""
-    if spread == "seeds":
-        run = trajectory(factory, preset, config, **{**common, "seed": k})
-    else:
-        run = trajectory(
-            factory, preset, config, perturbation=Perturbation(seed=k, eps=eps), **common
+@dataclasses.dataclass(frozen=True)
+class _Around:
+    """The runs of one envelope: the reference's trajectory of `args` under `determinism`, and
+    the K runs around it (`Envelope.spread`: from another seed, or perturbed by `eps`)."""
+
+    factory: WorkloadFactory
+    preset: str
+    config: LoopConfig
+    args: RunArgs
+    determinism: Determinism
+    spread: str
+    eps: float | None
+
+    def reference(self) -> Trajectory:
+        return trajectory(
+            self.factory, self.preset, self.config, self.args, determinism=self.determinism
         )
-    return tuple(run.losses), run.strict, run.workload.name
+
+    def run(self, k: int) -> tuple[tuple[float, ...], bool, str]:
+        """One of the envelope's K runs: the losses, whether strict determinism held, the
+        workload's name. Only the losses are kept: the trained model leaves the device before
+        the next run (4.4 GB of weights and as much of gradients at 1.1B)."""
+        args, perturbation = self.args, None
+        if self.spread == "seeds":
+            args = args.replace(seed=k)
+        else:
+            perturbation = Perturbation(seed=k, eps=self.eps)
+        run = trajectory(
+            self.factory,
+            self.preset,
+            self.config,
+            args,
+            perturbation=perturbation,
+            determinism=self.determinism,
+        )
+        return tuple(run.losses), run.strict, run.workload.name

@@ -7,7 +7,7 @@ its eager twin (`trainers.gate.twin`). An exact test against the reference is `c
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from trainers.config import LoopConfig
@@ -20,6 +20,7 @@ from trainers.gate.reproducibility import (
 )
 from trainers.gate.twin import Twin, check_twin
 from trainers.gate.verdict import GateTest, first_difference, per_step
+from trainers.runargs import RunArgs
 from trainers.workloads import WorkloadFactory
 
 __all__ = ["ExactTests"]
@@ -27,7 +28,7 @@ __all__ = ["ExactTests"]
 
 @dataclasses.dataclass(frozen=True)
 class ExactTests:
-    """What `gate` asks before an exact test, for one config's runs (`common`: their arguments),
+    """What `gate` asks before an exact test, for one config's runs (`args`: their arguments),
     recording into the verdict's `fields` and `reasons`: whether two identical eager runs can
     agree bit for bit here at all (the reproducibility probe), asked first where it is known and
     otherwise only once the exact comparison fails; and, for a config owed its eager twin's bits,
@@ -36,7 +37,7 @@ class ExactTests:
     workload: str | WorkloadFactory
     preset: str
     config: LoopConfig
-    common: Mapping[str, Any]
+    args: RunArgs
     fields: dict[str, Any]
     reasons: list[str]
 
@@ -48,7 +49,7 @@ class ExactTests:
         if chosen == "equivalence":
             return chosen, False
         if probe is None:
-            device, precision = self.common["device"], self.common["precision"]
+            device, precision = self.args.device, self.args.precision
             probe = cached(self.workload, self.preset, device=device, precision=precision)
         if probe is None and not fault_is_planted():
             return chosen, True
@@ -74,11 +75,11 @@ class ExactTests:
         """The test left once the probe (None: measured now) has answered: `chosen` where the
         eager step is bitwise reproducible (and, for a graph owed its twin's bits, where the
         one-stream graph replays its twin), else "equivalence" with the skip recorded."""
-        common, fields = self.common, self.fields
+        args, fields = self.args, self.fields
         if probe is None:
-            probe = eager_reproducibility(self.workload, self.preset, **common)
+            probe = eager_reproducibility(self.workload, self.preset, args)
         else:
-            device, precision = common["device"], common["precision"]
+            device, precision = args.device, args.precision
             check_probe(probe, self.workload, self.preset, device=device, precision=precision)
         fields.update(
             eager_reproducible=probe.reproducible,
@@ -101,16 +102,14 @@ class ExactTests:
         return "equivalence"
 
     def against_twin(self, losses: Sequence[float], twin: Twin | None) -> tuple[bool, GateTest]:
-        """The exact test against the eager twin (measured here when not given, over `common`'s
+        """The exact test against the eager twin (measured here when not given, over `args`'
         steps: `gate`'s `exact_steps`): (passed, the test that applied)."""
         if twin is None:
-            twin = Twin.measure(
-                self.workload, self.config, preset=self.preset, runs=1, **self.common
-            )
-        check_twin(twin, self.config, steps=self.common["steps"])
+            twin = Twin.measure(self.workload, self.config, self.args, preset=self.preset, runs=1)
+        check_twin(twin, self.config, steps=self.args.steps)
         if first_difference(losses[: len(twin.losses)], twin.losses) is not None:
             # The config differs: is the twin itself reproducible? (Only then is it a bug.)
-            twin = twin.confirmed(self.workload, preset=self.preset, **self.common)
+            twin = twin.confirmed(self.workload, self.args, preset=self.preset)
         return self._compared_with_twin(losses, twin)
 
     def _compared_with_twin(self, losses: Sequence[float], twin: Twin) -> tuple[bool, GateTest]:

@@ -27,10 +27,10 @@ at which two identical eager runs differed, and by how much) and the equivalence
 config that matches bit for bit needs no probe: two runs that agree have shown it.
 
 Every run starts from the same seed with dropout off and, by default, deterministic kernels
-(`trainers.gate.trajectories.GATE_DETERMINISM`). `gate` runs what the config needs;
-`check_parity` is its old name. Pass `reference`, `twin`, `envelope` and `probe` to reuse them:
-each is a function of the workload, preset, seed, steps, precision and device only (the probe
-not even of the seed and steps).
+(`trainers.gate.trajectories.GATE_DETERMINISM`). `gate` runs what the config needs, each run a
+trajectory of its `RunArgs` (`check_parity` is its name in `trainers`). Pass `reference`,
+`twin`, `envelope` and `probe` to reuse them: each is a function of the workload, preset, seed,
+steps, precision and device only (the probe not even of the seed and steps).
 
 This module decides and judges; its parts live beside it, and their public names are importable
 from here too: the verdict and the step-by-step `compare` (`trainers.gate.verdict`), the eager
@@ -43,10 +43,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
-
-import torch
 
 from trainers.config import REFERENCE, LoopConfig
 from trainers.gate.envelope import PERTURBATIONS, Envelope
@@ -54,6 +52,7 @@ from trainers.gate.equivalence import MULTIPLE, WINDOW, Equivalence
 from trainers.gate.exact import ExactTests
 from trainers.gate.reference import (
     SEEDS_DETERMINISM,
+    GateRuns,
     check_envelope,
     reference_determinism,
     run_arguments,
@@ -61,6 +60,7 @@ from trainers.gate.reference import (
 )
 from trainers.gate.reproducibility import Reproducibility
 from trainers.gate.trajectories import (
+    GATE_ARGS,
     GATE_DETERMINISM,
     NO_DETERMINISTIC_IMPL,
     PARITY_STEPS,
@@ -79,6 +79,7 @@ from trainers.gate.verdict import (
     per_step,
 )
 from trainers.precision import Precision
+from trainers.runargs import RunArgs
 from trainers.workloads import WorkloadFactory
 
 __all__ = [
@@ -135,15 +136,12 @@ def required_test(
 def gate(
     workload: str | WorkloadFactory,
     config: LoopConfig,
-    steps: int = PARITY_STEPS,
+    args: RunArgs = GATE_ARGS,
     *,
     preset: str,
-    seed: int = 0,
-    device: str | torch.device = "auto",
     reference: Sequence[float] | None = None,
     envelope: Envelope | None = None,
     twin: Twin | None = None,
-    precision: Precision | None = None,
     test: GateTest | None = None,
     multiple: float = MULTIPLE,
     window: int = WINDOW,
@@ -159,10 +157,11 @@ def gate(
     probe: the eager step's reproducibility (`trainers.gate.reproducibility`); None takes it
     from the process cache or measures it (two runs of the reference loop) before the first
     exact test.
-    precision: passed to every run (`run(precision=...)`), the reference's included unless
-    `reference_precision` names another: then the reference and the envelope run in that one
-    (it is the envelope's `precision`), and the config, its eager twin and the reproducibility
-    probe in `precision` (float8 judged against bf16-autocast from the same weights and data).
+    args: every run's steps, seed, device and precision (`RunArgs`; `GATE_ARGS` by default).
+    Its precision is the config's, and the reference's unless `reference_precision` names
+    another: then the reference and the envelope run in that one (it is the envelope's
+    `precision`), and the config, its eager twin and the reproducibility probe in
+    `args.precision` (float8 judged against bf16-autocast from the same weights and data).
     test: force a test instead of `required_test(config, ...)`; for a change the config does not
     show (an optimizer swapped by a workload factory), "equivalence" with the unchanged
     workload's `envelope`.
@@ -170,18 +169,21 @@ def gate(
     exact_steps: the exact tests' length where shorter than `steps` (`exact_length`).
     Another precision: the reference and its envelope run under `SEEDS_DETERMINISM`, it strict.
     """
-    ref_precision = precision if reference_precision is None else reference_precision
-    chosen = _chosen_test(config, test, precision, ref_precision)
+    precision, steps = args.precision, args.steps
+    if reference_precision is None:
+        reference_precision = precision
+    chosen = _chosen_test(config, test, precision, reference_precision)
     short = exact_length(config, chosen, steps, exact_steps)
     if envelope is not None:
-        check_envelope(envelope, preset=preset, steps=steps, seed=seed, precision=ref_precision)
+        seed = args.seed
+        check_envelope(
+            envelope, preset=preset, steps=steps, seed=seed, precision=reference_precision
+        )
     reference = envelope.reference if reference is None and envelope is not None else reference
-    common, reference_common = run_arguments(
-        steps=steps, seed=seed, device=device, precision=precision, reference=ref_precision
-    )
-    fields = _run_fields(chosen, short, envelope, common, reference_common)
-    exact = ExactTests(workload, preset, config, {**common, "steps": short}, fields, [])
-    runs = _Runs(exact, common, reference_common)
+    runs_of = run_arguments(args, reference=reference_precision)
+    fields = _run_fields(chosen, short, envelope, runs_of)
+    exact = ExactTests(workload, preset, config, args.replace(steps=short), fields, [])
+    runs = _Runs(exact, runs_of)
     chosen, losses, reference, twin = runs.measure(chosen, probe, reference, twin)
     if chosen == "exact":
         return dataclasses.replace(compare(losses, reference, exact=True, tolerance=0.0), **fields)
@@ -191,22 +193,25 @@ def gate(
     )
 
 
+check_parity = gate
+"""`gate` by its first name, as `trainers` exports it (there `trainers.gate` is the package)."""
+
+
 def _run_fields(
     chosen: GateTest,
     exact_steps: int,
     envelope: Envelope | None,
-    common: Mapping[str, Any],
-    reference_common: Mapping[str, Any],
+    runs: GateRuns,
 ) -> dict[str, Any]:
     """The verdict's fields on how its runs computed."""
     return {
         "determinism": GATE_DETERMINISM,
         # What the reference computed under: a given envelope's own, else this run's.
         "reference_determinism": (
-            envelope.determinism if envelope is not None else reference_common["determinism"]
+            envelope.determinism if envelope is not None else runs.reference_determinism
         ),
-        "precision": common["precision"],
-        "reference_precision": reference_common["precision"],
+        "precision": runs.config.precision,
+        "reference_precision": runs.reference.precision,
         "exact_steps": None if chosen == "equivalence" else exact_steps,
     }
 
@@ -249,13 +254,12 @@ def exact_length(config: LoopConfig, chosen: GateTest, steps: int, exact_steps: 
 
 @dataclasses.dataclass(frozen=True)
 class _Runs:
-    """The runs of one `gate` call: the config's (`common`: their arguments), its exact tests'
-    (`exact`, over `exact_length`'s steps, recording into the verdict's fields and reasons) and
-    the reference's (`reference_common`: its losses and its envelope)."""
+    """The runs of one `gate` call: the config's and the reference's (`runs`: their arguments)
+    and its exact tests' (`exact`, over `exact_length`'s steps, recording into the verdict's
+    fields and reasons)."""
 
     exact: ExactTests
-    common: dict[str, Any]
-    reference_common: dict[str, Any]
+    runs: GateRuns
 
     def measure(
         self,
@@ -271,11 +275,13 @@ class _Runs:
         exact = self.exact
         workload, preset, config = exact.workload, exact.preset, exact.config
         chosen, ask_later = exact.probe_first(probe, chosen)
+        runs = self.runs
         if reference is None:
-            reference = parity_losses(workload, preset, REFERENCE, **self.reference_common)
-        losses = parity_losses(workload, preset, config, **self.common)
+            mode = runs.reference_determinism
+            reference = parity_losses(workload, preset, REFERENCE, runs.reference, determinism=mode)
+        losses = parity_losses(workload, preset, config, runs.config)
         if chosen == "exact+equivalence" and twin is None:
-            twin = Twin.measure(workload, config, preset=preset, runs=1, **exact.common)
+            twin = Twin.measure(workload, config, exact.args, preset=preset, runs=1)
         if ask_later:
             target = reference if chosen == "exact" else twin.losses  # type: ignore[union-attr]
             chosen = exact.unless_matched(losses, target, chosen)
@@ -309,10 +315,11 @@ class _Runs:
             envelope = Envelope.measure(
                 exact.workload,
                 exact.preset,
+                self.runs.reference,
                 perturbations=PERTURBATIONS,
                 reference=reference,
                 spread=spread_for(fields["precision"], fields["reference_precision"]),
-                **self.reference_common,
+                determinism=self.runs.reference_determinism,
             )
         eq = envelope.judge(losses, **judge)
         exact.reasons.extend(_equivalence_reasons(envelope, eq))
@@ -353,33 +360,3 @@ def _round_up(value: float, digits: int = 3) -> str:
         return "0"
     scale = 10 ** (digits - 1 - math.floor(math.log10(value)))
     return f"{math.ceil(value * scale - 1e-9) / scale:.{digits}g}"
-
-
-def check_parity(
-    workload: str | WorkloadFactory,
-    config: LoopConfig,
-    steps: int = PARITY_STEPS,
-    *,
-    preset: str,
-    seed: int = 0,
-    device: str | torch.device = "auto",
-    reference: Sequence[float] | None = None,
-    envelope: Envelope | None = None,
-    twin: Twin | None = None,
-    precision: Precision | None = None,
-    probe: Reproducibility | None = None,
-) -> ParityVerdict:
-    """The gate (`gate`) under its old name and signature, with the new optional inputs."""
-    return gate(
-        workload,
-        config,
-        steps,
-        preset=preset,
-        seed=seed,
-        device=device,
-        reference=reference,
-        envelope=envelope,
-        twin=twin,
-        precision=precision,
-        probe=probe,
-    )

@@ -6,14 +6,13 @@ arguments of the gate's runs (`run_arguments`), and whether a given envelope is 
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
+import dataclasses
 
 from trainers.core import resolve_device
 from trainers.gate.envelope import Envelope
 from trainers.gate.trajectories import GATE_DETERMINISM, Determinism
 from trainers.precision import Precision, check_precision_here
+from trainers.runargs import RunArgs
 
 __all__ = [
     "SEEDS_DETERMINISM",
@@ -47,28 +46,31 @@ def reference_determinism(spread: str) -> Determinism:
     return SEEDS_DETERMINISM if spread == "seeds" else GATE_DETERMINISM
 
 
-def run_arguments(
-    *,
-    steps: int,
-    seed: int,
-    device: str | torch.device,
-    precision: Precision | None,
-    reference: Precision | None,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The arguments of the config's runs (its losses, its eager twin, the probe) and of the
-    reference's (its losses, its envelope): the same steps, seed and device, each in its own
-    precision; the reference's under the determinism its envelope's spread asks
-    (`SEEDS_DETERMINISM` against another precision)."""
+@dataclasses.dataclass(frozen=True)
+class GateRuns:
+    """The arguments of one gate's runs: the config's (`config`: its losses, its eager twin, the
+    probe) and the reference's (`reference`: its losses, its envelope), the same steps, seed and
+    device, each in its own precision; the reference's under `reference_determinism`, the one
+    its envelope's spread asks (`SEEDS_DETERMINISM` against another precision)."""
+
+    config: RunArgs
+    reference: RunArgs
+    reference_determinism: Determinism
+
+
+def run_arguments(args: RunArgs, *, reference: Precision | None) -> GateRuns:
+    """`GateRuns` of a gate of `args` (`args.precision`: the config's) against a reference in
+    `reference`."""
+    precision = args.precision
     if precision != reference and precision is not None:
         # A candidate precision this device cannot run (float8 on a CPU) is refused in one
         # line before the reference's runs, not after them.
-        check_precision_here(precision, resolve_device(device))
-    common: dict[str, Any] = {"steps": steps, "seed": seed, "device": device}
-    return {**common, "precision": precision}, {
-        **common,
-        "precision": reference,
-        "determinism": reference_determinism(spread_for(precision, reference)),
-    }
+        check_precision_here(precision, resolve_device(args.device))
+    return GateRuns(
+        config=args,
+        reference=args.replace(precision=reference),
+        reference_determinism=reference_determinism(spread_for(precision, reference)),
+    )
 
 
 def check_envelope(

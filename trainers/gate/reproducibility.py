@@ -43,13 +43,14 @@ from trainers.config import REFERENCE
 from trainers.errors import TrainerError
 from trainers.gate.trajectories import (
     DETERMINISMS,
+    GATE_ARGS,
     GATE_DETERMINISM,
-    PARITY_STEPS,
     Determinism,
     trajectory,
 )
 from trainers.loop import resolve_device
 from trainers.precision import Precision
+from trainers.runargs import RunArgs
 from trainers.workloads import BUILTIN, BoundFactory, WorkloadFactory, resolve_factory
 from trainers.workloads.options import key_of
 
@@ -201,17 +202,15 @@ def _differences(a: Sequence[float], b: Sequence[float]) -> tuple[int | None, fl
 def measure(
     workload: str | WorkloadFactory,
     preset: str,
+    args: RunArgs = GATE_ARGS,
     *,
-    steps: int = PARITY_STEPS,
-    seed: int = 0,
-    device: str | torch.device = "auto",
-    precision: Precision | None = None,
     determinism: Determinism | None = None,
     reference: Sequence[float] | None = None,
     capture: bool = True,
 ) -> Reproducibility:
-    """Run the reference loop twice (once, beside `reference`: the reference's losses for these
-    very arguments and determinism, such as `Envelope.reference`) and compare the runs; on a GPU
+    """Run the reference loop twice, each a trajectory of `args` (once, beside `reference`: the
+    reference's losses for these very arguments and determinism, such as `Envelope.reference`)
+    and compare the runs; on a GPU
     also (unless `capture` is False) its one-stream whole-step graph against its eager twin
     (`_capture`)."""
     if _planted:
@@ -221,33 +220,27 @@ def measure(
         )
     mode: Determinism = GATE_DETERMINISM if determinism is None else determinism
     factory = resolve_factory(workload) if isinstance(workload, str) else workload
-    dev = resolve_device(device)
-    common: dict[str, Any] = {
-        "steps": steps,
-        "seed": seed,
-        "device": dev,
-        "precision": precision,
-        "determinism": mode,
-    }
+    dev = resolve_device(args.device)
+    args = args.replace(device=dev)
     strict = True
     if reference is None:
-        first = trajectory(factory, preset, REFERENCE, **common)
+        first = trajectory(factory, preset, REFERENCE, args, determinism=mode)
         reference, strict = first.losses, first.strict
         del first  # its trained model leaves the device before the second run
     started = time.perf_counter()
-    second = trajectory(factory, preset, REFERENCE, **common)
+    second = trajectory(factory, preset, REFERENCE, args, determinism=mode)
     seconds = time.perf_counter() - started
     losses, second_strict = second.losses, second.strict
     del second  # before the capture's runs
     differ, largest = _differences(losses, reference)
-    graph = _capture(factory, preset, common) if capture and dev.type == "cuda" else {}
+    graph = _capture(factory, preset, args, mode) if capture and dev.type == "cuda" else {}
     return Reproducibility(
         workload=workload_key(workload, preset) or str(getattr(factory, "__name__", "?")),
         device=device_key(dev),
-        precision=precision,
+        precision=args.precision,
         determinism=mode,
-        steps=steps,
-        seed=seed,
+        steps=args.steps,
+        seed=args.seed,
         reproducible=differ is None,
         first_difference=differ,
         max_abs_difference=largest,
@@ -257,12 +250,17 @@ def measure(
     )
 
 
-def _capture(factory: WorkloadFactory, preset: str, common: Mapping[str, Any]) -> dict[str, Any]:
+def _capture(
+    factory: WorkloadFactory, preset: str, args: RunArgs, mode: Determinism
+) -> dict[str, Any]:
     """The reference loop as a whole-step graph against its eager twin (the same loop with the
     capturable optimizer): the probe's `graph_*` fields."""
+    graph_config = REFERENCE.replace(cuda_graph=True)
     try:
-        twin = trajectory(factory, preset, REFERENCE, capturable=True, **common).losses
-        graph = trajectory(factory, preset, REFERENCE.replace(cuda_graph=True), **common).losses
+        twin = trajectory(
+            factory, preset, REFERENCE, args, capturable=True, determinism=mode
+        ).losses
+        graph = trajectory(factory, preset, graph_config, args, determinism=mode).losses
     except (RuntimeError, TrainerError) as exc:
         return {"graph_error": f"{type(exc).__name__}: {exc}"[:300]}
     differ, largest = _differences(graph, twin)
@@ -304,11 +302,8 @@ def _key(
 def eager_reproducibility(
     workload: str | WorkloadFactory,
     preset: str,
+    args: RunArgs = GATE_ARGS,
     *,
-    steps: int = PARITY_STEPS,
-    seed: int = 0,
-    device: str | torch.device = "auto",
-    precision: Precision | None = None,
     determinism: Determinism | None = None,
     reference: Sequence[float] | None = None,
 ) -> Reproducibility:
@@ -316,19 +311,10 @@ def eager_reproducibility(
     cache if measured before (at any seed and steps: a property of the kernels, not of the
     data), else measured now (`measure`) and cached when the workload has a key."""
     mode: Determinism = GATE_DETERMINISM if determinism is None else determinism
-    key = _key(workload, preset, device, precision, mode)
+    key = _key(workload, preset, args.device, args.precision, mode)
     if key is not None and key in _PROBES:
         return _PROBES[key]
-    probe = measure(
-        workload,
-        preset,
-        steps=steps,
-        seed=seed,
-        device=device,
-        precision=precision,
-        determinism=mode,
-        reference=reference,
-    )
+    probe = measure(workload, preset, args, determinism=mode, reference=reference)
     if key is not None:
         _PROBES[key] = probe
     return probe

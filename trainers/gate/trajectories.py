@@ -11,7 +11,7 @@ import dataclasses
 import gc
 import os
 from collections.abc import Iterator
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 import torch
 from torch import nn
@@ -21,11 +21,15 @@ from trainers.config import LoopConfig
 from trainers.core import min_warmup
 from trainers.loop import run
 from trainers.measure import RunResult
-from trainers.precision import Precision
+from trainers.runargs import RunArgs
 from trainers.workloads import WorkloadFactory, disable_dropout, resolve_factory
 from trainers.workloads.base import Workload
 
 PARITY_STEPS = 20
+GATE_ARGS = RunArgs(steps=PARITY_STEPS)
+"""A gate run's arguments given none: `PARITY_STEPS` steps from seed 0 on "auto", in the
+process's own precision. A trajectory reads their steps, seed, device and precision: its warm-up
+is its config's own (`min_warmup`, inside the steps) and it is one window."""
 NO_DETERMINISTIC_IMPL = "does not have a deterministic implementation"
 
 Determinism = Literal["strict", "off"]
@@ -108,21 +112,20 @@ def trajectory(
     workload: str | WorkloadFactory,
     preset: str,
     config: LoopConfig,
+    args: RunArgs = GATE_ARGS,
     *,
-    steps: int = PARITY_STEPS,
-    seed: int = 0,
-    device: str | torch.device = "auto",
     capturable: bool | None = None,
-    precision: Precision | None = None,
     perturbation: Perturbation | None = None,
     determinism: Determinism | None = None,
 ) -> Trajectory:
-    """Train `config` for `steps` steps from `seed` with dropout off and deterministic kernels.
+    """Train `config` for `args.steps` steps from `args.seed` on `args.device` in
+    `args.precision`, with dropout off and deterministic kernels (`GATE_ARGS` says which of the
+    run's arguments a trajectory reads).
 
     A graph config's first steps are its eager warm-up and the capture (a compiled config's, its
     compilation); they are in the losses too, so every trajectory has `steps` losses.
     `capturable` None builds the optimizer the way the config needs (capturable exactly when it
-    is a graph). `precision` goes to `run()`. A workload with an op that has no deterministic
+    is a graph). A workload with an op that has no deterministic
     implementation runs in warn-only mode instead (`strict` False); its kernels may then differ
     from run to run. `determinism` None: `GATE_DETERMINISM`; "off" runs under the process's own
     settings (`strict` False).
@@ -132,22 +135,18 @@ def trajectory(
         raise ValueError(f"determinism={mode!r} is invalid: allowed {', '.join(DETERMINISMS)}")
     factory = resolve_factory(workload) if isinstance(workload, str) else workload
     warmup = min_warmup(config)
+    steps = args.steps
     for strict in (True, False) if mode == "strict" else (None,):
-        built = factory(preset, seed=seed)
+        built = factory(preset, seed=args.seed)
         disable_dropout(built.model)
         if perturbation is not None:
             perturbation.apply(built.model)
         try:
             with contextlib.nullcontext() if strict is None else deterministic(strict=strict):
-                result = _run_fitting(
-                    built,
-                    config,
-                    steps=trajectory_length(config, steps) - warmup,
-                    warmup=warmup,
-                    device=device,
-                    precision=precision,
-                    capturable=capturable,
-                )
+                # Every step's loss in one window: the warm-up's (compilation, capture) too.
+                timed = trajectory_length(config, steps) - warmup
+                run_args = args.replace(steps=timed, warmup=warmup, windows=1)
+                result = _run_fitting(built, config, run_args, capturable=capturable)
         except RuntimeError as exc:
             if strict and NO_DETERMINISTIC_IMPL in str(exc):
                 continue
@@ -166,31 +165,26 @@ def trajectory_length(config: LoopConfig, steps: int) -> int:
 def _run_fitting(
     built: Workload,
     config: LoopConfig,
+    args: RunArgs,
     *,
-    steps: int,
-    warmup: int,
-    device: str | torch.device,
-    precision: Precision | None,
     capturable: bool | None,
 ) -> RunResult:
     """`run()` of a gate trajectory. A plain eager config whose step does not fit in memory (the
     reference of a large model: the plain step is what users cannot run) runs again in the
     memory that `_fitting` finds: first with every block checkpointed, then split into 2, 4
     or 8 micro-batches."""
-    common: dict[str, Any] = {
-        "steps": steps,
-        "warmup": warmup,
-        "windows": 1,
-        "device": device,
-        "precision": precision,
-        "capturable": capturable,
-    }
     plain = (
         config.compile == "none"
         and config.activation_checkpointing == "none"
         and config.micro_batches == 1
     )
-    shape = (built.name, built.preset, built.samples_per_batch, str(precision), str(device))
+    shape = (
+        built.name,
+        built.preset,
+        built.samples_per_batch,
+        str(args.precision),
+        str(args.device),
+    )
     error: torch.cuda.OutOfMemoryError | None = None
     if plain and shape in _PLAIN_DOES_NOT_FIT:
         # Known in this process: each attempt fills the device before it fails (and a gate
@@ -198,7 +192,7 @@ def _run_fitting(
         error = torch.cuda.OutOfMemoryError(f"the plain step of {shape[:2]} did not fit before")
     else:
         try:
-            return run(built, config, **common)
+            return run(built, config, args, capturable=capturable)
         except torch.cuda.OutOfMemoryError as exc:
             if not plain:
                 raise
@@ -213,7 +207,7 @@ def _run_fitting(
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         try:
-            return run(built, fitting, **common)
+            return run(built, fitting, args, capturable=capturable)
         except torch.cuda.OutOfMemoryError as exc:
             error = exc.with_traceback(None)
     raise error
@@ -241,12 +235,9 @@ def parity_losses(
     workload: str | WorkloadFactory,
     preset: str,
     config: LoopConfig,
+    args: RunArgs = GATE_ARGS,
     *,
-    steps: int = PARITY_STEPS,
-    seed: int = 0,
-    device: str | torch.device = "auto",
     capturable: bool | None = None,
-    precision: Precision | None = None,
     perturbation: Perturbation | None = None,
     determinism: Determinism | None = None,
 ) -> list[float]:
@@ -256,11 +247,8 @@ def parity_losses(
         workload,
         preset,
         config,
-        steps=steps,
-        seed=seed,
-        device=device,
+        args,
         capturable=capturable,
-        precision=precision,
         perturbation=perturbation,
         determinism=determinism,
     ).losses

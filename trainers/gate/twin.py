@@ -13,13 +13,11 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-import torch
-
 from trainers.config import REFERENCE, LoopConfig, field_names
-from trainers.gate.trajectories import PARITY_STEPS, trajectory, trajectory_length
+from trainers.gate.trajectories import GATE_ARGS, trajectory, trajectory_length
 from trainers.gate.verdict import first_difference, per_step
 from trainers.levers import defaults_where
-from trainers.precision import Precision
+from trainers.runargs import RunArgs
 from trainers.workloads import WorkloadFactory
 
 __all__ = ["NUMERICS_FIELDS", "Twin", "check_twin", "twin_of"]
@@ -55,21 +53,17 @@ class Twin:
         cls,
         workload: str | WorkloadFactory,
         config: LoopConfig,
-        steps: int = PARITY_STEPS,
+        args: RunArgs = GATE_ARGS,
         *,
         preset: str,
-        seed: int = 0,
-        device: str | torch.device = "auto",
-        precision: Precision | None = None,
         runs: int = 2,
     ) -> Twin:
-        """Run the eager twin of `config` (`twin_of`) `runs` times (1 or 2)."""
+        """Run the eager twin of `config` (`twin_of`) `runs` times (1 or 2), each a trajectory
+        of `args` (in the config's precision)."""
         if runs not in (1, 2):
             raise ValueError(f"runs={runs!r} is invalid: allowed 1 or 2")
         twin_config, capturable = twin_of(config)
-        common: dict[str, Any] = {"steps": steps, "seed": seed, "device": device}
-        common["precision"] = precision
-        losses, strict = _twin_run(workload, preset, twin_config, capturable, common)
+        losses, strict = _twin_run(workload, preset, twin_config, capturable, args)
         once = cls(
             config=twin_config.to_dict(),
             capturable=capturable,
@@ -81,27 +75,18 @@ class Twin:
         )
         if runs == 1:
             return once
-        return once.confirmed(
-            workload, preset=preset, seed=seed, device=device, precision=precision
-        )
+        return once.confirmed(workload, args, preset=preset)
 
     def confirmed(
-        self,
-        workload: str | WorkloadFactory,
-        *,
-        preset: str,
-        seed: int = 0,
-        device: str | torch.device = "auto",
-        precision: Precision | None = None,
-        steps: int | None = None,
+        self, workload: str | WorkloadFactory, args: RunArgs = GATE_ARGS, *, preset: str
     ) -> Twin:
-        """This twin with its second run (itself where it has one): whether it reproduces."""
+        """This twin with its second run (itself where it has one): whether it reproduces. The
+        second run is as long as the first (its losses), whatever `args.steps` says."""
         if self.runs == 2:
             return self
-        length = len(self.losses) if steps is None else steps
-        common = {"steps": length, "seed": seed, "device": device, "precision": precision}
         config, capturable = LoopConfig.from_dict(self.config), self.capturable
-        second, second_strict = _twin_run(workload, preset, config, capturable, common)
+        again = args.replace(steps=len(self.losses))
+        second, second_strict = _twin_run(workload, preset, config, capturable, again)
         differ = first_difference(second, self.losses)
         largest, _, _ = per_step(second, self.losses)
         return dataclasses.replace(
@@ -130,10 +115,10 @@ def _twin_run(
     preset: str,
     twin_config: LoopConfig,
     capturable: bool,
-    common: Mapping[str, Any],
+    args: RunArgs,
 ) -> tuple[tuple[float, ...], bool]:
     """One run of an eager twin: its losses and whether it ran strict."""
-    run = trajectory(workload, preset, twin_config, capturable=capturable, **common)
+    run = trajectory(workload, preset, twin_config, args, capturable=capturable)
     # Losses only: the trained model leaves the device before the next run.
     return tuple(run.losses), run.strict
 

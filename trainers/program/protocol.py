@@ -50,6 +50,7 @@ from trainers.errors import TrainerError
 from trainers.harvest import LossLedger
 from trainers.measure import RunResult, Window
 from trainers.program.registry import PREFIX, Program
+from trainers.runargs import RunArgs
 from trainers.settings import ENV_PREFIX
 
 PROTOCOL = 1
@@ -61,17 +62,14 @@ def program_env(
     program: Program,
     preset: str,
     config: LoopConfig,
+    args: RunArgs,
     *,
-    steps: int,
-    warmup: int,
-    windows: int,
     device: torch.device,
-    precision: str | None,
-    seed: int,
     report: Path,
     perturb: tuple[int, float | None] | None = None,
 ) -> dict[str, str]:
-    """The variables a run of `program` gets, on top of this process's environment."""
+    """The variables a run of `program` with `args` gets, on top of this process's environment
+    (`device`: `args.device` resolved)."""
     values = {
         f"{ENV_PREFIX}{field.upper()}": str(value).lower()
         if isinstance(value, bool)
@@ -80,12 +78,12 @@ def program_env(
     }
     perturb_seed, perturb_eps = perturb if perturb is not None else (None, None)
     values |= {
-        f"{ENV_PREFIX}WARMUP": str(warmup),
-        f"{ENV_PREFIX}STEPS": str(steps),
-        f"{ENV_PREFIX}WINDOWS": str(windows),
+        f"{ENV_PREFIX}WARMUP": str(args.warmup),
+        f"{ENV_PREFIX}STEPS": str(args.steps),
+        f"{ENV_PREFIX}WINDOWS": str(args.windows),
         f"{ENV_PREFIX}DEVICE": str(device),
-        f"{ENV_PREFIX}PRECISION": precision or "",
-        f"{ENV_PREFIX}SEED": str(seed),
+        f"{ENV_PREFIX}PRECISION": args.precision or "",
+        f"{ENV_PREFIX}SEED": str(args.seed),
         f"{ENV_PREFIX}PRESET": preset,
         f"{ENV_PREFIX}PERTURB_SEED": "" if perturb_seed is None else str(perturb_seed),
         f"{ENV_PREFIX}PERTURB_EPS": "" if perturb_eps is None else repr(perturb_eps),

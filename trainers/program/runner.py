@@ -18,14 +18,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from trainers.config import LoopConfig
 from trainers.core import resolve_device
 from trainers.errors import TrainerError
 from trainers.measure import RunResult, Window, check_counts, window_sizes
 from trainers.program.protocol import PLACEHOLDERS, ReportReader, program_env
 from trainers.program.registry import Program
+from trainers.runargs import DEFAULT_ARGS, RunArgs
 
 STDERR_TAIL = 2000
 POLL_S = 0.02
@@ -40,41 +39,26 @@ def run_program(
     program: Program,
     preset: str,
     config: LoopConfig,
+    args: RunArgs = DEFAULT_ARGS,
     *,
-    steps: int = 50,
-    warmup: int = 10,
-    windows: int = 5,
-    device: str | torch.device = "auto",
     on_window: Callable[[int, Window], bool] | None = None,
-    precision: str | None = None,
-    seed: int = 0,
     perturb: tuple[int, float | None] | None = None,
     on_start: Callable[[int], None] | None = None,
 ) -> RunResult:
-    """Run `program` once under `config` and read its report, as `trainers.run` would measure
-    a built-in workload. ProgramFailed when it does not deliver (see the module doc).
+    """Run `program` once under `config` with `args` (`RunArgs`: its seed is the program's) and
+    read its report, as `trainers.run` would measure a built-in workload. ProgramFailed when it
+    does not deliver (see the module doc).
 
     on_start(samples_per_batch) is called when the program's start line is read, before its
     first window."""
     program.check(preset, config)
+    steps, warmup, windows, seed = args.steps, args.warmup, args.windows, args.seed
     check_counts(steps=steps, warmup=warmup, windows=windows)
-    dev = resolve_device(device)
+    dev = resolve_device(args.device)
     with tempfile.TemporaryDirectory(prefix="streamtune-program-") as folder:
         report = Path(folder) / "report.jsonl"
         report.touch()
-        env = program_env(
-            program,
-            preset,
-            config,
-            steps=steps,
-            warmup=warmup,
-            windows=windows,
-            device=dev,
-            precision=precision,
-            seed=seed,
-            report=report,
-            perturb=perturb,
-        )
+        env = program_env(program, preset, config, args, device=dev, report=report, perturb=perturb)
         fill = {
             "python": sys.executable,
             "preset": preset,
@@ -224,11 +208,8 @@ def program_parity(
     program: Program,
     preset: str,
     config: LoopConfig,
+    args: RunArgs,
     *,
-    steps: int,
-    seed: int,
-    device: str | torch.device,
-    precision: str | None,
     envelope: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The correctness gate for a program: its losses under `config` against its losses under the
@@ -237,25 +218,19 @@ def program_parity(
     config takes the equivalence test (no bit-for-bit test: the twin configs of
     `trainers.gate.twin` are the harness's own).
 
+    args: each run's steps (a trajectory: every step's loss), seed, device and precision; its
+    warm-up and windows are the gate's own (none untimed, one window).
     envelope: the reference and perturbed losses of an earlier call (the second value it
     returned), measured once per study.
     """
     from trainers.config import REFERENCE
     from trainers.gate.equivalence import judge
 
+    trajectory = args.replace(warmup=0, windows=1)
+    steps, seed, precision = args.steps, args.seed, args.precision
+
     def losses(run_config: LoopConfig, perturb: tuple[int, float | None] | None) -> list[float]:
-        result = run_program(
-            program,
-            preset,
-            run_config,
-            steps=steps,
-            warmup=0,
-            windows=1,
-            device=device,
-            precision=precision,
-            seed=seed,
-            perturb=perturb,
-        )
+        result = run_program(program, preset, run_config, trajectory, perturb=perturb)
         return result.losses
 
     if envelope is None or envelope.get("steps") != steps or envelope.get("seed") != seed:

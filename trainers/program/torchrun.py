@@ -42,6 +42,7 @@ from trainers.measure import RunResult, Window, check_counts, window_sizes
 from trainers.program.protocol import ReportReader, program_env
 from trainers.program.registry import Program
 from trainers.program.runner import STDERR_TAIL, ProgramFailed, _execute
+from trainers.runargs import DEFAULT_ARGS, RunArgs
 from trainers.settings import ENV_PREFIX
 
 ENTRY = "trainers.distributed"
@@ -125,15 +126,10 @@ def run_distributed(
     workload: str,
     preset: str,
     config: LoopConfig,
+    args: RunArgs = DEFAULT_ARGS,
     *,
     nproc: int,
-    steps: int = 50,
-    warmup: int = 10,
-    windows: int = 5,
-    device: str | torch.device = "auto",
     on_window: Callable[[int, Window], bool] | None = None,
-    precision: str | None = None,
-    seed: int = 0,
     model_args: Mapping[str, str] | None = None,
     gate: bool = False,
     perturb: tuple[int, float | None] | None = None,
@@ -143,16 +139,18 @@ def run_distributed(
     also: Sequence[LoopConfig] = (),
     trace: Path | None = None,
 ) -> RunResult:
-    """Train `workload` under `config` with `nproc` processes (see the module doc) and return
-    rank 0's report. gate: dropout off and deterministic kernels (the gate's trajectories).
+    """Train `workload` under `config` with `nproc` processes and `args` (`RunArgs`; see the
+    module doc) and return rank 0's report. gate: dropout off and deterministic kernels (the
+    gate's trajectories).
     matmul_precision: the ranks' float32 matmul precision (None: this process's).
     also: with `gate`, more configs trained after `config` in the same launch, each for as many
     steps (one launch instead of one each); their losses are in `effective["also"]`.
     trace: rank 0 records its third of three windows into this Chrome trace file
     (`windows` must be 3: the first runs unprofiled, the second warms the profiler up)."""
-    dev = _checked_device(nproc, device, steps, warmup, windows, also=also, gate=gate, trace=trace)
-    args = entry_args(workload, preset, model_args, gate=gate, also=also, trace=trace)
-    program = _launch_program(nproc, workload, preset, args, timeout_s)
+    steps, warmup, windows = args.steps, args.warmup, args.windows
+    dev = _checked_device(nproc, args, also=also, gate=gate, trace=trace)
+    entry = entry_args(workload, preset, model_args, gate=gate, also=also, trace=trace)
+    program = _launch_program(nproc, workload, preset, entry, timeout_s)
     with tempfile.TemporaryDirectory(prefix="streamtune-torchrun-") as name:
         folder = Path(name)
         (folder / "report.jsonl").touch()
@@ -160,12 +158,8 @@ def run_distributed(
             program,
             preset,
             config,
-            steps=steps,
-            warmup=warmup,
-            windows=windows,
+            args,
             device=dev,
-            precision=precision,
-            seed=seed,
             report=folder / "report.jsonl",
             perturb=perturb,
         ) | launch_env(folder / "ranks", timeout_s, matmul_precision)
@@ -177,10 +171,7 @@ def run_distributed(
 
 def _checked_device(
     nproc: int,
-    device: str | torch.device,
-    steps: int,
-    warmup: int,
-    windows: int,
+    args: RunArgs,
     *,
     also: Sequence[LoopConfig],
     gate: bool,
@@ -190,10 +181,10 @@ def _checked_device(
     check_nproc(nproc)
     if also and not gate:
         raise ConfigError("also", [c.to_dict() for c in also], "() unless gate=True")
-    check_counts(steps=steps, warmup=warmup, windows=windows)
-    dev = resolve_device(device)
-    if trace is not None and windows != 3:
-        raise ConfigError("windows", windows, "3 with a trace (wait, warm up, record)")
+    check_counts(steps=args.steps, warmup=args.warmup, windows=args.windows)
+    dev = resolve_device(args.device)
+    if trace is not None and args.windows != 3:
+        raise ConfigError("windows", args.windows, "3 with a trace (wait, warm up, record)")
     return dev
 
 

@@ -105,7 +105,7 @@ class Recommendation:
     study: str
     config: dict[str, Any] | None
     reason: str | None
-    n_trials: TrialCounts
+    trial_counts: TrialCounts
     gpu_seconds: float
     final_round: tuple[Entry, ...] = ()
     failures: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -213,13 +213,13 @@ class Recommendation:
         return dataclasses.replace(self, search=None if search is None else dict(search))
 
     def with_counts(self, counts: TrialCounts) -> Recommendation:
-        return dataclasses.replace(self, n_trials=counts)
+        return dataclasses.replace(self, trial_counts=counts)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON stored on the study and served by `best --json` and `/best`."""
         data: dict[str, Any] = {
             "study": self.study,
-            "n_trials": self.n_trials.to_dict(),
+            "trial_counts": self.trial_counts.to_dict(),
             "gpu_seconds": self.gpu_seconds,
             "final_round": [e.to_dict() for e in self.final_round],
             "failures": dict(self.failures),
@@ -278,7 +278,8 @@ class Recommendation:
 
         throughput = data.get("throughput")
         floor = data.get("floor")
-        counts = data.get("n_trials") or {}
+        # `n_trials`: the key until 2026-11-27 (a count by state, never a number).
+        counts = data.get("trial_counts") or data.get("n_trials") or {}
         fields = {k: data.get(k) for k in STUDY_FIELDS}
         chosen = None
         if "reference_precision" in data:
@@ -289,7 +290,7 @@ class Recommendation:
             study=data["study"],
             config=None if data.get("config") is None else dict(data["config"]),
             reason=data.get("reason"),
-            n_trials=TrialCounts.from_dict(counts),
+            trial_counts=TrialCounts.from_dict(counts),
             gpu_seconds=float(data.get("gpu_seconds") or 0.0),
             final_round=entries("final_round"),
             failures=dict(data.get("failures") or {}),

@@ -150,7 +150,7 @@ def recommendation(console: Console, rec: Recommendation) -> None:
     _measured_rows(table, rec)
     if rec.was_tie:
         table.add_row("tie", tie_text([t.name for t in rec.ties], rec.tie_rule))
-    counts = rec.n_trials
+    counts = rec.trial_counts
     interrupted = f", {counts.interrupted} interrupted" if counts.interrupted else ""
     table.add_row(
         "trials",

@@ -379,12 +379,14 @@ def _profiled_run(
                 result = trainers.run(
                     workload,
                     config,
-                    steps=3 * steps,
-                    warmup=warmup,
-                    windows=3,
-                    device=device,
+                    trainers.RunArgs(
+                        steps=3 * steps,
+                        warmup=warmup,
+                        windows=3,
+                        device=device,
+                        precision=precision,
+                    ),
                     on_window=on_window,
-                    precision=precision,
                 )
         finally:
             workload.model.load_state_dict(saved)

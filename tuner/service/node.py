@@ -152,44 +152,20 @@ _NOT_CARRIED: dict[str, tuple[str, Any]] = {
 }
 
 
-def job_spec(options: RunOptions, devices: NodeDevices, gpus: int) -> JobSpec:
-    """The job the run becomes; one line naming a flag the workers cannot honour."""
+def job_spec(spec: JobSpec, options: RunOptions, devices: NodeDevices) -> JobSpec:
+    """The job the run becomes: the CLI's request (`spec`, with its `gpus`) on this node's
+    devices, with the search budget the run settled on; one line naming a flag the workers
+    cannot honour."""
     for field, (flag, default) in _NOT_CARRIED.items():
         if getattr(options, field) != default:
             raise TunerError(
-                f"{flag}: not with --gpus {gpus}: the workers of a several-GPU run share the "
-                f"service's job settings, which have no {flag} (leave it at its default, or "
+                f"{flag}: not with --gpus {spec.gpus}: the workers of a several-GPU run share "
+                f"the service's job settings, which have no {flag} (leave it at its default, or "
                 "run on one GPU)"
             )
-    fix = (
-        options.fix if isinstance(options.fix, dict) else dict(p.split("=", 1) for p in options.fix)
+    return dataclasses.replace(
+        spec, device="cpu" if devices.standins else "cuda", timeout_s=options.timeout_s
     )
-    return JobSpec(
-        workload=options.workload,
-        preset=options.preset,
-        space=options.space if isinstance(options.space, str) else dict(options.space),
-        fix={k.strip(): _value(v) for k, v in fix.items()},
-        n_trials=options.trials,
-        timeout_s=options.timeout_s,
-        objectives=options.objectives,
-        max_memory_bytes=options.max_memory_bytes,
-        device="cpu" if devices.standins else "cuda",
-        model_args=dict(options.model_args),
-        precision=options.precision,
-        precisions=options.precisions,
-        screen=options.screen,
-        gpus=gpus,
-    )
-
-
-def _value(text: Any) -> Any:
-    """A `--fix name=value` value as the job's JSON holds it (`load_space` reads both)."""
-    if not isinstance(text, str):
-        return text
-    try:
-        return json.loads(text.strip())
-    except json.JSONDecodeError:
-        return text.strip()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,12 +198,12 @@ class NodeRun:
     """The job of one `run --gpus N` and its N workers, watched from this process."""
 
     def __init__(
-        self, options: RunOptions, gpus: int, devices: NodeDevices, url: str, show: Any
+        self, spec: JobSpec, options: RunOptions, devices: NodeDevices, url: str, show: Any
     ) -> None:
         self.url = url
         self.show = show
         self.devices = devices
-        self.spec = job_spec(options, devices, gpus)
+        self.spec = job_spec(spec, options, devices)
         self.env = _worker_env(options, url)
         registry = WorkloadRegistry(
             json.loads(self.env.get("TUNER_WORKLOADS", "{}")), os.environ.get("TUNER_PROGRAMS")
@@ -381,7 +357,9 @@ def _tail(logs: Path) -> str:
 
 
 def run_on_node(
-    options: RunOptions, gpus: int, devices: NodeDevices, url: str, show: Any
+    spec: JobSpec, options: RunOptions, devices: NodeDevices, url: str, show: Any
 ) -> tuple[Recommendation, NodeSummary]:
-    """The run of `python -m tuner run --gpus N` for N above 1 (module doc)."""
-    return NodeRun(options, gpus, devices, url, show).run()
+    """The run of `python -m tuner run --gpus N` for N above 1 (module doc): `spec` is the run's
+    request with `gpus` N, `options` how the CLI measures it (the workers take those settings
+    through their environment, `_worker_env`)."""
+    return NodeRun(spec, options, devices, url, show).run()

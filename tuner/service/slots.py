@@ -1,6 +1,6 @@
 """One job's study shared by several workers: trial slots, trials whose worker died, finalizing.
 
-A job asks for `n_trials` counted trials (`tuner.store.counting.count_trials`: complete, failed and
+A job asks for `trials` counted trials (`tuner.store.counting.count_trials`: complete, failed and
 pruned trials that were not cut short by the service). Its workers share the Optuna study
 `job-<id>` through ask/tell, with TPE's constant liar (`tuner.search.options.make_sampler`) so
 that a trial being measured counts as a bad result for the others' sampling instead of being drawn
@@ -9,7 +9,7 @@ again.
 Slots: a worker takes a trial only under the job's slot lock (`SlotLocks.lock_slots`: a guarded
 UPDATE of the job row, which expires after `hold_s` so that a worker dying inside it cannot
 block the job). Holding it, the worker counts the counted and the RUNNING trials, and asks and
-samples a new one only when their sum is below `n_trials`; so at most `n_trials` trials count,
+samples a new one only when their sum is below `trials`; so at most `trials` trials count,
 each trial number is taken once, and the sampler sees every trial being measured. A worker whose
 lock expired and was taken by another before it gave it back fails the trial it just asked
 (interrupted, not counted), so an expiry never makes one trial too many.
@@ -57,17 +57,17 @@ LOCK_WAIT_S = (0.02, 0.1)  # a wait for the slot lock, drawn uniformly: no two w
 class SlotCount:
     counted: int
     running: int
-    n_trials: int
+    trials: int
     past_deadline: bool
 
     @property
     def free(self) -> int:
-        return 0 if self.past_deadline else self.n_trials - self.counted - self.running
+        return 0 if self.past_deadline else self.trials - self.counted - self.running
 
     @property
     def finished(self) -> bool:
         """Every slot is finished (or the job's time is up and none runs): time to decide."""
-        return self.running == 0 and (self.counted >= self.n_trials or self.past_deadline)
+        return self.running == 0 and (self.counted >= self.trials or self.past_deadline)
 
 
 def study_id(storage: optuna.storages.BaseStorage, name: str) -> int | None:
@@ -81,13 +81,13 @@ def count_slots(
     storage: optuna.storages.BaseStorage, job: JobRow, deadline: dt.datetime | None
 ) -> SlotCount:
     """The slots of `job`'s study: the counting rule against the trials the job asked for (the
-    row's `n_trials`, its one stored place), and whether its time is up."""
+    row's `trials`, its one stored place), and whether its time is up."""
     found = study_id(storage, job.study)
     counts = count_trials([] if found is None else storage.get_all_trials(found, deepcopy=False))
     return SlotCount(
         counted=counts.counted,
         running=counts.running,
-        n_trials=job.n_trials,
+        trials=job.trials,
         past_deadline=deadline is not None and utcnow() > deadline,
     )
 

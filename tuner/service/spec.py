@@ -1,11 +1,10 @@
-"""What a job asks for (`JobSpec`), the workloads a server runs (`WorkloadRegistry`), and the
-checks only the tuner can make on a request (`check_spec`)."""
+"""What a job asks for (`JobSpec`, from `tuner.search.request`), the workloads a server runs
+(`WorkloadRegistry`), and the checks only the tuner can make on a request (`check_spec`)."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
 
 import torch
 
@@ -15,74 +14,13 @@ from trainers.program import Program, load_registry
 from trainers.workloads import catalog, lookup
 from tuner.errors import SpaceError, SpecError, TunerError
 from tuner.search.options import check_allowed_precisions
-from tuner.search.proposing.defaults import DEFAULT_TRIALS
+from tuner.search.request import JobSpec
 from tuner.search.spaces.named import load_space, program_space
 from tuner.search.spaces.processes import for_processes
-from tuner.service.tables import JobRow
 
-DEVICES = ("auto", "cpu", "cuda")
+__all__ = ["JobSpec", "WorkloadRegistry", "check_spec", "is_library_model"]
+
 GPUS_ALLOWED = "allowed 'all' or a whole number from 1"
-
-
-@dataclasses.dataclass(kw_only=True, frozen=True)
-class JobSpec:
-    """A job's request, already checked for shape (bounds) by its caller.
-
-    space: "auto" (compile on a GPU, full on a CPU), "full", "streams", "compile", or
-        {LoopConfig field: [choices] | {"low", "high", "log"} | value}.
-    fix: {LoopConfig field: value}, pinned whatever the space says.
-    """
-
-    workload: str
-    preset: str
-    space: str | dict[str, Any] = "auto"
-    fix: dict[str, Any] = dataclasses.field(default_factory=dict)
-    n_trials: int = DEFAULT_TRIALS
-    timeout_s: float | None = None
-    objectives: tuple[str, ...] = ("throughput",)
-    max_memory_bytes: int | None = None
-    device: str = "auto"
-    model_args: dict[str, str] = dataclasses.field(default_factory=dict)
-    """A library model's options (`torchvision:`, `timm:`, `hf:` workloads), as strings."""
-    precision: str | None = None
-    """fp32, tf32, bf16-autocast or fp16-autocast; None: the worker's matmul precision (with
-    `precisions`, the first of them)."""
-    precisions: tuple[str, ...] | None = None
-    """The precisions the search may choose among (`RunOptions.precisions`); None: `precision`."""
-    nproc_per_node: int = 1
-    """Processes per trial on the worker's node (`RunOptions.nproc_per_node`)."""
-    screen: str = "auto"
-    """Screen, then gate (`RunOptions.screen`): auto, on or off."""
-    gpus: int | str = "all"
-    """How many workers (one per GPU) may run the job's trials at once: "all" (every free
-    worker that can measure it, as before the field existed) or a number from 1. The final
-    round runs on one of them either way."""
-
-    @property
-    def max_members(self) -> int | None:
-        """The most workers the job takes (`Membership.join`); None: no limit."""
-        return None if self.gpus == "all" else int(self.gpus)
-
-    def to_stored(self) -> dict[str, Any]:
-        """The row's `spec` column: every field but `n_trials`, which the row's own column holds
-        (its one stored place: `tuner.service.slots.count_slots` reads it there)."""
-        data = dataclasses.asdict(self)
-        del data["n_trials"]
-        data["objectives"] = list(self.objectives)
-        data["precisions"] = None if self.precisions is None else list(self.precisions)
-        return data
-
-    @classmethod
-    def of(cls, row: JobRow) -> JobSpec:
-        """The request of a stored job. Rows stored before `n_trials` had one place also carry it
-        in `spec`; the column wins (they were written equal). A key no field has any more is
-        left out."""
-        fields = {f.name for f in dataclasses.fields(cls)} - {"n_trials"}
-        values = {k: v for k, v in row.spec.items() if k in fields}
-        values["objectives"] = tuple(values.get("objectives", ("throughput",)))
-        if values.get("precisions") is not None:
-            values["precisions"] = tuple(values["precisions"])
-        return cls(**values, n_trials=row.n_trials)
 
 
 def is_library_model(name: str) -> bool:
@@ -181,7 +119,11 @@ def _check_device(spec: JobSpec) -> None:
     """What a job's device cannot run, refused at submission (naming the field) by the rule the
     CLI applies before its first trial (`trainers.check_precision_here`): float8 on a `cpu`
     job. A CUDA graph or `reduce-overhead` pinned on a `cpu` job is refused by its space
-    (`load_space(cuda=False)`). With `auto` or `cuda` the GPU is the worker's, known only there."""
+    (`load_space(cuda=False)`). With `auto`, `cuda` or `cuda:INDEX` the GPU is the worker's,
+    known only there. The device's syntax is the CLI's (`DEVICES_ALLOWED`)."""
+    if not trainers.DEVICE_PATTERN.match(spec.device):
+        allowed = trainers.DEVICES_ALLOWED
+        raise SpecError(("device",), f"allowed {allowed}, not {spec.device!r}", spec.device)
     if spec.device != "cpu":
         return
     cpu = torch.device("cpu")

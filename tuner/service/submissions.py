@@ -64,7 +64,8 @@ class Submissions(JobTables):
         # snapshot (READ COMMITTED), so concurrent creates of one owner would all see the same
         # count: a transaction-scoped advisory lock per owner serialises them, and each counts
         # after the previous one committed.
-        columns = [JobRow.__table__.c[name] for name in values]
+        # By attribute name (the mapper's): `trials` is stored in the column `n_trials`.
+        columns = [JobRow.__mapper__.columns[name] for name in values]
         chosen = sa.select(
             *[sa.literal(v, type_=c.type) for v, c in zip(values.values(), columns, strict=True)]
         )
@@ -241,7 +242,7 @@ def _new_row(job_id: str, spec: JobSpec, owner: Owner) -> dict[str, Any]:
         "workload": spec.workload,
         "preset": spec.preset,
         "device": spec.device,
-        "n_trials": spec.n_trials,
+        "trials": spec.trials,
         "spec": spec.to_stored(),
         "study": f"{JOB_STUDY_PREFIX}{job_id}",
         "created_at": now,

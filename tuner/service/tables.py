@@ -37,7 +37,9 @@ class JobRow(Base):
     workload: Mapped[str] = mapped_column(sa.String(128))
     preset: Mapped[str] = mapped_column(sa.String(64))
     device: Mapped[str] = mapped_column(sa.String(8))
-    n_trials: Mapped[int]
+    # The trials the job asks for (`JobSpec.trials`); the column kept its first name, so
+    # tables made before the rename read on without a migration.
+    trials: Mapped[int] = mapped_column("n_trials")
     spec: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
     study: Mapped[str] = mapped_column(sa.String(64))
     created_at: Mapped[dt.datetime]

@@ -13,7 +13,7 @@ member of the job, and fails the RUNNING trials of the job's study whose worker 
 
 Several workers on one job (`tuner.service.slots`): the claimer fails the orphaned RUNNING trials,
 measures both baselines (the job's "start" baselines, on its device) and opens the job for
-trials; every member then takes trial slots under the job's slot lock until `n_trials` trials
+trials; every member then takes trial slots under the job's slot lock until `trials` trials
 count. Drift baselines: each worker measures both baselines again after every `baseline_every`
 trials it ran itself, and their drift compares its device with that device's first measurement.
 The worker that finds every slot finished claims the final round: only it decides, on its device.
@@ -98,7 +98,8 @@ class Worker:
                 f"--gpu: {gpu} is invalid: this node has {torch.cuda.device_count()} visible GPUs"
             )
         self.device = "cpu" if gpu is None else f"cuda:{gpu}"
-        self.devices = ("auto", "cpu") if gpu is None else ("auto", "cpu", "cuda")
+        # The job devices this worker runs: a job on `cuda:INDEX` is its GPU's alone.
+        self.devices = ("auto", "cpu") if gpu is None else ("auto", "cpu", "cuda", self.device)
         self.hardware = trainers.fingerprint_key(trainers.fingerprint(torch.device(self.device)))
         self.host = settings.host or socket.gethostname()
         self.id = f"{self.host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -214,7 +215,7 @@ class Worker:
                 job.id, self.id, max_members=limit
             ):
                 log.info(
-                    "job %s joined (%d of %d trials counted)", job.id, slots.counted, slots.n_trials
+                    "job %s joined (%d of %d trials counted)", job.id, slots.counted, slots.trials
                 )
                 if self._member_of(job, claimed=False):
                     return True
@@ -241,19 +242,15 @@ class Worker:
 
     def options_for(self, job: JobRow, spec: JobSpec) -> RunOptions:
         """The `RunOptions` this worker runs `job`'s study with: the job's request, the worker's
-        own protocol and device."""
+        own protocol and device (`RunOptions.from_spec`, as the CLI's run)."""
         s = self.settings
-        return RunOptions(
+        return RunOptions.from_spec(
+            spec,
             workload=self.registry.target(spec.workload),
-            preset=spec.preset,
-            trials=spec.n_trials,
-            space=spec.space,
-            fix=spec.fix,
+            device="cpu" if spec.device == "cpu" else self.device,
+            budget=False,
             storage=self.storage_url,
             study=job.study,
-            device="cpu" if spec.device == "cpu" else self.device,
-            objectives=spec.objectives,
-            max_memory_bytes=spec.max_memory_bytes,
             top_k=s.top_k,
             final_rounds=s.final_rounds,
             baseline_every=s.baseline_every,
@@ -268,11 +265,6 @@ class Worker:
             matmul_precision=s.matmul_precision
             if spec.precision is None and spec.precisions is None
             else "highest",
-            model_args=spec.model_args,
-            precision=spec.precision,  # type: ignore[arg-type]  # check_spec: one of PRECISIONS
-            precisions=spec.precisions,
-            nproc_per_node=spec.nproc_per_node,
-            screen=spec.screen,
         )
 
     def beat_in(self, job_id: str) -> None:

@@ -2,8 +2,8 @@
 
 Every reader counts with `count_trials`: the job row (`/v1/jobs/{id}`), the recommendation
 (`/best`, `python -m tuner best`), the study list (`studies`, `/v1/studies`) and the report. A
-trial counts toward `n_trials` when it finished (complete, failed or pruned) and was not cut short
-by the service or by Ctrl-C (`is_rerun`: failed as `interrupted...`, or stopped on request);
+trial counts toward a job's `trials` when it finished (complete, failed or pruned) and was not cut
+short by the service or by Ctrl-C (`is_rerun`: failed as `interrupted...`, or stopped on request);
 those are run again and counted as `interrupted`. RUNNING and WAITING trials are counted as such.
 """
 
@@ -30,7 +30,7 @@ class TrialCounts:
 
     @property
     def counted(self) -> int:
-        """Trials that count toward a job's `n_trials`."""
+        """Trials that count toward a job's `trials`."""
         return self.complete + self.failed + self.pruned
 
     def to_dict(self) -> dict[str, int]:
@@ -43,7 +43,7 @@ class TrialCounts:
 
 def is_rerun(trial: FrozenTrial) -> bool:
     """A trial cut short (failed as `interrupted...`, or stopped on request): it is run again
-    and never counts toward n_trials. What it measured stays in the study."""
+    and never counts toward the job's trials. What it measured stays in the study."""
     if trial.user_attrs.get(keys.STOPPED):
         return True
     reason = trial.user_attrs.get(keys.FAILURE_REASON)

@@ -21,7 +21,7 @@ def printed(floor: Floor | None = None, **fields: Any) -> str:
         study="s",
         config=LoopConfig().to_dict(),
         reason="fastest",
-        n_trials=TrialCounts(complete=1),
+        trial_counts=TrialCounts(complete=1),
         gpu_seconds=1.0,
         step_ms=20.853,
         floor=floor,

@@ -23,7 +23,7 @@ def recommendation(median: float) -> Recommendation:
         study="s",
         config=config.to_dict(),
         reason=None,
-        n_trials=TrialCounts(complete=3),
+        trial_counts=TrialCounts(complete=3),
         gpu_seconds=1.0,
         source="trial-2",
         throughput=Interval(median=median, ci95=(median * 0.9, median * 1.1)),

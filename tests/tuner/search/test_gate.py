@@ -94,13 +94,13 @@ def test_a_failed_check_is_a_failing_verdict_naming_why() -> None:
 def test_the_gates_parts_run_once_each_and_are_timed() -> None:
     """The reference and envelope run only without a stored envelope; the twin only for a test
     that needs it; the verdict is the one `trainers.gate.gate` gives with nothing reused."""
-    common = {"steps": 4, "seed": 0, "device": "cpu", "precision": None}
+    args = trainers.RunArgs(steps=4, seed=0, device="cpu")
     config = LoopConfig(num_streams=2, optimizer="foreach")
-    first = run_parts("mlp", "tiny", config, envelope=None, **common)  # type: ignore[arg-type]
+    first = run_parts("mlp", "tiny", config, args, envelope=None)
     assert trainers.required_test(config) == "exact+equivalence"
     assert set(first.time) == {GATE_REFERENCE, GATE_ENVELOPE, GATE_TWIN, GATE_CONFIG}
     assert all(seconds > 0.0 for seconds in first.time.values())
-    alone = gate("mlp", config, preset="tiny", **common)  # type: ignore[arg-type]
+    alone = gate("mlp", config, args, preset="tiny")
     assert first.verdict.passed == alone.passed and first.verdict.losses == alone.losses
     assert first.verdict.test == alone.test
     local = InProcessGate("mlp", "tiny", steps=4, seed=0, device=trainers.resolve_device("cpu"))

@@ -49,7 +49,7 @@ def test_a_job_whose_plain_step_does_not_fit_goes_on_and_recommends_a_split(
     # The gate's reference did not fit either; it ran split, so split configs could pass.
     config = LoopConfig.from_dict(rec["config"])
     assert config.micro_batches * broken.OOM_SAMPLES >= 4
-    assert rec["n_trials"]["complete"] >= 1
+    assert rec["trial_counts"]["complete"] >= 1
     use = rec["utilisation"]
     assert use["tflops"] > 0 and use["mfu"] is None and "CPU" in use["note"]
     assert rec["headroom_bytes"] is None  # a CPU has no device total
@@ -60,7 +60,7 @@ def test_the_recommendation_keeps_utilisation_and_headroom_through_its_json() ->
     data = {
         "study": "s",
         "config": LoopConfig().to_dict(),
-        "n_trials": {},
+        "trial_counts": {},
         "peak_memory_bytes": 50 * gib,
         "device_memory_bytes": 80 * gib,
         "utilisation": {"tflops": 412.0, "mfu": 0.4166, "peak_tflops": 989.0, "note": "n"},

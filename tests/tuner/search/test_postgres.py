@@ -45,7 +45,7 @@ def study_name() -> Iterator[str]:
 
 def test_a_run_into_postgres_completes_and_reads_back(study_name: str) -> None:
     rec = run_json(options(URL, study_name, trials=2))
-    assert rec["n_trials"] == counts(2, 0, 0)
+    assert rec["trial_counts"] == counts(2, 0, 0)
     assert reader.recommendation(URL, study_name).to_dict() == rec
     assert LoopConfig.from_dict(rec["config"]) == export.config_from_env(
         dict(
@@ -57,4 +57,4 @@ def test_a_run_into_postgres_completes_and_reads_back(study_name: str) -> None:
     assert rows[study_name]["trials"]["complete"] == 2
     assert rows[study_name]["recommended"] == rec["config"]
     # Resuming through the same server adds trials.
-    assert run_json(options(URL, study_name, trials=1))["n_trials"]["complete"] == 3
+    assert run_json(options(URL, study_name, trials=1))["trial_counts"]["complete"] == 3

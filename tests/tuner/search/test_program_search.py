@@ -47,7 +47,7 @@ def test_the_cli_tunes_a_registered_program(tmp_path: Path) -> None:
     rec = json.loads(done.stdout)
     assert rec["workload"] == "program:plain-mlp" and rec["config"] is not None
     assert rec["parity"]["test"] == "equivalence" and rec["parity"]["passed"]
-    assert rec["n_trials"]["complete"] == 2
+    assert rec["trial_counts"]["complete"] == 2
     config = LoopConfig.from_dict(rec["config"])
     assert config.num_streams == 1 and config.compile == "none"  # what the program lacks
 

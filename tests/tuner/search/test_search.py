@@ -101,7 +101,7 @@ def test_recommendation_has_the_documented_shape(finished: Finished) -> None:
     assert all(e["samples"] == rounds * PROTOCOL.windows for e in kept.values())
     assert rec["fingerprint"]["device_type"] == "cpu"
     assert rec["fingerprint"] == trainers.fingerprint(trainers.resolve_device("cpu"))
-    assert rec["n_trials"] == counts(4, 0, 0)
+    assert rec["trial_counts"] == counts(4, 0, 0)
     assert rec["gpu_seconds"] > 0
     assert "pareto" not in rec  # single objective
 
@@ -143,9 +143,9 @@ def test_baselines_are_stored_and_remeasured_for_drift(finished: Finished) -> No
 def test_resuming_adds_trials_new_points_and_drift(tmp_path: Path) -> None:
     storage = sqlite_url(tmp_path)
     first = run_json(options(storage, "resume", trials=3))
-    assert first["n_trials"]["complete"] == 3
+    assert first["trial_counts"]["complete"] == 3
     second = run_json(options(storage, "resume", trials=2))
-    assert second["n_trials"]["complete"] == 5
+    assert second["trial_counts"]["complete"] == 5
     study = load(storage, "resume")
     assert len(study.trials) == 5
     # Same seed, same space: the resumed run must not replay the first run's points.
@@ -193,7 +193,7 @@ def test_a_bad_workload_stores_no_study(
         run_json(options(storage, "never", **change))
     assert optuna.get_all_study_names(storage) == []
     # ... so the name is free for the corrected run.
-    assert run_json(options(storage, "never", trials=1))["n_trials"]["complete"] == 1
+    assert run_json(options(storage, "never", trials=1))["trial_counts"]["complete"] == 1
 
 
 # -- duplicates, parity, failures ------------------------------------------------------------
@@ -249,7 +249,7 @@ def test_a_config_failing_parity_is_failed_and_never_recommended(tmp_path: Path)
     verdict = study.user_attrs[f"parity/{config_key(failing)}"]
     assert verdict["passed"] is False
     assert verdict["first_diverging_step"] == 0
-    assert rec["n_trials"] == counts(0, 2, 0)
+    assert rec["trial_counts"] == counts(0, 2, 0)
     assert rec["config"] is not None
     assert rec["config"] != failing.to_dict()
     assert rec["source"] in BASELINES
@@ -276,7 +276,7 @@ def test_a_failing_config_is_recorded_with_its_reason(tmp_path: Path) -> None:
         assert trial.user_attrs["seconds"] > 0
         assert "windows" not in trial.user_attrs
     # The baselines (0 workers) ran, so there is still a recommendation.
-    assert rec["n_trials"] == counts(0, 2, 0)
+    assert rec["trial_counts"] == counts(0, 2, 0)
     assert rec["failures"] == {}
     assert rec["source"] in BASELINES
 
@@ -294,7 +294,7 @@ def test_a_workload_that_always_raises_fails_everything_with_its_reason(tmp_path
     assert rec["config"] is None
     assert rec["failures"] == {"pytorch-default": reason, "seed-baseline": reason}
     assert rec["reason"] == "every final-round measurement failed (see failures)"
-    assert rec["n_trials"] == counts(0, 2, 0)
+    assert rec["trial_counts"] == counts(0, 2, 0)
     with pytest.raises(NoRecommendation, match="every final-round measurement failed"):
         export.export(reader.recommendation(storage, "raises"), "json")
 
@@ -379,7 +379,7 @@ def test_max_memory_is_recorded_and_applied(tmp_path: Path) -> None:
 def test_timeout_stops_starting_trials(tmp_path: Path) -> None:
     storage = sqlite_url(tmp_path)
     rec = run_json(options(storage, "timeout", trials=1000, timeout_s=1e-6))
-    assert sum(rec["n_trials"].values()) <= 1
+    assert sum(rec["trial_counts"].values()) <= 1
     assert rec["config"] is not None  # the baselines are still decided between
 
 
@@ -405,7 +405,7 @@ def test_a_much_slower_config_is_pruned_after_its_second_window(
     assert [len(t.user_attrs["windows"]) for t in study.trials] == [4] * 5 + [2] * 2
     assert all("parity" not in t.user_attrs for t in study.trials[5:])  # never gated
     assert progress.states == ["complete"] * 5 + ["pruned"] * 2
-    assert rec["n_trials"] == counts(5, 0, 2)
+    assert rec["trial_counts"] == counts(5, 0, 2)
     assert not any(m["name"] in ("trial-5", "trial-6") for m in rec["final_round"])
 
 
@@ -512,7 +512,7 @@ def test_a_compiled_trial_records_its_compile_cost_and_fills_the_studys_cache(
     assert trial.user_attrs["parity"]["test"] == trainers.required_test(config)
     assert "equivalence" in trial.user_attrs["parity"]["test"]
     assert trial.user_attrs["parity"]["passed"]
-    assert rec["n_trials"]["complete"] == 1
+    assert rec["trial_counts"]["complete"] == 1
 
 
 def test_break_even_counts_the_steps_a_setup_cost_needs_to_pay_for_itself() -> None:
@@ -543,7 +543,7 @@ def test_a_study_stored_before_shapes_and_precisions_resumes_as_it_was(tmp_path:
         if k not in ("shape", "precision", "model_args")
     }
     study.set_user_attr("streamtune", meta)  # as an earlier version stored it
-    assert run_json(options(storage, "old", trials=1))["n_trials"]["complete"] >= 1
+    assert run_json(options(storage, "old", trials=1))["trial_counts"]["complete"] >= 1
     with pytest.raises(TunerError, match="precision='fp32', this run has 'bf16-autocast'"):
         run_json(options(storage, "old", trials=1, precision="bf16-autocast"))
 

@@ -19,7 +19,7 @@ from tuner.service.spec import JobSpec, WorkloadRegistry, check_spec
 from tuner.service.tables import JobRow, WorkerRow
 from tuner.store.counting import TrialCounts
 
-TINY = {"workload": "mlp", "preset": "tiny", "n_trials": 3, "device": "cpu"}
+TINY = {"workload": "mlp", "preset": "tiny", "trials": 3, "device": "cpu"}
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -96,7 +96,9 @@ def test_create_get_list_and_the_queue_limit(store: JobStore) -> None:
     listed, total = store.list(status="queued", limit=10)
     assert total == 3 and {r.id for r in rows} <= {r.id for r in listed}
     stored = store.get(rows[0].id)
-    assert stored.n_trials == 3 and "n_trials" not in stored.spec  # the column is its one place
+    assert (
+        stored.trials == 3 and "trials" not in stored.spec and "n_trials" not in stored.spec
+    )  # the column is its one place
     assert JobSpec.of(stored) == JobSpec(**TINY)
     with pytest.raises(JobNotFound):
         store.get("nope")
@@ -196,11 +198,11 @@ def test_a_finished_trial_is_recorded_once(store: JobStore) -> None:
 def test_a_job_stored_with_n_trials_in_its_spec_too_reads_back(store: JobStore) -> None:
     """Rows written before `n_trials` had one place carry it in the spec JSON as well."""
     job = store.create(JobSpec(**TINY), owner="me")
-    old = JobSpec(**TINY).to_stored() | {"n_trials": 3}
+    old = JobSpec(**TINY).to_stored() | {"n_trials": 3}  # its name then
     with store.engine.begin() as conn:
         conn.execute(sa.update(JobRow).where(JobRow.id == job.id).values(spec=old))
     assert JobSpec.of(store.get(job.id)) == JobSpec(**TINY)
-    assert JobSpec.of(store.get(job.id)).n_trials == store.get(job.id).n_trials == 3
+    assert JobSpec.of(store.get(job.id)).trials == store.get(job.id).trials == 3
 
 
 def test_a_job_of_gpus_n_takes_n_members_and_a_worker_of_one_job_no_other(

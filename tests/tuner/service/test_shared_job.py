@@ -51,7 +51,7 @@ def workers(pg_url: str, tmp_path: Path) -> Iterator[Workers]:
 
 def test_four_workers_share_one_job_of_40_trials(pg_url: str, workers: Workers) -> None:
     store = JobStore(pg_url)
-    job = store.create(JobSpec(**(TINY_JOB | {"n_trials": 40})), owner="me")
+    job = store.create(JobSpec(**(TINY_JOB | {"trials": 40})), owner="me")
     workers.start(4)
     done = wait_finished(store, job.id, workers, timeout_s=240)
     assert done.status == "succeeded", (done.error, workers.output())
@@ -80,7 +80,7 @@ def test_a_worker_killed_mid_trial_loses_its_trial_and_one_stopped_exits_0(
     workers.settings |= LONG_TRIALS
     store = JobStore(pg_url)
     job = store.create(
-        JobSpec(**(TINY_JOB | {"workload": "transformer", "n_trials": 12})), owner="me"
+        JobSpec(**(TINY_JOB | {"workload": "transformer", "trials": 12})), owner="me"
     )
     workers.start(3)
     victim = wait_for(
@@ -115,7 +115,7 @@ def test_a_worker_killed_mid_trial_loses_its_trial_and_one_stopped_exits_0(
     mine = found[other.number]  # stopped at its next window unless it had just ended
     assert mine.state in (TrialState.COMPLETE, TrialState.PRUNED)
     assert is_rerun(mine) == bool(mine.user_attrs.get(STOPPED_ATTR))
-    assert len(found) > done.n_trials  # the lost trial (and a stopped one) were run again
+    assert len(found) > done.trials  # the lost trial (and a stopped one) were run again
     assert not store.live_workers(lease_s) & {other.user_attrs[OWNER_ATTR]}  # it left
 
 
@@ -147,7 +147,7 @@ def _pg_ready() -> bool:
 def test_a_job_survives_a_database_restart(pg_url: str, workers: Workers) -> None:
     store = JobStore(pg_url)
     job = store.create(
-        JobSpec(**(TINY_JOB | {"workload": "transformer", "n_trials": 12})), owner="me"
+        JobSpec(**(TINY_JOB | {"workload": "transformer", "trials": 12})), owner="me"
     )
     workers.settings |= LONG_TRIALS
     workers.start(2)

@@ -37,7 +37,7 @@ from tuner.store.keys import STOPPED as STOPPED_ATTR
 
 def test_a_finished_job_reports_its_trials_and_best(finished: Finished) -> None:
     job, client = finished.job, finished.client
-    assert job["n_complete"] + job["n_failed"] + job["n_pruned"] == job["n_trials"] == 3
+    assert job["n_complete"] + job["n_failed"] + job["n_pruned"] == job["trials"] == 3
     assert job["attempts"] == 1 and job["has_recommendation"] and job["hardware"] == "cpu"
     assert job["started_at"] and job["finished_at"] and job["error"] is None
     assert job["best"]["throughput"] > 0
@@ -45,7 +45,7 @@ def test_a_finished_job_reports_its_trials_and_best(finished: Finished) -> None:
     best = client.get(job["links"]["best"], headers=AUTH)
     assert best.status_code == 200
     rec = best.json()
-    assert rec["study"] == job["study"] and rec["n_trials"]["complete"] == job["n_complete"]
+    assert rec["study"] == job["study"] and rec["trial_counts"]["complete"] == job["n_complete"]
     LoopConfig.from_dict(rec["config"])
     trials = client.get(job["links"]["trials"], headers=AUTH).json()
     assert trials["total"] == 3 and [t["number"] for t in trials["items"]] == [0, 1, 2]
@@ -191,7 +191,7 @@ def test_cancel_stops_a_running_job_and_keeps_its_trials(
     running: tuple[TestClient, Worker],
 ) -> None:
     client, _ = running
-    body = TINY_JOB | {"workload": "transformer", "n_trials": 200}
+    body = TINY_JOB | {"workload": "transformer", "trials": 200}
     job = client.post("/v1/jobs", json=body, headers=AUTH).json()
     wait_for(lambda: _job(client, job)["n_complete"] >= 1, timeout_s=60, what="a complete trial")
     cancel = client.post(job["links"]["cancel"], headers=AUTH)
@@ -221,7 +221,7 @@ def test_a_worker_shutting_down_requeues_its_job_and_another_finishes_it(
 ) -> None:
     client, worker = running
     job = client.post(
-        "/v1/jobs", json=TINY_JOB | {"workload": "transformer", "n_trials": 5}, headers=AUTH
+        "/v1/jobs", json=TINY_JOB | {"workload": "transformer", "trials": 5}, headers=AUTH
     ).json()
     wait_for(lambda: _job(client, job)["n_complete"] >= 1, timeout_s=60, what="a complete trial")
     worker.shutdown()
@@ -261,7 +261,7 @@ def _trials(storage: str, study: str) -> list[optuna.trial.FrozenTrial]:
 
 def test_a_job_whose_worker_died_is_requeued_and_completed(storage: str) -> None:
     store = JobStore(storage)
-    row = store.create(JobSpec(**(TINY_JOB | {"n_trials": 2})), owner="me")
+    row = store.create(JobSpec(**(TINY_JOB | {"trials": 2})), owner="me")
     assert _ghost_claims(store, row.id).worker == "ghost"
     assert make_worker(storage, lease_s=30).run_once()
     done = store.get(row.id)
@@ -284,7 +284,7 @@ def test_stale_jobs_end_when_cancelled_or_out_of_attempts(storage: str) -> None:
 
 def test_a_trial_left_running_is_failed_rerun_and_never_counted(storage: str) -> None:
     store = JobStore(storage)
-    row = store.create(JobSpec(**(TINY_JOB | {"n_trials": 4})), owner="me")
+    row = store.create(JobSpec(**(TINY_JOB | {"trials": 4})), owner="me")
     ghost = _ghost_claims(store, row.id)
     worker = make_worker(storage)
     options = worker.options_for(ghost, JobSpec.of(ghost))
@@ -310,7 +310,7 @@ def test_a_trial_left_running_is_failed_rerun_and_never_counted(storage: str) ->
     )
     assert len({t.number for t in trials}) == len(trials)
     assert done.recommendation is not None
-    assert done.recommendation["n_trials"]["complete"] == done.n_complete
+    assert done.recommendation["trial_counts"]["complete"] == done.n_complete
     assert counts.interrupted >= 1  # the ghost's trial (and the ones its stop cut short)
     _every_reader_counts_alike(storage, row.id, counts)
 
@@ -338,8 +338,8 @@ def _every_reader_counts_alike(storage: str, job_id: str, counts: TrialCounts) -
         counts.pruned,
         counts.interrupted,
     )
-    assert best["n_trials"] == study["trials"] == study_best["n_trials"] == expected
-    assert recommendation(storage, row.study).n_trials == counts
+    assert best["trial_counts"] == study["trials"] == study_best["trial_counts"] == expected
+    assert recommendation(storage, row.study).trial_counts == counts
     assert next(r for r in list_studies(storage) if r["study"] == row.study)["trials"] == expected
     assert (
         f"{counts.complete} complete, {counts.failed} failed, {counts.pruned} pruned, "
@@ -349,7 +349,7 @@ def _every_reader_counts_alike(storage: str, job_id: str, counts: TrialCounts) -
 
 def test_a_job_killed_after_its_last_trial_only_decides(storage: str) -> None:
     store = JobStore(storage)
-    row = store.create(JobSpec(**(TINY_JOB | {"n_trials": 2})), owner="me")
+    row = store.create(JobSpec(**(TINY_JOB | {"trials": 2})), owner="me")
     ghost = _ghost_claims(store, row.id)
     worker = make_worker(storage)
 
@@ -385,7 +385,7 @@ def test_a_job_that_cannot_run_fails_with_the_reason(storage: str) -> None:
 
 def test_should_stop_stops_the_running_trial_at_its_next_window(storage: str) -> None:
     store = JobStore(storage)
-    row = store.create(JobSpec(**(TINY_JOB | {"n_trials": 5})), owner="me")
+    row = store.create(JobSpec(**(TINY_JOB | {"trials": 5})), owner="me")
     worker = make_worker(storage, measure_windows=4)
     options = worker.options_for(row, JobSpec.of(row))
     asked: list[int] = []

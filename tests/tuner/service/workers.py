@@ -136,11 +136,11 @@ def wait_finished(store: JobStore, job_id: str, workers: Workers, timeout_s: flo
 
 
 def assert_exactly_counted(store: JobStore, job: JobRow, storage: str) -> list[FrozenTrial]:
-    """The job's promise: n_trials counted, each trial number once, each trial measured by one
+    """The job's promise: its trials counted, each trial number once, each trial measured by one
     worker (its id on the trial) and recorded once; returns the study's trials."""
     found = trials(storage, job.study)
     counts = trial_counts(found)
-    assert counts.counted == job.n_trials, counts
+    assert counts.counted == job.trials, counts
     assert counts.running == 0
     numbers = [t.number for t in found]
     assert sorted(numbers) == list(range(len(found)))  # distinct, none missing
@@ -154,7 +154,7 @@ def assert_exactly_counted(store: JobStore, job: JobRow, storage: str) -> list[F
         counts.failed,
         counts.pruned,
     )
-    assert sum(not is_rerun(t) for t in found) == job.n_trials
+    assert sum(not is_rerun(t) for t in found) == job.trials
     return found
 
 

@@ -59,14 +59,16 @@ class DataParallelProfiler:
                 self.workload,
                 self.preset,
                 config,
+                trainers.RunArgs(
+                    steps=3 * self.steps,
+                    # Graph capture and compilation stay out of the recorded window.
+                    warmup=max(self.warmup, trainers.min_warmup(config)),
+                    windows=3,
+                    device=self.device,
+                    precision=self.precision,
+                    seed=self.seed,
+                ),
                 nproc=self.nproc,
-                steps=3 * self.steps,
-                # Graph capture and compilation stay out of the recorded window.
-                warmup=max(self.warmup, trainers.min_warmup(config)),
-                windows=3,
-                device=self.device,
-                precision=self.precision,
-                seed=self.seed,
                 model_args=self.model_args,
                 matmul_precision=self.matmul_precision,
                 trace=path,

@@ -129,7 +129,7 @@ def _base(
         study=study.study_name,
         config=None,
         reason=None,
-        n_trials=count_trials(trials),
+        trial_counts=count_trials(trials),
         gpu_seconds=gpu_seconds(trials, study.user_attrs),
         final_round=tuple(_entry(m, configs[m.name], precisions) for m in measured),
         failures=rounds.failures,

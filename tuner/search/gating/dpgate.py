@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 import trainers
-from trainers import LoopConfig
+from trainers import LoopConfig, RunArgs
 from trainers.gate import Envelope, ParityVerdict
 from trainers.program import run_distributed
 from tuner.search.gating.gate import GateRun, only_one_precision
@@ -72,10 +72,7 @@ def measure_envelope(
     envelope = Envelope.measure(
         trainers.resolve_factory(workload, model_args),
         preset,
-        steps=steps,
-        seed=seed,
-        device=device,
-        precision=precision,
+        RunArgs(steps=steps, seed=seed, device=device, precision=precision),
         config=dp_reference(nproc),
     )
     return envelope.to_dict()
@@ -185,14 +182,16 @@ class DataParallelGate:
             workload,
             preset,
             config,
+            trainers.RunArgs(
+                # The gate's trajectory: untimed compilation steps included, `steps` losses in all.
+                steps=max(1, self.steps - warmup),
+                warmup=warmup,
+                windows=1,
+                device=self.device,
+                precision=self.precision,
+                seed=self.seed,
+            ),
             nproc=nproc,
-            # The gate's trajectory: untimed compilation steps included, `steps` losses in all.
-            steps=max(1, self.steps - warmup),
-            warmup=warmup,
-            windows=1,
-            device=self.device,
-            precision=self.precision,
-            seed=self.seed,
             model_args=model_args,
             gate=True,
             matmul_precision=self.matmul_precision,

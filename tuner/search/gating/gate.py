@@ -188,11 +188,8 @@ def run_parts(
     workload: str | WorkloadFactory,
     preset: str,
     config: LoopConfig,
+    args: trainers.RunArgs,
     *,
-    steps: int,
-    seed: int,
-    device: str | torch.device,
-    precision: trainers.Precision | None,
     envelope: Mapping[str, Any] | None,
     config_precision: trainers.Precision | None = None,
     cross: CrossPrecision = AS_THE_GATE,
@@ -202,39 +199,41 @@ def run_parts(
     config's test needs one), then the config's own run and the judgement (`trainers.gate.gate`
     given all it needs, so it measures nothing else).
 
-    `precision` is the study's: the reference and the envelope run in it. `config_precision`
-    (None: the same) is the config's own: in another, its eager twin and its run are in that one
-    and the verdict is equivalence against the reference (`gate(reference_precision=...)`)
-    over `cross`'s steps, against the reference's seed-to-seed envelope (`spread_for`) within
-    `cross`'s multiple; `envelope` is then that envelope, kept apart from the study's rounding
-    one (`ParityCache`). Its exact tests (the twin's bits) keep the gate's own `steps`."""
+    `args` are the study's runs (steps, seed, device; `args.precision` is the study's, the one
+    the reference and the envelope run in). `config_precision` (None: the same) is the
+    config's own: in another, its eager twin and its run are in that one and the verdict is
+    equivalence against the reference (`gate(reference_precision=...)`) over `cross`'s steps,
+    against the reference's seed-to-seed envelope (`spread_for`) within `cross`'s multiple;
+    `envelope` is then that envelope, kept apart from the study's rounding one
+    (`ParityCache`). Its exact tests (the twin's bits) keep the gate's own steps."""
     parts = _Parts()
-    own = precision if config_precision is None else config_precision
-    spread = spread_for(own, precision)
+    reference_precision = args.precision
+    config_args = args if config_precision is None else args.replace(precision=config_precision)
+    spread = spread_for(config_args.precision, reference_precision)
     judged: dict[str, Any] = {}
-    exact_steps: int | None = None  # None: all `steps`
+    exact_steps: int | None = None  # None: all the steps
     if spread == "seeds":
-        exact_steps = steps if cross.steps is None else min(steps, cross.steps)
-        steps = steps if cross.steps is None else cross.steps
+        exact_steps = args.steps if cross.steps is None else min(args.steps, cross.steps)
+        if cross.steps is not None:
+            args = args.replace(steps=cross.steps)
+            config_args = config_args.replace(steps=cross.steps)
         judged.update(multiple=cross.multiple, exact_steps=exact_steps)
-    common: dict[str, Any] = {"steps": steps, "seed": seed, "device": device}
     found = (
         Envelope.from_dict(envelope)
         if envelope is not None
-        else _measure_envelope(parts, workload, preset, precision, spread, common)
+        else _measure_envelope(parts, workload, preset, args, spread)
     )
-    twin = _twin_if_needed(parts, workload, preset, config, own, precision, common, exact_steps)
+    twin = _twin_if_needed(parts, workload, preset, config, config_args, args, exact_steps)
     verdict = parts.run(
         GATE_CONFIG,
         lambda: gate(
             workload,
             config,
+            config_args,
             preset=preset,
             envelope=found,
             twin=twin,
-            precision=own,
-            reference_precision=precision,
-            **common,
+            reference_precision=reference_precision,
             **judged,
         ),
     )
@@ -246,28 +245,22 @@ def _twin_if_needed(
     workload: str | WorkloadFactory,
     preset: str,
     config: LoopConfig,
-    own: trainers.Precision | None,
-    precision: trainers.Precision | None,
-    common: Mapping[str, Any],
+    config_args: trainers.RunArgs,
+    reference_args: trainers.RunArgs,
     exact_steps: int | None,
 ) -> Twin | None:
     """The config's eager twin, run once (timed as GATE_TWIN), where its test needs one."""
-    test = required_test(config, precision=own, reference_precision=precision)
+    test = required_test(
+        config, precision=config_args.precision, reference_precision=reference_args.precision
+    )
     if test != "exact+equivalence":
         return None
     # As long as `gate` will hold it to (`exact_length`: a graph's warm-up included). Once:
     # `gate` runs it again (in gate_config) only where the config does not replay it.
-    length = exact_length(config, test, common["steps"], exact_steps)
+    length = exact_length(config, test, config_args.steps, exact_steps)
+    twin_args = config_args.replace(steps=length)
     return parts.run(
-        GATE_TWIN,
-        lambda: Twin.measure(
-            workload,
-            config,
-            preset=preset,
-            precision=own,
-            runs=1,
-            **(dict(common) | {"steps": length}),
-        ),
+        GATE_TWIN, lambda: Twin.measure(workload, config, twin_args, preset=preset, runs=1)
     )
 
 
@@ -275,29 +268,21 @@ def _measure_envelope(
     parts: _Parts,
     workload: str | WorkloadFactory,
     preset: str,
-    precision: trainers.Precision | None,
+    args: trainers.RunArgs,
     spread: str,
-    common: Mapping[str, Any],
 ) -> Envelope:
-    """The study's reference and its envelope of `spread`, each part timed: strict for a
-    rounding envelope, with the process's own kernels for a seed one (`reference_determinism`)."""
+    """The study's reference and its envelope of `spread` (both runs of `args`, in the study's
+    precision), each part timed: strict for a rounding envelope, with the process's own kernels
+    for a seed one (`reference_determinism`)."""
     mode = reference_determinism(spread)
     reference = parts.run(
         GATE_REFERENCE,
-        lambda: parity_losses(
-            workload, preset, trainers.REFERENCE, precision=precision, determinism=mode, **common
-        ),
+        lambda: parity_losses(workload, preset, trainers.REFERENCE, args, determinism=mode),
     )
     return parts.run(
         GATE_ENVELOPE,
         lambda: Envelope.measure(
-            workload,
-            preset,
-            precision=precision,
-            reference=reference,
-            spread=spread,
-            determinism=mode,
-            **common,
+            workload, preset, args, reference=reference, spread=spread, determinism=mode
         ),
     )
 
@@ -320,13 +305,8 @@ class InProcessGate:
         # Each (preset, seed) built once: the gate's runs start from copies of it.
         self._factory = ReusedBuilds(trainers.resolve_factory(workload, dict(model_args or {})))
         self._preset = preset
-        self._common: dict[str, Any] = {
-            "steps": steps,
-            "seed": seed,
-            "device": device,
-            "precision": precision,
-            "cross": cross,
-        }
+        self._args = trainers.RunArgs(steps=steps, seed=seed, device=device, precision=precision)
+        self._cross = cross
 
     def check(
         self,
@@ -339,9 +319,10 @@ class InProcessGate:
             self._factory,
             self._preset,
             config,
+            self._args,
             envelope=envelope,
             config_precision=precision,  # type: ignore[arg-type]  # RunOptions checked it
-            **self._common,
+            cross=self._cross,
         )
 
     def close(self) -> None:
@@ -366,19 +347,12 @@ class ProgramGate:
         self._program = program
         self._preset = preset
         self._steps = steps
-        self._common: dict[str, Any] = {
-            "steps": steps,
-            "seed": seed,
-            "device": device,
-            "precision": precision,
-        }
+        self._args = trainers.RunArgs(steps=steps, seed=seed, device=device, precision=precision)
 
     def _parity(
         self, config: LoopConfig, envelope: Mapping[str, Any] | None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        return program_parity(
-            self._program, self._preset, config, envelope=envelope, **self._common
-        )
+        return program_parity(self._program, self._preset, config, self._args, envelope=envelope)
 
     def check(
         self,
@@ -387,7 +361,7 @@ class ProgramGate:
         *,
         precision: str | None = None,
     ) -> GateRun:
-        only_one_precision(precision, self._common["precision"], "a program")
+        only_one_precision(precision, self._args.precision, "a program")
         parts = _Parts()
         if envelope is None:
             # The reference's own check runs no config beside the envelope's runs.

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 import trainers
-from trainers import LoopConfig, RunResult, Window, Workload
+from trainers import LoopConfig, RunArgs, RunResult, Window, Workload
 from trainers.gate import floor_applies
 from trainers.program import PREFIX as PROGRAM_PREFIX
 from trainers.program import Program, find_program, run_distributed, run_program
@@ -240,12 +240,8 @@ class Measurer:
             result = trainers.run(
                 workload,
                 config,
-                steps=self.protocol.windows * self.protocol.window_steps,
-                warmup=self.protocol.warmup_for(config),
-                windows=self.protocol.windows,
-                device=self.device,
+                self._run_args(config),
                 on_window=window_done,
-                precision=self.precision,
             )
         except Exception as exc:  # noqa: BLE001 - every failure is recorded, none ends the study
             failure = self._failure(exc, time.perf_counter() - started)
@@ -255,6 +251,20 @@ class Measurer:
             return failure
         self._basis[self.precision] = result
         return _measured(result, time.perf_counter() - started)
+
+    def _run_args(self, config: LoopConfig) -> RunArgs:
+        """One measurement of `config`: the protocol's windows after its warm-up for `config`,
+        on this device, in this precision, from the protocol's seed (a program's and a torchrun
+        launch's; `trainers.run` takes the workload built from it)."""
+        protocol = self.protocol
+        return RunArgs(
+            steps=protocol.windows * protocol.window_steps,
+            warmup=protocol.warmup_for(config),
+            windows=protocol.windows,
+            device=self.device,
+            precision=self.precision,
+            seed=protocol.seed,
+        )
 
     def _give_back(self, workload: Workload) -> None:
         """Between runs this process holds no GPU memory for the model: the parity and profile
@@ -323,13 +333,8 @@ class Measurer:
                 program,
                 self.preset,
                 config,
-                steps=self.protocol.windows * self.protocol.window_steps,
-                warmup=self.protocol.warmup_for(config),
-                windows=self.protocol.windows,
-                device=self.device,
+                self._run_args(config),
                 on_window=window_done,
-                precision=self.precision,
-                seed=self.protocol.seed,
                 on_start=self._started,
             )
         except Exception as exc:  # noqa: BLE001 - every failure is recorded, none ends the study
@@ -355,14 +360,9 @@ class Measurer:
                 self.workload_name,
                 self.preset,
                 config,
+                self._run_args(config),
                 nproc=self.nproc,
-                steps=self.protocol.windows * self.protocol.window_steps,
-                warmup=self.protocol.warmup_for(config),
-                windows=self.protocol.windows,
-                device=self.device,
                 on_window=window_done,
-                precision=self.precision,
-                seed=self.protocol.seed,
                 model_args=self.model_args,
             )
         except Exception as exc:  # noqa: BLE001 - every failure is recorded, none ends the study

@@ -3,14 +3,14 @@ names them before PyTorch loads (`tuner.cli`), and `tuner.search.search` applies
 
 DEFAULT_TRIALS = 40
 MAX_TRIALS = 1000
-"""The number of trials a job asks for, the same on the CLI (`--trials`), in `RunOptions` and in
-the API (`n_trials`): 40 by default, 1 to 1000. 40 is what the measured default jobs ran with
-(docs/benchmarks/README.md): on a GPU the search budget and the patience below end a job first
-(4-8 trials at 0.4-1.1B, 16-22 at 125M), so a larger default would change nothing there, and on
-a CPU 40 trials of a small model take minutes. Until 2026-11-27 the API took 20 by default and at
-most 500, and the CLI at most 100000. 1000 bounds one job's study for a shared service (each
-trial reads the study's history) and still lets a patient user search longer than any measured
-job ran."""
+"""The number of trials a job asks for, the same on the CLI (`--trials`), in `RunOptions` and in the
+API (`trials`; `n_trials` until 2026-11-27): 40 by default, 1 to 1000. 40 is what the measured
+default jobs ran with (docs/benchmarks/README.md): on a GPU the search budget and the patience below
+end a job first (4-8 trials at 0.4-1.1B, 16-22 at 125M), so a larger default would change nothing
+there, and on a CPU 40 trials of a small model take minutes. Until 2026-11-27 the API took 20 by
+default and at most 500, and the CLI at most 100000. 1000 bounds one job's study for a shared
+service (each trial reads the study's history) and still lets a patient user search longer than any
+measured job ran."""
 DEFAULT_WARMUP = 10
 DEFAULT_WINDOWS = 5
 DEFAULT_WINDOW_STEPS = 20
