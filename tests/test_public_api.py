@@ -91,6 +91,7 @@ TRAINERS = {
 GATE = {
     "DETERMINISMS",
     "Determinism",
+    "GATE_ARGS",
     "GATE_DETERMINISM",
     "Reproducibility",
     "comparable_floor",

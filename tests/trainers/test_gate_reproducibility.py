@@ -323,7 +323,7 @@ def test_a_twin_runs_once_or_twice_and_confirms_only_once() -> None:
     once = Twin.measure(
         "mlp", LOOP_AND_NUMERICS, RunArgs(steps=4, device="cpu"), preset="tiny", runs=1
     )
-    both = once.confirmed("mlp", preset="tiny", device="cpu")
+    both = once.confirmed("mlp", RunArgs(device="cpu"), preset="tiny")
     assert both.runs == 2 and both.reproducible is True and both.max_abs_difference == 0.0
     assert both.losses == once.losses and both.confirmed("mlp", preset="tiny") is both
     assert both == Twin.measure(

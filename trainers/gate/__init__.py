@@ -29,6 +29,7 @@ from trainers.gate.reproducibility import (
 )
 from trainers.gate.trajectories import (
     DETERMINISMS,
+    GATE_ARGS,
     GATE_DETERMINISM,
     PARITY_STEPS,
     Determinism,
@@ -45,6 +46,7 @@ __all__ = [
     "FAULTS",
     "FAULT_KINDS",
     "FLOOR_ULPS",
+    "GATE_ARGS",
     "GATE_DETERMINISM",
     "GRAPH_RTOL",
     "MULTIPLE",
