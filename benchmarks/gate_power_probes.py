@@ -75,9 +75,7 @@ def probe_entry(
         probe = measure_reproducibility(
             factory,
             spec.preset,
-            steps=steps,
-            device=device,
-            precision=precision,
+            RunArgs(steps=steps, device=device, precision=precision),
             determinism=mode,
             capture=capture,
         )

@@ -156,8 +156,8 @@ def trajectory(
 
 
 def trajectory_length(config: LoopConfig, steps: int) -> int:
-    """How many losses `trajectory(config, steps=steps)` gives: `steps`, unless the config's
-    warm-up (compilation, a graph's capture) is longer."""
+    """How many losses a trajectory of `config` for `steps` steps gives: `steps`, unless the
+    config's warm-up (compilation, a graph's capture) is longer."""
     warmup = min_warmup(config)
     return warmup + max(1, steps - warmup)
 
