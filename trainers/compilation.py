@@ -31,6 +31,22 @@ from trainers.levers import LEVERS
 
 CACHE_DIR_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
 
+
+def user_cache_dir() -> str | None:
+    """TORCHINDUCTOR_CACHE_DIR where someone chose it; None where it is unset or holds Inductor's
+    own default. Inductor writes that default into the variable the first time anything imports
+    its config (`torch._inductor.config`: torchao's float8 does, before a compile), so a value
+    set in this process is not, by itself, the user's choice."""
+    value = os.environ.get(CACHE_DIR_VARIABLE)
+    if not value:
+        return None
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:  # another torch's layout: take the variable as it is
+        return value
+    return None if os.path.abspath(value) == os.path.abspath(default_cache_dir()) else value
+
+
 COMPILE_WARMUP_STEPS: dict[str, int] = {
     str(option.value): option.warmup_steps for option in LEVERS["compile"].options
 }

@@ -375,15 +375,21 @@ def share_compile_cache(options: RunOptions) -> str | None:
     """Point Inductor's on-disk caches at one folder for every trial, child process and worker of
     the study: $TUNER_COMPILE_CACHE, else `inductor-cache/` in the study's artifact folder (beside
     an SQLite file), else Inductor's own default. A cache the user set (TORCHINDUCTOR_CACHE_DIR)
-    is left alone. Set for the whole process, so the children it spawns inherit it."""
+    is left alone; Inductor's own default, which it writes into that variable on first use, is
+    not the user's (`trainers.compilation.user_cache_dir`): until that was told apart, the study's
+    folder lost to it whenever a float8 check had imported Inductor first, and the artefacts
+    went to the default folder instead (H100, 2026-11-27: the folder named by
+    $TUNER_COMPILE_CACHE stayed empty). Set for the whole process, so the children it spawns
+    inherit it."""
     chosen = os.environ.get(COMPILE_CACHE_ENV)
     if not chosen:
         artifacts = profiles.trace_dir(studies.storage_url(options.storage), options.artifacts)
         chosen = None if artifacts is None else str(artifacts / "inductor-cache")
-    if os.environ.get(trainers.compilation.CACHE_DIR_VARIABLE):
-        return os.environ[trainers.compilation.CACHE_DIR_VARIABLE]
+    users = trainers.compilation.user_cache_dir()
+    if users is not None:
+        return users
     if chosen is None:
-        return None
+        return os.environ.get(trainers.compilation.CACHE_DIR_VARIABLE)
     try:
         Path(chosen).mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -33,6 +33,7 @@ from trainers import LoopConfig
 from tuner.errors import Interrupted, NoRecommendation, TunerError
 from tuner.evidence import export, reader
 from tuner.search.deciding.recommend import CPU_NOTE
+from tuner.search.measuring import artifacts
 from tuner.search.measuring.measure import Protocol
 from tuner.search.options import BASELINES, RunOptions
 from tuner.search.proposing.defaults import (
@@ -483,6 +484,20 @@ def test_the_compile_cache_is_shared_through_the_environment(
     assert share_compile_cache(options(sqlite_url(tmp_path), "c")) == str(tmp_path / "users")
 
 
+def test_inductors_own_default_does_not_pass_for_the_users_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Importing Inductor's config writes its default folder into TORCHINDUCTOR_CACHE_DIR (torchao's
+    float8 does it before any compile): the study's folder still wins over that default."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    from torch._inductor.runtime.cache_dir_utils import cache_dir, default_cache_dir
+
+    assert cache_dir() == os.environ["TORCHINDUCTOR_CACHE_DIR"] == default_cache_dir()
+    monkeypatch.setenv("TUNER_COMPILE_CACHE", str(tmp_path / "shared"))
+    chosen = share_compile_cache(options(sqlite_url(tmp_path), "c"))
+    assert chosen == str((tmp_path / "shared").resolve()) == os.environ["TORCHINDUCTOR_CACHE_DIR"]
+
+
 @pytest.mark.slow
 def test_a_compiled_trial_records_its_compile_cost_and_fills_the_studys_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -505,7 +520,13 @@ def test_a_compiled_trial_records_its_compile_cost_and_fills_the_studys_cache(
     cost = trial.user_attrs["compile"]
     assert cost["compile_s"] > 0 and cost["graph_breaks"] == 0 and not cost["unstable"]
     cache = Path(study.user_attrs["streamtune"]["compile_cache"])
+    # The study's own folder, not Inductor's default (which the trial's compile wrote into
+    # TORCHINDUCTOR_CACHE_DIR before the study opened), and the compile filled it.
+    assert cache == (tmp_path / "t-artifacts" / "inductor-cache").resolve()
     assert cache.is_dir() and any(cache.rglob("*"))
+    # The job's compile artefacts, saved into that folder for another machine to load.
+    assert rec["search"]["compile_artifacts"]["saved"] > 0
+    assert (cache / artifacts.ARTIFACTS_FILE).is_file()
     # Compiled kernels change rounding: the gate judged it by equivalence to the reference (its
     # loop settings, if any, against an eager twin bit for bit).
     config = trainers.LoopConfig.from_dict(trial.user_attrs["config"])
