@@ -231,3 +231,14 @@ def test_check_spec_refuses_a_bad_gpus_naming_it(gpus: object) -> None:
         check_spec(JobSpec(**(TINY | {"gpus": gpus})), WorkloadRegistry())
     assert caught.value.loc == ("gpus",) and "allowed 'all' or a whole number" in str(caught.value)
     check_spec(JobSpec(**(TINY | {"gpus": 3})), WorkloadRegistry())  # and takes a good one
+
+
+def test_a_job_on_one_gpu_is_claimed_only_by_that_gpus_worker(store: JobStore) -> None:
+    """`device: cuda:1` (the CLI's syntax) routes the job to the worker of GPU 1: a GPU worker
+    offers `cuda` and its own `cuda:N` (`Worker.devices`), a CPU worker neither."""
+    job = store.create(JobSpec(**(TINY | {"device": "cuda:1"})), owner="me")
+    register(store, "cpu-worker", "gpu0", "gpu1")
+    assert store.claim("cpu-worker", devices=("auto", "cpu")) is None
+    assert store.claim("gpu0", devices=("auto", "cpu", "cuda", "cuda:0")) is None
+    claimed = store.claim("gpu1", devices=("auto", "cpu", "cuda", "cuda:1"))
+    assert claimed is not None and (claimed.id, claimed.device) == (job.id, "cuda:1")
