@@ -33,6 +33,7 @@ from trainers.gate.parity import twin_of
 from trainers.workloads import WorkloadFactory
 
 STEPS = 10
+CPU_ARGS = RunArgs(steps=STEPS, device="cpu")  # every gate run of these tests
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +74,7 @@ def test_required_test_follows_what_the_config_changes() -> None:
 
 def test_a_loop_only_config_is_judged_bit_for_bit(mlp_env: Envelope) -> None:
     config = LoopConfig(num_streams=2, sync_interval=4, sync_mode="event", prefetch_depth=1)
-    verdict = gate(
-        "mlp", config, RunArgs(steps=STEPS, device="cpu"), preset="tiny", envelope=mlp_env
-    )
+    verdict = gate("mlp", config, CPU_ARGS, preset="tiny", envelope=mlp_env)
     assert verdict.passed, verdict.reason
     assert verdict.test == "exact" and verdict.exact_against == "reference"
     assert verdict.exact_required and verdict.tolerance == 0.0
@@ -141,7 +140,7 @@ def test_a_factory_swapped_optimizer_is_judged_by_equivalence(mlp_env: Envelope)
         verdict = gate(
             adam_factory(foreach=foreach),
             REFERENCE,
-            RunArgs(steps=STEPS, device="cpu"),
+            CPU_ARGS,
             preset="tiny",
             envelope=mlp_env,
             test="equivalence",
@@ -152,14 +151,14 @@ def test_a_factory_swapped_optimizer_is_judged_by_equivalence(mlp_env: Envelope)
 
 def test_an_arithmetic_config_with_loop_settings_matches_its_twin(mlp_env: Envelope) -> None:
     config = LoopConfig(num_streams=2, sync_interval=3, optimizer="fused")
-    twin = Twin.measure("mlp", config, RunArgs(steps=STEPS, device="cpu"), preset="tiny")
+    twin = Twin.measure("mlp", config, CPU_ARGS, preset="tiny")
     assert twin.reproducible and twin.first_difference is None and not twin.capturable
     assert twin.config == REFERENCE.replace(optimizer="fused").to_dict()
     assert Twin.from_dict(json.loads(json.dumps(twin.to_dict()))) == twin
     verdict = gate(
         "mlp",
         config,
-        RunArgs(steps=STEPS, device="cpu"),
+        CPU_ARGS,
         preset="tiny",
         envelope=mlp_env,
         twin=twin,
@@ -171,9 +170,7 @@ def test_an_arithmetic_config_with_loop_settings_matches_its_twin(mlp_env: Envel
     assert verdict.reason.startswith(
         "config replays its eager twin bit for bit; deviation from the reference "
     )
-    measured_here = gate(
-        "mlp", config, RunArgs(steps=STEPS, device="cpu"), preset="tiny", envelope=mlp_env
-    )
+    measured_here = gate("mlp", config, CPU_ARGS, preset="tiny", envelope=mlp_env)
     assert measured_here == verdict
 
     # A twin that differs in one step by one ulp: the exact test fails, equivalence would not.
@@ -183,7 +180,7 @@ def test_an_arithmetic_config_with_loop_settings_matches_its_twin(mlp_env: Envel
     failed = gate(
         "mlp",
         config,
-        RunArgs(steps=STEPS, device="cpu"),
+        CPU_ARGS,
         preset="tiny",
         envelope=mlp_env,
         twin=tampered,
@@ -197,7 +194,7 @@ def test_an_arithmetic_config_with_loop_settings_matches_its_twin(mlp_env: Envel
     fallback = gate(
         "mlp",
         config,
-        RunArgs(steps=STEPS, device="cpu"),
+        CPU_ARGS,
         preset="tiny",
         envelope=mlp_env,
         twin=unsteady,
@@ -210,7 +207,7 @@ def test_an_arithmetic_config_with_loop_settings_matches_its_twin(mlp_env: Envel
         gate(
             "mlp",
             config.replace(optimizer="foreach"),
-            RunArgs(steps=STEPS, device="cpu"),
+            CPU_ARGS,
             preset="tiny",
             envelope=mlp_env,
             twin=twin,
@@ -267,7 +264,7 @@ def test_verdict_round_trips_and_check_parity_takes_the_new_inputs(mlp_env: Enve
     verdict = check_parity(
         "mlp",
         LoopConfig(optimizer="fused"),
-        RunArgs(steps=STEPS, device="cpu"),
+        CPU_ARGS,
         preset="tiny",
         envelope=mlp_env,
     )
@@ -278,7 +275,7 @@ def test_verdict_round_trips_and_check_parity_takes_the_new_inputs(mlp_env: Enve
     )
     assert ParityVerdict.from_dict(values) == verdict
     with pytest.raises(ValueError, match="test='bogus'"):
-        gate("mlp", REFERENCE, RunArgs(steps=STEPS, device="cpu"), preset="tiny", test="bogus")  # type: ignore[arg-type]
+        gate("mlp", REFERENCE, CPU_ARGS, preset="tiny", test="bogus")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="envelope measured for"):
         gate("mlp", REFERENCE, RunArgs(steps=8, device="cpu"), preset="tiny", envelope=mlp_env)
     # The precision reaches every run, the envelope's included (measured here: none given).

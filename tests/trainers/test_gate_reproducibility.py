@@ -40,6 +40,7 @@ from trainers.gate.trajectories import trajectory
 from trainers.workloads import BUILTIN
 
 STEPS = 20
+CPU_ARGS = RunArgs(steps=STEPS, device="cpu")  # every gate run of these tests
 NOISY_FROM_STEP = 3
 LOOP_ONLY = LoopConfig(num_streams=2, sync_interval=3)
 LOOP_AND_NUMERICS = LoopConfig(num_streams=2, sync_interval=3, optimizer="fused")
@@ -81,16 +82,16 @@ def fresh_cache() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def noisy_env() -> Envelope:
-    return Envelope.measure(noisy_mlp, "tiny", RunArgs(steps=STEPS, device="cpu"))
+    return Envelope.measure(noisy_mlp, "tiny", CPU_ARGS)
 
 
 @pytest.fixture(scope="module")
 def mlp_env() -> Envelope:
-    return Envelope.measure("mlp", "tiny", RunArgs(steps=STEPS, device="cpu"))
+    return Envelope.measure("mlp", "tiny", CPU_ARGS)
 
 
 def test_the_probe_finds_the_first_step_two_identical_runs_differ_and_is_cached() -> None:
-    probe = eager_reproducibility(noisy_mlp, "tiny", RunArgs(steps=STEPS, device="cpu"))
+    probe = eager_reproducibility(noisy_mlp, "tiny", CPU_ARGS)
     assert not probe.reproducible
     assert probe.first_difference == NOISY_FROM_STEP
     assert 0.0 < probe.max_abs_difference < 1e-4
@@ -108,7 +109,7 @@ def test_the_probe_finds_the_first_step_two_identical_runs_differ_and_is_cached(
         is not probe
     )
 
-    steady = eager_reproducibility("mlp", "tiny", RunArgs(steps=STEPS, device="cpu"))
+    steady = eager_reproducibility("mlp", "tiny", CPU_ARGS)
     assert steady.reproducible and steady.first_difference is None
     assert steady.max_abs_difference == 0.0
 
@@ -117,9 +118,7 @@ def test_a_non_reproducible_step_skips_exactness_and_equivalence_decides(
     noisy_env: Envelope,
 ) -> None:
     for config in (LOOP_ONLY, LOOP_AND_NUMERICS):
-        verdict = gate(
-            noisy_mlp, config, RunArgs(steps=STEPS, device="cpu"), preset="tiny", envelope=noisy_env
-        )
+        verdict = gate(noisy_mlp, config, CPU_ARGS, preset="tiny", envelope=noisy_env)
         assert verdict.passed, verdict.reason
         assert verdict.test == "equivalence" and not verdict.exact_required
         assert verdict.exact_against is None and verdict.twin_first_diverging_step is None
@@ -141,16 +140,16 @@ def test_a_planted_fault_is_still_rejected_where_exactness_is_skipped(
         gate(
             noisy_mlp,
             LOOP_ONLY,
-            RunArgs(steps=STEPS, device="cpu"),
+            CPU_ARGS,
             preset="tiny",
             envelope=noisy_env,
         )
-    eager_reproducibility(noisy_mlp, "tiny", RunArgs(steps=STEPS, device="cpu"))  # before planting
+    eager_reproducibility(noisy_mlp, "tiny", CPU_ARGS)  # before planting
     with planted("wrong-op"):
         verdict = gate(
             noisy_mlp,
             LOOP_ONLY,
-            RunArgs(steps=STEPS, device="cpu"),
+            CPU_ARGS,
             preset="tiny",
             envelope=noisy_env,
         )
@@ -159,16 +158,14 @@ def test_a_planted_fault_is_still_rejected_where_exactness_is_skipped(
 
 
 def test_a_reproducible_step_still_takes_the_exact_test(mlp_env: Envelope) -> None:
-    verdict = gate(
-        "mlp", LOOP_ONLY, RunArgs(steps=STEPS, device="cpu"), preset="tiny", envelope=mlp_env
-    )
+    verdict = gate("mlp", LOOP_ONLY, CPU_ARGS, preset="tiny", envelope=mlp_env)
     assert verdict.passed and verdict.test == "exact" and verdict.exact_required
     assert verdict.eager_reproducible is True and verdict.eager_first_difference is None
     assert verdict.exact_skipped is None and verdict.determinism == "strict"
     twin_checked = gate(
         "mlp",
         LOOP_AND_NUMERICS,
-        RunArgs(steps=STEPS, device="cpu"),
+        CPU_ARGS,
         preset="tiny",
         envelope=mlp_env,
     )
@@ -178,16 +175,14 @@ def test_a_reproducible_step_still_takes_the_exact_test(mlp_env: Envelope) -> No
     assert "replays its eager twin bit for bit" in twin_checked.reason
     # The planted fault, judged by the exact test (the one the config is owed), fails it there
     # (the probe measured before the fault, as the reference and the envelope are).
-    eager_reproducibility("mlp", "tiny", RunArgs(steps=STEPS, device="cpu"))
+    eager_reproducibility("mlp", "tiny", CPU_ARGS)
     with planted("wrong-op"):
-        faulty = gate(
-            "mlp", LOOP_ONLY, RunArgs(steps=STEPS, device="cpu"), preset="tiny", envelope=mlp_env
-        )
+        faulty = gate("mlp", LOOP_ONLY, CPU_ARGS, preset="tiny", envelope=mlp_env)
     assert not faulty.passed and faulty.test == "exact" and faulty.first_diverging_step == 1
 
 
 def test_a_probe_handed_back_replaces_the_measurement_and_must_fit(mlp_env: Envelope) -> None:
-    probe = measure("mlp", "tiny", RunArgs(steps=STEPS, device="cpu"), reference=mlp_env.reference)
+    probe = measure("mlp", "tiny", CPU_ARGS, reference=mlp_env.reference)
     stored = json.loads(json.dumps(probe.to_dict()))
     assert Reproducibility.from_dict(stored) == probe
     # A probe persisted by the caller that says "not reproducible" is believed: exact skipped.
@@ -197,7 +192,7 @@ def test_a_probe_handed_back_replaces_the_measurement_and_must_fit(mlp_env: Enve
     verdict = gate(
         "mlp",
         LOOP_ONLY,
-        RunArgs(steps=STEPS, device="cpu"),
+        CPU_ARGS,
         preset="tiny",
         envelope=mlp_env,
         probe=unsteady,
@@ -214,9 +209,7 @@ def test_a_probe_handed_back_replaces_the_measurement_and_must_fit(mlp_env: Enve
             probe=probe,
         )
     with pytest.raises(ValueError, match="probe measured for"):
-        gate(
-            "transformer", LOOP_ONLY, RunArgs(steps=STEPS, device="cpu"), preset="tiny", probe=probe
-        )
+        gate("transformer", LOOP_ONLY, CPU_ARGS, preset="tiny", probe=probe)
     with pytest.raises(ValueError, match="format=None is invalid"):
         Reproducibility.from_dict({k: v for k, v in stored.items() if k != "format"})
     with pytest.raises(ValueError, match="determinism='sometimes' is invalid"):
@@ -226,9 +219,7 @@ def test_a_probe_handed_back_replaces_the_measurement_and_must_fit(mlp_env: Enve
 def test_verdicts_round_trip_with_the_new_fields_and_old_dicts_still_load(
     noisy_env: Envelope,
 ) -> None:
-    verdict = gate(
-        noisy_mlp, LOOP_ONLY, RunArgs(steps=STEPS, device="cpu"), preset="tiny", envelope=noisy_env
-    )
+    verdict = gate(noisy_mlp, LOOP_ONLY, CPU_ARGS, preset="tiny", envelope=noisy_env)
     values = json.loads(json.dumps(verdict.to_dict()))
     assert ParityVerdict.from_dict(values) == verdict
     new = {"eager_reproducible", "eager_first_difference", "eager_max_abs_difference"}
@@ -274,7 +265,7 @@ def test_a_config_that_replays_its_twin_needs_no_probe_and_no_second_twin_run(
     matched = gate(
         counted_mlp,
         LOOP_AND_NUMERICS,
-        RunArgs(steps=STEPS, device="cpu"),
+        CPU_ARGS,
         preset="tiny",
         envelope=mlp_env,
     )
@@ -285,9 +276,7 @@ def test_a_config_that_replays_its_twin_needs_no_probe_and_no_second_twin_run(
     # A twin run once whose losses the config does not match: the probe (two runs) decides the
     # exact test applies, then the twin's second run shows the twin is not reproducible (its
     # first run was tampered with), so the exact test cannot apply.
-    once = Twin.measure(
-        "mlp", LOOP_AND_NUMERICS, RunArgs(steps=STEPS, device="cpu"), preset="tiny", runs=1
-    )
+    once = Twin.measure("mlp", LOOP_AND_NUMERICS, CPU_ARGS, preset="tiny", runs=1)
     assert once.runs == 1 and once.reproducible is None
     losses = list(once.losses)
     losses[5] = float(torch.nextafter(torch.tensor(losses[5]), torch.tensor(0.0)))
@@ -296,7 +285,7 @@ def test_a_config_that_replays_its_twin_needs_no_probe_and_no_second_twin_run(
     verdict = gate(
         counted_mlp,
         LOOP_AND_NUMERICS,
-        RunArgs(steps=STEPS, device="cpu"),
+        CPU_ARGS,
         preset="tiny",
         envelope=mlp_env,
         twin=tampered,
@@ -308,9 +297,7 @@ def test_a_config_that_replays_its_twin_needs_no_probe_and_no_second_twin_run(
 
     # A loop-only config that matches the reference is shown reproducible by the two runs.
     builds.clear()
-    exact = gate(
-        counted_mlp, LOOP_ONLY, RunArgs(steps=STEPS, device="cpu"), preset="tiny", envelope=mlp_env
-    )
+    exact = gate(counted_mlp, LOOP_ONLY, CPU_ARGS, preset="tiny", envelope=mlp_env)
     assert exact.passed and exact.test == "exact" and len(builds) == 1
     assert exact.eager_reproducible is True and exact.eager_max_abs_difference == 0.0
 
