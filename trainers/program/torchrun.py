@@ -53,9 +53,14 @@ MATMUL_VARIABLE = f"{ENV_PREFIX}MATMUL_PRECISION"
 DEFAULT_TIMEOUT_S = 900.0
 MAX_NPROC = 8
 NPROC_ALLOWED = f"an integer in 1..{MAX_NPROC} (processes on this node, one per GPU)"
-NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
-"""Set in every process launched here: NVLink multicast (NVLS) and symmetric-memory multicast
-stay off (the lent machines do not support them)."""
+NCCL_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+"""Set in every process launched here: NVLink multicast (NVLS, in NCCL, symmetric memory and
+NVSHMEM) stays off: the lent machines do not support it, and a program that uses it can take a
+shared host's GPUs out of service."""
 _ROOT = Path(__file__).resolve().parents[2]
 """The folder `trainers` sits in: every rank must import the same code as this process."""
 _ROOT_CAUSE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
