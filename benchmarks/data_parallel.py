@@ -115,6 +115,8 @@ def tune(spec: str, args: argparse.Namespace, storage: str) -> dict[str, Any]:
         "throughput": rec.get("throughput"),
         "parity": rec.get("parity"),
         "verdicts": rec.get("verdicts"),
+        "time": rec.get("time"),  # seconds by phase
+        "search": rec.get("search"),  # trials predicted, screened out, gated, complete
     }
 
 

@@ -115,6 +115,9 @@ def compare(
     }
 
 
+_JOB_KEYS = ("time", "search", "trial_counts", "speedup", "reason")
+
+
 def entry(args: argparse.Namespace, spec: str, scratch: Path) -> dict[str, Any]:
     # The N-GPU job first: a failure on the node shows before the long one-GPU job, and whatever
     # a first job leaves warm on the machine (the driver's JIT cache, the page cache) can only
@@ -137,6 +140,12 @@ def entry(args: argparse.Namespace, spec: str, scratch: Path) -> dict[str, Any]:
         "recommended": {
             "one_gpu": {k: one["recommendation"].get(k) for k in ("config", "precision")},
             "gpus": {k: many["recommendation"].get(k) for k in ("config", "precision")},
+        },
+        # Where each job's time went (phases, summed over its workers) and how its search spent
+        # its trials: what explains the wall ratio.
+        "jobs": {
+            name: {k: run["recommendation"].get(k) for k in _JOB_KEYS}
+            for name, run in (("one_gpu", one), ("gpus", many))
         },
     }
 

@@ -314,6 +314,11 @@ def _run_rank(
         n_polls=result.n_polls,
         sync_wait_ms=result.sync_wait_ms,
         peak_memory_bytes=result.peak_memory_bytes,
+        # The model FLOPs of one rank's step: the count is of the global batch, of which each
+        # rank trains an equal shard, so a rank's MFU is its share over one GPU's peak.
+        flops_per_step=None
+        if result.flops_per_step is None
+        else result.flops_per_step // dist.get_world_size(),
         world_size=dist.get_world_size(),
         rank_losses=rank_losses,
         replicas="identical" if config.parallel == "ddp" else "sharded",

@@ -14,8 +14,10 @@ import torch
 import trainers
 from trainers import ConfigError, LoopConfig, RunArgs, canonical, invalid_reason, parity_losses
 from trainers.distributed import agreement
+from trainers.flops import count_step_flops
 from trainers.parallel import shard_batch
 from trainers.program import ProgramFailed, check_nproc, run_distributed
+from trainers.workloads import load_workload
 
 # ---------------------------------------------------------------------------- the levers' rules
 
@@ -207,6 +209,10 @@ def test_data_parallel_losses_equal_the_single_process_reference_on_the_cpu(
     assert result.losses == pytest.approx(accumulated, abs=1e-6)
     assert result.losses == pytest.approx(plain, rel=1e-5)
     assert result.losses != pytest.approx([plain[0]] * STEPS)  # it trains
+    # Each rank reports its own share of the step's model FLOPs (for its GPU's MFU): the global
+    # batch's count over the two ranks.
+    global_flops = count_step_flops(load_workload("mlp", "tiny", seed=0), torch.device("cpu"))
+    assert global_flops > 0 and result.flops_per_step == global_flops // 2
 
 
 def test_every_ddp_lever_trains_the_same_model() -> None:

@@ -26,7 +26,7 @@ from tuner.search.deciding.dpprofile import DataParallelProfiler
 from tuner.search.measuring.measure import Failure, Measurer, Protocol
 from tuner.search.options import BASELINES, RunOptions, baselines_for
 from tuner.search.proposing.screen import screening
-from tuner.search.proposing.stages import first_stage
+from tuner.search.proposing.stages import FEED, first_stage
 from tuner.search.spaces.named import load_space
 from tuner.search.spaces.processes import DATA_PARALLEL_LEVERS, for_processes
 from tuner.search.spaces.space import config_key
@@ -279,13 +279,23 @@ def test_a_data_parallel_study_starts_from_valid_compiled_corners(device_type: s
     for corner in corners:
         assert trainers.invalid_reason(corner, device_type=device_type) is None
     found = [(c["parallel"], c["compile"], c["compile_scope"], c["optimizer"]) for c in corners]
-    # Cheapest compile first: each block compiled, under DDP then FSDP2; then DDP around the
-    # whole compiled model (the torchrun peer); no eager corner (the baselines are eager DDP).
-    assert found[:3] == [
+    idiom = BASELINES["pytorch-default"].to_dict()
+    feed = ("num_streams", "sync_mode", "sync_interval", "prefetch_depth", "pin_memory")
+    assert space.params["num_streams"].low == 1  # type: ignore[union-attr]  # the peers' one
+    # First the torchrun peers exactly as users write them, on the PyTorch idiom's feed (the
+    # search measures what it is compared with): DDP around the whole compiled model, FSDP2
+    # with each block compiled. Then, on the prefetching feed, the cheapest compile first.
+    assert found[:5] == [
+        ("ddp", "default", "model", "fused"),
+        ("fsdp2", "default", "blocks", "fused"),
         ("ddp", "default", "blocks", "fused"),
         ("fsdp2", "default", "blocks", "fused"),
         ("ddp", "default", "model", "fused"),
     ]
+    for corner in corners[:2]:
+        assert {f: corner[f] for f in feed} == {f: idiom[f] for f in feed}
+    for corner in corners[2:]:
+        assert {f: corner[f] for f in feed} == {f: FEED[f] for f in feed}
     assert all(c["compile"] != "none" and not c["cuda_graph"] for c in corners)
     assert any(c["parallel"] == "fsdp2" and not c["reshard_after_forward"] for c in corners)
 
@@ -296,9 +306,13 @@ def test_float8_keeps_a_data_parallel_study_on_ddp() -> None:
     assert "reshard_after_forward" not in space.params  # FSDP2's levers are inert under DDP
     assert any("float8 with FSDP2 is refused" in note for note in space.notes)
     corners = [space.fixed | p for p in first_stage(space, device_type="cuda", precision="float8")]
-    assert [(c["compile_scope"], c["parallel"]) for c in corners] == [
-        ("blocks", "ddp"),
-        ("model", "ddp"),
+    # The peers' corners on the idiom's feed (FSDP2's becomes DDP's each block compiled), then
+    # the prefetching feed's.
+    assert [(c["compile_scope"], c["parallel"], c["num_streams"]) for c in corners] == [
+        ("model", "ddp", 1),
+        ("blocks", "ddp", 1),
+        ("blocks", "ddp", FEED["num_streams"]),
+        ("model", "ddp", FEED["num_streams"]),
     ]
     for corner in corners:
         assert trainers.invalid_reason(corner, precision="float8", device_type="cuda") is None

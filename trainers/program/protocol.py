@@ -25,7 +25,7 @@ Out, one JSON object per line, in this order:
 - `{"event": "window", "index": j, "steps": n, "seconds": s}` after each timed window, its wall
   time measured with a device sync at both ends, as the built-in loop does;
 - `{"event": "end", "n_syncs": K}` (optional counters: `n_syncs`, `sync_wait_ms`,
-  `peak_memory_bytes`).
+  `peak_memory_bytes`, `flops_per_step`: one process's model FLOPs per step, for its MFU).
 A window is read as soon as its line is written: a pruned run's program is stopped there
 (`trainers.program.runner`). A program that writes a malformed line or skips a step or a window
 is a failed run.
@@ -205,5 +205,13 @@ class ReportReader:
             samples_per_batch=int(self.start["samples_per_batch"]),
             tokens_per_sample=self.start.get("tokens_per_sample"),
             peak_memory_bytes=end.get("peak_memory_bytes"),
+            flops_per_step=_flops(end.get("flops_per_step")),
             fingerprint=dict(self.start.get("fingerprint") or {}),
         )
+
+
+def _flops(value: Any) -> int | None:
+    """The end line's `flops_per_step` where it is a positive count; None (MFU unknown) else."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return int(value)

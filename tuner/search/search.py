@@ -118,6 +118,12 @@ class Search(TrialRunner):
         self.options = options
         self.progress = progress
         self.done = 0
+        # The trials begun before this run joined the study: the patience counts the others (a
+        # resumed study's earlier trials do not count; a job's other workers' do, and so do
+        # trials enqueued but not yet begun).
+        self.joined = frozenset(
+            t.number for t in study.get_trials(deepcopy=False) if t.state != TrialState.WAITING
+        )
         self.should_stop = should_stop
         self.stopped = False
         self.traces = (

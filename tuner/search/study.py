@@ -69,21 +69,7 @@ def run_study(
     """
     progress = progress or Quiet()
     search = open_search(options, progress=progress, should_stop=should_stop)
-    # search.options, not options: open_search adapts them (profiles off for a program), and the
-    # budget must not undo that (it did: a program's job on a GPU then failed at its profiles).
-    budget = search_budget(search.options.timeout_s, search.space.name)
-    if budget != search.options.timeout_s:
-        search.options = dataclasses.replace(search.options, timeout_s=budget)
-        progress.phase(
-            f"search budget {budget:.0f} s (the default on a GPU; --timeout sets another)"
-        )
-    patience = search_patience(search.options, search.space.name)
-    if patience != search.options.patience:
-        search.options = dataclasses.replace(search.options, patience=patience)
-        progress.phase(
-            f"patience {patience} trials (the default on a GPU; --patience sets another, "
-            "0 turns it off)"
-        )
+    apply_gpu_defaults(search, progress)
     try:
         search.measure_baselines("start")
         search.run_trials(LocalSlots(options.trials))
@@ -110,14 +96,45 @@ DEFAULT_BUDGETS: dict[str, float] = {
 """The search budget of each space the default space means on a GPU, given no --timeout."""
 
 
-def search_budget(timeout_s: float | None, space_name: str) -> float | None:
+def search_budget(timeout_s: float | None, space_name: str, workers: int = 1) -> float | None:
     """Seconds after which no trial starts: `timeout_s` when given; else, for what the default
     space means on a GPU, its budget (`DEFAULT_BUDGETS`): compiled trials cost 3-85 s each on an
     H100 at 125M (docs/benchmarks/peers-h100-*), 80-205 s at 1.1B, so 40 of them could take
-    most of an hour."""
+    most of an hour.
+
+    The default budget is one GPU's time: a job whose trials run on `workers` GPUs at once
+    (`run --gpus N`) gets it over N, so it searches as much as the one-GPU job, sooner. Without
+    that, the 4-GPU job on transformer:medium ran all 40 trials, 3.6 times the one-GPU job's
+    GPU time, and ended only 6 % sooner (docs/benchmarks/node-h100-2026-11-27-medium.md). A
+    `timeout_s` given is the user's wall clock and is kept as it is."""
     if timeout_s is not None:
         return timeout_s
-    return DEFAULT_BUDGETS.get(space_name)
+    budget = DEFAULT_BUDGETS.get(space_name)
+    return None if budget is None else budget / max(1, workers)
+
+
+def apply_gpu_defaults(search: Search, progress: Progress, *, workers: int = 1) -> None:
+    """The search budget (`search_budget`) and the patience (`search_patience`) a job on the
+    default space gets on a GPU when the request leaves them unset, set on `search.options`
+    with a line each: `run_study` on one GPU, and each worker of a job (`workers`: how many
+    GPUs run its trials at once; the patience counts the job's trials, not one worker's)."""
+    # search.options, not the request's: open_search adapts them (profiles off for a program),
+    # and the budget must not undo that (it did: a program's job on a GPU then failed at its
+    # profiles).
+    budget = search_budget(search.options.timeout_s, search.space.name, workers)
+    if budget is not None and budget != search.options.timeout_s:
+        search.options = dataclasses.replace(search.options, timeout_s=budget)
+        shared = "" if workers == 1 else f", one GPU's {budget * workers:.0f} s over {workers}"
+        progress.phase(
+            f"search budget {budget:.0f} s (the default on a GPU{shared}; --timeout sets another)"
+        )
+    patience = search_patience(search.options, search.space.name)
+    if patience != search.options.patience:
+        search.options = dataclasses.replace(search.options, patience=patience)
+        progress.phase(
+            f"patience {patience} trials (the default on a GPU; --patience sets another, "
+            "0 turns it off)"
+        )
 
 
 def search_patience(options: RunOptions, space_name: str) -> int | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 import trainers
 from trainers import LoopConfig
@@ -87,6 +87,7 @@ class TrialRunner:
     clock: Clock
     owner: str | None
     done: int
+    joined: frozenset[int]
     should_stop: Callable[[], bool] | None
     stopped: bool
     screening: bool
@@ -379,15 +380,17 @@ class TrialRunner:
 
     # -- helpers ---------------------------------------------------------------------------
     def _out_of_patience(self) -> bool:
-        """The patience rule, over the whole study (workers sharing it included). This run's
-        own trials must number at least the patience too, so that resuming a study that had
-        already stalled still runs that many more. In a screening study a trial screened out or
-        skipped on its prediction counts too: it did not beat the best either."""
+        """The patience rule, over the whole study (workers sharing it included). The trials
+        since this run joined the study (`_since_joined`) must number at least the patience
+        too, so that resuming a study that had already stalled still runs that many more. In a
+        screening study a trial screened out or skipped on its prediction counts too: it did
+        not beat the best either."""
         patience = self.options.patience
-        if not patience or self.done < patience:
+        trials = sorted(self.study.get_trials(deepcopy=False), key=lambda t: t.number)
+        if not patience or self._since_joined(trials) < patience:
             return False
         values: list[float] = []
-        for t in sorted(self.study.get_trials(deepcopy=False), key=lambda t: t.number):
+        for t in trials:
             if t.state == TrialState.COMPLETE and t.values:
                 values.append(t.values[0])
             elif (
@@ -395,6 +398,13 @@ class TrialRunner:
             ):
                 values.append(screen_value(t) or 0.0)
         return trials_without_gain(values, self.options.tie_margin) >= patience
+
+    def _since_joined(self, trials: list[FrozenTrial]) -> int:
+        """The study's finished trials begun since this run joined it (not in `joined`): this
+        run's own, and those of the job's other workers. A worker of a
+        job on N GPUs runs about 1/N of them, so counting only its own (as until 2026-11-27)
+        let every worker run `patience` trials of its own before the rule could stop it."""
+        return sum(1 for t in trials if t.number not in self.joined and t.state.is_finished())
 
     def _complete_values(self) -> dict[int, float]:
         """Each complete trial's throughput, by trial number."""

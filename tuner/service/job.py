@@ -23,7 +23,7 @@ from tuner.errors import SpaceError, Stopped, TunerError
 from tuner.evidence.recommendation import Recommendation
 from tuner.search.options import RunOptions
 from tuner.search.search import Search
-from tuner.search.study import open_search
+from tuner.search.study import apply_gpu_defaults, open_search
 from tuner.service.jobstore import WorkerStore
 from tuner.service.settings import WorkerSettings
 from tuner.service.slots import GAVE_UP_REASON, JobSlots, count_slots, fail_orphans, fail_running
@@ -126,14 +126,18 @@ class JobRun:
         search: Search | None = None
         try:
             spec = JobSpec.of(job)
+            progress = _JobProgress(self, job)
             search = open_search(
                 self.worker.options_for(job, spec),
-                progress=_JobProgress(self, job),
+                progress=progress,
                 should_stop=self.should_stop,
                 owner=self.worker.id,
                 retry=self.worker.backoff,
                 storage=self.worker.storage(),
             )
+            # The same budget and patience as `python -m tuner run` on one GPU; a job of N GPUs
+            # (`run --gpus N`) shares one GPU's default budget over its N workers.
+            apply_gpu_defaults(search, progress, workers=spec.max_members or 1)
             deadline = job.deadline_at
             if claimed:
                 opened = self._open_job(job, spec, search)
@@ -181,9 +185,8 @@ class JobRun:
         if stored is not None:
             return stored
         search.measure_baselines("start")
-        deadline = (
-            None if spec.timeout_s is None else (utcnow() + dt.timedelta(seconds=spec.timeout_s))
-        )
+        budget = search.options.timeout_s  # the request's, or the default on a GPU
+        deadline = None if budget is None else (utcnow() + dt.timedelta(seconds=budget))
         hardware = studies.meta(search.study)["hardware"]
         if not self.worker.store.open_trials(
             job.id, self.worker.id, hardware=hardware, deadline=deadline

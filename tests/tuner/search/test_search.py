@@ -35,10 +35,11 @@ from tuner.evidence import export, reader
 from tuner.search.deciding.recommend import CPU_NOTE
 from tuner.search.measuring import artifacts
 from tuner.search.measuring.measure import Protocol
-from tuner.search.options import BASELINES, RunOptions
+from tuner.search.options import BASELINES, LocalSlots, RunOptions
 from tuner.search.proposing.defaults import (
     AUTO_PATIENCE,
     AUTO_SCALE_BUDGET_S,
+    AUTO_SEARCH_BUDGET_S,
     DEFAULT_WINDOW_STEPS,
     SCALE_WINDOW_STEPS,
 )
@@ -621,6 +622,41 @@ def test_patience_stops_a_run_whose_trials_stop_gaining_and_a_resume_runs_that_m
     resumed = _complete_values(storage, "patient")
     assert resumed[: len(values)] == values
     assert len(resumed) == _expected_stop(resumed, 2, 0.99, first=len(values)) < len(values) + 40
+
+
+def test_patience_counts_the_trials_a_jobs_other_workers_ran_since_this_one_joined(
+    tmp_path: Path,
+) -> None:
+    """A worker of a job on N GPUs runs about 1/N of its trials: the rule counts every trial
+    begun since the worker joined the study, its own and the others', so the job stops as soon
+    as one process alone would (on 4 H100s every worker first ran 4 trials of its own, and the
+    job ran all 40)."""
+    storage = sqlite_url(tmp_path)
+    opts = options(storage, "shared", trials=40, patience=2, tie_margin=0.99, baseline_every=100)
+    worker = open_search(opts)  # joins first, as the job's workers do before any trial
+    try:
+        # Another worker of the job runs 5 trials meanwhile; with a 99 % margin none counts
+        # as a gain.
+        run_json(dataclasses.replace(opts, patience=0, trials=5))
+        assert len(_complete_values(storage, "shared")) == 5
+        progress = _Phases()
+        worker.progress = progress
+        worker.run_trials(LocalSlots(40))
+        assert worker.done == 0  # the study had stalled since it joined: nothing more to run
+        assert any(line.startswith("patience: 2 trials in a row") for line in progress.lines)
+    finally:
+        worker.close()
+
+
+def test_the_default_budget_of_a_job_on_several_gpus_is_one_gpus_budget_shared() -> None:
+    auto = load_space("auto", cuda=True).name
+    scale = load_space("scale", cuda=True).name
+    assert search_budget(None, auto) == AUTO_SEARCH_BUDGET_S
+    assert search_budget(None, auto, workers=4) == AUTO_SEARCH_BUDGET_S / 4
+    assert search_budget(None, scale, workers=4) == AUTO_SCALE_BUDGET_S / 4
+    # A budget the user gave is wall-clock seconds, whatever the GPUs; a CPU space has none.
+    assert search_budget(300.0, auto, workers=4) == 300.0
+    assert search_budget(None, load_space("auto", cuda=False).name, workers=4) is None
 
 
 def test_patience_zero_runs_every_trial(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from trainers import LoopConfig, compile_modes, one_of, records_graphs
 from tuner.errors import SpaceError
 from tuner.search.spaces.space import (
     Choice,
+    IntRange,
     SearchSpace,
     Spec,
 )
@@ -48,6 +49,9 @@ _DP_GRAPH_NOTE = "cuda_graph fixed to false: not proven with DDP or FSDP2 (train
 
 
 _DP_REDUCE_NOTE = "compile reduce-overhead left out: not proven with DDP or FSDP2"
+
+
+_DP_STREAMS_NOTE = "num_streams from 1: the torchrun peers' one stream is searched too"
 
 
 _DP_PREFETCH_NOTE = "fsdp_prefetch fixed to false: explicit prefetch needs repeated blocks"
@@ -104,6 +108,12 @@ def for_processes(
         del params["cuda_graph"]
         fixed["cuda_graph"] = False
         notes.append(_DP_GRAPH_NOTE)
+    streams = params.get("num_streams")
+    if isinstance(streams, IntRange) and streams.low > 1:
+        # One stream, as the torchrun peers run: under DDP the one-GPU spaces' two-stream
+        # prefetching feed lost to it (stages.IDIOM_FEED says where), so it is searched here.
+        params["num_streams"] = dataclasses.replace(streams, low=1)
+        notes.append(_DP_STREAMS_NOTE)
     compile_spec = params.get("compile")
     if isinstance(compile_spec, Choice) and "reduce-overhead" in compile_spec.values:
         params["compile"] = Choice(
