@@ -20,7 +20,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from api.schemas.jobs import job_model
 from trainers import LEVERS, ConfigError, LoopConfig, RunArgs, invalid_reason, load_workload, run
-from trainers.levers import Lever, Value, ranked, registered
+from trainers.levers import Lever, Value, ranked, register, registered
 from tuner.errors import SpaceError
 from tuner.search.spaces.named import load_space
 from tuner.search.spaces.pins import parse_fix
@@ -112,9 +112,7 @@ def _cli_accepts(values: dict[str, object]) -> bool:
 
 
 @pytest.mark.parametrize("value", ["default", "cudnn", "flash", "", "CUDNN"])
-def test_the_api_and_the_cli_accept_and_refuse_its_values_alike(
-    probe: Lever, value: str
-) -> None:
+def test_the_api_and_the_cli_accept_and_refuse_its_values_alike(probe: Lever, value: str) -> None:
     declared = value in probe.values()
     assert _api_accepts({NAME: value}) is declared
     assert _cli_accepts({NAME: value}) is declared
@@ -196,8 +194,7 @@ def test_a_config_stored_before_it_keeps_its_key(probe: Lever) -> None:
 
 def test_a_module_lever_must_say_when_it_was_added() -> None:
     with pytest.raises(ValueError, match="added >= 1"):
-        with registered(Lever(name="x_probe", label="x", kind="bool", default=False, added=0)):
-            pass
+        register(Lever(name="x_probe", label="x", kind="bool", default=False, added=0))
     with pytest.raises(TypeError):
         Lever(name="y_probe", label="y", kind="bool", default=False)  # type: ignore[call-arg]
     assert "x_probe" not in LEVERS and "y_probe" not in LEVERS

@@ -68,6 +68,9 @@ def test_every_loop_config_field_is_declared_exactly_once_in_field_order() -> No
     names = [lever.name for lever in DECLARED]
     assert len(names) == len(set(names))
     assert tuple(names) == field_names() == tuple(LEVERS)
+    # `modules` carries the lever modules' levers: no lever of the table's own.
+    fields = [f.name for f in dataclasses.fields(LoopConfig)]
+    assert fields == [*names, "modules"]
 
 
 def test_each_default_is_the_loop_configs_and_is_free_exact_and_simplest() -> None:
