@@ -137,10 +137,8 @@ def _gate(
     gate = DataParallelGate(
         args.workload,
         args.preset,
+        RunArgs(steps=args.parity_steps, seed=0, device=device),
         nproc=args.nproc,
-        steps=args.parity_steps,
-        seed=0,
-        device=device,
         matmul_precision="highest",
         isolate=device.type == "cuda",
         batch=list(configs.values())[1:],

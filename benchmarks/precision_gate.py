@@ -65,11 +65,8 @@ def judge(args: argparse.Namespace, device: Any) -> dict[str, Any]:
     gate = InProcessGate(
         args.workload,
         args.preset,
-        steps=args.parity_steps,
-        seed=0,
-        device=device,
+        trainers.RunArgs(steps=args.parity_steps, seed=0, device=device, precision=args.precision),
         model_args=model_args,
-        precision=args.precision,
         cross=CrossPrecision(steps=args.precision_parity_steps, multiple=args.precision_tolerance),
     )
     started = time.perf_counter()

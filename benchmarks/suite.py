@@ -52,7 +52,7 @@ from benchmarks.suite_grid import (
     tuning_cost,
 )
 from benchmarks.suite_record import gpu_key, merge, to_json, to_markdown, update_readme
-from trainers import LoopConfig, fingerprint, resolve_device
+from trainers import LoopConfig, RunArgs, fingerprint, resolve_device
 from tuner.search.gating.isolated import ParityProcess
 from tuner.search.measuring.measure import PRECISIONS, Measurer, Protocol, set_matmul_precision
 from tuner.search.measuring.stats import bootstrap_ci, ratio_ci
@@ -232,9 +232,7 @@ def _best_parity(
     checker = ParityProcess(
         workload,
         preset,
-        steps=20,
-        seed=0,
-        device=str(measurer.device),
+        RunArgs(steps=20, seed=0, device=str(measurer.device)),
         matmul_precision=matmul_precision,
     )
     try:

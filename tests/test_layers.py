@@ -22,6 +22,22 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Layers of `tuner`, lowest first; a module may import its own layer and those before it.
 TUNER_LAYERS = ("errors", "store", "evidence", "search", "service", "flags", "cli")
+# The rooms of `tuner.search`, lowest first; a module may import its own room and those below.
+# `spaces` (what may be searched) < `proposing` (what to try next) < the request's words
+# (`request`, `options`, `protocol`) < `measuring` < `gating` < `deciding` < `trials` < the
+# search and its children (`search`, `children`: the gate and profiler processes, which pick a
+# gate and a profiler) < `study`.
+SEARCH_ROOMS: tuple[tuple[str, ...], ...] = (
+    ("spaces",),
+    ("proposing",),
+    ("request", "options", "protocol"),
+    ("measuring",),
+    ("gating",),
+    ("deciding",),
+    ("trials",),
+    ("search", "children"),
+    ("study",),
+)
 # What each top-level package must never import.
 FORBIDDEN = {
     "trainers": ("tuner", "api", "optuna", "fastapi", "sqlalchemy"),
@@ -125,6 +141,43 @@ def test_tuner_sub_packages_import_only_downwards() -> None:
             if target is not None and target > own:
                 offenders.append(f"{relative} (layer {TUNER_LAYERS[own]}) imports {name}")
     assert not offenders, "\n".join(offenders)
+
+
+def room_of(module: str) -> int | None:
+    """The room index of a `tuner.search.<room>...` module name; None outside `tuner.search` (or
+    for the package itself). A new room is None too until it is placed, which the test refuses."""
+    parts = module.split(".")
+    if parts[:2] != ["tuner", "search"] or len(parts) < 3 or parts[2] == "__init__":
+        return None
+    for index, room in enumerate(SEARCH_ROOMS):
+        if parts[2] in room:
+            return index
+    return -1
+
+
+def test_tuner_search_rooms_import_only_downwards() -> None:
+    offenders = []
+    for path in modules("tuner/search"):
+        relative = path.relative_to(ROOT).with_suffix("")
+        own = room_of(".".join(relative.parts))
+        if own is None:
+            continue  # tuner/search/__init__.py
+        assert own >= 0, f"{relative}: a room of tuner.search not in SEARCH_ROOMS"
+        for name in modules_imported(path):
+            target = room_of(name)
+            if target is not None and target > own:
+                offenders.append(f"{relative} ({SEARCH_ROOMS[own]}) imports {name}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_room_rule_sees_an_arrow_back_up(tmp_path: Path) -> None:
+    planted = tmp_path / "bad.py"
+    planted.write_text("from tuner.search.deciding import profiling\n")
+    # The arrow that was there: the gating room reaching the deciding room.
+    assert room_of("tuner.search.gating.dpgate") < room_of("tuner.search.deciding.profiling")  # type: ignore[operator]
+    assert "tuner.search.deciding.profiling" in modules_imported(planted)
+    assert room_of("tuner.search.measuring.baselines") > room_of("tuner.search.options")  # type: ignore[operator]
+    assert room_of("tuner.search.nowhere") == -1 and room_of("tuner.search") is None
 
 
 def test_the_layer_rule_sees_an_upward_import(tmp_path: Path) -> None:

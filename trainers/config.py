@@ -27,10 +27,12 @@ from trainers.levers import (
     OptimizerChoice,
     Parallel,
     SyncMode,
+    Value,
     compile_modes,
     one_of,
     records_graphs,
 )
+from trainers.levers.declare import FIELD_LEVERS
 from trainers.precision import check_precision
 
 __all__ = [
@@ -108,7 +110,7 @@ a search that samples them independently never builds a refused or duplicate con
 def canonical(values: Mapping[str, Any]) -> dict[str, Any]:
     """`values` with every inert setting (`INERT`) back at its default."""
     out = dict(values)
-    defaults = {f.name: f.default for f in dataclasses.fields(LoopConfig)}
+    defaults = {name: item.default for name, item in LEVERS.items()}
     for name, (other, inert_at, default) in INERT.items():
         if name in out and out.get(other, defaults[other]) in inert_at:
             out[name] = default
@@ -329,13 +331,39 @@ class LoopConfig:
     reshard_after_forward: bool = True
     fsdp_prefetch: bool = False
 
+    modules: tuple[tuple[str, Value], ...] = ()
+    """The values of the levers declared in modules of their own (`trainers.levers`), as
+    (name, value) pairs; kept in table order and only off their defaults, so two configs that
+    mean the same compare equal. Read them with `get`; `from_dict` and `replace` set them."""
+
     def __post_init__(self) -> None:
-        for name in field_names():
-            check_setting(name, getattr(self, name))
+        for name in LEVERS:
+            if name in FIELD_LEVERS:
+                check_setting(name, getattr(self, name))
+        given = dict(self.modules)
+        for name, value in given.items():
+            if name in FIELD_LEVERS or name not in LEVERS:
+                raise ConfigError(name, value, _a_field())
+            check_setting(name, value)
+        kept = tuple(
+            (name, given[name])
+            for name in LEVERS
+            if name in given and given[name] != LEVERS[name].default
+        )
+        object.__setattr__(self, "modules", kept)
         _check_combination(self)
 
+    def get(self, name: str) -> Value:
+        """The value of lever `name`, a field or a lever module's (KeyError for no lever)."""
+        if name in FIELD_LEVERS:
+            value: Value = getattr(self, name)
+            return value
+        default = LEVERS[name].default
+        return dict(self.modules).get(name, default)
+
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every lever's value by name, in table order (a lever module's too, at its default)."""
+        return {name: self.get(name) for name in field_names()}
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> LoopConfig:
@@ -343,28 +371,31 @@ class LoopConfig:
         names = field_names()
         for key in values:
             if key not in names:
-                raise ConfigError(key, values[key], f"a LoopConfig field: {', '.join(names)}")
-        return cls(**dict(values))
+                raise ConfigError(key, values[key], _a_field())
+        fields = {k: v for k, v in values.items() if k in FIELD_LEVERS}
+        modules = tuple((k, v) for k, v in values.items() if k not in FIELD_LEVERS)
+        return cls(**fields, modules=modules)
 
     def replace(self, **changes: Any) -> LoopConfig:
         return LoopConfig.from_dict({**self.to_dict(), **changes})
 
 
 def field_names() -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(LoopConfig))
+    """Every lever's name, in table order: `LoopConfig`'s fields, then the lever modules'."""
+    return tuple(LEVERS)
+
+
+def _a_field() -> str:
+    return f"a LoopConfig field: {', '.join(field_names())}"
 
 
 def device_error(config: LoopConfig, device_type: str) -> str | None:
-    """Why `config` cannot run on a device of `device_type` ("cpu", "cuda"), or None."""
-    if device_type == "cuda":
-        return None
-    if config.cuda_graph:
-        return f"cuda_graph=True needs a CUDA device, and this run is on {device_type}"
-    if records_graphs(config.compile):
-        return (
-            f"compile={config.compile!r} needs a CUDA device (it adds CUDA graphs), and this run "
-            f"is on {device_type}; use compile='default'"
-        )
+    """Why `config` cannot run on a device of `device_type` ("cpu", "cuda"), or None: the first
+    lever, in table order, whose `refuse_on` refuses its value there."""
+    for name, item in LEVERS.items():
+        reason = item.refusal(config.get(name), device_type)
+        if reason is not None:
+            return reason
     return None
 
 

@@ -48,7 +48,7 @@ from trainers.precision import (
     matmul_precision_for,
 )
 from trainers.recompute import apply_block_levers
-from trainers.step import GRAPH_WARMUP_STEPS, EagerStep, GraphStep
+from trainers.step import GRAPH_WARMUP_STEPS, EagerStep, GraphStep, forward_contexts
 from trainers.streams import StreamPlan
 from trainers.workloads.base import Batch, Workload
 
@@ -325,6 +325,8 @@ class Session:
 
     def _make_step(self, clip_norm: float | None) -> EagerStep | GraphStep:
         engine = self.engine
+        # One list around every forward, both steps alike: autocast, then the levers' contexts.
+        contexts = forward_contexts(engine.config, engine.numerics)
         if engine.config.cuda_graph:
             return GraphStep(
                 engine.step_model,
@@ -332,6 +334,7 @@ class Session:
                 engine.workload.loss_fn,
                 self.plan,
                 precision=engine.numerics,
+                contexts=contexts,
                 clip_norm=clip_norm,
             )
         return EagerStep(
@@ -340,6 +343,7 @@ class Session:
             engine.workload.loss_fn,
             self.plan,
             precision=engine.numerics,
+            contexts=contexts,
             cudagraph_trees=engine.config.compile == "reduce-overhead",
             clip_norm=clip_norm,
             # Micro-batches under DDP or FSDP2 reduce their gradients once, in the last one.

@@ -130,7 +130,7 @@ def config_from_env(environ: Mapping[str, str]) -> LoopConfig:
                 raise ConfigError(name, raw, "a number") from exc
         else:
             values[field] = raw
-    return LoopConfig(**values)
+    return LoopConfig.from_dict(values)
 
 
 def _from_mapping(data: Mapping[str, Any], where: str) -> LoopConfig:

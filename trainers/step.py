@@ -1,8 +1,10 @@
 """One training step, eager or replayed from a CUDA graph. Each returns the step's loss as a device
 tensor that stays valid until the host reads it.
 
-Either step takes the model as the run built it (eager or `torch.compile`d) and a PrecisionPlan:
-autocast around forward and loss, and for fp16 the loss scaler around backward and step.
+Either step takes the model as the run built it (eager or `torch.compile`d), a PrecisionPlan (for
+fp16 the loss scaler around backward and step) and one list of contexts entered around each
+forward and loss (`forward_contexts`: the precision's autocast, then each lever's
+`around_forward` in table order), built from the config.
 
 A step may take several micro-batches (gradient accumulation, `trainers.fit`): each one's loss is
 divided by their count before its backward, so the summed gradients are the mean gradient of the
@@ -13,13 +15,16 @@ on the host, so it can be captured). The harness measures one micro-batch and no
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 
 import torch
 from torch import nn
 
+from trainers.config import LoopConfig
 from trainers.errors import CaptureError
+from trainers.levers import LEVERS
 from trainers.parallel import SyncSkipper
 from trainers.precision import PrecisionPlan
 from trainers.streams import StreamPlan, on, wait
@@ -31,8 +36,54 @@ optimizer state). They are real training steps: their losses are the run's first
 
 _mark_cudagraph_step: Callable[[], None] = torch.compiler.cudagraph_mark_step_begin
 
+Context = Callable[[], AbstractContextManager[object]]
+"""Makes a fresh context to enter around one forward."""
 
-class EagerStep:
+
+def forward_contexts(config: LoopConfig, precision: PrecisionPlan) -> tuple[Context, ...]:
+    """What the step enters around each forward and loss, outermost first: the precision's
+    autocast, then the context of every lever that declares `around_forward`, in table order."""
+    contexts: list[Context] = [precision.autocast]
+    for name, item in LEVERS.items():
+        effect = item.around_forward
+        if effect is not None:
+            contexts.append(functools.partial(effect, config.get(name)))
+    return tuple(contexts)
+
+
+class _Step:
+    """What both steps hold: the model as stepped, its optimizer and loss, the streams, the
+    precision plan, the contexts around each forward and the clipping norm."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        loss_fn: LossFn,
+        plan: StreamPlan,
+        *,
+        precision: PrecisionPlan | None = None,
+        contexts: Sequence[Context] | None = None,
+        clip_norm: float | None = None,
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.loss_fn = loss_fn
+        self.plan = plan
+        self.precision = precision if precision is not None else PrecisionPlan()
+        # None: the precision's autocast alone (a step built outside a run: the graph floor).
+        self.contexts = tuple(contexts) if contexts is not None else (self.precision.autocast,)
+        self.clip_norm = clip_norm
+
+    def _loss(self, batch: Batch) -> torch.Tensor:
+        """The forward and loss of one batch, inside every context of `contexts`."""
+        with ExitStack() as stack:
+            for make in self.contexts:
+                stack.enter_context(make())
+            return self.loss_fn(self.model, batch)
+
+
+class EagerStep(_Step):
     """Forward, backward and optimizer step issued op by op (or compiled graph by compiled graph).
 
     cudagraph_trees: the model was compiled with mode="reduce-overhead", whose forward and
@@ -50,17 +101,21 @@ class EagerStep:
         plan: StreamPlan,
         *,
         precision: PrecisionPlan | None = None,
+        contexts: Sequence[Context] | None = None,
         cudagraph_trees: bool = False,
         clip_norm: float | None = None,
         skip_sync: SyncSkipper | None = None,
     ) -> None:
-        self.model = model
-        self.optimizer = optimizer
-        self.loss_fn = loss_fn
-        self.plan = plan
-        self.precision = precision if precision is not None else PrecisionPlan()
+        super().__init__(
+            model,
+            optimizer,
+            loss_fn,
+            plan,
+            precision=precision,
+            contexts=contexts,
+            clip_norm=clip_norm,
+        )
         self.cudagraph_trees = cudagraph_trees
-        self.clip_norm = clip_norm
         self.skip_sync = skip_sync
 
     @property
@@ -105,8 +160,7 @@ class EagerStep:
         forward, backward = self.plan.forward, self.plan.backward
         step_loss = None
         with on(forward):
-            with self.precision.autocast():
-                loss = self.loss_fn(self.model, batch)
+            loss = self._loss(batch)
             value = loss.detach()
             if self.cudagraph_trees:
                 # A loss the compiled model returns itself lives in the cudagraph trees'
@@ -137,7 +191,7 @@ class EagerStep:
         clip_gradients(self.model, self.clip_norm)
 
 
-class GraphStep:
+class GraphStep(_Step):
     """Forward, backward and optimizer step captured once in a CUDA graph, then replayed.
 
     The first GRAPH_WARMUP_STEPS calls run eagerly on a side stream; the next captures the step
@@ -155,16 +209,20 @@ class GraphStep:
         plan: StreamPlan,
         *,
         precision: PrecisionPlan | None = None,
+        contexts: Sequence[Context] | None = None,
         clip_norm: float | None = None,
     ) -> None:
-        self.model = model
-        self.optimizer = optimizer
-        self.loss_fn = loss_fn
-        self.plan = plan
-        self.precision = precision if precision is not None else PrecisionPlan()
+        super().__init__(
+            model,
+            optimizer,
+            loss_fn,
+            plan,
+            precision=precision,
+            contexts=contexts,
+            clip_norm=clip_norm,
+        )
         # GradScaler decides on the host whether to step (trainers.precision.check_precision).
         assert self.precision.scaler is None, "fp16-autocast cannot be captured"
-        self.clip_norm = clip_norm
         self.calls = 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static_batches: tuple[Batch, ...] = ()
@@ -190,8 +248,7 @@ class GraphStep:
         self.optimizer.zero_grad(set_to_none=True)
         kept: list[torch.Tensor] = []
         for batch in batches:
-            with self.precision.autocast():
-                loss = self.loss_fn(self.model, batch)
+            loss = self._loss(batch)
             kept.append(loss.detach())
             (loss / len(batches) if len(batches) > 1 else loss).backward()
         if self.clip_norm is not None:

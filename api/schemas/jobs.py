@@ -148,6 +148,9 @@ else:
     FixIn = _lever_model("FixIn", "Settings pinned whatever the space says.", searched=False)
 
 
+_BUILT_IN_SPACES = Literal["auto", "full", "streams", "compile", "scale"]
+
+
 class JobIn(Strict):
     """A tuning job. `workload` is a name of the server's registry (never code or a path)."""
 
@@ -156,7 +159,7 @@ class JobIn(Strict):
         "(torchvision:resnet50, timm:NAME, hf:causal-lm; `python -m tuner models`)"
     )
     preset: Name = Field(description="the workload's size, e.g. tiny, small")
-    space: Literal["auto", "full", "streams", "compile", "scale"] | SpaceIn = "auto"
+    space: _BUILT_IN_SPACES | SpaceIn = "auto"
     fix: FixIn = Field(default_factory=FixIn)
     trials: int = Field(
         default=DEFAULT_TRIALS,
@@ -242,13 +245,26 @@ class JobIn(Strict):
     def to_spec(self) -> JobSpec:
         """The request as the tuner reads it: every field by its name (they are `JobSpec`'s)."""
         values: dict[str, Any] = {name: getattr(self, name) for name in type(self).model_fields}
-        if isinstance(self.space, SpaceIn):
+        if isinstance(self.space, BaseModel):  # SpaceIn, or job_model()'s
             values["space"] = self.space.model_dump(exclude_none=True)
         values["fix"] = self.fix.model_dump(exclude_none=True)
         values["objectives"] = tuple(self.objectives)
         values["model_args"] = dict(self.model_args)
         values["precisions"] = None if self.precisions is None else tuple(self.precisions)
         return JobSpec(**values)
+
+
+def job_model() -> type[JobIn]:
+    """`JobIn` with `space` and `fix` built from the lever table as it is now. `JobIn` itself is
+    built when this module is imported, with every lever `trainers` declares then; a lever
+    registered later (a test's own) is offered by the model this returns."""
+    space_in = _lever_model("SpaceIn", SpaceIn.__doc__ or "", searched=True)
+    fix_in = _lever_model("FixIn", FixIn.__doc__ or "", searched=False)
+    fields: dict[str, Any] = {
+        "space": (_BUILT_IN_SPACES | space_in, "auto"),
+        "fix": (fix_in, Field(default_factory=fix_in)),
+    }
+    return create_model("JobIn", __base__=JobIn, __doc__=JobIn.__doc__, **fields)
 
 
 class JobLinks(BaseModel):

@@ -19,7 +19,7 @@ from tuner.search.request import JobSpec
 from tuner.service.jobstore import JobStore
 
 SPEC_FIELDS = [f.name for f in dataclasses.fields(JobSpec)]
-LOOP_FIELDS = [f.name for f in dataclasses.fields(trainers.LoopConfig)]
+LOOP_FIELDS = list(trainers.field_names())
 # LoopConfig's settings the API does not offer (its fields stay as they were; a pin of these is
 # `python -m tuner run --fix`'s for now). A new LoopConfig field fails this test until it is
 # offered or listed here.

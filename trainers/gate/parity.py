@@ -78,6 +78,7 @@ from trainers.gate.verdict import (
     equivalence_fields,
     per_step,
 )
+from trainers.levers import defaults_where
 from trainers.precision import Precision
 from trainers.runargs import RunArgs
 from trainers.workloads import WorkloadFactory
@@ -106,8 +107,9 @@ __all__ = [
 
 
 def _changes_numerics(config: LoopConfig) -> bool:
+    # Read live, not NUMERICS_FIELDS: a lever module registered since is in the table too.
     return any(
-        getattr(config, name, default) != default for name, default in NUMERICS_FIELDS.items()
+        config.get(name) != default for name, default in defaults_where("equivalence").items()
     )
 
 

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from trainers.config import REFERENCE, LoopConfig, field_names
+from trainers.config import REFERENCE, LoopConfig
 from trainers.gate.trajectories import GATE_ARGS, trajectory, trajectory_length
 from trainers.gate.verdict import first_difference, per_step
 from trainers.levers import defaults_where
@@ -126,8 +126,8 @@ def _twin_run(
 def twin_of(config: LoopConfig) -> tuple[LoopConfig, bool]:
     """The eager twin's config (the reference's loop settings, `config`'s NUMERICS_FIELDS) and
     whether its optimizer is capturable (exactly when `config` is a graph)."""
-    names = field_names()
-    keep = {name: getattr(config, name) for name in NUMERICS_FIELDS if name in names}
+    # Read live: a lever module's lever with an `equivalence` value is in the twin too.
+    keep = {name: config.get(name) for name in defaults_where("equivalence")}
     return (REFERENCE.replace(**keep) if keep else REFERENCE), config.cuda_graph
 
 

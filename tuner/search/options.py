@@ -16,9 +16,9 @@ from trainers import LoopConfig
 from trainers.program import PREFIX as PROGRAM_PREFIX
 from trainers.program import check_nproc
 from tuner.evidence.progress import TrialReport
-from tuner.search.measuring.measure import Protocol
 from tuner.search.proposing.defaults import DEFAULT_TRIALS, MAX_TRIALS
 from tuner.search.proposing.screen import SCREEN_MODES
+from tuner.search.protocol import Protocol
 from tuner.search.request import JobSpec
 from tuner.store.storage import precision_of
 

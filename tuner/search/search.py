@@ -44,8 +44,8 @@ from optuna.trial import TrialState
 from trainers import LoopConfig
 from tuner.evidence import profiles
 from tuner.evidence.recommendation import Recommendation
+from tuner.search.children import open_children
 from tuner.search.deciding import decide, profiling
-from tuner.search.gating.children import open_children
 from tuner.search.gating.gate import GateVerdict
 from tuner.search.gating.memo import MEMO_ENV
 from tuner.search.gating.parity import ParityCache

@@ -103,7 +103,7 @@ def test_the_gates_parts_run_once_each_and_are_timed() -> None:
     alone = gate("mlp", config, args, preset="tiny")
     assert first.verdict.passed == alone.passed and first.verdict.losses == alone.losses
     assert first.verdict.test == alone.test
-    local = InProcessGate("mlp", "tiny", steps=4, seed=0, device=trainers.resolve_device("cpu"))
+    local = InProcessGate("mlp", "tiny", trainers.RunArgs(steps=4, seed=0, device="cpu"))
     again = local.check(LoopConfig(num_streams=2), first.envelope)
     assert set(again.time) == {GATE_CONFIG}  # the envelope given, an exact test: nothing else
     assert again.envelope == first.envelope and again.verdict.passed

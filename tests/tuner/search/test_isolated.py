@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from trainers import Envelope, LoopConfig
+from trainers import Envelope, LoopConfig, RunArgs
 from tuner.evidence.trace import CPU_NOTE
 from tuner.search.gating.isolated import ChildProcess, ParityProcess, ProfileProcess
 
@@ -17,9 +17,7 @@ def test_parity_in_a_child_process_passes_and_fails_like_in_process() -> None:
     checker = ParityProcess(
         "tests.trainers.helpers:worker_dependent",
         "x",
-        steps=6,
-        seed=0,
-        device="cpu",
+        RunArgs(steps=6, seed=0, device="cpu"),
         matmul_precision="highest",
     )
     try:

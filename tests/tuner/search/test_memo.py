@@ -148,9 +148,7 @@ def test_a_check_that_raised_fails_its_study_but_is_not_shared(tmp_path: Path) -
     failed = cache("a", _RaisingGate()).verdict(config)
     assert not failed.passed and "another process" in failed.reason
     assert not any(k.startswith(keys.PARITY_PREFIX) for k in memo.user_attrs)
-    real = InProcessGate(
-        "mlp", "tiny", steps=4, seed=0, device=trainers.resolve_device("cpu"), precision=None
-    )
+    real = InProcessGate("mlp", "tiny", trainers.RunArgs(steps=4, seed=0, device="cpu"))
     checked = cache("b", real)
     assert checked.verdict(config).passed and checked.reused == 0
     assert checked.known() == 1 and keys.ENVELOPE in memo.user_attrs

@@ -34,8 +34,6 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-
 import trainers
 from trainers import LoopConfig, RunArgs
 from trainers.gate import Envelope, ParityVerdict
@@ -61,18 +59,15 @@ def measure_envelope(
     preset: str,
     model_args: dict[str, str],
     nproc: int,
-    steps: int,
-    seed: int,
-    device: str,
+    args: RunArgs,
     matmul_precision: str,
-    precision: trainers.Precision | None,
 ) -> dict[str, Any]:
     """The envelope of `dp_reference(nproc)` (runs where it is called: a child on a GPU)."""
     trainers.set_matmul_precision(matmul_precision)
     envelope = Envelope.measure(
         trainers.resolve_factory(workload, model_args),
         preset,
-        RunArgs(steps=steps, seed=seed, device=device, precision=precision),
+        args,
         config=dp_reference(nproc),
     )
     return envelope.to_dict()
@@ -125,38 +120,30 @@ class DataParallelGate:
         self,
         workload: str,
         preset: str,
+        args: RunArgs,
         *,
         nproc: int,
-        steps: int,
-        seed: int,
-        device: str | torch.device,
         matmul_precision: str,
         model_args: Mapping[str, str] | None = None,
-        precision: trainers.Precision | None = None,
         isolate: bool = False,
         batch: Sequence[LoopConfig] = (),
     ) -> None:
         self._args = (workload, preset, dict(model_args or {}), nproc)
         self.nproc = nproc
-        self.steps = steps
-        self.seed = seed
-        self.device = str(device)
+        # The gate's steps, seed, device (by name: it travels to a child) and precision.
+        self.run_args = args.replace(device=str(args.device))
+        self.steps = args.steps
+        self.seed = args.seed
+        self.device = str(args.device)
         self.matmul_precision = matmul_precision
-        self.precision = precision
+        self.precision = args.precision
         self._child = ChildProcess() if isolate else None
         # Trained beside the first config checked (`batch`: the baselines), then judged from here.
         self._pending = list(batch)
         self._trained: dict[LoopConfig, tuple[list[float], str]] = {}
 
     def _envelope(self) -> dict[str, Any]:
-        args = (
-            *self._args,
-            self.steps,
-            self.seed,
-            self.device,
-            self.matmul_precision,
-            self.precision,
-        )
+        args = (*self._args, self.run_args, self.matmul_precision)
         if self._child is not None:
             return self._child.call(measure_envelope, *args)
         return measure_envelope(*args)
@@ -182,15 +169,8 @@ class DataParallelGate:
             workload,
             preset,
             config,
-            trainers.RunArgs(
-                # The gate's trajectory: untimed compilation steps included, `steps` losses in all.
-                steps=max(1, self.steps - warmup),
-                warmup=warmup,
-                windows=1,
-                device=self.device,
-                precision=self.precision,
-                seed=self.seed,
-            ),
+            # The gate's trajectory: untimed compilation steps included, `steps` losses in all.
+            self.run_args.replace(steps=max(1, self.steps - warmup), warmup=warmup, windows=1),
             nproc=nproc,
             model_args=model_args,
             gate=True,

@@ -23,8 +23,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
-import torch
-
 import trainers
 from trainers import LoopConfig
 from trainers.gate import (
@@ -294,18 +292,16 @@ class InProcessGate:
         self,
         workload: str,
         preset: str,
+        args: trainers.RunArgs,
         *,
-        steps: int,
-        seed: int,
-        device: torch.device,
         model_args: Mapping[str, str] | None = None,
-        precision: trainers.Precision | None = None,
         cross: CrossPrecision = AS_THE_GATE,
     ) -> None:
+        """`args`: the gate's steps, seed, device and precision (every gate takes them so)."""
         # Each (preset, seed) built once: the gate's runs start from copies of it.
         self._factory = ReusedBuilds(trainers.resolve_factory(workload, dict(model_args or {})))
         self._preset = preset
-        self._args = trainers.RunArgs(steps=steps, seed=seed, device=device, precision=precision)
+        self._args = args
         self._cross = cross
 
     def check(
@@ -338,16 +334,12 @@ class ProgramGate:
         self,
         program: Program,
         preset: str,
-        *,
-        steps: int,
-        seed: int,
-        device: torch.device,
-        precision: trainers.Precision | None = None,
+        args: trainers.RunArgs,
     ) -> None:
         self._program = program
         self._preset = preset
-        self._steps = steps
-        self._args = trainers.RunArgs(steps=steps, seed=seed, device=device, precision=precision)
+        self._steps = args.steps
+        self._args = args
 
     def _parity(
         self, config: LoopConfig, envelope: Mapping[str, Any] | None

@@ -44,11 +44,8 @@ def _gate(
     preset: str,
     model_args: dict[str, str],
     config: dict[str, Any],
-    steps: int,
-    seed: int,
-    device: str,
+    args: trainers.RunArgs,
     matmul_precision: str,
-    precision: trainers.Precision | None,
     envelope: dict[str, Any] | None,
     config_precision: trainers.Precision | None = None,
     cross: CrossPrecision = AS_THE_GATE,
@@ -67,7 +64,7 @@ def _gate(
             _reused_builds(workload, model_args),
             preset,
             LoopConfig.from_dict(config),
-            trainers.RunArgs(steps=steps, seed=seed, device=device, precision=precision),
+            args,
             envelope=envelope,
             config_precision=config_precision,
             cross=cross,
@@ -214,22 +211,17 @@ class ParityProcess:
         self,
         workload: str,
         preset: str,
+        args: trainers.RunArgs,
         *,
-        steps: int,
-        seed: int,
-        device: str,
         matmul_precision: str,
         model_args: dict[str, str] | None = None,
-        precision: trainers.Precision | None = None,
         cross: CrossPrecision = AS_THE_GATE,
     ) -> None:
         self._args = (workload, preset, dict(model_args or {}))
-        self.steps = steps
+        # Sent to the child as they are: a device given as torch.device travels as its name.
+        self.run_args = args.replace(device=str(args.device))
         self.cross = cross
-        self.seed = seed
-        self.device = device
         self.matmul_precision = matmul_precision
-        self.precision = precision
         self._child = ChildProcess()
 
     def check(
@@ -245,11 +237,8 @@ class ParityProcess:
             _gate,
             *self._args,
             config.to_dict(),
-            self.steps,
-            self.seed,
-            self.device,
+            self.run_args,
             self.matmul_precision,
-            self.precision,
             None if envelope is None else dict(envelope),
             precision,
             self.cross,

@@ -53,9 +53,15 @@ MEMO_ENV = "TUNER_GATE_MEMO"
 FORMAT = 1
 """Version of the memo's key; raise it when what a verdict depends on changes shape."""
 _LIBRARIES = ("torchvision", "timm", "transformers", "torchao", "triton")
-_GATE_CODE = ("gate.py", "isolated.py", "dpgate.py", "parity.py", "children.py")
-"""The gate's runners in this package and what hands them their settings (the rest of the
-gate is in `trainers`)."""
+_GATE_CODE = (
+    "gating/gate.py",
+    "gating/isolated.py",
+    "gating/dpgate.py",
+    "gating/parity.py",
+    "children.py",
+)
+"""The gate's runners in `tuner.search` and what hands them their settings (the rest of the
+gate is in `trainers`), relative to `tuner/search`."""
 _ENV_PREFIXES = (
     "TORCH",
     "PYTORCH_",
@@ -85,7 +91,7 @@ def code_digest() -> str:
     """SHA-256 of every source file that decides a verdict: `trainers/` and the gate's runners."""
     digest = hashlib.sha256()
     root = Path(trainers.__file__).resolve().parent
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]  # tuner/search
     files = sorted(root.rglob("*.py")) + [here / name for name in _GATE_CODE]
     for path in files:
         digest.update(str(path.relative_to(path.parents[1])).encode())

@@ -29,7 +29,10 @@ from trainers import LoopConfig, RunArgs, RunResult, Window, Workload
 from trainers.gate import floor_applies
 from trainers.program import PREFIX as PROGRAM_PREFIX
 from trainers.program import Program, find_program, run_distributed, run_program
-from tuner.search.proposing.defaults import DEFAULT_WARMUP, DEFAULT_WINDOW_STEPS, DEFAULT_WINDOWS
+
+# The protocol is the request's word, one layer down: named here for the code that reads it with
+# the measurement.
+from tuner.search.protocol import Protocol as Protocol
 
 # The search tries up to 4 workers on any machine; the DataLoader's advice against it is noise here.
 warnings.filterwarnings("ignore", message="This DataLoader will create")
@@ -39,37 +42,6 @@ PRECISIONS = trainers.MATMUL_PRECISIONS
 set_matmul_precision = trainers.set_matmul_precision
 """The one setter of the process's matmul precision, `trainers.set_matmul_precision`; named here
 for the modules that import it from the measurement."""
-
-
-@dataclasses.dataclass(kw_only=True, frozen=True)
-class Protocol:
-    warmup: int = DEFAULT_WARMUP
-    windows: int = DEFAULT_WINDOWS
-    window_steps: int = DEFAULT_WINDOW_STEPS
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        for name, low in (("warmup", 0), ("windows", 1), ("window_steps", 1)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise trainers.ConfigError(name, value, f"an integer >= {low}")
-
-    @classmethod
-    def given(
-        cls, *, warmup: int, windows: int, window_steps: int | None, seed: int = 0
-    ) -> Protocol:
-        """The protocol of a user's flags or settings: `window_steps` None is the default
-        (`DEFAULT_WINDOW_STEPS`), which a search may then lengthen for the scale space
-        (`RunOptions.auto_window_steps`)."""
-        steps = DEFAULT_WINDOW_STEPS if window_steps is None else window_steps
-        return cls(warmup=warmup, windows=windows, window_steps=steps, seed=seed)
-
-    def warmup_for(self, config: LoopConfig) -> int:
-        # Graph capture and compilation stay out of the timing (trainers.min_warmup says how).
-        return max(self.warmup, trainers.min_warmup(config))
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainers import COMPILE_MODES, LoopConfig, compile_modes, one_of, records_graphs
+from trainers import COMPILE_MODES, LEVERS, LoopConfig, compile_modes, one_of, records_graphs
 from trainers.program import Program
 from tuner.errors import SpaceError
 from tuner.search.spaces.pins import parse_fix, pins_from_mapping
@@ -86,9 +86,16 @@ def full_space() -> SearchSpace:
             "prefetch_depth": IntRange(low=0, high=4),
             "pin_memory": Choice(values=(False, True)),
             "num_workers": Choice(values=(0, 1, 2, 4)),
+            **offered(),
         },
         fixed={"non_blocking": True},
     )
+
+
+def offered() -> dict[str, Spec]:
+    """The levers that declare `offered` values, each searched over them (the lever table's
+    word: a lever module's lever is in the built-in spaces without an edit here)."""
+    return {name: Choice(values=item.offered) for name, item in LEVERS.items() if item.offered}
 
 
 AUTO_GPU_SPACE = "auto"
@@ -166,6 +173,7 @@ def scale_space() -> SearchSpace:
             "activation_checkpointing": Choice(values=("none", "selective", "blocks")),
             "checkpoint_share": Choice(values=(1.0, 0.5, 0.25)),
             "micro_batches": Choice(values=(1, 2, 4)),
+            **offered(),
         },
         fixed={
             "compile": "default",
@@ -276,7 +284,34 @@ def _without_graph_on_cpu(space: SearchSpace) -> SearchSpace:
         del params["cuda_graph"]
         fixed["cuda_graph"] = False
         notes.append(_CPU_GRAPH_NOTE)
+    _without_refused(params, fixed, notes, "cpu")
     return dataclasses.replace(space, params=params, fixed=fixed, notes=tuple(notes))
+
+
+def _without_refused(
+    params: dict[str, Spec], fixed: dict[str, Any], notes: list[str], device: str
+) -> None:
+    """Every other lever's values that its `refuse_on` refuses on `device`: a pinned one is a
+    SpaceError, searched ones are left out (with a note); a lever left with one value is
+    fixed to it."""
+    for name, item in LEVERS.items():
+        if name in fixed and item.refusal(fixed[name], device) is not None:
+            raise SpaceError(name, fixed[name], str(item.refusal(fixed[name], device)))
+        spec = params.get(name)
+        if not isinstance(spec, Choice):
+            continue
+        kept = tuple(v for v in spec.values if item.refusal(v, device) is None)
+        if kept == spec.values:
+            continue
+        if not kept:
+            raise SpaceError(name, list(spec.values), f"a value that runs on {device}")
+        left_out = ", ".join(str(v) for v in spec.values if v not in kept)
+        notes.append(f"{name} {left_out} left out: refused on {device}")
+        if len(kept) == 1:
+            del params[name]
+            fixed[name] = kept[0]
+        else:
+            params[name] = Choice(values=kept)
 
 
 def program_space(space: SearchSpace, program: Program) -> SearchSpace:

@@ -15,8 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import typing
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 import optuna
@@ -75,33 +74,27 @@ Spec = Choice | IntRange
 # --------------------------------------------------------------------------------------------
 
 
-def _field_kinds() -> dict[str, _Kind]:
-    """LoopConfig field -> "int", "bool", "float" or "str" (a Literal such as sync_mode), in field
-    order."""
-    hints = typing.get_type_hints(LoopConfig)
-    kinds: dict[str, _Kind] = {}
-    for name in field_names():
-        hint = hints[name]
-        kinds[name] = (
-            "bool"
-            if hint is bool
-            else "int"
-            if hint is int
-            else "float"
-            if hint is float
-            else "str"
-        )
-    return kinds
+class _Kinds(Mapping[str, _Kind]):
+    """LoopConfig field -> "int", "bool", "float" or "str", in table order: each lever's declared
+    `kind`, read live from the lever table (a lever module registered later is in it)."""
+
+    def __getitem__(self, name: str) -> _Kind:
+        return LEVERS[name].kind
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(LEVERS)
+
+    def __len__(self) -> int:
+        return len(LEVERS)
 
 
-KINDS = _field_kinds()
-_FIELDS_ALLOWED = f"a LoopConfig field: {', '.join(field_names())}"
+KINDS: Mapping[str, _Kind] = _Kinds()
 
 
 def check_field_name(field: str, value: object) -> None:
     """Raise SpaceError(field, value, the field names) unless `field` is a LoopConfig field."""
     if field not in KINDS:
-        raise SpaceError(field, value, _FIELDS_ALLOWED)
+        raise SpaceError(field, value, f"a LoopConfig field: {', '.join(field_names())}")
 
 
 def check_value(field: str, value: object) -> None:
@@ -234,7 +227,7 @@ class SearchSpace:
                 suggested[field] = trial.suggest_categorical(field, spec.values)
         # A setting inert under another's value (checkpoint_share without checkpointing) takes
         # its default, so the config is the canonical one.
-        return LoopConfig(**canonical({**self.fixed, **suggested}))
+        return LoopConfig.from_dict(canonical({**self.fixed, **suggested}))
 
     def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
         """The Optuna distribution of every searched setting (what `suggest` asks for)."""
@@ -266,8 +259,8 @@ class SearchSpace:
                     raise SpaceError(field, value, f"an integer in {spec.low}..{spec.high}")
             elif not any(type(value) is type(c) and value == c for c in spec.values):
                 raise SpaceError(field, value, f"one of {', '.join(map(repr, spec.values))}")
-        return LoopConfig(
-            **canonical({**self.fixed, **{field: params[field] for field in self.params}})
+        return LoopConfig.from_dict(
+            canonical({**self.fixed, **{field: params[field] for field in self.params}})
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -341,32 +334,13 @@ def simplicity_key(config: LoopConfig) -> tuple[int, ...]:
     return tuple(lever.rank(getattr(config, lever.name)) for lever in _TIE_LEVERS)
 
 
-# Settings added to LoopConfig after studies were stored: left out of a config's key while at
-# their default, so every config that could be stored before they existed keeps its key (its
-# cached parity verdict, its pooled windows).
-_LATER_FIELDS: dict[str, Any] = {
-    "compile": "none",
-    "optimizer": "as-built",
-    "micro_batches": 1,
-    "activation_checkpointing": "none",
-    "checkpoint_share": 1.0,
-    "compile_scope": "model",
-    "parallel": "none",
-    "bucket_cap_mb": 25,
-    "gradient_as_bucket_view": False,
-    "static_graph": False,
-    "reshard_after_forward": True,
-    "fsdp_prefetch": False,
-}
-
-
 def config_key(config: LoopConfig) -> str:
-    """A short stable id of a config: sha1 of its sorted-key compact JSON, first 12 hex chars."""
-    values = {
-        k: v
-        for k, v in config.to_dict().items()
-        if not (k in _LATER_FIELDS and v == _LATER_FIELDS[k])
-    }
+    """A short stable id of a config: sha1 of its sorted-key compact JSON, first 12 hex chars.
+
+    A lever added after configs were stored (`Lever.added` >= 1) is left out while at its
+    default, so every config that could be stored before it existed keeps its key (its cached
+    parity verdict, its pooled windows)."""
+    values = {k: v for k, v in config.to_dict().items() if LEVERS[k].keyed_at(v)}
     canonical = json.dumps(values, sort_keys=True, separators=(",", ":"))
     return hashlib.sha1(canonical.encode("utf-8"), usedforsecurity=False).hexdigest()[:12]
 

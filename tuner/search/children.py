@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from trainers import RunArgs
 from tuner.search.deciding import profiling
 from tuner.search.deciding.dpprofile import DataParallelProfiler
 from tuner.search.gating.dpgate import DataParallelGate
@@ -43,14 +44,7 @@ class Children:
 def open_children(options: RunOptions, measurer: Measurer) -> Children:
     """The gate and profiler for `measurer`'s kind of run (see the module doc)."""
     if measurer.program is not None:
-        gate = ProgramGate(
-            measurer.program,
-            options.preset,
-            device=measurer.device,
-            precision=options.precision,
-            steps=options.parity_steps,
-            seed=options.protocol.seed,
-        )
+        gate = ProgramGate(measurer.program, options.preset, gate_args(options, measurer))
         return Children(gate=gate, profiler=None)
     if measurer.nproc > 1:
         return _data_parallel(options, measurer)
@@ -65,11 +59,8 @@ def open_children(options: RunOptions, measurer: Measurer) -> Children:
         local = InProcessGate(
             options.workload,
             options.preset,
-            device=measurer.device,
+            gate_args(options, measurer),
             model_args=options.model_args,
-            precision=options.precision,
-            steps=options.parity_steps,
-            seed=options.protocol.seed,
             cross=cross_precision(options),
         )
         return Children(gate=local, profiler=profiler)
@@ -88,15 +79,23 @@ def open_children(options: RunOptions, measurer: Measurer) -> Children:
     parity = ParityProcess(
         options.workload,
         options.preset,
-        steps=options.parity_steps,
+        gate_args(options, measurer),
         cross=cross_precision(options),
-        seed=options.protocol.seed,
-        device=str(measurer.device),
         matmul_precision=options.matmul_precision,
         model_args=dict(options.model_args),
-        precision=options.precision,
     )
     return Children(gate=parity, profiler=profiles.profile, _profiles=profiles)
+
+
+def gate_args(options: RunOptions, measurer: Measurer) -> RunArgs:
+    """What every gate's runs share, built once here: the gate's steps, the study's seed, the
+    measurer's device and the study's precision."""
+    return RunArgs(
+        steps=options.parity_steps,
+        seed=options.protocol.seed,
+        device=measurer.device,
+        precision=options.precision,
+    )
 
 
 def cross_precision(options: RunOptions) -> CrossPrecision:
@@ -112,13 +111,10 @@ def _data_parallel(options: RunOptions, measurer: Measurer) -> Children:
     gate = DataParallelGate(
         options.workload,
         options.preset,
+        gate_args(options, measurer),
         nproc=measurer.nproc,
-        steps=options.parity_steps,
-        seed=options.protocol.seed,
-        device=measurer.device,
         matmul_precision=options.matmul_precision,
         model_args=options.model_args,
-        precision=options.precision,
         isolate=measurer.device.type == "cuda",
         batch=list(baselines_for(measurer.nproc).values()),
     )
