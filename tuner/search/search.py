@@ -84,7 +84,7 @@ from tuner.search.spaces.named import (
     SCALE_SPACE,
 )
 from tuner.search.spaces.space import SearchSpace
-from tuner.search.trials import TrialRunner
+from tuner.search.trials import TrialRunner, begun
 from tuner.store import keys
 from tuner.store import storage as studies
 from tuner.store.phases import PROFILE, study_time
@@ -118,12 +118,7 @@ class Search(TrialRunner):
         self.options = options
         self.progress = progress
         self.done = 0
-        # The trials begun before this run joined the study: the patience counts the others (a
-        # resumed study's earlier trials do not count; a job's other workers' do, and so do
-        # trials enqueued but not yet begun).
-        self.joined = frozenset(
-            t.number for t in study.get_trials(deepcopy=False) if t.state != TrialState.WAITING
-        )
+        self.joined = begun(study)  # the patience counts the trials begun after these
         self.should_stop = should_stop
         self.stopped = False
         self.traces = (

@@ -74,6 +74,16 @@ def _skipped(trial: optuna.trial.FrozenTrial) -> bool:
     return isinstance(found, dict) and found.get("skip") is not None
 
 
+def begun(study: optuna.Study) -> frozenset[int]:
+    """The numbers of the study's trials begun so far (every state but WAITING). A run's
+    patience counts the trials begun after these (`TrialRunner._since_joined`): a resumed
+    study's earlier trials do not count; a job's other workers' do, and so do trials enqueued
+    before the run but begun after it joined."""
+    return frozenset(
+        t.number for t in study.get_trials(deepcopy=False) if t.state != TrialState.WAITING
+    )
+
+
 class TrialRunner:
     """The trial steps of a `Search` (`tuner.search.search`): the attributes below are the
     search's, set in `Search.__init__`."""
