@@ -113,17 +113,28 @@ def search_budget(timeout_s: float | None, space_name: str, workers: int = 1) ->
     return None if budget is None else budget / max(1, workers)
 
 
-def apply_gpu_defaults(search: Search, progress: Progress, *, workers: int = 1) -> None:
+def apply_gpu_defaults(
+    search: Search,
+    progress: Progress,
+    *,
+    workers: int = 1,
+    job_timeout_s: float | None = None,
+    job: bool = False,
+) -> float | None:
     """The search budget (`search_budget`) and the patience (`search_patience`) a job on the
-    default space gets on a GPU when the request leaves them unset, set on `search.options`
-    with a line each: `run_study` on one GPU, and each worker of a job (`workers`: how many
-    GPUs run its trials at once; the patience counts the job's trials, not one worker's)."""
+    default space gets on a GPU when the request leaves them unset, each said in a line; returns
+    the budget (None: none). `run_study` (one GPU) sets both on `search.options`. A worker of a
+    service job (`job`) sets the patience alone, which counts the job's trials, every worker's:
+    the job's slots keep its deadline for every member, the budget returned from the request's
+    `job_timeout_s` or the default over `workers`, the GPUs that run its trials at once."""
     # search.options, not the request's: open_search adapts them (profiles off for a program),
     # and the budget must not undo that (it did: a program's job on a GPU then failed at its
     # profiles).
-    budget = search_budget(search.options.timeout_s, search.space.name, workers)
-    if budget is not None and budget != search.options.timeout_s:
-        search.options = dataclasses.replace(search.options, timeout_s=budget)
+    asked = job_timeout_s if job else search.options.timeout_s
+    budget = search_budget(asked, search.space.name, workers)
+    if budget is not None and budget != asked:
+        if not job:
+            search.options = dataclasses.replace(search.options, timeout_s=budget)
         shared = "" if workers == 1 else f", one GPU's {budget * workers:.0f} s over {workers}"
         progress.phase(
             f"search budget {budget:.0f} s (the default on a GPU{shared}; --timeout sets another)"
@@ -135,6 +146,7 @@ def apply_gpu_defaults(search: Search, progress: Progress, *, workers: int = 1) 
             f"patience {patience} trials (the default on a GPU; --patience sets another, "
             "0 turns it off)"
         )
+    return budget
 
 
 def search_patience(options: RunOptions, space_name: str) -> int | None:

@@ -137,10 +137,16 @@ class JobRun:
             )
             # The same budget and patience as `python -m tuner run` on one GPU; a job of N GPUs
             # (`run --gpus N`) shares one GPU's default budget over its N workers.
-            apply_gpu_defaults(search, progress, workers=spec.max_members or 1)
+            budget = apply_gpu_defaults(
+                search,
+                progress,
+                workers=spec.max_members or 1,
+                job_timeout_s=spec.timeout_s,
+                job=True,
+            )
             deadline = job.deadline_at
             if claimed:
-                opened = self._open_job(job, spec, search)
+                opened = self._open_job(job, search, budget)
                 if isinstance(opened, Recommendation):  # killed after deciding, before the row
                     return self._finish(job, opened)
                 if opened is False:
@@ -175,7 +181,7 @@ class JobRun:
         return self._finish(job, rec)
 
     def _open_job(
-        self, job: JobRow, spec: JobSpec, search: Search
+        self, job: JobRow, search: Search, budget: float | None
     ) -> Recommendation | dt.datetime | Literal[False] | None:
         """The claimer's part before any trial: the study prepared, the start baselines, the job
         opened for trials. The recommendation where the study already holds one (its worker was
@@ -185,7 +191,7 @@ class JobRun:
         if stored is not None:
             return stored
         search.measure_baselines("start")
-        budget = search.options.timeout_s  # the request's, or the default on a GPU
+        # The request's budget, or the default on a GPU (`apply_gpu_defaults`).
         deadline = None if budget is None else (utcnow() + dt.timedelta(seconds=budget))
         hardware = studies.meta(search.study)["hardware"]
         if not self.worker.store.open_trials(

@@ -46,6 +46,7 @@ from tuner.search.proposing.defaults import (
 from tuner.search.spaces.named import load_space
 from tuner.search.spaces.space import config_key
 from tuner.search.study import (
+    apply_gpu_defaults,
     measurement_protocol,
     open_search,
     search_budget,
@@ -657,6 +658,28 @@ def test_the_default_budget_of_a_job_on_several_gpus_is_one_gpus_budget_shared()
     # A budget the user gave is wall-clock seconds, whatever the GPUs; a CPU space has none.
     assert search_budget(300.0, auto, workers=4) == 300.0
     assert search_budget(None, load_space("auto", cuda=False).name, workers=4) is None
+
+
+def test_a_jobs_worker_keeps_the_requests_budget_and_shares_the_default_over_its_gpus(
+    tmp_path: Path,
+) -> None:
+    """A service job's worker (and each worker of `run --gpus N`): the job's slots keep the
+    deadline, so the budget is returned, not set on the worker's run: the request's when it
+    gave one, else one GPU's default over the GPUs; the patience is set as on one GPU."""
+    search = open_search(options(sqlite_url(tmp_path), "job-budget", space="scale"))
+    try:
+        progress = _Phases()
+        shared = apply_gpu_defaults(search, progress, workers=4, job_timeout_s=None, job=True)
+        assert shared == AUTO_SCALE_BUDGET_S / 4
+        assert search.options.timeout_s is None and search.options.patience == AUTO_PATIENCE
+        assert any("over 4" in line for line in progress.lines)
+        kept = apply_gpu_defaults(search, progress, workers=4, job_timeout_s=600.0, job=True)
+        assert kept == 600.0 and search.options.timeout_s is None
+        # One GPU's run (`run_study`) sets the default on its own options.
+        assert apply_gpu_defaults(search, progress) == AUTO_SCALE_BUDGET_S
+        assert search.options.timeout_s == AUTO_SCALE_BUDGET_S
+    finally:
+        search.close()
 
 
 def test_patience_zero_runs_every_trial(tmp_path: Path) -> None:
