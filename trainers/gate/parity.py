@@ -107,7 +107,7 @@ __all__ = [
 
 
 def _changes_numerics(config: LoopConfig) -> bool:
-    # Read live, not NUMERICS_FIELDS: a lever module registered since is in the table too.
+    # Read live (as NUMERICS_FIELDS is): a lever module registered since is in the table too.
     return any(
         config.get(name) != default for name, default in defaults_where("equivalence").items()
     )

@@ -10,7 +10,7 @@ catches a stream bug inside a graph config. `Twin` holds its losses, run once or
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from trainers.config import REFERENCE, LoopConfig
@@ -22,11 +22,28 @@ from trainers.workloads import WorkloadFactory
 
 __all__ = ["NUMERICS_FIELDS", "Twin", "check_twin", "twin_of"]
 
-NUMERICS_FIELDS: Mapping[str, object] = defaults_where("equivalence")
-"""LoopConfig fields that may change the arithmetic, with the value that does not: the levers
-with a value of numerics class `equivalence` in the lever table (`trainers.levers`, which says
-why each is). Read with getattr, so a LoopConfig without them (before they land) counts as the
-default."""
+
+class _EquivalenceDefaults(Mapping[str, object]):
+    """`defaults_where("equivalence")` read on each access: a lever module registered after this
+    module was imported (a test's own) is in it too, as it is in `twin_of` and the gate."""
+
+    def __getitem__(self, name: str) -> object:
+        return defaults_where("equivalence")[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(defaults_where("equivalence"))
+
+    def __len__(self) -> int:
+        return len(defaults_where("equivalence"))
+
+    def __repr__(self) -> str:
+        return f"NUMERICS_FIELDS({defaults_where('equivalence')!r})"
+
+
+NUMERICS_FIELDS: Mapping[str, object] = _EquivalenceDefaults()
+"""The levers that may change the arithmetic, with the value that does not: those with a value
+of numerics class `equivalence` in the lever table (`trainers.levers`, which says why each is),
+read live."""
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from trainers import ENV_PREFIX, LoopConfig, config_from_env
+from trainers.levers import FIELD_LEVERS
 from tuner.errors import NoRecommendation, TunerError
 from tuner.evidence.recommendation import Recommendation
 
@@ -93,7 +94,11 @@ if __name__ == "__main__":
 def python_script(rec: Recommendation, config: LoopConfig) -> str:
     """A short runnable script that trains the study's workload with `config` through
     `trainers.Trainer`; exec'd as a module it only defines `config` (and the workload's names)."""
-    args = ",\n".join(f"    {k}={v!r}" for k, v in config.to_dict().items())
+    # LoopConfig's fields as keywords; a lever module's levers (no keyword of LoopConfig's) off
+    # their defaults as `modules`, which is how LoopConfig takes them.
+    values = {k: v for k, v in config.to_dict().items() if k in FIELD_LEVERS}
+    values |= {"modules": config.modules} if config.modules else {}
+    args = ",\n".join(f"    {k}={v!r}" for k, v in values.items())
     fields = rec.study_fields
     workload, preset = fields.get("workload") or "WORKLOAD", fields.get("preset") or "PRESET"
     model_args = dict(fields.get("model_args") or {})

@@ -7,7 +7,8 @@ from typing import Any
 import optuna
 import pytest
 
-from trainers import SYNC_MODES, ConfigError, LoopConfig, field_names
+from trainers import LEVERS, SYNC_MODES, ConfigError, LoopConfig, field_names
+from trainers.levers import FIELD_LEVERS
 from tuner.errors import SpaceError
 from tuner.search.options import RunOptions
 from tuner.search.proposing.defaults import AUTO_SCALE_BUDGET_S, AUTO_SEARCH_BUDGET_S
@@ -36,8 +37,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 def _inside(config: LoopConfig, space: SearchSpace) -> None:
     """Assert that `config` lies in `space`: searched values in spec, fixed values and defaults."""
     default = LoopConfig()
-    for field in field_names():
-        value = getattr(config, field)
+    for field in field_names():  # every lever of the table, a lever module's too
+        value = config.get(field)
         spec = space.params.get(field)
         if isinstance(spec, IntRange):
             assert spec.low <= value <= spec.high, (field, value)
@@ -46,7 +47,7 @@ def _inside(config: LoopConfig, space: SearchSpace) -> None:
         elif field in space.fixed:
             assert value == space.fixed[field], (field, value)
         else:
-            assert value == getattr(default, field), (field, value)
+            assert value == default.get(field), (field, value)
 
 
 def _ask_many(space: SearchSpace, n: int = 30, seed: int = 0) -> list[LoopConfig]:
@@ -90,14 +91,25 @@ def test_streams_space_has_exactly_the_three_seed_settings() -> None:
     # Nor are the data-parallel levers (searched only with --nproc-per-node > 1).
     later |= {"parallel", "bucket_cap_mb", "gradient_as_bucket_view", "static_graph"}
     later |= {"reshard_after_forward", "fsdp_prefetch"}
-    assert set(space.params) | set(space.fixed) == set(field_names()) - later
+    # Every LoopConfig field (the table's own levers) is the seed's or one of those.
+    assert later <= FIELD_LEVERS
+    assert set(space.params) | set(space.fixed) == FIELD_LEVERS - later
+    # Nor is a lever module's lever (`offered` searches it in the full-based spaces, not here):
+    # every lever the space does not name, in the table as it is now, keeps its default.
+    others = set(field_names()) - set(space.params) - set(space.fixed)
+    assert others == later | (set(field_names()) - FIELD_LEVERS)
+    configs = _ask_many(space, 5)
+    assert all(c.get(name) == LEVERS[name].default for c in configs for name in others)
     assert space == streams_space()
 
 
 def test_full_space_is_the_streams_space_plus_four_settings() -> None:
     space = load_space("full")
     assert space == full_space()
-    assert list(space.params) == [  # LoopConfig field order
+    # The lever table's order: LoopConfig's fields, then each lever module's lever that declares
+    # `offered` values, searched over exactly those.
+    offered = {name: lever.offered for name, lever in LEVERS.items() if lever.offered}
+    assert list(space.params) == [
         "num_streams",
         "sync_interval",
         "sync_mode",
@@ -105,7 +117,11 @@ def test_full_space_is_the_streams_space_plus_four_settings() -> None:
         "pin_memory",
         "num_workers",
         "cuda_graph",
+        *offered,
     ]
+    assert set(offered) <= set(LEVERS) - FIELD_LEVERS
+    for name, values in offered.items():
+        assert space.params[name] == Choice(values=values), name
     assert space.params["cuda_graph"] == Choice(values=(False, True))
     assert space.params["prefetch_depth"] == IntRange(low=0, high=4)
     assert space.params["pin_memory"] == Choice(values=(False, True))
@@ -121,10 +137,10 @@ def test_suggest_with_a_real_study_stays_inside_the_space(name: str) -> None:
     for config in configs:
         _inside(config, space)
         for field, value in space.fixed.items():
-            assert getattr(config, field) == value
+            assert config.get(field) == value
     # the search really varies every searched setting
     for field in space.params:
-        assert len({getattr(c, field) for c in configs}) > 1, field
+        assert len({c.get(field) for c in configs}) > 1, field
 
 
 def test_suggest_uses_the_param_names_and_field_order() -> None:
@@ -397,7 +413,9 @@ def test_pins_move_settings_from_the_search_to_fixed() -> None:
         "sync_mode": "event",
         "non_blocking": False,
     }
-    assert len(space.params) == 5
+    # The rest of the full space is still searched, as it was.
+    assert set(space.params) == set(load_space("full").params) - {"num_streams", "sync_mode"}
+    assert len(space.params) == len(load_space("full").params) - 2
     for config in _ask_many(space, 10):
         assert (config.num_streams, config.sync_mode, config.non_blocking) == (2, "event", False)
     # a pin may leave the built-in range: it replaces the search
@@ -418,7 +436,18 @@ def test_cpu_mode_drops_cuda_graph_with_a_note() -> None:
     space = load_space("full", cuda=False)
     assert "cuda_graph" not in space.params
     assert space.fixed["cuda_graph"] is False
-    assert space.notes == ("cuda_graph fixed to false: no CUDA device",)
+    # Then one note per other lever of the space with values its `refuse_on` refuses on a CPU
+    # (none among LoopConfig's fields: a lever module's, `offered` with a CUDA-only value).
+    refused = [
+        name
+        for name, spec in load_space("full").params.items()
+        if name != "cuda_graph"
+        and any(LEVERS[name].refusal(v, "cpu") for v in getattr(spec, "values", ()))
+    ]
+    assert not set(refused) & FIELD_LEVERS
+    assert space.notes[0] == "cuda_graph fixed to false: no CUDA device"
+    assert [note.split()[0] for note in space.notes[1:]] == refused
+    assert all(note.endswith("refused on cpu") for note in space.notes[1:])
     assert "cuda_graph" not in space.distributions()
     assert all(not c.cuda_graph for c in _ask_many(space, 10))
     assert load_space("full", cuda=True).notes == ()
@@ -436,7 +465,10 @@ def test_cpu_mode_rejects_a_required_graph(tmp_path: Path) -> None:
     with pytest.raises(SpaceError) as err:
         load_space(_write(tmp_path, {"cuda_graph": [True]}), cuda=False)
     assert err.value.field == "cuda_graph"
-    assert load_space("full", fix=["cuda_graph=false"], cuda=False).notes == ()
+    # A graph pinned off leaves no note of its own: only the other levers' CPU refusals, if any.
+    cpu_notes = load_space("full", cuda=False).notes
+    assert load_space("full", fix=["cuda_graph=false"], cuda=False).notes == cpu_notes[1:]
+    assert cpu_notes[0] == "cuda_graph fixed to false: no CUDA device"
 
 
 # ----------------------------------------------------------------------------- simplicity, ids
