@@ -183,6 +183,9 @@ def run_(flags: RunFlags) -> None:
         render.recommendation(Console(), rec)
         if node is not None:
             Console().print(node.line(), soft_wrap=True)
+    if rec.config is None:
+        # No config to train with: a script or CI step must not read this run as a success.
+        raise typer.Exit(1)
 
 
 def _tune(
