@@ -205,7 +205,7 @@ def _tune(
     options = RunOptions.from_spec(spec, **given)
     url = studies.storage_url(settings["storage"])
     studies.check_sqlite_path(url)
-    show.line(f"building the workload, then opening the study in {url}")
+    show.line(f"building the workload, then opening the study in {studies.masked(url)}")
     count, devices = _gpus(gpus, spec.device)
     options = _cpu_defaults(options, unset, show)
     if devices is not None:
@@ -330,7 +330,9 @@ def serve(
     if no_worker:
         args.append("--no-worker")
     if storage is not None:
-        args += ["--storage", storage]
+        # Through the environment, never the new program's arguments: a process list shows
+        # those to every user, and the URL may carry a password.
+        os.environ["TUNER_STORAGE"] = storage
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, args)

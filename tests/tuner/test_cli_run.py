@@ -433,7 +433,10 @@ BAD_RUN_FLAGS = [
     (["--preset", "huge"], "error: --preset: preset='huge' is invalid"),
     (["--workload", "nope"], "error: --workload: workload='nope' is invalid"),
     (["--fix", "num_streams"], "error: --space/--fix: fix='num_streams' is invalid"),
-    (["--storage", "mysql://u@h/x"], "error: --storage: no database driver"),
+    (
+        ["--storage", "mysql://u@h/x"],
+        "error: --storage: 'mysql://u@h/x' is not a supported database",
+    ),
     (["--trials", "x"], "error: Invalid value for '--trials'"),
 ]
 
