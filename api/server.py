@@ -59,6 +59,7 @@ def serve(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = load_api_settings(storage=storage)
     check_exposure(host, settings)
+    app = create_app(settings)  # a storage it cannot open is one line, and nothing more
     if not settings.tokens():
         # Allowed on a loopback address only (check_exposure), but every user of this machine
         # can then submit and cancel jobs: say so where the operator looks first.
@@ -70,7 +71,6 @@ def serve(
             port,
         )
     log.info("storage %s", masked(settings.storage))
-    app = create_app(settings)
     if workers is None:
         workers = settings.workers
     pool = WorkerPool([] if no_worker else default_slots(workers), settings.storage)
