@@ -17,6 +17,7 @@ import optuna
 
 import trainers
 from tuner.store.keys import META
+from tuner.store.storage import same_question
 
 DIGEST_LENGTH = 8  # hex digits: a name a user can type, no collision among one user's edits
 
@@ -43,16 +44,21 @@ def model_identity(
 
 
 def study_for_model(
-    storage: optuna.storages.BaseStorage, name: str, model: dict[str, str]
+    storage: optuna.storages.BaseStorage, name: str, info: dict[str, Any]
 ) -> tuple[str, str | None]:
-    """`name`, or where that study measured another model: `name-model-<digest>` and the one
-    line that says so and how to go back to the old study. A study stored before models were
+    """`name`, or where that study asked the same question (`same_question`) of another model:
+    `name-model-<digest>` and the one line that says so and how to go back to the old study. A
+    study made for another question is `open_study`'s error; one stored before models were
     recorded is resumed as it always was."""
+    model = info["model"]
     try:
         attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(name))
     except KeyError:  # no such study yet
         return name, None
-    stored = (attrs.get(META) or {}).get("model")
+    meta = attrs.get(META)
+    if not isinstance(meta, dict) or not same_question(meta, info):
+        return name, None
+    stored = meta.get("model")
     if not isinstance(stored, dict) or stored.get("digest") == model["digest"]:
         return name, None
     new = f"{name}-model-{model['digest']}"

@@ -234,7 +234,7 @@ def _for_model(
         # A service job's study is the job's own (its row names it): only the CLI and the
         # library move to a new study when the model changed.
         return name
-    name, changed = study_for_model(storage, name, info["model"])
+    name, changed = study_for_model(storage, name, info)
     if changed is not None:
         progress.phase(changed)
     return name

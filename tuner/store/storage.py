@@ -185,6 +185,25 @@ def meta(study: optuna.Study) -> dict[str, Any]:
     return value
 
 
+# What a resumed study must have been made for: otherwise its numbers answer another question.
+SAME_QUESTION = (
+    "workload",
+    "preset",
+    "space",
+    "objectives",
+    "hardware",
+    "shape",
+    "precision",
+    "precisions",
+)
+
+
+def same_question(stored: dict[str, Any], info: dict[str, Any]) -> bool:
+    """Whether a study's stored META was made for the question `info` asks (`SAME_QUESTION`)."""
+    stored = _with_later_fields(stored)
+    return all(stored.get(field) == info.get(field) for field in SAME_QUESTION)
+
+
 def open_study(
     storage: optuna.storages.BaseStorage,
     name: str,
@@ -212,16 +231,7 @@ def open_study(
         study.set_user_attr(META, info)
         return study, False
     stored = _with_later_fields(meta(study))
-    for field in (
-        "workload",
-        "preset",
-        "space",
-        "objectives",
-        "hardware",
-        "shape",
-        "precision",
-        "precisions",
-    ):
+    for field in SAME_QUESTION:
         if stored.get(field) != info.get(field):
             raise TunerError(
                 f"--study: {name!r} was made with {field}={stored.get(field)!r}, this run has "
