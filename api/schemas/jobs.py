@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import enum
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
@@ -251,6 +252,15 @@ class JobIn(Strict):
         return JobSpec(**values)
 
 
+class Unknown(enum.Enum):
+    """What live workers offer was not read (a job just created: its status is all it asks)."""
+
+    UNKNOWN = "unknown"
+
+
+UNKNOWN = Unknown.UNKNOWN
+
+
 class JobLinks(BaseModel):
     self: str
     trials: str
@@ -292,6 +302,14 @@ class JobOut(BaseModel):
     has_recommendation: bool
     hardware: str | None
     phase: str | None = Field(description="what the worker is doing now")
+    waiting: str | None = Field(
+        default=None, description="why a queued job is not running yet (null: it is not queued)"
+    )
+    stuck: bool = Field(
+        default=False,
+        description="queued for a device that no live worker offers: it runs only when a worker "
+        "on that device starts; cancel it or submit it for another device",
+    )
     cancel_requested: bool
     attempts: int = Field(description="times a worker claimed the job")
     error: str | None
@@ -304,11 +322,14 @@ class JobOut(BaseModel):
     links: JobLinks
 
     @classmethod
-    def of(cls, row: JobRow) -> JobOut:
-        """The job: its request (`JobSpec`'s fields, by name) and its progress from the row."""
+    def of(cls, row: JobRow, offered: set[str] | Unknown | None = UNKNOWN) -> JobOut:
+        """The job: its request (`JobSpec`'s fields, by name) and its progress from the row.
+        `offered`: the job devices live workers run (`Submissions.offered_devices`; None: no
+        worker is alive), which say why a queued job waits."""
         base = f"/v1/jobs/{row.id}"
         return cls.model_validate(
             dataclasses.asdict(JobSpec.of(row))
+            | _waiting(row, offered)
             | {
                 "id": row.id,
                 "status": row.status,
@@ -339,6 +360,22 @@ class JobOut(BaseModel):
                 ),
             }
         )
+
+
+def _waiting(row: JobRow, offered: set[str] | Unknown | None) -> dict[str, Any]:
+    """`waiting` and `stuck` of a queued job: a job no live worker can run says so, and a
+    client's polling loop can end on `stuck` instead of waiting forever."""
+    if row.status != "queued" or offered is UNKNOWN:
+        return {}
+    if offered is None:
+        return {"waiting": "no live worker: none is running now (GET /healthz counts them)"}
+    if row.device not in offered:
+        return {
+            "waiting": f"no live worker offers device {row.device!r} (they offer "
+            f"{', '.join(sorted(offered))}): start a worker on it, or cancel the job",
+            "stuck": True,
+        }
+    return {"waiting": f"for a free worker offering {row.device!r}"}
 
 
 class JobPage(BaseModel):
