@@ -176,7 +176,7 @@ class Submissions(JobTables):
         visible = _visible(by)
         # An owner's trials are those of its jobs: the event rows name the job, not the owner.
         mine = [TrialEventRow.job_id.in_(sa.select(JobRow.id).where(*visible))] if visible else []
-        by_state = {"complete": 0, "failed": 0, "pruned": 0}
+        by_state = {"complete": 0, "failed": 0, "pruned": 0, "interrupted": 0}
         with self.engine.connect() as conn:
             for state, count in conn.execute(
                 sa.select(TrialEventRow.state, sa.func.count())
