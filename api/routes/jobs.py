@@ -56,7 +56,7 @@ def create_job(
     row = store.create(spec, owner=caller, max_queued=settings.max_queued_per_token)
     log.info("job %s queued by %s: %s %s", row.id, caller.name, row.workload, row.preset)
     response.headers["Location"] = f"/v1/jobs/{row.id}"
-    return JobOut.of(row)
+    return JobOut.of(row, store.offered_devices(settings.lease_s))
 
 
 @router.get("", response_model=JobPage)
