@@ -298,7 +298,10 @@ class JobOut(BaseModel):
     timeout_s: float | None
     objectives: list[str]
     max_memory_bytes: int | None
-    best: BestSoFar | None = Field(description="the best complete trial so far")
+    fastest_trial: BestSoFar | None = Field(
+        description="the fastest complete trial so far (its one short measurement); not the "
+        "recommendation, which is `links.best` (named `best` until 2026-11-27)"
+    )
     has_recommendation: bool
     hardware: str | None
     phase: str | None = Field(description="what the worker is doing now")
@@ -337,7 +340,8 @@ class JobOut(BaseModel):
                 "n_failed": row.n_failed,
                 "n_pruned": row.n_pruned,
                 "n_interrupted": row.n_interrupted or 0,
-                "best": None if row.best is None else BestSoFar.model_validate(row.best),
+                # One name per meaning: `best` is the recommendation (`links.best`).
+                "fastest_trial": None if row.best is None else BestSoFar.model_validate(row.best),
                 "has_recommendation": row.recommendation is not None,
                 "hardware": row.hardware,
                 "phase": row.phase,
