@@ -15,6 +15,7 @@ from tuner.errors import SpaceError, TunerError
 from tuner.evidence import progress
 from tuner.flags import (
     FLAGS,
+    RUN_PANELS,
     AsJson,
     CompileMode,
     CudaGraph,
@@ -162,7 +163,7 @@ def models(as_json: AsJson = False) -> None:
 
 
 @app.command("run")
-@command_of(RunFlags)
+@command_of(RunFlags, RUN_PANELS)
 def run_(flags: RunFlags) -> None:
     """Tune: search the settings with short real runs and recommend a config."""
     show = progress.for_terminal(quiet=flags.quiet, stdout=sys.stdout, stderr=sys.stderr)
