@@ -21,6 +21,7 @@ from api.settings import ApiSettings
 from tuner.errors import TunerError
 from tuner.service.pool import WorkerPool, default_slots
 from tuner.service.settings import load_settings
+from tuner.store.storage import masked, normalise_url
 
 log = logging.getLogger("tuner.serve")
 
@@ -47,7 +48,9 @@ def check_exposure(host: str, settings: ApiSettings) -> None:
 def load_api_settings(storage: str | None = None) -> ApiSettings:
     """The settings (`storage` overrides TUNER_STORAGE); a bad variable is reported by name."""
     settings = load_settings(ApiSettings)
-    return settings if storage is None else settings.model_copy(update={"storage": storage})
+    if storage is None:
+        return settings
+    return settings.model_copy(update={"storage": normalise_url(storage)})
 
 
 def serve(
@@ -56,7 +59,18 @@ def serve(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = load_api_settings(storage=storage)
     check_exposure(host, settings)
-    app = create_app(settings)
+    app = create_app(settings)  # a storage it cannot open is one line, and nothing more
+    if not settings.tokens():
+        # Allowed on a loopback address only (check_exposure), but every user of this machine
+        # can then submit and cancel jobs: say so where the operator looks first.
+        log.warning(
+            "no TUNER_API_TOKENS: the API on %s:%d is open to anyone on this host (every local "
+            "user can submit, read and cancel jobs); set TUNER_API_TOKENS=NAME:TOKEN to require "
+            "a token",
+            host,
+            port,
+        )
+    log.info("storage %s", masked(settings.storage))
     if workers is None:
         workers = settings.workers
     pool = WorkerPool([] if no_worker else default_slots(workers), settings.storage)

@@ -59,3 +59,74 @@ def test_the_digest_sees_a_changed_range(tmp_path: Path) -> None:
     changed.write_text(original.replace('"optuna>=4.0"', '"optuna>=4.1"'))
     assert '"optuna>=4.0"' in original
     assert pyproject_digest(changed) != pyproject_digest()
+
+
+# -- a GPU user's install (issue 56): the lock less torch, so a CUDA build is kept -----------
+
+
+def test_the_keep_torch_constraints_are_the_lock_less_torchs_own_pins() -> None:
+    from tools.lock_without_torch import KEEP_TORCH, LOCK, TORCH_OWN, without_torch
+
+    assert KEEP_TORCH.read_text() == without_torch(LOCK.read_text()), (
+        "requirements-keep-torch.lock is stale: run `python tools/lock_without_torch.py`"
+    )
+    names = {
+        canonicalize_name(line.split("==")[0])
+        for line in KEEP_TORCH.read_text().splitlines()
+        if line and not line.startswith("#")
+    }
+    locked = {
+        canonicalize_name(line.split("==")[0])
+        for line in LOCK.read_text().splitlines()
+        if line and not line.startswith("#")
+    }
+    assert "torch" in locked and names == locked - set(TORCH_OWN)
+
+
+def test_the_readme_installs_on_a_gpu_through_the_keep_torch_constraints() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "pip install -c requirements-keep-torch.lock ." in readme
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU and a CUDA build of torch")
+def test_the_readme_gpu_install_keeps_the_cuda_torch(tmp_path: Path) -> None:
+    """The README's command in a venv that sees the image's CUDA torch: torch is the same build
+    after it, and streamtune imports. Run on a GPU machine (marked `gpu`)."""
+    import subprocess
+    import sys
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    probe = "import torch; print(torch.__version__, torch.version.cuda)"
+
+    def torch_build() -> str:
+        return subprocess.run(
+            [python, "-c", probe], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    before = torch_build()
+    assert not before.endswith("None"), f"not a CUDA build of torch: {before}"
+    done = subprocess.run(
+        [python, "-m", "pip", "install", "-c", "requirements-keep-torch.lock", "."],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert torch_build() == before
+    imported = subprocess.run(
+        [python, "-c", "import tuner, trainers; print(tuner.__file__)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert imported.returncode == 0 and str(venv) in imported.stdout, imported.stderr

@@ -65,7 +65,12 @@ from trainers.checkpoint import (
 from trainers.config import REFERENCE, LoopConfig
 from trainers.core import Engine, Session
 from trainers.errors import ConfigError
-from trainers.fit_checks import check_fit_arguments, check_options, checked_scheduler
+from trainers.fit_checks import (
+    check_fit_arguments,
+    check_options,
+    check_parts,
+    checked_scheduler,
+)
 from trainers.optim import with_capturable
 from trainers.precision import Precision
 from trainers.streams import StreamPlan, on, wait
@@ -435,6 +440,7 @@ def workload_from_parts(
         if collate_fn is None and data.collate_fn is not torch.utils.data.default_collate:
             collate_fn = data.collate_fn
         data = data.dataset
+    check_parts(data, loss_fn, batch_size)
     make_optimizer: OptimizerFactory
     if isinstance(optimizer, torch.optim.Optimizer):
         make_optimizer = functools.partial(_as_built, optimizer)

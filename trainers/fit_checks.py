@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 import torch
+from torch import nn
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
 from trainers.config import LoopConfig
@@ -140,3 +141,28 @@ def checked_scheduler(
             "without them",
         )
     return scheduler
+
+
+def check_parts(data: object, loss_fn: object, batch_size: int | None) -> None:
+    """ConfigError for the parts of `workload_from_parts` that would fail every step with a
+    message about tensors: a criterion `(input, target)` such as nn.CrossEntropyLoss() or
+    F.cross_entropy as the loss, which is called as `loss_fn(model, batch)`; a TensorDataset
+    (its items are samples) without a batch size, each step then one sample without its batch
+    dimension."""
+    criterion = isinstance(loss_fn, nn.modules.loss._Loss) or (
+        getattr(loss_fn, "__module__", None) == "torch.nn.functional"
+    )
+    if criterion or not callable(loss_fn):
+        raise ConfigError(
+            "loss_fn",
+            getattr(loss_fn, "__name__", type(loss_fn).__name__),
+            "a function loss_fn(model, batch) -> scalar loss, e.g. "
+            "def loss(model, batch): x, y = batch; return F.cross_entropy(model(x), y)",
+        )
+    if batch_size is None and isinstance(data, torch.utils.data.TensorDataset):
+        raise ConfigError(
+            "batch_size",
+            None,
+            "an integer for a Dataset of samples (a TensorDataset's items are samples); None only "
+            "for a dataset whose items are whole batches (trainers.workloads.SyntheticBatches)",
+        )

@@ -19,7 +19,8 @@ except ImportError:  # pragma: no cover - older typer on top of click
 def main(argv: list[str] | None = None) -> int:
     command = typer.main.get_command(app)
     try:
-        command.main(args=argv, prog_name="python -m tuner", standalone_mode=False)
+        # Not standalone, click returns a `typer.Exit`'s code (`run` without a recommendation).
+        code = command.main(args=argv, prog_name="python -m tuner", standalone_mode=False)
     except ClickException as exc:
         # Click's own parse errors ("Invalid value for '--streams': ...") already name the flag.
         message = exc.format_message() or ""
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {known}", file=sys.stderr)
         return 2
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

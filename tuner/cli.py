@@ -15,6 +15,7 @@ from tuner.errors import SpaceError, TunerError
 from tuner.evidence import progress
 from tuner.flags import (
     FLAGS,
+    RUN_PANELS,
     AsJson,
     CompileMode,
     CudaGraph,
@@ -162,7 +163,7 @@ def models(as_json: AsJson = False) -> None:
 
 
 @app.command("run")
-@command_of(RunFlags)
+@command_of(RunFlags, RUN_PANELS)
 def run_(flags: RunFlags) -> None:
     """Tune: search the settings with short real runs and recommend a config."""
     show = progress.for_terminal(quiet=flags.quiet, stdout=sys.stdout, stderr=sys.stderr)
@@ -183,6 +184,9 @@ def run_(flags: RunFlags) -> None:
         render.recommendation(Console(), rec)
         if node is not None:
             Console().print(node.line(), soft_wrap=True)
+    if rec.config is None:
+        # No config to train with: a script or CI step must not read this run as a success.
+        raise typer.Exit(1)
 
 
 def _tune(
@@ -202,7 +206,7 @@ def _tune(
     options = RunOptions.from_spec(spec, **given)
     url = studies.storage_url(settings["storage"])
     studies.check_sqlite_path(url)
-    show.line(f"building the workload, then opening the study in {url}")
+    show.line(f"building the workload, then opening the study in {studies.masked(url)}")
     count, devices = _gpus(gpus, spec.device)
     options = _cpu_defaults(options, unset, show)
     if devices is not None:
@@ -327,7 +331,9 @@ def serve(
     if no_worker:
         args.append("--no-worker")
     if storage is not None:
-        args += ["--storage", storage]
+        # Through the environment, never the new program's arguments: a process list shows
+        # those to every user, and the URL may carry a password.
+        os.environ["TUNER_STORAGE"] = storage
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, args)

@@ -5,6 +5,7 @@ import-free defaults here."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import typing
@@ -24,6 +25,7 @@ from tuner.search.proposing.defaults import (
     MAX_TRIALS,
     SCALE_WINDOW_STEPS,
 )
+from tuner.search.textargs import parse_model_args, parse_precisions
 
 # The settings' fields (`trainers.LoopConfig`, `RunOptions`, the measurement `Protocol`) and run
 # arguments -> the flag a user typed. tests/tuner/test_cli_flags.py holds it to those owners:
@@ -89,27 +91,31 @@ Workload = Annotated[
 ModelArgs = Annotated[
     list[str] | None,
     typer.Option(
-        "--model-arg", help="A library model's option: key=value (repeatable; see `models`)."
+        "--model-arg",
+        show_default="none",
+        help="A library model's option: key=value (repeatable; see `models`).",
     ),
 ]
 Precision = Annotated[
     str | None,
     typer.Option(
+        show_default="fp32",
         help="fp32, tf32, bf16-autocast or fp16-autocast (with a gradient scaler). Fixed for a "
-        "study, never tuned: it changes the results."
+        "study, never tuned: it changes the results.",
     ),
 ]
 Precisions = Annotated[
     str | None,
     typer.Option(
+        show_default="--precision alone",
         help="The precisions the search may choose among, comma-separated (e.g. "
         "bf16-autocast,float8): precision becomes a searched setting of every trial, and a "
         "trial in another than --precision (default: the first listed, the reference the "
-        "baselines and the gate run in) is owed equivalence against it. Default: --precision "
-        "alone, never searched."
+        "baselines and the gate run in) is owed equivalence against it. Never searched by "
+        "default.",
     ),
 ]
-Preset = Annotated[str, typer.Option(help="Workload size: tiny, small, medium, large.")]
+Preset = Annotated[str, typer.Option(help="Workload size: tiny, small, medium or large.")]
 Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:INDEX.")]
 MatmulPrecision = Annotated[
     str,
@@ -124,9 +130,10 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a su
 Storage = Annotated[
     str | None,
     typer.Option(
-        help="Optuna storage URL (default: $TUNER_STORAGE or sqlite:///tuner.db). An SQLite "
+        show_default="$TUNER_STORAGE, else sqlite:///tuner.db",
+        help="Optuna storage URL: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB. An SQLite "
         "file's folder must exist: the file and its NAME-artifacts/ folder are created beside "
-        "it, never a missing folder on the way to it (create those with mkdir -p)."
+        "it, never a missing folder on the way to it (create those with mkdir -p).",
     ),
 ]
 StudyName = Annotated[str, typer.Option("--study", help="Study name.")]
@@ -141,10 +148,11 @@ Trials = Annotated[
 Timeout = Annotated[
     float | None,
     typer.Option(
+        show_default="by device, as above",
         help="Stop starting trials after this many seconds (default: "
         f"{AUTO_SEARCH_BUDGET_S:.0f} on the default space on a GPU, {AUTO_SCALE_BUDGET_S:.0f} "
         f"there for a model of 250M parameters or more, {CPU_SEARCH_BUDGET_S:.0f} on a CPU, "
-        "else none)."
+        "else none).",
     ),
 ]
 Space = Annotated[
@@ -153,16 +161,22 @@ Space = Annotated[
         help="auto (compile on a GPU, full on a CPU), full, streams, compile or a JSON file."
     ),
 ]
-Fix = Annotated[list[str] | None, typer.Option(help="Pin a setting: name=value (repeatable).")]
+Fix = Annotated[
+    list[str] | None,
+    typer.Option(show_default="none", help="Pin a setting: name=value (repeatable)."),
+]
 RunStudy = Annotated[
-    str | None, typer.Option(help="Study name (default: workload-preset-hardware).")
+    str | None, typer.Option(show_default="workload-preset-hardware", help="Study name.")
 ]
 Objectives = Annotated[
     str, typer.Option(help="throughput, or throughput,memory for a Pareto front.")
 ]
 MaxMemory = Annotated[
     int | None,
-    typer.Option(help="Recommend the fastest config under this many bytes of peak memory."),
+    typer.Option(
+        show_default="no cap",
+        help="Recommend the fastest config under this many bytes of peak memory.",
+    ),
 ]
 TopK = Annotated[int, typer.Option(help="Configs re-measured in the final round.")]
 TieMargin = Annotated[
@@ -171,8 +185,9 @@ TieMargin = Annotated[
 FinalRounds = Annotated[
     int | None,
     typer.Option(
+        show_default="3; 1 on a CPU",
         help=f"Interleaved final rounds at most (default: 3; {CPU_FINAL_ROUNDS} on a CPU); they "
-        "stop once a round leaves the decision as it was."
+        "stop once a round leaves the decision as it was.",
     ),
 ]
 BaselineEvery = Annotated[
@@ -182,16 +197,18 @@ ParitySteps = Annotated[int, typer.Option(help="Steps of each parity check.")]
 PrecisionParitySteps = Annotated[
     int | None,
     typer.Option(
+        show_default="--parity-steps",
         help="Steps of the parity check of a config in another precision than --precision "
         "(with --precisions), judged against the reference's seed-to-seed envelope (default: "
-        "--parity-steps; the float8 evidence used 200)."
+        "--parity-steps; the float8 evidence used 200).",
     ),
 ]
 PrecisionTolerance = Annotated[
     float | None,
     typer.Option(
+        show_default="3",
         help="How many times the reference's seed-to-seed envelope a config in another "
-        "precision may deviate by (default: 3, the gate's own multiple; shown in its verdict)."
+        "precision may deviate by (default: 3, the gate's own multiple; shown in its verdict).",
     ),
 ]
 Warmup = Annotated[int, typer.Option(help="Untimed steps per measurement.")]
@@ -199,8 +216,9 @@ Windows = Annotated[int, typer.Option(help="Timed windows per measurement.")]
 WindowSteps = Annotated[
     int | None,
     typer.Option(
+        show_default="by model, as above",
         help=f"Steps per timed window (default: {DEFAULT_WINDOW_STEPS}; {SCALE_WINDOW_STEPS} on "
-        "the scale space, models of 250M parameters and more on a GPU, whose steps are long)."
+        "the scale space, models of 250M parameters and more on a GPU, whose steps are long).",
     ),
 ]
 Sampler = Annotated[str, typer.Option(help="tpe or random.")]
@@ -208,16 +226,18 @@ Seed = Annotated[int, typer.Option(help="Seed of the sampler, weights and data."
 TrainSteps = Annotated[
     int | None,
     typer.Option(
+        show_default="none",
         help="Your planned run length: recommend the least total time, setup "
-        "(compilation) included, over that many steps."
+        "(compilation) included, over that many steps.",
     ),
 ]
 Patience = Annotated[
     int | None,
     typer.Option(
+        show_default="by device, as above",
         help="Stop starting trials after this many complete trials in a row without a "
         f"gain above --tie-margin; 0: off (default: {AUTO_PATIENCE} on the default space on a "
-        "GPU, else off)."
+        "GPU, else off).",
     ),
 ]
 Screen = Annotated[
@@ -232,24 +252,27 @@ Screen = Annotated[
 Profile = Annotated[
     str | None,
     typer.Option(
+        show_default="baselines; none on a CPU",
         help="Profile none, the baselines and the recommended config (baselines), or every "
         "complete trial too (all). Default: baselines; none on a CPU, where a profile has no "
-        "GPU figures."
+        "GPU figures.",
     ),
 ]
 ProfileSteps = Annotated[int, typer.Option(help="Profiled steps per config.")]
 Artifacts = Annotated[
     str | None,
     typer.Option(
+        show_default="beside an SQLite database",
         help="Directory of the profiler traces (default: beside an SQLite database; "
-        "$TUNER_ARTIFACTS)."
+        "$TUNER_ARTIFACTS).",
     ),
 ]
 Program = Annotated[
     str | None,
     typer.Option(
+        show_default="none",
         help="A registered training program to tune as it is (the registry file in "
-        "$TUNER_PROGRAMS; see trainers/program/runner.py): same as --workload program:NAME."
+        "$TUNER_PROGRAMS; see trainers/program/runner.py): same as --workload program:NAME.",
     ),
 ]
 NprocPerNode = Annotated[
@@ -265,8 +288,7 @@ Gpus = Annotated[
         help="GPUs of this node whose workers run the trials at once, one trial per GPU: a "
         "number or all (every visible GPU). Above 1 the run is a job of the storage's job "
         "table, run by one `python -m tuner worker` per GPU (as the service runs them); the "
-        "final round measures every finalist on one GPU. 1: this process alone. On a CPU, "
-        "$TUNER_CPU_STANDINS CPU workers may stand in for GPUs (tests)."
+        "final round measures every finalist on one GPU. 1: this process alone."
     ),
 ]
 Quiet = Annotated[
@@ -311,17 +333,29 @@ F = TypeVar("F")
 R = TypeVar("R")
 
 
-def command_of(flags: type[F]) -> Callable[[Callable[[F], R]], Callable[..., R]]:
+# `run --help` in groups: each option in the first whose fields name it, else in "Advanced".
+RUN_PANELS = {
+    "What to tune": "workload preset program model_arg device precision precisions space fix "
+    "objectives max_memory train_steps",
+    "How long": "trials timeout patience screen final_rounds",
+    "Where it is stored": "storage study artifacts",
+}
+
+
+def command_of(
+    flags: type[F], panels: dict[str, str] | None = None
+) -> Callable[[Callable[[F], R]], Callable[..., R]]:
     """A Typer command whose options are the fields of the dataclass `flags` (their annotations
     are the aliases above, their defaults the flags' defaults), calling the function with one
-    `flags` instance: a typed object in place of a signature of dozens of parameters."""
+    `flags` instance: a typed object in place of a signature of dozens of parameters. `panels`:
+    the help's groups (`RUN_PANELS`)."""
     hints = typing.get_type_hints(flags, include_extras=True)
     params = [
         inspect.Parameter(
             field.name,
             inspect.Parameter.KEYWORD_ONLY,
             default=field.default,
-            annotation=hints[field.name],
+            annotation=_shown(hints[field.name], field.name, panels),
         )
         for field in dataclasses.fields(flags)  # type: ignore[arg-type]
     ]
@@ -342,13 +376,27 @@ def command_of(flags: type[F]) -> Callable[[Callable[[F], R]], Callable[..., R]]
     return wrap
 
 
+def _shown(hint: Any, name: str, panels: dict[str, str] | None) -> Any:
+    """The option's alias in its help group; a flag without its `<bool>` label (it takes no
+    value: `--quiet`, not `--quiet true`). The alias is shared with other commands: a copy."""
+    if panels is None:
+        return hint
+    base, info, *rest = typing.get_args(hint)
+    info = copy.copy(info)
+    groups = (p for p, names in panels.items() if name in names.split())
+    info.rich_help_panel = next(groups, "Advanced")
+    if base is bool:
+        info.metavar, info.show_default = "", "off"
+    return Annotated[base, info, *rest]
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunFlags:
     """`python -m tuner run`'s flags as typed: the request (`spec`, the API's job field for
     field) and how this process measures it (`settings`, `RunOptions`' other fields)."""
 
     workload: Workload = "transformer"
-    preset: Preset = "small"
+    preset: Preset = "tiny"  # the README's (and `train`'s): a first run on any machine
     trials: Trials = DEFAULT_TRIALS
     timeout: Timeout = None
     space: Space = "auto"
@@ -445,25 +493,3 @@ class RunFlags:
             ),
             "auto_window_steps": self.window_steps is None,
         }
-
-
-def parse_precisions(text: str | None) -> tuple[str, ...] | None:
-    """`--precisions a,b` as a tuple (`RunOptions` checks each value and the rest)."""
-    if text is None:
-        return None
-    return tuple(part.strip() for part in text.split(","))
-
-
-def parse_model_args(items: list[str] | tuple[str, ...]) -> dict[str, str]:
-    """`--model-arg key=value` items as a mapping; the adapter checks keys and values."""
-    from tuner.errors import TunerError
-
-    parsed: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise TunerError(f"--model-arg: {item!r} is invalid: allowed key=value")
-        if key.strip() in parsed:
-            raise TunerError(f"--model-arg: {key.strip()!r} is given twice")
-        parsed[key.strip()] = value.strip()
-    return parsed

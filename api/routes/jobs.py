@@ -56,26 +56,31 @@ def create_job(
     row = store.create(spec, owner=caller, max_queued=settings.max_queued_per_token)
     log.info("job %s queued by %s: %s %s", row.id, caller.name, row.workload, row.preset)
     response.headers["Location"] = f"/v1/jobs/{row.id}"
-    return JobOut.of(row)
+    return JobOut.of(row, store.offered_devices(settings.lease_s))
 
 
 @router.get("", response_model=JobPage)
 def list_jobs(
     store: StoreDep,
     caller: CallerDep,
+    settings: SettingsDep,
     status: Status | None = None,
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> JobPage:
     """This token's jobs (an admin's: every job), newest first, optionally of one status."""
     rows, total = store.list(status=status, limit=limit, offset=offset, by=caller)
-    return JobPage(items=[JobOut.of(r) for r in rows], total=total, limit=limit, offset=offset)
+    offered = store.offered_devices(settings.lease_s)
+    items = [JobOut.of(r, offered) for r in rows]
+    return JobPage(items=items, total=total, limit=limit, offset=offset)
 
 
 @router.get("/{job_id}", response_model=JobOut, responses=NOT_FOUND)
-def get_job(job_id: JobId, store: StoreDep, caller: CallerDep) -> JobOut:
-    """Status, trials complete of those asked for, the best trial so far, timestamps, error."""
-    return JobOut.of(store.job(job_id, by=caller))
+def get_job(job_id: JobId, store: StoreDep, caller: CallerDep, settings: SettingsDep) -> JobOut:
+    """Status, trials complete of those asked for, the best trial so far, timestamps, error;
+    for a queued job, why it waits (`stuck`: no live worker offers its device)."""
+    row = store.job(job_id, by=caller)
+    return JobOut.of(row, store.offered_devices(settings.lease_s))
 
 
 @router.get("/{job_id}/trials", response_model=TrialPage, responses=NOT_FOUND)

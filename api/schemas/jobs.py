@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import enum
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
@@ -267,6 +268,15 @@ def job_model() -> type[JobIn]:
     return create_model("JobIn", __base__=JobIn, __doc__=JobIn.__doc__, **fields)
 
 
+class Unknown(enum.Enum):
+    """What live workers offer was not read (a job just created: its status is all it asks)."""
+
+    UNKNOWN = "unknown"
+
+
+UNKNOWN = Unknown.UNKNOWN
+
+
 class JobLinks(BaseModel):
     self: str
     trials: str
@@ -304,10 +314,21 @@ class JobOut(BaseModel):
     timeout_s: float | None
     objectives: list[str]
     max_memory_bytes: int | None
-    best: BestSoFar | None = Field(description="the best complete trial so far")
+    fastest_trial: BestSoFar | None = Field(
+        description="the fastest complete trial so far (its one short measurement); not the "
+        "recommendation, which is `links.best` (named `best` until 2026-11-27)"
+    )
     has_recommendation: bool
     hardware: str | None
     phase: str | None = Field(description="what the worker is doing now")
+    waiting: str | None = Field(
+        default=None, description="why a queued job is not running yet (null: it is not queued)"
+    )
+    stuck: bool = Field(
+        default=False,
+        description="queued for a device that no live worker offers: it runs only when a worker "
+        "on that device starts; cancel it or submit it for another device",
+    )
     cancel_requested: bool
     attempts: int = Field(description="times a worker claimed the job")
     error: str | None
@@ -320,11 +341,14 @@ class JobOut(BaseModel):
     links: JobLinks
 
     @classmethod
-    def of(cls, row: JobRow) -> JobOut:
-        """The job: its request (`JobSpec`'s fields, by name) and its progress from the row."""
+    def of(cls, row: JobRow, offered: set[str] | Unknown | None = UNKNOWN) -> JobOut:
+        """The job: its request (`JobSpec`'s fields, by name) and its progress from the row.
+        `offered`: the job devices live workers run (`Submissions.offered_devices`; None: no
+        worker is alive), which say why a queued job waits."""
         base = f"/v1/jobs/{row.id}"
         return cls.model_validate(
             dataclasses.asdict(JobSpec.of(row))
+            | _waiting(row, offered)
             | {
                 "id": row.id,
                 "status": row.status,
@@ -332,7 +356,8 @@ class JobOut(BaseModel):
                 "n_failed": row.n_failed,
                 "n_pruned": row.n_pruned,
                 "n_interrupted": row.n_interrupted or 0,
-                "best": None if row.best is None else BestSoFar.model_validate(row.best),
+                # One name per meaning: `best` is the recommendation (`links.best`).
+                "fastest_trial": None if row.best is None else BestSoFar.model_validate(row.best),
                 "has_recommendation": row.recommendation is not None,
                 "hardware": row.hardware,
                 "phase": row.phase,
@@ -355,6 +380,22 @@ class JobOut(BaseModel):
                 ),
             }
         )
+
+
+def _waiting(row: JobRow, offered: set[str] | Unknown | None) -> dict[str, Any]:
+    """`waiting` and `stuck` of a queued job: a job no live worker can run says so, and a
+    client's polling loop can end on `stuck` instead of waiting forever."""
+    if row.status != "queued" or offered is UNKNOWN:
+        return {}
+    if offered is None:
+        return {"waiting": "no live worker: none is running now (GET /healthz counts them)"}
+    if row.device not in offered:
+        return {
+            "waiting": f"no live worker offers device {row.device!r} (they offer "
+            f"{', '.join(sorted(offered))}): start a worker on it, or cancel the job",
+            "stuck": True,
+        }
+    return {"waiting": f"for a free worker offering {row.device!r}"}
 
 
 class JobPage(BaseModel):

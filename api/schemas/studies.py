@@ -23,7 +23,10 @@ class StudyOut(BaseModel):
     fingerprint: dict[str, Any] | None
     created: str | None
     trials: dict[str, int] = Field(description="trials by Optuna state")
-    best: BestSoFar | None = Field(description="the best complete trial so far")
+    fastest_trial: BestSoFar | None = Field(
+        description="the fastest complete trial so far (its one short measurement); not the "
+        "recommendation, which is `links.best` (named `best` until 2026-11-27)"
+    )
     has_recommendation: bool
     recommended: dict[str, Any] | None
     time: dict[str, Any] | None = Field(
@@ -43,7 +46,9 @@ class StudyOut(BaseModel):
             best=f"/v1/studies/{name}/best",
             job=None if job is None else f"/v1/jobs/{job}",
         )
-        return cls.model_validate(summary | {"links": links})
+        # One name per meaning: `best` is the recommendation (`links.best`), not this trial.
+        fields = {k: v for k, v in summary.items() if k != "best"}
+        return cls.model_validate(fields | {"fastest_trial": summary.get("best"), "links": links})
 
 
 class StudyPage(BaseModel):

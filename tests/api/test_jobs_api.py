@@ -29,7 +29,8 @@ def test_post_answers_201_with_location_and_the_job(client: TestClient) -> None:
     assert response.headers["Location"] == f"/v1/jobs/{job['id']}" == job["links"]["self"]
     assert job["status"] == "queued" and job["attempts"] == 0
     assert (job["workload"], job["preset"], job["device"]) == ("mlp", "tiny", "cpu")
-    assert (job["trials"], job["n_complete"], job["best"]) == (3, 0, None)
+    assert (job["trials"], job["n_complete"], job["fastest_trial"]) == (3, 0, None)
+    assert "best" not in job  # one name per meaning: `best` is the recommendation (issue 56)
     assert job["space"] == "auto" and job["fix"] == {"num_workers": 0}
     assert job["objectives"] == ["throughput"] and job["timeout_s"] == 30.0
     assert job["study"] == f"job-{job['id']}"

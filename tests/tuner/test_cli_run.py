@@ -21,6 +21,7 @@ import pytest
 
 from tests.tuner.conftest import Finished
 from tests.tuner.tiny import RUN_FLAGS, WORKLOADS, load, sqlite_url
+from tests.tuner.workloads_for_tests import INJECTED
 from trainers import LoopConfig
 from tuner.__main__ import main
 from tuner.evidence import export, reader
@@ -344,8 +345,11 @@ def test_a_failing_workload_is_reported_not_raised(
     code, out, _ = run_main(
         capsys, "run", *flags, "--trials", "1", "--study", "broken", "--storage", storage
     )
-    assert code == 0
+    # No recommendation: not a success (issue 56), and each failure's cause is in the summary.
+    assert code == 1
     assert "recommendation none: every final-round measurement failed" in words(out)
+    for name in ("pytorch-default", "seed-baseline"):
+        assert f"{name} failed error: RuntimeError: {INJECTED}" in words(out), out
     code, out, err = run_main(capsys, "export", "--study", "broken", "--storage", storage)
     assert code == 2
     assert err == "error: study 'broken': every final-round measurement failed (see failures)\n"
@@ -429,7 +433,10 @@ BAD_RUN_FLAGS = [
     (["--preset", "huge"], "error: --preset: preset='huge' is invalid"),
     (["--workload", "nope"], "error: --workload: workload='nope' is invalid"),
     (["--fix", "num_streams"], "error: --space/--fix: fix='num_streams' is invalid"),
-    (["--storage", "mysql://u@h/x"], "error: --storage: no database driver"),
+    (
+        ["--storage", "mysql://u@h/x"],
+        "error: --storage: 'mysql://u@h/x' is not a supported database",
+    ),
     (["--trials", "x"], "error: Invalid value for '--trials'"),
 ]
 

@@ -160,7 +160,7 @@ def test_the_cpu_blocks_run_as_written(tmp_path: Path) -> None:
         assert done.returncode == 0, (body, done.stdout[-2000:], done.stderr[-3000:])
         outputs.append(done)
     own, train, _ = outputs
-    assert "my_workload" in own.stdout
+    assert "my_model" in own.stdout
     # The train block: the first run to 1000, the resumed one from 500, then 500 more.
     first, resumed, more = train.stdout.split("trained ")[:3]
     whole = _losses(first)

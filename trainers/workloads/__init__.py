@@ -9,7 +9,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from trainers.errors import WorkloadError
+from trainers.errors import ConfigError, WorkloadError
 from trainers.workloads import adapters, convnet, mlp, transformer
 from trainers.workloads.adapters import PREFIXES as LIBRARY_PREFIXES
 from trainers.workloads.adapters import BoundFactory, catalog, lookup
@@ -108,9 +108,11 @@ class UserFactory:
                 raise WorkloadError(self._raised(exc), field="workload") from exc
             raise WorkloadError(
                 f"workload={self.name!r}: the factory must be callable as "
-                f"factory(preset, *, seed): {exc}",
+                f"factory(preset, *, seed): {exc}{_defined_at(self.factory)}",
                 field="workload",
             ) from exc
+        except ConfigError as exc:  # a part it built refused (`workload_from_parts`)
+            raise WorkloadError(self._raised(exc), field="workload") from exc
         except ValueError as exc:  # the factory refusing its preset
             raise WorkloadError(self._raised(exc), field="preset") from exc
         except Exception as exc:
@@ -119,7 +121,7 @@ class UserFactory:
             raise WorkloadError(self._raised(exc), field="workload") from exc
 
     def _raised(self, exc: BaseException) -> str:
-        return f"workload={self.name!r}: the factory raised {_one_line(exc)}"
+        return f"workload={self.name!r}: the factory raised {_one_line(exc, self.factory)}"
 
 
 def _takes(factory: Callable[..., Any], preset: str, seed: int) -> bool:
@@ -134,10 +136,27 @@ def _takes(factory: Callable[..., Any], preset: str, seed: int) -> bool:
     return True
 
 
-def _one_line(exc: BaseException) -> str:
-    """`Type: message (file:line)`: the error and the innermost frame it was raised in."""
+def _defined_at(factory: Callable[..., Any]) -> str:
+    """` (file:line)` of the factory's definition, what the user edits; empty when unknown."""
+    try:
+        path = inspect.getsourcefile(factory)
+        _, line = inspect.getsourcelines(factory)
+    except (OSError, TypeError):
+        return ""
+    return f" ({path}:{line})" if path else ""
+
+
+def _one_line(exc: BaseException, factory: Callable[..., Any]) -> str:
+    """`Type: message (file:line)`: the error and the innermost frame of the factory's own file
+    it passed through (the line the user wrote, not one inside torch or trainers), else the
+    innermost frame it was raised in."""
     message = " ".join(str(exc).split()) or "(no message)"
-    frames = traceback.extract_tb(exc.__traceback__)
+    frames = list(traceback.extract_tb(exc.__traceback__))
+    try:
+        own = inspect.getsourcefile(factory)
+    except TypeError:
+        own = None
+    frames = [f for f in frames if f.filename == own] or frames
     where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
     return f"{type(exc).__name__}: {message}{where}"
 

@@ -25,6 +25,7 @@ from tuner.store import keys
 from tuner.store.counting import count_trials
 from tuner.store.keys import PROFILE as TRIAL_ATTR
 from tuner.store.keys import PROFILE_PREFIX as STUDY_PREFIX
+from tuner.store.storage import masked
 
 ARTIFACTS_ENV = "TUNER_ARTIFACTS"
 
@@ -38,7 +39,7 @@ def artifact_dir(storage_url: str, explicit: str | os.PathLike[str] | None = Non
     try:
         url = sqlalchemy.engine.make_url(storage_url)
     except sqlalchemy.exc.ArgumentError as exc:
-        raise TunerError(f"--storage: {storage_url!r} is not a database URL") from exc
+        raise TunerError(f"--storage: {masked(storage_url)!r} is not a database URL") from exc
     database = url.database
     if (
         url.get_backend_name() != "sqlite"
@@ -47,8 +48,8 @@ def artifact_dir(storage_url: str, explicit: str | os.PathLike[str] | None = Non
         or (database.startswith("file:"))
     ):
         raise TunerError(
-            f"--artifacts: traces of {url.get_backend_name()} storage {storage_url!r} need a "
-            f"directory: pass --artifacts DIR or set {ARTIFACTS_ENV}"
+            f"--artifacts: traces of {url.get_backend_name()} storage "
+            f"{masked(storage_url)!r} need a directory: pass --artifacts DIR or set {ARTIFACTS_ENV}"
         )
     path = Path(database)
     return path.with_name(f"{path.stem}-artifacts")

@@ -127,6 +127,9 @@ def recommendation(console: Console, rec: Recommendation) -> None:
     spent = phase_times(rec.time)
     if rec.config is None:
         table.add_row("recommendation", f"none: {rec.reason}")
+        # Each config that failed, with its cause: what the user has to fix (issue 56).
+        for name, why in rec.failures.items():
+            table.add_row(f"{name} failed", _first_line(why))
         if spent is not None:
             table.add_row("time", spent)
         console.print(table)
@@ -171,6 +174,12 @@ def recommendation(console: Console, rec: Recommendation) -> None:
     # On a CPU the rows above say what the stored note says, and more.
     if rec.note and not (on_cpu and rec.note.startswith("measured on a CPU")):
         console.print(f"[yellow]note:[/yellow] {rec.note}")
+
+
+def _first_line(text: str) -> str:
+    """A failure's cause on one line: its first line, at most 300 characters."""
+    line = (text.strip().splitlines() or ["(no message)"])[0]
+    return line if len(line) <= 300 else line[:297] + "..."
 
 
 def _measured_rows(table: Table, rec: Recommendation) -> None:

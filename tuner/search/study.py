@@ -19,6 +19,7 @@ from tuner.errors import Interrupted, Stopped, TunerError
 from tuner.evidence import profiles
 from tuner.evidence.recommendation import Recommendation
 from tuner.search.gating.memo import open_memo
+from tuner.search.identity import model_identity, study_for_model
 from tuner.search.measuring import artifacts
 from tuner.search.measuring.baselines import now
 from tuner.search.measuring.measure import (
@@ -208,6 +209,7 @@ def open_search(
     space, options = _space_for(options, measurer, progress)
     storage = storage or studies.open_storage(studies.storage_url(options.storage))
     name, info = _study_info(options, measurer, space)
+    name = _for_model(storage, name, info, measurer, options, progress, owner)
     loaded = _load_artifacts(info["compile_cache"], progress)
     study, resumed = studies.open_study(
         storage,
@@ -241,6 +243,30 @@ def open_search(
     )
     search.compile_cache, search.artifacts_loaded = info["compile_cache"], loaded
     return search
+
+
+def _for_model(
+    storage: optuna.storages.BaseStorage,
+    name: str,
+    info: dict[str, Any],
+    measurer: Measurer,
+    options: RunOptions,
+    progress: Progress,
+    owner: str | None,
+) -> str:
+    """Record the model the study measures in `info`; the study's name, another one where the
+    study `name` measured another model (`tuner.search.identity`)."""
+    if measurer.program is not None:  # a program's code is not this process's to read
+        return name
+    info["model"] = model_identity(measurer.workload, options.workload, dict(options.model_args))
+    if owner is not None:
+        # A service job's study is the job's own (its row names it): only the CLI and the
+        # library move to a new study when the model changed.
+        return name
+    name, changed = study_for_model(storage, name, info)
+    if changed is not None:
+        progress.phase(changed)
+    return name
 
 
 def _measurer(options: RunOptions) -> Measurer:

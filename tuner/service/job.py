@@ -31,7 +31,7 @@ from tuner.service.spec import JobSpec
 from tuner.service.tables import JobRow, utcnow
 from tuner.store import keys
 from tuner.store import storage as studies
-from tuner.store.counting import TrialCounts, best_trial, count_trials
+from tuner.store.counting import TrialCounts, best_trial, count_trials, finished_state
 from tuner.store.retry import Backoff, is_transient
 
 log = logging.getLogger("tuner.worker")
@@ -303,7 +303,7 @@ class JobRun:
                     or not trial.datetime_complete
                 ):
                     continue
-                state = {"COMPLETE": "complete", "PRUNED": "pruned"}.get(trial.state.name, "failed")
+                state = finished_state(trial)
                 seconds = (trial.datetime_complete - trial.datetime_start).total_seconds()
                 self.worker.store.record_trial(job.id, trial.number, state, seconds)
         except KeyError:

@@ -22,7 +22,7 @@ from sqlalchemy import orm
 
 from tuner.errors import JobNotFound, TunerError
 from tuner.service.tables import JobRow, create_tables, make_engine
-from tuner.store.storage import check_url
+from tuner.store.storage import check_url, masked, normalise_url
 
 JOB_ID = re.compile(r"[0-9a-f]{32}")  # uuid4().hex, what `Submissions.create` gives a job
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
@@ -41,6 +41,7 @@ class JobTables:
     """The engine and sessions of the job tables at `url` (tables made when missing)."""
 
     def __init__(self, url: str, *, engine: sa.Engine | None = None) -> None:
+        url = normalise_url(url)
         self.url = url
         if engine is None:
             check_url(url)  # a bare path is told its sqlite:/// URL
@@ -48,9 +49,11 @@ class JobTables:
         try:
             create_tables(self.engine)
         except sa.exc.ArgumentError as exc:
-            raise TunerError(f"storage: {url!r} is not a usable database URL: {exc}") from exc
+            raise TunerError(
+                f"storage: {masked(url)!r} is not a usable database URL: {exc}"
+            ) from exc
         except sa.exc.OperationalError as exc:
-            raise TunerError(f"storage: cannot open {url!r}: {exc.orig}") from exc
+            raise TunerError(f"storage: cannot open {masked(url)!r}: {exc.orig}") from exc
         self._sessions = orm.sessionmaker(self.engine, expire_on_commit=False)
         self._postgres = self.engine.dialect.name == "postgresql"
 

@@ -68,8 +68,10 @@ class WorkerPool:
 
     def _spawn(self, index: int) -> subprocess.Popen[bytes]:
         gpu = self.slots[index]
-        args = [sys.executable, "-m", "tuner", "worker", "--storage", self.storage]
-        env = os.environ | {"TUNER_PARENT_PID": str(os.getpid())}
+        args = [sys.executable, "-m", "tuner", "worker"]
+        # The storage URL through the environment, never the command line: a process list
+        # (`ps -ef`) shows every user the arguments, and the URL may carry a password.
+        env = os.environ | {"TUNER_PARENT_PID": str(os.getpid()), "TUNER_STORAGE": self.storage}
         output = None
         if self.job is not None:
             args += ["--job", self.job]

@@ -18,7 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tuner.errors import TunerError
 from tuner.search.measuring.measure import Protocol
-from tuner.store.storage import DEFAULT_STORAGE
+from tuner.store.storage import DEFAULT_STORAGE, normalise_url
 
 S = TypeVar("S", bound=BaseSettings)
 
@@ -39,6 +39,11 @@ class ServiceSettings(BaseSettings):
     lease_s: float = Field(
         default=60.0, gt=0, le=86_400, description="heartbeat age after which a job is requeued"
     )
+
+    @pydantic.field_validator("storage")
+    @classmethod
+    def _storage(cls, value: str) -> str:
+        return normalise_url(value)
 
 
 class WorkerSettings(ServiceSettings):

@@ -23,7 +23,7 @@ from tuner.errors import JobConflict, JobNotFound, TooManyQueued
 from tuner.service.jobtables import FINISHED, STATUSES, JobTables
 from tuner.service.owners import Owner
 from tuner.service.spec import JobSpec
-from tuner.service.tables import JobRow, TrialEventRow, WorkerRow, utcnow
+from tuner.service.tables import JobRow, TrialEventRow, WorkerRow, job_devices, utcnow
 from tuner.store.keys import JOB_STUDY_PREFIX
 from tuner.store.retry import retry_conflicts
 
@@ -176,7 +176,7 @@ class Submissions(JobTables):
         visible = _visible(by)
         # An owner's trials are those of its jobs: the event rows name the job, not the owner.
         mine = [TrialEventRow.job_id.in_(sa.select(JobRow.id).where(*visible))] if visible else []
-        by_state = {"complete": 0, "failed": 0, "pruned": 0}
+        by_state = {"complete": 0, "failed": 0, "pruned": 0, "interrupted": 0}
         with self.engine.connect() as conn:
             for state, count in conn.execute(
                 sa.select(TrialEventRow.state, sa.func.count())
@@ -218,6 +218,17 @@ class Submissions(JobTables):
             return None
         with self.engine.connect() as conn:
             return set(conn.scalars(sa.select(JobRow.study).where(*_visible(by))))
+
+    def offered_devices(self, lease_s: float) -> set[str] | None:
+        """The job devices some live worker runs (`job_devices`); None: no worker is alive."""
+        cutoff = utcnow() - dt.timedelta(seconds=lease_s)
+        with self.engine.connect() as conn:
+            found = set(
+                conn.scalars(
+                    sa.select(WorkerRow.device).where(WorkerRow.heartbeat_at >= cutoff).distinct()
+                )
+            )
+        return set().union(*(job_devices(d) for d in found)) if found else None
 
     def workers_alive(self, lease_s: float) -> int:
         cutoff = utcnow() - dt.timedelta(seconds=lease_s)

@@ -23,6 +23,14 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
+def job_devices(worker_device: str) -> tuple[str, ...]:
+    """The job devices a worker on `worker_device` ("cpu" or "cuda:INDEX") runs: a job on
+    `cuda:INDEX` is its GPU's alone; "auto" and "cpu" any worker's."""
+    if worker_device == "cpu":
+        return ("auto", "cpu")
+    return ("auto", "cpu", "cuda", worker_device)
+
+
 class Base(orm.DeclarativeBase):
     pass
 

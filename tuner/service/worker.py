@@ -68,7 +68,7 @@ from tuner.service.slots import (
     fail_orphans,
 )
 from tuner.service.spec import JobSpec, WorkloadRegistry
-from tuner.service.tables import JobRow
+from tuner.service.tables import JobRow, job_devices
 from tuner.store import storage as studies
 from tuner.store.keys import JOB_STUDY_PREFIX as STUDY_PREFIX
 from tuner.store.retry import Backoff, is_transient
@@ -98,8 +98,7 @@ class Worker:
                 f"--gpu: {gpu} is invalid: this node has {torch.cuda.device_count()} visible GPUs"
             )
         self.device = "cpu" if gpu is None else f"cuda:{gpu}"
-        # The job devices this worker runs: a job on `cuda:INDEX` is its GPU's alone.
-        self.devices = ("auto", "cpu") if gpu is None else ("auto", "cpu", "cuda", self.device)
+        self.devices = job_devices(self.device)
         self.hardware = trainers.fingerprint_key(trainers.fingerprint(torch.device(self.device)))
         self.host = settings.host or socket.gethostname()
         self.id = f"{self.host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"

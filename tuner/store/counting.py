@@ -54,6 +54,15 @@ def is_rerun(trial: FrozenTrial) -> bool:
     )
 
 
+def finished_state(trial: FrozenTrial) -> str:
+    """A finished trial's state as the counts name it: complete, pruned, interrupted (cut short
+    and run again: `is_rerun`) or failed. `/metrics` counts trials by it, so that its counts and
+    the job's (`count_trials`) agree."""
+    if is_rerun(trial):
+        return "interrupted"
+    return {"COMPLETE": "complete", "PRUNED": "pruned"}.get(trial.state.name, "failed")
+
+
 def count_trials(trials: Iterable[FrozenTrial]) -> TrialCounts:
     tally = dict.fromkeys((f.name for f in dataclasses.fields(TrialCounts)), 0)
     for trial in trials:

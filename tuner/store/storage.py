@@ -27,8 +27,35 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
+# What `--storage` and TUNER_STORAGE take: the backends whose drivers streamtune installs.
+ACCEPTED_FORMS = (
+    "sqlite:///PATH (a file; sqlite:////ABSOLUTE/PATH) or "
+    "postgresql+psycopg://USER[:PASSWORD]@HOST[:PORT]/DB"
+)
+SUPPORTED_BACKENDS = ("sqlite", "postgresql")
+
+
 def storage_url(explicit: str | None = None) -> str:
-    return explicit or os.environ.get("TUNER_STORAGE") or DEFAULT_STORAGE
+    return normalise_url(explicit or os.environ.get("TUNER_STORAGE") or DEFAULT_STORAGE)
+
+
+def normalise_url(url: str) -> str:
+    """`postgres://` and `postgresql://` (what hosted PostgreSQL services hand out) name the
+    psycopg driver that streamtune installs: SQLAlchemy knows no `postgres` dialect, and reads a
+    bare `postgresql` as psycopg2, which is not installed."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme in ("postgres", "postgresql"):
+        return f"postgresql+psycopg://{rest}"
+    return url
+
+
+def masked(url: str) -> str:
+    """The URL as any printed, logged or stored line may show it: its password as `***`."""
+    try:
+        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+    except sqlalchemy.exc.ArgumentError:
+        # Not a URL to SQLAlchemy, but it may still carry `user:password@`.
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
 
 
 def open_storage(url: str) -> optuna.storages.BaseStorage:
@@ -50,15 +77,22 @@ def check_url(url: str) -> None:
     """A one-line `--storage` error for what is not a database URL; a bare file path (what a
     user most often gives) is told the SQLite URL that names it."""
     try:
-        sqlalchemy.engine.make_url(url)
+        backend = sqlalchemy.engine.make_url(url).get_backend_name()
     except sqlalchemy.exc.ArgumentError as exc:
         if "://" not in url:
             # sqlite:/// + a relative path, sqlite://// + an absolute one (its own leading /).
             raise TunerError(
-                f"--storage: {url!r} is a path, not a database URL: for an SQLite file "
+                f"--storage: {masked(url)!r} is a path, not a database URL: for an SQLite file "
                 f"give --storage sqlite:///{url} (PostgreSQL: postgresql+psycopg://USER@HOST/DB)"
             ) from exc
-        raise TunerError(f"--storage: {url!r} is not a usable database URL: {exc}") from exc
+        raise TunerError(
+            f"--storage: {masked(url)!r} is not a database URL: allowed {ACCEPTED_FORMS}"
+        ) from exc
+    if backend not in SUPPORTED_BACKENDS:
+        # mysql://, oracle://...: SQLAlchemy would fail later on a driver that is not installed.
+        raise TunerError(
+            f"--storage: {masked(url)!r} is not a supported database: allowed {ACCEPTED_FORMS}"
+        )
 
 
 SQLITE_FOLDER_RULE = (
@@ -88,17 +122,18 @@ def check_sqlite_path(url: str) -> None:
     folder = os.path.dirname(path)
     if not os.path.isdir(folder):
         raise TunerError(
-            f"--storage: the folder {folder} of {url!r} does not exist; create it first "
+            f"--storage: the folder {folder} of {masked(url)!r} does not exist; create it first "
             f"(mkdir -p {folder}): {SQLITE_FOLDER_RULE}"
         )
     if not os.path.exists(path) and not os.access(folder, os.W_OK | os.X_OK):
         raise TunerError(
-            f"--storage: cannot create the database {path} of {url!r}: its folder is not "
+            f"--storage: cannot create the database {path} of {masked(url)!r}: its folder is not "
             "writable; pass a path in a folder you can write to"
         )
 
 
 def _open_storage(url: str) -> optuna.storages.BaseStorage:
+    url = normalise_url(url)
     check_url(url)
     check_sqlite_path(url)
     engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
@@ -112,13 +147,13 @@ def _open_storage(url: str) -> optuna.storages.BaseStorage:
     try:
         return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
     except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError, ValueError) as exc:
-        raise TunerError(f"--storage: {url!r} is not a usable database URL: {exc}") from exc
+        raise TunerError(f"--storage: {masked(url)!r} is not a usable database URL: {exc}") from exc
     except sqlalchemy.exc.OperationalError as exc:
-        raise TunerError(f"--storage: cannot open {url!r}: {exc.orig}") from exc
+        raise TunerError(f"--storage: cannot open {masked(url)!r}: {exc.orig}") from exc
     except ImportError as exc:  # the URL's database driver is not installed
         cause = exc.__cause__ or exc
         raise TunerError(
-            f"--storage: no database driver for {url!r} is installed ({cause})"
+            f"--storage: no database driver for {masked(url)!r} is installed ({cause})"
         ) from exc
 
 
@@ -150,6 +185,25 @@ def meta(study: optuna.Study) -> dict[str, Any]:
     return value
 
 
+# What a resumed study must have been made for: otherwise its numbers answer another question.
+SAME_QUESTION = (
+    "workload",
+    "preset",
+    "space",
+    "objectives",
+    "hardware",
+    "shape",
+    "precision",
+    "precisions",
+)
+
+
+def same_question(stored: dict[str, Any], info: dict[str, Any]) -> bool:
+    """Whether a study's stored META was made for the question `info` asks (`SAME_QUESTION`)."""
+    stored = _with_later_fields(stored)
+    return all(stored.get(field) == info.get(field) for field in SAME_QUESTION)
+
+
 def open_study(
     storage: optuna.storages.BaseStorage,
     name: str,
@@ -177,16 +231,7 @@ def open_study(
         study.set_user_attr(META, info)
         return study, False
     stored = _with_later_fields(meta(study))
-    for field in (
-        "workload",
-        "preset",
-        "space",
-        "objectives",
-        "hardware",
-        "shape",
-        "precision",
-        "precisions",
-    ):
+    for field in SAME_QUESTION:
         if stored.get(field) != info.get(field):
             raise TunerError(
                 f"--study: {name!r} was made with {field}={stored.get(field)!r}, this run has "

@@ -1,0 +1,80 @@
+"""Storage URLs as users type them (issue 56): a password never shows in any line printed, the
+usual PostgreSQL spellings work, and what streamtune cannot open is one line naming the forms
+it takes. In-process through `tuner.__main__.main`, on a real SQLite file and a real PostgreSQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tuner.__main__ import main
+from tuner.store.storage import masked
+
+SECRET = "s3cret-Pa55"
+# Nothing listens on this port: the driver fails to connect, and its error is printed.
+CLOSED_PG = f"postgresql+psycopg://postgres:{SECRET}@127.0.0.1:5499/test"
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        CLOSED_PG,
+        f"postgres://postgres:{SECRET}@127.0.0.1:5499/test",
+        f"mysql://root:{SECRET}@127.0.0.1/db",
+    ],
+)
+def test_no_line_run_prints_shows_the_password(
+    capsys: pytest.CaptureFixture[str], url: str
+) -> None:
+    code, out, err = run(
+        capsys, "run", "--workload", "mlp", "--preset", "tiny", "--trials", "1", "--storage", url
+    )
+    assert code == 2
+    assert SECRET not in out + err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: --storage: "), err
+    assert "Traceback" not in err
+
+
+def test_the_progress_line_naming_the_storage_masks_its_password(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, _, err = run(capsys, "run", "--workload", "mlp", "--preset", "tiny", "--storage", CLOSED_PG)
+    opening = [line for line in err.splitlines() if "opening the study in" in line]
+    assert opening and opening[0].endswith("postgresql+psycopg://postgres:***@127.0.0.1:5499/test")
+
+
+@pytest.mark.parametrize(
+    "url", [f"mysql://root:{SECRET}@127.0.0.1/db", "oracle://scott@127.0.0.1/x", "garbage://"]
+)
+def test_an_unsupported_database_is_one_line_naming_the_accepted_forms(
+    capsys: pytest.CaptureFixture[str], url: str
+) -> None:
+    code, out, err = run(capsys, "studies", "--storage", url)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("error: --storage: "), err
+    assert "allowed sqlite:///PATH" in err and "postgresql+psycopg://USER" in err
+    assert SECRET not in err
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("scheme", ["postgres", "postgresql"])
+def test_postgres_and_postgresql_urls_open_with_the_installed_psycopg(
+    capsys: pytest.CaptureFixture[str], pg_url: str, scheme: str
+) -> None:
+    url = pg_url.replace("postgresql+psycopg://", f"{scheme}://", 1)
+    code, out, err = run(capsys, "studies", "--storage", url, "--json")
+    assert (code, out.strip(), err) == (0, "[]", "")
+
+
+def test_masked_hides_the_password_of_urls_sqlalchemy_cannot_parse_too(tmp_path: Path) -> None:
+    assert masked(CLOSED_PG) == "postgresql+psycopg://postgres:***@127.0.0.1:5499/test"
+    assert masked(f"not a url://me:{SECRET}@host/db") == "not a url://me:***@host/db"
+    assert masked(f"sqlite:///{tmp_path}/t.db") == f"sqlite:///{tmp_path}/t.db"

@@ -1,0 +1,26 @@
+"""`run`'s and `train`'s flags that are lists in a string: `--precisions a,b`, `--model-arg k=v`.
+Import-free (the CLI parses them before PyTorch loads)."""
+
+from __future__ import annotations
+
+from tuner.errors import TunerError
+
+
+def parse_precisions(text: str | None) -> tuple[str, ...] | None:
+    """`--precisions a,b` as a tuple (`RunOptions` checks each value and the rest)."""
+    if text is None:
+        return None
+    return tuple(part.strip() for part in text.split(","))
+
+
+def parse_model_args(items: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """`--model-arg key=value` items as a mapping; the adapter checks keys and values."""
+    parsed: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise TunerError(f"--model-arg: {item!r} is invalid: allowed key=value")
+        if key.strip() in parsed:
+            raise TunerError(f"--model-arg: {key.strip()!r} is given twice")
+        parsed[key.strip()] = value.strip()
+    return parsed
