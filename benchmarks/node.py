@@ -77,7 +77,9 @@ def job(args: argparse.Namespace, spec: str, gpus: str, scratch: Path) -> dict[s
         command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=args.timeout
     )
     wall = time.perf_counter() - started
-    (folder / "stderr.log").write_text(done.stderr)
+    # The job's progress lines, kept beside the record (the scratch folder goes): each trial's
+    # GPU and seconds, the budget and patience lines, the phases.
+    (args.out / f"node-{preset}-gpus{gpus}.log").write_text(done.stderr)
     if done.returncode != 0:
         raise RuntimeError(
             f"{spec} --gpus {gpus} failed ({done.returncode}): {done.stderr[-2000:]}"

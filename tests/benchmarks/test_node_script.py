@@ -49,3 +49,9 @@ def test_the_node_script_times_both_jobs_and_compares_their_picks(tmp_path: Path
     assert ratio["ci95"][0] <= ratio["ratio"] <= ratio["ci95"][1]
     assert item["recommended"]["one_gpu"]["config"] is not None
     assert "| mlp:tiny | 2 |" in path.with_suffix(".md").read_text()
+    # Each job's time by phase and its search, and its progress lines beside the record.
+    for name in ("one_gpu", "gpus"):
+        assert isinstance(item["jobs"][name]["time"]["phases"], dict)
+        assert item["jobs"][name]["trial_counts"]["complete"] >= 1
+    assert "trial 0" in (tmp_path / "node-tiny-gpus2.log").read_text()
+    assert (tmp_path / "node-tiny-gpus1.log").read_text().strip()
