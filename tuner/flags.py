@@ -151,8 +151,8 @@ Timeout = Annotated[
         show_default="by device, as above",
         help="Stop starting trials after this many seconds (default: "
         f"{AUTO_SEARCH_BUDGET_S:.0f} on the default space on a GPU, {AUTO_SCALE_BUDGET_S:.0f} "
-        f"there for a model of 250M parameters or more, {CPU_SEARCH_BUDGET_S:.0f} on a CPU, "
-        "else none).",
+        f"there for a model of 250M parameters or more, each over N with --gpus N, "
+        f"{CPU_SEARCH_BUDGET_S:.0f} on a CPU, else none).",
     ),
 ]
 Space = Annotated[
