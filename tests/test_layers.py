@@ -30,7 +30,8 @@ TUNER_LAYERS = ("errors", "store", "evidence", "search", "service", "flags", "cl
 SEARCH_ROOMS: tuple[tuple[str, ...], ...] = (
     ("spaces",),
     ("proposing",),
-    ("request", "options", "protocol"),
+    # The request's words: its fields, its text arguments, the model it names, the protocol.
+    ("request", "options", "protocol", "textargs", "identity"),
     ("measuring",),
     ("gating",),
     ("deciding",),

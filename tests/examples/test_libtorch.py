@@ -165,7 +165,7 @@ def test_the_default_search_budget_keeps_a_programs_profiles_off(
     from tuner.search.measuring.measure import Protocol
     from tuner.search.options import RunOptions
 
-    monkeypatch.setattr(search, "search_budget", lambda timeout_s, space_name: 600.0)
+    monkeypatch.setattr(search, "search_budget", lambda timeout_s, space_name, workers=1: 600.0)
     monkeypatch.setenv("TUNER_PROGRAMS", str(REGISTRY))
     rec = search.run_study(
         RunOptions(

@@ -38,6 +38,8 @@ NO_FLAG = {
     "static_graph": "--fix",
     "reshard_after_forward": "--fix",
     "fsdp_prefetch": "--fix",
+    # A lever module's values (trainers.levers.register): each pinned with --fix NAME=VALUE.
+    "modules": "--fix",
 }
 # Where a command's default differs from the owner's on purpose.
 OWN_DEFAULTS = {

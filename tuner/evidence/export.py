@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 from trainers import ENV_PREFIX, LoopConfig, config_from_env
-from trainers.levers import FIELD_LEVERS
 from tuner.errors import NoRecommendation, TunerError
 from tuner.evidence.recommendation import Recommendation
 
@@ -96,7 +96,8 @@ def python_script(rec: Recommendation, config: LoopConfig) -> str:
     `trainers.Trainer`; exec'd as a module it only defines `config` (and the workload's names)."""
     # LoopConfig's fields as keywords; a lever module's levers (no keyword of LoopConfig's) off
     # their defaults as `modules`, which is how LoopConfig takes them.
-    values = {k: v for k, v in config.to_dict().items() if k in FIELD_LEVERS}
+    keywords = {f.name for f in dataclasses.fields(LoopConfig)} - {"modules"}
+    values = {k: v for k, v in config.to_dict().items() if k in keywords}
     values |= {"modules": config.modules} if config.modules else {}
     args = ",\n".join(f"    {k}={v!r}" for k, v in values.items())
     fields = rec.study_fields

@@ -125,25 +125,7 @@ class JobRun:
             return True
         search: Search | None = None
         try:
-            spec = JobSpec.of(job)
-            progress = _JobProgress(self, job)
-            search = open_search(
-                self.worker.options_for(job, spec),
-                progress=progress,
-                should_stop=self.should_stop,
-                owner=self.worker.id,
-                retry=self.worker.backoff,
-                storage=self.worker.storage(),
-            )
-            # The same budget and patience as `python -m tuner run` on one GPU; a job of N GPUs
-            # (`run --gpus N`) shares one GPU's default budget over its N workers.
-            budget = apply_gpu_defaults(
-                search,
-                progress,
-                workers=spec.max_members or 1,
-                job_timeout_s=spec.timeout_s,
-                job=True,
-            )
+            search, budget = self._open_search(job)
             deadline = job.deadline_at
             if claimed:
                 opened = self._open_job(job, search, budget)
@@ -179,6 +161,29 @@ class JobRun:
             if search is not None:
                 search.close()
         return self._finish(job, rec)
+
+    def _open_search(self, job: JobRow) -> tuple[Search, float | None]:
+        """This worker's search of `job`, and the job's search budget (None: none)."""
+        spec = JobSpec.of(job)
+        progress = _JobProgress(self, job)
+        search = open_search(
+            self.worker.options_for(job, spec),
+            progress=progress,
+            should_stop=self.should_stop,
+            owner=self.worker.id,
+            retry=self.worker.backoff,
+            storage=self.worker.storage(),
+        )
+        # The same budget and patience as `python -m tuner run` on one GPU; a job of N GPUs
+        # (`run --gpus N`) shares one GPU's default budget over its N workers.
+        budget = apply_gpu_defaults(
+            search,
+            progress,
+            workers=spec.max_members or 1,
+            job_timeout_s=spec.timeout_s,
+            job=True,
+        )
+        return search, budget
 
     def _open_job(
         self, job: JobRow, search: Search, budget: float | None
