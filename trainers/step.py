@@ -77,6 +77,10 @@ class _Step:
 
     def _loss(self, batch: Batch) -> torch.Tensor:
         """The forward and loss of one batch, inside every context of `contexts`."""
+        if len(self.contexts) == 1:
+            # The usual case (autocast alone): no ExitStack on the step's host path.
+            with self.contexts[0]():
+                return self.loss_fn(self.model, batch)
         with ExitStack() as stack:
             for make in self.contexts:
                 stack.enter_context(make())
