@@ -145,3 +145,27 @@ def test_the_stand_ins_variable_is_checked(
         capsys, "run", *RUN_FLAGS, "--storage", sqlite_url(tmp_path), "--gpus", "2"
     )
     assert code == 2 and "TUNER_CPU_STANDINS='many' is invalid" in err
+
+
+def test_a_worker_with_no_trial_left_gates_while_the_others_run(tmp_path: Path) -> None:
+    """Screening defers every gate to the final round; with `--gpus N` the workers whose trials
+    have ended take the gate's parts meanwhile (`tuner.service.gatehelp`), each part once."""
+    storage = sqlite_url(tmp_path)
+    env = standin_env(3, TUNER_POLL_S="0.3", TUNER_TORCH_THREADS="1")
+    flags = (*RUN_FLAGS, "--workload", f"{WORKLOADS}:paced", "--trials", "7", "--screen", "on")
+    out = tuner("run", *flags, "--storage", storage, "--gpus", "3", "--json", env=env)
+    assert out.returncode == 0, out.stderr[-4000:]
+    rec = json.loads(out.stdout)
+    study = optuna.load_study(study_name=rec["study"], storage=storage)
+    attrs = study.user_attrs
+    sessions = [v["phases"] for k, v in attrs.items() if k.startswith(keys.TIME_PREFIX)]
+    gates = ("gate_reference", "gate_envelope", "gate_twin", "gate_config")
+    # A session that gated and ran no final round: a helper's, not the finalizer's.
+    helpers = [p for p in sessions if p["final_round"] == 0 and sum(p[g] for g in gates) > 0]
+    assert helpers, (sessions, out.stderr[-3000:])
+    # The envelope was measured once in the whole job, whoever measured it.
+    assert sum(1 for p in sessions if p["gate_envelope"] > 0) == 1, sessions
+    # Every claim was given back, and the recommendation's gate verdict is stored.
+    claims = {k: v for k, v in attrs.items() if k.startswith("claim/")}
+    assert claims and set(claims.values()) == {""}
+    assert rec["config"] is not None and rec["parity"]["passed"]

@@ -24,7 +24,8 @@ from tuner.evidence.recommendation import Recommendation
 from tuner.search.options import RunOptions
 from tuner.search.search import Search
 from tuner.search.study import apply_gpu_defaults, open_search
-from tuner.service.jobstore import WorkerStore
+from tuner.service.gatehelp import JobClaims
+from tuner.service.jobstore import FINISHED, WorkerStore
 from tuner.service.settings import WorkerSettings
 from tuner.service.slots import GAVE_UP_REASON, JobSlots, count_slots, fail_orphans, fail_running
 from tuner.service.spec import JobSpec
@@ -52,6 +53,10 @@ class JobMember(Protocol):
     def backoff(self) -> Backoff: ...
     @property
     def stopping(self) -> threading.Event: ...
+    @property
+    def only_job(self) -> str | None:
+        """The one job this worker serves (`run --gpus N`'s workers), None: any job."""
+        ...
 
     def storage(self) -> optuna.storages.BaseStorage:
         """The Optuna storage of the jobs' studies (opened once per worker)."""
@@ -141,7 +146,8 @@ class JobRun:
             if not slots.count().finished or not self.worker.store.claim_finalizing(
                 job.id, self.worker.id
             ):
-                return search.done > 0 or claimed
+                helped = self._help(job, search, slots)
+                return search.done > 0 or claimed or helped
             self._phase = "final round"
             rec = self.worker.backoff.call(search.decide, what=f"job {job.id}: final round")
         except Stopped:
@@ -174,6 +180,17 @@ class JobRun:
             retry=self.worker.backoff,
             storage=self.worker.storage(),
         )
+        search.share_gate(
+            JobClaims(
+                self.worker.store,
+                search.study,
+                job_id=job.id,
+                worker=self.worker.id,
+                alive=lambda: self.worker.store.live_workers(self.worker.settings.lease_s),
+                hold_s=self.worker.settings.lease_s,
+                backoff=self.worker.backoff,
+            )
+        )
         # The same budget and patience as `python -m tuner run` on one GPU; a job of N GPUs
         # (`run --gpus N`) shares one GPU's default budget over its N workers.
         budget = apply_gpu_defaults(
@@ -184,6 +201,22 @@ class JobRun:
             job=True,
         )
         return search, budget
+
+    def _help(self, job: JobRow, search: Search, slots: JobSlots) -> bool:
+        """No trial left for this worker, and another runs trials or the final round: take the
+        gate's parts that the final round will ask for (`tuner.service.gatehelp`). Whether it
+        ran any."""
+        self._phase = "gate: helping while the others run"
+
+        def over() -> bool:
+            return self._stop is not None or self.worker.store.get(job.id).status in FINISHED
+
+        def settled() -> bool:
+            # A service worker waits for no trial to end: a queued job may need it. One of
+            # `run --gpus N`'s workers serves this job alone, so it stays to gate what ends.
+            return self.worker.only_job is None or slots.count().finished
+
+        return search.help_gate(over, settled) > 0
 
     def _open_job(
         self, job: JobRow, search: Search, budget: float | None

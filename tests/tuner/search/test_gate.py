@@ -107,3 +107,33 @@ def test_the_gates_parts_run_once_each_and_are_timed() -> None:
     again = local.check(LoopConfig(num_streams=2), first.envelope)
     assert set(again.time) == {GATE_CONFIG}  # the envelope given, an exact test: nothing else
     assert again.envelope == first.envelope and again.verdict.passed
+
+
+@pytest.mark.slow
+def test_an_envelope_measured_elsewhere_is_waited_for_after_the_twin() -> None:
+    """A worker helping a `--gpus N` job measures the envelope alone (`Gate.envelope`); a check
+    given it as `pending` runs the config's twin first, then waits for it, and measures no
+    reference of its own; its verdict is the one a check with the envelope stored gives."""
+    args = trainers.RunArgs(steps=4, seed=0, device="cpu")
+    local = InProcessGate("mlp", "tiny", args)
+    alone = local.envelope()
+    assert alone.verdict is None and set(alone.time) == {GATE_REFERENCE, GATE_ENVELOPE}
+    config = LoopConfig(num_streams=2, optimizer="foreach")  # an exact test: it has a twin
+    asked: list[str] = []
+
+    def pending() -> dict[str, object]:
+        asked.append("envelope")
+        return alone.envelope
+
+    waited = local.check(config, None, pending=pending)
+    assert asked == ["envelope"]
+    assert set(waited.time) == {GATE_TWIN, GATE_CONFIG}  # no reference or envelope run here
+    stored = local.check(config, alone.envelope)
+    assert waited.envelope == alone.envelope == run_parts(
+        "mlp", "tiny", config, args, envelope=None
+    ).envelope
+    assert waited.verdict == stored.verdict and waited.verdict.passed
+    # Nobody measures it after all (`pending` gives None): this check measures it itself.
+    itself = local.check(config, None, pending=lambda: None)
+    assert set(itself.time) == {GATE_REFERENCE, GATE_ENVELOPE, GATE_TWIN, GATE_CONFIG}
+    assert itself.envelope == alone.envelope

@@ -38,7 +38,7 @@ import trainers
 from trainers import LoopConfig, RunArgs
 from trainers.gate import Envelope, ParityVerdict
 from trainers.program import run_distributed
-from tuner.search.gating.gate import GateRun, only_one_precision
+from tuner.search.gating.gate import GateRun, Pending, only_one_precision
 from tuner.search.gating.isolated import ChildProcess
 from tuner.store.phases import GATE_CONFIG, GATE_ENVELOPE
 
@@ -197,7 +197,10 @@ class DataParallelGate:
         envelope: Mapping[str, Any] | None,
         *,
         precision: str | None = None,
+        pending: Pending | None = None,
     ) -> GateRun:
+        """`pending` is not waited for: `--gpus N` (whose workers share a gate) refuses a
+        data-parallel job, so no other process measures this envelope."""
         only_one_precision(precision, self.precision, "data-parallel trials")
         times: dict[str, float] = {}
         started = time.perf_counter()
@@ -209,6 +212,13 @@ class DataParallelGate:
         verdict = equivalence_verdict(losses, Envelope.from_dict(found), note=note)
         times[GATE_CONFIG] = time.perf_counter() - started
         return GateRun(verdict=verdict, envelope=found, time=times)
+
+    def envelope(self) -> GateRun:
+        started = time.perf_counter()
+        found = self._envelope()
+        return GateRun(
+            verdict=None, envelope=found, time={GATE_ENVELOPE: time.perf_counter() - started}
+        )
 
     def close(self) -> None:
         if self._child is not None:

@@ -132,7 +132,8 @@ class GateVerdict:
 class GateRun:
     """What one check gave: the verdict, the envelope it used, the seconds of each part."""
 
-    verdict: ParityVerdict
+    verdict: ParityVerdict | None
+    """None for the envelope measured alone (`Gate.envelope`)."""
     envelope: dict[str, Any]
     time: dict[str, float]
 
@@ -151,11 +152,22 @@ AS_THE_GATE = CrossPrecision()
 """The gate's own steps and multiple for every config."""
 
 
+Pending = Callable[[], Mapping[str, Any] | None]
+"""The envelope another process is measuring (`ParityCache` with claims): called once the
+config's own eager twin has run, it waits for that envelope and returns it (None: it will not
+come, the gate measures it itself)."""
+
+
 class Gate(Protocol):
     """Runs the correctness gate for one config. `envelope` is the study's stored envelope (None
     the first time: the gate measures it, and `GateRun.envelope` is to be stored). `precision`:
     the config's, when not the study's (a study searching precisions): the reference and the
-    envelope stay in the study's precision and the config is owed equivalence against them."""
+    envelope stay in the study's precision and the config is owed equivalence against them.
+    `pending` (with `envelope` None): the envelope being measured elsewhere; a gate that can
+    runs the config's twin first and waits for it then, and any gate may ignore it.
+
+    `envelope()` measures the study's envelope alone (its reference included), for a worker
+    with no trial left while others run theirs (`tuner.service.gatehelp`)."""
 
     def check(
         self,
@@ -163,7 +175,10 @@ class Gate(Protocol):
         envelope: Mapping[str, Any] | None,
         *,
         precision: str | None = None,
+        pending: Pending | None = None,
     ) -> GateRun: ...
+
+    def envelope(self) -> GateRun: ...
 
     def close(self) -> None: ...
 
@@ -182,6 +197,60 @@ class _Parts:
             self.time[part] = self.time.get(part, 0.0) + time.perf_counter() - started
 
 
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """How one check runs: the reference's and the config's runs, the envelope's kind and the
+    verdict's extra terms (a config in another precision: `run_parts`)."""
+
+    args: trainers.RunArgs
+    config_args: trainers.RunArgs
+    spread: str
+    judged: dict[str, Any]
+    exact_steps: int | None
+
+
+def _plan(
+    args: trainers.RunArgs, config_precision: trainers.Precision | None, cross: CrossPrecision
+) -> _Plan:
+    config_args = args if config_precision is None else args.replace(precision=config_precision)
+    spread = spread_for(config_args.precision, args.precision)
+    judged: dict[str, Any] = {}
+    exact_steps: int | None = None  # None: all the steps
+    if spread == "seeds":
+        exact_steps = args.steps if cross.steps is None else min(args.steps, cross.steps)
+        if cross.steps is not None:
+            args = args.replace(steps=cross.steps)
+            config_args = config_args.replace(steps=cross.steps)
+        judged.update(multiple=cross.multiple, exact_steps=exact_steps)
+    return _Plan(args, config_args, spread, judged, exact_steps)
+
+
+@dataclasses.dataclass(frozen=True)
+class TwinRun:
+    """A config's eager twin run ahead of the rest of its check (None: its test needs none)."""
+
+    twin: Twin | None
+    time: dict[str, float]
+
+
+def run_twin(
+    workload: str | WorkloadFactory,
+    preset: str,
+    config: LoopConfig,
+    args: trainers.RunArgs,
+    *,
+    config_precision: trainers.Precision | None = None,
+    cross: CrossPrecision = AS_THE_GATE,
+) -> TwinRun:
+    """The twin part of `run_parts` alone: run while the envelope is measured elsewhere."""
+    plan = _plan(args, config_precision, cross)
+    parts = _Parts()
+    twin = _twin_if_needed(
+        parts, workload, preset, config, plan.config_args, plan.args, plan.exact_steps
+    )
+    return TwinRun(twin=twin, time=parts.time)
+
+
 def run_parts(
     workload: str | WorkloadFactory,
     preset: str,
@@ -191,6 +260,8 @@ def run_parts(
     envelope: Mapping[str, Any] | None,
     config_precision: trainers.Precision | None = None,
     cross: CrossPrecision = AS_THE_GATE,
+    pending: Pending | None = None,
+    twin: TwinRun | None = None,
 ) -> GateRun:
     """The built-in gate, part by part: the reference and its envelope (only when `envelope` is
     None: they depend on the workload alone, so once per study), the eager twin (when the
@@ -203,39 +274,56 @@ def run_parts(
     equivalence against the reference (`gate(reference_precision=...)`) over `cross`'s steps,
     against the reference's seed-to-seed envelope (`spread_for`) within `cross`'s multiple;
     `envelope` is then that envelope, kept apart from the study's rounding one
-    (`ParityCache`). Its exact tests (the twin's bits) keep the gate's own steps."""
+    (`ParityCache`). Its exact tests (the twin's bits) keep the gate's own steps.
+
+    `twin`: the twin already run (`run_twin`). `pending` (with `envelope` None): the envelope
+    measured by another process; the twin runs first, then `pending` gives it (None: measured
+    here after all)."""
     parts = _Parts()
-    reference_precision = args.precision
-    config_args = args if config_precision is None else args.replace(precision=config_precision)
-    spread = spread_for(config_args.precision, reference_precision)
-    judged: dict[str, Any] = {}
-    exact_steps: int | None = None  # None: all the steps
-    if spread == "seeds":
-        exact_steps = args.steps if cross.steps is None else min(args.steps, cross.steps)
-        if cross.steps is not None:
-            args = args.replace(steps=cross.steps)
-            config_args = config_args.replace(steps=cross.steps)
-        judged.update(multiple=cross.multiple, exact_steps=exact_steps)
-    found = (
-        Envelope.from_dict(envelope)
-        if envelope is not None
-        else _measure_envelope(parts, workload, preset, args, spread)
-    )
-    twin = _twin_if_needed(parts, workload, preset, config, config_args, args, exact_steps)
+    plan = _plan(args, config_precision, cross)
+    if twin is not None:
+        parts.time.update(twin.time)
+    found = None if envelope is None else Envelope.from_dict(envelope)
+    if found is None and pending is None:
+        found = _measure_envelope(parts, workload, preset, plan.args, plan.spread)
+    if twin is None:
+        twin = run_twin(
+            workload, preset, config, args, config_precision=config_precision, cross=cross
+        )
+        parts.time.update(twin.time)
+    if found is None:
+        given = pending() if pending is not None else None
+        found = (
+            Envelope.from_dict(given)
+            if given is not None
+            else _measure_envelope(parts, workload, preset, plan.args, plan.spread)
+        )
     verdict = parts.run(
         GATE_CONFIG,
         lambda: gate(
             workload,
             config,
-            config_args,
+            plan.config_args,
             preset=preset,
             envelope=found,
-            twin=twin,
-            reference_precision=reference_precision,
-            **judged,
+            twin=twin.twin,
+            reference_precision=args.precision,
+            **plan.judged,
         ),
     )
     return GateRun(verdict=verdict, envelope=found.to_dict(), time=parts.time)
+
+
+def measure_envelope(
+    workload: str | WorkloadFactory, preset: str, args: trainers.RunArgs
+) -> GateRun:
+    """The study's envelope alone (the reference and its envelope in the study's precision, as
+    the first `run_parts` of a study measures them): a `GateRun` with no verdict."""
+    parts = _Parts()
+    found = _measure_envelope(
+        parts, workload, preset, args, spread_for(args.precision, args.precision)
+    )
+    return GateRun(verdict=None, envelope=found.to_dict(), time=parts.time)
 
 
 def _twin_if_needed(
@@ -310,6 +398,7 @@ class InProcessGate:
         envelope: Mapping[str, Any] | None,
         *,
         precision: str | None = None,
+        pending: Pending | None = None,
     ) -> GateRun:
         return run_parts(
             self._factory,
@@ -319,7 +408,11 @@ class InProcessGate:
             envelope=envelope,
             config_precision=precision,  # type: ignore[arg-type]  # RunOptions checked it
             cross=self._cross,
+            pending=pending,
         )
+
+    def envelope(self) -> GateRun:
+        return measure_envelope(self._factory, self._preset, self._args)
 
     def close(self) -> None:
         pass
@@ -352,7 +445,10 @@ class ProgramGate:
         envelope: Mapping[str, Any] | None,
         *,
         precision: str | None = None,
+        pending: Pending | None = None,
     ) -> GateRun:
+        """`pending` is not waited for: the program's one run gives the envelope and the config's
+        losses together (`program_parity`), so it has no twin to run first."""
         only_one_precision(precision, self._args.precision, "a program")
         parts = _Parts()
         if envelope is None:
@@ -361,6 +457,11 @@ class ProgramGate:
         known = envelope
         found, used = parts.run(GATE_CONFIG, lambda: self._parity(config, known))
         return GateRun(verdict=_program_verdict(found, self._steps), envelope=used, time=parts.time)
+
+    def envelope(self) -> GateRun:
+        parts = _Parts()
+        _, found = parts.run(GATE_ENVELOPE, lambda: self._parity(trainers.REFERENCE, None))
+        return GateRun(verdict=None, envelope=found, time=parts.time)
 
     def close(self) -> None:
         pass

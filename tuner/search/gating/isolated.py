@@ -26,7 +26,16 @@ from typing import Any, TypeVar
 import trainers
 from trainers import LoopConfig
 from tuner.evidence import trace
-from tuner.search.gating.gate import AS_THE_GATE, CrossPrecision, GateRun, run_parts
+from tuner.search.gating.gate import (
+    AS_THE_GATE,
+    CrossPrecision,
+    GateRun,
+    Pending,
+    TwinRun,
+    measure_envelope,
+    run_parts,
+    run_twin,
+)
 
 T = TypeVar("T")
 
@@ -49,16 +58,12 @@ def _gate(
     envelope: dict[str, Any] | None,
     config_precision: trainers.Precision | None = None,
     cross: CrossPrecision = AS_THE_GATE,
+    twin: TwinRun | None = None,
 ) -> GateRun:
     """The correctness gate for `config`, part by part (`tuner.search.gating.gate.run_parts`): the
     verdict, the envelope it used (measured here the first time: the parent stores it on the
-    study) and the seconds of each part."""
-    import torch  # in the child
-
-    _fork_dataloader_workers()
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before CUDA starts here
-    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
-    torch.set_float32_matmul_precision(matmul_precision)
+    study) and the seconds of each part. `twin`: run before by `_twin`."""
+    _child_settings(matmul_precision)
     try:
         return run_parts(
             _reused_builds(workload, model_args),
@@ -68,9 +73,60 @@ def _gate(
             envelope=envelope,
             config_precision=config_precision,
             cross=cross,
+            twin=twin,
         )
     finally:
         _give_back_memory()
+
+
+def _twin(
+    workload: str,
+    preset: str,
+    model_args: dict[str, str],
+    config: dict[str, Any],
+    args: trainers.RunArgs,
+    matmul_precision: str,
+    config_precision: trainers.Precision | None = None,
+    cross: CrossPrecision = AS_THE_GATE,
+) -> TwinRun:
+    """`config`'s eager twin alone (`run_twin`), while another process measures the envelope."""
+    _child_settings(matmul_precision)
+    try:
+        return run_twin(
+            _reused_builds(workload, model_args),
+            preset,
+            LoopConfig.from_dict(config),
+            args,
+            config_precision=config_precision,
+            cross=cross,
+        )
+    finally:
+        _give_back_memory()
+
+
+def _envelope(
+    workload: str,
+    preset: str,
+    model_args: dict[str, str],
+    args: trainers.RunArgs,
+    matmul_precision: str,
+) -> GateRun:
+    """The study's envelope alone (`measure_envelope`)."""
+    _child_settings(matmul_precision)
+    try:
+        return measure_envelope(_reused_builds(workload, model_args), preset, args)
+    finally:
+        _give_back_memory()
+
+
+def _child_settings(matmul_precision: str) -> None:
+    """What every gate run in the child needs set before it starts."""
+    import torch  # in the child
+
+    _fork_dataloader_workers()
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before CUDA starts here
+    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    torch.set_float32_matmul_precision(matmul_precision)
 
 
 _BUILDS: dict[tuple[str, tuple[tuple[str, str], ...]], trainers.ReusedBuilds] = {}
@@ -230,9 +286,24 @@ class ParityProcess:
         envelope: Mapping[str, Any] | None = None,
         *,
         precision: str | None = None,
+        pending: Pending | None = None,
     ) -> GateRun:
         """The verdict, the envelope (`envelope`, or measured now when None) and the seconds of
-        each part of the gate; `precision`: the config's, when not the study's (`run_parts`)."""
+        each part of the gate; `precision`: the config's, when not the study's (`run_parts`).
+        `pending`: the envelope measured by another process, waited for here (in this process,
+        which can read the study) once the child has run the config's twin."""
+        twin = None
+        if envelope is None and pending is not None:
+            twin = self._child.call(
+                _twin,
+                *self._args,
+                config.to_dict(),
+                self.run_args,
+                self.matmul_precision,
+                precision,
+                self.cross,
+            )
+            envelope = pending()
         return self._child.call(
             _gate,
             *self._args,
@@ -242,7 +313,11 @@ class ParityProcess:
             None if envelope is None else dict(envelope),
             precision,
             self.cross,
+            twin,
         )
+
+    def envelope(self) -> GateRun:
+        return self._child.call(_envelope, *self._args, self.run_args, self.matmul_precision)
 
     def close(self) -> None:
         self._child.close()

@@ -18,18 +18,40 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import optuna
 
 from trainers import LoopConfig
-from tuner.search.gating.gate import Gate, GateVerdict
+from tuner.search.gating.gate import Gate, GateVerdict, Pending
 from tuner.search.measuring.timing import Clock
 from tuner.search.options import Retry
 from tuner.search.spaces.space import candidate_key
 from tuner.store import keys
 from tuner.store.jsonsafe import json_safe
 from tuner.store.phases import GATE_CONFIG
+
+
+class GateClaims(Protocol):
+    """Which process runs which part of the gate, among the processes sharing one study (the
+    workers of one job: `tuner.service.gatehelp.JobClaims`). A key is a verdict's or an
+    envelope's attribute name. Without claims (one process) every check runs where it is asked.
+    """
+
+    wait_s: float
+    """How often a process waiting for another's part reads the study again."""
+
+    def take(self, key: str) -> bool:
+        """Claim `key` for this process: False while another live process holds it."""
+        ...
+
+    def holder(self, key: str) -> str | None:
+        """The live other process holding `key` (None: none, or this one)."""
+        ...
+
+    def release(self, key: str) -> None:
+        """This process's part of `key` is over (stored, or it failed)."""
+        ...
 
 
 class ParityCache:
@@ -45,8 +67,12 @@ class ParityCache:
         clock: Clock,
         reference: str | None = None,
         memo: optuna.Study | None = None,
+        claims: GateClaims | None = None,
     ) -> None:
         self.study = study
+        self.claims = claims
+        """Set where other processes share the study (`Search.share_gate`): a verdict or an
+        envelope another process is running is waited for, not run twice."""
         self.memo = memo
         self.reused = 0
         """Verdicts this process read from the memo instead of running the gate."""
@@ -69,11 +95,33 @@ class ParityCache:
         `precision`: the config's (None: the study's)."""
         if precision == self.reference:
             precision = None
-        attr = f"{keys.PARITY_PREFIX}{candidate_key(config, precision, self.reference)}"
+        attr = self.key(config, precision)
         attrs = self._attrs()
         cached = attrs.get(attr)
         if isinstance(cached, dict):
             return GateVerdict.from_dict(cached), {}
+        if self.claims is not None and not self.claims.take(attr):
+            # Another worker of the job is gating this config now: its verdict, once stored.
+            found = self._wait_for(attr)
+            if found is not None:
+                return GateVerdict.from_dict(found), {}
+            self.claims.take(attr)  # it went without a verdict: checked here
+            attrs = self._attrs()
+        try:
+            return self._check(config, precision, attr, attrs)
+        finally:
+            if self.claims is not None:
+                self.claims.release(attr)
+
+    def key(self, config: LoopConfig, precision: str | None = None) -> str:
+        """The study attribute of `config`'s verdict in `precision` (None: the study's)."""
+        if precision == self.reference:
+            precision = None
+        return f"{keys.PARITY_PREFIX}{candidate_key(config, precision, self.reference)}"
+
+    def _check(
+        self, config: LoopConfig, precision: str | None, attr: str, attrs: dict[str, Any]
+    ) -> tuple[GateVerdict, dict[str, float]]:
         shared = self._memo_attrs()
         # A config in another precision is judged against the reference's seed-to-seed
         # envelope (over the options' precision_parity_steps), stored apart from the rounding one.
@@ -88,13 +136,14 @@ class ParityCache:
             self._store(env_key, stored)
             self.reused_envelopes.add(env_key)
         envelope = stored if isinstance(stored, dict) else None
+        pending = self._pending(env_key) if envelope is None else None
         reached = True
         try:
-            run = (
-                self.gate.check(config, envelope)
-                if precision is None
-                else self.gate.check(config, envelope, precision=precision)
-            )
+            extra: dict[str, Any] = {} if pending is None else {"pending": pending}
+            if precision is not None:
+                extra["precision"] = precision
+            run = self.gate.check(config, envelope, **extra)
+            assert run.verdict is not None  # a check always judges
             if envelope is None:
                 envelope = json_safe(run.envelope)
                 self._store(env_key, envelope)
@@ -120,6 +169,52 @@ class ParityCache:
         if reached and shared.get(env_key) == envelope:
             self._share(attr, verdict.to_dict())
         return verdict, spent
+
+    def _pending(self, env_key: str) -> Pending | None:
+        """The envelope another worker is measuring now (`measure_envelope`): waited for once
+        this check's twin has run (None: nobody is, the check measures it)."""
+        claims = self.claims
+        if claims is None or claims.holder(env_key) is None:
+            return None
+        return lambda: self._wait_for(env_key)
+
+    def _wait_for(self, key: str) -> dict[str, Any] | None:
+        """`key`'s value once the process holding its claim stored it; None when that process
+        ended or gave the claim up without storing it."""
+        claims = self.claims
+        assert claims is not None
+        while True:
+            found = self._attrs().get(key)
+            if isinstance(found, dict):
+                return found
+            if claims.holder(key) is None:
+                found = self._attrs().get(key)  # stored just before the claim was given back
+                return found if isinstance(found, dict) else None
+            time.sleep(claims.wait_s)
+
+    def measure_envelope(self) -> bool:
+        """The study's envelope measured now, on its own (a worker with no trial left while the
+        job's others run theirs), where neither the study nor the memo has it and no other
+        worker is measuring it. Whether it was measured here."""
+        if isinstance(self._attrs().get(keys.ENVELOPE), dict):
+            return False
+        shared = self._memo_attrs()
+        if isinstance(shared.get(keys.ENVELOPE), dict):
+            self._store(keys.ENVELOPE, shared[keys.ENVELOPE])
+            self.reused_envelopes.add(keys.ENVELOPE)
+            return False
+        if self.claims is not None and not self.claims.take(keys.ENVELOPE):
+            return False
+        try:
+            run = self.gate.envelope()
+            envelope = json_safe(run.envelope)
+            self._store(keys.ENVELOPE, envelope)
+            self._share(keys.ENVELOPE, envelope)
+            self.clock.add(dict(run.time))
+        finally:
+            if self.claims is not None:
+                self.claims.release(keys.ENVELOPE)
+        return True
 
     def _copied(
         self, attr: str, env_key: str, attrs: dict[str, Any], shared: dict[str, Any]

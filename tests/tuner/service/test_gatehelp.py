@@ -1,0 +1,141 @@
+"""The gate's work shared among one job's workers (`tuner.service.gatehelp`): real job rows and
+a real Optuna study in SQLite (and PostgreSQL), the built-in gate on the tiny workload, two
+workers' `ParityCache`s in two threads as two processes would hold them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+import trainers
+from tests.conftest import pg_listening
+from trainers import LoopConfig
+from tuner.search.gating.gate import GateRun, InProcessGate
+from tuner.search.gating.parity import ParityCache
+from tuner.search.measuring.timing import Clock
+from tuner.search.options import NoRetry
+from tuner.service.gatehelp import CLAIM_PREFIX, JobClaims
+from tuner.service.jobstore import JobStore
+from tuner.service.spec import JobSpec
+from tuner.store import keys
+from tuner.store import storage as studies
+from tuner.store.retry import Backoff
+
+TINY = {"workload": "mlp", "preset": "tiny", "trials": 3, "device": "cpu"}
+ARGS = trainers.RunArgs(steps=4, seed=0, device="cpu")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/jobs.db"
+    if not pg_listening():
+        pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
+    return str(request.getfixturevalue("pg_url"))
+
+
+class _CountingGate(InProcessGate):
+    """The built-in gate, counting its runs and slowed so that another worker asks meanwhile."""
+
+    def __init__(self, pause_s: float = 0.0) -> None:
+        super().__init__("mlp", "tiny", ARGS)
+        self.checks: list[dict[str, Any]] = []
+        self.envelopes = 0
+        self.pause_s = pause_s
+
+    def check(self, config: LoopConfig, envelope: Any, **more: Any) -> GateRun:
+        self.checks.append({"envelope_given": envelope is not None, **more})
+        time.sleep(self.pause_s)
+        return super().check(config, envelope, **more)
+
+    def envelope(self) -> GateRun:
+        self.envelopes += 1
+        time.sleep(self.pause_s)
+        return super().envelope()
+
+
+def _job(url: str, *names: str) -> tuple[JobStore, str, optuna.Study]:
+    store = JobStore(url)
+    for name in names:
+        store.register_worker(name, host="h", pid=1, device="cpu")
+    job = store.create(JobSpec(**TINY), owner="me")
+    store.claim(names[0], devices=("cpu",))
+    assert store.open_trials(job.id, names[0], hardware="cpu", deadline=None)
+    for name in names[1:]:
+        assert store.join(job.id, name, max_members=None)
+    study = optuna.create_study(study_name=job.study, storage=studies.open_storage(url))
+    return store, job.id, study
+
+
+def _cache(store: JobStore, job: str, study: optuna.Study, worker: str, gate: Any) -> ParityCache:
+    claims = JobClaims(
+        store,
+        study,
+        job_id=job,
+        worker=worker,
+        alive=lambda: store.live_workers(60.0),
+        hold_s=5.0,
+        backoff=Backoff(base_s=0.01, max_s=0.1),
+    )
+    claims.wait_s = 0.05
+    return ParityCache(study, gate, retry=NoRetry(), clock=Clock(), claims=claims)
+
+
+def test_a_config_being_checked_by_another_worker_is_waited_for_not_checked_twice(
+    url: str,
+) -> None:
+    store, job, study = _job(url, "a", "b")
+    slow, idle = _CountingGate(pause_s=1.0), _CountingGate()
+    first, second = _cache(store, job, study, "a", slow), _cache(store, job, study, "b", idle)
+    config = LoopConfig(num_streams=2)
+    found: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: found.update(a=first.check(config)))
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not study.user_attrs.get(CLAIM_PREFIX + first.key(config)):
+        assert time.monotonic() < deadline, "worker a never claimed the config"
+        time.sleep(0.01)
+    verdict, spent = second.check(config)  # b asks while a checks
+    thread.join()
+    assert idle.checks == [] and spent == {}  # b ran nothing: it read a's verdict
+    assert len(slow.checks) == 1 and verdict == found["a"][0] and verdict.passed
+    assert study.user_attrs[CLAIM_PREFIX + first.key(config)] == ""  # given back
+
+
+def test_a_claim_whose_worker_died_is_taken_over(url: str) -> None:
+    store, job, study = _job(url, "a", "b")
+    config = LoopConfig(num_streams=2)
+    mine = _cache(store, job, study, "b", _CountingGate())
+    study.set_user_attr(CLAIM_PREFIX + mine.key(config), "a")  # a claimed it, then died
+    store.remove_worker("a")
+    verdict, spent = mine.check(config)
+    assert verdict.passed and spent  # b checked it itself instead of waiting forever
+
+
+def test_the_envelope_measured_by_a_helper_is_what_the_finalizers_twin_waits_for(
+    url: str,
+) -> None:
+    store, job, study = _job(url, "helper", "finalizer")
+    helping, deciding = _CountingGate(pause_s=1.0), _CountingGate()
+    helper = _cache(store, job, study, "helper", helping)
+    finalizer = _cache(store, job, study, "finalizer", deciding)
+    thread = threading.Thread(target=helper.measure_envelope)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not study.user_attrs.get(CLAIM_PREFIX + keys.ENVELOPE):
+        assert time.monotonic() < deadline, "the helper never claimed the envelope"
+        time.sleep(0.01)
+    verdict, spent = finalizer.check(LoopConfig(num_streams=2, optimizer="foreach"))
+    thread.join()
+    assert helping.envelopes == 1 and deciding.envelopes == 0
+    # The finalizer ran its twin and its config, and waited for the helper's envelope.
+    assert [("pending" in c, c["envelope_given"]) for c in deciding.checks] == [(True, False)]
+    assert verdict.passed and "gate_reference" not in spent and "gate_twin" in spent
+    assert study.user_attrs[keys.ENVELOPE] == helper._attrs()[keys.ENVELOPE]
+    # Stored now: nobody measures it again, and a second helper finds nothing to do.
+    assert not _cache(store, job, study, "helper", _CountingGate()).measure_envelope()
