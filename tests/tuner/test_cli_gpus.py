@@ -150,10 +150,32 @@ def test_the_stand_ins_variable_is_checked(
 def test_a_worker_with_no_trial_left_gates_while_the_others_run(tmp_path: Path) -> None:
     """Screening defers every gate to the final round; with `--gpus N` the workers whose trials
     have ended take the gate's parts meanwhile (`tuner.service.gatehelp`), each part once."""
-    storage = sqlite_url(tmp_path)
     env = standin_env(3, TUNER_POLL_S="0.3", TUNER_TORCH_THREADS="1")
     flags = (*RUN_FLAGS, "--workload", f"{WORKLOADS}:paced", "--trials", "7", "--screen", "on")
-    out = tuner("run", *flags, "--storage", storage, "--gpus", "3", "--json", env=env)
+    _assert_helpers_gated(tmp_path, flags, "3", env)
+
+
+@pytest.mark.gpu
+def test_on_real_gpus_a_worker_with_no_trial_left_gates_while_the_others_run(
+    tmp_path: Path,
+) -> None:
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs or more")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNER_")}
+    flags = (
+        *("--workload", "transformer", "--preset", "tiny", "--device", "cuda", "--trials", "8"),
+        *("--screen", "on", "--warmup", "2", "--windows", "2", "--window-steps", "5"),
+    )
+    _assert_helpers_gated(tmp_path, flags, "all", env | {"TUNER_GATE_MEMO": "off"})
+
+
+def _assert_helpers_gated(
+    tmp_path: Path, flags: tuple[str, ...], gpus: str, env: dict[str, str]
+) -> None:
+    storage = sqlite_url(tmp_path)
+    out = tuner("run", *flags, "--storage", storage, "--gpus", gpus, "--json", env=env)
     assert out.returncode == 0, out.stderr[-4000:]
     rec = json.loads(out.stdout)
     study = optuna.load_study(study_name=rec["study"], storage=storage)

@@ -20,8 +20,9 @@ from trainers import RunArgs
 from tuner.search.deciding import profiling
 from tuner.search.deciding.dpprofile import DataParallelProfiler
 from tuner.search.gating.dpgate import DataParallelGate
-from tuner.search.gating.gate import AS_THE_GATE, CrossPrecision, Gate, InProcessGate, ProgramGate
+from tuner.search.gating.gate import AS_THE_GATE, CrossPrecision, Gate, InProcessGate
 from tuner.search.gating.isolated import ParityProcess, ProfileProcess
+from tuner.search.gating.program import ProgramGate
 from tuner.search.measuring.measure import Measurer
 from tuner.search.options import RunOptions, baselines_for
 

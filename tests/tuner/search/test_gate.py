@@ -129,9 +129,11 @@ def test_an_envelope_measured_elsewhere_is_waited_for_after_the_twin() -> None:
     assert asked == ["envelope"]
     assert set(waited.time) == {GATE_TWIN, GATE_CONFIG}  # no reference or envelope run here
     stored = local.check(config, alone.envelope)
-    assert waited.envelope == alone.envelope == run_parts(
-        "mlp", "tiny", config, args, envelope=None
-    ).envelope
+    assert (
+        waited.envelope
+        == alone.envelope
+        == run_parts("mlp", "tiny", config, args, envelope=None).envelope
+    )
     assert waited.verdict == stored.verdict and waited.verdict.passed
     # Nobody measures it after all (`pending` gives None): this check measures it itself.
     itself = local.check(config, None, pending=lambda: None)

@@ -79,3 +79,30 @@ def test_a_child_whose_call_raised_is_replaced_by_a_new_one() -> None:
         assert second != first and child.call(_pid) == second
     finally:
         child.close()
+
+
+@pytest.mark.parametrize(
+    "device",
+    [pytest.param("cpu", marks=pytest.mark.slow), pytest.param("cuda", marks=pytest.mark.gpu)],
+)
+def test_a_child_gives_the_same_verdict_with_the_envelope_measured_apart(device: str) -> None:
+    """What a `--gpus N` job does (`tuner.service.gatehelp`): one worker's child measures the
+    envelope alone, another's runs the config's twin first and is given that envelope after it.
+    Its verdict is the one a child that measured everything itself gives, bit for bit."""
+    args = RunArgs(steps=6, seed=0, device=device)
+    config = LoopConfig(num_streams=2, optimizer="foreach")  # an exact test, so a twin runs
+    whole = ParityProcess("transformer", "tiny", args, matmul_precision="highest")
+    helper = ParityProcess("transformer", "tiny", args, matmul_precision="highest")
+    apart = ParityProcess("transformer", "tiny", args, matmul_precision="highest")
+    try:
+        measured = helper.envelope()
+        alone = whole.check(config, None)
+        asked: list[bool] = []
+        waited = apart.check(config, None, pending=lambda: asked.append(True) or measured.envelope)
+    finally:
+        for child in (whole, helper, apart):
+            child.close()
+    assert asked == [True] and measured.verdict is None
+    assert measured.envelope == alone.envelope == waited.envelope
+    assert set(waited.time) == {"gate_twin", "gate_config"}
+    assert waited.verdict == alone.verdict and waited.verdict.passed

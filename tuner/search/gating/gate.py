@@ -6,7 +6,8 @@ once per study and passes it back), and the seconds each part took. Three gates 
 - `InProcessGate`: the built-in workloads, in this process (on a CPU);
 - `tuner.search.gating.isolated.ParityProcess`: the same parts in a child process (on a GPU, whose
   deterministic mode and cuBLAS workspace setting outlast a check);
-- `ProgramGate`: a registered external program (`trainers.program.program_parity`).
+- `tuner.search.gating.program.ProgramGate`: a registered external program
+  (`trainers.program.program_parity`).
 `make_gate` picks one; the search never asks which.
 
 `GateVerdict` is what the search stores on a trial and on the study (its cache): the
@@ -37,7 +38,6 @@ from trainers.gate import (
     required_test,
     spread_for,
 )
-from trainers.program import Program, program_parity
 from trainers.workloads import ReusedBuilds, WorkloadFactory
 from tuner.store.jsonsafe import json_safe_dict
 from tuner.store.phases import GATE_CONFIG, GATE_ENVELOPE, GATE_REFERENCE, GATE_TWIN
@@ -183,7 +183,7 @@ class Gate(Protocol):
     def close(self) -> None: ...
 
 
-class _Parts:
+class Parts:
     """Times each part of a check into `time` (seconds per `tuner.store.phases` name)."""
 
     def __init__(self) -> None:
@@ -244,7 +244,7 @@ def run_twin(
 ) -> TwinRun:
     """The twin part of `run_parts` alone: run while the envelope is measured elsewhere."""
     plan = _plan(args, config_precision, cross)
-    parts = _Parts()
+    parts = Parts()
     twin = _twin_if_needed(
         parts, workload, preset, config, plan.config_args, plan.args, plan.exact_steps
     )
@@ -277,9 +277,8 @@ def run_parts(
     (`ParityCache`). Its exact tests (the twin's bits) keep the gate's own steps.
 
     `twin`: the twin already run (`run_twin`). `pending` (with `envelope` None): the envelope
-    measured by another process; the twin runs first, then `pending` gives it (None: measured
-    here after all)."""
-    parts = _Parts()
+    measured by another process, asked for after the twin (None: measured here after all)."""
+    parts = Parts()
     plan = _plan(args, config_precision, cross)
     if twin is not None:
         parts.time.update(twin.time)
@@ -319,7 +318,7 @@ def measure_envelope(
 ) -> GateRun:
     """The study's envelope alone (the reference and its envelope in the study's precision, as
     the first `run_parts` of a study measures them): a `GateRun` with no verdict."""
-    parts = _Parts()
+    parts = Parts()
     found = _measure_envelope(
         parts, workload, preset, args, spread_for(args.precision, args.precision)
     )
@@ -327,7 +326,7 @@ def measure_envelope(
 
 
 def _twin_if_needed(
-    parts: _Parts,
+    parts: Parts,
     workload: str | WorkloadFactory,
     preset: str,
     config: LoopConfig,
@@ -351,7 +350,7 @@ def _twin_if_needed(
 
 
 def _measure_envelope(
-    parts: _Parts,
+    parts: Parts,
     workload: str | WorkloadFactory,
     preset: str,
     args: trainers.RunArgs,
@@ -418,55 +417,6 @@ class InProcessGate:
         pass
 
 
-class ProgramGate:
-    """A registered program's gate (`trainers.program.program_parity`): every config takes the
-    equivalence test against the program's own reference and envelope. The program measures its
-    reference inside its envelope, so their seconds are recorded together as the envelope's."""
-
-    def __init__(
-        self,
-        program: Program,
-        preset: str,
-        args: trainers.RunArgs,
-    ) -> None:
-        self._program = program
-        self._preset = preset
-        self._steps = args.steps
-        self._args = args
-
-    def _parity(
-        self, config: LoopConfig, envelope: Mapping[str, Any] | None
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        return program_parity(self._program, self._preset, config, self._args, envelope=envelope)
-
-    def check(
-        self,
-        config: LoopConfig,
-        envelope: Mapping[str, Any] | None,
-        *,
-        precision: str | None = None,
-        pending: Pending | None = None,
-    ) -> GateRun:
-        """`pending` is not waited for: the program's one run gives the envelope and the config's
-        losses together (`program_parity`), so it has no twin to run first."""
-        only_one_precision(precision, self._args.precision, "a program")
-        parts = _Parts()
-        if envelope is None:
-            # The reference's own check runs no config beside the envelope's runs.
-            _, envelope = parts.run(GATE_ENVELOPE, lambda: self._parity(trainers.REFERENCE, None))
-        known = envelope
-        found, used = parts.run(GATE_CONFIG, lambda: self._parity(config, known))
-        return GateRun(verdict=_program_verdict(found, self._steps), envelope=used, time=parts.time)
-
-    def envelope(self) -> GateRun:
-        parts = _Parts()
-        _, found = parts.run(GATE_ENVELOPE, lambda: self._parity(trainers.REFERENCE, None))
-        return GateRun(verdict=None, envelope=found, time=parts.time)
-
-    def close(self) -> None:
-        pass
-
-
 def only_one_precision(precision: str | None, own: str | None, what: str) -> None:
     """A gate that judges one precision (a program's, the data-parallel one) refuses another;
     `RunOptions` refuses `precisions` for them first, so this is the last line, not the first."""
@@ -474,28 +424,3 @@ def only_one_precision(precision: str | None, own: str | None, what: str) -> Non
         raise trainers.ConfigError(
             "precisions", precision, f"{own or 'the study precision'} alone for {what}"
         )
-
-
-def _program_verdict(found: Mapping[str, Any], steps: int) -> ParityVerdict:
-    """`program_parity`'s dict as a ParityVerdict: the equivalence test's fields, flat."""
-    equivalence = dict(found.get("equivalence") or {})
-    names = {f.name for f in dataclasses.fields(ParityVerdict)}
-    fields = {k: v for k, v in equivalence.items() if k in names}
-    for key in ("decisive_steps", "window_deviations", "window_envelopes"):
-        if fields.get(key) is not None:
-            fields[key] = tuple(fields[key])
-    return ParityVerdict(
-        **fields
-        | {
-            "passed": bool(found["passed"]),
-            "exact_required": False,
-            "tolerance": float(equivalence.get("bound") or 0.0),
-            "steps": steps,
-            # The program reports losses only: no per-step absolute figure is known.
-            "max_abs_deviation": math.nan,
-            "max_rel_deviation": float(found.get("max_rel_deviation", math.inf)),
-            "first_diverging_step": None,
-            "reason": str(found["reason"]),
-            "test": str(found.get("test", "equivalence")),
-        }
-    )

@@ -58,6 +58,7 @@ _GATE_CODE = (
     "gating/isolated.py",
     "gating/dpgate.py",
     "gating/parity.py",
+    "gating/program.py",
     "children.py",
 )
 """The gate's runners in `tuner.search` and what hands them their settings (the rest of the
