@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -32,11 +34,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import optuna  # noqa: E402
+
 import trainers  # noqa: E402
 from benchmarks.run_meta import provenance, run_meta  # noqa: E402
 from trainers import LoopConfig  # noqa: E402
 from tuner.search.measuring.measure import Failure, Measurer, Protocol  # noqa: E402
 from tuner.search.measuring.stats import ratio_ci  # noqa: E402
+from tuner.store import keys  # noqa: E402
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -80,11 +85,35 @@ def job(args: argparse.Namespace, spec: str, gpus: str, scratch: Path) -> dict[s
     # The job's progress lines, kept beside the record (the scratch folder goes): each trial's
     # GPU and seconds, the budget and patience lines, the phases.
     (args.out / f"node-{preset}-gpus{gpus}.log").write_text(done.stderr)
+    keep_workers_logs(done.stderr, args.out / f"node-{preset}-gpus{gpus}-workers")
     if done.returncode != 0:
         raise RuntimeError(
             f"{spec} --gpus {gpus} failed ({done.returncode}): {done.stderr[-2000:]}"
         )
-    return {"wall_s": wall, "recommendation": json.loads(done.stdout)}
+    rec = json.loads(done.stdout)
+    sessions = _sessions(f"sqlite:///{folder / 'study.db'}", rec["study"])
+    (args.out / f"node-{preset}-gpus{gpus}-sessions.json").write_text(
+        json.dumps(sessions, indent=1)
+    )
+    return {"wall_s": wall, "recommendation": rec}
+
+
+def keep_workers_logs(stderr: str, to: Path) -> None:
+    """The workers' own logs of a `--gpus N` job (the folder its progress names), kept beside the
+    record: the 2026-11-28 llama-1b run's finalizer spent 666 s in a stage nothing else timed."""
+    found = re.search(r"worker logs in (/\S+?)\)", stderr)
+    if found is None or not Path(found.group(1)).is_dir():
+        return
+    to.mkdir(parents=True, exist_ok=True)
+    for log in sorted(Path(found.group(1)).glob("*.log")):
+        shutil.copy(log, to / log.name)
+
+
+def _sessions(storage: str, study: str) -> dict[str, Any]:
+    """Each process's phase times on the job's study (`tuner.store.phases`), by session: which
+    worker gated, measured and profiled what, and when."""
+    attrs = optuna.load_study(study_name=study, storage=storage).user_attrs
+    return {k: v for k, v in attrs.items() if k.startswith(keys.TIME_PREFIX)}
 
 
 def compare(

@@ -55,3 +55,7 @@ def test_the_node_script_times_both_jobs_and_compares_their_picks(tmp_path: Path
         assert item["jobs"][name]["trial_counts"]["complete"] >= 1
     assert "trial 0" in (tmp_path / "node-tiny-gpus2.log").read_text()
     assert (tmp_path / "node-tiny-gpus1.log").read_text().strip()
+    # The workers' own logs and every process's phase times are kept beside the record.
+    assert len(list((tmp_path / "node-tiny-gpus2-workers").glob("worker-*.log"))) == 2
+    sessions = json.loads((tmp_path / "node-tiny-gpus2-sessions.json").read_text())
+    assert len(sessions) >= 2 and all("phases" in s for s in sessions.values())

@@ -165,6 +165,7 @@ def test_a_run_applies_its_context_around_every_forward(probe: Lever) -> None:
         run(workload, LoopConfig.from_dict({NAME: "cudnn"}), args)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_on_a_gpu_the_forward_runs_under_the_cudnn_backend(probe: Lever) -> None:
     workload = load_workload("mlp", "tiny", seed=0)
@@ -175,7 +176,9 @@ def test_on_a_gpu_the_forward_runs_under_the_cudnn_backend(probe: Lever) -> None
 
     hook = workload.model.register_forward_pre_hook(seen)
     try:
-        run(workload, LoopConfig.from_dict({NAME: "cudnn"}), RunArgs(steps=2, warmup=1))
+        # One window: the default's 5 do not fit in 2 steps (the first GPU run, 2026-11-28).
+        config = LoopConfig.from_dict({NAME: "cudnn"})
+        run(workload, config, RunArgs(steps=2, warmup=1, windows=1))
     finally:
         hook.remove()
     # sdpa_kernel(CUDNN_ATTENTION) turns the other backends off while it is open.
