@@ -139,3 +139,21 @@ def test_the_envelope_measured_by_a_helper_is_what_the_finalizers_twin_waits_for
     assert study.user_attrs[keys.ENVELOPE] == helper._attrs()[keys.ENVELOPE]
     # Stored now: nobody measures it again, and a second helper finds nothing to do.
     assert not _cache(store, job, study, "helper", _CountingGate()).measure_envelope()
+
+
+def test_an_envelope_a_check_is_measuring_is_not_measured_by_a_helper_too(url: str) -> None:
+    store, job, study = _job(url, "finalizer", "helper")
+    deciding, helping = _CountingGate(pause_s=1.0), _CountingGate()
+    finalizer = _cache(store, job, study, "finalizer", deciding)
+    helper = _cache(store, job, study, "helper", helping)
+    thread = threading.Thread(target=lambda: finalizer.check(LoopConfig(num_streams=2)))
+    thread.start()
+    deadline = time.monotonic() + 30
+    while study.user_attrs.get(CLAIM_PREFIX + keys.ENVELOPE) != "finalizer":
+        assert time.monotonic() < deadline, "the finalizer's check never claimed the envelope"
+        time.sleep(0.01)
+    assert not helper.measure_envelope()  # the finalizer's check is measuring it
+    thread.join()
+    assert helping.envelopes == 0 and helping.checks == []
+    assert isinstance(study.user_attrs[keys.ENVELOPE], dict)
+    assert study.user_attrs[CLAIM_PREFIX + keys.ENVELOPE] == ""

@@ -136,7 +136,7 @@ class ParityCache:
             self._store(env_key, stored)
             self.reused_envelopes.add(env_key)
         envelope = stored if isinstance(stored, dict) else None
-        pending = self._pending(env_key) if envelope is None else None
+        pending, measures = self._envelope_plan(env_key, envelope)
         reached = True
         try:
             extra: dict[str, Any] = {} if pending is None else {"pending": pending}
@@ -156,6 +156,9 @@ class ParityCache:
             verdict = GateVerdict.failed(f"parity run failed: {exc}", config=config)
             spent = {GATE_CONFIG: time.perf_counter() - started}
             reached = False  # a fact about this moment (another process's memory, ...): not shared
+        finally:
+            if measures and self.claims is not None:
+                self.claims.release(env_key)
         self.clock.add(spent)
         verdict = GateVerdict(
             verdict=verdict.verdict,
@@ -170,13 +173,19 @@ class ParityCache:
             self._share(attr, verdict.to_dict())
         return verdict, spent
 
-    def _pending(self, env_key: str) -> Pending | None:
-        """The envelope another worker is measuring now (`measure_envelope`): waited for once
-        this check's twin has run (None: nobody is, the check measures it)."""
+    def _envelope_plan(
+        self, env_key: str, envelope: dict[str, Any] | None
+    ) -> tuple[Pending | None, bool]:
+        """Where a check without a stored envelope gets it, among workers sharing the study: the
+        one another worker is measuring now (`measure_envelope`), waited for once this check's
+        twin has run; else measured in this check, claimed meanwhile so that no helper measures
+        it too. Returns that wait (None: none) and whether this check measures it under claim."""
         claims = self.claims
-        if claims is None or claims.holder(env_key) is None:
-            return None
-        return lambda: self._wait_for(env_key)
+        if envelope is not None or claims is None:
+            return None, False
+        if claims.take(env_key):
+            return None, True
+        return (lambda: self._wait_for(env_key)), False
 
     def _wait_for(self, key: str) -> dict[str, Any] | None:
         """`key`'s value once the process holding its claim stored it; None when that process
