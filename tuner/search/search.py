@@ -78,6 +78,7 @@ from tuner.search.proposing.screen import (
     incumbent,
     judged_against,
     over_cap,
+    recommendable,
     screening,
 )
 from tuner.search.spaces.named import (
@@ -225,18 +226,8 @@ class Search(TrialRunner):
         if not self.screening:
             return None  # every complete trial was gated when it ran
         trials = self.retry.call(lambda: self.study.get_trials(deepcopy=False), what="reading")
-        failed = self._failed_keys()
-        cap = self.options.max_memory_bytes
-        complete = sorted(
-            (
-                t
-                for t in trials
-                if t.state == TrialState.COMPLETE
-                and t.values
-                and t.user_attrs.get(keys.CONFIG_KEY) not in failed
-                and not over_cap(t, cap)
-            ),
-            key=lambda t: -t.values[0],
+        complete = recommendable(
+            trials, failed=self._failed_keys(), cap=self.options.max_memory_bytes
         )
         if not complete:
             return None

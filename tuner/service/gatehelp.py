@@ -20,8 +20,6 @@ job.
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Callable, Collection
 
 import optuna
@@ -32,7 +30,6 @@ from tuner.store.retry import Backoff
 CLAIM_PREFIX = "claim/"
 WAIT_S = 2.0
 """How often a worker waiting for another's part reads the study again."""
-LOCK_WAIT_S = (0.02, 0.1)  # a wait for the slot lock, drawn uniformly: no two workers in step
 
 
 class JobClaims:
@@ -95,11 +92,13 @@ class JobClaims:
         """The job's slot lock, held for one claim. Not had within `hold_s` (the job ended,
         so no trial is taken any more, or its holder died and the lock has not expired yet):
         the claim goes on without it, as a job's last parts are not raced for."""
-        deadline = time.monotonic() + self.hold_s
-        while not self.locks.lock_slots(self.job_id, self.worker, hold_s=self.hold_s):
-            if time.monotonic() > deadline or self.backoff.stop.wait(random.uniform(*LOCK_WAIT_S)):
-                return False
-        return True
+        return self.locks.wait_for_slots(
+            self.job_id,
+            self.worker,
+            hold_s=self.hold_s,
+            stop=self.backoff.stop,
+            within_s=self.hold_s,
+        )
 
     def _attrs(self) -> dict[str, object]:
         return dict(self.study.user_attrs)

@@ -4,11 +4,16 @@ PostgreSQL and SQLite (`tuner.service.slots` takes trial slots under it)."""
 from __future__ import annotations
 
 import datetime as dt
+import random
+import threading
+import time
 
 import sqlalchemy as sa
 
 from tuner.service.jobtables import JobTables
 from tuner.service.tables import JobRow, utcnow
+
+LOCK_WAIT_S = (0.02, 0.1)  # a wait for the slot lock, drawn uniformly: no two workers in step
 
 
 class SlotLocks(JobTables):
@@ -34,6 +39,25 @@ class SlotLocks(JobTables):
                 ).rowcount
                 == 1
             )
+
+    def wait_for_slots(
+        self,
+        job_id: str,
+        worker: str,
+        *,
+        hold_s: float,
+        stop: threading.Event,
+        within_s: float | None = None,
+    ) -> bool:
+        """Take the slot lock, waiting while another worker holds it; False once `stop` is set
+        or `within_s` seconds (None: no limit) have passed without it."""
+        deadline = None if within_s is None else time.monotonic() + within_s
+        while not self.lock_slots(job_id, worker, hold_s=hold_s):
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            if stop.wait(random.uniform(*LOCK_WAIT_S)):
+                return False
+        return True
 
     def unlock_slots(self, job_id: str, worker: str) -> bool:
         """Give the slot lock back; False when it expired and another worker took it."""

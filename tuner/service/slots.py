@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import random
 from collections.abc import Callable, Collection
 
 import optuna
@@ -50,7 +49,6 @@ EXPIRED_REASON = (
     "the trial is run again"
 )
 GAVE_UP_REASON = f"{INTERRUPTED_PREFIX}: its worker gave it up; the trial is run again"
-LOCK_WAIT_S = (0.02, 0.1)  # a wait for the slot lock, drawn uniformly: no two workers in step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,10 +197,9 @@ class JobSlots:
         return trial
 
     def _lock(self) -> bool:
-        while not self.store.lock_slots(self.job_id, self.worker, hold_s=self.hold_s):
-            if self.backoff.stop.wait(random.uniform(*LOCK_WAIT_S)):
-                return False
-        return True
+        return self.store.wait_for_slots(
+            self.job_id, self.worker, hold_s=self.hold_s, stop=self.backoff.stop
+        )
 
     def _abandon(self, trial: optuna.Trial, reason: str) -> None:
         number = trial.number

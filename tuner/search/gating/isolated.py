@@ -63,9 +63,9 @@ def _gate(
     """The correctness gate for `config`, part by part (`tuner.search.gating.gate.run_parts`): the
     verdict, the envelope it used (measured here the first time: the parent stores it on the
     study) and the seconds of each part. `twin`: run before by `_twin`."""
-    _child_settings(matmul_precision)
-    try:
-        return run_parts(
+    return _in_child(
+        matmul_precision,
+        lambda: run_parts(
             _reused_builds(workload, model_args),
             preset,
             LoopConfig.from_dict(config),
@@ -74,9 +74,8 @@ def _gate(
             config_precision=config_precision,
             cross=cross,
             twin=twin,
-        )
-    finally:
-        _give_back_memory()
+        ),
+    )
 
 
 def _twin(
@@ -90,18 +89,17 @@ def _twin(
     cross: CrossPrecision = AS_THE_GATE,
 ) -> TwinRun:
     """`config`'s eager twin alone (`run_twin`), while another process measures the envelope."""
-    _child_settings(matmul_precision)
-    try:
-        return run_twin(
+    return _in_child(
+        matmul_precision,
+        lambda: run_twin(
             _reused_builds(workload, model_args),
             preset,
             LoopConfig.from_dict(config),
             args,
             config_precision=config_precision,
             cross=cross,
-        )
-    finally:
-        _give_back_memory()
+        ),
+    )
 
 
 def _envelope(
@@ -112,21 +110,25 @@ def _envelope(
     matmul_precision: str,
 ) -> GateRun:
     """The study's envelope alone (`measure_envelope`)."""
-    _child_settings(matmul_precision)
-    try:
-        return measure_envelope(_reused_builds(workload, model_args), preset, args)
-    finally:
-        _give_back_memory()
+    return _in_child(
+        matmul_precision,
+        lambda: measure_envelope(_reused_builds(workload, model_args), preset, args),
+    )
 
 
-def _child_settings(matmul_precision: str) -> None:
-    """What every gate run in the child needs set before it starts."""
+def _in_child(matmul_precision: str, part: Callable[[], T]) -> T:
+    """One gate part in the child: the settings every part needs first, the memory its run
+    cached given back after (`_give_back_memory`)."""
     import torch  # in the child
 
     _fork_dataloader_workers()
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before CUDA starts here
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     torch.set_float32_matmul_precision(matmul_precision)
+    try:
+        return part()
+    finally:
+        _give_back_memory()
 
 
 _BUILDS: dict[tuple[str, tuple[tuple[str, str], ...]], trainers.ReusedBuilds] = {}

@@ -75,16 +75,15 @@ class Incumbent:
         return {"trial": self.trial, "throughput": self.throughput}
 
 
-def incumbent(
+def recommendable(
     trials: Iterable[optuna.trial.FrozenTrial],
     *,
     failed: Collection[str] = (),
     cap: int | None = None,
-) -> Incumbent | None:
-    """The complete trial of highest throughput that can still be recommended (None before
-    any): not a config the gate failed (`failed`: their config keys) nor one over the memory
-    cap. A trial judged against an incumbent that later fails the gate is run again
-    (`tuner.search.search.Search.revive`)."""
+) -> list[optuna.trial.FrozenTrial]:
+    """The complete trials that can still be recommended, fastest first (the earlier of two
+    equal ones first): not a config the gate failed (`failed`: their config keys) nor one over
+    the memory cap."""
     complete = [
         t
         for t in trials
@@ -93,9 +92,22 @@ def incumbent(
         and t.user_attrs.get(keys.CONFIG_KEY) not in failed
         and not over_cap(t, cap)
     ]
-    if not complete:
+    return sorted(complete, key=lambda t: (-t.values[0], t.number))
+
+
+def incumbent(
+    trials: Iterable[optuna.trial.FrozenTrial],
+    *,
+    failed: Collection[str] = (),
+    cap: int | None = None,
+) -> Incumbent | None:
+    """The complete trial of highest throughput that can still be recommended (None before
+    any; `recommendable`). A trial judged against an incumbent that later fails the gate is run
+    again (`tuner.search.search.Search.revive`)."""
+    ranked = recommendable(trials, failed=failed, cap=cap)
+    if not ranked:
         return None
-    best = max(complete, key=lambda t: (t.values[0], -t.number))
+    best = ranked[0]
     return Incumbent(trial=best.number, throughput=float(best.values[0]))
 
 
