@@ -39,7 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from trainers import LoopConfig
 from tuner.evidence import profiles
@@ -194,8 +194,8 @@ class Search(TrialRunner):
         """A job's worker with no trial left while the others run theirs or decide: the gate's
         parts the final round will ask for, run here on this worker's GPU so that the finalizer
         finds them done (`share_gate`'s claims keep each part on one worker). First the study's
-        envelope, then the complete trials that can still be recommended, fastest first, within
-        the final round's reach (`top_k`, within the tie margin of the fastest). Stops when
+        envelope, then the complete trials the final round can reach, then the trials still
+        running (`_next_to_gate`). Stops when
         `over()` (the job ended) or, once `settled()` (no trial runs any more), when nothing is
         left to check. On a GPU the gate at 1.1B took 155-449 s after the trials, one part after
         another. Returns how many parts it ran."""
@@ -221,33 +221,46 @@ class Search(TrialRunner):
         return ran
 
     def _next_to_gate(self, tried: set[str]) -> tuple[str, LoopConfig, str | None, int] | None:
-        """The fastest complete trial whose verdict is not known, not run elsewhere now and not
-        tried here, among those the final round can reach; None: none is left."""
-        if not self.screening:
-            return None  # every complete trial was gated when it ran
+        """The next config to gate here: one whose verdict is not known, not run elsewhere now
+        and not tried here. First the complete trials the final round can reach, fastest first
+        (a screening study defers their gates); then the trials still running, oldest first: a
+        gate needs a config, not its speed, so the last trial's gate need not wait for it to end.
+        On `llama-1b` with 4 GPUs (2026-11-28) the winner was the last trial to end, 70-90 s after
+        three GPUs had nothing left to do, and its gate then ran after it. None: none is left."""
         trials = self.retry.call(lambda: self.study.get_trials(deepcopy=False), what="reading")
-        complete = recommendable(
-            trials, failed=self._failed_keys(), cap=self.options.max_memory_bytes
+        running = sorted(
+            (t for t in trials if t.state == TrialState.RUNNING and keys.CONFIG in t.user_attrs),
+            key=lambda t: t.number,
         )
-        if not complete:
-            return None
-        reach = complete[0].values[0] * (1 - self.options.tie_margin - TIME_SPARE)
         attrs = self.retry.call(lambda: self.study.user_attrs, what="reading the study")
         claims = self.parity_cache.claims
-        seen: set[str] = set()
-        for trial in complete:
-            if trial.values[0] < reach or len(seen) >= self.options.top_k:
-                break
+        for trial in [*self._within_reach(trials), *running]:
             config = LoopConfig.from_dict(trial.user_attrs[keys.CONFIG])
             precision = trial.user_attrs.get(keys.PRECISION)
             key = self.parity_cache.key(config, precision)
-            if key in seen:
-                continue
-            seen.add(key)
             busy = claims is not None and claims.holder(key) is not None
             if key not in attrs and key not in tried and not busy:
                 return key, config, precision, trial.number
         return None
+
+    def _within_reach(self, trials: list[FrozenTrial]) -> list[FrozenTrial]:
+        """The complete trials the final round can reach, one per config, fastest first: up to
+        `top_k`, within the tie margin (and the screen's spare) of the fastest; none outside a
+        screening study, where every complete trial was gated when it ran."""
+        if not self.screening:
+            return []
+        complete = recommendable(
+            trials, failed=self._failed_keys(), cap=self.options.max_memory_bytes
+        )
+        if not complete:
+            return []
+        reach = complete[0].values[0] * (1 - self.options.tie_margin - TIME_SPARE)
+        found: dict[str, FrozenTrial] = {}
+        for trial in complete:
+            if trial.values[0] < reach or len(found) >= self.options.top_k:
+                break
+            found.setdefault(str(trial.user_attrs.get(keys.CONFIG_KEY)), trial)
+        return list(found.values())
 
     def close(self) -> None:
         # The phase times were stored after the last trial and by `decide`: a run that ends

@@ -846,3 +846,42 @@ def test_a_precision_the_device_cannot_run_is_one_error_before_any_study(tmp_pat
         run_json(options(storage, "f8", precision="float8"))
     assert "device is cpu" in str(info.value)
     assert optuna.study.get_all_study_names(storage) == []
+
+
+def test_an_idle_worker_gates_what_the_final_round_can_reach_then_the_running_trials(
+    tmp_path: Path,
+) -> None:
+    """`Search.help_gate`'s order (`_next_to_gate`): the complete trials within the final
+    round's reach, fastest first and one per config, then the trials still running, oldest
+    first; never a config whose verdict is stored, nor one out of reach."""
+    opts = options(sqlite_url(tmp_path), "helping", trials=10, screen="on", tie_margin=0.05)
+    helper = open_search(opts)
+    try:
+        study = helper.study
+
+        def add(config: LoopConfig, value: float | None) -> None:
+            trial = study.ask()
+            trial.set_user_attr(keys.CONFIG, config.to_dict())
+            key = helper.parity_cache.key(config).removeprefix(keys.PARITY_PREFIX)
+            trial.set_user_attr(keys.CONFIG_KEY, key)
+            if value is not None:
+                study.tell(trial, value)
+
+        fast, close, slow, running = (LoopConfig(num_streams=n) for n in (2, 3, 4, 1))
+        add(slow, 50.0)  # beyond the 5 % margin and the screen's spare: out of reach
+        add(close, 97.0)
+        add(fast, 100.0)
+        add(fast, 99.0)  # the same config again: gated once
+        add(running, None)
+        order = []
+        tried: set[str] = set()
+        while (found := helper._next_to_gate(tried)) is not None:
+            tried.add(found[0])
+            order.append(found[1])
+        assert order == [fast, close, running]
+        # A verdict already stored (the finalizer's, another helper's) is not asked again.
+        study.set_user_attr(helper.parity_cache.key(close), {"passed": True})
+        after = helper._next_to_gate({helper.parity_cache.key(fast)})
+        assert after is not None and after[1] == running
+    finally:
+        helper.close()
