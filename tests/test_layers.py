@@ -36,7 +36,7 @@ SEARCH_ROOMS: tuple[tuple[str, ...], ...] = (
     ("gating",),
     ("deciding",),
     ("trials",),
-    ("search", "children"),
+    ("search", "children", "helping"),
     ("study",),
 )
 # What each top-level package must never import.

@@ -152,7 +152,15 @@ def test_a_worker_with_no_trial_left_gates_while_the_others_run(tmp_path: Path) 
     have ended take the gate's parts meanwhile (`tuner.service.gatehelp`), each part once."""
     env = standin_env(3, TUNER_POLL_S="0.3", TUNER_TORCH_THREADS="1")
     flags = (*RUN_FLAGS, "--workload", f"{WORKLOADS}:paced", "--trials", "7", "--screen", "on")
-    _assert_helpers_gated(tmp_path, flags, "3", env)
+    study = _assert_helpers_gated(tmp_path, (*flags, "--profile", "baselines"), "3", env)
+    # Once no trial ran, a helper profiled ahead of the decision (`tuner.search.helping`): a
+    # session that profiled and ran no final round, and the recommendation's profiles were
+    # copied from what the helpers took (no seconds of their own on the study).
+    sessions = [v["phases"] for k, v in study.user_attrs.items() if k.startswith(keys.TIME_PREFIX)]
+    assert [p for p in sessions if p["final_round"] == 0 and p["profile"] > 0], sessions
+    profiles = {k: v for k, v in study.user_attrs.items() if k.startswith(keys.PROFILE_PREFIX)}
+    assert profiles and all("error" not in v for v in profiles.values()), profiles
+    assert any(v.get("seconds") == 0.0 for v in profiles.values()), profiles
 
 
 @pytest.mark.gpu
@@ -173,7 +181,7 @@ def test_on_real_gpus_a_worker_with_no_trial_left_gates_while_the_others_run(
 
 def _assert_helpers_gated(
     tmp_path: Path, flags: tuple[str, ...], gpus: str, env: dict[str, str]
-) -> None:
+) -> optuna.Study:
     storage = sqlite_url(tmp_path)
     out = tuner("run", *flags, "--storage", storage, "--gpus", gpus, "--json", env=env)
     assert out.returncode == 0, out.stderr[-4000:]
@@ -191,3 +199,4 @@ def _assert_helpers_gated(
     claims = {k: v for k, v in attrs.items() if k.startswith("claim/")}
     assert claims and set(claims.values()) == {""}
     assert rec["config"] is not None and rec["parity"]["passed"]
+    return study

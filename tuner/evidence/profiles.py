@@ -95,6 +95,23 @@ def store_profile(
     else:
         name = name or f"trial-{study_or_trial.number}"
         key = TRIAL_ATTR
+    attrs = profile_attrs(study_or_trial, prof, artifact_dir, name=name)
+    study_or_trial.set_user_attr(key, attrs)
+    artifact_id: str | None = attrs["artifact_id"]
+    return artifact_id
+
+
+def profile_attrs(
+    study_or_trial: optuna.Study | optuna.Trial,
+    prof: Profile,
+    artifact_dir: str | os.PathLike[str] | None,
+    *,
+    name: str,
+) -> dict[str, Any]:
+    """What `store_profile` stores, its trace uploaded as an artifact of `study_or_trial` (named
+    after `name`), without setting any attribute: a profile taken ahead of the decision is kept
+    by its config (`tuner.search.deciding.profiling.SharedProfiles`) until the decision names it.
+    """
     attrs = prof.to_attrs() | {
         "verdict": verdict(prof).to_dict(),
         "artifact_id": None,
@@ -117,9 +134,7 @@ def store_profile(
                 encoding="gzip",
             )
         attrs["artifact_file"] = filename
-    study_or_trial.set_user_attr(key, attrs)
-    artifact_id: str | None = attrs["artifact_id"]
-    return artifact_id
+    return attrs
 
 
 def load_trace(artifact_dir: str | os.PathLike[str], artifact_id: str) -> dict[str, Any]:

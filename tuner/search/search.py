@@ -39,11 +39,12 @@ from collections.abc import Callable
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from trainers import LoopConfig
 from tuner.evidence import profiles
 from tuner.evidence.recommendation import Recommendation
+from tuner.search import helping
 from tuner.search.children import open_children
 from tuner.search.deciding import decide, profiling
 from tuner.search.gating.gate import GateVerdict
@@ -78,7 +79,6 @@ from tuner.search.proposing.screen import (
     incumbent,
     judged_against,
     over_cap,
-    recommendable,
     screening,
 )
 from tuner.search.spaces.named import (
@@ -89,9 +89,6 @@ from tuner.search.trials import TrialRunner, begun
 from tuner.store import keys
 from tuner.store import storage as studies
 from tuner.store.phases import PROFILE, study_time
-
-HELP_POLL_S = 2.0
-"""How often a helping worker (`Search.help_gate`) looks for a trial that has just completed."""
 
 
 class Search(TrialRunner):
@@ -168,16 +165,7 @@ class Search(TrialRunner):
             reference=options.precision,
             memo=memo,
         )
-        self.shared_profiles = (
-            None
-            if memo is None
-            else profiling.SharedProfiles(
-                memo,
-                settings=f"{options.profile_steps}x{options.protocol.warmup}",
-                reference=options.precision,
-                retry=self.retry,
-            )
-        )
+        self.shared_profiles = None if memo is None else self._profiles_on(memo)
         known = self.parity_cache.known()
         if known:
             self.progress.phase(
@@ -186,81 +174,38 @@ class Search(TrialRunner):
             )
 
     def share_gate(self, claims: GateClaims) -> None:
-        """Share the gate's work with the other processes of this study (a job's workers):
-        nothing is checked twice at once, and `help_gate` may take part of it."""
+        """Share the gate's work and the profiles with the other processes of this study (a
+        job's workers): nothing is checked or profiled twice at once, and `help_gate` may take
+        part of it. Without a memo the profiles are shared on the study itself."""
         self.parity_cache.claims = claims
+        if self.shared_profiles is None:
+            self.shared_profiles = self._profiles_on(self.study)
+        self.shared_profiles.claims = claims
 
-    def help_gate(self, over: Callable[[], bool], settled: Callable[[], bool]) -> int:
+    def help_gate(
+        self, over: Callable[[], bool], settled: Callable[[], bool], *, wait: bool = True
+    ) -> int:
         """A job's worker with no trial left while the others run theirs or decide: the gate's
-        parts the final round will ask for, run here on this worker's GPU so that the finalizer
-        finds them done (`share_gate`'s claims keep each part on one worker). First the study's
-        envelope, then the complete trials the final round can reach, then the trials still
-        running (`_next_to_gate`). Stops when
-        `over()` (the job ended) or, once `settled()` (no trial runs any more), when nothing is
-        left to check. On a GPU the gate at 1.1B took 155-449 s after the trials, one part after
-        another. Returns how many parts it ran."""
-        ran = int(self.parity_cache.measure_envelope())
-        tried: set[str] = set()
-        while not (over() or self._stop_requested()):
-            done = settled()  # read first: a trial ending meanwhile is looked at next time
-            found = self._next_to_gate(tried)
-            if found is None:
-                if done:
-                    break
-                time.sleep(HELP_POLL_S)
-                continue
-            key, config, precision, number = found
-            tried.add(key)
-            claims = self.parity_cache.claims
-            if claims is not None and not claims.take(key):
-                continue  # another worker took it meanwhile
-            self.progress.phase(f"gate: trial {number}'s config, while the others run or decide")
-            self.parity_cache.check(config, precision)
-            ran += 1
-        self._store_time()
-        return ran
+        parts and the profiles the finalizer will ask for, taken here
+        (`tuner.search.helping.help_job`). Returns how many it took."""
+        try:
+            return helping.help_job(self, over, settled, wait=wait)
+        finally:
+            self._store_time()
 
-    def _next_to_gate(self, tried: set[str]) -> tuple[str, LoopConfig, str | None, int] | None:
-        """The next config to gate here: one whose verdict is not known, not run elsewhere now
-        and not tried here. First the complete trials the final round can reach, fastest first
-        (a screening study defers their gates); then the trials still running, oldest first: a
-        gate needs a config, not its speed, so the last trial's gate need not wait for it to end.
-        On `llama-1b` with 4 GPUs (2026-11-28) the winner was the last trial to end, 70-90 s after
-        three GPUs had nothing left to do, and its gate then ran after it. None: none is left."""
-        trials = self.retry.call(lambda: self.study.get_trials(deepcopy=False), what="reading")
-        running = sorted(
-            (t for t in trials if t.state == TrialState.RUNNING and keys.CONFIG in t.user_attrs),
-            key=lambda t: t.number,
-        )
-        attrs = self.retry.call(lambda: self.study.user_attrs, what="reading the study")
-        claims = self.parity_cache.claims
-        for trial in [*self._within_reach(trials), *running]:
-            config = LoopConfig.from_dict(trial.user_attrs[keys.CONFIG])
-            precision = trial.user_attrs.get(keys.PRECISION)
-            key = self.parity_cache.key(config, precision)
-            busy = claims is not None and claims.holder(key) is not None
-            if key not in attrs and key not in tried and not busy:
-                return key, config, precision, trial.number
-        return None
+    @property
+    def profiler(self) -> profiling.Profiler | None:
+        """This search's profiler (None: profiles off, or none for its kind of run)."""
+        return None if self.options.profile == "none" else self._children.profiler
 
-    def _within_reach(self, trials: list[FrozenTrial]) -> list[FrozenTrial]:
-        """The complete trials the final round can reach, one per config, fastest first: up to
-        `top_k`, within the tie margin (and the screen's spare) of the fastest; none outside a
-        screening study, where every complete trial was gated when it ran."""
-        if not self.screening:
-            return []
-        complete = recommendable(
-            trials, failed=self._failed_keys(), cap=self.options.max_memory_bytes
+    def _profiles_on(self, study: optuna.Study) -> profiling.SharedProfiles:
+        """Profiles kept by config on `study` (the memo, or the job's own study)."""
+        return profiling.SharedProfiles(
+            study,
+            settings=f"{self.options.profile_steps}x{self.options.protocol.warmup}",
+            reference=self.options.precision,
+            retry=self.retry,
         )
-        if not complete:
-            return []
-        reach = complete[0].values[0] * (1 - self.options.tie_margin - TIME_SPARE)
-        found: dict[str, FrozenTrial] = {}
-        for trial in complete:
-            if trial.values[0] < reach or len(found) >= self.options.top_k:
-                break
-            found.setdefault(str(trial.user_attrs.get(keys.CONFIG_KEY)), trial)
-        return list(found.values())
 
     def close(self) -> None:
         # The phase times were stored after the last trial and by `decide`: a run that ends

@@ -107,15 +107,8 @@ class TrialRunner:
     _against: dict[int, Incumbent | None]
 
     def _failed_keys(self) -> set[str]:
-        """The config keys whose cached gate verdict failed (`ParityCache`)."""
-        attrs = self.retry.call(lambda: self.study.user_attrs, what="reading the study")
-        return {
-            key.removeprefix(keys.PARITY_PREFIX)
-            for key, verdict in attrs.items()
-            if key.startswith(keys.PARITY_PREFIX)
-            and isinstance(verdict, dict)
-            and verdict.get("passed") is False
-        }
+        """The config keys whose cached gate verdict failed (`ParityCache.failed`)."""
+        return self.parity_cache.failed()
 
     def _create(self) -> optuna.Trial:
         return self.study.ask()

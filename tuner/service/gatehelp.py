@@ -3,13 +3,10 @@
 On one GPU a 1.1B job spent 155-449 s in the gate after its trials, its parts one after another
 (`docs/benchmarks/README.md`, the held-out rows: reference 37, envelope 99, twin 148, config 51 s
 on `llama-1b`), while with `run --gpus N` the workers whose trials had ended sat idle and the
-finalizer ran the whole gate on its own GPU. Now (`tuner.search.search.Search.help_gate`) a worker
-that finds no trial slot left measures the study's envelope, then gates the complete trials the
-final round can reach, fastest first, while the others run their trials or decide; a contender
-whose envelope another worker is measuring runs its eager twin first and waits for it then
-(`tuner.search.gating.gate.run_parts`). The finalizer finds those verdicts stored, or waits for
-one being checked instead of checking it twice. Every timing comparison stays on the finalizer's
-GPU: a gate compares losses, which do not depend on which GPU of one type ran them.
+finalizer ran the whole gate on its own GPU. Now a worker that finds no trial slot left takes
+what does not compare speeds while the others run their trials or decide
+(`tuner.search.helping`): the envelope, the gates of the contenders and of the trials still
+running, then the profiles. The claims that keep each of those parts on one worker are here.
 
 A claim is a study attribute `CLAIM_PREFIX` + the verdict's or envelope's key holding the
 claiming worker's id ("" once given back). It is taken under the job's slot lock

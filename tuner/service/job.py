@@ -209,14 +209,14 @@ class JobRun:
         self._phase = "gate: helping while the others run"
 
         def over() -> bool:
-            return self._stop is not None or self.worker.store.get(job.id).status in FINISHED
+            if self._stop is not None or self.worker.stopping.is_set():
+                return True
+            return self.worker.store.get(job.id).status in FINISHED
 
-        def settled() -> bool:
-            # A service worker waits for no trial to end: a queued job may need it. One of
-            # `run --gpus N`'s workers serves this job alone, so it stays to gate what ends.
-            return self.worker.only_job is None or slots.count().finished
-
-        return search.help_gate(over, settled) > 0
+        # A service worker waits for no trial to end: a queued job may need it. One of
+        # `run --gpus N`'s workers serves this job alone, so it stays to take what comes.
+        wait = self.worker.only_job is not None
+        return search.help_gate(over, lambda: slots.count().finished, wait=wait) > 0
 
     def _open_job(
         self, job: JobRow, search: Search, budget: float | None

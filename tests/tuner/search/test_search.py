@@ -32,6 +32,7 @@ from tests.tuner.tiny import (
 from trainers import LoopConfig
 from tuner.errors import Interrupted, NoRecommendation, TunerError
 from tuner.evidence import export, reader
+from tuner.search import helping
 from tuner.search.deciding.recommend import CPU_NOTE
 from tuner.search.measuring import artifacts
 from tuner.search.measuring.measure import Protocol
@@ -851,7 +852,7 @@ def test_a_precision_the_device_cannot_run_is_one_error_before_any_study(tmp_pat
 def test_an_idle_worker_gates_what_the_final_round_can_reach_then_the_running_trials(
     tmp_path: Path,
 ) -> None:
-    """`Search.help_gate`'s order (`_next_to_gate`): the complete trials within the final
+    """`Search.help_gate`'s order (`helping.next_to_gate`): the complete trials within the final
     round's reach, fastest first and one per config, then the trials still running, oldest
     first; never a config whose verdict is stored, nor one out of reach."""
     opts = options(sqlite_url(tmp_path), "helping", trials=10, screen="on", tie_margin=0.05)
@@ -875,13 +876,13 @@ def test_an_idle_worker_gates_what_the_final_round_can_reach_then_the_running_tr
         add(running, None)
         order = []
         tried: set[str] = set()
-        while (found := helper._next_to_gate(tried)) is not None:
+        while (found := helping.next_to_gate(helper, tried)) is not None:
             tried.add(found[0])
             order.append(found[1])
         assert order == [fast, close, running]
         # A verdict already stored (the finalizer's, another helper's) is not asked again.
         study.set_user_attr(helper.parity_cache.key(close), {"passed": True})
-        after = helper._next_to_gate({helper.parity_cache.key(fast)})
+        after = helping.next_to_gate(helper, {helper.parity_cache.key(fast)})
         assert after is not None and after[1] == running
     finally:
         helper.close()

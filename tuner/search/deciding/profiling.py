@@ -6,13 +6,20 @@ gate's memo, `tuner.search.gating.memo`): a user's second job on the same model 
 two baselines, and often recommends the same config, as the first. Measured on an H100 (GPT-2 124M,
 the default job at 73b9fe6, `docs/benchmarks/default-job-h100-2026-11-25-gpt2.*`), the warm job
 spent 40 s of its 377 s profiling configs the cold job had profiled minutes before.
+
+The workers of one `--gpus N` job share them the same way, on the job's study when there is no
+memo: a worker with no trial left profiles the baselines and the leading config that passed the
+gate while the finalizer runs the final round (`tuner.search.search.Search.help_gate`), each
+profile claimed once (`GateClaims`), and the finalizer waits for one being taken rather than take
+it again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +32,7 @@ from tuner.evidence.profiles import store_profile
 from tuner.evidence.recommendation import Recommendation
 from tuner.evidence.trace import Profile, profile_config
 from tuner.evidence.verdicts import Verdict, explain, verdict
+from tuner.search.gating.parity import GateClaims
 from tuner.search.options import Retry
 from tuner.search.spaces.space import candidate_key
 from tuner.store.keys import MEMO_PROFILE_PREFIX, PROFILE_ERROR, PROFILE_PREFIX, PROFILE_RECOMMENDED
@@ -75,12 +83,53 @@ class SharedProfiles:
     that study's artifact (the same artifact store where the storage is the same)."""
 
     def __init__(
-        self, memo: optuna.Study, *, settings: str, reference: str | None, retry: Retry
+        self,
+        memo: optuna.Study,
+        *,
+        settings: str,
+        reference: str | None,
+        retry: Retry,
+        claims: GateClaims | None = None,
     ) -> None:
         self.memo = memo
         self.settings = settings
         self.reference = reference
         self.retry = retry
+        self.claims = claims
+        """Set where a job's workers share the study (module doc): who is taking which profile."""
+
+    def known(self, config: LoopConfig, precision: str | None) -> dict[str, Any] | None:
+        """The profile stored, or the one another worker is taking now once it is stored (None:
+        neither, or that worker went without storing it)."""
+        found = self.get(config, precision)
+        claims = self.claims
+        if found is not None or claims is None:
+            return found
+        key = self.key(config, precision)
+        while claims.holder(key) is not None:
+            time.sleep(claims.wait_s)
+            found = self.get(config, precision)
+            if found is not None:
+                return found
+        return self.get(config, precision)
+
+    def take(self, config: LoopConfig, precision: str | None) -> bool:
+        """Claim this profile for this process (always, without claims)."""
+        return self.claims is None or self.claims.take(self.key(config, precision))
+
+    def release(self, config: LoopConfig, precision: str | None) -> None:
+        if self.claims is not None:
+            self.claims.release(self.key(config, precision))
+
+    @contextlib.contextmanager
+    def claimed(self, config: LoopConfig, precision: str | None) -> Iterator[None]:
+        """Hold this profile's claim while it is taken and stored (where it could be taken)."""
+        held = self.take(config, precision)
+        try:
+            yield
+        finally:
+            if held:
+                self.release(config, precision)
 
     def key(self, config: LoopConfig, precision: str | None) -> str:
         candidate = candidate_key(config, precision, self.reference)
@@ -151,7 +200,7 @@ def profile_recommendation(
     for name, config in targets.items():
         # The recommended config in the precision it was chosen in (a study searching them).
         chosen = recommendation.precision if name == PROFILE_RECOMMENDED else None
-        known = shared.get(config, chosen) if shared is not None else None
+        known = shared.known(config, chosen) if shared is not None else None
         if known is not None:
             # Measured by an earlier study of the same inputs: the copy claims no seconds here.
             copy = {**known, "seconds": 0.0}
@@ -166,18 +215,19 @@ def profile_recommendation(
             errors[name] = f"not profiled: {reason}"
             continue
         measured = True
-        try:
-            prof = profiler(config) if chosen is None else profiler(config, precision=chosen)
-        except Exception as exc:  # noqa: BLE001 - recorded; the recommendation stands
-            errors[name] = f"{type(exc).__name__}: {exc}"[:2000]
-            with contextlib.suppress(Exception):
-                study.set_user_attr(f"{PROFILE_PREFIX}{name}", {"error": errors[name]})
-            continue
-        store_profile(study, prof, directory, name=name)
-        verdicts[name] = verdict(prof)
-        if shared is not None:
-            stored = study.user_attrs[f"{PROFILE_PREFIX}{name}"]
-            shared.put(config, chosen, stored, study.study_name)
+        with shared.claimed(config, chosen) if shared is not None else contextlib.nullcontext():
+            try:
+                prof = profiler(config) if chosen is None else profiler(config, precision=chosen)
+            except Exception as exc:  # noqa: BLE001 - recorded; the recommendation stands
+                errors[name] = f"{type(exc).__name__}: {exc}"[:2000]
+                with contextlib.suppress(Exception):
+                    study.set_user_attr(f"{PROFILE_PREFIX}{name}", {"error": errors[name]})
+                continue
+            store_profile(study, prof, directory, name=name)
+            verdicts[name] = verdict(prof)
+            if shared is not None:
+                stored = study.user_attrs[f"{PROFILE_PREFIX}{name}"]
+                shared.put(config, chosen, stored, study.study_name)
     return recommendation.with_evidence(
         verdicts={name: v.to_dict() for name, v in verdicts.items()},
         explanation=explain(recommendation.to_dict(), verdicts),

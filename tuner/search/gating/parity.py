@@ -113,6 +113,16 @@ class ParityCache:
             if self.claims is not None:
                 self.claims.release(attr)
 
+    def failed(self) -> set[str]:
+        """The config keys whose cached verdict failed."""
+        return {
+            key.removeprefix(keys.PARITY_PREFIX)
+            for key, verdict in self._attrs().items()
+            if key.startswith(keys.PARITY_PREFIX)
+            and isinstance(verdict, dict)
+            and verdict.get("passed") is False
+        }
+
     def key(self, config: LoopConfig, precision: str | None = None) -> str:
         """The study attribute of `config`'s verdict in `precision` (None: the study's)."""
         if precision == self.reference:

@@ -2,7 +2,9 @@
 # row of `--gpus 4` against one GPU (bf16 with float8 allowed, the default job), after the
 # workers of a `--gpus N` job began to share the gate (`tuner/service/gatehelp.py`): a worker with
 # no trial left measures the study's envelope and gates the contenders while the others run their
-# trials or decide, and a check whose envelope another worker measures runs its twin first.
+# trials or decide, and a check whose envelope another worker measures runs its twin first; since
+# this queue's first run (which lost its machine before the one-GPU job), they also gate the trials
+# still running and take the profiles ahead of the decision (`tuner/search/helping.py`).
 # The one-GPU job alone took 890 s at dac6cd4 (compile 223, gate 335, measurement 68, final
 # round 72, profiles 155, idle 38). node.py runs the 4-GPU job first, then the one-GPU job.
 # transformer:medium and the data-parallel rows (2026-11-27-node-2.sh) wait for another session:

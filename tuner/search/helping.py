@@ -1,0 +1,168 @@
+"""What a job's worker with no trial left does while the others run theirs or decide.
+
+With `run --gpus N`, the workers whose trials have ended used to sit idle while the finalizer ran
+the gate and the profiles on its own GPU, one after another: on `llama-1b` with 4 H100s
+(2026-11-28, `docs/benchmarks/node-h100-2026-11-28-llama-1b-partial.md`) 666 s of an 884 s job,
+the winner's gate (twin, then its own run), the final round and the profiles in a row. Here such
+a worker takes, on its own GPU, the parts that do not compare speeds:
+1. the study's envelope (its reference included), which every check needs;
+2. the gate of each complete trial the final round can reach, fastest first (a screening study
+   defers them), then of each trial still running, oldest first: a gate needs a config, not its
+   speed, so the last trial's gate need not wait for it to end;
+3. once no trial runs any more: the profiles of the baselines and of the leading config that
+   passed the gate (most often the one recommended), kept by config (`SharedProfiles`) for the
+   finalizer to copy when it profiles after its final round.
+
+Each part is claimed once among the workers (`tuner.search.gating.parity.GateClaims`); the
+finalizer waits for a part another worker holds rather than run it again. Every comparison of
+speeds (trials, the final round) stays on one GPU each: a gate compares losses, and a profile
+says where one config's time goes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from optuna.trial import FrozenTrial, TrialState
+
+from trainers import LoopConfig
+from tuner.evidence.profiles import profile_attrs
+from tuner.search.proposing.predict import TIME_SPARE
+from tuner.search.proposing.screen import recommendable
+from tuner.store import keys
+from tuner.store.phases import PROFILE
+
+if TYPE_CHECKING:
+    from tuner.search.search import Search
+
+POLL_S = 2.0
+"""How often a helping worker looks again for a trial that has just started or ended."""
+
+
+def help_job(
+    search: Search, over: Callable[[], bool], settled: Callable[[], bool], *, wait: bool
+) -> int:
+    """The module doc's parts, in its order, until `over()` (the job ended, or this worker
+    stops) or nothing is left to take: once `settled()` (no trial runs any more), or at once
+    where `wait` is False (a service worker, which a queued job may need, takes what is there
+    and goes). Returns how many parts it took."""
+    taken = int(search.parity_cache.measure_envelope())
+    tried: set[str] = set()
+    while not over():
+        done = settled()  # read first: a trial ending meanwhile is looked at next time
+        gate = next_to_gate(search, tried)
+        if gate is not None:
+            key, config, precision, number = gate
+            tried.add(key)
+            claims = search.parity_cache.claims
+            if claims is not None and not claims.take(key):
+                continue  # another worker took it meanwhile
+            search.progress.phase(f"gate: trial {number}'s config, while the others run or decide")
+            search.parity_cache.check(config, precision)
+            taken += 1
+            continue
+        profile = next_to_profile(search, tried) if done else None
+        if profile is not None:
+            tried.add(profile[0])
+            taken += int(_profile(search, profile[1], profile[2]))
+            continue
+        if done or not wait:
+            break
+        time.sleep(POLL_S)
+    return taken
+
+
+def next_to_gate(search: Search, tried: set[str]) -> tuple[str, LoopConfig, str | None, int] | None:
+    """The next config to gate: one whose verdict is not known, not run elsewhere now and not
+    tried here; first within the final round's reach, then still running (module doc). None:
+    none is left."""
+    trials = search.retry.call(lambda: search.study.get_trials(deepcopy=False), what="reading")
+    running = sorted(
+        (t for t in trials if t.state == TrialState.RUNNING and keys.CONFIG in t.user_attrs),
+        key=lambda t: t.number,
+    )
+    attrs = search.retry.call(lambda: search.study.user_attrs, what="reading the study")
+    claims = search.parity_cache.claims
+    for trial in [*_within_reach(search, trials), *running]:
+        config = LoopConfig.from_dict(trial.user_attrs[keys.CONFIG])
+        precision = trial.user_attrs.get(keys.PRECISION)
+        key = search.parity_cache.key(config, precision)
+        busy = claims is not None and claims.holder(key) is not None
+        if key not in attrs and key not in tried and not busy:
+            return key, config, precision, trial.number
+    return None
+
+
+def _within_reach(search: Search, trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """The complete trials the final round can reach, one per config, fastest first: up to
+    `top_k`, within the tie margin (and the screen's spare) of the fastest; none outside a
+    screening study, where every complete trial was gated when it ran."""
+    if not search.screening:
+        return []
+    options = search.options
+    complete = recommendable(
+        trials, failed=search.parity_cache.failed(), cap=options.max_memory_bytes
+    )
+    if not complete:
+        return []
+    reach = complete[0].values[0] * (1 - options.tie_margin - TIME_SPARE)
+    found: dict[str, FrozenTrial] = {}
+    for trial in complete:
+        if trial.values[0] < reach or len(found) >= options.top_k:
+            break
+        found.setdefault(str(trial.user_attrs.get(keys.CONFIG_KEY)), trial)
+    return list(found.values())
+
+
+def next_to_profile(search: Search, tried: set[str]) -> tuple[str, LoopConfig, str | None] | None:
+    """The next profile to take: a baseline's, then the leading config's once its stored verdict
+    passed (the fastest config that can still be recommended: the gate's failures are left out),
+    each not stored, not being taken elsewhere and not tried here. None: none (or profiles are
+    off, or not shared)."""
+    shared = search.shared_profiles
+    if search.profiler is None or shared is None or shared.claims is None:
+        return None
+    targets: list[tuple[LoopConfig, str | None]] = [
+        (config, None) for config in search.baseline_configs.values()
+    ]
+    trials = search.retry.call(lambda: search.study.get_trials(deepcopy=False), what="reading")
+    ranked = recommendable(
+        trials, failed=search.parity_cache.failed(), cap=search.options.max_memory_bytes
+    )
+    if ranked:
+        config = LoopConfig.from_dict(ranked[0].user_attrs[keys.CONFIG])
+        precision = ranked[0].user_attrs.get(keys.PRECISION)
+        attrs = search.retry.call(lambda: search.study.user_attrs, what="reading the study")
+        if isinstance(attrs.get(search.parity_cache.key(config, precision)), dict):
+            targets.append((config, precision))  # passed: a failed one is not in `ranked`
+    for config, precision in targets:
+        key = shared.key(config, precision)
+        if key in tried or shared.get(config, precision) is not None:
+            continue
+        if shared.claims.holder(key) is None:
+            return key, config, precision
+    return None
+
+
+def _profile(search: Search, config: LoopConfig, precision: str | None) -> bool:
+    """Profile `config` here and keep it by config for the finalizer; whether it was taken (a
+    failure is the finalizer's to meet again, and to record)."""
+    shared, profiler = search.shared_profiles, search.profiler
+    assert shared is not None and profiler is not None  # next_to_profile checked both
+    if shared.claims is not None and shared.claims.holder(shared.key(config, precision)):
+        return False  # another worker took it meanwhile
+    search.progress.phase("profile: ahead of the decision, while the finalizer measures")
+    with shared.claimed(config, precision):
+        try:
+            with search.clock.timing(PROFILE):
+                found = (
+                    profiler(config) if precision is None else profiler(config, precision=precision)
+                )
+                name = f"ahead-{shared.key(config, precision).rsplit('/', 2)[-2]}"
+                attrs = profile_attrs(search.study, found, search.traces, name=name)
+        except Exception:  # noqa: BLE001 - evidence, not a result: the finalizer profiles it
+            return False
+        shared.put(config, precision, attrs, search.study.study_name)
+    return True
