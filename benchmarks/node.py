@@ -91,6 +91,10 @@ def job(args: argparse.Namespace, spec: str, gpus: str, scratch: Path) -> dict[s
             f"{spec} --gpus {gpus} failed ({done.returncode}): {done.stderr[-2000:]}"
         )
     rec = json.loads(done.stdout)
+    # The job's whole answer and its study, kept at once: a machine that goes back before the
+    # record is written leaves them (what each phase waited on, which worker took which part).
+    (args.out / f"node-{preset}-gpus{gpus}-recommendation.json").write_text(done.stdout)
+    shutil.copyfile(folder / "study.db", args.out / f"node-{preset}-gpus{gpus}-study.db")
     sessions = _sessions(f"sqlite:///{folder / 'study.db'}", rec["study"])
     (args.out / f"node-{preset}-gpus{gpus}-sessions.json").write_text(
         json.dumps(sessions, indent=1)

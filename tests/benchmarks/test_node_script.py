@@ -11,9 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import optuna
 import pytest
 
 from tests.tuner.tiny import RUN_FLAGS
+from tuner.store import keys
 
 ROOT = Path(__file__).resolve().parents[2]
 # The job's own flags, less what the script sets itself (workload, preset, device).
@@ -59,3 +61,11 @@ def test_the_node_script_times_both_jobs_and_compares_their_picks(tmp_path: Path
     assert len(list((tmp_path / "node-tiny-gpus2-workers").glob("worker-*.log"))) == 2
     sessions = json.loads((tmp_path / "node-tiny-gpus2-sessions.json").read_text())
     assert len(sessions) >= 2 and all("phases" in s for s in sessions.values())
+    # And each job's answer and study, written as the job ended.
+    for gpus in ("1", "2"):
+        answer = json.loads((tmp_path / f"node-tiny-gpus{gpus}-recommendation.json").read_text())
+        stored = optuna.load_study(
+            study_name=answer["study"],
+            storage=f"sqlite:///{tmp_path}/node-tiny-gpus{gpus}-study.db",
+        )
+        assert keys.RECOMMENDATION in stored.user_attrs

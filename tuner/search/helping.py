@@ -9,9 +9,11 @@ a worker takes, on its own GPU, the parts that do not compare speeds:
 2. the gate of each complete trial the final round can reach, fastest first (a screening study
    defers them), then of each trial still running, oldest first: a gate needs a config, not its
    speed, so the last trial's gate need not wait for it to end;
-3. once no trial runs any more: the profiles of the baselines and of the leading config that
-   passed the gate (most often the one recommended), kept by config (`SharedProfiles`) for the
-   finalizer to copy when it profiles after its final round.
+3. the profiles of the baselines, and once no trial runs any more, of the leading config whose
+   gate has not failed (most often the one recommended; its verdict may still be on its way),
+   kept by config (`SharedProfiles`) for the finalizer to copy when it profiles after its final
+   round. On 4 H100s (`llama-1b`, 2026-11-28, d1073e1) the leader's profile waited for its gate
+   and ended about 100 s after the final round did.
 
 Each part is claimed once among the workers (`tuner.search.gating.parity.GateClaims`); the
 finalizer waits for a part another worker holds rather than run it again. Every comparison of
@@ -63,7 +65,7 @@ def help_job(
             search.parity_cache.check(config, precision)
             taken += 1
             continue
-        profile = next_to_profile(search, tried) if done else None
+        profile = next_to_profile(search, tried, leader=done)
         if profile is not None:
             tried.add(profile[0])
             taken += int(_profile(search, profile[1], profile[2]))
@@ -116,11 +118,14 @@ def _within_reach(search: Search, trials: list[FrozenTrial]) -> list[FrozenTrial
     return list(found.values())
 
 
-def next_to_profile(search: Search, tried: set[str]) -> tuple[str, LoopConfig, str | None] | None:
-    """The next profile to take: a baseline's, then the leading config's once its stored verdict
-    passed (the fastest config that can still be recommended: the gate's failures are left out),
-    each not stored, not being taken elsewhere and not tried here. None: none (or profiles are
-    off, or not shared)."""
+def next_to_profile(
+    search: Search, tried: set[str], *, leader: bool
+) -> tuple[str, LoopConfig, str | None] | None:
+    """The next profile to take: a baseline's, then (with `leader`: no trial runs any more, so
+    the leader is the final one) the leading config's (the fastest config that can still be
+    recommended: a config whose gate failed is left out, one whose verdict is not known yet is
+    not), each not stored, not being taken elsewhere and not tried here. None: none (or
+    profiles are off, or not shared)."""
     shared = search.shared_profiles
     if search.profiler is None or shared is None or shared.claims is None:
         return None
@@ -131,12 +136,11 @@ def next_to_profile(search: Search, tried: set[str]) -> tuple[str, LoopConfig, s
     ranked = recommendable(
         trials, failed=search.parity_cache.failed(), cap=search.options.max_memory_bytes
     )
-    if ranked:
+    if leader and ranked:
+        # Not waiting for its verdict: a profile compares no speeds and changes no decision,
+        # and the GPU would be idle; if the gate fails it, the finalizer asks for another.
         config = LoopConfig.from_dict(ranked[0].user_attrs[keys.CONFIG])
-        precision = ranked[0].user_attrs.get(keys.PRECISION)
-        attrs = search.retry.call(lambda: search.study.user_attrs, what="reading the study")
-        if isinstance(attrs.get(search.parity_cache.key(config, precision)), dict):
-            targets.append((config, precision))  # passed: a failed one is not in `ranked`
+        targets.append((config, ranked[0].user_attrs.get(keys.PRECISION)))
     for config, precision in targets:
         key = shared.key(config, precision)
         if key in tried or shared.get(config, precision) is not None:

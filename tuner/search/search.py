@@ -320,19 +320,19 @@ class Search(TrialRunner):
     def decide(self) -> Recommendation:
         """The final round, the profiles, and the recommendation stored on the study, with the
         time each phase of the study took so far."""
-        self.revive()
+        early = self._gated_elsewhere()
+        if early is None:
+            self.revive()
         self.progress.phase("final round: top configs and baselines, interleaved")
-        recommendation = decide.final_round(
-            self.study,
-            self.measurer,
-            self.options,
-            progress=self.progress,
-            baselines=self.baseline_configs,
-            parity=self.parity,
-            clock=self.clock,
-            # What the screen would prune now does not enter: at 1B each entry is a compile.
-            behind=self.options.tie_margin + TIME_SPARE if self.screening else None,
-        )
+        recommendation = self._final_round()
+        if early is not None and (self.revive() > 0 or self.leader() != early):
+            # The leader did not hold the gate: what the final round measured is not what it
+            # would have measured after the verdict, so it runs again (as one process would).
+            self.progress.phase(
+                f"final round again: trial {early[0]}, measured while another worker gated it, "
+                "did not hold the gate"
+            )
+            recommendation = self._final_round()
         if self.options.profile != "none" and self._children.profiler is not None:
             recommendation = self._profile(recommendation)
         # What this process compiled, for a job on another machine
@@ -351,6 +351,44 @@ class Search(TrialRunner):
             self._store_attr(keys.FINALIZER, self.owner)
         self._store_attr(keys.RECOMMENDATION, recommendation.to_dict())
         return recommendation
+
+    def _final_round(self) -> Recommendation:
+        return decide.final_round(
+            self.study,
+            self.measurer,
+            self.options,
+            progress=self.progress,
+            baselines=self.baseline_configs,
+            parity=self.parity,
+            clock=self.clock,
+            # What the screen would prune now does not enter: at 1B each entry is a compile.
+            behind=self.options.tie_margin + TIME_SPARE if self.screening else None,
+        )
+
+    def leader(self) -> tuple[int, str] | None:
+        """The incumbent trial (`screen.incumbent`) and its verdict's key (None: none)."""
+        trials = self.study.get_trials(deepcopy=False)
+        best = incumbent(trials, failed=self._failed_keys(), cap=self.options.max_memory_bytes)
+        if best is None:
+            return None
+        found = next(t for t in trials if t.number == best.trial)
+        config = LoopConfig.from_dict(found.user_attrs[keys.CONFIG])
+        return best.trial, self.parity_cache.key(config, found.user_attrs.get(keys.PRECISION))
+
+    def _gated_elsewhere(self) -> tuple[int, str] | None:
+        """The leader (`leader`), where another worker of a job is gating it now (None: no
+        such worker, or no screening, where every trial was gated as it ran). The final round
+        then measures while that gate runs instead of waiting for it: on 4 H100s (`llama-1b`,
+        2026-11-28, d1073e1) the finalizer waited about 120 s for the leader's gate on another
+        GPU, then ran its final round for about 120 s. The verdicts are read after the round
+        (`decide`, and `final_round` asks for them after its first round)."""
+        claims = self.parity_cache.claims
+        if not self.screening or claims is None:
+            return None
+        leader = self.leader()
+        if leader is None or claims.holder(leader[1]) is None:
+            return None
+        return leader
 
     def _profile(self, recommendation: Recommendation) -> Recommendation:
         """The profiles after deciding (`profiling.profile_recommendation`), each one left out

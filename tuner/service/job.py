@@ -101,6 +101,27 @@ class JobRun:
         self.worker = worker
         self._stop: str | None = None
         self._phase: str | None = None
+        self._prepared: tuple[str, Search, float | None] | None = None
+        """A job's search opened before this worker was a member of it (`prepare`)."""
+
+    @property
+    def prepared_for(self) -> str | None:
+        return None if self._prepared is None else self._prepared[0]
+
+    def prepare(self, job: JobRow) -> None:
+        """Open `job`'s search before joining it, while its claimer opens the study (a worker
+        of `run --gpus N`, `Worker.run_once`): on 4 H100s (`llama-1b`, 2026-11-28) the workers
+        joined as the job opened and then spent 20-26 s opening their search, so the last trial
+        started 33 s after the first. Raises what opening raises (the caller drops it: joining
+        opens again and meets the error where a job records it)."""
+        if self._prepared is None:
+            self._prepared = (job.id, *self._open_search(job))
+
+    def discard(self) -> None:
+        """Close a prepared search that no membership took."""
+        if self._prepared is not None:
+            self._prepared[1].close()
+            self._prepared = None
 
     def should_stop(self) -> bool:
         return self._stop is not None or self.worker.stopping.is_set()
@@ -116,6 +137,7 @@ class JobRun:
         try:
             return self._execute(job, claimed=claimed)
         finally:
+            self.discard()  # prepared for this job, but it ended before a search was needed
             done.set()
             beat.join()
             self._leave(job)
@@ -130,7 +152,7 @@ class JobRun:
             return True
         search: Search | None = None
         try:
-            search, budget = self._open_search(job)
+            search, budget = self._take_prepared(job) or self._open_search(job)
             deadline = job.deadline_at
             if claimed:
                 opened = self._open_job(job, search, budget)
@@ -201,6 +223,15 @@ class JobRun:
             job=True,
         )
         return search, budget
+
+    def _take_prepared(self, job: JobRow) -> tuple[Search, float | None] | None:
+        prepared, self._prepared = self._prepared, None
+        if prepared is None:
+            return None
+        if prepared[0] != job.id:
+            prepared[1].close()
+            return None
+        return prepared[1], prepared[2]
 
     def _help(self, job: JobRow, search: Search, slots: JobSlots) -> bool:
         """No trial left for this worker, and another runs trials or the final round: take the

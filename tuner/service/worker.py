@@ -41,6 +41,7 @@ that started the worker gone) stops the running trial the same way; the worker l
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -121,6 +122,7 @@ class Worker:
         )
         self._started = False
         self._run: JobRun | None = None  # the job this worker is a member of, if any
+        self._ready: JobRun | None = None  # the one job's search, opened before joining it
         # Monotonic time since which the database has answered (None: it is away now).
         self._db_ok_since: float | None = -math.inf
         if settings.torch_threads is not None:
@@ -143,6 +145,9 @@ class Worker:
 
     def close(self) -> None:
         """Give the GPU lease back and remove the worker's row (and so its memberships)."""
+        if self._ready is not None:
+            self._ready.discard()
+            self._ready = None
         if not self._started:
             return
         try:
@@ -218,7 +223,40 @@ class Worker:
                 )
                 if self._member_of(job, claimed=False):
                     return True
+        if self.only_job is not None and not joinable:
+            self._prepare_only_job()
         return False
+
+    def _prepare_only_job(self) -> None:
+        """A worker of `run --gpus N` whose job another worker claimed and is opening: open this
+        worker's search of it meanwhile (`JobRun.prepare`), heartbeats going, once."""
+        if self._ready is not None:
+            return
+        try:
+            row = self.store.get(self.only_job or "")
+        except JobNotFound:
+            return
+        if row.status != "running" or row.stage is not None or row.device not in self.devices:
+            return  # not claimed yet, or open already (then not joinable here: nothing to do)
+        ready = JobRun(self)
+        done = threading.Event()
+        beat = threading.Thread(target=self._beat_until, args=(done,), daemon=True)
+        beat.start()
+        try:
+            ready.prepare(row)
+        except Exception as exc:  # noqa: BLE001 - joining opens it again and records the error
+            log.info("job %s: not opened ahead (%s)", row.id, type(exc).__name__)
+            ready.discard()
+            return
+        finally:
+            done.set()
+            beat.join()
+        self._ready = ready
+
+    def _beat_until(self, done: threading.Event) -> None:
+        while not done.wait(self.settings.heartbeat_s):
+            with contextlib.suppress(sqlalchemy.exc.SQLAlchemyError):
+                self._beat_idle()
 
     def shutdown(self) -> None:
         self.stopping.set()
@@ -275,7 +313,10 @@ class Worker:
             self.fail_orphans(job_id)
 
     def _member_of(self, job: JobRow, *, claimed: bool) -> bool:
-        self._run = JobRun(self)
+        ready, self._ready = self._ready, None
+        self._run = ready if ready is not None and ready.prepared_for == job.id else JobRun(self)
+        if ready is not None and ready is not self._run:
+            ready.discard()
         try:
             return self._run.member_of(job, claimed=claimed)
         finally:

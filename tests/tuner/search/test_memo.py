@@ -4,6 +4,9 @@ user's own workload, a check that raised, or `TUNER_GATE_MEMO=off` share nothing
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ from tuner.store import storage as studies
 from tuner.store.phases import GATE_PHASES, study_time
 
 CPU = trainers.fingerprint(trainers.resolve_device("cpu"))
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)
@@ -217,3 +221,33 @@ def test_other_profile_settings_profile_again(tmp_path: Path) -> None:
     # Its own profiles only (a recommendation that is a baseline is that baseline's copy).
     origins = {v.get("shared_from") for v in _profiles(load(url, "second")).values()}
     assert origins <= {None, "second"} and None in origins
+
+
+def test_processes_on_other_gpus_of_one_model_share_one_memo() -> None:
+    """Each worker of `run --gpus N` sees one GPU through its own `CUDA_VISIBLE_DEVICES`: the
+    same memo for all of them (and for a one-GPU job), while a variable that changes what a run
+    computes still makes another. Each process reads its environment as it starts."""
+    code = (
+        "import trainers\n"
+        "from tests.tuner.tiny import options\n"
+        "from tuner.search.gating.memo import memo_name\n"
+        "fp = trainers.fingerprint(trainers.resolve_device('cpu'))\n"
+        "print(memo_name(options('sqlite://', 's'), fp))\n"
+    )
+
+    def name(**env: str) -> str:
+        plain = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES",)}
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            env=plain | {MEMO_ENV: "on"} | env,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            check=True,
+        )
+        return done.stdout.strip().splitlines()[-1]
+
+    first = name(CUDA_VISIBLE_DEVICES="0")
+    assert first.startswith(keys.MEMO_PREFIX)
+    assert name(CUDA_VISIBLE_DEVICES="3") == first == name()
+    assert name(CUDA_VISIBLE_DEVICES="1", CUBLAS_WORKSPACE_CONFIG=":16:8") != first

@@ -15,7 +15,7 @@ import torch
 from fastapi.testclient import TestClient
 from optuna.trial import TrialState
 
-from tests.api.conftest import EXPLICIT_SPACE, Finished, make_app, make_worker
+from tests.api.conftest import EXPLICIT_SPACE, SMALL, Finished, make_app, make_worker
 from tests.api.helpers import ADMIN_AUTH, AUTH, TINY_JOB, wait_for
 from trainers import LoopConfig
 from tuner.errors import Interrupted, Stopped, TunerError
@@ -465,3 +465,28 @@ def test_a_worker_profiles_as_its_settings_say(
     monkeypatch.setenv("TUNER_PROFILE", "sometimes")
     with pytest.raises(ValueError, match="profile"):
         WorkerSettings()
+
+
+def test_a_gpus_worker_opens_its_search_while_the_claimer_opens_the_job(storage: str) -> None:
+    """A worker of `run --gpus N` (`only_job`) whose job another worker has claimed but not
+    opened for trials yet opens its own search of it meanwhile, and runs its trials with that
+    search once it joins (`Worker._prepare_only_job`, `JobRun.prepare`)."""
+    store = JobStore(storage)
+    job = store.create(JobSpec(**(TINY_JOB | {"trials": 2})), owner="me")
+    claimer = make_worker(storage)
+    claimer.start()
+    assert store.claim(claimer.id, devices=("cpu",), job=job.id) is not None
+    joiner = Worker(WorkerSettings(**({"storage": storage} | SMALL)), job=job.id)
+    try:
+        assert not joiner.run_once()  # claimed, not open: nothing to join yet
+        ready = joiner._ready
+        assert ready is not None and ready.prepared_for == job.id
+        prepared = ready._prepared[1] if ready._prepared else None
+        assert prepared is not None and prepared.study.study_name == job.study
+        assert not joiner.run_once() and joiner._ready is ready  # opened once, not again
+        assert store.open_trials(job.id, claimer.id, hardware="cpu", deadline=None)
+        assert joiner.run_once()  # joined: its trials ran on the search it had opened
+        assert prepared.done == 2 and joiner._ready is None
+    finally:
+        joiner.close()
+        claimer.close()

@@ -229,7 +229,7 @@ def _measure_rounds(
         setup=dict.fromkeys(names, 0.0),
     )
     running = list(entries)
-    before = None if searched is None else _settled(running, searched, options, parity, precisions)
+    before = None
     for round_index in range(options.final_rounds):
         for name, config in running:
             progress.phase(f"final round {round_index + 1}/{options.final_rounds}: {name}")
@@ -247,6 +247,11 @@ def _measure_rounds(
                 compile_s = float(outcome.compile.get("compile_s") or 0.0)
                 rounds.setup[name] = max(rounds.setup[name], compile_s)
         if round_index + 1 < options.final_rounds:
+            if round_index == 0 and searched is not None:
+                # The decision before the first round, asked after it: it needs the entries'
+                # verdicts, which another worker of a job may still be running, and the round's
+                # measurements need none (`Search.decide`). Same entries, same answer.
+                before = _settled(list(entries), searched, options, parity, precisions)
             running = _still_tying(
                 running, rounds, options, baselines, parity, round_index + 1, precisions
             )

@@ -8,8 +8,9 @@ the default job at 73b9fe6, `docs/benchmarks/default-job-h100-2026-11-25-gpt2.*`
 spent 40 s of its 377 s profiling configs the cold job had profiled minutes before.
 
 The workers of one `--gpus N` job share them the same way, on the job's study when there is no
-memo: a worker with no trial left profiles the baselines and the leading config that passed the
-gate while the finalizer runs the final round (`tuner.search.search.Search.help_gate`), each
+memo: a worker with no trial left profiles the baselines, and once no trial runs the leading
+config whose gate has not failed, while the finalizer runs the final round
+(`tuner.search.search.Search.help_gate`), each
 profile claimed once (`GateClaims`), and the finalizer waits for one being taken rather than take
 it again.
 """

@@ -117,11 +117,20 @@ def _library_versions() -> dict[str, str | None]:
     return versions
 
 
+_WHICH_DEVICE = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+"""Which GPU a process sees, not what it computes (the fingerprint names the GPU's model): each
+worker of `run --gpus N` sees its own (`tuner.service.pool`), and with these in the key each
+had a memo of its own, so the finalizer did not find the profiles its helpers had taken (on 4
+H100s, `llama-1b`, 2026-11-28: 139 s profiling again) and no later job found their verdicts."""
+
+
 def _environment() -> dict[str, str]:
     return {
         k: v
         for k, v in sorted(os.environ.items())
-        if k.startswith(_ENV_PREFIXES) and not k.endswith(("CACHE_DIR", "_CACHE"))
+        if k.startswith(_ENV_PREFIXES)
+        and not k.endswith(("CACHE_DIR", "_CACHE"))
+        and k not in _WHICH_DEVICE
     }
 
 

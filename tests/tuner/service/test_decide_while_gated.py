@@ -1,0 +1,179 @@
+"""A job's finalizer and its helpers on one study (`tuner.search.search.Search.decide`,
+`tuner.search.helping`): real job rows and claims (`tuner.service.gatehelp.JobClaims`) in SQLite
+and PostgreSQL, a real screening search of the tiny workload on the CPU; the other worker is a
+thread holding its claims as another process would."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import pg_listening
+from tests.tuner.tiny import options
+from trainers import LoopConfig
+from trainers.gate.verdict import ParityVerdict
+from tuner.search import helping
+from tuner.search.gating.gate import GateVerdict
+from tuner.search.options import LocalSlots, Quiet
+from tuner.search.search import Search
+from tuner.search.study import open_search
+from tuner.service.gatehelp import JobClaims
+from tuner.service.jobstore import JobStore
+from tuner.service.spec import JobSpec
+from tuner.store import keys
+from tuner.store.retry import Backoff
+
+TINY = {"workload": "mlp", "preset": "tiny", "trials": 4, "device": "cpu"}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/jobs.db"
+    if not pg_listening():
+        pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
+    return str(request.getfixturevalue("pg_url"))
+
+
+class _Phases(Quiet):
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, str]] = []
+
+    def phase(self, text: str) -> None:
+        self.seen.append((time.monotonic(), text))
+
+    def first(self, prefix: str) -> float | None:
+        return next((at for at, text in self.seen if text.startswith(prefix)), None)
+
+
+def _claims(store: JobStore, job: str, search: Search, worker: str) -> JobClaims:
+    claims = JobClaims(
+        store,
+        search.study,
+        job_id=job,
+        worker=worker,
+        alive=lambda: store.live_workers(60.0),
+        hold_s=30.0,
+        backoff=Backoff(base_s=0.01, max_s=0.1),
+    )
+    claims.wait_s = 0.05
+    return claims
+
+
+@pytest.fixture
+def searched(url: str) -> Iterator[tuple[JobStore, str, Search, _Phases]]:
+    """A job of two workers ("finalizer", "helper") whose finalizer ran every trial of a
+    screening search (so no trial is gated yet), sharing the gate through the job's claims."""
+    store = JobStore(url)
+    for name in ("finalizer", "helper"):
+        store.register_worker(name, host="h", pid=1, device="cpu")
+    job = store.create(JobSpec(**TINY), owner="me")
+    store.claim("finalizer", devices=("cpu",))
+    assert store.open_trials(job.id, "finalizer", hardware="cpu", deadline=None)
+    assert store.join(job.id, "helper", max_members=None)
+    phases = _Phases()
+    opts = options(url, job.study, trials=4, screen="on", sampler="tpe", seed=3)
+    search = open_search(opts, progress=phases)
+    search.share_gate(_claims(store, job.id, search, "finalizer"))
+    try:
+        search.run_trials(LocalSlots(4))
+        yield store, job.id, search, phases
+    finally:
+        search.close()
+
+
+def _planted(passed: bool) -> dict[str, object]:
+    return GateVerdict(
+        verdict=ParityVerdict(
+            passed=passed,
+            exact_required=False,
+            tolerance=0.0,
+            steps=4,
+            max_abs_deviation=0.0 if passed else 1.0,
+            max_rel_deviation=0.0 if passed else 1.0,
+            first_diverging_step=None if passed else 0,
+            reason="planted by the test",
+        )
+    ).to_dict()
+
+
+@pytest.mark.parametrize("passes", [True, False])
+def test_the_final_round_measures_while_another_worker_gates_the_leader(
+    searched: tuple[JobStore, str, Search, _Phases], passes: bool
+) -> None:
+    store, job, search, phases = searched
+    leader = search.leader()
+    assert leader is not None and leader[1] not in search.study.user_attrs  # not gated yet
+    number, key = leader
+    other = _claims(store, job, search, "helper")
+    assert other.take(key)  # the helper is gating the leader
+    stored: list[float] = []
+
+    def helper() -> None:
+        # The verdict comes once the finalizer has measured (or after 30 s: a finalizer that
+        # waits for it first fails the assertion below instead of hanging).
+        deadline = time.monotonic() + 30
+        while phases.first("final round 1/") is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        stored.append(time.monotonic())
+        search.study.set_user_attr(key, _planted(passes))
+        other.release(key)
+
+    thread = threading.Thread(target=helper)
+    thread.start()
+    recommendation = search.decide()
+    thread.join()
+    measured = phases.first("final round 1/")
+    assert measured is not None and measured < stored[0]  # measured before the verdict came
+    again = phases.first("final round again")
+    leading = search.study.trials[number].user_attrs[keys.CONFIG]
+    if passes:
+        assert again is None
+        assert search.study.user_attrs[key]["reason"] == "planted by the test"  # not re-run
+    else:
+        # The leader failed: the final round ran again on what leads now, and the failed
+        # config is not the answer.
+        assert again is not None and again > stored[0]
+        assert search.leader() != leader
+        assert recommendation.config != leading
+
+
+def test_a_helper_profiles_the_baselines_while_trials_run_and_the_leader_before_its_verdict(
+    url: str, tmp_path: Path
+) -> None:
+    store = JobStore(url)
+    store.register_worker("helper", host="h", pid=1, device="cpu")
+    job = store.create(JobSpec(**TINY), owner="me")
+    store.claim("helper", devices=("cpu",))
+    assert store.open_trials(job.id, "helper", hardware="cpu", deadline=None)
+    opts = options(url, job.study, trials=3, screen="on", profile="baselines")
+    search = open_search(opts)
+    try:
+        search.share_gate(_claims(store, job.id, search, "helper"))
+        search.run_trials(LocalSlots(3))
+        shared = search.shared_profiles
+        assert shared is not None and search.profiler is not None
+        # While trials still run: the baselines, and not the leader (it may change).
+        ahead = []
+        tried: set[str] = set()
+        while (found := helping.next_to_profile(search, tried, leader=False)) is not None:
+            tried.add(found[0])
+            ahead.append(found[1])
+        assert ahead == list(search.baseline_configs.values())
+        # Once none runs: the leader too, its verdict not known yet.
+        leader = search.leader()
+        assert leader is not None and leader[1] not in search.study.user_attrs
+        found = helping.next_to_profile(search, tried, leader=True)
+        config = LoopConfig.from_dict(search.study.trials[leader[0]].user_attrs[keys.CONFIG])
+        assert found is not None and found[1] == config
+        # A leader whose gate failed is not profiled: the next one is.
+        search.study.set_user_attr(leader[1], _planted(False))
+        after = helping.next_to_profile(search, tried, leader=True)
+        assert after is None or after[1] != config
+    finally:
+        search.close()
