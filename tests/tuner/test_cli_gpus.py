@@ -176,7 +176,13 @@ def test_on_real_gpus_a_worker_with_no_trial_left_gates_while_the_others_run(
         *("--workload", "transformer", "--preset", "tiny", "--device", "cuda", "--trials", "8"),
         *("--screen", "on", "--warmup", "2", "--windows", "2", "--window-steps", "5"),
     )
-    _assert_helpers_gated(tmp_path, flags, "all", env | {"TUNER_GATE_MEMO": "off"})
+    # With the gate's memo on, as a user's job runs: the helpers' profiles are kept there, and
+    # each worker sees its own GPU through CUDA_VISIBLE_DEVICES, which the memo's key leaves out
+    # (on 4 H100s at d1073e1 each worker had a memo of its own, and the finalizer profiled again).
+    study = _assert_helpers_gated(tmp_path, (*flags, "--profile", "baselines"), "all", env)
+    profiles = {k: v for k, v in study.user_attrs.items() if k.startswith(keys.PROFILE_PREFIX)}
+    assert profiles and all("error" not in v for v in profiles.values()), profiles
+    assert any(v.get("seconds") == 0.0 for v in profiles.values()), profiles
 
 
 def _assert_helpers_gated(

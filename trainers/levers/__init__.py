@@ -120,3 +120,7 @@ __all__ = [
     "registered",
     "unregister",
 ]
+
+# The lever modules: each registers its lever in the table as it is imported (the docstring's
+# "How to add a lever").
+from trainers.levers import attention  # noqa: F401  (registers `attention`)

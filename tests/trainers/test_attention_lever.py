@@ -1,0 +1,113 @@
+"""The `attention` lever (`trainers/levers/attention.py`), declared in its module alone: what
+LoopConfig, the API, `--fix`, the spaces and a run make of it on this machine's CPU, and on a
+GPU that the forward runs under the backend it forces."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from api.schemas.jobs import job_model
+from trainers import LEVERS, ConfigError, LoopConfig, RunArgs, invalid_reason, load_workload, run
+from tuner.errors import SpaceError
+from tuner.search.spaces.named import load_space
+from tuner.search.spaces.pins import parse_fix
+from tuner.search.spaces.space import config_key
+
+
+def test_it_is_declared_once_and_validated_by_loop_config() -> None:
+    lever = LEVERS["attention"]
+    assert lever.values() == ("default", "cudnn", "flash") and lever.default == "default"
+    assert LoopConfig().get("attention") == "default"
+    assert LoopConfig.from_dict({"attention": "flash"}).to_dict()["attention"] == "flash"
+    with pytest.raises(ConfigError, match="attention='math' is invalid: allowed one of default"):
+        LoopConfig.from_dict({"attention": "math"})
+    # A stored config keeps its key: the lever at its default is left out of it.
+    assert config_key(LoopConfig()) == "53b15d1b156a"
+    assert config_key(LoopConfig().replace(attention="cudnn")) != "53b15d1b156a"
+
+
+@pytest.mark.parametrize("value", ["cudnn", "flash"])
+def test_a_forced_kernel_is_refused_on_a_cpu_in_one_line(value: str) -> None:
+    assert invalid_reason({"attention": value}, device_type="cuda") is None
+    reason = str(invalid_reason({"attention": value}, device_type="cpu"))
+    assert reason == f"attention={value!r} is a CUDA kernel, and this run is on cpu"
+    with pytest.raises(SpaceError, match="attention"):
+        load_space("full", fix=(f"attention={value}",), cuda=False)
+    workload = load_workload("mlp", "tiny", seed=0)
+    with pytest.raises(Exception, match="is a CUDA kernel"):
+        run(
+            workload,
+            LoopConfig.from_dict({"attention": value}),
+            RunArgs(steps=2, windows=1, device="cpu"),
+        )
+
+
+def test_the_api_and_the_cli_take_the_same_values() -> None:
+    for value, allowed in (("cudnn", True), ("flash", True), ("math", False), ("CUDNN", False)):
+        try:
+            job_model().model_validate(
+                {"workload": "mlp", "preset": "tiny", "fix": {"attention": value}}
+            )
+            api = True
+        except ValidationError:
+            api = False
+        try:
+            parse_fix([f"attention={value}"])
+            cli = True
+        except SpaceError:
+            cli = False
+        assert api is cli is allowed, value
+
+
+def test_no_space_searches_it_yet_and_a_fix_pins_it_on_a_gpu() -> None:
+    for name in ("full", "scale"):
+        space = load_space(name)
+        assert "attention" not in space.params, name
+    pinned = load_space("full", fix=("attention=cudnn",))
+    assert pinned.fixed["attention"] == "cudnn"
+    assert all(c.get("attention") == "cudnn" for c in (pinned.config_from_params(_firsts(pinned)),))
+
+
+def _firsts(space: object) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for field, spec in space.params.items():  # type: ignore[attr-defined]
+        out[field] = spec.values[0] if hasattr(spec, "values") else spec.low
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize(
+    ("value", "enabled"),
+    [
+        ("cudnn", torch.backends.cuda.cudnn_sdp_enabled),
+        ("flash", torch.backends.cuda.flash_sdp_enabled),
+    ],
+)
+def test_on_a_gpu_each_forward_runs_with_only_the_forced_backend(
+    value: str, enabled: object
+) -> None:
+    workload = load_workload("mlp", "tiny", seed=0)
+    seen: list[tuple[bool, bool]] = []
+
+    def hook(module: torch.nn.Module, inputs: object) -> None:
+        others = (
+            torch.backends.cuda.mem_efficient_sdp_enabled()
+            or torch.backends.cuda.math_sdp_enabled()
+        )
+        seen.append((bool(enabled()), others))  # type: ignore[operator]
+
+    handle = workload.model.register_forward_pre_hook(hook)
+    try:
+        result = run(
+            workload,
+            LoopConfig.from_dict({"attention": value}),
+            RunArgs(steps=2, warmup=1, windows=1),
+        )
+    finally:
+        handle.remove()
+    assert all(torch.isfinite(torch.tensor(result.losses)))
+    # The run's 3 forwards (1 warm-up, 2 timed) each saw the forced backend on, the others off.
+    assert seen[-3:] == [(True, False)] * 3
