@@ -9,8 +9,8 @@ a worker takes, on its own GPU, the parts that do not compare speeds:
 2. the gate of each complete trial the final round can reach, fastest first (a screening study
    defers them), then of each trial still running, oldest first: a gate needs a config, not its
    speed, so the last trial's gate need not wait for it to end;
-3. the profiles of the baselines, and once no trial runs any more, of the leading config whose
-   gate has not failed (most often the one recommended; its verdict may still be on its way),
+3. the profiles of the baselines, and once no trial runs any more, first of the leading config
+   whose gate has not failed (most often the one recommended; its verdict may still be on its way),
    kept by config (`SharedProfiles`) for the finalizer to copy when it profiles after its final
    round. On 4 H100s (`llama-1b`, 2026-11-28, d1073e1) the leader's profile waited for its gate
    and ended about 100 s after the final round did.
@@ -121,11 +121,13 @@ def _within_reach(search: Search, trials: list[FrozenTrial]) -> list[FrozenTrial
 def next_to_profile(
     search: Search, tried: set[str], *, leader: bool
 ) -> tuple[str, LoopConfig, str | None] | None:
-    """The next profile to take: a baseline's, then (with `leader`: no trial runs any more, so
-    the leader is the final one) the leading config's (the fastest config that can still be
-    recommended: a config whose gate failed is left out, one whose verdict is not known yet is
-    not), each not stored, not being taken elsewhere and not tried here. None: none (or
-    profiles are off, or not shared)."""
+    """The next profile to take: with `leader` (no trial runs any more, so the leader is the
+    final one) the leading config's first (the fastest config that can still be recommended: a
+    config whose gate failed is left out, one whose verdict is not known yet is not), then a
+    baseline's; each not stored, not being taken elsewhere and not tried here. None: none (or
+    profiles are off, or not shared). The leader's goes first: it is the longest (169 s at
+    `llama-1b`, 2026-11-28) and the last to become known, while the baselines' can be taken
+    during the trials."""
     shared = search.shared_profiles
     if search.profiler is None or shared is None or shared.claims is None:
         return None
@@ -140,7 +142,7 @@ def next_to_profile(
         # Not waiting for its verdict: a profile compares no speeds and changes no decision,
         # and the GPU would be idle; if the gate fails it, the finalizer asks for another.
         config = LoopConfig.from_dict(ranked[0].user_attrs[keys.CONFIG])
-        targets.append((config, ranked[0].user_attrs.get(keys.PRECISION)))
+        targets.insert(0, (config, ranked[0].user_attrs.get(keys.PRECISION)))
     for config, precision in targets:
         key = shared.key(config, precision)
         if key in tried or shared.get(config, precision) is not None:

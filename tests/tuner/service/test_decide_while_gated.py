@@ -165,11 +165,13 @@ def test_a_helper_profiles_the_baselines_while_trials_run_and_the_leader_before_
             tried.add(found[0])
             ahead.append(found[1])
         assert ahead == list(search.baseline_configs.values())
-        # Once none runs: the leader too, its verdict not known yet.
+        # Once none runs: the leader too, before any baseline, its verdict not known yet.
         leader = search.leader()
         assert leader is not None and leader[1] not in search.study.user_attrs
-        found = helping.next_to_profile(search, tried, leader=True)
+        first = helping.next_to_profile(search, set(), leader=True)
         config = LoopConfig.from_dict(search.study.trials[leader[0]].user_attrs[keys.CONFIG])
+        assert first is not None and first[1] == config
+        found = helping.next_to_profile(search, tried, leader=True)
         assert found is not None and found[1] == config
         # A leader whose gate failed is not profiled: the next one is.
         search.study.set_user_attr(leader[1], _planted(False))
