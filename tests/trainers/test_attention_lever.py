@@ -10,6 +10,8 @@ from pydantic import ValidationError
 
 from api.schemas.jobs import job_model
 from trainers import LEVERS, ConfigError, LoopConfig, RunArgs, invalid_reason, load_workload, run
+from trainers.flops import _first_batch
+from trainers.levers.attention import attention_calls, time_backends
 from tuner.errors import SpaceError
 from tuner.search.spaces.named import load_space
 from tuner.search.spaces.pins import parse_fix
@@ -75,6 +77,37 @@ def _firsts(space: object) -> dict[str, object]:
     for field, spec in space.params.items():  # type: ignore[attr-defined]
         out[field] = spec.values[0] if hasattr(spec, "values") else spec.low
     return out
+
+
+def test_the_calls_of_one_forward_are_recorded_by_shape_and_timed_per_value() -> None:
+    workload = load_workload("transformer", "tiny", seed=0)
+    batch = _first_batch(workload)
+    attentions = [m for m in workload.model.modules() if isinstance(m, torch.nn.MultiheadAttention)]
+    ran: list[int] = []
+    hooks = [m.register_forward_hook(lambda *_: ran.append(1)) for m in attentions]
+    try:
+        calls = attention_calls(lambda: workload.loss_fn(workload.model, batch))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    # One recorded call per attention module's forward, grouped by kind, and the function
+    # the model calls is given back.
+    assert sum(c.calls for c in calls) == len(ran) > 0
+    assert (
+        torch.nn.functional.scaled_dot_product_attention
+        is torch._C._nn.scaled_dot_product_attention
+    )
+    first = calls[0]
+    assert first.dtype == "float32" and len(first.query) == 4 and first.key[:2] == first.query[:2]
+    timed = time_backends(first, torch.device("cpu"), warmup=1, iters=2)
+    assert isinstance(timed["default"], float) and timed["default"] > 0
+    assert timed["cudnn"] == "attention='cudnn' is a CUDA kernel, and this run is on cpu"
+    assert list(time_backends(first, torch.device("cpu"), iters=1, values=("default",))) == [
+        "default"
+    ]
+    # A model without SDPA: nothing to record, nothing for the lever to change.
+    mlp = load_workload("mlp", "tiny", seed=0)
+    assert attention_calls(lambda: mlp.loss_fn(mlp.model, _first_batch(mlp))) == []
 
 
 @pytest.mark.gpu

@@ -18,13 +18,24 @@ cuDNN attention need compute capability 8.0 or later; cuDNN's needs cuDNN 9) mak
 Not searched by the built-in spaces yet (`offered` is empty): `--fix attention=cudnn` (or the
 API's `fix`) runs it. Whether a search should try it, and on which models, waits for a GPU
 measurement of whole steps (the table above is one operation).
+
+A kernel choice can be settled in seconds at the model's own shapes: `attention_calls` records
+the SDPA calls of one forward (shapes, dtype, causal, mask), `time_backends` times each value of
+the lever forward and backward on them (`benchmarks/attention.py` runs both per model).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import dataclasses
+import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
+from typing import Any
 
+import torch
+import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from trainers.levers.declare import Lever, Value, ranked, register
@@ -59,3 +70,127 @@ ATTENTION = Lever(
     offered=(),
 )
 register(ATTENTION)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AttentionCall:
+    """One kind of SDPA call a forward makes, and how many times (`calls`) per forward."""
+
+    query: tuple[int, ...]
+    key: tuple[int, ...]
+    value: tuple[int, ...]
+    dtype: str
+    is_causal: bool
+    mask: tuple[int, ...] | None
+    """The attention mask's shape (None: no mask)."""
+    enable_gqa: bool
+    calls: int = 1
+
+
+def _recording(seen: collections.Counter[AttentionCall]) -> Callable[..., Any]:
+    sdpa = F.scaled_dot_product_attention
+
+    def record(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any, **kw: Any) -> Any:
+        mask = args[0] if args else kw.get("attn_mask")
+        causal = args[2] if len(args) > 2 else kw.get("is_causal", False)
+        call = AttentionCall(
+            query=tuple(q.shape),
+            key=tuple(k.shape),
+            value=tuple(v.shape),
+            dtype=str(q.dtype).removeprefix("torch."),
+            is_causal=bool(causal),
+            mask=None if mask is None else tuple(mask.shape),
+            enable_gqa=bool(kw.get("enable_gqa", False)),
+        )
+        seen[call] += 1
+        return sdpa(q, k, v, *args, **kw)
+
+    return record
+
+
+def attention_calls(forward: Callable[[], object]) -> list[AttentionCall]:
+    """The SDPA calls `forward()` makes (run it under the precision it trains in), by kind, the
+    most frequent first. Empty: the model calls no `scaled_dot_product_attention` (its own
+    attention, or another kernel), and the lever can change nothing in it."""
+    seen: collections.Counter[AttentionCall] = collections.Counter()
+    # The module attribute is what callers look up at call time (Hugging Face's and timm's
+    # attention, and `F.multi_head_attention_forward` through the module's globals). Not a
+    # TorchFunctionMode: it sees only the outermost overridable call (`multi_head_attention_
+    # forward`), not the SDPA inside it. With gradients on, as in training: without them some
+    # modules take a fused path that calls no SDPA.
+    original = F.scaled_dot_product_attention
+    F.scaled_dot_product_attention = _recording(seen)
+    try:
+        forward()
+    finally:
+        F.scaled_dot_product_attention = original
+    return [dataclasses.replace(call, calls=count) for call, count in seen.most_common()]
+
+
+def time_backends(
+    call: AttentionCall,
+    device: torch.device,
+    *,
+    warmup: int = 3,
+    iters: int = 10,
+    values: tuple[Value, ...] | None = None,
+) -> dict[str, float | str]:
+    """Milliseconds of one forward and backward of `call` for each value of the lever (`values`:
+    those only), on `device` (CUDA events), or why that value cannot run it (a CPU, "No
+    available kernel")."""
+    dtype = getattr(torch, call.dtype)
+    made = torch.Generator(device=device).manual_seed(0)
+
+    def tensor(shape: tuple[int, ...]) -> torch.Tensor:
+        return torch.randn(shape, generator=made, device=device, dtype=dtype, requires_grad=True)
+
+    q, k, v = tensor(call.query), tensor(call.key), tensor(call.value)
+    mask = None
+    if call.mask is not None:
+        # A causal pattern broadcast to the recorded shape: which positions are masked changes
+        # the work little; whether a mask is there at all decides which kernels can run.
+        rows, cols = call.mask[-2], call.mask[-1]
+        mask = torch.ones(rows, cols, device=device, dtype=torch.bool).tril().expand(call.mask)
+    out: dict[str, float | str] = {}
+    for value in ATTENTION.values() if values is None else values:
+        reason = _refuse_on(value, device.type)
+        if reason is not None:
+            out[str(value)] = reason
+            continue
+        try:
+            with _around_forward(value):
+                out[str(value)] = _timed(lambda: _step(q, k, v, mask, call), device, warmup, iters)
+        except RuntimeError as exc:  # no kernel of that backend for these shapes
+            out[str(value)] = str(exc).splitlines()[0][:300]
+    return out
+
+
+def _step(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    call: AttentionCall,
+) -> None:
+    y = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=call.is_causal, enable_gqa=call.enable_gqa
+    )
+    y.sum().backward()
+
+
+def _timed(step: Callable[[], None], device: torch.device, warmup: int, iters: int) -> float:
+    for _ in range(warmup):
+        step()
+    if device.type != "cuda":
+        started = time.perf_counter()
+        for _ in range(iters):
+            step()
+        return (time.perf_counter() - started) * 1e3 / iters
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        step()
+    end.record()
+    # The one host wait of the timing: the events' elapsed time needs both to have run.
+    end.synchronize()
+    return float(start.elapsed_time(end)) / iters

@@ -5,8 +5,9 @@
 # final round measured while another worker gates the leader, the helpers' profiles taken
 # earlier, and each worker's search opened while the claimer opens the job. The fourth run
 # (2026-11-28-node-4.sh, d1073e1): 614 s on 4 GPUs against 772 s on one (0.80x). Then the GPU
-# tests of that code. `node.py --rounds 1`: one interleaved round of the two picks (four windows
-# each) gives the speed ratio's CI in about 120 s.
+# tests of that code, and the attention lever's microbenchmark (issue 54). `node.py --rounds 1`:
+# one interleaved round of the two picks (four windows each) gives the speed ratio's CI in about
+# 120 s.
 set -x
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 commit=${STREAMTUNE_COMMIT:?the commit measured}
@@ -23,11 +24,17 @@ task_node_llama() {
 task_gpu_tests() {
   python -m pytest -q -m gpu -p no:cacheprovider \
     "tests/tuner/test_cli_gpus.py::test_on_real_gpus_a_worker_with_no_trial_left_gates_while_the_others_run" \
-    "tests/trainers/test_lever_module.py" \
+    "tests/trainers/test_lever_module.py" "tests/trainers/test_attention_lever.py" \
     --junitxml="$QUEUE_OUT/gpu-tests.xml"
 }
 
-for entry in node_llama:1250 gpu_tests:250; do
+task_attention() {
+  # Issue 54: the attention lever at each model's shapes, a microbenchmark of seconds per model.
+  python benchmarks/attention.py --commit "$commit" --out "$QUEUE_OUT" \
+    --presets hf:causal-lm:llama-1b,hf:causal-lm:llama-1b-large,transformer:medium
+}
+
+for entry in node_llama:1250 gpu_tests:250 attention:120; do
   name=${entry%%:*} expected=${entry##*:}
   left=$((started + deadline - $(date +%s)))
   if ((expected > left)); then
