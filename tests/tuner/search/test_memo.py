@@ -113,8 +113,12 @@ def test_another_input_is_another_memo_and_a_users_own_workload_has_none(
     assert memo_name(base, CPU | {"torch": "0.0"}) != name
     threads = torch.get_num_threads()
     torch.set_num_threads(threads + 1)  # the CPU gate's reductions run in another order
+    gpu = CPU | {"device_type": "cuda", "gpu": "NVIDIA H100 80GB HBM3", "driver": "580"}
+    on_gpu = memo_name(base, gpu)
     try:
         assert memo_name(base, CPU) != name
+        # On a GPU the gate computes there: another core count is the same memo.
+        assert memo_name(base, gpu) == on_gpu
     finally:
         torch.set_num_threads(threads)
     assert memo_name(base, CPU | {"gpu": "another GPU"}) != name

@@ -9,7 +9,8 @@ default job at 73b9fe6, `docs/benchmarks/default-job-h100-2026-11-25-gpt2.*`), t
 A verdict is a function of its inputs: the code that trains (the `trainers` package and the gate's
 runners here), the workload and its shape, the study's precision and matmul precision, the gate's
 steps and seed, the number of processes, and the machine (`trainers.fingerprint`: GPU, driver,
-CUDA, torch, Python, CPU). `memo_name` hashes all of them into the name of an Optuna study in the
+CUDA, torch, Python, CPU; on a CPU also the thread count). Not which GPU of a node a process
+sees, nor a GPU machine's core count: a repeat job on another machine of the same kind finds it. `memo_name` hashes all of them into the name of an Optuna study in the
 same storage (so PostgreSQL workers share it as they share studies) that holds the verdicts, keyed
 as the study's own cache keys them (`tuner.search.gating.parity`), and the envelope. Any change to
 any input is another name: nothing stale is read.
@@ -158,7 +159,9 @@ def memo_inputs(options: RunOptions, fingerprint: dict[str, Any]) -> dict[str, A
         "nproc_per_node": options.nproc_per_node,
         "fingerprint": fingerprint,
         # The CPU gate runs in this process: its thread count changes the order of reductions.
-        "threads": torch.get_num_threads(),
+        # A GPU's gate computes on the GPU, and a machine's core count (the default thread
+        # count) must not keep a repeat job on another machine of the same GPU from its memo.
+        "threads": torch.get_num_threads() if fingerprint.get("device_type") == "cpu" else None,
         "environment": _STARTED_WITH,
     }
 
