@@ -10,7 +10,8 @@ A verdict is a function of its inputs: the code that trains (the `trainers` pack
 runners here), the workload and its shape, the study's precision and matmul precision, the gate's
 steps and seed, the number of processes, and the machine (`trainers.fingerprint`: GPU, driver,
 CUDA, torch, Python, CPU; on a CPU also the thread count). Not which GPU of a node a process
-sees, nor a GPU machine's core count: a repeat job on another machine of the same kind finds it. `memo_name` hashes all of them into the name of an Optuna study in the
+sees, nor a GPU machine's core count: a repeat job on another machine of the same kind finds it.
+`memo_name` hashes all of them into the name of an Optuna study in the
 same storage (so PostgreSQL workers share it as they share studies) that holds the verdicts, keyed
 as the study's own cache keys them (`tuner.search.gating.parity`), and the envelope. Any change to
 any input is another name: nothing stale is read.
