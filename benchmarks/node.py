@@ -5,14 +5,15 @@ job recommends as fast a loop.
         --presets transformer:medium,hf:causal-lm:llama-1b --precisions bf16-autocast,float8 \\
         --gpus 2 --out docs/benchmarks --tag gpus2
 
-For each preset: the default job (`python -m tuner run ... --json`) on one GPU, then with
-`--gpus N`, each in a fresh SQLite file and a compile cache of its own (each starts as cold as
-a user's first job); then both recommendations measured on GPU 0, interleaved (`--rounds`
-rounds), and the ratio of the N-GPU job's recommendation to the one-GPU job's throughput with a
-95 % bootstrap CI (`tuner.search.measuring.stats.ratio_ci`). Writes `node-<gpu>-<date>[-tag].json`
-(one entry per preset: `preset`, `wall_s_one_gpu`, `wall_s_gpus`, `gpus`, `ratio_vs_one_gpu`) and
-its Markdown twin. `--device cpu` with `TUNER_CPU_STANDINS=N` runs the same logic on CPU worker
-processes standing in for GPUs (the test of this script; its figures mean nothing).
+For each preset: the default job (`python -m tuner run ... --json`) with `--gpus N`, then on one
+GPU (`entry` says why in that order), each in a fresh SQLite file and a compile cache of its own
+(each starts as cold as a user's first job); then both recommendations measured on GPU 0,
+interleaved (`--rounds` rounds), and the ratio of the N-GPU job's recommendation to the one-GPU
+job's throughput with a 95 % bootstrap CI (`tuner.search.measuring.stats.ratio_ci`). Writes
+`node-<gpu>-<date>[-tag].json` (one entry per preset: `preset`, `wall_s_one_gpu`, `wall_s_gpus`,
+`gpus`, `ratio_vs_one_gpu`) and its Markdown twin. `--device cpu` with `TUNER_CPU_STANDINS=N` runs
+the same logic on CPU worker processes standing in for GPUs (the test of this script; its figures
+mean nothing).
 """
 
 from __future__ import annotations
