@@ -123,6 +123,7 @@ class Worker:
         self._started = False
         self._run: JobRun | None = None  # the job this worker is a member of, if any
         self._ready: JobRun | None = None  # the one job's search, opened before joining it
+        self._prepared_once = False  # tried to open it ahead (once: a failure is met on joining)
         # Monotonic time since which the database has answered (None: it is away now).
         self._db_ok_since: float | None = -math.inf
         if settings.torch_threads is not None:
@@ -230,7 +231,7 @@ class Worker:
     def _prepare_only_job(self) -> None:
         """A worker of `run --gpus N` whose job another worker claimed and is opening: open this
         worker's search of it meanwhile (`JobRun.prepare`), heartbeats going, once."""
-        if self._ready is not None:
+        if self._ready is not None or self._prepared_once:
             return
         try:
             row = self.store.get(self.only_job or "")
@@ -238,6 +239,7 @@ class Worker:
             return
         if row.status != "running" or row.stage is not None or row.device not in self.devices:
             return  # not claimed yet, or open already (then not joinable here: nothing to do)
+        self._prepared_once = True
         ready = JobRun(self)
         done = threading.Event()
         beat = threading.Thread(target=self._beat_until, args=(done,), daemon=True)

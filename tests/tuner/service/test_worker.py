@@ -484,6 +484,7 @@ def test_a_gpus_worker_opens_its_search_while_the_claimer_opens_the_job(storage:
         prepared = ready._prepared[1] if ready._prepared else None
         assert prepared is not None and prepared.study.study_name == job.study
         assert not joiner.run_once() and joiner._ready is ready  # opened once, not again
+        assert joiner._prepared_once
         assert store.open_trials(job.id, claimer.id, hardware="cpu", deadline=None)
         assert joiner.run_once()  # joined: its trials ran on the search it had opened
         assert prepared.done == 2 and joiner._ready is None
