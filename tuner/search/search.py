@@ -39,7 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from trainers import LoopConfig
 from tuner.evidence import profiles
@@ -274,11 +274,9 @@ class Search(TrialRunner):
             return 0
         cap = self.options.max_memory_bytes
         while True:
-            trials = self.study.get_trials(deepcopy=False)
-            best = incumbent(trials, failed=self._failed_keys(), cap=cap)
-            if best is None:
+            trials, found = self._leading()
+            if found is None:
                 break
-            found = next(t for t in trials if t.number == best.trial)
             config = LoopConfig.from_dict(found.user_attrs[keys.CONFIG])
             if self.parity(config, found.user_attrs.get(keys.PRECISION)).passed:
                 break
@@ -365,15 +363,19 @@ class Search(TrialRunner):
             behind=self.options.tie_margin + TIME_SPARE if self.screening else None,
         )
 
-    def leader(self) -> tuple[int, str] | None:
-        """The incumbent trial (`screen.incumbent`) and its verdict's key (None: none)."""
+    def _leading(self) -> tuple[list[FrozenTrial], FrozenTrial | None]:
+        """The study's trials and its incumbent (`screen.incumbent`; None: none)."""
         trials = self.study.get_trials(deepcopy=False)
         best = incumbent(trials, failed=self._failed_keys(), cap=self.options.max_memory_bytes)
-        if best is None:
+        return trials, None if best is None else next(t for t in trials if t.number == best.trial)
+
+    def leader(self) -> tuple[int, str] | None:
+        """The incumbent trial's number and its verdict's key (None: none)."""
+        found = self._leading()[1]
+        if found is None:
             return None
-        found = next(t for t in trials if t.number == best.trial)
         config = LoopConfig.from_dict(found.user_attrs[keys.CONFIG])
-        return best.trial, self.parity_cache.key(config, found.user_attrs.get(keys.PRECISION))
+        return found.number, self.parity_cache.key(config, found.user_attrs.get(keys.PRECISION))
 
     def _gated_elsewhere(self) -> tuple[int, str] | None:
         """The leader (`leader`), where another worker of a job is gating it now (None: no
