@@ -458,6 +458,7 @@ class RunFlags:
             precisions=parse_precisions(self.precisions),
             nproc_per_node=self.nproc_per_node,
             screen=self.screen,
+            patience=self.patience,
             gpus=1,
         )
 
@@ -484,7 +485,6 @@ class RunFlags:
             "profile_steps": self.profile_steps,
             "artifacts": self.artifacts,
             "train_steps": self.train_steps,
-            "patience": self.patience,
             "protocol": Protocol.given(
                 warmup=self.warmup,
                 windows=self.windows,

@@ -28,7 +28,7 @@ from pydantic import (
 from api.schemas.common import BestSoFar, Strict, utc
 from trainers import DEVICES_ALLOWED, LEVERS, PRECISIONS, Lever, Precision
 from trainers.program import MAX_NPROC
-from tuner.search.proposing.defaults import DEFAULT_TRIALS, MAX_TRIALS
+from tuner.search.proposing.defaults import DEFAULT_TRIALS, MAX_PATIENCE, MAX_TRIALS
 from tuner.search.request import JobSpec
 from tuner.service.tables import JobRow
 
@@ -223,6 +223,14 @@ class JobIn(Strict):
         "auto: on for the scale space (models of 250M parameters or more on a GPU) and for "
         "nproc_per_node above 1",
     )
+    patience: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_PATIENCE,
+        description="stop starting trials after this many in a row (every worker's) without a "
+        "gain above the tie margin, then decide; 0 turns the rule off (default: 4 on a GPU's "
+        "default and scale spaces, off otherwise)",
+    )
     gpus: Gpus = Field(
         default="all",
         description="workers (one per GPU) that may run the job's trials at once: all (every "
@@ -302,6 +310,7 @@ class JobOut(BaseModel):
     )
     nproc_per_node: int = Field(default=1, description="processes per trial")
     screen: str = Field(default="auto", description="screen, then gate: auto, on or off")
+    patience: int | None = Field(default=None, description="trials in a row without a gain")
     gpus: int | str = Field(default="all", description="workers that may run its trials at once")
     n_complete: int = Field(description="complete trials (Optuna COMPLETE) so far")
     n_failed: int

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from tests.api.conftest import make_app
 from tests.api.helpers import AUTH, OTHER_AUTH, TINY_JOB
-from tuner.search.proposing.defaults import MAX_TRIALS
+from tuner.search.proposing.defaults import MAX_PATIENCE, MAX_TRIALS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,6 +70,21 @@ def test_a_job_asking_to_screen_keeps_it_as_asked(client: TestClient) -> None:
     assert client.get(job["links"]["self"], headers=AUTH).json()["screen"] == "on"
     assert _post(client, TINY_JOB).json()["screen"] == "auto"
     assert JobSpec(workload="mlp", preset="tiny", screen="off").to_stored()["screen"] == "off"
+
+
+def test_a_job_asking_for_patience_keeps_it_and_a_bad_one_names_the_field(
+    client: TestClient,
+) -> None:
+    """`patience` is the CLI's `--patience`: stored with the job, shown as asked, and a value
+    `RunOptions` would refuse is a 422 naming it."""
+    job = _post(client, TINY_JOB | {"patience": 3}).json()
+    assert job["patience"] == 3
+    assert client.get(job["links"]["self"], headers=AUTH).json()["patience"] == 3
+    assert _post(client, TINY_JOB).json()["patience"] is None
+    for bad in (-1, MAX_PATIENCE + 1, "soon"):
+        response = client.post("/v1/jobs", json=TINY_JOB | {"patience": bad}, headers=AUTH)
+        assert response.status_code == 422, response.text
+        assert any(e["loc"][:2] == ["body", "patience"] for e in response.json()["detail"])
 
 
 def test_list_filters_by_status_and_pages(client: TestClient) -> None:

@@ -41,6 +41,8 @@ EVERYTHING: dict[str, Any] = {
     "precisions": ["bf16-autocast"],
     "nproc_per_node": 2,
     "screen": "on",
+    # 0 (off): the one patience RunOptions takes beside objectives throughput,memory.
+    "patience": 0,
     "gpus": 2,
 }
 

@@ -5,7 +5,9 @@ the gate and the profiles on its own GPU, one after another: on `llama-1b` with 
 (2026-11-28, `docs/benchmarks/node-h100-2026-11-28-llama-1b-partial.md`) 666 s of an 884 s job,
 the winner's gate (twin, then its own run), the final round and the profiles in a row. Here such
 a worker takes, on its own GPU, the parts that do not compare speeds:
-1. the study's envelope (its reference included), which every check needs;
+1. the envelope (its reference included) that the configs to gate are judged against: the
+   study's own, or for a config in another precision the reference's seed-to-seed one
+   (`next_envelope`);
 2. the gate of each complete trial the final round can reach, fastest first (a screening study
    defers them), then of each trial still running, oldest first: a gate needs a config, not its
    speed, so the last trial's gate need not wait for it to end;
@@ -49,13 +51,23 @@ def help_job(
     """The module doc's parts, in its order, until `over()` (the job ended, or this worker
     stops) or nothing is left to take: once `settled()` (no trial runs any more), or at once
     where `wait` is False (a service worker, which a queued job may need, takes what is there
-    and goes). Returns how many parts it took."""
-    taken = int(search.parity_cache.measure_envelope())
+    and goes). Once settled, the profiles go before the gate of a config behind the leader:
+    that verdict counts only if the leader's gate fails, the profiles always. Returns how many
+    parts it took."""
+    taken = 0
     tried: set[str] = set()
     while not over():
         done = settled()  # read first: a trial ending meanwhile is looked at next time
+        envelope = next_envelope(search, tried)
+        if envelope is not None:
+            key, precision = envelope
+            tried.add(key)
+            search.progress.phase(f"gate: the envelope {key} judges by, while the others run")
+            taken += int(search.parity_cache.measure_envelope(precision))
+            continue
         gate = next_to_gate(search, tried)
-        if gate is not None:
+        profile = next_to_profile(search, tried, leader=done)
+        if gate is not None and (profile is None or not done or gate[3] == _leader(search)):
             key, config, precision, number = gate
             tried.add(key)
             claims = search.parity_cache.claims
@@ -65,7 +77,6 @@ def help_job(
             search.parity_cache.check(config, precision)
             taken += 1
             continue
-        profile = next_to_profile(search, tried, leader=done)
         if profile is not None:
             tried.add(profile[0])
             taken += int(_profile(search, profile[1], profile[2]))
@@ -76,15 +87,52 @@ def help_job(
     return taken
 
 
+def next_envelope(search: Search, tried: set[str]) -> tuple[str, str | None] | None:
+    """The envelope to measure next, on its own, and the precision whose configs it judges: the
+    one that the configs to gate (`next_to_gate`'s, whether or not another worker holds them)
+    are judged against, the first of them first, where neither the study has it nor another
+    worker measures it; with no config to gate yet, the study's own. A config in another
+    precision than the study's is judged against another envelope than the study's
+    (`ParityCache.envelope_key`): on 2 H200s (`llama-1b`, bf16 with float8 allowed,
+    2026-11-28) the helper measured the study's for 144 s while every config in reach was in
+    float8, and the finalizer then measured the float8 one itself before its gate could end.
+    None: none is left."""
+    cache = search.parity_cache
+    trials = search.retry.call(lambda: search.study.get_trials(deepcopy=False), what="reading")
+    candidates = [*_within_reach(search, trials), *_running(trials)]
+    precisions = [t.user_attrs.get(keys.PRECISION) for t in candidates] or [None]
+    attrs = search.retry.call(lambda: search.study.user_attrs, what="reading the study")
+    for precision in precisions:
+        key = cache.envelope_key(precision)
+        busy = cache.claims is not None and cache.claims.holder(key) is not None
+        if key not in tried and not isinstance(attrs.get(key), dict) and not busy:
+            return key, precision
+    return None
+
+
+def _running(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """The trials running now whose config is known, oldest first."""
+    return sorted(
+        (t for t in trials if t.state == TrialState.RUNNING and keys.CONFIG in t.user_attrs),
+        key=lambda t: t.number,
+    )
+
+
+def _leader(search: Search) -> int | None:
+    """The number of the fastest trial that can still be recommended (None: none)."""
+    trials = search.retry.call(lambda: search.study.get_trials(deepcopy=False), what="reading")
+    ranked = recommendable(
+        trials, failed=search.parity_cache.failed(), cap=search.options.max_memory_bytes
+    )
+    return ranked[0].number if ranked else None
+
+
 def next_to_gate(search: Search, tried: set[str]) -> tuple[str, LoopConfig, str | None, int] | None:
     """The next config to gate: one whose verdict is not known, not run elsewhere now and not
     tried here; first within the final round's reach, then still running (module doc). None:
     none is left."""
     trials = search.retry.call(lambda: search.study.get_trials(deepcopy=False), what="reading")
-    running = sorted(
-        (t for t in trials if t.state == TrialState.RUNNING and keys.CONFIG in t.user_attrs),
-        key=lambda t: t.number,
-    )
+    running = _running(trials)
     attrs = search.retry.call(lambda: search.study.user_attrs, what="reading the study")
     claims = search.parity_cache.claims
     for trial in [*_within_reach(search, trials), *running]:

@@ -16,7 +16,7 @@ from trainers import LoopConfig
 from trainers.program import PREFIX as PROGRAM_PREFIX
 from trainers.program import check_nproc
 from tuner.evidence.progress import TrialReport
-from tuner.search.proposing.defaults import DEFAULT_TRIALS, MAX_TRIALS
+from tuner.search.proposing.defaults import DEFAULT_TRIALS, MAX_PATIENCE, MAX_TRIALS
 from tuner.search.proposing.screen import SCREEN_MODES
 from tuner.search.protocol import Protocol
 from tuner.search.request import JobSpec
@@ -157,6 +157,7 @@ class RunOptions:
             precisions=spec.precisions,
             nproc_per_node=spec.nproc_per_node,
             screen=spec.screen,
+            patience=spec.patience,
             **settings,
         )
 
@@ -198,8 +199,8 @@ class RunOptions:
         if self.train_steps is not None and self.train_steps < 1:
             raise bad("train_steps", "an integer >= 1")
         if self.patience is not None:
-            if not 0 <= self.patience <= 100_000:
-                raise bad("patience", "an integer in 0..100000 (0 turns it off)")
+            if not 0 <= self.patience <= MAX_PATIENCE:
+                raise bad("patience", f"an integer in 0..{MAX_PATIENCE} (0 turns it off)")
             if self.patience and len(self.objectives) > 1:
                 raise bad(
                     "patience",

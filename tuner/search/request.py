@@ -56,6 +56,10 @@ class JobSpec:
     """Processes per trial on the worker's node (`RunOptions.nproc_per_node`)."""
     screen: str = "auto"
     """Screen, then gate (`RunOptions.screen`): auto, on or off."""
+    patience: int | None = None
+    """Stop starting trials after this many in a row without a gain (`RunOptions.patience`): 0
+    turns the rule off; None: the default (on a GPU's default space, AUTO_PATIENCE). It counts
+    every worker's trials, and a job whose search it stops goes on to its final round."""
     gpus: int | str = "all"
     """How many workers (one per GPU) may run the job's trials at once: "all" (every free
     worker that can measure it) or a number from 1. The final round runs on one of them either

@@ -240,7 +240,7 @@ class Search(TrialRunner):
             if deadline is not None and time.monotonic() > deadline:
                 self.progress.phase(f"timeout: stopped after {self.done} trials")
                 break
-            if stops and self._out_of_patience():
+            if stops and self.out_of_patience():
                 self.progress.phase(
                     f"patience: {self.options.patience} trials in a row without a gain above "
                     f"{self.options.tie_margin:.0%}; stopped after {self.done} trials"

@@ -382,7 +382,7 @@ class TrialRunner:
         return "failed", spent
 
     # -- helpers ---------------------------------------------------------------------------
-    def _out_of_patience(self) -> bool:
+    def out_of_patience(self) -> bool:
         """The patience rule, over the whole study (workers sharing it included). The trials
         since this run joined the study (`_since_joined`) must number at least the patience
         too, so that resuming a study that had already stalled still runs that many more. In a

@@ -161,11 +161,13 @@ class JobRun:
                 if opened is False:
                     return True  # lost it meanwhile (cancelled, or taken for dead)
                 deadline = opened
+            if not claimed:
+                self._count_from_the_job(search)
             slots = self._slots(job, deadline)
             search.run_trials(slots)
             if search.stopped:
                 raise Stopped(f"stopped after {search.done} trials")
-            if not slots.count().finished or not self.worker.store.claim_finalizing(
+            if not _trials_over(slots, search) or not self.worker.store.claim_finalizing(
                 job.id, self.worker.id
             ):
                 helped = self._help(job, search, slots)
@@ -247,7 +249,18 @@ class JobRun:
         # A service worker waits for no trial to end: a queued job may need it. One of
         # `run --gpus N`'s workers serves this job alone, so it stays to take what comes.
         wait = self.worker.only_job is not None
-        return search.help_gate(over, lambda: slots.count().finished, wait=wait) > 0
+        return search.help_gate(over, lambda: _trials_over(slots, search), wait=wait) > 0
+
+    def _count_from_the_job(self, search: Search) -> None:
+        """The patience of every worker of the job counts the trials begun since the job was
+        opened (`keys.JOB_BEGUN`, written by the claimer in `_open_job`), not since this
+        worker's search opened: a worker that left the job (nothing to help with) and joins it
+        again would otherwise count afresh and start trials that the patience had ruled out."""
+        stored = self.worker.backoff.call(
+            lambda: search.study.user_attrs.get(keys.JOB_BEGUN), what="reading the study"
+        )
+        if isinstance(stored, list):
+            search.joined = frozenset(int(n) for n in stored)
 
     def _open_job(
         self, job: JobRow, search: Search, budget: float | None
@@ -260,6 +273,11 @@ class JobRun:
         if stored is not None:
             return stored
         search.measure_baselines("start")
+        begun = sorted(search.joined)  # before any member's trial: `_count_from_the_job`
+        self.worker.backoff.call(
+            lambda: search.study.set_user_attr(keys.JOB_BEGUN, begun),
+            what=f"job {job.id}: storing the trials begun before it",
+        )
         # The request's budget, or the default on a GPU (`apply_gpu_defaults`).
         deadline = None if budget is None else (utcnow() + dt.timedelta(seconds=budget))
         hardware = studies.meta(search.study)["hardware"]
@@ -421,3 +439,14 @@ class _JobProgress:
     def trial_done(self, done: int, total: int, best: float | None, state: str) -> None:
         self.run._phase = f"{done} trials run here, the last {state}"
         self.run._sync_progress(self.job)
+
+
+def _trials_over(slots: JobSlots, search: Search) -> bool:
+    """No trial of the job is left to run: every slot is counted or the job's time is up
+    (`SlotCount.finished`), or no trial runs and the search's patience has stopped it (which
+    counts every worker's trials). Until 2026-11-28 the patience alone did not end a job's
+    trials: on 2 H200s (`llama-1b`) both workers helped, left, and joined again after the
+    job's deadline before one of them decided, about 290 s after the patience had stopped
+    the search, and a one-worker service job went on running trials until its deadline."""
+    count = slots.count()
+    return count.finished or (count.running == 0 and search.out_of_patience())

@@ -144,7 +144,6 @@ _NOT_CARRIED: dict[str, tuple[str, Any]] = {
     "tie_margin": ("--tie-margin", 0.01),
     "seed": ("--seed", 0),
     "train_steps": ("--train-steps", None),
-    "patience": ("--patience", None),
     "profile_steps": ("--profile-steps", 10),
     "artifacts": ("--artifacts", None),
     "study": ("--study", None),

@@ -43,6 +43,10 @@ PROFILE_RECOMMENDED = "recommended"
 """The name of the recommended config's profile (`PROFILE_PREFIX` + this)."""
 
 JOB_STUDY_PREFIX = "job-"
+JOB_BEGUN = "job-begun"
+"""The trials a job's study had begun when the job was opened for trials (this attempt): every
+worker's patience counts the trials begun after these (`JobRun`), so a worker that joins the job
+again does not start its count afresh."""
 
 # -- trial attributes ----------------------------------------------------------------------
 CONFIG = "config"

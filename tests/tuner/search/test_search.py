@@ -849,6 +849,44 @@ def test_a_precision_the_device_cannot_run_is_one_error_before_any_study(tmp_pat
     assert optuna.study.get_all_study_names(storage) == []
 
 
+def test_an_idle_worker_measures_the_envelope_the_configs_to_gate_are_judged_by(
+    tmp_path: Path,
+) -> None:
+    """`helping.next_envelope`: the envelope of the first config to gate (in another precision
+    than the study's, the reference's seed-to-seed one), then the others' in their order; none
+    stored or tried twice; the study's own where no config is there to gate yet."""
+    opts = options(
+        sqlite_url(tmp_path),
+        "envelopes",
+        trials=10,
+        screen="on",
+        precisions=("fp32", "bf16-autocast"),
+    )
+    helper = open_search(opts)
+    try:
+        study = helper.study
+        assert helping.next_envelope(helper, set()) == (keys.ENVELOPE, None)  # nothing to gate
+
+        def add(config: LoopConfig, precision: str, value: float | None) -> None:
+            trial = study.ask()
+            trial.set_user_attr(keys.CONFIG, config.to_dict())
+            trial.set_user_attr(keys.PRECISION, precision)
+            key = helper.parity_cache.key(config, precision).removeprefix(keys.PARITY_PREFIX)
+            trial.set_user_attr(keys.CONFIG_KEY, key)
+            if value is not None:
+                study.tell(trial, value)
+
+        add(LoopConfig(num_streams=2), "bf16-autocast", 100.0)
+        add(LoopConfig(num_streams=1), "fp32", None)  # running
+        assert helping.next_envelope(helper, set()) == (keys.PRECISION_ENVELOPE, "bf16-autocast")
+        assert helping.next_envelope(helper, {keys.PRECISION_ENVELOPE}) == (keys.ENVELOPE, "fp32")
+        study.set_user_attr(keys.PRECISION_ENVELOPE, {"stored": True})
+        study.set_user_attr(keys.ENVELOPE, {"stored": True})
+        assert helping.next_envelope(helper, set()) is None
+    finally:
+        helper.close()
+
+
 def test_an_idle_worker_gates_what_the_final_round_can_reach_then_the_running_trials(
     tmp_path: Path,
 ) -> None:

@@ -24,6 +24,7 @@ from tuner.service.jobstore import JobStore
 from tuner.service.spec import JobSpec
 from tuner.store import keys
 from tuner.store import storage as studies
+from tuner.store.jsonsafe import json_safe
 from tuner.store.retry import Backoff
 
 TINY = {"workload": "mlp", "preset": "tiny", "trials": 3, "device": "cpu"}
@@ -42,10 +43,11 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 class _CountingGate(InProcessGate):
     """The built-in gate, counting its runs and slowed so that another worker asks meanwhile."""
 
-    def __init__(self, pause_s: float = 0.0) -> None:
-        super().__init__("mlp", "tiny", ARGS)
+    def __init__(self, pause_s: float = 0.0, args: trainers.RunArgs = ARGS) -> None:
+        super().__init__("mlp", "tiny", args)
         self.checks: list[dict[str, Any]] = []
         self.envelopes = 0
+        self.envelope_precisions: list[str | None] = []
         self.pause_s = pause_s
 
     def check(self, config: LoopConfig, envelope: Any, **more: Any) -> GateRun:
@@ -53,10 +55,11 @@ class _CountingGate(InProcessGate):
         time.sleep(self.pause_s)
         return super().check(config, envelope, **more)
 
-    def envelope(self) -> GateRun:
+    def envelope(self, *, precision: str | None = None) -> GateRun:
         self.envelopes += 1
+        self.envelope_precisions.append(precision)
         time.sleep(self.pause_s)
-        return super().envelope()
+        return super().envelope(precision=precision)
 
 
 def _job(url: str, *names: str) -> tuple[JobStore, str, optuna.Study]:
@@ -157,3 +160,35 @@ def test_an_envelope_a_check_is_measuring_is_not_measured_by_a_helper_too(url: s
     assert helping.envelopes == 0 and helping.checks == []
     assert isinstance(study.user_attrs[keys.ENVELOPE], dict)
     assert study.user_attrs[CLAIM_PREFIX + keys.ENVELOPE] == ""
+
+
+def test_a_helper_measures_the_envelope_a_config_in_another_precision_is_judged_by(
+    url: str,
+) -> None:
+    """A config in another precision than the study's is judged against the reference's
+    seed-to-seed envelope: the helper measures that one (not the study's rounding one), and the
+    finalizer's check of such a config runs its twin, then waits for it."""
+    store, job, study = _job(url, "helper", "finalizer")
+    fp32 = ARGS.replace(precision="fp32")  # the study's precision, named (`RunOptions.precisions`)
+    helping, deciding = _CountingGate(pause_s=1.0, args=fp32), _CountingGate(args=fp32)
+    helper = _cache(store, job, study, "helper", helping)
+    finalizer = _cache(store, job, study, "finalizer", deciding)
+    assert helper.envelope_key("bf16-autocast") == keys.PRECISION_ENVELOPE
+    thread = threading.Thread(target=lambda: helper.measure_envelope("bf16-autocast"))
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not study.user_attrs.get(CLAIM_PREFIX + keys.PRECISION_ENVELOPE):
+        assert time.monotonic() < deadline, "the helper never claimed the envelope"
+        time.sleep(0.01)
+    verdict, spent = finalizer.check(LoopConfig(num_streams=2), "bf16-autocast")
+    thread.join()
+    assert helping.envelope_precisions == ["bf16-autocast"] and deciding.envelopes == 0
+    assert [("pending" in c, c["precision"]) for c in deciding.checks] == [(True, "bf16-autocast")]
+    assert verdict.passed and "gate_reference" not in spent and "gate_twin" in spent
+    stored = study.user_attrs[keys.PRECISION_ENVELOPE]
+    assert stored["spread"] == "seeds" and keys.ENVELOPE not in study.user_attrs
+    # The same envelope as a check that measures it itself stores (its steps and spread).
+    alone = _CountingGate(args=fp32).check(
+        LoopConfig(num_streams=2), None, precision="bf16-autocast"
+    )
+    assert json_safe(alone.envelope) == stored

@@ -22,6 +22,7 @@ from tuner.errors import Interrupted, Stopped, TunerError
 from tuner.evidence.reader import list_studies, recommendation
 from tuner.evidence.verdicts import CPU_EXPLANATION
 from tuner.search.study import run_study
+from tuner.search.trials import trials_without_gain
 from tuner.service.jobstore import JobStore
 from tuner.service.settings import WorkerSettings
 from tuner.service.slots import ORPHAN_REASON
@@ -30,6 +31,7 @@ from tuner.service.tables import JobRow
 from tuner.service.worker import Worker
 from tuner.store.counting import TrialCounts
 from tuner.store.counting import count_trials as trial_counts
+from tuner.store.keys import JOB_BEGUN
 from tuner.store.keys import STOPPED as STOPPED_ATTR
 
 # -- a finished job and what every endpoint says about it ------------------------------------
@@ -370,6 +372,30 @@ def test_a_job_killed_after_its_last_trial_only_decides(storage: str) -> None:
     done = store.get(row.id)
     assert done.status == "succeeded" and done.recommendation is not None
     assert len(_trials(storage, row.study)) == 2  # no trial added
+
+
+def test_a_job_whose_patience_stops_its_search_decides_then(storage: str) -> None:
+    """The patience ends a job's trials as it ends a run's: the worker decides at once, in its
+    one session, after the first trial that made the rule hold. Until 2026-11-28 it helped, left
+    the job and joined it again, counting its patience afresh, and ran trials until its trials
+    or its deadline ran out."""
+    store = JobStore(storage)
+    asked = 12
+    row = store.create(JobSpec(**(TINY_JOB | {"trials": asked, "patience": 1})), owner="me")
+    worker = make_worker(storage)
+    assert worker.run_once()
+    done = store.get(row.id)
+    assert done.status == "succeeded" and done.recommendation is not None
+    trials = sorted(_trials(storage, row.study), key=lambda t: t.number)
+    values = [t.values[0] for t in trials if t.state == TrialState.COMPLETE]
+    assert len(values) == len(trials) < asked
+    margin = worker.options_for(row, JobSpec.of(row)).tie_margin
+    # It stopped on the first trial after which the rule held, not later.
+    assert trials_without_gain(values, margin) >= 1
+    assert all(trials_without_gain(values[:n], margin) < 1 for n in range(1, len(values)))
+    attrs = optuna.load_study(study_name=row.study, storage=storage).user_attrs
+    assert len([k for k in attrs if k.startswith("time/")]) == 1  # one session: no rejoin
+    assert attrs[JOB_BEGUN] == []  # the claimer's count starts at the job's first trial
 
 
 def test_a_job_that_cannot_run_fails_with_the_reason(storage: str) -> None:

@@ -213,7 +213,8 @@ class DataParallelGate:
         times[GATE_CONFIG] = time.perf_counter() - started
         return GateRun(verdict=verdict, envelope=found, time=times)
 
-    def envelope(self) -> GateRun:
+    def envelope(self, *, precision: str | None = None) -> GateRun:
+        only_one_precision(precision, self.precision, "data-parallel trials")
         started = time.perf_counter()
         found = self._envelope()
         return GateRun(

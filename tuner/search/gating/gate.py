@@ -166,8 +166,9 @@ class Gate(Protocol):
     `pending` (with `envelope` None): the envelope being measured elsewhere; a gate that can
     runs the config's twin first and waits for it then, and any gate may ignore it.
 
-    `envelope()` measures the study's envelope alone (its reference included), for a worker
-    with no trial left while others run theirs (`tuner.service.gatehelp`)."""
+    `envelope(precision=...)` measures alone (its reference included) the envelope a config in
+    `precision` (None: the study's) is judged against, for a worker with no trial left while
+    others run theirs (`tuner.search.helping`)."""
 
     def check(
         self,
@@ -178,7 +179,7 @@ class Gate(Protocol):
         pending: Pending | None = None,
     ) -> GateRun: ...
 
-    def envelope(self) -> GateRun: ...
+    def envelope(self, *, precision: str | None = None) -> GateRun: ...
 
     def close(self) -> None: ...
 
@@ -314,14 +315,20 @@ def run_parts(
 
 
 def measure_envelope(
-    workload: str | WorkloadFactory, preset: str, args: trainers.RunArgs
+    workload: str | WorkloadFactory,
+    preset: str,
+    args: trainers.RunArgs,
+    *,
+    config_precision: trainers.Precision | None = None,
+    cross: CrossPrecision = AS_THE_GATE,
 ) -> GateRun:
-    """The study's envelope alone (the reference and its envelope in the study's precision, as
-    the first `run_parts` of a study measures them): a `GateRun` with no verdict."""
+    """The envelope a config in `config_precision` (None: the study's) is judged against, alone:
+    the reference and its envelope in the study's precision, as the first `run_parts` of such a
+    config measures them (the rounding envelope, or for another precision the seed-to-seed one
+    over `cross`'s steps): a `GateRun` with no verdict."""
     parts = Parts()
-    found = _measure_envelope(
-        parts, workload, preset, args, spread_for(args.precision, args.precision)
-    )
+    plan = _plan(args, config_precision, cross)
+    found = _measure_envelope(parts, workload, preset, plan.args, plan.spread)
     return GateRun(verdict=None, envelope=found.to_dict(), time=parts.time)
 
 
@@ -410,8 +417,14 @@ class InProcessGate:
             pending=pending,
         )
 
-    def envelope(self) -> GateRun:
-        return measure_envelope(self._factory, self._preset, self._args)
+    def envelope(self, *, precision: str | None = None) -> GateRun:
+        return measure_envelope(
+            self._factory,
+            self._preset,
+            self._args,
+            config_precision=precision,  # type: ignore[arg-type]  # RunOptions checked it
+            cross=self._cross,
+        )
 
     def close(self) -> None:
         pass

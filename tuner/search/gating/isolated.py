@@ -108,11 +108,20 @@ def _envelope(
     model_args: dict[str, str],
     args: trainers.RunArgs,
     matmul_precision: str,
+    config_precision: trainers.Precision | None = None,
+    cross: CrossPrecision = AS_THE_GATE,
 ) -> GateRun:
-    """The study's envelope alone (`measure_envelope`)."""
+    """The envelope a config in `config_precision` is judged against, alone
+    (`measure_envelope`)."""
     return _in_child(
         matmul_precision,
-        lambda: measure_envelope(_reused_builds(workload, model_args), preset, args),
+        lambda: measure_envelope(
+            _reused_builds(workload, model_args),
+            preset,
+            args,
+            config_precision=config_precision,
+            cross=cross,
+        ),
     )
 
 
@@ -318,8 +327,10 @@ class ParityProcess:
             twin,
         )
 
-    def envelope(self) -> GateRun:
-        return self._child.call(_envelope, *self._args, self.run_args, self.matmul_precision)
+    def envelope(self, *, precision: str | None = None) -> GateRun:
+        return self._child.call(
+            _envelope, *self._args, self.run_args, self.matmul_precision, precision, self.cross
+        )
 
     def close(self) -> None:
         self._child.close()

@@ -135,7 +135,7 @@ class ParityCache:
         shared = self._memo_attrs()
         # A config in another precision is judged against the reference's seed-to-seed
         # envelope (over the options' precision_parity_steps), stored apart from the rounding one.
-        env_key = keys.ENVELOPE if precision is None else keys.PRECISION_ENVELOPE
+        env_key = self.envelope_key(precision)
         if isinstance(shared.get(attr), dict):
             return self._copied(attr, env_key, attrs, shared), {}
         started = time.perf_counter()
@@ -211,29 +211,45 @@ class ParityCache:
                 return found if isinstance(found, dict) else None
             time.sleep(claims.wait_s)
 
-    def measure_envelope(self) -> bool:
-        """The study's envelope measured now, on its own (a worker with no trial left while the
-        job's others run theirs), where neither the study nor the memo has it and no other
-        worker is measuring it. Whether it was measured here."""
-        if isinstance(self._attrs().get(keys.ENVELOPE), dict):
+    def measure_envelope(self, precision: str | None = None) -> bool:
+        """The envelope a config in `precision` (None: the study's) is judged against, measured
+        now on its own (a worker with no trial left while the job's others run theirs), where
+        neither the study nor the memo has it and no other worker is measuring it. Whether it
+        was measured here."""
+        if precision == self.reference:
+            precision = None
+        env_key = self.envelope_key(precision)
+        if isinstance(self._attrs().get(env_key), dict):
             return False
         shared = self._memo_attrs()
-        if isinstance(shared.get(keys.ENVELOPE), dict):
-            self._store(keys.ENVELOPE, shared[keys.ENVELOPE])
-            self.reused_envelopes.add(keys.ENVELOPE)
+        if isinstance(shared.get(env_key), dict):
+            self._store(env_key, shared[env_key])
+            self.reused_envelopes.add(env_key)
             return False
-        if self.claims is not None and not self.claims.take(keys.ENVELOPE):
+        if self.claims is not None and not self.claims.take(env_key):
             return False
         try:
-            run = self.gate.envelope()
+            run = (
+                self.gate.envelope()
+                if precision is None
+                else self.gate.envelope(precision=precision)
+            )
             envelope = json_safe(run.envelope)
-            self._store(keys.ENVELOPE, envelope)
-            self._share(keys.ENVELOPE, envelope)
+            self._store(env_key, envelope)
+            self._share(env_key, envelope)
             self.clock.add(dict(run.time))
         finally:
             if self.claims is not None:
-                self.claims.release(keys.ENVELOPE)
+                self.claims.release(env_key)
         return True
+
+    def envelope_key(self, precision: str | None = None) -> str:
+        """The study attribute of the envelope a config in `precision` (None: the study's) is
+        judged against: the rounding one in the study's precision, the reference's seed-to-seed
+        one in another (the module doc)."""
+        if precision == self.reference:
+            precision = None
+        return keys.ENVELOPE if precision is None else keys.PRECISION_ENVELOPE
 
     def _copied(
         self, attr: str, env_key: str, attrs: dict[str, Any], shared: dict[str, Any]

@@ -57,7 +57,8 @@ class ProgramGate:
         found, used = parts.run(GATE_CONFIG, lambda: self._parity(config, known))
         return GateRun(verdict=_program_verdict(found, self._steps), envelope=used, time=parts.time)
 
-    def envelope(self) -> GateRun:
+    def envelope(self, *, precision: str | None = None) -> GateRun:
+        only_one_precision(precision, self._args.precision, "a program")
         parts = Parts()
         _, found = parts.run(GATE_ENVELOPE, lambda: self._parity(trainers.REFERENCE, None))
         return GateRun(verdict=None, envelope=found, time=parts.time)

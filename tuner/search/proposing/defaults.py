@@ -11,6 +11,8 @@ there, and on a CPU 40 trials of a small model take minutes. Until 2026-11-27 th
 default and at most 500, and the CLI at most 100000. 1000 bounds one job's study for a shared
 service (each trial reads the study's history) and still lets a patient user search longer than any
 measured job ran."""
+MAX_PATIENCE = 100_000
+"""The largest `patience` a request may ask (`RunOptions`, the API's `patience`)."""
 DEFAULT_WARMUP = 10
 DEFAULT_WINDOWS = 5
 DEFAULT_WINDOW_STEPS = 20
