@@ -18,6 +18,7 @@ import pytest
 
 from tests.tuner.test_cli_run import run_main, tuner
 from tests.tuner.tiny import RUN_FLAGS, WORKLOADS, sqlite_url
+from tuner.search.trials import trials_without_gain
 from tuner.service.jobstore import JobStore
 from tuner.store import keys
 from tuner.store.keys import OWNER
@@ -69,6 +70,30 @@ def test_two_standins_share_the_trials_and_one_runs_the_final_round(tmp_path: Pa
     assert "GPU-seconds used" in out.stderr
     (job,), _ = JobStore(storage).list()
     assert (job.status, job.study, job.spec["gpus"]) == ("succeeded", rec["study"], 2)
+
+
+def test_the_patience_ends_the_trials_of_a_job_on_several_gpus(tmp_path: Path) -> None:
+    """`--patience` reaches the workers (the job's `patience`), counts every worker's trials, and
+    once it holds with no trial running the job decides: no worker joins again to run more."""
+    storage = sqlite_url(tmp_path)
+    env = standin_env(2, TUNER_POLL_S="0.3", TUNER_TORCH_THREADS="1")
+    asked = 30
+    flags = (*RUN_FLAGS, "--workload", f"{WORKLOADS}:paced", "--trials", str(asked))
+    out = tuner(
+        "run", *flags, "--patience", "1", "--storage", storage, "--gpus", "2", "--json", env=env
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    rec = json.loads(out.stdout)
+    study = optuna.load_study(study_name=rec["study"], storage=storage)
+    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    values = [t.values[0] for t in trials if t.state.name == "COMPLETE"]
+    assert len(trials) < asked and trials_without_gain(values, 0.01) >= 1, values
+    # One session per worker: none left the job and joined it again to start its count afresh.
+    sessions = [k for k in study.user_attrs if k.startswith(keys.TIME_PREFIX)]
+    assert 1 <= len(sessions) <= 2, sessions
+    assert study.user_attrs[keys.JOB_BEGUN] == []
+    (job,), _ = JobStore(storage).list()
+    assert (job.status, job.spec["patience"]) == ("succeeded", 1)
 
 
 @pytest.mark.parametrize(
