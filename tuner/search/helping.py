@@ -62,7 +62,8 @@ def help_job(
         if envelope is not None:
             key, precision = envelope
             tried.add(key)
-            search.progress.phase(f"gate: the envelope {key} judges by, while the others run")
+            judged = "the study's" if precision is None else f"{precision}'s"
+            search.progress.phase(f"gate: the envelope {judged} configs are judged against")
             taken += int(search.parity_cache.measure_envelope(precision))
             continue
         gate = next_to_gate(search, tried)

@@ -179,3 +179,41 @@ def test_a_helper_profiles_the_baselines_while_trials_run_and_the_leader_before_
         assert after is None or after[1] != config
     finally:
         search.close()
+
+
+def test_once_no_trial_runs_a_helper_profiles_before_it_gates_a_config_behind_the_leader(
+    url: str,
+) -> None:
+    """The gate of a config behind the leader counts only if the leader's gate fails; the
+    profiles always: once settled, a helper whose leader another worker is gating takes the
+    profiles first (`helping.help_job`)."""
+    store = JobStore(url)
+    for name in ("finalizer", "helper"):
+        store.register_worker(name, host="h", pid=1, device="cpu")
+    job = store.create(JobSpec(**TINY), owner="me")
+    store.claim("helper", devices=("cpu",))
+    assert store.open_trials(job.id, "helper", hardware="cpu", deadline=None)
+    assert store.join(job.id, "finalizer", max_members=None)
+    phases = _Phases()
+    opts = options(
+        url, job.study, trials=4, screen="on", profile="baselines", tie_margin=0.9, seed=3
+    )
+    search = open_search(opts, progress=phases)
+    try:
+        search.share_gate(_claims(store, job.id, search, "helper"))
+        search.run_trials(LocalSlots(4))
+        leader = search.leader()
+        assert leader is not None
+        # The finalizer is gating the leader; another config is within the final round's reach.
+        assert _claims(store, job.id, search, "finalizer").take(leader[1])
+        behind = helping.next_to_gate(search, set())
+        assert behind is not None and behind[3] != leader[0]
+        helping.help_job(search, lambda: False, lambda: True, wait=False)
+        texts = [text for _, text in phases.seen]
+        profiled = [i for i, t in enumerate(texts) if t.startswith("profile: ahead")]
+        gated = [i for i, t in enumerate(texts) if t.startswith("gate: trial")]
+        assert profiled and gated and max(profiled) < min(gated), texts
+        assert f"gate: trial {behind[3]}'s config" in texts[min(gated)]
+        assert f"gate: trial {leader[0]}'s" not in " ".join(texts)  # the finalizer's to run
+    finally:
+        search.close()
