@@ -25,6 +25,7 @@ from tests.tuner.workloads_for_tests import INJECTED
 from trainers import LoopConfig
 from tuner.__main__ import main
 from tuner.evidence import export, reader
+from tuner.store import keys
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -144,6 +145,16 @@ def test_a_run_logged_to_a_file_prints_its_first_line_within_5_s_then_one_per_tr
         assert re.search(r" \[[^\]]+\] in \d+\.\d s", line), line
         assert "0 workers" not in line  # only what differs from the PyTorch default is named
     assert any("final round" in line for line in lines)
+    # Each check of the gate said as it starts and once judged, with its seconds (at 1B one
+    # takes minutes, and a log was silent through them): one of each per stored verdict.
+    study = load(storage, "log")
+    verdicts = [k for k in study.user_attrs if k.startswith(keys.PARITY_PREFIX)]
+    checking = [line for line in lines if "] gate: checking [" in line]
+    judged = [
+        line for line in lines if re.search(r"\] gate: \[.+\] (passed|failed) in \d+ s", line)
+    ]
+    assert len(checking) == len(judged) == len(verdicts) > 0, lines
+    assert any(re.search(r"\] final round: \d+ s$", line) for line in lines), lines
     done = lines[-1]
     assert "] done: recommended " in done, lines
     rec = load(storage, "log").user_attrs["recommendation"]

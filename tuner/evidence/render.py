@@ -94,8 +94,9 @@ def phase_times(time: Mapping[str, Any] | None) -> str | None:
 
 
 def search_text(search: Mapping[str, Any] | None) -> str | None:
-    """One line: how a screening search spent its trials (`Recommendation.search`), and the
-    gate's references reused from an earlier job; None where there is nothing to say."""
+    """One line: how a screening search spent its trials (`Recommendation.search`), and what
+    was reused instead of run again (compile artefacts, the gate's references and verdicts,
+    profiles); None where there is nothing to say."""
     if not search:
         return None
     parts: list[str] = []
@@ -118,6 +119,12 @@ def search_text(search: Mapping[str, Any] | None) -> str | None:
             "the gate's reference and envelope reused from an earlier job on this model, shape, "
             "precision and machine"
         )
+    verdicts = int(search.get("verdicts_reused") or 0)
+    if verdicts:
+        parts.append(f"{verdicts} gate verdicts reused from an earlier job")
+    copied = search.get("profiles_copied") or []
+    if copied:
+        parts.append(f"profiles of {', '.join(copied)} copied, not taken again")
     return "; ".join(parts) or None
 
 

@@ -164,6 +164,7 @@ class Search(TrialRunner):
             clock=self.clock,
             reference=options.precision,
             memo=memo,
+            say=self.progress.phase,
         )
         self.shared_profiles = None if memo is None else self._profiles_on(memo)
         known = self.parity_cache.known()
@@ -322,6 +323,7 @@ class Search(TrialRunner):
         if early is None:
             self.revive()
         self.progress.phase("final round: top configs and baselines, interleaved")
+        started = time.perf_counter()
         recommendation = self._final_round()
         if early is not None and (self.revive() > 0 or self.leader() != early):
             # The leader did not hold the gate: what the final round measured is not what it
@@ -331,8 +333,11 @@ class Search(TrialRunner):
                 "did not hold the gate"
             )
             recommendation = self._final_round()
+        self.progress.phase(f"final round: {time.perf_counter() - started:.0f} s")
         if self.options.profile != "none" and self._children.profiler is not None:
+            started = time.perf_counter()
             recommendation = self._profile(recommendation)
+            self.progress.phase(f"profiles: {time.perf_counter() - started:.0f} s")
         # What this process compiled, for a job on another machine
         # (`tuner.search.measuring.artifacts`).
         saved, unsaved = artifacts.save(self.compile_cache)
@@ -443,6 +448,14 @@ class Search(TrialRunner):
             "screening": self.screening,
             "gated": gated,
             "reference_reused": sorted(self.parity_cache.reused_envelopes),
+            # What this process did not run again: verdicts an earlier job reached, profiles
+            # an earlier study or another worker of this job took (`_profile`).
+            "verdicts_reused": self.parity_cache.reused,
+            "profiles_copied": sorted(
+                name
+                for name, found in profiles.study_profiles(self.study).items()
+                if found.get("shared_from") not in (None, self.study.study_name)
+            ),
         }
 
     def parity(self, config: LoopConfig, precision: str | None = None) -> GateVerdict:

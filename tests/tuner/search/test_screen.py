@@ -158,6 +158,10 @@ def test_a_later_job_reuses_the_reference_and_envelope_and_says_so(
     second = run_json(_screened(storage, "second", _one_point(tmp_path, 5), trials=1))
     assert first["search"]["reference_reused"] == []
     assert second["search"]["reference_reused"] == [keys.ENVELOPE]
+    # The configs both jobs gated (the baselines, in the final round) were not checked again.
+    assert first["search"]["verdicts_reused"] == 0 < second["search"]["verdicts_reused"]
+    said = search_text(second["search"]) or ""
+    assert f"{second['search']['verdicts_reused']} gate verdicts reused" in said
     phases = [
         (study_time(load(storage, n).user_attrs) or {})["phases"] for n in ("first", "second")
     ]

@@ -18,18 +18,20 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import optuna
 
 from trainers import LoopConfig
+from tuner.evidence.progress import short_config
 from tuner.search.gating.gate import Gate, GateVerdict, Pending
 from tuner.search.measuring.timing import Clock
 from tuner.search.options import Retry
 from tuner.search.spaces.space import candidate_key
 from tuner.store import keys
 from tuner.store.jsonsafe import json_safe
-from tuner.store.phases import GATE_CONFIG
+from tuner.store.phases import GATE_CONFIG, LABELS
 
 
 class GateClaims(Protocol):
@@ -68,8 +70,12 @@ class ParityCache:
         reference: str | None = None,
         memo: optuna.Study | None = None,
         claims: GateClaims | None = None,
+        say: Callable[[str], None] | None = None,
     ) -> None:
         self.study = study
+        self.say = say
+        """Where a check run here says that it starts and, once judged, its verdict and the
+        seconds of each part (a progress line each: at 1B a check takes minutes)."""
         self.claims = claims
         """Set where other processes share the study (`Search.share_gate`): a verdict or an
         envelope another process is running is waited for, not run twice."""
@@ -147,6 +153,8 @@ class ParityCache:
             self.reused_envelopes.add(env_key)
         envelope = stored if isinstance(stored, dict) else None
         pending, measures = self._envelope_plan(env_key, envelope)
+        label = _label(config, precision)
+        self._tell(f"gate: checking [{label}]" + _first_parts(envelope, pending))
         reached = True
         try:
             extra: dict[str, Any] = {} if pending is None else {"pending": pending}
@@ -176,6 +184,8 @@ class ParityCache:
             seconds=time.perf_counter() - started,
             time=spent,
         )
+        outcome = "passed" if verdict.passed else "failed"
+        self._tell(f"gate: [{label}] {outcome} in {verdict.seconds:.0f} s{_parts(spent)}")
         self._store(attr, verdict.to_dict())
         # Shared only when judged against the memo's own envelope: a study resumed after its
         # inputs changed judges by the envelope it stored then, which holds for it alone.
@@ -269,6 +279,10 @@ class ParityCache:
         """How many verdicts the memo holds (0 without one)."""
         return sum(1 for k in self._memo_attrs() if k.startswith(keys.PARITY_PREFIX))
 
+    def _tell(self, text: str) -> None:
+        if self.say is not None:
+            self.say(text)
+
     def _attrs(self) -> dict[str, Any]:
         return self.retry.call(lambda: self.study.user_attrs, what="reading the parity cache")
 
@@ -285,3 +299,27 @@ class ParityCache:
 
     def _store(self, key: str, value: Any) -> None:
         self.retry.call(lambda: self.study.set_user_attr(key, value), what=f"storing {key}")
+
+
+def _label(config: LoopConfig, precision: str | None) -> str:
+    """A config as the progress lines name it: what differs from PyTorch's default loop."""
+    shown = short_config(config.to_dict())
+    return shown if precision is None else f"{shown}, {precision}"
+
+
+def _first_parts(envelope: dict[str, Any] | None, pending: Pending | None) -> str:
+    """What a check runs before its config's own run: said, because at 1B it takes minutes."""
+    if envelope is not None:
+        return ": its eager twin where it needs one, then its own run"
+    if pending is not None:
+        return ": its eager twin, while another worker measures the envelope"
+    return ": the reference and its envelope first (once per study), then the config"
+
+
+def _parts(spent: dict[str, float]) -> str:
+    """` (reference 30 s, eager twin 105 s, ...)`: each part's seconds; empty where none took
+    a second."""
+    shown = [
+        f"{LABELS.get(k, k).removeprefix('gate: ')} {s:.0f} s" for k, s in spent.items() if s >= 0.5
+    ]
+    return f" ({', '.join(shown)})" if shown else ""
