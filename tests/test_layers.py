@@ -21,17 +21,18 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 # Layers of `tuner`, lowest first; a module may import its own layer and those before it.
-TUNER_LAYERS = ("errors", "store", "evidence", "search", "service", "flags", "cli")
+TUNER_LAYERS = ("errors", "store", "evidence", "search", "request", "service", "flags", "cli")
 # The rooms of `tuner.search`, lowest first; a module may import its own room and those below.
 # `spaces` (what may be searched) < `proposing` (what to try next) < the request's words
-# (`request`, `options`, `protocol`) < `measuring` < `gating` < `deciding` < `trials` < the
+# (`options`, `protocol`) < `measuring` < `gating` < `deciding` < `trials` < the
 # search and its children (`search`, `children`: the gate and profiler processes, which pick a
 # gate and a profiler) < `study`.
 SEARCH_ROOMS: tuple[tuple[str, ...], ...] = (
     ("spaces",),
     ("proposing",),
-    # The request's words: its fields, its text arguments, the model it names, the protocol.
-    ("request", "options", "protocol", "textargs", "identity"),
+    # The request's words: its options, its text arguments, the model it names, the protocol
+    # (the request itself, `tuner.request`, is a layer above the search).
+    ("options", "protocol", "textargs", "identity"),
     ("measuring",),
     ("gating",),
     ("deciding",),

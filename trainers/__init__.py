@@ -62,7 +62,7 @@ from trainers.precision import (
     set_matmul_precision,
 )
 from trainers.runargs import RunArgs
-from trainers.settings import ENV_PREFIX, config_from_env, load_config, load_precision
+from trainers.tuned import ENV_PREFIX, config_from_env, load_config, load_precision
 from trainers.workloads import (
     BUILTIN,
     PRESETS,

@@ -48,7 +48,7 @@ _LAZY = {
     "space_from_mapping": "tuner.search.spaces.named",
     "JobStore": "tuner.service.jobstore",
     "WorkerSettings": "tuner.service.settings",
-    "JobSpec": "tuner.search.request",
+    "JobSpec": "tuner.request",
     "WorkloadRegistry": "tuner.service.spec",
     "Worker": "tuner.service.worker",
     "TrialCounts": "tuner.store.counting",
@@ -58,8 +58,8 @@ _LAZY = {
 if TYPE_CHECKING:
     from tuner.evidence.reader import StudyReader, list_studies, load_config, recommendation
     from tuner.evidence.recommendation import Recommendation
+    from tuner.request import JobSpec
     from tuner.search.options import BASELINES, RunOptions
-    from tuner.search.request import JobSpec
     from tuner.search.spaces.named import load_space, space_from_mapping
     from tuner.search.spaces.space import SearchSpace
     from tuner.search.study import run_study

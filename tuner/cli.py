@@ -52,8 +52,8 @@ from tuner.search.proposing.defaults import (
 # on a 2-core machine, and `run` prints its first progress line before that (issue 29).
 if TYPE_CHECKING:
     from tuner.evidence.recommendation import Recommendation
+    from tuner.request import JobSpec
     from tuner.search.options import RunOptions
-    from tuner.search.request import JobSpec
     from tuner.service.node import NodeDevices, NodeSummary
 
 app = typer.Typer(
@@ -196,14 +196,14 @@ def _tune(
     `--gpus` above 1, its job on this node's GPUs), end the progress on the recommendation.
     `settings`: `RunOptions`' other fields from the flags, None where the default depends on the
     device (`_cpu_defaults`)."""
-    from tuner.search.options import RunOptions
+    from tuner.request import run_options
     from tuner.search.study import run_study
     from tuner.store import storage as studies
 
     unset = {k for k in ("final_rounds", "profile") if settings[k] is None}
     unset |= {"timeout_s"} if spec.timeout_s is None else set()
     given = {k: v for k, v in settings.items() if k not in unset}
-    options = RunOptions.from_spec(spec, **given)
+    options = run_options(spec, **given)
     url = studies.storage_url(settings["storage"])
     studies.check_sqlite_path(url)
     show.line(f"building the workload, then opening the study in {studies.masked(url)}")

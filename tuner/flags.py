@@ -327,7 +327,7 @@ Optimizer = Annotated[str, typer.Option(help="as-built, foreach, fused or compil
 
 
 if TYPE_CHECKING:
-    from tuner.search.request import JobSpec
+    from tuner.request import JobSpec
 
 F = TypeVar("F")
 R = TypeVar("R")
@@ -440,7 +440,7 @@ class RunFlags:
 
     def spec(self) -> JobSpec:
         """What is asked: the API's job, field for field (one process: `gpus` 1)."""
-        from tuner.search.request import JobSpec
+        from tuner.request import JobSpec
         from tuner.search.spaces.pins import parse_fix
 
         return JobSpec(

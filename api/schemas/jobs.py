@@ -1,7 +1,7 @@
 """Jobs: the request (`JobIn`), the job (`JobOut`) and its trials (`TrialOut`).
 
 Each group of fields has one owner, and the models here follow it: the request's fields are
-`tuner.search.request.JobSpec`'s (`JobIn.to_spec` and `JobOut.of` copy them by name), which
+`tuner.request.JobSpec`'s (`JobIn.to_spec` and `JobOut.of` copy them by name), which
 the CLI builds from its flags too, the space's
 and the pins' are `trainers.LoopConfig`'s with its allowed values and bounds, the precision is
 `trainers.precision`'s. tests/api/test_owners.py holds the models to their owners.
@@ -28,8 +28,8 @@ from pydantic import (
 from api.schemas.common import BestSoFar, Strict, utc
 from trainers import DEVICES_ALLOWED, LEVERS, PRECISIONS, Lever, Precision
 from trainers.program import MAX_NPROC
+from tuner.request import JobSpec
 from tuner.search.proposing.defaults import DEFAULT_TRIALS, MAX_PATIENCE, MAX_TRIALS
-from tuner.search.request import JobSpec
 from tuner.service.tables import JobRow
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]

@@ -14,8 +14,8 @@ import pytest
 import trainers
 from api.schemas.jobs import FixIn, JobIn, JobOut, PrecisionName, SpaceIn
 from tests.api.conftest import make_worker
+from tuner.request import JobSpec
 from tuner.search.options import RunOptions
-from tuner.search.request import JobSpec
 from tuner.service.jobstore import JobStore
 
 SPEC_FIELDS = [f.name for f in dataclasses.fields(JobSpec)]

@@ -113,12 +113,13 @@ def test_a_wrong_default_would_be_seen() -> None:
 
 def test_run_leaves_the_window_to_the_job_only_when_not_given() -> None:
     from tuner.flags import RunFlags
+    from tuner.request import run_options
     from tuner.search.proposing.defaults import DEFAULT_WINDOW_STEPS
 
     def options(**flags: object) -> RunOptions:
         given = RunFlags(workload="mlp", **flags)  # type: ignore[arg-type]
         settings = given.settings() | {"final_rounds": 3, "profile": "none"}
-        return RunOptions.from_spec(given.spec(), **settings)
+        return run_options(given.spec(), **settings)
 
     default = options()
     assert default.auto_window_steps is True

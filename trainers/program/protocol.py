@@ -51,7 +51,7 @@ from trainers.harvest import LossLedger
 from trainers.measure import RunResult, Window
 from trainers.program.registry import PREFIX, Program
 from trainers.runargs import RunArgs
-from trainers.settings import ENV_PREFIX
+from trainers.tuned import ENV_PREFIX
 
 PROTOCOL = 1
 PLACEHOLDERS = ("python", "preset", "device", "steps", "warmup", "windows", "seed")

@@ -33,7 +33,7 @@ from trainers.errors import ConfigError
 from trainers.gate.trajectories import Perturbation
 from trainers.measure import fingerprint, window_sizes
 from trainers.program.protocol import PROTOCOL
-from trainers.settings import ENV_PREFIX, config_from_env
+from trainers.tuned import ENV_PREFIX, config_from_env
 
 
 @dataclasses.dataclass

@@ -43,7 +43,7 @@ from trainers.program.protocol import ReportReader, program_env
 from trainers.program.registry import Program
 from trainers.program.runner import STDERR_TAIL, ProgramFailed, _execute
 from trainers.runargs import DEFAULT_ARGS, RunArgs
-from trainers.settings import ENV_PREFIX
+from trainers.tuned import ENV_PREFIX
 
 ENTRY = "trainers.distributed"
 RANK_DIR_VARIABLE = f"{ENV_PREFIX}RANK_DIR"

@@ -19,7 +19,6 @@ from tuner.evidence.progress import TrialReport
 from tuner.search.proposing.defaults import DEFAULT_TRIALS, MAX_PATIENCE, MAX_TRIALS
 from tuner.search.proposing.screen import SCREEN_MODES
 from tuner.search.protocol import Protocol
-from tuner.search.request import JobSpec
 from tuner.store.storage import precision_of
 
 _T = TypeVar("_T")
@@ -42,8 +41,6 @@ def baselines_for(nproc_per_node: int) -> dict[str, LoopConfig]:
 
 
 SAMPLERS = ("tpe", "random")
-# The fields a run takes from its job's request (`RunOptions.from_spec`); `gpus` is the node's.
-_SPEC_FIELDS = frozenset(f.name for f in dataclasses.fields(JobSpec)) - {"gpus"}
 PROFILE_MODES = ("none", "baselines", "all")
 DRIFT_WARNING = 0.10
 PRUNE_PERCENTILE = 25.0
@@ -119,47 +116,6 @@ class RunOptions:
     """Processes per trial on this node (1..8): above 1, every measurement is a torchrun launch
     of N processes (one per GPU; gloo on a CPU), the data-parallel levers are searched and the
     baselines are DDP's defaults (`baselines_for`)."""
-
-    @classmethod
-    def from_spec(
-        cls,
-        spec: JobSpec,
-        *,
-        workload: str | None = None,
-        device: str | None = None,
-        budget: bool = True,
-        **settings: Any,
-    ) -> RunOptions:
-        """The run of `spec`: what the job asks (its fields, by the same names here) and how this
-        process measures it (`settings`: the other fields, from the CLI's flags or a worker's
-        `TUNER_*` settings). The one way the CLI and the service's workers build a run.
-
-        workload: what this process runs for the spec's workload name (a worker's plug-in
-            factory path); device: this process's own device for the spec's (a worker's GPU).
-        budget: False where the spec's `timeout_s` is kept by someone else (a worker: the job's
-            slots hold its deadline for every member, `tuner.service.slots`), so the run has none.
-        """
-        asked = sorted(settings.keys() & _SPEC_FIELDS)
-        if asked:
-            raise TypeError(f"from_spec: {', '.join(asked)} come from the spec, not the settings")
-        return cls(
-            workload=spec.workload if workload is None else workload,
-            preset=spec.preset,
-            trials=spec.trials,
-            timeout_s=spec.timeout_s if budget else None,
-            space=spec.space,
-            fix=spec.fix,
-            device=spec.device if device is None else device,
-            objectives=tuple(spec.objectives),
-            max_memory_bytes=spec.max_memory_bytes,
-            model_args=dict(spec.model_args),
-            precision=spec.precision,  # type: ignore[arg-type]  # checked below, by name
-            precisions=spec.precisions,
-            nproc_per_node=spec.nproc_per_node,
-            screen=spec.screen,
-            patience=spec.patience,
-            **settings,
-        )
 
     def __post_init__(self) -> None:
         def bad(field: str, allowed: str) -> trainers.ConfigError:

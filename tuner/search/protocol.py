@@ -1,6 +1,6 @@
 """`Protocol`: how a search measures each config (warm-up, windows, steps per window, seed).
 
-A word of the request, beside `tuner.search.options` and `tuner.search.request`: the options
+A word of the request, beside `tuner.search.options` (`tuner.request` is the request): the options
 hold one, the measurement (`tuner.search.measuring.measure`, which re-exports it) reads it.
 """
 

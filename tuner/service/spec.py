@@ -1,4 +1,4 @@
-"""What a job asks for (`JobSpec`, from `tuner.search.request`), the workloads a server runs
+"""What a job asks for (`JobSpec`, from `tuner.request`), the workloads a server runs
 (`WorkloadRegistry`), and the checks only the tuner can make on a request (`check_spec`)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from trainers.program import PREFIX as PROGRAM_PREFIX
 from trainers.program import Program, load_registry
 from trainers.workloads import catalog, lookup
 from tuner.errors import SpaceError, SpecError, TunerError
+from tuner.request import JobSpec
 from tuner.search.options import check_allowed_precisions
-from tuner.search.request import JobSpec
 from tuner.search.spaces.named import load_space, program_space
 from tuner.search.spaces.processes import for_processes
 

@@ -59,6 +59,7 @@ import torch
 import trainers
 from trainers.program import REGISTRY_VARIABLE
 from tuner.errors import JobNotFound, TunerError
+from tuner.request import run_options
 from tuner.search.options import RunOptions
 from tuner.service.job import JobRun
 from tuner.service.jobstore import FINISHED, WorkerStore
@@ -281,9 +282,9 @@ class Worker:
 
     def options_for(self, job: JobRow, spec: JobSpec) -> RunOptions:
         """The `RunOptions` this worker runs `job`'s study with: the job's request, the worker's
-        own protocol and device (`RunOptions.from_spec`, as the CLI's run)."""
+        own protocol and device (`tuner.request.run_options`, as the CLI's run)."""
         s = self.settings
-        return RunOptions.from_spec(
+        return run_options(
             spec,
             workload=self.registry.target(spec.workload),
             device="cpu" if spec.device == "cpu" else self.device,

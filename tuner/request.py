@@ -1,7 +1,7 @@
 """What a tuning job asks for (`JobSpec`): the one request of the CLI and the service.
 
 `python -m tuner run` builds it from its flags, the API from its JSON body
-(`api.schemas.jobs.JobIn`, whose fields are these), and both run it through `RunOptions.from_spec`
+(`api.schemas.jobs.JobIn`, whose fields are these), and both run it through `run_options`
 with how that process measures (the CLI's other flags, a worker's `TUNER_*` settings). One name, one
 default and one set of bounds per setting follows from that: the API's model takes its bounds from
 the constants the CLI's flags and `RunOptions` check (`tuner.search.proposing.defaults`), and
@@ -11,9 +11,12 @@ tests/api/test_request_parity.py holds them to it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tuner.search.proposing.defaults import DEFAULT_TRIALS
+
+if TYPE_CHECKING:  # imported when a run is built: `JobSpec` alone imports no torch (`tuner.flags`)
+    from tuner.search.options import RunOptions
 
 
 class StoredJob(Protocol):
@@ -90,3 +93,49 @@ class JobSpec:
         if values.get("precisions") is not None:
             values["precisions"] = tuple(values["precisions"])
         return cls(**values, trials=row.trials)
+
+
+# The fields a run takes from its job's request (`run_options`); `gpus` is the node's.
+_SPEC_FIELDS = frozenset(f.name for f in dataclasses.fields(JobSpec)) - {"gpus"}
+
+
+def run_options(
+    spec: JobSpec,
+    *,
+    workload: str | None = None,
+    device: str | None = None,
+    budget: bool = True,
+    **settings: Any,
+) -> RunOptions:
+    """The run of `spec`: what the job asks (its fields, by the same names in `RunOptions`) and
+    how this process measures it (`settings`: the other fields, from the CLI's flags or a
+    worker's `TUNER_*` settings). The one way the CLI and the service's workers build a run.
+
+    workload: what this process runs for the spec's workload name (a worker's plug-in
+        factory path); device: this process's own device for the spec's (a worker's GPU).
+    budget: False where the spec's `timeout_s` is kept by someone else (a worker: the job's
+        slots hold its deadline for every member, `tuner.service.slots`), so the run has none.
+    """
+    from tuner.search.options import RunOptions
+
+    asked = sorted(settings.keys() & _SPEC_FIELDS)
+    if asked:
+        raise TypeError(f"run_options: {', '.join(asked)} come from the spec, not the settings")
+    return RunOptions(
+        workload=spec.workload if workload is None else workload,
+        preset=spec.preset,
+        trials=spec.trials,
+        timeout_s=spec.timeout_s if budget else None,
+        space=spec.space,
+        fix=spec.fix,
+        device=spec.device if device is None else device,
+        objectives=tuple(spec.objectives),
+        max_memory_bytes=spec.max_memory_bytes,
+        model_args=dict(spec.model_args),
+        precision=spec.precision,  # type: ignore[arg-type]  # RunOptions checks it, by name
+        precisions=spec.precisions,
+        nproc_per_node=spec.nproc_per_node,
+        screen=spec.screen,
+        patience=spec.patience,
+        **settings,
+    )
