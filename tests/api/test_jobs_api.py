@@ -81,10 +81,16 @@ def test_a_job_asking_for_patience_keeps_it_and_a_bad_one_names_the_field(
     assert job["patience"] == 3
     assert client.get(job["links"]["self"], headers=AUTH).json()["patience"] == 3
     assert _post(client, TINY_JOB).json()["patience"] is None
-    for bad in (-1, MAX_PATIENCE + 1, "soon"):
-        response = client.post("/v1/jobs", json=TINY_JOB | {"patience": bad}, headers=AUTH)
+    two = {"objectives": ["throughput", "memory"]}
+    for bad in ({"patience": -1}, {"patience": MAX_PATIENCE + 1}, {"patience": "soon"}):
+        response = client.post("/v1/jobs", json=TINY_JOB | bad, headers=AUTH)
         assert response.status_code == 422, response.text
         assert any(e["loc"][:2] == ["body", "patience"] for e in response.json()["detail"])
+    # The run's rule, checked before the job is queued: it counts gains in throughput alone.
+    response = client.post("/v1/jobs", json=TINY_JOB | two | {"patience": 3}, headers=AUTH)
+    assert response.status_code == 422, response.text
+    assert "objectives throughput,memory" in response.text and "patience" in response.text
+    assert _post(client, TINY_JOB | two | {"patience": 0}).json()["patience"] == 0
 
 
 def test_list_filters_by_status_and_pages(client: TestClient) -> None:

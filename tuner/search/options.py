@@ -154,14 +154,7 @@ class RunOptions:
         trainers.check_precisions(self.precision, self.matmul_precision)
         if self.train_steps is not None and self.train_steps < 1:
             raise bad("train_steps", "an integer >= 1")
-        if self.patience is not None:
-            if not 0 <= self.patience <= MAX_PATIENCE:
-                raise bad("patience", f"an integer in 0..{MAX_PATIENCE} (0 turns it off)")
-            if self.patience and len(self.objectives) > 1:
-                raise bad(
-                    "patience",
-                    "0 with objectives throughput,memory (it counts gains in throughput alone)",
-                )
+        check_patience(self.patience, self.objectives)
         if self.screen not in SCREEN_MODES:
             raise bad("screen", ", ".join(SCREEN_MODES))
         if self.profile not in PROFILE_MODES:
@@ -209,6 +202,24 @@ class RunOptions:
     @property
     def multi_objective(self) -> bool:
         return len(self.objectives) > 1
+
+
+def check_patience(patience: int | None, objectives: Sequence[str]) -> None:
+    """The patience a request may ask: 0..MAX_PATIENCE, and 0 (off) beside a second objective
+    (it counts gains in throughput alone). The one rule of `RunOptions` and the service's
+    `check_spec` (a job's request is refused before it is queued)."""
+    if patience is None:
+        return
+    if not 0 <= patience <= MAX_PATIENCE:
+        raise trainers.ConfigError(
+            "patience", patience, f"an integer in 0..{MAX_PATIENCE} (0 turns it off)"
+        )
+    if patience and len(objectives) > 1:
+        raise trainers.ConfigError(
+            "patience",
+            patience,
+            "0 with objectives throughput,memory (it counts gains in throughput alone)",
+        )
 
 
 def check_allowed_precisions(

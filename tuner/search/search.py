@@ -454,7 +454,7 @@ class Search(TrialRunner):
             "profiles_copied": sorted(
                 name
                 for name, found in profiles.study_profiles(self.study).items()
-                if found.get("shared_from") not in (None, self.study.study_name)
+                if found.get("shared_from") is not None and not found.get("seconds")
             ),
         }
 

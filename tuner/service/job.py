@@ -167,8 +167,13 @@ class JobRun:
             search.run_trials(slots)
             if search.stopped:
                 raise Stopped(f"stopped after {search.done} trials")
-            if not _trials_over(slots, search) or not self.worker.store.claim_finalizing(
-                job.id, self.worker.id
+            # Under the slot lock: a worker that found the patience short a moment ago must not
+            # take a trial after this one claimed the final round.
+            if not slots.locked(
+                lambda: (
+                    _trials_over(slots, search)
+                    and self.worker.store.claim_finalizing(job.id, self.worker.id)
+                )
             ):
                 helped = self._help(job, search, slots)
                 return search.done > 0 or claimed or helped

@@ -59,6 +59,13 @@ class SlotLocks(JobTables):
                 return False
         return True
 
+    def finalizing(self, job_id: str) -> bool:
+        """Whether a worker has claimed the job's final round (`Membership.claim_finalizing`):
+        no trial slot is taken after that (`JobSlots`)."""
+        with self.engine.connect() as conn:
+            found = conn.execute(sa.select(JobRow.finalizer).where(JobRow.id == job_id)).scalar()
+        return found is not None
+
     def unlock_slots(self, job_id: str, worker: str) -> bool:
         """Give the slot lock back; False when it expired and another worker took it."""
         with self.engine.begin() as conn:

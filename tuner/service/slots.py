@@ -169,6 +169,16 @@ class JobSlots:
     def more(self) -> bool:
         return self.last is not None and self.last.free > 1
 
+    def locked(self, fn: Callable[[], bool]) -> bool:
+        """`fn()` under the job's slot lock: no worker takes a trial meanwhile. False without
+        running it where the lock was not taken (this worker is stopping)."""
+        if not self._lock():
+            return False
+        try:
+            return fn()
+        finally:
+            self.store.unlock_slots(self.job_id, self.worker)
+
     def count(self) -> SlotCount:
         return self.backoff.call(
             lambda: count_slots(self.storage, self.job, self.deadline),
@@ -183,7 +193,9 @@ class JobSlots:
         trial: optuna.Trial | None = None
         try:
             self.last = count_slots(self.storage, self.job, self.deadline)
-            if self.last.free > 0:
+            # A finalizer claims under this lock once the trials are over (`JobRun`), the
+            # patience's end included, which leaves slots free: none is taken after it.
+            if self.last.free > 0 and not self.store.finalizing(self.job_id):
                 trial = create()
                 prepare(trial)
             exclusive = self.store.unlock_slots(self.job_id, self.worker)

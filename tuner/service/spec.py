@@ -14,7 +14,7 @@ from trainers.program import Program, load_registry
 from trainers.workloads import catalog, lookup
 from tuner.errors import SpaceError, SpecError, TunerError
 from tuner.request import JobSpec
-from tuner.search.options import check_allowed_precisions
+from tuner.search.options import check_allowed_precisions, check_patience
 from tuner.search.spaces.named import load_space, program_space
 from tuner.search.spaces.processes import for_processes
 
@@ -154,6 +154,10 @@ def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
             spec.preset,
         )
     _check_gpus(spec.gpus)
+    try:
+        check_patience(spec.patience, spec.objectives)
+    except trainers.ConfigError as exc:
+        raise SpecError(("patience",), str(exc), spec.patience) from exc
     _check_space(spec, registry)
 
 

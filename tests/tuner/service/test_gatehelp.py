@@ -21,6 +21,7 @@ from tuner.search.measuring.timing import Clock
 from tuner.search.options import NoRetry
 from tuner.service.gatehelp import CLAIM_PREFIX, JobClaims
 from tuner.service.jobstore import JobStore
+from tuner.service.slots import JobSlots
 from tuner.service.spec import JobSpec
 from tuner.store import keys
 from tuner.store import storage as studies
@@ -192,3 +193,31 @@ def test_a_helper_measures_the_envelope_a_config_in_another_precision_is_judged_
         LoopConfig(num_streams=2), None, precision="bf16-autocast"
     )
     assert json_safe(alone.envelope) == stored
+
+
+def test_no_trial_slot_is_taken_once_a_worker_claimed_the_final_round(url: str) -> None:
+    """The patience ends a job's trials with slots still free: a worker that found it short a
+    moment before takes no slot once another claimed the final round (`JobSlots`), and the claim
+    is made under the slot lock (`JobRun`), so the two cannot cross."""
+    store, job, study = _job(url, "a", "b")
+    storage = studies.open_storage(url)
+    row = store.get(job)
+    slots = JobSlots(
+        store,
+        storage,
+        job=row,
+        deadline=None,
+        worker="b",
+        hold_s=5.0,
+        backoff=Backoff(base_s=0.01, max_s=0.1),
+    )
+
+    def take() -> optuna.Trial | None:
+        return slots.take(study.ask, lambda trial: None)
+
+    first = take()
+    assert first is not None and slots.count().free == TINY["trials"] - 1
+    study.tell(first, 1.0)
+    assert slots.locked(lambda: store.claim_finalizing(job, "a"))
+    assert slots.count().free > 0 and take() is None  # free slots, and none taken
+    assert len(study.get_trials(deepcopy=False)) == 1
