@@ -24,6 +24,7 @@ from tuner.search.study import open_search
 from tuner.service.gatehelp import JobClaims
 from tuner.service.jobstore import JobStore
 from tuner.service.spec import JobSpec
+from tuner.service.tables import JobRow
 from tuner.store import keys
 from tuner.store.retry import Backoff
 
@@ -64,17 +65,25 @@ def _claims(store: JobStore, job: str, search: Search, worker: str) -> JobClaims
     return claims
 
 
+def _open_job(url: str, claimer: str, *others: str) -> tuple[JobStore, JobRow]:
+    """A job opened for trials by `claimer`, which `others` have joined (every one a live
+    worker row)."""
+    store = JobStore(url)
+    for name in (claimer, *others):
+        store.register_worker(name, host="h", pid=1, device="cpu")
+    job = store.create(JobSpec(**TINY), owner="me")
+    store.claim(claimer, devices=("cpu",))
+    assert store.open_trials(job.id, claimer, hardware="cpu", deadline=None)
+    for name in others:
+        assert store.join(job.id, name, max_members=None)
+    return store, job
+
+
 @pytest.fixture
 def searched(url: str) -> Iterator[tuple[JobStore, str, Search, _Phases]]:
     """A job of two workers ("finalizer", "helper") whose finalizer ran every trial of a
     screening search (so no trial is gated yet), sharing the gate through the job's claims."""
-    store = JobStore(url)
-    for name in ("finalizer", "helper"):
-        store.register_worker(name, host="h", pid=1, device="cpu")
-    job = store.create(JobSpec(**TINY), owner="me")
-    store.claim("finalizer", devices=("cpu",))
-    assert store.open_trials(job.id, "finalizer", hardware="cpu", deadline=None)
-    assert store.join(job.id, "helper", max_members=None)
+    store, job = _open_job(url, "finalizer", "helper")
     phases = _Phases()
     opts = options(url, job.study, trials=4, screen="on", sampler="tpe", seed=3)
     search = open_search(opts, progress=phases)
@@ -146,11 +155,7 @@ def test_the_final_round_measures_while_another_worker_gates_the_leader(
 def test_a_helper_profiles_the_baselines_while_trials_run_and_the_leader_before_its_verdict(
     url: str, tmp_path: Path
 ) -> None:
-    store = JobStore(url)
-    store.register_worker("helper", host="h", pid=1, device="cpu")
-    job = store.create(JobSpec(**TINY), owner="me")
-    store.claim("helper", devices=("cpu",))
-    assert store.open_trials(job.id, "helper", hardware="cpu", deadline=None)
+    store, job = _open_job(url, "helper")
     opts = options(url, job.study, trials=3, screen="on", profile="baselines")
     search = open_search(opts)
     try:
@@ -187,13 +192,7 @@ def test_once_no_trial_runs_a_helper_profiles_before_it_gates_a_config_behind_th
     """The gate of a config behind the leader counts only if the leader's gate fails; the
     profiles always: once settled, a helper whose leader another worker is gating takes the
     profiles first (`helping.help_job`)."""
-    store = JobStore(url)
-    for name in ("finalizer", "helper"):
-        store.register_worker(name, host="h", pid=1, device="cpu")
-    job = store.create(JobSpec(**TINY), owner="me")
-    store.claim("helper", devices=("cpu",))
-    assert store.open_trials(job.id, "helper", hardware="cpu", deadline=None)
-    assert store.join(job.id, "finalizer", max_members=None)
+    store, job = _open_job(url, "helper", "finalizer")
     phases = _Phases()
     opts = options(
         url, job.study, trials=4, screen="on", profile="baselines", tie_margin=0.9, seed=3
