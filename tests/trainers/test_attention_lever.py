@@ -110,6 +110,21 @@ def test_the_calls_of_one_forward_are_recorded_by_shape_and_timed_per_value() ->
     assert attention_calls(lambda: mlp.loss_fn(mlp.model, _first_batch(mlp))) == []
 
 
+def test_a_call_is_recorded_in_the_dtype_its_kernel_runs_in_under_autocast() -> None:
+    """float32 inputs under bf16 autocast run a bf16 kernel: the call is replayed in bf16 (the
+    inputs' float32 finds only the math kernel on a GPU)."""
+    q = torch.randn(2, 4, 16, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        calls = attention_calls(
+            lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+        )
+    assert [(c.dtype, c.query, c.is_causal, c.calls) for c in calls] == [
+        ("bfloat16", (2, 4, 16, 8), True, 1)
+    ]
+    plain = attention_calls(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q))
+    assert [c.dtype for c in plain] == ["float32"]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize(

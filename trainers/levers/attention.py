@@ -93,17 +93,22 @@ def _recording(seen: collections.Counter[AttentionCall]) -> Callable[..., Any]:
     def record(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any, **kw: Any) -> Any:
         mask = args[0] if args else kw.get("attn_mask")
         causal = args[2] if len(args) > 2 else kw.get("is_causal", False)
+        out = sdpa(q, k, v, *args, **kw)
         call = AttentionCall(
             query=tuple(q.shape),
             key=tuple(k.shape),
             value=tuple(v.shape),
-            dtype=str(q.dtype).removeprefix("torch."),
+            # The output's dtype, not the inputs': under autocast a model may pass float32
+            # (Hugging Face's Llama after its rotary embedding) and the kernel runs in bf16. On
+            # 4 H200s (2026-11-28) the inputs' float32, replayed without autocast, found only
+            # the math kernel (37 ms a call) and no cuDNN or flash kernel at all.
+            dtype=str(out.dtype).removeprefix("torch."),
             is_causal=bool(causal),
             mask=None if mask is None else tuple(mask.shape),
             enable_gqa=bool(kw.get("enable_gqa", False)),
         )
         seen[call] += 1
-        return sdpa(q, k, v, *args, **kw)
+        return out
 
     return record
 

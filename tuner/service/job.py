@@ -440,6 +440,10 @@ class _JobProgress:
 
     def phase(self, text: str) -> None:
         self.run._phase = text
+        # Also in the worker's log, timed: the study keeps each worker's seconds by phase, not
+        # when each part ran. On 4 H200s (`llama-1b`, 2026-11-28) which helper took the
+        # leader's profile, and when, could only be guessed from those sums.
+        log.info("job %s: %s", self.job.id, text)
 
     def trial_done(self, done: int, total: int, best: float | None, state: str) -> None:
         self.run._phase = f"{done} trials run here, the last {state}"
