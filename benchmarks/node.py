@@ -121,12 +121,17 @@ def _sessions(storage: str, study: str) -> dict[str, Any]:
     return {k: v for k, v in attrs.items() if k.startswith(keys.TIME_PREFIX)}
 
 
-def compare(
-    args: argparse.Namespace, spec: str, one: Mapping[str, Any], many: Mapping[str, Any]
-) -> dict[str, Any]:
-    """Both recommendations on one device, interleaved: the N-GPU job's over the one-GPU job's
-    throughput, with its 95 % CI (no comparison crosses devices)."""
-    workload, preset = spec.rsplit(":", 1)
+def interleaved(
+    args: argparse.Namespace,
+    workload: str,
+    preset: str,
+    picks: Mapping[str, Mapping[str, Any]],
+    *,
+    over: str,
+) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
+    """Each pick's recommendation (`run --json`) measured on one device, interleaved over
+    `args.rounds` rounds (`args.protocol`): each pick's median samples/s, and each other pick's
+    throughput over `over`'s with its 95 % CI (no comparison crosses devices)."""
     warmup, windows, steps = (int(x) for x in args.protocol.split(","))
     device = "cuda:0" if args.device == "cuda" else args.device
     measurer = Measurer(
@@ -135,20 +140,34 @@ def compare(
         device=device,
         protocol=Protocol(warmup=warmup, windows=windows, window_steps=steps),
     )
-    picks = {"one_gpu": one, "gpus": many}
     samples: dict[str, list[float]] = {name: [] for name in picks}
     for _ in range(args.rounds):
         for name, rec in picks.items():
             config = LoopConfig.from_dict(rec["config"])
             outcome = measurer.measure(config, precision=rec.get("precision"))
             if isinstance(outcome, Failure):
-                raise RuntimeError(f"{spec}: the {name} job's config failed: {outcome.reason}")
+                raise RuntimeError(
+                    f"{workload}:{preset}: the {name} config failed: {outcome.reason}"
+                )
             samples[name].extend(outcome.throughputs)
-    ratio, low, high = ratio_ci(samples["gpus"], samples["one_gpu"])
-    return {
-        "samples_per_s": {name: statistics.median(values) for name, values in samples.items()},
-        "ratio_vs_one_gpu": {"ratio": ratio, "ci95": [low, high]},
-    }
+    ratios = {}
+    for name in picks:
+        if name != over:
+            ratio, low, high = ratio_ci(samples[name], samples[over])
+            ratios[name] = {"ratio": ratio, "ci95": [low, high]}
+    return {name: statistics.median(values) for name, values in samples.items()}, ratios
+
+
+def compare(
+    args: argparse.Namespace, spec: str, one: Mapping[str, Any], many: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Both recommendations on one device, interleaved: the N-GPU job's over the one-GPU job's
+    throughput, with its 95 % CI."""
+    workload, preset = spec.rsplit(":", 1)
+    medians, ratios = interleaved(
+        args, workload, preset, {"one_gpu": one, "gpus": many}, over="one_gpu"
+    )
+    return {"samples_per_s": medians, "ratio_vs_one_gpu": ratios["gpus"]}
 
 
 _JOB_KEYS = ("time", "search", "trial_counts", "speedup", "reason")

@@ -1,0 +1,210 @@
+"""Time to an answer: the default job cold, then again as a repeat job on a fresh machine given
+only the first job's storage and compile artefacts file.
+
+    STREAMTUNE_COMMIT=$(git rev-parse --short HEAD) python benchmarks/time_to_answer.py \\
+        --presets hf:causal-lm:llama-1b --precisions bf16-autocast,float8 --out docs/benchmarks
+
+For each preset:
+- `cold`: `python -m tuner run --workload W --preset P --json` in a fresh SQLite file, with the
+  study's own compile cache (`<db>-artifacts/inductor-cache/`, Triton's kernels inside it) new
+  and empty, as a user's first job on a fresh machine;
+- `repeat`: the same command, a new study (`--study <cold's>-repeat`), in another fresh folder
+  that holds only a copy of the cold job's SQLite file (its studies and the gate memo in it) and
+  of its compile artefacts file (`tuner.search.measuring.artifacts.ARTIFACTS_FILE`): its Inductor
+  and Triton caches are empty, as on another machine given those two files;
+- both recommendations measured on one device, interleaved (`--rounds`): the repeat's throughput
+  over the cold job's with a 95 % bootstrap CI (`tuner.search.measuring.stats.ratio_ci`).
+
+Writes `time-to-answer-<gpu>-<date>[-tag].json` (a list `presets`, one entry per model: `model`,
+`cold` and `repeat`, each with `wall_s`, `phases` (seconds by phase, summed over the job's
+processes) and `reused` (what it did not run again), and `ratio_repeat_vs_cold`) and its Markdown
+twin, after each preset. Each job's progress lines go beside it. `--device cpu` runs the same
+logic on this machine's CPU (the test of this script; its figures mean nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import trainers  # noqa: E402
+from benchmarks.node import interleaved  # noqa: E402
+from benchmarks.run_meta import provenance, run_meta  # noqa: E402
+from tuner.search.measuring.artifacts import ARTIFACTS_FILE  # noqa: E402
+
+AIMS_S = {"cold": 600.0, "repeat": 240.0}
+"""The aims at 1B (a cold job within 10 minutes, a repeat job within 4)."""
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", default="hf:causal-lm:llama-1b", help="WORKLOAD:PRESET,...")
+    parser.add_argument("--precisions", default=None, help="the jobs' --precisions")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--protocol", default="4,4,10", help="WARMUP,WINDOWS,WINDOW_STEPS")
+    parser.add_argument("--job-arg", action="append", default=[], help="passed to both jobs")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per job")
+    parser.add_argument("--tag", default="")
+    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
+    parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
+    return parser.parse_args(argv)
+
+
+def compile_cache(db: Path) -> Path:
+    """The study's own compile cache beside its SQLite file (`share_compile_cache`)."""
+    return db.parent / f"{db.name}-artifacts" / "inductor-cache"
+
+
+def job(
+    args: argparse.Namespace, spec: str, db: Path, study: str | None, name: str
+) -> dict[str, Any]:
+    """One default job on `db` (a new study named `study`, None: the job's own name): its wall
+    time (process start to exit, as a user waits) and its answer (`run --json`)."""
+    workload, preset = spec.rsplit(":", 1)
+    command = [
+        sys.executable, "-m", "tuner", "run", "--workload", workload, "--preset", preset,
+        "--device", args.device, "--storage", f"sqlite:///{db}", "--json", *args.job_arg,
+    ]  # fmt: skip
+    if args.precisions:
+        command += ["--precisions", args.precisions]
+    if study is not None:
+        command += ["--study", study]
+    # The study's own cache, nothing the machine had: Inductor's and Triton's (Triton's kernels
+    # then go inside Inductor's folder).
+    env = {k: v for k, v in os.environ.items() if k not in _CACHE_VARIABLES}
+    started = time.perf_counter()
+    done = subprocess.run(
+        command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=args.timeout
+    )
+    wall = time.perf_counter() - started
+    (args.out / f"time-to-answer-{preset}-{name}.log").write_text(done.stderr)
+    if done.returncode != 0:
+        raise RuntimeError(f"{spec} ({name}) failed ({done.returncode}): {done.stderr[-2000:]}")
+    (args.out / f"time-to-answer-{preset}-{name}-recommendation.json").write_text(done.stdout)
+    return {"wall_s": wall, "recommendation": json.loads(done.stdout)}
+
+
+_CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TUNER_COMPILE_CACHE")
+
+
+def given_elsewhere(cold_db: Path, folder: Path) -> Path:
+    """A fresh folder holding only what a user copies to another machine: the SQLite file and
+    the compile artefacts file, the latter where that job's study will look for it."""
+    folder.mkdir(parents=True)
+    db = folder / cold_db.name
+    shutil.copyfile(cold_db, db)
+    saved = compile_cache(cold_db) / ARTIFACTS_FILE
+    if saved.is_file():
+        compile_cache(db).mkdir(parents=True)
+        shutil.copyfile(saved, compile_cache(db) / ARTIFACTS_FILE)
+    return db
+
+
+def summary(run: Mapping[str, Any]) -> dict[str, Any]:
+    """A job's wall time, its phases and what it reused (the answer's `time` and `search`)."""
+    rec = run["recommendation"]
+    time_ = rec.get("time") or {}
+    search = rec.get("search") or {}
+    return {
+        "wall_s": run["wall_s"],
+        "phases": time_.get("phases"),
+        "reused": {
+            "compile_artifacts": search.get("compile_artifacts"),
+            "verdicts_reused": search.get("verdicts_reused"),
+            "reference_reused": search.get("reference_reused"),
+            "profiles_copied": search.get("profiles_copied"),
+        },
+        "study": rec.get("study"),
+        "config": rec.get("config"),
+        "precision": rec.get("precision"),
+        "trial_counts": rec.get("trial_counts"),
+    }
+
+
+def entry(args: argparse.Namespace, spec: str, scratch: Path) -> dict[str, Any]:
+    cold_db = scratch / "cold" / "study.db"
+    cold_db.parent.mkdir(parents=True)
+    cold = job(args, spec, cold_db, None, "cold")
+    db = given_elsewhere(cold_db, scratch / "repeat")
+    repeat = job(args, spec, db, f"{cold['recommendation']['study']}-repeat", "repeat")
+    workload, preset = spec.rsplit(":", 1)
+    picks = {"cold": cold["recommendation"], "repeat": repeat["recommendation"]}
+    samples, ratio = interleaved(args, workload, preset, picks, over="cold")
+    return {
+        "model": spec,
+        "cold": summary(cold),
+        "repeat": summary(repeat),
+        "same_config": picks["cold"].get("config") == picks["repeat"].get("config")
+        and picks["cold"].get("precision") == picks["repeat"].get("precision"),
+        "samples_per_s": samples,
+        "ratio_repeat_vs_cold": ratio["repeat"],
+        "aims_s": AIMS_S,
+    }
+
+
+def markdown(data: Mapping[str, Any]) -> str:
+    lines = [
+        "# Time to an answer: the default job cold, and again on a fresh machine given its files",
+        "",
+        provenance(data["meta"]),
+        "",
+        "| model | cold s | repeat s | repeat reused | same config | repeat's pick / cold's "
+        "(95 % CI) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for e in data["presets"]:
+        r = e["ratio_repeat_vs_cold"]
+        reused = e["repeat"]["reused"]
+        loaded = (reused.get("compile_artifacts") or {}).get("loaded", 0)
+        shown = (
+            f"{loaded} compile artefacts, {reused.get('verdicts_reused') or 0} verdicts, "
+            f"{len(reused.get('profiles_copied') or [])} profiles"
+        )
+        lines.append(
+            f"| {e['model']} | {e['cold']['wall_s']:.0f} | {e['repeat']['wall_s']:.0f} | {shown} "
+            f"| {'yes' if e['same_config'] else 'no'} | {r['ratio']:.3f} "
+            f"({r['ci95'][0]:.3f}-{r['ci95'][1]:.3f}) |"
+        )
+    lines += ["", "Seconds by phase (summed over each job's processes):", ""]
+    for e in data["presets"]:
+        for name in ("cold", "repeat"):
+            phases = e[name]["phases"] or {}
+            parts = ", ".join(f"{k} {v:.0f}" for k, v in phases.items() if v >= 0.5)
+            lines.append(f"- {e['model']}, {name}: {parts or 'none recorded'}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    meta, stem = run_meta(
+        trainers.resolve_device(args.device), "time_to_answer.py", argv, args.commit
+    )
+    data: dict[str, Any] = {"meta": meta, "presets": []}
+    name = f"time-to-answer-{stem}{f'-{args.tag}' if args.tag else ''}"
+    meta["file"] = f"{name}.json"
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="streamtune-tta-") as tmp:
+        for index, spec in enumerate(args.presets.split(",")):
+            data["presets"].append(entry(args, spec.strip(), Path(tmp) / str(index)))
+            # Written after each preset: a run cut short keeps what it measured.
+            (args.out / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
+            (args.out / f"{name}.md").write_text(markdown(data))
+    print(f"wrote {args.out / name}.json")
+
+
+if __name__ == "__main__":
+    main()

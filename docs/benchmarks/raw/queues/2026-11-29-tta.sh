@@ -1,0 +1,13 @@
+# Issue 55 on one lent GPU (any kind; with tools/device_queue.sh): the time to an answer at
+# `llama-1b` (bf16, float8 allowed, the default job), cold, then again as a repeat job in a fresh
+# folder given only the cold job's SQLite file and compile artefacts file (empty Inductor and
+# Triton caches), then one interleaved round of the two picks (benchmarks/time_to_answer.py). On
+# one H200 the cold job took 697 s at 370eb22 (the node run's one-GPU job).
+set -x
+commit=${STREAMTUNE_COMMIT:?the commit measured}
+nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm,power.limit --format=csv > "$QUEUE_OUT/nvidia-smi.csv"
+python -c 'import torch, torchao, transformers; print(torch.__version__, torch.version.cuda, torchao.__version__, transformers.__version__, torch.backends.cudnn.version())' > "$QUEUE_OUT/versions.txt" 2>&1
+CUDA_VISIBLE_DEVICES=0 python benchmarks/time_to_answer.py --presets hf:causal-lm:llama-1b \
+  --precisions bf16-autocast,float8 --commit "$commit" --out "$QUEUE_OUT" --tag llama-1b \
+  > "$QUEUE_OUT/tta.log" 2>&1
+echo "time_to_answer ended with $? at $(date -u +%T)"

@@ -1,0 +1,58 @@
+"""benchmarks/time_to_answer.py's logic on the CPU: the cold job, the repeat job in a fresh
+folder given only the cold job's SQLite file and compile artefacts file, both picks measured
+interleaved, and the record written with the keys the time-to-answer evidence asks for (its
+figures mean nothing here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.tuner.tiny import RUN_FLAGS
+
+ROOT = Path(__file__).resolve().parents[2]
+# The job's own flags, less what the script sets itself (workload, preset, device).
+JOB_FLAGS = RUN_FLAGS[6:]
+
+
+@pytest.mark.slow
+def test_the_repeat_job_runs_on_copied_files_and_reuses_the_cold_jobs_verdicts(
+    tmp_path: Path,
+) -> None:
+    flags = ["--presets", "mlp:tiny", "--device", "cpu", "--rounds", "1"]
+    flags += ["--protocol", "1,3,2", "--commit", "abc", "--out", str(tmp_path), "--tag", "t"]
+    flags += [f"--job-arg={arg}" for arg in (*JOB_FLAGS, "--trials", "3")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNER_")}
+    env |= {"TUNER_TORCH_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "benchmarks/time_to_answer.py", *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [path] = tmp_path.glob("time-to-answer-cpu-*-t.json")
+    data = json.loads(path.read_text())
+    assert data["meta"]["commit"] == "abc"
+    [item] = data["presets"]
+    assert item["model"] == "mlp:tiny"
+    for name in ("cold", "repeat"):
+        assert item[name]["wall_s"] > 0
+        assert isinstance(item[name]["phases"], dict) and item[name]["phases"]
+    # A new study on the copied file, which judged its configs by the cold job's verdicts (the
+    # gate memo travels in the SQLite file) instead of running the gate again.
+    assert item["repeat"]["study"] == f"{item['cold']['study']}-repeat"
+    assert item["cold"]["reused"]["verdicts_reused"] == 0
+    assert item["repeat"]["reused"]["verdicts_reused"] >= 1
+    ratio = item["ratio_repeat_vs_cold"]
+    assert ratio["ci95"][0] <= ratio["ratio"] <= ratio["ci95"][1]
+    assert isinstance(item["same_config"], bool)
+    assert "| mlp:tiny |" in path.with_suffix(".md").read_text()
+    assert (tmp_path / "time-to-answer-tiny-repeat.log").read_text().strip()
