@@ -267,3 +267,18 @@ def test_importing_the_tuner_cli_loads_no_http_layer() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_api_schemas_import_no_database_table() -> None:
+    """The API's models are its contract with clients: they read a stored job through a
+    protocol (`api.schemas.jobs.StoredJobRow`), not the service's table classes, which change
+    with the database."""
+    offenders = {
+        path.relative_to(ROOT).as_posix(): sorted(
+            name
+            for name in modules_imported(path)
+            if name.startswith("tuner.service.tables") or name.split(".")[0] == "sqlalchemy"
+        )
+        for path in modules("api/schemas")
+    }
+    assert modules("api/schemas") and not any(offenders.values()), offenders

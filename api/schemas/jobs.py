@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import (
     AfterValidator,
@@ -28,9 +28,8 @@ from pydantic import (
 from api.schemas.common import BestSoFar, Strict, utc
 from trainers import DEVICES_ALLOWED, LEVERS, PRECISIONS, Lever, Precision
 from trainers.program import MAX_NPROC
-from tuner.request import JobSpec
+from tuner.request import JobSpec, StoredJob
 from tuner.search.proposing.defaults import DEFAULT_TRIALS, MAX_PATIENCE, MAX_TRIALS
-from tuner.service.tables import JobRow
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
 # A registry name, or a library model: `torchvision:resnet50`, `timm:convnext_atto`, `hf:causal-lm`.
@@ -294,6 +293,52 @@ class JobLinks(BaseModel):
     study: str
 
 
+class StoredJobRow(StoredJob, Protocol):
+    """What `JobOut.of` reads of a stored job: the service's row (`tuner.service.tables.JobRow`
+    has these), named here so that the API does not import the database's tables."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def study(self) -> str: ...
+    @property
+    def n_complete(self) -> int: ...
+    @property
+    def n_failed(self) -> int: ...
+    @property
+    def n_pruned(self) -> int: ...
+    @property
+    def n_interrupted(self) -> int | None: ...
+    @property
+    def best(self) -> dict[str, Any] | None: ...
+    @property
+    def recommendation(self) -> dict[str, Any] | None: ...
+    @property
+    def hardware(self) -> str | None: ...
+    @property
+    def phase(self) -> str | None: ...
+    @property
+    def cancel_requested(self) -> bool: ...
+    @property
+    def attempts(self) -> int: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def created_at(self) -> dt.datetime: ...
+    @property
+    def updated_at(self) -> dt.datetime: ...
+    @property
+    def started_at(self) -> dt.datetime | None: ...
+    @property
+    def finished_at(self) -> dt.datetime | None: ...
+    @property
+    def heartbeat_at(self) -> dt.datetime | None: ...
+
+
 class JobOut(BaseModel):
     id: str
     status: Status
@@ -350,7 +395,7 @@ class JobOut(BaseModel):
     links: JobLinks
 
     @classmethod
-    def of(cls, row: JobRow, offered: set[str] | Unknown | None = UNKNOWN) -> JobOut:
+    def of(cls, row: StoredJobRow, offered: set[str] | Unknown | None = UNKNOWN) -> JobOut:
         """The job: its request (`JobSpec`'s fields, by name) and its progress from the row.
         `offered`: the job devices live workers run (`Submissions.offered_devices`; None: no
         worker is alive), which say why a queued job waits."""
@@ -391,7 +436,7 @@ class JobOut(BaseModel):
         )
 
 
-def _waiting(row: JobRow, offered: set[str] | Unknown | None) -> dict[str, Any]:
+def _waiting(row: StoredJobRow, offered: set[str] | Unknown | None) -> dict[str, Any]:
     """`waiting` and `stuck` of a queued job: a job no live worker can run says so, and a
     client's polling loop can end on `stuck` instead of waiting forever."""
     if row.status != "queued" or offered is UNKNOWN:
