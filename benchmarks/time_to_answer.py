@@ -42,7 +42,9 @@ sys.path.insert(0, str(ROOT))
 import trainers  # noqa: E402
 from benchmarks.node import interleaved  # noqa: E402
 from benchmarks.run_meta import provenance, run_meta  # noqa: E402
+from tuner.evidence.profiles import ARTIFACTS_ENV, artifact_dir  # noqa: E402
 from tuner.search.measuring.artifacts import ARTIFACTS_FILE  # noqa: E402
+from tuner.search.study import COMPILE_CACHE_ENV  # noqa: E402
 
 AIMS_S = {"cold": 600.0, "repeat": 240.0}
 """The aims at 1B (a cold job within 10 minutes, a repeat job within 4)."""
@@ -64,8 +66,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def compile_cache(db: Path) -> Path:
-    """The study's own compile cache beside its SQLite file (`share_compile_cache`)."""
-    return db.parent / f"{db.name}-artifacts" / "inductor-cache"
+    """The study's own compile cache beside its SQLite file, where the job saves its artefacts
+    file: `inductor-cache/` in the study's artifact folder (`share_compile_cache`), with
+    $TUNER_ARTIFACTS and $TUNER_COMPILE_CACHE unset (`job` unsets them)."""
+    return artifact_dir(f"sqlite:///{db}", None) / "inductor-cache"
 
 
 def job(
@@ -97,20 +101,32 @@ def job(
     return {"wall_s": wall, "recommendation": json.loads(done.stdout)}
 
 
-_CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TUNER_COMPILE_CACHE")
+# Each job's caches are its study's own folder beside its SQLite file, never one the machine or
+# the user named (a shared one would warm the repeat job with more than the artefacts file).
+_CACHE_VARIABLES = (
+    "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", COMPILE_CACHE_ENV, ARTIFACTS_ENV,
+)  # fmt: skip
 
 
-def given_elsewhere(cold_db: Path, folder: Path) -> Path:
+def given_elsewhere(cold_db: Path, folder: Path, saved_entries: int) -> tuple[Path, bool]:
     """A fresh folder holding only what a user copies to another machine: the SQLite file and
-    the compile artefacts file, the latter where that job's study will look for it."""
+    the compile artefacts file, the latter where that job's study will look for it. Returns the
+    copy's SQLite file and whether an artefacts file was copied; raises where the cold job
+    says it saved entries and no file is where it saves them (a repeat job measured without it
+    would pass for a cold one)."""
     folder.mkdir(parents=True)
     db = folder / cold_db.name
     shutil.copyfile(cold_db, db)
     saved = compile_cache(cold_db) / ARTIFACTS_FILE
-    if saved.is_file():
-        compile_cache(db).mkdir(parents=True)
-        shutil.copyfile(saved, compile_cache(db) / ARTIFACTS_FILE)
-    return db
+    if not saved.is_file():
+        if saved_entries > 0:
+            raise RuntimeError(
+                f"the cold job saved {saved_entries} compile entries, not in {saved}"
+            )
+        return db, False
+    compile_cache(db).mkdir(parents=True)
+    shutil.copyfile(saved, compile_cache(db) / ARTIFACTS_FILE)
+    return db, True
 
 
 def summary(run: Mapping[str, Any]) -> dict[str, Any]:
@@ -138,7 +154,9 @@ def entry(args: argparse.Namespace, spec: str, scratch: Path) -> dict[str, Any]:
     cold_db = scratch / "cold" / "study.db"
     cold_db.parent.mkdir(parents=True)
     cold = job(args, spec, cold_db, None, "cold")
-    db = given_elsewhere(cold_db, scratch / "repeat")
+    search = cold["recommendation"].get("search") or {}
+    saved = int((search.get("compile_artifacts") or {}).get("saved") or 0)
+    db, copied = given_elsewhere(cold_db, scratch / "repeat", saved)
     repeat = job(args, spec, db, f"{cold['recommendation']['study']}-repeat", "repeat")
     workload, preset = spec.rsplit(":", 1)
     picks = {"cold": cold["recommendation"], "repeat": repeat["recommendation"]}
@@ -149,6 +167,7 @@ def entry(args: argparse.Namespace, spec: str, scratch: Path) -> dict[str, Any]:
         "repeat": summary(repeat),
         "same_config": picks["cold"].get("config") == picks["repeat"].get("config")
         and picks["cold"].get("precision") == picks["repeat"].get("precision"),
+        "artifacts_file_copied": copied,
         "samples_per_s": samples,
         "ratio_repeat_vs_cold": ratio["repeat"],
         "aims_s": AIMS_S,
@@ -190,6 +209,8 @@ def markdown(data: Mapping[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse(argv)
     argv = list(sys.argv[1:] if argv is None else argv)
+    for name in _CACHE_VARIABLES:  # here too: `compile_cache` reads the same folders the jobs do
+        os.environ.pop(name, None)
     meta, stem = run_meta(
         trainers.resolve_device(args.device), "time_to_answer.py", argv, args.commit
     )

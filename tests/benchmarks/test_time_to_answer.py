@@ -26,9 +26,13 @@ def test_the_repeat_job_runs_on_copied_files_and_reuses_the_cold_jobs_verdicts(
 ) -> None:
     flags = ["--presets", "mlp:tiny", "--device", "cpu", "--rounds", "1"]
     flags += ["--protocol", "1,3,2", "--commit", "abc", "--out", str(tmp_path), "--tag", "t"]
-    flags += [f"--job-arg={arg}" for arg in (*JOB_FLAGS, "--trials", "3")]
+    # Compiled (on the CPU too), so that the cold job saves compile artefacts to carry over.
+    flags += [
+        f"--job-arg={arg}" for arg in (*JOB_FLAGS, "--trials", "2", "--fix", "compile=default")
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNER_")}
-    env |= {"TUNER_TORCH_THREADS": "1"}
+    # A folder the machine names for every job would warm the repeat with more than the file.
+    env |= {"TUNER_TORCH_THREADS": "1", "TUNER_ARTIFACTS": str(tmp_path / "shared")}
     done = subprocess.run(
         [sys.executable, "benchmarks/time_to_answer.py", *flags],
         cwd=ROOT,
@@ -51,8 +55,20 @@ def test_the_repeat_job_runs_on_copied_files_and_reuses_the_cold_jobs_verdicts(
     assert item["repeat"]["study"] == f"{item['cold']['study']}-repeat"
     assert item["cold"]["reused"]["verdicts_reused"] == 0
     assert item["repeat"]["reused"]["verdicts_reused"] >= 1
+    # The compile artefacts file went with it, from where the cold job saved it, and the repeat
+    # job loaded it (its Inductor cache was otherwise empty).
+    saved = item["cold"]["reused"]["compile_artifacts"]["saved"]
+    assert saved > 0 and item["artifacts_file_copied"] is True
+    assert item["cold"]["reused"]["compile_artifacts"]["loaded"] == 0
+    assert item["repeat"]["reused"]["compile_artifacts"]["loaded"] > 0
+    assert not (tmp_path / "shared").exists()
     ratio = item["ratio_repeat_vs_cold"]
     assert ratio["ci95"][0] <= ratio["ratio"] <= ratio["ci95"][1]
-    assert isinstance(item["same_config"], bool)
+    answers = [
+        json.loads((tmp_path / f"time-to-answer-tiny-{name}-recommendation.json").read_text())
+        for name in ("cold", "repeat")
+    ]
+    same = [(a["config"], a["precision"]) for a in answers]
+    assert item["same_config"] is (same[0] == same[1])
     assert "| mlp:tiny |" in path.with_suffix(".md").read_text()
     assert (tmp_path / "time-to-answer-tiny-repeat.log").read_text().strip()

@@ -43,16 +43,18 @@ def compile_threads_env(workers: int, *, cpus: int, environ: dict[str, str]) -> 
     """Inductor's compile workers for each of `workers` processes sharing `cpus` cores: an equal
     share (at most Inductor's own cap of 32), unless the user set `TORCHINDUCTOR_COMPILE_THREADS`
     or there is one worker. Inductor gives every process min(32, all cores): four workers of
-    `run --gpus 4` compiling their first trials at once ran 128 compile processes on 64 cores,
-    and on 4 H200s (`llama-1b`, 2026-11-28) the whole-model float8 trial took 107 s there
-    against 80 s alone, its gate's eager twin 137 s against 93 s. Empty: leave Inductor's."""
+    `run --gpus 4` compiling their first trials at once ran 128 compile processes on 64 cores.
+    On 4 H200s (`llama-1b`, 2026-11-28) the whole-model float8 trial took 107 s there against
+    80 s alone, its gate's eager twin 137 s against 93 s; that contention is suspected, not
+    measured apart (the split is not measured yet). Empty: leave Inductor's."""
     if workers <= 1 or COMPILE_THREADS_VARIABLE in environ:
         return {}
     return {COMPILE_THREADS_VARIABLE: str(max(1, min(32, cpus // workers)))}
 
 
 def _cpus() -> int:
-    """The cores this process may run on (a container's or a cgroup's share, not the host's)."""
+    """The cores this process may run on (its CPU affinity, as Inductor counts them: a cpuset
+    limits it, a CPU quota does not)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
