@@ -158,10 +158,18 @@ def test_a_later_job_reuses_the_reference_and_envelope_and_says_so(
     second = run_json(_screened(storage, "second", _one_point(tmp_path, 5), trials=1))
     assert first["search"]["reference_reused"] == []
     assert second["search"]["reference_reused"] == [keys.ENVELOPE]
-    # The configs both jobs gated (the baselines, in the final round) were not checked again.
-    assert first["search"]["verdicts_reused"] == 0 < second["search"]["verdicts_reused"]
+    # The configs both jobs gated were not checked again. Which configs each gated depends on
+    # the run (which config leads, which baselines the final round keeps): on a loaded machine
+    # about one run in three shared none, so the reuse is asserted where both gated one.
+    gated = [
+        {k for k in load(storage, n).user_attrs if k.startswith(keys.PARITY_PREFIX)}
+        for n in ("first", "second")
+    ]
+    reused = second["search"]["verdicts_reused"]
+    assert first["search"]["verdicts_reused"] == 0
+    assert (reused > 0) == bool(gated[0] & gated[1]), (reused, gated)
     said = search_text(second["search"]) or ""
-    assert f"{second['search']['verdicts_reused']} gate verdicts reused" in said
+    assert reused == 0 or f"{reused} gate verdicts reused" in said
     phases = [
         (study_time(load(storage, n).user_attrs) or {})["phases"] for n in ("first", "second")
     ]
