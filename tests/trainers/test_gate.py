@@ -29,7 +29,7 @@ from trainers import (
 from trainers.config import OptimizerChoice
 from trainers.feed import DeviceFeed
 from trainers.gate.faults import FAULTS, MissingWaitFeed, WrongOpEagerStep, planted
-from trainers.gate.parity import twin_of
+from trainers.gate.parity import parity_losses, twin_of
 from trainers.workloads import WorkloadFactory
 
 STEPS = 10
@@ -303,3 +303,21 @@ def test_verdict_round_trips_and_check_parity_takes_the_new_inputs(mlp_env: Enve
             preset="tiny",
             envelope=mlp_env,
         )
+
+
+def test_a_config_run_measured_elsewhere_is_judged_as_one_run_here(mlp_env: Envelope) -> None:
+    """`gate(losses=...)`: the config's own run given (another process ran it while this one ran
+    the twin) gives the verdict a run here gives; a run with a wrong step is caught by the same
+    exact test; a run of another length is refused, not judged."""
+    config = LoopConfig(num_streams=2, sync_interval=3, optimizer="fused")
+    twin = Twin.measure("mlp", config, CPU_ARGS, preset="tiny")
+    given = parity_losses("mlp", "tiny", config, CPU_ARGS)
+    kwargs = {"preset": "tiny", "envelope": mlp_env, "twin": twin}
+    here = gate("mlp", config, CPU_ARGS, **kwargs)
+    assert gate("mlp", config, CPU_ARGS, losses=given, **kwargs) == here and here.passed
+    wrong = list(given)
+    wrong[2] = float(torch.nextafter(torch.tensor(wrong[2]), torch.tensor(0.0)))
+    failed = gate("mlp", config, CPU_ARGS, losses=wrong, **kwargs)
+    assert not failed.passed and failed.twin_first_diverging_step == 2
+    with pytest.raises(ValueError, match=f"losses of {STEPS - 1} steps given, the gate runs"):
+        gate("mlp", config, CPU_ARGS, losses=given[:-1], **kwargs)

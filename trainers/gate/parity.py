@@ -151,6 +151,7 @@ def gate(
     probe: Reproducibility | None = None,
     reference_precision: Precision | None = None,
     exact_steps: int | None = None,
+    losses: Sequence[float] | None = None,
 ) -> ParityVerdict:
     """Run `config` and what it is compared with, and judge it.
 
@@ -169,6 +170,8 @@ def gate(
     workload's `envelope`.
     multiple, window, check_drift: the equivalence statistic's (`trainers.gate.equivalence.judge`).
     exact_steps: the exact tests' length where shorter than `steps` (`exact_length`).
+    losses: the config's own run, measured elsewhere (`parity_losses` of `config` and `args`,
+    in another process while this one ran the eager twin); None: run here.
     Another precision: the reference and its envelope run under `SEEDS_DETERMINISM`, it strict.
     """
     precision, steps = args.precision, args.steps
@@ -186,7 +189,7 @@ def gate(
     fields = _run_fields(chosen, short, envelope, runs_of)
     exact = ExactTests(workload, preset, config, args.replace(steps=short), fields, [])
     runs = _Runs(exact, runs_of)
-    chosen, losses, reference, twin = runs.measure(chosen, probe, reference, twin)
+    chosen, losses, reference, twin = runs.measure(chosen, probe, reference, twin, losses)
     if chosen == "exact":
         return dataclasses.replace(compare(losses, reference, exact=True, tolerance=0.0), **fields)
     judge = {"window": window, "multiple": multiple, "check_drift": check_drift}
@@ -269,6 +272,7 @@ class _Runs:
         probe: Reproducibility | None,
         reference: Sequence[float] | None,
         twin: Twin | None,
+        losses: Sequence[float] | None,
     ) -> tuple[GateTest, Sequence[float], Sequence[float], Twin | None]:
         """The test left once the probe has answered (asked first where known, else only if the
         exact comparison fails: `ExactTests`), the config's losses, the reference's, and the eager
@@ -281,7 +285,12 @@ class _Runs:
         if reference is None:
             mode = runs.reference_determinism
             reference = parity_losses(workload, preset, REFERENCE, runs.reference, determinism=mode)
-        losses = parity_losses(workload, preset, config, runs.config)
+        if losses is None:
+            losses = parity_losses(workload, preset, config, runs.config)
+        elif len(losses) != runs.config.steps:
+            raise ValueError(
+                f"losses of {len(losses)} steps given, the gate runs {runs.config.steps}"
+            )
         if chosen == "exact+equivalence" and twin is None:
             twin = Twin.measure(workload, config, exact.args, preset=preset, runs=1)
         if ask_later:

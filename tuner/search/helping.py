@@ -8,10 +8,14 @@ a worker takes, on its own GPU, the parts that do not compare speeds:
 1. the envelope (its reference included) that the configs to gate are judged against: the
    study's own, or for a config in another precision the reference's seed-to-seed one
    (`next_envelope`);
-2. the gate of each complete trial the final round can reach, fastest first (a screening study
+2. the own run of a config whose gate another worker holds while that worker runs the config's
+   eager twin (`next_config_run`): the gate's two longest runs, on two GPUs at once. On 4 H200s
+   (`llama-1b`, 2026-11-28, 370eb22) the leader's twin (137 s) and its own run (34 s) ran one
+   after the other while two GPUs were idle;
+3. the gate of each complete trial the final round can reach, fastest first (a screening study
    defers them), then of each trial still running, oldest first: a gate needs a config, not its
    speed, so the last trial's gate need not wait for it to end;
-3. the profiles of the baselines, and once no trial runs any more, first of the leading config
+4. the profiles of the baselines, and once no trial runs any more, first of the leading config
    whose gate has not failed (most often the one recommended; its verdict may still be on its way),
    kept by config (`SharedProfiles`) for the finalizer to copy when it profiles after its final
    round. On 4 H100s (`llama-1b`, 2026-11-28, d1073e1) the leader's profile waited for its gate
@@ -51,9 +55,9 @@ def help_job(
     """The module doc's parts, in its order, until `over()` (the job ended, or this worker
     stops) or nothing is left to take: once `settled()` (no trial runs any more), or at once
     where `wait` is False (a service worker, which a queued job may need, takes what is there
-    and goes). Once settled, the profiles go before the gate of a config behind the leader:
-    that verdict counts only if the leader's gate fails, the profiles always. Returns how many
-    parts it took."""
+    and goes). Once settled, the profiles go before the gate (or own run) of a config behind the
+    leader: that verdict counts only if the leader's gate fails, the profiles always. Returns how
+    many parts it took."""
     taken = 0
     tried: set[str] = set()
     while not over():
@@ -68,6 +72,15 @@ def help_job(
                 taken += int(search.parity_cache.measure_envelope(precision))
             except Exception as exc:  # noqa: BLE001 - the first check that needs it measures it
                 search.progress.phase(f"gate: that envelope was not measured here: {exc}")
+            continue
+        run = next_config_run(search, tried)
+        if run is not None and (not done or run[3] == _leader(search)):
+            key, config, precision, number = run
+            tried.add(key)
+            search.progress.phase(
+                f"gate: trial {number}'s own run, while another worker runs its twin"
+            )
+            taken += int(search.parity_cache.run_config(config, precision))
             continue
         gate = next_to_gate(search, tried)
         profile = next_to_profile(search, tried, leader=done)
@@ -146,6 +159,33 @@ def next_to_gate(search: Search, tried: set[str]) -> tuple[str, LoopConfig, str 
         busy = claims is not None and claims.holder(key) is not None
         if key not in attrs and key not in tried and not busy:
             return key, config, precision, trial.number
+    return None
+
+
+def next_config_run(
+    search: Search, tried: set[str]
+) -> tuple[str, LoopConfig, str | None, int] | None:
+    """The next config whose own gate run to take (the module doc's second part): its gate held
+    by another worker now, owed an eager twin (so that worker has a run to leave), its verdict
+    and its run neither stored nor taken elsewhere nor tried here; the configs in the order of
+    `next_to_gate`. Returns the run's key, the config, its precision and its trial's number;
+    None: none (or the gate runs a config's own run only within its check)."""
+    cache = search.parity_cache
+    claims = cache.claims
+    if claims is None or not cache.gate.runs_apart:
+        return None
+    trials = search.retry.call(lambda: search.study.get_trials(deepcopy=False), what="reading")
+    attrs = search.retry.call(lambda: search.study.user_attrs, what="reading the study")
+    for trial in [*_within_reach(search, trials), *_running(trials)]:
+        config = LoopConfig.from_dict(trial.user_attrs[keys.CONFIG])
+        precision = trial.user_attrs.get(keys.PRECISION)
+        gate_key, run_key = cache.key(config, precision), cache.run_key(config, precision)
+        if gate_key in attrs or run_key in attrs or run_key in tried:
+            continue
+        if claims.holder(gate_key) is None or claims.holder(run_key) is not None:
+            continue  # nobody gates it now (next_to_gate's), or its run is taken
+        if cache.owes_twin(config, precision):
+            return run_key, config, precision, trial.number
     return None
 
 

@@ -102,7 +102,7 @@ def gpu_seconds(trials: Iterable[FrozenTrial], study_attrs: Mapping[str, Any]) -
     total = sum(float(t.user_attrs.get(keys.SECONDS, 0.0) or 0.0) for t in trials)
     for key, entry in study_attrs.items():
         if key.startswith(
-            (keys.BASELINE_PREFIX, keys.PARITY_PREFIX, keys.FINAL_PREFIX)
+            (keys.BASELINE_PREFIX, keys.PARITY_PREFIX, keys.PARITY_RUN_PREFIX, keys.FINAL_PREFIX)
         ) and isinstance(entry, dict):
             total += float(entry.get(keys.SECONDS, 0.0) or 0.0)
     return total

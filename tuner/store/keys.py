@@ -5,6 +5,8 @@ Study user attributes:
 - `BASELINE_PREFIX` + `<name>/<id>`: one baseline measurement each (one key per entry, so that
   concurrent writers never overwrite each other's);
 - `PARITY_PREFIX` + `<config key>`: the correctness gate's verdict for a config (its cache);
+- `PARITY_RUN_PREFIX` + `<config key>`: a config's own gate run, run by another worker of the job
+  than the one checking it (`tuner.search.gating.parity`): its losses and seconds;
 - `FINAL_PREFIX` + `<id>`: the seconds and entries of one final round;
 - `PROFILE_PREFIX` + `<name>`: a baseline's or the recommended config's profile;
 - `RECOMMENDATION`: the latest recommendation (`tuner.evidence.recommendation`);
@@ -22,6 +24,7 @@ from __future__ import annotations
 META = "streamtune"
 BASELINE_PREFIX = "baseline/"
 PARITY_PREFIX = "parity/"
+PARITY_RUN_PREFIX = "parity-run/"
 MEMO_PREFIX = "streamtune-gate-memo/"
 FINAL_PREFIX = "final/"
 PROFILE_PREFIX = "profile/"

@@ -213,6 +213,63 @@ def test_once_no_trial_runs_a_helper_profiles_before_it_gates_a_config_behind_th
         gated = [i for i, t in enumerate(texts) if t.startswith("gate: trial")]
         assert profiled and gated and max(profiled) < min(gated), texts
         assert f"gate: trial {behind[3]}'s config" in texts[min(gated)]
-        assert f"gate: trial {leader[0]}'s" not in " ".join(texts)  # the finalizer's to run
+        # The finalizer's to run; its own run, at most, is left to a helper (the next test).
+        assert f"gate: trial {leader[0]}'s config" not in " ".join(texts)
+    finally:
+        search.close()
+
+
+def test_a_helper_runs_the_config_another_worker_gates_while_that_one_runs_its_twin(
+    url: str,
+) -> None:
+    """`helping.next_config_run`: of the configs another worker is gating, one owed an eager
+    twin has its own run left to a helper (taken first, and stored for that check); a config
+    whose check is its own run, or that nobody gates now, is not."""
+    store, job = _open_job(url, "helper", "checker")
+    phases = _Phases()
+    fixed = ("optimizer=foreach",)  # arithmetic changed: each config with loop settings owes a twin
+    opts = options(url, job.study, trials=6, screen="on", tie_margin=0.9, seed=3, fix=fixed)
+    search = open_search(opts, progress=phases)
+    try:
+        search.share_gate(_claims(store, job.id, search, "helper"))
+        search.run_trials(LocalSlots(6))
+        cache = search.parity_cache
+        reach = helping._within_reach(search, search.study.get_trials(deepcopy=False))
+        owed = [
+            (t.number, LoopConfig.from_dict(t.user_attrs[keys.CONFIG]))
+            for t in reach
+            if cache.owes_twin(LoopConfig.from_dict(t.user_attrs[keys.CONFIG]))
+        ]
+        assert owed, [t.user_attrs[keys.CONFIG] for t in reach]
+        number, config = owed[-1]
+        assert helping.next_config_run(search, set()) is None  # nobody gates anything yet
+        checker = _claims(store, job.id, search, "checker")
+        for trial in reach:  # the checker holds every gate in reach
+            assert checker.take(cache.key(LoopConfig.from_dict(trial.user_attrs[keys.CONFIG])))
+        found = helping.next_config_run(search, {cache.run_key(c) for _, c in owed[:-1]})
+        assert found is not None and found[1:] == (config, None, number)
+        leader = search.leader()
+        assert leader is not None
+        # Settled (no trial runs): the leader's own run alone, after the envelope each check
+        # needs; another's counts only if the leader's gate fails.
+        helping.help_job(search, lambda: False, lambda: True, wait=False)
+        texts = [text for _, text in phases.seen]
+        assert texts[0].startswith("gate: the envelope"), texts
+        ran = [t for t in texts if t.startswith("gate: trial")]
+        leading = leader[0] in [n for n, _ in owed]
+        assert ran == (
+            [f"gate: trial {leader[0]}'s own run, while another worker runs its twin"]
+            if leading
+            else []
+        ), texts
+        # While trials run: every other one, none of the gates the checker holds.
+        helping.help_job(search, lambda: False, lambda: False, wait=False)
+        texts = [text for _, text in phases.seen]
+        ran = sorted(int(t.split()[2].split("'")[0]) for t in texts if t.startswith("gate: trial"))
+        assert ran == sorted(n for n, _ in owed), texts
+        assert all("own run" in t for t in texts if t.startswith("gate: trial"))
+        stored = search.study.user_attrs
+        assert all(cache.run_key(c) in stored for _, c in owed)
+        assert helping.next_config_run(search, set()) is None  # each is stored now
     finally:
         search.close()

@@ -15,7 +15,7 @@ import pytest
 import trainers
 from tests.conftest import pg_listening
 from trainers import LoopConfig
-from tuner.search.gating.gate import GateRun, InProcessGate
+from tuner.search.gating.gate import ConfigRun, GateRun, InProcessGate
 from tuner.search.gating.parity import ParityCache
 from tuner.search.measuring.timing import Clock
 from tuner.search.options import NoRetry
@@ -50,11 +50,25 @@ class _CountingGate(InProcessGate):
         self.envelopes = 0
         self.envelope_precisions: list[str | None] = []
         self.pause_s = pause_s
+        self.given: list[Any] = []
+        self.config_runs = 0
 
     def check(self, config: LoopConfig, envelope: Any, **more: Any) -> GateRun:
         self.checks.append({"envelope_given": envelope is not None, **more})
+        run = more.get("run")
+        if run is not None:  # what the config's own run, asked for after the twin, gave
+
+            def recorded() -> Any:
+                self.given.append(run())
+                return self.given[-1]
+
+            more["run"] = recorded
         time.sleep(self.pause_s)
         return super().check(config, envelope, **more)
+
+    def config_run(self, config: LoopConfig, *, precision: str | None = None) -> ConfigRun:
+        self.config_runs += 1
+        return super().config_run(config, precision=precision)
 
     def envelope(self, *, precision: str | None = None) -> GateRun:
         self.envelopes += 1
@@ -109,6 +123,57 @@ def test_a_config_being_checked_by_another_worker_is_waited_for_not_checked_twic
     assert idle.checks == [] and spent == {}  # b ran nothing: it read a's verdict
     assert len(slow.checks) == 1 and verdict == found["a"][0] and verdict.passed
     assert study.user_attrs[CLAIM_PREFIX + first.key(config)] == ""  # given back
+
+
+def test_a_configs_own_run_taken_by_an_idle_worker_is_judged_by_the_checking_one(
+    url: str,
+) -> None:
+    """The check's two runs on two workers: while one runs the config's eager twin, another
+    runs the config itself (`run_config`) and stores its losses bit for bit; the check judges
+    those, and its verdict is the one a check running both gives."""
+    store, job, study = _job(url, "a", "b")
+    config = LoopConfig(num_streams=2, optimizer="foreach")  # owed its twin's bits and equivalence
+    checking, idle = _CountingGate(pause_s=1.0), _CountingGate()
+    first, second = _cache(store, job, study, "a", checking), _cache(store, job, study, "b", idle)
+    assert first.measure_envelope() and first.owes_twin(config)
+    assert not first.owes_twin(LoopConfig(num_streams=2))  # its own run is its whole check
+    found: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: found.update(a=first.check(config)))
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not study.user_attrs.get(CLAIM_PREFIX + first.key(config)):
+        assert time.monotonic() < deadline, "worker a never claimed the config"
+        time.sleep(0.01)
+    assert second.run_config(
+        config
+    )  # b runs the config while a runs (here: pauses before) its twin
+    thread.join()
+    verdict, spent = found["a"]
+    stored = study.user_attrs[second.run_key(config)]
+    losses = [float.fromhex(x) for x in stored["losses"]]
+    assert idle.config_runs == 1 and checking.config_runs == 0 and checking.given == [losses]
+    assert "gate_twin" in spent and stored["time"]["gate_config"] > 0
+    assert not second.run_config(config)  # judged now: nothing is left to run
+    assert study.user_attrs[CLAIM_PREFIX + second.run_key(config)] == ""  # given back
+    alone = _CountingGate().check(config, study.user_attrs[keys.ENVELOPE])
+    assert verdict.verdict == alone.verdict and verdict.passed
+
+
+def test_a_check_with_nobody_to_take_its_own_run_runs_it_and_holds_it_meanwhile(
+    url: str,
+) -> None:
+    store, job, study = _job(url, "a", "b")
+    config = LoopConfig(num_streams=2, optimizer="foreach")
+    checking = _CountingGate()
+    first = _cache(store, job, study, "a", checking)
+    first.measure_envelope()
+    second = _cache(store, job, study, "b", _CountingGate())
+    study.set_user_attr(CLAIM_PREFIX + second.run_key(config), "b")  # b took the run, then died
+    store.remove_worker("b")
+    verdict, _ = first.check(config)
+    assert verdict.passed and checking.given == [None]  # asked, nobody had it: ran in the check
+    assert second.run_key(config) not in study.user_attrs
+    assert study.user_attrs[CLAIM_PREFIX + second.run_key(config)] == ""  # a's claim given back
 
 
 def test_a_claim_whose_worker_died_is_taken_over(url: str) -> None:

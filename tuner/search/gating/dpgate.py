@@ -38,7 +38,7 @@ import trainers
 from trainers import LoopConfig, RunArgs
 from trainers.gate import Envelope, ParityVerdict
 from trainers.program import run_distributed
-from tuner.search.gating.gate import GateRun, Pending, only_one_precision
+from tuner.search.gating.gate import ConfigRun, GateRun, Pending, RunPending, only_one_precision
 from tuner.search.gating.isolated import ChildProcess
 from tuner.store.phases import GATE_CONFIG, GATE_ENVELOPE
 
@@ -198,6 +198,7 @@ class DataParallelGate:
         *,
         precision: str | None = None,
         pending: Pending | None = None,
+        run: RunPending | None = None,
     ) -> GateRun:
         """`pending` is not waited for: `--gpus N` (whose workers share a gate) refuses a
         data-parallel job, so no other process measures this envelope."""
@@ -212,6 +213,14 @@ class DataParallelGate:
         verdict = equivalence_verdict(losses, Envelope.from_dict(found), note=note)
         times[GATE_CONFIG] = time.perf_counter() - started
         return GateRun(verdict=verdict, envelope=found, time=times)
+
+    runs_apart = False
+    """`run` is not asked for either: the ranks run a config's losses in one launch."""
+
+    def config_run(self, config: LoopConfig, *, precision: str | None = None) -> ConfigRun:
+        raise TypeError(
+            "a data-parallel gate runs a config's own run within its check alone (runs_apart)"
+        )
 
     def envelope(self, *, precision: str | None = None) -> GateRun:
         only_one_precision(precision, self.precision, "data-parallel trials")

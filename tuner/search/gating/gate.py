@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import trainers
@@ -157,6 +157,22 @@ Pending = Callable[[], Mapping[str, Any] | None]
 config's own eager twin has run, it waits for that envelope and returns it (None: it will not
 come, the gate measures it itself)."""
 
+RunPending = Callable[[], Sequence[float] | None]
+"""The config's own run, taken by another process of the job (`ParityCache` with claims): called
+once the config's eager twin has run, it returns that run's losses (waiting for them while the
+other process runs it), or None where nobody else runs it: the gate runs it itself. At 1B a
+float8 config's twin took 137 s and its own run 34 s, one after the other on one GPU
+(`llama-1b` on 4 H200s, 2026-11-28): on two GPUs they end together."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigRun:
+    """A config's own run of its check, run apart from the rest (`run_config`): its losses, as
+    `trainers.gate.gate` would run them, and the seconds it took (`GATE_CONFIG`)."""
+
+    losses: list[float]
+    time: dict[str, float]
+
 
 class Gate(Protocol):
     """Runs the correctness gate for one config. `envelope` is the study's stored envelope (None
@@ -164,7 +180,12 @@ class Gate(Protocol):
     the config's, when not the study's (a study searching precisions): the reference and the
     envelope stay in the study's precision and the config is owed equivalence against them.
     `pending` (with `envelope` None): the envelope being measured elsewhere; a gate that can
-    runs the config's twin first and waits for it then, and any gate may ignore it.
+    runs the config's twin first and waits for it then, and any gate may ignore it. `run`: the
+    config's own run, likewise taken by another process (`RunPending`); given only to a gate
+    whose `runs_apart` is True.
+
+    `runs_apart`: whether `config_run(config, precision=...)` runs a config's own run alone (for
+    another process's check of that config, which then judges it with its twin's).
 
     `envelope(precision=...)` measures alone (its reference included) the envelope a config in
     `precision` (None: the study's) is judged against, for a worker with no trial left while
@@ -177,7 +198,12 @@ class Gate(Protocol):
         *,
         precision: str | None = None,
         pending: Pending | None = None,
+        run: RunPending | None = None,
     ) -> GateRun: ...
+
+    runs_apart: bool
+
+    def config_run(self, config: LoopConfig, *, precision: str | None = None) -> ConfigRun: ...
 
     def envelope(self, *, precision: str | None = None) -> GateRun: ...
 
@@ -252,6 +278,25 @@ def run_twin(
     return TwinRun(twin=twin, time=parts.time)
 
 
+def run_config(
+    workload: str | WorkloadFactory,
+    preset: str,
+    config: LoopConfig,
+    args: trainers.RunArgs,
+    *,
+    config_precision: trainers.Precision | None = None,
+    cross: CrossPrecision = AS_THE_GATE,
+) -> ConfigRun:
+    """The config's own run of `run_parts` alone (what its `gate` call would run, with the same
+    arguments), for another process's check of the same config (`run_parts(losses=...)`)."""
+    plan = _plan(args, config_precision, cross)
+    parts = Parts()
+    losses = parts.run(
+        GATE_CONFIG, lambda: parity_losses(workload, preset, config, plan.config_args)
+    )
+    return ConfigRun(losses=list(losses), time=parts.time)
+
+
 def run_parts(
     workload: str | WorkloadFactory,
     preset: str,
@@ -263,6 +308,8 @@ def run_parts(
     cross: CrossPrecision = AS_THE_GATE,
     pending: Pending | None = None,
     twin: TwinRun | None = None,
+    run: RunPending | None = None,
+    losses: Sequence[float] | None = None,
 ) -> GateRun:
     """The built-in gate, part by part: the reference and its envelope (only when `envelope` is
     None: they depend on the workload alone, so once per study), the eager twin (when the
@@ -278,7 +325,9 @@ def run_parts(
     (`ParityCache`). Its exact tests (the twin's bits) keep the gate's own steps.
 
     `twin`: the twin already run (`run_twin`). `pending` (with `envelope` None): the envelope
-    measured by another process, asked for after the twin (None: measured here after all)."""
+    measured by another process, asked for after the twin (None: measured here after all).
+    `losses`: the config's own run, run apart (`run_config`); else `run`, asked for after the
+    twin and the envelope, gives them (None from it: run here)."""
     parts = Parts()
     plan = _plan(args, config_precision, cross)
     if twin is not None:
@@ -298,6 +347,8 @@ def run_parts(
             if given is not None
             else _measure_envelope(parts, workload, preset, plan.args, plan.spread)
         )
+    if losses is None and run is not None:
+        losses = run()
     verdict = parts.run(
         GATE_CONFIG,
         lambda: gate(
@@ -308,6 +359,7 @@ def run_parts(
             envelope=found,
             twin=twin.twin,
             reference_precision=args.precision,
+            losses=losses,
             **plan.judged,
         ),
     )
@@ -382,6 +434,8 @@ def _measure_envelope(
 class InProcessGate:
     """The built-in gate in this process (on a CPU, where nothing it sets outlasts it)."""
 
+    runs_apart = True
+
     def __init__(
         self,
         workload: str,
@@ -405,6 +459,7 @@ class InProcessGate:
         *,
         precision: str | None = None,
         pending: Pending | None = None,
+        run: RunPending | None = None,
     ) -> GateRun:
         return run_parts(
             self._factory,
@@ -415,6 +470,17 @@ class InProcessGate:
             config_precision=precision,  # type: ignore[arg-type]  # RunOptions checked it
             cross=self._cross,
             pending=pending,
+            run=run,
+        )
+
+    def config_run(self, config: LoopConfig, *, precision: str | None = None) -> ConfigRun:
+        return run_config(
+            self._factory,
+            self._preset,
+            config,
+            self._args,
+            config_precision=precision,  # type: ignore[arg-type]  # RunOptions checked it
+            cross=self._cross,
         )
 
     def envelope(self, *, precision: str | None = None) -> GateRun:

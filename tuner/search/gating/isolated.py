@@ -20,7 +20,7 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import trainers
@@ -28,11 +28,14 @@ from trainers import LoopConfig
 from tuner.evidence import trace
 from tuner.search.gating.gate import (
     AS_THE_GATE,
+    ConfigRun,
     CrossPrecision,
     GateRun,
     Pending,
+    RunPending,
     TwinRun,
     measure_envelope,
+    run_config,
     run_parts,
     run_twin,
 )
@@ -59,10 +62,12 @@ def _gate(
     config_precision: trainers.Precision | None = None,
     cross: CrossPrecision = AS_THE_GATE,
     twin: TwinRun | None = None,
+    losses: Sequence[float] | None = None,
 ) -> GateRun:
     """The correctness gate for `config`, part by part (`tuner.search.gating.gate.run_parts`): the
     verdict, the envelope it used (measured here the first time: the parent stores it on the
-    study) and the seconds of each part. `twin`: run before by `_twin`."""
+    study) and the seconds of each part. `twin`: run before by `_twin`; `losses`: the config's
+    own run, run by another process (`_config_run`)."""
     return _in_child(
         matmul_precision,
         lambda: run_parts(
@@ -74,6 +79,31 @@ def _gate(
             config_precision=config_precision,
             cross=cross,
             twin=twin,
+            losses=losses,
+        ),
+    )
+
+
+def _config_run(
+    workload: str,
+    preset: str,
+    model_args: dict[str, str],
+    config: dict[str, Any],
+    args: trainers.RunArgs,
+    matmul_precision: str,
+    config_precision: trainers.Precision | None = None,
+    cross: CrossPrecision = AS_THE_GATE,
+) -> ConfigRun:
+    """`config`'s own run alone (`run_config`), while another process's check runs its twin."""
+    return _in_child(
+        matmul_precision,
+        lambda: run_config(
+            _reused_builds(workload, model_args),
+            preset,
+            LoopConfig.from_dict(config),
+            args,
+            config_precision=config_precision,
+            cross=cross,
         ),
     )
 
@@ -274,6 +304,8 @@ class ParityProcess:
     """Runs the correctness gate (`tuner.search.gating.gate.run_parts`) in a child process: a
     `Gate`."""
 
+    runs_apart = True
+
     def __init__(
         self,
         workload: str,
@@ -298,13 +330,16 @@ class ParityProcess:
         *,
         precision: str | None = None,
         pending: Pending | None = None,
+        run: RunPending | None = None,
     ) -> GateRun:
         """The verdict, the envelope (`envelope`, or measured now when None) and the seconds of
         each part of the gate; `precision`: the config's, when not the study's (`run_parts`).
-        `pending`: the envelope measured by another process, waited for here (in this process,
-        which can read the study) once the child has run the config's twin."""
+        `pending`: the envelope measured by another process, and `run`: the config's own run,
+        likewise; each waited for here (in this process, which can read the study) once the
+        child has run the config's twin."""
         twin = None
-        if envelope is None and pending is not None:
+        losses = None
+        if (envelope is None and pending is not None) or run is not None:
             twin = self._child.call(
                 _twin,
                 *self._args,
@@ -314,7 +349,10 @@ class ParityProcess:
                 precision,
                 self.cross,
             )
-            envelope = pending()
+            if envelope is None and pending is not None:
+                envelope = pending()
+            if run is not None:
+                losses = run()
         return self._child.call(
             _gate,
             *self._args,
@@ -325,6 +363,18 @@ class ParityProcess:
             precision,
             self.cross,
             twin,
+            None if losses is None else list(losses),
+        )
+
+    def config_run(self, config: LoopConfig, *, precision: str | None = None) -> ConfigRun:
+        return self._child.call(
+            _config_run,
+            *self._args,
+            config.to_dict(),
+            self.run_args,
+            self.matmul_precision,
+            precision,
+            self.cross,
         )
 
     def envelope(self, *, precision: str | None = None) -> GateRun:

@@ -9,6 +9,11 @@ later check is given it, so the reference and the envelope run once per study. A
 another precision than the study's is judged against another envelope, the reference's
 seed-to-seed one (`keys.PRECISION_ENVELOPE`), likewise measured once.
 
+Among the workers of one job (claims), a check whose config is owed its eager twin's bits leaves
+its config's own run to another worker that has nothing else to do (`run_config`): the run's
+losses are stored under `keys.PARITY_RUN_PREFIX` + the config's key, and the check, once its twin
+has run, judges them (`tuner.search.gating.gate.RunPending`).
+
 With a memo (`tuner.search.gating.memo`: the same workload, shape, precision, code and machine),
 both are also shared between studies: a verdict or envelope missing from the study is read from the
 memo, copied onto the study (its record stays whole), and a new one is stored in both.
@@ -18,14 +23,15 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import optuna
 
 from trainers import LoopConfig
+from trainers.gate import required_test
 from tuner.evidence.progress import short_config
-from tuner.search.gating.gate import Gate, GateVerdict, Pending
+from tuner.search.gating.gate import Gate, GateVerdict, Pending, RunPending
 from tuner.search.measuring.timing import Clock
 from tuner.search.options import Retry
 from tuner.search.spaces.space import candidate_key
@@ -156,10 +162,17 @@ class ParityCache:
         label = _label(config, precision)
         self._tell(f"gate: checking [{label}]" + _first_parts(envelope, pending))
         reached = True
+        ran_here: list[str] = []  # the config's own run, where this process claimed it
         try:
             extra: dict[str, Any] = {} if pending is None else {"pending": pending}
             if precision is not None:
                 extra["precision"] = precision
+            if (
+                self.claims is not None
+                and self.gate.runs_apart
+                and self.owes_twin(config, precision)
+            ):
+                extra["run"] = self._run_plan(self.run_key(config, precision), ran_here)
             run = self.gate.check(config, envelope, **extra)
             assert run.verdict is not None  # a check always judges
             if envelope is None:
@@ -177,6 +190,8 @@ class ParityCache:
         finally:
             if measures and self.claims is not None:
                 self.claims.release(env_key)
+            if ran_here and self.claims is not None:
+                self.claims.release(ran_here[0])
         self.clock.add(spent)
         verdict = GateVerdict(
             verdict=verdict.verdict,
@@ -206,6 +221,69 @@ class ParityCache:
         if claims.take(env_key):
             return None, True
         return (lambda: self._wait_for(env_key)), False
+
+    def owes_twin(self, config: LoopConfig, precision: str | None = None) -> bool:
+        """Whether `config`'s check runs an eager twin beside its own run (`required_test`): only
+        such a check has a run to leave to another worker."""
+        own = precision if precision is not None else self.reference
+        test = required_test(
+            config,
+            precision=own,  # type: ignore[arg-type]  # RunOptions checked it
+            reference_precision=self.reference,  # type: ignore[arg-type]
+        )
+        return test == "exact+equivalence"
+
+    def run_key(self, config: LoopConfig, precision: str | None = None) -> str:
+        """The study attribute of `config`'s own run in `precision`, run apart from its check."""
+        return keys.PARITY_RUN_PREFIX + self.key(config, precision).removeprefix(keys.PARITY_PREFIX)
+
+    def _run_plan(self, run_key: str, ran_here: list[str]) -> RunPending:
+        """The check's `run`, asked once its twin has run: the losses another worker stored or
+        is running now (waited for), else None with the run claimed here (named in `ran_here`,
+        given back when the check ends) so that no helper starts it too."""
+        claims = self.claims
+        assert claims is not None
+
+        def losses() -> Sequence[float] | None:
+            found = self._attrs().get(run_key)
+            if isinstance(found, dict):
+                return _losses(found)
+            if claims.take(run_key):
+                ran_here.append(run_key)
+                return None
+            found = self._wait_for(run_key)
+            return None if found is None else _losses(found)
+
+        return losses
+
+    def run_config(self, config: LoopConfig, precision: str | None = None) -> bool:
+        """`config`'s own run, run now for the check another worker holds (its twin running
+        there), where its verdict and its run are neither stored nor being run elsewhere; the
+        losses are stored for that check. Whether it ran here."""
+        if precision == self.reference:
+            precision = None
+        run_key = self.run_key(config, precision)
+        attrs = self._attrs()
+        if self.key(config, precision) in attrs or run_key in attrs or not self.gate.runs_apart:
+            return False
+        if self.claims is not None and not self.claims.take(run_key):
+            return False
+        try:
+            extra = {} if precision is None else {"precision": precision}
+            started = time.perf_counter()
+            run = self.gate.config_run(config, **extra)
+            stored = {
+                # As hexadecimal: the twin's exact test compares them bit for bit.
+                "losses": [float(x).hex() for x in run.losses],
+                keys.SECONDS: time.perf_counter() - started,
+                "time": dict(run.time),
+            }
+            self._store(run_key, stored)
+            self.clock.add(dict(run.time))
+        finally:
+            if self.claims is not None:
+                self.claims.release(run_key)
+        return True
 
     def _wait_for(self, key: str) -> dict[str, Any] | None:
         """`key`'s value once the process holding its claim stored it; None when that process
@@ -299,6 +377,11 @@ class ParityCache:
 
     def _store(self, key: str, value: Any) -> None:
         self.retry.call(lambda: self.study.set_user_attr(key, value), what=f"storing {key}")
+
+
+def _losses(stored: dict[str, Any]) -> list[float]:
+    """A run's losses as `ParityCache.run_config` stored them."""
+    return [float.fromhex(x) for x in stored["losses"]]
 
 
 def _label(config: LoopConfig, precision: str | None) -> str:

@@ -13,7 +13,14 @@ import trainers
 from trainers import LoopConfig
 from trainers.gate import ParityVerdict
 from trainers.program import Program, program_parity
-from tuner.search.gating.gate import GateRun, Parts, Pending, only_one_precision
+from tuner.search.gating.gate import (
+    ConfigRun,
+    GateRun,
+    Parts,
+    Pending,
+    RunPending,
+    only_one_precision,
+)
 from tuner.store.phases import GATE_CONFIG, GATE_ENVELOPE
 
 
@@ -45,6 +52,7 @@ class ProgramGate:
         *,
         precision: str | None = None,
         pending: Pending | None = None,
+        run: RunPending | None = None,
     ) -> GateRun:
         """`pending` is not waited for: the program's one run gives the envelope and the config's
         losses together (`program_parity`), so it has no twin to run first."""
@@ -56,6 +64,15 @@ class ProgramGate:
         known = envelope
         found, used = parts.run(GATE_CONFIG, lambda: self._parity(config, known))
         return GateRun(verdict=_program_verdict(found, self._steps), envelope=used, time=parts.time)
+
+    runs_apart = False
+    """`run` is not asked for either: one run of the program gives a config's losses and its
+    judgement."""
+
+    def config_run(self, config: LoopConfig, *, precision: str | None = None) -> ConfigRun:
+        raise TypeError(
+            "a program's gate runs a config's own run within its check alone (runs_apart)"
+        )
 
     def envelope(self, *, precision: str | None = None) -> GateRun:
         only_one_precision(precision, self._args.precision, "a program")
