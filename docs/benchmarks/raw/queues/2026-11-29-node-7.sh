@@ -1,7 +1,8 @@
 # Issue 52 on a lent machine of 4 GPUs (`nvidia-h100-x4` or `nvidia-h200-x4`; ask `status`), with
 # tools/device_queue.sh: the `llama-1b` node pair again (the sixth run, 2026-11-28-node-6-h200x4.sh
 # at 370eb22: 356 s on 4 H200s against 697 s on one, 0.51x), now with each worker's phase lines
-# timed in its log and the host's cores split among the workers' Inductor compile workers. GPUs
+# timed in its log, the host's cores split among the workers' Inductor compile workers, and the
+# gate's config run left to an idle worker while the gating one runs the eager twin. GPUs
 # 1-3 stay idle until the one-GPU job has ended; beside the interleaved round on GPU 0, GPU 1 runs
 # the attention microbenchmark again (its first run replayed the Llama calls in float32).
 set -x
