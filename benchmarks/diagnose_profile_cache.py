@@ -1,0 +1,91 @@
+"""Does a profile's compile read what a trial's compile wrote into Inductor's cache?
+
+On `llama-1b` (4 H200s, 2026-11-28) the recommended config's profile took 98 s in a child
+process, while the trial of the same config compiled for 82 s and its eager baselines' profiles
+took 20-25 s: the profile seems to compile cold although every process of the job shares one
+TORCHINDUCTOR_CACHE_DIR. This runs one config in fresh spawned processes over one empty cache
+folder, in order: a plain run (fills the cache), a profiled run (`tuner.evidence.trace`'s, the
+profiler active from the first step as the profiles run it), a plain run again (the control: a
+fresh process reading the cache) and a profiled run after a warm-up run without the profiler,
+and prints each one's wall and compile seconds and Inductor's FX-graph cache hits and
+misses as JSON.
+
+    python benchmarks/diagnose_profile_cache.py --workload transformer --preset medium
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import multiprocessing
+import os
+import tempfile
+import time
+from typing import Any
+
+
+def _in_child(
+    workload: str, preset: str, precision: str | None, mode: str, device_name: str
+) -> dict[str, Any]:
+    import torch
+
+    import trainers
+    from tuner.evidence import trace
+
+    built = trainers.load_workload(workload, preset, seed=0)
+    config = trainers.LoopConfig(compile="default", optimizer="fused")
+    device = torch.device(device_name)
+    started = time.perf_counter()
+    if mode == "run":
+        result = trainers.run(
+            built,
+            config,
+            trainers.RunArgs(steps=20, warmup=3, windows=2, device=device, precision=precision),
+        )
+    elif mode == "profile":
+        result, _ = trace._profiled_run(built, config, 10, 3, device, precision)
+    else:  # "profile-after-warmup": the warm-up (and its compile) before the profiler exists
+        trainers.run(
+            built,
+            config,
+            trainers.RunArgs(steps=1, warmup=3, windows=1, device=device, precision=precision),
+        )
+        result, _ = trace._profiled_run(built, config, 10, 3, device, precision)
+    return {
+        "mode": mode,
+        "wall_s": time.perf_counter() - started,
+        "compile_s": result.compile_s,
+        "cache_hits": result.compile_cache_hits,
+        "cache_misses": result.compile_cache_misses,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", default="transformer")
+    parser.add_argument("--preset", default="medium")
+    parser.add_argument("--precision", default="bf16-autocast")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--out", default=None, help="a folder for the JSON (else stdout only)")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="streamtune-cache-") as cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache  # every spawned child inherits it
+        for mode in ("run", "profile", "run", "profile-after-warmup"):
+            # A fresh process each: what one process compiled stays in its own memory too.
+            with concurrent.futures.ProcessPoolExecutor(
+                1, mp_context=multiprocessing.get_context("spawn")
+            ) as pool:
+                row = pool.submit(
+                    _in_child, args.workload, args.preset, args.precision, mode, args.device
+                )
+                rows.append(row.result())
+            print(json.dumps(rows[-1]), flush=True)
+    if args.out:
+        with open(os.path.join(args.out, "profile-cache.json"), "w") as f:
+            json.dump({"workload": args.workload, "preset": args.preset, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
