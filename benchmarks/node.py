@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 import optuna  # noqa: E402
 
 import trainers  # noqa: E402
-from benchmarks.run_meta import provenance, run_meta  # noqa: E402
+from benchmarks.run_meta import job_parser, provenance, run_meta  # noqa: E402
 from trainers import LoopConfig  # noqa: E402
 from tuner.search.measuring.measure import Failure, Measurer, Protocol  # noqa: E402
 from tuner.search.measuring.stats import ratio_ci  # noqa: E402
@@ -46,18 +46,8 @@ from tuner.store import keys  # noqa: E402
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--presets", default="transformer:medium", help="WORKLOAD:PRESET,...")
-    parser.add_argument("--precisions", default=None, help="the jobs' --precisions")
+    parser = job_parser(__doc__, presets="transformer:medium", rounds=2)
     parser.add_argument("--gpus", default="2")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--protocol", default="4,4,10", help="WARMUP,WINDOWS,WINDOW_STEPS")
-    parser.add_argument("--job-arg", action="append", default=[], help="passed to both jobs")
-    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per job")
-    parser.add_argument("--tag", default="")
-    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
-    parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
     return parser.parse_args(argv)
 
 

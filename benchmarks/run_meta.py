@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -39,3 +42,23 @@ def provenance(meta: Mapping[str, Any], *, also: str = "") -> str:
         f"{stack}{f', {also}' if also else ''}, commit `{meta['commit']}`, {meta['date']}. "
         f"Generated from `{meta['file']}`; command: `{meta['command']}`."
     )
+
+
+def job_parser(doc: str, *, presets: str, rounds: int) -> argparse.ArgumentParser:
+    """The arguments of a script that runs default jobs and compares their picks interleaved
+    (`node.py`, `time_to_answer.py`): the presets, the jobs' precisions and extra arguments, the
+    interleaved rounds' protocol, and where the record goes. `--commit` defaults to
+    $STREAMTUNE_COMMIT: on a lent machine give the literal commit, for git there names the last
+    commit that landed, not the tree that was copied."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--presets", default=presets, help="WORKLOAD:PRESET,...")
+    parser.add_argument("--precisions", default=None, help="the jobs' --precisions")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--protocol", default="4,4,10", help="WARMUP,WINDOWS,WINDOW_STEPS")
+    parser.add_argument("--job-arg", action="append", default=[], help="passed to both jobs")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per job")
+    parser.add_argument("--tag", default="")
+    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
+    parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
+    return parser

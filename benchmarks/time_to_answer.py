@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 import trainers  # noqa: E402
 from benchmarks.node import interleaved  # noqa: E402
-from benchmarks.run_meta import provenance, run_meta  # noqa: E402
+from benchmarks.run_meta import job_parser, provenance, run_meta  # noqa: E402
 from tuner.evidence.profiles import ARTIFACTS_ENV, artifact_dir  # noqa: E402
 from tuner.search.measuring.artifacts import ARTIFACTS_FILE  # noqa: E402
 from tuner.search.study import COMPILE_CACHE_ENV  # noqa: E402
@@ -51,17 +51,7 @@ AIMS_S = {"cold": 600.0, "repeat": 240.0}
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--presets", default="hf:causal-lm:llama-1b", help="WORKLOAD:PRESET,...")
-    parser.add_argument("--precisions", default=None, help="the jobs' --precisions")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--protocol", default="4,4,10", help="WARMUP,WINDOWS,WINDOW_STEPS")
-    parser.add_argument("--job-arg", action="append", default=[], help="passed to both jobs")
-    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per job")
-    parser.add_argument("--tag", default="")
-    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
-    parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
+    parser = job_parser(__doc__, presets="hf:causal-lm:llama-1b", rounds=1)
     return parser.parse_args(argv)
 
 

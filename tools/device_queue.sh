@@ -20,6 +20,10 @@
 # copying QUEUE_OUT and the queue's log to $OUT every 15 s, so a call that ends keeps what the
 # queue wrote so far. Each exits 0 once the queue has ended, 3 while it still runs. A polling
 # interval other than 15 s: QUEUE_POLL_S.
+# A queue that records its commit takes it from STREAMTUNE_COMMIT: give the literal commit
+# (`STREAMTUNE_COMMIT=abc1234 tools/device_queue.sh start ...`), not `$(git rev-parse HEAD)`, which
+# on the lent machine names the last commit that landed, not the working tree it was given
+# (2026-11-28: a run of 906d367 printed a1a131e).
 set -euo pipefail
 mode=${1:?usage: device_queue.sh start QUEUE LIMIT_S | wait LIMIT_S}
 state=${QUEUE_STATE:-/tmp/queue}

@@ -169,9 +169,8 @@ def gate(
     show (an optimizer swapped by a workload factory), "equivalence" with the unchanged
     workload's `envelope`.
     multiple, window, check_drift: the equivalence statistic's (`trainers.gate.equivalence.judge`).
-    exact_steps: the exact tests' length where shorter than `steps` (`exact_length`).
-    losses: the config's own run, measured elsewhere (`parity_losses` of `config` and `args`,
-    in another process while this one ran the eager twin); None: run here.
+    exact_steps: the exact tests' length where shorter than `steps` (`exact_length`). losses:
+    the config's own run (`parity_losses` of `config`, `args`) run elsewhere (None: run here).
     Another precision: the reference and its envelope run under `SEEDS_DETERMINISM`, it strict.
     """
     precision, steps = args.precision, args.steps

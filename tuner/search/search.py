@@ -47,9 +47,9 @@ from tuner.evidence.recommendation import Recommendation
 from tuner.search import helping
 from tuner.search.children import open_children
 from tuner.search.deciding import decide, profiling
-from tuner.search.gating.gate import GateVerdict
 from tuner.search.gating.memo import MEMO_ENV
 from tuner.search.gating.parity import GateClaims, ParityCache
+from tuner.search.gating.verdict import GateVerdict
 from tuner.search.measuring import artifacts
 from tuner.search.measuring.baselines import Baselines
 from tuner.search.measuring.measure import (

@@ -16,7 +16,7 @@ from tests.tuner.tiny import PROTOCOL
 from trainers import LoopConfig
 from trainers.gate import ParityVerdict
 from tuner.search.deciding.decide import final_round
-from tuner.search.gating.gate import GateVerdict
+from tuner.search.gating.verdict import GateVerdict
 from tuner.search.measuring.measure import Failure, Measured, Measurer
 from tuner.search.measuring.timing import Clock
 from tuner.search.options import BASELINES, Quiet, RunOptions

@@ -12,7 +12,8 @@ import pytest
 import trainers
 from trainers import LoopConfig
 from trainers.gate import ParityVerdict, gate
-from tuner.search.gating.gate import GateVerdict, InProcessGate, run_parts
+from tuner.search.gating.gate import InProcessGate, run_parts
+from tuner.search.gating.verdict import GateVerdict
 from tuner.store.phases import GATE_CONFIG, GATE_ENVELOPE, GATE_REFERENCE, GATE_TWIN
 
 

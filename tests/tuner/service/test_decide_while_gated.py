@@ -17,7 +17,7 @@ from tests.tuner.tiny import options
 from trainers import LoopConfig
 from trainers.gate.verdict import ParityVerdict
 from tuner.search import helping
-from tuner.search.gating.gate import GateVerdict
+from tuner.search.gating.verdict import GateVerdict
 from tuner.search.options import LocalSlots, Quiet
 from tuner.search.search import Search
 from tuner.search.study import open_search

@@ -42,7 +42,7 @@ from tuner.search.deciding.recommend import (
     _recommend,
     _Rounds,
 )
-from tuner.search.gating.gate import GateVerdict
+from tuner.search.gating.verdict import GateVerdict
 from tuner.search.measuring.measure import Failure, Measured, Measurer
 from tuner.search.measuring.stats import decide
 from tuner.search.measuring.timing import Clock

@@ -15,7 +15,7 @@ import optuna
 from trainers import LoopConfig
 from trainers.gate import comparable_floor
 from tuner.evidence.recommendation import STUDY_FIELDS, Entry, Floor, Interval, Recommendation
-from tuner.search.gating.gate import GateVerdict
+from tuner.search.gating.verdict import GateVerdict
 from tuner.search.measuring.measure import Measurer
 from tuner.search.measuring.stats import Measurement, decide, pareto_front, ratio_ci
 from tuner.search.spaces.space import SIMPLICITY_ORDER, simplicity_key

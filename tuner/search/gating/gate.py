@@ -10,16 +10,12 @@ once per study and passes it back), and the seconds each part took. Three gates 
   (`trainers.program.program_parity`).
 `make_gate` picks one; the search never asks which.
 
-`GateVerdict` is what the search stores on a trial and on the study (its cache): the
-`ParityVerdict` whole (through its own `to_dict`/`from_dict`, so a field added there passes
-through), the config, the seconds and the parts' times, in one flat JSON object. `from_dict`
-also reads the dicts earlier versions stored (a failed run's three keys, a program's verdict).
+What the search stores of a verdict is `tuner.search.gating.verdict.GateVerdict`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
@@ -39,93 +35,9 @@ from trainers.gate import (
     spread_for,
 )
 from trainers.workloads import ReusedBuilds, WorkloadFactory
-from tuner.store.jsonsafe import json_safe_dict
 from tuner.store.phases import GATE_CONFIG, GATE_ENVELOPE, GATE_REFERENCE, GATE_TWIN
 
 T = TypeVar("T")
-
-# What a dict stored before verdicts were typed may lack: a failed run stored only `passed`,
-# `reason` and `max_rel_deviation`, a program's verdict a nested `equivalence` too.
-_LEGACY_DEFAULTS: dict[str, Any] = {
-    "exact_required": False,
-    "tolerance": 0.0,
-    "steps": 0,
-    "max_abs_deviation": math.inf,
-    "max_rel_deviation": math.inf,
-    "first_diverging_step": None,
-}
-# The search's own keys beside the verdict's fields in the stored JSON.
-_OWN_KEYS = ("config", "seconds", "time")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class GateVerdict:
-    """A config's gate verdict as stored: the verdict, the config, its seconds, the parts' times."""
-
-    verdict: ParityVerdict
-    config: dict[str, Any] | None = None
-    seconds: float = 0.0
-    """Wall seconds of the check (0 for a verdict read back from the cache)."""
-    time: dict[str, float] = dataclasses.field(default_factory=dict)
-    """Seconds of each part of the gate this check ran (`tuner.store.phases.GATE_PHASES`)."""
-
-    @property
-    def passed(self) -> bool:
-        return self.verdict.passed
-
-    @property
-    def reason(self) -> str:
-        return self.verdict.reason
-
-    def failure_reason(self) -> str:
-        """The trial's `failure_reason` when the verdict failed it."""
-        deviation = self.verdict.max_rel_deviation
-        shown = "inf" if deviation is None or not math.isfinite(deviation) else f"{deviation:.3g}"
-        return (
-            f"parity: {self.verdict.reason} (test {self.verdict.test}; "
-            f"max relative deviation {shown})"
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """The flat JSON stored on the trial and the study: the verdict's fields, then ours."""
-        data = self.verdict.to_dict() | {"seconds": self.seconds, "time": dict(self.time)}
-        if self.config is not None:
-            data["config"] = dict(self.config)
-        return json_safe_dict(data)
-
-    def public(self) -> dict[str, Any]:
-        """The verdict's JSON without the config (the recommendation's `parity`)."""
-        return {k: v for k, v in self.to_dict().items() if k != "config"}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> GateVerdict:
-        """Read a stored verdict, of this version or an earlier one (see `_LEGACY_DEFAULTS`)."""
-        fields = {k: v for k, v in data.items() if k not in _OWN_KEYS}
-        nested = fields.pop("equivalence", None)
-        if isinstance(nested, Mapping):  # a program's verdict before verdicts were typed
-            fields = {**nested, **fields}
-            fields.setdefault("tolerance", nested.get("bound"))
-        for key, default in _LEGACY_DEFAULTS.items():
-            if fields.get(key) is None and key not in ("first_diverging_step",):
-                # JSON turned an infinite deviation into null: read it back as infinite.
-                fields[key] = default
-        fields.setdefault("first_diverging_step", None)
-        config = data.get("config")
-        return cls(
-            verdict=ParityVerdict.from_dict(fields),
-            config=None if config is None else dict(config),
-            seconds=float(data.get("seconds") or 0.0),
-            time={k: float(v) for k, v in (data.get("time") or {}).items()},
-        )
-
-    @classmethod
-    def failed(cls, reason: str, *, config: LoopConfig | None = None) -> GateVerdict:
-        """A config the gate could not even check: it fails."""
-        fields = _LEGACY_DEFAULTS | {"passed": False, "reason": reason}
-        return cls(
-            verdict=ParityVerdict(**fields),
-            config=None if config is None else config.to_dict(),
-        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -309,7 +221,6 @@ def run_parts(
     pending: Pending | None = None,
     twin: TwinRun | None = None,
     run: RunPending | None = None,
-    losses: Sequence[float] | None = None,
 ) -> GateRun:
     """The built-in gate, part by part: the reference and its envelope (only when `envelope` is
     None: they depend on the workload alone, so once per study), the eager twin (when the
@@ -326,12 +237,11 @@ def run_parts(
 
     `twin`: the twin already run (`run_twin`). `pending` (with `envelope` None): the envelope
     measured by another process, asked for after the twin (None: measured here after all).
-    `losses`: the config's own run, run apart (`run_config`); else `run`, asked for after the
-    twin and the envelope, gives them (None from it: run here)."""
+    `run`: the config's own run, run apart (`run_config`), asked for after the twin and the
+    envelope (None from it: run here)."""
     parts = Parts()
     plan = _plan(args, config_precision, cross)
-    if twin is not None:
-        parts.time.update(twin.time)
+    parts.time.update(twin.time if twin is not None else {})
     found = None if envelope is None else Envelope.from_dict(envelope)
     if found is None and pending is None:
         found = _measure_envelope(parts, workload, preset, plan.args, plan.spread)
@@ -342,13 +252,8 @@ def run_parts(
         parts.time.update(twin.time)
     if found is None:
         given = pending() if pending is not None else None
-        found = (
-            Envelope.from_dict(given)
-            if given is not None
-            else _measure_envelope(parts, workload, preset, plan.args, plan.spread)
-        )
-    if losses is None and run is not None:
-        losses = run()
+        found = _measure_envelope(parts, workload, preset, plan.args, plan.spread, given=given)
+    losses = run() if run is not None else None
     verdict = parts.run(
         GATE_CONFIG,
         lambda: gate(
@@ -414,10 +319,15 @@ def _measure_envelope(
     preset: str,
     args: trainers.RunArgs,
     spread: str,
+    *,
+    given: Mapping[str, Any] | None = None,
 ) -> Envelope:
     """The study's reference and its envelope of `spread` (both runs of `args`, in the study's
     precision), each part timed: strict for a rounding envelope, with the process's own kernels
-    for a seed one (`reference_determinism`)."""
+    for a seed one (`reference_determinism`). `given`: measured by another process (nothing
+    runs here)."""
+    if given is not None:
+        return Envelope.from_dict(given)
     mode = reference_determinism(spread)
     reference = parts.run(
         GATE_REFERENCE,

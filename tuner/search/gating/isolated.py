@@ -79,7 +79,7 @@ def _gate(
             config_precision=config_precision,
             cross=cross,
             twin=twin,
-            losses=losses,
+            run=None if losses is None else (lambda: losses),
         ),
     )
 

@@ -31,7 +31,8 @@ import optuna
 from trainers import LoopConfig
 from trainers.gate import required_test
 from tuner.evidence.progress import short_config
-from tuner.search.gating.gate import Gate, GateVerdict, Pending, RunPending
+from tuner.search.gating.gate import Gate, Pending, RunPending
+from tuner.search.gating.verdict import GateVerdict
 from tuner.search.measuring.timing import Clock
 from tuner.search.options import Retry
 from tuner.search.spaces.space import candidate_key
@@ -164,15 +165,7 @@ class ParityCache:
         reached = True
         ran_here: list[str] = []  # the config's own run, where this process claimed it
         try:
-            extra: dict[str, Any] = {} if pending is None else {"pending": pending}
-            if precision is not None:
-                extra["precision"] = precision
-            if (
-                self.claims is not None
-                and self.gate.runs_apart
-                and self.owes_twin(config, precision)
-            ):
-                extra["run"] = self._run_plan(self.run_key(config, precision), ran_here)
+            extra = self._check_options(config, precision, pending, ran_here)
             run = self.gate.check(config, envelope, **extra)
             assert run.verdict is not None  # a check always judges
             if envelope is None:
@@ -188,10 +181,9 @@ class ParityCache:
             spent = {GATE_CONFIG: time.perf_counter() - started}
             reached = False  # a fact about this moment (another process's memory, ...): not shared
         finally:
-            if measures and self.claims is not None:
-                self.claims.release(env_key)
-            if ran_here and self.claims is not None:
-                self.claims.release(ran_here[0])
+            for held in [env_key] * measures + ran_here:  # what this check claimed
+                assert self.claims is not None
+                self.claims.release(held)
         self.clock.add(spent)
         verdict = GateVerdict(
             verdict=verdict.verdict,
@@ -207,6 +199,24 @@ class ParityCache:
         if reached and shared.get(env_key) == envelope:
             self._share(attr, verdict.to_dict())
         return verdict, spent
+
+    def _check_options(
+        self,
+        config: LoopConfig,
+        precision: str | None,
+        pending: Pending | None,
+        ran_here: list[str],
+    ) -> dict[str, Any]:
+        """`Gate.check`'s keyword arguments: the config's precision (None: the study's), the
+        envelope measured elsewhere (`pending`), and where other workers share the study and
+        the check runs an eager twin, its own run as another worker may take it (`_run_plan`)."""
+        extra: dict[str, Any] = {} if pending is None else {"pending": pending}
+        if precision is not None:
+            extra["precision"] = precision
+        claims = self.claims is not None and self.gate.runs_apart
+        if claims and self.owes_twin(config, precision):
+            extra["run"] = self._run_plan(self.run_key(config, precision), ran_here)
+        return extra
 
     def _envelope_plan(
         self, env_key: str, envelope: dict[str, Any] | None
