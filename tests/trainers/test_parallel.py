@@ -17,6 +17,7 @@ from trainers.distributed import agreement
 from trainers.flops import count_step_flops
 from trainers.parallel import shard_batch
 from trainers.program import ProgramFailed, check_nproc, run_distributed
+from trainers.program.torchrun import rank_failure
 from trainers.workloads import load_workload
 
 # ---------------------------------------------------------------------------- the levers' rules
@@ -254,6 +255,54 @@ def test_a_killed_rank_fails_the_run_with_its_stderr_and_leaves_no_process(
     assert "rank 1 of 2 failed (killed by SIGKILL)" in message
     assert "rank 1's stderr" in message
     assert _ours(token) == []
+
+
+def _summary(failures: list[tuple[int, int]], root: tuple[int, int]) -> str:
+    """torchrun's error summary (torch.distributed.elastic) for these (rank, exit code)s."""
+
+    def entry(rank: int, code: int) -> str:
+        return (
+            f"[{rank}]:\n  time      : 2026-11-28_20:40:00\n  host      : localhost\n"
+            f"  rank      : {rank} (local_rank: {rank})\n  exitcode  : {code} (pid: {100 + rank})\n"
+            f"  error_file: <N/A>\n  traceback : Signal {-code} received by PID {100 + rank}\n"
+        )
+
+    listed = "".join(entry(*f) for f in failures) or "  <NO_OTHER_FAILURES>\n"
+    bar = "-" * 60
+    return (
+        f"{'=' * 60}\ntrainers.distributed FAILED\n{bar}\nFailures:\n{listed}{bar}\n"
+        f"Root Cause (first observed failure):\n{entry(*root)}{'=' * 60}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("failures", "root", "named", "after"),
+    [
+        # A rank killed, its peer's collective aborted, and torchrun saw the abort first.
+        ([(1, -9)], (0, -6), "rank 1 of 2 failed (killed by SIGKILL)", "rank 0 then stopped"),
+        ([], (1, -9), "rank 1 of 2 failed (killed by SIGKILL)", None),
+        ([], (0, -6), "rank 0 of 2 failed (killed by SIGABRT)", None),  # an abort of its own
+        ([(1, -15)], (0, 3), "rank 0 of 2 failed (exit code 3)", None),
+    ],
+)
+def test_the_rank_named_is_the_one_that_failed_first_not_one_that_followed_a_peer(
+    tmp_path: Path,
+    failures: list[tuple[int, int]],
+    root: tuple[int, int],
+    named: str,
+    after: str | None,
+) -> None:
+    (tmp_path / "stderr.txt").write_text(_summary(failures, root))
+    (tmp_path / "ranks").mkdir()
+    for rank in (0, 1):
+        (tmp_path / "ranks" / f"rank{rank}.stderr").write_text(f"the stderr of rank {rank}")
+    message = rank_failure("exit code 1", tmp_path, 2)
+    assert message.startswith(named), message
+    rank = named.split()[1]
+    assert f"rank {rank}'s stderr: the stderr of rank {rank}" in message
+    assert (after is None and "then stopped" not in message) or (
+        after is not None and after in message
+    )
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc (Linux)")

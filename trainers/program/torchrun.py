@@ -268,14 +268,37 @@ def rank_failure(reason: str, folder: Path, nproc: int) -> str:
     )
     ranks = folder / "ranks"
     if found is not None:
-        rank, code = int(found.group(1)), int(found.group(2))
+        rank, code = _first_failure(torchrun, int(found.group(1)), int(found.group(2)))
+        after = (
+            ""
+            if rank == int(found.group(1))
+            else (f"; rank {found.group(1)} then stopped ({_exit_words(int(found.group(2)))})")
+        )
         return (
-            f"rank {rank} of {nproc} failed ({_exit_words(code)}); torchrun stopped the others. "
-            f"rank {rank}'s stderr: {_tail(ranks / f'rank{rank}.stderr')}"
+            f"rank {rank} of {nproc} failed ({_exit_words(code)}){after}; torchrun stopped the "
+            f"others. rank {rank}'s stderr: {_tail(ranks / f'rank{rank}.stderr')}"
         )
     tails = "; ".join(f"rank {r}: {_tail(ranks / f'rank{r}.stderr')[-400:]}" for r in range(nproc))
     head = reason.split("; stderr:", 1)[0]
     return f"{head} ({nproc} ranks, every rank stopped); the ranks' stderr: {tails}"
+
+
+_AFTER_A_PEER = (-signal.SIGABRT, -signal.SIGTERM)
+"""How a rank ends because of another: aborted when a peer vanishes from under a collective
+(gloo's "terminate called without an active exception"), or terminated by torchrun."""
+
+
+def _first_failure(torchrun: str, rank: int, code: int) -> tuple[int, int]:
+    """The failed rank to name: torchrun's root cause (`rank`, `code`: its first observed
+    failure), unless that rank ended as ranks do after a peer (`_AFTER_A_PEER`) while another
+    listed in torchrun's summary failed otherwise (killed by SIGKILL, an exit code): that one
+    failed first. On a CPU (2026-11-28, CI) rank 1 was killed and torchrun named rank 0, whose
+    gloo collective aborted the moment rank 1 went."""
+    if code in _AFTER_A_PEER:
+        for other in _ROOT_CAUSE.finditer(torchrun):
+            if int(other.group(2)) not in _AFTER_A_PEER:
+                return int(other.group(1)), int(other.group(2))
+    return rank, code
 
 
 def _alive_rank(pid: int) -> bool:
