@@ -274,3 +274,37 @@ def test_a_helper_runs_the_config_another_worker_gates_while_that_one_runs_its_t
         assert helping.next_config_run(search, set()) is None  # each is stored now
     finally:
         search.close()
+
+
+def test_a_run_that_fails_on_the_helper_is_left_to_the_check_that_holds_the_gate(
+    url: str,
+) -> None:
+    """A helper whose run of another worker's config fails (its child out of memory) says so
+    and goes on; the claim is given back, so that worker's check runs the config itself."""
+    store, job = _open_job(url, "helper", "checker")
+    phases = _Phases()
+    fixed = ("optimizer=foreach",)
+    opts = options(url, job.study, trials=4, screen="on", tie_margin=0.9, seed=3, fix=fixed)
+    search = open_search(opts, progress=phases)
+    try:
+        search.share_gate(_claims(store, job.id, search, "helper"))
+        search.run_trials(LocalSlots(4))
+        cache = search.parity_cache
+        checker = _claims(store, job.id, search, "checker")
+        for trial in helping._within_reach(search, search.study.get_trials(deepcopy=False)):
+            checker.take(cache.key(LoopConfig.from_dict(trial.user_attrs[keys.CONFIG])))
+        found = helping.next_config_run(search, set())
+        assert found is not None
+
+        def out_of_memory(config: LoopConfig, *, precision: str | None = None) -> None:
+            raise RuntimeError("CUDA out of memory (the helper's child)")
+
+        cache.gate.config_run = out_of_memory  # type: ignore[method-assign,assignment]
+        helping.help_job(search, lambda: False, lambda: False, wait=False)
+        texts = [text for _, text in phases.seen]
+        assert any("not taken here: CUDA out of memory" in t for t in texts), texts
+        assert cache.run_key(found[1]) not in search.study.user_attrs
+        assert checker.holder(cache.run_key(found[1])) is None  # given back: free to take
+        assert checker.take(cache.run_key(found[1]))
+    finally:
+        search.close()
