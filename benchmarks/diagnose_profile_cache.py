@@ -25,15 +25,52 @@ import time
 from typing import Any
 
 
+def _keys_to(path: str | None) -> list[str]:
+    """Collect the FX-graph cache's hash details (its debug log) into a list, written to `path`."""
+    import logging
+
+    found: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            message = record.getMessage()
+            if "hash details" in message:
+                found.append(message)
+                if path:
+                    with open(path, "a") as f:
+                        f.write(message + "\n\n")
+
+    logger = logging.getLogger("torch._inductor.codecache")
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(Keep(logging.DEBUG))
+    return found
+
+
+def _cache_counters() -> dict[str, Any]:
+    from torch._dynamo.utils import counters
+    from torch._inductor import config
+
+    inductor = {k: v for k, v in counters["inductor"].items() if "cache" in k}
+    aot = {k: v for k, v in counters["aot_autograd"].items() if "cache" in k}
+    return {"compile_threads": config.compile_threads, "inductor": inductor, "aot_autograd": aot}
+
+
 def _in_child(
-    workload: str, preset: str, precision: str | None, mode: str, device_name: str
+    workload: str,
+    preset: str,
+    precision: str | None,
+    mode: str,
+    device_name: str,
+    model_args: dict[str, str],
+    keys_path: str | None,
 ) -> dict[str, Any]:
     import torch
 
     import trainers
     from tuner.evidence import trace
 
-    built = trainers.load_workload(workload, preset, seed=0)
+    keys = _keys_to(keys_path)
+    built = trainers.load_workload(workload, preset, seed=0, model_args=model_args)
     config = trainers.LoopConfig(compile="default", optimizer="fused")
     device = torch.device(device_name)
     started = time.perf_counter()
@@ -58,6 +95,38 @@ def _in_child(
         "compile_s": result.compile_s,
         "cache_hits": result.compile_cache_hits,
         "cache_misses": result.compile_cache_misses,
+        "keys": len(keys),
+        **_cache_counters(),
+    }
+
+
+def _through_tuner_child(
+    workload: str, preset: str, precision: str | None, device: str, model_args: dict[str, str]
+) -> dict[str, Any]:
+    """The recommended config's profile as a job takes it: in the tuner's spawned child."""
+    import trainers
+    from tuner.search.gating.isolated import ProfileProcess
+
+    child = ProfileProcess(
+        workload,
+        preset,
+        steps=10,
+        warmup=5,
+        seed=0,
+        device=device,
+        matmul_precision="highest",
+        model_args=model_args,
+        precision=precision,
+    )
+    started = time.perf_counter()
+    try:
+        profile = child.profile(trainers.LoopConfig(compile="default", optimizer="fused"))
+    finally:
+        child.close()
+    return {
+        "mode": "tuner-child",
+        "wall_s": time.perf_counter() - started,
+        "seconds": profile.seconds,
     }
 
 
@@ -67,24 +136,49 @@ def main() -> None:
     parser.add_argument("--preset", default="medium")
     parser.add_argument("--precision", default="bf16-autocast")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--out", default=None, help="a folder for the JSON (else stdout only)")
     args = parser.parse_args()
+    model_args = dict(item.split("=", 1) for item in args.model_arg)
     rows = []
     with tempfile.TemporaryDirectory(prefix="streamtune-cache-") as cache:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache  # every spawned child inherits it
-        for mode in ("run", "profile", "run", "profile-after-warmup"):
+        for index, mode in enumerate(("run", "profile", "run", "profile-after-warmup")):
+            keys = os.path.join(args.out, f"keys-{index}-{mode}.txt") if args.out else None
             # A fresh process each: what one process compiled stays in its own memory too.
             with concurrent.futures.ProcessPoolExecutor(
                 1, mp_context=multiprocessing.get_context("spawn")
             ) as pool:
                 row = pool.submit(
-                    _in_child, args.workload, args.preset, args.precision, mode, args.device
+                    _in_child,
+                    args.workload,
+                    args.preset,
+                    args.precision,
+                    mode,
+                    args.device,
+                    model_args,
+                    keys,
                 )
                 rows.append(row.result())
             print(json.dumps(rows[-1]), flush=True)
+        rows.append(
+            _through_tuner_child(
+                args.workload, args.preset, args.precision, args.device, model_args
+            )
+        )
+        print(json.dumps(rows[-1]), flush=True)
     if args.out:
         with open(os.path.join(args.out, "profile-cache.json"), "w") as f:
-            json.dump({"workload": args.workload, "preset": args.preset, "rows": rows}, f, indent=1)
+            json.dump(
+                {
+                    "workload": args.workload,
+                    "preset": args.preset,
+                    "model_args": model_args,
+                    "rows": rows,
+                },
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":
