@@ -52,7 +52,22 @@ def _cache_counters() -> dict[str, Any]:
 
     inductor = {k: v for k, v in counters["inductor"].items() if "cache" in k}
     aot = {k: v for k, v in counters["aot_autograd"].items() if "cache" in k}
-    return {"compile_threads": config.compile_threads, "inductor": inductor, "aot_autograd": aot}
+    return {
+        "compile_threads": config.compile_threads,
+        "inductor": inductor,
+        "aot_autograd": aot,
+        "compile_phases_s": _compile_phases(),
+    }
+
+
+def _compile_phases() -> dict[str, float]:
+    """Seconds per compile phase Dynamo timed (its tracing, AOTAutograd, Inductor), the largest
+    first: where a compile that hit the FX-graph cache still spends its time."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    totals = {name: sum(times) for name, times in compilation_time_metrics.items()}
+    largest = sorted(totals.items(), key=lambda item: -item[1])[:8]
+    return {name: round(seconds, 2) for name, seconds in largest}
 
 
 def _in_child(
@@ -63,6 +78,7 @@ def _in_child(
     device_name: str,
     model_args: dict[str, str],
     keys_path: str | None,
+    loop: dict[str, Any],
 ) -> dict[str, Any]:
     import torch
 
@@ -71,7 +87,7 @@ def _in_child(
 
     keys = _keys_to(keys_path)
     built = trainers.load_workload(workload, preset, seed=0, model_args=model_args)
-    config = trainers.LoopConfig(compile="default", optimizer="fused")
+    config = trainers.LoopConfig.from_dict(loop)
     device = torch.device(device_name)
     started = time.perf_counter()
     if mode == "run":
@@ -101,7 +117,12 @@ def _in_child(
 
 
 def _through_tuner_child(
-    workload: str, preset: str, precision: str | None, device: str, model_args: dict[str, str]
+    workload: str,
+    preset: str,
+    precision: str | None,
+    device: str,
+    model_args: dict[str, str],
+    loop: dict[str, Any],
 ) -> dict[str, Any]:
     """The recommended config's profile as a job takes it: in the tuner's spawned child."""
     import trainers
@@ -120,7 +141,7 @@ def _through_tuner_child(
     )
     started = time.perf_counter()
     try:
-        profile = child.profile(trainers.LoopConfig(compile="default", optimizer="fused"))
+        profile = child.profile(trainers.LoopConfig.from_dict(loop))
     finally:
         child.close()
     return {
@@ -137,9 +158,17 @@ def main() -> None:
     parser.add_argument("--precision", default="bf16-autocast")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--config",
+        default='{"compile": "default", "optimizer": "fused"}',
+        help="the loop config as JSON (a job's recommended config, to profile what it profiled)",
+    )
     parser.add_argument("--out", default=None, help="a folder for the JSON (else stdout only)")
     args = parser.parse_args()
     model_args = dict(item.split("=", 1) for item in args.model_arg)
+    loop = json.loads(args.config)
+    # The tuner's child logs each FX-graph cache hit and miss (its counters stay in it).
+    os.environ.setdefault("TORCH_LOGS", "torch._inductor.codecache")
     rows = []
     with tempfile.TemporaryDirectory(prefix="streamtune-cache-") as cache:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache  # every spawned child inherits it
@@ -158,12 +187,13 @@ def main() -> None:
                     args.device,
                     model_args,
                     keys,
+                    loop,
                 )
                 rows.append(row.result())
             print(json.dumps(rows[-1]), flush=True)
         rows.append(
             _through_tuner_child(
-                args.workload, args.preset, args.precision, args.device, model_args
+                args.workload, args.preset, args.precision, args.device, model_args, loop
             )
         )
         print(json.dumps(rows[-1]), flush=True)
