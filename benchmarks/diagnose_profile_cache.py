@@ -24,6 +24,10 @@ import tempfile
 import time
 from typing import Any
 
+MODES = ("run", "profile", "run", "profile-after-warmup", "tuner-child")
+"""The rows by default: each of the first four in a fresh spawned process, then a profile through
+the tuner's own child (see the module doc)."""
+
 
 def _keys_to(path: str | None) -> list[str]:
     """Collect the FX-graph cache's hash details (its debug log) into a list, written to `path`."""
@@ -151,7 +155,7 @@ def _through_tuner_child(
     }
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="transformer")
     parser.add_argument("--preset", default="medium")
@@ -159,20 +163,36 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help="the rows, in order (a 1B float8 compile takes about 2 minutes a row)",
+    )
+    parser.add_argument(
         "--config",
         default='{"compile": "default", "optimizer": "fused"}',
         help="the loop config as JSON (a job's recommended config, to profile what it profiled)",
     )
     parser.add_argument("--out", default=None, help="a folder for the JSON (else stdout only)")
+    return parser
+
+
+def main() -> None:
+    parser = _parser()
     args = parser.parse_args()
     model_args = dict(item.split("=", 1) for item in args.model_arg)
     loop = json.loads(args.config)
+    modes = args.modes.split(",")
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        parser.error(
+            f"--modes: {', '.join(unknown)} unknown; allowed {', '.join(dict.fromkeys(MODES))}"
+        )
     # The tuner's child logs each FX-graph cache hit and miss (its counters stay in it).
     os.environ.setdefault("TORCH_LOGS", "torch._inductor.codecache")
     rows = []
     with tempfile.TemporaryDirectory(prefix="streamtune-cache-") as cache:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache  # every spawned child inherits it
-        for index, mode in enumerate(("run", "profile", "run", "profile-after-warmup")):
+        for index, mode in enumerate(m for m in modes if m != "tuner-child"):
             keys = os.path.join(args.out, f"keys-{index}-{mode}.txt") if args.out else None
             # A fresh process each: what one process compiled stays in its own memory too.
             with concurrent.futures.ProcessPoolExecutor(
@@ -191,12 +211,13 @@ def main() -> None:
                 )
                 rows.append(row.result())
             print(json.dumps(rows[-1]), flush=True)
-        rows.append(
-            _through_tuner_child(
-                args.workload, args.preset, args.precision, args.device, model_args, loop
+        if "tuner-child" in modes:
+            rows.append(
+                _through_tuner_child(
+                    args.workload, args.preset, args.precision, args.device, model_args, loop
+                )
             )
-        )
-        print(json.dumps(rows[-1]), flush=True)
+            print(json.dumps(rows[-1]), flush=True)
     if args.out:
         with open(os.path.join(args.out, "profile-cache.json"), "w") as f:
             json.dump(

@@ -11,7 +11,8 @@ For each preset:
 - `repeat`: the same command, a new study (`--study <cold's>-repeat`), in another fresh folder
   that holds only a copy of the cold job's SQLite file (its studies and the gate memo in it) and
   of its compile artefacts file (`tuner.search.measuring.artifacts.ARTIFACTS_FILE`): its Inductor
-  and Triton caches are empty, as on another machine given those two files;
+  and Triton caches are empty, as on another machine given those two files (the new study begins
+  with the cold study's trials, `tuner.search.earlier`, and its verdicts and profiles);
 - both recommendations measured on one device, interleaved (`--rounds`): the repeat's throughput
   over the cold job's with a 95 % bootstrap CI (`tuner.search.measuring.stats.ratio_ci`).
 
@@ -132,6 +133,7 @@ def summary(run: Mapping[str, Any]) -> dict[str, Any]:
             "verdicts_reused": search.get("verdicts_reused"),
             "reference_reused": search.get("reference_reused"),
             "profiles_copied": search.get("profiles_copied"),
+            "trials_copied": search.get("trials_copied"),
         },
         "study": rec.get("study"),
         "config": rec.get("config"),
@@ -178,8 +180,10 @@ def markdown(data: Mapping[str, Any]) -> str:
         r = e["ratio_repeat_vs_cold"]
         reused = e["repeat"]["reused"]
         loaded = (reused.get("compile_artifacts") or {}).get("loaded", 0)
+        trials = (reused.get("trials_copied") or {}).get("trials", 0)
         shown = (
-            f"{loaded} compile artefacts, {reused.get('verdicts_reused') or 0} verdicts, "
+            f"{loaded} compile artefacts, {trials} trials, "
+            f"{reused.get('verdicts_reused') or 0} verdicts, "
             f"{len(reused.get('profiles_copied') or [])} profiles"
         )
         lines.append(

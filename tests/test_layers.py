@@ -38,7 +38,8 @@ SEARCH_ROOMS: tuple[tuple[str, ...], ...] = (
     ("deciding",),
     ("trials",),
     ("search", "children", "helping"),
-    ("study",),
+    # The study and the earlier studies it may begin from.
+    ("study", "earlier"),
 )
 # What each top-level package must never import.
 FORBIDDEN = {

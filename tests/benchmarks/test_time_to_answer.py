@@ -55,6 +55,10 @@ def test_the_repeat_job_runs_on_copied_files_and_reuses_the_cold_jobs_verdicts(
     assert item["repeat"]["study"] == f"{item['cold']['study']}-repeat"
     assert item["cold"]["reused"]["verdicts_reused"] == 0
     assert item["repeat"]["reused"]["verdicts_reused"] >= 1
+    # And it began with the cold job's trials, measured there, not again (tuner.search.earlier).
+    assert item["cold"]["reused"]["trials_copied"] is None
+    copied = item["repeat"]["reused"]["trials_copied"]
+    assert copied["from"] == item["cold"]["study"] and copied["trials"] >= 1
     # The compile artefacts file went with it, from where the cold job saved it, and the repeat
     # job loaded it (its Inductor cache was otherwise empty).
     saved = item["cold"]["reused"]["compile_artifacts"]["saved"]

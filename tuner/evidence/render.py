@@ -119,6 +119,12 @@ def search_text(search: Mapping[str, Any] | None) -> str | None:
             "the gate's reference and envelope reused from an earlier job on this model, shape, "
             "precision and machine"
         )
+    trials = search.get("trials_copied") or {}
+    if trials.get("trials"):
+        parts.append(
+            f"{trials['trials']} trials copied from the earlier study {trials.get('from')}, "
+            "not measured again"
+        )
     verdicts = int(search.get("verdicts_reused") or 0)
     if verdicts:
         parts.append(f"{verdicts} gate verdicts reused from an earlier job")

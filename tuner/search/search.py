@@ -140,6 +140,9 @@ class Search(TrialRunner):
         # The compile cache folder and the portable artefacts loaded into it (`artifacts`).
         self.compile_cache: str | None = None
         self.artifacts_loaded = 0
+        self.copied = 0
+        """Trials this study began with, copied from an earlier one (`tuner.search.earlier`):
+        they take their share of this run's trial budget."""
         self.baseline_configs = baselines_for(options.nproc_per_node)
         self._open_shared(memo)
         # Where this process measures: drift compares a device with its own first measurement.
@@ -451,6 +454,7 @@ class Search(TrialRunner):
             # What this process did not run again: verdicts an earlier job reached, profiles
             # an earlier study or another worker of this job took (`_profile`).
             "verdicts_reused": self.parity_cache.reused,
+            "trials_copied": attrs.get(keys.TRIALS_COPIED),
             "profiles_copied": sorted(
                 name
                 for name, found in profiles.study_profiles(self.study).items()

@@ -18,6 +18,7 @@ import trainers
 from tuner.errors import Interrupted, Stopped, TunerError
 from tuner.evidence import profiles
 from tuner.evidence.recommendation import Recommendation
+from tuner.search import earlier
 from tuner.search.gating.memo import open_memo
 from tuner.search.identity import model_identity, study_for_model
 from tuner.search.measuring import artifacts
@@ -73,7 +74,7 @@ def run_study(
     apply_gpu_defaults(search, progress)
     try:
         search.measure_baselines("start")
-        search.run_trials(LocalSlots(options.trials))
+        search.run_trials(LocalSlots(max(0, options.trials - search.copied)))
         if search.stopped:
             raise Stopped(
                 f"stopped on request: {search.done} trials of this run are stored in "
@@ -219,16 +220,14 @@ def open_search(
         sampler=make_sampler(options.sampler, options.seed, options.trials),
         pruner=_pruner(options),
     )
-    if not resumed:
-        # A new study starts with the lever corners (tuner/search/proposing/stages.py); a resumed
-        # one already holds them, and skip_if_exists keeps a second creator from adding them twice.
-        for params in _first_trials(space, options, measurer.device.type):
-            study.enqueue_trial(params, skip_if_exists=True)
-    progress.start(name, options.trials, resumed)
     # Programs are measured elsewhere: their code is not this process's to fingerprint.
     memo = (
         None if measurer.program is not None else open_memo(storage, options, info["fingerprint"])
     )
+    copied = None if resumed else _begin(storage, study, memo, info, space, options, measurer)
+    progress.start(name, options.trials, resumed)
+    if copied is not None:
+        progress.phase(copied.line())
     search = Search(
         study,
         measurer,
@@ -242,7 +241,35 @@ def open_search(
         memo=memo,
     )
     search.compile_cache, search.artifacts_loaded = info["compile_cache"], loaded
+    if copied is not None:
+        # Measured by the earlier study, not before this run joined: they count toward its
+        # patience as its own (tuner.search.earlier).
+        search.joined = search.joined - copied.numbers
+        search.copied = len(copied.numbers)
     return search
+
+
+def _begin(
+    storage: optuna.storages.BaseStorage,
+    study: optuna.Study,
+    memo: optuna.Study | None,
+    info: dict[str, Any],
+    space: SearchSpace,
+    options: RunOptions,
+    measurer: Measurer,
+) -> earlier.Copied | None:
+    """A new study's first trials: an earlier study's of the same inputs where there is one
+    (`tuner.search.earlier`, with the memo), then the lever corners not among them."""
+    copied = None
+    if memo is not None:
+        inputs = earlier.search_inputs(memo.study_name, info)
+        copied = earlier.copy_earlier(storage, study, inputs)
+    # The lever corners (tuner/search/proposing/stages.py); a resumed study already holds them,
+    # and skip_if_exists keeps a second creator from adding them twice, and leaves out those an
+    # earlier study's copies ran.
+    for params in _first_trials(space, options, measurer.device.type):
+        study.enqueue_trial(params, skip_if_exists=True)
+    return copied
 
 
 def _for_model(

@@ -51,6 +51,12 @@ JOB_BEGUN = "job-begun"
 worker's patience counts the trials begun after these (`JobRun`), so a worker that joins the job
 again does not start its count afresh."""
 
+SEARCH_INPUTS = "search-inputs"
+"""What a study's measurements depend on, hashed (`tuner.search.earlier.search_inputs`): a new
+study copies the finished trials of an earlier study with the same value."""
+TRIALS_COPIED = "trials-copied"
+"""On a study that began with an earlier study's trials: `{"from": name, "trials": count}`."""
+
 # -- trial attributes ----------------------------------------------------------------------
 CONFIG = "config"
 CONFIG_KEY = "config_key"
@@ -88,6 +94,9 @@ GATE_DEFERRED = "gate_deferred"
 """True on a complete trial of a screening study: its gate runs in the final round, if at all."""
 STOPPED = "stopped"
 """True on a trial cut short by `should_stop` (a cancel, a shutdown); its windows are kept."""
+COPIED_FROM = "copied_from"
+"""A trial copied from an earlier study of the same inputs (`tuner.search.earlier`): `{"study":
+name, "trial": number}`; its measurement was taken there, not by this job."""
 
 INTERRUPTED_PREFIX = "interrupted"
 """`FAILURE_REASON` of a trial the service or Ctrl-C cut short: it is run again, never counted."""
