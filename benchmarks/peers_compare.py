@@ -22,13 +22,16 @@ from benchmarks.peers_loops import (
     float8_peer_error,
     user_loop,
 )
-from trainers import LoopConfig, Workload, matmul_precision_for
+from trainers import LEVERS, ConfigError, LoopConfig, Workload, matmul_precision_for
 from tuner.search.measuring.measure import Measurer
 from tuner.search.measuring.stats import bootstrap_ci, ratio_ci
 from tuner.search.options import BASELINES
 
 HARNESS = ("recommended", "seed-baseline")
 """The settings the harness runs (`trainers.run`, the tuner's protocol) beside the peers."""
+WITHOUT = "without-"
+"""The ablation's settings: `without-<lever>` is the recommendation with that lever set back to
+its default (`ablations`)."""
 AIMS_TF32 = {"transformer:small": 6.0, "transformer:medium": 2.5, "transformer:large": 1.2}
 RATIO_AIM = 0.98
 FLOAT8_OVER_BF16_AIM = 1.12
@@ -71,7 +74,8 @@ def compare(
     initial = {k: v.detach().clone() for k, v in workload.model.state_dict().items()}
     harness = {"seed-baseline": BASELINES["seed-baseline"]}
     if recommended is not None:
-        harness = {"recommended": recommended} | harness
+        harness = {"recommended": recommended} | ablations(recommended) | harness
+    ablated = [name for name in harness if name.startswith(WITHOUT)]
     runs: dict[str, list[Run]] = {name: [] for name in [*peers, *harness]}
     errors: dict[str, str] = {}
     compile_info: dict[str, Any] = {}
@@ -81,7 +85,8 @@ def compare(
             if run is not None:
                 runs[name].append(run)
         for name, config in harness.items():
-            chosen = recommended_precision if name == "recommended" else None
+            # The ablation runs in the recommendation's precision: one lever differs, no more.
+            chosen = recommended_precision if name in ("recommended", *ablated) else None
             outcome = measure_in_round(
                 measurer, name, config, round_index=r, log=log, errors=errors, precision=chosen
             )
@@ -215,6 +220,42 @@ def _add_ratios(
     if "median_ms" in seed and "median_ms" in rec:
         ratio, low, high = ratio_ci(seed["windows_ms"], rec["windows_ms"])
         out["speedup_vs_seed_baseline"] = {"ratio": ratio, "ci95": [low, high]}
+    out["ablation"] = _ablation(out["harness"], rec)
+
+
+def ablations(recommended: LoopConfig) -> dict[str, LoopConfig]:
+    """The recommendation with each lever module's lever it sets (the levers beyond the recipes:
+    `trainers.levers`, each off its default here) set back to its default, as `without-<lever>`:
+    measured interleaved with the rest, they show what each lever gave. A lever whose default
+    the rest of the config refuses is left out (nothing to compare)."""
+    out: dict[str, LoopConfig] = {}
+    for name, _ in recommended.modules:
+        try:
+            out[f"{WITHOUT}{name}"] = recommended.replace(**{name: LEVERS[name].default})
+        except ConfigError:
+            continue
+    return out
+
+
+def _ablation(harness: Mapping[str, Any], rec: Mapping[str, Any]) -> dict[str, Any]:
+    """Per lever ablated: the recommendation's value and the default, and the recommendation's
+    speed over the config without the lever (ratio > 1: the lever gave that much), with its
+    bootstrap CI; the reason where either was not measured."""
+    out: dict[str, Any] = {}
+    for name, entry in harness.items():
+        if not name.startswith(WITHOUT):
+            continue
+        lever = name.removeprefix(WITHOUT)
+        row: dict[str, Any] = {"default": LEVERS[lever].default}
+        if "config" in entry:
+            row["value"] = rec.get("config", {}).get(lever)
+        if "median_ms" in entry and "median_ms" in rec:
+            ratio, low, high = ratio_ci(entry["windows_ms"], rec["windows_ms"])
+            row |= {"ratio": ratio, "ci95": [low, high]}
+        else:
+            row["error"] = entry.get("error") or rec.get("error") or "not measured"
+        out[lever] = row
+    return out
 
 
 def _utilisation(

@@ -107,6 +107,20 @@ def _table(presets: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def _ablation(item: Mapping[str, Any]) -> str:
+    parts = []
+    for lever, row in item["ablation"].items():
+        if "ratio" in row:
+            low, high = row["ci95"]
+            parts.append(
+                f"{lever}={row.get('value')} over {row['default']} "
+                f"{row['ratio']:.3f}x ({low:.3f}-{high:.3f})"
+            )
+        else:
+            parts.append(f"{lever}: {row.get('error')}")
+    return "; ".join(parts)
+
+
 def _details(item: Mapping[str, Any]) -> list[str]:
     """A measured preset's setup times, recommendation and aims, then what the table leaves
     out: its size, the job's time and search, the float8 ratios, what failed."""
@@ -136,6 +150,10 @@ def _details(item: Mapping[str, Any]) -> list[str]:
     searched = search_text(tuning.get("search"))
     if searched is not None:
         lines.append(f"  - search: {searched}")
+    if item.get("ablation"):
+        lines.append(
+            f"  - ablation (the recommendation over it without the lever): {_ablation(item)}"
+        )
     for key, label in (
         ("ratio_vs_best_bf16_peer", "without float8"),
         ("ratio_vs_best_float8_peer", "with float8"),

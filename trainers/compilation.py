@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from trainers.config import CompileMode, LoopConfig
-from trainers.levers import LEVERS
+from trainers.levers import LEVERS, Option
 
 CACHE_DIR_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
 
@@ -56,9 +56,22 @@ reasons are); compiling the optimizer (optimizer="compiled") needs one."""
 _MAX_NOTES = 8
 
 
+_COMPILING = ("compile", "autotune", "compile+record")
+
+
+def _module_options(config: LoopConfig) -> list[Option]:
+    """The options a config sets for the levers declared in modules of their own."""
+    return [LEVERS[name].option(value) for name, value in config.modules]
+
+
 def compiles(config: LoopConfig) -> bool:
-    """Whether a run of `config` compiles anything with torch.compile."""
-    return config.compile != "none" or config.optimizer == "compiled"
+    """Whether a run of `config` compiles anything with torch.compile (a lever module's value
+    that costs a compile, such as `loss='compiled'`, too)."""
+    return (
+        config.compile != "none"
+        or config.optimizer == "compiled"
+        or any(option.cost in _COMPILING for option in _module_options(config))
+    )
 
 
 def min_warmup_for_compile(config: LoopConfig) -> int:
@@ -66,6 +79,7 @@ def min_warmup_for_compile(config: LoopConfig) -> int:
     return max(
         COMPILE_WARMUP_STEPS[config.compile],
         LEVERS["optimizer"].option(config.optimizer).warmup_steps,
+        *(option.warmup_steps for option in _module_options(config)),
     )
 
 

@@ -32,7 +32,7 @@ from trainers.levers import (
     one_of,
     records_graphs,
 )
-from trainers.levers.declare import FIELD_LEVERS
+from trainers.levers.declare import FIELD_LEVERS, conflict
 from trainers.precision import check_precision
 
 __all__ = [
@@ -352,6 +352,9 @@ class LoopConfig:
         )
         object.__setattr__(self, "modules", kept)
         _check_combination(self)
+        refused = conflict(self.get)  # a lever module's own rule beside the other levers
+        if refused is not None:
+            raise refused
 
     def get(self, name: str) -> Value:
         """The value of lever `name`, a field or a lever module's (KeyError for no lever)."""

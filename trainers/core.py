@@ -37,6 +37,7 @@ from trainers.feed import DeviceFeed, close_loaders, positioned_batches
 from trainers.float8 import Float8Report, apply_float8
 from trainers.flops import count_step_flops, count_step_flops_by_linear
 from trainers.harvest import Harvester, make_harvester
+from trainers.levers.declare import transformed
 from trainers.measure import check_counts
 from trainers.optim import prepare_optimizer
 from trainers.parallel import DataParallel, sync_skipper
@@ -197,6 +198,7 @@ class Engine:
         self.data_parallel = DataParallel.create(config, dev)
         self.data_parallel.check_workload(workload)
         self._undo_blocks: Callable[[], None] = _nothing
+        self._undo_levers: Callable[[], None] = _nothing
         self._undo_float8: Callable[[], None] = _nothing
         self.float8: Float8Report | None = None
         """What precision float8 converted (None for the other precisions)."""
@@ -240,6 +242,8 @@ class Engine:
             )
         try:
             self._undo_blocks = apply_block_levers(self.workload, self.config)
+            # The lever modules' changes to the model (trainers.levers: `Lever.transform`).
+            self._undo_levers = transformed(model, self.config.get)
         except BaseException:
             self.close()  # a refused lever leaves the workload's model as it was
             raise
@@ -253,6 +257,8 @@ class Engine:
     def close(self) -> None:
         """Undo the block levers and the float8 conversion on the workload's model, in the
         reverse order of their making (a measured run ends with this)."""
+        self._undo_levers()
+        self._undo_levers = _nothing
         self._undo_blocks()
         self._undo_blocks = _nothing
         self._undo_float8()

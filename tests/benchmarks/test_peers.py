@@ -4,10 +4,13 @@ The measurements themselves are GPU evidence (docs/benchmarks/peers-*)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import statistics
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ from optuna.trial import TrialState
 import trainers
 from benchmarks import peers, peers_compare, peers_loops, peers_record, peers_tuning
 from trainers import LoopConfig
+from trainers.levers import Lever, ranked, registered
 from tuner.search.measuring.measure import Measurer, Protocol
 from tuner.store import keys
 
@@ -82,6 +86,54 @@ def test_compare_measures_every_setting_and_ranks_against_the_fastest_peer() -> 
     order = [line.split()[2] for line in log if line.startswith("round")]
     assert order[:4] == ["pytorch-idiom", "fused-optimizer", "recommended", "seed-baseline"]
     assert order[4:] == order[:4]
+
+
+@contextlib.contextmanager
+def _pause(value: object) -> Iterator[None]:
+    if value == "on":
+        time.sleep(0.005)  # far more than a tiny MLP's forward: the lever costs what it adds
+    yield
+
+
+PAUSE = Lever(
+    name="pause_probe",
+    label="a pause before each forward (a test's own lever)",
+    kind="str",
+    default="off",
+    added=99,
+    options=ranked(("off", "none", "exact", 0), ("on", "none", "equivalence", 0)),
+    around_forward=_pause,
+)
+
+
+def test_the_ablation_measures_the_recommendation_without_each_lever_it_set() -> None:
+    """Each lever module's lever the recommendation sets, set back to its default and measured
+    interleaved: here a lever that only adds time, so the recommendation is slower with it."""
+    measurer = Measurer(
+        "mlp", "tiny", device="cpu", protocol=Protocol(warmup=1, windows=2, window_steps=4)
+    )
+    log: list[str] = []
+    with registered(PAUSE):
+        recommended = LoopConfig.from_dict({"optimizer": "fused", "pause_probe": "on"})
+        assert peers_compare.ablations(recommended) == {
+            "without-pause_probe": LoopConfig(optimizer="fused")
+        }
+        out = peers_compare.compare(
+            measurer, recommended, precision="fp32", rounds=2, log=log.append, peers=()
+        )
+        text = peers_record._ablation(out)
+    assert out["harness"]["without-pause_probe"]["config"]["pause_probe"] == "off"
+    row = out["ablation"]["pause_probe"]
+    assert (row["value"], row["default"]) == ("on", "off")
+    low, high = row["ci95"]
+    assert low <= row["ratio"] <= high < 1.0  # the lever cost time: the ablation is faster
+    without = out["harness"]["without-pause_probe"]["median_ms"]
+    assert row["ratio"] == pytest.approx(without / out["harness"]["recommended"]["median_ms"])
+    assert text.startswith("pause_probe=on over off 0.")
+    order = [line.split()[2] for line in log if line.startswith("round")]
+    assert order[:3] == ["recommended", "without-pause_probe", "seed-baseline"] == order[3:]
+    # A recommendation that sets no lever module's lever has nothing to ablate.
+    assert peers_compare.ablations(LoopConfig(optimizer="fused")) == {}
 
 
 def entry(ratio_low: float, speedup: float) -> dict[str, object]:

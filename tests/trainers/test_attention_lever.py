@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from pydantic import ValidationError
 
-from api.schemas.jobs import job_model
+from tests.lever_entry import accepted
 from trainers import LEVERS, ConfigError, LoopConfig, RunArgs, invalid_reason, load_workload, run
 from trainers.flops import _first_batch
 from trainers.levers.attention import attention_calls, time_backends
 from tuner.errors import SpaceError
 from tuner.search.spaces.named import load_space
-from tuner.search.spaces.pins import parse_fix
 from tuner.search.spaces.space import config_key
 
 
@@ -48,18 +46,7 @@ def test_a_forced_kernel_is_refused_on_a_cpu_in_one_line(value: str) -> None:
 
 def test_the_api_and_the_cli_take_the_same_values() -> None:
     for value, allowed in (("cudnn", True), ("flash", True), ("math", False), ("CUDNN", False)):
-        try:
-            job_model().model_validate(
-                {"workload": "mlp", "preset": "tiny", "fix": {"attention": value}}
-            )
-            api = True
-        except ValidationError:
-            api = False
-        try:
-            parse_fix([f"attention={value}"])
-            cli = True
-        except SpaceError:
-            cli = False
+        api, cli = accepted("attention", value)
         assert api is cli is allowed, value
 
 

@@ -36,9 +36,10 @@ How to add a lever
    required: a declaration that forgets one fails at import.
 2. Read it as `config.get("attention")`; `LoopConfig.from_dict`, `replace` and `to_dict` carry
    it (it lives in `LoopConfig.modules`, not as a field, so no other file changes).
-3. A rule that names two levers goes to `trainers.config` (`_check_combination`); an effect that
-   is not a context around the forward (a model transform, an optimizer option) has its one
-   spot in `trainers.core.Engine`.
+3. A rule that refuses a value beside other levers' values is the lever's `conflicts`; a change
+   to the model for the run (and its undo) is its `transform` (`trainers/levers/loss.py` has
+   both). An effect of another kind (an optimizer option) has its one spot in
+   `trainers.core.Engine`.
 4. Nothing else: tests/trainers/test_lever_module.py declares one in a test and shows the
    config, the API, `--fix`, the space, a run and the stored keys take it.
 """
@@ -123,4 +124,7 @@ __all__ = [
 
 # The lever modules: each registers its lever in the table as it is imported (the docstring's
 # "How to add a lever").
-from trainers.levers import attention  # noqa: F401  (registers `attention`)
+from trainers.levers import (
+    attention,  # noqa: F401  (registers `attention`)
+    loss,  # noqa: F401  (registers `loss`)
+)

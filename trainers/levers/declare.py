@@ -15,9 +15,12 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from trainers.errors import ConfigError
+
+if TYPE_CHECKING:
+    from torch import nn
 
 Value = str | int | float | bool
 Kind = Literal["str", "bool", "int", "float"]
@@ -38,6 +41,16 @@ DeviceRule = Callable[[Value, str], "str | None"]
 """`(value, device type)` -> why that value cannot run on such a device ("cpu", "cuda"), or None."""
 ForwardContext = Callable[[Value], AbstractContextManager[object]]
 """`value` -> a fresh context the step enters around each forward (and loss)."""
+Undo = Callable[[], None]
+ModelTransform = Callable[[Value, "nn.Module"], Undo]
+"""`(value, the workload's model)` -> how to undo it: the lever's change to the model for one run
+(`trainers.core.Engine`: after float8 and the block levers, before the data-parallel wrapper
+and the whole-model compile), put back when the run ends. A model that cannot take the value is
+a ConfigError naming the lever (one line)."""
+ConfigRule = Callable[[Value, Callable[[str], Value]], "str | None"]
+"""`(value, get)` -> what the lever allows beside the config's other levers (`get(name)` reads
+one), where `value` cannot be set with them; None where it can (`LoopConfig` raises the
+ConfigError)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,6 +91,8 @@ class Lever:
     refuse_on: why a value cannot run on a device type (None: it runs everywhere).
     around_forward: the lever's effect as a context around each forward (None: its effect is
         elsewhere, `trainers.core` names the spot).
+    transform: the lever's effect as a change to the model for the run (`ModelTransform`).
+    conflicts: the rule that refuses a value beside other levers' values (`ConfigRule`).
     offered: the values the built-in `full`-based search spaces search (empty: the spaces of
         `tuner.search.spaces.named` say, as for the levers declared in `trainers.levers.table`).
     """
@@ -91,6 +106,8 @@ class Lever:
     span: Span | None = None
     refuse_on: DeviceRule | None = None
     around_forward: ForwardContext | None = None
+    transform: ModelTransform | None = None
+    conflicts: ConfigRule | None = None
     offered: tuple[Value, ...] = ()
 
     def values(self) -> tuple[Value, ...]:
@@ -215,6 +232,39 @@ def unregister(name: str) -> None:
     if name in FIELD_LEVERS:
         raise ValueError(f"{name} is a LoopConfig field: it cannot be taken out")
     del TABLE[name]
+
+
+def transformed(model: nn.Module, get: Callable[[str], Value]) -> Undo:
+    """Apply every lever's `transform` at its value (`get(name)`) to `model`, in table order;
+    the returned undo puts them back in reverse. One that raises undoes those before it."""
+    undos: list[Undo] = []
+
+    def undo() -> None:
+        for step in reversed(undos):
+            step()
+        undos.clear()
+
+    for name, lever in TABLE.items():
+        if lever.transform is None:
+            continue
+        try:
+            undos.append(lever.transform(get(name), model))
+        except BaseException:
+            undo()
+            raise
+    return undo
+
+
+def conflict(get: Callable[[str], Value]) -> ConfigError | None:
+    """The first lever whose `conflicts` rule refuses its value beside the others, as the
+    ConfigError to raise (None: none does)."""
+    for name, lever in TABLE.items():
+        if lever.conflicts is None:
+            continue
+        allowed = lever.conflicts(get(name), get)
+        if allowed is not None:
+            return ConfigError(name, get(name), allowed)
+    return None
 
 
 @contextlib.contextmanager

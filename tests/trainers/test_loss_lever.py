@@ -1,0 +1,111 @@
+"""The `loss` lever (`trainers/levers/loss.py`), declared in its module alone: LoopConfig, the
+API and `--fix` take it, a model without a loss function of its own and a whole-model compile
+refuse it in one line, and on a tiny Hugging Face decoder a run computes its loss through the
+compiled function (and gives the original back), and the gate judges it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.lever_entry import accepted
+from trainers import (
+    LEVERS,
+    ConfigError,
+    LoopConfig,
+    RunArgs,
+    invalid_reason,
+    load_workload,
+    run,
+)
+from trainers.compilation import compiles, min_warmup_for_compile
+from trainers.gate import gate, required_test
+from trainers.workloads import resolve_factory
+from tuner.search.spaces.named import load_space
+from tuner.search.spaces.space import config_key
+
+COMPILED_LOSS = {"loss": "compiled", "compile": "default", "compile_scope": "blocks"}
+
+
+def test_it_is_declared_once_and_validated_by_loop_config() -> None:
+    lever = LEVERS["loss"]
+    assert lever.values() == ("model", "compiled") and lever.default == "model"
+    assert LoopConfig().get("loss") == "model"
+    assert LoopConfig.from_dict(COMPILED_LOSS).get("loss") == "compiled"
+    # Alone, without the model's compile: the loss is the one compiled part.
+    assert LoopConfig.from_dict({"loss": "compiled"}).get("loss") == "compiled"
+    with pytest.raises(ConfigError, match="loss='fused' is invalid: allowed one of model"):
+        LoopConfig.from_dict({"loss": "fused"})
+    # A stored config keeps its key: the lever at its default is left out of it.
+    assert config_key(LoopConfig()) == "53b15d1b156a"
+    assert config_key(LoopConfig.from_dict({"loss": "compiled"})) != "53b15d1b156a"
+    # It compiles: the run's compile watch is on, and a warm-up step keeps it out of the windows.
+    assert compiles(LoopConfig.from_dict({"loss": "compiled"})) and not compiles(LoopConfig())
+    assert min_warmup_for_compile(LoopConfig.from_dict({"loss": "compiled"})) == 1
+
+
+def test_the_whole_model_compiled_refuses_it_in_one_line() -> None:
+    with pytest.raises(ConfigError) as caught:
+        LoopConfig.from_dict({"loss": "compiled", "compile": "default"})
+    message = str(caught.value)
+    assert message.startswith("loss='compiled' is invalid: allowed model with the whole model")
+    assert "compile_scope='blocks' or compile='none'" in message and "\n" not in message
+    # A trial that draws the two together is refused with the same line, never run.
+    reason = invalid_reason({"loss": "compiled", "compile": "reduce-overhead"})
+    assert reason is not None and reason.startswith("loss='compiled' is invalid")
+
+
+def test_the_api_and_the_cli_take_the_same_values() -> None:
+    for value, allowed in (("compiled", True), ("model", True), ("fused", False)):
+        api, cli = accepted("loss", value)
+        assert api is cli is allowed, value
+    for name in ("full", "scale"):
+        assert "loss" not in load_space(name).params, name  # not searched yet
+
+
+def test_a_model_without_a_loss_function_refuses_it_and_is_left_as_it_was() -> None:
+    workload = load_workload("mlp", "tiny", seed=0)
+    before = dict(vars(workload.model))
+    with pytest.raises(ConfigError) as caught:
+        run(workload, LoopConfig.from_dict({"loss": "compiled"}), RunArgs(steps=2, windows=1))
+    assert "computes no loss of its own through a `loss_function`" in str(caught.value)
+    assert "\n" not in str(caught.value)
+    assert dict(vars(workload.model)).keys() == before.keys()
+
+
+def _tiny_decoder() -> Any:
+    pytest.importorskip("transformers")
+    return load_workload("hf:causal-lm", "tiny", seed=0, model_args={"arch": "llama"})
+
+
+@pytest.mark.models
+def test_a_run_computes_the_loss_through_the_compiled_function_and_gives_it_back() -> None:
+    workload = _tiny_decoder()
+    original = workload.model.loss_function
+    seen: list[Any] = []
+    loss_fn = workload.loss_fn
+
+    def observed(model: Any, batch: Any) -> Any:
+        seen.append(model.loss_function)
+        return loss_fn(model, batch)
+
+    workload.loss_fn = observed
+    result = run(workload, LoopConfig.from_dict({"loss": "compiled"}), RunArgs(steps=3, windows=1))
+    # The steps' forwards (the last calls; the FLOP count's comes before the run's changes)
+    # went through torch.compile's wrapper of the model's own function; then the original is back.
+    stepped = seen[-3:]
+    assert len(stepped) == 3 and all(fn is not original for fn in stepped)
+    assert all(getattr(fn, "_torchdynamo_orig_callable", None) is original for fn in stepped)
+    assert workload.model.loss_function is original
+    assert result.compile_s > 0 and all(loss == loss for loss in result.losses)
+
+
+@pytest.mark.models
+def test_the_gate_judges_it_by_equivalence_and_passes_it() -> None:
+    pytest.importorskip("transformers")
+    config = LoopConfig.from_dict({"loss": "compiled"})
+    factory = resolve_factory("hf:causal-lm", {"arch": "llama"})
+    assert required_test(config) == "equivalence"
+    verdict = gate(factory, config, RunArgs(steps=8), preset="tiny")
+    assert verdict.test == "equivalence" and verdict.passed, verdict.reason
