@@ -245,9 +245,10 @@ class Search(TrialRunner):
                 self.progress.phase(f"timeout: stopped after {self.done} trials")
                 break
             if stops and self.out_of_patience():
+                copied = f" (and {self.copied} copied)" if self.copied else ""
                 self.progress.phase(
                     f"patience: {self.options.patience} trials in a row without a gain above "
-                    f"{self.options.tie_margin:.0%}; stopped after {self.done} trials"
+                    f"{self.options.tie_margin:.0%}; stopped after {self.done} trials{copied}"
                 )
                 break
             trial = slots.take(self._create, self._prepare)

@@ -14,6 +14,7 @@ from tests.tuner.tiny import PROTOCOL, load, options, run_json, sqlite_url
 from tuner.evidence.render import search_text
 from tuner.search import earlier
 from tuner.search.gating.memo import MEMO_ENV
+from tuner.search.options import Quiet
 from tuner.store import keys
 
 
@@ -63,10 +64,24 @@ def test_copies_count_toward_the_patience_as_this_jobs_own(storage: str) -> None
     # out after the first study's 3 trials, so a repeat with room for 10 runs none (without the
     # copies counted as its own it would run 2 before its patience could stop it).
     run_json(options(storage, "first", trials=3, tie_margin=0.9))
-    run_json(options(storage, "second", trials=10, patience=2, tie_margin=0.9))
+    said = Said()
+    run_json(options(storage, "second", trials=10, patience=2, tie_margin=0.9), progress=said)
     second = load(storage, "second")
     assert len(_finished(second)) == 3
     assert all(keys.COPIED_FROM in t.user_attrs for t in _finished(second))
+    # Said as it happens: the copies, then the patience over them.
+    assert any(line.startswith("trials: 3 measured by the earlier study first") for line in said.lines)
+    assert any(line.endswith("stopped after 0 trials (and 3 copied)") for line in said.lines)
+
+
+class Said(Quiet):
+    """The progress lines of a run."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def phase(self, text: str) -> None:
+        self.lines.append(text)
 
 
 def test_other_inputs_copy_nothing(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
