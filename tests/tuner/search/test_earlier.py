@@ -70,8 +70,9 @@ def test_copies_count_toward_the_patience_as_this_jobs_own(storage: str) -> None
     assert len(_finished(second)) == 3
     assert all(keys.COPIED_FROM in t.user_attrs for t in _finished(second))
     # Said as it happens: the copies, then the patience over them.
-    assert any(line.startswith("trials: 3 measured by the earlier study first") for line in said.lines)
-    assert any(line.endswith("stopped after 0 trials (and 3 copied)") for line in said.lines)
+    lines = said.lines
+    assert any(line.startswith("trials: 3 measured by the earlier study first") for line in lines)
+    assert any(line.endswith("stopped after 0 trials (and 3 copied)") for line in lines)
 
 
 class Said(Quiet):
