@@ -124,11 +124,14 @@ def interleaved(
     throughput over `over`'s with its 95 % CI (no comparison crosses devices)."""
     warmup, windows, steps = (int(x) for x in args.protocol.split(","))
     device = "cuda:0" if args.device == "cuda" else args.device
+    # The model the jobs measured: its `--model-arg` options are on each answer (the same).
+    model_args = next(iter(picks.values())).get("model_args") or {}
     measurer = Measurer(
         workload,
         preset,
         device=device,
         protocol=Protocol(warmup=warmup, windows=windows, window_steps=steps),
+        model_args=dict(model_args),
     )
     samples: dict[str, list[float]] = {name: [] for name in picks}
     for _ in range(args.rounds):

@@ -44,3 +44,21 @@ def test_the_ratio_is_against_the_fastest_peer() -> None:
     assert found["best_peer"] == "fast" and found["ratio"] == pytest.approx(2.0, rel=0.01)
     low, high = found["ci95"]
     assert low <= found["ratio"] <= high
+
+
+@pytest.mark.models
+def test_the_picks_are_measured_on_the_model_their_jobs_measured() -> None:
+    """`benchmarks/node.py`'s `interleaved` (time_to_answer.py's too) builds the model with the
+    answers' `--model-arg` options: here a 1-layer decoder, which the preset alone is not."""
+    pytest.importorskip("transformers")
+    import argparse
+
+    from benchmarks.node import interleaved
+
+    args = argparse.Namespace(protocol="1,2,2", device="cpu", rounds=1)
+    pick = {"config": LoopConfig().to_dict(), "precision": None, "model_args": {"layers": "1"}}
+    samples, ratios = interleaved(args, "hf:causal-lm", "tiny", {"a": pick, "b": pick}, over="a")
+    assert set(samples) == {"a", "b"} and set(ratios) == {"b"}
+    bad = {**pick, "model_args": {"layers": "x"}}
+    with pytest.raises(Exception, match="layers"):
+        interleaved(args, "hf:causal-lm", "tiny", {"a": bad}, over="a")
