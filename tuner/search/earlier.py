@@ -91,11 +91,12 @@ def copy_earlier(
     if found is None:
         return None
     name, trials = found
-    copies = [_copy(trial, name) for trial in trials]
-    first = len(study.get_trials(deepcopy=False))
-    study.add_trials(copies)
-    numbers = frozenset(range(first, first + len(copies)))
-    study.set_user_attr(keys.TRIALS_COPIED, {"from": name, "trials": len(copies)})
+    study.add_trials([_copy(trial, name) for trial in trials])
+    # Their numbers as the study gave them (read back, not assumed to start at 0).
+    numbers = frozenset(
+        t.number for t in study.get_trials(deepcopy=False) if keys.COPIED_FROM in t.user_attrs
+    )
+    study.set_user_attr(keys.TRIALS_COPIED, {"from": name, "trials": len(numbers)})
     return Copied(study=name, numbers=numbers)
 
 

@@ -4,6 +4,7 @@ user's own workload, a check that raised, or `TUNER_GATE_MEMO=off` share nothing
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 import trainers
-from tests.tuner.tiny import load, options, run_json, sqlite_url
+from tests.tuner.tiny import PROTOCOL, load, options, run_json, sqlite_url
 from trainers import LoopConfig
 from tuner.evidence import reader
 from tuner.search.gating.gate import GateRun, InProcessGate
@@ -57,7 +58,10 @@ def _two_studies(url: str) -> tuple[optuna.Study, optuna.Study]:
     # baseline can tie changes from run to run (a baseline the second needs and the first never
     # gated would be gated again: CI, 2026-11-26).
     run_json(options(url, "first", trials=3, train_steps=1000))
-    run_json(options(url, "second", trials=3))
+    # Windows of another length: the second measures its trials itself (a study of the same
+    # protocol would begin with the first one's, `tuner.search.earlier`, and gate only its final
+    # round), and each is judged by the first one's verdicts, which the protocol does not key.
+    run_json(options(url, "second", trials=3, protocol=dataclasses.replace(PROTOCOL, windows=4)))
     return load(url, "first"), load(url, "second")
 
 
