@@ -10,6 +10,11 @@ Inductor keeps compiled artefacts on disk (FX graphs, kernels) under TORCHINDUCT
 its own variable (default: a per-user folder in the temp dir). Processes that share the folder
 share the artefacts: a later run of the same model and mode reads them back (cache hits) instead
 of compiling again. `compile_cache_dir(path)` sets the folder for the runs inside it.
+
+A run starts with a fresh Dynamo (`CompileWatch`), except after a run of the same model object,
+config, precision and process settings (`reuse_key`): that one keeps what the last compiled. At
+1B a whole-model float8 compile costs 40 s even when every graph comes from the disk cache, and
+the tuner's final round runs the config its trial just ran.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import dataclasses
 import os
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from pathlib import Path
 from typing import cast
 
@@ -143,16 +148,44 @@ def _graph_breaks() -> int:
     return sum(_counters()["graph_break"].values())
 
 
+def reuse_key(
+    model: nn.Module, config: LoopConfig, precision: str | None, device: torch.device
+) -> Hashable | None:
+    """What a run must share with the last compiling run of this process to keep its compiled
+    code (`CompileWatch`); None: never (a compile that records CUDA graphs keeps memory pools
+    tied to the run that recorded them, and a data-parallel wrapper is built anew each run).
+    Dynamo's guards still decide whether the code applies: the key only decides whether the
+    earlier entries are dropped first."""
+    if config.compile == "reduce-overhead" or config.cuda_graph or config.parallel != "none":
+        return None
+    return (
+        id(model),
+        tuple(sorted(config.to_dict().items())),
+        precision,
+        str(device),
+        torch.are_deterministic_algorithms_enabled(),
+        torch.get_float32_matmul_precision(),
+    )
+
+
+_LAST_COMPILED: list[Hashable | None] = [None]
+"""The `reuse_key` of this process's last compiling run that ended (None: none, or a run that
+compiled began after it)."""
+
+
 class CompileWatch:
     """Counts what Dynamo and Inductor do during a run and times the warm-up steps that compile.
 
     Inactive (a config that compiles nothing), every method is a no-op and `finish()` returns
-    the empty CompileStats.
+    the empty CompileStats. `reuse`: the run's `reuse_key`.
     """
 
-    def __init__(self, device: torch.device, *, active: bool) -> None:
+    def __init__(
+        self, device: torch.device, *, active: bool, reuse: Hashable | None = None
+    ) -> None:
         self.device = device
         self.active = active
+        self._reuse = reuse
         self._compiling_s: list[float] = []
         self._graphs_after_first = 0
         self._graphs_after_warmup = 0
@@ -163,8 +196,11 @@ class CompileWatch:
             # entries count against Dynamo's recompile limit; past it, Dynamo runs the frame
             # eagerly without an error and a "compiled" config would be measured eager. It also
             # makes compile_s the cost of this run's compilation, not of the first run's.
-            # Inductor's on-disk caches survive (they are reported as cache hits).
-            torch._dynamo.reset()
+            # Inductor's on-disk caches survive (they are reported as cache hits). Kept after a
+            # run of the same key (module doc): its entries are this run's, and compile_s is 0.
+            if reuse is None or reuse != _LAST_COMPILED[0]:
+                torch._dynamo.reset()
+            _LAST_COMPILED[0] = None  # until this run ends: a failed one leaves nothing to reuse
             _counters().clear()
 
     def _sync(self) -> None:
@@ -198,6 +234,7 @@ class CompileWatch:
         """The run's CompileStats; `step_ms` are the step times of the timed windows."""
         if not self.active:
             return CompileStats()
+        _LAST_COMPILED[0] = self._reuse
         normal_s = statistics.median(step_ms) / 1e3 if step_ms else 0.0
         graphs, breaks = _graphs(), _graph_breaks()
         in_windows = graphs - self._graphs_after_warmup

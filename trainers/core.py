@@ -30,7 +30,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainers.compilation import CompileWatch, compile_model, compiles, min_warmup_for_compile
+from trainers.compilation import (
+    CompileWatch,
+    compile_model,
+    compiles,
+    min_warmup_for_compile,
+    reuse_key,
+)
 from trainers.config import LoopConfig, device_error
 from trainers.errors import ConfigError, UnsupportedOnDevice
 from trainers.feed import DeviceFeed, close_loaders, positioned_batches
@@ -190,7 +196,9 @@ class Engine:
         # is subtracted from the peak; the model's own bytes are added back (see RunResult).
         self.allocated_at_start = torch.cuda.memory_allocated(dev) if dev.type == "cuda" else 0
         # Before anything is compiled: resets Dynamo for a compiling config (see CompileWatch).
-        self.watch = CompileWatch(dev, active=compiles(config))
+        self.watch = CompileWatch(
+            dev, active=compiles(config), reuse=reuse_key(workload.model, config, precision, dev)
+        )
         self.capturable = config.cuda_graph if capturable is None else capturable
         # Counted on the plain model, before any lever wraps it: recomputation is not a model
         # FLOP. `count_flops=False` (training) skips it.

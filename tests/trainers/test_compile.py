@@ -115,6 +115,35 @@ def test_compile_default_trains_the_mlp_and_reports_its_cost(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
+def test_a_run_of_the_config_just_compiled_keeps_its_code(tmp_path: Path) -> None:
+    """The same model object and config again (the tuner's final round after the trial) keeps
+    Dynamo's entries: nothing compiles. Another config, or another model, starts fresh."""
+    workload = load_workload("mlp", "tiny", seed=0)
+    args = RunArgs(steps=6, warmup=2, windows=2, device="cpu")
+
+    def again(config: LoopConfig, on: Workload = workload) -> RunResult:
+        return run(on, config, args)  # type: ignore[arg-type]
+
+    compiled = LoopConfig(compile="default")
+    with compile_cache_dir(tmp_path / "inductor"):
+        first = again(compiled)
+        second = again(compiled)
+        other = again(compiled.replace(sync_interval=2))
+        back = again(compiled)
+        elsewhere = again(compiled, load_workload("mlp", "tiny", seed=0))
+    assert first.compile_cache_misses and first.compile_s > 0
+    # Kept: no graph compiled, not even from the disk cache, and no compile time.
+    assert (second.compile_cache_hits, second.compile_cache_misses) == (0, 0)
+    assert second.compile_s == 0.0 and second.recompiles == 0
+    assert all(math.isfinite(x) for x in second.losses)
+    # A config of other loop settings resets Dynamo: its graph comes back from the disk cache.
+    assert other.compile_cache_hits and other.compile_s > 0
+    # After that run, the first config compiles again: only the last run's code is kept.
+    assert back.compile_cache_hits
+    assert elsewhere.compile_cache_hits  # another model object starts fresh too
+
+
+@pytest.mark.slow
 def test_compiled_optimizer_trains_like_the_eager_one(tmp_path: Path) -> None:
     eager, _ = mlp_run(LoopConfig(), dropout=True)
     with compile_cache_dir(tmp_path / "inductor"):

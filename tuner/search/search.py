@@ -421,11 +421,18 @@ class Search(TrialRunner):
             # Left out on purpose (the job's time, a run that failed): its own reason, one line.
             if error.startswith("not profiled"):
                 self.progress.phase(f"profile of {name} {error}")
+        stored = profiles.study_profiles(self.study)
         copied = [
             name
-            for name, attrs in profiles.study_profiles(self.study).items()
+            for name, attrs in stored.items()
             if attrs.get("shared_from") not in (None, self.study.study_name)
         ]
+        for name, attrs in stored.items():
+            parts = attrs.get("phases") if name not in copied else None
+            if isinstance(parts, dict) and parts:
+                # Where a profile's seconds went: a compile again, or the trace.
+                spent = ", ".join(f"{part} {seconds:.0f} s" for part, seconds in parts.items())
+                self.progress.phase(f"profile of {name}: {attrs['seconds']:.0f} s ({spent})")
         if copied:
             self.progress.phase(
                 f"profiles of {', '.join(copied)}: from earlier studies of this workload, "
