@@ -35,6 +35,15 @@ class Children:
     gate: Gate
     profiler: profiling.Profiler | None
     _profiles: ProfileProcess | None = None
+    prepared: bool = False
+    """Whether the profiles' child was started and its workload built ahead (`prepare_profiles`)."""
+
+    def prepare_profiles(self) -> None:
+        """Start the profiles' child and its build now (`ProfileProcess.prepare`), where the
+        profiles run in one; a no-op elsewhere."""
+        if self._profiles is not None:
+            self._profiles.prepare()
+            self.prepared = True
 
     def close(self) -> None:
         self.gate.close()

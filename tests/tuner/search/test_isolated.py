@@ -58,6 +58,32 @@ def test_profiles_in_a_child_process_come_back_whole() -> None:
         assert any(e.get("ph") == "X" for e in prof.trace()["traceEvents"])
 
 
+@pytest.mark.slow
+def test_a_prepared_profile_child_has_its_workload_built_before_the_first_profile() -> None:
+    """`prepare` builds the workload in the child while this process goes on; the profile after
+    it builds nothing, and says where its seconds went."""
+    prepared = ProfileProcess(
+        "transformer", "tiny", steps=2, warmup=1, seed=0, device="cpu", matmul_precision="highest"
+    )
+    cold = ProfileProcess(
+        "transformer", "tiny", steps=2, warmup=1, seed=0, device="cpu", matmul_precision="highest"
+    )
+    try:
+        build = prepared.prepare()
+        first = prepared.profile(LoopConfig())
+        unprepared = cold.profile(LoopConfig())
+    finally:
+        prepared.close()
+        cold.close()
+    assert build.done() and build.result() > 0.0
+    assert first.phases is not None and unprepared.phases is not None
+    assert first.phases["build"] == 0.0 < unprepared.phases["build"]
+    assert set(first.phases) == {"build", "compile", "run", "trace"}
+    assert first.phases["compile"] == 0.0 and first.phases["run"] > 0.0
+    # The parts add up to the profile's own seconds (each rounded to the millisecond or 10 ms).
+    assert sum(unprepared.phases.values()) == pytest.approx(unprepared.seconds, abs=0.05)
+
+
 def _pid() -> int:
     return os.getpid()
 

@@ -60,9 +60,11 @@ at 0.4B, 38.7 s at 1.1B (the profile phase less its profiles' own seconds, one H
 dac6cd4: docs/benchmarks/raw/heldout-h100x4-2026-11-27-dac6cd4/)."""
 PROFILE_EAGER_S = 20.0
 """Expected seconds of one profile of an eager config (a baseline): 12.9-13.2 s at 0.4B there."""
-PROFILE_COMPILED_S = 150.0
+PROFILE_COMPILED_S = 90.0
 """Expected seconds of one profile of a compiled config: the child compiles it again (Inductor's
-disk cache warm; Dynamo and AOTAutograd run anew), 68 s at 0.4B, 122-130 s at 1.1B there."""
+disk cache warm; Dynamo and AOTAutograd run anew), 68 s at 0.4B, 122-130 s at 1.1B there, the
+child's start and build included; at 1B on one H200 (bfdf330) 68 s without them (compile 51 s,
+run 16 s, trace 1 s: `docs/benchmarks/raw/profile-child-h200-2026-11-29-bfdf330/`)."""
 AUTO_PATIENCE = 4
 """The patience of a job on the default space on a GPU (the scale space too) given no --patience:
 trials stop starting once this many complete trials in a row have not beaten the best by more than
