@@ -51,3 +51,14 @@ def pg_url() -> Iterator[str]:
 # fixture of any scope and for every process a test starts; the memo's own tests
 # (tests/tuner/search/test_memo.py) turn it back on.
 os.environ["TUNER_GATE_MEMO"] = "off"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo_per_test() -> Iterator[None]:
+    """Each test's first compiling run starts with a fresh Dynamo, as in a new process: a run
+    keeps the last compiling run's code where the two share a model build and arithmetic
+    (`trainers.compilation.reuse_key`), which must not reach from one test into another."""
+    from trainers.compilation import forget_compiled
+
+    forget_compiled()
+    yield

@@ -11,10 +11,11 @@ its own variable (default: a per-user folder in the temp dir). Processes that sh
 share the artefacts: a later run of the same model and mode reads them back (cache hits) instead
 of compiling again. `compile_cache_dir(path)` sets the folder for the runs inside it.
 
-A run starts with a fresh Dynamo (`CompileWatch`), except after a run of the same model object,
-config, precision and process settings (`reuse_key`): that one keeps what the last compiled. At
-1B a whole-model float8 compile costs 40 s even when every graph comes from the disk cache, and
-the tuner's final round runs the config its trial just ran.
+A run starts with a fresh Dynamo (`CompileWatch`), except after a run of the same model build,
+arithmetic, precision and process settings (`reuse_key`): that one keeps what the last compiled.
+At 1B a whole-model float8 compile costs 40 s even when every graph comes from the disk cache;
+the tuner's final round runs the config its trial just ran, and the gate runs a config after its
+eager twin, which compiles the same graphs.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import torch
 from torch import nn
 
 from trainers.config import CompileMode, LoopConfig
-from trainers.levers import LEVERS, Option
+from trainers.levers import LEVERS, Option, defaults_where
 
 CACHE_DIR_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
 
@@ -132,6 +133,9 @@ class CompileStats:
     notes: tuple[str, ...] = ()
     cache_hits: int | None = None
     cache_misses: int | None = None
+    kept_s: float = 0.0
+    """Where the run kept an earlier run's compiled code (`reuse_key`): what compiling it cost
+    there, which a fresh process pays again (0 otherwise)."""
 
 
 def _counters() -> dict[str, dict[str, int]]:
@@ -152,25 +156,40 @@ def reuse_key(
     model: nn.Module, config: LoopConfig, precision: str | None, device: torch.device
 ) -> Hashable | None:
     """What a run must share with the last compiling run of this process to keep its compiled
-    code (`CompileWatch`); None: never (a compile that records CUDA graphs keeps memory pools
-    tied to the run that recorded them, and a data-parallel wrapper is built anew each run).
-    Dynamo's guards still decide whether the code applies: the key only decides whether the
-    earlier entries are dropped first."""
+    code (`CompileWatch`): the model's class and parameters (names, shapes, dtypes: a copy of the
+    same build, as the gate's runs take, shares them; another model resets), the levers that
+    may change the arithmetic (a twin and its config differ only in loop settings, which compile
+    the same graphs), the precision and the process's settings. None: never (a compile that
+    records CUDA graphs keeps memory pools tied to the run that recorded them, and a
+    data-parallel wrapper is built anew each run). Dynamo's guards still decide whether the code
+    applies: the key only decides whether the earlier entries are dropped first."""
     if config.compile == "reduce-overhead" or config.cuda_graph or config.parallel != "none":
         return None
+    numerics = {name: config.get(name) for name in defaults_where("equivalence")}
     return (
-        id(model),
-        tuple(sorted(config.to_dict().items())),
+        type(model),
+        tuple((name, tuple(p.shape), p.dtype) for name, p in model.named_parameters()),
+        tuple(sorted(numerics.items())),
         precision,
         str(device),
         torch.are_deterministic_algorithms_enabled(),
         torch.get_float32_matmul_precision(),
+        # A run pointed at another cache folder (`compile_cache_dir`) asked for its own compile.
+        os.environ.get(CACHE_DIR_VARIABLE),
     )
 
 
-_LAST_COMPILED: list[Hashable | None] = [None]
-"""The `reuse_key` of this process's last compiling run that ended (None: none, or a run that
-compiled began after it)."""
+_LAST_COMPILED: list[tuple[Hashable, float, int] | None] = [None]
+"""The `reuse_key` of this process's last compiling run that ended, what its code cost to
+compile, and Dynamo's graph count at its end (None: none, or a run that compiled began after
+it). A count that moved since means something else compiled in between: not kept."""
+
+
+def forget_compiled() -> None:
+    """The next compiling run starts with a fresh Dynamo whatever it shares with the last
+    (`reuse_key`): as a new process would (a test of the disk cache, a benchmark of a cold
+    compile)."""
+    _LAST_COMPILED[0] = None
 
 
 class CompileWatch:
@@ -186,6 +205,7 @@ class CompileWatch:
         self.device = device
         self.active = active
         self._reuse = reuse
+        self._kept_s = 0.0
         self._compiling_s: list[float] = []
         self._graphs_after_first = 0
         self._graphs_after_warmup = 0
@@ -198,8 +218,11 @@ class CompileWatch:
             # makes compile_s the cost of this run's compilation, not of the first run's.
             # Inductor's on-disk caches survive (they are reported as cache hits). Kept after a
             # run of the same key (module doc): its entries are this run's, and compile_s is 0.
-            if reuse is None or reuse != _LAST_COMPILED[0]:
+            last = _LAST_COMPILED[0]
+            if reuse is None or last is None or (reuse, _graphs()) != (last[0], last[2]):
                 torch._dynamo.reset()
+            else:
+                self._kept_s = last[1]
             _LAST_COMPILED[0] = None  # until this run ends: a failed one leaves nothing to reuse
             _counters().clear()
 
@@ -234,8 +257,10 @@ class CompileWatch:
         """The run's CompileStats; `step_ms` are the step times of the timed windows."""
         if not self.active:
             return CompileStats()
-        _LAST_COMPILED[0] = self._reuse
         normal_s = statistics.median(step_ms) / 1e3 if step_ms else 0.0
+        compile_s = sum(max(0.0, s - normal_s) for s in self._compiling_s)
+        if self._reuse is not None:
+            _LAST_COMPILED[0] = (self._reuse, max(compile_s, self._kept_s), _graphs())
         graphs, breaks = _graphs(), _graph_breaks()
         in_windows = graphs - self._graphs_after_warmup
         breaks_in_windows = breaks - self._breaks_after_warmup
@@ -249,7 +274,7 @@ class CompileWatch:
         notes += [f"recompile: {_first_line(reason)}" for reason in _recompile_reasons()]
         inductor = _counters()["inductor"]
         return CompileStats(
-            compile_s=sum(max(0.0, s - normal_s) for s in self._compiling_s),
+            compile_s=compile_s,
             # Graphs compiled after the first step that compiled: a guard failed (or a new
             # code path was met) and Dynamo compiled again.
             recompiles=graphs - self._graphs_after_first if self._compiling_s else 0,
@@ -258,6 +283,7 @@ class CompileWatch:
             notes=tuple(notes[:_MAX_NOTES]),
             cache_hits=inductor["fxgraph_cache_hit"],
             cache_misses=inductor["fxgraph_cache_miss"],
+            kept_s=self._kept_s,
         )
 
 

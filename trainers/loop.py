@@ -145,6 +145,7 @@ def _result(
         compile_notes=list(compiled.notes),
         compile_cache_hits=compiled.cache_hits,
         compile_cache_misses=compiled.cache_misses,
+        compile_kept_s=compiled.kept_s,
         flops_per_step=engine.flops_per_step,
         float8=None if engine.float8 is None else engine.float8.to_dict(),
     )

@@ -204,6 +204,10 @@ class RunResult:
     compile_notes: list[str] = dataclasses.field(default_factory=list)
     compile_cache_hits: int | None = None
     compile_cache_misses: int | None = None
+    compile_kept_s: float = 0.0
+    """Where the run kept the compiled code of the process's previous run of the same model
+    build and arithmetic (`trainers.compilation.reuse_key`; its `compile_s` then 0): what that
+    code cost to compile, which a run in a fresh process pays."""
     flops_per_step: int | None = None
     """The model's FLOPs in one optimizer step (forward + backward, recomputation not counted;
     `trainers.flops`); None where they were not counted."""
@@ -272,6 +276,7 @@ class RunResult:
             "compile_notes": self.compile_notes,
             "compile_cache_hits": self.compile_cache_hits,
             "compile_cache_misses": self.compile_cache_misses,
+            "compile_kept_s": self.compile_kept_s,
             "flops_per_step": self.flops_per_step,
             "tflops": use.tflops,
             "mfu": use.mfu,

@@ -24,7 +24,7 @@ from trainers import (
     min_warmup,
     run,
 )
-from trainers.compilation import CACHE_DIR_VARIABLE
+from trainers.compilation import CACHE_DIR_VARIABLE, forget_compiled
 from trainers.workloads import disable_dropout
 from trainers.workloads.mlp import classification_loss
 
@@ -95,6 +95,7 @@ def test_compile_default_trains_the_mlp_and_reports_its_cost(tmp_path: Path) -> 
     assert eager.compile_s == 0.0 and eager.compile_cache_hits is None
     with compile_cache_dir(tmp_path / "inductor"):
         cold, model = mlp_run(LoopConfig(compile="default"))
+        forget_compiled()  # as a new process: it would not keep the cold run's code
         warm, _ = mlp_run(LoopConfig(compile="default"))
     assert type(model) is nn.Sequential  # the workload's own module stays eager
     for result in (cold, warm):
@@ -115,32 +116,65 @@ def test_compile_default_trains_the_mlp_and_reports_its_cost(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-def test_a_run_of_the_config_just_compiled_keeps_its_code(tmp_path: Path) -> None:
-    """The same model object and config again (the tuner's final round after the trial) keeps
-    Dynamo's entries: nothing compiles. Another config, or another model, starts fresh."""
+def test_a_run_of_what_was_just_compiled_keeps_its_code(tmp_path: Path) -> None:
+    """A run of the same model build and arithmetic as the last compiling run (the tuner's final
+    round after the trial; the gate's config after its twin) keeps Dynamo's entries: nothing
+    compiles. Other arithmetic, or another model, starts fresh."""
     workload = load_workload("mlp", "tiny", seed=0)
     args = RunArgs(steps=6, warmup=2, windows=2, device="cpu")
 
     def again(config: LoopConfig, on: Workload = workload) -> RunResult:
         return run(on, config, args)  # type: ignore[arg-type]
 
+    def compiled_nothing(result: RunResult) -> bool:
+        hits, misses = result.compile_cache_hits, result.compile_cache_misses
+        return (hits, misses) == (0, 0) and result.compile_s == 0.0 and result.recompiles == 0
+
     compiled = LoopConfig(compile="default")
     with compile_cache_dir(tmp_path / "inductor"):
         first = again(compiled)
         second = again(compiled)
-        other = again(compiled.replace(sync_interval=2))
+        loop_only = again(compiled.replace(sync_interval=2, num_streams=2))
+        copy = again(compiled, load_workload("mlp", "tiny", seed=1))
+        other = again(compiled.replace(optimizer="foreach"))
         back = again(compiled)
-        elsewhere = again(compiled, load_workload("mlp", "tiny", seed=0))
+        torch.compile(lambda x: x * 2)(torch.ones(3))  # something else compiles in between
+        after_another = again(compiled)
+        larger = again(compiled, load_workload("mlp", "small", seed=0))
     assert first.compile_cache_misses and first.compile_s > 0
     # Kept: no graph compiled, not even from the disk cache, and no compile time.
-    assert (second.compile_cache_hits, second.compile_cache_misses) == (0, 0)
-    assert second.compile_s == 0.0 and second.recompiles == 0
-    assert all(math.isfinite(x) for x in second.losses)
-    # A config of other loop settings resets Dynamo: its graph comes back from the disk cache.
+    for kept in (second, loop_only, copy):
+        assert compiled_nothing(kept)
+        assert all(math.isfinite(x) for x in kept.losses)
+        # What a fresh process would pay is still said: the compile whose code it kept.
+        assert kept.compile_kept_s == pytest.approx(first.compile_s)
+    assert first.compile_kept_s == other.compile_kept_s == 0.0
+    # Other arithmetic resets Dynamo: its graph comes back from the disk cache.
     assert other.compile_cache_hits and other.compile_s > 0
     # After that run, the first config compiles again: only the last run's code is kept.
     assert back.compile_cache_hits
-    assert elsewhere.compile_cache_hits  # another model object starts fresh too
+    assert after_another.compile_cache_hits  # what compiled in between is not the run's code
+    assert not compiled_nothing(larger)  # another model's shapes start fresh too
+
+
+@pytest.mark.slow
+def test_kept_code_does_not_keep_the_earlier_model(tmp_path: Path) -> None:
+    """What Dynamo keeps between two runs of one build must not hold the first model: at 1B on
+    a GPU that would be its weights, gradients and optimizer state."""
+    import gc
+    import weakref
+
+    args = RunArgs(steps=4, warmup=2, windows=1, device="cpu")
+    compiled = LoopConfig(compile="default")
+    with compile_cache_dir(tmp_path / "inductor"):
+        earlier = load_workload("mlp", "tiny", seed=0)
+        run(earlier, compiled, args)  # type: ignore[arg-type]
+        gone = weakref.ref(earlier.model)
+        del earlier
+        later = run(load_workload("mlp", "tiny", seed=1), compiled, args)  # type: ignore[arg-type]
+    assert later.compile_cache_hits == 0 and later.compile_cache_misses == 0  # it was kept
+    gc.collect()
+    assert gone() is None
 
 
 @pytest.mark.slow

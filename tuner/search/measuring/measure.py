@@ -452,5 +452,6 @@ def _measured(result: RunResult, seconds: float) -> Measured:
             "notes": list(result.compile_notes)[:10],
             "cache_hits": result.compile_cache_hits,
             "cache_misses": result.compile_cache_misses,
+            "kept_s": result.compile_kept_s,
         },
     )
