@@ -38,6 +38,12 @@ class Children:
     prepared: bool = False
     """Whether the profiles' child was started and its workload built ahead (`prepare_profiles`)."""
 
+    def prepare_gate(self) -> None:
+        """Start the gate's child and its build now (`ParityProcess.prepare`), where the gate
+        runs in one; a no-op elsewhere."""
+        if isinstance(self.gate, ParityProcess):
+            self.gate.prepare()
+
     def prepare_profiles(self) -> None:
         """Start the profiles' child and its build now (`ProfileProcess.prepare`), where the
         profiles run in one; a no-op elsewhere."""

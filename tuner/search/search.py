@@ -128,6 +128,7 @@ class Search(TrialRunner):
             else profiles.trace_dir(studies.storage_url(options.storage), options.artifacts)
         )
         self._children = open_children(options, measurer)
+        self._children.prepare_gate()  # built beside the trials: the gate after them starts now
         # Screen, then gate (tuner.search.proposing.screen): the incumbent each running trial is
         # held against, read when it starts.
         self.screening = screening(

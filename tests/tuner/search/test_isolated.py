@@ -84,6 +84,27 @@ def test_a_prepared_profile_child_has_its_workload_built_before_the_first_profil
     assert sum(unprepared.phases.values()) == pytest.approx(unprepared.seconds, abs=0.05)
 
 
+@pytest.mark.slow
+def test_a_gate_child_prepared_ahead_gives_the_verdict_of_one_that_was_not() -> None:
+    """`prepare` builds the reference's workload in the child before the first check; the
+    check's runs then start from copies of that build, and must give what builds would have:
+    the same envelope and verdict, bit for bit."""
+    args = RunArgs(steps=6, seed=0, device="cpu")
+    config = LoopConfig(num_streams=2, optimizer="foreach")  # an exact test, so a twin runs
+    prepared = ParityProcess("transformer", "tiny", args, matmul_precision="highest")
+    plain = ParityProcess("transformer", "tiny", args, matmul_precision="highest")
+    try:
+        built = prepared.prepare()
+        ahead = prepared.check(config, None)
+        alone = plain.check(config, None)
+    finally:
+        prepared.close()
+        plain.close()
+    assert built.done() and built.result() > 0.0
+    assert ahead.envelope == alone.envelope
+    assert ahead.verdict == alone.verdict and ahead.verdict is not None and ahead.verdict.passed
+
+
 def _pid() -> int:
     return os.getpid()
 

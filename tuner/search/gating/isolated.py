@@ -186,6 +186,22 @@ def _reused_builds(workload: str, model_args: dict[str, str]) -> trainers.Reused
     return _BUILDS[key]
 
 
+def _prepare_gate(workload: str, preset: str, model_args: dict[str, str], seed: int) -> float:
+    """`ParityProcess.prepare` in the child: the pristine build of the reference's seed kept, on
+    one thread (a core of its own, beside the measurement)."""
+    import torch  # in the child
+
+    _fork_dataloader_workers()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    try:
+        _reused_builds(workload, model_args)(preset, seed=seed)  # the copy is dropped
+        return time.perf_counter() - started
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _give_back_memory() -> None:
     """Return what this child's allocator cached to the GPU: the measuring process runs the next
     trial while this child waits, and on a large model needs that memory (the child keeps only
@@ -412,6 +428,16 @@ class ParityProcess:
             twin,
             None if losses is None else list(losses),
         )
+
+    def prepare(self) -> concurrent.futures.Future[float]:
+        """Start the child and build the workload in it now, while this process measures the
+        trials: at `llama-1b` on an H200 the child's start and build were about 30 s of the
+        gate, which runs after the trials (2026-11-29). One thread, on the CPU; the future holds
+        the build's seconds. Its copies stand in for builds (`trainers.ReusedBuilds`), so the
+        gate's runs are what they would have been."""
+        workload, preset, model_args = self._args
+        seed = self.run_args.seed
+        return self._child.submit(_prepare_gate, workload, preset, model_args, seed)
 
     def config_run(self, config: LoopConfig, *, precision: str | None = None) -> ConfigRun:
         return self._child.call(
