@@ -192,6 +192,8 @@ def _prepare_gate(workload: str, preset: str, model_args: dict[str, str], seed: 
     import torch  # in the child
 
     _fork_dataloader_workers()
+    # Before CUDA starts here, as for every part (`_in_child`): a factory may build on the GPU.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     started = time.perf_counter()
