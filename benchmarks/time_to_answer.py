@@ -155,6 +155,8 @@ def entry(args: argparse.Namespace, spec: str, scratch: Path) -> dict[str, Any]:
     samples, ratio = interleaved(args, workload, preset, picks, over="cold")
     return {
         "model": spec,
+        # A held-out model is a preset changed by --model-arg (`--job-arg`): named by both.
+        "model_args": dict(picks["cold"].get("model_args") or {}),
         "cold": summary(cold),
         "repeat": summary(repeat),
         "same_config": picks["cold"].get("config") == picks["repeat"].get("config")
@@ -186,8 +188,10 @@ def markdown(data: Mapping[str, Any]) -> str:
             f"{reused.get('verdicts_reused') or 0} verdicts, "
             f"{len(reused.get('profiles_copied') or [])} profiles"
         )
+        changed = " ".join(f"{k}={v}" for k, v in (e.get("model_args") or {}).items())
+        model = f"{e['model']} ({changed})" if changed else e["model"]
         lines.append(
-            f"| {e['model']} | {e['cold']['wall_s']:.0f} | {e['repeat']['wall_s']:.0f} | {shown} "
+            f"| {model} | {e['cold']['wall_s']:.0f} | {e['repeat']['wall_s']:.0f} | {shown} "
             f"| {'yes' if e['same_config'] else 'no'} | {r['ratio']:.3f} "
             f"({r['ci95'][0]:.3f}-{r['ci95'][1]:.3f}) |"
         )

@@ -46,7 +46,7 @@ def test_the_repeat_job_runs_on_copied_files_and_reuses_the_cold_jobs_verdicts(
     data = json.loads(path.read_text())
     assert data["meta"]["commit"] == "abc"
     [item] = data["presets"]
-    assert item["model"] == "mlp:tiny"
+    assert item["model"] == "mlp:tiny" and item["model_args"] == {}  # no --model-arg given
     for name in ("cold", "repeat"):
         assert item[name]["wall_s"] > 0
         assert isinstance(item[name]["phases"], dict) and item[name]["phases"]

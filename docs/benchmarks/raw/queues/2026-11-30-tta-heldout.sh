@@ -1,0 +1,25 @@
+# Issue 55 on one lent GPU (with tools/device_queue.sh): the time to an answer on two held-out
+# decoders of 0.4-1.5B (the Qwen2-style and Mistral-style rows of the 2026-11-27 held-out table),
+# each cold, then as a repeat job given only the cold job's SQLite file and artefacts file, then
+# one interleaved round of the two picks. At 5b60579 on one H200 `llama-1b` took 736 s cold and
+# 129 s repeat (docs/benchmarks/time-to-answer-h200-2026-11-29-llama-1b.md). About 25 minutes
+# of a machine: give each row its own session if the first runs long.
+set -x
+commit=${STREAMTUNE_COMMIT:?the commit measured}
+nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm,power.limit --format=csv > "$QUEUE_OUT/nvidia-smi.csv"
+python -c 'import torch, torchao, transformers; print(torch.__version__, torch.version.cuda, torchao.__version__, transformers.__version__, torch.backends.cudnn.version())' > "$QUEUE_OUT/versions.txt" 2>&1
+as_job() { for a in "$@"; do printf -- '--job-arg=%s\n' "$a"; done; }
+qwen2=(--model-arg arch=qwen2 --model-arg hidden=896 --model-arg layers=24 --model-arg heads=14
+  --model-arg kv_heads=2 --model-arg ffn=4864 --model-arg vocab=151936 --model-arg tie=true
+  --model-arg seq=2048 --model-arg batch=8)
+mistral=(--model-arg arch=mistral --model-arg hidden=1536 --model-arg layers=28
+  --model-arg heads=12 --model-arg kv_heads=4 --model-arg ffn=6144 --model-arg vocab=32000
+  --model-arg seq=2048 --model-arg batch=8)
+for row in qwen2 mistral; do
+  declare -n margs=$row
+  mapfile -t passed < <(as_job "${margs[@]}")
+  CUDA_VISIBLE_DEVICES=0 python benchmarks/time_to_answer.py --presets hf:causal-lm:llama-1b \
+    --precisions bf16-autocast,float8 --rounds 1 "${passed[@]}" --commit "$commit" \
+    --out "$QUEUE_OUT" --tag "$row" > "$QUEUE_OUT/tta-$row.log" 2>&1
+  echo "time_to_answer $row ended with $? at $(date -u +%T)"
+done
