@@ -3,6 +3,7 @@ dependency range or extra changes."""
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 
@@ -101,10 +102,22 @@ def test_the_readme_gpu_install_keeps_the_cuda_torch(tmp_path: Path) -> None:
     after it, and streamtune imports. Run on a GPU machine (marked `gpu`)."""
     import subprocess
     import sys
+    import sysconfig
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     python = str(venv / "bin" / "python")
+    # Where this interpreter is itself a venv (the GPU image's torch lives in /opt/torch/.venv),
+    # "system" site-packages are its base's, without torch: the venv is pointed at this
+    # interpreter's packages too, after its own, as an environment that has CUDA torch.
+    own = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    outer = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+    (Path(own) / "_outer_site.pth").write_text("".join(f"{path}\n" for path in outer))
     probe = "import torch; print(torch.__version__, torch.version.cuda)"
 
     def torch_build() -> str:
@@ -114,8 +127,16 @@ def test_the_readme_gpu_install_keeps_the_cuda_torch(tmp_path: Path) -> None:
 
     before = torch_build()
     assert not before.endswith("None"), f"not a CUDA build of torch: {before}"
+    # A machine with no package index (the lent GPU machines) is given the wheels instead
+    # (tools/keep_torch_wheels.sh): the same command, offline.
+    wheelhouse = os.environ.get("STREAMTUNE_WHEELHOUSE")
+    offline = (
+        ["--no-index", *(f"--find-links={ROOT / d}" for d in wheelhouse.split(os.pathsep))]
+        if wheelhouse
+        else []
+    )
     done = subprocess.run(
-        [python, "-m", "pip", "install", "-c", "requirements-keep-torch.lock", "."],
+        [python, "-m", "pip", "install", *offline, "-c", "requirements-keep-torch.lock", "."],
         cwd=ROOT,
         capture_output=True,
         text=True,
