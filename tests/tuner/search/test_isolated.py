@@ -4,6 +4,7 @@ CPU."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import pytest
 
@@ -122,6 +123,24 @@ def test_a_child_whose_call_raised_is_replaced_by_a_new_one() -> None:
         assert child.call(_pid) == first
         with pytest.raises(RuntimeError, match="planted"):
             child.call(_fail)
+        second = child.call(_pid)
+        assert second != first and child.call(_pid) == second
+    finally:
+        child.close()
+
+
+def _die() -> None:
+    os._exit(3)  # the child killed (out of host memory, say), not an exception
+
+
+@pytest.mark.parametrize("ahead", [_fail, _die])
+def test_a_call_after_what_failed_ahead_runs_in_a_new_child(ahead: Callable[[], None]) -> None:
+    """What was started ahead (`submit`: a workload's build beside the trials) may fail or kill
+    its child; the gate's first call must not inherit that: it gets a new child."""
+    child = ChildProcess()
+    try:
+        first = child.call(_pid)
+        child.submit(ahead)
         second = child.call(_pid)
         assert second != first and child.call(_pid) == second
     finally:

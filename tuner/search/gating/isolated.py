@@ -291,8 +291,14 @@ class ChildProcess:
 
     def __init__(self) -> None:
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._ahead: concurrent.futures.Future[Any] | None = None
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead.exception() is not None:
+            # What was started ahead (`submit`) failed, or its child died: a new child, as
+            # after any call that raised (the class doc).
+            self.close()
         if self._pool is None:
             self._pool = concurrent.futures.ProcessPoolExecutor(
                 max_workers=1, mp_context=multiprocessing.get_context("spawn")
@@ -304,13 +310,14 @@ class ChildProcess:
             raise
 
     def submit(self, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
-        """Start `fn` in the child without waiting for it; the next `call` runs after it. Its
-        failure is left in the future: a later call meets what it left, if anything."""
+        """Start `fn` in the child without waiting for it; the next `call` waits for it, and
+        starts a new child where it failed."""
         if self._pool is None:
             self._pool = concurrent.futures.ProcessPoolExecutor(
                 max_workers=1, mp_context=multiprocessing.get_context("spawn")
             )
-        return self._pool.submit(fn, *args)
+        self._ahead = self._pool.submit(fn, *args)
+        return self._ahead
 
     def close(self) -> None:
         if self._pool is not None:
