@@ -9,11 +9,17 @@
 #   # call 1 carries .whl-keep/a, call 2 (within 30 s) carries .whl-keep/b and runs
 #   STREAMTUNE_WHEELHOUSE=.whl-keep/a:.whl-keep/b python -m pytest -m gpu tests/test_lock.py
 #
-# The pins are resolved here, from the lock, by pip's own resolver (a dry run of the command).
+# The pins are resolved here, from the lock, by pip's own resolver (a dry run of the command for
+# Python 3.12).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 report=$(mktemp)
-python3 -m pip install -q --dry-run --ignore-installed --report "$report" \
+platforms=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
+  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
+# Resolved for the GPU machine's Python, not this one's (markers differ by version): pip takes a
+# target Python only with --target, which a dry run never writes to.
+python3 -m pip install -q --dry-run --ignore-installed --target "$(mktemp -d)" \
+  --python-version 3.12 --only-binary=:all: "${platforms[@]}" --report "$report" \
   -c requirements-keep-torch.lock . >/dev/null
 pins=$(python3 - "$report" <<'PY'
 import json, sys
@@ -29,9 +35,7 @@ rm -f "$report"
 rm -rf .whl-keep && mkdir -p .whl-keep/all
 # shellcheck disable=SC2086
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
-  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
-  -d .whl-keep/all $pins
+  --implementation cp "${platforms[@]}" -d .whl-keep/all $pins
 # The build backend `pip install .` builds the project with, in its isolated environment
 # (pyproject.toml's build-system: setuptools, as locked, and wheel, pinned here: not in the lock).
 python3 -m pip download -q --no-deps --only-binary=:all: -d .whl-keep/all \

@@ -153,17 +153,30 @@ def _graph_breaks() -> int:
 
 
 def reuse_key(
-    model: nn.Module, config: LoopConfig, precision: str | None, device: torch.device
+    model: nn.Module,
+    config: LoopConfig,
+    precision: str | None,
+    device: torch.device,
+    *,
+    capturable: bool = False,
 ) -> Hashable | None:
     """What a run must share with the last compiling run of this process to keep its compiled
     code (`CompileWatch`): the model's class and parameters (names, shapes, dtypes: a copy of the
     same build, as the gate's runs take, shares them; another model resets), the levers that
     may change the arithmetic (a twin and its config differ only in loop settings, which compile
-    the same graphs), the precision and the process's settings. None: never (a compile that
-    records CUDA graphs keeps memory pools tied to the run that recorded them, and a
-    data-parallel wrapper is built anew each run). Dynamo's guards still decide whether the code
-    applies: the key only decides whether the earlier entries are dropped first."""
-    if config.compile == "reduce-overhead" or config.cuda_graph or config.parallel != "none":
+    the same graphs), the precision, whether the optimizer is capturable and the process's
+    settings. None: never (a compile that records CUDA graphs keeps memory pools tied to the run
+    that recorded them; a data-parallel wrapper is built anew each run; a compiled optimizer
+    step marks the parameters and its state as static addresses, which Dynamo keeps alive until
+    it is reset, and guards on them, so each run's new optimizer would compile again and keep
+    the last one's state). Dynamo's guards still decide whether the code applies: the key only
+    decides whether the earlier entries are dropped first."""
+    if (
+        config.compile == "reduce-overhead"
+        or config.cuda_graph
+        or config.parallel != "none"
+        or config.optimizer == "compiled"
+    ):
         return None
     numerics = {name: config.get(name) for name in defaults_where("equivalence")}
     return (
@@ -174,8 +187,10 @@ def reuse_key(
         str(device),
         torch.are_deterministic_algorithms_enabled(),
         torch.get_float32_matmul_precision(),
-        # A run pointed at another cache folder (`compile_cache_dir`) asked for its own compile.
-        os.environ.get(CACHE_DIR_VARIABLE),
+        capturable,
+        # A run pointed at another cache folder (`compile_cache_dir`) asked for its own compile
+        # (the user's choice: Inductor writes its own default into the variable at first use).
+        user_cache_dir(),
     )
 
 
@@ -217,7 +232,9 @@ class CompileWatch:
             # eagerly without an error and a "compiled" config would be measured eager. It also
             # makes compile_s the cost of this run's compilation, not of the first run's.
             # Inductor's on-disk caches survive (they are reported as cache hits). Kept after a
-            # run of the same key (module doc): its entries are this run's, and compile_s is 0.
+            # run of the same key (module doc): where its guards pass, nothing compiles and
+            # compile_s is 0 (kept_s says what the code cost). Also kept after someone else's
+            # torch._dynamo.reset() with nothing compiled since: it then compiles again.
             last = _LAST_COMPILED[0]
             if reuse is None or last is None or (reuse, _graphs()) != (last[0], last[2]):
                 torch._dynamo.reset()
@@ -259,7 +276,9 @@ class CompileWatch:
             return CompileStats()
         normal_s = statistics.median(step_ms) / 1e3 if step_ms else 0.0
         compile_s = sum(max(0.0, s - normal_s) for s in self._compiling_s)
-        if self._reuse is not None:
+        if self._reuse is not None and not (self._kept_s and self._compiling_s):
+            # A kept run that compiled anyway (a guard failed) is not kept from: its entries
+            # would pile up toward Dynamo's recompile limit, one more each run.
             _LAST_COMPILED[0] = (self._reuse, max(compile_s, self._kept_s), _graphs())
         graphs, breaks = _graphs(), _graph_breaks()
         in_windows = graphs - self._graphs_after_warmup

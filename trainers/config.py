@@ -246,7 +246,9 @@ class LoopConfig:
     compile: `torch.compile(model, mode=...)` of the model's forward; AOTAutograd compiles the
         backward. `none` = eager. `reduce-overhead` adds Inductor's own CUDA graphs (cudagraph
         trees) over forward and backward, with the optimizer left outside them. Compilation
-        happens in the first warm-up step; `RunResult.compile_s` says what it cost. Set
+        happens in the first warm-up step; `RunResult.compile_s` says what it cost (0 for a run
+        that kept the code of the process's last run of the same model build and arithmetic:
+        `RunResult.compile_kept_s` then says what that code cost). Set
         TORCHINDUCTOR_CACHE_DIR (or use `trainers.compile_cache_dir`) to share Inductor's
         on-disk caches between processes.
     optimizer: `as-built` = the workload's optimizer as its factory builds it; `foreach` /

@@ -174,7 +174,9 @@ class RunResult:
     torch.optim optimizer has one by design). `compile_unstable` is True when a graph was
     compiled or a graph break met during the timed windows, whose times then include
     compilation; `compile_notes` says which. `compile_cache_hits` / `compile_cache_misses` count
-    Inductor's FX-graph cache lookups (TORCHINDUCTOR_CACHE_DIR).
+    Inductor's FX-graph cache lookups (TORCHINDUCTOR_CACHE_DIR). A run that kept the compiled
+    code of the process's last compiling run (`trainers.compilation.reuse_key`) compiles nothing:
+    its `compile_s` is 0 and `compile_kept_s` what that code cost.
     """
 
     config: dict[str, Any]

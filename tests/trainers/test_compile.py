@@ -138,6 +138,8 @@ def test_a_run_of_what_was_just_compiled_keeps_its_code(tmp_path: Path) -> None:
         copy = again(compiled, load_workload("mlp", "tiny", seed=1))
         other = again(compiled.replace(optimizer="foreach"))
         back = again(compiled)
+        # A compiled optimizer step holds its parameters and state until Dynamo is reset.
+        stepped = [again(compiled.replace(optimizer="compiled")) for _ in range(2)]
         torch.compile(lambda x: x * 2)(torch.ones(3))  # something else compiles in between
         after_another = again(compiled)
         larger = again(compiled, load_workload("mlp", "small", seed=0))
@@ -153,6 +155,7 @@ def test_a_run_of_what_was_just_compiled_keeps_its_code(tmp_path: Path) -> None:
     assert other.compile_cache_hits and other.compile_s > 0
     # After that run, the first config compiles again: only the last run's code is kept.
     assert back.compile_cache_hits
+    assert all(run.compile_kept_s == 0.0 and run.compile_cache_hits for run in stepped)
     assert after_another.compile_cache_hits  # what compiled in between is not the run's code
     assert not compiled_nothing(larger)  # another model's shapes start fresh too
 

@@ -266,7 +266,8 @@ class Profile:
     comm_exposed_fraction: float | None = None
     comm_kind: str | None = None
     seconds: float = 0.0
-    """Wall time of the whole profiled run (device time, for the study's accounting)."""
+    """Wall time of the whole profile (the study's accounting): the profiled run, the trace's
+    reading and, in a child that had to, the workload's build (`phases`)."""
     phases: dict[str, float] | None = None
     """Seconds by part of `seconds` (module doc); None in a profile stored before they were."""
     trace_gz: bytes | None = dataclasses.field(default=None, repr=False)

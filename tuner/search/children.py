@@ -10,11 +10,17 @@ Chosen once, by the kind of run, so that the search never asks which:
 - N > 1 processes per trial: the data-parallel gate (`tuner.search.gating.dpgate`: the ranks under
   torchrun against one process on the same global batches), its envelope in a child process on
   a GPU; the profiles run under torchrun too (`tuner.search.deciding.dpprofile`).
+
+On a GPU the two children start, and build their workloads, ahead of their first call (the
+gate's beside the trials, the profiles' beside the final round), on a core the measurement does
+not use: a build is CPU work, and at 1B the children's starts and builds were about 40 s each
+of a job that waited for them (`docs/benchmarks/README.md`, 2026-11-29).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from trainers import RunArgs
 from tuner.search.deciding import profiling
@@ -25,6 +31,19 @@ from tuner.search.gating.isolated import ParityProcess, ProfileProcess
 from tuner.search.gating.program import ProgramGate
 from tuner.search.measuring.measure import Measurer
 from tuner.search.options import RunOptions, baselines_for
+
+AHEAD_MIN_CORES = 8
+"""The fewest cores this process may run on for the children to build their workloads ahead,
+beside a measurement (`Children.prepare_gate`, `prepare_profiles`): the measuring process, its
+DataLoader workers and pinning thread take up to 4, and a build takes one more. A lent GPU
+machine has 16 per GPU. On fewer, each child builds when first used, as before."""
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -41,13 +60,13 @@ class Children:
     def prepare_gate(self) -> None:
         """Start the gate's child and its build now (`ParityProcess.prepare`), where the gate
         runs in one; a no-op elsewhere."""
-        if isinstance(self.gate, ParityProcess):
+        if isinstance(self.gate, ParityProcess) and _cores() >= AHEAD_MIN_CORES:
             self.gate.prepare()
 
     def prepare_profiles(self) -> None:
         """Start the profiles' child and its build now (`ProfileProcess.prepare`), where the
         profiles run in one; a no-op elsewhere."""
-        if self._profiles is not None:
+        if self._profiles is not None and _cores() >= AHEAD_MIN_CORES:
             self._profiles.prepare()
             self.prepared = True
 

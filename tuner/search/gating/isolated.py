@@ -186,14 +186,18 @@ def _reused_builds(workload: str, model_args: dict[str, str]) -> trainers.Reused
     return _BUILDS[key]
 
 
-def _prepare_gate(workload: str, preset: str, model_args: dict[str, str], seed: int) -> float:
+def _prepare_gate(
+    workload: str, preset: str, model_args: dict[str, str], seed: int, matmul_precision: str
+) -> float:
     """`ParityProcess.prepare` in the child: the pristine build of the reference's seed kept, on
-    one thread (a core of its own, beside the measurement)."""
+    one thread (a core of its own, beside the measurement), under the settings every part runs
+    with (`_in_child`)."""
     import torch  # in the child
 
     _fork_dataloader_workers()
     # Before CUDA starts here, as for every part (`_in_child`): a factory may build on the GPU.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.set_float32_matmul_precision(matmul_precision)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     started = time.perf_counter()
@@ -202,6 +206,7 @@ def _prepare_gate(workload: str, preset: str, model_args: dict[str, str], seed: 
         return time.perf_counter() - started
     finally:
         torch.set_num_threads(threads)
+        _give_back_memory()  # a factory that built on the GPU: the trials need its memory
 
 
 def _give_back_memory() -> None:
@@ -281,7 +286,9 @@ def _profile(
 
 class ChildProcess:
     """One long-lived spawned child process that runs functions one at a time, started on the
-    first call. The caller waits for each call: the child never runs beside a measurement.
+    first call. The caller waits for each call: the child never runs on the GPU beside a
+    measurement. Only what `submit` starts ahead runs beside one: a workload's build, on one
+    core of the CPU (`ProfileProcess.prepare`, `ParityProcess.prepare`).
 
     A call that raises ends its child; the next call starts a new one. What a failure leaves in
     a process outlives the call: on the 1.1B preset at 16 x 2048 tokens a gate run that ran out of
@@ -295,7 +302,7 @@ class ChildProcess:
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         ahead, self._ahead = self._ahead, None
-        if ahead is not None and ahead.exception() is not None:
+        if ahead is not None and (ahead.cancelled() or ahead.exception() is not None):
             # What was started ahead (`submit`) failed, or its child died: a new child, as
             # after any call that raised (the class doc).
             self.close()
@@ -320,6 +327,7 @@ class ChildProcess:
         return self._ahead
 
     def close(self) -> None:
+        self._ahead = None
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
@@ -445,8 +453,8 @@ class ParityProcess:
         the build's seconds. Its copies stand in for builds (`trainers.ReusedBuilds`), so the
         gate's runs are what they would have been."""
         workload, preset, model_args = self._args
-        seed = self.run_args.seed
-        return self._child.submit(_prepare_gate, workload, preset, model_args, seed)
+        seed, matmul = self.run_args.seed, self.matmul_precision
+        return self._child.submit(_prepare_gate, workload, preset, model_args, seed, matmul)
 
     def config_run(self, config: LoopConfig, *, precision: str | None = None) -> ConfigRun:
         return self._child.call(
