@@ -148,3 +148,26 @@ def test_the_gate_judges_compiled_float8_against_bf16s_seed_to_seed_envelope() -
     assert (verdict.determinism, verdict.reference_determinism) == ("strict", "off")
     assert run.envelope["spread"] == "seeds" and run.envelope["strict"] is False
     assert verdict.max_abs_deviation > 0.0  # float8 is never bf16 bit for bit
+
+
+@pytest.mark.parametrize("scope", ["model", "blocks"])
+def test_a_copy_of_the_build_keeps_the_float8_compiled_code(scope: str) -> None:
+    """`trainers.compilation.reuse_key` on float8, whose conversion swaps the linears for new
+    modules each run: a second run on another copy of the build, and with other loop settings,
+    compiles nothing, and the first run's model is not held by what Dynamo keeps."""
+    import gc
+    import weakref
+
+    config = LoopConfig(compile="default", compile_scope=scope, **FEED)  # type: ignore[arg-type]
+    first_workload = _workload()
+    first = _run("float8", config, first_workload)
+    gone = weakref.ref(first_workload.model)
+    del first_workload
+    again = _run("float8", config.replace(num_streams=1, sync_interval=1))
+    assert first.compile_s > 0 and first.compile_kept_s == 0.0
+    assert again.compile_s == 0.0 and again.compile_kept_s == pytest.approx(first.compile_s)
+    assert (again.compile_cache_hits, again.compile_cache_misses) == (0, 0)
+    # The same weights and data through the same graphs (bits may differ: atomics, no strict mode).
+    assert again.losses == pytest.approx(first.losses, rel=1e-3)
+    gc.collect()
+    assert gone() is None

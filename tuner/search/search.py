@@ -128,7 +128,6 @@ class Search(TrialRunner):
             else profiles.trace_dir(studies.storage_url(options.storage), options.artifacts)
         )
         self._children = open_children(options, measurer)
-        self._children.prepare_gate()  # built beside the trials: the gate after them starts now
         # Screen, then gate (tuner.search.proposing.screen): the incumbent each running trial is
         # held against, read when it starts.
         self.screening = screening(
@@ -172,7 +171,11 @@ class Search(TrialRunner):
         )
         self.shared_profiles = None if memo is None else self._profiles_on(memo)
         known = self.parity_cache.known()
-        if known:
+        if not known:
+            # A first study of these inputs will gate: its child builds beside the trials, and
+            # the gate after them starts at once. A repeat's verdicts come from the memo.
+            self._children.prepare_gate()
+        else:
             self.progress.phase(
                 f"gate: {known} verdicts known from earlier studies of this workload, shape and "
                 f"precision on this machine and code ({MEMO_ENV}=off checks them again)"
