@@ -161,6 +161,34 @@ def test_a_run_of_what_was_just_compiled_keeps_its_code(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_kept_run_that_compiled_again_is_not_kept_from(tmp_path: Path) -> None:
+    """Half the batch: the same build and arithmetic (the same key), but Dynamo's guards fail
+    and it compiles again beside the kept entries. The run after it starts fresh, or entries
+    would pile up toward the recompile limit one run at a time."""
+    import dataclasses
+
+    from trainers.workloads import SyntheticBatches
+
+    args = RunArgs(steps=4, warmup=2, windows=1, device="cpu")
+    compiled = LoopConfig(compile="default")
+    full = load_workload("mlp", "tiny", seed=0)
+    batches = full.dataset
+    assert isinstance(batches, SyntheticBatches)
+    half = dataclasses.replace(
+        load_workload("mlp", "tiny", seed=0),
+        dataset=SyntheticBatches(tuple(t[:, : t.shape[1] // 2] for t in batches.tensors)),
+        samples_per_batch=full.samples_per_batch // 2,
+    )
+    with compile_cache_dir(tmp_path / "inductor"):
+        run(full, compiled, args)  # type: ignore[arg-type]
+        smaller = run(half, compiled, args)  # type: ignore[arg-type]
+        after = run(half, compiled, args)  # type: ignore[arg-type]
+    # Kept, but its guards failed: it compiled (from the cache or not) and says what was kept.
+    assert smaller.compile_kept_s > 0 and smaller.compile_s > 0
+    assert after.compile_kept_s == 0.0 and after.compile_s > 0  # a fresh Dynamo
+
+
+@pytest.mark.slow
 def test_kept_code_does_not_keep_the_earlier_model(tmp_path: Path) -> None:
     """What Dynamo keeps between two runs of one build must not hold the first model: at 1B on
     a GPU that would be its weights, gradients and optimizer state."""
