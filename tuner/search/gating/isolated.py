@@ -18,11 +18,12 @@ mode would slow what they profile.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import multiprocessing
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import trainers
@@ -198,15 +199,26 @@ def _prepare_gate(
     # Before CUDA starts here, as for every part (`_in_child`): a factory may build on the GPU.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.set_float32_matmul_precision(matmul_precision)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     started = time.perf_counter()
     try:
-        _reused_builds(workload, model_args)(preset, seed=seed)  # the copy is dropped
+        with _one_thread():
+            _reused_builds(workload, model_args)(preset, seed=seed)  # the copy is dropped
         return time.perf_counter() - started
     finally:
-        torch.set_num_threads(threads)
         _give_back_memory()  # a factory that built on the GPU: the trials need its memory
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """A build ahead of its call on one thread: a core of its own, beside the measurement."""
+    import torch  # in the child
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _give_back_memory() -> None:
@@ -241,14 +253,8 @@ def _built(
 def _prepare(workload: str, preset: str, seed: int, model_args: dict[str, str]) -> float:
     """`ProfileProcess.prepare` in the child: the workload built while the measuring process
     measures, so on one thread (a core of its own, not the measurement's)."""
-    import torch  # in the child
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with _one_thread():
         return _built(workload, preset, seed, model_args)[1]
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _profile(
@@ -306,12 +312,8 @@ class ChildProcess:
             # What was started ahead (`submit`) failed, or its child died: a new child, as
             # after any call that raised (the class doc).
             self.close()
-        if self._pool is None:
-            self._pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn")
-            )
         try:
-            return self._pool.submit(fn, *args).result()
+            return self._started().submit(fn, *args).result()
         except BaseException:
             self.close()  # its memory and state go with it (the class doc)
             raise
@@ -319,12 +321,15 @@ class ChildProcess:
     def submit(self, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
         """Start `fn` in the child without waiting for it; the next `call` waits for it, and
         starts a new child where it failed."""
+        self._ahead = self._started().submit(fn, *args)
+        return self._ahead
+
+    def _started(self) -> concurrent.futures.ProcessPoolExecutor:
         if self._pool is None:
             self._pool = concurrent.futures.ProcessPoolExecutor(
                 max_workers=1, mp_context=multiprocessing.get_context("spawn")
             )
-        self._ahead = self._pool.submit(fn, *args)
-        return self._ahead
+        return self._pool
 
     def close(self) -> None:
         self._ahead = None
