@@ -134,7 +134,7 @@ def _through_tuner_child(
 ) -> dict[str, Any]:
     """The recommended config's profile as a job takes it: in the tuner's spawned child."""
     import trainers
-    from tuner.search.gating.isolated import ProfileProcess
+    from tuner.search.deciding.profile_child import ProfileProcess
 
     child = ProfileProcess(
         workload,

@@ -4,7 +4,7 @@ Knows nothing of Optuna or HTTP; `tuner` and `api` build on it.
 """
 
 from trainers.blocks import has_blocks
-from trainers.compilation import CACHE_DIR_VARIABLE, compile_cache_dir
+from trainers.compilation import CACHE_DIR_VARIABLE, compile_cache_dir, compiles
 from trainers.config import (
     COMPILE_MODES,
     OPTIMIZERS,
@@ -123,6 +123,7 @@ __all__ = [
     "checkpoint_file",
     "compile_cache_dir",
     "compile_modes",
+    "compiles",
     "config_from_env",
     "count_recompute_flops",
     "field_names",

@@ -14,7 +14,9 @@ Chosen once, by the kind of run, so that the search never asks which:
 On a GPU the two children start, and build their workloads, ahead of their first call (the
 gate's beside the trials, the profiles' beside the final round), on a core the measurement does
 not use: a build is CPU work, and at 1B the children's starts and builds were about 40 s each
-of a job that waited for them (`docs/benchmarks/README.md`, 2026-11-29).
+of a job that waited for them (`docs/benchmarks/README.md`, 2026-11-29). The profiles' child
+also runs the config the gate checks after the trials beside that gate (`warm_profiles`), where
+the GPU's memory holds both, so that the recommended config's profile compiles nothing.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from trainers import RunArgs
+from trainers import LoopConfig, RunArgs, compiles
 from tuner.search.deciding import profiling
 from tuner.search.deciding.dpprofile import DataParallelProfiler
+from tuner.search.deciding.profile_child import ProfileProcess
 from tuner.search.gating.dpgate import DataParallelGate
 from tuner.search.gating.gate import AS_THE_GATE, CrossPrecision, Gate, InProcessGate
-from tuner.search.gating.isolated import ParityProcess, ProfileProcess
+from tuner.search.gating.isolated import ParityProcess
 from tuner.search.gating.program import ProgramGate
 from tuner.search.measuring.measure import Measurer
 from tuner.search.options import RunOptions, baselines_for
@@ -37,6 +40,29 @@ AHEAD_MIN_CORES = 8
 beside a measurement (`Children.prepare_gate`, `prepare_profiles`): the measuring process, its
 DataLoader workers and pinning thread take up to 4, and a build takes one more. A lent GPU
 machine has 16 per GPU. On fewer, each child builds when first used, as before."""
+
+WARM_RESERVE_BYTES = 4 * 2**30
+"""Free memory a warm-up beside the gate leaves over its estimate (`room_to_warm`): the CUDA
+context of a new process and what the allocator rounds up."""
+
+
+def _free_bytes(device: str) -> int:
+    """The free memory of `device`'s GPU now, all processes counted (0 off a GPU)."""
+    import torch
+
+    if not device.startswith("cuda") or not torch.cuda.is_available():
+        return 0
+    return int(torch.cuda.mem_get_info(device)[0])
+
+
+def room_to_warm(free: int, peak: int, largest: int) -> bool:
+    """Whether a profile child's warm-up of a config whose measured peak is `peak` bytes may run
+    beside the gate, `free` bytes of the GPU being free now: the gate's child runs the same
+    model (its twin, its reference eagerly) and this process may run one more trial after a
+    failed verdict, each taken as twice the `largest` peak any trial measured, plus a reserve.
+    On an H200 at `llama-1b` (peaks about 32 GB) it holds; on an 80 GB GPU it does not, and the
+    profile compiles the config itself, as before."""
+    return free >= peak + 2 * largest + WARM_RESERVE_BYTES
 
 
 def _cores() -> int:
@@ -56,6 +82,8 @@ class Children:
     _profiles: ProfileProcess | None = None
     prepared: bool = False
     """Whether the profiles' child was started and its workload built ahead (`prepare_profiles`)."""
+    warmed: str | None = None
+    """Why the profiles' child warmed up a config, or why not (`warm_profiles`; None: not asked)."""
 
     def prepare_gate(self) -> None:
         """Start the gate's child and its build now (`ParityProcess.prepare`), where the gate
@@ -69,6 +97,34 @@ class Children:
         if self._profiles is not None and _cores() >= AHEAD_MIN_CORES:
             self._profiles.prepare()
             self.prepared = True
+
+    def warm_profiles(
+        self, config: LoopConfig, precision: str | None, *, peak: int | None, largest: int
+    ) -> bool:
+        """Run `config` briefly in the profiles' child now, beside the gate
+        (`ProfileProcess.warm`), where there is one, on enough cores, and the GPU's free memory
+        holds it (`room_to_warm`, from the config's measured `peak` and the `largest` of any
+        trial). Returns whether it started; `warmed` says why or why not. Nothing may be
+        measured before `settle_profiles`."""
+        profiles = self._profiles
+        if profiles is None or _cores() < AHEAD_MIN_CORES or not compiles(config):
+            return False
+        free = _free_bytes(profiles.device)
+        if peak is None or not room_to_warm(free, peak, largest):
+            self.warmed = (
+                f"left to its profile: {free / 1e9:.1f} GB free, under twice the largest trial's "
+                f"peak ({largest / 1e9:.1f} GB), its own and {WARM_RESERVE_BYTES >> 30} GiB"
+            )
+            return False
+        profiles.warm(config, precision=precision)
+        self.prepared = True
+        self.warmed = f"run in the profiles' child beside the gate ({free / 1e9:.0f} GB free)"
+        return True
+
+    def settle_profiles(self) -> None:
+        """Wait for the profiles' child's work ahead (`warm_profiles`, `prepare_profiles`)."""
+        if self._profiles is not None:
+            self._profiles.settle()
 
     def close(self) -> None:
         self.gate.close()

@@ -84,7 +84,7 @@ from tuner.search.proposing.screen import (
 from tuner.search.spaces.named import (
     SCALE_SPACE,
 )
-from tuner.search.spaces.space import SearchSpace
+from tuner.search.spaces.space import SearchSpace, candidate_key
 from tuner.search.trials import TrialRunner, begun
 from tuner.store import keys
 from tuner.store import storage as studies
@@ -282,6 +282,7 @@ class Search(TrialRunner):
         if not self.screening:
             return 0
         cap = self.options.max_memory_bytes
+        self.parity_cache.before_check = self._warm_profiles  # the first config gated here
         while True:
             trials, found = self._leading()
             if found is None:
@@ -289,6 +290,9 @@ class Search(TrialRunner):
             config = LoopConfig.from_dict(found.user_attrs[keys.CONFIG])
             if self.parity(config, found.user_attrs.get(keys.PRECISION)).passed:
                 break
+        self.parity_cache.before_check = None
+        with self.clock.timing(PROFILE):
+            self._children.settle_profiles()  # its warm-up runs on the GPU: before any measurement
         failed = self._failed_keys()
         invalid = {
             t.number
@@ -309,6 +313,26 @@ class Search(TrialRunner):
         # Enqueued trials run oldest first: what was waiting runs too.
         self.run_trials(LocalSlots(waiting + len(again)), stops=False)
         return len(again)
+
+    def _warm_profiles(self, config: LoopConfig, precision: str | None) -> None:
+        """Before the gate checks the leader after the trials: its profile's compile, run now in
+        the profiles' child beside the gate (`Children.warm_profiles`), where it will be
+        profiled (not copied from an earlier study)."""
+        self.parity_cache.before_check = None  # once: the gate's first config is the leader
+        shared = self.shared_profiles
+        if self.profiler is None or (shared is not None and shared.get(config, precision)):
+            return
+        trials = self.study.get_trials(deepcopy=False)  # screened out too: a peak is a peak
+        peaks = {
+            t.user_attrs.get(keys.CONFIG_KEY): t.user_attrs.get(keys.PEAK_MEMORY) for t in trials
+        }
+        measured = [int(p) for p in peaks.values() if isinstance(p, int | float)]
+        peak = peaks.get(candidate_key(config, precision, self.options.precision))
+        if measured:
+            largest, peak = max(measured), int(peak) if peak else None
+            self._children.warm_profiles(config, precision, peak=peak, largest=largest)
+        if self._children.warmed:
+            self.progress.phase(f"profiles: the leader's compile {self._children.warmed}")
 
     def _profile_cut(self) -> Callable[[LoopConfig, bool], str | None] | None:
         """On the scale space with `--profile baselines`: a profile starts only where its
@@ -426,28 +450,8 @@ class Search(TrialRunner):
                 shared=self.shared_profiles,
                 cut=self._profile_cut(),
             )
-        for name, error in (recommendation.profile_errors or {}).items():
-            # Left out on purpose (the job's time, a run that failed): its own reason, one line.
-            if error.startswith("not profiled"):
-                self.progress.phase(f"profile of {name} {error}")
-        stored = profiles.study_profiles(self.study)
-        copied = [
-            name
-            for name, attrs in stored.items()
-            if attrs.get("shared_from") not in (None, self.study.study_name)
-        ]
-        for name, attrs in stored.items():
-            parts = attrs.get("phases") if name not in copied else None
-            if isinstance(parts, dict) and parts:
-                # Where a profile's seconds went: a compile again, or the trace.
-                spent = ", ".join(f"{part} {seconds:.0f} s" for part, seconds in parts.items())
-                self.progress.phase(f"profile of {name}: {attrs['seconds']:.0f} s ({spent})")
-        if copied:
-            self.progress.phase(
-                f"profiles of {', '.join(copied)}: from earlier studies of this workload, "
-                f"shape and precision on this machine and code ({MEMO_ENV}=off profiles "
-                "them again)"
-            )
+        for line in profiling.said(self.study, recommendation):
+            self.progress.phase(line)
         return recommendation
 
     def _search_record(self, attrs: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,8 @@ import pytest
 
 from trainers import Envelope, LoopConfig, RunArgs
 from tuner.evidence.trace import CPU_NOTE
-from tuner.search.gating.isolated import ChildProcess, ParityProcess, ProfileProcess
+from tuner.search.deciding.profile_child import ProfileProcess
+from tuner.search.gating.isolated import ChildProcess, ParityProcess
 
 
 @pytest.mark.slow
@@ -172,3 +173,19 @@ def test_a_child_gives_the_same_verdict_with_the_envelope_measured_apart(device:
     assert measured.envelope == alone.envelope == waited.envelope
     assert set(waited.time) == {"gate_twin", "gate_config"}
     assert waited.verdict == alone.verdict and waited.verdict.passed
+
+
+def test_a_failure_ahead_is_seen_when_a_later_submission_succeeded() -> None:
+    """Two things started ahead (a build, then a warm-up): the first failing leaves its state in
+    the child even where the second succeeded, so the next call still gets a new child."""
+    child = ChildProcess()
+    try:
+        first = child.call(_pid)
+        child.submit(_fail)
+        later = child.submit(_pid)
+        child.settle()
+        assert later.done() and later.result() == first  # it ran, in the same child
+        second = child.call(_pid)
+        assert second != first and child.call(_pid) == second
+    finally:
+        child.close()

@@ -29,10 +29,11 @@ import torch
 
 import trainers
 from trainers import LoopConfig, Workload
-from tuner.evidence.profiles import store_profile
+from tuner.evidence.profiles import store_profile, study_profiles
 from tuner.evidence.recommendation import Recommendation
 from tuner.evidence.trace import Profile, profile_config
 from tuner.evidence.verdicts import Verdict, explain, verdict
+from tuner.search.gating.memo import MEMO_ENV
 from tuner.search.gating.parity import GateClaims
 from tuner.search.options import Retry
 from tuner.search.spaces.space import candidate_key
@@ -51,7 +52,7 @@ def in_process(
     precision: trainers.Precision | None = None,
 ) -> Profiler:
     """A profiler that profiles in this process (on a CPU; on a GPU the tuner profiles in a
-    child process, `tuner.search.gating.isolated.ProfileProcess`, since CUPTI outlasts the
+    child process, `tuner.search.deciding.profile_child.ProfileProcess`, since CUPTI outlasts the
     profile)."""
     return functools.partial(
         profile_config, workload, steps=steps, warmup=warmup, device=device, precision=precision
@@ -234,3 +235,31 @@ def profile_recommendation(
         explanation=explain(recommendation.to_dict(), verdicts),
         profile_errors=errors,
     )
+
+
+def said(study: optuna.Study, recommendation: Recommendation) -> list[str]:
+    """The progress lines after the profiles: each one left out on purpose (its own reason),
+    where each measured one's seconds went (a compile again, or the trace), and which were
+    copied from an earlier study."""
+    lines = [
+        f"profile of {name} {error}"
+        for name, error in (recommendation.profile_errors or {}).items()
+        if error.startswith("not profiled")  # the job's time, a run that failed
+    ]
+    stored = study_profiles(study)
+    copied = [
+        name
+        for name, attrs in stored.items()
+        if attrs.get("shared_from") not in (None, study.study_name)
+    ]
+    for name, attrs in stored.items():
+        parts = attrs.get("phases") if name not in copied else None
+        if isinstance(parts, dict) and parts:
+            spent = ", ".join(f"{part} {seconds:.0f} s" for part, seconds in parts.items())
+            lines.append(f"profile of {name}: {attrs['seconds']:.0f} s ({spent})")
+    if copied:
+        lines.append(
+            f"profiles of {', '.join(copied)}: from earlier studies of this workload, "
+            f"shape and precision on this machine and code ({MEMO_ENV}=off profiles them again)"
+        )
+    return lines

@@ -7,7 +7,8 @@ same process (docs/benchmarks/README.md, "Parity in its own process"). So the tu
 parity check in one long-lived child process (spawned, not forked: CUDA cannot be forked), one at
 a time, while the measuring process waits: two measurements never share the GPU.
 
-Profiles run in a second child for the same reason: a `torch.profiler` pass with CUDA activity
+Profiles run in a second child (`tuner.search.deciding.profile_child`), one `ChildProcess` like
+this one's, for the same reason: a `torch.profiler` pass with CUDA activity
 leaves CUPTI attached to the process after it ends (Kineto does not tear it down by default,
 pytorch/pytorch#144455), and on an H100 the seed baseline of transformer `small` measured 14.3-15.3
 ms before a profile and 15.4-22.5 ms after it in the same process
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import dataclasses
 import multiprocessing
 import os
 import time
@@ -28,7 +28,6 @@ from typing import Any, TypeVar
 
 import trainers
 from trainers import LoopConfig
-from tuner.evidence import trace
 from tuner.search.gating.gate import (
     AS_THE_GATE,
     ConfigRun,
@@ -46,7 +45,7 @@ from tuner.search.gating.gate import (
 T = TypeVar("T")
 
 
-def _fork_dataloader_workers() -> None:
+def fork_dataloader_workers() -> None:
     """A spawned child defaults to spawning its own children too, which would make every
     DataLoader worker import torch again (about 1 s each on a CPU); the training process forks
     them, so the child does the same."""
@@ -160,17 +159,17 @@ def _envelope(
 
 def _in_child(matmul_precision: str, part: Callable[[], T]) -> T:
     """One gate part in the child: the settings every part needs first, the memory its run
-    cached given back after (`_give_back_memory`)."""
+    cached given back after (`give_back_memory`)."""
     import torch  # in the child
 
-    _fork_dataloader_workers()
+    fork_dataloader_workers()
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before CUDA starts here
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     torch.set_float32_matmul_precision(matmul_precision)
     try:
         return part()
     finally:
-        _give_back_memory()
+        give_back_memory()
 
 
 _BUILDS: dict[tuple[str, tuple[tuple[str, str], ...]], trainers.ReusedBuilds] = {}
@@ -195,21 +194,21 @@ def _prepare_gate(
     with (`_in_child`)."""
     import torch  # in the child
 
-    _fork_dataloader_workers()
+    fork_dataloader_workers()
     # Before CUDA starts here, as for every part (`_in_child`): a factory may build on the GPU.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.set_float32_matmul_precision(matmul_precision)
     started = time.perf_counter()
     try:
-        with _one_thread():
+        with one_thread():
             _reused_builds(workload, model_args)(preset, seed=seed)  # the copy is dropped
         return time.perf_counter() - started
     finally:
-        _give_back_memory()  # a factory that built on the GPU: the trials need its memory
+        give_back_memory()  # a factory that built on the GPU: the trials need its memory
 
 
 @contextlib.contextmanager
-def _one_thread() -> Iterator[None]:
+def one_thread() -> Iterator[None]:
     """A build ahead of its call on one thread: a core of its own, beside the measurement."""
     import torch  # in the child
 
@@ -221,7 +220,7 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _give_back_memory() -> None:
+def give_back_memory() -> None:
     """Return what this child's allocator cached to the GPU: the measuring process runs the next
     trial while this child waits, and on a large model needs that memory (the child keeps only
     its workload's model between calls)."""
@@ -234,67 +233,12 @@ def _give_back_memory() -> None:
         torch.cuda.empty_cache()
 
 
-_WorkloadKey = tuple[str, str, int, tuple[tuple[str, str], ...]]
-_WORKLOADS: dict[_WorkloadKey, trainers.Workload] = {}
-
-
-def _built(
-    workload: str, preset: str, seed: int, model_args: dict[str, str]
-) -> tuple[_WorkloadKey, float]:
-    """The profiles' workload in this child, built the first time: its key and the seconds the
-    build took here (0 once built)."""
-    key = (workload, preset, seed, tuple(sorted(model_args.items())))
-    started = time.perf_counter()
-    if key not in _WORKLOADS:
-        _WORKLOADS[key] = trainers.load_workload(workload, preset, seed=seed, model_args=model_args)
-    return key, time.perf_counter() - started
-
-
-def _prepare(workload: str, preset: str, seed: int, model_args: dict[str, str]) -> float:
-    """`ProfileProcess.prepare` in the child: the workload built while the measuring process
-    measures, so on one thread (a core of its own, not the measurement's)."""
-    with _one_thread():
-        return _built(workload, preset, seed, model_args)[1]
-
-
-def _profile(
-    workload: str,
-    preset: str,
-    config: dict[str, Any],
-    steps: int,
-    warmup: int,
-    seed: int,
-    device: str,
-    matmul_precision: str,
-    model_args: dict[str, str],
-    precision: trainers.Precision | None,
-) -> trace.Profile:
-    import torch  # in the child
-
-    _fork_dataloader_workers()
-    torch.set_float32_matmul_precision(matmul_precision)
-    key, built_s = _built(workload, preset, seed, model_args)
-    try:
-        profile = trace.profile_config(
-            _WORKLOADS[key],
-            LoopConfig.from_dict(config),
-            steps=steps,
-            warmup=warmup,
-            device=device,
-            precision=precision,
-        )
-        # The child's own build counts too: it is the profile's cost to the job.
-        phases = {"build": round(built_s, 3), **(profile.phases or {})}
-        return dataclasses.replace(profile, seconds=profile.seconds + built_s, phases=phases)
-    finally:
-        _give_back_memory()
-
-
 class ChildProcess:
     """One long-lived spawned child process that runs functions one at a time, started on the
     first call. The caller waits for each call: the child never runs on the GPU beside a
     measurement. Only what `submit` starts ahead runs beside one: a workload's build, on one
-    core of the CPU (`ProfileProcess.prepare`, `ParityProcess.prepare`).
+    core of the CPU (`ProfileProcess.prepare`, `ParityProcess.prepare`), and a config's warm-up
+    beside the gate, which measures no speed (`ProfileProcess.warm`).
 
     A call that raises ends its child; the next call starts a new one. What a failure leaves in
     a process outlives the call: on the 1.1B preset at 16 x 2048 tokens a gate run that ran out of
@@ -304,11 +248,10 @@ class ChildProcess:
 
     def __init__(self) -> None:
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
-        self._ahead: concurrent.futures.Future[Any] | None = None
+        self._ahead: list[concurrent.futures.Future[Any]] = []
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None and (ahead.cancelled() or ahead.exception() is not None):
+        if self._failed_ahead():
             # What was started ahead (`submit`) failed, or its child died: a new child, as
             # after any call that raised (the class doc).
             self.close()
@@ -320,9 +263,19 @@ class ChildProcess:
 
     def submit(self, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
         """Start `fn` in the child without waiting for it; the next `call` waits for it, and
-        starts a new child where it failed."""
-        self._ahead = self._started().submit(fn, *args)
-        return self._ahead
+        starts a new child where it (or anything else started ahead) failed."""
+        future = self._started().submit(fn, *args)
+        self._ahead.append(future)
+        return future
+
+    def settle(self) -> None:
+        """Wait until what was started ahead has ended (a failure is seen by the next `call`)."""
+        concurrent.futures.wait(self._ahead)
+
+    def _failed_ahead(self) -> bool:
+        """Whether anything started ahead failed (waited for here); forgotten once asked."""
+        ahead, self._ahead = self._ahead, []
+        return any(f.cancelled() or f.exception() is not None for f in ahead)
 
     def _started(self) -> concurrent.futures.ProcessPoolExecutor:
         if self._pool is None:
@@ -332,57 +285,10 @@ class ChildProcess:
         return self._pool
 
     def close(self) -> None:
-        self._ahead = None
+        self._ahead = []
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-
-
-class ProfileProcess:
-    """Runs `tuner.evidence.trace.profile_config` in a child process; `profile` returns its
-    Profile."""
-
-    def __init__(
-        self,
-        workload: str,
-        preset: str,
-        *,
-        steps: int,
-        warmup: int,
-        seed: int,
-        device: str,
-        matmul_precision: str,
-        model_args: dict[str, str] | None = None,
-        precision: trainers.Precision | None = None,
-    ) -> None:
-        self._args = (workload, preset)
-        self._rest = (
-            steps,
-            warmup,
-            seed,
-            device,
-            matmul_precision,
-            dict(model_args or {}),
-            precision,
-        )
-        self._child = ChildProcess()
-
-    def prepare(self) -> concurrent.futures.Future[float]:
-        """Start the child and build the workload in it now, while this process goes on (the
-        final round): at 1B on an H200 the child's start and build took 17 s and 24 s of each
-        job's first profile (2026-11-29). The build runs on the CPU, on one thread; the future
-        holds its seconds."""
-        workload, preset = self._args
-        seed, model_args = self._rest[2], self._rest[5]
-        return self._child.submit(_prepare, workload, preset, seed, model_args)
-
-    def profile(self, config: LoopConfig, *, precision: str | None = None) -> trace.Profile:
-        """`config`'s profile, in `precision` (None: the study's)."""
-        rest = self._rest if precision is None else (*self._rest[:-1], precision)
-        return self._child.call(_profile, *self._args, config.to_dict(), *rest)
-
-    def close(self) -> None:
-        self._child.close()
 
 
 class ParityProcess:

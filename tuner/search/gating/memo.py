@@ -62,9 +62,11 @@ _GATE_CODE = (
     "gating/parity.py",
     "gating/program.py",
     "children.py",
+    "deciding/profile_child.py",
 )
 """The gate's runners in `tuner.search` and what hands them their settings (the rest of the
-gate is in `trainers`), relative to `tuner/search`."""
+gate is in `trainers`), and the profiles' child (profiles are shared through the memo too),
+relative to `tuner/search`."""
 _ENV_PREFIXES = (
     "TORCH",
     "PYTORCH_",

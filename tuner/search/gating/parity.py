@@ -97,6 +97,10 @@ class ParityCache:
         self.gate = gate
         self.retry = retry
         self.clock = clock
+        self.before_check: Callable[[LoopConfig, str | None], object] | None = None
+        """Called with a config and its precision just before the gate checks it here (not for a
+        verdict read from the study or the memo): `Search.revive` starts the profiles' child's
+        warm-up of the leader beside its gate."""
 
     def verdict(self, config: LoopConfig, precision: str | None = None) -> GateVerdict:
         return self.check(config, precision)[0]
@@ -166,6 +170,8 @@ class ParityCache:
         ran_here: list[str] = []  # the config's own run, where this process claimed it
         try:
             extra = self._check_options(config, precision, pending, ran_here)
+            if self.before_check is not None:
+                self.before_check(config, precision)
             run = self.gate.check(config, envelope, **extra)
             assert run.verdict is not None  # a check always judges
             if envelope is None:

@@ -1,0 +1,119 @@
+"""The profiles' child runs the leader beside its gate (`Children.warm_profiles`,
+`ProfileProcess.warm`), so that the recommended config's profile compiles nothing: on the CPU here,
+where the rule on cores and memory is given its inputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+import pytest
+
+import trainers
+from trainers import LoopConfig
+from tuner.search import children
+from tuner.search.children import WARM_RESERVE_BYTES, Children, room_to_warm
+from tuner.search.deciding.profile_child import ProfileProcess
+from tuner.search.gating.gate import GateRun, InProcessGate
+from tuner.search.gating.parity import ParityCache
+from tuner.search.measuring.timing import Clock
+from tuner.search.options import NoRetry
+
+GB = 10**9
+COMPILED = LoopConfig(compile="default")
+
+
+def test_room_to_warm_counts_the_warm_up_and_twice_the_largest_trial() -> None:
+    # At llama-1b on an H200: about 32 GB peaks, 130 GB free -> room.
+    assert room_to_warm(130 * GB, 32 * GB, 33 * GB)
+    # On an 80 GB GPU with the same model: 70 GB free is not room for three such runs.
+    assert not room_to_warm(70 * GB, 32 * GB, 33 * GB)
+    edge = 10 * GB + 2 * 20 * GB + WARM_RESERVE_BYTES
+    assert room_to_warm(edge, 10 * GB, 20 * GB) and not room_to_warm(edge - 1, 10 * GB, 20 * GB)
+
+
+def _children(profiles: ProfileProcess | None) -> Children:
+    gate = InProcessGate("mlp", "tiny", trainers.RunArgs(steps=4, seed=0, device="cpu"))
+    return Children(
+        gate=gate, profiler=None if profiles is None else profiles.profile, _profiles=profiles
+    )
+
+
+def test_no_warm_up_without_a_child_cores_a_compile_or_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    profiles = ProfileProcess(
+        "mlp", "tiny", steps=2, warmup=1, seed=0, device="cpu", matmul_precision="highest"
+    )
+    found = _children(profiles)
+    try:
+        assert not _children(None).warm_profiles(COMPILED, None, peak=GB, largest=GB)
+        monkeypatch.setattr(children, "_cores", lambda: children.AHEAD_MIN_CORES - 1)
+        assert not found.warm_profiles(COMPILED, None, peak=GB, largest=GB)
+        monkeypatch.setattr(children, "_cores", lambda: children.AHEAD_MIN_CORES)
+        # An eager config has nothing to compile ahead.
+        assert not found.warm_profiles(LoopConfig(), None, peak=GB, largest=GB)
+        assert found.warmed is None
+        # A CPU has no GPU memory to share (0 bytes free): said, not started.
+        assert not found.warm_profiles(COMPILED, None, peak=GB, largest=GB)
+        assert found.warmed is not None and found.warmed.startswith("left to its profile")
+        monkeypatch.setattr(children, "_free_bytes", lambda device: 100 * GB)
+        assert not found.warm_profiles(COMPILED, None, peak=None, largest=GB)  # no peak known
+        assert found.warm_profiles(COMPILED, None, peak=GB, largest=GB)
+        assert found.prepared and "beside the gate" in (found.warmed or "")
+        found.settle_profiles()
+    finally:
+        found.close()
+
+
+@pytest.mark.parametrize(
+    "device",
+    [pytest.param("cpu", marks=pytest.mark.slow), pytest.param("cuda", marks=pytest.mark.gpu)],
+)
+def test_a_warmed_profile_child_compiles_nothing_for_the_config_it_ran(device: str) -> None:
+    """The warm-up compiles the config in the child; its profile after keeps that code (compile
+    0 s), where a child that was not warmed compiles it in its profile."""
+    kwargs = dict(steps=2, warmup=1, seed=0, device=device, matmul_precision="highest")
+    warmed = ProfileProcess("transformer", "tiny", **kwargs)  # type: ignore[arg-type]
+    cold = ProfileProcess("transformer", "tiny", **kwargs)  # type: ignore[arg-type]
+    try:
+        took = warmed.warm(COMPILED)
+        warmed.settle()
+        assert took.done() and took.result() > 0.0
+        kept = warmed.profile(COMPILED)
+        compiled = cold.profile(COMPILED)
+    finally:
+        warmed.close()
+        cold.close()
+    assert kept.phases is not None and compiled.phases is not None
+    assert kept.phases["compile"] == 0.0 < compiled.phases["compile"]
+    # The same run was profiled: the warm-up put the model's weights back.
+    assert kept.config == compiled.config and kept.steps == compiled.steps
+
+
+class _Recording:
+    """A gate that records what it was asked to check, and passes it."""
+
+    runs_apart = True
+
+    def __init__(self, real: InProcessGate, calls: list[str]) -> None:
+        self.real, self.calls = real, calls
+
+    def check(self, config: LoopConfig, envelope: Any, **extra: Any) -> GateRun:
+        self.calls.append("gate")
+        return self.real.check(config, envelope, **extra)
+
+    def close(self) -> None:
+        self.real.close()
+
+
+def test_before_check_runs_once_before_a_gate_that_runs_and_never_for_a_cached_verdict() -> None:
+    calls: list[str] = []
+    real = InProcessGate("mlp", "tiny", trainers.RunArgs(steps=4, seed=0, device="cpu"))
+    study = optuna.create_study()
+    cache = ParityCache(study, _Recording(real, calls), retry=NoRetry(), clock=Clock())  # type: ignore[arg-type]
+    cache.before_check = lambda config, precision: calls.append(f"before {config.num_streams}")
+    config = LoopConfig(num_streams=2)
+    assert cache.verdict(config).passed
+    assert cache.verdict(config).passed  # cached on the study: no gate, so nothing before it
+    assert calls == ["before 2", "gate"]
