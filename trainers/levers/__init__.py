@@ -126,5 +126,6 @@ __all__ = [
 # "How to add a lever").
 from trainers.levers import (
     attention,  # noqa: F401  (registers `attention`)
+    float8_head,  # noqa: F401  (registers `float8_head`)
     loss,  # noqa: F401  (registers `loss`)
 )

@@ -1,0 +1,123 @@
+"""The `float8_head` lever (`trainers/levers/float8_head.py`), declared in its module alone:
+LoopConfig, the API and `--fix` take it, a CPU refuses it in one line before anything runs, a
+model with nothing converted to float8 refuses its effect in one line and is left as it was; on a
+float8-capable GPU a run converts the head too and gives the model back, and a head whose
+features float8 cannot take is refused."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from tests.lever_entry import accepted
+from trainers import (
+    LEVERS,
+    ConfigError,
+    LoopConfig,
+    RunArgs,
+    UnsupportedOnDevice,
+    load_workload,
+    run,
+)
+from trainers.float8 import MIN_CAPABILITY, is_float8
+from trainers.gate import required_test
+from trainers.levers.float8_head import FLOAT8_HEAD
+from tuner.search.spaces.named import load_space
+from tuner.search.spaces.space import config_key
+
+HEAD = {"float8_head": "float8"}
+
+
+def test_it_is_declared_once_and_validated_by_loop_config() -> None:
+    lever = LEVERS["float8_head"]
+    assert lever is FLOAT8_HEAD
+    assert lever.values() == ("bf16", "float8") and lever.default == "bf16"
+    assert LoopConfig().get("float8_head") == "bf16"
+    assert LoopConfig.from_dict(HEAD).get("float8_head") == "float8"
+    with pytest.raises(ConfigError, match="float8_head='fp8' is invalid: allowed one of bf16"):
+        LoopConfig.from_dict({"float8_head": "fp8"})
+    # A stored config keeps its key: the lever at its default is left out of it.
+    assert config_key(LoopConfig()) == "53b15d1b156a"
+    assert config_key(LoopConfig.from_dict(HEAD)) != "53b15d1b156a"
+    # It changes the arithmetic: the gate owes it equivalence, never bits.
+    assert required_test(LoopConfig.from_dict(HEAD)) == "equivalence"
+
+
+def test_the_api_and_the_cli_take_the_same_values() -> None:
+    for value, allowed in (("float8", True), ("bf16", True), ("fp8", False)):
+        api, cli = accepted("float8_head", value)
+        assert api is cli is allowed, value
+    for name in ("full", "scale"):
+        assert "float8_head" not in load_space(name).params, name  # not searched yet
+
+
+def test_a_cpu_refuses_it_in_one_line_before_anything_runs() -> None:
+    workload = load_workload("mlp", "tiny", seed=0)
+    before = {k: v.clone() for k, v in workload.model.state_dict().items()}
+    with pytest.raises(UnsupportedOnDevice) as caught:
+        run(workload, LoopConfig.from_dict(HEAD), RunArgs(steps=2, windows=1, device="cpu"))
+    message = str(caught.value)
+    assert "float8_head='float8'" in message and "cpu" in message and "\n" not in message
+    after = workload.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # nothing trained
+
+
+def test_a_model_with_nothing_in_float8_refuses_its_effect_and_is_left_as_it_was() -> None:
+    """The effect alone, as `trainers.core.Engine` applies it after the precision's conversion:
+    a bf16 run converted nothing, so the head would be the only float8 layer."""
+    model = load_workload("mlp", "tiny", seed=0).model
+    kinds = [type(m) for m in model.modules()]
+    assert FLOAT8_HEAD.transform is not None
+    with pytest.raises(ConfigError) as caught:
+        FLOAT8_HEAD.transform("float8", model)
+    assert "unless the run's precision is float8" in str(caught.value)
+    assert [type(m) for m in model.modules()] == kinds
+    FLOAT8_HEAD.transform("bf16", model)()  # the default changes nothing, and undoes nothing
+
+
+def _capable() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= MIN_CAPABILITY
+
+
+@pytest.mark.gpu
+@pytest.mark.models
+@pytest.mark.skipif(not _capable(), reason="needs a CUDA GPU of compute capability >= 8.9")
+@pytest.mark.parametrize("compile_scope", ["model", "blocks"])
+def test_on_a_float8_gpu_the_head_runs_in_float8_and_comes_back(compile_scope: str) -> None:
+    pytest.importorskip("torchao.float8")
+    pytest.importorskip("transformers")
+    args = {"arch": "llama", "hidden": "512", "layers": "2", "heads": "8", "kv_heads": "2"}
+    args |= {"vocab": "8192", "seq": "256", "batch": "8", "batches": "4"}
+    workload = load_workload("hf:causal-lm", "small", seed=0, model_args=args)
+    kinds: list[str] = []
+    loss_fn = workload.loss_fn
+
+    def observed(model: Any, batch: Any) -> Any:
+        kinds.append(type(workload.model.lm_head).__name__)
+        return loss_fn(model, batch)
+
+    workload.loss_fn = observed
+    config = LoopConfig.from_dict({"compile": "default", "compile_scope": compile_scope, **HEAD})
+    steps = RunArgs(steps=6, warmup=2, windows=1, device="cuda", precision="float8")
+    result = run(workload, config, steps)
+    # The run's steps (the last calls; the FLOP count's forward comes before the conversion).
+    assert kinds[-6:] == ["Float8Linear"] * 6
+    assert all(math.isfinite(x) for x in result.losses) and result.losses[-1] < result.losses[0]
+    assert type(workload.model.lm_head) is nn.Linear  # given back
+    assert not any(is_float8(m) for m in workload.model.modules())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _capable(), reason="needs a CUDA GPU of compute capability >= 8.9")
+def test_on_a_float8_gpu_a_head_float8_cannot_take_is_refused_in_one_line() -> None:
+    pytest.importorskip("torchao.float8")
+    workload = load_workload("transformer", "small", seed=0)  # head 256 -> 1000: not 16s
+    steps = RunArgs(steps=2, warmup=1, windows=1, device="cuda", precision="float8")
+    with pytest.raises(ConfigError) as caught:
+        run(workload, LoopConfig.from_dict(HEAD), steps)
+    assert "256 x 1000" in str(caught.value) and "\n" not in str(caught.value)
+    assert not any(is_float8(m) for m in workload.model.modules())  # the conversion undone
