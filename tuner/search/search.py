@@ -347,6 +347,7 @@ class Search(TrialRunner):
             child_s=0.0 if self._children.prepared else PROFILE_CHILD_S,
             eager_s=PROFILE_EAGER_S,
             compiled_s=PROFILE_COMPILED_S,
+            warmed=self._children.warm_config,
         )
 
     def decide(self) -> Recommendation:

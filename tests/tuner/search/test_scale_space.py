@@ -157,3 +157,9 @@ def test_a_profile_starts_only_where_its_expected_cost_ends_the_job_inside_the_a
     assert cut(compiled, True) is None
     now[0] = 750.5
     assert cut(compiled, True) is not None and cut(eager, True) is None
+    # The config the profiles' child already ran beside the gate compiles nothing more there.
+    warm = profiling.time_cut(
+        lambda: now[0], 900.0, child_s=40.0, eager_s=20.0, compiled_s=150.0, warmed=compiled
+    )
+    assert warm(compiled, True) is None
+    assert warm(LoopConfig(compile="default", optimizer="fused"), True) is not None

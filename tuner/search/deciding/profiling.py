@@ -158,13 +158,16 @@ def time_cut(
     child_s: float,
     eager_s: float,
     compiled_s: float,
+    warmed: LoopConfig | None = None,
 ) -> Callable[[LoopConfig, bool], str | None]:
     """A `cut` for `profile_recommendation`: a profile starts only where the job's time so far
     (`wall()`) and its expected cost (`eager_s` or `compiled_s`, by the config's compile, and
-    `child_s` for the child process when no profile ran before it) end inside `aim_s`."""
+    `child_s` for the child process when no profile ran before it) end inside `aim_s`. The
+    config the profiles' child already ran and compiled (`warmed`) costs what an eager one does."""
 
     def cut(config: LoopConfig, child_started: bool) -> str | None:
-        expected = eager_s if config.compile == "none" else compiled_s
+        kept = config.compile == "none" or (warmed is not None and config == warmed)
+        expected = eager_s if kept else compiled_s
         expected += 0.0 if child_started else child_s
         so_far = wall()
         if so_far + expected <= aim_s:
