@@ -48,7 +48,7 @@ from tuner.search import helping
 from tuner.search.children import open_children
 from tuner.search.deciding import decide, profiling
 from tuner.search.gating.memo import MEMO_ENV
-from tuner.search.gating.parity import GateClaims, ParityCache
+from tuner.search.gating.parity import Beside, GateClaims, ParityCache
 from tuner.search.gating.verdict import GateVerdict
 from tuner.search.measuring import artifacts
 from tuner.search.measuring.baselines import Baselines
@@ -314,25 +314,28 @@ class Search(TrialRunner):
         self.run_trials(LocalSlots(waiting + len(again)), stops=False)
         return len(again)
 
-    def _warm_profiles(self, config: LoopConfig, precision: str | None) -> None:
+    def _warm_profiles(self, config: LoopConfig, precision: str | None) -> Beside:
         """Before the gate checks the leader after the trials: its profile's compile, run now in
         the profiles' child beside the gate (`Children.warm_profiles`), where it will be
-        profiled (not copied from an earlier study)."""
+        profiled (not copied from an earlier study). Returns how to wait for it (None: not
+        started)."""
         self.parity_cache.before_check = None  # once: the gate's first config is the leader
         shared = self.shared_profiles
         if self.profiler is None or (shared is not None and shared.get(config, precision)):
-            return
+            return None
         trials = self.study.get_trials(deepcopy=False)  # screened out too: a peak is a peak
         peaks = {
             t.user_attrs.get(keys.CONFIG_KEY): t.user_attrs.get(keys.PEAK_MEMORY) for t in trials
         }
         measured = [int(p) for p in peaks.values() if isinstance(p, int | float)]
         peak = peaks.get(candidate_key(config, precision, self.options.precision))
+        started = False
         if measured:
             largest, peak = max(measured), int(peak) if peak else None
-            self._children.warm_profiles(config, precision, peak=peak, largest=largest)
+            started = self._children.warm_profiles(config, precision, peak=peak, largest=largest)
         if self._children.warmed:
             self.progress.phase(f"profiles: the leader's compile {self._children.warmed}")
+        return self._children.settle_profiles if started else None
 
     def _profile_cut(self) -> Callable[[LoopConfig, bool], str | None] | None:
         """On the scale space with `--profile baselines`: a profile starts only where its

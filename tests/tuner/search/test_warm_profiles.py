@@ -8,6 +8,7 @@ from typing import Any
 
 import optuna
 import pytest
+import torch
 
 import trainers
 from trainers import LoopConfig
@@ -112,8 +113,49 @@ def test_before_check_runs_once_before_a_gate_that_runs_and_never_for_a_cached_v
     real = InProcessGate("mlp", "tiny", trainers.RunArgs(steps=4, seed=0, device="cpu"))
     study = optuna.create_study()
     cache = ParityCache(study, _Recording(real, calls), retry=NoRetry(), clock=Clock())  # type: ignore[arg-type]
-    cache.before_check = lambda config, precision: calls.append(f"before {config.num_streams}")
+
+    def before(config: LoopConfig, precision: str | None) -> None:
+        calls.append(f"before {config.num_streams}")
+
+    cache.before_check = before
     config = LoopConfig(num_streams=2)
     assert cache.verdict(config).passed
     assert cache.verdict(config).passed  # cached on the study: no gate, so nothing before it
     assert calls == ["before 2", "gate"]
+
+
+class _OutOfMemoryOnce(_Recording):
+    """A gate whose first check runs out of GPU memory, as one beside a warm-up might."""
+
+    def check(self, config: LoopConfig, envelope: Any, **extra: Any) -> GateRun:
+        self.calls.append("gate")
+        if self.calls.count("gate") == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return self.real.check(config, envelope, **extra)
+
+
+@pytest.mark.parametrize("warmed", [True, False])
+def test_a_check_out_of_memory_beside_the_warm_up_waits_for_it_and_runs_again(
+    warmed: bool,
+) -> None:
+    calls: list[str] = []
+    told: list[str] = []
+    real = InProcessGate("mlp", "tiny", trainers.RunArgs(steps=4, seed=0, device="cpu"))
+    gate = _OutOfMemoryOnce(real, calls)
+    cache = ParityCache(
+        optuna.create_study(),
+        gate,  # type: ignore[arg-type]  # a gate that checks only
+        retry=NoRetry(),
+        clock=Clock(),
+        say=told.append,
+    )
+    settle = (lambda: calls.append("settled")) if warmed else None
+    cache.before_check = lambda config, precision: settle
+    verdict = cache.verdict(LoopConfig(num_streams=2))
+    if warmed:
+        # The warm-up's memory failed it: waited for, then checked again alone, and passed.
+        assert calls == ["gate", "settled", "gate"] and verdict.passed
+        assert any("ran out of memory beside the profiles' warm-up" in line for line in told)
+    else:
+        # Nothing ran beside it: the config's own run ran out of memory, and that is its verdict.
+        assert calls == ["gate"] and not verdict.passed and "out of memory" in verdict.reason

@@ -27,11 +27,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import optuna
+import torch
 
 from trainers import LoopConfig
 from trainers.gate import required_test
 from tuner.evidence.progress import short_config
-from tuner.search.gating.gate import Gate, Pending, RunPending
+from tuner.search.gating.gate import Gate, GateRun, Pending, RunPending
 from tuner.search.gating.verdict import GateVerdict
 from tuner.search.measuring.timing import Clock
 from tuner.search.options import Retry
@@ -61,6 +62,15 @@ class GateClaims(Protocol):
     def release(self, key: str) -> None:
         """This process's part of `key` is over (stored, or it failed)."""
         ...
+
+
+Beside = Callable[[], None] | None
+"""How to wait for work started beside a check (`ParityCache.before_check`); None: none."""
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` (raised here or in a child process) says the GPU ran out of memory."""
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
 class ParityCache:
@@ -97,10 +107,11 @@ class ParityCache:
         self.gate = gate
         self.retry = retry
         self.clock = clock
-        self.before_check: Callable[[LoopConfig, str | None], object] | None = None
+        self.before_check: Callable[[LoopConfig, str | None], Beside] | None = None
         """Called with a config and its precision just before the gate checks it here (not for a
         verdict read from the study or the memo): `Search.revive` starts the profiles' child's
-        warm-up of the leader beside its gate."""
+        warm-up of the leader beside its gate. It returns how to wait for what it started (None:
+        nothing started): a check that runs out of memory beside it waits, then runs again."""
 
     def verdict(self, config: LoopConfig, precision: str | None = None) -> GateVerdict:
         return self.check(config, precision)[0]
@@ -170,9 +181,8 @@ class ParityCache:
         ran_here: list[str] = []  # the config's own run, where this process claimed it
         try:
             extra = self._check_options(config, precision, pending, ran_here)
-            if self.before_check is not None:
-                self.before_check(config, precision)
-            run = self.gate.check(config, envelope, **extra)
+            beside = None if self.before_check is None else self.before_check(config, precision)
+            run = self._gate_check(config, envelope, extra, beside)
             assert run.verdict is not None  # a check always judges
             if envelope is None:
                 envelope = json_safe(run.envelope)
@@ -205,6 +215,27 @@ class ParityCache:
         if reached and shared.get(env_key) == envelope:
             self._share(attr, verdict.to_dict())
         return verdict, spent
+
+    def _gate_check(
+        self,
+        config: LoopConfig,
+        envelope: dict[str, Any] | None,
+        extra: dict[str, Any],
+        beside: Beside,
+    ) -> GateRun:
+        """`gate.check`, and once more alone where it ran out of GPU memory beside the work
+        `before_check` started: that work's memory, not the config's, failed it."""
+        try:
+            return self.gate.check(config, envelope, **extra)
+        except Exception as exc:
+            if beside is None or not out_of_memory(exc):
+                raise
+            beside()
+            self._tell(
+                f"gate: [{_label(config, extra.get('precision'))}] ran out of memory beside the "
+                "profiles' warm-up: checked again alone"
+            )
+            return self.gate.check(config, envelope, **extra)
 
     def _check_options(
         self,
