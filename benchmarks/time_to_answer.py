@@ -80,14 +80,24 @@ def job(
     # The study's own cache, nothing the machine had: Inductor's and Triton's (Triton's kernels
     # then go inside Inductor's folder).
     env = {k: v for k, v in os.environ.items() if k not in _CACHE_VARIABLES}
+    log = args.out / f"time-to-answer-{preset}-{name}.log"
     started = time.perf_counter()
-    done = subprocess.run(
-        command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=args.timeout
-    )
+    # The progress lines go to the log as they come: a job cut off (a lent machine taken back
+    # mid-job, 2026-11-29) leaves what it had done.
+    with log.open("w") as stderr:
+        done = subprocess.run(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=args.timeout,
+        )
     wall = time.perf_counter() - started
-    (args.out / f"time-to-answer-{preset}-{name}.log").write_text(done.stderr)
     if done.returncode != 0:
-        raise RuntimeError(f"{spec} ({name}) failed ({done.returncode}): {done.stderr[-2000:]}")
+        tail = log.read_text()[-2000:]
+        raise RuntimeError(f"{spec} ({name}) failed ({done.returncode}): {tail}")
     (args.out / f"time-to-answer-{preset}-{name}-recommendation.json").write_text(done.stdout)
     return {"wall_s": wall, "recommendation": json.loads(done.stdout)}
 

@@ -64,6 +64,7 @@ TRAINERS = {
     "check_setting",
     "checkpoint_file",  # where fit writes the checkpoint of a step (`{step}` in the path)
     "compile_cache_dir",
+    "compiles",
     "config_from_env",
     "count_recompute_flops",
     "field_names",
@@ -76,6 +77,7 @@ TRAINERS = {
     "load_precision",
     "workload_from_parts",
     "invalid_reason",
+    "keeps_code",
     "load_workload",
     "matmul_precision_for",
     "min_warmup",

@@ -4,7 +4,7 @@ Knows nothing of Optuna or HTTP; `tuner` and `api` build on it.
 """
 
 from trainers.blocks import has_blocks
-from trainers.compilation import CACHE_DIR_VARIABLE, compile_cache_dir, compiles
+from trainers.compilation import CACHE_DIR_VARIABLE, compile_cache_dir, compiles, keeps_code
 from trainers.config import (
     COMPILE_MODES,
     OPTIMIZERS,
@@ -133,6 +133,7 @@ __all__ = [
     "graph_floor",
     "has_blocks",
     "invalid_reason",
+    "keeps_code",
     "load_config",
     "load_precision",
     "load_workload",

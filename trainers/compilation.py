@@ -152,6 +152,17 @@ def _graph_breaks() -> int:
     return sum(_counters()["graph_break"].values())
 
 
+def keeps_code(config: LoopConfig) -> bool:
+    """Whether a later run may keep what a run of `config` compiled (`reuse_key` says why not
+    for the others)."""
+    return not (
+        config.compile == "reduce-overhead"
+        or config.cuda_graph
+        or config.parallel != "none"
+        or config.optimizer == "compiled"
+    )
+
+
 def reuse_key(
     model: nn.Module,
     config: LoopConfig,
@@ -171,12 +182,7 @@ def reuse_key(
     it is reset, and guards on them, so each run's new optimizer would compile again and keep
     the last one's state). Dynamo's guards still decide whether the code applies: the key only
     decides whether the earlier entries are dropped first."""
-    if (
-        config.compile == "reduce-overhead"
-        or config.cuda_graph
-        or config.parallel != "none"
-        or config.optimizer == "compiled"
-    ):
+    if not keeps_code(config):
         return None
     numerics = {name: config.get(name) for name in defaults_where("equivalence")}
     return (

@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable, Sequence
 
-from trainers import LoopConfig, RunArgs, compiles
+from optuna.trial import FrozenTrial
+
+from trainers import LoopConfig, RunArgs, compiles, keeps_code
 from tuner.search.deciding import profiling
 from tuner.search.deciding.dpprofile import DataParallelProfiler
 from tuner.search.deciding.profile_child import ProfileProcess
@@ -34,6 +37,8 @@ from tuner.search.gating.isolated import ParityProcess
 from tuner.search.gating.program import ProgramGate
 from tuner.search.measuring.measure import Measurer
 from tuner.search.options import RunOptions, baselines_for
+from tuner.search.spaces.space import candidate_key
+from tuner.store import keys
 
 AHEAD_MIN_CORES = 8
 """The fewest cores this process may run on for the children to build their workloads ahead,
@@ -109,7 +114,10 @@ class Children:
         trial). Returns whether it started; `warmed` says why or why not. Nothing may be
         measured before `settle_profiles`."""
         profiles = self._profiles
+        # Only a compile the profile can keep (`trainers.keeps_code`) is worth running ahead.
         if profiles is None or _cores() < AHEAD_MIN_CORES or not compiles(config):
+            return False
+        if not keeps_code(config):
             return False
         free = _free_bytes(profiles.device)
         if peak is None or not room_to_warm(free, peak, largest):
@@ -125,9 +133,32 @@ class Children:
         return True
 
     def settle_profiles(self) -> None:
-        """Wait for the profiles' child's work ahead (`warm_profiles`, `prepare_profiles`)."""
-        if self._profiles is not None:
-            self._profiles.settle()
+        """Wait for the profiles' child's work ahead (`warm_profiles`, `prepare_profiles`); a
+        failed one ends the child, so its profiles will compile and build again."""
+        if self._profiles is not None and not self._profiles.settle():
+            self.warm_config = None
+            self.prepared = False
+
+    def warm_leader(
+        self,
+        config: LoopConfig,
+        precision: str | None,
+        trials: Sequence[FrozenTrial],
+        reference: str | None,
+    ) -> Callable[[], None] | None:
+        """`warm_profiles` for the study's leader, its peak and the largest read from the
+        trials (screened-out ones too: a peak is a peak); how to wait for it (None: not
+        started)."""
+        peaks = {
+            t.user_attrs.get(keys.CONFIG_KEY): t.user_attrs.get(keys.PEAK_MEMORY) for t in trials
+        }
+        measured = [int(p) for p in peaks.values() if isinstance(p, int | float)]
+        if not measured:
+            return None
+        peak = peaks.get(candidate_key(config, precision, reference))
+        own = int(peak) if isinstance(peak, int | float) else None
+        started = self.warm_profiles(config, precision, peak=own, largest=max(measured))
+        return self.settle_profiles if started else None
 
     def close(self) -> None:
         self.gate.close()

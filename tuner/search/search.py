@@ -84,7 +84,7 @@ from tuner.search.proposing.screen import (
 from tuner.search.spaces.named import (
     SCALE_SPACE,
 )
-from tuner.search.spaces.space import SearchSpace, candidate_key
+from tuner.search.spaces.space import SearchSpace
 from tuner.search.trials import TrialRunner, begun
 from tuner.store import keys
 from tuner.store import storage as studies
@@ -283,16 +283,18 @@ class Search(TrialRunner):
             return 0
         cap = self.options.max_memory_bytes
         self.parity_cache.before_check = self._warm_profiles  # the first config gated here
-        while True:
-            trials, found = self._leading()
-            if found is None:
-                break
-            config = LoopConfig.from_dict(found.user_attrs[keys.CONFIG])
-            if self.parity(config, found.user_attrs.get(keys.PRECISION)).passed:
-                break
-        self.parity_cache.before_check = None
-        with self.clock.timing(PROFILE):
-            self._children.settle_profiles()  # its warm-up runs on the GPU: before any measurement
+        try:
+            while True:
+                trials, found = self._leading()
+                if found is None:
+                    break
+                config = LoopConfig.from_dict(found.user_attrs[keys.CONFIG])
+                if self.parity(config, found.user_attrs.get(keys.PRECISION)).passed:
+                    break
+        finally:
+            self.parity_cache.before_check = None
+            with self.clock.timing(PROFILE):
+                self._children.settle_profiles()  # the warm-up uses the GPU: before any timing
         failed = self._failed_keys()
         invalid = {
             t.number
@@ -316,26 +318,20 @@ class Search(TrialRunner):
 
     def _warm_profiles(self, config: LoopConfig, precision: str | None) -> Beside:
         """Before the gate checks the leader after the trials: its profile's compile, run now in
-        the profiles' child beside the gate (`Children.warm_profiles`), where it will be
+        the profiles' child beside the gate (`Children.warm_leader`), where it will be
         profiled (not copied from an earlier study). Returns how to wait for it (None: not
         started)."""
         self.parity_cache.before_check = None  # once: the gate's first config is the leader
         shared = self.shared_profiles
         if self.profiler is None or (shared is not None and shared.get(config, precision)):
             return None
-        trials = self.study.get_trials(deepcopy=False)  # screened out too: a peak is a peak
-        peaks = {
-            t.user_attrs.get(keys.CONFIG_KEY): t.user_attrs.get(keys.PEAK_MEMORY) for t in trials
-        }
-        measured = [int(p) for p in peaks.values() if isinstance(p, int | float)]
-        peak = peaks.get(candidate_key(config, precision, self.options.precision))
-        started = False
-        if measured:
-            largest, peak = max(measured), int(peak) if peak else None
-            started = self._children.warm_profiles(config, precision, peak=peak, largest=largest)
+        trials = self.retry.call(lambda: self.study.get_trials(deepcopy=False), what="trials")
+        beside: Beside = self._children.warm_leader(
+            config, precision, trials, self.options.precision
+        )
         if self._children.warmed:
             self.progress.phase(f"profiles: the leader's compile {self._children.warmed}")
-        return self._children.settle_profiles if started else None
+        return beside
 
     def _profile_cut(self) -> Callable[[LoopConfig, bool], str | None] | None:
         """On the scale space with `--profile baselines`: a profile starts only where its

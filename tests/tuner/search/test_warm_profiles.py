@@ -19,6 +19,7 @@ from tuner.search.gating.gate import GateRun, InProcessGate
 from tuner.search.gating.parity import ParityCache
 from tuner.search.measuring.timing import Clock
 from tuner.search.options import NoRetry
+from tuner.store import keys
 
 GB = 10**9
 COMPILED = LoopConfig(compile="default")
@@ -40,6 +41,7 @@ def _children(profiles: ProfileProcess | None) -> Children:
     )
 
 
+@pytest.mark.slow
 def test_no_warm_up_without_a_child_cores_a_compile_or_memory(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -60,6 +62,9 @@ def test_no_warm_up_without_a_child_cores_a_compile_or_memory(
         assert found.warmed is not None and found.warmed.startswith("left to its profile")
         monkeypatch.setattr(children, "_free_bytes", lambda device: 100 * GB)
         assert not found.warm_profiles(COMPILED, None, peak=None, largest=GB)  # no peak known
+        # Code the profile could not keep (a compiled optimizer step) is not compiled ahead.
+        kept_not = LoopConfig(compile="default", optimizer="compiled")
+        assert not found.warm_profiles(kept_not, None, peak=GB, largest=GB)
         assert found.warm_profiles(COMPILED, None, peak=GB, largest=GB)
         assert found.prepared and "beside the gate" in (found.warmed or "")
         found.settle_profiles()
@@ -104,6 +109,10 @@ class _Recording:
         self.calls.append("gate")
         return self.real.check(config, envelope, **extra)
 
+    def envelope(self, *, precision: str | None = None) -> GateRun:
+        self.calls.append("envelope")
+        return self.real.envelope(precision=precision)
+
     def close(self) -> None:
         self.real.close()
 
@@ -119,9 +128,31 @@ def test_before_check_runs_once_before_a_gate_that_runs_and_never_for_a_cached_v
 
     cache.before_check = before
     config = LoopConfig(num_streams=2)
-    assert cache.verdict(config).passed
+    first = cache.verdict(config)
+    assert first.passed and {"gate_reference", "gate_envelope", "gate_config"} <= set(first.time)
     assert cache.verdict(config).passed  # cached on the study: no gate, so nothing before it
-    assert calls == ["before 2", "gate"]
+    # The envelope first and alone (its eager runs would shrink beside other work), then the
+    # work beside the rest of the check.
+    assert calls == ["envelope", "before 2", "gate"]
+    # The same envelope and verdict as a check that measured everything itself.
+    plain = ParityCache(optuna.create_study(), real, retry=NoRetry(), clock=Clock())
+    assert plain.verdict(config).passed
+    assert plain._attrs()[keys.ENVELOPE] == cache._attrs()[keys.ENVELOPE]
+
+
+def test_a_hook_that_fails_leaves_the_gate_to_run_alone() -> None:
+    told: list[str] = []
+    real = InProcessGate("mlp", "tiny", trainers.RunArgs(steps=4, seed=0, device="cpu"))
+    cache = ParityCache(
+        optuna.create_study(), real, retry=NoRetry(), clock=Clock(), say=told.append
+    )
+
+    def broken(config: LoopConfig, precision: str | None) -> None:
+        raise RuntimeError("no GPU to ask")
+
+    cache.before_check = broken
+    assert cache.verdict(LoopConfig(num_streams=2)).passed
+    assert any("nothing runs beside it (RuntimeError: no GPU to ask)" in line for line in told)
 
 
 class _OutOfMemoryOnce(_Recording):
@@ -154,8 +185,9 @@ def test_a_check_out_of_memory_beside_the_warm_up_waits_for_it_and_runs_again(
     verdict = cache.verdict(LoopConfig(num_streams=2))
     if warmed:
         # The warm-up's memory failed it: waited for, then checked again alone, and passed.
-        assert calls == ["gate", "settled", "gate"] and verdict.passed
+        assert calls == ["envelope", "gate", "settled", "gate"] and verdict.passed
         assert any("ran out of memory beside the profiles' warm-up" in line for line in told)
     else:
         # Nothing ran beside it: the config's own run ran out of memory, and that is its verdict.
-        assert calls == ["gate"] and not verdict.passed and "out of memory" in verdict.reason
+        assert calls == ["envelope", "gate"] and not verdict.passed
+        assert "out of memory" in verdict.reason

@@ -190,10 +190,10 @@ class ProfileProcess:
             chosen,
         )
 
-    def settle(self) -> None:
-        """Wait for what was started ahead (`prepare`, `warm`): a failure there is not raised
-        (the next profile starts a new child, `ChildProcess.call`)."""
-        self._child.settle()
+    def settle(self) -> bool:
+        """Wait for what was started ahead (`prepare`, `warm`). A failure is not raised: its
+        child is ended (False), and the next profile starts a new one."""
+        return self._child.settle()
 
     def profile(self, config: LoopConfig, *, precision: str | None = None) -> trace.Profile:
         """`config`'s profile, in `precision` (None: the study's)."""

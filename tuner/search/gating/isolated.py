@@ -268,9 +268,14 @@ class ChildProcess:
         self._ahead.append(future)
         return future
 
-    def settle(self) -> None:
-        """Wait until what was started ahead has ended (a failure is seen by the next `call`)."""
+    def settle(self) -> bool:
+        """Wait until what was started ahead has ended. Where any of it failed, its child goes
+        at once, and what it holds on the GPU with it (the class doc): False."""
         concurrent.futures.wait(self._ahead)
+        if self._failed_ahead():
+            self.close()
+            return False
+        return True
 
     def _failed_ahead(self) -> bool:
         """Whether anything started ahead failed (waited for here); forgotten once asked."""

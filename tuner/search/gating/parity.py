@@ -181,8 +181,7 @@ class ParityCache:
         ran_here: list[str] = []  # the config's own run, where this process claimed it
         try:
             extra = self._check_options(config, precision, pending, ran_here)
-            beside = None if self.before_check is None else self.before_check(config, precision)
-            run = self._gate_check(config, envelope, extra, beside)
+            run = self._gate_check(config, envelope, extra)
             assert run.verdict is not None  # a check always judges
             if envelope is None:
                 envelope = json_safe(run.envelope)
@@ -217,16 +216,20 @@ class ParityCache:
         return verdict, spent
 
     def _gate_check(
-        self,
-        config: LoopConfig,
-        envelope: dict[str, Any] | None,
-        extra: dict[str, Any],
-        beside: Beside,
+        self, config: LoopConfig, envelope: dict[str, Any] | None, extra: dict[str, Any]
     ) -> GateRun:
-        """`gate.check`, and once more alone where it ran out of GPU memory beside the work
-        `before_check` started: that work's memory, not the config's, failed it."""
+        """`gate.check`, with the work `before_check` starts beside it. Where this check would
+        measure the envelope, it is measured first and alone: the reference's eager runs fall
+        back to smaller stand-ins when they run out of memory (`trainers.gate.trajectories`), so
+        memory taken beside them would change the envelope without a word. A check that runs
+        out of GPU memory beside that work waits for it, then runs again alone."""
+        first: dict[str, float] = {}
+        if self.before_check is not None and envelope is None and "pending" not in extra:
+            measured = self.gate.envelope(precision=extra.get("precision"))
+            envelope, first = measured.envelope, dict(measured.time)
+        beside = self._beside(config, extra.get("precision"))
         try:
-            return self.gate.check(config, envelope, **extra)
+            run = self.gate.check(config, envelope, **extra)
         except Exception as exc:
             if beside is None or not out_of_memory(exc):
                 raise
@@ -235,7 +238,19 @@ class ParityCache:
                 f"gate: [{_label(config, extra.get('precision'))}] ran out of memory beside the "
                 "profiles' warm-up: checked again alone"
             )
-            return self.gate.check(config, envelope, **extra)
+            run = self.gate.check(config, envelope, **extra)
+        return dataclasses.replace(run, time=first | dict(run.time)) if first else run
+
+    def _beside(self, config: LoopConfig, precision: str | None) -> Beside:
+        """Start `before_check`'s work; how to wait for it (None: none, or it failed, which is
+        said and is never the config's verdict)."""
+        if self.before_check is None:
+            return None
+        try:
+            return self.before_check(config, precision)
+        except Exception as exc:  # noqa: BLE001 - the gate goes on without it
+            self._tell(f"gate: nothing runs beside it ({type(exc).__name__}: {exc})"[:300])
+            return None
 
     def _check_options(
         self,
