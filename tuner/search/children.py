@@ -115,9 +115,9 @@ class Children:
         measured before `settle_profiles`."""
         profiles = self._profiles
         # Only a compile the profile can keep (`trainers.keeps_code`) is worth running ahead.
-        if profiles is None or _cores() < AHEAD_MIN_CORES or not compiles(config):
+        if profiles is None or _cores() < AHEAD_MIN_CORES:
             return False
-        if not keeps_code(config):
+        if not (compiles(config) and keeps_code(config)):
             return False
         free = _free_bytes(profiles.device)
         if peak is None or not room_to_warm(free, peak, largest):

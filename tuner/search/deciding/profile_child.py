@@ -56,6 +56,17 @@ def _prepare(workload: str, preset: str, seed: int, model_args: dict[str, str]) 
         return _built(workload, preset, seed, model_args)[1]
 
 
+def _workload_here(
+    workload: str, preset: str, seed: int, model_args: dict[str, str], matmul_precision: str
+) -> tuple[trainers.Workload, float]:
+    """What a profile or a warm-up runs in this child: its settings applied, then the profiles'
+    workload (`_built`) and the seconds its build took here (0 once built)."""
+    fork_dataloader_workers()
+    trainers.set_matmul_precision(matmul_precision)
+    key, built_s = _built(workload, preset, seed, model_args)
+    return _WORKLOADS[key], built_s
+
+
 def _warm(
     workload: str,
     preset: str,
@@ -70,11 +81,8 @@ def _warm(
     """`ProfileProcess.warm` in the child: `config` run briefly on the profiles' own workload and
     settings, so that its profile keeps the code compiled here; the model's weights put back, as
     a profile puts them back. Returns the seconds it took."""
-    fork_dataloader_workers()
-    trainers.set_matmul_precision(matmul_precision)
     started = time.perf_counter()
-    key, _ = _built(workload, preset, seed, model_args)
-    built = _WORKLOADS[key]
+    built, _ = _workload_here(workload, preset, seed, model_args, matmul_precision)
     loop = LoopConfig.from_dict(config)
     saved = {k: v.detach().clone() for k, v in built.model.state_dict().items()}
     try:
@@ -105,13 +113,10 @@ def _profile(
     model_args: dict[str, str],
     precision: trainers.Precision | None,
 ) -> trace.Profile:
-
-    fork_dataloader_workers()
-    trainers.set_matmul_precision(matmul_precision)
-    key, built_s = _built(workload, preset, seed, model_args)
+    built, built_s = _workload_here(workload, preset, seed, model_args, matmul_precision)
     try:
         profile = trace.profile_config(
-            _WORKLOADS[key],
+            built,
             LoopConfig.from_dict(config),
             steps=steps,
             warmup=warmup,
