@@ -227,11 +227,10 @@ def given_config(text: str, precision: str | None = None) -> dict[str, Any]:
         config = LoopConfig.from_dict(json.loads(text)).to_dict()
     except (ValueError, TypeError) as exc:
         raise SystemExit(f"--config: {exc}") from None
-    if precision is not None and precision not in trainers.PRECISIONS:
-        raise SystemExit(
-            f"--config-precision: {precision!r} is not a precision; allowed "
-            f"{', '.join(trainers.PRECISIONS)}"
-        )
+    try:
+        trainers.parse_precision(precision, "config_precision")
+    except trainers.ConfigError as exc:
+        raise SystemExit(f"--config-precision: {exc}") from None
     return {
         "config": config,
         "precision": precision,

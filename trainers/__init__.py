@@ -55,10 +55,12 @@ from trainers.precision import (
     PRECISIONS,
     MatmulPrecision,
     Precision,
+    PrecisionSpec,
     check_matmul_precision,
     check_precision_here,
     check_precisions,
     matmul_precision_for,
+    parse_precision,
     set_matmul_precision,
 )
 from trainers.runargs import RunArgs
@@ -101,6 +103,7 @@ __all__ = [
     "MatmulPrecision",
     "ParityVerdict",
     "Precision",
+    "PrecisionSpec",
     "ReusedBuilds",
     "RunArgs",
     "RunResult",
@@ -141,6 +144,7 @@ __all__ = [
     "min_warmup",
     "one_of",
     "parity_losses",
+    "parse_precision",
     "prepare_optimizer",
     "records_graphs",
     "required_test",

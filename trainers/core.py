@@ -181,7 +181,7 @@ class Engine:
         self.device = dev = resolve_device(device)
         check_setup(config, dev, precision)
         # Probes the autocast first: an unsupported precision fails before any step runs.
-        self.numerics = make_plan(precision, dev)
+        self.precision_plan = make_plan(precision, dev)
         for param in workload.model.parameters():
             # A model trained before (another run, another config) starts without its
             # gradients, so they neither leak into this run's peak memory nor its first step.
@@ -339,14 +339,14 @@ class Session:
     def _make_step(self, clip_norm: float | None) -> EagerStep | GraphStep:
         engine = self.engine
         # One list around every forward, both steps alike: autocast, then the levers' contexts.
-        contexts = forward_contexts(engine.config, engine.numerics)
+        contexts = forward_contexts(engine.config, engine.precision_plan)
         if engine.config.cuda_graph:
             return GraphStep(
                 engine.step_model,
                 engine.optimizer,
                 engine.workload.loss_fn,
                 self.plan,
-                precision=engine.numerics,
+                precision=engine.precision_plan,
                 contexts=contexts,
                 clip_norm=clip_norm,
             )
@@ -355,7 +355,7 @@ class Session:
             engine.optimizer,
             engine.workload.loss_fn,
             self.plan,
-            precision=engine.numerics,
+            precision=engine.precision_plan,
             contexts=contexts,
             cudagraph_trees=engine.config.compile == "reduce-overhead",
             clip_norm=clip_norm,

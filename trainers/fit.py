@@ -188,7 +188,7 @@ class Trainer:
             count_flops=False,
         )
         self.device = self.engine.device
-        self.numerics = self.engine.numerics
+        self.precision_plan = self.engine.precision_plan
         self.model = self.engine.model
         self.optimizer = self.engine.optimizer
         # The compiled wrapper shares the model's parameters; evaluation uses the eager model.
@@ -329,7 +329,7 @@ class Trainer:
         count = 0
         self.model.eval()
         try:
-            with torch.no_grad(), self.numerics.autocast():
+            with torch.no_grad(), self.precision_plan.autocast():
                 for batch in self.eval_data:
                     moved = tuple(t.to(self.device) for t in batch)
                     loss = self.eval_loss(self.model, moved).float()
@@ -355,7 +355,7 @@ class Trainer:
         if self.device.type == "cuda":
             # Every queued step has written the weights and optimizer state read below.
             torch.cuda.synchronize(self.device)
-        scaler = self.numerics.scaler
+        scaler = self.precision_plan.scaler
         return {
             "format": CHECKPOINT_FORMAT,
             "step": self.step,
@@ -387,8 +387,8 @@ class Trainer:
                 group["lr"] = torch.tensor(float(group["lr"]), device=self.device)
         if self.scheduler is not None:
             self.scheduler.load_state_dict(state["scheduler"])
-        if self.numerics.scaler is not None and state["scaler"] is not None:
-            self.numerics.scaler.load_state_dict(state["scaler"])
+        if self.precision_plan.scaler is not None and state["scaler"] is not None:
+            self.precision_plan.scaler.load_state_dict(state["scaler"])
         set_rng_state(state["rng"], self.device)
         self.step = int(state["step"])
 

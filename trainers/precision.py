@@ -25,8 +25,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import warnings
-from collections.abc import Callable, Iterator
-from typing import Literal, get_args
+from collections.abc import Callable, Iterator, Sequence
+from typing import Literal, cast, get_args
 
 import torch
 
@@ -69,8 +69,7 @@ def check_precision(value: object, *, cuda_graph: bool, parallel: str = "none") 
     `Float8LinearConfig(enable_fsdp_float8_all_gather=True)`, in float8; neither has run here
     (float8 needs a GPU of compute capability 8.9 or later, and no such run exists yet).
     """
-    if value not in PRECISIONS:
-        raise ConfigError("precision", value, f"one of {', '.join(PRECISIONS)}")
+    parse_precision(value)
     if value == "float8" and parallel == "fsdp2":
         raise ConfigError(
             "precision",
@@ -112,14 +111,114 @@ def check_precisions(precision: object, matmul_precision: object) -> None:
     check_matmul_precision(matmul_precision)
     if precision is None:
         return
-    if precision not in PRECISIONS:
-        raise ConfigError("precision", precision, ", ".join(PRECISIONS))
+    parse_precision(precision)
     if matmul_precision != "highest":
         raise ConfigError(
             "precision",
             precision,
             "either precision or matmul_precision, not both (precision tf32 is matmul_precision "
             f"high; this run has matmul_precision {matmul_precision!r})",
+        )
+
+
+def parse_precision(value: object, field: str = "precision") -> Precision | None:
+    """`value` as a Precision (None stays None); ConfigError naming `field` for anything else.
+    The one membership check: a precision read from a flag, a JSON body, a file or the
+    environment goes through here."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in PRECISIONS:
+        raise ConfigError(field, value, f"one of {', '.join(PRECISIONS)}")
+    return cast(Precision, value)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PrecisionSpec:
+    """A study's precision as one typed value, built and validated once, by `PrecisionSpec.of`,
+    where a request enters (the CLI's flags, the service's job, `RunOptions`):
+
+    precision: the reference precision, the one the baselines and the gate's reference run in;
+        None keeps the process's float32 matmul precision and no autocast;
+    allowed: the precisions a trial may run in: `(precision,)`, or the precisions the search
+        chooses among (the reference first among equals), or () with no precision named;
+    matmul: the float32 matmul precision a study without a precision runs under.
+
+    Each run then takes one of `allowed` as `RunArgs.precision`, which the step applies
+    (`make_plan`, `matmul_precision_for`).
+    """
+
+    precision: Precision | None = None
+    allowed: tuple[Precision, ...] = ()
+    matmul: MatmulPrecision = "highest"
+
+    @classmethod
+    def of(
+        cls,
+        precision: object = None,
+        precisions: Sequence[object] | None = None,
+        matmul_precision: object = "highest",
+        *,
+        nproc_per_node: int = 1,
+        program: str | None = None,
+    ) -> PrecisionSpec:
+        """Every rule between a request's `precision`, `precisions` and `matmul_precision`,
+        ConfigError naming the field at fault: each value known; `precisions` not empty, each
+        once, `precision` among them (else their first is the reference); several only for a
+        single-process study of the built-in loop (`nproc_per_node` > 1 and a `program` each run
+        a gate that judges one precision); a precision or a matmul precision, not both."""
+        check_matmul_precision(matmul_precision)
+        reference = parse_precision(precision)
+        allowed: tuple[Precision, ...] = () if reference is None else (reference,)
+        if precisions is not None:
+            allowed = _allowed(precisions)
+            if reference is not None and reference not in allowed:
+                raise ConfigError(
+                    "precision",
+                    reference,
+                    f"one of precisions ({', '.join(allowed)}): the reference precision is one "
+                    "of the precisions the study may choose",
+                )
+            reference = allowed[0] if reference is None else reference
+            _one_unless_searchable(allowed, nproc_per_node=nproc_per_node, program=program)
+        check_precisions(reference, matmul_precision)
+        return cls(
+            precision=reference, allowed=allowed, matmul=cast(MatmulPrecision, matmul_precision)
+        )
+
+    @property
+    def searched(self) -> bool:
+        """Whether precision is a searched dimension (two or more allowed)."""
+        return len(self.allowed) > 1
+
+
+def _allowed(precisions: Sequence[object]) -> tuple[Precision, ...]:
+    values = tuple(precisions)
+    if not values:
+        raise ConfigError("precisions", "", f"one or more of {', '.join(PRECISIONS)}")
+    allowed = tuple(cast(Precision, parse_precision(v, "precisions")) for v in values)
+    twice = sorted({v for v in allowed if allowed.count(v) > 1})
+    if twice:
+        joined = ",".join(allowed)
+        raise ConfigError("precisions", joined, f"each precision once ({', '.join(twice)} twice)")
+    return allowed
+
+
+def _one_unless_searchable(
+    allowed: tuple[Precision, ...], *, nproc_per_node: int, program: str | None
+) -> None:
+    if len(allowed) < 2:
+        return
+    if nproc_per_node > 1:
+        raise ConfigError(
+            "precisions",
+            ",".join(allowed),
+            "one precision with nproc_per_node > 1 (the data-parallel gate judges one precision)",
+        )
+    if program is not None:
+        raise ConfigError(
+            "precisions",
+            ",".join(allowed),
+            f"one precision for a program ({program} runs its own gate, in one precision)",
         )
 
 

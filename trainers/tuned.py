@@ -96,13 +96,9 @@ def load_precision(
 
 
 def _precision(value: object, field: str) -> str | None:
-    from trainers.precision import PRECISIONS  # torch only when a precision is asked for
+    from trainers.precision import parse_precision  # torch only when a precision is asked for
 
-    if value is None:
-        return None
-    if value not in PRECISIONS:
-        raise ConfigError(field, value, ", ".join(PRECISIONS))
-    return str(value)
+    return parse_precision(value, field)
 
 
 def config_from_env(environ: Mapping[str, str]) -> LoopConfig:

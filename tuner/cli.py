@@ -115,7 +115,7 @@ def train(
     import trainers
     from tuner.evidence import render
 
-    trainers.check_precisions(precision, matmul_precision)
+    trainers.PrecisionSpec.of(precision, matmul_precision=matmul_precision)
     trainers.set_matmul_precision(matmul_precision)
     config = trainers.LoopConfig(
         num_streams=streams,

@@ -243,13 +243,6 @@ class JobIn(Strict):
             raise ValueError('allowed ["throughput"] or ["throughput", "memory"]')
         return value
 
-    @field_validator("precisions")
-    @classmethod
-    def _each_once(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None and len(set(value)) != len(value):
-            raise ValueError(f"each precision once (allowed {', '.join(PRECISIONS)})")
-        return value
-
     def to_spec(self) -> JobSpec:
         """The request as the tuner reads it: every field by its name (they are `JobSpec`'s)."""
         values: dict[str, Any] = {name: getattr(self, name) for name in type(self).model_fields}

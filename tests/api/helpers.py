@@ -87,7 +87,13 @@ def served(app: Any) -> Iterator[int]:
     import uvicorn  # here: the helpers above serve tests that start no server
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    # Uvicorn closes a connection idle for 5 s; a client that reuses it at that moment reads a
+    # closed socket (httpx.ReadError) and may not resend a POST. On a loaded CI machine a test
+    # pauses that long between bursts, so the keep-alive here outlasts any test.
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=600
+    )
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_for(lambda: server.started, timeout_s=30, what="uvicorn to start")

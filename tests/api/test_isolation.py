@@ -88,6 +88,7 @@ def test_concurrent_posts_hold_the_limit_exactly_with_no_5xx(strict_db: tuple[st
         created = []
         for _ in range(2):  # a second round: the limit is still held with 20 queued
             answers = at_once(POSTS, lambda: http.post("/v1/jobs", json=TINY_JOB))
+            assert not [a for a in answers if isinstance(a, Exception)], answers[:3]
             codes = sorted(a.status_code for a in answers)  # type: ignore[attr-defined]
             assert all(c < 500 for c in codes), [
                 a.text  # type: ignore[attr-defined]

@@ -185,3 +185,43 @@ def test_the_cli_and_the_api_accept_the_same_pins(
     response = client.post("/v1/jobs", json=job, headers=AUTH)
     assert response.status_code in (201, 422), response.text
     assert (response.status_code == 201) is _cli_accepts_pin(name, value), response.text
+
+
+PRECISION_CASES: list[tuple[dict[str, Any], str]] = [
+    # (the request's precision fields, the field refused): the rules between them are
+    # `trainers.PrecisionSpec.of`'s, applied once where each request enters.
+    ({"precisions": ["fp32", "fp32"]}, "precisions"),
+    ({"precision": "tf32", "precisions": ["fp32", "bf16-autocast"]}, "precision"),
+    ({"precisions": ["fp32", "bf16-autocast"], "nproc_per_node": 2}, "precisions"),
+]
+
+
+def _cli_flags(fields: dict[str, Any]) -> list[str]:
+    flags = []
+    for name, value in fields.items():
+        text = ",".join(value) if isinstance(value, list) else str(value)
+        flags += [f"--{name.replace('_', '-')}", text]
+    return flags
+
+
+@pytest.mark.parametrize(("fields", "field"), PRECISION_CASES)
+def test_the_cli_and_the_api_refuse_the_same_precisions_with_the_same_reason(
+    client: TestClient,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    fields: dict[str, Any],
+    field: str,
+) -> None:
+    job = {"workload": "mlp", "preset": "tiny", "device": "cpu"} | fields
+    response = client.post("/v1/jobs", json=job, headers=AUTH)
+    assert response.status_code == 422, response.text
+    (error,) = [e for e in response.json()["detail"] if e["loc"][:2] == ["body", field]]
+    storage = f"sqlite:///{tmp_path / 'cli.db'}"
+    args = ["run", "--workload", "mlp", "--preset", "tiny", "--device", "cpu"]
+    code = main([*args, *_cli_flags(fields), "--storage", storage])
+    err = capsys.readouterr().err
+    flag = f"--{field.replace('_', '-')}"
+    (line,) = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code != 0 and line.startswith(f"error: {flag}: "), err
+    reason = line.split(f"{flag}: ", 1)[1].strip()
+    assert reason == error["msg"], (reason, error["msg"])

@@ -12,16 +12,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 from tests.api.conftest import make_app
-from tests.api.helpers import AUTH, TOKEN, free_port, sqlite_url, wait_for
+from tests.api.helpers import AUTH, TOKEN, served, sqlite_url
 
 CHECKS = (
     "not_a_server_error,status_code_conformance,content_type_conformance,"
@@ -34,17 +32,8 @@ def live_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The app on a fresh SQLite file, served by uvicorn in a thread on a free loopback port."""
     storage = sqlite_url(tmp_path_factory.mktemp("schema"))
     app = make_app(storage, max_queued_per_token=100_000)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    wait_for(lambda: server.started, timeout_s=30, what="uvicorn to start")
-    try:
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with served(app) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 def run_schemathesis(url: str, report: Path) -> subprocess.CompletedProcess[str]:

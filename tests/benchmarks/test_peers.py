@@ -701,7 +701,10 @@ def test_the_peers_measure_a_given_config_labelled_as_given(
     assert entry["harness"]["recommended"]["precision"] == "bf16-autocast"
     assert entry["precision"] == "fp32"  # the preset's, which the peers run in
     args.config_precision = "fp8"
-    with pytest.raises(SystemExit, match="--config-precision: 'fp8' is not a precision; allowed"):
+    with pytest.raises(
+        SystemExit,
+        match="--config-precision: config_precision='fp8' is invalid: allowed one of fp32",
+    ):
         peers.run_preset("mlp:tiny", "fp32", args, "sqlite://", log.append)
     with pytest.raises(SystemExit, match="2"):
         peers.main(["--config-precision", "float8"])

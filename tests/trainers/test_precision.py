@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -186,3 +187,49 @@ def test_the_matmul_precision_has_one_setter_and_one_rule_against_precision() ->
         trainers.check_precisions("fp64", "highest")
     with pytest.raises(trainers.ConfigError, match=r"^matmul_precision='low'"):
         trainers.check_precisions("bf16-autocast", "low")
+
+
+def test_a_precision_spec_is_the_request_checked_once() -> None:
+    spec = trainers.PrecisionSpec.of("bf16-autocast")
+    assert (spec.precision, spec.allowed, spec.searched) == (
+        "bf16-autocast",
+        ("bf16-autocast",),
+        False,
+    )
+    none = trainers.PrecisionSpec.of(matmul_precision="high")
+    assert (none.precision, none.allowed, none.matmul) == (None, (), "high")
+    searched = trainers.PrecisionSpec.of(precisions=["bf16-autocast", "float8"])
+    # The first allowed is the reference where none is named; float8 is not checked against
+    # the device here (that is `check_precision_here`, where the device is known).
+    assert searched.precision == "bf16-autocast" and searched.searched
+    assert searched.allowed == ("bf16-autocast", "float8")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field", "allowed"),
+    [
+        ({"precision": "fp64"}, "precision", "one of fp32"),
+        ({"precision": ["fp32"]}, "precision", "one of fp32"),
+        ({"precisions": ("fp32", "fp64")}, "precisions", "one of fp32"),
+        ({"precisions": ()}, "precisions", "one or more of fp32"),
+        ({"precisions": ("tf32", "tf32")}, "precisions", "each precision once (tf32 twice)"),
+        ({"precision": "fp32", "precisions": ("tf32",)}, "precision", "one of precisions (tf32)"),
+        ({"precision": "tf32", "matmul_precision": "high"}, "precision", "either precision"),
+        ({"precisions": ("tf32",), "matmul_precision": "medium"}, "precision", "either"),
+        ({"matmul_precision": "low"}, "matmul_precision", "highest"),
+        ({"precisions": ("fp32", "tf32"), "nproc_per_node": 2}, "precisions", "nproc_per_node"),
+        ({"precisions": ("fp32", "tf32"), "program": "program:x"}, "precisions", "program:x"),
+    ],
+)
+def test_a_precision_spec_refuses_naming_the_field(
+    arguments: dict[str, Any], field: str, allowed: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        trainers.PrecisionSpec.of(**arguments)
+    assert info.value.field == field
+    assert allowed in str(info.value).split("allowed", 1)[1]
+
+
+def test_one_precision_may_go_with_several_processes_or_a_program() -> None:
+    one = trainers.PrecisionSpec.of(precisions=("tf32",), nproc_per_node=4, program="program:x")
+    assert one.allowed == ("tf32",) and not one.searched

@@ -116,6 +116,10 @@ class RunOptions:
     """Processes per trial on this node (1..8): above 1, every measurement is a torchrun launch
     of N processes (one per GPU; gloo on a CPU), the data-parallel levers are searched and the
     baselines are DDP's defaults (`baselines_for`)."""
+    precision_spec: trainers.PrecisionSpec = dataclasses.field(
+        init=False, repr=False, compare=False
+    )
+    """`precision`, `precisions` and `matmul_precision` as one checked value, built from them."""
 
     def __post_init__(self) -> None:
         def bad(field: str, allowed: str) -> trainers.ConfigError:
@@ -149,9 +153,7 @@ class RunOptions:
             raise bad("precision_tolerance", "a number > 0 (a multiple of the envelope), or unset")
         if self.sampler not in SAMPLERS:
             raise bad("sampler", ", ".join(SAMPLERS))
-        self._check_allowed_precisions()
-        # Each valid, and not both (the rule is trainers.precision's).
-        trainers.check_precisions(self.precision, self.matmul_precision)
+        self._take_precisions()
         if self.train_steps is not None and self.train_steps < 1:
             raise bad("train_steps", "an integer >= 1")
         check_patience(self.patience, self.objectives)
@@ -169,29 +171,32 @@ class RunOptions:
                 "processes; data-parallel trials run the built-in loop under torchrun)",
             )
 
-    def _check_allowed_precisions(self) -> None:
-        """`precisions` (`check_allowed_precisions`); `precision` becomes the first of them
-        when not given. The frozen dataclass's fields are set here, before anything reads them."""
-        if self.precisions is None:
-            return
-        values = tuple(self.precisions)
-        precision = check_allowed_precisions(
-            self.precision, values, nproc_per_node=self.nproc_per_node, workload=self.workload
+    def _take_precisions(self) -> None:
+        """The one check of the study's precisions (`trainers.PrecisionSpec.of`); `precision`
+        becomes the reference it names (the first of `precisions` when not given). The frozen
+        dataclass's fields are set here, before anything reads them."""
+        program = self.workload if self.workload.startswith(PROGRAM_PREFIX) else None
+        spec = trainers.PrecisionSpec.of(
+            self.precision,
+            self.precisions,
+            self.matmul_precision,
+            nproc_per_node=self.nproc_per_node,
+            program=program,
         )
-        object.__setattr__(self, "precision", precision)
-        object.__setattr__(self, "precisions", values)
+        object.__setattr__(self, "precision", spec.precision)
+        if self.precisions is not None:
+            object.__setattr__(self, "precisions", spec.allowed)
+        object.__setattr__(self, "precision_spec", spec)
 
     @property
     def allowed_precisions(self) -> tuple[str, ...]:
         """The precisions a trial may run in: `precisions`, or the study's alone."""
-        if self.precisions is not None:
-            return self.precisions
-        return (self.precision,) if self.precision is not None else ()
+        return self.precision_spec.allowed
 
     @property
     def multi_precision(self) -> bool:
         """Whether precision is a searched dimension (two or more allowed)."""
-        return len(self.allowed_precisions) > 1
+        return self.precision_spec.searched
 
     @property
     def study_precision(self) -> str:
@@ -220,52 +225,6 @@ def check_patience(patience: int | None, objectives: Sequence[str]) -> None:
             patience,
             "0 with objectives throughput,memory (it counts gains in throughput alone)",
         )
-
-
-def check_allowed_precisions(
-    precision: str | None,
-    precisions: Sequence[str],
-    *,
-    nproc_per_node: int = 1,
-    workload: str = "",
-) -> str:
-    """The study's reference precision given the precisions a user allows: `precision`, which
-    must be one of them, or the first of them. ConfigError naming the field at fault: an empty
-    list, an unknown value, one given twice, `precision` not among them, or several with data-
-    parallel trials or a program (whose gates judge one precision). Shared by `RunOptions` and
-    the tuning service's request check (`tuner.service.spec.check_spec`)."""
-    allowed = ", ".join(trainers.PRECISIONS)
-    values = tuple(precisions)
-    if not values:
-        raise trainers.ConfigError("precisions", "", f"one or more of {allowed}")
-    for value in values:
-        if value not in trainers.PRECISIONS:
-            raise trainers.ConfigError("precisions", value, f"each one of {allowed}")
-    if len(set(values)) != len(values):
-        twice = sorted({v for v in values if values.count(v) > 1})
-        raise trainers.ConfigError(
-            "precisions", ",".join(values), f"each precision once ({', '.join(twice)} twice)"
-        )
-    if precision is not None and precision not in values:
-        raise trainers.ConfigError(
-            "precision",
-            precision,
-            f"one of precisions ({', '.join(values)}): the reference precision is one of the "
-            "precisions the study may choose",
-        )
-    if len(values) > 1 and nproc_per_node > 1:
-        raise trainers.ConfigError(
-            "precisions",
-            ",".join(values),
-            "one precision with nproc_per_node > 1 (the data-parallel gate judges one precision)",
-        )
-    if len(values) > 1 and workload.startswith(PROGRAM_PREFIX):
-        raise trainers.ConfigError(
-            "precisions",
-            ",".join(values),
-            f"one precision for a program ({workload} runs its own gate, in one precision)",
-        )
-    return precision if precision is not None else values[0]
 
 
 class Progress(TypingProtocol):

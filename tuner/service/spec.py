@@ -14,7 +14,7 @@ from trainers.program import Program, load_registry
 from trainers.workloads import catalog, lookup
 from tuner.errors import SpaceError, SpecError, TunerError
 from tuner.request import JobSpec
-from tuner.search.options import check_allowed_precisions, check_patience
+from tuner.search.options import check_patience
 from tuner.search.spaces.named import load_space, program_space
 from tuner.search.spaces.processes import for_processes
 
@@ -95,24 +95,14 @@ class WorkloadRegistry:
 
 
 def _check_precisions(spec: JobSpec) -> None:
-    """The job's precision is one of trainers.PRECISIONS, and the precisions it may choose
-    among go together (`check_allowed_precisions`)."""
-    if spec.precision is not None and spec.precision not in trainers.PRECISIONS:
-        raise SpecError(
-            ("precision",),
-            f"unknown precision {spec.precision!r}: allowed {', '.join(trainers.PRECISIONS)}",
-            spec.precision,
+    """The job's precisions, by the rule `RunOptions` applies (`trainers.PrecisionSpec.of`)."""
+    program = spec.workload if spec.workload.startswith(PROGRAM_PREFIX) else None
+    try:
+        trainers.PrecisionSpec.of(
+            spec.precision, spec.precisions, nproc_per_node=spec.nproc_per_node, program=program
         )
-    if spec.precisions is not None:
-        try:
-            check_allowed_precisions(
-                spec.precision,
-                spec.precisions,
-                nproc_per_node=spec.nproc_per_node,
-                workload=spec.workload,
-            )
-        except trainers.ConfigError as exc:
-            raise SpecError((exc.field,), str(exc), exc.value) from exc
+    except trainers.ConfigError as exc:
+        raise SpecError((exc.field,), str(exc), exc.value) from exc
 
 
 def _check_device(spec: JobSpec) -> None:

@@ -140,7 +140,7 @@ def test_cli_names_the_flag_of_an_unknown_precision(
         capsys, "run", *RUN_FLAGS, "--storage", sqlite_url(tmp_path), "--precisions", "fp32,fp64"
     )
     assert code != 0
-    assert err.startswith("error: --precisions: precisions='fp64' is invalid: allowed each one")
+    assert err.startswith("error: --precisions: precisions='fp64' is invalid: allowed one of fp32")
     assert "Traceback" not in err
 
 
