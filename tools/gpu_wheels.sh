@@ -26,6 +26,8 @@ needs=(
   pytest pluggy iniconfig hypothesis sortedcontainers httpx httpcore certifi
   # the float8 precision (trainers/float8.py): one cp310-abi3 wheel, no dependency beyond torch
   torchao
+  # the kernels lever (trainers/levers/kernels.py): pure Python; its Triton is the image's torch's
+  liger-kernel
 )
 pins=()
 for name in "${needs[@]}"; do

@@ -9,7 +9,8 @@ Two locks, for CPython 3.11 on x86-64 Linux, resolved by uv's pip-compatible `uv
   `2.13.0+cpu` (the build these machines install from disk; the README's two commands use this
   lock; torchao, the `float8` extra, is pinned here for the GPU image and `tools/gpu_wheels.sh`);
 - `requirements-models.lock`: the same plus the `models` extra (torchvision, timm,
-  transformers). PyPI's torchvision does not import beside the CPU torch 2.13.0 build, so this
+  transformers) and the `kernels` extra (liger-kernel; its Triton comes with torch's CUDA
+  build). PyPI's torchvision does not import beside the CPU torch 2.13.0 build, so this
   lock takes torch 2.14.1 with torchvision 0.29.1, and the CUDA libraries at the versions these
   machines keep in their local package index (listed first, so uv takes a package from it when
   it has one). The model adapters' tests run in a venv of this lock (`.ci/run`).
@@ -50,10 +51,10 @@ class Lock:
 LOCK = ROOT / "requirements.lock"
 MODELS_LOCK = ROOT / "requirements-models.lock"
 LOCKS = (
-    Lock(LOCK, ("dev", "float8"), ("torch==2.13.0+cpu",)),
+    Lock(LOCK, ("dev", "float8", "kernels"), ("torch==2.13.0+cpu",)),
     Lock(
         MODELS_LOCK,
-        ("dev", "models", "float8"),
+        ("dev", "models", "float8", "kernels"),
         ("torch==2.14.1", "torchvision==0.29.1"),
         local_index=True,
     ),

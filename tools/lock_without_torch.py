@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "requirements.lock"
 KEEP_TORCH = ROOT / "requirements-keep-torch.lock"
-TORCH_OWN = ("torch", "sympy", "mpmath", "networkx")
+TORCH_OWN = ("torch", "sympy", "mpmath", "networkx", "triton")
 HEADER = "# requirements.lock less torch's own pins, by python tools/lock_without_torch.py\n"
 
 

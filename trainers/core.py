@@ -43,7 +43,7 @@ from trainers.feed import DeviceFeed, close_loaders, positioned_batches
 from trainers.float8 import Float8Report, apply_float8
 from trainers.flops import count_step_flops, count_step_flops_by_linear
 from trainers.harvest import Harvester, make_harvester
-from trainers.levers.declare import transformed
+from trainers.levers.declare import nothing, transformed
 from trainers.measure import check_counts
 from trainers.optim import prepare_optimizer
 from trainers.parallel import DataParallel, sync_skipper
@@ -204,9 +204,9 @@ class Engine:
         self.flops_per_step = _count_flops(workload, dev) if count_flops else None
         self.data_parallel = DataParallel.create(config, dev)
         self.data_parallel.check_workload(workload)
-        self._undo_blocks: Callable[[], None] = _nothing
-        self._undo_levers: Callable[[], None] = _nothing
-        self._undo_float8: Callable[[], None] = _nothing
+        self._undo_blocks: Callable[[], None] = nothing
+        self._undo_levers: Callable[[], None] = nothing
+        self._undo_float8: Callable[[], None] = nothing
         self.float8: Float8Report | None = None
         """What precision float8 converted (None for the other precisions)."""
         # Before the optimizer: FSDP2 replaces the parameters by their shards, which the
@@ -265,11 +265,11 @@ class Engine:
         """Undo the block levers and the float8 conversion on the workload's model, in the
         reverse order of their making (a measured run ends with this)."""
         self._undo_levers()
-        self._undo_levers = _nothing
+        self._undo_levers = nothing
         self._undo_blocks()
-        self._undo_blocks = _nothing
+        self._undo_blocks = nothing
         self._undo_float8()
-        self._undo_float8 = _nothing
+        self._undo_float8 = nothing
 
     def session(
         self,
@@ -427,10 +427,6 @@ def split_batch(batch: Batch, pieces: int) -> list[Batch]:
                 "must have the samples along its first dimension)",
             )
     return list(zip(*(tensor.chunk(pieces) for tensor in batch), strict=True))
-
-
-def _nothing() -> None:
-    pass
 
 
 def _count_flops(workload: Workload, dev: torch.device) -> int | None:

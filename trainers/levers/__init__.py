@@ -127,5 +127,6 @@ __all__ = [
 from trainers.levers import (
     attention,  # noqa: F401  (registers `attention`)
     float8_head,  # noqa: F401  (registers `float8_head`)
+    kernels,  # noqa: F401  (registers `kernels`)
     loss,  # noqa: F401  (registers `loss`)
 )

@@ -42,6 +42,12 @@ DeviceRule = Callable[[Value, str], "str | None"]
 ForwardContext = Callable[[Value], AbstractContextManager[object]]
 """`value` -> a fresh context the step enters around each forward (and loss)."""
 Undo = Callable[[], None]
+
+
+def nothing() -> None:
+    """The `Undo` of a transform that changed nothing (the lever at its default)."""
+
+
 ModelTransform = Callable[[Value, "nn.Module"], Undo]
 """`(value, the workload's model)` -> how to undo it: the lever's change to the model for one run
 (`trainers.core.Engine`: after float8 and the block levers, before the data-parallel wrapper

@@ -24,7 +24,7 @@ from torch import nn
 
 from trainers import float8
 from trainers.errors import ConfigError
-from trainers.levers.declare import Lever, Undo, Value, ranked, register
+from trainers.levers.declare import Lever, Undo, Value, nothing, ranked, register
 
 
 def _refuse_on(value: Value, device: str) -> str | None:
@@ -35,7 +35,7 @@ def _refuse_on(value: Value, device: str) -> str | None:
 
 def _convert_head(value: Value, model: nn.Module) -> Undo:
     if value != "float8":
-        return _nothing
+        return nothing
     if not any(float8.is_float8(m) for m in model.modules()):
         raise ConfigError(
             "float8_head", value, "bf16 unless the run's precision is float8 (nothing converted)"
@@ -47,10 +47,6 @@ def _convert_head(value: Value, model: nn.Module) -> Undo:
         why = "; ".join(f"{n}: {r}" for n, r in kept.items()) or "no output head found"
         raise ConfigError("float8_head", value, f"bf16 for this model's head ({why})")
     return float8.convert(model, float8.Float8Plan(converted=convertible, kept=()))
-
-
-def _nothing() -> None:
-    return None
 
 
 FLOAT8_HEAD = Lever(

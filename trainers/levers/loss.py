@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from trainers.errors import ConfigError
-from trainers.levers.declare import Lever, Undo, Value, ranked, register
+from trainers.levers.declare import Lever, Undo, Value, nothing, ranked, register
 
 
 def _conflicts(value: Value, get: Callable[[str], Value]) -> str | None:
@@ -46,7 +46,7 @@ def _conflicts(value: Value, get: Callable[[str], Value]) -> str | None:
 
 def _compile_loss(value: Value, model: nn.Module) -> Undo:
     if value != "compiled":
-        return _nothing
+        return nothing
     original: Any = getattr(model, "loss_function", None)
     if not callable(original):
         raise ConfigError(
@@ -68,10 +68,6 @@ def _compile_loss(value: Value, model: nn.Module) -> Undo:
         setattr(model, "loss_function", original)  # noqa: B010
 
     return undo
-
-
-def _nothing() -> None:
-    return None
 
 
 LOSS = Lever(

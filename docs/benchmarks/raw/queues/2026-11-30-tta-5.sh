@@ -1,6 +1,7 @@
 # Issues 54 and 55 on one lent GPU (with tools/device_queue.sh): first the GPU tests of the
 # float8_head lever (a float8 run's head converted too, under both compile scopes; a head float8
-# cannot take refused) and of the profiles' warm-up, then the time to an answer on two held-out
+# cannot take refused), of the kernels lever (a tiny Llama through liger-kernel's kernels, its
+# gate verdict) and of the profiles' warm-up, then the time to an answer on two held-out
 # decoders of 0.4-1.5B (the Qwen2-style and Mistral-style rows of the 2026-11-27 held-out table),
 # each cold, then as a repeat job given only the cold job's SQLite file and artefacts file, then
 # one interleaved round of the two picks. At c8b23c3 on one H200 `llama-1b` took 536 s cold and
@@ -10,9 +11,10 @@
 set -x
 commit=${STREAMTUNE_COMMIT:?the commit measured}
 nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm,power.limit --format=csv > "$QUEUE_OUT/nvidia-smi.csv"
-python -c 'import torch, torchao, transformers; print(torch.__version__, torch.version.cuda, torchao.__version__, transformers.__version__, torch.backends.cudnn.version())' > "$QUEUE_OUT/versions.txt" 2>&1
+python -c 'import torch, torchao, transformers, liger_kernel, importlib.metadata as m; print(torch.__version__, torch.version.cuda, torchao.__version__, transformers.__version__, torch.backends.cudnn.version(), m.version("liger-kernel"))' > "$QUEUE_OUT/versions.txt" 2>&1
 CUDA_VISIBLE_DEVICES=0 python -m pytest -q -m gpu -p no:cacheprovider \
-  tests/trainers/test_float8_head_lever.py tests/tuner/search/test_warm_profiles.py -rA \
+  tests/trainers/test_float8_head_lever.py tests/trainers/test_kernels_lever.py \
+  tests/tuner/search/test_warm_profiles.py -rA \
   --junitxml="$QUEUE_OUT/gpu-tests.xml" > "$QUEUE_OUT/gpu-tests.log" 2>&1
 echo "gpu tests ended with $? at $(date -u +%T)"
 as_job() { for a in "$@"; do printf -- '--job-arg=%s\n' "$a"; done; }

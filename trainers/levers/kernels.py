@@ -1,0 +1,152 @@
+"""`kernels`: which kernels a Hugging Face decoder's layers run: `torch` (the model's own code,
+the default) or `liger` (liger-kernel's fused Triton kernels: RMSNorm, SwiGLU, RoPE and the fused
+linear cross-entropy, which computes the loss from the last hidden states and the head's weight
+in chunks, never storing the logits).
+
+liger-kernel patches a model in place, by its `config.model_type`, through
+`liger_kernel.transformers.monkey_patch` (the model types of its `MODEL_TYPE_TO_APPLY_LIGER_FN`:
+llama, mistral, qwen2, qwen3, phi3, gemma and others). It sets attributes and bound methods on the
+model's modules and replaces functions and classes in the model's `transformers` modeling module
+(its RoPE, for one); `_patched` records each of those changes and the undo puts every one back
+when the run ends, so a model built later in the process, or another run of the same model, runs
+the model's own code again. The cross-entropy is asked for as the fused linear one alone
+(`cross_entropy=False`): the plain one would replace `torch.nn.functional.cross_entropy` for the
+whole process.
+
+Refused in one line on a device other than CUDA (Triton's kernels), beside the loss lever's
+`compiled` (the fused loss no longer calls the model's `loss_function`) and beside
+`float8_head='float8'` (the fused loss multiplies by the head's weight itself, so a converted
+head would not run), and at the run's start for a model liger-kernel does not patch or where it is
+not installed (`pip install 'streamtune[kernels]'`). Its kernels change the rounding: the gate
+judges it by equivalence. Triton compiles them in the first step, hence a warm-up step. Not
+searched by the built-in spaces until a GPU measures it: `--fix kernels=liger` (or the API's
+`fix`) runs it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainers.errors import ConfigError
+from trainers.levers.declare import Lever, Undo, Value, nothing, ranked, register
+
+INSTALL = "pip install 'streamtune[kernels]'"
+_FAMILIAR = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "olmo2", "granite")
+"""The model types a refusal names first, of the many liger-kernel patches."""
+
+
+def _refuse_on(value: Value, device: str) -> str | None:
+    if value == "liger" and device != "cuda":
+        return f"kernels='liger' runs liger-kernel's Triton kernels, which need CUDA, not {device}"
+    return None
+
+
+def _conflicts(value: Value, get: Callable[[str], Value]) -> str | None:
+    if value != "liger":
+        return None
+    if get("loss") == "compiled":
+        return (
+            "torch beside loss='compiled' (liger's fused linear cross-entropy computes the loss "
+            "and never calls the model's loss_function): loss='model' with kernels='liger'"
+        )
+    if get("float8_head") == "float8":
+        return (
+            "torch beside float8_head='float8' (liger's fused linear cross-entropy multiplies by "
+            "the head's weight itself, so a float8 head would not run): float8_head='bf16'"
+        )
+    return None
+
+
+def _apply(value: Value, model: nn.Module) -> Undo:
+    if value != "liger":
+        return nothing
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if not isinstance(model_type, str):
+        raise ConfigError(
+            "kernels", value, f"torch for {type(model).__name__}, not a Hugging Face model"
+        )
+    try:
+        from liger_kernel.transformers import monkey_patch
+    except ImportError as exc:  # not installed, or Triton missing beside it
+        raise ConfigError(
+            "kernels", value, f"torch where liger-kernel cannot be imported ({exc}; {INSTALL})"
+        ) from None
+    patches: dict[str, Callable[..., None]] = monkey_patch.MODEL_TYPE_TO_APPLY_LIGER_FN
+    if model_type not in patches:
+        named = [t for t in _FAMILIAR if t in patches]
+        raise ConfigError(
+            "kernels",
+            value,
+            f"torch for model type {model_type!r}: liger-kernel patches "
+            f"{', '.join(named)} and {len(patches) - len(named)} more model types",
+        )
+
+    def patch() -> None:
+        monkey_patch._apply_liger_kernel_to_instance(
+            model=model, cross_entropy=False, fused_linear_cross_entropy=True
+        )
+
+    return _patched(patch, model)
+
+
+def _patched(patch: Callable[[], None], model: nn.Module) -> Undo:
+    """Run `patch` on `model`, and return what undoes every attribute it set: on the model's
+    modules (instance attributes, bound methods), their classes and the Python modules that
+    define them, and `torch.nn.functional`. Only what `patch` changed is put back; what changes
+    later (the run's own state) is left alone."""
+    instances: list[object] = list(model.modules())
+    classes = {type(m) for m in instances}
+    namespaces = {sys.modules[c.__module__] for c in classes if c.__module__ in sys.modules}
+    namespaces.add(torch.nn.functional)
+    owners: list[object] = [*instances, *classes, *namespaces]
+    before = [dict(vars(owner)) for owner in owners]
+    patch()
+    changes = [
+        (owner, _changed(old, vars(owner))) for owner, old in zip(owners, before, strict=True)
+    ]
+    changes = [(owner, changed) for owner, changed in changes if changed]
+
+    def undo() -> None:
+        for owner, changed in changes:
+            for name, old in changed:
+                if old is _ABSENT:
+                    delattr(owner, name)  # added by the patch
+                else:
+                    setattr(owner, name, old)
+
+    return undo
+
+
+_ABSENT = object()
+
+
+def _changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """(name, value before, or _ABSENT) for each name `new` added, changed or removed."""
+    added_or_changed = [
+        (n, old.get(n, _ABSENT)) for n, v in new.items() if old.get(n, _ABSENT) is not v
+    ]
+    removed = [(n, v) for n, v in old.items() if n not in new]
+    return added_or_changed + removed
+
+
+KERNELS = Lever(
+    name="kernels",
+    label="a Hugging Face decoder's kernels: its own (torch) or liger-kernel's fused ones",
+    kind="str",
+    default="torch",
+    added=7,
+    options=ranked(
+        ("torch", "none", "exact", 0),
+        ("liger", "compile", "equivalence", 1),
+    ),
+    refuse_on=_refuse_on,
+    transform=_apply,
+    conflicts=_conflicts,
+    offered=(),
+)
+register(KERNELS)
