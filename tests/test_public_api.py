@@ -51,6 +51,7 @@ TRAINERS = {
     "Twin",
     "UnsupportedOnDevice",
     "Utilisation",
+    "usable_cores",
     "utilisation",
     "Window",
     "WindowCallback",

@@ -4,7 +4,13 @@ Knows nothing of Optuna or HTTP; `tuner` and `api` build on it.
 """
 
 from trainers.blocks import has_blocks
-from trainers.compilation import CACHE_DIR_VARIABLE, compile_cache_dir, compiles, keeps_code
+from trainers.compilation import (
+    CACHE_DIR_VARIABLE,
+    compile_cache_dir,
+    compiles,
+    keeps_code,
+    usable_cores,
+)
 from trainers.config import (
     COMPILE_MODES,
     OPTIMIZERS,
@@ -153,6 +159,7 @@ __all__ = [
     "run",
     "set_matmul_precision",
     "split_batch",
+    "usable_cores",
     "utilisation",
     "warmup_cosine",
     "workload_from_parts",

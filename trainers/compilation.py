@@ -38,6 +38,15 @@ from trainers.levers import LEVERS, Option, defaults_where
 CACHE_DIR_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, as Inductor counts them for its
+    compile workers (a cpuset limits it, a CPU quota does not)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def user_cache_dir() -> str | None:
     """TORCHINDUCTOR_CACHE_DIR where someone chose it; None where it is unset or holds Inductor's
     own default. Inductor writes that default into the variable the first time anything imports

@@ -22,12 +22,11 @@ the GPU's memory holds both, so that the recommended config's profile compiles n
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Sequence
 
 from optuna.trial import FrozenTrial
 
-from trainers import LoopConfig, RunArgs, compiles, keeps_code
+from trainers import LoopConfig, RunArgs, compiles, keeps_code, usable_cores
 from tuner.search.deciding import profiling
 from tuner.search.deciding.dpprofile import DataParallelProfiler
 from tuner.search.deciding.profile_child import ProfileProcess
@@ -70,13 +69,6 @@ def room_to_warm(free: int, peak: int, largest: int) -> bool:
     return free >= peak + 2 * largest + WARM_RESERVE_BYTES
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 @dataclasses.dataclass(kw_only=True)
 class Children:
     """The gate and the profiler (None: profiles off) of one search; `close` ends their
@@ -95,13 +87,13 @@ class Children:
     def prepare_gate(self) -> None:
         """Start the gate's child and its build now (`ParityProcess.prepare`), where the gate
         runs in one; a no-op elsewhere."""
-        if isinstance(self.gate, ParityProcess) and _cores() >= AHEAD_MIN_CORES:
+        if isinstance(self.gate, ParityProcess) and usable_cores() >= AHEAD_MIN_CORES:
             self.gate.prepare()
 
     def prepare_profiles(self) -> None:
         """Start the profiles' child and its build now (`ProfileProcess.prepare`), where the
         profiles run in one; a no-op elsewhere."""
-        if self._profiles is not None and _cores() >= AHEAD_MIN_CORES:
+        if self._profiles is not None and usable_cores() >= AHEAD_MIN_CORES:
             self._profiles.prepare()
             self.prepared = True
 
@@ -115,7 +107,7 @@ class Children:
         measured before `settle_profiles`."""
         profiles = self._profiles
         # Only a compile the profile can keep (`trainers.keeps_code`) is worth running ahead.
-        if profiles is None or _cores() < AHEAD_MIN_CORES:
+        if profiles is None or usable_cores() < AHEAD_MIN_CORES:
             return False
         if not (compiles(config) and keeps_code(config)):
             return False

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+import trainers
 from tuner.service.leases import visible_name
 
 log = logging.getLogger("tuner.serve")
@@ -50,15 +51,6 @@ def compile_threads_env(workers: int, *, cpus: int, environ: dict[str, str]) -> 
     if workers <= 1 or COMPILE_THREADS_VARIABLE in environ:
         return {}
     return {COMPILE_THREADS_VARIABLE: str(max(1, min(32, cpus // workers)))}
-
-
-def _cpus() -> int:
-    """The cores this process may run on (its CPU affinity, as Inductor counts them: a cpuset
-    limits it, a CPU quota does not)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 class WorkerPool:
@@ -97,7 +89,9 @@ class WorkerPool:
         # The storage URL through the environment, never the command line: a process list
         # (`ps -ef`) shows every user the arguments, and the URL may carry a password.
         env = os.environ | {"TUNER_PARENT_PID": str(os.getpid()), "TUNER_STORAGE": self.storage}
-        env |= compile_threads_env(len(self.slots), cpus=_cpus(), environ=dict(os.environ))
+        env |= compile_threads_env(
+            len(self.slots), cpus=trainers.usable_cores(), environ=dict(os.environ)
+        )
         output = None
         if self.job is not None:
             args += ["--job", self.job]

@@ -51,9 +51,9 @@ def test_no_warm_up_without_a_child_cores_a_compile_or_memory(
     found = _children(profiles)
     try:
         assert not _children(None).warm_profiles(COMPILED, None, peak=GB, largest=GB)
-        monkeypatch.setattr(children, "_cores", lambda: children.AHEAD_MIN_CORES - 1)
+        monkeypatch.setattr(children, "usable_cores", lambda: children.AHEAD_MIN_CORES - 1)
         assert not found.warm_profiles(COMPILED, None, peak=GB, largest=GB)
-        monkeypatch.setattr(children, "_cores", lambda: children.AHEAD_MIN_CORES)
+        monkeypatch.setattr(children, "usable_cores", lambda: children.AHEAD_MIN_CORES)
         # An eager config has nothing to compile ahead.
         assert not found.warm_profiles(LoopConfig(), None, peak=GB, largest=GB)
         assert found.warmed is None
