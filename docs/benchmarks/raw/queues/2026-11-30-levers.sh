@@ -29,3 +29,15 @@ blocks='{"compile": "default", "compile_scope": "blocks", "optimizer": "fused", 
 CUDA_VISIBLE_DEVICES=0 python benchmarks/peers.py "${row[@]}" --config "$blocks" \
   --tag levers-blocks-loss > "$QUEUE_OUT/levers-blocks-loss.log" 2>&1
 echo "blocks-loss row ended with $? at $(date -u +%T)"
+# The real torchtitan 0.3.0 as the reference row (issue 54, item 4): its own Llama at
+# `llama-1b`'s shape, float8 tensorwise and its compile, one GPU (benchmarks/torchtitan_row.py;
+# its wheels from tools/torchtitan_wheels.sh travel in .whl-tt: carry [".whl", ".whl-tt"] on the
+# first call). First as installed (torchtitan 0.3.0 targets torch 2.14 and imports a name torch
+# 2.11 lacks: the record then holds that ImportError), then with the one missing name shimmed.
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-tt .whl-tt/*.whl
+PYTHONPATH=/tmp/site-tt:$PYTHONPATH CUDA_VISIBLE_DEVICES=0 python benchmarks/torchtitan_row.py \
+  --steps 30 --warmup 10 --out "$QUEUE_OUT/torchtitan-as-installed" > "$QUEUE_OUT/torchtitan-as-installed.log" 2>&1
+echo "torchtitan as installed ended with $? at $(date -u +%T)"
+PYTHONPATH=/tmp/site-tt:$PYTHONPATH CUDA_VISIBLE_DEVICES=0 python benchmarks/torchtitan_row.py \
+  --shim-torch --steps 30 --warmup 10 --out "$QUEUE_OUT/torchtitan-shimmed" > "$QUEUE_OUT/torchtitan-shimmed.log" 2>&1
+echo "torchtitan shimmed ended with $? at $(date -u +%T)"
