@@ -147,10 +147,12 @@ def test_liger_patches_a_decoder_and_the_undo_gives_its_own_code_back() -> None:
     assert any(name.endswith(".mlp") for name in patched), patched  # liger's SwiGLU
     assert any(name.endswith("input_layernorm") for name in patched), patched  # its RMSNorm
     assert "forward" in vars(model)  # its fused linear cross-entropy
-    assert modeling_llama.apply_rotary_pos_emb is not rope  # its RoPE, module-wide
-    undo()
+    # Nothing module-wide while the run lasts: a Llama built now is transformers' own.
     assert modeling_llama.apply_rotary_pos_emb is rope
     assert modeling_llama.LlamaRMSNorm is norm_class
+    other = load_workload("hf:causal-lm", "tiny", seed=1, model_args={"arch": "llama"}).model
+    assert not [name for name, m in other.named_modules() if "forward" in vars(m)]
+    undo()
     assert {name: dict(vars(m)) for name, m in model.named_modules()} == own
     assert torch.equal(model(input_ids=ids, labels=ids).loss, expected)
 
@@ -185,12 +187,14 @@ def test_every_change_a_patch_makes_is_put_back_and_nothing_else() -> None:
         here._fused = len  # type: ignore[attr-defined]  # a module-level function replaced
 
     undo = _patched(patch, model)
+    # The model's own modules keep the patch for the run; what it set beside them (which would
+    # reach every model the process builds meanwhile) is put back at once.
     assert torch.equal(norm(x), x + 1) and norm.casting_mode == "llama"
+    assert not hasattr(_Norm, "extra")
+    assert here._fused is original_fused  # type: ignore[attr-defined]
     norm.seen_later = True  # a change the run makes after the patch: not the undo's
     undo()
     assert "forward" not in vars(norm) and not hasattr(norm, "casting_mode")
-    assert not hasattr(_Norm, "extra")
-    assert here._fused is original_fused  # type: ignore[attr-defined]
     assert torch.equal(norm(x), expected)
     assert norm.seen_later is True
 

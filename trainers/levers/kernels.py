@@ -1,17 +1,18 @@
 """`kernels`: which kernels a Hugging Face decoder's layers run: `torch` (the model's own code,
-the default) or `liger` (liger-kernel's fused Triton kernels: RMSNorm, SwiGLU, RoPE and the fused
-linear cross-entropy, which computes the loss from the last hidden states and the head's weight
-in chunks, never storing the logits).
+the default) or `liger` (liger-kernel's fused Triton kernels: RMSNorm, SwiGLU and the fused linear
+cross-entropy, which computes the loss from the last hidden states and the head's weight in
+chunks, never storing the logits).
 
 liger-kernel patches a model in place, by its `config.model_type`, through
 `liger_kernel.transformers.monkey_patch` (the model types of its `MODEL_TYPE_TO_APPLY_LIGER_FN`:
-llama, mistral, qwen2, qwen3, phi3, gemma and others). It sets attributes and bound methods on the
-model's modules and replaces functions and classes in the model's `transformers` modeling module
-(its RoPE, for one); `_patched` records each of those changes and the undo puts every one back
-when the run ends, so a model built later in the process, or another run of the same model, runs
-the model's own code again. The cross-entropy is asked for as the fused linear one alone
-(`cross_entropy=False`): the plain one would replace `torch.nn.functional.cross_entropy` for the
-whole process.
+llama, mistral, qwen2, qwen3, phi3, gemma and others). On the model it sets attributes and bound
+methods of its modules; beside them it replaces names in the model's `transformers` modeling
+module (the RMSNorm and MLP classes, the RoPE function), which would reach every model of that
+type the process builds while the run lasts: a gate's reference built beside it, say. So only
+the model's own modules keep liger's code: `_patched` puts back at once every change outside
+them, and the rest when the run ends. RoPE, a module-wide function in transformers, is therefore
+not asked for. The cross-entropy is asked for as the fused linear one alone
+(`cross_entropy=False`): the plain one would replace `torch.nn.functional.cross_entropy`.
 
 Refused in one line on a device other than CUDA (Triton's kernels), beside the loss lever's
 `compiled` (the fused loss no longer calls the model's `loss_function`) and beside
@@ -88,38 +89,40 @@ def _apply(value: Value, model: nn.Module) -> Undo:
 
     def patch() -> None:
         monkey_patch._apply_liger_kernel_to_instance(
-            model=model, cross_entropy=False, fused_linear_cross_entropy=True
+            model=model, rope=False, cross_entropy=False, fused_linear_cross_entropy=True
         )
 
     return _patched(patch, model)
 
 
 def _patched(patch: Callable[[], None], model: nn.Module) -> Undo:
-    """Run `patch` on `model`, and return what undoes every attribute it set: on the model's
-    modules (instance attributes, bound methods), their classes and the Python modules that
-    define them, and `torch.nn.functional`. Only what `patch` changed is put back; what changes
-    later (the run's own state) is left alone."""
+    """Run `patch` on `model`; put back at once what it set outside the model's modules (on
+    their classes, in the Python modules that define them, in `torch.nn.functional`), and
+    return what puts back what it set on the modules themselves (attributes, bound methods).
+    Only what `patch` changed is put back; what changes later (the run's own state) is left."""
     instances: list[object] = list(model.modules())
     classes = {type(m) for m in instances}
     namespaces = {sys.modules[c.__module__] for c in classes if c.__module__ in sys.modules}
     namespaces.add(torch.nn.functional)
-    owners: list[object] = [*instances, *classes, *namespaces]
-    before = [dict(vars(owner)) for owner in owners]
+    outside: list[object] = [*classes, *namespaces]
+    before = [dict(vars(owner)) for owner in [*instances, *outside]]
     patch()
     changes = [
-        (owner, _changed(old, vars(owner))) for owner, old in zip(owners, before, strict=True)
+        (owner, _changed(old, vars(owner)))
+        for owner, old in zip([*instances, *outside], before, strict=True)
     ]
-    changes = [(owner, changed) for owner, changed in changes if changed]
+    _put_back([(owner, changed) for owner, changed in changes[len(instances) :] if changed])
+    on_model = [(owner, changed) for owner, changed in changes[: len(instances)] if changed]
+    return lambda: _put_back(on_model)
 
-    def undo() -> None:
-        for owner, changed in changes:
-            for name, old in changed:
-                if old is _ABSENT:
-                    delattr(owner, name)  # added by the patch
-                else:
-                    setattr(owner, name, old)
 
-    return undo
+def _put_back(changes: list[tuple[object, list[tuple[str, Any]]]]) -> None:
+    for owner, changed in changes:
+        for name, old in changed:
+            if old is _ABSENT:
+                delattr(owner, name)  # added by the patch
+            else:
+                setattr(owner, name, old)
 
 
 _ABSENT = object()

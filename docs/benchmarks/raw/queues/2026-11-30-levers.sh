@@ -4,8 +4,8 @@
 # model compiled, fused AdamW: 44.9 samples/s on one H200 at c8b23c3), measured against the five
 # scale peers with the ablation (`without-<lever>`, each lever set back to its default),
 # interleaved in one process:
-# - kernels=liger beside the whole-model compile (liger's fused linear cross-entropy, RMSNorm,
-#   SwiGLU and RoPE inside Inductor's graph);
+# - kernels=liger beside the whole-model compile (liger's fused linear cross-entropy, RMSNorm
+#   and SwiGLU inside Inductor's graph);
 # - loss=compiled and kernels=torch under each-layer compilation, the fastest loop on some models
 #   (the head and the loss compiled too), in float8 and with the head kept in bf16.
 # About 8 minutes a row on an H200 (no tuning job: --config).
