@@ -41,3 +41,12 @@ echo "torchtitan as installed ended with $? at $(date -u +%T)"
 PYTHONPATH=/tmp/site-tt:$PYTHONPATH CUDA_VISIBLE_DEVICES=0 python benchmarks/torchtitan_row.py \
   --shim-torch --steps 30 --warmup 10 --out "$QUEUE_OUT/torchtitan-shimmed" > "$QUEUE_OUT/torchtitan-shimmed.log" 2>&1
 echo "torchtitan shimmed ended with $? at $(date -u +%T)"
+# Last, where the machine's time still holds them (each a longer compile): the float8 pick with
+# Inductor's GEMM autotuning, and with the step's launches captured (reduce-overhead: cudagraph
+# trees over the compiled float8 step).
+for mode in max-autotune-no-cudagraphs reduce-overhead; do
+  CUDA_VISIBLE_DEVICES=0 python benchmarks/peers.py "${row[@]}" \
+    --config "{\"compile\": \"$mode\", \"optimizer\": \"fused\"}" \
+    --tag "levers-$mode" > "$QUEUE_OUT/levers-$mode.log" 2>&1
+  echo "$mode row ended with $? at $(date -u +%T)"
+done
