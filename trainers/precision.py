@@ -69,6 +69,8 @@ def check_precision(value: object, *, cuda_graph: bool, parallel: str = "none") 
     `Float8LinearConfig(enable_fsdp_float8_all_gather=True)`, in float8; neither has run here
     (float8 needs a GPU of compute capability 8.9 or later, and no such run exists yet).
     """
+    if value is None:
+        raise ConfigError("precision", value, f"one of {', '.join(PRECISIONS)}")
     parse_precision(value)
     if value == "float8" and parallel == "fsdp2":
         raise ConfigError(
@@ -195,6 +197,8 @@ def _allowed(precisions: Sequence[object]) -> tuple[Precision, ...]:
     values = tuple(precisions)
     if not values:
         raise ConfigError("precisions", "", f"one or more of {', '.join(PRECISIONS)}")
+    if None in values:
+        raise ConfigError("precisions", None, f"each one of {', '.join(PRECISIONS)}")
     allowed = tuple(cast(Precision, parse_precision(v, "precisions")) for v in values)
     twice = sorted({v for v in allowed if allowed.count(v) > 1})
     if twice:

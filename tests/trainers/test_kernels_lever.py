@@ -55,7 +55,11 @@ def test_it_is_declared_once_and_validated_by_loop_config() -> None:
 
 @pytest.mark.parametrize(
     ("beside", "named"),
-    [({"loss": "compiled"}, "loss='model'"), ({"float8_head": "float8"}, "float8_head='bf16'")],
+    [
+        ({"loss": "compiled"}, "loss='model'"),
+        ({"float8_head": "float8"}, "float8_head='bf16'"),
+        ({"cuda_graph": True}, "a CUDA graph cannot capture"),
+    ],
 )
 def test_what_the_fused_loss_replaces_refuses_it_in_one_line(
     beside: dict[str, str], named: str
@@ -161,42 +165,68 @@ class _Norm(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(4))
+        self.act = nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.weight
+        return self.act(x * self.weight)
 
 
 def _fused(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return x + 1
 
 
+ACTIVATIONS = {"relu2": nn.ReLU}
+"""A module-level dict a patch may write into (liger's Nemotron patch writes into transformers'
+ACT2FN), which every model built later reads."""
+
+
 def test_every_change_a_patch_makes_is_put_back_and_nothing_else() -> None:
-    """A patch of the kinds liger-kernel's makes, on a real module: a bound method and attributes
-    on an instance, a class attribute, a function of the module that defines the class."""
+    """A patch of the kinds liger-kernel's makes, on a real module: a bound method, attributes
+    and a submodule on an instance; a class attribute; a function and a dict's item of the
+    module that defines the class."""
     model = nn.Sequential(_Norm(), nn.Linear(4, 4))
     norm = model[0]
     here = sys.modules[__name__]
-    original_fused = here._fused  # type: ignore[attr-defined]
+    original_fused, original_act = here._fused, norm.act  # type: ignore[attr-defined]
     x = torch.ones(2, 4)
     expected = norm(x).clone()
 
     def patch() -> None:
         norm.forward = types.MethodType(_fused, norm)  # type: ignore[method-assign]
         norm.casting_mode = "llama"
+        norm.act = nn.Tanh()  # a submodule replaced: nn.Module keeps it in `_modules`
         _Norm.extra = "class attribute"  # type: ignore[attr-defined]
         here._fused = len  # type: ignore[attr-defined]  # a module-level function replaced
+        ACTIVATIONS["relu2"] = nn.Tanh  # type: ignore[assignment]
 
-    undo = _patched(patch, model)
+    undo, changed = _patched(patch, model)
     # The model's own modules keep the patch for the run; what it set beside them (which would
     # reach every model the process builds meanwhile) is put back at once.
+    assert changed == 3  # forward, casting_mode, act
     assert torch.equal(norm(x), x + 1) and norm.casting_mode == "llama"
-    assert not hasattr(_Norm, "extra")
+    assert isinstance(norm.act, nn.Tanh)
+    assert not hasattr(_Norm, "extra") and ACTIVATIONS["relu2"] is nn.ReLU
     assert here._fused is original_fused  # type: ignore[attr-defined]
     norm.seen_later = True  # a change the run makes after the patch: not the undo's
     undo()
     assert "forward" not in vars(norm) and not hasattr(norm, "casting_mode")
+    assert norm.act is original_act
     assert torch.equal(norm(x), expected)
     assert norm.seen_later is True
+
+
+def test_a_patch_that_fails_partway_leaves_nothing_behind() -> None:
+    model = nn.Sequential(_Norm())
+    norm = model[0]
+
+    def patch() -> None:
+        norm.forward = types.MethodType(_fused, norm)  # type: ignore[method-assign]
+        ACTIVATIONS["relu2"] = nn.Tanh  # type: ignore[assignment]
+        raise AttributeError("'LlamaForCausalLM' object has no attribute 'model'")
+
+    with pytest.raises(AttributeError, match="no attribute 'model'"):
+        _patched(patch, model)
+    assert "forward" not in vars(norm) and ACTIVATIONS["relu2"] is nn.ReLU
 
 
 @pytest.mark.gpu

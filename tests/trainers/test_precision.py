@@ -212,6 +212,7 @@ def test_a_precision_spec_is_the_request_checked_once() -> None:
         ({"precision": ["fp32"]}, "precision", "one of fp32"),
         ({"precisions": ("fp32", "fp64")}, "precisions", "one of fp32"),
         ({"precisions": ()}, "precisions", "one or more of fp32"),
+        ({"precisions": (None, "fp32")}, "precisions", "each one of fp32"),
         ({"precisions": ("tf32", "tf32")}, "precisions", "each precision once (tf32 twice)"),
         ({"precision": "fp32", "precisions": ("tf32",)}, "precision", "one of precisions (tf32)"),
         ({"precision": "tf32", "matmul_precision": "high"}, "precision", "either precision"),

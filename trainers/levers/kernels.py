@@ -15,13 +15,14 @@ not asked for. The cross-entropy is asked for as the fused linear one alone
 (`cross_entropy=False`): the plain one would replace `torch.nn.functional.cross_entropy`.
 
 Refused in one line on a device other than CUDA (Triton's kernels), beside the loss lever's
-`compiled` (the fused loss no longer calls the model's `loss_function`) and beside
+`compiled` (the fused loss no longer calls the model's `loss_function`), beside a whole-step
+CUDA graph (the fused loss reads a count on the host in every forward) and beside
 `float8_head='float8'` (the fused loss multiplies by the head's weight itself, so a converted
-head would not run), and at the run's start for a model liger-kernel does not patch or where it is
-not installed (`pip install 'streamtune[kernels]'`). Its kernels change the rounding: the gate
-judges it by equivalence. Triton compiles them in the first step, hence a warm-up step. Not
-searched by the built-in spaces until a GPU measures it: `--fix kernels=liger` (or the API's
-`fix`) runs it.
+head would not run), and at the run's start for a model liger-kernel does not patch, whose
+patch fails or changes nothing on the model itself, or where liger-kernel is not installed
+(`pip install 'streamtune[kernels]'`). Its kernels change the rounding: the gate judges it by
+equivalence. Triton compiles them in the first step, hence a warm-up step. Not searched by the
+built-in spaces until a GPU measures it: `--fix kernels=liger` (or the API's `fix`) runs it.
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ def _conflicts(value: Value, get: Callable[[str], Value]) -> str | None:
         return (
             "torch beside loss='compiled' (liger's fused linear cross-entropy computes the loss "
             "and never calls the model's loss_function): loss='model' with kernels='liger'"
+        )
+    if get("cuda_graph") is True:
+        return (
+            "torch beside cuda_graph=True (liger's fused linear cross-entropy reads a count with "
+            ".item() in every forward, a host sync a CUDA graph cannot capture)"
         )
     if get("float8_head") == "float8":
         return (
@@ -92,37 +98,90 @@ def _apply(value: Value, model: nn.Module) -> Undo:
             model=model, rope=False, cross_entropy=False, fused_linear_cross_entropy=True
         )
 
-    return _patched(patch, model)
+    try:
+        undo, changed = _patched(patch, model)
+    except Exception as exc:  # liger's patch met a model it could not take; nothing is left
+        raise ConfigError(
+            "kernels", value, f"torch for this {model_type} model (liger-kernel's patch: {exc!r})"
+        ) from exc
+    if not changed:
+        raise ConfigError(
+            "kernels",
+            value,
+            f"torch for model type {model_type!r}: liger-kernel's patch changes nothing on the "
+            "model itself (only names module-wide, which are not kept)",
+        )
+    return undo
 
 
-def _patched(patch: Callable[[], None], model: nn.Module) -> Undo:
-    """Run `patch` on `model`; put back at once what it set outside the model's modules (on
-    their classes, in the Python modules that define them, in `torch.nn.functional`), and
-    return what puts back what it set on the modules themselves (attributes, bound methods).
-    Only what `patch` changed is put back; what changes later (the run's own state) is left."""
-    instances: list[object] = list(model.modules())
-    classes = {type(m) for m in instances}
+Slot = tuple[Any, bool]
+"""Where a patch may set names: a dict's items (True: a module's or an instance's `__dict__`,
+a dict it holds) or a class's attributes (False: set through the class)."""
+
+
+def _patched(patch: Callable[[], None], model: nn.Module) -> tuple[Undo, int]:
+    """Run `patch` on `model`. What it set outside the model's modules (on their classes, in the
+    Python modules that define them and the dicts those hold, in `torch.nn.functional`) is put
+    back at once; what it set on the modules themselves (attributes, bound methods, submodules,
+    parameters, buffers) is put back by the returned undo, returned with how many names it set
+    there. Only what `patch` changed is put back; what changes later (the run's own state) is
+    left. A patch that raises has everything it set put back before its exception goes on.
+    Instances' and modules' `__dict__`s are restored as dicts, past `nn.Module.__setattr__`."""
+    on_model: list[Slot] = []
+    for module in model.modules():
+        own = vars(module)
+        on_model += [
+            (own, True),
+            *((own[d], True) for d in ("_modules", "_parameters", "_buffers")),
+        ]
+    classes = {type(m) for m in model.modules()}
     namespaces = {sys.modules[c.__module__] for c in classes if c.__module__ in sys.modules}
     namespaces.add(torch.nn.functional)
-    outside: list[object] = [*classes, *namespaces]
-    before = [dict(vars(owner)) for owner in [*instances, *outside]]
-    patch()
-    changes = [
-        (owner, _changed(old, vars(owner)))
-        for owner, old in zip([*instances, *outside], before, strict=True)
+    outside: list[Slot] = [(c, False) for c in classes] + [(vars(n), True) for n in namespaces]
+    outside += [
+        (value, True)
+        for space in namespaces
+        for name, value in vars(space).items()
+        if isinstance(value, dict) and not name.startswith("__")
     ]
-    _put_back([(owner, changed) for owner, changed in changes[len(instances) :] if changed])
-    on_model = [(owner, changed) for owner, changed in changes[: len(instances)] if changed]
-    return lambda: _put_back(on_model)
+    slots = on_model + outside
+    before = [_items(slot) for slot in slots]
+
+    def changes() -> list[tuple[Slot, list[tuple[str, Any]]]]:
+        found = [(s, _changed(old, _items(s))) for s, old in zip(slots, before, strict=True)]
+        return [(slot, changed) for slot, changed in found if changed]
+
+    try:
+        patch()
+    except BaseException:
+        _put_back(changes())
+        raise
+    found = changes()
+    mine = {id(target) for target, _ in on_model}
+    kept = [change for change in found if id(change[0][0]) in mine]
+    _put_back([change for change in found if id(change[0][0]) not in mine])
+    return (lambda: _put_back(kept)), sum(len(changed) for _, changed in kept)
 
 
-def _put_back(changes: list[tuple[object, list[tuple[str, Any]]]]) -> None:
-    for owner, changed in changes:
+def _items(slot: Slot) -> dict[str, Any]:
+    """A copy of the slot's names and values as stored: `dict.items` reads a dict subclass's
+    storage past its own `__getitem__` (transformers' ACT2FN builds a new module on each read)."""
+    target, is_dict = slot
+    return dict(dict.items(target)) if is_dict else dict(vars(target))
+
+
+def _put_back(changes: list[tuple[Slot, list[tuple[str, Any]]]]) -> None:
+    for (target, is_dict), changed in changes:
         for name, old in changed:
-            if old is _ABSENT:
-                delattr(owner, name)  # added by the patch
+            if is_dict:
+                if old is _ABSENT:
+                    target.pop(name, None)  # added by the patch
+                else:
+                    target[name] = old
+            elif old is _ABSENT:
+                delattr(target, name)
             else:
-                setattr(owner, name, old)
+                setattr(target, name, old)
 
 
 _ABSENT = object()
