@@ -81,8 +81,9 @@ class Children:
     """Whether the profiles' child was started and its workload built ahead (`prepare_profiles`)."""
     warmed: str | None = None
     """Why the profiles' child warmed up a config, or why not (`warm_profiles`; None: not asked)."""
-    warm_config: LoopConfig | None = None
-    """The config the profiles' child ran ahead (`warm_profiles`; None: none)."""
+    warm_config: tuple[LoopConfig, str | None] | None = None
+    """The config the profiles' child ran ahead, with its precision (None: the study's), as
+    `warm_profiles` was given them; None: none ran."""
 
     def prepare_gate(self) -> None:
         """Start the gate's child and its build now (`ParityProcess.prepare`), where the gate
@@ -120,7 +121,7 @@ class Children:
             return False
         profiles.warm(config, precision=precision)
         self.prepared = True
-        self.warm_config = config
+        self.warm_config = (config, precision)
         self.warmed = f"run in the profiles' child beside the gate ({free / 1e9:.0f} GB free)"
         return True
 

@@ -333,7 +333,7 @@ class Search(TrialRunner):
             self.progress.phase(f"profiles: the leader's compile {self._children.warmed}")
         return beside
 
-    def _profile_cut(self) -> Callable[[LoopConfig, bool], str | None] | None:
+    def _profile_cut(self) -> profiling.ProfileCut | None:
         """On the scale space with `--profile baselines`: a profile starts only where its
         expected cost ends the job inside `SCALE_JOB_AIM_S` (`tuner.search.proposing.defaults` says
         why and what each costs)."""

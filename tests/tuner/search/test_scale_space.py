@@ -150,16 +150,23 @@ def test_a_profile_starts_only_where_its_expected_cost_ends_the_job_inside_the_a
     cut = profiling.time_cut(lambda: now[0], 900.0, child_s=40.0, eager_s=20.0, compiled_s=150.0)
     eager, compiled = LoopConfig(), LoopConfig(compile="default")
     # The first profile also starts the child: 720 + 40 + 20 fits, 720 + 40 + 150 does not.
-    assert cut(eager, False) is None
-    refused = cut(compiled, False)
+    assert cut(eager, None, False) is None
+    refused = cut(compiled, None, False)
     assert refused is not None and "720 s" in refused and "190 s" in refused
     # With the child running, the compiled one fits until 750 s of the job.
-    assert cut(compiled, True) is None
+    assert cut(compiled, None, True) is None
     now[0] = 750.5
-    assert cut(compiled, True) is not None and cut(eager, True) is None
-    # The config the profiles' child already ran beside the gate compiles nothing more there.
+    assert cut(compiled, None, True) is not None and cut(eager, None, True) is None
+    # The config the profiles' child already ran beside the gate compiles nothing more there,
+    # in the precision it ran in; in another one it compiles again.
     warm = profiling.time_cut(
-        lambda: now[0], 900.0, child_s=40.0, eager_s=20.0, compiled_s=150.0, warmed=compiled
+        lambda: now[0],
+        900.0,
+        child_s=40.0,
+        eager_s=20.0,
+        compiled_s=150.0,
+        warmed=(compiled, "float8"),
     )
-    assert warm(compiled, True) is None
-    assert warm(LoopConfig(compile="default", optimizer="fused"), True) is not None
+    assert warm(compiled, "float8", True) is None
+    assert warm(compiled, "bf16-autocast", True) is not None
+    assert warm(LoopConfig(compile="default", optimizer="fused"), "float8", True) is not None

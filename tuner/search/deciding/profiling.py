@@ -151,6 +151,11 @@ class SharedProfiles:
         self.retry.call(lambda: self.memo.set_user_attr(key, value), what=f"sharing {key}")
 
 
+ProfileCut = Callable[[LoopConfig, "str | None", bool], "str | None"]
+"""`(config, its precision or None for the study's, whether a profile ran before)` -> why not to
+profile it now (`time_cut`), or None."""
+
+
 def time_cut(
     wall: Callable[[], float],
     aim_s: float,
@@ -158,15 +163,16 @@ def time_cut(
     child_s: float,
     eager_s: float,
     compiled_s: float,
-    warmed: LoopConfig | None = None,
-) -> Callable[[LoopConfig, bool], str | None]:
+    warmed: tuple[LoopConfig, str | None] | None = None,
+) -> ProfileCut:
     """A `cut` for `profile_recommendation`: a profile starts only where the job's time so far
     (`wall()`) and its expected cost (`eager_s` or `compiled_s`, by the config's compile, and
     `child_s` for the child process when no profile ran before it) end inside `aim_s`. The
-    config the profiles' child already ran and compiled (`warmed`) costs what an eager one does."""
+    config the profiles' child already ran and compiled, in that precision (`warmed`), costs
+    what an eager one does; the same config in another precision compiles again."""
 
-    def cut(config: LoopConfig, child_started: bool) -> str | None:
-        kept = config.compile == "none" or (warmed is not None and config == warmed)
+    def cut(config: LoopConfig, precision: str | None, child_started: bool) -> str | None:
+        kept = config.compile == "none" or warmed == (config, precision)
         expected = eager_s if kept else compiled_s
         expected += 0.0 if child_started else child_s
         so_far = wall()
@@ -188,14 +194,15 @@ def profile_recommendation(
     profiler: Profiler,
     *,
     shared: SharedProfiles | None = None,
-    cut: Callable[[LoopConfig, bool], str | None] | None = None,
+    cut: ProfileCut | None = None,
 ) -> Recommendation:
     """Profile the baselines, then the recommended config, store them on the study, and return
     the recommendation with the profiles' `verdicts` (name -> verdict) and `explanation`.
     `shared`: profiles an earlier study of the same inputs measured are copied from it (and
     this study's are shared) instead of measured again. `cut` (optional), asked before each
-    profile is measured with its config and whether a profile was measured before it: a reason
-    not to (the job's time) leaves it out, the reason recorded in `profile_errors`; None goes on."""
+    profile is measured with its config, its precision and whether a profile was measured before
+    it: a reason not to (the job's time) leaves it out, the reason recorded in `profile_errors`;
+    None goes on."""
     targets: dict[str, LoopConfig] = dict(baselines)
     if recommendation.config is not None:
         targets[PROFILE_RECOMMENDED] = LoopConfig.from_dict(recommendation.config)
@@ -212,7 +219,7 @@ def profile_recommendation(
             study.set_user_attr(f"{PROFILE_PREFIX}{name}", copy)
             verdicts[name] = verdict(Profile.from_attrs(copy))
             continue
-        reason = cut(config, measured) if cut is not None else None
+        reason = cut(config, chosen, measured) if cut is not None else None
         if name in recommendation.failures:
             # Its run failed in the final round (out of memory, say): a profile runs it again.
             reason = f"it failed in the final round ({recommendation.failures[name][:200]})"
