@@ -7,6 +7,9 @@ checks the plug-in workloads, and mounts the routes. Running jobs is the workers
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 
@@ -35,6 +38,17 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     store = Submissions(settings.storage)
     optuna_storage = storage.open_storage(settings.storage)
     reader = StudyReader(optuna_storage)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            # The databases' connections go back when the app stops, not when it is collected:
+            # a process that makes apps (the tests, an embedding server) would run the server out.
+            store.close()
+            storage.close_storage(optuna_storage)
+
     app = FastAPI(
         title="streamtune",
         version="1",
@@ -42,6 +56,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
+        lifespan=lifespan,
     )
     app.state.services = Services(
         settings=settings,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -29,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import trainers  # noqa: E402
-from benchmarks.run_meta import provenance, run_meta  # noqa: E402
-from trainers.flops import _first_batch  # noqa: E402
+from benchmarks.run_meta import provenance, run_meta, write_record  # noqa: E402
+from trainers.flops import first_batch  # noqa: E402
 from trainers.levers.attention import (  # noqa: E402
     ATTENTION,
     AttentionCall,
@@ -77,7 +76,7 @@ def entry(args: argparse.Namespace, spec: str, device: torch.device) -> dict[str
     workload_name, preset = spec.rsplit(":", 1)
     workload = trainers.load_workload(workload_name, preset, seed=0)
     model = workload.model.to(device)
-    batch = tuple(t.to(device) for t in _first_batch(workload))
+    batch = tuple(t.to(device) for t in first_batch(workload))
     plan = make_plan(args.precision, device)
 
     def forward() -> object:
@@ -136,16 +135,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     device = trainers.resolve_device(args.device)
     meta, stem = run_meta(device, "attention.py", argv, args.commit)
     name = f"attention-{stem}{f'-{args.tag}' if args.tag else ''}"
-    meta["file"] = f"{name}.json"
     data: dict[str, Any] = {
         "meta": meta,
         "cudnn": torch.backends.cudnn.version(),
         "presets": [entry(args, spec.strip(), device) for spec in args.presets.split(",")],
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
-    (args.out / f"{name}.md").write_text(markdown(data))
-    print(markdown(data))
+    write_record(args.out, name, data, markdown)
 
 
 if __name__ == "__main__":

@@ -6,10 +6,10 @@
 Each run is `python -m tuner run --workload W [--preset P] [--precision X] --json` in a process
 of its own, everything else at its default (flags after `--` are passed on), timed from the
 command's start to its exit. The runs share one SQLite file, so one Inductor cache
-(`<db>-artifacts/inductor-cache/`, `tuner.search.study.share_compile_cache`): the first run
-(`cold`) starts with that cache and a Triton cache both new and empty, as on a fresh machine;
-each later run (`warm`) is a new study on what the runs before it compiled, as a user's second
-job. Issue 29's aims: cold in at most 480 s, warm in at most 240 s.
+(`<db>-artifacts/inductor-cache/`, `tuner.search.measuring.artifacts.share_compile_cache`): the
+first run (`cold`) starts with that cache and a Triton cache both new and empty, as on a fresh
+machine; each later run (`warm`) is a new study on what the runs before it compiled, as a user's
+second job. Issue 29's aims: cold in at most 480 s, warm in at most 240 s.
 
 `--reference peers.json`: the recommendation's ms/step beside the one a peers record
 (`benchmarks/peers.py`) measured for the workload, preset, model options and precision the job

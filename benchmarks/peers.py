@@ -143,7 +143,11 @@ def _tuning(
     given = getattr(args, "recommendation", None)
     if getattr(args, "config", None) is not None:
         log(f"== {spec} {precision}: the config given by --config")
-        return given_config(args.config, getattr(args, "config_precision", None))
+        return given_config(
+            args.config,
+            getattr(args, "config_precision", None),
+            getattr(args, "config_base", None),
+        )
     if given is not None:
         log(f"== {spec} {precision}: the recommendation of {given.name}")
         return recommendation_of(given, workload, preset, model_args, precision)
@@ -289,6 +293,14 @@ def _add_record_flags(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="with --config: the precision it runs in, when not the preset's (e.g. float8)",
     )
+    parser.add_argument(
+        "--config-base",
+        default=None,
+        metavar="SPACE",
+        help="with --config: lay the JSON over this search space's fixed settings (scale: its "
+        "feed, compile and fused optimizer); without it the JSON is the whole config, and what "
+        "it leaves out runs at the loop's default (default: none)",
+    )
     parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
 
 
@@ -298,8 +310,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     _add_job_flags(parser)
     _add_record_flags(parser)
     args = parser.parse_args(argv)
-    if args.config_precision is not None and args.config is None:
-        parser.error("--config-precision needs --config")
+    for flag in ("config_precision", "config_base"):
+        if getattr(args, flag) is not None and args.config is None:
+            parser.error(f"--{flag.replace('_', '-')} needs --config")
     if not _rewrite(args):
         _measure(args, argv)
 

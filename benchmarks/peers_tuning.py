@@ -217,14 +217,24 @@ def recommendation_of(
     )
 
 
-def given_config(text: str, precision: str | None = None) -> dict[str, Any]:
+def given_config(
+    text: str, precision: str | None = None, base: str | None = None
+) -> dict[str, Any]:
     """The tuning entry of a config given as JSON (`--config`): measured against the peers
     without a tuning job, labelled as given, not as a recommendation. For a config a job found
     but could not finish deciding (a machine that went back during its final round), or one a
     job could not reach in the time a machine is lent (`precision`: the one it runs in, when not
-    the preset's: `--config-precision`)."""
+    the preset's: `--config-precision`). `base` (`--config-base`): a search space whose fixed
+    settings the JSON is laid over. Without it the JSON is the whole config and what it leaves
+    out is the loop's default: on 2026-11-29 two rows that named only their levers ran on the
+    default feed (batches made on the loop's thread, the loss read every step) and were 8-10 %
+    slower than the job's own pick, so that comparison with the peers was void."""
     try:
-        config = LoopConfig.from_dict(json.loads(text)).to_dict()
+        settings = json.loads(text)
+        if not isinstance(settings, dict):
+            raise TypeError(f"a JSON object of settings, not {type(settings).__name__}")
+        fixed = {} if base is None else _space_fixed(base)
+        config = LoopConfig.from_dict(fixed | settings).to_dict()
     except (ValueError, TypeError) as exc:
         raise SystemExit(f"--config: {exc}") from None
     try:
@@ -235,7 +245,8 @@ def given_config(text: str, precision: str | None = None) -> dict[str, Any]:
         "config": config,
         "precision": precision,
         "precisions": None,
-        "source": "given by --config (not a finished job's recommendation)",
+        "source": "given by --config (not a finished job's recommendation)"
+        + ("" if base is None else f", over the {base} space's fixed settings"),
         "reason": None,
         "n_trials": None,
         "failed_trials": [],
@@ -244,6 +255,16 @@ def given_config(text: str, precision: str | None = None) -> dict[str, Any]:
         "search_timeout_s": None,
         "trials": None,
     }
+
+
+def _space_fixed(name: str) -> dict[str, Any]:
+    from tuner.errors import TunerError
+    from tuner.search.spaces.named import load_space
+
+    try:
+        return dict(load_space(name).fixed)
+    except (TunerError, ValueError, OSError) as exc:
+        raise SystemExit(f"--config-base: {exc}") from None
 
 
 def failed_trials(storage: str, study: str) -> list[dict[str, Any]]:

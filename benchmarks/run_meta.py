@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,19 @@ def run_meta(
     }
     gpu = (fp["gpu"] or "cpu").lower().replace("nvidia ", "").split()[0]
     return meta, f"{gpu}-{date}"
+
+
+def write_record(
+    out: Path, name: str, data: dict[str, Any], markdown: Callable[[dict[str, Any]], str]
+) -> None:
+    """The record `name` in `out`: `name.json` (`data`, whose `meta` is told its file's name)
+    and its Markdown twin `name.md`, which is also printed."""
+    data["meta"]["file"] = f"{name}.json"
+    text = markdown(data)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
+    (out / f"{name}.md").write_text(text)
+    print(text)
 
 
 def provenance(meta: Mapping[str, Any], *, also: str = "") -> str:

@@ -44,8 +44,7 @@ import trainers  # noqa: E402
 from benchmarks.node import interleaved  # noqa: E402
 from benchmarks.run_meta import job_parser, provenance, run_meta  # noqa: E402
 from tuner.evidence.profiles import ARTIFACTS_ENV, artifact_dir  # noqa: E402
-from tuner.search.measuring.artifacts import ARTIFACTS_FILE  # noqa: E402
-from tuner.search.study import COMPILE_CACHE_ENV  # noqa: E402
+from tuner.search.measuring.artifacts import ARTIFACTS_FILE, COMPILE_CACHE_ENV  # noqa: E402
 
 AIMS_S = {"cold": 600.0, "repeat": 240.0}
 """The aims at 1B (a cold job within 10 minutes, a repeat job within 4)."""

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
+import inspect
 import json
 import logging
 import os
@@ -136,6 +138,8 @@ def install_stubs(shim_torch: bool = False) -> dict[str, str]:
         fields = [("shard", Any, None), ("replicate", Any, None)]
         fsdp.__dict__["DataParallelMeshDims"] = make_dataclass("DataParallelMeshDims", fields)
         stubs["torch.distributed.fsdp.DataParallelMeshDims"] = f"absent in {torch.__version__}"
+    if shim_torch:
+        stubs.update(_shim_block_mask())
     for name in ("torch.utils.tensorboard", "datasets"):
         try:
             importlib.import_module(name)
@@ -148,6 +152,31 @@ def install_stubs(shim_torch: bool = False) -> dict[str, str]:
         fake = {"Dataset": type("Dataset", (), {}), "load_dataset": None, "stub": True}
         _stub("datasets", distributed=split, **fake)
     return stubs
+
+
+def _shim_block_mask() -> dict[str, str]:
+    """torchtitan 0.3.0's flex-attention mask passes `separate_full_blocks=True` (False only in
+    its batch-invariant mode), a keyword torch 2.11's `create_block_mask` lacks though it always
+    separates the full blocks (on a GPU, 2026-11-29: "create_block_mask() got an unexpected
+    keyword argument 'separate_full_blocks'"). Where it is missing, the function takes it: True
+    is what it does anyway, False is refused. Set before torchtitan compiles the function at
+    import."""
+    flex = importlib.import_module("torch.nn.attention.flex_attention")
+    original = flex.create_block_mask
+    if "separate_full_blocks" in inspect.signature(original).parameters:
+        return {}
+
+    @functools.wraps(original)
+    def create_block_mask(*args: Any, separate_full_blocks: bool = True, **kwargs: Any) -> Any:
+        if not separate_full_blocks:
+            raise NotImplementedError(
+                f"separate_full_blocks=False: torch {torch.__version__} always separates them"
+            )
+        return original(*args, **kwargs)
+
+    flex.create_block_mask = create_block_mask
+    name = "torch.nn.attention.flex_attention.create_block_mask(separate_full_blocks=)"
+    return {name: f"absent in {torch.__version__}: True taken, its only behaviour there"}
 
 
 def _stub(name: str, **attributes: Any) -> types.ModuleType:

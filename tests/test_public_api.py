@@ -17,6 +17,8 @@ TRAINERS = {
     "CACHE_DIR_VARIABLE",
     "ENV_PREFIX",
     "prepare_optimizer",
+    "probe_levers",
+    "Probed",
     "warmup_cosine",
     "BUILTIN",
     "COMPILE_MODES",

@@ -69,6 +69,7 @@ from trainers.precision import (
     parse_precision,
     set_matmul_precision,
 )
+from trainers.probe import Probed, probe_levers
 from trainers.runargs import RunArgs
 from trainers.tuned import ENV_PREFIX, config_from_env, load_config, load_precision
 from trainers.workloads import (
@@ -110,6 +111,7 @@ __all__ = [
     "ParityVerdict",
     "Precision",
     "PrecisionSpec",
+    "Probed",
     "ReusedBuilds",
     "RunArgs",
     "RunResult",
@@ -152,6 +154,7 @@ __all__ = [
     "parity_losses",
     "parse_precision",
     "prepare_optimizer",
+    "probe_levers",
     "records_graphs",
     "required_test",
     "resolve_device",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainers.errors import ConfigError
 from trainers.levers import (
@@ -34,6 +34,9 @@ from trainers.levers import (
 )
 from trainers.levers.declare import FIELD_LEVERS, conflict
 from trainers.precision import check_precision
+
+if TYPE_CHECKING:
+    from torch import nn
 
 __all__ = [
     "CHECKPOINTING",
@@ -404,14 +407,36 @@ def device_error(config: LoopConfig, device_type: str) -> str | None:
     return None
 
 
+def precision_error(config: LoopConfig, precision: str) -> ConfigError | None:
+    """The ConfigError of the first lever, in table order, whose `refuse_in` refuses its value
+    in `precision`, or None."""
+    for name, item in LEVERS.items():
+        error = item.precision_refusal(config.get(name), precision)
+        if error is not None:
+            return error
+    return None
+
+
+def model_error(config: LoopConfig, model: nn.Module) -> ConfigError | None:
+    """The ConfigError of the first lever, in table order, whose `refuse_for` refuses its value
+    for `model`, or None."""
+    for name, item in LEVERS.items():
+        error = item.model_refusal(config.get(name), model)
+        if error is not None:
+            return error
+    return None
+
+
 def invalid_reason(
     values: Mapping[str, Any],
     *,
     precision: str | None = None,
     device_type: str | None = None,
+    model: nn.Module | None = None,
 ) -> str | None:
     """Why the LoopConfig `values` (a partial dict is completed with the defaults) is invalid, or
-    None if it is valid; with `precision` and `device_type`, also for that run.
+    None if it is valid; with `precision`, `device_type` and the workload's `model`, also for
+    that run.
 
     The one predicate a search space needs to leave out invalid combinations: it applies exactly
     the rules `LoopConfig` and `run()` apply.
@@ -420,11 +445,18 @@ def invalid_reason(
         config = LoopConfig.from_dict(values)
         if precision is not None:
             check_precision(precision, cuda_graph=config.cuda_graph, parallel=config.parallel)
+            refused = precision_error(config, precision)
+            if refused is not None:
+                raise refused
     except ConfigError as exc:
         return str(exc)
     if device_type is not None:
-        return device_error(config, device_type)
-    return None
+        reason = device_error(config, device_type)
+        if reason is not None:
+            return reason
+    # Last: a model rule may import a library (liger-kernel) that a device rule refuses first.
+    refused = None if model is None else model_error(config, model)
+    return None if refused is None else str(refused)
 
 
 REFERENCE = LoopConfig()

@@ -37,7 +37,7 @@ from trainers.compilation import (
     min_warmup_for_compile,
     reuse_key,
 )
-from trainers.config import LoopConfig, device_error
+from trainers.config import LoopConfig, device_error, precision_error
 from trainers.errors import ConfigError, UnsupportedOnDevice
 from trainers.feed import DeviceFeed, close_loaders, positioned_batches
 from trainers.float8 import Float8Report, apply_float8
@@ -93,6 +93,9 @@ def check_setup(config: LoopConfig, device: torch.device, precision: str | None)
     """ConfigError / UnsupportedOnDevice unless `config` and `precision` can run on `device`."""
     if precision is not None:
         check_precision(precision, cuda_graph=config.cuda_graph, parallel=config.parallel)
+        refused = precision_error(config, precision)
+        if refused is not None:
+            raise refused
         # float8 on a CPU, an older GPU or without torchao: one line, before anything is built.
         check_precision_here(precision, device)
     reason = device_error(config, device.type)

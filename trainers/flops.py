@@ -132,7 +132,9 @@ def _one_sample(batch: Batch, samples: int) -> tuple[Batch, int]:
     return batch, 1
 
 
-def _first_batch(workload: Workload) -> Batch:
+def first_batch(workload: Workload) -> Batch:
+    """The workload's first batch as its loader would make it (one item, or `batch_size` items
+    collated), without a loader."""
     if workload.batch_size is None:
         item = workload.dataset[0]
         return tuple(item)
@@ -186,7 +188,7 @@ def count_step_flops_by_linear(workload: Workload, device: torch.device) -> dict
     backward it believes is running, and on a Hugging Face Llama its per-module sums exceeded
     the step's total (1.15x on the tiny preset).
     """
-    batch = _first_batch(workload)
+    batch = first_batch(workload)
     key = (workload.name, workload.preset, _shape_key(batch), _model_key(workload))
     if key not in _COUNTS:
         _COUNTS[key] = _counted(workload, batch, device)
@@ -203,7 +205,7 @@ def count_recompute_flops(workload: Workload, config: Any, device: torch.device)
         return 0
     from trainers.recompute import apply_block_levers  # trainers.recompute imports workloads
 
-    batch = _first_batch(workload)
+    batch = first_batch(workload)
     levers = (config.activation_checkpointing, config.checkpoint_share)
     key = (workload.name, workload.preset, _shape_key(batch), _model_key(workload), *levers)
     if key not in _COUNTS:

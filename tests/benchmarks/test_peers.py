@@ -24,6 +24,7 @@ from benchmarks import peers, peers_compare, peers_loops, peers_record, peers_tu
 from trainers import LoopConfig
 from trainers.levers import Lever, ranked, registered
 from tuner.search.measuring.measure import Measurer, Protocol
+from tuner.search.spaces.named import load_space
 from tuner.store import keys
 
 
@@ -709,3 +710,32 @@ def test_the_peers_measure_a_given_config_labelled_as_given(
     with pytest.raises(SystemExit, match="2"):
         peers.main(["--config-precision", "float8"])
     assert "--config-precision needs --config" in capsys.readouterr().err
+
+
+def test_a_given_config_over_a_spaces_fixed_settings_keeps_the_spaces_feed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--config-base scale`: a config that names only its levers runs on the scale space's feed
+    (workers, prefetch, syncs) and its compile, not the loop's defaults; what the JSON names
+    wins; an unknown space is one line naming the flag."""
+    monkeypatch.setattr(peers, "tune", lambda *a, **k: pytest.fail("tuned"))
+    args = _without_tuning(config=json.dumps({"compile": "none", "micro_batches": 2}))
+    args.config_base = "scale"
+    log: list[str] = []
+    entry = peers.run_preset("mlp:tiny", "fp32", args, "sqlite://", log.append)
+    ran = entry["recommended"]["config"]
+    fixed = load_space("scale").fixed
+    assert ran["num_workers"] == fixed["num_workers"] and ran["num_workers"] > 0
+    assert ran["prefetch_depth"] == fixed["prefetch_depth"] > LoopConfig().prefetch_depth
+    assert ran["sync_interval"] == fixed["sync_interval"] > LoopConfig().sync_interval
+    assert ran["compile"] == "none" and ran["micro_batches"] == 2  # the JSON over the space
+    assert "over the scale space's fixed settings" in entry["tuning"]["source"]
+    args.config_base = "roomy"
+    with pytest.raises(SystemExit, match="--config-base: space='roomy' is invalid"):
+        peers.run_preset("mlp:tiny", "fp32", args, "sqlite://", log.append)
+    args.config_base, args.config = None, "[1, 2]"
+    with pytest.raises(SystemExit, match="--config: a JSON object of settings, not list"):
+        peers.run_preset("mlp:tiny", "fp32", args, "sqlite://", log.append)
+    with pytest.raises(SystemExit, match="2"):
+        peers.main(["--config-base", "scale"])
+    assert "--config-base needs --config" in capsys.readouterr().err

@@ -214,3 +214,28 @@ def check_torchtitan(shape: row.Shape, tmp_path: Path) -> None:
     params, _ = spec.model.get_nparams_and_flops(model, shape.seq)
     layer = 4 * 2048 * 2048 - 2 * 2048 * (2048 - 512) + 3 * 2048 * 5632 + 2 * 2048
     assert params == 16 * layer + 2 * 32000 * 2048 + 2048
+
+
+def test_the_torch_shim_lets_the_block_mask_take_the_keyword_torch_2_11_lacks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch.nn.attention.flex_attention as flex
+
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    def older(mask_mod: Any, B: Any, H: Any, Q_LEN: int, KV_LEN: int, **kwargs: Any) -> str:
+        calls.append(((mask_mod, B, H, Q_LEN, KV_LEN), kwargs))
+        return "mask"
+
+    with mock.patch.dict(sys.modules):
+        assert not any("create_block_mask" in name for name in row.install_stubs(True))
+        monkeypatch.setattr(flex, "create_block_mask", older)  # torch 2.11's signature
+        assert not any("create_block_mask" in name for name in row.install_stubs(False))
+        assert flex.create_block_mask is older
+        stubs = row.install_stubs(True)
+    assert any("separate_full_blocks" in name for name in stubs)
+    shimmed = flex.create_block_mask
+    assert shimmed(None, 2, None, 8, 8, device="cpu", separate_full_blocks=True) == "mask"
+    assert calls == [((None, 2, None, 8, 8), {"device": "cpu"})]
+    with pytest.raises(NotImplementedError, match="separate_full_blocks=False"):
+        shimmed(None, 2, None, 8, 8, separate_full_blocks=False)

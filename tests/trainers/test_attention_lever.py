@@ -8,8 +8,17 @@ import pytest
 import torch
 
 from tests.lever_entry import accepted
-from trainers import LEVERS, ConfigError, LoopConfig, RunArgs, invalid_reason, load_workload, run
-from trainers.flops import _first_batch
+from trainers import (
+    LEVERS,
+    ConfigError,
+    LoopConfig,
+    RunArgs,
+    invalid_reason,
+    load_workload,
+    probe_levers,
+    run,
+)
+from trainers.flops import first_batch
 from trainers.levers.attention import attention_calls, time_backends
 from tuner.errors import SpaceError
 from tuner.search.spaces.named import load_space
@@ -68,7 +77,7 @@ def _firsts(space: object) -> dict[str, object]:
 
 def test_the_calls_of_one_forward_are_recorded_by_shape_and_timed_per_value() -> None:
     workload = load_workload("transformer", "tiny", seed=0)
-    batch = _first_batch(workload)
+    batch = first_batch(workload)
     attentions = [m for m in workload.model.modules() if isinstance(m, torch.nn.MultiheadAttention)]
     ran: list[int] = []
     hooks = [m.register_forward_hook(lambda *_: ran.append(1)) for m in attentions]
@@ -94,7 +103,7 @@ def test_the_calls_of_one_forward_are_recorded_by_shape_and_timed_per_value() ->
     ]
     # A model without SDPA: nothing to record, nothing for the lever to change.
     mlp = load_workload("mlp", "tiny", seed=0)
-    assert attention_calls(lambda: mlp.loss_fn(mlp.model, _first_batch(mlp))) == []
+    assert attention_calls(lambda: mlp.loss_fn(mlp.model, first_batch(mlp))) == []
 
 
 def test_a_call_is_recorded_in_the_dtype_its_kernel_runs_in_under_autocast() -> None:
@@ -110,6 +119,44 @@ def test_a_call_is_recorded_in_the_dtype_its_kernel_runs_in_under_autocast() -> 
     ]
     plain = attention_calls(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q))
     assert [c.dtype for c in plain] == ["float32"]
+
+
+def test_the_probe_times_each_value_per_step_at_the_models_shapes_and_changes_nothing() -> None:
+    """`Lever.probe` through `trainers.probe_levers`: the model's own SDPA calls, each value's
+    milliseconds a step (the CUDA kernels refused on a CPU), no gradient touched, the model
+    where it was; a model without SDPA: nothing for the lever to change; a lever without a
+    probe: left out."""
+    workload = load_workload("transformer", "tiny", seed=0)
+    before = {k: v.clone() for k, v in workload.model.state_dict().items()}
+    probed = probe_levers(
+        workload, ["attention", "kernels"], device=torch.device("cpu"), precision="bf16-autocast"
+    )
+    assert list(probed) == ["attention"]
+    figures = probed["attention"]
+    assert isinstance(figures["default"], float) and figures["default"] > 0
+    assert figures["cudnn"] == "attention='cudnn' is a CUDA kernel, and this run is on cpu"
+    assert all(p.grad is None for p in workload.model.parameters())
+    after = workload.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    mlp = load_workload("mlp", "tiny", seed=0)
+    assert probe_levers(mlp, ["attention"], device=torch.device("cpu"), precision=None) == {
+        "attention": {}
+    }
+    assert probe_levers(mlp, ["kernels"], device=torch.device("cpu"), precision=None) == {}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_the_probe_times_every_value_and_leaves_the_model_where_it_was() -> None:
+    workload = load_workload("transformer", "small", seed=0)
+    probed = probe_levers(
+        workload, ["attention"], device=torch.device("cuda"), precision="bf16-autocast"
+    )
+    figures = probed["attention"]
+    assert isinstance(figures["default"], float) and figures["default"] > 0, figures
+    # cuDNN's or flash's attention may have no kernel for a shape: then the reason is given.
+    assert all(isinstance(v, float | str) for v in figures.values()) and len(figures) == 3
+    assert next(workload.model.parameters()).device.type == "cpu"
 
 
 @pytest.mark.gpu

@@ -20,6 +20,7 @@ from trainers import (
     LoopConfig,
     RunArgs,
     UnsupportedOnDevice,
+    invalid_reason,
     load_workload,
     run,
 )
@@ -77,6 +78,33 @@ def test_a_model_with_nothing_in_float8_refuses_its_effect_and_is_left_as_it_was
     assert "unless the run's precision is float8" in str(caught.value)
     assert [type(m) for m in model.modules()] == kinds
     FLOAT8_HEAD.transform("bf16", model)()  # the default changes nothing, and undoes nothing
+
+
+def test_another_precision_refuses_it_before_anything_runs_and_before_a_search_enqueues_it() -> (
+    None
+):
+    """`refuse_in`: what `invalid_reason` tells a search (its second stage leaves the variant out)
+    and what the run's setup raises, in one line naming the lever and the precision."""
+    for precision in ("fp32", "bf16-autocast"):
+        reason = invalid_reason(HEAD, precision=precision)
+        assert reason is not None and "float8_head='float8'" in reason and precision in reason
+    assert invalid_reason(HEAD, precision="float8") is None
+    assert invalid_reason({"float8_head": "bf16"}, precision="fp32") is None
+    assert invalid_reason(HEAD) is None  # no precision given: nothing to say yet
+    workload = load_workload("mlp", "tiny", seed=0)
+    args = RunArgs(steps=2, windows=1, device="cpu", precision="bf16-autocast")
+    with pytest.raises(ConfigError) as caught:
+        run(workload, LoopConfig.from_dict({"float8_head": "float8"}), args)
+    assert caught.value.field == "float8_head" and "bf16-autocast" in str(caught.value)
+
+
+def test_a_head_float8_cannot_take_is_refused_before_a_search_enqueues_it() -> None:
+    """`refuse_for`, read without a GPU: the transformer's head is 256 -> 1000, not 16s."""
+    model = load_workload("transformer", "small", seed=0).model
+    reason = invalid_reason(HEAD, precision="float8", model=model)
+    assert reason is not None and "1000" in reason and "multiples of 16" in reason, reason
+    convertible = nn.Sequential(nn.Linear(16, 32), nn.Linear(32, 64))
+    assert invalid_reason(HEAD, precision="float8", model=convertible) is None
 
 
 def _capable() -> bool:

@@ -23,6 +23,7 @@ from trainers import (
     LoopConfig,
     RunArgs,
     UnsupportedOnDevice,
+    invalid_reason,
     load_workload,
     run,
 )
@@ -59,6 +60,8 @@ def test_it_is_declared_once_and_validated_by_loop_config() -> None:
         ({"loss": "compiled"}, "loss='model'"),
         ({"float8_head": "float8"}, "float8_head='bf16'"),
         ({"cuda_graph": True}, "a CUDA graph cannot capture"),
+        ({"compile": "default"}, "compile_scope='blocks' compiles each layer"),
+        ({"compile": "default", "compile_scope": "model"}, "cannot trace"),
     ],
 )
 def test_what_the_fused_loss_replaces_refuses_it_in_one_line(
@@ -70,6 +73,11 @@ def test_what_the_fused_loss_replaces_refuses_it_in_one_line(
     assert message.startswith("kernels='liger' is invalid: allowed torch beside")
     assert named in message and "\n" not in message
     LoopConfig.from_dict({"kernels": "torch"} | beside)  # the default goes with either
+
+
+def test_each_layer_compiled_leaves_the_fused_loss_eager_and_is_allowed() -> None:
+    config = LoopConfig.from_dict(LIGER | {"compile": "default", "compile_scope": "blocks"})
+    assert config.get("kernels") == "liger" and config.compile_scope == "blocks"
 
 
 def test_the_api_and_the_cli_take_the_same_values() -> None:
@@ -99,6 +107,9 @@ def test_a_model_that_is_not_a_hugging_face_model_refuses_its_effect() -> None:
         KERNELS.transform("liger", model)
     assert "not a Hugging Face model" in str(caught.value) and "\n" not in str(caught.value)
     assert {name: dict(vars(m)) for name, m in model.named_modules()} == before
+    # What a search reads before it enqueues the lever (`Lever.refuse_for`): the same words.
+    assert invalid_reason({"kernels": "liger"}, model=model) == str(caught.value)
+    assert invalid_reason({"kernels": "torch"}, model=model) is None
     KERNELS.transform("torch", model)()  # the default changes nothing, and undoes nothing
 
 
@@ -229,13 +240,17 @@ def test_a_patch_that_fails_partway_leaves_nothing_behind() -> None:
     assert "forward" not in vars(norm) and ACTIVATIONS["relu2"] is nn.ReLU
 
 
-@pytest.mark.gpu
-@pytest.mark.models
-def test_a_decoder_runs_through_liger_and_gets_its_own_code_back() -> None:
+def _needs_liger_on_a_gpu() -> None:
     pytest.importorskip("transformers")
     pytest.importorskip("liger_kernel")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
+
+
+@pytest.mark.gpu
+@pytest.mark.models
+def test_a_decoder_runs_through_liger_and_gets_its_own_code_back() -> None:
+    _needs_liger_on_a_gpu()
     workload = load_workload("hf:causal-lm", "tiny", seed=0, model_args={"arch": "llama"})
     model = workload.model
     mlps = [m for name, m in model.named_modules() if name.endswith(".mlp")]
@@ -257,11 +272,23 @@ def test_a_decoder_runs_through_liger_and_gets_its_own_code_back() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.models
+def test_liger_runs_beside_each_layer_compiled() -> None:
+    # The whole model compiled is refused (Dynamo cannot trace the fused loss, H200 2026-11-29);
+    # each layer compiled runs liger's RMSNorm and SwiGLU inside the layers' compiled code and
+    # its fused loss eager.
+    _needs_liger_on_a_gpu()
+    workload = load_workload("hf:causal-lm", "tiny", seed=0, model_args={"arch": "llama"})
+    config = LoopConfig.from_dict(LIGER | {"compile": "default", "compile_scope": "blocks"})
+    result = run(
+        workload, config, RunArgs(steps=3, windows=1, device="cuda", precision="bf16-autocast")
+    )
+    assert result.losses and all(loss == loss for loss in result.losses)
+
+
+@pytest.mark.gpu
+@pytest.mark.models
 def test_the_gate_judges_liger_by_equivalence() -> None:
-    pytest.importorskip("transformers")
-    pytest.importorskip("liger_kernel")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
+    _needs_liger_on_a_gpu()
     factory = resolve_factory("hf:causal-lm", {"arch": "llama"})
     args = RunArgs(steps=8, device="cuda", precision="bf16-autocast")
     verdict = gate(factory, LoopConfig.from_dict(LIGER), args, preset="tiny")

@@ -5,11 +5,15 @@ compiled function (and gives the original back), and the gate judges it."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import torch
 
 from tests.lever_entry import accepted
+from tests.tuner.workloads_for_tests import own_loss_function
 from trainers import (
     LEVERS,
     ConfigError,
@@ -17,10 +21,13 @@ from trainers import (
     RunArgs,
     invalid_reason,
     load_workload,
+    probe_levers,
     run,
 )
 from trainers.compilation import compiles, min_warmup_for_compile
+from trainers.flops import first_batch
 from trainers.gate import gate, required_test
+from trainers.levers.declare import ProbeInput
 from trainers.workloads import resolve_factory
 from tuner.search.spaces.named import load_space
 from tuner.search.spaces.space import config_key
@@ -72,6 +79,52 @@ def test_a_model_without_a_loss_function_refuses_it_and_is_left_as_it_was() -> N
     assert "computes no loss of its own through a `loss_function`" in str(caught.value)
     assert "\n" not in str(caught.value)
     assert dict(vars(workload.model)).keys() == before.keys()
+    # What a search reads before it enqueues the lever (`Lever.refuse_for`): the same words.
+    assert invalid_reason({"loss": "compiled"}, model=workload.model) == str(caught.value)
+    assert invalid_reason({"loss": "model"}, model=workload.model) is None
+
+
+def test_the_probe_times_the_models_own_loss_function_eager_and_compiled() -> None:
+    """`Lever.probe` through `trainers.probe_levers`: the loss function a forward calls, timed
+    forward and backward as called and compiled, on its own arguments; the model's function
+    given back; a model without one: nothing for the lever to change."""
+    workload = own_loss_function("tiny", seed=0)
+    original = workload.model.loss_function
+    probed = probe_levers(workload, ["loss"], device=torch.device("cpu"), precision=None)
+    figures = probed["loss"]
+    assert set(figures) == {"model", "compiled"}, figures
+    assert all(isinstance(v, float) and v > 0 for v in figures.values()), figures
+    assert workload.model.loss_function is original
+    assert all(p.grad is None for p in workload.model.parameters())
+    mlp = load_workload("mlp", "tiny", seed=0)
+    assert probe_levers(mlp, ["loss"], device=torch.device("cpu"), precision=None) == {"loss": {}}
+
+
+def test_the_probe_replays_the_loss_under_the_runs_autocast() -> None:
+    """The forward calls the loss function inside the run's autocast; the replayed calls are
+    timed inside it too (`ProbeInput.autocast`), or a low-precision run's loss would be timed in
+    another arithmetic than its steps run."""
+    workload = own_loss_function("tiny", seed=0)
+    batch = first_batch(workload)
+    entered: list[bool] = []
+
+    @contextlib.contextmanager
+    def run_autocast() -> Iterator[None]:
+        entered.append(True)
+        yield
+
+    where = ProbeInput(
+        forward=lambda: workload.loss_fn(workload.model, batch),
+        device=torch.device("cpu"),
+        model=workload.model,
+        autocast=run_autocast,
+    )
+    probe = LEVERS["loss"].probe
+    assert probe is not None
+    figures = probe(where)
+    assert set(figures) == {"model", "compiled"}, figures
+    # Every timed call of both values (the timing's warm-up and its groups) entered it.
+    assert len(entered) >= 2 * 13, len(entered)
 
 
 def _tiny_decoder() -> Any:
@@ -109,3 +162,25 @@ def test_the_gate_judges_it_by_equivalence_and_passes_it() -> None:
     assert required_test(config) == "equivalence"
     verdict = gate(factory, config, RunArgs(steps=8), preset="tiny")
     assert verdict.test == "equivalence" and verdict.passed, verdict.reason
+
+
+@pytest.mark.models
+def test_the_probe_times_a_decoders_loss_function_with_its_own_arguments() -> None:
+    """Hugging Face's loss function takes its arguments by keyword (logits=, labels=,
+    vocab_size=): the probe replays them as given."""
+    workload = _tiny_decoder()
+    original = workload.model.loss_function
+    figures = probe_levers(workload, ["loss"], device=torch.device("cpu"), precision=None)["loss"]
+    assert all(isinstance(figures[v], float) and figures[v] > 0 for v in ("model", "compiled"))
+    assert workload.model.loss_function is original
+
+
+@pytest.mark.gpu
+@pytest.mark.models
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_the_probe_times_a_decoders_loss_eager_and_compiled() -> None:
+    workload = _tiny_decoder()
+    device = torch.device("cuda")
+    figures = probe_levers(workload, ["loss"], device=device, precision="bf16-autocast")["loss"]
+    assert all(isinstance(figures[v], float) and figures[v] > 0 for v in ("model", "compiled"))
+    assert next(workload.model.parameters()).device.type == "cpu"

@@ -9,7 +9,9 @@ Each one is tiny (an 8 -> 3 linear classifier, 4 samples a batch) and fails in a
 - `slow_when_armed`: a step sleeps `SLOW_STEP_S` once `ARMED["slow"]` is set (a config that is
   far slower than every earlier one, for the pruner);
 - `paced`: every step sleeps `PACE_S`, as a host waits on a GPU: a trial costs the same on an idle
-  machine and a loaded one, so a test of several workers is not a race against imports.
+  machine and a loaded one, so a test of several workers is not a race against imports;
+- `own_loss_function`: fails in no way; its model computes its loss through a `loss_function`
+  of its own, as a Hugging Face model does, so the `loss` lever can compile it on a CPU.
 """
 
 from __future__ import annotations
@@ -130,3 +132,24 @@ def needs_micro_batches(preset: str, *, seed: int) -> Workload:
         return classification_loss(model, batch)
 
     return _workload("needs_micro_batches", preset, seed, _batches(seed), loss_fn)
+
+
+class _WithLossFunction(nn.Linear):
+    """A classifier that computes its loss through `self.loss_function`, the attribute the `loss`
+    lever compiles (`trainers.levers.loss`)."""
+
+    def __init__(self) -> None:
+        super().__init__(8, 3)
+        self.loss_function = nn.functional.cross_entropy
+
+
+def own_loss_function(preset: str, *, seed: int) -> Workload:
+    def loss_fn(model: nn.Module, batch: Batch) -> torch.Tensor:
+        x, y = batch
+        computed: torch.Tensor = model.loss_function(model(x), y)
+        return computed
+
+    workload = _workload("own_loss_function", preset, seed, _batches(seed), loss_fn)
+    torch.manual_seed(seed)
+    workload.model = _WithLossFunction()
+    return workload

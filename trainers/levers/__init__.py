@@ -36,10 +36,14 @@ How to add a lever
    required: a declaration that forgets one fails at import.
 2. Read it as `config.get("attention")`; `LoopConfig.from_dict`, `replace` and `to_dict` carry
    it (it lives in `LoopConfig.modules`, not as a field, so no other file changes).
-3. A rule that refuses a value beside other levers' values is the lever's `conflicts`; a change
-   to the model for the run (and its undo) is its `transform` (`trainers/levers/loss.py` has
-   both). An effect of another kind (an optimizer option) has its one spot in
-   `trainers.core.Engine`.
+3. A rule that refuses a value beside other levers' values is the lever's `conflicts`; in a
+   precision, its `refuse_in`; for a model that cannot take it, its `refuse_for` (the search's
+   second stage reads all three through `trainers.invalid_reason` before it enqueues a
+   variant; a sampled trial that breaks the last two fails in one line). A microbenchmark of
+   the work it changes at the model's shapes is its `probe` (`attention.py`, `loss.py`). A change to
+   the model for the run (and its undo) is its `transform` (`trainers/levers/loss.py` has
+   `conflicts`, `refuse_for` and `transform`). An effect of another kind (an optimizer option)
+   has its one spot in `trainers.core.Engine`.
 4. Nothing else: tests/trainers/test_lever_module.py declares one in a test and shows the
    config, the API, `--fix`, the space, a run and the stored keys take it.
 """

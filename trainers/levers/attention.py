@@ -21,7 +21,11 @@ measurement of whole steps (the table above is one operation).
 
 A kernel choice can be settled in seconds at the model's own shapes: `attention_calls` records
 the SDPA calls of one forward (shapes, dtype, causal, mask), `time_backends` times each value of
-the lever forward and backward on them (`benchmarks/attention.py` runs both per model).
+the lever forward and backward on them (`benchmarks/attention.py` runs both per model). The
+lever's `probe` is the two together: a search's second stage stages a backend only where it is
+predicted to gain more than the tie margin of the step. On one H200 (2026-11-28) PyTorch's own
+choice was cuDNN at every call of `llama-1b` (25.43 ms a step against 25.46 forced), so there
+the probe leaves the lever out; on a stack that defaults to flash it was worth 13 ms of 180.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import time
+import functools
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -38,7 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from trainers.levers.declare import Lever, Value, ranked, register
+from trainers.levers.declare import Lever, ProbeInput, Value, ranked, register
+from trainers.levers.timing import timed_ms
 
 _BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
 
@@ -54,6 +59,25 @@ def _around_forward(value: Value) -> AbstractContextManager[object]:
     return contextlib.nullcontext() if backend is None else sdpa_kernel(backend)
 
 
+def _probe(where: ProbeInput) -> dict[Value, float | str]:
+    """Each value's attention milliseconds per training step: every SDPA call one forward makes,
+    timed forward and backward (`time_backends`), times its count; a value that cannot run one of
+    the calls carries that call's reason; one the device had no memory to time is left out (no
+    prediction). Empty: the model calls no SDPA."""
+    calls = attention_calls(where.forward)
+    per_step: dict[Value, float | str] = {}
+    timed = [time_backends(call, where.device) for call in calls]
+    for value in ATTENTION.values() if calls else ():
+        costs = [t[str(value)] for t in timed]
+        failed = [c for c in costs if isinstance(c, str)]
+        ran = [(c, n.calls) for c, n in zip(costs, calls, strict=True) if isinstance(c, float)]
+        if failed:
+            per_step[value] = failed[0]
+        elif len(ran) == len(calls):
+            per_step[value] = sum(ms * count for ms, count in ran)
+    return per_step
+
+
 ATTENTION = Lever(
     name="attention",
     label="the scaled-dot-product-attention kernel: PyTorch's choice, or cuDNN's or flash forced",
@@ -67,6 +91,7 @@ ATTENTION = Lever(
     ),
     refuse_on=_refuse_on,
     around_forward=_around_forward,
+    probe=_probe,
     offered=(),
 )
 register(ATTENTION)
@@ -139,10 +164,11 @@ def time_backends(
     warmup: int = 3,
     iters: int = 10,
     values: tuple[Value, ...] | None = None,
-) -> dict[str, float | str]:
+) -> dict[str, float | str | None]:
     """Milliseconds of one forward and backward of `call` for each value of the lever (`values`:
     those only), on `device` (CUDA events), or why that value cannot run it (a CPU, "No
-    available kernel")."""
+    available kernel"); None where the device ran out of memory (no figure, and no evidence
+    that the value cannot run in a training step)."""
     dtype = getattr(torch, call.dtype)
     made = torch.Generator(device=device).manual_seed(0)
 
@@ -156,7 +182,7 @@ def time_backends(
         # the work little; whether a mask is there at all decides which kernels can run.
         rows, cols = call.mask[-2], call.mask[-1]
         mask = torch.ones(rows, cols, device=device, dtype=torch.bool).tril().expand(call.mask)
-    out: dict[str, float | str] = {}
+    out: dict[str, float | str | None] = {}
     for value in ATTENTION.values() if values is None else values:
         reason = _refuse_on(value, device.type)
         if reason is not None:
@@ -164,7 +190,10 @@ def time_backends(
             continue
         try:
             with _around_forward(value):
-                out[str(value)] = _timed(lambda: _step(q, k, v, mask, call), device, warmup, iters)
+                step = functools.partial(_step, q, k, v, mask, call)
+                out[str(value)] = timed_ms(step, device, warmup, iters)
+        except torch.cuda.OutOfMemoryError:
+            out[str(value)] = None
         except RuntimeError as exc:  # no kernel of that backend for these shapes
             out[str(value)] = str(exc).splitlines()[0][:300]
     return out
@@ -181,21 +210,3 @@ def _step(
         q, k, v, attn_mask=mask, is_causal=call.is_causal, enable_gqa=call.enable_gqa
     )
     y.sum().backward()
-
-
-def _timed(step: Callable[[], None], device: torch.device, warmup: int, iters: int) -> float:
-    for _ in range(warmup):
-        step()
-    if device.type != "cuda":
-        started = time.perf_counter()
-        for _ in range(iters):
-            step()
-        return (time.perf_counter() - started) * 1e3 / iters
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        step()
-    end.record()
-    # The one host wait of the timing: the events' elapsed time needs both to have run.
-    end.synchronize()
-    return float(start.elapsed_time(end)) / iters

@@ -15,11 +15,12 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 from trainers.errors import ConfigError
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
 Value = str | int | float | bool
@@ -53,10 +54,39 @@ ModelTransform = Callable[[Value, "nn.Module"], Undo]
 (`trainers.core.Engine`: after float8 and the block levers, before the data-parallel wrapper
 and the whole-model compile), put back when the run ends. A model that cannot take the value is
 a ConfigError naming the lever (one line)."""
+PrecisionRule = Callable[[Value, str], "str | None"]
+"""`(value, the run's precision)` -> what the lever allows in that precision (a ConfigError's
+`allowed`, naming the precision), where `value` cannot run in it; None where it can."""
+ModelRule = Callable[[Value, "nn.Module"], "str | None"]
+"""`(value, the workload's model)` -> what the lever allows for that model (a ConfigError's
+`allowed`), where the model cannot take `value` (not a Hugging Face model, no loss function of
+its own); None where it can. What the transform checks first, and what the search's second
+stage reads before it enqueues a variant (`trainers.invalid_reason` with `model=`)."""
 ConfigRule = Callable[[Value, Callable[[str], Value]], "str | None"]
 """`(value, get)` -> what the lever allows beside the config's other levers (`get(name)` reads
 one), where `value` cannot be set with them; None where it can (`LoopConfig` raises the
 ConfigError)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProbeInput:
+    """What a lever's probe runs on: one forward and loss of the workload's `model` on its first
+    batch, on the run's device and in its precision, as training runs it (gradients on), and
+    that device."""
+
+    forward: Callable[[], object]
+    device: torch.device
+    model: nn.Module
+    # The run's autocast, for a probe that replays part of the step on its own (the loss).
+    autocast: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext
+
+
+Probe = Callable[[ProbeInput], "dict[Value, float | str]"]
+"""The lever's microbenchmark at the model's own shapes: for each value, the milliseconds per
+training step of the work the lever changes, or why that value cannot run there; empty where
+the model does none of that work (the lever changes nothing in it). Seconds, where a trial is a
+compile and a run: the search's second stage leaves out a value predicted to gain less than the
+tie margin of the leader's step (`tuner.search.proposing.levers`)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +125,11 @@ class Lever:
         default, so a stored config keeps its key (`tuner.search.spaces.space.config_key`).
         Required: a lever cannot forget it.
     refuse_on: why a value cannot run on a device type (None: it runs everywhere).
+    refuse_in: what the lever allows in a precision where a value cannot run (`PrecisionRule`),
+        checked where the config and the precision first meet (`trainers.invalid_reason`, the
+        run's setup), so the search's second stage does not enqueue what the run would refuse.
+    refuse_for: what the lever allows for a model that cannot take a value (`ModelRule`).
+    probe: the lever's microbenchmark at the model's shapes (`Probe`; None: none).
     around_forward: the lever's effect as a context around each forward (None: its effect is
         elsewhere, `trainers.core` names the spot).
     transform: the lever's effect as a change to the model for the run (`ModelTransform`).
@@ -111,6 +146,9 @@ class Lever:
     options: tuple[Option, ...] = ()
     span: Span | None = None
     refuse_on: DeviceRule | None = None
+    refuse_in: PrecisionRule | None = None
+    refuse_for: ModelRule | None = None
+    probe: Probe | None = None
     around_forward: ForwardContext | None = None
     transform: ModelTransform | None = None
     conflicts: ConfigRule | None = None
@@ -168,6 +206,10 @@ class Lever:
     def rank(self, value: Value) -> int:
         return self.option(value).rank
 
+    def cost_order(self, value: Value) -> int:
+        """Where `value`'s one-off cost falls in `Cost`'s order, cheapest (`none`) first."""
+        return get_args(Cost).index(self.option(value).cost)
+
     def ordered(self) -> str:
         """The declared values from simplest to least simple, as "a < b < c" (for help texts)."""
         options = sorted(self.options, key=lambda option: option.rank)
@@ -176,6 +218,16 @@ class Lever:
     def refusal(self, value: Value, device_type: str) -> str | None:
         """Why `value` cannot run on a device of `device_type`, or None."""
         return None if self.refuse_on is None else self.refuse_on(value, device_type)
+
+    def precision_refusal(self, value: Value, precision: str) -> ConfigError | None:
+        """The ConfigError naming this lever where `value` cannot run in `precision`, or None."""
+        allowed = None if self.refuse_in is None else self.refuse_in(value, precision)
+        return None if allowed is None else ConfigError(self.name, value, allowed)
+
+    def model_refusal(self, value: Value, model: nn.Module) -> ConfigError | None:
+        """The ConfigError naming this lever where `model` cannot take `value`, or None."""
+        allowed = None if self.refuse_for is None else self.refuse_for(value, model)
+        return None if allowed is None else ConfigError(self.name, value, allowed)
 
     def keyed_at(self, value: Value) -> bool:
         """Whether a config's key holds this lever at `value` (see `added`)."""

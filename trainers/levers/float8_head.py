@@ -14,8 +14,9 @@ Its effect (`Lever.transform`) runs after the run's float8 conversion (`trainers
 converts the head linears `trainers.float8.output_heads` names, where their features are
 multiples of 16, and puts the originals back when the run ends (they share their Parameters, so
 a tied embedding stays tied). The run's float8 report counts the linears the precision converted,
-without the head. Refused in one line on a device other than CUDA, and at the run's start where
-the run is not float8 (no linear converted) or the head cannot be converted.
+without the head. Refused in one line on a device other than CUDA, in a precision other than float8
+(`refuse_in`: before a search enqueues it), and at the run's start where no linear was converted
+or the head cannot be.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ def _refuse_on(value: Value, device: str) -> str | None:
     return None
 
 
+def _refuse_in(value: Value, precision: str) -> str | None:
+    if value == "float8" and precision != "float8":
+        return f"bf16 unless the run's precision is float8 (this run's is {precision})"
+    return None
+
+
 def _convert_head(value: Value, model: nn.Module) -> Undo:
     if value != "float8":
         return nothing
@@ -40,13 +47,27 @@ def _convert_head(value: Value, model: nn.Module) -> Undo:
         raise ConfigError(
             "float8_head", value, "bf16 unless the run's precision is float8 (nothing converted)"
         )
-    heads = sorted(float8.output_heads(model))
-    kept = {n: float8.keep_reason(model.get_submodule(n), n, set()) for n in heads}
-    convertible = tuple(n for n in heads if kept[n] is None)
-    if not convertible:
-        why = "; ".join(f"{n}: {r}" for n, r in kept.items()) or "no output head found"
-        raise ConfigError("float8_head", value, f"bf16 for this model's head ({why})")
+    refused = _refuse_for(value, model)
+    if refused is not None:
+        raise ConfigError("float8_head", value, refused)
+    convertible = tuple(n for n, why in _heads(model).items() if why is None)
     return float8.convert(model, float8.Float8Plan(converted=convertible, kept=()))
+
+
+def _heads(model: nn.Module) -> dict[str, str | None]:
+    """The model's output heads, each with why float8 cannot take it (None: it can)."""
+    heads = sorted(float8.output_heads(model))
+    return {n: float8.keep_reason(model.get_submodule(n), n, set()) for n in heads}
+
+
+def _refuse_for(value: Value, model: nn.Module) -> str | None:
+    if value != "float8":
+        return None
+    kept = _heads(model)
+    if any(why is None for why in kept.values()):
+        return None
+    why = "; ".join(f"{n}: {r}" for n, r in kept.items()) or "no output head found"
+    return f"bf16 for this model's head ({why})"
 
 
 FLOAT8_HEAD = Lever(
@@ -60,6 +81,8 @@ FLOAT8_HEAD = Lever(
         ("float8", "none", "equivalence", 1),
     ),
     refuse_on=_refuse_on,
+    refuse_in=_refuse_in,
+    refuse_for=_refuse_for,
     transform=_convert_head,
     offered=(),
 )

@@ -16,7 +16,8 @@ not asked for. The cross-entropy is asked for as the fused linear one alone
 
 Refused in one line on a device other than CUDA (Triton's kernels), beside the loss lever's
 `compiled` (the fused loss no longer calls the model's `loss_function`), beside a whole-step
-CUDA graph (the fused loss reads a count on the host in every forward) and beside
+CUDA graph (the fused loss reads a count on the host in every forward), beside the whole model
+compiled (`compile_scope='model'`: Dynamo cannot trace the fused loss) and beside
 `float8_head='float8'` (the fused loss multiplies by the head's weight itself, so a converted
 head would not run), and at the run's start for a model liger-kernel does not patch, whose
 patch fails or changes nothing on the model itself, or where liger-kernel is not installed
@@ -61,6 +62,15 @@ def _conflicts(value: Value, get: Callable[[str], Value]) -> str | None:
             "torch beside cuda_graph=True (liger's fused linear cross-entropy reads a count with "
             ".item() in every forward, a host sync a CUDA graph cannot capture)"
         )
+    if get("compile") != "none" and get("compile_scope") == "model":
+        # On one H200 (torch 2.11, liger-kernel 0.8.5, 2026-11-29) the whole compiled llama-1b
+        # failed in its first step: Dynamo traces liger's fused loss and its fake tensors cannot
+        # run the addmm with out_dtype it accumulates the head's gradient with.
+        return (
+            f"torch beside compile={get('compile')!r} with compile_scope='model' (torch.compile "
+            "cannot trace liger's fused linear cross-entropy): compile_scope='blocks' compiles "
+            "each layer and leaves liger's loss outside the compiled code"
+        )
     if get("float8_head") == "float8":
         return (
             "torch beside float8_head='float8' (liger's fused linear cross-entropy multiplies by "
@@ -69,29 +79,38 @@ def _conflicts(value: Value, get: Callable[[str], Value]) -> str | None:
     return None
 
 
-def _apply(value: Value, model: nn.Module) -> Undo:
+def _refuse_for(value: Value, model: nn.Module) -> str | None:
+    """Where liger cannot be asked to patch `model` (what its patch then does is `_apply`'s)."""
     if value != "liger":
-        return nothing
+        return None
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     if not isinstance(model_type, str):
-        raise ConfigError(
-            "kernels", value, f"torch for {type(model).__name__}, not a Hugging Face model"
-        )
+        return f"torch for {type(model).__name__}, not a Hugging Face model"
     try:
         from liger_kernel.transformers import monkey_patch
-    except ImportError as exc:  # not installed, or Triton missing beside it
-        raise ConfigError(
-            "kernels", value, f"torch where liger-kernel cannot be imported ({exc}; {INSTALL})"
-        ) from None
+    # Not installed, Triton missing beside it, or an import that fails otherwise: this rule runs
+    # in a search's loop (`trainers.invalid_reason`), where it must refuse, not raise.
+    except Exception as exc:  # noqa: BLE001
+        return f"torch where liger-kernel cannot be imported ({exc!r:.200}; {INSTALL})"
     patches: dict[str, Callable[..., None]] = monkey_patch.MODEL_TYPE_TO_APPLY_LIGER_FN
     if model_type not in patches:
         named = [t for t in _FAMILIAR if t in patches]
-        raise ConfigError(
-            "kernels",
-            value,
+        return (
             f"torch for model type {model_type!r}: liger-kernel patches "
-            f"{', '.join(named)} and {len(patches) - len(named)} more model types",
+            f"{', '.join(named)} and {len(patches) - len(named)} more model types"
         )
+    return None
+
+
+def _apply(value: Value, model: nn.Module) -> Undo:
+    if value != "liger":
+        return nothing
+    refused = _refuse_for(value, model)
+    if refused is not None:
+        raise ConfigError("kernels", value, refused)
+    from liger_kernel.transformers import monkey_patch
+
+    model_type = str(getattr(getattr(model, "config", None), "model_type", ""))
 
     def patch() -> None:
         monkey_patch._apply_liger_kernel_to_instance(
@@ -207,6 +226,7 @@ KERNELS = Lever(
         ("liger", "compile", "equivalence", 1),
     ),
     refuse_on=_refuse_on,
+    refuse_for=_refuse_for,
     transform=_apply,
     conflicts=_conflicts,
     offered=(),

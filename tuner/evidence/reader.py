@@ -30,8 +30,9 @@ from tuner.store.phases import study_time
 
 def recommendation(storage_url: str, name: str) -> Recommendation:
     """`python -m tuner best`: the recommendation of study `name` in the storage at the URL."""
-    study = studies.load_study(studies.open_storage(storage_url), name)
-    return read_recommendation(study.user_attrs, study.get_trials(deepcopy=False), name)
+    with studies.opened_storage(storage_url) as storage:
+        study = studies.load_study(storage, name)
+        return read_recommendation(study.user_attrs, study.get_trials(deepcopy=False), name)
 
 
 def load_config(storage_url: str, name: str) -> LoopConfig:
@@ -44,33 +45,40 @@ def load_config(storage_url: str, name: str) -> LoopConfig:
 
 def list_studies(storage_url: str) -> list[dict[str, Any]]:
     """`python -m tuner studies`: one row per study, counted by the one rule."""
-    storage = studies.open_storage(storage_url)
-    rows = []
-    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
-        if summary.study_name.startswith(keys.MEMO_PREFIX):
-            continue  # the gate's shared verdicts (tuner.search.gating.memo), not a study of trials
-        study = optuna.load_study(study_name=summary.study_name, storage=storage)
-        meta = study.user_attrs.get(keys.META, {})
-        rec = study.user_attrs.get(keys.RECOMMENDATION)
-        trials = study.get_trials(deepcopy=False)
-        best = None
-        if isinstance(rec, dict) and rec.get("throughput"):
-            best = rec["throughput"]["median"]
-        else:
-            found = best_trial(trials)
-            best = None if found is None else found["throughput"]
-        rows.append(
-            {
-                "study": summary.study_name,
-                "workload": meta.get("workload"),
-                "preset": meta.get("preset"),
-                "hardware": meta.get("hardware"),
-                "trials": count_trials(trials).to_dict(),
-                "best_throughput": best,
-                "recommended": None if not isinstance(rec, dict) else rec.get("config"),
-            }
-        )
-    return rows
+    with studies.opened_storage(storage_url) as storage:
+        return [_study_row(storage, summary) for summary in _summaries(storage)]
+
+
+def _summaries(storage: optuna.storages.BaseStorage) -> list[optuna.study.StudySummary]:
+    return [
+        summary
+        for summary in optuna.get_all_study_summaries(storage, include_best_trial=False)
+        # The gate's shared verdicts (tuner.search.gating.memo), not studies of trials.
+        if not summary.study_name.startswith(keys.MEMO_PREFIX)
+    ]
+
+
+def _study_row(
+    storage: optuna.storages.BaseStorage, summary: optuna.study.StudySummary
+) -> dict[str, Any]:
+    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    meta = study.user_attrs.get(keys.META, {})
+    rec = study.user_attrs.get(keys.RECOMMENDATION)
+    trials = study.get_trials(deepcopy=False)
+    if isinstance(rec, dict) and rec.get("throughput"):
+        best = rec["throughput"]["median"]
+    else:
+        found = best_trial(trials)
+        best = None if found is None else found["throughput"]
+    return {
+        "study": summary.study_name,
+        "workload": meta.get("workload"),
+        "preset": meta.get("preset"),
+        "hardware": meta.get("hardware"),
+        "trials": count_trials(trials).to_dict(),
+        "best_throughput": best,
+        "recommended": None if not isinstance(rec, dict) else rec.get("config"),
+    }
 
 
 class StudyReader:

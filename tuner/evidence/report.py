@@ -402,9 +402,10 @@ def build_report(study: optuna.Study, *, generated: str | None = None) -> str:
 
 def write_report(storage_url: str, study_name: str, out_path: str | os.PathLike[str]) -> Path:
     """Write the report of `study_name` in `storage_url` to `out_path`; returns the path."""
-    study = studies.load_study(studies.open_storage(storage_url), study_name)
+    with studies.opened_storage(storage_url) as storage:
+        page = build_report(studies.load_study(storage, study_name))
     path = Path(out_path)
     if path.parent != Path():
         path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(build_report(study), encoding="utf-8")
+    path.write_text(page, encoding="utf-8")
     return path

@@ -15,9 +15,9 @@ Multi-objective studies are not pruned (Optuna does not support it).
 
 When trials stop starting: after `trials`; after `timeout_s` (`search_budget`: by default 240 s
 on the default space on a GPU, 480 s where that space is `scale`, for models of 0.3-8B
-parameters); and once `patience` complete trials in a row have not beaten the best throughput by
-more than `tie_margin` (`search_patience`: 4 by default on those spaces, off otherwise). A trial
-already running always finishes.
+parameters); and, once no enqueued trial waits (the stages' corners and leader variants,
+`tuner.search.proposing`), after `patience` trials in a row not beating the best by more than
+`tie_margin` (`search_patience`: 4 on those spaces, off otherwise). A running trial finishes.
 
 Who runs which trial: `run_study` (`python -m tuner run`) runs `trials` trials in this process
 (`LocalSlots`); the tuning service's workers share one study, each taking trial slots of its job
@@ -36,10 +36,11 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from trainers import LoopConfig
 from tuner.evidence import profiles
@@ -52,9 +53,7 @@ from tuner.search.gating.parity import Beside, GateClaims, ParityCache
 from tuner.search.gating.verdict import GateVerdict
 from tuner.search.measuring import artifacts
 from tuner.search.measuring.baselines import Baselines
-from tuner.search.measuring.measure import (
-    Measurer,
-)
+from tuner.search.measuring.measure import Measurer
 from tuner.search.measuring.timing import Clock
 from tuner.search.options import (
     LocalSlots,
@@ -72,29 +71,29 @@ from tuner.search.proposing.defaults import (
     PROFILE_EAGER_S,
     SCALE_JOB_AIM_S,
 )
+from tuner.search.proposing.levers import Prober, Staged
 from tuner.search.proposing.predict import TIME_SPARE
 from tuner.search.proposing.predict import tally as search_tally
 from tuner.search.proposing.screen import (
     Incumbent,
-    incumbent,
     judged_against,
     over_cap,
     screening,
 )
-from tuner.search.spaces.named import (
-    SCALE_SPACE,
-)
+from tuner.search.spaces.named import SCALE_SPACE
 from tuner.search.spaces.space import SearchSpace
 from tuner.search.trials import TrialRunner, begun
 from tuner.store import keys
 from tuner.store import storage as studies
-from tuner.store.phases import PROFILE, study_time
+from tuner.store.phases import MEASURE, PROFILE, study_time
 
 
 class Search(TrialRunner):
     """One process's part of a study: its trials and the final round, over its parts: the
     baselines (`Baselines`), the gate's cache (`ParityCache`), the gate and profiler
     (`Children`) and the time each phase took (`Clock`)."""
+
+    owned_storage: optuna.storages.BaseStorage | None = None  # opened for it: closed with it
 
     def __init__(
         self,
@@ -128,8 +127,7 @@ class Search(TrialRunner):
             else profiles.trace_dir(studies.storage_url(options.storage), options.artifacts)
         )
         self._children = open_children(options, measurer)
-        # Screen, then gate (tuner.search.proposing.screen): the incumbent each running trial is
-        # held against, read when it starts.
+        # Screen, then gate (proposing.screen): each running trial's incumbent, read as it starts.
         self.screening = screening(
             options.screen,
             space.name,
@@ -137,6 +135,8 @@ class Search(TrialRunner):
             nproc=options.nproc_per_node,
         )
         self._against: dict[int, Incumbent | None] = {}
+        self._staged = Staged(options.tie_margin)
+        self._prober = Prober(measurer, space, options.tie_margin, self._timing, self._said)
         # The compile cache folder and the portable artefacts loaded into it (`artifacts`).
         self.compile_cache: str | None = None
         self.artifacts_loaded = 0
@@ -215,10 +215,18 @@ class Search(TrialRunner):
             retry=self.retry,
         )
 
+    def _timing(self) -> AbstractContextManager[None]:
+        return self.clock.timing(MEASURE)  # the levers' probes are measurement
+
+    def _said(self, line: str) -> None:
+        self.progress.phase(line)
+
     def close(self) -> None:
-        # The phase times were stored after the last trial and by `decide`: a run that ends
-        # otherwise (stopped, interrupted, the database gone) keeps those.
-        self._children.close()
+        # The phase times were stored after the last trial and by `decide`: an early end keeps them.
+        try:
+            self._children.close()
+        finally:
+            studies.close_storage(self.owned_storage)  # None: the caller's, left open
 
     # -- baselines -------------------------------------------------------------------------
     def measure_baselines(self, phase: str) -> None:
@@ -261,6 +269,8 @@ class Search(TrialRunner):
             started = time.perf_counter()
             state = self._run(trial)
             self.done += 1
+            if stops and slots.more() and (deadline is None or time.monotonic() < deadline):
+                self._stage_levers()  # not past the budget: `revive` would run what waits
             self._store_time()
             values = self._complete_values()
             best = max(values.values()) if values else None
@@ -404,12 +414,6 @@ class Search(TrialRunner):
             # What the screen would prune now does not enter: at 1B each entry is a compile.
             behind=self.options.tie_margin + TIME_SPARE if self.screening else None,
         )
-
-    def _leading(self) -> tuple[list[FrozenTrial], FrozenTrial | None]:
-        """The study's trials and its incumbent (`screen.incumbent`; None: none)."""
-        trials = self.study.get_trials(deepcopy=False)
-        best = incumbent(trials, failed=self._failed_keys(), cap=self.options.max_memory_bytes)
-        return trials, None if best is None else next(t for t in trials if t.number == best.trial)
 
     def leader(self) -> tuple[int, str] | None:
         """The incumbent trial's number and its verdict's key (None: none)."""

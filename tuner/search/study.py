@@ -7,16 +7,13 @@ the compile cache folder and the artefacts loaded into it.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import optuna
 
 import trainers
 from tuner.errors import Interrupted, Stopped, TunerError
-from tuner.evidence import profiles
 from tuner.evidence.recommendation import Recommendation
 from tuner.search import earlier
 from tuner.search.gating.memo import open_memo
@@ -208,7 +205,30 @@ def open_search(
     measurer = _measurer(options)
     _check_precisions_here(options, measurer)
     space, options = _space_for(options, measurer, progress)
-    storage = storage or studies.open_storage(studies.storage_url(options.storage))
+    args = (options, measurer, space, progress, should_stop, owner, retry, clock)
+    if storage is not None:
+        return _search_on(storage, *args)
+    owned = studies.open_storage(studies.storage_url(options.storage))
+    try:
+        search = _search_on(owned, *args)
+    except BaseException:
+        studies.close_storage(owned)  # a study refused or a database error: nothing holds it
+        raise
+    search.owned_storage = owned
+    return search
+
+
+def _search_on(
+    storage: optuna.storages.BaseStorage,
+    options: RunOptions,
+    measurer: Measurer,
+    space: SearchSpace,
+    progress: Progress,
+    should_stop: Callable[[], bool] | None,
+    owner: str | None,
+    retry: Retry | None,
+    clock: Clock,
+) -> Search:
     name, info = _study_info(options, measurer, space)
     name = _for_model(storage, name, info, measurer, options, progress, owner)
     loaded = _load_artifacts(info["compile_cache"], progress)
@@ -406,7 +426,7 @@ def _study_info(
     if options.nproc_per_node > 1:
         # N processes on N devices never share a study with one process on one.
         hardware = f"{hardware}-x{options.nproc_per_node}"
-    compile_cache = share_compile_cache(options)
+    compile_cache = artifacts.share_compile_cache(options)
     # The study's name carries the effective model options and a non-default precision: two
     # shapes or precisions never share a study.
     shape = trainers.workload_key(options.workload, options.preset, options.model_args)
@@ -448,37 +468,3 @@ def _pruner(options: RunOptions) -> optuna.pruners.BasePruner:
     if options.multi_objective:
         return optuna.pruners.NopPruner()  # Optuna does not prune multi-objective studies
     return optuna.pruners.PercentilePruner(PRUNE_PERCENTILE, n_startup_trials=5, n_warmup_steps=1)
-
-
-COMPILE_CACHE_ENV = "TUNER_COMPILE_CACHE"
-
-
-def share_compile_cache(options: RunOptions) -> str | None:
-    """Point Inductor's on-disk caches at one folder for every trial, child process and worker of
-    the study: $TUNER_COMPILE_CACHE, else `inductor-cache/` in the study's artifact folder (beside
-    an SQLite file), else Inductor's own default. A cache the user set (TORCHINDUCTOR_CACHE_DIR)
-    is left alone; Inductor's own default, which it writes into that variable on first use, is
-    not the user's (`trainers.compilation.user_cache_dir`): until that was told apart, the study's
-    folder lost to it whenever a float8 check had imported Inductor first, and the artefacts
-    went to the default folder instead (H100, 2026-11-27: the folder named by
-    $TUNER_COMPILE_CACHE stayed empty). Set for the whole process, so the children it spawns
-    inherit it."""
-    chosen = os.environ.get(COMPILE_CACHE_ENV)
-    if not chosen:
-        artifacts = profiles.trace_dir(studies.storage_url(options.storage), options.artifacts)
-        chosen = None if artifacts is None else str(artifacts / "inductor-cache")
-    users = trainers.compilation.user_cache_dir()
-    if users is not None:
-        return users
-    if chosen is None:
-        return os.environ.get(trainers.compilation.CACHE_DIR_VARIABLE)
-    try:
-        Path(chosen).mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        # One line naming where the folder came from, not a traceback (issue 29).
-        source = COMPILE_CACHE_ENV if os.environ.get(COMPILE_CACHE_ENV) else "--artifacts"
-        raise TunerError(
-            f"{source}: cannot create the compile cache folder {chosen}: {exc.strerror}"
-        ) from exc
-    os.environ[trainers.compilation.CACHE_DIR_VARIABLE] = str(Path(chosen).resolve())
-    return os.environ[trainers.compilation.CACHE_DIR_VARIABLE]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import torch
 from optuna.trial import FrozenTrial, TrialState
 
 import trainers
@@ -33,6 +34,7 @@ from tuner.search.options import (
     RunOptions,
     make_sampler,
 )
+from tuner.search.proposing.levers import Prober, Staged, offered_levers, second_stage
 from tuner.search.proposing.predict import check as check_prediction
 from tuner.search.proposing.predict import known_trials, predict
 from tuner.search.proposing.screen import (
@@ -105,6 +107,8 @@ class TrialRunner:
     parity_cache: ParityCache
     _children: Any
     _against: dict[int, Incumbent | None]
+    _staged: Staged  # the leaders given a second stage (`tuner.search.proposing.levers`)
+    _prober: Prober  # the levers' probes, which predict what a stage's variants gain
 
     def _failed_keys(self) -> set[str]:
         """The config keys whose cached gate verdict failed (`ParityCache.failed`)."""
@@ -133,8 +137,10 @@ class TrialRunner:
             return
         precision = self._suggest_precision(trial)
         # A config that cannot run in the trial's precision (fp16-autocast under a whole-step
-        # graph) is refused like any other combination, with the harness's reason.
-        refused = precision and trainers.invalid_reason(config.to_dict(), precision=precision)
+        # graph) or for the model (the compiled loss of one without a loss function) is refused
+        # like any other combination, with the harness's reason.
+        rules = precision or self.options.precision or "fp32"  # a study without one: fp32's
+        refused = trainers.invalid_reason(config.to_dict(), precision=rules, model=self._model())
         if refused:
             self._refuse(trial, refused)
             return
@@ -144,6 +150,10 @@ class TrialRunner:
         )
         if precision is not None:
             trial.set_user_attr(keys.PRECISION, precision)
+
+    def _model(self) -> torch.nn.Module | None:
+        """The workload's model, whose rules a config must pass; None for a program's."""
+        return None if self.measurer.program is not None else self.measurer.workload.model
 
     def _suggest_precision(self, trial: optuna.Trial) -> str | None:
         """The trial's precision when the study searches several (an Optuna param named
@@ -382,16 +392,44 @@ class TrialRunner:
         return "failed", spent
 
     # -- helpers ---------------------------------------------------------------------------
+    def _leading(self) -> tuple[list[FrozenTrial], FrozenTrial | None]:
+        """The study's trials and its incumbent (`screen.incumbent`; None: none)."""
+        trials = self.study.get_trials(deepcopy=False)
+        best = incumbent(trials, failed=self._failed_keys(), cap=self.options.max_memory_bytes)
+        return trials, None if best is None else next(t for t in trials if t.number == best.trial)
+
+    def _stage_levers(self) -> None:
+        if not offered_levers(self.space):
+            return  # no lever to stage in this space: no read of the study for it
+        said = self.retry.call(
+            lambda: second_stage(
+                self.study,
+                self.space,
+                self._leading()[1],
+                device_type=self.measurer.device.type,
+                precision=self.options.precision,
+                staged=self._staged,
+                predict=self._prober,
+                model=self._model(),
+            ),
+            what="enqueueing the second stage",
+        )
+        if said:
+            self.progress.phase(said)
+
     def out_of_patience(self) -> bool:
         """The patience rule, over the whole study (workers sharing it included). The trials
         since this run joined the study (`_since_joined`) must number at least the patience
         too, so that resuming a study that had already stalled still runs that many more. In a
         screening study a trial screened out or skipped on its prediction counts too: it did
-        not beat the best either."""
+        not beat the best either. It waits while an enqueued trial waits (a stage's corners or
+        leader variants, `tuner.search.proposing`)."""
         patience = self.options.patience
         trials = sorted(self.study.get_trials(deepcopy=False), key=lambda t: t.number)
         if not patience or self._since_joined(trials) < patience:
             return False
+        if any(t.state == TrialState.WAITING for t in trials):
+            return False  # enqueued trials are the search's plan (its stages): they run first
         values: list[float] = []
         for t in trials:
             if t.state == TrialState.COMPLETE and t.values:

@@ -209,7 +209,11 @@ class NodeRun:
         )
         check_spec(self.spec, registry)  # the request's errors here, before a worker starts
         self.store = JobStore(url)
-        self.storage = studies.open_storage(url)  # one engine for the watching, not one a read
+        try:
+            self.storage = studies.open_storage(url)  # one engine for the watching, not one a read
+        except BaseException:
+            self.store.close()
+            raise
         self.labels: dict[int, str] = {}  # worker pid -> its device's label
         self.ended: dict[int, float] = {}  # worker slot -> when its process was seen gone
         self.shown: set[int] = set()  # trial numbers already printed
@@ -361,4 +365,9 @@ def run_on_node(
     """The run of `python -m tuner run --gpus N` for N above 1 (module doc): `spec` is the run's
     request with `gpus` N, `options` how the CLI measures it (the workers take those settings
     through their environment, `_worker_env`)."""
-    return NodeRun(spec, options, devices, url, show).run()
+    node = NodeRun(spec, options, devices, url, show)
+    try:
+        return node.run()
+    finally:
+        node.store.close()  # the connections back now: `tuner run` may be called in a loop
+        studies.close_storage(node.storage)

@@ -147,11 +147,20 @@ class Worker:
 
     def close(self) -> None:
         """Give the GPU lease back and remove the worker's row (and so its memberships)."""
-        if self._ready is not None:
-            self._ready.discard()
-            self._ready = None
-        if not self._started:
-            return
+        try:
+            if self._ready is not None:
+                self._ready.discard()
+                self._ready = None
+            if self._started:
+                self._goodbye()
+        finally:
+            # The database connections go back now, not when the worker is collected: `serve`
+            # and the tests make many workers in one process. Both reconnect if it starts again.
+            self.store.close()
+            if self._optuna is not None:
+                studies.close_storage(self._optuna)
+
+    def _goodbye(self) -> None:
         try:
             if self.lease is not None:
                 self.lease.release()
@@ -167,7 +176,11 @@ class Worker:
 
     def run(self) -> None:
         """Claim and run jobs until `shutdown()` (or a signal through `install_signals`)."""
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.close()  # a GPU taken or the database away at the start: the engines go back
+            raise
         # Never log a database password that the URL may carry.
         shown = sa.engine.make_url(self.storage_url).render_as_string(hide_password=True)
         log.info("worker %s on %s, storage %s", self.id, self.device, shown)

@@ -13,7 +13,8 @@ trial (`keys.TIME`): its compile, measurement, gate parts and profile.
 - gate_twin: a config's eager twin (one run; its second, where the config does not replay the
   first, and the reproducibility probe count as gate_config), for the configs whose test needs one;
 - gate_config: the config's own gate run and the judgement;
-- measure: the measurements of trials and baselines, compile excluded;
+- measure: the measurements of trials and baselines, compile excluded, and the levers' probes
+  (`tuner.search.proposing.levers.Prober`);
 - final_round: the final round's measurements (compile excluded) and the graph floor;
 - profile: profiling the baselines, the recommended config and (`--profile all`) trials.
 

@@ -7,9 +7,14 @@ is listed in `tuner.store.keys`.
 
 from __future__ import annotations
 
+import gc
 import os
+import random
 import re
+import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import optuna
@@ -21,7 +26,11 @@ from tuner.store.keys import MEMO_PREFIX, META
 from tuner.store.retry import POSTGRES_ISOLATION, lost_create_race
 
 DEFAULT_STORAGE = "sqlite:///tuner.db"
-CREATE_RACE_ATTEMPTS = 3
+CREATE_RACE_ATTEMPTS = 6
+# How long a process that finds a study just created waits for its creator to store META: the
+# creator writes it right after `create_study`, but SQLite's one writer lock can hold that write
+# back for seconds while other workers of the same job write.
+META_WAIT_S = 60.0
 
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -64,13 +73,37 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
     Workers started together on an empty database all create Optuna's tables at once; those
     that lose the race find them made, and open the storage again.
     """
-    for _ in range(CREATE_RACE_ATTEMPTS - 1):
+    for attempt in range(CREATE_RACE_ATTEMPTS - 1):
         try:
             return _open_storage(url)
         except (sqlalchemy.exc.SQLAlchemyError, TunerError) as exc:
             if not lost_create_race(exc.__cause__ if isinstance(exc, TunerError) else exc):
                 raise
+        gc.collect()  # the lost attempt's engine, in a reference cycle, holds a connection
+        # Apart, or the same losers meet again at the next step of the creation (the tables,
+        # then Alembic's version row: five processes on a new SQLite file lost three times).
+        time.sleep(random.uniform(0.0, 0.1 * (attempt + 1)))
     return _open_storage(url)
+
+
+def close_storage(storage: optuna.storages.BaseStorage | None) -> None:
+    """Give back the database connections of a storage `open_storage` made. Optuna's RDBStorage
+    has no close of its own: its engine's pool (held in reference cycles) keeps them open until
+    the garbage collector runs, and a long-lived process (the API, a test run, a user's script
+    calling `load_config` in a loop) would run the server out of connections. None: nothing."""
+    if isinstance(storage, optuna.storages.RDBStorage):
+        storage.remove_session()
+        storage.engine.dispose()
+
+
+@contextmanager
+def opened_storage(url: str) -> Iterator[optuna.storages.BaseStorage]:
+    """`open_storage(url)` for one read: its connections are given back on leaving."""
+    storage = open_storage(url)
+    try:
+        yield storage
+    finally:
+        close_storage(storage)
 
 
 def check_url(url: str) -> None:
@@ -185,6 +218,19 @@ def meta(study: optuna.Study) -> dict[str, Any]:
     return value
 
 
+def _written_meta(study: optuna.Study, wait_s: float) -> dict[str, Any]:
+    """`meta(study)`, once the process that created the study has stored it: between its
+    `create_study` and its `set_user_attr` another process sees the study without META (a CI run
+    at 798224c failed so, three workers opening one job's study). Only a study without trials is
+    waited for: one with trials and no META was made by something else."""
+    deadline = time.monotonic() + wait_s
+    while not isinstance(study.user_attrs.get(META), dict) and time.monotonic() < deadline:
+        if study.get_trials(deepcopy=False):
+            break
+        time.sleep(0.1)
+    return meta(study)
+
+
 # What a resumed study must have been made for: otherwise its numbers answer another question.
 SAME_QUESTION = (
     "workload",
@@ -212,25 +258,31 @@ def open_study(
     directions: list[optuna.study.StudyDirection],
     sampler: optuna.samplers.BaseSampler,
     pruner: optuna.pruners.BasePruner,
+    meta_wait_s: float = META_WAIT_S,
 ) -> tuple[optuna.Study, bool]:
     """Create the study, or resume it when it exists and was made for the same question.
 
     Returns (study, resumed). A study of the same name made for another workload, preset, space,
     objective or hardware is an error naming what differs: its numbers would not answer this run.
+    A study another process has just created, its META not yet stored, is waited for up to
+    `meta_wait_s` (the workers of one `--gpus` job open its study together).
     """
-    exists = name in optuna.get_all_study_names(storage)
-    study = optuna.create_study(
-        storage=storage,
-        study_name=name,
-        directions=directions,
-        sampler=sampler,
-        pruner=pruner,
-        load_if_exists=True,
-    )
-    if not exists:
+    try:
+        # Created here or not is the storage's answer, not a list read before: two workers of
+        # one job that both read "absent" would each take the study for their own.
+        study = optuna.create_study(
+            storage=storage,
+            study_name=name,
+            directions=directions,
+            sampler=sampler,
+            pruner=pruner,
+        )
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner)
+    else:
         study.set_user_attr(META, info)
         return study, False
-    stored = _with_later_fields(meta(study))
+    stored = _with_later_fields(_written_meta(study, meta_wait_s))
     for field in SAME_QUESTION:
         if stored.get(field) != info.get(field):
             raise TunerError(

@@ -35,6 +35,7 @@ from tuner.evidence import export, reader
 from tuner.search import helping
 from tuner.search.deciding.recommend import CPU_NOTE
 from tuner.search.measuring import artifacts
+from tuner.search.measuring.artifacts import share_compile_cache
 from tuner.search.measuring.measure import Protocol
 from tuner.search.options import BASELINES, LocalSlots, RunOptions
 from tuner.search.proposing.defaults import (
@@ -52,7 +53,6 @@ from tuner.search.study import (
     open_search,
     search_budget,
     search_patience,
-    share_compile_cache,
 )
 from tuner.search.trials import trials_without_gain
 from tuner.store import keys

@@ -8,6 +8,7 @@ Each test gets a fresh database: a file under tmp_path, or a PostgreSQL schema o
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
@@ -32,8 +33,10 @@ def url(request: pytest.FixtureRequest, tmp_path: object) -> str:
 
 
 @pytest.fixture
-def store(url: str) -> JobStore:
-    return JobStore(url)
+def store(url: str) -> Iterator[JobStore]:
+    opened = JobStore(url)
+    yield opened
+    opened.close()
 
 
 def register(store: JobStore, *names: str) -> None:

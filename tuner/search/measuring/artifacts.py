@@ -1,7 +1,7 @@
 """Compile artefacts that travel to another machine: a job's compiled graphs in one file.
 
 Every trial, child process and worker of a study shares one Inductor cache folder
-(`tuner.search.study.share_compile_cache`), so on one machine a config compiles cold once and a
+(`share_compile_cache`), so on one machine a config compiles cold once and a
 later trial or job of the same graph finds it there. A machine that has not compiled it (a new
 GPU node, a fresh container, a lent machine that starts bare) compiles everything cold again: at
 1.1B parameters 60-110 s for the whole model, most of a trial. torch's portable cache
@@ -25,6 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+import trainers
+from tuner.errors import TunerError
+from tuner.evidence import profiles
+from tuner.search.options import RunOptions
+from tuner.store import storage as studies
 
 ARTIFACTS_FILE = "streamtune-compile-artifacts.bin"
 
@@ -76,3 +82,37 @@ def save(folder: str | os.PathLike[str] | None) -> tuple[int, str | None]:
         partial.unlink(missing_ok=True)
         return 0, f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
     return _count(info), None
+
+
+COMPILE_CACHE_ENV = "TUNER_COMPILE_CACHE"
+
+
+def share_compile_cache(options: RunOptions) -> str | None:
+    """Point Inductor's on-disk caches at one folder for every trial, child process and worker of
+    the study: $TUNER_COMPILE_CACHE, else `inductor-cache/` in the study's artifact folder (beside
+    an SQLite file), else Inductor's own default. A cache the user set (TORCHINDUCTOR_CACHE_DIR)
+    is left alone; Inductor's own default, which it writes into that variable on first use, is
+    not the user's (`trainers.compilation.user_cache_dir`): until that was told apart, the study's
+    folder lost to it whenever a float8 check had imported Inductor first, and the artefacts
+    went to the default folder instead (H100, 2026-11-27: the folder named by
+    $TUNER_COMPILE_CACHE stayed empty). Set for the whole process, so the children it spawns
+    inherit it."""
+    chosen = os.environ.get(COMPILE_CACHE_ENV)
+    if not chosen:
+        folder = profiles.trace_dir(studies.storage_url(options.storage), options.artifacts)
+        chosen = None if folder is None else str(folder / "inductor-cache")
+    users = trainers.compilation.user_cache_dir()
+    if users is not None:
+        return users
+    if chosen is None:
+        return os.environ.get(trainers.compilation.CACHE_DIR_VARIABLE)
+    try:
+        Path(chosen).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        # One line naming where the folder came from, not a traceback (issue 29).
+        source = COMPILE_CACHE_ENV if os.environ.get(COMPILE_CACHE_ENV) else "--artifacts"
+        raise TunerError(
+            f"{source}: cannot create the compile cache folder {chosen}: {exc.strerror}"
+        ) from exc
+    os.environ[trainers.compilation.CACHE_DIR_VARIABLE] = str(Path(chosen).resolve())
+    return os.environ[trainers.compilation.CACHE_DIR_VARIABLE]

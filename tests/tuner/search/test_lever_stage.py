@@ -1,0 +1,430 @@
+"""The second stage (tuner.search.proposing.levers): the leader with each lever module's lever the
+space searches, one at a time, refused combinations left out, cheapest first; real Optuna on
+SQLite."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import FrozenTrial, TrialState, create_trial
+
+import trainers
+from tests.tuner.search.test_search import _complete_values, _expected_stop, _Phases
+from tests.tuner.tiny import load, options, sqlite_url
+from trainers.levers.loss import LOSS
+from tuner.search.options import LocalSlots
+from tuner.search.proposing.levers import (
+    Predictions,
+    Prober,
+    Staged,
+    lever_stage,
+    offered_levers,
+    second_stage,
+    waiting,
+)
+from tuner.search.spaces.named import load_space
+from tuner.search.spaces.space import Choice, IntRange, SearchSpace
+from tuner.search.study import open_search
+from tuner.store import keys
+
+# A space of one's own: the scale levers, and three lever modules' levers searched beside them.
+SPACE = SearchSpace(
+    name="own",
+    params={
+        "compile_scope": Choice(values=("blocks", "model")),
+        "micro_batches": Choice(values=(1, 2)),
+        "attention": Choice(values=("default", "cudnn")),
+        "kernels": Choice(values=("torch", "liger")),
+        "loss": Choice(values=("model", "compiled")),
+    },
+    fixed={"compile": "default", "optimizer": "fused", "num_workers": 2},
+)
+PLAIN = {"micro_batches": 1, "attention": "default", "kernels": "torch", "loss": "model"}
+
+
+def test_only_the_lever_modules_levers_are_staged() -> None:
+    assert list(offered_levers(SPACE)) == ["attention", "kernels", "loss"]
+    scale_only = SearchSpace(name="s", params={"micro_batches": IntRange(low=1, high=4)}, fixed={})
+    assert offered_levers(scale_only) == {}
+    # A space file of one's own lists them as it lists any setting.
+    own = load_space({"compile_scope": ["blocks", "model"], "loss": ["model", "compiled"]})
+    assert offered_levers(own) == {"loss": ("model", "compiled")}
+
+
+def test_each_layer_compiled_gets_every_lever_one_at_a_time_cheapest_first() -> None:
+    leader = {"compile_scope": "blocks"} | PLAIN
+    staged = lever_stage(SPACE, leader, device_type="cuda", precision="bf16-autocast")
+    changed = [{k: v for k, v in p.items() if leader[k] != v} for p in staged]
+    # cuDNN attention costs nothing once; liger's kernels and the compiled loss cost a compile,
+    # in the order their modules registered them.
+    assert changed == [{"attention": "cudnn"}, {"kernels": "liger"}, {"loss": "compiled"}]
+    assert all(set(p) == set(leader) for p in staged)
+
+
+def test_what_the_harness_refuses_beside_the_leader_or_here_is_left_out() -> None:
+    whole = {"compile_scope": "model"} | PLAIN
+    # The whole model compiled: liger's loss cannot be traced, the loss is already compiled.
+    staged = lever_stage(SPACE, whole, device_type="cuda", precision="bf16-autocast")
+    assert staged == [whole | {"attention": "cudnn"}]
+    # On a CPU none runs: cuDNN attention and liger need CUDA, and the whole model is compiled.
+    assert lever_stage(SPACE, whole, device_type="cpu", precision="fp32") == []
+
+
+def test_the_head_in_float8_is_staged_only_for_a_float8_leader() -> None:
+    """`float8_head`'s `refuse_in`: outside float8 the run would refuse it at its start, so the
+    stage leaves it out rather than enqueue a trial that fails."""
+    space = SearchSpace(
+        name="own",
+        params={
+            "compile_scope": Choice(values=("blocks", "model")),
+            "float8_head": Choice(values=("bf16", "float8")),
+        },
+        fixed={"compile": "default"},
+    )
+    leader = {"compile_scope": "blocks", "float8_head": "bf16"}
+    assert lever_stage(space, leader, device_type="cuda", precision="bf16-autocast") == []
+    assert lever_stage(space, leader | {keys.PRECISION: "bf16-autocast"}, device_type="cuda") == []
+    assert lever_stage(space, leader, device_type="cuda", precision="float8") == [
+        leader | {"float8_head": "float8"}
+    ]
+
+
+def test_a_leader_on_a_lever_is_tried_back_at_the_default_and_keeps_its_precision() -> None:
+    leader = {"compile_scope": "blocks", keys.PRECISION: "float8"} | PLAIN | {"kernels": "liger"}
+    staged = lever_stage(SPACE, leader, device_type="cuda")
+    assert {"kernels": "torch"} in [{k: v for k, v in p.items() if leader[k] != v} for p in staged]
+    # liger beside cuDNN attention and beside the compiled loss: the second is refused.
+    assert all(p[keys.PRECISION] == "float8" for p in staged)
+    assert not any(p["loss"] == "compiled" and p["kernels"] == "liger" for p in staged)
+
+
+def _leader(study: optuna.Study, params: dict[str, Any], value: float) -> None:
+    study.add_trial(
+        create_trial(
+            params=params,
+            distributions=SPACE.distributions(),
+            value=value,
+            user_attrs={keys.PRECISION: "bf16-autocast"},
+        )
+    )
+
+
+def _stage(
+    study: optuna.Study, leader: FrozenTrial | None, staged: Staged, **given: Any
+) -> str | None:
+    """`second_stage` on SPACE, on a GPU in bf16 unless `given` says otherwise."""
+    values: dict[str, Any] = {"device_type": "cuda", "precision": "bf16-autocast"} | given
+    return second_stage(study, SPACE, leader, staged=staged, **values)
+
+
+def _drain(study: optuna.Study) -> None:
+    """The enqueued trials run, each slower than any leader here."""
+    for _ in range(waiting(study)):
+        study.tell(study.ask(SPACE.distributions()), 1.0)
+
+
+def test_the_stage_is_enqueued_once_per_leader_and_only_once_nothing_waits(
+    tmp_path: Path,
+) -> None:
+    study = optuna.create_study(storage=sqlite_url(tmp_path), direction="maximize")
+    staged = Staged(margin=0.02)
+    assert _stage(study, None, staged) is None  # no leader yet
+    _leader(study, {"compile_scope": "blocks"} | PLAIN, 10.0)
+    leader = study.trials[0]
+    said = _stage(study, leader, staged)
+    assert said is not None and said.startswith("second stage: trial 0 with one lever changed")
+    assert said.endswith("(attention=cudnn, kernels=liger, loss=compiled): 3 enqueued")
+    queued = study.get_trials(states=(TrialState.WAITING,))
+    assert [t.system_attrs["fixed_params"]["loss"] for t in queued] == [
+        "model",
+        "model",
+        "compiled",
+    ]
+    assert _stage(study, leader, Staged(margin=0.02)) is None  # something still waits
+    _drain(study)
+    assert waiting(study) == 0
+    assert _stage(study, leader, staged) is None  # once per leader
+    # A new leader within the tie margin of the staged one gets none; one beyond it does.
+    _leader(study, {"compile_scope": "model"} | PLAIN, 10.1)
+    assert _stage(study, study.trials[-1], staged) is None and waiting(study) == 0
+    _leader(study, {"compile_scope": "blocks"} | PLAIN | {"attention": "cudnn"}, 12.0)
+    said = _stage(study, study.trials[-1], staged)
+    # Its way back to the default attention is trial 0's config: not enqueued again.
+    assert said is not None and said.endswith(": 2 enqueued") and waiting(study) == 2
+
+
+def test_a_variant_already_in_the_study_is_not_enqueued_again(tmp_path: Path) -> None:
+    study = optuna.create_study(storage=sqlite_url(tmp_path), direction="maximize")
+    first = {"compile_scope": "blocks"} | PLAIN
+    _leader(study, first | {"attention": "cudnn"}, 9.0)  # already measured
+    _leader(study, first, 10.0)
+    _stage(study, study.trials[-1], Staged(margin=0.02))
+    queued = study.get_trials(states=(TrialState.WAITING,))
+    assert sorted(t.system_attrs["fixed_params"]["kernels"] for t in queued) == ["liger", "torch"]
+
+
+def test_a_leader_with_a_setting_it_leaves_unused_still_gets_its_stage() -> None:
+    space = SearchSpace(
+        name="own",
+        params={
+            "activation_checkpointing": Choice(values=("none", "blocks")),
+            "checkpoint_share": Choice(values=(1.0, 0.5)),
+            "attention": Choice(values=("default", "cudnn")),
+        },
+        fixed={"compile": "default", "compile_scope": "model"},
+    )
+    # Sampled apart, the share is 0.5 beside no checkpointing, which leaves it unused: the
+    # variant holds the share as the config runs it.
+    leader = {"activation_checkpointing": "none", "checkpoint_share": 0.5, "attention": "default"}
+    staged = lever_stage(space, leader, device_type="cuda", precision="bf16-autocast")
+    assert staged == [leader | {"checkpoint_share": 1.0, "attention": "cudnn"}]
+
+
+def _space_file(tmp_path: Path) -> str:
+    path = tmp_path / "own.json"
+    path.write_text(json.dumps({"num_streams": [1, 2], "loss": ["model", "compiled"]}))
+    return str(path)
+
+
+OWN_LOSS = "tests.tuner.workloads_for_tests:own_loss_function"
+
+
+@pytest.mark.parametrize("trials", [1, 2])
+def test_a_run_enqueues_its_leaders_stage_only_while_trials_remain(
+    tmp_path: Path, trials: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The loss lever without its probe, which on this CPU predicts no gain (next test).
+    monkeypatch.setitem(trainers.LEVERS, "loss", dataclasses.replace(LOSS, probe=None))
+    storage = sqlite_url(tmp_path)
+    opts = options(
+        storage, "stage", trials=trials, space=_space_file(tmp_path), patience=0, workload=OWN_LOSS
+    )
+    ran, lines = _run_staged(opts, trials)
+    assert not [t for t in ran if t.state == TrialState.WAITING]  # nothing left for `revive`
+    assert len(ran) == trials
+    if trials == 2:
+        # The leader with its loss function compiled, which this model has: it runs on a CPU.
+        assert ran[1].params == {"num_streams": 1, "loss": "compiled"}
+        assert ran[1].state == TrialState.COMPLETE, ran[1].user_attrs
+        assert any(line.startswith("second stage: trial 0") for line in lines)
+
+
+def test_a_run_leaves_out_what_its_probe_predicts_gains_too_little(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real run whose loss lever's probe predicts no gain (the same milliseconds either way,
+    fixed here: a CPU's timing of a 4 x 3 cross-entropy is noise): the stage enqueues nothing
+    and says why; the probe runs once."""
+    probed: list[object] = []
+
+    def no_gain(where: object) -> dict[Any, float | str]:
+        probed.append(where)
+        return {"model": 1.0, "compiled": 1.0}
+
+    monkeypatch.setitem(trainers.LEVERS, "loss", dataclasses.replace(LOSS, probe=no_gain))
+    storage = sqlite_url(tmp_path)
+    opts = options(
+        storage, "stage", trials=3, space=_space_file(tmp_path), patience=0, workload=OWN_LOSS
+    )
+    ran, lines = _run_staged(opts, 3)
+    assert [t.number for t in ran if "fixed_params" in t.system_attrs] == [0]
+    said = [line for line in lines if line.startswith("second stage: trial 0")]
+    assert said and "left out by the levers' probes: loss=compiled: predicted +0.00" in said[0]
+    assert "enqueued" not in said[0], said
+    assert len(probed) == 1
+
+
+def test_a_lever_the_model_cannot_take_is_not_enqueued(tmp_path: Path) -> None:
+    """The mlp has no loss function of its own (`Lever.refuse_for`): its leader's stage is
+    empty, where it was a trial enqueued to fail in one line."""
+    storage = sqlite_url(tmp_path)
+    opts = options(storage, "stage", trials=2, space=_space_file(tmp_path), patience=0)
+    ran, lines = _run_staged(opts, 2)
+    assert [t.number for t in ran if "fixed_params" in t.system_attrs] == [0]
+    assert not any(line.startswith("second stage") for line in lines)
+
+
+def test_a_sampled_config_the_model_cannot_take_is_refused_not_run(tmp_path: Path) -> None:
+    """A trial of the first stage (here enqueued; sampled alike) whose config the model refuses
+    (`Lever.refuse_for`): recorded as an invalid combination in the lever's own words, with no
+    run started for it."""
+    storage = sqlite_url(tmp_path)
+    opts = options(storage, "refuse", trials=1, space=_space_file(tmp_path), patience=0)
+    search = open_search(opts)
+    try:
+        search.study.enqueue_trial({"num_streams": 1, "loss": "compiled"})
+        search.run_trials(LocalSlots(1))
+    finally:
+        search.close()
+    (trial,) = load(storage, "refuse").get_trials()
+    assert trial.state == TrialState.FAIL
+    assert trial.user_attrs[keys.FAILURE_KIND] == "invalid", trial.user_attrs
+    expected = trainers.invalid_reason({"loss": "compiled"}, model=search.measurer.workload.model)
+    assert expected and trial.user_attrs[keys.FAILURE_REASON].endswith(expected)
+    assert keys.CONFIG not in trial.user_attrs  # never run
+
+
+def _run_staged(opts: Any, trials: int) -> tuple[list[FrozenTrial], list[str]]:
+    search = open_search(opts)
+    progress = _Phases()
+    search.progress = progress
+    try:
+        search.study.enqueue_trial({"num_streams": 1, "loss": "model"})
+        search.run_trials(LocalSlots(trials))
+    finally:
+        search.close()
+    return load(opts.storage, opts.study).get_trials(), progress.lines
+
+
+def test_the_probes_leave_out_what_gains_too_little_and_order_the_rest() -> None:
+    """`Predictions`: a value predicted to gain no more than the floor (the tie margin of the
+    leader's step), or that cannot run the model's calls, is left out naming why; a lever whose
+    probe found none of its work in the model is left out; a lever without a probe is kept;
+    the larger predicted gain goes first among values of one cost."""
+    leader = {"compile_scope": "blocks"} | PLAIN
+    ms = {"attention": {"default": 20.0, "cudnn": 19.5}, "loss": {}}
+    kept = Predictions(ms=ms, floor_ms=0.2)
+    assert kept.gain("attention", "default", "cudnn") == pytest.approx(0.5)
+    assert kept.gain("kernels", "torch", "liger") is None  # no probe: no prediction
+    assert "does none of the work it changes" in str(kept.gain("loss", "model", "compiled"))
+    staged = lever_stage(SPACE, leader, device_type="cuda", precision="bf16-autocast")
+    assert len(staged) == 3
+    predicted = lever_stage(
+        SPACE, leader, device_type="cuda", precision="bf16-autocast", predictions=kept
+    )
+    assert [{k: v for k, v in p.items() if leader[k] != v} for p in predicted] == [
+        {"attention": "cudnn"},
+        {"kernels": "liger"},
+    ]
+    too_little = Predictions(ms=ms, floor_ms=0.6)
+    why = too_little.gain("attention", "default", "cudnn")
+    assert isinstance(why, str) and "predicted +0.50 ms a step against default" in why
+    cannot = Predictions(
+        ms={"attention": {"default": 20.0, "cudnn": "No available kernel"}}, floor_ms=0
+    )
+    assert cannot.gain("attention", "default", "cudnn") == "attention=cudnn: No available kernel"
+    # Among values of one cost, the larger predicted gain first.
+    three = SearchSpace(
+        name="own",
+        params={"attention": Choice(values=("default", "cudnn", "flash"))},
+        fixed={"compile": "default"},
+    )
+    ordered = Predictions(
+        ms={"attention": {"default": 20.0, "cudnn": 19.0, "flash": 15.0}}, floor_ms=0.1
+    )
+    ahead = lever_stage(three, {"attention": "default"}, device_type="cuda", predictions=ordered)
+    assert [p["attention"] for p in ahead] == ["flash", "cudnn"]
+
+
+def test_a_study_without_a_precision_does_not_stage_the_head_in_float8() -> None:
+    """A study of no `--precision` runs in float32: `float8_head`'s precision rule refuses it
+    there, as the run would."""
+    space = SearchSpace(
+        name="own", params={"float8_head": Choice(values=("bf16", "float8"))}, fixed={}
+    )
+    assert lever_stage(space, {"float8_head": "bf16"}, device_type="cuda", precision=None) == []
+
+
+def test_the_probes_are_not_asked_where_no_variant_they_predict_could_be_enqueued(
+    tmp_path: Path,
+) -> None:
+    study = optuna.create_study(storage=sqlite_url(tmp_path), direction="maximize")
+    asked: list[int] = []
+
+    def predict(leader: FrozenTrial, precision: str | None) -> Predictions:
+        asked.append(leader.number)
+        return Predictions(ms={}, floor_ms=0.0)
+
+    # On a CPU every variant here is refused (cuDNN attention, liger), the compiled loss too:
+    # nothing to predict, so no forward of the model is spent on it.
+    _leader(study, {"compile_scope": "model"} | PLAIN, 10.0)
+    said = _stage(
+        study,
+        study.trials[0],
+        Staged(margin=0.02),
+        device_type="cpu",
+        precision="fp32",
+        predict=predict,
+    )
+    assert said is None and asked == []
+
+
+def test_the_stage_asks_the_probes_once_due_and_says_what_they_left_out(tmp_path: Path) -> None:
+    study = optuna.create_study(storage=sqlite_url(tmp_path), direction="maximize")
+    asked: list[tuple[int, str | None]] = []
+
+    def predict(leader: FrozenTrial, precision: str | None) -> Predictions:
+        asked.append((leader.number, precision))
+        return Predictions(ms={"attention": {"default": 20.0, "cudnn": 19.99}}, floor_ms=1.0)
+
+    staged = Staged(margin=0.02)
+    _leader(study, {"compile_scope": "blocks"} | PLAIN, 10.0)
+    said = _stage(study, study.trials[0], staged, predict=predict)
+    assert asked == [(0, "bf16-autocast")]
+    assert said is not None and "(kernels=liger, loss=compiled): 2 enqueued" in said, said
+    assert "left out by the levers' probes: attention=cudnn: predicted +0.01 ms" in said
+    # Not due (the leader is staged already): the probes are not asked again.
+    _drain(study)
+    _stage(study, study.trials[0], staged, predict=predict)
+    assert len(asked) == 1
+
+
+def test_a_search_probes_its_own_workload_once_per_precision(tmp_path: Path) -> None:
+    """The `Prober`, on a real search's measurer: the transformer's own SDPA calls timed on this
+    CPU, the floor the tie margin of the leader's step, the seconds counted as measurement; not
+    run again. (On a CPU the search's own space drops the CUDA kernels: the stage's space here
+    keeps them, as a GPU's would.)"""
+    search = open_search(options(sqlite_url(tmp_path), "probed", workload="transformer"))
+    said: list[str] = []
+    try:
+        prober = Prober(
+            search.measurer,
+            SPACE,
+            0.05,
+            timing=lambda: search.clock.timing("measure"),
+            say=said.append,
+        )
+        leader = create_trial(
+            params={"compile_scope": "blocks"} | PLAIN,
+            distributions=SPACE.distributions(),
+            value=100.0,
+        )
+        before = search.clock.seconds["measure"]
+        predictions = prober(leader, "bf16-autocast")
+        assert predictions is not None and not said, said
+        assert isinstance(predictions.ms["attention"]["default"], float)
+        samples = search.measurer.workload.samples_per_batch
+        assert predictions.floor_ms == pytest.approx(samples / 100.0 * 1e3 * 0.05)
+        assert search.clock.seconds["measure"] > before
+        again = prober(leader, "bf16-autocast")
+        assert again is not None and again.ms is predictions.ms
+        assert set(prober.probed) == {"bf16-autocast"}
+        # A leader with no throughput (every window failed to count) gets no prediction.
+        stalled = create_trial(
+            params=dict(leader.params), distributions=SPACE.distributions(), value=0.0
+        )
+        assert prober(stalled, "bf16-autocast") is None
+    finally:
+        search.close()
+
+
+def test_patience_waits_for_the_trials_a_stage_enqueued(tmp_path: Path) -> None:
+    storage = sqlite_url(tmp_path)
+    # A 99 % margin: almost no trial gains, so patience 2 alone stops the run after about 3.
+    opts = options(storage, "staged", trials=40, patience=2, tie_margin=0.99, baseline_every=100)
+    search = open_search(opts)
+    try:
+        for _ in range(5):
+            search.study.enqueue_trial({})
+        search.run_trials(LocalSlots(40))
+    finally:
+        search.close()
+    values = _complete_values(storage, "staged")
+    assert _expected_stop(values, 2, 0.99) < 5  # the rule alone would have stopped before them
+    # After the five, the rule as before: the first count from 5 on whose last 2 did not gain.
+    assert len(values) == _expected_stop(values, 2, 0.99, first=5 - 2) >= 5

@@ -1,0 +1,279 @@
+"""The second stage of a search: the leader with each lever the built-in spaces offer.
+
+The first stage (`tuner.search.proposing.stages`) runs the corners of the scale levers (compile
+scope, recomputation, micro-batches) with every other lever at its default, so a lever module's
+lever (`trainers.levers`: the attention kernel, liger-kernel's kernels, the compiled loss, the
+head in float8) is reached, if at all, only by the sampler's draws. A lever's gain is measured on
+the config it would change: so once nothing is waiting in the study, the leader (the fastest
+trial that can still be recommended, `screen.incumbent`) is enqueued again with each value each
+offered lever takes that it does not, one lever at a time; a new leader faster than the staged
+one by more than the tie margin (a variant, or a draw of the sampler) gets the same, so gains
+compose one lever at a time (coordinate ascent). Staged only while trials remain and within the
+search budget: what waits at the end would run unbudgeted in `Search.revive`.
+A variant the harness refuses for this device, precision or model, or beside the leader's other
+settings (`trainers.invalid_reason`: liger-kernel beside the whole model compiled, the compiled
+loss for a model without a loss function, the head in float8 outside float8) is left out, and one
+already in the study is not enqueued again (`skip_if_exists`).
+
+Before the variants are enqueued, the levers' probes (`Lever.probe`: attention's backends timed
+on the model's SDPA calls, its loss function eager and compiled) predict what each value saves a
+step, once per precision and only where a variant they predict could be enqueued (`Prober`); a
+value predicted to gain no more than the tie margin of the leader's step, or that cannot run the
+model's calls, is left out, and the progress line says why (`Predictions`).
+
+Order: cheapest one-off cost first (`trainers.Lever.cost_order`: no cost, then a compile), then
+the larger predicted gain, then the order the levers were registered in. Each variant is a
+trial like any other: the screen stops a losing one after its first windows and the gate judges
+the one that leads. Enqueued trials are the search's plan, so the patience rule waits for them
+(`TrialRunner.out_of_patience`); the budget does not. A variant that fails only in its run
+(liger's patch changing nothing on a model of a type it names) fails in one line, a trial. A
+space that offers no lever module's lever (every built-in space until a GPU shows one pays,
+`offered` in its module) has no second stage; a space of one's own that searches one has.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+import trainers
+from tuner.search.spaces.space import Choice, SearchSpace
+from tuner.store import keys
+
+if TYPE_CHECKING:
+    from torch import nn
+
+
+def offered_levers(space: SearchSpace) -> dict[str, tuple[Any, ...]]:
+    """The lever modules' levers `space` searches (the ones that are not `LoopConfig` fields:
+    no corner sets them), each with the values it searches."""
+    fields = {field.name for field in dataclasses.fields(trainers.LoopConfig)}
+    return {
+        name: spec.values
+        for name, spec in space.params.items()
+        if name in trainers.LEVERS and name not in fields and isinstance(spec, Choice)
+    }
+
+
+def lever_stage(
+    space: SearchSpace,
+    leader: Mapping[str, Any],
+    *,
+    device_type: str,
+    precision: str | None = None,
+    model: nn.Module | None = None,
+    predictions: Predictions | None = None,
+) -> list[dict[str, Any]]:
+    """The params to enqueue: `leader` (a trial's params) with one offered lever changed each,
+    the ones the harness runs here (on `device_type`, in `precision`, for `model` where given)
+    and, with `predictions`, the ones not predicted to gain too little; cheapest first, then the
+    largest predicted gain. Each holds the searched settings as the config runs them
+    (`trainers.canonical`: a setting another one leaves unused at its default), so two that run
+    the same config are one trial (`skip_if_exists`)."""
+    found = _variants(space, leader, device_type, precision, model, predictions)
+    return [v.params for v in sorted(found, key=_order) if v.left_out is None]
+
+
+class Variant(NamedTuple):
+    """One variant of a stage: its place (cost, minus the predicted gain, registration order),
+    the lever it changes, its params, and why the probes' predictions leave it out (None: they
+    keep it)."""
+
+    order: tuple[int, float, int]
+    lever: str
+    params: dict[str, Any]
+    left_out: str | None
+
+
+def _order(variant: Variant) -> tuple[int, float, int]:
+    return variant.order
+
+
+def _variants(
+    space: SearchSpace,
+    leader: Mapping[str, Any],
+    device_type: str,
+    precision: str | None,
+    model: nn.Module | None,
+    predictions: Predictions | None,
+) -> list[Variant]:
+    # A study without a precision runs in float32 (its matmul precision fp32 or tf32, which no
+    # lever's rule tells apart): a lever that needs another one (the head in float8) is refused.
+    precision = leader.get(keys.PRECISION, precision) or "fp32"
+    settings = {k: v for k, v in leader.items() if k != keys.PRECISION}
+    current = trainers.canonical(space.fixed | settings)
+    registered = list(trainers.LEVERS)
+    found: list[Variant] = []
+    for name, values in offered_levers(space).items():
+        lever, order = trainers.LEVERS[name], registered.index(name)
+        now = current.get(name, lever.default)
+        for value in values:
+            if value == now:
+                continue
+            changed = current | {name: value}
+            why = trainers.invalid_reason(
+                changed, precision=precision, device_type=device_type, model=model
+            )
+            if why is not None:
+                continue
+            runs = trainers.canonical(changed)
+            variant = {field: runs[field] for field in space.params}
+            if keys.PRECISION in leader:
+                variant[keys.PRECISION] = leader[keys.PRECISION]
+            gain = None if predictions is None else predictions.gain(name, now, value)
+            left_out = gain if isinstance(gain, str) else None
+            ahead = gain if isinstance(gain, float) else 0.0
+            found.append(Variant((lever.cost_order(value), -ahead, order), name, variant, left_out))
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class Predictions:
+    """What the levers' probes predict for one leader (`trainers.probe_levers`): each probed
+    lever's milliseconds per step by value (or why a value cannot run), and the least gain
+    worth a trial, the tie margin of the leader's step (a smaller gain cannot make a leader
+    beyond the tie, `Staged.wants`)."""
+
+    ms: Mapping[str, Mapping[Any, float | str]]
+    floor_ms: float
+
+    def gain(self, name: str, current: Any, value: Any) -> float | str | None:
+        """The milliseconds a step saves with `value` for `current` (a float: kept); why the
+        stage leaves it out (a str); None where the lever has no probe (kept, unordered)."""
+        if name not in self.ms:
+            return None
+        figures = self.ms[name]
+        if not figures:
+            return f"{name}={value}: the model does none of the work it changes"
+        new, old = figures.get(value), figures.get(current)
+        if isinstance(new, str):
+            return f"{name}={value}: {new}"
+        if not isinstance(new, float) or not isinstance(old, float):
+            return None  # the leader's own value not timed: no prediction
+        gain = old - new
+        if gain <= self.floor_ms:
+            return (
+                f"{name}={value}: predicted {gain:+.2f} ms a step against {current}, under the "
+                f"{self.floor_ms:.2f} ms a gain must pass"
+            )
+        return gain
+
+
+def waiting(study: optuna.Study) -> int:
+    """How many enqueued trials (a stage's) have not started yet."""
+    return len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
+
+@dataclasses.dataclass
+class Staged:
+    """The leaders given a second stage in this process, and the fastest of them: a new leader
+    gets one only when it beats that by more than the tie margin (a lead within the noise would
+    stage the same levers again on a config measured as the same, and the patience waits for
+    staged trials)."""
+
+    margin: float
+    leaders: set[int] = dataclasses.field(default_factory=set)
+    best: float | None = None
+
+    def wants(self, leader: FrozenTrial) -> bool:
+        if leader.number in self.leaders or not leader.values:
+            return False
+        return self.best is None or leader.values[0] > self.best * (1.0 + self.margin)
+
+    def add(self, leader: FrozenTrial) -> None:
+        self.leaders.add(leader.number)
+        self.best = max(self.best or 0.0, leader.values[0])
+
+
+@dataclasses.dataclass
+class Prober:
+    """The levers' probes for one search process (`trainers.probe_levers`), run where a stage is
+    due and once per precision, on one forward of the whole first batch: a leader that
+    recomputes its blocks or splits the batch in micro-batches runs the same work at other
+    shapes or twice, which the figures do not scale for. Their seconds are measurement
+    (`timing`). None where they cannot run here (a program's model is elsewhere, a
+    data-parallel study measures in other processes) or the leader has no throughput."""
+
+    # The search's `Measurer` (its workload, device, program, processes): this room does not
+    # import the measuring one (tests/test_layers.py).
+    measurer: Any
+    space: SearchSpace
+    margin: float
+    timing: Callable[[], AbstractContextManager[object]]
+    say: Callable[[str], None]
+    probed: dict[str | None, trainers.Probed] = dataclasses.field(default_factory=dict)
+
+    def __call__(self, leader: FrozenTrial, precision: str | None) -> Predictions | None:
+        measurer = self.measurer
+        if measurer.program is not None or measurer.nproc > 1:
+            return None
+        if not leader.values or leader.values[0] <= 0:
+            return None
+        if precision not in self.probed:
+            with self.timing():
+                self.probed[precision] = self._probe(precision)
+        step_ms = measurer.workload.samples_per_batch / leader.values[0] * 1e3
+        return Predictions(ms=self.probed[precision], floor_ms=step_ms * self.margin)
+
+    def _probe(self, precision: str | None) -> trainers.Probed:
+        """Each lever's probe on its own: one that fails leaves that lever unpredicted."""
+        probed: trainers.Probed = {}
+        for name in offered_levers(self.space):
+            try:
+                probed |= trainers.probe_levers(
+                    self.measurer.workload,
+                    [name],
+                    device=self.measurer.device,
+                    precision=trainers.parse_precision(precision),
+                )
+            except Exception as exc:  # noqa: BLE001 - a failed microbenchmark must not end a search
+                self.say(f"the {name} lever's probe failed ({exc!r:.200}): staged unpredicted")
+        return probed
+
+
+def second_stage(
+    study: optuna.Study,
+    space: SearchSpace,
+    leader: FrozenTrial | None,
+    *,
+    device_type: str,
+    precision: str | None,
+    staged: Staged,
+    model: nn.Module | None = None,
+    predict: Callable[[FrozenTrial, str | None], Predictions | None] | None = None,
+) -> str | None:
+    """Enqueue the second stage for `leader` once nothing waits in `study` (`precision`: the
+    study's own, where its trials do not search one); returns the progress line, None where
+    nothing was enqueued or left out (every variant already in the study, on a resume or beside
+    another worker, included). `model`: the workload's (None: a program's, built elsewhere), so
+    that a lever the model cannot take is not enqueued (`Lever.refuse_for`); `predict(leader,
+    its precision)`: the probes' predictions, asked only here, once a stage is due."""
+    if leader is None or not staged.wants(leader) or waiting(study):
+        return None
+    precision = leader.params.get(keys.PRECISION, precision)
+    found = _variants(space, leader.params, device_type, precision, model, None)
+    # The probes (seconds of the device) only where a variant they predict could be enqueued.
+    if predict is not None and any(trainers.LEVERS[v.lever].probe for v in found):
+        predictions = predict(leader, precision)
+        found = _variants(space, leader.params, device_type, precision, model, predictions)
+    found.sort(key=_order)  # stable: ties keep the values' declared order
+    chosen = [v.params for v in found if v.left_out is None]
+    for params in chosen:
+        study.enqueue_trial(params, skip_if_exists=True)
+    staged.add(leader)
+    enqueued = waiting(study)
+    left_out = "; ".join(v.left_out for v in found if v.left_out is not None)
+    if not enqueued and not left_out:
+        return None
+    levers = ", ".join(
+        f"{k}={v}" for p in chosen for k, v in p.items() if leader.params.get(k) != v
+    )
+    said = f"second stage: trial {leader.number}"
+    if levers:
+        said += f" with one lever changed each ({levers}): {enqueued} enqueued"
+    return said + (f"; left out by the levers' probes: {left_out}" if left_out else "")
