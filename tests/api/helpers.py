@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
+
 TOKEN = "test-token-aaaaaaaaaaaaaaaa"
 OTHER_TOKEN = "test-token-bbbbbbbbbbbbbbbb"
 ADMIN_TOKEN = "test-token-adminadminadmin"
@@ -102,6 +104,18 @@ def served(app: Any) -> Iterator[int]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def shared_client(base_url: str, threads: int, **kwargs: Any) -> httpx.Client:
+    """One client for `threads` threads at once, with a connection for each kept alive.
+
+    Under httpx's default limits (20 kept alive) a thread returning a surplus connection can
+    close one the pool has just handed to a waiting thread, whose request then reads a closed
+    socket (httpx.ReadError, EBADF): encode/httpcore#1110, open for httpcore 1.0.9. A pool that
+    never has a surplus never closes one, so a client-side failure here is the server's.
+    """
+    limits = httpx.Limits(max_connections=threads, max_keepalive_connections=threads)
+    return httpx.Client(base_url=base_url, limits=limits, **kwargs)
 
 
 def at_once(

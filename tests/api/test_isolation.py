@@ -14,12 +14,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 
-import httpx
 import pytest
 import sqlalchemy as sa
 
 from tests.api.conftest import make_app
-from tests.api.helpers import AUTH, TINY_JOB, at_once, served
+from tests.api.helpers import AUTH, TINY_JOB, at_once, served, shared_client
 from tests.conftest import PG_SERVER, pg_listening
 from tuner.errors import TooManyQueued
 from tuner.service.spec import JobSpec
@@ -83,7 +82,7 @@ def test_concurrent_posts_hold_the_limit_exactly_with_no_5xx(strict_db: tuple[st
     app = make_app(url, max_queued_per_token=LIMIT, access_log=False)
     with (
         served(app) as port,
-        httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=AUTH, timeout=60) as http,
+        shared_client(f"http://127.0.0.1:{port}", POSTS, headers=AUTH, timeout=60) as http,
     ):
         created = []
         for _ in range(2):  # a second round: the limit is still held with 20 queued

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from tests.api.conftest import make_app
-from tests.api.helpers import AUTH, OTHER_AUTH, TINY_JOB, at_once, served
+from tests.api.helpers import AUTH, OTHER_AUTH, TINY_JOB, at_once, served, shared_client
 from tuner.errors import TooManyQueued
 from tuner.service.jobstore import JobStore
 from tuner.service.spec import JobSpec
@@ -28,7 +27,7 @@ def live(any_storage: str) -> Iterator[str]:
 
 
 def test_fifty_concurrent_posts_of_one_token_accept_exactly_the_limit(live: str) -> None:
-    with httpx.Client(base_url=live, headers=AUTH, timeout=60) as http:
+    with shared_client(live, POSTS, headers=AUTH, timeout=60) as http:
         codes = at_once(
             POSTS, lambda: http.post("/v1/jobs", json=TINY_JOB).status_code, refused=TooManyQueued
         )

@@ -85,6 +85,12 @@ class Workers:
                 proc.kill()
                 proc.wait()
 
+    def logged(self, text: str) -> bool:
+        """Whether any worker's whole log holds `text` (`output` shows only each log's tail)."""
+        return any(
+            text in path.read_text(errors="replace") for path in self.logs.glob("worker-*.log")
+        )
+
     def output(self) -> str:
         return "\n".join(
             f"--- {path.name}\n{path.read_text(errors='replace')[-3000:]}"
