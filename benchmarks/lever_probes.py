@@ -35,6 +35,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", default="transformer:tiny", help="WORKLOAD:PRESET,...")
     parser.add_argument("--precision", default="bf16-autocast")
+    parser.add_argument(
+        "--model-arg", action="append", default=[], help="KEY=VALUE of a library model, repeated"
+    )
     parser.add_argument("--device", default="cuda")
     parser.add_argument(
         "--step-ms",
@@ -51,7 +54,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def entry(args: argparse.Namespace, spec: str, device: Any) -> dict[str, Any]:
     workload_name, preset = spec.rsplit(":", 1)
-    workload = trainers.load_workload(workload_name, preset, seed=0)
+    model_args = dict(kv.split("=", 1) for kv in args.model_arg)
+    workload = trainers.load_workload(workload_name, preset, seed=0, model_args=model_args)
     probed: dict[str, Any] = {}
     seconds: dict[str, float] = {}
     for name in PROBED:
@@ -75,6 +79,7 @@ def entry(args: argparse.Namespace, spec: str, device: Any) -> dict[str, Any]:
             }
     return {
         "preset": spec,
+        "model_args": model_args,
         "precision": args.precision,
         "ms_per_step": {
             n: {str(v): f for v, f in figures.items()} for n, figures in probed.items()
@@ -112,7 +117,9 @@ def markdown(data: dict[str, Any]) -> str:
                 )
                 or "-"
             )
-            lines.append(f"| {e['preset']} | {name} | {shown} | {e['probe_s'][name]} | {said} |")
+            model = " ".join(f"{k}={v}" for k, v in e.get("model_args", {}).items())
+            shown_preset = f"{e['preset']} ({model})" if model else e["preset"]
+            lines.append(f"| {shown_preset} | {name} | {shown} | {e['probe_s'][name]} | {said} |")
     return "\n".join(lines) + "\n"
 
 

@@ -39,3 +39,19 @@ def test_the_probes_script_records_each_levers_figures_and_the_stages_verdicts(
     assert "does none of the work" in plain["stage"]["attention"]["cudnn"]
     table = path.with_suffix(".md").read_text()
     assert "| transformer:tiny | attention |" in table and "none of its work" in table
+
+
+def test_the_probes_script_passes_its_model_args_to_the_workload(tmp_path: Path) -> None:
+    # A built-in workload takes no model arguments: refused in the workload's own words, which
+    # shows they reached it (a library model, absent from CI, is shaped by them).
+    flags = ["--presets", "transformer:tiny", "--device", "cpu", "--model-arg", "vocab=151936"]
+    done = subprocess.run(
+        [sys.executable, "benchmarks/lever_probes.py", *flags, "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode != 0
+    assert "vocab" in done.stderr and "transformer" in done.stderr, done.stderr[-2000:]
+    assert not list(tmp_path.glob("lever-probes-*.json"))
