@@ -7,7 +7,9 @@ installed at the lock's versions:
 
 The lock pins torch's CPU build (`+cpu`), which pip would otherwise install over a CUDA build;
 sympy is pinned exactly by each torch release, so the lock's pin can conflict with the user's
-torch (mpmath and networkx go with it). tests/test_lock.py checks the file is current.
+torch (mpmath and networkx go with it); setuptools is bounded by some (torch 2.11 on Python 3.12:
+setuptools<82, against the lock's 84: the GPU image's test failed on it, 2026-11-29).
+tests/test_lock.py checks the file is current.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "requirements.lock"
 KEEP_TORCH = ROOT / "requirements-keep-torch.lock"
-TORCH_OWN = ("torch", "sympy", "mpmath", "networkx", "triton")
+TORCH_OWN = ("torch", "sympy", "mpmath", "networkx", "triton", "setuptools")
 HEADER = "# requirements.lock less torch's own pins, by python tools/lock_without_torch.py\n"
 
 
