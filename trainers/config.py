@@ -111,12 +111,21 @@ a search that samples them independently never builds a refused or duplicate con
 
 
 def canonical(values: Mapping[str, Any]) -> dict[str, Any]:
-    """`values` with every inert setting (`INERT`) back at its default."""
+    """`values` with every inert setting (`INERT`, then a lever's own `inert` rule, which may
+    read the settings INERT reset) back at its default."""
     out = dict(values)
     defaults = {name: item.default for name, item in LEVERS.items()}
     for name, (other, inert_at, default) in INERT.items():
         if name in out and out.get(other, defaults[other]) in inert_at:
             out[name] = default
+
+    def get(other: str) -> Any:
+        return out.get(other, defaults[other])
+
+    for name, item in LEVERS.items():
+        moved = out.get(name, item.default) != item.default
+        if moved and item.inert is not None and item.inert(get):
+            out[name] = item.default
     return out
 
 

@@ -19,6 +19,7 @@ from trainers import (
     ConfigError,
     LoopConfig,
     RunArgs,
+    canonical,
     invalid_reason,
     load_workload,
     probe_levers,
@@ -30,7 +31,7 @@ from trainers.gate import gate, required_test
 from trainers.levers.declare import ProbeInput
 from trainers.workloads import resolve_factory
 from tuner.search.spaces.named import load_space
-from tuner.search.spaces.space import config_key
+from tuner.search.spaces.space import Choice, config_key
 
 COMPILED_LOSS = {"loss": "compiled", "compile": "default", "compile_scope": "blocks"}
 
@@ -58,17 +59,33 @@ def test_the_whole_model_compiled_refuses_it_in_one_line() -> None:
     message = str(caught.value)
     assert message.startswith("loss='compiled' is invalid: allowed model with the whole model")
     assert "compile_scope='blocks' or compile='none'" in message and "\n" not in message
-    # A trial that draws the two together is refused with the same line, never run.
+    # Set by hand, the two together are refused with the same line.
     reason = invalid_reason({"loss": "compiled", "compile": "reduce-overhead"})
     assert reason is not None and reason.startswith("loss='compiled' is invalid")
+
+
+def test_beside_the_whole_model_compiled_a_search_runs_it_at_its_default() -> None:
+    """Inert there (`Lever.inert`): `canonical`, which a search's sampled configs go through,
+    puts it back, so a draw of the two together runs once as the whole model compiled."""
+    whole = {"loss": "compiled", "compile": "default", "compile_scope": "model"}
+    assert canonical(whole)["loss"] == "model"
+    assert canonical(whole | {"compile": "reduce-overhead"})["loss"] == "model"
+    assert LoopConfig.from_dict(canonical(whole)).get("loss") == "model"
+    # Each layer compiled, or nothing compiled but the loss: it does something, and is kept.
+    assert canonical(whole | {"compile_scope": "blocks"})["loss"] == "compiled"
+    alone = canonical({"loss": "compiled", "compile": "none", "compile_scope": "blocks"})
+    assert alone["loss"] == "compiled" and alone["compile_scope"] == "model"
 
 
 def test_the_api_and_the_cli_take_the_same_values() -> None:
     for value, allowed in (("compiled", True), ("model", True), ("fused", False)):
         api, cli = accepted("loss", value)
         assert api is cli is allowed, value
-    for name in ("full", "scale"):
-        assert "loss" not in load_space(name).params, name  # not searched yet
+    # Searched where the compiler is (a compile's cost): not in `full`, whose trials compile
+    # nothing.
+    assert "loss" not in load_space("full").params
+    for name in ("compile", "scale"):
+        assert load_space(name).params["loss"] == Choice(values=("model", "compiled")), name
 
 
 def test_a_model_without_a_loss_function_refuses_it_and_is_left_as_it_was() -> None:

@@ -66,6 +66,10 @@ ConfigRule = Callable[[Value, Callable[[str], Value]], "str | None"]
 """`(value, get)` -> what the lever allows beside the config's other levers (`get(name)` reads
 one), where `value` cannot be set with them; None where it can (`LoopConfig` raises the
 ConfigError)."""
+InertRule = Callable[[Callable[[str], Value]], bool]
+"""`get` -> whether the lever does nothing beside the config's other levers (`get(name)` reads
+one): `trainers.canonical` puts it back at its default, so a search that samples it beside them
+runs that config once instead of refusing it (`conflicts` still refuses it set by hand)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -134,8 +138,11 @@ class Lever:
         elsewhere, `trainers.core` names the spot).
     transform: the lever's effect as a change to the model for the run (`ModelTransform`).
     conflicts: the rule that refuses a value beside other levers' values (`ConfigRule`).
+    inert: where the lever does nothing beside other levers' values (`InertRule`); a search
+        runs it there at its default.
     offered: the values the built-in `full`-based search spaces search (empty: the spaces of
-        `tuner.search.spaces.named` say, as for the levers declared in `trainers.levers.table`).
+        `tuner.search.spaces.named` say, as for the levers declared in `trainers.levers.table`);
+        a value that costs a compile only in the spaces that search the compiler.
     """
 
     name: str
@@ -152,6 +159,7 @@ class Lever:
     around_forward: ForwardContext | None = None
     transform: ModelTransform | None = None
     conflicts: ConfigRule | None = None
+    inert: InertRule | None = None
     offered: tuple[Value, ...] = ()
 
     def values(self) -> tuple[Value, ...]:

@@ -15,22 +15,23 @@ that leaves of the gain on a whole step is not measured yet.
 A Hugging Face model computes its loss, given `labels=`, through `model.loss_function`; `compiled`
 sets it to the compiled function for the run and puts the original back after. A model without
 one (a user's own model, a torchvision or timm model: their loss is the workload's) is refused in
-one line. With the whole model compiled (`compile` other than `none`, `compile_scope='model'`)
-the loss is already inside the compiled graph: refused, naming what to set instead.
+one line, and a search leaves it out of such a model's space. With the whole model compiled
+(`compile` other than `none`, `compile_scope='model'`) the loss is already inside the compiled
+graph: set by hand, refused, naming what to set instead; drawn by a search, inert (`inert`:
+`trainers.canonical` runs that config at `model`).
 
-The compiled loss rounds otherwise than the eager one: the gate judges it by equivalence. Not
-searched by the built-in spaces yet (`offered` is empty): `--fix loss=compiled` (or the API's
-`fix`) runs it. Its probe (`Lever.probe`) times the model's own loss function, forward and
-backward, eager and compiled, on the arguments one forward passes it: seconds, where a trial
-compiles the model. Measured on one H200 (float8, each layer compiled, the scale space's feed,
+The compiled loss rounds otherwise than the eager one: the gate judges it by equivalence.
+Searched by the built-in spaces that search the compiler (`compile`, `scale`; `offered`), and
+reached by a search's second stage on a leader that compiles each layer or nothing. Its probe
+(`Lever.probe`) times the model's own loss function, forward and backward, eager and compiled,
+on the arguments one forward passes it: seconds, where a trial compiles the model. Measured on one H200 (float8, each layer compiled, the scale space's feed,
 2026-11-29, docs/benchmarks/levers-h200-2026-11-29.md), the probe and the whole step agree: at
 `llama-1b` (vocabulary 32,000) the probe predicted 5.1 ms a step and the whole step ran 1.026x
 (1.016-1.031) faster with it; at a Qwen2-style 0.49B decoder (vocabulary 151,936, hidden 896)
 25.8 ms predicted and 1.188x (1.171-1.206) measured, 5.6 GB lighter than the fastest peer. On
 both the config then ran as fast as the whole model compiled in float8 (1.00x and 1.01x that
-peer), which the search already finds: the lever pays where each layer compiled leads. Offering
-it in the built-in spaces waits for them to leave out what the model refuses (a model without a
-`loss_function` would draw refused trials) and for a default job's GPU row.
+peer), which the search already finds: the lever pays where each layer compiled leads. What it
+gives a default job is not measured on a GPU yet.
 """
 
 from __future__ import annotations
@@ -46,8 +47,13 @@ from trainers.levers.declare import Lever, ProbeInput, Undo, Value, nothing, ran
 from trainers.levers.timing import timed_ms
 
 
+def _inert(get: Callable[[str], Value]) -> bool:
+    """The whole model compiled: its compile already takes in the loss."""
+    return get("compile") != "none" and get("compile_scope") == "model"
+
+
 def _conflicts(value: Value, get: Callable[[str], Value]) -> str | None:
-    if value == "compiled" and get("compile") != "none" and get("compile_scope") == "model":
+    if value == "compiled" and _inert(get):
         return (
             "model with the whole model compiled (its compile already takes in the loss); "
             "loss='compiled' goes with compile_scope='blocks' or compile='none'"
@@ -155,6 +161,7 @@ LOSS = Lever(
     transform=_compile_loss,
     probe=_probe,
     conflicts=_conflicts,
-    offered=(),
+    inert=_inert,
+    offered=("model", "compiled"),
 )
 register(LOSS)

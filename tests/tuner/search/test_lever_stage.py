@@ -249,15 +249,38 @@ def test_a_lever_the_model_cannot_take_is_not_enqueued(tmp_path: Path) -> None:
     assert not any(line.startswith("second stage") for line in lines)
 
 
-def test_a_sampled_config_the_model_cannot_take_is_refused_not_run(tmp_path: Path) -> None:
-    """A trial of the first stage (here enqueued; sampled alike) whose config the model refuses
-    (`Lever.refuse_for`): recorded as an invalid combination in the lever's own words, with no
-    run started for it."""
+def test_a_value_the_model_cannot_take_is_left_out_of_its_space(tmp_path: Path) -> None:
+    """The mlp has no loss function of its own: its space searches no compiled loss (drawn, it
+    could only be refused), and says so; a workload with one keeps the lever searched."""
     storage = sqlite_url(tmp_path)
-    opts = options(storage, "refuse", trials=1, space=_space_file(tmp_path), patience=0)
+    plain = open_search(options(storage, "plain", space=_space_file(tmp_path)))
+    own = open_search(options(storage, "own", workload=OWN_LOSS, space=_space_file(tmp_path)))
+    try:
+        assert "loss" not in plain.space.params and plain.space.fixed["loss"] == "model"
+        assert any(n.startswith("loss compiled left out: ") for n in plain.space.notes)
+        assert own.space.params["loss"] == Choice(values=("model", "compiled"))
+    finally:
+        plain.close()
+        own.close()
+
+
+def test_a_pinned_config_the_model_cannot_take_is_refused_not_run(tmp_path: Path) -> None:
+    """A trial whose config the model refuses (`Lever.refuse_for`; here pinned by hand, which
+    the space leaves as it is): recorded as an invalid combination in the lever's own words,
+    with no run started for it."""
+    storage = sqlite_url(tmp_path)
+    space = tmp_path / "streams.json"
+    space.write_text(json.dumps({"num_streams": [1, 2]}))
+    opts = options(
+        storage,
+        "refuse",
+        trials=1,
+        space=str(space),
+        patience=0,
+        fix=("num_workers=0", "loss=compiled"),
+    )
     search = open_search(opts)
     try:
-        search.study.enqueue_trial({"num_streams": 1, "loss": "compiled"})
         search.run_trials(LocalSlots(1))
     finally:
         search.close()

@@ -37,7 +37,8 @@ def test_auto_picks_the_scale_space_for_large_models_on_a_gpu(
 def test_the_scale_space_by_name_and_its_pins() -> None:
     space = load_space("scale", fix=["micro_batches=2"])
     assert space.fixed["micro_batches"] == 2 and "micro_batches" not in space.params
-    assert set(space.params) == {"compile_scope", "activation_checkpointing", "checkpoint_share"}
+    searched = {"compile_scope", "activation_checkpointing", "checkpoint_share", "loss"}
+    assert set(space.params) == searched
     with pytest.raises(SpaceError, match="scale"):
         load_space("scales")
 

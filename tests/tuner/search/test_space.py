@@ -107,8 +107,13 @@ def test_full_space_is_the_streams_space_plus_four_settings() -> None:
     space = load_space("full")
     assert space == full_space()
     # The lever table's order: LoopConfig's fields, then each lever module's lever that declares
-    # `offered` values, searched over exactly those.
-    offered = {name: lever.offered for name, lever in LEVERS.items() if lever.offered}
+    # `offered` values, searched over those that compile nothing (this space's trials do not).
+    offered = {
+        name: values
+        for name, lever in LEVERS.items()
+        if len(values := tuple(v for v in lever.offered if lever.option(v).cost != "compile")) > 1
+    }
+    assert "loss" not in offered and LEVERS["loss"].offered  # its other value is a compile
     assert list(space.params) == [
         "num_streams",
         "sync_interval",
@@ -552,7 +557,9 @@ def test_the_compile_space_searches_the_compiler_levers_and_drops_cuda_ones_on_a
         values=("none", "default", "max-autotune-no-cudagraphs", "reduce-overhead")
     )
     assert on_gpu.params["optimizer"] == Choice(values=("as-built", "foreach", "fused"))
-    assert set(on_gpu.params) - {"compile", "optimizer"} == set(load_space("full").params)
+    # The compiled loss too, which `full` leaves out (a compile's cost).
+    assert on_gpu.params["loss"] == Choice(values=("model", "compiled"))
+    assert set(on_gpu.params) - {"compile", "optimizer", "loss"} == set(load_space("full").params)
     on_cpu = load_space("compile", cuda=False)
     assert "reduce-overhead" not in on_cpu.params["compile"].values  # type: ignore[union-attr]
     assert "cuda_graph" not in on_cpu.params and on_cpu.fixed["cuda_graph"] is False

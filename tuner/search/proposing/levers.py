@@ -27,8 +27,9 @@ trial like any other: the screen stops a losing one after its first windows and 
 the one that leads. Enqueued trials are the search's plan, so the patience rule waits for them
 (`TrialRunner.out_of_patience`); the budget does not. A variant that fails only in its run
 (liger's patch changing nothing on a model of a type it names) fails in one line, a trial. A
-space that offers no lever module's lever (every built-in space until a GPU shows one pays,
-`offered` in its module) has no second stage; a space of one's own that searches one has.
+space that searches no lever module's lever (`full`, or any for a model that takes none of
+the offered values: `without_model_refusals`) has no second stage; the compiler's spaces
+search the compiled loss (`offered` in its module), and a space of one's own may search any.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainers import COMPILE_MODES, LEVERS, LoopConfig, compile_modes, one_of, records_graphs
 from trainers.program import Program
@@ -28,6 +28,9 @@ from tuner.search.spaces.space import (
     check_value,
     spec_from_json,
 )
+
+if TYPE_CHECKING:
+    from torch import nn
 
 BUILTIN_SPACES: tuple[str, ...] = ("auto", "streams", "full", "compile", "scale")
 # `compile` on a GPU, `full` on a CPU: on an H100 the compiler levers made the recommendation
@@ -86,16 +89,48 @@ def full_space() -> SearchSpace:
             "prefetch_depth": IntRange(low=0, high=4),
             "pin_memory": Choice(values=(False, True)),
             "num_workers": Choice(values=(0, 1, 2, 4)),
-            **offered(),
+            **offered(compiles=False),
         },
         fixed={"non_blocking": True},
     )
 
 
-def offered() -> dict[str, Spec]:
+def offered(*, compiles: bool = True) -> dict[str, Spec]:
     """The levers that declare `offered` values, each searched over them (the lever table's
-    word: a lever module's lever is in the built-in spaces without an edit here)."""
-    return {name: Choice(values=item.offered) for name, item in LEVERS.items() if item.offered}
+    word: a lever module's lever is in the built-in spaces without an edit here). A value that
+    costs a compile (the compiled loss) only with `compiles`: in the spaces that search the
+    compiler, not in `full`, whose trials compile nothing."""
+    found: dict[str, Spec] = {}
+    for name, item in LEVERS.items():
+        values = tuple(v for v in item.offered if compiles or item.option(v).cost != "compile")
+        if len(values) > 1:
+            found[name] = Choice(values=values)
+    return found
+
+
+def without_model_refusals(space: SearchSpace, model: nn.Module) -> SearchSpace:
+    """`space` with the searched values `model` cannot take (`Lever.refuse_for`: the compiled
+    loss of a model without a loss function) left out, with a note; a lever left with one value
+    is fixed to it. They would only be drawn to be refused. A pinned one is left to the run's
+    refusal, which names it."""
+    params = dict(space.params)
+    fixed = dict(space.fixed)
+    notes = list(space.notes)
+    for name, spec in space.params.items():
+        item = LEVERS.get(name)
+        if item is None or item.refuse_for is None or not isinstance(spec, Choice):
+            continue
+        kept = tuple(v for v in spec.values if item.model_refusal(v, model) is None)
+        if kept == spec.values or not kept:
+            continue
+        left_out = ", ".join(str(v) for v in spec.values if v not in kept)
+        notes.append(f"{name} {left_out} left out: {type(model).__name__} cannot take it")
+        if len(kept) == 1:
+            del params[name]
+            fixed[name] = kept[0]
+        else:
+            params[name] = Choice(values=kept)
+    return dataclasses.replace(space, params=params, fixed=fixed, notes=tuple(notes))
 
 
 AUTO_GPU_SPACE = "auto"
@@ -129,6 +164,7 @@ def compile_space(*, autotune: bool = True, auto: bool | None = None) -> SearchS
                 values=modes if autotune else tuple(m for m in modes if "autotune" not in m)
             ),
             "optimizer": Choice(values=("as-built", "foreach", "fused")),
+            **offered(),
         },
         fixed=dict(full.fixed),
     )
