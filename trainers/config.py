@@ -11,7 +11,7 @@ Which settings combine is decided here, once: `LoopConfig` refuses an invalid co
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from trainers.errors import ConfigError
@@ -110,9 +110,11 @@ setting, the values at which this one is inert, this one's default). `canonical`
 a search that samples them independently never builds a refused or duplicate config."""
 
 
-def canonical(values: Mapping[str, Any]) -> dict[str, Any]:
+def canonical(values: Mapping[str, Any], *, pinned: Collection[str] = ()) -> dict[str, Any]:
     """`values` with every inert setting (`INERT`, then a lever's own `inert` rule, which may
-    read the settings INERT reset) back at its default."""
+    read the settings INERT reset) back at its default. A lever named in `pinned` (a user's
+    pin) keeps its value under its own rule, so that `conflicts` refuses it in one line rather
+    than a search running something else in silence."""
     out = dict(values)
     defaults = {name: item.default for name, item in LEVERS.items()}
     for name, (other, inert_at, default) in INERT.items():
@@ -124,7 +126,7 @@ def canonical(values: Mapping[str, Any]) -> dict[str, Any]:
 
     for name, item in LEVERS.items():
         moved = out.get(name, item.default) != item.default
-        if moved and item.inert is not None and item.inert(get):
+        if moved and name not in pinned and item.inert is not None and item.inert(get):
             out[name] = item.default
     return out
 

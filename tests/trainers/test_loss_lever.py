@@ -30,7 +30,7 @@ from trainers.flops import first_batch
 from trainers.gate import gate, required_test
 from trainers.levers.declare import ProbeInput
 from trainers.workloads import resolve_factory
-from tuner.search.spaces.named import load_space
+from tuner.search.spaces.named import load_space, without_block_levers, without_inert_levers
 from tuner.search.spaces.space import Choice, config_key
 
 COMPILED_LOSS = {"loss": "compiled", "compile": "default", "compile_scope": "blocks"}
@@ -75,17 +75,42 @@ def test_beside_the_whole_model_compiled_a_search_runs_it_at_its_default() -> No
     assert canonical(whole | {"compile_scope": "blocks"})["loss"] == "compiled"
     alone = canonical({"loss": "compiled", "compile": "none", "compile_scope": "blocks"})
     assert alone["loss"] == "compiled" and alone["compile_scope"] == "model"
+    # Pinned by hand it is left as it is, for the lever's refusal to name.
+    assert canonical(whole, pinned={"loss"})["loss"] == "compiled"
+
+
+def test_a_space_runs_a_pinned_compiled_loss_or_refuses_it_never_drops_it() -> None:
+    space = load_space("scale", fix=["loss=compiled"])
+    assert space.fixed["loss"] == "compiled" and "loss" not in space.params
+    searched = {"compile_scope": "blocks", "activation_checkpointing": "none"}
+    searched |= {"checkpoint_share": 1.0, "micro_batches": 1}
+    assert space.config_from_params(searched).get("loss") == "compiled"
+    with pytest.raises(ConfigError, match="loss='compiled' is invalid"):
+        space.config_from_params(searched | {"compile_scope": "model"})
+
+
+def test_a_space_where_it_can_do_nothing_does_not_search_it() -> None:
+    """`compile_scope` fixed to `model` (a model without repeated blocks, or a pin): each draw
+    of the compiled loss would run the whole model compiled again."""
+    assert "loss" in without_inert_levers(load_space("scale")).params
+    for space in (
+        load_space("scale", fix=["compile_scope=model"]),
+        without_block_levers(load_space("scale")),
+    ):
+        assert "loss" not in without_inert_levers(space).params
+    # With nothing compiled but the loss, it does something: kept.
+    own = load_space({"compile": "none", "loss": ["model", "compiled"], "num_streams": [1, 2]})
+    assert "loss" in without_inert_levers(own).params
 
 
 def test_the_api_and_the_cli_take_the_same_values() -> None:
     for value, allowed in (("compiled", True), ("model", True), ("fused", False)):
         api, cli = accepted("loss", value)
         assert api is cli is allowed, value
-    # Searched where the compiler is (a compile's cost): not in `full`, whose trials compile
-    # nothing.
-    assert "loss" not in load_space("full").params
-    for name in ("compile", "scale"):
-        assert load_space(name).params["loss"] == Choice(values=("model", "compiled")), name
+    # Searched where each layer may be compiled: not in `full`, whose trials compile nothing,
+    # nor in `compile`, whose compiled trials compile the whole model, loss included.
+    assert "loss" not in load_space("full").params and "loss" not in load_space("compile").params
+    assert load_space("scale").params["loss"] == Choice(values=("model", "compiled"))
 
 
 def test_a_model_without_a_loss_function_refuses_it_and_is_left_as_it_was() -> None:

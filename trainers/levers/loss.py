@@ -18,15 +18,17 @@ one (a user's own model, a torchvision or timm model: their loss is the workload
 one line, and a search leaves it out of such a model's space. With the whole model compiled
 (`compile` other than `none`, `compile_scope='model'`) the loss is already inside the compiled
 graph: set by hand, refused, naming what to set instead; drawn by a search, inert (`inert`:
-`trainers.canonical` runs that config at `model`).
+`trainers.canonical` runs that config at `model`, unless it was pinned).
 
 The compiled loss rounds otherwise than the eager one: the gate judges it by equivalence.
-Searched by the built-in spaces that search the compiler (`compile`, `scale`; `offered`), and
-reached by a search's second stage on a leader that compiles each layer or nothing. Its probe
-(`Lever.probe`) times the model's own loss function, forward and backward, eager and compiled,
-on the arguments one forward passes it: seconds, where a trial compiles the model. Measured on one H200 (float8, each layer compiled, the scale space's feed,
-2026-11-29, docs/benchmarks/levers-h200-2026-11-29.md), the probe and the whole step agree: at
-`llama-1b` (vocabulary 32,000) the probe predicted 5.1 ms a step and the whole step ran 1.026x
+Searched by the built-in space that compiles each layer (`scale`; `offered`: a value that costs
+a compile stays out of the spaces that do not search `compile_scope`, where it would mostly run
+as the whole model compiled), and reached by a search's second stage on a leader that compiles
+each layer. Its probe (`Lever.probe`) times the model's own loss function, forward and backward,
+eager and compiled, on the arguments one forward passes it: seconds, where a trial compiles the
+model. Measured on one H200 (float8, each layer compiled, the scale space's feed, 2026-11-29,
+docs/benchmarks/levers-h200-2026-11-29.md), the probe and the whole step agree: at `llama-1b`
+(vocabulary 32,000) the probe predicted 5.1 ms a step and the whole step ran 1.026x
 (1.016-1.031) faster with it; at a Qwen2-style 0.49B decoder (vocabulary 151,936, hidden 896)
 25.8 ms predicted and 1.188x (1.171-1.206) measured, 5.6 GB lighter than the fastest peer. On
 both the config then ran as fast as the whole model compiled in float8 (1.00x and 1.01x that

@@ -49,6 +49,7 @@ from tuner.search.spaces.named import (
     load_space,
     program_space,
     without_block_levers,
+    without_inert_levers,
     without_model_refusals,
 )
 from tuner.search.spaces.processes import for_processes
@@ -350,6 +351,7 @@ def _space_for(
         space = without_block_levers(space)
     if measurer.program is None:  # a program's model is built elsewhere, and checked there
         space = without_model_refusals(space, measurer.workload.model)
+    space = without_inert_levers(space)
     options = _with_protocol(options, measurer, space.name, progress)
     # N processes per trial: the data-parallel levers join the space (one: they stay off).
     space = for_processes(

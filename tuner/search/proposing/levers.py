@@ -107,7 +107,7 @@ def _variants(
     # lever's rule tells apart): a lever that needs another one (the head in float8) is refused.
     precision = leader.get(keys.PRECISION, precision) or "fp32"
     settings = {k: v for k, v in leader.items() if k != keys.PRECISION}
-    current = trainers.canonical(space.fixed | settings)
+    current = trainers.canonical(space.fixed | settings, pinned=space.fixed)
     registered = list(trainers.LEVERS)
     found: list[Variant] = []
     for name, values in offered_levers(space).items():
@@ -122,7 +122,7 @@ def _variants(
             )
             if why is not None:
                 continue
-            runs = trainers.canonical(changed)
+            runs = trainers.canonical(changed, pinned=space.fixed)
             variant = {field: runs[field] for field in space.params}
             if keys.PRECISION in leader:
                 variant[keys.PRECISION] = leader[keys.PRECISION]

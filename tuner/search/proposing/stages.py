@@ -149,7 +149,7 @@ def first_stage(
         params = {
             field: _offered(spec, wanted[field], field) for field, spec in space.params.items()
         }
-        values = trainers.canonical(space.fixed | params)
+        values = trainers.canonical(space.fixed | params, pinned=space.fixed)
         params = {field: values[field] for field in params}
         if trainers.invalid_reason(values, precision=precision, device_type=device_type):
             continue

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -98,8 +98,9 @@ def full_space() -> SearchSpace:
 def offered(*, compiles: bool = True) -> dict[str, Spec]:
     """The levers that declare `offered` values, each searched over them (the lever table's
     word: a lever module's lever is in the built-in spaces without an edit here). A value that
-    costs a compile (the compiled loss) only with `compiles`: in the spaces that search the
-    compiler, not in `full`, whose trials compile nothing."""
+    costs a compile (the compiled loss) only with `compiles`: in `scale`, which compiles each
+    layer or the whole model, not in `full` and the spaces built on it (`compile`), whose trials
+    compile nothing or the whole model, beside which the compiled loss does nothing."""
     found: dict[str, Spec] = {}
     for name, item in LEVERS.items():
         values = tuple(v for v in item.offered if compiles or item.option(v).cost != "compile")
@@ -110,9 +111,11 @@ def offered(*, compiles: bool = True) -> dict[str, Spec]:
 
 def without_model_refusals(space: SearchSpace, model: nn.Module) -> SearchSpace:
     """`space` with the searched values `model` cannot take (`Lever.refuse_for`: the compiled
-    loss of a model without a loss function) left out, with a note; a lever left with one value
-    is fixed to it. They would only be drawn to be refused. A pinned one is left to the run's
-    refusal, which names it."""
+    loss of a model without a loss function) left out: they would only be drawn to be refused.
+    A lever left with its default alone leaves the search without a note, so the space a study
+    stores is the one it stored before the lever was offered and the study resumes; with one
+    other value it is fixed to it, with a note. A pinned one is left to the run's refusal,
+    which names it."""
     params = dict(space.params)
     fixed = dict(space.fixed)
     notes = list(space.notes)
@@ -123,6 +126,9 @@ def without_model_refusals(space: SearchSpace, model: nn.Module) -> SearchSpace:
         kept = tuple(v for v in spec.values if item.model_refusal(v, model) is None)
         if kept == spec.values or not kept:
             continue
+        if kept == (item.default,):
+            del params[name]
+            continue
         left_out = ", ".join(str(v) for v in spec.values if v not in kept)
         notes.append(f"{name} {left_out} left out: {type(model).__name__} cannot take it")
         if len(kept) == 1:
@@ -131,6 +137,34 @@ def without_model_refusals(space: SearchSpace, model: nn.Module) -> SearchSpace:
         else:
             params[name] = Choice(values=kept)
     return dataclasses.replace(space, params=params, fixed=fixed, notes=tuple(notes))
+
+
+def without_inert_levers(space: SearchSpace) -> SearchSpace:
+    """`space` without the searched levers that do nothing under its fixed settings alone
+    (`Lever.inert`: the compiled loss where `compile_scope` is fixed to `model`, as for a model
+    without repeated blocks): each draw of another value would run the default's config again.
+    Left out without a note, as `without_model_refusals` leaves out a default alone."""
+    params = dict(space.params)
+    for name in space.params:
+        item = LEVERS.get(name)
+        if item is not None and item.inert is not None and _inert_here(item.inert, space):
+            del params[name]
+    if params == space.params:
+        return space
+    return dataclasses.replace(space, params=params)
+
+
+def _inert_here(rule: Callable[[Callable[[str], Any]], bool], space: SearchSpace) -> bool:
+    """Whether `rule` holds on `space`'s fixed settings (the rest at their defaults) without
+    reading a searched one, whose draws could make it false."""
+    read_searched = False
+
+    def get(other: str) -> Any:
+        nonlocal read_searched
+        read_searched = read_searched or other in space.params
+        return space.fixed.get(other, LEVERS[other].default)
+
+    return rule(get) and not read_searched
 
 
 AUTO_GPU_SPACE = "auto"
@@ -164,7 +198,6 @@ def compile_space(*, autotune: bool = True, auto: bool | None = None) -> SearchS
                 values=modes if autotune else tuple(m for m in modes if "autotune" not in m)
             ),
             "optimizer": Choice(values=("as-built", "foreach", "fused")),
-            **offered(),
         },
         fixed=dict(full.fixed),
     )

@@ -227,7 +227,7 @@ class SearchSpace:
                 suggested[field] = trial.suggest_categorical(field, spec.values)
         # A setting inert under another's value (checkpoint_share without checkpointing) takes
         # its default, so the config is the canonical one.
-        return LoopConfig.from_dict(canonical({**self.fixed, **suggested}))
+        return LoopConfig.from_dict(canonical({**self.fixed, **suggested}, pinned=self.fixed))
 
     def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
         """The Optuna distribution of every searched setting (what `suggest` asks for)."""
@@ -260,7 +260,9 @@ class SearchSpace:
             elif not any(type(value) is type(c) and value == c for c in spec.values):
                 raise SpaceError(field, value, f"one of {', '.join(map(repr, spec.values))}")
         return LoopConfig.from_dict(
-            canonical({**self.fixed, **{field: params[field] for field in self.params}})
+            canonical(
+                {**self.fixed, **{field: params[field] for field in self.params}}, pinned=self.fixed
+            )
         )
 
     def to_dict(self) -> dict[str, Any]:
