@@ -28,6 +28,14 @@ def test_a_program_searches_only_the_settings_it_implements() -> None:
     with pytest.raises(SpaceError, match=r"^num_streams=2 is invalid: allowed 1: program 'plain"):
         program_space(load_space("full", fix=("num_streams=2",), cuda=True), program)
     assert LoopConfig(**space.fixed | {"sync_interval": 3}).sync_interval == 3
+    # A lever module's lever the space searches (the compiled loss, as `scale` does) is left
+    # out, not fixed: the space a program's study stores is the one it stored before the space
+    # offered that lever.
+    own = program_space(
+        load_space({"sync_interval": [1, 10], "loss": ["model", "compiled"]}), program
+    )
+    assert set(own.params) == {"sync_interval"} and "loss" not in own.fixed
+    assert own.config_from_params({"sync_interval": 10}).get("loss") == "model"
 
 
 @pytest.mark.slow

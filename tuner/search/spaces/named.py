@@ -385,14 +385,17 @@ def _without_refused(
 
 def program_space(space: SearchSpace, program: Program) -> SearchSpace:
     """`space` cut to the settings `program` implements: every other setting is fixed to its
-    default (what the program does anyway). A pin of such a setting to anything else is a
-    SpaceError naming it."""
+    default (what the program does anyway), or, for a lever module's lever (not a `LoopConfig`
+    field, at its default when absent), left out, so a study stored before the space offered it
+    resumes. A pin of such a setting to anything else is a SpaceError naming it."""
     refused = program.lacking(space.fixed)
     if refused is not None:
         raise SpaceError(*refused)
     defaults = LoopConfig().to_dict()
+    fields = {field.name for field in dataclasses.fields(LoopConfig)}
     params = {f: spec for f, spec in space.params.items() if f in program.settings}
-    fixed = {**space.fixed, **{f: defaults[f] for f in space.params if f not in program.settings}}
+    dropped = [f for f in space.params if f not in program.settings and f in fields]
+    fixed = {**space.fixed, **{f: defaults[f] for f in dropped}}
     return dataclasses.replace(space, params=params, fixed=fixed)
 
 
