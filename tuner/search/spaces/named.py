@@ -129,14 +129,29 @@ def without_model_refusals(space: SearchSpace, model: nn.Module) -> SearchSpace:
         if kept == (item.default,):
             del params[name]
             continue
-        left_out = ", ".join(str(v) for v in spec.values if v not in kept)
-        notes.append(f"{name} {left_out} left out: {type(model).__name__} cannot take it")
-        if len(kept) == 1:
-            del params[name]
-            fixed[name] = kept[0]
-        else:
-            params[name] = Choice(values=kept)
+        why = f"{type(model).__name__} cannot take it"
+        _narrow(params, fixed, notes, name, spec, kept, why)
     return dataclasses.replace(space, params=params, fixed=fixed, notes=tuple(notes))
+
+
+def _narrow(
+    params: dict[str, Spec],
+    fixed: dict[str, Any],
+    notes: list[str],
+    name: str,
+    spec: Choice,
+    kept: tuple[Any, ...],
+    why: str,
+) -> None:
+    """`name` searched over `kept` (some of `spec`'s values), or fixed to the one it keeps,
+    with a note naming the values left out and `why`."""
+    left_out = ", ".join(str(v) for v in spec.values if v not in kept)
+    notes.append(f"{name} {left_out} left out: {why}")
+    if len(kept) == 1:
+        del params[name]
+        fixed[name] = kept[0]
+    else:
+        params[name] = Choice(values=kept)
 
 
 def without_inert_levers(space: SearchSpace) -> SearchSpace:
@@ -374,13 +389,7 @@ def _without_refused(
             continue
         if not kept:
             raise SpaceError(name, list(spec.values), f"a value that runs on {device}")
-        left_out = ", ".join(str(v) for v in spec.values if v not in kept)
-        notes.append(f"{name} {left_out} left out: refused on {device}")
-        if len(kept) == 1:
-            del params[name]
-            fixed[name] = kept[0]
-        else:
-            params[name] = Choice(values=kept)
+        _narrow(params, fixed, notes, name, spec, kept, f"refused on {device}")
 
 
 def program_space(space: SearchSpace, program: Program) -> SearchSpace:
