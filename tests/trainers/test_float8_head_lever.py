@@ -26,9 +26,10 @@ from trainers import (
 )
 from trainers.float8 import MIN_CAPABILITY, is_float8
 from trainers.gate import required_test
+from trainers.levers.declare import ProbeInput
 from trainers.levers.float8_head import FLOAT8_HEAD
-from tuner.search.spaces.named import load_space
-from tuner.search.spaces.space import config_key
+from tuner.search.spaces.named import load_space, without_precision_refusals
+from tuner.search.spaces.space import Choice, config_key
 
 HEAD = {"float8_head": "float8"}
 
@@ -52,8 +53,16 @@ def test_the_api_and_the_cli_take_the_same_values() -> None:
     for value, allowed in (("float8", True), ("bf16", True), ("fp8", False)):
         api, cli = accepted("float8_head", value)
         assert api is cli is allowed, value
+    # Offered (measured on a GPU, 2026-11-30): the built-in spaces search it on a GPU, and a
+    # study that never runs float8 leaves it out (`without_precision_refusals`).
     for name in ("full", "scale"):
-        assert "float8_head" not in load_space(name).params, name  # not searched yet
+        assert load_space(name).params["float8_head"] == Choice(values=("bf16", "float8")), name
+        narrowed = without_precision_refusals(load_space(name), ("bf16-autocast",))
+        assert "float8_head" not in narrowed.params and "float8_head" not in narrowed.fixed
+        assert narrowed.notes == load_space(name).notes  # its default alone: no note
+        both = without_precision_refusals(load_space(name), ("bf16-autocast", "float8"))
+        assert both == load_space(name)
+    assert "float8_head" not in without_precision_refusals(load_space("scale"), ("fp32",)).params
 
 
 def test_a_cpu_refuses_it_in_one_line_before_anything_runs() -> None:
@@ -107,6 +116,36 @@ def test_a_head_float8_cannot_take_is_refused_before_a_search_enqueues_it() -> N
     assert invalid_reason(HEAD, precision="float8", model=convertible) is None
 
 
+def _head_probe(model: nn.Module, inputs: torch.Tensor, device: str) -> dict[Any, float | str]:
+    where = ProbeInput(
+        forward=lambda: model(inputs).sum(), device=torch.device(device), model=model
+    )
+    assert FLOAT8_HEAD.probe is not None
+    return FLOAT8_HEAD.probe(where)
+
+
+def test_the_probe_times_the_head_and_says_why_float8_cannot_run_here() -> None:
+    """On a CPU: the head's matmul timed as it is; float8's value is the device's refusal, in
+    its words (the second stage leaves such a value out); the model left as it was."""
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 64))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    figures = _head_probe(model, torch.randn(8, 16), "cpu")
+    assert set(figures) == {"bf16", "float8"}, figures
+    bf16, fp8 = figures["bf16"], figures["float8"]
+    assert isinstance(bf16, float) and bf16 > 0
+    assert isinstance(fp8, str) and "compute capability" in fp8 and "cpu" in fp8
+    assert not model[2]._forward_pre_hooks  # the probe's hook is gone
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters())
+    assert all(type(m) in (nn.Linear, nn.ReLU, nn.Sequential) for m in model.modules())
+
+
+def test_a_head_float8_cannot_take_has_nothing_to_probe() -> None:
+    """The transformer's head is 256 -> 1000: no value of the lever changes anything there."""
+    model = load_workload("transformer", "small", seed=0).model
+    assert _head_probe(model, torch.zeros(2, 8, dtype=torch.long), "cpu") == {}
+
+
 def _capable() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability() >= MIN_CAPABILITY
 
@@ -137,6 +176,17 @@ def test_on_a_float8_gpu_the_head_runs_in_float8_and_comes_back(compile_scope: s
     assert all(math.isfinite(x) for x in result.losses) and result.losses[-1] < result.losses[0]
     assert type(workload.model.lm_head) is nn.Linear  # given back
     assert not any(is_float8(m) for m in workload.model.modules())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _capable(), reason="needs a CUDA GPU of compute capability >= 8.9")
+def test_on_a_float8_gpu_the_probe_times_both_values_and_leaves_the_model() -> None:
+    pytest.importorskip("torchao.float8")
+    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 8192)).cuda()
+    figures = _head_probe(model, torch.randn(4096, 256, device="cuda"), "cuda")
+    assert all(isinstance(figures[v], float) and figures[v] > 0 for v in ("bf16", "float8"))
+    assert not any(is_float8(m) for m in model.modules())
+    assert all(p.grad is None for p in model.parameters())
 
 
 @pytest.mark.gpu

@@ -7,8 +7,17 @@ hidden 896 it holds 136M of a 0.5B model's parameters, and with each layer compi
 and the loss after it were about 30 ms of the step on an H100 (the loss lever's module doc has the
 figures). The recipes keep it in bf16 because its logits feed the loss; whether converting it
 still passes the gate, and what it gives, depends on the model: hence a lever, judged by
-equivalence, and not searched by the built-in spaces until a GPU measures it (`--fix
-float8_head=float8`, or the API's `fix`).
+equivalence. Measured on one H200 (docs/benchmarks/README.md, 2026-11-30), float8 with the
+whole model compiled, interleaved with the same step with the head in bf16 (the `float8 +
+compile` peer): 1.047x (1.037-1.055) on the Qwen2-style decoder, 1.019x (1.014-1.028) at
+`llama-1b` (vocabulary 32,000), and the gate passed it on the Qwen2-style one (a deviation 0.09
+of its bound). So the built-in spaces offer it (`offered`): the second stage tries it on a
+float8 leader, where its probe predicts it gains more than the tie margin.
+
+Its probe (`Lever.probe`) times the head's matmul, forward and backward, compiled on its own, in
+bf16 and on a float8 copy, on the input one forward gives the head: the work the value changes
+(the loss after it is the loss lever's). Where float8 cannot run it says why, which leaves the
+value out.
 
 Its effect (`Lever.transform`) runs after the run's float8 conversion (`trainers.float8`): it
 converts the head linears `trainers.float8.output_heads` names, where their features are
@@ -21,11 +30,16 @@ or the head cannot be.
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
+import torch
 from torch import nn
 
 from trainers import float8
 from trainers.errors import ConfigError
-from trainers.levers.declare import Lever, Undo, Value, nothing, ranked, register
+from trainers.levers.declare import Lever, ProbeInput, Undo, Value, nothing, ranked, register
+from trainers.levers.timing import timed_ms
 
 
 def _refuse_on(value: Value, device: str) -> str | None:
@@ -70,6 +84,72 @@ def _refuse_for(value: Value, model: nn.Module) -> str | None:
     return f"bf16 for this model's head ({why})"
 
 
+def _probe(where: ProbeInput) -> dict[Value, float | str]:
+    """The head's matmul a step, forward and backward, each value compiled on its own (as a
+    compiled step fuses float8's casts), on what one forward passes the head (a leaf that needs
+    a gradient, as the hidden states do in training); empty where the model has no head float8
+    can take. The float8 value runs on a converted copy: the model is left as it was."""
+    names = [n for n, why in _heads(where.model).items() if why is None]
+    if not names:
+        return {}
+    seen: list[torch.Tensor] = []
+    hooks = [
+        where.model.get_submodule(n).register_forward_pre_hook(
+            lambda _module, args: seen.append(args[0].detach())
+        )
+        for n in names
+    ]
+    try:
+        where.forward()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    if not seen:
+        return {}
+    head = where.model.get_submodule(names[0])
+    inputs = seen[0].clone().requires_grad_(True)
+    seen.clear()
+    unavailable = float8.unavailable(where.device)
+    figures: dict[Value, float | str] = {}
+    for value in ("bf16", "float8"):
+        if value == "float8" and unavailable:
+            figures[value] = unavailable
+            continue
+        try:
+            figures[value] = _head_ms(where, _copy(head, value), inputs) * len(names)
+        except torch.cuda.OutOfMemoryError:
+            continue  # no figure, and no evidence that the value cannot run in a step
+        except RuntimeError as exc:  # the compile failed, or no kernel for these shapes
+            figures[value] = str(exc).splitlines()[0][:300]
+    return figures
+
+
+def _copy(head: nn.Module, value: Value) -> nn.Module:
+    """A copy of `head` (its weight copied: the model's stays untouched), in float8 for
+    `float8`, held in a container so that the conversion can swap it by name."""
+    holder = nn.Sequential(copy.deepcopy(head))
+    if value == "float8":
+        float8.convert(holder, float8.Float8Plan(converted=("0",), kept=()))
+    return holder
+
+
+def _head_ms(where: ProbeInput, head: nn.Module, inputs: torch.Tensor) -> float:
+    compiled: Any = torch.compile(head)
+    grad: list[torch.Tensor] = []
+
+    def step() -> None:
+        with where.autocast():  # as the forward calls it: under the run's autocast
+            logits = compiled(inputs)
+        if not grad:  # the logits' gradient, made once: its own kernels are not the head's
+            grad.append(torch.randn_like(logits))
+        logits.backward(grad[0])
+        inputs.grad = None
+        for parameter in head.parameters():
+            parameter.grad = None
+
+    return timed_ms(step, where.device, warmup=3, iters=10)
+
+
 FLOAT8_HEAD = Lever(
     name="float8_head",
     label="the output head in a float8 run: kept in bf16 (the recipes' choice) or converted",
@@ -84,6 +164,7 @@ FLOAT8_HEAD = Lever(
     refuse_in=_refuse_in,
     refuse_for=_refuse_for,
     transform=_convert_head,
-    offered=(),
+    probe=_probe,
+    offered=("bf16", "float8"),
 )
 register(FLOAT8_HEAD)

@@ -51,6 +51,7 @@ from tuner.search.spaces.named import (
     without_block_levers,
     without_inert_levers,
     without_model_refusals,
+    without_precision_refusals,
 )
 from tuner.search.spaces.processes import for_processes
 from tuner.search.spaces.space import SearchSpace
@@ -351,6 +352,8 @@ def _space_for(
         space = without_block_levers(space)
     if measurer.program is None:  # a program's model is built elsewhere, and checked there
         space = without_model_refusals(space, measurer.workload.model)
+    # A study without a precision runs in float32: fp32's rules (the levers' own word).
+    space = without_precision_refusals(space, options.allowed_precisions or ("fp32",))
     space = without_inert_levers(space)
     options = _with_protocol(options, measurer, space.name, progress)
     # N processes per trial: the data-parallel levers join the space (one: they stay off).

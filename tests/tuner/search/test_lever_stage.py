@@ -437,6 +437,36 @@ def test_a_search_probes_its_own_workload_once_per_precision(tmp_path: Path) -> 
         search.close()
 
 
+def test_a_probe_whose_values_cannot_run_in_the_leaders_precision_is_not_run(
+    tmp_path: Path,
+) -> None:
+    """The float8 head's probe (a compile of the head, its logits in memory) only for a float8
+    leader: a bf16 leader could not take its value, so nothing it predicts would be enqueued."""
+    search = open_search(options(sqlite_url(tmp_path), "probed", workload="transformer"))
+    space = dataclasses.replace(
+        SPACE, params=SPACE.params | {"float8_head": Choice(values=("bf16", "float8"))}
+    )
+    try:
+        timing = lambda: search.clock.timing("measure")  # noqa: E731
+        said: list[str] = []
+        prober = Prober(search.measurer, space, 0.05, timing=timing, say=said.append)
+        leader = create_trial(
+            params={"compile_scope": "blocks"} | PLAIN | {"float8_head": "bf16"},
+            distributions=space.distributions(),
+            value=100.0,
+        )
+        bf16 = prober(leader, "bf16-autocast")
+        assert bf16 is not None and "attention" in bf16.ms and "float8_head" not in bf16.ms
+        assert not said
+        # In float8 it is run: on this CPU the run's float8 plan refuses the device, which the
+        # stage says, leaving the lever unpredicted.
+        float8 = prober(leader, "float8")
+        assert float8 is not None and "float8_head" not in float8.ms
+        assert any(line.startswith("the float8_head lever's probe failed") for line in said)
+    finally:
+        search.close()
+
+
 def test_patience_waits_for_the_trials_a_stage_enqueued(tmp_path: Path) -> None:
     storage = sqlite_url(tmp_path)
     # A 99 % margin: almost no trial gains, so patience 2 alone stops the run after about 3.

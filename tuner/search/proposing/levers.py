@@ -16,10 +16,11 @@ loss for a model without a loss function, the head in float8 outside float8) is 
 already in the study is not enqueued again (`skip_if_exists`).
 
 Before the variants are enqueued, the levers' probes (`Lever.probe`: attention's backends timed
-on the model's SDPA calls, its loss function eager and compiled) predict what each value saves a
-step, once per precision and only where a variant they predict could be enqueued (`Prober`); a
-value predicted to gain no more than the tie margin of the leader's step, or that cannot run the
-model's calls, is left out, and the progress line says why (`Predictions`).
+on the model's SDPA calls, its loss function eager and compiled, its head's matmul in bf16 and in
+float8) predict what each value saves a step, once per precision and only where a variant they
+predict could be enqueued (`Prober`); a value predicted to gain no more than the tie margin of
+the leader's step, or that cannot run the model's calls, is left out, and the progress line says
+why (`Predictions`).
 
 Order: cheapest one-off cost first (`trainers.Lever.cost_order`: no cost, then a compile), then
 the larger predicted gain, then the order the levers were registered in. Each variant is a
@@ -28,8 +29,9 @@ the one that leads. Enqueued trials are the search's plan, so the patience rule 
 (`TrialRunner.out_of_patience`); the budget does not. A variant that fails only in its run
 (liger's patch changing nothing on a model of a type it names) fails in one line, a trial. A
 space that searches no lever module's lever (`full`, or any for a model that takes none of
-the offered values: `without_model_refusals`) has no second stage; the compiler's spaces
-search the compiled loss (`offered` in its module), and a space of one's own may search any.
+the offered values: `without_model_refusals`) has no second stage; the built-in spaces search
+the float8 head where the study may run float8, `scale` the compiled loss too (`offered` in
+their modules), and a space of one's own may search any.
 """
 
 from __future__ import annotations
@@ -224,7 +226,11 @@ class Prober:
     def _probe(self, precision: str | None) -> trainers.Probed:
         """Each lever's probe on its own: one that fails leaves that lever unpredicted."""
         probed: trainers.Probed = {}
-        for name in offered_levers(self.space):
+        for name, values in offered_levers(self.space).items():
+            lever = trainers.LEVERS[name]
+            others = [v for v in values if v != lever.default]
+            if all(lever.precision_refusal(v, precision or "fp32") for v in others):
+                continue  # no value it predicts runs in this precision (the float8 head in bf16)
             try:
                 probed |= trainers.probe_levers(
                     self.measurer.workload,

@@ -32,6 +32,8 @@ from tuner.search.spaces.space import (
 if TYPE_CHECKING:
     from torch import nn
 
+    from trainers import Lever
+
 BUILTIN_SPACES: tuple[str, ...] = ("auto", "streams", "full", "compile", "scale")
 # `compile` on a GPU, `full` on a CPU: on an H100 the compiler levers made the recommendation
 # 1.1x-2.8x faster than the best plain loop a user writes (docs/benchmarks/peers-h100-*); on a
@@ -116,20 +118,45 @@ def without_model_refusals(space: SearchSpace, model: nn.Module) -> SearchSpace:
     stores is the one it stored before the lever was offered and the study resumes; with one
     other value it is fixed to it, with a note. A pinned one is left to the run's refusal,
     which names it."""
+
+    def refused(item: Lever, value: Any) -> bool:
+        return item.model_refusal(value, model) is not None
+
+    return _without_values(space, refused, f"{type(model).__name__} cannot take it")
+
+
+def without_precision_refusals(space: SearchSpace, precisions: Sequence[str]) -> SearchSpace:
+    """`space` with the searched values that none of the study's `precisions` can run
+    (`Lever.refuse_in`: the head in float8 in a study that never runs float8) left out, as
+    `without_model_refusals` leaves out what the model cannot take: drawn, they could only be
+    refused."""
+
+    def refused(item: Lever, value: Any) -> bool:
+        return all(item.precision_refusal(value, p) is not None for p in precisions)
+
+    runs = ", ".join(precisions)
+    return _without_values(space, refused, f"no precision the study runs ({runs}) takes it")
+
+
+def _without_values(
+    space: SearchSpace, refused: Callable[[Lever, Any], bool], why: str
+) -> SearchSpace:
+    """`space` with each searched lever's `refused` values left out: a lever left with its
+    default alone leaves the search (no note), one with a single other value is fixed to it
+    and one with more is narrowed (`_narrow`, with a note ending in `why`)."""
     params = dict(space.params)
     fixed = dict(space.fixed)
     notes = list(space.notes)
     for name, spec in space.params.items():
         item = LEVERS.get(name)
-        if item is None or item.refuse_for is None or not isinstance(spec, Choice):
+        if item is None or not isinstance(spec, Choice):
             continue
-        kept = tuple(v for v in spec.values if item.model_refusal(v, model) is None)
+        kept = tuple(v for v in spec.values if not refused(item, v))
         if kept == spec.values or not kept:
             continue
         if kept == (item.default,):
             del params[name]
             continue
-        why = f"{type(model).__name__} cannot take it"
         _narrow(params, fixed, notes, name, spec, kept, why)
     return dataclasses.replace(space, params=params, fixed=fixed, notes=tuple(notes))
 
