@@ -140,6 +140,28 @@ def test_the_probe_times_the_head_and_says_why_float8_cannot_run_here() -> None:
     assert all(type(m) in (nn.Linear, nn.ReLU, nn.Sequential) for m in model.modules())
 
 
+class _TwoHeads(nn.Module):
+    """Two output heads of other widths, called in another order than their names sort, the
+    first twice (as a multi-token head shares `lm_head`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(16, 32)
+        self.lm_head = nn.Linear(32, 64)
+        self.aux = nn.Linear(16, 48)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = self.body(x)
+        return self.lm_head(hidden).sum() + self.lm_head(hidden).sum() + self.aux(x).sum()
+
+
+def test_the_probe_times_each_call_on_its_own_head() -> None:
+    """Each recorded input on a copy of the head that took it: timed on another head's weight,
+    the widths would not match and the value would read as one that cannot run."""
+    figures = _head_probe(_TwoHeads(), torch.randn(8, 16), "cpu")
+    assert isinstance(figures["bf16"], float) and figures["bf16"] > 0, figures
+
+
 def test_a_head_float8_cannot_take_has_nothing_to_probe() -> None:
     """The transformer's head is 256 -> 1000: no value of the lever changes anything there."""
     model = load_workload("transformer", "small", seed=0).model

@@ -17,7 +17,8 @@ float8 leader, where its probe predicts it gains more than the tie margin.
 Its probe (`Lever.probe`) times the head's matmul, forward and backward, compiled on its own, in
 bf16 and on a float8 copy, on the input one forward gives the head: the work the value changes
 (the loss after it is the loss lever's). Where float8 cannot run it says why, which leaves the
-value out.
+value out. A search draws it like any searched setting too; drawn beside a precision other
+than float8, the trial is refused in one line and runs nothing.
 
 Its effect (`Lever.transform`) runs after the run's float8 conversion (`trainers.float8`): it
 converts the head linears `trainers.float8.output_heads` names, where their features are
@@ -85,17 +86,19 @@ def _refuse_for(value: Value, model: nn.Module) -> str | None:
 
 
 def _probe(where: ProbeInput) -> dict[Value, float | str]:
-    """The head's matmul a step, forward and backward, each value compiled on its own (as a
-    compiled step fuses float8's casts), on what one forward passes the head (a leaf that needs
-    a gradient, as the hidden states do in training); empty where the model has no head float8
-    can take. The float8 value runs on a converted copy: the model is left as it was."""
+    """The head's matmuls a step, forward and backward, each value compiled on its own (as the
+    whole model compiled fuses float8's casts: beside each layer compiled the head runs eager,
+    so there this is the most the value can give, and the trial says the rest), on what one
+    forward passes each head call (a leaf that needs a gradient, as the hidden states do in
+    training), summed over the calls; empty where the model has no head float8 can take. Each
+    value runs on copies: the model is left as it was."""
     names = [n for n, why in _heads(where.model).items() if why is None]
     if not names:
         return {}
-    seen: list[torch.Tensor] = []
+    calls: list[tuple[str, torch.Tensor]] = []
     hooks = [
         where.model.get_submodule(n).register_forward_pre_hook(
-            lambda _module, args: seen.append(args[0].detach())
+            lambda _module, args, name=n: calls.append((name, args[0].detach()))
         )
         for n in names
     ]
@@ -104,11 +107,8 @@ def _probe(where: ProbeInput) -> dict[Value, float | str]:
     finally:
         for hook in hooks:
             hook.remove()
-    if not seen:
+    if not calls:
         return {}
-    head = where.model.get_submodule(names[0])
-    inputs = seen[0].clone().requires_grad_(True)
-    seen.clear()
     unavailable = float8.unavailable(where.device)
     figures: dict[Value, float | str] = {}
     for value in ("bf16", "float8"):
@@ -116,12 +116,18 @@ def _probe(where: ProbeInput) -> dict[Value, float | str]:
             figures[value] = unavailable
             continue
         try:
-            figures[value] = _head_ms(where, _copy(head, value), inputs) * len(names)
+            figures[value] = _calls_ms(where, calls, value)
         except torch.cuda.OutOfMemoryError:
             continue  # no figure, and no evidence that the value cannot run in a step
         except RuntimeError as exc:  # the compile failed, or no kernel for these shapes
-            figures[value] = str(exc).splitlines()[0][:300]
+            figures[value] = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
     return figures
+
+
+def _calls_ms(where: ProbeInput, calls: list[tuple[str, torch.Tensor]], value: Value) -> float:
+    """The milliseconds of every recorded call, each on a copy of its own head in `value`."""
+    copies = {name: _copy(where.model.get_submodule(name), value) for name, _ in calls}
+    return sum(_head_ms(where, copies[name], inputs) for name, inputs in calls)
 
 
 def _copy(head: nn.Module, value: Value) -> nn.Module:
@@ -133,8 +139,11 @@ def _copy(head: nn.Module, value: Value) -> nn.Module:
     return holder
 
 
-def _head_ms(where: ProbeInput, head: nn.Module, inputs: torch.Tensor) -> float:
-    compiled: Any = torch.compile(head)
+def _head_ms(where: ProbeInput, head: nn.Module, recorded: torch.Tensor) -> float:
+    # Static shapes: the run compiles the step at its one batch shape, and a Dynamo that has
+    # seen other shapes in this process would otherwise trace this one dynamic.
+    compiled: Any = torch.compile(head, dynamic=False)
+    inputs = recorded.clone().requires_grad_(True)
     grad: list[torch.Tensor] = []
 
     def step() -> None:

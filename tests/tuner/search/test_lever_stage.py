@@ -27,7 +27,7 @@ from tuner.search.proposing.levers import (
     second_stage,
     waiting,
 )
-from tuner.search.spaces.named import load_space
+from tuner.search.spaces.named import load_space, without_model_refusals
 from tuner.search.spaces.space import Choice, IntRange, SearchSpace
 from tuner.search.study import open_search
 from tuner.store import keys
@@ -251,14 +251,20 @@ def test_a_lever_the_model_cannot_take_is_not_enqueued(tmp_path: Path) -> None:
 
 def test_a_value_the_model_cannot_take_is_left_out_of_its_space(tmp_path: Path) -> None:
     """The mlp has no loss function of its own: its space searches no compiled loss (drawn, it
-    could only be refused), and stores no trace of it, so a study stored before the lever was
-    offered resumes; a workload with one keeps the lever searched."""
+    could only be refused). A built-in space stores no trace of it, so a study stored before
+    the lever was offered resumes; a space of one's own that asked for it says why it is fixed.
+    A workload with one keeps the lever searched."""
     storage = sqlite_url(tmp_path)
     plain = open_search(options(storage, "plain", space=_space_file(tmp_path)))
     own = open_search(options(storage, "own", workload=OWN_LOSS, space=_space_file(tmp_path)))
     try:
-        assert "loss" not in plain.space.params and "loss" not in plain.space.fixed
-        assert not any("loss" in note for note in plain.space.notes)
+        assert "loss" not in plain.space.params and plain.space.fixed["loss"] == "model"
+        assert [n for n in plain.space.notes if n.startswith("loss")] == [
+            "loss compiled left out: Sequential cannot take it"
+        ]
+        scale = without_model_refusals(load_space("scale"), plain.measurer.workload.model)
+        assert "loss" not in scale.params and "loss" not in scale.fixed
+        assert scale.notes == load_space("scale").notes
         assert own.space.params["loss"] == Choice(values=("model", "compiled"))
     finally:
         plain.close()

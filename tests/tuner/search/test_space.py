@@ -441,18 +441,28 @@ def test_cpu_mode_drops_cuda_graph_with_a_note() -> None:
     space = load_space("full", cuda=False)
     assert "cuda_graph" not in space.params
     assert space.fixed["cuda_graph"] is False
-    # Then one note per other lever of the space with values its `refuse_on` refuses on a CPU
-    # (none among LoopConfig's fields: a lever module's, `offered` with a CUDA-only value).
-    refused = [
-        name
+    # The other levers of the space with values its `refuse_on` refuses on a CPU (none among
+    # LoopConfig's fields: a lever module's, `offered` with a CUDA-only value): one left with
+    # its default alone leaves the space without a note (a CPU study stored before the lever
+    # was offered resumes), one left with more is narrowed with a note.
+    refused = {
+        name: tuple(v for v in spec.values if not LEVERS[name].refusal(v, "cpu"))
         for name, spec in load_space("full").params.items()
         if name != "cuda_graph"
-        and any(LEVERS[name].refusal(v, "cpu") for v in getattr(spec, "values", ()))
-    ]
+        and isinstance(spec, Choice)
+        and any(LEVERS[name].refusal(v, "cpu") for v in spec.values)
+    }
     assert not set(refused) & FIELD_LEVERS
+    alone = {name for name, kept in refused.items() if kept == (LEVERS[name].default,)}
+    assert "float8_head" in alone  # a CUDA-only value beside its default
+    assert not alone & (set(space.params) | set(space.fixed))
     assert space.notes[0] == "cuda_graph fixed to false: no CUDA device"
-    assert [note.split()[0] for note in space.notes[1:]] == refused
+    assert [note.split()[0] for note in space.notes[1:]] == [n for n in refused if n not in alone]
     assert all(note.endswith("refused on cpu") for note in space.notes[1:])
+    # A space of one's own names what it asked for: the lever fixed to its default, noted.
+    own = load_space({"num_streams": [1, 2], "float8_head": ["bf16", "float8"]}, cuda=False)
+    assert own.fixed["float8_head"] == "bf16" and "float8_head" not in own.params
+    assert own.notes == ("float8_head float8 left out: refused on cpu",)
     assert "cuda_graph" not in space.distributions()
     assert all(not c.cuda_graph for c in _ask_many(space, 10))
     assert load_space("full", cuda=True).notes == ()

@@ -114,10 +114,10 @@ def offered(*, compiles: bool = True) -> dict[str, Spec]:
 def without_model_refusals(space: SearchSpace, model: nn.Module) -> SearchSpace:
     """`space` with the searched values `model` cannot take (`Lever.refuse_for`: the compiled
     loss of a model without a loss function) left out: they would only be drawn to be refused.
-    A lever left with its default alone leaves the search without a note, so the space a study
-    stores is the one it stored before the lever was offered and the study resumes; with one
-    other value it is fixed to it, with a note. A pinned one is left to the run's refusal,
-    which names it."""
+    A built-in space's lever left with its default alone leaves the search without a note, so
+    the space a study stores is the one it stored before the lever was offered and the study
+    resumes; otherwise it is narrowed or fixed, with a note (`_leave_out`). A pinned one is left
+    to the run's refusal, which names it."""
 
     def refused(item: Lever, value: Any) -> bool:
         return item.model_refusal(value, model) is not None
@@ -141,9 +141,7 @@ def without_precision_refusals(space: SearchSpace, precisions: Sequence[str]) ->
 def _without_values(
     space: SearchSpace, refused: Callable[[Lever, Any], bool], why: str
 ) -> SearchSpace:
-    """`space` with each searched lever's `refused` values left out: a lever left with its
-    default alone leaves the search (no note), one with a single other value is fixed to it
-    and one with more is narrowed (`_narrow`, with a note ending in `why`)."""
+    """`space` with each searched lever's `refused` values left out (`_leave_out`)."""
     params = dict(space.params)
     fixed = dict(space.fixed)
     notes = list(space.notes)
@@ -152,33 +150,36 @@ def _without_values(
         if item is None or not isinstance(spec, Choice):
             continue
         kept = tuple(v for v in spec.values if not refused(item, v))
-        if kept == spec.values or not kept:
-            continue
-        if kept == (item.default,):
-            del params[name]
-            continue
-        _narrow(params, fixed, notes, name, spec, kept, why)
+        if kept and kept != spec.values:
+            _leave_out(params, fixed, notes, space.name, item, spec, kept, why)
     return dataclasses.replace(space, params=params, fixed=fixed, notes=tuple(notes))
 
 
-def _narrow(
+def _leave_out(
     params: dict[str, Spec],
     fixed: dict[str, Any],
     notes: list[str],
-    name: str,
+    space: str,
+    item: Lever,
     spec: Choice,
     kept: tuple[Any, ...],
     why: str,
 ) -> None:
-    """`name` searched over `kept` (some of `spec`'s values), or fixed to the one it keeps,
-    with a note naming the values left out and `why`."""
+    """`item` searched over `kept` (some of `spec`'s values) only. Left with its default alone,
+    a built-in space's lever leaves the search without a note: the space a study stores is then
+    the one it stored before the lever was offered, and the study resumes. Otherwise it is
+    searched over `kept` or fixed to the one it keeps, with a note naming the values left out
+    and `why` (a space of one's own names what it asked for)."""
+    if kept == (item.default,) and space in BUILTIN_SPACES:
+        del params[item.name]
+        return
     left_out = ", ".join(str(v) for v in spec.values if v not in kept)
-    notes.append(f"{name} {left_out} left out: {why}")
+    notes.append(f"{item.name} {left_out} left out: {why}")
     if len(kept) == 1:
-        del params[name]
-        fixed[name] = kept[0]
+        del params[item.name]
+        fixed[item.name] = kept[0]
     else:
-        params[name] = Choice(values=kept)
+        params[item.name] = Choice(values=kept)
 
 
 def without_inert_levers(space: SearchSpace) -> SearchSpace:
@@ -395,16 +396,15 @@ def _without_graph_on_cpu(space: SearchSpace) -> SearchSpace:
         del params["cuda_graph"]
         fixed["cuda_graph"] = False
         notes.append(_CPU_GRAPH_NOTE)
-    _without_refused(params, fixed, notes, "cpu")
+    _without_refused(params, fixed, notes, space.name, "cpu")
     return dataclasses.replace(space, params=params, fixed=fixed, notes=tuple(notes))
 
 
 def _without_refused(
-    params: dict[str, Spec], fixed: dict[str, Any], notes: list[str], device: str
+    params: dict[str, Spec], fixed: dict[str, Any], notes: list[str], space: str, device: str
 ) -> None:
     """Every other lever's values that its `refuse_on` refuses on `device`: a pinned one is a
-    SpaceError, searched ones are left out (with a note); a lever left with one value is
-    fixed to it."""
+    SpaceError, searched ones are left out (`_leave_out`)."""
     for name, item in LEVERS.items():
         if name in fixed and item.refusal(fixed[name], device) is not None:
             raise SpaceError(name, fixed[name], str(item.refusal(fixed[name], device)))
@@ -416,7 +416,7 @@ def _without_refused(
             continue
         if not kept:
             raise SpaceError(name, list(spec.values), f"a value that runs on {device}")
-        _narrow(params, fixed, notes, name, spec, kept, f"refused on {device}")
+        _leave_out(params, fixed, notes, space, item, spec, kept, f"refused on {device}")
 
 
 def program_space(space: SearchSpace, program: Program) -> SearchSpace:
