@@ -78,7 +78,12 @@ def test_the_lever_is_real(attention: Lever) -> None:
     assert NUMERICS_FIELDS[NAME] == "default"
     assert twin_of(LoopConfig.from_dict({NAME: "cudnn"}))[0].get(NAME) == "cudnn"
     assert NAME in load_space("full").params and NAME not in load_space("streams").params
-    assert any(note.startswith(NAME) for note in load_space("full", cuda=False).notes)
+    # A CPU leaves it out of the built-in space without a note (its default alone), and says
+    # so to a space of one's own that asked for it.
+    cpu = load_space("full", cuda=False)
+    assert NAME not in cpu.params and NAME not in cpu.fixed
+    own = load_space({NAME: ["default", "cudnn"], "num_streams": [1, 2]}, cuda=False)
+    assert any(note.startswith(NAME) for note in own.notes)
 
 
 def _request_models() -> tuple[type[pydantic.BaseModel], type[pydantic.BaseModel]]:

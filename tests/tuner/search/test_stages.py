@@ -29,7 +29,7 @@ def test_on_a_gpu_every_corner_runs_on_the_fixed_feed_in_order() -> None:
     assert levers == [(c["compile"], c["optimizer"], c["cuda_graph"]) for c in CORNERS]
     for config in found:
         assert {k: config[k] for k in FEED} == FEED
-        trainers.LoopConfig(**config)  # every corner is a valid config
+        trainers.LoopConfig.from_dict(config)  # every corner is a valid config
 
 
 def test_on_a_cpu_the_cuda_corners_collapse_into_the_valid_ones() -> None:
