@@ -6,6 +6,7 @@ features float8 cannot take is refused."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -116,10 +117,14 @@ def test_a_head_float8_cannot_take_is_refused_before_a_search_enqueues_it() -> N
     assert invalid_reason(HEAD, precision="float8", model=convertible) is None
 
 
-def _head_probe(model: nn.Module, inputs: torch.Tensor, device: str) -> dict[Any, float | str]:
-    where = ProbeInput(
-        forward=lambda: model(inputs).sum(), device=torch.device(device), model=model
-    )
+def _head_probe(
+    model: nn.Module, inputs: torch.Tensor, device: str, autocast: Any = contextlib.nullcontext
+) -> dict[Any, float | str]:
+    def forward() -> object:
+        with autocast():  # as `trainers.probe_levers` runs the forward: in the run's autocast
+            return model(inputs).sum()
+
+    where = ProbeInput(forward=forward, device=torch.device(device), model=model, autocast=autocast)
     assert FLOAT8_HEAD.probe is not None
     return FLOAT8_HEAD.probe(where)
 
@@ -205,10 +210,17 @@ def test_on_a_float8_gpu_the_head_runs_in_float8_and_comes_back(compile_scope: s
 def test_on_a_float8_gpu_the_probe_times_both_values_and_leaves_the_model() -> None:
     pytest.importorskip("torchao.float8")
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 8192)).cuda()
-    figures = _head_probe(model, torch.randn(4096, 256, device="cuda"), "cuda")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+
+    def bf16() -> Any:  # a float8 run's autocast (`trainers.precision`): bf16 on CUDA
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+
+    figures = _head_probe(model, torch.randn(4096, 256, device="cuda"), "cuda", bf16)
     assert all(isinstance(figures[v], float) and figures[v] > 0 for v in ("bf16", "float8"))
     assert not any(is_float8(m) for m in model.modules())
     assert all(p.grad is None for p in model.parameters())
+    assert not model[2]._forward_pre_hooks
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
 @pytest.mark.gpu
