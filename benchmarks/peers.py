@@ -41,6 +41,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import trainers
@@ -100,6 +102,7 @@ def run_preset(
         "preset": preset,
         "model_args": model_args,
         "parameters": measurer.parameters(),
+        "vocab_size": None if measurer.program is not None else vocab_size(measurer.workload.model),
         "precision": precision,
         "tuning": tuning,
         "rounds": args.rounds,
@@ -110,6 +113,17 @@ def run_preset(
     entry["aims"] = aims(spec, precision, entry)
     entry["wall_s"] = time.perf_counter() - started
     return entry
+
+
+def vocab_size(model: torch.nn.Module) -> int | None:
+    """A language model's vocabulary as its config gives it (Hugging Face's `config.vocab_size`,
+    on the model or a module inside it, such as a workload's wrapper); None for a model without
+    one. The record names it because the output head's size decides what its levers give."""
+    for module in model.modules():
+        size = getattr(getattr(module, "config", None), "vocab_size", None)
+        if isinstance(size, int):
+            return size
+    return None
 
 
 def _recommended(

@@ -142,6 +142,7 @@ def _details(item: Mapping[str, Any]) -> list[str]:
         args_text = ", ".join(f"{k}={v}" for k, v in (item.get("model_args") or {}).items())
         lines.append(
             f"  - {item['parameters'] / 1e9:.2f}B parameters"
+            + (f", vocabulary {item['vocab_size']:,}" if item.get("vocab_size") else "")
             + (f" ({args_text})" if args_text else "")
         )
     spent = phase_times(tuning.get("time"))

@@ -583,6 +583,7 @@ def test_a_preset_whose_job_may_choose_a_precision_is_measured_in_the_chosen_one
     monkeypatch.setattr(peers, "compare", comparison)
     entry = peers.run_preset("mlp:tiny", "fp32", args, f"sqlite:///{tmp_path / 'p.db'}", log.append)
     assert entry["tuning"]["precisions"] == ["fp32", "bf16-autocast"]
+    assert entry["vocab_size"] is None  # an MLP has no vocabulary
     chosen = entry["tuning"]["precision"]
     assert chosen in ("fp32", "bf16-autocast")
     assert entry["recommended"]["precision"] == chosen
@@ -607,6 +608,40 @@ def test_a_preset_whose_job_may_choose_a_precision_is_measured_in_the_chosen_one
     )
     table = peers_record.to_markdown({"meta": meta, "presets": [entry]})
     assert f"  - tuning trial {gated[0]['trial']}: {gated[0]['state']}" in table
+
+
+@pytest.mark.models
+@pytest.mark.parametrize(("model_args", "expected"), [({}, None), ({"vocab": "1000"}, 1000)])
+def test_the_record_names_the_vocabulary_the_models_config_has(
+    model_args: dict[str, str], expected: int | None
+) -> None:
+    """A row's `vocab_size` is the Hugging Face config's, read through the workload's wrapper,
+    whatever the preset or `--model-arg vocab=` made it; a model without one has none."""
+    workload = trainers.load_workload("hf:causal-lm", "tiny", seed=0, model_args=model_args)
+    configs = [m.config for m in workload.model.modules() if hasattr(m, "config")]
+    assert configs, "a Hugging Face model carries its config"
+    size = peers.vocab_size(workload.model)
+    assert size == configs[0].vocab_size
+    assert expected is None or size == expected
+    assert peers.vocab_size(trainers.load_workload("mlp", "tiny", seed=0).model) is None
+    meta = dict.fromkeys(
+        ("gpu", "driver", "cuda", "torch", "commit", "date", "file", "command"), "x"
+    )
+    entry = {
+        "workload": "hf:causal-lm",
+        "preset": "tiny",
+        "precision": "fp32",
+        "parameters": 10**6,
+        "vocab_size": size,
+        "model_args": model_args,
+        "tuning": {"config": None},
+        "recommended": {"config": {}, "precision": "fp32"},
+        "aims": {},
+        "peers": {},
+        "harness": {},
+    }
+    table = peers_record.to_markdown({"meta": meta, "presets": [entry]})
+    assert f"0.00B parameters, vocabulary {size:,}" in table
 
 
 def test_a_float8_peer_of_a_model_without_a_qualifying_linear_fails_rather_than_run_bf16() -> None:

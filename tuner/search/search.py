@@ -69,6 +69,7 @@ from tuner.search.proposing.defaults import (
     PROFILE_CHILD_S,
     PROFILE_COMPILED_S,
     PROFILE_EAGER_S,
+    PROFILE_MARGIN_S,
     SCALE_JOB_AIM_S,
 )
 from tuner.search.proposing.levers import Prober, Staged
@@ -344,19 +345,18 @@ class Search(TrialRunner):
         return beside
 
     def _profile_cut(self) -> profiling.ProfileCut | None:
-        """On the scale space with `--profile baselines`: a profile starts only where its
-        expected cost ends the job inside `SCALE_JOB_AIM_S` (`tuner.search.proposing.defaults` says
-        why and what each costs)."""
+        """On the scale space with `--profile baselines`: a profile starts only where its expected
+        cost ends the job inside `SCALE_JOB_AIM_S` (`tuner.search.proposing.defaults`: why)."""
         if self.space.name != SCALE_SPACE or self.options.profile == "all":
             return None
         return profiling.time_cut(
             lambda: self.clock.wall_s,
             SCALE_JOB_AIM_S,
-            # A child started ahead (`Children.prepare_profiles`) costs nothing more here.
-            child_s=0.0 if self._children.prepared else PROFILE_CHILD_S,
+            child_s=0.0 if self._children.prepared else PROFILE_CHILD_S,  # a child started ahead
             eager_s=PROFILE_EAGER_S,
             compiled_s=PROFILE_COMPILED_S,
             warmed=self._children.warm_config,
+            margin_s=PROFILE_MARGIN_S,
         )
 
     def decide(self) -> Recommendation:

@@ -172,3 +172,13 @@ def test_a_profile_starts_only_where_its_expected_cost_ends_the_job_inside_the_a
     assert warm(compiled, "float8", True) is None
     assert warm(compiled, "bf16-autocast", True) is not None
     assert warm(LoopConfig(compile="default", optimizer="fused"), "float8", True) is not None
+    # A margin keeps the expected end clear of the aim: the job's own end is not in its clock.
+    kept = profiling.time_cut(
+        lambda: now[0], 900.0, child_s=40.0, eager_s=20.0, compiled_s=150.0, margin_s=10.0
+    )
+    now[0] = 875.0
+    assert cut(eager, None, True) is None
+    refused = kept(eager, None, True)
+    assert refused is not None and "875 s" in refused
+    now[0] = 870.0
+    assert kept(eager, None, True) is None

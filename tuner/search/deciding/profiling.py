@@ -164,10 +164,12 @@ def time_cut(
     eager_s: float,
     compiled_s: float,
     warmed: tuple[LoopConfig, str | None] | None = None,
+    margin_s: float = 0.0,
 ) -> ProfileCut:
     """A `cut` for `profile_recommendation`: a profile starts only where the job's time so far
     (`wall()`) and its expected cost (`eager_s` or `compiled_s`, by the config's compile, and
-    `child_s` for the child process when no profile ran before it) end inside `aim_s`. The
+    `child_s` for the child process when no profile ran before it) end `margin_s` inside
+    `aim_s`. The
     config the profiles' child already ran and compiled, in that precision (`warmed`), costs
     what an eager one does; the same config in another precision compiles again."""
 
@@ -176,7 +178,7 @@ def time_cut(
         expected = eager_s if kept else compiled_s
         expected += 0.0 if child_started else child_s
         so_far = wall()
-        if so_far + expected <= aim_s:
+        if so_far + expected + margin_s <= aim_s:
             return None
         return (
             f"the job had run {so_far:.0f} s and this profile takes about {expected:.0f} s; "
