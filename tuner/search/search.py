@@ -231,11 +231,11 @@ class Search(TrialRunner):
 
     # -- baselines -------------------------------------------------------------------------
     def measure_baselines(self, phase: str) -> None:
-        if phase == "start" and self.space.name == SCALE_SPACE:
-            # The start measurement is the base of the baselines' drift, which a scale job never
-            # reaches (4-7 trials on the 0.4-1.1B rows at 1cda6b8, drift every 10), and it cost
-            # 60-90 s of such a job; the final round measures the baselines, interleaved.
-            self.progress.phase("baselines: measured in the final round (the scale space)")
+        if self.space.name == SCALE_SPACE:
+            # Not at the start (60-90 s at 1B, 1cda6b8), nor the drift, which then has no base (48 s
+            # of `llama-1b` at b58d9ad, where skipped trials count); the final round measures them.
+            if phase == "start":
+                self.progress.phase("baselines: measured in the final round (the scale space)")
             return
         self.baselines.measure(phase)
         self._store_time()

@@ -117,12 +117,13 @@ def test_a_scale_job_measures_its_baselines_in_the_final_round_only(tmp_path: Pa
     storage = sqlite_url(tmp_path)
     # num_workers pinned: the scale space feeds from worker processes, slow to start on a CPU.
     fix = ("num_workers=0", "compile=none", "compile_scope=model")
-    rec = run_json(options(storage, "scale", trials=2, space="scale", fix=fix))
+    # A drift measurement every trial: it has no start measurement to drift from, so none.
+    rec = run_json(options(storage, "scale", trials=2, space="scale", fix=fix, baseline_every=1))
     assert _baseline_phases(storage, "scale") == []
     # Still measured, interleaved with the finalists: the speedups over both come from there.
     assert {"pytorch-default", "seed-baseline"} <= set(rec["speedup"])
-    run_json(options(storage, "full", trials=2))
-    assert _baseline_phases(storage, "full") == ["start", "start"]
+    run_json(options(storage, "full", trials=2, baseline_every=1))
+    assert _baseline_phases(storage, "full") == ["drift", "drift", "start", "start"]
 
 
 def test_late_profiles_on_the_scale_space_are_left_out_with_the_reason(
