@@ -12,7 +12,10 @@ bit for bit (`trainers.gate.parity.required_test`).
 
 Which linears are converted (`Float8Plan.of`); every other one stays under bf16 autocast:
 - exactly `nn.Linear`: a subclass may not run its own forward (nn.MultiheadAttention reads its
-  `out_proj`'s weight directly, so converting that module would convert nothing);
+  `out_proj`'s weight directly, so converting that module would convert nothing); or Hugging
+  Face's `Conv1D` (GPT-2's projections: `x @ W + b`, W stored in x out), which torchao does not
+  convert and a torchao recipe leaves in bf16: here it becomes `Float8Conv1D`, torchao's float8
+  matmul given W itself as the transposed weight it takes (`_float8_conv1d`);
 - not the output head (the last `nn.Linear` registered, one named `lm_head`, or the model's
   `get_output_embeddings()`): its logits feed the loss, and torchao's and torchtitan's float8
   recipes keep it in high precision. Not "out_features equal to the vocabulary": on a small
@@ -32,6 +35,7 @@ compilation 1.03x; eager, it did not fit in 80 GB. The conversion comes before c
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -110,6 +114,34 @@ def _float8_api() -> Any:
     return api
 
 
+def is_conv1d(module: nn.Module) -> bool:
+    """Whether `module` is Hugging Face's `Conv1D` (`transformers.pytorch_utils`; checked by name
+    and shape, so that transformers stays optional): a linear whose weight is in x out."""
+    weight = getattr(module, "weight", None)
+    return (
+        type(module).__name__ == "Conv1D"
+        and isinstance(weight, torch.Tensor)
+        and weight.dim() == 2
+        and getattr(module, "nf", None) == weight.shape[1]
+    )
+
+
+def linear_dims(module: nn.Module) -> tuple[int, int] | None:
+    """(in, out) features of an `nn.Linear` (a subclass too) or a `Conv1D`; None otherwise."""
+    if isinstance(module, nn.Linear):
+        return module.in_features, module.out_features
+    if is_conv1d(module):
+        rows, cols = _weight(module).shape
+        return int(rows), int(cols)
+    return None
+
+
+def _weight(module: nn.Module) -> torch.Tensor:
+    weight = getattr(module, "weight", None)
+    assert isinstance(weight, torch.Tensor), f"{type(module).__name__} has no weight"
+    return weight
+
+
 def output_heads(model: nn.Module) -> set[str]:
     """The qualified names of the model's output head (see the module doc)."""
     linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
@@ -122,14 +154,17 @@ def output_heads(model: nn.Module) -> set[str]:
 
 
 def keep_reason(module: nn.Module, name: str, heads: set[str]) -> str | None:
-    """Why the linear `name` stays in bf16, or None when it is converted."""
-    if type(module) is not nn.Linear:
+    """Why the linear `name` (an `nn.Linear` or a `Conv1D`) stays in bf16, or None when it is
+    converted."""
+    if type(module) is not nn.Linear and not is_conv1d(module):
         return f"{type(module).__name__} is a subclass of nn.Linear, whose forward may not run"
     if name in heads:
         return "output head: its logits feed the loss"
-    if module.in_features % DIVISOR or module.out_features % DIVISOR:
+    dims = linear_dims(module)
+    assert dims is not None  # a linear, checked above
+    if dims[0] % DIVISOR or dims[1] % DIVISOR:
         return (
-            f"{module.in_features} x {module.out_features}: in and out features must be "
+            f"{dims[0]} x {dims[1]}: in and out features must be "
             f"multiples of {DIVISOR} for float8 matmuls"
         )
     return None
@@ -149,7 +184,7 @@ class Float8Plan:
         converted: list[str] = []
         kept: list[tuple[str, str]] = []
         for name, module in model.named_modules():
-            if not isinstance(module, nn.Linear):
+            if linear_dims(module) is None:
                 continue
             reason = keep_reason(module, name, heads)
             if reason is None:
@@ -230,12 +265,21 @@ class Float8Report:
 
 def convert(model: nn.Module, plan: Float8Plan) -> Undo:
     """Convert `plan.converted` in place with torchao (tensorwise); the returned `undo` puts the
-    original `nn.Linear` modules back (they share their Parameters with the converted ones, so
-    what was trained stays trained)."""
+    original modules back (they share their Parameters with the converted ones, so what was
+    trained stays trained). torchao swaps the `nn.Linear` ones (its filter sees no other), this
+    the `Conv1D` ones."""
     api = _float8_api()
     originals = {name: model.get_submodule(name) for name in plan.converted}
     config = api.Float8LinearConfig.from_recipe_name(RECIPE)
     api.convert_to_float8_training(model, config=config, module_filter_fn=plan.module_filter)
+    for name, module in originals.items():
+        if is_conv1d(module):
+            parent, _, child = name.rpartition(".")
+            setattr(
+                model.get_submodule(parent) if parent else model,
+                child,
+                _float8_conv1d(module, config),
+            )
 
     def undo() -> None:
         for name, module in originals.items():
@@ -245,9 +289,44 @@ def convert(model: nn.Module, plan: Float8Plan) -> Undo:
     return undo
 
 
+def _float8_conv1d(conv: nn.Module, config: Any) -> nn.Module:
+    """`conv` (a `Conv1D`) as a `Float8Conv1D` holding its very Parameters."""
+    rows, cols = _weight(conv).shape
+    with torch.device("meta"):
+        converted = _float8_conv1d_class()(int(rows), int(cols), bias=False, config=config)
+    converted.weight = conv.weight
+    converted.bias = conv.bias
+    return converted
+
+
+@functools.cache
+def _float8_conv1d_class() -> type[nn.Module]:
+    """`Float8Conv1D`, made on first use: torchao may be absent. It subclasses torchao's
+    `Float8Linear` (not a public API: the pinned torchao's, 0.18) and changes only which tensor
+    its float8 matmul takes for the transposed weight: a Linear passes `weight.t()` (out x in,
+    transposed), a Conv1D its weight itself (in x out). The casts, scales, three matmuls and
+    the autocast handling are torchao's."""
+    from torchao.float8.float8_linear import Float8Linear, matmul_with_hp_or_float8_args
+
+    class Float8Conv1D(Float8Linear):  # type: ignore[misc]
+        def forward(self, input: torch.Tensor) -> torch.Tensor:
+            # As Float8Linear.forward: the output in autocast's dtype, as F.linear's would be.
+            if torch.is_autocast_enabled():
+                input = input.to(torch.get_autocast_gpu_dtype())
+            output: torch.Tensor = matmul_with_hp_or_float8_args.apply(
+                input, self.weight, self.linear_mm_config, self.config
+            )
+            if self.bias is not None:
+                output = output + self.bias.to(output.dtype)
+            return output
+
+    return Float8Conv1D
+
+
 def is_float8(module: nn.Module) -> bool:
-    """Whether `module` is a torchao `Float8Linear` (checked by name: torchao may be absent)."""
-    return type(module).__name__ == "Float8Linear"
+    """Whether `module` is a torchao `Float8Linear`, or a `Float8Conv1D` made from one (checked by
+    name: torchao may be absent)."""
+    return any(cls.__name__ == "Float8Linear" for cls in type(module).__mro__)
 
 
 def apply_float8(
@@ -263,8 +342,8 @@ def apply_float8(
         raise ConfigError(
             "precision",
             "float8",
-            f"a model with an nn.Linear that float8 can convert (in and out features multiples "
-            f"of {DIVISOR}, not the output head); {name} has none ({why})",
+            f"a model with an nn.Linear or Conv1D that float8 can convert (in and out features "
+            f"multiples of {DIVISOR}, not the output head); {name} has none ({why})",
         )
     undo = convert(model, plan)
     # What torchao really swapped, not what was asked: the report must not claim a layer that

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from trainers.float8 import linear_dims
 from trainers.workloads.base import Batch, Workload
 
 
@@ -179,7 +180,8 @@ def count_step_flops(workload: Workload, device: torch.device) -> int:
 
 
 def count_step_flops_by_linear(workload: Workload, device: torch.device) -> dict[str, int]:
-    """`count_step_flops` ("" the whole step) and, for each `nn.Linear` by qualified name, the
+    """`count_step_flops` ("" the whole step) and, for each `nn.Linear` or Hugging Face
+    `Conv1D` (`trainers.float8.linear_dims`) by qualified name, the
     FLOPs of its matmuls in that step: 2 x rows x in x out for the output, as much again for the
     weight's gradient (when it is trained) and for the input's (when one is needed). Counted in
     the same pass as the total, once.
@@ -232,9 +234,9 @@ def _counted(workload: Workload, batch: Batch, device: torch.device) -> dict[str
     devices = [where] if where.type == "cuda" else []
     linears: dict[str, int] = {}
     hooks = [
-        module.register_forward_hook(_linear_counter(name, linears))
+        module.register_forward_hook(_linear_counter(name, dims, linears))
         for name, module in model.named_modules()
-        if isinstance(module, nn.Linear)
+        if (dims := linear_dims(module)) is not None
     ]
     try:
         model.eval()
@@ -307,13 +309,17 @@ def _attention_forward(query: Any, key: Any, value: Any) -> int:
     return int(2 * b * h * s_q * s_k * (d + d_v))
 
 
-def _linear_counter(name: str, into: dict[str, int]) -> Any:
-    def hook(module: nn.Linear, args: tuple[Any, ...], output: Any) -> None:
+def _linear_counter(name: str, dims: tuple[int, int], into: dict[str, int]) -> Any:
+    features_in, features_out = dims
+
+    def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         x = args[0] if args else None
         if not isinstance(x, torch.Tensor):
             return
-        matmul = 2 * (x.numel() // module.in_features) * module.in_features * module.out_features
-        passes = 1 + int(module.weight.requires_grad) + int(x.requires_grad)
+        matmul = 2 * (x.numel() // features_in) * features_in * features_out
+        weight = getattr(module, "weight", None)
+        trained = isinstance(weight, torch.Tensor) and weight.requires_grad
+        passes = 1 + int(trained) + int(x.requires_grad)
         into[name] = into.get(name, 0) + passes * matmul
 
     return hook

@@ -617,6 +617,7 @@ def test_the_record_names_the_vocabulary_the_models_config_has(
 ) -> None:
     """A row's `vocab_size` is the Hugging Face config's, read through the workload's wrapper,
     whatever the preset or `--model-arg vocab=` made it; a model without one has none."""
+    pytest.importorskip("transformers")
     workload = trainers.load_workload("hf:causal-lm", "tiny", seed=0, model_args=model_args)
     configs = [m.config for m in workload.model.modules() if hasattr(m, "config")]
     assert configs, "a Hugging Face model carries its config"

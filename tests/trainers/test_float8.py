@@ -295,3 +295,77 @@ def test_float8_under_fsdp2_is_refused_until_a_gpu_test_passes_it() -> None:
     assert "parallel='fsdp2'" in reason
     assert invalid_reason({"parallel": "ddp"}, precision="float8") is None
     assert invalid_reason({"parallel": "fsdp2"}, precision="bf16-autocast") is None
+
+
+@pytest.mark.models
+@pytest.mark.usefixtures("float8_here")
+def test_a_conv1d_runs_torchaos_float8_matmul_on_its_own_parameters() -> None:
+    """Hugging Face's Conv1D (GPT-2's projections) converts: the same float8 arithmetic as a
+    Float8Linear given the transposed weight, its gradients on the Conv1D's own Parameters."""
+    Conv1D = pytest.importorskip("transformers.pytorch_utils").Conv1D
+    from torchao.float8 import Float8LinearConfig
+    from torchao.float8.float8_linear import Float8Linear
+
+    torch.manual_seed(0)
+    conv = Conv1D(48, 32)  # nf (out), nx (in): weight 32 x 48
+    nn.init.normal_(conv.bias)
+    linear = nn.Linear(32, 48)
+    with torch.no_grad():
+        linear.weight.copy_(conv.weight.t())
+        linear.bias.copy_(conv.bias)
+    assert f8.is_conv1d(conv) and not f8.is_conv1d(linear)
+    assert f8.linear_dims(conv) == (32, 48) == f8.linear_dims(linear)
+    config = Float8LinearConfig.from_recipe_name(f8.RECIPE)
+    converted = f8._float8_conv1d(conv, config)
+    reference = Float8Linear.from_float(linear, config)
+    assert f8.is_float8(converted) and converted.weight is conv.weight
+    assert converted.bias is conv.bias
+    x = torch.randn(2, 5, 32, requires_grad=True)
+    y = x.detach().clone().requires_grad_(True)
+    with torch.autocast("cpu", torch.bfloat16):
+        out, expected = converted(x), reference(y)
+    assert out.dtype == expected.dtype == torch.bfloat16 and out.shape == (2, 5, 48)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    # Not what bf16 gives: the operands were rounded to float8.
+    with torch.autocast("cpu", torch.bfloat16):
+        assert not torch.equal(out, conv(x))
+    out.float().square().sum().backward()
+    expected.float().square().sum().backward()
+    assert conv.weight.grad is not None and conv.weight.grad.shape == (32, 48)
+    assert linear.weight.grad is not None
+    torch.testing.assert_close(conv.weight.grad, linear.weight.grad.t(), rtol=0, atol=0)
+    torch.testing.assert_close(x.grad, y.grad, rtol=0, atol=0)
+
+
+@pytest.mark.models
+@pytest.mark.usefixtures("float8_here")
+def test_a_gpt2_trains_in_float8_and_gets_its_conv1d_modules_back() -> None:
+    """A torchao recipe converts nothing of GPT-2 but its head, which it keeps: here each Conv1D
+    converts, the run trains, and the very modules and Parameters come back."""
+    pytest.importorskip("transformers")
+    model_args = {"arch": "gpt2", "hidden": "32", "ffn": "128"}
+    workload = load_workload("hf:causal-lm", "tiny", seed=0, model_args=model_args)
+    model = workload.model
+    convs = [name for name, m in model.named_modules() if f8.is_conv1d(m)]
+    assert convs and not any(
+        isinstance(m, nn.Linear) for n, m in model.named_modules() if n in convs
+    )
+    plan = Float8Plan.of(model)
+    assert plan.converted == tuple(convs)
+    assert [name for name, _ in plan.kept] == ["lm_head"]
+    before, params = dict(model.named_modules()), list(model.parameters())
+    args = RunArgs(steps=4, warmup=0, windows=1, device="cpu", precision="float8")
+    result = run(workload, LoopConfig(), args)
+    report = result.float8
+    assert report is not None and report["converted_names"] == convs
+    assert 0.0 < report["flop_share"] < 1.0
+    assert all(math.isfinite(loss) for loss in result.losses)
+    assert dict(model.named_modules()) == before and list(model.parameters()) == params
+    assert not any(f8.is_float8(m) for m in model.modules())
+    bf16 = run(
+        load_workload("hf:causal-lm", "tiny", seed=0, model_args=model_args),
+        LoopConfig(),
+        args.replace(precision="bf16-autocast"),
+    )
+    assert result.losses != bf16.losses
+    assert result.losses[0] == pytest.approx(bf16.losses[0], rel=0.01)

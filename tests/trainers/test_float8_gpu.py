@@ -125,6 +125,29 @@ def test_float8_on_a_llama_style_decoder() -> None:
     _close(fp8.losses, bf16.losses)
 
 
+@pytest.mark.models
+@pytest.mark.parametrize("scope", ["model", "blocks"])
+def test_float8_on_a_gpt2_style_decoder_converts_its_conv1d_projections(scope: str) -> None:
+    """GPT-2's projections are Hugging Face Conv1D modules, which torchao's recipe leaves in bf16:
+    converted here (`trainers.float8.Float8Conv1D`), compiled either way, trains as bf16 does."""
+    pytest.importorskip("transformers")
+    args = {"arch": "gpt2", "hidden": "512", "layers": "4", "heads": "8", "kv_heads": "0"}
+    args |= {"ffn": "2048", "vocab": "8192", "seq": "256", "batch": "8", "batches": "4"}
+
+    def gpt2() -> Workload:
+        workload = load_workload("hf:causal-lm", "small", seed=0, model_args=args)
+        disable_dropout(workload.model)
+        return workload
+
+    config = LoopConfig(compile="default", compile_scope=scope, **FEED)
+    fp8 = _run("float8", config, gpt2())
+    bf16 = _run("bf16-autocast", config, gpt2())
+    # Four Conv1D a layer (attention's c_attn and c_proj, the MLP's c_fc and c_proj).
+    assert fp8.float8 is not None and fp8.float8["converted"] == 4 * 4
+    assert list(fp8.float8["kept"]) == ["lm_head"]
+    _close(fp8.losses, bf16.losses)
+
+
 def test_the_gate_judges_compiled_float8_against_bf16s_seed_to_seed_envelope() -> None:
     """The cross-precision gate as a tuning job runs it (`tuner.search.gating.gate.run_parts`): the
     bf16 reference and 4 other seeds under the process's own kernels, 60 steps judged for
