@@ -308,7 +308,7 @@ def _float8_conv1d_class() -> type[nn.Module]:
     the autocast handling are torchao's."""
     from torchao.float8.float8_linear import Float8Linear, matmul_with_hp_or_float8_args
 
-    class Float8Conv1D(Float8Linear):  # type: ignore[misc]
+    class Float8Conv1D(Float8Linear):  # type: ignore[misc,unused-ignore]
         def forward(self, input: torch.Tensor) -> torch.Tensor:
             # As Float8Linear.forward: the output in autocast's dtype, as F.linear's would be.
             if torch.is_autocast_enabled():
