@@ -144,7 +144,13 @@ def _weight(module: nn.Module) -> torch.Tensor:
 
 def output_heads(model: nn.Module) -> set[str]:
     """The qualified names of the model's output head (see the module doc)."""
-    linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    # A converted Conv1D is an nn.Linear subclass now, and no head: its logits would be a
+    # projection's (a bare GPT2Model converted, its last c_proj).
+    linears = [
+        (name, m)
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Linear) and type(m).__name__ != "Float8Conv1D"
+    ]
     heads = {name for name, _ in linears[-1:]}
     heads |= {name for name, _ in linears if name.rpartition(".")[2] == "lm_head"}
     get_output = getattr(model, "get_output_embeddings", None)
@@ -291,6 +297,9 @@ def convert(model: nn.Module, plan: Float8Plan) -> Undo:
 
 def _float8_conv1d(conv: nn.Module, config: Any) -> nn.Module:
     """`conv` (a `Conv1D`) as a `Float8Conv1D` holding its very Parameters."""
+    # Float8Linear.from_float wraps the weight for FSDP2's float8 all-gather; this does not, and
+    # FSDP2 with float8 is refused (trainers.precision), so the recipe must not ask for it.
+    assert not config.enable_fsdp_float8_all_gather, "Conv1D: no float8 all-gather"
     rows, cols = _weight(conv).shape
     with torch.device("meta"):
         converted = _float8_conv1d_class()(int(rows), int(cols), bias=False, config=config)

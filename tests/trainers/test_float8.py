@@ -335,6 +335,15 @@ def test_a_conv1d_runs_torchaos_float8_matmul_on_its_own_parameters() -> None:
     assert linear.weight.grad is not None
     torch.testing.assert_close(conv.weight.grad, linear.weight.grad.t(), rtol=0, atol=0)
     torch.testing.assert_close(x.grad, y.grad, rtol=0, atol=0)
+    # Converted, a Conv1D is an nn.Linear subclass, still no output head: a model of Conv1D only
+    # (a bare GPT2Model) has none before or after.
+    holder = nn.Sequential(Conv1D(48, 32))
+    plan = Float8Plan.of(holder)
+    assert plan.converted == ("0",) and output_heads(holder) == set()
+    undo = f8.convert(holder, plan)
+    assert f8.is_float8(holder[0]) and output_heads(holder) == set()
+    undo()
+    assert f8.is_conv1d(holder[0])
 
 
 @pytest.mark.models

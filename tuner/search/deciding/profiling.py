@@ -182,7 +182,8 @@ def time_cut(
             return None
         return (
             f"the job had run {so_far:.0f} s and this profile takes about {expected:.0f} s; "
-            f"on the scale space profiles fit in {aim_s:.0f} s (--profile all takes every one)"
+            f"on the scale space profiles end {margin_s:.0f} s inside {aim_s:.0f} s "
+            f"(--profile all takes every one)"
         )
 
     return cut
