@@ -18,6 +18,7 @@ import trainers
 from trainers import LoopConfig
 from tuner.search.measuring.measure import Protocol
 from tuner.search.options import RunOptions
+from tuner.search.proposing.screen import pruned_reason
 from tuner.search.study import run_study
 from tuner.store import keys
 
@@ -290,7 +291,8 @@ GATE_FIELDS = ("passed", "test", "steps", "exact_steps", "ratio", "multiple", "r
 
 def trial_results(storage: str, study: str) -> list[dict[str, Any]]:
     """Every finished trial of the tuning job, in order: its state, precision (None: the
-    study's), config, throughput and the gate's verdict in brief. What a job that may choose
+    study's), config, throughput, the gate's verdict in brief and, for a trial screened out or
+    skipped on its prediction, why (`why`). What a job that may choose
     among precisions measured of each (a record then shows whether float8 paid, and how the
     gate judged it, even where the recommendation is in another precision)."""
     trials = optuna.load_study(study_name=study, storage=storage).get_trials(
@@ -308,6 +310,9 @@ def trial_results(storage: str, study: str) -> list[dict[str, Any]]:
                 "samples_per_s": t.values[0] if t.values else None,
                 "failure_reason": t.user_attrs.get(keys.FAILURE_REASON),
                 "gate": {k: verdict[k] for k in GATE_FIELDS if k in verdict} or None,
+                # A pruned trial's figure against the incumbent's, or its prediction's skip: what
+                # says why a precision or lever lost.
+                "why": pruned_reason(t.user_attrs),
             }
         )
     return out
@@ -322,4 +327,6 @@ def trial_line(item: Mapping[str, Any]) -> str:
     if gate.get("ratio") is not None:
         verdict = "passed" if gate.get("passed") else "rejected"
         text += f", gate {verdict} at ratio {gate['ratio']:.2f}"
+    if item.get("why"):  # records made before the key was added have none
+        text += f": {item['why']}"
     return text

@@ -24,6 +24,7 @@ from benchmarks import peers, peers_compare, peers_loops, peers_record, peers_tu
 from trainers import LoopConfig
 from trainers.levers import Lever, ranked, registered
 from tuner.search.measuring.measure import Measurer, Protocol
+from tuner.search.proposing.screen import Incumbent, screen_record
 from tuner.search.spaces.named import load_space
 from tuner.store import keys
 
@@ -355,6 +356,30 @@ def test_failed_tuning_trials_keep_their_config_and_reason(tmp_path: Path) -> No
     ]
     assert ran[0]["failure_reason"] == "capture failed: operation not permitted"
     assert ran[0]["config"] == graph and ran[1]["gate"] is None
+
+
+def test_a_pruned_tuning_trial_says_why_in_the_record(tmp_path: Path) -> None:
+    """A trial screened out keeps its screen's figure against the incumbent's, one skipped its
+    prediction's reason, in the record and in its Markdown line; a complete one says nothing."""
+    storage = f"sqlite:///{tmp_path / 'peers.db'}"
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    study.tell(study.ask(), 36.4)
+    screened, skipped = study.ask(), study.ask()
+    screened.set_user_attr(
+        keys.SCREEN,
+        screen_record("measured", [33.0, 33.2], Incumbent(trial=0, throughput=36.4), 0.01),
+    )
+    skipped.set_user_attr(keys.PREDICTION, {"skip": "slower", "reason": "predicted 30 samples/s"})
+    for trial in (screened, skipped):
+        trial.set_user_attr(keys.PRECISION, "float8")
+        study.tell(trial, state=TrialState.PRUNED)
+    ran = peers_tuning.trial_results(storage, "s")
+    assert ran[0]["why"] is None
+    assert ran[1]["why"] == (
+        "33.1 samples/s over 2 windows, more than 1% below trial 0's 36.4: not gated"
+    )
+    assert ran[2]["why"] == "not run: predicted 30 samples/s"
+    assert peers_tuning.trial_line(ran[2]) == "pruned, float8: not run: predicted 30 samples/s"
 
 
 def test_mfu_added_afterwards_counts_the_models_flops_over_the_recorded_step() -> None:

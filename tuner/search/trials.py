@@ -41,6 +41,7 @@ from tuner.search.proposing.screen import (
     SCREEN_WINDOWS,
     Incumbent,
     incumbent,
+    pruned_reason,
     screen_record,
     screen_value,
     screened_out,
@@ -466,16 +467,8 @@ class TrialRunner:
         """The finished trial in full, for a progress that prints one line per trial."""
         attrs = trial.user_attrs
         reason = attrs.get(keys.FAILURE_REASON)
-        if state == "screened out":
-            record = attrs.get(keys.SCREEN) or {}
-            against = record.get("incumbent") or {}
-            reason = (
-                f"{record.get('value', 0.0):,.1f} samples/s over {record.get('windows')} windows, "
-                f"more than {self.options.tie_margin:.0%} below trial {against.get('trial')}'s "
-                f"{against.get('throughput', 0.0):,.1f}: not gated"
-            )
-        elif state == "skipped":
-            reason = f"not run: {(attrs.get(keys.PREDICTION) or {}).get('reason')}"
+        if state in ("screened out", "skipped"):
+            reason = pruned_reason(attrs)
         elif state == "pruned":
             reason = (
                 "stopped on request"
