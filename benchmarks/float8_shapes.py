@@ -6,12 +6,14 @@ tokens per step: which of its linears float8 pays for (issue 54, "float8 coverag
 
 For every distinct (in, out, bias) among the linears `trainers.float8.Float8Plan` converts (an
 `nn.Linear` or a Hugging Face `Conv1D`), one copy in bf16 and one converted to float8 (the
-run's own conversion, `trainers.float8.convert`), each compiled on its own (`dynamic=False`,
-as the whole model compiled fuses float8's casts), forward and backward under bf16 autocast
+run's own conversion, `trainers.float8.convert`) and compiled on its own (`dynamic=False`, as
+the whole model compiled fuses float8's casts; the record of 2026-11-30 compiled the bf16 copy
+too, which runs the same matmuls), forward and backward under bf16 autocast
 on an input of the step's tokens (`batch x seq`: the first batch's first tensor), CUDA events
-(`trainers.levers.timing.timed_ms`). Per shape: ms by value, and times the count of such layers,
-ms a step. A microbenchmark of one matmul each: the casts' fusion with the kernels around each
-layer, which the whole step compiled gets, is not in it, so a whole-step trial decides.
+(`trainers.levers.float8_linears.linear_ms`, the timing of that lever's probe). Per shape: ms by
+value, and times the count of such layers, ms a step. A microbenchmark of one matmul each: the
+casts' fusion with the kernels around each layer, which the whole step compiled gets, is not in
+it, so a whole-step trial decides (the `float8_linears` lever's).
 Writes `float8-shapes-<gpu>-<date>[-tag].json` and its Markdown twin. `--device cpu` runs the
 bf16 half here (the test of this script; float8 is refused in one line, the figures mean
 nothing).
@@ -38,10 +40,7 @@ import trainers  # noqa: E402
 from benchmarks.run_meta import provenance, run_meta, write_record  # noqa: E402
 from trainers import float8  # noqa: E402
 from trainers.flops import first_batch  # noqa: E402
-from trainers.levers.timing import timed_ms  # noqa: E402
-
-Shape = tuple[int, int, bool]
-"""A linear's in features, out features and whether it has a bias."""
+from trainers.levers.float8_linears import Shape, linear_ms  # noqa: E402
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -74,28 +73,6 @@ def tokens(batch: Sequence[Any]) -> int:
     """Tokens (rows of every linear's input) a step's batch gives: its first tensor's elements."""
     first = next(t for t in batch if isinstance(t, torch.Tensor))
     return int(first.numel())
-
-
-def linear_ms(shape: Shape, rows: int, value: str, device: torch.device, iters: int) -> float:
-    """One linear of `shape`, fp32 weights as a run keeps them, in `value` (bf16 or float8),
-    compiled alone, forward and backward under bf16 autocast on `rows` rows."""
-    features_in, features_out, bias = shape
-    holder = nn.Sequential(nn.Linear(features_in, features_out, bias=bias, device=device))
-    if value == "float8":
-        float8.convert(holder, float8.Float8Plan(converted=("0",), kept=()))
-    compiled: Any = torch.compile(holder, dynamic=False)
-    inputs = torch.randn(rows, features_in, device=device, dtype=torch.bfloat16)
-    inputs.requires_grad_(True)
-    grad = torch.randn(rows, features_out, device=device, dtype=torch.bfloat16)
-
-    def step() -> None:
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            out = compiled(inputs)
-        out.backward(grad)
-        inputs.grad = None
-        holder.zero_grad(set_to_none=True)
-
-    return timed_ms(step, device, warmup=3, iters=iters)
 
 
 def entry(args: argparse.Namespace, spec: str, device: torch.device) -> dict[str, Any]:

@@ -242,18 +242,20 @@ class Engine:
         `close()` puts them back, so the next run of the same workload starts from the plain
         model. The converted linears share the model's Parameters, and a state dict loads into
         either form."""
+        flops = None
         if self.precision == "float8":
             # First: the checkpoint wrappers and the compiler then see the converted layers,
             # and the scaling is fused into the compiled kernels (torchao's order).
+            flops = _count_module_flops(self.workload, self.device)
             self.float8, self._undo_float8 = apply_float8(
-                model,
-                flops=_count_module_flops(self.workload, self.device),
-                name=self.workload.name,
+                model, flops=flops, name=self.workload.name
             )
         try:
             self._undo_blocks = apply_block_levers(self.workload, self.config)
             # The lever modules' changes to the model (trainers.levers: `Lever.transform`).
             self._undo_levers = transformed(model, self.config.get)
+            if self.float8 is not None:  # float8_linears may put converted ones back in bf16
+                self.float8 = self.float8.after_levers(model, flops)
         except BaseException:
             self.close()  # a refused lever leaves the workload's model as it was
             raise

@@ -239,6 +239,21 @@ class Float8Report:
             return None
         return self.converted_flops / self.step_flops
 
+    def after_levers(self, model: nn.Module, flops: Mapping[str, int] | None) -> Float8Report:
+        """This report once the levers' transforms ran on `model`: a converted linear a lever
+        put back in bf16 (`float8_linears`) is counted with the kept ones, and the FLOP share
+        (`flops` as for `Float8Plan.report`) is of what still runs in float8."""
+        back = tuple(n for n in self.converted if not is_float8(model.get_submodule(n)))
+        if not back:
+            return self
+        still = tuple(n for n in self.converted if n not in back)
+        return dataclasses.replace(
+            self,
+            converted=still,
+            kept=self.kept + tuple((n, "put back in bf16 by float8_linears") for n in back),
+            converted_flops=None if flops is None else sum(flops.get(n, 0) for n in still),
+        )
+
     def summary(self) -> str:
         """One line: the count, the FLOP share, and the layers kept in bf16 grouped by reason."""
         share = "" if self.flop_share is None else f", {self.flop_share:.1%} of the step's FLOPs"

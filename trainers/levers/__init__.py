@@ -131,6 +131,7 @@ __all__ = [
 from trainers.levers import (
     attention,  # noqa: F401  (registers `attention`)
     float8_head,  # noqa: F401  (registers `float8_head`)
+    float8_linears,  # noqa: F401  (registers `float8_linears`; its transform after float8_head's)
     kernels,  # noqa: F401  (registers `kernels`)
     loss,  # noqa: F401  (registers `loss`)
 )

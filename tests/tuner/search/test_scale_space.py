@@ -38,7 +38,7 @@ def test_the_scale_space_by_name_and_its_pins() -> None:
     space = load_space("scale", fix=["micro_batches=2"])
     assert space.fixed["micro_batches"] == 2 and "micro_batches" not in space.params
     searched = {"compile_scope", "activation_checkpointing", "checkpoint_share", "loss"}
-    searched |= {"float8_head"}
+    searched |= {"float8_head", "float8_linears"}
     assert set(space.params) == searched
     with pytest.raises(SpaceError, match="scale"):
         load_space("scales")

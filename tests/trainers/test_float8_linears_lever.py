@@ -1,0 +1,240 @@
+"""The `float8_linears` lever (`trainers/levers/float8_linears.py`), declared in its module alone:
+LoopConfig, the API and `--fix` take it, a CPU and another precision refuse it in one line
+before anything runs, a model where the value keeps nothing in float8 or puts nothing back is
+refused before a search enqueues it; its effect (on a CPU, with torchao's conversion) puts the
+small converted linears back in bf16 on their own Parameters and gives the float8 ones back; on
+a float8-capable GPU a run trains with only the large ones in float8."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from tests.lever_entry import accepted
+from trainers import (
+    LEVERS,
+    ConfigError,
+    LoopConfig,
+    RunArgs,
+    UnsupportedOnDevice,
+    invalid_reason,
+    load_workload,
+    run,
+)
+from trainers import float8 as f8
+from trainers.gate import required_test
+from trainers.levers.declare import ProbeInput
+from trainers.levers.float8_linears import FLOAT8_LINEARS
+from tuner.search.spaces.named import load_space, without_precision_refusals
+from tuner.search.spaces.space import Choice, config_key
+
+LARGE = {"float8_linears": "8M"}
+
+
+def _meta(*dims: tuple[int, int]) -> nn.Sequential:
+    """Linears of these (in, out) on the meta device (their weights never allocated); the last
+    is the output head."""
+    return nn.Sequential(*(nn.Linear(i, o, device="meta") for i, o in dims))
+
+
+def test_it_is_declared_once_and_validated_by_loop_config() -> None:
+    lever = LEVERS["float8_linears"]
+    assert lever is FLOAT8_LINEARS
+    assert lever.values() == ("all", "4M", "8M") and lever.default == "all"
+    assert LoopConfig().get("float8_linears") == "all"
+    assert LoopConfig.from_dict(LARGE).get("float8_linears") == "8M"
+    with pytest.raises(ConfigError, match="float8_linears='16M' is invalid: allowed one of all"):
+        LoopConfig.from_dict({"float8_linears": "16M"})
+    # A stored config keeps its key: the lever at its default is left out of it.
+    assert config_key(LoopConfig()) == "53b15d1b156a"
+    assert config_key(LoopConfig.from_dict(LARGE)) != "53b15d1b156a"
+    # It changes the arithmetic: the gate owes it equivalence, never bits.
+    assert required_test(LoopConfig.from_dict(LARGE)) == "equivalence"
+
+
+def test_the_api_and_the_cli_take_the_same_values_and_the_spaces_offer_8m() -> None:
+    for value, allowed in (("8M", True), ("4M", True), ("all", True), ("16M", False)):
+        api, cli = accepted("float8_linears", value)
+        assert api is cli is allowed, value
+    for name in ("full", "scale"):
+        offered = load_space(name).params["float8_linears"]
+        assert offered == Choice(values=("all", "8M")), name
+        # A study that never runs float8 leaves it out, without a note (its default alone).
+        narrowed = without_precision_refusals(load_space(name), ("bf16-autocast",))
+        assert "float8_linears" not in narrowed.params and "float8_linears" not in narrowed.fixed
+        assert narrowed.notes == load_space(name).notes
+
+
+def test_a_cpu_refuses_it_in_one_line_before_anything_runs() -> None:
+    workload = load_workload("mlp", "tiny", seed=0)
+    before = {k: v.clone() for k, v in workload.model.state_dict().items()}
+    with pytest.raises(UnsupportedOnDevice) as caught:
+        run(workload, LoopConfig.from_dict(LARGE), RunArgs(steps=2, windows=1, device="cpu"))
+    message = str(caught.value)
+    assert "float8_linears='8M'" in message and "cpu" in message and "\n" not in message
+    after = workload.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_another_precision_refuses_it_before_anything_runs_and_before_a_search_enqueues_it() -> (
+    None
+):
+    for precision in ("fp32", "bf16-autocast"):
+        reason = invalid_reason(LARGE, precision=precision)
+        assert reason is not None and "float8_linears='8M'" in reason and precision in reason
+    assert invalid_reason(LARGE, precision="float8") is None
+    assert invalid_reason({"float8_linears": "all"}, precision="fp32") is None
+
+
+def test_a_model_where_the_value_changes_nothing_or_keeps_nothing_is_refused_in_one_line() -> None:
+    """`refuse_for`, read without a GPU on the plan a float8 run would convert (the head never
+    counts): a value must keep one linear in float8 and put one back, else it is `all` or bf16."""
+    mixed = _meta((4096, 2048), (2048, 512), (512, 64))  # 8.4M kept, 1.0M back, the head
+    assert invalid_reason(LARGE, precision="float8", model=mixed) is None
+    small = _meta((2048, 2048), (2048, 512), (512, 64))  # 4.2M and 1.0M
+    reason = invalid_reason(LARGE, precision="float8", model=small)
+    assert reason is not None and "none of its float8 linears" in reason, reason
+    assert "2048 x 2048" in reason and "\n" not in reason
+    large = _meta((4096, 4096), (4096, 64))
+    reason = invalid_reason(LARGE, precision="float8", model=large)
+    assert reason is not None and "every float8 linear" in reason, reason
+    # 4M keeps the 4M-element layer that 8M puts back.
+    assert invalid_reason({"float8_linears": "4M"}, precision="float8", model=small) is None
+
+
+def test_the_effect_puts_the_small_linears_back_on_their_parameters_and_gives_float8_back() -> None:
+    """On a CPU with torchao's conversion, as `trainers.core.Engine` applies it: after the
+    precision's conversion, the linears under the size become `nn.Linear` again on the very
+    Parameters (the optimizer's), the head is left to `float8_head`, the report moves them to
+    the kept ones, and the undo gives the float8 modules back."""
+    pytest.importorskip("torchao.float8")
+    model = nn.Sequential(nn.Linear(4096, 2048), nn.Linear(2048, 512), nn.Linear(512, 64))
+    parameters = [id(p) for p in model.parameters()]
+    report, undo_float8 = f8.apply_float8(model, flops={"": 100, "0": 60, "1": 10})
+    assert report.converted == ("0", "1") and report.flop_share == 0.7
+    converted = model[1]
+    assert FLOAT8_LINEARS.transform is not None
+    undo = FLOAT8_LINEARS.transform("8M", model)
+    assert f8.is_float8(model[0]) and type(model[1]) is nn.Linear and type(model[2]) is nn.Linear
+    assert model[1].weight is converted.weight and model[1].bias is converted.bias
+    assert [id(p) for p in model.parameters()] == parameters
+    out = model[1](torch.randn(3, 2048))
+    assert out.shape == (3, 512)
+    after = report.after_levers(model, {"": 100, "0": 60, "1": 10})
+    assert after.converted == ("0",) and after.flop_share == 0.6 and after.linears == 3
+    assert dict(after.kept)["1"] == "put back in bf16 by float8_linears"
+    assert "1 of 3 linears converted, 60.0% of the step's FLOPs" in after.summary()
+    undo()
+    assert model[1] is converted and report.after_levers(model, None) is report
+    undo_float8()
+    assert not any(f8.is_float8(m) for m in model.modules())
+
+
+@pytest.mark.models
+def test_the_effect_puts_a_small_conv1d_back_as_a_conv1d() -> None:
+    """GPT-2's projections: a `Float8Conv1D` under the size becomes a `Conv1D` again (its
+    weight in x out, the same Parameter), which computes what it did before the conversion."""
+    pytest.importorskip("torchao.float8")
+    pytest.importorskip("transformers")
+    from transformers.pytorch_utils import Conv1D
+
+    model = nn.Module()
+    model.c_fc = Conv1D(4096, 2048)  # nf (out), nx (in): 8.4M, kept
+    model.c_proj = Conv1D(512, 2048)  # 1.0M, put back
+    model.lm_head = nn.Linear(512, 64)
+    inputs = torch.randn(3, 2048)
+    expected = model.c_proj(inputs)
+    undo_float8 = f8.apply_float8(model, flops=None)[1]
+    assert FLOAT8_LINEARS.transform is not None
+    undo = FLOAT8_LINEARS.transform("8M", model)
+    assert type(model.c_proj) is Conv1D and f8.is_float8(model.c_fc)
+    assert torch.equal(model.c_proj(inputs), expected)
+    undo()
+    undo_float8()
+    assert type(model.c_proj) is Conv1D and type(model.c_fc) is Conv1D
+
+
+def test_a_model_with_nothing_in_float8_refuses_its_effect_and_is_left_as_it_was() -> None:
+    model = nn.Sequential(nn.Linear(4096, 2048), nn.Linear(2048, 512), nn.Linear(512, 64))
+    kinds = [type(m) for m in model.modules()]
+    assert FLOAT8_LINEARS.transform is not None
+    with pytest.raises(ConfigError) as caught:
+        FLOAT8_LINEARS.transform("8M", model)
+    assert "unless the run's precision is float8" in str(caught.value)
+    assert [type(m) for m in model.modules()] == kinds
+    FLOAT8_LINEARS.transform("all", model)()  # the default changes nothing, and undoes nothing
+
+
+def _probe(model: nn.Module, inputs: torch.Tensor, device: str) -> dict[Any, float | str]:
+    where = ProbeInput(
+        forward=lambda: model(inputs).sum(), device=torch.device(device), model=model
+    )
+    assert FLOAT8_LINEARS.probe is not None
+    return FLOAT8_LINEARS.probe(where)
+
+
+def test_on_a_cpu_the_probe_says_why_for_every_value_and_leaves_the_model() -> None:
+    """Every value runs float8 matmuls: on a CPU each says why it cannot run (the second stage
+    leaves such a value out); a model with nothing float8 converts has nothing to probe."""
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16))
+    figures = _probe(model, torch.randn(4, 32), "cpu")
+    assert set(figures) == {"all", "4M", "8M"}
+    assert all(isinstance(f, str) and "compute capability" in f for f in figures.values())
+    assert not model[0]._forward_pre_hooks
+    assert all(type(m) in (nn.Linear, nn.ReLU, nn.Sequential) for m in model.modules())
+    odd = nn.Sequential(nn.Linear(10, 30), nn.Linear(30, 7))  # not 16s, and the head
+    assert _probe(odd, torch.randn(4, 10), "cpu") == {}
+
+
+def _capable() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= f8.MIN_CAPABILITY
+
+
+@pytest.mark.gpu
+@pytest.mark.models
+@pytest.mark.skipif(not _capable(), reason="needs a CUDA GPU of compute capability >= 8.9")
+@pytest.mark.parametrize("compile_scope", ["model", "blocks"])
+def test_on_a_float8_gpu_only_the_mlp_runs_in_float8_and_the_model_comes_back(
+    compile_scope: str,
+) -> None:
+    """A Llama-style decoder of llama-1b's widths (2 layers): at 8M its MLP (2048 x 8192, 16.8M)
+    stays in float8, its attention's projections (4.2M and 1.0M) run in bf16; it trains."""
+    pytest.importorskip("torchao.float8")
+    pytest.importorskip("transformers")
+    args = {"arch": "llama", "hidden": "2048", "layers": "2", "heads": "32", "kv_heads": "8"}
+    args |= {"ffn": "8192", "vocab": "8192", "seq": "256", "batch": "8", "batches": "4"}
+    workload = load_workload("hf:causal-lm", "small", seed=0, model_args=args)
+    kinds: list[tuple[str, str]] = []
+    loss_fn = workload.loss_fn
+    layer = workload.model.model.layers[0]
+
+    def observed(model: Any, batch: Any) -> Any:
+        kinds.append((type(layer.self_attn.q_proj).__name__, type(layer.mlp.up_proj).__name__))
+        return loss_fn(model, batch)
+
+    workload.loss_fn = observed
+    config = LoopConfig.from_dict({"compile": "default", "compile_scope": compile_scope, **LARGE})
+    steps = RunArgs(steps=6, warmup=2, windows=1, device="cuda", precision="float8")
+    result = run(workload, config, steps)
+    assert kinds[-6:] == [("Linear", "Float8Linear")] * 6
+    assert all(math.isfinite(x) for x in result.losses) and result.losses[-1] < result.losses[0]
+    assert not any(f8.is_float8(m) for m in workload.model.modules())  # given back
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _capable(), reason="needs a CUDA GPU of compute capability >= 8.9")
+def test_on_a_float8_gpu_the_probe_times_every_value_and_leaves_the_model() -> None:
+    pytest.importorskip("torchao.float8")
+    model = nn.Sequential(nn.Linear(2048, 4096), nn.Linear(4096, 512), nn.Linear(512, 64)).cuda()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    figures = _probe(model, torch.randn(4096, 2048, device="cuda"), "cuda")
+    assert all(isinstance(figures[v], float) and figures[v] > 0 for v in ("all", "4M", "8M"))
+    # 4M and 8M both put the 2.1M-element layer back: the same figure.
+    assert figures["4M"] == figures["8M"] != figures["all"]
+    assert not any(f8.is_float8(m) for m in model.modules())
+    assert all(p.grad is None for p in model.parameters())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

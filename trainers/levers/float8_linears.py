@@ -1,0 +1,241 @@
+"""`float8_linears`: which of the linears a float8 run converts stay converted: `all` (the
+default: every one `trainers.float8.Float8Plan` takes, as torchao's and torchtitan's recipes
+convert them), or only those whose weight has at least 4M or 8M elements (`4M`, `8M`: 4 x 2^20
+and 8 x 2^20), the rest put back in bf16.
+
+Tensorwise float8 adds casts and scale reductions around each matmul, in proportion to its
+input and output, not to its multiply-adds: a small matmul can lose more to them than its float8
+tensor cores save. Each linear shape compiled on its own, forward and backward at 16,384 rows on
+one H200 (`benchmarks/float8_shapes.py`, docs/benchmarks/README.md, 2026-11-30): at `llama-1b`
+the MLP's 2048 x 8192 and 8192 x 2048 ran 1.22x and 1.28x in float8, the attention's 2048 x 2048
+0.82x and 2048 x 512 0.71x; on the Pythia-1B shape its fused 2048 x 6144 1.21x and 2048 x 2048
+0.57x; on the GPT-2-large shape every 1280-wide linear lost (0.74-0.84x), and a default job
+there screened float8 out. Alone, each linear casts its input itself; in the whole model
+compiled, the q/k/v projections' casts of one input can be shared, so the microbenchmark
+overstates what a small layer loses: whole-step trials decide.
+
+Its probe (`Lever.probe`) times each distinct shape the plan converts, in bf16 and in float8
+(compiled on its own), forward and backward on the rows one forward gives it (`linear_ms`), and
+sums for each value what its layers would run in; empty where the model has nothing to convert, and
+every value says why where float8 cannot run. The built-in spaces offer `8M`, the best of the
+three on all three models measured; `4M` is a user's `--fix`.
+
+Its effect (`Lever.transform`) runs after the run's float8 conversion and the float8 head's: each
+converted linear (a `Float8Linear`, or a `Float8Conv1D` from GPT-2's `Conv1D`) whose weight is
+under the value's size, other than the output head (`float8_head` decides that one), becomes an
+`nn.Linear` or a `Conv1D` again holding the very same Parameters; the run's float8 report counts
+what still runs in float8 (`trainers.float8.Float8Report.after_levers`). Refused in one line on a
+device other than CUDA, in a precision other than float8, and for a model where the value would
+keep nothing in float8 or put nothing back.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainers import float8
+from trainers.errors import ConfigError
+from trainers.levers.declare import Lever, ProbeInput, Undo, Value, nothing, ranked, register
+from trainers.levers.timing import timed_ms
+
+SIZES = {"4M": 4 << 20, "8M": 8 << 20}
+"""The smallest weight (elements) a value keeps in float8."""
+
+Shape = tuple[int, int, bool]
+"""A linear's in features, out features and whether it has a bias."""
+
+
+def _refuse_on(value: Value, device: str) -> str | None:
+    if value != "all" and device != "cuda":
+        return f"float8_linears={value!r} chooses among float8 matmuls, which {device} lacks"
+    return None
+
+
+def _refuse_in(value: Value, precision: str) -> str | None:
+    if value != "all" and precision != "float8":
+        return f"all unless the run's precision is float8 (this run's is {precision})"
+    return None
+
+
+def _float8_linears(model: nn.Module) -> dict[str, Shape]:
+    """The linears a float8 run converts (the output head aside), by qualified name: on a model
+    the run converted, its float8 modules; on a plain one, what `Float8Plan.of` would convert."""
+    heads = float8.output_heads(model)
+    converted = {n: m for n, m in model.named_modules() if float8.is_float8(m) and n not in heads}
+    if not converted:
+        plan = float8.Float8Plan.of(model)
+        converted = {n: model.get_submodule(n) for n in plan.converted}
+    shapes: dict[str, Shape] = {}
+    for name, module in converted.items():
+        # A Float8Linear (a Float8Conv1D too) is an nn.Linear: its in and out features.
+        dims = float8.linear_dims(module)
+        assert dims is not None  # the plan and the conversion take linears only
+        shapes[name] = (dims[0], dims[1], getattr(module, "bias", None) is not None)
+    return shapes
+
+
+def _refuse_for(value: Value, model: nn.Module) -> str | None:
+    if value == "all":
+        return None
+    shapes = _float8_linears(model)
+    if not shapes:
+        return None  # nothing converted: the precision's own refusal names it
+    least = SIZES[str(value)]
+    kept = [n for n, (i, o, _) in shapes.items() if i * o >= least]
+    if not kept:
+        name, (i, o, _) = max(shapes.items(), key=lambda kv: kv[1][0] * kv[1][1])
+        return (
+            f"all for this model: none of its float8 linears has a weight of {value} elements "
+            f"or more (the largest, {name}, is {i} x {o})"
+        )
+    if len(kept) == len(shapes):
+        return f"all for this model: every float8 linear's weight has {value} elements or more"
+    return None
+
+
+def _keep_large(value: Value, model: nn.Module) -> Undo:
+    if value == "all":
+        return nothing
+    if not any(float8.is_float8(m) for m in model.modules()):
+        raise ConfigError(
+            "float8_linears", value, "all unless the run's precision is float8 (nothing converted)"
+        )
+    refused = _refuse_for(value, model)
+    if refused is not None:
+        raise ConfigError("float8_linears", value, refused)
+    least = SIZES[str(value)]
+    swapped: dict[str, nn.Module] = {}
+    for name, (i, o, _) in _float8_linears(model).items():
+        if i * o < least:
+            swapped[name] = model.get_submodule(name)
+            _put(model, name, _in_bf16(swapped[name], i, o))
+
+    def undo() -> None:
+        for name, module in swapped.items():
+            _put(model, name, module)
+
+    return undo
+
+
+def _put(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, child, module)
+
+
+def _in_bf16(converted: nn.Module, features_in: int, features_out: int) -> nn.Module:
+    """The float8 module `converted` as the module it was made from, holding its Parameters: a
+    `Conv1D` for a `Float8Conv1D` (transformers', which a model with one has), else an
+    `nn.Linear`. Made on the meta device: its own weights are never allocated."""
+    with torch.device("meta"):
+        if type(converted).__name__ == "Float8Conv1D":
+            from transformers.pytorch_utils import Conv1D
+
+            plain: nn.Module = Conv1D(features_out, features_in)
+        else:
+            plain = nn.Linear(features_in, features_out, bias=False)
+    plain.weight = converted.weight
+    plain.bias = converted.bias
+    return plain
+
+
+def _probe(where: ProbeInput) -> dict[Value, float | str]:
+    """Each value's milliseconds a step in the linears the plan converts: every distinct shape
+    (with its rows, from one forward; a layer called twice counts once) timed once in bf16 and
+    once in float8 (`linear_ms`), forward and backward; a value sums, for each layer, the figure
+    of what it runs it in."""
+    shapes = _float8_linears(where.model)
+    if not shapes:
+        return {}
+    rows: dict[str, int] = {}
+
+    def record(name: str) -> Any:
+        def hook(_module: nn.Module, args: tuple[Any, ...]) -> None:
+            # None: a pre-hook's result would replace the layer's input.
+            rows.setdefault(name, args[0].numel() // shapes[name][0])
+
+        return hook
+
+    hooks = [where.model.get_submodule(n).register_forward_pre_hook(record(n)) for n in shapes]
+    try:
+        where.forward()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    calls = Counter((shapes[n], r) for n, r in rows.items())
+    if not calls:
+        return {}
+    unavailable = float8.unavailable(where.device)
+    if unavailable:
+        return dict.fromkeys(FLOAT8_LINEARS.values(), unavailable)
+    figures: dict[tuple[Shape, int], tuple[float, float]] = {}
+    try:
+        for shape, n_rows in calls:
+            figures[(shape, n_rows)] = (
+                linear_ms(shape, n_rows, "bf16", where.device),
+                linear_ms(shape, n_rows, "float8", where.device),
+            )
+    except torch.cuda.OutOfMemoryError:
+        return {}  # no figure, and no evidence that a value cannot run in a step
+    except RuntimeError as exc:  # the compile failed, or no kernel for these shapes
+        why = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        return dict.fromkeys(FLOAT8_LINEARS.values(), why)
+    out: dict[Value, float | str] = {}
+    for value in FLOAT8_LINEARS.values():
+        least = 0 if value == "all" else SIZES[str(value)]
+        out[value] = sum(
+            layers * figures[(shape, n_rows)][0 if shape[0] * shape[1] < least else 1]
+            for (shape, n_rows), layers in calls.items()
+        )
+    return out
+
+
+def linear_ms(shape: Shape, rows: int, value: str, device: torch.device, iters: int = 10) -> float:
+    """One linear of `shape` (fp32 weights, as a run keeps them) in `value` (bf16 or float8),
+    forward and backward under bf16 autocast on `rows` rows, CUDA events (`timed_ms`). Float8
+    compiled alone (static shapes), as the whole model compiled fuses its casts and scales; bf16
+    eager, whose matmuls are the same cuBLAS calls compiled or not (a compile saved: the probe
+    runs inside the job's time)."""
+    features_in, features_out, bias = shape
+    holder = nn.Sequential(nn.Linear(features_in, features_out, bias=bias, device=device))
+    compiled: Any = holder
+    if value == "float8":
+        float8.convert(holder, float8.Float8Plan(converted=("0",), kept=()))
+        compiled = torch.compile(holder, dynamic=False)
+    inputs = torch.randn(rows, features_in, device=device, dtype=torch.bfloat16)
+    inputs.requires_grad_(True)
+    grad = torch.randn(rows, features_out, device=device, dtype=torch.bfloat16)
+
+    def step() -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            out = compiled(inputs)
+        out.backward(grad)
+        inputs.grad = None
+        holder.zero_grad(set_to_none=True)
+
+    return timed_ms(step, device, warmup=3, iters=iters)
+
+
+FLOAT8_LINEARS = Lever(
+    name="float8_linears",
+    label="which linears a float8 run keeps in float8: all (the recipes' choice) or those "
+    "whose weight has at least 4M or 8M elements",
+    kind="str",
+    default="all",
+    added=8,
+    options=ranked(
+        ("all", "none", "exact", 0),
+        ("4M", "none", "equivalence", 1),
+        ("8M", "none", "equivalence", 1),
+    ),
+    refuse_on=_refuse_on,
+    refuse_in=_refuse_in,
+    refuse_for=_refuse_for,
+    transform=_keep_large,
+    probe=_probe,
+    offered=("all", "8M"),
+)
+register(FLOAT8_LINEARS)
