@@ -240,17 +240,23 @@ class Float8Report:
         return self.converted_flops / self.step_flops
 
     def after_levers(self, model: nn.Module, flops: Mapping[str, int] | None) -> Float8Report:
-        """This report once the levers' transforms ran on `model`: a converted linear a lever
-        put back in bf16 (`float8_linears`) is counted with the kept ones, and the FLOP share
-        (`flops` as for `Float8Plan.report`) is of what still runs in float8."""
-        back = tuple(n for n in self.converted if not is_float8(model.get_submodule(n)))
-        if not back:
+        """This report once the levers' transforms ran on `model`, of what runs in float8 now:
+        a linear a lever put back in bf16 (`float8_linears`) is counted with the kept ones, one
+        a lever converted (the head, `float8_head`) with the converted ones, and the FLOP share
+        (`flops` as for `Float8Plan.report`) is of those."""
+        names = self.converted + tuple(n for n, _ in self.kept)
+        now = {n for n in names if is_float8(model.get_submodule(n))}
+        if now == set(self.converted):
             return self
-        still = tuple(n for n in self.converted if n not in back)
+        reasons = dict(self.kept)
+        still = tuple(n for n in names if n in now)
+        kept = tuple(
+            (n, reasons.get(n, "put back in bf16 by float8_linears")) for n in names if n not in now
+        )
         return dataclasses.replace(
             self,
             converted=still,
-            kept=self.kept + tuple((n, "put back in bf16 by float8_linears") for n in back),
+            kept=kept,
             converted_flops=None if flops is None else sum(flops.get(n, 0) for n in still),
         )
 
@@ -302,12 +308,30 @@ def convert(model: nn.Module, plan: Float8Plan) -> Undo:
                 _float8_conv1d(module, config),
             )
 
+    for name, module in originals.items():
+        converted = model.get_submodule(name)
+        if converted is not module:
+            # Not a submodule (it would count its Parameters twice): the module it was made
+            # from, for a lever that puts it back for a run (`original_of`).
+            object.__setattr__(converted, ORIGINAL, module)
+
     def undo() -> None:
         for name, module in originals.items():
             parent, _, child = name.rpartition(".")
             setattr(model.get_submodule(parent) if parent else model, child, module)
 
     return undo
+
+
+ORIGINAL = "_streamtune_original"
+"""The attribute of a converted module that holds the module it was made from."""
+
+
+def original_of(module: nn.Module) -> nn.Module | None:
+    """The `nn.Linear` or `Conv1D` a float8 module was made from by `convert` (the very module:
+    its class, hooks and Parameters, which the float8 one shares), or None."""
+    found = module.__dict__.get(ORIGINAL)
+    return found if isinstance(found, nn.Module) else None
 
 
 def _float8_conv1d(conv: nn.Module, config: Any) -> nn.Module:

@@ -27,6 +27,7 @@ from trainers import (
 )
 from trainers import float8 as f8
 from trainers.gate import required_test
+from trainers.levers import float8_linears
 from trainers.levers.declare import ProbeInput
 from trainers.levers.float8_linears import FLOAT8_LINEARS
 from tuner.search.spaces.named import load_space, without_precision_refusals
@@ -114,14 +115,16 @@ def test_the_effect_puts_the_small_linears_back_on_their_parameters_and_gives_fl
     pytest.importorskip("torchao.float8")
     model = nn.Sequential(nn.Linear(4096, 2048), nn.Linear(2048, 512), nn.Linear(512, 64))
     parameters = [id(p) for p in model.parameters()]
+    original = model[1]
     report, undo_float8 = f8.apply_float8(model, flops={"": 100, "0": 60, "1": 10})
     assert report.converted == ("0", "1") and report.flop_share == 0.7
     converted = model[1]
     assert FLOAT8_LINEARS.transform is not None
     undo = FLOAT8_LINEARS.transform("8M", model)
-    assert f8.is_float8(model[0]) and type(model[1]) is nn.Linear and type(model[2]) is nn.Linear
+    assert f8.is_float8(model[0]) and model[1] is original and type(model[2]) is nn.Linear
     assert model[1].weight is converted.weight and model[1].bias is converted.bias
     assert [id(p) for p in model.parameters()] == parameters
+    assert len(list(converted.modules())) == 1  # the original is no submodule of the float8 one
     out = model[1](torch.randn(3, 2048))
     assert out.shape == (3, 512)
     after = report.after_levers(model, {"": 100, "0": 60, "1": 10})
@@ -132,6 +135,45 @@ def test_the_effect_puts_the_small_linears_back_on_their_parameters_and_gives_fl
     assert model[1] is converted and report.after_levers(model, None) is report
     undo_float8()
     assert not any(f8.is_float8(m) for m in model.modules())
+
+
+class Conv1D(nn.Module):
+    """A model's own `Conv1D` (`x @ W + b`, W in x out, as GPT-2's), which float8 converts as it
+    converts transformers' (`trainers.float8.is_conv1d`), transformers or not."""
+
+    def __init__(self, nf: int, nx: int) -> None:
+        super().__init__()
+        self.nf = nf
+        self.weight = nn.Parameter(torch.randn(nx, nf) * 0.02)
+        self.bias = nn.Parameter(torch.zeros(nf))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+
+
+def test_the_effect_puts_a_models_own_conv1d_back_and_the_report_counts_a_float8_head() -> None:
+    """The module put back is the one the conversion replaced (its own class: no library is
+    asked for one); with the head converted by `float8_head` first, the report counts the head
+    with what runs in float8 and the layer put back with the kept ones."""
+    pytest.importorskip("torchao.float8")
+    model = nn.Module()
+    model.c_fc = Conv1D(4096, 2048)  # 8.4M: kept in float8
+    model.c_proj = Conv1D(512, 2048)  # 1.0M: put back
+    model.lm_head = nn.Linear(512, 64)
+    original = model.c_proj
+    report, undo_float8 = f8.apply_float8(model, flops={"": 90, "c_fc": 50, "c_proj": 10})
+    assert LEVERS["float8_head"].transform is not None and FLOAT8_LINEARS.transform is not None
+    undo_head = LEVERS["float8_head"].transform("float8", model)
+    undo = FLOAT8_LINEARS.transform("8M", model)
+    assert model.c_proj is original and f8.is_float8(model.c_fc) and f8.is_float8(model.lm_head)
+    after = report.after_levers(model, {"": 90, "c_fc": 50, "c_proj": 10, "lm_head": 20})
+    assert set(after.converted) == {"c_fc", "lm_head"} and after.converted_flops == 70
+    assert dict(after.kept) == {"c_proj": "put back in bf16 by float8_linears"}
+    undo()
+    undo_head()
+    undo_float8()
+    assert model.c_proj is original and type(model.c_fc) is Conv1D
+    assert type(model.lm_head) is nn.Linear
 
 
 @pytest.mark.models
@@ -175,6 +217,30 @@ def _probe(model: nn.Module, inputs: torch.Tensor, device: str) -> dict[Any, flo
     )
     assert FLOAT8_LINEARS.probe is not None
     return FLOAT8_LINEARS.probe(where)
+
+
+class _Twice(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.shared = nn.Linear(32, 32)
+        self.other = nn.Linear(32, 64)
+        self.lm_head = nn.Linear(64, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.other(self.shared(self.shared(x))))
+
+
+def test_the_probe_counts_every_call_of_each_shape_on_its_rows() -> None:
+    """A layer called twice a step runs its matmuls twice: both calls count."""
+    model = _Twice()
+    where = ProbeInput(
+        forward=lambda: model(torch.randn(2, 8, 32)).sum(), device=torch.device("cpu"), model=model
+    )
+    shapes = float8_linears._float8_linears(model)
+    assert shapes == {"shared": (32, 32, True), "other": (32, 64, True)}
+    calls = float8_linears._calls(where, shapes)
+    assert calls == {((32, 32, True), 16): 2, ((32, 64, True), 16): 1}
+    assert not model.shared._forward_pre_hooks
 
 
 def test_on_a_cpu_the_probe_says_why_for_every_value_and_leaves_the_model() -> None:

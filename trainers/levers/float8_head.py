@@ -23,10 +23,10 @@ than float8, the trial is refused in one line and runs nothing.
 Its effect (`Lever.transform`) runs after the run's float8 conversion (`trainers.float8`): it
 converts the head linears `trainers.float8.output_heads` names, where their features are
 multiples of 16, and puts the originals back when the run ends (they share their Parameters, so
-a tied embedding stays tied). The run's float8 report counts the linears the precision converted,
-without the head. Refused in one line on a device other than CUDA, in a precision other than float8
-(`refuse_in`: before a search enqueues it), and at the run's start where no linear was converted
-or the head cannot be.
+a tied embedding stays tied). The run's float8 report counts the head with the converted linears
+(`trainers.float8.Float8Report.after_levers`). Refused in one line on a device other than CUDA, in
+a precision other than float8 (`refuse_in`: before a search enqueues it), and at the run's start
+where no linear was converted or the head cannot be.
 """
 
 from __future__ import annotations

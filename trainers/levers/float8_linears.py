@@ -112,7 +112,7 @@ def _keep_large(value: Value, model: nn.Module) -> Undo:
     for name, (i, o, _) in _float8_linears(model).items():
         if i * o < least:
             swapped[name] = model.get_submodule(name)
-            _put(model, name, _in_bf16(swapped[name], i, o))
+            _put(model, name, _in_bf16(value, swapped[name], i, o))
 
     def undo() -> None:
         for name, module in swapped.items():
@@ -126,17 +126,19 @@ def _put(model: nn.Module, name: str, module: nn.Module) -> None:
     setattr(model.get_submodule(parent) if parent else model, child, module)
 
 
-def _in_bf16(converted: nn.Module, features_in: int, features_out: int) -> nn.Module:
-    """The float8 module `converted` as the module it was made from, holding its Parameters: a
-    `Conv1D` for a `Float8Conv1D` (transformers', which a model with one has), else an
-    `nn.Linear`. Made on the meta device: its own weights are never allocated."""
+def _in_bf16(value: Value, converted: nn.Module, features_in: int, features_out: int) -> nn.Module:
+    """The float8 module `converted` in bf16, holding its Parameters: the very module it was made
+    from (`trainers.float8.original_of`: an `nn.Linear`, or a `Conv1D` of whatever library); or,
+    for a Float8Linear made elsewhere, an `nn.Linear` on the meta device given its Parameters."""
+    original = float8.original_of(converted)
+    if original is not None:
+        return original
+    if type(converted).__name__ == "Float8Conv1D":  # only `convert` makes one: never here
+        raise ConfigError(
+            "float8_linears", value, "all for a Conv1D converted without its original"
+        )
     with torch.device("meta"):
-        if type(converted).__name__ == "Float8Conv1D":
-            from transformers.pytorch_utils import Conv1D
-
-            plain: nn.Module = Conv1D(features_out, features_in)
-        else:
-            plain = nn.Linear(features_in, features_out, bias=False)
+        plain: nn.Module = nn.Linear(features_in, features_out, bias=False)
     plain.weight = converted.weight
     plain.bias = converted.bias
     return plain
@@ -150,22 +152,7 @@ def _probe(where: ProbeInput) -> dict[Value, float | str]:
     shapes = _float8_linears(where.model)
     if not shapes:
         return {}
-    rows: dict[str, int] = {}
-
-    def record(name: str) -> Any:
-        def hook(_module: nn.Module, args: tuple[Any, ...]) -> None:
-            # None: a pre-hook's result would replace the layer's input.
-            rows.setdefault(name, args[0].numel() // shapes[name][0])
-
-        return hook
-
-    hooks = [where.model.get_submodule(n).register_forward_pre_hook(record(n)) for n in shapes]
-    try:
-        where.forward()
-    finally:
-        for hook in hooks:
-            hook.remove()
-    calls = Counter((shapes[n], r) for n, r in rows.items())
+    calls = _calls(where, shapes)
     if not calls:
         return {}
     unavailable = float8.unavailable(where.device)
@@ -179,7 +166,7 @@ def _probe(where: ProbeInput) -> dict[Value, float | str]:
                 linear_ms(shape, n_rows, "float8", where.device),
             )
     except torch.cuda.OutOfMemoryError:
-        return {}  # no figure, and no evidence that a value cannot run in a step
+        raise  # no evidence either way: the search stages the lever unpredicted
     except RuntimeError as exc:  # the compile failed, or no kernel for these shapes
         why = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
         return dict.fromkeys(FLOAT8_LINEARS.values(), why)
@@ -193,6 +180,27 @@ def _probe(where: ProbeInput) -> dict[Value, float | str]:
     return out
 
 
+def _calls(where: ProbeInput, shapes: dict[str, Shape]) -> Counter[tuple[Shape, int]]:
+    """How many calls one forward makes of each linear shape in `shapes` on how many rows:
+    every call (a layer called twice a step runs twice)."""
+    calls: Counter[tuple[Shape, int]] = Counter()
+
+    def record(name: str) -> Any:
+        def hook(_module: nn.Module, args: tuple[Any, ...]) -> None:
+            # None: a pre-hook's result would replace the layer's input.
+            calls[(shapes[name], args[0].numel() // shapes[name][0])] += 1
+
+        return hook
+
+    hooks = [where.model.get_submodule(n).register_forward_pre_hook(record(n)) for n in shapes]
+    try:
+        where.forward()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return calls
+
+
 def linear_ms(shape: Shape, rows: int, value: str, device: torch.device, iters: int = 10) -> float:
     """One linear of `shape` (fp32 weights, as a run keeps them) in `value` (bf16 or float8),
     forward and backward under bf16 autocast on `rows` rows, CUDA events (`timed_ms`). Float8
@@ -204,6 +212,11 @@ def linear_ms(shape: Shape, rows: int, value: str, device: torch.device, iters: 
     compiled: Any = holder
     if value == "float8":
         float8.convert(holder, float8.Float8Plan(converted=("0",), kept=()))
+        # A fresh Dynamo for each shape: every holder's call is one code object, whose cache
+        # entries past Dynamo's recompile limit (8) would run eager without an error. A trial's
+        # compiled code kept in this process is dropped anyway once anything compiles
+        # (`trainers.compilation.CompileWatch`).
+        torch.compiler.reset()
         compiled = torch.compile(holder, dynamic=False)
     inputs = torch.randn(rows, features_in, device=device, dtype=torch.bfloat16)
     inputs.requires_grad_(True)
