@@ -54,6 +54,7 @@ from tuner.search.spaces.named import (
     without_precision_refusals,
 )
 from tuner.search.spaces.processes import for_processes
+from tuner.search.spaces.resume import as_stored
 from tuner.search.spaces.space import SearchSpace
 from tuner.store import storage as studies
 from tuner.store.keys import PRECISION as PRECISION_PARAM
@@ -233,7 +234,18 @@ def _search_on(
     clock: Clock,
 ) -> Search:
     name, info = _study_info(options, measurer, space)
-    name = _for_model(storage, name, info, measurer, options, progress, owner)
+    # A study stored before a lever was offered resumes with the space it stored, unless this
+    # model's study is another one (then a new study, which searches the lever).
+    stored, added = as_stored(storage, name, info, space)
+    info["space"] = stored.to_dict()
+    moved = _for_model(storage, name, info, measurer, options, progress, owner)
+    if added and moved == name:
+        space = stored
+        progress.phase(
+            f"study {name} was stored before {', '.join(added)} was offered: resumed with the "
+            "space it stored, at the default of each (another --study searches them)"
+        )
+    info["space"], name = space.to_dict(), moved
     loaded = _load_artifacts(info["compile_cache"], progress)
     study, resumed = studies.open_study(
         storage,
