@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.tuner.search.test_search import _Phases
 from tests.tuner.tiny import load, options, run_json, sqlite_url
 from trainers.levers import Lever, ranked, registered
 from tuner.errors import TunerError
@@ -34,22 +35,6 @@ LATER = Lever(
 def _offered() -> Iterator[None]:
     with registered(LATER):
         yield
-
-
-class _Phases:
-    """A Progress that keeps the phase lines (the CLI prints them)."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def start(self, study: str, total: int, resumed: bool) -> None:
-        pass
-
-    def phase(self, text: str) -> None:
-        self.lines.append(text)
-
-    def trial_done(self, done: int, total: int, best: float | None, state: str) -> None:
-        pass
 
 
 def test_offered_since_names_only_lever_modules_levers_missing_from_an_otherwise_equal_space() -> (
