@@ -45,7 +45,8 @@ def _meta(*dims: tuple[int, int]) -> nn.Sequential:
 def test_it_is_declared_once_and_validated_by_loop_config() -> None:
     lever = LEVERS["float8_linears"]
     assert lever is FLOAT8_LINEARS
-    assert lever.values() == ("all", "4M", "8M") and lever.default == "all"
+    assert lever.values() == ("all", "4M", "8M", "none") and lever.default == "all"
+    assert lever.unconverted == "none"  # what the second stage predicts a move into float8 by
     assert LoopConfig().get("float8_linears") == "all"
     assert LoopConfig.from_dict(LARGE).get("float8_linears") == "8M"
     with pytest.raises(ConfigError, match="float8_linears='16M' is invalid: allowed one of all"):
@@ -63,7 +64,7 @@ def test_the_api_and_the_cli_take_the_same_values_and_the_spaces_offer_8m() -> N
         assert api is cli is allowed, value
     for name in ("full", "scale"):
         offered = load_space(name).params["float8_linears"]
-        assert offered == Choice(values=("all", "8M")), name
+        assert offered == Choice(values=("all", "8M", "none")), name
         # A study that never runs float8 leaves it out, without a note (its default alone).
         narrowed = without_precision_refusals(load_space(name), ("bf16-autocast",))
         assert "float8_linears" not in narrowed.params and "float8_linears" not in narrowed.fixed
@@ -105,6 +106,53 @@ def test_a_model_where_the_value_changes_nothing_or_keeps_nothing_is_refused_in_
     assert reason is not None and "every float8 linear" in reason, reason
     # 4M keeps the 4M-element layer that 8M puts back.
     assert invalid_reason({"float8_linears": "4M"}, precision="float8", model=small) is None
+
+
+HEAD_ALONE = {"float8_head": "float8", "float8_linears": "none"}
+
+
+def test_none_keeps_the_head_alone_and_is_refused_beside_a_head_in_bf16_in_one_line() -> None:
+    """`none` keeps no linear but the head in float8 (`float8_head`'s): beside a head kept in
+    bf16 nothing would run in float8, so LoopConfig refuses it naming both levers; a model with
+    linears of any size takes it (it puts every one back)."""
+    for head in ("bf16", None):
+        given = {"float8_linears": "none"} | ({"float8_head": head} if head else {})
+        with pytest.raises(ConfigError) as caught:
+            LoopConfig.from_dict(given)
+        message = str(caught.value)
+        assert "float8_linears='none'" in message and "float8_head='bf16'" in message
+        assert "\n" not in message
+    assert LoopConfig.from_dict(HEAD_ALONE).get("float8_linears") == "none"
+    assert required_test(LoopConfig.from_dict(HEAD_ALONE)) == "equivalence"
+    for dims in (((4096, 4096), (4096, 64)), ((2048, 512), (512, 64))):
+        assert invalid_reason(HEAD_ALONE, precision="float8", model=_meta(*dims)) is None
+    # A head float8 cannot take (GPT-2's vocabulary of 50,257 is no multiple of 16): refused
+    # for the model, so a space leaves the value out.
+    odd_head = _meta((2048, 512), (512, 50257))
+    reason = FLOAT8_LINEARS.refuse_for and FLOAT8_LINEARS.refuse_for("none", odd_head)
+    assert isinstance(reason, str) and "none keeps its head alone in float8" in reason, reason
+    reason = invalid_reason(HEAD_ALONE, precision="bf16-autocast")
+    assert reason is not None and "bf16-autocast" in reason
+
+
+def test_none_puts_every_linear_but_the_head_back() -> None:
+    pytest.importorskip("torchao.float8")
+    model = nn.Sequential(nn.Linear(4096, 2048), nn.Linear(2048, 512), nn.Linear(512, 64))
+    originals = list(model)
+    report, undo_float8 = f8.apply_float8(model, flops={"": 100, "0": 60, "1": 10, "2": 5})
+    assert LEVERS["float8_head"].transform is not None and FLOAT8_LINEARS.transform is not None
+    # A run applies them in table order (`trainers.levers.declare.transformed`): the head's
+    # first, since `none` leaves the head to it.
+    assert list(LEVERS).index("float8_head") < list(LEVERS).index("float8_linears")
+    undo_head = LEVERS["float8_head"].transform("float8", model)
+    undo = FLOAT8_LINEARS.transform("none", model)
+    assert model[0] is originals[0] and model[1] is originals[1] and f8.is_float8(model[2])
+    after = report.after_levers(model, {"": 100, "0": 60, "1": 10, "2": 5})
+    assert after.converted == ("2",) and after.converted_flops == 5
+    undo()
+    undo_head()
+    undo_float8()
+    assert list(model) == originals
 
 
 def test_the_effect_puts_the_small_linears_back_on_their_parameters_and_gives_float8_back() -> None:
@@ -248,7 +296,7 @@ def test_on_a_cpu_the_probe_says_why_for_every_value_and_leaves_the_model() -> N
     leaves such a value out); a model with nothing float8 converts has nothing to probe."""
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16))
     figures = _probe(model, torch.randn(4, 32), "cpu")
-    assert set(figures) == {"all", "4M", "8M"}
+    assert set(figures) == {"all", "4M", "8M", "none"}
     assert all(isinstance(f, str) and "compute capability" in f for f in figures.values())
     assert not model[0]._forward_pre_hooks
     assert all(type(m) in (nn.Linear, nn.ReLU, nn.Sequential) for m in model.modules())
@@ -299,8 +347,42 @@ def test_on_a_float8_gpu_the_probe_times_every_value_and_leaves_the_model() -> N
     before = {k: v.clone() for k, v in model.state_dict().items()}
     figures = _probe(model, torch.randn(4096, 2048, device="cuda"), "cuda")
     assert all(isinstance(figures[v], float) and figures[v] > 0 for v in ("all", "4M", "8M"))
-    # 4M and 8M both put the 2.1M-element layer back: the same figure.
+    # 4M and 8M both put the 2.1M-element layer back: the same figure; none puts both back.
     assert figures["4M"] == figures["8M"] != figures["all"]
+    assert isinstance(figures["none"], float) and figures["none"] not in (
+        figures["all"],
+        figures["8M"],
+    )
     assert not any(f8.is_float8(m) for m in model.modules())
     assert all(p.grad is None for p in model.parameters())
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.gpu
+@pytest.mark.models
+@pytest.mark.skipif(not _capable(), reason="needs a CUDA GPU of compute capability >= 8.9")
+def test_on_a_float8_gpu_the_head_alone_runs_in_float8() -> None:
+    """`none` beside the float8 head, the whole model compiled: every projection of a
+    Qwen2-style decoder runs in bf16, its head in float8; it trains and comes back."""
+    pytest.importorskip("torchao.float8")
+    pytest.importorskip("transformers")
+    args = {"arch": "qwen2", "hidden": "1024", "layers": "2", "heads": "16", "kv_heads": "16"}
+    args |= {"ffn": "2816", "vocab": "32768", "seq": "256", "batch": "8", "batches": "4"}
+    workload = load_workload("hf:causal-lm", "small", seed=0, model_args=args)
+    kinds: list[tuple[str, str, str]] = []
+    loss_fn = workload.loss_fn
+    model = workload.model
+    layer = model.model.layers[0]
+
+    def observed(module: Any, batch: Any) -> Any:
+        names = (layer.self_attn.q_proj, layer.mlp.up_proj, model.lm_head)
+        kinds.append(tuple(type(m).__name__ for m in names))  # type: ignore[arg-type]
+        return loss_fn(module, batch)
+
+    workload.loss_fn = observed
+    config = LoopConfig.from_dict({"compile": "default", "compile_scope": "model", **HEAD_ALONE})
+    steps = RunArgs(steps=6, warmup=2, windows=1, device="cuda", precision="float8")
+    result = run(workload, config, steps)
+    assert kinds[-6:] == [("Linear", "Linear", "Float8Linear")] * 6
+    assert all(math.isfinite(x) for x in result.losses) and result.losses[-1] < result.losses[0]
+    assert not any(f8.is_float8(m) for m in workload.model.modules())

@@ -143,6 +143,11 @@ class Lever:
     offered: the values the built-in `full`-based search spaces search (empty: the spaces of
         `tuner.search.spaces.named` say, as for the levers declared in `trainers.levers.table`);
         a value that costs a compile only in the spaces that search the compiler.
+    unconverted: for a lever whose other values need float8 (`refuse_in`), the value under
+        which the work it changes runs as in bf16 (the float8 head's `bf16`); its probe's figure
+        for that value is what a bf16 step spends there, so the search's second stage predicts
+        moving a bf16 leader into float8 against it (`tuner.search.proposing.levers`). None: no
+        such value.
     """
 
     name: str
@@ -161,6 +166,7 @@ class Lever:
     conflicts: ConfigRule | None = None
     inert: InertRule | None = None
     offered: tuple[Value, ...] = ()
+    unconverted: Value | None = None
 
     def values(self) -> tuple[Value, ...]:
         """The allowed values in declaration order (empty for a `span` lever)."""
@@ -280,6 +286,8 @@ def register(lever: Lever, *, field: bool = False) -> None:
     """Add `lever` to the table. `field`: it is a `LoopConfig` field (the table's own levers);
     otherwise `LoopConfig.modules` carries its value. ValueError for a name already taken or a
     module lever with `added` 0 (it would change every stored config's key)."""
+    if lever.unconverted is not None:
+        lever.check(lever.unconverted)  # a typo would leave every move into float8 unpredicted
     if lever.name in TABLE:
         raise ValueError(f"a lever named {lever.name!r} is already declared")
     if not field and lever.added < 1:

@@ -175,5 +175,6 @@ FLOAT8_HEAD = Lever(
     transform=_convert_head,
     probe=_probe,
     offered=("bf16", "float8"),
+    unconverted="bf16",
 )
 register(FLOAT8_HEAD)

@@ -1,7 +1,10 @@
 """`float8_linears`: which of the linears a float8 run converts stay converted: `all` (the
 default: every one `trainers.float8.Float8Plan` takes, as torchao's and torchtitan's recipes
-convert them), or only those whose weight has at least 4M or 8M elements (`4M`, `8M`: 4 x 2^20
-and 8 x 2^20), the rest put back in bf16.
+convert them), only those whose weight has at least 4M or 8M elements (`4M`, `8M`: 4 x 2^20
+and 8 x 2^20), or `none`, the rest put back in bf16. `none` leaves only the output head in
+float8, so it needs `float8_head='float8'` beside it (`conflicts`): the head of a large
+vocabulary is the step's largest matmul (151,936 x 1,024 on the Qwen1.5-0.5B shape, 155M of its
+464M parameters), while every other linear of such a model is small enough to lose in float8.
 
 Tensorwise float8 adds casts and scale reductions around each matmul, in proportion to its
 input and output, not to its multiply-adds: a small matmul can lose more to them than its float8
@@ -18,20 +21,28 @@ Its probe (`Lever.probe`) times each distinct shape the plan converts, in bf16 a
 (compiled on its own), forward and backward on the rows one forward gives it (`linear_ms`), and
 sums for each value what its layers would run in; empty where the model has nothing to convert, and
 every value says why where float8 cannot run. The built-in spaces offer `8M`, the best of the
-three on all three models measured; `4M` is a user's `--fix`.
+three on all three models measured, and `none`; `4M` is a user's `--fix`. Set by hand beside a
+head in bf16, `none` is refused; a search that draws that pair runs `all` (`inert`). The second
+stage reaches it by moving a bf16 leader into float8 with its head alone in float8
+(`unconverted`: the value whose linears run as a bf16 step's). Whole steps
+disagreed with the microbenchmark at `llama-1b` (2026-11-30, one H200, the whole model compiled,
+the head in float8): `8M` ran 0.976x (0.971-0.986) the same step with `all`, and a default job
+on `llama-1b-large` screened its `8M` trial out at 2 % behind: so a trial decides, as below.
 
 Its effect (`Lever.transform`) runs after the run's float8 conversion and the float8 head's: each
 converted linear (a `Float8Linear`, or a `Float8Conv1D` from GPT-2's `Conv1D`) whose weight is
 under the value's size, other than the output head (`float8_head` decides that one), becomes an
 `nn.Linear` or a `Conv1D` again holding the very same Parameters; the run's float8 report counts
 what still runs in float8 (`trainers.float8.Float8Report.after_levers`). Refused in one line on a
-device other than CUDA, in a precision other than float8, and for a model where the value would
-keep nothing in float8 or put nothing back.
+device other than CUDA, in a precision other than float8, beside a head kept in bf16 for
+`none`, and for a model where a size would keep nothing in float8 or put nothing back.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -39,11 +50,30 @@ from torch import nn
 
 from trainers import float8
 from trainers.errors import ConfigError
-from trainers.levers.declare import Lever, ProbeInput, Undo, Value, nothing, ranked, register
+from trainers.levers.declare import (
+    TABLE,
+    Lever,
+    ProbeInput,
+    Undo,
+    Value,
+    nothing,
+    ranked,
+    register,
+)
 from trainers.levers.timing import timed_ms
 
 SIZES = {"4M": 4 << 20, "8M": 8 << 20}
-"""The smallest weight (elements) a value keeps in float8."""
+"""The smallest weight (elements) a size keeps in float8."""
+NONE = "none"
+"""The value that keeps none of them in float8 (the head aside)."""
+
+
+def _least(value: Value) -> float:
+    """The smallest weight (elements) `value` keeps in float8: 0 for all, none for `none`."""
+    if value == "all":
+        return 0
+    return math.inf if value == NONE else SIZES[str(value)]
+
 
 Shape = tuple[int, int, bool]
 """A linear's in features, out features and whether it has a bias."""
@@ -84,7 +114,20 @@ def _refuse_for(value: Value, model: nn.Module) -> str | None:
     shapes = _float8_linears(model)
     if not shapes:
         return None  # nothing converted: the precision's own refusal names it
-    least = SIZES[str(value)]
+    if value == NONE:
+        # It keeps nothing by design and puts every one back: what it needs is a head float8
+        # can take (the float8 head's own rule: features multiples of 16), or has taken.
+        if any(float8.is_float8(model.get_submodule(n)) for n in float8.output_heads(model)):
+            return None
+        rule = TABLE["float8_head"].refuse_for
+        head = None if rule is None else rule("float8", model)
+        if head is not None:
+            return (
+                "all, 4M or 8M for this model: none keeps its head alone in float8, and "
+                f"float8_head allows only {head}"
+            )
+        return None
+    least = _least(value)
     kept = [n for n, (i, o, _) in shapes.items() if i * o >= least]
     if not kept:
         name, (i, o, _) = max(shapes.items(), key=lambda kv: kv[1][0] * kv[1][1])
@@ -107,7 +150,7 @@ def _keep_large(value: Value, model: nn.Module) -> Undo:
     refused = _refuse_for(value, model)
     if refused is not None:
         raise ConfigError("float8_linears", value, refused)
-    least = SIZES[str(value)]
+    least = _least(value)
     swapped: dict[str, nn.Module] = {}
     for name, (i, o, _) in _float8_linears(model).items():
         if i * o < least:
@@ -172,12 +215,27 @@ def _probe(where: ProbeInput) -> dict[Value, float | str]:
         return dict.fromkeys(FLOAT8_LINEARS.values(), why)
     out: dict[Value, float | str] = {}
     for value in FLOAT8_LINEARS.values():
-        least = 0 if value == "all" else SIZES[str(value)]
+        least = _least(value)
         out[value] = sum(
             layers * figures[(shape, n_rows)][0 if shape[0] * shape[1] < least else 1]
             for (shape, n_rows), layers in calls.items()
         )
     return out
+
+
+def _conflicts(value: Value, get: Callable[[str], Value]) -> str | None:
+    if value == NONE and get("float8_head") != "float8":
+        return (
+            f"all, 4M or 8M beside float8_head={get('float8_head')!r} (with none, nothing would "
+            "run in float8): float8_head='float8' with float8_linears='none' keeps the head alone"
+        )
+    return None
+
+
+def _inert(get: Callable[[str], Value]) -> bool:
+    # `none` names the head alone: beside a head in bf16 there is nothing for it to keep, and a
+    # search that draws the pair runs the float8 of the recipes (`all`) instead of a refusal.
+    return get("float8_linears") == NONE and get("float8_head") != "float8"
 
 
 def _calls(where: ProbeInput, shapes: dict[str, Shape]) -> Counter[tuple[Shape, int]]:
@@ -234,8 +292,8 @@ def linear_ms(shape: Shape, rows: int, value: str, device: torch.device, iters: 
 
 FLOAT8_LINEARS = Lever(
     name="float8_linears",
-    label="which linears a float8 run keeps in float8: all (the recipes' choice) or those "
-    "whose weight has at least 4M or 8M elements",
+    label="which linears a float8 run keeps in float8: all (the recipes' choice), those "
+    "whose weight has at least 4M or 8M elements, or none (the head alone, with float8_head)",
     kind="str",
     default="all",
     added=8,
@@ -243,12 +301,16 @@ FLOAT8_LINEARS = Lever(
         ("all", "none", "exact", 0),
         ("4M", "none", "equivalence", 1),
         ("8M", "none", "equivalence", 1),
+        (NONE, "none", "equivalence", 1),
     ),
     refuse_on=_refuse_on,
     refuse_in=_refuse_in,
     refuse_for=_refuse_for,
     transform=_keep_large,
     probe=_probe,
-    offered=("all", "8M"),
+    conflicts=_conflicts,
+    inert=_inert,
+    offered=("all", "8M", NONE),
+    unconverted=NONE,
 )
 register(FLOAT8_LINEARS)

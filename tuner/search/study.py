@@ -242,8 +242,8 @@ def _search_on(
     if added and moved == name:
         space = stored
         progress.phase(
-            f"study {name} was stored before {', '.join(added)} was offered: resumed with the "
-            "space it stored, at the default of each (another --study searches them)"
+            f"study {name} was stored before {', '.join(added)} was offered as now: resumed "
+            "with the space it stored, each as its trials ran it (another --study searches them)"
         )
     info["space"], name = space.to_dict(), moved
     loaded = _load_artifacts(info["compile_cache"], progress)
@@ -362,10 +362,13 @@ def _space_for(
     )
     if not measurer.has_blocks():
         space = without_block_levers(space)
+    # A study without a precision runs in float32: fp32's rules (the levers' own word). Before
+    # the model's refusals: a lever no precision of the study runs leaves without a note, where
+    # the model's refusal of one of its values would have noted it (a bf16 study's stored space
+    # then names float8_linears).
+    space = without_precision_refusals(space, options.allowed_precisions or ("fp32",))
     if measurer.program is None:  # a program's model is built elsewhere, and checked there
         space = without_model_refusals(space, measurer.workload.model)
-    # A study without a precision runs in float32: fp32's rules (the levers' own word).
-    space = without_precision_refusals(space, options.allowed_precisions or ("fp32",))
     space = without_inert_levers(space)
     options = _with_protocol(options, measurer, space.name, progress)
     # N processes per trial: the data-parallel levers join the space (one: they stay off).

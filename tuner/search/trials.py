@@ -412,6 +412,7 @@ class TrialRunner:
                 staged=self._staged,
                 predict=self._prober,
                 model=self._model(),
+                precisions=self.options.allowed_precisions if self.options.multi_precision else (),
             ),
             what="enqueueing the second stage",
         )

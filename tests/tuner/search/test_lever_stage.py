@@ -488,3 +488,178 @@ def test_patience_waits_for_the_trials_a_stage_enqueued(tmp_path: Path) -> None:
     assert _expected_stop(values, 2, 0.99) < 5  # the rule alone would have stopped before them
     # After the five, the rule as before: the first count from 5 on whose last 2 did not gain.
     assert len(values) == _expected_stop(values, 2, 0.99, first=5 - 2) >= 5
+
+
+# A space that may run float8: the float8-only levers beside the compile scope.
+FLOAT8_SPACE = SearchSpace(
+    name="own",
+    params={
+        "compile_scope": Choice(values=("blocks", "model")),
+        "float8_head": Choice(values=("bf16", "float8")),
+        "float8_linears": Choice(values=("all", "8M", "none")),
+    },
+    fixed={"compile": "default"},
+)
+BOTH = ("bf16-autocast", "float8")
+# Their probes in float8: the head gains 4 ms; every linear in float8 loses 5 ms against bf16
+# ("none", what a bf16 step runs), 8M 2 ms.
+IN_FLOAT8 = {
+    "float8_head": {"bf16": 10.0, "float8": 6.0},
+    "float8_linears": {"all": 30.0, "8M": 27.0, "none": 25.0},
+}
+
+
+def _moves(staged: list[dict[str, Any]], leader: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in p.items() if leader.get(k) != v} for p in staged]
+
+
+def test_a_bf16_leader_is_moved_into_float8_where_the_probes_predict_a_gain() -> None:
+    """The leader in float8 with each combination of the float8 levers' values and their
+    `unconverted` one (`none`), the head in bf16 beside `none` refused; predicted against what a
+    bf16 step runs (the head in bf16, no linear in float8), summed; largest gain first."""
+    leader = {"compile_scope": "model", "float8_head": "bf16", "float8_linears": "all"}
+    leader |= {keys.PRECISION: "bf16-autocast"}
+    predicted = Predictions(ms=IN_FLOAT8, floor_ms=1.0)
+    head_alone = {"float8_head": "float8", "float8_linears": "none"}
+    assert predicted.into(head_alone, head_alone) == 4.0
+    mlp = {"float8_head": "float8", "float8_linears": "8M"}
+    assert predicted.into(mlp, mlp) == 2.0
+    plain = {"float8_head": "bf16", "float8_linears": "all"}
+    why = predicted.into(plain, plain)
+    assert isinstance(why, str) and why.startswith("float8 with float8_head=bf16, float8_lin")
+    assert "predicted -5.00 ms a step against the leader's" in why
+    staged = lever_stage(
+        FLOAT8_SPACE, leader, device_type="cuda", precisions=BOTH, in_float8=predicted
+    )
+    assert _moves(staged, leader) == [
+        {keys.PRECISION: "float8", "float8_head": "float8", "float8_linears": "none"},
+        {keys.PRECISION: "float8", "float8_head": "float8", "float8_linears": "8M"},
+    ]
+    # A floor above the head's gain leaves every move out.
+    higher = Predictions(ms=IN_FLOAT8, floor_ms=4.0)
+    assert (
+        lever_stage(FLOAT8_SPACE, leader, device_type="cuda", precisions=BOTH, in_float8=higher)
+        == []
+    )
+
+
+def test_a_move_into_float8_is_staged_only_where_float8_may_run_and_is_predicted() -> None:
+    leader = {"compile_scope": "model", "float8_head": "bf16", "float8_linears": "all"}
+    bf16 = leader | {keys.PRECISION: "bf16-autocast"}
+    predicted = Predictions(ms=IN_FLOAT8, floor_ms=1.0)
+    # A study of one precision, or one whose trials cannot run float8: no move.
+    for precisions in ((), ("bf16-autocast", "fp32")):
+        assert (
+            lever_stage(
+                FLOAT8_SPACE, bf16, device_type="cuda", precisions=precisions, in_float8=predicted
+            )
+            == []
+        )
+    # Not predicted (no probe ran in float8), or a probe without a figure: left out.
+    assert lever_stage(FLOAT8_SPACE, bf16, device_type="cuda", precisions=BOTH) == []
+    partial = Predictions(ms={"float8_head": IN_FLOAT8["float8_head"]}, floor_ms=1.0)
+    head_alone = {"float8_head": "float8", "float8_linears": "none"}
+    why = partial.into(head_alone, head_alone)
+    assert isinstance(why, str) and why.endswith("no probe predicted it")
+    # From fp32 (or fp16, tf32) no move: the probes' figures are bf16's.
+    fp32 = leader | {keys.PRECISION: "fp32"}
+    assert (
+        lever_stage(
+            FLOAT8_SPACE,
+            fp32,
+            device_type="cuda",
+            precisions=("fp32", "float8"),
+            in_float8=predicted,
+        )
+        == []
+    )
+    # Where float8 cannot run a value, the probe's figure says why.
+    cannot = Predictions(
+        ms={
+            "float8_head": {"bf16": 1.0, "float8": "needs compute capability 8.9"},
+            "float8_linears": {"all": 1.0, "8M": 1.0, "none": 1.0},
+        },
+        floor_ms=0.0,
+    )
+    why = cannot.into(head_alone, head_alone)
+    assert isinstance(why, str) and "float8_head=float8: needs compute capability" in why
+    # A float8 leader gets its own levers one at a time, and no move.
+    float8 = leader | {keys.PRECISION: "float8"}
+    staged = lever_stage(
+        FLOAT8_SPACE, float8, device_type="cuda", precisions=BOTH, in_float8=predicted
+    )
+    assert _moves(staged, float8) == [{"float8_head": "float8"}, {"float8_linears": "8M"}]
+
+
+def test_the_stage_probes_in_float8_for_a_move_and_enqueues_it_in_float8(tmp_path: Path) -> None:
+    """`second_stage` on a real study: a bf16 leader whose only variants are moves asks the
+    probes in float8 alone, enqueues the predicted move with its precision, and says so."""
+    study = optuna.create_study(storage=sqlite_url(tmp_path), direction="maximize")
+    distributions = FLOAT8_SPACE.distributions() | {
+        keys.PRECISION: optuna.distributions.CategoricalDistribution(list(BOTH))
+    }
+    leader = {"compile_scope": "model", "float8_head": "bf16", "float8_linears": "all"}
+    study.add_trial(
+        create_trial(
+            params=leader | {keys.PRECISION: "bf16-autocast"},
+            distributions=distributions,
+            value=10.0,
+        )
+    )
+    asked: list[tuple[int, str | None, Any]] = []
+
+    def predict(trial: FrozenTrial, precision: str | None, names: Any = None) -> Predictions:
+        asked.append((trial.number, precision, names))
+        return Predictions(ms=IN_FLOAT8, floor_ms=3.0)
+
+    said = second_stage(
+        study,
+        FLOAT8_SPACE,
+        study.trials[0],
+        device_type="cuda",
+        precision=None,
+        staged=Staged(margin=0.02),
+        predict=predict,
+        precisions=BOTH,
+    )
+    # The float8 levers' probes alone, whether the space searches them or not.
+    assert asked == [(0, "float8", ("float8_head", "float8_linears"))]
+    assert (
+        said is not None
+        and "or moved into float8 (float8_head=float8+float8_linears=none+precision=float8)" in said
+    )
+    assert "precision=float8): 1 enqueued; left out by the levers' probes" in said, said
+    assert "float8 with float8_head=float8, float8_linears=8M: predicted +2.00 ms" in said
+    trial = study.ask(distributions)
+    assert trial.params == {
+        "compile_scope": "model",
+        "float8_head": "float8",
+        "float8_linears": "none",
+        keys.PRECISION: "float8",
+    }
+
+
+def test_a_move_is_predicted_with_the_float8_levers_the_space_does_not_search() -> None:
+    """A space that searches the head alone (a study stored before float8_linears, or one of
+    one's own): the move still runs every other linear in float8, so the linears' figure counts
+    at the lever's default (`all`), and the head's 4 ms do not outweigh their 5."""
+    head_only = dataclasses.replace(
+        FLOAT8_SPACE, params={k: v for k, v in FLOAT8_SPACE.params.items() if k != "float8_linears"}
+    )
+    leader = {"compile_scope": "model", "float8_head": "bf16", keys.PRECISION: "bf16-autocast"}
+    predicted = Predictions(ms=IN_FLOAT8, floor_ms=0.5)
+    assert (
+        lever_stage(head_only, leader, device_type="cuda", precisions=BOTH, in_float8=predicted)
+        == []
+    )
+    cheaper = {"float8_head": {"bf16": 10.0, "float8": 4.0}} | {
+        "float8_linears": IN_FLOAT8["float8_linears"]
+    }
+    staged = lever_stage(
+        head_only,
+        leader,
+        device_type="cuda",
+        precisions=BOTH,
+        in_float8=Predictions(ms=cheaper, floor_ms=0.5),
+    )
+    assert _moves(staged, leader) == [{"float8_head": "float8", keys.PRECISION: "float8"}]

@@ -5,6 +5,7 @@ lever offered by the built-in spaces, as a lever added in a later version would 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,6 +60,34 @@ def test_offered_since_names_only_lever_modules_levers_missing_from_an_otherwise
     assert offered_since(stored, current) == ()
 
 
+def test_offered_since_names_a_lever_that_offers_more_values_now() -> None:
+    """`float8_linears='none'`, offered since 8M: the stored choices kept and more, with the
+    note a model's refusal of another value adds now (the lever then left with two values, no
+    longer dropped). Fewer or other values, or a note about another setting, stop the job."""
+    current = load_space("full")
+    assert current.params["float8_linears"] == Choice(values=("all", "8M", "none"))
+    params = dict(current.params) | {"float8_linears": Choice(values=("all", "8M"))}
+    stored = SearchSpace(name="full", params=params, fixed=current.fixed, notes=current.notes)
+    assert offered_since(stored, current) == ("float8_linears",)
+    assert offered_since(current, stored) == ()  # a value fewer
+    other = dict(params) | {"float8_linears": Choice(values=("all", "4M"))}
+    assert offered_since(dataclasses.replace(stored, params=other), current) == ()
+    # A value the lever does not offer, added to a space of one's own, is a new question.
+    more = dict(current.params) | {"float8_linears": Choice(values=("all", "8M", "none", "4M"))}
+    assert offered_since(current, dataclasses.replace(current, params=more)) == ()
+    # Stored before the lever at all (the model refused 8M, its default alone then dropped).
+    dropped = {n: s for n, s in params.items() if n != "float8_linears"}
+    narrowed = {n: s for n, s in current.params.items()} | {
+        "float8_linears": Choice(values=("all", "none"))
+    }
+    note = "float8_linears 8M left out: Sequential cannot take it"
+    now = SearchSpace(name="full", params=narrowed, fixed=current.fixed, notes=(note,))
+    before = SearchSpace(name="full", params=dropped, fixed=current.fixed)
+    assert offered_since(before, now) == ("float8_linears",)
+    elsewhere = dataclasses.replace(now, notes=(note, "loss compiled left out: no loss"))
+    assert offered_since(before, elsewhere) == ()
+
+
 def test_a_study_stored_before_a_lever_was_offered_resumes_with_its_space(
     tmp_path: Path,
 ) -> None:
@@ -72,8 +101,8 @@ def test_a_study_stored_before_a_lever_was_offered_resumes_with_its_space(
     assert result["trial_counts"]["complete"] >= 2
     said = [line for line in phases.lines if "was stored before" in line]
     assert said == [
-        f"study s was stored before {NAME} was offered: resumed with the space it stored, at "
-        "the default of each (another --study searches them)"
+        f"study s was stored before {NAME} was offered as now: resumed with the space it "
+        "stored, each as its trials ran it (another --study searches them)"
     ]
     study = load(storage, "s")
     assert study.user_attrs["streamtune"]["space"] == before  # stored as it was

@@ -22,6 +22,20 @@ predict could be enqueued (`Prober`); a value predicted to gain no more than the
 the leader's step, or that cannot run the model's calls, is left out, and the progress line says
 why (`Predictions`).
 
+A leader in bf16, in a study that may also run float8, gets one more kind of variant: the
+leader moved into float8, with each combination of the values the offered float8-only levers
+take in the space (`float8_head`, `float8_linears`; a combination the harness refuses, or one
+that runs as another, left out), among them the leader in plain float8 and its head alone in
+float8 (`float8_linears='none'` beside `float8_head='float8'`). The first stage tries float8
+only at its corners and the one-lever variants need a float8 leader, so without these a bf16
+leader was never tried with what float8 gives at its largest matmul: on the Qwen1.5-0.5B
+shape (2026-11-30, one H200; vocabulary 151,936) the default job kept bf16 after plain float8
+ran 1.2 % behind, with its head never in float8 (1.047x on the Qwen2-style decoder before).
+Their prediction is what the float8 levers' probes, run in float8, say the combination saves
+against each lever's `unconverted` value (what a bf16 step runs), summed over every such
+lever, the space's or not: plain float8 is predicted from its linears alone. A move is staged
+only where predicted, and only from bf16, whose step those figures are.
+
 Order: cheapest one-off cost first (`trainers.Lever.cost_order`: no cost, then a compile), then
 the larger predicted gain, then the order the levers were registered in. Each variant is a
 trial like any other: the screen stops a losing one after its first windows and the gate judges
@@ -37,14 +51,16 @@ their modules), and a space of one's own may search any.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+import itertools
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, get_args
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 import trainers
+from trainers.levers import Cost
 from tuner.search.spaces.space import Choice, SearchSpace
 from tuner.store import keys
 
@@ -71,14 +87,19 @@ def lever_stage(
     precision: str | None = None,
     model: nn.Module | None = None,
     predictions: Predictions | None = None,
+    precisions: Sequence[str] = (),
+    in_float8: Predictions | None = None,
 ) -> list[dict[str, Any]]:
     """The params to enqueue: `leader` (a trial's params) with one offered lever changed each,
     the ones the harness runs here (on `device_type`, in `precision`, for `model` where given)
     and, with `predictions`, the ones not predicted to gain too little; cheapest first, then the
     largest predicted gain. Each holds the searched settings as the config runs them
     (`trainers.canonical`: a setting another one leaves unused at its default), so two that run
-    the same config are one trial (`skip_if_exists`)."""
+    the same config are one trial (`skip_if_exists`). `precisions`: those the study searches
+    (a trial's `precision` param); where float8 is one and the leader's is another, the leader
+    moved into float8 too (`_into_float8`), predicted by `in_float8`."""
     found = _variants(space, leader, device_type, precision, model, predictions)
+    found += _into_float8(space, leader, device_type, precision, precisions, model, in_float8)
     return [v.params for v in sorted(found, key=_order) if v.left_out is None]
 
 
@@ -135,6 +156,98 @@ def _variants(
     return found
 
 
+FLOAT8 = "float8"
+
+
+def _float8_levers(space: SearchSpace, precision: str) -> dict[str, tuple[Any, ...]]:
+    """The offered levers with a value that runs in float8 but not in `precision`, and an
+    `unconverted` value to predict them against, each with the space's values (an enqueued
+    value must be one of them: Optuna's distribution)."""
+    found: dict[str, tuple[Any, ...]] = {}
+    for name, values in offered_levers(space).items():
+        lever = trainers.LEVERS[name]
+        if lever.unconverted is None:
+            continue
+        if any(
+            lever.precision_refusal(v, precision) and not lever.precision_refusal(v, FLOAT8)
+            for v in values
+        ):
+            found[name] = values
+    return found
+
+
+def _into_float8(
+    space: SearchSpace,
+    leader: Mapping[str, Any],
+    device_type: str,
+    precision: str | None,
+    precisions: Sequence[str],
+    model: nn.Module | None,
+    predictions: Predictions | None,
+) -> list[Variant]:
+    """The leader moved into float8 with each combination of the float8-only levers' offered
+    values the harness runs (see the module doc); none where the study cannot run float8 as a
+    trial's precision or the leader runs in it already."""
+    precision = leader.get(keys.PRECISION, precision) or "fp32"
+    # From bf16 alone: the probes' `unconverted` figures are bf16's (float8 computes the rest of
+    # the step in bf16 too), so they do not predict a move from fp32, tf32 or fp16.
+    if FLOAT8 not in precisions or precision != BF16:
+        return []
+    levers = _float8_levers(space, precision)
+    if not levers:
+        return []
+    settings = {k: v for k, v in leader.items() if k != keys.PRECISION}
+    current = trainers.canonical(space.fixed | settings, pinned=space.fixed)
+    registered = list(trainers.LEVERS)
+    found: list[Variant] = []
+    for combination in itertools.product(*levers.values()):
+        chosen = dict(zip(levers, combination, strict=True))
+        changed = current | chosen
+        if trainers.invalid_reason(changed, precision=FLOAT8, device_type=device_type, model=model):
+            continue
+        runs = trainers.canonical(changed, pinned=space.fixed)
+        if any(runs[n] != v for n, v in chosen.items()):
+            continue  # it runs as another combination (a lever inert beside the others)
+        variant = {field: runs[field] for field in space.params} | {keys.PRECISION: FLOAT8}
+        # Only where predicted: each move compiles the whole float8 model, and up to five of
+        # them would run on the probes' word alone. Predicted over every float8 lever, the
+        # space's or not (one fixed, or at its default, still runs its linears in float8).
+        settled = {n: runs.get(n, trainers.LEVERS[n].default) for n in _unconverted_levers()}
+        gain = _unpredicted(chosen) if predictions is None else predictions.into(settled, chosen)
+        left_out = gain if isinstance(gain, str) else None
+        ahead = gain if isinstance(gain, float) else 0.0
+        # A compile (the converted model's), after every lever of the leader's own precision
+        # that costs as much.
+        found.append(Variant((_COMPILE, -ahead, len(registered)), FLOAT8, variant, left_out))
+    return found
+
+
+_COMPILE = get_args(Cost).index("compile")
+BF16 = "bf16-autocast"
+
+
+def _unconverted_levers() -> tuple[str, ...]:
+    """The levers that say what a bf16 step runs (`Lever.unconverted`): a move's prediction."""
+    return tuple(n for n, lever in trainers.LEVERS.items() if lever.unconverted is not None)
+
+
+def _unpredicted(chosen: Mapping[str, Any]) -> str:
+    return f"{_moved(chosen)}: no probe predicted it"
+
+
+def _moved(chosen: Mapping[str, Any]) -> str:
+    return "float8 with " + ", ".join(f"{n}={v}" for n, v in chosen.items())
+
+
+class Predict(Protocol):
+    """What the second stage asks the probes (`Prober`): the predictions for a leader in a
+    precision, from the probes of `names` (None: the levers the space offers)."""
+
+    def __call__(
+        self, leader: FrozenTrial, precision: str | None, names: Collection[str] | None = None
+    ) -> Predictions | None: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class Predictions:
     """What the levers' probes predict for one leader (`trainers.probe_levers`): each probed
@@ -162,6 +275,34 @@ class Predictions:
         if gain <= self.floor_ms:
             return (
                 f"{name}={value}: predicted {gain:+.2f} ms a step against {current}, under the "
+                f"{self.floor_ms:.2f} ms a gain must pass"
+            )
+        return gain
+
+    def into(self, settled: Mapping[str, Any], chosen: Mapping[str, Any]) -> float | str:
+        """What a step saves moved into float8 with `settled` (every float8 lever's value in the
+        move; these predictions the probes' in float8): each lever's figure at its `unconverted`
+        value (a bf16 step's) less its figure at the settled one, summed; why the stage leaves
+        it out (named by `chosen`, the space's levers) where a value cannot run, a figure is
+        missing (a move is staged only where predicted) or the sum gains too little."""
+        gain = 0.0
+        said = _moved(chosen)
+        for name, value in settled.items():
+            figures = self.ms.get(name)
+            if figures is None:
+                return _unpredicted(chosen)  # no probe, or it failed
+            if not figures:
+                continue  # the model does none of its work: it changes nothing
+            unconverted = trainers.LEVERS[name].unconverted
+            new, old = figures.get(value), figures.get(unconverted)
+            if isinstance(new, str):
+                return f"{said}: {name}={value}: {new}"
+            if not isinstance(new, float) or not isinstance(old, float):
+                return _unpredicted(chosen)
+            gain += old - new
+        if gain <= self.floor_ms:
+            return (
+                f"{said}: predicted {gain:+.2f} ms a step against the leader's, under the "
                 f"{self.floor_ms:.2f} ms a gain must pass"
             )
         return gain
@@ -210,24 +351,36 @@ class Prober:
     timing: Callable[[], AbstractContextManager[object]]
     say: Callable[[str], None]
     probed: dict[str | None, trainers.Probed] = dataclasses.field(default_factory=dict)
+    tried: dict[str | None, set[str]] = dataclasses.field(default_factory=dict)
 
-    def __call__(self, leader: FrozenTrial, precision: str | None) -> Predictions | None:
+    def __call__(
+        self, leader: FrozenTrial, precision: str | None, names: Collection[str] | None = None
+    ) -> Predictions | None:
+        """The predictions for `leader` in `precision`, from the probes of `names` (None: the
+        levers the space offers), each lever probed once per precision."""
         measurer = self.measurer
         if measurer.program is not None or measurer.nproc > 1:
             return None
         if not leader.values or leader.values[0] <= 0:
             return None
-        if precision not in self.probed:
+        figures = self.probed.setdefault(precision, {})
+        tried = self.tried.setdefault(precision, set())
+        wanted = list(offered_levers(self.space)) if names is None else list(names)
+        missing = [n for n in wanted if n not in tried]
+        if missing:
             with self.timing():
-                self.probed[precision] = self._probe(precision)
+                figures.update(self._probe(precision, missing))
+            tried.update(missing)
         step_ms = measurer.workload.samples_per_batch / leader.values[0] * 1e3
-        return Predictions(ms=self.probed[precision], floor_ms=step_ms * self.margin)
+        return Predictions(ms=figures, floor_ms=step_ms * self.margin)
 
-    def _probe(self, precision: str | None) -> trainers.Probed:
+    def _probe(self, precision: str | None, names: Sequence[str]) -> trainers.Probed:
         """Each lever's probe on its own: one that fails leaves that lever unpredicted."""
         probed: trainers.Probed = {}
-        for name, values in offered_levers(self.space).items():
+        offered = offered_levers(self.space)
+        for name in names:
             lever = trainers.LEVERS[name]
+            values = offered.get(name, lever.values())
             others = [v for v in values if v != lever.default]
             if all(lever.precision_refusal(v, precision or "fp32") for v in others):
                 continue  # no value it predicts runs in this precision (the float8 head in bf16)
@@ -252,22 +405,36 @@ def second_stage(
     precision: str | None,
     staged: Staged,
     model: nn.Module | None = None,
-    predict: Callable[[FrozenTrial, str | None], Predictions | None] | None = None,
+    predict: Predict | None = None,
+    precisions: Sequence[str] = (),
 ) -> str | None:
     """Enqueue the second stage for `leader` once nothing waits in `study` (`precision`: the
     study's own, where its trials do not search one); returns the progress line, None where
     nothing was enqueued or left out (every variant already in the study, on a resume or beside
     another worker, included). `model`: the workload's (None: a program's, built elsewhere), so
     that a lever the model cannot take is not enqueued (`Lever.refuse_for`); `predict(leader,
-    its precision)`: the probes' predictions, asked only here, once a stage is due."""
+    its precision)`: the probes' predictions, asked only here, once a stage is due.
+    `precisions`: the precisions the study's trials search (empty: one, the study's)."""
     if leader is None or not staged.wants(leader) or waiting(study):
         return None
     precision = leader.params.get(keys.PRECISION, precision)
-    found = _variants(space, leader.params, device_type, precision, model, None)
-    # The probes (seconds of the device) only where a variant they predict could be enqueued.
-    if predict is not None and any(trainers.LEVERS[v.lever].probe for v in found):
-        predictions = predict(leader, precision)
-        found = _variants(space, leader.params, device_type, precision, model, predictions)
+    led = leader.params
+
+    def variants(own: Predictions | None, moved: Predictions | None) -> list[Variant]:
+        found = _variants(space, led, device_type, precision, model, own)
+        return found + _into_float8(space, led, device_type, precision, precisions, model, moved)
+
+    found = variants(None, None)
+    # The probes (seconds of the device) only where a variant they predict could be enqueued:
+    # in the leader's precision for its own levers, in float8 for a move into float8.
+    if predict is not None:
+        own = [v for v in found if v.lever != FLOAT8 and trainers.LEVERS[v.lever].probe]
+        moved = [v for v in found if v.lever == FLOAT8]
+        if own or moved:
+            found = variants(
+                predict(leader, precision) if own else None,
+                predict(leader, FLOAT8, _unconverted_levers()) if moved else None,
+            )
     found.sort(key=_order)  # stable: ties keep the values' declared order
     chosen = [v.params for v in found if v.left_out is None]
     for params in chosen:
@@ -277,10 +444,16 @@ def second_stage(
     left_out = "; ".join(v.left_out for v in found if v.left_out is not None)
     if not enqueued and not left_out:
         return None
+    # A move into float8 changes several settings at once: joined by "+".
     levers = ", ".join(
-        f"{k}={v}" for p in chosen for k, v in p.items() if leader.params.get(k) != v
+        ("+" if p.get(keys.PRECISION) != precision else ", ").join(
+            f"{k}={v}" for k, v in p.items() if led.get(k) != v
+        )
+        for p in chosen
     )
     said = f"second stage: trial {leader.number}"
     if levers:
-        said += f" with one lever changed each ({levers}): {enqueued} enqueued"
+        into = precision != FLOAT8 and any(p.get(keys.PRECISION) == FLOAT8 for p in chosen)
+        said += " with one lever changed each" + (", or moved into float8" if into else "")
+        said += f" ({levers}): {enqueued} enqueued"
     return said + (f"; left out by the levers' probes: {left_out}" if left_out else "")

@@ -5,10 +5,12 @@ A study resumes only where it was made for the same question, its search space i
 (`trainers.levers`, `Lever.added` >= 1) offered by the built-in spaces since a study was stored
 changes the space a job computes for the same model and flags, and the job would stop on it
 ("was made with space=..."): on 2026-11-30 the float8 head and then `float8_linears`, on every
-float8 study of a model the lever can change. Where the stored space is the job's own less
-exactly such levers, the job resumes with the stored space instead: its configs hold those levers
-at their defaults, as every stored trial ran them, and a new study (another `--study`) searches
-them. Anything else that differs is still the question's own and stops the job.
+float8 study of a model the lever can change; so does a value such a lever offers since
+(`float8_linears='none'`, with the note a model's refusal of another value adds). Where the
+stored space is the job's own less exactly such levers or values (and the notes that name
+them), the job resumes with the stored space instead: its configs hold those levers as every
+stored trial ran them, and a new study (another `--study`) searches them. Anything else that
+differs is still the question's own and stops the job.
 """
 
 from __future__ import annotations
@@ -21,25 +23,45 @@ import optuna
 
 from trainers import LEVERS, LoopConfig
 from tuner.errors import SpaceError
-from tuner.search.spaces.space import SearchSpace
+from tuner.search.spaces.space import Choice, SearchSpace, Spec
 from tuner.store.keys import META
 
 
 def offered_since(stored: SearchSpace, current: SearchSpace) -> tuple[str, ...]:
-    """The lever modules' levers `current` searches and `stored` does not, where `stored` is
-    `current` less exactly those (its name, fixed settings, notes and every other searched
-    setting the same): a space stored before they were offered. Empty otherwise."""
-    extra = tuple(name for name in current.params if name not in stored.params)
+    """The lever modules' levers `current` searches and `stored` does not, or searches with
+    values `stored` lacks (all of its own kept), where `stored` is `current` less exactly those
+    (its name, fixed settings, every other searched setting and the notes that name none of
+    them the same): a space stored before they were offered as now. Empty otherwise."""
+    extra = tuple(n for n, spec in current.params.items() if stored.params.get(n) != spec)
     fields = {field.name for field in dataclasses.fields(LoopConfig)}
     if not extra or any(n not in LEVERS or n in fields or LEVERS[n].added < 1 for n in extra):
         return ()
+    if not all(_grown(n, stored.params.get(n), current.params[n]) for n in extra):
+        return ()
+
+    def notes(space: SearchSpace) -> tuple[str, ...]:
+        return tuple(note for note in space.notes if note.split(" ", 1)[0] not in extra)
+
     same = (
         stored.name == current.name
         and dict(stored.fixed) == dict(current.fixed)
-        and tuple(stored.notes) == tuple(current.notes)
-        and dict(stored.params) == {n: s for n, s in current.params.items() if n not in extra}
+        and notes(stored) == notes(current)
+        and set(stored.params) <= set(current.params)
+        and all(stored.params[n] == s for n, s in current.params.items() if n not in extra)
     )
     return extra if same else ()
+
+
+def _grown(name: str, stored: Spec | None, current: Spec) -> bool:
+    """Whether `current` is lever `name`'s search offered since `stored` (None: not searched
+    then): new, or the same choices and more, each of them one the lever offers (a value a
+    space of one's own adds is the user's new question)."""
+    if stored is None:
+        return True
+    if not isinstance(stored, Choice) or not isinstance(current, Choice):
+        return False
+    offered = set(LEVERS[name].offered)
+    return set(stored.values) < set(current.values) and set(current.values) <= offered
 
 
 def as_stored(
