@@ -54,13 +54,12 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, get_args
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 import trainers
-from trainers.levers import Cost
 from tuner.search.spaces.space import Choice, SearchSpace
 from tuner.store import keys
 
@@ -222,7 +221,9 @@ def _into_float8(
     return found
 
 
-_COMPILE = get_args(Cost).index("compile")
+# Where a compile falls in the levers' cost order (`trainers.Lever.cost_order`): the compiler's
+# own value that costs one.
+_COMPILE = trainers.LEVERS["compile"].cost_order("default")
 BF16 = "bf16-autocast"
 
 
@@ -444,16 +445,26 @@ def second_stage(
     left_out = "; ".join(v.left_out for v in found if v.left_out is not None)
     if not enqueued and not left_out:
         return None
-    # A move into float8 changes several settings at once: joined by "+".
+    said = f"second stage: trial {leader.number}{_changes(led, precision, chosen, enqueued)}"
+    return said + (f"; left out by the levers' probes: {left_out}" if left_out else "")
+
+
+def _changes(
+    leader: Mapping[str, Any], precision: str | None, chosen: list[dict[str, Any]], enqueued: int
+) -> str:
+    """What the stage's line says it enqueued: each variant's changes (a move into float8,
+    several settings at once, joined by "+")."""
     levers = ", ".join(
         ("+" if p.get(keys.PRECISION) != precision else ", ").join(
-            f"{k}={v}" for k, v in p.items() if led.get(k) != v
+            f"{k}={v}" for k, v in p.items() if leader.get(k) != v
         )
         for p in chosen
     )
-    said = f"second stage: trial {leader.number}"
-    if levers:
-        into = precision != FLOAT8 and any(p.get(keys.PRECISION) == FLOAT8 for p in chosen)
-        said += " with one lever changed each" + (", or moved into float8" if into else "")
-        said += f" ({levers}): {enqueued} enqueued"
-    return said + (f"; left out by the levers' probes: {left_out}" if left_out else "")
+    if not levers:
+        return ""
+    into = precision != FLOAT8 and any(p.get(keys.PRECISION) == FLOAT8 for p in chosen)
+    return (
+        " with one lever changed each"
+        + (", or moved into float8" if into else "")
+        + f" ({levers}): {enqueued} enqueued"
+    )
