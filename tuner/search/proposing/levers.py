@@ -128,8 +128,7 @@ def _variants(
     # A study without a precision runs in float32 (its matmul precision fp32 or tf32, which no
     # lever's rule tells apart): a lever that needs another one (the head in float8) is refused.
     precision = leader.get(keys.PRECISION, precision) or "fp32"
-    settings = {k: v for k, v in leader.items() if k != keys.PRECISION}
-    current = trainers.canonical(space.fixed | settings, pinned=space.fixed)
+    current = _settings(space, leader)
     registered = list(trainers.LEVERS)
     found: list[Variant] = []
     for name, values in offered_levers(space).items():
@@ -175,6 +174,13 @@ def _float8_levers(space: SearchSpace, precision: str) -> dict[str, tuple[Any, .
     return found
 
 
+def _settings(space: SearchSpace, leader: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings `leader` (a trial's params) runs, its precision aside, as
+    `trainers.canonical` holds them."""
+    settings = {k: v for k, v in leader.items() if k != keys.PRECISION}
+    return trainers.canonical(space.fixed | settings, pinned=space.fixed)
+
+
 def _into_float8(
     space: SearchSpace,
     leader: Mapping[str, Any],
@@ -195,9 +201,7 @@ def _into_float8(
     levers = _float8_levers(space, precision)
     if not levers:
         return []
-    settings = {k: v for k, v in leader.items() if k != keys.PRECISION}
-    current = trainers.canonical(space.fixed | settings, pinned=space.fixed)
-    registered = list(trainers.LEVERS)
+    current = _settings(space, leader)
     found: list[Variant] = []
     for combination in itertools.product(*levers.values()):
         chosen = dict(zip(levers, combination, strict=True))
@@ -217,7 +221,7 @@ def _into_float8(
         ahead = gain if isinstance(gain, float) else 0.0
         # A compile (the converted model's), after every lever of the leader's own precision
         # that costs as much.
-        found.append(Variant((_COMPILE, -ahead, len(registered)), FLOAT8, variant, left_out))
+        found.append(Variant((_COMPILE, -ahead, len(trainers.LEVERS)), FLOAT8, variant, left_out))
     return found
 
 
