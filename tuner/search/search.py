@@ -47,7 +47,7 @@ from tuner.evidence import profiles
 from tuner.evidence.recommendation import Recommendation
 from tuner.search import helping
 from tuner.search.children import open_children
-from tuner.search.deciding import decide, profiling
+from tuner.search.deciding import aim, decide, profiling
 from tuner.search.gating.memo import MEMO_ENV
 from tuner.search.gating.parity import Beside, GateClaims, ParityCache
 from tuner.search.gating.verdict import GateVerdict
@@ -64,13 +64,6 @@ from tuner.search.options import (
     TrialReporter,
     TrialSlots,
     baselines_for,
-)
-from tuner.search.proposing.defaults import (
-    PROFILE_CHILD_S,
-    PROFILE_COMPILED_S,
-    PROFILE_EAGER_S,
-    PROFILE_MARGIN_S,
-    SCALE_JOB_AIM_S,
 )
 from tuner.search.proposing.levers import Prober, Staged
 from tuner.search.proposing.predict import TIME_SPARE
@@ -344,21 +337,6 @@ class Search(TrialRunner):
             self.progress.phase(f"profiles: the leader's compile {self._children.warmed}")
         return beside
 
-    def _profile_cut(self) -> profiling.ProfileCut | None:
-        """On the scale space with `--profile baselines`: a profile starts only where its expected
-        cost ends the job inside `SCALE_JOB_AIM_S` (`tuner.search.proposing.defaults`: why)."""
-        if self.space.name != SCALE_SPACE or self.options.profile == "all":
-            return None
-        return profiling.time_cut(
-            lambda: self.clock.wall_s,
-            SCALE_JOB_AIM_S,
-            child_s=0.0 if self._children.prepared else PROFILE_CHILD_S,  # a child started ahead
-            eager_s=PROFILE_EAGER_S,
-            compiled_s=PROFILE_COMPILED_S,
-            warmed=self._children.warm_config,
-            margin_s=PROFILE_MARGIN_S,
-        )
-
     def decide(self) -> Recommendation:
         """The final round, the profiles, and the recommendation stored on the study, with the
         time each phase of the study took so far."""
@@ -413,6 +391,9 @@ class Search(TrialRunner):
             clock=self.clock,
             # What the screen would prune now does not enter: at 1B each entry is a compile.
             behind=self.options.tie_margin + TIME_SPARE if self.screening else None,
+            aim=aim.final_aim(
+                self.space.name, self.study, self.parity_cache, self.clock, self.retry
+            ),
         )
 
     def leader(self) -> tuple[int, str] | None:
@@ -452,7 +433,13 @@ class Search(TrialRunner):
                 self.traces,
                 profiler,
                 shared=self.shared_profiles,
-                cut=self._profile_cut(),
+                cut=aim.profile_cut(
+                    self.space.name,
+                    self.options.profile,
+                    self.clock,
+                    prepared=self._children.prepared,
+                    warmed=self._children.warm_config,
+                ),
             )
         for line in profiling.said(self.study, recommendation):
             self.progress.phase(line)

@@ -15,6 +15,7 @@ import optuna
 from tests.tuner.tiny import PROTOCOL
 from trainers import LoopConfig
 from trainers.gate import ParityVerdict
+from tuner.search.deciding.aim import Aim
 from tuner.search.deciding.decide import final_round
 from tuner.search.gating.verdict import GateVerdict
 from tuner.search.measuring.measure import Failure, Measured, Measurer
@@ -220,3 +221,162 @@ def test_a_screening_study_leaves_out_trials_too_far_behind_to_tie() -> None:
     assert "trial-1" not in final["entries"] and "trial-0" in final["entries"]
     _, measurer, _ = _decide(behind=0.8)
     assert measurer.runs[config_key(SLOW)] == 1
+
+
+# -- the job's time aim (`tuner.search.deciding.aim`) ------------------------------------------
+
+NEAR = LoopConfig(num_streams=2, sync_interval=8)
+"""Ties with FAST: 199 samples/s against 200, within the 1 % tie margin."""
+
+
+class Tied(Scripted):
+    """FAST and NEAR tie; the baselines and SLOW cannot."""
+
+    def measure(self, config: LoopConfig, *, on_window: Any = None) -> Measured | Failure:
+        if config != NEAR:
+            return super().measure(config, on_window=on_window)
+        self.runs[config_key(config)] += 1
+        return Measured(
+            throughputs=(198.0, 199.0, 200.0),
+            step_ms=8e3 / 199.0,
+            peak_memory_bytes=None,
+            n_syncs=0,
+            sync_wait_ms=0.0,
+            seconds=0.01,
+            stopped_early=False,
+        )
+
+
+def _tied_study(near_s: float = 70.0, fast_s: float = 140.0) -> optuna.Study:
+    """FAST and NEAR as the search ran them, each trial taking the seconds given (a compile)."""
+    study = optuna.create_study(study_name="aim", direction="maximize")
+    study.set_user_attr(keys.META, {"device": "cuda:0", "workload": "mlp", "preset": "tiny"})
+    for config, windows, seconds in ((FAST, 200.0, fast_s), (NEAR, 199.0, near_s)):
+        study.add_trial(
+            optuna.trial.create_trial(
+                value=windows,
+                user_attrs={
+                    keys.CONFIG: config.to_dict(),
+                    keys.CONFIG_KEY: config_key(config),
+                    keys.WINDOWS: [windows] * 3,
+                    keys.SECONDS: seconds,
+                },
+            )
+        )
+    return study
+
+
+def _aimed(
+    study: optuna.Study, gates: Gates, wall_s: float, known: set[str], rounds: int = 1
+) -> tuple[Any, Aim, Tied]:
+    """The final round with a job clock standing at `wall_s` of a 900 s aim; a verdict is known
+    for the configs whose keys are in `known` (the rest cost their trial's seconds)."""
+
+    def cost(name: str, config: LoopConfig, precision: str | None) -> float | None:
+        if config_key(config) in known:
+            return None
+        return max(
+            (
+                float(t.user_attrs[keys.SECONDS])
+                for t in study.trials
+                if t.user_attrs.get(keys.CONFIG_KEY) == config_key(config)
+            ),
+            default=0.0,
+        )
+
+    aim = Aim(wall=lambda: wall_s, aim_s=900.0, gate_cost=cost, margin_s=10.0)
+    measurer = Tied()
+    options = RunOptions(workload="mlp", preset="tiny", top_k=2, final_rounds=rounds)
+    rec = final_round(
+        study, measurer, options, progress=Quiet(), baselines=BASELINES, parity=gates, aim=aim
+    )
+    return rec, aim, measurer
+
+
+def test_a_tied_config_whose_gate_would_pass_the_aim_is_left_out_for_the_gated_one() -> None:
+    """FAST leads NEAR by 0.5 % (a tie); NEAR's verdict is known, FAST's gate would take its
+    trial's 140 s at 786 s of a 900 s job: NEAR is recommended without gating FAST, and the
+    reason says so. With time left, FAST is gated and the tie rule chooses as before."""
+    gates = Gates()
+    rec, aim, _ = _aimed(_tied_study(), gates, 786.0, known={config_key(NEAR)})
+    assert rec.config == NEAR.to_dict()
+    assert config_key(FAST) not in gates.asked
+    assert set(aim.left_out) == {"trial-0"}
+    assert rec.reason.startswith("among the configs gated, ")
+    assert "trial-0 tied with trial-1 and not gated" in rec.reason
+    assert "its gate takes about 140 s" in rec.reason and "786 s" in rec.reason
+    gates = Gates()
+    rec, aim, _ = _aimed(_tied_study(), gates, 300.0, known={config_key(NEAR)})
+    assert config_key(FAST) in gates.asked and not aim.left_out
+    assert "not gated" not in (rec.reason or "")
+
+
+def test_a_config_ahead_of_every_gated_one_is_gated_whatever_the_time() -> None:
+    """At 880 s of 900 neither candidate's gate fits and neither verdict is known: FAST (200)
+    leads, nothing gated could stand in for it, and its gate runs past the aim; NEAR (199) ties
+    with FAST once FAST holds, and is left out, never gated."""
+    gates = Gates()
+    rec, aim, _ = _aimed(_tied_study(), gates, 880.0, known=set())
+    assert rec.config == FAST.to_dict() and config_key(FAST) in gates.asked
+    assert config_key(NEAR) not in gates.asked and set(aim.left_out) == {"trial-1"}
+    # The baselines tie with neither candidate: not gated, as without the aim.
+    assert not {config_key(c) for c in BASELINES.values()} & set(gates.asked)
+    # Where FAST fails its gate, NEAR is the fastest left, ahead of every gated one: gated.
+    gates = Gates(failing=FAST)
+    rec, aim, _ = _aimed(_tied_study(), gates, 880.0, known=set())
+    assert rec.config == NEAR.to_dict() and config_key(NEAR) in gates.asked
+    assert not aim.left_out
+
+
+def test_a_round_that_would_pass_the_aim_is_not_run() -> None:
+    """Three rounds asked; after the first, the next would end past the aim (the runs' seconds
+    count: each took 0.01 s, the clock stands at 889.99 s, the margin 10 s): one round, and
+    the record says the aim cut it. With time left, the rounds go on as before."""
+    study = _study({config_key(FAST): 200.0, config_key(SLOW): 300.0})
+    gates = Gates()
+    measurer = Scripted()
+    aim = Aim(wall=lambda: 889.995, aim_s=900.0, gate_cost=lambda *_: None, margin_s=10.0)
+    options = RunOptions(workload="mlp", preset="tiny", top_k=2, final_rounds=3)
+    final_round(
+        study, measurer, options, progress=Quiet(), baselines=BASELINES, parity=gates, aim=aim
+    )
+    assert measurer.runs[config_key(FAST)] == 1
+    final = next(v for k, v in study.user_attrs.items() if k.startswith(keys.FINAL_PREFIX))
+    assert final["cut_after"] == 1 and final["settled_after"] is None
+    study = _study({config_key(FAST): 200.0, config_key(SLOW): 300.0})
+    measurer = Scripted()
+    aim = Aim(wall=lambda: 100.0, aim_s=900.0, gate_cost=lambda *_: None, margin_s=10.0)
+    final_round(
+        study, measurer, options, progress=Quiet(), baselines=BASELINES, parity=gates, aim=aim
+    )
+    assert measurer.runs[config_key(FAST)] == 2
+    final = next(v for k, v in study.user_attrs.items() if k.startswith(keys.FINAL_PREFIX))
+    assert final["cut_after"] is None and final["settled_after"] == 2
+
+
+def test_a_config_left_out_for_the_aim_is_not_dropped_and_the_record_says_why() -> None:
+    """A second round fits (the clock at 760 s, each run 0.01 s); FAST's gate (140 s) does not:
+    after the first round it is left out, yet it still ties, so it is not recorded as dropped
+    (the first round decided as the search did: no second). The record names it and why; the
+    baselines, tying with neither, are never gated."""
+    study = _tied_study()
+    gates = Gates()
+    rec, _, measurer = _aimed(study, gates, 760.0, known={config_key(NEAR)}, rounds=2)
+    assert rec.config == NEAR.to_dict() and config_key(FAST) not in gates.asked
+    assert measurer.runs[config_key(FAST)] == 1
+    final = next(v for k, v in study.user_attrs.items() if k.startswith(keys.FINAL_PREFIX))
+    assert final["settled_after"] == 1
+    assert final["dropped"] == {} and set(final["left_out"]) == {"trial-0"}
+    assert "its gate takes about 140 s" in final["left_out"]["trial-0"]
+    assert not {config_key(c) for c in BASELINES.values()} & set(gates.asked)
+
+
+def test_a_left_out_config_whose_verdict_arrives_is_chosen_by_the_tie_rule() -> None:
+    """Another worker of the job gated FAST meanwhile (its verdict is known when the final round
+    asks): nothing is left out, and the tie rule chooses among both as without the aim."""
+    gates = Gates()
+    rec, aim, _ = _aimed(
+        _tied_study(), gates, 886.0, known={config_key(NEAR), config_key(FAST)}, rounds=2
+    )
+    assert not aim.left_out and {config_key(FAST), config_key(NEAR)} <= set(gates.asked)
+    assert {t.name for t in rec.ties} == {"trial-0", "trial-1"}

@@ -10,12 +10,15 @@ import trainers
 from tests.tuner.tiny import load, options, run_json, sqlite_url
 from trainers import LoopConfig
 from tuner.errors import SpaceError
-from tuner.search import search as search_module
+from tuner.search.deciding import aim as aim_module
 from tuner.search.deciding import profiling
+from tuner.search.options import LocalSlots
 from tuner.search.proposing.stages import SCALE_CORNERS, first_stage
 from tuner.search.spaces.named import SCALE_PARAMS, load_space, scale_space
+from tuner.search.study import open_search
 from tuner.store import keys
 from tuner.store import storage as studies
+from tuner.store.phases import GATE_ENVELOPE
 
 
 @pytest.mark.parametrize(
@@ -132,7 +135,7 @@ def test_late_profiles_on_the_scale_space_are_left_out_with_the_reason(
     storage = sqlite_url(tmp_path)
     fix = ("num_workers=0", "compile=none", "compile_scope=model")
     # A job always past the cut: not one profile starts, and each says why.
-    monkeypatch.setattr(search_module, "SCALE_JOB_AIM_S", 0.0)
+    monkeypatch.setattr(aim_module, "SCALE_JOB_AIM_S", 0.0)
     late = run_json(options(storage, "late", trials=2, space="scale", fix=fix, profile="baselines"))
     assert set(late["profile_errors"]) == {"recommended", "pytorch-default", "seed-baseline"}
     assert all("not profiled: the job had run" in e for e in late["profile_errors"].values())
@@ -141,7 +144,7 @@ def test_late_profiles_on_the_scale_space_are_left_out_with_the_reason(
     every = run_json(options(storage, "all", trials=2, space="scale", fix=fix, profile="all"))
     assert not every.get("profile_errors")
     assert {"recommended", "pytorch-default", "seed-baseline"} <= set(every["verdicts"])
-    monkeypatch.setattr(search_module, "SCALE_JOB_AIM_S", 1e9)
+    monkeypatch.setattr(aim_module, "SCALE_JOB_AIM_S", 1e9)
     early = run_json(
         options(storage, "early", trials=2, space="scale", fix=fix, profile="baselines")
     )
@@ -183,3 +186,45 @@ def test_a_profile_starts_only_where_its_expected_cost_ends_the_job_inside_the_a
     assert refused is not None and "875 s" in refused
     now[0] = 870.0
     assert kept(eager, None, True) is None
+
+
+def test_the_final_rounds_aim_costs_a_gate_by_its_trial_and_nothing_once_known(
+    tmp_path: Path,
+) -> None:
+    """On the scale space the final round keeps the job's time aim (`Search._final_aim`): a
+    config's gate is expected to cost its slowest trial's seconds, a config no trial ran
+    nothing, and a config whose verdict the study holds nothing; other spaces keep no aim."""
+    storage = sqlite_url(tmp_path)
+    fix = ("num_workers=0", "compile=none", "compile_scope=model")
+    search = open_search(options(storage, "aim", trials=2, space="scale", fix=fix))
+    try:
+        search.run_trials(LocalSlots(2))
+        aim = aim_module.final_aim(
+            search.space.name, search.study, search.parity_cache, search.clock, search.retry
+        )
+        assert aim is not None and aim.aim_s == aim_module.SCALE_JOB_AIM_S
+        trials = [t for t in search.study.trials if keys.SECONDS in t.user_attrs]
+        assert trials
+        ran = trials[0]
+        config = LoopConfig.from_dict(ran.user_attrs[keys.CONFIG])
+        same = [
+            t.user_attrs[keys.SECONDS]
+            for t in trials
+            if t.user_attrs[keys.CONFIG_KEY] == ran.user_attrs[keys.CONFIG_KEY]
+        ]
+        # Until the envelope is measured (the first check), what it took so far is added.
+        search.clock.seconds[GATE_ENVELOPE] += 5.0
+        assert aim.gate_cost("trial", config, None) == max(same) + 5.0
+        never = LoopConfig(num_streams=3, sync_interval=7, num_workers=0)
+        assert aim.gate_cost("baseline", never, None) == 5.0
+        assert search.parity(config).passed
+        assert aim.gate_cost("trial", config, None) is None
+        assert aim.gate_cost("baseline", never, None) == 0.0
+    finally:
+        search.close()
+    other = open_search(options(storage, "full", trials=1))
+    try:
+        space, study, cache = other.space.name, other.study, other.parity_cache
+        assert aim_module.final_aim(space, study, cache, other.clock, other.retry) is None
+    finally:
+        other.close()

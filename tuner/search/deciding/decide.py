@@ -18,7 +18,10 @@ search), so a first round that decides as the search did is the last. Measured o
 (GPT-2 124M, the default job at 73b9fe6), a final round was 78 s of a 377 s job, and its third
 round re-measured two baselines and two tied configs whose medians were 0.15 % apart, for the
 same answer. The final round's stored record (`keys.FINAL_PREFIX`) says which were dropped
-when, and after how many rounds the decision settled.
+when, and after how many rounds the decision settled. On the scale space the job's time aim
+(`tuner.search.deciding.aim`) leaves out a tied config's gate and a round after the first where
+they would end the job past it: the recommendation's reason names what was not gated, and the
+record says after how many rounds the aim cut them (`cut_after`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from optuna.trial import TrialState
 
 from trainers import LoopConfig
 from tuner.evidence.recommendation import Recommendation
+from tuner.search.deciding.aim import Aim
 from tuner.search.deciding.recommend import (
     Precisions,
     _base,
@@ -116,29 +120,32 @@ def final_round(
     parity: Callable[..., GateVerdict],
     clock: Clock | None = None,
     behind: float | None = None,
+    aim: Aim | None = None,
 ) -> Recommendation:
     """Re-measure the finalists beside the baselines, interleaved, and recommend (module doc).
 
     `parity` gives a config's (cached) gate verdict (`parity(config, precision)` for a
     candidate in a precision of its own); `clock` (optional) takes the time spent; `behind`
-    leaves out trials too far behind the best to tie (`top_candidates`).
+    leaves out trials too far behind the best to tie (`top_candidates`); `aim` (optional): the
+    job's time aim, which a tied config's gate and a round after the first keep inside
+    (`tuner.search.deciding.aim`).
     """
     clock = clock or Clock()
     entries, precisions = finalist_candidates(study, options, baselines, behind=behind)
     configs = dict(entries)
     searched = _searched(study, entries, baselines, options, precisions)
     rounds = _measure_rounds(
-        entries, measurer, options, progress, baselines, parity, clock, precisions, searched
+        entries, measurer, options, progress, baselines, parity, clock, precisions, searched, aim
     )
-    _store_rounds(study, entries, rounds)
     measured = _measurements(entries, rounds, precisions)
     # A config dropped after a round was shown not to tie with the leader then; its fewer
-    # samples must not make it look like a tie now (a wider interval).
-    eligible = [
-        m
-        for m in _eligible(measured, configs, parity, options, precisions)
-        if m.name not in rounds.dropped
-    ]
+    # samples must not make it look like a tie now (a wider interval), nor its gate run.
+    kept = [m for m in measured if m.name not in rounds.dropped]
+    eligible = _eligible(kept, configs, parity, options, precisions, aim)
+    left_out = {} if aim is None else dict(aim.left_out)
+    for name, why in left_out.items():
+        progress.phase(f"final round: {name} {why}")
+    _store_rounds(study, entries, rounds, left_out)
     base = _base(study, options, measured, configs, rounds, eligible, precisions)
     if not eligible:
         reason = (
@@ -156,16 +163,29 @@ def final_round(
                 return measurer.floor_ms(configs[name])
             return measurer.floor_ms(configs[name], precision=precision)
 
-    return _recommend(
+    recommendation = _recommend(
         base, eligible, configs, rounds, options, baselines, parity, measurer, floor_of, precisions
     )
+    return _naming(recommendation, left_out)
+
+
+def _naming(recommendation: Recommendation, left_out: Mapping[str, str]) -> Recommendation:
+    """The decision the user reads names what it did without: a config as fast, not gated."""
+    if not left_out:
+        return recommendation
+    notes = "; ".join(f"{name} {why}" for name, why in left_out.items())
+    reason = f"among the configs gated, {recommendation.reason}; {notes}"
+    return dataclasses.replace(recommendation, reason=reason)
 
 
 def _store_rounds(
-    study: optuna.Study, entries: list[tuple[str, LoopConfig]], rounds: _Rounds
+    study: optuna.Study,
+    entries: list[tuple[str, LoopConfig]],
+    rounds: _Rounds,
+    left_out: Mapping[str, str],
 ) -> None:
     """The final round's record (`keys.FINAL_PREFIX`): what it measured, dropped and when the
-    decision settled."""
+    decision settled; what the job's time aim cut (`cut_after`) and left out ungated, and why."""
     study.set_user_attr(
         f"{keys.FINAL_PREFIX}{uuid.uuid4().hex[:10]}",
         {
@@ -173,6 +193,8 @@ def _store_rounds(
             "entries": [name for name, _ in entries],
             "dropped": dict(rounds.dropped),
             "settled_after": rounds.settled,
+            "cut_after": rounds.cut,
+            "left_out": dict(left_out),
         },
     )
 
@@ -218,10 +240,12 @@ def _measure_rounds(
     clock: Clock,
     precisions: Precisions,
     searched: _Rounds | None = None,
+    aim: Aim | None = None,
 ) -> _Rounds:
     """`final_rounds` rounds over the entries still in the running (`_still_tying`), fewer once
-    a round leaves the decision as it was (`_settled`); `searched`: the search's own samples of
-    the entries, the decision before the first round."""
+    a round leaves the decision as it was (`_settled`) or once the next would end the job past
+    its time `aim`; `searched`: the search's own samples of the entries, the decision before
+    the first round."""
     names = [name for name, _ in entries]
     rounds = _Rounds(
         samples={n: [] for n in names},
@@ -235,29 +259,19 @@ def _measure_rounds(
             progress.phase(f"final round {round_index + 1}/{options.final_rounds}: {name}")
             outcome = _measure(measurer, config, precisions.get(name))
             clock.measured(outcome, FINAL_ROUND)
-            rounds.seconds += outcome.seconds
-            if isinstance(outcome, Failure):
-                rounds.failures[name] = outcome.reason
-                continue
-            rounds.samples[name].extend(outcome.throughputs)
-            peak = outcome.peak_memory_bytes
-            if peak is not None:
-                rounds.memory[name] = max(rounds.memory[name] or 0, peak)
-            if outcome.compile is not None:
-                # What a fresh process pays: this run's compile, or the one whose code it kept.
-                compile_s = float(outcome.compile.get("compile_s") or 0.0)
-                kept_s = float(outcome.compile.get("kept_s") or 0.0)
-                rounds.setup[name] = max(rounds.setup[name], compile_s, kept_s)
+            if aim is not None:
+                aim.spent[name] = outcome.seconds
+            _record(rounds, name, outcome)
         if round_index + 1 < options.final_rounds:
             if round_index == 0 and searched is not None:
                 # The decision before the first round, asked after it: it needs the entries'
                 # verdicts, which another worker of a job may still be running, and the round's
                 # measurements need none (`Search.decide`). Same entries, same answer.
-                before = _settled(list(entries), searched, options, parity, precisions)
+                before = _settled(list(entries), searched, options, parity, precisions, aim)
             running = _still_tying(
-                running, rounds, options, baselines, parity, round_index + 1, precisions
+                running, rounds, options, baselines, parity, round_index + 1, precisions, aim
             )
-            now = _settled(running, rounds, options, parity, precisions)
+            now = _settled(running, rounds, options, parity, precisions, aim)
             if now is not None and now == before:
                 progress.phase(
                     f"final round: round {round_index + 1} left the decision as it was "
@@ -266,7 +280,31 @@ def _measure_rounds(
                 rounds.settled = round_index + 1
                 break
             before = now
+            why = None if aim is None else aim.next_round([name for name, _ in running])
+            if why is not None:
+                left = options.final_rounds - round_index - 1
+                more = f" ({left - 1} more not run either)" if left > 1 else ""
+                progress.phase(f"final round: round {round_index + 2} not run{more}: {why}")
+                rounds.cut = round_index + 1
+                break
     return rounds
+
+
+def _record(rounds: _Rounds, name: str, outcome: Measured | Failure) -> None:
+    """One final-round run of entry `name` into `rounds`: its samples, peak and setup cost."""
+    rounds.seconds += outcome.seconds
+    if isinstance(outcome, Failure):
+        rounds.failures[name] = outcome.reason
+        return
+    rounds.samples[name].extend(outcome.throughputs)
+    peak = outcome.peak_memory_bytes
+    if peak is not None:
+        rounds.memory[name] = max(rounds.memory[name] or 0, peak)
+    if outcome.compile is not None:
+        # What a fresh process pays: this run's compile, or the one whose code it kept.
+        compile_s = float(outcome.compile.get("compile_s") or 0.0)
+        kept_s = float(outcome.compile.get("kept_s") or 0.0)
+        rounds.setup[name] = max(rounds.setup[name], compile_s, kept_s)
 
 
 def _searched(
@@ -306,6 +344,7 @@ def _settled(
     options: Any,
     parity: Callable[..., GateVerdict],
     precisions: Precisions,
+    aim: Aim | None = None,
 ) -> tuple[str, frozenset[str]] | None:
     """The decision on the samples so far: the winner and the configs tied with it (None where
     there is none yet, or where the rounds must all run: with `train_steps` a config's setup
@@ -314,7 +353,7 @@ def _settled(
         return None
     configs = dict(running)
     eligible = _eligible(
-        _measurements(running, rounds, precisions), configs, parity, options, precisions
+        _measurements(running, rounds, precisions), configs, parity, options, precisions, aim
     )
     if not eligible:
         return None
@@ -330,6 +369,7 @@ def _still_tying(
     parity: Callable[..., GateVerdict],
     done: int,
     precisions: Precisions,
+    aim: Aim | None = None,
 ) -> list[tuple[str, LoopConfig]]:
     """The entries worth another round: the baselines (the speedups are over them), and every
     config that still ties with the leader (`stats.decide`: its interval overlaps the leader's or
@@ -341,13 +381,15 @@ def _still_tying(
         return running
     configs = dict(running)
     measured = _measurements(running, rounds, precisions)
-    eligible = _eligible(measured, configs, parity, options, precisions)
+    eligible = _eligible(measured, configs, parity, options, precisions, aim)
     if not eligible:
         return running
     ties = {m.name for m in decide(eligible, margin=options.tie_margin).ties}
     kept = []
     for name, config in running:
-        if name in baselines or name in ties or not rounds.samples[name]:
+        # A config left out for the job's time aim still ties: it is not dropped.
+        left_out = aim is not None and name in aim.left_out
+        if name in baselines or name in ties or left_out or not rounds.samples[name]:
             kept.append((name, config))
         else:
             rounds.dropped[name] = done

@@ -15,6 +15,7 @@ import optuna
 from trainers import LoopConfig
 from trainers.gate import comparable_floor
 from tuner.evidence.recommendation import STUDY_FIELDS, Entry, Floor, Interval, Recommendation
+from tuner.search.deciding.aim import Aim
 from tuner.search.gating.verdict import GateVerdict
 from tuner.search.measuring.measure import Measurer
 from tuner.search.measuring.stats import Measurement, decide, pareto_front, ratio_ci
@@ -51,6 +52,9 @@ class _Rounds:
     settled: int | None = None
     """The rounds run when the last of them left the decision as it was (`_settled`): the
     rounds after it were not run. None: every round ran."""
+    cut: int | None = None
+    """The rounds run when the next would have ended the job past its time aim
+    (`tuner.search.deciding.aim`): the rounds after them were not run. None: no such cut."""
     seconds: float = 0.0
 
 
@@ -86,6 +90,7 @@ def _eligible(
     parity: Callable[..., GateVerdict],
     options: Any,
     precisions: Precisions,
+    aim: Aim | None = None,
 ) -> list[Measurement]:
     """The measured configs that passed the gate and stay under the memory cap, in `measured`'s
     order, for the decision (`stats.decide`).
@@ -95,21 +100,92 @@ def _eligible(
     not run. On the 1.1B preset the baselines were 1.55x slower than the winner, and gating them
     was 79 s of a 16-minute job (docs/benchmarks/raw/default-job-h100-2026-11-26-llama-1b-*).
     With `train_steps` (a slower config with no compile can win over the run) or two objectives
-    (a slower one can be on the Pareto front), every config is gated."""
+    (a slower one can be on the Pareto front), every config is gated. With the job's time `aim`,
+    a config whose gate would end the job past it waits until the others are gated, and is left
+    out (`aim.left_out`) where one of them ties with it (`tuner.search.deciding.aim`: why)."""
     cap = options.max_memory_bytes
     under = [m for m in measured if cap is None or m.memory_bytes is None or m.memory_bytes <= cap]
     every = getattr(options, "train_steps", None) is not None or getattr(
         options, "multi_objective", False
     )
-    passed: list[Measurement] = []
-    for m in sorted(under, key=lambda m: m.median, reverse=True):
-        if passed and not every:
-            ties = decide([passed[0], m], margin=options.tie_margin).ties
-            if not any(t is m for t in ties):
+    gating = _Gating(configs, parity, precisions, options.tie_margin, None if every else aim)
+    if every:
+        return [m for m in under if gating.passes(m)]
+    return gating.eligible(under)
+
+
+@dataclasses.dataclass
+class _Gating:
+    """`_eligible`'s gates, fastest first (its doc), with the job's time `aim` (or None)."""
+
+    configs: Mapping[str, LoopConfig]
+    parity: Callable[..., GateVerdict]
+    precisions: Precisions
+    margin: float
+    aim: Aim | None
+
+    def passes(self, m: Measurement) -> bool:
+        return bool(_verdict(self.parity, self.configs[m.name], self.precisions.get(m.name)).passed)
+
+    def ties(self, m: Measurement, other: Measurement) -> bool:
+        # Either way round: a deferred config may be faster than the gated one it meets.
+        return decide([other, m], margin=self.margin).was_tie
+
+    def eligible(self, under: list[Measurement]) -> list[Measurement]:
+        """The configs of `under` that passed, in its order. A deferred config that fails its
+        gate, or is left out for the aim, leaves the lead: the first pass runs again without it
+        (the verdicts are cached), so what ties with the new lead is gated in its turn."""
+        out: dict[str, str | None] = {}  # failed its gate (None), or left out for the aim (why)
+        while True:
+            passed, deferred = self._first_pass([m for m in under if m.name not in out])
+            late = self._deferred(passed, deferred)
+            if late is None:
+                break
+            out[late[0]] = late[1]
+        if self.aim is not None:
+            self.aim.left_out.clear()  # this call's, on the samples it decides on
+            self.aim.left_out.update({name: why for name, why in out.items() if why is not None})
+        return [m for m in under if any(p is m for p in passed)]
+
+    def _first_pass(
+        self, under: list[Measurement]
+    ) -> tuple[list[Measurement], list[tuple[Measurement, str]]]:
+        """Fastest first, each config that ties with the fastest still in play (passed, or
+        deferred): gated, or deferred where the aim says its gate would end the job past it."""
+        passed: list[Measurement] = []
+        deferred: list[tuple[Measurement, str]] = []
+        lead: Measurement | None = None
+        for m in sorted(under, key=lambda m: m.median, reverse=True):
+            if lead is not None and not self.ties(m, lead):
                 continue
-        if _verdict(parity, configs[m.name], precisions.get(m.name)).passed:
+            config, precision = self.configs[m.name], self.precisions.get(m.name)
+            why = None if self.aim is None else self.aim.gate(m.name, config, precision)
+            if why is not None:
+                deferred.append((m, why))
+            elif self.passes(m):
+                passed.append(m)
+            else:
+                continue
+            lead = lead or m
+        return passed, deferred
+
+    def _deferred(
+        self, passed: list[Measurement], deferred: list[tuple[Measurement, str]]
+    ) -> tuple[str, str | None] | None:
+        """The deferred configs, fastest first: left out where a gated one ties with it, gated
+        where none could stand in for it. Returns the first left out (its name and why) or
+        failed (its name and None), for the first pass to run again without it; None when
+        neither happened."""
+        for m, why in deferred:
+            anchor = max(passed, key=lambda p: p.median, default=None)
+            if anchor is not None and self.ties(m, anchor):
+                return m.name, f"tied with {anchor.name} and not gated: {why}"
+            if anchor is not None and m.median < anchor.median:
+                continue  # slower than a gated config and not tied with it: it cannot be chosen
+            if not self.passes(m):
+                return m.name, None
             passed.append(m)
-    return [m for m in under if any(p is m for p in passed)]
+        return None
 
 
 def _base(

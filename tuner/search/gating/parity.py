@@ -141,6 +141,25 @@ class ParityCache:
             if self.claims is not None:
                 self.claims.release(attr)
 
+    def has(self, config: LoopConfig, precision: str | None = None) -> bool:
+        """Whether `config`'s verdict in `precision` costs this process no gate: stored on the
+        study, in the memo of earlier studies, or being checked now by another process of the
+        job (`claims`), whose verdict a check here waits for."""
+        attr = self.key(config, precision)
+        if self.claims is not None and self.claims.holder(attr) is not None:
+            return True
+        return self._stored(attr)
+
+    def envelope_known(self, precision: str | None = None) -> bool:
+        """Whether the envelope a config in `precision` is judged against is measured already
+        (on the study or in the memo): else its first check measures it (and the reference)."""
+        return self._stored(self.envelope_key(precision))
+
+    def _stored(self, attr: str) -> bool:
+        return isinstance(self._attrs().get(attr), dict) or isinstance(
+            self._memo_attrs().get(attr), dict
+        )
+
     def failed(self) -> set[str]:
         """The config keys whose cached verdict failed."""
         return {
