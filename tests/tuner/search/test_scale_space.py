@@ -136,8 +136,17 @@ def test_late_profiles_on_the_scale_space_are_left_out_with_the_reason(
     fix = ("num_workers=0", "compile=none", "compile_scope=model")
     # A job always past the cut: not one profile starts, and each says why.
     monkeypatch.setattr(aim_module, "SCALE_JOB_AIM_S", 0.0)
-    late = run_json(options(storage, "late", trials=2, space="scale", fix=fix, profile="baselines"))
+    late = run_json(
+        options(
+            storage, "late", trials=2, space="scale", fix=fix, profile="baselines", final_rounds=3
+        )
+    )
     assert set(late["profile_errors"]) == {"recommended", "pytorch-default", "seed-baseline"}
+    # The final round keeps the same aim: one round of the three asked (the first may also
+    # have decided as the search did), and a recommendation that passed its gate.
+    final = studies.entries(load(storage, "late"), keys.FINAL_PREFIX)
+    (record,) = final.values()
+    assert 1 in (record["settled_after"], record["cut_after"]) and late["parity"]["passed"]
     assert all("not profiled: the job had run" in e for e in late["profile_errors"].values())
     assert not late["verdicts"]
     # --profile all takes every one whatever the time; so does a job inside the cut.

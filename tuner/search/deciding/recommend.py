@@ -110,7 +110,10 @@ def _eligible(
     )
     gating = _Gating(configs, parity, precisions, options.tie_margin, None if every else aim)
     if every:
-        return [m for m in under if gating.passes(m)]
+        passed = [
+            m for m in sorted(under, key=lambda m: m.median, reverse=True) if gating.passes(m)
+        ]
+        return [m for m in under if any(p is m for p in passed)]
     return gating.eligible(under)
 
 
@@ -166,7 +169,8 @@ class _Gating:
                 passed.append(m)
             else:
                 continue
-            lead = lead or m
+            if lead is None:
+                lead = m
         return passed, deferred
 
     def _deferred(
