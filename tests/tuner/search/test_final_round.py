@@ -272,7 +272,7 @@ def _aimed(
     """The final round with a job clock standing at `wall_s` of a 900 s aim; a verdict is known
     for the configs whose keys are in `known` (the rest cost their trial's seconds)."""
 
-    def cost(name: str, config: LoopConfig, precision: str | None) -> float | None:
+    def cost(config: LoopConfig, precision: str | None) -> float | None:
         if config_key(config) in known:
             return None
         return max(

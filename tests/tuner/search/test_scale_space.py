@@ -223,12 +223,12 @@ def test_the_final_rounds_aim_costs_a_gate_by_its_trial_and_nothing_once_known(
         ]
         # Until the envelope is measured (the first check), what it took so far is added.
         search.clock.seconds[GATE_ENVELOPE] += 5.0
-        assert aim.gate_cost("trial", config, None) == max(same) + 5.0
+        assert aim.gate_cost(config, None) == max(same) + 5.0
         never = LoopConfig(num_streams=3, sync_interval=7, num_workers=0)
-        assert aim.gate_cost("baseline", never, None) == 5.0
+        assert aim.gate_cost(never, None) == 5.0
         assert search.parity(config).passed
-        assert aim.gate_cost("trial", config, None) is None
-        assert aim.gate_cost("baseline", never, None) == 0.0
+        assert aim.gate_cost(config, None) is None
+        assert aim.gate_cost(never, None) == 0.0
     finally:
         search.close()
     other = open_search(options(storage, "full", trials=1))

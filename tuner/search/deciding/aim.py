@@ -42,9 +42,9 @@ from tuner.search.spaces.named import SCALE_SPACE
 from tuner.store import keys
 from tuner.store.phases import GATE_ENVELOPE, GATE_REFERENCE
 
-GateCost = Callable[[str, LoopConfig, "str | None"], "float | None"]
-"""`(entry name, config, its precision or None for the study's)` -> the expected seconds of its
-gate, or None where its verdict is already known (no cost)."""
+GateCost = Callable[[LoopConfig, "str | None"], "float | None"]
+"""`(config, its precision or None for the study's)` -> the expected seconds of its gate, or None
+where its verdict is already known (no cost)."""
 
 
 @dataclasses.dataclass
@@ -76,7 +76,7 @@ class Aim:
         """Why `name`'s gate does not start now (None: its verdict is known, or it fits). Its
         expected cost is its trial's (a compile: the eager twin compiles it again), or its last
         final-round run's where that took longer."""
-        expected = self.gate_cost(name, config, precision)
+        expected = self.gate_cost(config, precision)
         if expected is None:
             return None
         return self.over(max(expected, self.spent.get(name, 0.0)), "its gate")
@@ -94,7 +94,7 @@ def final_aim(
     if space != SCALE_SPACE:
         return None
 
-    def cost(name: str, config: LoopConfig, precision: str | None) -> float | None:
+    def cost(config: LoopConfig, precision: str | None) -> float | None:
         """None where the verdict is known, or another process of the job is checking it; else
         the config's slowest trial's seconds, a compile from a cold cache, as its eager twin's is
         (117 s against the trial's 140 s for the float8 step of the Qwen1.5-0.5B shape at
