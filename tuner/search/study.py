@@ -53,6 +53,7 @@ from tuner.search.spaces.named import (
     without_model_refusals,
     without_precision_refusals,
 )
+from tuner.search.spaces.pinned import with_pins_checked
 from tuner.search.spaces.processes import for_processes
 from tuner.search.spaces.resume import as_stored
 from tuner.search.spaces.space import SearchSpace
@@ -366,9 +367,14 @@ def _space_for(
     # the model's refusals: a lever no precision of the study runs leaves without a note, where
     # the model's refusal of one of its values would have noted it (a bf16 study's stored space
     # then names float8_linears).
-    space = without_precision_refusals(space, options.allowed_precisions or ("fp32",))
-    if measurer.program is None:  # a program's model is built elsewhere, and checked there
-        space = without_model_refusals(space, measurer.workload.model)
+    precisions = options.allowed_precisions or ("fp32",)
+    space = without_precision_refusals(space, precisions)
+    # A program's model is built elsewhere, and checked there.
+    model = None if measurer.program is not None else measurer.workload.model
+    # A pin no draw could run fails here, naming it, rather than as every trial's refusal.
+    space = with_pins_checked(space, precisions, model)
+    if model is not None:
+        space = without_model_refusals(space, model)
     space = without_inert_levers(space)
     options = _with_protocol(options, measurer, space.name, progress)
     # N processes per trial: the data-parallel levers join the space (one: they stay off).

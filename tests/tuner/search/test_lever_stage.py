@@ -11,12 +11,15 @@ from typing import Any
 
 import optuna
 import pytest
+import torch
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 import trainers
 from tests.tuner.search.test_search import _complete_values, _expected_stop, _Phases
 from tests.tuner.tiny import load, options, sqlite_url
 from trainers.levers.loss import LOSS
+from trainers.workloads import load_workload
+from tuner.errors import SpaceError
 from tuner.search.options import LocalSlots
 from tuner.search.proposing.levers import (
     Predictions,
@@ -271,10 +274,10 @@ def test_a_value_the_model_cannot_take_is_left_out_of_its_space(tmp_path: Path) 
         own.close()
 
 
-def test_a_pinned_config_the_model_cannot_take_is_refused_not_run(tmp_path: Path) -> None:
-    """A trial whose config the model refuses (`Lever.refuse_for`; here pinned by hand, which
-    the space leaves as it is): recorded as an invalid combination in the lever's own words,
-    with no run started for it."""
+def test_a_pin_the_model_cannot_take_fails_before_a_study_is_stored(tmp_path: Path) -> None:
+    """A pinned value the model refuses (`Lever.refuse_for`) is in every draw: the job fails
+    before its first trial, naming the pin and what the model allows in the lever's own words
+    (`tuner.search.spaces.pinned`), and stores nothing."""
     storage = sqlite_url(tmp_path)
     space = tmp_path / "streams.json"
     space.write_text(json.dumps({"num_streams": [1, 2]}))
@@ -286,17 +289,16 @@ def test_a_pinned_config_the_model_cannot_take_is_refused_not_run(tmp_path: Path
         patience=0,
         fix=("num_workers=0", "loss=compiled"),
     )
-    search = open_search(opts)
-    try:
-        search.run_trials(LocalSlots(1))
-    finally:
-        search.close()
-    (trial,) = load(storage, "refuse").get_trials()
-    assert trial.state == TrialState.FAIL
-    assert trial.user_attrs[keys.FAILURE_KIND] == "invalid", trial.user_attrs
-    expected = trainers.invalid_reason({"loss": "compiled"}, model=search.measurer.workload.model)
-    assert expected and trial.user_attrs[keys.FAILURE_REASON].endswith(expected)
-    assert keys.CONFIG not in trial.user_attrs  # never run
+    with pytest.raises(SpaceError) as caught:
+        open_search(opts)
+    assert caught.value.field == "loss" and caught.value.value == "compiled"
+    expected = trainers.invalid_reason({"loss": "compiled"}, model=_mlp_model())
+    assert expected and expected.endswith(caught.value.allowed), (expected, caught.value.allowed)
+    assert optuna.study.get_all_study_names(storage) == []
+
+
+def _mlp_model() -> torch.nn.Module:
+    return load_workload("mlp", "tiny").model
 
 
 def _run_staged(opts: Any, trials: int) -> tuple[list[FrozenTrial], list[str]]:

@@ -1,0 +1,107 @@
+"""A `--fix` pin no draw could run is refused before the first trial, and a pin whose rule
+allows some values of one searched lever narrows it (`tuner.search.spaces.pinned`): the real
+lever table (float8_linears, float8_head) and test levers of their own rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from trainers.levers import Lever, ranked, registered
+from tuner.errors import SpaceError
+from tuner.search.spaces.pinned import MAX_COMBINATIONS, with_pins_checked
+from tuner.search.spaces.space import Choice, IntRange, SearchSpace
+
+HEAD = Choice(values=("bf16", "float8"))
+
+
+def _space(params: dict[str, Any], fixed: dict[str, Any], name: str = "scale") -> SearchSpace:
+    return SearchSpace(name=name, params=params, fixed=fixed)
+
+
+def test_the_head_alone_pinned_keeps_the_head_in_float8_with_a_note() -> None:
+    space = _space({"float8_head": HEAD, "micro_batches": Choice(values=(1, 2))}, {})
+    space = SearchSpace(
+        name="scale", params=space.params, fixed={"float8_linears": "none"}, notes=("kept",)
+    )
+    out = with_pins_checked(space, ("float8",), None)
+    assert "float8_head" not in out.params and out.fixed["float8_head"] == "float8"
+    assert out.params["micro_batches"] == Choice(values=(1, 2))
+    assert out.notes[0] == "kept"
+    [note] = out.notes[1:]
+    assert note.startswith("float8_head bf16 left out: float8_linears='none' is pinned")
+    # Nothing to narrow where the head is pinned to float8 already.
+    both = _space({}, {"float8_linears": "none", "float8_head": "float8"})
+    assert with_pins_checked(both, ("float8",), None) == both
+
+
+def test_a_pin_every_combination_refuses_names_the_pin_and_what_it_allows() -> None:
+    space = _space({}, {"float8_linears": "none", "float8_head": "bf16"})
+    with pytest.raises(SpaceError) as caught:
+        with_pins_checked(space, ("float8",), None)
+    assert caught.value.field == "float8_linears" and caught.value.value == "none"
+    assert "float8_head='float8'" in caught.value.allowed
+
+
+def test_a_pin_no_precision_of_the_study_runs_is_refused_and_one_that_runs_is_kept() -> None:
+    space = _space({"micro_batches": Choice(values=(1, 2))}, {"float8_linears": "8M"})
+    with pytest.raises(SpaceError) as caught:
+        with_pins_checked(space, ("bf16",), None)
+    assert caught.value.field == "float8_linears" and "float8" in caught.value.allowed
+    # A study that may choose float8 runs it there (its bf16 trials refuse it one by one).
+    assert with_pins_checked(space, ("bf16", "float8"), None) == space
+
+
+def _reader(reads: tuple[str, ...], refuses: Any) -> Lever:
+    """A test lever whose pinned `on` is refused beside the values `refuses(get)` says."""
+
+    def conflicts(value: Any, get: Any) -> str | None:
+        if value == "on" and refuses(get):
+            return f"off beside {', '.join(f'{r}={get(r)!r}' for r in reads)}"
+        return None
+
+    return Lever(
+        name="pinned_lever",
+        label="a test's lever whose rule reads others",
+        kind="str",
+        default="off",
+        added=99,
+        options=ranked(("off", "none", "exact", 0), ("on", "none", "exact", 1)),
+        conflicts=conflicts,
+    )
+
+
+def test_a_rule_of_two_searched_levers_fails_only_where_no_combination_runs() -> None:
+    streams, syncs = Choice(values=(1, 2)), Choice(values=("synchronize", "event"))
+    params = {"num_streams": streams, "sync_mode": syncs}
+    pinned = {"pinned_lever": "on"}
+
+    def one_left(get: Any) -> bool:  # runs beside 2 streams and events only
+        return not (get("num_streams") == 2 and get("sync_mode") == "event")
+
+    with registered(_reader(("num_streams", "sync_mode"), one_left)):
+        space = _space(params, pinned, name="full")
+        # One combination of two levers runs: neither alone can be narrowed, so both stay.
+        assert with_pins_checked(space, ("fp32",), None) == space
+    with registered(_reader(("num_streams", "sync_mode"), lambda get: True)):
+        with pytest.raises(SpaceError) as caught:
+            with_pins_checked(_space(params, pinned, name="full"), ("fp32",), None)
+        assert caught.value.field == "pinned_lever"
+
+
+def test_a_rule_that_reads_a_range_or_too_many_values_is_left_to_each_draw() -> None:
+    with registered(_reader(("num_workers",), lambda get: True)):
+        ranged = _space({"num_workers": IntRange(low=0, high=4)}, {"pinned_lever": "on"})
+        assert with_pins_checked(ranged, ("fp32",), None) == ranged
+    with registered(_reader(("num_workers", "sync_interval"), lambda get: True)):
+        workers, intervals = Choice(values=tuple(range(33))), Choice(values=tuple(range(1, 9)))
+        assert len(workers.values) * len(intervals.values) > MAX_COMBINATIONS
+        params = {"num_workers": workers, "sync_interval": intervals}
+        wide = _space(params, {"pinned_lever": "on"}, name="full")
+        assert with_pins_checked(wide, ("fp32",), None) == wide
+    with registered(_reader(("num_workers",), lambda get: True)):
+        # A fixed setting it reads is no draw: refused once, up front.
+        fixed = _space({}, {"pinned_lever": "on", "num_workers": 2})
+        with pytest.raises(SpaceError, match="num_workers=2"):
+            with_pins_checked(fixed, ("fp32",), None)
