@@ -223,6 +223,17 @@ BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
     ({"fix": {"warp_drive": 1}}, ("body", "fix", "warp_drive"), "Extra"),
     ({"fix": {"num_streams": 7}}, ("body", "fix", "num_streams"), "less than or equal to 4"),
     ({"fix": {"cuda_graph": True}}, ("body", "fix", "cuda_graph"), "CUDA"),
+    (
+        {"device": "cuda", "precision": "float8"}
+        | {"fix": {"float8_linears": "none", "float8_head": "bf16"}},
+        ("body", "fix", "float8_linears"),
+        "float8_head='float8'",
+    ),
+    (
+        {"device": "cuda", "precision": "bf16-autocast", "fix": {"float8_head": "float8"}},
+        ("body", "fix", "float8_head"),
+        "float8",
+    ),
     ({"objectives": ["memory"]}, ("body", "objectives"), "throughput"),
     ({"objectives": ["throughput", "throughput"]}, ("body", "objectives"), "throughput"),
     ({"objectives": []}, ("body", "objectives"), "at least 1"),

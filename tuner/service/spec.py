@@ -16,6 +16,7 @@ from tuner.errors import SpaceError, SpecError, TunerError
 from tuner.request import JobSpec
 from tuner.search.options import check_patience
 from tuner.search.spaces.named import load_space, program_space
+from tuner.search.spaces.pinned import with_pins_checked
 from tuner.search.spaces.processes import for_processes
 
 __all__ = ["JobSpec", "WorkloadRegistry", "check_spec", "is_library_model"]
@@ -202,8 +203,14 @@ def _check_space(spec: JobSpec, registry: WorkloadRegistry) -> None:
             "run the built-in loop under torchrun)",
             spec.nproc_per_node,
         )
+    program = spec.workload if spec.workload.startswith(PROGRAM_PREFIX) else None
+    precisions = trainers.PrecisionSpec.of(
+        spec.precision, spec.precisions, nproc_per_node=spec.nproc_per_node, program=program
+    ).allowed  # valid: `_check_precisions` ran first
     try:
         pinned = load_space(spec.space, fix=spec.fix, cuda=cuda)
+        # A pin no draw could run (the model's own refusals need the model: the worker's).
+        with_pins_checked(pinned, precisions or ("fp32",), None)
         # The data-parallel levers' rules for this many processes (a pinned parallel, a graph).
         for_processes(pinned, spec.nproc_per_node)
         if spec.workload.startswith(PROGRAM_PREFIX):
