@@ -229,6 +229,12 @@ BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
         ("body", "fix", "float8_linears"),
         "float8_head='float8'",
     ),
+    (  # fixed by the space, not pinned: the space's
+        {"device": "cuda", "precision": "float8"}
+        | {"space": {"num_streams": [1, 2], "float8_linears": "none", "float8_head": "bf16"}},
+        ("body", "space", "float8_linears"),
+        "float8_head='float8'",
+    ),
     (
         {"device": "cuda", "precision": "bf16-autocast", "fix": {"float8_head": "float8"}},
         ("body", "fix", "float8_head"),

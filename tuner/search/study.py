@@ -371,8 +371,6 @@ def _space_for(
     space = without_precision_refusals(space, precisions)
     # A program's model is built elsewhere, and checked there.
     model = None if measurer.program is not None else measurer.workload.model
-    # A pin no draw could run fails here, naming it, rather than as every trial's refusal.
-    space = with_pins_checked(space, precisions, model)
     if model is not None:
         space = without_model_refusals(space, model)
     space = without_inert_levers(space)
@@ -384,7 +382,10 @@ def _space_for(
         has_blocks=measurer.has_blocks(),
         precision=options.precision,
     )
-    return _for_program(space, options, measurer, progress)
+    space, options = _for_program(space, options, measurer, progress)
+    # A pin no draw could run fails here, naming it, rather than as every trial's refusal.
+    with_pins_checked(space, precisions, model)
+    return space, options
 
 
 def _load_artifacts(folder: str | None, progress: Progress) -> int:

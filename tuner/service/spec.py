@@ -209,14 +209,15 @@ def _check_space(spec: JobSpec, registry: WorkloadRegistry) -> None:
     ).allowed  # valid: `_check_precisions` ran first
     try:
         pinned = load_space(spec.space, fix=spec.fix, cuda=cuda)
+        # The data-parallel levers' rules for this many processes (a pinned parallel, a graph).
+        pinned = for_processes(pinned, spec.nproc_per_node)
+        if program is not None:
+            pinned = program_space(pinned, registry.programs[program.removeprefix(PROGRAM_PREFIX)])
         # A pin no draw could run (the model's own refusals need the model: the worker's).
         with_pins_checked(pinned, precisions or ("fp32",), None)
-        # The data-parallel levers' rules for this many processes (a pinned parallel, a graph).
-        for_processes(pinned, spec.nproc_per_node)
-        if spec.workload.startswith(PROGRAM_PREFIX):
-            program_space(pinned, registry.programs[spec.workload.removeprefix(PROGRAM_PREFIX)])
     except SpaceError as exc:
-        raise _spec_error("fix", exc) from exc
+        # A setting the space file fixes, not a pin, is the space's.
+        raise _spec_error("fix" if exc.field in spec.fix else "space", exc) from exc
 
 
 def _check_gpus(gpus: object) -> None:

@@ -2,30 +2,28 @@
 
 A pinned value is in every config the search draws. Where the study's precisions, its model or
 the levers it reads (`Lever.conflicts`) refuse it, every draw was refused one at a time as an
-invalid combination, each in a line of its own, and the job ended with no trial run. Checked
-here instead, once the space is known:
+invalid combination, each in a line of its own, and the job ended with no trial run
+(`--fix float8_linears=none` with the head left at bf16, as the scale space leaves it in a study
+that runs float8 alone). Checked once the space is known, before the first trial, a SpaceError
+naming the pin and what it allows where it is:
 
 - refused in every precision the study runs (`Lever.refuse_in`), or by the model
-  (`Lever.refuse_for`): a SpaceError naming the pin and what it allows;
-- refused beside the other settings whatever the search draws for the levers its rule reads: a
-  SpaceError; beside some of their values only, where it reads one searched lever, that lever is
-  searched over the rest, with a note (`float8_linears=none` pinned keeps `float8_head=float8`:
-  the head alone in float8 is what `none` means).
+  (`Lever.refuse_for`);
+- refused beside the other settings whatever the search draws for the levers its rule reads.
 
-A rule that reads a lever searched over a range, or more combinations than `MAX_COMBINATIONS`,
-is left to each draw's refusal, as before.
+A pin refused beside some draws only is left to those draws' refusals, and the space is not
+changed: a study stored with it resumes as it was. A rule that reads a lever searched over a
+range, or more combinations than `MAX_COMBINATIONS`, is left to each draw's refusal too.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from trainers import LEVERS, LoopConfig
 from tuner.errors import SpaceError
-from tuner.search.spaces.named import leave_out
 from tuner.search.spaces.space import Choice, SearchSpace
 
 if TYPE_CHECKING:
@@ -39,10 +37,10 @@ MAX_COMBINATIONS = 256
 
 def with_pins_checked(
     space: SearchSpace, precisions: Sequence[str], model: nn.Module | None
-) -> SearchSpace:
-    """`space`, its searched levers narrowed where a pin's rule allows only some of their
-    values; a SpaceError for a pin no draw could run (the module doc). `precisions`: those the
-    study runs; `model`: None where it is built elsewhere (a program's), and checked there."""
+) -> None:
+    """A SpaceError for a pin of `space` no draw could run (the module doc). `precisions`: those
+    the study runs; `model`: None where it is built elsewhere (a program's), and checked there.
+    `space`: the study's as it will be searched (after `for_processes` and a program's cut)."""
     for name, value in space.fixed.items():
         item = LEVERS.get(name)
         if item is None:
@@ -54,39 +52,21 @@ def with_pins_checked(
         if found is not None:
             raise SpaceError(name, value, found.allowed)
         if item.conflicts is not None:
-            space = _beside_the_rest(space, item, value)
-    return space
+            _beside_the_rest(space, item, value)
 
 
-def _beside_the_rest(space: SearchSpace, item: Lever, value: Any) -> SearchSpace:
-    """`space` with the values its pin `item=value` refuses left out of the one searched lever
-    its rule reads; a SpaceError where every combination it reads is refused."""
+def _beside_the_rest(space: SearchSpace, item: Lever, value: Any) -> None:
+    """A SpaceError where `item`'s rule refuses its pin `item=value` beside every combination of
+    the searched levers it reads (their values drawn, the rest as fixed or at their defaults)."""
     found = _combinations(space, item, value)
-    if found is None:
-        return space
-    read, allowed, why = found
-    if not allowed:
-        raise SpaceError(item.name, value, why or "")
-    if len(read) != 1:
-        return space
-    [other] = read
-    spec = space.params[other]
-    assert isinstance(spec, Choice)
-    kept = tuple(v for v in spec.values if (v,) in allowed)
-    if kept == spec.values:
-        return space
-    params, fixed, notes = dict(space.params), dict(space.fixed), list(space.notes)
-    reason = f"{item.name}={value!r} is pinned, and allows {why}"
-    leave_out(params, fixed, notes, space.name, LEVERS[other], spec, kept, reason)
-    return dataclasses.replace(space, params=params, fixed=fixed, notes=tuple(notes))
+    if found is not None and not found[0]:
+        raise SpaceError(item.name, value, found[1] or "")
 
 
-def _combinations(
-    space: SearchSpace, item: Lever, value: Any
-) -> tuple[list[str], set[tuple[Any, ...]], str | None] | None:
-    """The searched levers `item`'s rule reads beside its pin, the combinations of their values
-    it allows, and its reason for one it refuses (None: it refuses none); None where a lever it
-    reads is not searched over a list, or they make too many combinations."""
+def _combinations(space: SearchSpace, item: Lever, value: Any) -> tuple[bool, str | None] | None:
+    """Whether `item`'s rule allows its pin beside some combination of the searched levers it
+    reads, and its reason for the first it refuses (None: it refuses none); None where a lever
+    it reads is not searched over a list, or they make too many combinations."""
     assert item.conflicts is not None
     defaults = LoopConfig().to_dict()
     read: list[str] = []
@@ -97,7 +77,7 @@ def _combinations(
         combos = list(itertools.product(*(s.values for s in specs if isinstance(s, Choice))))
         if len(combos) > MAX_COMBINATIONS:
             return None
-        allowed: set[tuple[Any, ...]] = set()
+        allowed = False
         why: str | None = None
         grew = False
         for combo in combos:
@@ -119,8 +99,8 @@ def _combinations(
             if grew:
                 break
             if refusal is None:
-                allowed.add(combo)
+                allowed = True
             elif why is None:
                 why = refusal
         if not grew:
-            return read, allowed, why
+            return allowed, why
