@@ -116,7 +116,7 @@ def without_model_refusals(space: SearchSpace, model: nn.Module) -> SearchSpace:
     loss of a model without a loss function) left out: they would only be drawn to be refused.
     A built-in space's lever left with its default alone leaves the search without a note, so
     the space a study stores is the one it stored before the lever was offered and the study
-    resumes; otherwise it is narrowed or fixed, with a note (`leave_out`). A pinned one fails
+    resumes; otherwise it is narrowed or fixed, with a note (`_leave_out`). A pinned one fails
     before the first trial, naming it (`tuner.search.spaces.pinned`)."""
 
     def refused(item: Lever, value: Any) -> bool:
@@ -141,7 +141,7 @@ def without_precision_refusals(space: SearchSpace, precisions: Sequence[str]) ->
 def _without_values(
     space: SearchSpace, refused: Callable[[Lever, Any], bool], why: str
 ) -> SearchSpace:
-    """`space` with each searched lever's `refused` values left out (`leave_out`)."""
+    """`space` with each searched lever's `refused` values left out (`_leave_out`)."""
     params = dict(space.params)
     fixed = dict(space.fixed)
     notes = list(space.notes)
@@ -151,11 +151,11 @@ def _without_values(
             continue
         kept = tuple(v for v in spec.values if not refused(item, v))
         if kept and kept != spec.values:
-            leave_out(params, fixed, notes, space.name, item, spec, kept, why)
+            _leave_out(params, fixed, notes, space.name, item, spec, kept, why)
     return dataclasses.replace(space, params=params, fixed=fixed, notes=tuple(notes))
 
 
-def leave_out(
+def _leave_out(
     params: dict[str, Spec],
     fixed: dict[str, Any],
     notes: list[str],
@@ -404,7 +404,7 @@ def _without_refused(
     params: dict[str, Spec], fixed: dict[str, Any], notes: list[str], space: str, device: str
 ) -> None:
     """Every other lever's values that its `refuse_on` refuses on `device`: a pinned one is a
-    SpaceError, searched ones are left out (`leave_out`)."""
+    SpaceError, searched ones are left out (`_leave_out`)."""
     for name, item in LEVERS.items():
         if name in fixed and item.refusal(fixed[name], device) is not None:
             raise SpaceError(name, fixed[name], str(item.refusal(fixed[name], device)))
@@ -416,7 +416,7 @@ def _without_refused(
             continue
         if not kept:
             raise SpaceError(name, list(spec.values), f"a value that runs on {device}")
-        leave_out(params, fixed, notes, space, item, spec, kept, f"refused on {device}")
+        _leave_out(params, fixed, notes, space, item, spec, kept, f"refused on {device}")
 
 
 def program_space(space: SearchSpace, program: Program) -> SearchSpace:
