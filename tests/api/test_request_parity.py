@@ -23,7 +23,7 @@ from tuner.cli import app
 from tuner.errors import SpaceError
 from tuner.search.proposing.defaults import DEFAULT_TRIALS, MAX_TRIALS
 from tuner.search.spaces.named import load_space
-from tuner.search.spaces.pinned import with_pins_checked
+from tuner.search.spaces.pinned import check_pins
 from tuner.search.spaces.processes import for_processes
 
 TRIAL_COUNTS = sorted({0, 1, DEFAULT_TRIALS, MAX_TRIALS, MAX_TRIALS + 1, -1})
@@ -163,12 +163,12 @@ def _cli_text(value: Any) -> str:
 def _cli_accepts_pin(name: str, value: Any) -> bool:
     """`--fix name=value` as `python -m tuner run` reads it: the text parsed and checked by the
     space it pins, for one process per trial, then refused where no draw could run it in the
-    study's precisions (none given: fp32) or beside the other settings (`with_pins_checked`,
+    study's precisions (none given: fp32) or beside the other settings (`check_pins`,
     in `tuner.search.study.open_search`'s order). The model's own refusals are the worker's in
     the API, which has the model: not compared here."""
     try:
         space = for_processes(load_space("auto", fix=[f"{name}={_cli_text(value)}"], cuda=True), 1)
-        with_pins_checked(space, ("fp32",), None)
+        check_pins(space, ("fp32",), None)
     except SpaceError:
         return False
     return True

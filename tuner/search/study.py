@@ -53,7 +53,7 @@ from tuner.search.spaces.named import (
     without_model_refusals,
     without_precision_refusals,
 )
-from tuner.search.spaces.pinned import with_pins_checked
+from tuner.search.spaces.pinned import check_pins
 from tuner.search.spaces.processes import for_processes
 from tuner.search.spaces.resume import as_stored
 from tuner.search.spaces.space import SearchSpace
@@ -384,7 +384,7 @@ def _space_for(
     )
     space, options = _for_program(space, options, measurer, progress)
     # A pin no draw could run fails here, naming it, rather than as every trial's refusal.
-    with_pins_checked(space, precisions, model)
+    check_pins(space, precisions, model)
     return space, options
 
 

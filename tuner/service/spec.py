@@ -16,7 +16,7 @@ from tuner.errors import SpaceError, SpecError, TunerError
 from tuner.request import JobSpec
 from tuner.search.options import check_patience
 from tuner.search.spaces.named import load_space, program_space
-from tuner.search.spaces.pinned import with_pins_checked
+from tuner.search.spaces.pinned import check_pins
 from tuner.search.spaces.processes import for_processes
 
 __all__ = ["JobSpec", "WorkloadRegistry", "check_spec", "is_library_model"]
@@ -214,7 +214,7 @@ def _check_space(spec: JobSpec, registry: WorkloadRegistry) -> None:
         if program is not None:
             pinned = program_space(pinned, registry.programs[program.removeprefix(PROGRAM_PREFIX)])
         # A pin no draw could run (the model's own refusals need the model: the worker's).
-        with_pins_checked(pinned, precisions or ("fp32",), None)
+        check_pins(pinned, precisions or ("fp32",), None)
     except SpaceError as exc:
         # A setting the space file fixes, not a pin, is the space's.
         raise _spec_error("fix" if exc.field in spec.fix else "space", exc) from exc

@@ -10,7 +10,7 @@ import pytest
 
 from trainers.levers import Lever, ranked, registered
 from tuner.errors import SpaceError
-from tuner.search.spaces.pinned import MAX_COMBINATIONS, with_pins_checked
+from tuner.search.spaces.pinned import MAX_COMBINATIONS, check_pins
 from tuner.search.spaces.space import Choice, IntRange, SearchSpace
 
 HEAD = Choice(values=("bf16", "float8"))
@@ -24,10 +24,8 @@ def test_the_head_alone_pinned_beside_a_searched_head_is_left_to_each_draw() -> 
     """`float8_linears=none` runs beside `float8_head=float8`: with the head searched, some draws
     run it, so the pin stands and the space is not changed (a study stored with it resumes)."""
     space = _space({"float8_head": HEAD}, {"float8_linears": "none"})
-    with_pins_checked(space, ("float8",), None)
-    with_pins_checked(
-        _space({}, {"float8_linears": "none", "float8_head": "float8"}), ("float8",), None
-    )
+    check_pins(space, ("float8",), None)
+    check_pins(_space({}, {"float8_linears": "none", "float8_head": "float8"}), ("float8",), None)
 
 
 @pytest.mark.parametrize("head", [{"float8_head": "bf16"}, {}], ids=["pinned", "default"])
@@ -38,7 +36,7 @@ def test_a_pin_every_combination_refuses_names_the_pin_and_what_it_allows(
     study that runs float8 alone): no draw could run `none`."""
     space = _space({"micro_batches": Choice(values=(1, 2))}, {"float8_linears": "none"} | head)
     with pytest.raises(SpaceError) as caught:
-        with_pins_checked(space, ("float8",), None)
+        check_pins(space, ("float8",), None)
     assert caught.value.field == "float8_linears" and caught.value.value == "none"
     assert "float8_head='float8'" in caught.value.allowed
 
@@ -46,10 +44,10 @@ def test_a_pin_every_combination_refuses_names_the_pin_and_what_it_allows(
 def test_a_pin_no_precision_of_the_study_runs_is_refused_and_one_that_runs_is_kept() -> None:
     space = _space({"micro_batches": Choice(values=(1, 2))}, {"float8_linears": "8M"})
     with pytest.raises(SpaceError) as caught:
-        with_pins_checked(space, ("bf16",), None)
+        check_pins(space, ("bf16",), None)
     assert caught.value.field == "float8_linears" and "float8" in caught.value.allowed
     # A study that may choose float8 runs it there (its bf16 trials refuse it one by one).
-    with_pins_checked(space, ("bf16", "float8"), None)
+    check_pins(space, ("bf16", "float8"), None)
 
 
 def _reader(reads: tuple[str, ...], refuses: Any) -> Lever:
@@ -81,29 +79,29 @@ def test_a_rule_of_two_searched_levers_fails_only_where_no_combination_runs() ->
 
     with registered(_reader(("num_streams", "sync_mode"), one_left)):
         # One combination of the two levers runs: the pin stands.
-        with_pins_checked(_space(params, pinned, name="full"), ("fp32",), None)
+        check_pins(_space(params, pinned, name="full"), ("fp32",), None)
         # With one of them fixed elsewhere, none does.
         fixed = _space({"sync_mode": syncs}, pinned | {"num_streams": 1}, name="full")
         with pytest.raises(SpaceError, match="num_streams=1"):
-            with_pins_checked(fixed, ("fp32",), None)
+            check_pins(fixed, ("fp32",), None)
     with registered(_reader(("num_streams", "sync_mode"), lambda get: True)):
         with pytest.raises(SpaceError) as caught:
-            with_pins_checked(_space(params, pinned, name="full"), ("fp32",), None)
+            check_pins(_space(params, pinned, name="full"), ("fp32",), None)
         assert caught.value.field == "pinned_lever"
 
 
 def test_a_rule_that_reads_a_range_or_too_many_values_is_left_to_each_draw() -> None:
     with registered(_reader(("num_workers",), lambda get: True)):
         ranged = _space({"num_workers": IntRange(low=0, high=4)}, {"pinned_lever": "on"})
-        with_pins_checked(ranged, ("fp32",), None)
+        check_pins(ranged, ("fp32",), None)
     with registered(_reader(("num_workers", "sync_interval"), lambda get: True)):
         workers, intervals = Choice(values=tuple(range(33))), Choice(values=tuple(range(1, 9)))
         assert len(workers.values) * len(intervals.values) > MAX_COMBINATIONS
         params = {"num_workers": workers, "sync_interval": intervals}
         wide = _space(params, {"pinned_lever": "on"}, name="full")
-        with_pins_checked(wide, ("fp32",), None)
+        check_pins(wide, ("fp32",), None)
     with registered(_reader(("num_workers",), lambda get: True)):
         # A fixed setting it reads is no draw: refused once, up front.
         fixed = _space({}, {"pinned_lever": "on", "num_workers": 2})
         with pytest.raises(SpaceError, match="num_workers=2"):
-            with_pins_checked(fixed, ("fp32",), None)
+            check_pins(fixed, ("fp32",), None)

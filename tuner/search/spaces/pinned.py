@@ -35,9 +35,7 @@ MAX_COMBINATIONS = 256
 """The most combinations of the searched levers a pin's rule reads that are tried."""
 
 
-def with_pins_checked(
-    space: SearchSpace, precisions: Sequence[str], model: nn.Module | None
-) -> None:
+def check_pins(space: SearchSpace, precisions: Sequence[str], model: nn.Module | None) -> None:
     """A SpaceError for a pin of `space` no draw could run (the module doc). `precisions`: those
     the study runs; `model`: None where it is built elsewhere (a program's), and checked there.
     `space`: the study's as it will be searched (after `for_processes` and a program's cut)."""
