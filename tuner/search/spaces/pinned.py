@@ -49,16 +49,10 @@ def check_pins(space: SearchSpace, precisions: Sequence[str], model: nn.Module |
         found = None if model is None else item.model_refusal(value, model)
         if found is not None:
             raise SpaceError(name, value, found.allowed)
-        if item.conflicts is not None:
-            _beside_the_rest(space, item, value)
-
-
-def _beside_the_rest(space: SearchSpace, item: Lever, value: Any) -> None:
-    """A SpaceError where `item`'s rule refuses its pin `item=value` beside every combination of
-    the searched levers it reads (their values drawn, the rest as fixed or at their defaults)."""
-    found = _combinations(space, item, value)
-    if found is not None and not found[0]:
-        raise SpaceError(item.name, value, found[1] or "")
+        # Its rule beside every combination the search could draw of the levers it reads.
+        beside = None if item.conflicts is None else _combinations(space, item, value)
+        if beside is not None and not beside[0]:
+            raise SpaceError(name, value, beside[1] or "")
 
 
 def _combinations(space: SearchSpace, item: Lever, value: Any) -> tuple[bool, str | None] | None:
