@@ -8,6 +8,7 @@ from trainers.compilation import (
     CACHE_DIR_VARIABLE,
     compile_cache_dir,
     compiles,
+    keeping_compiled,
     keeps_code,
     usable_cores,
 )
@@ -144,6 +145,7 @@ __all__ = [
     "graph_floor",
     "has_blocks",
     "invalid_reason",
+    "keeping_compiled",
     "keeps_code",
     "load_config",
     "load_precision",

@@ -15,7 +15,8 @@ A run starts with a fresh Dynamo (`CompileWatch`), except after a run of the sam
 arithmetic, precision and process settings (`reuse_key`): that one keeps what the last compiled.
 At 1B a whole-model float8 compile costs 40 s even when every graph comes from the disk cache;
 the tuner's final round runs the config its trial just ran, and the gate runs a config after its
-eager twin, which compiles the same graphs.
+eager twin, which compiles the same graphs. Within `keeping_compiled`, a few keys keep their code
+side by side: the final round takes turns between configs of other arithmetic.
 """
 
 from __future__ import annotations
@@ -209,17 +210,47 @@ def reuse_key(
     )
 
 
-_LAST_COMPILED: list[tuple[Hashable, float, int] | None] = [None]
-"""The `reuse_key` of this process's last compiling run that ended, what its code cost to
-compile, and Dynamo's graph count at its end (None: none, or a run that compiled began after
-it). A count that moved since means something else compiled in between: not kept."""
+@dataclasses.dataclass
+class _Kept:
+    """The compiled code Dynamo holds now, by `reuse_key`: what each key's code cost to compile,
+    and Dynamo's graph count when the last of them ended (None: nothing kept, or a run that
+    compiled began since). A count that moved means something else compiled in between: reset.
+    `limit`: how many keys may keep code side by side (`keeping_compiled`); 1 outside it."""
+
+    code: dict[Hashable, float] = dataclasses.field(default_factory=dict)
+    graphs: int | None = None
+    limit: int = 1
+
+
+_KEPT = _Kept()
+
+MAX_KEPT = 4
+"""The most keys `keeping_compiled` keeps side by side: each adds its entries to the same code
+objects (the model's forward, each block's), and past Dynamo's recompile limit (8 by default) a
+frame runs eagerly without an error, so a "compiled" config would be measured eager."""
 
 
 def forget_compiled() -> None:
     """The next compiling run starts with a fresh Dynamo whatever it shares with the last
     (`reuse_key`): as a new process would (a test of the disk cache, a benchmark of a cold
     compile)."""
-    _LAST_COMPILED[0] = None
+    _KEPT.code.clear()
+    _KEPT.graphs = None
+
+
+@contextlib.contextmanager
+def keeping_compiled(keys: int) -> Iterator[None]:
+    """Within: the code of up to `keys` reuse keys (at most `MAX_KEPT`) stays in Dynamo side by
+    side, so runs that take turns between configs of other arithmetic (the tuner's final round:
+    A, B, A, B) compile each once, not at every turn. Dynamo's guards tell their entries apart,
+    as they do for one key's. After it, a run of any kept key still keeps them all (at most
+    `MAX_KEPT`), and a run of another key starts fresh, as outside."""
+    before = _KEPT.limit
+    _KEPT.limit = max(1, min(keys, MAX_KEPT))
+    try:
+        yield
+    finally:
+        _KEPT.limit = before
 
 
 class CompileWatch:
@@ -250,12 +281,15 @@ class CompileWatch:
             # run of the same key (module doc): where its guards pass, nothing compiles and
             # compile_s is 0 (kept_s says what the code cost). Also kept after someone else's
             # torch._dynamo.reset() with nothing compiled since: it then compiles again.
-            last = _LAST_COMPILED[0]
-            if reuse is None or last is None or (reuse, _graphs()) != (last[0], last[2]):
+            # Within `keeping_compiled`, a new key compiles beside the kept ones while they fit.
+            kept = _KEPT
+            fits = reuse in kept.code or len(kept.code) < kept.limit
+            if reuse is None or kept.graphs != _graphs() or not fits:
                 torch._dynamo.reset()
+                kept.code.clear()
             else:
-                self._kept_s = last[1]
-            _LAST_COMPILED[0] = None  # until this run ends: a failed one leaves nothing to reuse
+                self._kept_s = kept.code.get(reuse, 0.0)
+            kept.graphs = None  # until this run ends: a failed one leaves nothing to reuse
             _counters().clear()
 
     def _sync(self) -> None:
@@ -294,7 +328,8 @@ class CompileWatch:
         if self._reuse is not None and not (self._kept_s and self._compiling_s):
             # A kept run that compiled anyway (a guard failed) is not kept from: its entries
             # would pile up toward Dynamo's recompile limit, one more each run.
-            _LAST_COMPILED[0] = (self._reuse, max(compile_s, self._kept_s), _graphs())
+            _KEPT.code[self._reuse] = max(compile_s, self._kept_s)
+            _KEPT.graphs = _graphs()
         graphs, breaks = _graphs(), _graph_breaks()
         in_windows = graphs - self._graphs_after_warmup
         breaks_in_windows = breaks - self._breaks_after_warmup

@@ -24,7 +24,7 @@ from trainers import (
     min_warmup,
     run,
 )
-from trainers.compilation import CACHE_DIR_VARIABLE, forget_compiled
+from trainers.compilation import CACHE_DIR_VARIABLE, forget_compiled, keeping_compiled
 from trainers.workloads import disable_dropout
 from trainers.workloads.mlp import classification_loss
 
@@ -158,6 +158,41 @@ def test_a_run_of_what_was_just_compiled_keeps_its_code(tmp_path: Path) -> None:
     assert all(run.compile_kept_s == 0.0 and run.compile_cache_hits for run in stepped)
     assert after_another.compile_cache_hits  # what compiled in between is not the run's code
     assert not compiled_nothing(larger)  # another model's shapes start fresh too
+
+
+@pytest.mark.slow
+def test_configs_taking_turns_keep_their_code_side_by_side(tmp_path: Path) -> None:
+    """`keeping_compiled`: the final round's entries take turns (A, B, A, B) between configs of
+    other arithmetic; each compiles once and its later turns compile nothing, each through its
+    own entries. A key past the limit starts fresh, and after the block a run of a kept key
+    keeps, as one of another key starts fresh."""
+    compiled = LoopConfig(compile="default")
+    a, b = None, "bf16-autocast"  # other arithmetic, other graphs: two reuse keys
+
+    def turn(precision: str | None, size: str = "tiny") -> RunResult:
+        # A fresh copy of the build each turn, as the tuner's runs take: the same weights.
+        args = RunArgs(steps=6, warmup=2, windows=2, device="cpu", precision=precision)
+        return run(load_workload("mlp", size, seed=0), compiled, args)  # type: ignore[arg-type]
+
+    with compile_cache_dir(tmp_path / "inductor"):
+        with keeping_compiled(2):
+            first_a, first_b, again_a, again_b = (turn(precision) for precision in (a, b, a, b))
+            third = turn(a, "small")  # a third key: past the limit
+            after_third = turn(a)
+        turn(b)  # the only key kept now, and its code
+        kept_after = turn(b)
+        reset_after = turn(a)
+    assert first_a.compile_s > 0 and first_b.compile_s > 0
+    assert first_b.compile_kept_s == 0.0  # it compiled beside A's entries: nothing kept for it
+    for first, again in ((first_a, again_a), (first_b, again_b)):
+        assert (again.compile_cache_hits, again.compile_cache_misses) == (0, 0)
+        assert again.compile_s == 0.0 and again.recompiles == 0
+        assert again.compile_kept_s == pytest.approx(first.compile_s)
+        assert again.losses == first.losses  # its own graphs: the same arithmetic, bit for bit
+    assert third.compile_kept_s == 0.0 and third.compile_s > 0
+    assert after_third.compile_kept_s == 0.0 and after_third.compile_s > 0
+    assert kept_after.compile_kept_s > 0 and kept_after.compile_s == 0.0
+    assert reset_after.compile_kept_s == 0.0 and reset_after.compile_s > 0
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from trainers import LoopConfig, RunArgs, RunResult, Workload, load_workload, run
+from trainers.compilation import keeping_compiled
 from trainers.float8 import MIN_CAPABILITY, is_float8
 from trainers.workloads import disable_dropout
 
@@ -171,6 +172,25 @@ def test_the_gate_judges_compiled_float8_against_bf16s_seed_to_seed_envelope() -
     assert (verdict.determinism, verdict.reference_determinism) == ("strict", "off")
     assert run.envelope["spread"] == "seeds" and run.envelope["strict"] is False
     assert verdict.max_abs_deviation > 0.0  # float8 is never bf16 bit for bit
+
+
+@pytest.mark.parametrize("scope", ["model", "blocks"])
+def test_float8_and_bf16_taking_turns_keep_their_code_side_by_side(scope: str) -> None:
+    """`trainers.compilation.keeping_compiled`, as the tuner's final round takes turns between
+    a float8 config and one of other arithmetic: each compiles once, and on its next turn
+    Dynamo's guards pick its own entries (float8's converted linears, or bf16's plain ones)."""
+    config = LoopConfig(compile="default", compile_scope=scope, **FEED)  # type: ignore[arg-type]
+    with keeping_compiled(2):
+        turns = [_run(p, config) for p in ("float8", "bf16-autocast", "float8", "bf16-autocast")]
+    first_a, first_b, again_a, again_b = turns
+    assert first_b.compile_kept_s == 0.0  # compiled beside float8's entries, none kept for it
+    for first, again in ((first_a, again_a), (first_b, again_b)):
+        assert first.compile_s > 0
+        assert again.compile_s == 0.0 and again.compile_kept_s == pytest.approx(first.compile_s)
+        assert (again.compile_cache_hits, again.compile_cache_misses) == (0, 0)
+        assert again.losses == pytest.approx(first.losses, rel=1e-3)
+    assert again_a.float8 is not None and again_b.float8 is None
+    assert again_a.losses != again_b.losses  # float8 is never bf16 bit for bit
 
 
 @pytest.mark.parametrize("scope", ["model", "blocks"])

@@ -26,6 +26,7 @@ record says after how many rounds the aim cut them (`cut_after`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import statistics
 import uuid
@@ -35,7 +36,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from trainers import LoopConfig
+from trainers import LoopConfig, compiles, keeping_compiled, keeps_code
 from tuner.evidence.recommendation import Recommendation
 from tuner.search.deciding.aim import Aim
 from tuner.search.deciding.recommend import (
@@ -134,9 +135,11 @@ def final_round(
     entries, precisions = finalist_candidates(study, options, baselines, behind=behind)
     configs = dict(entries)
     searched = _searched(study, entries, baselines, options, precisions)
-    rounds = _measure_rounds(
-        entries, measurer, options, progress, baselines, parity, clock, precisions, searched, aim
-    )
+    with _keeping_code(entries):
+        rounds = _measure_rounds(
+            entries, measurer, options, progress, baselines, parity, clock, precisions, searched,
+            aim,
+        )  # fmt: skip
     measured = _measurements(entries, rounds, precisions)
     # A config dropped after a round was shown not to tie with the leader then; its fewer
     # samples must not make it look like a tie now (a wider interval), nor its gate run.
@@ -167,6 +170,14 @@ def final_round(
         base, eligible, configs, rounds, options, baselines, parity, measurer, floor_of, precisions
     )
     return _naming(recommendation, left_out)
+
+
+def _keeping_code(entries: list[tuple[str, LoopConfig]]) -> contextlib.AbstractContextManager[None]:
+    """The entries take turns, round after round: one whose arithmetic differs from the run
+    before it would compile again at each turn (28-59 s at 0.5B in float8). Each keeps its code
+    instead, and one key more holds a gate's own run between rounds (strict determinism)."""
+    compiled = sum(1 for _, config in entries if compiles(config) and keeps_code(config))
+    return keeping_compiled(compiled + 1)
 
 
 def _naming(recommendation: Recommendation, left_out: Mapping[str, str]) -> Recommendation:
