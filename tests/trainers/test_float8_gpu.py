@@ -174,12 +174,13 @@ def test_the_gate_judges_compiled_float8_against_bf16s_seed_to_seed_envelope() -
     assert verdict.max_abs_deviation > 0.0  # float8 is never bf16 bit for bit
 
 
-@pytest.mark.parametrize("scope", ["model", "blocks"])
-def test_float8_and_bf16_taking_turns_keep_their_code_side_by_side(scope: str) -> None:
+def test_float8_and_bf16_taking_turns_keep_their_code_side_by_side() -> None:
     """`trainers.compilation.keeping_compiled`, as the tuner's final round takes turns between
     a float8 config and one of other arithmetic: each compiles once, and on its next turn
-    Dynamo's guards pick its own entries (float8's converted linears, or bf16's plain ones)."""
-    config = LoopConfig(compile="default", compile_scope=scope, **FEED)  # type: ignore[arg-type]
+    Dynamo's guards pick its own entries (float8's converted linears, or bf16's plain ones).
+    The whole model only: this model's blocks are torch.nn's own layers, whose frames Dynamo
+    does not compile alone, so per block its bf16 run compiles nothing (one H200, 2026-12-01)."""
+    config = LoopConfig(compile="default", **FEED)  # type: ignore[arg-type]
     with keeping_compiled(2):
         turns = [_run(p, config) for p in ("float8", "bf16-autocast", "float8", "bf16-autocast")]
     first_a, first_b, again_a, again_b = turns
