@@ -26,7 +26,7 @@ import dataclasses
 import os
 import statistics
 import time
-from collections.abc import Hashable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
@@ -70,6 +70,13 @@ COMPILE_WARMUP_STEPS: dict[str, int] = {
 reasons are); compiling the optimizer (optimizer="compiled") needs one."""
 
 _MAX_NOTES = 8
+
+NOTHING_COMPILED = (
+    "nothing compiled: Dynamo compiled no graph in this run and kept none from an earlier one, "
+    "so its code ran eagerly (as torch.nn's own layers do when each is compiled alone, "
+    "compile_scope='blocks': Dynamo skips their frames)"
+)
+"""The note of a compiling run that ran eagerly: its speed is not the compiler's."""
 
 
 _COMPILING = ("compile", "autotune", "compile+record")
@@ -173,6 +180,18 @@ def keeps_code(config: LoopConfig) -> bool:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class ReuseKey:
+    """A run's `reuse_key`. `guarded`: what Dynamo's guards tell apart (module types, shapes,
+    autocast, determinism, the matmul precision), so keys that differ only there may keep
+    their code side by side (`keeping_compiled`). `unguarded`: what they do not, so keys that
+    differ there never share Dynamo: a lever's context around the forward (the SDPA backend,
+    which Inductor bakes into the graph and no guard checks), and the cache folder asked for."""
+
+    guarded: tuple[object, ...]
+    unguarded: tuple[object, ...]
+
+
 def reuse_key(
     model: nn.Module,
     config: LoopConfig,
@@ -180,7 +199,7 @@ def reuse_key(
     device: torch.device,
     *,
     capturable: bool = False,
-) -> Hashable | None:
+) -> ReuseKey | None:
     """What a run must share with the last compiling run of this process to keep its compiled
     code (`CompileWatch`): the model's class and parameters (names, shapes, dtypes: a copy of the
     same build, as the gate's runs take, shares them; another model resets), the levers that
@@ -195,18 +214,25 @@ def reuse_key(
     if not keeps_code(config):
         return None
     numerics = {name: config.get(name) for name in defaults_where("equivalence")}
-    return (
-        type(model),
-        tuple((name, tuple(p.shape), p.dtype) for name, p in model.named_parameters()),
-        tuple(sorted(numerics.items())),
-        precision,
-        str(device),
-        torch.are_deterministic_algorithms_enabled(),
-        torch.get_float32_matmul_precision(),
-        capturable,
-        # A run pointed at another cache folder (`compile_cache_dir`) asked for its own compile
-        # (the user's choice: Inductor writes its own default into the variable at first use).
-        user_cache_dir(),
+    contexts = {name for name in numerics if LEVERS[name].around_forward is not None}
+    return ReuseKey(
+        guarded=(
+            type(model),
+            tuple((name, tuple(p.shape), p.dtype) for name, p in model.named_parameters()),
+            tuple(sorted((k, v) for k, v in numerics.items() if k not in contexts)),
+            precision,
+            str(device),
+            torch.are_deterministic_algorithms_enabled(),
+            torch.get_float32_matmul_precision(),
+            capturable,
+        ),
+        unguarded=(
+            tuple(sorted((k, v) for k, v in numerics.items() if k in contexts)),
+            # A run pointed at another cache folder (`compile_cache_dir`) asked for its own
+            # compile (the user's choice: Inductor writes its own default into the variable at
+            # first use).
+            user_cache_dir(),
+        ),
     )
 
 
@@ -217,7 +243,7 @@ class _Kept:
     compiled began since). A count that moved means something else compiled in between: reset.
     `limit`: how many keys may keep code side by side (`keeping_compiled`); 1 outside it."""
 
-    code: dict[Hashable, float] = dataclasses.field(default_factory=dict)
+    code: dict[ReuseKey, float] = dataclasses.field(default_factory=dict)
     graphs: int | None = None
     limit: int = 1
 
@@ -261,7 +287,7 @@ class CompileWatch:
     """
 
     def __init__(
-        self, device: torch.device, *, active: bool, reuse: Hashable | None = None
+        self, device: torch.device, *, active: bool, reuse: ReuseKey | None = None
     ) -> None:
         self.device = device
         self.active = active
@@ -283,8 +309,14 @@ class CompileWatch:
             # torch._dynamo.reset() with nothing compiled since: it then compiles again.
             # Within `keeping_compiled`, a new key compiles beside the kept ones while they fit.
             kept = _KEPT
-            fits = reuse in kept.code or len(kept.code) < kept.limit
-            if reuse is None or kept.graphs != _graphs() or not fits:
+            fits = reuse is not None and (
+                reuse in kept.code
+                or (
+                    len(kept.code) < kept.limit
+                    and all(key.unguarded == reuse.unguarded for key in kept.code)
+                )
+            )
+            if reuse is None or not fits or kept.graphs != _graphs():
                 torch._dynamo.reset()
                 kept.code.clear()
             else:
@@ -339,6 +371,8 @@ class CompileWatch:
                 f"{in_windows} graph(s) compiled and {breaks_in_windows} graph break(s) met "
                 "during the timed windows: their steps include compilation"
             )
+        if not graphs and not self._kept_s:
+            notes.append(NOTHING_COMPILED)
         notes += [f"graph break: {_first_line(reason)}" for reason in _counters()["graph_break"]]
         notes += [f"recompile: {_first_line(reason)}" for reason in _recompile_reasons()]
         inductor = _counters()["inductor"]

@@ -24,7 +24,15 @@ from trainers import (
     min_warmup,
     run,
 )
-from trainers.compilation import CACHE_DIR_VARIABLE, forget_compiled, keeping_compiled
+from trainers.compilation import (
+    CACHE_DIR_VARIABLE,
+    NOTHING_COMPILED,
+    CompileStats,
+    CompileWatch,
+    ReuseKey,
+    forget_compiled,
+    keeping_compiled,
+)
 from trainers.workloads import disable_dropout
 from trainers.workloads.mlp import classification_loss
 
@@ -193,6 +201,53 @@ def test_configs_taking_turns_keep_their_code_side_by_side(tmp_path: Path) -> No
     assert after_third.compile_kept_s == 0.0 and after_third.compile_s > 0
     assert kept_after.compile_kept_s > 0 and kept_after.compile_s == 0.0
     assert reset_after.compile_kept_s == 0.0 and reset_after.compile_s > 0
+
+
+def test_keys_that_differ_where_no_guard_looks_never_share_dynamo() -> None:
+    """`ReuseKey.unguarded`: two configs that differ in the SDPA backend (a context around the
+    forward, which Inductor bakes into the graph and no guard of Dynamo checks) must not keep
+    their code side by side, or the second would run the first's kernels. Keys that differ
+    only where Dynamo's guards look (here the input's dtype) do."""
+    double = torch.compile(lambda x: x * 2, backend="eager")
+
+    def turn(key: ReuseKey, dtype: torch.dtype) -> CompileStats:
+        watch = CompileWatch(torch.device("cpu"), active=True, reuse=key)
+        with watch.warmup_step():
+            double(torch.ones(3, dtype=dtype))
+        watch.end_warmup()
+        return watch.finish([0.0])
+
+    a = ReuseKey(guarded=("float32",), unguarded=(("attention", "default"),))
+    b = ReuseKey(guarded=("float64",), unguarded=(("attention", "default"),))
+    c = ReuseKey(guarded=("float64",), unguarded=(("attention", "flash"),))
+    with keeping_compiled(3):
+        first_a, first_b = turn(a, torch.float32), turn(b, torch.float64)
+        again_a = turn(a, torch.float32)
+        other_backend = turn(c, torch.float64)
+        after = turn(a, torch.float32)
+    assert first_a.compile_s > 0 and first_b.compile_s > 0 and first_b.kept_s == 0.0
+    assert again_a.compile_s == 0.0 and again_a.kept_s == pytest.approx(first_a.compile_s)
+    # A fresh Dynamo for the other backend (it compiled), and so for the run after it.
+    assert other_backend.compile_s > 0 and other_backend.kept_s == 0.0
+    assert after.compile_s > 0 and after.kept_s == 0.0
+
+
+@pytest.mark.slow
+def test_a_model_of_torch_nn_layers_compiled_per_block_says_it_ran_eagerly() -> None:
+    """Dynamo skips the frames of torch.nn's own layers (`nn.MultiheadAttention` here), so
+    compiled alone, as `compile_scope='blocks'` compiles them, nothing compiles: the run says so
+    rather than passing for compiled. The whole model compiles them."""
+    per_block, _ = _transformer_run(LoopConfig(compile="default", compile_scope="blocks"))
+    whole, _ = _transformer_run(LoopConfig(compile="default"))
+    assert NOTHING_COMPILED in per_block.compile_notes and per_block.compile_s == 0.0
+    assert NOTHING_COMPILED not in whole.compile_notes and whole.compile_s > 0
+
+
+def _transformer_run(config: LoopConfig) -> tuple[RunResult, nn.Module]:
+    workload = load_workload("transformer", "tiny", seed=0)
+    disable_dropout(workload.model)
+    args = RunArgs(steps=3, warmup=2, windows=1, device="cpu")
+    return run(workload, config, args), workload.model  # type: ignore[arg-type]
 
 
 @pytest.mark.slow
