@@ -22,7 +22,6 @@ from trainers.config import (
     check_setting,
     field_names,
     invalid_reason,
-    settled_in,
 )
 from trainers.core import DEVICE_PATTERN, DEVICES_ALLOWED, min_warmup, resolve_device, split_batch
 from trainers.errors import (
@@ -164,7 +163,6 @@ __all__ = [
     "resolve_factory",
     "run",
     "set_matmul_precision",
-    "settled_in",
     "split_batch",
     "usable_cores",
     "utilisation",

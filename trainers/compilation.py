@@ -182,11 +182,14 @@ def keeps_code(config: LoopConfig) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class ReuseKey:
-    """A run's `reuse_key`. `guarded`: what Dynamo's guards tell apart (module types, shapes,
-    autocast, determinism, the matmul precision), so keys that differ only there may keep
-    their code side by side (`keeping_compiled`). `unguarded`: what they do not, so keys that
-    differ there never share Dynamo: a lever's context around the forward (the SDPA backend,
-    which Inductor bakes into the graph and no guard checks), and the cache folder asked for."""
+    """A run's `reuse_key`. `guarded`: what Dynamo's guards tell apart without changing what
+    either compiles (module types, autocast, determinism, the matmul precision), so keys that
+    differ only there may keep their code side by side (`keeping_compiled`). `unguarded`: what
+    keys must share to sit side by side: a lever's context around the forward (the SDPA
+    backend, which Inductor bakes into the graph and no guard checks); the shapes the graphs
+    take (the model's parameters, the micro-batches): one that differs fails a guard, and Dynamo
+    then compiles it with dynamic sizes, code a fresh process would not run, until it is reset;
+    and the cache folder asked for."""
 
     guarded: tuple[object, ...]
     unguarded: tuple[object, ...]
@@ -214,12 +217,11 @@ def reuse_key(
     if not keeps_code(config):
         return None
     numerics = {name: config.get(name) for name in defaults_where("equivalence")}
-    contexts = {name for name in numerics if LEVERS[name].around_forward is not None}
+    apart = {name for name in numerics if LEVERS[name].around_forward is not None}
+    apart.add("micro_batches")  # the batch each forward takes: its shapes
     return ReuseKey(
         guarded=(
-            type(model),
-            tuple((name, tuple(p.shape), p.dtype) for name, p in model.named_parameters()),
-            tuple(sorted((k, v) for k, v in numerics.items() if k not in contexts)),
+            tuple(sorted((k, v) for k, v in numerics.items() if k not in apart)),
             precision,
             str(device),
             torch.are_deterministic_algorithms_enabled(),
@@ -227,7 +229,9 @@ def reuse_key(
             capturable,
         ),
         unguarded=(
-            tuple(sorted((k, v) for k, v in numerics.items() if k in contexts)),
+            type(model),
+            tuple((name, tuple(p.shape), p.dtype) for name, p in model.named_parameters()),
+            tuple(sorted((k, v) for k, v in numerics.items() if k in apart)),
             # A run pointed at another cache folder (`compile_cache_dir`) asked for its own
             # compile (the user's choice: Inductor writes its own default into the variable at
             # first use).
@@ -293,6 +297,8 @@ class CompileWatch:
         self.active = active
         self._reuse = reuse
         self._kept_s = 0.0
+        self._kept = False  # kept the code of an earlier run of its key
+        self._failures: dict[object, int] = {}
         self._compiling_s: list[float] = []
         self._graphs_after_first = 0
         self._graphs_after_warmup = 0
@@ -320,7 +326,9 @@ class CompileWatch:
                 torch._dynamo.reset()
                 kept.code.clear()
             else:
+                self._kept = reuse in kept.code
                 self._kept_s = kept.code.get(reuse, 0.0)
+            self._failures = {code: len(r) for code, r in _guard_failures().items()}
             kept.graphs = None  # until this run ends: a failed one leaves nothing to reuse
             _counters().clear()
 
@@ -357,7 +365,7 @@ class CompileWatch:
             return CompileStats()
         normal_s = statistics.median(step_ms) / 1e3 if step_ms else 0.0
         compile_s = sum(max(0.0, s - normal_s) for s in self._compiling_s)
-        if self._reuse is not None and not (self._kept_s and self._compiling_s):
+        if self._reuse is not None and not (self._kept and self._compiling_s):
             # A kept run that compiled anyway (a guard failed) is not kept from: its entries
             # would pile up toward Dynamo's recompile limit, one more each run.
             _KEPT.code[self._reuse] = max(compile_s, self._kept_s)
@@ -371,10 +379,12 @@ class CompileWatch:
                 f"{in_windows} graph(s) compiled and {breaks_in_windows} graph break(s) met "
                 "during the timed windows: their steps include compilation"
             )
-        if not graphs and not self._kept_s:
+        if not graphs and not self._kept:
             notes.append(NOTHING_COMPILED)
         notes += [f"graph break: {_first_line(reason)}" for reason in _counters()["graph_break"]]
-        notes += [f"recompile: {_first_line(reason)}" for reason in _recompile_reasons()]
+        notes += [
+            f"recompile: {_first_line(reason)}" for reason in _recompile_reasons(self._failures)
+        ]
         inductor = _counters()["inductor"]
         return CompileStats(
             compile_s=compile_s,
@@ -390,14 +400,23 @@ class CompileWatch:
         )
 
 
-def _recompile_reasons() -> list[str]:
-    """The guard failures Dynamo recorded (why it recompiled); private to torch, so optional."""
+def _guard_failures() -> dict[object, list[object]]:
+    """The guard failures Dynamo recorded by code object (why it recompiled), kept until it is
+    reset; private to torch, so optional."""
     from torch._dynamo import utils
 
     failures = getattr(utils, "guard_failures", None)
-    if not isinstance(failures, dict):
-        return []
-    return [str(reason) for reasons in failures.values() for reason in reasons]
+    return failures if isinstance(failures, dict) else {}
+
+
+def _recompile_reasons(before: dict[object, int]) -> list[str]:
+    """The guard failures recorded since `before` (each code object's count then): a run that
+    kept earlier runs' code does not report theirs."""
+    return [
+        str(reason)
+        for code, reasons in _guard_failures().items()
+        for reason in reasons[before.get(code, 0) :]
+    ]
 
 
 def _first_line(text: str) -> str:

@@ -131,22 +131,6 @@ def canonical(values: Mapping[str, Any], *, pinned: Collection[str] = ()) -> dic
     return out
 
 
-def settled_in(
-    values: Mapping[str, Any], precision: str, *, pinned: Collection[str] = ()
-) -> dict[str, Any]:
-    """`canonical(values)` with each setting that `precision` refuses (`Lever.refuse_in`), and
-    whose default it takes, back at its default: such a setting has nothing to act on there (the
-    float8 head where nothing runs in float8), so a search's draw of it runs as the default, a
-    duplicate the search skips, not a failed trial. A pin keeps its value, refused in one line."""
-    out = dict(values)
-    for name, item in LEVERS.items():
-        if name in out and name not in pinned:
-            refused = item.precision_refusal(out[name], precision) is not None
-            if refused and item.precision_refusal(item.default, precision) is None:
-                out[name] = item.default
-    return canonical(out, pinned=pinned)
-
-
 def _check_scale_combination(config: LoopConfig) -> None:
     if config.activation_checkpointing == "none" and config.checkpoint_share != 1.0:
         raise ConfigError(

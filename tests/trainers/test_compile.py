@@ -32,6 +32,7 @@ from trainers.compilation import (
     ReuseKey,
     forget_compiled,
     keeping_compiled,
+    reuse_key,
 )
 from trainers.workloads import disable_dropout
 from trainers.workloads.mlp import classification_loss
@@ -197,10 +198,35 @@ def test_configs_taking_turns_keep_their_code_side_by_side(tmp_path: Path) -> No
         assert again.compile_s == 0.0 and again.recompiles == 0
         assert again.compile_kept_s == pytest.approx(first.compile_s)
         assert again.losses == first.losses  # its own graphs: the same arithmetic, bit for bit
+        # Its notes are its own: no guard failure of the other's first turn, and not "eager".
+        assert not any(note.startswith("recompile") for note in again.compile_notes)
+        assert NOTHING_COMPILED not in again.compile_notes
     assert third.compile_kept_s == 0.0 and third.compile_s > 0
     assert after_third.compile_kept_s == 0.0 and after_third.compile_s > 0
     assert kept_after.compile_kept_s > 0 and kept_after.compile_s == 0.0
     assert reset_after.compile_kept_s == 0.0 and reset_after.compile_s > 0
+
+
+def test_what_keeps_code_side_by_side_is_what_the_guards_tell_apart() -> None:
+    """`reuse_key`: the SDPA backend (no guard checks it) and the shapes the graphs take (the
+    micro-batches, another model: a guard fails on a size, and Dynamo compiles dynamic sizes)
+    are `unguarded`; float8's modules and the optimizer differ only where guards look."""
+    model = load_workload("mlp", "tiny", seed=0).model
+    cpu = torch.device("cpu")
+
+    def key(settings: dict[str, object], on: nn.Module = model) -> ReuseKey:
+        config = LoopConfig.from_dict({"compile": "default", **settings})
+        made = reuse_key(on, config, None, cpu)
+        assert made is not None
+        return made
+
+    base = key({})
+    for apart in ({"attention": "flash"}, {"micro_batches": 2}):
+        assert key(apart).unguarded != base.unguarded
+    assert key({}, load_workload("mlp", "small", seed=0).model).unguarded != base.unguarded
+    for beside in ({"float8_head": "float8"}, {"optimizer": "foreach"}):
+        other = key(beside)
+        assert other.unguarded == base.unguarded and other.guarded != base.guarded
 
 
 def test_keys_that_differ_where_no_guard_looks_never_share_dynamo() -> None:

@@ -24,7 +24,6 @@ from trainers import (
     invalid_reason,
     load_workload,
     run,
-    settled_in,
 )
 from trainers.float8 import MIN_CAPABILITY, is_float8
 from trainers.gate import required_test
@@ -107,22 +106,6 @@ def test_another_precision_refuses_it_before_anything_runs_and_before_a_search_e
     with pytest.raises(ConfigError) as caught:
         run(workload, LoopConfig.from_dict({"float8_head": "float8"}), args)
     assert caught.value.field == "float8_head" and "bf16-autocast" in str(caught.value)
-
-
-def test_a_search_draw_of_it_beside_another_precision_runs_as_that_precision_runs_it() -> None:
-    """`settled_in`: where nothing runs in float8, the float8 levers have nothing to act on, so
-    a search's draw of them runs at their defaults (a duplicate the search skips, where it was
-    a failed trial: seven in one default job on one H200, 2026-12-01); a user's pin keeps its
-    value, to be refused in one line."""
-    drawn = {"float8_head": "float8", "float8_linears": "none", "num_streams": 2}
-    for precision in ("fp32", "bf16-autocast"):
-        settled = settled_in(drawn, precision)
-        assert settled == {**drawn, "float8_head": "bf16", "float8_linears": "all"}
-        assert invalid_reason(settled, precision=precision) is None
-    assert settled_in(drawn, "float8") == drawn
-    pinned = settled_in(drawn, "bf16-autocast", pinned={"float8_head"})
-    assert pinned == {**drawn, "float8_linears": "all"}
-    assert invalid_reason(pinned, precision="bf16-autocast") is not None
 
 
 def test_a_head_float8_cannot_take_is_refused_before_a_search_enqueues_it() -> None:

@@ -18,8 +18,7 @@ Its probe (`Lever.probe`) times the head's matmul, forward and backward, compile
 bf16 and on a float8 copy, on the input one forward gives the head: the work the value changes
 (the loss after it is the loss lever's). Where float8 cannot run it says why, which leaves the
 value out. A search draws it like any searched setting too; drawn beside a precision other
-than float8, where it has nothing to act on, the trial runs it at its default
-(`trainers.config.settled_in`): a duplicate the search skips. Pinned there, it is refused.
+than float8, the trial is refused in one line and runs nothing.
 
 Its effect (`Lever.transform`) runs after the run's float8 conversion (`trainers.float8`): it
 converts the head linears `trainers.float8.output_heads` names, where their features are

@@ -137,10 +137,6 @@ class TrialRunner:
             self._refuse(trial, str(exc))
             return
         precision = self._suggest_precision(trial)
-        if precision is not None:  # a float8 lever drawn beside bf16 runs as bf16 runs it
-            config = LoopConfig.from_dict(
-                trainers.settled_in(config.to_dict(), precision, pinned=self.space.fixed)
-            )
         # A config that cannot run in the trial's precision (fp16-autocast under a whole-step
         # graph) or for the model (the compiled loss of one without a loss function) is refused
         # like any other combination, with the harness's reason.
