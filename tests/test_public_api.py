@@ -81,6 +81,7 @@ TRAINERS = {
     "load_precision",
     "workload_from_parts",
     "invalid_reason",
+    "keeping_compiled",  # several configs keep their compiled code side by side (the final round)
     "keeps_code",
     "load_workload",
     "matmul_precision_for",
