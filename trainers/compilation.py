@@ -72,7 +72,7 @@ reasons are); compiling the optimizer (optimizer="compiled") needs one."""
 _MAX_NOTES = 8
 
 NOTHING_COMPILED = (
-    "nothing compiled: Dynamo compiled no graph in this run and kept none from an earlier one, "
+    "nothing compiled: Dynamo, fresh for this run, compiled no graph in it, "
     "so its code ran eagerly (as torch.nn's own layers do when each is compiled alone, "
     "compile_scope='blocks': Dynamo skips their frames)"
 )
@@ -298,6 +298,7 @@ class CompileWatch:
         self._reuse = reuse
         self._kept_s = 0.0
         self._kept = False  # kept the code of an earlier run of its key
+        self._fresh = False  # began with a fresh Dynamo: nothing it runs was compiled before
         self._failures: dict[object, int] = {}
         self._compiling_s: list[float] = []
         self._graphs_after_first = 0
@@ -325,6 +326,7 @@ class CompileWatch:
             if reuse is None or not fits or kept.graphs != _graphs():
                 torch._dynamo.reset()
                 kept.code.clear()
+                self._fresh = True
             else:
                 self._kept = reuse in kept.code
                 self._kept_s = kept.code.get(reuse, 0.0)
@@ -379,7 +381,7 @@ class CompileWatch:
                 f"{in_windows} graph(s) compiled and {breaks_in_windows} graph break(s) met "
                 "during the timed windows: their steps include compilation"
             )
-        if not graphs and not self._kept:
+        if not graphs and self._fresh:
             notes.append(NOTHING_COMPILED)
         notes += [f"graph break: {_first_line(reason)}" for reason in _counters()["graph_break"]]
         notes += [

@@ -269,6 +269,21 @@ def test_a_model_of_torch_nn_layers_compiled_per_block_says_it_ran_eagerly() -> 
     assert NOTHING_COMPILED not in whole.compile_notes and whole.compile_s > 0
 
 
+@pytest.mark.slow
+def test_a_key_that_runs_on_code_kept_beside_it_is_not_called_eager(tmp_path: Path) -> None:
+    """Another optimizer is another key, but its graphs are the first's: beside it, it compiles
+    nothing and ran compiled code, so it carries no `NOTHING_COMPILED` note."""
+    args = RunArgs(steps=4, warmup=2, windows=1, device="cpu")
+    compiled = LoopConfig(compile="default")
+    with compile_cache_dir(tmp_path / "inductor"), keeping_compiled(2):
+        first = run(load_workload("mlp", "tiny", seed=0), compiled, args)  # type: ignore[arg-type]
+        other = compiled.replace(optimizer="foreach")
+        beside = run(load_workload("mlp", "tiny", seed=0), other, args)  # type: ignore[arg-type]
+    assert first.compile_s > 0 and NOTHING_COMPILED not in first.compile_notes
+    assert beside.compile_s == 0.0 and beside.compile_kept_s == 0.0
+    assert NOTHING_COMPILED not in beside.compile_notes
+
+
 def _transformer_run(config: LoopConfig) -> tuple[RunResult, nn.Module]:
     workload = load_workload("transformer", "tiny", seed=0)
     disable_dropout(workload.model)
