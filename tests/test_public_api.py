@@ -104,6 +104,7 @@ GATE = {
     "Reproducibility",
     "comparable_floor",
     "eager_reproducibility",
+    "envelope_seeds",
     "exact_length",
     "floor_applies",
     "forget",

@@ -11,8 +11,8 @@ from torch import nn
 
 import trainers
 from trainers import REFERENCE, LoopConfig, RunArgs, Workload
-from trainers.gate import Envelope, Perturbation, trajectory
-from trainers.workloads import SyntheticBatches, adam
+from trainers.gate import PERTURBATIONS, Envelope, Perturbation, envelope_seeds, trajectory
+from trainers.workloads import SyntheticBatches, adam, reuse
 from trainers.workloads.mlp import classification_loss
 from trainers.workloads.reuse import ReusedBuilds
 from tuner.search.gating.gate import run_parts
@@ -148,3 +148,66 @@ def test_the_gate_judges_the_same_from_copies() -> None:
     assert parts(reused) == fresh
     assert reused.builds == 1 and reused.copies >= 5  # reference, 4 perturbed, the config
     assert Envelope.from_dict(fresh[1]).perturbed  # the envelope was measured, not given
+
+
+def test_several_seeds_are_kept_the_least_recently_used_going_first() -> None:
+    factory = trainers.resolve_factory("mlp")
+    reused = ReusedBuilds(factory, keep=2)
+    reused("tiny", seed=0)
+    reused("tiny", seed=1)
+    again = reused("tiny", seed=0)  # a copy: seed 0 becomes the most recently used
+    assert (reused.builds, reused.copies) == (2, 1)
+    assert reused.kept == [("tiny", 1), ("tiny", 0)]
+    reused("tiny", seed=2)  # pushes seed 1 out, not seed 0
+    assert reused.kept == [("tiny", 0), ("tiny", 2)]
+    reused("tiny", seed=0)
+    assert reused.builds == 3
+    reused("tiny", seed=1)
+    assert reused.builds == 4
+    fresh = factory("tiny", seed=0)
+    for mine, theirs in zip(again.model.parameters(), fresh.model.parameters(), strict=True):
+        assert torch.equal(mine, theirs)
+
+
+def test_a_host_without_room_keeps_only_the_newest_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert (reuse.host_available_bytes() or 0) > 0  # Linux: MemAvailable is read
+    reused = ReusedBuilds(trainers.resolve_factory("mlp"), keep=3)
+    monkeypatch.setattr(reuse, "HOST_ROOM", 2**62)  # no host holds that many copies
+    reused("tiny", seed=0)
+    reused("tiny", seed=1)
+    assert reused.kept == [("tiny", 1)]
+    monkeypatch.setattr(reuse, "HOST_ROOM", 1)
+    reused("tiny", seed=2)
+    reused("tiny", seed=1)
+    assert reused.kept == [("tiny", 2), ("tiny", 1)] and reused.builds == 3
+
+
+def test_keep_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="keep=0 is invalid: allowed 1 or more"):
+        ReusedBuilds(trainers.resolve_factory("mlp"), keep=0)
+
+
+def test_a_seed_envelope_and_the_runs_after_it_build_each_seed_once() -> None:
+    """A config in another precision is judged against the reference trained from four other
+    seeds; kept side by side, those builds and the reference's are each built once, and the
+    check judges what fresh builds give. With one kept, the reference's seed is built again
+    for the runs after the envelope."""
+    config = LoopConfig(num_streams=2)  # its twin runs after the envelope
+    args = RunArgs(steps=6, seed=0, device="cpu", precision="fp32")
+
+    def check(factory: trainers.WorkloadFactory) -> tuple[dict[str, object], dict[str, object]]:
+        found = run_parts(
+            factory, "tiny", config, args, envelope=None, config_precision="bf16-autocast"
+        )
+        assert found.verdict is not None
+        return found.verdict.to_dict(), found.envelope
+
+    fresh = check(trainers.resolve_factory("mlp"))
+    assert Envelope.from_dict(fresh[1]).spread == "seeds"
+    kept = ReusedBuilds(trainers.resolve_factory("mlp"), keep=1 + PERTURBATIONS)
+    assert check(kept) == fresh
+    assert kept.builds == 1 + PERTURBATIONS
+    assert sorted(seed for _, seed in kept.kept) == [0, *envelope_seeds(0)]
+    one = ReusedBuilds(trainers.resolve_factory("mlp"))
+    assert check(one) == fresh
+    assert one.builds == 2 + PERTURBATIONS

@@ -15,7 +15,13 @@
 - `faults`: planted faults (a missing stream wait, a wrong op) that prove the gate can fail.
 """
 
-from trainers.gate.envelope import PERTURBATIONS, SPREADS, Envelope, rounding_eps
+from trainers.gate.envelope import (
+    PERTURBATIONS,
+    SPREADS,
+    Envelope,
+    envelope_seeds,
+    rounding_eps,
+)
 from trainers.gate.equivalence import FLOOR_ULPS, MULTIPLE, WINDOW, Equivalence, judge
 from trainers.gate.faults import FAULT_KINDS, FAULTS, FaultKind, planted
 from trainers.gate.floor import Floor, comparable_floor, floor_applies, graph_floor
@@ -69,6 +75,7 @@ __all__ = [
     "check_parity",
     "comparable_floor",
     "eager_reproducibility",
+    "envelope_seeds",
     "exact_length",
     "floor_applies",
     "forget",

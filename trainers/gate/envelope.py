@@ -148,7 +148,7 @@ class Envelope:
         matmul_precision = _matmul_precision_of(precision)
         if eps is None:
             eps = rounding_eps(precision, matmul_precision)
-        seeds = tuple(args.seed * 1000 + k + 1 for k in range(perturbations))
+        seeds = envelope_seeds(args.seed, perturbations)
         name = workload if isinstance(workload, str) else getattr(workload, "__name__", "?")
         around = _Around(factory, preset, config, args, mode, spread, eps)
         runs = _Runs.measure(around, name, reference, seeds)
@@ -240,6 +240,13 @@ class Envelope:
         if any(len(run) != len(fields["reference"]) for run in fields["perturbed"]):
             raise ValueError("envelope dict: every perturbed run needs the reference's length")
         return cls(**fields)
+
+
+def envelope_seeds(seed: int, perturbations: int = PERTURBATIONS) -> tuple[int, ...]:
+    """The seeds of an envelope's K runs around the reference of `seed`: those its perturbations
+    are drawn from, or, for a seed envelope, those the reference is trained from instead (a
+    process that builds ahead builds these)."""
+    return tuple(seed * 1000 + k + 1 for k in range(perturbations))
 
 
 def _check_measure(spread: str, perturbations: int) -> None:

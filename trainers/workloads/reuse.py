@@ -16,6 +16,7 @@ weights while the copy trained.
 
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 import functools
@@ -71,29 +72,44 @@ class ReusedBuilds:
 
     The first call of a (preset, seed) builds, checks that a deep copy of the result is
     independent of it (`unreachable`), and keeps a pristine copy; each call after that returns a
-    new deep copy of the pristine one, with the global random states the build left. Only the
-    latest (preset, seed) is kept (a 1.1B model's pristine copy is 4.4 GB of host memory).
-    A workload a copy cannot stand in for is built by the factory on every call; `reason` says
-    why. `builds` counts the factory's calls, `copies` the copies handed out.
+    new deep copy of the pristine one, with the global random states the build left. At most
+    `keep` (preset, seed) are kept, the least recently used going first (a 1.1B model's pristine
+    copy is 4.4 GB of host memory), and past the first only while the host's available memory
+    holds `HOST_ROOM` times the newest (`room_for`): a seed envelope trains the reference from
+    four other seeds, and at 1.2B each build was 18 s of a 111 s envelope, then one more for the
+    reference's seed it had pushed out (2026-12-01). A workload a copy cannot stand in for is
+    built by the factory on every call; `reason` says why. `builds` counts the factory's calls,
+    `copies` the copies handed out.
     """
 
-    def __init__(self, factory: WorkloadFactory) -> None:
+    def __init__(self, factory: WorkloadFactory, *, keep: int = 1) -> None:
+        if keep < 1:
+            raise ValueError(f"keep={keep!r} is invalid: allowed 1 or more")
         self.factory = factory
+        self.keep = keep
         self.builds = 0
         self.copies = 0
         self.reason: str | None = None
-        self._key: tuple[str, int] | None = None
-        self._pristine: Workload | None = None
-        self._states: _RandomStates | None = None
+        self._kept: collections.OrderedDict[tuple[str, int], tuple[Workload, _RandomStates]] = (
+            collections.OrderedDict()
+        )
+
+    @property
+    def kept(self) -> list[tuple[str, int]]:
+        """The (preset, seed) kept, least recently used first."""
+        return list(self._kept)
 
     def __call__(self, preset: str, *, seed: int) -> Workload:
         key = (preset, seed)
-        if self._key == key and self._pristine is not None and self._states is not None:
-            found = copy.deepcopy(self._pristine)
-            self._states.restore()
+        if key in self._kept:
+            self._kept.move_to_end(key)
+            pristine, states = self._kept[key]
+            found = copy.deepcopy(pristine)
+            states.restore()
             self.copies += 1
             return found
-        self._key, self._pristine, self._states = None, None, None  # the old one's memory first
+        while len(self._kept) >= self.keep:
+            self._kept.popitem(last=False)  # the old one's memory before the build's
         built = self.factory(preset, seed=seed)
         self.builds += 1
         states = _RandomStates.now()
@@ -102,11 +118,60 @@ class ReusedBuilds:
             pristine = copy.deepcopy(built, memo)
             self.reason = unreachable(pristine, memo)
             if self.reason is None:
-                self._key, self._pristine, self._states = key, pristine, states
+                self._kept[key] = (pristine, states)
+                self._make_room(workload_bytes(pristine))
             # Copying must not change what the build left: deepcopy draws nothing, but a
             # `__deepcopy__` of the user's might.
             states.restore()
         return built
+
+    def _make_room(self, newest: int) -> None:
+        """Let the oldest builds go while more than one is kept and the host lacks the room for
+        another copy beside them (`room_for`)."""
+        while len(self._kept) > 1 and not room_for(newest):
+            self._kept.popitem(last=False)
+
+
+HOST_ROOM = 4
+"""How many times a build's size the host's available memory must hold for a second build to be
+kept beside the first: the copy a run takes, the measuring process's own build and its DataLoader
+workers' pages, and a margin."""
+
+
+def workload_bytes(workload: Workload) -> int:
+    """The bytes of `workload`'s parameters and buffers, where its host memory goes."""
+    tensors = [*workload.model.parameters(), *workload.model.buffers()]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def host_available_bytes() -> int | None:
+    """The memory this process could still take: the kernel's `MemAvailable`, within the cgroup's
+    limit where one is set; None where neither can be read (not Linux)."""
+    found: list[int] = []
+    try:
+        with open("/proc/meminfo") as lines:
+            for line in lines:
+                if line.startswith("MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
+    except OSError:
+        pass
+    try:
+        with (
+            open("/sys/fs/cgroup/memory.max") as limit,
+            open("/sys/fs/cgroup/memory.current") as used,
+        ):
+            text = limit.read().strip()
+            if text != "max":
+                found.append(int(text) - int(used.read().strip()))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def room_for(nbytes: int) -> bool:
+    """Whether the host holds `HOST_ROOM` x `nbytes` more now (False where it cannot say)."""
+    available = host_available_bytes()
+    return available is not None and available >= HOST_ROOM * nbytes
 
 
 def unreachable(copied: Workload, memo: dict[int, Any]) -> str | None:

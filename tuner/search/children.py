@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from optuna.trial import FrozenTrial
 
 from trainers import LoopConfig, RunArgs, compiles, keeps_code, usable_cores
+from trainers.gate import envelope_seeds, spread_for
 from tuner.search.deciding import profiling
 from tuner.search.deciding.dpprofile import DataParallelProfiler
 from tuner.search.deciding.profile_child import ProfileProcess
@@ -85,11 +87,12 @@ class Children:
     """The config the profiles' child ran ahead, with its precision (None: the study's), as
     `warm_profiles` was given them; None: none ran."""
 
-    def prepare_gate(self) -> None:
-        """Start the gate's child and its build now (`ParityProcess.prepare`), where the gate
-        runs in one; a no-op elsewhere."""
+    def prepare_gate(self, envelope_seeds: Sequence[int] = ()) -> None:
+        """Start the gate's child and its builds now (`ParityProcess.prepare`: the reference's
+        seed, and `envelope_seeds`, `seeds_ahead`), where the gate runs in one; a no-op
+        elsewhere."""
         if isinstance(self.gate, ParityProcess) and usable_cores() >= AHEAD_MIN_CORES:
-            self.gate.prepare()
+            self.gate.prepare(envelope_seeds)
 
     def prepare_profiles(self) -> None:
         """Start the profiles' child and its build now (`ProfileProcess.prepare`), where the
@@ -157,6 +160,20 @@ class Children:
         self.gate.close()
         if self._profiles is not None:
             self._profiles.close()
+
+
+def seeds_ahead(options: RunOptions, envelope_known: Callable[[str], bool]) -> tuple[int, ...]:
+    """The seeds a seed envelope of this study trains the reference from
+    (`trainers.gate.envelope_seeds`), where a trial may run in a precision whose envelope is one
+    (`trainers.gate.spread_for`) and not measured yet (`envelope_known`, by precision): the gate's
+    child builds them ahead with the reference's seed. Else none."""
+    allowed: tuple[Any, ...] = options.allowed_precisions  # RunOptions checked each
+    wanted = [
+        precision
+        for precision in allowed
+        if spread_for(precision, options.precision) == "seeds" and not envelope_known(precision)
+    ]
+    return envelope_seeds(options.protocol.seed) if wanted else ()
 
 
 def open_children(options: RunOptions, measurer: Measurer) -> Children:

@@ -46,7 +46,7 @@ from trainers import LoopConfig
 from tuner.evidence import profiles
 from tuner.evidence.recommendation import Recommendation
 from tuner.search import helping
-from tuner.search.children import open_children
+from tuner.search.children import open_children, seeds_ahead
 from tuner.search.deciding import aim, decide, profiling
 from tuner.search.gating.memo import MEMO_ENV
 from tuner.search.gating.parity import Beside, GateClaims, ParityCache
@@ -168,7 +168,8 @@ class Search(TrialRunner):
         if not known:
             # A first study of these inputs will gate: its child builds beside the trials, and
             # the gate after them starts at once. A repeat's verdicts come from the memo.
-            self._children.prepare_gate()
+            measured = self.parity_cache.envelope_known
+            self._children.prepare_gate(seeds_ahead(self.options, measured))
         else:
             self.progress.phase(
                 f"gate: {known} verdicts known from earlier studies of this workload, shape and "

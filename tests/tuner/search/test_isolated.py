@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 
 from trainers import Envelope, LoopConfig, RunArgs
+from trainers.gate import PERTURBATIONS, envelope_seeds
 from tuner.evidence.trace import CPU_NOTE
+from tuner.search.children import seeds_ahead
 from tuner.search.deciding.profile_child import ProfileProcess
+from tuner.search.gating import isolated
 from tuner.search.gating.isolated import ChildProcess, ParityProcess
+from tuner.search.options import RunOptions
+
+T = TypeVar("T")
 
 
 @pytest.mark.slow
@@ -105,6 +112,49 @@ def test_a_gate_child_prepared_ahead_gives_the_verdict_of_one_that_was_not() -> 
     assert built.done() and built.result() > 0.0
     assert ahead.envelope == alone.envelope
     assert ahead.verdict == alone.verdict and ahead.verdict is not None and ahead.verdict.passed
+
+
+def _builds_here() -> tuple[int, list[tuple[str, int]]]:
+    """In the gate's child: its builds so far and the (preset, seed) it keeps."""
+    (builds,) = isolated._BUILDS.values()
+    return builds.builds, builds.kept
+
+
+@pytest.mark.slow
+def test_a_gate_child_builds_a_seed_envelope_ahead_and_nothing_after() -> None:
+    """With the seed envelope's seeds given to `prepare`, the child builds them and the
+    reference's before the first check, and a check of a config in another precision (owed that
+    envelope, then its twin and its own run) builds nothing more; its verdict and envelope are
+    those of a child that built as it went."""
+    args = RunArgs(steps=6, seed=0, device="cpu", precision="fp32")
+    config = LoopConfig(num_streams=2)
+    prepared = ParityProcess("mlp", "tiny", args, matmul_precision="highest")
+    plain = ParityProcess("mlp", "tiny", args, matmul_precision="highest")
+    try:
+        prepared.prepare(envelope_seeds(0)).result()
+        ahead = _call(prepared, _builds_here)
+        checked = prepared.check(config, None, precision="bf16-autocast")
+        after = _call(prepared, _builds_here)
+        alone = plain.check(config, None, precision="bf16-autocast")
+    finally:
+        prepared.close()
+        plain.close()
+    assert ahead[0] == 1 + PERTURBATIONS and ahead[1][-1] == ("tiny", 0)  # the reference's last
+    assert after[0] == ahead[0]
+    assert checked.envelope == alone.envelope and checked.envelope["spread"] == "seeds"
+    assert checked.verdict == alone.verdict and checked.verdict is not None
+
+
+def _call(process: ParityProcess, fn: Callable[[], T]) -> T:
+    return process._child.call(fn)
+
+
+def test_seed_envelope_seeds_are_built_ahead_only_where_one_will_be_measured() -> None:
+    both = RunOptions(workload="mlp", preset="tiny", precisions=("fp32", "bf16-autocast"))
+    assert seeds_ahead(both, lambda precision: False) == envelope_seeds(0) == (1, 2, 3, 4)
+    assert seeds_ahead(both, lambda precision: precision == "bf16-autocast") == ()
+    one = RunOptions(workload="mlp", preset="tiny")
+    assert seeds_ahead(one, lambda precision: False) == ()
 
 
 def _pid() -> int:

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 import trainers
 from trainers import LoopConfig
+from trainers.gate import PERTURBATIONS
 from tuner.search.gating.gate import (
     AS_THE_GATE,
     ConfigRun,
@@ -175,23 +176,38 @@ def _in_child(matmul_precision: str, part: Callable[[], T]) -> T:
 _BUILDS: dict[tuple[str, tuple[tuple[str, str], ...]], trainers.ReusedBuilds] = {}
 
 
+KEPT_BUILDS = 1 + PERTURBATIONS
+"""The builds the gate's child keeps (where the host has room, `trainers.ReusedBuilds`): the
+reference's seed and a seed envelope's four, so that its runs after the envelope do not build the
+reference's seed again (18 s at 1.2B, 2026-12-01)."""
+
+
 def _reused_builds(workload: str, model_args: dict[str, str]) -> trainers.ReusedBuilds:
     """The factory of `workload`, building each (preset, seed) once in this child: the gate's ten
-    or so runs per config start from copies (`trainers.workloads.reuse`). One workload's pristine
-    copy is kept at a time: another workload's replaces it."""
+    or so runs per config start from copies (`trainers.workloads.reuse`). One workload's builds
+    are kept at a time (`KEPT_BUILDS` of its seeds at most): another workload's replace them."""
     key = (workload, tuple(sorted(model_args.items())))
     if key not in _BUILDS:
         _BUILDS.clear()
-        _BUILDS[key] = trainers.ReusedBuilds(trainers.resolve_factory(workload, model_args))
+        factory = trainers.resolve_factory(workload, model_args)
+        _BUILDS[key] = trainers.ReusedBuilds(factory, keep=KEPT_BUILDS)
     return _BUILDS[key]
 
 
 def _prepare_gate(
-    workload: str, preset: str, model_args: dict[str, str], seed: int, matmul_precision: str
+    workload: str,
+    preset: str,
+    model_args: dict[str, str],
+    seed: int,
+    matmul_precision: str,
+    envelope_seeds: Sequence[int] = (),
 ) -> float:
-    """`ParityProcess.prepare` in the child: the pristine build of the reference's seed kept, on
-    one thread (a core of its own, beside the measurement), under the settings every part runs
-    with (`_in_child`)."""
+    """`ParityProcess.prepare` in the child: the pristine builds of the reference's seed and of
+    `envelope_seeds` (a seed envelope's, `trainers.gate.envelope_seeds`) kept, on one thread (a
+    core of its own, beside the measurement), under the settings every part runs with
+    (`_in_child`). The seeds' builds are kept beside the reference's only where the host has room
+    for them (`trainers.ReusedBuilds`); the reference's is built last, so that it is the one kept
+    where there is none."""
     import torch  # in the child
 
     fork_dataloader_workers()
@@ -199,9 +215,12 @@ def _prepare_gate(
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.set_float32_matmul_precision(matmul_precision)
     started = time.perf_counter()
+    seeds = [s for s in envelope_seeds if s != seed][: KEPT_BUILDS - 1]
     try:
+        builds = _reused_builds(workload, model_args)
         with one_thread():
-            _reused_builds(workload, model_args)(preset, seed=seed)  # the copy is dropped
+            for each in [*seeds, seed]:
+                builds(preset, seed=each)  # the copy is dropped
         return time.perf_counter() - started
     finally:
         give_back_memory()  # a factory that built on the GPU: the trials need its memory
@@ -362,15 +381,19 @@ class ParityProcess:
             None if losses is None else list(losses),
         )
 
-    def prepare(self) -> concurrent.futures.Future[float]:
+    def prepare(self, envelope_seeds: Sequence[int] = ()) -> concurrent.futures.Future[float]:
         """Start the child and build the workload in it now, while this process measures the
         trials: at `llama-1b` on an H200 the child's start and build were about 30 s of the
-        gate, which runs after the trials (2026-11-29). One thread, on the CPU; the future holds
-        the build's seconds. Its copies stand in for builds (`trainers.ReusedBuilds`), so the
-        gate's runs are what they would have been."""
+        gate, which runs after the trials (2026-11-29). `envelope_seeds`: a seed envelope's
+        (`trainers.gate.envelope_seeds`), built too where the study will measure one (at 1.2B
+        its four builds were 72 s of the gate, 2026-12-01). One thread, on the CPU; the future
+        holds the builds' seconds. Their copies stand in for builds (`trainers.ReusedBuilds`),
+        so the gate's runs are what they would have been."""
         workload, preset, model_args = self._args
         seed, matmul = self.run_args.seed, self.matmul_precision
-        return self._child.submit(_prepare_gate, workload, preset, model_args, seed, matmul)
+        return self._child.submit(
+            _prepare_gate, workload, preset, model_args, seed, matmul, tuple(envelope_seeds)
+        )
 
     def config_run(self, config: LoopConfig, *, precision: str | None = None) -> ConfigRun:
         return self._child.call(
