@@ -257,7 +257,9 @@ _KEPT = _Kept()
 MAX_KEPT = 4
 """The most keys `keeping_compiled` keeps side by side: each adds its entries to the same code
 objects (the model's forward, each block's), and past Dynamo's recompile limit (8 by default) a
-frame runs eagerly without an error, so a "compiled" config would be measured eager."""
+frame runs eagerly without an error, so a "compiled" config would be measured eager. Within
+`keeping_compiled` that limit is raised by as many times as it keeps keys; after it, a kept key's
+run adds no entry, and another key's starts fresh."""
 
 
 def forget_compiled() -> None:
@@ -273,12 +275,18 @@ def keeping_compiled(keys: int) -> Iterator[None]:
     """Within: the code of up to `keys` reuse keys (at most `MAX_KEPT`) stays in Dynamo side by
     side, so runs that take turns between configs of other arithmetic (the tuner's final round:
     A, B, A, B) compile each once, not at every turn. Dynamo's guards tell their entries apart,
-    as they do for one key's. After it, a run of any kept key still keeps them all (at most
-    `MAX_KEPT`), and a run of another key starts fresh, as outside."""
+    as they do for one key's, and its recompile limit is `keys` times its own within. After it,
+    a run of any kept key still keeps them all (at most `MAX_KEPT`), and a run of another key
+    starts fresh, as outside."""
     before = _KEPT.limit
     _KEPT.limit = max(1, min(keys, MAX_KEPT))
+    # Each kept key has its own entries on the same code objects: Dynamo's recompile limit (per
+    # code object) is raised as many times, so that a key beside the others still compiles
+    # instead of running its frame eagerly without an error.
+    recompiles = torch._dynamo.config.recompile_limit
     try:
-        yield
+        with torch._dynamo.config.patch(recompile_limit=recompiles * _KEPT.limit):
+            yield
     finally:
         _KEPT.limit = before
 

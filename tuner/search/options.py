@@ -45,6 +45,14 @@ PROFILE_MODES = ("none", "baselines", "all")
 DRIFT_WARNING = 0.10
 PRUNE_PERCENTILE = 25.0
 
+SEARCH_KEPT = 3
+"""How many configs of other arithmetic keep their compiled code side by side while trials run
+(`trainers.keeping_compiled` in `tuner.search.search.Search.run_trials`; a fourth starts
+fresh): where the leader is among them, the final round runs its code kept, as after a leader
+and the two variants the second stage runs of it right after it. At 18bbdc5 (the Llama-3.2-1B
+shape, one H200), one config kept, the leader's entry of the final round compiled again for
+34 s after its two variants had run."""
+
 
 @dataclasses.dataclass(kw_only=True, frozen=True)
 class RunOptions:

@@ -42,7 +42,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from trainers import LoopConfig
+from trainers import LoopConfig, keeping_compiled
 from tuner.evidence import profiles
 from tuner.evidence.recommendation import Recommendation
 from tuner.search import helping
@@ -56,6 +56,7 @@ from tuner.search.measuring.baselines import Baselines
 from tuner.search.measuring.measure import Measurer
 from tuner.search.measuring.timing import Clock
 from tuner.search.options import (
+    SEARCH_KEPT,
     LocalSlots,
     NoRetry,
     Progress,
@@ -262,7 +263,8 @@ class Search(TrialRunner):
             if trial is None:
                 break
             started = time.perf_counter()
-            state = self._run(trial)
+            with keeping_compiled(SEARCH_KEPT):
+                state = self._run(trial)
             self.done += 1
             if stops and slots.more() and (deadline is None or time.monotonic() < deadline):
                 self._stage_levers()  # not past the budget: `revive` would run what waits

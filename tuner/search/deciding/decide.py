@@ -51,6 +51,7 @@ from tuner.search.gating.verdict import GateVerdict
 from tuner.search.measuring.measure import Failure, Measured, Measurer
 from tuner.search.measuring.stats import decide
 from tuner.search.measuring.timing import Clock
+from tuner.search.options import SEARCH_KEPT
 from tuner.search.spaces.space import candidate_key
 from tuner.store import keys
 from tuner.store import storage as studies
@@ -175,9 +176,11 @@ def final_round(
 def _keeping_code(entries: list[tuple[str, LoopConfig]]) -> contextlib.AbstractContextManager[None]:
     """The entries take turns, round after round: one whose arithmetic differs from the run
     before it would compile again at each turn (28-59 s at 0.5B in float8). Each keeps its code
-    instead. (On a GPU the gate runs in a process of its own: nothing of it comes between.)"""
+    instead, beside what the trials kept (`SEARCH_KEPT`: a finalist among them compiles
+    nothing), as many as `trainers.keeping_compiled` keeps. (On a GPU the gate runs in a
+    process of its own: nothing of it comes between.)"""
     compiled = sum(1 for _, config in entries if compiles(config) and keeps_code(config))
-    return keeping_compiled(compiled)
+    return keeping_compiled(compiled + SEARCH_KEPT) if compiled else contextlib.nullcontext()
 
 
 def _naming(recommendation: Recommendation, left_out: Mapping[str, str]) -> Recommendation:
