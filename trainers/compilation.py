@@ -78,6 +78,14 @@ NOTHING_COMPILED = (
 )
 """The note of a compiling run that ran eagerly: its speed is not the compiler's."""
 
+RECOMPILE_LIMIT_HIT = (
+    "Dynamo's recompile limit was hit: a function it had compiled before ran eagerly from then "
+    "on, so part of this run's speed is not the compiler's"
+)
+"""The note of a run in which Dynamo gave up compiling a function again (its recompile limit,
+8 entries a function by default): no error is raised, and no fresh-Dynamo check sees it where
+the run kept code from earlier runs."""
+
 
 _COMPILING = ("compile", "autotune", "compile+record")
 
@@ -391,6 +399,8 @@ class CompileWatch:
             )
         if not graphs and self._fresh:
             notes.append(NOTHING_COMPILED)
+        if any(_limit_hit(reason) for reason in _counters()["unimplemented"]):
+            notes.append(RECOMPILE_LIMIT_HIT)
         notes += [f"graph break: {_first_line(reason)}" for reason in _counters()["graph_break"]]
         notes += [
             f"recompile: {_first_line(reason)}" for reason in _recompile_reasons(self._failures)
@@ -408,6 +418,12 @@ class CompileWatch:
             cache_misses=inductor["fxgraph_cache_miss"],
             kept_s=self._kept_s,
         )
+
+
+def _limit_hit(reason: str) -> bool:
+    """Whether Dynamo's record of what it could not compile (`counters["unimplemented"]`) is its
+    recompile limit: "Dynamo recompile limit exceeded" in torch 2.11 to 2.13."""
+    return "recompile limit" in reason.lower() or "cache_size_limit" in reason.lower()
 
 
 def _guard_failures() -> dict[object, list[object]]:

@@ -27,6 +27,7 @@ from trainers import (
 from trainers.compilation import (
     CACHE_DIR_VARIABLE,
     NOTHING_COMPILED,
+    RECOMPILE_LIMIT_HIT,
     CompileStats,
     CompileWatch,
     ReuseKey,
@@ -429,3 +430,23 @@ def test_keys_kept_side_by_side_each_compile_within_dynamos_recompile_limit() ->
     assert first_a.compile_s > 0 and first_b.compile_s > 0  # b compiled beside a's entry
     assert NOTHING_COMPILED not in first_b.notes
     assert again_a.compile_s == 0.0 and again_a.kept_s == pytest.approx(first_a.compile_s)
+
+
+def test_a_run_past_dynamos_recompile_limit_says_part_of_it_ran_eagerly() -> None:
+    """Past Dynamo's recompile limit a function runs eagerly without an error; the run says so.
+    A run within the limit does not."""
+    double = torch.compile(lambda x: x * 2, backend="eager")
+
+    def run_with(dtypes: tuple[torch.dtype, ...]) -> CompileStats:
+        watch = CompileWatch(torch.device("cpu"), active=True, reuse=None)
+        with watch.warmup_step():
+            for dtype in dtypes:
+                double(torch.ones(3, dtype=dtype))
+        watch.end_warmup()
+        return watch.finish([0.0])
+
+    with torch._dynamo.config.patch(recompile_limit=1):
+        past = run_with((torch.float32, torch.float64))
+        within = run_with((torch.float32,))
+    assert RECOMPILE_LIMIT_HIT in past.notes
+    assert RECOMPILE_LIMIT_HIT not in within.notes and within.compile_s > 0
