@@ -6,10 +6,10 @@ envelope ran (18 s each at 1.2B on one thread of the CPU), and then the referenc
 for the config's twin. Now the tuner gives the seeds to `ParityProcess.prepare` while the trials
 run, and the child keeps every build (`trainers.ReusedBuilds(keep=...)`).
 
-This runs the seed envelope in two fresh gate children: one as before (nothing ahead), one whose
-builds were made ahead, while the first measured (their seconds reported apart, as they overlap
-the trials in a job), and records each one's seconds and whether the two envelopes are the same
-losses bit for bit.
+This runs the seed envelope in two fresh gate children: one as before (started, and the
+reference's seed built ahead), one whose seeds' builds were made ahead too, while the first
+measured (their seconds reported apart, as they overlap the trials in a job), and records each
+one's seconds and how far the two envelopes' losses differ.
 
     python benchmarks/gate_builds.py --workload hf:causal-lm --preset llama-1b \
         --precision bf16-autocast --config-precision float8 --commit <sha> --out docs/benchmarks
@@ -56,7 +56,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     plain, ahead = child(), child()
     try:
-        # The builds ahead on one core while the other child measures, as beside a job's trials.
+        # Each child started and the reference's seed built, as a job's gate child was before
+        # (`prepare`): what is timed is the envelope's own builds and runs. The seeds' builds
+        # ahead on one core while the other child measures, as beside a job's trials.
+        plain.prepare().result()
         built = ahead.prepare(envelope_seeds(0))
         plain_s, plain_envelope = _envelope(plain, args.config_precision)
         prepare_s = built.result()  # the child's own seconds for its builds

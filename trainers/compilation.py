@@ -253,29 +253,38 @@ class _Kept:
     """The compiled code Dynamo holds now, by `reuse_key`: what each key's code cost to compile,
     and Dynamo's graph count when the last of them ended (None: nothing kept, or a run that
     compiled began since). A count that moved means something else compiled in between: reset.
-    `limit`: how many keys may keep code side by side (`keeping_compiled`); 1 outside it."""
+    `limit`: how many keys may keep code side by side (`keeping_compiled`); 1 outside it.
+    `graphs_of`: the graphs each kept key compiled, what its entries add on Dynamo's code objects.
+    `base`: Dynamo's recompile limit when the outermost `keeping_compiled` began (None outside)."""
 
     code: dict[ReuseKey, float] = dataclasses.field(default_factory=dict)
     graphs: int | None = None
     limit: int = 1
+    graphs_of: dict[ReuseKey, int] = dataclasses.field(default_factory=dict)
+    base: int | None = None
+
+    def clear(self) -> None:
+        self.code.clear()
+        self.graphs_of.clear()
+        self.graphs = None
 
 
 _KEPT = _Kept()
 
-MAX_KEPT = 4
-"""The most keys `keeping_compiled` keeps side by side: each adds its entries to the same code
-objects (the model's forward, each block's), and past Dynamo's recompile limit (8 by default) a
-frame runs eagerly without an error, so a "compiled" config would be measured eager. Within
-`keeping_compiled` that limit is raised by as many times as it keeps keys; after it, a kept key's
-run adds no entry, and another key's starts fresh."""
+MAX_KEPT = 6
+"""The most keys `keeping_compiled` keeps side by side: the trials' three and a final round's
+three finalists (`tuner.search.options.SEARCH_KEPT`, `top_k`). Each adds its entries to the same
+code objects (the model's forward, each block's), and past Dynamo's recompile limit (8 a
+function by default) a frame runs eagerly without an error, so a "compiled" config would be
+measured eager: a run beside kept keys has the limit raised by the graphs they compiled, and a
+run that hits it anyway says so (`RECOMPILE_LIMIT_HIT`) and keeps nothing."""
 
 
 def forget_compiled() -> None:
     """The next compiling run starts with a fresh Dynamo whatever it shares with the last
     (`reuse_key`): as a new process would (a test of the disk cache, a benchmark of a cold
     compile)."""
-    _KEPT.code.clear()
-    _KEPT.graphs = None
+    _KEPT.clear()
 
 
 @contextlib.contextmanager
@@ -283,20 +292,21 @@ def keeping_compiled(keys: int) -> Iterator[None]:
     """Within: the code of up to `keys` reuse keys (at most `MAX_KEPT`) stays in Dynamo side by
     side, so runs that take turns between configs of other arithmetic (the tuner's final round:
     A, B, A, B) compile each once, not at every turn. Dynamo's guards tell their entries apart,
-    as they do for one key's, and its recompile limit is `keys` times its own within. After it,
+    as they do for one key's, and a run's recompile limit is Dynamo's own plus the graphs the
+    other kept keys compiled (their entries on the same code objects). After it,
     a run of any kept key still keeps them all (at most `MAX_KEPT`), and a run of another key
     starts fresh, as outside."""
-    before = _KEPT.limit
+    before, outermost = _KEPT.limit, _KEPT.base is None
     _KEPT.limit = max(1, min(keys, MAX_KEPT))
-    # Each kept key has its own entries on the same code objects: Dynamo's recompile limit (per
-    # code object) is raised as many times, so that a key beside the others still compiles
-    # instead of running its frame eagerly without an error.
-    recompiles = torch._dynamo.config.recompile_limit
+    if outermost:
+        _KEPT.base = int(torch._dynamo.config.recompile_limit)
     try:
-        with torch._dynamo.config.patch(recompile_limit=recompiles * _KEPT.limit):
-            yield
+        yield
     finally:
         _KEPT.limit = before
+        if outermost and _KEPT.base is not None:
+            torch._dynamo.config.recompile_limit = _KEPT.base
+            _KEPT.base = None
 
 
 class CompileWatch:
@@ -320,6 +330,7 @@ class CompileWatch:
         self._graphs_after_first = 0
         self._graphs_after_warmup = 0
         self._breaks_after_warmup = 0
+        self._graphs_at_start = 0
         if active:
             # A fresh Dynamo, as in a new process: earlier runs in this process compiled the same
             # code objects (the model class's forward, the optimizer's step), and their cache
@@ -341,14 +352,21 @@ class CompileWatch:
             )
             if reuse is None or not fits or kept.graphs != _graphs():
                 torch._dynamo.reset()
-                kept.code.clear()
+                kept.clear()
                 self._fresh = True
             else:
                 self._kept = reuse in kept.code
                 self._kept_s = kept.code.get(reuse, 0.0)
+            if kept.base is not None:
+                # Dynamo's limit counts every key's entries on a code object: this run may add as
+                # many of its own as a run alone could, beside the other kept keys' (about one
+                # entry a graph), and no more (a config that would hit the limit alone, hits it).
+                others = sum(n for key, n in kept.graphs_of.items() if key != reuse)
+                torch._dynamo.config.recompile_limit = kept.base + others
             self._failures = {code: len(r) for code, r in _guard_failures().items()}
             kept.graphs = None  # until this run ends: a failed one leaves nothing to reuse
             _counters().clear()
+            self._graphs_at_start = _graphs()
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -383,10 +401,17 @@ class CompileWatch:
             return CompileStats()
         normal_s = statistics.median(step_ms) / 1e3 if step_ms else 0.0
         compile_s = sum(max(0.0, s - normal_s) for s in self._compiling_s)
-        if self._reuse is not None and not (self._kept and self._compiling_s):
+        limit_hit = any(_limit_hit(reason) for reason in _counters()["unimplemented"])
+        if limit_hit:
+            # Past the limit Dynamo compiles the function no more until a reset: a run kept
+            # beside this one would run it eagerly, and nothing would say so.
+            _KEPT.clear()
+        elif self._reuse is not None and not (self._kept and self._compiling_s):
             # A kept run that compiled anyway (a guard failed) is not kept from: its entries
             # would pile up toward Dynamo's recompile limit, one more each run.
             _KEPT.code[self._reuse] = max(compile_s, self._kept_s)
+            own = _graphs() - self._graphs_at_start
+            _KEPT.graphs_of[self._reuse] = max(own, _KEPT.graphs_of.get(self._reuse, 0))
             _KEPT.graphs = _graphs()
         graphs, breaks = _graphs(), _graph_breaks()
         in_windows = graphs - self._graphs_after_warmup
@@ -399,7 +424,7 @@ class CompileWatch:
             )
         if not graphs and self._fresh:
             notes.append(NOTHING_COMPILED)
-        if any(_limit_hit(reason) for reason in _counters()["unimplemented"]):
+        if limit_hit:
             notes.append(RECOMPILE_LIMIT_HIT)
         notes += [f"graph break: {_first_line(reason)}" for reason in _counters()["graph_break"]]
         notes += [

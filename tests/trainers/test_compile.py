@@ -407,29 +407,35 @@ def test_a_recompile_during_the_timed_windows_is_flagged(tmp_path: Path) -> None
 
 
 def test_keys_kept_side_by_side_each_compile_within_dynamos_recompile_limit() -> None:
-    """Each kept key adds entries to the same code objects: within `keeping_compiled`, Dynamo's
-    recompile limit is raised as many times, so a second key compiles where the limit would
-    have left its frame eager; it is restored after."""
+    """Each kept key adds entries to the same code objects: beside kept keys a run's recompile
+    limit is Dynamo's own plus the graphs they compiled, so a second key compiles where the
+    limit would have left its frame eager. A key alone keeps Dynamo's own limit (a config that
+    hits it alone, hits it here), and the limit is restored after."""
     double = torch.compile(lambda x: x * 2, backend="eager")
     a = ReuseKey(guarded=("float32",), unguarded=())
     b = ReuseKey(guarded=("float64",), unguarded=())
 
-    def turn(key: ReuseKey, dtype: torch.dtype) -> CompileStats:
+    def turn(key: ReuseKey, *dtypes: torch.dtype) -> CompileStats:
         watch = CompileWatch(torch.device("cpu"), active=True, reuse=key)
         with watch.warmup_step():
-            double(torch.ones(3, dtype=dtype))
+            for dtype in dtypes:
+                double(torch.ones(3, dtype=dtype))
         watch.end_warmup()
         return watch.finish([0.0])
 
     with torch._dynamo.config.patch(recompile_limit=1):
-        with keeping_compiled(2):
-            assert torch._dynamo.config.recompile_limit == 2
+        with keeping_compiled(3):
             first_a, first_b = turn(a, torch.float32), turn(b, torch.float64)
             again_a = turn(a, torch.float32)
+            forget_compiled()
+            alone = turn(a, torch.float32, torch.float64)  # two entries of one key: past 1
+            after = turn(b, torch.float64)  # nothing kept from a run past the limit
         assert torch._dynamo.config.recompile_limit == 1
     assert first_a.compile_s > 0 and first_b.compile_s > 0  # b compiled beside a's entry
-    assert NOTHING_COMPILED not in first_b.notes
+    assert RECOMPILE_LIMIT_HIT not in first_b.notes
     assert again_a.compile_s == 0.0 and again_a.kept_s == pytest.approx(first_a.compile_s)
+    assert RECOMPILE_LIMIT_HIT in alone.notes
+    assert after.compile_s > 0 and after.kept_s == 0.0 and RECOMPILE_LIMIT_HIT not in after.notes
 
 
 def test_a_run_past_dynamos_recompile_limit_says_part_of_it_ran_eagerly() -> None:

@@ -172,14 +172,22 @@ def test_several_seeds_are_kept_the_least_recently_used_going_first() -> None:
 def test_a_host_without_room_keeps_only_the_newest_build(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (reuse.host_available_bytes() or 0) > 0  # Linux: MemAvailable is read
     reused = ReusedBuilds(trainers.resolve_factory("mlp"), keep=3)
+    assert not reused.room_for_another()  # nothing kept yet: nothing to size another by
     monkeypatch.setattr(reuse, "HOST_ROOM", 2**62)  # no host holds that many copies
     reused("tiny", seed=0)
+    assert not reused.room_for_another()
     reused("tiny", seed=1)
     assert reused.kept == [("tiny", 1)]
     monkeypatch.setattr(reuse, "HOST_ROOM", 1)
+    assert reused.room_for_another()
     reused("tiny", seed=2)
     reused("tiny", seed=1)
     assert reused.kept == [("tiny", 2), ("tiny", 1)] and reused.builds == 3
+    reused("tiny", seed=3)
+    assert not reused.room_for_another()  # three kept: as many as it may keep
+    monkeypatch.setattr(reuse, "HOST_ROOM", 2**62)
+    reused("tiny", seed=3)  # memory tightened: a copy handed out lets the older ones go
+    assert reused.kept == [("tiny", 3)]
 
 
 def test_keep_below_one_is_refused() -> None:

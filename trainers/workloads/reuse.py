@@ -99,10 +99,20 @@ class ReusedBuilds:
         """The (preset, seed) kept, least recently used first."""
         return list(self._kept)
 
+    def room_for_another(self) -> bool:
+        """Whether another build would be kept beside those kept now: copies stand in for this
+        factory's builds, one is kept, more may be, and the host holds another of the newest's
+        size (`room_for`)."""
+        if self.reason is not None or not self._kept or len(self._kept) >= self.keep:
+            return False
+        newest, _ = next(reversed(self._kept.values()))
+        return on_the_cpu(newest) and room_for(workload_bytes(newest))
+
     def __call__(self, preset: str, *, seed: int) -> Workload:
         key = (preset, seed)
         if key in self._kept:
             self._kept.move_to_end(key)
+            self._make_room()  # memory may have tightened since it was kept
             pristine, states = self._kept[key]
             found = copy.deepcopy(pristine)
             states.restore()
@@ -119,16 +129,19 @@ class ReusedBuilds:
             self.reason = unreachable(pristine, memo)
             if self.reason is None:
                 self._kept[key] = (pristine, states)
-                self._make_room(workload_bytes(pristine))
+                self._make_room()
             # Copying must not change what the build left: deepcopy draws nothing, but a
             # `__deepcopy__` of the user's might.
             states.restore()
         return built
 
-    def _make_room(self, newest: int) -> None:
+    def _make_room(self) -> None:
         """Let the oldest builds go while more than one is kept and the host lacks the room for
-        another copy beside them (`room_for`)."""
-        while len(self._kept) > 1 and not room_for(newest):
+        another copy of the newest beside them (`room_for`), or the newest holds GPU memory (a
+        factory that builds on the GPU: its copies are not the host's to count)."""
+        newest, _ = next(reversed(self._kept.values()))
+        size = workload_bytes(newest)
+        while len(self._kept) > 1 and not (on_the_cpu(newest) and room_for(size)):
             self._kept.popitem(last=False)
 
 
@@ -144,28 +157,64 @@ def workload_bytes(workload: Workload) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def on_the_cpu(workload: Workload) -> bool:
+    """Whether every parameter and buffer of `workload` is in host memory."""
+    tensors = [*workload.model.parameters(), *workload.model.buffers()]
+    return all(t.device.type == "cpu" for t in tensors)
+
+
 def host_available_bytes() -> int | None:
-    """The memory this process could still take: the kernel's `MemAvailable`, within the cgroup's
-    limit where one is set; None where neither can be read (not Linux)."""
-    found: list[int] = []
+    """The memory this process could still take: the kernel's `MemAvailable`, within this
+    process's cgroup's limit where one is set (v2, or v1's memory controller); None where
+    neither can be read (not Linux)."""
+    found = [_meminfo_available()]
+    for limit, used in _cgroup_files():
+        try:
+            with open(limit) as a, open(used) as b:
+                text = a.read().strip()
+                if text != "max" and int(text) < 2**60:  # v1 writes a huge number for none
+                    found.append(int(text) - int(b.read().strip()))
+        except (OSError, ValueError):
+            continue
+    known = [value for value in found if value is not None]
+    return min(known) if known else None
+
+
+def _meminfo_available() -> int | None:
     try:
         with open("/proc/meminfo") as lines:
             for line in lines:
                 if line.startswith("MemAvailable:"):
-                    found.append(int(line.split()[1]) * 1024)
-    except OSError:
-        pass
-    try:
-        with (
-            open("/sys/fs/cgroup/memory.max") as limit,
-            open("/sys/fs/cgroup/memory.current") as used,
-        ):
-            text = limit.read().strip()
-            if text != "max":
-                found.append(int(text) - int(used.read().strip()))
+                    return int(line.split()[1]) * 1024
     except (OSError, ValueError):
         pass
-    return min(found) if found else None
+    return None
+
+
+def _cgroup_files() -> list[tuple[str, str]]:
+    """(limit, usage) files of this process's memory cgroup: v2's under its path in
+    /proc/self/cgroup, v1's memory controller, and the root's (a cgroup namespace shows its own
+    as the root)."""
+    files = [
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        (
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        ),
+    ]
+    try:
+        with open("/proc/self/cgroup") as lines:
+            for line in lines:
+                number, controllers, path = line.rstrip("\n").split(":", 2)
+                if number == "0" and path not in ("", "/"):
+                    base = f"/sys/fs/cgroup{path}"
+                    files.append((f"{base}/memory.max", f"{base}/memory.current"))
+                elif "memory" in controllers.split(",") and path not in ("", "/"):
+                    base = f"/sys/fs/cgroup/memory{path}"
+                    files.append((f"{base}/memory.limit_in_bytes", f"{base}/memory.usage_in_bytes"))
+    except (OSError, ValueError):
+        pass
+    return files
 
 
 def room_for(nbytes: int) -> bool:

@@ -169,8 +169,11 @@ class Search(TrialRunner):
         if not known:
             # A first study of these inputs will gate: its child builds beside the trials, and
             # the gate after them starts at once. A repeat's verdicts come from the memo.
+            # A seed envelope's builds too where the gate waits until the trials end (screening):
+            # a study that gates each trial would wait for them at its first gate.
             measured = self.parity_cache.envelope_known
-            self._children.prepare_gate(seeds_ahead(self.options, measured))
+            seeds = seeds_ahead(self.options, measured) if self.screening else ()
+            self._children.prepare_gate(seeds)
         else:
             self.progress.phase(
                 f"gate: {known} verdicts known from earlier studies of this workload, shape and "

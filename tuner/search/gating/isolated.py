@@ -205,9 +205,8 @@ def _prepare_gate(
     """`ParityProcess.prepare` in the child: the pristine builds of the reference's seed and of
     `envelope_seeds` (a seed envelope's, `trainers.gate.envelope_seeds`) kept, on one thread (a
     core of its own, beside the measurement), under the settings every part runs with
-    (`_in_child`). The seeds' builds are kept beside the reference's only where the host has room
-    for them (`trainers.ReusedBuilds`); the reference's is built last, so that it is the one kept
-    where there is none."""
+    (`_in_child`). The reference's first; each seed only while another build would be kept
+    beside it (`trainers.ReusedBuilds.room_for_another`: a seed built and dropped is only time)."""
     import torch  # in the child
 
     fork_dataloader_workers()
@@ -215,12 +214,14 @@ def _prepare_gate(
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.set_float32_matmul_precision(matmul_precision)
     started = time.perf_counter()
-    seeds = [s for s in envelope_seeds if s != seed][: KEPT_BUILDS - 1]
     try:
         builds = _reused_builds(workload, model_args)
         with one_thread():
-            for each in [*seeds, seed]:
-                builds(preset, seed=each)  # the copy is dropped
+            builds(preset, seed=seed)  # the copy is dropped
+            for each in envelope_seeds:
+                if each == seed or not builds.room_for_another():
+                    continue
+                builds(preset, seed=each)
         return time.perf_counter() - started
     finally:
         give_back_memory()  # a factory that built on the GPU: the trials need its memory
