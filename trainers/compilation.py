@@ -350,7 +350,10 @@ class CompileWatch:
                     and all(key.unguarded == reuse.unguarded for key in kept.code)
                 )
             )
-            if reuse is None or not fits or kept.graphs != _graphs():
+            # A limit hit since the last run (outside any watched run) leaves a function that
+            # Dynamo compiles no more until a reset.
+            hit = any(_limit_hit(reason) for reason in _counters()["unimplemented"])
+            if reuse is None or not fits or kept.graphs != _graphs() or hit:
                 torch._dynamo.reset()
                 kept.clear()
                 self._fresh = True
@@ -359,8 +362,9 @@ class CompileWatch:
                 self._kept_s = kept.code.get(reuse, 0.0)
             if kept.base is not None:
                 # Dynamo's limit counts every key's entries on a code object: this run may add as
-                # many of its own as a run alone could, beside the other kept keys' (about one
-                # entry a graph), and no more (a config that would hit the limit alone, hits it).
+                # many of its own as a run alone could, beside the other kept keys' (one entry a
+                # graph at most, counted over all functions: where theirs are spread over several,
+                # a little more). Alone it is Dynamo's own: a config that hits it alone, hits it.
                 others = sum(n for key, n in kept.graphs_of.items() if key != reuse)
                 torch._dynamo.config.recompile_limit = kept.base + others
             self._failures = {code: len(r) for code, r in _guard_failures().items()}
@@ -410,8 +414,9 @@ class CompileWatch:
             # A kept run that compiled anyway (a guard failed) is not kept from: its entries
             # would pile up toward Dynamo's recompile limit, one more each run.
             _KEPT.code[self._reuse] = max(compile_s, self._kept_s)
+            # Its entries add up: a kept run that compiled (in its windows) adds to the earlier.
             own = _graphs() - self._graphs_at_start
-            _KEPT.graphs_of[self._reuse] = max(own, _KEPT.graphs_of.get(self._reuse, 0))
+            _KEPT.graphs_of[self._reuse] = _KEPT.graphs_of.get(self._reuse, 0) + own
             _KEPT.graphs = _graphs()
         graphs, breaks = _graphs(), _graph_breaks()
         in_windows = graphs - self._graphs_after_warmup

@@ -456,3 +456,26 @@ def test_a_run_past_dynamos_recompile_limit_says_part_of_it_ran_eagerly() -> Non
         within = run_with((torch.float32,))
     assert RECOMPILE_LIMIT_HIT in past.notes
     assert RECOMPILE_LIMIT_HIT not in within.notes and within.compile_s > 0
+
+
+def test_a_limit_hit_between_runs_starts_the_next_run_fresh() -> None:
+    """A call past the recompile limit outside any watched run compiles no graph, so the graph
+    count does not move, yet Dynamo compiles that function no more: the next run starts fresh
+    instead of running on kept code."""
+    double = torch.compile(lambda x: x * 2, backend="eager")
+    a = ReuseKey(guarded=("float32",), unguarded=())
+
+    def turn() -> CompileStats:
+        watch = CompileWatch(torch.device("cpu"), active=True, reuse=a)
+        with watch.warmup_step():
+            double(torch.ones(3))
+        watch.end_warmup()
+        return watch.finish([0.0])
+
+    with torch._dynamo.config.patch(recompile_limit=1), keeping_compiled(2):
+        first = turn()
+        kept = turn()
+        double(torch.ones(3, dtype=torch.float16))  # a second entry: past the limit of 1
+        after = turn()
+    assert first.compile_s > 0 and kept.compile_s == 0.0 and kept.kept_s > 0
+    assert after.compile_s > 0 and after.kept_s == 0.0

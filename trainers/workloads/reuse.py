@@ -106,7 +106,9 @@ class ReusedBuilds:
         if self.reason is not None or not self._kept or len(self._kept) >= self.keep:
             return False
         newest, _ = next(reversed(self._kept.values()))
-        return on_the_cpu(newest) and room_for(workload_bytes(newest))
+        # The build and its pristine copy are both held when the room is checked again, after
+        # it (`_make_room`): two more of its size, or the oldest kept would go to make room.
+        return on_the_cpu(newest) and room_for(workload_bytes(newest), spare=2)
 
     def __call__(self, preset: str, *, seed: int) -> Workload:
         key = (preset, seed)
@@ -217,10 +219,11 @@ def _cgroup_files() -> list[tuple[str, str]]:
     return files
 
 
-def room_for(nbytes: int) -> bool:
-    """Whether the host holds `HOST_ROOM` x `nbytes` more now (False where it cannot say)."""
+def room_for(nbytes: int, *, spare: int = 0) -> bool:
+    """Whether the host holds `HOST_ROOM` (plus `spare`) times `nbytes` more now (False where it
+    cannot say)."""
     available = host_available_bytes()
-    return available is not None and available >= HOST_ROOM * nbytes
+    return available is not None and available >= (HOST_ROOM + spare) * nbytes
 
 
 def unreachable(copied: Workload, memo: dict[int, Any]) -> str | None:

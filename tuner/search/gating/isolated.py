@@ -219,9 +219,10 @@ def _prepare_gate(
         with one_thread():
             builds(preset, seed=seed)  # the copy is dropped
             for each in envelope_seeds:
-                if each == seed or not builds.room_for_another():
-                    continue
-                builds(preset, seed=each)
+                if (preset, seed) not in builds.kept or not builds.room_for_another():
+                    break  # the reference's build first: a seed never takes its place
+                if each != seed:
+                    builds(preset, seed=each)
         return time.perf_counter() - started
     finally:
         give_back_memory()  # a factory that built on the GPU: the trials need its memory
