@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -238,11 +239,7 @@ def test_keys_that_differ_where_no_guard_looks_never_share_dynamo() -> None:
     double = torch.compile(lambda x: x * 2, backend="eager")
 
     def turn(key: ReuseKey, dtype: torch.dtype) -> CompileStats:
-        watch = CompileWatch(torch.device("cpu"), active=True, reuse=key)
-        with watch.warmup_step():
-            double(torch.ones(3, dtype=dtype))
-        watch.end_warmup()
-        return watch.finish([0.0])
+        return _watched(double, key, dtype)
 
     a = ReuseKey(guarded=("float32",), unguarded=(("attention", "default"),))
     b = ReuseKey(guarded=("float64",), unguarded=(("attention", "default"),))
@@ -416,12 +413,7 @@ def test_keys_kept_side_by_side_each_compile_within_dynamos_recompile_limit() ->
     b = ReuseKey(guarded=("float64",), unguarded=())
 
     def turn(key: ReuseKey, *dtypes: torch.dtype) -> CompileStats:
-        watch = CompileWatch(torch.device("cpu"), active=True, reuse=key)
-        with watch.warmup_step():
-            for dtype in dtypes:
-                double(torch.ones(3, dtype=dtype))
-        watch.end_warmup()
-        return watch.finish([0.0])
+        return _watched(double, key, *dtypes)
 
     with torch._dynamo.config.patch(recompile_limit=1):
         with keeping_compiled(3):
@@ -444,12 +436,7 @@ def test_a_run_past_dynamos_recompile_limit_says_part_of_it_ran_eagerly() -> Non
     double = torch.compile(lambda x: x * 2, backend="eager")
 
     def run_with(dtypes: tuple[torch.dtype, ...]) -> CompileStats:
-        watch = CompileWatch(torch.device("cpu"), active=True, reuse=None)
-        with watch.warmup_step():
-            for dtype in dtypes:
-                double(torch.ones(3, dtype=dtype))
-        watch.end_warmup()
-        return watch.finish([0.0])
+        return _watched(double, None, *dtypes)
 
     with torch._dynamo.config.patch(recompile_limit=1):
         past = run_with((torch.float32, torch.float64))
@@ -466,11 +453,7 @@ def test_a_limit_hit_between_runs_starts_the_next_run_fresh() -> None:
     a = ReuseKey(guarded=("float32",), unguarded=())
 
     def turn() -> CompileStats:
-        watch = CompileWatch(torch.device("cpu"), active=True, reuse=a)
-        with watch.warmup_step():
-            double(torch.ones(3))
-        watch.end_warmup()
-        return watch.finish([0.0])
+        return _watched(double, a, torch.float32)
 
     with torch._dynamo.config.patch(recompile_limit=1), keeping_compiled(2):
         first = turn()
@@ -479,3 +462,16 @@ def test_a_limit_hit_between_runs_starts_the_next_run_fresh() -> None:
         after = turn()
     assert first.compile_s > 0 and kept.compile_s == 0.0 and kept.kept_s > 0
     assert after.compile_s > 0 and after.kept_s == 0.0
+
+
+def _watched(
+    fn: Callable[[torch.Tensor], torch.Tensor], key: ReuseKey | None, *dtypes: torch.dtype
+) -> CompileStats:
+    """One run watched as `trainers.run` watches a compiling config's (`key` its reuse key):
+    `fn` called on a small tensor of each of `dtypes` in one warm-up step."""
+    watch = CompileWatch(torch.device("cpu"), active=True, reuse=key)
+    with watch.warmup_step():
+        for dtype in dtypes:
+            fn(torch.ones(3, dtype=dtype))
+    watch.end_warmup()
+    return watch.finish([0.0])

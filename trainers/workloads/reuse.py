@@ -105,10 +105,9 @@ class ReusedBuilds:
         size (`room_for`)."""
         if self.reason is not None or not self._kept or len(self._kept) >= self.keep:
             return False
-        newest, _ = next(reversed(self._kept.values()))
         # The build and its pristine copy are both held when the room is checked again, after
         # it (`_make_room`): two more of its size, or the oldest kept would go to make room.
-        return on_the_cpu(newest) and room_for(workload_bytes(newest), spare=2)
+        return self._room_beside_newest(spare=2)
 
     def __call__(self, preset: str, *, seed: int) -> Workload:
         key = (preset, seed)
@@ -141,10 +140,14 @@ class ReusedBuilds:
         """Let the oldest builds go while more than one is kept and the host lacks the room for
         another copy of the newest beside them (`room_for`), or the newest holds GPU memory (a
         factory that builds on the GPU: its copies are not the host's to count)."""
-        newest, _ = next(reversed(self._kept.values()))
-        size = workload_bytes(newest)
-        while len(self._kept) > 1 and not (on_the_cpu(newest) and room_for(size)):
+        while len(self._kept) > 1 and not self._room_beside_newest():
             self._kept.popitem(last=False)
+
+    def _room_beside_newest(self, *, spare: int = 0) -> bool:
+        """Whether the newest kept build is in host memory and the host holds `room_for` its
+        size (with `spare` more copies)."""
+        newest, _ = next(reversed(self._kept.values()))
+        return on_the_cpu(newest) and room_for(workload_bytes(newest), spare=spare)
 
 
 HOST_ROOM = 4
@@ -153,16 +156,18 @@ kept beside the first: the copy a run takes, the measuring process's own build a
 workers' pages, and a margin."""
 
 
+def _tensors(workload: Workload) -> list[torch.Tensor]:
+    return [*workload.model.parameters(), *workload.model.buffers()]
+
+
 def workload_bytes(workload: Workload) -> int:
     """The bytes of `workload`'s parameters and buffers, where its host memory goes."""
-    tensors = [*workload.model.parameters(), *workload.model.buffers()]
-    return sum(t.numel() * t.element_size() for t in tensors)
+    return sum(t.numel() * t.element_size() for t in _tensors(workload))
 
 
 def on_the_cpu(workload: Workload) -> bool:
     """Whether every parameter and buffer of `workload` is in host memory."""
-    tensors = [*workload.model.parameters(), *workload.model.buffers()]
-    return all(t.device.type == "cpu" for t in tensors)
+    return all(t.device.type == "cpu" for t in _tensors(workload))
 
 
 def host_available_bytes() -> int | None:
