@@ -23,11 +23,11 @@ A kernel choice can be settled in seconds at the model's own shapes: `attention_
 the SDPA calls of one forward (shapes, dtype, causal, mask), `time_backends` times each value of
 the lever forward and backward on them (`benchmarks/attention.py` runs both per model). The
 lever's `probe` is the two together: a search's second stage stages a backend only where it is
-predicted to gain more than the tie margin of the step. On one H200 (2026-11-28) PyTorch's own
-choice was cuDNN at every call of `llama-1b` (25.43 ms a step against 25.46 forced), so there
-the probe leaves the lever out; on a stack that defaults to flash it was worth 13 ms of 180.
-Again on 2026-11-29 (H200, cuDNN 9.19): `llama-1b` default 25.67, cuDNN 25.95, flash 38.54 ms a
-step; a Qwen2-style decoder (14 heads x 64) 18.18, 18.45 and 26.91 ms.
+predicted to gain more than the tie margin of the step, and of those the best predicted alone.
+On one H200 (2026-11-28) PyTorch's own choice was cuDNN at every call of `llama-1b` (25.43 ms a step
+against 25.46 forced), so there the probe leaves the lever out; on a stack that defaults to flash it
+was worth 13 ms of 180. Again on 2026-11-29 (H200, cuDNN 9.19): `llama-1b` default 25.67, cuDNN
+25.95, flash 38.54 ms a step; a Qwen2-style decoder (14 heads x 64) 18.18, 18.45 and 26.91 ms.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from tuner.search.spaces.space import Choice, IntRange, SearchSpace
 from tuner.search.study import open_search
 from tuner.store import keys
 
+LOSSES = Choice(values=("model", "compiled"))
 # A space of one's own: the scale levers, and three lever modules' levers searched beside them.
 SPACE = SearchSpace(
     name="own",
@@ -43,7 +44,7 @@ SPACE = SearchSpace(
         "micro_batches": Choice(values=(1, 2)),
         "attention": Choice(values=("default", "cudnn")),
         "kernels": Choice(values=("torch", "liger")),
-        "loss": Choice(values=("model", "compiled")),
+        "loss": LOSSES,
     },
     fixed={"compile": "default", "optimizer": "fused", "num_workers": 2},
 )
@@ -340,7 +341,7 @@ def test_the_probes_leave_out_what_gains_too_little_and_order_the_rest() -> None
         ms={"attention": {"default": 20.0, "cudnn": "No available kernel"}}, floor_ms=0
     )
     assert cannot.gain("attention", "default", "cudnn") == "attention=cudnn: No available kernel"
-    # Among values of one cost, the larger predicted gain first.
+    # Of one lever's values, the larger predicted gain alone (a probe ranks them).
     three = SearchSpace(
         name="own",
         params={"attention": Choice(values=("default", "cudnn", "flash"))},
@@ -350,7 +351,21 @@ def test_the_probes_leave_out_what_gains_too_little_and_order_the_rest() -> None
         ms={"attention": {"default": 20.0, "cudnn": 19.0, "flash": 15.0}}, floor_ms=0.1
     )
     ahead = lever_stage(three, {"attention": "default"}, device_type="cuda", predictions=ordered)
+    assert [p["attention"] for p in ahead] == ["flash"]
+    # A value the probe did not time is unpredicted: kept beside the lever's first.
+    untimed = Predictions(ms={"attention": {"default": 20.0, "flash": 15.0}}, floor_ms=0.1)
+    ahead = lever_stage(three, {"attention": "default"}, device_type="cuda", predictions=untimed)
     assert [p["attention"] for p in ahead] == ["flash", "cudnn"]
+    # Another lever keeps its own first (the compiled loss costs a compile: after attention).
+    crossed = SearchSpace(
+        name="own",
+        params=three.params | {"compile_scope": SPACE.params["compile_scope"], "loss": LOSSES},
+        fixed={"compile": "default"},
+    )
+    both = Predictions(ms={**ordered.ms, "loss": {"model": 9.0, "compiled": 8.0}}, floor_ms=0.1)
+    leader = {"attention": "default", "compile_scope": "blocks", "loss": "model"}
+    ahead = lever_stage(crossed, leader, device_type="cuda", predictions=both)
+    assert _moves(ahead, leader) == [{"attention": "flash"}, {"loss": "compiled"}]
 
 
 def test_a_study_without_a_precision_does_not_stage_the_head_in_float8() -> None:
@@ -665,3 +680,67 @@ def test_a_move_is_predicted_with_the_float8_levers_the_space_does_not_search() 
         in_float8=Predictions(ms=cheaper, floor_ms=0.5),
     )
     assert _moves(staged, leader) == [{"float8_head": "float8", keys.PRECISION: "float8"}]
+
+
+def test_a_float8_leader_stages_the_linears_value_its_probe_ranks_first_alone(
+    tmp_path: Path,
+) -> None:
+    """`float8_linears`' values share one probe: the stage enqueues the one it predicts to gain
+    most (8M, 3 ms against `all`) and says why `none` (1.5 ms) is left to the sampler; from 8M,
+    once it leads, the same figures predict `none` slower, so it is not staged there either."""
+    study = optuna.create_study(storage=sqlite_url(tmp_path), direction="maximize")
+    probes = {
+        "float8_head": {"bf16": 10.0, "float8": 6.0},
+        "float8_linears": {"all": 30.0, "8M": 27.0, "none": 28.5},
+    }
+
+    def predict(leader: FrozenTrial, precision: str | None, names: Any = None) -> Predictions:
+        return Predictions(ms=probes, floor_ms=1.0)
+
+    def lead(params: dict[str, Any], value: float) -> FrozenTrial:
+        study.add_trial(
+            create_trial(
+                params=params,
+                distributions=FLOAT8_SPACE.distributions(),
+                value=value,
+                user_attrs={keys.PRECISION: "float8"},
+            )
+        )
+        return study.trials[-1]
+
+    staged = Staged(margin=0.02)
+    leader = {"compile_scope": "model", "float8_head": "float8", "float8_linears": "all"}
+    said = second_stage(
+        study,
+        FLOAT8_SPACE,
+        lead(leader, 10.0),
+        device_type="cuda",
+        precision="float8",
+        staged=staged,
+        predict=predict,
+    )
+    queued = study.get_trials(states=(TrialState.WAITING,))
+    assert [t.system_attrs["fixed_params"]["float8_linears"] for t in queued] == ["8M"]
+    assert said is not None and "(float8_linears=8M): 1 enqueued" in said, said
+    assert (
+        "float8_linears=none: predicted +1.50 ms a step, behind float8_linears=8M's +3.00 ms: "
+        "left to the sampler" in said
+    )
+    # The head back in bf16 is predicted to lose 4 ms: left out on its own prediction.
+    assert "float8_head=bf16: predicted -4.00 ms" in said
+    for _ in range(waiting(study)):
+        study.tell(study.ask(FLOAT8_SPACE.distributions()), 12.0)  # 8M leads
+    said = second_stage(
+        study,
+        FLOAT8_SPACE,
+        study.trials[-1],
+        device_type="cuda",
+        precision="float8",
+        staged=staged,
+        predict=predict,
+    )
+    queued = study.get_trials(states=(TrialState.WAITING,))
+    # From 8M: `all` is predicted 3 ms slower, `none` 1.5 ms: neither is staged.
+    assert queued == [] and said is not None
+    assert "float8_linears=none: predicted -1.50 ms a step against 8M" in said, said
+    assert "float8_linears=all: predicted -3.00 ms a step against 8M" in said, said
