@@ -158,8 +158,11 @@ def test_the_stage_is_enqueued_once_per_leader_and_only_once_nothing_waits(
     assert _stage(study, study.trials[-1], staged) is None and waiting(study) == 0
     _leader(study, {"compile_scope": "blocks"} | PLAIN | {"attention": "cudnn"}, 12.0)
     said = _stage(study, study.trials[-1], staged)
-    # Its way back to the default attention is trial 0's config: not enqueued again.
-    assert said is not None and said.endswith(": 2 enqueued") and waiting(study) == 2
+    # Its way back to the default attention is trial 0's config: not enqueued again. liger's
+    # kernels and the compiled loss ran behind trial 0, apart from this leader in its attention
+    # alone: left out on those measurements (tuner.search.proposing.cuts).
+    assert said is not None and waiting(study) == 0
+    assert said.count("measured it at 1.0 samples/s against trial 0's 10.0") == 2, said
 
 
 def test_a_variant_already_in_the_study_is_not_enqueued_again(tmp_path: Path) -> None:
@@ -238,7 +241,7 @@ def test_a_run_leaves_out_what_its_probe_predicts_gains_too_little(
     ran, lines = _run_staged(opts, 3)
     assert [t.number for t in ran if "fixed_params" in t.system_attrs] == [0]
     said = [line for line in lines if line.startswith("second stage: trial 0")]
-    assert said and "left out by the levers' probes: loss=compiled: predicted +0.00" in said[0]
+    assert said and "left out: loss=compiled: predicted +0.00" in said[0]
     assert "enqueued" not in said[0], said
     assert len(probed) == 1
 
@@ -414,7 +417,7 @@ def test_the_stage_asks_the_probes_once_due_and_says_what_they_left_out(tmp_path
     said = _stage(study, study.trials[0], staged, predict=predict)
     assert asked == [(0, "bf16-autocast")]
     assert said is not None and "(kernels=liger, loss=compiled): 2 enqueued" in said, said
-    assert "left out by the levers' probes: attention=cudnn: predicted +0.01 ms" in said
+    assert "left out: attention=cudnn: predicted +0.01 ms" in said
     # Not due (the leader is staged already): the probes are not asked again.
     _drain(study)
     _stage(study, study.trials[0], staged, predict=predict)
@@ -645,7 +648,7 @@ def test_the_stage_probes_in_float8_for_a_move_and_enqueues_it_in_float8(tmp_pat
         said is not None
         and "or moved into float8 (float8_head=float8+float8_linears=none+precision=float8)" in said
     )
-    assert "precision=float8): 1 enqueued; left out by the levers' probes" in said, said
+    assert "precision=float8): 1 enqueued; left out: " in said, said
     assert "float8 with float8_head=float8, float8_linears=8M: predicted +2.00 ms" in said
     trial = study.ask(distributions)
     assert trial.params == {

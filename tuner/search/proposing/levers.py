@@ -36,7 +36,9 @@ against each lever's `unconverted` value (what a bf16 step runs), summed over ev
 lever, the space's or not: plain float8 is predicted from its linears alone. A move is staged
 only where predicted, and only from bf16, whose step those figures are.
 
-Of one lever's predicted values only the first in this order is staged (`_first_of_each_lever`).
+Two cuts on the evidence (`tuner.search.proposing.cuts`, which says why): of one lever's
+predicted values only the first in this order is staged, and a value a trial measured behind
+(beside other levers alone) is not staged again.
 
 Order: cheapest one-off cost first (`trainers.Lever.cost_order`: no cost, then a compile), then
 the larger predicted gain, then the order the levers were registered in. Each variant is a
@@ -62,6 +64,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 import trainers
+from tuner.search.proposing.cuts import first_of_each_lever, lost_before
 from tuner.search.spaces.space import Choice, SearchSpace
 from tuner.store import keys
 
@@ -100,7 +103,7 @@ def lever_stage(
     leader's is another, the leader moved into float8 too, predicted by `in_float8`."""
     found = _variants(space, leader, device_type, precision, model, predictions)
     found += _into_float8(space, leader, device_type, precision, precisions, model, in_float8)
-    return [v.params for v in _first_of_each_lever(sorted(found, key=_order)) if v.left_out is None]
+    return [v.params for v in first_of_each_lever(sorted(found, key=_order)) if v.left_out is None]
 
 
 class Variant(NamedTuple):
@@ -156,28 +159,6 @@ def _variants(
             predicted = gain if isinstance(gain, float) else None
             found.append(Variant(place, name, variant, left_out, predicted))
     return found
-
-
-def _first_of_each_lever(found: Sequence[Variant]) -> list[Variant]:
-    """`found` (in the stage's order) with each lever's predicted values after its first left
-    out: one probe ranks them, and where its first loses a whole step it overstated the lever
-    (the Llama-3.2-1B shape, one H200: `float8_linears=8M` lost, then `none` too, twice; 73 s of
-    compiles). From the first's stage they are predicted slower: only the sampler draws them.
-    The moves into float8 (lever FLOAT8) are not cut."""
-    first: dict[str, Variant] = {}
-    kept: list[Variant] = []
-    for variant in found:
-        lead, name = variant, variant.lever
-        if variant.left_out is None and variant.gain is not None and name != FLOAT8:
-            lead = first.setdefault(name, variant)
-        if lead is not variant:
-            variant = variant._replace(
-                left_out=f"{name}={variant.params[name]}: predicted {variant.gain:+.2f} ms a "
-                f"step, behind {name}={lead.params[name]}'s {lead.gain:+.2f} ms: left to the "
-                "sampler"
-            )
-        kept.append(variant)
-    return kept
 
 
 FLOAT8 = "float8"
@@ -466,7 +447,15 @@ def second_stage(
                 predict(leader, precision) if own else None,
                 predict(leader, FLOAT8, _unconverted_levers()) if moved else None,
             )
-    found = _first_of_each_lever(sorted(found, key=_order))  # stable: ties keep declared order
+    found = first_of_each_lever(sorted(found, key=_order))  # stable: ties keep declared order
+    found = lost_before(
+        found,
+        led,
+        study.get_trials(deepcopy=False) if len(study.directions) == 1 else (),
+        levers=offered_levers(space),
+        runs=lambda p: _settings(space, p) | {keys.PRECISION: p.get(keys.PRECISION, precision)},
+        margin=staged.margin,
+    )
     chosen = [v.params for v in found if v.left_out is None]
     for params in chosen:
         study.enqueue_trial(params, skip_if_exists=True)
@@ -476,7 +465,7 @@ def second_stage(
     if not enqueued and not left_out:
         return None
     said = f"second stage: trial {leader.number}{_changes(led, precision, chosen, enqueued)}"
-    return said + (f"; left out by the levers' probes: {left_out}" if left_out else "")
+    return said + (f"; left out: {left_out}" if left_out else "")
 
 
 def _changes(
