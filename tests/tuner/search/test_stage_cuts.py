@@ -1,5 +1,6 @@
-"""What the second stage leaves out on evidence (tuner.search.proposing.cuts): a lever's value a
-trial measured behind, beside other levers alone, is not staged again; real Optuna on SQLite."""
+"""What the second stage leaves out on evidence (tuner.search.proposing.cuts): of a lever's
+predicted values all but the first, and a value trials measured behind beside other levers
+alone; real Optuna on SQLite."""
 
 from __future__ import annotations
 
@@ -72,6 +73,32 @@ def _study(folder: Path) -> optuna.Study:
 def _queued(study: optuna.Study) -> list[str]:
     waiting_ = study.get_trials(states=(TrialState.WAITING,))
     return [t.system_attrs["fixed_params"]["float8_linears"] for t in waiting_]
+
+
+def test_a_float8_leader_stages_the_linears_value_its_probe_ranks_first_alone(
+    tmp_path: Path,
+) -> None:
+    """`float8_linears`' values share one probe: the stage enqueues the one it predicts to gain
+    most (8M, 3 ms against `all`) and says why `none` (1.5 ms) is left to the sampler; from 8M,
+    once it leads, the same figures predict `none` slower, so it is not staged there either."""
+    study = optuna.create_study(storage=sqlite_url(tmp_path), direction="maximize")
+    _trial(study, HEAD, 10.0, screened=False)
+    said = _stage(study)
+    assert _queued(study) == ["8M"]
+    assert said is not None and "(float8_linears=8M): 1 enqueued" in said, said
+    assert (
+        "float8_linears=none: predicted +1.50 ms a step, behind float8_linears=8M's +3.00 ms: "
+        "left to the sampler" in said
+    )
+    # The head back in bf16 is predicted to lose 4 ms: left out on its own prediction.
+    assert "float8_head=bf16: predicted -4.00 ms" in said
+    for _ in range(waiting(study)):
+        study.tell(study.ask(FLOAT8_SPACE.distributions()), 12.0)  # 8M leads
+    said = _stage(study)
+    # From 8M: `all` is predicted 3 ms slower, `none` 1.5 ms: neither is staged.
+    assert _queued(study) == [] and said is not None
+    assert "float8_linears=none: predicted -1.50 ms a step against 8M" in said, said
+    assert "float8_linears=all: predicted -3.00 ms a step against 8M" in said, said
 
 
 def test_a_value_that_lost_beside_other_levers_alone_is_not_staged_again(tmp_path: Path) -> None:
