@@ -140,6 +140,11 @@ GATE = {
     "spread_for",
     "trajectory",
     "twin_of",
+    "TWIN_KINDS",
+    "TwinKind",
+    "config_determinism",
+    "loop_twin_of",
+    "twin_kind",
 }
 PROGRAM = {
     "MAX_NPROC",

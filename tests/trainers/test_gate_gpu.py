@@ -141,6 +141,57 @@ def test_cuda_faults_are_caught_and_their_provocations_alone_are_not(
     assert detected == len(seeds), f"{kind}: {detected}/{len(seeds)} detected"
 
 
+@pytest.mark.parametrize("kind", ["missing-wait", "missing-record-stream"])
+@pytest.mark.parametrize(("workload", "preset"), [("transformer", "small"), ("convnet", "small")])
+def test_stream_faults_of_a_compiled_config_are_caught_by_its_loop_twin(
+    kind: str, workload: str, preset: str, baselines: Baselines
+) -> None:
+    # The loop twin: the faulty loop settings on the reference's eager arithmetic, held to the
+    # reference's bits, while the compiled config itself is judged for equivalence alone.
+    fault = FAULTS[kind]
+    config = fault.config.replace(compile="default")
+    seeds = range(3)
+    detected = 0
+    for seed in seeds:
+        envelope, _ = baselines(workload, preset, seed)
+        args = RunArgs(steps=STEPS, seed=seed, device="cuda")
+        kwargs = {"preset": preset, "envelope": envelope, "twin_kind": "loop"}
+        with planted(fault.kind):
+            verdict = gate(workload, config, args, **kwargs)  # type: ignore[arg-type]
+        assert verdict.exact_against == "loop twin", verdict.reason
+        detected += not verdict.passed and verdict.twin_first_diverging_step is not None
+        with planted(fault.kind, fault=False):
+            control = gate(workload, config, args, **kwargs)  # type: ignore[arg-type]
+        assert control.passed, f"{kind} provocation alone, seed {seed}: {control.reason}"
+        assert control.twin_first_diverging_step is None
+    assert detected == len(seeds), f"{kind}: {detected}/{len(seeds)} detected"
+
+
+@pytest.mark.parametrize("kind", ["missing-wait", "missing-record-stream"])
+def test_a_loop_twin_in_the_reference_precision_catches_a_bf16_compiled_config(kind: str) -> None:
+    # Against a seed-to-seed envelope (another precision): the loop twin runs the reference in
+    # its precision strict itself, the config runs with the process's own kernels.
+    workload, preset, fault = "transformer", "small", FAULTS[kind]
+    fp32 = RunArgs(steps=STEPS, device="cuda", precision="fp32")
+    probe = eager_reproducibility(workload, preset, fp32)
+    assert probe.reproducible, probe
+    envelope = Envelope.measure(workload, preset, fp32, spread="seeds", determinism="off")
+    config = fault.config.replace(compile="default")
+    kwargs = {
+        "preset": preset,
+        "envelope": envelope,
+        "twin_kind": "loop",
+        "reference_precision": "fp32",
+    }
+    bf16 = fp32.replace(precision="bf16-autocast")
+    with planted(fault.kind):
+        verdict = gate(workload, config, bf16, **kwargs)  # type: ignore[arg-type]
+    assert not verdict.passed and verdict.twin_first_diverging_step is not None, verdict.reason
+    with planted(fault.kind, fault=False):
+        control = gate(workload, config, bf16, **kwargs)  # type: ignore[arg-type]
+    assert control.passed and control.exact_against == "loop twin", control.reason
+
+
 @pytest.mark.parametrize(("workload", "preset"), [("transformer", "tiny"), ("mlp", "small")])
 def test_the_wrong_op_is_caught_on_the_gpu_too(workload: str, preset: str) -> None:
     # Where rounding noise is small (on a CPU these presets' envelopes sit below the floor). On

@@ -3,7 +3,7 @@
 - `parity`: the verdict (`gate`): which test a config must pass (bit-exact against the
   reference, exact against its eager twin, or equivalent within the envelope), and the judgement.
   - `verdict`: what a verdict holds (`ParityVerdict`) and the step-by-step comparison (`compare`).
-  - `twin`: a config's eager twin (`Twin`, `twin_of`).
+  - `twin`: a config's twin, eager or loop (`Twin`, `twin_of`, `loop_twin_of`, `twin_kind`).
   - `exact`: the exact tests: the reproducibility probe asked before them, the twin comparison.
   - `reference`: the reference's runs: their determinism, their envelope's spread.
 - `equivalence`: the windowed loss-trajectory test, and its tolerance (`judge`).
@@ -25,7 +25,13 @@ from trainers.gate.envelope import (
 from trainers.gate.equivalence import FLOOR_ULPS, MULTIPLE, WINDOW, Equivalence, judge
 from trainers.gate.faults import FAULT_KINDS, FAULTS, FaultKind, planted
 from trainers.gate.floor import Floor, comparable_floor, floor_applies, graph_floor
-from trainers.gate.parity import check_parity, exact_length, gate, required_test
+from trainers.gate.parity import (
+    check_parity,
+    config_determinism,
+    exact_length,
+    gate,
+    required_test,
+)
 from trainers.gate.reference import SEEDS_DETERMINISM, reference_determinism, spread_for
 from trainers.gate.reproducibility import (
     Reproducibility,
@@ -44,7 +50,7 @@ from trainers.gate.trajectories import (
     parity_losses,
     trajectory,
 )
-from trainers.gate.twin import Twin, twin_of
+from trainers.gate.twin import TWIN_KINDS, Twin, TwinKind, loop_twin_of, twin_kind, twin_of
 from trainers.gate.verdict import GRAPH_RTOL, GateTest, ParityVerdict
 
 __all__ = [
@@ -60,6 +66,7 @@ __all__ = [
     "PERTURBATIONS",
     "SEEDS_DETERMINISM",
     "SPREADS",
+    "TWIN_KINDS",
     "WINDOW",
     "Determinism",
     "Envelope",
@@ -72,8 +79,10 @@ __all__ = [
     "Reproducibility",
     "Trajectory",
     "Twin",
+    "TwinKind",
     "check_parity",
     "comparable_floor",
+    "config_determinism",
     "eager_reproducibility",
     "envelope_seeds",
     "exact_length",
@@ -82,6 +91,7 @@ __all__ = [
     "gate",
     "graph_floor",
     "judge",
+    "loop_twin_of",
     "parity_losses",
     "planted",
     "reference_determinism",
@@ -90,5 +100,6 @@ __all__ = [
     "rounding_eps",
     "spread_for",
     "trajectory",
+    "twin_kind",
     "twin_of",
 ]

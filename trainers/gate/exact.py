@@ -18,7 +18,7 @@ from trainers.gate.reproducibility import (
     eager_reproducibility,
     fault_is_planted,
 )
-from trainers.gate.twin import Twin, check_twin
+from trainers.gate.twin import Twin, TwinKind, check_twin
 from trainers.gate.verdict import GateTest, first_difference, per_step
 from trainers.runargs import RunArgs
 from trainers.workloads import WorkloadFactory
@@ -40,13 +40,17 @@ class ExactTests:
     args: RunArgs
     fields: dict[str, Any]
     reasons: list[str]
+    twin: TwinKind = "eager"
+    """The kind of twin an "exact+equivalence" test compares (`trainers.gate.twin.twin_kind`)."""
 
     def probe_first(self, probe: Reproducibility | None, chosen: GateTest) -> tuple[GateTest, bool]:
         """Known (given, or cached in this process): asked now, before any exact test. Unknown:
         asked only if the exact comparison fails (`unless_matched`), since a config that matches
         bit for bit has shown it, and the probe is two eager runs. Returns the test left and
         whether the probe waits. A planted fault never waits: the probe must refuse under it."""
-        if chosen == "equivalence":
+        if chosen == "equivalence" or self.twin == "loop":
+            # A loop twin is compared with the reference, and asks the probe of the reference's
+            # precision itself, only where they differ (`against_twin`).
             return chosen, False
         if probe is None:
             device, precision = self.args.device, self.args.precision
@@ -71,13 +75,23 @@ class ExactTests:
             self.fields.update(eager_max_abs_difference=0.0)
         return chosen
 
-    def skip_unless_reproducible(self, probe: Reproducibility | None, chosen: GateTest) -> GateTest:
+    def skip_unless_reproducible(
+        self,
+        probe: Reproducibility | None,
+        chosen: GateTest,
+        *,
+        args: RunArgs | None = None,
+        reference: Sequence[float] | None = None,
+    ) -> GateTest:
         """The test left once the probe (None: measured now) has answered: `chosen` where the
         eager step is bitwise reproducible (and, for a graph owed its twin's bits, where the
-        one-stream graph replays its twin), else "equivalence" with the skip recorded."""
-        args, fields = self.args, self.fields
+        one-stream graph replays its twin), else "equivalence" with the skip recorded.
+        `args`: the probe's runs where not the config's (a loop twin's, in the reference's
+        precision); `reference`: the reference's losses for them, the probe's first run."""
+        fields = self.fields
+        args = self.args if args is None else args
         if probe is None:
-            probe = eager_reproducibility(self.workload, self.preset, args)
+            probe = eager_reproducibility(self.workload, self.preset, args, reference=reference)
         else:
             device, precision = args.device, args.precision
             check_probe(probe, self.workload, self.preset, device=device, precision=precision)
@@ -103,14 +117,48 @@ class ExactTests:
 
     def against_twin(self, losses: Sequence[float], twin: Twin | None) -> tuple[bool, GateTest]:
         """The exact test against the eager twin (measured here when not given, over `args`'
-        steps: `gate`'s `exact_steps`): (passed, the test that applied)."""
+        steps: `gate`'s `exact_steps`), or a loop twin's against the reference: (passed, the
+        test that applied)."""
         if twin is None:
             twin = Twin.measure(self.workload, self.config, self.args, preset=self.preset, runs=1)
         check_twin(twin, self.config, steps=self.args.steps)
+        if twin.kind == "loop":
+            return self._loop_twin_against_reference(twin)
         if first_difference(losses[: len(twin.losses)], twin.losses) is not None:
             # The config differs: is the twin itself reproducible? (Only then is it a bug.)
             twin = twin.confirmed(self.workload, self.args, preset=self.preset)
         return self._compared_with_twin(losses, twin)
+
+    def _loop_twin_against_reference(self, twin: Twin) -> tuple[bool, GateTest]:
+        """A loop twin's exact test: its losses against the reference's strict ones (both in
+        the reference's precision); where they differ, the probe of that precision says whether
+        two identical runs could have agreed (only then is it a bug)."""
+        fields, reasons = self.fields, self.reasons
+        assert twin.reference is not None, "a loop twin holds the reference's losses"
+        differ = first_difference(twin.losses, twin.reference)
+        if differ is not None:
+            args = self.args.replace(precision=twin.precision)
+            chosen = self.skip_unless_reproducible(
+                None, "exact+equivalence", args=args, reference=twin.reference
+            )
+            if chosen == "equivalence":
+                return True, chosen
+        largest, _, first = per_step(twin.losses, twin.reference)
+        fields.update(
+            exact_against="loop twin",
+            twin_max_abs_deviation=largest,
+            twin_first_diverging_step=first,
+        )
+        if first is None:
+            reasons.append(
+                "its loop settings on the reference's arithmetic replay the reference bit for bit"
+            )
+            return True, "exact+equivalence"
+        reasons.append(
+            f"its loop settings on the reference's arithmetic do not replay the reference bit "
+            f"for bit: first differs at step {first} (max |diff| {largest:.2g}), a stream bug"
+        )
+        return False, "exact+equivalence"
 
     def _compared_with_twin(self, losses: Sequence[float], twin: Twin) -> tuple[bool, GateTest]:
         """The exact comparison with the eager twin: (passed, the test that applied), the figures

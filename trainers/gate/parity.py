@@ -17,7 +17,10 @@ What is owed depends on what the config changes:
   config's losses must stay within a multiple of the workload's own rounding noise around the
   reference (`gate.equivalence` defines the statistic, `gate.envelope` measures the
   noise). A config that changes arithmetic *and* loop settings is compared bit for bit with its
-  eager twin (its own arithmetic settings, the reference's loop settings) as well.
+  eager twin (its own arithmetic settings, the reference's loop settings) as well; or, asked
+  (`gate(twin="loop")`) and where it has no graph, its loop settings are checked on the
+  reference's arithmetic against the reference's bits (its *loop twin*), and its own run is owed
+  equivalence alone (`trainers.gate.twin` says why, `config_determinism` how it then runs).
 
 Every exact test that fails asks whether the eager step is bit-reproducible at all on this
 workload, device and precision (`trainers.gate.reproducibility`: the reference loop run twice,
@@ -64,11 +67,12 @@ from trainers.gate.trajectories import (
     GATE_DETERMINISM,
     NO_DETERMINISTIC_IMPL,
     PARITY_STEPS,
+    Determinism,
     deterministic,
     parity_losses,
     trajectory_length,
 )
-from trainers.gate.twin import NUMERICS_FIELDS, Twin, twin_of
+from trainers.gate.twin import NUMERICS_FIELDS, Twin, TwinKind, twin_kind, twin_of
 from trainers.gate.verdict import (
     GATE_TESTS,
     GRAPH_RTOL,
@@ -95,6 +99,7 @@ __all__ = [
     "Twin",
     "check_parity",
     "compare",
+    "config_determinism",
     "deterministic",
     "exact_length",
     "gate",
@@ -135,6 +140,25 @@ def required_test(
     return "exact+equivalence"
 
 
+def config_determinism(
+    config: LoopConfig,
+    chosen: GateTest,
+    *,
+    twin: TwinKind = "eager",
+    reference: Determinism = GATE_DETERMINISM,
+) -> Determinism:
+    """How the config's own run of a gate computes, given the test `chosen` for it, the kind of
+    twin asked (`twin_kind`) and how the reference runs (`reference_determinism`): strict
+    where the config is owed bits (the reference's, or its eager twin's), else as the reference
+    runs. Against a seed-to-seed envelope that is the process's own kernels, the ones a timed
+    trial compiled, so a compiled config reuses its trial's kernels instead of compiling again
+    under strict determinism."""
+    owes_bits = chosen == "exact" or (
+        chosen == "exact+equivalence" and twin_kind(config, twin) == "eager"
+    )
+    return GATE_DETERMINISM if owes_bits else reference
+
+
 def gate(
     workload: str | WorkloadFactory,
     config: LoopConfig,
@@ -144,6 +168,7 @@ def gate(
     reference: Sequence[float] | None = None,
     envelope: Envelope | None = None,
     twin: Twin | None = None,
+    twin_kind: TwinKind = "eager",
     test: GateTest | None = None,
     multiple: float = MULTIPLE,
     window: int = WINDOW,
@@ -170,8 +195,11 @@ def gate(
     workload's `envelope`.
     multiple, window, check_drift: the equivalence statistic's (`trainers.gate.equivalence.judge`).
     exact_steps: the exact tests' length where shorter than `steps` (`exact_length`). losses:
-    the config's own run (`parity_losses` of `config`, `args`) run elsewhere (None: run here).
-    Another precision: the reference and its envelope run under `SEEDS_DETERMINISM`, it strict.
+    the config's own run (`parity_losses` of `config`, `args`, `config_determinism`) run
+    elsewhere (None: run here).
+    twin_kind: the twin a config owed "exact+equivalence" is compared through where it has no
+    graph ("eager", or "loop": `trainers.gate.twin`); a given `twin` must be of that kind.
+    Another precision: the reference and its envelope run under `SEEDS_DETERMINISM`.
     """
     precision, steps = args.precision, args.steps
     if reference_precision is None:
@@ -186,7 +214,13 @@ def gate(
     reference = envelope.reference if reference is None and envelope is not None else reference
     runs_of = run_arguments(args, reference=reference_precision)
     fields = _run_fields(chosen, short, envelope, runs_of)
-    exact = ExactTests(workload, preset, config, args.replace(steps=short), fields, [])
+    kind = _twin_kind(config, twin_kind)
+    if twin is not None and chosen == "exact+equivalence" and twin.kind != kind:
+        raise ValueError(
+            f"twin is a {twin.kind} twin, and this gate compares {config.to_dict()} through "
+            f"its {kind} twin (twin_kind={twin_kind!r})"
+        )
+    exact = ExactTests(workload, preset, config, args.replace(steps=short), fields, [], kind)
     runs = _Runs(exact, runs_of)
     chosen, losses, reference, twin = runs.measure(chosen, probe, reference, twin, losses)
     if chosen == "exact":
@@ -195,6 +229,12 @@ def gate(
     return runs.judged_equivalent(
         chosen, losses, reference, envelope=envelope, twin=twin, judge=judge
     )
+
+
+def _twin_kind(config: LoopConfig, wanted: TwinKind) -> TwinKind:
+    if wanted not in ("eager", "loop"):
+        raise ValueError(f"twin_kind={wanted!r} is invalid: allowed eager or loop")
+    return twin_kind(config, wanted)
 
 
 check_parity = gate
@@ -274,24 +314,39 @@ class _Runs:
         losses: Sequence[float] | None,
     ) -> tuple[GateTest, Sequence[float], Sequence[float], Twin | None]:
         """The test left once the probe has answered (asked first where known, else only if the
-        exact comparison fails: `ExactTests`), the config's losses, the reference's, and the eager
-        twin where the config is owed its bits (its first run only): each measured here where
+        exact comparison fails: `ExactTests`), the config's losses, the reference's, and the
+        twin where the test needs one (an eager twin's first run only): each measured here where
         not given."""
         exact = self.exact
         workload, preset, config = exact.workload, exact.preset, exact.config
-        chosen, ask_later = exact.probe_first(probe, chosen)
+        # As the test required, before the probe may waive the bits: a run made elsewhere
+        # (`losses`) cannot know the probe's answer.
         runs = self.runs
+        own = config_determinism(
+            config, chosen, twin=exact.twin, reference=runs.reference_determinism
+        )
+        chosen, ask_later = exact.probe_first(probe, chosen)
         if reference is None:
             mode = runs.reference_determinism
             reference = parity_losses(workload, preset, REFERENCE, runs.reference, determinism=mode)
         if losses is None:
-            losses = parity_losses(workload, preset, config, runs.config)
+            losses = parity_losses(workload, preset, config, runs.config, determinism=own)
         elif len(losses) != runs.config.steps:
             raise ValueError(
                 f"losses of {len(losses)} steps given, the gate runs {runs.config.steps}"
             )
         if chosen == "exact+equivalence" and twin is None:
-            twin = Twin.measure(workload, config, exact.args, preset=preset, runs=1)
+            strict = runs.reference_determinism == "strict"
+            twin = Twin.measure(
+                workload,
+                config,
+                exact.args,
+                preset=preset,
+                runs=1,
+                kind=exact.twin,
+                reference_precision=runs.reference.precision,
+                reference=reference if strict else None,
+            )
         if ask_later:
             target = reference if chosen == "exact" else twin.losses  # type: ignore[union-attr]
             chosen = exact.unless_matched(losses, target, chosen)

@@ -10,8 +10,10 @@ trial (`keys.TIME`): its compile, measurement, gate parts and profile.
   (`RunResult.compile_s`), of every measured run (trials, baselines, final rounds);
 - gate_reference, gate_envelope: the gate's reference run and its perturbed copies, once per
   study (a program measures its reference inside its envelope: all of it is gate_envelope);
-- gate_twin: a config's eager twin (one run; its second, where the config does not replay the
-  first, and the reproducibility probe count as gate_config), for the configs whose test needs one;
+- gate_twin: a config's twin, for the configs whose test needs one: its eager twin (one run; its
+  second, where the config does not replay the first, and the reproducibility probe count as
+  gate_config) or its loop twin (its loop settings on the reference's arithmetic, and the
+  reference strict where the envelope's is not);
 - gate_config: the config's own gate run and the judgement;
 - measure: the measurements of trials and baselines, compile excluded, and the levers' probes
   (`tuner.search.proposing.levers.Prober`);
@@ -45,7 +47,7 @@ LABELS = {
     COMPILE: "compile",
     GATE_REFERENCE: "gate: reference",
     GATE_ENVELOPE: "gate: envelope",
-    GATE_TWIN: "gate: eager twin",
+    GATE_TWIN: "gate: twin",
     GATE_CONFIG: "gate: config run",
     MEASURE: "measurement",
     FINAL_ROUND: "final round",

@@ -27,6 +27,8 @@ from trainers.gate import (
     Envelope,
     ParityVerdict,
     Twin,
+    TwinKind,
+    config_determinism,
     exact_length,
     gate,
     parity_losses,
@@ -38,6 +40,14 @@ from trainers.workloads import ReusedBuilds, WorkloadFactory
 from tuner.store.phases import GATE_CONFIG, GATE_ENVELOPE, GATE_REFERENCE, GATE_TWIN
 
 T = TypeVar("T")
+
+TWIN_KIND: TwinKind = "loop"
+"""The twin the search's gate checks a config's loop settings through where the config has no
+graph (`trainers.gate.twin`): its loop settings on the reference's arithmetic against the
+reference's bits, two eager runs, while the config's own run, owed equivalence, reuses the
+kernels its trial compiled. The eager twin compiled the config's model again under strict
+determinism: 102 s of the 157 s gate of the Llama-3.2-1B float8 row (one H200, 2026-12-01).
+The planted-fault GPU tests hold compiled configs to it (`tests/trainers/test_gate_gpu.py`)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -180,12 +190,14 @@ def run_twin(
     *,
     config_precision: trainers.Precision | None = None,
     cross: CrossPrecision = AS_THE_GATE,
+    reference: Envelope | None = None,
 ) -> TwinRun:
-    """The twin part of `run_parts` alone: run while the envelope is measured elsewhere."""
+    """The twin part of `run_parts` alone: run while the envelope is measured elsewhere.
+    `reference`: the study's envelope where known, whose strict reference a loop twin reuses."""
     plan = _plan(args, config_precision, cross)
     parts = Parts()
     twin = _twin_if_needed(
-        parts, workload, preset, config, plan.config_args, plan.args, plan.exact_steps
+        parts, workload, preset, config, plan.config_args, plan.args, plan.exact_steps, reference
     )
     return TwinRun(twin=twin, time=parts.time)
 
@@ -203,8 +215,16 @@ def run_config(
     arguments), for another process's check of the same config (`run_parts(losses=...)`)."""
     plan = _plan(args, config_precision, cross)
     parts = Parts()
+    test = required_test(
+        config, precision=plan.config_args.precision, reference_precision=plan.args.precision
+    )
+    # As `gate` would run it (`config_determinism`), so its verdict is the one a run there gives.
+    mode = config_determinism(
+        config, test, twin=TWIN_KIND, reference=reference_determinism(plan.spread)
+    )
     losses = parts.run(
-        GATE_CONFIG, lambda: parity_losses(workload, preset, config, plan.config_args)
+        GATE_CONFIG,
+        lambda: parity_losses(workload, preset, config, plan.config_args, determinism=mode),
     )
     return ConfigRun(losses=list(losses), time=parts.time)
 
@@ -247,7 +267,13 @@ def run_parts(
         found = _measure_envelope(parts, workload, preset, plan.args, plan.spread)
     if twin is None:
         twin = run_twin(
-            workload, preset, config, args, config_precision=config_precision, cross=cross
+            workload,
+            preset,
+            config,
+            args,
+            config_precision=config_precision,
+            cross=cross,
+            reference=found,
         )
         parts.time.update(twin.time)
     if found is None:
@@ -263,6 +289,7 @@ def run_parts(
             preset=preset,
             envelope=found,
             twin=twin.twin,
+            twin_kind=TWIN_KIND,
             reference_precision=args.precision,
             losses=losses,
             **plan.judged,
@@ -297,8 +324,11 @@ def _twin_if_needed(
     config_args: trainers.RunArgs,
     reference_args: trainers.RunArgs,
     exact_steps: int | None,
+    envelope: Envelope | None,
 ) -> Twin | None:
-    """The config's eager twin, run once (timed as GATE_TWIN), where its test needs one."""
+    """The config's twin, run once (timed as GATE_TWIN), where its test needs one: a loop twin
+    where the config has no graph (`TWIN_KIND`), beside the envelope's reference where that ran
+    strict (else it runs the reference strict itself)."""
     test = required_test(
         config, precision=config_args.precision, reference_precision=reference_args.precision
     )
@@ -308,8 +338,20 @@ def _twin_if_needed(
     # `gate` runs it again (in gate_config) only where the config does not replay it.
     length = exact_length(config, test, config_args.steps, exact_steps)
     twin_args = config_args.replace(steps=length)
+    strict = envelope is not None and envelope.determinism == "strict"
+    reference = envelope.reference if strict and envelope is not None else None
     return parts.run(
-        GATE_TWIN, lambda: Twin.measure(workload, config, twin_args, preset=preset, runs=1)
+        GATE_TWIN,
+        lambda: Twin.measure(
+            workload,
+            config,
+            twin_args,
+            preset=preset,
+            runs=1,
+            kind=TWIN_KIND,
+            reference_precision=reference_args.precision,
+            reference=reference,
+        ),
     )
 
 

@@ -474,14 +474,14 @@ def _label(config: LoopConfig, precision: str | None) -> str:
 def _first_parts(envelope: dict[str, Any] | None, pending: Pending | None) -> str:
     """What a check runs before its config's own run: said, because at 1B it takes minutes."""
     if envelope is not None:
-        return ": its eager twin where it needs one, then its own run"
+        return ": its twin where it needs one, then its own run"
     if pending is not None:
-        return ": its eager twin, while another worker measures the envelope"
+        return ": its twin, while another worker measures the envelope"
     return ": the reference and its envelope first (once per study), then the config"
 
 
 def _parts(spent: dict[str, float]) -> str:
-    """` (reference 30 s, eager twin 105 s, ...)`: each part's seconds; empty where none took
+    """` (reference 30 s, twin 105 s, ...)`: each part's seconds; empty where none took
     a second."""
     shown = [
         f"{LABELS.get(k, k).removeprefix('gate: ')} {s:.0f} s" for k, s in spent.items() if s >= 0.5
