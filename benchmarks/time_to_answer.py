@@ -79,7 +79,10 @@ def job(
     # The study's own cache, nothing the machine had: Inductor's and Triton's (Triton's kernels
     # then go inside Inductor's folder).
     env = {k: v for k, v in os.environ.items() if k not in _CACHE_VARIABLES}
-    log = args.out / f"time-to-answer-{preset}-{name}.log"
+    # The tag in the name: two lanes of one machine writing to one folder each keep their own
+    # logs (2026-12-01: the second lane's cold log replaced the first's).
+    stem = f"time-to-answer-{preset}{f'-{args.tag}' if args.tag else ''}-{name}"
+    log = args.out / f"{stem}.log"
     started = time.perf_counter()
     # The progress lines go to the log as they come: a job cut off (a lent machine taken back
     # mid-job, 2026-11-29) leaves what it had done.
@@ -97,7 +100,7 @@ def job(
     if done.returncode != 0:
         tail = log.read_text()[-2000:]
         raise RuntimeError(f"{spec} ({name}) failed ({done.returncode}): {tail}")
-    (args.out / f"time-to-answer-{preset}-{name}-recommendation.json").write_text(done.stdout)
+    (args.out / f"{stem}-recommendation.json").write_text(done.stdout)
     return {"wall_s": wall, "recommendation": json.loads(done.stdout)}
 
 

@@ -73,7 +73,7 @@ def test_the_repeat_job_runs_on_copied_files_and_reuses_the_cold_jobs_verdicts(
     ratio = item["ratio_repeat_vs_cold"]
     assert ratio["ci95"][0] <= ratio["ratio"] <= ratio["ci95"][1]
     answers = [
-        json.loads((tmp_path / f"time-to-answer-tiny-{name}-recommendation.json").read_text())
+        json.loads((tmp_path / f"time-to-answer-tiny-t-{name}-recommendation.json").read_text())
         for name in ("cold", "repeat")
     ]
     # Each finalist's verdict came from the cold job's memo: none was gated again.
@@ -81,4 +81,4 @@ def test_the_repeat_job_runs_on_copied_files_and_reuses_the_cold_jobs_verdicts(
     same = [(a["config"], a["precision"]) for a in answers]
     assert item["same_config"] is (same[0] == same[1])
     assert "| mlp:tiny |" in path.with_suffix(".md").read_text()
-    assert (tmp_path / "time-to-answer-tiny-repeat.log").read_text().strip()
+    assert (tmp_path / "time-to-answer-tiny-t-repeat.log").read_text().strip()

@@ -445,6 +445,7 @@ class Search(TrialRunner):
                     self.clock,
                     prepared=self._children.prepared,
                     warmed=self._children.warm_config,
+                    repeat=keys.TRIALS_COPIED in self.study.user_attrs,
                 ),
             )
         for line in profiling.said(self.study, recommendation):

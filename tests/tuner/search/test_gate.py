@@ -12,7 +12,7 @@ import pytest
 import trainers
 from trainers import LoopConfig
 from trainers.gate import ParityVerdict, gate
-from tuner.search.gating.gate import InProcessGate, run_parts
+from tuner.search.gating.gate import InProcessGate, run_config, run_parts
 from tuner.search.gating.verdict import GateVerdict
 from tuner.store.phases import GATE_CONFIG, GATE_ENVELOPE, GATE_REFERENCE, GATE_TWIN
 
@@ -108,6 +108,39 @@ def test_the_gates_parts_run_once_each_and_are_timed() -> None:
     again = local.check(LoopConfig(num_streams=2), first.envelope)
     assert set(again.time) == {GATE_CONFIG}  # the envelope given, an exact test: nothing else
     assert again.envelope == first.envelope and again.verdict.passed
+
+
+@pytest.mark.slow
+def test_the_search_gate_runs_a_loop_twin_where_asked() -> None:
+    """`twin_kind="loop"`: the check runs the config's loop twin (beside the stored envelope's
+    strict reference, or the reference strict itself beside a seed envelope), and a config run
+    made apart (`run_config`) computes what the check's own run computes, so either verdict is
+    the one `trainers.gate.gate` gives."""
+    args = trainers.RunArgs(steps=4, seed=0, device="cpu")
+    config = LoopConfig(num_streams=2, optimizer="foreach")
+    first = run_parts("mlp", "tiny", config, args, envelope=None, twin_kind="loop")
+    assert first.verdict is not None and first.verdict.passed, first.verdict
+    assert first.verdict.exact_against == "loop twin" and GATE_TWIN in first.time
+    alone = gate("mlp", config, args, preset="tiny", twin_kind="loop")
+    assert first.verdict.losses == alone.losses and first.verdict.test == alone.test
+    # In another precision, against the reference's seed envelope: the config runs as the
+    # reference does, here and apart alike.
+    kwargs: dict[str, object] = {"config_precision": "bf16-autocast", "twin_kind": "loop"}
+    args = args.replace(precision="fp32")  # the study's, named as a study names it
+    cross = run_parts("mlp", "tiny", config, args, envelope=None, **kwargs)  # type: ignore[arg-type]
+    apart = run_config("mlp", "tiny", config, args, **kwargs)  # type: ignore[arg-type]
+    assert cross.verdict is not None and cross.verdict.exact_against == "loop twin"
+    assert tuple(apart.losses) == cross.verdict.losses
+    given = run_parts(
+        "mlp",
+        "tiny",
+        config,
+        args,
+        envelope=cross.envelope,
+        run=lambda: apart.losses,
+        **kwargs,  # type: ignore[arg-type]
+    )
+    assert given.verdict == cross.verdict and set(given.time) == {GATE_TWIN, GATE_CONFIG}
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,7 @@ from trainers import LoopConfig
 from tuner.errors import SpaceError
 from tuner.search.deciding import aim as aim_module
 from tuner.search.deciding import profiling
+from tuner.search.measuring.timing import Clock
 from tuner.search.options import LocalSlots
 from tuner.search.proposing.stages import SCALE_CORNERS, first_stage
 from tuner.search.spaces.named import SCALE_PARAMS, load_space, scale_space
@@ -195,6 +197,29 @@ def test_a_profile_starts_only_where_its_expected_cost_ends_the_job_inside_the_a
     assert refused is not None and "875 s" in refused
     now[0] = 870.0
     assert kept(eager, None, True) is None
+
+
+def test_a_repeat_jobs_profiles_aim_at_its_own_minutes() -> None:
+    """A job that started from an earlier study's trials profiles inside `REPEAT_JOB_AIM_S`;
+    another inside `SCALE_JOB_AIM_S`; other spaces and `--profile all` keep no cut."""
+
+    class After(Clock):
+        @property
+        def wall_s(self) -> float:
+            return 170.0  # a repeat job after its final round
+
+    clock = After()
+    compiled = LoopConfig(compile="default")
+    kwargs: dict[str, Any] = {"prepared": True, "warmed": None}
+    first = aim_module.profile_cut("scale", "baselines", clock, **kwargs)
+    repeat = aim_module.profile_cut("scale", "baselines", clock, repeat=True, **kwargs)
+    assert first is not None and repeat is not None
+    assert first(compiled, None, True) is None
+    refused = repeat(compiled, None, True)
+    assert refused is not None and f"inside {aim_module.REPEAT_JOB_AIM_S:.0f} s" in refused
+    assert repeat(LoopConfig(), None, True) is None  # 170 + 25 + 10 s fit in 240 s
+    assert aim_module.profile_cut("scale", "all", clock, repeat=True, **kwargs) is None
+    assert aim_module.profile_cut("default", "baselines", clock, repeat=True, **kwargs) is None
 
 
 def test_the_final_rounds_aim_costs_a_gate_by_its_trial_and_nothing_once_known(

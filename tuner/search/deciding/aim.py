@@ -36,6 +36,7 @@ from tuner.search.proposing.defaults import (
     PROFILE_COMPILED_S,
     PROFILE_EAGER_S,
     PROFILE_MARGIN_S,
+    REPEAT_JOB_AIM_S,
     SCALE_JOB_AIM_S,
 )
 from tuner.search.spaces.named import SCALE_SPACE
@@ -129,15 +130,17 @@ def profile_cut(
     *,
     prepared: bool,
     warmed: tuple[LoopConfig, str | None] | None,
+    repeat: bool = False,
 ) -> profiling.ProfileCut | None:
     """On the scale space with `--profile baselines`: a profile starts only where its expected
-    cost ends the job inside `SCALE_JOB_AIM_S` (`tuner.search.proposing.defaults`: why).
-    `prepared`: the profiles' child was started ahead; `warmed`: the config it compiled."""
+    cost ends the job inside `SCALE_JOB_AIM_S`, or for a job that started from an earlier
+    study's trials (`repeat`) inside `REPEAT_JOB_AIM_S` (`tuner.search.proposing.defaults`:
+    why). `prepared`: the profiles' child was started ahead; `warmed`: the config it compiled."""
     if space != SCALE_SPACE or profile == "all":
         return None
     return profiling.time_cut(
         lambda: clock.wall_s,
-        SCALE_JOB_AIM_S,
+        REPEAT_JOB_AIM_S if repeat else SCALE_JOB_AIM_S,
         child_s=0.0 if prepared else PROFILE_CHILD_S,
         eager_s=PROFILE_EAGER_S,
         compiled_s=PROFILE_COMPILED_S,

@@ -41,13 +41,19 @@ from tuner.store.phases import GATE_CONFIG, GATE_ENVELOPE, GATE_REFERENCE, GATE_
 
 T = TypeVar("T")
 
-TWIN_KIND: TwinKind = "loop"
+TWIN_KIND: TwinKind = "eager"
 """The twin the search's gate checks a config's loop settings through where the config has no
-graph (`trainers.gate.twin`): its loop settings on the reference's arithmetic against the
-reference's bits, two eager runs, while the config's own run, owed equivalence, reuses the
-kernels its trial compiled. The eager twin compiled the config's model again under strict
-determinism: 102 s of the 157 s gate of the Llama-3.2-1B float8 row (one H200, 2026-12-01).
-The planted-fault GPU tests hold compiled configs to it (`tests/trainers/test_gate_gpu.py`)."""
+graph (`trainers.gate.twin`). The loop twin ("loop": the loop settings on the reference's eager
+arithmetic against the reference's bits) catches the planted stream faults under compiled
+configs on an H200 as the eager twin does (`tests/trainers/test_gate_gpu.py`, 2026-12-01), and
+it replaces the eager twin's strict compile (59-137 s at 0.5B in float8) with two eager runs
+(12-25 s). What it was to save then went to the config's own run: that run, no longer owed
+bits, compiles without strict determinism, and in the gate's child it compiled as cold as its
+trial had (136 s against the trial's 132 s; 52 s against 50 s), reusing nothing the trial had
+compiled, so the gate took longer than with the eager twin (the Qwen1.5-0.5B shape's first gate
+180 s against 114 s at b553055; docs/benchmarks/README.md, 2026-12-01, thirty-second session).
+The eager twin stays until the config's own run reuses its trial's kernels (run where the
+search keeps them, or its disk cache hit in the child)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -191,13 +197,21 @@ def run_twin(
     config_precision: trainers.Precision | None = None,
     cross: CrossPrecision = AS_THE_GATE,
     reference: Envelope | None = None,
+    twin_kind: TwinKind = TWIN_KIND,
 ) -> TwinRun:
     """The twin part of `run_parts` alone: run while the envelope is measured elsewhere.
     `reference`: the study's envelope where known, whose strict reference a loop twin reuses."""
     plan = _plan(args, config_precision, cross)
     parts = Parts()
     twin = _twin_if_needed(
-        parts, workload, preset, config, plan.config_args, plan.args, plan.exact_steps, reference
+        parts,
+        workload,
+        preset,
+        config,
+        (plan.config_args, plan.args),
+        plan.exact_steps,
+        reference,
+        twin_kind,
     )
     return TwinRun(twin=twin, time=parts.time)
 
@@ -210,9 +224,11 @@ def run_config(
     *,
     config_precision: trainers.Precision | None = None,
     cross: CrossPrecision = AS_THE_GATE,
+    twin_kind: TwinKind = TWIN_KIND,
 ) -> ConfigRun:
     """The config's own run of `run_parts` alone (what its `gate` call would run, with the same
-    arguments), for another process's check of the same config (`run_parts(losses=...)`)."""
+    arguments and `twin_kind`), for another process's check of the same config
+    (`run_parts(losses=...)`)."""
     plan = _plan(args, config_precision, cross)
     parts = Parts()
     test = required_test(
@@ -220,7 +236,7 @@ def run_config(
     )
     # As `gate` would run it (`config_determinism`), so its verdict is the one a run there gives.
     mode = config_determinism(
-        config, test, twin=TWIN_KIND, reference=reference_determinism(plan.spread)
+        config, test, twin=twin_kind, reference=reference_determinism(plan.spread)
     )
     losses = parts.run(
         GATE_CONFIG,
@@ -241,6 +257,7 @@ def run_parts(
     pending: Pending | None = None,
     twin: TwinRun | None = None,
     run: RunPending | None = None,
+    twin_kind: TwinKind = TWIN_KIND,
 ) -> GateRun:
     """The built-in gate, part by part: the reference and its envelope (only when `envelope` is
     None: they depend on the workload alone, so once per study), the eager twin (when the
@@ -258,7 +275,8 @@ def run_parts(
     `twin`: the twin already run (`run_twin`). `pending` (with `envelope` None): the envelope
     measured by another process, asked for after the twin (None: measured here after all).
     `run`: the config's own run, run apart (`run_config`), asked for after the twin and the
-    envelope (None from it: run here)."""
+    envelope (None from it: run here). `twin_kind`: the twin of a config with no graph
+    (`TWIN_KIND`)."""
     parts = Parts()
     plan = _plan(args, config_precision, cross)
     parts.time.update(twin.time if twin is not None else {})
@@ -274,6 +292,7 @@ def run_parts(
             config_precision=config_precision,
             cross=cross,
             reference=found,
+            twin_kind=twin_kind,
         )
         parts.time.update(twin.time)
     if found is None:
@@ -289,7 +308,7 @@ def run_parts(
             preset=preset,
             envelope=found,
             twin=twin.twin,
-            twin_kind=TWIN_KIND,
+            twin_kind=twin_kind,
             reference_precision=args.precision,
             losses=losses,
             **plan.judged,
@@ -321,14 +340,16 @@ def _twin_if_needed(
     workload: str | WorkloadFactory,
     preset: str,
     config: LoopConfig,
-    config_args: trainers.RunArgs,
-    reference_args: trainers.RunArgs,
+    runs: tuple[trainers.RunArgs, trainers.RunArgs],
     exact_steps: int | None,
     envelope: Envelope | None,
+    kind: TwinKind,
 ) -> Twin | None:
     """The config's twin, run once (timed as GATE_TWIN), where its test needs one: a loop twin
-    where the config has no graph (`TWIN_KIND`), beside the envelope's reference where that ran
-    strict (else it runs the reference strict itself)."""
+    where asked (`kind`) and the config has no graph, beside the envelope's reference where that
+    ran strict (else it runs the reference strict itself). `runs`: the config's arguments and
+    the reference's."""
+    config_args, reference_args = runs
     test = required_test(
         config, precision=config_args.precision, reference_precision=reference_args.precision
     )
@@ -348,7 +369,7 @@ def _twin_if_needed(
             twin_args,
             preset=preset,
             runs=1,
-            kind=TWIN_KIND,
+            kind=kind,
             reference_precision=reference_args.precision,
             reference=reference,
         ),
