@@ -181,26 +181,21 @@ def gate(
     """Run `config` and what it is compared with, and judge it.
 
     reference, envelope, twin: reuse earlier measurements (the reference's losses, its noise
-    envelope, `config`'s eager twin); whatever the test needs and is not given is measured here.
+    envelope, `config`'s twin of kind `twin_kind`: "eager" or, for a config with no graph,
+    "loop", `trainers.gate.twin`); whatever the test needs and is not given is measured here.
     probe: the eager step's reproducibility (`trainers.gate.reproducibility`); None takes it
-    from the process cache or measures it (two runs of the reference loop) before the first
-    exact test.
-    args: every run's steps, seed, device and precision (`RunArgs`; `GATE_ARGS` by default).
-    Its precision is the config's, and the reference's unless `reference_precision` names
-    another: then the reference and the envelope run in that one (it is the envelope's
-    `precision`), and the config, its eager twin and the reproducibility probe in
-    `args.precision` (float8 judged against bf16-autocast from the same weights and data).
+    from the process cache or measures it (two runs of the reference loop) when asked.
+    args: every run's steps, seed, device and precision (`GATE_ARGS` by default): the config's,
+    and the reference's unless `reference_precision` names another, which the reference and
+    the envelope (its `precision`) then run in, under `SEEDS_DETERMINISM` (float8 judged
+    against bf16-autocast from the same weights and data).
     test: force a test instead of `required_test(config, ...)`; for a change the config does not
     show (an optimizer swapped by a workload factory), "equivalence" with the unchanged
     workload's `envelope`.
     multiple, window, check_drift: the equivalence statistic's (`trainers.gate.equivalence.judge`).
     exact_steps: the exact tests' length where shorter than `steps` (`exact_length`). losses:
     the config's own run (`parity_losses` of `config`, `args`, `config_determinism`) run
-    elsewhere (None: run here).
-    twin_kind: the twin a config owed "exact+equivalence" is compared through where it has no
-    graph ("eager", or "loop": `trainers.gate.twin`); a given `twin` must be of that kind.
-    Another precision: the reference and its envelope run under `SEEDS_DETERMINISM`.
-    """
+    elsewhere (None: run here)."""
     precision, steps = args.precision, args.steps
     if reference_precision is None:
         reference_precision = precision
@@ -214,12 +209,7 @@ def gate(
     reference = envelope.reference if reference is None and envelope is not None else reference
     runs_of = run_arguments(args, reference=reference_precision)
     fields = _run_fields(chosen, short, envelope, runs_of)
-    kind = _twin_kind(config, twin_kind)
-    if twin is not None and chosen == "exact+equivalence" and twin.kind != kind:
-        raise ValueError(
-            f"twin is a {twin.kind} twin, and this gate compares {config.to_dict()} through "
-            f"its {kind} twin (twin_kind={twin_kind!r})"
-        )
+    kind = _twin_kind(config, twin_kind, given=twin if chosen == "exact+equivalence" else None)
     exact = ExactTests(workload, preset, config, args.replace(steps=short), fields, [], kind)
     runs = _Runs(exact, runs_of)
     chosen, losses, reference, twin = runs.measure(chosen, probe, reference, twin, losses)
@@ -231,10 +221,18 @@ def gate(
     )
 
 
-def _twin_kind(config: LoopConfig, wanted: TwinKind) -> TwinKind:
+def _twin_kind(config: LoopConfig, wanted: TwinKind, *, given: Twin | None) -> TwinKind:
+    """The kind of twin `config` is compared through where `wanted` is asked; a `given` twin of
+    another kind would hold it to other bits: refused."""
     if wanted not in ("eager", "loop"):
         raise ValueError(f"twin_kind={wanted!r} is invalid: allowed eager or loop")
-    return twin_kind(config, wanted)
+    kind = twin_kind(config, wanted)
+    if given is not None and given.kind != kind:
+        raise ValueError(
+            f"twin is a {given.kind} twin, and this gate compares {config.to_dict()} through "
+            f"its {kind} twin (twin_kind={wanted!r})"
+        )
+    return kind
 
 
 check_parity = gate

@@ -260,25 +260,15 @@ def run_parts(
     twin_kind: TwinKind = TWIN_KIND,
 ) -> GateRun:
     """The built-in gate, part by part: the reference and its envelope (only when `envelope` is
-    None: they depend on the workload alone, so once per study), the eager twin (when the
-    config's test needs one), then the config's own run and the judgement (`trainers.gate.gate`
-    given all it needs, so it measures nothing else).
-
-    `args` are the study's runs (steps, seed, device; `args.precision` is the study's, the one
-    the reference and the envelope run in). `config_precision` (None: the same) is the
-    config's own: in another, its eager twin and its run are in that one and the verdict is
-    equivalence against the reference (`gate(reference_precision=...)`) over `cross`'s steps,
-    against the reference's seed-to-seed envelope (`spread_for`) within `cross`'s multiple;
-    `envelope` is then that envelope, kept apart from the study's rounding one
-    (`ParityCache`). Its exact tests (the twin's bits) keep the gate's own steps.
-
-    `twin`: the twin already run (`run_twin`). `pending` (with `envelope` None): the envelope
-    measured by another process, asked for after the twin (None: measured here after all).
-    `run`: the config's own run, run apart (`run_config`), asked for after the twin and the
-    envelope (None from it: run here). `twin_kind`: the twin of a config with no graph
-    (`TWIN_KIND`)."""
-    parts = Parts()
-    plan = _plan(args, config_precision, cross)
+    None: once per study), the twin where the config's test needs one (`twin_kind`: of a config
+    with no graph, `TWIN_KIND`), then the config's own run and `trainers.gate.gate`'s judgement.
+    `args` are the study's runs (`args.precision`: the reference's and the envelope's). In
+    another `config_precision` the twin and the run are in that one, judged for equivalence
+    against the reference's seed envelope (then `envelope`) over `cross`'s steps and multiple;
+    the twin's bits keep the gate's own steps. `twin`: run before (`run_twin`). `pending` (with
+    `envelope` None): the envelope measured elsewhere, asked for after the twin (None: measured
+    here). `run`: the config's own run made apart (`run_config`), asked for after them."""
+    parts, plan = Parts(), _plan(args, config_precision, cross)
     parts.time.update(twin.time if twin is not None else {})
     found = None if envelope is None else Envelope.from_dict(envelope)
     if found is None and pending is None:
