@@ -4,13 +4,21 @@ own run judged for equivalence alone; a loop bug is caught there; graphs keep th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from trainers import REFERENCE, Envelope, LoopConfig, RunArgs, Twin, core, gate
 from trainers.feed import DeviceFeed
-from trainers.gate import config_determinism, loop_twin_of, parity_losses, twin_kind
+from trainers.gate import (
+    config_determinism,
+    eager_reproducibility,
+    loop_twin_of,
+    parity_losses,
+    twin_kind,
+)
+from trainers.gate import parity as parity_module
 from trainers.workloads.base import Batch
 
 STEPS = 10
@@ -117,7 +125,11 @@ def test_a_loop_bug_is_caught_on_the_reference_arithmetic(
 def test_a_config_in_another_precision_has_its_loop_twin_in_the_reference_one() -> None:
     bf16 = RunArgs(steps=STEPS, device="cpu", precision="bf16-autocast")
     envelope = Envelope.measure(
-        "mlp", "tiny", RunArgs(steps=STEPS, device="cpu", precision="fp32"), spread="seeds"
+        "mlp",
+        "tiny",
+        RunArgs(steps=STEPS, device="cpu", precision="fp32"),
+        spread="seeds",
+        determinism="off",  # as the gate measures a seed envelope (`SEEDS_DETERMINISM`)
     )
     verdict = gate(
         "mlp",
@@ -132,6 +144,63 @@ def test_a_config_in_another_precision_has_its_loop_twin_in_the_reference_one() 
     assert verdict.exact_against == "loop twin", verdict.reason
     assert verdict.twin_first_diverging_step is None
     assert verdict.precision == "bf16-autocast" and verdict.reference_precision == "fp32"
-    # The config's own run computed as the reference (with the process's own kernels).
-    own = parity_losses("mlp", "tiny", LOOP_AND_NUMERICS, bf16, determinism="off")
-    assert list(verdict.losses) == own
+    # The config's own run computed as the reference (with the process's own kernels), and the
+    # verdict says so; through the eager twin it owes bits, and runs strict.
+    assert verdict.determinism == "off" and verdict.reference_determinism == "off"
+    eager = gate(
+        "mlp",
+        LOOP_AND_NUMERICS,
+        bf16,
+        preset="tiny",
+        envelope=envelope,
+        reference_precision="fp32",
+        multiple=100.0,
+    )
+    assert eager.exact_against == "eager twin" and eager.determinism == "strict"
+
+
+def test_the_config_run_is_asked_in_the_mode_the_verdict_records(
+    mlp_env: Envelope, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[tuple[LoopConfig, object]] = []
+
+    def recording(*args: object, **kwargs: object) -> list[float]:
+        asked.append((args[2], kwargs.get("determinism")))  # type: ignore[arg-type]
+        return parity_losses(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(parity_module, "parity_losses", recording)
+    bf16 = RunArgs(steps=STEPS, device="cpu", precision="bf16-autocast")
+    envelope = Envelope.measure(
+        "mlp",
+        "tiny",
+        RunArgs(steps=STEPS, device="cpu", precision="fp32"),
+        spread="seeds",
+        determinism="off",  # as the gate measures a seed envelope (`SEEDS_DETERMINISM`)
+    )
+    kwargs = {"preset": "tiny", "envelope": envelope, "reference_precision": "fp32"}
+    loop = gate("mlp", LOOP_AND_NUMERICS, bf16, twin_kind="loop", **kwargs)  # type: ignore[arg-type]
+    eager = gate("mlp", LOOP_AND_NUMERICS, bf16, **kwargs)  # type: ignore[arg-type]
+    assert [mode for config, mode in asked if config == LOOP_AND_NUMERICS] == ["off", "strict"]
+    assert (loop.determinism, eager.determinism) == ("off", "strict")
+
+
+def test_a_loop_only_config_still_asks_the_probe_under_a_loop_twin(mlp_env: Envelope) -> None:
+    # Owed the reference's bits ("exact"), a config with loop settings alone asks the probe as
+    # before, whatever twin a config with arithmetic would take.
+    probe = eager_reproducibility("mlp", "tiny", CPU_ARGS)
+    unreproducible = dataclasses.replace(
+        probe, reproducible=False, first_difference=3, max_abs_difference=1e-6
+    )
+    loop_only = LoopConfig(sync_interval=3, prefetch_depth=1)
+    for kind in ("eager", "loop"):
+        verdict = gate(
+            "mlp",
+            loop_only,
+            CPU_ARGS,
+            preset="tiny",
+            envelope=mlp_env,
+            probe=unreproducible,
+            twin_kind=kind,  # type: ignore[arg-type]
+        )
+        assert verdict.test == "equivalence" and verdict.exact_skipped is not None, kind
+        assert verdict.eager_reproducible is False

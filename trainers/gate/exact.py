@@ -1,7 +1,8 @@
 """The gate's exact tests (`ExactTests`): whether a bit-for-bit comparison can mean anything here
 (the reproducibility probe, `trainers.gate.reproducibility`), and the comparison of a config with
-its eager twin (`trainers.gate.twin`). An exact test against the reference is `compare`'s
-(`trainers.gate.verdict`); `trainers.gate.parity` says which tests a config is owed.
+its eager twin, or of its loop twin with the reference (`trainers.gate.twin`). An exact test
+against the reference is `compare`'s (`trainers.gate.verdict`); `trainers.gate.parity` says
+which tests a config is owed.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class ExactTests:
         asked only if the exact comparison fails (`unless_matched`), since a config that matches
         bit for bit has shown it, and the probe is two eager runs. Returns the test left and
         whether the probe waits. A planted fault never waits: the probe must refuse under it."""
-        if chosen == "equivalence" or self.twin == "loop":
+        if chosen == "equivalence" or (chosen == "exact+equivalence" and self.twin == "loop"):
             # A loop twin is compared with the reference, and asks the probe of the reference's
             # precision itself, only where they differ (`against_twin`).
             return chosen, False
@@ -120,7 +121,15 @@ class ExactTests:
         steps: `gate`'s `exact_steps`), or a loop twin's against the reference: (passed, the
         test that applied)."""
         if twin is None:
-            twin = Twin.measure(self.workload, self.config, self.args, preset=self.preset, runs=1)
+            twin = Twin.measure(
+                self.workload,
+                self.config,
+                self.args,
+                preset=self.preset,
+                runs=1,
+                kind=self.twin,
+                reference_precision=self.fields["reference_precision"],
+            )
         check_twin(twin, self.config, steps=self.args.steps)
         if twin.kind == "loop":
             return self._loop_twin_against_reference(twin)
@@ -135,6 +144,11 @@ class ExactTests:
         two identical runs could have agreed (only then is it a bug)."""
         fields, reasons = self.fields, self.reasons
         assert twin.reference is not None, "a loop twin holds the reference's losses"
+        if twin.precision != fields["reference_precision"]:
+            raise ValueError(
+                f"loop twin ran in {twin.precision}, the gate's reference in "
+                f"{fields['reference_precision']}"
+            )
         differ = first_difference(twin.losses, twin.reference)
         if differ is not None:
             args = self.args.replace(precision=twin.precision)

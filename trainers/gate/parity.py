@@ -18,7 +18,7 @@ What is owed depends on what the config changes:
   reference (`gate.equivalence` defines the statistic, `gate.envelope` measures the
   noise). A config that changes arithmetic *and* loop settings is compared bit for bit with its
   eager twin (its own arithmetic settings, the reference's loop settings) as well; or, asked
-  (`gate(twin="loop")`) and where it has no graph, its loop settings are checked on the
+  (`gate(twin_kind="loop")`) and where it has no graph, its loop settings are checked on the
   reference's arithmetic against the reference's bits (its *loop twin*), and its own run is owed
   equivalence alone (`trainers.gate.twin` says why, `config_determinism` how it then runs).
 
@@ -30,10 +30,11 @@ at which two identical eager runs differed, and by how much) and the equivalence
 config that matches bit for bit needs no probe: two runs that agree have shown it.
 
 Every run starts from the same seed with dropout off and, by default, deterministic kernels
-(`trainers.gate.trajectories.GATE_DETERMINISM`). `gate` runs what the config needs, each run a
-trajectory of its `RunArgs` (`check_parity` is its name in `trainers`). Pass `reference`,
-`twin`, `envelope` and `probe` to reuse them: each is a function of the workload, preset, seed,
-steps, precision and device only (the probe not even of the seed and steps).
+(`trainers.gate.trajectories.GATE_DETERMINISM`), except the reference against a seed envelope and a
+config owed no bits, which compute as that reference does (`config_determinism`). `gate` runs what
+the config needs, each run a trajectory of its `RunArgs` (`check_parity` is its name in `trainers`).
+Pass `reference`, `twin`, `envelope` and `probe` to reuse them: each is a function of the workload,
+preset, seed, steps, precision and device only (the probe not even of the seed and steps).
 
 This module decides and judges; its parts live beside it, and their public names are importable
 from here too: the verdict and the step-by-step `compare` (`trainers.gate.verdict`), the eager
@@ -202,14 +203,13 @@ def gate(
     chosen = _chosen_test(config, test, precision, reference_precision)
     short = exact_length(config, chosen, steps, exact_steps)
     if envelope is not None:
-        seed = args.seed
-        check_envelope(
-            envelope, preset=preset, steps=steps, seed=seed, precision=reference_precision
-        )
+        at = {"steps": steps, "seed": args.seed, "precision": reference_precision}
+        check_envelope(envelope, preset=preset, **at)  # type: ignore[arg-type]
     reference = envelope.reference if reference is None and envelope is not None else reference
     runs_of = run_arguments(args, reference=reference_precision)
-    fields = _run_fields(chosen, short, envelope, runs_of)
     kind = _twin_kind(config, twin_kind, given=twin if chosen == "exact+equivalence" else None)
+    own = config_determinism(config, chosen, twin=kind, reference=runs_of.reference_determinism)
+    fields = _run_fields(chosen, short, envelope, runs_of, own)
     exact = ExactTests(workload, preset, config, args.replace(steps=short), fields, [], kind)
     runs = _Runs(exact, runs_of)
     chosen, losses, reference, twin = runs.measure(chosen, probe, reference, twin, losses)
@@ -244,10 +244,12 @@ def _run_fields(
     exact_steps: int,
     envelope: Envelope | None,
     runs: GateRuns,
+    own: Determinism,
 ) -> dict[str, Any]:
-    """The verdict's fields on how its runs computed."""
+    """The verdict's fields on how its runs computed (`own`: the config's run's mode,
+    `config_determinism`)."""
     return {
-        "determinism": GATE_DETERMINISM,
+        "determinism": own,
         # What the reference computed under: a given envelope's own, else this run's.
         "reference_determinism": (
             envelope.determinism if envelope is not None else runs.reference_determinism
@@ -317,12 +319,10 @@ class _Runs:
         not given."""
         exact = self.exact
         workload, preset, config = exact.workload, exact.preset, exact.config
-        # As the test required, before the probe may waive the bits: a run made elsewhere
-        # (`losses`) cannot know the probe's answer.
+        # Chosen before the probe may waive the bits: a run made elsewhere (`losses`) cannot
+        # know the probe's answer.
         runs = self.runs
-        own = config_determinism(
-            config, chosen, twin=exact.twin, reference=runs.reference_determinism
-        )
+        own: Determinism = exact.fields["determinism"]  # `config_determinism`, in `gate`
         chosen, ask_later = exact.probe_first(probe, chosen)
         if reference is None:
             mode = runs.reference_determinism

@@ -35,14 +35,16 @@ NO_DETERMINISTIC_IMPL = "does not have a deterministic implementation"
 Determinism = Literal["strict", "off"]
 DETERMINISMS: tuple[str, ...] = get_args(Determinism)
 GATE_DETERMINISM: Determinism = "strict"
-"""How every gate run computes: "strict" under `torch.use_deterministic_algorithms(True)`
-(cuDNN deterministic, no benchmark; warn-only for a workload with an op that has no deterministic
-implementation), "off" under the process's own settings. Strict makes more steps bit-reproducible
-(memory-efficient attention's backward, scatter-adds) at a cost per step; where the eager step is
-still not reproducible, the exact tests give way to the equivalence test
-(`trainers.gate.reproducibility`). `benchmarks/gate_power.py --probe-determinism strict,off`
-measures both, and their cost in ms/step, per workload and precision; the choice stays strict
-until a GPU run shows "off" reproducible where strict is not cheaper (README, "Correctness")."""
+"""How a gate run computes unless it is told otherwise (the reference against a seed envelope and a
+config owed no bits: `trainers.gate.parity.config_determinism`): "strict" under
+`torch.use_deterministic_algorithms(True)` (cuDNN deterministic, no benchmark; warn-only for a
+workload with an op that has no deterministic implementation), "off" under the process's own
+settings. Strict makes more steps bit-reproducible (memory-efficient attention's backward,
+scatter-adds) at a cost per step; where the eager step is still not reproducible, the exact tests
+give way to the equivalence test (`trainers.gate.reproducibility`). `benchmarks/gate_power.py
+--probe-determinism strict,off` measures both, and their cost in ms/step, per workload and
+precision; the choice stays strict until a GPU run shows "off" reproducible where strict is not
+cheaper (README, "Correctness")."""
 
 
 @contextlib.contextmanager

@@ -12,12 +12,13 @@ Two kinds (`TwinKind`):
 - "loop": the config's loop settings with the reference's arithmetic, in the reference's
   precision (`loop_twin_of`), owed the reference's losses bit for bit; the config itself is then
   owed equivalence alone, and its run computes as the reference does (`trainers.gate.parity.
-  config_determinism`), which reuses the trial's compiled kernels. Two eager runs instead of a
-  compile. A stream or feed bug is in the loop code, which is the same whatever the model
-  computes, so the loop settings on the eager model catch it (the planted faults' GPU tests
-  check that with compiled configs). Not for a graph (a whole-step CUDA graph, or a compile
-  mode that records Inductor's CUDA graphs): replaying is part of the loop there, and only the
-  eager twin holds it to the eager step's bits (`twin_kind`).
+  config_determinism`): against a seed envelope (another precision) with the process's own
+  kernels, those its trial compiled. Two eager runs instead of a compile. A stream or feed bug
+  is in the loop code, which is the same whatever the model computes, so the loop settings on
+  the eager model catch it (the planted faults' GPU tests check that with compiled configs).
+  Not for a graph (a whole-step CUDA graph, or a compile mode that records Inductor's CUDA
+  graphs): replaying is part of the loop there, and only the eager twin holds it to the eager
+  step's bits (`twin_kind`).
 
 `Twin` holds its losses (and, for a loop twin, the reference's it is held to), run once or twice.
 """
@@ -118,7 +119,8 @@ class Twin:
         a trajectory of `args`. An eager twin (`twin_of`) runs `runs` times (1 or 2), in the
         config's precision. A loop twin (`loop_twin_of`) runs once in `reference_precision`
         (None: `args.precision`), beside the reference's losses under strict determinism
-        (`reference`: those losses, at least `args.steps` of them; None: run here)."""
+        (`reference`: those losses, at least `args.steps` of them; None: run here), once
+        whatever `runs` says (its reproducibility is the probe's of that precision)."""
         if runs not in (1, 2):
             raise ValueError(f"runs={runs!r} is invalid: allowed 1 or 2")
         if kind not in TWIN_KINDS:

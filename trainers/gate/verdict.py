@@ -42,23 +42,27 @@ class ParityVerdict:
     max_abs_deviation, max_rel_deviation, first_diverging_step: per step, against the reference.
     tolerance: 0 for an exact test alone; otherwise the equivalence bound of the decisive window.
     test: the tests that applied ("relative" for the legacy `compare(exact=False)`);
-    exact_against: what the exact test compared with ("reference" or "eager twin").
+    exact_against: what the exact test compared with ("reference", "eager twin", or "loop twin":
+    then the loop twin was compared with the reference, `trainers.gate.twin`).
     exact_skipped: why an exact test the config needed could not apply (an eager step or an eager
     twin that is not bitwise reproducible here).
     eager_reproducible, eager_first_difference, eager_max_abs_difference: the reproducibility
-    probe (`trainers.gate.reproducibility`); None where no exact test was owed, or where the
-    config replayed its eager twin bit for bit before the probe was known (it was not needed);
+    probe (`trainers.gate.reproducibility`; for a loop twin, in the reference's precision);
+    None where no exact test was owed, or where the config replayed its eager twin (a loop twin
+    the reference) bit for bit before the probe was known (it was not needed);
     for an exact test against the reference that matched, True from those two runs.
     graph_replays_twin, graph_first_difference: for a graph owed its twin's bits, the probe's
-    one-stream graph against its eager twin (GPU only). determinism: the mode the config's runs
-    (and its probe and twin) computed under; reference_determinism: the reference's and its
+    one-stream graph against its eager twin (GPU only). determinism: the mode the config's own
+    run computed under (`trainers.gate.parity.config_determinism`; its probe and twin ran
+    strict); reference_determinism: the reference's and its
     envelope's (`SEEDS_DETERMINISM` against another precision; None in a verdict from before it
     was recorded). precision, reference_precision: what the config's runs and the reference (and
     its envelope) ran in. exact_steps: how many of the config's first steps the exact tests
     covered (None: no exact test was owed). passing_multiple: the least multiple of the envelope
     the equivalence test would pass at (None: no equivalence test, or a loss that is not
     finite).
-    twin_max_abs_deviation, twin_first_diverging_step: the exact comparison with the eager twin.
+    twin_max_abs_deviation, twin_first_diverging_step: the exact comparison with the eager twin
+    (of a loop twin, of its losses with the reference's).
     deviation, envelope, floor, bound, multiple, window, ratio, window_ratio, decisive_steps,
     window_deviations, window_envelopes, drift, drift_envelope, drift_bound, drift_ratio: the
     equivalence test (`trainers.gate.equivalence.Equivalence`); ratio <= 1 passes it.

@@ -12,6 +12,7 @@ import pytest
 import trainers
 from trainers import LoopConfig
 from trainers.gate import ParityVerdict, gate
+from tuner.search.gating import gate as gate_module
 from tuner.search.gating.gate import InProcessGate, run_config, run_parts
 from tuner.search.gating.verdict import GateVerdict
 from tuner.store.phases import GATE_CONFIG, GATE_ENVELOPE, GATE_REFERENCE, GATE_TWIN
@@ -130,6 +131,7 @@ def test_the_search_gate_runs_a_loop_twin_where_asked() -> None:
     cross = run_parts("mlp", "tiny", config, args, envelope=None, **kwargs)  # type: ignore[arg-type]
     apart = run_config("mlp", "tiny", config, args, **kwargs)  # type: ignore[arg-type]
     assert cross.verdict is not None and cross.verdict.exact_against == "loop twin"
+    assert cross.verdict.determinism == "off"  # owed no bits: as the seed envelope ran
     assert tuple(apart.losses) == cross.verdict.losses
     given = run_parts(
         "mlp",
@@ -141,6 +143,27 @@ def test_the_search_gate_runs_a_loop_twin_where_asked() -> None:
         **kwargs,  # type: ignore[arg-type]
     )
     assert given.verdict == cross.verdict and set(given.time) == {GATE_TWIN, GATE_CONFIG}
+
+
+def test_a_config_run_made_apart_computes_as_the_gate_would(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`run_config` asks for the config's own run in the mode `trainers.gate.gate` records for
+    it (`config_determinism`): owed bits through the eager twin, strict; through a loop twin
+    against a seed envelope, as that envelope ran."""
+    asked: list[object] = []
+
+    def recording(*args: object, **kwargs: object) -> list[float]:
+        asked.append(kwargs.get("determinism"))
+        return trainers.parity_losses(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gate_module, "parity_losses", recording)
+    args = trainers.RunArgs(steps=3, seed=0, device="cpu", precision="fp32")
+    config = LoopConfig(num_streams=2, optimizer="foreach")
+    for kind in ("eager", "loop"):
+        run_config("mlp", "tiny", config, args, config_precision="bf16-autocast", twin_kind=kind)  # type: ignore[arg-type]
+    run_config("mlp", "tiny", config, args, twin_kind="loop")  # the study's precision: strict
+    assert asked == ["strict", "off", "strict"]
 
 
 @pytest.mark.slow

@@ -182,7 +182,8 @@ def _plan(
 
 @dataclasses.dataclass(frozen=True)
 class TwinRun:
-    """A config's eager twin run ahead of the rest of its check (None: its test needs none)."""
+    """A config's twin (eager or loop) run ahead of the rest of its check (None: its test needs
+    none)."""
 
     twin: Twin | None
     time: dict[str, float]

@@ -121,7 +121,7 @@ def _twin(
     config_precision: trainers.Precision | None = None,
     cross: CrossPrecision = AS_THE_GATE,
 ) -> TwinRun:
-    """`config`'s eager twin alone (`run_twin`), while another process measures the envelope."""
+    """`config`'s twin alone (`run_twin`), while another process measures the envelope."""
     return _in_child(
         matmul_precision,
         lambda: run_twin(
