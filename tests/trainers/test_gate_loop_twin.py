@@ -26,9 +26,25 @@ CPU_ARGS = RunArgs(steps=STEPS, device="cpu")
 LOOP_AND_NUMERICS = LoopConfig(sync_interval=3, prefetch_depth=1, optimizer="fused")
 
 
+BF16_ARGS = RunArgs(steps=STEPS, device="cpu", precision="bf16-autocast")
+
+
 @pytest.fixture(scope="module")
 def mlp_env() -> Envelope:
     return Envelope.measure("mlp", "tiny", RunArgs(steps=STEPS, seed=0, device="cpu"))
+
+
+@pytest.fixture(scope="module")
+def seeds_env() -> Envelope:
+    """The fp32 reference's seed envelope, measured as the gate measures one against another
+    precision (`SEEDS_DETERMINISM`)."""
+    return Envelope.measure(
+        "mlp",
+        "tiny",
+        RunArgs(steps=STEPS, device="cpu", precision="fp32"),
+        spread="seeds",
+        determinism="off",
+    )
 
 
 class NewestFirstFeed(DeviceFeed):
@@ -122,21 +138,15 @@ def test_a_loop_bug_is_caught_on_the_reference_arithmetic(
     assert passed.passed and passed.exact_against == "loop twin", passed.reason
 
 
-def test_a_config_in_another_precision_has_its_loop_twin_in_the_reference_one() -> None:
-    bf16 = RunArgs(steps=STEPS, device="cpu", precision="bf16-autocast")
-    envelope = Envelope.measure(
-        "mlp",
-        "tiny",
-        RunArgs(steps=STEPS, device="cpu", precision="fp32"),
-        spread="seeds",
-        determinism="off",  # as the gate measures a seed envelope (`SEEDS_DETERMINISM`)
-    )
+def test_a_config_in_another_precision_has_its_loop_twin_in_the_reference_one(
+    seeds_env: Envelope,
+) -> None:
     verdict = gate(
         "mlp",
         LOOP_AND_NUMERICS,
-        bf16,
+        BF16_ARGS,
         preset="tiny",
-        envelope=envelope,
+        envelope=seeds_env,
         reference_precision="fp32",
         twin_kind="loop",
         multiple=100.0,
@@ -144,24 +154,15 @@ def test_a_config_in_another_precision_has_its_loop_twin_in_the_reference_one() 
     assert verdict.exact_against == "loop twin", verdict.reason
     assert verdict.twin_first_diverging_step is None
     assert verdict.precision == "bf16-autocast" and verdict.reference_precision == "fp32"
-    # The config's own run computed as the reference (with the process's own kernels), and the
-    # verdict says so; through the eager twin it owes bits, and runs strict.
+    # The config's own run computed as the reference did (with the process's own kernels).
     assert verdict.determinism == "off" and verdict.reference_determinism == "off"
-    eager = gate(
-        "mlp",
-        LOOP_AND_NUMERICS,
-        bf16,
-        preset="tiny",
-        envelope=envelope,
-        reference_precision="fp32",
-        multiple=100.0,
-    )
-    assert eager.exact_against == "eager twin" and eager.determinism == "strict"
 
 
 def test_the_config_run_is_asked_in_the_mode_the_verdict_records(
-    mlp_env: Envelope, monkeypatch: pytest.MonkeyPatch
+    seeds_env: Envelope, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Through a loop twin it owes no bits and runs as the seed envelope's reference did;
+    # through the eager twin it owes bits and runs strict.
     asked: list[tuple[LoopConfig, object]] = []
 
     def recording(*args: object, **kwargs: object) -> list[float]:
@@ -169,19 +170,12 @@ def test_the_config_run_is_asked_in_the_mode_the_verdict_records(
         return parity_losses(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(parity_module, "parity_losses", recording)
-    bf16 = RunArgs(steps=STEPS, device="cpu", precision="bf16-autocast")
-    envelope = Envelope.measure(
-        "mlp",
-        "tiny",
-        RunArgs(steps=STEPS, device="cpu", precision="fp32"),
-        spread="seeds",
-        determinism="off",  # as the gate measures a seed envelope (`SEEDS_DETERMINISM`)
-    )
-    kwargs = {"preset": "tiny", "envelope": envelope, "reference_precision": "fp32"}
-    loop = gate("mlp", LOOP_AND_NUMERICS, bf16, twin_kind="loop", **kwargs)  # type: ignore[arg-type]
-    eager = gate("mlp", LOOP_AND_NUMERICS, bf16, **kwargs)  # type: ignore[arg-type]
+    kwargs = {"preset": "tiny", "envelope": seeds_env, "reference_precision": "fp32"}
+    loop = gate("mlp", LOOP_AND_NUMERICS, BF16_ARGS, twin_kind="loop", **kwargs)  # type: ignore[arg-type]
+    eager = gate("mlp", LOOP_AND_NUMERICS, BF16_ARGS, **kwargs)  # type: ignore[arg-type]
     assert [mode for config, mode in asked if config == LOOP_AND_NUMERICS] == ["off", "strict"]
     assert (loop.determinism, eager.determinism) == ("off", "strict")
+    assert (loop.exact_against, eager.exact_against) == ("loop twin", "eager twin")
 
 
 def test_a_loop_only_config_still_asks_the_probe_under_a_loop_twin(mlp_env: Envelope) -> None:

@@ -264,7 +264,8 @@ def run_parts(
     None: once per study), the twin where the config's test needs one (`twin_kind`: of a config
     with no graph, `TWIN_KIND`), then the config's own run and `trainers.gate.gate`'s judgement.
     `args` are the study's runs (`args.precision`: the reference's and the envelope's). In
-    another `config_precision` the twin and the run are in that one, judged for equivalence
+    another `config_precision` the run and an eager twin are in that one (a loop twin in the
+    reference's), judged for equivalence
     against the reference's seed envelope (then `envelope`) over `cross`'s steps and multiple;
     the twin's bits keep the gate's own steps. `twin`: run before (`run_twin`). `pending` (with
     `envelope` None): the envelope measured elsewhere, asked for after the twin (None: measured
