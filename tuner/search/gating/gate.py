@@ -265,11 +265,10 @@ def run_parts(
     with no graph, `TWIN_KIND`), then the config's own run and `trainers.gate.gate`'s judgement.
     `args` are the study's runs (`args.precision`: the reference's and the envelope's). In
     another `config_precision` the run and an eager twin are in that one (a loop twin in the
-    reference's), judged for equivalence
-    against the reference's seed envelope (then `envelope`) over `cross`'s steps and multiple;
-    the twin's bits keep the gate's own steps. `twin`: run before (`run_twin`). `pending` (with
-    `envelope` None): the envelope measured elsewhere, asked for after the twin (None: measured
-    here). `run`: the config's own run made apart (`run_config`), asked for after them."""
+    reference's), judged for equivalence against the reference's seed envelope (then
+    `envelope`) over `cross`'s steps and multiple; the twin's bits keep the gate's own steps.
+    `twin`: run before (`run_twin`). `pending` (with `envelope` None): the envelope measured
+    elsewhere, asked for after the twin (None: here). `run`: the config's own run made apart."""
     parts, plan = Parts(), _plan(args, config_precision, cross)
     parts.time.update(twin.time if twin is not None else {})
     found = None if envelope is None else Envelope.from_dict(envelope)
