@@ -196,3 +196,26 @@ def test_an_envelope_measured_elsewhere_is_waited_for_after_the_twin() -> None:
     itself = local.check(config, None, pending=lambda: None)
     assert set(itself.time) == {GATE_REFERENCE, GATE_ENVELOPE, GATE_TWIN, GATE_CONFIG}
     assert itself.envelope == alone.envelope
+
+
+def test_only_a_compiled_run_owed_no_bits_runs_where_its_trial_compiled() -> None:
+    """`runs_where_trained`: a config's own gate run moves into the trials' process only where
+    it computes under that process's settings ("off": against a seed envelope, owed no bits)
+    and has compiled code to reuse; a strict run would leave deterministic mode behind there."""
+    from tuner.search.gating.gate import runs_where_trained
+
+    study = trainers.RunArgs(steps=4, seed=0, device="cpu", precision="fp32")
+    compiled = LoopConfig(compile="default")
+    looped = compiled.replace(num_streams=2, sync_interval=4)
+    other = {"config_precision": "bf16-autocast"}
+    # Another precision, arithmetic alone: owed equivalence against the seed envelope.
+    assert runs_where_trained(compiled, study, **other)  # type: ignore[arg-type]
+    # Loop settings too: through a loop twin owed no bits, through the eager twin owed them.
+    assert runs_where_trained(looped, study, twin_kind="loop", **other)  # type: ignore[arg-type]
+    assert not runs_where_trained(looped, study, twin_kind="eager", **other)  # type: ignore[arg-type]
+    # The study's own precision: the rounding envelope's runs are strict.
+    assert not runs_where_trained(compiled, study, twin_kind="loop")
+    # Nothing compiled, nothing to reuse; CUDA graphs recorded by the compile keep no code.
+    assert not runs_where_trained(LoopConfig(optimizer="foreach"), study, **other)  # type: ignore[arg-type]
+    graphs = LoopConfig(compile="reduce-overhead")
+    assert not runs_where_trained(graphs, study, twin_kind="loop", **other)  # type: ignore[arg-type]

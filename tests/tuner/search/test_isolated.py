@@ -240,3 +240,41 @@ def test_a_failure_ahead_is_seen_when_a_later_submission_succeeded() -> None:
         assert second != first and child.call(_pid) == second
     finally:
         child.close()
+
+
+@pytest.mark.slow
+def test_a_compiled_run_owed_no_bits_runs_here_and_is_judged_in_the_child(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where its trial's compiled code is (this process), a config's own run owed no bits runs
+    (`runs_where_trained`); the child judges those losses as its own run's. A run owed bits,
+    and every run of a gate told not to, stays in the child."""
+    ran_here: list[tuple[str, tuple[float, ...]]] = []
+
+    def recording(*args: object, **kwargs: object) -> object:
+        run = isolated_run_config(*args, **kwargs)
+        ran_here.append((args[2].compile, tuple(run.losses)))  # type: ignore[attr-defined]
+        return run
+
+    isolated_run_config = isolated.run_config
+    monkeypatch.setattr(isolated, "run_config", recording)
+    args = RunArgs(steps=3, seed=0, device="cpu", precision="fp32")
+    compiled = LoopConfig(compile="default")
+    here = ParityProcess("mlp", "tiny", args, matmul_precision="highest")
+    apart = ParityProcess("mlp", "tiny", args, matmul_precision="highest", where_trained=False)
+    try:
+        first = here.check(compiled, precision="bf16-autocast")
+        assert first.verdict is not None and first.verdict.passed, first.verdict
+        assert [each for each, _ in ran_here] == ["default"]
+        assert first.verdict.losses == ran_here[0][1]  # judged on the run made here
+        assert first.time["gate_config"] > 0.0
+        alone = apart.check(compiled, first.envelope, precision="bf16-autocast")
+        assert alone.verdict is not None and alone.verdict.passed
+        assert len(ran_here) == 1  # told not to: the child ran it
+        # Owed bits in the study's precision (strict): the child runs it.
+        same = here.check(LoopConfig(num_streams=2, compile="default"))
+        assert same.verdict is not None and same.verdict.passed, same.verdict
+        assert len(ran_here) == 1
+    finally:
+        here.close()
+        apart.close()

@@ -24,6 +24,7 @@ import trainers
 from trainers import LoopConfig
 from trainers.gate import (
     MULTIPLE,
+    Determinism,
     Envelope,
     ParityVerdict,
     Twin,
@@ -41,19 +42,15 @@ from tuner.store.phases import GATE_CONFIG, GATE_ENVELOPE, GATE_REFERENCE, GATE_
 
 T = TypeVar("T")
 
-TWIN_KIND: TwinKind = "eager"
+TWIN_KIND: TwinKind = "loop"
 """The twin the search's gate checks a config's loop settings through where the config has no
-graph (`trainers.gate.twin`). The loop twin ("loop": the loop settings on the reference's eager
-arithmetic against the reference's bits) catches the planted stream faults under compiled
-configs on an H200 as the eager twin does (`tests/trainers/test_gate_gpu.py`, 2026-12-01), and
-it replaces the eager twin's strict compile (59-137 s at 0.5B in float8) with two eager runs
-(12-25 s). What it was to save then went to the config's own run: that run, no longer owed
-bits, compiles without strict determinism, and in the gate's child it compiled as cold as its
-trial had (136 s against the trial's 132 s; 52 s against 50 s), reusing nothing the trial had
-compiled, so the gate took longer than with the eager twin (the Qwen1.5-0.5B shape's first gate
-180 s against 114 s at b553055; docs/benchmarks/README.md, 2026-12-01, thirty-second session).
-The eager twin stays until the config's own run reuses its trial's kernels (run where the
-search keeps them, or its disk cache hit in the child)."""
+graph (`trainers.gate.twin`). The loop twin (the loop settings on the reference's eager
+arithmetic, held to the reference's bits) caught the planted stream faults under compiled
+configs on an H200 as the eager twin does (`tests/trainers/test_gate_gpu.py`, 2026-12-01), in
+two eager runs (12-25 s at 0.5B in float8) where the eager twin compiled under strict
+determinism (59-137 s). The config's own run, then owed no bits, runs where its trial compiled
+(`runs_where_trained`): in the gate's child it had compiled as cold as its trial (136 s against
+132 s; docs/benchmarks/README.md, 2026-12-01)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -232,18 +229,48 @@ def run_config(
     (`run_parts(losses=...)`)."""
     plan = _plan(args, config_precision, cross)
     parts = Parts()
-    test = required_test(
-        config, precision=plan.config_args.precision, reference_precision=plan.args.precision
-    )
-    # As `gate` would run it (`config_determinism`), so its verdict is the one a run there gives.
-    mode = config_determinism(
-        config, test, twin=twin_kind, reference=reference_determinism(plan.spread)
-    )
+    mode = _own_determinism(config, plan, twin_kind)
     losses = parts.run(
         GATE_CONFIG,
         lambda: parity_losses(workload, preset, config, plan.config_args, determinism=mode),
     )
     return ConfigRun(losses=list(losses), time=parts.time)
+
+
+def _own_determinism(config: LoopConfig, plan: _Plan, twin_kind: TwinKind) -> Determinism:
+    """How the config's own run computes, as `gate` would run it (`config_determinism`), so
+    that a verdict on a run made apart is the one a run there gives."""
+    test = required_test(
+        config, precision=plan.config_args.precision, reference_precision=plan.args.precision
+    )
+    return config_determinism(
+        config, test, twin=twin_kind, reference=reference_determinism(plan.spread)
+    )
+
+
+def runs_where_trained(
+    config: LoopConfig,
+    args: trainers.RunArgs,
+    *,
+    config_precision: trainers.Precision | None = None,
+    cross: CrossPrecision = AS_THE_GATE,
+    twin_kind: TwinKind = TWIN_KIND,
+) -> bool:
+    """Whether `config`'s own gate run (`run_config`) may run in the process that ran its
+    trials, where Dynamo still holds what its trial compiled (`trainers.keeping_compiled`),
+    instead of in the gate's child, which compiles it again: a new process reads the trial's FX
+    graphs back from the disk cache but still traces the model and builds its backward (a
+    float8 config at 0.5B on an H200: 132 s cold, 67 s on that cache, 2026-12-01,
+    docs/benchmarks/compile-reuse-*). Only a run owed no bits qualifies: it computes under the
+    process's own settings ("off"), while a strict run's deterministic mode and cuBLAS
+    workspace would outlast it there and slow every later measurement. And only a config that
+    compiles and keeps its code (`trainers.keeps_code`): another has nothing to reuse."""
+    plan = _plan(args, config_precision, cross)
+    return (
+        _own_determinism(config, plan, twin_kind) == "off"
+        and trainers.compiles(config)
+        and trainers.keeps_code(config)
+    )
 
 
 def run_parts(

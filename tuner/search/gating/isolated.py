@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import multiprocessing
 import os
 import time
@@ -29,6 +30,7 @@ from typing import Any, TypeVar
 import trainers
 from trainers import LoopConfig
 from trainers.gate import PERTURBATIONS
+from trainers.workloads import WorkloadFactory
 from tuner.search.gating.gate import (
     AS_THE_GATE,
     ConfigRun,
@@ -41,6 +43,7 @@ from tuner.search.gating.gate import (
     run_config,
     run_parts,
     run_twin,
+    runs_where_trained,
 )
 
 T = TypeVar("T")
@@ -332,8 +335,13 @@ class ParityProcess:
         matmul_precision: str,
         model_args: dict[str, str] | None = None,
         cross: CrossPrecision = AS_THE_GATE,
+        where_trained: bool = True,
     ) -> None:
         self._args = (workload, preset, dict(model_args or {}))
+        self.where_trained = where_trained
+        """Whether a config's own run owed no bits runs in this process, the trials' own
+        (`runs_where_trained`), rather than in the child."""
+        self._factory: WorkloadFactory | None = None
         # Sent to the child as they are: a device given as torch.device travels as its name.
         self.run_args = args.replace(device=str(args.device))
         self.cross = cross
@@ -353,9 +361,12 @@ class ParityProcess:
         each part of the gate; `precision`: the config's, when not the study's (`run_parts`).
         `pending`: the envelope measured by another process, and `run`: the config's own run,
         likewise; each waited for here (in this process, which can read the study) once the
-        child has run the config's twin."""
+        child has run the config's twin. A config's own run that no other process took runs in
+        this process where `runs_where_trained` allows it (`where_trained`): its trial's
+        compiled code is here."""
         twin = None
         losses = None
+        here: ConfigRun | None = None
         if (envelope is None and pending is not None) or run is not None:
             twin = self._child.call(
                 _twin,
@@ -370,7 +381,10 @@ class ParityProcess:
                 envelope = pending()
             if run is not None:
                 losses = run()
-        return self._child.call(
+        if losses is None and self._runs_here(config, precision):
+            here = self._run_here(config, precision)
+            losses = here.losses
+        checked = self._child.call(
             _gate,
             *self._args,
             config.to_dict(),
@@ -381,6 +395,35 @@ class ParityProcess:
             self.cross,
             twin,
             None if losses is None else list(losses),
+        )
+        if here is None:
+            return checked
+        spent = dict(checked.time)
+        for part, seconds in here.time.items():
+            spent[part] = spent.get(part, 0.0) + seconds
+        return dataclasses.replace(checked, time=spent)
+
+    def _runs_here(self, config: LoopConfig, precision: str | None) -> bool:
+        return self.where_trained and runs_where_trained(
+            config,
+            self.run_args,
+            config_precision=precision,  # type: ignore[arg-type]  # RunOptions checked it
+            cross=self.cross,
+        )
+
+    def _run_here(self, config: LoopConfig, precision: str | None) -> ConfigRun:
+        """`config`'s own run in this process (`runs_where_trained`): under this process's own
+        settings, as its trials ran, so Dynamo's kept code of its trial applies."""
+        workload, preset, model_args = self._args
+        if self._factory is None:
+            self._factory = trainers.resolve_factory(workload, model_args)
+        return run_config(
+            self._factory,
+            preset,
+            config,
+            self.run_args,
+            config_precision=precision,  # type: ignore[arg-type]  # RunOptions checked it
+            cross=self.cross,
         )
 
     def prepare(self, envelope_seeds: Sequence[int] = ()) -> concurrent.futures.Future[float]:
