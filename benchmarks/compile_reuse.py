@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import logging
 import multiprocessing
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -56,16 +59,53 @@ def _counters() -> dict[str, int]:
     return {name: int(counters[group][name]) for group, names in _COUNTED.items() for name in names}
 
 
-def _bypasses() -> dict[str, int]:
-    """Why a cache was bypassed, where Inductor or AOTAutograd said (their reason counters)."""
+def _bypasses(said: Mapping[str, int] = MappingProxyType({})) -> dict[str, int]:
+    """Why a cache was bypassed: Inductor's reason counters, and the reasons its caches logged
+    (`said`, from `BypassReasons`: AOTAutograd keeps none in a counter; at 384c19e the float8
+    step's bypass came back with no reason)."""
     from torch._dynamo.utils import counters
 
-    return {
+    found = {
         f"{group}:{reason}"[:200]: int(count)
         for group in ("inductor", "aot_autograd")
         for reason, count in counters[group].items()
         if "bypass" in reason and reason not in _COUNTED[group]
     }
+    return found | dict(said)
+
+
+CACHE_LOGGERS = ("torch._functorch._aot_autograd.autograd_cache", "torch._inductor.codecache")
+
+
+class BypassReasons(logging.Handler):
+    """Counts the first line of each "Bypassing ... cache due to: ..." message that Inductor's
+    and AOTAutograd's caches log (at INFO), by logger and reason, while installed (`with`)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seen: dict[str, int] = {}
+        self._levels: dict[str, int] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if text.startswith("Bypassing"):
+            group = record.name.rsplit(".", 1)[-1]
+            reason = f"{group}:{text.split(' due to: ', 1)[-1].splitlines()[0].strip()}"[:200]
+            self.seen[reason] = self.seen.get(reason, 0) + 1
+
+    def __enter__(self) -> BypassReasons:
+        for name in CACHE_LOGGERS:
+            logger = logging.getLogger(name)
+            self._levels[name] = logger.level
+            logger.setLevel(logging.INFO)
+            logger.addHandler(self)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for name in CACHE_LOGGERS:
+            logger = logging.getLogger(name)
+            logger.removeHandler(self)
+            logger.setLevel(self._levels[name])
 
 
 def _candidate(name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -85,23 +125,23 @@ def _candidate(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     def gate(mode: Determinism) -> None:
         parity_losses(factory, spec["preset"], config, args, determinism=mode)
 
+    def part() -> None:
+        if name == "gate-off-after-strict":
+            reference_args = args.replace(precision=spec["reference_precision"])
+            parity_losses(factory, spec["preset"], trainers.REFERENCE, reference_args)
+        gate("strict" if name == "gate-strict" else "off")
+
     started = time.perf_counter()
-    if name.startswith("trial"):
-        torch.set_float32_matmul_precision(spec["matmul_precision"])
-        trial()
-    else:
-
-        def part() -> None:
-            if name == "gate-off-after-strict":
-                reference_args = args.replace(precision=spec["reference_precision"])
-                parity_losses(factory, spec["preset"], trainers.REFERENCE, reference_args)
-            gate("strict" if name == "gate-strict" else "off")
-
-        _in_child(spec["matmul_precision"], part)
+    with BypassReasons() as reasons:
+        if name.startswith("trial"):
+            torch.set_float32_matmul_precision(spec["matmul_precision"])
+            trial()
+        else:
+            _in_child(spec["matmul_precision"], part)
     return {
         "seconds": round(time.perf_counter() - started, 2),
         "counters": _counters(),
-        "bypasses": _bypasses(),
+        "bypasses": _bypasses(reasons.seen),
     }
 
 

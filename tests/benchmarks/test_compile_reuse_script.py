@@ -62,3 +62,33 @@ def test_the_same_run_in_a_new_process_reads_the_first_ones_graphs(tmp_path: Pat
     assert again["counters"]["fxgraph_cache_miss"] == 0
     assert data["candidates"]["gate-off-after-strict"]["seconds"] > 0
     assert "| trial-again |" in path.with_suffix(".md").read_text()
+
+
+@pytest.mark.slow
+def test_a_bypassed_autograd_cache_is_recorded_with_its_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """AOTAutograd keeps no counter of why it bypassed its cache (at 384c19e the float8 step's
+    bypass came back with none): the reason it logs is recorded, and only while asked."""
+    import torch
+
+    from benchmarks.compile_reuse import BypassReasons, _bypasses
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+
+    @torch._dynamo.allow_in_graph
+    def doubled(x: torch.Tensor) -> torch.Tensor:
+        return x * 2  # a function of its own in the graph: not known to AOTAutograd as safe
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return doubled(x).sin()
+
+    with BypassReasons() as reasons:
+        torch.compile(step)(torch.randn(4, requires_grad=True)).sum().backward()
+    [(reason, count)] = reasons.seen.items()
+    assert reason.startswith("autograd_cache:Unsupported call_function target") and count == 1
+    assert "doubled" in reason and _bypasses(reasons.seen)[reason] == 1
+    before = dict(reasons.seen)
+    torch._dynamo.reset()
+    torch.compile(step)(torch.randn(5, requires_grad=True)).sum().backward()
+    assert reasons.seen == before  # no longer installed
