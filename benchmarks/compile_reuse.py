@@ -78,8 +78,9 @@ CACHE_LOGGERS = ("torch._functorch._aot_autograd.autograd_cache", "torch._induct
 
 
 class BypassReasons(logging.Handler):
-    """Counts the first line of each "Bypassing ... cache due to: ..." message that Inductor's
-    and AOTAutograd's caches log (at INFO), by logger and reason, while installed (`with`)."""
+    """Counts the bypasses that Inductor's and AOTAutograd's caches log (at INFO), by logger and
+    the first line of the reason, while installed (`with`): AOTAutograd's "Bypassing autograd
+    cache due to: REASON" by its reason, Inductor's "Bypassing FX Graph Cache because ..." whole."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)

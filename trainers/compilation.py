@@ -280,6 +280,16 @@ measured eager: a run beside kept keys has the limit raised by the graphs they c
 run that hits it anyway says so (`RECOMPILE_LIMIT_HIT`) and keeps nothing."""
 
 
+def holds_compiled(
+    model: nn.Module, config: LoopConfig, precision: str | None, device: torch.device
+) -> bool:
+    """Whether this process's Dynamo still holds the code an earlier run of `config` compiled on
+    a copy of `model` (its `reuse_key`, without a capturable optimizer, kept and nothing
+    compiled since): a run of it here then compiles nothing where Dynamo's guards pass."""
+    key = reuse_key(model, config, precision, device)
+    return key is not None and key in _KEPT.code and _KEPT.graphs == _graphs()
+
+
 def forget_compiled() -> None:
     """The next compiling run starts with a fresh Dynamo whatever it shares with the last
     (`reuse_key`): as a new process would (a test of the disk cache, a benchmark of a cold

@@ -4,6 +4,7 @@ the same run again in a new process reads every graph back from the disk cache."
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -72,7 +73,7 @@ def test_a_bypassed_autograd_cache_is_recorded_with_its_reason(
     bypass came back with none): the reason it logs is recorded, and only while asked."""
     import torch
 
-    from benchmarks.compile_reuse import BypassReasons, _bypasses
+    from benchmarks.compile_reuse import CACHE_LOGGERS, BypassReasons, _bypasses
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
 
@@ -88,7 +89,5 @@ def test_a_bypassed_autograd_cache_is_recorded_with_its_reason(
     [(reason, count)] = reasons.seen.items()
     assert reason.startswith("autograd_cache:Unsupported call_function target") and count == 1
     assert "doubled" in reason and _bypasses(reasons.seen)[reason] == 1
-    before = dict(reasons.seen)
-    torch._dynamo.reset()
-    torch.compile(step)(torch.randn(5, requires_grad=True)).sum().backward()
-    assert reasons.seen == before  # no longer installed
+    for name in CACHE_LOGGERS:  # no longer installed
+        assert reasons not in logging.getLogger(name).handlers

@@ -187,7 +187,7 @@ def next_config_run(
             continue
         if claims.holder(gate_key) is None or claims.holder(run_key) is not None:
             continue  # nobody gates it now (next_to_gate's), or its run is taken
-        if cache.owes_twin(config, precision):
+        if cache.owes_twin(config, precision) and not cache.reuses_trial(config, precision):
             return run_key, config, precision, trial.number
     return None
 

@@ -246,35 +246,59 @@ def test_a_failure_ahead_is_seen_when_a_later_submission_succeeded() -> None:
 def test_a_compiled_run_owed_no_bits_runs_here_and_is_judged_in_the_child(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Where its trial's compiled code is (this process), a config's own run owed no bits runs
-    (`runs_where_trained`); the child judges those losses as its own run's. A run owed bits,
-    and every run of a gate told not to, stays in the child."""
-    ran_here: list[tuple[str, tuple[float, ...]]] = []
+    """Where its trial's compiled code is (this process, after a trial of it), a config's own
+    run owed no bits runs here (`runs_where_trained`); the child judges those losses as its own
+    run's. Without that code here, a run owed bits, and every run of a gate told not to, stay in
+    the child."""
+    import trainers
+    from trainers.compilation import forget_compiled
+
+    ran_here: list[tuple[str, tuple[float, ...], float]] = []
 
     def recording(*args: object, **kwargs: object) -> object:
         run = isolated_run_config(*args, **kwargs)
-        ran_here.append((args[2].compile, tuple(run.losses)))  # type: ignore[attr-defined]
+        seconds = run.time["gate_config"]  # type: ignore[attr-defined]
+        ran_here.append((args[2].compile, tuple(run.losses), seconds))  # type: ignore[attr-defined]
         return run
 
     isolated_run_config = isolated.run_config
     monkeypatch.setattr(isolated, "run_config", recording)
     args = RunArgs(steps=3, seed=0, device="cpu", precision="fp32")
-    compiled = LoopConfig(compile="default")
-    here = ParityProcess("mlp", "tiny", args, matmul_precision="highest")
-    apart = ParityProcess("mlp", "tiny", args, matmul_precision="highest", where_trained=False)
+    compiled, other = LoopConfig(compile="default"), "bf16-autocast"
+    # convnet: no dropout for the gate to turn off, so its graphs are its trial's.
+    here = ParityProcess("convnet", "tiny", args, matmul_precision="highest")
+    apart = ParityProcess("convnet", "tiny", args, matmul_precision="highest", where_trained=False)
     try:
-        first = here.check(compiled, precision="bf16-autocast")
+        forget_compiled()  # nothing of an earlier test's: no code of it here, so the child runs it
+        cold = here.check(compiled, precision=other)
+        assert cold.verdict is not None and cold.verdict.passed and ran_here == []
+        # Its trial, here: Dynamo keeps the code the gate's run then reuses.
+        trial = trainers.resolve_factory("convnet", {})("tiny", seed=0)
+        trainers.run(trial, compiled, args.replace(precision=other, steps=2, warmup=1, windows=1))
+        first = here.check(compiled, cold.envelope, precision=other)
         assert first.verdict is not None and first.verdict.passed, first.verdict
-        assert [each for each, _ in ran_here] == ["default"]
+        assert [each for each, _, _ in ran_here] == ["default"]
         assert first.verdict.losses == ran_here[0][1]  # judged on the run made here
-        assert first.time["gate_config"] > 0.0
-        alone = apart.check(compiled, first.envelope, precision="bf16-autocast")
+        assert first.time["gate_config"] > ran_here[0][2]  # its run's seconds and the judgement's
+        alone = apart.check(compiled, first.envelope, precision=other)
         assert alone.verdict is not None and alone.verdict.passed
         assert len(ran_here) == 1  # told not to: the child ran it
         # Owed bits in the study's precision (strict): the child runs it.
         same = here.check(LoopConfig(num_streams=2, compile="default"))
         assert same.verdict is not None and same.verdict.passed, same.verdict
         assert len(ran_here) == 1
+        # A model with dropout, which the gate turns off: other graphs than its trial's.
+        with_dropout = ParityProcess("mlp", "tiny", args, matmul_precision="highest")
+        try:
+            trial = trainers.resolve_factory("mlp", {})("tiny", seed=0)
+            trainers.run(
+                trial, compiled, args.replace(precision=other, steps=2, warmup=1, windows=1)
+            )
+            checked = with_dropout.check(compiled, precision=other)
+            assert checked.verdict is not None and checked.verdict.passed
+            assert len(ran_here) == 1
+        finally:
+            with_dropout.close()
     finally:
         here.close()
         apart.close()

@@ -18,6 +18,7 @@ import trainers
 from tests.tuner.test_cli_run import run_main
 from tests.tuner.tiny import RUN_FLAGS, load, options, sqlite_url
 from trainers import LoopConfig
+from trainers.gate import twin_kind
 from tuner.__main__ import main
 from tuner.errors import TunerError
 from tuner.evidence import export
@@ -231,11 +232,12 @@ def test_bf16_trials_are_judged_by_equivalence_against_the_fp32_reference(
         # The config's own run is strict only where it owes the eager twin's bits; through the
         # loop twin (the search's) it computes as the envelope did.
         assert verdict["steps"] == PRECISION_STEPS
-        owes_bits = TWIN_KIND == "eager" and verdict["test"] == "exact+equivalence"
+        kind = twin_kind(LoopConfig.from_dict(trial.user_attrs[keys.CONFIG]), TWIN_KIND)
+        owes_bits = kind == "eager" and verdict["test"] == "exact+equivalence"
         assert verdict["determinism"] == ("strict" if owes_bits else "off")
         assert verdict["reference_determinism"] == "off"
         if verdict["test"] == "exact+equivalence" and not verdict.get("exact_skipped"):
-            assert verdict["exact_against"] == f"{TWIN_KIND} twin"
+            assert verdict["exact_against"] == f"{kind} twin"
         assert verdict["exact_steps"] == (None if verdict["test"] == "equivalence" else 4)
         assert "seed-to-seed envelope (4 other seeds in fp32)" in verdict["reason"]
         # The user's tolerance, in the verdict and its reason (the report shows both).

@@ -262,3 +262,46 @@ def test_the_final_rounds_aim_costs_a_gate_by_its_trial_and_nothing_once_known(
         assert aim_module.final_aim(space, study, cache, other.clock, other.retry) is None
     finally:
         other.close()
+
+
+class _WhereTrained:
+    """The one question the aim asks a gate (`ParityProcess.runs_here`); a check never runs."""
+
+    def __init__(self, here: bool) -> None:
+        self.here = here
+
+    def runs_here(self, config: LoopConfig, precision: str | None = None) -> bool:
+        return self.here
+
+
+def test_a_gate_that_runs_the_config_where_its_trial_compiled_is_expected_without_the_compile(
+    tmp_path: Path,
+) -> None:
+    """Where the gate makes the config's own run in the trials' process, the aim expects its
+    trial's seconds less its compile, or the most this job's checks spent on a twin and a run
+    (the larger); another gate still costs the whole trial (a compile, as its twin's is)."""
+    import optuna
+
+    from tuner.search.gating.parity import ParityCache
+    from tuner.search.options import NoRetry
+    from tuner.store.phases import COMPILE, MEASURE
+
+    study = optuna.create_study(storage=sqlite_url(tmp_path), direction="maximize")
+    config = LoopConfig(compile="default", optimizer="fused")
+
+    def expected(here: bool, largest: float = 0.0) -> float | None:
+        cache = ParityCache(study, _WhereTrained(here), retry=NoRetry(), clock=Clock())  # type: ignore[arg-type]
+        cache.largest_run_s = largest
+        key = cache.key(config).removeprefix(keys.PARITY_PREFIX)
+        if not study.trials:
+            attrs = {keys.CONFIG_KEY: key, keys.SECONDS: 147.0, keys.TIME: {COMPILE: 134.0}}
+            study.add_trial(optuna.trial.create_trial(value=71.0, user_attrs=attrs))
+            attrs = {keys.CONFIG_KEY: key, keys.SECONDS: 20.0, keys.TIME: {MEASURE: 11.0}}
+            study.add_trial(optuna.trial.create_trial(value=71.2, user_attrs=attrs))
+        aim = aim_module.final_aim("scale", study, cache, cache.clock, cache.retry)
+        assert aim is not None
+        return aim.gate_cost(config, None)
+
+    assert expected(False) == 147.0  # the slowest trial, its compile included
+    assert expected(True) == 20.0  # 147 - 134 = 13 s, and 20 s for the trial that compiled nothing
+    assert expected(True, largest=45.0) == 45.0  # what this job's checks took is the floor

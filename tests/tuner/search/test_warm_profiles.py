@@ -130,6 +130,8 @@ def test_before_check_runs_once_before_a_gate_that_runs_and_never_for_a_cached_v
     config = LoopConfig(num_streams=2)
     first = cache.verdict(config)
     assert first.passed and {"gate_reference", "gate_envelope", "gate_config"} <= set(first.time)
+    # What the aim expects another check to cost at least: its twin and run, not the envelope.
+    assert cache.largest_run_s == first.time.get("gate_twin", 0.0) + first.time["gate_config"]
     assert cache.verdict(config).passed  # cached on the study: no gate, so nothing before it
     # The envelope first and alone (its eager runs would shrink beside other work), then the
     # work beside the rest of the check.

@@ -41,7 +41,7 @@ from tuner.search.proposing.defaults import (
 )
 from tuner.search.spaces.named import SCALE_SPACE
 from tuner.store import keys
-from tuner.store.phases import GATE_ENVELOPE, GATE_REFERENCE
+from tuner.store.phases import COMPILE, GATE_ENVELOPE, GATE_REFERENCE
 
 GateCost = Callable[[LoopConfig, "str | None"], "float | None"]
 """`(config, its precision or None for the study's)` -> the expected seconds of its gate, or None
@@ -99,9 +99,13 @@ def final_aim(
         """None where the verdict is known, or another process of the job is checking it; else
         the config's slowest trial's seconds, a compile from a cold cache, as its eager twin's is
         (117 s against the trial's 140 s for the float8 step of the Qwen1.5-0.5B shape at
-        4a59f53), 0 for a config no trial ran (a baseline: its final-round run stands in); and
-        where its precision's envelope is not measured yet, what this job's reference and
-        envelope took so far (its first check measures one more)."""
+        4a59f53); where the gate makes the config's run where its trial compiled
+        (`ParityCache.reuses_trial`: nothing compiles), that trial without its compile, or what
+        this job's checks spent on a twin and a run, the larger (the leader's 45 s of a 74 s
+        gate on that shape at 4418f03, where the trial's seconds said 146); 0 for a config no
+        trial ran (a baseline: its final-round run stands in); and where its precision's
+        envelope is not measured yet, what this job's reference and envelope took so far (its
+        first check measures one more)."""
         if cache.has(config, precision):
             return None
         envelope = 0.0
@@ -111,11 +115,12 @@ def final_aim(
         trials = retry.call(
             lambda: study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), what="trials"
         )
-        seconds = [
-            float(t.user_attrs.get(keys.SECONDS) or 0.0)
-            for t in trials
-            if t.user_attrs.get(keys.CONFIG_KEY) == key
-        ]
+        ran = [t for t in trials if t.user_attrs.get(keys.CONFIG_KEY) == key]
+        seconds = [float(t.user_attrs.get(keys.SECONDS) or 0.0) for t in ran]
+        if ran and cache.reuses_trial(config, precision):
+            compiled = [float((t.user_attrs.get(keys.TIME) or {}).get(COMPILE, 0.0)) for t in ran]
+            seconds = [s - c for s, c in zip(seconds, compiled, strict=True)]
+            seconds.append(cache.largest_run_s)
         return max(seconds, default=0.0) + envelope
 
     return Aim(

@@ -178,7 +178,8 @@ def _keeping_code(entries: list[tuple[str, LoopConfig]]) -> contextlib.AbstractC
     before it would compile again at each turn (28-59 s at 0.5B in float8). Each keeps its code
     instead, beside what the trials kept (`SEARCH_KEPT`: a finalist among them compiles
     nothing), as many as `trainers.keeping_compiled` keeps. (On a GPU the gate runs in a
-    process of its own: nothing of it comes between.)"""
+    process of its own, but for a config's run made here where its code is kept, which
+    compiles nothing: `ParityProcess.runs_here`.)"""
     compiled = sum(1 for _, config in entries if compiles(config) and keeps_code(config))
     return keeping_compiled(compiled + SEARCH_KEPT) if compiled else contextlib.nullcontext()
 

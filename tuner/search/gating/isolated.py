@@ -5,7 +5,10 @@ are process-wide, and measured on an H100 they outlast the check: eager steps of
 `small` went from 14 to 21-23 ms and `medium` from 31 to 43-50 ms after one parity check in the
 same process (docs/benchmarks/README.md, "Parity in its own process"). So the tuner runs every
 parity check in one long-lived child process (spawned, not forked: CUDA cannot be forked), one at
-a time, while the measuring process waits: two measurements never share the GPU.
+a time, while the measuring process waits: two measurements never share the GPU. One part may
+run in the measuring process instead: a config's own run owed no bits, under that process's own
+settings, where Dynamo there still holds what the config's trial compiled
+(`ParityProcess.runs_here`); the child judges its losses.
 
 Profiles run in a second child (`tuner.search.deciding.profile_child`), one `ChildProcess` like
 this one's, for the same reason: a `torch.profiler` pass with CUDA activity
@@ -30,7 +33,7 @@ from typing import Any, TypeVar
 import trainers
 from trainers import LoopConfig
 from trainers.gate import PERTURBATIONS
-from trainers.workloads import WorkloadFactory
+from trainers.workloads import WorkloadFactory, disable_dropout
 from tuner.search.gating.gate import (
     AS_THE_GATE,
     ConfigRun,
@@ -321,8 +324,8 @@ class ChildProcess:
 
 
 class ParityProcess:
-    """Runs the correctness gate (`tuner.search.gating.gate.run_parts`) in a child process: a
-    `Gate`."""
+    """Runs the correctness gate (`tuner.search.gating.gate.run_parts`) in a child process (a
+    config's own run owed no bits where its trial compiled: `runs_here`): a `Gate`."""
 
     runs_apart = True
 
@@ -381,9 +384,9 @@ class ParityProcess:
                 envelope = pending()
             if run is not None:
                 losses = run()
-        if losses is None and self._runs_here(config, precision):
+        if losses is None and self.runs_here(config, precision):
             here = self._run_here(config, precision)
-            losses = here.losses
+            losses = None if here is None else here.losses
         checked = self._child.call(
             _gate,
             *self._args,
@@ -403,7 +406,10 @@ class ParityProcess:
             spent[part] = spent.get(part, 0.0) + seconds
         return dataclasses.replace(checked, time=spent)
 
-    def _runs_here(self, config: LoopConfig, precision: str | None) -> bool:
+    def runs_here(self, config: LoopConfig, precision: str | None = None) -> bool:
+        """Whether `config`'s own gate run in `precision` (None: the study's) is made in this
+        process (`where_trained` and `runs_where_trained`): it then compiles nothing its trial
+        compiled here."""
         return self.where_trained and runs_where_trained(
             config,
             self.run_args,
@@ -411,20 +417,47 @@ class ParityProcess:
             cross=self.cross,
         )
 
-    def _run_here(self, config: LoopConfig, precision: str | None) -> ConfigRun:
-        """`config`'s own run in this process (`runs_where_trained`): under this process's own
-        settings, as its trials ran, so Dynamo's kept code of its trial applies."""
+    def _run_here(self, config: LoopConfig, precision: str | None) -> ConfigRun | None:
+        """`config`'s own run in this process (`runs_where_trained`), under this process's own
+        settings as its trials ran, where Dynamo still holds its trial's code
+        (`trainers.compilation.holds_compiled`) and turning dropout off changes nothing (else
+        the graphs differ from the trial's): a run that would compile here would also drop the
+        code kept for others. None: run it in the child. What the run cached goes back to the
+        GPU after it (`give_back_memory`): the child judges next, and runs the twin where it
+        has not yet."""
         workload, preset, model_args = self._args
         if self._factory is None:
             self._factory = trainers.resolve_factory(workload, model_args)
-        return run_config(
-            self._factory,
-            preset,
-            config,
-            self.run_args,
-            config_precision=precision,  # type: ignore[arg-type]  # RunOptions checked it
-            cross=self.cross,
-        )
+        built = [self._factory(preset, seed=self.run_args.seed)]
+        own = precision if precision is not None else self.run_args.precision
+        device = trainers.resolve_device(self.run_args.device)
+        if disable_dropout(built[0].model) or not trainers.compilation.holds_compiled(
+            built[0].model, config, own, device
+        ):
+            return None
+        factory = self._factory
+
+        def build(name: str, *, seed: int) -> trainers.Workload:
+            return built.pop() if built else factory(name, seed=seed)  # the one built above
+
+        try:
+            return run_config(
+                build,  # type: ignore[arg-type]  # a WorkloadFactory's call
+                preset,
+                config,
+                self.run_args,
+                config_precision=precision,  # type: ignore[arg-type]  # RunOptions checked it
+                cross=self.cross,
+            )
+        except Exception as exc:  # noqa: BLE001 - raised again below
+            # Without its traceback, whose frames hold the failed run's model and activations:
+            # a check that ran out of memory beside the profiles' warm-up runs again
+            # (`ParityCache._gate_check`) and needs that memory back first.
+            error = exc.with_traceback(None)
+        finally:
+            built.clear()
+            give_back_memory()
+        raise error
 
     def prepare(self, envelope_seeds: Sequence[int] = ()) -> concurrent.futures.Future[float]:
         """Start the child and build the workload in it now, while this process measures the

@@ -9,10 +9,9 @@ later check is given it, so the reference and the envelope run once per study. A
 another precision than the study's is judged against another envelope, the reference's
 seed-to-seed one (`keys.PRECISION_ENVELOPE`), likewise measured once.
 
-Among the workers of one job (claims), a check whose config is owed its eager twin's bits leaves
-its config's own run to another worker that has nothing else to do (`run_config`): the run's
-losses are stored under `keys.PARITY_RUN_PREFIX` + the config's key, and the check, once its twin
-has run, judges them (`tuner.search.gating.gate.RunPending`).
+Among the workers of one job (claims), a check whose config owes a twin leaves its own run to an
+idle worker (`run_config`) unless it is made where its trial compiled: the losses are stored
+under `keys.PARITY_RUN_PREFIX` + the config's key and judged once the twin has run.
 
 With a memo (`tuner.search.gating.memo`: the same workload, shape, precision, code and machine),
 both are also shared between studies: a verdict or envelope missing from the study is read from the
@@ -39,7 +38,7 @@ from tuner.search.options import Retry
 from tuner.search.spaces.space import candidate_key
 from tuner.store import keys
 from tuner.store.jsonsafe import json_safe
-from tuner.store.phases import GATE_CONFIG, LABELS
+from tuner.store.phases import GATE_CONFIG, GATE_TWIN, LABELS
 
 
 class GateClaims(Protocol):
@@ -107,6 +106,7 @@ class ParityCache:
         self.gate = gate
         self.retry = retry
         self.clock = clock
+        self.largest_run_s = 0.0  # the most a check here spent on a twin and a run together
         self.before_check: Callable[[LoopConfig, str | None], Beside] | None = None
         """Called with a config and its precision just before the gate checks it here (not for a
         verdict read from the study or the memo): `Search.revive` starts the profiles' child's
@@ -149,6 +149,13 @@ class ParityCache:
         if self.claims is not None and self.claims.holder(attr) is not None:
             return True
         return self._stored(attr)
+
+    def reuses_trial(self, config: LoopConfig, precision: str | None = None) -> bool:
+        """Whether the gate makes `config`'s own run where its trial compiled, compiling
+        nothing (`ParityProcess.runs_here`; False for a gate that does not say)."""
+        here = getattr(self.gate, "runs_here", None)
+        own = None if precision == self.reference else precision
+        return bool(here is not None and here(config, own))
 
     def envelope_known(self, precision: str | None = None) -> bool:
         """Whether the envelope a config in `precision` is judged against is measured already
@@ -219,6 +226,9 @@ class ParityCache:
                 assert self.claims is not None
                 self.claims.release(held)
         self.clock.add(spent)
+        if reached:
+            ran = spent.get(GATE_TWIN, 0.0) + spent.get(GATE_CONFIG, 0.0)
+            self.largest_run_s = max(self.largest_run_s, ran)
         verdict = GateVerdict(
             verdict=verdict.verdict,
             config=verdict.config,
@@ -280,12 +290,13 @@ class ParityCache:
     ) -> dict[str, Any]:
         """`Gate.check`'s keyword arguments: the config's precision (None: the study's), the
         envelope measured elsewhere (`pending`), and where other workers share the study and
-        the check runs an eager twin, its own run as another worker may take it (`_run_plan`)."""
+        the check runs a twin, its own run as another worker may take it (`_run_plan`), unless
+        made where its trial compiled (`reuses_trial`), not in a helper's cold compile."""
         extra: dict[str, Any] = {} if pending is None else {"pending": pending}
         if precision is not None:
             extra["precision"] = precision
-        claims = self.claims is not None and self.gate.runs_apart
-        if claims and self.owes_twin(config, precision):
+        apart = self.claims is not None and self.gate.runs_apart
+        if apart and self.owes_twin(config, precision) and not self.reuses_trial(config, precision):
             extra["run"] = self._run_plan(self.run_key(config, precision), ran_here)
         return extra
 
