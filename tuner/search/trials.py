@@ -41,10 +41,12 @@ from tuner.search.proposing.screen import (
     SCREEN_WINDOWS,
     Incumbent,
     incumbent,
+    measured_before,
     pruned_reason,
     screen_record,
     screen_value,
     screened_out,
+    trials_without_gain,
 )
 from tuner.search.spaces.space import SearchSpace, candidate_key
 from tuner.store import keys
@@ -55,26 +57,11 @@ from tuner.store.phases import MEASURE, PROFILE
 from tuner.store.retry import is_transient
 
 
-def trials_without_gain(values: Sequence[float], margin: float) -> int:
-    """How many of `values` (complete trials' throughputs, in trial order) came after the last
-    one that beat every earlier value by more than `margin` (a fraction). A gain inside the
-    margin raises the best without counting as one: it is run-to-run noise (the tie margin of the
-    final round), and a search creeping up by such steps has stopped finding anything."""
-    best: float | None = None
-    since = 0
-    for value in values:
-        if best is None or value > best * (1.0 + margin):
-            since = 0
-        else:
-            since += 1
-        best = value if best is None else max(best, value)
-    return since
-
-
 def _skipped(trial: optuna.trial.FrozenTrial) -> bool:
-    """A trial pruned unrun on its prediction (`Search._predict`)."""
+    """A trial pruned unrun on its prediction or as a config measured already (`_predict`)."""
     found = trial.user_attrs.get(keys.PREDICTION)
-    return isinstance(found, dict) and found.get("skip") is not None
+    same = keys.SAME_AS in trial.user_attrs
+    return same or (isinstance(found, dict) and found.get("skip") is not None)
 
 
 def begun(study: optuna.Study) -> frozenset[int]:
@@ -212,28 +199,37 @@ class TrialRunner:
     ) -> str | None:
         """Predict the trial's peak and speed from the study's measurements (`tuner.search.
         predict`) and keep the prediction on it; one predicted not to fit, or to lose to the
-        incumbent beyond the tie margin with margin to spare, is pruned unrun ("skipped")."""
+        incumbent beyond the tie margin with margin to spare, is pruned unrun ("skipped"), and so
+        is a sampled config an earlier study measured (`measured_before`)."""
         trials = self.retry.call(
             lambda: self.study.get_trials(deepcopy=False), what="reading the study"
         )
-        against = incumbent(trials, failed=self._failed_keys(), cap=self.options.max_memory_bytes)
-        self._against[trial.number] = against
-        prediction = predict(
-            config,
-            precision,
-            known_trials(trials),
-            parameters=self.measurer.parameters(),
-            # Several processes: the model state per device depends on the data-parallel
-            # lever (FSDP2 shards it), which the memory model does not: no memory prediction.
-            device_bytes=(
-                self.measurer.device_memory_bytes() if self.options.nproc_per_node == 1 else None
-            ),
-            incumbent=against,
-            margin=self.options.tie_margin,
-        )
-        trial.set_user_attr(keys.PREDICTION, prediction.to_dict())
-        if prediction.skip is None:
-            return None
+        same = measured_before(trial.number, trials)
+        if same is not None:  # a sampled config an earlier study measured: not again
+            trial.set_user_attr(keys.SAME_AS, same)
+        else:
+            against = incumbent(
+                trials, failed=self._failed_keys(), cap=self.options.max_memory_bytes
+            )
+            self._against[trial.number] = against
+            prediction = predict(
+                config,
+                precision,
+                known_trials(trials),
+                parameters=self.measurer.parameters(),
+                # Several processes: the model state per device depends on the data-parallel
+                # lever (FSDP2 shards it), which the memory model does not: no memory prediction.
+                device_bytes=(
+                    self.measurer.device_memory_bytes()
+                    if self.options.nproc_per_node == 1
+                    else None
+                ),
+                incumbent=against,
+                margin=self.options.tie_margin,
+            )
+            trial.set_user_attr(keys.PREDICTION, prediction.to_dict())
+            if prediction.skip is None:
+                return None
         self.retry.call(
             lambda: self.study.tell(trial, state=TrialState.PRUNED),
             what=f"telling trial {trial.number}",

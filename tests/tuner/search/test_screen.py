@@ -28,6 +28,8 @@ from tuner.search.proposing.screen import (
     SCREEN_WINDOWS,
     Incumbent,
     incumbent,
+    measured_before,
+    pruned_reason,
     screen_record,
     screening,
 )
@@ -371,3 +373,59 @@ def test_a_memory_prediction_skips_only_on_a_basis_of_its_own_family() -> None:
     ]
     plain = pr.predict(LoopConfig(**PLAIN), "bf16-autocast", fitted, **kwargs)
     assert plain.skip is None
+
+
+def test_a_repeat_job_does_not_measure_again_a_config_the_earlier_job_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sampler proposes the space's one config again and again: the repeat job runs none of
+    those (`measured_before`), each recorded beside the copied trial that measured it; the
+    final round still measures that config on this machine."""
+    monkeypatch.setenv(MEMO_ENV, "on")
+    storage, space = sqlite_url(tmp_path), _one_point(tmp_path)
+    run_json(_screened(storage, "first", space, trials=1, patience=0))
+    rec = run_json(_screened(storage, "second", space, trials=3, patience=0))
+    copied, *sampled = load(storage, "second").trials
+    assert copied.user_attrs[keys.COPIED_FROM] == {"study": "first", "trial": 0}
+    assert [t.state for t in sampled] == [TrialState.PRUNED] * 2
+    for trial in sampled:
+        assert trial.user_attrs[keys.SAME_AS] == copied.number
+        assert keys.WINDOWS not in trial.user_attrs and keys.TIME not in trial.user_attrs
+        assert f"trial {copied.number}, copied from an earlier job" in (
+            pruned_reason(trial.user_attrs) or ""
+        )
+    assert rec["search"]["skipped_same"] == 2
+    assert "2 not run: a config an earlier job measured" in (search_text(rec["search"]) or "")
+    assert rec["config"] is not None and rec["final_round"]
+
+
+def test_only_a_sampled_copy_of_a_measured_copied_config_is_not_run() -> None:
+    config = LoopConfig(num_streams=2)
+    key = candidate_key(config, None, None)
+    copied = {keys.CONFIG_KEY: key, keys.COPIED_FROM: {"study": "first", "trial": 0}}
+
+    def trial(number: int, state: TrialState, fixed: bool = False, **attrs: Any) -> Any:
+        made = optuna.trial.create_trial(
+            state=state,
+            value=1.0 if state == TrialState.COMPLETE else None,
+            user_attrs=attrs,
+            system_attrs={"fixed_params": {"num_streams": 2}} if fixed else {},
+        )
+        made.number = number
+        return made
+
+    now = trial(5, TrialState.RUNNING, **{keys.CONFIG_KEY: key})
+    assert measured_before(5, [trial(0, TrialState.COMPLETE, **copied), now]) == 0
+    lost = {keys.SCREEN: {"outcome": "lost"}}
+    assert measured_before(5, [trial(1, TrialState.PRUNED, **copied, **lost), now]) == 1
+    # Not measured: a copied trial skipped on its prediction, or one that failed.
+    assert measured_before(5, [trial(2, TrialState.PRUNED, **copied), now]) is None
+    assert measured_before(5, [trial(2, TrialState.FAIL, **copied), now]) is None
+    # This job's own measurement of it: measured again, its windows pooled.
+    own = trial(3, TrialState.COMPLETE, **{keys.CONFIG_KEY: key})
+    assert measured_before(5, [own, now]) is None
+    # Another config, or an enqueued trial (a stage's, or one `revive` runs again): it runs.
+    other = {**copied, keys.CONFIG_KEY: candidate_key(LoopConfig(num_streams=1), None, None)}
+    assert measured_before(5, [trial(0, TrialState.COMPLETE, **other), now]) is None
+    enqueued = trial(5, TrialState.RUNNING, fixed=True, **{keys.CONFIG_KEY: key})
+    assert measured_before(5, [trial(0, TrialState.COMPLETE, **copied), enqueued]) is None

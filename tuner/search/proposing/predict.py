@@ -282,12 +282,14 @@ def check(
 
 
 def tally(trials: Iterable[optuna.trial.FrozenTrial]) -> dict[str, Any]:
-    """The search's record in counts: trials predicted, skipped on a prediction (by reason),
-    screened out, complete, and how often the predictions of trials that ran were right."""
+    """The search's record in counts: trials predicted, skipped on a prediction (by reason) or
+    as a config an earlier job measured (`skipped_same`), screened out, complete, and how often the
+    predictions of trials that ran were right."""
     counts = {
         "predicted": 0,
         "skipped_memory": 0,
         "skipped_slower": 0,
+        "skipped_same": 0,
         "screened_out": 0,
         "complete": 0,
     }
@@ -299,6 +301,7 @@ def tally(trials: Iterable[optuna.trial.FrozenTrial]) -> dict[str, Any]:
             counts["predicted"] += 1
             if found.get("skip") in ("memory", "slower"):
                 counts[f"skipped_{found['skip']}"] += 1
+        counts["skipped_same"] += keys.SAME_AS in attrs
         screened = attrs.get(keys.SCREEN)
         if isinstance(screened, dict) and screened.get("outcome") == "lost":
             counts["screened_out"] += 1

@@ -169,6 +169,41 @@ def pruned_reason(attrs: Mapping[str, Any]) -> str | None:
     found = attrs.get(keys.PREDICTION)
     if isinstance(found, dict) and found.get("skip") in ("memory", "slower"):
         return f"not run: {found.get('reason')}"
+    if isinstance(attrs.get(keys.SAME_AS), int):
+        return (
+            f"not run: trial {attrs[keys.SAME_AS]}, copied from an earlier job, measured this "
+            "config (the final round measures the contenders side by side)"
+        )
+    return None
+
+
+def measured_before(number: int, trials: Sequence[optuna.trial.FrozenTrial]) -> int | None:
+    """The trial copied from an earlier study (`tuner.search.earlier`) that measured the config
+    of sampled trial `number`, complete or screened out on its measurement (None: run it). A
+    repeat job does not measure such a config again: its process keeps none of the copied
+    trials' compiled code, so each measurement again is a compile, and the contenders are
+    measured side by side on this machine in the final round anyway. TPE over a few categorical
+    levers proposes its best again: the repeat job of the Qwen1.5-0.5B shape on an H200
+    (2026-12-01) compiled the copied leader and its tie again, 30 s and 58 s of its 196 s before
+    the final round. A config this job measured is measured again as before (its windows pooled,
+    its code kept); an enqueued trial (a stage's variant, one run again by `Search.revive`:
+    Optuna's `fixed_params`) always runs."""
+    this = next((t for t in trials if t.number == number), None)
+    if this is None or "fixed_params" in this.system_attrs:
+        return None
+    key = this.user_attrs.get(keys.CONFIG_KEY)
+    for other in sorted(trials, key=lambda t: t.number):
+        if other.user_attrs.get(keys.CONFIG_KEY) != key or keys.COPIED_FROM not in other.user_attrs:
+            continue
+        if other.state == TrialState.COMPLETE or screened_out(other):
+            return other.number
+    return None
+    key = this.user_attrs.get(keys.CONFIG_KEY)
+    for other in sorted(trials, key=lambda t: t.number):
+        if other.number == number or other.user_attrs.get(keys.CONFIG_KEY) != key:
+            continue
+        if other.state == TrialState.COMPLETE or screened_out(other):
+            return other.number
     return None
 
 
@@ -178,3 +213,19 @@ def screen_value(trial: optuna.trial.FrozenTrial) -> float | None:
         return None
     value = trial.user_attrs[keys.SCREEN].get("value")
     return float(value) if isinstance(value, int | float) else None
+
+
+def trials_without_gain(values: Sequence[float], margin: float) -> int:
+    """How many of `values` (complete trials' throughputs, in trial order) came after the last
+    one that beat every earlier value by more than `margin` (a fraction). A gain inside the
+    margin raises the best without counting as one: it is run-to-run noise (the tie margin of the
+    final round), and a search creeping up by such steps has stopped finding anything."""
+    best: float | None = None
+    since = 0
+    for value in values:
+        if best is None or value > best * (1.0 + margin):
+            since = 0
+        else:
+            since += 1
+        best = value if best is None else max(best, value)
+    return since
