@@ -272,6 +272,7 @@ def test_a_compiled_run_owed_no_bits_runs_here_and_is_judged_in_the_child(
         forget_compiled()  # nothing of an earlier test's: no code of it here, so the child runs it
         cold = here.check(compiled, precision=other)
         assert cold.verdict is not None and cold.verdict.passed and ran_here == []
+        assert not cold.config_here
         # Its trial, here: Dynamo keeps the code the gate's run then reuses.
         trial = trainers.resolve_factory("convnet", {})("tiny", seed=0)
         trainers.run(trial, compiled, args.replace(precision=other, steps=2, warmup=1, windows=1))
@@ -279,10 +280,11 @@ def test_a_compiled_run_owed_no_bits_runs_here_and_is_judged_in_the_child(
         assert first.verdict is not None and first.verdict.passed, first.verdict
         assert [each for each, _, _ in ran_here] == ["default"]
         assert first.verdict.losses == ran_here[0][1]  # judged on the run made here
+        assert first.config_here  # and says so (the gate's progress line)
         assert first.time["gate_config"] > ran_here[0][2]  # its run's seconds and the judgement's
         alone = apart.check(compiled, first.envelope, precision=other)
         assert alone.verdict is not None and alone.verdict.passed
-        assert len(ran_here) == 1  # told not to: the child ran it
+        assert len(ran_here) == 1 and not alone.config_here  # told not to: the child ran it
         # Owed bits in the study's precision (strict): the child runs it.
         same = here.check(LoopConfig(num_streams=2, compile="default"))
         assert same.verdict is not None and same.verdict.passed, same.verdict
@@ -302,3 +304,14 @@ def test_a_compiled_run_owed_no_bits_runs_here_and_is_judged_in_the_child(
     finally:
         here.close()
         apart.close()
+
+
+def test_the_gates_line_says_where_the_config_run_was_made() -> None:
+    from tuner.search.gating.parity import _parts
+    from tuner.store.phases import GATE_CONFIG
+
+    spent = {GATE_CONFIG: 54.0, "gate_twin": 0.2}
+    assert _parts(spent) == " (config run 54 s)"
+    assert (
+        _parts(spent, here=True) == " (config run 54 s, config run made where its trial compiled)"
+    )

@@ -61,6 +61,8 @@ class GateRun:
     """None for the envelope measured alone (`Gate.envelope`)."""
     envelope: dict[str, Any]
     time: dict[str, float]
+    config_here: bool = False
+    """The config's own run was made in the search's process (`runs_where_trained`)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -404,7 +404,7 @@ class ParityProcess:
         spent = dict(checked.time)
         for part, seconds in here.time.items():
             spent[part] = spent.get(part, 0.0) + seconds
-        return dataclasses.replace(checked, time=spent)
+        return dataclasses.replace(checked, time=spent, config_here=True)
 
     def runs_here(self, config: LoopConfig, precision: str | None = None) -> bool:
         """Whether `config`'s own gate run in `precision` (None: the study's) is made in this

@@ -205,6 +205,7 @@ class ParityCache:
         self._tell(f"gate: checking [{label}]" + _first_parts(envelope, pending))
         reached = True
         ran_here: list[str] = []  # the config's own run, where this process claimed it
+        here = False  # the config's own run made in this process (`GateRun.config_here`)
         try:
             extra = self._check_options(config, precision, pending, ran_here)
             run = self._gate_check(config, envelope, extra)
@@ -215,7 +216,7 @@ class ParityCache:
                 if env_key not in shared:
                     self._share(env_key, envelope)
                     shared[env_key] = envelope
-            spent = dict(run.time)
+            spent, here = dict(run.time), run.config_here
             verdict = GateVerdict(verdict=run.verdict, config=config.to_dict())
         except Exception as exc:  # noqa: BLE001 - a config that cannot even be checked fails
             verdict = GateVerdict.failed(f"parity run failed: {exc}", config=config)
@@ -229,14 +230,9 @@ class ParityCache:
         if reached:
             ran = spent.get(GATE_TWIN, 0.0) + spent.get(GATE_CONFIG, 0.0)
             self.largest_run_s = max(self.largest_run_s, ran)
-        verdict = GateVerdict(
-            verdict=verdict.verdict,
-            config=verdict.config,
-            seconds=time.perf_counter() - started,
-            time=spent,
-        )
+        verdict = dataclasses.replace(verdict, seconds=time.perf_counter() - started, time=spent)
         outcome = "passed" if verdict.passed else "failed"
-        self._tell(f"gate: [{label}] {outcome} in {verdict.seconds:.0f} s{_parts(spent)}")
+        self._tell(f"gate: [{label}] {outcome} in {verdict.seconds:.0f} s{_parts(spent, here)}")
         self._store(attr, verdict.to_dict())
         # Shared only when judged against the memo's own envelope: a study resumed after its
         # inputs changed judges by the envelope it stored then, which holds for it alone.
@@ -491,10 +487,10 @@ def _first_parts(envelope: dict[str, Any] | None, pending: Pending | None) -> st
     return ": the reference and its envelope first (once per study), then the config"
 
 
-def _parts(spent: dict[str, float]) -> str:
-    """` (reference 30 s, twin 105 s, ...)`: each part's seconds; empty where none took
-    a second."""
+def _parts(spent: dict[str, float], here: bool = False) -> str:
+    """` (reference 30 s, twin 105 s, ...)`: each part's seconds (none under a second), and
+    whether the config's run was made in this process, where its trial compiled."""
     shown = [
         f"{LABELS.get(k, k).removeprefix('gate: ')} {s:.0f} s" for k, s in spent.items() if s >= 0.5
-    ]
+    ] + (["config run made where its trial compiled"] if here else [])
     return f" ({', '.join(shown)})" if shown else ""
