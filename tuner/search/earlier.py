@@ -17,7 +17,8 @@ earlier study with the same inputs that finished the most (`copy_earlier`), in t
   attributes, and names its origin (`keys.COPIED_FROM`); not its time (`keys.TIME`,
   `keys.SECONDS`: this job did not spend it) nor its worker;
 - a trial cut short (stopped, or failed as interrupted) is not a measurement: it is not copied,
-  and the search may run it again.
+  and the search may run it again; nor is one not run because a copy had measured its config
+  (`keys.SAME_AS`, `tuner.search.proposing.screen.measured_before`).
 
 The copies count toward the patience as this job's own trials (`Search.joined` leaves them out),
 so a repeat of a search that stopped for patience goes straight to the gate (its verdicts from
@@ -123,6 +124,8 @@ def _copyable(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
     kept = []
     for trial in sorted(trials, key=lambda t: t.number):
         if not trial.state.is_finished() or trial.user_attrs.get(keys.STOPPED):
+            continue
+        if keys.SAME_AS in trial.user_attrs:  # not run: its config's copy is copied
             continue
         reason = str(trial.user_attrs.get(keys.FAILURE_REASON) or "")
         if trial.state == TrialState.FAIL and reason.startswith(keys.INTERRUPTED_PREFIX):

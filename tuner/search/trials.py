@@ -419,9 +419,9 @@ class TrialRunner:
         """The patience rule, over the whole study (workers sharing it included). The trials
         since this run joined the study (`_since_joined`) must number at least the patience
         too, so that resuming a study that had already stalled still runs that many more. In a
-        screening study a trial screened out or skipped on its prediction counts too: it did
-        not beat the best either. It waits while an enqueued trial waits (a stage's corners or
-        leader variants, `tuner.search.proposing`)."""
+        screening study a trial screened out, skipped on its prediction or not run as a copy's
+        config (`measured_before`) counts too: it did not beat the best either. It waits while
+        an enqueued trial waits (a stage's corners or leader variants, `tuner.search.proposing`)."""
         patience = self.options.patience
         trials = sorted(self.study.get_trials(deepcopy=False), key=lambda t: t.number)
         if not patience or self._since_joined(trials) < patience:

@@ -123,6 +123,7 @@ def test_a_trial_cut_short_is_not_a_measurement_and_is_not_copied() -> None:
         _trial(TrialState.FAIL, 1, **{keys.FAILURE_KIND: "oom", keys.FAILURE_REASON: "oom"}),
         _trial(TrialState.PRUNED, 4, **{keys.SCREEN: {"outcome": "lost"}}),
         _trial(TrialState.COMPLETE, 0),
+        _trial(TrialState.PRUNED, 5, **{keys.SAME_AS: 0}),  # not run: trial 0 had measured it
     ]
     kept = earlier._copyable(trials)
     # In trial order; an out-of-memory failure and a screened-out trial are facts of the config.

@@ -157,7 +157,8 @@ def screened_out(trial: optuna.trial.FrozenTrial | optuna.Trial) -> bool:
 
 def pruned_reason(attrs: Mapping[str, Any]) -> str | None:
     """Why a trial with these user attributes ended unrun or unmeasured in full, in one line: its
-    screen's figure against the incumbent's, or its prediction's skip (None: neither)."""
+    screen's figure against the incumbent's, its prediction's skip, or the copied trial that had
+    measured its config (`measured_before`; None: none of these)."""
     record = attrs.get(keys.SCREEN)
     if isinstance(record, dict) and record.get("outcome") == "lost":
         against = record.get("incumbent") or {}
@@ -194,13 +195,6 @@ def measured_before(number: int, trials: Sequence[optuna.trial.FrozenTrial]) -> 
     key = this.user_attrs.get(keys.CONFIG_KEY)
     for other in sorted(trials, key=lambda t: t.number):
         if other.user_attrs.get(keys.CONFIG_KEY) != key or keys.COPIED_FROM not in other.user_attrs:
-            continue
-        if other.state == TrialState.COMPLETE or screened_out(other):
-            return other.number
-    return None
-    key = this.user_attrs.get(keys.CONFIG_KEY)
-    for other in sorted(trials, key=lambda t: t.number):
-        if other.number == number or other.user_attrs.get(keys.CONFIG_KEY) != key:
             continue
         if other.state == TrialState.COMPLETE or screened_out(other):
             return other.number
