@@ -12,6 +12,8 @@ import pytest
 import sqlalchemy as sa
 import torch
 
+from tests.turns import pytest_runtest_protocol  # noqa: F401  (the hook, by its name)
+
 torch.set_num_threads(1)
 
 

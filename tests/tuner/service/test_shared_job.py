@@ -144,6 +144,7 @@ def _pg_ready() -> bool:
     or os.geteuid() != 0,
     reason="needs root and pg_ctlcluster",
 )
+@pytest.mark.alone  # every other test's PostgreSQL goes down with it
 def test_a_job_survives_a_database_restart(pg_url: str, workers: Workers) -> None:
     store = JobStore(pg_url)
     job = store.create(
