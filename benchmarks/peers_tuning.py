@@ -16,9 +16,9 @@ from optuna.trial import TrialState
 
 import trainers
 from trainers import LoopConfig
+from tuner.evidence.unrun import pruned_reason
 from tuner.search.measuring.measure import Protocol
 from tuner.search.options import RunOptions
-from tuner.search.proposing.screen import pruned_reason
 from tuner.search.study import run_study
 from tuner.store import keys
 

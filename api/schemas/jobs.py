@@ -469,6 +469,16 @@ class TrialOut(BaseModel):
     failure_kind: str | None
     stopped: bool = Field(description="stopped at a window by a cancel or a shutdown")
     duplicate_of: int | None
+    same_as: int | None = Field(
+        default=None,
+        description="not run: this trial, copied from an earlier job, measured its config",
+    )
+    pruned_reason: str | None = Field(
+        default=None,
+        description="why a pruned trial was not run or not measured in full: its screen "
+        "against the fastest trial so far, its predicted memory or speed, or the copied trial "
+        "that measured its config",
+    )
     time: dict[str, float] | None = Field(
         default=None, description="the trial's seconds by phase: compile, measure, gate parts"
     )

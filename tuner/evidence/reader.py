@@ -19,6 +19,7 @@ from tuner.errors import StudyNotFound
 from tuner.evidence.profiles import read_recommendation
 from tuner.evidence.recommendation import Recommendation
 from tuner.evidence.report import build_report
+from tuner.evidence.unrun import pruned_reason
 from tuner.store import keys
 from tuner.store import storage as studies
 from tuner.store.counting import best_trial, count_trials, is_rerun
@@ -178,6 +179,8 @@ def _trial_row(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
             "failure_kind": attrs.get("failure_kind"),
             "stopped": bool(attrs.get(STOPPED_ATTR)),
             "duplicate_of": attrs.get("duplicate_of"),
+            "same_as": attrs.get(keys.SAME_AS),
+            "pruned_reason": pruned_reason(attrs),
             "time": attrs.get(keys.TIME) if isinstance(attrs.get(keys.TIME), dict) else None,
             "started_at": started,
             "completed_at": finished,

@@ -18,6 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 import trainers
 from trainers import LoopConfig
 from tuner.evidence.progress import TrialReport
+from tuner.evidence.unrun import pruned_reason
 from tuner.search.deciding import profiling
 from tuner.search.gating.parity import ParityCache
 from tuner.search.measuring.measure import (
@@ -42,7 +43,6 @@ from tuner.search.proposing.screen import (
     Incumbent,
     incumbent,
     measured_before,
-    pruned_reason,
     screen_record,
     screen_value,
     screened_out,

@@ -225,9 +225,9 @@ def test_a_repeat_jobs_profiles_aim_at_its_own_minutes() -> None:
 def test_the_final_rounds_aim_costs_a_gate_by_its_trial_and_nothing_once_known(
     tmp_path: Path,
 ) -> None:
-    """On the scale space the final round keeps the job's time aim (`Search._final_aim`): a
-    config's gate is expected to cost its slowest trial's seconds, a config no trial ran
-    nothing, and a config whose verdict the study holds nothing; other spaces keep no aim."""
+    """On the scale space the final round keeps the job's time aim (`aim.final_aim`), a repeat
+    job's own: a config's gate is expected to cost its slowest trial's seconds, a config no trial
+    ran nothing, and a config whose verdict the study holds nothing; other spaces keep no aim."""
     storage = sqlite_url(tmp_path)
     fix = ("num_workers=0", "compile=none", "compile_scope=model")
     search = open_search(options(storage, "aim", trials=2, space="scale", fix=fix))
@@ -254,6 +254,14 @@ def test_the_final_rounds_aim_costs_a_gate_by_its_trial_and_nothing_once_known(
         assert search.parity(config).passed
         assert aim.gate_cost(config, None) is None
         assert aim.gate_cost(never, None) == 0.0
+        # A job that started from an earlier study's trials aims at a repeat job's minutes.
+        search.study.set_user_attr(keys.TRIALS_COPIED, {"from": "earlier", "trials": 1})
+        again = aim_module.final_aim(
+            search.space.name, search.study, search.parity_cache, search.clock, search.retry
+        )
+        assert again is not None and again.aim_s == aim_module.REPEAT_JOB_AIM_S
+        assert again.over(aim_module.REPEAT_JOB_AIM_S, "a gate") is not None
+        assert aim.over(aim_module.REPEAT_JOB_AIM_S, "a gate") is None
     finally:
         search.close()
     other = open_search(options(storage, "full", trials=1))

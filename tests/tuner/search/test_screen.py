@@ -17,9 +17,12 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from api.schemas.jobs import TrialOut
 from tests.tuner.tiny import PROTOCOL, load, options, run_json, sqlite_url
 from trainers import LoopConfig
+from tuner.evidence import reader
 from tuner.evidence.render import search_text
+from tuner.evidence.unrun import pruned_reason
 from tuner.search.gating.memo import MEMO_ENV
 from tuner.search.measuring.artifacts import save
 from tuner.search.options import LocalSlots, RunOptions
@@ -29,13 +32,13 @@ from tuner.search.proposing.screen import (
     Incumbent,
     incumbent,
     measured_before,
-    pruned_reason,
     screen_record,
     screening,
 )
 from tuner.search.spaces.space import candidate_key
 from tuner.search.study import open_search
 from tuner.store import keys
+from tuner.store import storage as studies
 from tuner.store.phases import GATE_ENVELOPE, GATE_REFERENCE, study_time
 
 
@@ -78,6 +81,15 @@ def _run_one(opts: RunOptions, plant: dict[str, Any]) -> optuna.trial.FrozenTria
     return load(opts.storage or "", opts.study or "").trials[-1]
 
 
+def _row(storage: str, study: str, number: int) -> dict[str, Any]:
+    """Trial `number`'s row as the service serves it (`GET /jobs/{id}/trials`), checked against
+    the API's schema."""
+    rows, _ = reader.StudyReader(studies.open_storage(storage)).trials(study, limit=50, offset=0)
+    (row,) = [r for r in rows if r["number"] == number]
+    assert TrialOut.model_validate(row).model_dump(mode="json").keys() == row.keys()
+    return row
+
+
 def test_a_slower_screen_is_pruned_and_never_gated(tmp_path: Path) -> None:
     storage = sqlite_url(tmp_path)
     opts = _screened(storage, "slower", _one_point(tmp_path))
@@ -87,6 +99,13 @@ def test_a_slower_screen_is_pruned_and_never_gated(tmp_path: Path) -> None:
     record = trial.user_attrs[keys.SCREEN]
     assert record["stage"] == "screen" and record["outcome"] == "lost"
     assert record["incumbent"]["throughput"] == 1e12
+    # The service's row says why, as the CLI's line does.
+    row = _row(storage, "slower", trial.number)
+    assert row["state"] == "pruned" and row["same_as"] is None
+    assert row["pruned_reason"] == pruned_reason(trial.user_attrs)
+    assert (
+        f"below trial {record['incumbent']['trial']}'s 1,000,000,000,000.0" in row["pruned_reason"]
+    )
     # Stopped after its screen, before the protocol's other windows.
     assert PROTOCOL.windows > SCREEN_WINDOWS
     assert len(trial.user_attrs[keys.WINDOWS]) == SCREEN_WINDOWS
@@ -131,6 +150,7 @@ def test_a_candidate_predicted_not_to_fit_is_never_run(tmp_path: Path) -> None:
     assert prediction["skip"] == "memory" and prediction["fits"] is False
     assert prediction["memory_basis"] == 0
     assert keys.WINDOWS not in trial.user_attrs  # never measured
+    assert _row(storage, "oom", trial.number)["pruned_reason"] == f"not run: {prediction['reason']}"
     assert keys.PREDICTION_CHECK not in trial.user_attrs
 
 
@@ -395,6 +415,10 @@ def test_a_repeat_job_does_not_measure_again_a_config_the_earlier_job_measured(
             pruned_reason(trial.user_attrs) or ""
         )
     assert rec["search"]["skipped_same"] == 2
+    rows = [_row(storage, "second", t.number) for t in (copied, *sampled)]
+    assert [row["same_as"] for row in rows] == [None, copied.number, copied.number]
+    assert rows[0]["pruned_reason"] is None
+    assert all(f"trial {copied.number}, copied" in row["pruned_reason"] for row in rows[1:])
     assert "2 not run: a config an earlier job measured" in (search_text(rec["search"]) or "")
     assert rec["config"] is not None and rec["final_round"]
 

@@ -91,7 +91,12 @@ def final_aim(
     space: str, study: optuna.Study, cache: ParityCache, clock: Clock, retry: Retry
 ) -> Aim | None:
     """On the scale space (`space`): a tied config's gate and a round after the first start only
-    where their expected cost ends the job `PROFILE_MARGIN_S` inside `SCALE_JOB_AIM_S`."""
+    where their expected cost ends the job `PROFILE_MARGIN_S` inside `SCALE_JOB_AIM_S`, or for a
+    job that started from an earlier study's trials (`tuner.search.earlier`) inside
+    `REPEAT_JOB_AIM_S`, as its profiles do (`profile_cut`): a repeat job is asked to answer in 4
+    minutes, and a tie its earlier job left ungated for its own aim is a gate it may not afford
+    (at 583f50a on one H200 the Qwen1.5-0.5B shape's repeat job began such a gate at 134.5 s,
+    docs/benchmarks/README.md, 2026-12-01)."""
     if space != SCALE_SPACE:
         return None
 
@@ -124,7 +129,10 @@ def final_aim(
         return max(seconds, default=0.0) + envelope
 
     return Aim(
-        wall=lambda: clock.wall_s, aim_s=SCALE_JOB_AIM_S, gate_cost=cost, margin_s=PROFILE_MARGIN_S
+        wall=lambda: clock.wall_s,
+        aim_s=REPEAT_JOB_AIM_S if keys.TRIALS_COPIED in study.user_attrs else SCALE_JOB_AIM_S,
+        gate_cost=cost,
+        margin_s=PROFILE_MARGIN_S,
     )
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import optuna
@@ -153,29 +153,6 @@ def screened_out(trial: optuna.trial.FrozenTrial | optuna.Trial) -> bool:
     """A trial pruned by its screen (at either stage)."""
     record = trial.user_attrs.get(keys.SCREEN)
     return isinstance(record, dict) and record.get("outcome") == "lost"
-
-
-def pruned_reason(attrs: Mapping[str, Any]) -> str | None:
-    """Why a trial with these user attributes ended unrun or unmeasured in full, in one line: its
-    screen's figure against the incumbent's, its prediction's skip, or the copied trial that had
-    measured its config (`measured_before`; None: none of these)."""
-    record = attrs.get(keys.SCREEN)
-    if isinstance(record, dict) and record.get("outcome") == "lost":
-        against = record.get("incumbent") or {}
-        return (
-            f"{record.get('value', 0.0):,.1f} samples/s over {record.get('windows')} windows, "
-            f"more than {record.get('margin', 0.0):.0%} below trial {against.get('trial')}'s "
-            f"{against.get('throughput', 0.0):,.1f}: not gated"
-        )
-    found = attrs.get(keys.PREDICTION)
-    if isinstance(found, dict) and found.get("skip") in ("memory", "slower"):
-        return f"not run: {found.get('reason')}"
-    if isinstance(attrs.get(keys.SAME_AS), int):
-        return (
-            f"not run: trial {attrs[keys.SAME_AS]}, copied from an earlier job, measured this "
-            "config (the final round measures the contenders side by side)"
-        )
-    return None
 
 
 def measured_before(number: int, trials: Sequence[optuna.trial.FrozenTrial]) -> int | None:
