@@ -303,8 +303,9 @@ class Search(TrialRunner):
                     break
         finally:
             self.parity_cache.before_check = None
-            with self.clock.timing(PROFILE):
-                self._children.settle_profiles()  # the warm-up uses the GPU: before any timing
+            with self.clock.timing(PROFILE):  # the warm-up uses the GPU: ended before any timing
+                if self._children.end_warm():
+                    self.progress.phase(f"profiles: the leader's compile {self._children.warmed}")
         failed = self._failed_keys()
         invalid = {
             t.number

@@ -4,6 +4,7 @@ CPU."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -15,7 +16,8 @@ from tuner.evidence.trace import CPU_NOTE
 from tuner.search.children import seeds_ahead
 from tuner.search.deciding.profile_child import ProfileProcess
 from tuner.search.gating import isolated
-from tuner.search.gating.isolated import ChildProcess, ParityProcess
+from tuner.search.gating.child import ChildProcess
+from tuner.search.gating.isolated import ParityProcess
 from tuner.search.options import RunOptions
 
 T = TypeVar("T")
@@ -315,3 +317,29 @@ def test_the_gates_line_says_where_the_config_run_was_made() -> None:
     assert (
         _parts(spent, here=True) == " (config run 54 s, config run made where its trial compiled)"
     )
+
+
+def _sleep(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def test_work_ahead_still_running_is_ended_and_the_next_call_gets_a_new_child() -> None:
+    """The profiles' warm-up beside the gate, still compiling when the gate ends, is ended
+    rather than waited for (`ChildProcess.end_unfinished`); work ahead that has ended is kept."""
+    child = ChildProcess()
+    try:
+        first = child.call(_pid)
+        child.submit(_sleep, 0.0).result()
+        assert not child.end_unfinished()  # ended: the child stays
+        assert child.call(_pid) == first
+        child.submit(_sleep, 300.0)
+        started = time.monotonic()
+        assert child.end_unfinished()
+        assert time.monotonic() - started < 60.0  # not the 300 s of the call
+        second = child.call(_pid)
+        assert second != first and child.call(_pid) == second
+        with pytest.raises(ProcessLookupError):
+            os.kill(first, 0)  # the first child is gone
+    finally:
+        child.close()

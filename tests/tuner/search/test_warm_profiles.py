@@ -72,6 +72,35 @@ def test_no_warm_up_without_a_child_cores_a_compile_or_memory(
         found.close()
 
 
+@pytest.mark.slow
+def test_a_warm_up_still_running_when_the_gate_ends_is_ended_not_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`Children.end_warm` at the gate's end: a warm-up that has ended is kept (its profile
+    compiles nothing); one still running (here: still compiling) is ended at once, and
+    the profile after it compiles the config in a new child."""
+    monkeypatch.setattr(children, "usable_cores", lambda: children.AHEAD_MIN_CORES)
+    monkeypatch.setattr(children, "_free_bytes", lambda device: 100 * GB)
+    kwargs = dict(steps=2, warmup=1, seed=0, device="cpu", matmul_precision="highest")
+    profiles = ProfileProcess("mlp", "tiny", **kwargs)  # type: ignore[arg-type]
+    found = _children(profiles)
+    try:
+        assert not found.end_warm()  # nothing warmed: nothing to end
+        assert found.warm_profiles(COMPILED, None, peak=GB, largest=GB)
+        found.settle_profiles()
+        assert not found.end_warm()  # it had ended: kept
+        assert found.warm_config == (COMPILED, None) and found.prepared
+        assert profiles.profile(COMPILED).phases["compile"] == 0.0  # type: ignore[index]
+        other = LoopConfig(compile="default", num_streams=2)
+        assert found.warm_profiles(other, None, peak=GB, largest=GB)
+        assert found.end_warm()
+        assert found.warm_config is None and not found.prepared
+        assert "ended unfinished when the gate ended" in (found.warmed or "")
+        assert profiles.profile(other).phases["compile"] > 0.0  # type: ignore[index]
+    finally:
+        found.close()
+
+
 @pytest.mark.parametrize(
     "device",
     [pytest.param("cpu", marks=pytest.mark.slow), pytest.param("cuda", marks=pytest.mark.gpu)],

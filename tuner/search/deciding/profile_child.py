@@ -1,5 +1,5 @@
 """The profiles' child process: `ProfileProcess` runs `tuner.evidence.trace.profile_config` in a
-long-lived spawned child (`tuner.search.gating.isolated.ChildProcess`), since a profile leaves
+long-lived spawned child (`tuner.search.gating.child.ChildProcess`), since a profile leaves
 CUPTI attached to the process that ran it and slows every later launch there (the module doc of
 `tuner.search.gating.isolated` has the figures).
 
@@ -9,8 +9,9 @@ Its work ahead of the profiles, while this process goes on:
   speed), so that the recommended config's profile keeps the code that run compiled
   (`trainers.compilation.reuse_key`) instead of compiling it again: at `llama-1b` on an H200 that
   compile was 75 s of the cold job's 141 s of profiles (2026-11-29, 5b60579). `Search` asks for it
-  only where the GPU's free memory holds it beside the gate's runs, and waits for it before the
-  next measurement (`settle`).
+  only where the GPU's free memory holds it beside the gate's runs; where the gate ends first,
+  the warm-up is ended (`end_unfinished`, `tuner.search.children.Children.end_warm`), else
+  waited for before the next measurement (`settle`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 import trainers
 from trainers import LoopConfig
 from tuner.evidence import trace
-from tuner.search.gating.isolated import (
+from tuner.search.gating.child import (
     ChildProcess,
     fork_dataloader_workers,
     give_back_memory,
@@ -194,6 +195,11 @@ class ProfileProcess:
             model_args,
             chosen,
         )
+
+    def end_unfinished(self) -> bool:
+        """End the child where what was started ahead still runs (`ChildProcess.end_unfinished`):
+        True; the next call starts a new child and builds the workload again."""
+        return self._child.end_unfinished()
 
     def settle(self) -> bool:
         """Wait for what was started ahead (`prepare`, `warm`). A failure is not raised: its

@@ -38,8 +38,8 @@ import trainers
 from trainers import LoopConfig, RunArgs
 from trainers.gate import Envelope, ParityVerdict
 from trainers.program import run_distributed
+from tuner.search.gating.child import ChildProcess
 from tuner.search.gating.gate import ConfigRun, GateRun, Pending, RunPending, only_one_precision
-from tuner.search.gating.isolated import ChildProcess
 from tuner.store.phases import GATE_CONFIG, GATE_ENVELOPE
 
 _ACCUMULATES = (1, 2, 4, 8)
