@@ -77,9 +77,10 @@ from tuner.search.proposing.screen import (
 )
 from tuner.search.spaces.named import SCALE_SPACE
 from tuner.search.spaces.space import SearchSpace
-from tuner.search.trials import TrialRunner, begun
+from tuner.search.trials import TrialRunner
 from tuner.store import keys
 from tuner.store import storage as studies
+from tuner.store.counting import begun
 from tuner.store.phases import MEASURE, PROFILE, study_time
 
 

@@ -41,7 +41,8 @@ from tuner.search.proposing.defaults import (
     AUTO_SEARCH_BUDGET_S,
     SCALE_WINDOW_STEPS,
 )
-from tuner.search.proposing.stages import first_stage
+from tuner.search.proposing.held import hold
+from tuner.search.proposing.stages import first_trials
 from tuner.search.search import Search
 from tuner.search.spaces.named import (
     AUTO_GPU_SPACE,
@@ -57,8 +58,8 @@ from tuner.search.spaces.pinned import check_pins
 from tuner.search.spaces.processes import for_processes
 from tuner.search.spaces.resume import as_stored
 from tuner.search.spaces.space import SearchSpace
+from tuner.store import keys
 from tuner.store import storage as studies
-from tuner.store.keys import PRECISION as PRECISION_PARAM
 
 
 def run_study(
@@ -302,9 +303,16 @@ def _begin(
         copied = earlier.copy_earlier(storage, study, inputs)
     # The lever corners (tuner/search/proposing/stages.py); a resumed study already holds them,
     # and skip_if_exists keeps a second creator from adding them twice, and leaves out those an
-    # earlier study's copies ran.
-    for params in _first_trials(space, options, measurer.device.type):
+    # earlier study's copies ran. The float8 corner of the whole model waits for the probes
+    # (tuner/search/proposing/held.py); an earlier study's copies ran it as its probes picked.
+    precisions = options.allowed_precisions if options.multi_precision else ()
+    first = first_trials(space, measurer.device.type, options.precision, precisions)
+    probes = measurer.program is None and options.nproc_per_node == 1
+    now, held = hold(first, space, precisions, probes=probes)
+    for params in now:
         study.enqueue_trial(params, skip_if_exists=True)
+    if held and copied is None:
+        study.set_user_attr(keys.HELD_CORNERS, held)
     return copied
 
 
@@ -408,29 +416,6 @@ def _check_precisions_here(options: RunOptions, measurer: Measurer) -> None:
             trainers.check_precision_here(precision, measurer.device)
         except trainers.UnsupportedOnDevice as exc:
             raise TunerError(f"{flag}: {exc}") from None
-
-
-def _first_trials(
-    space: SearchSpace, options: RunOptions, device_type: str
-) -> list[dict[str, Any]]:
-    """The lever corners (tuner/search/proposing/stages.py); with several precisions allowed, each
-    corner in each precision where it is valid (corner by corner, so a short study sees them all),
-    or, in a space without corners (a CPU's), one trial in each precision, its settings sampled:
-    every precision the user allowed is measured and gated, however short the study."""
-    if not options.multi_precision:
-        return first_stage(space, device_type=device_type, precision=options.precision)
-    by_precision = {
-        precision: first_stage(space, device_type=device_type, precision=precision)
-        for precision in options.allowed_precisions
-    }
-    if not any(by_precision.values()):
-        return [{PRECISION_PARAM: precision} for precision in options.allowed_precisions]
-    corners: list[dict[str, Any]] = []
-    for index in range(max((len(c) for c in by_precision.values()), default=0)):
-        for precision, chosen in by_precision.items():
-            if index < len(chosen):
-                corners.append(chosen[index] | {PRECISION_PARAM: precision})
-    return corners
 
 
 def _for_program(

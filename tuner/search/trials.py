@@ -35,6 +35,7 @@ from tuner.search.options import (
     RunOptions,
     make_sampler,
 )
+from tuner.search.proposing import held
 from tuner.search.proposing.levers import Prober, Staged, offered_levers, second_stage
 from tuner.search.proposing.predict import check as check_prediction
 from tuner.search.proposing.predict import known_trials, predict
@@ -62,16 +63,6 @@ def _skipped(trial: optuna.trial.FrozenTrial) -> bool:
     found = trial.user_attrs.get(keys.PREDICTION)
     same = keys.SAME_AS in trial.user_attrs
     return same or (isinstance(found, dict) and found.get("skip") is not None)
-
-
-def begun(study: optuna.Study) -> frozenset[int]:
-    """The numbers of the study's trials begun so far (every state but WAITING). A run's
-    patience counts the trials begun after these (`TrialRunner._since_joined`): a resumed
-    study's earlier trials do not count; a job's other workers' do, and so do trials enqueued
-    before the run but begun after it joined."""
-    return frozenset(
-        t.number for t in study.get_trials(deepcopy=False) if t.state != TrialState.WAITING
-    )
 
 
 class TrialRunner:
@@ -396,24 +387,40 @@ class TrialRunner:
         return trials, None if best is None else next(t for t in trials if t.number == best.trial)
 
     def _stage_levers(self) -> None:
+        """The float8 corner held for the probes (`held.release`), then the second stage."""
         if not offered_levers(self.space):
             return  # no lever to stage in this space: no read of the study for it
-        said = self.retry.call(
-            lambda: second_stage(
-                self.study,
-                self.space,
-                self._leading()[1],
-                device_type=self.measurer.device.type,
-                precision=self.options.precision,
-                staged=self._staged,
-                predict=self._prober,
-                model=self._model(),
-                precisions=self.options.allowed_precisions if self.options.multi_precision else (),
+        device_type, model = self.measurer.device.type, self._model()
+        for said in (
+            self.retry.call(
+                lambda: held.release(
+                    self.study,
+                    self.space,
+                    predict=self._prober,
+                    device_type=device_type,
+                    model=model,
+                ),
+                what="enqueueing the float8 corner",
             ),
-            what="enqueueing the second stage",
-        )
-        if said:
-            self.progress.phase(said)
+            self.retry.call(
+                lambda: second_stage(
+                    self.study,
+                    self.space,
+                    self._leading()[1],
+                    device_type=device_type,
+                    precision=self.options.precision,
+                    staged=self._staged,
+                    predict=self._prober,
+                    model=model,
+                    precisions=self.options.allowed_precisions
+                    if self.options.multi_precision
+                    else (),
+                ),
+                what="enqueueing the second stage",
+            ),
+        ):
+            if said:
+                self.progress.phase(said)
 
     def out_of_patience(self) -> bool:
         """The patience rule, over the whole study (workers sharing it included). The trials

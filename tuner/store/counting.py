@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.store import keys
@@ -106,3 +107,13 @@ def gpu_seconds(trials: Iterable[FrozenTrial], study_attrs: Mapping[str, Any]) -
         ) and isinstance(entry, dict):
             total += float(entry.get(keys.SECONDS, 0.0) or 0.0)
     return total
+
+
+def begun(study: optuna.Study) -> frozenset[int]:
+    """The numbers of the study's trials begun so far (every state but WAITING). A run's
+    patience counts the trials begun after these (`tuner.search.trials.TrialRunner.
+    _since_joined`): a resumed study's earlier trials do not count; a job's other workers' do,
+    and so do trials enqueued before the run but begun after it joined."""
+    return frozenset(
+        t.number for t in study.get_trials(deepcopy=False) if t.state != TrialState.WAITING
+    )

@@ -56,6 +56,9 @@ SEARCH_INPUTS = "search-inputs"
 study copies the finished trials of an earlier study with the same value."""
 TRIALS_COPIED = "trials-copied"
 """On a study that began with an earlier study's trials: `{"from": name, "trials": count}`."""
+HELD_CORNERS = "held-corners"
+"""The first stage's float8 corners of the whole model, held until the probes pick their float8
+levers (`tuner.search.proposing.held`): their params; empty once enqueued."""
 
 # -- trial attributes ----------------------------------------------------------------------
 CONFIG = "config"

@@ -27,14 +27,15 @@ leader moved into float8, with each combination of the values the offered float8
 take in the space (`float8_head`, `float8_linears`; a combination the harness refuses, or one
 that runs as another, left out), among them the leader in plain float8 and its head alone in
 float8 (`float8_linears='none'` beside `float8_head='float8'`). The first stage tries float8
-only at its corners and the one-lever variants need a float8 leader, so without these a bf16
-leader was never tried with what float8 gives at its largest matmul: on the Qwen1.5-0.5B
-shape (2026-11-30, one H200; vocabulary 151,936) the default job kept bf16 after plain float8
-ran 1.2 % behind, with its head never in float8 (1.047x on the Qwen2-style decoder before).
-Their prediction is what the float8 levers' probes, run in float8, say the combination saves
-against each lever's `unconverted` value (what a bf16 step runs), summed over every such
-lever, the space's or not: plain float8 is predicted from its linears alone. A move is staged
-only where predicted, and only from bf16, whose step those figures are.
+only at its corners (the whole model's with the float8 levers its probes pick:
+`tuner.search.proposing.held`) and the one-lever variants need a float8 leader, so without
+these a bf16 leader was never tried with what float8 gives at its largest matmul: on the
+Qwen1.5-0.5B shape (2026-11-30, one H200; vocabulary 151,936) the default job kept bf16 after
+plain float8 ran 1.2 % behind, with its head never in float8 (1.047x on the Qwen2-style decoder
+before). Their prediction is what the float8 levers' probes, run in float8, say the
+combination saves against each lever's `unconverted` value (what a bf16 step runs), summed over
+every such lever, the space's or not: plain float8 is predicted from its linears alone. A move
+is staged only where predicted, and only from bf16, whose step those figures are.
 
 Two cuts on the evidence (`tuner.search.proposing.cuts`, which says why): of one lever's
 predicted values only the first in this order is staged, and a value a trial measured behind
@@ -56,15 +57,16 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 import trainers
 from tuner.search.proposing.cuts import first_of_each_lever, lost_before
+from tuner.search.proposing.predictions import Predict, Predictions, unpredicted
 from tuner.search.spaces.space import Choice, SearchSpace
 from tuner.store import keys
 
@@ -133,7 +135,7 @@ def _variants(
     # A study without a precision runs in float32 (its matmul precision fp32 or tf32, which no
     # lever's rule tells apart): a lever that needs another one (the head in float8) is refused.
     precision = leader.get(keys.PRECISION, precision) or "fp32"
-    current = _settings(space, leader)
+    current = settings_of(space, leader)
     registered = list(trainers.LEVERS)
     found: list[Variant] = []
     for name, values in offered_levers(space).items():
@@ -164,7 +166,7 @@ def _variants(
 FLOAT8 = "float8"
 
 
-def _float8_levers(space: SearchSpace, precision: str) -> dict[str, tuple[Any, ...]]:
+def float8_levers(space: SearchSpace, precision: str) -> dict[str, tuple[Any, ...]]:
     """The offered levers with a value that runs in float8 but not in `precision`, and an
     `unconverted` value to predict them against, each with the space's values (an enqueued
     value must be one of them: Optuna's distribution)."""
@@ -181,7 +183,7 @@ def _float8_levers(space: SearchSpace, precision: str) -> dict[str, tuple[Any, .
     return found
 
 
-def _settings(space: SearchSpace, leader: Mapping[str, Any]) -> dict[str, Any]:
+def settings_of(space: SearchSpace, leader: Mapping[str, Any]) -> dict[str, Any]:
     """The settings `leader` (a trial's params) runs, its precision aside, as
     `trainers.canonical` holds them."""
     settings = {k: v for k, v in leader.items() if k != keys.PRECISION}
@@ -205,25 +207,17 @@ def _into_float8(
     # the step in bf16 too), so they do not predict a move from fp32, tf32 or fp16.
     if FLOAT8 not in precisions or precision != BF16:
         return []
-    levers = _float8_levers(space, precision)
+    levers = float8_levers(space, precision)
     if not levers:
         return []
-    current = _settings(space, leader)
     found: list[Variant] = []
-    for combination in itertools.product(*levers.values()):
-        chosen = dict(zip(levers, combination, strict=True))
-        changed = current | chosen
-        if trainers.invalid_reason(changed, precision=FLOAT8, device_type=device_type, model=model):
-            continue
-        runs = trainers.canonical(changed, pinned=space.fixed)
-        if any(runs[n] != v for n, v in chosen.items()):
-            continue  # it runs as another combination (a lever inert beside the others)
-        variant = {field: runs[field] for field in space.params} | {keys.PRECISION: FLOAT8}
+    for chosen, variant, settled in float8_combinations(
+        space, settings_of(space, leader), levers, device_type, model
+    ):
         # Only where predicted: each move compiles the whole float8 model, and up to five of
         # them would run on the probes' word alone. Predicted over every float8 lever, the
         # space's or not (one fixed, or at its default, still runs its linears in float8).
-        settled = {n: runs.get(n, trainers.LEVERS[n].default) for n in _unconverted_levers()}
-        gain = _unpredicted(chosen) if predictions is None else predictions.into(settled, chosen)
+        gain = unpredicted(chosen) if predictions is None else predictions.into(settled, chosen)
         left_out = gain if isinstance(gain, str) else None
         ahead = gain if isinstance(gain, float) else 0.0
         # A compile (the converted model's), after every lever of the leader's own precision
@@ -232,92 +226,39 @@ def _into_float8(
     return found
 
 
-# Where a compile falls in the levers' cost order (`trainers.Lever.cost_order`): the compiler's
-# own value that costs one.
-_COMPILE = trainers.LEVERS["compile"].cost_order("default")
-BF16 = "bf16-autocast"
+def float8_combinations(
+    space: SearchSpace,
+    current: Mapping[str, Any],
+    levers: Mapping[str, Sequence[Any]],
+    device_type: str,
+    model: nn.Module | None,
+) -> Iterator[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
+    """`current` (settings, `settings_of`) in float8 with each combination of the values of
+    `levers` (`float8_levers`) that the harness runs on `device_type` for `model` and that runs
+    as itself: the combination chosen, the trial's params (the space's fields and the
+    precision), and every float8 lever's value as it runs (`Predictions.into`'s `settled`)."""
+    for combination in itertools.product(*levers.values()):
+        chosen = dict(zip(levers, combination, strict=True))
+        changed = dict(current) | chosen
+        if trainers.invalid_reason(changed, precision=FLOAT8, device_type=device_type, model=model):
+            continue
+        runs = trainers.canonical(changed, pinned=space.fixed)
+        if any(runs[n] != v for n, v in chosen.items()):
+            continue  # it runs as another combination (a lever inert beside the others)
+        variant = {field: runs[field] for field in space.params} | {keys.PRECISION: FLOAT8}
+        settled = {n: runs.get(n, trainers.LEVERS[n].default) for n in unconverted_levers()}
+        yield chosen, variant, settled
 
 
-def _unconverted_levers() -> tuple[str, ...]:
+def unconverted_levers() -> tuple[str, ...]:
     """The levers that say what a bf16 step runs (`Lever.unconverted`): a move's prediction."""
     return tuple(n for n, lever in trainers.LEVERS.items() if lever.unconverted is not None)
 
 
-def _unpredicted(chosen: Mapping[str, Any]) -> str:
-    return f"{_moved(chosen)}: no probe predicted it"
-
-
-def _moved(chosen: Mapping[str, Any]) -> str:
-    return "float8 with " + ", ".join(f"{n}={v}" for n, v in chosen.items())
-
-
-class Predict(Protocol):
-    """What the second stage asks the probes (`Prober`): the predictions for a leader in a
-    precision, from the probes of `names` (None: the levers the space offers)."""
-
-    def __call__(
-        self, leader: FrozenTrial, precision: str | None, names: Collection[str] | None = None
-    ) -> Predictions | None: ...
-
-
-@dataclasses.dataclass(frozen=True)
-class Predictions:
-    """What the levers' probes predict for one leader (`trainers.probe_levers`): each probed
-    lever's milliseconds per step by value (or why a value cannot run), and the least gain
-    worth a trial, the tie margin of the leader's step (a smaller gain cannot make a leader
-    beyond the tie, `Staged.wants`)."""
-
-    ms: Mapping[str, Mapping[Any, float | str]]
-    floor_ms: float
-
-    def gain(self, name: str, current: Any, value: Any) -> float | str | None:
-        """The milliseconds a step saves with `value` for `current` (a float: kept); why the
-        stage leaves it out (a str); None where the lever has no probe (kept, unordered)."""
-        if name not in self.ms:
-            return None
-        figures = self.ms[name]
-        if not figures:
-            return f"{name}={value}: the model does none of the work it changes"
-        new, old = figures.get(value), figures.get(current)
-        if isinstance(new, str):
-            return f"{name}={value}: {new}"
-        if not isinstance(new, float) or not isinstance(old, float):
-            return None  # the leader's own value not timed: no prediction
-        gain = old - new
-        if gain <= self.floor_ms:
-            return (
-                f"{name}={value}: predicted {gain:+.2f} ms a step against {current}, under the "
-                f"{self.floor_ms:.2f} ms a gain must pass"
-            )
-        return gain
-
-    def into(self, settled: Mapping[str, Any], chosen: Mapping[str, Any]) -> float | str:
-        """What a step saves moved into float8 with `settled` (every float8 lever's value in the
-        move; these predictions the probes' in float8): each lever's figure at its `unconverted`
-        value (a bf16 step's) less its figure at the settled one, summed; why the stage leaves
-        it out (named by `chosen`, the space's levers) where a value cannot run, a figure is
-        missing (a move is staged only where predicted) or the sum gains too little."""
-        gain = 0.0
-        said = _moved(chosen)
-        for name, value in settled.items():
-            figures = self.ms.get(name)
-            if figures is None:
-                return _unpredicted(chosen)  # no probe, or it failed
-            if not figures:
-                continue  # the model does none of its work: it changes nothing
-            unconverted = trainers.LEVERS[name].unconverted
-            new, old = figures.get(value), figures.get(unconverted)
-            if isinstance(new, str):
-                return f"{said}: {name}={value}: {new}"
-            if not isinstance(new, float) or not isinstance(old, float):
-                return _unpredicted(chosen)
-            gain += old - new
-        if gain <= self.floor_ms:
-            return (
-                f"{said}: predicted {gain:+.2f} ms a step against the leader's, under the "
-                f"{self.floor_ms:.2f} ms a gain must pass"
-            )
-        return gain
+# Where a compile falls in the levers' cost order (`trainers.Lever.cost_order`): the compiler's
+# own value that costs one.
+_COMPILE = trainers.LEVERS["compile"].cost_order("default")
+BF16 = "bf16-autocast"
 
 
 def waiting(study: optuna.Study) -> int:
@@ -445,7 +386,7 @@ def second_stage(
         if own or moved:
             found = variants(
                 predict(leader, precision) if own else None,
-                predict(leader, FLOAT8, _unconverted_levers()) if moved else None,
+                predict(leader, FLOAT8, unconverted_levers()) if moved else None,
             )
     found = first_of_each_lever(sorted(found, key=_order))  # stable: ties keep declared order
     found = lost_before(
@@ -453,7 +394,7 @@ def second_stage(
         led,
         study.get_trials(deepcopy=False) if len(study.directions) == 1 else (),
         levers=offered_levers(space),
-        runs=lambda p: _settings(space, p) | {keys.PRECISION: p.get(keys.PRECISION, precision)},
+        runs=lambda p: settings_of(space, p) | {keys.PRECISION: p.get(keys.PRECISION, precision)},
         margin=staged.margin,
     )
     chosen = [v.params for v in found if v.left_out is None]

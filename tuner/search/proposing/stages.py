@@ -19,10 +19,12 @@ same config are enqueued once. Spaces without the levers (`streams`, `full`) get
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import trainers
 from tuner.search.spaces.space import Choice, IntRange, SearchSpace
+from tuner.store import keys
 
 # A space that searches neither of these (`streams`, `full`) keeps its plain sampler start.
 COMPILER_LEVERS = ("compile", "optimizer")
@@ -159,3 +161,26 @@ def first_stage(
         seen.add(key)
         chosen.append(params)
     return chosen
+
+
+def first_trials(
+    space: SearchSpace, device_type: str, precision: str | None, precisions: Sequence[str]
+) -> list[dict[str, Any]]:
+    """The lever corners (`first_stage`) in `precision`; with several `precisions` allowed (the
+    trials' param), each corner in each precision where it is valid (corner by corner, so a
+    short study sees them all), or, in a space without corners (a CPU's), one trial in each
+    precision, its settings sampled: every precision the user allowed is measured and gated,
+    however short the study."""
+    if not precisions:
+        return first_stage(space, device_type=device_type, precision=precision)
+    by_precision = {
+        each: first_stage(space, device_type=device_type, precision=each) for each in precisions
+    }
+    if not any(by_precision.values()):
+        return [{keys.PRECISION: each} for each in precisions]
+    corners: list[dict[str, Any]] = []
+    for index in range(max((len(c) for c in by_precision.values()), default=0)):
+        for each, chosen in by_precision.items():
+            if index < len(chosen):
+                corners.append(chosen[index] | {keys.PRECISION: each})
+    return corners

@@ -1,0 +1,161 @@
+"""The float8 corner of the whole model, held until the probes pick its float8 levers
+(tuner/search/proposing/held.py): which corners are held, what the probes' figures pick, and
+the release on a real study (Optuna on SQLite). The probes' figures are given: float8 runs on
+a GPU only."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tests.tuner.tiny import sqlite_url
+from tuner.search.proposing.held import hold, picked, release
+from tuner.search.proposing.levers import unconverted_levers
+from tuner.search.proposing.predictions import Predictions
+from tuner.search.proposing.stages import first_trials
+from tuner.search.spaces.space import Choice, SearchSpace
+from tuner.store import keys
+
+BOTH = ("bf16-autocast", "float8")
+SPACE = SearchSpace(
+    name="own",
+    params={
+        "compile_scope": Choice(values=("blocks", "model")),
+        "float8_head": Choice(values=("bf16", "float8")),
+        "float8_linears": Choice(values=("all", "8M", "none")),
+    },
+    fixed={"compile": "default"},
+)
+# In float8: the head gains 4 ms; every linear in float8 loses 5 ms against none (what a bf16
+# step runs), 8M 2 ms. So the float8 corner (the head in bf16, every linear in float8) is
+# predicted 5 ms behind a bf16 step, the head alone 4 ms ahead of it.
+IN_FLOAT8 = {
+    "float8_head": {"bf16": 10.0, "float8": 6.0},
+    "float8_linears": {"all": 30.0, "8M": 27.0, "none": 25.0},
+}
+PLAIN = {"float8_head": "bf16", "float8_linears": "all"}
+
+
+def _corners() -> list[dict[str, Any]]:
+    return first_trials(SPACE, "cuda", None, BOTH)
+
+
+def test_the_float8_corner_of_the_whole_model_is_held_where_the_probes_can_pick() -> None:
+    corners = _corners()
+    scopes = [(c["compile_scope"], c[keys.PRECISION]) for c in corners]
+    assert scopes == [
+        ("blocks", "bf16-autocast"),
+        ("blocks", "float8"),
+        ("model", "bf16-autocast"),
+        ("model", "float8"),
+    ]
+    now, held = hold(corners, SPACE, BOTH, probes=True)
+    assert held == [corners[3]] and now == corners[:3]
+    # No probes here (a program, a data-parallel study), one precision, no float8 lever, or no
+    # float8 corner to run first: nothing held.
+    assert hold(corners, SPACE, BOTH, probes=False) == (corners, [])
+    assert hold(corners, SPACE, (), probes=True) == (corners, [])
+    plain = SearchSpace(name="s", params={"compile_scope": SPACE.params["compile_scope"]}, fixed={})
+    assert hold(corners, plain, BOTH, probes=True) == (corners, [])
+    assert hold([corners[3]], SPACE, BOTH, probes=True) == ([corners[3]], [])
+
+
+def test_the_probes_pick_the_combination_that_saves_the_most_against_the_corners_own() -> None:
+    corner = _corners()[3]
+    found, said = picked(SPACE, corner, Predictions(ms=IN_FLOAT8, floor_ms=1.0), "cuda")
+    # The head alone: 4 ms ahead of a bf16 step, the corner 5 ms behind it.
+    assert found == corner | {"float8_head": "float8", "float8_linears": "none"}
+    assert said == "with float8_head=float8, float8_linears=none (predicted +9.00 ms a step)"
+    # A floor above that gain, no probes, or a probe's figure missing: the corner as it was.
+    kept, said = picked(SPACE, corner, Predictions(ms=IN_FLOAT8, floor_ms=9.0), "cuda")
+    assert kept == corner and "predicted to save more than 9.00 ms" in said
+    assert picked(SPACE, corner, None, "cuda")[0] == corner
+    head_only = Predictions(ms={"float8_head": IN_FLOAT8["float8_head"]}, floor_ms=1.0)
+    kept, said = picked(SPACE, corner, head_only, "cuda")
+    assert kept == corner and said.endswith("no probe predicted it")
+    # Linears that gain in float8 keep them: the head joins them.
+    gaining = {**IN_FLOAT8, "float8_linears": {"all": 20.0, "8M": 22.0, "none": 25.0}}
+    found, _ = picked(SPACE, corner, Predictions(ms=gaining, floor_ms=1.0), "cuda")
+    assert found == corner | {"float8_head": "float8", "float8_linears": "all"}
+
+
+class _Probes:
+    """The search's `Prober` in outline: what it was asked, and the figures it gives."""
+
+    def __init__(self, figures: dict[str, dict[Any, float | str]] | None) -> None:
+        self.figures, self.asked = figures, []
+
+    def __call__(
+        self, leader: FrozenTrial, precision: str | None, names: Collection[str] | None = None
+    ) -> Predictions | None:
+        self.asked.append((leader.number, precision, tuple(names or ())))
+        return None if self.figures is None else Predictions(ms=self.figures, floor_ms=1.0)
+
+
+def _study(tmp_path: Path) -> tuple[optuna.Study, list[dict[str, Any]]]:
+    study = optuna.create_study(storage=sqlite_url(tmp_path), direction="maximize")
+    now, held = hold(_corners(), SPACE, BOTH, probes=True)
+    for params in now:
+        study.enqueue_trial(params)
+    study.set_user_attr(keys.HELD_CORNERS, held)
+    return study, held
+
+
+def _ran(study: optuna.Study, params: dict[str, Any], value: float | None) -> None:
+    """The next waiting trial, run with `params` (complete with `value`, or pruned)."""
+    distributions = SPACE.distributions() | {
+        keys.PRECISION: optuna.distributions.CategoricalDistribution(list(BOTH))
+    }
+    trial = study.ask(distributions)
+    assert trial.params == params
+    study.tell(trial, value, state=TrialState.COMPLETE if value else TrialState.PRUNED)
+
+
+def test_the_held_corner_is_released_once_a_float8_trial_is_complete(tmp_path: Path) -> None:
+    study, (held,) = _study(tmp_path)
+    probes = _Probes(IN_FLOAT8)
+    kwargs: dict[str, Any] = {"predict": probes, "device_type": "cuda"}
+    first, second, third = _corners()[:3]
+    _ran(study, first, 50.0)  # bf16: no float8 trial yet, and trials wait
+    assert release(study, SPACE, **kwargs) is None and not probes.asked
+    _ran(study, second, 55.0)  # the float8 corner of each block
+    said = release(study, SPACE, **kwargs)
+    assert said == (
+        "first stage: the float8 corner of the whole model with float8_head=float8, "
+        "float8_linears=none (predicted +9.00 ms a step) (probed after trial 1)"
+    )
+    assert probes.asked == [(1, "float8", unconverted_levers())]
+    assert study.user_attrs[keys.HELD_CORNERS] == []
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    assert [t.system_attrs["fixed_params"] for t in waiting] == [
+        third,
+        held | {"float8_head": "float8", "float8_linears": "none"},
+    ]
+    assert release(study, SPACE, **kwargs) is None  # released once
+    assert len(probes.asked) == 1
+
+
+def test_with_no_float8_trial_complete_it_is_released_as_it_was_once_nothing_waits(
+    tmp_path: Path,
+) -> None:
+    study, (held,) = _study(tmp_path)
+    probes = _Probes(IN_FLOAT8)
+    kwargs: dict[str, Any] = {"predict": probes, "device_type": "cuda"}
+    first, second, third = _corners()[:3]
+    _ran(study, first, 50.0)
+    _ran(study, second, None)  # the float8 corner screened out: pruned
+    assert release(study, SPACE, **kwargs) is None  # the bf16 corner of the model waits
+    _ran(study, third, 60.0)
+    said = release(study, SPACE, **kwargs)
+    assert said == (
+        "first stage: the float8 corner of the whole model as it was: no float8 trial "
+        "completed, or no probe runs here"
+    )
+    assert not probes.asked
+    (waiting,) = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    assert waiting.system_attrs["fixed_params"] == held
+    assert held["float8_head"] == "bf16" and held["float8_linears"] == "all"

@@ -1,0 +1,148 @@
+"""The first stage's float8 corner of the whole model, held until the probes pick its float8
+levers.
+
+A study whose trials may run in bf16 and in float8, in a space that offers float8-only levers
+(`levers.float8_levers`: the head in float8, which linears are converted), ran its float8 corner
+of the whole model with those levers at their defaults, and the second stage then changed them
+one at a time. On the Qwen1.5-0.5B shape (one H200, vocabulary 151,936, 583f50a;
+docs/benchmarks/raw/gate-where-trained-h200-2026-12-01-583f50a/) that was three whole-model
+float8 compiles: 139 s (plain float8, 67.1 samples/s, as fast as bf16), 122 s (the head in
+float8 too, 70.7) and 57 s (the head alone, 70.4: a tie), in a job of 880 s. The probes that
+picked the second and the third take seconds.
+
+So a float8 corner that compiles the whole model is held (`hold`; stored on the study under
+`keys.HELD_CORNERS`) while the float8 corner that compiles each block runs first. Once a float8
+trial of the study is complete, the float8 levers' probes run once in float8 (`Prober`, whose
+figures the second stage reuses) and each held corner is enqueued with the combination of
+those levers' values predicted to save the most against its own (`release`), where that gain
+passes the tie margin of that trial's step; else as it was. Where no float8 trial completes
+(each screened out, say), the held corners are enqueued as they were once nothing else waits.
+A program's trials and a data-parallel study's (no probes run there) hold none, nor does a job
+that starts from an earlier study's trials (`tuner.search.earlier`): it enqueues none, as the
+earlier job measured its float8 corner as its probes picked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.trial import TrialState
+
+import trainers
+from tuner.search.proposing.levers import (
+    BF16,
+    FLOAT8,
+    float8_combinations,
+    float8_levers,
+    settings_of,
+    unconverted_levers,
+)
+from tuner.search.proposing.predictions import Predict, Predictions
+from tuner.search.spaces.space import SearchSpace
+from tuner.store import keys
+
+if TYPE_CHECKING:
+    from torch import nn
+
+
+def _value(runs: dict[str, Any], name: str) -> Any:
+    return runs.get(name, trainers.LEVERS[name].default)
+
+
+def hold(
+    corners: Sequence[dict[str, Any]],
+    space: SearchSpace,
+    precisions: Sequence[str],
+    *,
+    probes: bool,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """`corners` (the first stage's params, each with its precision) as (to enqueue now, to
+    hold): the float8 corners that compile the whole model are held where the study's trials
+    may run bf16 and float8 (`precisions`), the space offers float8-only levers, the probes can
+    run here (`probes`) and a float8 corner is left to run first."""
+
+    def whole(params: dict[str, Any]) -> bool:
+        runs = settings_of(space, params)
+        compiled = _value(runs, "compile") != "none"
+        return (
+            params.get(keys.PRECISION) == FLOAT8
+            and compiled
+            and (_value(runs, "compile_scope") == "model")
+        )
+
+    now = [c for c in corners if not whole(c)]
+    wanted = probes and {BF16, FLOAT8} <= set(precisions) and float8_levers(space, BF16)
+    if not wanted or not any(c.get(keys.PRECISION) == FLOAT8 for c in now):
+        return list(corners), []
+    return now, [c for c in corners if whole(c)]
+
+
+def release(
+    study: optuna.Study,
+    space: SearchSpace,
+    *,
+    predict: Predict | None,
+    device_type: str,
+    model: nn.Module | None = None,
+) -> str | None:
+    """Enqueue the corners `study` holds (`hold`), once a float8 trial is complete (the fastest
+    one's step sets the least gain) or nothing else waits; the progress line (None: nothing
+    held, or not yet)."""
+    held = study.user_attrs.get(keys.HELD_CORNERS)
+    if not held:
+        return None
+    trials = study.get_trials(deepcopy=False)
+    done = [
+        t
+        for t in trials
+        if t.state == TrialState.COMPLETE and t.values and t.params.get(keys.PRECISION) == FLOAT8
+    ]
+    basis = max(done, key=lambda t: t.values[0], default=None)
+    if basis is None and any(t.state == TrialState.WAITING for t in trials):
+        return None  # the float8 corner of each block, or what waits before it, runs first
+    study.set_user_attr(keys.HELD_CORNERS, [])
+    predictions = None
+    if basis is not None and predict is not None:
+        predictions = predict(basis, FLOAT8, unconverted_levers())
+    lines = []
+    for corner in held:
+        params, said = picked(space, corner, predictions, device_type, model)
+        study.enqueue_trial(params, skip_if_exists=True)
+        lines.append(said)
+    after = "" if basis is None else f" (probed after trial {basis.number})"
+    return f"first stage: the float8 corner of the whole model {'; '.join(lines)}{after}"
+
+
+def picked(
+    space: SearchSpace,
+    corner: dict[str, Any],
+    predictions: Predictions | None,
+    device_type: str,
+    model: nn.Module | None = None,
+) -> tuple[dict[str, Any], str]:
+    """`corner` with the float8 levers' values predicted to save the most against its own,
+    where that passes `predictions.floor_ms`; else `corner`. With what the line says of it."""
+    if predictions is None:
+        return corner, "as it was: no float8 trial completed, or no probe runs here"
+    levers = float8_levers(space, BF16)
+    current = settings_of(space, corner)
+    own = {name: _value(current, name) for name in levers}
+    as_was: float | str = "its own levers' values were not among those it runs"
+    best: tuple[float, dict[str, Any], dict[str, Any]] | None = None
+    for chosen, params, settled in float8_combinations(space, current, levers, device_type, model):
+        saved = predictions.saved(settled, chosen)
+        if chosen == own:
+            as_was = saved
+        elif isinstance(saved, float) and (best is None or saved > best[0]):
+            best = (saved, chosen, params)
+    if isinstance(as_was, str):
+        return corner, f"as it was: {as_was}"
+    if best is None or best[0] - as_was <= predictions.floor_ms:
+        return corner, (
+            f"as it was: no other value of {', '.join(levers)} predicted to save more than "
+            f"{predictions.floor_ms:.2f} ms a step"
+        )
+    changes = ", ".join(f"{k}={v}" for k, v in best[1].items() if own[k] != v)
+    return best[2], f"with {changes} (predicted {best[0] - as_was:+.2f} ms a step)"
