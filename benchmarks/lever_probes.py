@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 import trainers  # noqa: E402
 from benchmarks.run_meta import provenance, run_meta, write_record  # noqa: E402
-from tuner.search.proposing.levers import Predictions  # noqa: E402
+from tuner.search.proposing.predictions import Predictions  # noqa: E402
 
 PROBED = ("attention", "loss")
 

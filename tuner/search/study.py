@@ -304,14 +304,14 @@ def _begin(
     # The lever corners (tuner/search/proposing/stages.py); a resumed study already holds them,
     # and skip_if_exists keeps a second creator from adding them twice, and leaves out those an
     # earlier study's copies ran. The float8 corner of the whole model waits for the probes
-    # (tuner/search/proposing/held.py); an earlier study's copies ran it as its probes picked.
+    # (tuner/search/proposing/held.py), unless an earlier study's copies ran it.
     precisions = options.allowed_precisions if options.multi_precision else ()
     first = first_trials(space, measurer.device.type, options.precision, precisions)
     probes = measurer.program is None and options.nproc_per_node == 1
-    now, held = hold(first, space, precisions, probes=probes)
+    now, held = hold(first, space, precisions, probes=probes, ran=study.get_trials(deepcopy=False))
     for params in now:
         study.enqueue_trial(params, skip_if_exists=True)
-    if held and copied is None:
+    if held:
         study.set_user_attr(keys.HELD_CORNERS, held)
     return copied
 

@@ -58,7 +58,8 @@ TRIALS_COPIED = "trials-copied"
 """On a study that began with an earlier study's trials: `{"from": name, "trials": count}`."""
 HELD_CORNERS = "held-corners"
 """The first stage's float8 corners of the whole model, held until the probes pick their float8
-levers (`tuner.search.proposing.held`): their params; empty once enqueued."""
+levers (`tuner.search.proposing.held`): their params; `{"corners", "by", "at"}` while a worker
+releases them; empty once enqueued."""
 
 # -- trial attributes ----------------------------------------------------------------------
 CONFIG = "config"

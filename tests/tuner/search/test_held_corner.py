@@ -5,15 +5,16 @@ a GPU only."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from tests.tuner.tiny import sqlite_url
-from tuner.search.proposing.held import hold, picked, release
+from tuner.search.proposing.held import _CLAIM, CLAIM_STALE_S, hold, picked, release
 from tuner.search.proposing.levers import unconverted_levers
 from tuner.search.proposing.predictions import Predictions
 from tuner.search.proposing.stages import first_trials
@@ -40,6 +41,11 @@ IN_FLOAT8 = {
 PLAIN = {"float8_head": "bf16", "float8_linears": "all"}
 
 
+def _distributions() -> dict[str, Any]:
+    precision = optuna.distributions.CategoricalDistribution(list(BOTH))
+    return SPACE.distributions() | {keys.PRECISION: precision}
+
+
 def _corners() -> list[dict[str, Any]]:
     return first_trials(SPACE, "cuda", None, BOTH)
 
@@ -62,6 +68,16 @@ def test_the_float8_corner_of_the_whole_model_is_held_where_the_probes_can_pick(
     plain = SearchSpace(name="s", params={"compile_scope": SPACE.params["compile_scope"]}, fixed={})
     assert hold(corners, plain, BOTH, probes=True) == (corners, [])
     assert hold([corners[3]], SPACE, BOTH, probes=True) == ([corners[3]], [])
+    # A space that compiles the whole model only (no float8 corner of each block runs first).
+    whole = SearchSpace(name="w", params={"float8_head": SPACE.params["float8_head"]}, fixed={})
+    only = first_trials(whole, "cuda", None, BOTH)
+    assert only and hold(only, whole, BOTH, probes=True) == (only, [])
+    # A repeat job: where a trial copied from the earlier job ran float8 with the whole model
+    # compiled, the corner is neither held nor enqueued; one of each block's changes nothing.
+    ran = [create_trial(params=corners[1], distributions=_distributions(), value=1.0)]
+    assert hold(corners, SPACE, BOTH, probes=True, ran=ran) == (corners[:3], [corners[3]])
+    ran.append(create_trial(params=corners[3], distributions=_distributions(), value=1.0))
+    assert hold(corners, SPACE, BOTH, probes=True, ran=ran) == (corners[:3], [])
 
 
 def test_the_probes_pick_the_combination_that_saves_the_most_against_the_corners_own() -> None:
@@ -107,10 +123,7 @@ def _study(tmp_path: Path) -> tuple[optuna.Study, list[dict[str, Any]]]:
 
 def _ran(study: optuna.Study, params: dict[str, Any], value: float | None) -> None:
     """The next waiting trial, run with `params` (complete with `value`, or pruned)."""
-    distributions = SPACE.distributions() | {
-        keys.PRECISION: optuna.distributions.CategoricalDistribution(list(BOTH))
-    }
-    trial = study.ask(distributions)
+    trial = study.ask(_distributions())
     assert trial.params == params
     study.tell(trial, value, state=TrialState.COMPLETE if value else TrialState.PRUNED)
 
@@ -158,4 +171,33 @@ def test_with_no_float8_trial_complete_it_is_released_as_it_was_once_nothing_wai
     assert not probes.asked
     (waiting,) = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     assert waiting.system_attrs["fixed_params"] == held
-    assert held["float8_head"] == "bf16" and held["float8_linears"] == "all"
+
+
+def test_one_worker_releases_them_and_a_call_again_enqueues_each_once(tmp_path: Path) -> None:
+    """Several workers of a job: while a float8 trial runs, nothing is released unprobed; a live
+    claim of another worker leaves them to it, a stale one is taken over; a call again after a
+    failure (the storage's retry) enqueues nothing twice."""
+    study, (held,) = _study(tmp_path)
+    probes = _Probes(IN_FLOAT8)
+    kwargs: dict[str, Any] = {"predict": probes, "device_type": "cuda"}
+    first, second, third = _corners()[:3]
+    _ran(study, first, 50.0)
+    running = study.ask(_distributions())  # the float8 corner of each block, on another worker
+    assert running.params == second
+    _ran(study, third, 60.0)  # nothing waits now, but a float8 trial runs
+    assert release(study, SPACE, **kwargs) is None
+    study.tell(running, 55.0)
+    other = {"corners": [held], "by": "another-host:1", "at": time.time()}
+    study.set_user_attr(keys.HELD_CORNERS, other)
+    assert release(study, SPACE, **kwargs) is None and not probes.asked
+    study.set_user_attr(keys.HELD_CORNERS, other | {"at": time.time() - CLAIM_STALE_S - 1})
+    assert release(study, SPACE, **kwargs) is not None
+    assert study.user_attrs[keys.HELD_CORNERS] == []
+    # As if the storage had failed between the enqueue and letting them go: the claim is this
+    # process's, and the call again enqueues nothing twice.
+    study.set_user_attr(keys.HELD_CORNERS, {"corners": [held], "by": _CLAIM, "at": time.time()})
+    assert release(study, SPACE, **kwargs) is not None
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    assert [t.system_attrs["fixed_params"] for t in waiting] == [
+        held | {"float8_head": "float8", "float8_linears": "none"}
+    ]

@@ -22,7 +22,6 @@ from trainers.workloads import load_workload
 from tuner.errors import SpaceError
 from tuner.search.options import LocalSlots
 from tuner.search.proposing.levers import (
-    Predictions,
     Prober,
     Staged,
     lever_stage,
@@ -30,6 +29,7 @@ from tuner.search.proposing.levers import (
     second_stage,
     waiting,
 )
+from tuner.search.proposing.predictions import Predictions
 from tuner.search.spaces.named import load_space, without_model_refusals
 from tuner.search.spaces.space import Choice, IntRange, SearchSpace
 from tuner.search.study import open_search

@@ -14,7 +14,8 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 from tests.tuner.search.test_lever_stage import FLOAT8_SPACE
 from tests.tuner.tiny import sqlite_url
 from tuner.search.proposing.cuts import measured
-from tuner.search.proposing.levers import Predictions, Staged, second_stage, waiting
+from tuner.search.proposing.levers import Staged, second_stage, waiting
+from tuner.search.proposing.predictions import Predictions
 from tuner.search.proposing.screen import Incumbent, screen_record
 from tuner.search.spaces.space import Choice, SearchSpace
 from tuner.store import keys

@@ -1,6 +1,7 @@
 """The job's time aim on the scale space: what the decision and the profiles after it can do
 without is not started where its expected cost would end the job past the aim
-(`SCALE_JOB_AIM_S`, 900 s; `profile_cut` for the profiles, `final_aim` for the final round).
+(`SCALE_JOB_AIM_S`, 900 s, or a repeat job's `REPEAT_JOB_AIM_S`, 240 s; `profile_cut` for the
+profiles, `final_aim` for the final round).
 
 Two parts of the final round are optional, and at 1B each costs minutes:
 
@@ -128,9 +129,10 @@ def final_aim(
             seconds.append(cache.largest_run_s)
         return max(seconds, default=0.0) + envelope
 
+    attrs = retry.call(lambda: study.user_attrs, what="reading the study")
     return Aim(
         wall=lambda: clock.wall_s,
-        aim_s=REPEAT_JOB_AIM_S if keys.TRIALS_COPIED in study.user_attrs else SCALE_JOB_AIM_S,
+        aim_s=REPEAT_JOB_AIM_S if keys.TRIALS_COPIED in attrs else SCALE_JOB_AIM_S,
         gate_cost=cost,
         margin_s=PROFILE_MARGIN_S,
     )

@@ -196,6 +196,10 @@ class ProfileProcess:
             chosen,
         )
 
+    def running(self) -> bool:
+        """Whether what was started ahead (`prepare`, `warm`) still runs."""
+        return self._child.running()
+
     def end_unfinished(self) -> bool:
         """End the child where what was started ahead still runs (`ChildProcess.end_unfinished`):
         True; the next call starts a new child and builds the workload again."""

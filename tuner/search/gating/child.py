@@ -91,13 +91,17 @@ class ChildProcess:
             return False
         return True
 
+    def running(self) -> bool:
+        """Whether anything started ahead (`submit`) still runs."""
+        return not all(future.done() for future in self._ahead)
+
     def end_unfinished(self) -> bool:
         """End the child now where what was started ahead still runs: its work is lost and its
         GPU memory goes with the process (True); the next call starts a new child. Where all of
         it has ended nothing changes (False; what failed is left to `settle`). The profiles'
         warm-up beside the gate is ended so where the gate ends first
-        (`tuner.search.children.Children.settle_profiles`)."""
-        if all(future.done() for future in self._ahead):
+        (`tuner.search.children.Children.end_warm`)."""
+        if not self.running():
             return False
         pool, self._pool, self._ahead = self._pool, None, []
         if pool is not None:

@@ -55,14 +55,16 @@ starts only where its expected cost still ends the job inside this (`tuner.searc
 `--profile all` takes every one): issue 47 asks for a 1B job in at most 900 s. The baselines are
 profiled first, as they are cheap, then the recommended config."""
 REPEAT_JOB_AIM_S = 240.0
-"""On the scale space, with `--profile baselines`, the profiles' aim of a job that starts from an
-earlier study's trials (`tuner.search.earlier`: a repeat job, in place of `SCALE_JOB_AIM_S`): a
-user tunes again whenever the model, the batch or the code changes, and a repeat job is asked to
-answer within 4 minutes. The profiles its earlier job measured are copied whatever the time
-(`tuner.search.deciding.profiling.profile_recommendation`); those it had left out for its own aim
-would take most of those minutes: at 46a3e5a on one H200 the Qwen1.5-0.5B shape's repeat job
-spent 223 s of its 393 s profiling the baselines and the recommended config, which the cold job
-had left out at 886 s (docs/benchmarks/time-to-answer-h200-2026-12-01-qwen15.md)."""
+"""On the scale space, the aim of a job that starts from an earlier study's trials
+(`tuner.search.earlier`: a repeat job, in place of `SCALE_JOB_AIM_S`) for its final round's
+optional parts (`tuner.search.deciding.aim.final_aim`) and, with `--profile baselines`, its
+profiles: a user tunes again whenever the model, the batch or the code changes, and a repeat
+job is asked to answer within 4 minutes. The profiles its earlier job measured are copied
+whatever the time (`tuner.search.deciding.profiling.profile_recommendation`); those it had left
+out for its own aim would take most of those minutes: at 46a3e5a on one H200 the Qwen1.5-0.5B
+shape's repeat job spent 223 s of its 393 s profiling the baselines and the recommended config,
+which the cold job had left out at 886 s
+(docs/benchmarks/time-to-answer-h200-2026-12-01-qwen15.md)."""
 PROFILE_CHILD_S = 40.0
 """Expected seconds to start the profiles' child process and build the workload in it: 31.7 s
 at 0.4B, 38.7 s at 1.1B (the profile phase less its profiles' own seconds, one H100 each, at

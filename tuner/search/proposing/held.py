@@ -16,19 +16,23 @@ trial of the study is complete, the float8 levers' probes run once in float8 (`P
 figures the second stage reuses) and each held corner is enqueued with the combination of
 those levers' values predicted to save the most against its own (`release`), where that gain
 passes the tie margin of that trial's step; else as it was. Where no float8 trial completes
-(each screened out, say), the held corners are enqueued as they were once nothing else waits.
-A program's trials and a data-parallel study's (no probes run there) hold none, nor does a job
-that starts from an earlier study's trials (`tuner.search.earlier`): it enqueues none, as the
-earlier job measured its float8 corner as its probes picked.
+(each screened out, say), the held corners are enqueued as they were once no trial waits and
+no float8 trial runs. One worker of a job releases them (a claim on the study's attribute; one
+older than `CLAIM_STALE_S` is taken over). A program's trials and a data-parallel study's (no
+probes run there) hold none; nor does a job that starts from an earlier study's trials
+(`tuner.search.earlier`) where one of those ran float8 with the whole model compiled.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import socket
+import time
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 import trainers
 from tuner.search.proposing.levers import (
@@ -51,32 +55,53 @@ def _value(runs: dict[str, Any], name: str) -> Any:
     return runs.get(name, trainers.LEVERS[name].default)
 
 
+def _scope(space: SearchSpace, params: Mapping[str, Any]) -> str | None:
+    """The compile scope of a float8 trial's `params` that compiles (None: not such a trial)."""
+    runs = settings_of(space, params)
+    if params.get(keys.PRECISION) != FLOAT8 or _value(runs, "compile") == "none":
+        return None
+    return str(_value(runs, "compile_scope"))
+
+
 def hold(
     corners: Sequence[dict[str, Any]],
     space: SearchSpace,
     precisions: Sequence[str],
     *,
     probes: bool,
+    ran: Sequence[FrozenTrial] = (),
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """`corners` (the first stage's params, each with its precision) as (to enqueue now, to
     hold): the float8 corners that compile the whole model are held where the study's trials
     may run bf16 and float8 (`precisions`), the space offers float8-only levers, the probes can
-    run here (`probes`) and a float8 corner is left to run first."""
-
-    def whole(params: dict[str, Any]) -> bool:
-        runs = settings_of(space, params)
-        compiled = _value(runs, "compile") != "none"
-        return (
-            params.get(keys.PRECISION) == FLOAT8
-            and compiled
-            and (_value(runs, "compile_scope") == "model")
-        )
-
-    now = [c for c in corners if not whole(c)]
+    run here (`probes`) and the float8 corner that compiles each block runs first. Where a trial
+    of the study (`ran`: those copied from an earlier study) ran float8 with the whole model
+    compiled, none is held or enqueued: the earlier job measured it as its probes picked."""
+    whole = [c for c in corners if _scope(space, c) == "model"]
+    now = [c for c in corners if _scope(space, c) != "model"]
     wanted = probes and {BF16, FLOAT8} <= set(precisions) and float8_levers(space, BF16)
-    if not wanted or not any(c.get(keys.PRECISION) == FLOAT8 for c in now):
+    if not wanted or not any(_scope(space, c) == "blocks" for c in now):
         return list(corners), []
-    return now, [c for c in corners if whole(c)]
+    if any(_scope(space, t.params) == "model" for t in ran):
+        return now, []
+    return now, whole
+
+
+_CLAIM = f"{socket.gethostname()}:{os.getpid()}"
+"""This process, as it claims the release of a study's held corners."""
+CLAIM_STALE_S = 600.0
+"""A claim older than this was a worker's that died before it released them: taken over."""
+
+
+def _claimed(held: Any) -> list[dict[str, Any]] | None:
+    """The corners a study holds (`keys.HELD_CORNERS`: a list, or a claim on it) that this
+    process may release: None where there are none, or another live worker claimed them."""
+    if isinstance(held, list):
+        return held or None
+    if not isinstance(held, dict):
+        return None
+    mine = held.get("by") == _CLAIM or time.time() - float(held.get("at", 0.0)) > CLAIM_STALE_S
+    return (list(held.get("corners") or []) or None) if mine else None
 
 
 def release(
@@ -88,21 +113,24 @@ def release(
     model: nn.Module | None = None,
 ) -> str | None:
     """Enqueue the corners `study` holds (`hold`), once a float8 trial is complete (the fastest
-    one's step sets the least gain) or nothing else waits; the progress line (None: nothing
-    held, or not yet)."""
-    held = study.user_attrs.get(keys.HELD_CORNERS)
-    if not held:
+    one's step sets the least gain), or with none complete once no trial waits and no float8
+    trial runs; the progress line (None: nothing held, not yet, or another worker releases
+    them). A worker claims them first (`_claimed`: the probes take seconds, and each worker of a
+    job would probe and pick on its own), and lets them go once each is enqueued: a call again
+    after a failure (the storage's retry) enqueues what it had not (`skip_if_exists`)."""
+    held = _claimed(study.user_attrs.get(keys.HELD_CORNERS))
+    if held is None:
         return None
     trials = study.get_trials(deepcopy=False)
-    done = [
-        t
-        for t in trials
-        if t.state == TrialState.COMPLETE and t.values and t.params.get(keys.PRECISION) == FLOAT8
-    ]
+    float8 = [t for t in trials if t.params.get(keys.PRECISION) == FLOAT8]
+    done = [t for t in float8 if t.state == TrialState.COMPLETE and t.values]
     basis = max(done, key=lambda t: t.values[0], default=None)
-    if basis is None and any(t.state == TrialState.WAITING for t in trials):
+    waiting = any(t.state == TrialState.WAITING for t in trials)
+    if basis is None and (waiting or any(t.state == TrialState.RUNNING for t in float8)):
         return None  # the float8 corner of each block, or what waits before it, runs first
-    study.set_user_attr(keys.HELD_CORNERS, [])
+    study.set_user_attr(keys.HELD_CORNERS, {"corners": held, "by": _CLAIM, "at": time.time()})
+    if _claimed(study.user_attrs.get(keys.HELD_CORNERS)) is None:
+        return None  # another worker's claim came after this one's
     predictions = None
     if basis is not None and predict is not None:
         predictions = predict(basis, FLOAT8, unconverted_levers())
@@ -111,6 +139,7 @@ def release(
         params, said = picked(space, corner, predictions, device_type, model)
         study.enqueue_trial(params, skip_if_exists=True)
         lines.append(said)
+    study.set_user_attr(keys.HELD_CORNERS, [])
     after = "" if basis is None else f" (probed after trial {basis.number})"
     return f"first stage: the float8 corner of the whole model {'; '.join(lines)}{after}"
 
