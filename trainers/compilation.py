@@ -73,8 +73,7 @@ _MAX_NOTES = 8
 
 NOTHING_COMPILED = (
     "nothing compiled: Dynamo, fresh for this run, compiled no graph in it, "
-    "so its code ran eagerly (as torch.nn's own layers do when each is compiled alone, "
-    "compile_scope='blocks': Dynamo skips their frames)"
+    "so its code ran eagerly (as a function in a file Dynamo skips does)"
 )
 """The note of a compiling run that ran eagerly: its speed is not the compiler's."""
 

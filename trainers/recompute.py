@@ -13,7 +13,8 @@ Activation checkpointing (`LoopConfig.activation_checkpointing`):
 memory requires is where a search beats the all-or-nothing switch.
 
 Regional compilation (`LoopConfig.compile_scope="blocks"`): `torch.compile` each block instead of
-the whole model (`nn.Module.compile`, in place). The blocks share one class and one shape, so
+the whole model (`nn.Module.compile`, in place; for torch.nn's own layers, whose frames Dynamo
+skips, a frame of ours around the block's forward). The blocks share one class and one shape, so
 Dynamo compiles the block once and reuses it: a shorter cold compile on deep models, and on the
 1.1B decoder of GPU-FACTS a faster step than whole-model compilation.
 """
@@ -110,12 +111,35 @@ def close_checkpoint_frames(exc: BaseException) -> int:
 
 
 def _compiled(block: nn.Module, mode: str) -> Undo:
-    block.compile(mode=None if mode == "default" else mode)
+    chosen = None if mode == "default" else mode
+    if type(block).__module__.split(".")[0] != "torch":
+        block.compile(mode=chosen)
 
-    def undo() -> None:
-        block._compiled_call_impl = None
+        def undo() -> None:
+            block._compiled_call_impl = None
 
-    return undo
+        return undo
+    # One of torch.nn's own layers (nn.TransformerEncoderLayer, nn.MultiheadAttention): Dynamo
+    # skips a frame of torch's own code, and `nn.Module.compile` compiles one (`_call_impl`), so
+    # nothing compiled and the block ran eagerly (the run said so: NOTHING_COMPILED). The
+    # compiled frame begins here instead, in ours, around the block's forward (the checkpointed
+    # one, where that wraps it), and Dynamo traces into it as it does within a whole model; its
+    # hooks run around it, as `_call_impl` runs them.
+    had = "forward" in vars(block)
+    inner = block.forward
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return inner(*args, **kwargs)
+
+    block.forward = torch.compile(forward, mode=chosen)
+
+    def undo_forward() -> None:
+        if had:
+            block.forward = inner
+        else:
+            del block.forward
+
+    return undo_forward
 
 
 def apply_block_levers(workload: Workload, config: LoopConfig) -> Undo:

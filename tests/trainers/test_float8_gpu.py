@@ -178,8 +178,9 @@ def test_float8_and_bf16_taking_turns_keep_their_code_side_by_side() -> None:
     """`trainers.compilation.keeping_compiled`, as the tuner's final round takes turns between
     a float8 config and one of other arithmetic: each compiles once, and on its next turn
     Dynamo's guards pick its own entries (float8's converted linears, or bf16's plain ones).
-    The whole model only: this model's blocks are torch.nn's own layers, whose frames Dynamo
-    does not compile alone, so per block its bf16 run compiles nothing (one H200, 2026-12-01)."""
+    The whole model only: this model's blocks are torch.nn's own layers, which per block
+    compiled nothing in bf16 (one H200, 2026-12-01) until each was compiled from a frame of
+    ours (`trainers.recompute`); not run per block on a GPU since."""
     config = LoopConfig(compile="default", **FEED)  # type: ignore[arg-type]
     with keeping_compiled(2):
         turns = [_run(p, config) for p in ("float8", "bf16-autocast", "float8", "bf16-autocast")]
