@@ -8,14 +8,16 @@ one at a time. On the Qwen1.5-0.5B shape (one H200, vocabulary 151,936, 583f50a;
 docs/benchmarks/raw/gate-where-trained-h200-2026-12-01-583f50a/) that was three whole-model
 float8 compiles: 139 s (plain float8, 67.1 samples/s, as fast as bf16), 122 s (the head in
 float8 too, 70.7) and 57 s (the head alone, 70.4: a tie), in a job of 880 s. The probes that
-picked the second and the third take seconds.
+picked the second take seconds.
 
 So a float8 corner that compiles the whole model is held (`hold`; stored on the study under
 `keys.HELD_CORNERS`) while the float8 corner that compiles each block runs first. Once a float8
 trial of the study is complete, the float8 levers' probes run once in float8 (`Prober`, whose
-figures the second stage reuses) and each held corner is enqueued with the combination of
-those levers' values predicted to save the most against its own (`release`), where that gain
-passes the tie margin of that trial's step; else as it was. Where no float8 trial completes
+figures the second stage reuses) and each held corner is enqueued with the values of those of
+the levers it leaves as a bf16 step runs them (the head in bf16) predicted to save the most
+against its own (`release`, `picked`), where that gain passes the tie margin of that trial's
+step; else as it was. On the 583f50a figures that is the head in float8 beside every linear
+(70.7 samples/s, the pick): one whole-model float8 compile fewer. Where no float8 trial completes
 (each screened out, say), the held corners are enqueued as they were once no trial waits and
 no float8 trial runs. One worker of a job releases them (a claim on the study's attribute; one
 older than `CLAIM_STALE_S` is taken over). A program's trials and a data-parallel study's (no
@@ -158,18 +160,27 @@ def picked(
     model: nn.Module | None = None,
 ) -> tuple[dict[str, Any], str]:
     """`corner` with the float8 levers' values predicted to save the most against its own,
-    where that passes `predictions.floor_ms`; else `corner`. With what the line says of it."""
+    where that passes `predictions.floor_ms`; else `corner`. With what the line says of it.
+
+    Only a lever the corner leaves as a bf16 step runs it (at its `unconverted` value: the head
+    in bf16) is moved: one it converts (every linear in float8) is measured by the corner itself,
+    and its other values by the second stage, whose cuts weigh them against that measurement.
+    The probes' ranking of the linears has measured wrong: on the Llama-3.2-1B shape (one
+    H200, be21630) they ranked `8M` first, and it ran 2 % behind every linear in float8."""
     if predictions is None:
         return corner, "as it was: no float8 trial completed, or no probe runs here"
     levers = float8_levers(space, BF16)
     current = settings_of(space, corner)
     own = {name: _value(current, name) for name in levers}
+    fixed = {n: v for n, v in own.items() if v != trainers.LEVERS[n].unconverted}
     as_was: float | str = "its own levers' values were not among those it runs"
     best: tuple[float, dict[str, Any], dict[str, Any]] | None = None
     for chosen, params, settled in float8_combinations(space, current, levers, device_type, model):
         saved = predictions.saved(settled, chosen)
         if chosen == own:
             as_was = saved
+        elif any(chosen[n] != v for n, v in fixed.items()):
+            continue
         elif isinstance(saved, float) and (best is None or saved > best[0]):
             best = (saved, chosen, params)
     if isinstance(as_was, str):

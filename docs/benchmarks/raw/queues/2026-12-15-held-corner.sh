@@ -3,8 +3,8 @@
 # (cold 880 s: compile 469 s, of which three whole-model float8 trials of 139, 122 and 57 s;
 # profiles 115 s, of which 94 s waiting for the warm-up after the gate):
 # - the first stage's float8 corner of the whole model is held until the float8 corner of each
-#   block is complete, then enqueued with the float8 levers the probes pick
-#   (tuner/search/proposing/held.py): expected one whole-model float8 compile, not three;
+#   block is complete, then enqueued with the head in float8 where its probe predicts a gain
+#   (tuner/search/proposing/held.py): expected the plain float8 corner's compile (139 s) gone;
 # - the profiles' warm-up still running when the gate ends is ended, not waited for
 #   (Children.end_warm): expected no wait between the gate and the final round;
 # - the repeat job does not measure the copied configs again (measured_before) and its final
