@@ -112,16 +112,17 @@ def close_checkpoint_frames(exc: BaseException) -> int:
 
 def _compiled(block: nn.Module, mode: str) -> Undo:
     chosen = None if mode == "default" else mode
-    if type(block).__module__.split(".")[0] != "torch":
+    if getattr(type(block).forward, "__module__", "").split(".")[0] != "torch":
         block.compile(mode=chosen)
 
         def undo() -> None:
             block._compiled_call_impl = None
 
         return undo
-    # One of torch.nn's own layers (nn.TransformerEncoderLayer, nn.MultiheadAttention): Dynamo
-    # skips a frame of torch's own code, and `nn.Module.compile` compiles one (`_call_impl`), so
-    # nothing compiled and the block ran eagerly (the run said so: NOTHING_COMPILED). The
+    # A block whose forward is torch.nn's own (nn.TransformerEncoderLayer, nn.MultiheadAttention,
+    # or a subclass of one that keeps its forward): Dynamo skips a frame of torch's own code,
+    # and `nn.Module.compile` compiles one (`_call_impl`), so nothing compiled and the block ran
+    # eagerly (the run said so: NOTHING_COMPILED). The
     # compiled frame begins here instead, in ours, around the block's forward (the checkpointed
     # one, where that wraps it), and Dynamo traces into it as it does within a whole model; its
     # hooks run around it, as `_call_impl` runs them.

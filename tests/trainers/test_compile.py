@@ -37,7 +37,7 @@ from trainers.compilation import (
     keeping_compiled,
     reuse_key,
 )
-from trainers.workloads import disable_dropout
+from trainers.workloads import SyntheticBatches, disable_dropout
 from trainers.workloads.mlp import classification_loss
 
 
@@ -270,6 +270,31 @@ def test_a_model_of_torch_nn_layers_compiles_per_block() -> None:
     assert per_block.losses == pytest.approx(eager.losses, rel=1e-4)
     # Undone after the run: the blocks' own forward again.
     assert all("forward" not in vars(b) for b in blocks)
+
+
+class _OwnLayer(nn.TransformerEncoderLayer):
+    """A user's block: a class of their own module whose forward is torch.nn's."""
+
+
+@pytest.mark.slow
+def test_a_subclass_that_keeps_torch_nn_s_forward_compiles_per_block() -> None:
+    def build(seed: int) -> Workload:
+        torch.manual_seed(seed)
+        layers = [_OwnLayer(16, 2, 32, dropout=0.0, batch_first=True) for _ in range(2)]
+        model = nn.Sequential(*layers, nn.Flatten(), nn.Linear(16 * 4, 3))
+        batches = SyntheticBatches((torch.randn(2, 4, 4, 16), torch.randint(0, 3, (2, 4))))
+        return Workload(
+            name="own-layers", preset="x", model=model, dataset=batches,
+            loss_fn=classification_loss, samples_per_batch=4,
+        )  # fmt: skip
+
+    args = RunArgs(steps=3, warmup=2, windows=1, device="cpu")
+    workload = build(0)
+    assert [type(b) for b in find_blocks(workload.model)] == [_OwnLayer, _OwnLayer]
+    per_block = run(workload, LoopConfig(compile="default", compile_scope="blocks"), args)
+    eager = run(build(0), LoopConfig(), args)
+    assert NOTHING_COMPILED not in per_block.compile_notes and per_block.compile_s > 0
+    assert per_block.losses == pytest.approx(eager.losses, rel=1e-4)
 
 
 @pytest.mark.slow

@@ -45,13 +45,14 @@ _CONNECTION_ERRORS = (
     sqlalchemy.exc.OperationalError,
     sqlalchemy.exc.InterfaceError,
     sqlalchemy.exc.TimeoutError,
-    # A session whose connection was lost inside a transaction ("Can't reconnect until invalid
-    # transaction is rolled back"): Optuna's storage rolls it back as it raises, so the call
-    # again runs on a new connection. What a PostgreSQL restart raised in one of several threads
-    # writing to it, and failed a service job (CI at a0d8c35); a real error that it hid is
-    # raised by the call again.
-    sqlalchemy.exc.PendingRollbackError,
 )
+_LOST_IN_A_TRANSACTION = "8s2b"
+"""SQLAlchemy's code of "Can't reconnect until invalid transaction is rolled back": a session
+whose connection was lost inside a transaction, used again (Optuna's `get_all_trials` runs its
+fallback query on the session its first query failed on). Optuna's storage rolls the session
+back as it raises, so the call again runs on a new connection. A PostgreSQL restart raised it
+in one of several threads writing to it and failed a service job (CI at a0d8c35). Not the
+other `PendingRollbackError`, after a failed flush (7s2a), which may be an error in the data."""
 
 
 def is_conflict(exc: BaseException | None) -> bool:
@@ -91,6 +92,8 @@ def is_transient(exc: BaseException) -> bool:
     """
     if isinstance(exc, _CONNECTION_ERRORS):
         return True
+    if isinstance(exc, sqlalchemy.exc.PendingRollbackError):
+        return exc.code == _LOST_IN_A_TRANSACTION
     if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated:
         return True
     if isinstance(exc, optuna.exceptions.StorageInternalError):

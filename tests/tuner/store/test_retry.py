@@ -56,7 +56,37 @@ def test_a_connection_lost_inside_a_transaction_is_waited_out(pg_url: str) -> No
     assert len(calls) == 2
 
 
+class _Base(sqlalchemy.orm.DeclarativeBase):
+    pass
+
+
+class _Row(_Base):
+    __tablename__ = "rows"
+    id: sqlalchemy.orm.Mapped[int] = sqlalchemy.orm.mapped_column(primary_key=True)
+
+
+def _failed_flush() -> sa.exc.PendingRollbackError:
+    """What a session raises when used again after a flush failed on its data (a key taken)."""
+    engine = sa.create_engine("sqlite://")
+    _Base.metadata.create_all(engine)
+    try:
+        with sqlalchemy.orm.Session(engine) as session:
+            session.add_all([_Row(id=1)])
+            session.commit()
+            session.add(_Row(id=1))
+            with pytest.raises(sa.exc.IntegrityError):
+                session.flush()
+            with pytest.raises(sa.exc.PendingRollbackError) as info:
+                session.execute(sa.text("SELECT 1"))
+            return info.value
+    finally:
+        engine.dispose()
+
+
 def test_an_error_in_the_data_is_not_waited_out() -> None:
     data = sa.exc.IntegrityError("INSERT", {}, Exception("duplicate key"))
     assert not is_transient(_as_optuna_raises(data))
     assert not is_transient(_as_optuna_raises(ValueError("no cause of the database's")))
+    # The session used again after that flush: the same class of error as a lost connection's,
+    # not waited out (the call again would meet the same data).
+    assert not is_transient(_as_optuna_raises(_failed_flush()))
