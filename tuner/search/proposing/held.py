@@ -187,7 +187,8 @@ def picked(
         return corner, f"as it was: {as_was}"
     if best is None or best[0] - as_was <= predictions.floor_ms:
         return corner, (
-            f"as it was: no other value of {', '.join(levers)} predicted to save more than "
+            f"as it was: no other value of {', '.join(n for n in levers if n not in fixed)} "
+            "predicted to save more than "
             f"{predictions.floor_ms:.2f} ms a step"
         )
     changes = ", ".join(f"{k}={v}" for k, v in best[1].items() if own[k] != v)
