@@ -41,7 +41,7 @@ from tuner.search.proposing.defaults import (
     AUTO_SEARCH_BUDGET_S,
     SCALE_WINDOW_STEPS,
 )
-from tuner.search.proposing.held import HELD_LINE, hold
+from tuner.search.proposing.held import hold
 from tuner.search.proposing.stages import first_trials
 from tuner.search.search import Search
 from tuner.search.spaces.named import (
@@ -265,8 +265,6 @@ def _search_on(
     progress.start(name, options.trials, resumed)
     if copied is not None:
         progress.phase(copied.line())
-    if not resumed and study.user_attrs.get(keys.HELD_CORNERS):
-        progress.phase(HELD_LINE)
     search = Search(
         study,
         measurer,

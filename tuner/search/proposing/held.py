@@ -89,12 +89,6 @@ def hold(
     return now, whole
 
 
-HELD_LINE = (
-    "first stage: the float8 corner of the whole model waits for a float8 trial to complete; "
-    "then the float8 levers' probes pick its float8 levers"
-)
-"""The progress line of a new study that holds it."""
-
 _CLAIM = f"{socket.gethostname()}:{os.getpid()}"
 """This process, as it claims the release of a study's held corners."""
 CLAIM_STALE_S = 600.0
