@@ -1,7 +1,8 @@
 """The float8 corner of the whole model, held until the probes pick its float8 levers
 (tuner/search/proposing/held.py): which corners are held, what the probes' figures pick, and
-the release on a real study (Optuna on SQLite). The probes' figures are given: float8 runs on
-a GPU only."""
+the release on a real study (Optuna on SQLite). The probes' figures are given, the second stage
+tests' (`IN_FLOAT8`: in float8 the head gains 4 ms, every linear loses 5 ms against none): float8
+runs on a GPU only."""
 
 from __future__ import annotations
 
@@ -13,31 +14,15 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
+from tests.tuner.search.test_lever_stage import BOTH, IN_FLOAT8
+from tests.tuner.search.test_lever_stage import FLOAT8_SPACE as SPACE
 from tests.tuner.tiny import sqlite_url
 from tuner.search.proposing.held import _CLAIM, CLAIM_STALE_S, hold, picked, release
 from tuner.search.proposing.levers import unconverted_levers
 from tuner.search.proposing.predictions import Predictions
 from tuner.search.proposing.stages import first_trials
-from tuner.search.spaces.space import Choice, SearchSpace
+from tuner.search.spaces.space import SearchSpace
 from tuner.store import keys
-
-BOTH = ("bf16-autocast", "float8")
-SPACE = SearchSpace(
-    name="own",
-    params={
-        "compile_scope": Choice(values=("blocks", "model")),
-        "float8_head": Choice(values=("bf16", "float8")),
-        "float8_linears": Choice(values=("all", "8M", "none")),
-    },
-    fixed={"compile": "default"},
-)
-# In float8: the head gains 4 ms; every linear in float8 loses 5 ms against none (what a bf16
-# step runs), 8M 2 ms (as on the Qwen1.5-0.5B shape, in outline).
-IN_FLOAT8 = {
-    "float8_head": {"bf16": 10.0, "float8": 6.0},
-    "float8_linears": {"all": 30.0, "8M": 27.0, "none": 25.0},
-}
-PLAIN = {"float8_head": "bf16", "float8_linears": "all"}
 
 
 def _distributions() -> dict[str, Any]:
