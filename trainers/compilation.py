@@ -33,7 +33,15 @@ from typing import cast
 import torch
 from torch import nn
 
+from trainers import dynamo_state
 from trainers.config import CompileMode, LoopConfig
+from trainers.dynamo_state import counters as _counters
+from trainers.dynamo_state import first_line as _first_line
+from trainers.dynamo_state import graph_breaks as _graph_breaks
+from trainers.dynamo_state import graphs as _graphs
+from trainers.dynamo_state import guard_failures as _guard_failures
+from trainers.dynamo_state import limit_hit as _limit_hit
+from trainers.dynamo_state import recompile_reasons as _recompile_reasons
 from trainers.levers import LEVERS, Option, defaults_where
 
 CACHE_DIR_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
@@ -160,20 +168,6 @@ class CompileStats:
     kept_s: float = 0.0
     """Where the run kept an earlier run's compiled code (`reuse_key`): what compiling it cost
     there, which a fresh process pays again (0 otherwise)."""
-
-
-def _counters() -> dict[str, dict[str, int]]:
-    from torch._dynamo.utils import counters
-
-    return cast(dict[str, dict[str, int]], counters)
-
-
-def _graphs() -> int:
-    return _counters()["stats"]["unique_graphs"]
-
-
-def _graph_breaks() -> int:
-    return sum(_counters()["graph_break"].values())
 
 
 def keeps_code(config: LoopConfig) -> bool:
@@ -318,6 +312,23 @@ def keeping_compiled(keys: int) -> Iterator[None]:
             _KEPT.base = None
 
 
+def _dropped_note(kept: _Kept, reuse: ReuseKey | None, hit: bool) -> str:
+    """`dynamo_state.why_dropped` for a run of key `reuse` that starts afresh beside `kept`."""
+    differing = None
+    if reuse is not None:
+        other = next((k for k in kept.code if k.unguarded != reuse.unguarded), None)
+        differing = None if other is None else (reuse.unguarded, other.unguarded)
+    return dynamo_state.why_dropped(
+        len(kept.code),
+        keeps=reuse is not None,
+        limit_was_hit=hit,
+        room=kept.limit,
+        kept_here=reuse in kept.code,
+        unguarded=differing,
+        last_kept=kept.graphs is not None,
+    )
+
+
 class CompileWatch:
     """Counts what Dynamo and Inductor do during a run and times the warm-up steps that compile.
 
@@ -340,6 +351,7 @@ class CompileWatch:
         self._graphs_after_warmup = 0
         self._breaks_after_warmup = 0
         self._graphs_at_start = 0
+        self._dropped: str | None = None  # why this run dropped code kept for reuse
         if active:
             # A fresh Dynamo, as in a new process: earlier runs in this process compiled the same
             # code objects (the model class's forward, the optimizer's step), and their cache
@@ -363,6 +375,8 @@ class CompileWatch:
             # Dynamo compiles no more until a reset.
             hit = any(_limit_hit(reason) for reason in _counters()["unimplemented"])
             if reuse is None or not fits or kept.graphs != _graphs() or hit:
+                if kept.code:  # what a fresh start costs again: said, with the rule that chose it
+                    self._dropped = _dropped_note(kept, reuse, hit)
                 torch._dynamo.reset()
                 kept.clear()
                 self._fresh = True
@@ -419,9 +433,12 @@ class CompileWatch:
             # Past the limit Dynamo compiles the function no more until a reset: a run kept
             # beside this one would run it eagerly, and nothing would say so.
             _KEPT.clear()
-        elif self._reuse is not None and not (self._kept and self._compiling_s):
+        elif self._kept and self._compiling_s:
             # A kept run that compiled anyway (a guard failed) is not kept from: its entries
-            # would pile up toward Dynamo's recompile limit, one more each run.
+            # would pile up toward Dynamo's recompile limit, one more each run. Logged: the
+            # next run compiles again too, and the guard is what to fix.
+            dynamo_state.compiled_although_kept(_recompile_reasons(self._failures))
+        elif self._reuse is not None:
             _KEPT.code[self._reuse] = max(compile_s, self._kept_s)
             # Its entries add up: a kept run that compiled (in its windows) adds to the earlier.
             own = _graphs() - self._graphs_at_start
@@ -430,7 +447,7 @@ class CompileWatch:
         graphs, breaks = _graphs(), _graph_breaks()
         in_windows = graphs - self._graphs_after_warmup
         breaks_in_windows = breaks - self._breaks_after_warmup
-        notes: list[str] = []
+        notes: list[str] = [] if self._dropped is None else [self._dropped]
         if in_windows or breaks_in_windows:
             notes.append(
                 f"{in_windows} graph(s) compiled and {breaks_in_windows} graph break(s) met "
@@ -457,33 +474,3 @@ class CompileWatch:
             cache_misses=inductor["fxgraph_cache_miss"],
             kept_s=self._kept_s,
         )
-
-
-def _limit_hit(reason: str) -> bool:
-    """Whether Dynamo's record of what it could not compile (`counters["unimplemented"]`) is its
-    recompile limit: "Dynamo recompile limit exceeded" in torch 2.11 to 2.13."""
-    return "recompile limit" in reason.lower() or "cache_size_limit" in reason.lower()
-
-
-def _guard_failures() -> dict[object, list[object]]:
-    """The guard failures Dynamo recorded by code object (why it recompiled), kept until it is
-    reset; private to torch, so optional."""
-    from torch._dynamo import utils
-
-    failures = getattr(utils, "guard_failures", None)
-    return failures if isinstance(failures, dict) else {}
-
-
-def _recompile_reasons(before: dict[object, int]) -> list[str]:
-    """The guard failures recorded since `before` (each code object's count then): a run that
-    kept earlier runs' code does not report theirs."""
-    return [
-        str(reason)
-        for code, reasons in _guard_failures().items()
-        for reason in reasons[before.get(code, 0) :]
-    ]
-
-
-def _first_line(text: str) -> str:
-    line = text.strip().splitlines()[0] if text.strip() else text
-    return line[:200]

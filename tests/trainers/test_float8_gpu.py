@@ -152,7 +152,9 @@ def test_float8_on_a_gpt2_style_decoder_converts_its_conv1d_projections(scope: s
 def test_the_gate_judges_compiled_float8_against_bf16s_seed_to_seed_envelope() -> None:
     """The cross-precision gate as a tuning job runs it (`tuner.search.gating.gate.run_parts`): the
     bf16 reference and 4 other seeds under the process's own kernels, 60 steps judged for
-    equivalence, the twin's bits (float8, the reference's loop settings) over the first 10."""
+    equivalence, the loop twin's bits (the config's loop settings on the reference's bf16
+    arithmetic) over the first 10. The config's own run is owed no bits (`TWIN_KIND` "loop"), so
+    it computes as the reference does, under the process's own settings, as its trial did."""
     from tuner.search.gating.gate import CrossPrecision, run_parts
 
     config = LoopConfig(compile="default", **FEED)
@@ -169,7 +171,7 @@ def test_the_gate_judges_compiled_float8_against_bf16s_seed_to_seed_envelope() -
     assert verdict.passed, verdict.reason
     assert (verdict.precision, verdict.reference_precision) == ("float8", "bf16-autocast")
     assert (verdict.steps, verdict.exact_steps) == (60, 10)
-    assert (verdict.determinism, verdict.reference_determinism) == ("strict", "off")
+    assert (verdict.determinism, verdict.reference_determinism) == ("off", "off")
     assert run.envelope["spread"] == "seeds" and run.envelope["strict"] is False
     assert verdict.max_abs_deviation > 0.0  # float8 is never bf16 bit for bit
 

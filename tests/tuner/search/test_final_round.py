@@ -380,3 +380,36 @@ def test_a_left_out_config_whose_verdict_arrives_is_chosen_by_the_tie_rule() -> 
     )
     assert not aim.left_out and {config_key(FAST), config_key(NEAR)} <= set(gates.asked)
     assert {t.name for t in rec.ties} == {"trial-0", "trial-1"}
+
+
+def test_a_finalist_that_compiled_says_how_long_and_why_its_code_was_not_kept() -> None:
+    """`decide._say_compiled`: a turn that compiled a second or more gets a line with the
+    seconds and the note that says why (`trainers.dynamo_state.why_dropped`, or the guard that
+    failed); a turn on kept code, an eager config and a failed run get none."""
+    from tests.tuner.search.test_earlier import Said
+    from tuner.search.deciding.decide import _say_compiled
+
+    said = Said()
+
+    def run(compile_info: dict[str, Any] | None) -> Measured:
+        return Measured(
+            throughputs=(1.0,),
+            step_ms=1.0,
+            peak_memory_bytes=None,
+            n_syncs=0,
+            sync_wait_ms=0.0,
+            seconds=1.0,
+            stopped_early=False,
+            compile=compile_info,
+        )
+
+    why = "kept code dropped (2 config(s)): no room beside the 2 kept (at most 2 side by side here)"
+    _say_compiled(said, "final round 1/3: trial-11", run({"compile_s": 47.2, "notes": [why]}))
+    _say_compiled(said, "final round 1/3: trial-12", run({"compile_s": 12.0, "notes": ["x"]}))
+    _say_compiled(said, "final round 2/3: trial-11", run({"compile_s": 0.0, "kept_s": 47.2}))
+    _say_compiled(said, "final round 2/3: pytorch-default", run(None))
+    _say_compiled(said, "final round 2/3: trial-12", Failure(reason="oom", kind="oom", seconds=1.0))
+    assert said.lines == [
+        f"final round 1/3: trial-11 compiled 47 s: {why}",
+        "final round 1/3: trial-12 compiled 12 s",
+    ]

@@ -37,6 +37,7 @@ import optuna
 from optuna.trial import TrialState
 
 from trainers import LoopConfig, compiles, keeping_compiled, keeps_code
+from trainers.dynamo_state import DROPPED
 from tuner.evidence.recommendation import Recommendation
 from tuner.search.deciding.aim import Aim
 from tuner.search.deciding.recommend import (
@@ -271,8 +272,10 @@ def _measure_rounds(
     before = None
     for round_index in range(options.final_rounds):
         for name, config in running:
-            progress.phase(f"final round {round_index + 1}/{options.final_rounds}: {name}")
+            line = f"final round {round_index + 1}/{options.final_rounds}: {name}"
+            progress.phase(line)
             outcome = _measure(measurer, config, precisions.get(name))
+            _say_compiled(progress, line, outcome)
             clock.measured(outcome, FINAL_ROUND)
             if aim is not None:
                 aim.spent[name] = outcome.seconds
@@ -303,6 +306,23 @@ def _measure_rounds(
                 rounds.cut = round_index + 1
                 break
     return rounds
+
+
+def _say_compiled(progress: Any, line: str, outcome: Measured | Failure) -> None:
+    """A finalist's run that compiled (a second or more): how long, and why the code of its
+    trial or an earlier turn was not run instead (`trainers.dynamo_state.why_dropped`, or the
+    guard that failed). At 0.5B in float8 on an H200 each such turn was 45-60 s of the round."""
+    if isinstance(outcome, Failure) or outcome.compile is None:
+        return
+    seconds = float(outcome.compile.get("compile_s") or 0.0)
+    if seconds < 1.0:
+        return
+    notes = [str(n) for n in outcome.compile.get("notes", ()) if str(n).startswith(_WHY_COMPILED)]
+    progress.phase(f"{line} compiled {seconds:.0f} s" + (f": {notes[0]}" if notes else ""))
+
+
+_WHY_COMPILED = (DROPPED, "recompile")
+"""The compile notes that say why a run compiled although code was kept."""
 
 
 def _record(rounds: _Rounds, name: str, outcome: Measured | Failure) -> None:

@@ -1,0 +1,92 @@
+"""Why a compiling run started Dynamo afresh although code was kept for reuse
+(`trainers.dynamo_state.why_dropped`, first among the run's compile notes), and the warning of a
+run that ran kept code and compiled anyway. On an H200 every final-round turn of a float8 job
+compiled again (45-60 s each) and the record could not say why; these notes are what says it."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from tests.trainers.test_compile import _watched
+from trainers.compilation import CompileStats, ReuseKey, forget_compiled, keeping_compiled
+from trainers.dynamo_state import DROPPED, UNGUARDED_FIELDS, why_dropped
+
+A = ReuseKey(guarded=("float32",), unguarded=(object, (), (("attention", "default"),), None))
+B = ReuseKey(guarded=("float64",), unguarded=A.unguarded)
+FLASH = ReuseKey(guarded=("float64",), unguarded=(object, (), (("attention", "flash"),), None))
+
+
+def _dropped(stats: CompileStats) -> list[str]:
+    return [note for note in stats.notes if note.startswith(DROPPED)]
+
+
+@pytest.fixture
+def double() -> object:
+    forget_compiled()  # nothing of an earlier test's kept
+    return torch.compile(lambda x: x * 2, backend="eager")
+
+
+def test_a_run_beside_kept_code_that_fits_drops_nothing_and_says_nothing(double: object) -> None:
+    with keeping_compiled(2):
+        first = _watched(double, A, torch.float32)  # type: ignore[arg-type]
+        beside = _watched(double, B, torch.float64)  # type: ignore[arg-type]
+        again = _watched(double, A, torch.float32)  # type: ignore[arg-type]
+    assert not _dropped(first) and not _dropped(beside) and not _dropped(again)
+    assert again.compile_s == 0.0 and again.kept_s > 0
+
+
+def test_a_run_past_the_room_says_so(double: object) -> None:
+    with keeping_compiled(1):
+        _watched(double, A, torch.float32)  # type: ignore[arg-type]
+        other = _watched(double, B, torch.float64)  # type: ignore[arg-type]
+    (note,) = _dropped(other)
+    assert "no room beside the 1 kept (at most 1 side by side here)" in note
+
+
+def test_a_run_that_differs_where_no_guard_looks_names_the_field(double: object) -> None:
+    with keeping_compiled(3):
+        _watched(double, A, torch.float32)  # type: ignore[arg-type]
+        other = _watched(double, FLASH, torch.float64)  # type: ignore[arg-type]
+    (note,) = _dropped(other)
+    assert UNGUARDED_FIELDS[2] in note and "no guard of Dynamo checks" in note
+
+
+def test_something_compiled_in_between_is_named(double: object) -> None:
+    with keeping_compiled(2):
+        _watched(double, A, torch.float32)  # type: ignore[arg-type]
+        torch.compile(lambda x: x + 1, backend="eager")(torch.ones(2))  # a probe, say
+        after = _watched(double, A, torch.float32)  # type: ignore[arg-type]
+    (note,) = _dropped(after)
+    assert "something else compiled in this process since the last run" in note
+    assert after.compile_s > 0 and after.kept_s == 0.0
+
+
+def test_a_kept_run_that_compiled_again_warns_and_the_next_says_why_it_starts_fresh(
+    double: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    with keeping_compiled(2), caplog.at_level(logging.WARNING, "trainers.compilation"):
+        _watched(double, A, torch.float32)  # type: ignore[arg-type]
+        # The same key, but an input its guards fail on: it compiles beside the kept entry.
+        anyway = _watched(double, A, torch.float16)  # type: ignore[arg-type]
+        after = _watched(double, A, torch.float32)  # type: ignore[arg-type]
+    assert anyway.kept_s > 0 and anyway.compile_s > 0 and not _dropped(anyway)
+    (warning,) = [r for r in caplog.records if "compiled again" in r.getMessage()]
+    assert "dtype" in warning.getMessage() or "float" in warning.getMessage()  # the guard
+    (note,) = _dropped(after)
+    assert "the last compiling run here kept nothing" in note
+
+
+def test_each_rule_of_why_dropped_in_its_order() -> None:
+    common = dict(room=2, kept_here=False, unguarded=None, last_kept=True)
+    assert "keeps no code" in why_dropped(1, keeps=False, limit_was_hit=True, **common)  # type: ignore[arg-type]
+    assert "recompile limit" in why_dropped(1, keeps=True, limit_was_hit=True, **common)  # type: ignore[arg-type]
+    differing = ((object, (), ("a",), None), (object, (), ("a",), "/elsewhere"))
+    with_field = dict(common, unguarded=differing, room=1)
+    assert UNGUARDED_FIELDS[3] in why_dropped(2, keeps=True, limit_was_hit=False, **with_field)  # type: ignore[arg-type]
+    full = why_dropped(2, keeps=True, limit_was_hit=False, **dict(common, room=2))  # type: ignore[arg-type]
+    assert full.startswith(f"{DROPPED} (2 config(s)): no room")
+    here = dict(common, kept_here=True, last_kept=False)
+    assert "kept nothing" in why_dropped(2, keeps=True, limit_was_hit=False, **here)  # type: ignore[arg-type]
