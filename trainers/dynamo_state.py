@@ -70,8 +70,9 @@ def recompile_reasons(before: dict[object, int]) -> list[str]:
 
 
 def first_line(text: str) -> str:
+    """The first line of `text`, its runs of spaces made one (Dynamo pads a guard's source)."""
     line = text.strip().splitlines()[0] if text.strip() else text
-    return line[:200]
+    return " ".join(line.split())[:200]
 
 
 def why_dropped(
