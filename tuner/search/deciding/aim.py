@@ -1,6 +1,6 @@
 """The job's time aim on the scale space: what the decision and the profiles after it can do
 without is not started where its expected cost would end the job past the aim
-(`SCALE_JOB_AIM_S`, 900 s, or a repeat job's `REPEAT_JOB_AIM_S`, 240 s; `profile_cut` for the
+(`SCALE_JOB_AIM_S`, 600 s, or a repeat job's `REPEAT_JOB_AIM_S`, 240 s; `profile_cut` for the
 profiles, `final_aim` for the final round).
 
 Two parts of the final round are optional, and at 1B each costs minutes:
@@ -14,10 +14,10 @@ docs/benchmarks/raw/beyond-h200-2026-11-30-4a59f53/): the search's leader (the h
 float8) was gated after the search; the final round's first round found the float8 step with the
 head in float8 0.6 % ahead, tied; its gate then took 117 s (111 s its eager twin) and a second
 round 114 s that left the decision as it was, and the job ended at 1,025 s against the 900 s
-it aims at. A tied config that is not gated is left out of the decision, with the reason in the
-recommendation, and the configs tied with the one now leading are gated in their turn; a config
-ahead of every gated one by more than a tie is gated whatever the time, as nothing gated could
-stand in for it (with nothing gated yet, the fastest: the decision needs one verdict)."""
+it then aimed at. A tied config that is not gated is left out of the decision, with the reason
+in the recommendation, and the configs tied with the one now leading are gated in their turn; a
+config ahead of every gated one by more than a tie is gated whatever the time, as nothing gated
+could stand in for it (with nothing gated yet, the fastest: the decision needs one verdict)."""
 
 from __future__ import annotations
 

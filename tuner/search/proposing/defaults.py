@@ -49,11 +49,18 @@ first trial starts lets the last corner start and no fifth trial, and the job an
 13 minutes with its final round and profiles (issue 32's aim: 15). Without a budget that job ran
 40 trials, 25 of them after the fastest had been found (tests/tuner/search/test_search.py
 replays it)."""
-SCALE_JOB_AIM_S = 900.0
-"""On the scale space, with `--profile baselines` (the default), a profile after the decision
-starts only where its expected cost still ends the job inside this (`tuner.search.Search.decide`;
-`--profile all` takes every one): issue 47 asks for a 1B job in at most 900 s. The baselines are
-profiled first, as they are cheap, then the recommended config."""
+SCALE_JOB_AIM_S = 600.0
+"""On the scale space, the job's time aim for its final round's optional parts (a tied config's
+gate, a round after the first: `tuner.search.deciding.aim.final_aim`) and, with `--profile
+baselines` (the default), its profiles after the decision, each started only where its expected
+cost still ends the job inside this (`--profile all` takes every one). The baselines are profiled
+first, as they are cheap, then the recommended config. Issue 55 asks a cold 1B job to answer in
+10 minutes (issue 47 asked 15 and this was 900 s until 2026-12-02): on one H200 at 0920146 the
+Qwen1.5-0.5B shape's cold job began its final round at 488 s and ended at 898 s, of which a
+tied config's gate 86 s and a second round 134 s for the same decision
+(docs/benchmarks/README.md, 2026-12-02). The search's own budget (`AUTO_SCALE_BUDGET_S`) is
+unchanged: the trials are where a faster config is found, and a config ahead of every gated one
+by more than a tie is gated whatever the time."""
 REPEAT_JOB_AIM_S = 240.0
 """On the scale space, the aim of a job that starts from an earlier study's trials
 (`tuner.search.earlier`: a repeat job, in place of `SCALE_JOB_AIM_S`) for its final round's
@@ -78,7 +85,8 @@ PROFILE_MARGIN_S = 10.0
 last profile (the recommendation stored, the profiles' child stopped) and the time before its
 clock starts (the study made, the workload built) are not in the job's clock. At b58d9ad a
 baseline's profile started at 874.9 s of a 1.24B job on the 20 s it was expected to take and
-the job ended at 900.8 s, the tuning run at 906 s (same log)."""
+the job ended at 900.8 s against the 900 s it then aimed at, the tuning run at 906 s (same
+log)."""
 PROFILE_COMPILED_S = 90.0
 """Expected seconds of one profile of a compiled config: the child compiles it again (Inductor's
 disk cache warm; Dynamo and AOTAutograd run anew), 68 s at 0.4B, 122-130 s at 1.1B there, the
