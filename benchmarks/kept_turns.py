@@ -9,17 +9,28 @@ seconds, its compile seconds, what the code it kept had cost (`kept_s`), Inducto
 counters, its compile notes (`trainers.dynamo_state.why_dropped`: which rule dropped kept code)
 and the warnings of a run that ran kept code and compiled anyway (the guard that failed):
 
-- `turn`: `trainers.run` on a copy of one build (`trainers.workloads.ReusedBuilds`), as the
-  search's measurements run, within `trainers.keeping_compiled` (room for every config and the
-  trials' three, as the final round gives);
-- `gate`: the config's own gate run as the search makes it where its trial compiled: a fresh
-  build, dropout off, every step's loss in one window, the process's own kernels
-  (`trainers.gate.trajectory` with determinism "off").
+- `trial`: each config once, in the order given, as the search's trials run them
+  (`trainers.run` on a copy of one build, `trainers.workloads.ReusedBuilds`, within
+  `trainers.keeping_compiled` with the trials' room), then the `gate` of the last (the leader,
+  gated after the trials); `--no-trials` leaves them out;
+- rounds of `turn`s, as the final round takes them: the two baselines first, eager, in the
+  study's precision (`--no-baselines` leaves them out), then each config, within
+  `keeping_compiled` with room for every config and the trials' keys; after the first round the
+  `gate` of each config not gated yet;
+- `gate`: the config's own gate run as the search makes it where its trial compiled
+  (`tuner.search.gating.isolated.ParityProcess._run_here`): a fresh build, dropout off, every
+  step's loss in one window, the process's own kernels (`trainers.gate.trajectory` with
+  determinism "off"), made only where this process holds the config's code and turning dropout
+  off changes nothing, as there; else recorded as run in the gate's child.
 
     python benchmarks/kept_turns.py --workload hf:causal-lm --preset llama-1b \\
         --model-arg arch=qwen2 ... --precision float8 \\
         --config compile=default,optimizer=fused,float8_head=float8 \\
         --turns "float8_linears=all;float8_linears=none" --rounds 2 --commit <sha> --out DIR
+
+At 0920146 the job ran its trials in that order (trial 11, then trial 12 its leader), gated trial
+12, then took its final round's turns trial 12 before trial 11; here the turns keep the order
+given.
 """
 
 from __future__ import annotations
@@ -37,12 +48,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import trainers
 from benchmarks.compile_reuse import _changed, _value
 from benchmarks.run_meta import provenance, run_meta, write_record
+from trainers.compilation import holds_compiled
 from trainers.gate.trajectories import min_warmup, trajectory_length
 from trainers.workloads import ReusedBuilds, disable_dropout
-
-SEARCH_KEPT = 3
-"""The trials' kept keys beside the finalists' (`tuner.search.options.SEARCH_KEPT`; `trainers`
-never imports the tuner, and neither does this script's measurement)."""
+from tuner.search.options import BASELINES, SEARCH_KEPT
 
 
 class Warnings(logging.Handler):
@@ -70,6 +79,10 @@ def _one(kind: str, name: str, call: Any, warnings: Warnings) -> dict[str, Any]:
     warnings.said.clear()
     started = time.perf_counter()
     result = call()
+    if result is None:
+        row = {"kind": kind, "config": name, "where": "the gate's child: not run here"}
+        print(row, flush=True)
+        return row
     row = {
         "kind": kind,
         "config": name,
@@ -85,47 +98,75 @@ def _one(kind: str, name: str, call: Any, warnings: Warnings) -> dict[str, Any]:
     return row
 
 
+class Runs:
+    """The two kinds of run of one workload, as the search makes them: `turn` (a trial or a final
+    round's turn) and `gate` (the config's own gate run made here, or None where the search makes
+    it in the gate's child)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.model_args = dict(item.split("=", 1) for item in args.model_arg)
+        self.factory = trainers.resolve_factory(args.workload, self.model_args)
+        self.reused = ReusedBuilds(self.factory)
+        self.device = trainers.resolve_device(args.device)
+        self.run_args = trainers.RunArgs(
+            steps=args.steps, warmup=args.warmup, windows=args.windows, device=str(self.device),
+            precision=args.precision,
+        )  # fmt: skip
+
+    def turn(self, config: trainers.LoopConfig, precision: str) -> Any:
+        built = self.reused(self.args.preset, seed=0)
+        return trainers.run(built, config, self.run_args.replace(precision=precision))
+
+    def gate(self, config: trainers.LoopConfig) -> Any:
+        built = self.factory(self.args.preset, seed=0)
+        if disable_dropout(built.model) or not holds_compiled(
+            built.model, config, self.args.precision, self.device
+        ):
+            return None  # the search runs it in the gate's child (`ParityProcess._run_here`)
+        warm = min_warmup(config)
+        timed = trajectory_length(config, self.args.gate_steps) - warm
+        args = self.run_args.replace(steps=timed, warmup=warm, windows=1)
+        return trainers.run(built, config, args)
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    configs = _configs(args)
-    model_args = dict(item.split("=", 1) for item in args.model_arg)
-    factory = trainers.resolve_factory(args.workload, model_args)
-    reused = ReusedBuilds(factory)
-    device = trainers.resolve_device(args.device)
-    run_args = trainers.RunArgs(
-        steps=args.steps, warmup=args.warmup, windows=args.windows, device=str(device),
-        precision=args.precision,
-    )  # fmt: skip
+    configs = {f"config-{index}": config for index, config in enumerate(_configs(args))}
+    names = list(configs)
+    runs = Runs(args)
     warnings = Warnings()
     logging.getLogger("trainers.compilation").addHandler(warnings)
 
-    def turn(config: trainers.LoopConfig) -> trainers.RunResult:
-        return trainers.run(reused(args.preset, seed=0), config, run_args)
-
-    def gate(config: trainers.LoopConfig) -> trainers.RunResult:
-        built = factory(args.preset, seed=0)
-        disable_dropout(built.model)
-        warm = min_warmup(config)
-        timed = trajectory_length(config, args.gate_steps) - warm
-        return trainers.run(built, config, run_args.replace(steps=timed, warmup=warm, windows=1))
+    def one(kind: str, name: str, precision: str = args.precision) -> dict[str, Any]:
+        if kind == "gate":
+            return _one(kind, name, lambda: runs.gate(configs[name]), warnings)
+        config = configs.get(name) or BASELINES[name]
+        return _one(kind, name, lambda: runs.turn(config, precision), warnings)
 
     rows: list[dict[str, Any]] = []
+    if args.trials:
+        with trainers.keeping_compiled(SEARCH_KEPT):  # as the search runs its trials
+            rows += [one("trial", name) for name in names]
+        rows.append(one("gate", names[-1]))  # the leader, gated after the trials
     with trainers.keeping_compiled(len(configs) + SEARCH_KEPT):
         for round_index in range(args.rounds):
-            for index, config in enumerate(configs):
-                name = f"config-{index}"
-                rows.append(_one("turn", name, lambda c=config: turn(c), warnings))
-                if round_index == 0:
-                    rows.append(_one("gate", name, lambda c=config: gate(c), warnings))
+            if args.baselines:
+                rows += [one("turn", name, args.baseline_precision) for name in BASELINES]
+            rows += [one("turn", name) for name in names]
+            if round_index == 0:
+                rows += [one("gate", name) for name in (names[:-1] if args.trials else names)]
     return {
         "spec": {
             "workload": args.workload,
             "preset": args.preset,
-            "model_args": model_args,
+            "model_args": runs.model_args,
             "precision": args.precision,
-            "configs": {f"config-{i}": _changed(c.to_dict()) for i, c in enumerate(configs)},
+            "configs": {name: _changed(c.to_dict()) for name, c in configs.items()},
             "steps": args.steps,
             "gate_steps": args.gate_steps,
             "rounds": args.rounds,
+            "trials": args.trials,
+            "baselines": args.baseline_precision if args.baselines else None,
         },
         "runs": rows,
     }
@@ -145,6 +186,9 @@ def to_markdown(data: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for row in data["runs"]:
+        if "where" in row:
+            lines.append(f"| {row['kind']} | {row['config']} | | | | | {row['where']} |")
+            continue
         said = "; ".join(row["notes"] + row["warnings"]).replace("|", "/")[:300]
         lines.append(
             f"| {row['kind']} | {row['config']} | {row['seconds']:.1f} | {row['compile_s']:.1f} "
@@ -165,7 +209,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--windows", type=int, default=2)
-    parser.add_argument("--gate-steps", type=int, default=60)
+    parser.add_argument("--gate-steps", type=int, default=20)
+    parser.add_argument("--no-trials", dest="trials", action="store_false")
+    parser.add_argument("--no-baselines", dest="baselines", action="store_false")
+    parser.add_argument("--baseline-precision", default="bf16-autocast")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--tag", default="")
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))

@@ -28,6 +28,7 @@ TRAINERS = {
     "FitResult",
     "Floor",
     "GRAPH_RTOL",
+    "KEPT_CODE_DROPPED",  # how a compile note naming why kept code was dropped begins
     "LEVERS",  # the lever table: each LoopConfig field's values and facts, declared once
     "Lever",
     "compile_modes",

@@ -24,6 +24,7 @@ from trainers.config import (
     invalid_reason,
 )
 from trainers.core import DEVICE_PATTERN, DEVICES_ALLOWED, min_warmup, resolve_device, split_batch
+from trainers.dynamo_state import DROPPED as KEPT_CODE_DROPPED
 from trainers.errors import (
     CaptureError,
     ConfigError,
@@ -92,6 +93,7 @@ __all__ = [
     "DEVICE_PATTERN",
     "ENV_PREFIX",
     "GRAPH_RTOL",
+    "KEPT_CODE_DROPPED",
     "LEVERS",
     "MATMUL_PRECISION",
     "MATMUL_PRECISIONS",

@@ -248,15 +248,21 @@ class _Kept:
     compiled began since). A count that moved means something else compiled in between: reset.
     `limit`: how many keys may keep code side by side (`keeping_compiled`); 1 outside it.
     `graphs_of`: the graphs each kept key compiled, what its entries add on Dynamo's code objects.
-    `base`: Dynamo's recompile limit when the outermost `keeping_compiled` began (None outside)."""
+    `base`: Dynamo's recompile limit when the outermost `keeping_compiled` began (None outside).
+    `lost`: keys whose code a run dropped, and the note that said why: a later run of one of them
+    compiles again because of it, and says so (`dynamo_state.why_dropped`)."""
 
     code: dict[ReuseKey, float] = dataclasses.field(default_factory=dict)
     graphs: int | None = None
     limit: int = 1
     graphs_of: dict[ReuseKey, int] = dataclasses.field(default_factory=dict)
     base: int | None = None
+    lost: dict[ReuseKey, str] = dataclasses.field(default_factory=dict)
 
-    def clear(self) -> None:
+    def clear(self, why: str | None = None) -> None:
+        """Drop the kept code; `why` (a note) is said again by a later run of a dropped key."""
+        if why is not None:
+            self.lost.update(dict.fromkeys(self.code, why))
         self.code.clear()
         self.graphs_of.clear()
         self.graphs = None
@@ -288,6 +294,7 @@ def forget_compiled() -> None:
     (`reuse_key`): as a new process would (a test of the disk cache, a benchmark of a cold
     compile)."""
     _KEPT.clear()
+    _KEPT.lost.clear()
 
 
 @contextlib.contextmanager
@@ -327,6 +334,22 @@ def _dropped_note(kept: _Kept, reuse: ReuseKey | None, hit: bool) -> str:
         unguarded=differing,
         last_kept=kept.graphs is not None,
     )
+
+
+def _start_fresh(kept: _Kept, reuse: ReuseKey | None, hit: bool) -> str | None:
+    """Reset Dynamo and drop the kept code for a run of key `reuse`; the note that says why, where
+    code was kept for reuse (now, or for this key by a run before: a fresh start costs it a
+    whole compile again)."""
+    dropped = None
+    if kept.code:
+        dropped = _dropped_note(kept, reuse, hit)
+    elif reuse is not None and reuse in kept.lost:
+        dropped = f"{kept.lost.pop(reuse)} (at an earlier run's start)"
+    torch._dynamo.reset()
+    kept.clear(dropped)
+    if reuse is not None:  # this run pays for its own key's drop, and says so
+        kept.lost.pop(reuse, None)
+    return dropped
 
 
 class CompileWatch:
@@ -375,10 +398,7 @@ class CompileWatch:
             # Dynamo compiles no more until a reset.
             hit = any(_limit_hit(reason) for reason in _counters()["unimplemented"])
             if reuse is None or not fits or kept.graphs != _graphs() or hit:
-                if kept.code:  # what a fresh start costs again: said, with the rule that chose it
-                    self._dropped = _dropped_note(kept, reuse, hit)
-                torch._dynamo.reset()
-                kept.clear()
+                self._dropped = _start_fresh(kept, reuse, hit)
                 self._fresh = True
             else:
                 self._kept = reuse in kept.code
@@ -432,7 +452,7 @@ class CompileWatch:
         if limit_hit:
             # Past the limit Dynamo compiles the function no more until a reset: a run kept
             # beside this one would run it eagerly, and nothing would say so.
-            _KEPT.clear()
+            _KEPT.clear(f"{dynamo_state.DROPPED}: Dynamo's recompile limit was hit in a run")
         elif self._kept and self._compiling_s:
             # A kept run that compiled anyway (a guard failed) is not kept from: its entries
             # would pile up toward Dynamo's recompile limit, one more each run. Logged: the

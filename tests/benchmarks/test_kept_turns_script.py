@@ -1,5 +1,6 @@
-"""benchmarks/kept_turns.py on the CPU: configs taking turns in one process keep their code, and
-the gate's run of each compiles nothing after its turn; the record says so run by run."""
+"""benchmarks/kept_turns.py on the CPU: trials, then configs taking turns with the baselines in one
+process keep their code, and the gate's run of each compiles nothing; the record says so run by
+run."""
 
 from __future__ import annotations
 
@@ -44,19 +45,25 @@ def test_turns_of_two_configs_and_their_gate_runs_compile_once_each(tmp_path: Pa
     data = json.loads(path.read_text())
     assert data["meta"]["commit"] == "abc" and data["meta"]["file"] == path.name
     runs = [(r["kind"], r["config"]) for r in data["runs"]]
+    baselines = [("turn", "pytorch-default"), ("turn", "seed-baseline")]
     assert runs == [
+        ("trial", "config-0"),
+        ("trial", "config-1"),
+        ("gate", "config-1"),  # the leader, gated after the trials
+        *baselines,
         ("turn", "config-0"),
-        ("gate", "config-0"),
         ("turn", "config-1"),
-        ("gate", "config-1"),
+        ("gate", "config-0"),  # gated after the first round
+        *baselines,
         ("turn", "config-0"),
         ("turn", "config-1"),
     ]
     first = data["runs"][0]
     assert first["compile_s"] > 0 and first["cache_misses"] + first["cache_hits"] > 0
     for row in data["runs"][1:]:
-        assert row["compile_s"] == 0.0, row  # kept, or beside the kept (the same graphs)
+        assert "where" not in row, row  # every gate run made here: the code was held
+        assert row["compile_s"] == 0.0, row  # kept, beside the kept (the same graphs), or eager
         assert not any(note.startswith("kept code dropped") for note in row["notes"]), row
         assert row["warnings"] == []
-    assert data["runs"][4]["kept_s"] == pytest.approx(first["compile_s"], abs=0.01)
+    assert data["runs"][5]["kept_s"] == pytest.approx(first["compile_s"], abs=0.01)
     assert "| gate | config-0 |" in path.with_suffix(".md").read_text()

@@ -90,3 +90,28 @@ def test_each_rule_of_why_dropped_in_its_order() -> None:
     assert full.startswith(f"{DROPPED} (2 config(s)): no room")
     here = dict(common, kept_here=True, last_kept=False)
     assert "kept nothing" in why_dropped(2, keeps=True, limit_was_hit=False, **here)  # type: ignore[arg-type]
+
+
+def test_a_key_dropped_by_a_run_before_says_so_when_it_runs_again(double: object) -> None:
+    """A run that keeps no code (CUDA graphs, a compiled optimizer) drops the kept code and says
+    so; the next run of a dropped key finds nothing kept, and says why it compiles again."""
+    with keeping_compiled(2):
+        _watched(double, A, torch.float32)  # type: ignore[arg-type]
+        graphs = _watched(double, None, torch.float32)  # type: ignore[arg-type]
+        again = _watched(double, A, torch.float32)  # type: ignore[arg-type]
+        later = _watched(double, B, torch.float64)  # type: ignore[arg-type]
+    (note,) = _dropped(graphs)
+    assert "keeps no code" in note
+    assert again.compile_s > 0 and _dropped(again) == [f"{note} (at an earlier run's start)"]
+    assert not _dropped(later)  # beside A's fresh code: nothing dropped, nothing said
+
+
+def test_a_limit_hit_that_dropped_the_kept_code_is_said_by_the_next_run_of_a_key() -> None:
+    forget_compiled()
+    double = torch.compile(lambda x: x * 2, backend="eager")
+    with torch._dynamo.config.patch(recompile_limit=1), keeping_compiled(2):
+        _watched(double, A, torch.float32)  # type: ignore[arg-type]
+        _watched(double, A, torch.float32, torch.float64)  # type: ignore[arg-type]  # past 1
+        after = _watched(double, A, torch.float32)  # type: ignore[arg-type]
+    (note,) = _dropped(after)
+    assert "recompile limit was hit" in note

@@ -36,8 +36,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from trainers import LoopConfig, compiles, keeping_compiled, keeps_code
-from trainers.dynamo_state import DROPPED
+from trainers import KEPT_CODE_DROPPED, LoopConfig, compiles, keeping_compiled, keeps_code
 from tuner.evidence.recommendation import Recommendation
 from tuner.search.deciding.aim import Aim
 from tuner.search.deciding.recommend import (
@@ -321,7 +320,7 @@ def _say_compiled(progress: Any, line: str, outcome: Measured | Failure) -> None
     progress.phase(f"{line} compiled {seconds:.0f} s" + (f": {notes[0]}" if notes else ""))
 
 
-_WHY_COMPILED = (DROPPED, "recompile")
+_WHY_COMPILED = (KEPT_CODE_DROPPED, "recompile")
 """The compile notes that say why a run compiled although code was kept."""
 
 
