@@ -43,7 +43,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import trainers
-from benchmarks.run_meta import provenance, run_meta, write_record
+from benchmarks.run_meta import model_parser, provenance, write_model_record
 from trainers.gate import Determinism, parity_losses
 
 CANDIDATES = ("trial", "trial-again", "gate-off", "gate-strict", "gate-off-after-strict")
@@ -217,30 +217,16 @@ def to_markdown(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", default="hf:causal-lm")
-    parser.add_argument("--preset", default="llama-1b")
-    parser.add_argument("--model-arg", action="append", default=[])
-    parser.add_argument("--precision", default="float8")
+    parser = model_parser(__doc__)
     parser.add_argument("--reference-precision", default="bf16-autocast")
     parser.add_argument("--matmul-precision", default="high")
-    parser.add_argument("--config", default="compile=default,optimizer=fused")
     parser.add_argument("--candidates", default=",".join(CANDIDATES))
     parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--tag", default="")
-    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
-    parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
     args = parser.parse_args(argv)
     unknown = set(args.candidates.split(",")) - set(CANDIDATES)
     if unknown:
         parser.error(f"--candidates: {', '.join(sorted(unknown))}: allowed {', '.join(CANDIDATES)}")
-    meta, stem = run_meta(
-        trainers.resolve_device(args.device), "compile_reuse.py", sys.argv[1:], args.commit
-    )
-    data = {"meta": meta, **measure(args)}
-    name = f"compile-reuse-{stem}{f'-{args.tag}' if args.tag else ''}"
-    write_record(args.out, name, data, to_markdown)
+    write_model_record(args, "compile_reuse.py", "compile-reuse", measure(args), to_markdown)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
 from pathlib import Path
@@ -47,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import trainers
 from benchmarks.compile_reuse import _changed, _value
-from benchmarks.run_meta import provenance, run_meta, write_record
+from benchmarks.run_meta import model_parser, provenance, write_model_record
 from trainers.compilation import holds_compiled
 from trainers.gate.trajectories import min_warmup, trajectory_length
 from trainers.workloads import ReusedBuilds, disable_dropout
@@ -198,12 +197,7 @@ def to_markdown(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", default="hf:causal-lm")
-    parser.add_argument("--preset", default="llama-1b")
-    parser.add_argument("--model-arg", action="append", default=[])
-    parser.add_argument("--precision", default="float8")
-    parser.add_argument("--config", default="compile=default,optimizer=fused")
+    parser = model_parser(__doc__)
     parser.add_argument("--turns", default=";", help="each config's changes, ';' between configs")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=12)
@@ -213,19 +207,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-trials", dest="trials", action="store_false")
     parser.add_argument("--no-baselines", dest="baselines", action="store_false")
     parser.add_argument("--baseline-precision", default="bf16-autocast")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--tag", default="")
-    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
-    parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds: {args.rounds}: allowed 1 or more")
-    meta, stem = run_meta(
-        trainers.resolve_device(args.device), "kept_turns.py", sys.argv[1:], args.commit
-    )
-    data = {"meta": meta, **measure(args)}
-    name = f"kept-turns-{stem}{f'-{args.tag}' if args.tag else ''}"
-    write_record(args.out, name, data, to_markdown)
+    write_model_record(args, "kept_turns.py", "kept-turns", measure(args), to_markdown)
 
 
 if __name__ == "__main__":

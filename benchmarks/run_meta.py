@@ -6,6 +6,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -76,3 +77,35 @@ def job_parser(doc: str, *, presets: str, rounds: int) -> argparse.ArgumentParse
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
     parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
     return parser
+
+
+def model_parser(doc: str) -> argparse.ArgumentParser:
+    """The arguments of a script that runs one model's configs itself (`compile_reuse.py`,
+    `kept_turns.py`): the workload, preset and model arguments, the precision, the config
+    (`key=value,...` over the defaults), and where the record goes (`--commit` as in
+    `job_parser`)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--workload", default="hf:causal-lm")
+    parser.add_argument("--preset", default="llama-1b")
+    parser.add_argument("--model-arg", action="append", default=[])
+    parser.add_argument("--precision", default="float8")
+    parser.add_argument("--config", default="compile=default,optimizer=fused")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--tag", default="")
+    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
+    parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
+    return parser
+
+
+def write_model_record(
+    args: argparse.Namespace,
+    script: str,
+    kind: str,
+    measured: Mapping[str, Any],
+    markdown: Callable[[dict[str, Any]], str],
+) -> None:
+    """`measured` with its `meta` written as `<kind>-<gpu>-<date>[-tag]` (JSON and Markdown) for
+    a script of `model_parser`'s arguments."""
+    meta, stem = run_meta(trainers.resolve_device(args.device), script, sys.argv[1:], args.commit)
+    name = f"{kind}-{stem}{f'-{args.tag}' if args.tag else ''}"
+    write_record(args.out, name, {"meta": meta, **measured}, markdown)
