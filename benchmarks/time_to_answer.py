@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -154,7 +154,12 @@ def summary(run: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def entry(args: argparse.Namespace, spec: str, scratch: Path) -> dict[str, Any]:
+def entry(
+    args: argparse.Namespace, spec: str, scratch: Path, save: Callable[[dict[str, Any]], None]
+) -> dict[str, Any]:
+    """One preset's entry; `save` is given it once the jobs have ended, before the interleaved
+    comparison (minutes: each pick compiles), with `ratio_repeat_vs_cold` None, so that a run
+    cut off there keeps both jobs' times (2026-12-02: the lent machine went back during it)."""
     cold_db = scratch / "cold" / "study.db"
     cold_db.parent.mkdir(parents=True)
     cold = job(args, spec, cold_db, None, "cold")
@@ -164,8 +169,7 @@ def entry(args: argparse.Namespace, spec: str, scratch: Path) -> dict[str, Any]:
     repeat = job(args, spec, db, f"{cold['recommendation']['study']}-repeat", "repeat")
     workload, preset = spec.rsplit(":", 1)
     picks = {"cold": cold["recommendation"], "repeat": repeat["recommendation"]}
-    samples, ratio = interleaved(args, workload, preset, picks, over="cold")
-    return {
+    found = {
         "model": spec,
         # A held-out model is a preset changed by --model-arg (`--job-arg`): named by both.
         "model_args": dict(picks["cold"].get("model_args") or {}),
@@ -174,10 +178,13 @@ def entry(args: argparse.Namespace, spec: str, scratch: Path) -> dict[str, Any]:
         "same_config": picks["cold"].get("config") == picks["repeat"].get("config")
         and picks["cold"].get("precision") == picks["repeat"].get("precision"),
         "artifacts_file_copied": copied,
-        "samples_per_s": samples,
-        "ratio_repeat_vs_cold": ratio["repeat"],
+        "samples_per_s": None,
+        "ratio_repeat_vs_cold": None,
         "aims_s": AIMS_S,
     }
+    save(found)
+    samples, ratio = interleaved(args, workload, preset, picks, over="cold")
+    return found | {"samples_per_s": samples, "ratio_repeat_vs_cold": ratio["repeat"]}
 
 
 def markdown(data: Mapping[str, Any]) -> str:
@@ -192,6 +199,11 @@ def markdown(data: Mapping[str, Any]) -> str:
     ]
     for e in data["presets"]:
         r = e["ratio_repeat_vs_cold"]
+        compared = (
+            "not measured"
+            if r is None
+            else (f"{r['ratio']:.3f} ({r['ci95'][0]:.3f}-{r['ci95'][1]:.3f})")
+        )
         reused = e["repeat"]["reused"]
         loaded = (reused.get("compile_artifacts") or {}).get("loaded", 0)
         trials = (reused.get("trials_copied") or {}).get("trials", 0)
@@ -204,8 +216,7 @@ def markdown(data: Mapping[str, Any]) -> str:
         model = f"{e['model']} ({changed})" if changed else e["model"]
         lines.append(
             f"| {model} | {e['cold']['wall_s']:.0f} | {e['repeat']['wall_s']:.0f} | {shown} "
-            f"| {'yes' if e['same_config'] else 'no'} | {r['ratio']:.3f} "
-            f"({r['ci95'][0]:.3f}-{r['ci95'][1]:.3f}) |"
+            f"| {'yes' if e['same_config'] else 'no'} | {compared} |"
         )
     lines += ["", "Seconds by phase (summed over each job's processes):", ""]
     for e in data["presets"]:
@@ -228,12 +239,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     name = f"time-to-answer-{stem}{f'-{args.tag}' if args.tag else ''}"
     meta["file"] = f"{name}.json"
     args.out.mkdir(parents=True, exist_ok=True)
+
+    def write(entries: list[dict[str, Any]]) -> None:
+        # Written after each preset's jobs and again after its comparison: a run cut short keeps
+        # what it measured.
+        shown = {**data, "presets": entries}
+        (args.out / f"{name}.json").write_text(json.dumps(shown, indent=2) + "\n")
+        (args.out / f"{name}.md").write_text(markdown(shown))
+
     with tempfile.TemporaryDirectory(prefix="streamtune-tta-") as tmp:
+        done: list[dict[str, Any]] = data["presets"]
         for index, spec in enumerate(args.presets.split(",")):
-            data["presets"].append(entry(args, spec.strip(), Path(tmp) / str(index)))
-            # Written after each preset: a run cut short keeps what it measured.
-            (args.out / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
-            (args.out / f"{name}.md").write_text(markdown(data))
+            found = entry(args, spec.strip(), Path(tmp) / str(index), lambda e: write([*done, e]))
+            done.append(found)
+            write(done)
     print(f"wrote {args.out / name}.json")
 
 

@@ -85,7 +85,7 @@ def _fresh_dynamo_per_test() -> Iterator[None]:
     """Each test's first compiling run starts with a fresh Dynamo, as in a new process: a run
     keeps the last compiling run's code where the two share a model build and arithmetic
     (`trainers.compilation.reuse_key`), which must not reach from one test into another."""
-    from trainers.compilation import forget_compiled
+    from trainers.kept_code import forget_compiled
 
     forget_compiled()
     yield

@@ -8,7 +8,6 @@ from trainers.compilation import (
     CACHE_DIR_VARIABLE,
     compile_cache_dir,
     compiles,
-    keeping_compiled,
     keeps_code,
     usable_cores,
 )
@@ -46,6 +45,7 @@ from trainers.gate import (
     parity_losses,
     required_test,
 )
+from trainers.kept_code import keeping_compiled
 from trainers.levers import (
     LEVERS,
     TIE_ORDER,

@@ -16,7 +16,8 @@ arithmetic, precision and process settings (`reuse_key`): that one keeps what th
 At 1B a whole-model float8 compile costs 40 s even when every graph comes from the disk cache;
 the tuner's final round runs the config its trial just ran, and the gate runs a config after its
 eager twin, which compiles the same graphs. Within `keeping_compiled`, a few keys keep their code
-side by side: the final round takes turns between configs of other arithmetic.
+side by side: the final round takes turns between configs of other arithmetic (the kept code's
+state is `trainers.kept_code`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ from trainers.dynamo_state import graphs as _graphs
 from trainers.dynamo_state import guard_failures as _guard_failures
 from trainers.dynamo_state import limit_hit as _limit_hit
 from trainers.dynamo_state import recompile_reasons as _recompile_reasons
+from trainers.kept_code import (
+    KEPT,
+    ReuseKey,
+    start_fresh,
+)
 from trainers.levers import LEVERS, Option, defaults_where
 
 CACHE_DIR_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
@@ -181,21 +187,6 @@ def keeps_code(config: LoopConfig) -> bool:
     )
 
 
-@dataclasses.dataclass(frozen=True)
-class ReuseKey:
-    """A run's `reuse_key`. `guarded`: what Dynamo's guards tell apart without changing what
-    either compiles (module types, autocast, determinism, the matmul precision), so keys that
-    differ only there may keep their code side by side (`keeping_compiled`). `unguarded`: what
-    keys must share to sit side by side: a lever's context around the forward (the SDPA
-    backend, which Inductor bakes into the graph and no guard checks); the shapes the graphs
-    take (the model's parameters, the micro-batches): one that differs fails a guard, and Dynamo
-    then compiles it with dynamic sizes, code a fresh process would not run, until it is reset;
-    and the cache folder asked for."""
-
-    guarded: tuple[object, ...]
-    unguarded: tuple[object, ...]
-
-
 def reuse_key(
     model: nn.Module,
     config: LoopConfig,
@@ -241,44 +232,6 @@ def reuse_key(
     )
 
 
-@dataclasses.dataclass
-class _Kept:
-    """The compiled code Dynamo holds now, by `reuse_key`: what each key's code cost to compile,
-    and Dynamo's graph count when the last of them ended (None: nothing kept, or a run that
-    compiled began since). A count that moved means something else compiled in between: reset.
-    `limit`: how many keys may keep code side by side (`keeping_compiled`); 1 outside it.
-    `graphs_of`: the graphs each kept key compiled, what its entries add on Dynamo's code objects.
-    `base`: Dynamo's recompile limit when the outermost `keeping_compiled` began (None outside).
-    `lost`: keys whose code a run dropped, and the note that said why: a later run of one of them
-    compiles again because of it, and says so (`dynamo_state.why_dropped`)."""
-
-    code: dict[ReuseKey, float] = dataclasses.field(default_factory=dict)
-    graphs: int | None = None
-    limit: int = 1
-    graphs_of: dict[ReuseKey, int] = dataclasses.field(default_factory=dict)
-    base: int | None = None
-    lost: dict[ReuseKey, str] = dataclasses.field(default_factory=dict)
-
-    def clear(self, why: str | None = None) -> None:
-        """Drop the kept code; `why` (a note) is said again by a later run of a dropped key."""
-        if why is not None:
-            self.lost.update(dict.fromkeys(self.code, why))
-        self.code.clear()
-        self.graphs_of.clear()
-        self.graphs = None
-
-
-_KEPT = _Kept()
-
-MAX_KEPT = 6
-"""The most keys `keeping_compiled` keeps side by side: the trials' three and a final round's
-three finalists (`tuner.search.options.SEARCH_KEPT`, `top_k`). Each adds its entries to the same
-code objects (the model's forward, each block's), and past Dynamo's recompile limit (8 a
-function by default) a frame runs eagerly without an error, so a "compiled" config would be
-measured eager: a run beside kept keys has the limit raised by the graphs they compiled, and a
-run that hits it anyway says so (`RECOMPILE_LIMIT_HIT`) and keeps nothing."""
-
-
 def holds_compiled(
     model: nn.Module, config: LoopConfig, precision: str | None, device: torch.device
 ) -> bool:
@@ -286,70 +239,7 @@ def holds_compiled(
     a copy of `model` (its `reuse_key`, without a capturable optimizer, kept and nothing
     compiled since): a run of it here then compiles nothing where Dynamo's guards pass."""
     key = reuse_key(model, config, precision, device)
-    return key is not None and key in _KEPT.code and _KEPT.graphs == _graphs()
-
-
-def forget_compiled() -> None:
-    """The next compiling run starts with a fresh Dynamo whatever it shares with the last
-    (`reuse_key`): as a new process would (a test of the disk cache, a benchmark of a cold
-    compile)."""
-    _KEPT.clear()
-    _KEPT.lost.clear()
-
-
-@contextlib.contextmanager
-def keeping_compiled(keys: int) -> Iterator[None]:
-    """Within: the code of up to `keys` reuse keys (at most `MAX_KEPT`) stays in Dynamo side by
-    side, so runs that take turns between configs of other arithmetic (the tuner's final round:
-    A, B, A, B) compile each once, not at every turn. Dynamo's guards tell their entries apart,
-    as they do for one key's, and a run's recompile limit is Dynamo's own plus the graphs the
-    other kept keys compiled (their entries on the same code objects). After it,
-    a run of any kept key still keeps them all (at most `MAX_KEPT`), and a run of another key
-    starts fresh, as outside."""
-    before, outermost = _KEPT.limit, _KEPT.base is None
-    _KEPT.limit = max(1, min(keys, MAX_KEPT))
-    if outermost:
-        _KEPT.base = int(torch._dynamo.config.recompile_limit)
-    try:
-        yield
-    finally:
-        _KEPT.limit = before
-        if outermost and _KEPT.base is not None:
-            torch._dynamo.config.recompile_limit = _KEPT.base
-            _KEPT.base = None
-
-
-def _dropped_note(kept: _Kept, reuse: ReuseKey | None, hit: bool) -> str:
-    """`dynamo_state.why_dropped` for a run of key `reuse` that starts afresh beside `kept`."""
-    differing = None
-    if reuse is not None:
-        other = next((k for k in kept.code if k.unguarded != reuse.unguarded), None)
-        differing = None if other is None else (reuse.unguarded, other.unguarded)
-    return dynamo_state.why_dropped(
-        len(kept.code),
-        keeps=reuse is not None,
-        limit_was_hit=hit,
-        room=kept.limit,
-        kept_here=reuse in kept.code,
-        unguarded=differing,
-        last_kept=kept.graphs is not None,
-    )
-
-
-def _start_fresh(kept: _Kept, reuse: ReuseKey | None, hit: bool) -> str | None:
-    """Reset Dynamo and drop the kept code for a run of key `reuse`; the note that says why, where
-    code was kept for reuse (now, or for this key by a run before: a fresh start costs it a
-    whole compile again)."""
-    dropped = None
-    if kept.code:
-        dropped = _dropped_note(kept, reuse, hit)
-    elif reuse is not None and reuse in kept.lost:
-        dropped = f"{kept.lost.pop(reuse)} (at an earlier run's start)"
-    torch._dynamo.reset()
-    kept.clear(dropped)
-    if reuse is not None:  # this run pays for its own key's drop, and says so
-        kept.lost.pop(reuse, None)
-    return dropped
+    return key is not None and key in KEPT.code and KEPT.graphs == _graphs()
 
 
 class CompileWatch:
@@ -386,7 +276,7 @@ class CompileWatch:
             # compile_s is 0 (kept_s says what the code cost). Also kept after someone else's
             # torch._dynamo.reset() with nothing compiled since: it then compiles again.
             # Within `keeping_compiled`, a new key compiles beside the kept ones while they fit.
-            kept = _KEPT
+            kept = KEPT
             fits = reuse is not None and (
                 reuse in kept.code
                 or (
@@ -398,7 +288,7 @@ class CompileWatch:
             # Dynamo compiles no more until a reset.
             hit = any(_limit_hit(reason) for reason in _counters()["unimplemented"])
             if reuse is None or not fits or kept.graphs != _graphs() or hit:
-                self._dropped = _start_fresh(kept, reuse, hit)
+                self._dropped = start_fresh(kept, reuse, hit)
                 self._fresh = True
             else:
                 self._kept = reuse in kept.code
@@ -452,18 +342,18 @@ class CompileWatch:
         if limit_hit:
             # Past the limit Dynamo compiles the function no more until a reset: a run kept
             # beside this one would run it eagerly, and nothing would say so.
-            _KEPT.clear(f"{dynamo_state.DROPPED}: Dynamo's recompile limit was hit in a run")
+            KEPT.clear(f"{dynamo_state.DROPPED}: Dynamo's recompile limit was hit in a run")
         elif self._kept and self._compiling_s:
             # A kept run that compiled anyway (a guard failed) is not kept from: its entries
             # would pile up toward Dynamo's recompile limit, one more each run. Logged: the
             # next run compiles again too, and the guard is what to fix.
             dynamo_state.compiled_although_kept(_recompile_reasons(self._failures))
         elif self._reuse is not None:
-            _KEPT.code[self._reuse] = max(compile_s, self._kept_s)
+            KEPT.code[self._reuse] = max(compile_s, self._kept_s)
             # Its entries add up: a kept run that compiled (in its windows) adds to the earlier.
             own = _graphs() - self._graphs_at_start
-            _KEPT.graphs_of[self._reuse] = _KEPT.graphs_of.get(self._reuse, 0) + own
-            _KEPT.graphs = _graphs()
+            KEPT.graphs_of[self._reuse] = KEPT.graphs_of.get(self._reuse, 0) + own
+            KEPT.graphs = _graphs()
         graphs, breaks = _graphs(), _graph_breaks()
         in_windows = graphs - self._graphs_after_warmup
         breaks_in_windows = breaks - self._breaks_after_warmup

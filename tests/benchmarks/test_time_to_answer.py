@@ -90,3 +90,42 @@ def test_the_repeat_job_runs_on_copied_files_and_reuses_the_cold_jobs_verdicts(
     assert item["same_config"] is (same[0] == same[1])
     assert "| mlp:tiny |" in path.with_suffix(".md").read_text()
     assert (tmp_path / "time-to-answer-tiny-t-repeat.log").read_text().strip()
+
+
+def test_a_run_cut_off_before_the_comparison_keeps_both_jobs_times(tmp_path: Path) -> None:
+    """The entry `save` is given once both jobs end, before the interleaved comparison, and its
+    Markdown says the comparison was not measured (2026-12-02: the lent machine went back during
+    it, and the record of both jobs was lost with it)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import time_to_answer
+
+    jobs = {
+        "cold": {"wall_s": 822.0, "recommendation": {"study": "s", "config": {"a": 1}}},
+        "repeat": {"wall_s": 231.0, "recommendation": {"study": "s-repeat", "config": {"a": 2}}},
+    }
+    saved: list[dict[str, object]] = []
+
+    class CutOff(Exception):
+        pass
+
+    def job(_args: object, _spec: str, _db: Path, _study: object, name: str) -> object:
+        return jobs[name]
+
+    def cut(*_args: object, **_kwargs: object) -> object:
+        raise CutOff
+
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setattr(time_to_answer, "job", job)
+        mp.setattr(time_to_answer, "interleaved", cut)
+        mp.setattr(time_to_answer, "given_elsewhere", lambda *_: (tmp_path / "r.db", True))
+        with pytest.raises(CutOff):
+            time_to_answer.entry(None, "w:p", tmp_path, saved.append)  # type: ignore[arg-type]
+    finally:
+        mp.undo()
+    [entry] = saved
+    assert entry["ratio_repeat_vs_cold"] is None and entry["same_config"] is False
+    assert entry["cold"]["wall_s"] == 822.0 and entry["repeat"]["wall_s"] == 231.0  # type: ignore[index]
+    meta = dict.fromkeys(("driver", "cuda", "torch", "commit", "date", "file", "command"), "x")
+    text = time_to_answer.markdown({"meta": meta, "presets": saved})
+    assert "| 822 | 231 |" in text and "| no | not measured |" in text

@@ -32,11 +32,9 @@ from trainers.compilation import (
     RECOMPILE_LIMIT_HIT,
     CompileStats,
     CompileWatch,
-    ReuseKey,
-    forget_compiled,
-    keeping_compiled,
     reuse_key,
 )
+from trainers.kept_code import ReuseKey, forget_compiled, keeping_compiled
 from trainers.workloads import SyntheticBatches, disable_dropout
 from trainers.workloads.mlp import classification_loss
 

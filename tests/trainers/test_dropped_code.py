@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from tests.trainers.test_compile import _watched
-from trainers.compilation import CompileStats, ReuseKey, forget_compiled, keeping_compiled
+from trainers.compilation import CompileStats
 from trainers.dynamo_state import DROPPED, UNGUARDED_FIELDS, why_dropped
+from trainers.kept_code import ReuseKey, forget_compiled, keeping_compiled
 
 A = ReuseKey(guarded=("float32",), unguarded=(object, (), (("attention", "default"),), None))
 B = ReuseKey(guarded=("float64",), unguarded=A.unguarded)

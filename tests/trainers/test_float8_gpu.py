@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from trainers import LoopConfig, RunArgs, RunResult, Workload, load_workload, run
-from trainers.compilation import keeping_compiled
 from trainers.float8 import MIN_CAPABILITY, is_float8
+from trainers.kept_code import keeping_compiled
 from trainers.workloads import disable_dropout
 
 
@@ -177,7 +177,7 @@ def test_the_gate_judges_compiled_float8_against_bf16s_seed_to_seed_envelope() -
 
 
 def test_float8_and_bf16_taking_turns_keep_their_code_side_by_side() -> None:
-    """`trainers.compilation.keeping_compiled`, as the tuner's final round takes turns between
+    """`trainers.kept_code.keeping_compiled`, as the tuner's final round takes turns between
     a float8 config and one of other arithmetic: each compiles once, and on its next turn
     Dynamo's guards pick its own entries (float8's converted linears, or bf16's plain ones).
     The whole model only: this model's blocks are torch.nn's own layers, which per block

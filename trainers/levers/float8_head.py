@@ -32,13 +32,13 @@ where no linear was converted or the head cannot be.
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import torch
 from torch import nn
 
 from trainers import float8
 from trainers.errors import ConfigError
+from trainers.kept_code import compile_apart
 from trainers.levers.declare import Lever, ProbeInput, Undo, Value, nothing, ranked, register
 from trainers.levers.timing import timed_ms
 
@@ -140,9 +140,9 @@ def _copy(head: nn.Module, value: Value) -> nn.Module:
 
 
 def _head_ms(where: ProbeInput, head: nn.Module, recorded: torch.Tensor) -> float:
-    # Static shapes: the run compiles the step at its one batch shape, and a Dynamo that has
-    # seen other shapes in this process would otherwise trace this one dynamic.
-    compiled: Any = torch.compile(head, dynamic=False)
+    # Static shapes, as the run compiles the step at its one batch shape; on a code object of its
+    # own, so the trials' code kept in this process stays kept (`compile_apart`).
+    compiled = compile_apart(head)
     inputs = recorded.clone().requires_grad_(True)
     grad: list[torch.Tensor] = []
 

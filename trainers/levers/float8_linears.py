@@ -50,6 +50,7 @@ from torch import nn
 
 from trainers import float8
 from trainers.errors import ConfigError
+from trainers.kept_code import compile_apart
 from trainers.levers.declare import (
     TABLE,
     Lever,
@@ -270,12 +271,11 @@ def linear_ms(shape: Shape, rows: int, value: str, device: torch.device, iters: 
     compiled: Any = holder
     if value == "float8":
         float8.convert(holder, float8.Float8Plan(converted=("0",), kept=()))
-        # A fresh Dynamo for each shape: every holder's call is one code object, whose cache
-        # entries past Dynamo's recompile limit (8) would run eager without an error. A trial's
-        # compiled code kept in this process is dropped anyway once anything compiles
-        # (`trainers.compilation.CompileWatch`).
-        torch.compiler.reset()
-        compiled = torch.compile(holder, dynamic=False)
+        # Each shape on a code object of its own (`compile_apart`): one shared by every
+        # holder's call would pile up entries past Dynamo's recompile limit (8) and run eager
+        # without an error, and a reset would drop the trials' code kept in this process (the
+        # leader then compiled again in the gate and the final round, 2026-12-02).
+        compiled = compile_apart(holder)
     inputs = torch.randn(rows, features_in, device=device, dtype=torch.bfloat16)
     inputs.requires_grad_(True)
     grad = torch.randn(rows, features_out, device=device, dtype=torch.bfloat16)

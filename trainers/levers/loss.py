@@ -45,6 +45,7 @@ import torch
 from torch import nn
 
 from trainers.errors import ConfigError
+from trainers.kept_code import compile_apart
 from trainers.levers.declare import Lever, ProbeInput, Undo, Value, nothing, ranked, register
 from trainers.levers.timing import timed_ms
 
@@ -121,7 +122,9 @@ def _probe(where: ProbeInput) -> dict[Value, float | str]:
     # saved): dropped before the timing, which needs only the detached copies.
     seen.clear()
     figures: dict[Value, float | str] = {}
-    for value, function in (("model", original), ("compiled", torch.compile(original))):
+    # The compiled value on a code object of its own (`compile_apart`): the model's loss function
+    # is what a run with loss="compiled" compiles too, and the trials' code stays kept.
+    for value, function in (("model", original), ("compiled", compile_apart(original))):
 
         def step(function: Any = function) -> None:
             with where.autocast():  # as the forward calls it: under the run's autocast

@@ -253,7 +253,7 @@ def test_a_compiled_run_owed_no_bits_runs_here_and_is_judged_in_the_child(
     run's. Without that code here, a run owed bits, and every run of a gate told not to, stay in
     the child."""
     import trainers
-    from trainers.compilation import forget_compiled
+    from trainers.kept_code import forget_compiled
 
     ran_here: list[tuple[str, tuple[float, ...], float]] = []
 
