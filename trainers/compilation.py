@@ -293,6 +293,11 @@ class CompileWatch:
             else:
                 self._kept = reuse in kept.code
                 self._kept_s = kept.code.get(reuse, 0.0)
+                if not self._kept and reuse in kept.lost:
+                    # Beside the kept keys, this one compiles again because a run dropped its
+                    # code earlier: said here too (2026-12-02: a final-round turn compiled 47 s
+                    # beside its tied rival, and nothing said why).
+                    self._dropped = f"{kept.lost.pop(reuse)} (at an earlier run's start)"
             if kept.base is not None:
                 # Dynamo's limit counts every key's entries on a code object: this run may add as
                 # many of its own as a run alone could, beside the other kept keys' (one entry a

@@ -116,3 +116,20 @@ def test_a_limit_hit_that_dropped_the_kept_code_is_said_by_the_next_run_of_a_key
         after = _watched(double, A, torch.float32)  # type: ignore[arg-type]
     (note,) = _dropped(after)
     assert "recompile limit was hit" in note
+
+
+def test_a_dropped_key_that_compiles_again_beside_the_kept_ones_says_why() -> None:
+    """A probe compiles in between (not `compile_apart`), so the next key starts fresh and drops
+    A; A then fits beside it, compiles again, and says why its code was gone."""
+    forget_compiled()
+    double = torch.compile(lambda x: x * 2, backend="eager")
+    with keeping_compiled(3):
+        _watched(double, A, torch.float32)  # type: ignore[arg-type]
+        torch.compile(lambda x: x + 1, backend="eager")(torch.ones(2))  # a probe, say
+        fresh = _watched(double, B, torch.float64)  # type: ignore[arg-type]
+        again = _watched(double, A, torch.float32)  # type: ignore[arg-type]
+        once_more = _watched(double, A, torch.float32)  # type: ignore[arg-type]
+    (note,) = _dropped(fresh)
+    assert "something else compiled" in note
+    assert again.compile_s > 0 and _dropped(again) == [f"{note} (at an earlier run's start)"]
+    assert once_more.compile_s == 0.0 and not _dropped(once_more)  # said once, then kept

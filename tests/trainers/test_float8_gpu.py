@@ -218,3 +218,28 @@ def test_a_copy_of_the_build_keeps_the_float8_compiled_code(scope: str) -> None:
     assert again.losses == pytest.approx(first.losses, rel=1e-3)
     gc.collect()
     assert gone() is None
+
+
+def test_the_float8_probes_between_two_runs_leave_the_first_runs_code_kept() -> None:
+    """The search stages `float8_linears` and `float8_head` after a float8 trial, and their
+    probes compile each linear shape and the head on its own (`trainers.kept_code.compile_apart`):
+    the trial's code stays kept, so the next run of its config (the gate's run, a final-round
+    turn) compiles nothing. On an H200 (2026-12-02) the float8_linears probe reset Dynamo, and
+    the leader compiled again in the gate (166 s) and in the final round (47 s)."""
+    from trainers import probe_levers
+
+    config = LoopConfig(compile="default", **FEED)  # type: ignore[arg-type]
+    workload = _workload()
+    with keeping_compiled(2):
+        first = _run("float8", config, workload)
+        probed = probe_levers(
+            _workload(),
+            ["float8_linears", "float8_head"],
+            device=torch.device("cuda"),
+            precision="float8",
+        )
+        again = _run("float8", config.replace(num_streams=1))
+    assert all(isinstance(v, float) for v in probed["float8_linears"].values()), probed
+    assert first.compile_s > 0
+    assert again.compile_s == 0.0 and again.compile_kept_s == pytest.approx(first.compile_s)
+    assert not any("kept code dropped" in note for note in again.compile_notes)
