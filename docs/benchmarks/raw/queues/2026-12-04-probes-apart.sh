@@ -10,6 +10,10 @@
 # again compiling nothing) and of the probes themselves on float8 holders. Then (about 15
 # minutes; QUEUE_TTA=0 leaves it out) the Qwen1.5-0.5B row cold and repeat again: expected
 # near 620 s cold (the gate's run about 13 s, the final round's leader kept), an estimate.
+# Last (about 6 minutes; QUEUE_REGIONS=0 leaves it out): benchmarks/compile_regions.py on the
+# same shape in float8, the whole model compiled with each decoder layer a nested compile region
+# against the whole model as the trials compile it (177.5 s for the float8 trial at 2c9259f),
+# each in a new process from empty caches; no turns side by side (--rounds 0) for the time.
 set -x
 commit=${STREAMTUNE_COMMIT:?the commit measured}
 nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm,power.limit --format=csv > "$QUEUE_OUT/nvidia-smi.csv"
@@ -20,13 +24,17 @@ python -m pytest -q -m gpu -p no:cacheprovider -rA \
   tests/trainers/test_float8_head_lever.py -k "probe or taking_turns" \
   --junitxml="$QUEUE_OUT/gpu_tests.xml" > "$QUEUE_OUT/gpu_tests.log" 2>&1
 echo "gpu tests ended with $? at $(date -u +%T)"
-[[ ${QUEUE_TTA:-1} == 1 ]] || exit 0
 qwen15=(--model-arg arch=qwen2 --model-arg hidden=1024 --model-arg layers=24 --model-arg heads=16
   --model-arg kv_heads=16 --model-arg ffn=2816 --model-arg vocab=151936 --model-arg tie=true
   --model-arg seq=2048 --model-arg batch=8)
 as_job() { for a in "$@"; do printf -- '--job-arg=%s\n' "$a"; done; }
 mapfile -t passed < <(as_job "${qwen15[@]}")
-python benchmarks/time_to_answer.py --presets hf:causal-lm:llama-1b \
+[[ ${QUEUE_TTA:-1} == 1 ]] && python benchmarks/time_to_answer.py --presets hf:causal-lm:llama-1b \
   --precisions bf16-autocast,float8 --rounds 1 "${passed[@]}" --commit "$commit" \
   --out "$QUEUE_OUT" --tag qwen15 > "$QUEUE_OUT/tta-qwen15.log" 2>&1
 echo "qwen15 ended with $? at $(date -u +%T)"
+[[ ${QUEUE_REGIONS:-1} == 1 ]] || exit 0
+python benchmarks/compile_regions.py --preset llama-1b "${qwen15[@]}" --precision float8 \
+  --config num_streams=2,sync_interval=10,sync_mode=event,prefetch_depth=2,pin_memory=true,non_blocking=true,num_workers=2,compile=default,optimizer=fused,float8_head=float8 \
+  --rounds 0 --commit "$commit" --out "$QUEUE_OUT" --tag qwen15 > "$QUEUE_OUT/compile-regions.log" 2>&1
+echo "compile regions ended with $? at $(date -u +%T)"
