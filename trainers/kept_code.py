@@ -16,6 +16,7 @@ final round (47 s).
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import dataclasses
 import types
@@ -149,12 +150,17 @@ def start_fresh(kept: _Kept, reuse: ReuseKey | None, hit: bool) -> str | None:
 def compiling_apart() -> Iterator[None]:
     """Within: what compiles adds no entry to a code object a run uses (`compile_apart`), so
     code kept before stays kept (`holds_compiled` still holds, and the next run of a kept key
-    compiles nothing). Only where it was kept and nothing else compiled since."""
+    compiles nothing). Only where it was kept and nothing else compiled since, and where no
+    graph broke within: past a break Dynamo compiles the frames it calls on their own code
+    objects, which a run may compile too (the model's loss function, a block's forward), so
+    their entries would count toward that run's recompile limit unseen. The next run then
+    starts fresh, as after any other compile."""
     intact = KEPT.graphs is not None and KEPT.graphs == _graphs()
+    breaks = dynamo_state.graph_breaks()
     try:
         yield
     finally:
-        if intact:
+        if intact and dynamo_state.graph_breaks() == breaks:
             KEPT.graphs = _graphs()
 
 
@@ -169,7 +175,10 @@ def compile_apart(function: Callable[..., Any]) -> Callable[..., Any]:
     too, so no run's recompile limit counts them and the code kept for reuse stays kept
     (`compiling_apart`, around each call: the call that compiles). Static shapes: a Dynamo that
     has seen other shapes of a code object would trace this one dynamic. For a lever's probe."""
-    own = types.FunctionType(_call.__code__.replace(), _call.__globals__, "compiled_apart")
+    # Globals of its own: Dynamo stores each compiled graph in the frame's globals, and only a
+    # reset removes them (in this module's they would pile up, probe after probe).
+    scope = {"__builtins__": builtins}
+    own = types.FunctionType(_call.__code__.replace(), scope, "compiled_apart")
     compiled: Any = torch.compile(own, dynamic=False)
 
     def call(*args: Any, **kwargs: Any) -> Any:

@@ -68,3 +68,32 @@ def test_the_loss_probe_between_two_runs_leaves_the_first_runs_code_kept() -> No
         again = run(workload, config, args)
     assert first.compile_s > 0
     assert again.compile_s == 0.0 and again.compile_kept_s > 0, again.compile_notes
+
+
+def test_a_graph_break_inside_leaves_the_next_run_to_start_fresh() -> None:
+    """Past a graph break Dynamo compiles the frames the function calls on their own code
+    objects, which a run may compile too: the kept code is then no longer known to be alone,
+    and the next run starts fresh and says so."""
+    forget_compiled()
+    double = torch.compile(lambda x: x * 2, backend="eager")
+
+    def breaks(x: torch.Tensor) -> torch.Tensor:
+        torch._dynamo.graph_break()
+        return x + 1
+
+    with keeping_compiled(2):
+        _watched(double, A, torch.float32)  # type: ignore[arg-type]
+        compile_apart(breaks)(torch.ones(3))
+        again = _watched(double, A, torch.float32)  # type: ignore[arg-type]
+    assert again.compile_s > 0
+    assert [note for note in again.notes if note.startswith(DROPPED)], again.notes
+
+
+def test_what_a_compile_apart_made_goes_when_it_does() -> None:
+    """Its compiled graphs live in globals of its own: nothing is left in a module's."""
+    import trainers.kept_code as kept_code
+
+    before = {name for name in vars(kept_code) if name.startswith("__compiled_fn")}
+    compile_apart(nn.Linear(3, 3))(torch.ones(2, 3))
+    after = {name for name in vars(kept_code) if name.startswith("__compiled_fn")}
+    assert after == before
