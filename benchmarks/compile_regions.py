@@ -8,10 +8,10 @@ and Inductor compiles each of the 24 identical decoder layers again. `torch.comp
 nested_compile_region` (torch 2.8 on) marks a function whose graph is traced and compiled once
 and called for every block with inputs of the same kind; the whole model stays one compiled
 graph around it. On this project's CPU (torch 2.13, a stack of 24 residual MLP blocks of 256
-features) the whole-model compile and first step took 5.8 s marked against 16.5 s, with the same
-loss and gradients. Whether it holds on a GPU, for Hugging Face decoder layers and for float8's
-tensor subclasses inside the region, and what the step loses where fusion stops at the block's
-edge, is what this measures:
+features), each in a new process from an empty Inductor cache, the whole-model compile and first
+step took 14.7-15.1 s marked against 21.7-23.4 s, with the same loss and gradients. Whether it
+holds on a GPU, for Hugging Face decoder layers and for float8's tensor subclasses inside the
+region, and what the step loses where fusion stops at the block's edge, is what this measures:
 
 - `model`, `regions`: each in a new process, from an empty Inductor and Triton cache, one
   `trainers.run` (the trial's run), its compile seconds, step, MFU, peak memory and first losses,
@@ -23,8 +23,9 @@ edge, is what this measures:
         --model-arg arch=qwen2 ... --precision float8 --config compile=default,optimizer=fused \\
         --rounds 2 --commit <sha> --out DIR
 
-The marked blocks are the model's repeated blocks (`trainers.blocks.find_blocks`), each given a
-subclass of its own class whose `forward` is the marked one; nothing else changes.
+`regions` is the config with the `compile_regions` lever at `blocks` (`trainers/levers/regions.py`:
+each repeated block, `trainers.blocks.find_blocks`, a nested compile region for the run); nothing
+else changes.
 """
 
 from __future__ import annotations
@@ -40,32 +41,21 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import nn
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import trainers
 from benchmarks.compile_reuse import _changed, _value
 from benchmarks.run_meta import model_parser, provenance, write_model_record
 from trainers.blocks import find_blocks
+from trainers.dynamo_state import counters
 from trainers.workloads import ReusedBuilds
 
 VARIANTS = ("model", "regions")
 
 
-def mark_regions(model: nn.Module) -> int:
-    """Give each repeated block of `model` a subclass of its class whose forward is a nested
-    compile region; the number of blocks marked (0: none repeats)."""
-    made: dict[type[nn.Module], type[nn.Module]] = {}
-    blocks = find_blocks(model)
-    for block in blocks:
-        cls = type(block)
-        if cls not in made:
-            forward = torch.compiler.nested_compile_region(cls.forward)
-            made[cls] = type(f"{cls.__name__}Region", (cls,), {"forward": forward})
-        block.__class__ = made[cls]
-    return len(blocks)
+def variant_config(base: trainers.LoopConfig, name: str) -> trainers.LoopConfig:
+    """`base` with the `compile_regions` lever as `name` has it (`model`: at its default)."""
+    return base.replace(compile_regions="blocks" if name == "regions" else "none")
 
 
 def summary(result: trainers.RunResult) -> dict[str, Any]:
@@ -79,6 +69,8 @@ def summary(result: trainers.RunResult) -> dict[str, Any]:
         "mfu": result.utilisation.mfu,
         "peak_memory_bytes": result.peak_memory_bytes,
         "graph_breaks": result.graph_breaks,
+        # Calls Dynamo put in the graph: each marked block's are traced once, not once a block.
+        "traced_calls": counters()["stats"]["calls_captured"],
         "recompiles": result.recompiles,
         "notes": list(result.compile_notes)[:4],
         "losses": [round(loss, 5) for loss in result.losses[:5]],
@@ -94,9 +86,9 @@ def _args(spec: dict[str, Any]) -> trainers.RunArgs:
 
 def _variant(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     """One variant, in this (new) process with its own empty caches."""
-    config = trainers.LoopConfig.from_dict(spec["config"])
+    config = variant_config(trainers.LoopConfig.from_dict(spec["config"]), name)
     built = trainers.resolve_factory(spec["workload"], spec["model_args"])(spec["preset"], seed=0)
-    blocks = mark_regions(built.model) if name == "regions" else len(find_blocks(built.model))
+    blocks = len(find_blocks(built.model))
     started = time.perf_counter()
     try:
         found = summary(trainers.run(built, config, _args(spec)))
@@ -115,9 +107,7 @@ def _turns(spec: dict[str, Any], rounds: int) -> list[dict[str, Any]]:
         for index in range(rounds):
             for name in VARIANTS:
                 built = reused(spec["preset"], seed=0)
-                if name == "regions":
-                    mark_regions(built.model)
-                found = summary(trainers.run(built, config, _args(spec)))
+                found = summary(trainers.run(built, variant_config(config, name), _args(spec)))
                 turns.append({"round": index + 1, "variant": name, **found})
                 print(turns[-1], flush=True)
     return turns

@@ -1,58 +1,41 @@
-"""benchmarks/compile_regions.py's marking on the CPU: each repeated block becomes a nested
-compile region of a subclass of its own class, the whole model compiled around them computes
-what it computed before (its figures are for a GPU)."""
+"""benchmarks/compile_regions.py on the CPU: both variants, each in a new process from its own
+empty cache, then taking turns in one process; the record holds each variant's compile and step
+and the turns, and the marked variant traced fewer calls (its figures are for a GPU)."""
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+import json
+import subprocess
+import sys
+from pathlib import Path
 
-from benchmarks.compile_regions import mark_regions
+import pytest
 
-
-class _Block(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.up, self.down = nn.Linear(16, 32), nn.Linear(32, 16)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.down(torch.relu(self.up(x)))
+ROOT = Path(__file__).resolve().parents[2]
 
 
-class _Stack(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.blocks = nn.ModuleList(_Block() for _ in range(4))
-        self.head = nn.Linear(16, 3)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.blocks:
-            x = block(x)
-        return self.head(x).square().mean()
-
-
-def _loss_and_grad(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    loss = torch.compile(model, backend="aot_eager")(x)
-    loss.backward()
-    grad = model.blocks[0].up.weight.grad
-    assert grad is not None
-    return loss.detach(), grad
-
-
-def test_marked_blocks_compile_to_the_same_loss_and_gradients() -> None:
-    torch.manual_seed(0)
-    plain = _Stack()
-    marked = _Stack()
-    marked.load_state_dict(plain.state_dict())
-    assert mark_regions(marked) == 4
-    kinds = {type(block) for block in marked.blocks}
-    assert len(kinds) == 1 and issubclass(kinds.pop(), _Block)
-    assert type(marked.head) is nn.Linear  # only the repeated blocks
-    x = torch.randn(5, 16)
-    torch._dynamo.reset()
-    loss, grad = _loss_and_grad(plain, x)
-    torch._dynamo.reset()
-    marked_loss, marked_grad = _loss_and_grad(marked, x)
-    torch.testing.assert_close(marked_loss, loss)
-    torch.testing.assert_close(marked_grad, grad)
-    assert mark_regions(nn.Linear(2, 2)) == 0  # nothing repeats: nothing marked
+@pytest.mark.slow
+def test_both_variants_run_and_the_record_says_what_each_took(tmp_path: Path) -> None:
+    flags = ["--workload", "transformer", "--preset", "tiny", "--precision", "fp32"]
+    flags += ["--config", "compile=default,num_workers=0", "--device", "cpu", "--steps", "3"]
+    flags += ["--warmup", "2", "--windows", "1", "--rounds", "1", "--commit", "abc"]
+    flags += ["--out", str(tmp_path), "--tag", "t"]
+    done = subprocess.run(
+        [sys.executable, "benchmarks/compile_regions.py", *flags],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [path] = tmp_path.glob("compile-regions-cpu-*-t.json")
+    data = json.loads(path.read_text())
+    assert data["meta"]["commit"] == "abc"
+    variants = data["variants"]
+    assert set(variants) == {"model", "regions"}
+    for name, found in variants.items():
+        assert "error" not in found, (name, found)
+        assert found["blocks"] >= 2 and found["compile_s"] > 0 and found["step_ms"] > 0
+        assert found["losses"] and all(loss == loss for loss in found["losses"])  # not NaN
+    assert variants["regions"]["traced_calls"] < variants["model"]["traced_calls"]
+    turns = [(t["round"], t["variant"]) for t in data["turns"]]
+    assert turns == [(1, "model"), (1, "regions")]
+    text = (tmp_path / path.name.replace(".json", ".md")).read_text()
+    assert [line for line in text.splitlines() if line.startswith("| regions |")]
