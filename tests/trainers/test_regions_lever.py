@@ -112,3 +112,34 @@ def test_a_run_trains_the_model_the_plain_compile_trains_and_keeps_its_code() ->
     assert again.compile_s == 0.0 and again.compile_kept_s > 0, again.compile_notes
     assert again.losses == pytest.approx(marked.losses, rel=1e-5)
     assert [type(b) for b in find_blocks(workload.model)] == [_Block] * 4  # given back
+
+
+def _float8_gpu() -> bool:
+    from trainers.float8 import MIN_CAPABILITY
+
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= MIN_CAPABILITY
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _float8_gpu(), reason="needs a CUDA GPU of compute capability >= 8.9")
+@pytest.mark.parametrize("precision", ["bf16-autocast", "float8"])
+def test_on_a_gpu_the_marked_model_trains_like_the_plain_compile(precision: str) -> None:
+    """Float8's tensor subclasses and torch.nn's transformer layers inside the regions: the
+    marked run traces fewer calls and trains the model the plain compile trains, within the
+    rounding of other fusion."""
+    pytest.importorskip("torchao.float8", reason="torchao is not installed")
+    from trainers.workloads import disable_dropout
+
+    def one(config: LoopConfig) -> tuple[list[float], int]:
+        forget_compiled()
+        workload = load_workload("transformer", "small", seed=0)
+        disable_dropout(workload.model)
+        args = RunArgs(steps=10, warmup=3, windows=1, device="cuda", precision=precision)  # type: ignore[arg-type]
+        result = run(workload, config, args)
+        assert result.compile_s > 0 and not result.compile_unstable, result.compile_notes
+        return result.losses, counters()["stats"]["calls_captured"]
+
+    plain, plain_calls = one(LoopConfig(compile="default"))
+    marked, marked_calls = one(LoopConfig.from_dict(REGIONS))
+    assert marked_calls < plain_calls
+    assert marked == pytest.approx(plain, rel=2e-2)

@@ -6,12 +6,14 @@
 # (3.7-4.0 s a turn). What came between in the job: the second stage's float8_linears probe,
 # whose torch.compiler.reset() dropped the leader's kept code. From 7d0b8c1 the probes compile on
 # code objects of their own (trainers/kept_code.py, compile_apart) and leave it kept.
-# First (about 3 minutes): the GPU tests of that (a float8 run, both float8 probes, the run
-# again compiling nothing) and of the probes themselves on float8 holders. Then (about 15
+# First (about 4 minutes): the GPU tests of that (a float8 run, both float8 probes, the run
+# again compiling nothing), of the probes themselves on float8 holders, and of the
+# compile_regions lever (trainers/levers/regions.py) in bf16 and float8 on a small model. Then (about 15
 # minutes; QUEUE_TTA=0 leaves it out) the Qwen1.5-0.5B row cold and repeat again: expected
 # near 620 s cold (the gate's run about 13 s, the final round's leader kept), an estimate.
 # Last (about 6 minutes; QUEUE_REGIONS=0 leaves it out): benchmarks/compile_regions.py on the
 # same shape in float8, the whole model compiled with each decoder layer a nested compile region
+# (the compile_regions lever)
 # against the whole model as the trials compile it (177.5 s for the float8 trial at 2c9259f),
 # each in a new process from empty caches; no turns side by side (--rounds 0) for the time.
 set -x
@@ -21,7 +23,8 @@ python -c 'import torch, torchao, transformers; print(torch.__version__, torch.v
 export CUDA_VISIBLE_DEVICES=0 TORCHINDUCTOR_COMPILE_THREADS=$(nproc)
 python -m pytest -q -m gpu -p no:cacheprovider -rA \
   tests/trainers/test_float8_gpu.py tests/trainers/test_float8_linears_lever.py \
-  tests/trainers/test_float8_head_lever.py -k "probe or taking_turns" \
+  tests/trainers/test_float8_head_lever.py tests/trainers/test_regions_lever.py \
+  -k "probe or taking_turns or on_a_gpu_the_marked" \
   --junitxml="$QUEUE_OUT/gpu_tests.xml" > "$QUEUE_OUT/gpu_tests.log" 2>&1
 echo "gpu tests ended with $? at $(date -u +%T)"
 qwen15=(--model-arg arch=qwen2 --model-arg hidden=1024 --model-arg layers=24 --model-arg heads=16
