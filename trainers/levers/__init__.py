@@ -134,5 +134,4 @@ from trainers.levers import (
     float8_linears,  # noqa: F401  (registers `float8_linears`; its transform after float8_head's)
     kernels,  # noqa: F401  (registers `kernels`)
     loss,  # noqa: F401  (registers `loss`)
-    regions,  # noqa: F401  (registers `compile_regions`)
 )

@@ -6,16 +6,12 @@
 # (3.7-4.0 s a turn). What came between in the job: the second stage's float8_linears probe,
 # whose torch.compiler.reset() dropped the leader's kept code. From 7d0b8c1 the probes compile on
 # code objects of their own (trainers/kept_code.py, compile_apart) and leave it kept.
-# First (about 4 minutes): the GPU tests of that (a float8 run, both float8 probes, the run
-# again compiling nothing), of the probes themselves on float8 holders, and of the
-# compile_regions lever (trainers/levers/regions.py) in bf16 and float8 on a small model. Then (about 15
+# First (about 3 minutes): the GPU tests of that (a float8 run, both float8 probes, the run
+# again compiling nothing) and of the probes themselves on float8 holders. Then (about 15
 # minutes; QUEUE_TTA=0 leaves it out) the Qwen1.5-0.5B row cold and repeat again: expected
 # near 620 s cold (the gate's run about 13 s, the final round's leader kept), an estimate.
-# Last (about 6 minutes; QUEUE_REGIONS=0 leaves it out): benchmarks/compile_regions.py on the
-# same shape in float8, the whole model compiled with each decoder layer a nested compile region
-# (the compile_regions lever)
-# against the whole model as the trials compile it (177.5 s for the float8 trial at 2c9259f),
-# each in a new process from empty caches; no turns side by side (--rounds 0) for the time.
+# Last (about 4 minutes; QUEUE_GATE=0 leaves it out): the gate's planted-fault GPU tests and the
+# gate's child, last run at d137197 (23 of 23), since when the kept code moved to its own module.
 set -x
 commit=${STREAMTUNE_COMMIT:?the commit measured}
 nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm,power.limit --format=csv > "$QUEUE_OUT/nvidia-smi.csv"
@@ -23,8 +19,7 @@ python -c 'import torch, torchao, transformers; print(torch.__version__, torch.v
 export CUDA_VISIBLE_DEVICES=0 TORCHINDUCTOR_COMPILE_THREADS=$(nproc)
 python -m pytest -q -m gpu -p no:cacheprovider -rA \
   tests/trainers/test_float8_gpu.py tests/trainers/test_float8_linears_lever.py \
-  tests/trainers/test_float8_head_lever.py tests/trainers/test_regions_lever.py \
-  -k "probe or taking_turns or on_a_gpu_the_marked" \
+  tests/trainers/test_float8_head_lever.py -k "probe or taking_turns" \
   --junitxml="$QUEUE_OUT/gpu_tests.xml" > "$QUEUE_OUT/gpu_tests.log" 2>&1
 echo "gpu tests ended with $? at $(date -u +%T)"
 qwen15=(--model-arg arch=qwen2 --model-arg hidden=1024 --model-arg layers=24 --model-arg heads=16
@@ -36,8 +31,8 @@ mapfile -t passed < <(as_job "${qwen15[@]}")
   --precisions bf16-autocast,float8 --rounds 1 "${passed[@]}" --commit "$commit" \
   --out "$QUEUE_OUT" --tag qwen15 > "$QUEUE_OUT/tta-qwen15.log" 2>&1
 echo "qwen15 ended with $? at $(date -u +%T)"
-[[ ${QUEUE_REGIONS:-1} == 1 ]] || exit 0
-python benchmarks/compile_regions.py --preset llama-1b "${qwen15[@]}" --precision float8 \
-  --config num_streams=2,sync_interval=10,sync_mode=event,prefetch_depth=2,pin_memory=true,non_blocking=true,num_workers=2,compile=default,optimizer=fused,float8_head=float8 \
-  --rounds 0 --commit "$commit" --out "$QUEUE_OUT" --tag qwen15 > "$QUEUE_OUT/compile-regions.log" 2>&1
-echo "compile regions ended with $? at $(date -u +%T)"
+[[ ${QUEUE_GATE:-1} == 1 ]] || exit 0
+python -m pytest -q -m gpu -p no:cacheprovider -rA tests/trainers/test_gate_gpu.py \
+  tests/tuner/search/test_isolated.py --junitxml="$QUEUE_OUT/gate_tests.xml" \
+  > "$QUEUE_OUT/gate_tests.log" 2>&1
+echo "gate tests ended with $? at $(date -u +%T)"
