@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 import trainers
 from api.app import create_app
 from api.settings import ApiSettings
-from tests.conftest import open_connections
+from tests.conftest import connections_left, open_connections
 from tests.tuner.tiny import options
 from tuner.errors import StudyNotFound
 from tuner.evidence import reader, report
@@ -45,16 +45,16 @@ def test_the_storage_helpers_close_what_they_open(pg_url: str) -> None:
     optuna.create_study(study_name="plain", storage=storage)
     assert open_connections(pg_url) > 0  # the count sees an open storage
     studies.close_storage(storage)
-    assert open_connections(pg_url) == 0
+    assert connections_left(pg_url) == 0
 
     with studies.opened_storage(pg_url) as storage:
         assert [s.study_name for s in optuna.get_all_study_summaries(storage)] == ["plain"]
-    assert open_connections(pg_url) == 0
+    assert connections_left(pg_url) == 0
 
 
 def test_reading_a_study_leaves_no_connection_open(pg_url: str, tmp_path: Path) -> None:
     rec = run_study(options(pg_url, "read-me", trials=2))
-    assert open_connections(pg_url) == 0  # the search closed the storage it opened
+    assert connections_left(pg_url) == 0  # the search closed the storage it opened
 
     assert reader.recommendation(pg_url, "read-me").config == rec.config
     assert reader.load_config(pg_url, "read-me") == trainers.load_config(rec.config)
@@ -62,7 +62,7 @@ def test_reading_a_study_leaves_no_connection_open(pg_url: str, tmp_path: Path) 
     assert report.write_report(pg_url, "read-me", tmp_path / "r.html").stat().st_size > 0
     with pytest.raises(StudyNotFound):
         reader.recommendation(pg_url, "absent")  # an error gives them back too
-    assert open_connections(pg_url) == 0
+    assert connections_left(pg_url) == 0
 
 
 def test_a_stopped_app_gives_its_connections_back(pg_url: str) -> None:
@@ -71,4 +71,4 @@ def test_a_stopped_app_gives_its_connections_back(pg_url: str) -> None:
         listed = client.get("/v1/jobs", headers={"Authorization": "Bearer token-of-this-test-0123"})
         assert listed.status_code == 200
         assert open_connections(pg_url) > 0
-    assert open_connections(pg_url) == 0
+    assert connections_left(pg_url) == 0
