@@ -399,6 +399,7 @@ class TrialRunner:
                     predict=self._prober,
                     device_type=device_type,
                     model=model,
+                    claims=self.parity_cache.claims,
                 ),
                 what="enqueueing the float8 corner",
             ),

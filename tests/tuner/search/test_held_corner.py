@@ -16,13 +16,23 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from tests.tuner.search.test_lever_stage import BOTH, IN_FLOAT8
 from tests.tuner.search.test_lever_stage import FLOAT8_SPACE as SPACE
+from tests.tuner.service.test_gatehelp import _job
 from tests.tuner.tiny import sqlite_url
-from tuner.search.proposing.held import _CLAIM, CLAIM_STALE_S, hold, picked, release
+from tuner.search.proposing.held import (
+    _CLAIM,
+    CLAIM_STALE_S,
+    RELEASE_KEY,
+    hold,
+    picked,
+    release,
+)
 from tuner.search.proposing.levers import unconverted_levers
 from tuner.search.proposing.predictions import Predictions
 from tuner.search.proposing.stages import first_trials
 from tuner.search.spaces.space import SearchSpace
+from tuner.service.gatehelp import JobClaims
 from tuner.store import keys
+from tuner.store.retry import Backoff
 
 
 def _distributions() -> dict[str, Any]:
@@ -186,3 +196,49 @@ def test_one_worker_releases_them_and_a_call_again_enqueues_each_once(tmp_path: 
     assert release(study, SPACE, **kwargs) is not None
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     assert [t.system_attrs["fixed_params"] for t in waiting] == [held | {"float8_head": "float8"}]
+
+
+def test_where_the_job_has_claims_they_decide_which_worker_releases_them(tmp_path: Path) -> None:
+    """The service's workers of one job (`JobClaims`, real job rows): while one worker holds the
+    release, another neither probes nor enqueues, though the study's attribute is a plain list
+    that either could have claimed and read back as its own; once given back, the other
+    releases them once, and the claim is given back after it too."""
+    store, job, study = _job(f"sqlite:///{tmp_path}/jobs.db", "a", "b")
+    _, held = hold(_corners(), SPACE, BOTH, probes=True)
+    for params in _corners():
+        if params not in held:
+            study.enqueue_trial(params)
+    study.set_user_attr(keys.HELD_CORNERS, held)
+    first, second, third = _corners()[:3]
+    _ran(study, first, 50.0)
+    _ran(study, second, 55.0)  # the float8 corner of each block: they may be released now
+
+    def claims(worker: str) -> JobClaims:
+        return JobClaims(
+            store,
+            study,
+            job_id=job,
+            worker=worker,
+            alive=lambda: store.live_workers(60.0),
+            hold_s=5.0,
+            backoff=Backoff(base_s=0.01, max_s=0.1),
+        )
+
+    a, b = claims("a"), claims("b")
+    probes = _Probes(IN_FLOAT8)
+    kwargs: dict[str, Any] = {"predict": probes, "device_type": "cuda"}
+    assert a.take(RELEASE_KEY)  # a is releasing them (it probes, say)
+    assert release(study, SPACE, claims=b, **kwargs) is None
+    assert not probes.asked and study.user_attrs[keys.HELD_CORNERS] == held
+    a.release(RELEASE_KEY)
+    said = release(study, SPACE, claims=b, **kwargs)
+    assert said is not None and said.endswith("(probed after trial 1)")
+    assert len(probes.asked) == 1 and study.user_attrs[keys.HELD_CORNERS] == []
+    assert a.take(RELEASE_KEY)  # b gave its claim back
+    a.release(RELEASE_KEY)
+    assert release(study, SPACE, claims=a, **kwargs) is None  # released once
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    assert [t.system_attrs["fixed_params"] for t in waiting] == [
+        third,
+        held[0] | {"float8_head": "float8"},
+    ]

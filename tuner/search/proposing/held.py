@@ -19,10 +19,12 @@ against its own (`release`, `picked`), where that gain passes the tie margin of 
 step; else as it was. On the 583f50a figures that is the head in float8 beside every linear
 (70.7 samples/s, the pick): one whole-model float8 compile fewer. Where no float8 trial completes
 (each screened out, say), the held corners are enqueued as they were once no trial waits and
-no float8 trial runs. One worker of a job releases them (a claim on the study's attribute; one
-older than `CLAIM_STALE_S` is taken over). A program's trials and a data-parallel study's (no
-probes run there) hold none; nor does a job that starts from an earlier study's trials
-(`tuner.search.earlier`) where one of those ran float8 with the whole model compiled.
+no float8 trial runs. One worker of a job releases them: the job's own claims where it has
+them (`Claims`: the service's workers, under the job's lock), else a claim on the study's
+attribute (one older than `CLAIM_STALE_S` is taken over). A program's trials and a
+data-parallel study's (no probes run there) hold none; nor does a job that starts from an
+earlier study's trials (`tuner.search.earlier`) where one of those ran float8 with the whole
+model compiled.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -95,6 +97,21 @@ CLAIM_STALE_S = 600.0
 """A claim older than this was a worker's that died before it released them: taken over."""
 
 
+class Claims(Protocol):
+    """Claims among the processes of one job that the job itself keeps, one at a time
+    (`tuner.search.gating.parity.GateClaims`: the service's `JobClaims` takes one under the job's
+    lock). Where a job has them they decide who releases the held corners: two workers that each
+    wrote the study's attribute and read it back could both read their own, and both probe."""
+
+    def take(self, key: str) -> bool: ...
+
+    def release(self, key: str) -> None: ...
+
+
+RELEASE_KEY = "held-corners"
+"""The key the release is claimed under (`Claims`)."""
+
+
 def _claimed(held: Any) -> list[dict[str, Any]] | None:
     """The corners a study holds (`keys.HELD_CORNERS`: a list, or a claim on it) that this
     process may release: None where there are none, or another live worker claimed them."""
@@ -113,13 +130,15 @@ def release(
     predict: Predict | None,
     device_type: str,
     model: nn.Module | None = None,
+    claims: Claims | None = None,
 ) -> str | None:
     """Enqueue the corners `study` holds (`hold`), once a float8 trial is complete (the fastest
     one's step sets the least gain), or with none complete once no trial waits and no float8
     trial runs; the progress line (None: nothing held, not yet, or another worker releases
-    them). A worker claims them first (`_claimed`: the probes take seconds, and each worker of a
-    job would probe and pick on its own), and lets them go once each is enqueued: a call again
-    after a failure (the storage's retry) enqueues what it had not (`skip_if_exists`)."""
+    them). A worker claims them first (the probes take seconds, and each worker of a job would
+    probe and pick on its own): through the job's `claims` where given, else on the study's
+    attribute (`_claimed`). It lets them go once each is enqueued: a call again after a failure
+    (the storage's retry) enqueues what it had not (`skip_if_exists`)."""
     held = _claimed(study.user_attrs.get(keys.HELD_CORNERS))
     if held is None:
         return None
@@ -130,9 +149,34 @@ def release(
     waiting = any(t.state == TrialState.WAITING for t in trials)
     if basis is None and (waiting or any(t.state == TrialState.RUNNING for t in float8)):
         return None  # the float8 corner of each block, or what waits before it, runs first
+    if claims is not None:
+        if not claims.take(RELEASE_KEY):
+            return None  # another live worker of the job releases them
+        try:
+            # Read again under the claim: the worker that held it may have released them since.
+            held = _claimed(study.user_attrs.get(keys.HELD_CORNERS))
+            if held is None:
+                return None
+            return _enqueue(study, space, held, basis, predict, device_type, model)
+        finally:
+            claims.release(RELEASE_KEY)
     study.set_user_attr(keys.HELD_CORNERS, {"corners": held, "by": _CLAIM, "at": time.time()})
     if _claimed(study.user_attrs.get(keys.HELD_CORNERS)) is None:
         return None  # another worker's claim came after this one's
+    return _enqueue(study, space, held, basis, predict, device_type, model)
+
+
+def _enqueue(
+    study: optuna.Study,
+    space: SearchSpace,
+    held: list[dict[str, Any]],
+    basis: FrozenTrial | None,
+    predict: Predict | None,
+    device_type: str,
+    model: nn.Module | None,
+) -> str:
+    """Enqueue `held`, picked by the probes' predictions after `basis` (the fastest float8
+    trial; None: none complete), and let them go; the progress line."""
     predictions = None
     if basis is not None and predict is not None:
         predictions = predict(basis, FLOAT8, unconverted_levers())
