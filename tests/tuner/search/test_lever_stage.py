@@ -646,9 +646,10 @@ def test_the_stage_probes_in_float8_for_a_move_and_enqueues_it_in_float8(tmp_pat
     assert asked == [(0, "float8", ("float8_head", "float8_linears"))]
     assert (
         said is not None
-        and "or moved into float8 (float8_head=float8+float8_linears=none+precision=float8)" in said
-    )
-    assert "precision=float8): 1 enqueued; left out: " in said, said
+        and "or moved into float8 (float8_head=float8+float8_linears=none+precision=float8 "
+        "predicted +4.00 ms a step): 1 enqueued; left out: "
+        in said
+    ), said
     assert "float8 with float8_head=float8, float8_linears=8M: predicted +2.00 ms" in said
     trial = study.ask(distributions)
     assert trial.params == {

@@ -86,7 +86,8 @@ def test_a_float8_leader_stages_the_linears_value_its_probe_ranks_first_alone(
     _trial(study, HEAD, 10.0, screened=False)
     said = _stage(study)
     assert _queued(study) == ["8M"]
-    assert said is not None and "(float8_linears=8M): 1 enqueued" in said, said
+    assert said is not None
+    assert "(float8_linears=8M predicted +3.00 ms a step): 1 enqueued" in said, said
     assert (
         "float8_linears=none: predicted +1.50 ms a step, behind float8_linears=8M's +3.00 ms: "
         "left to the sampler" in said
