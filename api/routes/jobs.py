@@ -20,6 +20,7 @@ from api.routes import CONFLICT, NOT_FOUND, UNAUTHORIZED
 from api.schemas.common import ErrorOut, Recommendation
 from api.schemas.jobs import JobIn, JobOut, JobPage, Status, TrialOut, TrialPage
 from tuner.errors import JobConflict
+from tuner.evidence.recommendation import recommends
 from tuner.service.spec import check_spec
 
 log = logging.getLogger("api.jobs")
@@ -103,10 +104,11 @@ def job_trials(
 def job_best(job_id: JobId, store: StoreDep, caller: CallerDep) -> Recommendation:
     """The tuner's recommendation; 409 while there is none."""
     row = store.job(job_id, by=caller)
-    if row.recommendation is None:
+    if not recommends(row.recommendation):
+        why = f": {row.error}" if row.error else ""
         raise JobConflict(
             f"job {job_id!r} has no recommendation: it is {row.status}, "
-            f"{row.n_complete} of {row.trials} trials complete"
+            f"{row.n_complete} of {row.trials} trials complete{why}"
         )
     return Recommendation.model_validate(row.recommendation)
 

@@ -10,7 +10,7 @@ from api.deps import CallerDep, ReaderDep, StoreDep, authenticate
 from api.routes import CONFLICT, NOT_FOUND, UNAUTHORIZED
 from api.schemas.common import Recommendation
 from api.schemas.studies import StudyOut, StudyPage
-from tuner.errors import StudyNotFound
+from tuner.errors import NoRecommendation, StudyNotFound
 from tuner.service.owners import Owner
 from tuner.service.submissions import Submissions
 
@@ -49,6 +49,10 @@ def get_study(name: str, reader: ReaderDep, store: StoreDep, caller: CallerDep) 
 def study_best(name: str, reader: ReaderDep, store: StoreDep, caller: CallerDep) -> Recommendation:
     """The study's recommendation; 409 while it has none."""
     found = reader.recommendation(_visible(name, store, caller))
+    if found.config is None:
+        raise NoRecommendation(
+            f"study {name!r} recommends no config: {found.reason or 'none was decided'}"
+        )
     return Recommendation.model_validate(found.to_dict())
 
 

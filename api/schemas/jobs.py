@@ -28,6 +28,7 @@ from pydantic import (
 from api.schemas.common import BestSoFar, Strict, utc
 from trainers import DEVICES_ALLOWED, LEVERS, PRECISIONS, Lever, Precision
 from trainers.program import MAX_NPROC
+from tuner.evidence.recommendation import recommends
 from tuner.request import JobSpec, StoredJob
 from tuner.search.proposing.defaults import DEFAULT_TRIALS, MAX_PATIENCE, MAX_TRIALS
 
@@ -405,7 +406,7 @@ class JobOut(BaseModel):
                 "n_interrupted": row.n_interrupted or 0,
                 # One name per meaning: `best` is the recommendation (`links.best`).
                 "fastest_trial": None if row.best is None else BestSoFar.model_validate(row.best),
-                "has_recommendation": row.recommendation is not None,
+                "has_recommendation": recommends(row.recommendation),
                 "hardware": row.hardware,
                 "phase": row.phase,
                 "cancel_requested": row.cancel_requested,

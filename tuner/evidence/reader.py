@@ -17,7 +17,7 @@ import trainers
 from trainers import LoopConfig
 from tuner.errors import StudyNotFound
 from tuner.evidence.profiles import read_recommendation
-from tuner.evidence.recommendation import Recommendation
+from tuner.evidence.recommendation import Recommendation, recommends
 from tuner.evidence.report import build_report
 from tuner.evidence.unrun import pruned_reason
 from tuner.store import keys
@@ -132,7 +132,7 @@ class StudyReader:
                 "created": meta.get("created"),
                 "trials": count_trials(trials).to_dict(),
                 "best": best_trial(trials),
-                "has_recommendation": rec is not None,
+                "has_recommendation": recommends(rec),
                 "recommended": None if rec is None else rec.get("config"),
                 "time": study_time(attrs),
                 "job_id": name.removeprefix(STUDY_PREFIX)

@@ -356,3 +356,10 @@ def memory_text(peak: int | None, total: int | None) -> str | None:
 
 def _size(n: int) -> str:
     return f"{n / 2**30:.1f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:,.1f} MiB"
+
+
+def recommends(stored: Mapping[str, Any] | None) -> bool:
+    """Whether a stored recommendation (`Recommendation.to_dict`, or None) recommends a config:
+    one that recommends none is stored too, with the reason and each failure, but there is
+    nothing to train with (the API's `has_recommendation`, its `best` a 409)."""
+    return stored is not None and stored.get("config") is not None

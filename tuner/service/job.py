@@ -295,11 +295,16 @@ class JobRun:
     def _finish(self, job: JobRow, rec: Recommendation) -> bool:
         counts = self._sync_progress(job)
         status = "cancelled" if self._stop == "cancel" else "succeeded"
+        error = None
+        if rec.config is None and status == "succeeded":
+            # Nothing to train with: the job failed, as `python -m tuner run` exits 1. A client
+            # that waits for `succeeded` and then reads `best` got a null config (2026-12-02).
+            status, error = "failed", f"no config recommended: {rec.reason or 'none was decided'}"
         # The row's recommendation carries the study's counts as they are now (the one rule).
         stored = rec if counts is None else rec.with_counts(counts)
         finished = self.worker.backoff.call(
             lambda: self.worker.store.finish(
-                job.id, self.worker.id, status, recommendation=stored.to_dict()
+                job.id, self.worker.id, status, error=error, recommendation=stored.to_dict()
             ),
             what=f"job {job.id}: finishing",
         )

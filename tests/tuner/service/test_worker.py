@@ -408,6 +408,29 @@ def test_a_job_that_cannot_run_fails_with_the_reason(storage: str) -> None:
     assert failed.status == "failed" and "no-such-preset" in (failed.error or "")
 
 
+def test_a_job_that_recommends_nothing_fails_and_serves_no_best(storage: str) -> None:
+    """Every measurement fails (baselines included): the job ends `failed` with why, not
+    `succeeded` with a null config (2026-12-02: a client that waited for `succeeded` and read
+    `best` got `"config": null`, where `python -m tuner run` exits 1). Its recommendation is
+    still stored, with each failure; `best` is a 409 that says why."""
+    workloads = {"explodes": "tests.tuner.workloads_for_tests:raises_in_loss"}
+    with TestClient(make_app(storage, workloads=workloads)) as client:
+        job = client.post(
+            "/v1/jobs", json=TINY_JOB | {"workload": "explodes", "trials": 2}, headers=AUTH
+        ).json()
+        assert make_worker(storage, workloads=workloads).run_once()
+        done = client.get(f"/v1/jobs/{job['id']}", headers=AUTH).json()
+        assert done["status"] == "failed" and not done["has_recommendation"], done
+        assert done["error"].startswith("no config recommended: "), done["error"]
+        best = client.get(f"/v1/jobs/{job['id']}/best", headers=AUTH)
+        assert best.status_code == 409 and "no config recommended" in best.json()["detail"]
+        study = client.get(f"/v1/studies/{done['study']}", headers=AUTH).json()
+        assert study["has_recommendation"] is False
+        assert client.get(f"/v1/studies/{done['study']}/best", headers=AUTH).status_code == 409
+    stored = JobStore(storage).get(job["id"]).recommendation
+    assert stored is not None and stored["config"] is None and stored["failures"]
+
+
 # -- run_study's should_stop, on its own ------------------------------------------------------
 
 
