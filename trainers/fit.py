@@ -75,6 +75,7 @@ from trainers.optim import with_capturable
 from trainers.precision import Precision
 from trainers.streams import StreamPlan, on, wait
 from trainers.workloads.base import Batch, LossFn, OptimizerFactory, Workload
+from trainers.workloads.checks import check_own_workload
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -450,7 +451,7 @@ def workload_from_parts(
         raise ConfigError(
             "optimizer", type(optimizer).__name__, "a torch.optim.Optimizer or a factory"
         )
-    return Workload(
+    workload = Workload(
         name=name,
         preset="custom",
         model=model,
@@ -461,6 +462,8 @@ def workload_from_parts(
         batch_size=batch_size,
         collate_fn=collate_fn,
     )
+    check_own_workload(workload, name, parts=True)
+    return workload
 
 
 def _as_built(

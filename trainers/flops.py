@@ -16,7 +16,6 @@ The peak is the GPU's dense (no 2:4 sparsity) tensor-core rate for the run's pre
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import re
 from collections.abc import Iterable
@@ -27,6 +26,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from trainers.float8 import linear_dims
+from trainers.meta import meta_copy
 from trainers.workloads.base import Batch, Workload
 
 
@@ -234,23 +234,9 @@ def _counted(workload: Workload, batch: Batch, device: torch.device) -> dict[str
     (`.item()`, a tensor held elsewhere, PyTorch's nested-tensor fast path) fails there, and is
     counted for real."""
     try:
-        return _count(workload, _meta_copy(workload.model), batch, torch.device("meta"))
+        return _count(workload, meta_copy(workload.model), batch, torch.device("meta"))
     except Exception:  # noqa: BLE001 - what a meta tensor cannot do, the real count does
         return _count(workload, workload.model, batch, device)
-
-
-def _meta_copy(model: nn.Module) -> nn.Module:
-    """A copy of `model` whose parameters and buffers are meta tensors of the same shapes and
-    dtypes (tied ones still tied): nothing is copied from them, and whatever a forward caches on
-    the copy stays off `model`."""
-    memo: dict[int, Any] = {}
-    for tensor in (*model.parameters(), *model.buffers()):
-        if id(tensor) not in memo:
-            meta = torch.empty_like(tensor, device="meta")
-            if isinstance(tensor, nn.Parameter):
-                meta = nn.Parameter(meta, requires_grad=tensor.requires_grad)
-            memo[id(tensor)] = meta
-    return copy.deepcopy(model, memo)
 
 
 def _count(

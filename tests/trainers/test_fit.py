@@ -426,6 +426,9 @@ def test_a_resume_enters_the_data_at_its_position_without_loading_what_came_befo
         7, checkpoint_every=7, checkpoint_path=tmp_path / "c.pt"
     )
     workload = counting_workload()
+    # Built from parts, it read its first batch once to check it (trainers.workloads.checks).
+    assert workload.dataset.loaded == [0]
+    workload.dataset.loaded.clear()
     resumed = Trainer(workload, LoopConfig(sync_interval=2), device="cpu").fit(
         11, resume_from=tmp_path / "c.pt"
     )

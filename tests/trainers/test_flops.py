@@ -286,11 +286,12 @@ def test_a_library_decoder_counts_on_meta_what_it_counts_for_real(arch: str) -> 
     """Hugging Face decoders (tied embeddings, rotary caches, grouped-query attention): the meta
     copy's count equals the real step's, in total and linear by linear."""
     pytest.importorskip("transformers")
-    from trainers.flops import _count, _meta_copy
+    from trainers.flops import _count
+    from trainers.meta import meta_copy
 
     args = {"arch": arch} | ({"kv_heads": 2} if arch in {"llama", "mistral"} else {})
     workload = load_workload("hf:causal-lm", "tiny", seed=0, model_args=args)
     batch = first_batch(workload)
-    meta = _count(workload, _meta_copy(workload.model), batch, torch.device("meta"))
+    meta = _count(workload, meta_copy(workload.model), batch, torch.device("meta"))
     assert meta == _count(workload, workload.model, batch, torch.device("cpu"))
     assert all(p.device.type == "cpu" for p in workload.model.parameters())

@@ -23,6 +23,7 @@ from trainers.workloads.base import (
     check_preset,
     disable_dropout,
 )
+from trainers.workloads.checks import check_own_workload
 from trainers.workloads.options import Family, OptionSpec, key_of
 from trainers.workloads.reuse import ReusedBuilds
 
@@ -175,6 +176,9 @@ def load_workload(
             f"workload={name!r}: the factory returned {type(workload).__name__}, not a Workload",
             field="workload",
         )
+    if isinstance(factory, UserFactory):
+        # A user's own: what would fail every step fails here, once (the built-ins are tested).
+        check_own_workload(workload, name)
     return workload
 
 

@@ -8,9 +8,10 @@ compared loss for loss (`trainers.gate.parity`).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 from torch import nn
@@ -103,6 +104,43 @@ class Workload:
             raise WorkloadError(f"workload {self.name!r}: model must be an nn.Module")
         if self.samples_per_batch < 1:
             raise WorkloadError(f"workload {self.name!r}: samples_per_batch must be >= 1")
+        self.make_optimizer = optimizer_factory(self.make_optimizer)
+
+
+def optimizer_factory(given: Any) -> OptimizerFactory:
+    """`given` as a factory `(params, capturable) -> Optimizer`: an optimizer class
+    (`torch.optim.Adam`) is built with its defaults, and `capturable` where it takes one; a
+    factory of the parameters alone is given them alone. Either was called as
+    `(params, capturable)`, and `torch.optim.Adam(params, False)` trains at a learning rate of
+    False, that is 0, with no error (a new user's trial, 2026-12-02)."""
+    if isinstance(given, type) and issubclass(given, torch.optim.Optimizer):
+        cls: Callable[..., torch.optim.Optimizer] = given
+        takes = "capturable" in inspect.signature(cls).parameters
+
+        def build(params: Iterable[nn.Parameter], capturable: bool) -> torch.optim.Optimizer:
+            return cls(params, capturable=capturable) if takes else cls(params)
+
+        return build
+    try:
+        signature = inspect.signature(given)
+    except (TypeError, ValueError):  # not callable, or no signature to read: as it is
+        return cast(OptimizerFactory, given)
+    if _binds(signature, 2) or not _binds(signature, 1):
+        return cast(OptimizerFactory, given)
+    alone = given
+
+    def of_params(params: Iterable[nn.Parameter], capturable: bool) -> torch.optim.Optimizer:
+        return cast(torch.optim.Optimizer, alone(params))
+
+    return of_params
+
+
+def _binds(signature: inspect.Signature, positional: int) -> bool:
+    try:
+        signature.bind(*range(positional))
+    except TypeError:
+        return False
+    return True
 
 
 # What the gate must switch off to compare runs loss for loss: every random draw of a training

@@ -1,0 +1,96 @@
+"""A user's own workloads that get the loop's contract wrong, each as a new user wrote it (a trial
+of 2026-12-02), loaded with `--workload tests.trainers.own_workloads:NAME`: each fails every step
+unless refused when built (`trainers.workloads.checks`). `NAME_fixed` is the same with the fix the
+error names, and builds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from trainers import Workload
+from trainers.workloads.mlp import classification_loss
+
+
+class _Samples(Dataset[Any]):
+    """Eight samples of 6 features and a class of 3, as `shape` gives each."""
+
+    def __init__(self, shape: str) -> None:
+        generator = torch.Generator().manual_seed(0)
+        self.x = torch.randn(8, 6, generator=generator)
+        self.y = torch.randint(0, 3, (8,), generator=generator)
+        self.shape = shape
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> Any:
+        if self.shape == "dict":
+            return {"features": self.x[index], "label": self.y[index]}
+        if self.shape == "tensor":
+            return self.x[index]
+        return self.x[index], self.y[index]
+
+
+def _workload(shape: str = "tuple", loss_fn: Any = classification_loss, **more: Any) -> Workload:
+    torch.manual_seed(0)
+    fields: dict[str, Any] = {
+        "name": "own",
+        "preset": "tiny",
+        "model": nn.Linear(6, 3),
+        "dataset": _Samples(shape),
+        "loss_fn": loss_fn,
+        "samples_per_batch": 4,
+        "batch_size": 4,
+    }
+    return Workload(**(fields | more))
+
+
+def dict_batches(preset: str, *, seed: int) -> Workload:
+    return _workload("dict", lambda m, b: nn.functional.cross_entropy(m(b["features"]), b["label"]))
+
+
+def tensor_batches(preset: str, *, seed: int) -> Workload:
+    return _workload("tensor", lambda m, b: m(b).pow(2).mean())
+
+
+def tuple_loss(preset: str, *, seed: int) -> Workload:
+    def loss(model: nn.Module, batch: Any) -> Any:
+        x, y = batch
+        logits = model(x)
+        return nn.functional.cross_entropy(logits, y), logits
+
+    return _workload(loss_fn=loss)
+
+
+def loss_of_shape_one(preset: str, *, seed: int) -> Workload:
+    return _workload(loss_fn=lambda m, b: classification_loss(m, b).reshape(1))
+
+
+def loss_of_shape_one_fixed(preset: str, *, seed: int) -> Workload:
+    return _workload(loss_fn=lambda m, b: classification_loss(m, b).reshape(1).squeeze())
+
+
+def too_few_samples(preset: str, *, seed: int) -> Workload:
+    return _workload(batch_size=16, samples_per_batch=16)
+
+
+def optimizer_class(preset: str, *, seed: int) -> Workload:
+    """The optimizer given as its class, as `optimizer=torch.optim.Adam`: built with Adam's
+    defaults (it was called as Adam(params, False), a learning rate of 0)."""
+    return _workload(make_optimizer=torch.optim.Adam)
+
+
+def reads_a_value(preset: str, *, seed: int) -> Workload:
+    """A loss that reads a value (`.item()`): nothing to check on meta tensors, so it builds."""
+
+    def loss(model: nn.Module, batch: Any) -> torch.Tensor:
+        value = classification_loss(model, batch)
+        if value.item() < 0:
+            raise AssertionError("a cross-entropy is never negative")
+        return value
+
+    return _workload(loss_fn=loss)

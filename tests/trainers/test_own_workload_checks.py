@@ -1,0 +1,98 @@
+"""A user's own workload checked when it is built (`trainers.workloads.checks`), through
+`load_workload` as `--workload package.module:factory` loads it, and through
+`workload_from_parts` as a `Trainer` is given its parts: each mistake of a new user's trial
+(2026-12-02) is refused in one line naming the field and the fix, where it failed every step of
+every trial; and the optimizer given as a class trains."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from tests.trainers import own_workloads
+from trainers import LoopConfig, Trainer, WorkloadError, load_workload, workload_from_parts
+from trainers.workloads import adam
+
+OWN = "tests.trainers.own_workloads"
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        (
+            "dict_batches",
+            "a batch is a dict (keys features, label); the loop feeds a tuple of tensors",
+        ),
+        ("tensor_batches", "a batch is one tensor (shape [4, 6])"),
+        ("tuple_loss", "loss_fn(model, batch) returned tuple of 2 (Tensor, Tensor)"),
+        ("loss_of_shape_one", "loss_fn(model, batch) returned a tensor of shape [1]"),
+        ("too_few_samples", "the dataset has 8 items, fewer than one batch (batch_size 16"),
+    ],
+)
+def test_a_mistake_in_a_users_workload_is_refused_when_it_is_built(name: str, said: str) -> None:
+    with pytest.raises(WorkloadError) as caught:
+        load_workload(f"{OWN}:{name}", "tiny")
+    assert caught.value.field == "workload"
+    assert str(caught.value).startswith(f"workload='{OWN}:{name}': {said}"), str(caught.value)
+
+
+def test_the_fix_the_error_names_builds_and_trains() -> None:
+    workload = load_workload(f"{OWN}:loss_of_shape_one_fixed", "tiny")
+    done = Trainer(workload, LoopConfig(), device="cpu").fit(3)
+    assert len(done.losses) == 3 and all(isinstance(x, float) for x in done.losses)
+
+
+def test_a_loss_that_reads_a_value_is_left_to_the_run() -> None:
+    """Nothing to check on meta tensors: it builds, and trains."""
+    workload = load_workload(f"{OWN}:reads_a_value", "tiny")
+    assert Trainer(workload, LoopConfig(), device="cpu").fit(2).losses
+
+
+def test_an_optimizer_given_as_its_class_is_built_with_its_defaults() -> None:
+    """`torch.optim.Adam` as the factory was called `Adam(params, False)`: a learning rate of
+    False, and the weights never moved. Built with Adam's defaults, they move; a factory of the
+    parameters alone is given them alone."""
+    workload = load_workload(f"{OWN}:optimizer_class", "tiny")
+    built = workload.make_optimizer(workload.model.parameters(), False)
+    assert type(built) is torch.optim.Adam and built.defaults["lr"] == 1e-3
+    assert built.defaults["capturable"] is False
+    before = [p.detach().clone() for p in workload.model.parameters()]
+    Trainer(workload, LoopConfig(), device="cpu").fit(2)
+    assert any(
+        not torch.equal(b, p) for b, p in zip(before, workload.model.parameters(), strict=True)
+    )
+    alone = own_workloads._workload(make_optimizer=lambda params: torch.optim.SGD(params, lr=0.5))
+    assert alone.make_optimizer(alone.model.parameters(), True).defaults["lr"] == 0.5
+
+
+def test_a_trainers_parts_are_checked_and_the_error_names_the_argument() -> None:
+    """Through `workload_from_parts`: the field is the argument given, `data` or `loss_fn`."""
+    model = nn.Linear(6, 3)
+    dicts = own_workloads._Samples("dict")
+    with pytest.raises(WorkloadError) as caught:
+        workload_from_parts(
+            model, dicts, lambda m, b: m(b["features"]).sum(), optimizer=torch.optim.Adam
+        )
+    assert caught.value.field == "data" and str(caught.value).startswith("data: a batch is a dict")
+    with pytest.raises(WorkloadError) as caught:
+        workload_from_parts(
+            model,
+            own_workloads._Samples("tuple"),
+            lambda m, b: {"loss": m(b[0]).sum()},
+            optimizer=torch.optim.Adam,
+            batch_size=4,
+        )
+    assert caught.value.field == "loss_fn"
+    assert "loss_fn(model, batch) returned dict" in str(caught.value)
+
+
+def test_a_first_batch_that_raises_is_said_in_one_line() -> None:
+    class Broken(own_workloads._Samples):
+        def __getitem__(self, index: int) -> object:
+            raise KeyError("no such file: images/0.png")
+
+    with pytest.raises(WorkloadError, match=r"^data: making its first batch raised KeyError: "):
+        workload_from_parts(
+            nn.Linear(6, 3), Broken("tuple"), lambda m, b: m(b[0]).sum(), optimizer=adam()
+        )
