@@ -135,8 +135,11 @@ class RunOptions:
 
         if not 1 <= self.trials <= MAX_TRIALS:
             raise bad("trials", f"an integer in 1..{MAX_TRIALS}")
-        if self.timeout_s is not None and self.timeout_s <= 0:
-            raise bad("timeout_s", "a number of seconds > 0")
+        # NaN compares false with everything: `<= 0` let `--timeout nan` through.
+        if self.timeout_s is not None and not (
+            math.isfinite(self.timeout_s) and self.timeout_s > 0
+        ):
+            raise bad("timeout_s", "a finite number of seconds > 0 (leave it out for the default)")
         if tuple(self.objectives) not in (("throughput",), ("throughput", "memory")):
             # Shown as the user typed it (`memory`), not as a Python tuple.
             raise trainers.ConfigError(

@@ -926,3 +926,13 @@ def test_an_idle_worker_gates_what_the_final_round_can_reach_then_the_running_tr
         assert after is not None and after[1] == running
     finally:
         helper.close()
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), 0.0, -5.0])
+def test_a_search_budget_that_is_not_a_finite_positive_number_is_refused(
+    timeout: float, tmp_path: Path
+) -> None:
+    """NaN compares false with everything: `--timeout nan` passed a `<= 0` check and the run
+    said "search budget nan s" (a new user's trial, 2026-12-02)."""
+    with pytest.raises(trainers.ConfigError, match=r"^timeout_s=.* is invalid: allowed a finite"):
+        options(sqlite_url(tmp_path), "x", timeout_s=timeout)
