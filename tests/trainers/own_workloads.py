@@ -49,6 +49,10 @@ def _workload(shape: str = "tuple", loss_fn: Any = classification_loss, **more: 
     return Workload(**(fields | more))
 
 
+def tuple_batches(preset: str, *, seed: int) -> Workload:
+    return _workload()
+
+
 def dict_batches(preset: str, *, seed: int) -> Workload:
     return _workload("dict", lambda m, b: nn.functional.cross_entropy(m(b["features"]), b["label"]))
 
@@ -94,3 +98,16 @@ def reads_a_value(preset: str, *, seed: int) -> Workload:
         return value
 
     return _workload(loss_fn=loss)
+
+
+class _Augmented(_Samples):
+    """Each sample with noise drawn in `__getitem__` from the process's global generator: a
+    DataLoader worker draws otherwise than the main process."""
+
+    def __getitem__(self, index: int) -> Any:
+        x, y = super().__getitem__(index)
+        return x + 0.1 * torch.rand(x.shape), y
+
+
+def augments_randomly(preset: str, *, seed: int) -> Workload:
+    return _workload(dataset=_Augmented("tuple"))

@@ -11,7 +11,15 @@ import torch
 from torch import nn
 
 from tests.trainers import own_workloads
-from trainers import LoopConfig, Trainer, WorkloadError, load_workload, workload_from_parts
+from trainers import (
+    LoopConfig,
+    RunArgs,
+    Trainer,
+    WorkloadError,
+    gate,
+    load_workload,
+    workload_from_parts,
+)
 from trainers.workloads import adam
 
 OWN = "tests.trainers.own_workloads"
@@ -96,3 +104,18 @@ def test_a_first_batch_that_raises_is_said_in_one_line() -> None:
         workload_from_parts(
             nn.Linear(6, 3), Broken("tuple"), lambda m, b: m(b[0]).sum(), optimizer=adam()
         )
+
+
+def test_a_dataset_that_draws_in_its_workers_is_told_why_it_fails_the_gate() -> None:
+    """Random augmentation in `__getitem__`: with DataLoader workers the first batch differs
+    from the reference's, and the verdict says why, not only that it differs at step 0."""
+    config = LoopConfig(num_workers=2)
+    verdict = gate(
+        f"{OWN}:augments_randomly", config, RunArgs(steps=4, seed=0, device="cpu"), preset="tiny"
+    )
+    assert not verdict.passed and verdict.first_diverging_step == 0
+    assert "a dataset that draws random numbers in __getitem__" in verdict.reason, verdict.reason
+    plain = gate(
+        f"{OWN}:tuple_batches", config, RunArgs(steps=4, seed=0, device="cpu"), preset="tiny"
+    )
+    assert plain.passed and "__getitem__" not in plain.reason

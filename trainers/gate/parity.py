@@ -214,10 +214,26 @@ def gate(
     runs = _Runs(exact, runs_of)
     chosen, losses, reference, twin = runs.measure(chosen, probe, reference, twin, losses)
     if chosen == "exact":
-        return dataclasses.replace(compare(losses, reference, exact=True, tolerance=0.0), **fields)
+        verdict = compare(losses, reference, exact=True, tolerance=0.0)
+        return dataclasses.replace(verdict, **fields, reason=_with_workers_hint(verdict, config))
     judge = {"window": window, "multiple": multiple, "check_drift": check_drift}
     return runs.judged_equivalent(
         chosen, losses, reference, envelope=envelope, twin=twin, judge=judge
+    )
+
+
+def _with_workers_hint(verdict: ParityVerdict, config: LoopConfig) -> str:
+    """The verdict's reason, and where an eager config with DataLoader workers differs from its
+    first step, the likely cause: each worker process draws its own random numbers, so a dataset
+    that draws in `__getitem__` (an augmentation) gives other batches than in the main process;
+    every config with workers failed so, and nothing said why (a new user's trial, 2026-12-02)."""
+    if verdict.passed or config.num_workers == 0 or verdict.first_diverging_step != 0:
+        return verdict.reason
+    return (
+        f"{verdict.reason}: with {config.num_workers} DataLoader workers the first batch already "
+        "differs; a dataset that draws random numbers in __getitem__ (an augmentation) draws "
+        "them in each worker process otherwise than in the main one. Seed each draw from the "
+        "index (torch.Generator().manual_seed(seed + index)) to make the data reproducible"
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+import time
 from typing import Literal, Protocol
 
 import optuna
@@ -93,6 +94,10 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:2000]
 
 
+CANCEL_READ_S = 0.25
+"""How often `JobRun.should_stop` reads the job's cancel flag itself (monotonic seconds)."""
+
+
 class JobRun:
     """A worker's membership of one job (one at a time). `stop` is set by the heartbeat thread:
     "cancel" (the API flagged the job) or "lost" (the worker is no longer a member)."""
@@ -101,6 +106,9 @@ class JobRun:
         self.worker = worker
         self._stop: str | None = None
         self._phase: str | None = None
+        self._job_id: str | None = None
+        """The job this worker is a member of now (None: none), whose cancel `should_stop` reads."""
+        self._cancel_read_at = 0.0
         self._prepared: tuple[str, Search, float | None] | None = None
         """A job's search opened before this worker was a member of it (`prepare`)."""
 
@@ -124,11 +132,26 @@ class JobRun:
             self._prepared = None
 
     def should_stop(self) -> bool:
+        """Polled by the search between trials and after each window. A cancel is read here too,
+        at most every `CANCEL_READ_S`, not only by the heartbeat (every `heartbeat_s`): the
+        heartbeat alone let three tiny trials start after a cancel (a new user's trial,
+        2026-12-02), where the API promises that none does."""
+        job_id, now = self._job_id, time.monotonic()
+        if self._stop is None and job_id is not None and now >= self._cancel_read_at:
+            self._cancel_read_at = now + CANCEL_READ_S
+            try:
+                if self.worker.store.get(job_id).cancel_requested:
+                    self._stop = "cancel"
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                # The database is away: the heartbeat says so, and reads the cancel once back.
         return self._stop is not None or self.worker.stopping.is_set()
 
     def member_of(self, job: JobRow, *, claimed: bool) -> bool:
         """Be a member of `job` until no trial of it is left for this worker."""
         self._stop, self._phase = None, "starting"
+        self._job_id, self._cancel_read_at = job.id, 0.0
         done = threading.Event()
         beat = threading.Thread(
             target=self._beat, args=(job, done), daemon=True, name=f"heartbeat-{job.id[:8]}"
@@ -138,6 +161,7 @@ class JobRun:
             return self._execute(job, claimed=claimed)
         finally:
             self.discard()  # prepared for this job, but it ended before a search was needed
+            self._job_id = None
             done.set()
             beat.join()
             self._leave(job)

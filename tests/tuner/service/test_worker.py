@@ -219,6 +219,35 @@ def test_cancel_stops_a_running_job_and_keeps_its_trials(
     assert client.post(job["links"]["cancel"], headers=AUTH).status_code == 409
 
 
+def test_a_cancel_is_seen_before_the_next_trial_without_waiting_for_the_heartbeat(
+    storage: str,
+) -> None:
+    """With a heartbeat far apart (60 s here, 5 s by default), the worker still reads the cancel
+    between trials (`JobRun.should_stop`): at most the trial running at the cancel, and one
+    that began before its next read, start after it. The heartbeat alone let three tiny trials
+    start after one (a new user's trial, 2026-12-02)."""
+    worker = make_worker(storage, heartbeat_s=60.0, measure_windows=2, measure_window_steps=5)
+    thread = threading.Thread(target=worker.run_once, daemon=True)
+    with TestClient(make_app(storage)) as client:
+        job = client.post(
+            "/v1/jobs", json=TINY_JOB | {"trials": 200, "patience": 0}, headers=AUTH
+        ).json()
+        thread.start()
+        wait_for(lambda: _job(client, job)["n_complete"] >= 2, timeout_s=60, what="two trials")
+        assert client.post(job["links"]["cancel"], headers=AUTH).status_code == 200
+        cancelled = dt.datetime.now(dt.UTC)
+        ended = wait_for(
+            lambda: (j := _job(client, job))["status"] == "cancelled" and j,
+            timeout_s=30,
+            what="the job to end as cancelled",
+        )
+        thread.join(timeout=60)
+        trials = client.get(job["links"]["trials"], params={"limit": 200}, headers=AUTH).json()
+    after = [t for t in trials["items"] if dt.datetime.fromisoformat(t["started_at"]) > cancelled]
+    assert len(after) <= 1, (len(after), trials["total"])
+    assert dt.datetime.fromisoformat(ended["finished_at"]) - cancelled < dt.timedelta(seconds=30)
+
+
 @pytest.mark.slow
 def test_a_worker_shutting_down_requeues_its_job_and_another_finishes_it(
     running: tuple[TestClient, Worker], storage: str
