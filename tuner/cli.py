@@ -270,6 +270,8 @@ def best(study: StudyName, storage: Storage = None, as_json: AsJson = False) -> 
         typer.echo(json.dumps(rec.to_dict(), indent=2))
     else:
         render.recommendation(Console(), rec)
+    if rec.config is None:
+        raise typer.Exit(1)  # as `run` does: nothing to train with is not a success
 
 
 @app.command()

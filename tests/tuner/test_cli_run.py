@@ -364,6 +364,9 @@ def test_a_failing_workload_is_reported_not_raised(
     code, out, err = run_main(capsys, "export", "--study", "broken", "--storage", storage)
     assert code == 2
     assert err == "error: study 'broken': every final-round measurement failed (see failures)\n"
+    # `best` shows the same record, and is no success either (it exited 0).
+    code, out, _ = run_main(capsys, "best", "--study", "broken", "--storage", storage)
+    assert code == 1 and "recommendation none" in words(out)
 
 
 # -- best, export, studies -------------------------------------------------------------------
