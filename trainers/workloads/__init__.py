@@ -72,7 +72,9 @@ def resolve_factory(name: str, model_args: Mapping[str, str] | None = None) -> W
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise WorkloadError(
-            f"workload={name!r}: cannot import {module_name!r}: {exc}", field="workload"
+            f"workload={name!r}: cannot import {module_name!r}: {exc} (a module is imported by "
+            "name: run from the folder that holds it, or add that folder to PYTHONPATH)",
+            field="workload",
         ) from exc
     factory = getattr(module, attr, None)
     if not callable(factory):

@@ -52,7 +52,10 @@ def main() -> None:
     )
     parser.add_argument("--resume", default=None, help="resume from this checkpoint")
     args = parser.parse_args()
-    workload = trainers.load_workload(WORKLOAD, PRESET, model_args=MODEL_ARGS)
+    try:
+        workload = trainers.load_workload(WORKLOAD, PRESET, model_args=MODEL_ARGS)
+    except trainers.WorkloadError as exc:
+        parser.exit(2, f"error: {exc}\\n")
     trainer = trainers.Trainer(workload, config, device=args.device, precision=PRECISION)
     if args.resume:
         try:

@@ -125,6 +125,32 @@ def test_the_exported_python_script_trains_the_workload_with_the_config(
     assert resumed.stdout.splitlines()[0].startswith("step 601: loss ")
 
 
+def test_the_script_says_in_one_line_that_it_cannot_import_the_workload(
+    finished: Finished, tmp_path: Path
+) -> None:
+    """An own workload's module is imported by name: run from elsewhere, the script printed a
+    traceback (a new user's trial, 2026-12-02); now one line, with where to run it from."""
+    text = export.export(finished.recommendation, "python")
+    named = f"WORKLOAD = {finished.rec['workload']!r}"
+    assert named in text
+    script = tmp_path / "train.py"
+    script.write_text(text.replace(named, "WORKLOAD = 'no_such_module_of_mine:build'"))
+    done = subprocess.run(
+        [sys.executable, str(script), "--steps", "2", "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "error: workload='no_such_module_of_mine:build': cannot import"
+    ), done.stderr
+    assert "PYTHONPATH" in lines[0]
+
+
 def test_the_script_carries_model_args_and_precision() -> None:
     rec = Recommendation.from_dict(
         {
