@@ -12,6 +12,9 @@
 # near 620 s cold (the gate's run about 13 s, the final round's leader kept), an estimate.
 # Last (about 4 minutes; QUEUE_GATE=0 leaves it out): the gate's planted-fault GPU tests and the
 # gate's child, last run at d137197 (23 of 23), since when the kept code moved to its own module.
+# Since 2026-12-02 (38th session) the job's log also says how long building the workload and
+# choosing its space took ("workload built ... in N s"): at 2c9259f 23 s went there unexplained;
+# and the second stage's line gives each enqueued variant's predicted gain.
 set -x
 commit=${STREAMTUNE_COMMIT:?the commit measured}
 nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm,power.limit --format=csv > "$QUEUE_OUT/nvidia-smi.csv"
