@@ -257,7 +257,9 @@ class TrialRunner:
                 return True
             try:
                 trial.report(throughput, index)
-                return not trial.should_prune()
+                if pruned := trial.should_prune():  # why, for its row (`unrun.pruned_reason`)
+                    trial.set_user_attr(keys.PRUNED_AT, {"window": index, "throughput": throughput})
+                return not pruned
             except Exception as exc:
                 if isinstance(self.retry, NoRetry) or not is_transient(exc):
                     raise

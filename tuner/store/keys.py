@@ -91,6 +91,9 @@ SCREEN = "screen"
 """A screening study's trial: what its screen showed against the incumbent
 (`tuner.search.proposing.screen.screen_record`); a trial whose outcome is `lost` was pruned, never
 gated."""
+PRUNED_AT = "pruned_at"
+"""A trial Optuna's pruner stopped: the window it stopped at and that window's throughput (the
+pruner keeps the fastest quarter of earlier trials at each window)."""
 PREDICTION = "prediction"
 """A screening study's trial: its predicted peak memory and throughput before it ran, and whether
 the prediction skipped it (`tuner.search.proposing.predict.Prediction`)."""

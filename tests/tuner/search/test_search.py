@@ -32,6 +32,7 @@ from tests.tuner.tiny import (
 from trainers import LoopConfig
 from tuner.errors import Interrupted, NoRecommendation, TunerError
 from tuner.evidence import export, reader
+from tuner.evidence.unrun import pruned_reason
 from tuner.search import helping
 from tuner.search.deciding.recommend import CPU_NOTE
 from tuner.search.measuring import artifacts
@@ -408,6 +409,11 @@ def test_a_much_slower_config_is_pruned_after_its_second_window(
     assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 5 + [TrialState.PRUNED] * 2
     assert [len(t.user_attrs["windows"]) for t in study.trials] == [4] * 5 + [2] * 2
     assert all("parity" not in t.user_attrs for t in study.trials[5:])  # never gated
+    # Each says why, at the window it stopped (its row's `pruned_reason` was null).
+    for trial in study.trials[5:]:
+        said = pruned_reason(trial.user_attrs)
+        assert said is not None and " samples/s at window 2, below the fastest quarter" in said
+    assert all(pruned_reason(t.user_attrs) is None for t in study.trials[:5])
     assert progress.states == ["complete"] * 5 + ["pruned"] * 2
     assert rec["trial_counts"] == counts(5, 0, 2)
     assert not any(m["name"] in ("trial-5", "trial-6") for m in rec["final_round"])
