@@ -86,6 +86,10 @@ def unprocessable(errors: Sequence[Any], *, hint_json: bool = False) -> Response
         detail = []
         for error in errors:
             entry = {key: plain(error.get(key)) for key in ("type", "loc", "msg", "input")}
+            if entry["type"] == "value_error" and isinstance(entry["msg"], str):
+                # Pydantic words a validator's ValueError "Value error, allowed ...": ours are
+                # sentences that name the field already.
+                entry["msg"] = entry["msg"].removeprefix("Value error, ")
             if error.get("ctx"):
                 entry["ctx"] = plain(error["ctx"])
             if hint_json and tuple(entry["loc"] or ()) == ("body",):
