@@ -74,8 +74,9 @@ from trainers.fit_checks import (
 from trainers.optim import with_capturable
 from trainers.precision import Precision
 from trainers.streams import StreamPlan, on, wait
+from trainers.workloads.as_tuples import original_loss
 from trainers.workloads.base import Batch, LossFn, OptimizerFactory, Workload
-from trainers.workloads.checks import check_own_workload
+from trainers.workloads.checks import own_workload
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -167,7 +168,9 @@ class Trainer:
         self.accumulate = accumulate
         self.clip_grad_norm = None if clip_grad_norm is None else float(clip_grad_norm)
         self.eval_data = eval_data
-        self.eval_loss = eval_loss or workload.loss_fn
+        # Held-out batches are passed as they are made (a dict, a tensor): the user's own loss
+        # where training batches are fed as tuples (`trainers.workloads.as_tuples`).
+        self.eval_loss = eval_loss or original_loss(workload.loss_fn)
         # A captured step bakes a float learning rate into the graph, and a compiled optimizer
         # step recompiles for each new float: a schedule must then change a device tensor.
         if lr_tensor is None:
@@ -332,7 +335,7 @@ class Trainer:
         try:
             with torch.no_grad(), self.precision_plan.autocast():
                 for batch in self.eval_data:
-                    moved = tuple(t.to(self.device) for t in batch)
+                    moved = _to_device(batch, self.device)
                     loss = self.eval_loss(self.model, moved).float()
                     total = loss if total is None else total + loss
                     count += 1
@@ -462,8 +465,16 @@ def workload_from_parts(
         batch_size=batch_size,
         collate_fn=collate_fn,
     )
-    check_own_workload(workload, name, parts=True)
-    return workload
+    return own_workload(workload, name, parts=True)
+
+
+def _to_device(batch: Any, device: torch.device) -> Any:
+    """A held-out batch on `device`, in its own shape: a dict, a tensor or a tuple of tensors."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, Mapping):
+        return {key: value.to(device) for key, value in batch.items()}
+    return tuple(t.to(device) for t in batch)
 
 
 def _as_built(

@@ -1,7 +1,7 @@
-"""A user's own workloads that get the loop's contract wrong, each as a new user wrote it (a trial
-of 2026-12-02), loaded with `--workload tests.trainers.own_workloads:NAME`: each fails every step
-unless refused when built (`trainers.workloads.checks`). `NAME_fixed` is the same with the fix the
-error names, and builds."""
+"""A user's own workloads as a new user wrote them (a trial of 2026-12-02), loaded with
+`--workload tests.trainers.own_workloads:NAME`: each failed every step. Dict and bare-tensor
+batches are now fed as tuples (`trainers.workloads.as_tuples`); the others are refused when built
+(`trainers.workloads.checks`). `NAME_fixed` is the same with the fix the error names, and builds."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ class _Samples(Dataset[Any]):
     def __getitem__(self, index: int) -> Any:
         if self.shape == "dict":
             return {"features": self.x[index], "label": self.y[index]}
+        if self.shape == "dict-with-text":
+            return {"features": self.x[index], "label": self.y[index], "text": f"sample {index}"}
         if self.shape == "tensor":
             return self.x[index]
         return self.x[index], self.y[index]
@@ -55,6 +57,12 @@ def tuple_batches(preset: str, *, seed: int) -> Workload:
 
 def dict_batches(preset: str, *, seed: int) -> Workload:
     return _workload("dict", lambda m, b: nn.functional.cross_entropy(m(b["features"]), b["label"]))
+
+
+def dict_batches_with_text(preset: str, *, seed: int) -> Workload:
+    return _workload(
+        "dict-with-text", lambda m, b: nn.functional.cross_entropy(m(b["features"]), b["label"])
+    )
 
 
 def tensor_batches(preset: str, *, seed: int) -> Workload:

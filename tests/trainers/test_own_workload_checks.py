@@ -28,11 +28,7 @@ OWN = "tests.trainers.own_workloads"
 @pytest.mark.parametrize(
     ("name", "said"),
     [
-        (
-            "dict_batches",
-            "a batch is a dict (keys features, label); the loop feeds a tuple of tensors",
-        ),
-        ("tensor_batches", "a batch is one tensor (shape [4, 6])"),
+        ("dict_batches_with_text", "a batch's 'text' is list, not a tensor"),
         ("tuple_loss", "loss_fn(model, batch) returned tuple of 2 (Tensor, Tensor)"),
         ("loss_of_shape_one", "loss_fn(model, batch) returned a tensor of shape [1]"),
         ("too_few_samples", "the dataset has 8 items, fewer than one batch (batch_size 16"),
@@ -43,6 +39,25 @@ def test_a_mistake_in_a_users_workload_is_refused_when_it_is_built(name: str, sa
         load_workload(f"{OWN}:{name}", "tiny")
     assert caught.value.field == "workload"
     assert str(caught.value).startswith(f"workload='{OWN}:{name}': {said}"), str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["dict_batches", "tensor_batches"])
+def test_dict_and_tensor_batches_are_fed_as_tuples_and_the_loss_gets_them_back(name: str) -> None:
+    """The loop is fed tuples of tensors; the user's loss, written for the dict (`b["features"]`)
+    or the tensor, gets it back: it trains, passes the gate, and evaluates on held-out batches
+    of its own shape."""
+    workload = load_workload(f"{OWN}:{name}", "tiny")
+    first = workload.collate_fn([workload.dataset[i] for i in range(4)])  # type: ignore[misc]
+    assert isinstance(first, tuple) and all(isinstance(t, torch.Tensor) for t in first)
+    held_out = [own_workloads._Samples(name.removesuffix("_batches"))[i] for i in range(2)]
+    trainer = Trainer(workload, LoopConfig(num_streams=2), device="cpu", eval_data=held_out)
+    done = trainer.fit(3)
+    assert len(done.losses) == 3 and all(x == x for x in done.losses)
+    assert trainer.evaluate() > 0
+    verdict = gate(
+        f"{OWN}:{name}", LoopConfig(num_streams=2), RunArgs(steps=4, device="cpu"), preset="tiny"
+    )
+    assert verdict.passed, verdict.reason
 
 
 def test_the_fix_the_error_names_builds_and_trains() -> None:
@@ -77,12 +92,17 @@ def test_an_optimizer_given_as_its_class_is_built_with_its_defaults() -> None:
 def test_a_trainers_parts_are_checked_and_the_error_names_the_argument() -> None:
     """Through `workload_from_parts`: the field is the argument given, `data` or `loss_fn`."""
     model = nn.Linear(6, 3)
-    dicts = own_workloads._Samples("dict")
+    texts = own_workloads._Samples("dict-with-text")
     with pytest.raises(WorkloadError) as caught:
         workload_from_parts(
-            model, dicts, lambda m, b: m(b["features"]).sum(), optimizer=torch.optim.Adam
+            model,
+            texts,
+            lambda m, b: m(b["features"]).sum(),
+            optimizer=torch.optim.Adam,
+            batch_size=4,
         )
-    assert caught.value.field == "data" and str(caught.value).startswith("data: a batch is a dict")
+    assert caught.value.field == "data"
+    assert str(caught.value).startswith("data: a batch's 'text' is list"), str(caught.value)
     with pytest.raises(WorkloadError) as caught:
         workload_from_parts(
             model,

@@ -23,7 +23,7 @@ from trainers.workloads.base import (
     check_preset,
     disable_dropout,
 )
-from trainers.workloads.checks import check_own_workload
+from trainers.workloads.checks import own_workload
 from trainers.workloads.options import Family, OptionSpec, key_of
 from trainers.workloads.reuse import ReusedBuilds
 
@@ -103,7 +103,7 @@ class UserFactory:
 
     def __call__(self, preset: str, *, seed: int) -> Workload:
         try:
-            return cast(Workload, self.factory(preset, seed=seed))
+            built = self.factory(preset, seed=seed)
         except WorkloadError:
             raise
         except TypeError as exc:
@@ -122,6 +122,10 @@ class UserFactory:
             if type(exc).__name__ == "OutOfMemoryError":  # torch's: a trial's failure, as usual
                 raise
             raise WorkloadError(self._raised(exc), field="workload") from exc
+
+        # What would fail every step fails here, in one line; batches of another shape are fed
+        # as tuples (`trainers.workloads.checks`): at every build, the gate's included.
+        return own_workload(built, self.name) if isinstance(built, Workload) else built
 
     def _raised(self, exc: BaseException) -> str:
         return f"workload={self.name!r}: the factory raised {_one_line(exc, self.factory)}"
@@ -178,9 +182,6 @@ def load_workload(
             f"workload={name!r}: the factory returned {type(workload).__name__}, not a Workload",
             field="workload",
         )
-    if isinstance(factory, UserFactory):
-        # A user's own: what would fail every step fails here, once (the built-ins are tested).
-        check_own_workload(workload, name)
     return workload
 
 

@@ -4,17 +4,19 @@ every trial and both baselines of a job, with a message about tensors that names
 cause nor the contract.
 
 - A batch is a tuple (or list) of tensors: the loop moves each to the device and hands the tuple
-  to `loss_fn(model, batch)`. A dataset or collate_fn that gives a dict (the Hugging Face habit)
-  was iterated for its keys ("'str' object has no attribute 'to'"), and one that gives a bare
-  tensor was split into its rows.
+  to `loss_fn(model, batch)`. A dict of tensors (the Hugging Face habit) or a bare tensor is fed
+  as one (`trainers.workloads.as_tuples`), its `loss_fn` handed the dict or tensor back: both had
+  failed every step ("'str' object has no attribute 'to'"; a tensor split into its rows). What
+  is still not a tensor (a list of strings beside them) is refused, naming it.
 - `loss_fn` returns the loss alone, a tensor of one element: `return loss, logits` failed as
   "'tuple' object has no attribute 'detach'", and a loss of shape [1] trained but failed every
   gate run ("must be real number, not list"). Run once on a copy of the model whose weights are
-  meta tensors (`trainers.meta`), on the first batch: no FLOP, no memory. A loss
-  that reads values (`.item()`) cannot run there and is left to the run.
+  meta tensors (`trainers.meta`), on the first batch: no FLOP, no memory. A loss that reads
+  values (`.item()`) cannot run there and is left to the run.
 
 Found by a new user's trial (2026-12-02): each of these reached the user only as every trial's
-failure.
+failure. The first batch is read once, when the workload is built (a `Trainer` resumed past it
+reads it too).
 """
 
 from __future__ import annotations
@@ -28,19 +30,25 @@ from torch.utils.data import IterableDataset, default_collate
 
 from trainers.errors import WorkloadError
 from trainers.meta import meta_copy
+from trainers.workloads.as_tuples import adapted, original_loss
 from trainers.workloads.base import Workload
 
 
-def check_own_workload(workload: Workload, name: str, *, parts: bool = False) -> None:
-    """WorkloadError naming what the built `workload` gets wrong: in `workload` (`name`, as the
+def own_workload(workload: Workload, name: str, *, parts: bool = False) -> Workload:
+    """The built `workload`, fed as tuples where its batches are dicts or tensors
+    (`as_tuples.adapted`); WorkloadError naming what it gets wrong: in `workload` (`name`, as the
     user named it: `mymodels:build`), or with `parts` (`trainers.workload_from_parts`) in the
     argument given, `data` or `loss_fn`."""
     data = _Where("data" if parts else "workload", "data" if parts else f"workload={name!r}")
     loss = _Where("loss_fn" if parts else "workload", "loss_fn" if parts else f"workload={name!r}")
     batch = _first_batch(workload, data)
-    if batch is not None:
-        _check_batch(batch, data)
-        _check_loss(workload, tuple(batch), loss)
+    if batch is None:
+        return workload
+    original = batch
+    workload, batch = adapted(workload, batch)
+    _check_batch(batch, data, list(original) if isinstance(original, Mapping) else None)
+    _check_loss(workload, tuple(batch), loss)
+    return workload
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,40 +90,45 @@ def _first_batch(workload: Workload, where: _Where) -> Any:
         raise where.error(f"making its first batch raised {type(exc).__name__}: {said}") from exc
 
 
-def _check_batch(batch: Any, where: _Where) -> None:
+def _check_batch(batch: Any, where: _Where, keys: list[Any] | None) -> None:
+    """`batch` (as the loop is fed it) a tuple of tensors; `keys`: the dict's it was made from."""
     fix = (
-        "return a tuple of tensors from the dataset's __getitem__ (or from collate_fn), e.g. "
-        "(input_ids, labels), and take it apart in loss_fn(model, batch)"
+        "give a tuple (or a dict with string keys) of tensors from the dataset's __getitem__ "
+        "(or from collate_fn), and keep other values out of it"
     )
     if isinstance(batch, Mapping):
-        keys = ", ".join(map(str, list(batch)[:6]))
-        raise where.error(
-            f"a batch is a dict (keys {keys}); the loop feeds a tuple of tensors: {fix}",
-        )
-    if isinstance(batch, torch.Tensor):
-        raise where.error(
-            f"a batch is one tensor (shape {list(batch.shape)}); the loop "
-            "feeds a tuple of tensors, and would split this one into its rows: return (x,) "
-            "from __getitem__ (or from collate_fn), and take it apart in loss_fn",
-        )
+        shown = ", ".join(map(repr, list(batch)[:6])) or "none"
+        raise where.error(f"a batch is a dict whose keys are not all strings ({shown}): {fix}")
     if not isinstance(batch, tuple | list) or not batch:
         raise where.error(
-            f"a batch is {type(batch).__name__}; the loop feeds a tuple of tensors: {fix}",
+            f"a batch is {type(batch).__name__}; the loop feeds tensors, as a tuple: {fix}"
         )
     for index, item in enumerate(batch):
         if not isinstance(item, torch.Tensor):
+            named = f"{keys[index]!r}" if keys is not None else f"item {index}"
             raise where.error(
-                f"item {index} of a batch is {type(item).__name__}, not a "
-                f"tensor; the loop moves each item of a batch to the device: {fix}",
+                f"a batch's {named} is {type(item).__name__}, not a tensor; the loop moves "
+                f"each of a batch's tensors to the device: {fix}"
             )
 
 
+_LOSS_CHECKED: set[tuple[str, ...]] = set()
+"""The workloads whose loss this process has checked: a factory is called at every build (the
+gate builds the workload for each of its runs), and the loss is the same code each time."""
+
+
 def _check_loss(workload: Workload, batch: tuple[torch.Tensor, ...], where: _Where) -> None:
+    loss_fn = original_loss(workload.loss_fn)
+    model = _qualified(type(workload.model))
+    key = (where.said, workload.name, workload.preset, _qualified(loss_fn), model)
+    if key in _LOSS_CHECKED:
+        return
     try:
         loss = workload.loss_fn(meta_copy(workload.model), tuple(t.to("meta") for t in batch))
     except Exception:  # noqa: BLE001 - what a meta tensor cannot run is left to the run
         return
     if isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.dim() == 0:
+        _LOSS_CHECKED.add(key)
         return
     if isinstance(loss, torch.Tensor):
         got = f"a tensor of shape {list(loss.shape)}"
@@ -129,3 +142,7 @@ def _check_loss(workload: Workload, batch: tuple[torch.Tensor, ...], where: _Whe
         f"loss_fn(model, batch) returned {got}; the loop backpropagates a "
         f"scalar loss tensor: {fix}",
     )
+
+
+def _qualified(thing: object) -> str:
+    return f"{getattr(thing, '__module__', '')}.{getattr(thing, '__qualname__', repr(thing))}"
