@@ -30,9 +30,9 @@ def test_the_repeat_job_runs_on_copied_files_and_reuses_the_cold_jobs_verdicts(
     flags += [
         f"--job-arg={arg}" for arg in (*JOB_FLAGS, "--trials", "2", "--fix", "compile=default")
     ]
-    # Every finalist ties, so both jobs gate all of them: the same configs whatever the CPU's
-    # noise. At the 1 % default the two jobs' final rounds may lead with different configs, and
-    # the repeat then gates one the cold job never did (CI: 0 verdicts reused).
+    # Every finalist ties, so the cold job gates each one the decision asks for, whatever the
+    # CPU's noise. At the 1 % default the two jobs' final rounds may lead with different configs,
+    # and the repeat then gates one the cold job never did (CI: 0 verdicts reused).
     flags += ["--job-arg=--tie-margin", "--job-arg=0.9"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNER_")}
     # A folder the machine names for every job would warm the repeat with more than the file.
@@ -77,15 +77,21 @@ def test_the_repeat_job_runs_on_copied_files_and_reuses_the_cold_jobs_verdicts(
         for name in ("cold", "repeat")
     ]
 
-    # Each finalist the cold job had gated took its verdict from the memo: none was gated again.
-    # (A config only the repeat job sampled, among its finalists, is gated there: its own.)
+    # Each finalist the cold job had gated took its verdict from the memo where the decision
+    # asked for one: none was gated again. How many it asks for depends on which finalist leads
+    # (a tie led by the simplest config asks for that one alone: CI under load read 1 of 4), so
+    # what is asserted is that no gate ran. (A config only the repeat job sampled, among its
+    # finalists, is gated there: its own.)
     def key(entry: dict[str, object]) -> str:
         return json.dumps([entry["config"], entry.get("precision")], sort_keys=True)
 
     gated = {key(entry) for entry in answers[0]["final_round"]}
     again = [entry for entry in answers[1]["final_round"] if key(entry) in gated]
     assert len(again) >= 2  # the baselines at least
-    assert item["repeat"]["reused"]["verdicts_reused"] == len(again)
+    assert 1 <= item["repeat"]["reused"]["verdicts_reused"] <= len(again)
+    if len(again) == len(answers[1]["final_round"]):
+        gates = {k: s for k, s in answers[1]["time"]["phases"].items() if k.startswith("gate_")}
+        assert gates and not any(gates.values()), gates
     same = [(a["config"], a["precision"]) for a in answers]
     assert item["same_config"] is (same[0] == same[1])
     assert "| mlp:tiny |" in path.with_suffix(".md").read_text()
