@@ -25,6 +25,8 @@ def pruned_reason(attrs: Mapping[str, Any]) -> str | None:
     found = attrs.get(keys.PREDICTION)
     if isinstance(found, dict) and found.get("skip") in ("memory", "slower"):
         return f"not run: {found.get('reason')}"
+    if attrs.get(keys.STOPPED):
+        return "stopped at a window: the job was cancelled or its worker stopped (not counted)"
     pruned = attrs.get(keys.PRUNED_AT)
     if isinstance(pruned, dict):
         window = int(pruned.get("window", 0)) + 1  # stored 0-based, as Optuna's step

@@ -323,7 +323,7 @@ class JobRun:
         if rec.config is None and status == "succeeded":
             # Nothing to train with: the job failed, as `python -m tuner run` exits 1. A client
             # that waits for `succeeded` and then reads `best` got a null config (2026-12-02).
-            status, error = "failed", f"no config recommended: {rec.reason or 'none was decided'}"
+            status, error = "failed", _no_config(rec)
         # The row's recommendation carries the study's counts as they are now (the one rule).
         stored = rec if counts is None else rec.with_counts(counts)
         finished = self.worker.backoff.call(
@@ -488,3 +488,11 @@ def _trials_over(slots: JobSlots, search: Search) -> bool:
     the search, and a one-worker service job went on running trials until its deadline."""
     count = slots.count()
     return count.finished or (count.running == 0 and search.out_of_patience())
+
+
+def _no_config(rec: Recommendation) -> str:
+    """A job's error where it recommends no config: the reason and each final-round failure
+    (the row has no `failures` of its own: "(see failures)" pointed nowhere a client reads)."""
+    reason = (rec.reason or "none was decided").removesuffix(" (see failures)")
+    failed = [f"{name}: {' '.join(why.split())[:300]}" for name, why in rec.failures.items()]
+    return f"no config recommended: {reason}" + (f" ({'; '.join(failed[:4])})" if failed else "")

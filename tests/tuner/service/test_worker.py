@@ -17,6 +17,7 @@ from optuna.trial import TrialState
 
 from tests.api.conftest import EXPLICIT_SPACE, SMALL, Finished, make_app, make_worker
 from tests.api.helpers import ADMIN_AUTH, AUTH, TINY_JOB, wait_for
+from tests.tuner.workloads_for_tests import INJECTED
 from trainers import LoopConfig
 from tuner.errors import Interrupted, Stopped, TunerError
 from tuner.evidence.reader import list_studies, recommendation
@@ -212,8 +213,9 @@ def test_cancel_stops_a_running_job_and_keeps_its_trials(
     assert all(t["state"] != "running" for t in trials["items"])
     assert sum(t["state"] == "complete" for t in trials["items"]) == ended["n_complete"]
     for trial in trials["items"]:
-        if trial["stopped"]:  # stopped at a window: pruned, with what it measured
+        if trial["stopped"]:  # stopped at a window: pruned, with what it measured, and why
             assert trial["state"] == "pruned" and not trial["counted"]
+            assert trial["pruned_reason"].startswith("stopped at a window: the job was cancelled")
             assert 1 <= len(trial["windows"]) < 5
     assert client.get(job["links"]["best"], headers=AUTH).status_code == 409
     assert client.post(job["links"]["cancel"], headers=AUTH).status_code == 409
@@ -451,6 +453,8 @@ def test_a_job_that_recommends_nothing_fails_and_serves_no_best(storage: str) ->
         done = client.get(f"/v1/jobs/{job['id']}", headers=AUTH).json()
         assert done["status"] == "failed" and not done["has_recommendation"], done
         assert done["error"].startswith("no config recommended: "), done["error"]
+        # Each failure's cause is in the error itself: the row has no failures to "see".
+        assert INJECTED in done["error"] and "see failures" not in done["error"], done["error"]
         best = client.get(f"/v1/jobs/{job['id']}/best", headers=AUTH)
         assert best.status_code == 409 and "no config recommended" in best.json()["detail"]
         study = client.get(f"/v1/studies/{done['study']}", headers=AUTH).json()
