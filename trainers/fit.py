@@ -76,7 +76,7 @@ from trainers.precision import Precision
 from trainers.streams import StreamPlan, on, wait
 from trainers.workloads.as_tuples import original_loss
 from trainers.workloads.base import Batch, LossFn, OptimizerFactory, Workload
-from trainers.workloads.checks import own_workload
+from trainers.workloads.checks import checked, own_workload
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -162,6 +162,10 @@ class Trainer:
             eval_loss=eval_loss,
             eval_data=eval_data,
         )
+        if not checked(workload):
+            # Built by hand (`examples/my_workload.py`'s way): checked, and its dict or tensor
+            # batches fed as tuples, as a factory's or `workload_from_parts`' are.
+            workload = own_workload(workload, workload.name)
         self.workload = workload
         self.config = config
         self.precision = precision

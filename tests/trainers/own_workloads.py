@@ -119,3 +119,29 @@ class _Augmented(_Samples):
 
 def augments_randomly(preset: str, *, seed: int) -> Workload:
     return _workload(dataset=_Augmented("tuple"))
+
+
+class _Stream(torch.utils.data.IterableDataset[Any]):
+    """A stream of `count` samples as `shape` gives them (dicts by default), as an
+    IterableDataset yields them: from a fresh iterator each time."""
+
+    def __init__(self, shape: str = "dict", count: int = 8) -> None:
+        self.samples, self.count = _Samples(shape), count
+
+    def __iter__(self) -> Any:
+        return (self.samples[i % 8] for i in range(self.count))
+
+
+def streamed_dicts(preset: str, *, seed: int) -> Workload:
+    def loss(model: nn.Module, batch: Any) -> torch.Tensor:
+        return nn.functional.cross_entropy(model(batch["features"]), batch["label"])
+
+    return _workload(dataset=_Stream(), loss_fn=loss)
+
+
+def streamed_tuple_loss(preset: str, *, seed: int) -> Workload:
+    return _workload(dataset=_Stream("tuple"), loss_fn=tuple_loss("", seed=0).loss_fn)
+
+
+def stream_shorter_than_a_batch(preset: str, *, seed: int) -> Workload:
+    return _workload(dataset=_Stream("tuple", count=3))

@@ -139,3 +139,27 @@ def test_a_dataset_that_draws_in_its_workers_is_told_why_it_fails_the_gate() -> 
         f"{OWN}:tuple_batches", config, RunArgs(steps=4, seed=0, device="cpu"), preset="tiny"
     )
     assert plain.passed and "__getitem__" not in plain.reason
+
+
+def test_a_stream_of_dicts_is_fed_as_tuples_and_its_mistakes_are_refused() -> None:
+    """An IterableDataset: its first batch is read from an iterator of its own when built, so
+    its dicts are fed as tuples, and a tuple loss or a stream shorter than a batch is refused
+    (each failed every trial: a second new user's trial, 2026-12-02)."""
+    workload = load_workload(f"{OWN}:streamed_dicts", "tiny")
+    assert Trainer(workload, LoopConfig(), device="cpu").fit(3).losses
+    with pytest.raises(WorkloadError, match="loss_fn\\(model, batch\\) returned tuple of 2"):
+        load_workload(f"{OWN}:streamed_tuple_loss", "tiny")
+    with pytest.raises(WorkloadError, match="the dataset yields 3 items, fewer than one batch"):
+        load_workload(f"{OWN}:stream_shorter_than_a_batch", "tiny")
+
+
+def test_a_workload_built_by_hand_and_given_to_a_trainer_is_fed_as_tuples() -> None:
+    """`examples/my_workload.py`'s way: a `Workload` filled by hand, straight to a `Trainer`,
+    with dict batches (it failed at the first step); one built by a factory is not read again."""
+    by_hand = own_workloads._workload(
+        "dict", lambda m, b: nn.functional.cross_entropy(m(b["features"]), b["label"])
+    )
+    trainer = Trainer(by_hand, LoopConfig(), device="cpu")
+    assert len(trainer.fit(2).losses) == 2
+    built = load_workload("mlp", "tiny")
+    assert Trainer(built, LoopConfig(), device="cpu").workload is built

@@ -23,7 +23,7 @@ from trainers.workloads.base import (
     check_preset,
     disable_dropout,
 )
-from trainers.workloads.checks import own_workload
+from trainers.workloads.checks import mark_checked, own_workload
 from trainers.workloads.options import Family, OptionSpec, key_of
 from trainers.workloads.reuse import ReusedBuilds
 
@@ -182,7 +182,7 @@ def load_workload(
             f"workload={name!r}: the factory returned {type(workload).__name__}, not a Workload",
             field="workload",
         )
-    return workload
+    return mark_checked(workload)  # a user's factory's went through `own_workload` already
 
 
 def workload_key(name: str, preset: str, model_args: Mapping[str, str] | None = None) -> str:

@@ -13,12 +13,12 @@ Module-level classes, not closures: a DataLoader worker that is spawned, not for
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import Dataset, default_collate
+from torch.utils.data import Dataset, IterableDataset, default_collate
 
 from trainers.workloads.base import Batch, LossFn, Workload
 
@@ -35,6 +35,16 @@ class _ItemsAsTuples(Dataset[Batch]):
 
     def __getitem__(self, index: int) -> Batch:
         return as_tuple(self.dataset[index], self.keys)
+
+
+class _StreamAsTuples(IterableDataset[Batch]):
+    """An IterableDataset whose items are whole batches, each made a tuple as above."""
+
+    def __init__(self, dataset: IterableDataset[Any], keys: Sequence[str] | None) -> None:
+        self.dataset, self.keys = dataset, keys
+
+    def __iter__(self) -> Iterator[Batch]:
+        return (as_tuple(item, self.keys) for item in self.dataset)
 
 
 class _CollatedAsTuples:
@@ -83,7 +93,9 @@ def adapted(workload: Workload, first: Any) -> tuple[Workload, Any]:
     else:
         return workload, first
     changes: dict[str, Any] = {"loss_fn": _LossOfOriginal(workload.loss_fn, keys)}
-    if workload.batch_size is None:
+    if workload.batch_size is None and isinstance(workload.dataset, IterableDataset):
+        changes["dataset"] = _StreamAsTuples(workload.dataset, keys)
+    elif workload.batch_size is None:
         changes["dataset"] = _ItemsAsTuples(workload.dataset, keys)
     else:
         changes["collate_fn"] = _CollatedAsTuples(workload.collate_fn or default_collate, keys)

@@ -22,6 +22,7 @@ reads it too).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping, Sized
 from typing import Any
 
@@ -43,12 +44,28 @@ def own_workload(workload: Workload, name: str, *, parts: bool = False) -> Workl
     loss = _Where("loss_fn" if parts else "workload", "loss_fn" if parts else f"workload={name!r}")
     batch = _first_batch(workload, data)
     if batch is None:
-        return workload
+        return mark_checked(workload)
     original = batch
     workload, batch = adapted(workload, batch)
     _check_batch(batch, data, list(original) if isinstance(original, Mapping) else None)
     _check_loss(workload, tuple(batch), loss)
+    return mark_checked(workload)
+
+
+_CHECKED = "_streamtune_checked"
+
+
+def mark_checked(workload: Workload) -> Workload:
+    """`workload`, marked as checked here or built by a factory whose batches are tuples (the
+    built-ins, the library models): a `Trainer` given it reads no batch to check it again."""
+    setattr(workload, _CHECKED, True)
     return workload
+
+
+def checked(workload: Workload) -> bool:
+    """Whether `workload` went through `own_workload` or `mark_checked` (a `Workload` built by
+    hand, given straight to a `Trainer`, did not)."""
+    return bool(getattr(workload, _CHECKED, False))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,13 +80,16 @@ class _Where:
 
 
 def _first_batch(workload: Workload, where: _Where) -> Any:
-    """The first batch as the loader would make it, before the loop turns it into a tuple;
-    None where the dataset cannot be indexed (an IterableDataset: its first item is the run's)."""
+    """The first batch as the loader would make it, before the loop turns it into a tuple (of an
+    IterableDataset, from an iterator of its own, as each epoch's loader makes one); None where
+    the dataset can be neither indexed nor iterated."""
     dataset = workload.dataset
-    if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__"):
+    wanted = 1 if workload.batch_size is None else workload.batch_size
+    if isinstance(dataset, IterableDataset):
+        return _first_streamed(workload, wanted, where)
+    if not hasattr(dataset, "__getitem__"):
         return None
     size = len(dataset) if isinstance(dataset, Sized) else None
-    wanted = 1 if workload.batch_size is None else workload.batch_size
     if size is not None and size < wanted:
         raise where.error(
             f"the dataset has {size} items, fewer than one batch ("
@@ -85,6 +105,25 @@ def _first_batch(workload: Workload, where: _Where) -> Any:
             return dataset[0]
         samples = [dataset[i] for i in range(wanted)]
         return (workload.collate_fn or default_collate)(samples)
+    except Exception as exc:  # the user's code: said in one line, as each step would fail
+        said = " ".join(str(exc).split()) or "(no message)"
+        raise where.error(f"making its first batch raised {type(exc).__name__}: {said}") from exc
+
+
+def _first_streamed(workload: Workload, wanted: int, where: _Where) -> Any:
+    try:
+        samples = list(itertools.islice(iter(workload.dataset), wanted))
+        if len(samples) < wanted:
+            raise where.error(
+                f"the dataset yields {len(samples)} items, fewer than one batch (batch_size "
+                f"{wanted}; the loop drops a last, partial batch): give it more, or a smaller "
+                "batch_size"
+            )
+        if workload.batch_size is None:
+            return samples[0]
+        return (workload.collate_fn or default_collate)(samples)
+    except WorkloadError:
+        raise
     except Exception as exc:  # the user's code: said in one line, as each step would fail
         said = " ".join(str(exc).split()) or "(no message)"
         raise where.error(f"making its first batch raised {type(exc).__name__}: {said}") from exc

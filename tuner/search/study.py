@@ -45,6 +45,7 @@ from tuner.search.proposing.defaults import (
 from tuner.search.proposing.held import hold
 from tuner.search.proposing.stages import first_trials
 from tuner.search.search import Search
+from tuner.search.spaces.data import for_data
 from tuner.search.spaces.named import (
     AUTO_GPU_SPACE,
     SCALE_SPACE,
@@ -393,7 +394,7 @@ def _space_for(
     # A program's model is built elsewhere, and checked there.
     model = None if measurer.program is not None else measurer.workload.model
     if model is not None:
-        space = without_model_refusals(space, model)
+        space = for_data(without_model_refusals(space, model), measurer.workload.dataset)
     space = without_inert_levers(space)
     options = _with_protocol(options, measurer, space.name, progress)
     # N processes per trial: the data-parallel levers join the space (one: they stay off).
