@@ -162,11 +162,7 @@ class Trainer:
             eval_loss=eval_loss,
             eval_data=eval_data,
         )
-        if not checked(workload):
-            # Built by hand (`examples/my_workload.py`'s way): checked, and its dict or tensor
-            # batches fed as tuples, as a factory's or `workload_from_parts`' are.
-            workload = own_workload(workload, workload.name)
-        self.workload = workload
+        self.workload = workload = _checked(workload)
         self.config = config
         self.precision = precision
         self.accumulate = accumulate
@@ -470,6 +466,12 @@ def workload_from_parts(
         collate_fn=collate_fn,
     )
     return own_workload(workload, name, parts=True)
+
+
+def _checked(workload: Workload) -> Workload:
+    """A `Workload` built by hand (`examples/my_workload.py`'s way), checked and its dict or
+    tensor batches fed as tuples, as a factory's are; one that was (a factory's) as it is."""
+    return workload if checked(workload) else own_workload(workload, workload.name)
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:
