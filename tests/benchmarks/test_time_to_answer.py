@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -77,21 +78,24 @@ def test_the_repeat_job_runs_on_copied_files_and_reuses_the_cold_jobs_verdicts(
         for name in ("cold", "repeat")
     ]
 
-    # Each finalist the cold job had gated took its verdict from the memo where the decision
-    # asked for one: none was gated again. How many it asks for depends on which finalist leads
-    # (a tie led by the simplest config asks for that one alone: CI under load read 1 of 4), so
-    # what is asserted is that no gate ran. (A config only the repeat job sampled, among its
-    # finalists, is gated there: its own.)
+    # No config the cold job gated was gated again: the repeat read its verdict from the memo
+    # where the decision asked for one. Which finalists it asks for depends on which one leads
+    # (a tie led by the simplest asks for that one alone), so the repeat may read fewer than the
+    # cold job gated, and gate a finalist the cold job's decision never asked for (CI under load:
+    # 1 of 4 read; seed-baseline gated in the repeat alone).
+    def checked(name: str) -> set[str]:
+        log = (tmp_path / f"time-to-answer-tiny-t-{name}.log").read_text()
+        return set(re.findall(r"gate: checking \[([^\]]*)\]", log))
+
+    cold_gated, repeat_gated = checked("cold"), checked("repeat")
+    assert cold_gated and not cold_gated & repeat_gated, (cold_gated, repeat_gated)
+    assert 1 <= item["repeat"]["reused"]["verdicts_reused"] <= len(cold_gated)
+
     def key(entry: dict[str, object]) -> str:
         return json.dumps([entry["config"], entry.get("precision")], sort_keys=True)
 
-    gated = {key(entry) for entry in answers[0]["final_round"]}
-    again = [entry for entry in answers[1]["final_round"] if key(entry) in gated]
-    assert len(again) >= 2  # the baselines at least
-    assert 1 <= item["repeat"]["reused"]["verdicts_reused"] <= len(again)
-    if len(again) == len(answers[1]["final_round"]):
-        gates = {k: s for k, s in answers[1]["time"]["phases"].items() if k.startswith("gate_")}
-        assert gates and not any(gates.values()), gates
+    finalists = {key(entry) for entry in answers[0]["final_round"]}
+    assert len([e for e in answers[1]["final_round"] if key(e) in finalists]) >= 2  # baselines
     same = [(a["config"], a["precision"]) for a in answers]
     assert item["same_config"] is (same[0] == same[1])
     assert "| mlp:tiny |" in path.with_suffix(".md").read_text()
