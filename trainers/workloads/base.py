@@ -74,7 +74,8 @@ class Workload:
     """What the loop trains. `dataset[i]` is one batch when `batch_size` is None (the built-ins),
     or one sample that the DataLoader batches when `batch_size` is an integer.
 
-    `collate_fn` turns a list of samples into one batch (a tuple of tensors) when `batch_size` is
+    `collate_fn` turns a list of samples into one batch (a tuple of tensors; a user's dict of
+    tensors, or one tensor, is fed as one: `trainers.workloads.as_tuples`) when `batch_size` is
     an integer; None keeps the DataLoader's default (stacking). It runs in the loader's worker
     processes when `num_workers > 0` (picklable, a module-level function or class, where workers
     are spawned rather than forked).
