@@ -16,7 +16,7 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from tests.tuner.search.test_lever_stage import BOTH, IN_FLOAT8
 from tests.tuner.search.test_lever_stage import FLOAT8_SPACE as SPACE
-from tests.tuner.service.test_gatehelp import _job
+from tests.tuner.service.test_gatehelp import _job, claims_of
 from tests.tuner.tiny import sqlite_url
 from tuner.search.proposing.held import (
     _CLAIM,
@@ -30,9 +30,7 @@ from tuner.search.proposing.levers import unconverted_levers
 from tuner.search.proposing.predictions import Predictions
 from tuner.search.proposing.stages import first_trials
 from tuner.search.spaces.space import SearchSpace
-from tuner.service.gatehelp import JobClaims
 from tuner.store import keys
-from tuner.store.retry import Backoff
 
 
 def _distributions() -> dict[str, Any]:
@@ -213,18 +211,7 @@ def test_where_the_job_has_claims_they_decide_which_worker_releases_them(tmp_pat
     _ran(study, first, 50.0)
     _ran(study, second, 55.0)  # the float8 corner of each block: they may be released now
 
-    def claims(worker: str) -> JobClaims:
-        return JobClaims(
-            store,
-            study,
-            job_id=job,
-            worker=worker,
-            alive=lambda: store.live_workers(60.0),
-            hold_s=5.0,
-            backoff=Backoff(base_s=0.01, max_s=0.1),
-        )
-
-    a, b = claims("a"), claims("b")
+    a, b = claims_of(store, job, study, "a"), claims_of(store, job, study, "b")
     probes = _Probes(IN_FLOAT8)
     kwargs: dict[str, Any] = {"predict": probes, "device_type": "cuda"}
     assert a.take(RELEASE_KEY)  # a is releasing them (it probes, say)

@@ -90,7 +90,8 @@ def _job(url: str, *names: str) -> tuple[JobStore, str, optuna.Study]:
     return store, job.id, study
 
 
-def _cache(store: JobStore, job: str, study: optuna.Study, worker: str, gate: Any) -> ParityCache:
+def claims_of(store: JobStore, job: str, study: optuna.Study, worker: str) -> JobClaims:
+    """`worker`'s claims on `job`'s study, waiting 0.05 s between reads."""
     claims = JobClaims(
         store,
         study,
@@ -101,6 +102,11 @@ def _cache(store: JobStore, job: str, study: optuna.Study, worker: str, gate: An
         backoff=Backoff(base_s=0.01, max_s=0.1),
     )
     claims.wait_s = 0.05
+    return claims
+
+
+def _cache(store: JobStore, job: str, study: optuna.Study, worker: str, gate: Any) -> ParityCache:
+    claims = claims_of(store, job, study, worker)
     return ParityCache(study, gate, retry=NoRetry(), clock=Clock(), claims=claims)
 
 
