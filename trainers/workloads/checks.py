@@ -106,8 +106,7 @@ def _first_batch(workload: Workload, where: _Where) -> Any:
         samples = [dataset[i] for i in range(wanted)]
         return (workload.collate_fn or default_collate)(samples)
     except Exception as exc:  # the user's code: said in one line, as each step would fail
-        said = " ".join(str(exc).split()) or "(no message)"
-        raise where.error(f"making its first batch raised {type(exc).__name__}: {said}") from exc
+        raise _raised(exc, where) from exc
 
 
 def _first_streamed(workload: Workload, wanted: int, where: _Where) -> Any:
@@ -125,8 +124,13 @@ def _first_streamed(workload: Workload, wanted: int, where: _Where) -> Any:
     except WorkloadError:
         raise
     except Exception as exc:  # the user's code: said in one line, as each step would fail
-        said = " ".join(str(exc).split()) or "(no message)"
-        raise where.error(f"making its first batch raised {type(exc).__name__}: {said}") from exc
+        raise _raised(exc, where) from exc
+
+
+def _raised(exc: Exception, where: _Where) -> WorkloadError:
+    """What making the first batch raised (the user's code), in one line, as each step would."""
+    said = " ".join(str(exc).split()) or "(no message)"
+    return where.error(f"making its first batch raised {type(exc).__name__}: {said}")
 
 
 def _check_batch(batch: Any, where: _Where, keys: list[Any] | None) -> None:
