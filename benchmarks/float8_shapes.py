@@ -10,7 +10,9 @@ run's own conversion, `trainers.float8.convert`) and compiled on its own (`dynam
 the whole model compiled fuses float8's casts; the record of 2026-11-30 compiled the bf16 copy
 too, which runs the same matmuls), forward and backward under bf16 autocast
 on an input of the step's tokens (`batch x seq`: the first batch's first tensor), CUDA events
-(`trainers.levers.float8_linears.linear_ms`, the timing of that lever's probe). Per shape: ms by
+on the step captured in a CUDA graph (`trainers.levers.float8_linears.linear_ms`, the timing of
+that lever's probe; `--launched` times it as launched too, as the records of 2026-11-30 did,
+which a small layer's launches dominated). Per shape: ms by
 value, and times the count of such layers, ms a step. A microbenchmark of one matmul each: the
 casts' fusion with the kernels around each layer, which the whole step compiled gets, is not in
 it, so a whole-step trial decides (the `float8_linears` lever's).
@@ -51,6 +53,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument(
+        "--launched",
+        action="store_true",
+        help="also time each step as launched, not captured in a CUDA graph (the records of "
+        "2026-11-30 were): the host's launch time beside the GPU's",
+    )
     parser.add_argument("--tag", default="")
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
     parser.add_argument("--commit", default=os.environ.get("STREAMTUNE_COMMIT", "unknown"))
@@ -89,6 +97,12 @@ def entry(args: argparse.Namespace, spec: str, device: torch.device) -> dict[str
             "bf16": linear_ms(shape, rows, "bf16", device, args.iters)
         }
         figures["float8"] = unavailable or linear_ms(shape, rows, "float8", device, args.iters)
+        launched: dict[str, float | str] = {}
+        if args.launched:
+            launched["bf16"] = linear_ms(shape, rows, "bf16", device, args.iters, graph=False)
+            launched["float8"] = unavailable or linear_ms(
+                shape, rows, "float8", device, args.iters, graph=False
+            )
         bf16_ms, float8_ms = figures["bf16"], figures["float8"]
         measured.append(
             {
@@ -97,6 +111,7 @@ def entry(args: argparse.Namespace, spec: str, device: torch.device) -> dict[str
                 "bias": shape[2],
                 "count": count,
                 "ms": figures,
+                **({"ms_launched": launched} if launched else {}),
                 "speedup": bf16_ms / float8_ms if isinstance(float8_ms, float) else None,
                 "step_ms_saved": (bf16_ms - float8_ms) * count
                 if isinstance(float8_ms, float)
@@ -118,11 +133,19 @@ def markdown(data: dict[str, Any]) -> str:
         "| ms a step saved |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    launched = any("ms_launched" in s for e in data["presets"] for s in e["shapes"])
+    if launched:
+        lines[-2] += " bf16 ms as launched | float8 ms as launched |"
+        lines[-1] += "---|---|"
     for e in data["presets"]:
         model = " ".join(f"{k}={v}" for k, v in e["model_args"].items())
         shown = f"{e['preset']} ({model})" if model else e["preset"]
         for s in e["shapes"]:
             f8 = s["ms"]["float8"]
+            tail = ""
+            if launched:
+                both = s.get("ms_launched", {})
+                tail = "".join(f" {_ms(both.get(v, '-'))} |" for v in ("bf16", "float8"))
             lines.append(
                 f"| {shown} | {e['rows']} | {s['in']} x {s['out']}{' (bias)' if s['bias'] else ''}"
                 f" | {s['count']} | {s['ms']['bf16']:.3f} | "
@@ -132,8 +155,13 @@ def markdown(data: dict[str, Any]) -> str:
                 + " | "
                 + ("-" if s["step_ms_saved"] is None else f"{s['step_ms_saved']:+.2f}")
                 + " |"
+                + tail
             )
     return "\n".join(lines) + "\n"
+
+
+def _ms(value: float | str) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else str(value)[:80]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

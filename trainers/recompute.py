@@ -113,10 +113,21 @@ def close_checkpoint_frames(exc: BaseException) -> int:
 def _compiled(block: nn.Module, mode: str) -> Undo:
     chosen = None if mode == "default" else mode
     if getattr(type(block).forward, "__module__", "").split(".")[0] != "torch":
+        had_impl = "_compiled_call_impl" in vars(block)
+        impl = vars(block).get("_compiled_call_impl")
         block.compile(mode=chosen)
 
         def undo() -> None:
-            block._compiled_call_impl = None
+            # Deleted, not set to None: Dynamo guards the keys of a module's `__dict__`, and a
+            # block left holding `_compiled_call_impl = None` fails the guards of code compiled
+            # on a fresh model's blocks (and theirs fail on it). On an H200 (2026-12-02,
+            # Qwen1.5-0.5B) the gate's fresh model missed the leader's kept whole-model code
+            # for that key alone, compiled again (22 s), and the final round compiled both
+            # finalists again (76 s).
+            if had_impl:
+                block._compiled_call_impl = impl
+            else:
+                vars(block).pop("_compiled_call_impl", None)
 
         return undo
     # A block whose forward is torch.nn's own (nn.TransformerEncoderLayer, nn.MultiheadAttention,

@@ -63,7 +63,7 @@ def test_tokens_are_the_first_tensors_elements() -> None:
 def test_the_script_records_each_shape_with_bf16_timed_and_float8_refused_on_a_cpu(
     tmp_path: Path,
 ) -> None:
-    flags = ["--presets", "transformer:tiny", "--device", "cpu", "--iters", "1"]
+    flags = ["--presets", "transformer:tiny", "--device", "cpu", "--iters", "1", "--launched"]
     done = subprocess.run(
         [
             sys.executable,
@@ -88,8 +88,11 @@ def test_the_script_records_each_shape_with_bf16_timed_and_float8_refused_on_a_c
     for shape in entry["shapes"]:
         assert shape["count"] >= 1 and shape["ms"]["bf16"] > 0
         assert "compute capability" in shape["ms"]["float8"]
+        launched = shape["ms_launched"]  # beside the graphed figures, with --launched
+        assert launched["bf16"] > 0 and "compute capability" in launched["float8"]
         assert shape["speedup"] is None and shape["step_ms_saved"] is None
     # Largest first: the order a reader scans for what pays.
     sizes = [s["in"] * s["out"] for s in entry["shapes"]]
     assert sizes == sorted(sizes, reverse=True)
-    assert "| transformer:tiny | " in path.with_suffix(".md").read_text()
+    table = path.with_suffix(".md").read_text()
+    assert "| transformer:tiny | " in table and "| bf16 ms as launched |" in table

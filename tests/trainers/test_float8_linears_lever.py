@@ -30,6 +30,7 @@ from trainers.gate import required_test
 from trainers.levers import float8_linears
 from trainers.levers.declare import ProbeInput
 from trainers.levers.float8_linears import FLOAT8_LINEARS
+from trainers.levers.timing import graphed
 from tuner.search.spaces.named import load_space, without_precision_refusals
 from tuner.search.spaces.space import Choice, config_key
 
@@ -386,3 +387,42 @@ def test_on_a_float8_gpu_the_head_alone_runs_in_float8() -> None:
     assert kinds[-6:] == [("Linear", "Linear", "Float8Linear")] * 6
     assert all(math.isfinite(x) for x in result.losses) and result.losses[-1] < result.losses[0]
     assert not any(f8.is_float8(m) for m in workload.model.modules())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_a_step_is_captured_and_each_replay_runs_it_once() -> None:
+    counted = torch.zeros((), device="cuda")
+
+    def step() -> None:
+        counted.add_(1)
+
+    replay = graphed(step, torch.device("cuda"), warmup=2)
+    assert replay is not step
+    torch.cuda.synchronize()
+    assert counted.item() == 2  # the warm-up's two: a capture runs nothing
+    replay()
+    replay()
+    torch.cuda.synchronize()
+    assert counted.item() == 4
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _capable(), reason="needs a CUDA GPU of compute capability >= 8.9")
+@pytest.mark.parametrize("value", ["bf16", "float8"])
+def test_on_a_float8_gpu_the_probes_linear_step_is_captured_whole(value: str) -> None:
+    """Forward and backward of the probe's linear, float8 compiled on its own, in one CUDA
+    graph: the probe times the GPU's work, not the host's launches (a capture that fails falls
+    back to the step as launched, which this would not tell from a capture)."""
+    pytest.importorskip("torchao.float8")
+    device = torch.device("cuda")
+    step = float8_linears.linear_step((1024, 2816, False), 4096, value, device)
+    assert graphed(step, device) is not step
+    assert float8_linears.linear_ms((1024, 2816, False), 4096, value, device, iters=2) > 0
+
+
+def test_off_a_gpu_a_step_is_timed_as_it_is() -> None:
+    def step() -> None:
+        pass
+
+    assert graphed(step, torch.device("cpu")) is step

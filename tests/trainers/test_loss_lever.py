@@ -187,6 +187,7 @@ def test_a_run_computes_the_loss_through_the_compiled_function_and_gives_it_back
         return loss_fn(model, batch)
 
     workload.loss_fn = observed
+    keys = set(vars(workload.model))
     result = run(workload, LoopConfig.from_dict({"loss": "compiled"}), RunArgs(steps=3, windows=1))
     # The steps' forwards (the last calls; the FLOP count's comes before the run's changes)
     # went through torch.compile's wrapper of the model's own function; then the original is back.
@@ -194,6 +195,9 @@ def test_a_run_computes_the_loss_through_the_compiled_function_and_gives_it_back
     assert len(stepped) == 3 and all(fn is not original for fn in stepped)
     assert all(getattr(fn, "_torchdynamo_orig_callable", None) is original for fn in stepped)
     assert workload.model.loss_function is original
+    # Nothing of it left on the model (transformers' setter stores `_loss_function`, and its
+    # getter's `hasattr` is a Dynamo guard): a fresh model's whole compiled code runs on it.
+    assert set(vars(workload.model)) == keys
     assert result.compile_s > 0 and all(loss == loss for loss in result.losses)
 
 
@@ -213,9 +217,11 @@ def test_the_probe_times_a_decoders_loss_function_with_its_own_arguments() -> No
     vocab_size=): the probe replays them as given."""
     workload = _tiny_decoder()
     original = workload.model.loss_function
+    keys = set(vars(workload.model))
     figures = probe_levers(workload, ["loss"], device=torch.device("cpu"), precision=None)["loss"]
     assert all(isinstance(figures[v], float) and figures[v] > 0 for v in ("model", "compiled"))
     assert workload.model.loss_function is original
+    assert set(vars(workload.model)) == keys
 
 
 @pytest.mark.gpu

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch._dynamo.testing import CompileCounter
 
 import trainers
 from trainers import LoopConfig, RunArgs, Trainer, load_workload
 from trainers.blocks import find_blocks
+from trainers.recompute import apply_block_levers
+from trainers.workloads import SyntheticBatches, adam
 from trainers.workloads.base import disable_dropout
 
 FEED = {"sync_interval": 3}
@@ -286,3 +289,50 @@ def test_a_plain_step_that_did_not_fit_is_not_tried_again_in_the_process() -> No
     attempts.clear()
     trajectories.trajectory(counted, "z", trainers.REFERENCE, RunArgs(steps=3, device="cpu"))
     assert attempts.count(False) == plain_first
+
+
+class _CalledBlock(_Block):
+    """A block with a `__call__` of its own, as Hugging Face's decoder layers have
+    (`GradientCheckpointingLayer`): Dynamo traces into `nn.Module.__call__` there and guards
+    what it reads on the instance, `_compiled_call_impl` among it."""
+
+    def __call__(self, *args: torch.Tensor) -> torch.Tensor:
+        return super().__call__(*args)
+
+
+class _Stack(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(_CalledBlock() for _ in range(2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def test_blocks_compiled_on_their_own_and_put_back_run_a_fresh_models_compiled_code() -> None:
+    # The search runs a per-block trial on its model, later a whole-model trial on the same
+    # model, and the gate runs that trial's kept code on a fresh model: a block left unlike a
+    # fresh one's failed Dynamo's guards there (2026-12-02, H200: the leader compiled again,
+    # 22 s, and the final round dropped its kept code and compiled both finalists again).
+    torch._dynamo.reset()
+    used, fresh = _Stack(), _Stack()
+    workload = trainers.Workload(
+        name="stack",
+        preset="tiny",
+        model=used,
+        dataset=SyntheticBatches((torch.randn(2, 4, 8), torch.randn(2, 4, 8))),
+        loss_fn=lambda out, y: torch.nn.functional.mse_loss(out, y),
+        samples_per_batch=4,
+        make_optimizer=adam(1e-2),
+    )
+    undo = apply_block_levers(workload, LoopConfig(compile="default", compile_scope="blocks"))
+    assert all(b._compiled_call_impl is not None for b in used.blocks)
+    undo()
+    assert [vars(b).keys() for b in used.blocks] == [vars(b).keys() for b in fresh.blocks]
+    counter = CompileCounter()
+    x = torch.randn(4, 8)
+    for model in (used, fresh):  # two compiled modules share the forward's code object
+        torch.compile(model, backend=counter)(x)
+    assert counter.frame_count == 1

@@ -61,7 +61,7 @@ from trainers.levers.declare import (
     ranked,
     register,
 )
-from trainers.levers.timing import timed_ms
+from trainers.levers.timing import graphed, timed_ms
 
 SIZES = {"4M": 4 << 20, "8M": 8 << 20}
 """The smallest weight (elements) a size keeps in float8."""
@@ -260,12 +260,22 @@ def _calls(where: ProbeInput, shapes: dict[str, Shape]) -> Counter[tuple[Shape, 
     return calls
 
 
-def linear_ms(shape: Shape, rows: int, value: str, device: torch.device, iters: int = 10) -> float:
+def linear_ms(
+    shape: Shape, rows: int, value: str, device: torch.device, iters: int = 10, graph: bool = True
+) -> float:
     """One linear of `shape` (fp32 weights, as a run keeps them) in `value` (bf16 or float8),
-    forward and backward under bf16 autocast on `rows` rows, CUDA events (`timed_ms`). Float8
-    compiled alone (static shapes), as the whole model compiled fuses its casts and scales; bf16
-    eager, whose matmuls are the same cuBLAS calls compiled or not (a compile saved: the probe
-    runs inside the job's time)."""
+    forward and backward under bf16 autocast on `rows` rows, CUDA events (`timed_ms`) on the
+    step captured in a CUDA graph (`graphed`: the whole model compiled launches its layers'
+    kernels back to back, and one layer launched alone times the host; `graph=False` times it
+    as launched, as the records of 2026-11-30 did). Float8 compiled alone (static shapes), as
+    the whole model compiled fuses its casts and scales; bf16 eager, whose matmuls are the same
+    cuBLAS calls compiled or not (a compile saved: the probe runs inside the job's time)."""
+    step = linear_step(shape, rows, value, device)
+    return timed_ms(graphed(step, device) if graph else step, device, warmup=3, iters=iters)
+
+
+def linear_step(shape: Shape, rows: int, value: str, device: torch.device) -> Callable[[], None]:
+    """`linear_ms`'s step: one forward and backward of a fresh linear of `shape` in `value`."""
     features_in, features_out, bias = shape
     holder = nn.Sequential(nn.Linear(features_in, features_out, bias=bias, device=device))
     compiled: Any = holder
@@ -287,7 +297,7 @@ def linear_ms(shape: Shape, rows: int, value: str, device: torch.device, iters: 
         inputs.grad = None
         holder.zero_grad(set_to_none=True)
 
-    return timed_ms(step, device, warmup=3, iters=iters)
+    return step
 
 
 FLOAT8_LINEARS = Lever(

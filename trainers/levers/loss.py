@@ -80,6 +80,7 @@ def _compile_loss(value: Value, model: nn.Module) -> Undo:
     if refused is not None:
         raise ConfigError("loss", value, refused)
     original: Any = model.loss_function
+    before = set(vars(model))
     try:
         # transformers' `loss_function` is a property with a setter: set for this run only
         # (through setattr: nn.Module's __setattr__ is typed for tensors and modules).
@@ -90,9 +91,22 @@ def _compile_loss(value: Value, model: nn.Module) -> Undo:
         ) from exc
 
     def undo() -> None:
-        setattr(model, "loss_function", original)  # noqa: B010
+        _put_back(model, original, before)
 
     return undo
+
+
+def _put_back(model: nn.Module, original: Any, before: set[str]) -> None:
+    """`model.loss_function` back to `original`, and the model's `__dict__` back to the keys it
+    had (`before`) where the setter added one for it: transformers' setter stores the function
+    as `_loss_function`, and its getter asks `hasattr` for it, which Dynamo guards. A model left
+    holding it fails the guards of whole-model code compiled on a fresh model (and a fresh model
+    fails its code's), which then compiles again: the gate's and the final round's runs are made
+    on fresh models. Only keys that hold `original` now go: what the run itself added stays."""
+    setattr(model, "loss_function", original)  # noqa: B010
+    for added in set(vars(model)) - before:
+        if vars(model)[added] is original:
+            delattr(model, added)
 
 
 def _probe(where: ProbeInput) -> dict[Value, float | str]:
@@ -110,11 +124,12 @@ def _probe(where: ProbeInput) -> dict[Value, float | str]:
         seen.append((args, kwargs))
         return original(*args, **kwargs)
 
+    before = set(vars(model))
     setattr(model, "loss_function", record)  # noqa: B010 - for the one forward, as the lever does
     try:
         where.forward()
     finally:
-        setattr(model, "loss_function", original)  # noqa: B010
+        _put_back(model, original, before)
     if not seen:
         return {}
     calls, (args, kwargs) = len(seen), (_leaves(a) for a in seen[0])
