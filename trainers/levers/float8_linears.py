@@ -9,25 +9,29 @@ vocabulary is the step's largest matmul (151,936 x 1,024 on the Qwen1.5-0.5B sha
 Tensorwise float8 adds casts and scale reductions around each matmul, in proportion to its
 input and output, not to its multiply-adds: a small matmul can lose more to them than its float8
 tensor cores save. Each linear shape compiled on its own, forward and backward at 16,384 rows on
-one H200 (`benchmarks/float8_shapes.py`, docs/benchmarks/README.md, 2026-11-30): at `llama-1b`
-the MLP's 2048 x 8192 and 8192 x 2048 ran 1.22x and 1.28x in float8, the attention's 2048 x 2048
-0.82x and 2048 x 512 0.71x; on the Pythia-1B shape its fused 2048 x 6144 1.21x and 2048 x 2048
-0.57x; on the GPT-2-large shape every 1280-wide linear lost (0.74-0.84x), and a default job
-there screened float8 out. Alone, each linear casts its input itself; in the whole model
-compiled, the q/k/v projections' casts of one input can be shared, so the microbenchmark
-overstates what a small layer loses: whole-step trials decide.
+one H200, the step captured in a CUDA graph (`benchmarks/float8_shapes.py`, docs/benchmarks/
+README.md, 2026-12-02): at `llama-1b` the MLP's 2048 x 8192 and 8192 x 2048 ran 1.26x and 1.40x
+in float8, the attention's 2048 x 2048 1.17x and 2048 x 512 0.76x; on the Qwen1.5-0.5B shape
+every 1024-wide linear ran 0.82-0.99x. Timed as launched (the records of 2026-11-30, and this
+probe before), a small linear's figure was the host's time to launch its kernels (0.99 ms in
+float8 at 2048 x 512, against 0.22 ms graphed), and the probe's sums were wrong in sign at
+`llama-1b` (-23.9 ms a step for float8's linears, against +25.6 ms graphed) and 30x too large at
+the Qwen1.5 shape (-94.3 ms against -3.0 ms; the whole step ran 0.5 ms faster with `none`). Alone,
+each linear casts its input itself; in the whole model compiled, the q/k/v projections' casts of
+one input can be shared: whole-step trials decide.
 
 Its probe (`Lever.probe`) times each distinct shape the plan converts, in bf16 and in float8
 (compiled on its own), forward and backward on the rows one forward gives it (`linear_ms`), and
-sums for each value what its layers would run in; empty where the model has nothing to convert, and
-every value says why where float8 cannot run. The built-in spaces offer `8M`, the best of the
-three on all three models measured, and `none`; `4M` is a user's `--fix`. Set by hand beside a
-head in bf16, `none` is refused; a search that draws that pair runs `all` (`inert`). The second
-stage reaches it by moving a bf16 leader into float8 with its head alone in float8
-(`unconverted`: the value whose linears run as a bf16 step's). Whole steps
-disagreed with the microbenchmark at `llama-1b` (2026-11-30, one H200, the whole model compiled,
-the head in float8): `8M` ran 0.976x (0.971-0.986) the same step with `all`, and a default job
-on `llama-1b-large` screened its `8M` trial out at 2 % behind: so a trial decides, as below.
+sums for each value what its layers would run in; empty where the model has nothing to convert,
+and every value says why where float8 cannot run. The built-in spaces offer `8M` (the best of
+the three on the three models timed as launched; graphed, `all` leads at `llama-1b`) and `none`;
+`4M` is a user's `--fix`. Set by hand beside a head in bf16, `none` is refused; a search that
+draws that pair runs `all` (`inert`). The second stage reaches it by moving a bf16 leader into
+float8 with its head alone in float8 (`unconverted`: the value whose linears run as a bf16
+step's). At `llama-1b` (2026-11-30, one H200, the whole model compiled, the head in float8)
+`8M` ran 0.976x (0.971-0.986) the same step with `all`, as the graphed figures say (it puts back
+the 2048 x 2048 linears, which gain in float8), and a default job on `llama-1b-large` screened
+its `8M` trial out at 2 % behind: a trial decides, as below.
 
 Its effect (`Lever.transform`) runs after the run's float8 conversion and the float8 head's: each
 converted linear (a `Float8Linear`, or a `Float8Conv1D` from GPT-2's `Conv1D`) whose weight is
