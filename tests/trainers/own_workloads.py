@@ -145,3 +145,27 @@ def streamed_tuple_loss(preset: str, *, seed: int) -> Workload:
 
 def stream_shorter_than_a_batch(preset: str, *, seed: int) -> Workload:
     return _workload(dataset=_Stream("tuple", count=3))
+
+
+def sized(preset: str, *, seed: int) -> Workload:
+    """A factory that picks its width by preset, as the README's example does."""
+    features = {"tiny": 6, "small": 6}[preset]  # the samples' 6 features at either preset
+    return _workload(model=nn.Linear(features, 3))
+
+
+def sized_and_declared(preset: str, *, seed: int) -> Workload:
+    return sized(preset, seed=seed)
+
+
+sized_and_declared.presets = ("tiny", "small")  # type: ignore[attr-defined]
+
+
+def declares_a_name(preset: str, *, seed: int) -> Workload:
+    return sized(preset, seed=seed)
+
+
+declares_a_name.presets = "tiny"  # type: ignore[attr-defined]
+
+
+def raises_a_key_error(preset: str, *, seed: int) -> Workload:
+    return {"hidden": _workload()}["hiden"]

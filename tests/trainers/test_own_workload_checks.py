@@ -163,3 +163,33 @@ def test_a_workload_built_by_hand_and_given_to_a_trainer_is_fed_as_tuples() -> N
     assert len(trainer.fit(2).losses) == 2
     built = load_workload("mlp", "tiny")
     assert Trainer(built, LoopConfig(), device="cpu").workload is built
+
+
+def test_a_preset_the_factory_has_no_entry_for_is_named_as_the_preset() -> None:
+    # `{"tiny": 64, ...}[preset]`, as the README's example picks its width: a KeyError of the
+    # preset itself is the preset's error, and says how to have the presets named.
+    with pytest.raises(WorkloadError) as caught:
+        load_workload(f"{OWN}:sized", "medium")
+    assert caught.value.field == "preset"
+    said = str(caught.value)
+    assert said.startswith("preset='medium' is invalid for workload 'tests.trainers.own_workloads")
+    assert "KeyError: 'medium'" in said and "own_workloads.py:" in said
+    assert "factory.presets" in said and "\n" not in said
+    assert load_workload(f"{OWN}:sized", "small").model.in_features == 6
+    # Another key's KeyError inside the factory is the factory's own mistake.
+    with pytest.raises(WorkloadError) as other:
+        load_workload(f"{OWN}:raises_a_key_error", "tiny")
+    assert other.value.field == "workload" and "KeyError: 'hiden'" in str(other.value)
+
+
+def test_declared_presets_are_checked_before_the_factory_runs() -> None:
+    with pytest.raises(WorkloadError) as caught:
+        load_workload(f"{OWN}:sized_and_declared", "medium")
+    assert caught.value.field == "preset"
+    assert "allowed tiny, small" in str(caught.value)
+    assert "KeyError" not in str(caught.value)  # refused before the factory ran
+    assert load_workload(f"{OWN}:sized_and_declared", "tiny").preset == "tiny"
+    with pytest.raises(WorkloadError) as malformed:
+        load_workload(f"{OWN}:declares_a_name", "tiny")
+    assert malformed.value.field == "workload"
+    assert "presets must be a tuple or list of names, not 'tiny'" in str(malformed.value)

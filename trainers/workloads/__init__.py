@@ -101,11 +101,28 @@ class UserFactory:
         self.__qualname__ = getattr(factory, "__qualname__", "<factory>")
         self.__name__ = getattr(factory, "__name__", "<factory>")
 
+    @property
+    def presets(self) -> tuple[str, ...] | None:
+        """The presets the factory declares (`declared_presets`), None where it declares none."""
+        return declared_presets(self.factory, self.name)
+
     def __call__(self, preset: str, *, seed: int) -> Workload:
+        if self.presets is not None:
+            check_preset(self.name, preset, self.presets)
         try:
             built = self.factory(preset, seed=seed)
         except WorkloadError:
             raise
+        except KeyError as exc:  # `{"tiny": 64, ...}[preset]`: the factory has no such preset
+            if exc.args != (preset,):
+                raise WorkloadError(self._raised(exc), field="workload") from exc
+            raise WorkloadError(
+                f"preset={preset!r} is invalid for workload {self.name!r}: its factory raised "
+                f"{_one_line(exc, self.factory)} (a factory that declares its presets, "
+                "`factory.presets = ('tiny', ...)`, has them named, and checked before a job "
+                "is queued)",
+                field="preset",
+            ) from exc
         except TypeError as exc:
             if _takes(self.factory, preset, seed):
                 raise WorkloadError(self._raised(exc), field="workload") from exc
@@ -129,6 +146,27 @@ class UserFactory:
 
     def _raised(self, exc: BaseException) -> str:
         return f"workload={self.name!r}: the factory raised {_one_line(exc, self.factory)}"
+
+
+def declared_presets(factory: Callable[..., Any], name: str) -> tuple[str, ...] | None:
+    """The presets a user's factory declares as its attribute `presets` (a tuple or list of
+    names: `build.presets = ("tiny", "small")`), which a preset is checked against before the
+    factory runs, here and when a service takes a job; None where it declares none."""
+    declared = getattr(factory, "presets", None)
+    if declared is None:
+        return None
+    if not isinstance(declared, list | tuple) or not all(isinstance(p, str) for p in declared):
+        raise WorkloadError(
+            f"workload={name!r}: its factory's presets must be a tuple or list of names, "
+            f"not {declared!r}",
+            field="workload",
+        )
+    if not declared:
+        raise WorkloadError(
+            f"workload={name!r}: its factory declares no presets (an empty `presets`)",
+            field="workload",
+        )
+    return tuple(declared)
 
 
 def _takes(factory: Callable[..., Any], preset: str, seed: int) -> bool:

@@ -73,10 +73,14 @@ class WorkloadRegistry:
         )
 
     def presets(self, name: str) -> tuple[str, ...] | None:
-        """The presets of a built-in or a library model; None for a plug-in (its factory
-        checks its own)."""
+        """The presets of a built-in or a library model, and those a plug-in's factory declares
+        (`factory.presets`); None for a plug-in that declares none (its factory checks its own
+        when the job runs)."""
         if name in trainers.BUILTIN:
             return tuple(trainers.PRESETS[name])
+        if name in self.plugins:
+            declared = getattr(trainers.resolve_factory(self.plugins[name]), "presets", None)
+            return None if declared is None else tuple(declared)
         if name.startswith(PROGRAM_PREFIX):
             program = self.programs.get(name.removeprefix(PROGRAM_PREFIX))
             return None if program is None else program.presets
@@ -92,7 +96,8 @@ class WorkloadRegistry:
                 raise TunerError(
                     f"TUNER_WORKLOADS: {name}={target!r} is not package.module:factory"
                 )
-            trainers.resolve_factory(target)
+            # Its declared presets read too: a malformed `presets` stops the server here.
+            getattr(trainers.resolve_factory(target), "presets", None)
 
 
 def _check_precisions(spec: JobSpec) -> None:

@@ -464,6 +464,30 @@ def test_a_job_that_recommends_nothing_fails_and_serves_no_best(storage: str) ->
     assert stored is not None and stored["config"] is None and stored["failures"]
 
 
+def test_a_plug_ins_declared_presets_are_checked_before_the_job_is_queued(storage: str) -> None:
+    """A plug-in whose factory declares `presets` has another preset refused by `POST` (422
+    naming `preset` and the allowed ones, nothing queued); one that declares none is queued and
+    its factory's own refusal names the preset when the worker builds it."""
+    own = "tests.trainers.own_workloads"
+    workloads = {"declared": f"{own}:sized_and_declared", "undeclared": f"{own}:sized"}
+    with TestClient(make_app(storage, workloads=workloads)) as client:
+        refused = client.post(
+            "/v1/jobs", json=TINY_JOB | {"workload": "declared", "preset": "medium"}, headers=AUTH
+        )
+        assert refused.status_code == 422, refused.text
+        (error,) = refused.json()["detail"]
+        assert error["loc"] == ["body", "preset"], error
+        assert "allowed tiny, small" in error["msg"], error
+        assert client.get("/v1/jobs", headers=AUTH).json()["total"] == 0
+        queued = client.post(
+            "/v1/jobs", json=TINY_JOB | {"workload": "undeclared", "preset": "medium"}, headers=AUTH
+        )
+        assert queued.status_code == 201, queued.text
+    assert make_worker(storage, workloads=workloads).run_once()
+    failed = JobStore(storage).get(queued.json()["id"])
+    assert failed.status == "failed" and "preset='medium' is invalid" in (failed.error or "")
+
+
 # -- run_study's should_stop, on its own ------------------------------------------------------
 
 
