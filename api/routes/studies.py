@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
@@ -36,13 +36,22 @@ def list_studies(
     mine = store.studies(by=caller)
     if mine is not None:
         names = [n for n in names if n in mine]
-    items = [StudyOut.of(reader.summary(n)) for n in names[offset : offset + limit]]
+    page = names[offset : offset + limit]
+    asked = store.workloads_of(page)
+    items = [_study(reader.summary(n), asked) for n in page]
     return StudyPage(items=items, total=len(names), limit=limit, offset=offset)
 
 
 @router.get("/{name}", response_model=StudyOut, responses=NOT_FOUND)
 def get_study(name: str, reader: ReaderDep, store: StoreDep, caller: CallerDep) -> StudyOut:
-    return StudyOut.of(reader.summary(_visible(name, store, caller)))
+    visible = _visible(name, store, caller)
+    return _study(reader.summary(visible), store.workloads_of([visible]))
+
+
+def _study(summary: dict[str, Any], asked: dict[str, str]) -> StudyOut:
+    """A study as its job named its workload (`asked`), where a job made it: the study itself
+    records what its worker ran, a plug-in's factory path, which the API never shows or takes."""
+    return StudyOut.of(summary | {"workload": asked.get(summary["name"], summary["workload"])})
 
 
 @router.get("/{name}/best", response_model=Recommendation, responses=NOT_FOUND | CONFLICT)

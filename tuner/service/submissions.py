@@ -219,6 +219,17 @@ class Submissions(JobTables):
         with self.engine.connect() as conn:
             return set(conn.scalars(sa.select(JobRow.study).where(*_visible(by))))
 
+    def workloads_of(self, studies: Sequence[str]) -> dict[str, str]:
+        """The workload each of `studies` that a job made was asked for by name (a plug-in's
+        registered name, not the factory path the study's worker ran): study -> name."""
+        if not studies:
+            return {}
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(JobRow.study, JobRow.workload).where(JobRow.study.in_(list(studies)))
+            )
+            return {study: workload for study, workload in rows}
+
     def offered_devices(self, lease_s: float) -> set[str] | None:
         """The job devices some live worker runs (`job_devices`); None: no worker is alive."""
         cutoff = utcnow() - dt.timedelta(seconds=lease_s)

@@ -439,6 +439,23 @@ def test_a_job_that_cannot_run_fails_with_the_reason(storage: str) -> None:
     assert failed.status == "failed" and "no-such-preset" in (failed.error or "")
 
 
+def test_a_plug_ins_study_is_shown_by_the_name_its_job_asked_for(storage: str) -> None:
+    """The study's worker ran the factory's path; `/v1/studies` names the registered name, as
+    the job does (2026-12-02: it showed the module path, which the API never takes)."""
+    workloads = {"mine": "tests.trainers.own_workloads:sized"}
+    with TestClient(make_app(storage, workloads=workloads)) as client:
+        job = client.post(
+            "/v1/jobs", json=TINY_JOB | {"workload": "mine", "trials": 1}, headers=AUTH
+        ).json()
+        assert make_worker(storage, workloads=workloads).run_once()
+        done = client.get(f"/v1/jobs/{job['id']}", headers=AUTH).json()
+        assert done["status"] == "succeeded", done
+        study = client.get(f"/v1/studies/{done['study']}", headers=AUTH).json()
+        listed = client.get("/v1/studies", headers=AUTH).json()["items"]
+    assert study["workload"] == "mine" and [s["workload"] for s in listed] == ["mine"]
+    assert "own_workloads" not in json.dumps(study), study
+
+
 def test_a_job_that_recommends_nothing_fails_and_serves_no_best(storage: str) -> None:
     """Every measurement fails (baselines included): the job ends `failed` with why, not
     `succeeded` with a null config (2026-12-02: a client that waited for `succeeded` and read
