@@ -103,7 +103,8 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Finished]:
         body = TINY_JOB | {"space": EXPLICIT_SPACE, "fix": {"pin_memory": True}}
         created = test_client.post("/v1/jobs", json=body, headers=AUTH)
         assert created.status_code == 201, created.text
-        assert make_worker(storage).run_once()
+        # Profiled as the operator set it: a CPU job's default is none (as `tuner run`'s).
+        assert make_worker(storage, profile="baselines").run_once()
         job = test_client.get(created.headers["Location"], headers=AUTH).json()
         assert job["status"] == "succeeded", job
         yield Finished(

@@ -62,7 +62,9 @@ class WorkerSettings(ServiceSettings):
         le=1_000_000,
         description="steps per timed window; unset: 20, or 10 on the scale space (as `run`)",
     )
-    final_rounds: int = Field(default=3, ge=1, le=100)
+    final_rounds: int = Field(
+        default=3, ge=1, le=100, description="unset: 3, and 1 for a CPU job (as `run`)"
+    )
     top_k: int = Field(default=3, ge=1, le=100)
     parity_steps: int = Field(default=20, ge=2, le=100_000)
     precision_parity_steps: int | None = Field(
@@ -83,7 +85,7 @@ class WorkerSettings(ServiceSettings):
     profile: Literal["none", "baselines", "all"] = Field(
         default="baselines",
         description="what each job profiles: the baselines and the recommendation (as `run`), "
-        "every trial too (all), or nothing (none)",
+        "every trial too (all), or nothing (none); unset, a CPU job profiles none (as `run`)",
     )
     sampler: Literal["tpe", "random"] = "tpe"
     matmul_precision: Literal["highest", "high", "medium"] = Field(

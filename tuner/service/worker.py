@@ -61,6 +61,7 @@ from trainers.program import REGISTRY_VARIABLE
 from tuner.errors import JobNotFound, TunerError
 from tuner.request import run_options
 from tuner.search.options import RunOptions
+from tuner.search.proposing.defaults import CPU_FINAL_ROUNDS
 from tuner.service.job import JobRun
 from tuner.service.jobstore import FINISHED, WorkerStore
 from tuner.service.leases import GpuLease, gpu_uuid
@@ -295,19 +296,28 @@ class Worker:
 
     def options_for(self, job: JobRow, spec: JobSpec) -> RunOptions:
         """The `RunOptions` this worker runs `job`'s study with: the job's request, the worker's
-        own protocol and device (`tuner.request.run_options`, as the CLI's run)."""
+        own protocol and device (`tuner.request.run_options`, as the CLI's run). On a CPU, the
+        final rounds and profiles the operator did not set are the CLI's CPU defaults
+        (`tuner.cli._cpu_defaults`): the same request then runs the same way through either."""
         s = self.settings
+        device = "cpu" if spec.device == "cpu" else self.device
+        final_rounds, profile = s.final_rounds, s.profile
+        if trainers.resolve_device(device).type == "cpu":
+            if "final_rounds" not in s.model_fields_set:
+                final_rounds = CPU_FINAL_ROUNDS
+            if "profile" not in s.model_fields_set:
+                profile = "none"
         return run_options(
             spec,
             workload=self.registry.target(spec.workload),
-            device="cpu" if spec.device == "cpu" else self.device,
+            device=device,
             budget=False,
             storage=self.storage_url,
             study=job.study,
             top_k=s.top_k,
-            final_rounds=s.final_rounds,
+            final_rounds=final_rounds,
             baseline_every=s.baseline_every,
-            profile=s.profile,
+            profile=profile,
             parity_steps=s.parity_steps,
             precision_parity_steps=s.precision_parity_steps,
             precision_tolerance=s.precision_tolerance,

@@ -25,7 +25,7 @@ from tuner.evidence.verdicts import CPU_EXPLANATION
 from tuner.search.study import run_study
 from tuner.search.trials import trials_without_gain
 from tuner.service.jobstore import JobStore
-from tuner.service.settings import WorkerSettings
+from tuner.service.settings import WorkerSettings, load_settings
 from tuner.service.slots import ORPHAN_REASON
 from tuner.service.spec import JobSpec
 from tuner.service.tables import JobRow
@@ -481,6 +481,23 @@ def test_a_job_that_recommends_nothing_fails_and_serves_no_best(storage: str) ->
     assert stored is not None and stored["config"] is None and stored["failures"]
 
 
+def test_a_cpu_job_gets_the_clis_cpu_defaults_where_the_operator_set_none(
+    storage: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same request runs the same way through `python -m tuner run` and the service: on a
+    CPU one final round and no profiles (`tuner.cli._cpu_defaults`), unless the operator set
+    them (2026-12-02: a CPU job ran three final rounds where the CLI ran one)."""
+    row = JobStore(storage).create(JobSpec(**TINY_JOB), owner="me")
+    spec = JobSpec.of(row)
+    plain = Worker(WorkerSettings(storage=storage)).options_for(row, spec)
+    assert (plain.final_rounds, plain.profile) == (1, "none")
+    monkeypatch.setenv("TUNER_STORAGE", storage)
+    monkeypatch.setenv("TUNER_FINAL_ROUNDS", "3")
+    monkeypatch.setenv("TUNER_PROFILE", "baselines")
+    operators = Worker(load_settings(WorkerSettings)).options_for(row, spec)
+    assert (operators.final_rounds, operators.profile) == (3, "baselines")
+
+
 def test_a_plug_ins_declared_presets_are_checked_before_the_job_is_queued(storage: str) -> None:
     """A plug-in whose factory declares `presets` has another preset refused by `POST` (422
     naming `preset` and the allowed ones, nothing queued); one that declares none is queued and
@@ -582,7 +599,7 @@ def test_a_worker_profiles_as_its_settings_say(
     """TUNER_PROFILE reaches each job's RunOptions (how `run --gpus N --profile ...` passes its
     flag to the workers it starts); any other value names the setting."""
     row = JobStore(storage).create(JobSpec(**TINY_JOB), owner="me")
-    assert make_worker(storage).options_for(row, JobSpec.of(row)).profile == "baselines"
+    assert make_worker(storage, profile="all").options_for(row, JobSpec.of(row)).profile == "all"
     monkeypatch.setenv("TUNER_PROFILE", "none")
     assert WorkerSettings().profile == "none"
     monkeypatch.setenv("TUNER_PROFILE", "sometimes")
