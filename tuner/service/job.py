@@ -413,7 +413,7 @@ class JobRun:
             trials = storage.get_all_trials(found, deepcopy=False)
             counts = count_trials(trials)
             self.worker.store.progress(
-                job.id, self.worker.id, counts=counts, best=best_trial(trials)
+                job.id, self.worker.id, counts=counts, best=best_trial(trials), phase=self._phase
             )
             recorded = self.worker.store.recorded_trials(job.id)
             for trial in trials:

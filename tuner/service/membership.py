@@ -237,9 +237,19 @@ class Membership(JobTables):
         )
 
     def progress(
-        self, job_id: str, worker: str, *, counts: TrialCounts, best: dict[str, Any] | None
+        self,
+        job_id: str,
+        worker: str,
+        *,
+        counts: TrialCounts,
+        best: dict[str, Any] | None,
+        phase: str | None = None,
     ) -> bool:
-        """The study's counts (`tuner.store.counting.count_trials`) and best trial, on the row."""
+        """The study's counts (`tuner.store.counting.count_trials`) and best trial, on the row,
+        and the worker's phase with them where given: in one write, so a reader never sees the
+        counts of one moment beside the phase of another (the heartbeat alone carried the
+        phase, up to `heartbeat_s` after the counts)."""
+        more = {} if phase is None else {"phase": phase[:200]}
         return self._update_owned(
             job_id,
             worker,
@@ -248,6 +258,7 @@ class Membership(JobTables):
             n_pruned=counts.pruned,
             n_interrupted=counts.interrupted,
             best=json_safe(best),
+            **more,
         )
 
     def finish(

@@ -7,6 +7,7 @@ Each test gets a fresh database: a file under tmp_path, or a PostgreSQL schema o
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 
@@ -168,6 +169,14 @@ def test_progress_stores_the_counting_rules_figures(store: JobStore) -> None:
     assert store.progress(job.id, "w", counts=counts, best=None)
     row = store.get(job.id)
     assert (row.n_complete, row.n_failed, row.n_pruned, row.n_interrupted) == (2, 1, 1, 3)
+    # The worker's phase goes with the counts, in the same write (a worker's `trial_done`);
+    # without one, the phase the heartbeat wrote stays.
+    store.heartbeat(job.id, "w", phase="trial 4 running")
+    more = dataclasses.replace(counts, complete=3)
+    assert store.progress(job.id, "w", counts=more, best=None, phase="4 trials run here")
+    assert (store.get(job.id).n_complete, store.get(job.id).phase) == (3, "4 trials run here")
+    assert store.progress(job.id, "w", counts=more, best=None)
+    assert store.get(job.id).phase == "4 trials run here"
 
 
 def test_stale_jobs_go_back_to_the_queue_and_dead_workers_are_forgotten(store: JobStore) -> None:
