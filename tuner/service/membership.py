@@ -249,7 +249,7 @@ class Membership(JobTables):
         and the worker's phase with them where given: in one write, so a reader never sees the
         counts of one moment beside the phase of another (the heartbeat alone carried the
         phase, up to `heartbeat_s` after the counts)."""
-        more = {} if phase is None else {"phase": phase[:200]}
+        more: dict[str, Any] = {} if phase is None else {"phase": phase[:200]}
         return self._update_owned(
             job_id,
             worker,
