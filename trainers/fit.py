@@ -425,7 +425,8 @@ def workload_from_parts(
 ) -> Workload:
     """A `Workload` from a user's own model, data, loss and optimizer, for `Trainer`.
 
-    data: a Dataset of samples (with batch_size), of whole batches (batch_size None), or a
+    data: a Dataset of samples (with batch_size), of whole batches (batch_size None: the samples
+    a step counts are a leading size every tensor of a batch has, `checks.samples_in`), or a
     DataLoader, whose dataset, batch size and collate_fn are used: the loop builds its own
     loader in dataset order, since workers and pinning are settings it was tuned with.
     optimizer: a factory `(params, capturable) -> Optimizer`, or an optimizer already built on

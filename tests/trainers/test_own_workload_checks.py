@@ -193,3 +193,36 @@ def test_declared_presets_are_checked_before_the_factory_runs() -> None:
         load_workload(f"{OWN}:declares_a_name", "tiny")
     assert malformed.value.field == "workload"
     assert "presets must be a tuple or list of names, not 'tiny'" in str(malformed.value)
+
+
+class _WholeBatches(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Four items, each a whole batch of 16 samples; `sequence_first` as an RNN takes them."""
+
+    def __init__(self, sequence_first: bool) -> None:
+        self.sequence_first = sequence_first
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(5, 16, 4) if self.sequence_first else torch.randn(16, 4)
+        return x, torch.randint(0, 3, (16,))
+
+
+@pytest.mark.parametrize("sequence_first", [False, True])
+def test_a_dataset_of_whole_batches_counts_each_batchs_samples(sequence_first: bool) -> None:
+    # It had counted 1 sample a step: steps/s shown as samples/s, 16x too low (2026-12-02).
+    def loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        x, y = batch
+        out = model(x).mean(0) if sequence_first else model(x)
+        return nn.functional.cross_entropy(out, y)
+
+    workload = workload_from_parts(
+        nn.Linear(4, 3), _WholeBatches(sequence_first), loss, optimizer=adam(1e-2)
+    )
+    assert workload.batch_size is None and workload.samples_per_batch == 16
+    # Given a batch size, the samples a step counts are that, as before.
+    given = workload_from_parts(
+        nn.Linear(4, 3), own_workloads._Samples("tuple"), loss, optimizer=adam(1e-2), batch_size=4
+    )
+    assert given.samples_per_batch == 4

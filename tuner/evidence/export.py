@@ -37,13 +37,25 @@ def export(rec: Recommendation, fmt: str) -> str:
 
 _MAIN = """
 
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not an integer >= 1")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=f"train {WORKLOAD} {PRESET} as tuned")
     parser.add_argument(
-        "--steps", type=int, default=1000, help="steps in all (a resumed run counts its own)"
+        "--steps", type=positive, default=1000, help="steps in all (a resumed run counts its own)"
     )
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--log-every", type=int, default=100, help="print a loss every N steps")
+    parser.add_argument(
+        "--log-every", type=positive, default=100, help="print a loss every N steps"
+    )
     parser.add_argument(
         "--checkpoint",
         default=None,
@@ -56,7 +68,10 @@ def main() -> None:
         workload = trainers.load_workload(WORKLOAD, PRESET, model_args=MODEL_ARGS)
     except trainers.WorkloadError as exc:
         parser.exit(2, f"error: {exc}\\n")
-    trainer = trainers.Trainer(workload, config, device=args.device, precision=PRECISION)
+    try:
+        trainer = trainers.Trainer(workload, config, device=args.device, precision=PRECISION)
+    except (trainers.ConfigError, trainers.TrainerError) as exc:  # a --device not here, say
+        parser.exit(2, f"error: {exc}\\n")
     if args.resume:
         try:
             trainer.load(args.resume)

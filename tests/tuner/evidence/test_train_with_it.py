@@ -151,6 +151,35 @@ def test_the_script_says_in_one_line_that_it_cannot_import_the_workload(
     assert "PYTHONPATH" in lines[0]
 
 
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--steps", "-3"], "argument --steps: -3 is not an integer >= 1"),
+        (["--steps", "0"], "argument --steps: 0 is not an integer >= 1"),
+        (["--log-every", "0"], "argument --log-every: 0 is not an integer >= 1"),
+        (["--steps", "ten"], "argument --steps: 'ten' is not an integer"),
+        (["--device", "cuda:7"], "device"),
+    ],
+)
+def test_the_script_refuses_a_bad_flag_in_one_line(
+    finished: Finished, tmp_path: Path, flags: list[str], said: str
+) -> None:
+    """A new user's trial (2026-12-02): `--steps -3` ended in a traceback that spoke of "the
+    steps already trained", `--log-every 0` in a ZeroDivisionError."""
+    script = tmp_path / "train.py"
+    script.write_text(export.export(finished.recommendation, "python"))
+    done = subprocess.run(
+        [sys.executable, str(script), "--device", "cpu", *flags],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": ""},
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and said in done.stderr.strip().splitlines()[-1]
+
+
 def test_the_script_carries_model_args_and_precision() -> None:
     rec = Recommendation.from_dict(
         {
