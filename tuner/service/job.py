@@ -29,7 +29,7 @@ from tuner.service.gatehelp import JobClaims
 from tuner.service.jobstore import FINISHED, WorkerStore
 from tuner.service.settings import WorkerSettings
 from tuner.service.slots import GAVE_UP_REASON, JobSlots, count_slots, fail_orphans, fail_running
-from tuner.service.spec import JobSpec
+from tuner.service.spec import JobSpec, WorkloadRegistry
 from tuner.service.tables import JobRow, utcnow
 from tuner.store import keys
 from tuner.store import storage as studies
@@ -54,6 +54,8 @@ class JobMember(Protocol):
     def backoff(self) -> Backoff: ...
     @property
     def stopping(self) -> threading.Event: ...
+    @property
+    def registry(self) -> WorkloadRegistry: ...
     @property
     def only_job(self) -> str | None:
         """The one job this worker serves (`run --gpus N`'s workers), None: any job."""
@@ -117,11 +119,9 @@ class JobRun:
         return None if self._prepared is None else self._prepared[0]
 
     def prepare(self, job: JobRow) -> None:
-        """Open `job`'s search before joining it, while its claimer opens the study (a worker
-        of `run --gpus N`, `Worker.run_once`): on 4 H100s (`llama-1b`, 2026-11-28) the workers
-        joined as the job opened and then spent 20-26 s opening their search, so the last trial
-        started 33 s after the first. Raises what opening raises (the caller drops it: joining
-        opens again and meets the error where a job records it)."""
+        """Open `job`'s search before joining it, while its claimer opens the study (`run --gpus
+        N`: on 4 H100s, 2026-11-28, the last trial had started 33 s after the first). Raises
+        what opening raises (joining opens again and meets it where a job records it)."""
         if self._prepared is None:
             self._prepared = (job.id, *self._open_search(job))
 
@@ -132,10 +132,8 @@ class JobRun:
             self._prepared = None
 
     def should_stop(self) -> bool:
-        """Polled by the search between trials and after each window. A cancel is read here too,
-        at most every `CANCEL_READ_S`, not only by the heartbeat (every `heartbeat_s`): the
-        heartbeat alone let three tiny trials start after a cancel (a new user's trial,
-        2026-12-02), where the API promises that none does."""
+        """Polled by the search between trials and after each window; reads a cancel itself every
+        `CANCEL_READ_S` (the heartbeat alone let three trials start after one, 2026-12-02)."""
         job_id, now = self._job_id, time.monotonic()
         if self._stop is None and job_id is not None and now >= self._cancel_read_at:
             self._cancel_read_at = now + CANCEL_READ_S
@@ -167,10 +165,8 @@ class JobRun:
             self._leave(job)
 
     def _execute(self, job: JobRow, *, claimed: bool) -> bool:
-        """Run trials of the job, and its final round if it falls to this worker.
-
-        False when this worker found nothing to do in it (every slot taken by others).
-        """
+        """Run trials of the job, and its final round if it falls to this worker; False when
+        this worker found nothing to do in it (every slot taken by others)."""
         if job.cancel_requested:
             self.worker.store.finish(job.id, self.worker.id, "cancelled")
             return True
@@ -214,7 +210,8 @@ class JobRun:
                 return True
             log.warning("job %s failed: %s", job.id, describe(exc))
             self._sync_progress(job)
-            self.worker.store.finish(job.id, self.worker.id, "failed", error=describe(exc))
+            error = self._as_asked(job, describe(exc))
+            self.worker.store.finish(job.id, self.worker.id, "failed", error=error)
             return True
         finally:
             if search is not None:
@@ -316,19 +313,24 @@ class JobRun:
             return False
         return deadline
 
+    def _as_asked(self, job: JobRow, text: str) -> str:
+        """`text` naming a plug-in as the job did: its registered name, not its factory path."""
+        target = self.worker.registry.plugins.get(job.workload)
+        return text if target is None else text.replace(target, job.workload)
+
     def _finish(self, job: JobRow, rec: Recommendation) -> bool:
         counts = self._sync_progress(job)
         status = "cancelled" if self._stop == "cancel" else "succeeded"
         error = None
         if rec.config is None and status == "succeeded":
-            # Nothing to train with: the job failed, as `python -m tuner run` exits 1. A client
-            # that waits for `succeeded` and then reads `best` got a null config (2026-12-02).
+            # Nothing to train with: failed, as `tuner run` exits 1 (it had served a null config).
             status, error = "failed", _no_config(rec)
-        # The row's recommendation carries the study's counts as they are now (the one rule).
-        stored = rec if counts is None else rec.with_counts(counts)
+        # With the study's counts now (the one rule), and the job's name of a plug-in workload.
+        stored = (rec if counts is None else rec.with_counts(counts)).to_dict()
+        stored["workload"], error = job.workload, error and self._as_asked(job, error)
         finished = self.worker.backoff.call(
             lambda: self.worker.store.finish(
-                job.id, self.worker.id, status, error=error, recommendation=stored.to_dict()
+                job.id, self.worker.id, status, error=error, recommendation=stored
             ),
             what=f"job {job.id}: finishing",
         )

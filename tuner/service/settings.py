@@ -10,11 +10,12 @@ training programs a job may name as `program:NAME`, trainers/program/runner.py),
 
 from __future__ import annotations
 
+import re
 from typing import Literal, TypeVar
 
 import pydantic
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from tuner.errors import TunerError
 from tuner.search.measuring.measure import Protocol
@@ -129,9 +130,18 @@ class WorkerSettings(ServiceSettings):
 
 
 def load_settings(kind: type[S]) -> S:
-    """The settings of `kind` from the environment; a bad variable is reported by its name."""
+    """The settings of `kind` from the environment; a bad variable is reported by its name (a
+    JSON one that does not parse too: pydantic-settings' own error names neither the variable
+    nor the cause)."""
     try:
         return kind()
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         raise TunerError(f"TUNER_{str(first['loc'][0]).upper()}: {first['msg']}") from exc
+    except SettingsError as exc:
+        named = re.search(r'field "(\w+)"', str(exc))
+        variable = f"TUNER_{named.group(1).upper()}" if named else "a TUNER_ variable"
+        cause = exc.__cause__
+        raise TunerError(
+            f"{variable}: not valid JSON" + (f" ({cause})" if cause is not None else "")
+        ) from exc

@@ -96,8 +96,17 @@ class WorkloadRegistry:
                 raise TunerError(
                     f"TUNER_WORKLOADS: {name}={target!r} is not package.module:factory"
                 )
-            # Its declared presets read too: a malformed `presets` stops the server here.
-            getattr(trainers.resolve_factory(target), "presets", None)
+            if name in trainers.BUILTIN or name.startswith(PROGRAM_PREFIX):
+                # The built-in (or the program) would win, and the plug-in never run.
+                raise TunerError(
+                    f"TUNER_WORKLOADS: {name!r} is a built-in workload's name or a program's "
+                    "prefix; register the plug-in under another name"
+                )
+            try:
+                # Its declared presets read too: a malformed `presets` stops the server here.
+                getattr(trainers.resolve_factory(target), "presets", None)
+            except trainers.WorkloadError as exc:
+                raise TunerError(f"TUNER_WORKLOADS: {name}={target!r}: {exc}") from exc
 
 
 def _check_precisions(spec: JobSpec) -> None:

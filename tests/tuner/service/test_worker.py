@@ -439,7 +439,7 @@ def test_a_job_that_cannot_run_fails_with_the_reason(storage: str) -> None:
     assert failed.status == "failed" and "no-such-preset" in (failed.error or "")
 
 
-def test_a_plug_ins_study_is_shown_by_the_name_its_job_asked_for(storage: str) -> None:
+def test_a_plug_ins_study_and_best_are_shown_by_the_name_its_job_asked_for(storage: str) -> None:
     """The study's worker ran the factory's path; `/v1/studies` names the registered name, as
     the job does (2026-12-02: it showed the module path, which the API never takes)."""
     workloads = {"mine": "tests.trainers.own_workloads:sized"}
@@ -452,8 +452,10 @@ def test_a_plug_ins_study_is_shown_by_the_name_its_job_asked_for(storage: str) -
         assert done["status"] == "succeeded", done
         study = client.get(f"/v1/studies/{done['study']}", headers=AUTH).json()
         listed = client.get("/v1/studies", headers=AUTH).json()["items"]
+        best = client.get(f"/v1/jobs/{job['id']}/best", headers=AUTH).json()
     assert study["workload"] == "mine" and [s["workload"] for s in listed] == ["mine"]
-    assert "own_workloads" not in json.dumps(study), study
+    assert best["workload"] == "mine", best
+    assert "own_workloads" not in json.dumps(study) + json.dumps(best), (study, best)
 
 
 def test_a_job_that_recommends_nothing_fails_and_serves_no_best(storage: str) -> None:
@@ -520,6 +522,9 @@ def test_a_plug_ins_declared_presets_are_checked_before_the_job_is_queued(storag
     assert make_worker(storage, workloads=workloads).run_once()
     failed = JobStore(storage).get(queued.json()["id"])
     assert failed.status == "failed" and "preset='medium' is invalid" in (failed.error or "")
+    # Named as the job named it, not by the worker's factory path (which the API never takes).
+    assert "workload 'undeclared'" in (failed.error or "")
+    assert "own_workloads:sized" not in (failed.error or ""), failed.error
 
 
 # -- run_study's should_stop, on its own ------------------------------------------------------
