@@ -469,6 +469,7 @@ def _study_info(
     info = {
         "workload": options.workload,
         "preset": options.preset,
+        "seed": options.seed,
         "model_args": dict(options.model_args),
         "shape": shape,
         "precision": options.study_precision,

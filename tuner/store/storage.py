@@ -241,13 +241,16 @@ SAME_QUESTION = (
     "shape",
     "precision",
     "precisions",
+    # The workload's weights and data, and the gate's reference: a resumed study of another
+    # seed failed every new trial's gate against the envelope the first seed measured.
+    "seed",
 )
 
 
 def same_question(stored: dict[str, Any], info: dict[str, Any]) -> bool:
     """Whether a study's stored META was made for the question `info` asks (`SAME_QUESTION`)."""
-    stored = _with_later_fields(stored)
-    return all(stored.get(field) == info.get(field) for field in SAME_QUESTION)
+    stored, asked = _with_later_fields(stored), _with_later_fields(info)
+    return all(stored.get(field) == asked.get(field) for field in SAME_QUESTION)
 
 
 def open_study(
@@ -283,11 +286,12 @@ def open_study(
         study.set_user_attr(META, info)
         return study, False
     stored = _with_later_fields(_written_meta(study, meta_wait_s))
+    asked = _with_later_fields(info)
     for field in SAME_QUESTION:
-        if stored.get(field) != info.get(field):
+        if stored.get(field) != asked.get(field):
             raise TunerError(
                 f"--study: {name!r} was made with {field}={stored.get(field)!r}, this run has "
-                f"{info.get(field)!r}; resume it with the same settings or choose another --study"
+                f"{asked.get(field)!r}; resume it with the same settings or choose another --study"
             )
     return study, True
 
@@ -308,6 +312,7 @@ def _with_later_fields(stored: dict[str, Any]) -> dict[str, Any]:
         "precision": precision_of(stored.get("matmul_precision", "highest")),
         # A study stored before precisions could be searched searched none.
         "precisions": None,
+        "seed": 0,  # stored from 2026-12-02; the default seed before
     } | stored
 
 

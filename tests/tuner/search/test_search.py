@@ -169,6 +169,9 @@ def test_resuming_adds_trials_new_points_and_drift(tmp_path: Path) -> None:
         ({"preset": "small"}, "preset"),
         ({"fix": ("num_workers=0", "num_streams=2")}, "space"),
         ({"objectives": ("throughput", "memory")}, "objectives"),
+        # Another seed's trials failed every gate against the first seed's envelope (a new
+        # user's trial, 2026-12-02), where the run now stops before its first trial.
+        ({"seed": 7}, "seed"),
     ],
 )
 def test_resuming_with_other_settings_is_a_clear_error(
