@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--resume", default=None, help="resume from this checkpoint")
     args = parser.parse_args()
     try:
-        workload = trainers.load_workload(WORKLOAD, PRESET, model_args=MODEL_ARGS)
+        workload = trainers.load_workload(WORKLOAD, PRESET, seed=SEED, model_args=MODEL_ARGS)
     except trainers.WorkloadError as exc:
         parser.exit(2, f"error: {exc}\\n")
     try:
@@ -121,11 +121,12 @@ def python_script(rec: Recommendation, config: LoopConfig) -> str:
     fields = rec.study_fields
     workload, preset = fields.get("workload") or "WORKLOAD", fields.get("preset") or "PRESET"
     model_args = dict(fields.get("model_args") or {})
+    seed = int(fields.get("seed") or 0)  # the study's weights and data (stored from 2026-12-02)
     # The precision to train in: the one the study chose when it searched several.
     precision = rec.trained_precision
     return (
         f"""# streamtune recommendation for study {rec.study!r} on {rec.hardware}
-# Trains {workload} {preset} with it: python this_file.py --steps 1000
+# Trains {workload} {preset} (seed {seed}) with it: python this_file.py --steps 1000
 # Checkpoints and resuming: --steps is the total to reach, so a resumed run goes on to it:
 #   python this_file.py --steps 1000 --checkpoint 'run-{{step}}.pt'  # run-500.pt, run-1000.pt
 #   python this_file.py --steps 1000 --resume run-500.pt   # steps 501-1000 again, the same losses
@@ -143,6 +144,7 @@ config = LoopConfig(
 WORKLOAD = {workload!r}
 PRESET = {preset!r}
 MODEL_ARGS = {model_args!r}
+SEED = {seed!r}
 PRECISION = {precision!r}
 CHECKPOINT_EVERY = 500
 """

@@ -84,6 +84,7 @@ STUDY_FIELDS = (
     "workload",
     "preset",
     "model_args",
+    "seed",
     "precision",
     "precisions",
     "device",
@@ -113,9 +114,9 @@ class Recommendation:
     tie_margin: float | None = None
     max_memory_bytes: int | None = None
     study_fields: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """workload, preset, model_args, precision (the study's reference precision), precisions (the
-    ones it searched; None: `precision` alone), device, hardware, fingerprint, matmul_precision
-    (STUDY_FIELDS)."""
+    """workload, preset, model_args, seed, precision (the study's reference precision),
+    precisions (the ones it searched; None: `precision` alone), device, hardware, fingerprint,
+    matmul_precision (STUDY_FIELDS)."""
     effective: bool = True
     note: str | None = None
     pareto: tuple[Entry, ...] | None = None

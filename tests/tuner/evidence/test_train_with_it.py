@@ -87,6 +87,8 @@ def test_load_config_errors_name_what_is_missing(tmp_path: Path) -> None:
 def test_the_exported_python_script_trains_the_workload_with_the_config(
     finished: Finished, tmp_path: Path
 ) -> None:
+    # The study's seed reaches the recommendation (and so the script's SEED).
+    assert finished.recommendation.study_fields["seed"] == finished.options.seed
     script = tmp_path / "train.py"
     script.write_text(export.export(finished.recommendation, "python"))
     command = [sys.executable, str(script), "--steps", "6", "--device", "cpu", "--log-every", "1"]
@@ -189,6 +191,7 @@ def test_the_script_carries_model_args_and_precision() -> None:
             "workload": "torchvision:resnet18",
             "preset": "default",
             "model_args": {"batch": "128", "image": "32"},
+            "seed": 3,
             "precision": "bf16-autocast",
         }
     )
@@ -196,6 +199,9 @@ def test_the_script_carries_model_args_and_precision() -> None:
     exec(compile(export.export(rec, "python"), "<export>", "exec"), namespace)
     assert namespace["WORKLOAD"] == "torchvision:resnet18"
     assert namespace["MODEL_ARGS"] == {"batch": "128", "image": "32"}
+    # The study's seed: the exported script had trained seed 0's weights and data whatever
+    # seed the study was tuned with (a new user's trial, 2026-12-02).
+    assert namespace["SEED"] == 3
     assert namespace["PRECISION"] == "bf16-autocast"
     assert namespace["config"] == LoopConfig(num_streams=2)
 
