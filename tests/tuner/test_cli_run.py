@@ -498,8 +498,30 @@ def test_a_bad_run_flag_is_one_line_naming_it_and_stores_nothing(
 def test_reading_a_missing_study_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], line: str
 ) -> None:
-    code, out, err = run_main(capsys, *args, "--storage", sqlite_url(tmp_path))
+    url = sqlite_url(tmp_path)
+    optuna.storages.RDBStorage(url)  # a database with no study in it
+    code, out, err = run_main(capsys, *args, "--storage", url)
     assert (code, out, err) == (2, "", line + "\n")
+
+
+@pytest.mark.parametrize(
+    "command", [["best", "--study", "s"], ["studies"], ["export", "--study", "s"]]
+)
+def test_reading_a_database_that_is_not_there_is_one_line_and_creates_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    # Each had left an empty database behind and said "(studies: none)" (2026-12-02).
+    url = sqlite_url(tmp_path)
+    code, out, err = run_main(capsys, *command, "--storage", url)
+    assert (code, out) == (2, "")
+    assert err.startswith("error: --storage: no database at ") and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
+    # A file that is not a database, and a URL whose path SQLite would read as a host.
+    (tmp_path / "notes.txt").write_text("not a database")
+    code, _, err = run_main(capsys, *command, "--storage", f"sqlite:///{tmp_path}/notes.txt")
+    assert code == 2 and err.endswith(": file is not a database\n"), err
+    code, _, err = run_main(capsys, *command, "--storage", "sqlite://tmp/x.db")
+    assert code == 2 and "names a host ('tmp')" in err, err
 
 
 def test_a_bad_export_format_is_one_line(
@@ -522,6 +544,7 @@ def test_a_bad_export_format_is_one_line(
 @pytest.mark.slow
 def test_bad_flags_in_real_processes_exit_2_with_one_line_and_no_traceback(tmp_path: Path) -> None:
     storage = sqlite_url(tmp_path)
+    optuna.storages.RDBStorage(storage)  # `best` reads a database that is there
     cases = {
         "--trials": ["run", "--trials", "0"],
         "--objectives": ["run", "--objectives", "memory"],

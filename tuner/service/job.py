@@ -477,7 +477,7 @@ class _JobProgress:
         log.info("job %s: %s", self.job.id, text)
 
     def trial_done(self, done: int, total: int, best: float | None, state: str) -> None:
-        self.run._phase = f"{done} trials run here, the last {state}"
+        self.run._phase = f"{done} trial{'s' * (done != 1)} run here, the last {state}"
         self.run._sync_progress(self.job)
 
 

@@ -98,12 +98,42 @@ def close_storage(storage: optuna.storages.BaseStorage | None) -> None:
 
 @contextmanager
 def opened_storage(url: str) -> Iterator[optuna.storages.BaseStorage]:
-    """`open_storage(url)` for one read: its connections are given back on leaving."""
+    """`open_storage(url)` for one read: its connections are given back on leaving. An SQLite
+    file that does not exist is an error, not a new empty database: `best`, `studies`, `report`
+    and `load_config` had each left one behind, and said only "(studies: none)" (a new user's
+    trial, 2026-12-02: run from another folder than the study's)."""
+    _must_exist(url)
     storage = open_storage(url)
     try:
         yield storage
     finally:
         close_storage(storage)
+
+
+def _no_host(parsed: sqlalchemy.engine.URL, url: str) -> None:
+    if parsed.get_backend_name() == "sqlite" and parsed.host:
+        # `sqlite://tmp/x.db` reads `tmp` as a host, and SQLite takes none: its path is lost.
+        raise TunerError(
+            f"--storage: {masked(url)!r} names a host ({parsed.host!r}); an SQLite file's URL "
+            "has three slashes and its path, sqlite:///relative.db or sqlite:////absolute/x.db"
+        )
+
+
+def _must_exist(url: str) -> None:
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except sqlalchemy.exc.ArgumentError:
+        return  # not a URL: `open_storage` says so
+    _no_host(parsed, url)
+    database = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return
+    if database.startswith("file:") or os.path.exists(database):
+        return
+    raise TunerError(
+        f"--storage: no database at {os.path.abspath(database)} ({masked(url)!r}); a relative "
+        f"path is read from the working folder, {os.getcwd()}: `python -m tuner run` makes one"
+    )
 
 
 def check_url(url: str) -> None:
@@ -147,6 +177,7 @@ def check_sqlite_path(url: str) -> None:
     except sqlalchemy.exc.ArgumentError:
         return  # not a URL: `_open_storage` says so
     database = parsed.database
+    _no_host(parsed, url)
     if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
         return
     if database.startswith("file:"):
@@ -182,6 +213,8 @@ def _open_storage(url: str) -> optuna.storages.BaseStorage:
     except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError, ValueError) as exc:
         raise TunerError(f"--storage: {masked(url)!r} is not a usable database URL: {exc}") from exc
     except sqlalchemy.exc.OperationalError as exc:
+        raise TunerError(f"--storage: cannot open {masked(url)!r}: {exc.orig}") from exc
+    except sqlalchemy.exc.DatabaseError as exc:  # SQLite's "file is not a database"
         raise TunerError(f"--storage: cannot open {masked(url)!r}: {exc.orig}") from exc
     except ImportError as exc:  # the URL's database driver is not installed
         cause = exc.__cause__ or exc
