@@ -158,7 +158,11 @@ def recommendation(console: Console, rec: Recommendation) -> None:
             f"{rec.trained_precision} (searched {', '.join(rec.precisions)}; reference "
             f"{rec.study_fields.get('precision')})",
         )
-    table.add_row("train with it", f"python -m tuner export --study {rec.study} --format python")
+    command = f"python -m tuner export --study {rec.study} --format python"
+    # A library model's study name runs to 200 characters: wrapped in the table's cell it could
+    # not be copied (stdout not a terminal is 80 wide), so a long one goes on a line of its own.
+    long = len(command) + 16 > console.width
+    table.add_row("train with it", "the command below, on one line" if long else command)
     if rec.explanation:
         table.add_row("why", rec.explanation)
     if rec.parity is not None:
@@ -186,6 +190,8 @@ def recommendation(console: Console, rec: Recommendation) -> None:
         for label, text in cpu_rows(rec):
             table.add_row(label, text)
     console.print(table)
+    if long:
+        console.print(command, soft_wrap=True, highlight=False, markup=False)
     # On a CPU the rows above say what the stored note says, and more.
     if rec.note and not (on_cpu and rec.note.startswith("measured on a CPU")):
         console.print(f"[yellow]note:[/yellow] {rec.note}")

@@ -5,6 +5,8 @@ it."""
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 import subprocess
 import sys
@@ -249,3 +251,18 @@ def test_the_scripts_documented_resume_gives_the_uninterrupted_losses(
     assert more.returncode == 0, more.stderr[-2000:]
     assert "trained 100 steps in" in more.stdout
     assert (tmp_path / "run.pt").is_file()  # written at the end (1100 is no multiple of 500)
+
+
+def test_the_summary_gives_a_long_studys_export_command_on_one_line(finished: Finished) -> None:
+    """A library model's study name runs to 200 characters; in the table's 80-column cell
+    (stdout not a terminal) the command wrapped and could not be copied (2026-12-02)."""
+    from rich.console import Console
+
+    from tuner.evidence import render
+
+    long = dataclasses.replace(finished.recommendation, study="timm-resnet10t-tiny-" + "x" * 150)
+    for rec in (long, finished.recommendation):
+        out = io.StringIO()
+        render.recommendation(Console(file=out, width=80), rec)
+        command = f"python -m tuner export --study {rec.study} --format python"
+        assert command in out.getvalue().splitlines() or f"  {command}" in out.getvalue()
