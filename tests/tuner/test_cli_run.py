@@ -629,3 +629,26 @@ def test_a_library_model_is_tuned_in_bf16_by_one_command(
         sqlite_url(tmp_path),
     )
     assert bad.returncode == 2 and "no_such_option" in bad.stderr and "allowed" in bad.stderr
+
+
+def test_the_resume_command_an_interrupt_prints_resumes_the_study(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`run again with --study NAME` alone ran the default workload, which the study refused
+    (a new user's trial, 2026-12-02); the command printed now names what the study must match."""
+    import shlex
+
+    from tests.tuner.tiny import options, run_json
+    from tuner.search.options import resume_command
+
+    made = options(sqlite_url(tmp_path), "made", trials=1, seed=3, objectives=("throughput",))
+    run_json(made)
+    command = resume_command(made, "made")
+    assert command.startswith("python -m tuner run --study made --workload mlp --preset tiny")
+    assert "--seed 3" in command and "--fix num_workers=0" in command
+    words = shlex.split(command)[3:]  # past `python -m tuner`
+    protocol = ["--warmup", "1", "--windows", "3", "--window-steps", "2", "--final-rounds", "1"]
+    code, out, err = run_main(capsys, *words, "--trials", "2", *protocol, "--profile", "none")
+    assert code == 0, err
+    assert " made (mlp / tiny on cpu)" in out  # the study resumed: no "was made with" refusal
+    assert len(load(made.storage or "", "made").trials) > 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, runtime_checkable
 from typing import Protocol as TypingProtocol
@@ -218,6 +219,33 @@ class RunOptions:
     @property
     def multi_objective(self) -> bool:
         return len(self.objectives) > 1
+
+
+def resume_command(options: RunOptions, study: str) -> str:
+    """The `run` command that resumes `study` as `options` made it: each setting its stored
+    question must match (`tuner.store.storage.SAME_QUESTION`) that is not the default. "run
+    again with --study NAME" alone ran the default workload, which the study refused (a new
+    user's trial, 2026-12-02)."""
+    words = ["--study", study, "--workload", options.workload, "--preset", options.preset]
+    for key, value in options.model_args.items():
+        words += ["--model-arg", f"{key}={value}"]
+    if isinstance(options.space, str) and options.space != "auto":
+        words += ["--space", options.space]
+    for pin in options.fix if isinstance(options.fix, tuple) else ():
+        words += ["--fix", pin]
+    if tuple(options.objectives) != ("throughput",):
+        words += ["--objectives", ",".join(options.objectives)]
+    if options.precision is not None:
+        words += ["--precision", str(options.precision)]
+    if options.precisions:
+        words += ["--precisions", ",".join(options.precisions)]
+    if options.seed:
+        words += ["--seed", str(options.seed)]
+    if options.device != "auto":
+        words += ["--device", options.device]
+    if options.storage is not None:
+        words += ["--storage", options.storage]
+    return "python -m tuner run " + " ".join(shlex.quote(w) for w in words)
 
 
 def check_patience(patience: int | None, objectives: Sequence[str]) -> None:

@@ -35,6 +35,7 @@ from tuner.search.options import (
     Retry,
     RunOptions,
     make_sampler,
+    resume_command,
 )
 from tuner.search.proposing.defaults import (
     AUTO_PATIENCE,
@@ -70,10 +71,8 @@ def run_study(
     progress: Progress | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> Recommendation:
-    """Search, decide, store the recommendation on the study and return it.
-
-    `should_stop` (optional) is polled between trials and after each window; see the module doc.
-    """
+    """Search, decide, store the recommendation on the study and return it. `should_stop`
+    (optional) is polled between trials and after each window; see the module doc."""
     progress = progress or Quiet()
     search = open_search(options, progress=progress, should_stop=should_stop)
     apply_gpu_defaults(search, progress)
@@ -90,7 +89,7 @@ def run_study(
         name = search.study.study_name
         raise Interrupted(
             f"interrupted: {search.done} trials of this run are stored in study {name!r}; "
-            f"run again with --study {name} to resume"
+            f"to resume it: {resume_command(options, name)}"
         ) from exc
     finally:
         search.close()
