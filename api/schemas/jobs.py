@@ -374,8 +374,9 @@ class JobOut(BaseModel):
     )
     stuck: bool = Field(
         default=False,
-        description="queued for a device that no live worker offers: it runs only when a worker "
-        "on that device starts; cancel it or submit it for another device",
+        description="queued for a device that no live worker offers while others are alive: "
+        "it runs only when a worker on that device starts; cancel it or submit it for another "
+        "device (with no worker alive, as while `serve` starts them, false: see `waiting`)",
     )
     cancel_requested: bool
     attempts: int = Field(description="times a worker claimed the job")
