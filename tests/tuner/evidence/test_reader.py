@@ -168,7 +168,9 @@ def test_studies_without_recommendation_or_meta(tmp_path: Path) -> None:
     assert row["recommended"] is None
     assert row["trials"]["complete"] == 2
     assert row["trials"]["failed"] == 1
-    assert reader.list_studies(sqlite_url(tmp_path, "empty.db")) == []
+    empty = sqlite_url(tmp_path, "empty.db")
+    optuna.storages.RDBStorage(empty)  # a database with no study (one not there is an error)
+    assert reader.list_studies(empty) == []
 
 
 # -- the bookkeeping the recommendation is built from ----------------------------------------
