@@ -338,7 +338,9 @@ def test_an_interrupted_run_keeps_its_trials_and_fails_the_running_one(
 ) -> None:
     storage = sqlite_url(tmp_path)
     progress = _ArmAfter("interrupt", after=1)  # Ctrl-C during the second trial
-    with pytest.raises(Interrupted, match="--study interrupted to resume") as info:
+    with pytest.raises(
+        Interrupted, match="to resume it: python -m tuner run --study interrupted "
+    ) as info:
         run_json(
             options(
                 storage, "interrupted", trials=5, workload=f"{WORKLOADS}:interrupts_when_armed"
