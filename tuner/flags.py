@@ -100,8 +100,8 @@ Precision = Annotated[
     str | None,
     typer.Option(
         show_default="fp32",
-        help="fp32, tf32, bf16-autocast, fp16-autocast (with a gradient scaler) or float8 "
-        "(torchao's, on an sm89+ GPU). Fixed for a study, never tuned: it changes the results.",
+        help="fp32, tf32, bf16-autocast, fp16-autocast (gradient scaler) or float8 (sm89+). "
+        "Fixed for a study, not tuned: it changes the results.",
     ),
 ]
 Precisions = Annotated[
