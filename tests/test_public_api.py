@@ -213,6 +213,7 @@ TUNER = {
     "count_trials",
     "list_studies",
     "load_config",
+    "load_precision",
     "load_space",
     "recommendation",
     "run_study",

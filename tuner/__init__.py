@@ -38,6 +38,7 @@ _LAZY = {
     "StudyReader": "tuner.evidence.reader",
     "list_studies": "tuner.evidence.reader",
     "load_config": "tuner.evidence.reader",
+    "load_precision": "tuner.evidence.reader",
     "recommendation": "tuner.evidence.reader",
     "Recommendation": "tuner.evidence.recommendation",
     "BASELINES": "tuner.search.options",
@@ -56,7 +57,13 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
-    from tuner.evidence.reader import StudyReader, list_studies, load_config, recommendation
+    from tuner.evidence.reader import (
+        StudyReader,
+        list_studies,
+        load_config,
+        load_precision,
+        recommendation,
+    )
     from tuner.evidence.recommendation import Recommendation
     from tuner.request import JobSpec
     from tuner.search.options import BASELINES, RunOptions
@@ -109,6 +116,7 @@ __all__ = [
     "count_trials",
     "list_studies",
     "load_config",
+    "load_precision",
     "load_space",
     "recommendation",
     "run_study",

@@ -22,9 +22,13 @@ def export(rec: Recommendation, fmt: str) -> str:
     if rec.config is None:
         raise NoRecommendation(f"study {rec.study!r}: {rec.reason}")
     config = LoopConfig.from_dict(rec.config)
-    # A study that chose the precision too exports it beside the config (`trainers.
-    # load_precision` reads it back); a study fixed to one exports the config alone, as before.
-    chosen = {"precision": rec.trained_precision} if rec.precisions else {}
+    # The precision to train in goes beside the config (`trainers.load_precision` reads it
+    # back): the chosen one, or the one the study was fixed to; without it a study measured in
+    # bf16 was trained in fp32 from its own export. An fp32 study's export stays the bare
+    # config (`LoopConfig.from_dict` takes it): a Trainer's default is fp32 arithmetic.
+    trained = rec.trained_precision
+    named = rec.precisions or trained not in (None, "fp32")
+    chosen = {"precision": trained} if named else {}
     if fmt == "json":
         return json.dumps(config.to_dict() | chosen, indent=2)
     if fmt == "env":

@@ -44,6 +44,15 @@ def load_config(storage_url: str, name: str) -> LoopConfig:
     return trainers.load_config(recommendation(storage_url, name).to_dict())
 
 
+def load_precision(storage_url: str, name: str) -> str | None:
+    """The precision to train study `name`'s recommended config in (`trainers.Trainer`'s
+    `precision`): the one it chose, or the one it was fixed to; it was measured in it.
+
+    StudyNotFound for an unknown study.
+    """
+    return trainers.load_precision(recommendation(storage_url, name).to_dict())
+
+
 def list_studies(storage_url: str) -> list[dict[str, Any]]:
     """`python -m tuner studies`: one row per study, counted by the one rule."""
     with studies.opened_storage(storage_url) as storage:

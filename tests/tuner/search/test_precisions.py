@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 import trainers
+import tuner
 from tests.tuner.test_cli_run import run_main
 from tests.tuner.tiny import RUN_FLAGS, load, options, sqlite_url
 from trainers import LoopConfig
@@ -292,16 +294,40 @@ def test_the_export_carries_the_chosen_precision(searched: Searched, tmp_path: P
     assert f"PRECISION = {chosen!r}" in export.export(rec, "python")
 
 
-def test_a_study_fixed_to_one_precision_exports_as_before(tmp_path: Path) -> None:
-    """No `precisions`: no precision param, the plain keys, no precision in the JSON export."""
+@pytest.mark.parametrize("fixed", ["fp32", "bf16-autocast"])
+def test_a_study_fixed_to_one_precision_exports_it_and_is_trained_in_it(
+    fixed: str, tmp_path: Path
+) -> None:
+    """No `precisions`: no precision param and the plain keys; the export, `tuner.
+    load_precision` and the exported script still name the precision the study measured in (a
+    study fixed to bf16 was trained in fp32 from its own export)."""
+    storage = sqlite_url(tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rec = run_study(options(sqlite_url(tmp_path), "one", trials=2))
-    study = load(sqlite_url(tmp_path), "one")
+        rec = run_study(options(storage, "one", trials=2, precision=fixed))
+    study = load(storage, "one")
     assert all("precision" not in t.params for t in study.trials)
     assert rec.precision is None and rec.precisions is None
     assert "reference_precision" not in rec.to_dict()
-    assert "precision" not in json.loads(export.export(rec, "json"))
+    exported = tmp_path / "tuned.json"
+    exported.write_text(export.export(rec, "json"))
+    # fp32's export is the bare config (LoopConfig.from_dict takes it); a Trainer's default
+    # precision is fp32 arithmetic.
+    named = None if fixed == "fp32" else fixed
+    assert json.loads(exported.read_text()).get("precision") == named
+    assert trainers.load_precision(exported) == named
+    assert trainers.load_config(exported) == LoopConfig.from_dict(rec.to_dict()["config"])
+    env = dict(line.split("=", 1) for line in export.export(rec, "env").splitlines())
+    assert trainers.load_precision(environ=env) == named
+    assert tuner.load_precision(storage, "one") == fixed
+    assert f"PRECISION = {fixed!r}" in export.export(rec, "python")
+    trainer = trainers.Trainer(
+        trainers.load_workload("mlp", "tiny"),
+        tuner.load_config(storage, "one"),
+        device="cpu",
+        precision=tuner.load_precision(storage, "one"),
+    )
+    assert trainer.precision_plan.autocast_dtype == (None if fixed == "fp32" else torch.bfloat16)
 
 
 def test_a_resume_with_other_precisions_is_refused(tmp_path: Path) -> None:
