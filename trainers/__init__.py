@@ -30,6 +30,7 @@ from trainers.errors import (
     TrainerError,
     UnsupportedOnDevice,
     WorkloadError,
+    did_you_mean,
 )
 from trainers.fit import FitResult, Trainer, checkpoint_file, warmup_cosine, workload_from_parts
 from trainers.flops import Utilisation, count_recompute_flops, utilisation
@@ -140,6 +141,7 @@ __all__ = [
     "compiles",
     "config_from_env",
     "count_recompute_flops",
+    "did_you_mean",
     "field_names",
     "fingerprint",
     "fingerprint_key",

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainers.errors import ConfigError
+from trainers.errors import ConfigError, did_you_mean
 from trainers.levers import (
     LEVERS,
     MAX_BUCKET_CAP_MB,
@@ -359,7 +359,7 @@ class LoopConfig:
         given = dict(self.modules)
         for name, value in given.items():
             if name in FIELD_LEVERS or name not in LEVERS:
-                raise ConfigError(name, value, _a_field())
+                raise ConfigError(name, value, a_field(name))
             check_setting(name, value)
         kept = tuple(
             (name, given[name])
@@ -390,7 +390,7 @@ class LoopConfig:
         names = field_names()
         for key in values:
             if key not in names:
-                raise ConfigError(key, values[key], _a_field())
+                raise ConfigError(key, values[key], a_field(key))
         fields = {k: v for k, v in values.items() if k in FIELD_LEVERS}
         modules = tuple((k, v) for k, v in values.items() if k not in FIELD_LEVERS)
         return cls(**fields, modules=modules)
@@ -404,8 +404,10 @@ def field_names() -> tuple[str, ...]:
     return tuple(LEVERS)
 
 
-def _a_field() -> str:
-    return f"a LoopConfig field: {', '.join(field_names())}"
+def a_field(name: str) -> str:
+    """What a lever's name may be, the closest to `name` first: the allowed-values text of an
+    unknown name's ConfigError/SpaceError."""
+    return f"a LoopConfig field{did_you_mean(name, field_names())}: {', '.join(field_names())}"
 
 
 def device_error(config: LoopConfig, device_type: str) -> str | None:

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class TrainerError(Exception):
     """Base of every error the training harness raises on purpose."""
+
+
+def did_you_mean(word: object, choices: Iterable[str], suffix: str = "") -> str:
+    """ " (did you mean a, b?)" naming the choices closest to `word` (difflib's ratio 0.6 or
+    more), each followed by `suffix`, or "" when none is close: the hint a one-line error puts
+    after the value at fault."""
+    if not isinstance(word, str):
+        return ""
+    close = difflib.get_close_matches(word, list(choices), n=2)
+    return f" (did you mean {', '.join(c + suffix for c in close)}?)" if close else ""
 
 
 class ConfigError(TrainerError, ValueError):

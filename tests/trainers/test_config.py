@@ -82,7 +82,9 @@ def test_round_trip_through_json() -> None:
 
 
 def test_from_dict_rejects_unknown_field() -> None:
-    with pytest.raises(ConfigError, match=r"streams.*LoopConfig field: num_streams"):
+    with pytest.raises(
+        ConfigError, match=r"streams.*LoopConfig field \(did you mean num_streams\?\): num_streams"
+    ):
         LoopConfig.from_dict({"streams": 2})
 
 

@@ -79,6 +79,10 @@ def test_user_factory_by_module_path() -> None:
         ("examples.my_workload:nope", "tiny", "workload", "no callable 'nope'"),
         ("examples.my_workload:build", "huge", "preset", "preset='huge'"),
         ("tests.trainers.helpers:not_a_workload", "tiny", "workload", "not a Workload"),
+        # A misspelt name or library prefix gets the closest names, not only the list.
+        ("transfomer", "tiny", "workload", r"is invalid \(did you mean transformer\?\)"),
+        ("torchvison:resnet18", "tiny", "workload", r"\(did you mean torchvision:resnet18\?\)"),
+        ("tim:resnet10t", "tiny", "workload", r"'tim' \(did you mean timm:resnet10t\?\)"),
     ],
 )
 def test_bad_workload_inputs(name: str, preset: str, field: str, match: str) -> None:

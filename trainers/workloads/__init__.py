@@ -9,7 +9,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from trainers.errors import ConfigError, WorkloadError
+from trainers.errors import ConfigError, WorkloadError, did_you_mean
 from trainers.workloads import adapters, convnet, mlp, transformer
 from trainers.workloads.adapters import PREFIXES as LIBRARY_PREFIXES
 from trainers.workloads.adapters import BoundFactory, catalog, lookup
@@ -63,7 +63,8 @@ def resolve_factory(name: str, model_args: Mapping[str, str] | None = None) -> W
         return BUILTIN[name]
     if ":" not in name:
         raise WorkloadError(
-            f"workload={name!r} is invalid: allowed {', '.join(BUILTIN)}, "
+            f"workload={name!r} is invalid{did_you_mean(name, BUILTIN)}: allowed "
+            f"{', '.join(BUILTIN)}, "
             f"{', '.join(f.usage for f in catalog())} or package.module:factory",
             field="workload",
         )
@@ -71,9 +72,12 @@ def resolve_factory(name: str, model_args: Mapping[str, str] | None = None) -> W
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
+        # A misspelt library prefix (`torchvison:resnet18`) is imported as a user's module.
+        hint = did_you_mean(module_name, LIBRARY_PREFIXES, suffix=f":{attr}")
         raise WorkloadError(
-            f"workload={name!r}: cannot import {module_name!r}: {exc} (a module is imported by "
-            "name: run from the folder that holds it, or add that folder to PYTHONPATH)",
+            f"workload={name!r}: cannot import {module_name!r}{hint}: {exc} (a module is "
+            "imported by name: run from the folder that holds it, or add that folder to "
+            "PYTHONPATH)",
             field="workload",
         ) from exc
     factory = getattr(module, attr, None)

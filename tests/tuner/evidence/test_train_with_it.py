@@ -72,7 +72,10 @@ def test_load_config_errors_name_what_is_missing(tmp_path: Path) -> None:
             r"^STREAMTUNE_CUDA_GRAPH='maybe' is invalid: allowed true or false",
         ),
         (dict(source=tmp_path / "none.json"), r"^source='.*none.json' is invalid: allowed an exis"),
-        (dict(source={"streams": 2}), r"^streams=2 is invalid: allowed a LoopConfig field: num_s"),
+        (
+            dict(source={"streams": 2}),
+            r"^streams=2 is invalid: allowed a LoopConfig field \(did you mean num_streams\?\)",
+        ),
         (
             dict(source={"config": None, "reason": "no config passed the gate"}),
             r"^config=None is invalid: allowed a recommended config \(the mapping has none: no ",

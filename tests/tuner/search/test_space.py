@@ -404,6 +404,14 @@ def test_parse_fix_errors_name_the_item(item: str, field: str) -> None:
     assert err.value.field == field
 
 
+def test_a_misspelt_pin_names_the_closest_setting() -> None:
+    with pytest.raises(SpaceError, match=r"a LoopConfig field \(did you mean num_streams\?\)"):
+        parse_fix(["streams=2"])
+    with pytest.raises(SpaceError) as err:
+        parse_fix(["zzzz=2"])  # nothing close: the list alone
+    assert "did you mean" not in str(err.value) and "num_streams" in str(err.value)
+
+
 def test_parse_fix_rejects_a_setting_pinned_twice() -> None:
     with pytest.raises(SpaceError) as err:
         parse_fix(["num_streams=2", "num_streams=3"])
