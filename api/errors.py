@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import typing
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from fastapi import FastAPI, Request, Response, status
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import AliasChoices, BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import trainers
@@ -80,8 +82,11 @@ def plain(value: object, depth: int = 0) -> Any:
     return _text(repr(value))
 
 
-def unprocessable(errors: Sequence[Any], *, hint_json: bool = False) -> Response:
-    """A 422 with FastAPI's shape for `errors`; it renders whatever the errors hold."""
+def unprocessable(
+    errors: Sequence[Any], *, hint_json: bool = False, model: type[BaseModel] | None = None
+) -> Response:
+    """A 422 with FastAPI's shape for `errors`; it renders whatever the errors hold. `model`,
+    the route's request body model, names the allowed fields beside an unknown one."""
     try:
         detail = []
         for error in errors:
@@ -90,6 +95,9 @@ def unprocessable(errors: Sequence[Any], *, hint_json: bool = False) -> Response
                 # Pydantic words a validator's ValueError "Value error, allowed ...": ours are
                 # sentences that name the field already.
                 entry["msg"] = entry["msg"].removeprefix("Value error, ")
+            if entry["type"] == "extra_forbidden":
+                # Pydantic says only "Extra inputs are not permitted".
+                entry["msg"] = unknown_field(model, tuple(error.get("loc") or ())) or entry["msg"]
             if error.get("ctx"):
                 entry["ctx"] = plain(error["ctx"])
             if hint_json and tuple(entry["loc"] or ()) == ("body",):
@@ -104,6 +112,42 @@ def unprocessable(errors: Sequence[Any], *, hint_json: bool = False) -> Response
         log.warning("a 422 answered without its details: %s", type(exc).__name__)
         body = UNREADABLE
     return Response(body, status_code=422, media_type="application/json")
+
+
+def unknown_field(body: type[BaseModel] | None, loc: tuple[object, ...]) -> str | None:
+    """What an unknown field at `loc` (("body", ..., key)) should have been: the closest names
+    and every field of the model it was sent in, or that it is another name of a field sent
+    too (`n_trials` beside `trials`); None where `loc` leads to no model of `body`."""
+    model = body
+    for step in loc[1:-1]:
+        if model is not None and step == model.__name__:
+            continue  # the union member pydantic tried (("body", "space", "SpaceIn", key))
+        if model is None or not isinstance(step, str) or step not in model.model_fields:
+            return None
+        model = _model_in(model.model_fields[step].annotation)
+    key = loc[-1] if loc else None
+    if model is None or not isinstance(key, str):
+        return None
+    names: dict[str, str] = {}  # every name a field is read by -> that field
+    for name, info in model.model_fields.items():
+        alias = info.validation_alias
+        choices = alias.choices if isinstance(alias, AliasChoices) else [alias or name]
+        names |= {choice: name for choice in [name, *choices] if isinstance(choice, str)}
+    if key in names:
+        return f"{key!r} is another name of {names[key]!r}, which is given too: send one of them"
+    fields = ", ".join(model.model_fields)
+    return f"unknown field {key!r}{trainers.did_you_mean(key, names)}: allowed {fields}"
+
+
+def _model_in(annotation: object) -> type[BaseModel] | None:
+    """The request model a field's annotation holds (`SpaceIn | str | None`: SpaceIn)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
 
 
 def unparsable(cause: BaseException | None) -> str:
@@ -146,7 +190,9 @@ def install(app: FastAPI) -> None:
         assert isinstance(exc, RequestValidationError)
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         hint = request.method == "POST" and kind != "application/json"
-        return unprocessable(exc.errors(), hint_json=hint)
+        field = getattr(request.scope.get("route"), "body_field", None)
+        model = _model_in(getattr(getattr(field, "field_info", None), "annotation", None))
+        return unprocessable(exc.errors(), hint_json=hint, model=model)
 
     @app.exception_handler(SpecError)
     async def _bad_spec(request: Request, exc: Exception) -> Response:

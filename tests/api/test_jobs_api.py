@@ -182,7 +182,9 @@ BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
     ({"trials": 0}, ("body", "trials"), "greater than or equal to 1"),
     ({"trials": MAX_TRIALS + 1}, ("body", "trials"), f"less than or equal to {MAX_TRIALS}"),
     ({"trials": "5"}, ("body", "trials"), "valid integer"),
-    ({"code": "import os"}, ("body", "code"), "Extra inputs"),
+    ({"code": "import os"}, ("body", "code"), "unknown field 'code': allowed workload, preset"),
+    ({"trial": 3}, ("body", "trial"), "unknown field 'trial' (did you mean trials"),
+    ({"n_trials": 3}, ("body", "n_trials"), "'n_trials' is another name of 'trials', which is"),
     ({"workload": "os.path:join"}, ("body", "workload"), "pattern"),
     ({"workload": "resnet"}, ("body", "workload"), "unknown workload 'resnet'"),
     ({"preset": "enormous"}, ("body", "preset"), "no preset 'enormous'"),
@@ -217,10 +219,15 @@ BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
         ("body", "space", "sync_interval"),
         "low >= 1",
     ),
-    ({"space": {"warp_drive": [1, 2]}}, ("body", "space", "SpaceIn", "warp_drive"), "Extra"),
+    (
+        {"space": {"warp_drive": [1, 2]}},
+        ("body", "space", "SpaceIn", "warp_drive"),
+        "unknown field 'warp_drive': allowed num_streams, sync_interval",
+    ),
     ({"space": {"num_streams": 2}}, ("body", "space"), "at least one searched setting"),
     ({"space": {"cuda_graph": [True]}}, ("body", "space", "cuda_graph"), "CUDA"),
-    ({"fix": {"warp_drive": 1}}, ("body", "fix", "warp_drive"), "Extra"),
+    ({"fix": {"warp_drive": 1}}, ("body", "fix", "warp_drive"), "unknown field 'warp_drive'"),
+    ({"fix": {"num_stream": 1}}, ("body", "fix", "num_stream"), "(did you mean num_streams?)"),
     ({"fix": {"num_streams": 7}}, ("body", "fix", "num_streams"), "less than or equal to 4"),
     ({"fix": {"cuda_graph": True}}, ("body", "fix", "cuda_graph"), "CUDA"),
     (
@@ -328,7 +335,7 @@ def test_a_job_names_a_program_of_the_servers_registry_never_its_command(storage
             ({"workload": "program:nope"}, ("body", "workload"), "program:plain-mlp"),
             ({"preset": "huge"}, ("body", "preset"), "no preset 'huge': allowed tiny, small"),
             ({"fix": {"num_streams": 2}}, ("body", "fix"), "does not implement num_streams"),
-            ({"command": ["rm", "-rf", "/"]}, ("body", "command"), "Extra inputs"),
+            ({"command": ["rm", "-rf", "/"]}, ("body", "command"), "unknown field 'command'"),
         ]:
             response = _post(with_programs, job | changes)
             assert response.status_code == 422, response.text
