@@ -136,7 +136,8 @@ def unknown_field(body: type[BaseModel] | None, loc: tuple[object, ...]) -> str 
     if key in names:
         return f"{key!r} is another name of {names[key]!r}, which is given too: send one of them"
     fields = ", ".join(model.model_fields)
-    return f"unknown field {key!r}{trainers.did_you_mean(key, names)}: allowed {fields}"
+    hint = trainers.did_you_mean(key, names)
+    return f"unknown field {_text(key)!r}{hint}: allowed {fields}"  # the key as it encodes
 
 
 def _model_in(annotation: object) -> type[BaseModel] | None:
