@@ -69,6 +69,31 @@ def speedup_text(entry: dict[str, Any]) -> str:
     return shown
 
 
+NOISY_SPREAD = 0.2
+"""A 95 % CI wider than this share of its median (the throughput's, or a ratio's) is reported:
+quiet GPUs give 1-4 %, a busy 2-core CPU gave 0.28-38.33x (2026-12-02)."""
+
+
+def noise_text(rec: Recommendation) -> str | None:
+    """A warning where the final round's intervals are too wide to rank by, else None: the
+    decision follows the intervals, but a tie or a win at such a width says little."""
+    entries = [rec.throughput.to_dict()] if rec.throughput is not None else []
+    entries += [speedup.to_dict() for speedup in rec.speedup.values()]
+    widths = [
+        (high - low) / entry["median"]
+        for entry in entries
+        for low, high in [entry["ci95"]]
+        if entry["median"] > 0
+    ]
+    if not widths or max(widths) <= NOISY_SPREAD:
+        return None
+    return (
+        f"a 95 % CI spans {max(widths):.0%} of its median (above {NOISY_SPREAD:.0%}): the "
+        "speed varied while measuring (other work on this machine?), so the configs inside it "
+        "were not told apart; run again on a quiet machine, or with more --final-rounds"
+    )
+
+
 def tie_text(names: Sequence[str], rule: str | None) -> str:
     """The tie row: which configs tie, that a tie is a difference inside the 95 % CIs, and the
     rule by which the simpler config wins it."""
@@ -214,6 +239,9 @@ def _measured_rows(table: Table, rec: Recommendation) -> None:
     for name, why in rec.failures.items():
         if name not in rec.speedup:
             table.add_row(f"vs {name}", f"failed in the final round: {why}")
+    noise = noise_text(rec)
+    if noise is not None:
+        table.add_row("noise", noise)
     use = utilisation_text(rec.utilisation)
     if use is not None:
         table.add_row("model FLOPs", use)

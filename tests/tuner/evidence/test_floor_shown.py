@@ -46,3 +46,19 @@ def test_a_baseline_that_failed_says_why_instead_of_a_speedup() -> None:
     assert f"vs pytorch-default  failed in the final round: {oom}" in shown
     assert "1.50x" in shown and "not this one" not in shown
     assert "failed in the final round" not in printed()
+
+
+def test_intervals_too_wide_to_rank_by_are_said() -> None:
+    # A busy 2-core CPU gave a ratio CI of 0.28-38.33x; a quiet one 0.98-1.02x.
+    wide = printed(
+        throughput=Interval(median=1000.0, ci95=(980.0, 1010.0)),
+        speedup={"pytorch-default": Interval(median=1.2, ci95=(0.28, 38.33))},
+    )
+    assert "noise" in wide and "a 95 % CI spans 3171% of its median" in wide
+    narrow = printed(
+        throughput=Interval(median=1000.0, ci95=(980.0, 1010.0)),
+        speedup={"pytorch-default": Interval(median=1.0, ci95=(0.98, 1.02))},
+    )
+    assert "noise" not in narrow
+    # The throughput's own interval counts too.
+    assert "noise" in printed(throughput=Interval(median=1000.0, ci95=(700.0, 1300.0)))
