@@ -15,6 +15,7 @@ layer rule in tests/test_layers.py).
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from collections.abc import Mapping
@@ -105,6 +106,7 @@ def config_from_env(environ: Mapping[str, str]) -> LoopConfig:
     """A LoopConfig from STREAMTUNE_* variables (the `env` export); unset fields keep their
     defaults."""
     values: dict[str, Any] = {}
+    _refuse_misspelt(environ)
     for field, default in LoopConfig().to_dict().items():
         name = f"{ENV_PREFIX}{field.upper()}"
         raw = environ.get(name)
@@ -127,6 +129,21 @@ def config_from_env(environ: Mapping[str, str]) -> LoopConfig:
         else:
             values[field] = raw
     return LoopConfig.from_dict(values)
+
+
+def _refuse_misspelt(environ: Mapping[str, str]) -> None:
+    """ConfigError for a STREAMTUNE_ variable a letter or two from a field's (`STREAMTUNE_
+    SYNC_MODEE`), which was ignored: the config trained with the default instead. Others are
+    left alone: STREAMTUNE_ also prefixes variables of other tools (a benchmark's
+    STREAMTUNE_COMMIT)."""
+    fields = [field.upper() for field in LoopConfig().to_dict()] + ["PRECISION"]
+    for name in environ:
+        suffix = name.removeprefix(ENV_PREFIX)
+        if name.startswith(ENV_PREFIX) and suffix not in fields:
+            # By the part after the prefix: STREAMTUNE_COMMIT is not close to STREAMTUNE_COMPILE.
+            close = difflib.get_close_matches(suffix, fields, n=1, cutoff=0.85)
+            if close:
+                raise ConfigError(name, environ[name], f"{ENV_PREFIX}{close[0]}, a config variable")
 
 
 def _from_mapping(data: Mapping[str, Any], where: str) -> LoopConfig:

@@ -96,6 +96,34 @@ def optimizer_class(preset: str, *, seed: int) -> Workload:
     return _workload(make_optimizer=torch.optim.Adam)
 
 
+def foreign_optimizer(preset: str, *, seed: int) -> Workload:
+    """An Adam built on another module's parameters: the model never trained, and every gate
+    passed (the losses of a model that does not change are reproducible)."""
+    other = nn.Linear(6, 3)
+    return _workload(make_optimizer=lambda params, capturable: torch.optim.Adam(other.parameters()))
+
+
+def closure_optimizer(preset: str, *, seed: int) -> Workload:
+    """LBFGS, whose step() needs a closure: it failed at the first step."""
+    return _workload(make_optimizer=torch.optim.LBFGS)
+
+
+def model_and_data_disagree(preset: str, *, seed: int) -> Workload:
+    """A Linear(32, 3) fed 6 features: it failed in the baselines, after a job's setup."""
+    return _workload(model=nn.Linear(32, 3))
+
+
+def detached_loss(preset: str, *, seed: int) -> Workload:
+    """A loss cut from the model (`.detach()`): backward() fails at the first step."""
+    return _workload(loss_fn=lambda m, b: classification_loss(m, b).detach())
+
+
+def nan_loss(preset: str, *, seed: int) -> Workload:
+    """A loss that is NaN at every step, whatever the settings (a new user's trial, 2026-12-02:
+    each trial's gate blamed reproducibility, then failed on the stored envelope)."""
+    return _workload(loss_fn=lambda m, b: classification_loss(m, b) * float("nan"))
+
+
 def reads_a_value(preset: str, *, seed: int) -> Workload:
     """A loss that reads a value (`.item()`): nothing to check on meta tensors, so it builds."""
 
@@ -169,3 +197,15 @@ declares_a_name.presets = "tiny"  # type: ignore[attr-defined]
 
 def raises_a_key_error(preset: str, *, seed: int) -> Workload:
     return {"hidden": _workload()}["hiden"]
+
+
+def raises_a_value_error(preset: str, *, seed: int) -> Workload:
+    """A ValueError of the factory's own, not about its preset."""
+    raise ValueError("my config file is missing")
+
+
+def refuses_its_preset(preset: str, *, seed: int) -> Workload:
+    """A ValueError that names the preset: the factory refusing it."""
+    if preset != "tiny":
+        raise ValueError(f"unknown preset {preset!r}: I have tiny only")
+    return _workload()

@@ -77,6 +77,19 @@ def test_envelope_json_round_trip(mlp_envelope: Envelope) -> None:
         Envelope.from_dict({**values, "perturbed": [values["reference"][:-1]]})
 
 
+def test_a_stored_loss_that_was_not_finite_reads_back_as_nan_and_fails_its_check(
+    mlp_envelope: Envelope,
+) -> None:
+    """JSON stores NaN and infinities as null (`json_safe`); read back they are NaN, and a
+    check against the envelope says the reference is not finite (it was a TypeError)."""
+    values = json.loads(json.dumps(mlp_envelope.to_dict()))
+    values["reference"] = [None, *values["reference"][1:]]
+    restored = Envelope.from_dict(values)
+    assert math.isnan(restored.reference[0])
+    verdict = restored.judge(list(mlp_envelope.reference))
+    assert not verdict.passed and "the reference's loss is not finite at step 0" in verdict.reason
+
+
 def test_perturbation_moves_each_weight_by_one_or_two_ulps_both_ways() -> None:
     model = load_workload("mlp", "tiny", seed=0).model
     before = [p.detach().clone() for p in model.parameters()]

@@ -20,7 +20,7 @@ from trainers import (
     load_workload,
     workload_from_parts,
 )
-from trainers.workloads import adam
+from trainers.workloads import adam, mlp
 
 OWN = "tests.trainers.own_workloads"
 
@@ -32,6 +32,13 @@ OWN = "tests.trainers.own_workloads"
         ("tuple_loss", "loss_fn(model, batch) returned tuple of 2 (Tensor, Tensor)"),
         ("loss_of_shape_one", "loss_fn(model, batch) returned a tensor of shape [1]"),
         ("too_few_samples", "the dataset has 8 items, fewer than one batch (batch_size 16"),
+        ("foreign_optimizer", "2 of the 2 parameters the Adam steps are not the model's"),
+        ("closure_optimizer", "LBFGS.step needs a closure"),
+        (
+            "model_and_data_disagree",
+            f"loss_fn(model, batch) on the first batch raised RuntimeError at {mlp.__file__}:",
+        ),
+        ("detached_loss", "loss_fn(model, batch) returned a loss that does not require grad"),
     ],
 )
 def test_a_mistake_in_a_users_workload_is_refused_when_it_is_built(name: str, said: str) -> None:
@@ -113,6 +120,20 @@ def test_a_trainers_parts_are_checked_and_the_error_names_the_argument() -> None
         )
     assert caught.value.field == "loss_fn"
     assert "loss_fn(model, batch) returned dict" in str(caught.value)
+
+
+def test_an_optimizer_given_built_on_other_parameters_is_refused_naming_the_argument() -> None:
+    model, other = nn.Linear(6, 3), nn.Linear(6, 3)
+    parts = (model, own_workloads._Samples("tuple"), lambda m, b: m(b[0]).sum())
+    with pytest.raises(WorkloadError) as caught:
+        workload_from_parts(*parts, optimizer=torch.optim.Adam(other.parameters()), batch_size=4)
+    assert caught.value.field == "optimizer"
+    assert str(caught.value).startswith("optimizer: 2 of the 2 parameters the Adam steps are not")
+    with pytest.raises(WorkloadError, match=r"^optimizer: LBFGS.step needs a closure"):
+        workload_from_parts(*parts, optimizer=torch.optim.LBFGS(model.parameters()), batch_size=4)
+    # Built on the model's own parameters, or on some of them (the rest frozen), it builds.
+    workload_from_parts(*parts, optimizer=torch.optim.Adam(model.parameters()), batch_size=4)
+    workload_from_parts(*parts, optimizer=torch.optim.SGD([model.weight], lr=0.1), batch_size=4)
 
 
 def test_a_first_batch_that_raises_is_said_in_one_line() -> None:
@@ -226,3 +247,13 @@ def test_a_dataset_of_whole_batches_counts_each_batchs_samples(sequence_first: b
         nn.Linear(4, 3), own_workloads._Samples("tuple"), loss, optimizer=adam(1e-2), batch_size=4
     )
     assert given.samples_per_batch == 4
+
+
+def test_a_factorys_value_error_is_the_presets_only_where_it_names_the_preset() -> None:
+    # "my config file is missing" was said as `--preset: ...` (a new user's trial, 2026-12-02).
+    with pytest.raises(WorkloadError, match="my config file is missing") as caught:
+        load_workload(f"{OWN}:raises_a_value_error", "tiny")
+    assert caught.value.field == "workload"
+    with pytest.raises(WorkloadError, match="unknown preset 'huge'") as caught:
+        load_workload(f"{OWN}:refuses_its_preset", "huge")
+    assert caught.value.field == "preset"

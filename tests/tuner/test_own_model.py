@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import optuna
 import pytest
 
 import trainers
@@ -125,3 +126,26 @@ def test_samples_without_a_batch_size_is_one_line_naming_batch_size(
     err = run_error(capsys)
     assert "batch_size=None is invalid: allowed an integer for a Dataset of samples" in err
     assert err.rstrip().endswith(f"({path}:14)"), err
+
+
+def test_a_loss_that_is_nan_whatever_the_settings_stops_the_job_before_its_trials(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each trial's gate had blamed reproducibility (NaN differs from NaN), a second check failed
+    on the stored envelope ("float() argument ... 'NoneType'"), and the job ended in "no config
+    passed parity (and the memory cap)" with no cap set (a new user's trial, 2026-12-02)."""
+    storage = f"sqlite:///{tmp_path / 'nan.db'}"
+    code = main(
+        [
+            *("run", "--workload", "tests.trainers.own_workloads:nan_loss", "--preset", "tiny"),
+            *("--trials", "3", "--storage", storage, "--quiet"),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1, err
+    assert err.startswith(
+        "error: --workload: the PyTorch default loop's loss is not finite at its step 0"
+    ), err
+    (summary,) = optuna.get_all_study_summaries(storage)
+    assert summary.n_trials == 0  # stopped before any trial

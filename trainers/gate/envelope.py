@@ -18,6 +18,7 @@ other batches), unperturbed.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -234,12 +235,19 @@ class Envelope:
         if missing:
             raise ValueError(f"envelope dict lacks {', '.join(missing)}")
         fields = {n: values[n] for n in names}
-        fields["reference"] = tuple(float(x) for x in values["reference"])
-        fields["perturbed"] = tuple(tuple(float(x) for x in run) for run in values["perturbed"])
+        fields["reference"] = tuple(_loss(x) for x in values["reference"])
+        fields["perturbed"] = tuple(tuple(_loss(x) for x in run) for run in values["perturbed"])
         fields["perturbation_seeds"] = tuple(int(k) for k in values["perturbation_seeds"])
         if any(len(run) != len(fields["reference"]) for run in fields["perturbed"]):
             raise ValueError("envelope dict: every perturbed run needs the reference's length")
         return cls(**fields)
+
+
+def _loss(value: object) -> float:
+    """A stored loss: JSON carries NaN and infinities as null (`json_safe`), read back as NaN, so
+    a reused envelope whose reference was not finite fails its check as the first one did (it
+    was "float() argument must be ... not 'NoneType'")."""
+    return math.nan if value is None else float(value)  # type: ignore[arg-type]
 
 
 def envelope_seeds(seed: int, perturbations: int = PERTURBATIONS) -> tuple[int, ...]:

@@ -137,8 +137,11 @@ class UserFactory:
             ) from exc
         except ConfigError as exc:  # a part it built refused (`workload_from_parts`)
             raise WorkloadError(self._raised(exc), field="workload") from exc
-        except ValueError as exc:  # the factory refusing its preset
-            raise WorkloadError(self._raised(exc), field="preset") from exc
+        except ValueError as exc:
+            # The factory refusing its preset names it (`unknown preset 'huge'`); another
+            # ValueError ("my config file is missing") is the workload's, not the preset's.
+            field = "preset" if preset in str(exc) else "workload"
+            raise WorkloadError(self._raised(exc), field=field) from exc
         except Exception as exc:
             if type(exc).__name__ == "OutOfMemoryError":  # torch's: a trial's failure, as usual
                 raise

@@ -22,7 +22,10 @@ reads it too).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import itertools
+import re
+import traceback
 from collections.abc import Mapping, Sized
 from typing import Any
 
@@ -42,6 +45,10 @@ def own_workload(workload: Workload, name: str, *, parts: bool = False) -> Workl
     argument given, `data` or `loss_fn`."""
     data = _Where("data" if parts else "workload", "data" if parts else f"workload={name!r}")
     loss = _Where("loss_fn" if parts else "workload", "loss_fn" if parts else f"workload={name!r}")
+    optimizer = _Where(
+        "optimizer" if parts else "workload", "optimizer" if parts else f"workload={name!r}"
+    )
+    _check_optimizer(workload, optimizer)
     batch = _first_batch(workload, data)
     if batch is None:
         return mark_checked(workload)
@@ -183,11 +190,26 @@ def _check_loss(workload: Workload, batch: tuple[torch.Tensor, ...], where: _Whe
     key = (where.said, workload.name, workload.preset, _qualified(loss_fn), model)
     if key in _LOSS_CHECKED:
         return
+    copied = meta_copy(workload.model)
     try:
-        loss = workload.loss_fn(meta_copy(workload.model), tuple(t.to("meta") for t in batch))
-    except Exception:  # noqa: BLE001 - what a meta tensor cannot run is left to the run
+        loss = workload.loss_fn(copied, tuple(t.to("meta") for t in batch))
+    except Exception as exc:
+        said = " ".join(str(exc).split())
+        if _SHAPES_DISAGREE.search(said):  # the same sizes fail the run: said now, once
+            raise where.error(
+                f"loss_fn(model, batch) on the first batch raised {type(exc).__name__}"
+                f"{_raised_at(exc)}: {said[:300].rstrip('.')}: the model and the batches it is fed "
+                "do not fit"
+            ) from exc
         return
     if isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.dim() == 0:
+        if not loss.requires_grad and any(p.requires_grad for p in copied.parameters()):
+            # A detached loss trains nothing: backward() fails at the first step.
+            raise where.error(
+                "loss_fn(model, batch) returned a loss that does not require grad, cut from the "
+                "model's parameters (.detach(), .item(), torch.no_grad(), a new tensor): return "
+                "the loss the model's outputs computed"
+            )
         _LOSS_CHECKED.add(key)
         return
     if isinstance(loss, torch.Tensor):
@@ -202,6 +224,72 @@ def _check_loss(workload: Workload, batch: tuple[torch.Tensor, ...], where: _Whe
         f"loss_fn(model, batch) returned {got}; the loop backpropagates a "
         f"scalar loss tensor: {fix}",
     )
+
+
+def _check_optimizer(workload: Workload, where: _Where) -> None:
+    """The optimizer the loop will build (`make_optimizer(model.parameters(), False)`) steps the
+    model's parameters, and without a closure. An Adam built on another module's parameters
+    trained nothing while every gate passed (the losses of a model that does not change are
+    reproducible), and LBFGS failed at the first step ("missing 1 required positional argument:
+    'closure'"): a new user's trial, 2026-12-02. Building an optimizer allocates no state in
+    torch's own (its state is made at the first step)."""
+    params = list(workload.model.parameters())
+    try:
+        optimizer = workload.make_optimizer(params, False)
+    except Exception:  # noqa: BLE001 - the run builds it again and says what it raised
+        return
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise where.error(
+            f"the optimizer factory returned {type(optimizer).__name__}, not a "
+            "torch.optim.Optimizer"
+        )
+    kind = type(optimizer).__name__
+    closure = inspect.signature(optimizer.step).parameters.get("closure")
+    if closure is not None and closure.default is inspect.Parameter.empty:
+        raise where.error(
+            f"{kind}.step needs a closure (it evaluates the loss again within a step); the "
+            "loop steps the optimizer once after each backward: use one whose step() takes "
+            "no argument (SGD, Adam, AdamW, ...)"
+        )
+    own = {id(p) for p in params}
+    stepped = [p for group in optimizer.param_groups for p in group["params"]]
+    foreign = sum(id(p) not in own for p in stepped)
+    if foreign:
+        raise where.error(
+            f"{foreign} of the {len(stepped)} parameters the {kind} steps are not the model's "
+            "(built on another module, or on a copy of the model?): build it on "
+            "model.parameters(), or give a factory, e.g. trainers.workloads.adam(1e-3)"
+        )
+    if any(p.requires_grad for p in params) and not stepped:
+        raise where.error(f"the {kind} steps none of the model's parameters")
+
+
+_SHAPES_DISAGREE = re.compile(
+    "|".join(
+        (
+            r"shapes cannot be multiplied",
+            r"must have same reduction dim",
+            r"must match the size of tensor",
+            r"is invalid for input of size",
+            r"Expected input batch_size",
+            r"expected input with shape",
+            r"Invalid channel dimensions",
+            r"Sizes of tensors must match",
+            r"must be equal to input_size",
+            r"Attempting to broadcast a dimension",
+            r"should contain \d+ elements not",
+        )
+    )
+)
+"""What torch says, on meta tensors as on real ones, where a model's sizes and its inputs' disagree
+(a Linear(32, 4) fed 16 features). Only these: other errors there may be the meta device's own
+limits (a `.item()`, an op with no meta kernel), and a check must not refuse what would run."""
+
+
+def _raised_at(exc: BaseException) -> str:
+    """ " at file:line" of the innermost frame of the user's code (not torch's) in `exc`."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/torch/" not in f.filename]
+    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
 
 
 def _qualified(thing: object) -> str:

@@ -221,12 +221,17 @@ class RunOptions:
         return len(self.objectives) > 1
 
 
-def resume_command(options: RunOptions, study: str) -> str:
+def resume_command(options: RunOptions, study: str, done: int = 0) -> str:
     """The `run` command that resumes `study` as `options` made it: each setting its stored
-    question must match (`tuner.store.storage.SAME_QUESTION`) that is not the default. "run
-    again with --study NAME" alone ran the default workload, which the study refused (a new
-    user's trial, 2026-12-02)."""
+    question must match (`tuner.store.storage.SAME_QUESTION`) that is not the default, and the
+    trials left of the run's (`done` of them were run) and its --timeout. "run again with
+    --study NAME" alone ran the default workload, which the study refused, and without --trials
+    a run of 6 resumed ran up to 40 (new users' trials, 2026-12-02)."""
     words = ["--study", study, "--workload", options.workload, "--preset", options.preset]
+    if options.trials - done >= 1:
+        words += ["--trials", str(options.trials - done)]
+    if options.timeout_s is not None:
+        words += ["--timeout", f"{options.timeout_s:g}"]
     for key, value in options.model_args.items():
         words += ["--model-arg", f"{key}={value}"]
     if isinstance(options.space, str) and options.space != "auto":

@@ -89,7 +89,7 @@ def run_study(
         name = search.study.study_name
         raise Interrupted(
             f"interrupted: {search.done} trials of this run are stored in study {name!r}; "
-            f"to resume it: {resume_command(options, name)}"
+            f"to resume it: {resume_command(options, name, search.done)}"
         ) from exc
     finally:
         search.close()

@@ -46,6 +46,8 @@ def test_load_config_reads_every_export_and_the_environment(
     assert trainers.load_config(finished.rec) == expected
     env = dict(line.split("=", 1) for line in export.export(finished.recommendation, "env").split())
     assert trainers.load_config(environ=env) == expected
+    # Other tools' STREAMTUNE_ variables beside them are no misspelt field.
+    assert trainers.load_config(environ=env | {"STREAMTUNE_COMMIT": "abc1234"}) == expected
     assert trainers.load_config(expected) is expected
 
 
@@ -67,6 +69,10 @@ def test_load_config_errors_name_what_is_missing(tmp_path: Path) -> None:
     cases = [
         (dict(environ={"PATH": "/bin"}), r"^source=None is invalid: allowed a LoopConfig, a reco"),
         (dict(source=3), r"^source='int' is invalid: allowed a LoopConfig, a mapping, a recomm"),
+        (  # a misspelt variable was ignored: the default trained instead
+            dict(environ={"STREAMTUNE_SYNC_MODEE": "event"}),
+            r"^STREAMTUNE_SYNC_MODEE='event' is invalid: allowed STREAMTUNE_SYNC_MODE, a config",
+        ),
         (
             dict(environ={"STREAMTUNE_CUDA_GRAPH": "maybe"}),
             r"^STREAMTUNE_CUDA_GRAPH='maybe' is invalid: allowed true or false",

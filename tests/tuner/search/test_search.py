@@ -348,6 +348,8 @@ def test_an_interrupted_run_keeps_its_trials_and_fails_the_running_one(
             progress=progress,
         )
     assert "1 trials of this run are stored" in str(info.value)
+    # The trials left of the run's 5: resumed without --trials, it ran up to 40.
+    assert "--preset tiny --trials 4 " in str(info.value)
     study = load(storage, "interrupted")
     assert [t.state for t in study.trials] == [TrialState.COMPLETE, TrialState.FAIL]
     assert study.trials[1].user_attrs["failure_reason"] == "interrupted"

@@ -152,8 +152,9 @@ def final_round(
     _store_rounds(study, entries, rounds, left_out)
     base = _base(study, options, measured, configs, rounds, eligible, precisions)
     if not eligible:
+        capped = " and the memory cap" if options.max_memory_bytes is not None else ""
         reason = (
-            "no config passed parity (and the memory cap)"
+            f"no config passed parity{capped}"
             if measured
             else "every final-round measurement failed (see failures)"
         )

@@ -15,7 +15,7 @@ from typing import Any
 
 import optuna
 
-from trainers import LoopConfig
+from trainers import LoopConfig, WorkloadError
 from tuner.search.measuring.measure import Failure, Measurer
 from tuner.search.measuring.stats import drift
 from tuner.search.measuring.timing import Clock
@@ -23,6 +23,9 @@ from tuner.search.options import BASELINES, DRIFT_WARNING, Progress, Retry
 from tuner.store import keys
 from tuner.store import storage as studies
 from tuner.store.phases import MEASURE
+
+REFERENCE_BASELINE = "pytorch-default"
+"""The baseline that is the gate's reference loop (`trainers.REFERENCE`)."""
 
 
 class Baselines:
@@ -66,6 +69,16 @@ class Baselines:
             }
             if isinstance(outcome, Failure):
                 entry |= {"failure_reason": outcome.reason, "seconds": outcome.seconds}
+            elif name == REFERENCE_BASELINE and outcome.first_nonfinite is not None:
+                # The PyTorch loop itself computes NaN or inf: no config can be judged against
+                # it (the gate compares losses), so the job stops before its trials.
+                raise WorkloadError(
+                    f"the PyTorch default loop's loss is not finite at its step "
+                    f"{outcome.first_nonfinite} (of this measurement): the workload computes NaN "
+                    "or inf whatever the settings; fix the model, the loss or the data (or a "
+                    "learning rate too high), then tune it",
+                    field="workload",
+                )
             else:
                 entry |= outcome.to_attrs()
                 first = first_baseline(previous, name, self.where)

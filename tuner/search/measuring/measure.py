@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import math
 import re
 import statistics
 import time
@@ -62,6 +63,8 @@ class Measured:
     """Achieved model TFLOP/s at the median step (`trainers.flops`; None without a count)."""
     mfu: float | None = None
     """Model FLOP utilisation, 0..1 (None on a CPU, an unknown GPU or without a count)."""
+    first_nonfinite: int | None = None
+    """The first of the run's read losses that was NaN or infinite (its index), or None."""
 
     @property
     def median(self) -> float:
@@ -429,6 +432,10 @@ def _failure_kind(exc: Exception) -> str:
     return "error"
 
 
+def _first_nonfinite(losses: list[float]) -> int | None:
+    return next((i for i, x in enumerate(losses) if not math.isfinite(x)), None)
+
+
 def _measured(result: RunResult, seconds: float) -> Measured:
     use = result.utilisation
     return Measured(
@@ -441,6 +448,9 @@ def _measured(result: RunResult, seconds: float) -> Measured:
         sync_wait_ms=result.sync_wait_ms,
         seconds=seconds,
         stopped_early=result.stopped_early,
+        first_nonfinite=next(
+            (i for i, x in enumerate(result.losses) if not math.isfinite(x)), None
+        ),
         compile=None
         if result.config.get("compile", "none") == "none"
         and result.config.get("optimizer") != "compiled"
