@@ -171,6 +171,9 @@ class Trainer:
         # Held-out batches are passed as they are made (a dict, a tensor): the user's own loss
         # where training batches are fed as tuples (`trainers.workloads.as_tuples`).
         self.eval_loss = eval_loss or original_loss(workload.loss_fn)
+        # Batches taken from `workload.dataset` are the tuples the loop is fed: the adapted loss
+        # hands them back as they were made (the user's dict loss had failed on them mid-fit).
+        self._tuple_loss = None if eval_loss is not None else workload.loss_fn
         # A captured step bakes a float learning rate into the graph, and a compiled optimizer
         # step recompiles for each new float: a schedule must then change a device tensor.
         if lr_tensor is None:
@@ -336,7 +339,10 @@ class Trainer:
             with torch.no_grad(), self.precision_plan.autocast():
                 for batch in self.eval_data:
                     moved = _to_device(batch, self.device)
-                    loss = self.eval_loss(self.model, moved).float()
+                    loss_fn = self.eval_loss
+                    if self._tuple_loss is not None and isinstance(moved, tuple):
+                        loss_fn = self._tuple_loss
+                    loss = loss_fn(self.model, moved).float()
                     total = loss if total is None else total + loss
                     count += 1
         finally:

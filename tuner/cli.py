@@ -79,7 +79,10 @@ def flag_error(exc: Exception) -> str | None:
         flag = FLAGS.get(exc.field or "", "--workload")
         return f"{flag}: {exc}"
     if isinstance(exc, trainers.UnsupportedOnDevice | trainers.CaptureError):
-        return str(exc)
+        # Their messages begin with the setting (`device='cuda': CUDA is not available`):
+        # named by its flag, as every other input error is.
+        field = str(exc).partition("=")[0]
+        return f"{FLAGS[field]}: {exc}" if field in FLAGS else str(exc)
     if isinstance(exc, SpaceError):
         return f"--space/--fix: {exc}"
     if isinstance(exc, TunerError):

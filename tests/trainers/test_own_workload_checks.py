@@ -61,6 +61,12 @@ def test_dict_and_tensor_batches_are_fed_as_tuples_and_the_loss_gets_them_back(n
     done = trainer.fit(3)
     assert len(done.losses) == 3 and all(x == x for x in done.losses)
     assert trainer.evaluate() > 0
+    # The same samples taken from the workload's own data are the loop's tuples: the loss gets
+    # them back as it was written for (the user's dict loss failed on them mid-fit).
+    trainer.eval_data = [workload.collate_fn([workload.dataset[i]]) for i in range(2)]  # type: ignore[misc]
+    assert trainer.evaluate() == pytest.approx(
+        Trainer(workload, LoopConfig(), device="cpu", eval_data=held_out).evaluate()
+    )
     verdict = gate(
         f"{OWN}:{name}", LoopConfig(num_streams=2), RunArgs(steps=4, device="cpu"), preset="tiny"
     )

@@ -70,6 +70,13 @@ def test_user_factory_by_module_path() -> None:
     assert workload.name == "my_workload"
 
 
+def test_a_factory_of_parts_is_named_as_the_user_named_it() -> None:
+    # `workload_from_parts` names its workload "custom / custom" unless told: `tuner train`
+    # printed that, not the factory and the preset it was asked for.
+    workload = load_workload("examples.my_model:build", "tiny")
+    assert (workload.name, workload.preset) == ("examples.my_model:build", "tiny")
+
+
 @pytest.mark.parametrize(
     ("name", "preset", "field", "match"),
     [
@@ -81,6 +88,7 @@ def test_user_factory_by_module_path() -> None:
         ("tests.trainers.helpers:not_a_workload", "tiny", "workload", "not a Workload"),
         # A misspelt name or library prefix gets the closest names, not only the list.
         ("transfomer", "tiny", "workload", r"is invalid \(did you mean transformer\?\)"),
+        ("examples.my_model.build", "tiny", "workload", r"mean examples.my_model:build\?\)"),
         ("torchvison:resnet18", "tiny", "workload", r"\(did you mean torchvision:resnet18\?\)"),
         ("tim:resnet10t", "tiny", "workload", r"'tim' \(did you mean timm:resnet10t\?\)"),
     ],

@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.tuner.test_cli_run import REPO, run_main, without_progress
 from tests.tuner.tiny import RUN_FLAGS, sqlite_url
@@ -110,6 +111,16 @@ def test_a_bare_path_as_storage_is_told_its_url(
     assert code == 2
     line = _one_error_line(err)
     assert f"--storage sqlite:///{path}" in line
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_device_this_machine_lacks_is_named_by_its_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = run_main(capsys, "train", "--workload", "mlp", "--device", "cuda")
+    assert code == 2
+    line = _one_error_line(err)
+    assert line.startswith("error: --device: device='cuda': CUDA is not available here"), line
 
 
 def test_serve_with_a_bare_path_is_one_line() -> None:

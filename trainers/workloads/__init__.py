@@ -3,6 +3,7 @@ own (`package.module:factory`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import traceback
@@ -62,8 +63,11 @@ def resolve_factory(name: str, model_args: Mapping[str, str] | None = None) -> W
     if name in BUILTIN:
         return BUILTIN[name]
     if ":" not in name:
+        # `mymodels.build`: a user's factory is named with a colon before it.
+        head, dot, tail = name.rpartition(".")
+        hint = f" (did you mean {head}:{tail}?)" if dot and head and tail else ""
         raise WorkloadError(
-            f"workload={name!r} is invalid{did_you_mean(name, BUILTIN)}: allowed "
+            f"workload={name!r} is invalid{hint or did_you_mean(name, BUILTIN)}: allowed "
             f"{', '.join(BUILTIN)}, "
             f"{', '.join(f.usage for f in catalog())} or package.module:factory",
             field="workload",
@@ -147,9 +151,15 @@ class UserFactory:
                 raise
             raise WorkloadError(self._raised(exc), field="workload") from exc
 
+        if not isinstance(built, Workload):
+            return cast(Workload, built)  # not one: `load_workload` says so, naming it
+        if (built.name, built.preset) == ("custom", "custom"):
+            # `workload_from_parts`' defaults: named as the user named it and its preset
+            # (`tuner train` printed "workload custom / custom").
+            built = dataclasses.replace(built, name=self.name, preset=preset)
         # What would fail every step fails here, in one line; batches of another shape are fed
         # as tuples (`trainers.workloads.checks`): at every build, the gate's included.
-        return own_workload(built, self.name) if isinstance(built, Workload) else built
+        return own_workload(built, self.name)
 
     def _raised(self, exc: BaseException) -> str:
         return f"workload={self.name!r}: the factory raised {_one_line(exc, self.factory)}"
