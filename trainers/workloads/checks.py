@@ -12,7 +12,12 @@ cause nor the contract.
   "'tuple' object has no attribute 'detach'", and a loss of shape [1] trained but failed every
   gate run ("must be real number, not list"). Run once on a copy of the model whose weights are
   meta tensors (`trainers.meta`), on the first batch: no FLOP, no memory. A loss that reads
-  values (`.item()`) cannot run there and is left to the run.
+  values (`.item()`) cannot run there and is left to the run; where the model's sizes and the
+  batch's disagree (`_SHAPES_DISAGREE`), or the loss is cut from the model (`.detach()`), it is
+  refused, as every step would fail.
+- The optimizer, built once as the loop builds it, steps the model's own parameters and needs no
+  closure: an Adam built on another module trained nothing while every gate passed, and LBFGS
+  failed at the first step.
 
 Found by a new user's trial (2026-12-02): each of these reached the user only as every trial's
 failure. The first batch is read once, when the workload is built (a `Trainer` resumed past it
