@@ -76,7 +76,9 @@ def flag_error(exc: Exception) -> str | None:
     if isinstance(exc, trainers.ConfigError):
         return f"{FLAGS.get(exc.field, exc.field)}: {exc}"
     if isinstance(exc, trainers.WorkloadError):
-        flag = FLAGS.get(exc.field or "", "--workload")
+        field = exc.field or ""
+        # `model_arg.batch`: a --model-arg value's own error, not the workload's.
+        flag = "--model-arg" if field.startswith("model_arg") else FLAGS.get(field, "--workload")
         return f"{flag}: {exc}"
     if isinstance(exc, trainers.UnsupportedOnDevice | trainers.CaptureError):
         # Their messages begin with the setting (`device='cuda': CUDA is not available`):

@@ -322,6 +322,13 @@ def test_a_library_model_is_checked_before_it_is_queued(client: TestClient) -> N
         e["loc"][:2] == ["body", "model_args"] and "layerz" in e["msg"]
         for e in bad.json()["detail"]
     ), bad.json()
+    # The 422 echoes the value at fault (it echoed the workload's name).
+    typed = _post(client, body | {"model_args": {"layers": "two"}})
+    assert typed.status_code == 422
+    (error,) = typed.json()["detail"]
+    assert (error["loc"], error["input"]) == (["body", "model_args", "layers"], "two"), error
+    preset = _post(client, body | {"preset": "enormous"})
+    assert preset.status_code == 422 and preset.json()["detail"][0]["input"] == "enormous"
 
 
 def test_a_job_names_a_program_of_the_servers_registry_never_its_command(storage: str) -> None:

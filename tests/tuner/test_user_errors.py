@@ -167,3 +167,17 @@ def test_a_speedup_whose_interval_holds_one_says_it_is_a_tie() -> None:
     assert "tie" not in speedup_text({"median": 0.5, "ci95": [0.4, 0.6]})
     row = tie_text(["pytorch-default", "trial-2"], "fewer streams")
     assert "no difference between them was measured" in row and "simplest wins" in row
+
+
+def test_a_model_args_error_is_named_by_its_flag() -> None:
+    # `--model-arg batch=four` was said as `--workload: model_arg.batch='four' is invalid`.
+    import trainers
+    from tuner.cli import flag_error
+
+    said = flag_error(
+        trainers.WorkloadError(
+            "model_arg.batch='four' is invalid: allowed an integer", field="model_arg.batch"
+        )
+    )
+    assert said == "--model-arg: model_arg.batch='four' is invalid: allowed an integer"
+    assert flag_error(trainers.WorkloadError("no model", field=None)) == "--workload: no model"

@@ -253,6 +253,10 @@ class Search(TrialRunner):
             if self._stop_requested():
                 self.progress.phase(f"stopped on request after {self.done} trials")
                 break
+            if isinstance(slots, LocalSlots) and stops and not slots.more():
+                # Every trial asked for was run: no budget stopped them (a job's slots count
+                # its workers' trials, some not counted: they say when none is left).
+                break
             if deadline is not None and time.monotonic() > deadline:
                 self.progress.phase(f"timeout: stopped after {self.done} trials")
                 break

@@ -186,9 +186,12 @@ def _check_model_args(spec: JobSpec, registry: WorkloadRegistry) -> None:
             trainers.workload_key(spec.workload, spec.preset, spec.model_args)
         except trainers.WorkloadError as exc:
             loc = tuple((exc.field or "workload").split(".", 1)) if exc.field else ("workload",)
-            raise SpecError(
-                ("model_args", *loc[1:]) if loc[0] == "model_arg" else loc, str(exc), spec.workload
-            ) from exc
+            # The 422 echoes the value at fault, not the workload's name.
+            if loc[0] == "model_arg":
+                loc, value = ("model_args", *loc[1:]), spec.model_args.get(loc[-1], spec.model_args)
+            else:
+                value = spec.preset if loc[0] == "preset" else spec.workload
+            raise SpecError(loc, str(exc), value) from exc
     elif spec.model_args:
         raise SpecError(
             ("model_args",),

@@ -954,3 +954,20 @@ def test_a_search_budget_that_is_not_a_finite_positive_number_is_refused(
     said "search budget nan s" (a new user's trial, 2026-12-02)."""
     with pytest.raises(trainers.ConfigError, match=r"^timeout_s=.* is invalid: allowed a finite"):
         options(sqlite_url(tmp_path), "x", timeout_s=timeout)
+
+
+def test_a_run_of_every_trial_asked_for_says_no_timeout(tmp_path: Path) -> None:
+    # "timeout: stopped after 2 trials" was printed where --trials 2 had all run, the budget
+    # running out after the last (a new user's trial, 2026-12-02).
+    storage = sqlite_url(tmp_path)
+    progress = _Phases()
+    # 50 ms: the first trial starts well inside it and ends past it (a trial is a build and
+    # several timed windows).
+    run_json(options(storage, "all-run", trials=1, timeout_s=0.05), progress=progress)
+    assert len(_complete_values(storage, "all-run")) == 1
+    assert not any(line.startswith("timeout:") for line in progress.lines), progress.lines
+    # With trials left the budget still stops the run, and says so.
+    progress = _Phases()
+    run_json(options(storage, "cut", trials=5, timeout_s=0.05), progress=progress)
+    assert len(_complete_values(storage, "cut")) < 5
+    assert any(line.startswith("timeout: stopped after") for line in progress.lines)
