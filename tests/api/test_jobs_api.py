@@ -329,6 +329,12 @@ def test_a_library_model_is_checked_before_it_is_queued(client: TestClient) -> N
     assert (error["loc"], error["input"]) == (["body", "model_args", "layers"], "two"), error
     preset = _post(client, body | {"preset": "enormous"})
     assert preset.status_code == 422 and preset.json()["detail"][0]["input"] == "enormous"
+    # Options that only fail together (heads must divide the width) are refused before the job
+    # is queued, as `run` refuses them: it was queued, then failed in its worker.
+    shape = _post(client, body | {"model_args": {"hidden": "30", "heads": "4"}})
+    assert shape.status_code == 422, shape.text
+    (error,) = shape.json()["detail"]
+    assert error["loc"] == ["body", "model_args", "heads"] and "a divisor of hidden" in error["msg"]
 
 
 def test_a_job_names_a_program_of_the_servers_registry_never_its_command(storage: str) -> None:

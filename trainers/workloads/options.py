@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Literal
 
 from trainers.errors import WorkloadError
@@ -135,6 +135,10 @@ class Family:
     description: str
     options: tuple[OptionSpec, ...]
     presets: Mapping[str, Mapping[str, Value]]
+    check: Callable[[Mapping[str, Value]], None] | None = None
+    """What no single option can say (`hf:`'s heads must divide the width), on the effective
+    options: checked wherever they are resolved, so a service refuses them before a job is
+    queued, as `run` does (a job with hidden=30, heads=4 had failed in its worker)."""
 
     def __post_init__(self) -> None:
         for preset, values in self.presets.items():
@@ -169,6 +173,8 @@ class Family:
         values = self.preset_values(preset)
         for key, value in overrides.items():
             values[self.option(key).name] = value
+        if self.check is not None:
+            self.check(values)
         return values
 
 

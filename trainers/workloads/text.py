@@ -261,6 +261,7 @@ CAUSAL_LM = Family(
         ),
     ),
     presets=CAUSAL_PRESETS,
+    check=check_shape,
 )
 MASKED_LM = Family(
     name="hf:masked-lm",
@@ -286,6 +287,7 @@ MASKED_LM = Family(
         ),
     ),
     presets=PRESETS,
+    check=check_shape,
 )
 SEQ_CLS = Family(
     name="hf:seq-cls",
@@ -305,6 +307,7 @@ SEQ_CLS = Family(
         ),
     ),
     presets=PRESETS,
+    check=check_shape,
 )
 FAMILIES: Mapping[str, Family] = {
     f.name.removeprefix("hf:"): f for f in (CAUSAL_LM, MASKED_LM, SEQ_CLS)
