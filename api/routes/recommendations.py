@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 
 from api.deps import CallerDep, StoreDep, authenticate
+from api.errors import field_error
 from api.routes import NOT_FOUND, UNAUTHORIZED
 from api.schemas.common import Recommendation
 from api.schemas.studies import RecommendationHit
@@ -38,19 +39,30 @@ def recommend(
             description=("the GPU's name (spaces or '-') as in the fingerprint, or cpu"),
         ),
     ],
+    model_arg: Annotated[
+        list[str] | None,
+        Query(
+            max_length=32,
+            description="a library model's option, key=value, once per option (a job's "
+            "model_args): only jobs of that shape answer",
+        ),
+    ] = None,
 ) -> RecommendationHit:
     """Across this token's finished jobs (an admin's: everyone's), the recommended config of
-    highest throughput for this hardware."""
+    highest throughput for this model, shape and hardware."""
     hardware = gpu.strip().replace(" ", "-")
-    row = store.best_for(workload, preset, hardware, by=caller)
+    model_args = _pairs(model_arg or [])
+    row = store.best_for(workload, preset, hardware, by=caller, model_args=model_args)
     if row is None or row.recommendation is None:
+        shape = "".join(f" {k}={v}" for k, v in model_args.items())
         raise JobNotFound(
             f"no finished job has a recommendation for workload={workload!r} "
-            f"preset={preset!r} on {hardware!r}"
+            f"preset={preset!r}{shape} on {hardware!r}"
         )
     return RecommendationHit(
         workload=workload,
         preset=preset,
+        model_args=dict((row.spec or {}).get("model_args") or {}),
         gpu=hardware,
         job_id=row.id,
         study=row.study,
@@ -58,3 +70,18 @@ def recommend(
         config=row.recommendation.get("config"),
         recommendation=Recommendation.model_validate(row.recommendation),
     )
+
+
+def _pairs(items: list[str]) -> dict[str, str]:
+    """`key=value` query values as a job's `model_args`; a 422 naming `model_arg` else."""
+    pairs: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or key in pairs:
+            raise field_error(
+                ("query", "model_arg"),
+                "key=value, each key once (a library model's option, as a job's model_args)",
+                item,
+            )
+        pairs[key] = value
+    return pairs

@@ -63,6 +63,9 @@ class RecommendationHit(BaseModel):
 
     workload: str
     preset: str
+    model_args: dict[str, str] = Field(
+        default_factory=dict, description="the library model's options the job was given"
+    )
     gpu: str = Field(description="the hardware key: the GPU name with '-' for spaces, or cpu")
     job_id: str
     study: str

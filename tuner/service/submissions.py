@@ -19,6 +19,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+import trainers
 from tuner.errors import JobConflict, JobNotFound, TooManyQueued
 from tuner.service.jobtables import FINISHED, STATUSES, JobTables
 from tuner.service.owners import Owner
@@ -192,12 +193,22 @@ class Submissions(JobTables):
         return TrialStats(by_state=by_state, seconds_sum=float(seconds_sum), buckets=buckets)
 
     def best_for(
-        self, workload: str, preset: str, hardware: str, *, by: Owner | None = None
+        self,
+        workload: str,
+        preset: str,
+        hardware: str,
+        *,
+        by: Owner | None = None,
+        model_args: dict[str, str] | None = None,
     ) -> JobRow | None:
         """Of the finished jobs `by` may see, the one with the fastest recommended config for
-        this workload and hardware."""
+        this workload, its shape and hardware. The shape is the library model's effective
+        options (`trainers.workload_key`: the preset's unless `model_args` say otherwise): a job
+        of batch 32 had answered for one of batch 4, its throughput not comparable.
+        WorkloadError for `model_args` the workload does not take."""
+        wanted = trainers.workload_key(workload, preset, model_args)
         with self._sessions() as session:
-            return session.scalars(
+            rows = session.scalars(
                 sa.select(JobRow)
                 .where(
                     *_visible(by),
@@ -208,8 +219,8 @@ class Submissions(JobTables):
                     JobRow.status.in_(FINISHED),
                 )
                 .order_by(JobRow.rec_throughput.desc())
-                .limit(1)
-            ).first()
+            )
+            return next((row for row in rows if _shape_of(row) == wanted), None)
 
     def studies(self, *, by: Owner | None) -> set[str] | None:
         """The studies of the jobs `by` may see; None: every study of the storage (an admin's, and
@@ -275,3 +286,13 @@ def _new_row(job_id: str, spec: JobSpec, owner: Owner) -> dict[str, Any]:
         "n_failed": 0,
         "n_pruned": 0,
     }
+
+
+def _shape_of(row: JobRow) -> str | None:
+    """The workload key of a job's model (`trainers.workload_key`), None where its stored
+    options no longer name one (a family's option since removed)."""
+    model_args = (row.spec or {}).get("model_args") or {}
+    try:
+        return trainers.workload_key(row.workload, row.preset, model_args)
+    except trainers.WorkloadError:
+        return None

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
+import trainers
 from tests.conftest import pg_listening
 from tuner.errors import JobConflict, JobNotFound, SpecError, TooManyQueued
 from tuner.service.jobstore import JobStore
@@ -254,3 +255,39 @@ def test_a_job_on_one_gpu_is_claimed_only_by_that_gpus_worker(store: JobStore) -
     assert store.claim("gpu0", devices=("auto", "cpu", "cuda", "cuda:0")) is None
     claimed = store.claim("gpu1", devices=("auto", "cpu", "cuda", "cuda:1"))
     assert claimed is not None and (claimed.id, claimed.device) == (job.id, "cuda:1")
+
+
+def test_the_best_recommendation_is_of_the_asked_models_shape(store: JobStore) -> None:
+    """A job of batch 32 answered for one of batch 4 (its throughput not comparable): the
+    recommendations are matched by the model's effective options, however they were spelled."""
+
+    def finished(model_args: dict[str, str], throughput: float) -> str:
+        spec = JobSpec(workload="hf:causal-lm", preset="tiny", device="cpu", model_args=model_args)
+        job = store.create(spec, owner="me")
+        with store.engine.begin() as conn:
+            conn.execute(
+                sa.update(JobRow)
+                .where(JobRow.id == job.id)
+                .values(
+                    status="succeeded",
+                    hardware="cpu",
+                    rec_throughput=throughput,
+                    recommendation={"config": {}, "study": job.study},
+                )
+            )
+        return job.id
+
+    small = finished({"batch": "4"}, 495.0)
+    large = finished({"batch": "32", "data": "fixed"}, 2427.0)
+    default = finished({}, 800.0)
+    as_preset = finished({"batch": "2"}, 900.0)  # tiny's own batch: the preset's shape
+    best = store.best_for
+    assert best("hf:causal-lm", "tiny", "cpu", model_args={"batch": "4"}).id == small
+    assert best("hf:causal-lm", "tiny", "cpu", model_args={"data": "fixed", "batch": "32"}).id == (
+        large
+    )
+    assert best("hf:causal-lm", "tiny", "cpu").id == as_preset  # the fastest of the preset's shape
+    assert default != as_preset
+    assert best("hf:causal-lm", "tiny", "cpu", model_args={"batch": "8"}) is None
+    with pytest.raises(trainers.WorkloadError, match="model_arg 'batchh' is unknown"):
+        best("hf:causal-lm", "tiny", "cpu", model_args={"batchh": "8"})

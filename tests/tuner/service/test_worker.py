@@ -137,6 +137,15 @@ def test_recommendations_pick_the_best_finished_job(finished: Finished) -> None:
         headers=AUTH,
     )
     assert miss.status_code == 404 and "'NVIDIA-H100'" in miss.json()["detail"]
+    assert hit.json()["model_args"] == {}
+    # A library model's options name its shape; a built-in takes none, and a malformed one is
+    # the query's error.
+    query = {"workload": "mlp", "preset": "tiny", "gpu": "cpu"}
+    for model_arg, said in [("batch=4", "takes no model args"), ("batch", "key=value")]:
+        bad = client.get(
+            "/v1/recommendations", params=query | {"model_arg": model_arg}, headers=AUTH
+        )
+        assert bad.status_code == 422 and said in bad.text, bad.text
     missing = client.get("/v1/recommendations", params={"workload": "mlp"}, headers=AUTH)
     assert missing.status_code == 422
     assert {tuple(e["loc"]) for e in missing.json()["detail"]} == {
