@@ -160,9 +160,12 @@ def models(as_json: AsJson = False) -> None:
 
     families = catalog()
     if as_json:
-        typer.echo(
-            json.dumps([dataclasses.asdict(family) for family in families], indent=2, default=dict)
-        )
+        # The families' data: a family's cross-option `check` is code, not listed.
+        listed = [
+            {k: v for k, v in dataclasses.asdict(family).items() if k != "check"}
+            for family in families
+        ]
+        typer.echo(json.dumps(listed, indent=2, default=dict))
     else:
         render.model_table(Console(), families)
 

@@ -115,7 +115,13 @@ Precisions = Annotated[
         "default.",
     ),
 ]
-Preset = Annotated[str, typer.Option(help="Workload size: tiny, small, medium or large.")]
+Preset = Annotated[
+    str,
+    typer.Option(
+        help="Workload size: tiny, small, medium or large; a library model's are listed by "
+        "`python -m tuner models`."
+    ),
+]
 Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:INDEX.")]
 MatmulPrecision = Annotated[
     str,

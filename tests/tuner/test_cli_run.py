@@ -652,3 +652,19 @@ def test_the_resume_command_an_interrupt_prints_resumes_the_study(
     assert code == 0, err
     assert " made (mlp / tiny on cpu)" in out  # the study resumed: no "was made with" refusal
     assert len(load(made.storage or "", "made").trials) > 1
+
+
+def test_models_lists_each_familys_presets_and_options(capsys: pytest.CaptureFixture[str]) -> None:
+    # The JSON holds the families' data, not their cross-option check (a function: `--json`
+    # failed with "'function' object is not iterable" when it was added).
+    code, out, err = run_main(capsys, "models", "--json")
+    assert code == 0, err
+    families = {family["name"]: family for family in json.loads(out)}
+    assert {"torchvision", "timm", "hf:causal-lm"} <= set(families)
+    assert all(
+        set(f) == {"name", "usage", "description", "options", "presets"} for f in families.values()
+    )
+    assert families["hf:causal-lm"]["presets"]["tiny"]["heads"] == 2
+    # The table says what each preset sets over the defaults it lists.
+    code, out, _ = run_main(capsys, "models")
+    assert code == 0 and "tiny (batch 2, image 32, classes 10)" in " ".join(out.split())

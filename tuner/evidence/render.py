@@ -340,7 +340,14 @@ def model_table(console: Console, families: Sequence[Family]) -> None:
     """`python -m tuner models`: each family, its presets and its options with what is allowed."""
     for family in families:
         console.print(f"[bold]{family.usage}[/bold]: {family.description}")
-        console.print(f"  presets: {', '.join(family.presets)}")
+        # What each preset sets over the defaults below (tiny is batch 2, image 32 for an image
+        # model, where the table's defaults say 128 and 224).
+        sets = {
+            name: ", ".join(f"{key} {value}" for key, value in values.items())
+            for name, values in family.presets.items()
+        }
+        shown = [f"{name} ({sets[name]})" if sets[name] else name for name in family.presets]
+        console.print(f"  presets: {'; '.join(shown)}", markup=False, highlight=False)
         table = Table("option", "type", "default", "allowed", "what", box=None, padding=(0, 2))
         for spec in family.options:
             if spec.choices is not None:
