@@ -168,11 +168,9 @@ class Trainer:
         self.accumulate = accumulate
         self.clip_grad_norm = None if clip_grad_norm is None else float(clip_grad_norm)
         self.eval_data = eval_data
-        # Held-out batches are passed as they are made (a dict, a tensor): the user's own loss
-        # where training batches are fed as tuples (`trainers.workloads.as_tuples`).
+        # Held-out batches as they are made (a dict, a tensor) get the user's own loss; those of
+        # `workload.dataset`, the loop's tuples (`trainers.workloads.as_tuples`), the adapted one.
         self.eval_loss = eval_loss or original_loss(workload.loss_fn)
-        # Batches taken from `workload.dataset` are the tuples the loop is fed: the adapted loss
-        # hands them back as they were made (the user's dict loss had failed on them mid-fit).
         self._tuple_loss = None if eval_loss is not None else workload.loss_fn
         # A captured step bakes a float learning rate into the graph, and a compiled optimizer
         # step recompiles for each new float: a schedule must then change a device tensor.

@@ -115,13 +115,8 @@ Precisions = Annotated[
         "default.",
     ),
 ]
-Preset = Annotated[
-    str,
-    typer.Option(
-        help="Workload size: tiny, small, medium or large; a library model's are listed by "
-        "`python -m tuner models`."
-    ),
-]
+PRESET_HELP = "Workload size: tiny, small, medium or large (library models: `tuner models`)."
+Preset = Annotated[str, typer.Option(help=PRESET_HELP)]
 Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:INDEX.")]
 MatmulPrecision = Annotated[
     str,
