@@ -104,5 +104,5 @@ def test_bad_flag_is_one_line_naming_the_flag(args: list[str], flag: str) -> Non
 def test_cuda_graph_on_cpu_is_one_clear_line() -> None:
     out = tuner("train", "--device", "cpu", "--cuda-graph")
     assert out.returncode == 2
-    expected = "error: cuda_graph=True needs a CUDA device, and this run is on cpu"
+    expected = "error: --cuda-graph: cuda_graph=True needs a CUDA device, and this run is on cpu"
     assert out.stderr.strip() == expected
