@@ -72,6 +72,7 @@ TRAINERS = {
     "compiles",
     "config_from_env",
     "count_recompute_flops",
+    "a_field",
     "did_you_mean",
     "field_names",
     "fingerprint",

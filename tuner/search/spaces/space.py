@@ -25,9 +25,9 @@ from trainers import (
     TIE_ORDER,
     ConfigError,
     LoopConfig,
+    a_field,
     canonical,
     check_setting,
-    did_you_mean,
     field_names,
 )
 from tuner.errors import SpaceError
@@ -95,11 +95,7 @@ KINDS: Mapping[str, _Kind] = _Kinds()
 def check_field_name(field: str, value: object) -> None:
     """Raise SpaceError(field, value, the field names) unless `field` is a LoopConfig field."""
     if field not in KINDS:
-        raise SpaceError(
-            field,
-            value,
-            f"a LoopConfig field{did_you_mean(field, field_names())}: " + ", ".join(field_names()),
-        )
+        raise SpaceError(field, value, a_field(field))
 
 
 def check_value(field: str, value: object) -> None:
