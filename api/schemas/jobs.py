@@ -18,6 +18,7 @@ from pydantic import (
     AfterValidator,
     AliasChoices,
     BaseModel,
+    BeforeValidator,
     Field,
     PlainValidator,
     WithJsonSchema,
@@ -38,7 +39,25 @@ WorkloadName = Annotated[
     str, Field(min_length=1, max_length=128, pattern=r"^([a-z]+:)?[A-Za-z0-9_.-]+$")
 ]
 ModelArgKey = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z_]+$")]
-ModelArgValue = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$")]
+
+
+def _option_text(value: object) -> object:
+    """A JSON number or boolean as the text `--model-arg` takes (`4`, `0.5`, `true`), trimmed as
+    the CLI trims it: a client sends `{"batch": 4}` as readily as `{"batch": "4"}`, and the
+    family's own parser then checks the value (a bare "valid string" error hid which key and
+    what it allows). Anything else is left for the string check to refuse."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return value.strip() if isinstance(value, str) else value
+
+
+ModelArgValue = Annotated[
+    str,
+    BeforeValidator(_option_text),
+    Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$"),
+]
 PrecisionName = Precision
 Objective = Literal["throughput", "memory"]
 Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
@@ -193,7 +212,8 @@ class JobIn(Strict):
     model_args: dict[ModelArgKey, ModelArgValue] = Field(
         default_factory=dict,
         max_length=32,
-        description='a library model\'s options as strings, e.g. {"batch": "64", "image": "224"}',
+        description="a library model's options, as strings, numbers or booleans, e.g. "
+        '{"batch": 64, "image": "224", "tie": true}',
     )
     precision: PrecisionName | None = Field(
         default=None,
