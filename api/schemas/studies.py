@@ -19,6 +19,11 @@ class StudyOut(BaseModel):
     name: str
     workload: str | None
     preset: str | None
+    model_args: dict[str, str] = Field(
+        default_factory=dict,
+        description="the library model's options the study was run with (`--model-arg`, a "
+        "job's model_args); two studies of one model at other options differ here",
+    )
     hardware: str | None
     fingerprint: dict[str, Any] | None
     created: str | None

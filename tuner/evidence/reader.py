@@ -84,11 +84,20 @@ def _study_row(
         "study": summary.study_name,
         "workload": meta.get("workload"),
         "preset": meta.get("preset"),
+        # Two studies of one library model at other options (`--model-arg`) differ only here.
+        "model_args": _model_args(meta),
         "hardware": meta.get("hardware"),
         "trials": count_trials(trials).to_dict(),
         "best_throughput": best,
         "recommended": None if not isinstance(rec, dict) else rec.get("config"),
     }
+
+
+def _model_args(meta: dict[str, Any]) -> dict[str, str]:
+    """The options the study's model was given (`--model-arg`, a job's `model_args`); none in a
+    study made before they were recorded."""
+    found = meta.get("model_args")
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
 
 class StudyReader:
@@ -136,6 +145,7 @@ class StudyReader:
                 "name": name,
                 "workload": meta.get("workload"),
                 "preset": meta.get("preset"),
+                "model_args": _model_args(meta),
                 "hardware": meta.get("hardware"),
                 "fingerprint": meta.get("fingerprint"),
                 "created": meta.get("created"),
