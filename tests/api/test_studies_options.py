@@ -36,9 +36,7 @@ def three(any_storage: str) -> str:
     return any_storage
 
 
-def test_the_cli_lists_each_studys_options(
-    three: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_cli_lists_each_studys_options(three: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_main(capsys, "studies", "--storage", three, "--json")
     assert code == 0
     rows = {row["study"]: row["model_args"] for row in json.loads(out)}
