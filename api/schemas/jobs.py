@@ -18,7 +18,6 @@ from pydantic import (
     AfterValidator,
     AliasChoices,
     BaseModel,
-    BeforeValidator,
     Field,
     PlainValidator,
     WithJsonSchema,
@@ -27,6 +26,7 @@ from pydantic import (
 )
 
 from api.schemas.common import BestSoFar, Strict, utc
+from api.schemas.options import ModelArgKey, ModelArgValue
 from trainers import DEVICES_ALLOWED, LEVERS, PRECISIONS, Lever, Precision
 from trainers.program import MAX_NPROC
 from tuner.evidence.recommendation import recommends
@@ -37,26 +37,6 @@ Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.
 # A registry name, or a library model: `torchvision:resnet50`, `timm:convnext_atto`, `hf:causal-lm`.
 WorkloadName = Annotated[
     str, Field(min_length=1, max_length=128, pattern=r"^([a-z]+:)?[A-Za-z0-9_.-]+$")
-]
-ModelArgKey = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z_]+$")]
-
-
-def _option_text(value: object) -> object:
-    """A JSON number or boolean as the text `--model-arg` takes (`4`, `0.5`, `true`), trimmed as
-    the CLI trims it: a client sends `{"batch": 4}` as readily as `{"batch": "4"}`, and the
-    family's own parser then checks the value (a bare "valid string" error hid which key and
-    what it allows). Anything else is left for the string check to refuse."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)
-    return value.strip() if isinstance(value, str) else value
-
-
-ModelArgValue = Annotated[
-    str,
-    BeforeValidator(_option_text),
-    Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$"),
 ]
 PrecisionName = Precision
 Objective = Literal["throughput", "memory"]
