@@ -15,6 +15,7 @@ from typing import Any
 from torch import nn
 
 from trainers.errors import WorkloadError
+from trainers.workloads.init_once import built_once
 from trainers.workloads.options import Value
 from trainers.workloads.text_stream import PAD
 
@@ -172,25 +173,25 @@ def _rotary_decoder_config(
 
 def make_model(kind: str, options: Mapping[str, Value], transformers: Any) -> nn.Module:
     config = make_config(kind, options, transformers)
-    built: nn.Module
+    made: Any = built_once(lambda: _model_class(kind, options, transformers)(config))
+    if type(made).__name__ == "GPT2LMHeadModel":
+        # transformers picks the loss from the class name, and "GPT2LMHeadModel" names none;
+        # said here, or it warns before falling back to this same loss.
+        made.loss_type = "ForCausalLM"
+    built: nn.Module = made
+    return built
+
+
+def _model_class(kind: str, options: Mapping[str, Value], transformers: Any) -> Any:
+    """The transformers class of `kind` and the options' architecture."""
     if kind == "masked-lm":
-        built = transformers.BertForMaskedLM(config)
-        return built
+        return transformers.BertForMaskedLM
     if kind == "seq-cls":
-        built = transformers.BertForSequenceClassification(config)
-        return built
+        return transformers.BertForSequenceClassification
     causal = {
         "llama": "LlamaForCausalLM",
         "qwen2": "Qwen2ForCausalLM",
         "gpt_neox": "GPTNeoXForCausalLM",
         "mistral": "MistralForCausalLM",
     }
-    if options["arch"] in causal:
-        built = getattr(transformers, causal[str(options["arch"])])(config)
-        return built
-    model = transformers.GPT2LMHeadModel(config)
-    # transformers picks the loss from the class name, and "GPT2LMHeadModel" names none; said
-    # here, or it warns before falling back to this same loss.
-    model.loss_type = "ForCausalLM"
-    built = model
-    return built
+    return getattr(transformers, causal.get(str(options["arch"]), "GPT2LMHeadModel"))
