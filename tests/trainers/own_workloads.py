@@ -209,3 +209,34 @@ def refuses_its_preset(preset: str, *, seed: int) -> Workload:
     if preset != "tiny":
         raise ValueError(f"unknown preset {preset!r}: I have tiny only")
     return _workload()
+
+
+def frozen(preset: str, *, seed: int) -> Workload:
+    """Every parameter frozen: each step failed at its backward."""
+    workload = _workload()
+    workload.model.requires_grad_(False)
+    return workload
+
+
+class _LazyNet(nn.Module):
+    """Lazy linears with a BatchNorm between: its sizes come from the first forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.norm, self.last = nn.LazyLinear(16), nn.BatchNorm1d(16), nn.LazyLinear(3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.last(torch.relu(self.norm(self.first(x))))
+
+
+def lazy(preset: str, *, seed: int) -> Workload:
+    """A model of lazy modules: the meta copy of the loss check failed on its uninitialised
+    parameters, blamed on the factory (a new user's trial, 2026-12-03)."""
+    torch.manual_seed(seed)
+    return _workload(model=_LazyNet())
+
+
+def lazy_and_wrong(preset: str, *, seed: int) -> Workload:
+    """Lazy modules and a loss that fails on the first batch."""
+    torch.manual_seed(seed)
+    return _workload(model=_LazyNet(), loss_fn=lambda m, b: m(b[0][:, :2]).sum() + b[5])

@@ -263,3 +263,42 @@ def test_a_factorys_value_error_is_the_presets_only_where_it_names_the_preset() 
     with pytest.raises(WorkloadError, match="unknown preset 'huge'") as caught:
         load_workload(f"{OWN}:refuses_its_preset", "huge")
     assert caught.value.field == "preset"
+
+
+def test_a_model_with_no_trainable_parameter_is_refused_naming_the_model() -> None:
+    with pytest.raises(WorkloadError, match="the model has no trainable parameter") as caught:
+        load_workload(f"{OWN}:frozen", "tiny")
+    assert caught.value.field == "workload"
+    assert "its 2 parameters all have requires_grad=False" in str(caught.value)
+    model = nn.Linear(6, 3).requires_grad_(False)
+    data = [(torch.randn(6), torch.tensor(1)) for _ in range(8)]
+    with pytest.raises(WorkloadError) as caught:
+        workload_from_parts(
+            model, data, mlp.classification_loss, optimizer=adam(1e-3), batch_size=4
+        )
+    assert caught.value.field == "model"
+
+
+def test_lazy_modules_get_their_sizes_from_the_first_batch_and_train() -> None:
+    """Sized by one forward in eval mode: no running statistic moved, the same weights from the
+    same seed, and it trains and passes the gate."""
+    workload = load_workload(f"{OWN}:lazy", "tiny", seed=1)
+    model = workload.model
+    assert not any(nn.parameter.is_lazy(p) for p in model.parameters())
+    assert model.first.weight.shape == (16, 6) and model.training  # type: ignore[union-attr]
+    assert torch.equal(model.norm.running_mean, torch.zeros(16))  # type: ignore[union-attr]
+    again = load_workload(f"{OWN}:lazy", "tiny", seed=1).model
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters(), strict=True)
+    )
+    assert Trainer(workload, LoopConfig(), device="cpu").fit(2).losses
+    verdict = gate(
+        f"{OWN}:lazy", LoopConfig(num_streams=2), RunArgs(steps=4, device="cpu"), preset="tiny"
+    )
+    assert verdict.passed, verdict.reason
+
+
+def test_lazy_modules_whose_first_forward_fails_are_said_in_one_line() -> None:
+    with pytest.raises(WorkloadError, match="the model has lazy modules") as caught:
+        load_workload(f"{OWN}:lazy_and_wrong", "tiny")
+    assert "loss_fn(model, batch) on the first batch raised IndexError" in str(caught.value)

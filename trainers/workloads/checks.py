@@ -18,6 +18,8 @@ cause nor the contract.
 - The optimizer, built once as the loop builds it, steps the model's own parameters and needs no
   closure: an Adam built on another module trained nothing while every gate passed, and LBFGS
   failed at the first step.
+- The model has a trainable parameter, and lazy modules (`nn.LazyLinear`) get their sizes from
+  one forward on the first batch, as the first step would have given them.
 
 Found by a new user's trial (2026-12-02): each of these reached the user only as every trial's
 failure. The first batch is read once, when the workload is built (a `Trainer` resumed past it
@@ -53,13 +55,17 @@ def own_workload(workload: Workload, name: str, *, parts: bool = False) -> Workl
     optimizer = _Where(
         "optimizer" if parts else "workload", "optimizer" if parts else f"workload={name!r}"
     )
+    model = _Where("model" if parts else "workload", "model" if parts else f"workload={name!r}")
     _check_optimizer(workload, optimizer)
     batch = _first_batch(workload, data)
     if batch is None:
+        _check_trainable(workload, model)
         return mark_checked(workload)
     original = batch
     workload, batch = adapted(workload, batch)
     _check_batch(batch, data, list(original) if isinstance(original, Mapping) else None)
+    _materialise(workload, tuple(batch), loss)
+    _check_trainable(workload, model)
     _check_loss(workload, tuple(batch), loss)
     if parts and workload.batch_size is None:
         workload = dataclasses.replace(workload, samples_per_batch=samples_in(tuple(batch)))
@@ -229,6 +235,43 @@ def _check_loss(workload: Workload, batch: tuple[torch.Tensor, ...], where: _Whe
         f"loss_fn(model, batch) returned {got}; the loop backpropagates a "
         f"scalar loss tensor: {fix}",
     )
+
+
+def _materialise(workload: Workload, batch: tuple[torch.Tensor, ...], where: _Where) -> None:
+    """A model with lazy modules (`nn.LazyLinear`) gets its sizes from one forward, here on the
+    first batch, in eval mode and without grad (no running statistic moves, nothing is kept):
+    the meta copy of `_check_loss`, the FLOP count and the loop's first step all read sizes it
+    did not have yet ("Attempted to use an uninitialized parameter", from a new user's trial).
+    The sizes come from the batch, as they would at the first step."""
+    model = workload.model
+    if not any(torch.nn.parameter.is_lazy(p) for p in model.parameters()):
+        return
+    training = model.training
+    try:
+        with torch.no_grad():
+            model.eval()
+            workload.loss_fn(model, batch)
+    except Exception as exc:
+        said = " ".join(str(exc).split())[:300].rstrip(".")
+        raise where.error(
+            "the model has lazy modules (nn.LazyLinear, ...) whose sizes come from one forward, "
+            f"and loss_fn(model, batch) on the first batch raised {type(exc).__name__}"
+            f"{_raised_at(exc)}: {said}"
+        ) from exc
+    finally:
+        model.train(training)
+
+
+def _check_trainable(workload: Workload, where: _Where) -> None:
+    """A model none of whose parameters requires grad trains nothing: every step failed at its
+    backward ("element 0 of tensors does not require grad") in every trial and baseline."""
+    params = list(workload.model.parameters())
+    if not any(p.requires_grad for p in params):
+        held = f"its {len(params)} parameters all have requires_grad=False" if params else "none"
+        raise where.error(
+            f"the model has no trainable parameter ({held}): the loop trains the model's "
+            "parameters; unfreeze some (p.requires_grad_(True))"
+        )
 
 
 def _check_optimizer(workload: Workload, where: _Where) -> None:

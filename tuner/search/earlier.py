@@ -80,11 +80,15 @@ def search_inputs(memo: str, info: Mapping[str, Any]) -> str:
 
 
 def copy_earlier(
-    storage: optuna.storages.BaseStorage, study: optuna.Study, inputs: str
+    storage: optuna.storages.BaseStorage,
+    study: optuna.Study,
+    inputs: str,
+    limit: int | None = None,
 ) -> Copied | None:
     """Mark `study` (new) with `inputs`, and copy into it the finished trials of the earlier
-    study with the same inputs that finished the most (the latest of equals); None where there is
-    none, none of its trials completed, or `study` already holds trials (another worker's)."""
+    study with the same inputs that finished the most (the latest of equals), at most `limit`
+    of them (`within`: the job's trials); None where there is none, none of its trials
+    completed, or `study` already holds trials (another worker's)."""
     study.set_user_attr(keys.SEARCH_INPUTS, inputs)
     if study.get_trials(deepcopy=False):
         return None
@@ -92,13 +96,30 @@ def copy_earlier(
     if found is None:
         return None
     name, trials = found
-    study.add_trials([_copy(trial, name) for trial in trials])
+    study.add_trials([_copy(trial, name) for trial in within(trials, limit)])
     # Their numbers as the study gave them (read back, not assumed to start at 0).
     numbers = frozenset(
         t.number for t in study.get_trials(deepcopy=False) if keys.COPIED_FROM in t.user_attrs
     )
     study.set_user_attr(keys.TRIALS_COPIED, {"from": name, "trials": len(numbers)})
     return Copied(study=name, numbers=numbers)
+
+
+def within(trials: list[FrozenTrial], limit: int | None) -> list[FrozenTrial]:
+    """At most `limit` of `trials`, in their order: the fastest complete ones (the first
+    objective, throughput), then the others by number. A job asked for 1 trial after one of 3
+    had ended with 3 counted trials, all copies (a new API client's trial, 2026-12-03): the
+    copies take their share of the job's trials, and no more."""
+    if limit is None or len(trials) <= limit:
+        return trials
+
+    def rank(trial: FrozenTrial) -> tuple[int, float, int]:
+        if trial.state == TrialState.COMPLETE and trial.values:
+            return (0, -trial.values[0], trial.number)
+        return (1, 0.0, trial.number)
+
+    kept = {t.number for t in sorted(trials, key=rank)[: max(0, limit)]}
+    return [t for t in trials if t.number in kept]
 
 
 def _best_match(

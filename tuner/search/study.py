@@ -95,10 +95,7 @@ def run_study(
         search.close()
 
 
-DEFAULT_BUDGETS: dict[str, float] = {
-    AUTO_GPU_SPACE: AUTO_SEARCH_BUDGET_S,
-    SCALE_SPACE: AUTO_SCALE_BUDGET_S,
-}
+DEFAULT_BUDGETS = {AUTO_GPU_SPACE: AUTO_SEARCH_BUDGET_S, SCALE_SPACE: AUTO_SCALE_BUDGET_S}
 """The search budget of each space the default space means on a GPU, given no --timeout."""
 
 
@@ -126,17 +123,21 @@ def apply_gpu_defaults(
     workers: int = 1,
     job_timeout_s: float | None = None,
     job: bool = False,
+    on_gpu: bool | None = None,
 ) -> float | None:
     """The search budget (`search_budget`) and the patience (`search_patience`) a job on the
     default space gets on a GPU when the request leaves them unset, each said in a line; returns
     the budget (None: none). `run_study` (one GPU) sets both on `search.options`. A worker of a
     service job (`job`) sets the patience alone, which counts the job's trials, every worker's:
     the job's slots keep its deadline for every member, the budget returned from the request's
-    `job_timeout_s` or the default over `workers`, the GPUs that run its trials at once."""
-    # search.options, not the request's: open_search adapts them (profiles off for a program),
-    # and the budget must not undo that (it did: a program's job on a GPU then failed at its
-    # profiles).
+    `job_timeout_s` or the default over `workers`, the GPUs that run its trials at once.
+    `on_gpu` (None: the measurer's device says): off a GPU, neither is set, the request's returned.
+    """
+    # search.options, not the request's: open_search adapts them (profiles off for a program);
+    # the budget undoing that failed a program's GPU job at its profiles.
     asked = job_timeout_s if job else search.options.timeout_s
+    if not (search.measurer.device.type == "cuda" if on_gpu is None else on_gpu):
+        return asked  # a CPU scale job had stopped at 5 of 40 trials on the GPU's patience
     budget = search_budget(asked, search.space.name, workers)
     if budget is not None and budget != asked:
         if not job:
@@ -305,7 +306,7 @@ def _begin(
     copied = None
     if memo is not None:
         inputs = earlier.search_inputs(memo.study_name, info)
-        copied = earlier.copy_earlier(storage, study, inputs)
+        copied = earlier.copy_earlier(storage, study, inputs, limit=options.trials)
     # The lever corners (tuner/search/proposing/stages.py); a resumed study already holds them,
     # and skip_if_exists keeps a second creator from adding them twice, and leaves out those an
     # earlier study's copies ran. The float8 corner of the whole model waits for the probes

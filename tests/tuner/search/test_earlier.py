@@ -141,3 +141,35 @@ def test_the_inputs_name_the_measurement_not_the_job() -> None:
     assert earlier.search_inputs("memo-a", info) == same
     assert earlier.search_inputs("memo-b", info) != same
     assert earlier.search_inputs("memo-a", {**info, "protocol": {"warmup": 2}}) != same
+
+
+def test_a_job_of_fewer_trials_copies_no_more_than_its_own_the_fastest(storage: str) -> None:
+    """The copies take their share of the job's trials: a job of 1 after one of 3 ended with 3
+    counted trials, all copies (a new API client's trial)."""
+    run_json(options(storage, "first", trials=3))
+    complete = [t for t in load(storage, "first").trials if t.state == TrialState.COMPLETE]
+    rec = run_json(options(storage, "second", trials=1))
+    second = load(storage, "second")
+    copies = [t for t in second.trials if keys.COPIED_FROM in t.user_attrs]
+    assert len(copies) == 1 and len(_finished(second)) == 1
+    fastest = max(complete, key=lambda t: t.values[0])
+    assert copies[0].user_attrs[keys.COPIED_FROM]["trial"] == fastest.number
+    assert rec["search"]["trials_copied"] == {"from": "first", "trials": 1}
+
+
+def test_within_keeps_the_fastest_complete_trials_in_their_order() -> None:
+    trials = [
+        _trial(TrialState.FAIL, 0),
+        *[
+            optuna.trial.create_trial(
+                state=TrialState.COMPLETE, value=v, params={}, distributions={}
+            )
+            for v in (5.0, 9.0, 7.0)
+        ],
+    ]
+    for number, trial in enumerate(trials):
+        trial.number = number
+    assert [t.number for t in earlier.within(trials, 2)] == [2, 3]
+    assert [t.number for t in earlier.within(trials, 4)] == [0, 1, 2, 3]
+    assert [t.number for t in earlier.within(trials, None)] == [0, 1, 2, 3]
+    assert earlier.within(trials, 0) == []

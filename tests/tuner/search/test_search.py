@@ -688,14 +688,22 @@ def test_a_jobs_worker_keeps_the_requests_budget_and_shares_the_default_over_its
     search = open_search(options(sqlite_url(tmp_path), "job-budget", space="scale"))
     try:
         progress = _Phases()
-        shared = apply_gpu_defaults(search, progress, workers=4, job_timeout_s=None, job=True)
+        # This search measures on the CPU: there, neither default is set (a CPU job on the
+        # scale space stopped after 5 of its 40 trials on the GPU's patience).
+        assert apply_gpu_defaults(search, progress, workers=4, job=True) is None
+        assert apply_gpu_defaults(search, progress, job_timeout_s=60.0, job=True) == 60.0
+        assert search.options.patience is None and not progress.lines
+        gpu = {"on_gpu": True}
+        shared = apply_gpu_defaults(
+            search, progress, workers=4, job_timeout_s=None, job=True, **gpu
+        )
         assert shared == AUTO_SCALE_BUDGET_S / 4
         assert search.options.timeout_s is None and search.options.patience == AUTO_PATIENCE
         assert any("over 4" in line for line in progress.lines)
-        kept = apply_gpu_defaults(search, progress, workers=4, job_timeout_s=600.0, job=True)
+        kept = apply_gpu_defaults(search, progress, workers=4, job_timeout_s=600.0, job=True, **gpu)
         assert kept == 600.0 and search.options.timeout_s is None
         # One GPU's run (`run_study`) sets the default on its own options.
-        assert apply_gpu_defaults(search, progress) == AUTO_SCALE_BUDGET_S
+        assert apply_gpu_defaults(search, progress, on_gpu=True) == AUTO_SCALE_BUDGET_S
         assert search.options.timeout_s == AUTO_SCALE_BUDGET_S
     finally:
         search.close()
