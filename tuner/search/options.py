@@ -271,6 +271,19 @@ def check_patience(patience: int | None, objectives: Sequence[str]) -> None:
         )
 
 
+def memory_unmeasured(options: RunOptions, device: str) -> str | None:
+    """The line that says a memory cap or objective does nothing off a CUDA device, where no peak
+    memory is measured (None: on one, or neither asked). Both were taken on a CPU and nothing
+    said so: the recommendation's peak was null (a new API client's trial, 2026-12-03)."""
+    asked = [
+        *(["--max-memory excludes no config"] if options.max_memory_bytes is not None else []),
+        *(["the memory objective is not known"] if "memory" in options.objectives else []),
+    ]
+    if device == "cuda" or not asked:
+        return None
+    return f"peak memory is measured on a CUDA device only: on {device} {' and '.join(asked)}"
+
+
 class Progress(TypingProtocol):
     """What the search tells its caller as it goes (the CLI draws a progress bar from it)."""
 

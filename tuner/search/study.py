@@ -35,6 +35,7 @@ from tuner.search.options import (
     Retry,
     RunOptions,
     make_sampler,
+    memory_unmeasured,
     resume_command,
 )
 from tuner.search.proposing.defaults import (
@@ -95,8 +96,8 @@ def run_study(
         search.close()
 
 
+# The search budget of each space the default space means on a GPU, given no --timeout.
 DEFAULT_BUDGETS = {AUTO_GPU_SPACE: AUTO_SEARCH_BUDGET_S, SCALE_SPACE: AUTO_SCALE_BUDGET_S}
-"""The search budget of each space the default space means on a GPU, given no --timeout."""
 
 
 def search_budget(timeout_s: float | None, space_name: str, workers: int = 1) -> float | None:
@@ -213,9 +214,10 @@ def open_search(
     started = time.perf_counter()
     measurer = _measurer(options)
     _check_precisions_here(options, measurer)
+    if said := memory_unmeasured(options, measurer.device.type):
+        progress.phase(said)
     space, options = _space_for(options, measurer, progress)
-    # Said with its seconds: at 0.5B on an H200 the study opened 25 s after the build began
-    # (2026-12-02, 2c9259f), and no line said what took them.
+    # Said with its seconds: at 0.5B on an H200 25 s went by unsaid (2026-12-02, 2c9259f).
     progress.phase(_built(measurer, time.perf_counter() - started))
     args = (options, measurer, space, progress, should_stop, owner, retry, clock)
     if storage is not None:
@@ -456,10 +458,8 @@ def _study_info(
         # N processes on N devices never share a study with one process on one.
         hardware = f"{hardware}-x{options.nproc_per_node}"
     compile_cache = artifacts.share_compile_cache(options)
-    # The study's name carries the effective model options and a non-default precision: two
-    # shapes or precisions never share a study.
+    # Two shapes, or precisions searched or fixed, never share a study's name.
     shape = trainers.workload_key(options.workload, options.preset, options.model_args)
-    # A study that searches precisions never shares a name with one fixed to one of them.
     label = (
         "precisions-" + "-".join(options.allowed_precisions)
         if options.multi_precision

@@ -38,7 +38,7 @@ from tuner.search.deciding.recommend import CPU_NOTE
 from tuner.search.measuring import artifacts
 from tuner.search.measuring.artifacts import share_compile_cache
 from tuner.search.measuring.measure import Protocol
-from tuner.search.options import BASELINES, LocalSlots, RunOptions
+from tuner.search.options import BASELINES, LocalSlots, RunOptions, memory_unmeasured
 from tuner.search.proposing.defaults import (
     AUTO_PATIENCE,
     AUTO_SCALE_BUDGET_S,
@@ -380,12 +380,24 @@ def test_throughput_and_memory_give_a_pareto_list(tmp_path: Path) -> None:
 
 def test_max_memory_is_recorded_and_applied(tmp_path: Path) -> None:
     storage = sqlite_url(tmp_path)
-    rec = run_json(options(storage, "capped", trials=2, max_memory_bytes=2**30))
+    said = _Phases()
+    rec = run_json(options(storage, "capped", trials=2, max_memory_bytes=2**30), progress=said)
     assert rec["max_memory_bytes"] == 2**30
     assert load(storage, "capped").user_attrs["streamtune"]["max_memory_bytes"] == 2**30
-    # On a CPU no peak memory is known, so the cap cannot exclude a config.
+    # On a CPU no peak memory is known, so the cap cannot exclude a config; a line says so (it
+    # went unsaid: a new API client's trial), and not where nothing about memory was asked.
     assert rec["peak_memory_bytes"] is None
     assert rec["config"] is not None
+    line = "peak memory is measured on a CUDA device only: on cpu --max-memory excludes no config"
+    assert line in said.lines
+    plain = _Phases()
+    run_json(options(storage, "uncapped", trials=1), progress=plain)
+    assert not any("peak memory" in text for text in plain.lines)
+    both = dataclasses.replace(options(storage, "x", trials=1), objectives=("throughput", "memory"))
+    assert memory_unmeasured(both, "cpu") == (
+        "peak memory is measured on a CUDA device only: on cpu the memory objective is not known"
+    )
+    assert memory_unmeasured(both, "cuda") is None
 
 
 def test_timeout_stops_starting_trials(tmp_path: Path) -> None:
