@@ -9,9 +9,8 @@ A `Search` holds one open study (`tuner.search.study.open_search` opens it; its 
 4. re-measure the top configs and the baselines interleaved and decide
 (`tuner.search.deciding.decide`).
 
-Pruning rule: `PercentilePruner(25)`: from its second window on, a trial whose best window so far
-is below the 25th percentile of earlier trials at the same window is stopped (after 5 trials).
-Multi-objective studies are not pruned (Optuna does not support it).
+Pruning rule: `PercentilePruner(25)`: from its second window on, a trial whose best window is
+below the 25th percentile of earlier trials there stops (after 5; Optuna prunes no multi-objective).
 
 When trials stop starting: after `trials`; after `timeout_s` (`search_budget`: by default 240 s
 on the default space on a GPU, 480 s where that space is `scale`, for models of 0.3-8B
@@ -26,9 +25,9 @@ Who runs which trial: `run_study` (`python -m tuner run`) runs `trials` trials i
 number`, so a study is reproducible for a given history and workers do not draw the same points.
 
 Stopping on request (the tuning service's cancel, a worker's shutdown): `should_stop`, when given,
-is asked before each trial and after each measured window. Once it answers True, the running
-trial stops at its next window (told PRUNED with the windows it measured and the user attribute
-`stopped`), no further trial starts, and `run_study` raises `Stopped` instead of deciding.
+is asked before each trial and baseline and after each measured window. Once it answers True, a
+running trial stops at its next window (told PRUNED, attribute `stopped`), a baseline too (not
+stored), nothing further starts, and `run_study` raises `Stopped` instead of deciding.
 """
 
 from __future__ import annotations
@@ -150,6 +149,7 @@ class Search(TrialRunner):
             progress=progress,
             clock=self.clock,
             configs=self.baseline_configs,
+            stop=self._stop_requested,
         )
 
     def _open_shared(self, memo: optuna.Study | None) -> None:
