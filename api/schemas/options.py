@@ -22,8 +22,13 @@ def _option_text(value: object) -> object:
     return value.strip() if isinstance(value, str) else value
 
 
+_TEXT = Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$")
 ModelArgValue = Annotated[
     str,
-    BeforeValidator(_option_text),
-    Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$"),
+    # The schema says what a client may send (a generated client refused `{"batch": 64}`, the
+    # README's own example, while the service took it: a new API client's trial).
+    BeforeValidator(
+        _option_text, json_schema_input_type=Annotated[str, _TEXT] | int | float | bool
+    ),
+    _TEXT,
 ]

@@ -360,6 +360,18 @@ def test_model_args_take_json_numbers_and_booleans_as_the_cli_takes_their_text(
         assert any(key in e["loc"] and words in e["msg"] for e in bad.json()["detail"]), bad.json()
 
 
+def test_the_schema_says_model_args_take_numbers_and_booleans(client: TestClient) -> None:
+    """A client generated from the schema refused `{"batch": 64}` the service takes (a new API
+    client's trial): the schema lists each type a value may be sent as."""
+    schema = client.get("/openapi.json", headers=AUTH).json()
+    value = schema["components"]["schemas"]["JobIn"]["properties"]["model_args"]
+    value = value.get("additionalProperties") or next(iter(value["patternProperties"].values()))
+    sent = {part.get("type") for part in value["anyOf"]}
+    assert sent == {"string", "integer", "number", "boolean"}, value
+    text = next(part for part in value["anyOf"] if part.get("type") == "string")
+    assert (text["minLength"], text["maxLength"]) == (1, 64) and text["pattern"]
+
+
 def test_a_job_names_a_program_of_the_servers_registry_never_its_command(storage: str) -> None:
     registry = str(ROOT / "examples" / "program" / "programs.json")
     job = {"workload": "program:plain-mlp", "preset": "tiny", "trials": 2, "device": "cpu"}
