@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -182,7 +184,8 @@ def run_(flags: RunFlags) -> None:
             f"tuning {flags.workload_name} / {flags.preset} on device {flags.device}: loading "
             "PyTorch and Optuna"
         )
-        rec, node = _tune(flags.spec(), flags.settings(), flags.gpus, show)
+        with _stdout_to_stderr() if flags.as_json else contextlib.nullcontext():
+            rec, node = _tune(flags.spec(), flags.settings(), flags.gpus, show)
     from tuner.evidence import render
 
     if flags.as_json:
@@ -195,6 +198,24 @@ def run_(flags: RunFlags) -> None:
     if rec.config is None:
         # No config to train with: a script or CI step must not read this run as a success.
         raise typer.Exit(1)
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """What the job's code prints (a user's factory saying "building model", a DataLoader
+    worker, a child process) goes to stderr, so that `--json`'s stdout is the JSON alone: a
+    factory's print() made it unreadable (a new user's trial). At the descriptor as well as
+    sys.stdout, which children and forked workers do not share."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _tune(

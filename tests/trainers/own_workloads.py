@@ -240,3 +240,9 @@ def lazy_and_wrong(preset: str, *, seed: int) -> Workload:
     """Lazy modules and a loss that fails on the first batch."""
     torch.manual_seed(seed)
     return _workload(model=_LazyNet(), loss_fn=lambda m, b: m(b[0][:, :2]).sum() + b[5])
+
+
+def printing(preset: str, *, seed: int) -> Workload:
+    """A factory that says what it does on stdout, as many do."""
+    print(f"building model for {preset} seed={seed}")
+    return _workload()

@@ -66,6 +66,18 @@ def words(text: str) -> str:
 # -- run, end to end in a subprocess ---------------------------------------------------------
 
 
+def test_with_json_what_the_users_code_prints_goes_to_stderr(tmp_path: Path) -> None:
+    """A factory's print() made `--json`'s stdout unreadable (a new user's trial)."""
+    flags = list(RUN_FLAGS)
+    flags[flags.index("--workload") + 1] = "tests.trainers.own_workloads:printing"
+    out = tuner("run", *flags, "--trials", "1", "--json", "--storage", sqlite_url(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["config"] is not None
+    assert "building model for tiny seed=0" in out.stderr
+    without = tuner("run", *flags, "--trials", "1", "--storage", sqlite_url(tmp_path))
+    assert "building model for tiny seed=0" in without.stdout
+
+
 def test_run_json_in_a_subprocess_uses_tuner_storage(tmp_path: Path) -> None:
     storage = sqlite_url(tmp_path)
     env = {**os.environ, "TUNER_STORAGE": storage}
