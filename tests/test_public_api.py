@@ -20,6 +20,7 @@ TRAINERS = {
     "probe_levers",
     "Probed",
     "warmup_cosine",
+    "architecture_digest",  # what model a study measured (the exported script checks it)
     "BUILTIN",
     "COMPILE_MODES",
     "CaptureError",

@@ -24,6 +24,7 @@ from trainers.config import (
     invalid_reason,
 )
 from trainers.core import DEVICE_PATTERN, DEVICES_ALLOWED, min_warmup, resolve_device, split_batch
+from trainers.digest import architecture_digest
 from trainers.dynamo_state import DROPPED as KEPT_CODE_DROPPED
 from trainers.errors import (
     CaptureError,
@@ -130,6 +131,7 @@ __all__ = [
     "Workload",
     "WorkloadError",
     "a_field",
+    "architecture_digest",
     "canonical",
     "catalog",
     "check_matmul_precision",

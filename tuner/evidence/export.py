@@ -72,6 +72,14 @@ def main() -> None:
         workload = trainers.load_workload(WORKLOAD, PRESET, seed=SEED, model_args=MODEL_ARGS)
     except trainers.WorkloadError as exc:
         parser.exit(2, f"error: {exc}\\n")
+    if ARCHITECTURE and trainers.architecture_digest(workload.model) != ARCHITECTURE:
+        # Trained as asked, said once: the config was measured and gated on the model as it was.
+        print(
+            f"warning: {WORKLOAD} {PRESET} is not the model the study measured (its modules or "
+            "parameter shapes changed since): this config was tuned and gated on that one; run "
+            "`python -m tuner run` again to tune this one",
+            file=sys.stderr,
+        )
     try:
         trainer = trainers.Trainer(workload, config, device=args.device, precision=PRECISION)
     except (trainers.ConfigError, trainers.TrainerError) as exc:  # a --device not here, say
@@ -126,6 +134,8 @@ def python_script(rec: Recommendation, config: LoopConfig) -> str:
     workload, preset = fields.get("workload") or "WORKLOAD", fields.get("preset") or "PRESET"
     model_args = dict(fields.get("model_args") or {})
     seed = int(fields.get("seed") or 0)  # the study's weights and data (stored from 2026-12-02)
+    # None for a study stored before models were recorded, or a program's: nothing to check.
+    architecture = (fields.get("model") or {}).get("architecture")
     # The precision to train in: the one the study chose when it searched several.
     precision = rec.trained_precision
     return (
@@ -138,6 +148,7 @@ def python_script(rec: Recommendation, config: LoopConfig) -> str:
 from __future__ import annotations
 
 import argparse
+import sys
 
 import trainers
 from trainers import LoopConfig
@@ -149,6 +160,7 @@ WORKLOAD = {workload!r}
 PRESET = {preset!r}
 MODEL_ARGS = {model_args!r}
 SEED = {seed!r}
+ARCHITECTURE = {architecture!r}  # trainers.architecture_digest of the model measured
 PRECISION = {precision!r}
 CHECKPOINT_EVERY = 500
 """

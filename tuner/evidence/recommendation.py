@@ -91,6 +91,7 @@ STUDY_FIELDS = (
     "hardware",
     "fingerprint",
     "matmul_precision",
+    "model",  # what model it measured (`tuner.search.identity`); the exported script checks it
 )
 
 

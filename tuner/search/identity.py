@@ -9,17 +9,15 @@ own, named after the model, and leaves the old one as it was.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 from typing import Any
 
 import optuna
 
 import trainers
+from trainers.digest import digest
 from tuner.store.keys import META
 from tuner.store.storage import same_question
-
-DIGEST_LENGTH = 8  # hex digits: a name a user can type, no collision among one user's edits
 
 
 def model_identity(
@@ -28,9 +26,7 @@ def model_identity(
     """`architecture`: a digest of the module tree and every parameter's name, shape and dtype;
     `code`: a digest of the source files of the factory and of the loss (the user's module, or
     trainers' own for a built-in); `digest`: of both."""
-    model = workload.model
-    shapes = [(n, tuple(p.shape), str(p.dtype)) for n, p in model.state_dict().items()]
-    architecture = _digest(repr(model), repr(shapes))
+    architecture = trainers.architecture_digest(workload.model)
     files = {
         _source_file(trainers.resolve_factory(name, model_args)),
         _source_file(workload.loss_fn),
@@ -39,8 +35,8 @@ def model_identity(
     for path in sorted(f for f in files if f is not None):
         with open(path, "rb") as handle:
             sources.append(handle.read().decode("utf-8", "replace"))
-    code = _digest(*sources)
-    return {"architecture": architecture, "code": code, "digest": _digest(architecture, code)}
+    code = digest(*sources)
+    return {"architecture": architecture, "code": code, "digest": digest(architecture, code)}
 
 
 def study_for_model(
@@ -82,7 +78,3 @@ def _source_file(thing: Any) -> str | None:
         if found is not None:
             return found
     return None
-
-
-def _digest(*parts: str) -> str:
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:DIGEST_LENGTH]

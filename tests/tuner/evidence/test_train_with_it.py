@@ -164,6 +164,34 @@ def test_the_script_says_in_one_line_that_it_cannot_import_the_workload(
     assert "PYTHONPATH" in lines[0]
 
 
+def test_the_script_warns_where_the_model_is_not_the_one_the_study_measured(
+    finished: Finished, tmp_path: Path
+) -> None:
+    """A script exported from a study whose model was edited since trained the edited model
+    without a word (a new user's trial): it checks the architecture the study stored."""
+    text = export.export(finished.recommendation, "python")
+    workload = trainers.load_workload(
+        finished.rec["workload"], finished.rec["preset"], seed=finished.options.seed
+    )
+    measured = f"ARCHITECTURE = {trainers.architecture_digest(workload.model)!r}"
+    assert measured in text
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    for architecture, warned in ((measured, False), ("ARCHITECTURE = '0badc0de'", True)):
+        script = tmp_path / "train.py"
+        script.write_text(text.replace(measured, architecture))
+        done = subprocess.run(
+            [sys.executable, str(script), "--steps", "2", "--device", "cpu"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert ("is not the model the study measured" in done.stderr) is warned, done.stderr
+        assert "trained 2 steps in" in done.stdout
+
+
 @pytest.mark.parametrize(
     ("flags", "said"),
     [
