@@ -164,6 +164,12 @@ def unparsable(cause: BaseException | None) -> str:
         )
     if isinstance(cause, UnicodeDecodeError):
         return f"the body could not be parsed: it is not valid UTF-8 ({cause.reason})"
+    if isinstance(cause, ValueError) and "integer string conversion" in str(cause):
+        # Python's parser reads no integer of more than 4,300 digits; no field takes one.
+        return (
+            "the body could not be parsed: it holds an integer of more than 4,300 digits, "
+            "larger than any field allows"
+        )
     return "the body could not be parsed: send JSON in UTF-8"
 
 

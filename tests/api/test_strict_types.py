@@ -96,6 +96,23 @@ def test_a_body_nested_5000_deep_is_a_422_that_says_so(client: TestClient, opene
     assert "nested too deeply" in error["msg"] and "UTF-8" not in error["msg"]
 
 
+@pytest.mark.parametrize("digits", [4300, 4301, 10_000])
+def test_an_integer_too_long_to_read_is_a_422_that_says_so(client: TestClient, digits: int) -> None:
+    """Past 4,300 digits Python's parser refuses an integer: it was "send JSON in UTF-8" (a new
+    API client's trial); up to there the field's own bound names it."""
+    body = '{"workload": "mlp", "preset": "tiny", "trials": ' + "9" * digits + "}"
+    answer = client.post(
+        "/v1/jobs", content=body, headers=AUTH | {"content-type": "application/json"}
+    )
+    assert answer.status_code == 422
+    (error,) = answer.json()["detail"]
+    assert "UTF-8" not in error["msg"], error
+    if digits > 4300:
+        assert "an integer of more than 4,300 digits" in error["msg"], error
+    else:
+        assert error["loc"] == ["body", "trials"], error
+
+
 def test_a_body_that_is_not_utf8_is_a_422_that_says_so(client: TestClient) -> None:
     answer = client.post(
         "/v1/jobs",
