@@ -475,6 +475,9 @@ class TrialOut(BaseModel):
         default=None,
         description="not run: this trial, copied from an earlier job, measured its config",
     )
+    copied_from: dict[str, Any] | None = Field(
+        default=None, description="copied, not run: {study, trial} of an earlier job's study"
+    )
     pruned_reason: str | None = Field(
         default=None,
         description="why a pruned trial was not run or not measured in full: its screen "
@@ -486,7 +489,7 @@ class TrialOut(BaseModel):
     )
     started_at: dt.datetime | None
     completed_at: dt.datetime | None
-    duration_s: float | None
+    duration_s: float | None = Field(description="null for a copy: this job did not run it")
 
 
 class TrialPage(BaseModel):

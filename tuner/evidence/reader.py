@@ -199,12 +199,13 @@ def _trial_row(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
             "stopped": bool(attrs.get(STOPPED_ATTR)),
             "duplicate_of": attrs.get("duplicate_of"),
             "same_as": attrs.get(keys.SAME_AS),
+            "copied_from": attrs.get(keys.COPIED_FROM),
             "pruned_reason": pruned_reason(attrs),
             "time": attrs.get(keys.TIME) if isinstance(attrs.get(keys.TIME), dict) else None,
             "started_at": started,
             "completed_at": finished,
             "duration_s": None
-            if started is None or finished is None
+            if started is None or finished is None or keys.COPIED_FROM in attrs
             else (finished - started).total_seconds(),
         }
     )

@@ -22,6 +22,7 @@ from trainers import LoopConfig
 from tuner.errors import Interrupted, Stopped, TunerError
 from tuner.evidence.reader import list_studies, recommendation
 from tuner.evidence.verdicts import CPU_EXPLANATION
+from tuner.search.gating.memo import MEMO_ENV
 from tuner.search.study import run_study
 from tuner.search.trials import trials_without_gain
 from tuner.service.jobstore import JobStore
@@ -199,6 +200,33 @@ def test_healthz_counts_live_workers(running: tuple[TestClient, Worker]) -> None
         what="the worker to register",
     )
     assert health == {"status": "ok", "database": True, "workers_alive": 1}
+
+
+def test_a_repeat_job_copies_no_more_than_its_trials_and_says_which_are_copies(
+    monkeypatch: pytest.MonkeyPatch, running: tuple[TestClient, Worker]
+) -> None:
+    """A job of 1 trial after one of 3 ended with 3 counted trials, all copies, and `/trials`
+    did not say they were (a new API client's trial)."""
+    monkeypatch.setenv(MEMO_ENV, "on")
+    client, _ = running
+
+    def finished(body: dict[str, Any]) -> dict[str, Any]:
+        job = client.post("/v1/jobs", json=TINY_JOB | body, headers=AUTH).json()
+        return wait_for(
+            lambda: (j := _job(client, job))["status"] == "succeeded" and j,
+            timeout_s=240,
+            what="the job to succeed",
+        )
+
+    first = finished({"trials": 3})
+    again = finished({"trials": 1})
+    assert again["n_complete"] + again["n_failed"] + again["n_pruned"] == 1
+    (copy,) = client.get(again["links"]["trials"], headers=AUTH).json()["items"]
+    originals = client.get(first["links"]["trials"], headers=AUTH).json()["items"]
+    assert copy["copied_from"]["study"] == first["study"] and copy["duration_s"] is None
+    fastest = max(originals, key=lambda t: t["throughput"] or 0.0)
+    assert copy["copied_from"]["trial"] == fastest["number"] and copy["counted"]
+    assert all(t["copied_from"] is None and t["duration_s"] > 0 for t in originals)
 
 
 def test_cancel_stops_a_running_job_and_keeps_its_trials(
