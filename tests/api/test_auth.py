@@ -51,6 +51,10 @@ def test_healthz_needs_no_token(client: TestClient) -> None:
     response = client.get("/healthz")
     assert response.status_code == 200
     assert response.json() == {"status": "no_workers", "database": True, "workers_alive": 0}
+    # HEAD too, as load balancers probe (it was 405): the same status, no body.
+    for path in ("/healthz", "/v1/healthz"):
+        head = client.head(path)
+        assert head.status_code == 200 and head.content == b"", (path, head.text)
 
 
 def test_either_configured_token_is_accepted(client: TestClient) -> None:
