@@ -135,9 +135,8 @@ class Search(TrialRunner):
         # The compile cache folder and the portable artefacts loaded into it (`artifacts`).
         self.compile_cache: str | None = None
         self.artifacts_loaded = 0
+        # Trials copied from an earlier study (`tuner.search.earlier`): a share of the budget.
         self.copied = 0
-        """Trials this study began with, copied from an earlier one (`tuner.search.earlier`):
-        they take their share of this run's trial budget."""
         self.baseline_configs = baselines_for(options.nproc_per_node)
         self._open_shared(memo)
         # Where this process measures: drift compares a device with its own first measurement.

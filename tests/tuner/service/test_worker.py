@@ -362,8 +362,9 @@ def test_a_trial_left_running_is_failed_rerun_and_never_counted(storage: str) ->
     options = worker.options_for(ghost, JobSpec.of(ghost))
     # The ghost completes two trials, stops, and dies in the middle of a third.
     calls = iter(range(1000))
+    checks = _baseline_checks(windows=3) + 2 * 4  # the baselines', then 2 trials' (3 windows)
     with pytest.raises(Stopped):
-        run_study(options, should_stop=lambda: next(calls) >= 2 * 4)  # 2 trials' checks
+        run_study(options, should_stop=lambda: next(calls) >= checks)
     optuna.load_study(study_name=row.study, storage=storage).ask()
     before = {
         t.number: t.values for t in _trials(storage, row.study) if t.state == TrialState.COMPLETE
@@ -385,6 +386,11 @@ def test_a_trial_left_running_is_failed_rerun_and_never_counted(storage: str) ->
     assert done.recommendation["trial_counts"]["complete"] == done.n_complete
     assert counts.interrupted >= 1  # the ghost's trial (and the ones its stop cut short)
     _every_reader_counts_alike(storage, row.id, counts)
+
+
+def _baseline_checks(windows: int) -> int:
+    """The stop checks the start baselines make (each: 1 before it, 1 per window, 1 after)."""
+    return 2 * (windows + 2)
 
 
 def _every_reader_counts_alike(storage: str, job_id: str, counts: TrialCounts) -> None:
@@ -577,7 +583,8 @@ def test_should_stop_stops_the_running_trial_at_its_next_window(storage: str) ->
     def stop_in_the_second_trial() -> bool:
         asked.append(1)
         # per trial: 1 check before it, then 1 per window: the 2nd trial's 2nd window is call 8
-        return len(asked) >= 8
+        # after the baselines'
+        return len(asked) >= _baseline_checks(windows=4) + 8
 
     with pytest.raises(Stopped, match="stopped on request"):
         run_study(options, should_stop=stop_in_the_second_trial)
