@@ -213,6 +213,8 @@ def install(app: FastAPI) -> None:
     async def _bad_workload(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, trainers.WorkloadError)
         head, _, rest = (exc.field or "workload").partition(".")
+        if request.method in ("GET", "HEAD"):  # a lookup names its query parameter (model_arg)
+            return unprocessable(field_error(("query", head), str(exc)).errors())
         loc = ("model_args", rest) if head == "model_arg" and rest else (head,)
         return unprocessable(field_error(("body", *loc), str(exc)).errors())
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 
-from api.deps import authenticate
+from api.routes import GUARDED
 
-router = APIRouter(dependencies=[Depends(authenticate)], include_in_schema=False)
+router = APIRouter(dependencies=GUARDED, include_in_schema=False)
 
 
 @router.get("/openapi.json")

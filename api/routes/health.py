@@ -8,10 +8,10 @@ from fastapi.responses import PlainTextResponse
 
 from api import metrics
 from api.deps import CallerDep, ServicesDep
-from api.routes import UNAUTHORIZED
+from api.routes import OPEN, UNAUTHORIZED
 from api.schemas.health import HealthOut
 
-router = APIRouter(tags=["operations"])
+router = APIRouter(tags=["operations"], dependencies=OPEN)
 
 
 @router.get(

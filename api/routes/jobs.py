@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response, status
+from fastapi import APIRouter, Path, Query, Request, Response, status
 
 from api.deps import (
     CallerDep,
@@ -14,9 +14,8 @@ from api.deps import (
     ReportsDep,
     SettingsDep,
     StoreDep,
-    authenticate,
 )
-from api.routes import CONFLICT, NOT_FOUND, UNAUTHORIZED
+from api.routes import CONFLICT, GUARDED, NOT_FOUND, UNAUTHORIZED
 from api.schemas.common import ErrorOut, Recommendation
 from api.schemas.jobs import JobIn, JobOut, JobPage, Status, TrialOut, TrialPage
 from tuner.errors import JobConflict
@@ -24,9 +23,7 @@ from tuner.evidence.recommendation import recommends
 from tuner.service.spec import check_spec
 
 log = logging.getLogger("api.jobs")
-router = APIRouter(
-    prefix="/v1/jobs", tags=["jobs"], dependencies=[Depends(authenticate)], responses=UNAUTHORIZED
-)
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=GUARDED, responses=UNAUTHORIZED)
 
 Limit = Annotated[int, Query(ge=1, le=200, description="page size")]
 Offset = Annotated[int, Query(ge=0, le=10_000_000, description="items to skip")]
@@ -39,7 +36,9 @@ JobId = Annotated[str, Path(description="the job's id (32 hexadecimal digits)")]
     status_code=status.HTTP_201_CREATED,
     response_model=JobOut,
     responses={
+        400: {"model": ErrorOut, "description": "the body is not what its Content-Encoding says"},
         413: {"model": ErrorOut, "description": "the body is over the limit (64 KiB)"},
+        415: {"model": ErrorOut, "description": "a Content-Encoding other than gzip or deflate"},
         429: {"model": ErrorOut, "description": "this token has too many queued jobs"},
     },
 )

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 
-from api.deps import CallerDep, StoreDep, authenticate
+from api.deps import CallerDep, StoreDep
 from api.errors import field_error
-from api.routes import NOT_FOUND, UNAUTHORIZED
+from api.routes import GUARDED, NOT_FOUND, UNAUTHORIZED
 from api.schemas.common import Recommendation
 from api.schemas.studies import RecommendationHit
 from tuner.errors import JobNotFound
@@ -16,7 +16,7 @@ from tuner.errors import JobNotFound
 router = APIRouter(
     prefix="/v1/recommendations",
     tags=["recommendations"],
-    dependencies=[Depends(authenticate)],
+    dependencies=GUARDED,
     responses=UNAUTHORIZED,
 )
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 
-from api.deps import CallerDep, ReaderDep, StoreDep, authenticate
-from api.routes import CONFLICT, NOT_FOUND, UNAUTHORIZED
+from api.deps import CallerDep, ReaderDep, StoreDep
+from api.routes import CONFLICT, GUARDED, NOT_FOUND, UNAUTHORIZED
 from api.schemas.common import Recommendation
 from api.schemas.studies import StudyOut, StudyPage
 from tuner.errors import NoRecommendation, StudyNotFound
@@ -17,7 +17,7 @@ from tuner.service.submissions import Submissions
 router = APIRouter(
     prefix="/v1/studies",
     tags=["studies"],
-    dependencies=[Depends(authenticate)],
+    dependencies=GUARDED,
     responses=UNAUTHORIZED,
 )
 
