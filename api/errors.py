@@ -213,10 +213,9 @@ def install(app: FastAPI) -> None:
     async def _bad_workload(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, trainers.WorkloadError)
         head, _, rest = (exc.field or "workload").partition(".")
-        if request.method in ("GET", "HEAD"):  # a lookup names its query parameter (model_arg)
-            return unprocessable(field_error(("query", head), str(exc)).errors())
-        loc = ("model_args", rest) if head == "model_arg" and rest else (head,)
-        return unprocessable(field_error(("body", *loc), str(exc)).errors())
+        body = ("body", "model_args", rest) if head == "model_arg" and rest else ("body", head)
+        loc = ("query", head) if request.method in ("GET", "HEAD") else body  # a lookup's query
+        return unprocessable(field_error(loc, str(exc)).errors())
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: Exception) -> Response:

@@ -1,10 +1,9 @@
 """Jobs: the request (`JobIn`), the job (`JobOut`) and its trials (`TrialOut`).
 
 Each group of fields has one owner, and the models here follow it: the request's fields are
-`tuner.request.JobSpec`'s (`JobIn.to_spec` and `JobOut.of` copy them by name), which
-the CLI builds from its flags too, the space's
-and the pins' are `trainers.LoopConfig`'s with its allowed values and bounds, the precision is
-`trainers.precision`'s. tests/api/test_owners.py holds the models to their owners.
+`tuner.request.JobSpec`'s (`JobIn.to_spec` and `JobOut.of` copy them by name; the CLI builds it
+from its flags too), the space's and the pins' `trainers.LoopConfig`'s with its allowed values
+and bounds, the precision `trainers.precision`'s. tests/api/test_owners.py holds them to it.
 """
 
 from __future__ import annotations
@@ -41,8 +40,7 @@ WorkloadName = Annotated[
 PrecisionName = Precision
 Objective = Literal["throughput", "memory"]
 Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-# The CLI's device syntax (`trainers.DEVICE_PATTERN`), checked by `check_spec`
-# with its message; 8 characters hold `cuda:99`, as the job table's column does.
+# The CLI's device syntax (`trainers.DEVICE_PATTERN`, checked by `check_spec`); 8 characters.
 Device = Annotated[str, Field(min_length=1, max_length=8)]
 
 
@@ -363,12 +361,15 @@ class JobOut(BaseModel):
     objectives: list[str]
     max_memory_bytes: int | None
     fastest_trial: BestSoFar | None = Field(
-        description="the fastest complete trial so far (its one short measurement); not the "
-        "recommendation, which is `links.best` (named `best` until 2026-11-27)"
+        description="the fastest complete trial so far (one short measurement); the "
+        "recommendation is `links.best`"
     )
     has_recommendation: bool
     hardware: str | None
     phase: str | None = Field(description="what the worker is doing now")
+    search_ended: str | None = Field(
+        default=None, description="what ended the search's trials once decided, e.g. patience"
+    )
     waiting: str | None = Field(
         default=None, description="why a queued job is not running yet (null: it is not queued)"
     )
@@ -391,10 +392,9 @@ class JobOut(BaseModel):
 
     @classmethod
     def of(cls, row: StoredJobRow, offered: set[str] | Unknown | None = UNKNOWN) -> JobOut:
-        """The job: its request (`JobSpec`'s fields, by name) and its progress from the row.
-        `offered`: the job devices live workers run (`Submissions.offered_devices`; None: no
-        worker is alive), which say why a queued job waits."""
-        base = f"/v1/jobs/{row.id}"
+        """The job's request (`JobSpec`) and progress; `offered`: the devices live workers run
+        (`Submissions.offered_devices`; None: no worker alive), which say why a job waits."""
+        base, search = f"/v1/jobs/{row.id}", (row.recommendation or {}).get("search") or {}
         return cls.model_validate(
             dataclasses.asdict(JobSpec.of(row))
             | _waiting(row, offered)
@@ -410,6 +410,7 @@ class JobOut(BaseModel):
                 "has_recommendation": recommends(row.recommendation),
                 "hardware": row.hardware,
                 "phase": row.phase,
+                "search_ended": (search.get("ended") or {}).get("why"),
                 "cancel_requested": row.cancel_requested,
                 "attempts": row.attempts,
                 "error": row.error,

@@ -121,6 +121,7 @@ def test_post_a_job_poll_until_it_succeeds_and_read_its_best(server: Server) -> 
     )
     assert done["status"] == "succeeded", done
     assert done["n_complete"] + done["n_failed"] + done["n_pruned"] == 3
+    assert done["search_ended"] == "every trial asked for was run or taken (3 run)"
     best = server.http.get(f"{location}/best")
     assert best.status_code == 200 and best.json()["study"] == done["study"]
     assert server.http.get("/v1/jobs", headers={"Authorization": "Bearer nope"}).status_code == (

@@ -337,6 +337,11 @@ class TrialSlots(TypingProtocol):
         """Whether trials may follow the ones taken so far (drift baselines need a next one)."""
         ...
 
+    def ended(self) -> tuple[str, str]:
+        """After `take` gave none: what ended the trials (trials, timeout, request or others)
+        and a line saying so, for the recommendation's record."""
+        ...
+
 
 class LocalSlots:
     """`trials` slots, taken one after the other by this process alone."""
@@ -357,6 +362,9 @@ class LocalSlots:
 
     def more(self) -> bool:
         return self.taken < self.trials
+
+    def ended(self) -> tuple[str, str]:
+        return "trials", f"every trial asked for was run ({self.taken})"
 
 
 class Retry(TypingProtocol):

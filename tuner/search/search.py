@@ -47,6 +47,7 @@ from tuner.evidence.recommendation import Recommendation
 from tuner.search import helping
 from tuner.search.children import open_children, seeds_ahead
 from tuner.search.deciding import aim, decide, profiling
+from tuner.search.deciding.record import search_record
 from tuner.search.gating.memo import MEMO_ENV
 from tuner.search.gating.parity import Beside, GateClaims, ParityCache
 from tuner.search.gating.verdict import GateVerdict
@@ -67,7 +68,6 @@ from tuner.search.options import (
 )
 from tuner.search.proposing.levers import Prober, Staged
 from tuner.search.proposing.predict import TIME_SPARE
-from tuner.search.proposing.predict import tally as search_tally
 from tuner.search.proposing.screen import (
     Incumbent,
     judged_against,
@@ -116,6 +116,7 @@ class Search(TrialRunner):
         self.joined = begun(study)  # the patience counts the trials begun after these
         self.should_stop = should_stop
         self.stopped = False
+        self.ended: dict[str, str] | None = None  # what ended the trials (`_end_of_trials`)
         self.traces = (
             None
             if options.profile == "none"
@@ -135,8 +136,7 @@ class Search(TrialRunner):
         # The compile cache folder and the portable artefacts loaded into it (`artifacts`).
         self.compile_cache: str | None = None
         self.artifacts_loaded = 0
-        # Trials copied from an earlier study (`tuner.search.earlier`): a share of the budget.
-        self.copied = 0
+        self.copied = 0  # trials copied from an earlier study (`earlier`): a share of the budget
         self.baseline_configs = baselines_for(options.nproc_per_node)
         self._open_shared(memo)
         # Where this process measures: drift compares a device with its own first measurement.
@@ -249,25 +249,14 @@ class Search(TrialRunner):
             else (time.monotonic() + self.options.timeout_s)
         )
         while True:
-            if self._stop_requested():
-                self.progress.phase(f"stopped on request after {self.done} trials")
-                break
-            if isinstance(slots, LocalSlots) and stops and not slots.more():
-                # Every trial asked for was run: no budget stopped them (a job's slots count
-                # its workers' trials, some not counted: they say when none is left).
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                self.progress.phase(f"timeout: stopped after {self.done} trials")
-                break
-            if stops and self.out_of_patience():
-                copied = f" (and {self.copied} copied)" if self.copied else ""
-                self.progress.phase(
-                    f"patience: {self.options.patience} trials in a row without a gain above "
-                    f"{self.options.tie_margin:.0%}; stopped after {self.done} trials{copied}"
-                )
-                break
-            trial = slots.take(self._create, self._prepare)
+            end = self._end_of_trials(slots, deadline, stops)
+            trial = None if end is not None else slots.take(self._create, self._prepare)
             if trial is None:
+                by, why = end or slots.ended()
+                if end is not None and by != "trials":
+                    self.progress.phase(why)
+                if self.ended is None and stops:  # the search's own end, not revive's
+                    self.ended = {"by": by, "why": why}
                 break
             started = time.perf_counter()
             with keeping_compiled(SEARCH_KEPT):
@@ -286,6 +275,27 @@ class Search(TrialRunner):
             self.progress.trial_done(self.done, self.options.trials, best, state)
             if self.done % self.options.baseline_every == 0 and slots.more():
                 self.measure_baselines("drift")
+
+    def _end_of_trials(
+        self, slots: TrialSlots, deadline: float | None, stops: bool
+    ) -> tuple[str, str] | None:
+        """Why the trials end before the next one (what ended them, and a line saying so);
+        None: run another if `slots` gives one."""
+        if self._stop_requested():
+            return "request", f"stopped on request after {self.done} trials"
+        if isinstance(slots, LocalSlots) and stops and not slots.more():
+            # Every trial asked for was run: no budget stopped them (a job's slots count
+            # its workers' trials, some not counted: they say when none is left).
+            return slots.ended()
+        if deadline is not None and time.monotonic() > deadline:
+            return "timeout", f"timeout: stopped after {self.done} trials"
+        if stops and self.out_of_patience():
+            copied = f" (and {self.copied} copied)" if self.copied else ""
+            return "patience", (
+                f"patience: {self.options.patience} trials in a row without a gain above "
+                f"{self.options.tie_margin:.0%}; stopped after {self.done} trials{copied}"
+            )
+        return None
 
     def revive(self) -> int:
         """In a screening study, before the final round: gate the complete trials fastest first
@@ -383,7 +393,16 @@ class Search(TrialRunner):
         attrs = self.retry.call(lambda: self.study.user_attrs, what="reading the study")
         recommendation = recommendation.with_time(study_time(attrs))
         recommendation = recommendation.with_search(
-            self._search_record(attrs)
+            search_record(
+                self.study,
+                self.retry.call(
+                    lambda: self.study.get_trials(deepcopy=False), what="reading the study"
+                ),
+                attrs,
+                screening=self.screening,
+                ended=self.ended,
+                parity_cache=self.parity_cache,
+            )
             | {"compile_artifacts": {"loaded": self.artifacts_loaded, "saved": saved}}
         )
         if self.owner is not None:
@@ -456,35 +475,6 @@ class Search(TrialRunner):
         for line in profiling.said(self.study, recommendation):
             self.progress.phase(line)
         return recommendation
-
-    def _search_record(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        """How the search spent its trials (`tuner.search.proposing.predict.tally`), how many
-        distinct candidates the gate judged, and which of the gate's references were reused from an
-        earlier job (`ParityCache.reused_envelopes`)."""
-        trials = self.retry.call(
-            lambda: self.study.get_trials(deepcopy=False), what="reading the study"
-        )
-        candidates = {t.user_attrs.get(keys.CONFIG_KEY) for t in trials}
-        gated = sum(
-            1
-            for key in attrs
-            if key.startswith(keys.PARITY_PREFIX)
-            and key.removeprefix(keys.PARITY_PREFIX) in candidates
-        )
-        return search_tally(trials) | {
-            "screening": self.screening,
-            "gated": gated,
-            "reference_reused": sorted(self.parity_cache.reused_envelopes),
-            # What this process did not run again: verdicts an earlier job reached, profiles
-            # an earlier study or another worker of this job took (`_profile`).
-            "verdicts_reused": self.parity_cache.reused,
-            "trials_copied": attrs.get(keys.TRIALS_COPIED),
-            "profiles_copied": sorted(
-                name
-                for name, found in profiles.study_profiles(self.study).items()
-                if found.get("shared_from") is not None and not found.get("seconds")
-            ),
-        }
 
     def parity(self, config: LoopConfig, precision: str | None = None) -> GateVerdict:
         """The correctness gate's verdict for `config` in `precision` (None: the study's), from

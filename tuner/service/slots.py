@@ -169,6 +169,19 @@ class JobSlots:
     def more(self) -> bool:
         return self.last is not None and self.last.free > 1
 
+    def ended(self) -> tuple[str, str]:
+        count = self.last
+        if count is None:
+            return "request", "this worker is stopping"
+        if count.past_deadline:
+            return (
+                "timeout",
+                f"timeout: the job's search budget ran out after {count.counted} trials",
+            )
+        if count.free > 0:  # the slots were free, but a worker was deciding
+            return "others", f"another worker of the job ended its trials ({count.counted} run)"
+        return "trials", f"every trial asked for was run or taken ({count.counted} run)"
+
     def locked(self, fn: Callable[[], bool]) -> bool:
         """`fn()` under the job's slot lock: no worker takes a trial meanwhile. False without
         running it where the lock was not taken (this worker is stopping)."""
@@ -189,7 +202,8 @@ class JobSlots:
         self, create: Callable[[], optuna.Trial], prepare: Callable[[optuna.Trial], None]
     ) -> optuna.Trial | None:
         if not self._lock():
-            return None  # shutting down
+            self.last = None  # shutting down: no count, and no trial after this one
+            return None
         trial: optuna.Trial | None = None
         try:
             self.last = count_slots(self.storage, self.job, self.deadline)

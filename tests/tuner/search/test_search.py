@@ -638,11 +638,15 @@ def test_patience_stops_a_run_whose_trials_stop_gaining_and_a_resume_runs_that_m
     # before its 40 trials; where it stops follows from the measured values alone.
     opts = options(storage, "patient", trials=40, patience=2, tie_margin=0.99, baseline_every=100)
     progress = _Phases()
-    run_json(opts, progress=progress)
+    recommendation = run_json(opts, progress=progress)
     values = _complete_values(storage, "patient")
     assert len(load(storage, "patient").trials) == len(values)  # none failed or pruned
     assert len(values) == _expected_stop(values, 2, 0.99) < 40
     assert any(line.startswith("patience: 2 trials in a row") for line in progress.lines)
+    # The recommendation says why it has fewer trials than asked (the job row shows it).
+    ended = recommendation["search"]["ended"]
+    assert ended["by"] == "patience" and ended["why"] in progress.lines
+    assert f"stopped after {len(values)} trials" in ended["why"]
 
     # Resumed, the study has already stalled: this run still runs `patience` trials of its own.
     run_json(opts)
@@ -723,8 +727,20 @@ def test_a_jobs_worker_keeps_the_requests_budget_and_shares_the_default_over_its
 
 def test_patience_zero_runs_every_trial(tmp_path: Path) -> None:
     storage = sqlite_url(tmp_path)
-    run_json(options(storage, "impatient", trials=4, patience=0, tie_margin=0.99))
+    recommendation = run_json(options(storage, "impatient", trials=4, patience=0, tie_margin=0.99))
     assert len(_complete_values(storage, "impatient")) == 4
+    assert recommendation["search"]["ended"] == {
+        "by": "trials",
+        "why": "every trial asked for was run (4)",
+    }
+
+
+def test_a_search_budget_that_runs_out_is_said_in_the_recommendation(tmp_path: Path) -> None:
+    opts = options(sqlite_url(tmp_path), "hasty", trials=40, timeout_s=1e-6, tie_margin=0.99)
+    recommendation = run_json(opts)
+    assert recommendation["search"]["ended"]["by"] == "timeout"
+    done = recommendation["trial_counts"]["complete"]
+    assert recommendation["search"]["ended"]["why"] == f"timeout: stopped after {done} trials"
 
 
 def test_trials_without_gain_counts_since_the_last_gain_above_the_margin() -> None:

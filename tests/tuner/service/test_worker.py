@@ -470,6 +470,19 @@ def test_a_job_whose_patience_stops_its_search_decides_then(storage: str) -> Non
     attrs = optuna.load_study(study_name=row.study, storage=storage).user_attrs
     assert len([k for k in attrs if k.startswith("time/")]) == 1  # one session: no rejoin
     assert attrs[JOB_BEGUN] == []  # the claimer's count starts at the job's first trial
+    ended = done.recommendation["search"]["ended"]  # the job row's `search_ended`
+    assert ended["by"] == "patience"
+    assert f"stopped after {len(values)} trials" in ended["why"]
+
+
+def test_a_job_whose_budget_runs_out_says_so(storage: str) -> None:
+    store = JobStore(storage)
+    row = store.create(JobSpec(**(TINY_JOB | {"trials": 12, "timeout_s": 1e-3})), owner="me")
+    assert make_worker(storage).run_once()
+    done = store.get(row.id)
+    assert done.status in ("succeeded", "failed") and done.recommendation is not None
+    ended = done.recommendation["search"]["ended"]
+    assert ended["by"] == "timeout" and "search budget ran out" in ended["why"], ended
 
 
 def test_a_job_that_cannot_run_fails_with_the_reason(storage: str) -> None:
