@@ -53,7 +53,7 @@ class BodyLimit:
             await self._refuse(send, 408, f"not complete within {self.timeout_s:g} s")
             return
         codings = _codings(scope)
-        if codings:
+        if codings and body:  # an empty body (a cancel's POST) has nothing to decode
             decoded = await self._decode(body, codings, send)
             if decoded is None:
                 return  # refused

@@ -77,6 +77,16 @@ def test_a_body_that_is_not_what_its_coding_says_is_a_400(
     assert why in response.json()["detail"]
 
 
+def test_an_empty_body_under_a_coding_is_left_empty(client: TestClient) -> None:
+    """A client that compresses every request labels a bodiless POST too (a cancel)."""
+    job = client.post("/v1/jobs", json=TINY_JOB, headers=AUTH).json()
+    cancel = f"/v1/jobs/{job['id']}/cancel"
+    response = client.post(cancel, headers=AUTH | {"Content-Encoding": "gzip"})
+    assert response.status_code < 400, response.text
+    response = client.post(cancel, headers=AUTH | {"Content-Encoding": "br"})
+    assert response.status_code == 409, response.text  # the route's answer: already cancelled
+
+
 def test_a_coding_not_read_is_a_415_naming_those_that_are(client: TestClient) -> None:
     response = _post(client, json.dumps(TINY_JOB).encode(), "br")
     assert response.status_code == 415
