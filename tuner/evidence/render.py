@@ -131,6 +131,8 @@ def search_text(search: Mapping[str, Any] | None) -> str | None:
             f"would not fit; {search.get('skipped_slower', 0)} not run: predicted slower), "
             f"{search.get('screened_out', 0)} screened out, {search.get('gated', 0)} gated"
         )
+        if search.get("skipped_tie"):
+            parts.append(f"{search['skipped_tie']} not run: a lever change predicted to tie")
         if search.get("skipped_same"):
             parts.append(f"{search['skipped_same']} not run: a config an earlier job measured")
         for name in ("fit", "order"):

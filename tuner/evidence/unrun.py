@@ -23,7 +23,7 @@ def pruned_reason(attrs: Mapping[str, Any]) -> str | None:
             f"{against.get('throughput', 0.0):,.1f}: not gated"
         )
     found = attrs.get(keys.PREDICTION)
-    if isinstance(found, dict) and found.get("skip") in ("memory", "slower"):
+    if isinstance(found, dict) and found.get("skip") in ("memory", "slower", "tie"):
         return f"not run: {found.get('reason')}"
     if attrs.get(keys.STOPPED):
         return "stopped at a window: the job was cancelled or its worker stopped (not counted)"

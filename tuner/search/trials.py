@@ -21,21 +21,12 @@ from tuner.evidence.progress import TrialReport
 from tuner.evidence.unrun import pruned_reason
 from tuner.search.deciding import profiling
 from tuner.search.gating.parity import ParityCache
-from tuner.search.measuring.measure import (
-    Failure,
-    Measured,
-    Measurer,
-)
+from tuner.search.measuring.measure import Failure, Measured, Measurer
 from tuner.search.measuring.stats import bootstrap_ci
 from tuner.search.measuring.timing import Clock
-from tuner.search.options import (
-    NoRetry,
-    Progress,
-    Retry,
-    RunOptions,
-    make_sampler,
-)
+from tuner.search.options import NoRetry, Progress, Retry, RunOptions, make_sampler
 from tuner.search.proposing import held
+from tuner.search.proposing.drawn import judged
 from tuner.search.proposing.levers import Prober, Staged, offered_levers, second_stage
 from tuner.search.proposing.predict import check as check_prediction
 from tuner.search.proposing.predict import known_trials, predict
@@ -217,6 +208,15 @@ class TrialRunner:
                 ),
                 incumbent=against,
                 margin=self.options.tie_margin,
+            )
+            prediction = judged(  # the second stage's rule on a draw (`proposing.drawn`)
+                prediction,
+                config.to_dict(),
+                precision,
+                trials,
+                against,
+                self._prober.known,
+                self.options.precision,
             )
             trial.set_user_attr(keys.PREDICTION, prediction.to_dict())
             if prediction.skip is None:

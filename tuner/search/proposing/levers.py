@@ -326,7 +326,15 @@ class Prober:
             with self.timing():
                 figures.update(self._probe(precision, missing))
             tried.update(missing)
-        step_ms = measurer.workload.samples_per_batch / leader.values[0] * 1e3
+        return self.known(leader.values[0], precision)
+
+    def known(self, throughput: float, precision: str | None) -> Predictions | None:
+        """What the probes that already ran in `precision` predict for a leader of
+        `throughput` (samples/s); none is run here. None where none ran there."""
+        figures = self.probed.get(precision)
+        if figures is None or throughput <= 0:
+            return None
+        step_ms = self.measurer.workload.samples_per_batch / throughput * 1e3
         return Predictions(ms=figures, floor_ms=step_ms * self.margin)
 
     def _probe(self, precision: str | None, names: Sequence[str]) -> trainers.Probed:

@@ -96,7 +96,9 @@ class Prediction:
     incumbent: float | None = None
     incumbent_trial: int | None = None
     skip: str | None = None
-    """None (run it), `memory` (predicted not to fit) or `slower` (predicted to lose)."""
+    """None (run it), `memory` (predicted not to fit), `slower` (predicted to lose) or `tie` (a
+    lever change the probes predict to gain within the tie margin: `tuner.search.proposing.
+    drawn`)."""
     reason: str = ""
 
     @property
@@ -289,6 +291,7 @@ def tally(trials: Iterable[optuna.trial.FrozenTrial]) -> dict[str, Any]:
         "predicted": 0,
         "skipped_memory": 0,
         "skipped_slower": 0,
+        "skipped_tie": 0,
         "skipped_same": 0,
         "screened_out": 0,
         "complete": 0,
@@ -297,10 +300,13 @@ def tally(trials: Iterable[optuna.trial.FrozenTrial]) -> dict[str, Any]:
     for trial in trials:
         attrs = trial.user_attrs
         found = attrs.get(keys.PREDICTION)
-        if isinstance(found, dict) and (found.get("fits") is not None or found.get("throughput")):
+        skip = found.get("skip") if isinstance(found, dict) else None
+        if isinstance(found, dict) and (
+            found.get("fits") is not None or found.get("throughput") or skip == "tie"
+        ):
             counts["predicted"] += 1
-            if found.get("skip") in ("memory", "slower"):
-                counts[f"skipped_{found['skip']}"] += 1
+            if skip in ("memory", "slower", "tie"):
+                counts[f"skipped_{skip}"] += 1
         counts["skipped_same"] += keys.SAME_AS in attrs
         screened = attrs.get(keys.SCREEN)
         if isinstance(screened, dict) and screened.get("outcome") == "lost":

@@ -143,7 +143,7 @@ def judged_against(trial: optuna.trial.FrozenTrial) -> int | None:
     if isinstance(record, dict) and record.get("outcome") == "lost":
         return (record.get("incumbent") or {}).get("trial")
     found = trial.user_attrs.get(keys.PREDICTION)
-    if isinstance(found, dict) and found.get("skip") == "slower":
+    if isinstance(found, dict) and found.get("skip") in ("slower", "tie"):
         number = found.get("incumbent_trial")
         return int(number) if isinstance(number, int) else None
     return None

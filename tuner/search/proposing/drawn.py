@@ -1,0 +1,102 @@
+"""A trial that the second stage would leave out is not run when it comes up anyway.
+
+The second stage (`tuner.search.proposing.levers`) leaves out a lever's value that the probes
+predict to save no more than the tie margin of the leader's step: at best it would tie a config
+already measured. The sampler knows nothing of that prediction, and a variant enqueued for an
+earlier leader was predicted against that leader, not the one now ahead. On the Qwen2-style
+shape (0.49B, vocabulary 151,936; one H200 at 25842a9,
+`docs/benchmarks/time-to-answer-h200-2026-12-04-qwen2-25842a9.md`) the stage left out
+`float8_linears=none` from the float8 leader (predicted +1.14 ms a step, under the 1.19 ms a
+gain must pass), and two trials later the sampler drew that very config: a float8 compile and a
+screen, 81 s, that measured it 2.5 % behind, and the cold job ended at 622 s against the 600 s
+it aims at.
+
+So a trial whose config is the incumbent's with only levers the probes timed changed, in the
+incumbent's precision, is predicted as the stage predicts a variant (each changed lever's
+figure at the incumbent's value less its figure at the trial's, summed), and is not run where
+that sum is no more than the floor (`Predictions.floor_ms`). A change no probe timed (a memory
+lever, the compile scope, another precision), a value a probe could not time, or probes that
+have not run yet: it runs. Nothing is probed here: a draw waits for no microbenchmark.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from optuna.trial import FrozenTrial
+
+import trainers
+from tuner.search.proposing.predict import Prediction
+from tuner.search.proposing.predictions import Predictions
+from tuner.search.proposing.screen import Incumbent
+from tuner.store import keys
+
+
+def lever_tie(
+    config: Mapping[str, Any],
+    precision: str | None,
+    leader: FrozenTrial,
+    predictions: Predictions,
+) -> str | None:
+    """Why `config` (a `LoopConfig`'s dict) in `precision` is not run: it is `leader`'s (the
+    incumbent, a complete trial) with only probed levers changed, predicted to save no more than
+    `predictions.floor_ms` a step. None: run it."""
+    if keys.CONFIG not in leader.user_attrs or leader.user_attrs.get(keys.PRECISION) != precision:
+        return None
+    ours = trainers.canonical(config)
+    theirs = trainers.canonical(leader.user_attrs[keys.CONFIG])
+    changed = {name: value for name, value in ours.items() if theirs.get(name) != value}
+    if not changed:
+        return None  # the leader's own config: measured again, as any repeat draw is
+    gain = 0.0
+    for name, value in changed.items():
+        figures = predictions.ms.get(name)
+        if figures is None:
+            return None  # not a lever a probe timed (or its probe failed): no prediction
+        if not figures:
+            continue  # the model does none of the work it changes: it saves nothing
+        new, old = figures.get(value), figures.get(theirs.get(name))
+        if not isinstance(new, float) or not isinstance(old, float):
+            return None
+        gain += old - new
+    if gain > predictions.floor_ms:
+        return None
+    shown = ", ".join(f"{name}={value}" for name, value in changed.items())
+    return (
+        f"trial {leader.number} with {shown}: predicted {gain:+.2f} ms a step, under the "
+        f"{predictions.floor_ms:.2f} ms a gain must pass (the second stage leaves it out too)"
+    )
+
+
+def leader_of(trials: Sequence[FrozenTrial], number: int | None) -> FrozenTrial | None:
+    """The trial numbered `number` among `trials` (None: not there, or no number)."""
+    if number is None:
+        return None
+    return next((t for t in trials if t.number == number), None)
+
+
+def judged(
+    prediction: Prediction,
+    config: Mapping[str, Any],
+    precision: str | None,
+    trials: Sequence[FrozenTrial],
+    against: Incumbent | None,
+    known: Callable[[float, str | None], Predictions | None],
+    study_precision: str | None,
+) -> Prediction:
+    """`prediction` (`tuner.search.proposing.predict`), skipped as a tie (`skip="tie"`) where it
+    runs the trial and `lever_tie` says the stage would leave it out against the incumbent
+    (`against`); `known(throughput, precision)`: the probes' figures (`Prober.known`), the
+    study's precision (`study_precision`) where trials do not search one."""
+    if prediction.skip is not None or against is None:
+        return prediction
+    leader = leader_of(trials, against.trial)
+    predictions = known(against.throughput, precision or study_precision)
+    if leader is None or predictions is None:
+        return prediction
+    why = lever_tie(config, precision, leader, predictions)
+    if why is None:
+        return prediction
+    return dataclasses.replace(prediction, skip="tie", reason=why)
