@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -176,7 +177,11 @@ def models(as_json: AsJson = False) -> None:
 @command_of(RunFlags, RUN_PANELS)
 def run_(flags: RunFlags) -> None:
     """Tune: search the settings with short real runs and recommend a config."""
-    show = progress.for_terminal(quiet=flags.quiet, stdout=sys.stdout, stderr=sys.stderr)
+    # The job's clock starts here: its time aim counts the imports below as the user waits them.
+    started = time.monotonic()
+    show = progress.for_terminal(
+        quiet=flags.quiet, stdout=sys.stdout, stderr=sys.stderr, started=started
+    )
     with show:
         # The first line before anything slow (importing torch and Optuna, building the
         # workload, opening the study), so a log shows at once that the run started.
@@ -185,7 +190,7 @@ def run_(flags: RunFlags) -> None:
             "PyTorch and Optuna"
         )
         with _stdout_to_stderr() if flags.as_json else contextlib.nullcontext():
-            rec, node = _tune(flags.spec(), flags.settings(), flags.gpus, show)
+            rec, node = _tune(flags.spec(), flags.settings(), flags.gpus, show, started)
     from tuner.evidence import render
 
     if flags.as_json:
@@ -219,12 +224,12 @@ def _stdout_to_stderr() -> Iterator[None]:
 
 
 def _tune(
-    spec: JobSpec, settings: dict[str, Any], gpus: str, show: Any
+    spec: JobSpec, settings: dict[str, Any], gpus: str, show: Any, started: float
 ) -> tuple[Recommendation, NodeSummary | None]:
     """Check the request and the storage, apply a CPU's defaults, run the study (or, with
     `--gpus` above 1, its job on this node's GPUs), end the progress on the recommendation.
     `settings`: `RunOptions`' other fields from the flags, None where the default depends on the
-    device (`_cpu_defaults`)."""
+    device (`_cpu_defaults`); `started`: when the command began, the job's clock's start."""
     from tuner.request import run_options
     from tuner.search.study import run_study
     from tuner.store import storage as studies
@@ -246,7 +251,7 @@ def _tune(
         show.finish(rec)
         show.line(node.line())
         return rec, node
-    rec = run_study(options, progress=show)
+    rec = run_study(options, progress=show, started=started)
     show.finish(rec)
     return rec, None
 

@@ -21,11 +21,7 @@ from tuner.search.gating.memo import open_memo
 from tuner.search.identity import model_identity, study_for_model
 from tuner.search.measuring import artifacts
 from tuner.search.measuring.baselines import now
-from tuner.search.measuring.measure import (
-    Measurer,
-    Protocol,
-    set_matmul_precision,
-)
+from tuner.search.measuring.measure import Measurer, Protocol, set_matmul_precision
 from tuner.search.measuring.timing import Clock
 from tuner.search.options import (
     PRUNE_PERCENTILE,
@@ -71,11 +67,13 @@ def run_study(
     *,
     progress: Progress | None = None,
     should_stop: Callable[[], bool] | None = None,
+    started: float | None = None,
 ) -> Recommendation:
     """Search, decide, store the recommendation on the study and return it. `should_stop`
-    (optional) is polled between trials and after each window; see the module doc."""
+    (optional) is polled between trials and after each window; see the module doc. `started`:
+    when the job began (`open_search`)."""
     progress = progress or Quiet()
-    search = open_search(options, progress=progress, should_stop=should_stop)
+    search = open_search(options, progress=progress, should_stop=should_stop, started=started)
     apply_gpu_defaults(search, progress)
     try:
         search.measure_baselines("start")
@@ -201,24 +199,26 @@ def open_search(
     owner: str | None = None,
     retry: Retry | None = None,
     storage: optuna.storages.BaseStorage | None = None,
+    started: float | None = None,
 ) -> Search:
     """Open (or resume) the study of `options` and everything needed to measure its trials.
+    `started`: a `time.monotonic()` reading from when the job began, its clock's start (None: now).
 
     `owner` (a worker's id) is written on every trial this process runs (`OWNER_ATTR`), so that
     a trial whose worker died can be told from one still being measured. `retry` wraps the
     calls that write results to the storage (a worker waits out a database that is away);
     `storage`, when given, is used instead of opening `options.storage` again.
     """
-    clock = Clock()  # the session's wall time starts here: opening the study is part of it
+    clock = Clock(started)  # opening the study is part of the session's wall time
     progress = progress or Quiet()
-    started = time.perf_counter()
+    building = time.perf_counter()
     measurer = _measurer(options)
     _check_precisions_here(options, measurer)
     if said := memory_unmeasured(options, measurer.device.type):
         progress.phase(said)
     space, options = _space_for(options, measurer, progress)
     # Said with its seconds: at 0.5B on an H200 25 s went by unsaid (2026-12-02, 2c9259f).
-    progress.phase(_built(measurer, time.perf_counter() - started))
+    progress.phase(_built(measurer, time.perf_counter() - building))
     args = (options, measurer, space, progress, should_stop, owner, retry, clock)
     if storage is not None:
         return _search_on(storage, *args)

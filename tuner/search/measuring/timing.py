@@ -1,8 +1,11 @@
 """This process's share of a study's time, by phase (`tuner.store.phases` names them).
 
-A `Clock` starts when the search opens. Every timed part adds its seconds to one phase; the
-parts never overlap (one thread does them one after another), so the phases add up to at most
-the wall time, and `idle` is the rest. `record()` is the session as stored on the study.
+A `Clock` starts when the search opens, or where the job began when its caller says (`origin`:
+`python -m tuner run` counts its own start, so that the seconds it spends importing PyTorch and
+Optuna count towards the job's time aim, as a user's clock counts them). Every timed part adds
+its seconds to one phase; the parts never overlap (one thread does them one after another), so
+the phases add up to at most the wall time, and `idle` is the rest. `record()` is the session
+as stored on the study.
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ from tuner.store.phases import COMPILE, PHASES, with_idle
 
 
 class Clock:
-    """Seconds per phase since this process opened the search."""
+    """Seconds per phase since this process opened the search (or since `origin`, a
+    `time.monotonic()` reading from when the job began)."""
 
-    def __init__(self) -> None:
-        self._started = time.monotonic()
+    def __init__(self, origin: float | None = None) -> None:
+        self._started = time.monotonic() if origin is None else origin
         self.started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         self.key = f"{keys.TIME_PREFIX}{uuid.uuid4().hex[:10]}"
         self.seconds = dict.fromkeys(PHASES, 0.0)
