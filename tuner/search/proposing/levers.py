@@ -20,7 +20,8 @@ on the model's SDPA calls, its loss function eager and compiled, its head's matm
 float8) predict what each value saves a step, once per precision and only where a variant they
 predict could be enqueued (`Prober`); a value predicted to gain no more than the tie margin of
 the leader's step, or that cannot run the model's calls, is left out, and the progress line says
-why (`Predictions`).
+why (`Predictions`). A variant left out so is not run either when the sampler draws it, or when
+one enqueued for an earlier leader comes up after a faster one (`tuner.search.proposing.drawn`).
 
 A leader in bf16, in a study that may also run float8, gets one more kind of variant: the
 leader moved into float8, with each combination of the values the offered float8-only levers
