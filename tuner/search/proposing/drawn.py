@@ -52,15 +52,10 @@ def lever_tie(
         return None  # the leader's own config: measured again, as any repeat draw is
     gain = 0.0
     for name, value in changed.items():
-        figures = predictions.ms.get(name)
-        if figures is None:
-            return None  # not a lever a probe timed (or its probe failed): no prediction
-        if not figures:
-            continue  # the model does none of the work it changes: it saves nothing
-        new, old = figures.get(value), figures.get(theirs.get(name))
-        if not isinstance(new, float) or not isinstance(old, float):
-            return None
-        gain += old - new
+        saved = predictions.saved_ms(name, theirs.get(name), value)
+        if saved is None:
+            return None  # not a lever a probe timed, or a value it could not time
+        gain += saved
     if gain > predictions.floor_ms:
         return None
     shown = ", ".join(f"{name}={value}" for name, value in changed.items())

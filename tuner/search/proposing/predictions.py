@@ -47,18 +47,32 @@ class Predictions:
         figures = self.ms[name]
         if not figures:
             return f"{name}={value}: the model does none of the work it changes"
-        new, old = figures.get(value), figures.get(current)
+        new = figures.get(value)
         if isinstance(new, str):
             return f"{name}={value}: {new}"
-        if not isinstance(new, float) or not isinstance(old, float):
+        gain = self.saved_ms(name, current, value)
+        if gain is None:
             return None  # the leader's own value not timed: no prediction
-        gain = old - new
         if gain <= self.floor_ms:
             return (
                 f"{name}={value}: predicted {gain:+.2f} ms a step against {current}, under the "
                 f"{self.floor_ms:.2f} ms a gain must pass"
             )
         return gain
+
+    def saved_ms(self, name: str, current: Any, value: Any) -> float | None:
+        """The milliseconds a step saves with lever `name` at `value` instead of `current`: 0.0
+        where the model does none of its work; None where not predicted (no probe, or either
+        value not timed or unable to run)."""
+        figures = self.ms.get(name)
+        if figures is None:
+            return None
+        if not figures:
+            return 0.0
+        new, old = figures.get(value), figures.get(current)
+        if not isinstance(new, float) or not isinstance(old, float):
+            return None
+        return old - new
 
     def saved(self, settled: Mapping[str, Any], chosen: Mapping[str, Any]) -> float | str:
         """What a step saves in float8 with `settled` (every float8 lever's value; these
@@ -68,18 +82,14 @@ class Predictions:
         figure is missing."""
         gain = 0.0
         for name, value in settled.items():
-            figures = self.ms.get(name)
-            if figures is None:
-                return unpredicted(chosen)  # no probe, or it failed
-            if not figures:
-                continue  # the model does none of its work: it changes nothing
-            unconverted = trainers.LEVERS[name].unconverted
-            new, old = figures.get(value), figures.get(unconverted)
+            new = self.ms.get(name, {}).get(value)
             if isinstance(new, str):
                 return f"{moved(chosen)}: {name}={value}: {new}"
-            if not isinstance(new, float) or not isinstance(old, float):
+            # None: no probe (or it failed), or a figure missing; 0.0: none of its work here.
+            saved = self.saved_ms(name, trainers.LEVERS[name].unconverted, value)
+            if saved is None:
                 return unpredicted(chosen)
-            gain += old - new
+            gain += saved
         return gain
 
     def into(self, settled: Mapping[str, Any], chosen: Mapping[str, Any]) -> float | str:
