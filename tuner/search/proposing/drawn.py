@@ -65,13 +65,6 @@ def lever_tie(
     )
 
 
-def leader_of(trials: Sequence[FrozenTrial], number: int | None) -> FrozenTrial | None:
-    """The trial numbered `number` among `trials` (None: not there, or no number)."""
-    if number is None:
-        return None
-    return next((t for t in trials if t.number == number), None)
-
-
 def judged(
     prediction: Prediction,
     config: Mapping[str, Any],
@@ -87,7 +80,7 @@ def judged(
     study's precision (`study_precision`) where trials do not search one."""
     if prediction.skip is not None or against is None:
         return prediction
-    leader = leader_of(trials, against.trial)
+    leader = next((t for t in trials if t.number == against.trial), None)
     predictions = known(against.throughput, precision or study_precision)
     if leader is None or predictions is None:
         return prediction
