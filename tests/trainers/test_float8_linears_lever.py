@@ -285,11 +285,63 @@ def test_the_probe_counts_every_call_of_each_shape_on_its_rows() -> None:
     where = ProbeInput(
         forward=lambda: model(torch.randn(2, 8, 32)).sum(), device=torch.device("cpu"), model=model
     )
-    shapes = float8_linears._float8_linears(model)
+    shapes = float8_linears.converted_linears(model)
     assert shapes == {"shared": (32, 32, True), "other": (32, 64, True)}
-    calls = float8_linears._calls(where, shapes)
-    assert calls == {((32, 32, True), 16): 2, ((32, 64, True), 16): 1}
+    calls = float8_linears.sibling_calls(where, shapes)
+    # Each call on an input of its own: three groups of one.
+    assert calls == {(((32, 32, True),), 16): 2, (((32, 64, True),), 16): 1}
     assert not model.shared._forward_pre_hooks
+
+
+class _Attention(nn.Module):
+    """q, k and v read one input (one group); o reads their product, up reads o's output and
+    gate the same (a second group); down reads a product made after the layer's inputs were
+    freed, so an id Python gives again must not join it to an earlier group."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(32, 32), nn.Linear(32, 16), nn.Linear(32, 16)
+        self.o = nn.Linear(32, 32)
+        self.gate, self.up = nn.Linear(32, 64, bias=False), nn.Linear(32, 64, bias=False)
+        self.down = nn.Linear(64, 32, bias=False)
+        self.lm_head = nn.Linear(32, 16)
+
+    def block(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        attended = q * torch.cat([k, v], dim=-1)
+        h = self.o(attended)
+        return h + self.down(torch.relu(self.gate(h)) * self.up(h))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.block(self.block(x)))
+
+
+def test_the_probe_groups_the_linears_that_read_one_input() -> None:
+    """q/k/v form one group and gate/up another, each called twice (two blocks); o and down
+    stand alone: the float8 casts of a shared input are timed once, as the model compiled
+    runs them."""
+    model = _Attention()
+    where = ProbeInput(
+        forward=lambda: model(torch.randn(2, 8, 32)).sum(), device=torch.device("cpu"), model=model
+    )
+    calls = float8_linears.sibling_calls(where, float8_linears.converted_linears(model))
+    qkv = ((32, 32, True), (32, 16, True), (32, 16, True))
+    assert calls == {
+        (qkv, 16): 2,
+        (((32, 32, True),), 16): 2,
+        (((32, 64, False), (32, 64, False)), 16): 2,
+        (((64, 32, False),), 16): 2,
+    }
+
+
+def test_on_a_cpu_a_group_is_timed_in_bf16_each_member_on_the_one_input() -> None:
+    """A group all in bf16 runs eager here (float8 needs a GPU): every member reads the one
+    input and gives its own output, and the step (forward and backward) is timed."""
+    holder = float8_linears._Siblings([nn.Linear(32, 32), nn.Linear(32, 16)])
+    outs = holder(torch.randn(16, 32))
+    assert [tuple(o.shape) for o in outs] == [(16, 32), (16, 16)]
+    group = ((32, 32, True), (32, 16, True))
+    assert float8_linears.group_ms(group, 16, (False, False), torch.device("cpu"), iters=2) > 0
 
 
 def test_on_a_cpu_the_probe_says_why_for_every_value_and_leaves_the_model() -> None:
@@ -409,16 +461,18 @@ def test_on_a_gpu_a_step_is_captured_and_each_replay_runs_it_once() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _capable(), reason="needs a CUDA GPU of compute capability >= 8.9")
-@pytest.mark.parametrize("value", ["bf16", "float8"])
-def test_on_a_float8_gpu_the_probes_linear_step_is_captured_whole(value: str) -> None:
-    """Forward and backward of the probe's linear, float8 compiled on its own, in one CUDA
-    graph: the probe times the GPU's work, not the host's launches (a capture that fails falls
-    back to the step as launched, which this would not tell from a capture)."""
+@pytest.mark.parametrize("mix", [(False, False, False), (True, True, True), (True, False, False)])
+def test_on_a_float8_gpu_the_probes_group_step_is_captured_whole(mix: tuple[bool, ...]) -> None:
+    """Forward and backward of a probe's group (q/k/v-like: one input, three linears), in
+    bf16, in float8 compiled together, and mixed, in one CUDA graph: the probe times the GPU's
+    work, not the host's launches (a capture that fails falls back to the step as launched,
+    which this would not tell from a capture)."""
     pytest.importorskip("torchao.float8")
     device = torch.device("cuda")
-    step = float8_linears.linear_step((1024, 2816, False), 4096, value, device)
+    group = ((1024, 1024, True), (1024, 256, True), (1024, 256, True))
+    step = float8_linears.group_step(group, 4096, mix, device)
     assert graphed(step, device) is not step
-    assert float8_linears.linear_ms((1024, 2816, False), 4096, value, device, iters=2) > 0
+    assert float8_linears.group_ms(group, 4096, mix, device, iters=2) > 0
 
 
 def test_off_a_gpu_a_step_is_timed_as_it_is() -> None:

@@ -16,19 +16,28 @@ every 1024-wide linear ran 0.82-0.99x. Timed as launched (the records of 2026-11
 probe before), a small linear's figure was the host's time to launch its kernels (0.99 ms in
 float8 at 2048 x 512, against 0.22 ms graphed), and the probe's sums were wrong in sign at
 `llama-1b` (-23.9 ms a step for float8's linears, against +25.6 ms graphed) and 30x too large at
-the Qwen1.5 shape (-94.3 ms against -3.0 ms; the whole step ran 0.5 ms faster with `none`). Alone,
-each linear casts its input itself; in the whole model compiled, the q/k/v projections' casts of
-one input can be shared: whole-step trials decide.
+the Qwen1.5 shape (-94.3 ms against -3.0 ms; the whole step ran 0.5 ms faster with `none`).
 
-Its probe (`Lever.probe`) times each distinct shape the plan converts, in bf16 and in float8
-(compiled on its own), forward and backward on the rows one forward gives it (`linear_ms`), and
-sums for each value what its layers would run in; empty where the model has nothing to convert,
-and every value says why where float8 cannot run. The built-in spaces offer `8M` (the best of
-the three on the three models timed as launched; graphed, `all` leads at `llama-1b`) and `none`;
-`4M` is a user's `--fix`. Set by hand beside a head in bf16, `none` is refused; a search that
-draws that pair runs `all` (`inert`). The second stage reaches it by moving a bf16 leader into
-float8 with its head alone in float8 (`unconverted`: the value whose linears run as a bf16
-step's). At `llama-1b` (2026-11-30, one H200, the whole model compiled, the head in float8)
+Alone, each linear casts its input itself; in the whole model compiled, the linears that read
+one input (a decoder's q/k/v projections, its gate and up) share one cast of it. Timed alone at
+the Qwen2-style 0.49B shape (one H200, 2026-12-04, `benchmarks/float8_blocks.py`), the 896 x 896
+and 896 x 128 projections lost in float8 and the sum said float8 costs its linears +1.80 ms a
+step; timed in their groups, -1.19 ms; whole-step trials measured `none` 2.4 and 3.2 ms a step
+slower than `all` (the probe had enqueued it twice, at a predicted 1.6-1.7 ms gain). At
+`llama-1b` the groups gave -35.7 ms against -26.5 alone (the 2048-wide model cut to two layers
+and compiled whole: -32.7).
+
+Its probe (`Lever.probe`) groups the linears the plan converts by the input they read in one
+forward (`sibling_calls`), times each distinct group once for each mix of bf16 and float8 a
+value gives it (float8 members compiled together with the rest, so their input's cast is
+shared; all-bf16 eager), forward and backward on the rows that forward gives it (`group_ms`),
+and sums for each value what its groups would run in; empty where the model has nothing to
+convert, and every value says why where float8 cannot run. The built-in spaces offer `8M` (the
+best of the three on the three models timed as launched; graphed, `all` leads at `llama-1b`)
+and `none`; `4M` is a user's `--fix`. Set by hand beside a head in bf16, `none` is refused; a
+search that draws that pair runs `all` (`inert`). The second stage reaches it by moving a bf16
+leader into float8 with its head alone in float8 (`unconverted`: the value whose linears run as
+a bf16 step's). At `llama-1b` (2026-11-30, one H200, the whole model compiled, the head in float8)
 `8M` ran 0.976x (0.971-0.986) the same step with `all`, as the graphed figures say (it puts back
 the 2048 x 2048 linears, which gain in float8), and a default job on `llama-1b-large` screened
 its `8M` trial out at 2 % behind: a trial decides, as below.
@@ -82,6 +91,10 @@ def _least(value: Value) -> float:
 
 Shape = tuple[int, int, bool]
 """A linear's in features, out features and whether it has a bias."""
+Group = tuple[Shape, ...]
+"""The linears one forward calls one after another on one input (q/k/v; gate and up)."""
+Mix = tuple[bool, ...]
+"""Which of a group's linears run in float8."""
 
 
 def _refuse_on(value: Value, device: str) -> str | None:
@@ -96,7 +109,7 @@ def _refuse_in(value: Value, precision: str) -> str | None:
     return None
 
 
-def _float8_linears(model: nn.Module) -> dict[str, Shape]:
+def converted_linears(model: nn.Module) -> dict[str, Shape]:
     """The linears a float8 run converts (the output head aside), by qualified name: on a model
     the run converted, its float8 modules; on a plain one, what `Float8Plan.of` would convert."""
     heads = float8.output_heads(model)
@@ -116,7 +129,7 @@ def _float8_linears(model: nn.Module) -> dict[str, Shape]:
 def _refuse_for(value: Value, model: nn.Module) -> str | None:
     if value == "all":
         return None
-    shapes = _float8_linears(model)
+    shapes = converted_linears(model)
     if not shapes:
         return None  # nothing converted: the precision's own refusal names it
     if value == NONE:
@@ -157,7 +170,7 @@ def _keep_large(value: Value, model: nn.Module) -> Undo:
         raise ConfigError("float8_linears", value, refused)
     least = _least(value)
     swapped: dict[str, nn.Module] = {}
-    for name, (i, o, _) in _float8_linears(model).items():
+    for name, (i, o, _) in converted_linears(model).items():
         if i * o < least:
             swapped[name] = model.get_submodule(name)
             _put(model, name, _in_bf16(value, swapped[name], i, o))
@@ -193,38 +206,36 @@ def _in_bf16(value: Value, converted: nn.Module, features_in: int, features_out:
 
 
 def _probe(where: ProbeInput) -> dict[Value, float | str]:
-    """Each value's milliseconds a step in the linears the plan converts: every distinct shape
-    (with its rows, from one forward; a layer called twice counts once) timed once in bf16 and
-    once in float8 (`linear_ms`), forward and backward; a value sums, for each layer, the figure
-    of what it runs it in."""
-    shapes = _float8_linears(where.model)
+    """Each value's milliseconds a step in the linears the plan converts: every distinct group
+    of linears that read one input (with its rows, from one forward) timed once for each mix of
+    bf16 and float8 the values give it (`group_ms`), forward and backward; a value sums, for
+    each call of a group, the figure of its mix."""
+    shapes = converted_linears(where.model)
     if not shapes:
         return {}
-    calls = _calls(where, shapes)
+    calls = sibling_calls(where, shapes)
     if not calls:
         return {}
     unavailable = float8.unavailable(where.device)
     if unavailable:
         return dict.fromkeys(FLOAT8_LINEARS.values(), unavailable)
-    figures: dict[tuple[Shape, int], tuple[float, float]] = {}
+    figures: dict[tuple[Group, int, Mix], float] = {}
+    out: dict[Value, float | str] = {}
     try:
-        for shape, n_rows in calls:
-            figures[(shape, n_rows)] = (
-                linear_ms(shape, n_rows, "bf16", where.device),
-                linear_ms(shape, n_rows, "float8", where.device),
-            )
+        for value in FLOAT8_LINEARS.values():
+            least = _least(value)
+            total = 0.0
+            for (group, n_rows), times in calls.items():
+                mix = tuple(i * o >= least for i, o, _ in group)
+                if (group, n_rows, mix) not in figures:
+                    figures[(group, n_rows, mix)] = group_ms(group, n_rows, mix, where.device)
+                total += times * figures[(group, n_rows, mix)]
+            out[value] = total
     except torch.cuda.OutOfMemoryError:
         raise  # no evidence either way: the search stages the lever unpredicted
     except RuntimeError as exc:  # the compile failed, or no kernel for these shapes
         why = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
         return dict.fromkeys(FLOAT8_LINEARS.values(), why)
-    out: dict[Value, float | str] = {}
-    for value in FLOAT8_LINEARS.values():
-        least = _least(value)
-        out[value] = sum(
-            layers * figures[(shape, n_rows)][0 if shape[0] * shape[1] < least else 1]
-            for (shape, n_rows), layers in calls.items()
-        )
     return out
 
 
@@ -243,21 +254,35 @@ def _inert(get: Callable[[str], Value]) -> bool:
     return get("float8_linears") == NONE and get("float8_head") != "float8"
 
 
-def _calls(where: ProbeInput, shapes: dict[str, Shape]) -> Counter[tuple[Shape, int]]:
-    """How many calls one forward makes of each linear shape in `shapes` on how many rows:
-    every call (a layer called twice a step runs twice)."""
-    calls: Counter[tuple[Shape, int]] = Counter()
+def sibling_calls(where: ProbeInput, shapes: dict[str, Shape]) -> Counter[tuple[Group, int]]:
+    """How many calls one forward makes of each group of linear shapes in `shapes` on how many
+    rows. A group is the linears called one after another on the same input tensor (q, k and v;
+    gate and up): the whole model compiled casts that input to float8 once for all of them. A
+    layer called twice a step runs twice; on another input it starts a group of its own."""
+    calls: Counter[tuple[Group, int]] = Counter()
+    # The group being gathered: its input (held, so that no other tensor can reuse its id),
+    # shapes and rows; a call on another input closes it.
+    gathering: list[Any] = [None, [], 0]
+
+    def close() -> None:
+        if gathering[1]:
+            calls[(tuple(gathering[1]), gathering[2])] += 1
+        gathering[:] = [None, [], 0]
 
     def record(name: str) -> Any:
         def hook(_module: nn.Module, args: tuple[Any, ...]) -> None:
             # None: a pre-hook's result would replace the layer's input.
-            calls[(shapes[name], args[0].numel() // shapes[name][0])] += 1
+            if args[0] is not gathering[0]:
+                close()
+                gathering[0], gathering[2] = args[0], args[0].numel() // shapes[name][0]
+            gathering[1].append(shapes[name])
 
         return hook
 
     hooks = [where.model.get_submodule(n).register_forward_pre_hook(record(n)) for n in shapes]
     try:
         where.forward()
+        close()
     finally:
         for hook in hooks:
             hook.remove()
@@ -267,37 +292,59 @@ def _calls(where: ProbeInput, shapes: dict[str, Shape]) -> Counter[tuple[Shape, 
 def linear_ms(
     shape: Shape, rows: int, value: str, device: torch.device, iters: int = 10, graph: bool = True
 ) -> float:
-    """One linear of `shape` (fp32 weights, as a run keeps them) in `value` (bf16 or float8),
-    forward and backward under bf16 autocast on `rows` rows, CUDA events (`timed_ms`) on the
-    step captured in a CUDA graph (`graphed`: the whole model compiled launches its layers'
-    kernels back to back, and one layer launched alone times the host; `graph=False` times it
-    as launched, as the records of 2026-11-30 did). Float8 compiled alone (static shapes), as
-    the whole model compiled fuses its casts and scales; bf16 eager, whose matmuls are the same
-    cuBLAS calls compiled or not (a compile saved: the probe runs inside the job's time)."""
-    step = linear_step(shape, rows, value, device)
+    """One linear of `shape` in `value` (bf16 or float8), timed alone (`group_ms`): what the
+    probe timed before it grouped the linears that read one input."""
+    return group_ms((shape,), rows, (value == "float8",), device, iters, graph)
+
+
+def group_ms(
+    group: Group,
+    rows: int,
+    mix: Mix,
+    device: torch.device,
+    iters: int = 10,
+    graph: bool = True,
+) -> float:
+    """The linears of `group` (fp32 weights, as a run keeps them) on one input of `rows` rows,
+    each in float8 where `mix` says so and bf16 otherwise, forward and backward under bf16
+    autocast, CUDA events (`timed_ms`) on the step captured in a CUDA graph (`graphed`: the
+    whole model compiled launches its layers' kernels back to back, and one layer launched
+    alone times the host; `graph=False` times it as launched, as the records of 2026-11-30
+    did). With a float8 member the group is compiled together (static shapes), as the whole
+    model compiled fuses float8's casts and scales and casts a shared input once; all-bf16
+    eager, whose matmuls are the same cuBLAS calls compiled or not (a compile saved: the probe
+    runs inside the job's time)."""
+    step = group_step(group, rows, mix, device)
     return timed_ms(graphed(step, device) if graph else step, device, warmup=3, iters=iters)
 
 
-def linear_step(shape: Shape, rows: int, value: str, device: torch.device) -> Callable[[], None]:
-    """`linear_ms`'s step: one forward and backward of a fresh linear of `shape` in `value`."""
-    features_in, features_out, bias = shape
-    holder = nn.Sequential(nn.Linear(features_in, features_out, bias=bias, device=device))
+class _Siblings(nn.ModuleList):
+    """Linears that read one input: each one's output, in order."""
+
+    def forward(self, inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(layer(inputs) for layer in self)
+
+
+def group_step(group: Group, rows: int, mix: Mix, device: torch.device) -> Callable[[], None]:
+    """`group_ms`'s step: one forward and backward of fresh linears of `group`'s shapes."""
+    holder = _Siblings(nn.Linear(i, o, bias=b, device=device) for i, o, b in group)
     compiled: Any = holder
-    if value == "float8":
-        float8.convert(holder, float8.Float8Plan(converted=("0",), kept=()))
-        # Each shape on a code object of its own (`compile_apart`): one shared by every
+    if any(mix):
+        converted = tuple(str(k) for k, in_float8 in enumerate(mix) if in_float8)
+        float8.convert(holder, float8.Float8Plan(converted=converted, kept=()))
+        # Each group on a code object of its own (`compile_apart`): one shared by every
         # holder's call would pile up entries past Dynamo's recompile limit (8) and run eager
         # without an error, and a reset would drop the trials' code kept in this process (the
         # leader then compiled again in the gate and the final round, 2026-12-02).
         compiled = compile_apart(holder)
-    inputs = torch.randn(rows, features_in, device=device, dtype=torch.bfloat16)
+    inputs = torch.randn(rows, group[0][0], device=device, dtype=torch.bfloat16)
     inputs.requires_grad_(True)
-    grad = torch.randn(rows, features_out, device=device, dtype=torch.bfloat16)
+    grads = [torch.randn(rows, o, device=device, dtype=torch.bfloat16) for _, o, _ in group]
 
     def step() -> None:
         with torch.autocast(device.type, dtype=torch.bfloat16):
-            out = compiled(inputs)
-        out.backward(grad)
+            outs = compiled(inputs)
+        torch.autograd.backward(outs, grads)
         inputs.grad = None
         holder.zero_grad(set_to_none=True)
 
