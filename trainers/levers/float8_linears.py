@@ -260,22 +260,25 @@ def sibling_calls(where: ProbeInput, shapes: dict[str, Shape]) -> Counter[tuple[
     gate and up): the whole model compiled casts that input to float8 once for all of them. A
     layer called twice a step runs twice; on another input it starts a group of its own."""
     calls: Counter[tuple[Group, int]] = Counter()
-    # The group being gathered: its input (held, so that no other tensor can reuse its id),
+    # The group being gathered: its input (held, so that no other tensor can reuse its id), its
     # shapes and rows; a call on another input closes it.
-    gathering: list[Any] = [None, [], 0]
+    current: Any = None
+    group: list[Shape] = []
+    rows = 0
 
     def close() -> None:
-        if gathering[1]:
-            calls[(tuple(gathering[1]), gathering[2])] += 1
-        gathering[:] = [None, [], 0]
+        if group:
+            calls[(tuple(group), rows)] += 1
+        group.clear()
 
     def record(name: str) -> Any:
         def hook(_module: nn.Module, args: tuple[Any, ...]) -> None:
             # None: a pre-hook's result would replace the layer's input.
-            if args[0] is not gathering[0]:
+            nonlocal current, rows
+            if args[0] is not current:
                 close()
-                gathering[0], gathering[2] = args[0], args[0].numel() // shapes[name][0]
-            gathering[1].append(shapes[name])
+                current, rows = args[0], args[0].numel() // shapes[name][0]
+            group.append(shapes[name])
 
         return hook
 
