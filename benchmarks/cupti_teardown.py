@@ -25,6 +25,7 @@ import json
 import multiprocessing
 import os
 import time
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,7 @@ def main() -> None:
                 )
                 try:
                     rows.append(future.result())
-                except Exception as error:  # a crash of the re-init is a result too
+                except (BrokenProcessPool, RuntimeError) as error:  # a crash is a result too
                     rows.append({"teardown": teardown, "config": name, "error": repr(error)})
             print(json.dumps(rows[-1]), flush=True)
     if args.out is not None:
