@@ -20,15 +20,18 @@ from hypothesis import strategies as st
 import trainers
 from tests.tuner.tiny import sqlite_url
 from trainers import LoopConfig
+from trainers.kept_code import forget_compiled
 from tuner.errors import TunerError
 from tuner.evidence import intervals, profiles, trace, verdicts
 from tuner.evidence import reader as study_reading
 from tuner.evidence.reader import StudyReader as JobStudyReader
+from tuner.evidence.recommendation import Recommendation
 from tuner.evidence.report import build_report
 from tuner.evidence.trace import CPU_NOTE, Profile, analyze_trace, profile_config
 from tuner.evidence.verdicts import CPU_EXPLANATION, Verdict, explain, verdict
 from tuner.search.deciding import profiling
 from tuner.store import keys
+from tuner.store.counting import TrialCounts
 
 SEED_BASELINE = LoopConfig(num_streams=2, pin_memory=True, non_blocking=True)
 
@@ -130,6 +133,51 @@ def test_a_cuda_graph_on_the_cpu_is_refused_like_a_run() -> None:
     workload = trainers.load_workload("mlp", "tiny", seed=0)
     with pytest.raises(trainers.UnsupportedOnDevice):
         profile_config(workload, LoopConfig(cuda_graph=True), steps=2, device="cpu")
+
+
+def _unprofiled(study: str) -> Recommendation:
+    """A recommendation that left no profile out: `said` then speaks of the stored ones only."""
+    return Recommendation(
+        study=study, config=None, reason="none passed", trial_counts=TrialCounts(), gpu_seconds=0
+    )
+
+
+@pytest.mark.slow
+def test_a_compiled_profile_says_what_it_found_in_the_fx_graph_cache(tmp_path: Path) -> None:
+    """A profile in a child compiles its config again: the first into an empty cache misses, a
+    second (a new process's Dynamo, the same cache folder) hits, and the progress line says
+    which."""
+    workload = trainers.load_workload("mlp", "tiny", seed=0)
+    config = LoopConfig(compile="default")
+    found = []
+    with trainers.compile_cache_dir(tmp_path / "inductor"):
+        for _ in range(2):
+            forget_compiled()  # as the profiles' child: the code of a run elsewhere is not here
+            found.append(profile_config(workload, config, steps=2, warmup=2, device="cpu"))
+    cold, warm = found
+    assert cold.compile_cache is not None and warm.compile_cache is not None
+    assert cold.compile_cache["hits"] == 0 and cold.compile_cache["misses"] > 0
+    assert warm.compile_cache == {"hits": cold.compile_cache["misses"], "misses": 0}
+    study = optuna.create_study(storage=sqlite_url(tmp_path), study_name="looked")
+    for name, profile in (("recommended", cold), ("seed-baseline", warm)):
+        profiles.store_profile(study, profile, None, name=name)
+    lines = profiling.said(study, _unprofiled("looked"))
+    assert any(
+        line.startswith("profile of recommended:")
+        and line.endswith(f"; FX-graph cache: 0 of {cold.compile_cache['misses']} graphs hit")
+        for line in lines
+    ), lines
+    assert any(line.endswith(" graphs hit") and "seed-baseline" in line for line in lines)
+
+
+def test_an_eager_profile_looked_in_no_cache_and_its_line_says_nothing_of_one(
+    tmp_path: Path, cpu_profile: Profile
+) -> None:
+    assert cpu_profile.compile_cache is None
+    study = optuna.create_study(storage=sqlite_url(tmp_path), study_name="eager")
+    profiles.store_profile(study, cpu_profile, None, name="seed-baseline")
+    (line,) = profiling.said(study, _unprofiled("eager"))
+    assert line.startswith("profile of seed-baseline:") and "cache" not in line
 
 
 def test_the_verdict_of_a_cpu_profile_is_unknown_and_says_why(cpu_profile: Profile) -> None:

@@ -250,6 +250,16 @@ def profile_recommendation(
     )
 
 
+def _looked(attrs: Mapping[str, Any]) -> str:
+    """What a profile's compile found in Inductor's FX-graph cache, for its progress line: a
+    compile again that missed what the trial wrote costs the whole compile."""
+    found = attrs.get("compile_cache")
+    if not isinstance(found, dict):
+        return ""
+    hits, misses = int(found.get("hits", 0)), int(found.get("misses", 0))
+    return f"; FX-graph cache: {hits} of {hits + misses} graphs hit"
+
+
 def said(study: optuna.Study, recommendation: Recommendation) -> list[str]:
     """The progress lines after the profiles: each one left out on purpose (its own reason),
     where each measured one's seconds went (a compile again, or the trace), and which were
@@ -269,7 +279,7 @@ def said(study: optuna.Study, recommendation: Recommendation) -> list[str]:
         parts = attrs.get("phases") if name not in copied else None
         if isinstance(parts, dict) and parts:
             spent = ", ".join(f"{part} {seconds:.0f} s" for part, seconds in parts.items())
-            lines.append(f"profile of {name}: {attrs['seconds']:.0f} s ({spent})")
+            lines.append(f"profile of {name}: {attrs['seconds']:.0f} s ({spent}){_looked(attrs)}")
     if copied:
         lines.append(
             f"profiles of {', '.join(copied)}: from earlier studies of this workload, "
