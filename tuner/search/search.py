@@ -470,6 +470,7 @@ class Search(TrialRunner):
                     prepared=self._children.prepared,
                     warmed=self._children.warm_config,
                     repeat=keys.TRIALS_COPIED in self.study.user_attrs,
+                    compiled=aim.trial_compile(self.study, self.options.precision, self.retry),
                 ),
             )
         for line in profiling.said(self.study, recommendation):

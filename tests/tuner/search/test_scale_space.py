@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import optuna
 import pytest
 
 import trainers
@@ -14,13 +15,14 @@ from tuner.errors import SpaceError
 from tuner.search.deciding import aim as aim_module
 from tuner.search.deciding import profiling
 from tuner.search.measuring.timing import Clock
-from tuner.search.options import LocalSlots
+from tuner.search.options import LocalSlots, NoRetry
 from tuner.search.proposing.stages import SCALE_CORNERS, first_stage
 from tuner.search.spaces.named import SCALE_PARAMS, load_space, scale_space
+from tuner.search.spaces.space import candidate_key
 from tuner.search.study import open_search
 from tuner.store import keys
 from tuner.store import storage as studies
-from tuner.store.phases import GATE_ENVELOPE
+from tuner.store.phases import COMPILE, GATE_ENVELOPE, MEASURE
 
 
 @pytest.mark.parametrize(
@@ -197,6 +199,46 @@ def test_a_profile_starts_only_where_its_expected_cost_ends_the_job_inside_the_a
     assert refused is not None and "875 s" in refused
     now[0] = 870.0
     assert kept(eager, None, True) is None
+
+
+def test_a_compiled_profile_is_expected_to_take_its_trials_compile_again(tmp_path: Path) -> None:
+    """The profiles' child compiles the config again: where its trials compiled longer than the
+    floor (`compiled_s`), that compile and an eager profile's seconds are what it expects; the
+    trials are read from the study by config and precision."""
+    study = optuna.create_study(storage=sqlite_url(tmp_path), study_name="compiles")
+    compiled = LoopConfig(compile="default")
+    fused = compiled.replace(optimizer="fused")
+    for config, precision, seconds in (
+        (compiled, None, 80.0),
+        (compiled, None, 120.0),
+        (compiled, "float8", 300.0),
+        (fused, None, 10.0),
+    ):
+        study.add_trial(
+            optuna.trial.create_trial(
+                value=1.0,
+                user_attrs={
+                    keys.CONFIG_KEY: candidate_key(config, precision, "bf16-autocast"),
+                    keys.TIME: {COMPILE: seconds, MEASURE: 5.0},
+                },
+            )
+        )
+    took = aim_module.trial_compile(study, "bf16-autocast", NoRetry())
+    assert took(compiled, None) == 120.0 and took(compiled, "bf16-autocast") == 120.0
+    assert took(compiled, "float8") == 300.0 and took(fused, None) == 10.0
+    assert took(LoopConfig(), None) == 0.0
+    now = [300.0]
+    cut = profiling.time_cut(
+        lambda: now[0], 600.0, child_s=40.0, eager_s=20.0, compiled_s=90.0, compiled_for=took
+    )
+    # 300 + 120 + 20 fits; float8's 300 + 300 + 20 does not, and the floor holds a short one.
+    assert cut(compiled, None, True) is None
+    refused = cut(compiled, "float8", True)
+    assert refused is not None and "takes about 320 s" in refused
+    now[0] = 520.0  # 520 + 90 is past 600; its trial's 10 + 20 s would not be
+    refused = cut(fused, None, True)
+    assert refused is not None and "takes about 90 s" in refused
+    assert cut(LoopConfig(), None, True) is None  # eager: its trials' compile is not asked
 
 
 def test_a_repeat_jobs_profiles_aim_at_its_own_minutes() -> None:

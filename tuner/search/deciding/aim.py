@@ -41,6 +41,7 @@ from tuner.search.proposing.defaults import (
     SCALE_JOB_AIM_S,
 )
 from tuner.search.spaces.named import SCALE_SPACE
+from tuner.search.spaces.space import candidate_key
 from tuner.store import keys
 from tuner.store.phases import COMPILE, GATE_ENVELOPE, GATE_REFERENCE
 
@@ -146,11 +147,14 @@ def profile_cut(
     prepared: bool,
     warmed: tuple[LoopConfig, str | None] | None,
     repeat: bool = False,
+    compiled: profiling.CompileSeconds | None = None,
 ) -> profiling.ProfileCut | None:
     """On the scale space with `--profile baselines`: a profile starts only where its expected
     cost ends the job inside `SCALE_JOB_AIM_S`, or for a job that started from an earlier
     study's trials (`repeat`) inside `REPEAT_JOB_AIM_S` (`tuner.search.proposing.defaults`:
-    why). `prepared`: the profiles' child was started ahead; `warmed`: the config it compiled."""
+    why). `prepared`: the profiles' child was started ahead; `warmed`: the config it compiled;
+    `compiled`: what a config's trials compiled (`trial_compile`), which its profile compiles
+    again."""
     if space != SCALE_SPACE or profile == "all":
         return None
     return profiling.time_cut(
@@ -161,4 +165,31 @@ def profile_cut(
         compiled_s=PROFILE_COMPILED_S,
         warmed=warmed,
         margin_s=PROFILE_MARGIN_S,
+        compiled_for=compiled,
     )
+
+
+def trial_compile(
+    study: optuna.Study, reference: str | None, retry: Retry
+) -> profiling.CompileSeconds:
+    """`(config, precision)` -> the longest compile (`keys.TIME`'s `compile`) of the study's
+    complete trials of that config in that precision (`reference`: the study's), 0 where none
+    ran or none compiled. Read once, when asked first: the profiles come after every trial."""
+    compiles: dict[str, float] = {}
+
+    def read() -> None:
+        trials = retry.call(
+            lambda: study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), what="trials"
+        )
+        for t in trials:
+            key = t.user_attrs.get(keys.CONFIG_KEY)
+            seconds = float((t.user_attrs.get(keys.TIME) or {}).get(COMPILE, 0.0))
+            if isinstance(key, str):
+                compiles[key] = max(compiles.get(key, 0.0), seconds)
+
+    def seconds(config: LoopConfig, precision: str | None) -> float:
+        if not compiles:
+            read()
+        return compiles.get(candidate_key(config, precision, reference), 0.0)
+
+    return seconds

@@ -156,6 +156,11 @@ ProfileCut = Callable[[LoopConfig, "str | None", bool], "str | None"]
 profile it now (`time_cut`), or None."""
 
 
+CompileSeconds = Callable[[LoopConfig, "str | None"], float]
+"""`(config, its precision or None for the study's)` -> the seconds its trials compiled it
+(`tuner.search.deciding.aim.trial_compile`; 0: none did)."""
+
+
 def time_cut(
     wall: Callable[[], float],
     aim_s: float,
@@ -165,17 +170,24 @@ def time_cut(
     compiled_s: float,
     warmed: tuple[LoopConfig, str | None] | None = None,
     margin_s: float = 0.0,
+    compiled_for: CompileSeconds | None = None,
 ) -> ProfileCut:
     """A `cut` for `profile_recommendation`: a profile starts only where the job's time so far
     (`wall()`) and its expected cost (`eager_s` or `compiled_s`, by the config's compile, and
     `child_s` for the child process when no profile ran before it) end `margin_s` inside
     `aim_s`. The
     config the profiles' child already ran and compiled, in that precision (`warmed`), costs
-    what an eager one does; the same config in another precision compiles again."""
+    what an eager one does; the same config in another precision compiles again. A compiled
+    config whose trials compiled longer (`compiled_for`) is expected to take that compile again
+    and an eager profile's seconds: at the Qwen2-style shape on one H200 (2026-12-04) trial 11
+    compiled 105.6 s and its profile then took 144 s (compile 131 s), against `compiled_s`'
+    90 s."""
 
     def cut(config: LoopConfig, precision: str | None, child_started: bool) -> str | None:
         kept = config.compile == "none" or warmed == (config, precision)
         expected = eager_s if kept else compiled_s
+        if not kept and compiled_for is not None:
+            expected = max(expected, compiled_for(config, precision) + eager_s)
         expected += 0.0 if child_started else child_s
         so_far = wall()
         if so_far + expected + margin_s <= aim_s:

@@ -98,7 +98,10 @@ PROFILE_COMPILED_S = 90.0
 """Expected seconds of one profile of a compiled config: the child compiles it again (Inductor's
 disk cache warm; Dynamo and AOTAutograd run anew), 68 s at 0.4B, 122-130 s at 1.1B there, the
 child's start and build included; at 1B on one H200 (bfdf330) 68 s without them (compile 51 s,
-run 16 s, trace 1 s: `docs/benchmarks/raw/profile-child-h200-2026-11-29-bfdf330/`)."""
+run 16 s, trace 1 s: `docs/benchmarks/raw/profile-child-h200-2026-11-29-bfdf330/`). A floor: a
+config whose trials compiled longer is expected to take that compile and `PROFILE_EAGER_S` more
+(`tuner.search.deciding.profiling.time_cut`; at the Qwen2-style shape on one H200, 2026-12-04,
+144 s after a 105.6 s trial compile)."""
 AUTO_PATIENCE = 4
 """The patience of a job on the default space on a GPU (the scale space too) given no --patience:
 trials stop starting once this many complete trials in a row have not beaten the best by more than
