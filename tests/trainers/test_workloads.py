@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
+import trainers
 from trainers import PRESETS, Workload, WorkloadError, load_workload
 from trainers.workloads import disable_dropout
 from trainers.workloads.transformer import PAD
@@ -97,6 +100,42 @@ def test_bad_workload_inputs(name: str, preset: str, field: str, match: str) -> 
     with pytest.raises(WorkloadError, match=match) as info:
         load_workload(name, preset)
     assert info.value.field == field
+
+
+@pytest.mark.parametrize("name", [":build", ".my_workload:build", "examples.my_workload:"])
+def test_a_factory_without_an_absolute_module_or_a_name_is_refused_in_one_line(name: str) -> None:
+    # importlib raised ValueError ("Empty module name") or TypeError (a relative import) here.
+    with pytest.raises(WorkloadError, match=r"package\.module:factory, an absolute module") as info:
+        load_workload(name, "tiny")
+    assert info.value.field == "workload"
+
+
+def test_a_module_that_does_not_parse_or_exits_on_import_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "broken_syntax_mod.py").write_text("def build(preset, *, seed)\n    pass\n")
+    (tmp_path / "exits_on_import_mod.py").write_text("import sys\nsys.exit(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(WorkloadError, match=r"broken_syntax_mod\.py, line 1\)") as info:
+        load_workload("broken_syntax_mod:build", "tiny")
+    assert info.value.field == "workload" and "cannot import 'broken_syntax_mod'" in str(info.value)
+    with pytest.raises(WorkloadError, match=r"called sys.exit\(3\)") as info:
+        load_workload("exits_on_import_mod:build", "tiny")
+    assert info.value.field == "workload"
+
+
+@pytest.mark.parametrize("size", [0, -2, 1.5, True])
+def test_a_batch_size_that_is_not_a_positive_integer_is_refused_when_built(size: object) -> None:
+    model = torch.nn.Linear(4, 2)
+    data = torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randn(8, 2))
+    with pytest.raises(WorkloadError, match=r"batch_size=.* is invalid: allowed an integer >= 1"):
+        trainers.workload_from_parts(
+            model,
+            data,
+            lambda m, b: torch.nn.functional.mse_loss(m(b[0]), b[1]),
+            optimizer=torch.optim.SGD,
+            batch_size=size,  # type: ignore[arg-type]
+        )
 
 
 def test_a_model_option_given_as_a_number_from_python_is_read_as_its_text() -> None:

@@ -73,8 +73,32 @@ def resolve_factory(name: str, model_args: Mapping[str, str] | None = None) -> W
             field="workload",
         )
     module_name, _, attr = name.partition(":")
+    if not module_name or module_name.startswith(".") or not attr:
+        # importlib raises ValueError or TypeError here, which would reach the user as a
+        # traceback: a factory is named by an absolute module and an attribute.
+        raise WorkloadError(
+            f"workload={name!r} is invalid: a user's workload is package.module:factory, an "
+            "absolute module name, then a colon and the factory's name",
+            field="workload",
+        )
     try:
         module = importlib.import_module(module_name)
+    except SyntaxError as exc:
+        # The user's own file does not parse: where, not a traceback through the tuner.
+        raise WorkloadError(
+            f"workload={name!r}: cannot import {module_name!r}: {exc.msg} "
+            f"({exc.filename}, line {exc.lineno})",
+            field="workload",
+        ) from exc
+    except SystemExit as exc:
+        # A module that exits when imported (a script's `sys.exit()` at top level) would end
+        # the tuner without a word.
+        raise WorkloadError(
+            f"workload={name!r}: importing {module_name!r} called sys.exit({exc.code!r}); a "
+            "workload's module must import without running its script (put it under "
+            "`if __name__ == '__main__':`)",
+            field="workload",
+        ) from exc
     except ImportError as exc:
         # A misspelt library prefix (`torchvison:resnet18`) is imported as a user's module.
         hint = did_you_mean(module_name, LIBRARY_PREFIXES, suffix=f":{attr}")

@@ -103,6 +103,13 @@ class Workload:
     def __post_init__(self) -> None:
         if not isinstance(self.model, nn.Module):
             raise WorkloadError(f"workload {self.name!r}: model must be an nn.Module")
+        size = self.batch_size
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            # Caught here, not as an IndexError from the loader's first (empty) batch.
+            raise WorkloadError(
+                f"workload {self.name!r}: batch_size={size!r} is invalid: allowed an integer "
+                ">= 1, or None for a dataset whose items are whole batches"
+            )
         if self.samples_per_batch < 1:
             raise WorkloadError(f"workload {self.name!r}: samples_per_batch must be >= 1")
         self.make_optimizer = optimizer_factory(self.make_optimizer)
