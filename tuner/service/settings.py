@@ -56,7 +56,7 @@ class WorkerSettings(ServiceSettings):
         default=3, ge=1, le=100, description="claims of one job before it fails"
     )
     measure_warmup: int = Field(default=10, ge=0, le=100_000)
-    measure_windows: int = Field(default=5, ge=1, le=10_000)
+    measure_windows: int = Field(default=5, ge=2, le=10_000)  # as Protocol: an interval needs two
     measure_window_steps: int | None = Field(
         default=None,
         ge=1,

@@ -21,6 +21,18 @@ def test_unset_window_steps_take_the_default_and_given_ones_stay() -> None:
         Protocol.given(warmup=2, windows=3, window_steps=0)
 
 
+@pytest.mark.parametrize("windows", [1, 0])
+def test_fewer_than_two_windows_are_refused_on_the_cli_and_in_a_worker(
+    windows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One window gives each config a zero-width interval and a speedup of pure noise."""
+    with pytest.raises(trainers.ConfigError, match="windows.*a confidence interval needs two"):
+        Protocol.given(warmup=2, windows=windows, window_steps=None)
+    monkeypatch.setenv("TUNER_MEASURE_WINDOWS", str(windows))
+    with pytest.raises(ValueError, match="measure_windows"):
+        WorkerSettings()
+
+
 def test_a_worker_and_the_cli_read_unset_window_steps_alike(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
