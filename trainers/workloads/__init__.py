@@ -81,6 +81,18 @@ def resolve_factory(name: str, model_args: Mapping[str, str] | None = None) -> W
             "absolute module name, then a colon and the factory's name",
             field="workload",
         )
+    module = _import_user_module(name, module_name, attr)
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise WorkloadError(
+            f"workload={name!r}: {module_name!r} has no callable {attr!r}", field="workload"
+        )
+    # A user's callable: load_workload checks that what it returns is a Workload.
+    return cast(WorkloadFactory, UserFactory(name, factory))
+
+
+def _import_user_module(name: str, module_name: str, attr: str) -> Any:
+    """The module of a user's `package.module:factory`; what its import raises, in one line."""
     try:
         module = importlib.import_module(module_name)
     except SyntaxError as exc:
@@ -108,13 +120,7 @@ def resolve_factory(name: str, model_args: Mapping[str, str] | None = None) -> W
             "PYTHONPATH)",
             field="workload",
         ) from exc
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise WorkloadError(
-            f"workload={name!r}: {module_name!r} has no callable {attr!r}", field="workload"
-        )
-    # A user's callable: load_workload checks that what it returns is a Workload.
-    return cast(WorkloadFactory, UserFactory(name, factory))
+    return module
 
 
 class UserFactory:

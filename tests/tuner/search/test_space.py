@@ -478,6 +478,22 @@ def test_cpu_mode_drops_cuda_graph_with_a_note() -> None:
     assert load_space("streams", cuda=False) == load_space("streams")
 
 
+def test_a_space_whose_every_searched_setting_needs_a_gpu_is_refused_on_a_cpu() -> None:
+    """Dropping them left nothing searched, and every trial ran the plain default unsaid."""
+    for given, named in (
+        ({"cuda_graph": [True, False]}, "cuda_graph fixed to false: no CUDA device"),
+        ({"float8_head": ["bf16", "float8"]}, "float8_head float8 left out: refused on cpu"),
+    ):
+        with pytest.raises(SpaceError, match="a space with a setting a CPU searches") as err:
+            load_space(given, cuda=False)
+        assert err.value.field == "space" and err.value.value == list(given)
+        assert named in str(err.value)
+        assert load_space(given, cuda=True).params  # a GPU searches it
+    # One setting left to search is enough; a space that searched nothing stays as it was.
+    assert list(load_space({"cuda_graph": [True, False], "num_streams": [1, 2]}, cuda=False).params)
+    assert not load_space({"num_streams": 2}, cuda=False).params
+
+
 def test_cpu_mode_rejects_a_required_graph(tmp_path: Path) -> None:
     with pytest.raises(SpaceError, match="CUDA graphs need a CUDA device") as err:
         load_space("full", fix=["cuda_graph=true"], cuda=False)

@@ -483,7 +483,11 @@ def load_space(
             fixed={**space.fixed, **pins},
         )
     if not cuda:
+        searched = sorted(space.params)
         space = _without_graph_on_cpu(space)
+        if searched and not space.params:  # else every trial runs the plain default, unsaid
+            why = "; ".join(space.notes) or "none of these runs without a CUDA device"
+            raise SpaceError("space", searched, f"a space with a setting a CPU searches ({why})")
     return space
 
 
