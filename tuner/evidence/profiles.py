@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import re
+import shlex
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -193,7 +194,7 @@ def read_recommendation(
     if not isinstance(found, dict):
         raise NoRecommendation(
             f"study {name!r} has no recommendation yet (its run stopped before the final "
-            f"round): run `python -m tuner run --study {name} ...` again to finish it"
+            f"round): run `python -m tuner run --study {shlex.quote(name)} ...` again to finish it"
         )
     rec = Recommendation.from_dict({"study": name} | found).with_counts(count_trials(trials))
     return reread(rec, attrs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -185,10 +186,12 @@ def recommendation(console: Console, rec: Recommendation) -> None:
             f"{rec.trained_precision} (searched {', '.join(rec.precisions)}; reference "
             f"{rec.study_fields.get('precision')})",
         )
-    command = f"python -m tuner export --study {rec.study} --format python"
+    command = f"python -m tuner export --study {shlex.quote(rec.study)} --format python"
     # A library model's study name runs to 200 characters: wrapped in the table's cell it could
     # not be copied (stdout not a terminal is 80 wide), so a long one goes on a line of its own.
-    long = len(command) + 16 > console.width
+    # The cell is the width less the label column ("vs pytorch-default", 18) and 4 of padding,
+    # and a 2-character margin: at 16 a 61-character command wrapped in an 80-wide table.
+    long = len(command) + 24 > console.width
     table.add_row("train with it", "the command below, on one line" if long else command)
     if rec.explanation:
         table.add_row("why", rec.explanation)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import shlex
 from typing import Any
 
 import optuna
@@ -62,7 +63,7 @@ def study_for_model(
     return new, (
         f"the model's {what} changed since study {name} was measured: new study {new}, not "
         f"mixed with it; to resume {name}, run again with the model and code it measured "
-        f"(read it: python -m tuner best --study {name})"
+        f"(read it: python -m tuner best --study {shlex.quote(name)})"
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -298,8 +299,12 @@ def test_the_summary_gives_a_long_studys_export_command_on_one_line(finished: Fi
     from tuner.evidence import render
 
     long = dataclasses.replace(finished.recommendation, study="timm-resnet10t-tiny-" + "x" * 150)
-    for rec in (long, finished.recommendation):
+    # A name a user gave with a space in it is quoted, so the command still pastes as one.
+    spaced = dataclasses.replace(finished.recommendation, study="my run/a b")
+    for rec in (long, finished.recommendation, spaced):
         out = io.StringIO()
         render.recommendation(Console(file=out, width=80), rec)
-        command = f"python -m tuner export --study {rec.study} --format python"
+        command = f"python -m tuner export --study {shlex.quote(rec.study)} --format python"
         assert command in out.getvalue().splitlines() or f"  {command}" in out.getvalue()
+    print(out.getvalue())
+    assert "--study 'my run/a b' --format" in out.getvalue()
