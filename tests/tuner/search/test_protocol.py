@@ -26,7 +26,7 @@ def test_fewer_than_two_windows_are_refused_on_the_cli_and_in_a_worker(
     windows: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One window gives each config a zero-width interval and a speedup of pure noise."""
-    with pytest.raises(trainers.ConfigError, match="windows.*a confidence interval needs two"):
+    with pytest.raises(trainers.ConfigError, match=r"windows.*a confidence interval needs two"):
         Protocol.given(warmup=2, windows=windows, window_steps=None)
     monkeypatch.setenv("TUNER_MEASURE_WINDOWS", str(windows))
     with pytest.raises(ValueError, match="measure_windows"):
