@@ -138,6 +138,25 @@ def test_a_batch_size_that_is_not_a_positive_integer_is_refused_when_built(size:
         )
 
 
+def test_a_near_miss_among_an_options_choices_gets_the_closest_names() -> None:
+    from trainers.workloads.options import OptionSpec
+
+    arch = OptionSpec(
+        name="arch",
+        kind="str",
+        default="llama",
+        help="family",
+        choices=("gpt2", "llama", "gpt_neox"),
+    )
+    with pytest.raises(WorkloadError, match=r"'gptneox' is invalid \(did you mean gpt_neox\?\)"):
+        arch.parse("gptneox")
+    with pytest.raises(WorkloadError) as info:
+        arch.parse("resnet")  # nothing close: the list alone
+    assert "did you mean" not in str(info.value) and "one of gpt2, llama, gpt_neox" in str(
+        info.value
+    )
+
+
 def test_a_model_option_given_as_a_number_from_python_is_read_as_its_text() -> None:
     from trainers.workloads.options import OptionSpec
 

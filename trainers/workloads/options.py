@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Literal
 
-from trainers.errors import WorkloadError
+from trainers.errors import WorkloadError, did_you_mean
 from trainers.workloads.base import check_preset
 
 Value = int | float | str | bool
@@ -71,8 +71,10 @@ class OptionSpec:
         return noun
 
     def error(self, raw: str) -> WorkloadError:
+        # A near miss among named choices (`arch=gptneox` for gpt_neox) gets the closest names.
+        hint = "" if self.choices is None else did_you_mean(raw, map(format_value, self.choices))
         return WorkloadError(
-            f"model_arg.{self.name}={raw!r} is invalid: allowed {self.allowed()}",
+            f"model_arg.{self.name}={raw!r} is invalid{hint}: allowed {self.allowed()}",
             field=f"model_arg.{self.name}",
         )
 
