@@ -189,9 +189,7 @@ def recommendation(console: Console, rec: Recommendation) -> None:
     command = f"python -m tuner export --study {shlex.quote(rec.study)} --format python"
     # A library model's study name runs to 200 characters: wrapped in the table's cell it could
     # not be copied (stdout not a terminal is 80 wide), so a long one goes on a line of its own.
-    # The cell is the width less the label column ("vs pytorch-default", 18) and 4 of padding,
-    # and a 2-character margin: at 16 a 61-character command wrapped in an 80-wide table.
-    long = len(command) + 24 > console.width
+    long = len(command) + 24 > console.width  # less the labels (18), padding and a margin
     table.add_row("train with it", "the command below, on one line" if long else command)
     if rec.explanation:
         table.add_row("why", rec.explanation)
