@@ -22,6 +22,7 @@ could stand in for it (with nothing gated yet, the fastest: the decision needs o
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
 import optuna
@@ -175,21 +176,21 @@ def trial_compile(
     """`(config, precision)` -> the longest compile (`keys.TIME`'s `compile`) of the study's
     complete trials of that config in that precision (`reference`: the study's), 0 where none
     ran or none compiled. Read once, when asked first: the profiles come after every trial."""
-    compiles: dict[str, float] = {}
 
-    def read() -> None:
+    @functools.cache
+    def compiles() -> dict[str, float]:
         trials = retry.call(
             lambda: study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), what="trials"
         )
+        longest: dict[str, float] = {}
         for t in trials:
             key = t.user_attrs.get(keys.CONFIG_KEY)
             seconds = float((t.user_attrs.get(keys.TIME) or {}).get(COMPILE, 0.0))
             if isinstance(key, str):
-                compiles[key] = max(compiles.get(key, 0.0), seconds)
+                longest[key] = max(longest.get(key, 0.0), seconds)
+        return longest
 
     def seconds(config: LoopConfig, precision: str | None) -> float:
-        if not compiles:
-            read()
-        return compiles.get(candidate_key(config, precision, reference), 0.0)
+        return compiles().get(candidate_key(config, precision, reference), 0.0)
 
     return seconds
