@@ -26,6 +26,7 @@ from trainers import LEVERS, ConfigError, LoopConfig, Workload, matmul_precision
 from tuner.search.measuring.measure import Measurer
 from tuner.search.measuring.stats import bootstrap_ci, ratio_ci
 from tuner.search.options import BASELINES
+from tuner.search.spaces.staged import STAGED_ONLY
 
 HARNESS = ("recommended", "seed-baseline")
 """The settings the harness runs (`trainers.run`, the tuner's protocol) beside the peers."""
@@ -229,9 +230,12 @@ def ablations(recommended: LoopConfig) -> dict[str, LoopConfig]:
     """The recommendation with each lever module's lever it sets (the levers beyond the recipes:
     `trainers.levers`, each off its default here) set back to its default, as `without-<lever>`:
     measured interleaved with the rest, they show what each lever gave. A lever whose default
-    the rest of the config refuses is left out (nothing to compare)."""
+    the rest of the config refuses is left out (nothing to compare). So is each setting only a
+    search's second stage tries (`tuner.search.spaces.staged`: the whole-step CUDA graph), where
+    the recommendation sets it."""
     out: dict[str, LoopConfig] = {}
-    for name, _ in recommended.modules:
+    staged = [name for name, value in STAGED_ONLY.items() if recommended.get(name) != value]
+    for name in [*(name for name, _ in recommended.modules), *staged]:
         try:
             out[f"{WITHOUT}{name}"] = recommended.replace(**{name: LEVERS[name].default})
         except ConfigError:

@@ -107,6 +107,20 @@ def test_float8_inside_a_whole_step_cuda_graph() -> None:
     _close(graph.losses, eager.losses)
 
 
+@pytest.mark.parametrize("scope", ["model", "blocks"])
+def test_float8_compiled_inside_a_whole_step_cuda_graph_trains_as_without(scope: str) -> None:
+    """The scale space's second stage tries a whole-step graph over the compiled float8 step
+    (`tuner.search.spaces.staged`): captured, it converts the same linears and trains as the
+    same compiled step launched one kernel at a time does."""
+    plain = _run("float8", LoopConfig(compile="default", compile_scope=scope, **FEED))
+    graph = _run(
+        "float8", LoopConfig(compile="default", compile_scope=scope, cuda_graph=True, **FEED)
+    )
+    assert graph.float8 is not None and graph.float8["converted"] == 8
+    assert not graph.compile_unstable, graph.compile_notes
+    _close(graph.losses, plain.losses)
+
+
 @pytest.mark.models
 def test_float8_on_a_llama_style_decoder() -> None:
     pytest.importorskip("transformers")

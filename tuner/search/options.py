@@ -20,6 +20,8 @@ from tuner.evidence.progress import TrialReport
 from tuner.search.proposing.defaults import DEFAULT_TRIALS, MAX_PATIENCE, MAX_TRIALS
 from tuner.search.proposing.screen import SCREEN_MODES
 from tuner.search.protocol import Protocol
+from tuner.search.spaces.space import SearchSpace
+from tuner.search.spaces.staged import sampler_for
 from tuner.store.storage import precision_of
 
 _T = TypeVar("_T")
@@ -311,13 +313,18 @@ class Quiet:
         pass
 
 
-def make_sampler(name: str, seed: int, trials: int) -> optuna.samplers.BaseSampler:
+def make_sampler(
+    name: str, seed: int, trials: int, space: SearchSpace | None = None
+) -> optuna.samplers.BaseSampler:
+    """The study's sampler; with `space`, keeping the settings only its second stage tries at
+    their values (`tuner.search.spaces.staged`)."""
     if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
+        return sampler_for(space, optuna.samplers.RandomSampler(seed=seed))
     # constant_liar: several workers on one study do not all try the same point (issue 5).
-    return optuna.samplers.TPESampler(
+    tpe = optuna.samplers.TPESampler(
         seed=seed, n_startup_trials=max(5, min(10, trials // 4)), constant_liar=True
     )
+    return sampler_for(space, tpe)
 
 
 class TrialSlots(TypingProtocol):

@@ -262,7 +262,7 @@ def _search_on(
         name,
         info=info,
         directions=_directions(options),
-        sampler=make_sampler(options.sampler, options.seed, options.trials),
+        sampler=make_sampler(options.sampler, options.seed, options.trials, space),
         pruner=_pruner(options),
     )
     # Programs are measured elsewhere: their code is not this process's to fingerprint.

@@ -98,7 +98,7 @@ class TrialRunner:
         if self.owner is not None:
             trial.set_user_attr(OWNER_ATTR, self.owner)
         self.study.sampler = make_sampler(
-            self.options.sampler, self.options.seed + trial.number, self.options.trials
+            self.options.sampler, self.options.seed + trial.number, self.options.trials, self.space
         )
         try:
             config = self.space.suggest(trial)

@@ -15,7 +15,7 @@ from tuner.errors import SpaceError
 from tuner.search.deciding import aim as aim_module
 from tuner.search.deciding import profiling
 from tuner.search.measuring.timing import Clock
-from tuner.search.options import LocalSlots, NoRetry
+from tuner.search.options import LocalSlots, NoRetry, make_sampler
 from tuner.search.proposing.stages import SCALE_CORNERS, first_stage
 from tuner.search.spaces.named import SCALE_PARAMS, load_space, scale_space
 from tuner.search.spaces.space import candidate_key
@@ -45,7 +45,7 @@ def test_the_scale_space_by_name_and_its_pins() -> None:
     space = load_space("scale", fix=["micro_batches=2"])
     assert space.fixed["micro_batches"] == 2 and "micro_batches" not in space.params
     searched = {"compile_scope", "activation_checkpointing", "checkpoint_share", "loss"}
-    searched |= {"float8_head", "float8_linears"}
+    searched |= {"float8_head", "float8_linears", "cuda_graph"}
     assert set(space.params) == searched
     with pytest.raises(SpaceError, match="scale"):
         load_space("scales")
@@ -81,7 +81,9 @@ def test_a_sampled_share_without_checkpointing_becomes_the_canonical_config() ->
     import optuna
 
     space = scale_space()
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    # The study's own sampler: it never draws the whole-step graph, which only the second stage
+    # tries (`tuner.search.spaces.staged`), so no draw is a refused combination with it.
+    study = optuna.create_study(sampler=make_sampler("random", 0, 40, space))
     configs = []
     for _ in range(40):
         trial = study.ask()
@@ -94,6 +96,7 @@ def test_a_sampled_share_without_checkpointing_becomes_the_canonical_config() ->
     assert {c.checkpoint_share for c in shared} == {0.25, 0.5, 1.0}
     for params, config in configs:
         assert space.config_from_params(params) == config
+    assert not any(config.cuda_graph for _, config in configs)
 
 
 def test_canonical_leaves_meaningful_settings_alone() -> None:

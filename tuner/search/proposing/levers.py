@@ -51,7 +51,9 @@ the one that leads. Enqueued trials are the search's plan, so the patience rule 
 space that searches no lever module's lever (`full`, or any for a model that takes none of
 the offered values: `without_model_refusals`) has no second stage; the built-in spaces search
 the float8 head where the study may run float8, `scale` the compiled loss too (`offered` in
-their modules), and a space of one's own may search any.
+their modules), and a space of one's own may search any. The `scale` space's whole-step CUDA
+graph (`tuner.search.spaces.staged`: a setting the sampler never draws) is one more variant of
+each leader, unpredicted (no probe prices it), after the levers that cost no compile.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ import trainers
 from tuner.search.proposing.cuts import first_of_each_lever, lost_before
 from tuner.search.proposing.predictions import Predict, Predictions, unpredicted
 from tuner.search.spaces.space import Choice, SearchSpace
+from tuner.search.spaces.staged import STAGED_ONLY, staged_fields
 from tuner.store import keys
 
 if TYPE_CHECKING:
@@ -139,11 +142,12 @@ def _variants(
     current = settings_of(space, leader)
     registered = list(trainers.LEVERS)
     found: list[Variant] = []
-    for name, values in offered_levers(space).items():
+    for name, values in (offered_levers(space) | staged_fields(space)).items():
         lever, order = trainers.LEVERS[name], registered.index(name)
         now = current.get(name, lever.default)
         for value in values:
-            if value == now:
+            # A staged setting is tried away from the value every draw keeps, not back to it.
+            if value == now or STAGED_ONLY.get(name, now) == value:
                 continue
             changed = current | {name: value}
             why = trainers.invalid_reason(
@@ -404,7 +408,7 @@ def second_stage(
         found,
         led,
         study.get_trials(deepcopy=False) if len(study.directions) == 1 else (),
-        levers=offered_levers(space),
+        levers=[*offered_levers(space), *staged_fields(space)],
         runs=lambda p: settings_of(space, p) | {keys.PRECISION: p.get(keys.PRECISION, precision)},
         margin=staged.margin,
     )

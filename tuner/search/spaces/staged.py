@@ -1,0 +1,54 @@
+"""Settings the scale space searches through its second stage alone, never by the sampler's draws.
+
+A whole-step CUDA graph over the compiled step (`cuda_graph`) is such a setting. On one H200
+(2026-12-04, `docs/benchmarks/peers-h200-2026-12-04-graph-float8-*.md`), the scale space's
+float8 step with the whole model compiled ran 1.04x (1.03-1.04) the same step without the graph
+at the Qwen1.5-0.5B shape (0.46B, 115 against 119 ms) and 1.01x (1.00-1.02) at `llama-1b` (1.1B):
+worth one trial where the step is short, a tie where it is long. A trial of it compiles the
+model again (`trainers.keeps_code`: a run that captures a graph keeps no earlier run's code), so
+it is tried once, from the leader (`tuner.search.proposing.levers`), not whenever the sampler
+happens to draw it: each draw the predictions cannot price would cost a compile.
+
+The sampler keeps each such setting at its value here (Optuna's `PartialFixedSampler`); a trial
+the second stage enqueues sets its own value, which Optuna takes before asking the sampler.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import optuna
+
+from tuner.search.spaces.space import Choice, SearchSpace
+
+STAGED_ONLY: dict[str, Any] = {"cuda_graph": False}
+"""Each setting the second stage alone tries, with the value every draw of the sampler takes."""
+STAGED_SPACES = ("scale",)
+"""The spaces whose STAGED_ONLY settings only a stage tries (`named.SCALE_SPACE`: its trials
+each cost a compile). Elsewhere (`auto`, `compile`, a space file) the sampler draws them as any
+other setting, as a user who lists them would expect."""
+
+
+def staged_fields(space: SearchSpace) -> dict[str, tuple[Any, ...]]:
+    """The STAGED_ONLY settings `space` searches, each with the values it searches."""
+    if space.name not in STAGED_SPACES:
+        return {}
+    return {
+        field: spec.values
+        for field, spec in space.params.items()
+        if field in STAGED_ONLY and isinstance(spec, Choice)
+    }
+
+
+def sampler_for(space: SearchSpace | None, sampler: optuna.samplers.BaseSampler) -> Any:
+    """`sampler`, keeping `space`'s staged settings at their STAGED_ONLY values (itself where
+    there are none)."""
+    pins = {} if space is None else {f: STAGED_ONLY[f] for f in staged_fields(space)}
+    if not pins:
+        return sampler
+    with warnings.catch_warnings():
+        # Experimental since Optuna 2.4 and unchanged since; the warning would print once per
+        # trial, where the sampler is made again with the trial's seed.
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.PartialFixedSampler(fixed_params=pins, base_sampler=sampler)
