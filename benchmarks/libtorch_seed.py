@@ -3,9 +3,9 @@
     python benchmarks/libtorch_seed.py --presets small,medium --rounds 3 --tune-trials 6 \
         --out docs/benchmarks --tag cpp
 
-The seed documents (shared/seeds/) start from a C++ loop with 2 streams that synchronizes every
-step and predict that events + a sync every 10 steps gain 3-5 %, and that more streams on top
-gain 10-15 % in all. Per preset of the transformer copy task, on one GPU:
+The seed documents (the design this project started from) start from a C++ loop with 2 streams
+that synchronizes every step and predict that events + a sync every 10 steps gain 3-5 %, and
+that more streams on top gain 10-15 % in all. Per preset of the transformer copy task, on one GPU:
 1. the C++ trainer (examples/libtorch/, built here by its build.py) is tuned by the tuner, as
    `python -m tuner run --program libtorch-transformer` does (`--tune-trials`; 0 skips it);
 2. the seed's settings (`SEED_CONFIGS`), the PyTorch idiom, a whole-step CUDA graph and the

@@ -162,7 +162,8 @@ def _check_scale_combination(config: LoopConfig) -> None:
             config.activation_checkpointing,
             "'none' with cuda_graph=True (the checkpoint saves and restores the random-number "
             "state around the recompute, which a capture does not allow; not yet proven on a "
-            "GPU); at this scale a whole-step graph adds about 1 % (shared/GPU-FACTS.md)",
+            "GPU); over a compiled float8 step a whole-step graph gave 1.01-1.04x at 0.5-1.1B "
+            "(docs/benchmarks/README.md, 2026-12-04)",
         )
 
 
@@ -255,8 +256,9 @@ class LoopConfig:
     cuda_graph: forward + backward + optimizer step captured once in a CUDA graph and replayed.
         Composes with `compile` and `optimizer`: the compiled forward and backward and the
         (foreach or fused, capturable) optimizer are captured together as one graph. That
-        combination was the fastest in shared/GPU-FACTS.md, and once hit an illegal memory
-        access there: tests/trainers/test_levers_gpu.py is its proof on a GPU.
+        combination was the fastest on the transformer presets on an H100 (2026-11-23), and
+        once hit an illegal memory access there: tests/trainers/test_levers_gpu.py is its proof
+        on a GPU.
     compile: `torch.compile(model, mode=...)` of the model's forward; AOTAutograd compiles the
         backward. `none` = eager. `reduce-overhead` adds Inductor's own CUDA graphs (cudagraph
         trees) over forward and backward, with the optimizer left outside them. Compilation

@@ -18,8 +18,9 @@ def test_every_builtin_has_tiny_small_large(name: str) -> None:
 
 
 def test_transformer_presets_match_gpu_facts() -> None:
-    # shared/GPU-FACTS.md: small = d_model 256, 2+2 layers, ff 1024, vocab 1000, batch 64, seq 32;
-    # medium = 512, 4+4, 2048, 8000, 64, 64; large = 1024, 4+4, 4096, 16000, 32, 128.
+    # The first measured shapes (H100, 2026-11-22): small = d_model 256, 2+2 layers, ff 1024,
+    # vocab 1000, batch 64, seq 32; medium = 512, 4+4, 2048, 8000, 64, 64; large = 1024, 4+4,
+    # 4096, 16000, 32, 128.
     expected = {
         "small": (256, 2, 2, 1024, 1000, 64, 32),
         "medium": (512, 4, 4, 2048, 8000, 64, 64),

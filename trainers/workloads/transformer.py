@@ -1,8 +1,8 @@
 """Seq2seq `nn.Transformer` learning to reverse a sequence of tokens (copy/reverse task).
 
-Shapes for small, medium and large are the ones measured in shared/GPU-FACTS.md; `tiny` takes a
-few milliseconds a step on a CPU, for tests. Sources have random lengths (padding masked in the
-encoder, the decoder and the cross-attention); the decoder has a causal mask.
+Shapes for small, medium and large are the ones the project first measured (H100, 2026-11-22);
+`tiny` takes a few milliseconds a step on a CPU, for tests. Sources have random lengths (padding
+masked in the encoder, the decoder and the cross-attention); the decoder has a causal mask.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ _SPACE_ALLOWED = "auto, streams, full, compile, scale or a .json file"
 SCALE_PARAMS = 250_000_000
 """From this many trainable parameters, `auto` on a GPU means `scale`: at 125M every strong loop
 landed within 3 % of the others (the loop overhead is gone), at 1.1B the decisive choices were
-how memory and FLOPs are spent (shared/GPU-FACTS.md)."""
+how memory and FLOPs are spent (H100, 2026-11-24; docs/method.md)."""
 _CPU_GRAPH_NOTE = "cuda_graph fixed to false: no CUDA device"
 _CPU_GRAPH_ALLOWED = "false (CUDA graphs need a CUDA device)"
 _CPU_REDUCE_NOTE = "compile reduce-overhead left out: its CUDA graphs need a CUDA device"
