@@ -4,6 +4,7 @@ ablation sets it back; real Optuna on SQLite."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,11 @@ from trainers import LoopConfig
 from tuner.search.options import make_sampler
 from tuner.search.proposing.levers import Staged, lever_stage, second_stage
 from tuner.search.spaces.named import load_space, scale_space
+from tuner.search.spaces.resume import as_stored, offered_since
 from tuner.search.spaces.space import Choice, SearchSpace
 from tuner.search.spaces.staged import staged_fields
 from tuner.store import keys
+from tuner.store.keys import META
 
 SPACE = scale_space()
 # The first value of each searched setting, the whole model compiled: a leader the stage may
@@ -124,3 +127,36 @@ def test_the_ablation_sets_the_graph_back_where_the_recommendation_has_it() -> N
     graphed = LoopConfig(compile="default", optimizer="fused", cuda_graph=True)
     assert ablations(graphed)["without-cuda_graph"] == graphed.replace(cuda_graph=False)
     assert "without-cuda_graph" not in ablations(graphed.replace(cuda_graph=False))
+
+
+# The scale space as stored before the second stage tried the graph: fixed off, not searched.
+BEFORE = SearchSpace(
+    name="scale",
+    params={f: s for f, s in SPACE.params.items() if f != "cuda_graph"},
+    fixed=SPACE.fixed | {"cuda_graph": False},
+)
+
+
+def test_on_a_cpu_the_scale_space_is_the_one_stored_before() -> None:
+    """No draw took the graph there before either: fixed off without a note, so a CPU study
+    stored before resumes as the same question."""
+    cpu = load_space("scale", cuda=False)
+    assert cpu.fixed["cuda_graph"] is False and "cuda_graph" not in cpu.params
+    assert not any("cuda_graph" in note for note in cpu.notes)
+    # Elsewhere a graph that draws could take is fixed with the note that says why.
+    assert "cuda_graph fixed to false: no CUDA device" in load_space("compile", cuda=False).notes
+
+
+def test_a_study_stored_before_the_graph_was_staged_resumes_with_its_space(tmp_path: Path) -> None:
+    assert offered_since(BEFORE, SPACE) == ("cuda_graph",)
+    # One that pinned the graph on asked another question: it stops the job, as before.
+    pinned = dataclasses.replace(BEFORE, fixed=BEFORE.fixed | {"cuda_graph": True})
+    assert offered_since(pinned, SPACE) == ()
+    storage = optuna.storages.RDBStorage(sqlite_url(tmp_path))
+    study = optuna.create_study(storage=storage, study_name="s")
+    study.set_user_attr(META, {"space": BEFORE.to_dict()})
+    space, added = as_stored(storage, "s", {"space": SPACE.to_dict()}, SPACE)
+    assert (space, added) == (BEFORE, ("cuda_graph",))
+    # Its sampler then has nothing to keep off, and its stage no graph to try.
+    assert staged_fields(space) == {}
+    assert lever_stage(space, LEADER, device_type="cuda", precision="bf16-autocast") == []

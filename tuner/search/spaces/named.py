@@ -28,6 +28,7 @@ from tuner.search.spaces.space import (
     check_value,
     spec_from_json,
 )
+from tuner.search.spaces.staged import staged_fields
 
 if TYPE_CHECKING:
     from torch import nn
@@ -395,7 +396,8 @@ def _without_graph_on_cpu(space: SearchSpace) -> SearchSpace:
             raise SpaceError("cuda_graph", list(spec.values), _CPU_GRAPH_ALLOWED)
         del params["cuda_graph"]
         fixed["cuda_graph"] = False
-        notes.append(_CPU_GRAPH_NOTE)
+        if "cuda_graph" not in staged_fields(space):  # no draw took it there: nothing changed
+            notes.append(_CPU_GRAPH_NOTE)
     _without_refused(params, fixed, notes, space.name, "cpu")
     return dataclasses.replace(space, params=params, fixed=fixed, notes=tuple(notes))
 

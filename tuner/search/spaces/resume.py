@@ -9,8 +9,10 @@ float8 study of a model the lever can change; so does a value such a lever offer
 (`float8_linears='none'`, with the note a model's refusal of another value adds). Where the
 stored space is the job's own less exactly such levers or values (and the notes that name
 them), the job resumes with the stored space instead: its configs hold those levers as every
-stored trial ran them, and a new study (another `--study`) searches them. Anything else that
-differs is still the question's own and stops the job.
+stored trial ran them, and a new study (another `--study`) searches them. So too a setting the
+`scale` space searches by its second stage alone since (`tuner.search.spaces.staged`: the
+whole-step CUDA graph, on 2026-12-04) where the stored space fixed it at the value every draw
+keeps. Anything else that differs is still the question's own and stops the job.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import optuna
 from trainers import LEVERS, LoopConfig
 from tuner.errors import SpaceError
 from tuner.search.spaces.space import Choice, SearchSpace, Spec
+from tuner.search.spaces.staged import STAGED_ONLY, staged_fields
 from tuner.store.keys import META
 
 
@@ -34,9 +37,14 @@ def offered_since(stored: SearchSpace, current: SearchSpace) -> tuple[str, ...]:
     them the same): a space stored before they were offered as now. Empty otherwise."""
     extra = tuple(n for n, spec in current.params.items() if stored.params.get(n) != spec)
     fields = {field.name for field in dataclasses.fields(LoopConfig)}
-    if not extra or any(n not in LEVERS or n in fields or LEVERS[n].added < 1 for n in extra):
+    # Fixed then at the value the sampler keeps it at now: its trials ran it as a draw runs it.
+    staged = {
+        n for n in staged_fields(current) if n in extra and stored.fixed.get(n) == STAGED_ONLY[n]
+    }
+    levers = [n for n in extra if n not in staged]
+    if not extra or any(n not in LEVERS or n in fields or LEVERS[n].added < 1 for n in levers):
         return ()
-    if not all(_grown(n, stored.params.get(n), current.params[n]) for n in extra):
+    if not all(_grown(n, stored.params.get(n), current.params[n]) for n in levers):
         return ()
 
     def notes(space: SearchSpace) -> tuple[str, ...]:
@@ -44,7 +52,7 @@ def offered_since(stored: SearchSpace, current: SearchSpace) -> tuple[str, ...]:
 
     same = (
         stored.name == current.name
-        and dict(stored.fixed) == dict(current.fixed)
+        and {k: v for k, v in stored.fixed.items() if k not in staged} == dict(current.fixed)
         and notes(stored) == notes(current)
         and set(stored.params) <= set(current.params)
         and all(stored.params[n] == s for n, s in current.params.items() if n not in extra)
