@@ -41,7 +41,9 @@ def staged_fields(space: SearchSpace) -> dict[str, tuple[Any, ...]]:
     }
 
 
-def sampler_for(space: SearchSpace | None, sampler: optuna.samplers.BaseSampler) -> Any:
+def sampler_for(
+    space: SearchSpace | None, sampler: optuna.samplers.BaseSampler
+) -> optuna.samplers.BaseSampler:
     """`sampler`, keeping `space`'s staged settings at their STAGED_ONLY values (itself where
     there are none)."""
     pins = {} if space is None else {f: STAGED_ONLY[f] for f in staged_fields(space)}
