@@ -18,6 +18,7 @@ from trainers import LoopConfig
 from tuner.search.options import make_sampler
 from tuner.search.proposing.levers import Staged, lever_stage, second_stage
 from tuner.search.spaces.named import load_space, scale_space
+from tuner.search.spaces.processes import for_processes
 from tuner.search.spaces.resume import as_stored, offered_since
 from tuner.search.spaces.space import Choice, SearchSpace
 from tuner.search.spaces.staged import staged_fields
@@ -145,6 +146,15 @@ def test_on_a_cpu_the_scale_space_is_the_one_stored_before() -> None:
     assert not any("cuda_graph" in note for note in cpu.notes)
     # Elsewhere a graph that draws could take is fixed with the note that says why.
     assert "cuda_graph fixed to false: no CUDA device" in load_space("compile", cuda=False).notes
+
+
+def test_under_several_processes_the_graph_is_fixed_off_as_in_the_space_stored_before() -> None:
+    two = for_processes(SPACE, 2)
+    assert two.fixed["cuda_graph"] is False and "cuda_graph" not in two.params
+    assert two == for_processes(BEFORE, 2)  # no note: the same question as before
+    assert any(
+        n.startswith("cuda_graph fixed") for n in for_processes(load_space("compile"), 2).notes
+    )
 
 
 def test_a_study_stored_before_the_graph_was_staged_resumes_with_its_space(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from tuner.search.spaces.space import (
     check_value,
     spec_from_json,
 )
-from tuner.search.spaces.staged import staged_fields
+from tuner.search.spaces.staged import pin_off
 
 if TYPE_CHECKING:
     from torch import nn
@@ -394,10 +394,7 @@ def _without_graph_on_cpu(space: SearchSpace) -> SearchSpace:
     if spec is not None:
         if isinstance(spec, Choice) and False not in spec.values:
             raise SpaceError("cuda_graph", list(spec.values), _CPU_GRAPH_ALLOWED)
-        del params["cuda_graph"]
-        fixed["cuda_graph"] = False
-        if "cuda_graph" not in staged_fields(space):  # no draw took it there: nothing changed
-            notes.append(_CPU_GRAPH_NOTE)
+        pin_off(space, params, fixed, notes, _CPU_GRAPH_NOTE)
     _without_refused(params, fixed, notes, space.name, "cpu")
     return dataclasses.replace(space, params=params, fixed=fixed, notes=tuple(notes))
 

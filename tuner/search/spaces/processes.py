@@ -14,6 +14,7 @@ from tuner.search.spaces.space import (
     SearchSpace,
     Spec,
 )
+from tuner.search.spaces.staged import pin_off
 
 DATA_PARALLEL_LEVERS: dict[str, Spec] = {
     "parallel": Choice(values=("ddp", "fsdp2")),
@@ -104,10 +105,7 @@ def for_processes(
     fixed, notes = dict(space.fixed), list(space.notes)
     if precision == "float8":
         _ddp_for_float8(params, fixed, notes)
-    if "cuda_graph" in params:
-        del params["cuda_graph"]
-        fixed["cuda_graph"] = False
-        notes.append(_DP_GRAPH_NOTE)
+    pin_off(space, params, fixed, notes, _DP_GRAPH_NOTE)
     streams = params.get("num_streams")
     if isinstance(streams, IntRange) and streams.low > 1:
         # One stream, as the torchrun peers run: under DDP the one-GPU spaces' two-stream

@@ -41,6 +41,22 @@ def staged_fields(space: SearchSpace) -> dict[str, tuple[Any, ...]]:
     }
 
 
+def pin_off(
+    space: SearchSpace, params: dict[str, Any], fixed: dict[str, Any], notes: list[str], note: str
+) -> None:
+    """Take `cuda_graph` out of `params` into `fixed` as false, where a run cannot capture one
+    (a CPU, several processes), with `note` saying why, unless `space` searched it by its stage
+    alone: no draw took it there, so the space is the one stored before it was staged, and a
+    study of it resumes as the same question (`tuner.search.spaces.resume`)."""
+    if "cuda_graph" not in params:
+        return
+    staged = "cuda_graph" in staged_fields(space)
+    del params["cuda_graph"]
+    fixed["cuda_graph"] = False
+    if not staged:
+        notes.append(note)
+
+
 def sampler_for(
     space: SearchSpace | None, sampler: optuna.samplers.BaseSampler
 ) -> optuna.samplers.BaseSampler:
