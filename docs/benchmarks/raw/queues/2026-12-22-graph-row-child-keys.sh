@@ -46,5 +46,4 @@ grep -E 'codecache.py:[0-9]+\] .*(hash details for key|fx graph cache|\] \[[a-z0
 # The graphs' text too, one digest per key and process, to tell which graphs differ.
 grep -E 'codecache.py:[0-9]+\] .*\] gm: ' "$job/stderr.log" | awk '{print $3, $6, length($0)}' \
   > "$QUEUE_OUT/keys-job-gm-lines.txt" || true
-gzip -c "$job/stderr.log" | head -c 60000000 > "$QUEUE_OUT/keys-job-stderr.log.gz"
 rm -rf "$job"
