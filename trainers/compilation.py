@@ -34,7 +34,7 @@ from typing import cast
 import torch
 from torch import nn
 
-from trainers import dynamo_state
+from trainers import cache_key, dynamo_state
 from trainers.config import CompileMode, LoopConfig
 from trainers.dynamo_state import counters as _counters
 from trainers.dynamo_state import first_line as _first_line
@@ -51,6 +51,10 @@ from trainers.kept_code import (
 from trainers.levers import LEVERS, Option, defaults_where
 
 CACHE_DIR_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
+
+# Before any compile of this process: its FX-graph keys must not depend on what it imported
+# first, or a child process misses what the measuring process wrote (`trainers.cache_key`).
+cache_key.register()
 
 
 def usable_cores() -> int:
