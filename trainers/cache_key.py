@@ -13,6 +13,9 @@ the same, the keys not) and compiled the recommended config cold: 131 s of a 542
 process that imports `trainers` pickles them to the same bytes. It is set once, at import (by
 `trainers.compilation`); a key computed before it differs from one computed after, so artefacts
 written by a process without it are missed once, then written again under the stable key.
+The reducer is process-wide: anything this process pickles with a memory format in it (an
+AOTAutograd cache entry's metadata) loads back only where `trainers` is importable; elsewhere
+Inductor counts that entry a miss.
 """
 
 from __future__ import annotations
