@@ -48,7 +48,7 @@ from trainers.kept_code import (
     ReuseKey,
     start_fresh,
 )
-from trainers.levers import LEVERS, Option, defaults_where
+from trainers.levers import LEVERS, Option, defaults_where, records_graphs
 
 CACHE_DIR_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
 
@@ -184,8 +184,7 @@ def keeps_code(config: LoopConfig) -> bool:
     """Whether a later run may keep what a run of `config` compiled (`reuse_key` says why not
     for the others)."""
     return not (
-        config.compile == "reduce-overhead"
-        or config.cuda_graph
+        records_graphs(config.compile)
         or config.parallel != "none"
         or config.optimizer == "compiled"
     )
@@ -196,20 +195,24 @@ def reuse_key(
     config: LoopConfig,
     precision: str | None,
     device: torch.device,
-    *,
-    capturable: bool = False,
 ) -> ReuseKey | None:
     """What a run must share with the last compiling run of this process to keep its compiled
     code (`CompileWatch`): the model's class and parameters (names, shapes, dtypes: a copy of the
     same build, as the gate's runs take, shares them; another model resets), the levers that
     may change the arithmetic (a twin and its config differ only in loop settings, which compile
-    the same graphs), the precision, whether the optimizer is capturable and the process's
-    settings. None: never (a compile that records CUDA graphs keeps memory pools tied to the run
-    that recorded them; a data-parallel wrapper is built anew each run; a compiled optimizer
-    step marks the parameters and its state as static addresses, which Dynamo keeps alive until
-    it is reset, and guards on them, so each run's new optimizer would compile again and keep
-    the last one's state). Dynamo's guards still decide whether the code applies: the key only
-    decides whether the earlier entries are dropped first."""
+    the same graphs), the precision and the process's settings. None: never (a compile that
+    records Inductor's CUDA graphs keeps memory pools tied to the run that recorded them; a
+    data-parallel wrapper is built anew each run; a compiled optimizer step marks the
+    parameters and its state as static addresses, which Dynamo keeps alive until it is reset,
+    and guards on them, so each run's new optimizer would compile again and keep the last one's
+    state). A whole-step CUDA graph (`cuda_graph`) keeps and is kept from like a step without
+    one: its graph, pool and capturable optimizer belong to the run's step
+    (`trainers.step.GraphStep`), while Dynamo holds only the compiled model's code, which the
+    capture records as it would launch it (the same graphs: at the Qwen2-style shape on an H200
+    the graph's trial compiled in 45 s from the disk cache its leader had filled in 118 s,
+    2026-12-04).
+    Dynamo's guards still decide whether the code applies: the key only decides whether the
+    earlier entries are dropped first."""
     if not keeps_code(config):
         return None
     numerics = {name: config.get(name) for name in defaults_where("equivalence")}
@@ -222,7 +225,6 @@ def reuse_key(
             str(device),
             torch.are_deterministic_algorithms_enabled(),
             torch.get_float32_matmul_precision(),
-            capturable,
         ),
         unguarded=(
             type(model),
@@ -240,8 +242,8 @@ def holds_compiled(
     model: nn.Module, config: LoopConfig, precision: str | None, device: torch.device
 ) -> bool:
     """Whether this process's Dynamo still holds the code an earlier run of `config` compiled on
-    a copy of `model` (its `reuse_key`, without a capturable optimizer, kept and nothing
-    compiled since): a run of it here then compiles nothing where Dynamo's guards pass."""
+    a copy of `model` (its `reuse_key` kept and nothing compiled since): a run of it here then
+    compiles nothing where Dynamo's guards pass."""
     key = reuse_key(model, config, precision, device)
     return key is not None and key in KEPT.code and KEPT.graphs == _graphs()
 

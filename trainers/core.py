@@ -200,7 +200,7 @@ class Engine:
         self.allocated_at_start = torch.cuda.memory_allocated(dev) if dev.type == "cuda" else 0
         # Before anything is compiled: resets Dynamo for a compiling config (see CompileWatch).
         self.capturable = config.cuda_graph if capturable is None else capturable
-        reuse = reuse_key(workload.model, config, precision, dev, capturable=self.capturable)
+        reuse = reuse_key(workload.model, config, precision, dev)
         self.watch = CompileWatch(dev, active=compiles(config), reuse=reuse)
         # Counted on the plain model, before any lever wraps it: recomputation is not a model
         # FLOP. `count_flops=False` (training) skips it.

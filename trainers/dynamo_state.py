@@ -92,8 +92,8 @@ def why_dropped(
     run here kept its code (else it failed, or compiled again although it ran kept code)."""
     if not keeps:
         why = (
-            "this config keeps no code (CUDA graphs, a data-parallel wrapper or a compiled "
-            "optimizer)"
+            "this config keeps no code (Inductor's CUDA graphs, a data-parallel wrapper or a "
+            "compiled optimizer)"
         )
     elif limit_was_hit:
         why = "Dynamo's recompile limit was hit since the last run"

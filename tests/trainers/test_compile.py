@@ -32,6 +32,7 @@ from trainers.compilation import (
     RECOMPILE_LIMIT_HIT,
     CompileStats,
     CompileWatch,
+    keeps_code,
     reuse_key,
 )
 from trainers.kept_code import ReuseKey, forget_compiled, keeping_compiled
@@ -227,6 +228,27 @@ def test_what_keeps_code_side_by_side_is_what_the_guards_tell_apart() -> None:
     for beside in ({"float8_head": "float8"}, {"optimizer": "foreach"}):
         other = key(beside)
         assert other.unguarded == base.unguarded and other.guarded != base.guarded
+
+
+def test_a_whole_step_graph_keeps_the_code_of_the_step_without_it() -> None:
+    """A whole-step CUDA graph records the compiled model's kernels as the step launches them:
+    its run shares the key of the same step without it (the scale space's graph trial runs right
+    after its leader, and the final round takes turns between them), while a compile that
+    records Inductor's own graphs, a compiled optimizer or a data-parallel wrapper keeps none."""
+    model = load_workload("mlp", "tiny", seed=0).model
+    cpu = torch.device("cpu")
+    plain = LoopConfig(compile="default", num_streams=2)
+    key = reuse_key(model, plain, "float8", cpu)
+    assert key is not None and keeps_code(plain.replace(cuda_graph=True))
+    assert reuse_key(model, plain.replace(cuda_graph=True, num_streams=1), "float8", cpu) == key
+    assert reuse_key(model, plain.replace(cuda_graph=True), "bf16-autocast", cpu) != key
+    for none in (
+        {"compile": "reduce-overhead"},
+        {"optimizer": "compiled"},
+        {"parallel": "ddp"},
+    ):
+        config = plain.replace(**none)  # type: ignore[arg-type]
+        assert not keeps_code(config) and reuse_key(model, config, "float8", cpu) is None, none
 
 
 def test_keys_that_differ_where_no_guard_looks_never_share_dynamo() -> None:

@@ -94,8 +94,9 @@ def test_each_rule_of_why_dropped_in_its_order() -> None:
 
 
 def test_a_key_dropped_by_a_run_before_says_so_when_it_runs_again(double: object) -> None:
-    """A run that keeps no code (CUDA graphs, a compiled optimizer) drops the kept code and says
-    so; the next run of a dropped key finds nothing kept, and says why it compiles again."""
+    """A run that keeps no code (Inductor's CUDA graphs, a compiled optimizer) drops the kept
+    code and says so; the next run of a dropped key finds nothing kept, and says why it compiles
+    again."""
     with keeping_compiled(2):
         _watched(double, A, torch.float32)  # type: ignore[arg-type]
         graphs = _watched(double, None, torch.float32)  # type: ignore[arg-type]

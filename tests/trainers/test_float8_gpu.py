@@ -121,6 +121,28 @@ def test_float8_compiled_inside_a_whole_step_cuda_graph_trains_as_without(scope:
     _close(graph.losses, plain.losses)
 
 
+@pytest.mark.parametrize("scope", ["model", "blocks"])
+def test_a_whole_step_graph_runs_the_code_its_leader_compiled(scope: str) -> None:
+    """`trainers.keeps_code`: the scale space's graph trial follows its leader (the same step
+    without the graph), and the final round takes turns between them. Each runs the code the
+    first compiled, captured or launched kernel by kernel: none compiles again (on an H200 at
+    the Qwen2-style shape, 2026-12-04, they compiled 45-52 s each from the disk cache)."""
+    plain = LoopConfig(compile="default", compile_scope=scope, **FEED)  # type: ignore[arg-type]
+    graph = plain.replace(cuda_graph=True, num_streams=1)
+    first = _run("float8", plain)
+    captured = _run("float8", graph)
+    again = _run("float8", plain)
+    recaptured = _run("float8", graph)
+    assert first.compile_s > 0
+    for kept in (captured, again, recaptured):
+        assert kept.compile_s == 0.0 and kept.compile_kept_s == pytest.approx(first.compile_s)
+        assert (kept.compile_cache_hits, kept.compile_cache_misses) == (0, 0)
+        assert not any("kept code dropped" in note for note in kept.compile_notes)
+        assert not kept.compile_unstable, kept.compile_notes
+    _close(captured.losses, first.losses)
+    _close(recaptured.losses, captured.losses)
+
+
 @pytest.mark.models
 def test_float8_on_a_llama_style_decoder() -> None:
     pytest.importorskip("transformers")

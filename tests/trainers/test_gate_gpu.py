@@ -104,6 +104,28 @@ def test_a_compiled_model_passes_equivalence() -> None:
     assert verdict.test == "equivalence"
 
 
+def test_a_compiled_graph_runs_its_eager_twins_code_and_is_held_to_its_bits() -> None:
+    """`trainers.keeps_code`: the gate runs a compiled graph config after its eager twin, with
+    the same arithmetic under the same strict determinism, so the config's run keeps the
+    twin's compiled code instead of compiling again (44 s of a 195 s gate at the Qwen2-style
+    shape on an H200, 2026-12-04). The replay is still held to the twin's bits, and a stale
+    graph input still fails it."""
+    from trainers.dynamo_state import graphs
+
+    config = GRAPH.replace(compile="default")
+    args = RunArgs(steps=STEPS, device="cuda")
+    envelope = Envelope.measure("transformer", "small", args)
+    twin = Twin.measure("transformer", config, args, preset="small")
+    kwargs = {"preset": "small", "envelope": envelope, "twin": twin}
+    verdict = gate("transformer", config, args, **kwargs)  # type: ignore[arg-type]
+    assert graphs() == 0  # Dynamo's count since the config's run began: it compiled nothing
+    assert verdict.passed, verdict.reason
+    assert verdict.exact_against == "eager twin" and verdict.twin_first_diverging_step is None
+    with planted("stale-graph-input"):
+        stale = gate("transformer", config, args, **kwargs)  # type: ignore[arg-type]
+    assert not stale.passed and stale.twin_first_diverging_step is not None, stale.reason
+
+
 @pytest.mark.parametrize("kind", ["missing-wait", "missing-record-stream", "stale-graph-input"])
 @pytest.mark.parametrize(("workload", "preset"), [("transformer", "small"), ("convnet", "small")])
 def test_cuda_faults_are_caught_and_their_provocations_alone_are_not(

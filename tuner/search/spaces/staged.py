@@ -4,10 +4,12 @@ A whole-step CUDA graph over the compiled step (`cuda_graph`) is such a setting.
 (2026-12-04, `docs/benchmarks/peers-h200-2026-12-04-graph-float8-*.md`), the scale space's
 float8 step with the whole model compiled ran 1.04x (1.03-1.04) the same step without the graph
 at the Qwen1.5-0.5B shape (0.46B, 115 against 119 ms) and 1.01x (1.00-1.02) at `llama-1b` (1.1B):
-worth one trial where the step is short, a tie where it is long. A trial of it compiles the
-model again (`trainers.keeps_code`: a run that captures a graph keeps no earlier run's code), so
-it is tried once, from the leader (`tuner.search.proposing.levers`), not whenever the sampler
-happens to draw it: each draw the predictions cannot price would cost a compile.
+worth one trial where the step is short, a tie where it is long. Its trial right after the
+leader runs the leader's kept code (`trainers.keeps_code`), but a config with a graph that
+wins is gated through the eager twin, a compile under strict determinism (123 s of a 195 s gate
+at the Qwen2-style shape on an H200, 2026-12-04), and any other draw compiles too, so it is
+tried once, from the leader (`tuner.search.proposing.levers`), not whenever the sampler happens
+to draw it: each draw the predictions cannot price would cost a compile.
 
 The sampler keeps each such setting at its value here (Optuna's `PartialFixedSampler`); a trial
 the second stage enqueues sets its own value, which Optuna takes before asking the sampler.
