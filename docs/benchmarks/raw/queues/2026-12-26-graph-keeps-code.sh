@@ -9,8 +9,8 @@ nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm,power.limit --for
 python -c 'import torch, torchao, transformers; print(torch.__version__, torch.version.cuda, torchao.__version__, transformers.__version__, torch.backends.cudnn.version())' > "$QUEUE_OUT/versions.txt" 2>&1
 export CUDA_VISIBLE_DEVICES=0
 python -m pytest -q -m gpu -p no:cacheprovider -rA --junitxml="$QUEUE_OUT/graph_keeps.xml" \
-  tests/trainers/test_float8_gpu.py -k "whole_step or compiled_inside" \
-  tests/trainers/test_gate_gpu.py::test_a_compiled_graph_runs_its_eager_twins_code_and_is_held_to_its_bits \
+  tests/trainers/test_float8_gpu.py -k "whole_step or compiled_inside or eager_twins_code" \
+  tests/trainers/test_gate_gpu.py \
   > "$QUEUE_OUT/graph_keeps.log" 2>&1
 echo "graph tests ended with $? at $(date -u +%T)"
 python -m pytest -q -m gpu -p no:cacheprovider tests/trainers/test_gate_gpu.py \
