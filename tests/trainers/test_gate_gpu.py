@@ -114,6 +114,8 @@ def test_a_compiled_graph_runs_its_eager_twins_code_and_is_held_to_its_bits() ->
 
     config = GRAPH.replace(compile="default")
     args = RunArgs(steps=STEPS, device="cuda")
+    # Before `planted`, which refuses to measure it (the module's fixture may not have run).
+    assert eager_reproducibility("transformer", "small", args).reproducible
     envelope = Envelope.measure("transformer", "small", args)
     twin = Twin.measure("transformer", config, args, preset="small")
     kwargs = {"preset": "small", "envelope": envelope, "twin": twin}
