@@ -29,7 +29,7 @@ from tuner.search.proposing import held
 from tuner.search.proposing.drawn import judged
 from tuner.search.proposing.levers import Prober, Staged, offered_levers, second_stage
 from tuner.search.proposing.predict import check as check_prediction
-from tuner.search.proposing.predict import known_trials, predict
+from tuner.search.proposing.predict import known_trials, not_run, predict
 from tuner.search.proposing.screen import (
     SCREEN_WINDOWS,
     Incumbent,
@@ -41,19 +41,13 @@ from tuner.search.proposing.screen import (
     trials_without_gain,
 )
 from tuner.search.spaces.space import SearchSpace, candidate_key
+from tuner.search.spaces.staged import draws_hold
 from tuner.store import keys
 from tuner.store.keys import OWNER as OWNER_ATTR
 from tuner.store.keys import PRECISION as PRECISION_PARAM
 from tuner.store.keys import STOPPED as STOPPED_ATTR
 from tuner.store.phases import MEASURE, PROFILE
 from tuner.store.retry import is_transient
-
-
-def _skipped(trial: optuna.trial.FrozenTrial) -> bool:
-    """A trial pruned unrun on its prediction or as a config measured already (`_predict`)."""
-    found = trial.user_attrs.get(keys.PREDICTION)
-    same = keys.SAME_AS in trial.user_attrs
-    return same or (isinstance(found, dict) and found.get("skip") is not None)
 
 
 class TrialRunner:
@@ -217,6 +211,7 @@ class TrialRunner:
                 against,
                 self._prober.known,
                 self.options.precision,
+                draws_hold(self.space),
             )
             trial.set_user_attr(keys.PREDICTION, prediction.to_dict())
             if prediction.skip is None:
@@ -443,7 +438,7 @@ class TrialRunner:
             if t.state == TrialState.COMPLETE and t.values:
                 values.append(t.values[0])
             elif (
-                self.screening and t.state == TrialState.PRUNED and (screened_out(t) or _skipped(t))
+                self.screening and t.state == TrialState.PRUNED and (screened_out(t) or not_run(t))
             ):
                 values.append(screen_value(t) or 0.0)
         return trials_without_gain(values, self.options.tie_margin) >= patience

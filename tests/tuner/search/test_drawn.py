@@ -80,6 +80,43 @@ def test_a_change_no_probe_predicts_runs(changes: dict[str, Any]) -> None:
     assert _tie(**changes) is None
 
 
+GRAPHED = LEADER.replace(cuda_graph=True)
+"""An incumbent the second stage made: the leader with a whole-step graph, which beat it."""
+DRAWS_HOLD = {"cuda_graph": False}  # the scale space's sampler (`spaces.staged.draws_hold`)
+
+
+def _against_graph(staged: dict[str, Any] | None = DRAWS_HOLD, **changes: Any) -> str | None:
+    drawn = LEADER.replace(**changes).to_dict()
+    leader = _leader(GRAPHED)
+    return lever_tie(drawn, "float8", leader, Predictions(ms=PROBES, floor_ms=1.19), staged)
+
+
+def test_a_draw_against_a_staged_graph_is_held_against_the_graphs_own_leader() -> None:
+    """A draw holds the graph off (the sampler never draws it), so it always differs from a
+    graph incumbent there; it is the graph's leader with the levers changed and goes without
+    the graph's gain: predicted under the floor against that leader, it is not run."""
+    why = _against_graph(float8_linears="none")
+    assert why is not None
+    assert "float8_linears=none and cuda_graph=False: the leader that trial's cuda_graph" in why
+    assert "predicted +1.10 ms a step beside it, under the 1.19 ms" in why
+    # The graph's leader itself, beaten by the graph: not run again.
+    again = _against_graph()
+    assert again is not None and "predicted +0.00 ms" in again
+    # A lever change predicted above the floor against the leader still runs, and so does a
+    # change no probe times.
+    assert _against_graph(attention="cudnn", float8_linears="none") is None
+    assert _against_graph(compile_scope="blocks", float8_linears="none") is None
+
+
+def test_where_the_sampler_draws_the_graph_itself_a_draw_without_it_runs() -> None:
+    """In a space whose sampler draws `cuda_graph` (not `scale`), a draw without it is the
+    sampler's choice and nothing says the graph beat its own leader: no probe prices it, so it
+    runs, as before."""
+    assert _against_graph(None, float8_linears="none") is None
+    assert _against_graph({}, float8_linears="none") is None
+    assert _against_graph(None) is None
+
+
 def test_another_precision_runs() -> None:
     assert _tie(precision="bf16-autocast", float8_linears="none") is None
 

@@ -21,7 +21,7 @@ from tuner.search.spaces.named import load_space, scale_space
 from tuner.search.spaces.processes import for_processes
 from tuner.search.spaces.resume import as_stored, offered_since
 from tuner.search.spaces.space import Choice, SearchSpace
-from tuner.search.spaces.staged import staged_fields
+from tuner.search.spaces.staged import draws_hold, staged_fields
 from tuner.store import keys
 from tuner.store.keys import META
 
@@ -39,10 +39,11 @@ def _changed(staged: list[dict[str, Any]], leader: dict[str, Any]) -> list[dict[
 def test_the_scale_space_searches_the_graph_on_a_gpu_and_pins_it_off_on_a_cpu() -> None:
     assert SPACE.params["cuda_graph"] == Choice(values=(False, True))
     assert staged_fields(SPACE) == {"cuda_graph": (False, True)}
+    assert draws_hold(SPACE) == {"cuda_graph": False}  # what a draw holds it at
     cpu = load_space("scale", cuda=False)
-    assert cpu.fixed["cuda_graph"] is False and staged_fields(cpu) == {}
+    assert cpu.fixed["cuda_graph"] is False and staged_fields(cpu) == {} == draws_hold(cpu)
     # A space that lists it otherwise is searched as the user listed it.
-    assert staged_fields(load_space("compile")) == {}
+    assert staged_fields(load_space("compile")) == {} == draws_hold(load_space("compile"))
     assert "cuda_graph" in load_space("compile").params
 
 

@@ -283,6 +283,14 @@ def check(
     return {"fit_right": fit_right, "order_right": order_right}
 
 
+def not_run(trial: optuna.trial.FrozenTrial) -> bool:
+    """A trial pruned unrun on its prediction or as a config measured already
+    (`tuner.search.trials.TrialRunner._predict`)."""
+    found = trial.user_attrs.get(keys.PREDICTION)
+    same = keys.SAME_AS in trial.user_attrs
+    return same or (isinstance(found, dict) and found.get("skip") is not None)
+
+
 def tally(trials: Iterable[optuna.trial.FrozenTrial]) -> dict[str, Any]:
     """The search's record in counts: trials predicted, skipped on a prediction (by reason) or
     as a config an earlier job measured (`skipped_same`), screened out, complete, and how often the

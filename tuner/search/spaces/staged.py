@@ -43,6 +43,12 @@ def staged_fields(space: SearchSpace) -> dict[str, tuple[Any, ...]]:
     }
 
 
+def draws_hold(space: SearchSpace) -> dict[str, Any]:
+    """The STAGED_ONLY settings `space` searches, each with the value every draw of its sampler
+    takes (`sampler_for`)."""
+    return {field: STAGED_ONLY[field] for field in staged_fields(space)}
+
+
 def pin_off(
     space: SearchSpace, params: dict[str, Any], fixed: dict[str, Any], notes: list[str], note: str
 ) -> None:
@@ -64,7 +70,7 @@ def sampler_for(
 ) -> optuna.samplers.BaseSampler:
     """`sampler`, keeping `space`'s staged settings at their STAGED_ONLY values (itself where
     there are none)."""
-    pins = {} if space is None else {f: STAGED_ONLY[f] for f in staged_fields(space)}
+    pins = {} if space is None else draws_hold(space)
     if not pins:
         return sampler
     with warnings.catch_warnings():
