@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from trainers import Envelope, LoopConfig, RunArgs, Twin, gate
-from trainers.gate import eager_reproducibility
+from trainers.gate import eager_reproducibility, parity_losses
 from trainers.gate.faults import FAULTS, planted
+from trainers.gate.verdict import first_difference
 from trainers.precision import Precision
 
 pytestmark = [
@@ -249,3 +250,43 @@ def test_a_graph_whose_kernels_change_bits_when_captured_is_judged_by_equivalenc
         assert verdict.graph_first_difference == probe.graph_first_difference
     else:
         assert verdict.exact_against == "eager twin"
+
+
+@pytest.mark.parametrize(
+    ("workload", "preset", "precision"),
+    [("transformer", "small", "fp32"), ("hf:causal-lm", "tiny", "bf16-autocast")],
+)
+def test_a_compiled_graph_replays_its_twin_with_the_process_kernels_and_faults_do_not(
+    workload: str, preset: str, precision: Precision
+) -> None:
+    """What the search's kept check (`tuner.search.gating.kept`) rests on: a compiled graph
+    config and its eager twin, both with the process's own kernels ("off", no deterministic
+    mode), agree bit for bit where the loop is right (then the check takes them and compiles
+    nothing strict), and every planted fault, in the config's run alone, leaves those bits (then
+    the check refuses them and the strict gate, whose catches the tests above show, decides)."""
+    if workload.startswith("hf:"):
+        pytest.importorskip("transformers")
+    config = LoopConfig(
+        compile="default",
+        cuda_graph=True,
+        num_streams=2,
+        sync_interval=10,
+        sync_mode="event",
+        pin_memory=True,
+        non_blocking=True,
+    )
+    args = RunArgs(steps=STEPS, device="cuda", precision=precision)
+    from trainers.dynamo_state import graphs
+
+    twin = Twin.measure(workload, config, args, preset=preset, runs=1, determinism="off")
+    kept = parity_losses(workload, preset, config, args, determinism="off")
+    assert graphs() == 0  # Dynamo's count since the config's run began: the twin's code served
+    assert first_difference(kept, twin.losses) is None, "the kept check would fall back"
+    for kind in ("missing-wait", "missing-record-stream", "stale-graph-input", "wrong-op"):
+        with planted(kind):  # type: ignore[arg-type]
+            faulty = parity_losses(workload, preset, config, args, determinism="off")
+        assert first_difference(faulty, twin.losses) is not None, f"{kind} kept its twin's bits"
+        if FAULTS[kind].provocation:
+            with planted(kind, fault=False):  # type: ignore[arg-type]
+                control = parity_losses(workload, preset, config, args, determinism="off")
+            assert first_difference(control, twin.losses) is None, f"{kind} provocation alone"

@@ -2,7 +2,8 @@
 
 - `parity`: the verdict (`gate`): which test a config must pass (bit-exact against the
   reference, exact against its eager twin, or equivalent within the envelope), and the judgement.
-  - `verdict`: what a verdict holds (`ParityVerdict`) and the step-by-step comparison (`compare`).
+  - `verdict`: what a verdict holds (`ParityVerdict`) and the step-by-step comparison (`compare`,
+    `first_difference`).
   - `twin`: a config's twin, eager or loop (`Twin`, `twin_of`, `loop_twin_of`, `twin_kind`).
   - `exact`: the exact tests: the reproducibility probe asked before them, the twin comparison.
   - `reference`: the reference's runs: their determinism, their envelope's spread.
@@ -51,7 +52,7 @@ from trainers.gate.trajectories import (
     trajectory,
 )
 from trainers.gate.twin import TWIN_KINDS, Twin, TwinKind, loop_twin_of, twin_kind, twin_of
-from trainers.gate.verdict import GRAPH_RTOL, GateTest, ParityVerdict
+from trainers.gate.verdict import GRAPH_RTOL, GateTest, ParityVerdict, first_difference
 
 __all__ = [
     "DETERMINISMS",
@@ -86,6 +87,7 @@ __all__ = [
     "eager_reproducibility",
     "envelope_seeds",
     "exact_length",
+    "first_difference",
     "floor_applies",
     "forget",
     "gate",

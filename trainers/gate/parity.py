@@ -31,10 +31,12 @@ config that matches bit for bit needs no probe: two runs that agree have shown i
 
 Every run starts from the same seed with dropout off and, by default, deterministic kernels
 (`trainers.gate.trajectories.GATE_DETERMINISM`), except the reference against a seed envelope and a
-config owed no bits, which compute as that reference does (`config_determinism`). `gate` runs what
-the config needs, each run a trajectory of its `RunArgs` (`check_parity` is its name in `trainers`).
-Pass `reference`, `twin`, `envelope` and `probe` to reuse them: each is a function of the workload,
-preset, seed, steps, precision and device only (the probe not even of the seed and steps).
+config owed no bits, which compute as that reference does (`config_determinism`), and a config
+run elsewhere with its eager twin, both with the process's own kernels (`gate`'s `determinism`).
+`gate` runs what the config needs, each run a trajectory of its `RunArgs` (`check_parity` is its
+name in `trainers`). Pass `reference`, `twin`, `envelope` and `probe` to reuse them: each is a
+function of the workload, preset, seed, steps, precision and device only (the probe not even of
+the seed and steps).
 
 This module decides and judges; its parts live beside it, and their public names are importable
 from here too: the verdict and the step-by-step `compare` (`trainers.gate.verdict`), the eager
@@ -64,6 +66,7 @@ from trainers.gate.reference import (
 )
 from trainers.gate.reproducibility import Reproducibility
 from trainers.gate.trajectories import (
+    DETERMINISMS,
     GATE_ARGS,
     GATE_DETERMINISM,
     NO_DETERMINISTIC_IMPL,
@@ -178,6 +181,7 @@ def gate(
     reference_precision: Precision | None = None,
     exact_steps: int | None = None,
     losses: Sequence[float] | None = None,
+    determinism: Determinism | None = None,
 ) -> ParityVerdict:
     """Run `config` and what it is compared with, and judge it.
 
@@ -196,7 +200,10 @@ def gate(
     multiple, window, check_drift: the equivalence statistic's (`trainers.gate.equivalence.judge`).
     exact_steps: the exact tests' length where shorter than `steps` (`exact_length`). losses:
     the config's own run (`parity_losses` of `config`, `args`, `config_determinism`) run
-    elsewhere (None: run here)."""
+    elsewhere (None: run here); `determinism`: how it computed where not as
+    `config_determinism` says, "off" for a run owed its eager twin's bits and made, as the
+    given `twin` was, with the process's own kernels (bits of the same kernels are as
+    comparable as strict ones: `tuner.search.gating.kept` says when the search does that)."""
     precision, steps = args.precision, args.steps
     if reference_precision is None:
         reference_precision = precision
@@ -209,6 +216,9 @@ def gate(
     runs_of = run_arguments(args, reference=reference_precision)
     kind = _twin_kind(config, twin_kind, given=twin if chosen == "exact+equivalence" else None)
     own = config_determinism(config, chosen, twin=kind, reference=runs_of.reference_determinism)
+    owed = chosen == "exact+equivalence" and kind == "eager"
+    given = _Given(determinism, losses, twin if owed else None)
+    own = given.mode(own, owed=owed, reference=runs_of.reference_determinism)
     fields = _run_fields(chosen, short, envelope, runs_of, own)
     exact = ExactTests(workload, preset, config, args.replace(steps=short), fields, [], kind)
     runs = _Runs(exact, runs_of)
@@ -220,6 +230,43 @@ def gate(
     return runs.judged_equivalent(
         chosen, losses, reference, envelope=envelope, twin=twin, judge=judge
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Given:
+    """What `gate` was given of the config's run made elsewhere: how it computed (None: as
+    `config_determinism` says), its losses, and the eager twin it owes bits where it does."""
+
+    determinism: Determinism | None
+    losses: Sequence[float] | None
+    twin: Twin | None
+
+    def mode(self, own: Determinism, *, owed: bool, reference: Determinism) -> Determinism:
+        """How the config's run computed: `own`, or the given mode for losses run elsewhere.
+        Another mode than `own` only for a run owed its eager twin's bits (`owed`) judged
+        against a reference with the process's own kernels (`reference` "off", a seed
+        envelope's): against strict bits or a strict rounding envelope other kernels' losses
+        would be judged against the rounding of strict ones. A given eager twin computed
+        otherwise would hold the run to other kernels' bits."""
+        given, mode = self.determinism, own
+        if given is not None:
+            if given not in DETERMINISMS:
+                allowed = ", ".join(DETERMINISMS)
+                raise ValueError(f"determinism={given!r} is invalid: allowed {allowed}")
+            if self.losses is None:
+                raise ValueError("determinism is how given losses computed: it needs losses")
+            if given != own and not (owed and reference == "off"):
+                raise ValueError(
+                    f"determinism={given!r} is invalid here: the config's run computes {own} "
+                    "unless it owes its eager twin's bits and is judged against a seed envelope"
+                )
+            mode = given
+        if self.twin is not None and self.twin.determinism != mode:
+            raise ValueError(
+                f"the eager twin computed {self.twin.determinism}, the config's run {mode}: its "
+                "bits are owed only to a twin of the same kernels"
+            )
+        return mode
 
 
 def _with_workers_hint(verdict: ParityVerdict, config: LoopConfig) -> str:
@@ -360,6 +407,7 @@ class _Runs:
                 kind=exact.twin,
                 reference_precision=runs.reference.precision,
                 reference=reference if strict else None,
+                determinism=own,  # an eager twin's bits are owed by a run of the same kernels
             )
         if ask_later:
             target = reference if chosen == "exact" else twin.losses  # type: ignore[union-attr]

@@ -30,7 +30,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, get_args
 
 from trainers.config import REFERENCE, LoopConfig
-from trainers.gate.trajectories import GATE_ARGS, trajectory, trajectory_length
+from trainers.gate.trajectories import (
+    DETERMINISMS,
+    GATE_ARGS,
+    GATE_DETERMINISM,
+    Determinism,
+    trajectory,
+    trajectory_length,
+)
 from trainers.gate.verdict import first_difference, per_step
 from trainers.levers import defaults_where, records_graphs
 from trainers.precision import Precision
@@ -101,6 +108,7 @@ class Twin:
     kind: str = "eager"
     reference: tuple[float, ...] | None = None
     precision: Precision | None = None
+    determinism: Determinism = GATE_DETERMINISM
 
     @classmethod
     def measure(
@@ -114,21 +122,28 @@ class Twin:
         kind: TwinKind = "eager",
         reference_precision: Precision | None = None,
         reference: Sequence[float] | None = None,
+        determinism: Determinism = GATE_DETERMINISM,
     ) -> Twin:
         """Run the twin of `config` of `kind` where the config allows it (`twin_kind`), each run
         a trajectory of `args`. An eager twin (`twin_of`) runs `runs` times (1 or 2), in the
-        config's precision. A loop twin (`loop_twin_of`) runs once in `reference_precision`
-        (None: `args.precision`), beside the reference's losses under strict determinism
-        (`reference`: those losses, at least `args.steps` of them; None: run here), once
-        whatever `runs` says (its reproducibility is the probe's of that precision)."""
+        config's precision, under `determinism` (a loop twin runs strict whatever it says: it is
+        held to the reference's strict bits). A loop twin (`loop_twin_of`) runs once in
+        `reference_precision` (None: `args.precision`), beside the reference's losses under
+        strict determinism (`reference`: those losses, at least `args.steps` of them; None: run
+        here), once whatever `runs` says (its reproducibility is the probe's of that
+        precision)."""
         if runs not in (1, 2):
             raise ValueError(f"runs={runs!r} is invalid: allowed 1 or 2")
         if kind not in TWIN_KINDS:
             raise ValueError(f"kind={kind!r} is invalid: allowed {', '.join(TWIN_KINDS)}")
+        if determinism not in DETERMINISMS:
+            raise ValueError(
+                f"determinism={determinism!r} is invalid: allowed {', '.join(DETERMINISMS)}"
+            )
         if twin_kind(config, kind) == "loop":
             return _loop_twin(workload, config, args, preset, reference_precision, reference)
         twin_config, capturable = twin_of(config)
-        losses, strict = _twin_run(workload, preset, twin_config, capturable, args)
+        losses, strict = _twin_run(workload, preset, twin_config, capturable, args, determinism)
         once = cls(
             config=twin_config.to_dict(),
             capturable=capturable,
@@ -137,6 +152,7 @@ class Twin:
             first_difference=None,
             strict=strict,
             runs=1,
+            determinism=determinism,
         )
         if runs == 1:
             return once
@@ -152,7 +168,9 @@ class Twin:
             return self
         config, capturable = LoopConfig.from_dict(self.config), self.capturable
         again = args.replace(steps=len(self.losses))
-        second, second_strict = _twin_run(workload, preset, config, capturable, again)
+        second, second_strict = _twin_run(
+            workload, preset, config, capturable, again, self.determinism
+        )
         differ = first_difference(second, self.losses)
         largest, _, _ = per_step(second, self.losses)
         return dataclasses.replace(
@@ -186,9 +204,12 @@ def _twin_run(
     twin_config: LoopConfig,
     capturable: bool,
     args: RunArgs,
+    determinism: Determinism = GATE_DETERMINISM,
 ) -> tuple[tuple[float, ...], bool]:
     """One run of an eager twin: its losses and whether it ran strict."""
-    run = trajectory(workload, preset, twin_config, args, capturable=capturable)
+    run = trajectory(
+        workload, preset, twin_config, args, capturable=capturable, determinism=determinism
+    )
     # Losses only: the trained model leaves the device before the next run.
     return tuple(run.losses), run.strict
 

@@ -202,7 +202,7 @@ def test_only_a_compiled_run_owed_no_bits_runs_where_its_trial_compiled() -> Non
     """`runs_where_trained`: a config's own gate run moves into the trials' process only where
     it computes under that process's settings ("off": against a seed envelope, owed no bits)
     and has compiled code to reuse; a strict run would leave deterministic mode behind there."""
-    from tuner.search.gating.gate import runs_where_trained
+    from tuner.search.gating.kept import runs_where_trained
 
     study = trainers.RunArgs(steps=4, seed=0, device="cpu", precision="fp32")
     compiled = LoopConfig(compile="default")
@@ -219,3 +219,29 @@ def test_only_a_compiled_run_owed_no_bits_runs_where_its_trial_compiled() -> Non
     assert not runs_where_trained(LoopConfig(optimizer="foreach"), study, **other)  # type: ignore[arg-type]
     graphs = LoopConfig(compile="reduce-overhead")
     assert not runs_where_trained(graphs, study, twin_kind="loop", **other)  # type: ignore[arg-type]
+
+
+def test_only_a_compiled_config_owed_its_eager_twin_runs_kept_against_a_seed_envelope() -> None:
+    """`runs_kept`: a config owed its eager twin's bits runs with that twin where its trial
+    compiled, both with the process's own kernels, only where the check judges it against a seed
+    envelope (another precision) and it compiles and keeps its code."""
+    from tuner.search.gating.kept import runs_kept, runs_where_trained
+
+    study = trainers.RunArgs(steps=4, seed=0, device="cpu", precision="fp32")
+    looped = LoopConfig(compile="default", num_streams=2, sync_interval=4)
+    other = {"config_precision": "bf16-autocast"}
+    # Through the eager twin: kept, and not the run owed no bits; through a loop twin the reverse.
+    assert runs_kept(looped, study, twin_kind="eager", **other)  # type: ignore[arg-type]
+    assert not runs_where_trained(looped, study, twin_kind="eager", **other)  # type: ignore[arg-type]
+    assert not runs_kept(looped, study, twin_kind="loop", **other)  # type: ignore[arg-type]
+    # The study's own precision: the rounding envelope is strict.
+    assert not runs_kept(looped, study, twin_kind="eager")
+    # Owed no twin (arithmetic alone), nothing compiled, or code not kept: not kept.
+    assert not runs_kept(LoopConfig(compile="default"), study, twin_kind="eager", **other)  # type: ignore[arg-type]
+    eager = LoopConfig(num_streams=2, optimizer="foreach")
+    assert not runs_kept(eager, study, twin_kind="eager", **other)  # type: ignore[arg-type]
+    graphs = LoopConfig(compile="reduce-overhead", sync_interval=4)
+    assert not runs_kept(graphs, study, **other)  # type: ignore[arg-type]
+    # A compiled optimizer keeps no code either.
+    compiled_optimizer = looped.replace(optimizer="compiled")
+    assert not runs_kept(compiled_optimizer, study, twin_kind="eager", **other)  # type: ignore[arg-type]

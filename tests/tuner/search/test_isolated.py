@@ -308,6 +308,74 @@ def test_a_compiled_run_owed_no_bits_runs_here_and_is_judged_in_the_child(
         apart.close()
 
 
+@pytest.mark.parametrize(
+    "device",
+    [pytest.param("cpu", marks=pytest.mark.slow), pytest.param("cuda", marks=pytest.mark.gpu)],
+)
+def test_a_config_owed_its_eager_twins_bits_runs_with_it_where_its_trial_compiled(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`runs_kept`: after its trial here, a compiled config owed its eager twin's bits runs with
+    that twin in this process, both with its own kernels, and the child only judges (the
+    verdict says "off"). Where the kept runs differ (a fault planted into the config's alone),
+    the child checks it again, strict, and its verdict stands. On a GPU the config is a
+    whole-step graph, as the search's; on a CPU, which has none, loop settings through the
+    eager twin stand in for it."""
+    import trainers
+    from trainers.gate import parity_losses
+    from trainers.gate.faults import planted
+    from trainers.kept_code import forget_compiled
+    from tuner.search.gating import kept
+
+    made: list[object] = []
+
+    def recording(*args: object, **kwargs: object) -> object:
+        run = isolated_run_kept(*args, **kwargs)
+        made.append(run)
+        return run
+
+    isolated_run_kept = isolated.run_kept
+    monkeypatch.setattr(isolated, "run_kept", recording)
+    args = RunArgs(steps=3, seed=0, device=device, precision="fp32")
+    if device == "cuda":
+        config, kind = LoopConfig(compile="default", cuda_graph=True), "loop"  # the search's
+    else:
+        config, kind = LoopConfig(compile="default", sync_interval=2), "eager"
+    other = "bf16-autocast"
+    here = ParityProcess("convnet", "tiny", args, matmul_precision="highest", twin_kind=kind)  # type: ignore[arg-type]
+    try:
+        assert here.runs_here(config, other)
+        forget_compiled()  # no code of an earlier test's: nothing to keep, the child runs both
+        cold = here.check(config, precision=other)
+        assert cold.verdict is not None and cold.verdict.passed, cold.verdict
+        assert made == [] and not cold.twin_here and cold.verdict.determinism == "strict"
+        trial = trainers.resolve_factory("convnet", {})("tiny", seed=0)
+        trainers.run(trial, config, args.replace(precision=other, steps=2, warmup=1, windows=1))
+        first = here.check(config, cold.envelope, precision=other)
+        assert first.verdict is not None and first.verdict.passed, first.verdict
+        assert first.twin_here and first.config_here and len(made) == 1
+        assert first.verdict.determinism == "off"
+        assert list(first.verdict.losses) == made[0].losses  # type: ignore[attr-defined]
+        assert "replays its eager twin bit for bit" in first.verdict.reason
+        assert {"gate_twin", "gate_config"} <= set(first.time)
+
+        def faulty(*args: object, **kwargs: object) -> object:
+            with planted("wrong-op"):
+                return parity_losses(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(kept, "parity_losses", faulty)
+        again = here.check(config, cold.envelope, precision=other)
+        assert len(made) == 2 and made[1].twin is None  # type: ignore[attr-defined]
+        assert again.verdict is not None and again.verdict.passed, again.verdict
+        assert not again.twin_here and not again.config_here
+        assert again.verdict.determinism == "strict"  # the child's, as cold
+        assert again.verdict.losses == cold.verdict.losses
+        # The kept runs' seconds are the job's too: more twin time than the child's alone.
+        assert again.time["gate_twin"] > made[1].time["gate_twin"]  # type: ignore[attr-defined]
+    finally:
+        here.close()
+
+
 def test_the_gates_line_says_where_the_config_run_was_made() -> None:
     from tuner.search.gating.parity import _parts
     from tuner.store.phases import GATE_CONFIG
@@ -316,6 +384,9 @@ def test_the_gates_line_says_where_the_config_run_was_made() -> None:
     assert _parts(spent) == " (config run 54 s)"
     assert (
         _parts(spent, here=True) == " (config run 54 s, config run made where its trial compiled)"
+    )
+    assert _parts(spent, here="twin").endswith(
+        ", twin and config run made where its trial compiled)"
     )
 
 

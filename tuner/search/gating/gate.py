@@ -49,8 +49,8 @@ arithmetic, held to the reference's bits) caught the planted stream faults under
 configs on an H200 as the eager twin does (`tests/trainers/test_gate_gpu.py`, 2026-12-01), in
 two eager runs (12-25 s at 0.5B in float8) where the eager twin compiled under strict
 determinism (59-137 s). The config's own run, then owed no bits, runs where its trial compiled
-(`runs_where_trained`): in the gate's child it had compiled as cold as its trial (136 s against
-132 s; docs/benchmarks/README.md, 2026-12-01)."""
+(`kept.runs_where_trained`): in the gate's child it had compiled as cold as its trial (136 s
+against 132 s; docs/benchmarks/README.md, 2026-12-01)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -62,7 +62,9 @@ class GateRun:
     envelope: dict[str, Any]
     time: dict[str, float]
     config_here: bool = False
-    """The config's own run was made in the search's process (`runs_where_trained`)."""
+    """The config's own run was made in the search's process (`tuner.search.gating.kept`)."""
+    twin_here: bool = False
+    """Its eager twin too, both with that process's own kernels (`kept.run_kept`)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -152,7 +154,7 @@ class Parts:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Plan:
+class CheckPlan:
     """How one check runs: the reference's and the config's runs, the envelope's kind and the
     verdict's extra terms (a config in another precision: `run_parts`)."""
 
@@ -163,9 +165,9 @@ class _Plan:
     exact_steps: int | None
 
 
-def _plan(
+def check_plan(
     args: trainers.RunArgs, config_precision: trainers.Precision | None, cross: CrossPrecision
-) -> _Plan:
+) -> CheckPlan:
     config_args = args if config_precision is None else args.replace(precision=config_precision)
     spread = spread_for(config_args.precision, args.precision)
     judged: dict[str, Any] = {}
@@ -176,7 +178,7 @@ def _plan(
             args = args.replace(steps=cross.steps)
             config_args = config_args.replace(steps=cross.steps)
         judged.update(multiple=cross.multiple, exact_steps=exact_steps)
-    return _Plan(args, config_args, spread, judged, exact_steps)
+    return CheckPlan(args, config_args, spread, judged, exact_steps)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,7 +203,7 @@ def run_twin(
 ) -> TwinRun:
     """The twin part of `run_parts` alone: run while the envelope is measured elsewhere.
     `reference`: the study's envelope where known, whose strict reference a loop twin reuses."""
-    plan = _plan(args, config_precision, cross)
+    plan = check_plan(args, config_precision, cross)
     parts = Parts()
     twin = _twin_if_needed(
         parts,
@@ -229,9 +231,9 @@ def run_config(
     """The config's own run of `run_parts` alone (what its `gate` call would run, with the same
     arguments and `twin_kind`), for another process's check of the same config
     (`run_parts(losses=...)`)."""
-    plan = _plan(args, config_precision, cross)
+    plan = check_plan(args, config_precision, cross)
     parts = Parts()
-    mode = _own_determinism(config, plan, twin_kind)
+    mode = own_determinism(config, plan, twin_kind)
     losses = parts.run(
         GATE_CONFIG,
         lambda: parity_losses(workload, preset, config, plan.config_args, determinism=mode),
@@ -239,7 +241,7 @@ def run_config(
     return ConfigRun(losses=list(losses), time=parts.time)
 
 
-def _own_determinism(config: LoopConfig, plan: _Plan, twin_kind: TwinKind) -> Determinism:
+def own_determinism(config: LoopConfig, plan: CheckPlan, twin_kind: TwinKind) -> Determinism:
     """How the config's own run computes, as `gate` would run it (`config_determinism`), so
     that a verdict on a run made apart is the one a run there gives."""
     test = required_test(
@@ -247,31 +249,6 @@ def _own_determinism(config: LoopConfig, plan: _Plan, twin_kind: TwinKind) -> De
     )
     return config_determinism(
         config, test, twin=twin_kind, reference=reference_determinism(plan.spread)
-    )
-
-
-def runs_where_trained(
-    config: LoopConfig,
-    args: trainers.RunArgs,
-    *,
-    config_precision: trainers.Precision | None = None,
-    cross: CrossPrecision = AS_THE_GATE,
-    twin_kind: TwinKind = TWIN_KIND,
-) -> bool:
-    """Whether `config`'s own gate run (`run_config`) may run in the process that ran its
-    trials, where Dynamo still holds what its trial compiled (`trainers.keeping_compiled`),
-    instead of in the gate's child, which compiles it again: a new process reads the trial's FX
-    graphs back from the disk cache but still traces the model and builds its backward (a
-    float8 config at 0.5B on an H200: 132 s cold, 67 s on that cache, 2026-12-01,
-    docs/benchmarks/compile-reuse-*). Only a run owed no bits qualifies: it computes under the
-    process's own settings ("off"), while a strict run's deterministic mode and cuBLAS
-    workspace would outlast it there and slow every later measurement. And only a config that
-    compiles and keeps its code (`trainers.keeps_code`): another has nothing to reuse."""
-    plan = _plan(args, config_precision, cross)
-    return (
-        _own_determinism(config, plan, twin_kind) == "off"
-        and trainers.compiles(config)
-        and trainers.keeps_code(config)
     )
 
 
@@ -288,6 +265,7 @@ def run_parts(
     twin: TwinRun | None = None,
     run: RunPending | None = None,
     twin_kind: TwinKind = TWIN_KIND,
+    determinism: Determinism | None = None,
 ) -> GateRun:
     """The built-in gate, part by part: the reference and its envelope (only when `envelope` is
     None: once per study), the twin where the config's test needs one (`twin_kind`: of a config
@@ -297,8 +275,9 @@ def run_parts(
     reference's), judged for equivalence against the reference's seed envelope (then
     `envelope`) over `cross`'s steps and multiple; the twin's bits keep the gate's own steps.
     `twin`: run before (`run_twin`). `pending` (with `envelope` None): the envelope measured
-    elsewhere, asked for after the twin (None: here). `run`: the config's own run made apart."""
-    parts, plan = Parts(), _plan(args, config_precision, cross)
+    elsewhere, asked for after the twin (None: here). `run`: the config's own run made apart
+    (computed as `determinism`, where given, says: `trainers.gate.gate`'s)."""
+    parts, plan = Parts(), check_plan(args, config_precision, cross)
     parts.time.update(twin.time if twin is not None else {})
     found = None if envelope is None else Envelope.from_dict(envelope)
     if found is None and pending is None:
@@ -331,6 +310,7 @@ def run_parts(
             twin_kind=twin_kind,
             reference_precision=args.precision,
             losses=losses,
+            determinism=determinism if losses is not None else None,
             **plan.judged,
         ),
     )
@@ -350,7 +330,7 @@ def measure_envelope(
     config measures them (the rounding envelope, or for another precision the seed-to-seed one
     over `cross`'s steps): a `GateRun` with no verdict."""
     parts = Parts()
-    plan = _plan(args, config_precision, cross)
+    plan = check_plan(args, config_precision, cross)
     found = _measure_envelope(parts, workload, preset, plan.args, plan.spread)
     return GateRun(verdict=None, envelope=found.to_dict(), time=parts.time)
 

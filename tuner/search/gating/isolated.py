@@ -6,9 +6,10 @@ are process-wide, and measured on an H100 they outlast the check: eager steps of
 same process (docs/benchmarks/README.md, "Parity in its own process"). So the tuner runs every
 parity check in one long-lived child process (spawned, not forked: CUDA cannot be forked), one at
 a time, while the measuring process waits: two measurements never share the GPU. One part may
-run in the measuring process instead: a config's own run owed no bits, under that process's own
-settings, where Dynamo there still holds what the config's trial compiled
-(`ParityProcess.runs_here`); the child judges its losses.
+run in the measuring process instead: a config's own run owed no bits, or a graph config's with
+its eager twin, under that process's own settings, where Dynamo there still holds what the
+config's trial compiled (`ParityProcess.runs_here`, `tuner.search.gating.kept`); the child
+judges its losses.
 
 Profiles run in a second child (`tuner.search.deciding.profile_child`), one `ChildProcess`
 (`tuner.search.gating.child`) like this one's, for the same reason: a `torch.profiler` pass with
@@ -30,7 +31,7 @@ from typing import Any, TypeVar
 
 import trainers
 from trainers import LoopConfig
-from trainers.gate import PERTURBATIONS
+from trainers.gate import PERTURBATIONS, Determinism, TwinKind
 from trainers.workloads import WorkloadFactory, disable_dropout
 from tuner.search.gating.child import (
     ChildProcess,
@@ -40,6 +41,7 @@ from tuner.search.gating.child import (
 )
 from tuner.search.gating.gate import (
     AS_THE_GATE,
+    TWIN_KIND,
     ConfigRun,
     CrossPrecision,
     GateRun,
@@ -50,10 +52,11 @@ from tuner.search.gating.gate import (
     run_config,
     run_parts,
     run_twin,
-    runs_where_trained,
 )
+from tuner.search.gating.kept import KeptRun, run_kept, runs_kept, runs_where_trained
 
 T = TypeVar("T")
+_Here = TypeVar("_Here", ConfigRun, KeptRun)
 
 
 def _gate(
@@ -68,11 +71,14 @@ def _gate(
     cross: CrossPrecision = AS_THE_GATE,
     twin: TwinRun | None = None,
     losses: Sequence[float] | None = None,
+    twin_kind: TwinKind = TWIN_KIND,
+    determinism: Determinism | None = None,
 ) -> GateRun:
     """The correctness gate for `config`, part by part (`tuner.search.gating.gate.run_parts`): the
     verdict, the envelope it used (measured here the first time: the parent stores it on the
-    study) and the seconds of each part. `twin`: run before by `_twin`; `losses`: the config's
-    own run, run by another process (`_config_run`)."""
+    study) and the seconds of each part. `twin`: run before by `_twin` (or with `losses` by
+    `run_kept`, then `determinism` "off"); `losses`: the config's own run, run by another
+    process (`_config_run`)."""
     return _in_child(
         matmul_precision,
         lambda: run_parts(
@@ -85,6 +91,8 @@ def _gate(
             cross=cross,
             twin=twin,
             run=None if losses is None else (lambda: losses),
+            twin_kind=twin_kind,
+            determinism=determinism,
         ),
     )
 
@@ -98,6 +106,7 @@ def _config_run(
     matmul_precision: str,
     config_precision: trainers.Precision | None = None,
     cross: CrossPrecision = AS_THE_GATE,
+    twin_kind: TwinKind = TWIN_KIND,
 ) -> ConfigRun:
     """`config`'s own run alone (`run_config`), while another process's check runs its twin."""
     return _in_child(
@@ -109,6 +118,7 @@ def _config_run(
             args,
             config_precision=config_precision,
             cross=cross,
+            twin_kind=twin_kind,
         ),
     )
 
@@ -122,6 +132,7 @@ def _twin(
     matmul_precision: str,
     config_precision: trainers.Precision | None = None,
     cross: CrossPrecision = AS_THE_GATE,
+    twin_kind: TwinKind = TWIN_KIND,
 ) -> TwinRun:
     """`config`'s twin alone (`run_twin`), while another process measures the envelope."""
     return _in_child(
@@ -133,6 +144,7 @@ def _twin(
             args,
             config_precision=config_precision,
             cross=cross,
+            twin_kind=twin_kind,
         ),
     )
 
@@ -232,7 +244,7 @@ def _prepare_gate(
 
 class ParityProcess:
     """Runs the correctness gate (`tuner.search.gating.gate.run_parts`) in a child process (a
-    config's own run owed no bits where its trial compiled: `runs_here`): a `Gate`."""
+    config's own run made where its trial compiled where it may be: `runs_here`): a `Gate`."""
 
     runs_apart = True
 
@@ -246,11 +258,14 @@ class ParityProcess:
         model_args: dict[str, str] | None = None,
         cross: CrossPrecision = AS_THE_GATE,
         where_trained: bool = True,
+        twin_kind: TwinKind = TWIN_KIND,
     ) -> None:
         self._args = (workload, preset, dict(model_args or {}))
         self.where_trained = where_trained
-        """Whether a config's own run owed no bits runs in this process, the trials' own
-        (`runs_where_trained`), rather than in the child."""
+        """Whether a config's own run (with its eager twin where it owes that one's bits) runs
+        in this process, the trials' own (`tuner.search.gating.kept`), rather than in the child."""
+        self.twin_kind = twin_kind
+        """The twin a config with no graph is checked through (`TWIN_KIND`; a test's "eager")."""
         self._factory: WorkloadFactory | None = None
         # Sent to the child as they are: a device given as torch.device travels as its name.
         self.run_args = args.replace(device=str(args.device))
@@ -271,28 +286,22 @@ class ParityProcess:
         each part of the gate; `precision`: the config's, when not the study's (`run_parts`).
         `pending`: the envelope measured by another process, and `run`: the config's own run,
         likewise; each waited for here (in this process, which can read the study) once the
-        child has run the config's twin. A config's own run that no other process took runs in
-        this process where `runs_where_trained` allows it (`where_trained`): its trial's
-        compiled code is here."""
-        twin = None
-        losses = None
-        here: ConfigRun | None = None
+        config's twin has run (in the child, or here with the config: `runs_kept`). Where
+        `runs_here` allows it, the config's own run (and its eager twin, `runs_kept`) is made in
+        this process, where its trial's compiled code is; a config that did not replay its kept
+        twin bit for bit, or whose kept runs failed, is checked in the child as before."""
+        here: KeptRun | ConfigRun | None = self._kept_here(config, precision)
+        twin = None if not isinstance(here, KeptRun) else here.twin
+        losses: Sequence[float] | None = None if twin is None or here is None else here.losses
         if (envelope is None and pending is not None) or run is not None:
-            twin = self._child.call(
-                _twin,
-                *self._args,
-                config.to_dict(),
-                self.run_args,
-                self.matmul_precision,
-                precision,
-                self.cross,
-            )
+            if twin is None:
+                twin = self._child.call(_twin, *self._child_args(config, precision))
             if envelope is None and pending is not None:
                 envelope = pending()
-            if run is not None:
+            if run is not None and losses is None:
                 losses = run()
-        if losses is None and self.runs_here(config, precision):
-            here = self._run_here(config, precision)
+        if here is None and losses is None and self._owed_no_bits_here(config, precision):
+            here = self._run_here(config, precision, run_config)
             losses = None if here is None else here.losses
         checked = self._child.call(
             _gate,
@@ -305,33 +314,70 @@ class ParityProcess:
             self.cross,
             twin,
             None if losses is None else list(losses),
+            self.twin_kind,
+            "off" if isinstance(here, KeptRun) and here.twin is not None else None,
         )
         if here is None:
             return checked
         spent = dict(checked.time)
         for part, seconds in here.time.items():
             spent[part] = spent.get(part, 0.0) + seconds
-        return dataclasses.replace(checked, time=spent, config_here=True)
+        # A kept twin the config did not replay: the child ran both again, strict.
+        kept = isinstance(here, KeptRun) and here.twin is not None
+        made = kept or isinstance(here, ConfigRun)
+        return dataclasses.replace(checked, time=spent, config_here=made, twin_here=kept)
 
     def runs_here(self, config: LoopConfig, precision: str | None = None) -> bool:
         """Whether `config`'s own gate run in `precision` (None: the study's) is made in this
-        process (`where_trained` and `runs_where_trained`): it then compiles nothing its trial
-        compiled here."""
+        process (`where_trained`, and `runs_where_trained` or `runs_kept`): it then compiles
+        nothing its trial compiled here."""
+        return self._owed_no_bits_here(config, precision) or self._runs_kept(config, precision)
+
+    def _owed_no_bits_here(self, config: LoopConfig, precision: str | None) -> bool:
         return self.where_trained and runs_where_trained(
-            config,
-            self.run_args,
-            config_precision=precision,  # type: ignore[arg-type]  # RunOptions checked it
-            cross=self.cross,
+            config, self.run_args, **self._options(precision)
         )
 
-    def _run_here(self, config: LoopConfig, precision: str | None) -> ConfigRun | None:
-        """`config`'s own run in this process (`runs_where_trained`), under this process's own
-        settings as its trials ran, where Dynamo still holds its trial's code
-        (`trainers.compilation.holds_compiled`) and turning dropout off changes nothing (else
-        the graphs differ from the trial's): a run that would compile here would also drop the
-        code kept for others. None: run it in the child. What the run cached goes back to the
-        GPU after it (`give_back_memory`): the child judges next, and runs the twin where it
-        has not yet."""
+    def _runs_kept(self, config: LoopConfig, precision: str | None) -> bool:
+        return self.where_trained and runs_kept(config, self.run_args, **self._options(precision))
+
+    def _options(self, precision: str | None) -> dict[str, Any]:
+        # The precision as the study gave it: `RunOptions` checked it.
+        return {"config_precision": precision, "cross": self.cross, "twin_kind": self.twin_kind}
+
+    def _child_args(self, config: LoopConfig, precision: str | None) -> tuple[Any, ...]:
+        """A child part's arguments for `config` (`_twin`, `_config_run`)."""
+        return (
+            *self._args,
+            config.to_dict(),
+            self.run_args,
+            self.matmul_precision,
+            precision,
+            self.cross,
+            self.twin_kind,
+        )
+
+    def _kept_here(self, config: LoopConfig, precision: str | None) -> KeptRun | None:
+        """`config` and its eager twin run here (`run_kept`) where `runs_kept` allows it. None
+        where they did not run, or failed: the child decides, as where they disagree, since
+        only runs that agree count here (`tuner.search.gating.kept`)."""
+        if not self._runs_kept(config, precision):
+            return None
+        try:
+            return self._run_here(config, precision, run_kept)
+        except Exception:  # noqa: BLE001 - the child's strict check runs it again and judges
+            return None
+
+    def _run_here(
+        self, config: LoopConfig, precision: str | None, runs: Callable[..., _Here]
+    ) -> _Here | None:
+        """`config`'s own run in this process (`runs`: `run_config` or, with its eager twin,
+        `run_kept`), under this process's own settings as its trials ran, where Dynamo still
+        holds its trial's code (`trainers.compilation.holds_compiled`) and turning dropout off
+        changes nothing (else the graphs differ from the trial's): a run that would compile
+        here would also drop the code kept for others. None: run it in the child. What the
+        runs cached goes back to the GPU after them (`give_back_memory`): the child judges
+        next, and runs the twin where it has not yet."""
         workload, preset, model_args = self._args
         if self._factory is None:
             self._factory = trainers.resolve_factory(workload, model_args)
@@ -348,12 +394,12 @@ class ParityProcess:
             return built.pop() if built else factory(name, seed=seed)  # the one built above
 
         try:
-            return run_config(
-                build,  # type: ignore[arg-type]  # a WorkloadFactory's call
+            return runs(
+                build,
                 preset,
                 config,
                 self.run_args,
-                config_precision=precision,  # type: ignore[arg-type]  # RunOptions checked it
+                config_precision=precision,
                 cross=self.cross,
             )
         except Exception as exc:  # noqa: BLE001 - raised again below
@@ -381,15 +427,7 @@ class ParityProcess:
         )
 
     def config_run(self, config: LoopConfig, *, precision: str | None = None) -> ConfigRun:
-        return self._child.call(
-            _config_run,
-            *self._args,
-            config.to_dict(),
-            self.run_args,
-            self.matmul_precision,
-            precision,
-            self.cross,
-        )
+        return self._child.call(_config_run, *self._child_args(config, precision))
 
     def envelope(self, *, precision: str | None = None) -> GateRun:
         return self._child.call(

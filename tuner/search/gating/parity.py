@@ -205,7 +205,7 @@ class ParityCache:
         self._tell(f"gate: checking [{label}]" + _first_parts(envelope, pending))
         reached = True
         ran_here: list[str] = []  # the config's own run, where this process claimed it
-        here = False  # the config's own run made in this process (`GateRun.config_here`)
+        here: bool | str = False  # the config's own run made here (`GateRun.config_here`)
         try:
             extra = self._check_options(config, precision, pending, ran_here)
             run = self._gate_check(config, envelope, extra)
@@ -216,7 +216,7 @@ class ParityCache:
                 if env_key not in shared:
                     self._share(env_key, envelope)
                     shared[env_key] = envelope
-            spent, here = dict(run.time), run.config_here
+            spent, here = dict(run.time), ("twin" if run.twin_here else run.config_here)
             verdict = GateVerdict(verdict=run.verdict, config=config.to_dict())
         except Exception as exc:  # noqa: BLE001 - a config that cannot even be checked fails
             verdict = GateVerdict.failed(f"parity run failed: {exc}", config=config)
@@ -487,10 +487,12 @@ def _first_parts(envelope: dict[str, Any] | None, pending: Pending | None) -> st
     return ": the reference and its envelope first (once per study), then the config"
 
 
-def _parts(spent: dict[str, float], here: bool = False) -> str:
+def _parts(spent: dict[str, float], here: bool | str = False) -> str:
     """` (reference 30 s, twin 105 s, ...)`: each part's seconds (none under a second), and
-    whether the config's run was made in this process, where its trial compiled."""
+    whether the config's run ("twin": with its eager twin) was made in this process, where its
+    trial compiled."""
+    made = "twin and config run" if here == "twin" else "config run"
     shown = [
         f"{LABELS.get(k, k).removeprefix('gate: ')} {s:.0f} s" for k, s in spent.items() if s >= 0.5
-    ] + (["config run made where its trial compiled"] if here else [])
+    ] + ([f"{made} made where its trial compiled"] if here else [])
     return f" ({', '.join(shown)})" if shown else ""
