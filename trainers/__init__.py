@@ -73,6 +73,7 @@ from trainers.precision import (
     matmul_precision_for,
     parse_precision,
     set_matmul_precision,
+    tf32_unused,
 )
 from trainers.probe import Probed, probe_levers
 from trainers.runargs import RunArgs
@@ -172,6 +173,7 @@ __all__ = [
     "run",
     "set_matmul_precision",
     "split_batch",
+    "tf32_unused",
     "usable_cores",
     "utilisation",
     "warmup_cosine",

@@ -100,6 +100,22 @@ def check_precision_here(precision: object, device: torch.device) -> None:
             raise UnsupportedOnDevice(reason)
 
 
+def tf32_unused(device: torch.device) -> str | None:
+    """Why `tf32` computes as `fp32` on `device` (None: it does not): TF32 is the format of
+    NVIDIA's tensor cores from Ampere (compute capability 8.0) on; elsewhere PyTorch takes the
+    setting and runs float32, so a study in tf32 there measures fp32 under another name (a CPU
+    run said nothing of it, 2026-12-04)."""
+    if device.type != "cuda":
+        return f"on {device.type} tf32 computes as fp32 (TF32 is NVIDIA's tensor-core format)"
+    major, minor = torch.cuda.get_device_capability(device)
+    if major < 8:
+        return (
+            f"this GPU (compute capability {major}.{minor}) computes tf32 as fp32: TF32 needs "
+            "an Ampere GPU or later (8.0)"
+        )
+    return None
+
+
 def check_matmul_precision(value: object) -> None:
     """ConfigError naming `matmul_precision` unless `value` is one of MATMUL_PRECISIONS."""
     if not isinstance(value, str) or value not in MATMUL_PRECISIONS:

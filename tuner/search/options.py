@@ -7,7 +7,7 @@ import dataclasses
 import math
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, TypeVar, runtime_checkable
 from typing import Protocol as TypingProtocol
 
 import optuna
@@ -23,6 +23,9 @@ from tuner.search.protocol import Protocol
 from tuner.search.spaces.space import SearchSpace
 from tuner.search.spaces.staged import sampler_for
 from tuner.store.storage import precision_of
+
+if TYPE_CHECKING:
+    import torch
 
 _T = TypeVar("_T")
 
@@ -284,6 +287,23 @@ def memory_unmeasured(options: RunOptions, device: str) -> str | None:
     if device == "cuda" or not asked:
         return None
     return f"peak memory is measured on a CUDA device only: on {device} {' and '.join(asked)}"
+
+
+def tf32_unused(options: RunOptions, device: torch.device) -> str | None:
+    """The line that says tf32 runs as fp32 on `device` (off an Ampere or later GPU:
+    `trainers.tf32_unused`), where the study allows it (None: it does not, or tf32 is real)."""
+    if "tf32" not in options.allowed_precisions:
+        return None
+    why = trainers.tf32_unused(device)
+    flag = "--precisions" if options.precisions is not None else "--precision"
+    return None if why is None else f"{flag} tf32: {why}"
+
+
+def unmeasured_here(options: RunOptions, device: torch.device) -> list[str]:
+    """The lines that say what the study asks and `device` cannot give (`memory_unmeasured`,
+    `tf32_unused`), said as the job starts."""
+    said = [memory_unmeasured(options, device.type), tf32_unused(options, device)]
+    return [line for line in said if line is not None]
 
 
 class Progress(TypingProtocol):

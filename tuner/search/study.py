@@ -31,8 +31,8 @@ from tuner.search.options import (
     Retry,
     RunOptions,
     make_sampler,
-    memory_unmeasured,
     resume_command,
+    unmeasured_here,
 )
 from tuner.search.proposing.defaults import (
     AUTO_PATIENCE,
@@ -214,7 +214,7 @@ def open_search(
     building = time.perf_counter()
     measurer = _measurer(options)
     _check_precisions_here(options, measurer)
-    if said := memory_unmeasured(options, measurer.device.type):
+    for said in unmeasured_here(options, measurer.device):
         progress.phase(said)
     space, options = _space_for(options, measurer, progress)
     # Said with its seconds: at 0.5B on an H200 25 s went by unsaid (2026-12-02, 2c9259f).
@@ -425,7 +425,7 @@ def _load_artifacts(folder: str | None, progress: Progress) -> int:
 
 def _check_precisions_here(options: RunOptions, measurer: Measurer) -> None:
     """A precision this device cannot run (float8 off an sm89+ GPU, or without torchao) fails
-    here, in one line naming the flag, not as every trial's failure."""
+    here, in one line naming the flag, not as every trial's failure (tf32: `tf32_unused`)."""
     flag = "--precisions" if options.precisions is not None else "--precision"
     for precision in options.allowed_precisions or (None,):
         try:

@@ -1007,3 +1007,21 @@ def test_a_run_of_every_trial_asked_for_says_no_timeout(tmp_path: Path) -> None:
     run_json(options(storage, "cut", trials=5, timeout_s=0.05), progress=progress)
     assert len(_complete_values(storage, "cut")) < 5
     assert any(line.startswith("timeout: stopped after") for line in progress.lines)
+
+
+def test_tf32_where_it_computes_as_fp32_runs_and_a_line_says_so(tmp_path: Path) -> None:
+    """A study in tf32 on a CPU measured fp32 under another name and said nothing (2026-12-04)."""
+    import torch
+
+    import trainers
+
+    storage = sqlite_url(tmp_path)
+    said = _Phases()
+    rec = run_json(options(storage, "tf32", trials=1, precision="tf32"), progress=said)
+    assert rec["config"] is not None
+    line = "--precision tf32: on cpu tf32 computes as fp32 (TF32 is NVIDIA's tensor-core format)"
+    assert line in said.lines
+    plain = _Phases()
+    run_json(options(storage, "fp32", trials=1), progress=plain)
+    assert not any("tf32" in text for text in plain.lines)
+    assert trainers.tf32_unused(torch.device("cpu")) is not None
