@@ -46,7 +46,7 @@ _LAZY = {
     "run_study": "tuner.search.study",
     "SearchSpace": "tuner.search.spaces.space",
     "load_space": "tuner.search.spaces.named",
-    "space_from_mapping": "tuner.search.spaces.named",
+    "space_from_mapping": "tuner.search.spaces.own",
     "JobStore": "tuner.service.jobstore",
     "WorkerSettings": "tuner.service.settings",
     "JobSpec": "tuner.request",
@@ -67,7 +67,8 @@ if TYPE_CHECKING:
     from tuner.evidence.recommendation import Recommendation
     from tuner.request import JobSpec
     from tuner.search.options import BASELINES, RunOptions
-    from tuner.search.spaces.named import load_space, space_from_mapping
+    from tuner.search.spaces.named import load_space
+    from tuner.search.spaces.own import space_from_mapping
     from tuner.search.spaces.space import SearchSpace
     from tuner.search.study import run_study
     from tuner.service.jobstore import JobStore

@@ -54,6 +54,7 @@ from tuner.search.spaces.named import (
     without_model_refusals,
     without_precision_refusals,
 )
+from tuner.search.spaces.own import pins_over
 from tuner.search.spaces.pinned import check_pins
 from tuner.search.spaces.processes import for_processes
 from tuner.search.spaces.resume import as_stored
@@ -99,16 +100,14 @@ DEFAULT_BUDGETS = {AUTO_GPU_SPACE: AUTO_SEARCH_BUDGET_S, SCALE_SPACE: AUTO_SCALE
 
 
 def search_budget(timeout_s: float | None, space_name: str, workers: int = 1) -> float | None:
-    """Seconds after which no trial starts: `timeout_s` when given; else, for what the default
-    space means on a GPU, its budget (`DEFAULT_BUDGETS`): compiled trials cost 3-85 s each on an
-    H100 at 125M (docs/benchmarks/peers-h100-*), 80-205 s at 1.1B, so 40 of them could take
-    most of an hour.
-
-    The default budget is one GPU's time: a job whose trials run on `workers` GPUs at once
-    (`run --gpus N`) gets it over N, so it searches as much as the one-GPU job, sooner. Without
-    that, the 4-GPU job on transformer:medium ran all 40 trials, 3.6 times the one-GPU job's
-    GPU time, and ended only 6 % sooner (docs/benchmarks/node-h100-2026-11-27-medium.md). A
-    `timeout_s` given is the user's wall clock and is kept as it is."""
+    """Seconds after which no trial starts: `timeout_s` when given; else, for what the default space
+    means on a GPU, its budget (`DEFAULT_BUDGETS`): compiled trials cost 3-85 s each on an H100 at
+    125M (docs/benchmarks/peers-h100-*), 80-205 s at 1.1B. The default budget is one GPU's time: a
+    job whose trials run on `workers` GPUs at once (`run --gpus N`) gets it over N, so it searches
+    as much as the one-GPU job, sooner. Without that, the 4-GPU job on transformer:medium ran all 40
+    trials, 3.6 times the one-GPU job's GPU time, and ended only 6 % sooner
+    (docs/benchmarks/node-h100-2026-11-27-medium.md). A `timeout_s` given is the user's wall clock
+    and is kept as it is."""
     if timeout_s is not None:
         return timeout_s
     budget = DEFAULT_BUDGETS.get(space_name)
@@ -385,12 +384,13 @@ def _space_for(
         parameters=measurer.parameters(),
         train_steps=options.train_steps,
     )
+    for line in pins_over(options.space, options.fix):
+        progress.phase(line)
     if not measurer.has_blocks():
         space = without_block_levers(space)
-    # A study without a precision runs in float32: fp32's rules (the levers' own word). Before
-    # the model's refusals: a lever no precision of the study runs leaves without a note, where
-    # the model's refusal of one of its values would have noted it (a bf16 study's stored space
-    # then names float8_linears).
+    # A study without a precision runs in float32: fp32's rules. Before the model's refusals: a
+    # lever no precision of the study runs leaves unnoted, where the model's refusal would note
+    # it (a bf16 study's stored space then names float8_linears).
     precisions = options.allowed_precisions or ("fp32",)
     space = without_precision_refusals(space, precisions)
     # A program's model is built elsewhere, and checked there.

@@ -1025,3 +1025,16 @@ def test_tf32_where_it_computes_as_fp32_runs_and_a_line_says_so(tmp_path: Path) 
     run_json(options(storage, "fp32", trials=1), progress=plain)
     assert not any("tf32" in text for text in plain.lines)
     assert trainers.tf32_unused(torch.device("cpu")) is not None
+
+
+def test_a_job_says_where_a_pin_wins_over_its_own_space(tmp_path: Path) -> None:
+    said = _Phases()
+    own = {"sync_interval": [1, 2], "num_workers": 0}
+    fix = ("num_workers=0", "sync_interval=2")
+    rec = run_json(
+        options(sqlite_url(tmp_path), "own", trials=1, space=own, fix=fix), progress=said
+    )
+    assert rec["config"]["sync_interval"] == 2
+    line = "pinned sync_interval=2: the pin wins over space 'custom', which searched 1, 2"
+    assert line in said.lines
+    assert not any("num_workers=0: the pin wins" in text for text in said.lines)

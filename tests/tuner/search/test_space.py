@@ -442,6 +442,26 @@ def test_pins_apply_to_space_files(tmp_path: Path) -> None:
     assert space.fixed == {"num_workers": 4, "sync_mode": "query"}
 
 
+def test_a_pin_over_the_users_own_space_is_said(tmp_path: Path) -> None:
+    """The pin wins over a space file or mapping (above), which went unsaid (a session's note,
+    2026-12-04): one line per setting the space searched, or fixed to another value."""
+    from tuner.search.spaces.own import pins_over
+
+    own = {"num_workers": [0, 2], "sync_mode": "event", "num_streams": {"low": 1, "high": 3}}
+    path = _write(tmp_path, own)
+    fix = ["num_workers=4", "sync_mode=query", "prefetch_depth=1"]
+    assert pins_over(path, fix) == [
+        f"pinned num_workers=4: the pin wins over space {path!r}, which searched 0, 2",
+        f"pinned sync_mode='query': the pin wins over space {path!r}, which fixed it to 'event'",
+    ]
+    # The same value as the space's fixed one, or a setting it does not name: nothing to say.
+    assert pins_over(own, {"sync_mode": "event", "num_streams": 2}) == [
+        "pinned num_streams=2: the pin wins over space 'custom', which searched 1..3"
+    ]
+    # A named space is there to be narrowed by pins.
+    assert pins_over("full", fix) == []
+
+
 # ----------------------------------------------------------------------------- CPU mode
 
 

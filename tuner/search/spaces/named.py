@@ -10,23 +10,19 @@ as "name=value" strings (the CLI's `--fix`) or as a mapping of typed values (a j
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainers import COMPILE_MODES, LEVERS, LoopConfig, compile_modes, one_of, records_graphs
 from trainers.program import Program
 from tuner.errors import SpaceError
+from tuner.search.spaces.own import own_space
 from tuner.search.spaces.pins import parse_fix, pins_from_mapping
 from tuner.search.spaces.space import (
     Choice,
     IntRange,
     SearchSpace,
     Spec,
-    check_field_name,
-    check_value,
-    spec_from_json,
 )
 from tuner.search.spaces.staged import pin_off
 
@@ -40,8 +36,6 @@ BUILTIN_SPACES: tuple[str, ...] = ("auto", "streams", "full", "compile", "scale"
 # 1.1x-2.8x faster than the best plain loop a user writes (docs/benchmarks/peers-h100-*); on a
 # CPU every trial pays an Inductor C++ compile that nobody has measured paying back.
 DEFAULT_SPACE = "auto"
-MAPPING_SPACE = "custom"
-"""The name of a space given as a mapping (the study records its settings, not a file)."""
 
 _SPACE_ALLOWED = "auto, streams, full, compile, scale or a .json file"
 
@@ -328,48 +322,6 @@ def without_block_levers(space: SearchSpace) -> SearchSpace:
     )
 
 
-def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise SpaceError(key, value, "each setting listed once")
-        seen[key] = value
-    return seen
-
-
-def _read_space_file(path: str) -> Mapping[str, Any]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise SpaceError("space", path, f"a readable .json file ({reason})") from exc
-    try:
-        data = json.loads(text, object_pairs_hook=_reject_duplicate_keys)
-    except json.JSONDecodeError as exc:
-        where = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
-        raise SpaceError("space", path, f"a valid JSON file ({where})") from exc
-    if not isinstance(data, dict):
-        raise SpaceError("space", data, "a JSON object of LoopConfig field -> list, range or value")
-    return data
-
-
-def space_from_mapping(data: Mapping[str, Any], *, name: str = MAPPING_SPACE) -> SearchSpace:
-    """A space from {field: [choices] | {"low", "high", "log"?} | fixed value} (a file's shape)."""
-    if not isinstance(data, Mapping):
-        raise SpaceError("space", data, "an object of LoopConfig field -> list, range or value")
-    params: dict[str, Spec] = {}
-    fixed: dict[str, Any] = {}
-    for field, raw in data.items():
-        check_field_name(field, raw)
-        spec = spec_from_json(field, raw)
-        if spec is None:
-            check_value(field, raw)
-            fixed[field] = raw
-        else:
-            params[field] = spec
-    return SearchSpace(name=name, params=params, fixed=fixed)
-
-
 def _without_graph_on_cpu(space: SearchSpace) -> SearchSpace:
     """Drop cuda_graph from the search (fixed false, with a note); a required graph is an error.
 
@@ -453,8 +405,9 @@ def load_space(
     cuda_graph is taken out of the search and fixed to false (with a note); cuda_graph pinned or
     fixed to true is then a SpaceError.
     """
-    if isinstance(spec, Mapping):
-        space = space_from_mapping(spec)
+    own = own_space(spec)
+    if own is not None:
+        space = own
     elif spec == "auto":
         if not cuda:
             space = full_space()
@@ -470,8 +423,6 @@ def load_space(
         space = full_space()
     elif spec == "compile":
         space = compile_space()
-    elif isinstance(spec, str) and spec.lower().endswith(".json"):
-        space = space_from_mapping(_read_space_file(spec), name=spec)
     else:
         raise SpaceError("space", spec, _SPACE_ALLOWED)
     pins = pins_from_mapping(fix) if isinstance(fix, Mapping) else parse_fix(fix)
