@@ -66,6 +66,7 @@ TRAINERS = {
     "check_matmul_precision",
     "check_parity",
     "check_precision_here",
+    "tf32_unused",
     "check_precisions",
     "check_setting",
     "checkpoint_file",  # where fit writes the checkpoint of a step (`{step}` in the path)
@@ -110,6 +111,7 @@ GATE = {
     "eager_reproducibility",
     "envelope_seeds",
     "exact_length",
+    "first_difference",
     "floor_applies",
     "forget",
     "remember",

@@ -195,18 +195,13 @@ def gate(
     the envelope (its `precision`) then run in, under `SEEDS_DETERMINISM` (float8 judged
     against bf16-autocast from the same weights and data).
     test: force a test instead of `required_test(config, ...)`; for a change the config does not
-    show (an optimizer swapped by a workload factory), "equivalence" with the unchanged
-    workload's `envelope`.
+    show (an optimizer swapped by a workload factory), "equivalence" with its `envelope`.
     multiple, window, check_drift: the equivalence statistic's (`trainers.gate.equivalence.judge`).
     exact_steps: the exact tests' length where shorter than `steps` (`exact_length`). losses:
     the config's own run (`parity_losses` of `config`, `args`, `config_determinism`) run
-    elsewhere (None: run here); `determinism`: how it computed where not as
-    `config_determinism` says, "off" for a run owed its eager twin's bits and made, as the
-    given `twin` was, with the process's own kernels (bits of the same kernels are as
-    comparable as strict ones: `tuner.search.gating.kept` says when the search does that)."""
+    elsewhere (None: run here), computed as `determinism` says where given (`_Given`)."""
     precision, steps = args.precision, args.steps
-    if reference_precision is None:
-        reference_precision = precision
+    reference_precision = precision if reference_precision is None else reference_precision
     chosen = _chosen_test(config, test, precision, reference_precision)
     short = exact_length(config, chosen, steps, exact_steps)
     if envelope is not None:
@@ -215,10 +210,8 @@ def gate(
     reference = envelope.reference if reference is None and envelope is not None else reference
     runs_of = run_arguments(args, reference=reference_precision)
     kind = _twin_kind(config, twin_kind, given=twin if chosen == "exact+equivalence" else None)
-    own = config_determinism(config, chosen, twin=kind, reference=runs_of.reference_determinism)
-    owed = chosen == "exact+equivalence" and kind == "eager"
-    given = _Given(determinism, losses, twin if owed else None)
-    own = given.mode(own, owed=owed, reference=runs_of.reference_determinism)
+    given = _Given(determinism, losses, twin)
+    own = given.mode(config, chosen, kind, runs_of.reference_determinism)
     fields = _run_fields(chosen, short, envelope, runs_of, own)
     exact = ExactTests(workload, preset, config, args.replace(steps=short), fields, [], kind)
     runs = _Runs(exact, runs_of)
@@ -235,19 +228,26 @@ def gate(
 @dataclasses.dataclass(frozen=True)
 class _Given:
     """What `gate` was given of the config's run made elsewhere: how it computed (None: as
-    `config_determinism` says), its losses, and the eager twin it owes bits where it does."""
+    `config_determinism` says; "off" for a run owed its eager twin's bits and made, as the given
+    twin was, with the process's own kernels, whose bits are as comparable as strict ones:
+    `tuner.search.gating.kept` says when the search does that), its losses, and the twin."""
 
     determinism: Determinism | None
     losses: Sequence[float] | None
     twin: Twin | None
 
-    def mode(self, own: Determinism, *, owed: bool, reference: Determinism) -> Determinism:
-        """How the config's run computed: `own`, or the given mode for losses run elsewhere.
-        Another mode than `own` only for a run owed its eager twin's bits (`owed`) judged
-        against a reference with the process's own kernels (`reference` "off", a seed
+    def mode(
+        self, config: LoopConfig, chosen: GateTest, kind: TwinKind, reference: Determinism
+    ) -> Determinism:
+        """How the config's run computed: `config_determinism` (`own`), or the given mode for
+        losses run elsewhere. Another mode than `own` only for a run owed its eager twin's bits
+        judged against a reference with the process's own kernels (`reference` "off", a seed
         envelope's): against strict bits or a strict rounding envelope other kernels' losses
         would be judged against the rounding of strict ones. A given eager twin computed
         otherwise would hold the run to other kernels' bits."""
+        own = config_determinism(config, chosen, twin=kind, reference=reference)
+        owed = chosen == "exact+equivalence" and kind == "eager"
+        twin = self.twin if owed else None
         given, mode = self.determinism, own
         if given is not None:
             if given not in DETERMINISMS:
@@ -261,9 +261,9 @@ class _Given:
                     "unless it owes its eager twin's bits and is judged against a seed envelope"
                 )
             mode = given
-        if self.twin is not None and self.twin.determinism != mode:
+        if twin is not None and twin.determinism != mode:
             raise ValueError(
-                f"the eager twin computed {self.twin.determinism}, the config's run {mode}: its "
+                f"the eager twin computed {twin.determinism}, the config's run {mode}: its "
                 "bits are owed only to a twin of the same kernels"
             )
         return mode

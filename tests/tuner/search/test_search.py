@@ -1031,10 +1031,10 @@ def test_a_job_says_where_a_pin_wins_over_its_own_space(tmp_path: Path) -> None:
     said = _Phases()
     own = {"sync_interval": [1, 2], "num_workers": 0}
     fix = ("num_workers=0", "sync_interval=2")
-    rec = run_json(
-        options(sqlite_url(tmp_path), "own", trials=1, space=own, fix=fix), progress=said
-    )
-    assert rec["config"]["sync_interval"] == 2
+    storage = sqlite_url(tmp_path)
+    run_json(options(storage, "own", trials=1, space=own, fix=fix), progress=said)
+    ran = [t.user_attrs["config"] for t in load(storage, "own").trials if "config" in t.user_attrs]
+    assert ran and all(config["sync_interval"] == 2 for config in ran)
     line = "pinned sync_interval=2: the pin wins over space 'custom', which searched 1, 2"
     assert line in said.lines
     assert not any("num_workers=0: the pin wins" in text for text in said.lines)

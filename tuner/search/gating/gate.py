@@ -268,15 +268,12 @@ def run_parts(
     determinism: Determinism | None = None,
 ) -> GateRun:
     """The built-in gate, part by part: the reference and its envelope (only when `envelope` is
-    None: once per study), the twin where the config's test needs one (`twin_kind`: of a config
-    with no graph, `TWIN_KIND`), then the config's own run and `trainers.gate.gate`'s judgement.
-    `args` are the study's runs (`args.precision`: the reference's and the envelope's). In
-    another `config_precision` the run and an eager twin are in that one (a loop twin in the
-    reference's), judged for equivalence against the reference's seed envelope (then
-    `envelope`) over `cross`'s steps and multiple; the twin's bits keep the gate's own steps.
-    `twin`: run before (`run_twin`). `pending` (with `envelope` None): the envelope measured
-    elsewhere, asked for after the twin (None: here). `run`: the config's own run made apart
-    (computed as `determinism`, where given, says: `trainers.gate.gate`'s)."""
+    None: once per study), the twin where the test needs one (`twin_kind`: of a config with no
+    graph), then the config's own run and `trainers.gate.gate`'s judgement. `args`: the study's
+    runs (the reference's and envelope's precision). In another `config_precision` the run and
+    an eager twin are in that one, judged against the reference's seed envelope over `cross`'s
+    steps and multiple. `twin`: run before (`run_twin`); `pending` (with `envelope` None): the
+    envelope measured elsewhere, asked after the twin; `run`: the run made apart (`determinism`)."""
     parts, plan = Parts(), check_plan(args, config_precision, cross)
     parts.time.update(twin.time if twin is not None else {})
     found = None if envelope is None else Envelope.from_dict(envelope)
@@ -310,7 +307,7 @@ def run_parts(
             twin_kind=twin_kind,
             reference_precision=args.precision,
             losses=losses,
-            determinism=determinism if losses is not None else None,
+            determinism=determinism,
             **plan.judged,
         ),
     )
