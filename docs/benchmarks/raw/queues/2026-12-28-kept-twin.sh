@@ -1,7 +1,7 @@
 # The kept check (tuner.search.gating.kept: a graph config and its eager twin run where the
 # trial compiled, with the process's own kernels, and the child judges them where they agree)
 # on the GPU, then issue 55's two 0.5B rows with it and the fifty-first session's fixes
-# (62f9559, 3db772b; the queue 2026-12-27-tta-graph-keeps.sh, never run, is this one's rows).
+# (62f9559, 3db772b; the fifty-first session's queue of these rows never ran and is gone).
 # tools/device_queue.sh; carry [".whl", ".whl-tt"] on the first call; STREAMTUNE_COMMIT the
 # literal commit. First (about 5 minutes) its GPU tests: the planted faults all leave the kept
 # bits and a correct compiled graph keeps them (transformer small fp32, hf:causal-lm tiny bf16),
