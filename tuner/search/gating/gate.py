@@ -26,6 +26,7 @@ from trainers.gate import (
     MULTIPLE,
     Determinism,
     Envelope,
+    GateTest,
     ParityVerdict,
     Twin,
     TwinKind,
@@ -164,6 +165,11 @@ class CheckPlan:
     judged: dict[str, Any]
     exact_steps: int | None
 
+    def test_of(self, config: LoopConfig) -> GateTest:
+        """The test `config` is owed in this check (`required_test` of its runs' precisions)."""
+        precision, reference = self.config_args.precision, self.args.precision
+        return required_test(config, precision=precision, reference_precision=reference)
+
 
 def check_plan(
     args: trainers.RunArgs, config_precision: trainers.Precision | None, cross: CrossPrecision
@@ -244,9 +250,7 @@ def run_config(
 def own_determinism(config: LoopConfig, plan: CheckPlan, twin_kind: TwinKind) -> Determinism:
     """How the config's own run computes, as `gate` would run it (`config_determinism`), so
     that a verdict on a run made apart is the one a run there gives."""
-    test = required_test(
-        config, precision=plan.config_args.precision, reference_precision=plan.args.precision
-    )
+    test = plan.test_of(config)
     return config_determinism(
         config, test, twin=twin_kind, reference=reference_determinism(plan.spread)
     )

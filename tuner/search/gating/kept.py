@@ -35,7 +35,6 @@ from trainers.gate import (
     first_difference,
     parity_losses,
     reference_determinism,
-    required_test,
 )
 from trainers.gate import twin_kind as kind_of_twin
 from trainers.workloads import WorkloadFactory
@@ -111,9 +110,7 @@ def run_kept(
     verdict's `determinism` is then "off"), else None. The twin first: it builds its optimizer
     capturable and the config, a graph, captures after it, as in the child."""
     plan = check_plan(args, config_precision, cross)
-    test = required_test(
-        config, precision=plan.config_args.precision, reference_precision=plan.args.precision
-    )
+    test = plan.test_of(config)
     length = exact_length(config, test, plan.config_args.steps, plan.exact_steps)
     parts = Parts()
     twin = parts.run(
@@ -141,9 +138,7 @@ def run_kept(
 
 
 def _owes_eager_twin(config: LoopConfig, plan: CheckPlan, twin_kind: TwinKind) -> bool:
-    test = required_test(
-        config, precision=plan.config_args.precision, reference_precision=plan.args.precision
-    )
+    test = plan.test_of(config)
     return test == "exact+equivalence" and kind_of_twin(config, twin_kind) == "eager"
 
 
