@@ -580,13 +580,6 @@ def test_heads_must_divide_hidden() -> None:
             "model_arg.channels",
             r"model_arg.channels='1' is invalid: allowed one of 3",
         ),
-        (
-            "hf:causal-lm",
-            {"arch": "bloom"},
-            "model_arg.arch",
-            r"model_arg.arch='bloom' is invalid: allowed one of gpt2, llama, qwen2, gpt_neox, "
-            r"mistral",
-        ),
         ("hf:seq-cls", {"lr": "nan"}, "model_arg.lr", r"model_arg.lr='nan' is invalid"),
         (
             "hf:masked-lm",
@@ -612,6 +605,20 @@ def test_bad_names_and_options_need_no_library(
     with pytest.raises(WorkloadError, match=match) as info:
         resolve_factory(name, args)
     assert info.value.field == field
+
+
+def test_an_arch_no_model_type_is_spelled_like_is_refused_with_its_study_name_and_no_library() -> (
+    None
+):
+    # Any other lowercase type is looked up in transformers (tests/trainers/test_text_archs.py).
+    with pytest.raises(
+        WorkloadError,
+        match=r"model_arg.arch='Llama' is invalid \(did you mean "
+        r"llama\?\): allowed gpt2, llama, qwen2, gpt_neox, mistral, or another "
+        r"transformers model type",
+    ) as info:
+        workload_key("hf:causal-lm", "tiny", {"arch": "Llama"})
+    assert info.value.field == "model_arg.arch"
 
 
 def test_an_unknown_preset_names_the_presets() -> None:

@@ -334,6 +334,11 @@ _SHAPES_DISAGREE = re.compile(
 limits (a `.item()`, an op with no meta kernel), and a check must not refuse what would run."""
 
 
+def shapes_disagree(said: str) -> bool:
+    """Whether torch's message `said` is one of `_SHAPES_DISAGREE`'s."""
+    return _SHAPES_DISAGREE.search(said) is not None
+
+
 def _raised_at(exc: BaseException) -> str:
     """ " at file:line" of the innermost frame of the user's code (not torch's) in `exc`."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/torch/" not in f.filename]

@@ -32,6 +32,7 @@ import torch
 from trainers.workloads.base import LossFn, Workload, adamw
 from trainers.workloads.extras import require
 from trainers.workloads.options import Family, OptionSpec, Value
+from trainers.workloads.text_archs import CAUSAL_SDPA, NAMED_ARCHS, causal_sdpa
 from trainers.workloads.text_losses import (
     causal_lm_loss,
     causal_lm_loss_eager,
@@ -39,10 +40,8 @@ from trainers.workloads.text_losses import (
     labelled_loss_eager,
 )
 from trainers.workloads.text_models import (
-    CAUSAL_SDPA,
     GPT_NEOX_ROTARY,
     GQA_ARCHS,
-    causal_sdpa,
     check_shape,
     make_config,
     make_model,
@@ -76,6 +75,7 @@ __all__ = [
     "IGNORE",
     "MASK",
     "MASKED_LM",
+    "NAMED_ARCHS",
     "NOISE",
     "PAD",
     "PRESETS",
@@ -221,8 +221,8 @@ CAUSAL_LM = Family(
     name="hf:causal-lm",
     usage="hf:causal-lm",
     description="a decoder language model from transformers (GPT2LMHeadModel, "
-    "LlamaForCausalLM, Qwen2ForCausalLM, GPTNeoXForCausalLM or MistralForCausalLM), random "
-    "weights, next-token loss",
+    "LlamaForCausalLM, Qwen2ForCausalLM, GPTNeoXForCausalLM, MistralForCausalLM, or any other "
+    "causal LM type by `arch`), random weights, next-token loss",
     options=(
         *SHAPE_OPTIONS,
         data_option("stream"),
@@ -230,9 +230,10 @@ CAUSAL_LM = Family(
             name="arch",
             kind="str",
             default="gpt2",
-            choices=("gpt2", "llama", "qwen2", "gpt_neox", "mistral"),
-            help="the architecture: GPT2Config, LlamaConfig, Qwen2Config, GPTNeoXConfig or "
-            "MistralConfig (the family's own defaults for what no option sets)",
+            help="the architecture: gpt2, llama, qwen2, gpt_neox or mistral (their config "
+            "classes), or any other model type transformers builds a causal LM for (qwen3, phi3, "
+            "gemma2, olmo2, ...; every layer full causal attention); the family's own defaults "
+            "for what no option sets",
         ),
         OptionSpec(
             name="kv_heads",
@@ -240,8 +241,9 @@ CAUSAL_LM = Family(
             default=0,
             low=0,
             high=1024,
-            help="key/value heads for grouped-query attention (arch=llama, qwen2 or mistral; "
-            "must divide heads); 0: as many as heads",
+            help="key/value heads for grouped-query attention (arch=llama, qwen2, mistral or "
+            "another whose config has num_key_value_heads; must divide heads); 0: as many as "
+            "heads",
         ),
         OptionSpec(
             name="ffn",

@@ -17,9 +17,14 @@ from torch import nn
 from trainers.errors import WorkloadError
 from trainers.workloads.init_once import built_once
 from trainers.workloads.options import Value
+from trainers.workloads.text_archs import (
+    NAMED_ARCHS,
+    causal_lm_types,
+    check_arch,
+    common_config,
+    other_config,
+)
 from trainers.workloads.text_stream import PAD
-
-CAUSAL_SDPA = "streamtune_causal_sdpa"
 
 GQA_ARCHS = ("llama", "qwen2", "mistral")
 """The architectures whose config takes key/value heads apart from query heads."""
@@ -29,7 +34,8 @@ GPT_NEOX_ROTARY = 0.25
 
 def check_shape(options: Mapping[str, Value]) -> None:
     """What no single option can say: the heads split the width (into rotatable head widths, for
-    the rotary architectures), and key/value heads only where the architecture has them."""
+    the rotary architectures), and key/value heads only where the architecture has them; an
+    architecture outside the named five by `trainers.workloads.text_archs.check_arch`."""
     hidden, heads = int(options["hidden"]), int(options["heads"])
     arch = options.get("arch")
     if hidden % heads:
@@ -38,7 +44,7 @@ def check_shape(options: Mapping[str, Value]) -> None:
             field="model_arg.heads",
         )
     kv_heads = int(options.get("kv_heads", 0))
-    if kv_heads and arch not in GQA_ARCHS:
+    if kv_heads and arch in NAMED_ARCHS and arch not in GQA_ARCHS:
         raise WorkloadError(
             f"model_arg.kv_heads={kv_heads} is invalid with arch={arch}: allowed 0 "
             f"(grouped-query attention is built for arch={', '.join(GQA_ARCHS)} only)",
@@ -67,15 +73,8 @@ def check_shape(options: Mapping[str, Value]) -> None:
             f"{rotated}): e.g. a head width that is a multiple of 8",
             field="model_arg.heads",
         )
-
-
-def causal_sdpa(transformers: Any) -> str:
-    """transformers' SDPA attention, registered (once per process) under a name that has no
-    mask function: the model then prepares no mask and SDPA applies causality itself."""
-    interface = transformers.AttentionInterface
-    if CAUSAL_SDPA not in interface():
-        interface.register(CAUSAL_SDPA, interface()["sdpa"])
-    return CAUSAL_SDPA
+    if arch is not None:
+        check_arch(options)
 
 
 def make_config(kind: str, options: Mapping[str, Value], transformers: Any) -> Any:
@@ -83,12 +82,7 @@ def make_config(kind: str, options: Mapping[str, Value], transformers: Any) -> A
     vocab, hidden, heads = int(options["vocab"]), int(options["hidden"]), int(options["heads"])
     layers, seq = int(options["layers"]), int(options["seq"])
     ffn = int(options.get("ffn", 0)) or 4 * hidden
-    attention = str(options["attention"])
-    if kind == "causal-lm" and attention == "sdpa":
-        attention = causal_sdpa(transformers)
-    common: dict[str, Any] = {"vocab_size": vocab, "attn_implementation": attention}
-    if kind == "causal-lm" and options.get("tie", "auto") != "auto":
-        common["tie_word_embeddings"] = options["tie"] == "true"
+    common = common_config(kind, options, transformers)
     if kind == "causal-lm" and options["arch"] == "gpt2":
         return transformers.GPT2Config(
             n_embd=hidden,
@@ -118,6 +112,8 @@ def make_config(kind: str, options: Mapping[str, Value], transformers: Any) -> A
             use_cache=False,
             **common,
         )
+    if kind == "causal-lm" and options["arch"] not in NAMED_ARCHS:
+        return other_config(options, transformers, common)
     if kind == "causal-lm":
         return _rotary_decoder_config(options, transformers, common)
     return transformers.BertConfig(
@@ -194,4 +190,7 @@ def _model_class(kind: str, options: Mapping[str, Value], transformers: Any) -> 
         "gpt_neox": "GPTNeoXForCausalLM",
         "mistral": "MistralForCausalLM",
     }
-    return getattr(transformers, causal.get(str(options["arch"]), "GPT2LMHeadModel"))
+    arch = str(options["arch"])
+    if arch not in NAMED_ARCHS:
+        return getattr(transformers, causal_lm_types(transformers)[arch])
+    return getattr(transformers, causal.get(arch, "GPT2LMHeadModel"))

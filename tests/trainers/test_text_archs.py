@@ -1,0 +1,151 @@
+"""`hf:causal-lm` with an `arch` outside the five named ones (`trainers.workloads.text_archs`):
+real transformers decoders of other families built at the options' sizes on tiny shapes, trained
+and gated on the CPU, and the types it refuses before a job is queued, each naming the option."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from trainers import LoopConfig, RunArgs, WorkloadError, check_parity, load_workload, run
+from trainers.blocks import find_blocks
+from trainers.workloads import resolve_factory, workload_key
+from trainers.workloads.text import CAUSAL_LM, CAUSAL_SDPA
+
+pytestmark = pytest.mark.models
+
+OTHERS = ["qwen3", "phi3", "gemma2", "olmo2", "stablelm"]
+
+
+@pytest.fixture(scope="module")
+def transformers():  # type: ignore[no-untyped-def]
+    return pytest.importorskip("transformers")
+
+
+@pytest.mark.parametrize("arch", OTHERS)
+def test_another_decoder_type_is_built_at_the_options_sizes_and_trains(
+    arch: str, transformers: object
+) -> None:
+    from trainers.workloads.text_archs import causal_lm_types
+
+    args = {
+        "arch": arch,
+        "hidden": "64",
+        "heads": "4",
+        "kv_heads": "2",
+        "layers": "3",
+        "lr": "3e-3",
+    }
+    workload = load_workload("hf:causal-lm", "tiny", seed=0, model_args=args)
+    model, config = workload.model, workload.model.config
+    assert type(model).__name__ == causal_lm_types(transformers)[arch]
+    assert (config.hidden_size, config.num_attention_heads, config.num_hidden_layers) == (64, 4, 3)
+    assert config.num_key_value_heads == 2
+    assert config.vocab_size == 128 and config.intermediate_size == 4 * 64
+    if "head_dim" in type(config)().to_dict():  # Qwen3 and Gemma keep a width of their own
+        assert config.head_dim == 16
+    assert set(getattr(config, "layer_types", None) or ["full_attention"]) == {"full_attention"}
+    assert getattr(config, "use_sliding_window", False) is False
+    for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        value = getattr(config, name, None)
+        assert value is None or not isinstance(value, int) or 0 <= value < 128, (name, value)
+    assert config._attn_implementation == CAUSAL_SDPA
+    assert len(find_blocks(model)) == 3  # what per-layer compile and recomputation wrap
+    result = run(workload, LoopConfig(), RunArgs(steps=48, warmup=0, windows=1, device="cpu"))
+    assert all(math.isfinite(loss) for loss in result.losses)
+    assert sum(result.losses[-8:]) < sum(result.losses[:8])
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "phi3"])
+def test_another_types_sdpa_is_causal_and_agrees_with_eager(
+    arch: str, transformers: object
+) -> None:
+    sdpa, eager = (
+        load_workload("hf:causal-lm", "tiny", model_args={"arch": arch, "attention": attention})
+        for attention in ("sdpa", "eager")
+    )
+    (ids,) = sdpa.dataset[0]
+    sdpa.model.eval()
+    eager.model.eval()
+    torch.testing.assert_close(sdpa.loss_fn(sdpa.model, (ids,)), eager.loss_fn(eager.model, (ids,)))
+    changed = ids.clone()
+    changed[:, -1] = (changed[:, -1] + 1) % 128
+    before, after = (sdpa.model(input_ids=x).logits for x in (ids, changed))
+    assert torch.equal(before[:, :-1], after[:, :-1])
+    assert not torch.equal(before[:, -1], after[:, -1])
+
+
+def test_the_gate_passes_an_eager_config_on_another_type(transformers: object) -> None:
+    factory = resolve_factory("hf:causal-lm", {"arch": "olmo2"})
+    config = LoopConfig(num_streams=2, sync_interval=2, sync_mode="event", prefetch_depth=2)
+    verdict = check_parity(factory, config, RunArgs(steps=4, device="cpu"), preset="tiny")
+    assert verdict.passed, verdict.reason
+
+
+def test_the_study_name_tells_the_types_apart(transformers: object) -> None:
+    keys = {workload_key("hf:causal-lm", "tiny", {"arch": a}) for a in ("qwen3", "phi3", "llama")}
+    assert len(keys) == 3 and all("arch=" in key for key in keys)
+
+
+@pytest.mark.parametrize(
+    ("args", "field", "match"),
+    [
+        ({"arch": "qwen"}, "model_arg.arch", r"'qwen' is invalid \(did you mean qwen3, qwen2"),
+        ({"arch": "gemma3"}, "model_arg.arch", r"a composite model .* arch=gemma3_text"),
+        ({"arch": "bloom"}, "model_arg.arch", r"scaled_dot_product_attention.*attention=eager"),
+        (
+            {"arch": "opt", "kv_heads": "1"},
+            "model_arg.kv_heads",
+            r"no key/value heads \(num_key_value_heads\)",
+        ),
+        (
+            {"arch": "qwen3_5_moe_text", "ffn": "64"},
+            "model_arg.ffn",
+            r"model_arg.ffn=64 is invalid with arch=qwen3_5_moe_text: its config has no "
+            r"feed-forward width \(intermediate_size, ffn_dim",
+        ),
+        (
+            {"arch": "stablelm", "hidden": "48", "heads": "4"},
+            "model_arg.arch",
+            r"cannot build one step at hidden=48, heads=4.*broadcast",  # 12 x 0.25 rotated: odd
+        ),
+        (
+            {"arch": "qwen3", "hidden": "36", "heads": "4"},
+            "model_arg.arch",
+            r"cannot build its config at hidden=36, heads=4.*even rotary dimension",
+        ),
+        ({"arch": "roberta"}, "model_arg.arch", r"positions start after its pad id \(1\)"),
+        ({"arch": "deepseek_v2"}, "model_arg.arch", r"cannot build one step .*TypeError"),
+        ({"arch": "xglm", "attention": "eager"}, "model_arg.arch", r"one step .*ValueError"),
+    ],
+)
+def test_a_type_the_run_cannot_build_is_refused_before_a_job_naming_the_option(
+    args: dict[str, str], field: str, match: str, transformers: object
+) -> None:
+    # A study's name, which the service and `run` resolve before anything is queued or built.
+    with pytest.raises(WorkloadError, match=match) as info:
+        workload_key("hf:causal-lm", "tiny", args)
+    assert info.value.field == field
+
+
+def test_each_refused_type_above_would_fail_if_built_anyway(transformers: object) -> None:
+    # The refusals are not guesses: built past the check, the model fails as the check said.
+    from trainers.workloads.text_models import make_model
+
+    options = CAUSAL_LM.resolve("tiny", {})
+    for arch, attention in (("roberta", "sdpa"), ("deepseek_v2", "sdpa"), ("xglm", "eager")):
+        options.update(arch=arch, attention=attention)
+        model = make_model("causal-lm", options, transformers)
+        workload = load_workload("hf:causal-lm", "tiny", model_args={"arch": "llama"})
+        (ids,) = workload.dataset[0]
+        loss = workload.loss_fn if attention == "sdpa" else _eager_loss()
+        with pytest.raises(Exception):  # noqa: B017 (each family fails its own way)
+            loss(model, (ids,))
+
+
+def _eager_loss():  # type: ignore[no-untyped-def]
+    from trainers.workloads.text import causal_lm_loss_eager
+
+    return causal_lm_loss_eager

@@ -1,0 +1,280 @@
+"""`hf:causal-lm` beyond its five named architectures: any decoder type that transformers builds
+a causal LM for (`arch=qwen3`, `phi3`, `gemma2`, `olmo2`, `stablelm`, ...), from
+`transformers.AutoConfig.for_model` with the options' sizes and that family's own defaults for
+everything else, random weights as for the named ones.
+
+The named five (`NAMED_ARCHS`) are built by their own config classes in
+`trainers.workloads.text_models`; their presets and benchmark rows were measured so. Another
+type is built by the same rules, said once here rather than per family:
+
+- the sizes go to the config's common names (`hidden_size`, `num_attention_heads`, ...,
+  through each config's own `attribute_map`), `num_key_value_heads`, `intermediate_size` and
+  `head_dim` only where the family's config has them, and every size is read back: a family that
+  keeps its width elsewhere (a composite config, a `text_config`) is refused, naming its text
+  decoder's type where transformers has one;
+- every layer attends to the whole causal prefix: a sliding window is switched off
+  (`use_sliding_window`), or set to the sequence length where the config takes only a number,
+  and a `layer_types` list of full and sliding attention becomes all full. The causal SDPA path
+  (`CAUSAL_SDPA`) applies no window whatever the config says, so a config that kept one would
+  name a model the run does not compute. (A mix with other layer kinds, as a hybrid's
+  convolution or state-space layers, keeps the family's pattern.)
+- special token ids the family's defaults put outside the vocabulary (Phi-3's pad id 32000 at
+  a smaller `vocab`) are moved to its last id; the data never draws them.
+
+`check_arch` refuses, before a job is queued, a type transformers does not know as a causal
+LM, a composite one, sizes the config does not take, and a model that cannot be made or run at
+these sizes (made and run on meta tensors: no memory, no FLOP; `_check_runs` says which errors
+there count). Of the 178 causal-LM types of transformers 5.18 at the `tiny` preset, on a CPU
+(2026-12-05): 98 built and trained a step with sdpa attention and 116 with eager; 140 of the
+356 pairings were refused (composites, sdpa where the family has none, sizes its config does
+not take, RoBERTa's offset positions) and 2 were built and failed at their first step (the
+original GPT and XLM, each with eager attention, whose masks take another form).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainers.errors import WorkloadError, did_you_mean
+from trainers.workloads.checks import shapes_disagree
+from trainers.workloads.extras import require
+from trainers.workloads.options import Value
+from trainers.workloads.text_losses import causal_lm_loss, causal_lm_loss_eager
+
+CAUSAL_SDPA = "streamtune_causal_sdpa"
+
+NAMED_ARCHS = ("gpt2", "llama", "qwen2", "gpt_neox", "mistral")
+"""Built by their own config classes (`trainers.workloads.text_models`)."""
+
+FFN_FIELDS = (
+    "intermediate_size",
+    "ffn_dim",
+    "n_inner",
+    "d_ff",
+    "dff",
+    "dim_ff",
+    "ffn_hidden_size",
+    "decoder_ffn_dim",
+)
+"""The names configs give the feed-forward width (Llama's, OPT's, GPT-2's, T5's, CTRL's,
+CPM-Ant's, Falcon's, a BART decoder's), the first found. A mixture of experts' own width
+(`moe_intermediate_size`) is not one of them: its family's default stays."""
+_FULL, _SLIDING = "full_attention", "sliding_attention"
+_TOKEN_ID = re.compile(r"_token_id$")
+_MODEL_TYPE = re.compile(r"[a-z0-9][a-z0-9_\-]*")
+
+
+def causal_sdpa(transformers: Any) -> str:
+    """transformers' SDPA attention, registered (once per process) under a name that has no
+    mask function: the model then prepares no mask and SDPA applies causality itself."""
+    interface = transformers.AttentionInterface
+    if CAUSAL_SDPA not in interface():
+        interface.register(CAUSAL_SDPA, interface()["sdpa"])
+    return CAUSAL_SDPA
+
+
+def common_config(kind: str, options: Mapping[str, Value], transformers: Any) -> dict[str, Any]:
+    """What every `hf:` config takes alike: the vocabulary, the attention implementation (a
+    causal LM's sdpa as `CAUSAL_SDPA`) and, where said, the tied head."""
+    attention = str(options["attention"])
+    if kind == "causal-lm" and attention == "sdpa":
+        attention = causal_sdpa(transformers)
+    common: dict[str, Any] = {"vocab_size": int(options["vocab"]), "attn_implementation": attention}
+    if kind == "causal-lm" and options.get("tie", "auto") != "auto":
+        common["tie_word_embeddings"] = options["tie"] == "true"
+    return common
+
+
+def causal_lm_types(transformers: Any) -> Mapping[str, str]:
+    """Every model type transformers builds a causal LM for, to its class name."""
+    auto = importlib.import_module(f"{transformers.__name__}.models.auto.modeling_auto")
+    names: Mapping[str, str] = auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    return names
+
+
+def other_config(options: Mapping[str, Value], transformers: Any, common: Mapping[str, Any]) -> Any:
+    """The config of a causal LM of a type outside `NAMED_ARCHS` (the module's rules)."""
+    arch = str(options["arch"])
+    hidden, heads, layers = int(options["hidden"]), int(options["heads"]), int(options["layers"])
+    seq, vocab = int(options["seq"]), int(options["vocab"])
+    defaults = transformers.AutoConfig.for_model(arch)
+    fields = defaults.to_dict()
+    sizes: dict[str, Any] = {
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_hidden_layers": layers,
+        "max_position_embeddings": seq,
+        "use_cache": False,
+    }
+    if "num_key_value_heads" in fields:
+        sizes["num_key_value_heads"] = int(options.get("kv_heads", 0)) or heads
+    ffn = next((name for name in FFN_FIELDS if name in fields), None)
+    if ffn is not None:
+        sizes[ffn] = int(options.get("ffn", 0)) or 4 * hidden
+    if "head_dim" in fields:
+        # Families that keep the head width apart (Qwen3: 128, Gemma: 256) would otherwise run
+        # heads of their own width whatever `hidden` and `heads` say.
+        sizes["head_dim"] = hidden // heads
+    if fields.get("use_sliding_window") is not None:
+        sizes["use_sliding_window"] = False
+    if isinstance(fields.get("sliding_window"), int):
+        # A window as long as the sequence masks nothing causal attention does not.
+        sizes["sliding_window"] = max(seq, int(fields["sliding_window"]))
+    kinds = fields.get("layer_types")
+    if isinstance(kinds, list) and set(kinds) <= {_FULL, _SLIDING}:
+        sizes["layer_types"] = [_FULL] * layers
+    for name, value in fields.items():
+        # Said at construction, where transformers checks them (and warns).
+        if _TOKEN_ID.search(name) and isinstance(value, int) and not 0 <= value < vocab:
+            sizes[name] = vocab - 1
+    config = transformers.AutoConfig.for_model(arch, **sizes, **common)
+    for name, value in list(vars(config).items()):
+        if _TOKEN_ID.search(name) and isinstance(value, int) and not 0 <= value < vocab:
+            setattr(config, name, vocab - 1)
+    return config
+
+
+def check_arch(options: Mapping[str, Value]) -> None:
+    """Refuse, naming `model_arg.arch` (or the size it cannot take), a type outside
+    `NAMED_ARCHS` that the run could not build or run at these options (the module's list).
+    Once per process for each set of options that passes: a study's name is resolved from them
+    wherever a job is named (`trainers.workload_key`), and the check makes a model."""
+    if str(options["arch"]) not in NAMED_ARCHS:
+        _checked(tuple(sorted(options.items())))
+
+
+@functools.lru_cache(maxsize=256)
+def _checked(items: tuple[tuple[str, Value], ...]) -> None:
+    options = dict(items)
+    arch = str(options["arch"])
+    if not _MODEL_TYPE.fullmatch(arch):
+        # Said without the library: no model type is written so (`Llama`, `qwen 3`).
+        raise WorkloadError(
+            f"model_arg.arch={arch!r} is invalid{did_you_mean(arch.lower(), NAMED_ARCHS)}: "
+            f"allowed {', '.join(NAMED_ARCHS)}, or another transformers model type (lowercase "
+            "letters, digits, '_' and '-', as qwen3 or phi3)",
+            field="model_arg.arch",
+        )
+    transformers = require("transformers", workload="hf:causal-lm")
+    types = causal_lm_types(transformers)
+    if arch not in types:
+        hint = did_you_mean(arch, (*NAMED_ARCHS, *types))
+        raise WorkloadError(
+            f"model_arg.arch={arch!r} is invalid{hint}: allowed {', '.join(NAMED_ARCHS)}, or a "
+            f"model type transformers {transformers.__version__} builds a causal LM for "
+            f"({len(types)} types, e.g. qwen3, phi3, gemma2, olmo2)",
+            field="model_arg.arch",
+        )
+    try:
+        common = common_config("causal-lm", options, transformers)
+        config = other_config(options, transformers, common)
+    except Exception as exc:  # transformers' validation raises many kinds
+        raise _cannot(arch, options, "its config", exc) from exc
+    _check_sizes(arch, options, config, transformers)
+    _check_runs(arch, options, config, getattr(transformers, types[arch]))
+
+
+def _check_sizes(arch: str, options: Mapping[str, Value], config: Any, transformers: Any) -> None:
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if text is not config or getattr(config, "sub_configs", None):
+        inner = getattr(text, "model_type", None)
+        known = causal_lm_types(transformers)
+        instead = (
+            f"its text decoder, arch={inner}"
+            if isinstance(inner, str) and inner != arch and inner in known
+            else "a decoder-only type"
+        )
+        raise WorkloadError(
+            f"model_arg.arch={arch!r} is invalid: a composite model (its config holds "
+            f"{', '.join(getattr(config, 'sub_configs', {}) or ['a text config'])}), whose sizes "
+            f"the options do not set: allowed {instead}",
+            field="model_arg.arch",
+        )
+    read = {
+        "hidden": "hidden_size",
+        "heads": "num_attention_heads",
+        "layers": "num_hidden_layers",
+        "vocab": "vocab_size",
+    }
+    for option, attribute in read.items():
+        if getattr(config, attribute, None) != int(options[option]):
+            raise WorkloadError(
+                f"model_arg.{option}={options[option]} is not taken by arch={arch}: its config "
+                f"keeps {attribute} as {getattr(config, attribute, None)!r}; allowed another arch",
+                field=f"model_arg.{option}",
+            )
+    fields = type(config)().to_dict()
+    for option, what, names in (
+        ("kv_heads", "key/value heads", ("num_key_value_heads",)),
+        ("ffn", "feed-forward width", FFN_FIELDS),
+    ):
+        if int(options.get(option, 0)) and not any(name in fields for name in names):
+            raise WorkloadError(
+                f"model_arg.{option}={options[option]} is invalid with arch={arch}: its config "
+                f"has no {what} ({', '.join(names)}); allowed 0",
+                field=f"model_arg.{option}",
+            )
+
+
+def _check_runs(arch: str, options: Mapping[str, Value], config: Any, model_class: Any) -> None:
+    """Made and run once on meta tensors, fed as the run feeds it (the loss of `attention`):
+    what fails there for the model's own reasons fails every step of the run. A shape that
+    disagrees, or a Python error of the modeling code (a `None` where the config left a size
+    out: DeepSeek-V2's `topk`); not torch's other errors, which may be the meta device's own
+    limits (a mixture of experts' grouped matmul checks dtypes there that it does not on real
+    tensors, a value read on the host)."""
+    try:
+        with torch.device("meta"):
+            model = model_class(config)
+    except Exception as exc:  # a model's init raises many kinds
+        raise _cannot(arch, options, "its model", exc) from exc
+    _check_positions(arch, options, model)
+    shape = (int(options["batch"]), int(options["seq"]))
+    ids = torch.zeros(shape, dtype=torch.long, device="meta")
+    loss = causal_lm_loss_eager if options["attention"] == "eager" else causal_lm_loss
+    try:
+        loss(model, (ids,)).backward()
+    except (TypeError, ValueError, IndexError, KeyError, AttributeError) as exc:
+        raise _cannot(arch, options, "one step", exc) from exc
+    except Exception as exc:
+        if shapes_disagree(str(exc)):
+            raise _cannot(arch, options, "one step", exc) from exc
+
+
+def _check_positions(arch: str, options: Mapping[str, Value], model: nn.Module) -> None:
+    """RoBERTa's kind counts positions from past its pad id, so `seq` positions need more rows
+    than `max_position_embeddings = seq` gives; on meta tensors an index past the end raises
+    nothing, on real ones every step."""
+    seq = int(options["seq"])
+    for name, module in model.named_modules():
+        pad = module.padding_idx if isinstance(module, nn.Embedding) else None
+        rows = module.num_embeddings if isinstance(module, nn.Embedding) else 0
+        if name.endswith("position_embeddings") and pad is not None and rows < seq + pad + 1:
+            raise WorkloadError(
+                f"model_arg.arch={arch!r} is invalid: its positions start after its pad id "
+                f"({pad}), so seq={seq} needs {seq + pad + 1} position rows and its config "
+                f"gives {rows}; allowed a decoder whose positions start at 0",
+                field="model_arg.arch",
+            )
+
+
+def _cannot(arch: str, options: Mapping[str, Value], what: str, exc: BaseException) -> Exception:
+    sizes = ", ".join(
+        f"{key}={options[key]}" for key in ("hidden", "heads", "kv_heads", "ffn", "layers", "seq")
+    )
+    said = " ".join(str(exc).split())
+    allowed = "options its family takes, or another arch"
+    if options["attention"] == "sdpa" and "scaled_dot_product_attention" in said:
+        allowed = "attention=eager, " + allowed
+    return WorkloadError(
+        f"model_arg.arch={arch!r} cannot build {what} at {sizes}: transformers raised "
+        f"{type(exc).__name__}: {said[:300]}; allowed {allowed}",
+        field="model_arg.arch",
+    )
