@@ -163,9 +163,9 @@ def models(as_json: AsJson = False) -> None:
 
     families = catalog()
     if as_json:
-        # The families' data: a family's cross-option `check` is code, not listed.
+        # The families' data: a family's `check` and `fill` are code, not listed.
         listed = [
-            {k: v for k, v in dataclasses.asdict(family).items() if k != "check"}
+            {k: v for k, v in dataclasses.asdict(family).items() if k not in ("check", "fill")}
             for family in families
         ]
         typer.echo(json.dumps(listed, indent=2, default=dict))

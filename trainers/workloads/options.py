@@ -124,6 +124,11 @@ class OptionSpec:
         return float(value) if self.kind == "float" else value
 
 
+Fill = Callable[
+    [dict[str, Value], Mapping[str, Value], Callable[[str], OptionSpec]], dict[str, Value]
+]
+
+
 @dataclasses.dataclass(kw_only=True, frozen=True, slots=True)
 class Family:
     """A kind of library model, as `catalog()` lists it for `python -m tuner models`.
@@ -137,6 +142,9 @@ class Family:
     description: str
     options: tuple[OptionSpec, ...]
     presets: Mapping[str, Mapping[str, Value]]
+    fill: Fill | None = None
+    """Options read from elsewhere, over the preset's and under the user's (`hf:causal-lm`'s
+    sizes from its `config` file): `fill(values, the user's overrides, self.option)`."""
     check: Callable[[Mapping[str, Value]], None] | None = None
     """What no single option can say (`hf:`'s heads must divide the width), on the effective
     options: checked wherever they are resolved, so a service refuses them before a job is
@@ -175,11 +183,17 @@ class Family:
         values = self.preset_values(preset)
         for key, value in overrides.items():
             values[self.option(key).name] = value
+        if self.fill is not None:
+            values = self.fill(values, overrides, self.option)
         if self.check is not None:
             self.check(values)
         return values
 
 
 def key_of(values: Mapping[str, Value]) -> str:
-    """`a=1,b=x`: sorted by key, so the same options always give the same string."""
-    return ",".join(f"{key}={format_value(values[key])}" for key in sorted(values))
+    """`a=1,b=x`: sorted by key, so the same options always give the same string. An empty
+    string (`hf:causal-lm`'s `config`: none) is left out, so an option added with it as its
+    default leaves every earlier study's name as it was."""
+    return ",".join(
+        f"{key}={format_value(values[key])}" for key in sorted(values) if values[key] != ""
+    )

@@ -33,6 +33,7 @@ from trainers.workloads.base import LossFn, Workload, adamw
 from trainers.workloads.extras import require
 from trainers.workloads.options import Family, OptionSpec, Value
 from trainers.workloads.text_archs import CAUSAL_SDPA, NAMED_ARCHS, causal_sdpa
+from trainers.workloads.text_config_file import fill_from_file
 from trainers.workloads.text_losses import (
     causal_lm_loss,
     causal_lm_loss_eager,
@@ -261,8 +262,16 @@ CAUSAL_LM = Family(
             help="output head tied to the input embeddings; auto: the architecture's config "
             "default (tied for gpt2, untied for the others; Qwen2's 0.5B and 1.5B models tie)",
         ),
+        OptionSpec(
+            name="config",
+            kind="str",
+            default="",
+            help="your model's transformers config.json (or its folder), random weights: its "
+            "model_type is arch, its sizes the options' unless given too; empty: none",
+        ),
     ),
     presets=CAUSAL_PRESETS,
+    fill=fill_from_file,
     check=check_shape,
 )
 MASKED_LM = Family(

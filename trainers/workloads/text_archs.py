@@ -46,6 +46,7 @@ from trainers.errors import WorkloadError, did_you_mean
 from trainers.workloads.checks import shapes_disagree
 from trainers.workloads.extras import require
 from trainers.workloads.options import Value
+from trainers.workloads.text_config_file import file_fields
 from trainers.workloads.text_losses import causal_lm_loss, causal_lm_loss_eager
 
 CAUSAL_SDPA = "streamtune_causal_sdpa"
@@ -100,17 +101,20 @@ def causal_lm_types(transformers: Any) -> Mapping[str, str]:
 
 
 def other_config(options: Mapping[str, Value], transformers: Any, common: Mapping[str, Any]) -> Any:
-    """The config of a causal LM of a type outside `NAMED_ARCHS` (the module's rules)."""
+    """The config of a causal LM of a type outside `NAMED_ARCHS`, or of any type from the
+    user's config file (`trainers.workloads.text_config_file`), by the module's rules."""
     arch = str(options["arch"])
     hidden, heads, layers = int(options["hidden"]), int(options["heads"]), int(options["layers"])
     seq, vocab = int(options["seq"]), int(options["vocab"])
-    defaults = transformers.AutoConfig.for_model(arch)
-    fields = defaults.to_dict()
+    given = file_fields(options)
+    fields = {**transformers.AutoConfig.for_model(arch).to_dict(), **given}
     sizes: dict[str, Any] = {
+        **given,
         "hidden_size": hidden,
         "num_attention_heads": heads,
         "num_hidden_layers": layers,
-        "max_position_embeddings": seq,
+        # A file's longer context kept: its RoPE scaling may be defined against it.
+        "max_position_embeddings": max(seq, int(given.get("max_position_embeddings") or 0)),
         "use_cache": False,
     }
     if "num_key_value_heads" in fields:
@@ -118,7 +122,7 @@ def other_config(options: Mapping[str, Value], transformers: Any, common: Mappin
     ffn = next((name for name in FFN_FIELDS if name in fields), None)
     if ffn is not None:
         sizes[ffn] = int(options.get("ffn", 0)) or 4 * hidden
-    if "head_dim" in fields:
+    if "head_dim" in fields and "head_dim" not in given:
         # Families that keep the head width apart (Qwen3: 128, Gemma: 256) would otherwise run
         # heads of their own width whatever `hidden` and `heads` say.
         sizes["head_dim"] = hidden // heads
@@ -134,7 +138,7 @@ def other_config(options: Mapping[str, Value], transformers: Any, common: Mappin
         # Said at construction, where transformers checks them (and warns).
         if _TOKEN_ID.search(name) and isinstance(value, int) and not 0 <= value < vocab:
             sizes[name] = vocab - 1
-    config = transformers.AutoConfig.for_model(arch, **sizes, **common)
+    config = transformers.AutoConfig.for_model(arch, **{**sizes, **common})
     for name, value in list(vars(config).items()):
         if _TOKEN_ID.search(name) and isinstance(value, int) and not 0 <= value < vocab:
             setattr(config, name, vocab - 1)
@@ -146,7 +150,7 @@ def check_arch(options: Mapping[str, Value]) -> None:
     `NAMED_ARCHS` that the run could not build or run at these options (the module's list).
     Once per process for each set of options that passes: a study's name is resolved from them
     wherever a job is named (`trainers.workload_key`), and the check makes a model."""
-    if str(options["arch"]) not in NAMED_ARCHS:
+    if str(options["arch"]) not in NAMED_ARCHS or options.get("config"):
         _checked(tuple(sorted(options.items())))
 
 

@@ -112,7 +112,7 @@ def make_config(kind: str, options: Mapping[str, Value], transformers: Any) -> A
             use_cache=False,
             **common,
         )
-    if kind == "causal-lm" and options["arch"] not in NAMED_ARCHS:
+    if kind == "causal-lm" and (options["arch"] not in NAMED_ARCHS or options.get("config")):
         return other_config(options, transformers, common)
     if kind == "causal-lm":
         return _rotary_decoder_config(options, transformers, common)
@@ -191,6 +191,6 @@ def _model_class(kind: str, options: Mapping[str, Value], transformers: Any) -> 
         "mistral": "MistralForCausalLM",
     }
     arch = str(options["arch"])
-    if arch not in NAMED_ARCHS:
+    if arch not in NAMED_ARCHS or options.get("config"):
         return getattr(transformers, causal_lm_types(transformers)[arch])
     return getattr(transformers, causal.get(arch, "GPT2LMHeadModel"))

@@ -1,0 +1,162 @@
+"""`hf:causal-lm` from the user's own `config.json` (`--model-arg config=PATH`,
+`trainers.workloads.text_config_file`): the file's sizes filled into the options under the
+user's, its refusals without the library, and real models built from real-shaped files on the
+CPU."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainers import LoopConfig, RunArgs, WorkloadError, load_workload, run
+from trainers.workloads import workload_key
+from trainers.workloads.text import CAUSAL_LM
+from trainers.workloads.text_config_file import fill_from_file
+
+# Qwen3-0.6B's shape at a width a CPU trains in seconds: its head width (32) is not
+# hidden / heads (16), as Qwen3's 128 is not 1024 / 16.
+QWEN3: dict[str, Any] = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "num_hidden_layers": 3,
+    "intermediate_size": 96,
+    "vocab_size": 256,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 4096,
+    "rope_theta": 1000000,
+    "rms_norm_eps": 1e-06,
+    "torch_dtype": "bfloat16",
+    "bos_token_id": 250,
+    "eos_token_id": 251,
+    "use_cache": True,
+    "transformers_version": "4.51.0",
+}
+
+
+def write(folder: Path, data: object, name: str = "config.json") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(json.dumps(data))
+    return folder
+
+
+def filled(overrides: dict[str, Any]) -> dict[str, Any]:
+    values = CAUSAL_LM.preset_values("tiny")
+    values.update(overrides)
+    return fill_from_file(values, overrides, CAUSAL_LM.option)
+
+
+def test_the_files_type_and_sizes_fill_the_options_under_the_users(tmp_path: Path) -> None:
+    folder = write(tmp_path / "qwen3", QWEN3)
+    values = filled({"config": str(folder / "." / "config.json"), "layers": 2})
+    assert values["config"] == str((folder / "config.json").resolve())  # one name from anywhere
+    assert values["arch"] == "qwen3"
+    assert (values["hidden"], values["heads"], values["kv_heads"]) == (64, 4, 2)
+    assert (values["ffn"], values["vocab"], values["tie"]) == (96, 256, "true")
+    assert values["layers"] == 2  # the user's, over the file's 3
+    assert values["seq"] == 16 and values["batch"] == 2  # the preset's: the file has no batch
+
+
+def test_gpt2_names_a_composites_text_config_and_equal_kv_heads_are_read_too(
+    tmp_path: Path,
+) -> None:
+    gpt2 = {"model_type": "gpt2", "n_embd": 48, "n_head": 4, "n_layer": 2, "n_inner": None}
+    values = filled({"config": str(write(tmp_path / "g", gpt2))})
+    assert (values["arch"], values["hidden"], values["heads"], values["layers"]) == (
+        "gpt2",
+        48,
+        4,
+        2,
+    )
+    assert values["ffn"] == 0  # n_inner null: the option's own default (4 x hidden)
+    text = {**QWEN3, "num_key_value_heads": 4}
+    composite = {"model_type": "qwen3_vl", "text_config": text, "vision_config": {"depth": 2}}
+    values = filled({"config": str(write(tmp_path / "vl", composite))})
+    assert values["arch"] == "qwen3" and values["kv_heads"] == 0  # as many as heads: one name
+
+
+@pytest.mark.parametrize(
+    ("content", "field", "match"),
+    [
+        (None, "model_arg.config", r"no such file: allowed a transformers config.json"),
+        ("{not json", "model_arg.config", r"is not readable JSON"),
+        ({"hidden_size": 64}, "model_arg.config", r"names no model_type"),
+        ({**QWEN3, "vocab_size": 0}, "model_arg.vocab", r"'0 \(from .*\)' is invalid"),
+    ],
+)
+def test_a_bad_file_is_refused_naming_the_option_without_the_library(
+    tmp_path: Path, content: object, field: str, match: str
+) -> None:
+    path = tmp_path / "config.json"
+    if isinstance(content, str):
+        path.write_text(content)
+    elif content is not None:
+        path.write_text(json.dumps(content))
+    with pytest.raises(WorkloadError, match=match) as info:
+        filled({"config": str(path)})
+    assert info.value.field == field
+
+
+def test_arch_beside_a_file_is_refused(tmp_path: Path) -> None:
+    folder = write(tmp_path / "q", QWEN3)
+    with pytest.raises(WorkloadError, match=r"arch=llama is invalid beside model_arg.config"):
+        filled({"config": str(folder), "arch": "llama"})
+
+
+def test_every_study_name_without_a_file_is_as_it_was() -> None:
+    # The option's empty default stays out of the name: earlier studies keep theirs.
+    assert workload_key("hf:causal-lm", "tiny", {"arch": "llama"}) == (
+        "hf:causal-lm-tiny-arch=llama,attention=sdpa,batch=2,batches=16,data=stream,ffn=0,"
+        "heads=2,hidden=32,kv_heads=0,layers=2,lr=0.0003,seq=16,tie=auto,vocab=128,"
+        "weight_decay=0.01"
+    )
+
+
+@pytest.mark.models
+def test_a_model_is_built_from_the_file_with_its_own_fields_and_trains(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    folder = write(tmp_path / "qwen3", QWEN3)
+    workload = load_workload(
+        "hf:causal-lm", "tiny", seed=0, model_args={"config": str(folder), "lr": "3e-3"}
+    )
+    model, config = workload.model, workload.model.config
+    assert type(model).__name__ == "Qwen3ForCausalLM"
+    assert config.head_dim == 32  # the file's, not hidden / heads
+    assert model.model.layers[0].self_attn.q_proj.out_features == 4 * 32
+    assert config.rms_norm_eps == 1e-06 and config.max_position_embeddings == 4096
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # the file ties them
+    assert config.use_cache is False and config.bos_token_id == 250
+    result = run(workload, LoopConfig(), RunArgs(steps=32, warmup=0, windows=1, device="cpu"))
+    assert all(math.isfinite(loss) for loss in result.losses)
+    assert sum(result.losses[-8:]) < sum(result.losses[:8])
+
+
+@pytest.mark.models
+def test_a_named_types_file_keeps_its_fields_and_a_bad_size_is_refused(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    llama = {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "num_hidden_layers": 2,
+        "intermediate_size": 128,
+        "vocab_size": 128,
+        "rope_theta": 500000.0,
+        "rms_norm_eps": 1e-05,
+    }
+    folder = write(tmp_path / "llama", llama)
+    model = load_workload("hf:causal-lm", "tiny", model_args={"config": str(folder)}).model
+    assert model.config.rms_norm_eps == 1e-05  # LlamaConfig's own default is 1e-6
+    assert model.model.layers[0].self_attn.k_proj.out_features == 16  # one key/value head
+    odd = write(tmp_path / "odd", {**llama, "num_attention_heads": 8, "hidden_size": 40})
+    with pytest.raises(WorkloadError, match=r"model_arg.heads=8 .*hidden=40") as info:
+        workload_key("hf:causal-lm", "tiny", {"config": str(odd)})
+    assert info.value.field == "model_arg.heads"

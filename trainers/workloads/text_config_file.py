@@ -1,0 +1,125 @@
+"""`hf:causal-lm` from the user's own model's `config.json` (`--model-arg config=PATH`, a file or
+a folder holding one, as a Hugging Face checkpoint has): that model's architecture and every
+field of its config, with random weights, trained at the options' batch and sequence length.
+
+The file is read as JSON, without transformers, wherever the options are resolved (a service
+refuses a missing or unreadable file before a job is queued): its type becomes `arch` and its
+sizes (`CONFIG_SIZES`) the size options, over the preset's and under the user's, so the study's
+name carries the sizes trained and `--model-arg layers=2` still cuts the model for a first try.
+A composite model's file (a vision-language model's `text_config`) gives its text decoder's.
+
+The model is then built by `trainers.workloads.text_archs.other_config` from the file's fields,
+under the same rules as any type there (no cache, every layer full causal attention, the
+options' sizes); fields that name a checkpoint rather than a model (`FILE_ONLY`: its dtype, a
+quantization, custom code) are left out: nothing is loaded, and the run chooses its precision.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from trainers.errors import WorkloadError
+from trainers.workloads.options import Value, format_value
+
+CONFIG_SIZES: Mapping[str, tuple[str, ...]] = {
+    "hidden": ("hidden_size", "n_embd", "d_model"),
+    "heads": ("num_attention_heads", "n_head"),
+    "layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "kv_heads": ("num_key_value_heads",),
+    "ffn": ("intermediate_size", "ffn_dim", "n_inner", "d_ff"),
+    "vocab": ("vocab_size",),
+    "tie": ("tie_word_embeddings",),
+}
+"""Each size option and the config fields it is read from, the first one present."""
+
+FILE_ONLY = (
+    "architectures",
+    "model_type",
+    "transformers_version",
+    "torch_dtype",
+    "dtype",
+    "_name_or_path",
+    "auto_map",
+    "quantization_config",
+    "use_cache",
+    "attn_implementation",
+    "_attn_implementation",
+)
+"""Fields of a checkpoint's file that are not the model's shape or numerics."""
+
+_FIELD = "model_arg.config"
+
+
+def model_fields(raw: str) -> dict[str, Any]:
+    """The model's fields in the file `raw` names (its `text_config` for a composite model);
+    WorkloadError naming `model_arg.config` for a missing, unreadable or untyped one."""
+    path = Path(raw).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise WorkloadError(
+            f"{_FIELD}={raw!r} is invalid: no such file: allowed a transformers config.json, or "
+            "a folder holding one, on the machine that runs the job",
+            field=_FIELD,
+        )
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise WorkloadError(
+            f"{_FIELD}={raw!r} is invalid: {path} is not readable JSON ({exc}): allowed a "
+            "transformers config.json",
+            field=_FIELD,
+        ) from exc
+    text = data.get("text_config") if isinstance(data, dict) else None
+    fields = text if isinstance(text, dict) and "model_type" in text else data
+    if not isinstance(fields, dict) or not isinstance(fields.get("model_type"), str):
+        raise WorkloadError(
+            f"{_FIELD}={raw!r} is invalid: {path} names no model_type: allowed a transformers "
+            "config.json (its model_type names the architecture)",
+            field=_FIELD,
+        )
+    return fields
+
+
+def fill_from_file(
+    values: dict[str, Value], overrides: Mapping[str, Value], specs: Any
+) -> dict[str, Value]:
+    """`values` with the architecture and sizes of the file `values["config"]` names, where the
+    user (`overrides`) did not set them; `specs(name)` is each option's `OptionSpec`. Unchanged
+    without a file."""
+    raw = str(values.get("config", ""))
+    if not raw:
+        return values
+    if "arch" in overrides:
+        raise WorkloadError(
+            f"model_arg.arch={format_value(overrides['arch'])} is invalid beside {_FIELD}: the "
+            "file's model_type is the architecture; allowed one of the two",
+            field="model_arg.arch",
+        )
+    fields = model_fields(raw)
+    filled = dict(values)
+    # Absolute: the study's name and an exported script then name one file from any folder.
+    filled["config"] = str(Path(raw).expanduser().resolve())
+    filled["arch"] = fields["model_type"]
+    for option, names in CONFIG_SIZES.items():
+        found = next((fields[name] for name in names if fields.get(name) is not None), None)
+        if option in overrides or found is None:
+            continue
+        if option == "tie":
+            found = "true" if found else "false"
+        # Through the option's own check: a size out of its range names the option and file.
+        filled[option] = specs(option).check(found, raw=f"{found} (from {raw})")
+    if int(filled.get("kv_heads", 0)) == int(filled["heads"]):
+        filled["kv_heads"] = 0  # as many as heads: one study name for one model
+    return filled
+
+
+def file_fields(options: Mapping[str, Value]) -> dict[str, Any]:
+    """The file's fields the model is built from (none without a file), less `FILE_ONLY`."""
+    raw = str(options.get("config", ""))
+    if not raw:
+        return {}
+    return {k: v for k, v in model_fields(raw).items() if k not in FILE_ONLY}
