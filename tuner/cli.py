@@ -197,7 +197,7 @@ def run_(flags: RunFlags) -> None:
         shown = rec.to_dict() if node is None else rec.to_dict() | {"node": node.to_dict()}
         typer.echo(json.dumps(shown, indent=2))
     else:
-        render.recommendation(Console(), rec)
+        render.recommendation(Console(), rec, storage=flags.storage)
         if node is not None:
             Console().print(node.line(), soft_wrap=True)
     if rec.config is None:
@@ -303,7 +303,7 @@ def best(study: StudyName, storage: Storage = None, as_json: AsJson = False) -> 
     if as_json:
         typer.echo(json.dumps(rec.to_dict(), indent=2))
     else:
-        render.recommendation(Console(), rec)
+        render.recommendation(Console(), rec, storage=storage)
     if rec.config is None:
         raise typer.Exit(1)  # as `run` does: nothing to train with is not a success
 

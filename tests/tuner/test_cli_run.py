@@ -7,9 +7,11 @@ subprocess runs, with the real storage and the real workloads.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -18,13 +20,14 @@ from typing import Any
 
 import optuna
 import pytest
+from rich.console import Console
 
 from tests.tuner.conftest import Finished
 from tests.tuner.tiny import RUN_FLAGS, WORKLOADS, load, sqlite_url
 from tests.tuner.workloads_for_tests import INJECTED
 from trainers import LoopConfig
 from tuner.__main__ import main
-from tuner.evidence import export, reader
+from tuner.evidence import export, reader, render
 from tuner.store import keys
 
 REPO = Path(__file__).resolve().parents[2]
@@ -435,6 +438,28 @@ def test_export_formats(finished: Finished, capsys: pytest.CaptureFixture[str], 
         namespace: dict[str, Any] = {}
         exec(out, namespace)
         assert namespace["config"] == expected
+
+
+def test_the_printed_export_command_reads_the_storage_given_and_never_prints_a_password(
+    finished: Finished, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Printed without --storage, `export` had read ./tuner.db: "no database at ...".
+    flags = ("--study", finished.study, "--storage", finished.storage)
+    code, out, _ = run_main(capsys, "best", *flags)
+    assert code == 0
+    (command,) = [line for line in out.splitlines() if line.startswith("python -m tuner export")]
+    words_of = shlex.split(command)
+    assert words_of[words_of.index("--storage") + 1] == finished.storage
+    code, exported, _ = run_main(capsys, *words_of[3:])  # the printed command, as printed
+    assert code == 0 and finished.study in exported
+    monkeypatch.setenv("TUNER_STORAGE", finished.storage)  # the environment: read as it is
+    code, out, _ = run_main(capsys, "best", "--study", finished.study)
+    assert code == 0 and "--storage" not in out
+    console = Console(file=io.StringIO(), width=300)
+    rec = reader.recommendation(finished.storage, finished.study)
+    render.recommendation(console, rec, storage="postgresql://me:s3cret@127.0.0.1/db")
+    shown = console.file.getvalue()
+    assert "--storage 'postgresql://me:***@127.0.0.1/db'" in shown and "s3cret" not in shown
 
 
 def test_studies_lists_the_study(

@@ -14,6 +14,7 @@ from trainers.workloads import Family
 from tuner.evidence.progress import short_config
 from tuner.evidence.recommendation import Recommendation, memory_text, utilisation_text
 from tuner.store.phases import LABELS
+from tuner.store.storage import DEFAULT_STORAGE, masked
 
 
 def _bytes(n: int | None) -> str:
@@ -164,7 +165,9 @@ def search_text(search: Mapping[str, Any] | None) -> str | None:
     return "; ".join(parts) or None
 
 
-def recommendation(console: Console, rec: Recommendation) -> None:
+def recommendation(console: Console, rec: Recommendation, *, storage: str | None = None) -> None:
+    """The summary of `rec`; `storage`, the URL the user gave with --storage (None: none), is
+    written into the command it prints, which would otherwise read ./tuner.db."""
     table = Table(show_header=False, box=None)
     table.add_row("study", f"{rec.study} ({rec.workload} / {rec.preset} on {rec.hardware})")
     spent = phase_times(rec.time)
@@ -187,6 +190,10 @@ def recommendation(console: Console, rec: Recommendation) -> None:
             f"{rec.study_fields.get('precision')})",
         )
     command = f"python -m tuner export --study {shlex.quote(rec.study)} --format python"
+    if storage is not None and storage != DEFAULT_STORAGE:
+        # The storage given by --storage, or the command would look in ./tuner.db; its
+        # password as `***`, never printed.
+        command += f" --storage {shlex.quote(masked(storage))}"
     # A library model's study name runs to 200 characters: wrapped in the table's cell it could
     # not be copied (stdout not a terminal is 80 wide), so a long one goes on a line of its own.
     long = len(command) + 24 > console.width  # less the labels (18), padding and a margin
