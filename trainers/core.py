@@ -38,7 +38,7 @@ from trainers.compilation import (
     reuse_key,
 )
 from trainers.config import LoopConfig, device_error, precision_error
-from trainers.errors import ConfigError, UnsupportedOnDevice
+from trainers.errors import ConfigError, UnsupportedOnDevice, WorkloadError
 from trainers.feed import DeviceFeed, close_loaders, positioned_batches
 from trainers.float8 import Float8Report, apply_float8
 from trainers.flops import count_step_flops, count_step_flops_by_linear
@@ -58,6 +58,7 @@ from trainers.recompute import apply_block_levers
 from trainers.step import GRAPH_WARMUP_STEPS, EagerStep, GraphStep, forward_contexts
 from trainers.streams import StreamPlan
 from trainers.workloads.base import Batch, Workload
+from trainers.workloads.checks import raised_at
 
 OptimizerHook = Callable[[torch.optim.Optimizer, torch.device], None]
 """Called with the optimizer the core built, before a compiled optimizer step is compiled
@@ -223,7 +224,7 @@ class Engine:
         # `optimizer.step` (a scheduler counts its calls) must still find the bound method.
         compiled = self.config.optimizer == "compiled"
         optimizer = prepare_optimizer(
-            self.workload.make_optimizer(self.model.parameters(), self.capturable),
+            self._made_optimizer(),
             "as-built" if compiled else self.config.optimizer,
             capturable=self.capturable,
         )
@@ -232,6 +233,22 @@ class Engine:
         if compiled:
             optimizer = prepare_optimizer(optimizer, "compiled", capturable=self.capturable)
         return optimizer
+
+    def _made_optimizer(self) -> torch.optim.Optimizer:
+        """The workload's own factory's optimizer; what it raises named as its (the build's
+        check leaves a factory that fails on the CPU's parameters to the run, which may build
+        it on a GPU's: `trainers.workloads.checks._check_optimizer`)."""
+        try:
+            return self.workload.make_optimizer(self.model.parameters(), self.capturable)
+        except Exception as exc:
+            if type(exc).__name__ == "OutOfMemoryError":
+                raise
+            said = " ".join(str(exc).split())[:300]
+            raise WorkloadError(
+                f"workload {self.workload.name!r}: its optimizer factory raised "
+                f"{type(exc).__name__}{raised_at(exc)}: {said}",
+                field="optimizer" if self.workload.preset == "custom" else "workload",
+            ) from exc
 
     def _transform_model(self, model: nn.Module) -> nn.Module:
         """The model the step calls. The compiled wrapper shares the model's parameters; the

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from trainers.config import LoopConfig
-from trainers.errors import CaptureError
+from trainers.errors import CaptureError, WorkloadError
 from trainers.levers import LEVERS
 from trainers.parallel import SyncSkipper
 from trainers.precision import PrecisionPlan
@@ -80,11 +80,26 @@ class _Step:
         if len(self.contexts) == 1:
             # The usual case (autocast alone): no ExitStack on the step's host path.
             with self.contexts[0]():
-                return self.loss_fn(self.model, batch)
+                return tensor_loss(self.loss_fn(self.model, batch))
         with ExitStack() as stack:
             for make in self.contexts:
                 stack.enter_context(make())
-            return self.loss_fn(self.model, batch)
+            return tensor_loss(self.loss_fn(self.model, batch))
+
+
+def tensor_loss(loss: object) -> torch.Tensor:
+    """`loss` if it is a tensor, else WorkloadError naming what `loss_fn` returned. The build's
+    check runs the loss on meta tensors, where a loss that reads a value (`float(loss)`) or a
+    model that does (a Hugging Face output returned whole) cannot run: every step then failed
+    with "'float' object has no attribute 'detach'" (a new user's trial, 2026-12-05)."""
+    if isinstance(loss, torch.Tensor):
+        return loss
+    raise WorkloadError(
+        f"loss_fn(model, batch) returned {type(loss).__name__}, not a tensor: return one "
+        "batch's loss as a scalar tensor (a Hugging Face model's output: its .loss; not "
+        ".item() or float(), which cut it from the model)",
+        field="loss_fn",
+    )
 
 
 class EagerStep(_Step):

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -95,6 +96,17 @@ def flag_error(exc: Exception) -> str | None:
     return None
 
 
+def _users_frame(exc: BaseException) -> str:
+    """` at file:line` of the innermost frame outside torch and this project (the user's
+    loss or model), else empty."""
+    import trainers
+
+    ours = (os.path.dirname(trainers.__file__), os.path.dirname(__file__), f"{os.sep}torch{os.sep}")
+    frames = traceback.extract_tb(exc.__traceback__)
+    theirs = [f for f in frames if not any(part in f.filename for part in ours)]
+    return f" at {theirs[-1].filename}:{theirs[-1].lineno}" if theirs else ""
+
+
 @app.command()
 def train(
     workload: Workload = "transformer",
@@ -148,7 +160,17 @@ def train(
         device=dev,
         precision=precision,  # type: ignore[arg-type]  # run() checks it
     )
-    result = trainers.run(built, config, args)
+    try:
+        result = trainers.run(built, config, args)
+    except Exception as exc:
+        if flag_error(exc) is not None:
+            raise  # an input error: one line naming its flag (`tuner.__main__`)
+        # The user's code failing (a loss, a dtype): one line and where, as `run` reports a
+        # trial's failure, not a traceback through the loop.
+        said = " ".join(str(exc).split())[:500]
+        where = _users_frame(exc)
+        typer.echo(f"error: the run failed: {type(exc).__name__}{where}: {said}", err=True)
+        raise typer.Exit(1) from exc
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:

@@ -246,3 +246,56 @@ def printing(preset: str, *, seed: int) -> Workload:
     """A factory that says what it does on stdout, as many do."""
     print(f"building model for {preset} seed={seed}")
     return _workload()
+
+
+def parts_with_a_foreign_optimizer(preset: str, *, seed: int) -> Workload:
+    """`workload_from_parts` inside a factory, given an Adam of another module: its error named
+    the argument (`optimizer`), which the CLI took for its own `--optimizer` flag."""
+    from trainers import workload_from_parts
+
+    torch.manual_seed(seed)
+    other = nn.Linear(6, 3)
+    adam = torch.optim.Adam(other.parameters())
+    return workload_from_parts(
+        nn.Linear(6, 3), _Samples("tuple"), classification_loss, optimizer=adam, batch_size=4
+    )
+
+
+def parts_with_batch_size_zero(preset: str, *, seed: int) -> Workload:
+    """The same, with a batch size of 0: the error named the parts' default name, `custom`."""
+    from trainers import workload_from_parts
+
+    adam = lambda params, capturable: torch.optim.Adam(params)  # noqa: E731
+    return workload_from_parts(
+        nn.Linear(6, 3), _Samples("tuple"), classification_loss, optimizer=adam, batch_size=0
+    )
+
+
+def loss_as_a_float(preset: str, *, seed: int) -> Workload:
+    """A loss returned as a Python float: on meta tensors `float()` cannot run, so the build's
+    check leaves it to the run, whose every step had failed with "'float' object has no
+    attribute 'detach'"."""
+    return _workload(loss_fn=lambda model, batch: float(classification_loss(model, batch)))
+
+
+def optimizer_factory_raises(preset: str, *, seed: int) -> Workload:
+    """An optimizer factory that raises: left to the run by the build's check (a factory may
+    need the GPU's parameters), where its error named nothing of the factory."""
+
+    def broken(params: Any, capturable: bool) -> torch.optim.Optimizer:
+        raise ValueError("bad lr")
+
+    return _workload(make_optimizer=broken)
+
+
+def float_token_ids(preset: str, *, seed: int) -> Workload:
+    """Float ids into an embedding: every step fails, and no autocast makes indices of them."""
+    model = nn.Sequential(nn.Embedding(10, 3), nn.Flatten(), nn.Linear(18, 3))
+    return _workload(model=model)
+
+
+def labels_int32(preset: str, *, seed: int) -> Workload:
+    """Labels of int32: cross-entropy refuses them at every step, on meta tensors not at all."""
+    workload = _workload()
+    workload.dataset.y = workload.dataset.y.to(torch.int32)  # type: ignore[attr-defined]
+    return workload

@@ -302,3 +302,42 @@ def test_lazy_modules_whose_first_forward_fails_are_said_in_one_line() -> None:
     with pytest.raises(WorkloadError, match="the model has lazy modules") as caught:
         load_workload(f"{OWN}:lazy_and_wrong", "tiny")
     assert "loss_fn(model, batch) on the first batch raised IndexError" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("parts_with_a_foreign_optimizer", "optimizer: 2 of the 2 parameters the Adam steps"),
+        ("parts_with_batch_size_zero", "batch_size=0 is invalid"),
+    ],
+)
+def test_a_part_refused_inside_a_factory_is_the_workloads_error_under_its_name(
+    name: str, said: str
+) -> None:
+    """`workload_from_parts` inside a `--workload` factory: the error is the workload's (the
+    CLI had named `--optimizer`, a flag `run` does not have) and names it as the user did."""
+    with pytest.raises(WorkloadError) as caught:
+        load_workload(f"{OWN}:{name}", "tiny")
+    assert caught.value.field == "workload"
+    assert str(caught.value).startswith(f"workload='{OWN}:{name}': {said}"), str(caught.value)
+    assert "custom" not in str(caught.value)
+
+
+def test_a_loss_returned_as_a_float_fails_its_first_step_naming_what_it_returned() -> None:
+    workload = load_workload(f"{OWN}:loss_as_a_float", "tiny")  # meta tensors cannot tell
+    with pytest.raises(WorkloadError, match=r"loss_fn\(model, batch\) returned float, not a "):
+        Trainer(workload, LoopConfig(), device="cpu").fit(1)
+
+
+def test_an_optimizer_factory_that_raises_is_named_with_the_line_it_raised_at() -> None:
+    workload = load_workload(f"{OWN}:optimizer_factory_raises", "tiny")
+    with pytest.raises(WorkloadError) as caught:
+        Trainer(workload, LoopConfig(), device="cpu").fit(1)
+    said = str(caught.value)
+    assert said.startswith("workload 'own': its optimizer factory raised ValueError at ")
+    assert own_workloads.__file__ in said and said.endswith(": bad lr")
+
+
+def test_float_ids_into_an_embedding_are_refused_when_built() -> None:
+    with pytest.raises(WorkloadError, match=r"'indices' to have one of the following scalar"):
+        load_workload(f"{OWN}:float_token_ids", "tiny")

@@ -722,3 +722,15 @@ def test_models_lists_each_familys_presets_and_options(capsys: pytest.CaptureFix
     # The table says what each preset sets over the defaults it lists.
     code, out, _ = run_main(capsys, "models")
     assert code == 0 and "tiny (batch 2, image 32, classes 10)" in " ".join(out.split())
+
+
+def test_train_says_a_failing_run_in_one_line_without_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The user's code failing at a step (int32 labels): `train` printed 19 frames of the loop.
+    flags = ["--steps", "2", "--warmup", "0", "--windows", "1", "--device", "cpu"]
+    workload = "tests.trainers.own_workloads:labels_int32"
+    code, out, err = run_main(capsys, "train", "--workload", workload, *flags)
+    assert code == 1 and out == ""
+    assert err.startswith("error: the run failed: RuntimeError") and err.count("\n") == 1, err
+    assert "expected target dtype to be Long" in err and "Traceback" not in err

@@ -149,8 +149,8 @@ class UserFactory:
             check_preset(self.name, preset, self.presets)
         try:
             built = self.factory(preset, seed=seed)
-        except WorkloadError:
-            raise
+        except WorkloadError as exc:
+            raise self._refielded(exc) from exc
         except KeyError as exc:  # `{"tiny": 64, ...}[preset]`: the factory has no such preset
             if exc.args != (preset,):
                 raise WorkloadError(self._raised(exc), field="workload") from exc
@@ -190,6 +190,20 @@ class UserFactory:
         # What would fail every step fails here, in one line; batches of another shape are fed
         # as tuples (`trainers.workloads.checks`): at every build, the gate's included.
         return own_workload(built, self.name)
+
+    def _refielded(self, exc: WorkloadError) -> WorkloadError:
+        """`exc` as this workload's: a part `workload_from_parts` refused inside the factory
+        names its argument (`optimizer`, `data`, `loss_fn`), which the CLI read as a flag of its
+        own (`--optimizer`), and the parts' default name (`custom`), not the user's."""
+        field = exc.field or "workload"
+        own = field in ("workload", "preset") or field.startswith("model_arg")
+        if own and "'custom'" not in str(exc):
+            return exc
+        said = str(exc).removeprefix("workload 'custom': ").removeprefix("workload='custom': ")
+        part = "" if field in ("workload", "preset") else f"{field}: "
+        if said.startswith(part):
+            part = ""
+        return WorkloadError(f"workload={self.name!r}: {part}{said}", field="workload")
 
     def _raised(self, exc: BaseException) -> str:
         return f"workload={self.name!r}: the factory raised {_one_line(exc, self.factory)}"

@@ -209,7 +209,7 @@ def _check_loss(workload: Workload, batch: tuple[torch.Tensor, ...], where: _Whe
         if _SHAPES_DISAGREE.search(said):  # the same sizes fail the run: said now, once
             raise where.error(
                 f"loss_fn(model, batch) on the first batch raised {type(exc).__name__}"
-                f"{_raised_at(exc)}: {said[:300].rstrip('.')}: the model and the batches it is fed "
+                f"{raised_at(exc)}: {said[:300].rstrip('.')}: the model and the batches it is fed "
                 "do not fit"
             ) from exc
         return
@@ -256,7 +256,7 @@ def _materialise(workload: Workload, batch: tuple[torch.Tensor, ...], where: _Wh
         raise where.error(
             "the model has lazy modules (nn.LazyLinear, ...) whose sizes come from one forward, "
             f"and loss_fn(model, batch) on the first batch raised {type(exc).__name__}"
-            f"{_raised_at(exc)}: {said}"
+            f"{raised_at(exc)}: {said}"
         ) from exc
     finally:
         model.train(training)
@@ -325,6 +325,8 @@ _SHAPES_DISAGREE = re.compile(
             r"Sizes of tensors must match",
             r"must be equal to input_size",
             r"Attempting to broadcast a dimension",
+            # Float ids into an embedding: no autocast makes indices of them.
+            r"'indices' to have one of the following scalar types",
             r"should contain \d+ elements not",
         )
     )
@@ -339,7 +341,7 @@ def shapes_disagree(said: str) -> bool:
     return _SHAPES_DISAGREE.search(said) is not None
 
 
-def _raised_at(exc: BaseException) -> str:
+def raised_at(exc: BaseException) -> str:
     """ " at file:line" of the innermost frame of the user's code (not torch's) in `exc`."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/torch/" not in f.filename]
     return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
