@@ -78,7 +78,15 @@ class ApiSettings(ServiceSettings):
     @classmethod
     def _long_enough(cls, value: tuple[SecretStr, ...]) -> tuple[SecretStr, ...]:
         for entry in value:
-            _, secret = split_entry(entry.get_secret_value())
+            name, secret = split_entry(entry.get_secret_value())
+            if name is None and ":" in secret:
+                # Read as a bare token, `bad name!:TOKEN` answered only to itself whole, and
+                # the operator who meant NAME:TOKEN was told nothing.
+                said = secret.partition(":")[0]
+                raise ValueError(
+                    f"an entry NAME:TOKEN needs a NAME of 1-64 letters, digits and _.@-, not "
+                    f"{said!r} (a bare token has no ':')"
+                )
             if len(secret) < MIN_TOKEN_LENGTH:
                 raise ValueError(
                     f"each token needs at least {MIN_TOKEN_LENGTH} characters "
@@ -95,7 +103,8 @@ class ApiSettings(ServiceSettings):
         ):
             if len(set(values)) != len(values):
                 raise ValueError(
-                    f"api_tokens, api_admin_tokens: a {label} is given twice (each token and "
+                    f"TUNER_API_TOKENS, TUNER_API_ADMIN_TOKENS: a {label} is given twice (each "
+                    "token and "
                     "each name once, across both)"
                 )
         return self

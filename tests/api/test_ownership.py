@@ -20,6 +20,7 @@ from tests.api.helpers import ADMIN_AUTH, AUTH, OTHER_AUTH, OTHER_TOKEN, TINY_JO
 from tuner.errors import TunerError
 from tuner.service.jobstore import JobStore
 from tuner.service.owners import owner_of
+from tuner.service.settings import load_settings
 from tuner.service.spec import JobSpec
 
 JOB_PATHS = ("", "/trials", "/best", "/report")
@@ -165,9 +166,32 @@ def test_token_settings_name_tokens_and_refuse_repeats() -> None:
         (f"alice:{TOKEN},alice:{OTHER_TOKEN}", "", "a name is given twice"),
         (f"alice:{TOKEN}", f"ops:{TOKEN}", "a token is given twice"),
         ("alice:short", "", "at least 16 characters"),
+        # A bad NAME had made the whole entry a bare token: `Bearer TOKEN` was refused.
+        (
+            f"bad name!:{TOKEN}",
+            "",
+            "needs a NAME of 1-64 letters, digits and _.@-, not 'bad name!'",
+        ),
+        ("", f":{TOKEN}", "needs a NAME of 1-64 letters"),
     ]:
         with pytest.raises(pydantic.ValidationError, match=message):
             ApiSettings(api_tokens=tokens, api_admin_tokens=admins)
     check_exposure("0.0.0.0", ApiSettings(api_tokens="", api_admin_tokens=f"ops:{'o' * 16}"))
     with pytest.raises(TunerError, match="TUNER_API_TOKENS"):
         check_exposure("0.0.0.0", ApiSettings(api_tokens="", api_admin_tokens=""))
+
+
+def test_repeated_tokens_in_the_environment_are_one_line_naming_both_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A check of both variables has no single field: reading its name had raised IndexError.
+    monkeypatch.setenv("TUNER_API_TOKENS", f"a:{TOKEN},b:{TOKEN}")
+    with pytest.raises(TunerError) as caught:
+        load_settings(ApiSettings)
+    assert str(caught.value) == (
+        "TUNER_API_TOKENS, TUNER_API_ADMIN_TOKENS: a token is given twice (each token and each "
+        "name once, across both)"
+    )
+    monkeypatch.setenv("TUNER_API_TOKENS", f"bad name!:{TOKEN}")
+    with pytest.raises(TunerError, match=r"^TUNER_API_TOKENS: an entry NAME:TOKEN needs a NAME"):
+        load_settings(ApiSettings)

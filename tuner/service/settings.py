@@ -137,7 +137,12 @@ def load_settings(kind: type[S]) -> S:
         return kind()
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
-        raise TunerError(f"TUNER_{str(first['loc'][0]).upper()}: {first['msg']}") from exc
+        if not first["loc"]:
+            # A check of several variables (`api.settings.ApiSettings._distinct`) names them
+            # itself; its `loc` is empty (an IndexError here had hidden the message).
+            raise TunerError(str(first["msg"]).removeprefix("Value error, ")) from exc
+        said = str(first["msg"]).removeprefix("Value error, ")
+        raise TunerError(f"TUNER_{str(first['loc'][0]).upper()}: {said}") from exc
     except SettingsError as exc:
         named = re.search(r'field "(\w+)"', str(exc))
         variable = f"TUNER_{named.group(1).upper()}" if named else "a TUNER_ variable"
