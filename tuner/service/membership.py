@@ -296,7 +296,11 @@ class Membership(JobTables):
         return self._update_owned(job_id, worker, _extra=(not_finalizing,), **values)
 
     def requeue(self, job_id: str, worker: str, *, reason: str, lease_s: float) -> bool:
-        """Give a job back to the queue when this worker is its last live member (shutdown)."""
+        """Give a job back to the queue when this worker is its last live member (shutdown).
+
+        Its claim is not counted as an attempt: `max_attempts` bounds the workers lost with a
+        job (a crash, a machine gone), and a job handed back by two clean restarts had then
+        failed at its first crash ("its worker was lost 3 times")."""
         cutoff = utcnow() - dt.timedelta(seconds=lease_s)
         others = (
             sa.select(WorkerRow.id)
@@ -313,6 +317,7 @@ class Membership(JobTables):
             worker=None,
             phase=None,
             error=reason,
+            attempts=sa.case((JobRow.attempts > 0, JobRow.attempts - 1), else_=0),
             **SHARING_RESET,
         )
 

@@ -200,6 +200,27 @@ def test_stale_jobs_go_back_to_the_queue_and_dead_workers_are_forgotten(store: J
     assert store.live_workers(60) == set()
 
 
+def test_clean_hand_backs_are_not_attempts_and_a_lost_worker_after_them_is_requeued(
+    store: JobStore,
+) -> None:
+    # Two clean restarts had counted as two lost workers: the first crash then failed the job.
+    register(store, "w")
+    job = store.create(JobSpec(**TINY), owner="me")
+    for _ in range(2):  # claimed, then handed back at a shutdown
+        assert store.claim("w", devices=("cpu",)) is not None
+        assert store.requeue(job.id, "w", reason="its worker shut down", lease_s=60)
+        assert (store.get(job.id).status, store.get(job.id).attempts) == ("queued", 0)
+    store.claim("w", devices=("cpu",))
+    assert store.get(job.id).attempts == 1
+    with store.engine.begin() as conn:  # then lost: its heartbeat an hour old
+        conn.execute(
+            sa.text("UPDATE streamtune_jobs SET heartbeat_at = :t"),
+            {"t": store.get(job.id).heartbeat_at.replace(year=2000)},
+        )
+    assert store.requeue_stale(lease_s=60, max_attempts=3) == 1
+    assert store.get(job.id).status == "queued"  # one loss of three allowed, not the third
+
+
 def test_a_finished_trial_is_recorded_once(store: JobStore) -> None:
     job = store.create(JobSpec(**TINY), owner="me")
     store.record_trial(job.id, 0, "complete", 1.5)
