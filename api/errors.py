@@ -27,6 +27,7 @@ from pydantic import AliasChoices, BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import trainers
+from api.deps import authenticate, bearer, get_services
 from tuner.errors import (
     JobConflict,
     JobNotFound,
@@ -39,6 +40,9 @@ from tuner.store.retry import is_transient
 
 RETRY_AFTER_S = "5"
 MAX_ECHO = 200  # characters of an input (and items of a list) echoed back in a 422
+MAX_ERRORS = 20
+"""Errors listed in one 422: each unknown key's names every allowed field, and 5,500 unknown keys
+in a 64 KiB body had answered 2.5 MB (190x a gzipped request's size)."""
 JSON_HINT = "the body must be a JSON object: send it with Content-Type: application/json"
 log = logging.getLogger("api.errors")
 UNREADABLE = json.dumps(
@@ -89,7 +93,7 @@ def unprocessable(
     the route's request body model, names the allowed fields beside an unknown one."""
     try:
         detail = []
-        for error in errors:
+        for error in errors[:MAX_ERRORS]:
             entry = {key: plain(error.get(key)) for key in ("type", "loc", "msg", "input")}
             if entry["type"] == "value_error" and isinstance(entry["msg"], str):
                 # Pydantic words a validator's ValueError "Value error, allowed ...": ours are
@@ -103,6 +107,16 @@ def unprocessable(
             if hint_json and tuple(entry["loc"] or ()) == ("body",):
                 entry["msg"] = f"{entry['msg']}: {JSON_HINT}"
             detail.append(entry)
+        if len(errors) > MAX_ERRORS:
+            detail.append(
+                {
+                    "type": "too_many_errors",
+                    "loc": ["body"],
+                    "msg": f"and {len(errors) - MAX_ERRORS} more errors, not listed: the first "
+                    f"{MAX_ERRORS} above",
+                    "input": None,
+                }
+            )
         body = json.dumps(
             {"detail": detail}, allow_nan=False, ensure_ascii=False, separators=(",", ":")
         ).encode()
@@ -112,6 +126,29 @@ def unprocessable(
         log.warning("a 422 answered without its details: %s", type(exc).__name__)
         body = UNREADABLE
     return Response(body, status_code=422, media_type="application/json")
+
+
+async def _unauthenticated(request: Request) -> Response | None:
+    """The 401 a caller without a valid token gets, None for one with it. FastAPI parses a
+    body before it runs the route's dependencies, the token's check among them: a malformed
+    body had answered 422, naming what the body got wrong, to a caller with no token."""
+    route = request.scope.get("route")
+    if not _calls(getattr(route, "dependant", None), authenticate):
+        return None  # a public route (`/healthz`): its own 422
+    try:
+        authenticate(get_services(request), await bearer(request))
+    except StarletteHTTPException as denied:
+        return await http_exception_handler(request, denied)
+    return None
+
+
+def _calls(dependant: Any, function: object) -> bool:
+    """Whether FastAPI's dependency tree `dependant` calls `function` anywhere."""
+    if dependant is None:
+        return False
+    if dependant.call is function:
+        return True
+    return any(_calls(d, function) for d in dependant.dependencies)
 
 
 def unknown_field(body: type[BaseModel] | None, loc: tuple[object, ...]) -> str | None:
@@ -195,6 +232,9 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
+        denied = await _unauthenticated(request)
+        if denied is not None:
+            return denied
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         hint = request.method == "POST" and kind != "application/json"
         field = getattr(request.scope.get("route"), "body_field", None)
@@ -221,6 +261,9 @@ def install(app: FastAPI) -> None:
     async def _http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         if exc.status_code == status.HTTP_400_BAD_REQUEST:  # FastAPI could not parse the body
+            denied = await _unauthenticated(request)
+            if denied is not None:
+                return denied
             error = field_error(("body",), unparsable(exc.__cause__))
             return unprocessable(error.errors())
         return await http_exception_handler(request, exc)

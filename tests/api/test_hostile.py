@@ -195,3 +195,33 @@ def test_a_body_without_its_content_type_is_told_to_send_one(client: TestClient)
     response = client.post("/v1/jobs", content=json.dumps(TINY_JOB), headers=AUTH)
     assert response.status_code == 422
     assert "Content-Type: application/json" in response.json()["detail"][0]["msg"]
+
+
+def test_a_body_of_many_unknown_keys_gets_a_422_the_size_of_twenty(client: TestClient) -> None:
+    # Each unknown key's error names every allowed field: 5,500 of them in a 64 KiB body had
+    # answered 2.5 MB.
+    keys = {f"k{i}": 1 for i in range(500)}
+    response = client.post("/v1/jobs", json=TINY_JOB | keys, headers=AUTH)
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert len(detail) == 21 and all(e["type"] == "extra_forbidden" for e in detail[:20])
+    assert detail[-1]["msg"] == "and 480 more errors, not listed: the first 20 above"
+    assert len(response.content) < 40_000
+    few = client.post("/v1/jobs", json=TINY_JOB | {"k0": 1, "k1": 1}, headers=AUTH)
+    assert [e["loc"][-1] for e in few.json()["detail"]] == ["k0", "k1"]  # all, when few
+
+
+def test_a_caller_without_a_token_gets_401_whatever_its_body_or_query(client: TestClient) -> None:
+    # FastAPI parses the body before the token's check: `{bad` had answered 422 to anyone.
+    for headers in ({}, {"Authorization": "Bearer not-a-configured-token-at-all"}):
+        for body in ("{bad", "[1]", json.dumps(TINY_JOB | {"trials": -1})):
+            response = client.post(
+                "/v1/jobs", content=body, headers=headers | {"Content-Type": "application/json"}
+            )
+            assert response.status_code == 401, (body, response.text)
+            assert response.headers["www-authenticate"] == "Bearer"
+        assert client.get("/v1/jobs?limit=1000000", headers=headers).status_code == 401
+    bad = client.post(
+        "/v1/jobs", content="{bad", headers=AUTH | {"Content-Type": "application/json"}
+    )
+    assert bad.status_code == 422  # with the token: what the body got wrong
