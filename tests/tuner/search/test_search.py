@@ -1038,3 +1038,15 @@ def test_a_job_says_where_a_pin_wins_over_its_own_space(tmp_path: Path) -> None:
     line = "pinned sync_interval=2: the pin wins over space 'custom', which searched 1, 2"
     assert line in said.lines
     assert not any("num_workers=0: the pin wins" in text for text in said.lines)
+
+
+def test_a_baseline_that_does_not_keep_the_pins_is_measured_and_not_recommended(
+    tmp_path: Path,
+) -> None:
+    # `--fix num_streams=3` had recommended a baseline of 1 or 2 streams where it won.
+    storage = sqlite_url(tmp_path)
+    rec = run_json(options(storage, "pinned", trials=2, fix=("num_streams=3",)))
+    assert rec["config"] is not None and rec["config"]["num_streams"] == 3, rec["source"]
+    assert rec["source"] not in BASELINES
+    measured = {entry["name"] for entry in rec["final_round"]}
+    assert set(BASELINES) <= measured  # still measured: the speedups are over them

@@ -46,6 +46,7 @@ from tuner.search.deciding.recommend import (
     _measurements,
     _recommend,
     _Rounds,
+    user_pins,
 )
 from tuner.search.gating.verdict import GateVerdict
 from tuner.search.measuring.measure import Failure, Measured, Measurer
@@ -153,8 +154,11 @@ def final_round(
     base = _base(study, options, measured, configs, rounds, eligible, precisions)
     if not eligible:
         capped = " and the memory cap" if options.max_memory_bytes is not None else ""
+        pins = user_pins(options)
+        pinned = ", ".join(f"{k}={v}" for k, v in pins.items())
+        keeping = f" keeping the pins ({pinned})" if pins else ""
         reason = (
-            f"no config passed parity{capped}"
+            f"no config{keeping} passed parity{capped}"
             if measured
             else "every final-round measurement failed (see failures)"
         )

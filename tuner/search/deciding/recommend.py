@@ -19,6 +19,7 @@ from tuner.search.deciding.aim import Aim
 from tuner.search.gating.verdict import GateVerdict
 from tuner.search.measuring.measure import Measurer
 from tuner.search.measuring.stats import Measurement, decide, pareto_front, ratio_ci
+from tuner.search.spaces.pins import parse_fix, pins_from_mapping
 from tuner.search.spaces.space import SIMPLICITY_ORDER, simplicity_key
 from tuner.store import storage as studies
 from tuner.store.counting import count_trials, gpu_seconds
@@ -105,6 +106,10 @@ def _eligible(
     out (`aim.left_out`) where one of them ties with it (`tuner.search.deciding.aim`: why)."""
     cap = options.max_memory_bytes
     under = [m for m in measured if cap is None or m.memory_bytes is None or m.memory_bytes <= cap]
+    # A config the user's pins rule out (a baseline with 0 workers, where `--fix num_workers=2`
+    # said the loop has 2) stays measured, for the speedups, and is not recommended.
+    pins = user_pins(options)
+    under = [m for m in under if keeps_pins(configs[m.name], pins)]
     every = getattr(options, "train_steps", None) is not None or getattr(
         options, "multi_objective", False
     )
@@ -115,6 +120,16 @@ def _eligible(
         ]
         return [m for m in under if any(p is m for p in passed)]
     return gating.eligible(under)
+
+
+def user_pins(options: Any) -> dict[str, Any]:
+    """The settings the user pinned (`--fix`, a job's `fix`), typed; {} for none."""
+    fix = getattr(options, "fix", ())
+    return pins_from_mapping(fix) if isinstance(fix, Mapping) else parse_fix(fix)
+
+
+def keeps_pins(config: LoopConfig, pins: Mapping[str, Any]) -> bool:
+    return all(getattr(config, name) == value for name, value in pins.items())
 
 
 @dataclasses.dataclass
