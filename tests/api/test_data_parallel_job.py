@@ -85,6 +85,8 @@ def test_float8_on_a_cpu_job_gets_422_naming_the_field(
     assert response.status_code == 422, response.text
     errors = response.json()["detail"]
     assert any(e["loc"][:2] == ["body", field] and "float8" in e["msg"] for e in errors), errors
+    said = next(e["msg"] for e in errors if e["loc"][:2] == ["body", field])
+    assert said.count("device is cpu") == 1, said  # said once, as the job's
     # The same request on a GPU worker's device is accepted: the GPU is checked there.
     accepted = client.post("/v1/jobs", json=job | {"device": "auto"}, headers=AUTH)
     assert accepted.status_code == 201, accepted.text

@@ -137,8 +137,9 @@ def _check_device(spec: JobSpec) -> None:
             try:
                 trainers.check_precision_here(value, cpu)
             except trainers.UnsupportedOnDevice as exc:
+                said = str(exc).removesuffix("; this run's device is cpu")
                 raise SpecError(
-                    (field,), f"{exc}; this job's device is cpu (auto or cuda runs on a GPU)", value
+                    (field,), f"{said}; this job's device is cpu (auto or cuda runs on a GPU)", value
                 ) from exc
 
 
