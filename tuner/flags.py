@@ -223,7 +223,12 @@ WindowSteps = Annotated[
     ),
 ]
 Sampler = Annotated[str, typer.Option(help="tpe or random.")]
-Seed = Annotated[int, typer.Option(help="Seed of the sampler, weights and data.")]
+Seed = Annotated[
+    int,
+    typer.Option(
+        min=0, max=2**32 - 1, help="Seed of the sampler, weights and data (0 to 2^32 - 1)."
+    ),
+]
 TrainSteps = Annotated[
     int | None,
     typer.Option(

@@ -139,7 +139,9 @@ def _check_device(spec: JobSpec) -> None:
             except trainers.UnsupportedOnDevice as exc:
                 said = str(exc).removesuffix("; this run's device is cpu")
                 raise SpecError(
-                    (field,), f"{said}; this job's device is cpu (auto or cuda runs on a GPU)", value
+                    (field,),
+                    f"{said}; this job's device is cpu (auto or cuda runs on a GPU)",
+                    value,
                 ) from exc
 
 

@@ -156,6 +156,14 @@ def check_url(url: str) -> None:
         raise TunerError(
             f"--storage: {masked(url)!r} is not a supported database: allowed {ACCEPTED_FORMS}"
         )
+    database = sqlalchemy.engine.make_url(url).database
+    if backend == "sqlite" and database in (None, "", ":memory:"):
+        # An in-memory database: the run ended with its study gone, and the export command it
+        # printed found no study.
+        raise TunerError(
+            f"--storage: {masked(url)!r} keeps nothing after the run (an in-memory SQLite "
+            "database): allowed an SQLite file, e.g. sqlite:///tuner.db"
+        )
 
 
 SQLITE_FOLDER_RULE = (
