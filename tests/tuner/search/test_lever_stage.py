@@ -301,6 +301,24 @@ def test_a_pin_the_model_cannot_take_fails_before_a_study_is_stored(tmp_path: Pa
     assert optuna.study.get_all_study_names(storage) == []
 
 
+@pytest.mark.parametrize(
+    ("pin", "field"),
+    [
+        ("activation_checkpointing=blocks", "activation_checkpointing"),
+        ("compile_scope=blocks", "compile_scope"),
+    ],
+)
+def test_a_block_lever_pinned_on_a_model_without_blocks_fails_before_a_study_is_stored(
+    tmp_path: Path, pin: str, field: str
+) -> None:
+    # Every trial had failed, and the job recommended a baseline that ignored the pin.
+    storage = sqlite_url(tmp_path)
+    with pytest.raises(SpaceError) as caught:
+        open_search(options(storage, "blocks", trials=1, patience=0, fix=(pin,)))
+    assert caught.value.field == field and "no repeated blocks" in caught.value.allowed
+    assert optuna.study.get_all_study_names(storage) == []
+
+
 def _mlp_model() -> torch.nn.Module:
     return load_workload("mlp", "tiny").model
 

@@ -310,7 +310,18 @@ _NO_BLOCKS_NOTE = (
 
 def without_block_levers(space: SearchSpace) -> SearchSpace:
     """`space` with the levers that need repeated blocks pinned off (with a note), for a model
-    that has none: they would only fail as trials."""
+    that has none: they would only fail as trials. One pinned on (`--fix
+    activation_checkpointing=blocks`) is refused: every trial failed, and the job had then
+    recommended a baseline that ignored the pin."""
+    for field, off in BLOCK_LEVERS.items():
+        pinned = space.fixed.get(field, off)
+        if pinned != off and field != "checkpoint_share":
+            raise SpaceError(
+                field,
+                pinned,
+                f"{off!r} for this model: it has no repeated blocks to wrap; declare them with "
+                "Workload(blocks=...)",
+            )
     searched = [field for field in BLOCK_LEVERS if field in space.params]
     if not searched:
         return space
