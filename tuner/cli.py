@@ -422,8 +422,16 @@ def report(
     storage: Storage = None,
 ) -> None:
     """Write one self-contained HTML page about a study (plots, recommendation, profiles)."""
+    from pathlib import Path
+
     from tuner.evidence.report import write_report
     from tuner.store import storage as studies
 
-    path = write_report(studies.storage_url(storage), study, out)
+    if not out.strip() or Path(out).is_dir():
+        # A folder had raised IsADirectoryError after the whole report was built.
+        raise TunerError(f"--out: {out!r} is a folder: allowed a file, e.g. --out report.html")
+    try:
+        path = write_report(studies.storage_url(storage), study, out)
+    except OSError as exc:
+        raise TunerError(f"--out: cannot write {out!r}: {exc.strerror or exc}") from exc
     typer.echo(str(path))

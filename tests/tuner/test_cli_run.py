@@ -740,3 +740,19 @@ def test_train_says_a_failing_run_in_one_line_without_a_traceback(
     assert code == 1 and out == ""
     assert err.startswith("error: the run failed: RuntimeError") and err.count("\n") == 1, err
     assert "expected target dtype to be Long" in err and "Traceback" not in err
+
+
+def test_report_to_a_folder_or_an_unwritable_path_is_one_line(
+    finished: Finished, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Each had raised IsADirectoryError or FileNotFoundError, a traceback after the page was built.
+    common = ("report", "--study", finished.study, "--storage", finished.storage)
+    for out, said in (
+        (str(tmp_path), f"error: --out: {str(tmp_path)!r} is a folder: allowed a file"),
+        ("", "error: --out: '' is a folder"),
+        ("/proc/no/r.html", "error: --out: cannot write '/proc/no/r.html': "),
+    ):
+        code, _, err = run_main(capsys, *common, "--out", out)
+        assert code == 2 and err.startswith(said) and err.count("\n") == 1, err
+    code, _, _ = run_main(capsys, *common, "--out", str(tmp_path / "r.html"))
+    assert code == 0 and (tmp_path / "r.html").read_text().startswith("<!")
