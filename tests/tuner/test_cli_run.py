@@ -714,6 +714,32 @@ def test_the_resume_command_an_interrupt_prints_resumes_the_study(
     assert len(load(made.storage or "", "made").trials) > 1
 
 
+def test_the_resume_command_names_typed_pins_and_the_matmul_precision(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A job's pins arrive as a mapping and were left out, as was --matmul-precision: the
+    # printed command was refused ("made with space=...", "made with precision='tf32'").
+    import dataclasses
+    import shlex
+
+    from tests.tuner.tiny import options, run_json
+    from tuner.search.options import resume_command
+
+    made = options(sqlite_url(tmp_path), "typed", trials=1, objectives=("throughput",))
+    made = dataclasses.replace(
+        made, fix={"num_workers": 0, "pin_memory": True}, matmul_precision="high"
+    )
+    run_json(made)
+    command = resume_command(made, "typed")
+    assert "--fix num_workers=0 --fix pin_memory=true" in command
+    assert "--matmul-precision high" in command
+    protocol = ["--warmup", "1", "--windows", "3", "--window-steps", "2", "--final-rounds", "1"]
+    words = shlex.split(command)[3:]
+    code, out, err = run_main(capsys, *words, "--trials", "2", *protocol, "--profile", "none")
+    assert code == 0, err
+    assert " typed (mlp / tiny on cpu)" in out
+
+
 def test_models_lists_each_familys_presets_and_options(capsys: pytest.CaptureFixture[str]) -> None:
     # The JSON holds the families' data, not their cross-option check (a function: `--json`
     # failed with "'function' object is not iterable" when it was added).

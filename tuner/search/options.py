@@ -241,12 +241,19 @@ def resume_command(options: RunOptions, study: str, done: int = 0) -> str:
         words += ["--model-arg", f"{key}={value}"]
     if isinstance(options.space, str) and options.space != "auto":
         words += ["--space", options.space]
+    # A job's pins arrive typed (a mapping, the CLI's too once made a `JobSpec`): said as
+    # --fix; left out, the printed command was refused ("made with space=...").
+    pins = options.fix.items() if isinstance(options.fix, Mapping) else ()
     for pin in options.fix if isinstance(options.fix, tuple) else ():
         words += ["--fix", pin]
+    for key, value in pins:
+        words += ["--fix", f"{key}={str(value).lower() if isinstance(value, bool) else value}"]
     if tuple(options.objectives) != ("throughput",):
         words += ["--objectives", ",".join(options.objectives)]
     if options.precision is not None:
         words += ["--precision", str(options.precision)]
+    elif options.matmul_precision != "highest":  # the study's precision (tf32) comes from it
+        words += ["--matmul-precision", options.matmul_precision]
     if options.precisions:
         words += ["--precisions", ",".join(options.precisions)]
     if options.seed:
