@@ -268,6 +268,10 @@ def install(app: FastAPI) -> None:
             return unprocessable(error.errors())
         return await http_exception_handler(request, exc)
 
+    _install_database(app)
+
+
+def _install_database(app: FastAPI) -> None:
     # The database away (down, restarting, unreachable): 503 with Retry-After on every route.
     # The next request after it is back gets a fresh connection (`pool_pre_ping`).
     @app.exception_handler(sqlalchemy.exc.SQLAlchemyError)

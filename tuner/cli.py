@@ -96,6 +96,22 @@ def flag_error(exc: Exception) -> str | None:
     return None
 
 
+def _run_or_one_line(workload: Any, config: Any, args: Any) -> Any:
+    """`trainers.run`; the user's code failing there (a loss, a dtype) is one line and where,
+    as `run` reports a trial's failure, not a traceback through the loop (exit 1)."""
+    import trainers
+
+    try:
+        return trainers.run(workload, config, args)
+    except Exception as exc:
+        if flag_error(exc) is not None:
+            raise  # an input error: one line naming its flag (`tuner.__main__`)
+        said = " ".join(str(exc).split())[:500]
+        where = _users_frame(exc)
+        typer.echo(f"error: the run failed: {type(exc).__name__}{where}: {said}", err=True)
+        raise typer.Exit(1) from exc
+
+
 def _users_frame(exc: BaseException) -> str:
     """` at file:line` of the innermost frame outside torch and this project (the user's
     loss or model), else empty."""
@@ -160,17 +176,7 @@ def train(
         device=dev,
         precision=precision,  # type: ignore[arg-type]  # run() checks it
     )
-    try:
-        result = trainers.run(built, config, args)
-    except Exception as exc:
-        if flag_error(exc) is not None:
-            raise  # an input error: one line naming its flag (`tuner.__main__`)
-        # The user's code failing (a loss, a dtype): one line and where, as `run` reports a
-        # trial's failure, not a traceback through the loop.
-        said = " ".join(str(exc).split())[:500]
-        where = _users_frame(exc)
-        typer.echo(f"error: the run failed: {type(exc).__name__}{where}: {said}", err=True)
-        raise typer.Exit(1) from exc
+    result = _run_or_one_line(built, config, args)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:

@@ -223,12 +223,7 @@ WindowSteps = Annotated[
     ),
 ]
 Sampler = Annotated[str, typer.Option(help="tpe or random.")]
-Seed = Annotated[
-    int,
-    typer.Option(
-        min=0, max=2**32 - 1, help="Seed of the sampler, weights and data (0 to 2^32 - 1)."
-    ),
-]
+Seed = Annotated[int, typer.Option(help="Seed of the sampler, weights and data (0 to 2^32 - 1).")]
 TrainSteps = Annotated[
     int | None,
     typer.Option(
@@ -472,8 +467,11 @@ class RunFlags:
         """How this process measures the request: `RunOptions`' other fields, by name, as a
         service worker takes them from its `TUNER_*` settings. None where the default depends
         on the device (final_rounds, profile: `tuner.cli`'s CPU defaults)."""
+        from tuner.errors import TunerError
         from tuner.search.measuring.measure import Protocol
 
+        if not 0 <= self.seed < 2**32:  # Optuna's sampler refused it later, with a traceback
+            raise TunerError(f"--seed: seed={self.seed} is invalid: allowed 0 to 4294967295")
         return {
             "storage": self.storage,
             "study": self.study,

@@ -482,8 +482,8 @@ def test_studies_lists_the_study(
 BAD_RUN_FLAGS = [
     (["--trials", "0"], "error: --trials: trials=0 is invalid"),
     # Optuna's sampler had raised its own ValueError, a traceback after the workload was built.
-    (["--seed", "-1"], "error: Invalid value for '--seed': Input should be greater than or"),
-    (["--seed", str(2**32)], "error: Invalid value for '--seed': Input should be less than"),
+    (["--seed", "-1"], "error: --seed: seed=-1 is invalid: allowed 0 to 4294967295"),
+    (["--seed", str(2**32)], "error: --seed: seed=4294967296 is invalid: allowed 0 to"),
     # An in-memory database: the study was gone when the run ended.
     (["--storage", "sqlite:///:memory:"], "error: --storage: 'sqlite:///%3Amemory%3A' keeps "),
     (["--storage", "sqlite:///"], "error: --storage: 'sqlite:///' keeps nothing after the run"),

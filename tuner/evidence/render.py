@@ -166,8 +166,7 @@ def search_text(search: Mapping[str, Any] | None) -> str | None:
 
 
 def recommendation(console: Console, rec: Recommendation, *, storage: str | None = None) -> None:
-    """The summary of `rec`; `storage`, the URL the user gave with --storage (None: none), is
-    written into the command it prints, which would otherwise read ./tuner.db."""
+    """The summary of `rec`; `storage` (--storage's URL, or None) goes in its export command."""
     table = Table(show_header=False, box=None)
     table.add_row("study", f"{rec.study} ({rec.workload} / {rec.preset} on {rec.hardware})")
     spent = phase_times(rec.time)
@@ -189,11 +188,7 @@ def recommendation(console: Console, rec: Recommendation, *, storage: str | None
             f"{rec.trained_precision} (searched {', '.join(rec.precisions)}; reference "
             f"{rec.study_fields.get('precision')})",
         )
-    command = f"python -m tuner export --study {shlex.quote(rec.study)} --format python"
-    if storage is not None and storage != DEFAULT_STORAGE:
-        # The storage given by --storage, or the command would look in ./tuner.db; its
-        # password as `***`, never printed.
-        command += f" --storage {shlex.quote(masked(storage))}"
+    command = export_command(rec, storage)
     # A library model's study name runs to 200 characters: wrapped in the table's cell it could
     # not be copied (stdout not a terminal is 80 wide), so a long one goes on a line of its own.
     long = len(command) + 24 > console.width  # less the labels (18), padding and a margin
@@ -230,6 +225,15 @@ def recommendation(console: Console, rec: Recommendation, *, storage: str | None
     # On a CPU the rows above say what the stored note says, and more.
     if rec.note and not (on_cpu and rec.note.startswith("measured on a CPU")):
         console.print(f"[yellow]note:[/yellow] {rec.note}")
+
+
+def export_command(rec: Recommendation, storage: str | None) -> str:
+    """The command that exports `rec`'s config as a script, with the `storage` given by
+    --storage (without it, the command would look in ./tuner.db), its password as `***`."""
+    command = f"python -m tuner export --study {shlex.quote(rec.study)} --format python"
+    if storage is not None and storage != DEFAULT_STORAGE:
+        command += f" --storage {shlex.quote(masked(storage))}"
+    return command
 
 
 def _first_line(text: str) -> str:

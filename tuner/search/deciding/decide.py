@@ -153,16 +153,7 @@ def final_round(
     _store_rounds(study, entries, rounds, left_out)
     base = _base(study, options, measured, configs, rounds, eligible, precisions)
     if not eligible:
-        capped = " and the memory cap" if options.max_memory_bytes is not None else ""
-        pins = user_pins(options)
-        pinned = ", ".join(f"{k}={v}" for k, v in pins.items())
-        keeping = f" keeping the pins ({pinned})" if pins else ""
-        reason = (
-            f"no config{keeping} passed parity{capped}"
-            if measured
-            else "every final-round measurement failed (see failures)"
-        )
-        return dataclasses.replace(base, reason=reason)
+        return dataclasses.replace(base, reason=_none_eligible(options, bool(measured)))
 
     def floor_of(name: str) -> float | None:
         # The floor is measured (once) for the winner's precision and compile setting.
@@ -248,6 +239,17 @@ def finalist_candidates(
             precisions[name] = None if precision == reference else precision
             known.add(key)
     return entries, precisions
+
+
+def _none_eligible(options: Any, measured: bool) -> str:
+    """Why nothing is recommended when no measured config is eligible."""
+    if not measured:
+        return "every final-round measurement failed (see failures)"
+    capped = " and the memory cap" if options.max_memory_bytes is not None else ""
+    pins = user_pins(options)
+    pinned = ", ".join(f"{k}={v}" for k, v in pins.items())
+    keeping = f" keeping the pins ({pinned})" if pins else ""
+    return f"no config{keeping} passed parity{capped}"
 
 
 def _measure_rounds(
