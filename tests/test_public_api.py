@@ -23,6 +23,7 @@ TRAINERS = {
     "architecture_digest",  # what model a study measured (the exported script checks it)
     "BUILTIN",
     "COMPILE_MODES",
+    "INERT",  # which settings mean nothing beside which (tuner refuses such pins)
     "CaptureError",
     "ConfigError",
     "Envelope",

@@ -13,6 +13,7 @@ from trainers.compilation import (
 )
 from trainers.config import (
     COMPILE_MODES,
+    INERT,
     OPTIMIZERS,
     REFERENCE,
     SYNC_MODES,
@@ -93,6 +94,7 @@ __all__ = [
     "BUILTIN",
     "CACHE_DIR_VARIABLE",
     "COMPILE_MODES",
+    "INERT",
     "DEVICES_ALLOWED",
     "DEVICE_PATTERN",
     "ENV_PREFIX",

@@ -130,6 +130,34 @@ def test_a_pin_of_a_lever_is_kept() -> None:
     assert "parallel" not in space.params and "static_graph" in space.params
 
 
+@pytest.mark.parametrize(
+    ("pin", "owner"), [("bucket_cap_mb=5", "ddp"), ("reshard_after_forward=false", "fsdp2")]
+)
+def test_a_pinned_setting_of_one_wrapper_fixes_parallel_to_it(pin: str, owner: str) -> None:
+    """Under the other wrapper each draw reset the pin to its default (`trainers.canonical`),
+    so no such trial kept it and none could be recommended."""
+    space = for_processes(load_space("full", fix=(pin,), cuda=True), 2)
+    assert space.fixed["parallel"] == owner and "parallel" not in space.params
+    assert any(f"parallel fixed to {owner}: {pin.split('=')[0]}" in n for n in space.notes)
+    plain = for_processes(load_space("full", cuda=True), 2)
+    assert "parallel" in plain.params  # nothing pinned: both searched, as before
+
+
+@pytest.mark.parametrize(
+    ("fix", "precision", "why"),
+    [
+        (("bucket_cap_mb=5", "fsdp_prefetch=true"), None, "DDP's own are pinned too"),
+        (("reshard_after_forward=false",), "float8", "float8 runs under DDP"),
+    ],
+)
+def test_pins_of_both_wrappers_or_fsdp2_under_float8_are_refused(
+    fix: tuple[str, ...], precision: str | None, why: str
+) -> None:
+    with pytest.raises(SpaceError) as info:
+        for_processes(load_space("full", fix=fix, cuda=True), 2, precision=precision)
+    assert info.value.field in ("fsdp_prefetch", "reshard_after_forward") and why in str(info.value)
+
+
 # ---------------------------------------------------------------------------- a killed rank
 
 

@@ -330,11 +330,44 @@ def open_study(
     asked = _with_later_fields(info)
     for field in SAME_QUESTION:
         if stored.get(field) != asked.get(field):
+            there, here = _differing(stored.get(field), asked.get(field))
             raise TunerError(
-                f"--study: {name!r} was made with {field}={stored.get(field)!r}, this run has "
-                f"{asked.get(field)!r}; resume it with the same settings or choose another --study"
+                f"--study: {name!r} was made with {field}={there}, this run has {here}; "
+                "resume it with the same settings or choose another --study"
             )
     return study, True
+
+
+_ABSENT = "(absent)"
+
+
+def _differing(there: Any, here: Any, shown: int = 6) -> tuple[str, str]:
+    """Two values that differ, as what differs between them: a mapping (a study's space) by the
+    paths of its differing keys, at most `shown` of them, notes only where nothing else differs
+    (the whole of both had filled a screen to say that one pin changed)."""
+    if not (isinstance(there, dict) and isinstance(here, dict)):
+        return repr(there), repr(here)
+    paths: list[tuple[str, Any, Any]] = []
+
+    def walk(a: dict[str, Any], b: dict[str, Any], prefix: str) -> None:
+        for key in sorted(set(a) | set(b), key=str):
+            x, y = a.get(key, _ABSENT), b.get(key, _ABSENT)
+            if isinstance(x, dict) and isinstance(y, dict):
+                walk(x, y, f"{prefix}{key}.")
+            elif x != y:
+                paths.append((f"{prefix}{key}", x, y))
+
+    walk(there, here, "")
+    # A space's notes say why its settings are as they are: they differ with them.
+    settled = [p for p in paths if p[0].rsplit(".", 1)[-1] != "notes"]
+    paths = settled or paths
+    more = f", and {len(paths) - shown} more" if len(paths) > shown else ""
+
+    def side(i: int) -> str:
+        items = (f"{path}: {'(absent)' if v[i] == _ABSENT else repr(v[i])}" for path, *v in paths)
+        return "{" + ", ".join(list(items)[:shown]) + more + "}"
+
+    return side(0), side(1)
 
 
 def precision_of(matmul_precision: str) -> str:

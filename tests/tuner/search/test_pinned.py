@@ -105,3 +105,44 @@ def test_a_rule_that_reads_a_range_or_too_many_values_is_left_to_each_draw() -> 
         fixed = _space({}, {"pinned_lever": "on", "num_workers": 2})
         with pytest.raises(SpaceError, match="num_workers=2"):
             check_pins(fixed, ("fp32",), None)
+
+
+@pytest.mark.parametrize(
+    ("pin", "owner", "searched", "allowed"),
+    [
+        ({"bucket_cap_mb": 5}, {}, {}, "25 with parallel='none'"),
+        ({"reshard_after_forward": False}, {"parallel": "ddp"}, {}, "True with parallel='ddp'"),
+        ({"checkpoint_share": 0.5}, {}, {}, "1.0 with activation_checkpointing='none'"),
+        (
+            {"checkpoint_share": 0.5},
+            {},
+            {"activation_checkpointing": Choice(values=("none",))},
+            "1.0 with activation_checkpointing='none'",
+        ),
+    ],
+)
+def test_a_pin_inert_under_every_value_of_its_owner_is_refused(
+    pin: dict[str, Any], owner: dict[str, Any], searched: dict[str, Any], allowed: str
+) -> None:
+    """Each draw had reset it to its default (`trainers.canonical`): the study ran and kept
+    none, and the pin filter then recommended nothing."""
+    with pytest.raises(SpaceError) as caught:
+        check_pins(_space(searched, pin | owner, name="full"), ("fp32",), None)
+    ((name, value),) = pin.items()
+    assert caught.value.field == name and caught.value.value == value
+    assert allowed in caught.value.allowed
+
+
+@pytest.mark.parametrize(
+    ("pin", "owner", "searched"),
+    [
+        ({"bucket_cap_mb": 5}, {"parallel": "ddp"}, {}),
+        ({"checkpoint_share": 0.5}, {}, {"activation_checkpointing": Choice(values=("none", "blocks"))}),
+        ({"checkpoint_share": 0.5}, {"activation_checkpointing": "blocks"}, {}),
+        ({"bucket_cap_mb": 25}, {}, {}),  # its default: inert or not, nothing is lost
+    ],
+)
+def test_a_pin_some_value_of_its_owner_keeps_stands(
+    pin: dict[str, Any], owner: dict[str, Any], searched: dict[str, Any]
+) -> None:
+    check_pins(_space(searched, pin | owner, name="full"), ("fp32",), None)

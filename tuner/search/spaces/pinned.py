@@ -9,7 +9,10 @@ naming the pin and what it allows where it is:
 
 - refused in every precision the study runs (`Lever.refuse_in`), or by the model
   (`Lever.refuse_for`);
-- refused beside the other settings whatever the search draws for the levers its rule reads.
+- refused beside the other settings whatever the search draws for the levers its rule reads;
+- inert under every value the setting it depends on can take (`trainers.INERT`: a DDP bucket
+  size with one process, a recompute share without recomputation), where each draw had reset it
+  to its default in silence and no trial kept the pin.
 
 A pin refused beside some draws only is left to those draws' refusals, and the space is not
 changed: a study stored with it resumes as it was. A rule that reads a lever searched over a
@@ -22,7 +25,7 @@ import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from trainers import LEVERS, LoopConfig
+from trainers import INERT, LEVERS, LoopConfig, one_of
 from tuner.errors import SpaceError
 from tuner.search.spaces.space import Choice, SearchSpace
 
@@ -40,6 +43,9 @@ def check_pins(space: SearchSpace, precisions: Sequence[str], model: nn.Module |
     the study runs; `model`: None where it is built elsewhere (a program's), and checked there.
     `space`: the study's as it will be searched (after `for_processes` and a program's cut)."""
     for name, value in space.fixed.items():
+        inert = _inert_pin(space, name, value)
+        if inert is not None:
+            raise SpaceError(name, value, inert)
         item = LEVERS.get(name)
         if item is None:
             continue
@@ -53,6 +59,30 @@ def check_pins(space: SearchSpace, precisions: Sequence[str], model: nn.Module |
         beside = None if item.conflicts is None else _combinations(space, item, value)
         if beside is not None and not beside[0]:
             raise SpaceError(name, value, beside[1] or "")
+
+
+def _inert_pin(space: SearchSpace, name: str, value: Any) -> str | None:
+    """What a pin of an `INERT` setting allows where every value its owner can take here makes
+    it inert (so `trainers.canonical` resets it in every draw); None where some value keeps it."""
+    if name not in INERT:
+        return None
+    other, inert_at, default = INERT[name]
+    if value == default:
+        return None
+    spec = space.params.get(other)
+    if isinstance(spec, Choice):
+        possible: tuple[Any, ...] = spec.values
+    elif spec is not None:
+        return None  # searched over a range: left to the draws
+    else:
+        possible = (space.fixed.get(other, LEVERS[other].default),)
+    if not all(v in inert_at for v in possible):
+        return None
+    shown = possible[0] if len(possible) == 1 else list(possible)
+    live = [v for v in LEVERS[other].values() if v not in inert_at] if other in LEVERS else []
+    where = f"{other}={one_of(tuple(map(repr, live)))}" if live else f"another {other}"
+    extra = ", nproc_per_node 2 or more," if other == "parallel" else ""
+    return f"{default!r} with {other}={shown!r} (it applies with {where}{extra} only)"
 
 
 def _combinations(space: SearchSpace, item: Lever, value: Any) -> tuple[bool, str | None] | None:

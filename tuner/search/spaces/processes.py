@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from trainers import LoopConfig, compile_modes, one_of, records_graphs
+from trainers import INERT, LoopConfig, compile_modes, one_of, records_graphs
 from tuner.errors import SpaceError
 from tuner.search.spaces.space import (
     Choice,
@@ -103,6 +103,7 @@ def for_processes(
         params |= {f: s for f, s in DATA_PARALLEL_BLOCK_LEVERS.items() if f not in space.fixed}
     params |= space.params
     fixed, notes = dict(space.fixed), list(space.notes)
+    _owner_of_pins(params, fixed, notes, precision)
     if precision == "float8":
         _ddp_for_float8(params, fixed, notes)
     pin_off(space, params, fixed, notes, _DP_GRAPH_NOTE)
@@ -123,6 +124,31 @@ def for_processes(
         fixed["fsdp_prefetch"] = False
         notes.append(_DP_PREFETCH_NOTE)
     return dataclasses.replace(space, params=params, fixed=fixed, notes=tuple(notes))
+
+
+def _owner_of_pins(
+    params: dict[str, Spec], fixed: dict[str, Any], notes: list[str], precision: str | None
+) -> None:
+    """Fix a searched `parallel` in place to the one whose setting the user pinned (a DDP bucket
+    size means DDP): under the other, each draw reset the pin and no trial kept it. Pins of
+    both, or of FSDP2 with float8 (which runs DDP), are a SpaceError naming the later pin."""
+    owners: dict[str, str] = {}
+    for field, value in fixed.items():
+        other, inert_at, default = INERT.get(field, ("", (), None))
+        if other == "parallel" and value != default:
+            owner = "ddp" if "ddp" not in inert_at else "fsdp2"
+            owners.setdefault(owner, field)
+    if not owners:
+        return
+    if len(owners) > 1 or (precision == "float8" and "fsdp2" in owners):
+        field = owners["fsdp2"]
+        why = "DDP's own are pinned too" if len(owners) > 1 else "float8 runs under DDP"
+        raise SpaceError(field, fixed[field], f"{INERT[field][2]!r} ({why}; {field} is FSDP2's)")
+    ((owner, field),) = owners.items()
+    if "parallel" in params:
+        del params["parallel"]
+        fixed["parallel"] = owner
+        notes.append(f"parallel fixed to {owner}: {field} is pinned, a setting of {owner} only")
 
 
 def _ddp_for_float8(params: dict[str, Spec], fixed: dict[str, Any], notes: list[str]) -> None:
