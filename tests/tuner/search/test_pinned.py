@@ -137,7 +137,11 @@ def test_a_pin_inert_under_every_value_of_its_owner_is_refused(
     ("pin", "owner", "searched"),
     [
         ({"bucket_cap_mb": 5}, {"parallel": "ddp"}, {}),
-        ({"checkpoint_share": 0.5}, {}, {"activation_checkpointing": Choice(values=("none", "blocks"))}),
+        (
+            {"checkpoint_share": 0.5},
+            {},
+            {"activation_checkpointing": Choice(values=("none", "blocks"))},
+        ),
         ({"checkpoint_share": 0.5}, {"activation_checkpointing": "blocks"}, {}),
         ({"bucket_cap_mb": 25}, {}, {}),  # its default: inert or not, nothing is lost
     ],
