@@ -201,6 +201,12 @@ def gate(
     the config's own run (`parity_losses` of `config`, `args`, `config_determinism`) run
     elsewhere (None: run here), computed as `determinism` says where given (`_Given`)."""
     precision, steps = args.precision, args.steps
+    if trajectory_length(config, steps) != steps:
+        # The config's losses would outnumber the reference's: every test failed at "inf".
+        raise ValueError(
+            f"steps={steps} is invalid for this config: allowed "
+            f"{trajectory_length(config, 1)} or more (its warm-up and one step after)"
+        )
     reference_precision = precision if reference_precision is None else reference_precision
     chosen = _chosen_test(config, test, precision, reference_precision)
     short = exact_length(config, chosen, steps, exact_steps)

@@ -336,11 +336,13 @@ def test_a_config_owed_its_eager_twins_bits_runs_with_it_where_its_trial_compile
 
     isolated_run_kept = isolated.run_kept
     monkeypatch.setattr(isolated, "run_kept", recording)
-    args = RunArgs(steps=3, seed=0, device=device, precision="fp32")
     if device == "cuda":
         config, kind = LoopConfig(compile="default", cuda_graph=True), "loop"  # the search's
     else:
         config, kind = LoopConfig(compile="default", sync_interval=2), "eager"
+    # Past the warm-up: a graph's 4 steps outnumbered the reference's 3 losses (H200, 2026-12-05).
+    steps = max(3, trainers.min_warmup(config) + 2)
+    args = RunArgs(steps=steps, seed=0, device=device, precision="fp32")
     other = "bf16-autocast"
     here = ParityProcess("convnet", "tiny", args, matmul_precision="highest", twin_kind=kind)  # type: ignore[arg-type]
     try:
@@ -349,12 +351,16 @@ def test_a_config_owed_its_eager_twins_bits_runs_with_it_where_its_trial_compile
         cold = here.check(config, precision=other)
         assert cold.verdict is not None and cold.verdict.passed, cold.verdict
         assert made == [] and not cold.twin_here and cold.verdict.determinism == "strict"
+        assert cold.twin_apart is not None and cold.twin_apart.startswith("Dynamo no longer")
         trial = trainers.resolve_factory("convnet", {})("tiny", seed=0)
-        trainers.run(trial, config, args.replace(precision=other, steps=2, warmup=1, windows=1))
+        warmup = trainers.min_warmup(config)  # a graph's capture: 4 on a GPU
+        trainers.run(
+            trial, config, args.replace(precision=other, steps=2, warmup=warmup, windows=1)
+        )
         first = here.check(config, cold.envelope, precision=other)
         assert first.verdict is not None and first.verdict.passed, first.verdict
         assert first.twin_here and first.config_here and len(made) == 1
-        assert first.verdict.determinism == "off"
+        assert first.verdict.determinism == "off" and first.twin_apart is None
         assert list(first.verdict.losses) == made[0].losses  # type: ignore[attr-defined]
         assert "replays its eager twin bit for bit" in first.verdict.reason
         assert {"gate_twin", "gate_config"} <= set(first.time)
@@ -368,6 +374,7 @@ def test_a_config_owed_its_eager_twins_bits_runs_with_it_where_its_trial_compile
         assert len(made) == 2 and made[1].twin is None  # type: ignore[attr-defined]
         assert again.verdict is not None and again.verdict.passed, again.verdict
         assert not again.twin_here and not again.config_here
+        assert again.twin_apart == "its kept runs differed"
         assert again.verdict.determinism == "strict"  # the child's, as cold
         assert again.verdict.losses == cold.verdict.losses
         # The kept runs' seconds are the job's too: more twin time than the child's alone.
@@ -388,6 +395,26 @@ def test_the_gates_line_says_where_the_config_run_was_made() -> None:
     assert _parts(spent, here="twin").endswith(
         ", twin and config run made where its trial compiled)"
     )
+    assert _parts(spent, False, "its kept runs differed") == (
+        " (config run 54 s); twin in the child: its kept runs differed"
+    )
+
+
+def test_why_a_twin_owed_runs_in_the_child_is_said() -> None:
+    """`why_not_kept`: a graph config in the study's precision is judged against a strict
+    rounding envelope, so its twin's bits are strict ones, made in the child; one whose compile
+    keeps no code has nothing to share with its twin here."""
+    from tuner.search.gating.kept import runs_kept, why_not_kept
+
+    args = RunArgs(steps=20, seed=0, device="cuda", precision="bf16-autocast")
+    graph = LoopConfig(compile="default", cuda_graph=True)
+    assert runs_kept(graph, args, config_precision="float8")
+    assert why_not_kept(graph, args, config_precision="float8") is None
+    strict = why_not_kept(graph, args)
+    assert strict is not None and "rounding envelope" in strict and not runs_kept(graph, args)
+    recorded = LoopConfig(compile="reduce-overhead", num_streams=2)
+    assert "not kept" in (why_not_kept(recorded, args, config_precision="float8") or "")
+    assert why_not_kept(LoopConfig(), args, config_precision="float8") is None  # owes no twin
 
 
 def _sleep(seconds: float) -> float:

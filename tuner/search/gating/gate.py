@@ -66,6 +66,9 @@ class GateRun:
     """The config's own run was made in the search's process (`tuner.search.gating.kept`)."""
     twin_here: bool = False
     """Its eager twin too, both with that process's own kernels (`kept.run_kept`)."""
+    twin_apart: str | None = None
+    """Why a config owed its eager twin's bits had that twin run in the gate's child, where it
+    compiles the model again (None: it did not, or owed none): said in the gate's line."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -53,7 +53,13 @@ from tuner.search.gating.gate import (
     run_parts,
     run_twin,
 )
-from tuner.search.gating.kept import KeptRun, run_kept, runs_kept, runs_where_trained
+from tuner.search.gating.kept import (
+    KeptRun,
+    run_kept,
+    runs_kept,
+    runs_where_trained,
+    why_not_kept,
+)
 
 T = TypeVar("T")
 _Here = TypeVar("_Here", ConfigRun, KeptRun)
@@ -272,6 +278,7 @@ class ParityProcess:
         self.cross = cross
         self.matmul_precision = matmul_precision
         self._child = ChildProcess()
+        self._apart: str | None = None  # the last check's `GateRun.twin_apart`
 
     def check(
         self,
@@ -290,6 +297,7 @@ class ParityProcess:
         `runs_here` allows it, the config's own run (and its eager twin, `runs_kept`) is made in
         this process, where its trial's compiled code is; a config that did not replay its kept
         twin bit for bit, or whose kept runs failed, is checked in the child as before."""
+        self._apart = None
         here: KeptRun | ConfigRun | None = self._kept_here(config, precision)
         twin = None if not isinstance(here, KeptRun) else here.twin
         losses: Sequence[float] | None = None if twin is None or here is None else here.losses
@@ -318,14 +326,17 @@ class ParityProcess:
             "off" if isinstance(here, KeptRun) and here.twin is not None else None,
         )
         if here is None:
-            return checked
+            return dataclasses.replace(checked, twin_apart=self._apart)
         spent = dict(checked.time)
         for part, seconds in here.time.items():
             spent[part] = spent.get(part, 0.0) + seconds
         # A kept twin the config did not replay: the child ran both again, strict.
         kept = isinstance(here, KeptRun) and here.twin is not None
         made = kept or isinstance(here, ConfigRun)
-        return dataclasses.replace(checked, time=spent, config_here=made, twin_here=kept)
+        apart = "its kept runs differed" if isinstance(here, KeptRun) and not kept else None
+        return dataclasses.replace(
+            checked, time=spent, config_here=made, twin_here=kept, twin_apart=apart
+        )
 
     def runs_here(self, config: LoopConfig, precision: str | None = None) -> bool:
         """Whether `config`'s own gate run in `precision` (None: the study's) is made in this
@@ -362,10 +373,17 @@ class ParityProcess:
         where they did not run, or failed: the child decides, as where they disagree, since
         only runs that agree count here (`tuner.search.gating.kept`)."""
         if not self._runs_kept(config, precision):
+            self._apart = (
+                why_not_kept(config, self.run_args, **self._options(precision))
+                if self.where_trained
+                else None
+            )
             return None
         try:
             return self._run_here(config, precision, run_kept)
-        except Exception:  # noqa: BLE001 - the child's strict check runs it again and judges
+        except Exception as exc:  # noqa: BLE001 - the child's strict check runs it again and judges
+            text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+            self._apart = f"its kept runs failed ({text})"
             return None
 
     def _run_here(
@@ -384,9 +402,11 @@ class ParityProcess:
         built = [self._factory(preset, seed=self.run_args.seed)]
         own = precision if precision is not None else self.run_args.precision
         device = trainers.resolve_device(self.run_args.device)
-        if disable_dropout(built[0].model) or not trainers.compilation.holds_compiled(
-            built[0].model, config, own, device
-        ):
+        if disable_dropout(built[0].model):
+            self._apart = "the model has dropout, which the gate turns off: other graphs"
+            return None
+        if not trainers.compilation.holds_compiled(built[0].model, config, own, device):
+            self._apart = "Dynamo no longer holds its trial's code (compiled over since)"
             return None
         factory = self._factory
 

@@ -86,6 +86,26 @@ def runs_kept(
     )
 
 
+def why_not_kept(
+    config: LoopConfig,
+    args: trainers.RunArgs,
+    *,
+    config_precision: trainers.Precision | None = None,
+    cross: CrossPrecision = AS_THE_GATE,
+    twin_kind: TwinKind = TWIN_KIND,
+) -> str | None:
+    """Why `config`, owed its eager twin's bits, cannot run here with it (`runs_kept`'s false
+    terms, in words); None where it can, or is owed no eager twin."""
+    plan = check_plan(args, config_precision, cross)
+    if not _owes_eager_twin(config, plan, twin_kind):
+        return None
+    if reference_determinism(plan.spread) != "off":
+        return "its reference is strict (a rounding envelope: the config is in its precision)"
+    if not _reusable(config):
+        return "its compiled code is not kept between runs (trainers.keeps_code)"
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class KeptRun:
     """`run_kept`'s runs: the config's eager twin (`twin`, None where the config did not replay

@@ -205,7 +205,7 @@ class ParityCache:
         self._tell(f"gate: checking [{label}]" + _first_parts(envelope, pending))
         reached = True
         ran_here: list[str] = []  # the config's own run, where this process claimed it
-        here: bool | str = False  # the config's own run made here (`GateRun.config_here`)
+        here: tuple[bool | str, str | None] = (False, None)  # GateRun.config_here, .twin_apart
         try:
             extra = self._check_options(config, precision, pending, ran_here)
             run = self._gate_check(config, envelope, extra)
@@ -216,7 +216,8 @@ class ParityCache:
                 if env_key not in shared:
                     self._share(env_key, envelope)
                     shared[env_key] = envelope
-            spent, here = dict(run.time), ("twin" if run.twin_here else run.config_here)
+            made = "twin" if run.twin_here else run.config_here
+            spent, here = dict(run.time), (made, run.twin_apart)
             verdict = GateVerdict(verdict=run.verdict, config=config.to_dict())
         except Exception as exc:  # noqa: BLE001 - a config that cannot even be checked fails
             verdict = GateVerdict.failed(f"parity run failed: {exc}", config=config)
@@ -232,7 +233,7 @@ class ParityCache:
             self.largest_run_s = max(self.largest_run_s, ran)
         verdict = dataclasses.replace(verdict, seconds=time.perf_counter() - started, time=spent)
         outcome = "passed" if verdict.passed else "failed"
-        self._tell(f"gate: [{label}] {outcome} in {verdict.seconds:.0f} s{_parts(spent, here)}")
+        self._tell(f"gate: [{label}] {outcome} in {verdict.seconds:.0f} s{_parts(spent, *here)}")
         self._store(attr, verdict.to_dict())
         # Shared only when judged against the memo's own envelope: a study resumed after its
         # inputs changed judges by the envelope it stored then, which holds for it alone.
@@ -487,12 +488,13 @@ def _first_parts(envelope: dict[str, Any] | None, pending: Pending | None) -> st
     return ": the reference and its envelope first (once per study), then the config"
 
 
-def _parts(spent: dict[str, float], here: bool | str = False) -> str:
-    """` (reference 30 s, twin 105 s, ...)`: each part's seconds (none under a second), and
-    whether the config's run ("twin": with its eager twin) was made in this process, where its
-    trial compiled."""
+def _parts(spent: dict[str, float], here: bool | str = False, apart: str | None = None) -> str:
+    """` (reference 30 s, twin 105 s, ...)`: each part's seconds (none under a second), whether
+    the config's run ("twin": with its eager twin) was made in this process, where its trial
+    compiled, and why an eager twin ran in the child instead (`apart`)."""
     made = "twin and config run" if here == "twin" else "config run"
     shown = [
         f"{LABELS.get(k, k).removeprefix('gate: ')} {s:.0f} s" for k, s in spent.items() if s >= 0.5
     ] + ([f"{made} made where its trial compiled"] if here else [])
-    return f" ({', '.join(shown)})" if shown else ""
+    said = f" ({', '.join(shown)})" if shown else ""
+    return said if apart is None else f"{said}; twin in the child: {apart}"
