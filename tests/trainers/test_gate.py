@@ -321,3 +321,19 @@ def test_a_config_run_measured_elsewhere_is_judged_as_one_run_here(mlp_env: Enve
     assert not failed.passed and failed.twin_first_diverging_step == 2
     with pytest.raises(ValueError, match=f"losses of {STEPS - 1} steps given, the gate runs"):
         gate("mlp", config, CPU_ARGS, losses=given[:-1], **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("config", "steps", "allowed"),
+    [
+        (LoopConfig(cuda_graph=True), 3, "allowed 5 or more"),  # 3 eager steps, the capture
+        (LoopConfig(cuda_graph=True, compile="default"), 4, "allowed 5 or more"),
+    ],
+)
+def test_steps_a_configs_warm_up_outnumbers_are_refused_before_any_run(
+    config: LoopConfig, steps: int, allowed: str
+) -> None:
+    """Its losses had outnumbered the reference's and every test failed at "inf" (a whole-step
+    graph at 3 steps on an H200, 2026-12-05); refused before a run, so on a CPU too."""
+    with pytest.raises(ValueError, match=rf"^steps={steps} is invalid for this config: {allowed}"):
+        gate("mlp", config, RunArgs(steps=steps, device="cpu"), preset="tiny")

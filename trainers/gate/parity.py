@@ -200,13 +200,7 @@ def gate(
     exact_steps: the exact tests' length where shorter than `steps` (`exact_length`). losses:
     the config's own run (`parity_losses` of `config`, `args`, `config_determinism`) run
     elsewhere (None: run here), computed as `determinism` says where given (`_Given`)."""
-    precision, steps = args.precision, args.steps
-    if trajectory_length(config, steps) != steps:
-        # The config's losses would outnumber the reference's: every test failed at "inf".
-        raise ValueError(
-            f"steps={steps} is invalid for this config: allowed "
-            f"{trajectory_length(config, 1)} or more (its warm-up and one step after)"
-        )
+    precision, steps = args.precision, _checked_steps(config, args.steps)
     reference_precision = precision if reference_precision is None else reference_precision
     chosen = _chosen_test(config, test, precision, reference_precision)
     short = exact_length(config, chosen, steps, exact_steps)
@@ -229,6 +223,17 @@ def gate(
     return runs.judged_equivalent(
         chosen, losses, reference, envelope=envelope, twin=twin, judge=judge
     )
+
+
+def _checked_steps(config: LoopConfig, steps: int) -> int:
+    """`steps`, or a ValueError where `config`'s warm-up (a graph's capture) gives more losses
+    than `steps`, the reference's: every test failed at "inf" (an H200, 2026-12-05)."""
+    if trajectory_length(config, steps) != steps:
+        raise ValueError(
+            f"steps={steps} is invalid for this config: allowed "
+            f"{trajectory_length(config, 1)} or more (its warm-up and one step after)"
+        )
+    return steps
 
 
 @dataclasses.dataclass(frozen=True)
