@@ -13,7 +13,16 @@ import trainers
 from trainers import LoopConfig
 from tuner.search.proposing.defaults import DEFAULT_WARMUP, DEFAULT_WINDOW_STEPS, DEFAULT_WINDOWS
 
-__all__ = ["Protocol"]
+__all__ = ["LIMITS", "Protocol"]
+
+LIMITS: dict[str, tuple[int, int]] = {
+    "warmup": (0, 100_000),
+    "windows": (2, 10_000),
+    "window_steps": (1, 1_000_000),
+}
+"""Each measurement setting's allowed range, for the CLI's flags and a worker's settings alike.
+The highs catch a typo: a baseline is measured whole, outside the search budget, so `--warmup
+1000000` ran on with no line for as long as it took."""
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)
@@ -26,11 +35,11 @@ class Protocol:
     def __post_init__(self) -> None:
         # Two windows at least: a config's confidence interval is read from its windows, and
         # one window gave a zero-width interval and a speedup of pure noise (81x, 2026-12-04).
-        for name, low in (("warmup", 0), ("windows", 2), ("window_steps", 1)):
+        for name, (low, high) in LIMITS.items():
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
                 why = " (a confidence interval needs two windows)" if name == "windows" else ""
-                raise trainers.ConfigError(name, value, f"an integer >= {low}{why}")
+                raise trainers.ConfigError(name, value, f"an integer from {low} to {high}{why}")
 
     @classmethod
     def given(

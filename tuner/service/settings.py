@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from tuner.errors import TunerError
 from tuner.search.measuring.measure import Protocol
+from tuner.search.protocol import LIMITS
 from tuner.store.storage import DEFAULT_STORAGE, normalise_url
 
 S = TypeVar("S", bound=BaseSettings)
@@ -55,12 +56,13 @@ class WorkerSettings(ServiceSettings):
     max_attempts: int = Field(
         default=3, ge=1, le=100, description="claims of one job before it fails"
     )
-    measure_warmup: int = Field(default=10, ge=0, le=100_000)
-    measure_windows: int = Field(default=5, ge=2, le=10_000)  # as Protocol: an interval needs two
+    measure_warmup: int = Field(default=10, ge=LIMITS["warmup"][0], le=LIMITS["warmup"][1])
+    # As Protocol (one table): an interval needs two windows.
+    measure_windows: int = Field(default=5, ge=LIMITS["windows"][0], le=LIMITS["windows"][1])
     measure_window_steps: int | None = Field(
         default=None,
-        ge=1,
-        le=1_000_000,
+        ge=LIMITS["window_steps"][0],
+        le=LIMITS["window_steps"][1],
         description="steps per timed window; unset: 20, or 10 on the scale space (as `run`)",
     )
     final_rounds: int = Field(

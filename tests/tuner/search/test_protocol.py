@@ -40,3 +40,21 @@ def test_a_worker_and_the_cli_read_unset_window_steps_alike(
     assert WorkerSettings().protocol().window_steps == DEFAULT_WINDOW_STEPS
     monkeypatch.setenv("TUNER_MEASURE_WINDOW_STEPS", "9")
     assert WorkerSettings().protocol().window_steps == 9
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("warmup", 1_000_000), ("windows", 100_000), ("window_steps", 10**7)]
+)
+def test_a_value_past_its_limit_is_refused_on_the_cli_and_in_a_worker(
+    name: str, value: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A baseline is measured whole, outside the search budget: `--warmup 1000000` had run on
+    with no line for as long as it took."""
+    given = {"warmup": 2, "windows": 3, "window_steps": None} | {name: value}
+    with pytest.raises(trainers.ConfigError, match=rf"{name}={value} is invalid: allowed an integ"):
+        Protocol.given(**given)
+    monkeypatch.setenv(f"TUNER_MEASURE_{name.upper()}", str(value))
+    with pytest.raises(ValueError, match=f"measure_{name}"):
+        WorkerSettings()
+    monkeypatch.setenv(f"TUNER_MEASURE_{name.upper()}", str(value // 10))
+    WorkerSettings()  # a tenth of it is inside
