@@ -268,6 +268,7 @@ def _tune(
     options = run_options(spec, **given)
     url = studies.storage_url(settings["storage"])
     studies.check_sqlite_path(url)
+    studies.check_study_name(settings["study"])
     show.line(f"building the workload, then opening the study in {studies.masked(url)}")
     count, devices = _gpus(gpus, spec.device)
     options = _cpu_defaults(options, unset, show)

@@ -501,6 +501,12 @@ BAD_RUN_FLAGS = [
     (["--top-k", "0"], "error: --top-k: "),
     (["--windows", "0"], "error: --windows: "),
     (["--window-steps", "0"], "error: --window-steps: "),
+    # A baseline is measured whole, outside the budget: it had run on with no line.
+    (["--warmup", "1000000"], "error: --warmup: warmup=1000000 is invalid: allowed an integer"),
+    (["--study", ""], "error: --study: '' is invalid: allowed a name that is not blank"),
+    (["--study", "a "], "error: --study: 'a ' is invalid: allowed a name without spaces"),
+    (["--study", "x" * 513], "error: --study: 'xxxx"),
+    (["--study", "streamtune-gate-memo/x"], "error: --study: 'streamtune-gate-memo/x' is inv"),
     (["--parity-steps", "1"], "error: --parity-steps: "),
     (["--matmul-precision", "low"], "error: --matmul-precision: "),
     (["--device", "tpu"], "error: --device: "),

@@ -172,6 +172,33 @@ SQLITE_FOLDER_RULE = (
 )
 
 
+STUDY_NAME_LENGTH = 512
+"""The longest study name Optuna's tables hold (PostgreSQL refuses a longer one)."""
+
+
+def check_study_name(name: str | None) -> None:
+    """A one-line `--study` error for a name a user gave that no study should have: blank, with
+    spaces around it or control characters (a study no later command finds as typed), longer
+    than Optuna's column, or under the prefix of the gate's memo studies, which hold no trials;
+    None: the default name."""
+    if name is None:
+        return
+    why = None
+    if not name.strip():
+        why = "a name that is not blank"
+    elif name != name.strip():
+        why = "a name without spaces around it"
+    elif any(not c.isprintable() for c in name):
+        why = "printable characters"
+    elif len(name) > STUDY_NAME_LENGTH:
+        why = f"at most {STUDY_NAME_LENGTH} characters (it has {len(name)})"
+    elif name.startswith(MEMO_PREFIX):
+        why = f"a name not starting {MEMO_PREFIX!r} (the gate's memo studies)"
+    if why is not None:
+        shown = name if len(name) <= 60 else name[:57] + "..."
+        raise TunerError(f"--study: {shown!r} is invalid: allowed {why}")
+
+
 def check_sqlite_path(url: str) -> None:
     """For an SQLite file URL, a one-line `--storage` error naming the path when its folder is
     missing or not writable (SQLite's own "unable to open database file" names neither).
