@@ -79,11 +79,11 @@ def runs_kept(
     kernels would be judged against the rounding of strict ones), and it compiles and keeps its
     code (its twin then shares it: `trainers.keeps_code`)."""
     plan = check_plan(args, config_precision, cross)
-    return (
-        _owes_eager_twin(config, plan, twin_kind)
-        and reference_determinism(plan.spread) == "off"
-        and _reusable(config)
+    owed = _owes_eager_twin(config, plan, twin_kind)
+    why = why_not_kept(
+        config, args, config_precision=config_precision, cross=cross, twin_kind=twin_kind
     )
+    return owed and why is None
 
 
 def why_not_kept(
