@@ -144,11 +144,13 @@ def test_the_api_still_reads_n_trials_its_former_name(client: TestClient) -> Non
 
 
 def _lever_values(item: Lever) -> list[Any]:
-    """Each value `item` declares, and values next to them it does not: the bounds of a span and
-    one past each, or each option and one of the same type that is none of them."""
+    """Each value `item` declares, and values next to them it does not: its default (which a pin
+    may name whatever owns it), the bounds of a span and one past each, or each option and one
+    of the same type that is none of them."""
     if item.span is not None:
         low, high = item.span.low, item.span.high
-        return [low, low - 1] + ([] if high is None else [high, high + 1])
+        bounds = [low, low - 1] + ([] if high is None else [high, high + 1])
+        return [item.default, *(v for v in bounds if v != item.default)]
     wrong: dict[str, Any] = {"str": "no-such", "bool": "maybe", "int": 3, "float": 0.3}
     return [*item.values(), wrong[item.kind]]
 
