@@ -55,7 +55,7 @@ from tuner.search.spaces.named import (
     without_precision_refusals,
 )
 from tuner.search.spaces.own import pins_over
-from tuner.search.spaces.pinned import check_pins
+from tuner.search.spaces.pinned import check_pins, live_for_pins
 from tuner.search.spaces.processes import for_processes
 from tuner.search.spaces.resume import as_stored
 from tuner.search.spaces.space import SearchSpace
@@ -407,9 +407,9 @@ def _space_for(
         precision=options.precision,
     )
     space, options = _for_program(space, options, measurer, progress)
-    # A pin no draw could run fails here, naming it, rather than as every trial's refusal.
+    # A pin no draw could run fails here, not as each trial's refusal; draws it is inert in: cut.
     check_pins(space, precisions, model)
-    return space, options
+    return live_for_pins(space), options
 
 
 def _load_artifacts(folder: str | None, progress: Progress) -> int:

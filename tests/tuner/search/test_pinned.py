@@ -8,9 +8,12 @@ from typing import Any
 
 import pytest
 
+from trainers import INERT
 from trainers.levers import Lever, ranked, registered
 from tuner.errors import SpaceError
-from tuner.search.spaces.pinned import MAX_COMBINATIONS, check_pins
+from tuner.search.spaces.named import load_space
+from tuner.search.spaces.pinned import MAX_COMBINATIONS, check_pins, live_for_pins
+from tuner.search.spaces.processes import for_processes
 from tuner.search.spaces.space import Choice, IntRange, SearchSpace
 
 HEAD = Choice(values=("bf16", "float8"))
@@ -150,3 +153,42 @@ def test_a_pin_some_value_of_its_owner_keeps_stands(
     pin: dict[str, Any], owner: dict[str, Any], searched: dict[str, Any]
 ) -> None:
     check_pins(_space(searched, pin | owner, name="full"), ("fp32",), None)
+
+
+@pytest.mark.parametrize(
+    ("fix", "owner", "left"),
+    [
+        # A recompute share means something only with recomputation: "none" is cut.
+        ("checkpoint_share=0.5", "activation_checkpointing", ("selective", "blocks")),
+        # Each block compiled needs a mode that compiles without recording graphs.
+        ("compile_scope=blocks", "compile", None),
+    ],
+)
+def test_a_pin_inert_under_some_values_of_its_owner_cuts_them_from_the_search(
+    fix: str, owner: str, left: tuple[Any, ...] | None
+) -> None:
+    """Those draws had reset the pin (`trainers.canonical`) and run a config the user had ruled
+    out, which the pin filter then never recommended."""
+    space = load_space("compile", fix=[fix]) if left is None else load_space("scale", fix=[fix])
+    space = for_processes(space, 2) if owner == "activation_checkpointing" else space
+    name = fix.split("=")[0]
+    other, inert_at, _ = INERT[name]
+    assert other == owner
+    before = space.params[owner]
+    assert isinstance(before, Choice) and any(v in inert_at for v in before.values)
+    cut = live_for_pins(space)
+    after = cut.params[owner]
+    assert isinstance(after, Choice)
+    assert after.values == tuple(v for v in before.values if v not in inert_at)
+    assert left is None or after.values == left
+    assert any(owner in note and name in note for note in cut.notes)
+    assert live_for_pins(cut) == cut  # nothing left to cut
+
+
+def test_one_live_value_left_fixes_the_owner_and_a_pin_at_its_default_cuts_nothing() -> None:
+    searched = {"activation_checkpointing": Choice(values=("none", "blocks"))}
+    cut = live_for_pins(_space(searched, {"checkpoint_share": 0.5}, name="full"))
+    assert "activation_checkpointing" not in cut.params
+    assert cut.fixed["activation_checkpointing"] == "blocks"
+    default = _space(searched, {"checkpoint_share": 1.0}, name="full")
+    assert live_for_pins(default) == default

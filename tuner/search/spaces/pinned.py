@@ -15,12 +15,16 @@ naming the pin and what it allows where it is:
   to its default in silence and no trial kept the pin.
 
 A pin refused beside some draws only is left to those draws' refusals, and the space is not
-changed: a study stored with it resumes as it was. A rule that reads a lever searched over a
-range, or more combinations than `MAX_COMBINATIONS`, is left to each draw's refusal too.
+changed: a study stored with it resumes as it was. A pin inert under some values of a searched
+setting only cuts that setting to the others (`live_for_pins`): those draws had reset the pin,
+run a config the user had ruled out, and the pin filter never recommended it. A rule that reads
+a lever searched over a range, or more combinations than `MAX_COMBINATIONS`, is left to each
+draw's refusal too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -83,6 +87,33 @@ def _inert_pin(space: SearchSpace, name: str, value: Any) -> str | None:
     where = f"{other}={one_of(tuple(map(repr, live)))}" if live else f"another {other}"
     extra = ", nproc_per_node 2 or more," if other == "parallel" else ""
     return f"{default!r} with {other}={shown!r} (it applies with {where}{extra} only)"
+
+
+def live_for_pins(space: SearchSpace) -> SearchSpace:
+    """`space` with each searched setting a pin depends on (`trainers.INERT`: recomputation for
+    a pinned `checkpoint_share`, the compile mode for `compile_scope`) cut to the values under
+    which the pin holds, with a note; fixed where one value is left. Every value inert: refused
+    by `check_pins`, which runs first."""
+    params, fixed, notes = dict(space.params), dict(space.fixed), list(space.notes)
+    for name, value in space.fixed.items():
+        other, inert_at, default = INERT.get(name, ("", (), value))
+        spec = params.get(other)
+        if value == default or not isinstance(spec, Choice):
+            continue
+        live = tuple(v for v in spec.values if v not in inert_at)
+        if not live or len(live) == len(spec.values):
+            continue
+        why = f"{name} is pinned to {value!r}, reset to {default!r} under the others"
+        if len(live) == 1:
+            del params[other]
+            fixed[other] = live[0]
+            notes.append(f"{other} fixed to {live[0]!r}: {why}")
+        else:
+            params[other] = Choice(values=live)
+            notes.append(f"{other} searched over {list(live)} only: {why}")
+    if params == space.params:
+        return space
+    return dataclasses.replace(space, params=params, fixed=fixed, notes=tuple(notes))
 
 
 def _combinations(space: SearchSpace, item: Lever, value: Any) -> tuple[bool, str | None] | None:
