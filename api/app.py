@@ -16,6 +16,7 @@ from fastapi.responses import PlainTextResponse
 from api import errors, metrics
 from api.deps import Services
 from api.limits import BodyLimit
+from api.methods import Methods
 from api.routes import docs, health, jobs, recommendations, studies
 from api.settings import ApiSettings
 from tuner.evidence.reader import StudyReader
@@ -72,6 +73,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
+    # Outermost: a HEAD runs as its GET through every layer below (api.methods).
+    app.add_middleware(Methods, routes=[r for router in ROUTERS for r in router.routes])
     return app
 
 
@@ -87,4 +90,5 @@ def create_metrics_app(store: Submissions, *, lease_s: float) -> FastAPI:
             metrics.render(store, lease_s=lease_s, by=None), media_type=metrics.CONTENT_TYPE
         )
 
+    app.add_middleware(Methods, routes=app.router.routes)
     return app

@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
+MAX_NAMED = 80
+"""Characters of a name or id an error quotes back: a 404 for a 60,000-character path had
+echoed all of it."""
+
+
+def named(value: str) -> str:
+    """`value` quoted for an error, cut to MAX_NAMED characters with its length said."""
+    if len(value) <= MAX_NAMED:
+        return repr(value)
+    return f"{value[:MAX_NAMED]!r}... ({len(value):,} characters)"
+
 
 class TunerError(Exception):
     """Base of every error the tuner raises on purpose."""

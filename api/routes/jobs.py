@@ -133,14 +133,28 @@ def job_report(
     state of the study (its ETag) and served from memory. A job that has not started has no
     study yet: 404."""
     page = reports.page(store.job(job_id, by=caller).study)
+    zipped = accepts_gzip(request.headers.get("accept-encoding", ""))
+    # One tag per representation (RFC 9110, 8.8.3): a cache holding the gzipped page must not
+    # answer an identity request's If-None-Match with it.
+    etag = page.etag[:-1] + '-gzip"' if zipped else page.etag
     # private: the page is this token's; no-cache: ask again (a 304 while unchanged).
-    headers = {"ETag": page.etag, "Cache-Control": "private, no-cache", "Vary": "Accept-Encoding"}
-    if page.etag in request.headers.get("if-none-match", ""):
+    headers = {"ETag": etag, "Cache-Control": "private, no-cache", "Vary": "Accept-Encoding"}
+    if etag_matches(request.headers.get("if-none-match"), etag):
         return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
-    if accepts_gzip(request.headers.get("accept-encoding", "")):
+    if zipped:
         headers["Content-Encoding"] = "gzip"
         return Response(page.gzipped, media_type=HTML, headers=headers)
     return Response(page.html, media_type=HTML, headers=headers)
+
+
+def etag_matches(header: str | None, etag: str) -> bool:
+    """Whether an If-None-Match header names `etag` (weakly compared, as RFC 9110 13.1.2 has it:
+    `W/"x"` matches `"x"`) or is `*` (any current page: a report exists once the job has a
+    study)."""
+    if header is None:
+        return False
+    tags = [tag.strip().removeprefix("W/") for tag in header.split(",")]
+    return "*" in tags or etag in tags
 
 
 def accepts_gzip(header: str) -> bool:

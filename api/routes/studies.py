@@ -10,7 +10,7 @@ from api.deps import CallerDep, ReaderDep, StoreDep
 from api.routes import CONFLICT, GUARDED, NOT_FOUND, UNAUTHORIZED
 from api.schemas.common import Recommendation
 from api.schemas.studies import StudyOut, StudyPage
-from tuner.errors import NoRecommendation, StudyNotFound
+from tuner.errors import NoRecommendation, StudyNotFound, named
 from tuner.service.owners import Owner
 from tuner.service.submissions import Submissions
 
@@ -70,5 +70,5 @@ def _visible(name: str, store: Submissions, caller: Owner) -> str:
     mine = store.studies(by=caller)
     # A name with a NUL names no study (and PostgreSQL could not even be asked about it).
     if "\x00" in name or (mine is not None and name not in mine):
-        raise StudyNotFound(f"no study named {name!r} in this storage")
+        raise StudyNotFound(f"no study named {named(name)} in this storage")
     return name

@@ -51,7 +51,27 @@ def test_the_report_is_gzipped_when_accepted_and_304_when_unchanged(finished: Fi
     )
     refused = client.get(url, headers=AUTH | {"Accept-Encoding": "gzip;q=0"})
     assert "content-encoding" not in refused.headers
-    unchanged = client.get(url, headers=AUTH | {"If-None-Match": plain.headers["etag"]})
+    unchanged = client.get(url, headers=AUTH | {"If-None-Match": zipped.headers["etag"]})
     assert unchanged.status_code == 304 and unchanged.content == b""
     assert client.get(url, headers=AUTH | {"If-None-Match": '"other"'}).status_code == 200
+
+
+def test_each_encoding_has_its_own_etag_and_if_none_match_is_read_as_a_list(
+    finished: Finished,
+) -> None:
+    """A cache that kept the gzipped page must not have an identity request's If-None-Match
+    answered 304 with it (RFC 9110 8.8.3); `*`, weak tags and lists match as RFC 9110 13.1.2
+    says."""
+    client, url = finished.client, finished.job["links"]["report"]
+    identity = AUTH | {"Accept-Encoding": "identity"}
+    plain = client.get(url, headers=identity).headers["etag"]
+    zipped = client.get(url, headers=AUTH | {"Accept-Encoding": "gzip"}).headers["etag"]
+    assert plain != zipped and plain.startswith('"') and zipped.endswith('"')
+    assert client.get(url, headers=identity | {"If-None-Match": zipped}).status_code == 200
+    for header in (plain, f"W/{plain}", f'"other", {plain}', "*"):
+        answer = client.get(url, headers=identity | {"If-None-Match": header})
+        assert answer.status_code == 304 and answer.headers["etag"] == plain, header
+    assert (
+        client.get(url, headers=identity | {"If-None-Match": plain[:-2] + '"'}).status_code == 200
+    )
     assert client.get(url, headers=OTHER_AUTH).status_code == 404  # not its job

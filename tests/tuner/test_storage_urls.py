@@ -78,3 +78,18 @@ def test_masked_hides_the_password_of_urls_sqlalchemy_cannot_parse_too(tmp_path:
     assert masked(CLOSED_PG) == "postgresql+psycopg://postgres:***@127.0.0.1:5499/test"
     assert masked(f"not a url://me:{SECRET}@host/db") == "not a url://me:***@host/db"
     assert masked(f"sqlite:///{tmp_path}/t.db") == f"sqlite:///{tmp_path}/t.db"
+
+
+@pytest.mark.parametrize("where", ["closed", "no-folder"])
+def test_a_worker_names_the_flag_and_the_fix_as_run_does(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, where: str
+) -> None:
+    """The job tables (`tuner.service.jobtables`) had said `storage:` where `run` said
+    `--storage:`, and a missing SQLite folder was the driver's "unable to open database file"."""
+    url = CLOSED_PG if where == "closed" else f"sqlite:///{tmp_path / 'missing' / 'jobs.db'}"
+    code, _, err = run(capsys, "worker", "--storage", url)
+    (line,) = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code != 0 and line.startswith("error: --storage: "), err
+    assert SECRET not in err
+    assert where == "closed" or "does not exist; create it first" in line, line
+    assert not (tmp_path / "missing").exists()

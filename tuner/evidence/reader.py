@@ -15,7 +15,7 @@ import optuna
 
 import trainers
 from trainers import LoopConfig
-from tuner.errors import StudyNotFound
+from tuner.errors import StudyNotFound, named
 from tuner.evidence.profiles import read_recommendation
 from tuner.evidence.recommendation import Recommendation, recommends
 from tuner.evidence.report import build_report
@@ -110,7 +110,7 @@ class StudyReader:
         try:
             return self.storage.get_study_id_from_name(name)
         except KeyError:
-            raise StudyNotFound(f"no study named {name!r} in this storage") from None
+            raise StudyNotFound(f"no study named {named(name)} in this storage") from None
 
     def exists(self, name: str) -> bool:
         try:

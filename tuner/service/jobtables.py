@@ -20,9 +20,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import orm
 
-from tuner.errors import JobNotFound, TunerError
+from tuner.errors import JobNotFound, TunerError, named
 from tuner.service.tables import JobRow, create_tables, make_engine
-from tuner.store.storage import check_url, masked, normalise_url
+from tuner.store.storage import check_sqlite_path, check_url, masked, normalise_url
 
 JOB_ID = re.compile(r"[0-9a-f]{32}")  # uuid4().hex, what `Submissions.create` gives a job
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
@@ -45,15 +45,16 @@ class JobTables:
         self.url = url
         if engine is None:
             check_url(url)  # a bare path is told its sqlite:/// URL
+            check_sqlite_path(url)  # a missing folder is told to be made, as `tuner run` says
         self.engine = engine or make_engine(url)
         try:
             create_tables(self.engine)
         except sa.exc.ArgumentError as exc:
             raise TunerError(
-                f"storage: {masked(url)!r} is not a usable database URL: {exc}"
+                f"--storage: {masked(url)!r} is not a usable database URL: {exc}"
             ) from exc
         except sa.exc.OperationalError as exc:
-            raise TunerError(f"storage: cannot open {masked(url)!r}: {exc.orig}") from exc
+            raise TunerError(f"--storage: cannot open {masked(url)!r}: {exc.orig}") from exc
         self._sessions = orm.sessionmaker(self.engine, expire_on_commit=False)
         self._postgres = self.engine.dialect.name == "postgresql"
 
@@ -68,7 +69,7 @@ class JobTables:
         """The job; JobNotFound for an unknown id (one that is not 32 hexadecimal digits never
         reaches the database, which may not be able to hold it: PostgreSQL refuses NUL)."""
         if not JOB_ID.fullmatch(job_id):
-            raise JobNotFound(f"no job with id {job_id!r}")
+            raise JobNotFound(f"no job with id {named(job_id)}: ids are 32 hexadecimal digits")
         with self._sessions() as session:
             row = session.get(JobRow, job_id)
         if row is None:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import optuna
 
-from tuner.errors import StudyNotFound
+from tuner.errors import StudyNotFound, named
 from tuner.evidence.report import build_report
 
 PAGES = 8  # reports kept, the most recently asked for (each ~5 MB, plus ~1.3 MB gzipped)
@@ -59,7 +59,7 @@ class ReportCache:
         try:
             study_id = self.storage.get_study_id_from_name(name)
         except KeyError:
-            raise StudyNotFound(f"no study named {name!r} in this storage") from None
+            raise StudyNotFound(f"no study named {named(name)} in this storage") from None
         trials = [
             (
                 t.number,
