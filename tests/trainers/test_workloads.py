@@ -170,3 +170,54 @@ def test_a_model_option_given_as_a_number_from_python_is_read_as_its_text() -> N
         ffn.parse([1])  # type: ignore[arg-type]
     with pytest.raises(WorkloadError, match=r"model_arg\.ffn='0' is invalid: allowed an integer"):
         ffn.parse(0)  # type: ignore[arg-type]
+
+
+SEEDLESS = """
+import torch
+from torch.utils.data import TensorDataset
+from trainers import workload_from_parts
+
+def _parts(model):
+    data = TensorDataset(torch.ones(8, 4), torch.ones(8, 2))
+    return workload_from_parts(
+        model, data, lambda m, b: torch.nn.functional.mse_loss(m(b[0]), b[1]), batch_size=4,
+        optimizer=torch.optim.SGD,
+    )
+
+def global_rng(preset, *, seed):
+    return _parts(torch.nn.Linear(4, 2))  # never reads seed: draws from torch's generator
+
+def own_rng(preset, *, seed):
+    gen = torch.Generator().manual_seed(torch.seed())  # a generator of its own, unseeded
+    model = torch.nn.Linear(4, 2)
+    with torch.no_grad():
+        model.weight.copy_(torch.randn(2, 4, generator=gen))
+    return _parts(model)
+
+KEPT = torch.nn.Linear(4, 2)
+
+def kept(preset, *, seed):
+    with torch.no_grad():
+        KEPT.weight.add_(1.0)  # stands for the training a run gave it since
+    return _parts(KEPT)
+"""
+
+
+def test_a_factory_that_ignores_its_seed_is_seeded_or_refused_naming_the_seed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A factory that drew from torch's generator without reading `seed` built other weights at
+    each build, and the gate took its own draws for kernels that do not reproduce."""
+    (tmp_path / "seedless_mod.py").write_text(SEEDLESS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    first = load_workload("seedless_mod:global_rng", "tiny", seed=3).model
+    torch.rand(5)  # the generator moves on between builds, as a run moves it
+    again = load_workload("seedless_mod:global_rng", "tiny", seed=3).model
+    other = load_workload("seedless_mod:global_rng", "tiny", seed=4).model
+    assert torch.equal(first.weight, again.weight)
+    assert not torch.equal(first.weight, other.weight)
+    for name in ("seedless_mod:own_rng", "seedless_mod:kept"):
+        load_workload(name, "tiny", seed=3)
+        with pytest.raises(WorkloadError, match=r"seed=3\) built other weights") as info:
+            load_workload(name, "tiny", seed=3)
+        assert info.value.field == "workload" and name in str(info.value)

@@ -27,6 +27,7 @@ from trainers.workloads.base import (
 from trainers.workloads.checks import mark_checked, own_workload
 from trainers.workloads.options import Family, OptionSpec, key_of
 from trainers.workloads.reuse import ReusedBuilds
+from trainers.workloads.seeded import check_seeded, seed_generators
 
 BUILTIN: Mapping[str, WorkloadFactory] = {
     "transformer": transformer.build,
@@ -147,6 +148,7 @@ class UserFactory:
     def __call__(self, preset: str, *, seed: int) -> Workload:
         if self.presets is not None:
             check_preset(self.name, preset, self.presets)
+        seed_generators(seed)  # a factory that draws without reading `seed` keeps to it too
         try:
             built = self.factory(preset, seed=seed)
         except WorkloadError as exc:
@@ -189,7 +191,9 @@ class UserFactory:
             built = dataclasses.replace(built, name=self.name, preset=preset)
         # What would fail every step fails here, in one line; batches of another shape are fed
         # as tuples (`trainers.workloads.checks`): at every build, the gate's included.
-        return own_workload(built, self.name)
+        built = own_workload(built, self.name)
+        check_seeded(self.name, preset, seed, built.model)
+        return built
 
     def _refielded(self, exc: WorkloadError) -> WorkloadError:
         """`exc` as this workload's: a part `workload_from_parts` refused inside the factory
