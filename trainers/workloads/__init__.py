@@ -192,7 +192,7 @@ class UserFactory:
         # What would fail every step fails here, in one line; batches of another shape are fed
         # as tuples (`trainers.workloads.checks`): at every build, the gate's included.
         built = own_workload(built, self.name)
-        check_seeded(self.name, preset, seed, built.model)
+        check_seeded(self.factory, self.name, preset, seed, built.model)
         return built
 
     def _refielded(self, exc: WorkloadError) -> WorkloadError:

@@ -11,7 +11,7 @@ exact test, a fault's effect hidden among the factory's own draws, and nothing t
 
 So `torch`'s, `random`'s and NumPy's global generators are seeded with `seed` before the
 factory runs (a factory that draws from them, as most do, keeps the contract without a line
-of its own), and the weights of the first build from each (workload, preset, seed) are sampled
+of its own), and the weights of the first build from each (factory, preset, seed) are sampled
 (`SAMPLED` values of each parameter) and compared with each later build's: a factory that
 draws from a generator of its own, unseeded, is refused in one line.
 """
@@ -19,7 +19,9 @@ draws from a generator of its own, unseeded, is refused in one line.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -30,7 +32,10 @@ SAMPLED = 64
 """Values of each parameter kept from a first build: enough to tell fresh random weights apart,
 few enough to keep for every (workload, preset, seed) a process builds."""
 
-_FIRST: dict[tuple[str, str, int], list[torch.Tensor]] = {}
+_FIRST: weakref.WeakKeyDictionary[Callable[..., Any], dict[tuple[str, int], list[torch.Tensor]]]
+_FIRST = weakref.WeakKeyDictionary()
+"""Per factory function (a module imported again, its code changed, gives another), the sampled
+weights of its first build from each (preset, seed)."""
 
 
 def seed_generators(seed: int) -> None:
@@ -44,11 +49,17 @@ def seed_generators(seed: int) -> None:
     np.random.seed(seed % 2**32)
 
 
-def check_seeded(name: str, preset: str, seed: int, model: nn.Module) -> None:
-    """WorkloadError where `model`, built by `name`'s factory from `seed`, has other weights
-    than the first build of (`name`, `preset`, `seed`) in this process."""
+def check_seeded(
+    factory: Callable[..., Any], name: str, preset: str, seed: int, model: nn.Module
+) -> None:
+    """WorkloadError where `model`, built by `factory` (the workload `name`) from `seed`, has
+    other weights than its first build of (`preset`, `seed`) in this process."""
     sample = list(_sampled(model))
-    first = _FIRST.setdefault((name, preset, seed), sample)
+    try:
+        builds = _FIRST.setdefault(factory, {})
+    except TypeError:  # not weakly referable (a callable object with __slots__): not checked
+        return
+    first = builds.setdefault((preset, seed), sample)
     if first is sample:
         return
     same = len(first) == len(sample) and all(
