@@ -28,6 +28,11 @@ def run_meta(
         "driver": fp["driver"],
         "cuda": fp["cuda"],
         "torch": fp["torch"],
+        # The host: compiles are CPU-bound (every compile of one job took 1.5x on one H200 host
+        # against another, whose CPUs were not recorded: docs/benchmarks/README.md, 2026-12-05).
+        "cpu": fp["cpu"],
+        "cpus": os.cpu_count(),
+        "load_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "commit": commit,
         "date": date,
         "command": f"python benchmarks/{script} " + " ".join(argv),
@@ -53,6 +58,8 @@ def provenance(meta: Mapping[str, Any], *, also: str = "") -> str:
     """The Markdown twin's sentence of where and from what it was measured (`also`: more of the
     stack, such as "NCCL 2.28.9", after the torch version)."""
     stack = f"Driver {meta['driver']}, CUDA {meta['cuda']}, torch {meta['torch']}"
+    if meta.get("cpu"):  # records before 2026-12-05 lack the host
+        stack += f", host {meta['cpu']} x {meta.get('cpus')}"
     return (
         f"{stack}{f', {also}' if also else ''}, commit `{meta['commit']}`, {meta['date']}. "
         f"Generated from `{meta['file']}`; command: `{meta['command']}`."

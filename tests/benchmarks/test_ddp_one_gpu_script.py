@@ -31,6 +31,7 @@ def test_the_one_gpu_script_runs_its_parts_on_the_cpu(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     record = json.loads(out.read_text())
     assert record["meta"]["commit"] == "abc" and record["meta"]["gpu"] == "CPU"
+    assert record["meta"]["cpus"] >= 1 and record["meta"]["cpu"]
     assert record["all_ok"] is True
     assert set(record["levers"]) == {"ddp-bucket-25", "fsdp2-prefetch"}
     for lever in record["levers"].values():
