@@ -4,10 +4,13 @@ test levers of their own rules."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.tuner.tiny import load, options, sqlite_url
 from trainers import INERT
 from trainers.levers import Lever, ranked, registered
 from tuner.errors import SpaceError
@@ -15,6 +18,7 @@ from tuner.search.spaces.named import load_space
 from tuner.search.spaces.pinned import MAX_COMBINATIONS, check_pins, live_for_pins
 from tuner.search.spaces.processes import for_processes
 from tuner.search.spaces.space import Choice, IntRange, SearchSpace
+from tuner.search.study import run_study
 
 HEAD = Choice(values=("bf16", "float8"))
 
@@ -192,3 +196,25 @@ def test_one_live_value_left_fixes_the_owner_and_a_pin_at_its_default_cuts_nothi
     assert cut.fixed["activation_checkpointing"] == "blocks"
     default = _space(searched, {"checkpoint_share": 1.0}, name="full")
     assert live_for_pins(default) == default
+
+
+def test_a_study_with_a_pinned_share_runs_every_trial_with_recomputation(tmp_path: Path) -> None:
+    """The whole run on a CPU: the recompute share pinned over a space that searches
+    recomputation on and off. Before, the draws without it had reset the share and run."""
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps({"activation_checkpointing": ["none", "selective", "blocks"]}))
+    storage = sqlite_url(tmp_path)
+    opts = options(
+        storage,
+        "pinned-share",
+        workload="transformer",
+        space=str(space),
+        trials=4,
+        fix=("num_workers=0", "checkpoint_share=0.5"),
+    )
+    run_study(opts)
+    study = load(storage, "pinned-share")
+    configs = [t.user_attrs["config"] for t in study.trials if "config" in t.user_attrs]
+    assert len(configs) >= 2
+    assert all(c["activation_checkpointing"] in ("selective", "blocks") for c in configs)
+    assert all(c["checkpoint_share"] == 0.5 for c in configs)
