@@ -244,8 +244,49 @@ def holds_compiled(
     """Whether this process's Dynamo still holds the code an earlier run of `config` compiled on
     a copy of `model` (its `reuse_key` kept and nothing compiled since): a run of it here then
     compiles nothing where Dynamo's guards pass."""
+    return why_not_held(model, config, precision, device) is None
+
+
+_GUARDED = (
+    "the numerics' levers",
+    "the precision",
+    "the device",
+    "determinism",
+    "matmul precision",
+)
+_UNGUARDED = ("the model's class", "its parameters", "a lever around the forward", "cache folder")
+
+
+def why_not_held(
+    model: nn.Module, config: LoopConfig, precision: str | None, device: torch.device
+) -> str | None:
+    """Why `holds_compiled` is false, in words (None: it holds): the config compiles nothing or
+    keeps no code, the code of its key was dropped (and the note why), something compiled since,
+    or the kept keys differ from its key (in which of `ReuseKey`'s parts)."""
+    if not compiles(config):
+        return "the config compiles nothing"
     key = reuse_key(model, config, precision, device)
-    return key is not None and key in KEPT.code and KEPT.graphs == _graphs()
+    if key is None:
+        return "the config keeps no compiled code"
+    if key not in KEPT.code:
+        if key in KEPT.lost:
+            return f"its code was dropped: {KEPT.lost[key]}"
+        if not KEPT.code:
+            return "no code is kept"
+        other = next(iter(KEPT.code))
+        parts = [
+            name
+            for names, mine, theirs in (
+                (_GUARDED, key.guarded, other.guarded),
+                (_UNGUARDED, key.unguarded, other.unguarded),
+            )
+            for name, a, b in zip(names, mine, theirs, strict=False)
+            if a != b
+        ]
+        return f"the code kept is of another key (it differs in {', '.join(parts) or '?'})"
+    if KEPT.graphs != _graphs():
+        return f"something compiled since ({_graphs()} graphs, {KEPT.graphs} when it was kept)"
+    return None
 
 
 class CompileWatch:

@@ -12,7 +12,7 @@ from torch import nn
 from tests.trainers.test_compile import _watched
 from tests.tuner.workloads_for_tests import own_loss_function
 from trainers import LoopConfig, RunArgs, probe_levers, run
-from trainers.compilation import holds_compiled
+from trainers.compilation import holds_compiled, why_not_held
 from trainers.dynamo_state import DROPPED, counters, graphs, limit_hit
 from trainers.kept_code import ReuseKey, compile_apart, forget_compiled, keeping_compiled
 
@@ -97,3 +97,23 @@ def test_what_a_compile_apart_made_goes_when_it_does() -> None:
     compile_apart(nn.Linear(3, 3))(torch.ones(2, 3))
     after = {name for name in vars(kept_code) if name.startswith("__compiled_fn")}
     assert after == before
+
+
+@pytest.mark.slow
+def test_why_the_code_is_not_held_is_said_part_by_part() -> None:
+    """The gate's line said only "compiled over since" where the kept twin ran in the child
+    (the Qwen2-style row at aaed237): the reason is now the one that holds."""
+    forget_compiled()
+    workload = own_loss_function("tiny", seed=0)
+    config = LoopConfig.from_dict({"compile": "default", "num_workers": 0})
+    cpu = torch.device("cpu")
+    assert why_not_held(workload.model, config, None, cpu) == "no code is kept"
+    run(workload, config, RunArgs(steps=4, windows=1, warmup=2))
+    assert why_not_held(workload.model, config, None, cpu) is None
+    other = why_not_held(workload.model, config, "bf16-autocast", cpu)
+    assert other is not None and "differs in the precision" in other, other
+    eager = LoopConfig.from_dict({"num_workers": 0})
+    assert why_not_held(workload.model, eager, None, cpu) == "the config compiles nothing"
+    torch.compile(lambda x: x * 3)(torch.ones(3))  # another compile, on Dynamo's shared state
+    since = why_not_held(workload.model, config, None, cpu)
+    assert since is not None and since.startswith("something compiled since"), since

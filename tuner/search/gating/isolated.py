@@ -405,8 +405,9 @@ class ParityProcess:
         if disable_dropout(built[0].model):
             self._apart = "the model has dropout, which the gate turns off: other graphs"
             return None
-        if not trainers.compilation.holds_compiled(built[0].model, config, own, device):
-            self._apart = "Dynamo no longer holds its trial's code (compiled over since)"
+        held = trainers.compilation.why_not_held(built[0].model, config, own, device)
+        if held is not None:
+            self._apart = f"Dynamo does not hold its trial's code here: {held}"
             return None
         factory = self._factory
 
