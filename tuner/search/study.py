@@ -401,15 +401,15 @@ def _space_for(
     options = _with_protocol(options, measurer, space.name, progress)
     # N processes per trial: the data-parallel levers join the space (one: they stay off).
     space = for_processes(
-        space,
-        options.nproc_per_node,
-        has_blocks=measurer.has_blocks(),
-        precision=options.precision,
+        space, options.nproc_per_node, has_blocks=measurer.has_blocks(), precision=options.precision
     )
     space, options = _for_program(space, options, measurer, progress)
     # A pin no draw could run fails here, not as each trial's refusal; draws it is inert in: cut.
     check_pins(space, precisions, model)
-    return live_for_pins(space), options
+    live = live_for_pins(space)
+    for note in live.notes[len(space.notes) :]:
+        progress.phase(note)
+    return live, options
 
 
 def _load_artifacts(folder: str | None, progress: Progress) -> int:

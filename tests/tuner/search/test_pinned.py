@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.tuner.search.test_earlier import Said
 from tests.tuner.tiny import load, options, sqlite_url
 from trainers import INERT
 from trainers.levers import Lever, ranked, registered
@@ -212,7 +213,9 @@ def test_a_study_with_a_pinned_share_runs_every_trial_with_recomputation(tmp_pat
         trials=4,
         fix=("num_workers=0", "checkpoint_share=0.5"),
     )
-    run_study(opts)
+    said = Said()
+    run_study(opts, progress=said)
+    assert any("activation_checkpointing searched over" in line for line in said.lines), said.lines
     study = load(storage, "pinned-share")
     configs = [t.user_attrs["config"] for t in study.trials if "config" in t.user_attrs]
     assert len(configs) >= 2
