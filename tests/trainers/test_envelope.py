@@ -5,11 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
-from trainers import Envelope, LoopConfig, RunArgs, load_workload, parity_losses
+from trainers import Envelope, LoopConfig, RunArgs, gate, load_workload, parity_losses
 from trainers.gate.envelope import FORMAT, rounding_eps
 from trainers.gate.equivalence import FLOAT32_EPS
 from trainers.gate.trajectories import Perturbation
@@ -150,3 +151,62 @@ def test_an_envelope_records_the_determinism_its_runs_were_asked_for() -> None:
     assert Envelope.from_dict(old).determinism == "strict"
     with pytest.raises(ValueError, match="envelope determinism='loose' is invalid: allowed"):
         Envelope.from_dict(off.to_dict() | {"determinism": "loose"})
+
+
+PRETRAINED = """
+import torch
+from torch.utils.data import TensorDataset
+from trainers import workload_from_parts
+
+def pretrained(preset, *, seed):
+    # Weights loaded, not drawn: every seed builds this one model.
+    gen = torch.Generator().manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    with torch.no_grad():
+        for param in model.parameters():
+            param.copy_(torch.randn(param.shape, generator=gen) * 0.5)
+    data = TensorDataset(torch.randn(16, 8, generator=gen), torch.randn(16, 4, generator=gen))
+    return workload_from_parts(
+        model, data, lambda m, b: torch.nn.functional.mse_loss(m(b[0]), b[1]), batch_size=8,
+        optimizer=torch.optim.SGD,
+    )
+"""
+
+
+def test_a_seed_envelope_of_one_model_from_every_seed_is_flat_and_the_verdict_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pretrained weights from every seed and the same batches: the seed envelope is the loss
+    floor alone, so another precision fails it, and the verdict says why rather than only by
+    what multiple."""
+    (tmp_path / "pretrained_mod.py").write_text(PRETRAINED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fp32 = RunArgs(steps=4, device="cpu", precision="fp32")
+    flat = Envelope.measure(
+        "pretrained_mod:pretrained",
+        "tiny",
+        fp32,
+        perturbations=2,
+        spread="seeds",
+        determinism="off",
+    )
+    assert flat.flat and flat.windows(2) == [0.0, 0.0]
+    verdict = gate(
+        "pretrained_mod:pretrained",
+        LoopConfig(),
+        fp32.replace(precision="bf16-autocast"),
+        preset="tiny",
+        envelope=flat,
+        reference_precision="fp32",
+    )
+    assert not verdict.passed
+    assert "every seed gave the reference's own losses" in verdict.reason
+    assert "'pretrained_mod:pretrained' builds the same weights from every seed" in verdict.reason
+    # The built-in draws its weights from the seed: a spread, and no such words.
+    drawn = Envelope.measure(
+        "mlp", "tiny", fp32, perturbations=2, spread="seeds", determinism="off"
+    )
+    assert not drawn.flat
+    assert drawn.judged_against() == (
+        "judged against the reference's seed-to-seed envelope (2 other seeds in fp32)"
+    )

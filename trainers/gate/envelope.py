@@ -175,6 +175,30 @@ class Envelope:
     def floor(self) -> float:
         return loss_floor(self.reference)
 
+    @property
+    def flat(self) -> bool:
+        """Whether every run around the reference gave its very losses. Of a seed envelope: the
+        workload built one model from every seed (pretrained weights, say) and, its batches the
+        same for every seed, nothing varied, so the envelope is the loss floor alone."""
+        return all(run == self.reference for run in self.perturbed)
+
+    def judged_against(self) -> str:
+        """The verdict's words for a seed envelope: which one judged the config, and, where it is
+        flat, why any change of rounding fails it and what gives it a spread."""
+        said = (
+            f"judged against the reference's seed-to-seed envelope ({len(self.perturbed)} "
+            f"other seeds in {self.precision or 'fp32'})"
+        )
+        if not self.flat:
+            return said
+        return (
+            f"{said}, where every seed gave the reference's own losses: workload "
+            f"{self.workload!r} builds the same weights from every seed (pretrained weights, "
+            "say) and its batches do not depend on it, so the envelope is the loss floor alone "
+            "and another precision's rounding exceeds it; build from `seed` what may differ "
+            "between runs (a new layer's initial weights, dropout) to give it a spread"
+        )
+
     def windows(self, window: int = WINDOW) -> list[float]:
         """E_j for windows of `window` steps."""
         return window_envelope(self.reference, self.perturbed, window)

@@ -480,10 +480,7 @@ def _equivalence_reasons(envelope: Envelope, eq: Equivalence) -> list[str]:
     which one judged it; the test's own reason; and, failed there, the multiple it would pass at."""
     reasons: list[str] = []
     if envelope.spread == "seeds":
-        reasons.append(
-            f"judged against the reference's seed-to-seed envelope "
-            f"({len(envelope.perturbed)} other seeds in {envelope.precision or 'fp32'})"
-        )
+        reasons.append(envelope.judged_against())
     reasons.append(eq.reason)
     if envelope.spread == "seeds" and not eq.passed and eq.passing_multiple is not None:
         # The multiple is the user's to set here: say what it would take (rounded up, so that
