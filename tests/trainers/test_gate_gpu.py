@@ -9,12 +9,11 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from trainers import Envelope, LoopConfig, RunArgs, Twin, gate
+from trainers import Envelope, LoopConfig, RunArgs, Twin, gate, min_warmup
 from trainers.gate import eager_reproducibility, parity_losses
 from trainers.gate.faults import FAULTS, planted
 from trainers.gate.verdict import first_difference
 from trainers.precision import Precision
-from trainers.step import GRAPH_WARMUP_STEPS
 
 pytestmark = [
     pytest.mark.gpu,
@@ -289,11 +288,11 @@ def test_a_compiled_graph_replays_its_twin_with_the_process_kernels_and_faults_d
     differs = first_difference(kept, twin.losses)
     if differs is not None:
         # On an H100 (torch 2.11, e9eed6f) transformer small in fp32 gave other bits from step
-        # 4 on (0-based), after the capture, as BERT's attention does captured: the warm-up
-        # steps, eager, agree. The kept check then falls back and the strict gate decides,
-        # whose catches the tests above show; the faults below are the check's own only where
-        # the bits agree.
-        assert differs >= GRAPH_WARMUP_STEPS, f"the graph and its twin differ at step {differs}"
+        # 4 on (0-based), the first after its warm-up and capture (`min_warmup`), as BERT's
+        # attention does captured: the warm-up steps, eager, agree. The kept check then falls
+        # back and the strict gate decides, whose catches the tests above show; the faults
+        # below are the check's own only where the bits agree.
+        assert differs >= min_warmup(graph), f"the graph and its twin differ at step {differs}"
         assert kept[:differs] == list(twin.losses[:differs])
         pytest.skip(f"captured, the graph computes other bits than its twin from step {differs}")
     kinds = ["stale-graph-input", "wrong-op"]
