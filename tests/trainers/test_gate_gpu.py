@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from trainers import Envelope, LoopConfig, RunArgs, Twin, gate, min_warmup
+from trainers import Envelope, LoopConfig, RunArgs, Twin, gate
 from trainers.gate import eager_reproducibility, parity_losses
 from trainers.gate.faults import FAULTS, planted
 from trainers.gate.verdict import first_difference
@@ -253,24 +253,40 @@ def test_a_graph_whose_kernels_change_bits_when_captured_is_judged_by_equivalenc
 
 
 @pytest.mark.parametrize(
-    ("workload", "preset", "precision"),
-    [("transformer", "small", "fp32"), ("hf:causal-lm", "tiny", "bf16-autocast")],
+    ("workload", "preset", "model_args", "precision"),
+    [
+        ("transformer", "small", None, "fp32"),
+        ("hf:causal-lm", "tiny", None, "bf16-autocast"),
+        # Two layers of the Llama-1B shape, 2048 tokens: its own kernels differ from run to run
+        # from step 1 (docs/benchmarks/kept-bits-h100-2026-12-05-c1bf87b.md).
+        ("hf:causal-lm", "llama-1b", {"layers": "2"}, "bf16-autocast"),
+    ],
 )
 def test_a_compiled_graph_replays_its_twin_with_the_process_kernels_and_faults_do_not(
-    workload: str, preset: str, precision: Precision
+    workload: str,
+    preset: str,
+    model_args: dict[str, str] | None,
+    precision: Precision,
+    record_property: Callable[[str, object], None],
 ) -> None:
     """What the search's kept check (`tuner.search.gating.kept`) rests on: a compiled graph
     config and its eager twin, both with the process's own kernels ("off", no deterministic
-    mode), agree bit for bit where the loop is right (then the check takes them and compiles
-    nothing strict), and every planted fault, in the config's run alone, leaves those bits (then
-    the check refuses them and the strict gate, whose catches the tests above show, decides).
-    The graph's own faults (a stale static input, a wrong update) on both workloads; the stream
-    faults, each on its own config compiled, where their provocations were tuned (transformer
-    small)."""
+    mode), agree bit for bit where the loop is right and those kernels reproduce (then the check
+    takes them and compiles nothing strict), or, where the twin's two runs differ, the graph
+    stays within `TWIN_NOISE_MULTIPLE` times that difference or the check falls back. Every
+    planted fault, in the config's run alone, leaves the twin's bits, and leaves its noise by
+    more than that multiple (then the check refuses it and the strict gate, whose catches the
+    tests above show, decides). The graph's own faults (a stale static input, a wrong update)
+    on every workload; the stream faults, each on its own config compiled, where their
+    provocations were tuned (transformer small). The ratios (largest |run - twin| over the
+    twin's own largest difference) go to the JUnit record."""
     if workload.startswith("hf:"):
         pytest.importorskip("transformers")
+    from trainers import resolve_factory
     from trainers.dynamo_state import graphs
+    from trainers.gate import TWIN_NOISE_MULTIPLE, within_twin_noise
 
+    factory = resolve_factory(workload, model_args)
     graph = GRAPH.replace(compile="default")
     args = RunArgs(steps=STEPS, device="cuda", precision=precision)
     twins: dict[bool, Twin] = {}  # by whether the config is a graph: its twin's optimizer
@@ -278,23 +294,24 @@ def test_a_compiled_graph_replays_its_twin_with_the_process_kernels_and_faults_d
     def twin_of(config: LoopConfig) -> Twin:
         if config.cuda_graph not in twins:
             twins[config.cuda_graph] = Twin.measure(
-                workload, config, args, preset=preset, runs=1, determinism="off"
+                factory, config, args, preset=preset, runs=2, determinism="off"
             )
         return twins[config.cuda_graph]
 
+    def ratio(losses: list[float], twin: Twin) -> float:
+        _, largest, noise = within_twin_noise(losses, twin)
+        return largest / noise if noise else float("inf")
+
     twin = twin_of(graph)
-    kept = parity_losses(workload, preset, graph, args, determinism="off")
+    kept = parity_losses(factory, preset, graph, args, determinism="off")
     assert graphs() == 0  # Dynamo's count since the graph's run began: the twin's code served
     differs = first_difference(kept, twin.losses)
+    record_property("twin_reproducible", twin.reproducible)
+    record_property("twin_noise", twin.max_abs_difference)
     if differs is not None:
-        # On an H100 (torch 2.11, e9eed6f) transformer small in fp32 gave other bits from step
-        # 4 on (0-based), the first after its warm-up and capture (`min_warmup`), as BERT's
-        # attention does captured: the warm-up steps, eager, agree. The kept check then falls
-        # back and the strict gate decides, whose catches the tests above show; the faults
-        # below are the check's own only where the bits agree.
-        assert differs >= min_warmup(graph), f"the graph and its twin differ at step {differs}"
-        assert kept[:differs] == list(twin.losses[:differs])
-        pytest.skip(f"captured, the graph computes other bits than its twin from step {differs}")
+        # A twin that reproduces itself and a graph that does not: the capture changed the bits.
+        assert not twin.reproducible, f"the graph left a reproducible twin at step {differs}"
+        record_property("graph_ratio", ratio(kept, twin))
     kinds = ["stale-graph-input", "wrong-op"]
     if (workload, preset) == ("transformer", "small"):
         kinds += ["missing-wait", "missing-record-stream"]
@@ -302,11 +319,19 @@ def test_a_compiled_graph_replays_its_twin_with_the_process_kernels_and_faults_d
         fault = FAULTS[kind]
         config = graph if fault.config.cuda_graph or kind == "wrong-op" else fault.config
         config = config.replace(compile="default")
-        target = twin_of(config).losses
+        target = twin_of(config)
         with planted(fault.kind):
-            faulty = parity_losses(workload, preset, config, args, determinism="off")
-        assert first_difference(faulty, target) is not None, f"{kind} kept its twin's bits"
-        if fault.provocation:
+            faulty = parity_losses(factory, preset, config, args, determinism="off")
+        record_property(f"{kind}_ratio", ratio(faulty, target))
+        assert first_difference(faulty, target.losses) is not None, f"{kind} kept its twin's bits"
+        assert not within_twin_noise(faulty, target)[0], (
+            f"{kind} stayed within {TWIN_NOISE_MULTIPLE:g}x its twin's noise"
+        )
+        if fault.provocation and target.reproducible:
             with planted(fault.kind, fault=False):
-                control = parity_losses(workload, preset, config, args, determinism="off")
-            assert first_difference(control, target) is None, f"{kind} provocation alone"
+                control = parity_losses(factory, preset, config, args, determinism="off")
+            assert first_difference(control, target.losses) is None, f"{kind} provocation alone"
+    if differs is not None and not within_twin_noise(kept, twin)[0]:
+        # Two draws of the same noise may stand further apart than the multiple: the search's
+        # check then falls back to the strict child, time lost and no wrong verdict.
+        pytest.skip(f"the graph left its twin by {ratio(kept, twin):.2g}x the twin's noise")

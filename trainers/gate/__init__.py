@@ -24,6 +24,7 @@ from trainers.gate.envelope import (
     rounding_eps,
 )
 from trainers.gate.equivalence import FLOOR_ULPS, MULTIPLE, WINDOW, Equivalence, judge
+from trainers.gate.exact import TWIN_NOISE_MULTIPLE, within_twin_noise
 from trainers.gate.faults import FAULT_KINDS, FAULTS, FaultKind, planted
 from trainers.gate.floor import Floor, comparable_floor, floor_applies, graph_floor
 from trainers.gate.parity import (
@@ -68,6 +69,7 @@ __all__ = [
     "SEEDS_DETERMINISM",
     "SPREADS",
     "TWIN_KINDS",
+    "TWIN_NOISE_MULTIPLE",
     "WINDOW",
     "Determinism",
     "Envelope",
@@ -104,4 +106,5 @@ __all__ = [
     "trajectory",
     "twin_kind",
     "twin_of",
+    "within_twin_noise",
 ]

@@ -422,7 +422,7 @@ class _Runs:
             )
         if ask_later:
             target = reference if chosen == "exact" else twin.losses  # type: ignore[union-attr]
-            chosen = exact.unless_matched(losses, target, chosen)
+            chosen = exact.unless_matched(losses, target, chosen, twin)
         return chosen, losses, reference, twin
 
     def judged_equivalent(

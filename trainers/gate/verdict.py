@@ -43,7 +43,8 @@ class ParityVerdict:
     tolerance: 0 for an exact test alone; otherwise the equivalence bound of the decisive window.
     test: the tests that applied ("relative" for the legacy `compare(exact=False)`);
     exact_against: what the exact test compared with ("reference", "eager twin", or "loop twin":
-    then the loop twin was compared with the reference, `trainers.gate.twin`).
+    then the loop twin was compared with the reference, `trainers.gate.twin`; "eager twin's
+    noise": the eager twin within its own run-to-run difference, `twin_noise`).
     exact_skipped: why an exact test the config needed could not apply (an eager step or an eager
     twin that is not bitwise reproducible here).
     eager_reproducible, eager_first_difference, eager_max_abs_difference: the reproducibility
@@ -63,6 +64,10 @@ class ParityVerdict:
     finite).
     twin_max_abs_deviation, twin_first_diverging_step: the exact comparison with the eager twin
     (of a loop twin, of its losses with the reference's).
+    twin_noise: where the config and its eager twin ran with the process's own kernels and the
+    twin's two runs differed (`exact_against` "eager twin's noise"), the twin's own largest
+    run-to-run difference, which the config was held within `TWIN_NOISE_MULTIPLE` times
+    (`trainers.gate.exact`); None otherwise.
     deviation, envelope, floor, bound, multiple, window, ratio, window_ratio, decisive_steps,
     window_deviations, window_envelopes, drift, drift_envelope, drift_bound, drift_ratio: the
     equivalence test (`trainers.gate.equivalence.Equivalence`); ratio <= 1 passes it.
@@ -82,6 +87,7 @@ class ParityVerdict:
     exact_skipped: str | None = None
     twin_max_abs_deviation: float | None = None
     twin_first_diverging_step: int | None = None
+    twin_noise: float | None = None
     deviation: float | None = None
     envelope: float | None = None
     floor: float | None = None

@@ -333,7 +333,7 @@ class ParityProcess:
         # A kept twin the config did not replay: the child ran both again, strict.
         kept = isinstance(here, KeptRun) and here.twin is not None
         made = kept or isinstance(here, ConfigRun)
-        apart = "its kept runs differed" if isinstance(here, KeptRun) and not kept else None
+        apart = here.apart if isinstance(here, KeptRun) and not kept else None
         return dataclasses.replace(
             checked, time=spent, config_here=made, twin_here=kept, twin_apart=apart
         )
