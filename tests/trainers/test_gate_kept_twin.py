@@ -6,6 +6,7 @@ refuses a twin and a run of other kernels."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -142,3 +143,6 @@ def test_where_the_off_twin_does_not_reproduce_the_config_is_held_within_its_noi
     assert within_twin_noise(near, off_twin)[0] is False
     strict = dataclasses.replace(_noisy(off_twin, noise), determinism="strict")
     assert within_twin_noise(near, strict)[0] is False
+    # A twin whose runs differ without bound (a non-finite loss in one) bounds nothing.
+    assert within_twin_noise(faulty, _noisy(off_twin, math.inf))[0] is False
+    assert within_twin_noise([math.nan] * len(near), _noisy(off_twin, math.inf))[0] is False

@@ -8,6 +8,7 @@ which tests a config is owed.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,10 +46,13 @@ def within_twin_noise(losses: Sequence[float], twin: Twin) -> tuple[bool, float,
     """Whether `losses` stay within `TWIN_NOISE_MULTIPLE` times `twin`'s own run-to-run
     difference over the twin's steps, for a twin run twice with the process's own kernels that
     did not reproduce; (within, the largest |losses - twin|, the twin's largest difference).
-    Any other twin (strict, run once, or reproducible) has no noise to be within: False."""
+    Any other twin (strict, run once, or reproducible) has no noise to be within, nor one whose
+    runs differ by an infinite amount (a non-finite loss in either): False."""
     largest, _, _ = per_step(losses[: len(twin.losses)], twin.losses)
     noise = twin.max_abs_difference
-    if twin.determinism != "off" or twin.reproducible is not False or not noise:
+    if twin.determinism != "off" or twin.reproducible is not False:
+        return False, largest, noise
+    if noise is None or not 0.0 < noise < math.inf:
         return False, largest, noise
     return largest <= TWIN_NOISE_MULTIPLE * noise, largest, noise
 
@@ -273,7 +277,8 @@ class ExactTests:
         subject = "graph" if self.config.cuda_graph else "config"
         kernels = (
             f"with the process's own kernels its eager twin's two runs differ from step "
-            f"{twin.first_difference} (max |diff| {noise:.2g}), so no bit for bit test applies"
+            f"{twin.first_difference} (max |diff| {noise or 0.0:.2g}), so no bit for bit test "
+            "applies"
         )
         if within:
             self.reasons.append(

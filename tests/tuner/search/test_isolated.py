@@ -374,11 +374,12 @@ def test_a_config_owed_its_eager_twins_bits_runs_with_it_where_its_trial_compile
         assert len(made) == 2 and made[1].twin is None  # type: ignore[attr-defined]
         assert again.verdict is not None and again.verdict.passed, again.verdict
         assert not again.twin_here and not again.config_here
-        # The CPU's kernels reproduce: the twin's second run says so, and no noise applies.
         assert again.twin_apart is not None and again.twin_apart.startswith(
-            "its kept run left its twin at step "
+            "its kept run left its twin "
         )
-        assert again.twin_apart.endswith(", and the twin reproduced itself")
+        if device == "cpu":
+            # The CPU's kernels reproduce: the twin's second run says so, and no noise applies.
+            assert again.twin_apart.endswith(", and the twin reproduced itself")
         assert again.verdict.determinism == "strict"  # the child's, as cold
         assert again.verdict.losses == cold.verdict.losses
         # The kept runs' seconds are the job's too: more twin time than the child's alone.
