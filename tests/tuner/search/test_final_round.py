@@ -413,3 +413,33 @@ def test_a_finalist_that_compiled_says_how_long_and_why_its_code_was_not_kept() 
         f"final round 1/3: trial-11 compiled 47 s: {why}",
         "final round 1/3: trial-12 compiled 12 s",
     ]
+
+
+class Behind(Scripted):
+    """NEAR, tied with FAST in the search's own samples, runs at 150 in the final round: no
+    longer a tie."""
+
+    def measure(self, config: LoopConfig, *, on_window: Any = None) -> Measured | Failure:
+        if config != NEAR:
+            return super().measure(config, on_window=on_window)
+        self.runs[config_key(config)] += 1
+        return dataclasses.replace(Scripted().measure(FAST), throughputs=(149.0, 150.0, 151.0))
+
+
+def test_where_no_further_round_fits_a_tie_of_the_search_is_not_gated_for_it() -> None:
+    """The decision on the search's own samples, asked after the first round to see whether a
+    round settled it, gates the configs that tie there (NEAR, with FAST). Where no second round
+    fits the job's aim even with one config beside the baselines, that decision would decide
+    nothing: NEAR, behind by a third in the round, is not gated. With time left, it is."""
+    for wall_s, gated in ((889.995, False), (100.0, True)):
+        gates = Gates()
+        aim = Aim(wall=lambda w=wall_s: w, aim_s=900.0, gate_cost=lambda *_: None, margin_s=10.0)
+        options = RunOptions(workload="mlp", preset="tiny", top_k=2, final_rounds=3)
+        study = _tied_study()
+        rec = final_round(
+            study, Behind(), options, progress=Quiet(), baselines=BASELINES, parity=gates, aim=aim
+        )
+        assert rec.config == FAST.to_dict()
+        assert (config_key(NEAR) in gates.asked) is gated, (wall_s, gates.asked)
+        final = next(v for k, v in study.user_attrs.items() if k.startswith(keys.FINAL_PREFIX))
+        assert (final["cut_after"] == 1) is not gated

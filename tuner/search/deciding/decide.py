@@ -287,6 +287,10 @@ def _measure_rounds(
                 aim.spent[name] = outcome.seconds
             _record(rounds, name, outcome)
         if round_index + 1 < options.final_rounds:
+            why = _no_round_fits(running, baselines, aim)
+            if why is not None:
+                _cut(progress, rounds, options, round_index, why)
+                break
             if round_index == 0 and searched is not None:
                 # The decision before the first round, asked after it: it needs the entries'
                 # verdicts, which another worker of a job may still be running, and the round's
@@ -306,12 +310,34 @@ def _measure_rounds(
             before = now
             why = None if aim is None else aim.next_round([name for name, _ in running])
             if why is not None:
-                left = options.final_rounds - round_index - 1
-                more = f" ({left - 1} more not run either)" if left > 1 else ""
-                progress.phase(f"final round: round {round_index + 2} not run{more}: {why}")
-                rounds.cut = round_index + 1
+                _cut(progress, rounds, options, round_index, why)
                 break
     return rounds
+
+
+def _no_round_fits(
+    running: list[tuple[str, LoopConfig]], baselines: Mapping[str, LoopConfig], aim: Aim | None
+) -> str | None:
+    """Why no further round can start within the job's time `aim`, asked before the decision
+    on the samples so far, whose ties are gated (None: one might). The smallest next round is
+    the baselines and one config, the cheapest: where even that would end the job past its aim,
+    no gate can change what the rounds measured (at c1bf87b on one H100 the `llama-1b` repeat
+    job gated a finalist 48 s for a decision no round followed)."""
+    if aim is None:
+        return None
+    configs = [name for name, _ in running if name not in baselines]
+    if not configs:
+        return None
+    cheapest = min(configs, key=lambda name: aim.spent.get(name, 0.0))
+    return aim.next_round([*baselines, cheapest])
+
+
+def _cut(progress: Any, rounds: _Rounds, options: Any, round_index: int, why: str) -> None:
+    """The rounds end after `round_index` for the job's time aim (`why`), said and recorded."""
+    left = options.final_rounds - round_index - 1
+    more = f" ({left - 1} more not run either)" if left > 1 else ""
+    progress.phase(f"final round: round {round_index + 2} not run{more}: {why}")
+    rounds.cut = round_index + 1
 
 
 def _say_compiled(progress: Any, line: str, outcome: Measured | Failure) -> None:
