@@ -270,9 +270,7 @@ def _measure_rounds(
     the first round."""
     names = [name for name, _ in entries]
     rounds = _Rounds(
-        samples={n: [] for n in names},
-        memory=dict.fromkeys(names),
-        setup=dict.fromkeys(names, 0.0),
+        samples={n: [] for n in names}, memory=dict.fromkeys(names), setup=dict.fromkeys(names, 0.0)
     )
     running = list(entries)
     before = None
