@@ -50,9 +50,7 @@ def within_twin_noise(losses: Sequence[float], twin: Twin) -> tuple[bool, float,
     runs differ by an infinite amount (a non-finite loss in either): False."""
     largest, _, _ = per_step(losses[: len(twin.losses)], twin.losses)
     noise = twin.max_abs_difference
-    if twin.determinism != "off" or twin.reproducible is not False:
-        return False, largest, noise
-    if noise is None or not 0.0 < noise < math.inf:
+    if not twin.noisy or noise is None or not 0.0 < noise < math.inf:
         return False, largest, noise
     return largest <= TWIN_NOISE_MULTIPLE * noise, largest, noise
 
@@ -104,8 +102,7 @@ class ExactTests:
         before. Not for an eager `twin` that did not reproduce with the process's own kernels:
         its test compares no bits (`within_twin_noise`), and the probe's strict runs would
         tell it nothing."""
-        noise = twin is not None and twin.determinism == "off" and twin.reproducible is False
-        if noise and chosen == "exact+equivalence":
+        if twin is not None and twin.noisy and chosen == "exact+equivalence":
             return chosen
         if first_difference(losses[: len(target)], target) is not None:
             return self.skip_unless_reproducible(None, chosen)
@@ -218,7 +215,7 @@ class ExactTests:
         and reason recorded in `fields`/`reasons`. A twin that differs from itself cannot be
         matched bit for bit: the test falls back to equivalence alone."""
         fields, reasons = self.fields, self.reasons
-        if twin.reproducible is False and twin.determinism == "off":
+        if twin.noisy:
             return self._within_twin_noise(losses, twin)
         if twin.reproducible is False:
             size = (

@@ -158,6 +158,14 @@ class Twin:
             return once
         return once.confirmed(workload, args, preset=preset)
 
+    @property
+    def noisy(self) -> bool:
+        """Run twice with the process's own kernels ("off", as the search's kept check runs it)
+        and its runs differed: those kernels do not reproduce, so a config is held within this
+        noise (`trainers.gate.within_twin_noise`) rather than to bits, and no probe of strict
+        runs can say anything of them."""
+        return self.determinism == "off" and self.reproducible is False
+
     def confirmed(
         self, workload: str | WorkloadFactory, args: RunArgs = GATE_ARGS, *, preset: str
     ) -> Twin:
