@@ -76,9 +76,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "steps": args.steps,
         "precision": args.precision,
         "config_precision": args.config_precision,
-        "built_as_it_went_s": round(plain_s, 1),
-        "built_ahead_s": round(prepare_s, 1),
-        "with_builds_ahead_s": round(ahead_s, 1),
+        "built_as_it_went_s": round(plain_s, 3),
+        "built_ahead_s": round(prepare_s, 3),
+        "with_builds_ahead_s": round(ahead_s, 3),
         "same_losses": same,
         # A seed envelope runs on the process's own kernels (flash attention's backward adds
         # with atomics): two processes differ by rounding, which these two say the size of.
