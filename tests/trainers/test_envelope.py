@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from trainers import Envelope, LoopConfig, RunArgs, gate, load_workload, parity_losses
-from trainers.gate.envelope import FORMAT, rounding_eps
+from trainers.gate.envelope import FORMAT, envelope_seeds, rounding_eps
 from trainers.gate.equivalence import FLOAT32_EPS
 from trainers.gate.trajectories import Perturbation
 
@@ -191,6 +191,9 @@ def test_a_seed_envelope_of_one_model_from_every_seed_is_flat_and_the_verdict_sa
         determinism="off",
     )
     assert flat.flat and flat.windows(2) == [0.0, 0.0]
+    # The first seed repeated the reference's losses: the second is not trained.
+    assert len(flat.perturbed) == 1 and flat.perturbation_seeds == envelope_seeds(0, 1)
+    assert Envelope.from_dict(flat.to_dict()) == flat
     verdict = gate(
         "pretrained_mod:pretrained",
         LoopConfig(),
@@ -201,12 +204,13 @@ def test_a_seed_envelope_of_one_model_from_every_seed_is_flat_and_the_verdict_sa
     )
     assert not verdict.passed
     assert "every seed gave the reference's own losses" in verdict.reason
+    assert "(1 other seed in fp32)" in verdict.reason
     assert "'pretrained_mod:pretrained' builds the same weights from every seed" in verdict.reason
     # The built-in draws its weights from the seed: a spread, and no such words.
     drawn = Envelope.measure(
         "mlp", "tiny", fp32, perturbations=2, spread="seeds", determinism="off"
     )
-    assert not drawn.flat
+    assert not drawn.flat and len(drawn.perturbed) == 2
     assert drawn.judged_against() == (
         "judged against the reference's seed-to-seed envelope (2 other seeds in fp32)"
     )

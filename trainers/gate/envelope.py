@@ -166,7 +166,7 @@ class Envelope:
             strict=runs.strict,
             reference=runs.reference,
             perturbed=runs.perturbed,
-            perturbation_seeds=seeds,
+            perturbation_seeds=seeds[: len(runs.perturbed)],
             spread=spread,
             determinism=mode,
         )
@@ -185,9 +185,10 @@ class Envelope:
     def judged_against(self) -> str:
         """The verdict's words for a seed envelope: which one judged the config, and, where it is
         flat, why any change of rounding fails it and what gives it a spread."""
+        k = len(self.perturbed)
         said = (
-            f"judged against the reference's seed-to-seed envelope ({len(self.perturbed)} "
-            f"other seeds in {self.precision or 'fp32'})"
+            f"judged against the reference's seed-to-seed envelope ({k} other "
+            f"seed{'s' if k != 1 else ''} in {self.precision or 'fp32'})"
         )
         if not self.flat:
             return said
@@ -310,7 +311,8 @@ class _Runs:
         cls, around: _Around, name: str, reference: Sequence[float] | None, seeds: Sequence[int]
     ) -> _Runs:
         """Train the reference (unless its losses are given: `name` is then the workload's) and
-        one run around it per seed, one at a time."""
+        one run around it per seed, one at a time; a seed envelope stops at its first run that
+        repeats the reference."""
         strict = True
         if reference is None:
             ref = around.reference()
@@ -321,6 +323,12 @@ class _Runs:
             losses, held, name = around.run(k)
             perturbed.append(losses)
             strict = strict and held
+            if around.spread == "seeds" and losses == tuple(reference):
+                # Another seed gave the reference's very losses: the workload builds the same
+                # model and batches from every seed (pretrained weights), so the other seeds
+                # would too, and the envelope is the loss floor alone (`Envelope.flat`); their
+                # runs would cost K-1 trainings (about 15 s at 0.5B) for nothing.
+                break
         return cls(
             workload=name, reference=tuple(reference), perturbed=tuple(perturbed), strict=strict
         )
