@@ -8,7 +8,8 @@ H200 (`llama-1b`, float8 allowed, commit 27dc687,
 and kind of GPU, and reached the same answer.
 
 "The same inputs" are the gate memo's (`tuner.search.gating.memo.memo_inputs`: the code, the
-libraries, the environment, the workload and its shape, the precision, the kind of machine) and
+libraries, the environment, the workload and its shape, the precision, the kind of machine, and
+in the service the job's owner: another owner's study is never copied nor named) and
 what a trial's measurement depends on beside them: the protocol, the space, the precisions
 searched, the objectives, the memory cap and the number of processes (`search_inputs`, stored on
 every new study under `keys.SEARCH_INPUTS`). A new study copies the finished trials of the

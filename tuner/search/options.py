@@ -130,6 +130,11 @@ class RunOptions:
     """Processes per trial on this node (1..8): above 1, every measurement is a torchrun launch
     of N processes (one per GPU; gloo on a CPU), the data-parallel levers are searched and the
     baselines are DDP's defaults (`baselines_for`)."""
+    scope: str | None = None
+    """Whose earlier records a study may reuse: the gate memo's verdicts, envelope and profiles,
+    and an earlier study's trials (`tuner.search.gating.memo`, `tuner.search.earlier`). None:
+    every record of the storage (one user's own file or database); the service gives the job's
+    owner, so one owner's job neither reuses another owner's measurements nor names their job."""
     precision_spec: trainers.PrecisionSpec = dataclasses.field(
         init=False, repr=False, compare=False
     )

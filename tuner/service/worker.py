@@ -314,6 +314,9 @@ class Worker:
             budget=False,
             storage=self.storage_url,
             study=job.study,
+            # The owner's own records only: another owner's job must not be found through the
+            # trials it measured (tuner.search.earlier names the study it copies from).
+            scope=job.owner,
             top_k=s.top_k,
             final_rounds=final_rounds,
             baseline_every=s.baseline_every,

@@ -112,8 +112,11 @@ def test_another_input_is_another_memo_and_a_users_own_workload_has_none(
         {"precision": "bf16-autocast"},
         {"matmul_precision": "high"},
         {"preset": "small"},
+        {"scope": "an owner"},  # the service's: one owner's jobs never read another's records
     ):
         assert memo_name(options("sqlite://", "s", **changes), CPU) != name, changes
+    scoped = memo_name(options("sqlite://", "s", scope="an owner"), CPU)
+    assert memo_name(options("sqlite://", "other", scope="an owner"), CPU) == scoped
     assert memo_name(base, CPU | {"torch": "0.0"}) != name
     threads = torch.get_num_threads()
     torch.set_num_threads(threads + 1)  # the CPU gate's reductions run in another order

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from optuna.trial import TrialState
 
 from tests.api.conftest import EXPLICIT_SPACE, SMALL, Finished, make_app, make_worker
-from tests.api.helpers import ADMIN_AUTH, AUTH, TINY_JOB, wait_for
+from tests.api.helpers import ADMIN_AUTH, AUTH, OTHER_AUTH, TINY_JOB, wait_for
 from tests.tuner.workloads_for_tests import INJECTED
 from trainers import LoopConfig
 from tuner.errors import Interrupted, Stopped, TunerError
@@ -187,8 +187,10 @@ def running(storage: str) -> Iterator[tuple[TestClient, Worker]]:
             assert not thread.is_alive()
 
 
-def _job(client: TestClient, job: dict[str, Any]) -> dict[str, Any]:
-    got: dict[str, Any] = client.get(job["links"]["self"], headers=AUTH).json()
+def _job(
+    client: TestClient, job: dict[str, Any], auth: dict[str, str] = AUTH
+) -> dict[str, Any]:
+    got: dict[str, Any] = client.get(job["links"]["self"], headers=auth).json()
     return got
 
 
@@ -206,14 +208,16 @@ def test_a_repeat_job_copies_no_more_than_its_trials_and_says_which_are_copies(
     monkeypatch: pytest.MonkeyPatch, running: tuple[TestClient, Worker]
 ) -> None:
     """A job of 1 trial after one of 3 ended with 3 counted trials, all copies, and `/trials`
-    did not say they were (a new API client's trial)."""
+    did not say they were (a new API client's trial). Another owner's job of the same request
+    copies nothing: it named the first owner's job, which that owner could not see (a probe of
+    the service, 2026-12-05)."""
     monkeypatch.setenv(MEMO_ENV, "on")
     client, _ = running
 
-    def finished(body: dict[str, Any]) -> dict[str, Any]:
-        job = client.post("/v1/jobs", json=TINY_JOB | body, headers=AUTH).json()
+    def finished(body: dict[str, Any], auth: dict[str, str] = AUTH) -> dict[str, Any]:
+        job = client.post("/v1/jobs", json=TINY_JOB | body, headers=auth).json()
         return wait_for(
-            lambda: (j := _job(client, job))["status"] == "succeeded" and j,
+            lambda: (j := _job(client, job, auth))["status"] == "succeeded" and j,
             timeout_s=240,
             what="the job to succeed",
         )
@@ -227,6 +231,11 @@ def test_a_repeat_job_copies_no_more_than_its_trials_and_says_which_are_copies(
     fastest = max(originals, key=lambda t: t["throughput"] or 0.0)
     assert copy["copied_from"]["trial"] == fastest["number"] and copy["counted"]
     assert all(t["copied_from"] is None and t["duration_s"] > 0 for t in originals)
+    theirs = finished({"trials": 1}, OTHER_AUTH)
+    (own,) = client.get(theirs["links"]["trials"], headers=OTHER_AUTH).json()["items"]
+    assert own["copied_from"] is None and own["duration_s"] > 0
+    best = client.get(theirs["links"]["best"], headers=OTHER_AUTH).json()
+    assert first["id"] not in json.dumps(best)
 
 
 def test_cancel_stops_a_running_job_and_keeps_its_trials(

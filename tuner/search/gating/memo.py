@@ -14,7 +14,8 @@ sees, nor a GPU machine's core count: a repeat job on another machine of the sam
 `memo_name` hashes all of them into the name of an Optuna study in the
 same storage (so PostgreSQL workers share it as they share studies) that holds the verdicts, keyed
 as the study's own cache keys them (`tuner.search.gating.parity`), and the envelope. Any change to
-any input is another name: nothing stale is read.
+any input is another name: nothing stale is read. A scope (`RunOptions.scope`: the service's
+job owner) is an input too, so one owner's jobs never read another's verdicts or profiles.
 
 Left out on purpose:
 - a user's own `package.module:factory` workload and a registered program: their code can change
@@ -166,6 +167,9 @@ def memo_inputs(options: RunOptions, fingerprint: dict[str, Any]) -> dict[str, A
         # count) must not keep a repeat job on another machine of the same GPU from its memo.
         "threads": torch.get_num_threads() if fingerprint.get("device_type") == "cpu" else None,
         "environment": _STARTED_WITH,
+        # Only where set: an unscoped memo keeps the name it had before scopes, and an owner's
+        # name is hashed with the rest, never stored.
+        **({} if options.scope is None else {"scope": options.scope}),
     }
 
 
