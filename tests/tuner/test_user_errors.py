@@ -181,3 +181,33 @@ def test_a_model_args_error_is_named_by_its_flag() -> None:
     )
     assert said == "--model-arg: model_arg.batch='four' is invalid: allowed an integer"
     assert flag_error(trainers.WorkloadError("no model", field=None)) == "--workload: no model"
+
+
+def test_a_space_this_model_leaves_empty_is_one_line_before_any_trial(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`activation_checkpointing: [none, blocks]` on a model without repeated blocks searched
+    nothing: the job ran two trials of the default and "succeeded" (a service client's probe)."""
+    space = tmp_path / "space.json"
+    space.write_text('{"activation_checkpointing": ["none", "blocks"]}')
+    args = ("run", *RUN_FLAGS, "--trials", "2", "--storage", sqlite_url(tmp_path))
+    args = (*args, "--space", str(space))
+    code, _, err = run_main(capsys, *args)
+    assert code == 2
+    line = _one_error_line(err)
+    assert "space=['activation_checkpointing'] is invalid" in line, line
+    assert "the model has no repeated blocks" in line and "Workload(blocks=...)" in line, line
+    assert "baseline" not in err  # refused before the first measurement
+
+
+def test_a_space_left_with_a_searched_setting_is_kept() -> None:
+    from tuner.errors import SpaceError
+    from tuner.search.spaces.pinned import check_left
+    from tuner.search.spaces.space import Choice, SearchSpace
+
+    left = SearchSpace(name="own", params={"pin_memory": Choice(values=(False, True))}, fixed={})
+    check_left(["activation_checkpointing", "pin_memory"], left, 0)
+    check_left([], SearchSpace(name="own", params={}, fixed={}), 0)  # nothing was asked
+    emptied = SearchSpace(name="own", params={}, fixed={}, notes=("old", "why"))
+    with pytest.raises(SpaceError, match=r"can search \(why\)"):
+        check_left(["pin_memory"], emptied, 1)

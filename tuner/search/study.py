@@ -55,7 +55,7 @@ from tuner.search.spaces.named import (
     without_precision_refusals,
 )
 from tuner.search.spaces.own import pins_over
-from tuner.search.spaces.pinned import check_pins, live_for_pins
+from tuner.search.spaces.pinned import check_left, check_pins, live_for_pins
 from tuner.search.spaces.processes import for_processes
 from tuner.search.spaces.resume import as_stored
 from tuner.search.spaces.space import SearchSpace
@@ -255,7 +255,7 @@ def _search_on(
             "with the space it stored, each as its trials ran it (another --study searches them)"
         )
     info["space"], name = space.to_dict(), moved
-    loaded = _load_artifacts(info["compile_cache"], progress)
+    loaded = artifacts.load_said(info["compile_cache"], progress.phase)
     study, resumed = studies.open_study(
         storage,
         name,
@@ -386,6 +386,7 @@ def _space_for(
     )
     for line in pins_over(options.space, options.fix):
         progress.phase(line)
+    asked, said = sorted(space.params), len(space.notes)
     if not measurer.has_blocks():
         space = without_block_levers(space)
     # A study without a precision runs in float32: fp32's rules. Before the model's refusals: a
@@ -409,18 +410,9 @@ def _space_for(
     live = live_for_pins(space)
     for note in live.notes[len(space.notes) :]:
         progress.phase(note)
+    if not options.multi_precision:  # else precision is searched: the trials differ
+        check_left(asked, live, said)
     return live, options
-
-
-def _load_artifacts(folder: str | None, progress: Progress) -> int:
-    """Before any compile: what an earlier job compiled, where its artefacts file was copied
-    (`tuner.search.measuring.artifacts`); the entries loaded, each outcome said in one line."""
-    loaded, refused = artifacts.load(folder)
-    if loaded:
-        progress.phase(f"compile artefacts of an earlier job loaded: {loaded} entries")
-    if refused:
-        progress.phase(f"compile artefacts of an earlier job not loaded ({refused}): cold compiles")
-    return loaded
 
 
 def _check_precisions_here(options: RunOptions, measurer: Measurer) -> None:

@@ -21,6 +21,7 @@ record (`compile_artifacts`).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,16 @@ def load(folder: str | os.PathLike[str] | None) -> tuple[int, str | None]:
         # torch's format).
         return 0, f"torch could not read {path} (damaged, or written by another torch)"
     return _count(info), None
+
+
+def load_said(folder: str | None, say: Callable[[str], None]) -> int:
+    """`load`, before any compile, each outcome said in one line (`say`); the entries loaded."""
+    loaded, refused = load(folder)
+    if loaded:
+        say(f"compile artefacts of an earlier job loaded: {loaded} entries")
+    if refused:
+        say(f"compile artefacts of an earlier job not loaded ({refused}): cold compiles")
+    return loaded
 
 
 def save(folder: str | os.PathLike[str] | None) -> tuple[int, str | None]:

@@ -157,3 +157,15 @@ def _combinations(space: SearchSpace, item: Lever, value: Any) -> tuple[bool, st
                 why = refusal
         if not grew:
             return allowed, why
+
+
+def check_left(asked: Sequence[str], live: SearchSpace, said: int) -> None:
+    """Refuse a space whose searched settings (`asked`) this model, device and launch all took
+    out (`live`, its notes from `said` on saying why): every trial would run one config, and a
+    job of `activation_checkpointing: [none, blocks]` on a model without blocks "succeeded"
+    with two trials of the default (a probe of the service, 2026-12-05)."""
+    if asked and not live.params:
+        why = "; ".join(live.notes[said:]) or "none of them applies here"
+        raise SpaceError(
+            "space", list(asked), f"a space with a setting this model can search ({why})"
+        )
