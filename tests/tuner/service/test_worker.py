@@ -187,9 +187,7 @@ def running(storage: str) -> Iterator[tuple[TestClient, Worker]]:
             assert not thread.is_alive()
 
 
-def _job(
-    client: TestClient, job: dict[str, Any], auth: dict[str, str] = AUTH
-) -> dict[str, Any]:
+def _job(client: TestClient, job: dict[str, Any], auth: dict[str, str] = AUTH) -> dict[str, Any]:
     got: dict[str, Any] = client.get(job["links"]["self"], headers=auth).json()
     return got
 
