@@ -158,12 +158,23 @@ def etag_matches(header: str | None, etag: str) -> bool:
 
 
 def accepts_gzip(header: str) -> bool:
-    """Whether an Accept-Encoding header takes gzip (and not with q=0)."""
+    """Whether an Accept-Encoding header takes gzip: its own entry's weight where it is named,
+    else `*`'s, wherever each stands in the list (RFC 9110 12.5.3: `*;q=0, gzip` takes gzip;
+    it was refused as the `*` came first); a weight of 0 refuses."""
+    weights: dict[str, float] = {}
     for part in header.lower().split(","):
-        coding, _, params = part.strip().partition(";")
-        if coding.strip() in ("gzip", "*"):
-            return params.replace(" ", "") not in ("q=0", "q=0.0", "q=0.00", "q=0.000")
-    return False
+        coding, *params = (p.strip() for p in part.split(";"))
+        weight = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip() == "q":
+                try:
+                    weight = float(value)
+                except ValueError:
+                    weight = 0.0  # an unreadable weight takes nothing it names
+        if coding:
+            weights.setdefault(coding, weight)
+    return weights.get("gzip", weights.get("*", 0.0)) > 0.0
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut, responses=NOT_FOUND | CONFLICT)

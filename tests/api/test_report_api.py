@@ -7,6 +7,9 @@ from __future__ import annotations
 import gzip
 import re
 
+import pytest
+
+from api.routes.jobs import accepts_gzip
 from tests.api.conftest import Finished
 from tests.api.helpers import AUTH, OTHER_AUTH
 
@@ -75,3 +78,23 @@ def test_each_encoding_has_its_own_etag_and_if_none_match_is_read_as_a_list(
         client.get(url, headers=identity | {"If-None-Match": plain[:-2] + '"'}).status_code == 200
     )
     assert client.get(url, headers=OTHER_AUTH).status_code == 404  # not its job
+
+
+@pytest.mark.parametrize(
+    ("header", "takes"),
+    [
+        ("gzip", True),
+        ("*;q=0, gzip", True),  # gzip named: its own weight, wherever `*` stands
+        ("gzip;q=0, *", False),
+        ("*", True),
+        ("*;q=0", False),
+        ("identity, *;q=0.5", True),
+        ("gzip; q=0.001", True),
+        ("GZIP;Q=0", False),
+        ("gzip;q=x", False),
+        ("deflate, br", False),
+        ("", False),
+    ],
+)
+def test_accept_encoding_weights_decide_gzip(header: str, takes: bool) -> None:
+    assert accepts_gzip(header) is takes

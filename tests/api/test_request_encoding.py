@@ -146,3 +146,27 @@ def test_a_lookup_names_the_query_parameter_a_workload_refuses(client: TestClien
 
 def test_the_token_is_checked_before_the_query(client: TestClient) -> None:
     assert client.get("/v1/jobs?limt=1").status_code == 401
+
+
+def test_a_key_repeated_in_the_body_is_a_422_naming_it_and_queues_nothing(
+    client: TestClient,
+) -> None:
+    """`{"trials": 1, "trials": 5}` had queued a job of 5 trials (a client's probe)."""
+    body = b'{"workload": "mlp", "preset": "tiny", "device": "cpu", "trials": 1, "trials": 5}'
+    response = client.post("/v1/jobs", content=body, headers=JSON)
+    assert response.status_code == 422, response.text
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["body", "trials"] and error["msg"] == "given 2 times; give it once"
+    nested = b'{"workload": "mlp", "preset": "tiny", "fix": {"pin_memory": true, "pin_memory": 0}}'
+    response = client.post(
+        "/v1/jobs", content=gzip.compress(nested), headers=JSON | {"Content-Encoding": "gzip"}
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["loc"] == ["body", "fix", "pin_memory"]
+    assert client.get("/v1/jobs", headers=AUTH).json()["items"] == []
+    # The same keys once each: queued.
+    once = body.replace(b', "trials": 5', b"")
+    assert client.post("/v1/jobs", content=once, headers=JSON).status_code == 201
+    # A body that does not parse keeps FastAPI's own answer.
+    response = client.post("/v1/jobs", content=b'{"trials": 1, "trials"', headers=JSON)
+    assert response.status_code == 422 and response.json()["detail"][0]["type"] == "json_invalid"
