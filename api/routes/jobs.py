@@ -28,7 +28,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=GUARDED, respo
 Limit = Annotated[int, Query(ge=1, le=200, description="page size")]
 Offset = Annotated[int, Query(ge=0, le=10_000_000, description="items to skip")]
 HTML = "text/html; charset=utf-8"
-JobId = Annotated[str, Path(description="the job's id (32 hexadecimal digits)")]
+JobId = Annotated[str, Path(description="the job's id (32 lower-case hexadecimal digits)")]
 
 
 @router.post(

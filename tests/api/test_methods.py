@@ -59,4 +59,9 @@ def test_a_404_quotes_a_long_id_or_name_cut_short(client: TestClient) -> None:
         detail = answer.json()["detail"]
         assert answer.status_code == 404 and len(detail) < 300, detail
         assert "5,000 characters" in detail
-    assert "32 hexadecimal digits" in client.get("/v1/jobs/abc", headers=AUTH).json()["detail"]
+    assert (
+        "32 lower-case hexadecimal digits"
+        in (client.get("/v1/jobs/abc", headers=AUTH).json()["detail"])
+    )
+    upper = client.get("/v1/jobs/" + "AB" * 16, headers=AUTH).json()["detail"]
+    assert "32 lower-case hexadecimal digits" in upper  # it is 32 hexadecimal digits

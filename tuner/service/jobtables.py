@@ -69,7 +69,10 @@ class JobTables:
         """The job; JobNotFound for an unknown id (one that is not 32 hexadecimal digits never
         reaches the database, which may not be able to hold it: PostgreSQL refuses NUL)."""
         if not JOB_ID.fullmatch(job_id):
-            raise JobNotFound(f"no job with id {named(job_id)}: ids are 32 hexadecimal digits")
+            raise JobNotFound(
+                f"no job with id {named(job_id)}: ids are 32 lower-case hexadecimal digits, as "
+                "the job's links give them"
+            )
         with self._sessions() as session:
             row = session.get(JobRow, job_id)
         if row is None:
