@@ -263,6 +263,10 @@ def resume_command(options: RunOptions, study: str, done: int = 0) -> str:
         words += ["--precisions", ",".join(options.precisions)]
     if options.seed:
         words += ["--seed", str(options.seed)]
+    if options.parity_steps != RunOptions.parity_steps:
+        words += ["--parity-steps", str(options.parity_steps)]
+    if options.precision_parity_steps is not None:
+        words += ["--precision-parity-steps", str(options.precision_parity_steps)]
     if options.device != "auto":
         words += ["--device", options.device]
     if options.storage is not None:

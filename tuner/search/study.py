@@ -462,6 +462,8 @@ def _study_info(
         "workload": options.workload,
         "preset": options.preset,
         "seed": options.seed,
+        "parity_steps": options.parity_steps,
+        "precision_parity_steps": options.precision_parity_steps,
         "model_args": dict(options.model_args),
         "shape": shape,
         "precision": options.study_precision,

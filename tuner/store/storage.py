@@ -312,6 +312,11 @@ SAME_QUESTION = (
     # The workload's weights and data, and the gate's reference: a resumed study of another
     # seed failed every new trial's gate against the envelope the first seed measured.
     "seed",
+    # The gate's reference and envelope are trajectories of this many steps: a study resumed
+    # with another number failed every new trial's gate ("envelope measured for ... steps 20,
+    # the gate runs ... steps 5", a user's probe, 2026-12-05).
+    "parity_steps",
+    "precision_parity_steps",
 )
 
 
@@ -414,6 +419,9 @@ def _with_later_fields(stored: dict[str, Any]) -> dict[str, Any]:
         # A study stored before precisions could be searched searched none.
         "precisions": None,
         "seed": 0,  # stored from 2026-12-02; the default seed before
+        # Stored from 2026-12-05; the defaults before (another number failed every gate).
+        "parity_steps": 20,
+        "precision_parity_steps": None,
     } | stored
 
 

@@ -172,6 +172,9 @@ def test_resuming_adds_trials_new_points_and_drift(tmp_path: Path) -> None:
         # Another seed's trials failed every gate against the first seed's envelope (a new
         # user's trial, 2026-12-02), where the run now stops before its first trial.
         ({"seed": 7}, "seed"),
+        # The stored envelope's steps: every new trial's gate failed (a user's probe).
+        ({"parity_steps": 5}, "parity_steps"),
+        ({"precision_parity_steps": 30}, "precision_parity_steps"),
     ],
 )
 def test_resuming_with_other_settings_is_a_clear_error(
