@@ -1,6 +1,8 @@
 """A `Trainer` checkpoint (`trainers.fit`): its format, the file the checkpoint of a step goes to
-(`checkpoint_file`), the random-number states it carries (`rng_state`, `set_rng_state`), and
-whether a Trainer may resume from it (`check_resumable`).
+(`checkpoint_file`), the random-number states it carries (`rng_state`, `set_rng_state`), reading
+one (`read_checkpoint`), and whether a Trainer may resume from it (`check_resumable`,
+`check_fits`: checked whole before anything is restored, so a refused one leaves the Trainer as
+it was).
 """
 
 from __future__ import annotations
@@ -61,6 +63,60 @@ def check_resumable(
             "the same as the checkpointed run (it had "
             + ("none" if state["scheduler"] is None else "one")
             + ")",
+        )
+
+
+def read_checkpoint(path: str | os.PathLike[str], device: torch.device) -> Any:
+    """The checkpoint at `path`; a ConfigError naming `resume_from` where there is none or torch
+    cannot read it (a truncated or foreign file had raised torch's own KeyError or
+    RuntimeError, a traceback for a user's wrong path)."""
+    try:
+        return torch.load(Path(path), map_location=device, weights_only=True)
+    except FileNotFoundError as exc:
+        raise ConfigError("resume_from", str(path), "an existing checkpoint file") from exc
+    except IsADirectoryError as exc:
+        raise ConfigError("resume_from", str(path), "a checkpoint file, not a folder") from exc
+    except Exception as exc:  # torch raises many kinds for a file it cannot read
+        why = " ".join(str(exc).split())[:160] or type(exc).__name__
+        raise ConfigError(
+            "resume_from",
+            str(path),
+            f"a checkpoint written by Trainer.save (torch could not read this one: {why})",
+        ) from exc
+
+
+def check_fits(
+    state: Mapping[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> None:
+    """ConfigError naming `resume_from` unless `state`'s model has this model's tensors (names
+    and shapes) and its optimizer this optimizer's kind of parameter groups: a checkpoint of
+    another model raised torch's "Error(s) in loading state_dict" after nothing, and one of
+    another optimizer (SGD into Adam) loaded and raised `KeyError: 'betas'` at the first step
+    with the weights already replaced (a user's probe, 2026-12-05)."""
+    saved = state["model"]
+    own = model.state_dict()
+    differ = sorted(
+        name
+        for name in own.keys() | saved.keys()
+        if name not in own
+        or name not in saved
+        or tuple(own[name].shape) != tuple(saved[name].shape)
+    )
+    if differ:
+        shown = ", ".join(differ[:4]) + (f" and {len(differ) - 4} more" if len(differ) > 4 else "")
+        raise ConfigError(
+            "resume_from",
+            f"{len(differ)} tensors ({shown})",
+            "a checkpoint of this model: its tensors' names and shapes differ",
+        )
+    groups = [sorted(k for k in g if k != "params") for g in state["optimizer"]["param_groups"]]
+    mine = [sorted(k for k in g if k != "params") for g in optimizer.param_groups]
+    if groups != mine:
+        raise ConfigError(
+            "resume_from",
+            f"an optimizer with settings {groups[0] if groups else []}",
+            f"a checkpoint of this optimizer ({type(optimizer).__name__}, settings "
+            f"{mine[0] if mine else []})",
         )
 
 

@@ -57,8 +57,10 @@ from torch.utils.data import Dataset
 
 from trainers.checkpoint import (
     CHECKPOINT_FORMAT,
+    check_fits,
     check_resumable,
     checkpoint_file,
+    read_checkpoint,
     rng_state,
     set_rng_state,
 )
@@ -384,6 +386,7 @@ class Trainer:
             config=self.config,
             scheduler=self.scheduler is not None,
         )
+        check_fits(state, self.model, self.optimizer)  # all checked before anything changes
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         for group in self.optimizer.param_groups:
@@ -410,11 +413,7 @@ class Trainer:
         return target
 
     def load(self, path: str | os.PathLike[str]) -> None:
-        try:
-            state = torch.load(Path(path), map_location=self.device, weights_only=True)
-        except FileNotFoundError as exc:
-            raise ConfigError("resume_from", str(path), "an existing checkpoint file") from exc
-        self.load_state_dict(state)
+        self.load_state_dict(read_checkpoint(path, self.device))
 
 
 def workload_from_parts(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -369,6 +370,51 @@ def test_more_bad_options_are_refused_before_any_step(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^checkpoint_every=None is invalid: allowed an integ"):
         trainer.fit(4, checkpoint_path=tmp_path / "c.pt")
     assert trainer.step == 0 and not (tmp_path / "c.pt").exists()
+
+
+def _sgd_workload(width: int = 16, optimizer: Any = torch.optim.SGD) -> trainers.Workload:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, width), nn.ReLU(), nn.Linear(width, 1))
+    data = TensorDataset(torch.randn(64, 6), torch.randn(64, 1))
+    return workload_from_parts(
+        model,
+        data,
+        lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]),
+        optimizer=lambda params, capturable: optimizer(params, lr=0.1),
+        batch_size=8,
+    )
+
+
+def test_a_checkpoint_of_another_model_optimizer_or_no_checkpoint_is_refused_whole(
+    tmp_path: Path,
+) -> None:
+    """A user's probe (2026-12-05): a junk or truncated file raised torch's KeyError or
+    RuntimeError, another model's checkpoint torch's "Error(s) in loading state_dict", and an
+    SGD checkpoint loaded into an Adam Trainer raised `KeyError: 'betas'` at its first step with
+    the weights already replaced."""
+    path = tmp_path / "c.pt"
+    Trainer(_sgd_workload(), device="cpu").fit(4, checkpoint_every=4, checkpoint_path=path)
+    (tmp_path / "junk.pt").write_text("junk\n")
+    (tmp_path / "cut.pt").write_bytes(path.read_bytes()[:3000])
+    for bad in ("junk.pt", "cut.pt"):
+        with pytest.raises(ConfigError, match=r"allowed a checkpoint written by Trainer.save \("):
+            Trainer(_sgd_workload(), device="cpu").load(tmp_path / bad)
+    with pytest.raises(ConfigError, match=r"not a folder"):
+        Trainer(_sgd_workload(), device="cpu").load(tmp_path)
+    wider = Trainer(_sgd_workload(width=32), device="cpu")
+    refused = r"^resume_from='3 tensors \(0.bias, 0.weight, 2.weight\)' is invalid"
+    with pytest.raises(ConfigError, match=refused):
+        wider.load(path)
+    trainer = Trainer(_sgd_workload(optimizer=torch.optim.Adam), device="cpu")
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    with pytest.raises(ConfigError, match=r"a checkpoint of this optimizer \(Adam, settings"):
+        trainer.load(path)
+    after = list(trainer.model.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))  # untouched
+    assert trainer.step == 0 and math.isfinite(trainer.fit(2).losses[0])
+    resumed = Trainer(_sgd_workload(), device="cpu")
+    resumed.load(path)  # its own checkpoint still resumes
+    assert resumed.step == 4
 
 
 def test_a_checkpoint_resumes_only_under_its_own_config(tmp_path: Path) -> None:
