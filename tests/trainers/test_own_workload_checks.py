@@ -341,3 +341,34 @@ def test_an_optimizer_factory_that_raises_is_named_with_the_line_it_raised_at() 
 def test_float_ids_into_an_embedding_are_refused_when_built() -> None:
     with pytest.raises(WorkloadError, match=r"'indices' to have one of the following scalar"):
         load_workload(f"{OWN}:float_token_ids", "tiny")
+
+
+def test_a_loss_redefined_under_the_same_name_is_checked_again() -> None:
+    """A notebook cell run again with `reduction="none"`: the check had been keyed by the loss's
+    name and was skipped, and torch raised "grad can be implicitly created only for scalar
+    outputs" mid-fit (a user's probe, 2026-12-05). Two lambdas share the name `<lambda>` too."""
+
+    def parts(loss_fn: object) -> object:
+        torch.manual_seed(0)
+        return workload_from_parts(
+            nn.Linear(4, 1),
+            torch.utils.data.TensorDataset(torch.randn(32, 4), torch.randn(32, 1)),
+            loss_fn,  # type: ignore[arg-type]
+            optimizer=torch.optim.SGD,
+            batch_size=8,
+        )
+
+    def loss(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return nn.functional.mse_loss(model(batch[0]), batch[1])
+
+    first = parts(loss)
+    assert len(Trainer(first, device="cpu").fit(2).losses) == 2  # type: ignore[arg-type]
+
+    def loss(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return nn.functional.mse_loss(model(batch[0]), batch[1], reduction="none")
+
+    with pytest.raises(WorkloadError, match=r"returned a tensor of shape \[8, 1\]"):
+        parts(loss)
+    parts(lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]))
+    with pytest.raises(WorkloadError, match=r"returned a tensor of shape \[8\]"):
+        parts(lambda m, b: (m(b[0]) - b[1]).pow(2).mean(dim=1))

@@ -190,15 +190,20 @@ def _check_batch(batch: Any, where: _Where, keys: list[Any] | None) -> None:
             )
 
 
-_LOSS_CHECKED: set[tuple[str, ...]] = set()
+_LOSS_CHECKED: set[tuple[object, ...]] = set()
 """The workloads whose loss this process has checked: a factory is called at every build (the
-gate builds the workload for each of its runs), and the loss is the same code each time."""
+gate builds the workload for each of its runs), and the loss is the same code each time. Keyed by
+the loss's code object (equal where the code is), not its name alone: a loss redefined in one
+process (a notebook cell run again, or a second lambda, every one named `<lambda>`) was taken as
+checked, and a shape-[8, 1] loss reached torch's "grad can be implicitly created only for scalar
+outputs" (a user's probe, 2026-12-05)."""
 
 
 def _check_loss(workload: Workload, batch: tuple[torch.Tensor, ...], where: _Where) -> None:
     loss_fn = original_loss(workload.loss_fn)
     model = _qualified(type(workload.model))
-    key = (where.said, workload.name, workload.preset, _qualified(loss_fn), model)
+    code = getattr(loss_fn, "__code__", None)  # a function's or a bound method's
+    key = (where.said, workload.name, workload.preset, _qualified(loss_fn), code, model)
     if key in _LOSS_CHECKED:
         return
     copied = meta_copy(workload.model)
