@@ -52,7 +52,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, LRScheduler, SequentialLR
+from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import Dataset
 
 from trainers.checkpoint import (
@@ -75,6 +75,7 @@ from trainers.fit_checks import (
 )
 from trainers.optim import with_capturable
 from trainers.precision import Precision
+from trainers.schedules import warmup_cosine
 from trainers.streams import StreamPlan, on, wait
 from trainers.workloads.as_tuples import original_loss
 from trainers.workloads.base import Batch, LossFn, OptimizerFactory, Workload
@@ -113,25 +114,6 @@ class FitResult:
     wall_s: float
     n_syncs: int
     """Blocking host syncs the loss harvest made (evaluations and checkpoints not counted)."""
-
-
-def warmup_cosine(
-    total_steps: int, warmup_steps: int, *, start_factor: float = 0.01
-) -> SchedulerFactory:
-    """A linear warm-up from `start_factor` x the rate over `warmup_steps`, then cosine decay
-    to the end of `total_steps`: the schedule most runs use, as a `scheduler=` factory."""
-
-    def make(optimizer: torch.optim.Optimizer) -> SequentialLR:
-        return SequentialLR(
-            optimizer,
-            [
-                LinearLR(optimizer, start_factor=start_factor, total_iters=warmup_steps),
-                CosineAnnealingLR(optimizer, T_max=max(1, total_steps - warmup_steps)),
-            ],
-            milestones=[warmup_steps],
-        )
-
-    return make
 
 
 class Trainer:

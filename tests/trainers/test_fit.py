@@ -534,3 +534,39 @@ def test_fp16_clipping_sees_the_unscaled_gradients() -> None:
         scaler.update()
         theirs.append(float(loss))
     assert ours == theirs
+
+
+def test_warmup_cosine_refuses_a_schedule_it_cannot_make_and_holds_its_end() -> None:
+    """A user's probe (2026-12-05): `warmup_cosine(10, 20)` flipped the rate between 0 and the
+    full rate every step after the warm-up, and past `total_steps` the periodic cosine climbed
+    back to the full rate (a run resumed past its plan)."""
+    for args, said in [
+        ((10, 20), r"^warmup_steps=20 is invalid: allowed 0 to 9 \(< total_steps\)"),
+        ((10, 10), r"^warmup_steps=10 is invalid"),
+        ((0, 0), r"^total_steps=0 is invalid: allowed an integer >= 1"),
+        ((-5, 2), r"^total_steps=-5 is invalid"),
+        ((10, -1), r"^warmup_steps=-1 is invalid"),
+        ((10, 2.5), r"^warmup_steps=2.5 is invalid: allowed an integer"),
+    ]:
+        with pytest.raises(ConfigError, match=said):
+            fit.warmup_cosine(*args)
+    with pytest.raises(ConfigError, match=r"^start_factor=0 is invalid: allowed a number in"):
+        fit.warmup_cosine(10, 2, start_factor=0)
+    optimizer = torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=1.0)
+    scheduler = fit.warmup_cosine(10, 2, start_factor=0.1)(optimizer)
+    rates = []
+    for _ in range(25):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert rates[0] == pytest.approx(0.1) and rates[2] == pytest.approx(1.0)
+    assert all(a >= b for a, b in itertools.pairwise(rates[2:]))  # decays, never climbs back
+    assert rates[10:] == [0.0] * 15
+    optimizer = torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=1.0)
+    scheduler = fit.warmup_cosine(4, 0)(optimizer)  # no warm-up: the full rate first
+    rates = []
+    for _ in range(6):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert rates[0] == 1.0 and rates[2] == pytest.approx(0.5) and rates[4:] == [0.0, 0.0]
