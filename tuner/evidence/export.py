@@ -51,6 +51,32 @@ def positive(text: str) -> int:
     return value
 
 
+def start_ranks(parser: argparse.ArgumentParser, device: str) -> tuple[int, str]:
+    # This process's rank and device: rank 0 on `device` where the config trains in one
+    # process; where it trains data-parallel, one of the processes torchrun started, each on its
+    # own GPU (gloo on CPUs), in a process group started here (the Trainer wraps the model and
+    # feeds each rank its shard of every global batch).
+    if config.parallel == "none":
+        return 0, device
+    if "LOCAL_RANK" not in os.environ:
+        parser.exit(
+            2,
+            f"error: this config trains with {config.parallel} in {PROCESSES} processes, one "
+            f"per device: launch it as torchrun --nproc-per-node {PROCESSES} {sys.argv[0]} "
+            "[its flags]\\n",
+        )
+    import torch
+    import torch.distributed as dist
+
+    local = int(os.environ["LOCAL_RANK"])
+    cuda = device != "cpu" and torch.cuda.is_available()
+    if cuda:
+        device = f"cuda:{local}"
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    return dist.get_rank(), device
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=f"train {WORKLOAD} {PRESET} as tuned")
     parser.add_argument(
@@ -68,6 +94,10 @@ def main() -> None:
     )
     parser.add_argument("--resume", default=None, help="resume from this checkpoint")
     args = parser.parse_args()
+    if args.checkpoint and config.parallel == "fsdp2":
+        # Each rank holds a shard of the weights: one file from rank 0 would not resume them.
+        parser.exit(2, "error: --checkpoint: not with parallel=fsdp2 in this script\\n")
+    rank, args.device = start_ranks(parser, args.device)
     try:
         workload = trainers.load_workload(WORKLOAD, PRESET, seed=SEED, model_args=MODEL_ARGS)
     except trainers.WorkloadError as exc:
@@ -99,20 +129,27 @@ def main() -> None:
             )
 
     def report(first: int, losses: list[float]) -> None:
-        # Called as the tuned sync mode harvests the losses: printing adds no sync.
+        # Called as the tuned sync mode harvests the losses: printing adds no sync. Rank 0's
+        # own shard's loss only, where there are ranks.
         for step, loss in enumerate(losses, start=first + 1):
-            if step % args.log_every == 0:
+            if rank == 0 and step % args.log_every == 0:
                 print(f"step {step}: loss {loss:.4f}", flush=True)
 
+    checkpoint = args.checkpoint if rank == 0 else None  # DDP's replicas: rank 0 writes
     result = trainer.fit(
         args.steps,
         on_losses=report,
-        checkpoint_every=CHECKPOINT_EVERY if args.checkpoint else None,
-        checkpoint_path=args.checkpoint,
+        checkpoint_every=CHECKPOINT_EVERY if checkpoint else None,
+        checkpoint_path=checkpoint,
     )
-    if args.checkpoint and trainer.step % CHECKPOINT_EVERY:  # the end, unless just written
-        trainer.save(trainers.checkpoint_file(args.checkpoint, trainer.step))
-    print(f"trained {result.step - result.start_step} steps in {result.wall_s:.1f} s")
+    if checkpoint and trainer.step % CHECKPOINT_EVERY:  # the end, unless just written
+        trainer.save(trainers.checkpoint_file(checkpoint, trainer.step))
+    if rank == 0:
+        print(f"trained {result.step - result.start_step} steps in {result.wall_s:.1f} s")
+    if config.parallel != "none":
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
@@ -138,16 +175,19 @@ def python_script(rec: Recommendation, config: LoopConfig) -> str:
     architecture = (fields.get("model") or {}).get("architecture")
     # The precision to train in: the one the study chose when it searched several.
     precision = rec.trained_precision
+    processes = int(fields.get("nproc_per_node") or 1)
+    launch = "python" if config.parallel == "none" else f"torchrun --nproc-per-node {processes}"
     return (
         f"""# streamtune recommendation for study {rec.study!r} on {rec.hardware}
-# Trains {workload} {preset} (seed {seed}) with it: python this_file.py --steps 1000
+# Trains {workload} {preset} (seed {seed}) with it: {launch} this_file.py --steps 1000
 # Checkpoints and resuming: --steps is the total to reach, so a resumed run goes on to it:
-#   python this_file.py --steps 1000 --checkpoint 'run-{{step}}.pt'  # run-500.pt, run-1000.pt
-#   python this_file.py --steps 1000 --resume run-500.pt   # steps 501-1000 again, the same losses
-#   python this_file.py --steps 2000 --resume run-1000.pt  # 1000 steps more
+#   {launch} this_file.py --steps 1000 --checkpoint 'run-{{step}}.pt'  # run-500.pt, run-1000.pt
+#   {launch} this_file.py --steps 1000 --resume run-500.pt   # steps 501-1000 again, the same losses
+#   {launch} this_file.py --steps 2000 --resume run-1000.pt  # 1000 steps more
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import trainers
@@ -162,6 +202,7 @@ MODEL_ARGS = {model_args!r}
 SEED = {seed!r}
 ARCHITECTURE = {architecture!r}  # trainers.architecture_digest of the model measured
 PRECISION = {precision!r}
+PROCESSES = {processes!r}  # the processes per node the study measured
 CHECKPOINT_EVERY = 500
 """
         + _MAIN

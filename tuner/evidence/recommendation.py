@@ -92,6 +92,7 @@ STUDY_FIELDS = (
     "fingerprint",
     "matmul_precision",
     "model",  # what model it measured (`tuner.search.identity`); the exported script checks it
+    "nproc_per_node",  # the processes a data-parallel config trains in (the exported script's)
 )
 
 

@@ -308,3 +308,71 @@ def test_the_summary_gives_a_long_studys_export_command_on_one_line(finished: Fi
         assert command in out.getvalue().splitlines() or f"  {command}" in out.getvalue()
     print(out.getvalue())
     assert "--study 'my run/a b' --format" in out.getvalue()
+
+
+def test_a_data_parallel_recommendation_trains_under_torchrun_and_says_how_outside_it(
+    tmp_path: Path,
+) -> None:
+    """A two-process study's DDP pick: its script had refused "parallel='ddp' ... outside a
+    torchrun launch" under `python` and under torchrun alike, which never started the process
+    group (a user's probe, 2026-12-05). Two gloo processes on the CPU, as CI has."""
+    rec = Recommendation.from_dict(
+        {
+            "study": "s",
+            "config": LoopConfig(parallel="ddp", num_workers=0).to_dict(),
+            "hardware": "cpu-x2",
+            "workload": "mlp",
+            "preset": "tiny",
+            "nproc_per_node": 2,
+        }
+    )
+    text = export.export(rec, "python")
+    assert "# Trains mlp tiny (seed 0) with it: torchrun --nproc-per-node 2 this_file.py" in text
+    script = tmp_path / "train.py"
+    script.write_text(text)
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    flags = ["--steps", "4", "--device", "cpu", "--log-every", "2"]
+
+    def run(*command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*command, str(script), *flags],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+
+    alone = run(sys.executable)
+    assert alone.returncode == 2
+    assert alone.stderr.strip().endswith(
+        f"launch it as torchrun --nproc-per-node 2 {script} [its flags]"
+    ), alone.stderr
+    ranks = run(
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"
+    )
+    assert ranks.returncode == 0, ranks.stderr[-2000:]
+    # Rank 0 alone prints: each line once.
+    assert [
+        line.split(":")[0] for line in ranks.stdout.splitlines() if line.startswith("step")
+    ] == [
+        "step 2",
+        "step 4",
+    ]
+    assert ranks.stdout.count("trained 4 steps in") == 1
+    # Rank 0 writes the checkpoint (the replicas are equal); every rank resumes from it.
+    checkpoint = tmp_path / "run.pt"
+    launch = (
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+    )
+    flags += ["--checkpoint", str(checkpoint)]
+    assert run(*launch).returncode == 0 and checkpoint.exists()
+    flags[1], flags[-2:] = "6", ["--resume", str(checkpoint)]
+    resumed = run(*launch)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert resumed.stdout.count("trained 2 steps in") == 1
