@@ -147,5 +147,9 @@ def test_a_loss_that_is_nan_whatever_the_settings_stops_the_job_before_its_trial
     assert err.startswith(
         "error: --workload: the PyTorch default loop's loss is not finite at its step 0"
     ), err
-    (summary,) = optuna.get_all_study_summaries(storage)
-    assert summary.n_trials == 0  # stopped before any trial
+    # Stopped before any trial, and the study it made is gone: it had stayed, empty, and a run
+    # of the fixed workload with another seed was refused as "made with seed=0" (a user's probe).
+    assert optuna.get_all_study_summaries(storage) == []
+    again = ["run", "--workload", "tests.trainers.own_workloads:nan_loss", "--preset", "tiny"]
+    assert main([*again, "--seed", "1", "--trials", "3", "--storage", storage, "--quiet"]) == 2
+    assert "made with seed" not in capsys.readouterr().err

@@ -85,6 +85,10 @@ def run_study(
                 f"study {search.study.study_name!r}"
             )
         return search.decide()
+    except trainers.WorkloadError:
+        if search.made:  # refused before any trial: a fixed workload starts anew
+            studies.drop_unmeasured(search.study)
+        raise
     except KeyboardInterrupt as exc:
         name = search.study.study_name
         raise Interrupted(
@@ -285,6 +289,7 @@ def _search_on(
         memo=memo,
     )
     search.compile_cache, search.artifacts_loaded = info["compile_cache"], loaded
+    search.made = not resumed
     if copied is not None:
         # Measured by the earlier study, not before this run joined: they count toward its
         # patience as its own (tuner.search.earlier).

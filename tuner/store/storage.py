@@ -370,6 +370,16 @@ def open_study(
     return study, True
 
 
+def drop_unmeasured(study: optuna.Study) -> None:
+    """Delete `study` where none of its trials has run (only enqueued ones): a run that made it
+    and whose workload was then refused (the PyTorch loop's own loss not finite) left it empty,
+    and a run of the fixed workload with another seed was refused as "made with seed=0" (a
+    user's probe, 2026-12-05)."""
+    trials = study.get_trials(deepcopy=False)
+    if all(t.state == optuna.trial.TrialState.WAITING for t in trials):
+        optuna.delete_study(study_name=study.study_name, storage=study._storage)
+
+
 _ABSENT = "(absent)"
 
 
