@@ -120,6 +120,9 @@ def test_a_pin_the_processes_refuse_names_the_setting(
     with pytest.raises(SpaceError) as info:
         for_processes(load_space("full", fix=fix, cuda=True), nproc)
     assert info.value.field == field and allowed in str(info.value)
+    pinned = load_space("full", fix=fix, cuda=True).fixed[field]
+    # A pin is echoed as its one value, not a list (a service client's probe).
+    assert str(info.value).startswith(f"{field}={pinned!r} is invalid"), str(info.value)
 
 
 def test_a_pin_of_a_lever_is_kept() -> None:

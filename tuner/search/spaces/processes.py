@@ -81,12 +81,14 @@ def for_processes(
     model with blocks, `DATA_PARALLEL_BLOCK_LEVERS`. Under `precision` float8, `parallel` is
     fixed to ddp (with a note; fsdp2 pinned: a SpaceError naming it)."""
     parallel = _searched_or_fixed(space, "parallel")
+    # As given: a pin is one value, a search a list (a pin had been echoed as "['ddp']").
+    given = space.fixed["parallel"] if "parallel" in space.fixed else list(parallel)
     if nproc == 1:
         if any(value != "none" for value in parallel):
-            raise SpaceError("parallel", list(parallel), _SINGLE_ALLOWED)
+            raise SpaceError("parallel", given, _SINGLE_ALLOWED)
         return space
     if "none" in parallel:
-        raise SpaceError("parallel", list(parallel), _DP_ALLOWED)
+        raise SpaceError("parallel", given, _DP_ALLOWED)
     if space.fixed.get("cuda_graph") is True:
         raise SpaceError(
             "cuda_graph", True, "false with nproc_per_node > 1 (" + _DP_GRAPH_NOTE + ")"
