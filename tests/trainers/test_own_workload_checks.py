@@ -6,6 +6,8 @@ every trial; and the optimizer given as a class trains."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from torch import nn
@@ -372,3 +374,36 @@ def test_a_loss_redefined_under_the_same_name_is_checked_again() -> None:
     parts(lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]))
     with pytest.raises(WorkloadError, match=r"returned a tensor of shape \[8\]"):
         parts(lambda m, b: (m(b[0]) - b[1]).pow(2).mean(dim=1))
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [
+        functools.partial(torch.optim.SGD, lr=0.1, momentum=0.9),
+        functools.partial(torch.optim.SGD, momentum=0.9),  # lr's own default
+        lambda params, lr=0.1: torch.optim.SGD(params, lr=lr),
+        functools.partial(torch.optim.Adam, lr=1e-2),  # takes `capturable` by name
+        lambda params, capturable: torch.optim.SGD(params, lr=0.1),
+        torch.optim.SGD,
+    ],
+    ids=["partial-lr", "partial-default-lr", "lambda-lr-default", "partial-adam", "two", "cls"],
+)
+def test_an_optimizer_factory_with_a_defaulted_second_parameter_trains(factory: object) -> None:
+    """`partial(SGD, momentum=0.9)` and `lambda p, lr=0.5: ...` were called as (params, False):
+    a learning rate of False, and weights that never moved (a user's probe, 2026-12-05)."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    data = torch.utils.data.TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    workload = workload_from_parts(
+        model,
+        data,
+        lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]),
+        optimizer=factory,  # type: ignore[arg-type]
+        batch_size=8,
+    )
+    before = model.weight.detach().clone()
+    trainer = Trainer(workload, device="cpu")
+    trainer.fit(2)
+    rate = trainer.optimizer.param_groups[0]["lr"]
+    assert not isinstance(rate, bool) and float(rate) > 0, rate
+    assert not torch.equal(before, model.weight.detach())

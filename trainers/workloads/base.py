@@ -133,11 +133,18 @@ def optimizer_factory(given: Any) -> OptimizerFactory:
         signature = inspect.signature(given)
     except (TypeError, ValueError):  # not callable, or no signature to read: as it is
         return cast(OptimizerFactory, given)
-    if _binds(signature, 2) or not _binds(signature, 1):
+    if not _binds(signature, 1):  # needs two: (params, capturable), as the loop calls it
         return cast(OptimizerFactory, given)
+    # It takes the parameters alone; a second positional parameter with a default is not
+    # `capturable` unless so named: `partial(SGD, momentum=0.9)` and `lambda p, lr=0.5: ...` had
+    # been called as (params, False) and trained at a learning rate of False (a user's probe,
+    # 2026-12-05). One named `capturable` (`partial(Adam, lr=1e-2)`) gets it by name.
+    named = "capturable" in signature.parameters
     alone = given
 
     def of_params(params: Iterable[nn.Parameter], capturable: bool) -> torch.optim.Optimizer:
+        if named:
+            return cast(torch.optim.Optimizer, alone(params, capturable=capturable))
         return cast(torch.optim.Optimizer, alone(params))
 
     return of_params
