@@ -413,7 +413,9 @@ def workload_from_parts(
     data: a Dataset of samples (with batch_size), of whole batches (batch_size None: the samples
     a step counts are a leading size every tensor of a batch has, `checks.samples_in`), or a
     DataLoader, whose dataset, batch size and collate_fn are used: the loop builds its own
-    loader in dataset order, since workers and pinning are settings it was tuned with.
+    loader in dataset order, since workers and pinning are settings it was tuned with. Every
+    step takes a whole batch: the last batch of a pass through a dataset of samples, where it
+    would be short, is dropped (as `drop_last=True`).
     optimizer: a factory `(params, capturable) -> Optimizer`, or an optimizer already built on
     `model`'s parameters (rebuilt capturable when a CUDA graph needs it).
     """
@@ -426,6 +428,19 @@ def workload_from_parts(
                 "its own loader in dataset order; shuffle the dataset itself, e.g. "
                 "Subset(dataset, torch.randperm(n, generator=seeded))",
             )
+        sampler = data.batch_sampler
+        if data.batch_size is None and sampler is not None:
+            # batch_size was None beside a batch_sampler, and the loop had fed single samples.
+            if type(sampler) is not torch.utils.data.BatchSampler or not isinstance(
+                sampler.sampler, torch.utils.data.SequentialSampler
+            ):
+                raise ConfigError(
+                    "data",
+                    f"DataLoader(batch_sampler={type(sampler).__name__})",
+                    "a DataLoader of batch_size=N in dataset order, or of "
+                    "BatchSampler(SequentialSampler(dataset), N, drop_last)",
+                )
+            batch_size = sampler.batch_size if batch_size is None else batch_size
         batch_size = data.batch_size if batch_size is None else batch_size
         if collate_fn is None and data.collate_fn is not torch.utils.data.default_collate:
             collate_fn = data.collate_fn

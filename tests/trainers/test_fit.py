@@ -570,3 +570,31 @@ def test_warmup_cosine_refuses_a_schedule_it_cannot_make_and_holds_its_end() -> 
         optimizer.step()
         scheduler.step()
     assert rates[0] == 1.0 and rates[2] == pytest.approx(0.5) and rates[4:] == [0.0, 0.0]
+
+
+def test_a_dataloader_of_a_batch_sampler_trains_in_its_batches_or_is_refused() -> None:
+    """`DataLoader(ds, batch_sampler=BatchSampler(SequentialSampler(ds), 16, False))` has
+    batch_size None: the loop had fed the model single samples (a user's probe, 2026-12-05)."""
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    seen: list[int] = []
+
+    def loss(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        seen.append(batch[0].shape[0])
+        return nn.functional.mse_loss(model(batch[0]), batch[1])
+
+    sampler = torch.utils.data.BatchSampler(torch.utils.data.SequentialSampler(data), 16, False)
+    loader = DataLoader(data, batch_sampler=sampler)
+    workload = workload_from_parts(nn.Linear(4, 1), loader, loss, optimizer=torch.optim.SGD)
+    assert workload.batch_size == 16 and workload.samples_per_batch == 16
+    seen.clear()
+    Trainer(workload, device="cpu").fit(2)
+    assert seen == [16, 16]
+    shuffled = torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(data), 16, False)
+    with pytest.raises(ConfigError, match=r"^data='DataLoader\(batch_sampler=BatchSampler\)'"):
+        workload_from_parts(
+            nn.Linear(4, 1),
+            DataLoader(data, batch_sampler=shuffled),
+            loss,
+            optimizer=torch.optim.SGD,
+        )
