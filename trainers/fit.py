@@ -68,6 +68,7 @@ from trainers.config import REFERENCE, LoopConfig
 from trainers.core import Engine, Session
 from trainers.errors import ConfigError
 from trainers.fit_checks import (
+    Deferred,
     check_fit_arguments,
     check_options,
     check_parts,
@@ -245,7 +246,8 @@ class Trainer:
             has_eval_data=self.eval_data is not None,
         )
         start = self.step
-        session = self._session(steps - start, on_losses)
+        deferred = None if on_losses is None else Deferred(on_losses)
+        session = self._session(steps - start, deferred)
         evals: list[tuple[int, float]] = []
         checkpoints: list[str] = []
         started = time.perf_counter()
@@ -263,7 +265,11 @@ class Trainer:
                 if checkpoint_every is not None and self.step % checkpoint_every == 0:
                     assert checkpoint_path is not None
                     checkpoints.append(self._checkpoint(session, checkpoint_path))
+                if deferred is not None:
+                    deferred.raise_any()
             session.drain()
+            if deferred is not None:
+                deferred.raise_any()
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)  # the wall time covers the queued work
         return FitResult(

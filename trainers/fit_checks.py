@@ -166,3 +166,27 @@ def check_parts(data: object, loss_fn: object, batch_size: int | None) -> None:
             "an integer for a Dataset of samples (a TensorDataset's items are samples); None only "
             "for a dataset whose items are whole batches (trainers.workloads.SyntheticBatches)",
         )
+
+
+class Deferred:
+    """A user's loss callback (`Trainer.fit(on_losses=...)`) whose exception waits until the
+    step that harvested its losses is counted: raised from inside the loop's harvest, it had
+    left `Trainer.step` one behind the optimizer steps taken and the scheduler unstepped, and
+    the next `fit` trained a batch twice (a user's probe, 2026-12-05)."""
+
+    def __init__(self, callback: Any) -> None:
+        self.callback = callback
+        self.error: BaseException | None = None
+
+    def __call__(self, first: int, losses: list[float]) -> None:
+        if self.error is None:  # after a failure, no more calls until it is raised
+            try:
+                self.callback(first, losses)
+            except BaseException as exc:  # noqa: BLE001 - re-raised by `raise_any`, whole
+                self.error = exc
+
+    def raise_any(self) -> None:
+        """Raise what the callback raised, once the loop has counted the step."""
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error

@@ -598,3 +598,29 @@ def test_a_dataloader_of_a_batch_sampler_trains_in_its_batches_or_is_refused() -
             loss,
             optimizer=torch.optim.SGD,
         )
+
+
+@pytest.mark.parametrize("config", [LoopConfig(), EVENT_EVERY_3], ids=["every-step", "event-3"])
+def test_a_loss_callback_that_raises_leaves_the_count_right_and_the_run_resumable(
+    config: LoopConfig,
+) -> None:
+    """The callback raised inside the loop's harvest, after its step's optimizer step: the count
+    stayed one behind and the next `fit` trained a batch twice (a user's probe, 2026-12-05)."""
+
+    def build() -> Trainer:
+        return Trainer(_sgd_workload(), config, device="cpu", scheduler=warmup_cosine(8))
+
+    def fails(first: int, losses: list[float]) -> None:
+        if first + len(losses) >= 3:
+            raise RuntimeError("planted: the callback failed")
+
+    trainer = build()
+    with pytest.raises(RuntimeError, match="planted"):
+        trainer.fit(6, on_losses=fails)
+    assert 3 <= trainer.step < 6
+    trainer.fit(6)
+    plain = build()
+    plain.fit(6)
+    for ours, theirs in zip(trainer.model.parameters(), plain.model.parameters(), strict=True):
+        assert torch.equal(ours, theirs)
+    assert trainer.optimizer.param_groups[0]["lr"] == plain.optimizer.param_groups[0]["lr"]
