@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+import trainers
 from api.server import serve
 from tuner.errors import TunerError
 
@@ -31,7 +32,9 @@ def main(argv: list[str] | None = None) -> None:
             no_worker=args.no_worker,
             storage=args.storage,
         )
-    except TunerError as exc:
+    except (TunerError, trainers.ConfigError) as exc:
+        # A setting's ConfigError (TUNER_PROGRAMS naming no file) names it: one line, as
+        # `worker` says it, not a traceback.
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
 

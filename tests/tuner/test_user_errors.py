@@ -135,6 +135,23 @@ def test_serve_with_a_bare_path_is_one_line() -> None:
     assert "--storage sqlite:///jobs.db" in _one_error_line(out.stderr)
 
 
+def test_serve_with_a_registry_file_that_is_not_there_is_one_line(tmp_path: Path) -> None:
+    """`worker` said it in one line; `serve` printed ConfigError's traceback (an operator's
+    probe, 2026-12-05)."""
+    missing = tmp_path / "programs.json"
+    out = subprocess.run(
+        [sys.executable, "-m", "api", "--storage", sqlite_url(tmp_path), "--no-worker"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env=os.environ | {"TUNER_PROGRAMS": str(missing)},
+    )
+    assert out.returncode == 2, out.stderr
+    line = _one_error_line(out.stderr)
+    assert line.startswith(f"error: TUNER_PROGRAMS='{missing}' is invalid"), line
+
+
 def test_studies_prints_full_names_outside_a_terminal(tmp_path: Path) -> None:
     storage = sqlite_url(tmp_path)
     name = "a-study-name-long-enough-that-a-table-of-eighty-columns-would-cut-it-short"
