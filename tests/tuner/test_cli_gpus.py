@@ -147,6 +147,18 @@ def test_fewer_gpus_than_asked_in_a_real_process_exits_2_with_one_line(tmp_path:
     assert "Traceback" not in out.stderr
 
 
+def test_a_run_whose_workers_all_exit_cancels_its_job(tmp_path: Path) -> None:
+    """Its workers could not start (a bad TUNER_HEARTBEAT_S): the run said so and exited 2, and
+    its job stayed queued for a later worker of the storage to run (an operator's probe)."""
+    storage = sqlite_url(tmp_path)
+    env = standin_env(2, TUNER_HEARTBEAT_S="abc")
+    out = tuner("run", *RUN_FLAGS, "--storage", storage, "--gpus", "2", "--trials", "2", env=env)
+    assert out.returncode == 2, out.stderr
+    assert "error: --gpus: every worker exited before the job ended" in out.stderr
+    (jobs, total) = JobStore(storage).list()
+    assert total == 1 and jobs[0].status == "cancelled", jobs[0].status
+
+
 def test_gpus_1_runs_in_this_process_without_a_job(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -16,6 +16,7 @@ give and `--gpus` above 1 is refused there; on a GPU device the count is torch's
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -40,12 +41,15 @@ from tuner.service.spec import GPUS_ALLOWED, JobSpec, WorkloadRegistry, check_sp
 from tuner.service.tables import JobRow
 from tuner.store import keys
 from tuner.store import storage as studies
+from tuner.store.retry import is_transient
 
 STANDINS_VARIABLE = "TUNER_CPU_STANDINS"
 WATCH_S = 0.5
 """How often the watching process reads the job row and the study."""
 EXIT_GRACE_S = 30.0
 """How long the workers get to exit on their own once the job has ended."""
+DATABASE_WAIT_S = 120.0
+"""How long the watch of a `--gpus` run waits for its database to answer again."""
 OWNER = "cli"
 
 
@@ -240,6 +244,13 @@ class NodeRun:
         except KeyboardInterrupt:
             self.store.cancel(job.id)
             raise Interrupted("interrupted: the job is cancelled, its workers stopped") from None
+        except BaseException:
+            # The run failed (every worker gone, the database away): its job must not stay
+            # queued for a later worker of this storage to run what the user was told had
+            # failed (an operator's probe, 2026-12-05). Best effort: the database may be away.
+            with contextlib.suppress(Exception):
+                self.store.cancel(job.id)
+            raise
         finally:
             pool.stop()
         summary = self._summary(row, pool, time.monotonic() - started)
@@ -247,8 +258,24 @@ class NodeRun:
 
     def _watch(self, job: JobRow, pool: WorkerPool, logs: Path) -> JobRow:
         stage: str | None = None
+        away: float | None = None  # since when the database has not answered
         while True:
-            row = self.store.get(job.id)
+            try:
+                row = self.store.get(job.id)
+            except Exception as exc:
+                # The workers wait out a database restart (their backoff); so does the watch,
+                # which had printed SQLAlchemy's traceback and left the job to its workers.
+                if not is_transient(exc):
+                    raise
+                away = time.monotonic() if away is None else away
+                if time.monotonic() - away > DATABASE_WAIT_S:
+                    raise TunerError(
+                        f"--storage: the database did not answer for {DATABASE_WAIT_S:.0f} s: "
+                        f"{' '.join(str(exc).split())[:200]}"
+                    ) from exc
+                time.sleep(WATCH_S)
+                continue
+            away = None
             self._show_trials(row)
             if row.stage != stage and row.stage is not None:
                 stage = row.stage
