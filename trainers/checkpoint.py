@@ -85,14 +85,36 @@ def read_checkpoint(path: str | os.PathLike[str], device: torch.device) -> Any:
         ) from exc
 
 
+def data_of(workload: Any) -> list[int | None]:
+    """What a checkpoint's data position is counted in: the batch size and the dataset's
+    length (None where it has none)."""
+    try:
+        length = len(workload.dataset)
+    except TypeError:  # an IterableDataset, say
+        length = None
+    return [workload.batch_size, length]
+
+
 def check_fits(
-    state: Mapping[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer
+    state: Mapping[str, Any],
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data: list[int | None] | None = None,
 ) -> None:
     """ConfigError naming `resume_from` unless `state`'s model has this model's tensors (names
     and shapes) and its optimizer this optimizer's kind of parameter groups: a checkpoint of
     another model raised torch's "Error(s) in loading state_dict" after nothing, and one of
     another optimizer (SGD into Adam) loaded and raised `KeyError: 'betas'` at the first step
     with the weights already replaced (a user's probe, 2026-12-05)."""
+    if data is not None and state.get("data") not in (None, data):
+        # The position (`step` batches in) would be counted in other batches, or past the end
+        # of other data (a user's probe: a resume with batch_size 8 after 16 was taken).
+        (size, length), (was, were) = data, state["data"]
+        raise ConfigError(
+            "resume_from",
+            f"a run of batch_size={was} on {were} samples",
+            f"a checkpoint of this data (batch_size={size} on {length} samples)",
+        )
     saved = state["model"]
     own = model.state_dict()
     differ = sorted(

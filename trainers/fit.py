@@ -60,6 +60,7 @@ from trainers.checkpoint import (
     check_fits,
     check_resumable,
     checkpoint_file,
+    data_of,
     read_checkpoint,
     rng_state,
     set_rng_state,
@@ -360,6 +361,7 @@ class Trainer:
             "accumulate": self.accumulate,
             "config": self.config.to_dict(),
             "workload": [self.workload.name, self.workload.preset],
+            "data": data_of(self.workload),
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
@@ -374,7 +376,8 @@ class Trainer:
             config=self.config,
             scheduler=self.scheduler is not None,
         )
-        check_fits(state, self.model, self.optimizer)  # all checked before anything changes
+        # All checked before anything changes.
+        check_fits(state, self.model, self.optimizer, data_of(self.workload))
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         for group in self.optimizer.param_groups:

@@ -624,3 +624,33 @@ def test_a_loss_callback_that_raises_leaves_the_count_right_and_the_run_resumabl
     for ours, theirs in zip(trainer.model.parameters(), plain.model.parameters(), strict=True):
         assert torch.equal(ours, theirs)
     assert trainer.optimizer.param_groups[0]["lr"] == plain.optimizer.param_groups[0]["lr"]
+
+
+def test_a_checkpoint_resumes_only_on_its_own_batch_size_and_data(tmp_path: Path) -> None:
+    """A resume with batch_size 8 after 16 counted its position in the new batches (a user's
+    probe, 2026-12-05)."""
+    path = tmp_path / "c.pt"
+    Trainer(_sgd_workload(), device="cpu").fit(2, checkpoint_every=2, checkpoint_path=path)
+
+    def with_data(samples: int, batch: int) -> trainers.Workload:
+        torch.manual_seed(0)
+        return workload_from_parts(
+            nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 1)),
+            TensorDataset(torch.randn(samples, 6), torch.randn(samples, 1)),
+            lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]),
+            optimizer=lambda params, capturable: torch.optim.SGD(params, lr=0.1),
+            batch_size=batch,
+        )
+
+    for samples, batch in ((64, 16), (48, 8)):
+        trainer = Trainer(with_data(samples, batch), device="cpu")
+        refused = (
+            r"^resume_from='a run of batch_size=8 on 64 samples' is invalid: allowed a "
+            rf"checkpoint of this data \(batch_size={batch} on {samples} samples\)"
+        )
+        with pytest.raises(ConfigError, match=refused):
+            trainer.fit(4, resume_from=path)
+        assert trainer.step == 0
+    resumed = Trainer(with_data(64, 8), device="cpu")
+    resumed.fit(4, resume_from=path)
+    assert resumed.step == 4
