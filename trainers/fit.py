@@ -74,6 +74,7 @@ from trainers.fit_checks import (
     check_options,
     check_parts,
     checked_scheduler,
+    checked_workload,
 )
 from trainers.optim import with_capturable
 from trainers.precision import Precision
@@ -81,7 +82,7 @@ from trainers.schedules import warmup_cosine
 from trainers.streams import StreamPlan, on, wait
 from trainers.workloads.as_tuples import original_loss
 from trainers.workloads.base import Batch, LossFn, OptimizerFactory, Workload
-from trainers.workloads.checks import checked, own_workload
+from trainers.workloads.checks import own_workload
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -148,7 +149,7 @@ class Trainer:
             eval_loss=eval_loss,
             eval_data=eval_data,
         )
-        self.workload = workload = _checked(workload)
+        self.workload = workload = checked_workload(workload)
         self.config = config
         self.precision = precision
         self.accumulate = accumulate
@@ -476,12 +477,6 @@ def workload_from_parts(
         collate_fn=collate_fn,
     )
     return own_workload(workload, name, parts=True)
-
-
-def _checked(workload: Workload) -> Workload:
-    """A `Workload` built by hand (`examples/my_workload.py`'s way), checked and its dict or
-    tensor batches fed as tuples, as a factory's are; one that was (a factory's) as it is."""
-    return workload if checked(workload) else own_workload(workload, workload.name)
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:

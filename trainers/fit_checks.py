@@ -14,6 +14,8 @@ from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 from trainers.config import LoopConfig
 from trainers.core import check_micro_batches
 from trainers.errors import ConfigError
+from trainers.workloads.base import Workload
+from trainers.workloads.checks import checked, own_workload
 
 
 def check_options(
@@ -166,6 +168,19 @@ def check_parts(data: object, loss_fn: object, batch_size: int | None) -> None:
             "an integer for a Dataset of samples (a TensorDataset's items are samples); None only "
             "for a dataset whose items are whole batches (trainers.workloads.SyntheticBatches)",
         )
+
+
+def checked_workload(workload: Workload) -> Workload:
+    """A `Workload` built by hand (`examples/my_workload.py`'s way), checked and its dict or
+    tensor batches fed as tuples, as a factory's are; one that was (a factory's) as it is.
+    Anything else (`Trainer(model)`, which raised AttributeError 'name') is named."""
+    if not isinstance(workload, Workload):
+        raise ConfigError(
+            "workload",
+            type(workload).__name__,
+            "a Workload: trainers.workload_from_parts(model, data, loss_fn, optimizer=...)",
+        )
+    return workload if checked(workload) else own_workload(workload, workload.name)
 
 
 class Deferred:

@@ -654,3 +654,9 @@ def test_a_checkpoint_resumes_only_on_its_own_batch_size_and_data(tmp_path: Path
     resumed = Trainer(with_data(64, 8), device="cpu")
     resumed.fit(4, resume_from=path)
     assert resumed.step == 4
+
+
+def test_a_model_given_for_a_workload_is_named() -> None:
+    """`Trainer(model)` raised AttributeError: 'Sequential' object has no attribute 'name'."""
+    with pytest.raises(ConfigError, match=r"^workload='Sequential' is invalid: allowed a Workload"):
+        Trainer(nn.Sequential(nn.Linear(2, 1)), device="cpu")  # type: ignore[arg-type]
