@@ -75,6 +75,7 @@ from trainers.fit_checks import (
     check_parts,
     checked_scheduler,
     checked_workload,
+    from_loader,
 )
 from trainers.optim import with_capturable
 from trainers.precision import Precision
@@ -248,8 +249,8 @@ class Trainer:
             has_eval_data=self.eval_data is not None,
         )
         start = self.step
-        deferred = None if on_losses is None else Deferred(on_losses)
-        session = self._session(steps - start, deferred)
+        deferred = Deferred(on_losses)
+        session = self._session(steps - start, deferred if on_losses is not None else None)
         evals: list[tuple[int, float]] = []
         checkpoints: list[str] = []
         started = time.perf_counter()
@@ -267,11 +268,9 @@ class Trainer:
                 if checkpoint_every is not None and self.step % checkpoint_every == 0:
                     assert checkpoint_path is not None
                     checkpoints.append(self._checkpoint(session, checkpoint_path))
-                if deferred is not None:
-                    deferred.raise_any()
-            session.drain()
-            if deferred is not None:
                 deferred.raise_any()
+            session.drain()
+            deferred.raise_any()
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)  # the wall time covers the queued work
         return FitResult(
@@ -430,31 +429,7 @@ def workload_from_parts(
     `model`'s parameters (rebuilt capturable when a CUDA graph needs it).
     """
     if isinstance(data, torch.utils.data.DataLoader):
-        if not isinstance(data.sampler, torch.utils.data.SequentialSampler):
-            raise ConfigError(
-                "data",
-                f"DataLoader(sampler={type(data.sampler).__name__})",
-                "a DataLoader in dataset order (shuffle=False, no sampler): the tuned loop builds "
-                "its own loader in dataset order; shuffle the dataset itself, e.g. "
-                "Subset(dataset, torch.randperm(n, generator=seeded))",
-            )
-        sampler = data.batch_sampler
-        if data.batch_size is None and sampler is not None:
-            # batch_size was None beside a batch_sampler, and the loop had fed single samples.
-            if type(sampler) is not torch.utils.data.BatchSampler or not isinstance(
-                sampler.sampler, torch.utils.data.SequentialSampler
-            ):
-                raise ConfigError(
-                    "data",
-                    f"DataLoader(batch_sampler={type(sampler).__name__})",
-                    "a DataLoader of batch_size=N in dataset order, or of "
-                    "BatchSampler(SequentialSampler(dataset), N, drop_last)",
-                )
-            batch_size = sampler.batch_size if batch_size is None else batch_size
-        batch_size = data.batch_size if batch_size is None else batch_size
-        if collate_fn is None and data.collate_fn is not torch.utils.data.default_collate:
-            collate_fn = data.collate_fn
-        data = data.dataset
+        data, batch_size, collate_fn = from_loader(data, batch_size, collate_fn)
     check_parts(data, loss_fn, batch_size)
     make_optimizer: OptimizerFactory
     if isinstance(optimizer, torch.optim.Optimizer):

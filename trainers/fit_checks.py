@@ -183,6 +183,39 @@ def checked_workload(workload: Workload) -> Workload:
     return workload if checked(workload) else own_workload(workload, workload.name)
 
 
+def from_loader(
+    data: torch.utils.data.DataLoader[Any], batch_size: int | None, collate_fn: Any
+) -> tuple[torch.utils.data.Dataset[Any], int | None, Any]:
+    """A DataLoader given to `workload_from_parts` as its dataset, batch size and collate_fn
+    (those given beside it win); a ConfigError naming `data` where it is not in dataset
+    order."""
+    if not isinstance(data.sampler, torch.utils.data.SequentialSampler):
+        raise ConfigError(
+            "data",
+            f"DataLoader(sampler={type(data.sampler).__name__})",
+            "a DataLoader in dataset order (shuffle=False, no sampler): the tuned loop builds "
+            "its own loader in dataset order; shuffle the dataset itself, e.g. "
+            "Subset(dataset, torch.randperm(n, generator=seeded))",
+        )
+    sampler = data.batch_sampler
+    if data.batch_size is None and sampler is not None:
+        # batch_size was None beside a batch_sampler, and the loop had fed single samples.
+        if type(sampler) is not torch.utils.data.BatchSampler or not isinstance(
+            sampler.sampler, torch.utils.data.SequentialSampler
+        ):
+            raise ConfigError(
+                "data",
+                f"DataLoader(batch_sampler={type(sampler).__name__})",
+                "a DataLoader of batch_size=N in dataset order, or of "
+                "BatchSampler(SequentialSampler(dataset), N, drop_last)",
+            )
+        batch_size = sampler.batch_size if batch_size is None else batch_size
+    batch_size = data.batch_size if batch_size is None else batch_size
+    if collate_fn is None and data.collate_fn is not torch.utils.data.default_collate:
+        collate_fn = data.collate_fn
+    return data.dataset, batch_size, collate_fn
+
+
 class Deferred:
     """A user's loss callback (`Trainer.fit(on_losses=...)`) whose exception waits until the
     step that harvested its losses is counted: raised from inside the loop's harvest, it had
@@ -190,11 +223,11 @@ class Deferred:
     the next `fit` trained a batch twice (a user's probe, 2026-12-05)."""
 
     def __init__(self, callback: Any) -> None:
-        self.callback = callback
+        self.callback = callback  # None: no callback, nothing to raise
         self.error: BaseException | None = None
 
     def __call__(self, first: int, losses: list[float]) -> None:
-        if self.error is None:  # after a failure, no more calls until it is raised
+        if self.callback is not None and self.error is None:  # none after a failure
             try:
                 self.callback(first, losses)
             except BaseException as exc:  # noqa: BLE001 - re-raised by `raise_any`, whole

@@ -89,6 +89,7 @@ class Search(TrialRunner):
     (`Children`) and the time each phase took (`Clock`)."""
 
     owned_storage: optuna.storages.BaseStorage | None = None  # opened for it: closed with it
+    made = False  # this run created the study (`open_search`), not resumed it
 
     def __init__(
         self,
@@ -137,7 +138,6 @@ class Search(TrialRunner):
         self.compile_cache: str | None = None
         self.artifacts_loaded = 0
         self.copied = 0  # trials copied from an earlier study (`earlier`): a share of the budget
-        self.made = False  # this run created the study (`open_search`), not resumed it
         self.baseline_configs = baselines_for(options.nproc_per_node)
         self._open_shared(memo)
         # Where this process measures: drift compares a device with its own first measurement.

@@ -268,10 +268,8 @@ def _search_on(
         sampler=make_sampler(options.sampler, options.seed, options.trials, space),
         pruner=_pruner(options),
     )
-    # Programs are measured elsewhere: their code is not this process's to fingerprint.
-    memo = (
-        None if measurer.program is not None else open_memo(storage, options, info["fingerprint"])
-    )
+    own = measurer.program is None  # a program is measured elsewhere: not this process's code
+    memo = open_memo(storage, options, info["fingerprint"]) if own else None
     copied = None if resumed else _begin(storage, study, memo, info, space, options, measurer)
     progress.start(name, options.trials, resumed)
     if copied is not None:
