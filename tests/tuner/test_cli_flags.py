@@ -27,6 +27,7 @@ NO_FLAG = {
     "protocol": "RunOptions' measurement protocol: its fields are flags (--warmup, --windows, ...)",
     "auto_window_steps": "set where --window-steps is not given",
     "precision_spec": "built from --precision, --precisions and --matmul-precision, checked once",
+    "scope": "the service's: a job's owner (a CLI run reads every record of its own storage)",
     # Newer levers of LoopConfig: searched by the space and pinned with --fix NAME=VALUE.
     "micro_batches": "--fix",
     "activation_checkpointing": "--fix",
