@@ -70,6 +70,7 @@ def test_two_standins_share_the_trials_and_one_runs_the_final_round(tmp_path: Pa
     assert "GPU-seconds used" in out.stderr
     (job,), _ = JobStore(storage).list()
     assert (job.status, job.study, job.spec["gpus"]) == ("succeeded", rec["study"], 2)
+    assert job.dedicated  # no service worker on a shared database takes it or joins it
 
 
 def test_the_patience_ends_the_trials_of_a_job_on_several_gpus(tmp_path: Path) -> None:

@@ -90,10 +90,10 @@ class Membership(JobTables):
         """Atomically take the oldest queued job this worker can run; None when there is none.
 
         The claiming worker becomes the job's first member. `job`: that job only (the workers
-        of `python -m tuner run --gpus N` take no other).
+        of `python -m tuner run --gpus N` take no other); without it, no dedicated job.
         """
         now = utcnow()
-        only = () if job is None else (JobRow.id == job,)
+        only = _only(job)
         candidate = (
             sa.select(JobRow.id)
             .where(JobRow.status == "queued", JobRow.device.in_(list(devices)), *only)
@@ -144,7 +144,7 @@ class Membership(JobTables):
         A job is measured on one kind of hardware (its study's fingerprint): CPU jobs on the
         CPU, others on the GPU model of the worker that claimed it.
         """
-        only = () if job is None else (JobRow.id == job,)
+        only = _only(job)
         same_hardware = sa.or_(
             sa.and_(JobRow.device == "cpu", JobRow.hardware == "cpu"),
             sa.and_(JobRow.device != "cpu", JobRow.hardware == hardware),
@@ -436,3 +436,12 @@ class Membership(JobTables):
                     .values(slot_lock=None, slot_lock_until=None)
                 )
         return [WorkerRow(id=row.id, job_id=row.job_id) for row in dead]
+
+
+def _only(job: str | None) -> tuple[sa.ColumnElement[bool], ...]:
+    """The jobs a worker may claim or join: `job` alone for a worker started for it; otherwise
+    any but a dedicated job (`JobRow.dedicated`: a `run --gpus N` job, measured with its own
+    flags by its own workers, which a service worker's settings would mix into its study)."""
+    if job is not None:
+        return (JobRow.id == job,)
+    return (JobRow.dedicated.is_not(True),)

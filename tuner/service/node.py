@@ -224,7 +224,7 @@ class NodeRun:
 
     def run(self) -> tuple[Recommendation, NodeSummary]:
         started = time.monotonic()
-        job = self.store.create(self.spec, owner=OWNER)
+        job = self.store.create(self.spec, owner=OWNER, dedicated=True)
         logs = Path(tempfile.mkdtemp(prefix=f"tuner-{job.id[:8]}-workers-"))
         count = int(self.spec.gpus)
         slots: list[int | None] = [None] * count if self.devices.standins else list(range(count))

@@ -54,11 +54,19 @@ class Submissions(JobTables):
     it did not exist. `by=None` is the operator's view (scripts, tests): every job.
     """
 
-    def create(self, spec: JobSpec, *, owner: Owner | str, max_queued: int | None = None) -> JobRow:
-        """Queue a job stored under `owner`'s name; TooManyQueued when it has `max_queued`."""
+    def create(
+        self,
+        spec: JobSpec,
+        *,
+        owner: Owner | str,
+        max_queued: int | None = None,
+        dedicated: bool = False,
+    ) -> JobRow:
+        """Queue a job stored under `owner`'s name; TooManyQueued when it has `max_queued`.
+        `dedicated`: only workers started for this job (`worker --job ID`) claim or join it."""
         owner = owner if isinstance(owner, Owner) else Owner(name=owner)
         job_id = uuid.uuid4().hex
-        values = _new_row(job_id, spec, owner)
+        values = _new_row(job_id, spec, owner) | {"dedicated": dedicated}
         # One statement, INSERT ... SELECT ... WHERE (queued jobs of this owner) < max_queued:
         # atomic on SQLite, whose writers take the one database lock in turn (no read-then-write
         # upgrade to fail on a busy database). On PostgreSQL each statement counts in its own

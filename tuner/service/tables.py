@@ -76,6 +76,9 @@ class JobRow(Base):
     deadline_at: Mapped[dt.datetime | None]
     # Trials cut short by the service (run again, not counted); see tuner.store.counting.
     n_interrupted: Mapped[int | None]
+    # A job run by its own workers only (`python -m tuner run --gpus N`, whose workers measure
+    # with its flags): no service worker claims or joins it. NULL in rows made before: shared.
+    dedicated: Mapped[bool | None]
 
 
 class WorkerRow(Base):

@@ -259,6 +259,24 @@ def test_a_job_of_gpus_n_takes_n_members_and_a_worker_of_one_job_no_other(
     assert JobSpec(**TINY).max_members is None
 
 
+def test_a_dedicated_job_is_claimed_and_joined_by_its_own_workers_only(store: JobStore) -> None:
+    # `run --gpus N` on a database the service shares: a service worker, measuring with its own
+    # settings, must not take the node job or join its study.
+    register(store, "service", "node-a", "node-b")
+    job = store.create(JobSpec(**(TINY | {"gpus": 2})), owner="cli", dedicated=True)
+    shared = store.create(JobSpec(**TINY), owner="me")
+    claimed = store.claim("service", devices=("cpu",))
+    assert claimed is not None and claimed.id == shared.id  # the older, dedicated job passed by
+    assert store.claim("node-a", devices=("cpu",), job=job.id) is not None
+    assert store.open_trials(job.id, "node-a", hardware="cpu", deadline=None)
+    assert store.open_trials(shared.id, "service", hardware="cpu", deadline=None)
+    seen = [r.id for r in store.joinable(devices=("cpu",), hardware="cpu")]
+    assert seen == [shared.id]
+    own = store.joinable(devices=("cpu",), hardware="cpu", job=job.id)
+    assert [r.id for r in own] == [job.id]
+    assert store.get(job.id).dedicated and not store.get(shared.id).dedicated
+
+
 @pytest.mark.parametrize("gpus", [0, -1, True, "some", 1.5])
 def test_check_spec_refuses_a_bad_gpus_naming_it(gpus: object) -> None:
     with pytest.raises(SpecError) as caught:
