@@ -56,6 +56,7 @@ class ApiSettings(ServiceSettings):
     max_body_bytes: int = Field(default=64 * 1024, ge=1_024, le=16 * 1024 * 1024)
     body_timeout_s: float = Field(
         default=BODY_TIMEOUT_S,
+        allow_inf_nan=False,
         gt=0,
         le=3_600,
         description="a request's body must have arrived this many seconds after it started",

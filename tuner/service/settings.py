@@ -10,7 +10,10 @@ training programs a job may name as `program:NAME`, trainers/program/runner.py),
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
+import sys
 from typing import Literal, TypeVar
 
 import pydantic
@@ -39,7 +42,11 @@ class ServiceSettings(BaseSettings):
         default_factory=dict, description="plug-in workloads: JSON {name: package.module:factory}"
     )
     lease_s: float = Field(
-        default=60.0, gt=0, le=86_400, description="heartbeat age after which a job is requeued"
+        allow_inf_nan=False,
+        default=60.0,
+        gt=0,
+        le=86_400,
+        description="heartbeat age after which a job is requeued",
     )
 
     @pydantic.field_validator("storage")
@@ -51,8 +58,8 @@ class ServiceSettings(BaseSettings):
 class WorkerSettings(ServiceSettings):
     """`python -m tuner worker`: how it heartbeats, measures and retries."""
 
-    heartbeat_s: float = Field(default=5.0, gt=0, le=3_600)
-    poll_s: float = Field(default=2.0, gt=0, le=3_600)
+    heartbeat_s: float = Field(allow_inf_nan=False, default=5.0, gt=0, le=3_600)
+    poll_s: float = Field(allow_inf_nan=False, default=2.0, gt=0, le=3_600)
     max_attempts: int = Field(
         default=3, ge=1, le=100, description="claims of one job before it fails"
     )
@@ -78,6 +85,7 @@ class WorkerSettings(ServiceSettings):
         "job's (a job with `precisions`); unset: parity_steps (as `run`)",
     )
     precision_tolerance: float | None = Field(
+        allow_inf_nan=False,
         default=None,
         gt=0,
         le=1_000,
@@ -114,10 +122,18 @@ class WorkerSettings(ServiceSettings):
         ),
     )
     retry_base_s: float = Field(
-        default=0.5, gt=0, le=600, description="first wait after a database error"
+        allow_inf_nan=False,
+        default=0.5,
+        gt=0,
+        le=600,
+        description="first wait after a database error",
     )
     retry_max_s: float = Field(
-        default=30.0, gt=0, le=3_600, description="longest wait between database retries"
+        allow_inf_nan=False,
+        default=30.0,
+        gt=0,
+        le=3_600,
+        description="longest wait between database retries",
     )
     parent_pid: int | None = Field(
         default=None, description="set by `serve`: shut down when it is gone"
@@ -136,7 +152,7 @@ def load_settings(kind: type[S]) -> S:
     JSON one that does not parse too: pydantic-settings' own error names neither the variable
     nor the cause)."""
     try:
-        return kind()
+        loaded = kind()
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         if not first["loc"]:
@@ -152,3 +168,27 @@ def load_settings(kind: type[S]) -> S:
         raise TunerError(
             f"{variable}: not valid JSON" + (f" ({cause})" if cause is not None else "")
         ) from exc
+    warn_misspelt(kind)
+    return loaded
+
+
+def warn_misspelt(kind: type[BaseSettings]) -> list[str]:
+    """One stderr line per `TUNER_*` variable that is no setting of `kind` but nearly spells one
+    (`TUNER_STORGE`): pydantic-settings ignores it, and the process would run on the default
+    without a word. Variables read elsewhere (the API's, `TUNER_CPU_STANDINS`) are far from
+    every setting's name, so they pass unremarked. The lines, for the tests."""
+    prefix = str(kind.model_config.get("env_prefix", "")).upper()
+    names = [name.upper() for name in kind.model_fields]
+    said = []
+    for variable in sorted(os.environ):
+        if not variable.startswith(prefix) or variable[len(prefix) :] in names:
+            continue
+        close = difflib.get_close_matches(variable[len(prefix) :], names, n=1, cutoff=0.8)
+        if close:
+            said.append(
+                f"warning: {variable} is not a setting here and is ignored; "
+                f"did you mean {prefix}{close[0]}?"
+            )
+    for line in said:
+        print(line, file=sys.stderr)
+    return said

@@ -278,6 +278,24 @@ class Worker:
     def shutdown(self) -> None:
         self.stopping.set()
 
+    def check_job(self) -> None:
+        """`--job ID` naming no job of this storage is a one-line error: the worker had exited 0
+        at once, as if that job had ended. A database that does not answer now is met by `run`
+        (it retries): nothing is said here then."""
+        if self.only_job is None:
+            return
+        try:
+            self.store.get(self.only_job)
+        except JobNotFound:
+            where = studies.masked(self.storage_url)
+            raise TunerError(
+                f"--job: no job {self.only_job!r} in the storage {where}:"
+                " allowed the id of a job there (`python -m tuner run --gpus N` starts its own)"
+            ) from None
+        except sa.exc.SQLAlchemyError as exc:
+            if not is_transient(exc):
+                raise
+
     def _job_over(self) -> bool:
         """Whether the one job this worker serves has ended (or is gone)."""
         try:
@@ -423,6 +441,7 @@ def main(storage: str | None = None, gpu: int | None = None, job: str | None = N
         os.nice(settings.worker_nice)
     worker = Worker(settings, storage=storage, gpu=gpu, job=job)
     worker.registry.check()
+    worker.check_job()
     worker.install_signals()
     worker.run()
 

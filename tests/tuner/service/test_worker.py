@@ -638,6 +638,36 @@ def test_worker_and_serve_flags_are_checked() -> None:
     assert main(["worker", "--gpu", "-1"]) == 2
 
 
+def test_a_worker_for_a_job_that_is_not_there_is_one_line_naming_the_flag(
+    storage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tuner.__main__ import main
+
+    JobStore(storage).create(JobSpec(**TINY_JOB), owner="me")
+    # It had exited 0 at once, as if the job had ended, and the CPU job stayed queued.
+    assert main(["worker", "--storage", storage, "--job", "0" * 32]) == 2
+    err = capsys.readouterr().err
+    assert f"error: --job: no job '{'0' * 32}' in the storage" in err
+    assert "Traceback" not in err
+
+
+def test_a_misspelt_or_nan_setting_is_said(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TUNER_STORGE", "sqlite:///elsewhere.db")
+    monkeypatch.setenv("TUNER_CPU_STANDINS", "2")  # read by `run --gpus`, not a near miss
+    monkeypatch.setenv("TUNER_API_TOKENS", "alice:x")  # the API's, in one env file with these
+    load_settings(WorkerSettings)
+    said = capsys.readouterr().err.splitlines()
+    assert said == [
+        "warning: TUNER_STORGE is not a setting here and is ignored; "
+        "did you mean TUNER_STORAGE?"
+    ]
+    monkeypatch.setenv("TUNER_POLL_S", "nan")  # passed "gt 0" and named "<= 3600"
+    with pytest.raises(TunerError, match=r"^TUNER_POLL_S: Input should be a finite number$"):
+        load_settings(WorkerSettings)
+
+
 def test_a_worker_leaves_the_window_to_the_job_unless_its_settings_set_one(storage: str) -> None:
     """As `run` without --window-steps: a worker whose TUNER_MEASURE_WINDOW_STEPS is unset lets
     the scale space shorten the windows (`search.measurement_protocol`); one that sets it keeps
