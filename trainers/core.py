@@ -195,7 +195,10 @@ class Engine:
             _release_blas_workspaces(dev)
             torch.cuda.reset_peak_memory_stats(dev)
         self.model = workload.model.to(dev)
-        self.model.train()
+        if not self.model.training:
+            # Built in eval mode (`from_pretrained`): trained in train mode. A model in train mode
+            # keeps the modes its owner gave its submodules (a frozen BatchNorm in eval).
+            self.model.train()
         # Memory already allocated (the model, and whatever earlier runs in this process left)
         # is subtracted from the peak; the model's own bytes are added back (see RunResult).
         self.allocated_at_start = torch.cuda.memory_allocated(dev) if dev.type == "cuda" else 0

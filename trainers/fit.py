@@ -323,6 +323,8 @@ class Trainer:
             wait(current, plan.forward)
         total: torch.Tensor | None = None
         count = 0
+        # Back to the modes the model had, submodule by submodule (a frozen BatchNorm stays so).
+        modes = [(module, module.training) for module in self.model.modules()]
         self.model.eval()
         try:
             with torch.no_grad(), self.precision_plan.autocast():
@@ -335,7 +337,8 @@ class Trainer:
                     total = loss if total is None else total + loss
                     count += 1
         finally:
-            self.model.train()
+            for module, training in modes:
+                module.training = training
         if total is None:
             raise ConfigError("eval_data", "empty", "at least one batch")
         # The one host read of an evaluation: the mean loss.

@@ -315,6 +315,44 @@ def test_a_users_own_model_loader_and_optimizer_train_through_the_loop() -> None
     assert result.losses[-1] < 0.6 * result.losses[0]
 
 
+def test_a_submodule_the_user_froze_in_eval_mode_stays_so_through_fit_and_evaluate() -> None:
+    """Fine-tuning with a frozen BatchNorm: `model.train(); model[1].eval()`. The Trainer had
+    switched it back to train mode, updating its running statistics and changing the losses."""
+
+    def parts() -> tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]]]:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Linear(8, 2))
+        model[1].running_mean.fill_(0.5)
+        model.train()
+        model[1].eval()
+        g = torch.Generator().manual_seed(1)
+        batches = [(torch.randn(8, 4, generator=g), torch.randint(0, 2, (8,), generator=g))]
+        return model, batches * 6
+
+    def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return nn.functional.cross_entropy(model(batch[0]), batch[1])
+
+    model, batches = parts()  # the plain loop the user would write
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    expected = []
+    for batch in batches:
+        optimizer.zero_grad()
+        loss = loss_fn(model, batch)
+        loss.backward()
+        optimizer.step()
+        expected.append(loss.item())
+
+    mine, same = parts()
+    workload = workload_from_parts(
+        mine, same, loss_fn, optimizer=lambda p: torch.optim.SGD(p, lr=0.1)
+    )
+    trainer = Trainer(workload, LoopConfig(sync_interval=3), device="cpu", eval_data=same[:1])
+    result = trainer.fit(6, eval_every=3)
+    assert result.losses == pytest.approx(expected, rel=1e-6)
+    assert [m.training for m in mine] == [True, False, True, True]
+    assert torch.equal(mine[1].running_mean, torch.full((8,), 0.5))
+
+
 def test_bad_options_are_refused_before_any_step(tmp_path: Path) -> None:
     workload = trainers.load_workload("mlp", "tiny")
     cases = [
