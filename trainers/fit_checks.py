@@ -61,6 +61,12 @@ def _check_eval_data(eval_data: object) -> None:
         raise ConfigError(
             "eval_data", "one batch", "a collection of batches (wrap one batch in a list)"
         )
+    if isinstance(eval_data, torch.utils.data.TensorDataset):
+        raise ConfigError(
+            "eval_data",
+            "TensorDataset",
+            "batches: its items are single samples; give DataLoader(dataset, batch_size=N)",
+        )
     try:
         iterator = iter(eval_data)  # type: ignore[call-overload]
     except TypeError:
@@ -160,6 +166,13 @@ def check_parts(data: object, loss_fn: object, batch_size: int | None) -> None:
             getattr(loss_fn, "__name__", type(loss_fn).__name__),
             "a function loss_fn(model, batch) -> scalar loss, e.g. "
             "def loss(model, batch): x, y = batch; return F.cross_entropy(model(x), y)",
+        )
+    if not (hasattr(data, "__getitem__") and hasattr(data, "__len__")):
+        raise ConfigError(
+            "data",
+            type(data).__name__,
+            "a Dataset with __getitem__ and __len__, a list of batches, or a DataLoader over "
+            "either (each step indexes it; a generator or an IterableDataset cannot be)",
         )
     if batch_size is None and isinstance(data, torch.utils.data.TensorDataset):
         raise ConfigError(

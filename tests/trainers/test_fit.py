@@ -353,6 +353,25 @@ def test_a_submodule_the_user_froze_in_eval_mode_stays_so_through_fit_and_evalua
     assert torch.equal(mine[1].running_mean, torch.full((8,), 0.5))
 
 
+def test_data_a_step_cannot_index_and_held_out_samples_are_named() -> None:
+    model = nn.Linear(4, 2)
+    x, y = torch.randn(16, 4), torch.randint(0, 2, (16,))
+
+    def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return nn.functional.cross_entropy(model(batch[0]), batch[1])
+
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = ((x[i : i + 4], y[i : i + 4]) for i in range(0, 16, 4))
+    with pytest.raises(ConfigError, match=r"^data='generator' is invalid: allowed a Dataset wi"):
+        workload_from_parts(model, batches, loss_fn, optimizer=sgd)  # type: ignore[arg-type]
+    samples = TensorDataset(x, y)
+    workload = workload_from_parts(model, samples, loss_fn, optimizer=sgd, batch_size=4)
+    with pytest.raises(ConfigError, match=r"^eval_data='TensorDataset' is invalid: allowed batc"):
+        Trainer(workload, device="cpu", eval_data=samples)
+    held_out = DataLoader(samples, batch_size=4)
+    assert Trainer(workload, device="cpu", eval_data=held_out).evaluate() > 0
+
+
 def test_bad_options_are_refused_before_any_step(tmp_path: Path) -> None:
     workload = trainers.load_workload("mlp", "tiny")
     cases = [
