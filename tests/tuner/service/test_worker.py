@@ -660,8 +660,7 @@ def test_a_misspelt_or_nan_setting_is_said(
     load_settings(WorkerSettings)
     said = capsys.readouterr().err.splitlines()
     assert said == [
-        "warning: TUNER_STORGE is not a setting here and is ignored; "
-        "did you mean TUNER_STORAGE?"
+        "warning: TUNER_STORGE is not a setting here and is ignored; did you mean TUNER_STORAGE?"
     ]
     monkeypatch.setenv("TUNER_POLL_S", "nan")  # passed "gt 0" and named "<= 3600"
     with pytest.raises(TunerError, match=r"^TUNER_POLL_S: Input should be a finite number$"):
