@@ -22,27 +22,43 @@ async def strict_body(request: Request) -> None:
     body = await request.body()
     if not body:
         return
-    repeated: list[tuple[int, str, int]] = []
+    # Each object's parent and the keys to it, recorded as the parser makes them: an object a
+    # repeated outer key dropped is named by its whole path too. The objects are kept alive
+    # (`made`), so no id is reused by a later one.
+    made: list[dict[str, Any]] = []
+    parent: dict[int, tuple[dict[str, Any], tuple[str | int, ...]]] = {}
+    repeated: list[tuple[dict[str, Any], str, int]] = []
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        made = dict(items)
+        made.append(obj := dict(items))
         counts: dict[str, int] = {}
-        for key, _ in items:
+        for key, value in items:
             counts[key] = counts.get(key, 0) + 1
-        repeated.extend((id(made), key, n) for key, n in counts.items() if n > 1)
-        return made
+            for child, keys in _objects_in(value, (key,)):
+                parent[id(child)] = (obj, keys)
+        repeated.extend((obj, key, n) for key, n in counts.items() if n > 1)
+        return obj
+
+    def path(obj: dict[str, Any]) -> tuple[str | int, ...]:
+        keys: tuple[str | int, ...] = ()
+        while id(obj) in parent:
+            obj, above = parent[id(obj)]
+            keys = (*above, *keys)
+        return keys
 
     try:
         parsed = json.loads(body, object_pairs_hook=pairs)
     except (ValueError, RecursionError):  # FastAPI says why it does not parse
         return
+    if isinstance(parsed, list):  # a top-level list: its objects are named by their index
+        top: dict[str, Any] = {}
+        parent.update({id(child): (top, keys) for child, keys in _objects_in(parsed, ())})
     if not repeated:
         return
-    paths = _paths(parsed)
     raise RequestValidationError(
         [
             {
-                "loc": ("body", *paths.get(where, ()), key),
+                "loc": ("body", *path(where), key),
                 "msg": f"given {n} times; give it once",
                 "type": "value_error",
                 "input": key,
@@ -52,15 +68,12 @@ async def strict_body(request: Request) -> None:
     )
 
 
-def _paths(value: Any) -> dict[int, tuple[str | int, ...]]:
-    """The path to every object in `value`, keyed by its id."""
-    found: dict[int, tuple[str | int, ...]] = {}
-    todo: list[tuple[Any, tuple[str | int, ...]]] = [(value, ())]
-    while todo:
-        item, path = todo.pop()
-        if isinstance(item, dict):
-            found[id(item)] = path
-            todo.extend((v, (*path, k)) for k, v in item.items())
-        elif isinstance(item, list):
-            todo.extend((v, (*path, i)) for i, v in enumerate(item))
-    return found
+def _objects_in(
+    value: Any, keys: tuple[str | int, ...]
+) -> list[tuple[dict[str, Any], tuple[str | int, ...]]]:
+    """The objects directly in `value` (itself, or inside its lists), with the keys to each."""
+    if isinstance(value, dict):
+        return [(value, keys)]
+    if isinstance(value, list):
+        return [found for i, v in enumerate(value) for found in _objects_in(v, (*keys, i))]
+    return []

@@ -163,6 +163,10 @@ def test_a_key_repeated_in_the_body_is_a_422_naming_it_and_queues_nothing(
     )
     assert response.status_code == 422, response.text
     assert response.json()["detail"][0]["loc"] == ["body", "fix", "pin_memory"]
+    # In an object a repeated outer key dropped, and inside lists: named by the whole path.
+    deep = b'{"fix": {"space": [1, {"k": 1, "k": 2}]}, "fix": {}, "preset": "tiny"}'
+    detail = client.post("/v1/jobs", content=deep, headers=JSON).json()["detail"]
+    assert [e["loc"] for e in detail] == [["body", "fix", "space", 1, "k"], ["body", "fix"]]
     assert client.get("/v1/jobs", headers=AUTH).json()["items"] == []
     # The same keys once each: queued.
     once = body.replace(b', "trials": 5', b"")
