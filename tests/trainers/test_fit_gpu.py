@@ -137,3 +137,75 @@ def test_accumulation_and_clipping_are_captured_with_the_step() -> None:
     graph = losses(CONFIGS["graph"])
     eager = losses(CONFIGS["graph"].replace(cuda_graph=False))
     assert graph == pytest.approx(eager, rel=1e-5)
+
+
+def test_a_captured_optimizer_holds_still_past_the_end_of_warmup_cosine() -> None:
+    """The schedule's third phase (rate 0 after `total_steps`) reaches the graph's tensor rate:
+    the periodic cosine had climbed back there (2026-12-05, proven on the CPU only)."""
+    trainer = Trainer(
+        linear_probe(adam), LoopConfig(cuda_graph=True), device="cuda", scheduler=warmup_cosine(6)
+    )
+    weights = [float(trainer.model.weight.detach())]
+    trainer.fit(
+        12,
+        on_losses=lambda first, losses: weights.append(float(trainer.model.weight.detach())),
+    )
+    applied = [a - b for a, b in itertools.pairwise(weights)]
+    assert all(step > 0 for step in applied[:5]) and applied[6:] == [0.0] * 6
+
+
+@pytest.mark.parametrize("name", ["graph", "compile-graph"])
+def test_a_callback_error_under_a_graph_leaves_the_run_resumable(name: str) -> None:
+    """A loss callback that raises is re-raised once its step is counted (`Deferred`): the run
+    continued after it ends with the uninterrupted run's weights bit for bit."""
+    config = CONFIGS[name].replace(sync_interval=1)
+
+    def build() -> Trainer:
+        workload = trainers.load_workload("transformer", "tiny", seed=0)
+        return Trainer(workload, config, device="cuda", scheduler=warmup_cosine(8))
+
+    def fails(first: int, losses: list[float]) -> None:
+        if first + len(losses) >= 3:
+            raise RuntimeError("planted: the callback failed")
+
+    trainer = build()
+    with pytest.raises(RuntimeError, match="planted"):
+        trainer.fit(8, on_losses=fails)
+    assert 3 <= trainer.step < 8
+    trainer.fit(8)
+    plain = build()
+    plain.fit(8)
+    for ours, theirs in zip(trainer.model.parameters(), plain.model.parameters(), strict=True):
+        assert torch.equal(ours, theirs)
+
+
+def test_a_frozen_batchnorm_stays_frozen_under_a_captured_step() -> None:
+    """A submodule the user put in eval mode keeps it through `fit` and `evaluate`, also in a
+    whole-step graph, whose losses follow the eager loop's."""
+
+    def build(config: LoopConfig) -> tuple[Trainer, nn.Module]:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 4))
+        model[1].running_mean.fill_(0.25)
+        model[1].eval()
+        g = torch.Generator().manual_seed(1)
+        data = TensorDataset(
+            torch.randn(96, 16, generator=g), torch.randint(0, 4, (96,), generator=g)
+        )
+
+        def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+            return nn.functional.cross_entropy(model(batch[0]), batch[1])
+
+        workload = workload_from_parts(model, data, loss_fn, optimizer=adam, batch_size=8)
+        held_out = [(torch.randn(8, 16), torch.randint(0, 4, (8,)))]
+        trainer = Trainer(workload, config, device="cuda", eval_data=held_out)
+        if not config.cuda_graph:
+            trainer.optimizer = with_capturable(trainer.optimizer, True)
+        return trainer, model
+
+    graph, model = build(CONFIGS["graph"])
+    result = graph.fit(12, eval_every=6)
+    assert [m.training for m in model] == [True, False, True, True]
+    assert torch.equal(model[1].running_mean.cpu(), torch.full((32,), 0.25))
+    eager, _ = build(CONFIGS["graph"].replace(cuda_graph=False))
+    assert result.losses == pytest.approx(eager.fit(12).losses, rel=1e-5)
