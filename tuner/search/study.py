@@ -49,6 +49,7 @@ from tuner.search.spaces.named import (
     SCALE_SPACE,
     load_space,
     program_space,
+    user_fixed,
     without_block_levers,
     without_inert_levers,
     without_model_refusals,
@@ -436,7 +437,7 @@ def _for_program(
     kernels run in another process)."""
     if measurer.program is None:
         return space, options
-    space = program_space(space, measurer.program)
+    space = program_space(space, measurer.program, user_fixed(options.space, options.fix))
     if options.profile != "none":
         progress.phase(f"profiles off: program {measurer.program.name!r} runs elsewhere")
         options = dataclasses.replace(options, profile="none")

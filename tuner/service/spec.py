@@ -15,7 +15,7 @@ from trainers.workloads import catalog, lookup
 from tuner.errors import SpaceError, SpecError, TunerError
 from tuner.request import JobSpec
 from tuner.search.options import check_patience
-from tuner.search.spaces.named import load_space, program_space
+from tuner.search.spaces.named import load_space, program_space, user_fixed
 from tuner.search.spaces.pinned import check_pins
 from tuner.search.spaces.processes import for_processes
 
@@ -232,7 +232,8 @@ def _check_space(spec: JobSpec, registry: WorkloadRegistry) -> None:
         # The data-parallel levers' rules for this many processes (a pinned parallel, a graph).
         pinned = for_processes(pinned, spec.nproc_per_node)
         if program is not None:
-            pinned = program_space(pinned, registry.programs[program.removeprefix(PROGRAM_PREFIX)])
+            entry = registry.programs[program.removeprefix(PROGRAM_PREFIX)]
+            pinned = program_space(pinned, entry, user_fixed(spec.space, spec.fix))
         # A pin no draw could run (the model's own refusals need the model: the worker's).
         check_pins(pinned, precisions or ("fp32",), None)
     except SpaceError as exc:

@@ -13,7 +13,7 @@ import pytest
 from trainers import LoopConfig
 from trainers.program import load_registry
 from tuner.errors import SpaceError
-from tuner.search.spaces.named import load_space, program_space
+from tuner.search.spaces.named import load_space, program_space, user_fixed
 
 ROOT = Path(__file__).resolve().parents[3]
 REGISTRY = ROOT / "examples" / "program" / "programs.json"
@@ -21,21 +21,42 @@ REGISTRY = ROOT / "examples" / "program" / "programs.json"
 
 def test_a_program_searches_only_the_settings_it_implements() -> None:
     program = load_registry(REGISTRY)["plain-mlp"]
-    space = program_space(load_space("auto", cuda=True), program)
+    space = program_space(load_space("auto", cuda=True), program, ())
     assert set(space.params) == {"sync_interval", "pin_memory", "num_workers"}
     assert space.fixed["num_streams"] == 1 and space.fixed["cuda_graph"] is False
     assert space.fixed["compile"] == "none" and space.fixed["non_blocking"] is True
     with pytest.raises(SpaceError, match=r"^num_streams=2 is invalid: allowed 1: program 'plain"):
-        program_space(load_space("full", fix=("num_streams=2",), cuda=True), program)
+        pins = ("num_streams=2",)
+        program_space(load_space("full", fix=pins, cuda=True), program, user_fixed("full", pins))
     assert LoopConfig(**space.fixed | {"sync_interval": 3}).sync_interval == 3
     # A lever module's lever the space searches (the compiled loss, as `scale` does) is left
     # out, not fixed: the space a program's study stores is the one it stored before the space
     # offered that lever.
-    own = program_space(
-        load_space({"sync_interval": [1, 10], "loss": ["model", "compiled"]}), program
-    )
+    mine = {"sync_interval": [1, 10], "loss": ["model", "compiled"]}
+    own = program_space(load_space(mine), program, user_fixed(mine, ()))
     assert set(own.params) == {"sync_interval"} and "loss" not in own.fixed
     assert own.config_from_params({"sync_interval": 10}).get("loss") == "model"
+
+
+def test_a_program_without_non_blocking_is_searched_and_only_the_users_own_fixes_refused(
+    tmp_path: Path,
+) -> None:
+    """Every named space fixes non_blocking=True: a program that does not implement it (the
+    registry module's own example, `"settings": ["sync_interval"]`) had been refused by every
+    space, naming --space/--fix the user never gave (a user's probe, 2026-12-06)."""
+    registry = tmp_path / "programs.json"
+    entry = {"command": ["{python}", "p.py"], "presets": ["tiny"], "settings": ["sync_interval"]}
+    registry.write_text(json.dumps({"programs": {"p": entry}}))
+    program = load_registry(registry)["p"]
+    for name in ("auto", "full", "streams", "compile"):
+        space = program_space(load_space(name, cuda=True), program, user_fixed(name, ()))
+        assert set(space.params) == {"sync_interval"} and space.fixed["non_blocking"] is False
+    pins = ("non_blocking=true",)
+    with pytest.raises(SpaceError, match=r"^non_blocking=True is invalid: allowed False: progr"):
+        program_space(load_space("auto", fix=pins, cuda=True), program, user_fixed("auto", pins))
+    mine = {"sync_interval": [1, 10], "non_blocking": True}  # the user's own space fixes it
+    with pytest.raises(SpaceError, match=r"^non_blocking=True is invalid"):
+        program_space(load_space(mine), program, user_fixed(mine, ()))
 
 
 @pytest.mark.slow

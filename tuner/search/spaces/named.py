@@ -10,7 +10,7 @@ as "name=value" strings (the CLI's `--fix`) or as a mapping of typed values (a j
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trainers import COMPILE_MODES, LEVERS, LoopConfig, compile_modes, one_of, records_graphs
@@ -381,20 +381,33 @@ def _without_refused(
         _leave_out(params, fixed, notes, space, item, spec, kept, f"refused on {device}")
 
 
-def program_space(space: SearchSpace, program: Program) -> SearchSpace:
+def program_space(space: SearchSpace, program: Program, chosen: Collection[str]) -> SearchSpace:
     """`space` cut to the settings `program` implements: every other setting is fixed to its
     default (what the program does anyway), or, for a lever module's lever (not a `LoopConfig`
     field, at its default when absent), left out, so a study stored before the space offered it
-    resumes. A pin of such a setting to anything else is a SpaceError naming it."""
-    refused = program.lacking(space.fixed)
+    resumes. A setting the user chose (`chosen`, `user_fixed`: a pin, or what their own space
+    fixes) to anything else is a SpaceError naming it; one a named space fixes (every named space
+    fixes non_blocking=True) goes back to its default like the searched ones."""
+    refused = program.lacking({f: v for f, v in space.fixed.items() if f in chosen})
     if refused is not None:
         raise SpaceError(*refused)
     defaults = LoopConfig().to_dict()
     fields = {field.name for field in dataclasses.fields(LoopConfig)}
     params = {f: spec for f, spec in space.params.items() if f in program.settings}
     dropped = [f for f in space.params if f not in program.settings and f in fields]
-    fixed = {**space.fixed, **{f: defaults[f] for f in dropped}}
+    kept = {
+        f: value if f in program.settings or f not in fields else defaults[f]
+        for f, value in space.fixed.items()
+    }
+    fixed = {**kept, **{f: defaults[f] for f in dropped}}
     return dataclasses.replace(space, params=params, fixed=fixed)
+
+
+def user_fixed(spec: str | Mapping[str, Any], fix: Sequence[str] | Mapping[str, Any]) -> set[str]:
+    """The settings the user fixed: pinned (`--fix`, a job's `fix`) or fixed by their own space."""
+    own = own_space(spec)
+    pins = pins_from_mapping(fix) if isinstance(fix, Mapping) else parse_fix(fix)
+    return set(pins) | (set(own.fixed) if own is not None else set())
 
 
 def load_space(
