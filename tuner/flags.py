@@ -437,6 +437,13 @@ class RunFlags:
 
     @property
     def workload_name(self) -> str:
+        if self.program is not None and self.workload != "transformer":  # not the default
+            from tuner.errors import TunerError
+
+            raise TunerError(
+                f"--program: {self.program!r} with --workload {self.workload!r}: allowed one of "
+                "them (--program NAME is --workload program:NAME)"
+            )
         return self.workload if self.program is None else f"program:{self.program}"
 
     def spec(self) -> JobSpec:

@@ -257,6 +257,12 @@ def test_registry_errors_name_the_file_and_reach_inside_lists(tmp_path: Path) ->
         load_registry(path)
     with pytest.raises(ConfigError, match="an existing registry file"):
         load_registry(tmp_path / "missing.json")
+    # A folder and a file not in UTF-8 had ended the run with a traceback.
+    with pytest.raises(ConfigError, match=r"^TUNER_PROGRAMS=.* a registry file it can read \("):
+        load_registry(tmp_path)
+    path.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(ConfigError, match=r"^TUNER_PROGRAMS=.* a UTF-8 JSON file"):
+        load_registry(path)
     path.write_text(json.dumps({"programs": {"a": {"command": ["x"], "presets": ["t"]}}}))
     (program,) = load_registry(path).values()
     assert program.timeout_s == 600.0 and program.settings == () and program.cwd == tmp_path

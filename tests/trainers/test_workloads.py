@@ -123,6 +123,13 @@ def test_a_module_that_does_not_parse_or_exits_on_import_is_refused_in_one_line(
     with pytest.raises(WorkloadError, match=r"called sys.exit\(3\)") as info:
         load_workload("exits_on_import_mod:build", "tiny")
     assert info.value.field == "workload"
+    # A factory that exits when called had ended the tuner with its code and not a word.
+    (tmp_path / "exits_in_factory_mod.py").write_text(
+        "import sys\ndef build(preset, *, seed):\n    sys.exit(4)\n"
+    )
+    with pytest.raises(WorkloadError, match=r"the factory called sys.exit\(4\)") as info:
+        load_workload("exits_in_factory_mod:build", "tiny")
+    assert info.value.field == "workload"
 
 
 @pytest.mark.parametrize("size", [0, -2, 1.5, True])

@@ -228,3 +228,41 @@ def test_a_space_left_with_a_searched_setting_is_kept() -> None:
     emptied = SearchSpace(name="own", params={}, fixed={}, notes=("old", "why"))
     with pytest.raises(SpaceError, match=r"can search \(why\)"):
         check_left(["pin_memory"], emptied, 1)
+
+
+def test_a_program_and_another_workload_together_are_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`--program p --workload mlp` had run the program and dropped --workload without a word."""
+    code, _, err = run_main(
+        capsys, "run", "--program", "p", "--workload", "mlp", "--storage", sqlite_url(tmp_path)
+    )
+    assert code == 2
+    assert _one_error_line(err) == (
+        "error: --program: 'p' with --workload 'mlp': allowed one of them "
+        "(--program NAME is --workload program:NAME)"
+    )
+
+
+def test_the_printed_gpu_command_survives_a_shell() -> None:
+    """A program's name or a model argument with a space was printed bare: pasted, the shell
+    split it into other arguments (a user's probe, 2026-12-06)."""
+    import shlex
+
+    from trainers import LoopConfig
+    from tuner.evidence.recommendation import Recommendation
+    from tuner.evidence.render import gpu_command
+
+    rec = Recommendation.from_dict(
+        {
+            "study": "s",
+            "config": LoopConfig().to_dict(),
+            "trial_counts": {},
+            "workload": "program:odd name/x",
+            "preset": "tiny",
+            "model_args": {"config": "/my models/c.json"},
+        }
+    )
+    words = shlex.split(gpu_command(rec))
+    assert words[words.index("--program") + 1] == "odd name/x"
+    assert words[words.index("--model-arg") + 1] == "config=/my models/c.json"

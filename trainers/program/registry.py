@@ -124,6 +124,13 @@ def load_registry(path: str | os.PathLike[str]) -> dict[str, Program]:
         raise ConfigError(REGISTRY_VARIABLE, str(path), "an existing registry file") from exc
     except json.JSONDecodeError as exc:
         raise ConfigError(REGISTRY_VARIABLE, str(path), f"a JSON file ({exc})") from exc
+    except UnicodeDecodeError as exc:  # before ValueError's other kinds: the text itself
+        raise ConfigError(REGISTRY_VARIABLE, str(path), f"a UTF-8 JSON file ({exc})") from exc
+    except OSError as exc:  # a folder, a file it may not read: a traceback had ended the run
+        why = exc.strerror or type(exc).__name__
+        raise ConfigError(
+            REGISTRY_VARIABLE, str(path), f"a registry file it can read ({why})"
+        ) from exc
     if not isinstance(data, dict):
         raise ConfigError("programs", None, f"an object of named programs (in {file})")
     try:

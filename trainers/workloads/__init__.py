@@ -182,6 +182,12 @@ class UserFactory:
             if type(exc).__name__ == "OutOfMemoryError":  # torch's: a trial's failure, as usual
                 raise
             raise WorkloadError(self._raised(exc), field="workload") from exc
+        except SystemExit as exc:  # it ended the tuner with its code and not a word
+            raise WorkloadError(
+                f"workload={self.name!r}: the factory called sys.exit({exc.code!r}); allowed a "
+                f"factory that returns a Workload or raises{_defined_at(self.factory)}",
+                field="workload",
+            ) from exc
 
         if not isinstance(built, Workload):
             return cast(Workload, built)  # not one: `load_workload` says so, naming it

@@ -275,13 +275,14 @@ def _measured_rows(table: Table, rec: Recommendation) -> None:
 def gpu_command(rec: Recommendation) -> str:
     """The command that asks the same question of a GPU (the first one, `--device auto`)."""
     workload = str(rec.workload or "transformer")
+    # Quoted: a program's name or a model's argument may hold spaces (pasted, it was split).
     if workload.startswith("program:"):
-        words = ["python -m tuner run --program", workload.removeprefix("program:")]
+        words = ["python -m tuner run --program", shlex.quote(workload.removeprefix("program:"))]
     else:
-        words = ["python -m tuner run --workload", workload]
-    words += ["--preset", str(rec.preset or "small")]
+        words = ["python -m tuner run --workload", shlex.quote(workload)]
+    words += ["--preset", shlex.quote(str(rec.preset or "small"))]
     for key, value in (rec.study_fields.get("model_args") or {}).items():
-        words.append(f"--model-arg {key}={value}")
+        words.append(f"--model-arg {shlex.quote(f'{key}={value}')}")
     precision = rec.study_fields.get("precision")
     if rec.precisions:
         words.append(f"--precisions {','.join(rec.precisions)}")
