@@ -16,7 +16,8 @@ def did_you_mean(word: object, choices: Iterable[str], suffix: str = "") -> str:
     after the value at fault."""
     if not isinstance(word, str):
         return ""
-    close = difflib.get_close_matches(word, list(choices), n=2)
+    # Once each: a name in two lists ("did you mean gpt_neox, gpt_neox?") is one choice.
+    close = difflib.get_close_matches(word, list(dict.fromkeys(choices)), n=2)
     return f" (did you mean {', '.join(c + suffix for c in close)}?)" if close else ""
 
 

@@ -11,6 +11,7 @@ from trainers import (
     REFERENCE,
     ConfigError,
     LoopConfig,
+    did_you_mean,
     field_names,
     invalid_reason,
 )
@@ -197,3 +198,11 @@ def test_invalid_reason_covers_precision_and_device() -> None:
     assert invalid_reason({"cuda_graph": True}, device_type="cpu") is not None
     assert invalid_reason({"compile": "reduce-overhead"}, device_type="cuda") is None
     assert invalid_reason({"compile": "default"}, device_type="cpu") is None
+
+
+def test_a_hint_names_each_close_choice_once() -> None:
+    # `--model-arg arch=gpt-neox` had said "did you mean gpt_neox, gpt_neox?" (a name in both
+    # the named architectures and transformers' model types).
+    assert did_you_mean("gpt-neox", ["gpt_neox", "llama", "gpt_neox", "gpt_neo"]) == (
+        " (did you mean gpt_neox, gpt_neo?)"
+    )
