@@ -333,6 +333,18 @@ def test_causal_lm_sdpa_is_causal_and_agrees_with_eager_attention(arch: str) -> 
     assert not torch.equal(before[:, -1], after[:, -1])
 
 
+@models
+def test_an_arch_whose_causal_lm_sees_later_tokens_is_refused_naming_it() -> None:
+    """BERT's causal-LM head takes its mask from `config.is_decoder`: under the mask-free SDPA
+    it attended to every token and its loss learned the token it predicts (a user's probe,
+    2026-12-06). Eager attention passes the causal mask itself, which BERT honours."""
+    pytest.importorskip("transformers")
+    with pytest.raises(WorkloadError, match=r"^model_arg.arch='bert' is invalid: its causal LM a"):
+        load_workload("hf:causal-lm", "tiny", model_args={"arch": "bert"})
+    eager = load_workload("hf:causal-lm", "tiny", model_args={"arch": "bert", "attention": "eager"})
+    assert eager.model.training  # the check ran in eval mode and gave the modes back
+
+
 HELD_OUT_CLASSES = {
     "qwen2": ("Qwen2ForCausalLM", "Qwen2DecoderLayer"),
     "gpt_neox": ("GPTNeoXForCausalLM", "GPTNeoXLayer"),

@@ -32,7 +32,7 @@ import torch
 from trainers.workloads.base import LossFn, Workload, adamw
 from trainers.workloads.extras import require
 from trainers.workloads.options import Family, OptionSpec, Value
-from trainers.workloads.text_archs import CAUSAL_SDPA, NAMED_ARCHS, causal_sdpa
+from trainers.workloads.text_archs import CAUSAL_SDPA, NAMED_ARCHS, causal_sdpa, check_causal
 from trainers.workloads.text_config_file import fill_from_file
 from trainers.workloads.text_losses import (
     causal_lm_loss,
@@ -341,6 +341,7 @@ def build(
     loss_fn: LossFn = labelled_loss_eager if eager else labelled_loss
     if model == "causal-lm":
         loss_fn = causal_lm_loss_eager if eager else causal_lm_loss
+        check_causal(options, net)
     return Workload(
         name=name,
         preset=preset,

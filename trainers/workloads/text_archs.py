@@ -282,3 +282,44 @@ def _cannot(arch: str, options: Mapping[str, Value], what: str, exc: BaseExcepti
         f"{type(exc).__name__}: {said[:300]}; allowed {allowed}",
         field="model_arg.arch",
     )
+
+
+def check_causal(options: Mapping[str, Value], model: nn.Module) -> None:
+    """A causal LM whose logits at a position change with a later token learns from the token
+    it predicts: the encoder kinds transformers builds a causal-LM head for (BERT, ELECTRA,
+    ERNIE, ...) take their mask from `config.is_decoder`, not from the attention, and attended
+    to every token under the mask-free SDPA this family feeds (a user's probe, 2026-12-06: on
+    random tokens BERT's loss fell from 4.86 to 2.04, below ln(vocab)). Run once, in eval
+    mode, on 8 tokens and on the same with the last one changed, as the loss calls it."""
+    config = getattr(model, "config", None)
+    vocab = int(getattr(config, "vocab_size", 0) or 0)
+    if vocab < 2:
+        return
+    seq = min(8, int(options["seq"]))
+    device = next(model.parameters()).device
+    ids = torch.randint(0, vocab, (1, seq), generator=torch.Generator().manual_seed(0))
+    changed = ids.clone()
+    changed[0, -1] = (ids[0, -1] + 1) % vocab
+    extra: dict[str, torch.Tensor] = {}
+    if options["attention"] == "eager":  # as `causal_lm_loss_eager` masks it
+        blocked = torch.full((seq, seq), torch.finfo(torch.float32).min, device=device)
+        extra["attention_mask"] = blocked.triu(1)[None, None]
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        with torch.no_grad():
+            seen = [model(input_ids=x.to(device), **extra).logits[:, :-1] for x in (ids, changed)]
+    finally:
+        for module, training in modes:
+            module.training = training
+    if not torch.equal(*seen):
+        said = "model_arg.config" if options.get("config") else "model_arg.arch"
+        value = options.get("config") or options.get("arch")
+        raise WorkloadError(
+            f"{said}={value!r} is invalid: its causal LM attends to later tokens (its logits "
+            f"at earlier positions changed with the last token, attention="
+            f"{options['attention']}), so its loss would learn the token it predicts; "
+            "allowed a decoder, or attention=eager where its mask is honoured (it passes the "
+            "causal mask itself)",
+            field=said,
+        )
