@@ -102,3 +102,70 @@ def test_a_changed_model_or_code_gets_its_own_study_and_the_old_one_resumes_as_i
     assert f"resuming study {old}:" in err and "changed since" not in err
     third = studies_of(storage)
     assert third[old] > first[old] and len(third) == 3
+
+
+NET = """
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 16), nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.b(torch.ACT(self.a(x)))
+"""
+FACTORY = """
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+import trainers
+from net_in_its_own_file import Net
+
+
+def loss(model, batch):
+    return nn.functional.cross_entropy(model(batch[0]), batch[1])
+
+
+def build(preset, *, seed):
+    torch.manual_seed(seed)
+    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,)))
+    return trainers.workload_from_parts(
+        Net(), data, loss, optimizer=trainers.workloads.adam(1e-3), batch_size=8
+    )
+"""
+
+
+def test_the_identity_reads_the_models_own_class_file_and_the_files_its_arguments_name(
+    folder: Path,
+) -> None:
+    """A user's `forward` in another file than the factory (the usual layout), and a config file
+    a model argument names: a change to either had kept the digest, so the run resumed the old
+    study and its verdicts (users' probes, 2026-12-06)."""
+    import trainers
+    from tuner.search.identity import model_identity, named_files
+
+    (folder / "factory_of_net.py").write_text(FACTORY)
+    config = folder / "my.json"
+    config.write_text('{"rope_theta": 10000}')
+
+    def identity(act: str) -> dict[str, str]:
+        (folder / "net_in_its_own_file.py").write_text(NET.replace("ACT", act))
+        for name in ("net_in_its_own_file", "factory_of_net"):
+            sys.modules.pop(name, None)
+        importlib.invalidate_caches()
+        workload = trainers.load_workload("factory_of_net:build", "tiny")
+        return model_identity(workload, "factory_of_net:build", {})
+
+    relu = identity("relu")
+    tanh = identity("tanh")
+    assert relu["architecture"] == tanh["architecture"] and relu["code"] != tanh["code"]
+    assert identity("relu") == relu  # the same files: the same digest
+    # A config file's contents (a library model's `config=`), not only its path.
+    before = named_files({"config": str(config), "seq": "128"})
+    assert len(before) == 1 and before[0].startswith(f"config={config}:")
+    config.write_text('{"rope_theta": 500000}')
+    assert named_files({"config": str(config), "seq": "128"}) != before

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import os
 import shlex
+import sysconfig
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -25,19 +28,41 @@ def model_identity(
     workload: trainers.Workload, name: str, model_args: dict[str, str]
 ) -> dict[str, str]:
     """`architecture`: a digest of the module tree and every parameter's name, shape and dtype;
-    `code`: a digest of the source files of the factory and of the loss (the user's module, or
-    trainers' own for a built-in); `digest`: of both."""
+    `code`: a digest of the source files of the factory, of the loss and of the model's own
+    module classes outside the installed libraries (a user's `forward` in another file than
+    the factory: a change to it had resumed the old study with its verdicts), and of the files
+    a model argument names (`config=my.json`: a changed `rope_theta` gave the same digest);
+    `digest`: of both."""
     architecture = trainers.architecture_digest(workload.model)
     files = {
         _source_file(trainers.resolve_factory(name, model_args)),
         _source_file(workload.loss_fn),
+        *(_source_file(kind) for kind in {type(m) for m in workload.model.modules()}),
     }
     sources = []
-    for path in sorted(f for f in files if f is not None):
+    for path in sorted(f for f in files if f is not None and not _installed(f)):
         with open(path, "rb") as handle:
             sources.append(handle.read().decode("utf-8", "replace"))
-    code = digest(*sources)
+    code = digest(*sources, *named_files(model_args))
     return {"architecture": architecture, "code": code, "digest": digest(architecture, code)}
+
+
+def named_files(model_args: dict[str, str]) -> list[str]:
+    """`key=value:<sha256 of the file>` for each model argument naming a file (`config=my.json`)."""
+    found = []
+    for key, value in sorted(model_args.items()):
+        named = Path(str(value)).expanduser()
+        if named.is_file():
+            found.append(f"{key}={value}:{hashlib.sha256(named.read_bytes()).hexdigest()}")
+    return found
+
+
+def _installed(path: str) -> bool:
+    """A file of the standard library or an installed package (torch, transformers): their
+    versions are the memo's inputs; reading them all would cost a second per model."""
+    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    resolved = str(Path(path).resolve())
+    return any(resolved.startswith(str(Path(root).resolve()) + os.sep) for root in roots)
 
 
 def study_for_model(

@@ -101,7 +101,7 @@ def test_off_every_study_checks_again_and_nothing_is_shared(
 
 
 def test_another_input_is_another_memo_and_a_users_own_workload_has_none(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     base = options("sqlite://", "s")
     name = memo_name(base, CPU)
@@ -117,6 +117,15 @@ def test_another_input_is_another_memo_and_a_users_own_workload_has_none(
         assert memo_name(options("sqlite://", "s", **changes), CPU) != name, changes
     scoped = memo_name(options("sqlite://", "s", scope="an owner"), CPU)
     assert memo_name(options("sqlite://", "other", scope="an owner"), CPU) == scoped
+    # A model argument naming a file: another memo when the file's contents change, the path
+    # the same (`config=my.json` edited had reused the other model's verdicts).
+    config = tmp_path / "my.json"
+    config.write_text('{"rope_theta": 10000}')
+    named = options("sqlite://", "s", model_args={"config": str(config)})
+    first = memo_name(named, CPU)
+    assert first == memo_name(named, CPU)
+    config.write_text('{"rope_theta": 500000}')
+    assert memo_name(named, CPU) != first
     assert memo_name(base, CPU | {"torch": "0.0"}) != name
     threads = torch.get_num_threads()
     torch.set_num_threads(threads + 1)  # the CPU gate's reductions run in another order

@@ -49,6 +49,7 @@ import torch
 
 import trainers
 from trainers.workloads import BUILTIN, LIBRARY_PREFIXES
+from tuner.search.identity import named_files
 from tuner.search.options import RunOptions
 from tuner.store.keys import MEMO_PREFIX
 
@@ -170,6 +171,9 @@ def memo_inputs(options: RunOptions, fingerprint: dict[str, Any]) -> dict[str, A
         # Only where set: an unscoped memo keeps the name it had before scopes, and an owner's
         # name is hashed with the rest, never stored.
         **({} if options.scope is None else {"scope": options.scope}),
+        # A file a model argument names, by its contents (`config=my.json` edited: another
+        # model under the same path); only where there is one, so other memos keep their names.
+        **({"model_files": files} if (files := named_files(dict(options.model_args))) else {}),
     }
 
 
