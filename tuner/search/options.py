@@ -15,7 +15,7 @@ import optuna
 import trainers
 from trainers import LoopConfig
 from trainers.program import PREFIX as PROGRAM_PREFIX
-from trainers.program import check_nproc
+from trainers.program import Program, check_nproc
 from tuner.evidence.progress import TrialReport
 from tuner.search.proposing.defaults import DEFAULT_TRIALS, MAX_PATIENCE, MAX_TRIALS
 from tuner.search.proposing.screen import SCREEN_MODES
@@ -37,13 +37,19 @@ BASELINES: dict[str, LoopConfig] = {
 }
 
 
-def baselines_for(nproc_per_node: int) -> dict[str, LoopConfig]:
+def baselines_for(nproc_per_node: int, program: Program | None = None) -> dict[str, LoopConfig]:
     """The baselines a study of `nproc_per_node` processes measures: `BASELINES` alone, or, with
     several processes, the same loops under DDP with its defaults (what a user of torchrun
-    writes first): every trial is then measured against what runs on as many devices."""
+    writes first): every trial is then measured against what runs on as many devices. A
+    `program` measures those it implements (the seed baseline's two streams are refused by a
+    program without `num_streams`: it was reported failed in every such study)."""
     if nproc_per_node == 1:
-        return dict(BASELINES)
-    return {name: config.replace(parallel="ddp") for name, config in BASELINES.items()}
+        chosen = dict(BASELINES)
+    else:
+        chosen = {name: config.replace(parallel="ddp") for name, config in BASELINES.items()}
+    if program is None:
+        return chosen
+    return {name: c for name, c in chosen.items() if program.lacking(c.to_dict()) is None}
 
 
 SAMPLERS = ("tpe", "random")

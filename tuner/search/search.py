@@ -138,7 +138,7 @@ class Search(TrialRunner):
         self.compile_cache: str | None = None
         self.artifacts_loaded = 0
         self.copied = 0  # trials copied from an earlier study (`earlier`): a share of the budget
-        self.baseline_configs = baselines_for(options.nproc_per_node)
+        self.baseline_configs = baselines_for(options.nproc_per_node, measurer.program)
         self._open_shared(memo)
         # Where this process measures: drift compares a device with its own first measurement.
         self.baselines = Baselines(

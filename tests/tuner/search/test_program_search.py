@@ -91,3 +91,18 @@ def test_the_cli_tunes_a_registered_program(tmp_path: Path) -> None:
     )
     assert unknown.returncode != 0
     assert "workload='program:nope' is invalid: allowed program:plain-mlp" in unknown.stderr
+
+
+def test_a_program_is_measured_against_the_baselines_it_implements(tmp_path: Path) -> None:
+    """The seed baseline runs two streams: a program without `num_streams` reported it failed
+    in every study's final round (a user's probe, 2026-12-06)."""
+    from tuner.search.options import BASELINES, baselines_for
+
+    registry = tmp_path / "programs.json"
+    entry = {"command": ["{python}", "p.py"], "presets": ["tiny"], "settings": ["sync_interval"]}
+    registry.write_text(json.dumps({"programs": {"p": entry}}))
+    assert list(baselines_for(1, load_registry(registry)["p"])) == ["pytorch-default"]
+    assert baselines_for(1, load_registry(REGISTRY)["plain-mlp"]).keys() == BASELINES.keys() - {
+        "seed-baseline"
+    }
+    assert baselines_for(1) == BASELINES
