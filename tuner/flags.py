@@ -25,7 +25,7 @@ from tuner.search.proposing.defaults import (
     MAX_TRIALS,
     SCALE_WINDOW_STEPS,
 )
-from tuner.search.textargs import parse_model_args, parse_precisions
+from tuner.search.textargs import parse_model_args, parse_precisions, program_workload
 
 # The settings' fields (`trainers.LoopConfig`, `RunOptions`, the measurement `Protocol`) and run
 # arguments -> the flag a user typed. tests/tuner/test_cli_flags.py holds it to those owners:
@@ -437,14 +437,7 @@ class RunFlags:
 
     @property
     def workload_name(self) -> str:
-        if self.program is not None and self.workload != "transformer":  # not the default
-            from tuner.errors import TunerError
-
-            raise TunerError(
-                f"--program: {self.program!r} with --workload {self.workload!r}: allowed one of "
-                "them (--program NAME is --workload program:NAME)"
-            )
-        return self.workload if self.program is None else f"program:{self.program}"
+        return program_workload(self.program, self.workload)
 
     def spec(self) -> JobSpec:
         """What is asked: the API's job, field for field (one process: `gpus` 1)."""

@@ -24,3 +24,16 @@ def parse_model_args(items: list[str] | tuple[str, ...]) -> dict[str, str]:
             raise TunerError(f"--model-arg: {key.strip()!r} is given twice")
         parsed[key.strip()] = value.strip()
     return parsed
+
+
+def program_workload(program: str | None, workload: str) -> str:
+    """The workload `--program` and `--workload` name: `program:NAME` for a program, which
+    with another --workload than the default is one line (the workload had been dropped)."""
+    if program is None:
+        return workload
+    if workload != "transformer":  # --workload's default: not given
+        raise TunerError(
+            f"--program: {program!r} with --workload {workload!r}: allowed one of them "
+            "(--program NAME is --workload program:NAME)"
+        )
+    return f"program:{program}"

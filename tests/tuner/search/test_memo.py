@@ -228,7 +228,12 @@ def test_a_second_study_copies_the_first_ones_profiles_and_profiles_nothing(
         # (profiled first), copied from the first study's own profile of it.
         assert mine[key].get("shared_from", "first") == "first"
         assert ("shared_from" in mine[key]) == (mine[key]["seconds"] == 0.0)
-    assert _profile_seconds(first) > _profile_seconds(second)
+    # The second study's own profiles: at most its recommendation, where the CPU's noise had it
+    # pick another config than the first (seen once in a loaded CI run: 0.28 s against 0.21 s).
+    own = [k for k, v in copied.items() if "shared_from" not in v]
+    assert all(k.endswith(keys.PROFILE_RECOMMENDED) for k in own), own
+    if not own:
+        assert _profile_seconds(first) > _profile_seconds(second)
     # Each profile, copied or measured, gives the recommendation its verdict.
     verdicts = second.user_attrs[keys.RECOMMENDATION]["verdicts"]
     assert {f"{keys.PROFILE_PREFIX}{name}" for name in verdicts} == set(copied)
