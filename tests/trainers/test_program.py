@@ -266,3 +266,25 @@ def test_registry_errors_name_the_file_and_reach_inside_lists(tmp_path: Path) ->
     path.write_text(json.dumps({"programs": {"a": {"command": ["x"], "presets": ["t"]}}}))
     (program,) = load_registry(path).values()
     assert program.timeout_s == 600.0 and program.settings == () and program.cwd == tmp_path
+
+
+def test_registry_entries_that_would_fail_every_run_are_refused_at_load(tmp_path: Path) -> None:
+    """An unknown `{placeholder}`, a bad or protocol-owned variable and a missing folder passed
+    the load and failed each run at its start (or were overridden without a word)."""
+    path = tmp_path / "programs.json"
+    entry = {"command": ["{python}", "p.py", '{"json": 1}', "--seed={seed}"], "presets": ["t"]}
+    cases = [
+        ({"command": ["{python}", "{presets}"]}, r"^programs.a.command=.*unknown placeholders: "),
+        ({"env": {"A B": "1"}}, r"^programs.a.env=.*'A B' is not a variable name"),
+        ({"env": {"STREAMTUNE_SEED": "1"}}, r"^programs.a.env=.*STREAMTUNE_SEED is the protocol"),
+        ({"env": {"X": "a\0b"}}, r"^programs.a.env=.*the value of X holds a NUL"),
+        ({"cwd": "missing"}, r"^programs.a.cwd='missing' is invalid: allowed an existing folder"),
+    ]
+    for change, message in cases:
+        path.write_text(json.dumps({"programs": {"a": entry | change}}))
+        with pytest.raises(ConfigError, match=message):
+            load_registry(path)
+    (tmp_path / "sub").mkdir()
+    path.write_text(json.dumps({"programs": {"a": entry | {"cwd": "sub", "env": {"X_1": "y"}}}}))
+    program = load_registry(path)["a"]
+    assert program.cwd == tmp_path / "sub" and program.command[2] == '{"json": 1}'

@@ -54,8 +54,6 @@ from trainers.runargs import RunArgs
 from trainers.tuned import ENV_PREFIX
 
 PROTOCOL = 1
-PLACEHOLDERS = ("python", "preset", "device", "steps", "warmup", "windows", "seed")
-"""What `{...}` in a registered command may name."""
 
 
 def program_env(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from trainers.config import LoopConfig, field_names
 from trainers.errors import ConfigError, WorkloadError
+from trainers.tuned import ENV_PREFIX
 
 PREFIX = "program:"
 REGISTRY_VARIABLE = "TUNER_PROGRAMS"
 DEFAULT_TIMEOUT_S = 600.0
+PLACEHOLDERS = ("python", "preset", "device", "steps", "warmup", "windows", "seed")
+"""What `{...}` in a registered command may name."""
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_]\w*)\}")  # `{"a": 1}` in an argument is no placeholder
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class ProgramEntry(BaseModel):
@@ -54,6 +60,30 @@ class ProgramEntry(BaseModel):
     timeout_s: float = Field(
         default=DEFAULT_TIMEOUT_S, gt=0, allow_inf_nan=False, description="a number of seconds > 0"
     )
+
+    @field_validator("command")
+    @classmethod
+    def _known_placeholders(cls, command: list[str]) -> list[str]:
+        # An unknown `{name}` was passed to the program as written, and failed there.
+        unknown = sorted({m for part in command for m in _PLACEHOLDER.findall(part)})
+        unknown = [name for name in unknown if name not in PLACEHOLDERS]
+        if unknown:
+            raise ValueError("unknown placeholders: " + ", ".join(f"{{{n}}}" for n in unknown))
+        return command
+
+    @field_validator("env")
+    @classmethod
+    def _variables(cls, env: dict[str, str]) -> dict[str, str]:
+        # A bad name or a NUL failed every run at its start, the protocol's own names were
+        # overridden by the protocol without a word.
+        for name, value in env.items():
+            if not _VARIABLE.fullmatch(name):
+                raise ValueError(f"{name!r} is not a variable name (letters, digits, _)")
+            if name.startswith(ENV_PREFIX):
+                raise ValueError(f"{name} is the protocol's own (it sets every {ENV_PREFIX}*)")
+            if "\0" in value:
+                raise ValueError(f"the value of {name} holds a NUL character")
+        return env
 
     @field_validator("settings")
     @classmethod
@@ -137,6 +167,13 @@ def load_registry(path: str | os.PathLike[str]) -> dict[str, Program]:
         registry = RegistryFile.model_validate(data)
     except ValidationError as exc:
         raise _config_error(exc, data, file) from None
+    for name, entry in registry.programs.items():
+        if not (file.parent / entry.cwd).is_dir():  # every run had failed, naming no field
+            raise ConfigError(
+                f"programs.{name}.cwd",
+                entry.cwd,
+                f"an existing folder, relative to the registry file (in {file})",
+            )
     return {
         name: Program(
             name=name,

@@ -22,8 +22,8 @@ from trainers.config import LoopConfig
 from trainers.core import resolve_device
 from trainers.errors import TrainerError
 from trainers.measure import RunResult, Window, check_counts, window_sizes
-from trainers.program.protocol import PLACEHOLDERS, ReportReader, program_env
-from trainers.program.registry import Program
+from trainers.program.protocol import ReportReader, program_env
+from trainers.program.registry import PLACEHOLDERS, Program
 from trainers.runargs import DEFAULT_ARGS, RunArgs
 
 STDERR_TAIL = 2000

@@ -113,6 +113,15 @@ def _import_user_module(name: str, module_name: str, attr: str) -> Any:
             field="workload",
         ) from exc
     except ImportError as exc:
+        if module_name == "program":
+            # A registered program (`program:NAME`) trains in its own process: nothing here
+            # can build it, and "cannot import 'program'" told the user nothing.
+            raise WorkloadError(
+                f"workload={name!r} is a registered program: it trains itself (its settings "
+                f"from `python -m tuner export --format env`); only `python -m tuner run "
+                f"--program {attr}` runs it from here",
+                field="workload",
+            ) from exc
         # A misspelt library prefix (`torchvison:resnet18`) is imported as a user's module.
         hint = did_you_mean(module_name, LIBRARY_PREFIXES, suffix=f":{attr}")
         raise WorkloadError(

@@ -36,6 +36,12 @@ def export(rec: Recommendation, fmt: str) -> str:
             f"{ENV_PREFIX}{k.upper()}={_env_value(v)}"
             for k, v in (config.to_dict() | chosen).items()
         )
+    if str(rec.study_fields.get("workload") or "").startswith("program:"):
+        # The script builds the workload in this process; a program trains in its own.
+        raise TunerError(
+            f"--format: 'python' is invalid for study {rec.study!r}, which tuned a registered "
+            "program (it trains itself): allowed json, env"
+        )
     return python_script(rec, config)
 
 

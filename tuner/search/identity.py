@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 import os
 import shlex
 import sysconfig
@@ -20,6 +21,7 @@ from typing import Any
 import optuna
 
 import trainers
+from trainers.program import Program
 from tuner.store.keys import META
 from tuner.store.storage import same_question
 
@@ -45,6 +47,34 @@ def model_identity(
             sources.append(handle.read().decode("utf-8", "replace"))
     code = digest(*sources, *named_files(model_args))
     return {"architecture": architecture, "code": code, "digest": digest(architecture, code)}
+
+
+def program_identity(program: Program) -> dict[str, str]:
+    """A program's identity, as `model_identity` is a model's: `architecture` digests its
+    registry entry (command, folder, variables, presets, settings), `code` the files its command
+    names (`plain_loop.py`, a built binary), read from its folder. Without it an edited program
+    resumed its old study, the old program's trials and verdicts taken for its own. A module the
+    named file imports is not read: the program's code is not this process's to import."""
+    entry = {
+        "command": list(program.command),
+        "cwd": str(program.cwd),
+        "env": dict(sorted(program.env.items())),
+        "presets": list(program.presets),
+        "settings": list(program.settings),
+    }
+    architecture = digest(json.dumps(entry, sort_keys=True))
+    files = []
+    for part in program.command:
+        named = program.cwd / Path(part).expanduser()  # an absolute path stays itself
+        if "{" not in part and named.is_file():
+            files.append(f"{part}:{hashlib.sha256(named.read_bytes()).hexdigest()}")
+    code = digest(*files)
+    return {
+        "program": program.name,
+        "architecture": architecture,
+        "code": code,
+        "digest": digest(architecture, code),
+    }
 
 
 def named_files(model_args: dict[str, str]) -> list[str]:
@@ -84,11 +114,13 @@ def study_for_model(
     if not isinstance(stored, dict) or stored.get("digest") == model["digest"]:
         return name, None
     new = f"{name}-model-{model['digest']}"
-    what = "architecture" if stored.get("architecture") != model["architecture"] else "code"
+    changed = "architecture" if stored.get("architecture") != model["architecture"] else "code"
+    subject = "program" if "program" in model else "model"
+    what = {"architecture": "registry entry", "code": "files"} if "program" in model else {}
     return new, (
-        f"the model's {what} changed since study {name} was measured: new study {new}, not "
-        f"mixed with it; to resume {name}, run again with the model and code it measured "
-        f"(read it: python -m tuner best --study {shlex.quote(name)})"
+        f"the {subject}'s {what.get(changed, changed)} changed since study {name} was measured: "
+        f"new study {new}, not mixed with it; to resume {name}, run again with the {subject} "
+        f"and code it measured (read it: python -m tuner best --study {shlex.quote(name)})"
     )
 
 

@@ -18,7 +18,7 @@ from tuner.errors import Interrupted, Stopped, TunerError
 from tuner.evidence.recommendation import Recommendation
 from tuner.search import earlier
 from tuner.search.gating.memo import open_memo
-from tuner.search.identity import model_identity, study_for_model
+from tuner.search.identity import model_identity, program_identity, study_for_model
 from tuner.search.measuring import artifacts
 from tuner.search.measuring.baselines import now
 from tuner.search.measuring.measure import Measurer, Protocol, set_matmul_precision
@@ -338,9 +338,11 @@ def _for_model(
 ) -> str:
     """Record the model the study measures in `info`; the study's name, another one where the
     study `name` measured another model (`tuner.search.identity`)."""
-    if measurer.program is not None:  # a program's code is not this process's to read
-        return name
-    info["model"] = model_identity(measurer.workload, options.workload, dict(options.model_args))
+    info["model"] = (
+        model_identity(measurer.workload, options.workload, dict(options.model_args))
+        if measurer.program is None
+        else program_identity(measurer.program)
+    )
     if owner is not None:
         # A service job's study is the job's own (its row names it): only the CLI and the
         # library move to a new study when the model changed.
