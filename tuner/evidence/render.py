@@ -228,9 +228,12 @@ def recommendation(console: Console, rec: Recommendation, *, storage: str | None
 
 
 def export_command(rec: Recommendation, storage: str | None) -> str:
-    """The command that exports `rec`'s config as a script, with the `storage` given by
-    --storage (without it, the command would look in ./tuner.db), its password as `***`."""
-    command = f"python -m tuner export --study {shlex.quote(rec.study)} --format python"
+    """The command that exports `rec`'s config as a script (a program's: as the variables it
+    reads), with the `storage` given by --storage (without it, the command would look in
+    ./tuner.db), its password as `***`."""
+    program = str(rec.study_fields.get("workload") or "").startswith("program:")
+    fmt = "env" if program else "python"
+    command = f"python -m tuner export --study {shlex.quote(rec.study)} --format {fmt}"
     if storage is not None and storage != DEFAULT_STORAGE:
         command += f" --storage {shlex.quote(masked(storage))}"
     return command

@@ -3,7 +3,9 @@ real SQLite, the example program run as a process per measurement and per gate r
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -106,3 +108,49 @@ def test_a_program_is_measured_against_the_baselines_it_implements(tmp_path: Pat
         "seed-baseline"
     }
     assert baselines_for(1) == BASELINES
+
+
+@pytest.mark.slow
+def test_an_edited_program_gets_its_own_study_and_its_study_exports_what_it_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A program's identity had not been recorded: an edited program resumed its old study, its
+    trials and verdicts taken for the new code's; the summary offered `export --format python`,
+    which failed with "cannot import 'program'" (a user's probe, 2026-12-06)."""
+    from tuner.__main__ import main
+    from tuner.search.identity import program_identity
+
+    for name in ("programs.json", "plain_loop.py"):
+        shutil.copy(REGISTRY.parent / name, tmp_path / name)
+    monkeypatch.setenv("TUNER_PROGRAMS", str(tmp_path / "programs.json"))
+    storage = f"sqlite:///{tmp_path / 'p.db'}"
+    flags = [
+        "--program", "plain-mlp", "--preset", "tiny", "--device", "cpu", "--trials", "1",
+        "--warmup", "1", "--windows", "2", "--window-steps", "2", "--final-rounds", "1",
+        "--top-k", "1", "--parity-steps", "4", "--fix", "num_workers=0", "--timeout", "600",
+        "--storage", storage,
+    ]  # fmt: skip
+    old = "program-plain-mlp-tiny-cpu"
+    assert main(["run", *flags]) == 0
+    out = capsys.readouterr()
+    assert f"export --study {old} --format env" in out.out + out.err
+    assert "changed since" not in out.err
+    assert main(["export", "--study", old, "--format", "python", "--storage", storage]) != 0
+    assert "'python' is invalid for study" in capsys.readouterr().err
+    assert main(["export", "--study", old, "--format", "env", "--storage", storage]) == 0
+    assert "STREAMTUNE_SYNC_INTERVAL=" in capsys.readouterr().out
+    assert main(["train", "--workload", "program:plain-mlp", "--device", "cpu"]) != 0
+    assert "is a registered program: it trains itself" in capsys.readouterr().err
+
+    program = load_registry(tmp_path / "programs.json")["plain-mlp"]
+    before = program_identity(program)
+    with (tmp_path / "plain_loop.py").open("a") as handle:
+        handle.write("# an edit\n")
+    after = program_identity(program)
+    assert after["architecture"] == before["architecture"] and after["code"] != before["code"]
+    moved = program_identity(dataclasses.replace(program, command=(*program.command, "--x")))
+    assert moved["architecture"] != after["architecture"]
+    assert main(["run", *flags]) == 0
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "changed since" in x]
+    assert f"the program's files changed since study {old} was measured: new study" in line
+    assert f"new study {old}-model-{after['digest']}" in line
