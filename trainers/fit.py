@@ -82,7 +82,7 @@ from trainers.precision import Precision
 from trainers.schedules import warmup_cosine
 from trainers.streams import StreamPlan, on, wait
 from trainers.workloads.as_tuples import original_loss
-from trainers.workloads.base import Batch, LossFn, OptimizerFactory, Workload
+from trainers.workloads.base import Batch, LossFn, OptimizerFactory, Workload, evaluating
 from trainers.workloads.checks import own_workload
 
 __all__ = [
@@ -324,21 +324,15 @@ class Trainer:
         total: torch.Tensor | None = None
         count = 0
         # Back to the modes the model had, submodule by submodule (a frozen BatchNorm stays so).
-        modes = [(module, module.training) for module in self.model.modules()]
-        self.model.eval()
-        try:
-            with torch.no_grad(), self.precision_plan.autocast():
-                for batch in self.eval_data:
-                    moved = _to_device(batch, self.device)
-                    loss_fn = self.eval_loss
-                    if self._tuple_loss is not None and isinstance(moved, tuple):
-                        loss_fn = self._tuple_loss
-                    loss = loss_fn(self.model, moved).float()
-                    total = loss if total is None else total + loss
-                    count += 1
-        finally:
-            for module, training in modes:
-                module.training = training
+        with evaluating(self.model), torch.no_grad(), self.precision_plan.autocast():
+            for batch in self.eval_data:
+                moved = _to_device(batch, self.device)
+                loss_fn = self.eval_loss
+                if self._tuple_loss is not None and isinstance(moved, tuple):
+                    loss_fn = self._tuple_loss
+                loss = loss_fn(self.model, moved).float()
+                total = loss if total is None else total + loss
+                count += 1
         if total is None:
             raise ConfigError("eval_data", "empty", "at least one batch")
         # The one host read of an evaluation: the mean loss.

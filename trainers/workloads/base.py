@@ -7,10 +7,11 @@ compared loss for loss (`trainers.gate.parity`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol, cast
 
 import torch
@@ -168,6 +169,19 @@ _RANDOM_MODULE_ATTRIBUTES = ("p", "drop_prob", "drop_rate")
 # (classifier dropout), transformers' `attention_dropout`, `dropout_prob` (BERT's SDPA attention
 # before transformers 5), `attn_pdrop`, `layerdrop` (whole layers skipped at random).
 _DROPOUT_NAME = re.compile(r"dropout|pdrop|drop_prob|drop_rate|drop_path|layerdrop", re.IGNORECASE)
+
+
+@contextlib.contextmanager
+def evaluating(model: nn.Module) -> Iterator[nn.Module]:
+    """`model` in eval mode for the block, then each module back in the mode it had: `train()`
+    on the way out would switch a submodule its owner froze in eval (a BatchNorm) to train."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield model
+    finally:
+        for module, training in modes:
+            module.training = training
 
 
 def disable_dropout(model: nn.Module) -> int:

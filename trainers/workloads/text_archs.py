@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 from trainers.errors import WorkloadError, did_you_mean
+from trainers.workloads.base import evaluating
 from trainers.workloads.checks import shapes_disagree
 from trainers.workloads.extras import require
 from trainers.workloads.options import Value
@@ -304,14 +305,8 @@ def check_causal(options: Mapping[str, Value], model: nn.Module) -> None:
     if options["attention"] == "eager":  # as `causal_lm_loss_eager` masks it
         blocked = torch.full((seq, seq), torch.finfo(torch.float32).min, device=device)
         extra["attention_mask"] = blocked.triu(1)[None, None]
-    modes = [(module, module.training) for module in model.modules()]
-    model.eval()
-    try:
-        with torch.no_grad():
-            seen = [model(input_ids=x.to(device), **extra).logits[:, :-1] for x in (ids, changed)]
-    finally:
-        for module, training in modes:
-            module.training = training
+    with evaluating(model), torch.no_grad():
+        seen = [model(input_ids=x.to(device), **extra).logits[:, :-1] for x in (ids, changed)]
     if not torch.equal(*seen):
         said = "model_arg.config" if options.get("config") else "model_arg.arch"
         value = options.get("config") or options.get("arch")
