@@ -717,3 +717,31 @@ def test_option_spec_parses_each_type() -> None:
         rate.parse("inf")
     with pytest.raises(WorkloadError, match=r"model_arg.n='2.5' is invalid: allowed an int"):
         OptionSpec(name="n", kind="int", default=1, low=1, help="h").parse("2.5")
+
+
+@models
+def test_disable_dropout_reaches_patch_dropout_and_router_jitter() -> None:
+    """timm's PatchDropout keeps its rate as `prob`, Mixtral's router its jitter as
+    `jitter_noise` (from `router_jitter_noise`): both drew random numbers in training after
+    `disable_dropout`, so the gate could not compare a user's such model bit for bit."""
+    timm = pytest.importorskip("timm")
+    transformers = pytest.importorskip("transformers")
+    vit = timm.create_model(
+        "vit_tiny_patch16_224", img_size=32, patch_size=8, num_classes=3, patch_drop_rate=0.5
+    )
+    config = transformers.MixtralConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+        num_experts_per_tok=2, router_jitter_noise=0.5,
+    )  # fmt: skip
+    mixtral = transformers.MixtralForCausalLM(config)
+    inputs = [torch.randn(2, 3, 32, 32), torch.randint(0, 64, (2, 8))]
+    for model, x in zip((vit, mixtral), inputs, strict=True):
+        model.train()
+        assert disable_dropout(model) > 0
+        outputs = []
+        for seed in (1, 2):
+            torch.manual_seed(seed)
+            out = model(x) if model is vit else model(input_ids=x).logits
+            outputs.append(out.detach())
+        assert torch.equal(*outputs), type(model).__name__

@@ -163,12 +163,17 @@ def _binds(signature: inspect.Signature, positional: int) -> bool:
 # step. Modules that draw keep their probability in an attribute: the nn.Dropout family's `p`,
 # torchvision's StochasticDepth `p`, timm's DropPath and DropBlock2d `drop_prob`.
 _RANDOM_MODULE = re.compile(r"drop|stochasticdepth", re.IGNORECASE)
-_RANDOM_MODULE_ATTRIBUTES = ("p", "drop_prob", "drop_rate")
+_RANDOM_MODULE_ATTRIBUTES = ("p", "prob", "drop_prob", "drop_rate")  # timm PatchDropout: prob
 # Others keep it as a float attribute of the module that calls the functional form, or read it
 # from the model's config in forward: nn.MultiheadAttention's `dropout`, timm's `drop_rate`
 # (classifier dropout), transformers' `attention_dropout`, `dropout_prob` (BERT's SDPA attention
-# before transformers 5), `attn_pdrop`, `layerdrop` (whole layers skipped at random).
-_DROPOUT_NAME = re.compile(r"dropout|pdrop|drop_prob|drop_rate|drop_path|layerdrop", re.IGNORECASE)
+# before transformers 5), `attn_pdrop`, `layerdrop` (whole layers skipped at random), and other
+# noise drawn in training only: a mixture-of-experts router's `jitter_noise` (Mixtral's
+# `router_jitter_noise`), SpecAugment's `mask_time_prob` and `mask_feature_prob` (wav2vec 2).
+_DROPOUT_NAME = re.compile(
+    r"dropout|pdrop|drop_prob|drop_rate|drop_path|layerdrop|jitter_noise|mask_(time|feature)_prob",
+    re.IGNORECASE,
+)
 
 
 @contextlib.contextmanager
