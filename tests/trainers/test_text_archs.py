@@ -119,6 +119,12 @@ def test_the_study_name_tells_the_types_apart(transformers: object) -> None:
         ({"arch": "roberta"}, "model_arg.arch", r"positions start after its pad id \(1\)"),
         ({"arch": "deepseek_v2"}, "model_arg.arch", r"cannot build one step .*TypeError"),
         ({"arch": "xglm", "attention": "eager"}, "model_arg.arch", r"one step .*ValueError"),
+        # Its own table of attention classes: a KeyError naming our function, not the option.
+        (
+            {"arch": "falcon"},
+            "model_arg.attention",
+            r"^model_arg.attention='sdpa' is invalid with arch=falcon: .* allowed eager$",
+        ),
     ],
 )
 def test_a_type_the_run_cannot_build_is_refused_before_a_job_naming_the_option(

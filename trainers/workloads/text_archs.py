@@ -275,6 +275,16 @@ def _cannot(arch: str, options: Mapping[str, Value], what: str, exc: BaseExcepti
         f"{key}={options[key]}" for key in ("hidden", "heads", "kv_heads", "ffn", "layers", "seq")
     )
     said = " ".join(str(exc).split())
+    if isinstance(exc, KeyError) and exc.args == (CAUSAL_SDPA,):
+        # Falcon and a few others pick an attention class by name from their own table, which
+        # has no entry for a registered function (the mask-free causal SDPA): the bare
+        # KeyError named our function and not the option that chose it.
+        return WorkloadError(
+            f"model_arg.attention={options['attention']!r} is invalid with arch={arch}: its "
+            "modeling code takes only its own attention classes, not the mask-free causal "
+            "SDPA this option registers; allowed eager",
+            field="model_arg.attention",
+        )
     allowed = "options its family takes, or another arch"
     if options["attention"] == "sdpa" and "scaled_dot_product_attention" in said:
         allowed = "attention=eager, " + allowed
