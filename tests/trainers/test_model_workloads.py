@@ -530,6 +530,14 @@ def test_on_a_gpu_a_cuda_graph_trains_like_the_eager_loop(case: Case) -> None:
             r"allowed e\.g\. resnet18, resnet50",
         ),
         ("timm:vit_tiny_patch16_2244", "timm", r"did you mean vit_tiny_patch16_224.*allowed e\.g"),
+        # A name torchvision has, of a kind this family does not train: not "no model".
+        (
+            "torchvision:fasterrcnn_resnet50_fpn",
+            "torchvision",
+            r"'fasterrcnn_resnet50_fpn' is a torchvision detection model; this family trains "
+            r"image classifiers: allowed e\.g\. resnet18",
+        ),
+        ("torchvision:deeplabv3_resnet50", "torchvision", r"is a torchvision segmentation model"),
     ],
 )
 def test_unknown_model_names_the_allowed_ones(name: str, library: str, match: str) -> None:
@@ -548,6 +556,15 @@ def test_an_image_too_small_for_the_model_fails_at_build_naming_the_image() -> N
     with pytest.raises(WorkloadError, match=r"cannot be built with image=30") as info:
         load_workload("torchvision:vit_b_16", "tiny", model_args={"image": "30"})
     assert info.value.field == "model_arg"
+    # A BatchNorm in training at batch=1 had been blamed on the image.
+    for name in ("torchvision:resnet18", "timm:resnet10t"):
+        pytest.importorskip(name.split(":")[0])
+        with pytest.raises(
+            WorkloadError, match=r"^model_arg.batch=1 is invalid .*2 or more$"
+        ) as info:
+            load_workload(name, "tiny", model_args={"batch": "1"})
+        assert info.value.field == "model_arg.batch"
+    assert load_workload("timm:vit_tiny_patch16_224", "tiny", model_args={"batch": "1"}).model
 
 
 @models

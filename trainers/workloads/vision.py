@@ -124,6 +124,26 @@ def check_name(
 
 def check_torchvision(name: str, model: str) -> None:
     models = require("torchvision", workload=name).models
+    classifiers = models.list_models(module=models)
+    if model not in classifiers and model in models.list_models():
+        # A detection or segmentation model takes targets this family does not make: "no
+        # model" had told the user a name torchvision has was misspelt.
+        kinds = ("detection", "segmentation", "video", "optical_flow", "quantization")
+        kind = next(
+            (
+                k
+                for k in kinds
+                if hasattr(models, k) and model in models.list_models(module=getattr(models, k))
+            ),
+            "non-classification",
+        )
+        raise WorkloadError(
+            f"workload={name!r}: {model!r} is a torchvision {kind.replace('_', ' ')} model; "
+            f"this family trains image classifiers: allowed e.g. "
+            f"{', '.join(TORCHVISION_EXAMPLES)} (torchvision.models.list_models("
+            "module=torchvision.models)), or a factory of your own for it",
+            field="workload",
+        )
     check_name(
         name,
         model,
@@ -213,11 +233,25 @@ def check_runs(name: str, model: nn.Module, shape: tuple[int, ...]) -> None:
     except NotImplementedError:
         return  # an op with no meta kernel: the first real step will tell
     except (RuntimeError, ValueError, AssertionError, TypeError) as exc:
+        if shape[0] == 1 and _runs(model, state, (2, *shape[1:])):
+            # A BatchNorm in training needs two values per channel: the batch, not the image.
+            raise WorkloadError(
+                f"model_arg.batch=1 is invalid for workload={name!r}: {exc}; allowed 2 or more",
+                field="model_arg.batch",
+            ) from exc
         raise WorkloadError(
             f"workload={name!r} cannot run on {shape[0]} images of {shape[1]}x{shape[2]}x"
             f"{shape[3]}: {exc}",
             field="model_arg.image",
         ) from exc
+
+
+def _runs(model: nn.Module, state: dict[str, torch.Tensor], shape: tuple[int, ...]) -> bool:
+    try:
+        torch.func.functional_call(model, state, (torch.empty(shape, device="meta"),))
+    except (RuntimeError, ValueError, AssertionError, TypeError, NotImplementedError):
+        return False
+    return True
 
 
 def coloured_noise(options: Mapping[str, Value], generator: torch.Generator) -> Batch:
