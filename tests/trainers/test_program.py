@@ -269,8 +269,9 @@ def test_registry_errors_name_the_file_and_reach_inside_lists(tmp_path: Path) ->
 
 
 def test_registry_entries_that_would_fail_every_run_are_refused_at_load(tmp_path: Path) -> None:
-    """An unknown `{placeholder}`, a bad or protocol-owned variable and a missing folder passed
-    the load and failed each run at its start (or were overridden without a word)."""
+    """An unknown `{placeholder}`, a bad or protocol-owned variable, a missing folder and a name
+    a study's cannot hold passed the load and failed each run at its start (or were overridden
+    without a word)."""
     path = tmp_path / "programs.json"
     entry = {"command": ["{python}", "p.py", '{"json": 1}', "--seed={seed}"], "presets": ["t"]}
     cases = [
@@ -283,6 +284,10 @@ def test_registry_entries_that_would_fail_every_run_are_refused_at_load(tmp_path
     for change, message in cases:
         path.write_text(json.dumps({"programs": {"a": entry | change}}))
         with pytest.raises(ConfigError, match=message):
+            load_registry(path)
+    for name in ("a b", "a/b", "-a"):  # a study is named after it: these had collapsed
+        path.write_text(json.dumps({"programs": {name: entry}}))
+        with pytest.raises(ConfigError, match=r"^programs=.*allowed letters, digits, '\.'"):
             load_registry(path)
     (tmp_path / "sub").mkdir()
     path.write_text(json.dumps({"programs": {"a": entry | {"cwd": "sub", "env": {"X_1": "y"}}}}))

@@ -32,6 +32,7 @@ PLACEHOLDERS = ("python", "preset", "device", "steps", "warmup", "windows", "see
 """What `{...}` in a registered command may name."""
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_]\w*)\}")  # `{"a": 1}` in an argument is no placeholder
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class ProgramEntry(BaseModel):
@@ -100,6 +101,18 @@ class RegistryFile(BaseModel):
     programs: dict[str, ProgramEntry] = Field(
         min_length=1, description="an object of named programs"
     )
+
+    @field_validator("programs")
+    @classmethod
+    def _names(cls, programs: dict[str, ProgramEntry]) -> dict[str, ProgramEntry]:
+        # A study's name is made of the program's: `a b` and `a/b` had collapsed into one.
+        for name in programs:
+            if not _NAME.fullmatch(name):
+                raise ValueError(
+                    f"program name {name!r}: allowed letters, digits, '.', '_' and '-', "
+                    "starting with a letter or digit"
+                )
+        return programs
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
