@@ -61,6 +61,24 @@ def test_a_program_without_non_blocking_is_searched_and_only_the_users_own_fixes
         program_space(load_space(mine), program, user_fixed(mine, ()))
 
 
+def test_a_program_that_implements_none_of_the_spaces_settings_is_told_so(
+    tmp_path: Path,
+) -> None:
+    """`"settings": []` had been refused with "none of them applies here"."""
+    from tuner.search.spaces.pinned import check_left
+
+    registry = tmp_path / "programs.json"
+    entry = {"command": ["{python}", "p.py"], "presets": ["tiny"], "settings": []}
+    registry.write_text(json.dumps({"programs": {"p": entry}}))
+    asked = load_space("streams", cuda=True)
+    space = program_space(asked, load_registry(registry)["p"], ())
+    with pytest.raises(SpaceError, match=r"left out: program 'p' implements no LoopConfig field"):
+        check_left(list(asked.params), space, len(asked.notes))
+    # A program that implements some keeps the notes it had: they are part of its stored space.
+    plain = program_space(asked, load_registry(REGISTRY)["plain-mlp"], ())
+    assert plain.params and plain.notes == asked.notes
+
+
 @pytest.mark.slow
 def test_the_cli_tunes_a_registered_program(tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path / 'programs.db'}"

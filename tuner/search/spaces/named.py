@@ -400,7 +400,17 @@ def program_space(space: SearchSpace, program: Program, chosen: Collection[str])
         for f, value in space.fixed.items()
     }
     fixed = {**kept, **{f: defaults[f] for f in dropped}}
-    return dataclasses.replace(space, params=params, fixed=fixed)
+    notes = space.notes
+    if dropped and not params:
+        # Why the space is refused (`check_left`): "none of them applies here" had not said the
+        # program implements none of them. Only then: a note is part of the stored space, and a
+        # program's study stored before it must resume.
+        said = ", ".join(program.settings) or "no LoopConfig field (its registry entry's settings)"
+        notes = (
+            *notes,
+            f"{', '.join(dropped)} left out: program {program.name!r} implements {said}",
+        )
+    return dataclasses.replace(space, params=params, fixed=fixed, notes=notes)
 
 
 def user_fixed(spec: str | Mapping[str, Any], fix: Sequence[str] | Mapping[str, Any]) -> set[str]:
