@@ -28,6 +28,10 @@ What each addition does under the loop's settings, and why it is correct there:
   Resuming loads them before the first step and skips the batches already trained on, so a
   resumed run trains on the same batches from the same state as an uninterrupted one; on the
   same device and config its losses equal the uninterrupted run's (`tests/trainers/test_fit.py`).
+  For that, each epoch's loader draws its base seed from a generator of the run's own
+  (`trainers.feed`), not from torch's global one: a model with dropout therefore draws other
+  masks than a plain loop over a `DataLoader` whose epochs take that seed from the global
+  generator, and its losses differ from that loop's by dropout's noise, not by a fault.
 
 Refused before any step, each naming what to do instead: `ReduceLROnPlateau` (it steps on a
 metric, not per step); a scheduler that cycles momentum (`cycle_momentum=True`) with a captured
