@@ -8,14 +8,13 @@ import json
 import os
 import sys
 import time
-import traceback
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
-from tuner.errors import SpaceError, TunerError
+from tuner.errors import SpaceError, TunerError, users_frame
 from tuner.evidence import progress
 from tuner.flags import (
     FLAGS,
@@ -107,20 +106,9 @@ def _run_or_one_line(workload: Any, config: Any, args: Any) -> Any:
         if flag_error(exc) is not None:
             raise  # an input error: one line naming its flag (`tuner.__main__`)
         said = " ".join(str(exc).split())[:500]
-        where = _users_frame(exc)
+        where = users_frame(exc)
         typer.echo(f"error: the run failed: {type(exc).__name__}{where}: {said}", err=True)
         raise typer.Exit(1) from exc
-
-
-def _users_frame(exc: BaseException) -> str:
-    """` at file:line` of the innermost frame outside torch and this project (the user's
-    loss or model), else empty."""
-    import trainers
-
-    ours = (os.path.dirname(trainers.__file__), os.path.dirname(__file__), f"{os.sep}torch{os.sep}")
-    frames = traceback.extract_tb(exc.__traceback__)
-    theirs = [f for f in frames if not any(part in f.filename for part in ours)]
-    return f" at {theirs[-1].filename}:{theirs[-1].lineno}" if theirs else ""
 
 
 @app.command()

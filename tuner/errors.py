@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import traceback
+
 MAX_NAMED = 80
 """Characters of a name or id an error quotes back: a 404 for a 60,000-character path had
 echoed all of it."""
@@ -12,6 +15,18 @@ def named(value: str) -> str:
     if len(value) <= MAX_NAMED:
         return repr(value)
     return f"{value[:MAX_NAMED]!r}... ({len(value):,} characters)"
+
+
+def users_frame(exc: BaseException) -> str:
+    """` at file:line` of the innermost frame outside torch and this project (the user's loss
+    or model: an id past an Embedding's size said only "index out of range in self"), else
+    empty."""
+    import trainers
+
+    ours = (os.path.dirname(trainers.__file__), os.path.dirname(__file__), f"{os.sep}torch{os.sep}")
+    frames = traceback.extract_tb(exc.__traceback__)
+    theirs = [f for f in frames if not any(part in f.filename for part in ours)]
+    return f" at {theirs[-1].filename}:{theirs[-1].lineno}" if theirs else ""
 
 
 class TunerError(Exception):

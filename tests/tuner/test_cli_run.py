@@ -24,7 +24,7 @@ from rich.console import Console
 
 from tests.tuner.conftest import Finished
 from tests.tuner.tiny import RUN_FLAGS, WORKLOADS, load, sqlite_url
-from tests.tuner.workloads_for_tests import INJECTED
+from tests.tuner.workloads_for_tests import INJECTED, INJECTED_AT
 from trainers import LoopConfig
 from tuner.__main__ import main
 from tuner.evidence import export, reader, render
@@ -392,7 +392,8 @@ def test_a_failing_workload_is_reported_not_raised(
     assert code == 1
     assert "recommendation none: every final-round measurement failed" in words(out)
     for name in ("pytorch-default", "seed-baseline"):
-        assert f"{name} failed error: RuntimeError: {INJECTED}" in words(out), out
+        assert f"{name} failed error: RuntimeError at " in words(out), out
+        assert f"workloads_for_tests.py:{INJECTED_AT}: {INJECTED}" in words(out), out
     code, out, err = run_main(capsys, "export", "--study", "broken", "--storage", storage)
     assert code == 2
     assert err == "error: study 'broken': every final-round measurement failed (see failures)\n"

@@ -67,6 +67,10 @@ def raises_in_loss(preset: str, *, seed: int) -> Workload:
     return _workload("raises_in_loss", preset, seed, _batches(seed), loss_fn)
 
 
+INJECTED_AT = raises_in_loss.__code__.co_firstlineno + 2
+"""The line of `raises_in_loss`'s raise: a failure's reason names where the user's code raised."""
+
+
 class _MainProcessOnly(Dataset[Batch]):
     def __init__(self, seed: int) -> None:
         self.batches = _batches(seed)

@@ -30,6 +30,7 @@ from trainers import LoopConfig, RunArgs, RunResult, Window, Workload
 from trainers.gate import floor_applies
 from trainers.program import PREFIX as PROGRAM_PREFIX
 from trainers.program import Program, find_program, run_distributed, run_program
+from tuner.errors import users_frame
 
 # The protocol is the request's word, one layer down: named here for the code that reads it with
 # the measurement.
@@ -375,7 +376,9 @@ class Measurer:
                 torch.cuda.synchronize(self.device)
                 torch.cuda.empty_cache()
         kind = _failure_kind(exc)
-        text = oom_reason(str(exc)) if kind == "oom" else f"{type(exc).__name__}: {exc}"
+        # Where in the user's code (their model or loss), for what their code raised.
+        where = users_frame(exc) if kind in ("error", "cuda") else ""
+        text = oom_reason(str(exc)) if kind == "oom" else f"{type(exc).__name__}{where}: {exc}"
         return Failure(reason=f"{kind}: {text}".strip()[:2000], kind=kind, seconds=seconds)
 
     def floor_ms(
