@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import string
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,22 +24,54 @@ CHECKPOINT_FORMAT = "streamtune-trainer/1"
 
 
 def checkpoint_file(path: str | os.PathLike[str], step: int) -> Path:
-    """Where the checkpoint of `step` goes: `path`, with `{step}` in it replaced by the step, so
-    that `run-{step}.pt` keeps every checkpoint (run-500.pt, run-1000.pt) where `run.pt` keeps
-    the latest only."""
-    return Path(str(path).replace("{step}", str(step)))
+    """Where the checkpoint of `step` goes: `path`, with `{step}` in it filled in by the step
+    (a format spec too: `{step:06d}`), so that `run-{step}.pt` keeps every checkpoint
+    (run-500.pt, run-1000.pt) where `run.pt` keeps the latest only. ConfigError naming
+    `checkpoint_path` for any other placeholder (`{step:04d}` had been kept as written, every
+    checkpoint overwriting one file) and for a folder, where no file can be written."""
+    text = str(path)
+    try:
+        fields = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+        filled = text.format(step=step) if fields == {"step"} else text
+    except (ValueError, IndexError, KeyError) as exc:
+        raise ConfigError(
+            "checkpoint_path", text, f"a file path whose only placeholder is {{step}} ({exc})"
+        ) from exc
+    if fields - {"step"}:
+        raise ConfigError(
+            "checkpoint_path",
+            text,
+            "a file path whose only placeholder is {step} (run-{step}.pt, run-{step:06d}.pt)",
+        )
+    target = Path(filled)
+    if not filled.strip() or target.name in ("", ".", "..") or target.is_dir():
+        raise ConfigError("checkpoint_path", text, "a file path (run-{step}.pt), not a folder")
+    return target
 
 
-def check_resumable(
-    state: Mapping[str, Any], *, accumulate: int, config: LoopConfig, scheduler: bool
-) -> None:
-    """TrainerError unless `state` is a Trainer checkpoint; ConfigError naming what differs where
-    a Trainer with these settings (`scheduler`: whether it has one) cannot resume from it."""
+def checkpoint_of(state: Any) -> Mapping[str, Any]:
+    """`state` if it is a Trainer checkpoint, else TrainerError saying what it is (a list or a
+    tensor saved with torch.save had raised AttributeError)."""
+    if not isinstance(state, Mapping):
+        raise TrainerError(
+            f"not a streamtune Trainer checkpoint (a {type(state).__name__}, expected a "
+            f"checkpoint of format {CHECKPOINT_FORMAT!r})"
+        )
     if state.get("format") != CHECKPOINT_FORMAT:
         raise TrainerError(
             f"not a streamtune Trainer checkpoint (format {state.get('format')!r}, "
             f"expected {CHECKPOINT_FORMAT!r})"
         )
+    return state
+
+
+def check_resumable(
+    state: Mapping[str, Any], *, accumulate: int, config: LoopConfig, scheduler: str | None
+) -> None:
+    """TrainerError unless `state` is a Trainer checkpoint; ConfigError naming what differs where
+    a Trainer with these settings (`scheduler`: the kind of its scheduler, or None) cannot
+    resume from it."""
+    checkpoint_of(state)
     if state["accumulate"] != accumulate:
         raise ConfigError(
             "accumulate",
@@ -56,14 +89,19 @@ def check_resumable(
             + "): the optimizer's state and learning rates are restored as that config "
             "built them",
         )
-    if (state["scheduler"] is not None) != scheduler:
+    if (state["scheduler"] is not None) != (scheduler is not None):
         raise ConfigError(
             "scheduler",
-            "given" if scheduler else None,
+            scheduler,
             "the same as the checkpointed run (it had "
             + ("none" if state["scheduler"] is None else "one")
             + ")",
         )
+    # Its kind, recorded from 2026-12-06: another kind of scheduler had been refused as another
+    # optimizer (OneCycleLR adds its own keys to the optimizer's groups).
+    saved_kind = state.get("scheduler_kind")
+    if saved_kind is not None and scheduler is not None and saved_kind != scheduler:
+        raise ConfigError("scheduler", scheduler, f"{saved_kind}, as the checkpointed run had")
 
 
 def read_checkpoint(path: str | os.PathLike[str], device: torch.device) -> Any:
@@ -101,11 +139,11 @@ def check_fits(
     optimizer: torch.optim.Optimizer,
     data: list[int | None] | None = None,
 ) -> None:
-    """ConfigError naming `resume_from` unless `state`'s model has this model's tensors (names
-    and shapes) and its optimizer this optimizer's kind of parameter groups: a checkpoint of
-    another model raised torch's "Error(s) in loading state_dict" after nothing, and one of
-    another optimizer (SGD into Adam) loaded and raised `KeyError: 'betas'` at the first step
-    with the weights already replaced (a user's probe, 2026-12-05)."""
+    """ConfigError naming `resume_from` unless `state`'s model has this model's tensors
+    (`check_model`), its data this data and its optimizer this optimizer's kind of parameter
+    groups: one of another optimizer (SGD into Adam) loaded and raised `KeyError: 'betas'` at
+    the first step with the weights already replaced (a user's probe, 2026-12-05)."""
+    check_model(state, model)
     if data is not None and state.get("data") not in (None, data):
         # The position (`step` batches in) would be counted in other batches, or past the end
         # of other data (a user's probe: a resume with batch_size 8 after 16 was taken).
@@ -115,6 +153,22 @@ def check_fits(
             f"a run of batch_size={was} on {were} samples",
             f"a checkpoint of this data (batch_size={size} on {length} samples)",
         )
+    groups = [sorted(k for k in g if k != "params") for g in state["optimizer"]["param_groups"]]
+    mine = [sorted(k for k in g if k != "params") for g in optimizer.param_groups]
+    if groups != mine:
+        raise ConfigError(
+            "resume_from",
+            f"an optimizer with settings {groups[0] if groups else []}",
+            f"a checkpoint of this optimizer ({type(optimizer).__name__}, settings "
+            f"{mine[0] if mine else []})",
+        )
+
+
+def check_model(state: Mapping[str, Any], model: torch.nn.Module) -> None:
+    """ConfigError naming `resume_from` unless `state`'s model has this model's tensors (names
+    and shapes), saying which workload the checkpoint is of: a checkpoint of another model
+    raised torch's "Error(s) in loading state_dict", then was refused for its config. A
+    Trainer checks it before the config (`check_resumable`)."""
     saved = state["model"]
     own = model.state_dict()
     differ = sorted(
@@ -129,17 +183,15 @@ def check_fits(
         raise ConfigError(
             "resume_from",
             f"{len(differ)} tensors ({shown})",
-            "a checkpoint of this model: its tensors' names and shapes differ",
+            f"a checkpoint of this model: its tensors' names and shapes differ{_of(state)}",
         )
-    groups = [sorted(k for k in g if k != "params") for g in state["optimizer"]["param_groups"]]
-    mine = [sorted(k for k in g if k != "params") for g in optimizer.param_groups]
-    if groups != mine:
-        raise ConfigError(
-            "resume_from",
-            f"an optimizer with settings {groups[0] if groups else []}",
-            f"a checkpoint of this optimizer ({type(optimizer).__name__}, settings "
-            f"{mine[0] if mine else []})",
-        )
+
+
+def _of(state: Mapping[str, Any]) -> str:
+    workload = state.get("workload")
+    if isinstance(workload, list | tuple) and len(workload) == 2:
+        return f" (the checkpoint is of workload {workload[0]!r}, preset {workload[1]!r})"
+    return ""
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:

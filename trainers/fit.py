@@ -62,8 +62,10 @@ from torch.utils.data import Dataset
 from trainers.checkpoint import (
     CHECKPOINT_FORMAT,
     check_fits,
+    check_model,
     check_resumable,
     checkpoint_file,
+    checkpoint_of,
     data_of,
     read_checkpoint,
     rng_state,
@@ -242,16 +244,20 @@ class Trainer:
 
         `checkpoint_path` is written every `checkpoint_every` steps; a `{step}` in it is replaced
         by the step (`run-{step}.pt` keeps each checkpoint, `run.pt` the latest only)."""
-        if resume_from is not None:
-            self.load(resume_from)
+        # Read, then the arguments checked, then restored: a refused fit leaves the Trainer as
+        # it was (a refused resume had already rewound it to the checkpoint).
+        state = None if resume_from is None else read_checkpoint(resume_from, self.device)
         check_fit_arguments(
             steps,
             eval_every,
             checkpoint_every,
             checkpoint_path,
-            trained=self.step,
+            trained=self.step if state is None else int(checkpoint_of(state)["step"]),
             has_eval_data=self.eval_data is not None,
+            callbacks={"on_losses": on_losses, "on_eval": on_eval},
         )
+        if state is not None:
+            self.load_state_dict(state)
         start = self.step
         deferred = Deferred(on_losses)
         session = self._session(steps - start, deferred if on_losses is not None else None)
@@ -366,16 +372,18 @@ class Trainer:
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
+            "scheduler_kind": None if self.scheduler is None else type(self.scheduler).__name__,
             "scaler": None if scaler is None else scaler.state_dict(),
             "rng": rng_state(self.device),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        check_model(checkpoint_of(state), self.model)  # another model: not its config's fault
         check_resumable(
             state,
             accumulate=self.accumulate,
             config=self.config,
-            scheduler=self.scheduler is not None,
+            scheduler=None if self.scheduler is None else type(self.scheduler).__name__,
         )
         # All checked before anything changes.
         check_fits(state, self.model, self.optimizer, data_of(self.workload))

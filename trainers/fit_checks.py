@@ -5,12 +5,14 @@ before any step: each raises a ConfigError naming the first bad one and what to 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
+from trainers.checkpoint import checkpoint_file
 from trainers.config import LoopConfig
 from trainers.core import check_micro_batches
 from trainers.errors import ConfigError
@@ -93,9 +95,14 @@ def check_fit_arguments(
     *,
     trained: int,
     has_eval_data: bool,
+    callbacks: Mapping[str, Any] | None = None,
 ) -> None:
     """`fit`'s arguments, for a Trainer that has trained `trained` steps already and has
-    held-out batches to evaluate on or not (`has_eval_data`)."""
+    held-out batches to evaluate on or not (`has_eval_data`); `callbacks` by name, each None
+    or callable (one that is not had raised TypeError after the first steps had trained)."""
+    for name, callback in (callbacks or {}).items():
+        if callback is not None and not callable(callback):
+            raise ConfigError(name, callback, "a callable, or None")
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < trained + 1:
         raise ConfigError("steps", steps, f"an integer > {trained} (the steps already trained)")
     if eval_every is not None:
@@ -112,6 +119,9 @@ def check_fit_arguments(
         check_positive("checkpoint_every", checkpoint_every)
         if checkpoint_path is None:
             raise ConfigError("checkpoint_path", None, "a file path when checkpoint_every is set")
+        # Its placeholders and that it is no folder, before a step rather than at the first
+        # checkpoint (a folder had raised IsADirectoryError there, the steps trained lost).
+        checkpoint_file(checkpoint_path, trained)
 
 
 def checked_scheduler(

@@ -313,7 +313,7 @@ CudaGraph = Annotated[bool, typer.Option(help="Capture the step in a CUDA graph.
 Steps = Annotated[int, typer.Option(help="Measured steps.")]
 TrainWarmup = Annotated[int, typer.Option(help="Untimed steps first.")]
 TrainWindows = Annotated[int, typer.Option(help="Timed windows the steps are split into.")]
-TrainSeed = Annotated[int, typer.Option(help="Seed of the weights and the data.")]
+TrainSeed = Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Seed of weights and data.")]
 CompileMode = Annotated[
     str,
     typer.Option(

@@ -90,6 +90,9 @@ def test_user_workload_from_module_path() -> None:
         (["--device", "tpu"], "--device"),
         (["--steps", "0"], "--steps"),
         (["--bogus", "1"], "--bogus"),
+        # A seed past 64 bits raised a traceback; a negative one ran (run refuses both).
+        (["--seed", str(2**64)], "--seed"),
+        (["--seed", "-3"], "--seed"),
     ],
 )
 def test_bad_flag_is_one_line_naming_the_flag(args: list[str], flag: str) -> None:

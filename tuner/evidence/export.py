@@ -100,6 +100,11 @@ def main() -> None:
     )
     parser.add_argument("--resume", default=None, help="resume from this checkpoint")
     args = parser.parse_args()
+    if args.checkpoint is not None:
+        try:  # a folder or a template it cannot fill, before a step is trained
+            trainers.checkpoint_file(args.checkpoint, 0)
+        except trainers.ConfigError as exc:
+            parser.exit(2, f"error: --checkpoint: {exc}\\n")
     if args.checkpoint and config.parallel == "fsdp2":
         # Each rank holds a shard of the weights: one file from rank 0 would not resume them.
         parser.exit(2, "error: --checkpoint: not with parallel=fsdp2 in this script\\n")

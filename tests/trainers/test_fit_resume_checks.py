@@ -1,0 +1,104 @@
+"""A Trainer's checkpoint arguments and resumes refused whole, before any step or any change:
+the cases a user's probe (2026-12-06) found failing late, silently or with the wrong cause."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import OneCycleLR, StepLR
+from torch.utils.data import TensorDataset
+
+import trainers
+from trainers import ConfigError, Trainer, TrainerError, workload_from_parts
+
+
+def sgd_workload(width: int = 16) -> trainers.Workload:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, width), nn.ReLU(), nn.Linear(width, 1))
+    data = TensorDataset(torch.randn(64, 6), torch.randn(64, 1))
+    return workload_from_parts(
+        model,
+        data,
+        lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]),
+        optimizer=lambda params, capturable: torch.optim.SGD(params, lr=0.1, momentum=0.9),
+        batch_size=8,
+    )
+
+
+def weights(trainer: Trainer) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in trainer.model.parameters()]
+
+
+def test_checkpoint_paths_are_checked_and_filled_before_any_step(tmp_path: Path) -> None:
+    """A folder raised IsADirectoryError at the first checkpoint, the steps trained lost;
+    `{step:04d}` was kept as written, every checkpoint overwriting one file."""
+    (tmp_path / "folder").mkdir()
+    bad = {
+        str(tmp_path / "folder"): "not a folder",
+        "": "not a folder",
+        ".": "not a folder",
+        str(tmp_path / "run-{epoch}.pt"): r"whose only placeholder is \{step\}",
+        str(tmp_path / "run-{step:q}.pt"): r"whose only placeholder is \{step\} \(",
+    }
+    for path, allowed in bad.items():
+        trainer = Trainer(sgd_workload(), device="cpu")
+        with pytest.raises(
+            ConfigError, match=rf"^checkpoint_path=.* is invalid: allowed .*{allowed}"
+        ):
+            trainer.fit(6, checkpoint_every=3, checkpoint_path=path)
+        assert trainer.step == 0
+    trainer = Trainer(sgd_workload(), device="cpu")
+    done = trainer.fit(6, checkpoint_every=3, checkpoint_path=tmp_path / "run-{step:04d}.pt")
+    assert [Path(p).name for p in done.checkpoints] == ["run-0003.pt", "run-0006.pt"]
+    assert trainers.checkpoint_file("run-{{x}}-{step}.pt", 7) == Path("run-{x}-7.pt")
+
+
+def test_callbacks_that_are_not_callable_are_refused_before_any_step() -> None:
+    trainer = Trainer(
+        sgd_workload(), device="cpu", eval_data=[(torch.randn(8, 6), torch.randn(8, 1))]
+    )
+    with pytest.raises(ConfigError, match=r"^on_losses=3 is invalid: allowed a callable, or None"):
+        trainer.fit(4, on_losses=3)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^on_eval='x' is invalid: allowed a callable"):
+        trainer.fit(4, eval_every=2, on_eval="x")  # type: ignore[arg-type]
+    assert trainer.step == 0
+
+
+def test_a_refused_resume_leaves_the_trainer_as_it_was(tmp_path: Path) -> None:
+    """fit(resume_from=...) had loaded the checkpoint before checking `steps`: refused, the
+    Trainer was back at the checkpoint's step with its weights, 15 trained steps gone."""
+    trainer = Trainer(sgd_workload(), device="cpu")
+    trainer.fit(10, checkpoint_every=5, checkpoint_path=tmp_path / "m-{step}.pt")
+    trainer.fit(20)
+    before = weights(trainer)
+    with pytest.raises(ConfigError, match=r"^steps=4 is invalid: allowed an integer > 5 \(the"):
+        trainer.fit(4, resume_from=tmp_path / "m-5.pt")
+    assert trainer.step == 20
+    assert all(torch.equal(a, b) for a, b in zip(before, weights(trainer), strict=True))
+    assert trainer.fit(8, resume_from=tmp_path / "m-5.pt").start_step == 5
+
+
+def test_a_checkpoint_of_another_kind_is_refused_for_what_differs(tmp_path: Path) -> None:
+    """Another model's checkpoint under another config had been refused for its config; another
+    scheduler kind as another optimizer; a list saved with torch.save raised AttributeError."""
+    path = tmp_path / "c.pt"
+    Trainer(sgd_workload(), device="cpu").fit(4, checkpoint_every=4, checkpoint_path=path)
+    other = Trainer(sgd_workload(width=32), trainers.LoopConfig(sync_interval=3), device="cpu")
+    with pytest.raises(ConfigError, match=r"^resume_from='3 tensors .*differ \(the checkpoint is"):
+        other.load(path)
+    scheduled = tmp_path / "s.pt"
+    Trainer(sgd_workload(), device="cpu", scheduler=lambda o: StepLR(o, 4, 0.5)).fit(
+        4, checkpoint_every=4, checkpoint_path=scheduled
+    )
+    cycling = Trainer(
+        sgd_workload(), device="cpu", scheduler=lambda o: OneCycleLR(o, 1.0, total_steps=30)
+    )
+    with pytest.raises(ConfigError, match=r"^scheduler='OneCycleLR' is invalid: allowed StepLR"):
+        cycling.load(scheduled)
+    for name, saved in (("list", [1, 2]), ("Tensor", torch.zeros(3))):
+        torch.save(saved, tmp_path / f"{name}.pt")
+        with pytest.raises(TrainerError, match=rf"not a streamtune Trainer checkpoint \(a {name},"):
+            Trainer(sgd_workload(), device="cpu").fit(6, resume_from=tmp_path / f"{name}.pt")
