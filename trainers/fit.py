@@ -244,20 +244,15 @@ class Trainer:
 
         `checkpoint_path` is written every `checkpoint_every` steps; a `{step}` in it is replaced
         by the step (`run-{step}.pt` keeps each checkpoint, `run.pt` the latest only)."""
-        # Read, then the arguments checked, then restored: a refused fit leaves the Trainer as
-        # it was (a refused resume had already rewound it to the checkpoint).
-        state = None if resume_from is None else read_checkpoint(resume_from, self.device)
-        check_fit_arguments(
-            steps,
-            eval_every,
-            checkpoint_every,
-            checkpoint_path,
-            trained=self.step if state is None else int(checkpoint_of(state)["step"]),
-            has_eval_data=self.eval_data is not None,
-            callbacks={"on_losses": on_losses, "on_eval": on_eval},
+        self._resume(
+            resume_from,
+            functools.partial(
+                check_fit_arguments,
+                *(steps, eval_every, checkpoint_every, checkpoint_path),
+                has_eval_data=self.eval_data is not None,
+                callbacks={"on_losses": on_losses, "on_eval": on_eval},
+            ),
         )
-        if state is not None:
-            self.load_state_dict(state)
         start = self.step
         deferred = Deferred(on_losses)
         session = self._session(steps - start, deferred if on_losses is not None else None)
@@ -292,6 +287,17 @@ class Trainer:
             wall_s=time.perf_counter() - started,
             n_syncs=session.harvester.n_syncs,
         )
+
+    def _resume(
+        self, resume_from: str | os.PathLike[str] | None, check: Callable[..., None]
+    ) -> None:
+        """The checkpoint read, `check` run with the steps trained by then (`trained=`), then
+        the checkpoint restored: a refused fit leaves the Trainer as it was (a refused resume
+        had already rewound it to the checkpoint)."""
+        state = None if resume_from is None else read_checkpoint(resume_from, self.device)
+        check(trained=self.step if state is None else int(checkpoint_of(state)["step"]))
+        if state is not None:
+            self.load_state_dict(state)
 
     def _session(self, capacity: int, on_losses: LossCallback | None) -> Session:
         """The core's session for `capacity` more steps from this one, with the loss callback."""

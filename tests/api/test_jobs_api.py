@@ -394,3 +394,26 @@ def test_a_job_names_a_program_of_the_servers_registry_never_its_command(storage
     with TestClient(make_app(storage)) as without:
         refused = _post(without, job)
         assert refused.status_code == 422 and "unknown workload 'program:plain-mlp'" in refused.text
+
+
+def test_a_registry_broken_after_start_fails_only_program_jobs_and_a_space_it_cannot_search(
+    storage: str, tmp_path: Path
+) -> None:
+    """A probe (2026-12-06): an edited registry made every POST a 500, built-ins too; a program
+    job whose space holds only settings the program lacks was queued (201), then failed."""
+    registry = tmp_path / "programs.json"
+    for name in ("programs.json", "plain_loop.py"):
+        (tmp_path / name).write_bytes((ROOT / "examples" / "program" / name).read_bytes())
+    job = {"workload": "program:plain-mlp", "preset": "tiny", "trials": 2, "device": "cpu"}
+    with TestClient(make_app(storage, programs=str(registry))) as client:
+        refused = _post(client, job | {"space": {"num_streams": [1, 2]}})
+        assert refused.status_code == 422, refused.text
+        (error,) = refused.json()["detail"]
+        assert error["loc"][:2] == ["body", "space"]
+        assert "program 'plain-mlp' implements sync_interval" in error["msg"]
+        assert _post(client, job | {"space": {"sync_interval": [1, 4]}}).status_code == 201
+        registry.write_text("{not json")
+        assert _post(client, TINY_JOB).status_code == 201
+        broken = _post(client, job)
+        assert broken.status_code == 422, broken.text
+        assert "the server's program registry cannot be read now" in broken.text

@@ -132,6 +132,28 @@ BROKEN = {
     "missing-window": (GOOD.replace(WINDOW_1, ""), "1 of 2 windows reported"),
     "no-end": (GOOD.replace("say(event='end')\n", ""), "no end event"),
     "seconds": (GOOD.replace(WINDOW_1, WINDOW_1.replace("0.01", "-1")), "window 1 took -1"),
+    # Read as they came, these had ended the tuner's final round with a TypeError, failed
+    # every run with int()'s ValueError naming nothing, or been taken (2.5 steps, "0.01" s).
+    "peak": (
+        GOOD.replace("event='end'", "event='end', peak_memory_bytes='big'"),
+        "peak_memory_bytes must be an integer >= 0, not 'big'",
+    ),
+    "n-syncs": (
+        GOOD.replace("event='end'", "event='end', n_syncs='lots'"),
+        "n_syncs must be an integer >= 0, not 'lots'",
+    ),
+    "wait": (
+        GOOD.replace("event='end'", "event='end', sync_wait_ms=-1"),
+        "sync_wait_ms must be a number >= 0, not -1",
+    ),
+    "steps-float": (
+        GOOD.replace("index=1, steps=1", "index=1, steps=1.0"),
+        "window 1 needs an integer steps and a number seconds",
+    ),
+    "seconds-text": (
+        GOOD.replace(WINDOW_1, WINDOW_1.replace("0.01", "'0.01'")),
+        "window 1 needs an integer steps and a number seconds",
+    ),
 }  # fmt: skip
 
 
@@ -280,6 +302,9 @@ def test_registry_entries_that_would_fail_every_run_are_refused_at_load(tmp_path
         ({"env": {"STREAMTUNE_SEED": "1"}}, r"^programs.a.env=.*STREAMTUNE_SEED is the protocol"),
         ({"env": {"X": "a\0b"}}, r"^programs.a.env=.*the value of X holds a NUL"),
         ({"cwd": "missing"}, r"^programs.a.cwd='missing' is invalid: allowed an existing folder"),
+        ({"command": ["{python}", "p.py\0"]}, r"^programs.a.command=.*a NUL character"),
+        ({"command": [""]}, r"^programs.a.command=.*an empty program"),
+        ({"presets": [""]}, r"^programs.a.presets=.*a non-empty name without NUL"),
     ]
     for change, message in cases:
         path.write_text(json.dumps({"programs": {"a": entry | change}}))

@@ -147,7 +147,10 @@ class ReportReader:
             index = int(line["index"])
             if index != len(self.windows) or index >= len(self.sizes):
                 raise ValueError(f"window {index} out of order")
-            steps, seconds = int(line["steps"]), float(line["seconds"])
+            steps, seconds = line["steps"], line["seconds"]
+            if not _is_count(steps) or not _is_number(seconds):
+                # int() and float() had taken 2.5, true and "0.01".
+                raise ValueError(f"window {index} needs an integer steps and a number seconds")
             if steps != self.sizes[index]:
                 raise ValueError(f"window {index} has {steps} steps, expected {self.sizes[index]}")
             if not (math.isfinite(seconds) and seconds > 0):
@@ -156,6 +159,14 @@ class ReportReader:
             self.windows.append(window)
             return index, window
         elif event == "end":
+            # Checked here, where a bad line is the program's named fault: read later, a string
+            # peak ended the tuner with a TypeError in its final round (a probe, 2026-12-06).
+            for key in ("n_syncs", "n_polls", "peak_memory_bytes"):
+                if line.get(key) is not None and not _is_count(line[key]):
+                    raise ValueError(f"{key} must be an integer >= 0, not {line[key]!r}")
+            wait = line.get("sync_wait_ms", 0.0)
+            if not _is_number(wait) or not math.isfinite(wait) or wait < 0:
+                raise ValueError(f"sync_wait_ms must be a number >= 0, not {wait!r}")
             self.end = line
         else:
             raise ValueError(f"unknown event {event!r}")
@@ -196,8 +207,8 @@ class ReportReader:
             stopped_early=stopped,
             losses=list(self.ledger.losses),
             loss_check=self.ledger.proof(warmup + steps),
-            n_syncs=int(end.get("n_syncs", 0)),
-            n_polls=int(end.get("n_polls", 0)),
+            n_syncs=int(end.get("n_syncs") or 0),
+            n_polls=int(end.get("n_polls") or 0),
             sync_wait_ms=float(end.get("sync_wait_ms", 0.0)),
             windows=list(self.windows),
             samples_per_batch=int(self.start["samples_per_batch"]),
@@ -206,6 +217,14 @@ class ReportReader:
             flops_per_step=_flops(end.get("flops_per_step")),
             fingerprint=dict(self.start.get("fingerprint") or {}),
         )
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _flops(value: Any) -> int | None:

@@ -70,7 +70,18 @@ class ProgramEntry(BaseModel):
         unknown = [name for name in unknown if name not in PLACEHOLDERS]
         if unknown:
             raise ValueError("unknown placeholders: " + ", ".join(f"{{{n}}}" for n in unknown))
+        if any("\0" in part for part in command) or not command[0]:
+            raise ValueError("an empty program, or a NUL character, cannot be run")
         return command
+
+    @field_validator("presets")
+    @classmethod
+    def _preset_names(cls, presets: list[str]) -> list[str]:
+        # Each is passed as {preset}: an empty one or a NUL had failed every run at its start.
+        for preset in presets:
+            if not preset.strip() or "\0" in preset:
+                raise ValueError(f"preset {preset!r}: allowed a non-empty name without NUL")
+        return presets
 
     @field_validator("env")
     @classmethod

@@ -16,7 +16,7 @@ from tuner.errors import SpaceError, SpecError, TunerError
 from tuner.request import JobSpec
 from tuner.search.options import check_patience
 from tuner.search.spaces.named import load_space, program_space, user_fixed
-from tuner.search.spaces.pinned import check_pins
+from tuner.search.spaces.pinned import check_left, check_pins
 from tuner.search.spaces.processes import for_processes
 
 __all__ = ["JobSpec", "WorkloadRegistry", "check_spec", "is_library_model"]
@@ -41,9 +41,19 @@ class WorkloadRegistry:
     """The registry of programs (`TUNER_PROGRAMS`, trainers/program/runner.py): a job names one as
     `program:NAME`; its command never comes from the request."""
 
+    def load_programs(self) -> Mapping[str, Program]:
+        """The registry's programs, read now: a ConfigError for a file that is wrong."""
+        return {} if not self.programs_file else load_registry(self.programs_file)
+
     @property
     def programs(self) -> Mapping[str, Program]:
-        return {} if not self.programs_file else load_registry(self.programs_file)
+        """`load_programs`, but a file edited into an error since the server started lists no
+        program: every request had failed with a 500, for a built-in workload too (a probe,
+        2026-12-06); a request for a program is told why (`_check_workload`)."""
+        try:
+            return self.load_programs()
+        except trainers.ConfigError:
+            return {}
 
     def names(self) -> tuple[str, ...]:
         return (
@@ -90,7 +100,7 @@ class WorkloadRegistry:
     def check(self) -> None:
         """Import every plug-in factory and read the programs' registry now, so that a typo
         stops the server at start."""
-        self.programs  # noqa: B018
+        self.load_programs()
         for name, target in self.plugins.items():
             if ":" not in target:
                 raise TunerError(
@@ -175,6 +185,15 @@ def _check_workload(spec: JobSpec, registry: WorkloadRegistry) -> None:
     except trainers.WorkloadError as exc:
         raise SpecError(("workload",), str(exc), spec.workload) from exc
     if not registry.knows(spec.workload):
+        if spec.workload.startswith(PROGRAM_PREFIX):
+            try:
+                registry.load_programs()
+            except trainers.ConfigError as exc:
+                raise SpecError(
+                    ("workload",),
+                    f"{spec.workload}: the server's program registry cannot be read now ({exc})",
+                    spec.workload,
+                ) from exc
         raise SpecError(
             ("workload",),
             f"unknown workload {spec.workload!r}: allowed {registry.allowed()}",
@@ -224,16 +243,20 @@ def _check_space(spec: JobSpec, registry: WorkloadRegistry) -> None:
             spec.nproc_per_node,
         )
     program = spec.workload if spec.workload.startswith(PROGRAM_PREFIX) else None
-    precisions = trainers.PrecisionSpec.of(
+    precision = trainers.PrecisionSpec.of(
         spec.precision, spec.precisions, nproc_per_node=spec.nproc_per_node, program=program
-    ).allowed  # valid: `_check_precisions` ran first
+    )  # valid: `_check_precisions` ran first
+    precisions = precision.allowed
     try:
         pinned = load_space(spec.space, fix=spec.fix, cuda=cuda)
         # The data-parallel levers' rules for this many processes (a pinned parallel, a graph).
         pinned = for_processes(pinned, spec.nproc_per_node)
         if program is not None:
             entry = registry.programs[program.removeprefix(PROGRAM_PREFIX)]
-            pinned = program_space(pinned, entry, user_fixed(spec.space, spec.fix))
+            asked, pinned = pinned, program_space(pinned, entry, user_fixed(spec.space, spec.fix))
+            if not precision.searched:  # else the precision is searched: the trials differ
+                # As the run refuses it (`tuner.search.study`): it had been queued, then failed.
+                check_left(list(asked.params), pinned, len(asked.notes))
         # A pin no draw could run (the model's own refusals need the model: the worker's).
         check_pins(pinned, precisions or ("fp32",), None)
     except SpaceError as exc:
