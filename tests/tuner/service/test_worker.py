@@ -470,7 +470,10 @@ def test_a_job_whose_patience_stops_its_search_decides_then(storage: str) -> Non
     assert done.status == "succeeded" and done.recommendation is not None
     trials = sorted(_trials(storage, row.study), key=lambda t: t.number)
     values = [t.values[0] for t in trials if t.state == TrialState.COMPLETE]
-    assert len(values) == len(trials) < asked
+    # The patience counts complete trials; one the pruner stopped at a slow window (CI's loaded
+    # machine, 2026-12-06: 6 complete of 11) is not one, and does not end the search.
+    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)
+    assert trials[-1].state == TrialState.COMPLETE and len(trials) < asked
     margin = worker.options_for(row, JobSpec.of(row)).tie_margin
     # It stopped on the first trial after which the rule held, not later.
     assert trials_without_gain(values, margin) >= 1
@@ -480,7 +483,7 @@ def test_a_job_whose_patience_stops_its_search_decides_then(storage: str) -> Non
     assert attrs[JOB_BEGUN] == []  # the claimer's count starts at the job's first trial
     ended = done.recommendation["search"]["ended"]  # the job row's `search_ended`
     assert ended["by"] == "patience"
-    assert f"stopped after {len(values)} trials" in ended["why"]
+    assert f"stopped after {len(trials)} trials" in ended["why"]
 
 
 def test_a_job_whose_budget_runs_out_says_so(storage: str) -> None:
