@@ -3,29 +3,21 @@ the cases a user's probe (2026-12-06) found failing late, silently or with the w
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 from torch.optim.lr_scheduler import OneCycleLR, StepLR
-from torch.utils.data import TensorDataset
 
 import trainers
-from trainers import ConfigError, Trainer, TrainerError, workload_from_parts
+from tests.trainers.test_fit import _sgd_workload
+from trainers import ConfigError, Trainer, TrainerError
 
 
 def sgd_workload(width: int = 16) -> trainers.Workload:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(6, width), nn.ReLU(), nn.Linear(width, 1))
-    data = TensorDataset(torch.randn(64, 6), torch.randn(64, 1))
-    return workload_from_parts(
-        model,
-        data,
-        lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]),
-        optimizer=lambda params, capturable: torch.optim.SGD(params, lr=0.1, momentum=0.9),
-        batch_size=8,
-    )
+    """test_fit's workload, its SGD with momentum (a checkpoint with optimizer state to restore)."""
+    return _sgd_workload(width, functools.partial(torch.optim.SGD, momentum=0.9))
 
 
 def weights(trainer: Trainer) -> list[torch.Tensor]:
