@@ -5,6 +5,7 @@ accumulation and clipping must be captured with the step. Skipped without CUDA."
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from pathlib import Path
 
@@ -32,6 +33,18 @@ CONFIGS = {
 }
 
 
+def same_kernels(config: LoopConfig) -> contextlib.AbstractContextManager[object]:
+    """Inductor's deterministic mode under a compiled config: its on-device autotuning of a
+    reduction's block size and warps may pick another kernel in each compile, which changes the
+    7th digit (an H100, 2026-12-06: 1 of 4 runs of the resume test on an empty cache). The
+    Trainer restores its own state exactly; which kernel Inductor picks is not its to repeat."""
+    if config.compile == "none":
+        return contextlib.nullcontext()
+    import torch._inductor.config
+
+    return torch._inductor.config.patch(deterministic=True)
+
+
 def warmup_cosine(total: int, warmup: int = 3):  # type: ignore[no-untyped-def]
     return fit.warmup_cosine(total, warmup, start_factor=0.1)
 
@@ -52,9 +65,10 @@ def test_a_resumed_run_gives_the_uninterrupted_losses_bit_for_bit(
     def make() -> trainers.Workload:
         return trainers.load_workload("transformer", "tiny", seed=0)
 
-    whole = Trainer(make(), **options).fit(16)
-    Trainer(make(), **options).fit(8, checkpoint_every=8, checkpoint_path=tmp_path / "c.pt")
-    resumed = Trainer(make(), **options).fit(16, resume_from=tmp_path / "c.pt")
+    with same_kernels(CONFIGS[name]):
+        whole = Trainer(make(), **options).fit(16)
+        Trainer(make(), **options).fit(8, checkpoint_every=8, checkpoint_path=tmp_path / "c.pt")
+        resumed = Trainer(make(), **options).fit(16, resume_from=tmp_path / "c.pt")
     assert resumed.losses == whole.losses[8:]
     assert len(set(whole.losses)) > 8
 
@@ -168,13 +182,14 @@ def test_a_callback_error_under_a_graph_leaves_the_run_resumable(name: str) -> N
         if first + len(losses) >= 3:
             raise RuntimeError("planted: the callback failed")
 
-    trainer = build()
-    with pytest.raises(RuntimeError, match="planted"):
-        trainer.fit(8, on_losses=fails)
-    assert 3 <= trainer.step < 8
-    trainer.fit(8)
-    plain = build()
-    plain.fit(8)
+    with same_kernels(config):
+        trainer = build()
+        with pytest.raises(RuntimeError, match="planted"):
+            trainer.fit(8, on_losses=fails)
+        assert 3 <= trainer.step < 8
+        trainer.fit(8)
+        plain = build()
+        plain.fit(8)
     for ours, theirs in zip(trainer.model.parameters(), plain.model.parameters(), strict=True):
         assert torch.equal(ours, theirs)
 
