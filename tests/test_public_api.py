@@ -164,6 +164,7 @@ PROGRAM = {
     "PROTOCOL",
     "Program",
     "ProgramFailed",
+    "ProgramStopped",
     "REGISTRY_VARIABLE",
     "ReportReader",
     "Reporter",

@@ -5,6 +5,7 @@ programs written here that break the protocol one way each."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
 import time
@@ -16,6 +17,7 @@ from trainers import ConfigError, LoopConfig, RunArgs, WorkloadError
 from trainers.program import (
     Program,
     ProgramFailed,
+    ProgramStopped,
     find_program,
     load_registry,
     program_parity,
@@ -178,6 +180,35 @@ def test_the_protocol_is_met_by_a_few_lines_and_a_hung_program_times_out(tmp_pat
     with pytest.raises(ProgramFailed, match="timed out after 1 s"):
         run_program(hung, "tiny", LoopConfig(), RunArgs(steps=2, warmup=1, windows=2))
     assert time.perf_counter() - started < 30
+
+
+def test_a_stop_asked_between_windows_stops_a_hung_program_at_once(tmp_path: Path) -> None:
+    """A cancelled job's program had run on to its next window or its timeout (600 s by
+    default): a stop is asked at every poll of its report, and the whole group is stopped."""
+    hung = fake(
+        tmp_path,
+        START + "open('p', 'w').write(str(os.getpid()))\nos.rename('p', 'pid')\ntime.sleep(60)\n",
+        timeout_s=60.0,
+    )
+    started = time.perf_counter()
+
+    def should_stop() -> bool:
+        return (tmp_path / "pid").exists() and time.perf_counter() - started > 0.3
+
+    with pytest.raises(ProgramStopped, match="stopped on request after 0 of 2 windows"):
+        run_program(
+            hung, "tiny", LoopConfig(), RunArgs(steps=2, warmup=1, windows=2),
+            should_stop=should_stop,
+        )  # fmt: skip
+    assert time.perf_counter() - started < 20
+    with pytest.raises(ProcessLookupError):
+        os.kill(int((tmp_path / "pid").read_text()), 0)
+    # A stop never asked for leaves a run that delivers as it was.
+    done = run_program(
+        fake(tmp_path, GOOD), "tiny", LoopConfig(), RunArgs(steps=2, warmup=1, windows=2),
+        should_stop=lambda: False,
+    )  # fmt: skip
+    assert len(done.windows) == 2 and not done.stopped_early
 
 
 def test_the_program_gets_its_settings_and_the_commands_placeholders(tmp_path: Path) -> None:

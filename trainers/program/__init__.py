@@ -20,7 +20,7 @@ from trainers.program.registry import (
     load_registry,
 )
 from trainers.program.reporting import Reporter
-from trainers.program.runner import ProgramFailed, program_parity, run_program
+from trainers.program.runner import ProgramFailed, ProgramStopped, program_parity, run_program
 from trainers.program.torchrun import MAX_NPROC, NCCL_ENV, check_nproc, run_distributed
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "REGISTRY_VARIABLE",
     "Program",
     "ProgramFailed",
+    "ProgramStopped",
     "ReportReader",
     "Reporter",
     "check_nproc",

@@ -35,6 +35,11 @@ class ProgramFailed(TrainerError):
     """A program run that did not deliver: exit status, malformed report, timeout."""
 
 
+class ProgramStopped(ProgramFailed):
+    """A run stopped because `should_stop` answered True (a cancelled job, a worker shutting
+    down): what it reported is not a measurement."""
+
+
 def run_program(
     program: Program,
     preset: str,
@@ -44,13 +49,15 @@ def run_program(
     on_window: Callable[[int, Window], bool] | None = None,
     perturb: tuple[int, float | None] | None = None,
     on_start: Callable[[int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> RunResult:
     """Run `program` once under `config` with `args` (`RunArgs`: its seed is the program's) and
     read its report, as `trainers.run` would measure a built-in workload. ProgramFailed when it
     does not deliver (see the module doc).
 
     on_start(samples_per_batch) is called when the program's start line is read, before its
-    first window."""
+    first window. should_stop() is asked at every poll of the report: True stops the program
+    (ProgramStopped), so a cancel does not wait for its next window or its timeout."""
     program.check(preset, config)
     steps, warmup, windows, seed = args.steps, args.warmup, args.windows, args.seed
     check_counts(steps=steps, warmup=warmup, windows=windows)
@@ -70,7 +77,9 @@ def run_program(
         }
         command = [_fill(part, fill) for part in program.command]
         reader = ReportReader(program.name, warmup + steps, window_sizes(steps, windows), on_start)
-        stopped = _execute(program, command, env, Path(folder), reader, on_window)
+        stopped = _execute(
+            program, command, env, Path(folder), reader, on_window, should_stop=should_stop
+        )
     return reader.result(program, preset, config, warmup=warmup, stopped=stopped, dev=dev)
 
 
@@ -83,9 +92,11 @@ def _execute(
     on_window: Callable[[int, Window], bool] | None,
     *,
     stop_at_end: bool = False,
+    should_stop: Callable[[], bool] | None = None,
 ) -> bool:
     """Start the program, follow its report (`folder/report.jsonl`) until it exits or is
-    stopped; True if it was stopped early. ProgramFailed with its stderr's tail if it failed.
+    stopped; True if it was stopped early. ProgramFailed with its stderr's tail if it failed,
+    ProgramStopped where `should_stop` stopped it.
 
     stop_at_end: once the report is complete (its end line read), stop the program instead of
     waiting for it to exit: a torchrun launch spends about 2 s tearing its agent down after
@@ -112,6 +123,7 @@ def _execute(
                 on_window,
                 program.timeout_s,
                 stop_at_end=stop_at_end,
+                should_stop=should_stop,
             )
         except BaseException:
             _stop(process)
@@ -153,9 +165,11 @@ def _follow(
     timeout_s: float,
     *,
     stop_at_end: bool = False,
+    should_stop: Callable[[], bool] | None = None,
 ) -> bool:
     """Read the report as it grows until the program exits (or, with `stop_at_end`, has
-    reported everything); True if it was stopped early."""
+    reported everything); True if it was stopped early by `on_window`. ProgramStopped once
+    `should_stop()` answers True before the program has ended."""
     deadline = time.monotonic() + timeout_s
     offset = 0
     pending = b""
@@ -185,6 +199,13 @@ def _follow(
                 # Everything is reported: nothing is left to shut down gracefully.
                 _stop(process, grace_s=0)
                 return False
+            if should_stop is not None and should_stop():
+                # Asked between windows too: a program compiling for minutes, or hung, would
+                # otherwise hold a cancelled job's worker until its next window or its timeout.
+                _stop(process)
+                raise ProgramStopped(
+                    f"stopped on request after {len(reader.windows)} of {len(reader.sizes)} windows"
+                )
             if time.monotonic() > deadline:
                 _stop(process)
                 reader.error = reader.error or f"timed out after {timeout_s:.0f} s"

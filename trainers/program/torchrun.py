@@ -41,7 +41,7 @@ from trainers.errors import ConfigError
 from trainers.measure import RunResult, Window, check_counts, window_sizes
 from trainers.program.protocol import ReportReader, program_env
 from trainers.program.registry import Program
-from trainers.program.runner import STDERR_TAIL, ProgramFailed, _execute
+from trainers.program.runner import STDERR_TAIL, ProgramFailed, ProgramStopped, _execute
 from trainers.runargs import DEFAULT_ARGS, RunArgs
 from trainers.tuned import ENV_PREFIX
 
@@ -139,6 +139,7 @@ def run_distributed(
     gate: bool = False,
     perturb: tuple[int, float | None] | None = None,
     on_start: Callable[[int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     matmul_precision: str | None = None,
     also: Sequence[LoopConfig] = (),
@@ -151,7 +152,8 @@ def run_distributed(
     also: with `gate`, more configs trained after `config` in the same launch, each for as many
     steps (one launch instead of one each); their losses are in `effective["also"]`.
     trace: rank 0 records its third of three windows into this Chrome trace file
-    (`windows` must be 3: the first runs unprofiled, the second warms the profiler up)."""
+    (`windows` must be 3: the first runs unprofiled, the second warms the profiler up).
+    should_stop: asked as the report is read; True stops the launch (ProgramStopped)."""
     steps, warmup, windows = args.steps, args.warmup, args.windows
     dev = _checked_device(nproc, args, also=also, gate=gate, trace=trace)
     entry = entry_args(workload, preset, model_args, gate=gate, also=also, trace=trace)
@@ -169,7 +171,7 @@ def run_distributed(
             perturb=perturb,
         ) | launch_env(folder / "ranks", timeout_s, matmul_precision)
         reader = ReportReader(program.name, warmup + steps, window_sizes(steps, windows), on_start)
-        stopped = _follow_launch(program, env, folder, reader, on_window, nproc)
+        stopped = _follow_launch(program, env, folder, reader, on_window, nproc, should_stop)
     result = reader.result(program, preset, config, warmup=warmup, stopped=stopped, dev=dev)
     return dataclasses.replace(result, workload=workload, effective=_effective(nproc, reader.end))
 
@@ -227,12 +229,24 @@ def _follow_launch(
     reader: ReportReader,
     on_window: Callable[[int, Window], bool] | None,
     nproc: int,
+    should_stop: Callable[[], bool] | None = None,
 ) -> bool:
     """Run the launch to its end line (or its failure, naming the rank); whatever happens, no
     rank process outlives it. True if `on_window` stopped it early."""
     try:
         command = list(program.command)
-        return _execute(program, command, env, folder, reader, on_window, stop_at_end=True)
+        return _execute(
+            program,
+            command,
+            env,
+            folder,
+            reader,
+            on_window,
+            stop_at_end=True,
+            should_stop=should_stop,
+        )
+    except ProgramStopped:
+        raise  # no rank failed: the launch was stopped on request
     except ProgramFailed as exc:
         raise ProgramFailed(rank_failure(str(exc), folder, nproc)) from None
     finally:

@@ -154,7 +154,10 @@ class TrialRunner:
                 return skipped
         try:
             outcome = self.measurer.measure(
-                config, on_window=self._window_callback(trial), precision=precision
+                config,
+                on_window=self._window_callback(trial),
+                precision=precision,
+                should_stop=None if self.should_stop is None else self._stop_requested,
             )
             spent = self.clock.measured(outcome, MEASURE)
             return self.retry.call(
@@ -273,21 +276,23 @@ class TrialRunner:
         spent: dict[str, float],
         precision: str | None = None,
     ) -> str:
-        """Store the trial's result and tell Optuna. `spent`: the trial's phase times so far
-        (its measurement); the gate's parts and a profile are added here. `precision`: the
-        trial's (None: the study's); in another than the study's, the gate judges it by
-        equivalence against the study's reference precision."""
-        self._check_prediction(trial, outcome)
-        if isinstance(outcome, Failure):
+        """Store the trial's result and tell Optuna. `spent`: its phase times so far (the gate's
+        parts and a profile are added here). `precision`: the trial's (None: the study's); in
+        another, the gate judges it by equivalence against the study's reference precision."""
+        # A program stopped on request between its windows: no measurement, and no fault.
+        if not (stopped := isinstance(outcome, Failure) and outcome.kind == "stopped"):
+            self._check_prediction(trial, outcome)
+        if isinstance(outcome, Failure) and not stopped:
             trial.set_user_attr(keys.FAILURE_REASON, outcome.reason)
             trial.set_user_attr(keys.FAILURE_KIND, outcome.kind)
             trial.set_user_attr(keys.SECONDS, outcome.seconds)
             trial.set_user_attr(keys.TIME, spent)
             self.study.tell(trial, state=TrialState.FAIL)
             return "failed"
-        for attr, value in outcome.to_attrs().items():
-            trial.set_user_attr(attr, value)
-        if outcome.stopped_early:
+        if isinstance(outcome, Measured):
+            for attr, value in outcome.to_attrs().items():
+                trial.set_user_attr(attr, value)
+        if not isinstance(outcome, Measured) or outcome.stopped_early:
             trial.set_user_attr(keys.TIME, spent)
             if self.stopped:
                 trial.set_user_attr(STOPPED_ATTR, True)

@@ -172,3 +172,47 @@ def test_an_edited_program_gets_its_own_study_and_its_study_exports_what_it_read
     (line,) = [x for x in capsys.readouterr().err.splitlines() if "changed since" in x]
     assert f"the program's files changed since study {old} was measured: new study" in line
     assert f"new study {old}-model-{after['digest']}" in line
+
+
+def test_a_cancel_stops_a_programs_trial_between_its_windows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job cancelled while its program compiled or hung had held its worker until the
+    program's next window or its timeout (`run_program` polled no stop). The trial is told as
+    stopped on request (pruned, no windows), not as a failure of its config."""
+    from tests.tuner.tiny import load, options
+    from tuner.errors import Stopped
+    from tuner.search.study import run_study
+    from tuner.store import keys
+
+    shutil.copy(REGISTRY.parent / "plain_loop.py", tmp_path / "plain_loop.py")
+    # The example program, hung before its start line from its second run on (the first trial:
+    # the pytorch-default baseline is its first run).
+    # Each run leaves a file of its own (created whole: a count rewritten in one file could
+    # be read empty by the stop asked meanwhile).
+    (tmp_path / "hangs.py").write_text(
+        "import pathlib, runpy, sys, time\n"
+        "run = len(list(pathlib.Path('.').glob('run-*'))) + 1\n"
+        "pathlib.Path(f'run-{run}').touch()\n"
+        "if run >= 2:\n"
+        "    time.sleep(300)\n"
+        "sys.argv[0] = 'plain_loop.py'\n"
+        "runpy.run_path('plain_loop.py', run_name='__main__')\n"
+    )
+    entry = {
+        "command": ["{python}", "hangs.py", "--preset", "{preset}"],
+        "presets": ["tiny"],
+        "settings": ["sync_interval", "pin_memory", "non_blocking", "num_workers"],
+        "timeout_s": 300,
+    }
+    (tmp_path / "programs.json").write_text(json.dumps({"programs": {"hangs": entry}}))
+    monkeypatch.setenv("TUNER_PROGRAMS", str(tmp_path / "programs.json"))
+    monkeypatch.chdir(tmp_path)
+    storage = f"sqlite:///{tmp_path / 'p.db'}"
+    opts = options(storage, "cancel", workload="program:hangs", trials=2, timeout_s=600)
+    with pytest.raises(Stopped, match="stopped on request"):
+        run_study(opts, should_stop=(tmp_path / "run-2").exists)
+    (trial,) = load(storage, "cancel").trials
+    assert trial.state.name == "PRUNED" and trial.user_attrs.get(keys.STOPPED) is True
+    assert keys.FAILURE_REASON not in trial.user_attrs and keys.WINDOWS not in trial.user_attrs
+    assert sum(trial.user_attrs[keys.TIME].values()) < 60  # not the program's 300 s

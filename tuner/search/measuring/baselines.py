@@ -6,8 +6,9 @@ on the same device (`where`): clocks and other load move every config alike, and
 `DRIFT_WARNING` is shown.
 
 A stop asked (`stop`: the service's cancel, a worker's shutdown) is read before each baseline
-and after each of its windows, as a trial's: a cut measurement is not stored. A cancel during
-the start baselines had waited for both, 91 s on a 2-core CPU (a new API client's trial).
+and after each of its windows, as a trial's (a program's run: all along it): a cut measurement is
+not stored. A cancel during the start baselines had waited for both, 91 s on a 2-core CPU (a new
+API client's trial).
 """
 
 from __future__ import annotations
@@ -68,7 +69,9 @@ class Baselines:
                 return
             self.progress.phase(f"baseline {name} ({phase})")
             outcome = self.measurer.measure(
-                config, on_window=None if stop is None else lambda index, _: not stop()
+                config,
+                on_window=None if stop is None else lambda index, _: not stop(),
+                should_stop=stop,  # a program's run: between its windows too
             )
             self.clock.measured(outcome, MEASURE)
             if stop is not None and stop():

@@ -29,7 +29,13 @@ import trainers
 from trainers import LoopConfig, RunArgs, RunResult, Window, Workload
 from trainers.gate import floor_applies
 from trainers.program import PREFIX as PROGRAM_PREFIX
-from trainers.program import Program, find_program, run_distributed, run_program
+from trainers.program import (
+    Program,
+    ProgramStopped,
+    find_program,
+    run_distributed,
+    run_program,
+)
 from tuner.errors import users_frame
 
 # The protocol is the request's word, one layer down: named here for the code that reads it with
@@ -88,7 +94,7 @@ class Measured:
 @dataclasses.dataclass(kw_only=True, frozen=True)
 class Failure:
     reason: str
-    kind: str  # "oom", "cuda", "capture", "config", "workload", "error"
+    kind: str  # "oom", "cuda", "capture", "config", "workload", "error", "stopped"
     seconds: float
 
 
@@ -187,17 +193,20 @@ class Measurer:
         *,
         on_window: Callable[[int, float], bool] | None = None,
         precision: str | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> Measured | Failure:
         """One run of `config`. `on_window(index, throughput)` returning False stops it early.
-        `precision`: this run's, in a study searching precisions (None: the study's)."""
+        `precision`: this run's, in a study searching precisions (None: the study's).
+        `should_stop()`: asked all along a program's run or a torchrun launch (True: a Failure
+        of kind "stopped"); a run in this process reads a stop at its windows (`on_window`)."""
         if precision is not None and precision != self.precision:
             # A run in another precision: the same measurement, by a Measurer of that precision
             # sharing this one's workload and initial weights.
-            return self._in(precision).measure(config, on_window=on_window)
+            return self._in(precision).measure(config, on_window=on_window, should_stop=should_stop)
         if self.program is not None:
-            return self._measure_program(self.program, config, on_window)
+            return self._measure_program(self.program, config, on_window, should_stop)
         if self.nproc > 1:
-            return self._measure_distributed(config, on_window)
+            return self._measure_distributed(config, on_window, should_stop)
         workload = self.workload
         workload.model.load_state_dict(self._initial)
         # Every run starts from the same allocator state: what earlier runs cached is returned.
@@ -296,6 +305,7 @@ class Measurer:
         program: Program,
         config: LoopConfig,
         on_window: Callable[[int, float], bool] | None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> Measured | Failure:
         started = time.perf_counter()
 
@@ -312,6 +322,7 @@ class Measurer:
                 self._run_args(config),
                 on_window=window_done,
                 on_start=self._started,
+                should_stop=should_stop,
             )
         except Exception as exc:  # noqa: BLE001 - every failure is recorded, none ends the study
             return self._failure(exc, time.perf_counter() - started)
@@ -319,7 +330,10 @@ class Measurer:
         return _measured(result, time.perf_counter() - started)
 
     def _measure_distributed(
-        self, config: LoopConfig, on_window: Callable[[int, float], bool] | None
+        self,
+        config: LoopConfig,
+        on_window: Callable[[int, float], bool] | None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> Measured | Failure:
         """One torchrun launch of `nproc` processes (a failed or hung rank: a Failure naming it,
         with its stderr; no process left behind). Windows are samples/s of the global batch."""
@@ -340,6 +354,7 @@ class Measurer:
                 nproc=self.nproc,
                 on_window=window_done,
                 model_args=self.model_args,
+                should_stop=should_stop,
             )
         except Exception as exc:  # noqa: BLE001 - every failure is recorded, none ends the study
             return self._failure(exc, time.perf_counter() - started)
@@ -378,7 +393,13 @@ class Measurer:
         kind = _failure_kind(exc)
         # Where in the user's code (their model or loss), for what their code raised.
         where = users_frame(exc) if kind in ("error", "cuda") else ""
-        text = oom_reason(str(exc)) if kind == "oom" else f"{type(exc).__name__}{where}: {exc}"
+        text = (
+            oom_reason(str(exc))
+            if kind == "oom"
+            else str(exc)
+            if kind == "stopped"
+            else f"{type(exc).__name__}{where}: {exc}"
+        )
         return Failure(reason=f"{kind}: {text}".strip()[:2000], kind=kind, seconds=seconds)
 
     def floor_ms(
@@ -422,6 +443,8 @@ def oom_reason(message: str) -> str:
 
 
 def _failure_kind(exc: Exception) -> str:
+    if isinstance(exc, ProgramStopped):
+        return "stopped"
     if isinstance(exc, torch.cuda.OutOfMemoryError):
         return "oom"
     if isinstance(exc, trainers.CaptureError):
