@@ -40,6 +40,9 @@ from tuner.store.retry import is_transient
 
 RETRY_AFTER_S = "5"
 MAX_ECHO = 200  # characters of an input (and items of a list) echoed back in a 422
+MAX_MESSAGE = 4000
+"""Characters of a 422's message: ours quote a value cut short (`tuner.errors.named`) and then
+list what is allowed, which cut at MAX_ECHO had lost the library families after 200 characters."""
 MAX_ERRORS = 20
 """Errors listed in one 422: each unknown key's names every allowed field, and 5,500 unknown keys
 in a 64 KiB body had answered 2.5 MB (190x a gzipped request's size)."""
@@ -59,9 +62,9 @@ def field_error(
     )
 
 
-def _text(value: str) -> str:
-    """A string that encodes as UTF-8 (a lone surrogate escaped), cut to MAX_ECHO characters."""
-    cut = value if len(value) <= MAX_ECHO else value[:MAX_ECHO] + "..."
+def _text(value: str, limit: int = MAX_ECHO) -> str:
+    """A string that encodes as UTF-8 (a lone surrogate escaped), cut to `limit` characters."""
+    cut = value if len(value) <= limit else value[:limit] + "..."
     return cut.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
@@ -94,7 +97,9 @@ def unprocessable(
     try:
         detail = []
         for error in errors[:MAX_ERRORS]:
-            entry = {key: plain(error.get(key)) for key in ("type", "loc", "msg", "input")}
+            entry = {key: plain(error.get(key)) for key in ("type", "loc", "input")}
+            msg = error.get("msg")
+            entry["msg"] = _text(msg, MAX_MESSAGE) if isinstance(msg, str) else plain(msg)
             if entry["type"] == "value_error" and isinstance(entry["msg"], str):
                 # Pydantic words a validator's ValueError "Value error, allowed ...": ours are
                 # sentences that name the field already.

@@ -57,12 +57,17 @@ def _study(summary: dict[str, Any], asked: dict[str, str]) -> StudyOut:
 @router.get("/{name}/best", response_model=Recommendation, responses=NOT_FOUND | CONFLICT)
 def study_best(name: str, reader: ReaderDep, store: StoreDep, caller: CallerDep) -> Recommendation:
     """The study's recommendation; 409 while it has none."""
-    found = reader.recommendation(_visible(name, store, caller))
+    visible = _visible(name, store, caller)
+    found = reader.recommendation(visible)
     if found.config is None:
         raise NoRecommendation(
             f"study {name!r} recommends no config: {found.reason or 'none was decided'}"
         )
-    return Recommendation.model_validate(found.to_dict())
+    # As its job named the workload (`_study`): the job's own /best says so too.
+    asked = store.workloads_of([visible])
+    return Recommendation.model_validate(
+        found.to_dict() | {"workload": asked.get(visible, found.workload)}
+    )
 
 
 def _visible(name: str, store: Submissions, caller: Owner) -> str:

@@ -32,8 +32,18 @@ ROOT = Path(__file__).resolve().parents[2]
             '{"mine": "tests.trainers.own_workloads:declares_a_name"}',
             "presets must be a tuple or list of names",
         ),
+        (
+            '{"my model": "tests.trainers.own_workloads:sized"}',
+            "TUNER_WORKLOADS: 'my model' is not a name a job can ask for: allowed 1 to 128",
+        ),
     ],
-    ids=["no-module", "bad-json", "a-built-ins-name", "malformed-presets"],
+    ids=[
+        "no-module",
+        "bad-json",
+        "a-built-ins-name",
+        "malformed-presets",
+        "a-name-jobs-cannot-ask",
+    ],
 )
 def test_a_bad_plug_in_stops_the_server_in_one_line(
     tmp_path: Path, workloads: str, said: str

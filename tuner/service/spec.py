@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 
 import torch
@@ -21,6 +22,8 @@ from tuner.search.spaces.processes import for_processes
 
 __all__ = ["JobSpec", "WorkloadRegistry", "check_spec", "is_library_model"]
 
+PLUGIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+"""A plug-in's registered name: what the API's `workload` takes without a family prefix."""
 GPUS_ALLOWED = "allowed 'all' or a whole number from 1"
 
 
@@ -105,6 +108,12 @@ class WorkloadRegistry:
             if ":" not in target:
                 raise TunerError(
                     f"TUNER_WORKLOADS: {name}={target!r} is not package.module:factory"
+                )
+            if not PLUGIN_NAME.fullmatch(name):
+                # A job's `workload` could never name it, while the 422s listed it as allowed.
+                raise TunerError(
+                    f"TUNER_WORKLOADS: {name!r} is not a name a job can ask for: allowed 1 to "
+                    "128 letters, digits, '_', '.' and '-'"
                 )
             if name in trainers.BUILTIN or name.startswith(PROGRAM_PREFIX):
                 # The built-in (or the program) would win, and the plug-in never run.

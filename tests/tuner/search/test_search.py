@@ -399,9 +399,12 @@ def test_max_memory_is_recorded_and_applied(tmp_path: Path) -> None:
     assert rec["config"] is not None
     line = "peak memory is measured on a CUDA device only: on cpu --max-memory excludes no config"
     assert line in said.lines
+    # In the recommendation too, which a service job's client reads (the line went to the log).
+    assert rec["note"].endswith(f"; {line}"), rec["note"]
     plain = _Phases()
-    run_json(options(storage, "uncapped", trials=1), progress=plain)
+    uncapped = run_json(options(storage, "uncapped", trials=1), progress=plain)
     assert not any("peak memory" in text for text in plain.lines)
+    assert "peak memory" not in uncapped["note"] and uncapped["note"].startswith("measured on")
     both = dataclasses.replace(options(storage, "x", trials=1), objectives=("throughput", "memory"))
     assert memory_unmeasured(both, "cpu") == (
         "peak memory is measured on a CUDA device only: on cpu the memory objective is not known"

@@ -514,6 +514,22 @@ def test_a_space_whose_every_searched_setting_needs_a_gpu_is_refused_on_a_cpu() 
     assert not load_space({"num_streams": 2}, cuda=False).params
 
 
+def test_a_pinned_value_refused_on_a_cpu_names_the_values_that_run_there() -> None:
+    """`--fix attention=flash` on a CPU had said "allowed attention='flash' is a CUDA kernel":
+    the refusal's sentence where the values allowed go (a probe, 2026-12-06)."""
+    for name, item in LEVERS.items():
+        refused = [v for v in item.values() if item.refusal(v, "cpu") is not None]
+        if not refused or name in FIELD_LEVERS:
+            continue
+        runs = [v for v in item.values() if item.refusal(v, "cpu") is None]
+        with pytest.raises(SpaceError) as err:
+            load_space("full", fix=(f"{name}={refused[0]}",), cuda=False)
+        assert err.value.field == name
+        said = str(err.value)
+        assert said.startswith(f"{name}={refused[0]!r} is invalid: allowed {runs[0]!r}"), said
+        assert said.endswith(f"on cpu: {item.refusal(refused[0], 'cpu')}"), said
+
+
 def test_cpu_mode_rejects_a_required_graph(tmp_path: Path) -> None:
     with pytest.raises(SpaceError, match="CUDA graphs need a CUDA device") as err:
         load_space("full", fix=["cuda_graph=true"], cuda=False)

@@ -19,6 +19,7 @@ from tuner.search.deciding.aim import Aim
 from tuner.search.gating.verdict import GateVerdict
 from tuner.search.measuring.measure import Measurer
 from tuner.search.measuring.stats import Measurement, decide, pareto_front, ratio_ci
+from tuner.search.options import memory_unmeasured
 from tuner.search.spaces.pins import parse_fix, pins_from_mapping
 from tuner.search.spaces.space import SIMPLICITY_ORDER, simplicity_key
 from tuner.store import storage as studies
@@ -233,13 +234,20 @@ def _base(
         max_memory_bytes=options.max_memory_bytes,
         study_fields={k: meta.get(k) for k in STUDY_FIELDS},
         effective=not on_cpu,
-        note=CPU_NOTE if on_cpu else None,
+        note=_cpu_note(options, str(meta.get("device"))) if on_cpu else None,
         pareto=(
             tuple(_entry(m, configs[m.name], precisions) for m in pareto_front(eligible))
             if options.multi_objective
             else None
         ),
     )
+
+
+def _cpu_note(options: Any, device: str) -> str:
+    """CPU_NOTE, and what a memory cap or objective could not do there: a service job had
+    it only in the worker's log (a probe, 2026-12-06)."""
+    memory = memory_unmeasured(options, device)
+    return CPU_NOTE if memory is None else f"{CPU_NOTE}; {memory}"
 
 
 def _recommend(

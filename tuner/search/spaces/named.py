@@ -368,8 +368,11 @@ def _without_refused(
     """Every other lever's values that its `refuse_on` refuses on `device`: a pinned one is a
     SpaceError, searched ones are left out (`_leave_out`)."""
     for name, item in LEVERS.items():
-        if name in fixed and item.refusal(fixed[name], device) is not None:
-            raise SpaceError(name, fixed[name], str(item.refusal(fixed[name], device)))
+        why = item.refusal(fixed[name], device) if name in fixed else None
+        if why is not None:
+            # What runs here first ("allowed" had been followed by the refusal's own sentence).
+            runs = tuple(repr(v) for v in item.values() if item.refusal(v, device) is None)
+            raise SpaceError(name, fixed[name], f"{one_of(runs)} on {device}: {why}")
         spec = params.get(name)
         if not isinstance(spec, Choice):
             continue
