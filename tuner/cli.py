@@ -154,17 +154,19 @@ def train(
         optimizer=optimizer,  # type: ignore[arg-type]  # validated by LoopConfig
     )
     dev = trainers.resolve_device(device)
-    built = trainers.load_workload(
-        workload, preset, seed=seed, model_args=parse_model_args(model_arg or ())
-    )
-    args = trainers.RunArgs(
-        steps=steps,
-        warmup=warmup,
-        windows=windows,
-        device=dev,
-        precision=precision,  # type: ignore[arg-type]  # run() checks it
-    )
-    result = _run_or_one_line(built, config, args)
+    # The user's code prints to stderr under --json, as `run`'s does: stdout is the JSON alone.
+    with _stdout_to_stderr() if as_json else contextlib.nullcontext():
+        built = trainers.load_workload(
+            workload, preset, seed=seed, model_args=parse_model_args(model_arg or ())
+        )
+        args = trainers.RunArgs(
+            steps=steps,
+            warmup=warmup,
+            windows=windows,
+            device=dev,
+            precision=precision,  # type: ignore[arg-type]  # run() checks it
+        )
+        result = _run_or_one_line(built, config, args)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:

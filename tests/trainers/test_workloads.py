@@ -132,6 +132,22 @@ def test_a_module_that_does_not_parse_or_exits_on_import_is_refused_in_one_line(
     assert info.value.field == "workload"
 
 
+def test_a_module_whose_own_import_fails_is_told_so_not_sent_to_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A package the user's module imports, not installed, had been reported as the module not
+    found ("run from the folder that holds it"), which it was (a probe, 2026-12-06)."""
+    (tmp_path / "needs_a_dep_mod.py").write_text("import math\nimport not_installed_dep_x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(WorkloadError) as info:
+        load_workload("needs_a_dep_mod:build", "tiny")
+    said = str(info.value)
+    assert f"importing 'needs_a_dep_mod' failed at {tmp_path / 'needs_a_dep_mod.py'}:2: " in said
+    assert "No module named 'not_installed_dep_x'" in said and "PYTHONPATH" not in said
+    with pytest.raises(WorkloadError, match="run from the folder that holds it"):
+        load_workload("no_such_module_anywhere_x:build", "tiny")
+
+
 @pytest.mark.parametrize("size", [0, -2, 1.5, True])
 def test_a_batch_size_that_is_not_a_positive_integer_is_refused_when_built(size: object) -> None:
     model = torch.nn.Linear(4, 2)

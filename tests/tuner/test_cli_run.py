@@ -79,6 +79,14 @@ def test_with_json_what_the_users_code_prints_goes_to_stderr(tmp_path: Path) -> 
     assert "building model for tiny seed=0" in out.stderr
     without = tuner("run", *flags, "--trials", "1", "--storage", sqlite_url(tmp_path))
     assert "building model for tiny seed=0" in without.stdout
+    # `train --json` too (a probe, 2026-12-06: its stdout began with the factory's line).
+    trained = tuner(
+        "train", "--workload", "tests.trainers.own_workloads:printing", "--device", "cpu",
+        "--steps", "4", "--warmup", "1", "--windows", "2", "--json",
+    )  # fmt: skip
+    assert trained.returncode == 0, trained.stderr
+    assert json.loads(trained.stdout)["steps"] == 4
+    assert "building model for tiny seed=0" in trained.stderr
 
 
 def test_the_jobs_clock_starts_with_the_command_not_after_the_imports(tmp_path: Path) -> None:

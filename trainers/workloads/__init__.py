@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import os
 import traceback
 from collections.abc import Callable, Mapping
 from typing import Any, cast
@@ -92,6 +93,22 @@ def resolve_factory(name: str, model_args: Mapping[str, str] | None = None) -> W
     return cast(WorkloadFactory, UserFactory(name, factory))
 
 
+def _import_inside(exc: ImportError) -> str | None:
+    """`file:line` of the import statement in the user's module that raised `exc`, or None
+    where the module itself was not found (no frame of the user's code ran)."""
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith("<")
+        and os.path.dirname(f.filename) != _IMPORTLIB
+        and f.filename != __file__
+    ]
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None
+
+
+_IMPORTLIB = os.path.dirname(importlib.__file__)
+
+
 def _import_user_module(name: str, module_name: str, attr: str) -> Any:
     """The module of a user's `package.module:factory`; what its import raises, in one line."""
     try:
@@ -120,6 +137,16 @@ def _import_user_module(name: str, module_name: str, attr: str) -> Any:
                 f"workload={name!r} is a registered program: it trains itself (its settings "
                 f"from `python -m tuner export --format env`); only `python -m tuner run "
                 f"--program {attr}` runs it from here",
+                field="workload",
+            ) from exc
+        inside = _import_inside(exc)
+        if inside is not None:
+            # The module was found and its own import failed (a package it needs is not
+            # installed): the folder advice below had sent the user after the wrong cause.
+            raise WorkloadError(
+                f"workload={name!r}: importing {module_name!r} failed at {inside}: {exc} (a "
+                "module it imports is missing from this environment: install it, or fix the "
+                "import)",
                 field="workload",
             ) from exc
         # A misspelt library prefix (`torchvison:resnet18`) is imported as a user's module.

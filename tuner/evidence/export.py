@@ -109,6 +109,10 @@ def main() -> None:
         # Each rank holds a shard of the weights: one file from rank 0 would not resume them.
         parser.exit(2, "error: --checkpoint: not with parallel=fsdp2 in this script\\n")
     rank, args.device = start_ranks(parser, args.device)
+    # The workload's module is found from the working folder, as `python -m tuner` found it:
+    # `python this_file.py` puts only this file's folder on the path.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(1, os.getcwd())
     try:
         workload = trainers.load_workload(WORKLOAD, PRESET, seed=SEED, model_args=MODEL_ARGS)
     except trainers.WorkloadError as exc:

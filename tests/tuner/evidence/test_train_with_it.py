@@ -165,6 +165,35 @@ def test_the_script_says_in_one_line_that_it_cannot_import_the_workload(
     assert "PYTHONPATH" in lines[0]
 
 
+def test_the_script_finds_the_workloads_module_in_the_folder_it_runs_from(
+    finished: Finished, tmp_path: Path
+) -> None:
+    """`python -m tuner` imported the module from the working folder; `python script.py` run
+    there from elsewhere had not, and told the user to run from that folder, where they were (a
+    probe, 2026-12-06)."""
+    work, scripts = tmp_path / "work", tmp_path / "scripts"
+    work.mkdir()
+    scripts.mkdir()
+    (work / "my_mlp_module_x.py").write_text(
+        "import trainers\n"
+        "def build(preset, *, seed):\n"
+        "    return trainers.load_workload('mlp', preset, seed=seed)\n"
+    )
+    text = export.export(finished.recommendation, "python")
+    named = f"WORKLOAD = {finished.rec['workload']!r}"
+    (scripts / "train.py").write_text(text.replace(named, "WORKLOAD = 'my_mlp_module_x:build'"))
+    done = subprocess.run(
+        [sys.executable, str(scripts / "train.py"), "--steps", "2", "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        cwd=work,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_the_script_warns_where_the_model_is_not_the_one_the_study_measured(
     finished: Finished, tmp_path: Path
 ) -> None:
