@@ -299,3 +299,20 @@ def labels_int32(preset: str, *, seed: int) -> Workload:
     workload = _workload()
     workload.dataset.y = workload.dataset.y.to(torch.int32)  # type: ignore[attr-defined]
     return workload
+
+
+class _WithAnUnusedLayer(nn.Module):
+    """A layer its forward never calls (a head kept for later): under DDP its parameters get
+    no gradient, and the reducer stops the second step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.used, self.unused = nn.Linear(6, 3), nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.used(x)
+
+
+def unused_layer(preset: str, *, seed: int) -> Workload:
+    torch.manual_seed(seed)
+    return _workload(model=_WithAnUnusedLayer())

@@ -5,6 +5,7 @@ rank). Each torchrun launch starts three Python processes (~5 s on the 2-core CI
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from pathlib import Path
 
@@ -303,6 +304,21 @@ def test_the_rank_named_is_the_one_that_failed_first_not_one_that_followed_a_pee
     assert (after is None and "then stopped" not in message) or (
         after is not None and after in message
     )
+
+
+def test_a_parameter_the_loss_never_uses_is_named_as_the_cause_under_ddp() -> None:
+    """DDP's reducer stops the second step; the failure had been 30 lines of the ranks' torch
+    traceback, advising a `find_unused_parameters` that no setting gives (a probe, 2026-12-06)."""
+    with pytest.raises(trainers.TrainerError) as info:
+        _distributed(LoopConfig(parallel="ddp"), "tests.trainers.own_workloads:unused_layer")
+    first, _, rest = str(info.value).partition("\n")
+    assert re.fullmatch(
+        r"parallel=ddp: some of the model's parameters get no gradient \(rank \d: indices 2 3 "
+        r"of model\.parameters\(\)\): DDP needs every parameter .* requires_grad=False on "
+        r"those it leaves out",
+        first,
+    ), first
+    assert rest.startswith("rank ") and "Expected to have finished reduction" in rest
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc (Linux)")

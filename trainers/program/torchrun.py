@@ -269,7 +269,39 @@ def _exit_words(code: int) -> str:
 
 
 def rank_failure(reason: str, folder: Path, nproc: int) -> str:
-    """Why the run failed, naming the rank that failed first and quoting its own stderr."""
+    """Why the run failed, naming the rank that failed first and quoting its own stderr; a
+    cause the user can fix (`_known_cause`) first, on a line of its own."""
+    said = _rank_failure(reason, folder, nproc)
+    ranks = folder / "ranks"
+    known = _known_cause(
+        "\n".join(_tail(ranks / f"rank{r}.stderr") for r in range(nproc)) if ranks.exists() else ""
+    )
+    return said if known is None else f"{known}\n{said}"
+
+
+_UNUSED = re.compile(r"Parameter indices which did not receive grad for rank (\d+): ([\d ]+)")
+
+
+def _known_cause(stderr: str) -> str | None:
+    """A one-line cause for what the ranks' stderr shows, where the user's model is at fault:
+    DDP's reducer stopping at a parameter the loss never used had shown 30 lines of torch's
+    traceback, whose advice (`find_unused_parameters=True`) no setting here gives."""
+    if "Expected to have finished reduction in the prior iteration" not in stderr:
+        return None
+    found = _UNUSED.search(stderr)
+    which = (
+        f" (rank {found.group(1)}: indices {found.group(2).strip()} of model.parameters())"
+        if found
+        else ""
+    )
+    return (
+        f"parallel=ddp: some of the model's parameters get no gradient{which}: DDP needs every "
+        "parameter that requires a gradient to take part in the loss; use them in the forward "
+        "and the loss, or set requires_grad=False on those it leaves out"
+    )
+
+
+def _rank_failure(reason: str, folder: Path, nproc: int) -> str:
     torchrun = (
         (folder / "stderr.txt").read_text("utf-8", "replace")
         if (folder / "stderr.txt").exists()

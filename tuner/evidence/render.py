@@ -259,7 +259,8 @@ def _measured_rows(table: Table, rec: Recommendation) -> None:
     # 2048 tokens, both baselines' eager steps ran out of memory where the compiled step fit).
     for name, why in rec.failures.items():
         if name not in rec.speedup:
-            table.add_row(f"vs {name}", f"failed in the final round: {why}")
+            # Its first line (a failed rank's stderr had filled 30 lines); all of it in --json.
+            table.add_row(f"vs {name}", f"failed in the final round: {_first_line(why)}")
     noise = noise_text(rec)
     if noise is not None:
         table.add_row("noise", noise)

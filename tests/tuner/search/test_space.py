@@ -446,7 +446,7 @@ def test_a_space_or_pins_that_leave_nothing_to_search_are_refused(tmp_path: Path
     """Every trial had measured one config again (a probe, 2026-12-06: the pins took the only
     searched setting, or the space listed one value of each)."""
     path = _write(tmp_path, {"num_workers": [0, 2], "sync_mode": "event"})
-    with pytest.raises(SpaceError, match="a pin that leaves space .* a setting to search") as err:
+    with pytest.raises(SpaceError, match=r"a pin that leaves space .* a setting to search") as err:
         load_space(path, fix=["num_workers=4", "sync_mode=query"])
     assert err.value.field == "num_workers" and err.value.value == 4
     with pytest.raises(SpaceError, match="searches only num_streams, sync_interval, sync_mode, a"):
