@@ -165,13 +165,18 @@ def search_text(search: Mapping[str, Any] | None) -> str | None:
     return "; ".join(parts) or None
 
 
-def recommendation(console: Console, rec: Recommendation, *, storage: str | None = None) -> None:
-    """The summary of `rec`; `storage` (--storage's URL, or None) goes in its export command."""
+def _label_table() -> Table:
+    """Two columns, labels and text. A cell's long word (a failure's file path) is folded onto
+    the next line, not cut with an ellipsis: "workloads.py:6..." had lost its line number."""
     table = Table(show_header=False, box=None)
-    # A cell's long word (a failure's file path) is folded onto the next line, not cut with an
-    # ellipsis: "workloads.py:6..." had lost the line number the user needed.
     table.add_column()
     table.add_column(overflow="fold")
+    return table
+
+
+def recommendation(console: Console, rec: Recommendation, *, storage: str | None = None) -> None:
+    """The summary of `rec`; `storage` (--storage's URL, or None) goes in its export command."""
+    table = _label_table()
     table.add_row("study", f"{rec.study} ({rec.workload} / {rec.preset} on {rec.hardware})")
     spent = phase_times(rec.time)
     if rec.config is None:
