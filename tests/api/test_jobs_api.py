@@ -187,13 +187,6 @@ BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
     ({"n_trials": 3}, ("body", "n_trials"), "'n_trials' is another name of 'trials', which is"),
     ({"workload": "os.path:join"}, ("body", "workload"), "pattern"),
     ({"workload": "resnet"}, ("body", "workload"), "unknown workload 'resnet'"),
-    # Every trial had measured one config (a probe, 2026-12-06).
-    ({"space": {"num_streams": [1]}}, ("body", "space"), "a setting with two values or more"),
-    (
-        {"space": {"num_streams": [1, 2]}, "fix": {"num_streams": 4}},
-        ("body", "fix", "num_streams"),
-        "a pin that leaves space",
-    ),
     # The allowed list whole: a message cut at 200 characters had lost the library families.
     ({"workload": "a" * 100}, ("body", "workload"), "hf:masked-lm, hf:seq-cls)"),
     ({"preset": "enormous"}, ("body", "preset"), "no preset 'enormous'"),

@@ -17,7 +17,6 @@ from trainers import COMPILE_MODES, LEVERS, LoopConfig, compile_modes, one_of, r
 from trainers.program import Program
 from tuner.errors import SpaceError
 from tuner.search.spaces.own import own_space
-from tuner.search.spaces.pinned import check_searches
 from tuner.search.spaces.pins import parse_fix, pins_from_mapping
 from tuner.search.spaces.space import (
     Choice,
@@ -464,7 +463,6 @@ def load_space(
     else:
         raise SpaceError("space", spec, _SPACE_ALLOWED)
     pins = pins_from_mapping(fix) if isinstance(fix, Mapping) else parse_fix(fix)
-    asked = space
     if pins:
         space = dataclasses.replace(
             space,
@@ -477,7 +475,6 @@ def load_space(
         if searched and not space.params:  # else every trial runs the plain default, unsaid
             why = "; ".join(space.notes) or "none of these runs without a CUDA device"
             raise SpaceError("space", searched, f"a space with a setting a CPU searches ({why})")
-    check_searches(asked, pins)  # after the CPU's refusals, which say more
     return space
 
 

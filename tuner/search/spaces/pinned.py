@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from trainers import INERT, LEVERS, LoopConfig, one_of
 from tuner.errors import SpaceError
-from tuner.search.spaces.space import Choice, SearchSpace, Spec
+from tuner.search.spaces.space import Choice, SearchSpace
 
 if TYPE_CHECKING:
     from torch import nn
@@ -169,30 +169,3 @@ def check_left(asked: Sequence[str], live: SearchSpace, said: int) -> None:
         raise SpaceError(
             "space", list(asked), f"a space with a setting this model can search ({why})"
         )
-
-
-def _searches(spec: Spec) -> bool:
-    """Whether `spec` gives a trial a choice: two values or more."""
-    return len(spec.values) > 1 if isinstance(spec, Choice) else spec.low < spec.high
-
-
-def check_searches(space: SearchSpace, pins: Mapping[str, Any]) -> None:
-    """Refuse a space, or pins over it, that leave no setting with two values to search: every
-    trial would measure one config again (a probe, 2026-12-06: `{"num_streams": [1]}`, or
-    `[1, 2]` with `--fix num_streams=4`, ran each trial as a duplicate of the first)."""
-    searched = [name for name, spec in space.params.items() if _searches(spec)]
-    if not space.params or any(name not in pins for name in searched):
-        return  # a space that searches nothing is the caller's to refuse (or a fixed run)
-    if not searched:
-        raise SpaceError(
-            "space",
-            sorted(space.params),
-            "a setting with two values or more to search (one value, or a range with low == "
-            "high, fixes it: write it as a value)",
-        )
-    raise SpaceError(
-        searched[0],
-        pins[searched[0]],
-        f"a pin that leaves space {space.name!r} a setting to search: it searches only "
-        f"{', '.join(searched)}, and the pins fix {'it' if len(searched) == 1 else 'them all'}",
-    )
