@@ -35,7 +35,7 @@ Every endpoint but `/healthz` needs `Authorization: Bearer <token>` (a token of
 def create_app(settings: ApiSettings | None = None) -> FastAPI:
     settings = settings or ApiSettings()
     registry = WorkloadRegistry(settings.workloads, settings.programs)
-    registry.check()
+    registry.check(served=True)
     store = Submissions(settings.storage)
     optuna_storage = storage.open_storage(settings.storage)
     reader = StudyReader(optuna_storage)

@@ -100,16 +100,17 @@ class WorkloadRegistry:
         found = lookup(name) if name not in self.plugins else None
         return None if found is None else tuple(found[0].family.presets)
 
-    def check(self) -> None:
+    def check(self, *, served: bool = False) -> None:
         """Import every plug-in factory and read the programs' registry now, so that a typo
-        stops the server at start."""
+        stops the server at start. `served`: the API takes these names, so each must be one a
+        job can ask for (`--gpus` registers a module path for its own workers)."""
         self.load_programs()
         for name, target in self.plugins.items():
             if ":" not in target:
                 raise TunerError(
                     f"TUNER_WORKLOADS: {name}={target!r} is not package.module:factory"
                 )
-            if not PLUGIN_NAME.fullmatch(name):
+            if served and not PLUGIN_NAME.fullmatch(name):
                 # A job's `workload` could never name it, while the 422s listed it as allowed.
                 raise TunerError(
                     f"TUNER_WORKLOADS: {name!r} is not a name a job can ask for: allowed 1 to "
