@@ -6,10 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api.deps import CallerDep, StoreDep
+from api.deps import CallerDep, RegistryDep, StoreDep
 from api.errors import field_error
 from api.routes import GUARDED, NOT_FOUND, UNAUTHORIZED
 from api.schemas.common import Recommendation
+from api.schemas.jobs import PrecisionName
 from api.schemas.studies import RecommendationHit
 from tuner.errors import JobNotFound
 
@@ -28,6 +29,7 @@ Text = Annotated[str, Query(min_length=1, max_length=128, pattern=PRINTABLE)]
 def recommend(
     store: StoreDep,
     caller: CallerDep,
+    registry: RegistryDep,
     workload: Text,
     preset: Text,
     gpu: Annotated[
@@ -47,14 +49,32 @@ def recommend(
             "model_args): only jobs of that shape answer",
         ),
     ] = None,
+    precision: Annotated[
+        PrecisionName | None,
+        Query(
+            description="only configs that train in this precision (a job that searched "
+            "precisions answers for the one its recommendation chose)",
+        ),
+    ] = None,
 ) -> RecommendationHit:
     """Across this token's finished jobs (an admin's: everyone's), the recommended config of
     highest throughput for this model, shape and hardware."""
     hardware = gpu.strip().replace(" ", "-")
     model_args = _pairs(model_arg or [])
-    row = store.best_for(workload, preset, hardware, by=caller, model_args=model_args)
+    row = store.best_for(
+        workload, preset, hardware, by=caller, model_args=model_args, precision=precision
+    )
     if row is None or row.recommendation is None:
+        if not registry.knows(workload):
+            # Asked after it found nothing: a plug-in the operator has since removed still
+            # answers for the jobs it ran.
+            raise field_error(
+                ("query", "workload"),
+                f"unknown workload {workload!r}: allowed {registry.allowed()}",
+                workload,
+            )
         shape = "".join(f" {k}={v}" for k, v in model_args.items())
+        shape += f" precision={precision!r}" if precision else ""
         raise JobNotFound(
             f"no finished job has a recommendation for workload={workload!r} "
             f"preset={preset!r}{shape} on {hardware!r}"

@@ -134,6 +134,10 @@ BROKEN = {
     "missing-window": (GOOD.replace(WINDOW_1, ""), "1 of 2 windows reported"),
     "no-end": (GOOD.replace("say(event='end')\n", ""), "no end event"),
     "seconds": (GOOD.replace(WINDOW_1, WINDOW_1.replace("0.01", "-1")), "window 1 took -1"),
+    "seconds-tiny": (
+        GOOD.replace(WINDOW_1, WINDOW_1.replace("0.01", "1e-300")),
+        "window 1 took 1e-300 s for 1 steps, under 1 us a step",
+    ),
     # Read as they came, these had ended the tuner's final round with a TypeError, failed
     # every run with int()'s ValueError naming nothing, or been taken (2.5 steps, "0.01" s).
     "peak": (

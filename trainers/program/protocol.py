@@ -54,6 +54,8 @@ from trainers.runargs import RunArgs
 from trainers.tuned import ENV_PREFIX
 
 PROTOCOL = 1
+# The shortest step a window may report, in seconds: below any GPU kernel launch.
+MIN_STEP_S = 1e-6
 
 
 def program_env(
@@ -155,6 +157,13 @@ class ReportReader:
                 raise ValueError(f"window {index} has {steps} steps, expected {self.sizes[index]}")
             if not (math.isfinite(seconds) and seconds > 0):
                 raise ValueError(f"window {index} took {seconds!r} s")
+            if seconds < steps * MIN_STEP_S:
+                # No training step runs in under a microsecond (one kernel launch takes several):
+                # a window of 1e-300 s had been taken as 1e300 samples/s and won the search.
+                raise ValueError(
+                    f"window {index} took {seconds!r} s for {steps} steps, under 1 us a step: "
+                    "time the steps themselves (Reporter.window)"
+                )
             window = Window(steps=steps, wall_ms=seconds * 1e3, gpu_ms=None)
             self.windows.append(window)
             return index, window

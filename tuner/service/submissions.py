@@ -208,11 +208,13 @@ class Submissions(JobTables):
         *,
         by: Owner | None = None,
         model_args: dict[str, str] | None = None,
+        precision: str | None = None,
     ) -> JobRow | None:
         """Of the finished jobs `by` may see, the one with the fastest recommended config for
         this workload, its shape and hardware. The shape is the library model's effective
         options (`trainers.workload_key`: the preset's unless `model_args` say otherwise): a job
         of batch 32 had answered for one of batch 4, its throughput not comparable.
+        `precision`: only a config that trains in it (the recommendation's `precision`).
         WorkloadError for `model_args` the workload does not take."""
         wanted = trainers.workload_key(workload, preset, model_args)
         with self._sessions() as session:
@@ -228,7 +230,18 @@ class Submissions(JobTables):
                 )
                 .order_by(JobRow.rec_throughput.desc())
             )
-            return next((row for row in rows if _shape_of(row) == wanted), None)
+            return next(
+                (
+                    row
+                    for row in rows
+                    if _shape_of(row) == wanted
+                    and (
+                        precision is None
+                        or (row.recommendation or {}).get("precision") == precision
+                    )
+                ),
+                None,
+            )
 
     def studies(self, *, by: Owner | None) -> set[str] | None:
         """The studies of the jobs `by` may see; None: every study of the storage (an admin's, and

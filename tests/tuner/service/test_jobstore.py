@@ -330,3 +330,30 @@ def test_the_best_recommendation_is_of_the_asked_models_shape(store: JobStore) -
     assert best("hf:causal-lm", "tiny", "cpu", model_args={"batch": "8"}) is None
     with pytest.raises(trainers.WorkloadError, match="model_arg 'batchh' is unknown"):
         best("hf:causal-lm", "tiny", "cpu", model_args={"batchh": "8"})
+
+
+def test_the_best_recommendation_may_be_asked_for_one_precision(store: JobStore) -> None:
+    """A float8 pick outran every bf16 one; a user who trains in bf16 asks for that."""
+
+    def finished(precision: str | None, throughput: float) -> str:
+        job = store.create(JobSpec(workload="mlp", preset="tiny", device="cpu"), owner="me")
+        with store.engine.begin() as conn:
+            conn.execute(
+                sa.update(JobRow)
+                .where(JobRow.id == job.id)
+                .values(
+                    status="succeeded",
+                    hardware="cpu",
+                    rec_throughput=throughput,
+                    recommendation={"config": {}, "study": job.study, "precision": precision},
+                )
+            )
+        return job.id
+
+    bf16 = finished("bf16-autocast", 500.0)
+    float8 = finished("float8", 900.0)
+    finished(None, 1000.0)  # no precision given: the workers' matmul precision, none of these
+    assert store.best_for("mlp", "tiny", "cpu", precision="bf16-autocast").id == bf16
+    assert store.best_for("mlp", "tiny", "cpu", precision="float8").id == float8
+    assert store.best_for("mlp", "tiny", "cpu", precision="fp16-autocast") is None
+    assert store.best_for("mlp", "tiny", "cpu").rec_throughput == 1000.0

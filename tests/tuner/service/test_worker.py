@@ -147,6 +147,17 @@ def test_recommendations_pick_the_best_finished_job(finished: Finished) -> None:
             "/v1/recommendations", params=query | {"model_arg": model_arg}, headers=AUTH
         )
         assert bad.status_code == 422 and said in bad.text, bad.text
+    # A precision the job did not train in finds nothing; one that is no precision is refused.
+    in_float8 = client.get(
+        "/v1/recommendations", params=query | {"precision": "float8"}, headers=AUTH
+    )
+    assert in_float8.status_code == 404 and "precision='float8'" in in_float8.text
+    bad = client.get("/v1/recommendations", params=query | {"precision": "fp9"}, headers=AUTH)
+    assert bad.status_code == 422 and "precision" in bad.text and "bf16-autocast" in bad.text
+    # A workload the server does not run is the query's error, naming what it runs.
+    unknown = client.get("/v1/recommendations", params=query | {"workload": "mpl"}, headers=AUTH)
+    assert unknown.status_code == 422 and "'mpl'" in unknown.text and "transformer" in unknown.text
+    assert unknown.json()["detail"][0]["loc"] == ["query", "workload"]
     missing = client.get("/v1/recommendations", params={"workload": "mlp"}, headers=AUTH)
     assert missing.status_code == 422
     assert {tuple(e["loc"]) for e in missing.json()["detail"]} == {
