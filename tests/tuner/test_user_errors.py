@@ -16,6 +16,7 @@ import torch
 
 from tests.tuner.test_cli_run import REPO, run_main, without_progress
 from tests.tuner.tiny import RUN_FLAGS, sqlite_url
+from tuner.__main__ import main
 from tuner.evidence.render import speedup_text, tie_text
 
 FACTORIES = textwrap.dedent(
@@ -223,11 +224,38 @@ def test_a_space_left_with_a_searched_setting_is_kept() -> None:
     from tuner.search.spaces.space import Choice, SearchSpace
 
     left = SearchSpace(name="own", params={"pin_memory": Choice(values=(False, True))}, fixed={})
-    check_left(["activation_checkpointing", "pin_memory"], left, 0)
-    check_left([], SearchSpace(name="own", params={}, fixed={}), 0)  # nothing was asked
+    assert check_left(["activation_checkpointing", "pin_memory"], left, 0) is left
+    nothing = SearchSpace(name="own", params={}, fixed={})
+    assert check_left([], nothing, 0) is nothing  # nothing was asked
     emptied = SearchSpace(name="own", params={}, fixed={}, notes=("old", "why"))
     with pytest.raises(SpaceError, match=r"can search \(why\)"):
         check_left(["pin_memory"], emptied, 1)
+
+
+def test_a_space_whose_settings_each_have_one_value_is_said_and_measured(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`{"num_streams": [1]}` measured one config in every trial without a word (a probe,
+    2026-12-06); it is kept, since pooling one config's windows is a use, and said."""
+    from tuner.search.spaces.pinned import ONE_CONFIG, check_left
+    from tuner.search.spaces.space import Choice, IntRange, SearchSpace
+
+    for params in (
+        {"num_streams": Choice(values=(1,))},
+        {"sync_interval": IntRange(low=3, high=3), "num_streams": Choice(values=(2,))},
+    ):
+        one = SearchSpace(name="own", params=params, fixed={})  # type: ignore[arg-type]
+        noted = check_left(list(params), one, 0)
+        assert noted.notes == (ONE_CONFIG,) and noted.params == one.params
+        assert check_left(list(params), noted, 0).notes == (ONE_CONFIG,)  # said once
+    two = SearchSpace(name="own", params={"num_streams": Choice(values=(1, 2))}, fixed={})
+    assert check_left(["num_streams"], two, 0) is two
+    space = tmp_path / "space.json"
+    space.write_text('{"num_streams": [1]}')
+    args = ("run", *RUN_FLAGS, "--trials", "2", "--storage", sqlite_url(tmp_path))
+    assert main([*args, "--space", str(space)]) == 0
+    err = capsys.readouterr().err  # the progress lines: run_main leaves them out
+    assert err.count("no setting left has two values to search") == 1, err
 
 
 def test_a_program_and_another_workload_together_are_one_line(

@@ -414,10 +414,10 @@ def _space_for(
     # A pin no draw could run fails here, not as each trial's refusal; draws it is inert in: cut.
     check_pins(space, precisions, model)
     live = live_for_pins(space)
+    if not options.multi_precision:  # else precision is searched: the trials differ
+        live = check_left(asked, live, said)
     for note in live.notes[len(space.notes) :]:
         progress.phase(note)
-    if not options.multi_precision:  # else precision is searched: the trials differ
-        check_left(asked, live, said)
     return live, options
 
 

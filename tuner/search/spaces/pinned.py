@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainers import INERT, LEVERS, LoopConfig, one_of
 from tuner.errors import SpaceError
-from tuner.search.spaces.space import Choice, SearchSpace
+from tuner.search.spaces.space import Choice, SearchSpace, Spec
 
 if TYPE_CHECKING:
     from torch import nn
@@ -159,13 +159,31 @@ def _combinations(space: SearchSpace, item: Lever, value: Any) -> tuple[bool, st
             return allowed, why
 
 
-def check_left(asked: Sequence[str], live: SearchSpace, said: int) -> None:
+def check_left(asked: Sequence[str], live: SearchSpace, said: int) -> SearchSpace:
     """Refuse a space whose searched settings (`asked`) this model, device and launch all took
     out (`live`, its notes from `said` on saying why): every trial would run one config, and a
     job of `activation_checkpointing: [none, blocks]` on a model without blocks "succeeded"
-    with two trials of the default (a probe of the service, 2026-12-05)."""
+    with two trials of the default (a probe of the service, 2026-12-05). `live`, noted
+    ONE_CONFIG where each of its settings has one value: such a space is measured on purpose
+    (to pool one config's windows), so it is said, not refused."""
     if asked and not live.params:
         why = "; ".join(live.notes[said:]) or "none of them applies here"
         raise SpaceError(
             "space", list(asked), f"a space with a setting this model can search ({why})"
         )
+    if not live.params or any(_searches(spec) for spec in live.params.values()):
+        return live
+    if ONE_CONFIG in live.notes:
+        return live
+    return dataclasses.replace(live, notes=(*live.notes, ONE_CONFIG))
+
+
+ONE_CONFIG = (
+    "no setting left has two values to search (a one-value list, or a range with low == high): "
+    "each trial measures the same config again, and their windows pool"
+)
+
+
+def _searches(spec: Spec) -> bool:
+    """Whether `spec` gives a trial a choice: two values or more."""
+    return len(spec.values) > 1 if isinstance(spec, Choice) else spec.low < spec.high
