@@ -13,6 +13,7 @@ from api.schemas.common import Recommendation
 from api.schemas.jobs import PrecisionName
 from api.schemas.studies import RecommendationHit
 from tuner.errors import JobNotFound
+from tuner.service.spec import WorkloadRegistry
 
 router = APIRouter(
     prefix="/v1/recommendations",
@@ -65,20 +66,7 @@ def recommend(
         workload, preset, hardware, by=caller, model_args=model_args, precision=precision
     )
     if row is None or row.recommendation is None:
-        if not registry.knows(workload):
-            # Asked after it found nothing: a plug-in the operator has since removed still
-            # answers for the jobs it ran.
-            raise field_error(
-                ("query", "workload"),
-                f"unknown workload {workload!r}: allowed {registry.allowed()}",
-                workload,
-            )
-        shape = "".join(f" {k}={v}" for k, v in model_args.items())
-        shape += f" precision={precision!r}" if precision else ""
-        raise JobNotFound(
-            f"no finished job has a recommendation for workload={workload!r} "
-            f"preset={preset!r}{shape} on {hardware!r}"
-        )
+        raise _not_found(registry, workload, preset, hardware, model_args, precision)
     return RecommendationHit(
         workload=workload,
         preset=preset,
@@ -105,3 +93,28 @@ def _pairs(items: list[str]) -> dict[str, str]:
             )
         pairs[key] = value
     return pairs
+
+
+def _not_found(
+    registry: WorkloadRegistry,
+    workload: str,
+    preset: str,
+    hardware: str,
+    model_args: dict[str, str],
+    precision: str | None,
+) -> Exception:
+    """Why no job answered: a 422 for a workload the server does not run, else a 404 naming
+    what was asked. Asked after the lookup: a plug-in the operator has since removed still
+    answers for the jobs it ran."""
+    if not registry.knows(workload):
+        return field_error(
+            ("query", "workload"),
+            f"unknown workload {workload!r}: allowed {registry.allowed()}",
+            workload,
+        )
+    shape = "".join(f" {k}={v}" for k, v in model_args.items())
+    shape += f" precision={precision!r}" if precision else ""
+    return JobNotFound(
+        f"no finished job has a recommendation for workload={workload!r} "
+        f"preset={preset!r}{shape} on {hardware!r}"
+    )

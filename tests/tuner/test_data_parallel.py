@@ -357,3 +357,35 @@ def test_a_data_parallel_study_screens_by_default() -> None:
     assert not screening("auto", "auto", multi_objective=False, nproc=1)  # one GPU: as before
     assert not screening("off", "auto", multi_objective=False, nproc=2)
     assert not screening("auto", "auto", multi_objective=True, nproc=2)
+
+
+def test_a_cancel_stops_a_data_parallel_gates_launch() -> None:
+    """The gate's torchrun launch polled no stop: a cancel in a data-parallel trial's gate
+    waited for the ranks to train the config and the baselines beside it. Stopped, it is not
+    tried again alone (as a baseline's failure is), and no verdict comes of it."""
+    import time
+
+    from trainers.program import ProgramStopped
+    from tuner.search.gating.dpgate import DataParallelGate
+
+    args = trainers.RunArgs(steps=4, warmup=0, windows=1, device="cpu", seed=0)
+    asked: list[float] = []
+
+    def stop() -> bool:
+        asked.append(time.perf_counter())
+        return True
+
+    gate = DataParallelGate(
+        "mlp",
+        "tiny",
+        args,
+        nproc=2,
+        matmul_precision="highest",
+        batch=list(baselines_for(2).values()),
+        should_stop=stop,
+    )
+    started = time.perf_counter()
+    with pytest.raises(ProgramStopped):
+        gate.check(LoopConfig(parallel="ddp", bucket_cap_mb=1), envelope={"unused": True})
+    assert asked and time.perf_counter() - started < 60
+    gate.close()

@@ -240,6 +240,7 @@ def program_parity(
     args: RunArgs,
     *,
     envelope: Mapping[str, Any] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The correctness gate for a program: its losses under `config` against its losses under the
     PyTorch idiom (`REFERENCE`), judged within the envelope of K reference runs from perturbed
@@ -251,6 +252,8 @@ def program_parity(
     warm-up and windows are the gate's own (none untimed, one window).
     envelope: the reference and perturbed losses of an earlier call (the second value it
     returned), measured once per study.
+    should_stop: asked by each run as `run_program`'s (ProgramStopped: a cancel does not wait
+    for the envelope's runs).
     """
     from trainers.config import REFERENCE
     from trainers.gate.equivalence import judge
@@ -259,7 +262,9 @@ def program_parity(
     steps, seed, precision = args.steps, args.seed, args.precision
 
     def losses(run_config: LoopConfig, perturb: tuple[int, float | None] | None) -> list[float]:
-        result = run_program(program, preset, run_config, trajectory, perturb=perturb)
+        result = run_program(
+            program, preset, run_config, trajectory, perturb=perturb, should_stop=should_stop
+        )
         return result.losses
 
     if envelope is None or envelope.get("steps") != steps or envelope.get("seed") != seed:

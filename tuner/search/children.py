@@ -196,13 +196,17 @@ def seeds_ahead(options: RunOptions, envelope_known: Callable[[str], bool]) -> t
     return envelope_seeds(options.protocol.seed) if wanted else ()
 
 
-def open_children(options: RunOptions, measurer: Measurer) -> Children:
-    """The gate and profiler for `measurer`'s kind of run (see the module doc)."""
+def open_children(
+    options: RunOptions, measurer: Measurer, should_stop: Callable[[], bool] | None = None
+) -> Children:
+    """The gate and profiler for `measurer`'s kind of run (see the module doc). `should_stop`:
+    a program's or a torchrun launch's gate runs ask it (a cancel: ProgramStopped)."""
     if measurer.program is not None:
-        gate = ProgramGate(measurer.program, options.preset, gate_args(options, measurer))
+        args = gate_args(options, measurer)
+        gate = ProgramGate(measurer.program, options.preset, args, should_stop=should_stop)
         return Children(gate=gate, profiler=None)
     if measurer.nproc > 1:
-        return _data_parallel(options, measurer)
+        return _data_parallel(options, measurer, should_stop)
     if measurer.device.type != "cuda":
         profiler = profiling.in_process(
             measurer.workload,
@@ -262,7 +266,9 @@ def cross_precision(options: RunOptions) -> CrossPrecision:
     )
 
 
-def _data_parallel(options: RunOptions, measurer: Measurer) -> Children:
+def _data_parallel(
+    options: RunOptions, measurer: Measurer, should_stop: Callable[[], bool] | None
+) -> Children:
     gate = DataParallelGate(
         options.workload,
         options.preset,
@@ -272,6 +278,7 @@ def _data_parallel(options: RunOptions, measurer: Measurer) -> Children:
         model_args=options.model_args,
         isolate=measurer.device.type == "cuda",
         batch=list(baselines_for(measurer.nproc).values()),
+        should_stop=should_stop,
     )
     if measurer.device.type != "cuda":
         # Over gloo the collectives run on host threads: no kernel to overlap (dpprofile).

@@ -123,7 +123,7 @@ class Search(TrialRunner):
             if options.profile == "none"
             else profiles.trace_dir(studies.storage_url(options.storage), options.artifacts)
         )
-        self._children = open_children(options, measurer)
+        self._children = open_children(options, measurer, self._stop_requested)
         # Screen, then gate (proposing.screen): each running trial's incumbent, read as it starts.
         self.screening = screening(
             options.screen,
@@ -251,7 +251,7 @@ class Search(TrialRunner):
         )
         while True:
             end = self._end_of_trials(slots, deadline, stops)
-            trial = None if end is not None else slots.take(self._create, self._prepare)
+            trial = None if end is not None else slots.take(self.study.ask, self._prepare)
             if trial is None:
                 by, why = end or slots.ended()
                 if end is not None and by != "trials":

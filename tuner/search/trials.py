@@ -17,6 +17,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 import trainers
 from trainers import LoopConfig
+from trainers.program import ProgramStopped
 from tuner.evidence.progress import TrialReport
 from tuner.evidence.unrun import pruned_reason
 from tuner.search.deciding import profiling
@@ -43,9 +44,6 @@ from tuner.search.proposing.screen import (
 from tuner.search.spaces.space import SearchSpace, candidate_key
 from tuner.search.spaces.staged import draws_hold
 from tuner.store import keys
-from tuner.store.keys import OWNER as OWNER_ATTR
-from tuner.store.keys import PRECISION as PRECISION_PARAM
-from tuner.store.keys import STOPPED as STOPPED_ATTR
 from tuner.store.phases import MEASURE, PROFILE
 from tuner.store.retry import is_transient
 
@@ -78,9 +76,6 @@ class TrialRunner:
         """The config keys whose cached gate verdict failed (`ParityCache.failed`)."""
         return self.parity_cache.failed()
 
-    def _create(self) -> optuna.Trial:
-        return self.study.ask()
-
     def _prepare(self, trial: optuna.Trial) -> None:
         """Its owner, its config (sampled with a seed of its own) and the config's key.
 
@@ -90,7 +85,7 @@ class TrialRunner:
         graphs) is recorded as the trial's failure, with the harness's reason, and not run.
         """
         if self.owner is not None:
-            trial.set_user_attr(OWNER_ATTR, self.owner)
+            trial.set_user_attr(keys.OWNER, self.owner)
         self.study.sampler = make_sampler(
             self.options.sampler, self.options.seed + trial.number, self.options.trials, self.space
         )
@@ -124,9 +119,7 @@ class TrialRunner:
         `precision`), else None: the study's."""
         if not self.options.multi_precision:
             return None
-        return str(
-            trial.suggest_categorical(PRECISION_PARAM, list(self.options.allowed_precisions))
-        )
+        return str(trial.suggest_categorical(keys.PRECISION, list(self.options.allowed_precisions)))
 
     def _refuse(self, trial: optuna.Trial, reason: str) -> None:
         """A combination the harness refuses: recorded as the trial's failure, never run."""
@@ -164,6 +157,10 @@ class TrialRunner:
                 lambda: self._tell(trial, config, key, outcome, earlier, spent, precision),
                 what=f"telling trial {trial.number}",
             )
+        except ProgramStopped:  # on request, in the gate's runs of a program: no verdict, no fault
+            trial.set_user_attr(keys.STOPPED, True)
+            self.study.tell(trial, state=TrialState.PRUNED)
+            return "pruned"
         except KeyboardInterrupt:
             trial.set_user_attr(keys.FAILURE_REASON, "interrupted")
             self.study.tell(trial, state=TrialState.FAIL)
@@ -295,7 +292,7 @@ class TrialRunner:
         if not isinstance(outcome, Measured) or outcome.stopped_early:
             trial.set_user_attr(keys.TIME, spent)
             if self.stopped:
-                trial.set_user_attr(STOPPED_ATTR, True)
+                trial.set_user_attr(keys.STOPPED, True)
             self.study.tell(trial, state=TrialState.PRUNED)
             return "screened out" if screened_out(trial) else "pruned"
         ended, spent = self._screen_or_gate(trial, config, outcome, spent, precision, earlier)
@@ -479,7 +476,7 @@ class TrialRunner:
         elif state == "pruned":
             reason = (
                 "stopped on request"
-                if attrs.get(STOPPED_ATTR)
+                if attrs.get(keys.STOPPED)
                 else "stopped early: slower than most earlier trials at the same window"
             )
         elif state == "finished elsewhere":

@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -216,3 +217,47 @@ def test_a_cancel_stops_a_programs_trial_between_its_windows(
     assert trial.state.name == "PRUNED" and trial.user_attrs.get(keys.STOPPED) is True
     assert keys.FAILURE_REASON not in trial.user_attrs and keys.WINDOWS not in trial.user_attrs
     assert sum(trial.user_attrs[keys.TIME].values()) < 60  # not the program's 300 s
+
+
+def test_a_cancel_stops_a_programs_gate_and_stores_no_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gate's runs of a program polled no stop: a cancel in a trial's gate waited for its
+    envelope's runs (each up to the program's timeout). Stopped, the trial is told as stopped,
+    and no verdict is stored for its config: a stop is not the config's fault."""
+    from tests.tuner.tiny import load, options
+    from tuner.errors import Stopped
+    from tuner.search.study import run_study
+    from tuner.store import keys
+
+    shutil.copy(REGISTRY.parent / "plain_loop.py", tmp_path / "plain_loop.py")
+    # The gate's runs are one untimed-free window (warm-up 0, windows 1); a measurement's are
+    # not. The first of them leaves a file and hangs.
+    (tmp_path / "hangs.py").write_text(
+        "import os, pathlib, runpy, sys, time\n"
+        "if (os.environ['STREAMTUNE_WARMUP'], os.environ['STREAMTUNE_WINDOWS']) == ('0', '1'):\n"
+        "    pathlib.Path('gate-run').touch()\n"
+        "    time.sleep(300)\n"
+        "sys.argv[0] = 'plain_loop.py'\n"
+        "runpy.run_path('plain_loop.py', run_name='__main__')\n"
+    )
+    entry = {
+        "command": ["{python}", "hangs.py", "--preset", "{preset}"],
+        "presets": ["tiny"],
+        "settings": ["sync_interval", "pin_memory", "non_blocking", "num_workers"],
+        "timeout_s": 300,
+    }
+    (tmp_path / "programs.json").write_text(json.dumps({"programs": {"hangs": entry}}))
+    monkeypatch.setenv("TUNER_PROGRAMS", str(tmp_path / "programs.json"))
+    monkeypatch.chdir(tmp_path)
+    storage = f"sqlite:///{tmp_path / 'p.db'}"
+    opts = options(storage, "gate", workload="program:hangs", trials=2, timeout_s=600)
+    started = time.perf_counter()
+    with pytest.raises(Stopped, match="stopped on request"):
+        run_study(opts, should_stop=(tmp_path / "gate-run").exists)
+    assert time.perf_counter() - started < 120  # not the hung run's 300 s
+    study = load(storage, "gate")
+    (trial,) = study.trials
+    assert trial.state.name == "PRUNED" and trial.user_attrs.get(keys.STOPPED) is True
+    assert keys.FAILURE_REASON not in trial.user_attrs and keys.PARITY not in trial.user_attrs
+    assert not [k for k in study.user_attrs if k.startswith(keys.PARITY_PREFIX)]

@@ -31,13 +31,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import trainers
 from trainers import LoopConfig, RunArgs
 from trainers.gate import Envelope, ParityVerdict
-from trainers.program import run_distributed
+from trainers.program import ProgramStopped, run_distributed
 from tuner.search.gating.child import ChildProcess
 from tuner.search.gating.gate import ConfigRun, GateRun, Pending, RunPending, only_one_precision
 from tuner.store.phases import GATE_CONFIG, GATE_ENVELOPE
@@ -127,8 +127,12 @@ class DataParallelGate:
         model_args: Mapping[str, str] | None = None,
         isolate: bool = False,
         batch: Sequence[LoopConfig] = (),
+        should_stop: Callable[[], bool] | None = None,
     ) -> None:
         self._args = (workload, preset, dict(model_args or {}), nproc)
+        # A cancel stops a config's launch (ProgramStopped), not the envelope's, which may run in
+        # a child process a callable does not reach.
+        self._should_stop = should_stop
         self.nproc = nproc
         # The gate's steps, seed, device (by name: it travels to a child) and precision.
         self.run_args = args.replace(device=str(args.device))
@@ -158,6 +162,8 @@ class DataParallelGate:
         if also:
             try:
                 return self._launch(config, also)
+            except ProgramStopped:
+                raise
             except trainers.TrainerError:
                 pass  # tried again alone: a baseline's failure must not fail this config
         return self._launch(config, [])
@@ -176,6 +182,7 @@ class DataParallelGate:
             gate=True,
             matmul_precision=self.matmul_precision,
             also=also,
+            should_stop=self._should_stop,
         )
         effective = result.effective
 

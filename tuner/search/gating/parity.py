@@ -1,17 +1,17 @@
 """The gate's verdicts, cached on the study: each config is checked once per study (once per
 precision it ran in, in a study searching precisions: `tuner.search.spaces.space.candidate_key`).
 
-A verdict is stored under `keys.PARITY_PREFIX` + the config's key (`GateVerdict.to_dict`), so
-every later trial of the same config, the final round and every worker sharing the study read it
-instead of running the gate again. The envelope (with the reference's losses in it) depends on
-the workload alone: the first check measures it and it is stored once (`keys.ENVELOPE`); every
-later check is given it, so the reference and the envelope run once per study. A config in
-another precision than the study's is judged against another envelope, the reference's
-seed-to-seed one (`keys.PRECISION_ENVELOPE`), likewise measured once.
+A verdict is stored under `keys.PARITY_PREFIX` + the config's key (`GateVerdict.to_dict`), so every
+later trial of the same config, the final round and every worker sharing the study read it instead
+of running the gate again. The envelope (with the reference's losses in it) depends on the workload
+alone: the first check measures it and it is stored once (`keys.ENVELOPE`); every later check is
+given it, so the reference and the envelope run once per study. A config in another precision than
+the study's is judged against another envelope, the reference's seed-to-seed one
+(`keys.PRECISION_ENVELOPE`), likewise measured once.
 
 Among the workers of one job (claims), a check whose config owes a twin leaves its own run to an
-idle worker (`run_config`) unless it is made where its trial compiled: the losses are stored
-under `keys.PARITY_RUN_PREFIX` + the config's key and judged once the twin has run.
+idle worker (`run_config`) unless it is made where its trial compiled: the losses are stored under
+`keys.PARITY_RUN_PREFIX` + the config's key and judged once the twin has run.
 
 With a memo (`tuner.search.gating.memo`: the same workload, shape, precision, code and machine),
 both are also shared between studies: a verdict or envelope missing from the study is read from the
@@ -30,6 +30,7 @@ import torch
 
 from trainers import LoopConfig
 from trainers.gate import required_test
+from trainers.program import ProgramStopped
 from tuner.evidence.progress import short_config
 from tuner.search.gating.gate import Gate, GateRun, Pending, RunPending
 from tuner.search.gating.verdict import GateVerdict
@@ -163,9 +164,7 @@ class ParityCache:
         return self._stored(self.envelope_key(precision))
 
     def _stored(self, attr: str) -> bool:
-        return isinstance(self._attrs().get(attr), dict) or isinstance(
-            self._memo_attrs().get(attr), dict
-        )
+        return any(isinstance(read().get(attr), dict) for read in (self._attrs, self._memo_attrs))
 
     def failed(self) -> set[str]:
         """The config keys whose cached verdict failed."""
@@ -219,6 +218,8 @@ class ParityCache:
             made = "twin" if run.twin_here else run.config_here
             spent, here = dict(run.time), (made, run.twin_apart)
             verdict = GateVerdict(verdict=run.verdict, config=config.to_dict())
+        except ProgramStopped:
+            raise  # on request (a cancel): not the config's verdict, so none is stored
         except Exception as exc:  # noqa: BLE001 - a config that cannot even be checked fails
             verdict = GateVerdict.failed(f"parity run failed: {exc}", config=config)
             spent = {GATE_CONFIG: time.perf_counter() - started}
@@ -454,14 +455,12 @@ class ParityCache:
         return self.retry.call(lambda: self.study.user_attrs, what="reading the parity cache")
 
     def _memo_attrs(self) -> dict[str, Any]:
-        memo = self.memo
-        if memo is None:
+        if (memo := self.memo) is None:
             return {}
         return self.retry.call(lambda: memo.user_attrs, what="reading the shared verdicts")
 
     def _share(self, key: str, value: Any) -> None:
-        memo = self.memo
-        if memo is not None:
+        if (memo := self.memo) is not None:
             self.retry.call(lambda: memo.set_user_attr(key, value), what=f"sharing {key}")
 
     def _store(self, key: str, value: Any) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import trainers
@@ -34,8 +34,10 @@ class ProgramGate:
         program: Program,
         preset: str,
         args: trainers.RunArgs,
+        should_stop: Callable[[], bool] | None = None,
     ) -> None:
         self._program = program
+        self._should_stop = should_stop  # a cancel stops its runs (ProgramStopped), no verdict
         self._preset = preset
         self._steps = args.steps
         self._args = args
@@ -43,7 +45,14 @@ class ProgramGate:
     def _parity(
         self, config: LoopConfig, envelope: Mapping[str, Any] | None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        return program_parity(self._program, self._preset, config, self._args, envelope=envelope)
+        return program_parity(
+            self._program,
+            self._preset,
+            config,
+            self._args,
+            envelope=envelope,
+            should_stop=self._should_stop,
+        )
 
     def check(
         self,
