@@ -28,9 +28,9 @@ What each addition does under the loop's settings, and why it is correct there:
   Resuming loads them before the first step and skips the batches already trained on, so a
   resumed run trains on the same batches from the same state as an uninterrupted one; on the
   same device and config its losses equal the uninterrupted run's (`tests/trainers/test_fit.py`).
-  Under `compile` that holds where Inductor picks the same kernels again: its on-device tuning of
-  a reduction's blocks may choose another in the resumed process (an H100, 2026-12-06: 1 run of
-  4 differed in the 7th digit). `TORCHINDUCTOR_DETERMINISTIC=1` skips that tuning, at a cost.
+  Under `compile` that holds only with deterministic kernels: on an H100 (2026-12-06) two
+  uninterrupted compiled runs already differed by one ulp at some steps, under Inductor's own
+  deterministic mode too; `torch.use_deterministic_algorithms(True)` made runs and resumes equal.
   For that, each epoch's loader draws its base seed from a generator of the run's own
   (`trainers.feed`), not from torch's global one: a model with dropout therefore draws other
   masks than a plain loop over a `DataLoader` whose epochs take that seed from the global
