@@ -36,6 +36,7 @@ from tuner.errors import (
     StudyNotFound,
     TooManyQueued,
 )
+from tuner.service.spec import MODULE_PATH_HINT
 from tuner.store.retry import is_transient
 
 RETRY_AFTER_S = "5"
@@ -104,6 +105,8 @@ def unprocessable(
                 # Pydantic words a validator's ValueError "Value error, allowed ...": ours are
                 # sentences that name the field already.
                 entry["msg"] = entry["msg"].removeprefix("Value error, ")
+            if entry["type"] == "string_pattern_mismatch" and _module_path(entry):
+                entry["msg"] = f"{entry['msg']}; {MODULE_PATH_HINT}"
             if entry["type"] == "extra_forbidden":
                 # Pydantic says only "Extra inputs are not permitted".
                 entry["msg"] = unknown_field(model, tuple(error.get("loc") or ())) or entry["msg"]
@@ -213,6 +216,12 @@ def unparsable(cause: BaseException | None) -> str:
             "larger than any field allows"
         )
     return "the body could not be parsed: send JSON in UTF-8"
+
+
+def _module_path(entry: dict[str, Any]) -> bool:
+    """Whether a job's `workload` looks like `package.module:factory`, which the CLI takes."""
+    loc, given = tuple(entry.get("loc") or ()), entry.get("input")
+    return loc[-1:] == ("workload",) and isinstance(given, str) and ":" in given
 
 
 def _json(status_code: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:

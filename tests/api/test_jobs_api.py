@@ -186,6 +186,9 @@ BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
     ({"trial": 3}, ("body", "trial"), "unknown field 'trial' (did you mean trials"),
     ({"n_trials": 3}, ("body", "n_trials"), "'n_trials' is another name of 'trials', which is"),
     ({"workload": "os.path:join"}, ("body", "workload"), "pattern"),
+    # The CLI's module path: the operator registers it under a name (a probe, 2026-12-06).
+    ({"workload": "my_models.nets:build"}, ("body", "workload"), "registers one under a name"),
+    ({"workload": "mymodels:build"}, ("body", "workload"), "is not taken over the API"),
     ({"workload": "resnet"}, ("body", "workload"), "unknown workload 'resnet'"),
     # The allowed list whole: a message cut at 200 characters had lost the library families.
     ({"workload": "a" * 100}, ("body", "workload"), "hf:masked-lm, hf:seq-cls)"),

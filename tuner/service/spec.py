@@ -204,11 +204,19 @@ def _check_workload(spec: JobSpec, registry: WorkloadRegistry) -> None:
                     f"{spec.workload}: the server's program registry cannot be read now ({exc})",
                     spec.workload,
                 ) from exc
+        hint = f"; {MODULE_PATH_HINT}" if ":" in spec.workload else ""
         raise SpecError(
             ("workload",),
-            f"unknown workload {spec.workload!r}: allowed {registry.allowed()}",
+            f"unknown workload {spec.workload!r}: allowed {registry.allowed()}{hint}",
             spec.workload,
         )
+
+
+MODULE_PATH_HINT = (
+    "a module path (package.module:factory) is not taken over the API: the server's operator "
+    'registers one under a name (TUNER_WORKLOADS=\'{"name": "package.module:factory"}\'), and a '
+    "job asks for that name"
+)
 
 
 def _check_model_args(spec: JobSpec, registry: WorkloadRegistry) -> None:
