@@ -389,3 +389,23 @@ def test_a_cancel_stops_a_data_parallel_gates_launch() -> None:
         gate.check(LoopConfig(parallel="ddp", bucket_cap_mb=1), envelope={"unused": True})
     assert asked and time.perf_counter() - started < 60
     gate.close()
+
+
+def test_one_process_leaves_a_wrappers_settings_out_with_a_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`bucket_cap_mb` searched with one process ran inert in every trial, unsaid (a probe,
+    2026-12-06): it is left out with a note, and a space of nothing else is refused."""
+    space = load_space(
+        {"bucket_cap_mb": [25, 50], "static_graph": [False, True], "num_streams": [1, 2]}
+    )
+    one = for_processes(space, 1)
+    assert list(one.params) == ["num_streams"]
+    assert one.notes[-1].startswith("bucket_cap_mb, static_graph left out")
+    assert for_processes(space, 2).params["bucket_cap_mb"] == space.params["bucket_cap_mb"]
+    only = tmp_path / "space.json"
+    only.write_text('{"bucket_cap_mb": [25, 50]}')
+    args = ("run", "--workload", "mlp", "--preset", "tiny", "--device", "cpu", "--trials", "2")
+    code, _, err = run_main(capsys, *args, "--space", str(only), "--storage", sqlite_url(tmp_path))
+    assert code == 2 and "space=['bucket_cap_mb'] is invalid" in err, err
+    assert "inert with nproc_per_node 1" in err and "baseline" not in err

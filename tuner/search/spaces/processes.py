@@ -86,7 +86,7 @@ def for_processes(
     if nproc == 1:
         if any(value != "none" for value in parallel):
             raise SpaceError("parallel", given, _SINGLE_ALLOWED)
-        return space
+        return _without_wrapper_levers(space)
     if "none" in parallel:
         raise SpaceError("parallel", given, _DP_ALLOWED)
     if space.fixed.get("cuda_graph") is True:
@@ -126,6 +126,18 @@ def for_processes(
         fixed["fsdp_prefetch"] = False
         notes.append(_DP_PREFETCH_NOTE)
     return dataclasses.replace(space, params=params, fixed=fixed, notes=tuple(notes))
+
+
+def _without_wrapper_levers(space: SearchSpace) -> SearchSpace:
+    """One process: a wrapper's settings a space searches (a user's `bucket_cap_mb`) left out,
+    with a note. Each trial had run them inert, unsaid; a space of nothing else is refused by
+    `check_left`, naming why."""
+    inert = [f for f in DATA_PARALLEL_LEVERS if f != "parallel" and f in space.params]
+    if not inert:
+        return space
+    params = {f: s for f, s in space.params.items() if f not in inert}
+    note = f"{', '.join(inert)} left out: DDP and FSDP2 settings, inert with nproc_per_node 1"
+    return dataclasses.replace(space, params=params, notes=(*space.notes, note))
 
 
 def _owner_of_pins(
