@@ -186,30 +186,17 @@ def test_a_cancel_stops_a_programs_trial_between_its_windows(
     from tuner.search.study import run_study
     from tuner.store import keys
 
-    shutil.copy(REGISTRY.parent / "plain_loop.py", tmp_path / "plain_loop.py")
     # The example program, hung before its start line from its second run on (the first trial:
     # the pytorch-default baseline is its first run).
     # Each run leaves a file of its own (created whole: a count rewritten in one file could
     # be read empty by the stop asked meanwhile).
-    (tmp_path / "hangs.py").write_text(
-        "import pathlib, runpy, sys, time\n"
+    storage = _hanging_program(
+        tmp_path,
+        monkeypatch,
         "run = len(list(pathlib.Path('.').glob('run-*'))) + 1\n"
         "pathlib.Path(f'run-{run}').touch()\n"
-        "if run >= 2:\n"
-        "    time.sleep(300)\n"
-        "sys.argv[0] = 'plain_loop.py'\n"
-        "runpy.run_path('plain_loop.py', run_name='__main__')\n"
+        "if run >= 2:\n",
     )
-    entry = {
-        "command": ["{python}", "hangs.py", "--preset", "{preset}"],
-        "presets": ["tiny"],
-        "settings": ["sync_interval", "pin_memory", "non_blocking", "num_workers"],
-        "timeout_s": 300,
-    }
-    (tmp_path / "programs.json").write_text(json.dumps({"programs": {"hangs": entry}}))
-    monkeypatch.setenv("TUNER_PROGRAMS", str(tmp_path / "programs.json"))
-    monkeypatch.chdir(tmp_path)
-    storage = f"sqlite:///{tmp_path / 'p.db'}"
     opts = options(storage, "cancel", workload="program:hangs", trials=2, timeout_s=600)
     with pytest.raises(Stopped, match="stopped on request"):
         run_study(opts, should_stop=(tmp_path / "run-2").exists)
@@ -230,14 +217,33 @@ def test_a_cancel_stops_a_programs_gate_and_stores_no_verdict(
     from tuner.search.study import run_study
     from tuner.store import keys
 
-    shutil.copy(REGISTRY.parent / "plain_loop.py", tmp_path / "plain_loop.py")
-    # The gate's runs are one untimed-free window (warm-up 0, windows 1); a measurement's are
-    # not. The first of them leaves a file and hangs.
-    (tmp_path / "hangs.py").write_text(
-        "import os, pathlib, runpy, sys, time\n"
+    # The gate's runs are one window with no warm-up; a measurement's are not. The first of
+    # them leaves a file and hangs.
+    storage = _hanging_program(
+        tmp_path,
+        monkeypatch,
         "if (os.environ['STREAMTUNE_WARMUP'], os.environ['STREAMTUNE_WINDOWS']) == ('0', '1'):\n"
-        "    pathlib.Path('gate-run').touch()\n"
-        "    time.sleep(300)\n"
+        "    pathlib.Path('gate-run').touch()\n",
+    )
+    opts = options(storage, "gate", workload="program:hangs", trials=2, timeout_s=600)
+    started = time.perf_counter()
+    with pytest.raises(Stopped, match="stopped on request"):
+        run_study(opts, should_stop=(tmp_path / "gate-run").exists)
+    assert time.perf_counter() - started < 120  # not the hung run's 300 s
+    study = load(storage, "gate")
+    (trial,) = study.trials
+    assert trial.state.name == "PRUNED" and trial.user_attrs.get(keys.STOPPED) is True
+    assert keys.FAILURE_REASON not in trial.user_attrs and keys.PARITY not in trial.user_attrs
+    assert not [k for k in study.user_attrs if k.startswith(keys.PARITY_PREFIX)]
+
+
+def _hanging_program(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str) -> str:
+    """The example program registered as `program:hangs` in `tmp_path`, which sleeps 300 s
+    before its start line in a run where `when` (Python lines ending in an `if ...:`, with os,
+    pathlib and time imported) holds; the storage URL of a study there."""
+    shutil.copy(REGISTRY.parent / "plain_loop.py", tmp_path / "plain_loop.py")
+    (tmp_path / "hangs.py").write_text(
+        "import os, pathlib, runpy, sys, time\n" + when + "    time.sleep(300)\n"
         "sys.argv[0] = 'plain_loop.py'\n"
         "runpy.run_path('plain_loop.py', run_name='__main__')\n"
     )
@@ -250,14 +256,4 @@ def test_a_cancel_stops_a_programs_gate_and_stores_no_verdict(
     (tmp_path / "programs.json").write_text(json.dumps({"programs": {"hangs": entry}}))
     monkeypatch.setenv("TUNER_PROGRAMS", str(tmp_path / "programs.json"))
     monkeypatch.chdir(tmp_path)
-    storage = f"sqlite:///{tmp_path / 'p.db'}"
-    opts = options(storage, "gate", workload="program:hangs", trials=2, timeout_s=600)
-    started = time.perf_counter()
-    with pytest.raises(Stopped, match="stopped on request"):
-        run_study(opts, should_stop=(tmp_path / "gate-run").exists)
-    assert time.perf_counter() - started < 120  # not the hung run's 300 s
-    study = load(storage, "gate")
-    (trial,) = study.trials
-    assert trial.state.name == "PRUNED" and trial.user_attrs.get(keys.STOPPED) is True
-    assert keys.FAILURE_REASON not in trial.user_attrs and keys.PARITY not in trial.user_attrs
-    assert not [k for k in study.user_attrs if k.startswith(keys.PARITY_PREFIX)]
+    return f"sqlite:///{tmp_path / 'p.db'}"

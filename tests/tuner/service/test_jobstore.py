@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -302,19 +303,7 @@ def test_the_best_recommendation_is_of_the_asked_models_shape(store: JobStore) -
 
     def finished(model_args: dict[str, str], throughput: float) -> str:
         spec = JobSpec(workload="hf:causal-lm", preset="tiny", device="cpu", model_args=model_args)
-        job = store.create(spec, owner="me")
-        with store.engine.begin() as conn:
-            conn.execute(
-                sa.update(JobRow)
-                .where(JobRow.id == job.id)
-                .values(
-                    status="succeeded",
-                    hardware="cpu",
-                    rec_throughput=throughput,
-                    recommendation={"config": {}, "study": job.study},
-                )
-            )
-        return job.id
+        return _succeeded(store, spec, throughput, {})
 
     small = finished({"batch": "4"}, 495.0)
     large = finished({"batch": "32", "data": "fixed"}, 2427.0)
@@ -336,19 +325,8 @@ def test_the_best_recommendation_may_be_asked_for_one_precision(store: JobStore)
     """A float8 pick outran every bf16 one; a user who trains in bf16 asks for that."""
 
     def finished(precision: str | None, throughput: float) -> str:
-        job = store.create(JobSpec(workload="mlp", preset="tiny", device="cpu"), owner="me")
-        with store.engine.begin() as conn:
-            conn.execute(
-                sa.update(JobRow)
-                .where(JobRow.id == job.id)
-                .values(
-                    status="succeeded",
-                    hardware="cpu",
-                    rec_throughput=throughput,
-                    recommendation={"config": {}, "study": job.study, "precision": precision},
-                )
-            )
-        return job.id
+        spec = JobSpec(workload="mlp", preset="tiny", device="cpu")
+        return _succeeded(store, spec, throughput, {"precision": precision})
 
     bf16 = finished("bf16-autocast", 500.0)
     float8 = finished("float8", 900.0)
@@ -357,3 +335,21 @@ def test_the_best_recommendation_may_be_asked_for_one_precision(store: JobStore)
     assert store.best_for("mlp", "tiny", "cpu", precision="float8").id == float8
     assert store.best_for("mlp", "tiny", "cpu", precision="fp16-autocast") is None
     assert store.best_for("mlp", "tiny", "cpu").rec_throughput == 1000.0
+
+
+def _succeeded(store: JobStore, spec: JobSpec, throughput: float, extra: dict[str, Any]) -> str:
+    """A job of `spec` recorded as succeeded on the CPU at `throughput`, its recommendation
+    holding `extra`; its id."""
+    job = store.create(spec, owner="me")
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.update(JobRow)
+            .where(JobRow.id == job.id)
+            .values(
+                status="succeeded",
+                hardware="cpu",
+                rec_throughput=throughput,
+                recommendation={"config": {}, "study": job.study, **extra},
+            )
+        )
+    return job.id
