@@ -132,7 +132,8 @@ def job_report(
     trial, throughput by setting, the time breakdown of the profiled configs. Built once per
     state of the study (its ETag) and served from memory. A job that has not started has no
     study yet: 404."""
-    page = reports.page(store.job(job_id, by=caller).study)
+    job = store.job(job_id, by=caller)
+    page = reports.page(job.study, workload=job.workload)  # a plug-in by its name, as /best
     zipped = accepts_gzip(request.headers.get("accept-encoding", ""))
     # One tag per representation (RFC 9110, 8.8.3): a cache holding the gzipped page must not
     # answer an identity request's If-None-Match with it.

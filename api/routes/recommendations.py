@@ -13,7 +13,7 @@ from api.schemas.common import Recommendation
 from api.schemas.jobs import PrecisionName
 from api.schemas.studies import RecommendationHit
 from tuner.errors import JobNotFound
-from tuner.service.spec import WorkloadRegistry
+from tuner.service.spec import MODULE_PATH_HINT, WorkloadRegistry
 
 router = APIRouter(
     prefix="/v1/recommendations",
@@ -54,7 +54,8 @@ def recommend(
         PrecisionName | None,
         Query(
             description="only configs that train in this precision (a job that searched "
-            "precisions answers for the one its recommendation chose)",
+            "precisions answers for the one its recommendation chose; one that named none, for "
+            "what the workers' matmul precision amounts to: fp32 or tf32)",
         ),
     ] = None,
 ) -> RecommendationHit:
@@ -103,14 +104,23 @@ def _not_found(
     model_args: dict[str, str],
     precision: str | None,
 ) -> Exception:
-    """Why no job answered: a 422 for a workload the server does not run, else a 404 naming
+    """Why no job answered: a 422 for a workload the server does not run or a preset it does
+    not have, else a 404 naming
     what was asked. Asked after the lookup: a plug-in the operator has since removed still
     answers for the jobs it ran."""
     if not registry.knows(workload):
+        hint = f"; {MODULE_PATH_HINT}" if ":" in workload else ""
         return field_error(
             ("query", "workload"),
-            f"unknown workload {workload!r}: allowed {registry.allowed()}",
+            f"unknown workload {workload!r}: allowed {registry.allowed()}{hint}",
             workload,
+        )
+    presets = registry.presets(workload)
+    if presets is not None and preset not in presets:
+        return field_error(
+            ("query", "preset"),
+            f"{workload} has no preset {preset!r}: allowed {', '.join(presets)}",
+            preset,
         )
     shape = "".join(f" {k}={v}" for k, v in model_args.items())
     shape += f" precision={precision!r}" if precision else ""

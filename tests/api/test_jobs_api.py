@@ -186,6 +186,8 @@ BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
     ({"trial": 3}, ("body", "trial"), "unknown field 'trial' (did you mean trials"),
     ({"n_trials": 3}, ("body", "n_trials"), "'n_trials' is another name of 'trials', which is"),
     ({"workload": "os.path:join"}, ("body", "workload"), "pattern"),
+    # A wrapper's settings alone with one process: refused here, not failed at the worker.
+    ({"space": {"bucket_cap_mb": [25, 50]}}, ("body", "space"), "inert with nproc_per_node 1"),
     # The CLI's module path: the operator registers it under a name (a probe, 2026-12-06).
     ({"workload": "my_models.nets:build"}, ("body", "workload"), "registers one under a name"),
     ({"workload": "mymodels:build"}, ("body", "workload"), "is not taken over the API"),

@@ -148,6 +148,41 @@ def test_a_module_whose_own_import_fails_is_told_so_not_sent_to_its_folder(
         load_workload("no_such_module_anywhere_x:build", "tiny")
 
 
+def test_a_module_whose_top_level_code_raises_is_one_line_naming_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module that reads a data file or a variable when imported, and fails, had ended the
+    tuner with 30 lines of traceback through its own frames (a probe, 2026-12-06)."""
+    (tmp_path / "reads_at_import_mod.py").write_text("import os\nDATA = os.environ['NO_SUCH_X']\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(WorkloadError) as info:
+        load_workload("reads_at_import_mod:build", "tiny")
+    said = str(info.value)
+    where = f"{tmp_path / 'reads_at_import_mod.py'}:2"
+    assert f"importing 'reads_at_import_mod' raised KeyError at {where}: 'NO_SUCH_X'" in said
+    assert info.value.field == "workload"
+
+
+def test_a_factorys_value_error_blames_the_preset_only_where_it_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "image too small" under `--preset small` had been blamed on --preset: the preset's name
+    as a substring of the message (a probe, 2026-12-06)."""
+    (tmp_path / "value_errors_mod.py").write_text(
+        "def build(preset, *, seed):\n"
+        "    if preset == 'small':\n"
+        "        raise ValueError('the image is too small for this model')\n"
+        "    raise ValueError(f'unknown preset {preset!r}')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(WorkloadError, match="too small") as info:
+        load_workload("value_errors_mod:build", "small")
+    assert info.value.field == "workload"
+    with pytest.raises(WorkloadError, match="unknown preset 'huge'") as info:
+        load_workload("value_errors_mod:build", "huge")
+    assert info.value.field == "preset"
+
+
 @pytest.mark.parametrize("size", [0, -2, 1.5, True])
 def test_a_batch_size_that_is_not_a_positive_integer_is_refused_when_built(size: object) -> None:
     model = torch.nn.Linear(4, 2)

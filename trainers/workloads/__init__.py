@@ -7,6 +7,7 @@ import dataclasses
 import importlib
 import inspect
 import os
+import re
 import traceback
 from collections.abc import Callable, Mapping
 from typing import Any, cast
@@ -93,7 +94,7 @@ def resolve_factory(name: str, model_args: Mapping[str, str] | None = None) -> W
     return cast(WorkloadFactory, UserFactory(name, factory))
 
 
-def _import_inside(exc: ImportError) -> str | None:
+def _import_inside(exc: BaseException) -> str | None:
     """`file:line` of the import statement in the user's module that raised `exc`, or None
     where the module itself was not found (no frame of the user's code ran)."""
     frames = [
@@ -157,6 +158,16 @@ def _import_user_module(name: str, module_name: str, attr: str) -> Any:
             "PYTHONPATH)",
             field="workload",
         ) from exc
+    except Exception as exc:
+        # The module's own top-level code raised (a data file read at import, a KeyError): where,
+        # in one line, not 30 lines of traceback through the tuner (a probe, 2026-12-06).
+        where = _import_inside(exc) or module_name
+        message = " ".join(str(exc).split()) or "(no message)"
+        raise WorkloadError(
+            f"workload={name!r}: importing {module_name!r} raised {type(exc).__name__} at "
+            f"{where}: {message}",
+            field="workload",
+        ) from exc
     return module
 
 
@@ -212,7 +223,11 @@ class UserFactory:
         except ValueError as exc:
             # The factory refusing its preset names it (`unknown preset 'huge'`); another
             # ValueError ("my config file is missing") is the workload's, not the preset's.
-            field = "preset" if preset in str(exc) else "workload"
+            # Named as a word or quoted: "image too small" under preset small is the workload's.
+            said = str(exc)
+            quoted = (repr(preset), f'"{preset}"')
+            named = re.search(r"\bpresets?\b", said) is not None or any(q in said for q in quoted)
+            field = "preset" if named else "workload"
             raise WorkloadError(self._raised(exc), field=field) from exc
         except Exception as exc:
             if type(exc).__name__ == "OutOfMemoryError":  # torch's: a trial's failure, as usual

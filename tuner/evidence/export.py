@@ -195,11 +195,7 @@ def python_script(rec: Recommendation, config: LoopConfig) -> str:
     return (
         f"""# streamtune recommendation for study {rec.study!r} on {rec.hardware}
 # Trains {workload} {preset} (seed {seed}) with it: {launch} this_file.py --steps 1000
-# Checkpoints and resuming: --steps is the total to reach, so a resumed run goes on to it:
-#   {launch} this_file.py --steps 1000 --checkpoint 'run-{{step}}.pt'  # run-500.pt, run-1000.pt
-#   {launch} this_file.py --steps 1000 --resume run-500.pt   # steps 501-1000 again, the same losses
-#   {launch} this_file.py --steps 2000 --resume run-1000.pt  # 1000 steps more
-from __future__ import annotations
+{_checkpoint_lines(config, launch)}from __future__ import annotations
 
 import argparse
 import os
@@ -221,6 +217,24 @@ PROCESSES = {processes!r}  # the processes per node the study measured
 CHECKPOINT_EVERY = 500
 """
         + _MAIN
+    )
+
+
+def _checkpoint_lines(config: LoopConfig, launch: str) -> str:
+    """The header's checkpoint and resume lines; under FSDP2, that this script takes neither
+    (its `--checkpoint` refuses: each rank holds a shard), where it had shown how to use them."""
+    if config.parallel == "fsdp2":
+        return "# No --checkpoint or --resume here: under parallel=fsdp2 each rank holds a shard.\n"
+    run = f"#   {launch} this_file.py --steps"
+    return "".join(
+        line + "\n"
+        for line in (
+            "# Checkpoints and resuming: --steps is the total to reach, so a resumed run goes on "
+            "to it:",
+            f"{run} 1000 --checkpoint 'run-{{step}}.pt'  # run-500.pt, run-1000.pt",
+            f"{run} 1000 --resume run-500.pt   # steps 501-1000 again, the same losses",
+            f"{run} 2000 --resume run-1000.pt  # 1000 steps more",
+        )
     )
 
 

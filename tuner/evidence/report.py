@@ -361,8 +361,11 @@ def _notes(rec: Mapping[str, Any] | None) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def build_report(study: optuna.Study, *, generated: str | None = None) -> str:
-    """The report page of `study` as one self-contained HTML string."""
+def build_report(
+    study: optuna.Study, *, generated: str | None = None, workload: str | None = None
+) -> str:
+    """The report page of `study` as one self-contained HTML string. `workload`: the name to
+    show for it (the service's: a plug-in's registered name, not the factory path it ran)."""
     meta = study.user_attrs.get(keys.META)
     meta = meta if isinstance(meta, dict) else {}
     try:
@@ -371,6 +374,9 @@ def build_report(study: optuna.Study, *, generated: str | None = None) -> str:
         ).to_dict()
     except NoRecommendation:
         rec = None
+    if workload is not None:
+        meta = meta | {"workload": workload}
+        rec = None if rec is None else rec | {"workload": workload}
     profiles = study_profiles(study)
     plots = _Plots()
     body = "".join(

@@ -416,7 +416,7 @@ def _space_for(
     live = live_for_pins(space)
     if not options.multi_precision:  # else precision is searched: the trials differ
         live = check_left(asked, live, said)
-    for note in live.notes[len(space.notes) :]:
+    for note in live.notes[said:]:
         progress.phase(note)
     return live, options
 

@@ -44,7 +44,7 @@ class ReportCache:
         storage: optuna.storages.BaseStorage,
         *,
         pages: int = PAGES,
-        build: Callable[[optuna.Study], str] = build_report,
+        build: Callable[..., str] = build_report,
     ) -> None:
         self.storage = storage
         self.pages = pages
@@ -77,8 +77,9 @@ class ReportCache:
         text = json.dumps([name, attrs, trials], sort_keys=True, default=repr)
         return hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:32]
 
-    def page(self, name: str) -> Page:
-        """The report of study `name` in its present state."""
+    def page(self, name: str, *, workload: str | None = None) -> Page:
+        """The report of study `name` in its present state; `workload`: the name it shows for
+        the workload (a job's, as asked: one study is one job's, so the cache's key holds)."""
         key = (name, self.state(name))
         with self._lock:
             found = self._cached(key)
@@ -90,7 +91,8 @@ class ReportCache:
                 found = self._cached(key)
             if found is not None:
                 return found
-            html = self._build(optuna.load_study(study_name=name, storage=self.storage))
+            study = optuna.load_study(study_name=name, storage=self.storage)
+            html = self._build(study, workload=workload)
             data = html.encode("utf-8")
             page = Page(html=data, gzipped=gzip.compress(data, 6), etag=f'"{key[1]}"')
             with self._lock:

@@ -267,8 +267,12 @@ def _check_space(spec: JobSpec, registry: WorkloadRegistry) -> None:
     precisions = precision.allowed
     try:
         pinned = load_space(spec.space, fix=spec.fix, cuda=cuda)
-        # The data-parallel levers' rules for this many processes (a pinned parallel, a graph).
-        pinned = for_processes(pinned, spec.nproc_per_node)
+        # The data-parallel levers' rules for this many processes (a pinned parallel, a graph,
+        # a wrapper's settings left out of one process's space: none left is refused here, not
+        # queued to fail at the worker).
+        asked, pinned = pinned, for_processes(pinned, spec.nproc_per_node)
+        if not precision.searched:
+            check_left(list(asked.params), pinned, len(asked.notes))
         if program is not None:
             entry = registry.programs[program.removeprefix(PROGRAM_PREFIX)]
             asked, pinned = pinned, program_space(pinned, entry, user_fixed(spec.space, spec.fix))

@@ -405,3 +405,16 @@ def test_a_data_parallel_recommendation_trains_under_torchrun_and_says_how_outsi
     resumed = run(*launch)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert resumed.stdout.count("trained 2 steps in") == 1
+
+
+def test_an_fsdp2_scripts_header_does_not_offer_the_checkpoints_it_refuses() -> None:
+    """The FSDP2 script's header showed `--checkpoint` and `--resume` lines, and its
+    `--checkpoint` then refused: "not with parallel=fsdp2" (a probe, 2026-12-06)."""
+    base = {"study": "s", "hardware": "cpu-x2", "workload": "mlp", "preset": "tiny"}
+    for parallel, offered in (("fsdp2", False), ("ddp", True)):
+        config = LoopConfig(parallel=parallel, num_workers=0).to_dict()  # type: ignore[arg-type]
+        text = export.export(Recommendation.from_dict(base | {"config": config}), "python")
+        header = text.split("from __future__")[0]
+        assert ("--checkpoint 'run-{step}.pt'" in header) == offered, header
+        assert ("No --checkpoint or --resume here" in header) != offered, header
+        compile(text, "<export>", "exec")

@@ -202,6 +202,21 @@ def test_decide_equal_keys_prefer_higher_median() -> None:
     assert decision.best is b
 
 
+def test_decide_keeps_a_tie_only_where_it_beats_what_the_fastest_beat() -> None:
+    """A wide interval tied with the fastest and with the PyTorch default had won as the
+    simpler, though it was no measured gain on the default (a probe's CPU run, 2026-12-06)."""
+    default = Measurement(name="default", samples=(670.0, 677.0, 684.0, 677.0), key=(0,))
+    fastest = Measurement(name="fastest", samples=(725.0, 735.0, 745.0, 735.0), key=(9,))
+    wide = Measurement(name="wide", samples=(631.0, 711.0, 791.0, 711.0), key=(1,))
+    assert wide.ci95[0] <= default.ci95[1] and wide.ci95[1] >= fastest.ci95[0]  # tied with both
+    decision = decide([default, fastest, wide])
+    assert decision.best is fastest and decision.ties == (fastest,) and not decision.was_tie
+    # Narrow enough to clear the default, it is a tie again and wins as the simpler.
+    narrow = Measurement(name="narrow", samples=(715.0, 725.0, 735.0, 725.0), key=(1,))
+    decision = decide([default, fastest, narrow])
+    assert decision.best is narrow and decision.was_tie
+
+
 def test_decide_single_and_empty() -> None:
     only = _m("only", 10.0)
     decision = decide([only])

@@ -324,13 +324,13 @@ def test_the_best_recommendation_is_of_the_asked_models_shape(store: JobStore) -
 def test_the_best_recommendation_may_be_asked_for_one_precision(store: JobStore) -> None:
     """A float8 pick outran every bf16 one; a user who trains in bf16 asks for that."""
 
-    def finished(precision: str | None, throughput: float) -> str:
+    def finished(precision: str, throughput: float) -> str:
         spec = JobSpec(workload="mlp", preset="tiny", device="cpu")
         return _succeeded(store, spec, throughput, {"precision": precision})
 
     bf16 = finished("bf16-autocast", 500.0)
     float8 = finished("float8", 900.0)
-    finished(None, 1000.0)  # no precision given: the workers' matmul precision, none of these
+    finished("fp32", 1000.0)  # no precision named: stored as the matmul precision's (fp32)
     assert store.best_for("mlp", "tiny", "cpu", precision="bf16-autocast").id == bf16
     assert store.best_for("mlp", "tiny", "cpu", precision="float8").id == float8
     assert store.best_for("mlp", "tiny", "cpu", precision="fp16-autocast") is None

@@ -158,6 +158,11 @@ def test_recommendations_pick_the_best_finished_job(finished: Finished) -> None:
     unknown = client.get("/v1/recommendations", params=query | {"workload": "mpl"}, headers=AUTH)
     assert unknown.status_code == 422 and "'mpl'" in unknown.text and "transformer" in unknown.text
     assert unknown.json()["detail"][0]["loc"] == ["query", "workload"]
+    path = client.get("/v1/recommendations", params=query | {"workload": "a.b:c"}, headers=AUTH)
+    assert path.status_code == 422 and "TUNER_WORKLOADS" in path.text  # as POST /v1/jobs says
+    preset = client.get("/v1/recommendations", params=query | {"preset": "huge"}, headers=AUTH)
+    assert preset.status_code == 422 and "no preset 'huge': allowed tiny" in preset.text
+    assert preset.json()["detail"][0]["loc"] == ["query", "preset"]
     missing = client.get("/v1/recommendations", params={"workload": "mlp"}, headers=AUTH)
     assert missing.status_code == 422
     assert {tuple(e["loc"]) for e in missing.json()["detail"]} == {
@@ -533,6 +538,10 @@ def test_a_plug_ins_study_and_best_are_shown_by_the_name_its_job_asked_for(stora
         best = client.get(f"/v1/jobs/{job['id']}/best", headers=AUTH).json()
         # The study's own /best too (a probe, 2026-12-06: it named the factory's path).
         studys = client.get(f"/v1/studies/{done['study']}/best", headers=AUTH).json()
+        # And the HTML report (a probe, 2026-12-06: it showed the factory's path).
+        page = client.get(done["links"]["report"], headers=AUTH).text
+    assert "mine / tiny" in page
+    assert "own_workloads" not in page
     assert study["workload"] == "mine" and [s["workload"] for s in listed] == ["mine"]
     assert best["workload"] == "mine" and studys["workload"] == "mine", (best, studys)
     assert studys["config"] == best["config"], (best, studys)

@@ -228,7 +228,8 @@ class Decision:
     """Outcome of :func:`decide`.
 
     ``best`` is the recommendation, ``fastest`` the highest median, ``ties`` every measurement
-    whose ``ci95`` overlaps the fastest's (fastest included, in input order), ``was_tie`` is
+    whose ``ci95`` overlaps the fastest's (fastest included, in input order) and lies wholly
+    above every config the fastest beat, ``was_tie`` is
     True when ``ties`` holds more than one measurement and ``reason`` explains the choice.
     """
 
@@ -255,7 +256,8 @@ def decide(
     fastest = highest median (first one on equal medians). ties = all measurements whose
     ``ci95`` overlaps the fastest's ``ci95``, or whose median is within ``margin`` (a fraction)
     of the fastest's: on a GPU-bound step the intervals can be so tight that 0.2 % separates
-    them, a difference no user should trade simplicity for. best = smallest ``key`` among the
+    them, a difference no user should trade simplicity for; and whose ``ci95`` lies wholly
+    above that of every measurement outside that set. best = smallest ``key`` among the
     ties, equal keys broken by the higher median. ``order_description`` names the key's
     ordering in ``reason``. Raises ValueError when ``measurements`` is empty or ``margin`` is
     outside [0, 1).
@@ -268,11 +270,17 @@ def decide(
         raise ValueError(f"margin must be in [0, 1), got {margin!r}")
     fastest = max(measurements, key=lambda m: m.median)
     floor = fastest.median * (1.0 - margin)
-    ties = tuple(
+    near = [
         m
         for m in measurements
         if _overlaps(m.ci95, fastest.ci95) or (margin > 0 and m.median >= floor)
-    )
+    ]
+    beaten = [m for m in measurements if all(m is not n for n in near)]
+    # A tie stands in for the fastest only where it keeps the fastest's claims: measurably
+    # faster than every config the fastest beat. Else a wide interval tied with both the fastest
+    # and the PyTorch default won as the simpler, and was no gain on the default (a probe's CPU
+    # run, 2026-12-06: 711 samples/s, 631-791, against 735 and the default's 677).
+    ties = tuple(m for m in near if all(m.ci95[0] > b.ci95[1] for b in beaten))
     best = min(ties, key=lambda m: (m.key, -m.median))
     was_tie = len(ties) > 1
     if was_tie:
