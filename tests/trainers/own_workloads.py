@@ -90,6 +90,11 @@ def too_few_samples(preset: str, *, seed: int) -> Workload:
     return _workload(batch_size=16, samples_per_batch=16)
 
 
+def miscounted_samples(preset: str, *, seed: int) -> Workload:
+    """samples_per_batch 1000 over batches of 4: every samples/s 250x too high."""
+    return _workload(batch_size=4, samples_per_batch=1000)
+
+
 def optimizer_class(preset: str, *, seed: int) -> Workload:
     """The optimizer given as its class, as `optimizer=torch.optim.Adam`: built with Adam's
     defaults (it was called as Adam(params, False), a learning rate of 0)."""

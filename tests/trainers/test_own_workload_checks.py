@@ -34,6 +34,11 @@ OWN = "tests.trainers.own_workloads"
         ("tuple_loss", "loss_fn(model, batch) returned tuple of 2 (Tensor, Tensor)"),
         ("loss_of_shape_one", "loss_fn(model, batch) returned a tensor of shape [1]"),
         ("too_few_samples", "the dataset has 8 items, fewer than one batch (batch_size 16"),
+        (
+            "miscounted_samples",
+            "samples_per_batch=1000 but batch_size=4: the loader batches 4 samples a step, so "
+            "samples/s would be counted 250x; set samples_per_batch=4",
+        ),
         ("foreign_optimizer", "2 of the 2 parameters the Adam steps are not the model's"),
         ("closure_optimizer", "LBFGS.step needs a closure"),
         (

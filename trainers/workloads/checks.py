@@ -57,6 +57,15 @@ def own_workload(workload: Workload, name: str, *, parts: bool = False) -> Workl
     )
     model = _Where("model" if parts else "workload", "model" if parts else f"workload={name!r}")
     _check_optimizer(workload, optimizer)
+    size, counted = workload.batch_size, workload.samples_per_batch
+    if size is not None and counted != size:
+        # Every throughput is samples_per_batch over a step's time: 1000 against batch_size 8
+        # had been shown 125x too high, without a word (a probe, 2026-12-06).
+        raise data.error(
+            f"samples_per_batch={counted} but batch_size={size}: the loader batches {size} "
+            f"samples a step, so samples/s would be counted {counted / size:.3g}x; set "
+            f"samples_per_batch={size}"
+        )
     batch = _first_batch(workload, data)
     if batch is None:
         _check_trainable(workload, model)
