@@ -258,6 +258,23 @@ def test_a_space_whose_settings_each_have_one_value_is_said_and_measured(
     assert err.count("no setting left has two values to search") == 1, err
 
 
+def test_a_failing_baseline_is_said_when_it_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A baseline's failure had been said only in the summary, after every trial (a probe,
+    2026-12-06: both DDP baselines failed on unused parameters, unsaid until the end)."""
+    from tests.tuner.tiny import WORKLOADS
+
+    flags = [f for f in RUN_FLAGS if f != "mlp"]
+    flags.insert(flags.index("--workload") + 1, f"{WORKLOADS}:raises_in_loss")
+    args = ("run", *flags, "--trials", "1", "--storage", sqlite_url(tmp_path))
+    assert main(list(args)) == 1
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "baseline pytorch-default failed: " in line]
+    assert len(lines) == 1 and "error: RuntimeError at" in lines[0], err
+    assert err.index("failed: error: RuntimeError") < err.index("trial 0"), err
+
+
 def test_a_program_and_another_workload_together_are_one_line(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
