@@ -86,8 +86,8 @@ class Baselines:
             if isinstance(outcome, Failure):
                 entry |= {"failure_reason": outcome.reason, "seconds": outcome.seconds}
                 # Said now, not only in the summary after every trial (a probe, 2026-12-06).
-                first = outcome.reason.strip().splitlines()[0] if outcome.reason.strip() else ""
-                self.progress.phase(f"baseline {name} failed: {first[:300]}")
+                said = (outcome.reason.strip().splitlines() or [""])[0]
+                self.progress.phase(f"baseline {name} failed: {said[:300]}")
             elif name == REFERENCE_BASELINE and outcome.first_nonfinite is not None:
                 # The PyTorch loop itself computes NaN or inf: no config can be judged against
                 # it (the gate compares losses), so the job stops before its trials.
