@@ -279,3 +279,19 @@ def test_a_factory_that_ignores_its_seed_is_seeded_or_refused_naming_the_seed(
         with pytest.raises(WorkloadError, match=r"seed=3\) built other weights") as info:
             load_workload(name, "tiny", seed=3)
         assert info.value.field == "workload" and name in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("given", "meant"),
+    [
+        ("./models/net.py", "models.net:FACTORY"),
+        ("models/net.py:build", "models.net:build"),
+        ("net.py:build", "net:build"),
+    ],
+)
+def test_a_file_path_for_a_workload_is_told_the_module_name(given: str, meant: str) -> None:
+    """`./models/net.py` had been offered "did you mean ./models/net:py?" (a probe, 2026-12-06)."""
+    with pytest.raises(WorkloadError) as info:
+        load_workload(given, "tiny")
+    assert f"a module is named, not its file (did you mean {meant}?" in str(info.value)
+    assert info.value.field == "workload"

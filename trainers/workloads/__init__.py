@@ -65,6 +65,9 @@ def resolve_factory(name: str, model_args: Mapping[str, str] | None = None) -> W
     refuse_model_args(name, model_args)
     if name in BUILTIN:
         return BUILTIN[name]
+    path = _file_path_hint(name)
+    if path is not None:
+        raise WorkloadError(f"workload={name!r} is invalid{path}", field="workload")
     if ":" not in name:
         # `mymodels.build`: a user's factory is named with a colon before it.
         head, dot, tail = name.rpartition(".")
@@ -92,6 +95,22 @@ def resolve_factory(name: str, model_args: Mapping[str, str] | None = None) -> W
         )
     # A user's callable: load_workload checks that what it returns is a Workload.
     return cast(WorkloadFactory, UserFactory(name, factory))
+
+
+def _file_path_hint(name: str) -> str | None:
+    """Where `name`'s module is a file's path (`./models/net.py`, `models/net.py:build`): how to
+    name it as a module instead; None otherwise. `./models/net.py` had been offered
+    "did you mean ./models/net:py?" (a probe, 2026-12-06)."""
+    module, colon, attr = name.partition(":")
+    if not (module.endswith(".py") or "/" in module or "\\" in module):
+        return None
+    dotted = module.removesuffix(".py").replace("\\", "/").strip("/").removeprefix("./")
+    dotted = ".".join(part for part in dotted.split("/") if part not in ("", "."))
+    suggested = f"{dotted}:{attr if colon and attr else 'FACTORY'}"
+    return (
+        f": a module is named, not its file (did you mean {suggested}? run from the folder "
+        "that holds the top package, or add it to PYTHONPATH)"
+    )
 
 
 def _import_inside(exc: BaseException) -> str | None:
