@@ -159,7 +159,8 @@ Timeout = Annotated[
 Space = Annotated[
     str,
     typer.Option(
-        help="auto (compile on a GPU, full on a CPU), full, streams, compile or a JSON file."
+        help="auto (on a GPU: scale from 250M parameters, else compile; full on a CPU), full, "
+        "streams, compile, scale or a JSON file."
     ),
 ]
 Fix = Annotated[
