@@ -90,6 +90,11 @@ def too_few_samples(preset: str, *, seed: int) -> Workload:
     return _workload(batch_size=16, samples_per_batch=16)
 
 
+def meta_model(preset: str, *, seed: int) -> Workload:
+    """A model built on the meta device (sizes, no values) and never materialised."""
+    return _workload(model=nn.Linear(6, 3, device="meta"))
+
+
 def miscounted_samples(preset: str, *, seed: int) -> Workload:
     """samples_per_batch 1000 over batches of 4: every samples/s 250x too high."""
     return _workload(batch_size=4, samples_per_batch=1000)

@@ -34,6 +34,7 @@ OWN = "tests.trainers.own_workloads"
         ("tuple_loss", "loss_fn(model, batch) returned tuple of 2 (Tensor, Tensor)"),
         ("loss_of_shape_one", "loss_fn(model, batch) returned a tensor of shape [1]"),
         ("too_few_samples", "the dataset has 8 items, fewer than one batch (batch_size 16"),
+        ("meta_model", "2 of the model's parameters are on the meta device (the first: weight)"),
         (
             "miscounted_samples",
             "samples_per_batch=1000 but batch_size=4: the loader batches 4 samples a step, so "

@@ -56,6 +56,7 @@ def own_workload(workload: Workload, name: str, *, parts: bool = False) -> Workl
         "optimizer" if parts else "workload", "optimizer" if parts else f"workload={name!r}"
     )
     model = _Where("model" if parts else "workload", "model" if parts else f"workload={name!r}")
+    _check_materialised(workload, model)
     _check_optimizer(workload, optimizer)
     size, counted = workload.batch_size, workload.samples_per_batch
     if size is not None and counted != size:
@@ -274,6 +275,23 @@ def _materialise(workload: Workload, batch: tuple[torch.Tensor, ...], where: _Wh
         ) from exc
     finally:
         model.train(training)
+
+
+def _check_materialised(workload: Workload, where: _Where) -> None:
+    """Parameters on the meta device hold no values: the run had failed only at its start
+    ("Cannot copy out of meta tensor"), naming no field (a probe, 2026-12-06). Lazy ones
+    (`nn.LazyLinear`) are `_materialise`'s."""
+    on_meta = [
+        name
+        for name, p in workload.model.named_parameters()
+        if p.is_meta and not torch.nn.parameter.is_lazy(p)
+    ]
+    if on_meta:
+        raise where.error(
+            f"{len(on_meta)} of the model's parameters are on the meta device (the first: "
+            f"{on_meta[0]}), with no values to train: build the model on a real device, or "
+            "materialise it in the factory (model.to_empty(device=...), then initialise it)"
+        )
 
 
 def _check_trainable(workload: Workload, where: _Where) -> None:
