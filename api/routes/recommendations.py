@@ -13,7 +13,7 @@ from api.schemas.common import Recommendation
 from api.schemas.jobs import PrecisionName
 from api.schemas.studies import RecommendationHit
 from tuner.errors import JobNotFound
-from tuner.service.spec import MODULE_PATH_HINT, WorkloadRegistry
+from tuner.service.spec import WorkloadRegistry, preset_refusal, unknown_workload
 
 router = APIRouter(
     prefix="/v1/recommendations",
@@ -109,19 +109,10 @@ def _not_found(
     what was asked. Asked after the lookup: a plug-in the operator has since removed still
     answers for the jobs it ran."""
     if not registry.knows(workload):
-        hint = f"; {MODULE_PATH_HINT}" if ":" in workload else ""
-        return field_error(
-            ("query", "workload"),
-            f"unknown workload {workload!r}: allowed {registry.allowed()}{hint}",
-            workload,
-        )
-    presets = registry.presets(workload)
-    if presets is not None and preset not in presets:
-        return field_error(
-            ("query", "preset"),
-            f"{workload} has no preset {preset!r}: allowed {', '.join(presets)}",
-            preset,
-        )
+        return field_error(("query", "workload"), unknown_workload(registry, workload), workload)
+    refused = preset_refusal(registry, workload, preset)
+    if refused is not None:
+        return field_error(("query", "preset"), refused, preset)
     shape = "".join(f" {k}={v}" for k, v in model_args.items())
     shape += f" precision={precision!r}" if precision else ""
     return JobNotFound(

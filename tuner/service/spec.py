@@ -174,13 +174,9 @@ def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
     _check_precisions(spec)
     _check_device(spec)
     _check_model_args(spec, registry)
-    presets = registry.presets(spec.workload)
-    if presets is not None and spec.preset not in presets:
-        raise SpecError(
-            ("preset",),
-            f"{spec.workload} has no preset {spec.preset!r}: allowed {', '.join(presets)}",
-            spec.preset,
-        )
+    refused = preset_refusal(registry, spec.workload, spec.preset)
+    if refused is not None:
+        raise SpecError(("preset",), refused, spec.preset)
     _check_gpus(spec.gpus)
     try:
         check_patience(spec.patience, spec.objectives)
@@ -204,12 +200,22 @@ def _check_workload(spec: JobSpec, registry: WorkloadRegistry) -> None:
                     f"{spec.workload}: the server's program registry cannot be read now ({exc})",
                     spec.workload,
                 ) from exc
-        hint = f"; {MODULE_PATH_HINT}" if ":" in spec.workload else ""
-        raise SpecError(
-            ("workload",),
-            f"unknown workload {spec.workload!r}: allowed {registry.allowed()}{hint}",
-            spec.workload,
-        )
+        raise SpecError(("workload",), unknown_workload(registry, spec.workload), spec.workload)
+
+
+def unknown_workload(registry: WorkloadRegistry, workload: str) -> str:
+    """Why a job, or a lookup of recommendations, cannot name `workload`: what the server runs,
+    and for a module path, how an operator registers one."""
+    hint = f"; {MODULE_PATH_HINT}" if ":" in workload else ""
+    return f"unknown workload {workload!r}: allowed {registry.allowed()}{hint}"
+
+
+def preset_refusal(registry: WorkloadRegistry, workload: str, preset: str) -> str | None:
+    """Why `preset` is not one of `workload`'s declared presets (None: it is, or none are)."""
+    presets = registry.presets(workload)
+    if presets is None or preset in presets:
+        return None
+    return f"{workload} has no preset {preset!r}: allowed {', '.join(presets)}"
 
 
 MODULE_PATH_HINT = (
