@@ -45,8 +45,6 @@ Device = Annotated[str, Field(min_length=1, max_length=8)]
 
 
 _THROUGHPUT: list[Objective] = ["throughput"]
-
-
 MAX_GPUS = 64  # the API's cap: GPUs of one node
 
 
@@ -370,6 +368,7 @@ class JobOut(BaseModel):
     search_ended: str | None = Field(
         default=None, description="what ended the search's trials once decided, e.g. patience"
     )
+    space_notes: list[str] = Field(default=[], description="once decided: what the space left out")
     waiting: str | None = Field(
         default=None, description="why a queued job is not running yet (null: it is not queued)"
     )
@@ -411,6 +410,7 @@ class JobOut(BaseModel):
                 "hardware": row.hardware,
                 "phase": row.phase,
                 "search_ended": (search.get("ended") or {}).get("why"),
+                "space_notes": search.get("space_notes") or [],
                 "cancel_requested": row.cancel_requested,
                 "attempts": row.attempts,
                 "error": row.error,

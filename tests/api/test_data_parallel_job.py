@@ -1,6 +1,7 @@
 """A job of N > 1 processes per trial through the API: the field's bounds (422 naming it) and a
 2-process gloo job of transformer tiny run to the end by a real worker (one trial: each trial is a
-torchrun launch of three Python processes)."""
+torchrun launch of three Python processes); and the wrapper settings a one-process job leaves
+out."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.api.conftest import make_worker
-from tests.api.helpers import AUTH
+from tests.api.helpers import AUTH, TINY_JOB
 from trainers import LoopConfig
 
 DP_JOB: dict[str, Any] = {
@@ -97,3 +98,23 @@ def test_a_cuda_graph_pinned_on_a_cpu_job_gets_422_naming_it(client: TestClient)
     response = client.post("/v1/jobs", json=job | {"fix": {"cuda_graph": True}}, headers=AUTH)
     assert response.status_code == 422, response.text
     assert "cuda_graph" in response.text and "CUDA device" in response.text
+
+
+def test_a_one_process_job_says_which_wrapper_settings_its_space_left_out(
+    client: TestClient, storage: str
+) -> None:
+    """A space's notes had reached a client nowhere: not in the job, `/best` or the report,
+    only the worker's log (a probe, 2026-12-06). Here DDP's bucket size, inert in one process."""
+    body = TINY_JOB | {"trials": 2, "space": {"bucket_cap_mb": [25, 50], "num_streams": [1, 2]}}
+    created = client.post("/v1/jobs", json=body, headers=AUTH)
+    assert created.status_code == 201, created.text
+    assert created.json()["space_notes"] == []  # said once decided
+    assert make_worker(storage, **FEW).run_once()
+    job = client.get(created.headers["Location"], headers=AUTH).json()
+    assert job["status"] == "succeeded", job
+    said = [note for note in job["space_notes"] if note.startswith("bucket_cap_mb left out")]
+    assert said and "inert with nproc_per_node 1" in said[0], job["space_notes"]
+    best = client.get(job["links"]["best"], headers=AUTH).json()
+    assert best["search"]["space_notes"] == job["space_notes"]
+    report = client.get(job["links"]["report"], headers=AUTH).text
+    assert "bucket_cap_mb left out" in report

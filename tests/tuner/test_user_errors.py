@@ -5,6 +5,7 @@ summary's speedup rows say when an interval is a tie."""
 
 from __future__ import annotations
 
+import html
 import os
 import subprocess
 import sys
@@ -14,10 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
+import tuner
 from tests.tuner.test_cli_run import REPO, run_main, without_progress
 from tests.tuner.tiny import RUN_FLAGS, sqlite_url
 from tuner.__main__ import main
 from tuner.evidence.render import speedup_text, tie_text
+from tuner.evidence.report import write_report
 
 FACTORIES = textwrap.dedent(
     """\
@@ -252,10 +255,19 @@ def test_a_space_whose_settings_each_have_one_value_is_said_and_measured(
     assert check_left(["num_streams"], two, 0) is two
     space = tmp_path / "space.json"
     space.write_text('{"num_streams": [1]}')
-    args = ("run", *RUN_FLAGS, "--trials", "2", "--storage", sqlite_url(tmp_path))
+    storage = sqlite_url(tmp_path)
+    args = ("run", *RUN_FLAGS, "--trials", "2", "--storage", storage, "--study", "one")
     assert main([*args, "--space", str(space)]) == 0
     err = capsys.readouterr().err  # the progress lines: run_main leaves them out
     assert err.count("no setting left has two values to search") == 1, err
+    # Said where a client that saw no progress line looks too (a probe, 2026-12-06: a service
+    # job's client read it nowhere): the recommendation, `best`, the report.
+    rec = tuner.recommendation(storage, "one")
+    assert rec.search is not None and rec.search["space_notes"] == [ONE_CONFIG]
+    code, out, _ = run_main(capsys, "best", "--study", "one", "--storage", storage)
+    assert code == 0 and "space" in out and "no setting left has two" in out, out
+    report = write_report(storage, "one", tmp_path / "r.html").read_text()
+    assert '<section id="notes">' in report and html.escape(ONE_CONFIG) in report
 
 
 def test_a_failing_baseline_is_said_when_it_fails(

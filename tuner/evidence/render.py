@@ -184,6 +184,7 @@ def recommendation(console: Console, rec: Recommendation, *, storage: str | None
         # Each config that failed, with its cause: what the user has to fix (issue 56).
         for name, why in rec.failures.items():
             table.add_row(f"{name} failed", _first_line(why))
+        _space_rows(table, rec)
         if spent is not None:
             table.add_row("time", spent)
         console.print(table)
@@ -219,9 +220,7 @@ def recommendation(console: Console, rec: Recommendation, *, storage: str | None
         f"{counts.pruned} pruned{interrupted}; {rec.gpu_seconds:.1f} "
         "device-seconds",
     )
-    screened = search_text(rec.search)
-    if screened is not None:
-        table.add_row("search", screened)
+    _search_rows(table, rec)
     if spent is not None:
         table.add_row("time", spent)
     on_cpu = rec.hardware == "cpu"
@@ -234,6 +233,20 @@ def recommendation(console: Console, rec: Recommendation, *, storage: str | None
     # On a CPU the rows above say what the stored note says, and more.
     if rec.note and not (on_cpu and rec.note.startswith("measured on a CPU")):
         console.print(f"[yellow]note:[/yellow] {rec.note}")
+
+
+def _search_rows(table: Table, rec: Recommendation) -> None:
+    screened = search_text(rec.search)
+    if screened is not None:
+        table.add_row("search", screened)
+    _space_rows(table, rec)
+
+
+def _space_rows(table: Table, rec: Recommendation) -> None:
+    """What the space left out or pinned, and why (`tuner.search.spaces`): said as the run
+    began, and here for `best` and a service job's client, which saw no progress line."""
+    for i, note in enumerate((rec.search or {}).get("space_notes") or ()):
+        table.add_row("" if i else "space", note)
 
 
 def export_command(rec: Recommendation, storage: str | None) -> str:

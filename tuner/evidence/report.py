@@ -350,10 +350,17 @@ def _trial_profiles(study: optuna.Study) -> str:
     return "<h3>Profiled trials</h3>" + _table(["trial", "verdict", "why", "config"], rows)
 
 
-def _notes(rec: Mapping[str, Any] | None) -> str:
-    if not rec or not rec.get("note"):
+def _notes(rec: Mapping[str, Any] | None, meta: Mapping[str, Any]) -> str:
+    # The recommendation's note, and what the space left out or pinned and why (stored with
+    # the study as it starts, so a running job's page says it too).
+    space = meta.get("space")
+    notes = list(space.get("notes") or ()) if isinstance(space, Mapping) else []
+    if rec and rec.get("note"):
+        notes.insert(0, rec["note"])
+    if not notes:
         return ""
-    return f'<section id="notes"><h2>Notes</h2><p class="note">{_e(rec["note"])}</p></section>'
+    paragraphs = "".join(f'<p class="note">{_e(note)}</p>' for note in notes)
+    return f'<section id="notes"><h2>Notes</h2>{paragraphs}</section>'
 
 
 # --------------------------------------------------------------------------------------------
@@ -389,7 +396,7 @@ def build_report(
             _pareto(study, plots),
             _breakdown(study, profiles, plots),
             _phases(study),
-            _notes(rec),
+            _notes(rec, meta),
         ]
     )
     when = generated or dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

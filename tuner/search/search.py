@@ -405,6 +405,8 @@ class Search(TrialRunner):
                 parity_cache=self.parity_cache,
             )
             | {"compile_artifacts": {"loaded": self.artifacts_loaded, "saved": saved}}
+            # What the space left out or pinned and why, for a client that saw no progress line.
+            | {"space_notes": list(self.space.notes)}
         )
         if self.owner is not None:
             self._store_attr(keys.FINALIZER, self.owner)
