@@ -28,6 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import trainers
 from api.deps import authenticate, bearer, get_services
+from api.schemas.space import TAGS
 from tuner.errors import (
     JobConflict,
     JobNotFound,
@@ -98,6 +99,10 @@ def unprocessable(
     try:
         detail = []
         for error in errors[:MAX_ERRORS]:
+            # The field as the client named it: without the tag of the reading that was checked
+            # (`api.schemas.space`, e.g. ("body", "space", "settings", "num_streams", "choices")).
+            loc = tuple(part for part in error.get("loc") or () if part not in TAGS)
+            error = {**error, "loc": loc}
             entry = {key: plain(error.get(key)) for key in ("type", "loc", "input")}
             msg = error.get("msg")
             entry["msg"] = _text(msg, MAX_MESSAGE) if isinstance(msg, str) else plain(msg)
@@ -166,7 +171,7 @@ def unknown_field(body: type[BaseModel] | None, loc: tuple[object, ...]) -> str 
     model = body
     for step in loc[1:-1]:
         if model is not None and step == model.__name__:
-            continue  # the union member pydantic tried (("body", "space", "SpaceIn", key))
+            continue  # the union member pydantic tried (a union without tags)
         if model is None or not isinstance(step, str) or step not in model.model_fields:
             return None
         model = _model_in(model.model_fields[step].annotation)

@@ -11,10 +11,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import (
-    AfterValidator,
     AliasChoices,
     BaseModel,
     Field,
@@ -26,7 +25,8 @@ from pydantic import (
 
 from api.schemas.common import BestSoFar, Strict, utc
 from api.schemas.options import ModelArgKey, ModelArgValue
-from trainers import DEVICES_ALLOWED, LEVERS, PRECISIONS, Lever, Precision
+from api.schemas.space import FixIn, SpaceField, SpaceIn, lever_model, space_type
+from trainers import DEVICES_ALLOWED, PRECISIONS, Precision
 from trainers.program import MAX_NPROC
 from tuner.evidence.recommendation import recommends
 from tuner.request import JobSpec, StoredJob
@@ -66,87 +66,6 @@ Gpus = Annotated[
 ]
 
 
-class IntRangeIn(Strict):
-    """Integers low..high, both included; `log` samples on a log scale (low >= 1)."""
-
-    low: int = Field(ge=0, le=10_000)
-    high: int = Field(ge=0, le=10_000)
-    log: bool = False
-
-
-CHOICES = 16
-"""The most choices one setting of an explicit space may list."""
-
-
-def _one_of(values: tuple[Any, ...]) -> Any:
-    def check(value: Any) -> Any:
-        # Not `Literal[1, 2, 4, 8]`: a Literal matches by equality, so JSON's `true` and `1.0`
-        # would pass as 1 (True == 1 == 1.0), although no type is coerced. A strict number, then
-        # the same enum.
-        if value not in values or isinstance(value, bool):
-            raise ValueError(f"one of {', '.join(map(str, values))}")
-        return value
-
-    return check
-
-
-def _value_type(item: Lever) -> Any:
-    """One value of `item`, as its declaration allows it (`trainers.levers`)."""
-    if item.kind == "bool":
-        return bool
-    if item.span is not None:
-        return Annotated[int, Field(ge=item.span.low, le=item.span.high)]
-    values = item.values()
-    if item.kind == "str":
-        return Literal[values]
-    base = int if item.kind == "int" else float
-    return Annotated[
-        base,
-        AfterValidator(_one_of(values)),
-        WithJsonSchema({"type": "integer" if base is int else "number", "enum": list(values)}),
-    ]
-
-
-def _setting(item: Lever, *, searched: bool) -> tuple[Any, Any]:
-    """A field of `SpaceIn` (`searched`: a value, a list of choices, or an integer range) or of
-    `FixIn` (a value), with the lever's label as its description."""
-    one = _value_type(item)
-    kinds: Any = one
-    if searched:
-        kinds = one | Annotated[list[one], Field(min_length=1, max_length=CHOICES)]  # type: ignore[valid-type]
-        if item.span is not None:
-            kinds = kinds | IntRangeIn
-    return (kinds | None, Field(default=None, description=item.label))
-
-
-def _lever_model(name: str, doc: str, *, searched: bool) -> type[Strict]:
-    """A request model with one field per `LoopConfig` setting, in its order, from the lever
-    table: a new lever or value is offered here without an edit."""
-    fields: dict[str, Any] = {
-        item.name: _setting(item, searched=searched) for item in LEVERS.values()
-    }
-    return create_model(name, __base__=Strict, __doc__=doc, **fields)
-
-
-if TYPE_CHECKING:
-
-    class SpaceIn(Strict): ...
-
-    class FixIn(Strict): ...
-
-else:
-    SpaceIn = _lever_model(
-        "SpaceIn",
-        "An explicit space: per setting a value (fixed), a list of choices or a range; the "
-        "settings left out keep LoopConfig's defaults. At least one setting must be searched.",
-        searched=True,
-    )
-    FixIn = _lever_model("FixIn", "Settings pinned whatever the space says.", searched=False)
-
-
-_BUILT_IN_SPACES = Literal["auto", "full", "streams", "compile", "scale"]
-
-
 class JobIn(Strict):
     """A tuning job. `workload` is a name of the server's registry (never code or a path)."""
 
@@ -155,7 +74,7 @@ class JobIn(Strict):
         "(torchvision:resnet50, timm:NAME, hf:causal-lm; `python -m tuner models`)"
     )
     preset: Name = Field(description="the workload's size, e.g. tiny, small")
-    space: _BUILT_IN_SPACES | SpaceIn = "auto"
+    space: SpaceField = "auto"
     fix: FixIn = Field(default_factory=FixIn)
     trials: int = Field(
         default=DEFAULT_TRIALS,
@@ -256,10 +175,10 @@ def job_model() -> type[JobIn]:
     """`JobIn` with `space` and `fix` built from the lever table as it is now. `JobIn` itself is
     built when this module is imported, with every lever `trainers` declares then; a lever
     registered later (a test's own) is offered by the model this returns."""
-    space_in = _lever_model("SpaceIn", SpaceIn.__doc__ or "", searched=True)
-    fix_in = _lever_model("FixIn", FixIn.__doc__ or "", searched=False)
+    space_in = lever_model("SpaceIn", SpaceIn.__doc__ or "", searched=True)
+    fix_in = lever_model("FixIn", FixIn.__doc__ or "", searched=False)
     fields: dict[str, Any] = {
-        "space": (_BUILT_IN_SPACES | space_in, "auto"),
+        "space": (space_type(space_in), "auto"),
         "fix": (fix_in, Field(default_factory=fix_in)),
     }
     return create_model("JobIn", __base__=JobIn, __doc__=JobIn.__doc__, **fields)
