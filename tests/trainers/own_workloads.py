@@ -78,6 +78,14 @@ def tuple_loss(preset: str, *, seed: int) -> Workload:
     return _workload(loss_fn=loss)
 
 
+def swapped_loss(preset: str, *, seed: int) -> Workload:
+    def loss(batch: Any, model: nn.Module) -> Any:  # the arguments the other way round
+        x, y = batch
+        return nn.functional.cross_entropy(model(x), y)
+
+    return _workload(loss_fn=loss)
+
+
 def loss_of_shape_one(preset: str, *, seed: int) -> Workload:
     return _workload(loss_fn=lambda m, b: classification_loss(m, b).reshape(1))
 

@@ -47,6 +47,8 @@ OWN = "tests.trainers.own_workloads"
             f"loss_fn(model, batch) on the first batch raised RuntimeError at {mlp.__file__}:",
         ),
         ("detached_loss", "loss_fn(model, batch) returned a loss that does not require grad"),
+        # Had failed every trial alike, "too many values to unpack" (a probe, 2026-12-06).
+        ("swapped_loss", "loss_fn(model, batch) on the first batch raised TypeError at"),
     ],
 )
 def test_a_mistake_in_a_users_workload_is_refused_when_it_is_built(name: str, said: str) -> None:
@@ -54,6 +56,8 @@ def test_a_mistake_in_a_users_workload_is_refused_when_it_is_built(name: str, sa
         load_workload(f"{OWN}:{name}", "tiny")
     assert caught.value.field == "workload"
     assert str(caught.value).startswith(f"workload='{OWN}:{name}': {said}"), str(caught.value)
+    swapped = "called as loss_fn(batch, model) it returned a loss: the loop passes the model first"
+    assert (swapped in str(caught.value)) == (name == "swapped_loss"), str(caught.value)
 
 
 @pytest.mark.parametrize("name", ["dict_batches", "tensor_batches"])
@@ -328,6 +332,8 @@ def test_a_part_refused_inside_a_factory_is_the_workloads_error_under_its_name(
         load_workload(f"{OWN}:{name}", "tiny")
     assert caught.value.field == "workload"
     assert str(caught.value).startswith(f"workload='{OWN}:{name}': {said}"), str(caught.value)
+    swapped = "called as loss_fn(batch, model) it returned a loss: the loop passes the model first"
+    assert (swapped in str(caught.value)) == (name == "swapped_loss"), str(caught.value)
     assert "custom" not in str(caught.value)
 
 

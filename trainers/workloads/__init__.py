@@ -169,8 +169,10 @@ def _import_user_module(name: str, module_name: str, attr: str) -> Any:
                 "import)",
                 field="workload",
             ) from exc
-        # A misspelt library prefix (`torchvison:resnet18`) is imported as a user's module.
-        hint = did_you_mean(module_name, LIBRARY_PREFIXES, suffix=f":{attr}")
+        # A misspelt library prefix (`torchvison:resnet18`, `tim:`) is imported as a user's
+        # module. A typo, not any short name: `mm:build` run from the wrong folder had been
+        # asked "did you mean timm:build?" (ratio 0.67; a typo of a prefix is 0.8 or more).
+        hint = did_you_mean(module_name, LIBRARY_PREFIXES, suffix=f":{attr}", cutoff=0.8)
         raise WorkloadError(
             f"workload={name!r}: cannot import {module_name!r}{hint}: {exc} (a module is "
             "imported by name: run from the folder that holds it, or add that folder to "

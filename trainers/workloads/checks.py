@@ -227,6 +227,12 @@ def _check_loss(workload: Workload, batch: tuple[torch.Tensor, ...], where: _Whe
                 f"{raised_at(exc)}: {said[:300].rstrip('.')}: the model and the batches it is fed "
                 "do not fit"
             ) from exc
+        if _swapped(workload, copied, batch):  # said at every trial as "too many values to unpack"
+            raise where.error(
+                f"loss_fn(model, batch) on the first batch raised {type(exc).__name__}"
+                f"{raised_at(exc)}: {said[:200].rstrip('.')}; called as loss_fn(batch, model) it "
+                "returned a loss: the loop passes the model first, loss_fn(model, batch)"
+            ) from exc
         return
     if isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.dim() == 0:
         if not loss.requires_grad and any(p.requires_grad for p in copied.parameters()):
@@ -250,6 +256,16 @@ def _check_loss(workload: Workload, batch: tuple[torch.Tensor, ...], where: _Whe
         f"loss_fn(model, batch) returned {got}; the loop backpropagates a "
         f"scalar loss tensor: {fix}",
     )
+
+
+def _swapped(workload: Workload, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> bool:
+    """Whether the loss takes its arguments the other way round: `loss_fn(batch, model)` on the
+    meta copy gives a scalar (a swapped signature failed each trial alike, naming no contract)."""
+    try:
+        loss = workload.loss_fn(tuple(t.to("meta") for t in batch), model)  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001 - any failure: not the swapped contract
+        return False
+    return isinstance(loss, torch.Tensor) and loss.numel() == 1
 
 
 def _materialise(workload: Workload, batch: tuple[torch.Tensor, ...], where: _Where) -> None:
