@@ -8,7 +8,7 @@ import typer
 from typer import Abort, Exit
 
 from tuner.cli import app, flag_error
-from tuner.errors import Interrupted
+from tuner.errors import Interrupted, NoRecommendation
 
 try:  # recent typer carries its own copy of click
     from typer._click.exceptions import ClickException
@@ -32,6 +32,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exit as exc:
         return int(exc.exit_code or 0)
+    except NoRecommendation as exc:
+        # Nothing to export: the study's outcome, as `best` and `run` exit, not a usage error.
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except Exception as exc:
         known = flag_error(exc)
         if known is None:

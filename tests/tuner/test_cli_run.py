@@ -406,8 +406,13 @@ def test_a_failing_workload_is_reported_not_raised(
         assert f"workloads_for_tests.py:{INJECTED_AT}:" in "".join(out.split()), out
         assert INJECTED in words(out), out
     code, out, err = run_main(capsys, "export", "--study", "broken", "--storage", storage)
-    assert code == 2
-    assert err == "error: study 'broken': every final-round measurement failed (see failures)\n"
+    # Exits as `best` does (it had exited 2, a usage error's code), pointing where the failures
+    # are ("(see failures)" had pointed at nothing this command prints).
+    assert code == 1
+    assert err == (
+        "error: study 'broken' recommends no config to export: every final-round measurement "
+        "failed (`python -m tuner best --study NAME` names each failure)\n"
+    )
     # `best` shows the same record, and is no success either (it exited 0).
     code, out, _ = run_main(capsys, "best", "--study", "broken", "--storage", storage)
     assert code == 1 and "recommendation none" in words(out)

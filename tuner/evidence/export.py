@@ -20,7 +20,12 @@ def export(rec: Recommendation, fmt: str) -> str:
     if fmt not in EXPORT_FORMATS:
         raise TunerError(f"--format: {fmt!r} is invalid: allowed {', '.join(EXPORT_FORMATS)}")
     if rec.config is None:
-        raise NoRecommendation(f"study {rec.study!r}: {rec.reason}")
+        # "(see failures)" pointed at what `best` prints, not this command.
+        reason = (rec.reason or "none was decided").removesuffix(" (see failures)")
+        raise NoRecommendation(
+            f"study {rec.study!r} recommends no config to export: {reason} (`python -m tuner "
+            "best --study NAME` names each failure)"
+        )
     config = LoopConfig.from_dict(rec.config)
     # The precision to train in goes beside the config (`trainers.load_precision` reads it
     # back): the chosen one, or the one the study was fixed to; without it a study measured in
