@@ -58,7 +58,14 @@ def _study(summary: dict[str, Any], asked: dict[str, str]) -> StudyOut:
 def study_best(name: str, reader: ReaderDep, store: StoreDep, caller: CallerDep) -> Recommendation:
     """The study's recommendation; 409 while it has none."""
     visible = _visible(name, store, caller)
-    found = reader.recommendation(visible)
+    try:
+        found = reader.recommendation(visible)
+    except NoRecommendation:
+        job = store.job_of_study(visible)
+        if job is None:  # `python -m tuner run`'s study: its message names that command
+            raise
+        # A job's study: said in the API's terms (it had advised `python -m tuner run`).
+        raise NoRecommendation(_no_recommendation_yet(name, *job)) from None
     if found.config is None:
         raise NoRecommendation(
             f"study {name!r} recommends no config: {found.reason or 'none was decided'}"
@@ -67,6 +74,18 @@ def study_best(name: str, reader: ReaderDep, store: StoreDep, caller: CallerDep)
     asked = store.workloads_of([visible])
     return Recommendation.model_validate(
         found.to_dict() | {"workload": asked.get(visible, found.workload)}
+    )
+
+
+def _no_recommendation_yet(name: str, job_id: str, status: str) -> str:
+    if status in ("queued", "running"):
+        return (
+            f"study {name!r} has no recommendation yet: its job {job_id} is {status} "
+            f"(GET /v1/jobs/{job_id} shows how far it is)"
+        )
+    return (
+        f"study {name!r} has no recommendation: its job {job_id} ended {status} before its "
+        f"final round; POST the job again to tune the model (GET /v1/jobs/{job_id} says why)"
     )
 
 

@@ -8,11 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import optuna
 import pytest
 from fastapi.testclient import TestClient
 
 from tests.api.conftest import make_app
-from tests.api.helpers import AUTH, OTHER_AUTH, TINY_JOB
+from tests.api.helpers import ADMIN_AUTH, AUTH, OTHER_AUTH, TINY_JOB
 from tuner.search.proposing.defaults import MAX_PATIENCE, MAX_TRIALS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,6 +124,28 @@ def test_cancel_a_queued_job_then_again(client: TestClient) -> None:
     assert cancelled.json()["status"] == "cancelled" and cancelled.json()["finished_at"]
     again = client.post(job["links"]["cancel"], headers=AUTH)
     assert again.status_code == 409 and "already cancelled" in again.json()["detail"]
+
+
+def test_a_jobs_study_without_a_recommendation_says_so_in_the_apis_terms(
+    client: TestClient, storage: str
+) -> None:
+    """A cancelled job's study had advised `python -m tuner run --study ...` from /best, a
+    command an API client may have no way to run (a probe, 2026-12-06)."""
+    job = _post(client, TINY_JOB).json()
+    # The study as a worker opens it when the job starts, before any trial is decided.
+    optuna.create_study(study_name=job["study"], storage=storage)
+    best = f"/v1/studies/{job['study']}/best"
+    waiting = client.get(best, headers=AUTH)
+    assert waiting.status_code == 409, waiting.text
+    assert f"its job {job['id']} is queued (GET /v1/jobs/{job['id']}" in waiting.json()["detail"]
+    assert client.post(job["links"]["cancel"], headers=AUTH).status_code == 200
+    ended = client.get(best, headers=AUTH).json()["detail"]
+    assert f"its job {job['id']} ended cancelled before its final round; POST" in ended, ended
+    assert "python -m tuner" not in ended
+    # A study `python -m tuner run` made keeps the command that finishes it.
+    optuna.create_study(study_name="local", storage=storage)
+    local = client.get("/v1/studies/local/best", headers=ADMIN_AUTH).json()["detail"]
+    assert "python -m tuner run --study local" in local, local
 
 
 @pytest.mark.parametrize("path", ["/v1/jobs/{id}", "/v1/jobs/{id}/trials", "/v1/jobs/{id}/best"])

@@ -262,6 +262,17 @@ class Submissions(JobTables):
             )
             return {study: workload for study, workload in rows}
 
+    def job_of_study(self, study: str) -> tuple[str, str] | None:
+        """The id and status of the latest job that made `study`; None: no job made it."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(JobRow.id, JobRow.status)
+                .where(JobRow.study == study)
+                .order_by(JobRow.created_at.desc())
+                .limit(1)
+            ).first()
+        return None if row is None else (row[0], row[1])
+
     def offered_devices(self, lease_s: float) -> set[str] | None:
         """The job devices some live worker runs (`job_devices`); None: no worker is alive."""
         cutoff = utcnow() - dt.timedelta(seconds=lease_s)
