@@ -105,9 +105,10 @@ def _recommendation(
     parts = ['<section id="recommendation"><h2>Recommendation</h2>']
     if rec is None:
         parts.append(
-            '<p class="missing">No recommendation yet: the run stopped before its final '
-            "round. Run <code>python -m tuner run --study NAME</code> again to finish "
-            "it.</p></section>"
+            # Said for both makers of a study: a service job's page had advised the CLI alone.
+            '<p class="missing">No recommendation yet: the run has not reached its final round '
+            "(it runs, or it stopped first). <code>python -m tuner run --study NAME</code> "
+            "finishes a stopped run; a stopped service job is submitted again.</p></section>"
         )
         return "".join(parts)
     line = _explanation(rec, profiles)
