@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import trainers
 from api.deps import authenticate, bearer, get_services
-from api.schemas.space import TAGS
+from api.schemas.space import without_tags
 from tuner.errors import (
     JobConflict,
     JobNotFound,
@@ -101,8 +101,7 @@ def unprocessable(
         for error in errors[:MAX_ERRORS]:
             # The field as the client named it: without the tag of the reading that was checked
             # (`api.schemas.space`, e.g. ("body", "space", "settings", "num_streams", "choices")).
-            loc = tuple(part for part in error.get("loc") or () if part not in TAGS)
-            error = {**error, "loc": loc}
+            error = {**error, "loc": without_tags(tuple(error.get("loc") or ()))}
             entry = {key: plain(error.get(key)) for key in ("type", "loc", "input")}
             msg = error.get("msg")
             entry["msg"] = _text(msg, MAX_MESSAGE) if isinstance(msg, str) else plain(msg)

@@ -5,8 +5,9 @@ value (fixed), a list of choices or an integer range. Which of those a value is 
 JSON type (a string or an object; one value, a list or an object), and only that reading is
 checked: an error then names the field and what it allows, not each reading pydantic tried
 (`{"num_streams": [9]}` had answered four errors, three of them about readings the client never
-meant, with loc segments such as `list[constrained-int]`). The readings' tags, which pydantic puts
-in an error's `loc`, are `TAGS`: the 422 handler drops them (`api.errors`).
+meant, with loc segments such as `list[constrained-int]`). Pydantic puts the readings' tags in an
+error's `loc`, after `space` and after the setting; `without_tags` drops them there, and only there
+(a client's own key may be any word: `{"num_streams": {"choices": [1, 2]}}`).
 """
 
 from __future__ import annotations
@@ -32,8 +33,6 @@ BUILT_IN_SPACES = ("auto", "full", "streams", "compile", "scale")
 CHOICES = 16
 """The most choices one setting of an explicit space may list."""
 NAME, SETTINGS, VALUE, LIST, RANGE = "a name", "settings", "a value", "choices", "a range"
-TAGS = frozenset({NAME, SETTINGS, VALUE, LIST, RANGE})
-"""The readings' tags in an error's loc (each has a space or is no field's name)."""
 
 
 class IntRangeIn(Strict):
@@ -148,3 +147,15 @@ else:
     )
     FixIn = lever_model("FixIn", "Settings pinned whatever the space says.", searched=False)
     SpaceField = space_type(SpaceIn)  # `JobIn.space`'s type
+
+
+def without_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`loc` as the client named the field: without the tags pydantic put after `space` and
+    after its setting (("body", "space", "settings", "num_streams", "choices", 0) becomes
+    ("body", "space", "num_streams", 0)); any other loc as it is."""
+    if loc[:2] != ("body", "space") or len(loc) < 3 or loc[2] not in (NAME, SETTINGS):
+        return loc
+    rest = loc[:2] + loc[3:]
+    if len(rest) > 3 and rest[3] in (VALUE, LIST, RANGE):
+        rest = rest[:3] + rest[4:]
+    return rest

@@ -259,6 +259,8 @@ BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
     ({"space": {"num_streams": 2}}, ("body", "space"), "at least one searched setting"),
     ({"space": {"cuda_graph": [True]}}, ("body", "space", "cuda_graph"), "CUDA"),
     ({"fix": {"warp_drive": 1}}, ("body", "fix", "warp_drive"), "unknown field 'warp_drive'"),
+    ({"fix": {"settings": 1}}, ("body", "fix", "settings"), "unknown field 'settings'"),
+    ({"choices": 1}, ("body", "choices"), "unknown field 'choices': allowed workload"),
     ({"fix": {"num_stream": 1}}, ("body", "fix", "num_stream"), "(did you mean num_streams?)"),
     ({"fix": {"num_streams": 7}}, ("body", "fix", "num_streams"), "less than or equal to 4"),
     ({"fix": {"cuda_graph": True}}, ("body", "fix", "cuda_graph"), "CUDA"),
@@ -318,6 +320,13 @@ def test_bad_bodies_get_422_naming_the_field(
         ({"num_streams": {"low": 1}}, ["body", "space", "num_streams", "high"], "required"),
         ({"compile": {"low": 1}}, ["body", "space", "compile"], "one value or a list of choices"),
         ({"pin_memory": [True, 3]}, ["body", "space", "pin_memory", 1], "valid boolean"),
+        # A client's key that reads as a tag stays where it was sent (a probe, 2026-12-06).
+        (
+            {"num_streams": {"low": 1, "high": 2, "choices": [1, 2]}},
+            ["body", "space", "num_streams", "choices"],
+            "unknown field 'choices': allowed low, high, log",
+        ),
+        ({"settings": [1, 2]}, ["body", "space", "settings"], "unknown field 'settings'"),
         ("everything", ["body", "space"], "'compile' or 'scale'"),
         (5, ["body", "space"], "or an object of settings"),
     ],

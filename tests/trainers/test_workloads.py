@@ -290,6 +290,8 @@ def test_a_factory_that_ignores_its_seed_is_seeded_or_refused_naming_the_seed(
         ("./models/net.py", "models.net:FACTORY"),
         ("models/net.py:build", "models.net:build"),
         ("net.py:build", "net:build"),
+        # Dotted from the root had named no module ("tmp.probe.um.um:no_kw"): its folder, then.
+        ("/tmp/probe/um/um.py:no_kw", "um:no_kw"),
     ],
 )
 def test_a_file_path_for_a_workload_is_told_the_module_name(given: str, meant: str) -> None:
@@ -297,4 +299,5 @@ def test_a_file_path_for_a_workload_is_told_the_module_name(given: str, meant: s
     with pytest.raises(WorkloadError) as info:
         load_workload(given, "tiny")
     assert f"a module is named, not its file (did you mean {meant}?" in str(info.value)
+    assert ("run from /tmp/probe/um, or" in str(info.value)) == given.startswith("/")
     assert info.value.field == "workload"

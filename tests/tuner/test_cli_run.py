@@ -411,7 +411,8 @@ def test_a_failing_workload_is_reported_not_raised(
     assert code == 1
     assert err == (
         "error: study 'broken' recommends no config to export: every final-round measurement "
-        "failed (`python -m tuner best --study NAME` names each failure)\n"
+        "failed (`python -m tuner best --study broken`, with this --storage, names each "
+        "failure)\n"
     )
     # `best` shows the same record, and is no success either (it exited 0).
     code, out, _ = run_main(capsys, "best", "--study", "broken", "--storage", storage)

@@ -104,12 +104,20 @@ def _file_path_hint(name: str) -> str | None:
     module, colon, attr = name.partition(":")
     if not (module.endswith(".py") or "/" in module or "\\" in module):
         return None
+    factory = attr if colon and attr else "FACTORY"
+    if os.path.isabs(module):
+        # Dotted from the root ("tmp.probe.um.um") names no module: the file's own name, run
+        # from its folder (a probe, 2026-12-06).
+        folder, stem = os.path.split(module.removesuffix(".py"))
+        return (
+            f": a module is named, not its file (did you mean {stem}:{factory}? run from "
+            f"{folder}, or add it to PYTHONPATH)"
+        )
     dotted = module.removesuffix(".py").replace("\\", "/").strip("/").removeprefix("./")
     dotted = ".".join(part for part in dotted.split("/") if part not in ("", "."))
-    suggested = f"{dotted}:{attr if colon and attr else 'FACTORY'}"
     return (
-        f": a module is named, not its file (did you mean {suggested}? run from the folder "
-        "that holds the top package, or add it to PYTHONPATH)"
+        f": a module is named, not its file (did you mean {dotted}:{factory}? run from the "
+        "folder that holds the top package, or add it to PYTHONPATH)"
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 from typing import Any
 
 from trainers import ENV_PREFIX, LoopConfig, config_from_env
@@ -24,7 +25,7 @@ def export(rec: Recommendation, fmt: str) -> str:
         reason = (rec.reason or "none was decided").removesuffix(" (see failures)")
         raise NoRecommendation(
             f"study {rec.study!r} recommends no config to export: {reason} (`python -m tuner "
-            "best --study NAME` names each failure)"
+            f"best --study {shlex.quote(rec.study)}`, with this --storage, names each failure)"
         )
     config = LoopConfig.from_dict(rec.config)
     # The precision to train in goes beside the config (`trainers.load_precision` reads it
