@@ -111,6 +111,10 @@ def main() -> None:
             trainers.checkpoint_file(args.checkpoint, 0)
         except trainers.ConfigError as exc:
             parser.exit(2, f"error: --checkpoint: {exc}\\n")
+    try:  # named as the flag, as the others are (it read "error: device='gpu' is invalid")
+        trainers.resolve_device(args.device)
+    except (trainers.ConfigError, trainers.TrainerError) as exc:
+        parser.exit(2, f"error: --device: {exc}\\n")
     if args.checkpoint and config.parallel == "fsdp2":
         # Each rank holds a shard of the weights: one file from rank 0 would not resume them.
         parser.exit(2, "error: --checkpoint: not with parallel=fsdp2 in this script\\n")
