@@ -177,9 +177,8 @@ def _import_user_module(name: str, module_name: str, attr: str) -> Any:
                 "import)",
                 field="workload",
             ) from exc
-        # A misspelt library prefix (`torchvison:resnet18`, `tim:`) is imported as a user's
-        # module. A typo, not any short name: `mm:build` run from the wrong folder had been
-        # asked "did you mean timm:build?" (ratio 0.67; a typo of a prefix is 0.8 or more).
+        # A misspelt library prefix (`torchvison:`, `tim:`) is imported as a user's module; a
+        # typo only (0.8): `mm:build` had been asked "did you mean timm:build?" (ratio 0.67).
         hint = did_you_mean(module_name, LIBRARY_PREFIXES, suffix=f":{attr}", cutoff=0.8)
         raise WorkloadError(
             f"workload={name!r}: cannot import {module_name!r}{hint}: {exc} (a module is "
