@@ -89,11 +89,14 @@ def test_the_lever_is_real(attention: Lever) -> None:
 def _request_models() -> tuple[type[pydantic.BaseModel], type[pydantic.BaseModel]]:
     """`SpaceIn` and `FixIn` as the table is now (`JobIn`'s were built at import, before it)."""
     fields = job_model().model_fields
-    space_in = next(
-        arg
-        for arg in typing.get_args(fields["space"].annotation)
-        if isinstance(arg, type) and issubclass(arg, pydantic.BaseModel)
-    )
+
+    def models(annotation: object) -> list[type[pydantic.BaseModel]]:
+        # Inside the tagged union (`api.schemas.space.space_type`): Annotated[A | B, ...].
+        if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+            return [annotation]
+        return [found for arg in typing.get_args(annotation) for found in models(arg)]
+
+    (space_in,) = models(fields["space"].annotation)
     fix_in = fields["fix"].annotation
     assert isinstance(fix_in, type) and issubclass(fix_in, pydantic.BaseModel)
     return space_in, fix_in

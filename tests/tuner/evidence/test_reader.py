@@ -128,7 +128,9 @@ def test_config_from_env_reads_only_its_variables_and_defaults_the_rest() -> Non
 def test_export_errors(finished: Finished) -> None:
     with pytest.raises(TunerError, match=r"^--format: 'yaml' is invalid: allowed json, env, py"):
         export.export(finished.recommendation, "yaml")
-    with pytest.raises(NoRecommendation, match="'s': no config passed parity"):
+    with pytest.raises(
+        NoRecommendation, match="'s' recommends no config to export: no config passed"
+    ):
         export.export(
             Recommendation.from_dict(
                 {
