@@ -154,6 +154,19 @@ def reads_a_value(preset: str, *, seed: int) -> Workload:
     return _workload(loss_fn=loss)
 
 
+def fails_in_its_loss(preset: str, *, seed: int) -> Workload:
+    """A loss that raises at every real step (it reads a value, so the meta check passes): each
+    trial had failed the same way, after the baselines had (a probe, 2026-12-06)."""
+
+    def loss(model: nn.Module, batch: Any) -> torch.Tensor:
+        value = classification_loss(model, batch)
+        if value.item() >= 0:
+            raise ValueError("this loss refuses every batch")
+        return value
+
+    return _workload(loss_fn=loss)
+
+
 class _Augmented(_Samples):
     """Each sample with noise drawn in `__getitem__` from the process's global generator: a
     DataLoader worker draws otherwise than the main process."""

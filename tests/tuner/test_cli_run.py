@@ -400,7 +400,7 @@ def test_a_failing_workload_is_reported_not_raised(
     assert code == 1
     assert "recommendation none: every final-round measurement failed" in words(out)
     for name in ("pytorch-default", "seed-baseline"):
-        assert f"{name} failed error: RuntimeError at " in words(out), out
+        assert f"{name} failed cuda: RuntimeError at " in words(out), out
         # The path is one word, folded (not cut) where it is wider than the cell (CI's clone
         # lies deeper than a checkout here): compare it with all whitespace removed.
         assert f"workloads_for_tests.py:{INJECTED_AT}:" in "".join(out.split()), out

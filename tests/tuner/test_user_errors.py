@@ -283,8 +283,8 @@ def test_a_failing_baseline_is_said_when_it_fails(
     assert main(list(args)) == 1
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if "baseline pytorch-default failed: " in line]
-    assert len(lines) == 1 and "error: RuntimeError at" in lines[0], err
-    assert err.index("failed: error: RuntimeError") < err.index("trial 0"), err
+    assert len(lines) == 1 and "cuda: RuntimeError at" in lines[0], err
+    assert err.index("failed: cuda: RuntimeError") < err.index("trial 0"), err
 
 
 def test_a_program_and_another_workload_together_are_one_line(

@@ -1,7 +1,9 @@
 """Workloads for the tuner's tests, loaded with `--workload tests.tuner.workloads_for_tests:NAME`.
 
 Each one is tiny (an 8 -> 3 linear classifier, 4 samples a batch) and fails in a known way:
-- `raises_in_loss`: every step raises, so every measurement (baselines included) fails;
+- `raises_in_loss`: every step raises a device fault (CUDA's text, as a GPU whose context is
+  broken raises), so every measurement (baselines included) fails; a fault in the user's code
+  that is no device's stops the job before its trials instead (`tuner.search.measuring`);
 - `fails_in_workers`: batches made in a DataLoader worker process raise, so only configs with
   `num_workers > 0` fail (the baselines, with 0 workers, run);
 - `interrupts_when_armed`: a step raises KeyboardInterrupt once `ARMED["interrupt"]` is set, as
@@ -27,7 +29,7 @@ from trainers import Workload
 from trainers.workloads import Batch, SyntheticBatches, adam
 from trainers.workloads.mlp import classification_loss
 
-INJECTED = "injected failure: the loss exploded"
+INJECTED = "CUDA error: injected failure: the loss exploded"
 WORKER_FAILURE = "injected failure: batches cannot be made in a worker process"
 ARMED = {"interrupt": False, "slow": False}
 SLOW_STEP_S = 0.01

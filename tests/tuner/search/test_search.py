@@ -302,7 +302,7 @@ def test_a_workload_that_always_raises_fails_everything_with_its_reason(tmp_path
     rec = run_json(options(storage, "raises", trials=2, workload=f"{WORKLOADS}:raises_in_loss"))
     study = load(storage, "raises")
     # Where in the user's code it raised: their loss's own line, not torch's or the loop's.
-    reason = f"error: RuntimeError at {broken.__file__}:{broken.INJECTED_AT}: {broken.INJECTED}"
+    reason = f"cuda: RuntimeError at {broken.__file__}:{broken.INJECTED_AT}: {broken.INJECTED}"
     assert [t.user_attrs["failure_reason"] for t in study.trials] == [reason, reason]
     assert all(t.state == TrialState.FAIL for t in study.trials)
     entries = baseline_entries(study)

@@ -84,6 +84,15 @@ class Baselines:
                 "where": self.where,
             }
             if isinstance(outcome, Failure):
+                if phase == "start" and name == REFERENCE_BASELINE and _the_workloads(outcome):
+                    # The plainest loop fails in the user's own code: every trial would fail the
+                    # same way (a probe, 2026-12-06: each trial compiled, then failed there).
+                    raise WorkloadError(
+                        f"the PyTorch default loop failed ({_said(outcome)})"
+                        ": the workload fails whatever the settings; fix the model, the loss or "
+                        "the data, then tune it",
+                        field="workload",
+                    )
                 entry |= {"failure_reason": outcome.reason, "seconds": outcome.seconds}
                 # Said now, not only in the summary after every trial (a probe, 2026-12-06).
                 said = (outcome.reason.strip().splitlines() or [""])[0]
@@ -117,6 +126,18 @@ class Baselines:
         return len(
             self.retry.call(lambda: self.study.get_trials(deepcopy=False), what="reading trials")
         )
+
+
+def _the_workloads(failure: Failure) -> bool:
+    """A failure no setting can change: the workload's own checks at run time, or an exception
+    raised through the user's code (not an out-of-memory, a device fault or a config refused)."""
+    return failure.kind == "workload" or (failure.kind == "error" and failure.in_user_code)
+
+
+def _said(failure: Failure) -> str:
+    """The failure's first line without its kind ("error: ")."""
+    first = (failure.reason.strip().splitlines() or [""])[0]
+    return first.removeprefix(f"{failure.kind}: ")[:300]
 
 
 def first_baseline(entries: dict[str, Any], name: str, where: str) -> dict[str, Any] | None:

@@ -96,6 +96,9 @@ class Failure:
     reason: str
     kind: str  # "oom", "cuda", "capture", "config", "workload", "error", "stopped"
     seconds: float
+    # The exception came up through the user's own code (their model, loss or data), not only
+    # torch's or this project's: what no setting of the loop can change.
+    in_user_code: bool = False
 
 
 class Measurer:
@@ -400,7 +403,12 @@ class Measurer:
             if kind == "stopped"
             else f"{type(exc).__name__}{where}: {exc}"
         )
-        return Failure(reason=f"{kind}: {text}".strip()[:2000], kind=kind, seconds=seconds)
+        return Failure(
+            reason=f"{kind}: {text}".strip()[:2000],
+            kind=kind,
+            seconds=seconds,
+            in_user_code=bool(where),
+        )
 
     def floor_ms(
         self, config: LoopConfig | None = None, *, precision: str | None = None
