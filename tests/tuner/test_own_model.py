@@ -161,15 +161,11 @@ def test_a_loss_that_fails_in_the_users_code_stops_the_job_before_its_trials(
     """The PyTorch default loop raised in the user's loss; each trial then failed the same way."""
     storage = f"sqlite:///{tmp_path / 'fails.db'}"
     workload = "tests.trainers.own_workloads:fails_in_its_loss"
-    code = main(
-        ["run", "--workload", workload, "--preset", "tiny", "--trials", "3"]
-        + ["--storage", storage, "--quiet"]
-    )
+    args = ("run", "--workload", workload, "--preset", "tiny", "--trials", "3", "--quiet")
+    code = main([*args, "--storage", storage])
     err = capsys.readouterr().err
     assert code == 2, err
     assert err.count("\n") == 1, err
-    assert err.startswith(
-        "error: --workload: the PyTorch default loop failed (ValueError at "
-    ), err
+    assert err.startswith("error: --workload: the PyTorch default loop failed (ValueError at "), err
     assert "own_workloads.py:" in err and "this loss refuses every batch" in err, err
     assert optuna.get_all_study_summaries(storage) == []
