@@ -154,6 +154,15 @@ def reads_a_value(preset: str, *, seed: int) -> Workload:
     return _workload(loss_fn=loss)
 
 
+def float64_features(preset: str, *, seed: int) -> Workload:
+    """Features in float64 (what `torch.from_numpy` gives) for a float32 model: meta kernels do
+    not check dtypes, so it builds, and each trial failed on "mat1 and mat2 must have the same
+    dtype" (a probe, 2026-12-06)."""
+    workload = _workload()
+    workload.dataset.x = workload.dataset.x.double()  # type: ignore[attr-defined]
+    return workload
+
+
 def fails_in_its_loss(preset: str, *, seed: int) -> Workload:
     """A loss that raises at every real step (it reads a value, so the meta check passes): each
     trial had failed the same way, after the baselines had (a probe, 2026-12-06)."""

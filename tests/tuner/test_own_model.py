@@ -169,3 +169,15 @@ def test_a_loss_that_fails_in_the_users_code_stops_the_job_before_its_trials(
     assert err.startswith("error: --workload: the PyTorch default loop failed (ValueError at "), err
     assert "own_workloads.py:" in err and "this loss refuses every batch" in err, err
     assert optuna.get_all_study_summaries(storage) == []
+
+
+def test_float64_features_for_a_float32_model_are_named_with_their_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    storage = f"sqlite:///{tmp_path / 'double.db'}"
+    workload = "tests.trainers.own_workloads:float64_features"
+    args = ("run", "--workload", workload, "--preset", "tiny", "--trials", "3", "--quiet")
+    assert main([*args, "--storage", storage]) == 2
+    err = capsys.readouterr().err
+    assert "the PyTorch default loop failed (RuntimeError: mat1 and mat2 " in err, err
+    assert "torch.from_numpy give float64; .float() the batch's floating tensors" in err, err

@@ -85,12 +85,12 @@ class Baselines:
             }
             if isinstance(outcome, Failure):
                 if phase == "start" and name == REFERENCE_BASELINE and _the_workloads(outcome):
-                    # The plainest loop fails in the user's own code: every trial would fail the
+                    # The plainest loop fails on the workload itself: every trial would fail the
                     # same way (a probe, 2026-12-06: each trial compiled, then failed there).
                     raise WorkloadError(
-                        f"the PyTorch default loop failed ({_said(outcome)})"
-                        ": the workload fails whatever the settings; fix the model, the loss or "
-                        "the data, then tune it",
+                        f"the PyTorch default loop failed ({_said(outcome)}): the workload "
+                        "fails whatever the settings; fix the model, the loss or the data"
+                        f"{_DOUBLE_HINT if 'Double' in outcome.reason else ''}, then tune it",
                         field="workload",
                     )
                 entry |= {"failure_reason": outcome.reason, "seconds": outcome.seconds}
@@ -129,9 +129,20 @@ class Baselines:
 
 
 def _the_workloads(failure: Failure) -> bool:
-    """A failure no setting can change: the workload's own checks at run time, or an exception
-    raised through the user's code (not an out-of-memory, a device fault or a config refused)."""
-    return failure.kind == "workload" or (failure.kind == "error" and failure.in_user_code)
+    """A failure no setting can change, of the plainest loop run in this process: the workload's
+    own checks at run time, or what its model, loss or data raised (not an out-of-memory, a
+    device fault, a config refused, nor a host out of memory, which fewer samples a pass fix)."""
+    if not failure.in_process:
+        return False
+    if failure.kind == "error":
+        return "allocate memory" not in failure.reason
+    return failure.kind == "workload"
+
+
+_DOUBLE_HINT = (
+    " (a float64 tensor met the model's own dtype: NumPy arrays and torch.from_numpy give "
+    "float64; .float() the batch's floating tensors)"
+)
 
 
 def _said(failure: Failure) -> str:

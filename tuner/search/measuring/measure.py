@@ -96,9 +96,9 @@ class Failure:
     reason: str
     kind: str  # "oom", "cuda", "capture", "config", "workload", "error", "stopped"
     seconds: float
-    # The exception came up through the user's own code (their model, loss or data), not only
-    # torch's or this project's: what no setting of the loop can change.
-    in_user_code: bool = False
+    # Raised in this process by a run of the built workload (not by a launch of others, whose
+    # failure can be the launch's own, as a DDP twin's unused parameters are).
+    in_process: bool = False
 
 
 class Measurer:
@@ -232,7 +232,7 @@ class Measurer:
                 on_window=window_done,
             )
         except Exception as exc:  # noqa: BLE001 - every failure is recorded, none ends the study
-            failure = self._failure(exc, time.perf_counter() - started)
+            failure = self._failure(exc, time.perf_counter() - started, in_process=True)
         # After the except block: the failed run's traceback, which holds its tensors, is gone.
         self._give_back(workload)
         if failure is not None:
@@ -386,7 +386,7 @@ class Measurer:
         # From the program's start line: windows are converted to samples/s as they come.
         self._samples_per_batch = samples_per_batch
 
-    def _failure(self, exc: Exception, seconds: float) -> Failure:
+    def _failure(self, exc: Exception, seconds: float, *, in_process: bool = False) -> Failure:
         if self.device.type == "cuda":
             # Give back what the failed run cached (after an OOM above all); a broken context
             # raises again here, and the next trial records that as its own failure.
@@ -407,7 +407,7 @@ class Measurer:
             reason=f"{kind}: {text}".strip()[:2000],
             kind=kind,
             seconds=seconds,
-            in_user_code=bool(where),
+            in_process=in_process,
         )
 
     def floor_ms(
