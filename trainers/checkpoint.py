@@ -138,33 +138,41 @@ def check_fits(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     data: list[int | None] | None = None,
+    *,
+    path: str | os.PathLike[str] | None = None,
 ) -> None:
     """ConfigError naming `resume_from` unless `state`'s model has this model's tensors
     (`check_model`), its data this data and its optimizer this optimizer's kind of parameter
     groups: one of another optimizer (SGD into Adam) loaded and raised `KeyError: 'betas'` at
-    the first step with the weights already replaced (a user's probe, 2026-12-05)."""
-    check_model(state, model)
+    the first step with the weights already replaced (a user's probe, 2026-12-05). `path`: the
+    file it was read from, which the error names (None: a state given as it is)."""
+    check_model(state, model, path=path)
     if data is not None and state.get("data") not in (None, data):
         # The position (`step` batches in) would be counted in other batches, or past the end
         # of other data (a user's probe: a resume with batch_size 8 after 16 was taken).
         (size, length), (was, were) = data, state["data"]
-        raise ConfigError(
-            "resume_from",
+        raise _refused(
+            path,
             f"a run of batch_size={was} on {were} samples",
             f"a checkpoint of this data (batch_size={size} on {length} samples)",
         )
     groups = [sorted(k for k in g if k != "params") for g in state["optimizer"]["param_groups"]]
     mine = [sorted(k for k in g if k != "params") for g in optimizer.param_groups]
     if groups != mine:
-        raise ConfigError(
-            "resume_from",
+        raise _refused(
+            path,
             f"an optimizer with settings {groups[0] if groups else []}",
             f"a checkpoint of this optimizer ({type(optimizer).__name__}, settings "
             f"{mine[0] if mine else []})",
         )
 
 
-def check_model(state: Mapping[str, Any], model: torch.nn.Module) -> None:
+def check_model(
+    state: Mapping[str, Any],
+    model: torch.nn.Module,
+    *,
+    path: str | os.PathLike[str] | None = None,
+) -> None:
     """ConfigError naming `resume_from` unless `state`'s model has this model's tensors (names
     and shapes), saying which workload the checkpoint is of: a checkpoint of another model
     raised torch's "Error(s) in loading state_dict", then was refused for its config. A
@@ -180,11 +188,21 @@ def check_model(state: Mapping[str, Any], model: torch.nn.Module) -> None:
     )
     if differ:
         shown = ", ".join(differ[:4]) + (f" and {len(differ) - 4} more" if len(differ) > 4 else "")
-        raise ConfigError(
-            "resume_from",
-            f"{len(differ)} tensors ({shown})",
+        unlike = " unlike this model's" if path is not None else ""
+        raise _refused(
+            path,
+            f"{len(differ)} tensors{unlike} ({shown})",
             f"a checkpoint of this model: its tensors' names and shapes differ{_of(state)}",
         )
+
+
+def _refused(path: str | os.PathLike[str] | None, held: str, allowed: str) -> ConfigError:
+    """The error naming `resume_from`: the file where it is known, with what it `held` (a
+    resume of another model's file had said only "resume_from='3 tensors (...)'", not which
+    file); what it held in the value's place where no file is (a state given as it is)."""
+    if path is None:
+        return ConfigError("resume_from", held, allowed)
+    return ConfigError("resume_from", str(path), f"{allowed}; the file has {held}")
 
 
 def _of(state: Mapping[str, Any]) -> str:

@@ -300,7 +300,7 @@ class Trainer:
         state = None if resume_from is None else read_checkpoint(resume_from, self.device)
         check(trained=self.step if state is None else int(checkpoint_of(state)["step"]))
         if state is not None:
-            self.load_state_dict(state)
+            self._restore(state, resume_from)
 
     def _session(self, capacity: int, on_losses: LossCallback | None) -> Session:
         """The core's session for `capacity` more steps from this one, with the loss callback."""
@@ -387,7 +387,12 @@ class Trainer:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        check_model(checkpoint_of(state), self.model)  # another model: not its config's fault
+        self._restore(state, None)
+
+    def _restore(self, state: Mapping[str, Any], path: str | os.PathLike[str] | None) -> None:
+        """`state` restored; `path`: the file it was read from, which a refusal names."""
+        # Another model: not its config's fault.
+        check_model(checkpoint_of(state), self.model, path=path)
         check_resumable(
             state,
             accumulate=self.accumulate,
@@ -395,7 +400,7 @@ class Trainer:
             scheduler=None if self.scheduler is None else type(self.scheduler).__name__,
         )
         # All checked before anything changes.
-        check_fits(state, self.model, self.optimizer, data_of(self.workload))
+        check_fits(state, self.model, self.optimizer, data_of(self.workload), path=path)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         for group in self.optimizer.param_groups:
@@ -422,7 +427,7 @@ class Trainer:
         return target
 
     def load(self, path: str | os.PathLike[str]) -> None:
-        self.load_state_dict(read_checkpoint(path, self.device))
+        self._restore(read_checkpoint(path, self.device), path)
 
 
 def workload_from_parts(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -459,9 +460,18 @@ def test_a_checkpoint_of_another_model_optimizer_or_no_checkpoint_is_refused_who
     with pytest.raises(ConfigError, match=r"not a folder"):
         Trainer(_sgd_workload(), device="cpu").load(tmp_path)
     wider = Trainer(_sgd_workload(width=32), device="cpu")
-    refused = r"^resume_from='3 tensors \(0.bias, 0.weight, 2.weight\)' is invalid"
+    # The file is named, and what in it differs (it had said only "resume_from='3 tensors").
+    refused = (
+        rf"^resume_from='{re.escape(str(path))}' is invalid: allowed a checkpoint of this model: "
+        r".*; the file has 3 tensors unlike this model's \(0.bias, 0.weight, 2.weight\)$"
+    )
     with pytest.raises(ConfigError, match=refused):
         wider.load(path)
+    # A state given as it is, read from no file: what it holds goes in the value's place.
+    state = torch.load(path, weights_only=True)
+    refused = r"^resume_from='3 tensors \(0.bias, 0.weight, 2.weight\)' is invalid"
+    with pytest.raises(ConfigError, match=refused):
+        wider.load_state_dict(state)
     trainer = Trainer(_sgd_workload(optimizer=torch.optim.Adam), device="cpu")
     before = [p.detach().clone() for p in trainer.model.parameters()]
     with pytest.raises(ConfigError, match=r"a checkpoint of this optimizer \(Adam, settings"):
@@ -702,8 +712,9 @@ def test_a_checkpoint_resumes_only_on_its_own_batch_size_and_data(tmp_path: Path
     for samples, batch in ((64, 16), (48, 8)):
         trainer = Trainer(with_data(samples, batch), device="cpu")
         refused = (
-            r"^resume_from='a run of batch_size=8 on 64 samples' is invalid: allowed a "
-            rf"checkpoint of this data \(batch_size={batch} on {samples} samples\)"
+            rf"^resume_from='{re.escape(str(path))}' is invalid: allowed a checkpoint of this "
+            rf"data \(batch_size={batch} on {samples} samples\); the file has a run of "
+            r"batch_size=8 on 64 samples$"
         )
         with pytest.raises(ConfigError, match=refused):
             trainer.fit(4, resume_from=path)
