@@ -11,16 +11,21 @@ class TrainerError(Exception):
 
 
 def did_you_mean(
-    word: object, choices: Iterable[str], suffix: str = "", *, cutoff: float = 0.6
+    word: object,
+    choices: Iterable[str],
+    suffix: str = "",
+    *,
+    cutoff: float = 0.6,
+    prefix: str = "",
 ) -> str:
     """ " (did you mean a, b?)" naming the choices closest to `word` (difflib's ratio `cutoff`
-    or more), each followed by `suffix`, or "" when none is close: the hint a one-line error
-    puts after the value at fault."""
+    or more), each between `prefix` and `suffix`, or "" when none is close: the hint a one-line
+    error puts after the value at fault."""
     if not isinstance(word, str):
         return ""
     # Once each: a name in two lists ("did you mean gpt_neox, gpt_neox?") is one choice.
     close = difflib.get_close_matches(word, list(dict.fromkeys(choices)), n=2, cutoff=cutoff)
-    return f" (did you mean {', '.join(c + suffix for c in close)}?)" if close else ""
+    return f" (did you mean {', '.join(prefix + c + suffix for c in close)}?)" if close else ""
 
 
 class ConfigError(TrainerError, ValueError):

@@ -301,3 +301,27 @@ def test_a_file_path_for_a_workload_is_told_the_module_name(given: str, meant: s
     assert f"a module is named, not its file (did you mean {meant}?" in str(info.value)
     assert ("run from /tmp/probe/um, or" in str(info.value)) == given.startswith("/")
     assert info.value.field == "workload"
+
+
+def test_a_module_in_the_working_folder_named_alone_is_told_to_name_its_factory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--workload um` beside um.py, and `um:buil` for `um:build`, had been told only the
+    built-in names and "has no callable 'buil'" (a probe, 2026-12-06)."""
+    (tmp_path / "um_here.py").write_text(
+        "def build(preset, *, seed):\n    raise AssertionError('not imported by a hint')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(WorkloadError) as info:
+        load_workload("um_here", "tiny")
+    assert "is invalid (did you mean um_here:FACTORY? um_here is a module here" in str(info.value)
+    with pytest.raises(WorkloadError) as info:
+        load_workload("um_here:buil", "tiny")
+    assert str(info.value) == (
+        "workload='um_here:buil': 'um_here' has no callable 'buil' (did you mean um_here:build?)"
+    )
+    # An installed module is no user's workload: no hint to name a factory in it.
+    with pytest.raises(WorkloadError) as info:
+        load_workload("pytest", "tiny")
+    assert "FACTORY" not in str(info.value) and "did you mean" not in str(info.value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import inspect
 import os
 import re
@@ -72,8 +73,9 @@ def resolve_factory(name: str, model_args: Mapping[str, str] | None = None) -> W
         # `mymodels.build`: a user's factory is named with a colon before it.
         head, dot, tail = name.rpartition(".")
         hint = f" (did you mean {head}:{tail}?)" if dot and head and tail else ""
+        hint = hint or did_you_mean(name, BUILTIN) or _own_module_hint(name)
         raise WorkloadError(
-            f"workload={name!r} is invalid{hint or did_you_mean(name, BUILTIN)}: allowed "
+            f"workload={name!r} is invalid{hint}: allowed "
             f"{', '.join(BUILTIN)}, "
             f"{', '.join(f.usage for f in catalog())} or package.module:factory",
             field="workload",
@@ -90,11 +92,29 @@ def resolve_factory(name: str, model_args: Mapping[str, str] | None = None) -> W
     module = _import_user_module(name, module_name, attr)
     factory = getattr(module, attr, None)
     if not callable(factory):
+        own = [k for k, v in vars(module).items() if callable(v) and not k.startswith("_")]
+        hint = did_you_mean(attr, own, cutoff=0.7, prefix=f"{module_name}:")
         raise WorkloadError(
-            f"workload={name!r}: {module_name!r} has no callable {attr!r}", field="workload"
+            f"workload={name!r}: {module_name!r} has no callable {attr!r}{hint}", field="workload"
         )
     # A user's callable: load_workload checks that what it returns is a Workload.
     return cast(WorkloadFactory, UserFactory(name, factory))
+
+
+def _own_module_hint(name: str) -> str:
+    """ " (did you mean um:FACTORY?)" where `name` is a module in the working folder (`--workload
+    um` beside um.py had been told only the built-in names); "" otherwise. Found, not imported:
+    its top-level code runs once the factory is named."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return ""
+    origin = None if spec is None else spec.origin
+    if origin is None or not os.path.abspath(origin).startswith(os.getcwd() + os.sep):
+        return ""
+    return (
+        f" (did you mean {name}:FACTORY? {name} is a module here: name its factory after a colon)"
+    )
 
 
 def _file_path_hint(name: str) -> str | None:
