@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import string
 from collections.abc import Mapping
 from pathlib import Path
@@ -115,12 +116,36 @@ def read_checkpoint(path: str | os.PathLike[str], device: torch.device) -> Any:
     except IsADirectoryError as exc:
         raise ConfigError("resume_from", str(path), "a checkpoint file, not a folder") from exc
     except Exception as exc:  # torch raises many kinds for a file it cannot read
-        why = " ".join(str(exc).split())[:160] or type(exc).__name__
         raise ConfigError(
             "resume_from",
             str(path),
-            f"a checkpoint written by Trainer.save (torch could not read this one: {why})",
+            f"a checkpoint written by Trainer.save (torch could not read this one: "
+            f"{_unreadable(exc)})",
         ) from exc
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
+_UNPICKLER = re.compile(r"WeightsUnpickler error: (.*?)(?: Check the documentation|$)")
+
+
+def _unreadable(exc: Exception) -> str:
+    """Why torch could not read a file, in a few words: its weights-only refusal is a page of
+    advice to load the file with `weights_only=False` (with terminal colour codes), which is
+    no fix for a file that is no Trainer checkpoint."""
+    said = " ".join(_ANSI.sub("", str(exc)).split())
+    if said.startswith("Weights only load failed"):
+        found = _GLOBAL.search(said)
+        if found is not None:
+            return (
+                f"it holds Python objects such as {found.group(1)}, where a Trainer checkpoint "
+                "holds tensors and plain values"
+            )
+        detail = _UNPICKLER.search(said)
+        return "its weights-only reader refused it" + (
+            f": {detail.group(1).rstrip('. ')}" if detail else ""
+        )
+    return said[:160] or type(exc).__name__
 
 
 def data_of(workload: Any) -> list[int | None]:

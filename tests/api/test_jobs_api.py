@@ -257,6 +257,9 @@ BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
         "unknown field 'warp_drive': allowed num_streams, sync_interval",
     ),
     ({"space": {"num_streams": 2}}, ("body", "space"), "at least one searched setting"),
+    # A list of one, or a range of one value, searches nothing either (the range was queued).
+    ({"space": {"num_streams": [2]}}, ("body", "space"), "two or more choices"),
+    ({"space": {"num_streams": {"low": 2, "high": 2}}}, ("body", "space"), "low < high"),
     ({"space": {"cuda_graph": [True]}}, ("body", "space", "cuda_graph"), "CUDA"),
     ({"fix": {"warp_drive": 1}}, ("body", "fix", "warp_drive"), "unknown field 'warp_drive'"),
     ({"fix": {"settings": 1}}, ("body", "fix", "settings"), "unknown field 'settings'"),

@@ -443,6 +443,10 @@ def _sgd_workload(width: int = 16, optimizer: Any = torch.optim.SGD) -> trainers
     )
 
 
+class _Other:
+    """An object torch.load(weights_only=True) refuses."""
+
+
 def test_a_checkpoint_of_another_model_optimizer_or_no_checkpoint_is_refused_whole(
     tmp_path: Path,
 ) -> None:
@@ -459,6 +463,15 @@ def test_a_checkpoint_of_another_model_optimizer_or_no_checkpoint_is_refused_who
             Trainer(_sgd_workload(), device="cpu").load(tmp_path / bad)
     with pytest.raises(ConfigError, match=r"not a folder"):
         Trainer(_sgd_workload(), device="cpu").load(tmp_path)
+    # A file of other objects: what it holds, not torch's page of advice to load it with
+    # weights_only=False, colour codes and all (a probe, 2026-12-06).
+    torch.save({"model": _Other()}, tmp_path / "objects.pt")
+    with pytest.raises(ConfigError) as info:
+        Trainer(_sgd_workload(), device="cpu").load(tmp_path / "objects.pt")
+    assert str(info.value).endswith(
+        f"could not read this one: it holds Python objects such as {__name__}._Other, where a "
+        "Trainer checkpoint holds tensors and plain values)"
+    ), info.value
     wider = Trainer(_sgd_workload(width=32), device="cpu")
     # The file is named, and what in it differs (it had said only "resume_from='3 tensors").
     refused = (

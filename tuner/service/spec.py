@@ -19,6 +19,7 @@ from tuner.search.options import check_patience
 from tuner.search.spaces.named import load_space, program_space, user_fixed
 from tuner.search.spaces.pinned import check_left, check_pins
 from tuner.search.spaces.processes import for_processes
+from tuner.search.spaces.space import Choice, IntRange
 
 __all__ = ["JobSpec", "WorkloadRegistry", "check_spec", "is_library_model"]
 
@@ -247,16 +248,24 @@ def _check_model_args(spec: JobSpec, registry: WorkloadRegistry) -> None:
         )
 
 
+def _searches(param: Choice | IntRange) -> bool:
+    """Whether `param` leaves more than one value to choose."""
+    return len(param.values) > 1 if isinstance(param, Choice) else param.high > param.low
+
+
 def _check_space(spec: JobSpec, registry: WorkloadRegistry) -> None:
     cuda = spec.device != "cpu"
     try:
         space = load_space(spec.space, cuda=cuda)
     except SpaceError as exc:
         raise _spec_error("space", exc) from exc
-    if not space.params:
+    if not any(_searches(param) for param in space.params.values()):
+        # One choice, or a range of one value, searches nothing either (`{"low": 2, "high": 2}`
+        # had been queued where `2` was refused).
         raise SpecError(
             ("space",),
-            "an explicit space needs at least one searched setting (a list of choices or a range)",
+            "an explicit space needs at least one searched setting (a list of two or more "
+            "choices, or a range with low < high)",
             spec.space,
         )
     if spec.nproc_per_node > 1 and spec.workload.startswith(PROGRAM_PREFIX):
