@@ -30,7 +30,12 @@ OWN = "tests.trainers.own_workloads"
 @pytest.mark.parametrize(
     ("name", "said"),
     [
-        ("dict_batches_with_text", "a batch's 'text' is list, not a tensor"),
+        (
+            "dict_batches_with_text",
+            # What the list holds: each sample's text ("is list" had said only the container).
+            "a batch's 'text' is a list of 4 str ('sample 0', ...: each sample's str, gathered "
+            "by the loader), not a tensor",
+        ),
         ("tuple_loss", "loss_fn(model, batch) returned tuple of 2 (Tensor, Tensor)"),
         ("loss_of_shape_one", "loss_fn(model, batch) returned a tensor of shape [1]"),
         ("too_few_samples", "the dataset has 8 items, fewer than one batch (batch_size 16"),
@@ -127,7 +132,8 @@ def test_a_trainers_parts_are_checked_and_the_error_names_the_argument() -> None
             batch_size=4,
         )
     assert caught.value.field == "data"
-    assert str(caught.value).startswith("data: a batch's 'text' is list"), str(caught.value)
+    said = str(caught.value)
+    assert said.startswith("data: a batch's 'text' is a list of 4 str"), said
     with pytest.raises(WorkloadError) as caught:
         workload_from_parts(
             model,

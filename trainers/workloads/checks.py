@@ -195,9 +195,24 @@ def _check_batch(batch: Any, where: _Where, keys: list[Any] | None) -> None:
         if not isinstance(item, torch.Tensor):
             named = f"{keys[index]!r}" if keys is not None else f"item {index}"
             raise where.error(
-                f"a batch's {named} is {type(item).__name__}, not a tensor; the loop moves "
+                f"a batch's {named} is {_described(item)}, not a tensor; the loop moves "
                 f"each of a batch's tensors to the device: {fix}"
             )
+
+
+def _described(item: object) -> str:
+    """What a batch's non-tensor item is: the loader gathers each sample's `str` into a list or
+    tuple of them, which had been named only "tuple" for a dataset whose label was a string."""
+    if isinstance(item, list | tuple) and item:
+        kinds = sorted({type(x).__name__ for x in item})
+        if len(kinds) == 1 and not isinstance(item[0], torch.Tensor):
+            first = repr(item[0])
+            first = first if len(first) <= 40 else f"{first[:36]}..."
+            return (
+                f"a {type(item).__name__} of {len(item)} {kinds[0]} ({first}, ...: each "
+                f"sample's {kinds[0]}, gathered by the loader)"
+            )
+    return type(item).__name__
 
 
 _LOSS_CHECKED: set[tuple[object, ...]] = set()
