@@ -573,6 +573,24 @@ def test_a_job_that_recommends_nothing_fails_and_serves_no_best(storage: str) ->
     assert stored is not None and stored["config"] is None and stored["failures"]
 
 
+def test_a_job_whose_default_loop_fails_in_the_users_code_fails_before_its_trials(
+    storage: str,
+) -> None:
+    """The user's loss raises at every step: the job fails at its first baseline with where
+    and why, and runs no trial (each trial had failed alike, compiled first on a GPU)."""
+    workloads = {"mine": "tests.trainers.own_workloads:fails_in_its_loss"}
+    with TestClient(make_app(storage, workloads=workloads)) as client:
+        job = client.post(
+            "/v1/jobs", json=TINY_JOB | {"workload": "mine", "trials": 3}, headers=AUTH
+        ).json()
+        make_worker(storage, workloads=workloads).run_once()
+        done = client.get(f"/v1/jobs/{job['id']}", headers=AUTH).json()
+    assert done["status"] == "failed" and done["n_complete"] == 0, done
+    assert done["error"].startswith("workload: the PyTorch default loop failed (ValueError at ")
+    assert "own_workloads.py:" in done["error"] and "refuses every batch" in done["error"]
+    assert optuna.load_study(study_name=done["study"], storage=storage).trials == []
+
+
 def test_a_cpu_job_gets_the_clis_cpu_defaults_where_the_operator_set_none(
     storage: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
