@@ -194,6 +194,7 @@ WORKLOADS = {
     "load_workload",
     "lookup",
     "resolve_factory",
+    "samples_per_batch_of",
     "workload_key",
 }
 TUNER = {

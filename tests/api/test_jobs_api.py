@@ -257,6 +257,12 @@ BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
         "unknown field 'warp_drive': allowed num_streams, sync_interval",
     ),
     ({"space": {"num_streams": 2}}, ("body", "space"), "at least one searched setting"),
+    # Refused as the CLI refuses it; it had been queued, then failed once a worker built it.
+    (
+        {"nproc_per_node": 3},
+        ("body", "nproc_per_node"),
+        "allowed a divisor of the global batch (mlp tiny has 16 samples per batch",
+    ),
     # A list of one, or a range of one value, searches nothing either (the range was queued).
     ({"space": {"num_streams": [2]}}, ("body", "space"), "two or more choices"),
     ({"space": {"num_streams": {"low": 2, "high": 2}}}, ("body", "space"), "low < high"),

@@ -325,3 +325,20 @@ def test_a_module_in_the_working_folder_named_alone_is_told_to_name_its_factory(
     with pytest.raises(WorkloadError) as info:
         load_workload("pytest", "tiny")
     assert "FACTORY" not in str(info.value) and "did you mean" not in str(info.value)
+
+
+def test_the_samples_of_a_batch_are_known_without_building_the_model() -> None:
+    """What the service checks a process count against when a job is posted."""
+    from trainers.workloads import samples_per_batch_of
+
+    built = trainers.load_workload("mlp", "tiny")
+    assert samples_per_batch_of("mlp", "tiny") == built.samples_per_batch == 16
+    assert samples_per_batch_of("convnet", "small") == 128
+    # A library model's `batch` option, its preset's or the one given; no library is imported.
+    assert samples_per_batch_of("hf:causal-lm", "llama-1b") == 8
+    assert samples_per_batch_of("hf:causal-lm", "llama-1b", {"batch": "6"}) == 6
+    assert samples_per_batch_of("timm:resnet10t", "tiny") == 2
+    # Unknown without building it, or invalid (building it says why): None.
+    assert samples_per_batch_of("mymodels:build", "tiny") is None
+    assert samples_per_batch_of("mlp", "huge") is None
+    assert samples_per_batch_of("hf:causal-lm", "tiny", {"batch": "many"}) is None

@@ -405,6 +405,31 @@ def workload_key(name: str, preset: str, model_args: Mapping[str, str] | None = 
     return f"{name}-{preset}-{key_of(bound.options(preset))}"
 
 
+_SHAPES: Mapping[str, Mapping[str, Any]] = {
+    "transformer": transformer.PRESETS,
+    "mlp": mlp.PRESETS,
+    "convnet": convnet.PRESETS,
+}
+
+
+def samples_per_batch_of(
+    name: str, preset: str, model_args: Mapping[str, str] | None = None
+) -> int | None:
+    """The samples of one batch of `name` at `preset`, known without building it: a built-in's
+    preset, a library model's `batch` option; None for a user's factory, or where the preset
+    or an option is not valid (building it says why). The service refuses a process count that
+    does not divide it when the job is posted, where it had failed once a worker built it."""
+    try:
+        bound = adapters.bind(name, model_args or {}, check_model=False)
+        if bound is not None:
+            batch = bound.options(preset).get("batch")
+            return None if batch is None else int(batch)
+    except (WorkloadError, ConfigError, ValueError):
+        return None
+    shape = _SHAPES.get(name, {}).get(preset)
+    return None if shape is None else int(shape.batch)
+
+
 __all__ = [
     "BUILTIN",
     "LIBRARY_PREFIXES",
@@ -425,5 +450,6 @@ __all__ = [
     "load_workload",
     "lookup",
     "resolve_factory",
+    "samples_per_batch_of",
     "workload_key",
 ]

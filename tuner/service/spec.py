@@ -12,7 +12,7 @@ import torch
 import trainers
 from trainers.program import PREFIX as PROGRAM_PREFIX
 from trainers.program import Program, load_registry
-from trainers.workloads import catalog, lookup
+from trainers.workloads import catalog, lookup, samples_per_batch_of
 from tuner.errors import SpaceError, SpecError, TunerError
 from tuner.request import JobSpec
 from tuner.search.options import check_patience
@@ -179,6 +179,7 @@ def check_spec(spec: JobSpec, registry: WorkloadRegistry) -> None:
     if refused is not None:
         raise SpecError(("preset",), refused, spec.preset)
     _check_gpus(spec.gpus)
+    _check_processes(spec)
     try:
         check_patience(spec.patience, spec.objectives)
     except trainers.ConfigError as exc:
@@ -245,6 +246,23 @@ def _check_model_args(spec: JobSpec, registry: WorkloadRegistry) -> None:
             f"{spec.workload!r} takes no model_args: they apply "
             "to library models (torchvision:, timm:, hf:) only",
             spec.model_args,
+        )
+
+
+def _check_processes(spec: JobSpec) -> None:
+    """Each process trains on an equal shard: a count that does not divide the batch is refused
+    here where the batch is known without building the model (it had been queued, then failed
+    once a worker built it, where `python -m tuner run` refused it at once)."""
+    if spec.nproc_per_node <= 1:
+        return
+    size = samples_per_batch_of(spec.workload, spec.preset, spec.model_args)
+    if size is not None and size % spec.nproc_per_node:
+        raise SpecError(
+            ("nproc_per_node",),
+            f"nproc_per_node={spec.nproc_per_node} is invalid: allowed a divisor of the global "
+            f"batch ({spec.workload} {spec.preset} has {size} samples per batch: each process "
+            "trains on an equal shard)",
+            spec.nproc_per_node,
         )
 
 
