@@ -257,6 +257,12 @@ BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
         "unknown field 'warp_drive': allowed num_streams, sync_interval",
     ),
     ({"space": {"num_streams": 2}}, ("body", "space"), "at least one searched setting"),
+    # Pins that leave an explicit space nothing to search: as a space of one value each.
+    (
+        {"space": {"num_streams": [1, 2]}, "fix": {"num_streams": 3}},
+        ("body", "fix"),
+        "these fix every setting it searches (num_streams)",
+    ),
     # Refused as the CLI refuses it; it had been queued, then failed once a worker built it.
     (
         {"nproc_per_node": 3},

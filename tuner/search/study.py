@@ -55,7 +55,7 @@ from tuner.search.spaces.named import (
     without_model_refusals,
     without_precision_refusals,
 )
-from tuner.search.spaces.own import pins_over
+from tuner.search.spaces.own import noted_pins
 from tuner.search.spaces.pinned import check_left, check_pins, live_for_pins
 from tuner.search.spaces.processes import for_processes
 from tuner.search.spaces.resume import as_stored
@@ -390,9 +390,8 @@ def _space_for(
         parameters=measurer.parameters(),
         train_steps=options.train_steps,
     )
-    for line in pins_over(options.space, options.fix):
-        progress.phase(line)
     asked, said = sorted(space.params), len(space.notes)
+    space = noted_pins(space, options.space, options.fix)  # said below, kept in the notes
     if not measurer.has_blocks():
         space = without_block_levers(space)
     # A study without a precision runs in float32: fp32's rules. Before the model's refusals: a

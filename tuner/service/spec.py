@@ -300,6 +300,14 @@ def _check_space(spec: JobSpec, registry: WorkloadRegistry) -> None:
     precisions = precision.allowed
     try:
         pinned = load_space(spec.space, fix=spec.fix, cuda=cuda)
+        if isinstance(spec.space, Mapping) and not any(map(_searches, pinned.params.values())):
+            # As a space that searches nothing is refused above: every trial one config.
+            raise SpecError(
+                ("fix",),
+                "pins that leave the space something to search: these fix every setting it "
+                f"searches ({', '.join(sorted(space.params))})",
+                spec.fix,
+            )
         # The data-parallel levers' rules for this many processes (a pinned parallel, a graph,
         # a wrapper's settings left out of one process's space: none left is refused here, not
         # queued to fail at the worker).

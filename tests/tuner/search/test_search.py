@@ -47,6 +47,7 @@ from tuner.search.proposing.defaults import (
     SCALE_WINDOW_STEPS,
 )
 from tuner.search.spaces.named import load_space
+from tuner.search.spaces.own import PINNED_ALL
 from tuner.search.spaces.space import config_key
 from tuner.search.study import (
     apply_gpu_defaults,
@@ -1044,12 +1045,19 @@ def test_a_job_says_where_a_pin_wins_over_its_own_space(tmp_path: Path) -> None:
     own = {"sync_interval": [1, 2], "num_workers": 0}
     fix = ("num_workers=0", "sync_interval=2")
     storage = sqlite_url(tmp_path)
-    run_json(options(storage, "own", trials=1, space=own, fix=fix), progress=said)
+    rec = run_json(options(storage, "own", trials=1, space=own, fix=fix), progress=said)
     ran = [t.user_attrs["config"] for t in load(storage, "own").trials if "config" in t.user_attrs]
     assert ran and all(config["sync_interval"] == 2 for config in ran)
     line = "pinned sync_interval=2: the pin wins over space 'custom', which searched 1, 2"
     assert line in said.lines
     assert not any("num_workers=0: the pin wins" in text for text in said.lines)
+    # Where the recommendation, `best` and a job show it (it had been a progress line only),
+    # and that the pin left nothing to search (each trial had run one config, unsaid).
+    assert line in rec["search"]["space_notes"], rec["search"]
+    assert PINNED_ALL in rec["search"]["space_notes"] and PINNED_ALL in said.lines
+    wider = {"sync_interval": [1, 2], "num_streams": [1, 2]}
+    rec = run_json(options(storage, "wider", trials=1, space=wider, fix=("sync_interval=2",)))
+    assert PINNED_ALL not in rec["search"]["space_notes"], rec["search"]
 
 
 def test_a_baseline_that_does_not_keep_the_pins_is_measured_and_not_recommended(

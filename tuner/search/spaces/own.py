@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -52,6 +53,25 @@ def pins_over(spec: str | Mapping[str, Any], fix: Sequence[str] | Mapping[str, A
             continue
         lines.append(f"pinned {name}={value!r}: the pin wins over space {own.name!r}, which {said}")
     return lines
+
+
+PINNED_ALL = (
+    "nothing left to search: the pins fix every setting the space searched, so each trial "
+    "measures the same config again, and their windows pool"
+)
+
+
+def noted_pins(
+    space: SearchSpace, spec: str | Mapping[str, Any], fix: Sequence[str] | Mapping[str, Any]
+) -> SearchSpace:
+    """`space` (`spec` loaded with `fix`) with `pins_over`'s lines among its notes, where the
+    recommendation, `best` and a job show them (they had been progress lines only), and
+    PINNED_ALL where the pins left none of the user's searched settings to search."""
+    lines = pins_over(spec, fix)
+    own = own_space(spec) if lines else None
+    if own is not None and own.params and not space.params:
+        lines.append(PINNED_ALL)
+    return dataclasses.replace(space, notes=(*space.notes, *lines)) if lines else space
 
 
 def _described(spec: Spec) -> str:
