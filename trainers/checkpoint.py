@@ -109,6 +109,8 @@ def read_checkpoint(path: str | os.PathLike[str], device: torch.device) -> Any:
     """The checkpoint at `path`; a ConfigError naming `resume_from` where there is none or torch
     cannot read it (a truncated or foreign file had raised torch's own KeyError or
     RuntimeError, a traceback for a user's wrong path)."""
+    if not str(path).strip():  # Path("") is the working folder
+        raise ConfigError("resume_from", str(path), "a checkpoint file's path")
     try:
         return torch.load(Path(path), map_location=device, weights_only=True)
     except FileNotFoundError as exc:
@@ -213,11 +215,14 @@ def check_model(
     )
     if differ:
         shown = ", ".join(differ[:4]) + (f" and {len(differ) - 4} more" if len(differ) > 4 else "")
-        unlike = " unlike this model's" if path is not None else ""
-        raise _refused(
-            path,
-            f"{len(differ)} tensors{unlike} ({shown})",
-            f"a checkpoint of this model: its tensors' names and shapes differ{_of(state)}",
+        allowed = f"a checkpoint of this model: its tensors' names and shapes differ{_of(state)}"
+        if path is None:
+            raise ConfigError("resume_from", f"{len(differ)} tensors ({shown})", allowed)
+        # Counted over both: a name in one of them only, or a shape that differs.
+        raise ConfigError(
+            "resume_from",
+            str(path),
+            f"{allowed}; the file and this model differ in {len(differ)} tensors ({shown})",
         )
 
 

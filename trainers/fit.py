@@ -78,13 +78,16 @@ from trainers.config import REFERENCE, LoopConfig
 from trainers.core import Engine, Session
 from trainers.errors import ConfigError
 from trainers.fit_checks import (
+    OPTIMIZER_ALLOWED,
     Deferred,
+    check_eval_batch,
     check_fit_arguments,
     check_options,
     check_parts,
     checked_scheduler,
     checked_workload,
     from_loader,
+    shown_value,
 )
 from trainers.optim import with_capturable
 from trainers.precision import Precision
@@ -169,6 +172,8 @@ class Trainer:
         # `workload.dataset`, the loop's tuples (`trainers.workloads.as_tuples`), the adapted one.
         self.eval_loss = eval_loss or original_loss(workload.loss_fn)
         self._tuple_loss = None if eval_loss is not None else workload.loss_fn
+        if eval_data is not None:
+            check_eval_batch(workload.model, eval_data, self.eval_loss, self._tuple_loss)
         # A captured step bakes a float learning rate into the graph, and a compiled optimizer
         # step recompiles for each new float: a schedule must then change a device tensor.
         if lr_tensor is None:
@@ -418,8 +423,12 @@ class Trainer:
         self.step = int(state["step"])
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the checkpoint to `path` atomically (a crash mid-write keeps the previous one)."""
+        """Write the checkpoint to `path` atomically (a crash mid-write keeps the previous one).
+        A folder is refused before anything is written (it had left `path.partial` beside it,
+        then raised IsADirectoryError)."""
         target = Path(path)
+        if not str(path).strip() or target.name in ("", ".", "..") or target.is_dir():
+            raise ConfigError("path", str(path), "a file path (run.pt), not a folder")
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(target.name + ".partial")
         torch.save(self.state_dict(), partial)
@@ -460,9 +469,7 @@ def workload_from_parts(
     elif callable(optimizer):
         make_optimizer = optimizer
     else:
-        raise ConfigError(
-            "optimizer", type(optimizer).__name__, "a torch.optim.Optimizer or a factory"
-        )
+        raise ConfigError("optimizer", shown_value(optimizer), OPTIMIZER_ALLOWED)
     workload = Workload(
         name=name,
         preset="custom",

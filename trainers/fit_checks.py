@@ -16,8 +16,9 @@ from trainers.checkpoint import checkpoint_file
 from trainers.config import LoopConfig
 from trainers.core import check_micro_batches
 from trainers.errors import ConfigError
+from trainers.meta import meta_copy
 from trainers.workloads.base import Workload
-from trainers.workloads.checks import checked, own_workload
+from trainers.workloads.checks import checked, own_workload, raised_at, shapes_disagree
 
 
 def check_options(
@@ -261,3 +262,49 @@ class Deferred:
         if self.error is not None:
             error, self.error = self.error, None
             raise error
+
+
+def check_eval_batch(
+    model: nn.Module, eval_data: Any, loss_fn: Any, tuple_loss: Any | None = None
+) -> None:
+    """ConfigError naming `eval_data` where its first batch cannot go through the loss: run on
+    a meta copy of `model` before any step (a float label, a missing key, other sizes had
+    failed at the first evaluation, hundreds of steps in, as a traceback). `tuple_loss`: the
+    loss of a tuple batch where the loop adapted the user's (`Trainer.evaluate` chooses so).
+    `eval_data` is read again at each evaluation (`_check_eval_data` refused an iterator); what
+    a meta tensor cannot do (read a value) is left to the evaluation."""
+    batch = next(iter(eval_data), None)
+    try:
+        if isinstance(batch, torch.Tensor):
+            moved: Any = batch.to("meta")
+        elif isinstance(batch, Mapping):
+            moved = {key: value.to("meta") for key, value in batch.items()}
+        else:
+            moved = tuple(t.to("meta") for t in batch)  # type: ignore[union-attr]
+    except (AttributeError, TypeError):
+        return  # not tensors: the evaluation says what it cannot move
+    chosen = tuple_loss if tuple_loss is not None and isinstance(moved, tuple) else loss_fn
+    try:
+        chosen(meta_copy(model), moved)
+    except Exception as exc:
+        said = " ".join(str(exc).split())
+        if isinstance(exc, KeyError | IndexError) or shapes_disagree(said) or "dtype" in said:
+            raise ConfigError(
+                "eval_data",
+                "its first batch",
+                f"batches the loss takes (loss_fn(model, batch) on it raised "
+                f"{type(exc).__name__}{raised_at(exc)}: {said[:200]})",
+            ) from exc
+
+
+OPTIMIZER_ALLOWED = (
+    "a torch.optim.Optimizer built on the model's parameters, or a factory of one "
+    "(torch.optim.AdamW, or lambda params: torch.optim.AdamW(params, lr=3e-4)); a name is not "
+    "looked up"
+)
+
+
+def shown_value(value: object) -> object:
+    """`value` where it reads as itself in an error (a name, a number), else its type's name: a
+    string had been shown as 'str'."""
+    return value if isinstance(value, str | int | float | bool | None) else type(value).__name__

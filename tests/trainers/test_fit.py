@@ -476,7 +476,7 @@ def test_a_checkpoint_of_another_model_optimizer_or_no_checkpoint_is_refused_who
     # The file is named, and what in it differs (it had said only "resume_from='3 tensors").
     refused = (
         rf"^resume_from='{re.escape(str(path))}' is invalid: allowed a checkpoint of this model: "
-        r".*; the file has 3 tensors unlike this model's \(0.bias, 0.weight, 2.weight\)$"
+        r".*; the file and this model differ in 3 tensors \(0.bias, 0.weight, 2.weight\)$"
     )
     with pytest.raises(ConfigError, match=refused):
         wider.load(path)
@@ -495,6 +495,13 @@ def test_a_checkpoint_of_another_model_optimizer_or_no_checkpoint_is_refused_who
     resumed = Trainer(_sgd_workload(), device="cpu")
     resumed.load(path)  # its own checkpoint still resumes
     assert resumed.step == 4
+    # save() to a folder: refused before anything is written (it had left `folder.partial`
+    # beside the folder, then raised IsADirectoryError; a probe, 2026-12-06).
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    with pytest.raises(ConfigError, match=r"^path='.*runs' is invalid: allowed a file path"):
+        resumed.save(folder)
+    assert sorted(p.name for p in tmp_path.iterdir() if "runs" in p.name) == ["runs"]
 
 
 def test_a_checkpoint_resumes_only_under_its_own_config(tmp_path: Path) -> None:

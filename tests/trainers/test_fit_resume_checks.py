@@ -95,3 +95,30 @@ def test_a_checkpoint_of_another_kind_is_refused_for_what_differs(tmp_path: Path
         torch.save(saved, tmp_path / f"{name}.pt")
         with pytest.raises(TrainerError, match=rf"not a streamtune Trainer checkpoint \(a {name},"):
             Trainer(sgd_workload(), device="cpu").fit(6, resume_from=tmp_path / f"{name}.pt")
+
+
+def test_held_out_batches_the_loss_cannot_take_are_refused_before_any_step() -> None:
+    """Other features, a missing key, a wrong label type: each had trained to the first
+    evaluation, then raised there as a traceback (a probe, 2026-12-06: 250 steps in)."""
+    bad = {
+        "other sizes": [(torch.randn(8, 5), torch.randn(8, 1))],
+        "a missing item": [(torch.randn(8, 6),)],
+    }
+    for why, eval_data in bad.items():
+        with pytest.raises(ConfigError) as info:
+            Trainer(sgd_workload(), device="cpu", eval_data=eval_data)
+        assert str(info.value).startswith(
+            "eval_data='its first batch' is invalid: allowed batches the loss takes "
+            "(loss_fn(model, batch) on it raised "
+        ), (why, info.value)
+    # Its own loss (`eval_loss`) on dict batches: a key it reads is missing.
+    with pytest.raises(ConfigError, match=r"raised KeyError at .*: 'y'\)$"):
+        Trainer(
+            sgd_workload(),
+            device="cpu",
+            eval_data=[{"x": torch.randn(8, 6)}],
+            eval_loss=lambda m, b: torch.nn.functional.mse_loss(m(b["x"]), b["y"]),
+        )
+    # Good batches build, and the check read none of them for good.
+    good = [(torch.randn(8, 6), torch.randn(8, 1))]
+    assert Trainer(sgd_workload(), device="cpu", eval_data=good).evaluate() > 0

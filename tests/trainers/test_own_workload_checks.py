@@ -14,6 +14,7 @@ from torch import nn
 
 from tests.trainers import own_workloads
 from trainers import (
+    ConfigError,
     LoopConfig,
     RunArgs,
     Trainer,
@@ -144,6 +145,11 @@ def test_a_trainers_parts_are_checked_and_the_error_names_the_argument() -> None
         )
     assert caught.value.field == "loss_fn"
     assert "loss_fn(model, batch) returned dict" in str(caught.value)
+    # An optimizer named by a string: shown as given (it had read "optimizer='str'").
+    with pytest.raises(ConfigError, match=r"^optimizer='adam' is invalid: allowed a torch.optim"):
+        workload_from_parts(
+            model, own_workloads._Samples("tuple"), lambda m, b: m(b[0]).sum(), optimizer="adam"
+        )
 
 
 def test_an_optimizer_given_built_on_other_parameters_is_refused_naming_the_argument() -> None:

@@ -139,7 +139,7 @@ def main() -> None:
         trainer = trainers.Trainer(workload, config, device=args.device, precision=PRECISION)
     except (trainers.ConfigError, trainers.TrainerError) as exc:  # a --device not here, say
         parser.exit(2, f"error: {exc}\\n")
-    if args.resume:
+    if args.resume is not None:  # "" too: said, not taken as no --resume
         try:
             trainer.load(args.resume)
         except (trainers.ConfigError, trainers.TrainerError) as exc:

@@ -312,6 +312,11 @@ def test_the_scripts_documented_resume_gives_the_uninterrupted_losses(
     assert sorted(again) == list(range(600, 1001, 100))
     assert again == {step: loss for step, loss in losses(whole.stdout).items() if step > 500}
 
+    # An empty --resume is said, not taken as none (it had trained from step 0 in silence).
+    empty = train("--steps", "1000", "--resume", "")
+    assert empty.returncode == 2 and empty.stderr.strip() == (
+        "error: --resume: resume_from='' is invalid: allowed a checkpoint file's path"
+    ), empty.stderr[-2000:]
     done = train("--steps", "1000", "--resume", "run-1000.pt")
     assert done.returncode == 2
     (line,) = done.stderr.splitlines()
