@@ -66,6 +66,22 @@ def checkpoint_of(state: Any) -> Mapping[str, Any]:
     return state
 
 
+SCHEDULING_ONLY = frozenset(
+    {
+        "num_streams",
+        "sync_interval",
+        "sync_mode",
+        "prefetch_depth",
+        "pin_memory",
+        "non_blocking",
+        "num_workers",
+    }
+)
+"""The settings that only order the host's and the device's work: no weight, optimizer state,
+learning rate or captured graph depends on them, so a checkpoint resumes under others (a run
+trained with the defaults, then tuned, had been refused its tuned config)."""
+
+
 def check_resumable(
     state: Mapping[str, Any], *, accumulate: int, config: LoopConfig, scheduler: str | None
 ) -> None:
@@ -80,8 +96,12 @@ def check_resumable(
             f"{state['accumulate']}, as in the checkpoint (its data position counts micro-batches)",
         )
     saved = state.get("config")
-    if saved != config.to_dict():
-        changed = sorted(k for k, v in config.to_dict().items() if (saved or {}).get(k) != v)
+    changed = sorted(
+        k
+        for k, v in config.to_dict().items()
+        if (saved or {}).get(k) != v and k not in SCHEDULING_ONLY
+    )
+    if changed:
         raise ConfigError(
             "config",
             ", ".join(f"{k}={getattr(config, k)!r}" for k in changed),
