@@ -172,15 +172,11 @@ class Trainer:
         # `workload.dataset`, the loop's tuples (`trainers.workloads.as_tuples`), the adapted one.
         self.eval_loss = eval_loss or original_loss(workload.loss_fn)
         self._tuple_loss = None if eval_loss is not None else workload.loss_fn
-        if eval_data is not None:
-            check_eval_batch(workload.model, eval_data, self.eval_loss, self._tuple_loss)
+        check_eval_batch(workload.model, eval_data, self.eval_loss, self._tuple_loss)
         # A captured step bakes a float learning rate into the graph, and a compiled optimizer
         # step recompiles for each new float: a schedule must then change a device tensor.
-        if lr_tensor is None:
-            lr_tensor = scheduler is not None and (
-                config.cuda_graph or config.optimizer == "compiled"
-            )
-        self.lr_tensor = lr_tensor
+        graphed = config.cuda_graph or config.optimizer == "compiled"
+        self.lr_tensor = scheduler is not None and graphed if lr_tensor is None else lr_tensor
         self._scheduler_factory = scheduler
         self.scheduler: LRScheduler | None = None
         # The loop's parts, as `trainers.run` builds them; `_adopt` sees the optimizer first.

@@ -272,7 +272,9 @@ def check_eval_batch(
     failed at the first evaluation, hundreds of steps in, as a traceback). `tuple_loss`: the
     loss of a tuple batch where the loop adapted the user's (`Trainer.evaluate` chooses so).
     `eval_data` is read again at each evaluation (`_check_eval_data` refused an iterator); what
-    a meta tensor cannot do (read a value) is left to the evaluation."""
+    a meta tensor cannot do (read a value) is left to the evaluation. None: nothing to check."""
+    if eval_data is None:
+        return
     batch = next(iter(eval_data), None)
     try:
         if isinstance(batch, torch.Tensor):

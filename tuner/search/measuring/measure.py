@@ -403,12 +403,8 @@ class Measurer:
             if kind == "stopped"
             else f"{type(exc).__name__}{where}: {exc}"
         )
-        return Failure(
-            reason=f"{kind}: {text}".strip()[:2000],
-            kind=kind,
-            seconds=seconds,
-            in_process=in_process,
-        )
+        said = f"{kind}: {text}".strip()[:2000]
+        return Failure(reason=said, kind=kind, seconds=seconds, in_process=in_process)
 
     def floor_ms(
         self, config: LoopConfig | None = None, *, precision: str | None = None
