@@ -155,29 +155,31 @@ def test_a_loss_that_is_nan_whatever_the_settings_stops_the_job_before_its_trial
     assert "made with seed" not in capsys.readouterr().err
 
 
+def _refused_run(tmp_path: Path, capsys: pytest.CaptureFixture[str], factory: str) -> str:
+    """The one error line of a 3-trial run of `own_workloads:factory` that stops with exit 2
+    before its trials, its study gone."""
+    storage = f"sqlite:///{tmp_path / 'refused.db'}"
+    workload = f"tests.trainers.own_workloads:{factory}"
+    args = ("run", "--workload", workload, "--preset", "tiny", "--trials", "3", "--quiet")
+    code = main([*args, "--storage", storage])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert optuna.get_all_study_summaries(storage) == []
+    return err
+
+
 def test_a_loss_that_fails_in_the_users_code_stops_the_job_before_its_trials(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The PyTorch default loop raised in the user's loss; each trial then failed the same way."""
-    storage = f"sqlite:///{tmp_path / 'fails.db'}"
-    workload = "tests.trainers.own_workloads:fails_in_its_loss"
-    args = ("run", "--workload", workload, "--preset", "tiny", "--trials", "3", "--quiet")
-    code = main([*args, "--storage", storage])
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert err.count("\n") == 1, err
+    err = _refused_run(tmp_path, capsys, "fails_in_its_loss")
     assert err.startswith("error: --workload: the PyTorch default loop failed (ValueError at "), err
     assert "own_workloads.py:" in err and "this loss refuses every batch" in err, err
-    assert optuna.get_all_study_summaries(storage) == []
 
 
 def test_float64_features_for_a_float32_model_are_named_with_their_fix(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    storage = f"sqlite:///{tmp_path / 'double.db'}"
-    workload = "tests.trainers.own_workloads:float64_features"
-    args = ("run", "--workload", workload, "--preset", "tiny", "--trials", "3", "--quiet")
-    assert main([*args, "--storage", storage]) == 2
-    err = capsys.readouterr().err
+    err = _refused_run(tmp_path, capsys, "float64_features")
     assert "the PyTorch default loop failed (RuntimeError: mat1 and mat2 " in err, err
     assert "torch.from_numpy give float64; .float() the batch's floating tensors" in err, err
