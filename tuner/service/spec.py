@@ -17,9 +17,8 @@ from tuner.errors import SpaceError, SpecError, TunerError
 from tuner.request import JobSpec
 from tuner.search.options import check_patience
 from tuner.search.spaces.named import load_space, program_space, user_fixed
-from tuner.search.spaces.pinned import check_left, check_pins
+from tuner.search.spaces.pinned import check_left, check_pins, searches
 from tuner.search.spaces.processes import for_processes
-from tuner.search.spaces.space import Choice, IntRange
 
 __all__ = ["JobSpec", "WorkloadRegistry", "check_spec", "is_library_model"]
 
@@ -266,18 +265,13 @@ def _check_processes(spec: JobSpec) -> None:
         )
 
 
-def _searches(param: Choice | IntRange) -> bool:
-    """Whether `param` leaves more than one value to choose."""
-    return len(param.values) > 1 if isinstance(param, Choice) else param.high > param.low
-
-
 def _check_space(spec: JobSpec, registry: WorkloadRegistry) -> None:
     cuda = spec.device != "cpu"
     try:
         space = load_space(spec.space, cuda=cuda)
     except SpaceError as exc:
         raise _spec_error("space", exc) from exc
-    if not any(_searches(param) for param in space.params.values()):
+    if not any(searches(param) for param in space.params.values()):
         # One choice, or a range of one value, searches nothing either (`{"low": 2, "high": 2}`
         # had been queued where `2` was refused).
         raise SpecError(
@@ -300,7 +294,7 @@ def _check_space(spec: JobSpec, registry: WorkloadRegistry) -> None:
     precisions = precision.allowed
     try:
         pinned = load_space(spec.space, fix=spec.fix, cuda=cuda)
-        if isinstance(spec.space, Mapping) and not any(map(_searches, pinned.params.values())):
+        if isinstance(spec.space, Mapping) and not any(map(searches, pinned.params.values())):
             # As a space that searches nothing is refused above: every trial one config.
             raise SpecError(
                 ("fix",),

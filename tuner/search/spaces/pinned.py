@@ -171,7 +171,7 @@ def check_left(asked: Sequence[str], live: SearchSpace, said: int) -> SearchSpac
         raise SpaceError(
             "space", list(asked), f"a space with a setting this model can search ({why})"
         )
-    if not live.params or any(_searches(spec) for spec in live.params.values()):
+    if not live.params or any(searches(spec) for spec in live.params.values()):
         return live
     if ONE_CONFIG in live.notes:
         return live
@@ -184,6 +184,6 @@ ONE_CONFIG = (
 )
 
 
-def _searches(spec: Spec) -> bool:
+def searches(spec: Spec) -> bool:
     """Whether `spec` gives a trial a choice: two values or more."""
     return len(spec.values) > 1 if isinstance(spec, Choice) else spec.low < spec.high
