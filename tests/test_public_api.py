@@ -40,6 +40,7 @@ TRAINERS = {
     "MATMUL_PRECISION",
     "MATMUL_PRECISIONS",
     "MatmulPrecision",
+    "NonFiniteLoss",
     "OPTIMIZERS",
     "PRECISIONS",
     "PRESETS",

@@ -30,6 +30,7 @@ from trainers.dynamo_state import DROPPED as KEPT_CODE_DROPPED
 from trainers.errors import (
     CaptureError,
     ConfigError,
+    NonFiniteLoss,
     TrainerError,
     UnsupportedOnDevice,
     WorkloadError,
@@ -117,6 +118,7 @@ __all__ = [
     "Lever",
     "LoopConfig",
     "MatmulPrecision",
+    "NonFiniteLoss",
     "ParityVerdict",
     "Precision",
     "PrecisionSpec",

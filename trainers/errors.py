@@ -49,6 +49,21 @@ class WorkloadError(TrainerError):
         super().__init__(message)
 
 
+class NonFiniteLoss(TrainerError):
+    """A step's loss came back NaN or infinite (`Trainer.fit`, unless `allow_nonfinite`).
+
+    `step` counts from 1, as `Trainer.step` and checkpoint names do; `value` is the loss."""
+
+    def __init__(self, step: int, value: float, trained: int) -> None:
+        self.step = step
+        self.value = value
+        super().__init__(
+            f"the loss of step {step} is {value}: training stopped after step {trained}, the "
+            "weights updated by it; lower the learning rate or check that step's batch, resume "
+            "from a checkpoint written before it, or fit(allow_nonfinite=True) to train on"
+        )
+
+
 class CaptureError(TrainerError):
     """The training step could not be captured in a CUDA graph; the message says why."""
 

@@ -242,9 +242,11 @@ class Trainer:
         checkpoint_every: int | None = None,
         checkpoint_path: str | os.PathLike[str] | None = None,
         resume_from: str | os.PathLike[str] | None = None,
+        allow_nonfinite: bool = False,
     ) -> FitResult:
         """Train until `steps` optimizer steps are done in all (a resumed run counts the steps
-        of its checkpoint). A second call goes on from where the first stopped.
+        of its checkpoint). A second call goes on from where the first stopped. A NaN or
+        infinite loss raises `NonFiniteLoss` as it is harvested, unless `allow_nonfinite`.
 
         `checkpoint_path` is written every `checkpoint_every` steps; a `{step}` in it is replaced
         by the step (`run-{step}.pt` keeps each checkpoint, `run.pt` the latest only)."""
@@ -257,9 +259,8 @@ class Trainer:
                 callbacks={"on_losses": on_losses, "on_eval": on_eval},
             ),
         )
-        start = self.step
-        deferred = Deferred(on_losses)
-        session = self._session(steps - start, deferred if on_losses is not None else None)
+        start, deferred = self.step, Deferred(on_losses, allow_nonfinite=allow_nonfinite)
+        session = self._session(steps - start, deferred)
         evals: list[tuple[int, float]] = []
         checkpoints: list[str] = []
         started = time.perf_counter()
@@ -277,9 +278,9 @@ class Trainer:
                 if checkpoint_every is not None and self.step % checkpoint_every == 0:
                     assert checkpoint_path is not None
                     checkpoints.append(self._checkpoint(session, checkpoint_path))
-                deferred.raise_any()
+                deferred.raise_any(self.step)
             session.drain()
-            deferred.raise_any()
+            deferred.raise_any(self.step)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)  # the wall time covers the queued work
         return FitResult(
@@ -303,7 +304,7 @@ class Trainer:
         if state is not None:
             self._restore(state, resume_from)
 
-    def _session(self, capacity: int, on_losses: LossCallback | None) -> Session:
+    def _session(self, capacity: int, on_losses: LossCallback) -> Session:
         """The core's session for `capacity` more steps from this one, with the loss callback."""
         session = self.engine.session(
             capacity=capacity,
@@ -311,8 +312,7 @@ class Trainer:
             micro_batches=self.accumulate,
             clip_norm=self.clip_grad_norm,
         )
-        if on_losses is not None:
-            session.on_losses(on_losses)
+        session.on_losses(on_losses)
         return session
 
     def _evaluated(self, plan: StreamPlan, on_eval: EvalCallback | None) -> tuple[int, float]:

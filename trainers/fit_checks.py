@@ -4,6 +4,7 @@ before any step: each raises a ConfigError naming the first bad one and what to 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -15,7 +16,7 @@ from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 from trainers.checkpoint import checkpoint_file
 from trainers.config import LoopConfig
 from trainers.core import check_micro_batches
-from trainers.errors import ConfigError
+from trainers.errors import ConfigError, NonFiniteLoss
 from trainers.meta import meta_copy
 from trainers.workloads.base import Workload
 from trainers.workloads.checks import checked, own_workload, raised_at, shapes_disagree
@@ -244,11 +245,15 @@ class Deferred:
     """A user's loss callback (`Trainer.fit(on_losses=...)`) whose exception waits until the
     step that harvested its losses is counted: raised from inside the loop's harvest, it had
     left `Trainer.step` one behind the optimizer steps taken and the scheduler unstepped, and
-    the next `fit` trained a batch twice (a user's probe, 2026-12-05)."""
+    the next `fit` trained a batch twice (a user's probe, 2026-12-05). The first NaN or
+    infinite loss waits so too, as `NonFiniteLoss`, unless `allow_nonfinite`: the loop had
+    trained on from it without a word, where the CLI stops (a user's probe, 2026-12-06)."""
 
-    def __init__(self, callback: Any) -> None:
+    def __init__(self, callback: Any, *, allow_nonfinite: bool = False) -> None:
         self.callback = callback  # None: no callback, nothing to raise
+        self.allow_nonfinite = allow_nonfinite
         self.error: BaseException | None = None
+        self.nonfinite: tuple[int, float] | None = None  # (step counted from 1, loss)
 
     def __call__(self, first: int, losses: list[float]) -> None:
         if self.callback is not None and self.error is None:  # none after a failure
@@ -256,12 +261,22 @@ class Deferred:
                 self.callback(first, losses)
             except BaseException as exc:  # noqa: BLE001 - re-raised by `raise_any`, whole
                 self.error = exc
+        if self.nonfinite is None and not self.allow_nonfinite:
+            # Host floats already harvested by the sync mode: the check adds no sync.
+            bad = next((i for i, loss in enumerate(losses) if not math.isfinite(loss)), None)
+            if bad is not None:
+                self.nonfinite = (first + bad + 1, losses[bad])
 
-    def raise_any(self) -> None:
-        """Raise what the callback raised, once the loop has counted the step."""
+    def raise_any(self, trained: int) -> None:
+        """Raise what the callback raised, then a non-finite loss, once the loop has counted
+        the step (`trained`: the steps done)."""
         if self.error is not None:
             error, self.error = self.error, None
             raise error
+        if self.nonfinite is not None:
+            step, value = self.nonfinite
+            self.nonfinite = None
+            raise NonFiniteLoss(step, value, trained)
 
 
 def check_eval_batch(

@@ -754,3 +754,36 @@ def test_a_model_given_for_a_workload_is_named() -> None:
     """`Trainer(model)` raised AttributeError: 'Sequential' object has no attribute 'name'."""
     with pytest.raises(ConfigError, match=r"^workload='Sequential' is invalid: allowed a Workload"):
         Trainer(nn.Sequential(nn.Linear(2, 1)), device="cpu")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("config", [LoopConfig(), EVENT_EVERY_3], ids=["every-step", "event-3"])
+def test_a_nan_loss_stops_fit_at_its_harvest_unless_allowed(config: LoopConfig) -> None:
+    """A batch with a NaN feature: fit had trained on from it without a word, the weights NaN
+    from then on, where the CLI stops (a user's probe, 2026-12-06)."""
+
+    def build() -> Trainer:
+        torch.manual_seed(0)
+        features = torch.randn(64, 6)
+        features[35, 2] = float("nan")  # in the fifth batch of 8: step 5, counted from 1
+        workload = workload_from_parts(
+            nn.Linear(6, 1),
+            TensorDataset(features, torch.randn(64, 1)),
+            lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]),
+            optimizer=lambda params, capturable: torch.optim.SGD(params, lr=0.1),
+            batch_size=8,
+        )
+        return Trainer(workload, config, device="cpu")
+
+    seen: list[float] = []
+    trainer = build()
+    with pytest.raises(trainers.NonFiniteLoss, match=r"the loss of step 5 is nan") as caught:
+        trainer.fit(8, on_losses=lambda first, losses: seen.extend(losses))
+    assert caught.value.step == 5 and math.isnan(caught.value.value)
+    assert f"stopped after step {trainer.step}" in str(caught.value)
+    # Found where the sync mode harvested it: no later than its harvest, never before step 5.
+    assert 5 <= trainer.step <= 5 + config.sync_interval - 1
+    assert len(seen) >= 5 and math.isnan(seen[4])  # the callback saw it first
+    assert all(math.isfinite(loss) for loss in seen[:4])
+
+    allowed = build().fit(8, allow_nonfinite=True)
+    assert allowed.step == 8 and math.isnan(allowed.losses[4])

@@ -161,12 +161,15 @@ def main() -> None:
                 print(f"step {step}: loss {loss:.4f}", flush=True)
 
     checkpoint = args.checkpoint if rank == 0 else None  # DDP's replicas: rank 0 writes
-    result = trainer.fit(
-        args.steps,
-        on_losses=report,
-        checkpoint_every=CHECKPOINT_EVERY if checkpoint else None,
-        checkpoint_path=checkpoint,
-    )
+    try:
+        result = trainer.fit(
+            args.steps,
+            on_losses=report,
+            checkpoint_every=CHECKPOINT_EVERY if checkpoint else None,
+            checkpoint_path=checkpoint,
+        )
+    except trainers.NonFiniteLoss as exc:  # diverged: one line, not a traceback
+        parser.exit(1, f"error: {exc}\\n")
     if checkpoint and trainer.step % CHECKPOINT_EVERY:  # the end, unless just written
         trainer.save(trainers.checkpoint_file(checkpoint, trainer.step))
     if rank == 0:
