@@ -247,3 +247,28 @@ def test_a_frozen_batchnorm_stays_frozen_under_a_captured_step() -> None:
     assert torch.equal(model[1].running_mean.cpu(), torch.full((32,), 0.25))
     eager, _ = build(CONFIGS["graph"].replace(cuda_graph=False))
     assert result.losses == pytest.approx(eager.fit(12).losses, rel=1e-5)
+
+
+@pytest.mark.parametrize("name", ["graph", "compile-graph", "four-streams-query"])
+def test_a_nan_loss_is_said_where_the_sync_mode_harvests_it(name: str) -> None:
+    """A NaN feature in the fifth batch: `NonFiniteLoss` names step 5 once the config's own
+    harvest brings that loss home (a captured step's loss too), no later than its sync point."""
+    config = CONFIGS[name]
+    torch.manual_seed(0)
+    features = torch.randn(128, 6)
+    features[35, 2] = float("nan")  # sample 35 of batches of 8: step 5, counted from 1
+    workload = workload_from_parts(
+        nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 1)),
+        TensorDataset(features, torch.randn(128, 1)),
+        lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]),
+        optimizer=lambda params, capturable: torch.optim.SGD(params, lr=0.1),
+        batch_size=8,
+    )
+    torch._dynamo.reset()
+    trainer = Trainer(workload, config, device="cuda")
+    with pytest.raises(trainers.NonFiniteLoss, match="the loss of step 5 is nan") as caught:
+        trainer.fit(16)
+    # Found at a sync point: the query mode's may lag by the steps still in flight.
+    assert 5 <= trainer.step <= 16
+    assert f"stopped after step {trainer.step}," in str(caught.value)
+    assert trainer.fit(20, allow_nonfinite=True).step == 20  # allowed: it trains on
