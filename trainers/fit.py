@@ -444,6 +444,7 @@ def workload_from_parts(
     batch_size: int | None = None,
     collate_fn: Callable[[list[Any]], Batch] | None = None,
     name: str = "custom",
+    samples_per_batch: int | None = None,
 ) -> Workload:
     """A `Workload` from a user's own model, data, loss and optimizer, for `Trainer`.
 
@@ -452,13 +453,15 @@ def workload_from_parts(
     DataLoader, whose dataset, batch size and collate_fn are used: the loop builds its own
     loader in dataset order, since workers and pinning are settings it was tuned with. Every
     step takes a whole batch: the last batch of a pass through a dataset of samples, where it
-    would be short, is dropped (as `drop_last=True`).
+    would be short, is dropped (as `drop_last=True`). `samples_per_batch`: the samples a whole
+    batch holds, where that count is not the one its tensors share (a mask of sequence x
+    sequence beside batch x sequence ids); samples/s are counted from it.
     optimizer: a factory `(params, capturable) -> Optimizer`, or an optimizer already built on
     `model`'s parameters (rebuilt capturable when a CUDA graph needs it).
     """
     if isinstance(data, torch.utils.data.DataLoader):
         data, batch_size, collate_fn = from_loader(data, batch_size, collate_fn)
-    check_parts(data, loss_fn, batch_size)
+    check_parts(data, loss_fn, batch_size, samples_per_batch)
     make_optimizer: OptimizerFactory
     if isinstance(optimizer, torch.optim.Optimizer):
         make_optimizer = functools.partial(_as_built, optimizer)
@@ -472,12 +475,12 @@ def workload_from_parts(
         model=model,
         dataset=data,
         loss_fn=loss_fn,
-        samples_per_batch=batch_size or 1,
+        samples_per_batch=samples_per_batch or batch_size or 1,
         make_optimizer=make_optimizer,
         batch_size=batch_size,
         collate_fn=collate_fn,
     )
-    return own_workload(workload, name, parts=True)
+    return own_workload(workload, name, parts=True, counted=samples_per_batch is not None)
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:

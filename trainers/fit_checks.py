@@ -163,12 +163,23 @@ def checked_scheduler(
     return scheduler
 
 
-def check_parts(data: object, loss_fn: object, batch_size: int | None) -> None:
+def check_parts(
+    data: object, loss_fn: object, batch_size: int | None, samples_per_batch: int | None = None
+) -> None:
     """ConfigError for the parts of `workload_from_parts` that would fail every step with a
     message about tensors: a criterion `(input, target)` such as nn.CrossEntropyLoss() or
     F.cross_entropy as the loss, which is called as `loss_fn(model, batch)`; a TensorDataset
     (its items are samples) without a batch size, each step then one sample without its batch
-    dimension."""
+    dimension; a `samples_per_batch` not a count, or not the batch size given."""
+    if samples_per_batch is not None:
+        check_positive("samples_per_batch", samples_per_batch)
+        if batch_size is not None and samples_per_batch != batch_size:
+            raise ConfigError(
+                "samples_per_batch",
+                samples_per_batch,
+                f"None or batch_size ({batch_size}) beside batch_size: a loader of batch_size "
+                "batches that many samples; samples_per_batch counts a whole-batch item's",
+            )
     criterion = isinstance(loss_fn, nn.modules.loss._Loss) or (
         getattr(loss_fn, "__module__", None) == "torch.nn.functional"
     )

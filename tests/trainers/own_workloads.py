@@ -5,7 +5,7 @@ batches are now fed as tuples (`trainers.workloads.as_tuples`); the others are r
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -13,6 +13,13 @@ from torch.utils.data import Dataset
 
 from trainers import Workload
 from trainers.workloads.mlp import classification_loss
+
+
+class Pair(NamedTuple):
+    """A sample as a namedtuple: module-level, as a spawned loader worker unpickles it."""
+
+    x: torch.Tensor
+    y: torch.Tensor
 
 
 class _Samples(Dataset[Any]):
@@ -34,6 +41,8 @@ class _Samples(Dataset[Any]):
             return {"features": self.x[index], "label": self.y[index], "text": f"sample {index}"}
         if self.shape == "tensor":
             return self.x[index]
+        if self.shape == "namedtuple":
+            return Pair(self.x[index], self.y[index])
         return self.x[index], self.y[index]
 
 

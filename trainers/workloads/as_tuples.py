@@ -57,6 +57,18 @@ class _CollatedAsTuples:
         return as_tuple(self.collate(samples), self.keys)
 
 
+class _LossOfNamed:
+    """The user's `loss_fn`, handed its namedtuple batch back: the loop moves, splits and
+    captures a tuple's tensors as a plain tuple, and `batch.x` had failed every step (a user's
+    probe, 2026-12-06)."""
+
+    def __init__(self, loss_fn: LossFn, named: type) -> None:
+        self.original, self.named = loss_fn, named
+
+    def __call__(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        return self.original(model, self.named(*batch))
+
+
 class _LossOfOriginal:
     """The user's `loss_fn`, handed the batch as it was made: the dict of `keys`, or the tensor."""
 
@@ -80,12 +92,17 @@ def as_original(batch: Batch, keys: Sequence[str] | None) -> Any:
 def original_loss(loss_fn: LossFn) -> LossFn:
     """The user's own loss where `loss_fn` is one adapted here (it takes batches as they were
     made: an evaluation's, say); else `loss_fn`."""
-    return loss_fn.original if isinstance(loss_fn, _LossOfOriginal) else loss_fn
+    return loss_fn.original if isinstance(loss_fn, _LossOfOriginal | _LossOfNamed) else loss_fn
 
 
 def adapted(workload: Workload, first: Any) -> tuple[Workload, Any]:
     """`workload` fed as tuples where its first batch `first` is a dict of tensors or one tensor,
-    and that batch as the adapted workload makes it; else both as they were."""
+    and that batch as the adapted workload makes it; a namedtuple's loss handed it back; else
+    both as they were."""
+    if isinstance(first, tuple) and hasattr(type(first), "_fields"):
+        # Already a tuple to the loop: only the loss needs its fields back.
+        named = _LossOfNamed(workload.loss_fn, type(first))
+        return dataclasses.replace(workload, loss_fn=named), tuple(first)
     if isinstance(first, Mapping) and first and all(isinstance(k, str) for k in first):
         keys: Sequence[str] | None = list(first)
     elif isinstance(first, torch.Tensor):

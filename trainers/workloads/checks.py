@@ -45,11 +45,14 @@ from trainers.workloads.as_tuples import adapted, original_loss
 from trainers.workloads.base import Workload
 
 
-def own_workload(workload: Workload, name: str, *, parts: bool = False) -> Workload:
+def own_workload(
+    workload: Workload, name: str, *, parts: bool = False, counted: bool = False
+) -> Workload:
     """The built `workload`, fed as tuples where its batches are dicts or tensors
     (`as_tuples.adapted`); WorkloadError naming what it gets wrong: in `workload` (`name`, as the
     user named it: `mymodels:build`), or with `parts` (`trainers.workload_from_parts`) in the
-    argument given, `data` or `loss_fn`."""
+    argument given, `data` or `loss_fn`. With `parts`, a whole batch's samples are counted from
+    its tensors (`samples_in`) unless `counted` (the user gave `samples_per_batch`)."""
     data = _Where("data" if parts else "workload", "data" if parts else f"workload={name!r}")
     loss = _Where("loss_fn" if parts else "workload", "loss_fn" if parts else f"workload={name!r}")
     optimizer = _Where(
@@ -58,13 +61,13 @@ def own_workload(workload: Workload, name: str, *, parts: bool = False) -> Workl
     model = _Where("model" if parts else "workload", "model" if parts else f"workload={name!r}")
     _check_materialised(workload, model)
     _check_optimizer(workload, optimizer)
-    size, counted = workload.batch_size, workload.samples_per_batch
-    if size is not None and counted != size:
+    size, per_batch = workload.batch_size, workload.samples_per_batch
+    if size is not None and per_batch != size:
         # Every throughput is samples_per_batch over a step's time: 1000 against batch_size 8
         # had been shown 125x too high, without a word (a probe, 2026-12-06).
         raise data.error(
-            f"samples_per_batch={counted} but batch_size={size}: the loader batches {size} "
-            f"samples a step, so samples/s would be counted {counted / size:.3g}x; set "
+            f"samples_per_batch={per_batch} but batch_size={size}: the loader batches {size} "
+            f"samples a step, so samples/s would be counted {per_batch / size:.3g}x; set "
             f"samples_per_batch={size}"
         )
     batch = _first_batch(workload, data)
@@ -77,7 +80,8 @@ def own_workload(workload: Workload, name: str, *, parts: bool = False) -> Workl
     _materialise(workload, tuple(batch), loss)
     _check_trainable(workload, model)
     _check_loss(workload, tuple(batch), loss)
-    if parts and workload.batch_size is None:
+    if parts and workload.batch_size is None and not counted:
+        _check_whole(tuple(batch))
         workload = dataclasses.replace(workload, samples_per_batch=samples_in(tuple(batch)))
     return mark_checked(workload)
 
@@ -95,6 +99,25 @@ def samples_in(batch: tuple[torch.Tensor, ...]) -> int:
     leading = [int(t.shape[0]) for t in shaped]
     shared = [n for n in leading if all(n in t.shape for t in shaped)] or leading
     return max(sorted(set(shared)), key=shared.count)
+
+
+def _check_whole(batch: tuple[torch.Tensor, ...]) -> None:
+    """WorkloadError naming `batch_size` where a dataset's item, fed whole (no batch size), looks
+    like one sample: a scalar beside shaped tensors (a class label without its batch
+    dimension), or tensors that share no size. Such a step trained one sample, and its samples
+    were counted from a feature size: 16x the samples/s (a user's probe, 2026-12-06)."""
+    shaped = [t for t in batch if t.dim() > 0]
+    scalar = len(shaped) < len(batch)
+    if shaped and (scalar or not any(all(n in t.shape for t in shaped) for n in shaped[0].shape)):
+        shapes = ", ".join(str(list(t.shape)) for t in batch[:4])
+        why = "a scalar beside shaped tensors" if scalar else "its tensors share no size"
+        raise WorkloadError(
+            f"batch_size: None feeds each item of data whole, as a batch, and its first item "
+            f"({shapes}) looks like one sample ({why}); "
+            "give batch_size=N to batch its samples, or samples_per_batch=N where each item "
+            "already is a batch of N",
+            field="batch_size",
+        )
 
 
 _CHECKED = "_streamtune_checked"
@@ -224,11 +247,30 @@ checked, and a shape-[8, 1] loss reached torch's "grad can be implicitly created
 outputs" (a user's probe, 2026-12-05)."""
 
 
+def _captured(loss_fn: object) -> tuple[object, ...]:
+    """What a closure captured, where that is a plain value (a `reduction` string, a weight):
+    one code made with `make_loss("mean")`, then `make_loss("none")`, had been taken as
+    checked, and the second reached torch's "grad can be implicitly created only for scalar
+    outputs" (a user's probe, 2026-12-06). Anything else counts by its type: a factory makes a
+    new module or tensor at every build, and the check is kept once per code."""
+    cells = getattr(getattr(loss_fn, "__func__", loss_fn), "__closure__", None) or ()
+    plain = (str, int, float, bool, type(None))
+    captured: list[object] = []
+    for cell in cells:
+        try:
+            value = cell.cell_contents
+        except ValueError:  # a cell not yet filled
+            value = None
+        captured.append(value if isinstance(value, plain) else type(value))
+    return tuple(captured)
+
+
 def _check_loss(workload: Workload, batch: tuple[torch.Tensor, ...], where: _Where) -> None:
     loss_fn = original_loss(workload.loss_fn)
     model = _qualified(type(workload.model))
     code = getattr(loss_fn, "__code__", None)  # a function's or a bound method's
     key = (where.said, workload.name, workload.preset, _qualified(loss_fn), code, model)
+    key += _captured(loss_fn)
     if key in _LOSS_CHECKED:
         return
     copied = meta_copy(workload.model)
