@@ -269,8 +269,8 @@ def _check_loss(workload: Workload, batch: tuple[torch.Tensor, ...], where: _Whe
     loss_fn = original_loss(workload.loss_fn)
     model = _qualified(type(workload.model))
     code = getattr(loss_fn, "__code__", None)  # a function's or a bound method's
-    key = (where.said, workload.name, workload.preset, _qualified(loss_fn), code, model)
-    key += _captured(loss_fn)
+    key: tuple[object, ...] = (where.said, workload.name, workload.preset, _qualified(loss_fn))
+    key += (code, model, *_captured(loss_fn))
     if key in _LOSS_CHECKED:
         return
     copied = meta_copy(workload.model)
