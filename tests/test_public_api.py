@@ -192,6 +192,7 @@ WORKLOADS = {
     "catalog",
     "check_preset",
     "disable_dropout",
+    "first_batch",
     "load_workload",
     "lookup",
     "resolve_factory",

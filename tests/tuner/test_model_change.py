@@ -169,3 +169,67 @@ def test_the_identity_reads_the_models_own_class_file_and_the_files_its_argument
     assert len(before) == 1 and before[0].startswith(f"config={config}:")
     config.write_text('{"rope_theta": 500000}')
     assert named_files({"config": str(config), "seq": "128"}) != before
+
+
+FROM_FILE = """
+import torch
+from torch import nn
+from torch.utils.data import Dataset, TensorDataset
+
+import trainers
+
+
+class Augmented(Dataset):
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):  # draws from torch's global generator, as transforms do
+        return self.x[i] + 0.01 * torch.randn(self.x.shape[1]), self.y[i]
+
+
+def loss(model, batch):
+    return nn.functional.cross_entropy(model(batch[0]), batch[1])
+
+
+def build(preset, *, seed):
+    x, y = torch.load(DATA)
+    return trainers.workload_from_parts(
+        nn.Linear(8, 3), Augmented(x, y), loss, optimizer=trainers.workloads.adam(), batch_size=8
+    )
+"""
+
+
+def test_a_users_data_changed_in_its_file_gets_its_own_study(
+    folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The factory loads its data from a file the code does not name: a changed file had
+    resumed the study, and every trial failed the stored reference at step 0 with a hint about
+    workers (a user's probe, 2026-12-06). An augmenting dataset keeps one digest run to run."""
+    import torch
+
+    data = folder / "data.pt"
+    (folder / f"{MODULE}.py").write_text(f"DATA = {str(data)!r}\n{FROM_FILE}")
+    sys.modules.pop(MODULE, None)
+    importlib.invalidate_caches()
+    storage, old = sqlite_url(folder), f"{MODULE}-build-tiny-cpu"
+    generator = torch.Generator().manual_seed(0)
+    first = (torch.randn(64, 8, generator=generator), torch.randint(0, 3, (64,)))
+    torch.save(first, data)
+    code, err = run(capsys, storage)
+    assert code == 0, err
+    code, err = run(capsys, storage)  # the same file, augmented again: the same study
+    assert code == 0, err
+    assert f"resuming study {old}:" in err and "changed since" not in err
+
+    torch.save((first[0] + 1.0, first[1]), data)
+    code, err = run(capsys, storage)
+    assert code == 0, err
+    (line,) = [x for x in err.splitlines() if "changed since" in x]
+    assert (
+        f"the model's data changed since study {old} was measured: new study {old}-model-" in line
+    )
+    assert f"to resume {old}, run again with the model and data it measured" in line
+    assert "done: recommended" in err and "parity" not in err  # measured against its own data

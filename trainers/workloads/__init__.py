@@ -27,7 +27,7 @@ from trainers.workloads.base import (
     check_preset,
     disable_dropout,
 )
-from trainers.workloads.checks import mark_checked, own_workload
+from trainers.workloads.checks import first_batch, mark_checked, own_workload
 from trainers.workloads.options import Family, OptionSpec, key_of
 from trainers.workloads.reuse import ReusedBuilds
 from trainers.workloads.seeded import check_seeded, seed_generators
@@ -447,6 +447,7 @@ __all__ = [
     "catalog",
     "check_preset",
     "disable_dropout",
+    "first_batch",
     "load_workload",
     "lookup",
     "resolve_factory",

@@ -147,6 +147,13 @@ class _Where:
         return WorkloadError(f"{self.said}: {message}", field=self.field)
 
 
+def first_batch(workload: Workload) -> Any:
+    """The workload's first batch as its loader makes it (a dict, a tensor or a tuple), or None
+    where the dataset can be neither indexed nor iterated; what making it raises is said
+    naming `data`."""
+    return _first_batch(workload, _Where("data", "data"))
+
+
 def _first_batch(workload: Workload, where: _Where) -> Any:
     """The first batch as the loader would make it, before the loop turns it into a tuple (of an
     IterableDataset, from an iterator of its own, as each epoch's loader makes one); None where

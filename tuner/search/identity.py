@@ -13,15 +13,20 @@ import hashlib
 import inspect
 import json
 import os
+import random
 import shlex
 import sysconfig
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
+import torch
 
 import trainers
 from trainers.program import Program
+from trainers.workloads import LIBRARY_PREFIXES
+from trainers.workloads.seeded import seed_generators
 from tuner.store.keys import META
 from tuner.store.storage import same_question
 
@@ -46,7 +51,51 @@ def model_identity(
         with open(path, "rb") as handle:
             sources.append(handle.read().decode("utf-8", "replace"))
     code = digest(*sources, *named_files(model_args))
-    return {"architecture": architecture, "code": code, "digest": digest(architecture, code)}
+    if name in trainers.workloads.BUILTIN or name.partition(":")[0] in LIBRARY_PREFIXES:
+        # Their data is made by the code digested above, from the seed.
+        return {"architecture": architecture, "code": code, "digest": digest(architecture, code)}
+    data = data_digest(workload)
+    return {
+        "architecture": architecture,
+        "code": code,
+        "data": data,
+        "digest": digest(architecture, code, data),
+    }
+
+
+def data_digest(workload: trainers.Workload) -> str:
+    """A user's first batch, by its tensors' dtypes, shapes and bytes, read with the global
+    generators seeded (an augmentation draws the same numbers each time) and left as they were.
+    A user's factory that loads its data from a file had resumed its study after the file
+    changed, and every trial failed the stored reference at step 0 with a hint about workers
+    (a user's probe, 2026-12-06)."""
+    with torch.random.fork_rng(devices=[]):
+        state = random.getstate()
+        numpy_state = np.random.get_state()
+        try:
+            seed_generators(0)
+            batch = trainers.workloads.first_batch(workload)
+        finally:
+            random.setstate(state)
+            np.random.set_state(numpy_state)
+    hashed = hashlib.sha256()
+    for tensor in _tensors(batch):
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        hashed.update(f"{tensor.dtype}{list(tensor.shape)}".encode())
+        hashed.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+    return hashed.hexdigest()[:8]
+
+
+def _tensors(batch: Any) -> list[torch.Tensor]:
+    """The tensors of a batch in order: a tensor, a dict's values, a tuple's items; what else
+    it holds (a list of strings gathered by the loader) as its text."""
+    if isinstance(batch, torch.Tensor):
+        return [batch]
+    if isinstance(batch, dict):
+        return [t for value in batch.values() for t in _tensors(value)]
+    if isinstance(batch, tuple | list):
+        return [t for item in batch for t in _tensors(item)]
+    return [torch.tensor(list(repr(batch).encode()), dtype=torch.uint8)]
 
 
 def program_identity(program: Program) -> dict[str, str]:
@@ -114,13 +163,16 @@ def study_for_model(
     if not isinstance(stored, dict) or stored.get("digest") == model["digest"]:
         return name, None
     new = f"{name}-model-{model['digest']}"
-    changed = "architecture" if stored.get("architecture") != model["architecture"] else "code"
+    changed = next(
+        (key for key in ("architecture", "code") if stored.get(key) != model[key]), "data"
+    )
     subject = "program" if "program" in model else "model"
     what = {"architecture": "registry entry", "code": "files"} if "program" in model else {}
+    measured = "data" if changed == "data" else "code"
     return new, (
         f"the {subject}'s {what.get(changed, changed)} changed since study {name} was measured: "
         f"new study {new}, not mixed with it; to resume {name}, run again with the {subject} "
-        f"and code it measured (read it: python -m tuner best --study {shlex.quote(name)})"
+        f"and {measured} it measured (read it: python -m tuner best --study {shlex.quote(name)})"
     )
 
 
