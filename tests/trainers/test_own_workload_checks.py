@@ -190,6 +190,14 @@ def test_a_dataset_that_draws_in_its_workers_is_told_why_it_fails_the_gate() -> 
         f"{OWN}:tuple_batches", config, RunArgs(steps=4, seed=0, device="cpu"), preset="tiny"
     )
     assert plain.passed and "__getitem__" not in plain.reason
+    # A stream copied whole into each worker: the second batch repeats the first (a user's
+    # probe, 2026-12-06: "first differs at step 1", and nothing said why).
+    stream = gate(
+        f"{OWN}:streamed_dicts", config, RunArgs(steps=4, seed=0, device="cpu"), preset="tiny"
+    )
+    assert not stream.passed and stream.first_diverging_step == 1
+    assert "the second batch repeats the first" in stream.reason, stream.reason
+    assert "get_worker_info()" in stream.reason
 
 
 def test_a_stream_of_dicts_is_fed_as_tuples_and_its_mistakes_are_refused() -> None:
@@ -301,6 +309,11 @@ def test_a_model_with_no_trainable_parameter_is_refused_naming_the_model() -> No
             model, data, mlp.classification_loss, optimizer=adam(1e-3), batch_size=4
         )
     assert caught.value.field == "model"
+    # No parameter at all: "unfreeze some" could not apply (a user's probe, 2026-12-06).
+    with pytest.raises(WorkloadError, match=r"^model: the model has no parameters: the loop"):
+        workload_from_parts(
+            nn.ReLU(), data, mlp.classification_loss, optimizer=torch.optim.SGD, batch_size=4
+        )
 
 
 def test_lazy_modules_get_their_sizes_from_the_first_batch_and_train() -> None:

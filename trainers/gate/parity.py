@@ -285,7 +285,16 @@ def _with_workers_hint(verdict: ParityVerdict, config: LoopConfig) -> str:
     first step, the likely cause: each worker process draws its own random numbers, so a dataset
     that draws in `__getitem__` (an augmentation) gives other batches than in the main process;
     every config with workers failed so, and nothing said why (a new user's trial, 2026-12-02)."""
-    if verdict.passed or config.num_workers == 0 or verdict.first_diverging_step != 0:
+    if verdict.passed or config.num_workers == 0:
+        return verdict.reason
+    if verdict.first_diverging_step == 1:
+        # The first batch equal, the second not: each worker gave the same first batch.
+        return (
+            f"{verdict.reason}: with {config.num_workers} DataLoader workers the second batch "
+            "repeats the first; an IterableDataset is copied whole into each worker, which "
+            "yields every item, unless it shards by torch.utils.data.get_worker_info()"
+        )
+    if verdict.first_diverging_step != 0:
         return verdict.reason
     return (
         f"{verdict.reason}: with {config.num_workers} DataLoader workers the first batch already "

@@ -378,11 +378,17 @@ def _check_trainable(workload: Workload, where: _Where) -> None:
     """A model none of whose parameters requires grad trains nothing: every step failed at its
     backward ("element 0 of tensors does not require grad") in every trial and baseline."""
     params = list(workload.model.parameters())
-    if not any(p.requires_grad for p in params):
-        held = f"its {len(params)} parameters all have requires_grad=False" if params else "none"
+    if not params:
+        # "Unfreeze some" cannot apply: weights kept as plain tensors are not the model's.
         raise where.error(
-            f"the model has no trainable parameter ({held}): the loop trains the model's "
-            "parameters; unfreeze some (p.requires_grad_(True))"
+            "the model has no parameters: the loop trains what model.parameters() gives; hold "
+            "the weights as nn.Parameter (or in nn.Linear and the like), not as plain tensors"
+        )
+    if not any(p.requires_grad for p in params):
+        raise where.error(
+            f"the model has no trainable parameter (its {len(params)} parameters all have "
+            "requires_grad=False): the loop trains the model's parameters; unfreeze some "
+            "(p.requires_grad_(True))"
         )
 
 
