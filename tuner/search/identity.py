@@ -16,6 +16,7 @@ import os
 import random
 import shlex
 import sysconfig
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,7 @@ def _tensors(batch: Any) -> list[torch.Tensor]:
     it holds (a list of strings gathered by the loader) as its text."""
     if isinstance(batch, torch.Tensor):
         return [batch]
-    if isinstance(batch, dict):
+    if isinstance(batch, Mapping):  # a dict, or transformers' BatchEncoding (a UserDict)
         return [t for value in batch.values() for t in _tensors(value)]
     if isinstance(batch, tuple | list):
         return [t for item in batch for t in _tensors(item)]
