@@ -233,3 +233,30 @@ def test_a_users_data_changed_in_its_file_gets_its_own_study(
     )
     assert f"to resume {old}, run again with the model and data it measured" in line
     assert "done: recommended" in err and "parity" not in err  # measured against its own data
+
+
+def test_the_data_digest_reads_every_tensor_of_a_mapping_batch() -> None:
+    """transformers' BatchEncoding is a UserDict, not a dict: its tensors had been read as a
+    repr, which shows a few values of a large tensor and misses a change among the rest."""
+    from collections import UserDict
+
+    import torch
+    from torch import nn
+
+    import trainers
+    from tuner.search.identity import data_digest
+
+    def workload(last: int) -> trainers.Workload:
+        ids = torch.zeros(4, 4096, dtype=torch.long)
+        ids[-1, -1] = last  # beyond what a tensor's repr shows
+        return trainers.Workload(
+            name="mapping",
+            preset="tiny",
+            model=nn.Linear(1, 1),
+            dataset=[UserDict(input_ids=ids)],  # type: ignore[arg-type]
+            loss_fn=lambda m, b: m.weight.sum(),
+            samples_per_batch=4,
+        )
+
+    assert data_digest(workload(1)) == data_digest(workload(1))
+    assert data_digest(workload(1)) != data_digest(workload(2))
