@@ -162,7 +162,7 @@ class Trainer:
             eval_loss=eval_loss,
             eval_data=eval_data,
         )
-        self.workload = workload = checked_workload(workload)
+        self.workload = workload = checked_workload(workload, config)
         self.config = config
         self.precision = precision
         self.accumulate = accumulate

@@ -4,6 +4,7 @@ before any step: each raises a ConfigError naming the first bad one and what to 
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Mapping
@@ -206,17 +207,66 @@ def check_parts(
         )
 
 
-def checked_workload(workload: Workload) -> Workload:
+def checked_workload(workload: Workload, config: LoopConfig) -> Workload:
     """A `Workload` built by hand (`examples/my_workload.py`'s way), checked and its dict or
     tensor batches fed as tuples, as a factory's are; one that was (a factory's) as it is.
-    Anything else (`Trainer(model)`, which raised AttributeError 'name') is named."""
+    Anything else (`Trainer(model)`, which raised AttributeError 'name') is named. A stream
+    that `config`'s workers would each yield whole is refused (`_check_stream_workers`)."""
     if not isinstance(workload, Workload):
         raise ConfigError(
             "workload",
             type(workload).__name__,
             "a Workload: trainers.workload_from_parts(model, data, loss_fn, optimizer=...)",
         )
-    return workload if checked(workload) else own_workload(workload, workload.name)
+    workload = workload if checked(workload) else own_workload(workload, workload.name)
+    _check_stream_workers(workload, config.num_workers)
+    return workload
+
+
+def _check_stream_workers(workload: Workload, workers: int) -> None:
+    """ConfigError naming `num_workers` where the dataset is an IterableDataset that each of
+    the DataLoader's workers copies whole and yields whole: every batch came `workers` times,
+    and the run trained on them without a word (a user's probe, 2026-12-06). Seen as the
+    first two batches of two workers being one batch, where one process's two differ; a
+    stream that shards by get_worker_info() passes. It costs two worker processes, once."""
+    if workers < 2 or not isinstance(workload.dataset, torch.utils.data.IterableDataset):
+        return
+
+    def first_two(processes: int) -> list[Any]:
+        loader = torch.utils.data.DataLoader(
+            workload.dataset,
+            batch_size=workload.batch_size,
+            collate_fn=workload.collate_fn,
+            num_workers=processes,
+        )
+        return list(itertools.islice(loader, 2))
+
+    plain = first_two(0)
+    if len(plain) < 2 or _same(plain[0], plain[1]):
+        return
+    split = first_two(2)
+    if len(split) == 2 and _same(split[0], split[1]):
+        raise ConfigError(
+            "num_workers",
+            workers,
+            "0 for this IterableDataset, which each DataLoader worker copies and yields whole: "
+            "every batch came once per worker; or shard it by "
+            "torch.utils.data.get_worker_info() (worker i yields every num_workers-th item)",
+        )
+
+
+def _same(one: Any, other: Any) -> bool:
+    """Whether two batches (tensors, or tuples or dicts of them) hold the same values."""
+    if isinstance(one, torch.Tensor) and isinstance(other, torch.Tensor):
+        return one.shape == other.shape and bool(torch.equal(one, other))
+    if isinstance(one, Mapping) and isinstance(other, Mapping):
+        return list(one) == list(other) and all(_same(one[k], other[k]) for k in one)
+    if isinstance(one, tuple | list) and isinstance(other, tuple | list):
+        return len(one) == len(other) and all(_same(a, b) for a, b in zip(one, other, strict=True))
+    try:
+        return bool(one == other)
+    except Exception:  # noqa: BLE001 - an object without a plain truth of ==: not the same
+        return False
 
 
 def from_loader(

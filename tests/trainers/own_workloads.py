@@ -209,6 +209,19 @@ class _Stream(torch.utils.data.IterableDataset[Any]):
         return (self.samples[i % 8] for i in range(self.count))
 
 
+class _ShardedStream(_Stream):
+    """The stream, each DataLoader worker yielding its own share (every num_workers-th item)."""
+
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        share = range(self.count) if info is None else range(info.id, self.count, info.num_workers)
+        return (self.samples[i % 8] for i in share)
+
+
+def sharded_stream(preset: str, *, seed: int) -> Workload:
+    return _workload(dataset=_ShardedStream("tuple", count=16))
+
+
 def streamed_dicts(preset: str, *, seed: int) -> Workload:
     def loss(model: nn.Module, batch: Any) -> torch.Tensor:
         return nn.functional.cross_entropy(model(batch["features"]), batch["label"])

@@ -198,6 +198,13 @@ def test_a_dataset_that_draws_in_its_workers_is_told_why_it_fails_the_gate() -> 
     assert not stream.passed and stream.first_diverging_step == 1
     assert "the second batch repeats the first" in stream.reason, stream.reason
     assert "get_worker_info()" in stream.reason
+    # The Trainer refuses it before a step; a stream that shards by worker trains.
+    with pytest.raises(ConfigError, match=r"^num_workers=2 is invalid: allowed 0 for this Iter"):
+        Trainer(load_workload(f"{OWN}:streamed_dicts", "tiny"), config, device="cpu")
+    sharded = Trainer(load_workload(f"{OWN}:sharded_stream", "tiny"), config, device="cpu")
+    assert len(sharded.fit(3).losses) == 3
+    plain = Trainer(load_workload(f"{OWN}:streamed_dicts", "tiny"), LoopConfig(), device="cpu")
+    assert plain.fit(2).step == 2  # one process reads the stream once
 
 
 def test_a_stream_of_dicts_is_fed_as_tuples_and_its_mistakes_are_refused() -> None:
