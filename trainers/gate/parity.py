@@ -85,6 +85,7 @@ from trainers.gate.verdict import (
     compare,
     equivalence_fields,
     per_step,
+    with_workers_hint,
 )
 from trainers.levers import defaults_where
 from trainers.precision import Precision
@@ -183,11 +184,10 @@ def gate(
     losses: Sequence[float] | None = None,
     determinism: Determinism | None = None,
 ) -> ParityVerdict:
-    """Run `config` and what it is compared with, and judge it.
-
-    reference, envelope, twin: reuse earlier measurements (the reference's losses, its noise
-    envelope, `config`'s twin of kind `twin_kind`: "eager" or, for a config with no graph,
-    "loop", `trainers.gate.twin`); whatever the test needs and is not given is measured here.
+    """Run `config` and what it is compared with, and judge it. reference, envelope, twin:
+    reuse earlier measurements (the reference's losses, its noise envelope, `config`'s twin of
+    kind `twin_kind`: "eager" or, for a config with no graph, "loop", `trainers.gate.twin`);
+    whatever the test needs and is not given is measured here.
     probe: the eager step's reproducibility (`trainers.gate.reproducibility`); None takes it
     from the process cache or measures it (two runs of the reference loop) when asked.
     args: every run's steps, seed, device and precision (`GATE_ARGS` by default): the config's,
@@ -218,7 +218,8 @@ def gate(
     chosen, losses, reference, twin = runs.measure(chosen, probe, reference, twin, losses)
     if chosen == "exact":
         verdict = compare(losses, reference, exact=True, tolerance=0.0)
-        return dataclasses.replace(verdict, **fields, reason=_with_workers_hint(verdict, config))
+        reason = with_workers_hint(verdict, config.num_workers)  # why, where it can tell
+        return dataclasses.replace(verdict, **fields, reason=reason)
     judge = {"window": window, "multiple": multiple, "check_drift": check_drift}
     return runs.judged_equivalent(
         chosen, losses, reference, envelope=envelope, twin=twin, judge=judge
@@ -278,30 +279,6 @@ class _Given:
                 "bits are owed only to a twin of the same kernels"
             )
         return mode
-
-
-def _with_workers_hint(verdict: ParityVerdict, config: LoopConfig) -> str:
-    """The verdict's reason, and where an eager config with DataLoader workers differs from its
-    first step, the likely cause: each worker process draws its own random numbers, so a dataset
-    that draws in `__getitem__` (an augmentation) gives other batches than in the main process;
-    every config with workers failed so, and nothing said why (a new user's trial, 2026-12-02)."""
-    if verdict.passed or config.num_workers == 0:
-        return verdict.reason
-    if verdict.first_diverging_step == 1:
-        # The first batch equal, the second not: each worker gave the same first batch.
-        return (
-            f"{verdict.reason}: with {config.num_workers} DataLoader workers the second batch "
-            "repeats the first; an IterableDataset is copied whole into each worker, which "
-            "yields every item, unless it shards by torch.utils.data.get_worker_info()"
-        )
-    if verdict.first_diverging_step != 0:
-        return verdict.reason
-    return (
-        f"{verdict.reason}: with {config.num_workers} DataLoader workers the first batch already "
-        "differs; a dataset that draws random numbers in __getitem__ (an augmentation) draws "
-        "them in each worker process otherwise than in the main one. Seed each draw from the "
-        "index (torch.Generator().manual_seed(seed + index)) to make the data reproducible"
-    )
 
 
 def _twin_kind(config: LoopConfig, wanted: TwinKind, *, given: Twin | None) -> TwinKind:

@@ -221,3 +221,28 @@ def equivalence_fields(eq: Equivalence) -> dict[str, Any]:
         "drift_ratio": eq.drift_ratio,
         "passing_multiple": eq.passing_multiple,
     }
+
+
+def with_workers_hint(verdict: ParityVerdict, workers: int) -> str:
+    """The verdict's reason, and where an eager config with `workers` DataLoader workers differs
+    from its first step, the likely cause: each worker process draws its own random numbers, so
+    a dataset that draws in `__getitem__` (an augmentation) gives other batches than in the main
+    process; every config with workers failed so, and nothing said why (a new user's trial,
+    2026-12-02). Where the second step is the first to differ: a stream copied into each."""
+    if verdict.passed or workers == 0:
+        return verdict.reason
+    if verdict.first_diverging_step == 1:
+        # The first batch equal, the second not: each worker gave the same first batch.
+        return (
+            f"{verdict.reason}: with {workers} DataLoader workers the second batch "
+            "repeats the first; an IterableDataset is copied whole into each worker, which "
+            "yields every item, unless it shards by torch.utils.data.get_worker_info()"
+        )
+    if verdict.first_diverging_step != 0:
+        return verdict.reason
+    return (
+        f"{verdict.reason}: with {workers} DataLoader workers the first batch already "
+        "differs; a dataset that draws random numbers in __getitem__ (an augmentation) draws "
+        "them in each worker process otherwise than in the main one. Seed each draw from the "
+        "index (torch.Generator().manual_seed(seed + index)) to make the data reproducible"
+    )
