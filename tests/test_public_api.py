@@ -197,6 +197,7 @@ WORKLOADS = {
     "lookup",
     "resolve_factory",
     "samples_per_batch_of",
+    "seed_generators",
     "workload_key",
 }
 TUNER = {

@@ -58,9 +58,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
-from torch.utils.data import Dataset
 
 from trainers.checkpoint import (
     CHECKPOINT_FORMAT,
@@ -76,26 +74,22 @@ from trainers.checkpoint import (
 )
 from trainers.config import REFERENCE, LoopConfig
 from trainers.core import Engine, Session
-from trainers.errors import ConfigError
+from trainers.errors import ConfigError, WorkloadError
 from trainers.fit_checks import (
-    OPTIMIZER_ALLOWED,
     Deferred,
     check_eval_batch,
     check_fit_arguments,
     check_options,
-    check_parts,
     checked_scheduler,
     checked_workload,
-    from_loader,
-    shown_value,
 )
-from trainers.optim import with_capturable
+from trainers.parts import workload_from_parts
 from trainers.precision import Precision
 from trainers.schedules import warmup_cosine
 from trainers.streams import StreamPlan, on, wait
 from trainers.workloads.as_tuples import original_loss
-from trainers.workloads.base import Batch, LossFn, OptimizerFactory, Workload, evaluating
-from trainers.workloads.checks import own_workload
+from trainers.workloads.base import Batch, LossFn, Workload, evaluating
+from trainers.workloads.checks import raised_at
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -130,6 +124,30 @@ class FitResult:
     wall_s: float
     n_syncs: int
     """Blocking host syncs the loss harvest made (evaluations and checkpoints not counted)."""
+
+
+@dataclasses.dataclass
+class _Periodic:
+    """What `Trainer.fit` does every so many steps, in this order: evaluate, then write the
+    checkpoint (which then holds the RNG state after the evaluation, as an uninterrupted run
+    goes on from); and what each gave."""
+
+    eval_every: int | None
+    on_eval: EvalCallback | None
+    checkpoint_every: int | None
+    checkpoint_path: str | os.PathLike[str] | None
+    evals: list[tuple[int, float]] = dataclasses.field(default_factory=list)
+    checkpoints: list[str] = dataclasses.field(default_factory=list)
+
+    def after(self, trainer: Trainer, session: Session) -> None:
+        """After `trainer.step`'s optimizer step, what is due at it."""
+        step = trainer.step
+        due = self.checkpoint_every is not None and step % self.checkpoint_every == 0
+        save = functools.partial(trainer._checkpoint, session, self.checkpoint_path)
+        if self.eval_every is not None and step % self.eval_every == 0:
+            self.evals.append(trainer._evaluated(session.plan, self.on_eval, save if due else None))
+        if due:
+            self.checkpoints.append(save())
 
 
 class Trainer:
@@ -261,8 +279,7 @@ class Trainer:
         )
         start, deferred = self.step, Deferred(on_losses, allow_nonfinite=allow_nonfinite)
         session = self._session(steps - start, deferred)
-        evals: list[tuple[int, float]] = []
-        checkpoints: list[str] = []
+        periodic = _Periodic(eval_every, on_eval, checkpoint_every, checkpoint_path)
         started = time.perf_counter()
         with session:
             for step in range(start, steps):
@@ -273,11 +290,7 @@ class Trainer:
                     with on(session.step_fn.optimizer_stream):
                         self.scheduler.step()
                 self.step = step + 1
-                if eval_every is not None and self.step % eval_every == 0:
-                    evals.append(self._evaluated(session.plan, on_eval))
-                if checkpoint_every is not None and self.step % checkpoint_every == 0:
-                    assert checkpoint_path is not None
-                    checkpoints.append(self._checkpoint(session, checkpoint_path))
+                periodic.after(self, session)
                 deferred.raise_any(self.step)
             session.drain()
             deferred.raise_any(self.step)
@@ -287,8 +300,8 @@ class Trainer:
             start_step=start,
             step=self.step,
             losses=list(session.losses),
-            evals=evals,
-            checkpoints=checkpoints,
+            evals=periodic.evals,
+            checkpoints=periodic.checkpoints,
             wall_s=time.perf_counter() - started,
             n_syncs=session.harvester.n_syncs,
         )
@@ -315,15 +328,30 @@ class Trainer:
         session.on_losses(on_losses)
         return session
 
-    def _evaluated(self, plan: StreamPlan, on_eval: EvalCallback | None) -> tuple[int, float]:
-        """The evaluation after this step, handed to `on_eval`: (step, mean loss)."""
-        value = self.evaluate(plan)
+    def _evaluated(
+        self, plan: StreamPlan, on_eval: EvalCallback | None, save: Callable[[], str] | None
+    ) -> tuple[int, float]:
+        """The evaluation after this step, handed to `on_eval`: (step, mean loss). Where it
+        raises, the checkpoint due at this step (`save`) is written first, then one line says
+        what was raised: a held-out batch the first one's check could not fault (an index past
+        the vocabulary, read only by a real run) had lost that checkpoint, under a traceback."""
+        try:
+            value = self.evaluate(plan)
+        except Exception as exc:
+            said = " ".join(str(exc).split())[:300]
+            written = "" if save is None else f"; this step's checkpoint was written: {save()}"
+            raise WorkloadError(
+                f"eval_data: the evaluation after step {self.step} raised {type(exc).__name__}"
+                f"{raised_at(exc)}: {said}{written}",
+                field="eval_data",
+            ) from exc
         if on_eval is not None:
             on_eval(self.step, value)
         return self.step, value
 
-    def _checkpoint(self, session: Session, path: str | os.PathLike[str]) -> str:
+    def _checkpoint(self, session: Session, path: str | os.PathLike[str] | None) -> str:
         """Write this step's checkpoint to `path` (`checkpoint_file`): where it was written."""
+        assert path is not None  # `check_fit_arguments`: checkpoint_every needs a path
         # The losses so far reach the callback before the checkpoint is written.
         session.drain()
         return str(self.save(checkpoint_file(path, self.step)))
@@ -435,54 +463,6 @@ class Trainer:
         self._restore(read_checkpoint(path, self.device), path)
 
 
-def workload_from_parts(
-    model: nn.Module,
-    data: Dataset[Any] | torch.utils.data.DataLoader[Any],
-    loss_fn: LossFn,
-    *,
-    optimizer: OptimizerFactory | torch.optim.Optimizer,
-    batch_size: int | None = None,
-    collate_fn: Callable[[list[Any]], Batch] | None = None,
-    name: str = "custom",
-    samples_per_batch: int | None = None,
-) -> Workload:
-    """A `Workload` from a user's own model, data, loss and optimizer, for `Trainer`.
-
-    data: a Dataset of samples (with batch_size), of whole batches (batch_size None: the samples
-    a step counts are a leading size every tensor of a batch has, `checks.samples_in`), or a
-    DataLoader, whose dataset, batch size and collate_fn are used: the loop builds its own
-    loader in dataset order, since workers and pinning are settings it was tuned with. Every
-    step takes a whole batch: the last batch of a pass through a dataset of samples, where it
-    would be short, is dropped (as `drop_last=True`). `samples_per_batch`: the samples a whole
-    batch holds, where that count is not the one its tensors share (a mask of sequence x
-    sequence beside batch x sequence ids); samples/s are counted from it.
-    optimizer: a factory `(params, capturable) -> Optimizer`, or an optimizer already built on
-    `model`'s parameters (rebuilt capturable when a CUDA graph needs it).
-    """
-    if isinstance(data, torch.utils.data.DataLoader):
-        data, batch_size, collate_fn = from_loader(data, batch_size, collate_fn)
-    check_parts(data, loss_fn, batch_size, samples_per_batch)
-    make_optimizer: OptimizerFactory
-    if isinstance(optimizer, torch.optim.Optimizer):
-        make_optimizer = functools.partial(_as_built, optimizer)
-    elif callable(optimizer):
-        make_optimizer = optimizer
-    else:
-        raise ConfigError("optimizer", shown_value(optimizer), OPTIMIZER_ALLOWED)
-    workload = Workload(
-        name=name,
-        preset="custom",
-        model=model,
-        dataset=data,
-        loss_fn=loss_fn,
-        samples_per_batch=samples_per_batch or batch_size or 1,
-        make_optimizer=make_optimizer,
-        batch_size=batch_size,
-        collate_fn=collate_fn,
-    )
-    return own_workload(workload, name, parts=True, counted=samples_per_batch is not None)
-
-
 def _to_device(batch: Any, device: torch.device) -> Any:
     """A held-out batch on `device`, in its own shape: a dict, a tensor or a tuple of tensors."""
     if isinstance(batch, torch.Tensor):
@@ -490,10 +470,3 @@ def _to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, Mapping):
         return {key: value.to(device) for key, value in batch.items()}
     return tuple(t.to(device) for t in batch)
-
-
-def _as_built(
-    built: torch.optim.Optimizer, params: Iterable[nn.Parameter], capturable: bool
-) -> torch.optim.Optimizer:
-    """A user's optimizer, already built on the model's parameters (`params` are the same)."""
-    return with_capturable(built, capturable)

@@ -4,10 +4,11 @@ before any step: each raises a ConfigError naming the first bad one and what to 
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sized
 from typing import Any
 
 import torch
@@ -50,6 +51,14 @@ def check_options(
             type(scheduler).__name__,
             "None or a factory: lambda optimizer: CosineAnnealingLR(optimizer, T_max)",
         )
+    if isinstance(scheduler, type) and _needs_settings(scheduler):
+        # StepLR itself had raised torch's "missing 1 required positional argument" at build.
+        raise ConfigError(
+            "scheduler",
+            scheduler.__name__,
+            f"a factory of the optimizer with the scheduler's settings: lambda optimizer: "
+            f"{scheduler.__name__}(optimizer, ...)",
+        )
     if lr_tensor is not None and not isinstance(lr_tensor, bool):
         raise ConfigError("lr_tensor", lr_tensor, "None (decided by the config), true or false")
     if eval_loss is not None and not callable(eval_loss):
@@ -57,9 +66,31 @@ def check_options(
     _check_eval_data(eval_data)
 
 
+def _needs_settings(kind: type) -> bool:
+    """Whether the class `kind` takes a required argument after the optimizer."""
+    try:
+        parameters = list(inspect.signature(kind).parameters.values())[1:]
+    except (TypeError, ValueError):  # no signature to read: left to the build
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return any(p.default is p.empty and p.kind in positional for p in parameters)
+
+
+EVAL_BATCHES = 100_000
+"""Held-out batches past which `eval_data` is refused: every evaluation reads them all, and a
+training stream given as held-out data (a token stream of 2**30 batches) had hung the first."""
+
+
 def _check_eval_data(eval_data: object) -> None:
     if eval_data is None:
         return
+    if isinstance(eval_data, Sized) and len(eval_data) > EVAL_BATCHES:
+        raise ConfigError(
+            "eval_data",
+            f"{type(eval_data).__name__} of {len(eval_data):,} batches",
+            f"at most {EVAL_BATCHES:,} batches, each evaluation reads every one: a held-out "
+            "slice, e.g. [dataset[i] for i in range(100)]",
+        )
     if isinstance(eval_data, torch.Tensor) or (
         isinstance(eval_data, tuple) and all(isinstance(t, torch.Tensor) for t in eval_data)
     ):
@@ -366,7 +397,10 @@ def check_eval_batch(
         chosen(meta_copy(model), moved)
     except Exception as exc:
         said = " ".join(str(exc).split())
-        if isinstance(exc, KeyError | IndexError) or shapes_disagree(said) or "dtype" in said:
+        # What a real batch raises too; a meta tensor's own limits (no values) are not said.
+        kinds = KeyError | IndexError | AssertionError | ValueError | TypeError | AttributeError
+        told = isinstance(exc, kinds) or shapes_disagree(said) or "dtype" in said
+        if (told or "scalar type" in said) and "meta" not in said:
             raise ConfigError(
                 "eval_data",
                 "its first batch",

@@ -787,3 +787,67 @@ def test_a_nan_loss_stops_fit_at_its_harvest_unless_allowed(config: LoopConfig) 
 
     allowed = build().fit(8, allow_nonfinite=True)
     assert allowed.step == 8 and math.isnan(allowed.losses[4])
+
+
+def _unpacking_loss(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    features, labels = batch
+    return nn.functional.cross_entropy(model(features), labels)
+
+
+def _classifier() -> trainers.Workload:
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(64, 6), torch.randint(0, 3, (64,)))
+    return workload_from_parts(
+        nn.Linear(6, 3),
+        data,
+        _unpacking_loss,
+        optimizer=lambda params, capturable: torch.optim.SGD(params, lr=0.1),
+        batch_size=8,
+    )
+
+
+def test_an_evaluation_that_raises_is_one_line_after_its_steps_checkpoint(tmp_path: Path) -> None:
+    """A label past the classes: a meta tensor has no values to check, so the Trainer builds,
+    and the first evaluation raised torch's traceback and lost the checkpoint due at its step
+    (a user's probe, 2026-12-06)."""
+    held_out = [(torch.randn(4, 6), torch.tensor([0, 1, 2, 7]))]
+    trainer = Trainer(_classifier(), device="cpu", eval_data=held_out)
+    path = tmp_path / "c-{step}.pt"
+    with pytest.raises(trainers.WorkloadError) as caught:
+        trainer.fit(6, eval_every=4, checkpoint_every=2, checkpoint_path=path)
+    said = str(caught.value)
+    assert caught.value.field == "eval_data" and "\n" not in said
+    assert said.startswith("eval_data: the evaluation after step 4 raised IndexError")
+    assert said.endswith(f"this step's checkpoint was written: {tmp_path / 'c-4.pt'}")
+    resumed = Trainer(_classifier(), device="cpu")
+    assert resumed.fit(6, resume_from=tmp_path / "c-4.pt").start_step == 4
+
+
+def test_eval_data_the_first_batch_shows_wrong_and_eval_data_too_long_are_refused() -> None:
+    """A bare tensor for a loss that unpacks a tuple (ValueError) and a model's own assertion
+    had passed the check and failed at the first evaluation; a training stream of 2**30
+    batches given as held-out data hung it."""
+    with pytest.raises(ConfigError, match=r"^eval_data='its first batch' is invalid: .*ValueError"):
+        Trainer(_classifier(), device="cpu", eval_data=[torch.randn(4, 6)])
+
+    class Endless:
+        def __len__(self) -> int:
+            return 2**30
+
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return iter([(torch.randn(4, 6), torch.tensor([0, 1, 2, 0]))])
+
+    with pytest.raises(ConfigError, match=r"^eval_data='Endless of 1,073,741,824 batches' is inv"):
+        Trainer(_classifier(), device="cpu", eval_data=Endless())
+
+
+def test_a_scheduler_class_that_needs_settings_is_refused_naming_a_factory() -> None:
+    with pytest.raises(ConfigError) as caught:
+        Trainer(_classifier(), device="cpu", scheduler=torch.optim.lr_scheduler.StepLR)
+    assert str(caught.value) == (
+        "scheduler='StepLR' is invalid: allowed a factory of the optimizer with the scheduler's "
+        "settings: lambda optimizer: StepLR(optimizer, ...)"
+    )
+    # A class the optimizer alone builds is a factory as it is.
+    trainer = Trainer(_classifier(), device="cpu", scheduler=torch.optim.lr_scheduler.ConstantLR)
+    assert trainer.fit(2).step == 2

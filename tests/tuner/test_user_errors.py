@@ -323,3 +323,22 @@ def test_the_printed_gpu_command_survives_a_shell() -> None:
     words = shlex.split(gpu_command(rec))
     assert words[words.index("--program") + 1] == "odd name/x"
     assert words[words.index("--model-arg") + 1] == "config=/my models/c.json"
+
+
+def test_a_config_file_model_arg_is_kept_by_its_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--model-arg config=llama.json` was stored and exported as typed: the exported script
+    and the summary's commands ran only from the folder the study was tuned in (a user's probe,
+    2026-12-06). A name that is no file is left for the adapter's "no such file"."""
+    from tuner.search.textargs import parse_model_args
+
+    (tmp_path / "llama.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    parsed = parse_model_args(["config=llama.json", "layers=1", "arch=llama"])
+    assert parsed == {
+        "config": str(tmp_path.resolve() / "llama.json"),
+        "layers": "1",
+        "arch": "llama",
+    }
+    assert parse_model_args(["config=missing.json"]) == {"config": "missing.json"}

@@ -452,5 +452,6 @@ __all__ = [
     "lookup",
     "resolve_factory",
     "samples_per_batch_of",
+    "seed_generators",
     "workload_key",
 ]

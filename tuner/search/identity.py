@@ -26,8 +26,7 @@ import torch
 
 import trainers
 from trainers.program import Program
-from trainers.workloads import LIBRARY_PREFIXES
-from trainers.workloads.seeded import seed_generators
+from trainers.workloads import LIBRARY_PREFIXES, seed_generators
 from tuner.store.keys import META
 from tuner.store.storage import same_question
 

@@ -3,6 +3,8 @@ Import-free (the CLI parses them before PyTorch loads)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tuner.errors import TunerError
 
 
@@ -22,7 +24,14 @@ def parse_model_args(items: list[str] | tuple[str, ...]) -> dict[str, str]:
             raise TunerError(f"--model-arg: {item!r} is invalid: allowed key=value")
         if key.strip() in parsed:
             raise TunerError(f"--model-arg: {key.strip()!r} is given twice")
-        parsed[key.strip()] = value.strip()
+        value = value.strip()
+        named = Path(value).expanduser()
+        if key.strip() == "config" and named.is_file():
+            # Absolute, as the study stores it: the exported script and the summary's commands
+            # had named `llama.json` and ran only from the folder the study was tuned in (a
+            # user's probe, 2026-12-06).
+            value = str(named.resolve())
+        parsed[key.strip()] = value
     return parsed
 
 
