@@ -89,7 +89,7 @@ from trainers.schedules import warmup_cosine
 from trainers.streams import StreamPlan, on, wait
 from trainers.workloads.as_tuples import original_loss
 from trainers.workloads.base import Batch, LossFn, Workload, evaluating
-from trainers.workloads.checks import raised_at
+from trainers.workloads.checks import raised_at, samples_in
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -360,7 +360,10 @@ class Trainer:
     # evaluation
 
     def evaluate(self, plan: StreamPlan | None = None) -> float:
-        """The mean loss over `eval_data`, with the eager model in eval mode and no gradients."""
+        """The mean loss over `eval_data`'s samples, with the eager model in eval mode and no
+        gradients: each batch's loss weighted by its samples (`samples_in`). A mean of batches
+        had counted a short last batch of one sample as much as a full one (a user's probe,
+        2026-12-06)."""
         if self.eval_data is None:
             raise ConfigError("eval_data", None, "held-out batches to evaluate on")
         current = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
@@ -378,9 +381,10 @@ class Trainer:
                 loss_fn = self.eval_loss
                 if self._tuple_loss is not None and isinstance(moved, tuple):
                     loss_fn = self._tuple_loss
-                loss = loss_fn(self.model, moved).float()
+                samples = _samples(moved)
+                loss = loss_fn(self.model, moved).float() * samples
                 total = loss if total is None else total + loss
-                count += 1
+                count += samples
         if total is None:
             raise ConfigError("eval_data", "empty", "at least one batch")
         # The one host read of an evaluation: the mean loss.
@@ -461,6 +465,14 @@ class Trainer:
 
     def load(self, path: str | os.PathLike[str]) -> None:
         self._restore(read_checkpoint(path, self.device), path)
+
+
+def _samples(batch: Any) -> int:
+    """The samples of a held-out batch (a tensor, a dict or a tuple): `samples_in` of its
+    tensors; 1 where it holds none with a dimension."""
+    items = batch.values() if isinstance(batch, Mapping) else batch
+    tensors = (batch,) if isinstance(batch, torch.Tensor) else tuple(items)
+    return samples_in(tuple(t for t in tensors if isinstance(t, torch.Tensor)))
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:

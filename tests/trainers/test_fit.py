@@ -851,3 +851,16 @@ def test_a_scheduler_class_that_needs_settings_is_refused_naming_a_factory() -> 
     # A class the optimizer alone builds is a factory as it is.
     trainer = Trainer(_classifier(), device="cpu", scheduler=torch.optim.lr_scheduler.ConstantLR)
     assert trainer.fit(2).step == 2
+
+
+def test_an_evaluation_weights_each_batch_by_its_samples() -> None:
+    """33 held-out samples in batches of 32: the short last batch of one had counted as much
+    as the 32 (79.45 against the set's own 5.88 in a user's probe, 2026-12-06)."""
+    generator = torch.Generator().manual_seed(0)
+    features, labels = torch.randn(33, 6, generator=generator), torch.randint(0, 3, (33,))
+    features[32] *= 100
+    held_out = DataLoader(TensorDataset(features, labels), batch_size=32)
+    trainer = Trainer(_classifier(), device="cpu", eval_data=held_out)
+    with torch.no_grad():
+        whole = nn.functional.cross_entropy(trainer.model(features), labels).item()
+    assert trainer.evaluate() == pytest.approx(whole, rel=1e-5)
