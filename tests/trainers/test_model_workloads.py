@@ -444,8 +444,10 @@ def test_flops_are_counted_for_each_architecture_apart() -> None:
         (
             {"arch": "gpt_neox", "kv_heads": "1"},
             "model_arg.kv_heads",
-            r"model_arg.kv_heads=1 is invalid with arch=gpt_neox: allowed 0 \(grouped-query "
-            r"attention is built for arch=llama, qwen2, mistral only\)",
+            r"model_arg.kv_heads=1 is invalid with arch=gpt_neox: allowed 0 \(of the named "
+            r"five, grouped-query attention is built for arch=llama, qwen2, mistral; other "
+            r"transformers decoders whose config has num_key_value_heads take it too, e.g. "
+            r"arch=qwen3\)",
         ),
         (
             {"arch": "qwen2", "kv_heads": "3", "heads": "4"},

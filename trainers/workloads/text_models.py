@@ -46,8 +46,10 @@ def check_shape(options: Mapping[str, Value]) -> None:
     kv_heads = int(options.get("kv_heads", 0))
     if kv_heads and arch in NAMED_ARCHS and arch not in GQA_ARCHS:
         raise WorkloadError(
-            f"model_arg.kv_heads={kv_heads} is invalid with arch={arch}: allowed 0 "
-            f"(grouped-query attention is built for arch={', '.join(GQA_ARCHS)} only)",
+            f"model_arg.kv_heads={kv_heads} is invalid with arch={arch}: allowed 0 (of the "
+            f"named five, grouped-query attention is built for arch={', '.join(GQA_ARCHS)}; "
+            "other transformers decoders whose config has num_key_value_heads take it too, "
+            "e.g. arch=qwen3)",
             field="model_arg.kv_heads",
         )
     if kv_heads and heads % kv_heads:
