@@ -89,6 +89,17 @@ def test_gpt2_names_a_composites_text_config_and_equal_kv_heads_are_read_too(
         ("{not json", "model_arg.config", r"is not readable JSON"),
         ({"hidden_size": 64}, "model_arg.config", r"names no model_type"),
         ({**QWEN3, "vocab_size": 0}, "model_arg.vocab", r"'0 \(from .*\)' is invalid"),
+        # A JSON string: "false" had built a tied model, "64" been said as the option's value.
+        (
+            {**QWEN3, "tie_word_embeddings": "false"},
+            "model_arg.config",
+            r'config.json has tie_word_embeddings="false": allowed a JSON true or false$',
+        ),
+        (
+            {**QWEN3, "hidden_size": "64"},
+            "model_arg.config",
+            r'config.json has hidden_size="64": allowed a JSON integer$',
+        ),
     ],
 )
 def test_a_bad_file_is_refused_naming_the_option_without_the_library(

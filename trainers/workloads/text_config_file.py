@@ -105,9 +105,18 @@ def fill_from_file(
     filled["config"] = str(Path(raw).expanduser().resolve())
     filled["arch"] = fields["model_type"]
     for option, names in CONFIG_SIZES.items():
-        found = next((fields[name] for name in names if fields.get(name) is not None), None)
-        if option in overrides or found is None:
+        name = next((name for name in names if fields.get(name) is not None), None)
+        if option in overrides or name is None:
             continue
+        found = fields[name]
+        wanted = bool if option == "tie" else int
+        if not isinstance(found, wanted) or (wanted is int and isinstance(found, bool)):
+            # A JSON string ("false", "64") had been read as true, or said as the option's.
+            raise WorkloadError(
+                f"{_FIELD}: {raw} has {name}={json.dumps(found)}: allowed a JSON "
+                f"{'true or false' if wanted is bool else 'integer'}",
+                field="model_arg.config",
+            )
         if option == "tie":
             found = "true" if found else "false"
         # Through the option's own check: a size out of its range names the option and file.
