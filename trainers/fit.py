@@ -130,8 +130,9 @@ class FitResult:
 class _Periodic:
     """What `Trainer.fit` does every so many steps, in this order: evaluate, then write the
     checkpoint (which then holds the RNG state after the evaluation, as an uninterrupted run
-    goes on from); and what each gave."""
+    goes on from); and what each gave. `deferred` is asked before a checkpoint is written."""
 
+    deferred: Deferred
     eval_every: int | None
     on_eval: EvalCallback | None
     checkpoint_every: int | None
@@ -143,7 +144,7 @@ class _Periodic:
         """After `trainer.step`'s optimizer step, what is due at it."""
         step = trainer.step
         due = self.checkpoint_every is not None and step % self.checkpoint_every == 0
-        save = functools.partial(trainer._checkpoint, session, self.checkpoint_path)
+        save = functools.partial(trainer._checkpoint, session, self.checkpoint_path, self.deferred)
         if self.eval_every is not None and step % self.eval_every == 0:
             self.evals.append(trainer._evaluated(session.plan, self.on_eval, save if due else None))
         if due:
@@ -279,7 +280,7 @@ class Trainer:
         )
         start, deferred = self.step, Deferred(on_losses, allow_nonfinite=allow_nonfinite)
         session = self._session(steps - start, deferred)
-        periodic = _Periodic(eval_every, on_eval, checkpoint_every, checkpoint_path)
+        periodic = _Periodic(deferred, eval_every, on_eval, checkpoint_every, checkpoint_path)
         started = time.perf_counter()
         with session:
             for step in range(start, steps):
@@ -349,11 +350,16 @@ class Trainer:
             on_eval(self.step, value)
         return self.step, value
 
-    def _checkpoint(self, session: Session, path: str | os.PathLike[str] | None) -> str:
+    def _checkpoint(
+        self, session: Session, path: str | os.PathLike[str] | None, deferred: Deferred
+    ) -> str:
         """Write this step's checkpoint to `path` (`checkpoint_file`): where it was written."""
         assert path is not None  # `check_fit_arguments`: checkpoint_every needs a path
-        # The losses so far reach the callback before the checkpoint is written.
+        # The losses so far reach the callback before the checkpoint is written, and a NaN
+        # among them stops the fit before it: the weights it updated had overwritten the last
+        # good checkpoint the error tells the user to resume from (a user's probe, 2026-12-06).
         session.drain()
+        deferred.raise_any(self.step)
         return str(self.save(checkpoint_file(path, self.step)))
 
     # ----------------------------------------------------------------------------------------

@@ -789,6 +789,36 @@ def test_a_nan_loss_stops_fit_at_its_harvest_unless_allowed(config: LoopConfig) 
     assert allowed.step == 8 and math.isnan(allowed.losses[4])
 
 
+@pytest.mark.parametrize("every", [1, 2, 5])
+@pytest.mark.parametrize("config", [LoopConfig(), EVENT_EVERY_3], ids=["every-step", "event-3"])
+def test_no_checkpoint_is_written_after_a_nan_loss(
+    config: LoopConfig, every: int, tmp_path: Path
+) -> None:
+    """A NaN loss at step 5 and a checkpoint due at or after it before the error: the weights the
+    NaN updated had been written, over `run.pt`'s last good ones that the error says to resume
+    from (a user's probe, 2026-12-06). Every checkpoint written holds finite weights of a step
+    before the NaN."""
+    torch.manual_seed(0)
+    features = torch.randn(64, 6)
+    features[35, 2] = float("nan")  # in the fifth batch of 8: step 5, counted from 1
+    workload = workload_from_parts(
+        nn.Linear(6, 1),
+        TensorDataset(features, torch.randn(64, 1)),
+        lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]),
+        optimizer=lambda params, capturable: torch.optim.SGD(params, lr=0.1),
+        batch_size=8,
+    )
+    trainer = Trainer(workload, config, device="cpu")
+    with pytest.raises(trainers.NonFiniteLoss, match=r"the loss of step 5 is nan"):
+        trainer.fit(8, checkpoint_every=every, checkpoint_path=tmp_path / "run-{step}.pt")
+    written = sorted(tmp_path.glob("run-*.pt"))
+    assert len(written) == 4 // every
+    for path in written:
+        state = torch.load(path, weights_only=True)
+        assert state["step"] < 5, path.name
+        assert all(torch.isfinite(value).all() for value in state["model"].values()), path.name
+
+
 def _unpacking_loss(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
     features, labels = batch
     return nn.functional.cross_entropy(model(features), labels)
