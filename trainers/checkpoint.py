@@ -212,6 +212,38 @@ def check_fits(
             f"a checkpoint of this optimizer ({type(optimizer).__name__}, settings "
             f"{mine[0] if mine else []})",
         )
+    _check_parameters(state["optimizer"], optimizer, path)
+
+
+def _check_parameters(
+    saved: Mapping[str, Any], optimizer: torch.optim.Optimizer, path: str | os.PathLike[str] | None
+) -> None:
+    """The saved optimizer steps as many parameters per group as this one, each of its state
+    tensors shaped as the parameter it is paired with: a layer frozen or unfrozen since had
+    loaded the weights, then failed in torch's `load_state_dict` (the weights already
+    replaced), or at the first step, or paired one layer's Adam state with another's (a user's
+    probe, 2026-12-06)."""
+    counts = [len(group["params"]) for group in saved["param_groups"]]
+    mine = [len(group["params"]) for group in optimizer.param_groups]
+    if counts != mine:
+        raise _refused(
+            path,
+            f"an optimizer of {sum(counts)} parameters (by group: {counts})",
+            f"a checkpoint of this optimizer's {sum(mine)} parameters (by group: {mine}; a "
+            "layer frozen or unfrozen since the checkpoint changes them)",
+        )
+    ids = [index for group in saved["param_groups"] for index in group["params"]]
+    params = [param for group in optimizer.param_groups for param in group["params"]]
+    for position, (index, param) in enumerate(zip(ids, params, strict=True)):
+        for name, value in saved["state"].get(index, {}).items():
+            if isinstance(value, torch.Tensor) and not _fits(value, param):
+                raise _refused(
+                    path,
+                    f"optimizer state {name!r} of parameter {position} shaped {list(value.shape)}",
+                    f"a checkpoint of this optimizer's parameters (parameter {position} is "
+                    f"shaped {list(param.shape)}; a layer frozen or unfrozen since the "
+                    "checkpoint changes which are stepped)",
+                )
 
 
 def check_model(
@@ -244,6 +276,15 @@ def check_model(
             str(path),
             f"{allowed}; the file and this model differ in {len(differ)} tensors ({shown})",
         )
+
+
+def _fits(state: torch.Tensor, param: torch.Tensor) -> bool:
+    """Whether an optimizer's state tensor can be `param`'s: one of another rank is taken (a
+    step count; quantized blocks), one of its rank where each size is the parameter's or 1
+    (Adam's moments; Adafactor's factored row and column)."""
+    if state.dim() != param.dim():
+        return True
+    return all(size in (1, own) for size, own in zip(state.shape, param.shape, strict=True))
 
 
 def _refused(path: str | os.PathLike[str] | None, held: str, allowed: str) -> ConfigError:

@@ -122,3 +122,54 @@ def test_held_out_batches_the_loss_cannot_take_are_refused_before_any_step() -> 
     # Good batches build, and the check read none of them for good.
     good = [(torch.randn(8, 6), torch.randn(8, 1))]
     assert Trainer(sgd_workload(), device="cpu", eval_data=good).evaluate() > 0
+
+
+def _adam_mlp(frozen: int | None, kind: type = torch.optim.AdamW) -> trainers.Workload:
+    """A two-layer classifier whose optimizer (`kind`) steps the parameters left trainable
+    (layer `frozen` frozen, or none)."""
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    if frozen is not None:
+        model[frozen].requires_grad_(False)
+    torch.manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,)))
+    return trainers.workload_from_parts(
+        model,
+        data,
+        lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1]),
+        optimizer=lambda params, capturable: kind([p for p in params if p.requires_grad], lr=1e-2),
+        batch_size=8,
+    )
+
+
+@pytest.mark.parametrize(
+    ("frozen", "refusal"),
+    [
+        (None, r"optimizer's 4 parameters \(by group: \[4\];.*the file has an optimizer of 2 "),
+        (2, r"parameter 0 is shaped \[16, 8\];.*the file has optimizer state 'exp_avg' of "),
+    ],
+    ids=["unfrozen", "other-layer-frozen"],
+)
+def test_a_resume_whose_optimizer_steps_other_parameters_is_refused_before_any_change(
+    frozen: int | None, refusal: str, tmp_path: Path
+) -> None:
+    """A checkpoint with layer 0 frozen resumed with nothing frozen had loaded the weights, then
+    raised torch's ValueError from the optimizer's load; with layer 2 frozen instead (as many
+    parameters) it restored, then failed at the first step at step 4 (a user's probe,
+    2026-12-06)."""
+    Trainer(_adam_mlp(0), device="cpu").fit(
+        4, checkpoint_every=4, checkpoint_path=tmp_path / "a.pt"
+    )
+    trainer = Trainer(_adam_mlp(frozen), device="cpu")
+    before = weights(trainer)
+    with pytest.raises(ConfigError, match=rf"^resume_from=.* is invalid: allowed .*{refusal}"):
+        trainer.fit(6, resume_from=tmp_path / "a.pt")
+    assert trainer.step == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, weights(trainer), strict=True))
+    # The same freezing resumes; so does Adafactor's factored state ([16, 1] and [1, 8] for a
+    # [16, 8] weight), shaped apart from its parameters.
+    assert Trainer(_adam_mlp(0), device="cpu").fit(6, resume_from=tmp_path / "a.pt").step == 6
+    factored = Trainer(_adam_mlp(0, torch.optim.Adafactor), device="cpu")
+    factored.fit(4, checkpoint_every=4, checkpoint_path=tmp_path / "f.pt")
+    resumed = Trainer(_adam_mlp(0, torch.optim.Adafactor), device="cpu")
+    assert resumed.fit(6, resume_from=tmp_path / "f.pt").step == 6
