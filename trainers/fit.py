@@ -77,6 +77,7 @@ from trainers.core import Engine, Session
 from trainers.errors import ConfigError, WorkloadError
 from trainers.fit_checks import (
     Deferred,
+    DtypesSaid,
     check_eval_batch,
     check_fit_arguments,
     check_options,
@@ -283,8 +284,10 @@ class Trainer:
         periodic = _Periodic(deferred, eval_every, on_eval, checkpoint_every, checkpoint_path)
         started = time.perf_counter()
         with session:
+            said = DtypesSaid(self.model, lambda: self.step)
             for step in range(start, steps):
-                session.step(step)
+                with said:
+                    session.step(step)
                 if self.scheduler is not None:
                     # A tensor learning rate is updated on the stream the optimizer step runs
                     # on: after this step has read it, before the next one does.

@@ -8,6 +8,7 @@ import inspect
 import itertools
 import math
 import os
+import re
 from collections.abc import Mapping, Sized
 from typing import Any
 
@@ -18,7 +19,7 @@ from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 from trainers.checkpoint import checkpoint_file
 from trainers.config import LoopConfig
 from trainers.core import check_micro_batches
-from trainers.errors import ConfigError, NonFiniteLoss
+from trainers.errors import ConfigError, NonFiniteLoss, WorkloadError
 from trainers.meta import meta_copy
 from trainers.workloads.base import Workload
 from trainers.workloads.checks import checked, own_workload, raised_at, shapes_disagree
@@ -369,6 +370,52 @@ class Deferred:
             step, value = self.nonfinite
             self.nonfinite = None
             raise NonFiniteLoss(step, value, trained)
+
+
+_DTYPES_DISAGREE = re.compile(
+    r"dtype|scalar types?\b|type \(\w+\) and \w+ type|Expected floating point type"
+)
+
+
+class DtypesSaid:
+    """Around each step of `Trainer.fit`: an error of dtypes that disagree (a float64 batch
+    from NumPy, half features, float labels) is one line naming `data`. The build's meta run
+    cannot see it (a meta matmul takes any dtypes), so it had reached the user as torch's
+    traceback at the first step, where the tuner's default loop says it (a user's probe,
+    2026-12-06). `trained`: the steps done so far."""
+
+    def __init__(self, model: nn.Module, trained: Any) -> None:
+        self.model, self.trained = model, trained
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        if not isinstance(exc, RuntimeError | TypeError):
+            return
+        cause, link = exc, exc.__cause__ or exc.__context__
+        for _ in range(8):  # torch's own words under the compiler's wrapping
+            if link is None:
+                break
+            if isinstance(link, RuntimeError | TypeError):
+                cause = link
+            link = link.__cause__ or link.__context__
+        said = " ".join(str(cause).split())
+        if _DTYPES_DISAGREE.search(said) is None:
+            return
+        own = sorted({str(p.dtype).removeprefix("torch.") for p in self.model.parameters()})
+        double = (
+            " (NumPy arrays and torch.from_numpy give float64: .float() them)"
+            if "Double" in said or "float64" in said
+            else ""
+        )
+        raise WorkloadError(
+            f"data: step {self.trained() + 1} raised {type(exc).__name__}{raised_at(exc)}: "
+            f"{said[:300]}: the batch's dtypes do not fit the model (parameters "
+            f"{', '.join(own)}) or the loss; cast them in the dataset or the loss (.float() "
+            f"features, .long() class labels){double}",
+            field="data",
+        ) from exc
 
 
 def check_eval_batch(

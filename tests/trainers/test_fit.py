@@ -819,6 +819,39 @@ def test_no_checkpoint_is_written_after_a_nan_loss(
         assert all(torch.isfinite(value).all() for value in state["model"].values()), path.name
 
 
+@pytest.mark.parametrize(
+    ("features", "labels", "said"),
+    [
+        (torch.float64, torch.int64, r"Double and Float: .*\(NumPy arrays and torch.from_numpy"),
+        (torch.float16, torch.int64, r"Half and Float: the batch's dtypes do not fit the model"),
+        (torch.float32, torch.float32, r"target dtype .* \(parameters float32\) or the loss"),
+    ],
+    ids=["numpy-float64", "half", "float-labels"],
+)
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_a_batch_of_dtypes_the_model_cannot_take_is_one_line_naming_data(
+    features: torch.dtype, labels: torch.dtype, said: str, compiled: bool
+) -> None:
+    """The build's meta run takes any dtypes (a meta matmul of float64 and float32 passes), so
+    a NumPy batch reached the user as torch's traceback at the first step (a user's probe,
+    2026-12-06); compiled, as Dynamo's wrapping of it."""
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(32, 6).to(features), torch.randint(0, 3, (32,)).to(labels))
+    workload = workload_from_parts(
+        nn.Linear(6, 3),
+        data,
+        _unpacking_loss,
+        optimizer=lambda params, capturable: torch.optim.SGD(params, lr=0.1),
+        batch_size=8,
+    )
+    trainer = Trainer(workload, LoopConfig(compile="default" if compiled else "none"), device="cpu")
+    with pytest.raises(
+        trainers.WorkloadError, match=rf"^data: step 1 raised \w+ at .*test_fit.py:\d+: .*{said}"
+    ):
+        trainer.fit(2)
+    assert trainer.step == 0
+
+
 def _unpacking_loss(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
     features, labels = batch
     return nn.functional.cross_entropy(model(features), labels)

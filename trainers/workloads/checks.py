@@ -461,7 +461,11 @@ def shapes_disagree(said: str) -> bool:
 
 def raised_at(exc: BaseException) -> str:
     """ " at file:line" of the innermost frame of the user's code (not torch's) in `exc`."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/torch/" not in f.filename]
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if "/torch/" not in f.filename and "torchinductor_" not in f.filename  # generated code
+    ]
     return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
 
 
