@@ -98,6 +98,14 @@ def _check_eval_data(eval_data: object) -> None:
         raise ConfigError(
             "eval_data", "one batch", "a collection of batches (wrap one batch in a list)"
         )
+    if isinstance(eval_data, Mapping):
+        raise ConfigError(
+            "eval_data",
+            f"one batch as a {type(eval_data).__name__} (iterated, its keys)",
+            "a collection of batches (wrap one batch in a list: [batch])",
+        )
+    if isinstance(eval_data, str | bytes):
+        raise ConfigError("eval_data", type(eval_data).__name__, "an iterable of batches")
     if isinstance(eval_data, torch.utils.data.TensorDataset):
         raise ConfigError(
             "eval_data",
@@ -418,6 +426,16 @@ class DtypesSaid:
         ) from exc
 
 
+_EMPTY = object()
+
+
+def _kinds(batch: object) -> str:
+    """What a batch is made of, by type: `tuple (Tensor, str)`."""
+    if isinstance(batch, tuple | list):
+        return f"{type(batch).__name__} ({', '.join(type(x).__name__ for x in batch[:4])})"
+    return type(batch).__name__
+
+
 def check_eval_batch(
     model: nn.Module, eval_data: Any, loss_fn: Any, tuple_loss: Any | None = None
 ) -> None:
@@ -429,7 +447,10 @@ def check_eval_batch(
     a meta tensor cannot do (read a value) is left to the evaluation. None: nothing to check."""
     if eval_data is None:
         return
-    batch = next(iter(eval_data), None)
+    batch = next(iter(eval_data), _EMPTY)
+    if batch is _EMPTY:
+        # Said at the first evaluation, after eval_every steps had trained.
+        raise ConfigError("eval_data", "empty", "at least one batch")
     try:
         if isinstance(batch, torch.Tensor):
             moved: Any = batch.to("meta")
@@ -438,7 +459,13 @@ def check_eval_batch(
         else:
             moved = tuple(t.to("meta") for t in batch)  # type: ignore[union-attr]
     except (AttributeError, TypeError):
-        return  # not tensors: the evaluation says what it cannot move
+        # The evaluation moves each batch as it is (`_to_device`): it had failed there, after
+        # eval_every steps had trained (a user's probe, 2026-12-06).
+        raise ConfigError(
+            "eval_data",
+            f"batches of {_kinds(batch)}",
+            "batches of tensors: a tensor, a tuple of tensors or a dict of them",
+        ) from None
     chosen = tuple_loss if tuple_loss is not None and isinstance(moved, tuple) else loss_fn
     try:
         chosen(meta_copy(model), moved)

@@ -416,6 +416,19 @@ def test_more_bad_options_are_refused_before_any_step(tmp_path: Path) -> None:
         (dict(eval_data=batch), r"^eval_data='one batch' is invalid: allowed a collection of ba"),
         (dict(eval_data=iter([batch])), r"^eval_data='list_iterator' is invalid: allowed a coll"),
         (dict(eval_data=3), r"^eval_data='int' is invalid: allowed an iterable of batches"),
+        # These had trained eval_every steps, then failed at the first evaluation (a user's
+        # probe, 2026-12-06): a Hugging Face batch as a dict had been iterated as its keys.
+        (dict(eval_data=[]), r"^eval_data='empty' is invalid: allowed at least one batch$"),
+        (
+            dict(eval_data={"x": batch[0], "y": batch[1]}),
+            r"^eval_data='one batch as a dict \(iterated, its keys\)' is invalid: .*\[batch\]",
+        ),
+        (dict(eval_data="abc"), r"^eval_data='str' is invalid: allowed an iterable of batches"),
+        (dict(eval_data=[1, 2]), r"^eval_data='batches of int' is invalid: allowed batches of t"),
+        (
+            dict(eval_data=[(batch[0], "label")]),
+            r"^eval_data='batches of tuple \(Tensor, str\)' is invalid: allowed batches of tensors",
+        ),
         (
             dict(config=LoopConfig(compile="reduce-overhead"), accumulate=2),
             r"^accumulate=2 is invalid: allowed 1 with compile='reduce-overhead'",
