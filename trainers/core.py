@@ -73,9 +73,13 @@ DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d{1,2})?)$")
 def resolve_device(device: str | torch.device) -> torch.device:
     if isinstance(device, torch.device):
         resolved = device
-    elif not DEVICE_PATTERN.match(device):
-        # Before torch reads it: `cuda:x` is torch's RuntimeError, not the flag's error.
-        raise ConfigError("device", device, DEVICES_ALLOWED)
+    elif not isinstance(device, str) or not DEVICE_PATTERN.match(device):
+        # Before torch reads it: `cuda:x` is torch's RuntimeError, not the flag's error; `0`
+        # or None had been the pattern's TypeError.
+        said = (
+            DEVICES_ALLOWED if isinstance(device, str) else f"{DEVICES_ALLOWED}, or a torch.device"
+        )
+        raise ConfigError("device", device, said)
     elif device == "auto":
         resolved = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     else:

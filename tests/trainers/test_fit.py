@@ -384,6 +384,12 @@ def test_bad_options_are_refused_before_any_step(tmp_path: Path) -> None:
     for options, message in cases:
         with pytest.raises(ConfigError, match=message):
             Trainer(workload, device="cpu", **options)
+    # Not a string: the device pattern's TypeError had come out bare.
+    for device in (0, None):
+        with pytest.raises(ConfigError, match=rf"^device={device} is invalid: .*or a torch.device"):
+            Trainer(workload, device=device)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^device='gpu' is invalid: allowed auto, .*INDEX$"):
+        Trainer(workload, device="gpu")
     with pytest.raises(UnsupportedOnDevice, match="cuda_graph"):
         Trainer(workload, LoopConfig(cuda_graph=True), device="cpu")
     trainer = Trainer(workload, device="cpu")
