@@ -323,6 +323,18 @@ def from_loader(
             "its own loader in dataset order; shuffle the dataset itself, e.g. "
             "Subset(dataset, torch.randperm(n, generator=seeded))",
         )
+    for option in ("worker_init_fn", "multiprocessing_context"):
+        if getattr(data, option, None) is not None:
+            # Dropped with the loader: a worker_init_fn that opened each worker's file handle
+            # had failed in every trial with workers, the baselines without passing (a
+            # user's probe, 2026-12-06).
+            raise ConfigError(
+                "data",
+                f"DataLoader({option}=...)",
+                f"a DataLoader without {option}: the tuned loop builds its own loader and "
+                "workers; open what each worker needs lazily in the dataset's __getitem__ "
+                "(torch.utils.data.get_worker_info() tells the worker)",
+            )
     sampler = data.batch_sampler
     if data.batch_size is None and sampler is not None:
         # batch_size was None beside a batch_sampler, and the loop had fed single samples.

@@ -606,6 +606,15 @@ def test_a_shuffling_loader_is_refused_and_a_built_adamw_is_made_capturable() ->
             lambda m, b: m(b[0]).sum(),
             optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
         )
+    # The loop's own loader would drop these: refused, not run without them.
+    for option, value in (("worker_init_fn", print), ("multiprocessing_context", "spawn")):
+        with pytest.raises(ConfigError, match=rf"^data='DataLoader\({option}=\.\.\.\)' is inv"):
+            workload_from_parts(
+                model,
+                DataLoader(data, batch_size=4, num_workers=1, **{option: value}),
+                lambda m, b: m(b[0]).sum(),
+                optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+            )
     built = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.05)
     workload = workload_from_parts(
         model, DataLoader(data, batch_size=4), lambda m, b: m(b[0]).sum(), optimizer=built
