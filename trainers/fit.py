@@ -363,7 +363,7 @@ class Trainer:
         # good checkpoint the error tells the user to resume from (a user's probe, 2026-12-06).
         session.drain()
         deferred.raise_any(self.step)
-        return str(self.save(checkpoint_file(path, self.step)))
+        return str(self._write(checkpoint_file(path, self.step)))
 
     # ----------------------------------------------------------------------------------------
     # evaluation
@@ -460,9 +460,13 @@ class Trainer:
         self.step = int(state["step"])
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the checkpoint to `path` atomically (a crash mid-write keeps the previous one).
-        A folder is refused before anything is written (it had left `path.partial` beside it,
-        then raised IsADirectoryError)."""
+        """Write the checkpoint to `path` atomically (a crash mid-write keeps the previous one),
+        a `{step}` in it filled in as `fit`'s `checkpoint_path` is (it had been written as a
+        file named `run-{step}.pt`). A folder is refused before anything is written (it had
+        left `path.partial` beside it, then raised IsADirectoryError)."""
+        return self._write(checkpoint_file(path, self.step) if "{" in str(path) else path)
+
+    def _write(self, path: str | os.PathLike[str]) -> Path:
         target = Path(path)
         if not str(path).strip() or target.name in ("", ".", "..") or target.is_dir():
             raise ConfigError("path", str(path), "a file path (run.pt), not a folder")

@@ -46,6 +46,9 @@ def test_checkpoint_paths_are_checked_and_filled_before_any_step(tmp_path: Path)
     done = trainer.fit(6, checkpoint_every=3, checkpoint_path=tmp_path / "run-{step:04d}.pt")
     assert [Path(p).name for p in done.checkpoints] == ["run-0003.pt", "run-0006.pt"]
     assert trainers.checkpoint_file("run-{{x}}-{step}.pt", 7) == Path("run-{x}-7.pt")
+    # `save` fills it in as `fit` does: it had written a file named run-{step}.pt.
+    assert trainer.save(tmp_path / "saved-{step}.pt") == tmp_path / "saved-6.pt"
+    assert torch.load(tmp_path / "saved-6.pt", weights_only=True)["step"] == 6
 
 
 def test_callbacks_that_are_not_callable_are_refused_before_any_step() -> None:
