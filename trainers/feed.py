@@ -74,8 +74,10 @@ def positioned_batches(
     current epoch): nothing before it is loaded. Each epoch's loader draws its base seed (worker
     seeds) from a generator of the run's own, advanced by the epochs already done, never from
     the global generator that dropout uses. Resume is exact when loading a batch draws no
-    random numbers from the global generators in the main process (the built-in workloads;
-    random augmentation belongs in workers, or in a generator seeded per sample).
+    random numbers (the built-in workloads), or a generator seeded per sample. Drawn from the
+    global generators, augmentation resumes exactly only with no workers and no prefetch: a
+    worker's generator has drawn for the batches it loaded before, and the resumed epoch deals
+    its batches out to the workers from another start (a user's probe, 2026-12-06).
     """
     generator = torch.Generator().manual_seed(LOADER_SEED)
     full = make_loader(workload, config, device, generator=generator)
