@@ -34,11 +34,9 @@ What each addition does under the loop's settings, and why it is correct there:
   For that, each epoch's loader draws its base seed from a generator of the run's own
   (`trainers.feed`), not from torch's global one: a model with dropout therefore draws other
   masks than a plain loop over a `DataLoader` whose epochs take that seed from the global
-  generator, and its losses differ from that loop's by dropout's noise, not by a fault. A
-  dataset whose items draw random numbers (augmentation) resumes exactly only with
-  `num_workers=0` and `prefetch_depth=0`: prefetched items drew theirs before the checkpoint
-  took the RNG state, and a resumed epoch hands its batches to other workers, each with a
-  generator of its own (a user's probe, 2026-12-06).
+  generator, and its losses differ from that loop's by dropout's noise, not by a fault. Items
+  that draw random numbers (augmentation) resume exactly only with neither workers nor
+  prefetch (`trainers.feed.positioned_batches` says why).
 
 Refused before any step, each naming what to do instead: `ReduceLROnPlateau` (it steps on a
 metric, not per step); a scheduler that cycles momentum (`cycle_momentum=True`) with a captured
