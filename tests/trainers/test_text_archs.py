@@ -77,6 +77,18 @@ def test_another_types_sdpa_is_causal_and_agrees_with_eager(
     assert not torch.equal(before[:, -1], after[:, -1])
 
 
+def test_gpt_bigcode_builds_the_key_value_heads_asked(transformers: object) -> None:
+    """GPTBigCode builds one key/value head or one per query head by `multi_query` alone, True
+    by default: it had been multi-query whatever kv_heads said (a user's probe, 2026-12-06)."""
+    widths = {}
+    for kv_heads in ("0", "1", "4"):
+        args = {"arch": "gpt_bigcode", "hidden": "64", "heads": "4", "kv_heads": kv_heads}
+        attention = load_workload("hf:causal-lm", "tiny", model_args=args).model.transformer.h[0]
+        widths[kv_heads] = attention.attn.c_attn.weight.shape[0]
+    # Queries 64 wide, then keys and values: 64 each for four heads, 16 each for one.
+    assert widths == {"0": 192, "1": 96, "4": 192}
+
+
 def test_the_gate_passes_an_eager_config_on_another_type(transformers: object) -> None:
     factory = resolve_factory("hf:causal-lm", {"arch": "olmo2"})
     config = LoopConfig(num_streams=2, sync_interval=2, sync_mode="event", prefetch_depth=2)
@@ -95,6 +107,11 @@ def test_the_study_name_tells_the_types_apart(transformers: object) -> None:
         ({"arch": "qwen"}, "model_arg.arch", r"'qwen' is invalid \(did you mean qwen3, qwen2"),
         ({"arch": "gemma3"}, "model_arg.arch", r"a composite model .* arch=gemma3_text"),
         ({"arch": "bloom"}, "model_arg.arch", r"scaled_dot_product_attention.*attention=eager"),
+        (
+            {"arch": "gpt_bigcode", "hidden": "64", "heads": "4", "kv_heads": "2"},
+            "model_arg.kv_heads",
+            r"one key/value head \(multi_query\) or one per query head; allowed 0 .* or 1$",
+        ),
         (
             {"arch": "opt", "kv_heads": "1"},
             "model_arg.kv_heads",

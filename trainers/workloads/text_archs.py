@@ -120,6 +120,10 @@ def other_config(options: Mapping[str, Value], transformers: Any, common: Mappin
     }
     if "num_key_value_heads" in fields:
         sizes["num_key_value_heads"] = int(options.get("kv_heads", 0)) or heads
+    if "multi_query" in fields and "multi_query" not in given:
+        # GPTBigCode and Falcon build one key/value head or one per query head by this flag
+        # alone: GPTBigCode had been multi-query whatever kv_heads said (a user's probe).
+        sizes["multi_query"] = int(options.get("kv_heads", 0)) == 1
     ffn = next((name for name in FFN_FIELDS if name in fields), None)
     if ffn is not None:
         sizes[ffn] = int(options.get("ffn", 0)) or 4 * hidden
@@ -215,6 +219,14 @@ def _check_sizes(arch: str, options: Mapping[str, Value], config: Any, transform
                 f"keeps {attribute} as {getattr(config, attribute, None)!r}; allowed another arch",
                 field=f"model_arg.{option}",
             )
+    kv_heads = int(options.get("kv_heads", 0))
+    if kv_heads not in (0, 1, int(options["heads"])) and _multi_query_only(config):
+        raise WorkloadError(
+            f"model_arg.kv_heads={kv_heads} is invalid with arch={arch}: its attention has one "
+            "key/value head (multi_query) or one per query head; allowed 0 (one per query "
+            "head) or 1",
+            field="model_arg.kv_heads",
+        )
     fields = type(config)().to_dict()
     for option, what, names in (
         ("kv_heads", "key/value heads", ("num_key_value_heads",)),
@@ -226,6 +238,14 @@ def _check_sizes(arch: str, options: Mapping[str, Value], config: Any, transform
                 f"has no {what} ({', '.join(names)}); allowed 0",
                 field=f"model_arg.{option}",
             )
+
+
+def _multi_query_only(config: Any) -> bool:
+    """Whether the config's attention takes its key/value heads from `multi_query` alone (not
+    Falcon's new decoder architecture, which reads num_kv_heads)."""
+    return getattr(config, "multi_query", None) is not None and not getattr(
+        config, "new_decoder_architecture", False
+    )
 
 
 def _check_runs(arch: str, options: Mapping[str, Value], config: Any, model_class: Any) -> None:
