@@ -459,7 +459,7 @@ def check_eval_batch(
     a meta tensor cannot do (read a value) is left to the evaluation. None: nothing to check."""
     if eval_data is None:
         return
-    batch = next(iter(eval_data), _EMPTY)
+    batch: Any = next(iter(eval_data), _EMPTY)
     if batch is _EMPTY:
         # Said at the first evaluation, after eval_every steps had trained.
         raise ConfigError("eval_data", "empty", "at least one batch")
@@ -469,7 +469,7 @@ def check_eval_batch(
         elif isinstance(batch, Mapping):
             moved = {key: value.to("meta") for key, value in batch.items()}
         else:
-            moved = tuple(t.to("meta") for t in batch)  # type: ignore[union-attr]
+            moved = tuple(t.to("meta") for t in batch)
     except (AttributeError, TypeError):
         # The evaluation moves each batch as it is (`_to_device`): it had failed there, after
         # eval_every steps had trained (a user's probe, 2026-12-06).
