@@ -738,6 +738,49 @@ def test_the_resume_command_an_interrupt_prints_resumes_the_study(
     assert len(load(made.storage or "", "made").trials) > 1
 
 
+def test_the_resume_command_keeps_the_runs_settings_and_asks_a_trial_when_none_is_left(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Left out, a resume dropped the memory cap and the tie margin (so could recommend over
+    the cap), the random sampler and the measurement windows; interrupted in the final round
+    (no trial left) the printed command had no --trials and resumed with up to 40 (a user's
+    probe, 2026-12-06)."""
+    import shlex
+
+    from tests.tuner.tiny import options, run_json
+    from tuner.search.options import resume_command
+
+    made = options(
+        sqlite_url(tmp_path),
+        "kept",
+        trials=2,
+        max_memory_bytes=2_000_000_000,
+        tie_margin=0.05,
+        screen="on",
+        patience=3,
+    )
+    run_json(made)
+    command = resume_command(made, "kept", done=2)
+    for said in (
+        "--trials 1 ",
+        "--max-memory 2000000000",
+        "--tie-margin 0.05",
+        "--sampler random",
+        "--screen on",
+        "--patience 3",
+        "--warmup 1 --windows 3 --window-steps 2",
+        "--final-rounds 1",
+        "--profile none",
+    ):
+        assert said in command, said
+    assert "--top-k 2" in command and "--baseline-every" not in command  # the default: unsaid
+    code, out, err = run_main(capsys, *shlex.split(command)[3:], "--json")
+    assert code == 0, err
+    resumed = json.loads(out)
+    assert (resumed["max_memory_bytes"], resumed["tie_margin"]) == (2_000_000_000, 0.05)
+    assert len(load(made.storage or "", "kept").trials) == 3  # one more, not up to 40
+
+
 def test_the_resume_command_names_typed_pins_and_the_matmul_precision(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

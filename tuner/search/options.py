@@ -244,8 +244,9 @@ def resume_command(options: RunOptions, study: str, done: int = 0) -> str:
     --study NAME" alone ran the default workload, which the study refused, and without --trials
     a run of 6 resumed ran up to 40 (new users' trials, 2026-12-02)."""
     words = ["--study", study, "--workload", options.workload, "--preset", options.preset]
-    if options.trials - done >= 1:
-        words += ["--trials", str(options.trials - done)]
+    # None left (stopped in the gate or the final round): one more, then the final round;
+    # without --trials the resume had run up to 40 (a user's probe, 2026-12-06).
+    words += ["--trials", str(max(1, options.trials - done))]
     if options.timeout_s is not None:
         words += ["--timeout", f"{options.timeout_s:g}"]
     for key, value in options.model_args.items():
@@ -275,9 +276,50 @@ def resume_command(options: RunOptions, study: str, done: int = 0) -> str:
         words += ["--precision-parity-steps", str(options.precision_parity_steps)]
     if options.device != "auto":
         words += ["--device", options.device]
+    words += _changed_settings(options)
     if options.storage is not None:
         words += ["--storage", options.storage]
     return "python -m tuner run " + " ".join(shlex.quote(w) for w in words)
+
+
+_RESUMED_FLAGS = {
+    "max_memory_bytes": "--max-memory",
+    "tie_margin": "--tie-margin",
+    "top_k": "--top-k",
+    "final_rounds": "--final-rounds",
+    "baseline_every": "--baseline-every",
+    "precision_tolerance": "--precision-tolerance",
+    "sampler": "--sampler",
+    "screen": "--screen",
+    "patience": "--patience",
+    "train_steps": "--train-steps",
+    "profile": "--profile",
+    "profile_steps": "--profile-steps",
+    "artifacts": "--artifacts",
+    "nproc_per_node": "--nproc-per-node",
+}
+"""Settings a resume must repeat that its study does not refuse when they differ: left out of
+the printed command, a resume dropped the memory cap and the tie margin (so recommended over
+the cap), went from the random sampler to TPE and measured in other windows (a user's probe,
+2026-12-06)."""
+
+
+def _changed_settings(options: RunOptions) -> list[str]:
+    """`_RESUMED_FLAGS` and the measurement protocol where `options` differs from the default."""
+    words: list[str] = []
+    for name, flag in _RESUMED_FLAGS.items():
+        value = getattr(options, name)
+        default = next(f.default for f in dataclasses.fields(RunOptions) if f.name == name)
+        if value != default:
+            words += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    protocol, default_protocol = options.protocol, Protocol()
+    for name in ("warmup", "windows", "window_steps"):
+        value = getattr(protocol, name)
+        if value != getattr(default_protocol, name) or (
+            name == "window_steps" and not options.auto_window_steps
+        ):
+            words += [f"--{name.replace('_', '-')}", str(value)]
+    return words
 
 
 def check_patience(patience: int | None, objectives: Sequence[str]) -> None:
