@@ -272,3 +272,49 @@ def test_a_nan_loss_is_said_where_the_sync_mode_harvests_it(name: str) -> None:
     assert 5 <= trainer.step <= 16
     assert f"stopped after step {trainer.step}," in str(caught.value)
     assert trainer.fit(20, allow_nonfinite=True).step == 20  # allowed: it trains on
+
+
+def _nan_at_step_5() -> trainers.Workload:
+    torch.manual_seed(0)
+    features = torch.randn(128, 6)
+    features[35, 2] = float("nan")  # sample 35 of batches of 8: step 5, counted from 1
+    return workload_from_parts(
+        nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 1)),
+        TensorDataset(features, torch.randn(128, 1)),
+        lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]),
+        optimizer=lambda params, capturable: torch.optim.SGD(params, lr=0.1),
+        batch_size=8,
+    )
+
+
+@pytest.mark.parametrize("name", ["graph", "compile-graph", "four-streams-query"])
+def test_no_checkpoint_is_written_after_a_nan_loss_on_the_gpu(name: str, tmp_path: Path) -> None:
+    """The checkpoint due at step 6 drains the losses first and the NaN of step 5 stops the
+    fit before it: `run.pt` keeps step 4's finite weights, which the error says to resume from
+    (the NaN weights had been written over them)."""
+    torch._dynamo.reset()
+    trainer = Trainer(_nan_at_step_5(), CONFIGS[name], device="cuda")
+    with pytest.raises(trainers.NonFiniteLoss, match="the loss of step 5 is nan"):
+        trainer.fit(16, checkpoint_every=2, checkpoint_path=tmp_path / "run.pt")
+    state = torch.load(tmp_path / "run.pt", weights_only=True)
+    assert state["step"] == 4
+    assert all(torch.isfinite(value).all() for value in state["model"].values())
+
+
+@pytest.mark.parametrize("name", ["graph", "compile-graph", "four-streams-query"])
+def test_a_float64_batch_is_one_line_naming_data_on_the_gpu(name: str) -> None:
+    """NumPy's float64 features: under a captured, a compiled-and-captured and a four-stream
+    step alike, one line naming `data`, not torch's (or Dynamo's) traceback."""
+    torch.manual_seed(0)
+    workload = workload_from_parts(
+        nn.Linear(6, 1),
+        TensorDataset(torch.randn(64, 6, dtype=torch.float64), torch.randn(64, 1)),
+        lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]),
+        optimizer=lambda params, capturable: torch.optim.SGD(params, lr=0.1),
+        batch_size=8,
+    )
+    torch._dynamo.reset()
+    trainer = Trainer(workload, CONFIGS[name], device="cuda")
+    with pytest.raises(trainers.WorkloadError, match=r"^data: step 1 raised .*Double.*float64"):
+        trainer.fit(4)
+    assert trainer.step == 0
