@@ -60,7 +60,9 @@ def study_best(name: str, reader: ReaderDep, store: StoreDep, caller: CallerDep)
     visible = _visible(name, store, caller)
     try:
         found = reader.recommendation(visible)
-    except NoRecommendation:
+    except (NoRecommendation, StudyNotFound):
+        # A queued job's study is made when a worker claims the job: a 404 had said no such
+        # study where the README says 409 naming the job (a user's probe, 2026-12-06).
         job = store.job_of_study(visible)
         if job is None:  # `python -m tuner run`'s study: its message names that command
             raise

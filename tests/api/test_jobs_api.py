@@ -132,9 +132,13 @@ def test_a_jobs_study_without_a_recommendation_says_so_in_the_apis_terms(
     """A cancelled job's study had advised `python -m tuner run --study ...` from /best, a
     command an API client may have no way to run (a probe, 2026-12-06)."""
     job = _post(client, TINY_JOB).json()
+    best = f"/v1/studies/{job['study']}/best"
+    # Queued, its study not made yet: a 404 had said no such study (a probe, 2026-12-06).
+    unmade = client.get(best, headers=AUTH)
+    assert unmade.status_code == 409, unmade.text
+    assert f"its job {job['id']} is queued" in unmade.json()["detail"]
     # The study as a worker opens it when the job starts, before any trial is decided.
     optuna.create_study(study_name=job["study"], storage=storage)
-    best = f"/v1/studies/{job['study']}/best"
     waiting = client.get(best, headers=AUTH)
     assert waiting.status_code == 409, waiting.text
     assert f"its job {job['id']} is queued (GET /v1/jobs/{job['id']}" in waiting.json()["detail"]

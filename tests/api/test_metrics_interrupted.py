@@ -29,13 +29,19 @@ def test_metrics_count_an_interrupted_trial_as_interrupted(storage: str) -> None
             cut = study.ask()
             cut.set_user_attr(keys.FAILURE_REASON, f"{keys.INTERRUPTED_PREFIX}: worker lost")
             study.tell(cut, state=TrialState.FAIL)
+            # A trial copied from an earlier study (`tuner.search.earlier`): the job's, not run
+            # by it; /metrics had counted each such copy as a complete trial of 0 s.
+            copied = study.ask()
+            copied.set_user_attr(keys.COPIED_FROM, {"study": "earlier", "trial": 0})
+            study.tell(copied, 90.0)
             JobRun(worker)._sync_progress(row)
 
             job = client.get(f"/v1/jobs/{job_id}", headers=AUTH).json()
-            assert (job["n_complete"], job["n_failed"], job["n_interrupted"]) == (1, 0, 1)
+            assert (job["n_complete"], job["n_failed"], job["n_interrupted"]) == (2, 0, 1)
             metrics = client.get("/metrics", headers=AUTH).text
     finally:
         worker.close()
     assert 'streamtune_trials_total{state="interrupted"} 1' in metrics
     assert 'streamtune_trials_total{state="failed"} 0' in metrics
     assert 'streamtune_trials_total{state="complete"} 1' in metrics
+    assert "streamtune_trial_duration_seconds_count 2" in metrics  # the two it ran

@@ -55,7 +55,7 @@ from tuner.search.spaces.named import (
     without_model_refusals,
     without_precision_refusals,
 )
-from tuner.search.spaces.own import check_searches, noted_pins
+from tuner.search.spaces.own import noted_pins
 from tuner.search.spaces.pinned import check_left, check_pins, live_for_pins
 from tuner.search.spaces.processes import for_processes
 from tuner.search.spaces.resume import as_stored
@@ -383,7 +383,6 @@ def _space_for(
 ) -> tuple[SearchSpace, RunOptions]:
     """The space this model, device and launch search (`options.space` with what the model
     cannot take pinned off), and the options with the protocol that space measures with."""
-    check_searches(options.space)  # the service's refusal, before any trial
     space = load_space(
         options.space,
         fix=options.fix,

@@ -406,9 +406,8 @@ class JobRun:
 
     # -- progress, heartbeats and dead workers -------------------------------------------
     def _sync_progress(self, job: JobRow) -> TrialCounts | None:
-        """Copy the study's counts and best trial to the job row; record finished trials once.
-
-        Returns the counts (None when they could not be read)."""
+        """Copy the study's counts and best trial to the job row; record the trials it ran
+        once (not those copied from an earlier study). The counts; None: not read."""
         try:
             storage = self.worker.storage()
             found = storage.get_study_id_from_name(job.study)
@@ -421,6 +420,7 @@ class JobRun:
             for trial in trials:
                 if (
                     trial.number in recorded
+                    or keys.COPIED_FROM in trial.user_attrs  # /metrics counted them, 0 s each
                     or not trial.state.is_finished()
                     or not trial.datetime_start
                     or not trial.datetime_complete
