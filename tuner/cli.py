@@ -261,6 +261,7 @@ def _tune(
     url = studies.storage_url(settings["storage"])
     studies.check_sqlite_path(url)
     studies.check_study_name(settings["study"])
+    _check_not_a_jobs(url, settings["study"])
     show.line(f"building the workload, then opening the study in {studies.masked(url)}")
     count, devices = _gpus(gpus, spec.device)
     options = _cpu_defaults(options, unset, show)
@@ -275,6 +276,22 @@ def _tune(
     rec = run_study(options, progress=show, started=started)
     show.finish(rec)
     return rec, None
+
+
+def _check_not_a_jobs(url: str, study: str | None) -> None:
+    """TunerError naming --study where a service job made that study: trials the CLI added
+    there were the job's, yet its row and its /best kept the job's own recommendation, where
+    the study's /best and `best` gave another (a user's probe, 2026-12-06)."""
+    from tuner.service.node import OWNER
+    from tuner.service.tables import service_job_of
+
+    job = None if study is None else service_job_of(url, study, except_owner=OWNER)
+    if job is not None:
+        raise TunerError(
+            f"--study: study {study!r} is service job {job[0]}'s ({job[1]}): its trials and "
+            "recommendation are the job's; tune it again as a new job (POST /v1/jobs), or here "
+            "under another --study"
+        )
 
 
 def _gpus(gpus: str, device: str) -> tuple[int, NodeDevices | None]:

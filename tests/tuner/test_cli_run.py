@@ -584,6 +584,31 @@ def test_a_space_file_that_searches_nothing_is_refused_as_the_service_refuses_it
     assert optuna.get_all_study_names(storage) == []
 
 
+def test_a_service_jobs_study_is_not_tuned_further_by_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Trials the CLI added to a job's study were the job's, while its row and /best kept the
+    job's recommendation and the study's /best gave another (a user's probe, 2026-12-06)."""
+    from tuner.request import JobSpec
+    from tuner.service.jobstore import JobStore
+
+    storage = sqlite_url(tmp_path)
+    store = JobStore(storage)
+    try:
+        job = store.create(JobSpec(workload="mlp", preset="tiny", device="cpu"), owner="alice")
+    finally:
+        store.close()
+    flags = ["--workload", "mlp", "--preset", "tiny", "--device", "cpu", "--storage", storage]
+    code, out, err = run_main(capsys, "run", *flags, "--study", job.study)
+    assert code == 2 and out == ""
+    assert err == (
+        f"error: --study: study {job.study!r} is service job {job.id}'s (queued): its trials "
+        "and recommendation are the job's; tune it again as a new job (POST /v1/jobs), or here "
+        "under another --study\n"
+    )
+    assert optuna.get_all_study_names(storage) == []
+
+
 def test_a_space_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
     """Windows editors write one; the service's JSON body took it, the file was refused."""
     from tuner.search.spaces.own import own_space

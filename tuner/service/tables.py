@@ -171,3 +171,23 @@ def make_engine(url: str) -> sa.Engine:
         # Pinned, never the server's default: see POSTGRES_ISOLATION.
         return sa.create_engine(url, pool_pre_ping=True, isolation_level=POSTGRES_ISOLATION)
     return sa.create_engine(url, pool_pre_ping=True)
+
+
+def service_job_of(url: str, study: str, *, except_owner: str) -> tuple[str, str] | None:
+    """The id and status of the latest job of `url`'s job table whose study is `study`, of an
+    owner other than `except_owner` (`run --gpus N`'s own jobs); None where there is none, or no
+    job table. Read only: nothing is made in a database the service never used."""
+    engine = sa.create_engine(url)
+    try:
+        if not sa.inspect(engine).has_table(JobRow.__tablename__):
+            return None
+        with engine.connect() as conn:
+            row = conn.execute(
+                sa.select(JobRow.id, JobRow.status)
+                .where(JobRow.study == study, JobRow.owner != except_owner)
+                .order_by(JobRow.created_at.desc())
+                .limit(1)
+            ).first()
+        return None if row is None else (row[0], row[1])
+    finally:
+        engine.dispose()
