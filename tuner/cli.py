@@ -249,7 +249,6 @@ def _tune(
     `settings`: `RunOptions`' other fields from the flags, None where the default depends on the
     device (`_cpu_defaults`); `started`: when the command began, the job's clock's start."""
     from tuner.request import run_options
-    from tuner.search.spaces.own import check_searches
     from tuner.search.study import run_study
     from tuner.store import storage as studies
 
@@ -257,7 +256,6 @@ def _tune(
     unset |= {"timeout_s"} if spec.timeout_s is None else set()
     given = {k: v for k, v in settings.items() if k not in unset}
     options = run_options(spec, **given)
-    check_searches(options.space)  # the service's refusal (`check_spec`), before any study
     url = studies.storage_url(settings["storage"])
     studies.check_sqlite_path(url)
     studies.check_study_name(settings["study"])

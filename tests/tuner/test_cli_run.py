@@ -565,25 +565,6 @@ def test_a_bad_run_flag_is_one_line_naming_it_and_stores_nothing(
         assert optuna.get_all_study_names(storage) == []
 
 
-@pytest.mark.parametrize(
-    "text", ["{}", '{"num_streams": [2]}', '{"num_streams": {"low": 2, "high": 2}}']
-)
-def test_a_space_file_that_searches_nothing_is_refused_as_the_service_refuses_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
-) -> None:
-    """Each had run every trial as one config without a word (`{}`: the default loop), where
-    the service refused the same space (a user's probe, 2026-12-06)."""
-    path = tmp_path / "space.json"
-    path.write_text(text)
-    storage = sqlite_url(tmp_path)
-    flags = ["--workload", "mlp", "--preset", "tiny", "--device", "cpu", "--storage", storage]
-    code, out, err = run_main(capsys, "run", *flags, "--space", str(path))
-    assert code == 2 and out == ""
-    assert err.startswith(f"error: --space/--fix: space='{path}' is invalid: allowed a space ")
-    assert "at least one searched setting" in err and err.count("\n") == 1
-    assert optuna.get_all_study_names(storage) == []
-
-
 def test_a_service_jobs_study_is_not_tuned_further_by_the_cli(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -223,13 +223,14 @@ def test_a_space_this_model_leaves_empty_is_one_line_before_any_trial(
 
 def test_a_space_left_with_a_searched_setting_is_kept() -> None:
     from tuner.errors import SpaceError
-    from tuner.search.spaces.pinned import check_left
+    from tuner.search.spaces.pinned import ONE_CONFIG, check_left
     from tuner.search.spaces.space import Choice, SearchSpace
 
     left = SearchSpace(name="own", params={"pin_memory": Choice(values=(False, True))}, fixed={})
     assert check_left(["activation_checkpointing", "pin_memory"], left, 0) is left
     nothing = SearchSpace(name="own", params={}, fixed={})
-    assert check_left([], nothing, 0) is nothing  # nothing was asked
+    # Nothing was asked (`{}`): measured, and said, as a space of one-value settings is.
+    assert check_left([], nothing, 0).notes == (ONE_CONFIG,)
     emptied = SearchSpace(name="own", params={}, fixed={}, notes=("old", "why"))
     with pytest.raises(SpaceError, match=r"can search \(why\)"):
         check_left(["pin_memory"], emptied, 1)
@@ -244,6 +245,7 @@ def test_a_space_whose_settings_each_have_one_value_is_said_and_measured(
     from tuner.search.spaces.space import Choice, IntRange, SearchSpace
 
     for params in (
+        {},  # `{}`: nothing listed, the default loop in every trial, had gone unsaid
         {"num_streams": Choice(values=(1,))},
         {"sync_interval": IntRange(low=3, high=3), "num_streams": Choice(values=(2,))},
     ):

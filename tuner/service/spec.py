@@ -17,7 +17,6 @@ from tuner.errors import SpaceError, SpecError, TunerError
 from tuner.request import JobSpec
 from tuner.search.options import check_patience
 from tuner.search.spaces.named import load_space, program_space, user_fixed
-from tuner.search.spaces.own import SEARCHES_NOTHING
 from tuner.search.spaces.pinned import check_left, check_pins, searches
 from tuner.search.spaces.processes import for_processes
 
@@ -266,6 +265,12 @@ def _check_processes(spec: JobSpec) -> None:
         )
 
 
+SEARCHES_NOTHING = (
+    "a space with at least one searched setting (a list of two or more choices, or a range with "
+    "low < high): one that searches nothing measures one config in every trial"
+)
+
+
 def _check_space(spec: JobSpec, registry: WorkloadRegistry) -> None:
     cuda = spec.device != "cpu"
     try:
@@ -277,7 +282,7 @@ def _check_space(spec: JobSpec, registry: WorkloadRegistry) -> None:
         # had been queued where `2` was refused).
         raise SpecError(
             ("space",),
-            f"space is invalid: allowed {SEARCHES_NOTHING}",  # the CLI's words too
+            f"space is invalid: allowed {SEARCHES_NOTHING}",
             spec.space,
         )
     if spec.nproc_per_node > 1 and spec.workload.startswith(PROGRAM_PREFIX):

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import SpaceError
-from tuner.search.spaces.pinned import searches
 from tuner.search.spaces.pins import parse_fix, pins_from_mapping
 from tuner.search.spaces.space import (
     Choice,
@@ -33,21 +32,6 @@ def own_space(spec: str | Mapping[str, Any]) -> SearchSpace | None:
     if isinstance(spec, str) and spec.lower().endswith(".json"):
         return space_from_mapping(read_space_file(spec), name=spec)
     return None
-
-
-SEARCHES_NOTHING = (
-    "a space with at least one searched setting (a list of two or more choices, or a range with "
-    "low < high): one that searches nothing measures one config in every trial"
-)
-
-
-def check_searches(spec: str | Mapping[str, Any]) -> None:
-    """SpaceError naming `space` where the user's own space searches no setting: every trial
-    would measure one config. The CLI had run `{}` as the default loop twice without a word,
-    where the service refused it (a user's probe, 2026-12-06). Nothing for a named space."""
-    own = own_space(spec)
-    if own is not None and not any(map(searches, own.params.values())):
-        raise SpaceError("space", own.name if isinstance(spec, str) else spec, SEARCHES_NOTHING)
 
 
 def pins_over(spec: str | Mapping[str, Any], fix: Sequence[str] | Mapping[str, Any]) -> list[str]:

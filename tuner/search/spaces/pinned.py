@@ -171,16 +171,16 @@ def check_left(asked: Sequence[str], live: SearchSpace, said: int) -> SearchSpac
         raise SpaceError(
             "space", list(asked), f"a space with a setting this model can search ({why})"
         )
-    if not live.params or any(searches(spec) for spec in live.params.values()):
-        return live
+    if any(searches(spec) for spec in live.params.values()):
+        return live  # (none at all, `{}`, is said too: it had run the default without a word)
     if ONE_CONFIG in live.notes:
         return live
     return dataclasses.replace(live, notes=(*live.notes, ONE_CONFIG))
 
 
 ONE_CONFIG = (
-    "no setting left has two values to search (a one-value list, or a range with low == high): "
-    "each trial measures the same config again, and their windows pool"
+    "no setting left has two values to search (none, a one-value list, or a range with low == "
+    "high): each trial measures the same config again, and their windows pool"
 )
 
 
