@@ -44,8 +44,8 @@ or compiled optimizer, which reads the betas/momentum as constants; and a schedu
 graph with an optimizer that is neither capturable nor fused (e.g. plain SGD), whose step reads
 a tensor learning rate on the host, which a capture cannot do.
 
-Those refusals and every other check of the options are in `trainers.fit_checks`; the
-checkpoint's format, its random-number states and whether a Trainer may resume from it in
+Those refusals and every other check of the options are in `trainers.fit_checks` (of
+`eval_data`: `trainers.eval_checks`); the checkpoint's format, its random-number states and whether a Trainer may resume from it in
 `trainers.checkpoint` (`CHECKPOINT_FORMAT` and `checkpoint_file` are importable from here too).
 """
 
@@ -77,10 +77,10 @@ from trainers.checkpoint import (
 from trainers.config import REFERENCE, LoopConfig
 from trainers.core import Engine, Session
 from trainers.errors import ConfigError, WorkloadError
+from trainers.eval_checks import check_eval_batch
 from trainers.fit_checks import (
     Deferred,
     DtypesSaid,
-    check_eval_batch,
     check_fit_arguments,
     check_options,
     checked_scheduler,

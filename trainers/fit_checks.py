@@ -9,7 +9,7 @@ import itertools
 import math
 import os
 import re
-from collections.abc import Mapping, Sized
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -20,9 +20,9 @@ from trainers.checkpoint import checkpoint_file
 from trainers.config import LoopConfig
 from trainers.core import check_micro_batches
 from trainers.errors import ConfigError, NonFiniteLoss, WorkloadError
-from trainers.meta import meta_copy
+from trainers.eval_checks import check_eval_data
 from trainers.workloads.base import Workload
-from trainers.workloads.checks import checked, own_workload, raised_at, shapes_disagree
+from trainers.workloads.checks import checked, own_workload, raised_at
 
 
 def check_options(
@@ -64,7 +64,7 @@ def check_options(
         raise ConfigError("lr_tensor", lr_tensor, "None (decided by the config), true or false")
     if eval_loss is not None and not callable(eval_loss):
         raise ConfigError("eval_loss", type(eval_loss).__name__, "None or loss_fn(model, batch)")
-    _check_eval_data(eval_data)
+    check_eval_data(eval_data)
 
 
 def _needs_settings(kind: type) -> bool:
@@ -75,54 +75,6 @@ def _needs_settings(kind: type) -> bool:
         return False
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return any(p.default is p.empty and p.kind in positional for p in parameters)
-
-
-EVAL_BATCHES = 100_000
-"""Held-out batches past which `eval_data` is refused: every evaluation reads them all, and a
-training stream given as held-out data (a token stream of 2**30 batches) had hung the first."""
-
-
-def _check_eval_data(eval_data: object) -> None:
-    if eval_data is None:
-        return
-    if isinstance(eval_data, Sized) and len(eval_data) > EVAL_BATCHES:
-        raise ConfigError(
-            "eval_data",
-            f"{type(eval_data).__name__} of {len(eval_data):,} batches",
-            f"at most {EVAL_BATCHES:,} batches, each evaluation reads every one: a held-out "
-            "slice, e.g. [dataset[i] for i in range(100)]",
-        )
-    if isinstance(eval_data, torch.Tensor) or (
-        isinstance(eval_data, tuple) and all(isinstance(t, torch.Tensor) for t in eval_data)
-    ):
-        raise ConfigError(
-            "eval_data", "one batch", "a collection of batches (wrap one batch in a list)"
-        )
-    if isinstance(eval_data, Mapping):
-        raise ConfigError(
-            "eval_data",
-            f"one batch as a {type(eval_data).__name__} (iterated, its keys)",
-            "a collection of batches (wrap one batch in a list: [batch])",
-        )
-    if isinstance(eval_data, str | bytes):
-        raise ConfigError("eval_data", type(eval_data).__name__, "an iterable of batches")
-    if isinstance(eval_data, torch.utils.data.TensorDataset):
-        raise ConfigError(
-            "eval_data",
-            "TensorDataset",
-            "batches: its items are single samples; give DataLoader(dataset, batch_size=N)",
-        )
-    try:
-        iterator = iter(eval_data)  # type: ignore[call-overload]
-    except TypeError:
-        raise ConfigError("eval_data", type(eval_data).__name__, "an iterable of batches") from None
-    if iterator is eval_data:
-        raise ConfigError(
-            "eval_data",
-            type(eval_data).__name__,
-            "a collection evaluated again every time (a list, a Dataset of batches or a "
-            "DataLoader), not a one-shot iterator",
-        )
 
 
 def check_positive(field: str, value: object) -> None:
@@ -436,63 +388,6 @@ class DtypesSaid:
             f"features, .long() class labels){double}",
             field="data",
         ) from exc
-
-
-_EMPTY = object()
-
-
-def _kinds(batch: object) -> str:
-    """What a batch is made of, by type: `tuple (Tensor, str)`."""
-    if isinstance(batch, tuple | list):
-        return f"{type(batch).__name__} ({', '.join(type(x).__name__ for x in batch[:4])})"
-    return type(batch).__name__
-
-
-def check_eval_batch(
-    model: nn.Module, eval_data: Any, loss_fn: Any, tuple_loss: Any | None = None
-) -> None:
-    """ConfigError naming `eval_data` where its first batch cannot go through the loss: run on
-    a meta copy of `model` before any step (a float label, a missing key, other sizes had
-    failed at the first evaluation, hundreds of steps in, as a traceback). `tuple_loss`: the
-    loss of a tuple batch where the loop adapted the user's (`Trainer.evaluate` chooses so).
-    `eval_data` is read again at each evaluation (`_check_eval_data` refused an iterator); what
-    a meta tensor cannot do (read a value) is left to the evaluation. None: nothing to check."""
-    if eval_data is None:
-        return
-    batch: Any = next(iter(eval_data), _EMPTY)
-    if batch is _EMPTY:
-        # Said at the first evaluation, after eval_every steps had trained.
-        raise ConfigError("eval_data", "empty", "at least one batch")
-    try:
-        if isinstance(batch, torch.Tensor):
-            moved: Any = batch.to("meta")
-        elif isinstance(batch, Mapping):
-            moved = {key: value.to("meta") for key, value in batch.items()}
-        else:
-            moved = tuple(t.to("meta") for t in batch)
-    except (AttributeError, TypeError):
-        # The evaluation moves each batch as it is (`_to_device`): it had failed there, after
-        # eval_every steps had trained (a user's probe, 2026-12-06).
-        raise ConfigError(
-            "eval_data",
-            f"batches of {_kinds(batch)}",
-            "batches of tensors: a tensor, a tuple of tensors or a dict of them",
-        ) from None
-    chosen = tuple_loss if tuple_loss is not None and isinstance(moved, tuple) else loss_fn
-    try:
-        chosen(meta_copy(model), moved)
-    except Exception as exc:
-        said = " ".join(str(exc).split())
-        # What a real batch raises too; a meta tensor's own limits (no values) are not said.
-        kinds = KeyError | IndexError | AssertionError | ValueError | TypeError | AttributeError
-        told = isinstance(exc, kinds) or shapes_disagree(said) or "dtype" in said
-        if (told or "scalar type" in said) and "meta" not in said:
-            raise ConfigError(
-                "eval_data",
-                "its first batch",
-                f"batches the loss takes (loss_fn(model, batch) on it raised "
-                f"{type(exc).__name__}{raised_at(exc)}: {said[:200]})",
-            ) from exc
 
 
 OPTIMIZER_ALLOWED = (
