@@ -83,12 +83,23 @@ trained with the defaults, then tuned, had been refused its tuned config)."""
 
 
 def check_resumable(
-    state: Mapping[str, Any], *, accumulate: int, config: LoopConfig, scheduler: str | None
+    state: Mapping[str, Any],
+    *,
+    accumulate: int,
+    config: LoopConfig,
+    scheduler: str | None,
+    precision: str = "fp32",
+    clip_grad_norm: float | None = None,
 ) -> None:
     """TrainerError unless `state` is a Trainer checkpoint; ConfigError naming what differs where
     a Trainer with these settings (`scheduler`: the kind of its scheduler, or None) cannot
     resume from it."""
     checkpoint_of(state)
+    # Recorded from 2026-12-06 (older checkpoints hold neither): a bf16-autocast run resumed in
+    # fp32 without a word, and a GradScaler's state was dropped (a user's probe).
+    for field, own in (("precision", precision), ("clip_grad_norm", clip_grad_norm)):
+        if field in state and state[field] != own:
+            raise ConfigError(field, own, f"{state[field]!r}, as in the checkpointed run")
     if state["accumulate"] != accumulate:
         raise ConfigError(
             "accumulate",

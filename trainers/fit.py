@@ -45,8 +45,9 @@ graph with an optimizer that is neither capturable nor fused (e.g. plain SGD), w
 a tensor learning rate on the host, which a capture cannot do.
 
 Those refusals and every other check of the options are in `trainers.fit_checks` (of
-`eval_data`: `trainers.eval_checks`); the checkpoint's format, its random-number states and whether a Trainer may resume from it in
-`trainers.checkpoint` (`CHECKPOINT_FORMAT` and `checkpoint_file` are importable from here too).
+`eval_data`: `trainers.eval_checks`); the checkpoint's format, its random-number states and
+whether a Trainer may resume from it in `trainers.checkpoint` (`CHECKPOINT_FORMAT` and
+`checkpoint_file` are importable from here too).
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ from trainers.fit_checks import (
     Deferred,
     DtypesSaid,
     check_fit_arguments,
+    check_graph_rates,
     check_options,
     checked_scheduler,
     checked_workload,
@@ -223,26 +225,9 @@ class Trainer:
     def _adopt(self, optimizer: torch.optim.Optimizer, device: torch.device) -> None:
         """The optimizer the core built: tensor learning rates where needed, the scheduler."""
         self.optimizer = optimizer
-        if not self.lr_tensor and self._scheduler_factory is not None and self.config.cuda_graph:
-            raise ConfigError(
-                "lr_tensor",
-                False,
-                "None or true with cuda_graph=True and a scheduler (a float rate is baked into "
-                "the graph at capture and the schedule would be lost)",
-            )
-        if self.lr_tensor and self.config.cuda_graph:
-            # A foreach or for-loop step reads a tensor rate on the host (`alpha=-lr`), which a
-            # capture refuses (seen on an H100: SGD, cudaErrorStreamCaptureUnsupported); the
-            # capturable and fused kernels read it on the device.
-            for group in optimizer.param_groups:
-                if not (group.get("capturable") or group.get("fused")):
-                    raise ConfigError(
-                        "scheduler",
-                        type(optimizer).__name__,
-                        "with cuda_graph=True a scheduler needs an optimizer that reads its "
-                        "learning rate on the device: optimizer='fused', or one built with "
-                        "capturable=True (Adam, AdamW, ...); or a config without cuda_graph",
-                    )
+        check_graph_rates(
+            optimizer, self.config, self.lr_tensor, scheduled=self._scheduler_factory is not None
+        )
         if self.lr_tensor:
             for group in optimizer.param_groups:
                 if not isinstance(group["lr"], torch.Tensor):
@@ -427,6 +412,8 @@ class Trainer:
             "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
             "scheduler_kind": None if self.scheduler is None else type(self.scheduler).__name__,
             "scaler": None if scaler is None else scaler.state_dict(),
+            "precision": self.precision or "fp32",
+            "clip_grad_norm": self.clip_grad_norm,
             "rng": rng_state(self.device),
         }
 
@@ -442,6 +429,8 @@ class Trainer:
             accumulate=self.accumulate,
             config=self.config,
             scheduler=None if self.scheduler is None else type(self.scheduler).__name__,
+            precision=self.precision or "fp32",
+            clip_grad_norm=self.clip_grad_norm,
         )
         # All checked before anything changes.
         check_fits(state, self.model, self.optimizer, data_of(self.workload), path=path)

@@ -119,6 +119,33 @@ def check_fit_arguments(
         checkpoint_file(checkpoint_path, trained)
 
 
+def check_graph_rates(
+    optimizer: torch.optim.Optimizer, config: LoopConfig, lr_tensor: bool, *, scheduled: bool
+) -> None:
+    """ConfigError where a scheduler's rates cannot reach a captured step: a float rate (baked
+    into the graph at capture), or a tensor rate the optimizer reads on the host."""
+    if not lr_tensor and scheduled and config.cuda_graph:
+        raise ConfigError(
+            "lr_tensor",
+            False,
+            "None or true with cuda_graph=True and a scheduler (a float rate is baked into "
+            "the graph at capture and the schedule would be lost)",
+        )
+    if lr_tensor and config.cuda_graph:
+        # A foreach or for-loop step reads a tensor rate on the host (`alpha=-lr`), which a
+        # capture refuses (seen on an H100: SGD, cudaErrorStreamCaptureUnsupported); the
+        # capturable and fused kernels read it on the device.
+        for group in optimizer.param_groups:
+            if not (group.get("capturable") or group.get("fused")):
+                raise ConfigError(
+                    "scheduler",
+                    type(optimizer).__name__,
+                    "with cuda_graph=True a scheduler needs an optimizer that reads its "
+                    "learning rate on the device: optimizer='fused', or one built with "
+                    "capturable=True (Adam, AdamW, ...); or a config without cuda_graph",
+                )
+
+
 def checked_scheduler(
     scheduler: Any, optimizer: torch.optim.Optimizer, config: LoopConfig
 ) -> LRScheduler:

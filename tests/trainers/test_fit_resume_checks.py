@@ -176,3 +176,26 @@ def test_a_resume_whose_optimizer_steps_other_parameters_is_refused_before_any_c
     factored.fit(4, checkpoint_every=4, checkpoint_path=tmp_path / "f.pt")
     resumed = Trainer(_adam_mlp(0, torch.optim.Adafactor), device="cpu")
     assert resumed.fit(6, resume_from=tmp_path / "f.pt").step == 6
+
+
+def test_a_resume_under_another_precision_or_clipping_is_refused(tmp_path: Path) -> None:
+    """A bf16-autocast checkpoint had resumed into an fp32 Trainer without a word (a GradScaler's
+    state would be dropped so), and one of clip_grad_norm=1 into a Trainer without clipping (a
+    user's probe, 2026-12-06); the checkpoint records both now."""
+    Trainer(sgd_workload(), device="cpu", precision="bf16-autocast", clip_grad_norm=1.0).fit(
+        4, checkpoint_every=4, checkpoint_path=tmp_path / "c.pt"
+    )
+    for options, refusal in (
+        ({"clip_grad_norm": 1.0}, r"^precision='fp32' is invalid: allowed 'bf16-autocast', as"),
+        ({"precision": "bf16-autocast"}, r"^clip_grad_norm=None is invalid: allowed 1.0, as in"),
+        (
+            {"precision": "bf16-autocast", "clip_grad_norm": 2.0},
+            r"^clip_grad_norm=2.0 is invalid: allowed 1.0, as in the checkpointed run$",
+        ),
+    ):
+        trainer = Trainer(sgd_workload(), device="cpu", **options)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match=refusal):
+            trainer.fit(6, resume_from=tmp_path / "c.pt")
+        assert trainer.step == 0
+    same = Trainer(sgd_workload(), device="cpu", precision="bf16-autocast", clip_grad_norm=1.0)
+    assert same.fit(6, resume_from=tmp_path / "c.pt").step == 6
