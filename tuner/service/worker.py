@@ -36,7 +36,10 @@ and the running trial stops at its next window (kept as a PRUNED trial with its 
 `stopped`, not counted); the job ends as cancelled (once a final round has started, that round
 finishes and its recommendation is kept). A shutdown (SIGTERM/SIGINT, or the `serve` process
 that started the worker gone) stops the running trial the same way; the worker leaves the job
-(the last live member puts it back in the queue), gives its GPU lease back and exits 0.
+(the last live member puts it back in the queue), gives its GPU lease back and exits 0. Where
+the job is in a part that polls nothing (a gate's reference or envelope run, a compile) the
+signal's worker hands the job back itself after GIVE_BACK_S and exits 0, before `serve`'s pool
+kills it (`tuner.service.pool.STOP_GRACE_S`).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 import optuna
 import sqlalchemy as sa
@@ -67,16 +71,24 @@ from tuner.service.jobstore import FINISHED, WorkerStore
 from tuner.service.leases import GpuLease, gpu_uuid
 from tuner.service.settings import WorkerSettings, load_settings
 from tuner.service.slots import (
+    GAVE_UP_REASON,
     count_slots,
     fail_orphans,
+    fail_running,
 )
 from tuner.service.spec import JobSpec, WorkloadRegistry
 from tuner.service.tables import JobRow, job_devices
+from tuner.store import keys
 from tuner.store import storage as studies
 from tuner.store.keys import JOB_STUDY_PREFIX as STUDY_PREFIX
 from tuner.store.retry import Backoff, is_transient
 
 log = logging.getLogger("tuner.worker")
+
+
+GIVE_BACK_S = 20.0
+"""How long a signalled worker waits for its job to stop at a point that polls before it hands
+the job back itself (`Worker.give_back`): inside the pool's STOP_GRACE_S (30 s)."""
 
 
 class Worker:
@@ -124,6 +136,8 @@ class Worker:
         )
         self._started = False
         self._run: JobRun | None = None  # the job this worker is a member of, if any
+        self._member_job: JobRow | None = None  # that job's row (`give_back`)
+        self._give_back_timer: threading.Timer | None = None
         self._ready: JobRun | None = None  # the one job's search, opened before joining it
         self._prepared_once = False  # tried to open it ahead (once: a failure is met on joining)
         # Monotonic time since which the database has answered (None: it is away now).
@@ -305,8 +319,38 @@ class Worker:
         return row.status in FINISHED
 
     def install_signals(self) -> None:
+        def stop(*_: object) -> None:
+            self.shutdown()
+            if self._give_back_timer is None:
+                self._give_back_timer = threading.Timer(GIVE_BACK_S, self.give_back)
+                self._give_back_timer.daemon = True
+                self._give_back_timer.start()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self.shutdown())
+            signal.signal(sig, stop)
+
+    def give_back(self, exit_process: Callable[[int], object] | None = None) -> None:
+        """The job this worker is still a member of, handed back as a shutdown hands it back
+        (queued again, its claim not counted as an attempt, this worker's running trial failed
+        as given up), then the process ended: a Ctrl-C of `serve` during a gate had left the
+        job running and charged, the worker killed at the grace's end (a user's probe,
+        2026-12-06). Nothing where no job is held: the loop ends on its own."""
+        job = self._member_job
+        if job is None:
+            return
+        try:
+            fail_running(
+                self.storage(),
+                job.study,
+                lambda t: t.user_attrs.get(keys.OWNER) == self.id,
+                GAVE_UP_REASON,
+            )
+            reason = f"requeued: worker {self.id} shut down"
+            if self.store.requeue(job.id, self.id, reason=reason, lease_s=self.settings.lease_s):
+                log.info("job %s requeued (shutdown, before its running part stopped)", job.id)
+            self._goodbye()
+        finally:
+            (exit_process or _exit_now)(0)
 
     def should_stop(self) -> bool:
         run = self._run
@@ -364,10 +408,11 @@ class Worker:
         self._run = ready if ready is not None and ready.prepared_for == job.id else JobRun(self)
         if ready is not None and ready is not self._run:
             ready.discard()
+        self._member_job = job
         try:
             return self._run.member_of(job, claimed=claimed)
         finally:
-            self._run = None
+            self._run = self._member_job = None
 
     # -- one job -------------------------------------------------------------------------
     def _beat_idle(self) -> None:
@@ -430,6 +475,12 @@ class Worker:
             if self._optuna is None:
                 self._optuna = studies.open_storage(self.storage_url)
             return self._optuna
+
+
+def _exit_now(code: int) -> None:
+    """End the process now, its log written out: the main thread may be deep in a compile."""
+    logging.shutdown()
+    os._exit(code)
 
 
 def main(storage: str | None = None, gpu: int | None = None, job: str | None = None) -> None:
