@@ -464,9 +464,14 @@ def raised_at(exc: BaseException) -> str:
     frames = [
         f
         for f in traceback.extract_tb(exc.__traceback__)
-        if "/torch/" not in f.filename and "torchinductor_" not in f.filename  # generated code
+        if "/torch/" not in f.filename and not _INDUCTOR_CODE.search(f.filename)
     ]
     return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+
+
+_INDUCTOR_CODE = re.compile(r"torchinductor_|[\\/][a-z0-9]{2}[\\/]c[a-z0-9]{40,}\.py$")
+"""A module Inductor generated (`<cache>/oh/cohqz32u...py`), wherever its cache folder is: not
+the user's frame (TORCHINDUCTOR_CACHE_DIR set elsewhere had put it there in CI)."""
 
 
 def _qualified(thing: object) -> str:
