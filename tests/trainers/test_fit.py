@@ -784,23 +784,27 @@ def test_a_model_given_for_a_workload_is_named() -> None:
         Trainer(nn.Sequential(nn.Linear(2, 1)), device="cpu")  # type: ignore[arg-type]
 
 
+def _nan_at_step_5() -> trainers.Workload:
+    """A regression whose fifth batch of 8 holds a NaN feature: the loss of step 5 (from 1)."""
+    torch.manual_seed(0)
+    features = torch.randn(64, 6)
+    features[35, 2] = float("nan")
+    return workload_from_parts(
+        nn.Linear(6, 1),
+        TensorDataset(features, torch.randn(64, 1)),
+        lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]),
+        optimizer=lambda params, capturable: torch.optim.SGD(params, lr=0.1),
+        batch_size=8,
+    )
+
+
 @pytest.mark.parametrize("config", [LoopConfig(), EVENT_EVERY_3], ids=["every-step", "event-3"])
 def test_a_nan_loss_stops_fit_at_its_harvest_unless_allowed(config: LoopConfig) -> None:
     """A batch with a NaN feature: fit had trained on from it without a word, the weights NaN
     from then on, where the CLI stops (a user's probe, 2026-12-06)."""
 
     def build() -> Trainer:
-        torch.manual_seed(0)
-        features = torch.randn(64, 6)
-        features[35, 2] = float("nan")  # in the fifth batch of 8: step 5, counted from 1
-        workload = workload_from_parts(
-            nn.Linear(6, 1),
-            TensorDataset(features, torch.randn(64, 1)),
-            lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]),
-            optimizer=lambda params, capturable: torch.optim.SGD(params, lr=0.1),
-            batch_size=8,
-        )
-        return Trainer(workload, config, device="cpu")
+        return Trainer(_nan_at_step_5(), config, device="cpu")
 
     seen: list[float] = []
     trainer = build()
@@ -826,17 +830,7 @@ def test_no_checkpoint_is_written_after_a_nan_loss(
     NaN updated had been written, over `run.pt`'s last good ones that the error says to resume
     from (a user's probe, 2026-12-06). Every checkpoint written holds finite weights of a step
     before the NaN."""
-    torch.manual_seed(0)
-    features = torch.randn(64, 6)
-    features[35, 2] = float("nan")  # in the fifth batch of 8: step 5, counted from 1
-    workload = workload_from_parts(
-        nn.Linear(6, 1),
-        TensorDataset(features, torch.randn(64, 1)),
-        lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]),
-        optimizer=lambda params, capturable: torch.optim.SGD(params, lr=0.1),
-        batch_size=8,
-    )
-    trainer = Trainer(workload, config, device="cpu")
+    trainer = Trainer(_nan_at_step_5(), config, device="cpu")
     with pytest.raises(trainers.NonFiniteLoss, match=r"the loss of step 5 is nan"):
         trainer.fit(8, checkpoint_every=every, checkpoint_path=tmp_path / "run-{step}.pt")
     written = sorted(tmp_path.glob("run-*.pt"))
