@@ -411,6 +411,18 @@ def make_sampler(
     return sampler_for(space, tpe)
 
 
+def directions(options: RunOptions) -> list[optuna.study.StudyDirection]:
+    """The study's directions: speed up, and with the memory objective, peak memory down."""
+    maximize, minimize = optuna.study.StudyDirection.MAXIMIZE, optuna.study.StudyDirection.MINIMIZE
+    return [maximize, minimize] if options.multi_objective else [maximize]
+
+
+def make_pruner(options: RunOptions) -> optuna.pruners.BasePruner:
+    if options.multi_objective:
+        return optuna.pruners.NopPruner()  # Optuna does not prune multi-objective studies
+    return optuna.pruners.PercentilePruner(PRUNE_PERCENTILE, n_startup_trials=5, n_warmup_steps=1)
+
+
 class TrialSlots(TypingProtocol):
     """Whether this process may run another trial of the study, and the trial if so.
 

@@ -89,6 +89,7 @@ class Search(TrialRunner):
     (`Children`) and the time each phase took (`Clock`)."""
 
     owned_storage: optuna.storages.BaseStorage | None = None  # opened for it: closed with it
+    cache_setting_before: str | None = None  # TORCHINDUCTOR_CACHE_DIR before the job: restored
     made = False  # this run created the study (`open_search`), not resumed it
 
     def __init__(
@@ -227,6 +228,8 @@ class Search(TrialRunner):
             self._children.close()
         finally:
             studies.close_storage(self.owned_storage)  # None: the caller's, left open
+            # The next job of this process (a worker's, a script's) chooses its own folder.
+            artifacts.restore_cache_setting(self.cache_setting_before)
 
     # -- baselines -------------------------------------------------------------------------
     def measure_baselines(self, phase: str) -> None:

@@ -24,12 +24,13 @@ from tuner.search.measuring.baselines import now
 from tuner.search.measuring.measure import Measurer, Protocol, set_matmul_precision
 from tuner.search.measuring.timing import Clock
 from tuner.search.options import (
-    PRUNE_PERCENTILE,
     LocalSlots,
     Progress,
     Quiet,
     Retry,
     RunOptions,
+    directions,
+    make_pruner,
     make_sampler,
     resume_command,
     unmeasured_here,
@@ -223,16 +224,19 @@ def open_search(
     space, options = _space_for(options, measurer, progress)
     # Said with its seconds: at 0.5B on an H200 25 s went by unsaid (2026-12-02, 2c9259f).
     progress.phase(_built(measurer, time.perf_counter() - building))
-    args = (options, measurer, space, progress, should_stop, owner, retry, clock)
-    if storage is not None:
-        return _search_on(storage, *args)
-    owned = studies.open_storage(studies.storage_url(options.storage))
+    url = studies.storage_url(options.storage)
+    on = storage if storage is not None else studies.open_storage(url)
+    owned = None if on is storage else on  # opened here: closed with the search
+    before = artifacts.cache_setting()  # the job points Inductor's cache at its study's folder
     try:
-        search = _search_on(owned, *args)
+        search = _search_on(
+            on, options, measurer, space, progress, should_stop, owner, retry, clock
+        )
     except BaseException:
         studies.close_storage(owned)  # a study refused or a database error: nothing holds it
+        artifacts.restore_cache_setting(before)
         raise
-    search.owned_storage = owned
+    search.owned_storage, search.cache_setting_before = owned, before
     return search
 
 
@@ -265,9 +269,9 @@ def _search_on(
         storage,
         name,
         info=info,
-        directions=_directions(options),
+        directions=directions(options),
         sampler=make_sampler(options.sampler, options.seed, options.trials, space),
-        pruner=_pruner(options),
+        pruner=make_pruner(options),
     )
     own = measurer.program is None  # a program is measured elsewhere: not this process's code
     memo = open_memo(storage, options, info["fingerprint"]) if own else None
@@ -486,14 +490,3 @@ def _study_info(
         "created": now(),
     }
     return name, info
-
-
-def _directions(options: RunOptions) -> list[optuna.study.StudyDirection]:
-    maximize, minimize = optuna.study.StudyDirection.MAXIMIZE, optuna.study.StudyDirection.MINIMIZE
-    return [maximize, minimize] if options.multi_objective else [maximize]
-
-
-def _pruner(options: RunOptions) -> optuna.pruners.BasePruner:
-    if options.multi_objective:
-        return optuna.pruners.NopPruner()  # Optuna does not prune multi-objective studies
-    return optuna.pruners.PercentilePruner(PRUNE_PERCENTILE, n_startup_trials=5, n_warmup_steps=1)

@@ -539,6 +539,25 @@ def test_inductors_own_default_does_not_pass_for_the_users_cache(
     assert chosen == str((tmp_path / "shared").resolve()) == os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 
+def test_a_job_gives_the_process_its_cache_setting_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job points TORCHINDUCTOR_CACHE_DIR at its study's folder for its own children; once it
+    ends, the process's next job (a worker's, a script's) chooses its own folder, not the first's,
+    which had looked like the user's choice."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.delenv("TUNER_COMPILE_CACHE", raising=False)
+    first, second = sqlite_url(tmp_path, "first.db"), sqlite_url(tmp_path, "second.db")
+    run_json(options(first, "one", trials=1))
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ
+    run_json(options(second, "two", trials=1))
+    cache = Path(load(second, "two").user_attrs["streamtune"]["compile_cache"])
+    assert cache == (tmp_path / "second-artifacts" / "inductor-cache").resolve()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "users"))
+    run_json(options(first, "three", trials=1))
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "users")
+
+
 @pytest.mark.slow
 def test_a_compiled_trial_records_its_compile_cost_and_fills_the_studys_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -98,6 +98,22 @@ def save(folder: str | os.PathLike[str] | None) -> tuple[int, str | None]:
 COMPILE_CACHE_ENV = "TUNER_COMPILE_CACHE"
 
 
+def cache_setting() -> str | None:
+    """TORCHINDUCTOR_CACHE_DIR as it is now, for `restore_cache_setting` when the job ends."""
+    return os.environ.get(trainers.compilation.CACHE_DIR_VARIABLE)
+
+
+def restore_cache_setting(before: str | None) -> None:
+    """Put TORCHINDUCTOR_CACHE_DIR back as `cache_setting` read it: a job's folder, set for the
+    whole process by `share_compile_cache`, had stayed for whatever the process did next, and
+    looked like the user's choice to its next job (`trainers.compilation.user_cache_dir`), whose
+    compiles and artefacts file then went to the first job's folder."""
+    if before is None:
+        os.environ.pop(trainers.compilation.CACHE_DIR_VARIABLE, None)
+    else:
+        os.environ[trainers.compilation.CACHE_DIR_VARIABLE] = before
+
+
 def share_compile_cache(options: RunOptions) -> str | None:
     """Point Inductor's on-disk caches at one folder for every trial, child process and worker of
     the study: $TUNER_COMPILE_CACHE, else `inductor-cache/` in the study's artifact folder (beside
