@@ -311,6 +311,9 @@ class JobRun:
             job.id, self.worker.id, hardware=hardware, deadline=deadline
         ):
             return False
+        # A repeat job's trials copied from an earlier study count from now: the row had said 0
+        # complete through its whole final round, while /trials listed them.
+        self._sync_progress(job)
         return deadline
 
     def _as_asked(self, job: JobRow, text: str) -> str:
@@ -434,11 +437,8 @@ class JobRun:
         except Exception as exc:
             if not is_transient(exc):
                 raise
-            log.warning(
-                "job %s: progress not copied (%s); the next trial copies it",
-                job.id,
-                type(exc).__name__,
-            )
+            why = type(exc).__name__
+            log.warning("job %s: progress not copied (%s); the next trial copies it", job.id, why)
             return None
         return counts
 

@@ -25,6 +25,7 @@ from tuner.evidence.verdicts import CPU_EXPLANATION
 from tuner.search.gating.memo import MEMO_ENV
 from tuner.search.study import run_study
 from tuner.search.trials import trials_without_gain
+from tuner.service import job as job_module
 from tuner.service.jobstore import JobStore
 from tuner.service.settings import WorkerSettings, load_settings
 from tuner.service.slots import ORPHAN_REASON
@@ -237,7 +238,17 @@ def test_a_repeat_job_copies_no_more_than_its_trials_and_says_which_are_copies(
         )
 
     first = finished({"trials": 3})
+    seen: list[int] = []  # the row's count when the repeat job's final round begins
+    said = job_module._JobProgress.phase
+
+    def phase(progress: Any, text: str) -> None:
+        if text.startswith("final round: top configs"):
+            seen.append(progress.run.worker.store.get(progress.job.id).n_complete)
+        said(progress, text)
+
+    monkeypatch.setattr(job_module._JobProgress, "phase", phase)
     again = finished({"trials": 1})
+    assert seen == [again["n_complete"]] and seen[0] >= 1  # the copy counted from the start
     assert again["n_complete"] + again["n_failed"] + again["n_pruned"] == 1
     (copy,) = client.get(again["links"]["trials"], headers=AUTH).json()["items"]
     originals = client.get(first["links"]["trials"], headers=AUTH).json()["items"]
