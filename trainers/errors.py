@@ -42,10 +42,17 @@ class WorkloadError(TrainerError):
     """A workload cannot be found, built or run as asked (unknown name, bad preset, bad factory).
 
     `field` names the input at fault ("workload" or "preset") where there is one.
+    `every_config`: the fault is the workload's whatever the loop's settings (a factory that
+    builds other weights at each call), so a tuner ends its job on it rather than failing each
+    config alike and recommending none. Both survive pickling (BaseException keeps `__dict__`):
+    the gate's runs raise it in a child process.
     """
 
-    def __init__(self, message: str, *, field: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, field: str | None = None, every_config: bool = False
+    ) -> None:
         self.field = field
+        self.every_config = every_config
         super().__init__(message)
 
 

@@ -38,6 +38,19 @@ FACTORIES = textwrap.dedent(
 
     def refuses(preset, *, seed):
         raise ValueError(f"preset {preset!r} is not one of mine")
+
+
+    import torch
+    import torch.nn.functional as F
+
+    KEPT = torch.nn.Linear(8, 3)  # one model for every call: trained by the first run
+
+
+    def kept(preset, *, seed):
+        data = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,)))
+        loss = lambda model, batch: F.cross_entropy(model(batch[0]), batch[1])
+        adam = trainers.workloads.adam()
+        return trainers.workload_from_parts(KEPT, data, loss, optimizer=adam, batch_size=8)
     """
 )
 RAISES_LINE = 10  # the `raise FileNotFoundError` line above, counted from 1
@@ -88,6 +101,19 @@ def test_a_factory_refusing_its_preset_names_the_preset(
     assert code == 2
     line = _one_error_line(err)
     assert line.startswith("error: --preset: ") and "is not one of mine" in line
+
+
+def test_a_factory_that_keeps_its_model_ends_the_job_in_one_line(
+    factories: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A model built once at import trains on at each build: the gate's second build refuses it,
+    and the job ends on that cause. It had failed every config alike and ended "no config passed
+    parity" (exit 1), the cause only in progress lines, which `--quiet` and `best` leave out."""
+    flags = [f if f != "mlp" else f"{factories.stem}:kept" for f in RUN_FLAGS]
+    code, _, err = run_main(capsys, "run", *flags, "--storage", sqlite_url(tmp_path), "--quiet")
+    assert code == 2
+    line = _one_error_line(err)
+    assert "built other weights" in line and "a model kept between calls" in line
 
 
 def test_a_raising_factory_in_a_subprocess_prints_no_traceback(

@@ -73,6 +73,7 @@ def check_seeded(
             "torch's, random's or NumPy's global generators (seeded before the factory runs) or "
             "from one made with `seed`, not from an unseeded one or a model kept between calls",
             field="workload",
+            every_config=True,
         )
 
 

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import optuna
 import torch
 
-from trainers import LoopConfig
+from trainers import LoopConfig, WorkloadError
 from trainers.gate import required_test
 from trainers.program import ProgramStopped
 from tuner.evidence.progress import short_config
@@ -221,6 +221,8 @@ class ParityCache:
         except ProgramStopped:
             raise  # on request (a cancel): not the config's verdict, so none is stored
         except Exception as exc:  # noqa: BLE001 - a config that cannot even be checked fails
+            if isinstance(exc, WorkloadError) and exc.every_config:
+                raise  # every config fails alike: the job ends on it, not "none passed parity"
             verdict = GateVerdict.failed(f"parity run failed: {exc}", config=config)
             spent = {GATE_CONFIG: time.perf_counter() - started}
             reached = False  # a fact about this moment (another process's memory, ...): not shared
@@ -448,8 +450,7 @@ class ParityCache:
         return sum(1 for k in self._memo_attrs() if k.startswith(keys.PARITY_PREFIX))
 
     def _tell(self, text: str) -> None:
-        if self.say is not None:
-            self.say(text)
+        _ = self.say is not None and self.say(text)
 
     def _attrs(self) -> dict[str, Any]:
         return self.retry.call(lambda: self.study.user_attrs, what="reading the parity cache")
