@@ -220,7 +220,7 @@ class ParityCache:
             verdict = GateVerdict(verdict=run.verdict, config=config.to_dict())
         except ProgramStopped:
             raise  # on request (a cancel): not the config's verdict, so none is stored
-        except Exception as exc:  # noqa: BLE001 - a config that cannot even be checked fails
+        except Exception as exc:  # a config that cannot even be checked fails
             if isinstance(exc, WorkloadError) and exc.every_config:
                 raise  # every config fails alike: the job ends on it, not "none passed parity"
             verdict = GateVerdict.failed(f"parity run failed: {exc}", config=config)
