@@ -95,6 +95,18 @@ def swapped_loss(preset: str, *, seed: int) -> Workload:
     return _workload(loss_fn=loss)
 
 
+def criterion_loss(preset: str, *, seed: int) -> Workload:
+    # A criterion of (outputs, targets), as `nn.CrossEntropyLoss()` is called.
+    return _workload(loss_fn=nn.CrossEntropyLoss())
+
+
+def three_argument_loss(preset: str, *, seed: int) -> Workload:
+    def loss(model: nn.Module, x: Any, y: Any) -> Any:  # the batch unpacked into arguments
+        return nn.functional.cross_entropy(model(x), y)
+
+    return _workload(loss_fn=loss)
+
+
 def loss_of_shape_one(preset: str, *, seed: int) -> Workload:
     return _workload(loss_fn=lambda m, b: classification_loss(m, b).reshape(1))
 

@@ -55,6 +55,10 @@ OWN = "tests.trainers.own_workloads"
         ("detached_loss", "loss_fn(model, batch) returned a loss that does not require grad"),
         # Had failed every trial alike, "too many values to unpack" (a probe, 2026-12-06).
         ("swapped_loss", "loss_fn(model, batch) on the first batch raised TypeError at"),
+        # Each had built, then raised a traceback from the loop at the first step (a probe,
+        # 2026-12-07).
+        ("criterion_loss", "loss_fn(model, batch) on the first batch raised TypeError: "),
+        ("three_argument_loss", "loss_fn(model, batch) on the first batch raised TypeError: "),
     ],
 )
 def test_a_mistake_in_a_users_workload_is_refused_when_it_is_built(name: str, said: str) -> None:
@@ -64,6 +68,10 @@ def test_a_mistake_in_a_users_workload_is_refused_when_it_is_built(name: str, sa
     assert str(caught.value).startswith(f"workload='{OWN}:{name}': {said}"), str(caught.value)
     swapped = "called as loss_fn(batch, model) it returned a loss: the loop passes the model first"
     assert (swapped in str(caught.value)) == (name == "swapped_loss"), str(caught.value)
+    criterion = "it was given the model where it took a tensor: the loop calls loss_fn(model, "
+    assert (criterion in str(caught.value)) == (name == "criterion_loss"), str(caught.value)
+    arguments = "loss_fn(model, x, y) is called with two arguments, the model and the batch"
+    assert (arguments in str(caught.value)) == (name == "three_argument_loss"), str(caught.value)
 
 
 @pytest.mark.parametrize("name", ["dict_batches", "tensor_batches"])
@@ -366,6 +374,10 @@ def test_a_part_refused_inside_a_factory_is_the_workloads_error_under_its_name(
     assert str(caught.value).startswith(f"workload='{OWN}:{name}': {said}"), str(caught.value)
     swapped = "called as loss_fn(batch, model) it returned a loss: the loop passes the model first"
     assert (swapped in str(caught.value)) == (name == "swapped_loss"), str(caught.value)
+    criterion = "it was given the model where it took a tensor: the loop calls loss_fn(model, "
+    assert (criterion in str(caught.value)) == (name == "criterion_loss"), str(caught.value)
+    arguments = "loss_fn(model, x, y) is called with two arguments, the model and the batch"
+    assert (arguments in str(caught.value)) == (name == "three_argument_loss"), str(caught.value)
     assert "custom" not in str(caught.value)
 
 

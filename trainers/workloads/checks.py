@@ -41,8 +41,10 @@ from torch.utils.data import IterableDataset, default_collate
 
 from trainers.errors import WorkloadError
 from trainers.meta import meta_copy
+from trainers.workloads import as_tuples
 from trainers.workloads.as_tuples import adapted, original_loss
 from trainers.workloads.base import Workload
+from trainers.workloads.loss_contract import not_the_contract, swapped
 
 
 def own_workload(
@@ -291,11 +293,17 @@ def _check_loss(workload: Workload, batch: tuple[torch.Tensor, ...], where: _Whe
                 f"{raised_at(exc)}: {said[:300].rstrip('.')}: the model and the batches it is fed "
                 "do not fit"
             ) from exc
-        if _swapped(workload, copied, batch):  # said at every trial as "too many values to unpack"
+        if swapped(workload, copied, batch):  # said at every trial as "too many values to unpack"
             raise where.error(
                 f"loss_fn(model, batch) on the first batch raised {type(exc).__name__}"
                 f"{raised_at(exc)}: {said[:200].rstrip('.')}; called as loss_fn(batch, model) it "
                 "returned a loss: the loop passes the model first, loss_fn(model, batch)"
+            ) from exc
+        contract = not_the_contract(loss_fn, copied, exc)
+        if contract is not None:  # each step would raise it, as a traceback from the loop
+            raise where.error(
+                f"loss_fn(model, batch) on the first batch raised {type(exc).__name__}"
+                f"{raised_at(exc)}: {said[:200].rstrip('.')}: {contract}"
             ) from exc
         return
     if isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.dim() == 0:
@@ -320,16 +328,6 @@ def _check_loss(workload: Workload, batch: tuple[torch.Tensor, ...], where: _Whe
         f"loss_fn(model, batch) returned {got}; the loop backpropagates a "
         f"scalar loss tensor: {fix}",
     )
-
-
-def _swapped(workload: Workload, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> bool:
-    """Whether the loss takes its arguments the other way round: `loss_fn(batch, model)` on the
-    meta copy gives a scalar (a swapped signature failed each trial alike, naming no contract)."""
-    try:
-        loss = workload.loss_fn(tuple(t.to("meta") for t in batch), model)  # type: ignore[arg-type]
-    except Exception:  # noqa: BLE001 - any failure: not the swapped contract
-        return False
-    return isinstance(loss, torch.Tensor) and loss.numel() == 1
 
 
 def _materialise(workload: Workload, batch: tuple[torch.Tensor, ...], where: _Where) -> None:
@@ -461,10 +459,13 @@ def shapes_disagree(said: str) -> bool:
 
 def raised_at(exc: BaseException) -> str:
     """ " at file:line" of the innermost frame of the user's code (not torch's) in `exc`."""
+    ours = (__file__, as_tuples.__file__)  # the call itself failed: no frame of the user's
     frames = [
         f
         for f in traceback.extract_tb(exc.__traceback__)
-        if "/torch/" not in f.filename and not _INDUCTOR_CODE.search(f.filename)
+        if "/torch/" not in f.filename
+        and not _INDUCTOR_CODE.search(f.filename)
+        and f.filename not in ours
     ]
     return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
 
