@@ -137,8 +137,8 @@ def _one_sample(batch: Batch, samples: int) -> tuple[Batch, int]:
 def first_batch(workload: Workload) -> Batch:
     """The workload's first batch as its loader would make it (one item, or `batch_size` items
     collated), without a loader."""
-    if workload.batch_size is None:
-        item = workload.dataset[0]
+    if workload.batch_size is None:  # each item a batch, converted as the loader does
+        item = (workload.collate_fn or torch.utils.data.default_convert)(workload.dataset[0])
         return tuple(item)
     samples = [workload.dataset[i] for i in range(workload.batch_size)]
     if workload.collate_fn is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -463,3 +464,43 @@ def test_an_optimizer_factory_with_a_defaulted_second_parameter_trains(factory: 
     rate = trainer.optimizer.param_groups[0]["lr"]
     assert not isinstance(rate, bool) and float(rate) > 0, rate
     assert not torch.equal(before, model.weight.detach())
+
+
+class _NumpyBatches(torch.utils.data.Dataset[tuple[object, object]]):
+    """Each item a whole batch of NumPy arrays, as a dataset read from files in batches gives."""
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, i: int) -> tuple[object, object]:
+        numbers = np.random.RandomState(i)
+        return numbers.randn(4, 8).astype(np.float32), numbers.randint(0, 3, 4)
+
+
+def _to_tensors(batch: tuple[object, object]) -> tuple[torch.Tensor, torch.Tensor]:
+    return tuple(torch.as_tensor(part) for part in batch)  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("given", ["dataset", "loader", "loader-collate"])
+def test_items_that_are_whole_batches_are_converted_as_the_loader_converts_them(
+    given: str,
+) -> None:
+    """With batch_size=None the loader converts each item (NumPy to tensors, or the collate_fn):
+    the build's check had read the item unconverted and refused it, "item 0 is ndarray" (a probe,
+    2026-12-07). It trains as a plain loop over the same loader does."""
+    data: object = _NumpyBatches()
+    if given != "dataset":
+        collate = _to_tensors if given == "loader-collate" else None
+        data = torch.utils.data.DataLoader(_NumpyBatches(), batch_size=None, collate_fn=collate)
+
+    def loss(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return nn.functional.cross_entropy(model(batch[0]), batch[1])
+
+    torch.manual_seed(0)
+    model = nn.Linear(8, 3)
+    plain = [float(loss(model, b)) for b in torch.utils.data.DataLoader(_NumpyBatches(), None)]
+    workload = workload_from_parts(
+        model, data, loss, optimizer=functools.partial(torch.optim.SGD, lr=0.0), batch_size=None
+    )
+    done = Trainer(workload, device="cpu").fit(3)
+    assert done.losses == pytest.approx(plain[:3])

@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sized
 from typing import Any
 
 import torch
-from torch.utils.data import IterableDataset, default_collate
+from torch.utils.data import IterableDataset, default_collate, default_convert
 
 from trainers.errors import WorkloadError
 from trainers.meta import meta_copy
@@ -178,8 +178,8 @@ def _first_batch(workload: Workload, where: _Where) -> Any:
             + "): give it more items, or a smaller batch_size",
         )
     try:
-        if workload.batch_size is None:
-            return dataset[0]
+        if workload.batch_size is None:  # each item a batch, converted as the loader does
+            return (workload.collate_fn or default_convert)(dataset[0])
         samples = [dataset[i] for i in range(wanted)]
         return (workload.collate_fn or default_collate)(samples)
     except Exception as exc:  # the user's code: said in one line, as each step would fail
@@ -196,7 +196,7 @@ def _first_streamed(workload: Workload, wanted: int, where: _Where) -> Any:
                 "batch_size"
             )
         if workload.batch_size is None:
-            return samples[0]
+            return (workload.collate_fn or default_convert)(samples[0])
         return (workload.collate_fn or default_collate)(samples)
     except WorkloadError:
         raise
