@@ -107,6 +107,12 @@ def three_argument_loss(preset: str, *, seed: int) -> Workload:
     return _workload(loss_fn=loss)
 
 
+def loader_as_dataset(preset: str, *, seed: int) -> Workload:
+    # As `workload_from_parts` takes it: the loop had failed at its first step, "'DataLoader'
+    # object is not subscriptable".
+    return _workload(dataset=torch.utils.data.DataLoader(_Samples("tuple"), batch_size=4))
+
+
 def loss_of_shape_one(preset: str, *, seed: int) -> Workload:
     return _workload(loss_fn=lambda m, b: classification_loss(m, b).reshape(1))
 

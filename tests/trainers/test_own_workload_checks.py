@@ -60,6 +60,7 @@ OWN = "tests.trainers.own_workloads"
         # 2026-12-07).
         ("criterion_loss", "loss_fn(model, batch) on the first batch raised TypeError: "),
         ("three_argument_loss", "loss_fn(model, batch) on the first batch raised TypeError: "),
+        ("loader_as_dataset", "the dataset is a DataLoader: a Workload takes a Dataset"),
     ],
 )
 def test_a_mistake_in_a_users_workload_is_refused_when_it_is_built(name: str, said: str) -> None:

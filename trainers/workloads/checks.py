@@ -33,11 +33,11 @@ import inspect
 import itertools
 import re
 import traceback
-from collections.abc import Mapping, Sized
+from collections.abc import Iterator, Mapping, Sized
 from typing import Any
 
 import torch
-from torch.utils.data import IterableDataset, default_collate, default_convert
+from torch.utils.data import DataLoader, IterableDataset, default_collate, default_convert
 
 from trainers.errors import WorkloadError
 from trainers.meta import meta_copy
@@ -164,6 +164,12 @@ def _first_batch(workload: Workload, where: _Where) -> Any:
     wanted = 1 if workload.batch_size is None else workload.batch_size
     if isinstance(dataset, IterableDataset):
         return _first_streamed(workload, wanted, where)
+    if isinstance(dataset, DataLoader | Iterator):  # the loop's loader would index it
+        raise where.error(
+            f"the dataset is a {type(dataset).__name__}: a Workload takes a Dataset (items by "
+            "index, or an IterableDataset) and batches it itself; give workload_from_parts the "
+            "DataLoader, which reads its dataset, batch_size and collate_fn from it"
+        )
     if not hasattr(dataset, "__getitem__"):
         return None
     size = len(dataset) if isinstance(dataset, Sized) else None
