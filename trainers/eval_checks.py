@@ -73,6 +73,17 @@ def _kinds(batch: object) -> str:
     return type(batch).__name__
 
 
+def moved_batch(batch: Any, device: torch.device | str) -> Any:
+    """A held-out batch on `device`, in its own shape: a tensor, a dict, a namedtuple (an
+    explicit eval_loss reads its fields: a plain tuple had failed it) or a tuple of tensors."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, Mapping):
+        return {key: value.to(device) for key, value in batch.items()}
+    moved = tuple(t.to(device) for t in batch)
+    return type(batch)(*moved) if hasattr(type(batch), "_fields") else moved
+
+
 def check_eval_batch(
     model: nn.Module, eval_data: Any, loss_fn: Any, tuple_loss: Any | None = None
 ) -> None:
@@ -89,14 +100,9 @@ def check_eval_batch(
         # Said at the first evaluation, after eval_every steps had trained.
         raise ConfigError("eval_data", "empty", "at least one batch")
     try:
-        if isinstance(batch, torch.Tensor):
-            moved: Any = batch.to("meta")
-        elif isinstance(batch, Mapping):
-            moved = {key: value.to("meta") for key, value in batch.items()}
-        else:
-            moved = tuple(t.to("meta") for t in batch)
+        moved = moved_batch(batch, "meta")
     except (AttributeError, TypeError):
-        # The evaluation moves each batch as it is (`_to_device`): it had failed there, after
+        # The evaluation moves each batch as it is (`moved_batch`): it had failed there, after
         # eval_every steps had trained (a user's probe, 2026-12-06).
         raise ConfigError(
             "eval_data",

@@ -78,7 +78,7 @@ from trainers.checkpoint import (
 from trainers.config import REFERENCE, LoopConfig
 from trainers.core import Engine, Session
 from trainers.errors import ConfigError, WorkloadError
-from trainers.eval_checks import check_eval_batch
+from trainers.eval_checks import check_eval_batch, moved_batch
 from trainers.fit_checks import (
     Deferred,
     DtypesSaid,
@@ -373,7 +373,7 @@ class Trainer:
         # Back to the modes the model had, submodule by submodule (a frozen BatchNorm stays so).
         with evaluating(self.model), torch.no_grad(), self.precision_plan.autocast():
             for batch in self.eval_data:
-                moved = _to_device(batch, self.device)
+                moved = moved_batch(batch, self.device)
                 loss_fn = self.eval_loss
                 if self._tuple_loss is not None and isinstance(moved, tuple):
                     loss_fn = self._tuple_loss
@@ -477,12 +477,3 @@ def _samples(batch: Any) -> int:
     items = batch.values() if isinstance(batch, Mapping) else batch
     tensors = (batch,) if isinstance(batch, torch.Tensor) else tuple(items)
     return samples_in(tuple(t for t in tensors if isinstance(t, torch.Tensor)))
-
-
-def _to_device(batch: Any, device: torch.device) -> Any:
-    """A held-out batch on `device`, in its own shape: a dict, a tensor or a tuple of tensors."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device)
-    if isinstance(batch, Mapping):
-        return {key: value.to(device) for key, value in batch.items()}
-    return tuple(t.to(device) for t in batch)

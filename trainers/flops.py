@@ -138,8 +138,8 @@ def first_batch(workload: Workload) -> Batch:
     """The workload's first batch as its loader would make it (one item, or `batch_size` items
     collated), without a loader."""
     if workload.batch_size is None:  # each item a batch, converted as the loader does
-        item = (workload.collate_fn or torch.utils.data.default_convert)(workload.dataset[0])
-        return tuple(item)
+        convert: Any = workload.collate_fn or torch.utils.data.default_convert
+        return tuple(convert(workload.dataset[0]))
     samples = [workload.dataset[i] for i in range(workload.batch_size)]
     if workload.collate_fn is not None:
         return tuple(workload.collate_fn(samples))

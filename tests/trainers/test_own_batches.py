@@ -111,6 +111,17 @@ def test_a_namedtuple_batch_reaches_the_loss_as_the_namedtuple() -> None:
     assert named.losses == plain.losses
     assert [step for step, _ in named.evals] == [2, 4]
     assert all(loss == loss for _, loss in named.evals)  # a number, not NaN
+    # The same function as an explicit eval_loss is handed the namedtuple too: the evaluation
+    # had rebuilt it as a plain tuple, and `Trainer(...)` refused eval_data (a probe, 2026-12-07).
+    trainer = build(own_workloads._Samples("namedtuple"), by_field)
+    own = Trainer(
+        trainer.workload,
+        LoopConfig(sync_interval=2),
+        device="cpu",
+        eval_data=trainer.eval_data,
+        eval_loss=by_field,
+    )
+    assert own.evaluate() == build(own_workloads._Samples("tuple"), _classify).evaluate()
 
 
 def test_two_losses_made_by_one_function_are_each_checked() -> None:
