@@ -210,12 +210,14 @@ def check_parts(
             "a function loss_fn(model, batch) -> scalar loss, e.g. "
             "def loss(model, batch): x, y = batch; return F.cross_entropy(model(x), y)",
         )
-    if not (hasattr(data, "__getitem__") and hasattr(data, "__len__")):
+    indexed = hasattr(data, "__getitem__") and hasattr(data, "__len__")
+    if not indexed and not isinstance(data, torch.utils.data.IterableDataset):
         raise ConfigError(
             "data",
             type(data).__name__,
-            "a Dataset with __getitem__ and __len__, a list of batches, or a DataLoader over "
-            "either (each step indexes it; a generator or an IterableDataset cannot be)",
+            "a Dataset with __getitem__ and __len__, an IterableDataset, a list of batches, or a "
+            "DataLoader over any of them (a generator is read once: wrap it in an "
+            "IterableDataset whose __iter__ makes it anew)",
         )
     if batch_size is None and isinstance(data, torch.utils.data.TensorDataset):
         raise ConfigError(
@@ -294,7 +296,8 @@ def from_loader(
     """A DataLoader given to `workload_from_parts` as its dataset, batch size and collate_fn
     (those given beside it win); a ConfigError naming `data` where it is not in dataset
     order."""
-    if not isinstance(data.sampler, torch.utils.data.SequentialSampler):
+    stream = isinstance(data.dataset, torch.utils.data.IterableDataset)  # no sampler: in order
+    if not stream and not isinstance(data.sampler, torch.utils.data.SequentialSampler):
         raise ConfigError(
             "data",
             f"DataLoader(sampler={type(data.sampler).__name__})",

@@ -229,6 +229,28 @@ def test_a_stream_of_dicts_is_fed_as_tuples_and_its_mistakes_are_refused() -> No
         load_workload(f"{OWN}:stream_shorter_than_a_batch", "tiny")
 
 
+@pytest.mark.parametrize("given", ["stream", "loader"])
+def test_a_stream_given_to_workload_from_parts_trains_as_a_plain_loop_over_it(given: str) -> None:
+    """An IterableDataset, bare or in a DataLoader, as a hand-built Workload takes it: the parts
+    had refused it, the loader's as "sampler=_InfiniteConstantSampler ... shuffle=False, no
+    sampler", which it had neither (a probe, 2026-12-07)."""
+    stream = own_workloads._Stream("tuple", count=16)
+    data: object = stream if given == "stream" else torch.utils.data.DataLoader(stream, 4)
+    torch.manual_seed(0)
+    model = nn.Linear(6, 3)
+    plain = [
+        float(mlp.classification_loss(model, b)) for b in torch.utils.data.DataLoader(stream, 4)
+    ]
+    optimizer = functools.partial(torch.optim.SGD, lr=0.0)
+    built = workload_from_parts(
+        model, data, mlp.classification_loss, optimizer=optimizer, batch_size=4
+    )
+    assert Trainer(built, device="cpu").fit(4).losses == pytest.approx(plain)
+    with pytest.raises(ConfigError, match="data='range_iterator' is invalid"):
+        loss = mlp.classification_loss
+        workload_from_parts(model, iter(range(3)), loss, optimizer=optimizer, batch_size=4)
+
+
 def test_a_workload_built_by_hand_and_given_to_a_trainer_is_fed_as_tuples() -> None:
     """`examples/my_workload.py`'s way: a `Workload` filled by hand, straight to a `Trainer`,
     with dict batches (it failed at the first step); one built by a factory is not read again."""
