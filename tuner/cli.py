@@ -6,7 +6,9 @@ import contextlib
 import dataclasses
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any
@@ -271,9 +273,30 @@ def _tune(
         show.finish(rec)
         show.line(node.line())
         return rec, node
-    rec = run_study(options, progress=show, started=started)
+    with _terminated_as_interrupted():
+        rec = run_study(options, progress=show, started=started)
     show.finish(rec)
     return rec, None
+
+
+@contextlib.contextmanager
+def _terminated_as_interrupted() -> Iterator[None]:
+    """SIGTERM (`timeout`, `kill`, `docker stop`, a batch scheduler's end of a job) ends `run` as
+    Ctrl-C does: the running trial failed as interrupted, the resume command printed, exit 130.
+    It had ended the process at once, and left that trial RUNNING in the study for good (a
+    probe, 2026-12-07). Python runs the handler in the main thread, between bytecodes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread (a test's, an embedding's)
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _check_not_a_jobs(url: str, study: str | None) -> None:

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -202,6 +203,33 @@ def test_a_run_logged_to_a_file_prints_its_first_line_within_5_s_then_one_per_tr
     assert figure == pytest.approx(rec["throughput"]["median"], abs=0.051)
     # The summary after the log gives the same figure (2 decimals there, 1 in the log).
     assert f"{rec['throughput']['median']:,.2f} samples/s" in text.split(done)[1]
+
+
+def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path: Path) -> None:
+    """`timeout`, `kill` and `docker stop` send SIGTERM: the trial it lands in is failed as
+    interrupted and the resume command printed, exit 130. It had ended the process at once and
+    left that trial RUNNING in the study for good, resumed or not (a probe, 2026-12-07)."""
+    log, storage = tmp_path / "run.log", sqlite_url(tmp_path)
+    command = [sys.executable, "-m", "tuner", "run", *RUN_FLAGS, "--trials", "20"]
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            [*command, "--study", "term", "--storage", storage], cwd=REPO, stderr=sink
+        )
+        try:
+            started = time.monotonic()
+            # The gate runs inside its trial: the signal lands in a RUNNING trial.
+            while "gate: checking [" not in log.read_text() and time.monotonic() - started < 120:
+                time.sleep(0.02)
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+        finally:
+            proc.kill()
+    text = log.read_text()
+    assert proc.returncode == 130, text
+    assert "interrupted: " in text and "to resume it: python -m tuner run" in text, text
+    trials = load(storage, "term").trials
+    assert trials and not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+    assert trials[-1].user_attrs.get(keys.FAILURE_REASON) == "interrupted"
 
 
 def test_quiet_prints_no_progress_and_without_it_stderr_has_the_lines(
