@@ -370,6 +370,13 @@ def test_run_objectives_and_max_memory_flags(
     assert isinstance(rec["pareto"], list)
     assert rec["max_memory_bytes"] == 1_000_000_000
     assert load(storage, "mem").user_attrs["streamtune"]["objectives"] == ["throughput", "memory"]
+    # What a CPU cannot do with them is said in the summary, as the JSON's note says it: it had
+    # been hidden with the CPU note it follows (a probe, 2026-12-07).
+    code, out, _ = run_main(capsys, "best", "--study", "mem", "--storage", storage)
+    assert code == 0
+    assert "peak memory is measured on a CUDA device only" in rec["note"]
+    said = words(out)
+    assert "note: peak memory is measured on a CUDA device only" in said, said
 
 
 def test_resuming_another_preset_is_one_line_naming_study(

@@ -80,6 +80,12 @@ class Floor:
 
 
 # Keys copied from the study's metadata into the recommendation, as stored there.
+CPU_RUN_NOTE = (
+    "measured on a CPU: stream, event and pinned-memory settings have no effect there, so "
+    "differences between configs are noise; tune on the GPU you train on"
+)
+"""The note of every recommendation made on a CPU; what a run there could not do follows it."""
+
 STUDY_FIELDS = (
     "workload",
     "preset",

@@ -12,7 +12,12 @@ from rich.table import Table
 from trainers import RunResult
 from trainers.workloads import Family
 from tuner.evidence.progress import short_config
-from tuner.evidence.recommendation import Recommendation, memory_text, utilisation_text
+from tuner.evidence.recommendation import (
+    CPU_RUN_NOTE,
+    Recommendation,
+    memory_text,
+    utilisation_text,
+)
 from tuner.store.phases import LABELS
 from tuner.store.storage import DEFAULT_STORAGE, masked
 
@@ -230,9 +235,13 @@ def recommendation(console: Console, rec: Recommendation, *, storage: str | None
     console.print(table)
     if long:
         console.print(command, soft_wrap=True, highlight=False, markup=False)
-    # On a CPU the rows above say what the stored note says, and more.
-    if rec.note and not (on_cpu and rec.note.startswith("measured on a CPU")):
-        console.print(f"[yellow]note:[/yellow] {rec.note}")
+    note = rec.note
+    if on_cpu and note is not None:
+        # The rows above say the CPU note, and more; not what follows it (a memory cap that
+        # could not act there had been hidden with it: a probe, 2026-12-07).
+        note = note.removeprefix(CPU_RUN_NOTE).removeprefix("; ")
+    if note:
+        console.print(f"[yellow]note:[/yellow] {note}")
 
 
 def _search_rows(table: Table, rec: Recommendation) -> None:

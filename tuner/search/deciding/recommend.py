@@ -14,7 +14,14 @@ import optuna
 
 from trainers import LoopConfig
 from trainers.gate import comparable_floor
-from tuner.evidence.recommendation import STUDY_FIELDS, Entry, Floor, Interval, Recommendation
+from tuner.evidence.recommendation import (
+    CPU_RUN_NOTE,
+    STUDY_FIELDS,
+    Entry,
+    Floor,
+    Interval,
+    Recommendation,
+)
 from tuner.search.deciding.aim import Aim
 from tuner.search.gating.verdict import GateVerdict
 from tuner.search.measuring.measure import Measurer
@@ -33,10 +40,7 @@ def _verdict(parity: Callable[..., GateVerdict], config: LoopConfig, precision: 
     return parity(config) if precision is None else parity(config, precision)
 
 
-CPU_NOTE = (
-    "measured on a CPU: stream, event and pinned-memory settings have no effect there, so "
-    "differences between configs are noise; tune on the GPU you train on"
-)
+CPU_NOTE = CPU_RUN_NOTE
 
 
 @dataclasses.dataclass(kw_only=True)
