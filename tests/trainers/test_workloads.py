@@ -321,6 +321,17 @@ def test_a_module_in_the_working_folder_named_alone_is_told_to_name_its_factory(
     assert str(info.value) == (
         "workload='um_here:buil': 'um_here' has no callable 'buil' (did you mean um_here:build?)"
     )
+    # In a package of the folder: its factory named, not `pkg:um_in` (a probe, 2026-12-07);
+    # an attribute of a module still gets the colon.
+    (tmp_path / "pkg_here").mkdir()
+    (tmp_path / "pkg_here" / "__init__.py").write_text("")
+    (tmp_path / "pkg_here" / "um_in.py").write_text("")
+    with pytest.raises(WorkloadError) as info:
+        load_workload("pkg_here.um_in", "tiny")
+    assert "(did you mean pkg_here.um_in:FACTORY? pkg_here.um_in is a module" in str(info.value)
+    with pytest.raises(WorkloadError) as info:
+        load_workload("um_here.build", "tiny")
+    assert "is invalid (did you mean um_here:build?)" in str(info.value)
     # An installed module is no user's workload: no hint to name a factory in it.
     with pytest.raises(WorkloadError) as info:
         load_workload("pytest", "tiny")

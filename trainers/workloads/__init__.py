@@ -71,9 +71,12 @@ def resolve_factory(name: str, model_args: Mapping[str, str] | None = None) -> W
         raise WorkloadError(f"workload={name!r} is invalid{path}", field="workload")
     if ":" not in name:
         # `mymodels.build`: a user's factory is named with a colon before it.
+        # A module of the working folder first: `examples.my_model` had been offered
+        # "examples:my_model", which names no factory (a probe, 2026-12-07).
         head, dot, tail = name.rpartition(".")
-        hint = f" (did you mean {head}:{tail}?)" if dot and head and tail else ""
-        hint = hint or did_you_mean(name, BUILTIN) or _own_module_hint(name)
+        hint = _own_module_hint(name)
+        hint = hint or (f" (did you mean {head}:{tail}?)" if dot and head and tail else "")
+        hint = hint or did_you_mean(name, BUILTIN)
         raise WorkloadError(
             f"workload={name!r} is invalid{hint}: allowed "
             f"{', '.join(BUILTIN)}, "
