@@ -417,6 +417,15 @@ def test_resuming_another_preset_is_one_line_naming_study(
         "error: --study: 's' was made with preset='tiny', this run has 'small'; "
         "resume it with the same settings or choose another --study\n"
     )
+    # Another timing protocol likewise: it had mixed two in one final round, and said the
+    # baselines' change as drift of the machine (a probe, 2026-12-07).
+    flags = [*RUN_FLAGS, "--trials", "1", "--study", "s", "--storage", storage]
+    code, out, err = run_main(capsys, "run", *flags, "--windows", "4")
+    assert code == 2
+    assert err == (
+        "error: --study: 's' was made with protocol={windows: 3}, this run has {windows: 4}; "
+        "resume it with the same settings or choose another --study\n"
+    )
     assert len(load(storage, "s").trials) == 1
 
 

@@ -317,6 +317,10 @@ SAME_QUESTION = (
     # the gate runs ... steps 5", a user's probe, 2026-12-05).
     "parity_steps",
     "precision_parity_steps",
+    # How each trial is timed: a study resumed with other windows mixed two protocols in one
+    # final round, and said the baseline's change as drift ("clocks, other load?"), while its
+    # record kept the first protocol (a probe, 2026-12-07).
+    "protocol",
 )
 
 
@@ -423,6 +427,9 @@ def precision_of(matmul_precision: str) -> str:
 def _with_later_fields(stored: dict[str, Any]) -> dict[str, Any]:
     """A study stored before `shape` and `precision` were recorded: what they were then (no
     model options; the precision its matmul setting amounted to)."""
+    protocol = stored.get("protocol")
+    if isinstance(protocol, dict):  # its seed recorded later; 0 before
+        stored = stored | {"protocol": {"seed": 0} | protocol}
     return {
         "shape": f"{stored.get('workload')}-{stored.get('preset')}",
         "precision": precision_of(stored.get("matmul_precision", "highest")),
