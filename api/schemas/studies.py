@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -46,9 +47,12 @@ class StudyOut(BaseModel):
     def of(cls, summary: dict[str, Any]) -> StudyOut:
         name = summary["name"]
         job = summary["job_id"]
+        # Quoted: a name with '?', '#' or '%' (which `--study` takes) had given links that
+        # fetched another path, or nothing.
+        path = f"/v1/studies/{urllib.parse.quote(name, safe='')}"
         links = StudyLinks(
-            self=f"/v1/studies/{name}",
-            best=f"/v1/studies/{name}/best",
+            self=path,
+            best=f"{path}/best",
             job=None if job is None else f"/v1/jobs/{job}",
         )
         # One name per meaning: `best` is the recommendation (`links.best`), not this trial.

@@ -110,6 +110,15 @@ def test_studies_and_recommendations_show_only_what_the_callers_jobs_made(
             assert client.get(path, headers=OTHER_AUTH).status_code == expected
         assert client.get("/v1/studies/local-run", headers=AUTH).status_code == 404
         assert client.get("/v1/studies/local-run", headers=ADMIN_AUTH).status_code == 200
+        # A name `--study` takes with '?' and '#' in it: its links fetch it (unquoted, they had
+        # named another path, a probe, 2026-12-07). Not '%': the test client unquotes twice.
+        optuna.create_study(study_name="odd ?#x", storage=any_storage)
+        (odd,) = [s for s in client.get("/v1/studies", headers=ADMIN_AUTH).json()["items"]
+                  if s["name"] == "odd ?#x"]  # fmt: skip
+        assert odd["links"]["self"] == "/v1/studies/odd%20%3F%23x"
+        fetched = client.get(odd["links"]["self"], headers=ADMIN_AUTH)
+        assert fetched.status_code == 200 and fetched.json()["name"] == "odd ?#x", fetched.text
+        assert client.get(odd["links"]["best"], headers=ADMIN_AUTH).status_code == 409
 
         query = {"workload": "mlp", "preset": "tiny", "gpu": "cpu"}
         hits = {

@@ -569,6 +569,7 @@ BAD_RUN_FLAGS = [
     (["--study", "a "], "error: --study: 'a ' is invalid: allowed a name without spaces"),
     (["--study", "x" * 513], "error: --study: 'xxxx"),
     (["--study", "streamtune-gate-memo/x"], "error: --study: 'streamtune-gate-memo/x' is inv"),
+    (["--study", "a/b"], "error: --study: 'a/b' is invalid: allowed a name without '/'"),
     (["--parity-steps", "1"], "error: --parity-steps: "),
     (["--matmul-precision", "low"], "error: --matmul-precision: "),
     (["--device", "tpu"], "error: --device: "),

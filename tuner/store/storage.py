@@ -194,6 +194,8 @@ def check_study_name(name: str | None) -> None:
         why = f"at most {STUDY_NAME_LENGTH} characters (it has {len(name)})"
     elif name.startswith(MEMO_PREFIX):
         why = f"a name not starting {MEMO_PREFIX!r} (the gate's memo studies)"
+    elif "/" in name:  # the service's /v1/studies/{name} could list it, never fetch it
+        why = "a name without '/'"
     if why is not None:
         shown = name if len(name) <= 60 else name[:57] + "..."
         raise TunerError(f"--study: {shown!r} is invalid: allowed {why}")
