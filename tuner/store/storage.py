@@ -430,8 +430,8 @@ def _with_later_fields(stored: dict[str, Any]) -> dict[str, Any]:
     """A study stored before `shape` and `precision` were recorded: what they were then (no
     model options; the precision its matmul setting amounted to)."""
     protocol = stored.get("protocol")
-    if isinstance(protocol, dict):  # its seed recorded later; 0 before
-        stored = stored | {"protocol": {"seed": 0} | protocol}
+    if isinstance(protocol, dict):  # its seed is compared as the study's own `seed`
+        stored = stored | {"protocol": {k: v for k, v in protocol.items() if k != "seed"}}
     return {
         "shape": f"{stored.get('workload')}-{stored.get('preset')}",
         "precision": precision_of(stored.get("matmul_precision", "highest")),
