@@ -272,6 +272,7 @@ def _search_on(
         directions=directions(options),
         sampler=make_sampler(options.sampler, options.seed, options.trials, space),
         pruner=make_pruner(options),
+        same_timing=owner is None,  # `python -m tuner run`'s, not a service job's workers
     )
     own = measurer.program is None  # a program is measured elsewhere: not this process's code
     memo = open_memo(storage, options, info["fingerprint"]) if own else None

@@ -319,11 +319,13 @@ SAME_QUESTION = (
     # the gate runs ... steps 5", a user's probe, 2026-12-05).
     "parity_steps",
     "precision_parity_steps",
-    # How each trial is timed: a study resumed with other windows mixed two protocols in one
-    # final round, and said the baseline's change as drift ("clocks, other load?"), while its
-    # record kept the first protocol (a probe, 2026-12-07).
-    "protocol",
 )
+SAME_TIMING = ("protocol",)
+"""What a study resumed by `python -m tuner run` must also match: how each trial is timed. A study
+resumed with other windows mixed two protocols in one final round, and said the baselines'
+change as drift ("clocks, other load?"), while its record kept the first (a probe, 2026-12-07).
+A service job's workers time it as their own settings say (`TUNER_MEASURE_*`), so a job is not
+refused when one of another setting joins it."""
 
 
 def same_question(stored: dict[str, Any], info: dict[str, Any]) -> bool:
@@ -341,11 +343,13 @@ def open_study(
     sampler: optuna.samplers.BaseSampler,
     pruner: optuna.pruners.BasePruner,
     meta_wait_s: float = META_WAIT_S,
+    same_timing: bool = False,
 ) -> tuple[optuna.Study, bool]:
     """Create the study, or resume it when it exists and was made for the same question.
 
     Returns (study, resumed). A study of the same name made for another workload, preset, space,
-    objective or hardware is an error naming what differs: its numbers would not answer this run.
+    objective or hardware is an error naming what differs: its numbers would not answer this run;
+    with `same_timing`, one timed by another protocol too (`SAME_TIMING`).
     A study another process has just created, its META not yet stored, is waited for up to
     `meta_wait_s` (the workers of one `--gpus` job open its study together).
     """
@@ -366,7 +370,7 @@ def open_study(
         return study, False
     stored = _with_later_fields(_written_meta(study, meta_wait_s))
     asked = _with_later_fields(info)
-    for field in SAME_QUESTION:
+    for field in SAME_QUESTION + (SAME_TIMING if same_timing else ()):
         if stored.get(field) != asked.get(field):
             there, here = _differing(stored.get(field), asked.get(field))
             raise TunerError(
