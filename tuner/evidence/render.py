@@ -235,13 +235,17 @@ def recommendation(console: Console, rec: Recommendation, *, storage: str | None
     console.print(table)
     if long:
         console.print(command, soft_wrap=True, highlight=False, markup=False)
-    note = rec.note
-    if on_cpu and note is not None:
-        # The rows above say the CPU note, and more; not what follows it (a memory cap that
-        # could not act there had been hidden with it: a probe, 2026-12-07).
-        note = note.removeprefix(CPU_RUN_NOTE).removeprefix("; ")
+    note = _note(rec, on_cpu)
     if note:
         console.print(f"[yellow]note:[/yellow] {note}")
+
+
+def _note(rec: Recommendation, on_cpu: bool) -> str | None:
+    """The note to print. On a CPU the rows say its CPU note, and more; not what follows it (a
+    memory cap that could not act there had been hidden with it: a probe, 2026-12-07)."""
+    if not on_cpu or rec.note is None:
+        return rec.note
+    return rec.note.removeprefix(CPU_RUN_NOTE).removeprefix("; ")
 
 
 def _search_rows(table: Table, rec: Recommendation) -> None:

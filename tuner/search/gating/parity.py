@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import optuna
 import torch
 
-from trainers import LoopConfig, WorkloadError
+from trainers import LoopConfig
 from trainers.gate import required_test
 from trainers.program import ProgramStopped
 from tuner.evidence.progress import short_config
@@ -218,11 +218,10 @@ class ParityCache:
             made = "twin" if run.twin_here else run.config_here
             spent, here = dict(run.time), (made, run.twin_apart)
             verdict = GateVerdict(verdict=run.verdict, config=config.to_dict())
-        except ProgramStopped:
-            raise  # on request (a cancel): not the config's verdict, so none is stored
         except Exception as exc:  # a config that cannot even be checked fails
-            if isinstance(exc, WorkloadError) and exc.every_config:
-                raise  # every config fails alike: the job ends on it, not "none passed parity"
+            # Neither a cancel nor what fails every config alike (the job ends on it) is a verdict.
+            if isinstance(exc, ProgramStopped) or getattr(exc, "every_config", False):
+                raise
             verdict = GateVerdict.failed(f"parity run failed: {exc}", config=config)
             spent = {GATE_CONFIG: time.perf_counter() - started}
             reached = False  # a fact about this moment (another process's memory, ...): not shared
