@@ -449,7 +449,8 @@ class ParityCache:
         return sum(1 for k in self._memo_attrs() if k.startswith(keys.PARITY_PREFIX))
 
     def _tell(self, text: str) -> None:
-        _ = self.say is not None and self.say(text)
+        if self.say is not None:
+            self.say(text)
 
     def _attrs(self) -> dict[str, Any]:
         return self.retry.call(lambda: self.study.user_attrs, what="reading the parity cache")
