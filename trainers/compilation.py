@@ -158,10 +158,16 @@ def compile_cache_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
         yield folder
     finally:
         # Inductor writes its default into the variable on first use; restore what was there.
-        if previous is None:
-            os.environ.pop(CACHE_DIR_VARIABLE, None)
-        else:
-            os.environ[CACHE_DIR_VARIABLE] = previous
+        restore_cache_dir(previous)
+
+
+def restore_cache_dir(previous: str | None) -> None:
+    """TORCHINDUCTOR_CACHE_DIR set back to `previous`, as read before it was changed (None:
+    unset)."""
+    if previous is None:
+        os.environ.pop(CACHE_DIR_VARIABLE, None)
+    else:
+        os.environ[CACHE_DIR_VARIABLE] = previous
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True, slots=True)

@@ -27,7 +27,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from trainers.float8 import linear_dims
 from trainers.meta import meta_copy
-from trainers.workloads.base import Batch, Workload
+from trainers.workloads.base import Batch, Workload, item_as_loaded
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -137,9 +137,8 @@ def _one_sample(batch: Batch, samples: int) -> tuple[Batch, int]:
 def first_batch(workload: Workload) -> Batch:
     """The workload's first batch as its loader would make it (one item, or `batch_size` items
     collated), without a loader."""
-    if workload.batch_size is None:  # each item a batch, converted as the loader does
-        convert: Any = workload.collate_fn or torch.utils.data.default_convert
-        return tuple(convert(workload.dataset[0]))
+    if workload.batch_size is None:
+        return tuple(item_as_loaded(workload, workload.dataset[0]))
     samples = [workload.dataset[i] for i in range(workload.batch_size)]
     if workload.collate_fn is not None:
         return tuple(workload.collate_fn(samples))

@@ -116,6 +116,14 @@ class Workload:
         self.make_optimizer = optimizer_factory(self.make_optimizer)
 
 
+def item_as_loaded(workload: Workload, item: Any) -> Any:
+    """An item that is a whole batch (`batch_size` None) as the loader gives it: through its
+    collate_fn, else with NumPy arrays made tensors (`default_convert`), as a DataLoader of
+    batch_size None converts each item."""
+    convert: Any = workload.collate_fn or torch.utils.data.default_convert
+    return convert(item)
+
+
 def optimizer_factory(given: Any) -> OptimizerFactory:
     """`given` as a factory `(params, capturable) -> Optimizer`: an optimizer class
     (`torch.optim.Adam`) is built with its defaults, and `capturable` where it takes one; a

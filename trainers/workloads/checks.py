@@ -37,13 +37,13 @@ from collections.abc import Iterator, Mapping, Sized
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset, default_collate, default_convert
+from torch.utils.data import DataLoader, IterableDataset, default_collate
 
 from trainers.errors import WorkloadError
 from trainers.meta import meta_copy
 from trainers.workloads import as_tuples
 from trainers.workloads.as_tuples import adapted, original_loss
-from trainers.workloads.base import Workload
+from trainers.workloads.base import Workload, item_as_loaded
 from trainers.workloads.loss_contract import not_the_contract, swapped
 
 
@@ -185,7 +185,7 @@ def _first_batch(workload: Workload, where: _Where) -> Any:
         )
     try:
         if workload.batch_size is None:  # each item a batch, converted as the loader does
-            return _as_loaded(workload, dataset[0])
+            return item_as_loaded(workload, dataset[0])
         samples = [dataset[i] for i in range(wanted)]
         return (workload.collate_fn or default_collate)(samples)
     except Exception as exc:  # the user's code: said in one line, as each step would fail
@@ -202,19 +202,12 @@ def _first_streamed(workload: Workload, wanted: int, where: _Where) -> Any:
                 "batch_size"
             )
         if workload.batch_size is None:
-            return _as_loaded(workload, samples[0])
+            return item_as_loaded(workload, samples[0])
         return (workload.collate_fn or default_collate)(samples)
     except WorkloadError:
         raise
     except Exception as exc:  # the user's code: said in one line, as each step would fail
         raise _raised(exc, where) from exc
-
-
-def _as_loaded(workload: Workload, item: Any) -> Any:
-    """An item that is a whole batch (batch_size None) as the loader gives it: its collate_fn's,
-    else NumPy arrays made tensors (`default_convert`)."""
-    convert: Any = workload.collate_fn or default_convert
-    return convert(item)
 
 
 def _raised(exc: Exception, where: _Where) -> WorkloadError:

@@ -108,10 +108,7 @@ def restore_cache_setting(before: str | None) -> None:
     whole process by `share_compile_cache`, had stayed for whatever the process did next, and
     looked like the user's choice to its next job (`trainers.compilation.user_cache_dir`), whose
     compiles and artefacts file then went to the first job's folder."""
-    if before is None:
-        os.environ.pop(trainers.compilation.CACHE_DIR_VARIABLE, None)
-    else:
-        os.environ[trainers.compilation.CACHE_DIR_VARIABLE] = before
+    trainers.compilation.restore_cache_dir(before)
 
 
 def share_compile_cache(options: RunOptions) -> str | None:
