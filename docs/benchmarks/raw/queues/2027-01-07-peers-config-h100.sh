@@ -6,7 +6,9 @@
 #   qwen2    Qwen2-style 494M, trial-13 of time-to-answer-h100-2026-12-06-qwen2-08bfeb2
 #   llama-1b the preset, the pick of time-to-answer-h100-2026-12-05-llama-1b (c1bf87b)
 # tools/device_queue.sh; carry [".whl", ".whl-tt"] on the first call; STREAMTUNE_COMMIT the
-# literal commit.
+# literal commit. PEER_SET: the peers (default the five scale peers); on a short lease,
+# compile-fused,float8-compile, the two fastest on every earlier H100 row of these models
+# (peers-h100-2026-11-26-heldout-qwen2-0.5b, -2026-11-27-heldout-llama-1b, the Qwen1.5 partial).
 set -x
 commit=${STREAMTUNE_COMMIT:?the commit measured}
 echo "$commit" > "$QUEUE_OUT/commit.txt"
@@ -21,7 +23,7 @@ peers() {  # tag, config, then the model's arguments
   local tag=$1 config=$2
   shift 2
   python benchmarks/peers.py --presets hf:causal-lm:llama-1b --precisions bf16-autocast \
-    --peers compile-fused,compile-per-layer,torchtitan,float8-compile,float8-per-layer \
+    --peers ${PEER_SET:-compile-fused,compile-per-layer,torchtitan,float8-compile,float8-per-layer} \
     --rounds 2 --peer-protocol 4,8,4 --config "$config" --config-precision float8 \
     --commit "$commit" --out "$QUEUE_OUT" --model-arg seq=2048 --model-arg batch=8 "$@" \
     --tag "$tag" > "$QUEUE_OUT/peers-$tag.log" 2>&1
