@@ -65,9 +65,11 @@ def run_preset(
     args: argparse.Namespace,
     storage: str,
     log: Callable[[str], None],
+    save: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """One preset in one precision: the tuning job (or what stands in for it), then the peers and
-    the harness interleaved (`compare`), as the record's entry."""
+    the harness interleaved (`compare`), as the record's entry. `save(entry)`: after each round
+    but the last, the entry so far, marked with `rounds_done`."""
     workload, preset = spec.rsplit(":", 1)
     model_args = dict(kv.split("=", 1) for kv in args.model_arg)
     started = time.perf_counter()
@@ -88,31 +90,43 @@ def run_preset(
         precision=precision,  # type: ignore[arg-type]
     )
     recommended = None if tuning["config"] is None else LoopConfig.from_dict(tuning["config"])
-    compared = compare(
-        measurer,
-        recommended,
-        precision=precision,
-        rounds=args.rounds,
-        log=log,
-        peers=peers_for(spec, getattr(args, "peers", None), allowed),
-        recommended_precision=chosen,
+
+    def entry_of(compared: dict[str, Any]) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "workload": workload,
+            "preset": preset,
+            "model_args": model_args,
+            "parameters": measurer.parameters(),
+            "vocab_size": None
+            if measurer.program is not None
+            else vocab_size(measurer.workload.model),
+            "precision": precision,
+            "tuning": tuning,
+            "rounds": args.rounds,
+            "protocol": measurer.protocol.to_dict(),
+            **compared,
+        }
+        entry["recommended"] = _recommended(tuning, compared, precision)
+        entry["aims"] = aims(spec, precision, entry)
+        entry["wall_s"] = time.perf_counter() - started
+        return entry
+
+    def round_done(done: int, compared: dict[str, Any]) -> None:
+        if save is not None:
+            save(entry_of(compared) | {"rounds_done": done})
+
+    return entry_of(
+        compare(
+            measurer,
+            recommended,
+            precision=precision,
+            rounds=args.rounds,
+            log=log,
+            peers=peers_for(spec, getattr(args, "peers", None), allowed),
+            recommended_precision=chosen,
+            on_round=round_done,
+        )
     )
-    entry: dict[str, Any] = {
-        "workload": workload,
-        "preset": preset,
-        "model_args": model_args,
-        "parameters": measurer.parameters(),
-        "vocab_size": None if measurer.program is not None else vocab_size(measurer.workload.model),
-        "precision": precision,
-        "tuning": tuning,
-        "rounds": args.rounds,
-        "protocol": measurer.protocol.to_dict(),
-        **compared,
-    }
-    entry["recommended"] = _recommended(tuning, compared, precision)
-    entry["aims"] = aims(spec, precision, entry)
-    entry["wall_s"] = time.perf_counter() - started
-    return entry
 
 
 def vocab_size(model: torch.nn.Module) -> int | None:
@@ -372,25 +386,31 @@ def _measure(args: argparse.Namespace, argv: Sequence[str] | None) -> None:
     def log(text: str) -> None:
         print(text, flush=True)
 
+    def write(entries: list[dict[str, Any]]) -> None:
+        data = {"meta": meta, "presets": entries}
+        path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        path.with_suffix(".md").write_text(to_markdown(data), encoding="utf-8")
+        log(f"wrote {path}")
+
+    partial: list[dict[str, Any]] = []  # the preset's rounds so far, kept if a later one fails
+
+    def save(entry: dict[str, Any]) -> None:
+        partial[:] = [entry]
+        write([*presets, entry])
+
     for spec in filter(None, args.presets.split(",")):
         for precision in filter(None, args.precisions.split(",")):
+            partial.clear()
             try:
-                presets.append(run_preset(spec, precision, args, storage, log))
+                presets.append(run_preset(spec, precision, args, storage, log, save))
             except Exception as exc:  # noqa: BLE001 - one preset's failure must not lose the rest
                 log(f"== {spec} {precision}: failed: {type(exc).__name__}: {exc}")
                 workload, _, preset = spec.rpartition(":")
+                base = partial[0] if partial else {"workload": workload, "preset": preset}
                 presets.append(
-                    {
-                        "workload": workload,
-                        "preset": preset,
-                        "precision": precision,
-                        "error": f"{type(exc).__name__}: {exc}",
-                    }
+                    base | {"precision": precision, "error": f"{type(exc).__name__}: {exc}"}
                 )
-            data = {"meta": meta, "presets": presets}
-            path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-            path.with_suffix(".md").write_text(to_markdown(data), encoding="utf-8")
-            log(f"wrote {path}")
+            write(presets)
 
 
 if __name__ == "__main__":

@@ -66,10 +66,13 @@ def compare(
     log: Callable[[str], None],
     peers: Sequence[str] = SMALL_PEERS,
     recommended_precision: str | None = None,
+    on_round: Callable[[int, dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Peers and harness settings `rounds` times, interleaved, from the same initial weights.
     `recommended_precision`: the precision a job searching precisions chose (None: `precision`);
-    the recommendation is measured in it, the seed design's baseline in `precision`."""
+    the recommendation is measured in it, the seed design's baseline in `precision`.
+    `on_round(done, summary)`: after each round but the last, what the rounds so far measured,
+    so a run cut short (a lent machine taken back) keeps them."""
     workload = measurer.workload
     utilisation = _utilisation(workload, measurer.device, precision)
     initial = {k: v.detach().clone() for k, v in workload.model.state_dict().items()}
@@ -107,6 +110,28 @@ def compare(
                     micro_batches=config.micro_batches,
                 )
             )
+        if on_round is not None and r + 1 < rounds:
+            on_round(
+                r + 1,
+                _summarised(
+                    runs, errors, harness, compile_info, utilisation, peers, recommended_precision
+                ),
+            )
+    return _summarised(
+        runs, errors, harness, compile_info, utilisation, peers, recommended_precision
+    )
+
+
+def _summarised(
+    runs: Mapping[str, Sequence[Run]],
+    errors: Mapping[str, str],
+    harness: Mapping[str, LoopConfig],
+    compile_info: Mapping[str, Any],
+    utilisation: Callable[[float], dict[str, Any]],
+    peers: Sequence[str],
+    recommended_precision: str | None,
+) -> dict[str, Any]:
+    """`_summaries` with the ratios added: what `compare` returns."""
     out = _summaries(runs, errors, harness, compile_info, utilisation)
     _add_ratios(out, peers, recommended_precision)
     return out

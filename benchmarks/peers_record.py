@@ -62,7 +62,7 @@ def to_markdown(data: Mapping[str, Any]) -> str:
     lines += _table(data["presets"])
     lines += ["", "Setup (s, first round; compile included) and the recommended configs:", ""]
     for item in data["presets"]:
-        if "error" not in item:
+        if "peers" in item:
             lines += _details(item)
     return "\n".join(lines) + "\n"
 
@@ -80,7 +80,7 @@ def _table(presets: Sequence[Mapping[str, Any]]) -> list[str]:
         "|" + "---|" * (len(present) + 7),
     ]
     for item in presets:
-        if "error" in item:
+        if "peers" not in item:  # failed before any round: a cut run keeps its rounds
             lines.append(
                 f"| {item['workload']}:{item['preset']} | {item['precision']} "
                 f"| failed: {item['error']} |"
@@ -98,8 +98,15 @@ def _table(presets: Sequence[Mapping[str, Any]]) -> list[str]:
         tuning = item["tuning"]
         gpu_s = tuning.get("gpu_s")
         cells = " | ".join(_cell(peers.get(name)) for name in present)
+        cut = (
+            f" (rounds {item['rounds_done']} of {item['rounds']}: cut short"
+            + (f", {item['error']}" if "error" in item else "")
+            + ")"
+            if "rounds_done" in item
+            else ""
+        )
         lines.append(
-            f"| {item['workload']}:{item['preset']} | {item['precision']} | {cells} "
+            f"| {item['workload']}:{item['preset']}{cut} | {item['precision']} | {cells} "
             f"| {_cell(item['harness'].get('seed-baseline'))} "
             f"| {_cell(item['harness'].get('recommended'))} | {ratio_text} | {speed_text} "
             f"| {_seconds(tuning.get('wall_s'))} / {_seconds(gpu_s)} |"
@@ -251,7 +258,7 @@ def add_mfu(data: Mapping[str, Any]) -> dict[str, Any]:
     gpu = out["meta"].get("gpu")
     cpu = torch.device("cpu")
     for item in out["presets"]:
-        if "error" in item:
+        if "peers" not in item:
             continue
         precision = item.get("precision")
         workload = trainers.load_workload(

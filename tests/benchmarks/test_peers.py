@@ -800,3 +800,40 @@ def test_a_given_config_over_a_spaces_fixed_settings_keeps_the_spaces_feed(
     with pytest.raises(SystemExit, match="2"):
         peers.main(["--config-base", "scale"])
     assert "--config-base needs --config" in capsys.readouterr().err
+
+
+def test_a_run_cut_after_its_first_round_keeps_that_round_in_the_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lent machine taken back in round 2 lost a whole row (2026-12-07: the record was written
+    only when a preset ended): the record is written after each round, marked `rounds_done`."""
+    monkeypatch.setattr(peers, "tune", lambda *a, **k: pytest.fail("tuned"))
+    args = _without_tuning(config=json.dumps({"optimizer": "fused"}))
+    args.rounds = 2
+    saved: list[dict[str, Any]] = []
+    entry = peers.run_preset("mlp:tiny", "fp32", args, "sqlite://", lambda _: None, saved.append)
+    [first] = saved  # after round 1, not after the last
+    assert first["rounds_done"] == 1 and "rounds_done" not in entry
+    assert len(first["harness"]["recommended"]["windows_ms"]) == 2
+    assert len(entry["harness"]["recommended"]["windows_ms"]) == 4
+    assert "median_ms" in first["peers"]["fused-optimizer"] and "ratio_vs_best_peer" in first
+    # The command line writes it: a run stopped during round 2 leaves round 1's record.
+    cut = RuntimeError("machine taken back")
+
+    def stop_in_round_two(*a: Any, **k: Any) -> None:
+        if k["round_index"] == 1:
+            raise cut
+        return real(*a, **k)
+
+    real = peers_compare.measure_in_round
+    monkeypatch.setattr(peers_compare, "measure_in_round", stop_in_round_two)
+    out = tmp_path / "out"
+    # One preset's failure is caught and recorded, with the rounds it measured.
+    peers.main(["--presets", "mlp:tiny", "--precisions", "fp32", "--device", "cpu",
+                "--rounds", "2", "--peers", "fused-optimizer", "--protocol", "1,2,3",
+                "--config", json.dumps({"optimizer": "fused"}), "--out", str(out)])  # fmt: skip
+    [record] = out.glob("peers-*.json")
+    [kept] = json.loads(record.read_text())["presets"]
+    assert kept["rounds_done"] == 1 and len(kept["harness"]["recommended"]["windows_ms"]) == 2
+    assert kept["error"] == "RuntimeError: machine taken back"
+    assert "rounds 1 of 2" in record.with_suffix(".md").read_text()
