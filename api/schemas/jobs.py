@@ -30,7 +30,12 @@ from trainers import DEVICES_ALLOWED, PRECISIONS, Precision
 from trainers.program import MAX_NPROC
 from tuner.evidence.recommendation import recommends
 from tuner.request import JobSpec, StoredJob
-from tuner.search.proposing.defaults import DEFAULT_TRIALS, MAX_PATIENCE, MAX_TRIALS
+from tuner.search.proposing.defaults import (
+    DEFAULT_TRIALS,
+    MAX_MEMORY_BYTES,
+    MAX_PATIENCE,
+    MAX_TRIALS,
+)
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
 # A registry name, or a library model: `torchvision:resnet50`, `timm:convnext_atto`, `hf:causal-lm`.
@@ -98,7 +103,10 @@ class JobIn(Strict):
         description='["throughput"] or ["throughput", "memory"] (a Pareto front)',
     )
     max_memory_bytes: int | None = Field(
-        default=None, ge=1, le=2**50, description="recommend the fastest config under this"
+        default=None,
+        ge=1,
+        le=MAX_MEMORY_BYTES,
+        description="recommend the fastest config under this",
     )
     device: Device = Field(
         default="auto",

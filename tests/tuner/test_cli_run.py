@@ -554,6 +554,8 @@ BAD_RUN_FLAGS = [
     (["--fix", "num_streams=9"], "error: --space/--fix: num_streams=9 is invalid"),
     (["--sampler", "grid"], "error: --sampler: sampler='grid' is invalid"),
     (["--max-memory", "0"], "error: --max-memory: "),
+    # The API refused it; the CLI had taken it as a cap.
+    (["--max-memory", str(2**50 + 1)], "error: --max-memory: max_memory_bytes=1125899906842625 "),
     (["--timeout", "0"], "error: --timeout: "),
     (["--patience", "-1"], "error: --patience: patience=-1 is invalid"),
     (

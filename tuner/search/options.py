@@ -17,7 +17,12 @@ from trainers import LoopConfig
 from trainers.program import PREFIX as PROGRAM_PREFIX
 from trainers.program import Program, check_nproc
 from tuner.evidence.progress import TrialReport
-from tuner.search.proposing.defaults import DEFAULT_TRIALS, MAX_PATIENCE, MAX_TRIALS
+from tuner.search.proposing.defaults import (
+    DEFAULT_TRIALS,
+    MAX_MEMORY_BYTES,
+    MAX_PATIENCE,
+    MAX_TRIALS,
+)
 from tuner.search.proposing.screen import SCREEN_MODES
 from tuner.search.protocol import Protocol
 from tuner.search.spaces.space import SearchSpace
@@ -162,8 +167,10 @@ class RunOptions:
             raise trainers.ConfigError(
                 "objectives", ",".join(self.objectives), "throughput or throughput,memory"
             )
-        if self.max_memory_bytes is not None and self.max_memory_bytes <= 0:
-            raise bad("max_memory_bytes", "a number of bytes > 0")
+        if self.max_memory_bytes is not None and not (
+            0 < self.max_memory_bytes <= MAX_MEMORY_BYTES
+        ):
+            raise bad("max_memory_bytes", f"a number of bytes in 1..{MAX_MEMORY_BYTES} (1 PiB)")
         if not 0.0 <= self.tie_margin < 1.0:
             raise bad("tie_margin", "a fraction in [0, 1), e.g. 0.01 for 1 %")
         for field, low in (

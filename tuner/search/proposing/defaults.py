@@ -13,6 +13,9 @@ service (each trial reads the study's history) and still lets a patient user sea
 measured job ran."""
 MAX_PATIENCE = 100_000
 """The largest `patience` a request may ask (`RunOptions`, the API's `patience`)."""
+MAX_MEMORY_BYTES = 2**50
+"""The largest memory cap a request may give (`--max-memory`, the API's `max_memory_bytes`): 1 PiB,
+beyond any device's memory, so a larger number is a typo, not a cap."""
 DEFAULT_WARMUP = 10
 DEFAULT_WINDOWS = 5
 DEFAULT_WINDOW_STEPS = 20
