@@ -232,6 +232,38 @@ def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path: Path) -> None:
     assert trials[-1].user_attrs.get(keys.FAILURE_REASON) == "interrupted"
 
 
+def test_a_resume_fails_the_trial_of_a_run_that_was_killed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SIGKILL or the out-of-memory killer gives a run no chance to fail its trial: it stayed
+    RUNNING for good, resumed or not (2026-12-07). The trial names its process; a resume on the
+    same host finds it gone, fails the trial as interrupted (run again, not counted) and says so.
+    """
+    log, storage = tmp_path / "run.log", sqlite_url(tmp_path)
+    command = [sys.executable, "-m", "tuner", "run", *RUN_FLAGS, "--trials", "20"]
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            [*command, "--study", "killed", "--storage", storage], cwd=REPO, stderr=sink
+        )
+        try:
+            started = time.monotonic()
+            while "gate: checking [" not in log.read_text() and time.monotonic() - started < 120:
+                time.sleep(0.02)
+        finally:
+            proc.kill()
+            proc.wait(timeout=60)
+    [left] = [t for t in load(storage, "killed").trials if t.state.name == "RUNNING"]
+    assert left.user_attrs[keys.PROCESS].split(":")[1] == str(proc.pid)
+    flags = ["run", *RUN_FLAGS, "--trials", "20", "--study", "killed", "--storage", storage]
+    assert main([*flags, "--timeout", "1"]) in (0, 1)
+    said = capsys.readouterr().err
+    assert f"trial {left.number}: left RUNNING by a run that was killed" in said, said
+    after = load(storage, "killed").trials[left.number]
+    assert after.state.name == "FAIL"
+    assert after.user_attrs[keys.FAILURE_REASON].startswith("interrupted: its process ended")
+    assert after.user_attrs[keys.FAILURE_KIND] == "interrupted"
+
+
 def test_quiet_prints_no_progress_and_without_it_stderr_has_the_lines(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -53,7 +53,7 @@ MEASURED_BY = (
 )
 """The study's metadata (`keys.META`) beside the memo's inputs that a trial's measurement depends
 on."""
-NOT_COPIED = (keys.TIME, keys.SECONDS, keys.OWNER)
+NOT_COPIED = (keys.TIME, keys.SECONDS, keys.OWNER, keys.PROCESS)
 """Trial attributes of the job that ran the trial, not of its measurement."""
 
 

@@ -63,6 +63,7 @@ from tuner.search.spaces.resume import as_stored
 from tuner.search.spaces.space import SearchSpace
 from tuner.store import keys
 from tuner.store import storage as studies
+from tuner.store.running import fail_dead_processes
 
 
 def run_study(
@@ -274,6 +275,12 @@ def _search_on(
         pruner=make_pruner(options),
         same_timing=owner is None,  # `python -m tuner run`'s, not a service job's workers
     )
+    dead = fail_dead_processes(storage, name) if resumed and owner is None else []
+    if dead:  # a run killed (SIGKILL, out of memory) could not fail its trial itself
+        progress.phase(
+            f"trial {', '.join(map(str, dead))}: left RUNNING by a run that was killed; "
+            "failed as interrupted, run again"
+        )
     own = measurer.program is None  # a program is measured elsewhere: not this process's code
     memo = open_memo(storage, options, info["fingerprint"]) if own else None
     copied = None if resumed else _begin(storage, study, memo, info, space, options, measurer)

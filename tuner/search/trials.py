@@ -46,6 +46,7 @@ from tuner.search.spaces.staged import draws_hold
 from tuner.store import keys
 from tuner.store.phases import MEASURE, PROFILE
 from tuner.store.retry import is_transient
+from tuner.store.running import this_process
 
 
 class TrialRunner:
@@ -86,6 +87,8 @@ class TrialRunner:
         """
         if self.owner is not None:
             trial.set_user_attr(keys.OWNER, self.owner)
+        else:  # the CLI's or the library's: a resume fails it if this process is killed
+            trial.set_user_attr(keys.PROCESS, this_process())
         self.study.sampler = make_sampler(
             self.options.sampler, self.options.seed + trial.number, self.options.trials, self.space
         )

@@ -28,21 +28,21 @@ from tuner.search.study import apply_gpu_defaults, open_search
 from tuner.service.gatehelp import JobClaims
 from tuner.service.jobstore import FINISHED, WorkerStore
 from tuner.service.settings import WorkerSettings
-from tuner.service.slots import GAVE_UP_REASON, JobSlots, count_slots, fail_orphans, fail_running
+from tuner.service.slots import GAVE_UP_REASON, JobSlots, count_slots, fail_orphans
 from tuner.service.spec import JobSpec, WorkloadRegistry
 from tuner.service.tables import JobRow, utcnow
 from tuner.store import keys
 from tuner.store import storage as studies
 from tuner.store.counting import TrialCounts, best_trial, count_trials, finished_state
 from tuner.store.retry import Backoff, is_transient
+from tuner.store.running import fail_running
 
 log = logging.getLogger("tuner.worker")
 
 
 class JobMember(Protocol):
     """What a job's run needs of the worker that is its member (`tuner.service.worker.Worker`
-    implements it; this module never imports the worker, so the two do not import each other).
-    """
+    implements it; this module never imports the worker, so the two do not import each other)."""
 
     @property
     def id(self) -> str: ...

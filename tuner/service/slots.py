@@ -33,15 +33,15 @@ import datetime as dt
 from collections.abc import Callable, Collection
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from tuner.service.slotlocks import SlotLocks
 from tuner.service.tables import JobRow, utcnow
-from tuner.store import keys
 from tuner.store.counting import count_trials
 from tuner.store.keys import INTERRUPTED_PREFIX
 from tuner.store.keys import OWNER as OWNER_ATTR
 from tuner.store.retry import Backoff
+from tuner.store.running import fail_running, study_id
 
 ORPHAN_REASON = f"{INTERRUPTED_PREFIX}: its worker was lost; the trial is run again"
 EXPIRED_REASON = (
@@ -68,13 +68,6 @@ class SlotCount:
         return self.running == 0 and (self.counted >= self.trials or self.past_deadline)
 
 
-def study_id(storage: optuna.storages.BaseStorage, name: str) -> int | None:
-    try:
-        return storage.get_study_id_from_name(name)
-    except KeyError:
-        return None
-
-
 def count_slots(
     storage: optuna.storages.BaseStorage, job: JobRow, deadline: dt.datetime | None
 ) -> SlotCount:
@@ -88,30 +81,6 @@ def count_slots(
         trials=job.trials,
         past_deadline=deadline is not None and utcnow() > deadline,
     )
-
-
-def fail_running(
-    storage: optuna.storages.BaseStorage,
-    study: str,
-    which: Callable[[FrozenTrial], bool],
-    reason: str,
-) -> list[int]:
-    """Fail the study's RUNNING trials that `which` picks, as interrupted; their numbers."""
-    found = study_id(storage, study)
-    if found is None:
-        return []
-    failed = []
-    for trial in storage.get_all_trials(found, deepcopy=False, states=(TrialState.RUNNING,)):
-        if not which(trial):
-            continue
-        try:
-            storage.set_trial_user_attr(trial._trial_id, keys.FAILURE_REASON, reason)
-            storage.set_trial_user_attr(trial._trial_id, keys.FAILURE_KIND, "interrupted")
-            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            continue  # its worker told it meanwhile: it was alive after all
-        failed.append(trial.number)
-    return failed
 
 
 def fail_orphans(

@@ -70,18 +70,14 @@ from tuner.service.job import JobRun
 from tuner.service.jobstore import FINISHED, WorkerStore
 from tuner.service.leases import GpuLease, gpu_uuid
 from tuner.service.settings import WorkerSettings, load_settings
-from tuner.service.slots import (
-    GAVE_UP_REASON,
-    count_slots,
-    fail_orphans,
-    fail_running,
-)
+from tuner.service.slots import GAVE_UP_REASON, count_slots, fail_orphans
 from tuner.service.spec import JobSpec, WorkloadRegistry
 from tuner.service.tables import JobRow, job_devices
 from tuner.store import keys
 from tuner.store import storage as studies
 from tuner.store.keys import JOB_STUDY_PREFIX as STUDY_PREFIX
 from tuner.store.retry import Backoff, is_transient
+from tuner.store.running import fail_running
 
 log = logging.getLogger("tuner.worker")
 

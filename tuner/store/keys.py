@@ -87,6 +87,9 @@ TIME = "time"
 """A trial's phase times (`tuner.store.phases`): compile, measure, its gate parts, profile."""
 OWNER = "worker"
 """A trial run by a worker of the tuning service: that worker's id."""
+PROCESS = "process"
+"""A trial run by `python -m tuner run`: its process, `host:pid:start` (`tuner.store.running`), so
+that a resume can fail a trial whose process was killed."""
 SCREEN = "screen"
 """A screening study's trial: what its screen showed against the incumbent
 (`tuner.search.proposing.screen.screen_record`); a trial whose outcome is `lost` was pruned, never
