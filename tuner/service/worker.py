@@ -295,7 +295,9 @@ class Worker:
         if self.only_job is None:
             return
         try:
-            self.store.get(self.only_job)
+            row = self.store.get(self.only_job)
+            if row.status in FINISHED:  # it exits at once: had said nothing, as if it had run
+                log.warning("job %s has already ended (%s): nothing to run", row.id, row.status)
         except JobNotFound:
             where = studies.masked(self.storage_url)
             raise TunerError(

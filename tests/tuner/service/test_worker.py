@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -704,6 +705,20 @@ def test_a_worker_for_a_job_that_is_not_there_is_one_line_naming_the_flag(
     err = capsys.readouterr().err
     assert f"error: --job: no job '{'0' * 32}' in the storage" in err
     assert "Traceback" not in err
+
+
+def test_a_worker_for_a_job_that_has_ended_says_so_and_exits(
+    storage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tuner.__main__ import main
+
+    job = JobStore(storage).create(JobSpec(**TINY_JOB), owner="me")
+    JobStore(storage).cancel(job.id)
+    with caplog.at_level(logging.INFO, logger="tuner.worker"):
+        assert main(["worker", "--storage", storage, "--job", job.id]) == 0
+    # It had exited 0 at once without a word, as if it had run the job.
+    assert f"job {job.id} has already ended (cancelled): nothing to run" in caplog.text
+    assert JobStore(storage).get(job.id).status == "cancelled"
 
 
 def test_a_misspelt_or_nan_setting_is_said(
