@@ -13,6 +13,7 @@ from torch import nn
 
 from trainers.errors import ConfigError
 from trainers.meta import meta_copy
+from trainers.workloads.base import evaluating
 from trainers.workloads.checks import raised_at, shapes_disagree
 
 EVAL_BATCHES = 100_000
@@ -85,14 +86,20 @@ def moved_batch(batch: Any, device: torch.device | str) -> Any:
 
 
 def check_eval_batch(
-    model: nn.Module, eval_data: Any, loss_fn: Any, tuple_loss: Any | None = None
+    model: nn.Module,
+    eval_data: Any,
+    loss_fn: Any,
+    tuple_loss: Any | None = None,
+    *,
+    explicit: bool = False,
 ) -> None:
     """ConfigError naming `eval_data` where its first batch cannot go through the loss: run on
     a meta copy of `model` before any step (a float label, a missing key, other sizes had
     failed at the first evaluation, hundreds of steps in, as a traceback). `tuple_loss`: the
     loss of a tuple batch where the loop adapted the user's (`Trainer.evaluate` chooses so).
     `eval_data` is read again at each evaluation (`_check_eval_data` refused an iterator); what
-    a meta tensor cannot do (read a value) is left to the evaluation. None: nothing to check."""
+    a meta tensor cannot do (read a value) is left to the evaluation. None: nothing to check.
+    `explicit`: `loss_fn` is the user's `eval_loss`, named where it returns no scalar."""
     if eval_data is None:
         return
     batch: Any = next(iter(eval_data), _EMPTY)
@@ -111,7 +118,12 @@ def check_eval_batch(
         ) from None
     chosen = tuple_loss if tuple_loss is not None and isinstance(moved, tuple) else loss_fn
     try:
-        chosen(meta_copy(model), moved)
+        # As `Trainer.evaluate` runs it: in eval mode, without gradients. In train mode a
+        # BatchNorm had refused a batch of one sample that the evaluation takes (a probe,
+        # 2026-12-07).
+        copied = meta_copy(model)
+        with evaluating(copied), torch.no_grad():
+            loss = chosen(copied, moved)
     except Exception as exc:
         said = " ".join(str(exc).split())
         # What a real batch raises too; a meta tensor's own limits (no values) are not said.
@@ -124,3 +136,22 @@ def check_eval_batch(
                 f"batches the loss takes (loss_fn(model, batch) on it raised "
                 f"{type(exc).__name__}{raised_at(exc)}: {said[:200]})",
             ) from exc
+        return
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        # The evaluation reads one number a batch: it had failed after eval_every steps with
+        # "a Tensor with 24 elements cannot be converted to Scalar" (a probe, 2026-12-07).
+        got = f"a tensor of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor) else None
+        got = got or type(loss).__name__
+        if explicit:
+            raise ConfigError(
+                "eval_loss",
+                getattr(loss_fn, "__qualname__", type(loss_fn).__name__),
+                f"a loss that returns a scalar tensor on a held-out batch (it returned {got})",
+            )
+        raise ConfigError(
+            "eval_data",
+            "its first batch",
+            f"batches whose loss in eval mode is a scalar: loss_fn(model, batch) returned {got} "
+            "there (a model that returns its loss only while training?); give "
+            "eval_loss=fn(model, batch) that returns the held-out loss",
+        )

@@ -954,3 +954,49 @@ def test_an_evaluation_weights_each_batch_by_its_samples() -> None:
     with torch.no_grad():
         whole = nn.functional.cross_entropy(trainer.model(features), labels).item()
     assert trainer.evaluate() == pytest.approx(whole, rel=1e-5)
+
+
+def test_the_eval_check_runs_the_model_as_the_evaluation_does_in_eval_mode() -> None:
+    """The check had run the loss in train mode: a BatchNorm refused a held-out batch of one
+    sample that the evaluation takes, and a model that returns its loss only while training
+    passed, then failed after eval_every steps with "a Tensor with 24 elements cannot be
+    converted to Scalar" (a probe, 2026-12-07)."""
+    generator = torch.Generator().manual_seed(0)
+    features, labels = torch.randn(64, 8, generator=generator), torch.randint(0, 3, (64,))
+    norm = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 3))
+
+    def loss(model: nn.Module, batch: Any) -> torch.Tensor:
+        return nn.functional.cross_entropy(model(batch[0]), batch[1])
+
+    def parts(model: nn.Module) -> trainers.Workload:
+        data = TensorDataset(features, labels)
+        return workload_from_parts(model, data, loss, optimizer=torch.optim.SGD, batch_size=8)
+
+    one = DataLoader(TensorDataset(features[:3], labels[:3]), batch_size=1)
+    trainer = Trainer(parts(norm), device="cpu", eval_data=one)
+    assert trainer.model.training  # the check left the model's modes as they were
+    assert math.isfinite(trainer.evaluate())
+
+    class LossWhileTraining(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(8, 3)
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            logits = self.linear(x)
+            return nn.functional.cross_entropy(logits, y) if self.training else logits
+
+    def own(model: nn.Module, batch: Any) -> torch.Tensor:
+        return model(*batch)
+
+    made = workload_from_parts(
+        LossWhileTraining(), TensorDataset(features, labels), own, optimizer=torch.optim.SGD,
+        batch_size=8,
+    )  # fmt: skip
+    held_out = [(features[:8], labels[:8])]
+    with pytest.raises(ConfigError, match=r"^eval_data='its first batch' is invalid: .* eval mode"):
+        Trainer(made, device="cpu", eval_data=held_out)
+    with pytest.raises(ConfigError, match=r"^eval_loss='.*own' is invalid: .*shape \[8, 3\]"):
+        Trainer(made, device="cpu", eval_data=held_out, eval_loss=own)
+    held = Trainer(made, device="cpu", eval_data=held_out, eval_loss=lambda m, b: m(*b).sum() * 0)
+    assert held.evaluate() == 0.0
