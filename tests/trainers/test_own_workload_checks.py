@@ -321,7 +321,11 @@ def test_a_dataset_of_whole_batches_counts_each_batchs_samples(sequence_first: b
     assert workload.batch_size is None and workload.samples_per_batch == 16
     # Given a batch size, the samples a step counts are that, as before.
     given = workload_from_parts(
-        nn.Linear(4, 3), own_workloads._Samples("tuple"), loss, optimizer=adam(1e-2), batch_size=4
+        nn.Linear(6, 3),
+        own_workloads._Samples("tuple"),
+        own_workloads.classification_loss,
+        optimizer=adam(1e-2),
+        batch_size=4,
     )
     assert given.samples_per_batch == 4
 
@@ -454,6 +458,25 @@ def test_a_loss_redefined_under_the_same_name_is_checked_again() -> None:
     parts(lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]))
     with pytest.raises(WorkloadError, match=r"returned a tensor of shape \[8\]"):
         parts(lambda m, b: (m(b[0]) - b[1]).pow(2).mean(dim=1))
+
+
+def test_the_same_loss_and_model_class_given_other_data_is_checked_again() -> None:
+    """A notebook's second build, 12 features for a model of 8: the check was keyed by the loss
+    and the model's class alone and was skipped, and torch's "mat1 and mat2 shapes cannot be
+    multiplied" came at the first step (a probe, 2026-12-07)."""
+
+    def loss(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return nn.functional.cross_entropy(model(batch[0]), batch[1])
+
+    def parts(features: int) -> object:
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+        data = torch.utils.data.TensorDataset(torch.randn(64, features), torch.randint(0, 3, (64,)))
+        return workload_from_parts(model, data, loss, optimizer=torch.optim.SGD, batch_size=8)
+
+    parts(8)
+    fit = r"\[8, 12\] X \[8, 16\]: the model and the batches it is fed do not fit"
+    with pytest.raises(WorkloadError, match=rf"^loss_fn: .*{fit}"):
+        parts(12)
 
 
 @pytest.mark.parametrize(

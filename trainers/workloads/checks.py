@@ -280,12 +280,20 @@ def _captured(loss_fn: object) -> tuple[object, ...]:
     return tuple(captured)
 
 
+def _parameter_shapes(model: torch.nn.Module) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(p.shape) for p in model.parameters())
+
+
 def _check_loss(workload: Workload, batch: tuple[torch.Tensor, ...], where: _Where) -> None:
     loss_fn = original_loss(workload.loss_fn)
     model = _qualified(type(workload.model))
     code = getattr(loss_fn, "__code__", None)  # a function's or a bound method's
     key: tuple[object, ...] = (where.said, workload.name, workload.preset, _qualified(loss_fn))
     key += (code, model, *_captured(loss_fn))
+    # The shapes too: one model class and loss given other data (a notebook's second build, with
+    # 12 features for a model of 8) had been taken as checked, and failed at the first step with
+    # torch's traceback (a probe, 2026-12-07).
+    key += (tuple((tuple(t.shape), t.dtype) for t in batch), _parameter_shapes(workload.model))
     if key in _LOSS_CHECKED:
         return
     copied = meta_copy(workload.model)
