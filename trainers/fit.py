@@ -94,7 +94,8 @@ from trainers.schedules import warmup_cosine
 from trainers.streams import StreamPlan, on, wait
 from trainers.workloads.as_tuples import original_loss
 from trainers.workloads.base import Batch, LossFn, Workload, evaluating
-from trainers.workloads.checks import raised_at, samples_in
+from trainers.workloads.checks import raised_at
+from trainers.workloads.whole import samples_in
 
 __all__ = [
     "CHECKPOINT_FORMAT",

@@ -35,7 +35,7 @@ def workload_from_parts(
     """A `Workload` from a user's own model, data, loss and optimizer, for `Trainer`.
 
     data: a Dataset of samples (with batch_size), of whole batches (batch_size None: the samples
-    a step counts are a leading size every tensor of a batch has, `checks.samples_in`), an
+    a step counts are a leading size every tensor of a batch has, `whole.samples_in`), an
     IterableDataset (read from a new iterator each pass), or a DataLoader over any of them,
     whose dataset, batch size and collate_fn are used: the loop builds its own
     loader in dataset order, since workers and pinning are settings it was tuned with. Every

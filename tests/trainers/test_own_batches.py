@@ -42,6 +42,43 @@ def test_a_dataset_of_samples_without_a_batch_size_is_refused_not_counted_by_a_f
     assert batched.samples_per_batch == 4
 
 
+class _IntLabels(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
+    """A torchvision dataset's items: a tensor and a Python int."""
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        return torch.randn(6), index % 3
+
+
+def test_an_int_label_fed_whole_names_the_batch_size_not_the_items_type() -> None:
+    """`(tensor, int)` without a batch size: it had been told to give tensors from
+    `__getitem__`, and doing so met the one-sample refusal (a probe, 2026-12-07)."""
+    with pytest.raises(WorkloadError) as caught:
+        workload_from_parts(nn.Linear(6, 3), _IntLabels(), _classify, optimizer=adam())
+    assert caught.value.field == "batch_size"
+    assert str(caught.value).startswith(
+        "batch_size: None feeds each item of data whole, as a batch, and its first item's item 1 "
+        "is a Python int (0): one sample's; give batch_size=N"
+    )
+    batched = workload_from_parts(nn.Linear(6, 3), _IntLabels(), _classify, optimizer=adam(),
+                                  batch_size=4)  # fmt: skip
+    assert len(Trainer(batched, device="cpu").fit(2).losses) == 2
+
+
+def test_a_workload_built_by_hand_whose_items_are_samples_is_refused() -> None:
+    """`Workload(...)` keeps `batch_size=None` by default: items of one sample each had trained
+    one a step and counted samples_per_batch of them, 64x the samples/s (a probe, 2026-12-07).
+    Items that are batches of samples_per_batch still build."""
+    samples = own_workloads._workload(batch_size=None, samples_per_batch=64)
+    with pytest.raises(WorkloadError, match=r"^batch_size: None feeds .*\(\[6\], \[\]\) looks"):
+        Trainer(samples, device="cpu")
+    batches = SyntheticBatches((torch.randn(4, 8, 6), torch.randint(0, 3, (4, 8))))
+    whole = own_workloads._workload(batch_size=None, samples_per_batch=8, dataset=batches)
+    assert len(Trainer(whole, device="cpu").fit(2).losses) == 2
+
+
 class _Masked(nn.Module):
     """Token ids of batch x sequence beside one sequence x sequence mask, shared by the batch."""
 

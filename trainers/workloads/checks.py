@@ -45,6 +45,7 @@ from trainers.workloads import as_tuples
 from trainers.workloads.as_tuples import adapted, original_loss
 from trainers.workloads.base import Workload, item_as_loaded
 from trainers.workloads.loss_contract import not_the_contract, swapped
+from trainers.workloads.whole import check_numbers, check_whole, samples_in
 
 
 def own_workload(
@@ -77,49 +78,19 @@ def own_workload(
         _check_trainable(workload, model)
         return mark_checked(workload)
     original = batch
+    if workload.batch_size is None:
+        check_numbers(original)
     workload, batch = adapted(workload, batch)
     _check_batch(batch, data, list(original) if isinstance(original, Mapping) else None)
     _materialise(workload, tuple(batch), loss)
     _check_trainable(workload, model)
     _check_loss(workload, tuple(batch), loss)
-    if parts and workload.batch_size is None and not counted:
-        _check_whole(tuple(batch))
-        workload = dataclasses.replace(workload, samples_per_batch=samples_in(tuple(batch)))
+    if workload.batch_size is None and not counted:
+        # A Workload built by hand gives samples_per_batch: an item of that many is a batch.
+        check_whole(tuple(batch), None if parts else workload.samples_per_batch)
+        if parts:
+            workload = dataclasses.replace(workload, samples_per_batch=samples_in(tuple(batch)))
     return mark_checked(workload)
-
-
-def samples_in(batch: tuple[torch.Tensor, ...]) -> int:
-    """The samples of a whole batch (a dataset whose items are batches: `batch_size` None): a
-    leading size that every tensor of it has among its sizes, the most common such, the smallest
-    of a tie (a sequence-first input beside its labels: (5, 16, 4) and (16,) count 16); where no
-    leading size is in every tensor, the most common; 1 where no tensor has a dimension.
-    `workload_from_parts` had counted 1 sample a step there: a throughput of steps per second
-    shown as samples/s, 16x too low at 16 samples a batch (a new user's trial, 2026-12-02)."""
-    shaped = [t for t in batch if t.dim() > 0]
-    if not shaped:
-        return 1
-    leading = [int(t.shape[0]) for t in shaped]
-    shared = [n for n in leading if all(n in t.shape for t in shaped)] or leading
-    return max(sorted(set(shared)), key=shared.count)
-
-
-def _check_whole(batch: tuple[torch.Tensor, ...]) -> None:
-    """WorkloadError naming `batch_size` where a dataset's item, fed whole (no batch size), looks
-    like one sample: a scalar beside shaped tensors (a class label without its batch
-    dimension), or tensors that share no size. Such a step trained one sample, and its samples
-    were counted from a feature size: 16x the samples/s (a user's probe, 2026-12-06)."""
-    shaped = [t for t in batch if t.dim() > 0]
-    scalar = len(shaped) < len(batch)
-    if shaped and (scalar or not any(all(n in t.shape for t in shaped) for n in shaped[0].shape)):
-        shapes = ", ".join(str(list(t.shape)) for t in batch[:4])
-        why = "a scalar beside shaped tensors" if scalar else "its tensors share no size"
-        raise WorkloadError(
-            f"batch_size: None feeds each item of data whole, as a batch, and its first item "
-            f"({shapes}) looks like one sample ({why}); "
-            "give batch_size=N to batch its samples, or samples_per_batch=N where each item "
-            "already is a batch of N",
-            field="batch_size",
-        )
 
 
 _CHECKED = "_streamtune_checked"
