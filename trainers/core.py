@@ -51,6 +51,7 @@ from trainers.precision import (
     Precision,
     check_precision,
     check_precision_here,
+    check_scaled_parameters,
     make_plan,
     matmul_precision_for,
 )
@@ -190,6 +191,7 @@ class Engine:
         check_setup(config, dev, precision)
         # Probes the autocast first: an unsupported precision fails before any step runs.
         self.precision_plan = make_plan(precision, dev)
+        check_scaled_parameters(precision, workload.model)
         for param in workload.model.parameters():
             # A model trained before (another run, another config) starts without its
             # gradients, so they neither leak into this run's peak memory nor its first step.

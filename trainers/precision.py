@@ -90,10 +90,15 @@ def check_precision(value: object, *, cuda_graph: bool, parallel: str = "none") 
         )
 
 
-def check_precision_here(precision: object, device: torch.device) -> None:
+def check_precision_here(
+    precision: object, device: torch.device, model: torch.nn.Module | None = None
+) -> None:
     """UnsupportedOnDevice, in one line naming `precision`, where `device` or this install cannot
     run `precision`: float8 needs a CUDA GPU of compute capability 8.9 or later and torchao
-    (`trainers.float8.unavailable`). The other precisions are probed by `make_plan`."""
+    (`trainers.float8.unavailable`). The other precisions are probed by `make_plan`. With
+    `model`, a ConfigError where its parameters cannot take it (`check_scaled_parameters`)."""
+    if model is not None and precision == "fp16-autocast":
+        check_scaled_parameters(precision, model)
     if precision == "float8":
         reason = float8.unavailable(device)
         if reason is not None:
@@ -321,6 +326,24 @@ def make_plan(precision: Precision | None, device: torch.device) -> PrecisionPla
         )
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16-autocast" else None
     return PrecisionPlan(device_type=device.type, autocast_dtype=dtype, scaler=scaler)
+
+
+def check_scaled_parameters(precision: Precision | None, model: torch.nn.Module) -> None:
+    """ConfigError naming `precision` where fp16-autocast's gradient scaler meets a trainable
+    float16 parameter: it unscales float32 gradients only, and had raised "Attempting to unscale
+    FP16 gradients." at the first step, which the tuner blamed on the workload (a probe,
+    2026-12-07)."""
+    if precision != "fp16-autocast":
+        return
+    for name, param in model.named_parameters():
+        if param.requires_grad and param.dtype == torch.float16:
+            raise ConfigError(
+                "precision",
+                precision,
+                f"a model whose trained parameters are float32 (its {name} is float16: the "
+                "gradient scaler unscales float32 gradients); keep the model in float32, which "
+                "autocast runs in float16 where it pays, or choose another precision",
+            )
 
 
 def _autocast_failure(device: torch.device, dtype: torch.dtype) -> str | None:

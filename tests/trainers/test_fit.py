@@ -1000,3 +1000,21 @@ def test_the_eval_check_runs_the_model_as_the_evaluation_does_in_eval_mode() -> 
         Trainer(made, device="cpu", eval_data=held_out, eval_loss=own)
     held = Trainer(made, device="cpu", eval_data=held_out, eval_loss=lambda m, b: m(*b).sum() * 0)
     assert held.evaluate() == 0.0
+
+
+def test_fp16_autocast_over_float16_parameters_is_refused_naming_the_precision() -> None:
+    """It had raised torch's "Attempting to unscale FP16 gradients." at the first step."""
+    data = TensorDataset(torch.randn(32, 8).half(), torch.randint(0, 3, (32,)))
+
+    def loss(model: nn.Module, batch: Any) -> torch.Tensor:
+        return nn.functional.cross_entropy(model(batch[0]).float(), batch[1])
+
+    def parts(model: nn.Module) -> trainers.Workload:
+        return workload_from_parts(model, data, loss, optimizer=torch.optim.SGD, batch_size=8)
+
+    half = nn.Linear(8, 3).half()
+    with pytest.raises(ConfigError, match=r"^precision='fp16-autocast' is invalid: .*its weight"):
+        Trainer(parts(half), device="cpu", precision="fp16-autocast")
+    half.weight.requires_grad_(False)  # frozen: no gradient to unscale
+    half.bias.data = half.bias.data.float()
+    assert len(Trainer(parts(half), device="cpu", precision="fp16-autocast").fit(1).losses) == 1

@@ -264,6 +264,22 @@ def test_a_resume_fails_the_trial_of_a_run_that_was_killed(
     assert after.user_attrs[keys.FAILURE_KIND] == "interrupted"
 
 
+def test_fp16_autocast_over_a_float16_model_is_refused_naming_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The gradient scaler cannot unscale float16 gradients: every config had failed with
+    "Attempting to unscale FP16 gradients.", said as the workload's fault (a probe,
+    2026-12-07). One line naming --precision, before a study is stored."""
+    workload = ["--workload", "tests.tuner.workloads_for_tests:half_parameters"]
+    storage = sqlite_url(tmp_path)
+    flags = ["run", *workload, "--device", "cpu", "--trials", "1", "--storage", storage]
+    assert main([*flags, "--precision", "fp16-autocast", "--study", "half"]) == 2
+    err = capsys.readouterr().err
+    assert "error: --precision: precision='fp16-autocast' is invalid: allowed a model whose " in err
+    assert "(its weight is float16: the gradient scaler unscales float32 gradients)" in err
+    assert "half" not in optuna.get_all_study_names(storage)
+
+
 def test_quiet_prints_no_progress_and_without_it_stderr_has_the_lines(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

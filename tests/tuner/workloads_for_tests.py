@@ -159,3 +159,14 @@ def own_loss_function(preset: str, *, seed: int) -> Workload:
     torch.manual_seed(seed)
     workload.model = _WithLossFunction()
     return workload
+
+
+def half_parameters(preset: str, *, seed: int) -> Workload:
+    """A model cast to float16 by its user: fp16-autocast's gradient scaler cannot unscale it."""
+
+    def loss_fn(model: nn.Module, batch: Batch) -> torch.Tensor:
+        return nn.functional.cross_entropy(model(batch[0].half()).float(), batch[1])
+
+    workload = _workload("half_parameters", preset, seed, _batches(seed), loss_fn)
+    workload.model = workload.model.half()
+    return workload

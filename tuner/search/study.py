@@ -63,7 +63,7 @@ from tuner.search.spaces.resume import as_stored
 from tuner.search.spaces.space import SearchSpace
 from tuner.store import keys
 from tuner.store import storage as studies
-from tuner.store.running import fail_dead_processes
+from tuner.store.running import fail_killed_runs
 
 
 def run_study(
@@ -275,12 +275,9 @@ def _search_on(
         pruner=make_pruner(options),
         same_timing=owner is None,  # `python -m tuner run`'s, not a service job's workers
     )
-    dead = fail_dead_processes(storage, name) if resumed and owner is None else []
-    if dead:  # a run killed (SIGKILL, out of memory) could not fail its trial itself
-        progress.phase(
-            f"trial {', '.join(map(str, dead))}: left RUNNING by a run that was killed; "
-            "failed as interrupted, run again"
-        )
+    killed = fail_killed_runs(storage, name) if resumed and owner is None else None
+    if killed is not None:  # a run killed (SIGKILL, out of memory) could not fail its trial
+        progress.phase(killed)
     own = measurer.program is None  # a program is measured elsewhere: not this process's code
     memo = open_memo(storage, options, info["fingerprint"]) if own else None
     copied = None if resumed else _begin(storage, study, memo, info, space, options, measurer)
@@ -433,13 +430,15 @@ def _space_for(
 
 
 def _check_precisions_here(options: RunOptions, measurer: Measurer) -> None:
-    """A precision this device cannot run (float8 off an sm89+ GPU, or without torchao) fails
-    here, in one line naming the flag, not as every trial's failure (tf32: `tf32_unused`)."""
+    """A precision this device (float8 off an sm89+ GPU, or without torchao) or the model (fp16
+    with float16 parameters) cannot run fails here, in one line naming the flag, not as every
+    trial's failure (tf32: `tf32_unused`)."""
     flag = "--precisions" if options.precisions is not None else "--precision"
+    model = None if measurer.program is not None else measurer.workload.model
     for precision in options.allowed_precisions or (None,):
         try:
-            trainers.check_precision_here(precision, measurer.device)
-        except trainers.UnsupportedOnDevice as exc:
+            trainers.check_precision_here(precision, measurer.device, model)
+        except (trainers.UnsupportedOnDevice, trainers.ConfigError) as exc:
             raise TunerError(f"{flag}: {exc}") from None
 
 

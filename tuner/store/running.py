@@ -105,3 +105,14 @@ def fail_dead_processes(storage: optuna.storages.BaseStorage, study: str) -> lis
     return fail_running(
         storage, study, lambda t: is_gone(t.user_attrs.get(keys.PROCESS)), DEAD_PROCESS_REASON
     )
+
+
+def fail_killed_runs(storage: optuna.storages.BaseStorage, study: str) -> str | None:
+    """`fail_dead_processes`, and what it failed as a progress line (None: nothing)."""
+    dead = fail_dead_processes(storage, study)
+    if not dead:
+        return None
+    return (
+        f"trial {', '.join(map(str, dead))}: left RUNNING by a run that was killed; failed as "
+        "interrupted, run again"
+    )
