@@ -7,6 +7,7 @@ every trial; and the optimizer given as a class trains."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -249,6 +250,34 @@ def test_a_stream_given_to_workload_from_parts_trains_as_a_plain_loop_over_it(gi
     with pytest.raises(ConfigError, match="data='range_iterator' is invalid"):
         loss = mlp.classification_loss
         workload_from_parts(model, iter(range(3)), loss, optimizer=optimizer, batch_size=4)
+
+
+def test_a_one_shot_stream_is_refused_before_its_first_batch_is_taken() -> None:
+    """An IterableDataset whose `__iter__` returns one generator for good: the check took its
+    first batch, and the run ended mid-fit with "the workload's dataset yields no batch" (a
+    probe, 2026-12-07)."""
+    features, labels = torch.randn(64, 6), torch.randint(0, 3, (64,))
+
+    class OneShot(torch.utils.data.IterableDataset[tuple[torch.Tensor, torch.Tensor]]):
+        def __init__(self) -> None:
+            self.samples = ((features[i], labels[i]) for i in range(64))
+
+        def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+            return self.samples
+
+    with pytest.raises(WorkloadError, match=r"^data: OneShot.__iter__ returns the same iterator"):
+        workload_from_parts(
+            nn.Linear(6, 3), OneShot(), mlp.classification_loss, optimizer=adam(), batch_size=8
+        )
+
+    class Fresh(OneShot):
+        def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+            return ((features[i], labels[i]) for i in range(64))
+
+    built = workload_from_parts(
+        nn.Linear(6, 3), Fresh(), mlp.classification_loss, optimizer=adam(), batch_size=8
+    )
+    assert len(Trainer(built, device="cpu").fit(12).losses) == 12  # passes again after 8
 
 
 def test_a_workload_built_by_hand_and_given_to_a_trainer_is_fed_as_tuples() -> None:

@@ -165,7 +165,17 @@ def _first_batch(workload: Workload, where: _Where) -> Any:
 
 def _first_streamed(workload: Workload, wanted: int, where: _Where) -> Any:
     try:
-        samples = list(itertools.islice(iter(workload.dataset), wanted))
+        stream = iter(workload.dataset)
+        if stream is iter(workload.dataset):
+            # One iterator for good: this read took the first batch from training, and the loop
+            # ended at its end mid-run, "the workload's dataset yields no batch" (a probe,
+            # 2026-12-07).
+            raise where.error(
+                f"{type(workload.dataset).__name__}.__iter__ returns the same iterator each "
+                "time: the loop starts a new pass over the dataset from a new one; make "
+                "__iter__ a generator (yield the samples) or return a new iterator each call"
+            )
+        samples = list(itertools.islice(stream, wanted))
         if len(samples) < wanted:
             raise where.error(
                 f"the dataset yields {len(samples)} items, fewer than one batch (batch_size "
