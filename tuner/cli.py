@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -273,30 +273,44 @@ def _tune(
         show.finish(rec)
         show.line(node.line())
         return rec, node
-    with _terminated_as_interrupted():
-        rec = run_study(options, progress=show, started=started)
+    with _terminated_as_interrupted() as poll:
+        rec = run_study(options, progress=show, started=started, should_stop=poll)
     show.finish(rec)
     return rec, None
 
 
 @contextlib.contextmanager
-def _terminated_as_interrupted() -> Iterator[None]:
+def _terminated_as_interrupted() -> Iterator[Callable[[], bool]]:
     """SIGTERM (`timeout`, `kill`, `docker stop`, a batch scheduler's end of a job) ends `run` as
     Ctrl-C does: the running trial failed as interrupted, the resume command printed, exit 130.
     It had ended the process at once, and left that trial RUNNING in the study for good (a
-    probe, 2026-12-07). Python runs the handler in the main thread, between bytecodes."""
+    probe, 2026-12-07). Python runs the handler in the main thread, between bytecodes.
+
+    Yields the search's `should_stop`: a KeyboardInterrupt raised inside a callback Python
+    ignores (a weakref's, the garbage collector's: "Exception ignored in ...") was lost, and the
+    run went on to its end with exit 0 (a probe, 2026-12-07); the poll, between trials and after
+    each window, raises it again."""
+    signalled = threading.Event()
+
+    def poll() -> bool:
+        if signalled.is_set():
+            raise KeyboardInterrupt
+        return False
+
     if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers belong to the main thread (a test's, an embedding's)
+        yield poll  # signal handlers belong to the main thread (a test's, an embedding's)
         return
 
     def interrupt(signum: int, frame: object) -> None:
+        signalled.set()
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        yield
+        yield poll
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _check_not_a_jobs(url: str, study: str | None) -> None:

@@ -232,6 +232,48 @@ def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path: Path) -> None:
     assert trials[-1].user_attrs.get(keys.FAILURE_REASON) == "interrupted"
 
 
+def test_an_interrupt_before_a_trial_is_measured_still_fails_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C or SIGTERM while a trial's config was drawn, after Optuna's ask and before the
+    trial's own handler, had left it RUNNING (a probe, 2026-12-07)."""
+    from tuner.search.trials import TrialRunner
+
+    drawn = TrialRunner._prepare
+
+    def interrupted(self: TrialRunner, trial: optuna.Trial) -> None:
+        drawn(self, trial)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(TrialRunner, "_prepare", interrupted)
+    storage = sqlite_url(tmp_path)
+    flags = ["run", *RUN_FLAGS, "--trials", "3", "--study", "drawn", "--storage", storage]
+    assert main(flags) == 130
+    assert "interrupted: 0 trials of this run are stored" in capsys.readouterr().err
+    [trial] = load(storage, "drawn").trials
+    assert trial.state.name == "FAIL" and trial.user_attrs[keys.FAILURE_REASON] == "interrupted"
+
+
+def test_a_signal_whose_interrupt_python_swallowed_stops_the_run_at_the_next_poll() -> None:
+    """A KeyboardInterrupt raised inside a callback Python ignores (a weakref's, the garbage
+    collector's) was lost, and the run went on to its end with exit 0 (a probe, 2026-12-07):
+    the search's poll raises it again."""
+    from tuner.cli import _terminated_as_interrupted
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    for sig in before:
+        with _terminated_as_interrupted() as poll:
+            assert poll() is False
+            try:
+                os.kill(os.getpid(), sig)
+                time.sleep(5)  # the handler raises here, at once
+            except KeyboardInterrupt:
+                pass  # swallowed, as "Exception ignored in ..." swallows it
+            with pytest.raises(KeyboardInterrupt):
+                poll()
+    assert {sig: signal.getsignal(sig) for sig in before} == before  # handed back
+
+
 def test_a_resume_fails_the_trial_of_a_run_that_was_killed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -63,7 +63,7 @@ from tuner.search.spaces.resume import as_stored
 from tuner.search.spaces.space import SearchSpace
 from tuner.store import keys
 from tuner.store import storage as studies
-from tuner.store.running import fail_killed_runs
+from tuner.store.running import fail_killed_runs, fail_this_process
 
 
 def run_study(
@@ -94,6 +94,7 @@ def run_study(
         raise
     except KeyboardInterrupt as exc:
         name = search.study.study_name
+        fail_this_process(search.study._storage, name)  # a trial the interrupt left RUNNING
         raise Interrupted(
             f"interrupted: {search.done} trials of this run are stored in study {name!r}; "
             f"to resume it: {resume_command(options, name, search.done)}"

@@ -116,3 +116,13 @@ def fail_killed_runs(storage: optuna.storages.BaseStorage, study: str) -> str | 
         f"trial {', '.join(map(str, dead))}: left RUNNING by a run that was killed; failed as "
         "interrupted, run again"
     )
+
+
+def fail_this_process(storage: optuna.storages.BaseStorage, study: str) -> list[int]:
+    """Fail the study's RUNNING trials that this process runs, as interrupted (Ctrl-C, SIGTERM);
+    their numbers. A trial asked but not yet inside the loop's own handler (its config being
+    drawn) had been left RUNNING by an interrupt (a probe, 2026-12-07)."""
+    me = this_process()
+    return fail_running(
+        storage, study, lambda t: t.user_attrs.get(keys.PROCESS) == me, keys.INTERRUPTED_PREFIX
+    )
