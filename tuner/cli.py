@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
-from tuner.errors import SpaceError, TunerError, users_frame
+from tuner.errors import NoRecommendation, SpaceError, TunerError, users_frame
 from tuner.evidence import progress
 from tuner.flags import (
     FLAGS,
@@ -281,15 +281,11 @@ def _tune(
 
 @contextlib.contextmanager
 def _terminated_as_interrupted() -> Iterator[Callable[[], bool]]:
-    """SIGTERM (`timeout`, `kill`, `docker stop`, a batch scheduler's end of a job) ends `run` as
-    Ctrl-C does: the running trial failed as interrupted, the resume command printed, exit 130.
-    It had ended the process at once, and left that trial RUNNING in the study for good (a
-    probe, 2026-12-07). Python runs the handler in the main thread, between bytecodes.
-
-    Yields the search's `should_stop`: a KeyboardInterrupt raised inside a callback Python
-    ignores (a weakref's, the garbage collector's: "Exception ignored in ...") was lost, and the
-    run went on to its end with exit 0 (a probe, 2026-12-07); the poll, between trials and after
-    each window, raises it again."""
+    """SIGTERM (`timeout`, `kill`, `docker stop`) ends `run` as Ctrl-C does: the running trial
+    failed as interrupted, the resume command printed, exit 130; it had left that trial RUNNING
+    for good. Yields the search's `should_stop`: an interrupt raised inside a callback Python
+    ignores (a weakref's: "Exception ignored in ...") was lost, and the run went on to exit 0;
+    the poll, between trials and after each window, raises it again (probes, 2026-12-07)."""
     signalled = threading.Event()
 
     def poll() -> bool:
@@ -369,10 +365,10 @@ def _cpu_defaults(options: RunOptions, unset: set[str], show: Any) -> RunOptions
 @app.command()
 def best(study: StudyName, storage: Storage = None, as_json: AsJson = False) -> None:
     """Print a study's recommendation."""
-    from tuner.evidence import reader, render
+    from tuner.evidence import render
     from tuner.store import storage as studies
 
-    rec = reader.recommendation(studies.storage_url(storage), study)
+    rec = _recommendation(studies.storage_url(storage), study)
     if as_json:
         typer.echo(json.dumps(rec.to_dict(), indent=2))
     else:
@@ -389,11 +385,26 @@ def export(
 ) -> None:
     """Print the recommended config as JSON, environment variables or Python."""
     from tuner.evidence import export as exporting
-    from tuner.evidence import reader
     from tuner.store import storage as studies
 
-    rec = reader.recommendation(studies.storage_url(storage), study)
+    rec = _recommendation(studies.storage_url(storage), study)
     typer.echo(exporting.export(rec, format))
+
+
+def _recommendation(url: str, study: str) -> Recommendation:
+    """The study's recommendation; for a service job's study without one yet, what its job
+    says (`no_recommendation_yet`), not the CLI's advice to run it again, which it refuses."""
+    from tuner.evidence import reader
+    from tuner.service.node import OWNER
+    from tuner.service.tables import no_recommendation_yet, service_job_of
+
+    try:
+        return reader.recommendation(url, study)
+    except NoRecommendation:
+        job = service_job_of(url, study, except_owner=OWNER)
+        if job is None:
+            raise
+        raise NoRecommendation(no_recommendation_yet(study, *job)) from None
 
 
 @app.command("studies")

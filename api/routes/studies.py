@@ -13,6 +13,7 @@ from api.schemas.studies import StudyOut, StudyPage
 from tuner.errors import NoRecommendation, StudyNotFound, named
 from tuner.service.owners import Owner
 from tuner.service.submissions import Submissions
+from tuner.service.tables import no_recommendation_yet
 
 router = APIRouter(
     prefix="/v1/studies",
@@ -67,7 +68,7 @@ def study_best(name: str, reader: ReaderDep, store: StoreDep, caller: CallerDep)
         if job is None:  # `python -m tuner run`'s study: its message names that command
             raise
         # A job's study: said in the API's terms (it had advised `python -m tuner run`).
-        raise NoRecommendation(_no_recommendation_yet(name, *job)) from None
+        raise NoRecommendation(no_recommendation_yet(name, *job)) from None
     if found.config is None:
         raise NoRecommendation(
             f"study {name!r} recommends no config: {found.reason or 'none was decided'}"
@@ -76,18 +77,6 @@ def study_best(name: str, reader: ReaderDep, store: StoreDep, caller: CallerDep)
     asked = store.workloads_of([visible])
     return Recommendation.model_validate(
         found.to_dict() | {"workload": asked.get(visible, found.workload)}
-    )
-
-
-def _no_recommendation_yet(name: str, job_id: str, status: str) -> str:
-    if status in ("queued", "running"):
-        return (
-            f"study {name!r} has no recommendation yet: its job {job_id} is {status} "
-            f"(GET /v1/jobs/{job_id} shows how far it is)"
-        )
-    return (
-        f"study {name!r} has no recommendation: its job {job_id} ended {status} before its "
-        f"final round; POST the job again to tune the model (GET /v1/jobs/{job_id} says why)"
     )
 
 

@@ -727,6 +727,34 @@ def test_a_service_jobs_study_is_not_tuned_further_by_the_cli(
     assert optuna.get_all_study_names(storage) == []
 
 
+def test_best_and_export_of_a_service_jobs_study_say_what_its_job_says(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """They had advised `run --study job-...` again, which the CLI refuses for a job's study (a
+    probe, 2026-12-07): they say the job's status and what to do, as the API's /best does."""
+    from tuner.request import JobSpec
+    from tuner.service.jobstore import JobStore
+
+    storage = sqlite_url(tmp_path)
+    store = JobStore(storage)
+    try:
+        job = store.create(JobSpec(workload="mlp", preset="tiny", device="cpu"), owner="alice")
+        optuna.create_study(storage=storage, study_name=job.study)  # its workers opened it
+        for command in ("best", "export"):
+            code, _, err = run_main(capsys, command, "--study", job.study, "--storage", storage)
+            assert code == 1 and "run `python -m tuner run" not in err
+            assert f"has no recommendation yet: its job {job.id} is queued (GET /v1/jobs/" in err
+        store.cancel(job.id)
+    finally:
+        store.close()
+    code, _, err = run_main(capsys, "best", "--study", job.study, "--storage", storage)
+    assert f"its job {job.id} ended cancelled before its final round; POST the job again" in err
+    # A study of the CLI's own keeps its advice.
+    optuna.create_study(storage=storage, study_name="own")
+    code, _, err = run_main(capsys, "best", "--study", "own", "--storage", storage)
+    assert "run `python -m tuner run --study own ...` again to finish it" in err
+
+
 def test_a_space_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
     """Windows editors write one; the service's JSON body took it, the file was refused."""
     from tuner.search.spaces.own import own_space

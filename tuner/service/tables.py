@@ -191,3 +191,18 @@ def service_job_of(url: str, study: str, *, except_owner: str) -> tuple[str, str
         return None if row is None else (row[0], row[1])
     finally:
         engine.dispose()
+
+
+def no_recommendation_yet(name: str, job_id: str, status: str) -> str:
+    """Why the study `name` of the service job `job_id` has no recommendation, and what to do:
+    the API's /best and the CLI's `best` and `export` say it alike (the CLI had advised
+    `run --study` again, which it refuses for a job's study: a probe, 2026-12-07)."""
+    if status in ("queued", "running"):
+        return (
+            f"study {name!r} has no recommendation yet: its job {job_id} is {status} "
+            f"(GET /v1/jobs/{job_id} shows how far it is)"
+        )
+    return (
+        f"study {name!r} has no recommendation: its job {job_id} ended {status} before its "
+        f"final round; POST the job again to tune the model (GET /v1/jobs/{job_id} says why)"
+    )
