@@ -24,6 +24,7 @@ from pydantic import (
     Tag,
     WithJsonSchema,
     create_model,
+    field_validator,
 )
 
 from api.schemas.common import Strict
@@ -107,7 +108,18 @@ def lever_model(name: str, doc: str, *, searched: bool) -> type[Strict]:
     fields: dict[str, Any] = {
         item.name: _setting(item, searched=searched) for item in LEVERS.values()
     }
-    return create_model(name, __base__=Strict, __doc__=doc, **fields)
+    # An explicit null had been dropped with the unset settings: `"fix": {"sync_mode": null}`
+    # was stored as no pin, with 201 (a probe, 2026-12-07).
+    refuse_null = field_validator("*", mode="before")(_not_null)
+    return create_model(
+        name, __base__=Strict, __doc__=doc, __validators__={"not_null": refuse_null}, **fields
+    )
+
+
+def _not_null(cls: type, value: Any) -> Any:
+    if value is None:
+        raise ValueError("null is not a setting's value: leave the setting out for its default")
+    return value
 
 
 def _space_reading(value: Any) -> str | None:

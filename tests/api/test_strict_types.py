@@ -83,6 +83,24 @@ def test_micro_batches_true_is_not_stored_as_one(client: TestClient) -> None:
     assert stored.status_code == 201 and stored.json()["fix"]["micro_batches"] == 2
 
 
+def test_a_null_setting_in_fix_or_space_is_a_422_not_dropped(client: TestClient) -> None:
+    """`"fix": {"sync_mode": null}` had been stored as no pin, with 201: the explicit null was
+    dropped with the unset settings (a probe, 2026-12-07)."""
+    queued = client.get("/v1/jobs", headers=AUTH).json()["total"]
+    for where, body in (
+        ("fix", {"fix": {"sync_mode": None}}),
+        ("space", {"space": {"num_streams": [1, 2], "sync_mode": None}}),
+    ):
+        answer = client.post("/v1/jobs", json=TINY_JOB | body, headers=AUTH)
+        assert answer.status_code == 422, answer.text
+        (error,) = answer.json()["detail"]
+        assert error["loc"][:3] == ["body", where, "sync_mode"]
+        assert "leave the setting out for its default" in error["msg"]
+    assert client.get("/v1/jobs", headers=AUTH).json()["total"] == queued  # nothing stored
+    left_out = client.post("/v1/jobs", json=TINY_JOB | {"fix": {"pin_memory": True}}, headers=AUTH)
+    assert left_out.status_code == 201 and left_out.json()["fix"] == {"pin_memory": True}
+
+
 @pytest.mark.parametrize("opener", ["[", '{"a":'])
 def test_a_body_nested_5000_deep_is_a_422_that_says_so(client: TestClient, opener: str) -> None:
     closer = "]" if opener == "[" else "}"
