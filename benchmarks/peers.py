@@ -92,24 +92,8 @@ def run_preset(
     recommended = None if tuning["config"] is None else LoopConfig.from_dict(tuning["config"])
 
     def entry_of(compared: dict[str, Any]) -> dict[str, Any]:
-        entry: dict[str, Any] = {
-            "workload": workload,
-            "preset": preset,
-            "model_args": model_args,
-            "parameters": measurer.parameters(),
-            "vocab_size": None
-            if measurer.program is not None
-            else vocab_size(measurer.workload.model),
-            "precision": precision,
-            "tuning": tuning,
-            "rounds": args.rounds,
-            "protocol": measurer.protocol.to_dict(),
-            **compared,
-        }
-        entry["recommended"] = _recommended(tuning, compared, precision)
-        entry["aims"] = aims(spec, precision, entry)
-        entry["wall_s"] = time.perf_counter() - started
-        return entry
+        entry = _entry(spec, precision, args, measurer, tuning, compared)
+        return entry | {"wall_s": time.perf_counter() - started}
 
     def round_done(done: int, compared: dict[str, Any]) -> None:
         if save is not None:
@@ -127,6 +111,33 @@ def run_preset(
             on_round=round_done,
         )
     )
+
+
+def _entry(
+    spec: str,
+    precision: str | None,
+    args: argparse.Namespace,
+    measurer: Measurer,
+    tuning: dict[str, Any],
+    compared: dict[str, Any],
+) -> dict[str, Any]:
+    """The record's entry of one preset from what `compare` measured (its `wall_s` aside)."""
+    workload, preset = spec.rsplit(":", 1)
+    entry: dict[str, Any] = {
+        "workload": workload,
+        "preset": preset,
+        "model_args": dict(kv.split("=", 1) for kv in args.model_arg),
+        "parameters": measurer.parameters(),
+        "vocab_size": None if measurer.program is not None else vocab_size(measurer.workload.model),
+        "precision": precision,
+        "tuning": tuning,
+        "rounds": args.rounds,
+        "protocol": measurer.protocol.to_dict(),
+        **compared,
+    }
+    entry["recommended"] = _recommended(tuning, compared, precision)
+    entry["aims"] = aims(spec, precision, entry)
+    return entry
 
 
 def vocab_size(model: torch.nn.Module) -> int | None:

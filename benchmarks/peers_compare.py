@@ -6,6 +6,7 @@ a preset stands against the issues' aims (`aims`).
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -83,6 +84,10 @@ def compare(
     runs: dict[str, list[Run]] = {name: [] for name in [*peers, *harness]}
     errors: dict[str, str] = {}
     compile_info: dict[str, Any] = {}
+    # What the rounds so far measured, read from the lists they fill.
+    summary = functools.partial(
+        _summarised, runs, errors, harness, compile_info, utilisation, peers
+    )
     for r in range(rounds):
         for name in peers:
             run = _peer_run(measurer, name, initial, precision, r, errors, log)
@@ -96,29 +101,24 @@ def compare(
             )
             if outcome is None:
                 continue
-            # What a fresh process pays: this run's compile, or the one whose code it kept.
-            compiled = outcome.compile or {}
-            setup = max(float(compiled.get("compile_s") or 0), float(compiled.get("kept_s") or 0))
             if outcome.compile is not None:
                 compile_info[name] = dict(outcome.compile)
-            runs[name].append(
-                Run(
-                    windows_ms=windows_ms(measurer, outcome),
-                    setup_s=setup,
-                    losses=[],
-                    peak_memory_bytes=outcome.peak_memory_bytes,
-                    micro_batches=config.micro_batches,
-                )
-            )
+            runs[name].append(_harness_run(measurer, outcome, config))
         if on_round is not None and r + 1 < rounds:
-            on_round(
-                r + 1,
-                _summarised(
-                    runs, errors, harness, compile_info, utilisation, peers, recommended_precision
-                ),
-            )
-    return _summarised(
-        runs, errors, harness, compile_info, utilisation, peers, recommended_precision
+            on_round(r + 1, summary(recommended_precision))
+    return summary(recommended_precision)
+
+
+def _harness_run(measurer: Measurer, outcome: Any, config: LoopConfig) -> Run:
+    """A harness setting's run in one round. Its setup is what a fresh process pays: this run's
+    compile, or the one whose code it kept."""
+    compiled = outcome.compile or {}
+    return Run(
+        windows_ms=windows_ms(measurer, outcome),
+        setup_s=max(float(compiled.get("compile_s") or 0), float(compiled.get("kept_s") or 0)),
+        losses=[],
+        peak_memory_bytes=outcome.peak_memory_bytes,
+        micro_batches=config.micro_batches,
     )
 
 

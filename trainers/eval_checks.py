@@ -86,12 +86,7 @@ def moved_batch(batch: Any, device: torch.device | str) -> Any:
 
 
 def check_eval_batch(
-    model: nn.Module,
-    eval_data: Any,
-    loss_fn: Any,
-    tuple_loss: Any | None = None,
-    *,
-    explicit: bool = False,
+    model: nn.Module, eval_data: Any, loss_fn: Any, tuple_loss: Any | None = None
 ) -> None:
     """ConfigError naming `eval_data` where its first batch cannot go through the loss: run on
     a meta copy of `model` before any step (a float label, a missing key, other sizes had
@@ -99,7 +94,7 @@ def check_eval_batch(
     loss of a tuple batch where the loop adapted the user's (`Trainer.evaluate` chooses so).
     `eval_data` is read again at each evaluation (`_check_eval_data` refused an iterator); what
     a meta tensor cannot do (read a value) is left to the evaluation. None: nothing to check.
-    `explicit`: `loss_fn` is the user's `eval_loss`, named where it returns no scalar."""
+    Without `tuple_loss`, `loss_fn` is the user's `eval_loss`, named where it returns no scalar."""
     if eval_data is None:
         return
     batch: Any = next(iter(eval_data), _EMPTY)
@@ -137,21 +132,27 @@ def check_eval_batch(
                 f"{type(exc).__name__}{raised_at(exc)}: {said[:200]})",
             ) from exc
         return
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        # The evaluation reads one number a batch: it had failed after eval_every steps with
-        # "a Tensor with 24 elements cannot be converted to Scalar" (a probe, 2026-12-07).
-        got = f"a tensor of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor) else None
-        got = got or type(loss).__name__
-        if explicit:
-            raise ConfigError(
-                "eval_loss",
-                getattr(loss_fn, "__qualname__", type(loss_fn).__name__),
-                f"a loss that returns a scalar tensor on a held-out batch (it returned {got})",
-            )
+    _check_scalar(loss, loss_fn, explicit=tuple_loss is None)
+
+
+def _check_scalar(loss: object, loss_fn: Any, *, explicit: bool) -> None:
+    """ConfigError unless the held-out loss is one number: the evaluation reads one a batch, and
+    had failed after eval_every steps with "a Tensor with 24 elements cannot be converted to
+    Scalar" (a probe, 2026-12-07)."""
+    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+        return
+    got = f"a tensor of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor) else None
+    got = got or type(loss).__name__
+    if explicit:
         raise ConfigError(
-            "eval_data",
-            "its first batch",
-            f"batches whose loss in eval mode is a scalar: loss_fn(model, batch) returned {got} "
-            "there (a model that returns its loss only while training?); give "
-            "eval_loss=fn(model, batch) that returns the held-out loss",
+            "eval_loss",
+            getattr(loss_fn, "__qualname__", type(loss_fn).__name__),
+            f"a loss that returns a scalar tensor on a held-out batch (it returned {got})",
         )
+    raise ConfigError(
+        "eval_data",
+        "its first batch",
+        f"batches whose loss in eval mode is a scalar: loss_fn(model, batch) returned {got} "
+        "there (a model that returns its loss only while training?); give "
+        "eval_loss=fn(model, batch) that returns the held-out loss",
+    )

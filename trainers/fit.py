@@ -197,13 +197,7 @@ class Trainer:
         # `workload.dataset`, the loop's tuples (`trainers.workloads.as_tuples`), the adapted one.
         self.eval_loss = eval_loss or original_loss(workload.loss_fn)
         self._tuple_loss = None if eval_loss is not None else workload.loss_fn
-        check_eval_batch(
-            workload.model,
-            eval_data,
-            self.eval_loss,
-            self._tuple_loss,
-            explicit=eval_loss is not None,
-        )
+        check_eval_batch(workload.model, eval_data, self.eval_loss, self._tuple_loss)
         # A captured step bakes a float learning rate into the graph, and a compiled optimizer
         # step recompiles for each new float: a schedule must then change a device tensor.
         graphed = config.cuda_graph or config.optimizer == "compiled"

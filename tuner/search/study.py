@@ -276,9 +276,8 @@ def _search_on(
         pruner=make_pruner(options),
         same_timing=owner is None,  # `python -m tuner run`'s, not a service job's workers
     )
-    killed = fail_killed_runs(storage, name) if resumed and owner is None else None
-    if killed is not None:  # a run killed (SIGKILL, out of memory) could not fail its trial
-        progress.phase(killed)
+    if resumed and owner is None:  # a run killed (SIGKILL, out of memory) left its trial RUNNING
+        fail_killed_runs(storage, name, progress.phase)
     own = measurer.program is None  # a program is measured elsewhere: not this process's code
     memo = open_memo(storage, options, info["fingerprint"]) if own else None
     copied = None if resumed else _begin(storage, study, memo, info, space, options, measurer)
@@ -299,9 +298,7 @@ def _search_on(
     )
     search.compile_cache, search.artifacts_loaded = info["compile_cache"], loaded
     search.made = not resumed
-    if copied is not None:
-        # Measured by the earlier study, not before this run joined: they count toward its
-        # patience as its own (tuner.search.earlier).
+    if copied is not None:  # they count toward its patience as its own (tuner.search.earlier)
         search.joined = search.joined - copied.numbers
         search.copied = len(copied.numbers)
     return search

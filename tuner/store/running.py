@@ -107,15 +107,16 @@ def fail_dead_processes(storage: optuna.storages.BaseStorage, study: str) -> lis
     )
 
 
-def fail_killed_runs(storage: optuna.storages.BaseStorage, study: str) -> str | None:
-    """`fail_dead_processes`, and what it failed as a progress line (None: nothing)."""
+def fail_killed_runs(
+    storage: optuna.storages.BaseStorage, study: str, say: Callable[[str], None]
+) -> None:
+    """`fail_dead_processes`, and what it failed said through `say` (a progress line)."""
     dead = fail_dead_processes(storage, study)
-    if not dead:
-        return None
-    return (
-        f"trial {', '.join(map(str, dead))}: left RUNNING by a run that was killed; failed as "
-        "interrupted, run again"
-    )
+    if dead:
+        say(
+            f"trial {', '.join(map(str, dead))}: left RUNNING by a run that was killed; failed "
+            "as interrupted, run again"
+        )
 
 
 def fail_this_process(storage: optuna.storages.BaseStorage, study: str) -> list[int]:
