@@ -453,6 +453,30 @@ def test_an_optimizer_factory_that_raises_is_named_with_the_line_it_raised_at() 
     assert own_workloads.__file__ in said and said.endswith(": bad lr")
 
 
+def test_an_optimizer_class_that_needs_a_setting_is_refused_naming_the_optimizer() -> None:
+    """`optimizer=MyOpt` where `MyOpt(params, lr)` needs `lr`: it had built, then failed at
+    `Trainer(...)` as the workload's fault at a line inside trainers (a probe, 2026-12-07)."""
+
+    class NeedsLr(torch.optim.SGD):
+        def __init__(self, params: object, lr: float) -> None:
+            super().__init__(params, lr=lr)  # type: ignore[arg-type]
+
+    data = torch.utils.data.TensorDataset(torch.randn(16, 6), torch.randint(0, 3, (16,)))
+    loss = mlp.classification_loss
+    with pytest.raises(WorkloadError) as caught:
+        workload_from_parts(nn.Linear(6, 3), data, loss, optimizer=NeedsLr, batch_size=4)
+    assert caught.value.field == "optimizer"
+    said = str(caught.value)
+    assert said.startswith("optimizer: the optimizer factory raised TypeError: ")
+    assert said.endswith(
+        "NeedsLr.__init__() missing 1 required positional argument: 'lr': give its settings, "
+        "e.g. functools.partial(MyOptimizer, lr=1e-3)"
+    )
+    given = functools.partial(NeedsLr, lr=0.1)
+    built = workload_from_parts(nn.Linear(6, 3), data, loss, optimizer=given, batch_size=4)
+    assert len(Trainer(built, device="cpu").fit(2).losses) == 2
+
+
 def test_float_ids_into_an_embedding_are_refused_when_built() -> None:
     with pytest.raises(WorkloadError, match=r"'indices' to have one of the following scalar"):
         load_workload(f"{OWN}:float_token_ids", "tiny")

@@ -395,6 +395,15 @@ def _check_optimizer(workload: Workload, where: _Where) -> None:
     params = list(workload.model.parameters())
     try:
         optimizer = workload.make_optimizer(params, False)
+    except TypeError as exc:
+        if "required" not in str(exc):  # not its settings left out: the run says it again
+            return
+        # An optimizer class that needs a setting (MyOpt(params, lr)): it had been named as
+        # the workload's fault, at a line inside trainers (a probe, 2026-12-07).
+        raise where.error(
+            f"the optimizer factory raised TypeError: {' '.join(str(exc).split())}: give its "
+            "settings, e.g. functools.partial(MyOptimizer, lr=1e-3)"
+        ) from exc
     except Exception:  # noqa: BLE001 - the run builds it again and says what it raised
         return
     if not isinstance(optimizer, torch.optim.Optimizer):
