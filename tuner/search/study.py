@@ -6,6 +6,7 @@ the compile cache folder and the artefacts loaded into it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
@@ -94,7 +95,8 @@ def run_study(
         raise
     except KeyboardInterrupt as exc:
         name = search.study.study_name
-        fail_this_process(search.study._storage, name)  # a trial the interrupt left RUNNING
+        with contextlib.suppress(Exception):  # a database away: the interrupt is said anyway
+            fail_this_process(search.study._storage, name)  # a trial it left RUNNING
         raise Interrupted(
             f"interrupted: {search.done} trials of this run are stored in study {name!r}; "
             f"to resume it: {resume_command(options, name, search.done)}"
