@@ -274,10 +274,22 @@ def test_a_one_shot_stream_is_refused_before_its_first_batch_is_taken() -> None:
         def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
             return ((features[i], labels[i]) for i in range(64))
 
-    built = workload_from_parts(
-        nn.Linear(6, 3), Fresh(), mlp.classification_loss, optimizer=adam(), batch_size=8
-    )
-    assert len(Trainer(built, device="cpu").fit(12).losses) == 12  # passes again after 8
+    class Resets(torch.utils.data.IterableDataset[tuple[torch.Tensor, torch.Tensor]]):
+        def __iter__(self) -> Resets:  # its own iterator, from the start at each pass
+            self.index = 0
+            return self
+
+        def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
+            if self.index == 64:
+                raise StopIteration
+            self.index += 1
+            return features[self.index - 1], labels[self.index - 1]
+
+    for again in (Fresh(), Resets()):
+        built = workload_from_parts(
+            nn.Linear(6, 3), again, mlp.classification_loss, optimizer=adam(), batch_size=8
+        )
+        assert len(Trainer(built, device="cpu").fit(12).losses) == 12  # passes again after 8
 
 
 def test_a_workload_built_by_hand_and_given_to_a_trainer_is_fed_as_tuples() -> None:

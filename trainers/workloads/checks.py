@@ -166,10 +166,11 @@ def _first_batch(workload: Workload, where: _Where) -> Any:
 def _first_streamed(workload: Workload, wanted: int, where: _Where) -> Any:
     try:
         stream = iter(workload.dataset)
-        if stream is iter(workload.dataset):
-            # One iterator for good: this read took the first batch from training, and the loop
-            # ended at its end mid-run, "the workload's dataset yields no batch" (a probe,
-            # 2026-12-07).
+        if stream is not workload.dataset and stream is iter(workload.dataset):
+            # One iterator for good (a generator made once): this read took the first batch from
+            # training, and the loop ended at its end mid-run, "the workload's dataset yields no
+            # batch" (a probe, 2026-12-07). A dataset that is its own iterator may start again
+            # at each `iter` (`__iter__` resets and returns self): left to run.
             raise where.error(
                 f"{type(workload.dataset).__name__}.__iter__ returns the same iterator each "
                 "time: the loop starts a new pass over the dataset from a new one; make "
