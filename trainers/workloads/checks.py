@@ -34,7 +34,7 @@ import itertools
 import re
 import traceback
 from collections.abc import Iterator, Mapping, Sized
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, default_collate
@@ -165,8 +165,8 @@ def _first_batch(workload: Workload, where: _Where) -> Any:
 
 def _first_streamed(workload: Workload, wanted: int, where: _Where) -> Any:
     try:
-        stream = iter(workload.dataset)
-        if stream is not workload.dataset and stream is iter(workload.dataset):
+        stream, dataset = iter(workload.dataset), cast(object, workload.dataset)
+        if stream is not dataset and stream is iter(workload.dataset):
             # One iterator for good (a generator made once): this read took the first batch from
             # training, and the loop ended at its end mid-run, "the workload's dataset yields no
             # batch" (a probe, 2026-12-07). A dataset that is its own iterator may start again
