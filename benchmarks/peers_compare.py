@@ -85,9 +85,7 @@ def compare(
     errors: dict[str, str] = {}
     compile_info: dict[str, Any] = {}
     # What the rounds so far measured, read from the lists they fill.
-    summary = functools.partial(
-        _summarised, runs, errors, harness, compile_info, utilisation, peers
-    )
+    summary = functools.partial(_summaries, runs, errors, harness, compile_info, utilisation, peers)
     for r in range(rounds):
         for name in peers:
             run = _peer_run(measurer, name, initial, precision, r, errors, log)
@@ -120,21 +118,6 @@ def _harness_run(measurer: Measurer, outcome: Any, config: LoopConfig) -> Run:
         peak_memory_bytes=outcome.peak_memory_bytes,
         micro_batches=config.micro_batches,
     )
-
-
-def _summarised(
-    runs: Mapping[str, Sequence[Run]],
-    errors: Mapping[str, str],
-    harness: Mapping[str, LoopConfig],
-    compile_info: Mapping[str, Any],
-    utilisation: Callable[[float], dict[str, Any]],
-    peers: Sequence[str],
-    recommended_precision: str | None,
-) -> dict[str, Any]:
-    """`_summaries` with the ratios added: what `compare` returns."""
-    out = _summaries(runs, errors, harness, compile_info, utilisation)
-    _add_ratios(out, peers, recommended_precision)
-    return out
 
 
 def _peer_run(
@@ -193,9 +176,12 @@ def _summaries(
     harness: Mapping[str, LoopConfig],
     compile_info: Mapping[str, Any],
     utilisation: Callable[[float], dict[str, Any]],
+    peers: Sequence[str],
+    recommended_precision: str | None,
 ) -> dict[str, Any]:
-    """Each setting's summary under `peers` or `harness` (an error where no round ran it), and
-    the `floor`: the fastest setting measured."""
+    """Each setting's summary under `peers` or `harness` (an error where no round ran it), the
+    `floor` (the fastest setting measured) and the ratios (`_add_ratios`): what `compare`
+    returns."""
     out: dict[str, Any] = {"peers": {}, "harness": {}}
     for name, done in runs.items():
         group = "peers" if name in PEERS else "harness"
@@ -218,6 +204,7 @@ def _summaries(
     if measured:
         fastest = min(measured, key=lambda n: measured[n]["median_ms"])
         out["floor"] = {"setting": fastest, "median_ms": measured[fastest]["median_ms"]}
+    _add_ratios(out, peers, recommended_precision)
     return out
 
 

@@ -205,26 +205,34 @@ def test_a_run_logged_to_a_file_prints_its_first_line_within_5_s_then_one_per_tr
     assert f"{rec['throughput']['median']:,.2f} samples/s" in text.split(done)[1]
 
 
-def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path: Path) -> None:
-    """`timeout`, `kill` and `docker stop` send SIGTERM: the trial it lands in is failed as
-    interrupted and the resume command printed, exit 130. It had ended the process at once and
-    left that trial RUNNING in the study for good, resumed or not (a probe, 2026-12-07)."""
+def _signalled_in_its_gate(
+    tmp_path: Path, study: str, sig: int
+) -> tuple[subprocess.Popen[bytes], str, str]:
+    """A real `run` signalled once its gate runs (inside a RUNNING trial): its process (ended),
+    its stderr and its storage."""
     log, storage = tmp_path / "run.log", sqlite_url(tmp_path)
     command = [sys.executable, "-m", "tuner", "run", *RUN_FLAGS, "--trials", "20"]
     with log.open("w") as sink:
         proc = subprocess.Popen(
-            [*command, "--study", "term", "--storage", storage], cwd=REPO, stderr=sink
+            [*command, "--study", study, "--storage", storage], cwd=REPO, stderr=sink
         )
         try:
             started = time.monotonic()
-            # The gate runs inside its trial: the signal lands in a RUNNING trial.
             while "gate: checking [" not in log.read_text() and time.monotonic() - started < 120:
                 time.sleep(0.02)
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(sig)
             proc.wait(timeout=60)
         finally:
             proc.kill()
-    text = log.read_text()
+            proc.wait(timeout=60)
+    return proc, log.read_text(), storage
+
+
+def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path: Path) -> None:
+    """`timeout`, `kill` and `docker stop` send SIGTERM: the trial it lands in is failed as
+    interrupted and the resume command printed, exit 130. It had ended the process at once and
+    left that trial RUNNING in the study for good, resumed or not (a probe, 2026-12-07)."""
+    proc, text, storage = _signalled_in_its_gate(tmp_path, "term", signal.SIGTERM)
     assert proc.returncode == 130, text
     assert "interrupted: " in text and "to resume it: python -m tuner run" in text, text
     trials = load(storage, "term").trials
@@ -281,19 +289,8 @@ def test_a_resume_fails_the_trial_of_a_run_that_was_killed(
     RUNNING for good, resumed or not (2026-12-07). The trial names its process; a resume on the
     same host finds it gone, fails the trial as interrupted (run again, not counted) and says so.
     """
-    log, storage = tmp_path / "run.log", sqlite_url(tmp_path)
-    command = [sys.executable, "-m", "tuner", "run", *RUN_FLAGS, "--trials", "20"]
-    with log.open("w") as sink:
-        proc = subprocess.Popen(
-            [*command, "--study", "killed", "--storage", storage], cwd=REPO, stderr=sink
-        )
-        try:
-            started = time.monotonic()
-            while "gate: checking [" not in log.read_text() and time.monotonic() - started < 120:
-                time.sleep(0.02)
-        finally:
-            proc.kill()
-            proc.wait(timeout=60)
+    proc, _, storage = _signalled_in_its_gate(tmp_path, "killed", signal.SIGKILL)
+    assert proc.returncode == -signal.SIGKILL
     [left] = [t for t in load(storage, "killed").trials if t.state.name == "RUNNING"]
     assert left.user_attrs[keys.PROCESS].split(":")[1] == str(proc.pid)
     flags = ["run", *RUN_FLAGS, "--trials", "20", "--study", "killed", "--storage", storage]
