@@ -1,13 +1,15 @@
 # Issues 54 and 55 on an H100: the five scale peers of each row measured interleaved with the
 # config its default job recommended on an H100, given whole by --config, so issue 55's "within
-# 2 % of the fastest peer" has its H100 figure without a second tuning job (about 6 minutes a
-# row, not 16). Rows (PEER_ROWS, in order; default "qwen15"):
+# 2 % of the fastest peer" has its H100 figure without a second tuning job (10-15 minutes
+# a row with two peers, not 16 as a tuning job). Rows (PEER_ROWS, in order; default "qwen15"):
 #   qwen15   Qwen1.5-0.5B shape, trial-13 of time-to-answer-h100-2026-12-06-qwen15-431a0f4
 #   qwen2    Qwen2-style 494M, trial-13 of time-to-answer-h100-2026-12-06-qwen2-08bfeb2
 #   llama-1b the preset, the pick of time-to-answer-h100-2026-12-05-llama-1b (c1bf87b)
 # tools/device_queue.sh; carry [".whl", ".whl-tt"] on the first call; STREAMTUNE_COMMIT the
 # literal commit. PEER_SET: the peers (default the five scale peers); on a short lease,
 # compile-fused,float8-compile, the two fastest on every earlier H100 row of these models
+# (10-15 minutes a row with these two on 2026-12-07: the seed baseline, one ablation config
+# per lever and float8-compile's setup run in each)
 # (peers-h100-2026-11-26-heldout-qwen2-0.5b, -2026-11-27-heldout-llama-1b, the Qwen1.5 partial).
 set -x
 commit=${STREAMTUNE_COMMIT:?the commit measured}
