@@ -14,6 +14,7 @@ import sys
 
 import pytest
 import torch
+from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainers import LoopConfig, RunArgs, WorkloadError, check_parity, load_workload, run
@@ -32,6 +33,7 @@ from trainers.workloads.adapters import bind
 from trainers.workloads.extras import INSTALL, require
 from trainers.workloads.options import OptionSpec
 from trainers.workloads.text import CAUSAL_SDPA, IGNORE, MASK, TokenStream
+from trainers.workloads.vision import check_runs
 
 models = pytest.mark.models
 
@@ -552,7 +554,9 @@ def test_unknown_model_names_the_allowed_ones(name: str, library: str, match: st
 @models
 def test_an_image_too_small_for_the_model_fails_at_build_naming_the_image() -> None:
     pytest.importorskip("torchvision")
-    with pytest.raises(WorkloadError, match=r"cannot run on 2 images of 3x32x32") as info:
+    with pytest.raises(
+        WorkloadError, match=r"cannot run on 2 images of 3x32x32: .*; allowed model_arg.image=75 or"
+    ) as info:
         load_workload("torchvision:inception_v3", "tiny")
     assert info.value.field == "model_arg.image"
     with pytest.raises(WorkloadError, match=r"cannot be built with image=30") as info:
@@ -567,6 +571,41 @@ def test_an_image_too_small_for_the_model_fails_at_build_naming_the_image() -> N
             load_workload(name, "tiny", model_args={"batch": "1"})
         assert info.value.field == "model_arg.batch"
     assert load_workload("timm:vit_tiny_patch16_224", "tiny", model_args={"batch": "1"}).model
+
+
+class _Needs(nn.Module):
+    """Runs on images of at least `least` pixels that are multiples of `multiple`."""
+
+    def __init__(self, least: int, multiple: int = 1) -> None:
+        super().__init__()
+        self.least, self.multiple = least, multiple
+        self.head = nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        size = x.shape[-1]
+        if size < self.least or size % self.multiple:
+            raise RuntimeError(f"Output size is too small: {size}")
+        return self.head(x.mean((2, 3)))
+
+
+@pytest.mark.parametrize(
+    ("model", "image", "allowed"),
+    [
+        (_Needs(75), 32, r"; allowed model_arg\.image=75 or more$"),
+        (_Needs(9), 8, r"; allowed model_arg\.image=9 or more$"),
+        # Sizes that run are not one range: the size named runs, and no "or more" is claimed.
+        (_Needs(16, multiple=8), 12, r"; allowed e\.g\. model_arg\.image=24$"),
+        # One size only, never met by the search: no size is claimed at all.
+        (_Needs(4097), 32, r"3x32x32: Output size is too small: 32$"),
+    ],
+)
+def test_an_image_too_small_names_the_smallest_that_runs(
+    model: nn.Module, image: int, allowed: str
+) -> None:
+    with pytest.raises(WorkloadError, match=allowed) as info:
+        check_runs("mine", model, (2, 3, image, image))
+    assert info.value.field == "model_arg.image"
+    assert next(model.parameters()).device.type == "cpu"  # the search ran on meta copies
 
 
 @models

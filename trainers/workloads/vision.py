@@ -30,6 +30,9 @@ PRESETS: Mapping[str, Mapping[str, Value]] = {
 }
 
 
+IMAGE_HIGH = 4096  # the largest `model_arg.image`
+
+
 def vision_options(channels: OptionSpec) -> tuple[OptionSpec, ...]:
     return (
         OptionSpec(
@@ -40,7 +43,7 @@ def vision_options(channels: OptionSpec) -> tuple[OptionSpec, ...]:
             kind="int",
             default=224,
             low=8,
-            high=4096,
+            high=IMAGE_HIGH,
             help="image height and width, in pixels",
         ),
         OptionSpec(
@@ -241,9 +244,44 @@ def check_runs(name: str, model: nn.Module, shape: tuple[int, ...]) -> None:
             ) from exc
         raise WorkloadError(
             f"workload={name!r} cannot run on {shape[0]} images of {shape[1]}x{shape[2]}x"
-            f"{shape[3]}: {exc}",
+            f"{shape[3]}: {exc}{_allowed_images(model, state, shape)}",
             field="model_arg.image",
         ) from exc
+
+
+def _allowed_images(
+    model: nn.Module, state: dict[str, torch.Tensor], shape: tuple[int, ...]
+) -> str:
+    smallest = _smallest_image(model, state, shape)
+    if smallest is None:
+        return ""
+    if _runs(model, state, (*shape[:2], smallest + 1, smallest + 1)):
+        return f"; allowed model_arg.image={smallest} or more"
+    return f"; allowed e.g. model_arg.image={smallest}"  # sizes that run are not one range
+
+
+def _smallest_image(
+    model: nn.Module, state: dict[str, torch.Tensor], shape: tuple[int, ...]
+) -> int | None:
+    """The smallest image above `shape`'s that runs, where a larger one does: doubling to the
+    first size that runs, then halving the gap, on meta tensors (about 20 passes). Where sizes
+    that run are not one range (a network that wants multiples of 32), it is the edge the
+    search met, and it runs; None where none up to `IMAGE_HIGH` does (a network of one size)."""
+
+    def runs(size: int) -> bool:
+        return _runs(model, state, (*shape[:2], size, size))
+
+    failing, trying = shape[2], min(shape[2] * 2, IMAGE_HIGH)
+    if failing >= IMAGE_HIGH:
+        return None
+    while not runs(trying):
+        if trying >= IMAGE_HIGH:
+            return None
+        failing, trying = trying, min(trying * 2, IMAGE_HIGH)
+    while trying - failing > 1:  # `failing` does not run, `trying` does
+        middle = (failing + trying) // 2
+        failing, trying = (failing, middle) if runs(middle) else (middle, trying)
+    return trying
 
 
 def _runs(model: nn.Module, state: dict[str, torch.Tensor], shape: tuple[int, ...]) -> bool:
