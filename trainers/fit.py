@@ -91,6 +91,7 @@ from trainers.fit_checks import (
 from trainers.parts import workload_from_parts
 from trainers.precision import Precision
 from trainers.schedules import warmup_cosine
+from trainers.sparse import check_sparse_gradients
 from trainers.streams import StreamPlan, on, wait
 from trainers.workloads.as_tuples import original_loss
 from trainers.workloads.base import Batch, LossFn, Workload, evaluating
@@ -226,6 +227,7 @@ class Trainer:
     def _adopt(self, optimizer: torch.optim.Optimizer, device: torch.device) -> None:
         """The optimizer the core built: tensor learning rates where needed, the scheduler."""
         self.optimizer = optimizer
+        check_sparse_gradients(self.workload.model, optimizer, self.clip_grad_norm, device)
         check_graph_rates(
             optimizer, self.config, self.lr_tensor, scheduled=self._scheduler_factory is not None
         )

@@ -489,6 +489,48 @@ def test_an_optimizer_class_that_needs_a_setting_is_refused_naming_the_optimizer
     assert len(Trainer(built, device="cpu").fit(2).losses) == 2
 
 
+class _Bag(nn.Module):
+    def __init__(self, sparse: bool) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(50, 4, sparse=sparse)
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.embed(ids).mean(1))
+
+
+@pytest.mark.parametrize(
+    ("sparse", "optimizer", "clip", "field", "said"),
+    [
+        (True, torch.optim.Adam, None, "optimizer", r"Adam says: Adam does not support sparse"),
+        (True, functools.partial(torch.optim.SGD, lr=0.1), 1.0, "clip_grad_norm", "clipping"),
+        (True, functools.partial(torch.optim.SGD, lr=0.1), None, None, None),
+        (True, torch.optim.Adagrad, None, None, None),
+        (False, torch.optim.Adam, 1.0, None, None),
+    ],
+)
+def test_sparse_gradients_the_step_cannot_take_are_refused_naming_the_option(
+    sparse: bool, optimizer: object, clip: float | None, field: str | None, said: str | None
+) -> None:
+    """`nn.Embedding(sparse=True)`: Adam had failed at step 1 inside torch, and clipping with a
+    page of dispatcher registrations (a probe, 2026-12-07). The optimizer is asked by a probe
+    step of its own class, so SGD and Adagrad train and Adam is refused."""
+    data = torch.utils.data.TensorDataset(torch.randint(0, 50, (16, 5)), torch.randint(0, 3, (16,)))
+    model = _Bag(sparse)
+    workload = workload_from_parts(
+        model, data, mlp.classification_loss, optimizer=optimizer, batch_size=4
+    )
+    if field is None:
+        before = model.embed.weight.detach().clone()
+        Trainer(workload, device="cpu", clip_grad_norm=clip).fit(2)
+        assert not torch.equal(before, model.embed.weight)  # it trained the embedding
+        return
+    with pytest.raises(ConfigError, match=said) as caught:
+        Trainer(workload, device="cpu", clip_grad_norm=clip)
+    assert caught.value.field == field
+    assert "module 'embed' (Embedding, sparse=True) gives sparse gradients" in str(caught.value)
+
+
 def test_float_ids_into_an_embedding_are_refused_when_built() -> None:
     with pytest.raises(WorkloadError, match=r"'indices' to have one of the following scalar"):
         load_workload(f"{OWN}:float_token_ids", "tiny")
