@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, overload
+import types
+from typing import Annotated, Any, Union, get_args, get_origin, overload
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 
 class Strict(BaseModel):
@@ -14,6 +15,32 @@ class Strict(BaseModel):
 
     # NaN and infinities (JSON's `NaN`, `Infinity`, `1e999`) are refused as not finite.
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _null_is_left_out(cls, value: Any, info: ValidationInfo) -> Any:
+        # `"trials": null` had met pydantic's "Input should be a valid integer" (a probe,
+        # 2026-12-07): a field with a default that null is not says how to get that default.
+        field = cls.model_fields.get(info.field_name or "")
+        if (
+            value is None
+            and field is not None
+            and not field.is_required()
+            and not _admits_none(field.annotation)
+        ):
+            raise ValueError("null is not a value of this field: leave it out for its default")
+        return value
+
+
+def _admits_none(annotation: Any) -> bool:
+    if annotation is None or annotation is type(None) or annotation is Any:
+        return True
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _admits_none(get_args(annotation)[0])
+    if origin is Union or origin is types.UnionType:
+        return any(_admits_none(arg) for arg in get_args(annotation))
+    return False
 
 
 class ErrorOut(BaseModel):

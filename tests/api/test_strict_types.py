@@ -101,6 +101,19 @@ def test_a_null_setting_in_fix_or_space_is_a_422_not_dropped(client: TestClient)
     assert left_out.status_code == 201 and left_out.json()["fix"] == {"pin_memory": True}
 
 
+@pytest.mark.parametrize("field", ["trials", "model_args", "objectives", "device", "screen"])
+def test_a_null_for_a_defaulted_field_says_to_leave_it_out(client: TestClient, field: str) -> None:
+    """`"trials": null` had met pydantic's "Input should be a valid integer" (a probe,
+    2026-12-07); a field whose default is null (`precision`) still takes null."""
+    answer = client.post("/v1/jobs", json=TINY_JOB | {field: None}, headers=AUTH)
+    assert answer.status_code == 422, answer.text
+    (error,) = answer.json()["detail"]
+    assert error["loc"] == ["body", field]
+    assert error["msg"].endswith("null is not a value of this field: leave it out for its default")
+    taken = client.post("/v1/jobs", json=TINY_JOB | {"precision": None}, headers=AUTH)
+    assert taken.status_code == 201, taken.text
+
+
 @pytest.mark.parametrize("opener", ["[", '{"a":'])
 def test_a_body_nested_5000_deep_is_a_422_that_says_so(client: TestClient, opener: str) -> None:
     closer = "]" if opener == "[" else "}"
