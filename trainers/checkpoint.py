@@ -11,6 +11,7 @@ import os
 import random
 import re
 import string
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,35 @@ def checkpoint_file(path: str | os.PathLike[str], step: int) -> Path:
     target = Path(filled)
     if not filled.strip() or target.name in ("", ".", "..") or target.is_dir():
         raise ConfigError("checkpoint_path", text, "a file path (run-{step}.pt), not a folder")
+    check_writable(target, "checkpoint_path", text)
     return target
+
+
+def check_writable(target: Path, field: str, given: str) -> None:
+    """ConfigError naming `field` where no file can be written at `target` (`_unwritable`)."""
+    unwritable = _unwritable(target)
+    if unwritable is not None:
+        raise ConfigError(
+            field, given, f"a file path in a folder this process can write ({unwritable})"
+        )
+
+
+def _unwritable(target: Path) -> str | None:
+    """Why no checkpoint can be written at `target`, or None: its nearest existing folder is a
+    file, or this process cannot create a file in it. Checked before a step: a file among the
+    folders (`run.pt/run-{step}.pt`) or a read-only one had raised a raw OSError at the first
+    checkpoint, the steps trained so far lost (a user's probe, 2026-12-07). The folders not
+    there yet are made when the checkpoint is written."""
+    existing = target.parent.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{str(existing)!r} is a file"
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            return None
+    except OSError as exc:
+        return f"{str(existing)!r}: {exc.strerror or exc}"
 
 
 def checkpoint_of(state: Any) -> Mapping[str, Any]:

@@ -68,6 +68,7 @@ from trainers.checkpoint import (
     check_fits,
     check_model,
     check_resumable,
+    check_writable,
     checkpoint_file,
     checkpoint_of,
     data_of,
@@ -130,7 +131,9 @@ class FitResult:
     checkpoints: list[str]
     wall_s: float
     n_syncs: int
-    """Blocking host syncs the loss harvest made (evaluations and checkpoints not counted)."""
+    """Blocking host syncs the loss harvest made: one at each step where losses were pending
+    and were harvested, the config's sync points, each checkpoint (which harvests the losses
+    before it is written) and the end. An evaluation's own sync is not counted."""
 
 
 @dataclasses.dataclass
@@ -464,6 +467,7 @@ class Trainer:
         target = Path(path)
         if not str(path).strip() or target.name in ("", ".", "..") or target.is_dir():
             raise ConfigError("path", str(path), "a file path (run.pt), not a folder")
+        check_writable(target, "path", str(path))
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(target.name + ".partial")
         torch.save(self.state_dict(), partial)

@@ -28,7 +28,11 @@ def test_checkpoint_paths_are_checked_and_filled_before_any_step(tmp_path: Path)
     """A folder raised IsADirectoryError at the first checkpoint, the steps trained lost;
     `{step:04d}` was kept as written, every checkpoint overwriting one file."""
     (tmp_path / "folder").mkdir()
+    (tmp_path / "file.pt").write_bytes(b"")
     bad = {
+        # A file among its folders: a raw FileExistsError at the first checkpoint (a probe).
+        str(tmp_path / "file.pt" / "deeper" / "run-{step}.pt"): r"a file path in a folder this "
+        r"process can write \('.*file\.pt' is a file\)$",
         str(tmp_path / "folder"): "not a folder",
         "": "not a folder",
         ".": "not a folder",
@@ -49,6 +53,9 @@ def test_checkpoint_paths_are_checked_and_filled_before_any_step(tmp_path: Path)
     # `save` fills it in as `fit` does: it had written a file named run-{step}.pt.
     assert trainer.save(tmp_path / "saved-{step}.pt") == tmp_path / "saved-6.pt"
     assert torch.load(tmp_path / "saved-6.pt", weights_only=True)["step"] == 6
+    with pytest.raises(ConfigError, match=r"^path=.* is invalid: .*file\.pt' is a file\)$"):
+        trainer.save(tmp_path / "file.pt" / "saved.pt")
+    assert (tmp_path / "file.pt").read_bytes() == b""
 
 
 def test_callbacks_that_are_not_callable_are_refused_before_any_step() -> None:
