@@ -296,6 +296,22 @@ def test_loss_callbacks_arrive_in_step_order_once_each_at_the_configs_sync_point
     assert calls[4:] == [(10, 2)] and len(again.losses) == 2
 
 
+@pytest.mark.parametrize("every", [1, 2, 4])
+def test_n_syncs_counts_each_step_that_harvested_checkpoints_included(
+    tmp_path: Path, every: int
+) -> None:
+    """Its docstring had said checkpoints were not counted, and they were: a checkpoint every
+    step gave 10 for the plain run's 4 (a probe, 2026-12-07). A checkpoint's drain harvests
+    the losses before it; a sync point after it with none pending does not block."""
+    plain = Trainer(trainers.load_workload("mlp", "tiny"), EVENT_EVERY_3, device="cpu").fit(10)
+    saved = Trainer(trainers.load_workload("mlp", "tiny"), EVENT_EVERY_3, device="cpu").fit(
+        10, checkpoint_every=every, checkpoint_path=tmp_path / "run.pt"
+    )
+    harvested_at = {3, 6, 9, 10} | set(range(every, 11, every))
+    assert plain.n_syncs == 4 and saved.n_syncs == len(harvested_at)
+    assert saved.losses == plain.losses and len(saved.checkpoints) == 10 // every
+
+
 # -- parts and errors --------------------------------------------------------------------------
 
 
