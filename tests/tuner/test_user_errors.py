@@ -6,6 +6,7 @@ summary's speedup rows say when an interval is a tie."""
 from __future__ import annotations
 
 import html
+import itertools
 import os
 import subprocess
 import sys
@@ -351,6 +352,37 @@ def test_the_printed_gpu_command_survives_a_shell() -> None:
     words = shlex.split(gpu_command(rec))
     assert words[words.index("--program") + 1] == "odd name/x"
     assert words[words.index("--model-arg") + 1] == "config=/my models/c.json"
+
+
+def test_the_printed_gpu_command_asks_the_same_question(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It had kept only the workload, preset, model arguments and precision: the pins, the
+    objectives and the seed were gone (a probe, 2026-12-07). Its flags, given back to `run` on
+    the same storage and study, resume the study rather than being refused as another
+    question; the pins the device forced (cuda_graph=false on a CPU) are not among them."""
+    import json
+    import shlex
+
+    from tuner.evidence.recommendation import Recommendation
+    from tuner.evidence.render import gpu_command
+
+    url = sqlite_url(tmp_path)
+    question = ("--fix", "sync_mode=event", "--fix", "pin_memory=true", "--seed", "3")
+    question += ("--objectives", "throughput,memory")
+    first = ("--study", "q", "--trials", "1", "--storage", url, "--json")
+    code, out, err = run_main(capsys, "run", *RUN_FLAGS, *question, *first)
+    assert code == 0, err
+    words = shlex.split(gpu_command(Recommendation.from_dict(json.loads(out))))
+    given = words[4:]  # after `python -m tuner run`
+    for flag, value in zip(question[::2], question[1::2], strict=True):
+        assert value in [b for a, b in itertools.pairwise(given) if a == flag]
+    assert "cuda_graph=false" not in given
+    # The rest of the tiny run's flags (its timing and parity steps); its own pin is printed.
+    pairs = zip(RUN_FLAGS[::2], RUN_FLAGS[1::2], strict=True)
+    kept = [w for pair in pairs if pair[0] not in ("--workload", "--preset", "--fix") for w in pair]
+    code, out, err = run_main(capsys, "run", *given, *kept, "--study", "q", "--storage", url)
+    assert code == 0, err  # resumed: the same question
 
 
 def test_a_config_file_model_arg_is_kept_by_its_absolute_path(

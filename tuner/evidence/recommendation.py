@@ -99,6 +99,10 @@ STUDY_FIELDS = (
     "matmul_precision",
     "model",  # what model it measured (`tuner.search.identity`); the exported script checks it
     "nproc_per_node",  # the processes a data-parallel config trains in (the exported script's)
+    # The question's own settings, that the command "on a GPU, run" repeats (it had asked
+    # another question without them: a probe, 2026-12-07).
+    "objectives",
+    "fix",  # the user's pins (`--fix`, a job's `fix`), not the ones the device forced
 )
 
 

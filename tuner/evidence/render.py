@@ -329,7 +329,24 @@ def gpu_command(rec: Recommendation) -> str:
             words.append(f"--precision {precision}")
     elif precision and precision != "fp32":
         words.append(f"--precision {precision}")
+    words += _question_flags(rec.study_fields)
     return " ".join(words)
+
+
+def _question_flags(fields: Mapping[str, Any]) -> list[str]:
+    """The pins, objectives and seed of the study's question, as `run` takes them: without
+    them the command asked another question (the default seed's weights and data, pins left to
+    the search)."""
+    words = []
+    for key, value in (fields.get("fix") or {}).items():
+        shown = str(value).lower() if isinstance(value, bool) else value
+        words.append(f"--fix {shlex.quote(f'{key}={shown}')}")
+    objectives = list(fields.get("objectives") or ["throughput"])
+    if objectives != ["throughput"]:
+        words.append(f"--objectives {','.join(objectives)}")
+    if fields.get("seed"):
+        words.append(f"--seed {int(fields['seed'])}")
+    return words
 
 
 def cpu_rows(rec: Recommendation) -> list[tuple[str, str]]:

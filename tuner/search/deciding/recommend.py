@@ -236,7 +236,7 @@ def _base(
         tie_rule=tie_rule(options),
         tie_margin=options.tie_margin,
         max_memory_bytes=options.max_memory_bytes,
-        study_fields={k: meta.get(k) for k in STUDY_FIELDS},
+        study_fields={k: meta.get(k) for k in STUDY_FIELDS} | {"fix": user_pins(options)},
         effective=not on_cpu,
         note=_cpu_note(options, str(meta.get("device"))) if on_cpu else None,
         pareto=(
