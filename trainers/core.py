@@ -88,7 +88,7 @@ def resolve_device(device: str | torch.device) -> torch.device:
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise UnsupportedOnDevice(
             f"device={device!r}: CUDA is not available here (torch {torch.__version__}); "
-            "use --device cpu or auto"
+            "allowed cpu or auto"
         )
     if resolved.type == "cuda" and resolved.index is None:
         resolved = torch.device("cuda", torch.cuda.current_device())

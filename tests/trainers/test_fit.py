@@ -408,6 +408,11 @@ def test_bad_options_are_refused_before_any_step(tmp_path: Path) -> None:
         Trainer(workload, device="gpu")
     with pytest.raises(UnsupportedOnDevice, match="cuda_graph"):
         Trainer(workload, LoopConfig(cuda_graph=True), device="cpu")
+    if not torch.cuda.is_available():
+        # Said as the argument is: it had said "use --device cpu", a flag Python has not.
+        with pytest.raises(UnsupportedOnDevice, match=r"^device='cuda:0': CUDA is not ") as info:
+            Trainer(workload, device="cuda:0")
+        assert str(info.value).endswith("; allowed cpu or auto")
     trainer = Trainer(workload, device="cpu")
     with pytest.raises(ConfigError, match=r"^steps=0 is invalid: allowed an integer > 0"):
         trainer.fit(0)
