@@ -409,6 +409,9 @@ def field_names() -> tuple[str, ...]:
 def a_field(name: str) -> str:
     """What a lever's name may be, the closest to `name` first: the allowed-values text of an
     unknown name's ConfigError/SpaceError."""
+    if name == "modules":  # LoopConfig's keyword that holds the lever modules' values
+        names = ", ".join(field_names())
+        return f"a lever's own name (modules holds the lever modules' values): {names}"
     return f"a LoopConfig field{did_you_mean(name, field_names())}: {', '.join(field_names())}"
 
 

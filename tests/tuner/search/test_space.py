@@ -388,7 +388,8 @@ def test_parse_fix_converts_by_field_type() -> None:
         ("num_streams", "fix"),
         ("", "fix"),
         ("streams=2", "streams"),
-        ("=2", ""),
+        ("=2", "fix"),  # the name missing: it had been "''='2' is invalid"
+        ("modules=x", "modules"),
         ("num_streams=two", "num_streams"),
         ("num_streams=2.0", "num_streams"),
         ("num_streams=9", "num_streams"),
@@ -410,6 +411,12 @@ def test_a_misspelt_pin_names_the_closest_setting() -> None:
     with pytest.raises(SpaceError) as err:
         parse_fix(["zzzz=2"])  # nothing close: the list alone
     assert "did you mean" not in str(err.value) and "num_streams" in str(err.value)
+
+
+def test_modules_is_said_to_hold_the_lever_modules_values() -> None:
+    """`modules` is a LoopConfig keyword: "allowed a LoopConfig field" denied it (a probe)."""
+    with pytest.raises(SpaceError, match=r"allowed a lever's own name \(modules holds the lever"):
+        parse_fix(["modules=x"])
 
 
 def test_parse_fix_rejects_a_setting_pinned_twice() -> None:

@@ -49,9 +49,9 @@ def parse_fix(items: Sequence[str]) -> dict[str, Any]:
     pins: dict[str, Any] = {}
     for item in items:
         name, sep, text = item.partition("=")
-        if not sep:
-            raise SpaceError("fix", item, "name=value with name a LoopConfig field")
         name, text = name.strip(), text.strip()
+        if not sep or not name:  # "=3" had been "''='3' is invalid", the name not said missing
+            raise SpaceError("fix", item, "name=value with name a LoopConfig field")
         check_field_name(name, text)
         if name in pins:
             raise SpaceError(name, text, "each setting pinned once")
