@@ -46,7 +46,22 @@ def list_studies(
 @router.get("/{name}", response_model=StudyOut, responses=NOT_FOUND)
 def get_study(name: str, reader: ReaderDep, store: StoreDep, caller: CallerDep) -> StudyOut:
     visible = _visible(name, store, caller)
-    return _study(reader.summary(visible), store.workloads_of([visible]))
+    try:
+        summary = reader.summary(visible)
+    except StudyNotFound:
+        # A job's study is made when a worker claims the job: a bare "no study" for a job
+        # queued, or cancelled before it ran, where its /best is a 409 naming the job.
+        job = store.job_of_study(visible)
+        if job is None:
+            raise
+        job_id, status = job
+        said = (
+            f"is not made yet: a worker makes it when it claims job {job_id}, which is queued"
+            if status == "queued"
+            else f"was never made: job {job_id} ended {status} before a worker ran it"
+        )
+        raise StudyNotFound(f"study {name!r} {said} (GET /v1/jobs/{job_id})") from None
+    return _study(summary, store.workloads_of([visible]))
 
 
 def _study(summary: dict[str, Any], asked: dict[str, str]) -> StudyOut:

@@ -152,6 +152,23 @@ def test_a_jobs_study_without_a_recommendation_says_so_in_the_apis_terms(
     assert "python -m tuner run --study local" in local, local
 
 
+def test_a_jobs_study_not_made_yet_is_a_404_naming_the_job(client: TestClient) -> None:
+    """It had been a bare "no study" where the same study's /best is a 409 naming the job (a
+    probe, 2026-12-07); queued, then cancelled before a worker claimed it."""
+    job = _post(client, TINY_JOB).json()
+    queued = client.get(job["links"]["study"], headers=AUTH)
+    assert queued.status_code == 404, queued.text
+    assert queued.json()["detail"] == (
+        f"study {job['study']!r} is not made yet: a worker makes it when it claims job "
+        f"{job['id']}, which is queued (GET /v1/jobs/{job['id']})"
+    )
+    assert client.post(job["links"]["cancel"], headers=AUTH).status_code == 200
+    ended = client.get(job["links"]["study"], headers=AUTH).json()["detail"]
+    assert f"was never made: job {job['id']} ended cancelled before a worker ran it" in ended
+    unknown = client.get("/v1/studies/nobody", headers=ADMIN_AUTH)
+    assert unknown.status_code == 404 and "never made" not in unknown.json()["detail"]
+
+
 @pytest.mark.parametrize("path", ["/v1/jobs/{id}", "/v1/jobs/{id}/trials", "/v1/jobs/{id}/best"])
 @pytest.mark.parametrize("job_id", ["0" * 32, "nope", "x" * 300, "j%C3%B6b"])
 def test_unknown_jobs_are_404(client: TestClient, path: str, job_id: str) -> None:
