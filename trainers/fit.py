@@ -131,9 +131,10 @@ class FitResult:
     checkpoints: list[str]
     wall_s: float
     n_syncs: int
-    """Blocking host syncs the loss harvest made: one at each step where losses were pending
-    and were harvested, the config's sync points, each checkpoint (which harvests the losses
-    before it is written) and the end. An evaluation's own sync is not counted."""
+    """Blocking host syncs the loss harvest made. Under sync_mode synchronize and event, one
+    at each step where losses were pending and were harvested: the config's sync points, each
+    checkpoint (which harvests the losses before it is written) and the end. Under query, only
+    the waits for losses not yet ready (none on a CPU). An evaluation's sync is not counted."""
 
 
 @dataclasses.dataclass
@@ -230,7 +231,9 @@ class Trainer:
     def _adopt(self, optimizer: torch.optim.Optimizer, device: torch.device) -> None:
         """The optimizer the core built: tensor learning rates where needed, the scheduler."""
         self.optimizer = optimizer
-        check_sparse_gradients(self.workload.model, optimizer, self.clip_grad_norm, device)
+        check_sparse_gradients(
+            self.workload.model, optimizer, self.clip_grad_norm, device, self.config.optimizer
+        )
         check_graph_rates(
             optimizer, self.config, self.lr_tensor, scheduled=self._scheduler_factory is not None
         )

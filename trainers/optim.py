@@ -57,7 +57,7 @@ def rebuild(
             f"as-built for a {_name(cls)} that has already stepped (a rebuild would lose its "
             "state)",
         )
-    accepted = _constructor_keywords(cls, optimizer.defaults)
+    accepted = constructor_keywords(cls, optimizer.defaults)
     if choice not in accepted:
         others = [c for c in ("foreach", "fused") if c in accepted]
         allowed = ", ".join(["as-built", *others, "compiled"])
@@ -88,7 +88,7 @@ def with_capturable(optimizer: torch.optim.Optimizer, capturable: bool) -> torch
     """`optimizer` as it is, or rebuilt with `capturable` where its constructor takes the flag and
     its groups say otherwise (a user's optimizer under a CUDA graph). Same state rule as
     `rebuild`: only before its first step."""
-    accepted = _constructor_keywords(type(optimizer), optimizer.defaults)
+    accepted = constructor_keywords(type(optimizer), optimizer.defaults)
     if "capturable" not in accepted or all(
         group.get("capturable", False) == capturable for group in optimizer.param_groups
     ):
@@ -129,7 +129,7 @@ def compile_step(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     return optimizer
 
 
-def _constructor_keywords(cls: type[torch.optim.Optimizer], defaults: dict[str, Any]) -> set[str]:
+def constructor_keywords(cls: type[torch.optim.Optimizer], defaults: dict[str, Any]) -> set[str]:
     """The keyword arguments `cls(...)` takes; for a `**kwargs` constructor, its defaults' keys
     (torch's own optimizers put every constructor argument in `defaults`)."""
     parameters = inspect.signature(cls.__init__).parameters.values()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -499,36 +500,60 @@ class _Bag(nn.Module):
         return self.head(self.embed(ids).mean(1))
 
 
+def _without_decay_on_the_embedding(model: nn.Module) -> torch.optim.Optimizer:
+    groups = [
+        {"params": model.embed.parameters(), "weight_decay": 0.0},
+        {"params": model.head.parameters()},
+    ]
+    return torch.optim.SGD(groups, lr=0.1, weight_decay=0.01)
+
+
+_SGD = functools.partial(torch.optim.SGD, lr=0.1)
+
+
 @pytest.mark.parametrize(
-    ("sparse", "optimizer", "clip", "field", "said"),
+    ("sparse", "optimizer", "clip", "loop", "field", "said"),
     [
-        (True, torch.optim.Adam, None, "optimizer", r"Adam says: Adam does not support sparse"),
-        (True, functools.partial(torch.optim.SGD, lr=0.1), 1.0, "clip_grad_norm", "clipping"),
-        (True, functools.partial(torch.optim.SGD, lr=0.1), None, None, None),
-        (True, torch.optim.Adagrad, None, None, None),
-        (False, torch.optim.Adam, 1.0, None, None),
+        (True, torch.optim.Adam, None, "as-built", "optimizer", r"Adam says: Adam does not"),
+        # AdamW's defaults hold a key its constructor does not take: the probe takes only those.
+        (True, torch.optim.AdamW, None, "as-built", "optimizer", r"AdamW says: Adam does not"),
+        (True, _SGD, 1.0, "as-built", "clip_grad_norm", "clipping"),
+        (True, _SGD, None, "fused", "config.optimizer", r"SGD made fused says: .*sparse"),
+        (True, _SGD, None, "as-built", None, None),
+        (True, torch.optim.Adagrad, None, "as-built", None, None),
+        # Weight decay on the other group only: probed by the embedding's own group's settings.
+        (True, _without_decay_on_the_embedding, None, "as-built", None, None),
+        (False, torch.optim.Adam, 1.0, "fused", None, None),
     ],
 )
 def test_sparse_gradients_the_step_cannot_take_are_refused_naming_the_option(
-    sparse: bool, optimizer: object, clip: float | None, field: str | None, said: str | None
+    sparse: bool,
+    optimizer: Any,
+    clip: float | None,
+    loop: Any,
+    field: str | None,
+    said: str | None,
 ) -> None:
     """`nn.Embedding(sparse=True)`: Adam had failed at step 1 inside torch, and clipping with a
     page of dispatcher registrations (a probe, 2026-12-07). The optimizer is asked by a probe
-    step of its own class, so SGD and Adagrad train and Adam is refused."""
+    step of its own class under each group's settings, so SGD and Adagrad train, Adam and AdamW
+    are refused, and the loop's fused optimizer is named where it is what refuses."""
     data = torch.utils.data.TensorDataset(torch.randint(0, 50, (16, 5)), torch.randint(0, 3, (16,)))
     model = _Bag(sparse)
+    built = optimizer(model) if optimizer is _without_decay_on_the_embedding else optimizer
     workload = workload_from_parts(
-        model, data, mlp.classification_loss, optimizer=optimizer, batch_size=4
+        model, data, mlp.classification_loss, optimizer=built, batch_size=4
     )
+    config = LoopConfig(optimizer=loop)
     if field is None:
         before = model.embed.weight.detach().clone()
-        Trainer(workload, device="cpu", clip_grad_norm=clip).fit(2)
+        Trainer(workload, config, device="cpu", clip_grad_norm=clip).fit(2)
         assert not torch.equal(before, model.embed.weight)  # it trained the embedding
         return
     with pytest.raises(ConfigError, match=said) as caught:
-        Trainer(workload, device="cpu", clip_grad_norm=clip)
+        Trainer(workload, config, device="cpu", clip_grad_norm=clip)
     assert caught.value.field == field
-    assert "module 'embed' (Embedding, sparse=True) gives sparse gradients" in str(caught.value)
+    assert "module 'embed' (Embedding, sparse=True) gives " in str(caught.value)
 
 
 def test_float_ids_into_an_embedding_are_refused_when_built() -> None:

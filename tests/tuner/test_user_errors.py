@@ -347,11 +347,20 @@ def test_the_printed_gpu_command_survives_a_shell() -> None:
             "workload": "program:odd name/x",
             "preset": "tiny",
             "model_args": {"config": "/my models/c.json"},
+            "fix": {"sync_mode": "event", "note": "a b"},
+            "nproc_per_node": 2,
+            "max_memory_bytes": 2**30,
         }
     )
     words = shlex.split(gpu_command(rec))
     assert words[words.index("--program") + 1] == "odd name/x"
     assert words[words.index("--model-arg") + 1] == "config=/my models/c.json"
+    assert [words[i + 1] for i, w in enumerate(words) if w == "--fix"] == [
+        "sync_mode=event",
+        "note=a b",
+    ]
+    assert words[words.index("--nproc-per-node") + 1] == "2"
+    assert words[words.index("--max-memory") + 1] == str(2**30)
 
 
 def test_the_printed_gpu_command_asks_the_same_question(

@@ -128,7 +128,7 @@ class Recommendation:
     study_fields: dict[str, Any] = dataclasses.field(default_factory=dict)
     """workload, preset, model_args, seed, precision (the study's reference precision),
     precisions (the ones it searched; None: `precision` alone), device, hardware, fingerprint,
-    matmul_precision (STUDY_FIELDS)."""
+    matmul_precision, model, nproc_per_node, objectives and fix (the user's pins): STUDY_FIELDS."""
     effective: bool = True
     note: str | None = None
     pareto: tuple[Entry, ...] | None = None

@@ -330,6 +330,8 @@ def gpu_command(rec: Recommendation) -> str:
     elif precision and precision != "fp32":
         words.append(f"--precision {precision}")
     words += _question_flags(rec.study_fields)
+    if rec.max_memory_bytes is not None:
+        words.append(f"--max-memory {int(rec.max_memory_bytes)}")
     return " ".join(words)
 
 
@@ -346,6 +348,8 @@ def _question_flags(fields: Mapping[str, Any]) -> list[str]:
         words.append(f"--objectives {','.join(objectives)}")
     if fields.get("seed"):
         words.append(f"--seed {int(fields['seed'])}")
+    if (fields.get("nproc_per_node") or 1) > 1:
+        words.append(f"--nproc-per-node {int(fields['nproc_per_node'])}")
     return words
 
 
