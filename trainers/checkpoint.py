@@ -30,7 +30,16 @@ def checkpoint_file(path: str | os.PathLike[str], step: int) -> Path:
     (a format spec too: `{step:06d}`), so that `run-{step}.pt` keeps every checkpoint
     (run-500.pt, run-1000.pt) where `run.pt` keeps the latest only. ConfigError naming
     `checkpoint_path` for any other placeholder (`{step:04d}` had been kept as written, every
-    checkpoint overwriting one file) and for a folder, where no file can be written."""
+    checkpoint overwriting one file), for a folder, where no file can be written, and for a
+    path no file can be written at (`check_target`)."""
+    target = filled_path(path, step)
+    check_target(target, "checkpoint_path", str(path), "run-{step}.pt")
+    return target
+
+
+def filled_path(path: str | os.PathLike[str], step: int) -> Path:
+    """`path` with its `{step}` filled in; ConfigError naming `checkpoint_path` for any other
+    placeholder. Not checked as a target: `checkpoint_file` and `Trainer.save` check that."""
     text = str(path)
     try:
         fields = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
@@ -45,15 +54,14 @@ def checkpoint_file(path: str | os.PathLike[str], step: int) -> Path:
             text,
             "a file path whose only placeholder is {step} (run-{step}.pt, run-{step:06d}.pt)",
         )
-    target = Path(filled)
-    if not filled.strip() or target.name in ("", ".", "..") or target.is_dir():
-        raise ConfigError("checkpoint_path", text, "a file path (run-{step}.pt), not a folder")
-    check_writable(target, "checkpoint_path", text)
-    return target
+    return Path(filled)
 
 
-def check_writable(target: Path, field: str, given: str) -> None:
-    """ConfigError naming `field` where no file can be written at `target` (`_unwritable`)."""
+def check_target(target: Path, field: str, given: str, example: str) -> None:
+    """ConfigError naming `field` unless a file can be written at `target`: not a folder (or no
+    name at all), and in a folder this process can write (`_unwritable`)."""
+    if not str(target).strip() or target.name in ("", ".", "..") or target.is_dir():
+        raise ConfigError(field, given, f"a file path ({example}), not a folder")
     unwritable = _unwritable(target)
     if unwritable is not None:
         raise ConfigError(

@@ -68,10 +68,11 @@ from trainers.checkpoint import (
     check_fits,
     check_model,
     check_resumable,
-    check_writable,
+    check_target,
     checkpoint_file,
     checkpoint_of,
     data_of,
+    filled_path,
     read_checkpoint,
     rng_state,
     set_rng_state,
@@ -359,7 +360,7 @@ class Trainer:
         # good checkpoint the error tells the user to resume from (a user's probe, 2026-12-06).
         session.drain()
         deferred.raise_any(self.step)
-        return str(self._write(checkpoint_file(path, self.step)))
+        return str(self._write(filled_path(path, self.step)))
 
     # ----------------------------------------------------------------------------------------
     # evaluation
@@ -464,13 +465,11 @@ class Trainer:
         a `{step}` in it filled in as `fit`'s `checkpoint_path` is (it had been written as a
         file named `run-{step}.pt`). A folder is refused before anything is written (it had
         left `path.partial` beside it, then raised IsADirectoryError)."""
-        return self._write(checkpoint_file(path, self.step) if "{" in str(path) else path)
+        return self._write(filled_path(path, self.step) if "{" in str(path) else path)
 
     def _write(self, path: str | os.PathLike[str]) -> Path:
         target = Path(path)
-        if not str(path).strip() or target.name in ("", ".", "..") or target.is_dir():
-            raise ConfigError("path", str(path), "a file path (run.pt), not a folder")
-        check_writable(target, "path", str(path))
+        check_target(target, "path", str(path), "run.pt")
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(target.name + ".partial")
         torch.save(self.state_dict(), partial)
