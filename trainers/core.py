@@ -67,14 +67,16 @@ OptimizerHook = Callable[[torch.optim.Optimizer, torch.device], None]
 
 
 DEVICES_ALLOWED = "auto, cpu, cuda or cuda:INDEX"
-DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d{1,2})?)$")
-"""The one device syntax of a run (`--device`) and of a service job (its `device`)."""
+DEVICE_PATTERN = re.compile(r"\A(auto|cpu|cuda(:\d{1,2})?)\Z")
+"""The one device syntax of a run (`--device`) and of a service job (its `device`). Anchored by
+`\A` and `\Z`, not `^` and `$`: `$` also matches before a final newline, and `"cpu\n"` had
+passed, a job no worker offered a device for (queued for good) and a CLI run torch refused."""
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
     if isinstance(device, torch.device):
         resolved = device
-    elif not isinstance(device, str) or not DEVICE_PATTERN.match(device):
+    elif not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
         # Before torch reads it: `cuda:x` is torch's RuntimeError, not the flag's error; `0`
         # or None had been the pattern's TypeError.
         said = (

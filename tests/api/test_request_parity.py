@@ -105,6 +105,8 @@ def test_float8_on_the_cpu_is_refused_by_both_naming_the_precision(
 
 
 DEVICE_CASES = ["auto", "cpu", "cuda", "cuda:0", "cuda:12", "gpu", "cuda:x", "cuda:", "CPU", ""]
+DEVICE_CASES += ["cpu\n", "auto\n", "cuda:1\n"]
+"""A final newline, which `$` lets through: each side refusing it alone is what is tested."""
 
 
 def _cli_refuses_device(value: str) -> bool:
@@ -132,6 +134,7 @@ def test_the_cli_and_the_api_read_one_device_syntax(client: TestClient, value: s
     else:
         assert response.json()["device"] == value
     assert _cli_refuses_device(value) is refused, value
+    assert refused is (value.strip() != value or value not in DEVICE_CASES[:5]), value
 
 
 def test_the_api_still_reads_n_trials_its_former_name(client: TestClient) -> None:

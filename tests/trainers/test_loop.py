@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -167,6 +168,7 @@ def test_cuda_graph_on_cpu_is_a_clear_error() -> None:
         run(load_workload("mlp", "tiny"), LoopConfig(cuda_graph=True), RunArgs(device="cpu"))
 
 
-def test_bad_device() -> None:
-    with pytest.raises(ConfigError, match="device='tpu'"):
-        run(load_workload("mlp", "tiny"), LoopConfig(), RunArgs(device="tpu"))
+@pytest.mark.parametrize("device", ["tpu", "cpu\n", "auto\n", "cuda:0\n", " cpu"])
+def test_bad_device(device: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(f"device={device!r}")):
+        run(load_workload("mlp", "tiny"), LoopConfig(), RunArgs(device=device))

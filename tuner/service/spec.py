@@ -146,7 +146,7 @@ def _check_device(spec: JobSpec) -> None:
     job. A CUDA graph or `reduce-overhead` pinned on a `cpu` job is refused by its space
     (`load_space(cuda=False)`). With `auto`, `cuda` or `cuda:INDEX` the GPU is the worker's,
     known only there. The device's syntax is the CLI's (`DEVICES_ALLOWED`)."""
-    if not trainers.DEVICE_PATTERN.match(spec.device):
+    if not trainers.DEVICE_PATTERN.fullmatch(spec.device):
         allowed = trainers.DEVICES_ALLOWED
         raise SpecError(("device",), f"allowed {allowed}, not {spec.device!r}", spec.device)
     if spec.device != "cpu":
