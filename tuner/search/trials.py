@@ -1,7 +1,6 @@
 """One trial of a `Search`, start to end (`TrialRunner`, the base `Search` runs its trials with):
 create it, suggest its config and precision, predict it, measure it window by window (the pruner
-or the screen may stop it), gate it or defer its gate, tell Optuna, report it.
-"""
+or the screen may stop it), gate it or defer its gate, tell Optuna, report it."""
 
 from __future__ import annotations
 
@@ -83,8 +82,7 @@ class TrialRunner:
         Each trial's sampler is seeded with `seed + trial number`: reproducible for a given
         history, and workers sharing a study do not draw the same random start-up points. A
         combination the harness refuses (e.g. a whole-step graph over reduce-overhead's own
-        graphs) is recorded as the trial's failure, with the harness's reason, and not run.
-        """
+        graphs) is recorded as the trial's failure, with the harness's reason, and not run."""
         if self.owner is not None:
             trial.set_user_attr(keys.OWNER, self.owner)
         else:  # the CLI's or the library's: a resume fails it if this process is killed
@@ -298,6 +296,8 @@ class TrialRunner:
                 trial.set_user_attr(keys.STOPPED, True)
             self.study.tell(trial, state=TrialState.PRUNED)
             return "screened out" if screened_out(trial) else "pruned"
+        if keys.PRUNED_AT in trial.user_attrs:  # its last window's: nothing was left to stop
+            trial.set_user_attr(keys.PRUNED_AT, None)
         ended, spent = self._screen_or_gate(trial, config, outcome, spent, precision, earlier)
         if ended is not None:
             return ended

@@ -1089,3 +1089,28 @@ def test_a_baseline_that_does_not_keep_the_pins_is_measured_and_not_recommended(
     assert rec["source"] not in BASELINES
     measured = {entry["name"] for entry in rec["final_round"]}
     assert set(BASELINES) <= measured  # still measured: the speedups are over them
+
+
+def test_a_trial_the_pruner_judges_at_its_last_window_completes_and_says_nothing_of_it(
+    tmp_path: Path, disarm: None
+) -> None:
+    storage = sqlite_url(tmp_path)
+    progress = _ArmAfter("slow", after=5)
+    run_json(
+        options(
+            storage,
+            "prune-last",
+            trials=7,
+            baseline_every=100,
+            workload=f"{WORKLOADS}:slow_when_armed",
+            protocol=Protocol(warmup=1, windows=2, window_steps=2),
+        ),
+        progress=progress,
+    )
+    study = load(storage, "prune-last")
+    # The pruner fires at window 2, the last: nothing is left to stop, so the run completes,
+    # and its row had said "stopped by the pruner" beside state complete.
+    slow = study.trials[5:]
+    assert [t.state for t in slow] == [TrialState.COMPLETE] * 2
+    assert all(t.user_attrs.get("pruned_at") is None for t in slow)
+    assert all(pruned_reason(t.user_attrs) is None for t in slow)
