@@ -79,6 +79,42 @@ def test_a_workload_built_by_hand_whose_items_are_samples_is_refused() -> None:
     assert len(Trainer(whole, device="cpu").fit(2).losses) == 2
 
 
+def test_samples_per_batch_given_still_refuses_an_item_that_is_one_sample() -> None:
+    """`samples_per_batch`, the one-sample refusal's own advice, had switched the check off: each
+    step trained one sample of 6 features and counted 32 (a probe, 2026-12-07); built by hand, a
+    scalar label beside 6 features passed at samples_per_batch=6."""
+    with pytest.raises(WorkloadError) as caught:
+        workload_from_parts(
+            nn.Linear(6, 3),
+            own_workloads._Samples("tuple"),
+            _classify,
+            optimizer=adam(),
+            samples_per_batch=32,
+        )
+    assert caught.value.field == "batch_size"
+    assert "([6], []) looks like one sample (a scalar beside shaped tensors)" in str(caught.value)
+    features = SyntheticBatches((torch.randn(3, 6, 4), torch.randn(3, 6, 4)))
+    with pytest.raises(WorkloadError) as caught:
+        workload_from_parts(
+            nn.Linear(4, 4), features, _regress, optimizer=adam(), samples_per_batch=32
+        )
+    assert caught.value.field == "samples_per_batch"
+    assert str(caught.value).startswith(
+        "samples_per_batch=32 but no tensor of the first item ([6, 4], [6, 4]) has a size of 32"
+    )
+    by_hand = own_workloads._workload(batch_size=None, samples_per_batch=6)
+    with pytest.raises(WorkloadError, match=r"\(\[6\], \[\]\) looks like one sample \(a scalar"):
+        Trainer(by_hand, device="cpu")
+    given = workload_from_parts(
+        nn.Linear(4, 4), features, _regress, optimizer=adam(), samples_per_batch=6
+    )
+    assert given.samples_per_batch == 6
+
+
+def _regress(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    return nn.functional.mse_loss(model(batch[0]), batch[1])
+
+
 class _Masked(nn.Module):
     """Token ids of batch x sequence beside one sequence x sequence mask, shared by the batch."""
 

@@ -40,7 +40,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, default_collate
 
 from trainers.errors import WorkloadError
-from trainers.meta import meta_copy
+from trainers.meta import meta_copy_or_none
 from trainers.workloads import as_tuples
 from trainers.workloads.as_tuples import adapted, original_loss
 from trainers.workloads.base import Workload, item_as_loaded
@@ -85,10 +85,11 @@ def own_workload(
     _materialise(workload, tuple(batch), loss)
     _check_trainable(workload, model)
     _check_loss(workload, tuple(batch), loss)
-    if workload.batch_size is None and not counted:
-        # A Workload built by hand gives samples_per_batch: an item of that many is a batch.
-        check_whole(tuple(batch), None if parts else workload.samples_per_batch)
-        if parts:
+    if workload.batch_size is None:
+        # A Workload built by hand, or parts with `counted`, give samples_per_batch: a size of
+        # some tensor of a whole item; parts without it count the item's samples here.
+        check_whole(tuple(batch), None if parts and not counted else workload.samples_per_batch)
+        if parts and not counted:
             workload = dataclasses.replace(workload, samples_per_batch=samples_in(tuple(batch)))
     return mark_checked(workload)
 
@@ -278,7 +279,9 @@ def _check_loss(workload: Workload, batch: tuple[torch.Tensor, ...], where: _Whe
     key += (tuple((tuple(t.shape), t.dtype) for t in batch), _parameter_shapes(workload.model))
     if key in _LOSS_CHECKED:
         return
-    copied = meta_copy(workload.model)
+    copied = meta_copy_or_none(workload.model)
+    if copied is None:  # the first step tells what the loss gets wrong
+        return
     try:
         loss = workload.loss_fn(copied, tuple(t.to("meta") for t in batch))
     except Exception as exc:

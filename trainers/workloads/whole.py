@@ -28,19 +28,33 @@ def samples_in(batch: tuple[torch.Tensor, ...]) -> int:
 
 
 def check_whole(batch: tuple[torch.Tensor, ...], samples: int | None = None) -> None:
-    """WorkloadError naming `batch_size` where a dataset's item, fed whole (no batch size), looks
-    like one sample: a scalar beside shaped tensors (a class label without its batch
-    dimension), or tensors that share no size. Such a step trained one sample, and its samples
-    were counted from a feature size: 16x the samples/s (a user's probe, 2026-12-06). A Workload
-    built by hand had not been checked: it trained one sample a step and counted its
-    `samples_per_batch` of them, 64x (a probe, 2026-12-07). `samples`: that count, where an item
-    whose every shaped tensor has a size of it is a batch."""
+    """WorkloadError where a dataset's item, fed whole (no batch size), looks like one sample: a
+    scalar beside shaped tensors (a class label without its batch dimension), or tensors that
+    share no size. Such a step trained one sample, and its samples were counted from a feature
+    size: 16x the samples/s (a user's probe, 2026-12-06). `samples`: the `samples_per_batch`
+    given (by `workload_from_parts`' argument or a Workload built by hand), which some tensor
+    must have among its sizes. Given, it had switched the check off: one sample a step, of 12
+    features, was counted 32 (a probe, 2026-12-07), and a scalar label beside 16 features passed
+    at 16. Named: `batch_size` where the item looks like one sample; `samples_per_batch` where
+    its count is a size no tensor has."""
     shaped = [t for t in batch if t.dim() > 0]
-    if samples is not None and shaped and all(samples in t.shape for t in shaped):
-        return
     scalar = len(shaped) < len(batch)
+    shapes = ", ".join(str(list(t.shape)) for t in batch[:4])
+    if (
+        samples is not None
+        and shaped
+        and not scalar
+        and not any(samples in t.shape for t in shaped)
+    ):
+        raise WorkloadError(
+            f"samples_per_batch={samples} but no tensor of the first item ({shapes}) has a size "
+            f"of {samples}: a step would count {samples} samples it does not hold; give the "
+            "item's batch size, or batch_size=N where each item is one sample",
+            field="samples_per_batch",
+        )
     if shaped and (scalar or not any(all(n in t.shape for t in shaped) for n in shaped[0].shape)):
-        shapes = ", ".join(str(list(t.shape)) for t in batch[:4])
+        if samples is not None and not scalar:
+            return  # a size of `samples` counts them (a shared mask beside ids, say)
         why = "a scalar beside shaped tensors" if scalar else "its tensors share no size"
         raise WorkloadError(
             f"batch_size: None feeds each item of data whole, as a batch, and its first item "
