@@ -68,7 +68,7 @@ OptimizerHook = Callable[[torch.optim.Optimizer, torch.device], None]
 
 DEVICES_ALLOWED = "auto, cpu, cuda or cuda:INDEX"
 DEVICE_PATTERN = re.compile(r"\A(auto|cpu|cuda(:\d{1,2})?)\Z")
-"""The one device syntax of a run (`--device`) and of a service job (its `device`). Anchored by
+r"""The one device syntax of a run (`--device`) and of a service job (its `device`). Anchored by
 `\A` and `\Z`, not `^` and `$`: `$` also matches before a final newline, and `"cpu\n"` had
 passed, a job no worker offered a device for (queued for good) and a CLI run torch refused."""
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from trainers.errors import ConfigError
-from trainers.meta import meta_copy
+from trainers.meta import meta_copy_or_none
 from trainers.workloads.base import evaluating
 from trainers.workloads.checks import raised_at, shapes_disagree
 
@@ -112,11 +112,13 @@ def check_eval_batch(
             "batches of tensors: a tensor, a tuple of tensors or a dict of them",
         ) from None
     chosen = tuple_loss if tuple_loss is not None and isinstance(moved, tuple) else loss_fn
+    copied = meta_copy_or_none(model)
+    if copied is None:  # its TypeError had been said as the held-out batches' fault
+        return
     try:
         # As `Trainer.evaluate` runs it: in eval mode, without gradients. In train mode a
         # BatchNorm had refused a batch of one sample that the evaluation takes (a probe,
         # 2026-12-07).
-        copied = meta_copy(model)
         with evaluating(copied), torch.no_grad():
             loss = chosen(copied, moved)
     except Exception as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 
 import numpy as np
 import pytest
@@ -219,3 +220,42 @@ def test_a_seed_envelope_and_the_runs_after_it_build_each_seed_once() -> None:
     one = ReusedBuilds(trainers.resolve_factory("mlp"))
     assert check(one) == fresh
     assert one.builds == 2 + PERTURBATIONS
+
+
+class _Locked(nn.Module):
+    """A model that holds a lock, as one holding an open file or a database handle: no deep copy
+    of it can be made, and a plain loop trains it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear, self.lock = nn.Linear(8, 3), threading.Lock()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with self.lock:
+            return self.linear(x)
+
+
+def test_a_model_that_cannot_be_copied_is_built_checked_and_trained() -> None:
+    """Its build had failed in the checks' meta copy, `TypeError: cannot pickle '_thread.lock'
+    object`, said under the CLI as the factory's fault (a probe, 2026-12-07)."""
+    data = torch.utils.data.TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,)))
+    built = trainers.workload_from_parts(
+        _Locked(), data, classification_loss, optimizer=adam(), batch_size=8
+    )
+    held_out = [(torch.randn(8, 8), torch.randint(0, 3, (8,)))]
+    trainer = trainers.Trainer(built, device="cpu", eval_data=held_out)
+    result = trainer.fit(2, eval_every=1)
+    assert len(result.losses) == 2 and len(result.evals) == 2
+
+    def factory(preset: str, *, seed: int) -> Workload:
+        torch.manual_seed(seed)
+        return trainers.workload_from_parts(
+            _Locked(), data, classification_loss, optimizer=adam(), batch_size=8
+        )
+
+    reused = ReusedBuilds(factory)
+    losses = [
+        trajectory(reused, "x", REFERENCE, RunArgs(steps=3, device="cpu")).losses for _ in range(2)
+    ]
+    assert losses[0] == losses[1] and reused.builds == 2 and reused.copies == 0
+    assert reused.reason is not None and "cannot be copied (TypeError" in reused.reason

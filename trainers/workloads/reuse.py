@@ -126,7 +126,14 @@ class ReusedBuilds:
         states = _RandomStates.now()
         if self.reason is None and isinstance(built, Workload):
             memo: dict[int, Any] = {}
-            pristine = copy.deepcopy(built, memo)
+            try:
+                pristine = copy.deepcopy(built, memo)
+            except Exception as exc:  # noqa: BLE001 - a lock, an open file: built every time
+                # It had ended the run as "the factory raised TypeError: cannot pickle
+                # '_thread.lock' object", a model a plain loop trains (a probe, 2026-12-07).
+                self.reason = f"it cannot be copied ({type(exc).__name__}: {exc})"
+                states.restore()
+                return built
             self.reason = unreachable(pristine, memo)
             if self.reason is None:
                 self._kept[key] = (pristine, states)
