@@ -24,7 +24,7 @@ from trainers.config import (
     field_names,
     invalid_reason,
 )
-from trainers.core import DEVICE_PATTERN, DEVICES_ALLOWED, min_warmup, resolve_device, split_batch
+from trainers.core import DEVICE_PATTERN, DEVICES_ALLOWED, min_warmup, resolve_device
 from trainers.digest import architecture_digest
 from trainers.dynamo_state import DROPPED as KEPT_CODE_DROPPED
 from trainers.errors import (
@@ -36,6 +36,7 @@ from trainers.errors import (
     WorkloadError,
     did_you_mean,
 )
+from trainers.feed import split_batch
 from trainers.fit import FitResult, Trainer, checkpoint_file, warmup_cosine, workload_from_parts
 from trainers.flops import Utilisation, count_recompute_flops, utilisation
 from trainers.gate import (

@@ -39,7 +39,7 @@ from trainers.compilation import (
 )
 from trainers.config import LoopConfig, device_error, precision_error
 from trainers.errors import ConfigError, UnsupportedOnDevice, WorkloadError
-from trainers.feed import DeviceFeed, close_loaders, positioned_batches
+from trainers.feed import DeviceFeed, close_loaders, positioned_batches, split_batch
 from trainers.float8 import Float8Report, apply_float8
 from trainers.flops import count_step_flops, count_step_flops_by_linear
 from trainers.harvest import Harvester, make_harvester
@@ -420,7 +420,8 @@ class Session:
         batches = [self.feed.next() for _ in range(self.micro_batches)]
         split = self.engine.config.micro_batches
         if split > 1:
-            batches = [piece for batch in batches for piece in split_batch(batch, split)]
+            samples = self.engine.workload.samples_per_batch
+            batches = [piece for batch in batches for piece in split_batch(batch, split, samples)]
         self.harvester.push(index - self.first_step, self.step_fn(*batches))
         # The one sync rule: after every `sync_interval`-th step of the training, counted from
         # its start (a resumed run syncs where the uninterrupted one did).
@@ -444,22 +445,6 @@ class Session:
             listener(first_step + first, values)
 
         self.harvester.ledger.listener = harvested
-
-
-def split_batch(batch: Batch, pieces: int) -> list[Batch]:
-    """`batch` cut along its first dimension into `pieces` equal micro-batches (views: no copy;
-    the feed's stream hand-off covers their storage). ConfigError naming `micro_batches` when a
-    tensor's first dimension does not split evenly."""
-    for tensor in batch:
-        if tensor.dim() == 0 or tensor.shape[0] % pieces:
-            size = "a scalar" if tensor.dim() == 0 else f"first dimension {tensor.shape[0]}"
-            raise ConfigError(
-                "micro_batches",
-                pieces,
-                f"a divisor of the batch (a batch tensor has {size}; every tensor of a batch "
-                "must have the samples along its first dimension)",
-            )
-    return list(zip(*(tensor.chunk(pieces) for tensor in batch), strict=True))
 
 
 def _count_flops(workload: Workload, dev: torch.device) -> int | None:

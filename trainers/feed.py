@@ -1,5 +1,5 @@
 """From the dataset to batches on the device: DataLoader, the data position, prefetch and stream
-ordering."""
+ordering; a batch split into micro-batches (`split_batch`)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from trainers.config import LoopConfig
+from trainers.errors import ConfigError
 from trainers.streams import StreamPlan, on
 from trainers.workloads.base import Batch, Workload
 
@@ -174,3 +175,25 @@ class DeviceFeed:
                     # until the consumer's queued work is done.
                     tensor.record_stream(consumer)
         return item.batch
+
+
+def split_batch(batch: Batch, pieces: int, samples: int | None = None) -> list[Batch]:
+    """`batch` cut along its first dimension into `pieces` equal micro-batches (views: no copy;
+    the feed's stream hand-off covers their storage). ConfigError naming `micro_batches` when a
+    tensor's first dimension does not split evenly, or is not `samples` (the workload's
+    `samples_per_batch`, where given): a mask of sequence x sequence shared by the batch's ids
+    had been cut in two, and every trial failed in torch's attention (a probe, 2026-12-07)."""
+    for tensor in batch:
+        if tensor.dim() == 0 or tensor.shape[0] % pieces:
+            size = "a scalar" if tensor.dim() == 0 else f"first dimension {tensor.shape[0]}"
+        elif samples is not None and tensor.shape[0] != samples:
+            size = f"first dimension {tensor.shape[0]}, not its samples_per_batch={samples}"
+        else:
+            continue
+        raise ConfigError(
+            "micro_batches",
+            pieces,
+            f"a divisor of the batch (a batch tensor has {size}; every tensor of a batch must "
+            "have the samples along its first dimension)",
+        )
+    return list(zip(*(tensor.chunk(pieces) for tensor in batch), strict=True))

@@ -159,6 +159,25 @@ def test_samples_per_batch_counts_a_whole_batch_its_tensors_cannot() -> None:
             )
 
 
+def test_micro_batches_refuse_a_tensor_that_does_not_hold_the_samples() -> None:
+    """A sequence x sequence mask shared by the batch's ids had been cut in two beside them, and
+    each step failed in torch's attention ("The shape of the 2D attn_mask ...")."""
+    batch, length = 4, 8
+    ids = torch.randint(0, 11, (3, batch, length))
+    mask = torch.tril(torch.ones(length, length, dtype=torch.bool)).expand(3, -1, -1).clone()
+    given = workload_from_parts(
+        _Masked(), SyntheticBatches((ids, mask)), _masked_loss, optimizer=adam(),
+        samples_per_batch=batch,
+    )  # fmt: skip
+    with pytest.raises(ConfigError) as caught:
+        Trainer(given, LoopConfig(micro_batches=2), device="cpu").fit(1)
+    assert caught.value.field == "micro_batches"
+    assert "first dimension 8, not its samples_per_batch=4" in str(caught.value)
+    alone = SyntheticBatches((ids[:, :, :1].expand(-1, -1, 6).float(), ids[:, :, 0] % 3))
+    split = workload_from_parts(nn.Linear(6, 3), alone, _classify, optimizer=adam())
+    assert len(Trainer(split, LoopConfig(micro_batches=2), device="cpu").fit(2).losses) == 2
+
+
 def test_a_namedtuple_batch_reaches_the_loss_as_the_namedtuple() -> None:
     """The loop moves a tuple's tensors as a plain tuple: `batch.x` had failed every step, in
     the tuner's default loop and in `Trainer.fit` alike."""
