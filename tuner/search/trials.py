@@ -274,9 +274,8 @@ class TrialRunner:
         spent: dict[str, float],
         precision: str | None = None,
     ) -> str:
-        """Store the trial's result and tell Optuna. `spent`: its phase times so far (the gate's
-        parts and a profile are added here). `precision`: the trial's (None: the study's); in
-        another, the gate judges it by equivalence against the study's reference precision."""
+        """Store the trial's result and tell Optuna. `spent`: its phase times so far (gate, profile
+        added here). `precision`: the trial's (None: the study's; another's gate is equivalence)."""
         # A program stopped on request between its windows: no measurement, and no fault.
         if not (stopped := isinstance(outcome, Failure) and outcome.kind == "stopped"):
             self._check_prediction(trial, outcome)
