@@ -316,6 +316,7 @@ def check_model(
     if differ:
         shown = ", ".join(differ[:4]) + (f" and {len(differ) - 4} more" if len(differ) > 4 else "")
         allowed = f"a checkpoint of this model: its tensors' names and shapes differ{_of(state)}"
+        allowed += _compiled(own, saved)
         if path is None:
             raise ConfigError("resume_from", f"{len(differ)} tensors ({shown})", allowed)
         # Counted over both: a name in one of them only, or a shape that differs.
@@ -324,6 +325,24 @@ def check_model(
             str(path),
             f"{allowed}; the file and this model differ in {len(differ)} tensors ({shown})",
         )
+
+
+def _compiled(own: Mapping[str, Any], saved: Mapping[str, Any]) -> str:
+    """Why the names differ where one side is the other under `torch.compile`'s wrapper: a
+    model given to the Trainer compiled saves its tensors as `_orig_mod.NAME` (a probe,
+    2026-12-07: "differ in 8 tensors" said nothing of it)."""
+    prefix = "_orig_mod."
+
+    def plain(state: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+        return {name.removeprefix(prefix): tuple(t.shape) for name, t in state.items()}
+
+    if set(own) != set(saved) and plain(own) == plain(saved):
+        side = "the file's" if any(n.startswith(prefix) for n in saved) else "this model's"
+        return (
+            f" only by {side} '{prefix}' prefix, torch.compile's wrapper: give the Trainer the "
+            "model that was saved (compiled or not) or the loop's compile setting instead"
+        )
+    return ""
 
 
 def _fits(state: torch.Tensor, param: torch.Tensor) -> bool:

@@ -406,11 +406,12 @@ class DtypesSaid:
         if _DTYPES_DISAGREE.search(said) is None:
             return
         own = sorted({str(p.dtype).removeprefix("torch.") for p in self.model.parameters()})
-        double = (
-            " (NumPy arrays and torch.from_numpy give float64: .float() them)"
-            if "Double" in said or "float64" in said
-            else ""
-        )
+        double = ""
+        if ("Double" in said or "float64" in said) and "float64" in own:
+            # The model is the float64 side: `.float()` on the data had been the advice.
+            double = " (the model's parameters are float64: .double() the data, or .float() both)"
+        elif "Double" in said or "float64" in said:
+            double = " (NumPy arrays and torch.from_numpy give float64: .float() them)"
         raise WorkloadError(
             f"data: step {self.trained() + 1} raised {type(exc).__name__}{raised_at(exc)}: "
             f"{said[:300]}: the batch's dtypes do not fit the model (parameters "

@@ -45,6 +45,11 @@ def workload_from_parts(
     sequence beside batch x sequence ids); samples/s are counted from it.
     optimizer: a factory `(params, capturable) -> Optimizer`, or an optimizer already built on
     `model`'s parameters (rebuilt capturable when a CUDA graph needs it).
+
+    The build checks `loss_fn` by calling it once on the first batch as meta tensors, with a copy
+    of `model` whose weights are meta tensors (no values, no memory, `trainers.meta`): a loss
+    that records what it returns, or counts its calls, sees that call (a tensor on the `meta`
+    device, one call more than the steps).
     """
     if isinstance(data, torch.utils.data.DataLoader):
         data, batch_size, collate_fn = from_loader(data, batch_size, collate_fn)

@@ -4,6 +4,7 @@ evaluation, loss callbacks) and against the errors it promises before any step."
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import re
@@ -1039,3 +1040,33 @@ def test_fp16_autocast_over_float16_parameters_is_refused_naming_the_precision()
     half.weight.requires_grad_(False)  # frozen: no gradient to unscale
     half.bias.data = half.bias.data.float()
     assert len(Trainer(parts(half), device="cpu", precision="fp16-autocast").fit(1).losses) == 1
+
+
+def test_a_float64_model_fed_float32_is_told_to_cast_the_data_up_not_down() -> None:
+    """The float64 side is the model: ".float() them" (the NumPy batch's advice) had been said."""
+    data = TensorDataset(torch.randn(32, 6), torch.randint(0, 3, (32,)))
+    workload = workload_from_parts(
+        nn.Linear(6, 3).double(),
+        data,
+        _unpacking_loss,
+        optimizer=lambda params, capturable: torch.optim.SGD(params, lr=0.1),
+        batch_size=8,
+    )
+    with pytest.raises(trainers.WorkloadError) as caught:
+        Trainer(workload, device="cpu").fit(1)
+    said = str(caught.value)
+    assert "(the model's parameters are float64: .double() the data, or .float() both)" in said
+    assert "NumPy" not in said
+
+
+def test_a_checkpoint_of_the_model_compiled_names_the_prefix(tmp_path: Path) -> None:
+    """A model given compiled saves `_orig_mod.NAME`: resumed into the plain model it had been
+    "differ in 3 tensors", with nothing of why (a probe, 2026-12-07)."""
+    plain = _sgd_workload()
+    compiled = dataclasses.replace(plain, model=torch.compile(plain.model))
+    path = Trainer(compiled, device="cpu").save(tmp_path / "compiled.pt")
+    with pytest.raises(ConfigError, match=r"only by the file's '_orig_mod\.' prefix, torch"):
+        Trainer(_sgd_workload(), device="cpu").load(path)
+    with pytest.raises(ConfigError) as caught:
+        Trainer(_sgd_workload(width=32), device="cpu").load(path)
+    assert "_orig_mod" not in str(caught.value).split("; the file")[0]
