@@ -40,6 +40,7 @@ def check_sparse_gradients(
     that names sparse gradients is taken; anything else the probe meets (a class that is not
     built from its settings, a step that needs a closure) is left to the step."""
     weights = sparse_weights(model)
+    _check_dense(model, optimizer, weights)
     if not weights:
         return
     where = f"{next(iter(weights.values()))} gives sparse gradients"
@@ -92,3 +93,24 @@ def _refusal(
         said = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return said if "sparse" in said.lower() else None
     return None
+
+
+def _check_dense(
+    model: nn.Module, optimizer: torch.optim.Optimizer, sparse: dict[int, str]
+) -> None:
+    """ConfigError naming `optimizer` where a SparseAdam holds a weight whose gradient is dense:
+    its step raises "SparseAdam does not support dense gradients" at step 1 (a probe,
+    2026-12-07). The one torch optimizer that takes sparse gradients only."""
+    if not isinstance(optimizer, torch.optim.SparseAdam):
+        return
+    names = {id(p): name for name, p in model.named_parameters()}
+    for group in optimizer.param_groups:
+        dense = [names.get(id(p), "?") for p in group["params"] if id(p) not in sparse]
+        if dense:
+            raise ConfigError(
+                "optimizer",
+                "SparseAdam",
+                f"an optimizer that takes the dense gradients of {len(dense)} weights "
+                f"({dense[0]!r} first): SparseAdam takes only the sparse ones of "
+                "nn.Embedding(sparse=True); use Adam, or SGD or Adagrad beside a sparse embedding",
+            )

@@ -556,6 +556,33 @@ def test_sparse_gradients_the_step_cannot_take_are_refused_naming_the_option(
     assert "module 'embed' (Embedding, sparse=True) gives " in str(caught.value)
 
 
+def test_sparse_adam_over_dense_weights_is_refused_naming_the_optimizer() -> None:
+    """It had passed the build and raised torch's "SparseAdam does not support dense gradients"
+    at step 1 (a probe, 2026-12-07); over the sparse embedding alone it trains."""
+    data = torch.utils.data.TensorDataset(torch.randint(0, 50, (16, 5)), torch.randint(0, 3, (16,)))
+    model = _Bag(sparse=True)
+    workload = workload_from_parts(
+        model, data, mlp.classification_loss, optimizer=torch.optim.SparseAdam, batch_size=4
+    )
+    with pytest.raises(ConfigError) as caught:
+        Trainer(workload, device="cpu")
+    assert caught.value.field == "optimizer"
+    assert "the dense gradients of 2 weights ('head.weight' first): SparseAdam takes only" in str(
+        caught.value
+    )
+    model.head.requires_grad_(False)
+    alone = workload_from_parts(
+        model,
+        data,
+        mlp.classification_loss,
+        optimizer=torch.optim.SparseAdam(model.embed.parameters()),
+        batch_size=4,
+    )
+    before = model.embed.weight.detach().clone()
+    Trainer(alone, device="cpu").fit(2)
+    assert not torch.equal(before, model.embed.weight)
+
+
 def test_float_ids_into_an_embedding_are_refused_when_built() -> None:
     with pytest.raises(WorkloadError, match=r"'indices' to have one of the following scalar"):
         load_workload(f"{OWN}:float_token_ids", "tiny")
