@@ -87,6 +87,7 @@ from trainers.fit_checks import (
     check_fit_arguments,
     check_graph_rates,
     check_options,
+    check_schedule_room,
     checked_scheduler,
     checked_workload,
 )
@@ -277,6 +278,7 @@ class Trainer:
             ),
         )
         start, deferred = self.step, Deferred(on_losses, allow_nonfinite=allow_nonfinite)
+        check_schedule_room(self.scheduler, start, steps)
         session = self._session(steps - start, deferred)
         periodic = _Periodic(deferred, eval_every, on_eval, checkpoint_every, checkpoint_path)
         started = time.perf_counter()

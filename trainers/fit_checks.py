@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
+from torch.optim.lr_scheduler import LRScheduler, OneCycleLR, ReduceLROnPlateau
 
 from trainers.checkpoint import checkpoint_file
 from trainers.config import LoopConfig
@@ -181,6 +181,22 @@ def checked_scheduler(
             "without them",
         )
     return scheduler
+
+
+def check_schedule_room(scheduler: LRScheduler | None, start: int, steps: int) -> None:
+    """ConfigError naming `steps` where the scheduler ends before them: OneCycleLR raises "Tried
+    to step N times" past its `total_steps`, after that step trained (a probe, 2026-12-07)."""
+    if not isinstance(scheduler, OneCycleLR):
+        return
+    room = scheduler.total_steps - scheduler.last_epoch  # its steps left (a resumed one's too)
+    if steps - start > room:
+        raise ConfigError(
+            "steps",
+            steps,
+            f"at most {start + room}: the scheduler OneCycleLR(total_steps="
+            f"{scheduler.total_steps}) ends there and raises past it; build it with "
+            f"total_steps={scheduler.last_epoch + steps - start}, or fit fewer steps",
+        )
 
 
 def check_parts(

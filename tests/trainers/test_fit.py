@@ -5,6 +5,7 @@ evaluation, loss callbacks) and against the errors it promises before any step."
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import re
@@ -1070,3 +1071,17 @@ def test_a_checkpoint_of_the_model_compiled_names_the_prefix(tmp_path: Path) -> 
     with pytest.raises(ConfigError) as caught:
         Trainer(_sgd_workload(width=32), device="cpu").load(path)
     assert "_orig_mod" not in str(caught.value).split("; the file")[0]
+
+
+def test_fit_past_a_one_cycle_schedule_is_refused_before_a_step() -> None:
+    """OneCycleLR raises "Tried to step 6 times" past its total_steps, after the sixth step had
+    trained (a probe, 2026-12-07): refused naming steps, and a resumed fit counts what is left."""
+    scheduler = functools.partial(torch.optim.lr_scheduler.OneCycleLR, max_lr=0.1, total_steps=5)
+    trainer = Trainer(_sgd_workload(), device="cpu", scheduler=scheduler)
+    with pytest.raises(ConfigError, match=r"^steps=10 is invalid: allowed at most 5: the sch"):
+        trainer.fit(10)
+    assert trainer.step == 0
+    trainer.fit(3)
+    with pytest.raises(ConfigError, match=r"allowed at most 5: .* build it with total_steps=7,"):
+        trainer.fit(7)
+    assert trainer.fit(5).step == 5
