@@ -4,6 +4,9 @@ it takes. In-process through `tuner.__main__.main`, on a real SQLite file and a 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ from tuner.__main__ import main
 from tuner.store.storage import masked
 
 SECRET = "s3cret-Pa55"
+REPO = Path(__file__).resolve().parents[2]
 # Nothing listens on this port: the driver fails to connect, and its error is printed.
 CLOSED_PG = f"postgresql+psycopg://postgres:{SECRET}@127.0.0.1:5499/test"
 
@@ -93,3 +97,28 @@ def test_a_worker_names_the_flag_and_the_fix_as_run_does(
     assert SECRET not in err
     assert where == "closed" or "does not exist; create it first" in line, line
     assert not (tmp_path / "missing").exists()
+
+
+def test_serve_and_a_worker_say_a_file_that_is_not_a_database_in_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Both had printed a 120-line traceback from the job tables' SQLite pragmas, where `studies`
+    said this line (a probe, 2026-12-07). `serve` replaces its process: run as a real one."""
+    text = tmp_path / "notdb.txt"
+    text.write_text("not a database\n")
+    noise = tmp_path / "rand.bin"
+    noise.write_bytes(bytes(range(256)) * 20)
+    for path in (text, noise):
+        url = f"sqlite:///{path}"
+        line = f"error: --storage: cannot open {url!r}: file is not a database\n"
+        assert run(capsys, "worker", "--storage", url) == (2, "", line)
+        serve = ["serve", "--no-worker", "--port", "18473", "--storage", url]
+        done = subprocess.run(
+            [sys.executable, "-m", "tuner", *serve],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={k: v for k, v in os.environ.items() if not k.startswith("TUNER_")},
+        )
+        assert (done.returncode, done.stdout, done.stderr) == (2, "", line), done.stderr

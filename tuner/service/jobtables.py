@@ -20,9 +20,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import orm
 
-from tuner.errors import JobNotFound, TunerError, named
+from tuner.errors import JobNotFound, named
 from tuner.service.tables import JobRow, create_tables, make_engine
-from tuner.store.storage import check_sqlite_path, check_url, masked, normalise_url
+from tuner.store.storage import check_sqlite_path, check_url, normalise_url, storage_errors
 
 JOB_ID = re.compile(r"[0-9a-f]{32}")  # uuid4().hex, what `Submissions.create` gives a job
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
@@ -46,15 +46,9 @@ class JobTables:
         if engine is None:
             check_url(url)  # a bare path is told its sqlite:/// URL
             check_sqlite_path(url)  # a missing folder is told to be made, as `tuner run` says
-        self.engine = engine or make_engine(url)
-        try:
+        with storage_errors(url):  # as the Optuna storage says it: one line naming --storage
+            self.engine = engine or make_engine(url)
             create_tables(self.engine)
-        except sa.exc.ArgumentError as exc:
-            raise TunerError(
-                f"--storage: {masked(url)!r} is not a usable database URL: {exc}"
-            ) from exc
-        except sa.exc.OperationalError as exc:
-            raise TunerError(f"--storage: cannot open {masked(url)!r}: {exc.orig}") from exc
         self._sessions = orm.sessionmaker(self.engine, expire_on_commit=False)
         self._postgres = self.engine.dialect.name == "postgresql"
 

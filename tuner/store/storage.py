@@ -245,13 +245,20 @@ def _open_storage(url: str) -> optuna.storages.BaseStorage:
         # Optuna's own read-modify-write of a trial assumes READ COMMITTED; a server defaulting to
         # SERIALIZABLE would fail them (POSTGRES_ISOLATION).
         engine_kwargs["isolation_level"] = POSTGRES_ISOLATION
-    try:
+    with storage_errors(url):
         return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+
+
+@contextmanager
+def storage_errors(url: str) -> Iterator[None]:
+    """A database at `url` that cannot be opened, as one line naming --storage: for every
+    opener of a storage (Optuna's, the service's job tables), so that `serve` and `worker` say
+    what `studies` says; they had printed a 120-line traceback for a file that is not a database."""
+    try:
+        yield
     except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError, ValueError) as exc:
         raise TunerError(f"--storage: {masked(url)!r} is not a usable database URL: {exc}") from exc
-    except sqlalchemy.exc.OperationalError as exc:
-        raise TunerError(f"--storage: cannot open {masked(url)!r}: {exc.orig}") from exc
-    except sqlalchemy.exc.DatabaseError as exc:  # SQLite's "file is not a database"
+    except sqlalchemy.exc.DatabaseError as exc:  # unreachable, or SQLite's "file is not a database"
         raise TunerError(f"--storage: cannot open {masked(url)!r}: {exc.orig}") from exc
     except ImportError as exc:  # the URL's database driver is not installed
         cause = exc.__cause__ or exc
