@@ -20,7 +20,7 @@ from tuner.evidence.profiles import read_recommendation
 from tuner.evidence.recommendation import Recommendation, recommends
 from tuner.evidence.report import build_report
 from tuner.evidence.unrun import pruned_reason
-from tuner.store import keys
+from tuner.store import keys, reading
 from tuner.store import storage as studies
 from tuner.store.counting import best_trial, count_trials, is_rerun
 from tuner.store.jsonsafe import json_safe_dict
@@ -31,7 +31,7 @@ from tuner.store.phases import study_time
 
 def recommendation(storage_url: str, name: str) -> Recommendation:
     """`python -m tuner best`: the recommendation of study `name` in the storage at the URL."""
-    with studies.opened_storage(storage_url) as storage:
+    with reading.opened_storage(storage_url) as storage:
         study = studies.load_study(storage, name)
         return read_recommendation(study.user_attrs, study.get_trials(deepcopy=False), name)
 
@@ -55,7 +55,7 @@ def load_precision(storage_url: str, name: str) -> str | None:
 
 def list_studies(storage_url: str) -> list[dict[str, Any]]:
     """`python -m tuner studies`: one row per study, counted by the one rule."""
-    with studies.opened_storage(storage_url) as storage:
+    with reading.opened_storage(storage_url) as storage:
         return [_study_row(storage, summary) for summary in _summaries(storage)]
 
 

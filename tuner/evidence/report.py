@@ -44,7 +44,7 @@ from tuner.evidence.page import (
 from tuner.evidence.profiles import read_recommendation, stored_verdicts, study_profiles
 from tuner.evidence.recommendation import memory_text, utilisation_text
 from tuner.evidence.verdicts import explain, verdict
-from tuner.store import keys
+from tuner.store import keys, reading
 from tuner.store import storage as studies
 from tuner.store.counting import count_trials
 from tuner.store.phases import LABELS, PHASES, study_time
@@ -416,7 +416,7 @@ def build_report(
 
 def write_report(storage_url: str, study_name: str, out_path: str | os.PathLike[str]) -> Path:
     """Write the report of `study_name` in `storage_url` to `out_path`; returns the path."""
-    with studies.opened_storage(storage_url) as storage:
+    with reading.opened_storage(storage_url) as storage:
         page = build_report(studies.load_study(storage, study_name))
     path = Path(out_path)
     if path.parent != Path():

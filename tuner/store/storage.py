@@ -96,44 +96,13 @@ def close_storage(storage: optuna.storages.BaseStorage | None) -> None:
         storage.engine.dispose()
 
 
-@contextmanager
-def opened_storage(url: str) -> Iterator[optuna.storages.BaseStorage]:
-    """`open_storage(url)` for one read: its connections are given back on leaving. An SQLite
-    file that does not exist is an error, not a new empty database: `best`, `studies`, `report`
-    and `load_config` had each left one behind, and said only "(studies: none)" (a new user's
-    trial, 2026-12-02: run from another folder than the study's)."""
-    _must_exist(url)
-    storage = open_storage(url)
-    try:
-        yield storage
-    finally:
-        close_storage(storage)
-
-
-def _no_host(parsed: sqlalchemy.engine.URL, url: str) -> None:
+def check_host(parsed: sqlalchemy.engine.URL, url: str) -> None:
     if parsed.get_backend_name() == "sqlite" and parsed.host:
         # `sqlite://tmp/x.db` reads `tmp` as a host, and SQLite takes none: its path is lost.
         raise TunerError(
             f"--storage: {masked(url)!r} names a host ({parsed.host!r}); an SQLite file's URL "
             "has three slashes and its path, sqlite:///relative.db or sqlite:////absolute/x.db"
         )
-
-
-def _must_exist(url: str) -> None:
-    try:
-        parsed = sqlalchemy.engine.make_url(url)
-    except sqlalchemy.exc.ArgumentError:
-        return  # not a URL: `open_storage` says so
-    _no_host(parsed, url)
-    database = parsed.database
-    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
-        return
-    if database.startswith("file:") or os.path.exists(database):
-        return
-    raise TunerError(
-        f"--storage: no database at {os.path.abspath(database)} ({masked(url)!r}); a relative "
-        f"path is read from the working folder, {os.getcwd()}: `python -m tuner run` makes one"
-    )
 
 
 def check_url(url: str) -> None:
@@ -214,7 +183,7 @@ def check_sqlite_path(url: str) -> None:
     except sqlalchemy.exc.ArgumentError:
         return  # not a URL: `_open_storage` says so
     database = parsed.database
-    _no_host(parsed, url)
+    check_host(parsed, url)
     if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
         return
     if database.startswith("file:"):
@@ -237,16 +206,20 @@ def _open_storage(url: str) -> optuna.storages.BaseStorage:
     url = normalise_url(url)
     check_url(url)
     check_sqlite_path(url)
-    engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    with storage_errors(url):
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs(url))
+
+
+def engine_kwargs(url: str) -> dict[str, Any]:
+    """How streamtune's engines of the Optuna storage at `url` connect."""
     if url.startswith("sqlite"):
         # Several processes may write one SQLite file: wait for the lock rather than fail.
-        engine_kwargs = {"connect_args": {"timeout": 60}}
-    elif url.startswith("postgresql"):
+        return {"connect_args": {"timeout": 60}}
+    if url.startswith("postgresql"):
         # Optuna's own read-modify-write of a trial assumes READ COMMITTED; a server defaulting to
         # SERIALIZABLE would fail them (POSTGRES_ISOLATION).
-        engine_kwargs["isolation_level"] = POSTGRES_ISOLATION
-    with storage_errors(url):
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        return {"pool_pre_ping": True, "isolation_level": POSTGRES_ISOLATION}
+    return {"pool_pre_ping": True}
 
 
 @contextmanager

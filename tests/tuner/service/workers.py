@@ -21,7 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tests.api.helpers import clean_env, env_of, wait_for
 from tuner.service.jobstore import FINISHED, JobStore
 from tuner.service.tables import JobRow
-from tuner.store import storage as studies
+from tuner.store import reading
 from tuner.store.counting import count_trials as trial_counts
 from tuner.store.counting import is_rerun
 from tuner.store.keys import OWNER as OWNER_ATTR
@@ -109,7 +109,7 @@ def pid_of(worker_id: str) -> int:
 def trials(storage: str, study: str) -> list[FrozenTrial]:
     # Polled: each read's connections go back at once (a read a poll held 44 of PostgreSQL's
     # 100 until a garbage collection, beside three workers').
-    with studies.opened_storage(storage) as opened:
+    with reading.opened_storage(storage) as opened:
         return optuna.load_study(study_name=study, storage=opened).get_trials(deepcopy=False)
 
 

@@ -25,6 +25,7 @@ from tests.tuner.tiny import options
 from tuner.errors import StudyNotFound
 from tuner.evidence import reader, report
 from tuner.search.study import run_study
+from tuner.store import reading
 from tuner.store import storage as studies
 
 pytestmark = pytest.mark.postgres
@@ -47,7 +48,7 @@ def test_the_storage_helpers_close_what_they_open(pg_url: str) -> None:
     studies.close_storage(storage)
     assert connections_left(pg_url) == 0
 
-    with studies.opened_storage(pg_url) as storage:
+    with reading.opened_storage(pg_url) as storage:
         assert [s.study_name for s in optuna.get_all_study_summaries(storage)] == ["plain"]
     assert connections_left(pg_url) == 0
 

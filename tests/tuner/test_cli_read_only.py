@@ -1,0 +1,103 @@
+"""The read-only commands (`studies`, `best`, `export`, `report`) leave a database's schema as
+they found it: they had created Optuna's thirteen tables in another program's SQLite file, and
+grown an empty file to 114 KB, before saying "no studies" (a probe, 2026-12-07). In-process
+through `tuner.__main__.main`, on real SQLite files and a real PostgreSQL schema."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy as sa
+
+from tests.tuner.test_cli_run import run_main
+from tests.tuner.tiny import sqlite_url
+
+
+def commands(tmp_path: Path) -> list[list[str]]:
+    out = str(tmp_path / "report.html")
+    return [
+        ["studies"],
+        ["studies", "--json"],
+        ["best", "--study", "s"],
+        ["export", "--study", "s"],
+        ["report", "--study", "s", "--out", out],
+    ]
+
+
+def tables(url: str) -> set[str]:
+    engine = sa.create_engine(url)
+    try:
+        return set(sa.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_another_programs_sqlite_file_is_refused_and_left_as_it_was(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("create table users(id int)")
+    before = path.read_bytes()
+    url = sqlite_url(tmp_path, "other.db")
+    line = (
+        f"error: --storage: {url!r} is not a streamtune (Optuna) storage: it holds other tables "
+        "(users) and none of Optuna's; allowed a database `python -m tuner run` made\n"
+    )
+    for command in commands(tmp_path):
+        assert run_main(capsys, *command, "--storage", url) == (2, "", line), command
+        assert path.read_bytes() == before, command
+    assert not (tmp_path / "report.html").exists()
+
+
+@pytest.mark.parametrize("kind", ["zero-byte", "no-table"])
+def test_a_database_without_tables_has_no_studies_and_stays_empty(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    path = tmp_path / "empty.db"
+    path.touch()
+    if kind == "no-table":  # an SQLite database, its header written, no table in it
+        with sqlite3.connect(path) as conn:
+            conn.execute("pragma user_version = 7")
+    before = path.read_bytes()
+    url = sqlite_url(tmp_path, "empty.db")
+    for command in commands(tmp_path):
+        code, out, err = run_main(capsys, *command, "--storage", url)
+        if command[0] == "studies":
+            assert (code, err) == (0, "") and out in ("no studies in this storage\n", "[]\n")
+        else:
+            line = "error: --study: no study named 's' in this storage (studies: none)\n"
+            assert (code, out, err) == (2, "", line), command
+        assert path.read_bytes() == before, command
+
+
+def test_an_optuna_storage_is_still_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = sqlite_url(tmp_path)
+    optuna.create_study(study_name="s", storage=url)
+    code, out, _ = run_main(capsys, "studies", "--storage", url, "--json")
+    assert code == 0 and '"study": "s"' in out
+
+
+@pytest.mark.postgres
+def test_a_postgresql_database_is_read_as_an_sqlite_file_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], pg_url: str
+) -> None:
+    # Empty: no studies, and still no table; another program's: refused, its tables alone.
+    for command in commands(tmp_path):
+        code, _, err = run_main(capsys, *command, "--storage", pg_url)
+        assert code == (0 if command[0] == "studies" else 2) and "--storage" not in err, err
+        assert tables(pg_url) == set(), command
+    engine = sa.create_engine(pg_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("create table users(id int)"))
+    engine.dispose()
+    for command in commands(tmp_path):
+        code, out, err = run_main(capsys, *command, "--storage", pg_url)
+        assert (code, out) == (2, ""), command
+        assert "is not a streamtune (Optuna) storage: it holds other tables (users)" in err, err
+        assert err.count("\n") == 1 and tables(pg_url) == {"users"}, command
