@@ -63,8 +63,10 @@ def _summaries(storage: optuna.storages.BaseStorage) -> list[optuna.study.StudyS
     return [
         summary
         for summary in optuna.get_all_study_summaries(storage, include_best_trial=False)
-        # The gate's shared verdicts (tuner.search.gating.memo), not studies of trials.
+        # The gate's shared verdicts (tuner.search.gating.memo), not studies of trials; nor
+        # another Optuna program's studies, whose values are not throughputs.
         if not summary.study_name.startswith(keys.MEMO_PREFIX)
+        and studies.made_by_streamtune(summary.user_attrs, summary.n_trials)
     ]
 
 
@@ -107,10 +109,21 @@ class StudyReader:
         self.storage = storage
 
     def _study_id(self, name: str) -> int:
+        """The id of streamtune's study `name`; StudyNotFound where there is none, or where
+        another Optuna program made it (`tuner.store.storage.made_by_streamtune`)."""
         try:
-            return self.storage.get_study_id_from_name(name)
+            study_id = self.storage.get_study_id_from_name(name)
         except KeyError:
             raise StudyNotFound(f"no study named {named(name)} in this storage") from None
+        if not self._streamtune(name, self.storage.get_study_user_attrs(study_id)):
+            raise StudyNotFound(studies.not_streamtune(name))
+        return study_id
+
+    def _streamtune(self, name: str, user_attrs: dict[str, Any]) -> bool:
+        if isinstance(user_attrs.get(keys.META), dict):
+            return True  # its trials left uncounted: a study's are many
+        trials = self.storage.get_n_trials(self.storage.get_study_id_from_name(name))
+        return studies.made_by_streamtune(user_attrs, trials)
 
     def exists(self, name: str) -> bool:
         try:
@@ -130,6 +143,7 @@ class StudyReader:
             s.study_name
             for s in self.storage.get_all_studies()
             if not s.study_name.startswith(keys.MEMO_PREFIX)
+            and self._streamtune(s.study_name, s.user_attrs)
         )
 
     def summary(self, name: str) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import optuna
 
 from tuner.errors import StudyNotFound, named
 from tuner.evidence.report import build_report
+from tuner.store.storage import made_by_streamtune, not_streamtune
 
 PAGES = 8  # reports kept, the most recently asked for (each ~5 MB, plus ~1.3 MB gzipped)
 
@@ -74,6 +75,8 @@ class ReportCache:
             for t in self.storage.get_all_trials(study_id, deepcopy=False)
         ]
         attrs = self.storage.get_study_user_attrs(study_id)
+        if not made_by_streamtune(attrs, len(trials)):
+            raise StudyNotFound(not_streamtune(name))
         text = json.dumps([name, attrs, trials], sort_keys=True, default=repr)
         return hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:32]
 

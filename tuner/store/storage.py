@@ -21,7 +21,7 @@ import optuna
 import sqlalchemy.engine
 import sqlalchemy.exc
 
-from tuner.errors import StudyNotFound, TunerError
+from tuner.errors import StudyNotFound, TunerError, named
 from tuner.store.keys import MEMO_PREFIX, META
 from tuner.store.retry import POSTGRES_ISOLATION, lost_create_race
 
@@ -258,7 +258,27 @@ def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:
         # The gate's shared verdicts are not studies a user asks for (tuner.search.gating.memo).
         known = ", ".join(n for n in names if not n.startswith(MEMO_PREFIX)) or "none"
         raise StudyNotFound(f"--study: no study named {name!r} in this storage (studies: {known})")
-    return optuna.load_study(study_name=name, storage=storage)
+    study = optuna.load_study(study_name=name, storage=storage)
+    check_streamtune(name, study.user_attrs, len(study.get_trials(deepcopy=False)))
+    return study
+
+
+def made_by_streamtune(user_attrs: dict[str, Any], n_trials: int) -> bool:
+    """Whether a study is streamtune's: every version has stored META on a study right after
+    creating it (`open_study`). One without META and without trials is taken for streamtune's:
+    its creator may not have stored META yet (`_written_meta`)."""
+    return isinstance(user_attrs.get(META), dict) or n_trials == 0
+
+
+def check_streamtune(name: str, user_attrs: dict[str, Any], n_trials: int) -> None:
+    """StudyNotFound naming --study for a study another Optuna program made: its numbers are not
+    throughputs, and `best` had invited a `run` that would add streamtune's trials to it."""
+    if not made_by_streamtune(user_attrs, n_trials):
+        raise StudyNotFound(f"--study: {not_streamtune(name)}")
+
+
+def not_streamtune(name: str) -> str:
+    return f"study {named(name)} is not a streamtune study (made by another Optuna program)"
 
 
 def meta(study: optuna.Study) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from tuner.evidence import export, reader
 from tuner.evidence.recommendation import Recommendation
 from tuner.search.deciding import decide
 from tuner.search.spaces.space import config_key
+from tuner.store import keys
 from tuner.store import storage as studies
 from tuner.store.counting import count_trials, gpu_seconds
 
@@ -160,9 +161,13 @@ def test_studies_lists_the_finished_study(finished: Finished) -> None:
 def test_studies_without_recommendation_or_meta(tmp_path: Path) -> None:
     storage = sqlite_url(tmp_path)
     plain = optuna.create_study(storage=storage, study_name="plain", direction="maximize")
+    plain.set_user_attr(keys.META, {"preset": "tiny"})  # streamtune's, its workload not stored
     plain.add_trial(create_trial(value=5.0))
     plain.add_trial(create_trial(value=7.5))
     plain.add_trial(create_trial(state=TrialState.FAIL))
+    # Trials and no META: another Optuna program's study, whose values are not throughputs.
+    other = optuna.create_study(storage=storage, study_name="other", direction="maximize")
+    other.add_trial(create_trial(value=9.0))
     (row,) = reader.list_studies(storage)
     assert row["study"] == "plain"
     assert row["workload"] is None

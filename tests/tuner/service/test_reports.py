@@ -12,12 +12,14 @@ import pytest
 
 from tuner.errors import StudyNotFound
 from tuner.service.reports import Page, ReportCache
+from tuner.store import keys
 from tuner.store import storage as studies
 
 
 def _study(tmp_path: Path) -> tuple[optuna.storages.BaseStorage, optuna.Study]:
     storage = studies.open_storage(f"sqlite:///{tmp_path}/reports.db")
     study = optuna.create_study(study_name="s", storage=storage)
+    study.set_user_attr(keys.META, {"workload": "mlp", "preset": "tiny"})  # streamtune's
     study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=3)
     return storage, study
 
@@ -71,3 +73,12 @@ def test_an_unknown_study_has_no_report(tmp_path: Path) -> None:
     storage, _ = _study(tmp_path)
     with pytest.raises(StudyNotFound, match="no study named 'nope'"):
         ReportCache(storage).page("nope")
+
+
+def test_another_optuna_programs_study_has_no_report(tmp_path: Path) -> None:
+    """A study with trials and no `keys.META` is not streamtune's: its page had been served."""
+    storage, _ = _study(tmp_path)
+    foreign = optuna.create_study(study_name="foreign", storage=storage)
+    foreign.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
+    with pytest.raises(StudyNotFound, match="'foreign' is not a streamtune study"):
+        ReportCache(storage).page("foreign")
