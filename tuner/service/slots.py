@@ -37,6 +37,7 @@ from optuna.trial import FrozenTrial
 
 from tuner.service.slotlocks import SlotLocks
 from tuner.service.tables import JobRow, utcnow
+from tuner.store import keys
 from tuner.store.counting import count_trials
 from tuner.store.keys import INTERRUPTED_PREFIX
 from tuner.store.keys import OWNER as OWNER_ATTR
@@ -57,6 +58,13 @@ class SlotCount:
     running: int
     trials: int
     past_deadline: bool
+    copied: int = 0  # of `counted`: taken from an earlier study (`tuner.search.earlier`), not run
+
+    @property
+    def tally(self) -> str:
+        """The counted trials as run and taken: a repeat job's copies had been said as run."""
+        taken = f", {self.copied} taken from an earlier study" if self.copied else ""
+        return f"{self.counted - self.copied} run{taken}"
 
     @property
     def free(self) -> int:
@@ -74,12 +82,15 @@ def count_slots(
     """The slots of `job`'s study: the counting rule against the trials the job asked for (the
     row's `trials`, its one stored place), and whether its time is up."""
     found = study_id(storage, job.study)
-    counts = count_trials([] if found is None else storage.get_all_trials(found, deepcopy=False))
+    trials = [] if found is None else storage.get_all_trials(found, deepcopy=False)
+    counts = count_trials(trials)
+    copies = [t for t in trials if keys.COPIED_FROM in t.user_attrs]
     return SlotCount(
         counted=counts.counted,
         running=counts.running,
         trials=job.trials,
         past_deadline=deadline is not None and utcnow() > deadline,
+        copied=count_trials(copies).counted,
     )
 
 
@@ -148,8 +159,8 @@ class JobSlots:
                 f"timeout: the job's search budget ran out after {count.counted} trials",
             )
         if count.free > 0:  # the slots were free, but a worker was deciding
-            return "others", f"another worker of the job ended its trials ({count.counted} run)"
-        return "trials", f"every trial asked for was run or taken ({count.counted} run)"
+            return "others", f"another worker of the job ended its trials ({count.tally})"
+        return "trials", f"every trial asked for was run or taken ({count.tally})"
 
     def locked(self, fn: Callable[[], bool]) -> bool:
         """`fn()` under the job's slot lock: no worker takes a trial meanwhile. False without

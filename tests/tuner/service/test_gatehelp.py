@@ -292,3 +292,30 @@ def test_no_trial_slot_is_taken_once_a_worker_claimed_the_final_round(url: str) 
     assert slots.locked(lambda: store.claim_finalizing(job, "a"))
     assert slots.count().free > 0 and take() is None  # free slots, and none taken
     assert len(study.get_trials(deepcopy=False)) == 1
+
+
+@pytest.mark.parametrize(("copied", "said"), [(3, "0 run, 3 taken"), (2, "1 run, 2 taken")])
+def test_a_repeat_jobs_copied_trials_are_said_taken_not_run(
+    url: str, copied: int, said: str
+) -> None:
+    """A job POSTed again began with the first one's trials, copied (`tuner.search.earlier`),
+    and its `search_ended` said "every trial asked for was run or taken (3 run)" (a probe,
+    2026-12-07): the copies are taken, not run."""
+    store, job, study = _job(url, "a")
+    for number in range(copied):
+        copy = {keys.COPIED_FROM: {"study": "job-first", "trial": number}}
+        study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs=copy))
+    for _ in range(TINY["trials"] - copied):
+        study.tell(study.ask(), 2.0)
+    slots = JobSlots(
+        store,
+        studies.open_storage(url),
+        job=store.get(job),
+        deadline=None,
+        worker="a",
+        hold_s=5.0,
+        backoff=Backoff(base_s=0.01, max_s=0.1),
+    )
+    assert slots.take(study.ask, lambda trial: None) is None
+    line = f"every trial asked for was run or taken ({said} from an earlier study)"
+    assert slots.ended() == ("trials", line)

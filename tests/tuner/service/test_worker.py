@@ -251,6 +251,8 @@ def test_a_repeat_job_copies_no_more_than_its_trials_and_says_which_are_copies(
     again = finished({"trials": 1})
     assert seen == [again["n_complete"]] and seen[0] >= 1  # the copy counted from the start
     assert again["n_complete"] + again["n_failed"] + again["n_pruned"] == 1
+    # Its one trial a copy: said as taken, where it had been said as run.
+    assert again["search_ended"].endswith("(0 run, 1 taken from an earlier study)"), again
     (copy,) = client.get(again["links"]["trials"], headers=AUTH).json()["items"]
     originals = client.get(first["links"]["trials"], headers=AUTH).json()["items"]
     assert copy["copied_from"]["study"] == first["study"] and copy["duration_s"] is None
