@@ -490,8 +490,9 @@ def report(
     from tuner.store import storage as studies
 
     if not out.strip() or Path(out).is_dir():
-        # A folder had raised IsADirectoryError after the whole report was built.
-        raise TunerError(f"--out: {out!r} is a folder: allowed a file, e.g. --out report.html")
+        # A folder had raised IsADirectoryError once the report was built; '' was called one.
+        what = "a folder" if out.strip() else "an empty path"
+        raise TunerError(f"--out: {out!r} is {what}: allowed a file, e.g. --out report.html")
     try:
         path = write_report(studies.storage_url(storage), study, out)
     except OSError as exc:

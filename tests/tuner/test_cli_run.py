@@ -1039,7 +1039,8 @@ def test_report_to_a_folder_or_an_unwritable_path_is_one_line(
     common = ("report", "--study", finished.study, "--storage", finished.storage)
     for out, said in (
         (str(tmp_path), f"error: --out: {str(tmp_path)!r} is a folder: allowed a file"),
-        ("", "error: --out: '' is a folder"),
+        ("", "error: --out: '' is an empty path: allowed a file, e.g. --out report.html\n"),
+        ("  ", "error: --out: '  ' is an empty path: allowed a file"),
         ("/proc/no/r.html", "error: --out: cannot write '/proc/no/r.html': "),
     ):
         code, _, err = run_main(capsys, *common, "--out", out)
