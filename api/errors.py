@@ -254,7 +254,10 @@ def install(app: FastAPI) -> None:
         if denied is not None:
             return denied
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        hint = request.method == "POST" and kind != "application/json"
+        # No body at all is told what to send whatever its type: an empty one sent as JSON had
+        # got a bare "Field required" where one without the type got the hint.
+        missing = any(e.get("type") == "missing" for e in exc.errors())
+        hint = request.method == "POST" and (kind != "application/json" or missing)
         field = getattr(request.scope.get("route"), "body_field", None)
         model = _model_in(getattr(getattr(field, "field_info", None), "annotation", None))
         return unprocessable(exc.errors(), hint_json=hint, model=model)

@@ -19,6 +19,7 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from api.app import ROUTERS
+from api.errors import JSON_HINT
 from api.schemas.jobs import FixIn
 from tests.api.conftest import make_app
 from tests.api.helpers import ADMIN_AUTH, AUTH, TINY_JOB
@@ -195,6 +196,19 @@ def test_a_body_without_its_content_type_is_told_to_send_one(client: TestClient)
     response = client.post("/v1/jobs", content=json.dumps(TINY_JOB), headers=AUTH)
     assert response.status_code == 422
     assert "Content-Type: application/json" in response.json()["detail"][0]["msg"]
+
+
+@pytest.mark.parametrize("kind", [None, "application/json", "application/json; charset=utf-8"])
+def test_an_empty_body_is_told_what_to_send_whatever_its_content_type(
+    client: TestClient, kind: str | None
+) -> None:
+    """Sent as JSON, it had got a bare "Field required" at ("body",) (a probe, 2026-12-07)."""
+    headers = AUTH if kind is None else AUTH | {"Content-Type": kind}
+    response = client.post("/v1/jobs", content=b"", headers=headers)
+    assert response.status_code == 422, response.text
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["body"], error
+    assert error["msg"] == f"Field required: {JSON_HINT}", error
 
 
 def test_a_body_of_many_unknown_keys_gets_a_422_the_size_of_twenty(client: TestClient) -> None:
