@@ -101,3 +101,35 @@ def test_a_postgresql_database_is_read_as_an_sqlite_file_is(
         assert (code, out) == (2, ""), command
         assert "is not a streamtune (Optuna) storage: it holds other tables (users)" in err, err
         assert err.count("\n") == 1 and tables(pg_url) == {"users"}, command
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["best", "--study", "a", "--study", "b"], "--study"),
+        (["best", "--study=a", "--json", "--study", "b"], "--study"),
+        (["export", "--study", "s", "--format", "json", "--format=env"], "--format"),
+        (["report", "--study", "s", "--out", "a.html", "--out", "b.html"], "--out"),
+        (["studies", "--storage", "x", "--storage", "y"], "--storage"),
+    ],
+)
+def test_a_single_valued_flag_given_twice_is_refused(
+    capsys: pytest.CaptureFixture[str], args: list[str], flag: str
+) -> None:
+    # Click took the last silently: `best --study A --study B` printed B's recommendation.
+    line = f"error: {flag}: given more than once; allowed once\n"
+    assert run_main(capsys, *args) == (2, "", line)
+
+
+def test_flags_that_repeat_and_a_value_like_a_flag_are_let_through(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = sqlite_url(tmp_path)
+    optuna.create_study(study_name="--study", storage=url)  # a value, not a second --study
+    code, _, err = run_main(capsys, "best", "--study", "--study", "--storage", url)
+    assert code == 1 and "has no recommendation yet" in err, err
+    code, out, _ = run_main(capsys, "studies", "--json", "--json", "--storage", url)
+    assert code == 0 and '"study": "--study"' in out
+    # Another command's repeatable flag: not refused here, read as many (`models` takes none).
+    code, _, err = run_main(capsys, "train", "--model-arg", "a=1", "--model-arg", "b=2")
+    assert "given more than once" not in err
