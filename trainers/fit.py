@@ -276,9 +276,9 @@ class Trainer:
                 has_eval_data=self.eval_data is not None,
                 callbacks={"on_losses": on_losses, "on_eval": on_eval},
             ),
+            steps,
         )
         start, deferred = self.step, Deferred(on_losses, allow_nonfinite=allow_nonfinite)
-        check_schedule_room(self.scheduler, start, steps)
         session = self._session(steps - start, deferred)
         periodic = _Periodic(deferred, eval_every, on_eval, checkpoint_every, checkpoint_path)
         started = time.perf_counter()
@@ -310,13 +310,16 @@ class Trainer:
         )
 
     def _resume(
-        self, resume_from: str | os.PathLike[str] | None, check: Callable[..., None]
+        self, resume_from: str | os.PathLike[str] | None, check: Callable[..., None], steps: int
     ) -> None:
-        """The checkpoint read, `check` run with the steps trained by then (`trained=`), then
-        the checkpoint restored: a refused fit leaves the Trainer as it was (a refused resume
-        had already rewound it to the checkpoint)."""
+        """The checkpoint read, `check` run with the steps trained by then (`trained=`) and the
+        schedule's room for `steps` checked, then the checkpoint restored: a refused fit leaves
+        the Trainer as it was (a refused resume had already rewound it to the checkpoint)."""
         state = None if resume_from is None else read_checkpoint(resume_from, self.device)
-        check(trained=self.step if state is None else int(checkpoint_of(state)["step"]))
+        trained = self.step if state is None else int(checkpoint_of(state)["step"])
+        check(trained=trained)
+        saved = None if state is None else checkpoint_of(state).get("scheduler")
+        check_schedule_room(self.scheduler, trained, steps, saved)
         if state is not None:
             self._restore(state, resume_from)
 

@@ -183,19 +183,23 @@ def checked_scheduler(
     return scheduler
 
 
-def check_schedule_room(scheduler: LRScheduler | None, start: int, steps: int) -> None:
+def check_schedule_room(
+    scheduler: LRScheduler | None, start: int, steps: int, saved: Mapping[str, Any] | None = None
+) -> None:
     """ConfigError naming `steps` where the scheduler ends before them: OneCycleLR raises "Tried
-    to step N times" past its `total_steps`, after that step trained (a probe, 2026-12-07)."""
+    to step N times" past its `total_steps`, after that step trained (a probe, 2026-12-07).
+    `saved`: the scheduler's state in the checkpoint a fit resumes, which it will step on from."""
     if not isinstance(scheduler, OneCycleLR):
         return
-    room = scheduler.total_steps - scheduler.last_epoch  # its steps left (a resumed one's too)
-    if steps - start > room:
+    state = scheduler.state_dict() if saved is None else saved
+    total, done = int(state["total_steps"]), int(state["last_epoch"])
+    if steps - start > total - done:
         raise ConfigError(
             "steps",
             steps,
-            f"at most {start + room}: the scheduler OneCycleLR(total_steps="
-            f"{scheduler.total_steps}) ends there and raises past it; build it with "
-            f"total_steps={scheduler.last_epoch + steps - start}, or fit fewer steps",
+            f"at most {start + total - done}: the scheduler OneCycleLR(total_steps={total}) ends "
+            f"there and raises past it; build it with total_steps={done + steps - start}, or fit "
+            "fewer steps",
         )
 
 

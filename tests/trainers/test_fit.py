@@ -1073,7 +1073,7 @@ def test_a_checkpoint_of_the_model_compiled_names_the_prefix(tmp_path: Path) -> 
     assert "_orig_mod" not in str(caught.value).split("; the file")[0]
 
 
-def test_fit_past_a_one_cycle_schedule_is_refused_before_a_step() -> None:
+def test_fit_past_a_one_cycle_schedule_is_refused_before_a_step(tmp_path: Path) -> None:
     """OneCycleLR raises "Tried to step 6 times" past its total_steps, after the sixth step had
     trained (a probe, 2026-12-07): refused naming steps, and a resumed fit counts what is left."""
     scheduler = functools.partial(torch.optim.lr_scheduler.OneCycleLR, max_lr=0.1, total_steps=5)
@@ -1084,4 +1084,14 @@ def test_fit_past_a_one_cycle_schedule_is_refused_before_a_step() -> None:
     trainer.fit(3)
     with pytest.raises(ConfigError, match=r"allowed at most 5: .* build it with total_steps=7,"):
         trainer.fit(7)
+    path = trainer.save(tmp_path / "three.pt")
     assert trainer.fit(5).step == 5
+    # Resumed, the room is the checkpoint's schedule's, and a refusal leaves the Trainer as it was.
+    other = Trainer(_sgd_workload(), device="cpu", scheduler=scheduler)
+    other.fit(1)
+    weights = [p.detach().clone() for p in other.model.parameters()]
+    with pytest.raises(ConfigError, match=r"^steps=6 is invalid: allowed at most 5"):
+        other.fit(6, resume_from=path)
+    assert other.step == 1 and other.scheduler is not None and other.scheduler.last_epoch == 1
+    assert all(torch.equal(a, b) for a, b in zip(weights, other.model.parameters(), strict=True))
+    assert other.fit(5, resume_from=path).step == 5
