@@ -109,6 +109,29 @@ def test_samples_per_batch_given_still_refuses_an_item_that_is_one_sample() -> N
         nn.Linear(4, 4), features, _regress, optimizer=adam(), samples_per_batch=6
     )
     assert given.samples_per_batch == 6
+    # Whole batches that hold their samples otherwise still build (the review, 2026-12-07): a
+    # flat token stream the loss reshapes, and a loss weight beside the batch's tensors.
+    stream = SyntheticBatches((torch.randint(0, 11, (3, 32)),))
+    flat = workload_from_parts(
+        nn.Embedding(11, 11), stream, _stream_loss, optimizer=adam(), samples_per_batch=4
+    )
+    assert len(Trainer(flat, device="cpu").fit(2).losses) == 2
+    weighted = SyntheticBatches(
+        (torch.randn(3, 4, 6), torch.randint(0, 3, (3, 4)), torch.full((3,), 0.5))
+    )
+    scaled = workload_from_parts(
+        nn.Linear(6, 3), weighted, _weighted_loss, optimizer=adam(), samples_per_batch=4
+    )
+    assert len(Trainer(scaled, device="cpu").fit(2).losses) == 2
+
+
+def _stream_loss(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    ids = batch[0].view(4, 8)
+    return nn.functional.cross_entropy(model(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten())
+
+
+def _weighted_loss(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    return batch[2] * nn.functional.cross_entropy(model(batch[0]), batch[1])
 
 
 def _regress(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:

@@ -32,35 +32,37 @@ def check_whole(batch: tuple[torch.Tensor, ...], samples: int | None = None) -> 
     scalar beside shaped tensors (a class label without its batch dimension), or tensors that
     share no size. Such a step trained one sample, and its samples were counted from a feature
     size: 16x the samples/s (a user's probe, 2026-12-06). `samples`: the `samples_per_batch`
-    given (by `workload_from_parts`' argument or a Workload built by hand), which some tensor
-    must have among its sizes. Given, it had switched the check off: one sample a step, of 12
-    features, was counted 32 (a probe, 2026-12-07), and a scalar label beside 16 features passed
-    at 16. Named: `batch_size` where the item looks like one sample; `samples_per_batch` where
-    its count is a size no tensor has."""
+    given (by `workload_from_parts`' argument or a Workload built by hand). Given, it had
+    switched the check off: one sample a step, of 12 features, was counted 32 (a probe,
+    2026-12-07). With it, an item is a batch where a tensor has that size (a mask shared by the
+    batch may not), or holds only 1-D tensors of one length (a token stream the loss reshapes);
+    a scalar beside them (a loss weight) where a tensor of 2 or more dimensions leads with it."""
     shaped = [t for t in batch if t.dim() > 0]
     scalar = len(shaped) < len(batch)
     shapes = ", ".join(str(list(t.shape)) for t in batch[:4])
-    if (
-        samples is not None
-        and shaped
-        and not scalar
-        and not any(samples in t.shape for t in shaped)
-    ):
-        raise WorkloadError(
-            f"samples_per_batch={samples} but no tensor of the first item ({shapes}) has a size "
-            f"of {samples}: a step would count {samples} samples it does not hold; give the "
-            "item's batch size, or batch_size=N where each item is one sample",
-            field="samples_per_batch",
-        )
-    if shaped and (scalar or not any(all(n in t.shape for t in shaped) for n in shaped[0].shape)):
-        if samples is not None and not scalar:
+    if samples is not None and shaped:
+        stream = all(t.dim() == 1 for t in shaped) and len({t.numel() for t in shaped}) == 1
+        if not stream and not any(samples in t.shape for t in shaped):
+            raise WorkloadError(
+                f"samples_per_batch={samples} but no tensor of the first item ({shapes}) has a "
+                f"size of {samples}: a step would count {samples} samples it does not hold; give "
+                "the item's batch size, or batch_size=N where each item is one sample",
+                field="samples_per_batch",
+            )
+        if not scalar or any(t.dim() > 1 and t.shape[0] == samples for t in shaped):
             return  # a size of `samples` counts them (a shared mask beside ids, say)
+    if shaped and (scalar or not any(all(n in t.shape for t in shaped) for n in shaped[0].shape)):
         why = "a scalar beside shaped tensors" if scalar else "its tensors share no size"
+        given = "" if samples is None else f" at samples_per_batch={samples}"
+        advice = (
+            ""
+            if samples is not None
+            else (", or samples_per_batch=N where each item already is a batch of N")
+        )
         raise WorkloadError(
             f"batch_size: None feeds each item of data whole, as a batch, and its first item "
-            f"({shapes}) looks like one sample ({why}); "
-            "give batch_size=N to batch its samples, or samples_per_batch=N where each item "
-            "already is a batch of N",
+            f"({shapes}) looks like one sample ({why}){given}; "
+            f"give batch_size=N to batch its samples{advice}",
             field="batch_size",
         )
 
