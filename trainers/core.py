@@ -420,10 +420,7 @@ class Session:
         batches = [self.feed.next() for _ in range(self.micro_batches)]
         split = self.engine.config.micro_batches
         if split > 1:
-            # A data-parallel process splits its shard of the global batch.
-            shards = self.engine.data_parallel.world if self.engine.data_parallel.active else 1
-            samples = self.engine.workload.samples_per_batch // shards
-            batches = [piece for batch in batches for piece in split_batch(batch, split, samples)]
+            batches = [piece for batch in batches for piece in split_batch(batch, split)]
         self.harvester.push(index - self.first_step, self.step_fn(*batches))
         # The one sync rule: after every `sync_interval`-th step of the training, counted from
         # its start (a resumed run syncs where the uninterrupted one did).

@@ -177,23 +177,25 @@ class DeviceFeed:
         return item.batch
 
 
-def split_batch(batch: Batch, pieces: int, samples: int | None = None) -> list[Batch]:
+def split_batch(batch: Batch, pieces: int) -> list[Batch]:
     """`batch` cut along its first dimension into `pieces` equal micro-batches (views: no copy;
     the feed's stream hand-off covers their storage). ConfigError naming `micro_batches` when a
-    tensor's first dimension does not split evenly, or is not `samples` (the workload's
-    `samples_per_batch`, where given): a mask of sequence x sequence shared by the batch's ids
-    had been cut in two, and every trial failed in torch's attention (a probe, 2026-12-07)."""
+    tensor's first dimension does not split evenly, or differs from another's: a mask of
+    sequence x sequence shared by the batch's ids had been cut in two beside them, and every
+    trial failed in torch's attention (a probe, 2026-12-07)."""
+    firsts = sorted({int(t.shape[0]) for t in batch if t.dim() > 0})
     for tensor in batch:
         if tensor.dim() == 0 or tensor.shape[0] % pieces:
             size = "a scalar" if tensor.dim() == 0 else f"first dimension {tensor.shape[0]}"
-        elif samples is not None and tensor.shape[0] != samples:
-            size = f"first dimension {tensor.shape[0]}, not its samples_per_batch={samples}"
+            said = f"a divisor of the batch (a batch tensor has {size}; every tensor"
+        elif len(firsts) > 1:
+            shown = " and ".join(str(n) for n in firsts)
+            said = f"1 for batches whose tensors have first dimensions {shown} (every tensor"
         else:
             continue
         raise ConfigError(
             "micro_batches",
             pieces,
-            f"a divisor of the batch (a batch tensor has {size}; every tensor of a batch must "
-            "have the samples along its first dimension)",
+            f"{said} of a batch must have the samples along its first dimension)",
         )
     return list(zip(*(tensor.chunk(pieces) for tensor in batch), strict=True))

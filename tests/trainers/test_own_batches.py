@@ -195,10 +195,16 @@ def test_micro_batches_refuse_a_tensor_that_does_not_hold_the_samples() -> None:
     with pytest.raises(ConfigError) as caught:
         Trainer(given, LoopConfig(micro_batches=2), device="cpu").fit(1)
     assert caught.value.field == "micro_batches"
-    assert "first dimension 8, not its samples_per_batch=4" in str(caught.value)
+    assert "allowed 1 for batches whose tensors have first dimensions 4 and 8 (every" in str(
+        caught.value
+    )
     alone = SyntheticBatches((ids[:, :, :1].expand(-1, -1, 6).float(), ids[:, :, 0] % 3))
     split = workload_from_parts(nn.Linear(6, 3), alone, _classify, optimizer=adam())
     assert len(Trainer(split, LoopConfig(micro_batches=2), device="cpu").fit(2).losses) == 2
+    # Whole batches of other sizes still split, each by its own first dimension (the review).
+    ragged = [(torch.randn(n, 6), torch.randint(0, 3, (n,))) for n in (8, 8, 4)]
+    varied = workload_from_parts(nn.Linear(6, 3), ragged, _classify, optimizer=adam())
+    assert len(Trainer(varied, LoopConfig(micro_batches=2), device="cpu").fit(4).losses) == 4
 
 
 def test_a_namedtuple_batch_reaches_the_loss_as_the_namedtuple() -> None:
