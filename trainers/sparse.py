@@ -105,7 +105,9 @@ def _check_dense(
         return
     names = {id(p): name for name, p in model.named_parameters()}
     for group in optimizer.param_groups:
-        dense = [names.get(id(p), "?") for p in group["params"] if id(p) not in sparse]
+        # A frozen weight has no gradient: SparseAdam's step skips it (the review, 2026-12-07).
+        held = [p for p in group["params"] if p.requires_grad and id(p) not in sparse]
+        dense = [names.get(id(p), "?") for p in held]
         if dense:
             raise ConfigError(
                 "optimizer",
