@@ -92,10 +92,11 @@ def plain(value: object, depth: int = 0) -> Any:
 
 
 def unprocessable(
-    errors: Sequence[Any], *, hint_json: bool = False, model: type[BaseModel] | None = None
+    errors: Sequence[Any], *, hint: str | None = None, model: type[BaseModel] | None = None
 ) -> Response:
-    """A 422 with FastAPI's shape for `errors`; it renders whatever the errors hold. `model`,
-    the route's request body model, names the allowed fields beside an unknown one."""
+    """A 422 with FastAPI's shape for `errors`; it renders whatever the errors hold. `hint`:
+    said after an error of the whole body. `model`, the route's request body model, names the
+    allowed fields beside an unknown one."""
     try:
         detail = []
         for error in errors[:MAX_ERRORS]:
@@ -116,8 +117,8 @@ def unprocessable(
                 entry["msg"] = unknown_field(model, tuple(error.get("loc") or ())) or entry["msg"]
             if error.get("ctx"):
                 entry["ctx"] = plain(error["ctx"])
-            if hint_json and tuple(entry["loc"] or ()) == ("body",):
-                entry["msg"] = f"{entry['msg']}: {JSON_HINT}"
+            if hint and tuple(entry["loc"] or ()) == ("body",):
+                entry["msg"] = f"{entry['msg']}: {hint}"
             detail.append(entry)
         if len(errors) > MAX_ERRORS:
             detail.append(
@@ -257,10 +258,14 @@ def install(app: FastAPI) -> None:
         # No body at all is told what to send whatever its type: an empty one sent as JSON had
         # got a bare "Field required" where one without the type got the hint.
         missing = any(e.get("type") == "missing" for e in exc.errors())
-        hint = request.method == "POST" and (kind != "application/json" or missing)
+        hint = None
+        if request.method == "POST" and kind != "application/json":
+            hint = JSON_HINT
+        elif request.method == "POST" and missing:  # sent as JSON already: only what to send
+            hint = JSON_HINT.split(":")[0]
         field = getattr(request.scope.get("route"), "body_field", None)
         model = _model_in(getattr(getattr(field, "field_info", None), "annotation", None))
-        return unprocessable(exc.errors(), hint_json=hint, model=model)
+        return unprocessable(exc.errors(), hint=hint, model=model)
 
     @app.exception_handler(SpecError)
     async def _bad_spec(request: Request, exc: Exception) -> Response:
