@@ -130,6 +130,3 @@ def test_flags_that_repeat_and_a_value_like_a_flag_are_let_through(
     assert code == 1 and "has no recommendation yet" in err, err
     code, out, _ = run_main(capsys, "studies", "--json", "--json", "--storage", url)
     assert code == 0 and '"study": "--study"' in out
-    # Another command's repeatable flag: not refused here, read as many (`models` takes none).
-    code, _, err = run_main(capsys, "train", "--model-arg", "a=1", "--model-arg", "b=2")
-    assert "given more than once" not in err
