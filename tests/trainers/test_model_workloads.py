@@ -347,6 +347,19 @@ def test_an_arch_whose_causal_lm_sees_later_tokens_is_refused_naming_it() -> Non
     assert eager.model.training  # the check ran in eval mode and gave the modes back
 
 
+@models
+@pytest.mark.parametrize("arch", ["mixtral", "qwen3_moe"])
+def test_a_mixture_of_experts_decoder_is_not_taken_for_one_that_sees_later_tokens(
+    arch: str,
+) -> None:
+    """Its experts group the tokens, so a changed last token moves earlier logits by float noise
+    (6e-8 on Mixtral): 28 such decoders had been refused as non-causal (a probe, 2026-12-07)."""
+    pytest.importorskip("transformers")
+    workload = load_workload("hf:causal-lm", "tiny", model_args={"arch": arch})
+    ids = torch.randint(4, 128, (2, 16), generator=torch.Generator().manual_seed(0))
+    assert torch.isfinite(workload.loss_fn(workload.model, (ids,)))
+
+
 HELD_OUT_CLASSES = {
     "qwen2": ("Qwen2ForCausalLM", "Qwen2DecoderLayer"),
     "gpt_neox": ("GPTNeoXForCausalLM", "GPTNeoXLayer"),

@@ -315,6 +315,10 @@ def _cannot(arch: str, options: Mapping[str, Value], what: str, exc: BaseExcepti
     )
 
 
+NOISE = 1e-5
+"""How far, relative to the logits' largest, `check_causal` lets earlier positions move."""
+
+
 def check_causal(options: Mapping[str, Value], model: nn.Module) -> None:
     """A causal LM whose logits at a position change with a later token learns from the token
     it predicts: the encoder kinds transformers builds a causal-LM head for (BERT, ELECTRA,
@@ -337,7 +341,11 @@ def check_causal(options: Mapping[str, Value], model: nn.Module) -> None:
         extra["attention_mask"] = blocked.triu(1)[None, None]
     with evaluating(model), torch.no_grad():
         seen = [model(input_ids=x.to(device), **extra).logits[:, :-1] for x in (ids, changed)]
-    if not torch.equal(*seen):
+    # Within float noise, not bit for bit: a mixture of experts groups the tokens by expert, so
+    # a changed last token moves the sums of earlier ones by 1e-8-6e-8 (Mixtral, OLMoE, Qwen3-MoE:
+    # 28 decoders had been refused), where the encoders' leaks are 1e-4-2e-3 (a probe, 2026-12-07).
+    scale = max(1.0, float(seen[0].abs().max()))
+    if float((seen[0] - seen[1]).abs().max()) > NOISE * scale:
         said = "model_arg.config" if options.get("config") else "model_arg.arch"
         value = options.get("config") or options.get("arch")
         raise WorkloadError(
