@@ -621,6 +621,28 @@ def test_an_image_too_small_names_the_smallest_that_runs(
     assert next(model.parameters()).device.type == "cpu"  # the search ran on meta copies
 
 
+class _Shared(nn.Module):
+    """One convolution registered under two names, as timm's CoaT shares its position encoders."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shared = nn.Conv2d(3, 3, 1)
+        self.blocks = nn.ModuleList([nn.Sequential(self.shared)])
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(3, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks[0](x))
+
+
+def test_the_image_check_leaves_a_shared_submodule_on_its_device() -> None:
+    """Swapped into the model, the shared convolution had kept meta weights, and the first step
+    failed "Cannot copy out of meta tensor" (every CoaT of timm; a probe, 2026-12-07)."""
+    model = _Shared()
+    check_runs("mine", model, (2, 3, 32, 32))
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+
+
 @models
 def test_heads_must_divide_hidden() -> None:
     pytest.importorskip("transformers")

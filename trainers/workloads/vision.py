@@ -10,7 +10,6 @@ are kept as the libraries build them (BatchNorm, dropout, stochastic depth and a
 from __future__ import annotations
 
 import difflib
-import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -18,6 +17,7 @@ import torch
 from torch import nn
 
 from trainers.errors import WorkloadError
+from trainers.meta import meta_copy_or_none
 from trainers.workloads.base import Batch, SyntheticBatches, Workload, adamw
 from trainers.workloads.extras import require
 from trainers.workloads.mlp import classification_loss
@@ -228,15 +228,20 @@ def check_runs(name: str, model: nn.Module, shape: tuple[int, ...]) -> None:
     """A forward pass on the meta device, in training mode: shapes only, no arithmetic and no
     memory. It fails at build time, naming the image size, for an image too small for the
     network (inception_v3 under 75 pixels, alexnet under 63) rather than at the first step.
-    The model's own tensors are untouched (the pass runs on meta copies of them)."""
-    tensors = itertools.chain(model.named_parameters(), model.named_buffers())
-    state = {key: tensor.to("meta") for key, tensor in tensors}
+    The model's own tensors are untouched: the pass runs on a copy whose tensors are meta
+    (`trainers.meta`). Swapped into the model itself (`functional_call`), a submodule registered
+    under two names had kept meta weights: every CoaT of timm then failed at its first step,
+    "Cannot copy out of meta tensor" (a probe, 2026-12-07). A model that cannot be copied is
+    not checked."""
+    copied = meta_copy_or_none(model)
+    if copied is None:
+        return
     try:
-        torch.func.functional_call(model, state, (torch.empty(shape, device="meta"),))
+        copied(torch.empty(shape, device="meta"))
     except NotImplementedError:
         return  # an op with no meta kernel: the first real step will tell
     except (RuntimeError, ValueError, AssertionError, TypeError) as exc:
-        if shape[0] == 1 and _runs(model, state, (2, *shape[1:])):
+        if shape[0] == 1 and _runs(copied, (2, *shape[1:])):
             # A BatchNorm in training needs two values per channel: the batch, not the image.
             raise WorkloadError(
                 f"model_arg.batch=1 is invalid for workload={name!r}: {exc}; allowed 2 or more",
@@ -244,32 +249,28 @@ def check_runs(name: str, model: nn.Module, shape: tuple[int, ...]) -> None:
             ) from exc
         raise WorkloadError(
             f"workload={name!r} cannot run on {shape[0]} images of {shape[1]}x{shape[2]}x"
-            f"{shape[3]}: {exc}{_allowed_images(model, state, shape)}",
+            f"{shape[3]}: {exc}{_allowed_images(copied, shape)}",
             field="model_arg.image",
         ) from exc
 
 
-def _allowed_images(
-    model: nn.Module, state: dict[str, torch.Tensor], shape: tuple[int, ...]
-) -> str:
-    smallest = _smallest_image(model, state, shape)
+def _allowed_images(model: nn.Module, shape: tuple[int, ...]) -> str:
+    smallest = _smallest_image(model, shape)
     if smallest is None:
         return ""
-    if _runs(model, state, (*shape[:2], smallest + 1, smallest + 1)):
+    if _runs(model, (*shape[:2], smallest + 1, smallest + 1)):
         return f"; allowed model_arg.image={smallest} or more"
     return f"; allowed e.g. model_arg.image={smallest}"  # sizes that run are not one range
 
 
-def _smallest_image(
-    model: nn.Module, state: dict[str, torch.Tensor], shape: tuple[int, ...]
-) -> int | None:
+def _smallest_image(model: nn.Module, shape: tuple[int, ...]) -> int | None:
     """The smallest image above `shape`'s that runs, where a larger one does: doubling to the
     first size that runs, then halving the gap, on meta tensors (about 20 passes). Where sizes
     that run are not one range (a network that wants multiples of 32), it is the edge the
     search met, and it runs; None where none up to `IMAGE_HIGH` does (a network of one size)."""
 
     def runs(size: int) -> bool:
-        return _runs(model, state, (*shape[:2], size, size))
+        return _runs(model, (*shape[:2], size, size))
 
     failing, trying = shape[2], min(shape[2] * 2, IMAGE_HIGH)
     if failing >= IMAGE_HIGH:
@@ -284,9 +285,10 @@ def _smallest_image(
     return trying
 
 
-def _runs(model: nn.Module, state: dict[str, torch.Tensor], shape: tuple[int, ...]) -> bool:
+def _runs(model: nn.Module, shape: tuple[int, ...]) -> bool:
+    """Whether `model` (a meta copy) runs a forward on a batch of `shape`."""
     try:
-        torch.func.functional_call(model, state, (torch.empty(shape, device="meta"),))
+        model(torch.empty(shape, device="meta"))
     except (RuntimeError, ValueError, AssertionError, TypeError, NotImplementedError):
         return False
     return True
