@@ -8,6 +8,7 @@ option, naming and error tests need none of the libraries and always run.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from trainers.workloads import (
 from trainers.workloads.adapters import bind
 from trainers.workloads.extras import INSTALL, require
 from trainers.workloads.options import OptionSpec
-from trainers.workloads.text import CAUSAL_SDPA, IGNORE, MASK, TokenStream
+from trainers.workloads.text import CAUSAL_SDPA, FIRST_TOKEN, IGNORE, MASK, TokenStream
 from trainers.workloads.vision import check_runs
 
 models = pytest.mark.models
@@ -345,6 +346,18 @@ def test_an_arch_whose_causal_lm_sees_later_tokens_is_refused_naming_it() -> Non
         load_workload("hf:causal-lm", "tiny", model_args={"arch": "bert"})
     eager = load_workload("hf:causal-lm", "tiny", model_args={"arch": "bert", "attention": "eager"})
     assert eager.model.training  # the check ran in eval mode and gave the modes back
+
+
+@models
+def test_a_special_id_outside_the_vocabulary_goes_where_the_data_never_draws() -> None:
+    """Phi-3's pad id 32000 at vocab 128 had gone to 127, a token the data draws (38 times in
+    200 batches) into an embedding row `padding_idx` keeps at zero (a probe, 2026-12-07)."""
+    pytest.importorskip("transformers")
+    workload = load_workload("hf:causal-lm", "tiny", model_args={"arch": "phi3"})
+    pad = workload.model.config.pad_token_id
+    assert pad is not None and pad < FIRST_TOKEN
+    drawn = torch.cat([batch[0].flatten() for batch in itertools.islice(workload.dataset, 200)])
+    assert not (drawn == pad).any()
 
 
 @models

@@ -19,7 +19,9 @@ type is built by the same rules, said once here rather than per family:
   name a model the run does not compute. (A mix with other layer kinds, as a hybrid's
   convolution or state-space layers, keeps the family's pattern.)
 - special token ids the family's defaults put outside the vocabulary (Phi-3's pad id 32000 at
-  a smaller `vocab`) are moved to its last id; the data never draws them.
+  a smaller `vocab`) are moved to `PAD` (0), an id the data never draws (`FIRST_TOKEN`). The
+  last id, where they had gone, is drawn: a pad id's embedding row is frozen (`padding_idx`),
+  so 1 token in 126 at `tiny` had read a zero row that never trained (a probe, 2026-12-07).
 
 `check_arch` refuses, before a job is queued, a type transformers does not know as a causal
 LM, a composite one, sizes the config does not take, and a model that cannot be made or run at
@@ -49,6 +51,7 @@ from trainers.workloads.extras import require
 from trainers.workloads.options import Value
 from trainers.workloads.text_config_file import file_fields
 from trainers.workloads.text_losses import causal_lm_loss, causal_lm_loss_eager
+from trainers.workloads.text_stream import PAD
 
 CAUSAL_SDPA = "streamtune_causal_sdpa"
 
@@ -142,11 +145,11 @@ def other_config(options: Mapping[str, Value], transformers: Any, common: Mappin
     for name, value in fields.items():
         # Said at construction, where transformers checks them (and warns).
         if _TOKEN_ID.search(name) and isinstance(value, int) and not 0 <= value < vocab:
-            sizes[name] = vocab - 1
+            sizes[name] = PAD
     config = transformers.AutoConfig.for_model(arch, **{**sizes, **common})
     for name, value in list(vars(config).items()):
         if _TOKEN_ID.search(name) and isinstance(value, int) and not 0 <= value < vocab:
-            setattr(config, name, vocab - 1)
+            setattr(config, name, PAD)
     return config
 
 
