@@ -233,6 +233,20 @@ def _json(status_code: int, detail: str, headers: dict[str, str] | None = None) 
     return JSONResponse({"detail": detail}, status_code=status_code, headers=headers)
 
 
+def _body_hint(request: Request, errors: Sequence[Any]) -> str | None:
+    """What an error of the whole body adds: to send JSON as JSON, or, sent so already, that it
+    must be an object. No body at all is told what to send whatever its type: an empty one sent
+    as JSON had got a bare "Field required" where one without the type got the hint."""
+    if request.method != "POST":
+        return None
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json":
+        return JSON_HINT
+    if any(e.get("type") == "missing" for e in errors):
+        return JSON_HINT.split(":")[0]
+    return None
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(JobNotFound)
     @app.exception_handler(StudyNotFound)
@@ -254,15 +268,7 @@ def install(app: FastAPI) -> None:
         denied = await _unauthenticated(request)
         if denied is not None:
             return denied
-        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        # No body at all is told what to send whatever its type: an empty one sent as JSON had
-        # got a bare "Field required" where one without the type got the hint.
-        missing = any(e.get("type") == "missing" for e in exc.errors())
-        hint = None
-        if request.method == "POST" and kind != "application/json":
-            hint = JSON_HINT
-        elif request.method == "POST" and missing:  # sent as JSON already: only what to send
-            hint = JSON_HINT.split(":")[0]
+        hint = _body_hint(request, exc.errors())
         field = getattr(request.scope.get("route"), "body_field", None)
         model = _model_in(getattr(getattr(field, "field_info", None), "annotation", None))
         return unprocessable(exc.errors(), hint=hint, model=model)
