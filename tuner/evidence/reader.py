@@ -115,14 +115,20 @@ class StudyReader:
             study_id = self.storage.get_study_id_from_name(name)
         except KeyError:
             raise StudyNotFound(f"no study named {named(name)} in this storage") from None
-        if not self._streamtune(name, self.storage.get_study_user_attrs(study_id)):
+        if not self._streamtune(name, self.storage.get_study_user_attrs(study_id), study_id):
             raise StudyNotFound(studies.not_streamtune(name))
         return study_id
 
-    def _streamtune(self, name: str, user_attrs: dict[str, Any]) -> bool:
+    def _streamtune(
+        self, name: str, user_attrs: dict[str, Any], study_id: int | None = None
+    ) -> bool:
+        """Whether streamtune made study `name` (`study_id`, where the caller has it, spares
+        reading it again)."""
         if isinstance(user_attrs.get(keys.META), dict):
             return True  # its trials left uncounted: a study's are many
-        trials = self.storage.get_n_trials(self.storage.get_study_id_from_name(name))
+        if study_id is None:
+            study_id = self.storage.get_study_id_from_name(name)
+        trials = self.storage.get_n_trials(study_id)
         return studies.made_by_streamtune(user_attrs, trials)
 
     def exists(self, name: str) -> bool:
