@@ -1,7 +1,8 @@
 # Every GPU test but the gate's (those ran at the same commit just before, in
 # 2027-01-09-qwen15-peers-then-gate-h100.sh), one file per pytest process, the files the
 # seventieth session's changes touch first (the Trainer, the feed's micro-batches, sparse
-# optimizers, the library models). tools/device_queue.sh; carry [".whl", ".whl-tt"] on the first
+# optimizers, the library models). At b9582c2 the first three files took 3.5 minutes and
+# test_levers_gpu.py more than 10. tools/device_queue.sh; carry [".whl", ".whl-tt"] on the first
 # call; STREAMTUNE_COMMIT the literal commit. The files that need two GPUs skip on one.
 set -x
 commit=${STREAMTUNE_COMMIT:?the commit measured}
