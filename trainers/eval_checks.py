@@ -13,8 +13,9 @@ from torch import nn
 
 from trainers.errors import ConfigError
 from trainers.meta import meta_copy_or_none
-from trainers.workloads.base import evaluating
+from trainers.workloads.base import Workload, evaluating
 from trainers.workloads.checks import raised_at, shapes_disagree
+from trainers.workloads.whole import sample_position, samples_in
 
 EVAL_BATCHES = 100_000
 """Held-out batches past which `eval_data` is refused: every evaluation reads them all, and a
@@ -158,3 +159,36 @@ def _check_scalar(loss: object, loss_fn: Any, *, explicit: bool) -> None:
         "there (a model that returns its loss only while training?); give "
         "eval_loss=fn(model, batch) that returns the held-out loss",
     )
+
+
+def held_out_position(workload: Workload) -> int | None:
+    """Where a held-out batch of `workload`'s data keeps its samples: the position of the first
+    tensor of a training batch that leads with `samples_per_batch`, where the data are whole
+    batches that can be indexed (`sample_position`); None elsewhere (batches the loader makes
+    lead with their samples, and a stream is not read here). Ids `[B, S]` beside a mask
+    `[S, S]` that the batch shares had been counted S samples a batch, not B: a mean over
+    batches, not samples (a probe, 2026-12-07)."""
+    dataset = workload.dataset
+    if workload.batch_size is not None or not isinstance(dataset, Sized) or len(dataset) == 0:
+        return None
+    if not hasattr(dataset, "__getitem__"):
+        return None
+    return sample_position(_tensors(dataset[0]), workload.samples_per_batch)
+
+
+def held_out_samples(batch: Any, position: int | None) -> int:
+    """The samples of a held-out batch (a tensor, a dict or a tuple): the first size of its
+    tensor at `position` (`held_out_position`), else `samples_in` of its tensors; 1 where it
+    holds none with a dimension."""
+    tensors = _tensors(batch)
+    if position is not None and position < len(tensors) and tensors[position].dim() > 0:
+        return int(tensors[position].shape[0])
+    return samples_in(tensors)
+
+
+def _tensors(batch: Any) -> tuple[torch.Tensor, ...]:
+    """A batch's tensors in order: a dict's values in its keys' order, as the loop's tuples."""
+    if isinstance(batch, torch.Tensor):
+        return (batch,)
+    items = batch.values() if isinstance(batch, Mapping) else batch
+    return tuple(t for t in items if isinstance(t, torch.Tensor))

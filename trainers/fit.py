@@ -80,7 +80,12 @@ from trainers.checkpoint import (
 from trainers.config import REFERENCE, LoopConfig
 from trainers.core import Engine, Session
 from trainers.errors import ConfigError, WorkloadError
-from trainers.eval_checks import check_eval_batch, moved_batch
+from trainers.eval_checks import (
+    check_eval_batch,
+    held_out_position,
+    held_out_samples,
+    moved_batch,
+)
 from trainers.fit_checks import (
     Deferred,
     DtypesSaid,
@@ -99,7 +104,6 @@ from trainers.streams import StreamPlan, on, wait
 from trainers.workloads.as_tuples import original_loss
 from trainers.workloads.base import Batch, LossFn, Workload, evaluating
 from trainers.workloads.checks import raised_at
-from trainers.workloads.whole import samples_in
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -372,9 +376,9 @@ class Trainer:
 
     def evaluate(self, plan: StreamPlan | None = None) -> float:
         """The mean loss over `eval_data`'s samples, with the eager model in eval mode and no
-        gradients: each batch's loss weighted by its samples (`samples_in`). A mean of batches
-        had counted a short last batch of one sample as much as a full one (a user's probe,
-        2026-12-06)."""
+        gradients: each batch's loss weighted by its samples (`held_out_samples`). A mean of
+        batches had counted a short last batch of one sample as much as a full one (a user's
+        probe, 2026-12-06)."""
         if self.eval_data is None:
             raise ConfigError("eval_data", None, "held-out batches to evaluate on")
         current = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
@@ -384,7 +388,7 @@ class Trainer:
             wait(current, plan.backward)
             wait(current, plan.forward)
         total: torch.Tensor | None = None
-        count = 0
+        count, position = 0, held_out_position(self.workload)
         # Back to the modes the model had, submodule by submodule (a frozen BatchNorm stays so).
         with evaluating(self.model), torch.no_grad(), self.precision_plan.autocast():
             for batch in self.eval_data:
@@ -392,7 +396,7 @@ class Trainer:
                 loss_fn = self.eval_loss
                 if self._tuple_loss is not None and isinstance(moved, tuple):
                     loss_fn = self._tuple_loss
-                samples = _samples(moved)
+                samples = held_out_samples(moved, position)
                 loss = loss_fn(self.model, moved).float() * samples
                 total = loss if total is None else total + loss
                 count += samples
@@ -483,11 +487,3 @@ class Trainer:
 
     def load(self, path: str | os.PathLike[str]) -> None:
         self._restore(read_checkpoint(path, self.device), path)
-
-
-def _samples(batch: Any) -> int:
-    """The samples of a held-out batch (a tensor, a dict or a tuple): `samples_in` of its
-    tensors; 1 where it holds none with a dimension."""
-    items = batch.values() if isinstance(batch, Mapping) else batch
-    tensors = (batch,) if isinstance(batch, torch.Tensor) else tuple(items)
-    return samples_in(tuple(t for t in tensors if isinstance(t, torch.Tensor)))

@@ -1095,3 +1095,30 @@ def test_fit_past_a_one_cycle_schedule_is_refused_before_a_step(tmp_path: Path) 
     assert other.step == 1 and other.scheduler is not None and other.scheduler.last_epoch == 1
     assert all(torch.equal(a, b) for a, b in zip(weights, other.model.parameters(), strict=True))
     assert other.fit(5, resume_from=path).step == 5
+
+
+def test_an_evaluation_counts_the_samples_where_a_shared_mask_rides_beside_them() -> None:
+    """Whole batches of ids [B, S] beside a mask [S, S] that the batch shares: a held-out batch
+    had been counted S samples, not B, so a batch of 1 weighed as much as one of 4 (a probe,
+    2026-12-07). The samples sit where the training batches keep `samples_per_batch`."""
+    seq, vocab = 6, 11
+    model = nn.Sequential(nn.Embedding(vocab, 8), nn.Linear(8, vocab))
+
+    def loss(model: nn.Module, batch: Any) -> torch.Tensor:
+        ids, mask = batch
+        logits = model(ids) + mask.sum() * 0  # the mask rides along, as attention's would
+        return nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten())
+
+    def batch(samples: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = torch.randint(0, vocab, (samples, seq), generator=torch.Generator().manual_seed(seed))
+        return ids, torch.ones(seq, seq)
+
+    data = [batch(4, seed) for seed in range(3)]
+    workload = workload_from_parts(
+        model, data, loss, optimizer=torch.optim.SGD, samples_per_batch=4
+    )
+    held_out = [batch(4, 10), batch(1, 11)]
+    trainer = Trainer(workload, device="cpu", eval_data=held_out)
+    with torch.no_grad():
+        each = [loss(trainer.model, b).item() for b in held_out]
+    assert trainer.evaluate() == pytest.approx((4 * each[0] + each[1]) / 5, rel=1e-5)

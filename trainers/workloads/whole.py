@@ -27,6 +27,16 @@ def samples_in(batch: tuple[torch.Tensor, ...]) -> int:
     return max(sorted(set(shared)), key=shared.count)
 
 
+def sample_position(batch: tuple[torch.Tensor, ...], samples: int) -> int | None:
+    """The position of the first tensor of a whole batch that leads with its `samples`: where
+    another batch of the same data (a held-out one, a short last one) keeps its samples. None
+    where no tensor leads with them (a sequence-first input alone)."""
+    for position, tensor in enumerate(batch):
+        if tensor.dim() > 0 and int(tensor.shape[0]) == samples:
+            return position
+    return None
+
+
 def check_whole(batch: tuple[torch.Tensor, ...], samples: int | None = None) -> None:
     """WorkloadError where a dataset's item, fed whole (no batch size), looks like one sample: a
     scalar beside shaped tensors (a class label without its batch dimension), or tensors that
