@@ -127,7 +127,7 @@ def train(
     cuda_graph: CudaGraph = False,
     steps: Steps = 50,
     warmup: TrainWarmup = 10,
-    windows: TrainWindows = 5,
+    windows: TrainWindows = None,
     device: Device = "auto",
     seed: TrainSeed = 0,
     matmul_precision: MatmulPrecision = "highest",
@@ -164,7 +164,7 @@ def train(
         args = trainers.RunArgs(
             steps=steps,
             warmup=warmup,
-            windows=windows,
+            windows=min(5, steps) if windows is None else windows,  # `--steps 2` alone runs
             device=dev,
             precision=precision,  # type: ignore[arg-type]  # run() checks it
         )

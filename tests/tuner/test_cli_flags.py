@@ -54,6 +54,8 @@ OWN_DEFAULTS = {
     ("run", "profile"),
     # None typed: the scale space's window where not given (`search.measurement_protocol`).
     ("run", "window_steps"),
+    # None typed: the owner's 5, or the steps where fewer (`cli.train`).
+    ("train", "windows"),
 }
 
 

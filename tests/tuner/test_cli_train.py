@@ -109,3 +109,12 @@ def test_cuda_graph_on_cpu_is_one_clear_line() -> None:
     assert out.returncode == 2
     expected = "error: --cuda-graph: cuda_graph=True needs a CUDA device, and this run is on cpu"
     assert out.stderr.strip() == expected
+
+
+def test_train_fits_its_windows_to_a_few_steps_when_not_given() -> None:
+    """`--steps 2` alone had been refused naming --windows, a flag the user never gave."""
+    out = tuner("train", "--steps", "2", "--warmup", "1", "--device", "cpu", "--json")
+    assert out.returncode == 0, out.stderr
+    assert len(json.loads(out.stdout)["windows"]) == 2
+    given = tuner("train", "--steps", "2", "--windows", "3", "--device", "cpu")
+    assert given.returncode == 2 and "windows=3 is invalid" in given.stderr
