@@ -19,13 +19,13 @@ from typing import Literal, Protocol
 import optuna
 import sqlalchemy.exc
 
-import trainers
-from tuner.errors import SpaceError, Stopped, TunerError
+from tuner.errors import Stopped
 from tuner.evidence.recommendation import Recommendation
 from tuner.search.options import RunOptions
 from tuner.search.search import Search
 from tuner.search.study import apply_gpu_defaults, open_search
 from tuner.service.gatehelp import JobClaims
+from tuner.service.job_errors import describe, no_config
 from tuner.service.jobstore import FINISHED, WorkerStore
 from tuner.service.settings import WorkerSettings
 from tuner.service.slots import GAVE_UP_REASON, JobSlots, count_slots, fail_orphans
@@ -83,19 +83,6 @@ class JobMember(Protocol):
         ...
 
 
-def describe(exc: BaseException) -> str:
-    """One line for a job's `error`, naming the request field where there is one."""
-    if isinstance(exc, trainers.ConfigError):
-        return f"{exc.field}: {exc}"
-    if isinstance(exc, trainers.WorkloadError):
-        return f"{exc.field or 'workload'}: {exc}"
-    if isinstance(exc, SpaceError):
-        return f"space/fix: {exc}"
-    if isinstance(exc, TunerError | trainers.TrainerError):
-        return str(exc)
-    return f"{type(exc).__name__}: {exc}"[:2000]
-
-
 CANCEL_READ_S = 0.25
 """How often `JobRun.should_stop` reads the job's cancel flag itself (monotonic seconds)."""
 
@@ -134,17 +121,21 @@ class JobRun:
     def should_stop(self) -> bool:
         """Polled by the search between trials and after each window; reads a cancel itself every
         `CANCEL_READ_S` (the heartbeat alone let three trials start after one, 2026-12-02)."""
-        job_id, now = self._job_id, time.monotonic()
-        if self._stop is None and job_id is not None and now >= self._cancel_read_at:
-            self._cancel_read_at = now + CANCEL_READ_S
-            try:
-                if self.worker.store.get(job_id).cancel_requested:
-                    self._stop = "cancel"
-            except Exception as exc:
-                if not is_transient(exc):
-                    raise
-                # The database is away: the heartbeat says so, and reads the cancel once back.
+        if self._stop is None and time.monotonic() >= self._cancel_read_at:
+            self._cancel_read_at = time.monotonic() + CANCEL_READ_S
+            self._read_cancel()
         return self._stop is not None or self.worker.stopping.is_set()
+
+    def _read_cancel(self) -> bool:
+        """Whether a cancel of the job is asked for, read now (`_stop` then "cancel")."""
+        try:
+            if self._job_id is not None and self.worker.store.get(self._job_id).cancel_requested:
+                self._stop = "cancel"
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            # The database is away: the heartbeat says so, and reads the cancel once back.
+        return self._stop == "cancel"
 
     def member_of(self, job: JobRow, *, claimed: bool) -> bool:
         """Be a member of `job` until no trial of it is left for this worker."""
@@ -185,7 +176,9 @@ class JobRun:
                 self._count_from_the_job(search)
             slots = self._slots(job, deadline)
             search.run_trials(slots)
-            if search.stopped:
+            # Read now, not by the next heartbeat: a cancel asked before the final round ends
+            # the job without one (a repeat job, whose trials were all copied, had run it).
+            if search.stopped or self._read_cancel():
                 raise Stopped(f"stopped after {search.done} trials")
             # Under the slot lock: a worker that found the patience short a moment ago must not
             # take a trial after this one claimed the final round.
@@ -323,11 +316,13 @@ class JobRun:
 
     def _finish(self, job: JobRow, rec: Recommendation) -> bool:
         counts = self._sync_progress(job)
-        status = "cancelled" if self._stop == "cancel" else "succeeded"
+        # A cancel asked during the final round: cancelled (it had depended on when the
+        # heartbeat read it), the recommendation kept.
+        status = "cancelled" if self._read_cancel() else "succeeded"
         error = None
         if rec.config is None and status == "succeeded":
             # Nothing to train with: failed, as `tuner run` exits 1 (it had served a null config).
-            status, error = "failed", _no_config(rec)
+            status, error = "failed", no_config(rec)
         # With the study's counts now (the one rule), and the job's name of a plug-in workload.
         stored = (rec if counts is None else rec.with_counts(counts)).to_dict()
         stored["workload"], error = job.workload, error and self._as_asked(job, error)
@@ -472,8 +467,7 @@ class _JobProgress:
     def phase(self, text: str) -> None:
         self.run._phase = text
         # Also in the worker's log, timed: the study keeps each worker's seconds by phase, not
-        # when each part ran. On 4 H200s (`llama-1b`, 2026-11-28) which helper took the
-        # leader's profile, and when, could only be guessed from those sums.
+        # when each part ran (on 4 H200s, 2026-11-28, who profiled when was a guess).
         log.info("job %s: %s", self.job.id, text)
 
     def trial_done(self, done: int, total: int, best: float | None, state: str) -> None:
@@ -483,18 +477,7 @@ class _JobProgress:
 
 def _trials_over(slots: JobSlots, search: Search) -> bool:
     """No trial of the job is left to run: every slot is counted or the job's time is up
-    (`SlotCount.finished`), or no trial runs and the search's patience has stopped it (which
-    counts every worker's trials). Until 2026-11-28 the patience alone did not end a job's
-    trials: on 2 H200s (`llama-1b`) both workers helped, left, and joined again after the
-    job's deadline before one of them decided, about 290 s after the patience had stopped
-    the search, and a one-worker service job went on running trials until its deadline."""
+    (`SlotCount.finished`), or no trial runs and the search's patience (every worker's trials)
+    has stopped it: without that, 2 H200s' workers had run on to the deadline (2026-11-28)."""
     count = slots.count()
     return count.finished or (count.running == 0 and search.out_of_patience())
-
-
-def _no_config(rec: Recommendation) -> str:
-    """A job's error where it recommends no config: the reason and each final-round failure
-    (the row has no `failures` of its own: "(see failures)" pointed nowhere a client reads)."""
-    reason = (rec.reason or "none was decided").removesuffix(" (see failures)")
-    failed = [f"{name}: {' '.join(why.split())[:300]}" for name, why in rec.failures.items()]
-    return f"no config recommended: {reason}" + (f" ({'; '.join(failed[:4])})" if failed else "")
