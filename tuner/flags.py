@@ -313,13 +313,7 @@ NumWorkers = Annotated[int, typer.Option(help="DataLoader workers.")]
 CudaGraph = Annotated[bool, typer.Option(help="Capture the step in a CUDA graph.")]
 Steps = Annotated[int, typer.Option(help="Measured steps.")]
 TrainWarmup = Annotated[int, typer.Option(help="Untimed steps first.")]
-TrainWindows = Annotated[
-    int | None,
-    typer.Option(
-        help="Timed windows the steps are split into [default: 5, or --steps where fewer].",
-        show_default=False,
-    ),
-]
+TrainWindows = Annotated[int | None, typer.Option(help="Timed windows: 5, or --steps if fewer.")]
 TrainSeed = Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Seed of weights and data.")]
 CompileMode = Annotated[
     str,
