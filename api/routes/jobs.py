@@ -56,7 +56,7 @@ def create_job(
     row = store.create(spec, owner=caller, max_queued=settings.max_queued_per_token)
     log.info("job %s queued by %s: %s %s", row.id, caller.name, row.workload, row.preset)
     response.headers["Location"] = f"/v1/jobs/{row.id}"
-    return JobOut.of(row, store.offered_devices(settings.lease_s))
+    return JobOut.of(row, store.offered_devices(settings.lease_s), settings.lease_s)
 
 
 @router.get("", response_model=JobPage)
@@ -71,7 +71,7 @@ def list_jobs(
     """This token's jobs (an admin's: every job), newest first, optionally of one status."""
     rows, total = store.list(status=status, limit=limit, offset=offset, by=caller)
     offered = store.offered_devices(settings.lease_s)
-    items = [JobOut.of(r, offered) for r in rows]
+    items = [JobOut.of(r, offered, settings.lease_s) for r in rows]
     return JobPage(items=items, total=total, limit=limit, offset=offset)
 
 
@@ -80,7 +80,7 @@ def get_job(job_id: JobId, store: StoreDep, caller: CallerDep, settings: Setting
     """Status, trials complete of those asked for, the best trial so far, timestamps, error;
     for a queued job, why it waits (`stuck`: no live worker offers its device)."""
     row = store.job(job_id, by=caller)
-    return JobOut.of(row, store.offered_devices(settings.lease_s))
+    return JobOut.of(row, store.offered_devices(settings.lease_s), settings.lease_s)
 
 
 @router.get("/{job_id}/trials", response_model=TrialPage, responses=NOT_FOUND)
@@ -179,9 +179,10 @@ def accepts_gzip(header: str) -> bool:
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut, responses=NOT_FOUND | CONFLICT)
-def cancel_job(job_id: JobId, store: StoreDep, caller: CallerDep) -> JobOut:
-    """Cancel: a queued job at once; a running one stops at its running trial's next window
-    (what was measured stays). 409 when the job has already ended."""
-    row = store.cancel(job_id, by=caller)
+def cancel_job(job_id: JobId, store: StoreDep, caller: CallerDep, settings: SettingsDep) -> JobOut:
+    """Cancel: a queued job at once, and a running one whose workers stopped heartbeating
+    (`stuck`); a running one stops at its running trial's next window (what was measured
+    stays). 409 when the job has already ended."""
+    row = store.cancel(job_id, by=caller, lease_s=settings.lease_s)
     log.info("job %s: cancel asked by %s", job_id, caller.name)
-    return JobOut.of(row)
+    return JobOut.of(row, store.offered_devices(settings.lease_s), settings.lease_s)

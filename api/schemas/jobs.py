@@ -297,13 +297,16 @@ class JobOut(BaseModel):
     )
     space_notes: list[str] = Field(default=[], description="once decided: what the space left out")
     waiting: str | None = Field(
-        default=None, description="why a queued job is not running yet (null: it is not queued)"
+        default=None,
+        description="why a queued job is not running yet, or why a running one is not "
+        "moving: no worker has heartbeated it for the lease (null: neither)",
     )
     stuck: bool = Field(
         default=False,
         description="queued for a device that no live worker offers while others are alive: "
         "it runs only when a worker on that device starts; cancel it or submit it for another "
-        "device (with no worker alive, as while `serve` starts them, false: see `waiting`)",
+        "device (with no worker alive, as while `serve` starts them, false: see `waiting`); or "
+        "running with its workers gone and no worker alive to take it over (a cancel ends it)",
     )
     cancel_requested: bool
     attempts: int = Field(description="times a worker claimed the job")
@@ -317,13 +320,19 @@ class JobOut(BaseModel):
     links: JobLinks
 
     @classmethod
-    def of(cls, row: StoredJobRow, offered: set[str] | Unknown | None = UNKNOWN) -> JobOut:
+    def of(
+        cls,
+        row: StoredJobRow,
+        offered: set[str] | Unknown | None = UNKNOWN,
+        lease_s: float | None = None,
+    ) -> JobOut:
         """The job's request (`JobSpec`) and progress; `offered`: the devices live workers run
-        (`Submissions.offered_devices`; None: no worker alive), which say why a job waits."""
+        (`Submissions.offered_devices`; None: no worker alive), which say why a job waits;
+        `lease_s`: the workers' lease, past which a running job's workers are taken for gone."""
         base, search = f"/v1/jobs/{row.id}", (row.recommendation or {}).get("search") or {}
         return cls.model_validate(
             dataclasses.asdict(JobSpec.of(row))
-            | _waiting(row, offered)
+            | _waiting(row, offered, lease_s)
             | {
                 "id": row.id,
                 "status": row.status,
@@ -359,9 +368,13 @@ class JobOut(BaseModel):
         )
 
 
-def _waiting(row: StoredJobRow, offered: set[str] | Unknown | None) -> dict[str, Any]:
+def _waiting(
+    row: StoredJobRow, offered: set[str] | Unknown | None, lease_s: float | None
+) -> dict[str, Any]:
     """`waiting` and `stuck` of a queued job: a job no live worker can run says so, and a
     client's polling loop can end on `stuck` instead of waiting forever."""
+    if row.status == "running":
+        return _orphaned(row, offered, lease_s)
     if row.status != "queued" or offered is UNKNOWN:
         return {}
     if offered is None:
@@ -373,6 +386,27 @@ def _waiting(row: StoredJobRow, offered: set[str] | Unknown | None) -> dict[str,
             "stuck": True,
         }
     return {"waiting": f"for a free worker offering {row.device!r}"}
+
+
+def _orphaned(
+    row: StoredJobRow, offered: set[str] | Unknown | None, lease_s: float | None
+) -> dict[str, Any]:
+    """`waiting` and `stuck` of a running job that no worker has heartbeated for the lease: a
+    worker killed outright had left it "running" with no word until another worker started,
+    and a client's polling loop never ended (a probe, 2026-12-07)."""
+    beat = utc(row.heartbeat_at)
+    if lease_s is None or offered is UNKNOWN or beat is None:
+        return {}
+    if dt.datetime.now(dt.UTC) - beat <= dt.timedelta(seconds=lease_s):
+        return {}
+    since = f"no worker has heartbeated it since {beat:%Y-%m-%d %H:%M:%S} UTC (lease {lease_s:g} s)"
+    if offered is None:
+        return {
+            "waiting": f"{since}, and no worker is alive to take it over: start one, or cancel "
+            "the job (a cancel ends it now)",
+            "stuck": True,
+        }
+    return {"waiting": f"{since}: a live worker puts it back in the queue"}
 
 
 class JobPage(BaseModel):

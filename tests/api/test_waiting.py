@@ -4,16 +4,19 @@ a real SQLite file, a real CPU worker registered in it (started, never running a
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from tests.api.conftest import make_app, make_worker
 from tests.api.helpers import AUTH, TINY_JOB
+from tuner.service.tables import JobRow, WorkerRow
 from tuner.service.worker import Worker
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
@@ -77,3 +80,48 @@ def test_without_any_live_worker_a_job_waits_but_is_not_stuck(storage: str) -> N
 def test_the_readme_loop_ends_on_every_terminal_status(status: str) -> None:
     assert readme_loop_ends(json.dumps({"status": status}, separators=(",", ":")))
     assert not readme_loop_ends(json.dumps({"status": "running"}, separators=(",", ":")))
+
+
+def test_a_running_job_whose_worker_died_says_so_and_a_cancel_ends_it_now(storage: str) -> None:
+    """A worker killed outright (SIGKILL) stops heartbeating its job and its own row: the job
+    had stayed "running", not stuck, and a cancel only flagged it, until another worker
+    started (a probe of the service, 2026-12-07). Here a real worker claims the job, then its
+    heartbeats are set back past the lease, as the time after such a kill leaves them."""
+    worker = make_worker(storage)
+    worker.start()
+    with TestClient(make_app(storage, lease_s=30.0)) as client:
+        job_id = submit(client, "cpu")
+        assert worker.store.claim(worker.id, devices=["cpu"]) is not None
+        fresh = client.get(f"/v1/jobs/{job_id}", headers=AUTH).json()
+        assert (fresh["status"], fresh["waiting"], fresh["stuck"]) == ("running", None, False)
+        worker.close()
+        old = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(seconds=90)
+        with worker.store.engine.begin() as conn:
+            conn.execute(sa.update(JobRow).values(heartbeat_at=old))
+            conn.execute(sa.update(WorkerRow).values(heartbeat_at=old))
+        got = client.get(f"/v1/jobs/{job_id}", headers=AUTH)
+        job = got.json()
+        assert (job["status"], job["stuck"]) == ("running", True)
+        assert job["waiting"].startswith("no worker has heartbeated it since ")
+        assert "no worker is alive to take it over" in job["waiting"]
+        assert readme_loop_ends(got.text)
+        cancelled = client.post(f"/v1/jobs/{job_id}/cancel", headers=AUTH)
+        assert cancelled.status_code == 200
+        ended = cancelled.json()
+        assert (ended["status"], ended["cancel_requested"], ended["stuck"]) == (
+            "cancelled",
+            True,
+            False,
+        )
+        assert ended["finished_at"] and ended["phase"] is None
+
+
+def test_a_running_job_with_a_live_worker_beating_it_is_not_stuck_and_a_cancel_flags_it(
+    storage: str, cpu_worker: Worker
+) -> None:
+    with TestClient(make_app(storage, lease_s=30.0)) as client:
+        job_id = submit(client, "cpu")
+        assert cpu_worker.store.claim(cpu_worker.id, devices=["cpu"]) is not None
+        cancelled = client.post(f"/v1/jobs/{job_id}/cancel", headers=AUTH).json()
+        assert (cancelled["status"], cancelled["cancel_requested"]) == ("running", True)
+        assert (cancelled["waiting"], cancelled["stuck"]) == (None, False)

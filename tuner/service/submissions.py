@@ -21,7 +21,7 @@ import sqlalchemy as sa
 
 import trainers
 from tuner.errors import JobConflict, JobNotFound, TooManyQueued
-from tuner.service.jobtables import FINISHED, STATUSES, JobTables
+from tuner.service.jobtables import FINISHED, SHARING_RESET, STATUSES, JobTables
 from tuner.service.owners import Owner
 from tuner.service.spec import JobSpec
 from tuner.service.tables import JobRow, TrialEventRow, WorkerRow, job_devices, utcnow
@@ -136,20 +136,33 @@ class Submissions(JobTables):
             ).all()
         return list(rows), int(total or 0)
 
-    def cancel(self, job_id: str, *, by: Owner | None = None) -> JobRow:
-        """A queued job is cancelled now; a running one is flagged (its worker stops it)."""
+    def cancel(
+        self, job_id: str, *, by: Owner | None = None, lease_s: float | None = None
+    ) -> JobRow:
+        """A queued job is cancelled now; a running one is flagged (its worker stops it), or,
+        where no worker has heartbeated it for `lease_s`, cancelled now: a worker killed
+        outright had left the cancel waiting until another worker started (a probe,
+        2026-12-07). Membership's `requeue_stale` ends such a job the same way."""
         now = utcnow()
         flagged = {"cancel_requested": True, "updated_at": now}
+        ended = {"status": "cancelled", "finished_at": now, "phase": None, **flagged}
         self.get(job_id)  # JobNotFound for an id that is none (before it reaches the database)
         mine = [JobRow.id == job_id, *_visible(by)]
+        stale = [JobRow.status == "running"]
+        if lease_s is not None:
+            stale.append(JobRow.heartbeat_at < now - dt.timedelta(seconds=lease_s))
 
         def update() -> int:
             with self.engine.begin() as conn:  # conditional single statements: no lost updates
                 done = conn.execute(
-                    sa.update(JobRow)
-                    .where(*mine, JobRow.status == "queued")
-                    .values(status="cancelled", finished_at=now, phase=None, **flagged)
+                    sa.update(JobRow).where(*mine, JobRow.status == "queued").values(**ended)
                 ).rowcount
+                if not done and lease_s is not None:
+                    done = conn.execute(
+                        sa.update(JobRow)
+                        .where(*mine, *stale)
+                        .values(worker=None, **SHARING_RESET, **ended)
+                    ).rowcount
                 if not done:
                     done = conn.execute(
                         sa.update(JobRow).where(*mine, JobRow.status == "running").values(**flagged)
