@@ -67,10 +67,12 @@ OptimizerHook = Callable[[torch.optim.Optimizer, torch.device], None]
 
 
 DEVICES_ALLOWED = "auto, cpu, cuda or cuda:INDEX"
-DEVICE_PATTERN = re.compile(r"\A(auto|cpu|cuda(:\d{1,2})?)\Z")
+DEVICE_PATTERN = re.compile(r"\A(auto|cpu|cuda(:(0|[1-9]\d?))?)\Z")
 r"""The one device syntax of a run (`--device`) and of a service job (its `device`). Anchored by
 `\A` and `\Z`, not `^` and `$`: `$` also matches before a final newline, and `"cpu\n"` had
-passed, a job no worker offered a device for (queued for good) and a CLI run torch refused."""
+passed, a job no worker offered a device for (queued for good) and a CLI run torch refused. An
+index has no leading zero: `cuda:01` is GPU 1 to torch, but a worker offers `cuda:1`, and the job
+had been queued for good (a probe, 2026-12-07)."""
 
 
 def resolve_device(device: str | torch.device) -> torch.device:

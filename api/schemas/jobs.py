@@ -45,8 +45,9 @@ WorkloadName = Annotated[
 PrecisionName = Precision
 Objective = Literal["throughput", "memory"]
 Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-# The CLI's device syntax (`trainers.DEVICE_PATTERN`, checked by `check_spec`); 8 characters.
-Device = Annotated[str, Field(min_length=1, max_length=8)]
+# The CLI's device syntax (`trainers.DEVICE_PATTERN`, checked by `check_spec`, whose error names
+# the syntax: a length limit of 8 had answered `cuda:1000` with "at most 8 characters").
+Device = Annotated[str, Field(min_length=1, max_length=64)]
 
 
 _THROUGHPUT: list[Objective] = ["throughput"]

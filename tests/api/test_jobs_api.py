@@ -321,6 +321,8 @@ BAD_BODIES: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
     ({"objectives": ["throughput", "throughput"]}, ("body", "objectives"), "throughput"),
     ({"objectives": []}, ("body", "objectives"), "at least 1"),
     ({"device": "tpu"}, ("body", "device"), "allowed auto, cpu, cuda or cuda:INDEX, not 'tpu'"),
+    ({"device": "cuda:1000"}, ("body", "device"), "allowed auto, cpu, cuda or cuda:INDEX, not"),
+    ({"device": "cuda:01"}, ("body", "device"), "allowed auto, cpu, cuda or cuda:INDEX, not"),
     ({"screen": "sometimes"}, ("body", "screen"), "'auto', 'on' or 'off'"),
     ({"screen": True}, ("body", "screen"), "'auto', 'on' or 'off'"),
     ({"gpus": 0}, ("body", "gpus"), "allowed 'all' or a whole number 1..64"),

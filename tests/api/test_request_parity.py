@@ -105,7 +105,7 @@ def test_float8_on_the_cpu_is_refused_by_both_naming_the_precision(
 
 
 DEVICE_CASES = ["auto", "cpu", "cuda", "cuda:0", "cuda:12", "gpu", "cuda:x", "cuda:", "CPU", ""]
-DEVICE_CASES += ["cpu\n", "auto\n", "cuda:1\n"]
+DEVICE_CASES += ["cpu\n", "auto\n", "cuda:1\n", "cuda:01", "cuda:00", "cuda:1000"]
 """A final newline, which `$` lets through: each side refusing it alone is what is tested."""
 
 
