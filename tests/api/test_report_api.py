@@ -69,9 +69,12 @@ def test_each_encoding_has_its_own_etag_and_if_none_match_is_read_as_a_list(
     identity = AUTH | {"Accept-Encoding": "identity"}
     plain = client.get(url, headers=identity).headers["etag"]
     zipped = client.get(url, headers=AUTH | {"Accept-Encoding": "gzip"}).headers["etag"]
-    assert plain != zipped and plain.startswith('"') and zipped.endswith('"')
+    # Weak: two builds of one study state differ in the time each page says it was made (two
+    # servers on one database gave one strong tag for different bytes, a probe, 2026-12-07).
+    assert plain != zipped and plain.startswith('W/"') and zipped.endswith('-gzip"')
     assert client.get(url, headers=identity | {"If-None-Match": zipped}).status_code == 200
-    for header in (plain, f"W/{plain}", f'"other", {plain}', "*"):
+    bare = plain.removeprefix("W/")
+    for header in (plain, bare, f'"other", {plain}', f'"other", {bare}', "*"):
         answer = client.get(url, headers=identity | {"If-None-Match": header})
         assert answer.status_code == 304 and answer.headers["etag"] == plain, header
     assert (

@@ -34,7 +34,9 @@ PAGES = 8  # reports kept, the most recently asked for (each ~5 MB, plus ~1.3 MB
 class Page:
     html: bytes
     gzipped: bytes
-    etag: str  # the study state's hash, quoted as an HTTP entity tag
+    # The study state's hash as a weak HTTP entity tag: two builds of one state differ in the
+    # time the page says it was generated, so a strong tag had named different bytes.
+    etag: str
 
 
 class ReportCache:
@@ -97,7 +99,7 @@ class ReportCache:
             study = optuna.load_study(study_name=name, storage=self.storage)
             html = self._build(study, workload=workload)
             data = html.encode("utf-8")
-            page = Page(html=data, gzipped=gzip.compress(data, 6), etag=f'"{key[1]}"')
+            page = Page(html=data, gzipped=gzip.compress(data, 6), etag=f'W/"{key[1]}"')
             with self._lock:
                 self.built += 1
                 self._cache[key] = page
