@@ -87,6 +87,10 @@ def positioned_batches(
         per_epoch = len(full)
     except TypeError:  # an iterable dataset: skipped by loading
         per_epoch = 0
+    if isinstance(workload.dataset, torch.utils.data.IterableDataset):
+        # One with a `__len__` too: it cannot be entered by index (a Subset of it had raised
+        # "should implement __getitem__" on resume mid-epoch, a user's probe, 2026-12-07).
+        per_epoch = 0
     if per_epoch == 0:
         batches = cycle(full)
         for _ in range(start):

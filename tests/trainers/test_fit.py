@@ -1122,3 +1122,43 @@ def test_an_evaluation_counts_the_samples_where_a_shared_mask_rides_beside_them(
     with torch.no_grad():
         each = [loss(trainer.model, b).item() for b in held_out]
     assert trainer.evaluate() == pytest.approx((4 * each[0] + each[1]) / 5, rel=1e-5)
+
+
+class _SizedStream(torch.utils.data.IterableDataset[tuple[torch.Tensor, torch.Tensor]]):
+    """A stream that knows its length, as many do: 20 samples, 5 batches of 4 an epoch."""
+
+    def __init__(self) -> None:
+        generator = torch.Generator().manual_seed(1)
+        self.x = torch.randn(20, 6, generator=generator)
+        self.y = torch.randint(0, 3, (20,), generator=generator)
+
+    def __len__(self) -> int:
+        return 20
+
+    def __iter__(self) -> Any:
+        return iter(zip(self.x, self.y, strict=True))
+
+
+def test_a_stream_with_a_length_resumes_mid_epoch_as_an_uninterrupted_run(
+    tmp_path: Path,
+) -> None:
+    """Resumed at step 7 (batch 2 of the second epoch), the stream had been entered by index
+    and failed: "Subclasses of Dataset should implement __getitem__" (a user's probe,
+    2026-12-07). It is skipped by loading, as a stream without a length is."""
+
+    def trainer() -> Trainer:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+
+        def loss(model: nn.Module, batch: Any) -> torch.Tensor:
+            return nn.functional.cross_entropy(model(batch[0]), batch[1])
+
+        parts = workload_from_parts(
+            model, _SizedStream(), loss, optimizer=torch.optim.Adam, batch_size=4
+        )
+        return Trainer(parts, device="cpu")
+
+    whole = trainer().fit(11)
+    trainer().fit(7, checkpoint_every=7, checkpoint_path=tmp_path / "s.pt")
+    resumed = trainer().fit(11, resume_from=tmp_path / "s.pt")
+    assert resumed.losses == whole.losses[7:]
