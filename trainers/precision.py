@@ -97,7 +97,7 @@ def check_precision_here(
     run `precision`: float8 needs a CUDA GPU of compute capability 8.9 or later and torchao
     (`trainers.float8.unavailable`). The other precisions are probed by `make_plan`. With
     `model`, a ConfigError where its parameters cannot take it (`check_scaled_parameters`)."""
-    if model is not None and precision == "fp16-autocast":
+    if model is not None:
         check_scaled_parameters(precision, model)
     if precision == "float8":
         reason = float8.unavailable(device)
@@ -328,11 +328,12 @@ def make_plan(precision: Precision | None, device: torch.device) -> PrecisionPla
     return PrecisionPlan(device_type=device.type, autocast_dtype=dtype, scaler=scaler)
 
 
-def check_scaled_parameters(precision: Precision | None, model: torch.nn.Module) -> None:
+def check_scaled_parameters(precision: object, model: torch.nn.Module) -> None:
     """ConfigError naming `precision` where fp16-autocast's gradient scaler meets a trainable
     float16 parameter: it unscales float32 gradients only, and had raised "Attempting to unscale
     FP16 gradients." at the first step, which the tuner blamed on the workload (a probe,
     2026-12-07)."""
+    _check_float64(precision, model)
     if precision != "fp16-autocast":
         return
     for name, param in model.named_parameters():
@@ -344,6 +345,24 @@ def check_scaled_parameters(precision: Precision | None, model: torch.nn.Module)
                 "gradient scaler unscales float32 gradients); keep the model in float32, which "
                 "autocast runs in float16 where it pays, or choose another precision",
             )
+
+
+def _check_float64(precision: object, model: torch.nn.Module) -> None:
+    """ConfigError naming `precision` where an autocast (or float8, which trains under
+    bf16-autocast) meets a model whose trained parameters are all float64: autocast casts only
+    float32 ops, so the run trained in float64 under a bf16 label, bit for bit as fp32 did (a
+    user's probe, 2026-12-07)."""
+    if precision not in _AUTOCAST_DTYPE:
+        return
+    trained = [p for p in model.parameters() if p.requires_grad and p.is_floating_point()]
+    if trained and all(p.dtype == torch.float64 for p in trained):
+        raise ConfigError(
+            "precision",
+            precision,
+            "a model whose trained parameters are float32 (this one's are float64, which "
+            "autocast leaves as they are: the run would compute in float64 under this label); "
+            "give the model and its data .float(), or leave precision out",
+        )
 
 
 def _autocast_failure(device: torch.device, dtype: torch.dtype) -> str | None:

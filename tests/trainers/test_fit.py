@@ -1043,6 +1043,24 @@ def test_fp16_autocast_over_float16_parameters_is_refused_naming_the_precision()
     assert len(Trainer(parts(half), device="cpu", precision="fp16-autocast").fit(1).losses) == 1
 
 
+def test_an_autocast_over_a_float64_model_is_refused_naming_the_precision() -> None:
+    """Autocast casts float32 ops only: a float64 model under bf16-autocast had trained in
+    float64, its losses bit for bit fp32's, under the bf16 label (a user's probe, 2026-12-07)."""
+    data = TensorDataset(torch.randn(32, 8).double(), torch.randint(0, 3, (32,)))
+
+    def loss(model: nn.Module, batch: Any) -> torch.Tensor:
+        return nn.functional.cross_entropy(model(batch[0]), batch[1])
+
+    def parts(model: nn.Module) -> trainers.Workload:
+        return workload_from_parts(model, data, loss, optimizer=torch.optim.SGD, batch_size=8)
+
+    for precision in ("bf16-autocast", "fp16-autocast"):
+        with pytest.raises(ConfigError, match=rf"^precision='{precision}' is invalid: .*float64"):
+            Trainer(parts(nn.Linear(8, 3).double()), device="cpu", precision=precision)
+    # In fp32 (no autocast) it trains, as it did.
+    assert len(Trainer(parts(nn.Linear(8, 3).double()), device="cpu").fit(1).losses) == 1
+
+
 def test_a_float64_model_fed_float32_is_told_to_cast_the_data_up_not_down() -> None:
     """The float64 side is the model: ".float() them" (the NumPy batch's advice) had been said."""
     data = TensorDataset(torch.randn(32, 6), torch.randint(0, 3, (32,)))
