@@ -7,12 +7,13 @@ it was).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
 import string
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 
 from trainers.config import LoopConfig
-from trainers.errors import ConfigError, TrainerError
+from trainers.errors import ConfigError
 
 CHECKPOINT_FORMAT = "streamtune-trainer/1"
 
@@ -87,20 +88,20 @@ def _unwritable(target: Path) -> str | None:
         return f"{str(existing)!r}: {exc.strerror or exc}"
 
 
-def checkpoint_of(state: Any) -> Mapping[str, Any]:
-    """`state` if it is a Trainer checkpoint, else TrainerError saying what it is (a list or a
-    tensor saved with torch.save had raised AttributeError)."""
+def checkpoint_of(state: Any, path: str | os.PathLike[str] | None = None) -> Mapping[str, Any]:
+    """`state` if it is a Trainer checkpoint, else a ConfigError naming `resume_from` (the file
+    `path` where it is known) that says what it is: a list or a tensor saved with torch.save had
+    raised AttributeError, and a model's bare state dict a TrainerError that code catching
+    ConfigError, as every other refusal of a file is, missed (a user's probe, 2026-12-07)."""
     if not isinstance(state, Mapping):
-        raise TrainerError(
-            f"not a streamtune Trainer checkpoint (a {type(state).__name__}, expected a "
-            f"checkpoint of format {CHECKPOINT_FORMAT!r})"
-        )
-    if state.get("format") != CHECKPOINT_FORMAT:
-        raise TrainerError(
-            f"not a streamtune Trainer checkpoint (format {state.get('format')!r}, "
-            f"expected {CHECKPOINT_FORMAT!r})"
-        )
-    return state
+        held = f"a {type(state).__name__}"
+    elif state.get("format") != CHECKPOINT_FORMAT:
+        held = f"format {state.get('format')!r}"
+    else:
+        return state
+    allowed = f"a streamtune Trainer checkpoint, of format {CHECKPOINT_FORMAT!r}: this is not one"
+    allowed += f" ({held})"
+    raise ConfigError("resume_from", type(state).__name__ if path is None else str(path), allowed)
 
 
 SCHEDULING_ONLY = frozenset(
@@ -128,9 +129,9 @@ def check_resumable(
     precision: str = "fp32",
     clip_grad_norm: float | None = None,
 ) -> None:
-    """TrainerError unless `state` is a Trainer checkpoint; ConfigError naming what differs where
-    a Trainer with these settings (`scheduler`: the kind of its scheduler, or None) cannot
-    resume from it."""
+    """ConfigError unless `state` is a Trainer checkpoint (`checkpoint_of`), or naming what
+    differs where a Trainer with these settings (`scheduler`: the kind of its scheduler, or
+    None) cannot resume from it."""
     checkpoint_of(state)
     # Recorded from 2026-12-06 (older checkpoints hold neither): a bf16-autocast run resumed in
     # fp32 without a word, and a GradScaler's state was dropped (a user's probe).
@@ -395,3 +396,16 @@ def set_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
         np.random.set_state((name, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached))
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state(state["cuda"].cpu(), device)
+
+
+@contextlib.contextmanager
+def refusal_naming(argument: str) -> Iterator[None]:
+    """A checkpoint's refusal naming `argument`, what the method was given, not `fit`'s
+    `resume_from` (`load(path)` had been told "resume_from=... is invalid", a user's probe,
+    2026-12-07)."""
+    try:
+        yield
+    except ConfigError as exc:
+        if exc.field != "resume_from":
+            raise
+        raise ConfigError(argument, exc.value, exc.allowed) from exc

@@ -74,6 +74,7 @@ from trainers.checkpoint import (
     data_of,
     filled_path,
     read_checkpoint,
+    refusal_naming,
     rng_state,
     set_rng_state,
 )
@@ -320,9 +321,9 @@ class Trainer:
         schedule's room for `steps` checked, then the checkpoint restored: a refused fit leaves
         the Trainer as it was (a refused resume had already rewound it to the checkpoint)."""
         state = None if resume_from is None else read_checkpoint(resume_from, self.device)
-        trained = self.step if state is None else int(checkpoint_of(state)["step"])
+        trained = self.step if state is None else int(checkpoint_of(state, resume_from)["step"])
         check(trained=trained)
-        saved = None if state is None else checkpoint_of(state).get("scheduler")
+        saved = None if state is None else checkpoint_of(state, resume_from).get("scheduler")
         check_schedule_room(self.scheduler, trained, steps, saved)
         if state is not None:
             self._restore(state, resume_from)
@@ -437,12 +438,13 @@ class Trainer:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._restore(state, None)
+        with refusal_naming("state"):
+            self._restore(state, None)
 
     def _restore(self, state: Mapping[str, Any], path: str | os.PathLike[str] | None) -> None:
         """`state` restored; `path`: the file it was read from, which a refusal names."""
         # Another model: not its config's fault.
-        check_model(checkpoint_of(state), self.model, path=path)
+        check_model(checkpoint_of(state, path), self.model, path=path)
         check_resumable(
             state,
             accumulate=self.accumulate,
@@ -486,4 +488,5 @@ class Trainer:
         return target
 
     def load(self, path: str | os.PathLike[str]) -> None:
-        self._restore(read_checkpoint(path, self.device), path)
+        with refusal_naming("path"):
+            self._restore(read_checkpoint(path, self.device), path)

@@ -517,14 +517,14 @@ def test_a_checkpoint_of_another_model_optimizer_or_no_checkpoint_is_refused_who
     wider = Trainer(_sgd_workload(width=32), device="cpu")
     # The file is named, and what in it differs (it had said only "resume_from='3 tensors").
     refused = (
-        rf"^resume_from='{re.escape(str(path))}' is invalid: allowed a checkpoint of this model: "
+        rf"^path='{re.escape(str(path))}' is invalid: allowed a checkpoint of this model: "
         r".*; the file and this model differ in 3 tensors \(0.bias, 0.weight, 2.weight\)$"
     )
     with pytest.raises(ConfigError, match=refused):
         wider.load(path)
     # A state given as it is, read from no file: what it holds goes in the value's place.
     state = torch.load(path, weights_only=True)
-    refused = r"^resume_from='3 tensors \(0.bias, 0.weight, 2.weight\)' is invalid"
+    refused = r"^state='3 tensors \(0.bias, 0.weight, 2.weight\)' is invalid"
     with pytest.raises(ConfigError, match=refused):
         wider.load_state_dict(state)
     trainer = Trainer(_sgd_workload(optimizer=torch.optim.Adam), device="cpu")

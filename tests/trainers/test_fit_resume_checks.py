@@ -12,7 +12,7 @@ from torch.optim.lr_scheduler import OneCycleLR, StepLR
 
 import trainers
 from tests.trainers.test_fit import _sgd_workload
-from trainers import ConfigError, Trainer, TrainerError
+from trainers import ConfigError, Trainer
 
 
 def sgd_workload(width: int = 16) -> trainers.Workload:
@@ -89,8 +89,8 @@ def test_a_checkpoint_of_another_kind_is_refused_for_what_differs(tmp_path: Path
     path = tmp_path / "c.pt"
     Trainer(sgd_workload(), device="cpu").fit(4, checkpoint_every=4, checkpoint_path=path)
     other = Trainer(sgd_workload(width=32), trainers.LoopConfig(sync_interval=3), device="cpu")
-    refused = r"^resume_from='.*c.pt' is invalid: .*differ \(the checkpoint is"
-    with pytest.raises(ConfigError, match=refused):
+    refused = r"^path='.*c.pt' is invalid: .*differ \(the checkpoint is"
+    with pytest.raises(ConfigError, match=refused):  # `load` names its own argument
         other.load(path)
     scheduled = tmp_path / "s.pt"
     Trainer(sgd_workload(), device="cpu", scheduler=lambda o: StepLR(o, 4, 0.5)).fit(
@@ -103,8 +103,16 @@ def test_a_checkpoint_of_another_kind_is_refused_for_what_differs(tmp_path: Path
         cycling.load(scheduled)
     for name, saved in (("list", [1, 2]), ("Tensor", torch.zeros(3))):
         torch.save(saved, tmp_path / f"{name}.pt")
-        with pytest.raises(TrainerError, match=rf"not a streamtune Trainer checkpoint \(a {name},"):
+        refused = rf"^resume_from='.*{name}.pt' is invalid: .*: this is not one \(a {name}\)$"
+        with pytest.raises(ConfigError, match=refused):
             Trainer(sgd_workload(), device="cpu").fit(6, resume_from=tmp_path / f"{name}.pt")
+        with pytest.raises(ConfigError, match=rf"^path='.*{name}.pt' is invalid: "):
+            Trainer(sgd_workload(), device="cpu").load(tmp_path / f"{name}.pt")
+    # A model's bare state dict: a ConfigError as every other refused file (a TrainerError
+    # had slipped past code catching ConfigError, a user's probe, 2026-12-07).
+    torch.save({"model": sgd_workload().model.state_dict()}, tmp_path / "bare.pt")
+    with pytest.raises(ConfigError, match=r"this is not one \(format None\)$"):
+        Trainer(sgd_workload(), device="cpu").load(tmp_path / "bare.pt")
 
 
 def test_held_out_batches_the_loss_cannot_take_are_refused_before_any_step() -> None:

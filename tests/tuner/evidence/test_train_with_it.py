@@ -315,7 +315,7 @@ def test_the_scripts_documented_resume_gives_the_uninterrupted_losses(
     # An empty --resume is said, not taken as none (it had trained from step 0 in silence).
     empty = train("--steps", "1000", "--resume", "")
     assert empty.returncode == 2 and empty.stderr.strip() == (
-        "error: --resume: resume_from='' is invalid: allowed a checkpoint file's path"
+        "error: --resume: path='' is invalid: allowed a checkpoint file's path"
     ), empty.stderr[-2000:]
     done = train("--steps", "1000", "--resume", "run-1000.pt")
     assert done.returncode == 2
