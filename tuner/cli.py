@@ -101,14 +101,15 @@ def _run_or_one_line(workload: Any, config: Any, args: Any) -> Any:
     """`trainers.run`; the user's code failing there (a loss, a dtype) is one line and where,
     as `run` reports a trial's failure, not a traceback through the loop (exit 1)."""
     import trainers
+    from trainers.fit_checks import DtypesSaid
 
     try:
-        return trainers.run(workload, config, args)
+        with DtypesSaid(workload.model, lambda: 0):  # a NumPy float64 batch: one line, a fix
+            return trainers.run(workload, config, args)
     except Exception as exc:
         if flag_error(exc) is not None:
             raise  # an input error: one line naming its flag (`tuner.__main__`)
-        said = " ".join(str(exc).split())[:500]
-        where = users_frame(exc)
+        said, where = " ".join(str(exc).split())[:500], users_frame(exc)
         typer.echo(f"error: the run failed: {type(exc).__name__}{where}: {said}", err=True)
         raise typer.Exit(1) from exc
 
@@ -227,10 +228,9 @@ def run_(flags: RunFlags) -> None:
 
 @contextlib.contextmanager
 def _stdout_to_stderr() -> Iterator[None]:
-    """What the job's code prints (a user's factory saying "building model", a DataLoader
-    worker, a child process) goes to stderr, so that `--json`'s stdout is the JSON alone: a
-    factory's print() made it unreadable (a new user's trial). At the descriptor as well as
-    sys.stdout, which children and forked workers do not share."""
+    """What the job's code prints (a factory, a DataLoader worker, a child process) goes to
+    stderr, so that `--json`'s stdout is the JSON alone (a factory's print() had made it
+    unreadable): at the descriptor too, which children and forked workers share."""
     sys.stdout.flush()
     saved = os.dup(1)
     try:

@@ -118,3 +118,22 @@ def test_train_fits_its_windows_to_a_few_steps_when_not_given() -> None:
     assert len(json.loads(out.stdout)["windows"]) == 2
     given = tuner("train", "--steps", "2", "--windows", "3", "--device", "cpu")
     assert given.returncode == 2 and "windows=3 is invalid" in given.stderr
+
+
+def test_train_names_a_float64_batch_with_its_fix() -> None:
+    """`tuner run` said it; `tuner train` had printed torch's "mat1 and mat2 must have the same
+    dtype" alone (a user's probe, 2026-12-07)."""
+    out = tuner(
+        "train",
+        "--workload",
+        "tests.trainers.own_workloads:float64_features",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--device",
+        "cpu",
+    )
+    assert out.returncode == 2, out.stderr
+    assert "data: step 1 raised RuntimeError" in out.stderr
+    assert "torch.from_numpy give float64: .float() them" in out.stderr
