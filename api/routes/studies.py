@@ -58,7 +58,7 @@ def get_study(name: str, reader: ReaderDep, store: StoreDep, caller: CallerDep) 
         said = (
             f"is not made yet: a worker makes it when it claims job {job_id}, which is queued"
             if status == "queued"
-            else f"was never made: job {job_id} ended {status} before a worker ran it"
+            else f"was never made: job {job_id} ended {status} before its study was"
         )
         raise StudyNotFound(f"study {name!r} {said} (GET /v1/jobs/{job_id})") from None
     return _study(summary, store.workloads_of([visible]))

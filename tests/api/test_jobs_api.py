@@ -164,7 +164,7 @@ def test_a_jobs_study_not_made_yet_is_a_404_naming_the_job(client: TestClient) -
     )
     assert client.post(job["links"]["cancel"], headers=AUTH).status_code == 200
     ended = client.get(job["links"]["study"], headers=AUTH).json()["detail"]
-    assert f"was never made: job {job['id']} ended cancelled before a worker ran it" in ended
+    assert f"was never made: job {job['id']} ended cancelled before its study was" in ended
     unknown = client.get("/v1/studies/nobody", headers=ADMIN_AUTH)
     assert unknown.status_code == 404 and "never made" not in unknown.json()["detail"]
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
+import sys
 import threading
 import time
 from typing import Literal, Protocol
@@ -310,9 +312,16 @@ class JobRun:
         return deadline
 
     def _as_asked(self, job: JobRow, text: str) -> str:
-        """`text` naming a plug-in as the job did: its registered name, not its factory path."""
+        """`text` naming a plug-in as the job did: its registered name, not its factory path,
+        and its files by their names, not the server's folders (`its factory raised KeyError
+        (/srv/.../my_model.py:15)` had shown a client where the server keeps its code)."""
         target = self.worker.registry.plugins.get(job.workload)
-        return text if target is None else text.replace(target, job.workload)
+        if target is None:
+            return text
+        module = sys.modules.get(target.split(":")[0])
+        folder = os.path.dirname(getattr(module, "__file__", None) or "")
+        text = text.replace(folder + os.sep, "") if folder else text
+        return text.replace(target, job.workload)
 
     def _finish(self, job: JobRow, rec: Recommendation) -> bool:
         counts = self._sync_progress(job)
