@@ -88,6 +88,8 @@ def plain(value: object, depth: int = 0) -> Any:
         return {_text(str(plain(k))): plain(v, depth + 1) for k, v in items}
     if isinstance(value, list | tuple | set):
         return [plain(v, depth + 1) for v in list(value)[:MAX_ECHO]]
+    if isinstance(value, Exception):  # a validator's error in `ctx`: its sentence, not its repr
+        return _text(str(value))
     return _text(repr(value))
 
 

@@ -110,6 +110,8 @@ def test_a_null_for_a_defaulted_field_says_to_leave_it_out(client: TestClient, f
     (error,) = answer.json()["detail"]
     assert error["loc"] == ["body", field]
     assert error["msg"].endswith("null is not a value of this field: leave it out for its default")
+    # The validator's error in `ctx` as its sentence, not Python's repr of it ("ValueError('..")
+    assert error["ctx"] == {"error": error["msg"].removeprefix("Value error, ")}
     taken = client.post("/v1/jobs", json=TINY_JOB | {"precision": None}, headers=AUTH)
     assert taken.status_code == 201, taken.text
 
