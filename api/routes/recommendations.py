@@ -72,7 +72,7 @@ def recommend(
         workload=workload,
         preset=preset,
         model_args=dict((row.spec or {}).get("model_args") or {}),
-        gpu=hardware,
+        gpu=row.hardware or hardware,  # as the job recorded it, in whatever case it was asked
         job_id=row.id,
         study=row.study,
         throughput=row.rec_throughput,

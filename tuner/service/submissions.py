@@ -237,7 +237,9 @@ class Submissions(JobTables):
                     *_visible(by),
                     JobRow.workload == workload,
                     JobRow.preset == preset,
-                    JobRow.hardware == hardware,
+                    # As the GPU's name is written in any case ("CPU", "nvidia h100"): it had
+                    # found no job for `gpu=CPU` (a probe, 2026-12-07).
+                    sa.func.lower(JobRow.hardware) == hardware.lower(),
                     JobRow.rec_throughput.is_not(None),
                     JobRow.status.in_(FINISHED),
                 )

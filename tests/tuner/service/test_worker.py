@@ -136,6 +136,13 @@ def test_recommendations_pick_the_best_finished_job(finished: Finished) -> None:
     assert hit.status_code == 200
     assert hit.json()["job_id"] == job["id"] and hit.json()["gpu"] == "cpu"
     assert hit.json()["config"] == client.get(job["links"]["best"], headers=AUTH).json()["config"]
+    # A GPU's name in another case finds it (`gpu=CPU` had been a 404).
+    upper = client.get(
+        "/v1/recommendations",
+        params={"workload": "mlp", "preset": "tiny", "gpu": "CPU"},
+        headers=AUTH,
+    )
+    assert upper.status_code == 200 and upper.json()["gpu"] == "cpu", upper.text
     miss = client.get(
         "/v1/recommendations",
         params={"workload": "mlp", "preset": "tiny", "gpu": "NVIDIA H100"},
