@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.data import IterableDataset
 
 from trainers.errors import ConfigError
 from trainers.meta import meta_copy_or_none
@@ -167,11 +168,11 @@ def held_out_position(workload: Workload) -> int | None:
     batches that can be indexed (`sample_position`); None elsewhere (batches the loader makes
     lead with their samples, and a stream is not read here). Ids `[B, S]` beside a mask
     `[S, S]` that the batch shares had been counted S samples a batch, not B: a mean over
-    batches, not samples (a probe, 2026-12-07)."""
+    batches, not samples (a probe, 2026-12-07). Read once a Trainer, at its first evaluation."""
     dataset = workload.dataset
-    if workload.batch_size is not None or not isinstance(dataset, Sized) or len(dataset) == 0:
-        return None
-    if not hasattr(dataset, "__getitem__"):
+    if workload.batch_size is not None or isinstance(dataset, IterableDataset):
+        return None  # a stream, with a `__len__` or not, cannot be indexed
+    if not isinstance(dataset, Sized) or len(dataset) == 0:
         return None
     return sample_position(_tensors(dataset[0]), workload.samples_per_batch)
 

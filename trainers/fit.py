@@ -205,6 +205,8 @@ class Trainer:
         self.accumulate = accumulate
         self.clip_grad_norm = None if clip_grad_norm is None else float(clip_grad_norm)
         self.eval_data = eval_data
+        self._held_out_at: int | None = None  # `held_out_position`, once `_held_out_read`
+        self._held_out_read = False
         # Held-out batches as they are made (a dict, a tensor) get the user's own loss; those of
         # `workload.dataset`, the loop's tuples (`trainers.workloads.as_tuples`), the adapted one.
         self.eval_loss = eval_loss or original_loss(workload.loss_fn)
@@ -389,7 +391,9 @@ class Trainer:
             wait(current, plan.backward)
             wait(current, plan.forward)
         total: torch.Tensor | None = None
-        count, position = 0, held_out_position(self.workload)
+        if not self._held_out_read:  # the training data's first batch, read once
+            self._held_out_at, self._held_out_read = held_out_position(self.workload), True
+        count, position = 0, self._held_out_at
         # Back to the modes the model had, submodule by submodule (a frozen BatchNorm stays so).
         with evaluating(self.model), torch.no_grad(), self.precision_plan.autocast():
             for batch in self.eval_data:

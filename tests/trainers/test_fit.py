@@ -1180,3 +1180,37 @@ def test_a_stream_with_a_length_resumes_mid_epoch_as_an_uninterrupted_run(
     trainer().fit(7, checkpoint_every=7, checkpoint_path=tmp_path / "s.pt")
     resumed = trainer().fit(11, resume_from=tmp_path / "s.pt")
     assert resumed.losses == whole.losses[7:]
+
+
+def test_an_evaluation_counts_sequence_first_samples_and_reads_no_stream_by_index() -> None:
+    """The review of the shared-mask fix (2026-12-07): a sequence-first input [T, B, F] beside
+    its labels [B] at T == B had been counted T samples a batch (its first dimension leads with
+    B's size too), and a whole-batch stream with a `__len__` had been indexed and failed."""
+    steps, width = 8, 4
+    model = nn.Linear(width, 3)
+
+    def loss(model: nn.Module, batch: Any) -> torch.Tensor:
+        return nn.functional.cross_entropy(model(batch[0]).mean(0), batch[1])
+
+    def batch(samples: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        generator = torch.Generator().manual_seed(seed)
+        x = torch.randn(steps, samples, width, generator=generator) * (1 + seed)
+        return x, torch.randint(0, 3, (samples,), generator=generator)
+
+    data = [batch(steps, seed) for seed in range(3)]  # T == B == 8
+    workload = workload_from_parts(model, data, loss, optimizer=torch.optim.SGD)
+    held_out = [batch(8, 10), batch(1, 11)]
+    trainer = Trainer(workload, device="cpu", eval_data=held_out)
+    with torch.no_grad():
+        each = [loss(trainer.model, b).item() for b in held_out]
+    assert trainer.evaluate() == pytest.approx((8 * each[0] + each[1]) / 9, rel=1e-5)
+
+    class Stream(torch.utils.data.IterableDataset[Any]):
+        def __len__(self) -> int:
+            return 3
+
+        def __iter__(self) -> Any:
+            return iter(data)
+
+    streamed = workload_from_parts(nn.Linear(width, 3), Stream(), loss, optimizer=torch.optim.SGD)
+    assert math.isfinite(Trainer(streamed, device="cpu", eval_data=held_out).evaluate())

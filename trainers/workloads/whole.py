@@ -28,13 +28,18 @@ def samples_in(batch: tuple[torch.Tensor, ...]) -> int:
 
 
 def sample_position(batch: tuple[torch.Tensor, ...], samples: int) -> int | None:
-    """The position of the first tensor of a whole batch that leads with its `samples`: where
-    another batch of the same data (a held-out one, a short last one) keeps its samples. None
-    where no tensor leads with them (a sequence-first input alone)."""
-    for position, tensor in enumerate(batch):
-        if tensor.dim() > 0 and int(tensor.shape[0]) == samples:
-            return position
-    return None
+    """The position of a tensor of a whole batch that leads with its `samples`: where another
+    batch of the same data (a held-out one, a short last one) keeps its samples. The first
+    that has that size at its first dimension alone, else the first that leads with it: a
+    sequence-first input `[T, B, F]` beside its labels `[B]` at T == B is counted by the labels.
+    None where no tensor leads with them (a sequence-first input alone)."""
+    leading = [
+        position
+        for position, tensor in enumerate(batch)
+        if tensor.dim() > 0 and int(tensor.shape[0]) == samples
+    ]
+    alone = [p for p in leading if samples not in tuple(batch[p].shape[1:])]
+    return (alone or leading)[0] if leading else None
 
 
 def check_whole(batch: tuple[torch.Tensor, ...], samples: int | None = None) -> None:
