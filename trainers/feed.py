@@ -71,14 +71,15 @@ def positioned_batches(
     uninterrupted run would see them from there; the loaders made are appended to `opened`
     (`close_loaders` shuts their workers down).
 
-    A dataset of known length is entered at its position by index (a Subset for the rest of the
-    current epoch): nothing before it is loaded. Each epoch's loader draws its base seed (worker
-    seeds) from a generator of the run's own, advanced by the epochs already done, never from
-    the global generator that dropout uses. Resume is exact when loading a batch draws no
-    random numbers (the built-in workloads), or a generator seeded per sample. Drawn from the
-    global generators, augmentation resumes exactly only with no workers and no prefetch: a
-    worker's generator has drawn for the batches it loaded before, and the resumed epoch deals
-    its batches out to the workers from another start (a user's probe, 2026-12-06).
+    A map-style dataset of known length is entered at its position by index (a Subset for the
+    rest of the current epoch): nothing before it is loaded; a stream is skipped by loading.
+    Each epoch's loader draws its base seed (worker seeds) from a generator of the run's own,
+    advanced by the epochs already done, never from the global generator that dropout uses.
+    Resume is exact when loading a batch draws no random numbers (the built-in workloads), or a
+    generator seeded per sample. Drawn from the global generators, augmentation resumes exactly
+    only with no workers and no prefetch: a worker's generator has drawn for the batches it
+    loaded before, and the resumed epoch deals its batches out to the workers from another start
+    (a user's probe, 2026-12-06).
     """
     generator = torch.Generator().manual_seed(LOADER_SEED)
     full = make_loader(workload, config, device, generator=generator)

@@ -329,7 +329,8 @@ def make_plan(precision: Precision | None, device: torch.device) -> PrecisionPla
 
 
 def check_scaled_parameters(precision: object, model: torch.nn.Module) -> None:
-    """ConfigError naming `precision` where fp16-autocast's gradient scaler meets a trainable
+    """ConfigError naming `precision` where an autocast meets a model whose trained parameters
+    are all float64 (`_check_float64`), or fp16-autocast's gradient scaler meets a trainable
     float16 parameter: it unscales float32 gradients only, and had raised "Attempting to unscale
     FP16 gradients." at the first step, which the tuner blamed on the workload (a probe,
     2026-12-07)."""

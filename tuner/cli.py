@@ -101,15 +101,15 @@ def _run_or_one_line(workload: Any, config: Any, args: Any) -> Any:
     """`trainers.run`; the user's code failing there (a loss, a dtype) is one line and where,
     as `run` reports a trial's failure, not a traceback through the loop (exit 1)."""
     import trainers
-    from trainers.fit_checks import DtypesSaid
+    from tuner.search.measuring.baselines import double_hint
 
     try:
-        with DtypesSaid(workload.model, lambda: 0):  # a NumPy float64 batch: one line, a fix
-            return trainers.run(workload, config, args)
+        return trainers.run(workload, config, args)
     except Exception as exc:
         if flag_error(exc) is not None:
             raise  # an input error: one line naming its flag (`tuner.__main__`)
         said, where = " ".join(str(exc).split())[:500], users_frame(exc)
+        said += double_hint(said)  # a NumPy float64 batch: its fix, as `run` gives it
         typer.echo(f"error: the run failed: {type(exc).__name__}{where}: {said}", err=True)
         raise typer.Exit(1) from exc
 

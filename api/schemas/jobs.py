@@ -36,6 +36,7 @@ from tuner.search.proposing.defaults import (
     MAX_PATIENCE,
     MAX_TRIALS,
 )
+from tuner.service.submissions import ORPHANED_LEASES
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
 # A registry name, or a library model: `torchvision:resnet50`, `timm:convnext_atto`, `hf:causal-lm`.
@@ -300,14 +301,13 @@ class JobOut(BaseModel):
     waiting: str | None = Field(
         default=None,
         description="why a queued job is not running yet, or why a running one is not "
-        "moving: no worker has heartbeated it for the lease (null: neither)",
+        "moving: no worker has heartbeated it for two leases (null: neither)",
     )
     stuck: bool = Field(
         default=False,
         description="queued for a device that no live worker offers while others are alive: "
         "it runs only when a worker on that device starts; cancel it or submit it for another "
-        "device (with no worker alive, as while `serve` starts them, false: see `waiting`); or "
-        "running with its workers gone and no worker alive to take it over (a cancel ends it)",
+        "device (with no worker alive, as while `serve` starts them, false: see `waiting`)",
     )
     cancel_requested: bool
     attempts: int = Field(description="times a worker claimed the job")
@@ -373,7 +373,8 @@ def _waiting(
     row: StoredJobRow, offered: set[str] | Unknown | None, lease_s: float | None
 ) -> dict[str, Any]:
     """`waiting` and `stuck` of a queued job: a job no live worker can run says so, and a
-    client's polling loop can end on `stuck` instead of waiting forever."""
+    client's polling loop can end on `stuck` instead of waiting forever; `waiting` of a running
+    job its workers have left (`_orphaned`)."""
     if row.status == "running":
         return _orphaned(row, offered, lease_s)
     if row.status != "queued" or offered is UNKNOWN:
@@ -392,22 +393,21 @@ def _waiting(
 def _orphaned(
     row: StoredJobRow, offered: set[str] | Unknown | None, lease_s: float | None
 ) -> dict[str, Any]:
-    """`waiting` and `stuck` of a running job that no worker has heartbeated for the lease: a
-    worker killed outright had left it "running" with no word until another worker started,
-    and a client's polling loop never ended (a probe, 2026-12-07)."""
+    """`waiting` of a running job that no worker has heartbeated for `ORPHANED_LEASES` leases
+    (`Submissions.orphaned`): a worker killed outright had left it "running" with no word until
+    another worker started (a probe, 2026-12-07). Not `stuck`: as for a queued job with no
+    worker alive, a worker that starts (a restarted `serve`'s) takes it over."""
     beat = utc(row.heartbeat_at)
     if lease_s is None or offered is UNKNOWN or beat is None:
         return {}
-    if dt.datetime.now(dt.UTC) - beat <= dt.timedelta(seconds=lease_s):
+    if dt.datetime.now(dt.UTC) - beat <= dt.timedelta(seconds=ORPHANED_LEASES * lease_s):
         return {}
-    since = f"no worker has heartbeated it since {beat:%Y-%m-%d %H:%M:%S} UTC (lease {lease_s:g} s)"
-    if offered is None:
-        return {
-            "waiting": f"{since}, and no worker is alive to take it over: start one, or cancel "
-            "the job (a cancel ends it now)",
-            "stuck": True,
-        }
-    return {"waiting": f"{since}: a live worker puts it back in the queue"}
+    alive = "no worker is alive" if offered is None else "the live workers have not taken it yet"
+    return {
+        "waiting": f"no worker has heartbeated it since {beat:%Y-%m-%d %H:%M:%S} UTC and {alive}: "
+        "a worker that starts takes it over, and a cancel ends it (unless its final round is "
+        "under way)"
+    }
 
 
 class JobPage(BaseModel):

@@ -134,6 +134,6 @@ def test_train_names_a_float64_batch_with_its_fix() -> None:
         "--device",
         "cpu",
     )
-    assert out.returncode == 2, out.stderr
-    assert "data: step 1 raised RuntimeError" in out.stderr
-    assert "torch.from_numpy give float64: .float() them" in out.stderr
+    assert out.returncode == 1, out.stderr
+    assert "error: the run failed: RuntimeError" in out.stderr
+    assert "torch.from_numpy give float64; .float() the batch's floating tensors" in out.stderr

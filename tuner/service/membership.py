@@ -278,7 +278,13 @@ class Membership(JobTables):
         if status not in FINISHED:
             raise ValueError(f"status={status!r}: allowed {', '.join(FINISHED)}")
         values: dict[str, Any] = {
-            "status": status,
+            # A cancel asked while the worker decided: cancelled, read in the same statement (a
+            # read before it left the moment between for `succeeded`, the review of 2026-12-07).
+            "status": (
+                sa.case((JobRow.cancel_requested, "cancelled"), else_=status)
+                if status == "succeeded"
+                else status
+            ),
             "error": error,
             "finished_at": utcnow(),
             "phase": None,

@@ -139,18 +139,15 @@ class Submissions(JobTables):
     def cancel(
         self, job_id: str, *, by: Owner | None = None, lease_s: float | None = None
     ) -> JobRow:
-        """A queued job is cancelled now; a running one is flagged (its worker stops it), or,
-        where no worker has heartbeated it for `lease_s`, cancelled now: a worker killed
-        outright had left the cancel waiting until another worker started (a probe,
-        2026-12-07). Membership's `requeue_stale` ends such a job the same way."""
+        """A queued job is cancelled now; a running one is flagged (its worker stops it), or
+        cancelled now where it is orphaned (`orphaned`, given the workers' `lease_s`): a worker
+        killed outright had left the cancel waiting until another worker started (a probe,
+        2026-12-07)."""
         now = utcnow()
         flagged = {"cancel_requested": True, "updated_at": now}
         ended = {"status": "cancelled", "finished_at": now, "phase": None, **flagged}
         self.get(job_id)  # JobNotFound for an id that is none (before it reaches the database)
         mine = [JobRow.id == job_id, *_visible(by)]
-        stale = [JobRow.status == "running"]
-        if lease_s is not None:
-            stale.append(JobRow.heartbeat_at < now - dt.timedelta(seconds=lease_s))
 
         def update() -> int:
             with self.engine.begin() as conn:  # conditional single statements: no lost updates
@@ -160,9 +157,15 @@ class Submissions(JobTables):
                 if not done and lease_s is not None:
                     done = conn.execute(
                         sa.update(JobRow)
-                        .where(*mine, *stale)
+                        .where(*mine, *orphaned(lease_s, now))
                         .values(worker=None, **SHARING_RESET, **ended)
                     ).rowcount
+                    if done:  # its members' rows, as `requeue_stale` leaves them
+                        conn.execute(
+                            sa.update(WorkerRow)
+                            .where(WorkerRow.job_id == job_id)
+                            .values(job_id=None)
+                        )
                 if not done:
                     done = conn.execute(
                         sa.update(JobRow).where(*mine, JobRow.status == "running").values(**flagged)
@@ -310,6 +313,26 @@ class Submissions(JobTables):
                 )
                 or 0
             )
+
+
+ORPHANED_LEASES = 2
+"""A running job is orphaned when no worker has heartbeated it, nor is alive as its member, for
+this many leases: twice the workers' own rule (`Membership.requeue_stale`), as the API's clock is
+not the workers' and cannot tell a database outage, which stops every heartbeat, from a kill."""
+
+
+def orphaned(lease_s: float, now: dt.datetime) -> list[Any]:
+    """Conditions on `JobRow` of a running job its workers have left (killed outright, say):
+    not heartbeated for `ORPHANED_LEASES` leases, no finalizer (one running the final round
+    alone ends the job, keeping its recommendation), and no live worker its member."""
+    cutoff = now - dt.timedelta(seconds=ORPHANED_LEASES * lease_s)
+    live_member = sa.exists().where(WorkerRow.job_id == JobRow.id, WorkerRow.heartbeat_at >= cutoff)
+    return [
+        JobRow.status == "running",
+        JobRow.heartbeat_at < cutoff,
+        JobRow.finalizer.is_(None),
+        ~live_member,
+    ]
 
 
 def _new_row(job_id: str, spec: JobSpec, owner: Owner) -> dict[str, Any]:

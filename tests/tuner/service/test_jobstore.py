@@ -128,6 +128,24 @@ def test_a_running_job_is_flagged_and_its_heartbeat_reads_the_flag(store: JobSto
     assert not store.heartbeat(job.id, "other").owned  # not a member
 
 
+def test_a_job_flagged_for_cancel_never_ends_succeeded(store: JobStore) -> None:
+    """The worker decided `succeeded`, and a cancel came between its last read of the flag and
+    its finish: the finish reads the flag in the same statement (the review of 2026-12-07)."""
+    register(store, "w")
+    job = store.create(JobSpec(**TINY), owner="me")
+    assert store.claim("w", devices=("cpu",)) is not None
+    store.cancel(job.id)
+    assert store.finish(job.id, "w", "succeeded", recommendation={"config": {"num_streams": 1}})
+    row = store.get(job.id)
+    assert (row.status, row.cancel_requested) == ("cancelled", True)
+    assert row.recommendation is not None  # what the final round decided stays
+    failed = store.create(JobSpec(**TINY), owner="me")
+    assert store.claim("w", devices=("cpu",)) is not None
+    store.cancel(failed.id)
+    assert store.finish(failed.id, "w", "failed", error="it broke")
+    assert store.get(failed.id).status == "failed"  # a failure is said as it was
+
+
 def test_the_slot_lock_is_exclusive_until_given_back(store: JobStore) -> None:
     register(store, "a", "b")
     job = store.create(JobSpec(**TINY), owner="me")

@@ -90,7 +90,7 @@ class Baselines:
                     raise WorkloadError(
                         f"the PyTorch default loop failed ({_said(outcome)}): the workload "
                         "fails whatever the settings; fix the model, the loss or the data"
-                        f"{_DOUBLE_HINT if 'Double' in outcome.reason else ''}, then tune it",
+                        f"{double_hint(outcome.reason)}, then tune it",
                         field="workload",
                     )
                 entry |= {"failure_reason": outcome.reason, "seconds": outcome.seconds}
@@ -139,10 +139,15 @@ def _the_workloads(failure: Failure) -> bool:
     return failure.kind == "workload"
 
 
-_DOUBLE_HINT = (
-    " (a float64 tensor met the model's own dtype: NumPy arrays and torch.from_numpy give "
-    "float64; .float() the batch's floating tensors)"
-)
+def double_hint(reason: str) -> str:
+    """The fix of a failure where a float64 tensor met a float32 model (torch says "Double"):
+    NumPy arrays give float64. Empty for any other failure."""
+    if "Double" not in reason:
+        return ""
+    return (
+        " (a float64 tensor met the model's own dtype: NumPy arrays and torch.from_numpy give "
+        "float64; .float() the batch's floating tensors)"
+    )
 
 
 def _said(failure: Failure) -> str:
