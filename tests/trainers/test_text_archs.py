@@ -16,7 +16,7 @@ from trainers.workloads.text import CAUSAL_LM, CAUSAL_SDPA
 
 pytestmark = pytest.mark.models
 
-OTHERS = ["qwen3", "phi3", "gemma2", "olmo2", "stablelm"]
+OTHERS = ["qwen3", "phi3", "gemma", "olmo2", "stablelm"]
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +77,32 @@ def test_another_types_sdpa_is_causal_and_agrees_with_eager(
     assert not torch.equal(before[:, -1], after[:, -1])
 
 
+@pytest.mark.parametrize("arch", ["qwen2_moe", "qwen3_moe"])
+def test_ffn_sets_each_experts_width_in_a_mixture_of_experts(
+    arch: str, transformers: object
+) -> None:
+    """Their layers are all experts by default: `ffn` had set only the dense width, which no
+    layer used, and was accepted and ignored (a user's probe, 2026-12-07)."""
+    args = {"arch": arch, "hidden": "64", "heads": "4", "layers": "2", "lr": "3e-3"}
+    asked = load_workload("hf:causal-lm", "tiny", seed=0, model_args={**args, "ffn": "48"})
+    default = load_workload("hf:causal-lm", "tiny", seed=0, model_args=args)
+    family = type(default.model.config)().moe_intermediate_size
+    assert asked.model.config.moe_intermediate_size == 48
+    assert default.model.config.moe_intermediate_size == family != 48
+    experts = {p.shape for n, p in asked.model.named_parameters() if ".experts." in n}
+    assert experts and all(48 in shape or 96 in shape for shape in experts), experts
+    result = run(asked, LoopConfig(), RunArgs(steps=24, warmup=0, windows=1, device="cpu"))
+    assert sum(result.losses[-4:]) < sum(result.losses[:4])
+
+
+def test_gemma2_and_mpt_train_under_eager_attention(transformers: object) -> None:
+    for arch in ("gemma2", "mpt"):
+        args = {"arch": arch, "attention": "eager", "lr": "3e-3"}
+        workload = load_workload("hf:causal-lm", "tiny", seed=0, model_args=args)
+        result = run(workload, LoopConfig(), RunArgs(steps=24, warmup=0, windows=1, device="cpu"))
+        assert sum(result.losses[-4:]) < sum(result.losses[:4]), arch
+
+
 def test_gpt_bigcode_builds_the_key_value_heads_asked(transformers: object) -> None:
     """GPTBigCode builds one key/value head or one per query head by `multi_query` alone, True
     by default: it had been multi-query whatever kv_heads said (a user's probe, 2026-12-06)."""
@@ -118,11 +144,20 @@ def test_the_study_name_tells_the_types_apart(transformers: object) -> None:
             r"no key/value heads \(num_key_value_heads\)",
         ),
         (
-            {"arch": "qwen3_5_moe_text", "ffn": "64"},
+            {"arch": "openai-gpt", "ffn": "64"},
             "model_arg.ffn",
-            r"model_arg.ffn=64 is invalid with arch=qwen3_5_moe_text: its config has no "
-            r"feed-forward width \(intermediate_size, ffn_dim",
+            r"model_arg.ffn=64 is invalid with arch=openai-gpt: its config has no "
+            r"feed-forward width \(intermediate_size, ffn_dim.*moe_intermediate_size",
         ),
+        # SDPA drops Gemma 2's soft-capped attention logits: another model than the family's.
+        (
+            {"arch": "gemma2"},
+            "model_arg.attention",
+            r"^model_arg.attention='sdpa' is invalid with arch=gemma2: .*"
+            r"attn_logit_softcapping=50.0.* allowed eager$",
+        ),
+        # MPT's attn_config is a group of its own fields, not a model: not called composite.
+        ({"arch": "mpt"}, "model_arg.arch", r"cannot build its model .*attention=eager"),
         (
             {"arch": "stablelm", "hidden": "48", "heads": "4"},
             "model_arg.arch",
@@ -166,6 +201,26 @@ def test_each_refused_type_above_would_fail_if_built_anyway(transformers: object
         loss = workload.loss_fn if attention == "sdpa" else _eager_loss()
         with pytest.raises(Exception):  # noqa: B017 (each family fails its own way)
             loss(model, (ids,))
+
+
+def test_sdpa_would_drop_the_soft_cap_that_eager_applies(transformers: object) -> None:
+    # Why Gemma 2 is refused under sdpa: transformers' SDPA takes `softcap` and drops it.
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward
+
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.is_causal, module.training = 1, True, False
+    q, k, v = torch.randn(3, 1, 2, 8, 4, generator=torch.Generator().manual_seed(0)).mul(4)
+    capped, plain = (
+        sdpa_attention_forward(module, q, k, v, None, scaling=1.0, softcap=s)[0]
+        for s in (0.5, None)
+    )
+    assert torch.equal(capped, plain)
+    capped, plain = (
+        eager_attention_forward(module, q, k, v, None, scaling=1.0, softcap=s)[0]
+        for s in (0.5, None)
+    )
+    assert not torch.allclose(capped, plain, atol=1e-3)
 
 
 def _eager_loss():  # type: ignore[no-untyped-def]

@@ -252,7 +252,9 @@ CAUSAL_LM = Family(
             default=0,
             low=0,
             high=1_048_576,
-            help="feed-forward width (SwiGLU's for llama, qwen2 and mistral); 0: 4 x hidden",
+            help="feed-forward width (SwiGLU's for llama, qwen2 and mistral; a mixture of "
+            "experts' each expert's too, where its config keeps that apart); 0: 4 x hidden (the "
+            "family's own expert width)",
         ),
         OptionSpec(
             name="tie",

@@ -9,15 +9,18 @@ type is built by the same rules, said once here rather than per family:
 
 - the sizes go to the config's common names (`hidden_size`, `num_attention_heads`, ...,
   through each config's own `attribute_map`), `num_key_value_heads`, `intermediate_size` and
-  `head_dim` only where the family's config has them, and every size is read back: a family that
-  keeps its width elsewhere (a composite config, a `text_config`) is refused, naming its text
-  decoder's type where transformers has one;
+  `head_dim` only where the family's config has them (`ffn` also each expert's width, where a
+  mixture of experts keeps it apart), and every size is read back: a family that keeps its
+  width elsewhere (a composite config, a `text_config`) is refused, naming its text decoder's
+  type where transformers has one;
 - every layer attends to the whole causal prefix: a sliding window is switched off
   (`use_sliding_window`), or set to the sequence length where the config takes only a number,
   and a `layer_types` list of full and sliding attention becomes all full. The causal SDPA path
   (`CAUSAL_SDPA`) applies no window whatever the config says, so a config that kept one would
   name a model the run does not compute. (A mix with other layer kinds, as a hybrid's
   convolution or state-space layers, keeps the family's pattern.)
+- a family whose attention soft-caps its logits (Gemma 2) is refused under sdpa, which would
+  drop the cap: it runs with attention=eager;
 - special token ids the family's defaults put outside the vocabulary (Phi-3's pad id 32000 at
   a smaller `vocab`) are moved to `PAD` (0), an id the data never draws (`FIRST_TOKEN`). The
   last id, where they had gone, is drawn: a pad id's embedding row is frozen (`padding_idx`),
@@ -69,8 +72,11 @@ FFN_FIELDS = (
     "decoder_ffn_dim",
 )
 """The names configs give the feed-forward width (Llama's, OPT's, GPT-2's, T5's, CTRL's,
-CPM-Ant's, Falcon's, a BART decoder's), the first found. A mixture of experts' own width
-(`moe_intermediate_size`) is not one of them: its family's default stays."""
+CPM-Ant's, Falcon's, a BART decoder's), the first found."""
+EXPERT_FFN_FIELDS = ("moe_intermediate_size", "expert_ffn_hidden_size")
+"""The names a mixture of experts gives each expert's width where it keeps it apart from its
+dense layers' (Qwen2/3-MoE, DeepSeek, GLM-4-MoE; LongCat): `ffn` sets it too. Shared experts
+keep their family's width."""
 _FULL, _SLIDING = "full_attention", "sliding_attention"
 _TOKEN_ID = re.compile(r"_token_id$")
 _MODEL_TYPE = re.compile(r"[a-z0-9][a-z0-9_\-]*")
@@ -130,6 +136,11 @@ def other_config(options: Mapping[str, Value], transformers: Any, common: Mappin
     ffn = next((name for name in FFN_FIELDS if name in fields), None)
     if ffn is not None:
         sizes[ffn] = int(options.get("ffn", 0)) or 4 * hidden
+    for name in EXPERT_FFN_FIELDS:
+        if name in fields and name not in given and int(options.get("ffn", 0)):
+            # Qwen2-MoE's layers are all experts by default: `ffn` set only the dense width,
+            # which no layer used, and was accepted and ignored (a user's probe, 2026-12-07).
+            sizes[name] = int(options["ffn"])
     if "head_dim" in fields and "head_dim" not in given:
         # Families that keep the head width apart (Qwen3: 128, Gemma: 256) would otherwise run
         # heads of their own width whatever `hidden` and `heads` say.
@@ -190,12 +201,13 @@ def _checked(items: tuple[tuple[str, Value], ...]) -> None:
     except Exception as exc:  # transformers' validation raises many kinds
         raise _cannot(arch, options, "its config", exc) from exc
     _check_sizes(arch, options, config, transformers)
+    _softcap_dropped(arch, options, config)
     _check_runs(arch, options, config, getattr(transformers, types[arch]))
 
 
 def _check_sizes(arch: str, options: Mapping[str, Value], config: Any, transformers: Any) -> None:
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    if text is not config or getattr(config, "sub_configs", None):
+    if text is not config or _component_models(config):
         inner = getattr(text, "model_type", None)
         known = causal_lm_types(transformers)
         instead = (
@@ -205,7 +217,7 @@ def _check_sizes(arch: str, options: Mapping[str, Value], config: Any, transform
         )
         raise WorkloadError(
             f"model_arg.arch={arch!r} is invalid: a composite model (its config holds "
-            f"{', '.join(getattr(config, 'sub_configs', {}) or ['a text config'])}), whose sizes "
+            f"{', '.join(_component_models(config) or ['a text config'])}), whose sizes "
             f"the options do not set: allowed {instead}",
             field="model_arg.arch",
         )
@@ -233,7 +245,7 @@ def _check_sizes(arch: str, options: Mapping[str, Value], config: Any, transform
     fields = type(config)().to_dict()
     for option, what, names in (
         ("kv_heads", "key/value heads", ("num_key_value_heads",)),
-        ("ffn", "feed-forward width", FFN_FIELDS),
+        ("ffn", "feed-forward width", FFN_FIELDS + EXPERT_FFN_FIELDS),
     ):
         if int(options.get(option, 0)) and not any(name in fields for name in names):
             raise WorkloadError(
@@ -241,6 +253,28 @@ def _check_sizes(arch: str, options: Mapping[str, Value], config: Any, transform
                 f"has no {what} ({', '.join(names)}); allowed 0",
                 field=f"model_arg.{option}",
             )
+
+
+def _component_models(config: Any) -> list[str]:
+    """The config's parts that are models of their own (a vision tower, a patcher), not groups
+    of its own fields: MPT's and DBRX's `attn_config` have no model type and had made them
+    refused as composite models."""
+    parts = getattr(config, "sub_configs", None) or {}
+    return [name for name, part in parts.items() if getattr(part, "model_type", None) != ""]
+
+
+def _softcap_dropped(arch: str, options: Mapping[str, Value], config: Any) -> None:
+    """SDPA takes no soft-capping of the attention logits: transformers passes Gemma 2's
+    `attn_logit_softcapping` to it and SDPA drops it, so the run would train another model
+    than the family's, with no word (a user's probe, 2026-12-07)."""
+    softcap = getattr(config, "attn_logit_softcapping", None)
+    if options["attention"] != "eager" and softcap is not None:
+        raise WorkloadError(
+            f"model_arg.attention={options['attention']!r} is invalid with arch={arch}: its "
+            f"attention soft-caps its logits (attn_logit_softcapping={softcap}), which SDPA "
+            "would drop; allowed eager",
+            field="model_arg.attention",
+        )
 
 
 def _multi_query_only(config: Any) -> bool:
