@@ -449,6 +449,7 @@ _SHAPES_DISAGREE = re.compile(
             r"Sizes of tensors must match",
             r"must be equal to input_size",
             r"Attempting to broadcast a dimension",
+            r"number of dimensions in the tensor input does not match",  # permute, 4D mask
             # Float ids into an embedding: no autocast makes indices of them.
             r"'indices' to have one of the following scalar types",
             r"should contain \d+ elements not",

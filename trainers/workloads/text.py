@@ -32,7 +32,13 @@ import torch
 from trainers.workloads.base import LossFn, Workload, adamw
 from trainers.workloads.extras import require
 from trainers.workloads.options import Family, OptionSpec, Value
-from trainers.workloads.text_archs import CAUSAL_SDPA, NAMED_ARCHS, causal_sdpa, check_causal
+from trainers.workloads.text_archs import (
+    CAUSAL_SDPA,
+    NAMED_ARCHS,
+    causal_loss,
+    causal_sdpa,
+    check_causal,
+)
 from trainers.workloads.text_config_file import fill_from_file
 from trainers.workloads.text_losses import (
     causal_lm_loss,
@@ -342,8 +348,8 @@ def build(
     eager = options["attention"] == "eager"
     loss_fn: LossFn = labelled_loss_eager if eager else labelled_loss
     if model == "causal-lm":
-        loss_fn = causal_lm_loss_eager if eager else causal_lm_loss
-        check_causal(options, net)
+        loss_fn = causal_loss(options)
+        check_causal(options, net, loss_fn)
     return Workload(
         name=name,
         preset=preset,

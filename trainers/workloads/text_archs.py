@@ -48,7 +48,7 @@ import torch
 from torch import nn
 
 from trainers.errors import WorkloadError, did_you_mean
-from trainers.workloads.base import evaluating
+from trainers.workloads.base import LossFn, evaluating
 from trainers.workloads.checks import shapes_disagree
 from trainers.workloads.extras import require
 from trainers.workloads.options import Value
@@ -173,8 +173,19 @@ def check_arch(options: Mapping[str, Value]) -> None:
         _checked(tuple(sorted(options.items())))
 
 
+def causal_loss(options: Mapping[str, Value]) -> LossFn:
+    """The loss a causal LM of these options trains with: under eager attention the 4D mask
+    made on the device (`causal_lm_loss_eager`), except for a family whose code takes only a 2D
+    mask (BLOOM, the original GPT), which then builds its own causal one (`causal_lm_loss`)."""
+    if options["attention"] != "eager":
+        return causal_lm_loss
+    if str(options["arch"]) in NAMED_ARCHS and not options.get("config"):
+        return causal_lm_loss_eager
+    return _checked(tuple(sorted(options.items())))
+
+
 @functools.lru_cache(maxsize=256)
-def _checked(items: tuple[tuple[str, Value], ...]) -> None:
+def _checked(items: tuple[tuple[str, Value], ...]) -> LossFn:
     options = dict(items)
     arch = str(options["arch"])
     if not _MODEL_TYPE.fullmatch(arch):
@@ -202,7 +213,7 @@ def _checked(items: tuple[tuple[str, Value], ...]) -> None:
         raise _cannot(arch, options, "its config", exc) from exc
     _check_sizes(arch, options, config, transformers)
     _softcap_dropped(arch, options, config)
-    _check_runs(arch, options, config, getattr(transformers, types[arch]))
+    return _check_runs(arch, options, config, getattr(transformers, types[arch]))
 
 
 def _check_sizes(arch: str, options: Mapping[str, Value], config: Any, transformers: Any) -> None:
@@ -285,13 +296,13 @@ def _multi_query_only(config: Any) -> bool:
     )
 
 
-def _check_runs(arch: str, options: Mapping[str, Value], config: Any, model_class: Any) -> None:
+def _check_runs(arch: str, options: Mapping[str, Value], config: Any, model_class: Any) -> LossFn:
     """Made and run once on meta tensors, fed as the run feeds it (the loss of `attention`):
     what fails there for the model's own reasons fails every step of the run. A shape that
     disagrees, or a Python error of the modeling code (a `None` where the config left a size
     out: DeepSeek-V2's `topk`); not torch's other errors, which may be the meta device's own
     limits (a mixture of experts' grouped matmul checks dtypes there that it does not on real
-    tensors, a value read on the host)."""
+    tensors, a value read on the host). Returns the loss that ran (`causal_loss`)."""
     try:
         with torch.device("meta"):
             model = model_class(config)
@@ -300,14 +311,28 @@ def _check_runs(arch: str, options: Mapping[str, Value], config: Any, model_clas
     _check_positions(arch, options, model)
     shape = (int(options["batch"]), int(options["seq"]))
     ids = torch.zeros(shape, dtype=torch.long, device="meta")
-    loss = causal_lm_loss_eager if options["attention"] == "eager" else causal_lm_loss
+    eager = options["attention"] == "eager"
+    failed = _step_fails(causal_lm_loss_eager if eager else causal_lm_loss, model, ids)
+    if failed is None:
+        return causal_lm_loss_eager if eager else causal_lm_loss
+    # BLOOM and the original GPT take only a 2D mask ("too many values to unpack" from a 4D
+    # one) and build the causal one themselves: the sdpa refusal had advised eager, which then
+    # failed too (a user's probe, 2026-12-07). `check_causal` still checks what they build.
+    if eager and _step_fails(causal_lm_loss, model, ids) is None:
+        return causal_lm_loss
+    raise _cannot(arch, options, "one step", failed) from failed
+
+
+def _step_fails(loss: LossFn, model: nn.Module, ids: torch.Tensor) -> Exception | None:
+    """The error of one step on meta tensors that every real step would raise too, or None."""
     try:
         loss(model, (ids,)).backward()
-    except (TypeError, ValueError, IndexError, KeyError, AttributeError) as exc:
-        raise _cannot(arch, options, "one step", exc) from exc
-    except Exception as exc:
+    except (TypeError, ValueError, IndexError, KeyError, AttributeError, AssertionError) as exc:
+        return exc  # the modeling code's own (XLM asserts its mask is 2D)
+    except Exception as exc:  # noqa: BLE001 (torch raises many kinds; shapes_disagree picks)
         if shapes_disagree(str(exc)):
-            raise _cannot(arch, options, "one step", exc) from exc
+            return exc
+    return None
 
 
 def _check_positions(arch: str, options: Mapping[str, Value], model: nn.Module) -> None:
@@ -356,7 +381,7 @@ NOISE = 1e-5
 """How far, relative to the logits' largest, `check_causal` lets earlier positions move."""
 
 
-def check_causal(options: Mapping[str, Value], model: nn.Module) -> None:
+def check_causal(options: Mapping[str, Value], model: nn.Module, loss: LossFn) -> None:
     """A causal LM whose logits at a position change with a later token learns from the token
     it predicts: the encoder kinds transformers builds a causal-LM head for (BERT, ELECTRA,
     ERNIE, ...) take their mask from `config.is_decoder`, not from the attention, and attended
@@ -373,11 +398,16 @@ def check_causal(options: Mapping[str, Value], model: nn.Module) -> None:
     changed = ids.clone()
     changed[0, -1] = (ids[0, -1] + 1) % vocab
     extra: dict[str, torch.Tensor] = {}
-    if options["attention"] == "eager":  # as `causal_lm_loss_eager` masks it
+    if loss is causal_lm_loss_eager:  # as it masks it
         blocked = torch.full((seq, seq), torch.finfo(torch.float32).min, device=device)
         extra["attention_mask"] = blocked.triu(1)[None, None]
-    with evaluating(model), torch.no_grad():
-        seen = [model(input_ids=x.to(device), **extra).logits[:, :-1] for x in (ids, changed)]
+    try:
+        with evaluating(model), torch.no_grad():
+            seen = [model(input_ids=x.to(device), **extra).logits[:, :-1] for x in (ids, changed)]
+    except Exception as exc:  # its modeling code's own, of many kinds
+        # Where meta tensors could not tell: XLM reads its lengths on the host, then asserts
+        # its mask is 2D; this had surfaced as a bare AssertionError from the build.
+        raise _cannot(str(options["arch"]), options, "one step", exc) from exc
     # Within float noise, not bit for bit: a mixture of experts groups the tokens by expert, so
     # a changed last token moves the sums of earlier ones by 1e-8-6e-8 (Mixtral, OLMoE, Qwen3-MoE:
     # 28 decoders had been refused), where the encoders' leaks are 1e-4-2e-3 (a probe, 2026-12-07).
