@@ -4,6 +4,7 @@ and gated on the CPU, and the types it refuses before a job is queued, each nami
 
 from __future__ import annotations
 
+import logging
 import math
 
 import pytest
@@ -114,6 +115,33 @@ def test_families_sdpa_cannot_run_train_under_eager_attention(
             causal_lm_loss_eager(workload.model, (ids,))
     result = run(workload, LoopConfig(), RunArgs(steps=24, warmup=0, windows=1, device="cpu"))
     assert sum(result.losses[-4:]) < sum(result.losses[:4])
+
+
+class _Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.said: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.said.append(record.getMessage())
+
+
+def test_a_familys_own_out_of_vocabulary_token_ids_are_not_warned_of(
+    transformers: object,
+) -> None:
+    # StarCoder2's defaults hold bos/eos 50256 of a 49152 vocabulary; the built config moves
+    # them (`PAD`), and the warnings were about the family's default, which no run builds.
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.warning_once.cache_clear()
+    kept, logger = _Kept(), logging.getLogger("transformers.configuration_utils")
+    logger.addHandler(kept)
+    try:
+        workload = load_workload("hf:causal-lm", "tiny", model_args={"arch": "starcoder2"})
+    finally:
+        logger.removeHandler(kept)
+    assert workload.model.config.bos_token_id == 0
+    assert not [said for said in kept.said if "within the vocabulary" in said]
 
 
 def test_gpt_bigcode_builds_the_key_value_heads_asked(transformers: object) -> None:

@@ -268,7 +268,9 @@ CAUSAL_LM = Family(
             default="auto",
             choices=("auto", "true", "false"),
             help="output head tied to the input embeddings; auto: the architecture's config "
-            "default (tied for gpt2, untied for the others; Qwen2's 0.5B and 1.5B models tie)",
+            "default (tied for gpt2; untied for llama, qwen2, gpt_neox and mistral, whose 0.5B "
+            "and 1.5B Qwen2 models tie; another arch's own family default, as Gemma's and OPT's "
+            "tied)",
         ),
         OptionSpec(
             name="config",

@@ -33,13 +33,17 @@ there count). Of the 178 causal-LM types of transformers 5.18 at the `tiny` pres
 (2026-12-05): 98 built and trained a step with sdpa attention and 116 with eager; 140 of the
 356 pairings were refused (composites, sdpa where the family has none, sizes its config does
 not take, RoBERTa's offset positions) and 2 were built and failed at their first step (the
-original GPT and XLM, each with eager attention, whose masks take another form).
+original GPT and XLM, each with eager attention, whose masks take another form). Since
+2026-12-07 a family that takes only a 2D mask (BLOOM, the original GPT, XGLM) trains under
+eager attention with the causal mask it builds itself (`causal_loss`), and XLM, whose failure
+meta tensors cannot show, is refused at the build.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import logging
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -117,7 +121,7 @@ def other_config(options: Mapping[str, Value], transformers: Any, common: Mappin
     hidden, heads, layers = int(options["hidden"]), int(options["heads"]), int(options["layers"])
     seq, vocab = int(options["seq"]), int(options["vocab"])
     given = file_fields(options)
-    fields = {**transformers.AutoConfig.for_model(arch).to_dict(), **given}
+    fields = {**family_defaults(arch, transformers), **given}
     sizes: dict[str, Any] = {
         **given,
         "hidden_size": hidden,
@@ -162,6 +166,20 @@ def other_config(options: Mapping[str, Value], transformers: Any, common: Mappin
         if _TOKEN_ID.search(name) and isinstance(value, int) and not 0 <= value < vocab:
             setattr(config, name, PAD)
     return config
+
+
+def family_defaults(arch: str, transformers: Any) -> dict[str, Any]:
+    """The fields of the family's default config. Some defaults hold token ids outside their
+    own vocabulary (StarCoder2's 50256 of 49152), of which transformers warns at construction:
+    about a config no run builds (`other_config` moves such ids), so not said to the user."""
+    logger = logging.getLogger("transformers.configuration_utils")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        fields: dict[str, Any] = transformers.AutoConfig.for_model(arch).to_dict()
+    finally:
+        logger.setLevel(level)
+    return fields
 
 
 def check_arch(options: Mapping[str, Value]) -> None:
@@ -253,7 +271,7 @@ def _check_sizes(arch: str, options: Mapping[str, Value], config: Any, transform
             "head) or 1",
             field="model_arg.kv_heads",
         )
-    fields = type(config)().to_dict()
+    fields = family_defaults(arch, transformers)
     for option, what, names in (
         ("kv_heads", "key/value heads", ("num_key_value_heads",)),
         ("ffn", "feed-forward width", FFN_FIELDS + EXPERT_FFN_FIELDS),
