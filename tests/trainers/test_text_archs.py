@@ -96,7 +96,9 @@ def test_ffn_sets_each_experts_width_in_a_mixture_of_experts(
     assert sum(result.losses[-4:]) < sum(result.losses[:4])
 
 
-@pytest.mark.parametrize("arch", ["gemma2", "mpt", "bloom", "openai-gpt", "xglm"])
+@pytest.mark.parametrize(
+    "arch", ["gemma2", "mpt", "bloom", "openai-gpt", "xglm", "gpt_neo", "gptj"]
+)
 def test_families_sdpa_cannot_run_train_under_eager_attention(
     arch: str, transformers: object
 ) -> None:
@@ -107,6 +109,11 @@ def test_families_sdpa_cannot_run_train_under_eager_attention(
 
     args = {"arch": arch, "attention": "eager", "lr": "3e-3"}
     workload = load_workload("hf:causal-lm", "tiny", seed=0, model_args=args)
+    config = workload.model.config
+    if arch == "gptj":  # a quarter of the 16-wide head, as GPT-J's own 64 of 256: it had kept 64
+        assert config.rotary_dim == 4
+    if arch == "gpt_neo":  # all global, as many as layers: its 24 had refused any other depth
+        assert config.attention_layers == ["global", "global"]
     own_mask = arch in ("bloom", "openai-gpt", "xglm")
     assert workload.loss_fn is (causal_lm_loss if own_mask else causal_lm_loss_eager)
     if own_mask:
@@ -173,7 +180,11 @@ def test_the_study_name_tells_the_types_apart(transformers: object) -> None:
     [
         ({"arch": "qwen"}, "model_arg.arch", r"'qwen' is invalid \(did you mean qwen3, qwen2"),
         ({"arch": "gemma3"}, "model_arg.arch", r"a composite model .* arch=gemma3_text"),
-        ({"arch": "bloom"}, "model_arg.arch", r"scaled_dot_product_attention.*attention=eager"),
+        (
+            {"arch": "bloom"},
+            "model_arg.attention",
+            r"^model_arg.attention='sdpa' is invalid with arch=bloom: .*no SDPA .*allowed eager$",
+        ),
         (
             {"arch": "gpt_bigcode", "hidden": "64", "heads": "4", "kv_heads": "2"},
             "model_arg.kv_heads",
@@ -198,7 +209,7 @@ def test_the_study_name_tells_the_types_apart(transformers: object) -> None:
             r"attn_logit_softcapping=50.0.* allowed eager$",
         ),
         # MPT's attn_config is a group of its own fields, not a model: not called composite.
-        ({"arch": "mpt"}, "model_arg.arch", r"cannot build its model .*attention=eager"),
+        ({"arch": "mpt"}, "model_arg.attention", r"arch=mpt: .*no SDPA attention; allowed eager"),
         (
             {"arch": "stablelm", "hidden": "48", "heads": "4"},
             "model_arg.arch",

@@ -121,7 +121,8 @@ def other_config(options: Mapping[str, Value], transformers: Any, common: Mappin
     hidden, heads, layers = int(options["hidden"]), int(options["heads"]), int(options["layers"])
     seq, vocab = int(options["seq"]), int(options["vocab"])
     given = file_fields(options)
-    fields = {**family_defaults(arch, transformers), **given}
+    family = family_config(arch, transformers)
+    fields = {**family.to_dict(), **given}
     sizes: dict[str, Any] = {
         **given,
         "hidden_size": hidden,
@@ -149,11 +150,20 @@ def other_config(options: Mapping[str, Value], transformers: Any, common: Mappin
         # Families that keep the head width apart (Qwen3: 128, Gemma: 256) would otherwise run
         # heads of their own width whatever `hidden` and `heads` say.
         sizes["head_dim"] = hidden // heads
+    if isinstance(fields.get("rotary_dim"), int) and "rotary_dim" not in given:
+        # GPT-J and CodeGen rotate 64 dims of each head, a quarter of theirs: a narrower head
+        # failed every step. The family's share of the head is kept, an even count.
+        share = family.rotary_dim / (family.hidden_size // family.num_attention_heads)
+        sizes["rotary_dim"] = max(2, int(hidden // heads * share) // 2 * 2)
     if fields.get("use_sliding_window") is not None:
         sizes["use_sliding_window"] = False
     if isinstance(fields.get("sliding_window"), int):
         # A window as long as the sequence masks nothing causal attention does not.
         sizes["sliding_window"] = max(seq, int(fields["sliding_window"]))
+    if isinstance(fields.get("attention_types"), list):
+        # GPT-Neo's own form of `layer_types` ([[["global", "local"], 12]]): all global, and as
+        # many as `layers` (its 24 by default had refused every other depth).
+        sizes["attention_types"] = [[["global"], layers]]
     kinds = fields.get("layer_types")
     if isinstance(kinds, list) and set(kinds) <= {_FULL, _SLIDING}:
         sizes["layer_types"] = [_FULL] * layers
@@ -168,18 +178,17 @@ def other_config(options: Mapping[str, Value], transformers: Any, common: Mappin
     return config
 
 
-def family_defaults(arch: str, transformers: Any) -> dict[str, Any]:
-    """The fields of the family's default config. Some defaults hold token ids outside their
-    own vocabulary (StarCoder2's 50256 of 49152), of which transformers warns at construction:
-    about a config no run builds (`other_config` moves such ids), so not said to the user."""
+def family_config(arch: str, transformers: Any) -> Any:
+    """The family's default config. Some defaults hold token ids outside their own vocabulary
+    (StarCoder2's 50256 of 49152), of which transformers warns at construction: about a config
+    no run builds (`other_config` moves such ids), so not said to the user."""
     logger = logging.getLogger("transformers.configuration_utils")
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        fields: dict[str, Any] = transformers.AutoConfig.for_model(arch).to_dict()
+        return transformers.AutoConfig.for_model(arch)
     finally:
         logger.setLevel(level)
-    return fields
 
 
 def check_arch(options: Mapping[str, Value]) -> None:
@@ -271,7 +280,7 @@ def _check_sizes(arch: str, options: Mapping[str, Value], config: Any, transform
             "head) or 1",
             field="model_arg.kv_heads",
         )
-    fields = family_defaults(arch, transformers)
+    fields = family_config(arch, transformers).to_dict()
     for option, what, names in (
         ("kv_heads", "key/value heads", ("num_key_value_heads",)),
         ("ffn", "feed-forward width", FFN_FIELDS + EXPERT_FFN_FIELDS),
@@ -383,6 +392,14 @@ def _cannot(arch: str, options: Mapping[str, Value], what: str, exc: BaseExcepti
             f"model_arg.attention={options['attention']!r} is invalid with arch={arch}: its "
             "modeling code takes only its own attention classes, not the mask-free causal "
             "SDPA this option registers; allowed eager",
+            field="model_arg.attention",
+        )
+    if "does not support an attention implementation through" in said:
+        # BLOOM, GPT-J, GPT-Neo, MPT, CodeGen: the family has no SDPA path at all; transformers'
+        # 300 characters had buried the one option that fixes it.
+        return WorkloadError(
+            f"model_arg.attention={options['attention']!r} is invalid with arch={arch}: its "
+            "modeling code in transformers has no SDPA attention; allowed eager",
             field="model_arg.attention",
         )
     allowed = "options its family takes, or another arch"
