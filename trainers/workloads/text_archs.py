@@ -33,10 +33,12 @@ there count). Of the 178 causal-LM types of transformers 5.18 at the `tiny` pres
 (2026-12-05): 98 built and trained a step with sdpa attention and 116 with eager; 140 of the
 356 pairings were refused (composites, sdpa where the family has none, sizes its config does
 not take, RoBERTa's offset positions) and 2 were built and failed at their first step (the
-original GPT and XLM, each with eager attention, whose masks take another form). Since
-2026-12-07 a family that takes only a 2D mask (BLOOM, the original GPT, XGLM) trains under
-eager attention with the causal mask it builds itself (`causal_loss`), and XLM, whose failure
-meta tensors cannot show, is refused at the build.
+original GPT and XLM, each with eager attention, whose masks take another form). On
+2026-12-07 the check before a job passed 134 with eager and 96 with sdpa: a family that takes
+only a 2D mask (BLOOM, the original GPT, XGLM) now trains under eager attention with the causal
+mask it builds itself (`causal_loss`), GPT-J and GPT-Neo build at any head width and depth,
+Gemma 2 is refused under sdpa (its soft cap), and XLM, whose failure meta tensors cannot show,
+is refused at the build.
 """
 
 from __future__ import annotations
