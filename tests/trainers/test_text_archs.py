@@ -193,7 +193,7 @@ def test_the_study_name_tells_the_types_apart(transformers: object) -> None:
         (
             {"arch": "opt", "kv_heads": "1"},
             "model_arg.kv_heads",
-            r"no key/value heads \(num_key_value_heads\)",
+            r"no key/value heads \(num_key_value_heads, num_kv_heads\)",
         ),
         (
             {"arch": "openai-gpt", "ffn": "64"},

@@ -171,3 +171,98 @@ def test_a_named_types_file_keeps_its_fields_and_a_bad_size_is_refused(tmp_path:
     with pytest.raises(WorkloadError, match=r"model_arg.heads=8 .*hidden=40") as info:
         workload_key("hf:causal-lm", "tiny", {"config": str(odd)})
     assert info.value.field == "model_arg.heads"
+
+
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "asked", "expected"),
+    [
+        (32, 8, {"heads": 4}, 1),  # Llama 3.2's 4 to 1, kept
+        (16, 16, {"heads": 4}, 0),  # one per query head, kept: it had been refused (kv 16)
+        (16, 4, {"heads": 8}, 2),
+        (14, 2, {"heads": 4}, 1),  # Qwen2.5-0.5B's 7 to 1: at least one
+        (32, 8, {"heads": 4, "kv_heads": 2}, 2),  # the user's, over the file's grouping
+    ],
+)
+def test_fewer_heads_than_the_files_keep_its_grouping(
+    tmp_path: Path, heads: int, kv_heads: int, asked: dict[str, int], expected: int
+) -> None:
+    file = {**QWEN3, "hidden_size": 64 * heads, "num_attention_heads": heads}
+    folder = write(tmp_path / "g", {**file, "num_key_value_heads": kv_heads})
+    values = filled({"config": str(folder), "hidden": 64, **asked})
+    assert values["kv_heads"] == expected
+
+
+def test_a_multi_query_file_is_read_as_one_key_value_head(tmp_path: Path) -> None:
+    # Falcon-7B says multi_query and num_kv_heads = heads; its attention has one: the flag had
+    # outweighed kv_heads=4, built with one all the same.
+    falcon = {"model_type": "falcon", "hidden_size": 64, "num_attention_heads": 4}
+    folder = write(tmp_path / "f", {**falcon, "num_kv_heads": 4, "multi_query": True})
+    assert filled({"config": str(folder)})["kv_heads"] == 1
+    assert filled({"config": str(folder), "kv_heads": 4})["kv_heads"] == 0  # as many as heads
+    new = {**falcon, "num_kv_heads": 2, "multi_query": True, "new_decoder_architecture": True}
+    assert filled({"config": str(write(tmp_path / "n", new))})["kv_heads"] == 2
+
+
+@pytest.mark.models
+def test_gpt2_and_gpt_neox_files_keep_their_own_fields(tmp_path: Path) -> None:
+    """They had been built from the project's own GPT-2 and GPT-NeoX configs, every field but
+    the sizes dropped with no word (a user's probe, 2026-12-07)."""
+    pytest.importorskip("transformers")
+    gpt2 = {"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 128}
+    gpt2 |= {"activation_function": "relu", "layer_norm_epsilon": 1e-3, "resid_pdrop": 0.0}
+    pythia = {"model_type": "gpt_neox", "hidden_size": 64, "num_attention_heads": 4}
+    pythia |= {"num_hidden_layers": 2, "vocab_size": 128, "hidden_act": "relu"}
+    pythia |= {"use_parallel_residual": False, "attention_bias": False}
+    built = {
+        name: load_workload(
+            "hf:causal-lm", "tiny", seed=0, model_args={"config": str(write(tmp_path / name, f))}
+        ).model
+        for name, f in (("gpt2", gpt2), ("pythia", pythia))
+    }
+    gpt2_config, pythia_config = built["gpt2"].config, built["pythia"].config
+    assert (gpt2_config.activation_function, gpt2_config.layer_norm_epsilon) == ("relu", 1e-3)
+    assert gpt2_config.resid_pdrop == 0.0
+    assert (pythia_config.hidden_act, pythia_config.use_parallel_residual) == ("relu", False)
+    assert built["pythia"].gpt_neox.layers[0].attention.query_key_value.bias is None
+
+
+@pytest.mark.models
+def test_a_files_derived_widths_follow_the_sizes_the_user_changes(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    folder = write(tmp_path / "qwen3", QWEN3)
+    asked = {"config": str(folder), "hidden": "32", "heads": "2"}
+    config = load_workload("hf:causal-lm", "tiny", model_args=asked).model.config
+    assert config.head_dim == 16  # hidden / heads, not the file's 32: a Gemma 2 file had run 16x
+    moe = {**QWEN3, "model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 2}
+    folder = write(tmp_path / "moe", {**moe, "moe_intermediate_size": 48})
+    for ffn, width in (("", 48), ("24", 24)):  # the file's, then the user's: it had kept 48
+        args = {"config": str(folder), **({"ffn": ffn} if ffn else {})}
+        model = load_workload("hf:causal-lm", "tiny", model_args=args).model
+        assert model.config.moe_intermediate_size == width
+
+
+@pytest.mark.models
+def test_a_falcon_file_builds_the_key_value_heads_asked(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    falcon = {"model_type": "falcon", "hidden_size": 64, "num_attention_heads": 4}
+    falcon |= {"num_hidden_layers": 2, "vocab_size": 128, "multi_query": True}
+    folder = write(tmp_path / "f", falcon)
+    for kv_heads, expected in (("", 1), ("4", 4)):
+        args = {"config": str(folder), "attention": "eager"}
+        model = load_workload(
+            "hf:causal-lm",
+            "tiny",
+            model_args={**args, **({"kv_heads": kv_heads} if kv_heads else {})},
+        ).model
+        assert model.transformer.h[0].self_attention.num_kv_heads == expected
+
+
+@pytest.mark.models
+def test_a_bad_field_in_the_file_is_refused_naming_the_file(tmp_path: Path) -> None:
+    # It had been blamed on model_arg.arch, which the file sets, with "another arch" to try.
+    pytest.importorskip("transformers")
+    folder = write(tmp_path / "bad", {**QWEN3, "hidden_act": "swishy"})
+    with pytest.raises(WorkloadError, match=r"cannot build its model .*KeyError: 'swishy'") as info:
+        workload_key("hf:causal-lm", "tiny", {"config": str(folder)})
+    assert info.value.field == "model_arg.config"
+    assert "another arch" not in str(info.value)

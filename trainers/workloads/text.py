@@ -277,7 +277,9 @@ CAUSAL_LM = Family(
             kind="str",
             default="",
             help="your model's transformers config.json (or its folder), random weights: its "
-            "model_type is arch, its sizes the options' unless given too; empty: none",
+            "model_type is arch, its sizes the options' unless given too (its head width and "
+            "experts' width then follow hidden, heads and ffn; fewer heads keep its key/value "
+            "grouping); empty: none",
         ),
     ),
     presets=CAUSAL_PRESETS,

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import logging
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -60,6 +59,14 @@ from trainers.workloads.extras import require
 from trainers.workloads.options import Value
 from trainers.workloads.text_config_file import file_fields
 from trainers.workloads.text_losses import causal_lm_loss, causal_lm_loss_eager
+from trainers.workloads.text_sizes import (
+    EXPERT_FFN_FIELDS,
+    FFN_FIELDS,
+    KV_FIELDS,
+    family_config,
+    ffn_sizes,
+    head_sizes,
+)
 from trainers.workloads.text_stream import PAD
 
 CAUSAL_SDPA = "streamtune_causal_sdpa"
@@ -67,22 +74,6 @@ CAUSAL_SDPA = "streamtune_causal_sdpa"
 NAMED_ARCHS = ("gpt2", "llama", "qwen2", "gpt_neox", "mistral")
 """Built by their own config classes (`trainers.workloads.text_models`)."""
 
-FFN_FIELDS = (
-    "intermediate_size",
-    "ffn_dim",
-    "n_inner",
-    "d_ff",
-    "dff",
-    "dim_ff",
-    "ffn_hidden_size",
-    "decoder_ffn_dim",
-)
-"""The names configs give the feed-forward width (Llama's, OPT's, GPT-2's, T5's, CTRL's,
-CPM-Ant's, Falcon's, a BART decoder's), the first found."""
-EXPERT_FFN_FIELDS = ("moe_intermediate_size", "expert_ffn_hidden_size")
-"""The names a mixture of experts gives each expert's width where it keeps it apart from its
-dense layers' (Qwen2/3-MoE, DeepSeek, GLM-4-MoE; LongCat): `ffn` sets it too. Shared experts
-keep their family's width."""
 _FULL, _SLIDING = "full_attention", "sliding_attention"
 _TOKEN_ID = re.compile(r"_token_id$")
 _MODEL_TYPE = re.compile(r"[a-z0-9][a-z0-9_\-]*")
@@ -134,29 +125,8 @@ def other_config(options: Mapping[str, Value], transformers: Any, common: Mappin
         "max_position_embeddings": max(seq, int(given.get("max_position_embeddings") or 0)),
         "use_cache": False,
     }
-    if "num_key_value_heads" in fields:
-        sizes["num_key_value_heads"] = int(options.get("kv_heads", 0)) or heads
-    if "multi_query" in fields and "multi_query" not in given:
-        # GPTBigCode and Falcon build one key/value head or one per query head by this flag
-        # alone: GPTBigCode had been multi-query whatever kv_heads said (a user's probe).
-        sizes["multi_query"] = int(options.get("kv_heads", 0)) == 1
-    ffn = next((name for name in FFN_FIELDS if name in fields), None)
-    if ffn is not None:
-        sizes[ffn] = int(options.get("ffn", 0)) or 4 * hidden
-    for name in EXPERT_FFN_FIELDS:
-        if name in fields and name not in given and int(options.get("ffn", 0)):
-            # Qwen2-MoE's layers are all experts by default: `ffn` set only the dense width,
-            # which no layer used, and was accepted and ignored (a user's probe, 2026-12-07).
-            sizes[name] = int(options["ffn"])
-    if "head_dim" in fields and "head_dim" not in given:
-        # Families that keep the head width apart (Qwen3: 128, Gemma: 256) would otherwise run
-        # heads of their own width whatever `hidden` and `heads` say.
-        sizes["head_dim"] = hidden // heads
-    if isinstance(fields.get("rotary_dim"), int) and "rotary_dim" not in given:
-        # GPT-J and CodeGen rotate 64 dims of each head, a quarter of theirs: a narrower head
-        # failed every step. The family's share of the head is kept, an even count.
-        share = family.rotary_dim / (family.hidden_size // family.num_attention_heads)
-        sizes["rotary_dim"] = max(2, int(hidden // heads * share) // 2 * 2)
+    sizes.update(head_sizes(options, given, family, fields))
+    sizes.update(ffn_sizes(options, given, fields))
     if fields.get("use_sliding_window") is not None:
         sizes["use_sliding_window"] = False
     if isinstance(fields.get("sliding_window"), int):
@@ -178,19 +148,6 @@ def other_config(options: Mapping[str, Value], transformers: Any, common: Mappin
         if _TOKEN_ID.search(name) and isinstance(value, int) and not 0 <= value < vocab:
             setattr(config, name, PAD)
     return config
-
-
-def family_config(arch: str, transformers: Any) -> Any:
-    """The family's default config. Some defaults hold token ids outside their own vocabulary
-    (StarCoder2's 50256 of 49152), of which transformers warns at construction: about a config
-    no run builds (`other_config` moves such ids), so not said to the user."""
-    logger = logging.getLogger("transformers.configuration_utils")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        return transformers.AutoConfig.for_model(arch)
-    finally:
-        logger.setLevel(level)
 
 
 def check_arch(options: Mapping[str, Value]) -> None:
@@ -284,7 +241,7 @@ def _check_sizes(arch: str, options: Mapping[str, Value], config: Any, transform
         )
     fields = family_config(arch, transformers).to_dict()
     for option, what, names in (
-        ("kv_heads", "key/value heads", ("num_key_value_heads",)),
+        ("kv_heads", "key/value heads", KV_FIELDS),
         ("ffn", "feed-forward width", FFN_FIELDS + EXPERT_FFN_FIELDS),
     ):
         if int(options.get(option, 0)) and not any(name in fields for name in names):
@@ -338,6 +295,7 @@ def _check_runs(arch: str, options: Mapping[str, Value], config: Any, model_clas
     except Exception as exc:  # a model's init raises many kinds
         raise _cannot(arch, options, "its model", exc) from exc
     _check_positions(arch, options, model)
+    name_causal_loss(model)
     shape = (int(options["batch"]), int(options["seq"]))
     ids = torch.zeros(shape, dtype=torch.long, device="meta")
     eager = options["attention"] == "eager"
@@ -362,6 +320,14 @@ def _step_fails(loss: LossFn, model: nn.Module, ids: torch.Tensor) -> Exception 
         if shapes_disagree(str(exc)):
             return exc
     return None
+
+
+def name_causal_loss(model: Any) -> None:
+    """transformers picks a causal LM's loss from its class name, and some name none
+    (GPT2LMHeadModel, OpenAIGPTLMHeadModel, CTRLLMHeadModel): said, or it warns before falling
+    back to this same loss."""
+    if getattr(model, "loss_type", None) is None:
+        model.loss_type = "ForCausalLM"
 
 
 def _check_positions(arch: str, options: Mapping[str, Value], model: nn.Module) -> None:
@@ -407,10 +373,17 @@ def _cannot(arch: str, options: Mapping[str, Value], what: str, exc: BaseExcepti
     allowed = "options its family takes, or another arch"
     if options["attention"] == "sdpa" and "scaled_dot_product_attention" in said:
         allowed = "attention=eager, " + allowed
+    field, value = "model_arg.arch", arch
+    if options.get("config"):
+        # The file's own fields (an activation, a RoPE type, a string where a number goes) had
+        # been blamed on arch, which the file sets, with "another arch" as the way out.
+        field, value = "model_arg.config", str(options["config"])
+        allowed = allowed.replace("options its family takes, or another arch", "fields its")
+        allowed += " family takes in the file (transformers' own config.json), or other sizes"
     return WorkloadError(
-        f"model_arg.arch={arch!r} cannot build {what} at {sizes}: transformers raised "
+        f"{field}={value!r} cannot build {what} at {sizes}: transformers raised "
         f"{type(exc).__name__}: {said[:300]}; allowed {allowed}",
-        field="model_arg.arch",
+        field=field,
     )
 
 

@@ -28,7 +28,7 @@ CONFIG_SIZES: Mapping[str, tuple[str, ...]] = {
     "hidden": ("hidden_size", "n_embd", "d_model"),
     "heads": ("num_attention_heads", "n_head"),
     "layers": ("num_hidden_layers", "n_layer", "num_layers"),
-    "kv_heads": ("num_key_value_heads",),
+    "kv_heads": ("num_key_value_heads", "num_kv_heads"),
     "ffn": ("intermediate_size", "ffn_dim", "n_inner", "d_ff"),
     "vocab": ("vocab_size",),
     "tie": ("tie_word_embeddings",),
@@ -101,14 +101,19 @@ def fill_from_file(
         )
     fields = model_fields(raw)
     filled = dict(values)
+    read: dict[str, Value] = {}
     # Absolute: the study's name and an exported script then name one file from any folder.
     filled["config"] = str(Path(raw).expanduser().resolve())
     filled["arch"] = fields["model_type"]
     for option, names in CONFIG_SIZES.items():
         name = next((name for name in names if fields.get(name) is not None), None)
-        if option in overrides or name is None:
+        if name is None:
             continue
         found = fields[name]
+        if option in overrides:
+            if isinstance(found, int) and not isinstance(found, bool):
+                read[option] = found  # the file's own: how it groups its heads
+            continue
         wanted = bool if option == "tie" else int
         if not isinstance(found, wanted) or (wanted is int and isinstance(found, bool)):
             # A JSON string ("false", "64") had been read as true, or said as the option's.
@@ -120,10 +125,27 @@ def fill_from_file(
         if option == "tie":
             found = "true" if found else "false"
         # Through the option's own check: a size out of its range names the option and file.
-        filled[option] = specs(option).check(found, raw=f"{found} (from {raw})")
+        filled[option] = read[option] = specs(option).check(found, raw=f"{found} (from {raw})")
+    if fields.get("multi_query") is True and not fields.get("new_decoder_architecture"):
+        # Falcon-7B's and GPTBigCode's one key/value head, whatever num_kv_heads says: read as
+        # kv_heads=1, which the built config says again (`multi_query`), unless kv_heads is given.
+        read["kv_heads"] = 1
+        if "kv_heads" not in overrides:
+            filled["kv_heads"] = 1
+    if "heads" in overrides and "kv_heads" not in overrides and "heads" in read:
+        filled["kv_heads"] = _grouped_as_file(read, int(filled["heads"]))
     if int(filled.get("kv_heads", 0)) == int(filled["heads"]):
         filled["kv_heads"] = 0  # as many as heads: one study name for one model
     return filled
+
+
+def _grouped_as_file(read: Mapping[str, Value], heads: int) -> int:
+    """The key/value heads for `heads` query heads grouped as the file groups its own (32 to 8:
+    4 to 1), at least one: a file's 16 of 16 had been refused beside heads=4, naming kv_heads,
+    which the user never set (a user's probe, 2026-12-07)."""
+    file_heads, file_kv = int(read["heads"]), int(read.get("kv_heads", 0)) or int(read["heads"])
+    kv = max(1, heads * file_kv // file_heads)
+    return kv if heads % kv == 0 else file_kv
 
 
 def file_fields(options: Mapping[str, Value]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from trainers.workloads.text_archs import (
     causal_lm_types,
     check_arch,
     common_config,
+    name_causal_loss,
     other_config,
 )
 from trainers.workloads.text_stream import PAD
@@ -67,7 +68,7 @@ def check_shape(options: Mapping[str, Value]) -> None:
             field="model_arg.heads",
         )
     rotated = int(width * GPT_NEOX_ROTARY)
-    if arch == "gpt_neox" and (rotated < 2 or rotated % 2):
+    if arch == "gpt_neox" and not options.get("config") and (rotated < 2 or rotated % 2):
         raise WorkloadError(
             f"model_arg.heads={heads} is invalid with hidden={hidden} and arch=gpt_neox: allowed "
             f"heads that leave a head width hidden/heads whose rotated quarter (rotary_pct "
@@ -85,6 +86,11 @@ def make_config(kind: str, options: Mapping[str, Value], transformers: Any) -> A
     layers, seq = int(options["layers"]), int(options["seq"])
     ffn = int(options.get("ffn", 0)) or 4 * hidden
     common = common_config(kind, options, transformers)
+    if kind == "causal-lm" and (options["arch"] not in NAMED_ARCHS or options.get("config")):
+        # A file first, whatever its type: a GPT-2 or Pythia file had been built from the
+        # project's own GPT-2 and GPT-NeoX configs below, its other fields (activation, norm
+        # eps, rotary share, parallel residual) dropped with no word (a user's probe, 2026-12-07).
+        return other_config(options, transformers, common)
     if kind == "causal-lm" and options["arch"] == "gpt2":
         return transformers.GPT2Config(
             n_embd=hidden,
@@ -114,8 +120,6 @@ def make_config(kind: str, options: Mapping[str, Value], transformers: Any) -> A
             use_cache=False,
             **common,
         )
-    if kind == "causal-lm" and (options["arch"] not in NAMED_ARCHS or options.get("config")):
-        return other_config(options, transformers, common)
     if kind == "causal-lm":
         return _rotary_decoder_config(options, transformers, common)
     return transformers.BertConfig(
@@ -172,10 +176,8 @@ def _rotary_decoder_config(
 def make_model(kind: str, options: Mapping[str, Value], transformers: Any) -> nn.Module:
     config = make_config(kind, options, transformers)
     made: Any = built_once(lambda: _model_class(kind, options, transformers)(config))
-    if type(made).__name__ == "GPT2LMHeadModel":
-        # transformers picks the loss from the class name, and "GPT2LMHeadModel" names none;
-        # said here, or it warns before falling back to this same loss.
-        made.loss_type = "ForCausalLM"
+    if kind == "causal-lm":
+        name_causal_loss(made)
     built: nn.Module = made
     return built
 

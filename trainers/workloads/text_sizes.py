@@ -1,0 +1,109 @@
+"""How the size options land in a config of a type outside the named five, or of the user's
+file (`trainers.workloads.text_archs.other_config`): the names each family gives its widths, and
+the widths a config derives from them (key/value heads, head width, rotated width, each
+expert's width), which follow the options where the user changes a size the file gave.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from trainers.workloads.options import Value
+from trainers.workloads.text_config_file import CONFIG_SIZES
+
+FFN_FIELDS = (
+    "intermediate_size",
+    "ffn_dim",
+    "n_inner",
+    "d_ff",
+    "dff",
+    "dim_ff",
+    "ffn_hidden_size",
+    "decoder_ffn_dim",
+)
+"""The names configs give the feed-forward width (Llama's, OPT's, GPT-2's, T5's, CTRL's,
+CPM-Ant's, Falcon's, a BART decoder's), the first found."""
+EXPERT_FFN_FIELDS = ("moe_intermediate_size", "expert_ffn_hidden_size")
+"""The names a mixture of experts gives each expert's width where it keeps it apart from its
+dense layers' (Qwen2/3-MoE, DeepSeek, GLM-4-MoE; LongCat): `ffn` sets it too. Shared experts
+keep their family's width."""
+KV_FIELDS = ("num_key_value_heads", "num_kv_heads")
+"""The names configs give the key/value heads (Llama's, Falcon's), the first found."""
+
+
+def _resized(options: Mapping[str, Value], given: Mapping[str, Any], *names: str) -> bool:
+    """Whether the options change one of the file's sizes `names` (`CONFIG_SIZES`' options):
+    a field the file derives from them (its head width, its experts' width) then follows the
+    options, not the file. False without a file."""
+    return any(_file_size(given, o) not in (None, int(options.get(o, 0))) for o in names)
+
+
+def _file_size(given: Mapping[str, Any], option: str) -> int | None:
+    """The file's value of the size option `option`, by `CONFIG_SIZES`' names."""
+    field = next((f for f in CONFIG_SIZES[option] if given.get(f) is not None), None)
+    return None if field is None else int(given[field])
+
+
+def head_sizes(
+    options: Mapping[str, Value], given: Mapping[str, Any], family: Any, fields: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The attention's key/value heads, head width and rotated width, by the module's rules."""
+    hidden, heads = int(options["hidden"]), int(options["heads"])
+    kv_heads = int(options.get("kv_heads", 0))
+    sizes: dict[str, Any] = {}
+    kv_field = next((name for name in KV_FIELDS if name in fields), None)
+    if kv_field is not None:  # Falcon's is num_kv_heads
+        sizes[kv_field] = kv_heads or heads
+    if "multi_query" in fields:
+        # GPTBigCode and Falcon build one key/value head or one per query head by this flag
+        # alone: GPTBigCode had been multi-query whatever kv_heads said, and a Falcon file's
+        # flag had outweighed kv_heads (users' probes). A file's flag is read as kv_heads=1.
+        sizes["multi_query"] = kv_heads == 1
+    resized = _resized(options, given, "hidden", "heads")
+    if "head_dim" in fields and ("head_dim" not in given or resized):
+        # Families that keep the head width apart (Qwen3: 128, Gemma: 256) would otherwise run
+        # heads of their own width whatever `hidden` and `heads` say; a file's too (a Gemma 2
+        # file at hidden=64 had run attention 16 times as wide).
+        sizes["head_dim"] = hidden // heads
+    if isinstance(fields.get("rotary_dim"), int) and ("rotary_dim" not in given or resized):
+        # GPT-J and CodeGen rotate 64 dims of each head, a quarter of theirs: a narrower head
+        # failed every step. The share of the head is kept (the file's, or the family's).
+        width, rotated = family.hidden_size // family.num_attention_heads, family.rotary_dim
+        file_hidden, file_heads = _file_size(given, "hidden"), _file_size(given, "heads")
+        if "rotary_dim" in given and file_hidden and file_heads:
+            width, rotated = file_hidden // file_heads, int(given["rotary_dim"])
+        share = rotated / width
+        sizes["rotary_dim"] = max(2, int(hidden // heads * share) // 2 * 2)
+    return sizes
+
+
+def ffn_sizes(
+    options: Mapping[str, Value], given: Mapping[str, Any], fields: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The feed-forward width and, for a mixture of experts, each expert's."""
+    ffn = int(options.get("ffn", 0))
+    sizes: dict[str, Any] = {}
+    dense = next((name for name in FFN_FIELDS if name in fields), None)
+    if dense is not None:
+        sizes[dense] = ffn or 4 * int(options["hidden"])
+    for name in EXPERT_FFN_FIELDS:
+        if name in fields and ffn and (name not in given or _resized(options, given, "ffn")):
+            # Qwen2-MoE's layers are all experts by default: `ffn` set only the dense width,
+            # which no layer used, and was accepted and ignored (users' probes, 2026-12-07).
+            sizes[name] = ffn
+    return sizes
+
+
+def family_config(arch: str, transformers: Any) -> Any:
+    """The family's default config. Some defaults hold token ids outside their own vocabulary
+    (StarCoder2's 50256 of 49152), of which transformers warns at construction: about a config
+    no run builds (`other_config` moves such ids), so not said to the user."""
+    logger = logging.getLogger("transformers.configuration_utils")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        return transformers.AutoConfig.for_model(arch)
+    finally:
+        logger.setLevel(level)
