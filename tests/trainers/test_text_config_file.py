@@ -180,6 +180,8 @@ def test_a_named_types_file_keeps_its_fields_and_a_bad_size_is_refused(tmp_path:
         (16, 16, {"heads": 4}, 0),  # one per query head, kept: it had been refused (kv 16)
         (16, 4, {"heads": 8}, 2),
         (14, 2, {"heads": 4}, 1),  # Qwen2.5-0.5B's 7 to 1: at least one
+        (32, 8, {"heads": 14}, 2),  # 3.5 rounds to 3, which does not divide 14: 2
+        (24, 8, {"heads": 10}, 2),  # Llama-3.2-3B's 3 to 1 at 10 heads: 3 does not divide, 2
         (32, 8, {"heads": 4, "kv_heads": 2}, 2),  # the user's, over the file's grouping
     ],
 )
@@ -192,15 +194,25 @@ def test_fewer_heads_than_the_files_keep_its_grouping(
     assert values["kv_heads"] == expected
 
 
-def test_a_multi_query_file_is_read_as_one_key_value_head(tmp_path: Path) -> None:
-    # Falcon-7B says multi_query and num_kv_heads = heads; its attention has one: the flag had
-    # outweighed kv_heads=4, built with one all the same.
-    falcon = {"model_type": "falcon", "hidden_size": 64, "num_attention_heads": 4}
-    folder = write(tmp_path / "f", {**falcon, "num_kv_heads": 4, "multi_query": True})
-    assert filled({"config": str(folder)})["kv_heads"] == 1
-    assert filled({"config": str(folder), "kv_heads": 4})["kv_heads"] == 0  # as many as heads
+def test_a_multi_query_file_groups_fewer_heads_as_one_key_value_head(tmp_path: Path) -> None:
+    # Falcon-7B says multi_query and num_kv_heads = heads; its attention has one. The option
+    # stays 0 (the study's name as before); fewer heads group as the one head it builds.
+    falcon = {"model_type": "falcon", "hidden_size": 256, "num_attention_heads": 16}
+    folder = write(tmp_path / "f", {**falcon, "num_kv_heads": 16, "multi_query": True})
+    assert filled({"config": str(folder)})["kv_heads"] == 0
+    assert filled({"config": str(folder), "heads": 4})["kv_heads"] == 1
+    assert filled({"config": str(folder), "kv_heads": 4, "heads": 4})["kv_heads"] == 4
     new = {**falcon, "num_kv_heads": 2, "multi_query": True, "new_decoder_architecture": True}
     assert filled({"config": str(write(tmp_path / "n", new))})["kv_heads"] == 2
+
+
+def test_mpt_and_gpt_neo_files_give_their_heads_and_layers(tmp_path: Path) -> None:
+    # Their own names (n_heads, n_layers; num_heads): they had been built at the preset's.
+    mpt = {"model_type": "mpt", "d_model": 64, "n_heads": 8, "n_layers": 4, "vocab_size": 128}
+    neo = {"model_type": "gpt_neo", "hidden_size": 64, "num_heads": 8, "num_layers": 3}
+    for name, file, layers in (("mpt", mpt, 4), ("neo", neo, 3)):
+        values = filled({"config": str(write(tmp_path / name, file))})
+        assert (values["hidden"], values["heads"], values["layers"]) == (64, 8, layers)
 
 
 @pytest.mark.models
@@ -239,6 +251,10 @@ def test_a_files_derived_widths_follow_the_sizes_the_user_changes(tmp_path: Path
         args = {"config": str(folder), **({"ffn": ffn} if ffn else {})}
         model = load_workload("hf:causal-lm", "tiny", model_args=args).model
         assert model.config.moe_intermediate_size == width
+    # A file without an expert width keeps the family's, not its dense width (96).
+    folder = write(tmp_path / "moe-dense", moe)
+    model = load_workload("hf:causal-lm", "tiny", model_args={"config": str(folder)}).model
+    assert model.config.moe_intermediate_size == type(model.config)().moe_intermediate_size
 
 
 @pytest.mark.models
@@ -247,7 +263,7 @@ def test_a_falcon_file_builds_the_key_value_heads_asked(tmp_path: Path) -> None:
     falcon = {"model_type": "falcon", "hidden_size": 64, "num_attention_heads": 4}
     falcon |= {"num_hidden_layers": 2, "vocab_size": 128, "multi_query": True}
     folder = write(tmp_path / "f", falcon)
-    for kv_heads, expected in (("", 1), ("4", 4)):
+    for kv_heads, expected in (("", 1), ("4", 4)):  # the file's flag, then the user's
         args = {"config": str(folder), "attention": "eager"}
         model = load_workload(
             "hf:causal-lm",
@@ -266,3 +282,19 @@ def test_a_bad_field_in_the_file_is_refused_naming_the_file(tmp_path: Path) -> N
         workload_key("hf:causal-lm", "tiny", {"config": str(folder)})
     assert info.value.field == "model_arg.config"
     assert "another arch" not in str(info.value)
+
+
+@pytest.mark.models
+def test_a_soft_cap_is_refused_under_sdpa_only_where_the_family_applies_it(
+    tmp_path: Path,
+) -> None:
+    # Gemma 3 keeps attn_logit_softcapping and never passes it to attention, under either.
+    pytest.importorskip("transformers")
+    gemma = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2}
+    gemma |= {"vocab_size": 128, "head_dim": 16, "attn_logit_softcapping": 50.0}
+    gemma3 = write(tmp_path / "g3", {**gemma, "model_type": "gemma3_text"})
+    assert "gemma3_text" in workload_key("hf:causal-lm", "tiny", {"config": str(gemma3)})
+    gemma2 = write(tmp_path / "g2", {**gemma, "model_type": "gemma2"})
+    with pytest.raises(WorkloadError, match=r"soft-caps its logits") as info:
+        workload_key("hf:causal-lm", "tiny", {"config": str(gemma2)})
+    assert info.value.field == "model_arg.attention"

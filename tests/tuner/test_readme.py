@@ -126,7 +126,10 @@ def test_the_stored_run_has_every_field_a_fresh_run_has(finished: Finished) -> N
 
 def _bash(script: str, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNER_")}
-    env["PYTHONPATH"] = str(ROOT)  # the checkout stands for the installed package
+    # The checkout stands for the installed package, ahead of what the caller's path holds: a
+    # lent GPU's wheels (optuna among them) sit on PYTHONPATH, and the GPU block's run had
+    # failed there with "No module named 'optuna'" (2026-12-07, b280010).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     return subprocess.run(
         ["bash", "-e", "-c", script],

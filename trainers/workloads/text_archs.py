@@ -45,7 +45,10 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import re
+import sys
+import traceback
 from collections.abc import Mapping
 from typing import Any
 
@@ -198,8 +201,9 @@ def _checked(items: tuple[tuple[str, Value], ...]) -> LossFn:
     except Exception as exc:  # transformers' validation raises many kinds
         raise _cannot(arch, options, "its config", exc) from exc
     _check_sizes(arch, options, config, transformers)
-    _softcap_dropped(arch, options, config)
-    return _check_runs(arch, options, config, getattr(transformers, types[arch]))
+    model_class = getattr(transformers, types[arch])
+    _softcap_dropped(arch, options, config, model_class)
+    return _check_runs(arch, options, config, model_class)
 
 
 def _check_sizes(arch: str, options: Mapping[str, Value], config: Any, transformers: Any) -> None:
@@ -260,12 +264,17 @@ def _component_models(config: Any) -> list[str]:
     return [name for name, part in parts.items() if getattr(part, "model_type", None) != ""]
 
 
-def _softcap_dropped(arch: str, options: Mapping[str, Value], config: Any) -> None:
+def _softcap_dropped(
+    arch: str, options: Mapping[str, Value], config: Any, model_class: Any
+) -> None:
     """SDPA takes no soft-capping of the attention logits: transformers passes Gemma 2's
     `attn_logit_softcapping` to it and SDPA drops it, so the run would train another model
-    than the family's, with no word (a user's probe, 2026-12-07)."""
+    than the family's, with no word (a user's probe, 2026-12-07). Only where the family's code
+    passes it (`softcap=`): Gemma 3 keeps the field and never applies it, under either."""
     softcap = getattr(config, "attn_logit_softcapping", None)
-    if options["attention"] != "eager" and softcap is not None:
+    if options["attention"] == "eager" or softcap is None:
+        return
+    if "softcap=" in inspect.getsource(sys.modules[model_class.__module__]):
         raise WorkloadError(
             f"model_arg.attention={options['attention']!r} is invalid with arch={arch}: its "
             f"attention soft-caps its logits (attn_logit_softcapping={softcap}), which SDPA "
@@ -351,7 +360,7 @@ def _cannot(arch: str, options: Mapping[str, Value], what: str, exc: BaseExcepti
     sizes = ", ".join(
         f"{key}={options[key]}" for key in ("hidden", "heads", "kv_heads", "ffn", "layers", "seq")
     )
-    said = " ".join(str(exc).split())
+    said = " ".join(str(exc).split()) or _where(exc)
     if isinstance(exc, KeyError) and exc.args == (CAUSAL_SDPA,):
         # Falcon and a few others pick an attention class by name from their own table, which
         # has no entry for a registered function (the mask-free causal SDPA): the bare
@@ -387,6 +396,12 @@ def _cannot(arch: str, options: Mapping[str, Value], what: str, exc: BaseExcepti
     )
 
 
+def _where(exc: BaseException) -> str:
+    """Where a wordless error (a bare `assert`) was raised: its innermost file and line."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"raised at {frames[-1].filename}:{frames[-1].lineno}" if frames else "no message"
+
+
 NOISE = 1e-5
 """How far, relative to the logits' largest, `check_causal` lets earlier positions move."""
 
@@ -414,6 +429,8 @@ def check_causal(options: Mapping[str, Value], model: nn.Module, loss: LossFn) -
     try:
         with evaluating(model), torch.no_grad():
             seen = [model(input_ids=x.to(device), **extra).logits[:, :-1] for x in (ids, changed)]
+    except (MemoryError, torch.OutOfMemoryError):
+        raise
     except Exception as exc:  # its modeling code's own, of many kinds
         # Where meta tensors could not tell: XLM reads its lengths on the host, then asserts
         # its mask is 2D; this had surfaced as a bare AssertionError from the build.

@@ -26,8 +26,8 @@ from trainers.workloads.options import Value, format_value
 
 CONFIG_SIZES: Mapping[str, tuple[str, ...]] = {
     "hidden": ("hidden_size", "n_embd", "d_model"),
-    "heads": ("num_attention_heads", "n_head"),
-    "layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "heads": ("num_attention_heads", "n_head", "n_heads", "num_heads"),
+    "layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
     "kv_heads": ("num_key_value_heads", "num_kv_heads"),
     "ffn": ("intermediate_size", "ffn_dim", "n_inner", "d_ff"),
     "vocab": ("vocab_size",),
@@ -126,16 +126,20 @@ def fill_from_file(
             found = "true" if found else "false"
         # Through the option's own check: a size out of its range names the option and file.
         filled[option] = read[option] = specs(option).check(found, raw=f"{found} (from {raw})")
-    if fields.get("multi_query") is True and not fields.get("new_decoder_architecture"):
-        # Falcon-7B's and GPTBigCode's one key/value head, whatever num_kv_heads says: read as
-        # kv_heads=1, which the built config says again (`multi_query`), unless kv_heads is given.
+    multi_query = fields.get("multi_query") is True
+    if multi_query and not fields.get("new_decoder_architecture"):
+        # Falcon-7B's and GPTBigCode's one key/value head, whatever num_kv_heads says: grouped
+        # as one below. The option stays as it was (the study's name with it); the built
+        # config keeps the file's flag unless kv_heads is given (`text_sizes.head_sizes`).
         read["kv_heads"] = 1
-        if "kv_heads" not in overrides:
-            filled["kv_heads"] = 1
+        if "kv_heads" not in overrides:  # its num_kv_heads means nothing beside the flag
+            filled["kv_heads"] = values.get("kv_heads", 0)
     if "heads" in overrides and "kv_heads" not in overrides and "heads" in read:
         filled["kv_heads"] = _grouped_as_file(read, int(filled["heads"]))
-    if int(filled.get("kv_heads", 0)) == int(filled["heads"]):
-        filled["kv_heads"] = 0  # as many as heads: one study name for one model
+    if int(filled.get("kv_heads", 0)) == int(filled["heads"]) and not multi_query:
+        # As many as heads: one study name for one model. Not beside a multi-query file,
+        # where 0 keeps its one head and kv_heads=heads asks for as many.
+        filled["kv_heads"] = 0
     return filled
 
 
@@ -144,8 +148,11 @@ def _grouped_as_file(read: Mapping[str, Value], heads: int) -> int:
     4 to 1), at least one: a file's 16 of 16 had been refused beside heads=4, naming kv_heads,
     which the user never set (a user's probe, 2026-12-07)."""
     file_heads, file_kv = int(read["heads"]), int(read.get("kv_heads", 0)) or int(read["heads"])
-    kv = max(1, heads * file_kv // file_heads)
-    return kv if heads % kv == 0 else file_kv
+    if file_heads <= 0 or file_kv <= 0:
+        return 0  # a file's nonsense: the options' own checks name it
+    # The largest divisor of heads at most the file's share: 32 to 8 at heads=14 is 2, not 3.
+    share = max(1, heads * file_kv // file_heads)
+    return next(kv for kv in range(min(share, heads), 0, -1) if heads % kv == 0)
 
 
 def file_fields(options: Mapping[str, Value]) -> dict[str, Any]:

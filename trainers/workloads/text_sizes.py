@@ -56,10 +56,10 @@ def head_sizes(
     kv_field = next((name for name in KV_FIELDS if name in fields), None)
     if kv_field is not None:  # Falcon's is num_kv_heads
         sizes[kv_field] = kv_heads or heads
-    if "multi_query" in fields:
+    if "multi_query" in fields and (kv_heads or "multi_query" not in given):
         # GPTBigCode and Falcon build one key/value head or one per query head by this flag
         # alone: GPTBigCode had been multi-query whatever kv_heads said, and a Falcon file's
-        # flag had outweighed kv_heads (users' probes). A file's flag is read as kv_heads=1.
+        # flag had outweighed kv_heads (users' probes). A file's flag stays where none is given.
         sizes["multi_query"] = kv_heads == 1
     resized = _resized(options, given, "hidden", "heads")
     if "head_dim" in fields and ("head_dim" not in given or resized):
@@ -67,9 +67,11 @@ def head_sizes(
         # heads of their own width whatever `hidden` and `heads` say; a file's too (a Gemma 2
         # file at hidden=64 had run attention 16 times as wide).
         sizes["head_dim"] = hidden // heads
-    if isinstance(fields.get("rotary_dim"), int) and ("rotary_dim" not in given or resized):
+    rotary = fields.get("rotary_dim")
+    if isinstance(rotary, int) and rotary > hidden // heads:
         # GPT-J and CodeGen rotate 64 dims of each head, a quarter of theirs: a narrower head
-        # failed every step. The share of the head is kept (the file's, or the family's).
+        # failed every step. There the share of the head is kept (the file's, or the
+        # family's); a head it fits keeps it (and the study's name its model).
         width, rotated = family.hidden_size // family.num_attention_heads, family.rotary_dim
         file_hidden, file_heads = _file_size(given, "hidden"), _file_size(given, "heads")
         if "rotary_dim" in given and file_hidden and file_heads:
@@ -88,8 +90,11 @@ def ffn_sizes(
     dense = next((name for name in FFN_FIELDS if name in fields), None)
     if dense is not None:
         sizes[dense] = ffn or 4 * int(options["hidden"])
+    # With a file, only where ffn changes the file's own: a file without an expert width had
+    # had its experts widened to its dense width (a review, 2026-12-07).
+    asked = bool(ffn) and (_resized(options, given, "ffn") if given else True)
     for name in EXPERT_FFN_FIELDS:
-        if name in fields and ffn and (name not in given or _resized(options, given, "ffn")):
+        if name in fields and asked:
             # Qwen2-MoE's layers are all experts by default: `ffn` set only the dense width,
             # which no layer used, and was accepted and ignored (users' probes, 2026-12-07).
             sizes[name] = ffn
