@@ -194,13 +194,13 @@ def test_fewer_heads_than_the_files_keep_its_grouping(
     assert values["kv_heads"] == expected
 
 
-def test_a_multi_query_file_groups_fewer_heads_as_one_key_value_head(tmp_path: Path) -> None:
+def test_a_multi_query_file_keeps_its_study_name_and_its_one_head(tmp_path: Path) -> None:
     # Falcon-7B says multi_query and num_kv_heads = heads; its attention has one. The option
-    # stays 0 (the study's name as before); fewer heads group as the one head it builds.
+    # stays 0 (the study's name as before), fewer heads too: the flag keeps the one head.
     falcon = {"model_type": "falcon", "hidden_size": 256, "num_attention_heads": 16}
     folder = write(tmp_path / "f", {**falcon, "num_kv_heads": 16, "multi_query": True})
     assert filled({"config": str(folder)})["kv_heads"] == 0
-    assert filled({"config": str(folder), "heads": 4})["kv_heads"] == 1
+    assert filled({"config": str(folder), "heads": 4})["kv_heads"] == 0  # the flag's one head
     assert filled({"config": str(folder), "kv_heads": 4, "heads": 4})["kv_heads"] == 4
     new = {**falcon, "num_kv_heads": 2, "multi_query": True, "new_decoder_architecture": True}
     assert filled({"config": str(write(tmp_path / "n", new))})["kv_heads"] == 2

@@ -134,7 +134,7 @@ def fill_from_file(
         read["kv_heads"] = 1
         if "kv_heads" not in overrides:  # its num_kv_heads means nothing beside the flag
             filled["kv_heads"] = values.get("kv_heads", 0)
-    if "heads" in overrides and "kv_heads" not in overrides and "heads" in read:
+    if "heads" in overrides and "kv_heads" not in overrides and "heads" in read and not multi_query:
         filled["kv_heads"] = _grouped_as_file(read, int(filled["heads"]))
     if int(filled.get("kv_heads", 0)) == int(filled["heads"]) and not multi_query:
         # As many as heads: one study name for one model. Not beside a multi-query file,
