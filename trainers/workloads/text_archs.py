@@ -48,7 +48,6 @@ import importlib
 import inspect
 import re
 import sys
-import traceback
 from collections.abc import Mapping
 from typing import Any
 
@@ -57,7 +56,7 @@ from torch import nn
 
 from trainers.errors import WorkloadError, did_you_mean
 from trainers.workloads.base import LossFn, evaluating
-from trainers.workloads.checks import shapes_disagree
+from trainers.workloads.checks import raised_at, shapes_disagree
 from trainers.workloads.extras import require
 from trainers.workloads.options import Value
 from trainers.workloads.text_config_file import file_fields
@@ -360,7 +359,7 @@ def _cannot(arch: str, options: Mapping[str, Value], what: str, exc: BaseExcepti
     sizes = ", ".join(
         f"{key}={options[key]}" for key in ("hidden", "heads", "kv_heads", "ffn", "layers", "seq")
     )
-    said = " ".join(str(exc).split()) or _where(exc)
+    said = " ".join(str(exc).split()) or f"raised{raised_at(exc) or ' with no message'}"
     if isinstance(exc, KeyError) and exc.args == (CAUSAL_SDPA,):
         # Falcon and a few others pick an attention class by name from their own table, which
         # has no entry for a registered function (the mask-free causal SDPA): the bare
@@ -394,12 +393,6 @@ def _cannot(arch: str, options: Mapping[str, Value], what: str, exc: BaseExcepti
         f"{type(exc).__name__}: {said[:300]}; allowed {allowed}",
         field=field,
     )
-
-
-def _where(exc: BaseException) -> str:
-    """Where a wordless error (a bare `assert`) was raised: its innermost file and line."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    return f"raised at {frames[-1].filename}:{frames[-1].lineno}" if frames else "no message"
 
 
 NOISE = 1e-5
