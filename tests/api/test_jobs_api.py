@@ -482,6 +482,7 @@ def test_a_job_names_a_program_of_the_servers_registry_never_its_command(storage
         for changes, loc, message in [
             ({"workload": "program:nope"}, ("body", "workload"), "program:plain-mlp"),
             ({"preset": "huge"}, ("body", "preset"), "no preset 'huge': allowed tiny, small"),
+            ({"preset": "smal"}, ("body", "preset"), "tiny, small (did you mean small?)"),
             ({"fix": {"num_streams": 2}}, ("body", "fix"), "does not implement num_streams"),
             ({"command": ["rm", "-rf", "/"]}, ("body", "command"), "unknown field 'command'"),
         ]:

@@ -305,6 +305,16 @@ def test_a_workload_built_by_hand_and_given_to_a_trainer_is_fed_as_tuples() -> N
     assert Trainer(built, LoopConfig(), device="cpu").workload is built
 
 
+def test_a_mistyped_preset_is_refused_with_the_close_names() -> None:
+    with pytest.raises(WorkloadError) as caught:
+        load_workload("mlp", "smal")
+    assert caught.value.field == "preset"
+    assert str(caught.value).endswith("allowed tiny, small, large (did you mean small?)")
+    with pytest.raises(WorkloadError) as far:
+        load_workload("mlp", "huge")
+    assert "did you mean" not in str(far.value)
+
+
 def test_a_preset_the_factory_has_no_entry_for_is_named_as_the_preset() -> None:
     # `{"tiny": 64, ...}[preset]`, as the README's example picks its width: a KeyError of the
     # preset itself is the preset's error, and says how to have the presets named.

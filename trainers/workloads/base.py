@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from trainers.errors import WorkloadError
+from trainers.errors import WorkloadError, did_you_mean
 
 Batch = tuple[torch.Tensor, ...]
 LossFn = Callable[[nn.Module, Batch], torch.Tensor]
@@ -234,6 +234,7 @@ def check_preset(workload: str, preset: str, presets: Iterable[str]) -> None:
     names = list(presets)
     if preset not in names:
         raise WorkloadError(
-            f"preset={preset!r} is invalid for workload {workload!r}: allowed {', '.join(names)}",
+            f"preset={preset!r} is invalid for workload {workload!r}: allowed {', '.join(names)}"
+            + did_you_mean(preset, names),
             field="preset",
         )

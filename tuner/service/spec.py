@@ -10,6 +10,7 @@ from collections.abc import Mapping
 import torch
 
 import trainers
+from trainers.errors import did_you_mean
 from trainers.program import PREFIX as PROGRAM_PREFIX
 from trainers.program import Program, load_registry
 from trainers.workloads import catalog, lookup, samples_per_batch_of
@@ -216,7 +217,8 @@ def preset_refusal(registry: WorkloadRegistry, workload: str, preset: str) -> st
     presets = registry.presets(workload)
     if presets is None or preset in presets:
         return None
-    return f"{workload} has no preset {preset!r}: allowed {', '.join(presets)}"
+    hint = did_you_mean(preset, presets)
+    return f"{workload} has no preset {preset!r}: allowed {', '.join(presets)}{hint}"
 
 
 MODULE_PATH_HINT = (
