@@ -288,3 +288,17 @@ def _eager_loss():  # type: ignore[no-untyped-def]
     from trainers.workloads.text import causal_lm_loss_eager
 
     return causal_lm_loss_eager
+
+
+def test_codegen_heads_are_a_multiple_of_the_groups_its_code_splits_them_into(
+    transformers: object,
+) -> None:
+    """CodeGen splits its heads over `mp_num = 4` groups written in its attention: two heads
+    had passed the options' checks and failed in a reshape (a user's probe, 2026-12-07)."""
+    args = {"arch": "codegen", "attention": "eager", "hidden": "32", "heads": "2"}
+    with pytest.raises(WorkloadError) as caught:
+        load_workload("hf:causal-lm", "tiny", model_args=args)
+    assert caught.value.field == "model_arg.heads"
+    assert str(caught.value).endswith("allowed a multiple of 4")
+    fits = load_workload("hf:causal-lm", "tiny", model_args={**args, "heads": "4"})
+    assert fits.model.config.n_head == 4

@@ -202,6 +202,7 @@ def _checked(items: tuple[tuple[str, Value], ...]) -> LossFn:
     _check_sizes(arch, options, config, transformers)
     model_class = getattr(transformers, types[arch])
     _softcap_dropped(arch, options, config, model_class)
+    _heads_split(arch, options, model_class)
     return _check_runs(arch, options, config, model_class)
 
 
@@ -279,6 +280,20 @@ def _softcap_dropped(
             f"attention soft-caps its logits (attn_logit_softcapping={softcap}), which SDPA "
             "would drop; allowed eager",
             field="model_arg.attention",
+        )
+
+
+def _heads_split(arch: str, options: Mapping[str, Value], model_class: Any) -> None:
+    """CodeGen's attention splits its heads over a fixed number of groups written in its code
+    (`mp_num = 4`), not its config: other heads failed the first step with a reshape error."""
+    found = re.search(r"\bmp_num = (\d+)", inspect.getsource(sys.modules[model_class.__module__]))
+    groups = int(found.group(1)) if found else 1
+    if int(options["heads"]) % groups:
+        raise WorkloadError(
+            f"model_arg.heads={options['heads']} is invalid with arch={arch}: its attention "
+            f"splits the heads into {groups} groups (mp_num in its code); allowed a multiple "
+            f"of {groups}",
+            field="model_arg.heads",
         )
 
 
