@@ -9,15 +9,4 @@ if [[ $card == *H100* ]]; then
   source docs/benchmarks/raw/queues/2027-01-11-beyond-h100.sh
   exit
 fi
-commit=${STREAMTUNE_COMMIT:?the commit measured}
-nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm,power.limit --format=csv > "$QUEUE_OUT/nvidia-smi.csv"
-python -c 'import torch, torchao, transformers; print(torch.__version__, torch.version.cuda, torchao.__version__, transformers.__version__, torch.backends.cudnn.version())' > "$QUEUE_OUT/versions.txt" 2>&1
-echo "commit $commit" >> "$QUEUE_OUT/versions.txt"
-export TORCHINDUCTOR_CACHE_DIR=/tmp/queue/inductor TRITON_CACHE_DIR=/tmp/queue/triton
-export TORCHINDUCTOR_COMPILE_THREADS=$(nproc)
-for file in tuner/test_readme trainers/test_model_workloads trainers/test_levers_gpu; do
-  name=${file//\//-}
-  python -m pytest -q -m gpu -p no:cacheprovider "tests/$file.py" -rA \
-    --junitxml="$QUEUE_OUT/$name.xml" > "$QUEUE_OUT/$name.log" 2>&1
-  echo "tests/$file.py ended with $? at $(date -u +%T)"
-done
+source docs/benchmarks/raw/queues/2027-01-14-gpu-tests-rest.sh
