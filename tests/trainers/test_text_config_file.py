@@ -47,8 +47,8 @@ def write(folder: Path, data: object, name: str = "config.json") -> Path:
     return folder
 
 
-def filled(overrides: dict[str, Any]) -> dict[str, Any]:
-    values = CAUSAL_LM.preset_values("tiny")
+def filled(overrides: dict[str, Any], preset: str = "tiny") -> dict[str, Any]:
+    values = CAUSAL_LM.preset_values(preset)
     values.update(overrides)
     return fill_from_file(values, overrides, CAUSAL_LM.option)
 
@@ -95,6 +95,11 @@ def test_gpt2_names_a_composites_text_config_and_equal_kv_heads_are_read_too(
             "model_arg.config",
             r'config.json has tie_word_embeddings="false": allowed a JSON true or false$',
         ),
+        (  # null: it had built the preset's width
+            {**QWEN3, "hidden_size": None},
+            "model_arg.config",
+            r"config.json has hidden_size=null: allowed a JSON integer$",
+        ),
         (
             {**QWEN3, "hidden_size": "64"},
             "model_arg.config",
@@ -113,6 +118,25 @@ def test_a_bad_file_is_refused_naming_the_option_without_the_library(
     with pytest.raises(WorkloadError, match=match) as info:
         filled({"config": str(path)})
     assert info.value.field == field
+
+
+@pytest.mark.parametrize("kv", ["absent", None])
+def test_a_file_without_key_value_heads_or_ffn_is_built_as_its_family_not_the_preset(
+    tmp_path: Path, kv: object
+) -> None:
+    """`llama-1b`'s 8 key/value heads had come in beside an old Llama file's (none, or null:
+    one per head): refused beside 4 heads, and grouped-query attention, not the file's, beside
+    32 (a user's probe, 2026-12-07). GPT-2's `n_inner: null` had been refused the same way."""
+    llama = {k: v for k, v in QWEN3.items() if k not in ("num_key_value_heads", "head_dim")}
+    llama |= {"model_type": "llama", "intermediate_size": None}
+    if kv is None:
+        llama["num_key_value_heads"] = None
+    values = filled({"config": str(write(tmp_path / "l", llama))}, preset="llama-1b")
+    assert (values["heads"], values["kv_heads"], values["ffn"]) == (4, 0, 0)
+    assert values["seq"] == 2048 and values["batch"] == 8  # the preset's still: not the model's
+    gpt2 = {"model_type": "gpt2", "n_embd": 48, "n_head": 4, "n_layer": 2, "n_inner": None}
+    values = filled({"config": str(write(tmp_path / "g", gpt2))}, preset="llama-1b")
+    assert (values["kv_heads"], values["ffn"], values["vocab"]) == (0, 0, 32000)  # no vocab
 
 
 def test_arch_beside_a_file_is_refused(tmp_path: Path) -> None:

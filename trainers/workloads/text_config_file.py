@@ -6,6 +6,8 @@ The file is read as JSON, without transformers, wherever the options are resolve
 refuses a missing or unreadable file before a job is queued): its type becomes `arch` and its
 sizes (`CONFIG_SIZES`) the size options, over the preset's and under the user's, so the study's
 name carries the sizes trained and `--model-arg layers=2` still cuts the model for a first try.
+Key/value heads, feed-forward width and tying that the file leaves out or sets null are the
+family's own (`FAMILY_DEFAULTED`), as transformers builds that file, never the preset's.
 A composite model's file (a vision-language model's `text_config`) gives its text decoder's.
 
 The model is then built by `trainers.workloads.text_archs.other_config` from the file's fields,
@@ -34,6 +36,11 @@ CONFIG_SIZES: Mapping[str, tuple[str, ...]] = {
     "tie": ("tie_word_embeddings",),
 }
 """Each size option and the config fields it is read from, the first one present."""
+
+FAMILY_DEFAULTED = ("kv_heads", "ffn", "tie")
+"""Options whose default means the family's own (0: as many key/value heads as heads, 4 x hidden;
+auto): a file without them, or null (GPT-2's `n_inner`, an old Llama's `num_key_value_heads`),
+is built so. The preset's had come in: `llama-1b`'s 8 key/value heads beside a file's 4 heads."""
 
 FILE_ONLY = (
     "architectures",
@@ -106,26 +113,7 @@ def fill_from_file(
     filled["config"] = str(Path(raw).expanduser().resolve())
     filled["arch"] = fields["model_type"]
     for option, names in CONFIG_SIZES.items():
-        name = next((name for name in names if fields.get(name) is not None), None)
-        if name is None:
-            continue
-        found = fields[name]
-        if option in overrides:
-            if isinstance(found, int) and not isinstance(found, bool):
-                read[option] = found  # the file's own: how it groups its heads
-            continue
-        wanted = bool if option == "tie" else int
-        if not isinstance(found, wanted) or (wanted is int and isinstance(found, bool)):
-            # A JSON string ("false", "64") had been read as true, or said as the option's.
-            raise WorkloadError(
-                f"{_FIELD}: {raw} has {name}={json.dumps(found)}: allowed a JSON "
-                f"{'true or false' if wanted is bool else 'integer'}",
-                field="model_arg.config",
-            )
-        if option == "tie":
-            found = "true" if found else "false"
-        # Through the option's own check: a size out of its range names the option and file.
-        filled[option] = read[option] = specs(option).check(found, raw=f"{found} (from {raw})")
+        _fill_size(option, names, fields, raw, overrides, specs, filled, read)
     multi_query = fields.get("multi_query") is True
     if multi_query and not fields.get("new_decoder_architecture"):
         # Falcon-7B's and GPTBigCode's one key/value head, whatever num_kv_heads says: grouped
@@ -133,7 +121,7 @@ def fill_from_file(
         # config keeps the file's flag unless kv_heads is given (`text_sizes.head_sizes`).
         read["kv_heads"] = 1
         if "kv_heads" not in overrides:  # its num_kv_heads means nothing beside the flag
-            filled["kv_heads"] = values.get("kv_heads", 0)
+            filled["kv_heads"] = specs("kv_heads").default
     if "heads" in overrides and "kv_heads" not in overrides and "heads" in read and not multi_query:
         filled["kv_heads"] = _grouped_as_file(read, int(filled["heads"]))
     if int(filled.get("kv_heads", 0)) == int(filled["heads"]) and not multi_query:
@@ -141,6 +129,47 @@ def fill_from_file(
         # where 0 keeps its one head and kv_heads=heads asks for as many.
         filled["kv_heads"] = 0
     return filled
+
+
+def _fill_size(
+    option: str,
+    names: tuple[str, ...],
+    fields: Mapping[str, Any],
+    raw: str,
+    overrides: Mapping[str, Value],
+    specs: Any,
+    filled: dict[str, Value],
+    read: dict[str, Value],
+) -> None:
+    """Sets `filled[option]` from the file's first field of `names` (unless the user gave it)
+    and `read[option]` to the file's own integer, which fewer heads are grouped by."""
+    present = [name for name in names if name in fields]
+    name = next((name for name in present if fields[name] is not None), None)
+    if name is None and present and option not in FAMILY_DEFAULTED:
+        name = present[0]  # null for a size the family cannot default: refused below
+    if option in overrides:
+        found = fields[name] if name is not None else None
+        if isinstance(found, int) and not isinstance(found, bool):
+            read[option] = found  # the file's own: how it groups its heads
+        return
+    if name is None:  # left out: the family's own where it has one, else the preset's
+        if option in FAMILY_DEFAULTED:
+            filled[option] = specs(option).default
+        return
+    found = fields[name]
+    wanted = bool if option == "tie" else int
+    if not isinstance(found, wanted) or (wanted is int and isinstance(found, bool)):
+        # A JSON string ("false", "64") had been read as true, or said as the option's; a null
+        # hidden size had built the preset's.
+        raise WorkloadError(
+            f"{_FIELD}: {raw} has {name}={json.dumps(found)}: allowed a JSON "
+            f"{'true or false' if wanted is bool else 'integer'}",
+            field="model_arg.config",
+        )
+    if option == "tie":
+        found = "true" if found else "false"
+    # Through the option's own check: a size out of its range names the option and file.
+    filled[option] = read[option] = specs(option).check(found, raw=f"{found} (from {raw})")
 
 
 def _grouped_as_file(read: Mapping[str, Value], heads: int) -> int:

@@ -1,7 +1,6 @@
 # One machine start, whichever card comes: on an H100, issue 54's row (2027-01-11-beyond-h100.sh,
 # BEYOND_ROWS picks it); on any other card, the GPU test files not yet run at this code
-# (tuner/test_readme after its PYTHONPATH fix, then test_levers_gpu.py whole and the library
-# models). tools/device_queue.sh; carry [".whl", ".whl-tt"] on the first call; STREAMTUNE_COMMIT
+# (2027-01-14-gpu-tests-rest.sh). tools/device_queue.sh; carry [".whl", ".whl-tt"] on the first call; STREAMTUNE_COMMIT
 # the literal commit.
 set -x
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
