@@ -139,6 +139,23 @@ def test_a_file_without_key_value_heads_or_ffn_is_built_as_its_family_not_the_pr
     assert (values["kv_heads"], values["ffn"], values["vocab"]) == (0, 0, 32000)  # no vocab
 
 
+def test_a_size_refused_beside_another_says_which_the_file_gave(tmp_path: Path) -> None:
+    """`model_arg.heads=3 is invalid with hidden=64` had not said that both came from the
+    file: the user had set neither."""
+    llama = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 3}
+    path = str(write(tmp_path / "l", llama) / "config.json")
+    with pytest.raises(WorkloadError) as both:
+        CAUSAL_LM.resolve("tiny", {"config": path})
+    assert both.value.field == "model_arg.heads"
+    assert str(both.value).endswith(f"a divisor of hidden (hidden=64, heads=3 from {path})")
+    with pytest.raises(WorkloadError) as one:  # the user's heads: only the width is the file's
+        CAUSAL_LM.resolve("tiny", {"config": path, "heads": 5})
+    assert str(one.value).endswith(f"a divisor of hidden (hidden=64 from {path})")
+    with pytest.raises(WorkloadError) as none:  # nothing the file gave: as without a file
+        CAUSAL_LM.resolve("tiny", {"config": path, "heads": 4, "kv_heads": 3})
+    assert str(none.value).endswith("allowed 0 or a divisor of heads")
+
+
 def test_arch_beside_a_file_is_refused(tmp_path: Path) -> None:
     folder = write(tmp_path / "q", QWEN3)
     with pytest.raises(WorkloadError, match=r"arch=llama is invalid beside model_arg.config"):

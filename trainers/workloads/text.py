@@ -39,7 +39,7 @@ from trainers.workloads.text_archs import (
     causal_sdpa,
     check_causal,
 )
-from trainers.workloads.text_config_file import fill_from_file
+from trainers.workloads.text_config_file import check_with_file, fill_from_file
 from trainers.workloads.text_losses import (
     causal_lm_loss,
     causal_lm_loss_eager,
@@ -284,7 +284,7 @@ CAUSAL_LM = Family(
     ),
     presets=CAUSAL_PRESETS,
     fill=fill_from_file,
-    check=check_shape,
+    check=check_with_file(check_shape),
 )
 MASKED_LM = Family(
     name="hf:masked-lm",

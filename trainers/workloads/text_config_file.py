@@ -19,7 +19,7 @@ quantization, custom code) are left out: nothing is loaded, and the run chooses 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +170,33 @@ def _fill_size(
         found = "true" if found else "false"
     # Through the option's own check: a size out of its range names the option and file.
     filled[option] = read[option] = specs(option).check(found, raw=f"{found} (from {raw})")
+
+
+def check_with_file(check: Callable[[Mapping[str, Value]], None]) -> Callable[..., None]:
+    """`check`, whose refusal says which of the sizes it names the user's file gave: the user
+    had been told `model_arg.heads=3 is invalid` for an option they never set."""
+
+    def checked(options: Mapping[str, Value]) -> None:
+        try:
+            check(options)
+        except WorkloadError as exc:
+            raw = str(options.get("config", ""))
+            said = str(exc)
+            if not raw or raw in said or not (exc.field or "").startswith("model_arg."):
+                raise
+            fields = model_fields(raw)
+            given = [
+                f"{option}={format_value(options[option])}"
+                for option, names in CONFIG_SIZES.items()
+                if f"{option}={format_value(options.get(option, ''))}" in said
+                and next((fields[n] for n in names if fields.get(n) is not None), None)
+                == options[option]
+            ]
+            if not given:
+                raise
+            raise WorkloadError(f"{said} ({', '.join(given)} from {raw})", field=exc.field) from exc
+
+    return checked
 
 
 def _grouped_as_file(read: Mapping[str, Value], heads: int) -> int:
