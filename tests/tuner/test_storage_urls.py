@@ -82,6 +82,13 @@ def test_masked_hides_the_password_of_urls_sqlalchemy_cannot_parse_too(tmp_path:
     assert masked(CLOSED_PG) == "postgresql+psycopg://postgres:***@127.0.0.1:5499/test"
     assert masked(f"not a url://me:{SECRET}@host/db") == "not a url://me:***@host/db"
     assert masked(f"sqlite:///{tmp_path}/t.db") == f"sqlite:///{tmp_path}/t.db"
+    # As typed: SQLAlchemy's rendering had shown a file: URI as sqlite:///file%3A/...
+    uri = f"sqlite:///file:{tmp_path}/t.db?mode=rwc&uri=true"
+    assert masked(uri) == uri
+    assert (
+        masked("postgresql://me:p%40ss@h/db?sslmode=require")
+        == "postgresql://me:***@h/db?sslmode=require"
+    )
 
 
 @pytest.mark.parametrize("where", ["closed", "no-folder"])

@@ -193,8 +193,9 @@ class Worker:
             self.close()  # a GPU taken or the database away at the start: the engines go back
             raise
         # Never log a database password that the URL may carry.
-        shown = sa.engine.make_url(self.storage_url).render_as_string(hide_password=True)
-        log.info("worker %s on %s, storage %s", self.id, self.device, shown)
+        log.info(
+            "worker %s on %s, storage %s", self.id, self.device, studies.masked(self.storage_url)
+        )
         failures = 0
         try:
             while not self.stopping.is_set():

@@ -59,12 +59,19 @@ def normalise_url(url: str) -> str:
 
 
 def masked(url: str) -> str:
-    """The URL as any printed, logged or stored line may show it: its password as `***`."""
+    """The URL as any printed, logged or stored line may show it: its password as `***`, the
+    rest as typed. SQLAlchemy's rendering percent-encodes, so a SQLite `file:` URI had been
+    shown, and offered back in commands, as `sqlite:///file%3A/...`."""
     try:
-        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+        parsed = sqlalchemy.engine.make_url(url)
     except sqlalchemy.exc.ArgumentError:
-        # Not a URL to SQLAlchemy, but it may still carry `user:password@`.
-        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+        parsed = None  # not a URL to SQLAlchemy, but it may still carry `user:password@`
+    if parsed is not None and parsed.password is None:
+        return url
+    hidden = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url, count=1)
+    if parsed is not None and hidden == url:  # a password where the pattern found none
+        return parsed.render_as_string(hide_password=True)
+    return hidden
 
 
 def open_storage(url: str) -> optuna.storages.BaseStorage:
