@@ -288,8 +288,12 @@ def install(app: FastAPI) -> None:
         assert isinstance(exc, trainers.WorkloadError)
         head, _, rest = (exc.field or "workload").partition(".")
         body = ("body", "model_args", rest) if head == "model_arg" and rest else ("body", head)
-        loc = ("query", head) if request.method in ("GET", "HEAD") else body  # a lookup's query
-        return unprocessable(field_error(loc, str(exc)).errors())
+        if request.method not in ("GET", "HEAD"):
+            return unprocessable(field_error(body, str(exc)).errors())
+        # A lookup's query, with the value refused, as every other 422 echoes it.
+        given = request.query_params.getlist(head)
+        value = given[0] if len(given) == 1 else (given or None)
+        return unprocessable(field_error(("query", head), str(exc), value).errors())
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: Exception) -> Response:

@@ -1,4 +1,7 @@
-"""The OpenAPI schema (/openapi.json) and its Swagger UI (/docs), behind the token like the rest."""
+"""The OpenAPI schema (/openapi.json) and its Swagger UI (/docs), behind the token like the rest.
+
+The page carries the schema in itself: its script's own fetch of /openapi.json sends no token,
+so with tokens set the page had loaded and then failed to read the schema (401)."""
 
 from __future__ import annotations
 
@@ -21,4 +24,8 @@ def openapi(request: Request) -> dict[str, Any]:
 
 @router.get("/docs", response_class=HTMLResponse)
 def docs(request: Request) -> HTMLResponse:
-    return get_swagger_ui_html(openapi_url="/openapi.json", title=request.app.title)
+    return get_swagger_ui_html(
+        openapi_url="/openapi.json",
+        title=request.app.title,
+        swagger_ui_parameters={"spec": request.app.openapi()},  # read before `url`
+    )

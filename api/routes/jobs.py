@@ -18,9 +18,10 @@ from api.deps import (
 from api.routes import CONFLICT, GUARDED, NOT_FOUND, UNAUTHORIZED
 from api.schemas.common import ErrorOut, Recommendation
 from api.schemas.jobs import JobIn, JobOut, JobPage, Status, TrialOut, TrialPage
-from tuner.errors import JobConflict
+from tuner.errors import JobConflict, StudyNotFound
 from tuner.evidence.recommendation import recommends
 from tuner.service.spec import check_spec
+from tuner.service.tables import study_not_made
 
 log = logging.getLogger("api.jobs")
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=GUARDED, responses=UNAUTHORIZED)
@@ -133,7 +134,10 @@ def job_report(
     state of the study (its ETag) and served from memory. A job that has not started has no
     study yet: 404."""
     job = store.job(job_id, by=caller)
-    page = reports.page(job.study, workload=job.workload)  # a plug-in by its name, as /best
+    try:
+        page = reports.page(job.study, workload=job.workload)  # a plug-in by its name, as /best
+    except StudyNotFound:
+        raise StudyNotFound(study_not_made(job.study, job.id, job.status)) from None
     zipped = accepts_gzip(request.headers.get("accept-encoding", ""))
     # One tag per representation (RFC 9110, 8.8.3): a cache holding the gzipped page must not
     # answer an identity request's If-None-Match with it.

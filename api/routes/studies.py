@@ -13,7 +13,7 @@ from api.schemas.studies import StudyOut, StudyPage
 from tuner.errors import NoRecommendation, StudyNotFound, named
 from tuner.service.owners import Owner
 from tuner.service.submissions import Submissions
-from tuner.service.tables import no_recommendation_yet
+from tuner.service.tables import no_recommendation_yet, study_not_made
 
 router = APIRouter(
     prefix="/v1/studies",
@@ -54,13 +54,7 @@ def get_study(name: str, reader: ReaderDep, store: StoreDep, caller: CallerDep) 
         job = store.job_of_study(visible)
         if job is None:
             raise
-        job_id, status = job
-        said = (
-            f"is not made yet: a worker makes it when it claims job {job_id}, which is queued"
-            if status == "queued"
-            else f"was never made: job {job_id} ended {status} before its study was"
-        )
-        raise StudyNotFound(f"study {name!r} {said} (GET /v1/jobs/{job_id})") from None
+        raise StudyNotFound(study_not_made(name, *job)) from None
     return _study(summary, store.workloads_of([visible]))
 
 

@@ -156,15 +156,18 @@ def test_a_jobs_study_not_made_yet_is_a_404_naming_the_job(client: TestClient) -
     """It had been a bare "no study" where the same study's /best is a 409 naming the job (a
     probe, 2026-12-07); queued, then cancelled before a worker claimed it."""
     job = _post(client, TINY_JOB).json()
-    queued = client.get(job["links"]["study"], headers=AUTH)
-    assert queued.status_code == 404, queued.text
-    assert queued.json()["detail"] == (
-        f"study {job['study']!r} is not made yet: a worker makes it when it claims job "
-        f"{job['id']}, which is queued (GET /v1/jobs/{job['id']})"
-    )
+    # The job's report too: it had said "no study named 'job-…' in this storage".
+    for link in (job["links"]["study"], f"/v1/jobs/{job['id']}/report"):
+        queued = client.get(link, headers=AUTH)
+        assert queued.status_code == 404, queued.text
+        assert queued.json()["detail"] == (
+            f"study {job['study']!r} is not made yet: a worker makes it when it claims job "
+            f"{job['id']}, which is queued (GET /v1/jobs/{job['id']})"
+        )
     assert client.post(job["links"]["cancel"], headers=AUTH).status_code == 200
-    ended = client.get(job["links"]["study"], headers=AUTH).json()["detail"]
-    assert f"was never made: job {job['id']} ended cancelled before its study was" in ended
+    for link in (job["links"]["study"], f"/v1/jobs/{job['id']}/report"):
+        ended = client.get(link, headers=AUTH).json()["detail"]
+        assert f"was never made: job {job['id']} ended cancelled before its study was" in ended
     unknown = client.get("/v1/studies/nobody", headers=ADMIN_AUTH)
     assert unknown.status_code == 404 and "never made" not in unknown.json()["detail"]
 

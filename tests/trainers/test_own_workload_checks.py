@@ -197,7 +197,10 @@ def test_a_dataset_that_draws_in_its_workers_is_told_why_it_fails_the_gate() -> 
         f"{OWN}:augments_randomly", config, RunArgs(steps=4, seed=0, device="cpu"), preset="tiny"
     )
     assert not verdict.passed and verdict.first_diverging_step == 0
-    assert "a dataset that draws random numbers in __getitem__" in verdict.reason, verdict.reason
+    assert "draw random numbers in __getitem__ (an augmentation)" in verdict.reason
+    # A collate_fn draws in the workers too, with no index to seed from: named with a fix.
+    assert "or in a collate_fn (masking)" in verdict.reason
+    assert "move a collate_fn's draws there or into the loss" in verdict.reason
     plain = gate(
         f"{OWN}:tuple_batches", config, RunArgs(steps=4, seed=0, device="cpu"), preset="tiny"
     )

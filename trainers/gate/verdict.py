@@ -240,9 +240,13 @@ def with_workers_hint(verdict: ParityVerdict, workers: int) -> str:
         )
     if verdict.first_diverging_step != 0:
         return verdict.reason
+    # A collate_fn runs in the workers too, and has no index to seed from (an MLM's masking:
+    # a user's probe, 2026-12-07): its draws go where they can be seeded.
     return (
         f"{verdict.reason}: with {workers} DataLoader workers the first batch already "
-        "differs; a dataset that draws random numbers in __getitem__ (an augmentation) draws "
-        "them in each worker process otherwise than in the main one. Seed each draw from the "
-        "index (torch.Generator().manual_seed(seed + index)) to make the data reproducible"
+        "differs; data that draw random numbers in __getitem__ (an augmentation) or in a "
+        "collate_fn (masking) draw them in each worker process otherwise than in the main one. "
+        "Seed each draw in __getitem__ from the index (torch.Generator().manual_seed(seed + "
+        "index)), move a collate_fn's draws there or into the loss (the main process), or pin "
+        "num_workers=0, to make the data reproducible"
     )

@@ -193,6 +193,18 @@ def service_job_of(url: str, study: str, *, except_owner: str) -> tuple[str, str
         engine.dispose()
 
 
+def study_not_made(name: str, job_id: str, status: str) -> str:
+    """Why the study `name` of the service job `job_id` does not exist: a worker makes it when
+    it claims the job. Said alike by the study's page and the job's report (which had said
+    "no study named 'job-…' in this storage", as if lost: a probe, 2026-12-07)."""
+    said = (
+        f"is not made yet: a worker makes it when it claims job {job_id}, which is {status}"
+        if status in ("queued", "running")  # running: claimed, its study about to be made
+        else f"was never made: job {job_id} ended {status} before its study was"
+    )
+    return f"study {name!r} {said} (GET /v1/jobs/{job_id})"
+
+
 def no_recommendation_yet(name: str, job_id: str, status: str) -> str:
     """Why the study `name` of the service job `job_id` has no recommendation, and what to do:
     the API's /best and the CLI's `best` and `export` say it alike (the CLI had advised
