@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import torch
 
 import trainers
-from trainers.errors import did_you_mean
+from trainers import did_you_mean
 from trainers.program import PREFIX as PROGRAM_PREFIX
 from trainers.program import Program, load_registry
 from trainers.workloads import catalog, lookup, samples_per_batch_of
