@@ -749,7 +749,10 @@ def test_best_and_export_of_a_service_jobs_study_say_what_its_job_says(
     # A study of the CLI's own keeps its advice.
     optuna.create_study(storage=storage, study_name="own")
     code, _, err = run_main(capsys, "best", "--study", "own", "--storage", storage)
-    assert "run `python -m tuner run --study own ...` again to finish it" in err
+    # With the workload and settings it was made with: `--study own` alone names the default
+    # workload, which the study refuses (a user's probe, 2026-12-07).
+    assert "run the command it printed when it stopped ('to resume it: ...')" in err
+    assert "`python -m tuner run --study own` with the workload, preset and settings" in err
 
 
 def test_a_space_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:

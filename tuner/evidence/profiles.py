@@ -193,8 +193,10 @@ def read_recommendation(
     found = attrs.get(keys.RECOMMENDATION)
     if not isinstance(found, dict):
         raise NoRecommendation(
-            f"study {name!r} has no recommendation yet (its run stopped before the final "
-            f"round): run `python -m tuner run --study {shlex.quote(name)} ...` again to finish it"
+            f"study {name!r} has no recommendation yet (its run stopped before or in its final "
+            "round): to finish it, run the command it printed when it stopped ('to resume it: "
+            f"...'), or `python -m tuner run --study {shlex.quote(name)}` with the workload, "
+            "preset and settings it was made with (it names any that differ)"
         )
     rec = Recommendation.from_dict({"study": name} | found).with_counts(count_trials(trials))
     return reread(rec, attrs)

@@ -107,8 +107,11 @@ def _recommendation(
         parts.append(
             # Said for both makers of a study: a service job's page had advised the CLI alone.
             '<p class="missing">No recommendation yet: the run has not reached its final round '
-            "(it runs, or it stopped first). <code>python -m tuner run --study NAME</code> "
-            "finishes a stopped run; a stopped service job is submitted again.</p></section>"
+            "(it runs, or it stopped first). The command a stopped run printed ('to resume "
+            "it: ...'), or <code>python -m tuner run --study NAME</code> with the workload, "
+            "preset and settings it was made with, finishes it (<code>--study NAME</code> alone "
+            "names another workload, which the study refuses); a stopped service job is "
+            "submitted again.</p></section>"
         )
         return "".join(parts)
     line = _explanation(rec, profiles)

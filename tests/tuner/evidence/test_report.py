@@ -177,6 +177,7 @@ def test_a_study_without_trials_still_gets_a_page(tmp_path: Path) -> None:
         assert f'<section id="{section}">' in page
     assert plot_names(page) == []
     assert "No recommendation yet" in page and "The study has no trials yet." in page
+    assert "with the workload, preset and settings it was made with, finishes it" in page
     assert "a stopped service job is submitted again" in page  # not the CLI's advice alone
     with pytest.raises(StudyNotFound, match="'missing'"):
         write_report(storage, "missing", tmp_path / "missing.html")
