@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -41,6 +42,15 @@ def repeated_flag(command: Any, argv: list[str]) -> str | None:
     return None
 
 
+def from_environment(message: str, argv: list[str]) -> str:
+    """`message`, saying where a --storage it names came from when the command line gave none:
+    TUNER_STORAGE's value had been blamed on a --storage the user never passed."""
+    given = any(token == "--storage" or token.startswith("--storage=") for token in argv)
+    if message.startswith("--storage: ") and not given and os.environ.get("TUNER_STORAGE"):
+        return "--storage (not given; from TUNER_STORAGE): " + message.removeprefix("--storage: ")
+    return message
+
+
 def main(argv: list[str] | None = None) -> int:
     command = typer.main.get_command(app)
     repeated = repeated_flag(command, sys.argv[1:] if argv is None else argv)
@@ -69,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         known = flag_error(exc)
         if known is None:
             raise
-        print(f"error: {known}", file=sys.stderr)
+        print(
+            f"error: {from_environment(known, sys.argv[1:] if argv is None else argv)}",
+            file=sys.stderr,
+        )
         return 2
     return code if isinstance(code, int) else 0
 

@@ -129,3 +129,16 @@ def test_serve_and_a_worker_say_a_file_that_is_not_a_database_in_one_line(
             env={k: v for k, v in os.environ.items() if not k.startswith("TUNER_")},
         )
         assert (done.returncode, done.stdout, done.stderr) == (2, "", line), done.stderr
+
+
+def test_a_bad_tuner_storage_is_named_as_the_environments_not_a_flag_never_given(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # It had said "--storage: 'garbage' is a path", where the user passed no --storage.
+    monkeypatch.setenv("TUNER_STORAGE", "garbage")
+    code, out, err = run(capsys, "studies")
+    assert (code, out) == (2, "")
+    assert err.startswith("error: --storage (not given; from TUNER_STORAGE): 'garbage' is a path")
+    # A --storage given is the flag's, whatever the environment holds.
+    code, _, err = run(capsys, "studies", f"--storage=sqlite:///{tmp_path}/none.db")
+    assert code == 2 and err.startswith("error: --storage: no database at"), err
