@@ -154,6 +154,11 @@ def test_a_size_refused_beside_another_says_which_the_file_gave(tmp_path: Path) 
     with pytest.raises(WorkloadError) as none:  # nothing the file gave: as without a file
         CAUSAL_LM.resolve("tiny", {"config": path, "heads": 4, "kv_heads": 3})
     assert str(none.value).endswith("allowed 0 or a divisor of heads")
+    # The file's heads=3 is not named by the user's kv_heads=3 (a word, not a substring).
+    grouped = str(write(tmp_path / "g", {**llama, "num_attention_heads": 4}) / "config.json")
+    with pytest.raises(WorkloadError) as word:
+        CAUSAL_LM.resolve("tiny", {"config": grouped, "kv_heads": 3})
+    assert str(word.value).endswith(f"a divisor of heads (heads=4 from {grouped})")
 
 
 def test_arch_beside_a_file_is_refused(tmp_path: Path) -> None:

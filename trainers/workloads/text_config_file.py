@@ -19,6 +19,7 @@ quantization, custom code) are left out: nothing is loaded, and the run chooses 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -188,7 +189,7 @@ def check_with_file(check: Callable[[Mapping[str, Value]], None]) -> Callable[..
             given = [
                 f"{option}={format_value(options[option])}"
                 for option, names in CONFIG_SIZES.items()
-                if f"{option}={format_value(options.get(option, ''))}" in said
+                if _names(said, option, options.get(option, ""))
                 and next((fields[n] for n in names if fields.get(n) is not None), None)
                 == options[option]
             ]
@@ -197,6 +198,13 @@ def check_with_file(check: Callable[[Mapping[str, Value]], None]) -> Callable[..
             raise WorkloadError(f"{said} ({', '.join(given)} from {raw})", field=exc.field) from exc
 
     return checked
+
+
+def _names(said: str, option: str, value: Value) -> bool:
+    """Whether `said` names `option=value` as a word: `heads=3` is not in `kv_heads=3`, nor
+    `hidden=64` in `hidden=640`."""
+    word = re.escape(f"{option}={format_value(value)}")
+    return re.search(rf"(?<![A-Za-z0-9_]){word}(?![0-9])", said) is not None
 
 
 def _grouped_as_file(read: Mapping[str, Value], heads: int) -> int:
