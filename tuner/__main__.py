@@ -18,12 +18,15 @@ except ImportError:  # pragma: no cover - older typer on top of click
     from click.exceptions import ClickException  # type: ignore[assignment]
 
 
+READ_ONLY = ("best", "export", "report", "studies")
+"""The commands whose single-valued flags are refused when given twice (`repeated_flag`)."""
+
+
 def repeated_flag(command: Any, argv: list[str]) -> str | None:
-    """The error for a single-valued flag of any command given twice, else None: click kept the
-    last silently (`best --study A --study B` showed B's; `run --workload mlp --workload convnet`
-    tuned convnet, which could start a long GPU job on the wrong model). Flags that take many
+    """The error for a single-valued flag of a read-only command given twice, else None: click
+    kept the last silently (`best --study A --study B` showed B's). Flags that take many
     (`multiple`) and on/off switches are let through."""
-    sub = command.commands.get(argv[0]) if argv else None
+    sub = command.commands.get(argv[0]) if argv and argv[0] in READ_ONLY else None
     options = {o: p for p in getattr(sub, "params", ()) for o in getattr(p, "opts", ())}
     seen: set[str] = set()
     tokens = iter(argv[1:])

@@ -111,10 +111,6 @@ def test_a_postgresql_database_is_read_as_an_sqlite_file_is(
         (["export", "--study", "s", "--format", "json", "--format=env"], "--format"),
         (["report", "--study", "s", "--out", "a.html", "--out", "b.html"], "--out"),
         (["studies", "--storage", "x", "--storage", "y"], "--storage"),
-        # Every command: `run` had tuned the last workload named (a user's probe, 2026-12-07).
-        (["run", "--workload", "mlp", "--workload", "convnet"], "--workload"),
-        (["run", "--trials=1", "--fix", "a=1", "--fix", "b=2", "--trials", "2"], "--trials"),
-        (["worker", "--storage", "x", "--storage", "y"], "--storage"),
     ],
 )
 def test_a_single_valued_flag_given_twice_is_refused(
