@@ -45,7 +45,7 @@ def test_the_cli_refuses_a_foreign_study_and_lists_only_streamtunes(
     code, printed, _ = run_main(capsys, "studies", "--storage", mixed, "--json")
     assert code == 0 and sorted(row["study"] for row in json.loads(printed)) == ["new", "ours"]
     code, _, err = run_main(capsys, "best", "--study", "new", "--storage", mixed)
-    assert code == 1 and "run `python -m tuner run --study new ...` again" in err, err
+    assert code == 1 and "or `python -m tuner run --study new` with the workload" in err, err
 
 
 def test_the_api_answers_404_for_a_foreign_study_and_lists_only_streamtunes(mixed: str) -> None:
