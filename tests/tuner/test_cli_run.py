@@ -634,7 +634,8 @@ BAD_RUN_FLAGS = [
     (["--seed", "-1"], "error: --seed: seed=-1 is invalid: allowed 0 to 4294967295"),
     (["--seed", str(2**32)], "error: --seed: seed=4294967296 is invalid: allowed 0 to"),
     # An in-memory database: the study was gone when the run ended.
-    (["--storage", "sqlite:///:memory:"], "error: --storage: 'sqlite:///%3Amemory%3A' keeps "),
+    # Said as typed (SQLAlchemy's rendering had shown sqlite:///%3Amemory%3A).
+    (["--storage", "sqlite:///:memory:"], "error: --storage: 'sqlite:///:memory:' keeps "),
     (["--storage", "sqlite:///"], "error: --storage: 'sqlite:///' keeps nothing after the run"),
     (["--objectives", "memory"], "error: --objectives: "),
     (["--space", "nope"], "error: --space/--fix: space='nope' is invalid"),
