@@ -59,7 +59,7 @@ def test_a_missing_study_is_an_error_naming_study_and_listing_the_known_ones(
 def test_a_study_without_recommendation_says_how_to_finish_it(tmp_path: Path) -> None:
     storage = sqlite_url(tmp_path)
     optuna.create_study(storage=storage, study_name="unfinished")
-    with pytest.raises(NoRecommendation, match="or `python -m tuner run --study unfinished` with the workload"):
+    with pytest.raises(NoRecommendation, match="or `python -m tuner run --study unfinished` with"):
         reader.recommendation(storage, "unfinished")
 
 

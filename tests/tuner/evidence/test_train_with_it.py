@@ -65,7 +65,7 @@ def test_load_config_errors_name_what_is_missing(tmp_path: Path) -> None:
     optuna.create_study(storage=storage, study_name="unfinished")
     with pytest.raises(StudyNotFound, match="no study named 'nope'"):
         tuner.load_config(storage, "nope")
-    with pytest.raises(NoRecommendation, match="or `python -m tuner run --study unfinished` with the workload"):
+    with pytest.raises(NoRecommendation, match="or `python -m tuner run --study unfinished` with"):
         tuner.load_config(storage, "unfinished")
     cases = [
         (dict(environ={"PATH": "/bin"}), r"^source=None is invalid: allowed a LoopConfig, a reco"),
