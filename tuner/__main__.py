@@ -56,7 +56,8 @@ def from_environment(message: str, argv: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     command = typer.main.get_command(app)
-    repeated = repeated_flag(command, sys.argv[1:] if argv is None else argv)
+    words = sys.argv[1:] if argv is None else argv
+    repeated = repeated_flag(command, words)
     if repeated is not None:
         print(f"error: {repeated}", file=sys.stderr)
         return 2
@@ -82,10 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         known = flag_error(exc)
         if known is None:
             raise
-        print(
-            f"error: {from_environment(known, sys.argv[1:] if argv is None else argv)}",
-            file=sys.stderr,
-        )
+        print(f"error: {from_environment(known, words)}", file=sys.stderr)
         return 2
     return code if isinstance(code, int) else 0
 
