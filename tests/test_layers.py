@@ -21,7 +21,17 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 # Layers of `tuner`, lowest first; a module may import its own layer and those before it.
-TUNER_LAYERS = ("errors", "store", "evidence", "search", "request", "service", "flags", "cli")
+TUNER_LAYERS = (
+    "errors",
+    "store",
+    "evidence",
+    "search",
+    "request",
+    "service",
+    "flags",
+    "repeats",
+    "cli",
+)
 # The rooms of `tuner.search`, lowest first; a module may import its own room and those below.
 # `spaces` (what may be searched) < `proposing` (what to try next) < the request's words
 # (`options`, `protocol`) < `measuring` < `gating` < `deciding` < `trials` < the

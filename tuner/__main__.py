@@ -4,45 +4,18 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
 import typer
 from typer import Abort, Exit
 
 from tuner.cli import app, flag_error
 from tuner.errors import Interrupted, NoRecommendation
+from tuner.repeats import OVERRIDDEN, overridden, repeated_flag
 
 try:  # recent typer carries its own copy of click
     from typer._click.exceptions import ClickException
 except ImportError:  # pragma: no cover - older typer on top of click
     from click.exceptions import ClickException  # type: ignore[assignment]
-
-
-READ_ONLY = ("best", "export", "report", "studies")
-"""The commands whose single-valued flags are refused when given twice (`repeated_flag`)."""
-
-
-def repeated_flag(command: Any, argv: list[str]) -> str | None:
-    """The error for a single-valued flag of a read-only command given twice, else None: click
-    kept the last silently (`best --study A --study B` showed B's). Flags that take many
-    (`multiple`) and on/off switches are let through."""
-    sub = command.commands.get(argv[0]) if argv and argv[0] in READ_ONLY else None
-    options = {o: p for p in getattr(sub, "params", ()) for o in getattr(p, "opts", ())}
-    seen: set[str] = set()
-    tokens = iter(argv[1:])
-    for token in tokens:
-        name, eq, _ = token.partition("=")
-        param = options.get(name)
-        if token == "--":
-            break  # what follows is not flags
-        if param is None or param.is_flag:
-            continue
-        if not eq:
-            next(tokens, None)  # its value, whatever it looks like
-        if not param.multiple and param.name in seen:
-            return f"{name}: given more than once; allowed once"
-        seen.add(param.name)
-    return None
 
 
 def from_environment(message: str, argv: list[str]) -> str:
@@ -61,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     if repeated is not None:
         print(f"error: {repeated}", file=sys.stderr)
         return 2
+    # Said by the command once its flags are checked (`tuner.repeats.say_overridden`), so that a
+    # refused flag is still one line.
+    OVERRIDDEN.set(tuple(overridden(command, words)))
     try:
         # Not standalone, click returns a `typer.Exit`'s code (`run` without a recommendation).
         code = command.main(args=argv, prog_name="python -m tuner", standalone_mode=False)

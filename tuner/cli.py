@@ -48,10 +48,8 @@ from tuner.flags import (
     command_of,
     parse_model_args,
 )
-from tuner.search.proposing.defaults import (
-    CPU_FINAL_ROUNDS,
-    CPU_SEARCH_BUDGET_S,
-)
+from tuner.repeats import say_overridden
+from tuner.search.proposing.defaults import CPU_FINAL_ROUNDS, CPU_SEARCH_BUDGET_S
 
 # Each command imports what it needs when it runs: importing torch, Optuna and scipy takes 3-7 s
 # on a 2-core machine, and `run` prints its first progress line before that (issue 29).
@@ -162,6 +160,7 @@ def train(
         built = trainers.load_workload(
             workload, preset, seed=seed, model_args=parse_model_args(model_arg or ())
         )
+        say_overridden()
         args = trainers.RunArgs(
             steps=steps,
             warmup=warmup,
@@ -210,6 +209,7 @@ def run_(flags: RunFlags) -> None:
             f"tuning {flags.workload_name} / {flags.preset} on device {flags.device}: loading "
             "PyTorch and Optuna"
         )
+        say_overridden(show.line)
         with _stdout_to_stderr() if flags.as_json else contextlib.nullcontext():
             rec, node = _tune(flags.spec(), flags.settings(), flags.gpus, show, started)
     from tuner.evidence import render
@@ -326,8 +326,7 @@ def _check_not_a_jobs(url: str, study: str | None) -> None:
 
 
 def _gpus(gpus: str, device: str) -> tuple[int, NodeDevices | None]:
-    """`--gpus` checked against this node (`tuner.service.node.resolve_gpus`); 1: no devices,
-    the run stays in this process as it always was."""
+    """`--gpus` checked against this node (`resolve_gpus`); 1: no devices, run in this process."""
     if gpus.strip() == "1":
         return 1, None
     from tuner.service.node import resolve_gpus
@@ -338,10 +337,9 @@ def _gpus(gpus: str, device: str) -> tuple[int, NodeDevices | None]:
 def _cpu_defaults(options: RunOptions, unset: set[str], show: Any) -> RunOptions:
     """On a CPU, where not given (`unset`): a search budget of CPU_SEARCH_BUDGET_S,
     CPU_FINAL_ROUNDS final round and no profiles. A CPU run answers whether the workload trains
-    under each config and passes the gate, not which config is fastest on a GPU (the summary
-    says so), and a CPU profile has no GPU figures; so a long job there buys nothing. On this
-    project's 2-core machine, under other jobs' load, the README's first command took 239 s
-    with three final rounds (128 s) and profiles (31 s). A GPU's defaults are untouched."""
+    under each config and passes the gate, not which is fastest on a GPU, so a long job there
+    buys nothing (on a loaded 2-core machine the README's first command had taken 239 s with
+    three final rounds and profiles). A GPU's defaults are untouched."""
     import trainers
 
     if trainers.resolve_device(options.device).type != "cpu":
@@ -443,6 +441,7 @@ def serve(
     """Serve the tuning API (and its workers): submit jobs, watch them, read recommendations."""
     if no_worker and workers is not None:
         raise TunerError("--workers/--no-worker: give one of them, not both")
+    say_overridden()
     # The service is the `api` package, a layer above `tuner`: run it as its own program (this
     # process becomes it, so signals and the exit status are the service's) instead of importing it.
     args = [sys.executable, "-m", "api", "--host", host, "--port", str(port)]
@@ -474,6 +473,7 @@ def worker(
     """Run a worker: claim queued tuning jobs from the storage and run them, until SIGTERM."""
     from tuner.service.worker import main as run_worker
 
+    say_overridden()
     run_worker(storage=storage, gpu=gpu, job=job)
 
 

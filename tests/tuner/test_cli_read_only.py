@@ -5,6 +5,7 @@ through `tuner.__main__.main`, on real SQLite files and a real PostgreSQL schema
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import sqlalchemy as sa
 
 from tests.tuner.test_cli_run import run_main
 from tests.tuner.tiny import sqlite_url
+from tuner.__main__ import main
 
 
 def commands(tmp_path: Path) -> list[list[str]]:
@@ -130,3 +132,26 @@ def test_flags_that_repeat_and_a_value_like_a_flag_are_let_through(
     assert code == 1 and "has no recommendation yet" in err, err
     code, out, _ = run_main(capsys, "studies", "--json", "--json", "--storage", url)
     assert code == 0 and '"study": "--study"' in out
+
+
+def test_a_flag_given_twice_elsewhere_keeps_the_last_and_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Scripts override a base set of flags (`run $DEFAULTS --trials 5`), so the last is kept;
+    # `run --workload mlp --workload convnet` had tuned convnet with no word.
+    args = ["run", "--workload", "mlp", "--preset", "tiny", "--workload=convnet", "--trials"]
+    assert main([*args, "2", "--trials", "3", "--device", "cuda:99"]) == 2
+    err = capsys.readouterr().err
+    notes = [line.partition("] ")[2] for line in err.splitlines() if "] note:" in line]
+    assert notes == [
+        "note: --workload given 2 times; using the last, 'convnet' ('mlp' ignored)",
+        "note: --trials given 2 times; using the last, '3' ('2' ignored)",
+    ]
+    assert err.splitlines()[-1].startswith("error: --device"), err
+    # A refused flag is still one line; the same value twice says nothing.
+    code, _, err = run_main(capsys, *args, "0", "--trials", "0", "--preset", "tiny")
+    assert code == 2 and err.startswith("error: --trials") and err.count("\n") == 1, err
+    flags = ["train", "--workload", "mlp", "--preset", "tiny", "--device", "cpu", "--warmup"]
+    code, out, err = run_main(capsys, *flags, "1", "--steps", "4", "--steps", "2", "--json")
+    assert code == 0 and json.loads(out)["steps"] == 2
+    assert err == "note: --steps given 2 times; using the last, '2' ('4' ignored)\n"
