@@ -624,6 +624,8 @@ def test_studies_lists_the_study(
     assert code == 0
     assert finished.study in out
     assert "4/0/0" in out
+    best = f"{finished.rec['throughput']['median']:,.1f} (final round)"
+    assert best in out, out  # a search trial's figure would say which trial
 
 
 # -- bad flags -------------------------------------------------------------------------------

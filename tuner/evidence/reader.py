@@ -77,11 +77,14 @@ def _study_row(
     meta = study.user_attrs.get(keys.META, {})
     rec = study.user_attrs.get(keys.RECOMMENDATION)
     trials = study.get_trials(deepcopy=False)
+    # Where the figure comes from, said beside it: a finished study's is its final round's
+    # median, an unfinished one's a search trial's, from one short measurement.
     if isinstance(rec, dict) and rec.get("throughput"):
-        best = rec["throughput"]["median"]
+        best, best_from = rec["throughput"]["median"], "final round"
     else:
         found = best_trial(trials)
         best = None if found is None else found["throughput"]
+        best_from = None if found is None else f"trial {found['trial']}"
     return {
         "study": summary.study_name,
         "workload": meta.get("workload"),
@@ -91,6 +94,7 @@ def _study_row(
         "hardware": meta.get("hardware"),
         "trials": count_trials(trials).to_dict(),
         "best_throughput": best,
+        "best_from": best_from,
         "recommended": None if not isinstance(rec, dict) else rec.get("config"),
     }
 

@@ -390,6 +390,8 @@ def study_table(console: Console, rows: list[dict[str, Any]]) -> None:
     for row in rows:
         t = row["trials"]
         best = "-" if row["best_throughput"] is None else f"{row['best_throughput']:,.1f}"
+        if row.get("best_from"):
+            best += f" ({row['best_from']})"
         cells.append(
             (
                 row["study"],

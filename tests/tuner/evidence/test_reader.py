@@ -155,6 +155,7 @@ def test_studies_lists_the_finished_study(finished: Finished) -> None:
     assert row["trials"]["complete"] == 4
     assert row["trials"]["failed"] == 0
     assert row["best_throughput"] == finished.rec["throughput"]["median"]
+    assert row["best_from"] == "final round"  # not a search trial's short measurement
     assert row["recommended"] == finished.rec["config"]
 
 
@@ -171,7 +172,7 @@ def test_studies_without_recommendation_or_meta(tmp_path: Path) -> None:
     (row,) = reader.list_studies(storage)
     assert row["study"] == "plain"
     assert row["workload"] is None
-    assert row["best_throughput"] == 7.5
+    assert (row["best_throughput"], row["best_from"]) == (7.5, "trial 1")
     assert row["recommended"] is None
     assert row["trials"]["complete"] == 2
     assert row["trials"]["failed"] == 1
