@@ -191,6 +191,9 @@ def one_run(
             "failures",
             "gpu_seconds",
             "reason",
+            # How the search spent its trials (predicted, skipped, screened out, gated), which a
+            # peers row measured from this record (`peers.py --recommendation`) reports.
+            "search",
         )
     }
     # The record's key stays `n_trials` (the recommendation's `trial_counts`, its name since
