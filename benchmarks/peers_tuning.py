@@ -211,6 +211,10 @@ def recommendation_of(
             "gpu_s": rec.get("gpu_seconds"),
             "search_timeout_s": None,
             "trials": None,
+            # Where the job's time went and how its search spent its trials, as a job run here
+            # reports them (`_tuning_entry`): a row may be measured in a later machine start.
+            "time": run.get("time"),
+            "search": rec.get("search"),
         }
     raise SystemExit(
         f"--recommendation {path}: no run recommended a config for {workload}:{preset} "

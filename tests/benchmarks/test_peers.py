@@ -728,6 +728,9 @@ def test_the_peers_measure_a_default_jobs_recommendation_without_tuning_again(
     assert entry["recommended"]["config"] == job["recommendation"]["config"]
     assert entry["harness"]["recommended"]["config"] == job["recommendation"]["config"]
     assert entry["tuning"]["wall_s"] == job["wall_s"] and record.name in entry["tuning"]["source"]
+    # The job's phases and search, for a row measured in a later machine start than its job.
+    assert entry["tuning"]["time"] == job["time"] and job["time"]["phases"]
+    assert entry["tuning"]["search"] == job["recommendation"]["search"] is not None
     assert "median_ms" in entry["peers"]["fused-optimizer"]
     with pytest.raises(SystemExit, match="no run recommended a config for mlp:small"):
         peers.run_preset("mlp:small", "fp32", args, "sqlite://", log.append)
