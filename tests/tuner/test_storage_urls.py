@@ -9,8 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import optuna
 import pytest
 
+from tests.tuner.test_cli_run import run_main
+from tests.tuner.tiny import RUN_FLAGS
 from tuner.__main__ import main
 from tuner.store.storage import masked
 
@@ -142,3 +145,18 @@ def test_a_bad_tuner_storage_is_named_as_the_environments_not_a_flag_never_given
     # A --storage given is the flag's, whatever the environment holds.
     code, _, err = run(capsys, "studies", f"--storage=sqlite:///{tmp_path}/none.db")
     assert code == 2 and err.startswith("error: --storage: no database at"), err
+
+
+def test_run_on_a_read_only_database_is_one_line_naming_storage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A database that opens but refuses writes: `run` had printed SQLAlchemy's traceback (a
+    probe, 2026-12-08), where `worker` and the read-only commands answer in one line."""
+    path = tmp_path / "ro.db"
+    optuna.storages.RDBStorage(f"sqlite:///{path}")  # Optuna's tables, no study yet
+    url = f"sqlite:///file:{path}?mode=ro&uri=true"
+    code, out, err = run_main(capsys, "run", *RUN_FLAGS, "--trials", "1", "--storage", url)
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: --storage: cannot write to {url!r}: attempt to write a rea")
+    assert err.count("\n") == 1, err
+    assert optuna.get_all_study_names(f"sqlite:///{path}") == []

@@ -363,13 +363,14 @@ def open_study(
     try:
         # Created here or not is the storage's answer, not a list read before: two workers of
         # one job that both read "absent" would each take the study for their own.
-        study = optuna.create_study(
-            storage=storage,
-            study_name=name,
-            directions=directions,
-            sampler=sampler,
-            pruner=pruner,
-        )
+        with _writable(storage):
+            study = optuna.create_study(
+                storage=storage,
+                study_name=name,
+                directions=directions,
+                sampler=sampler,
+                pruner=pruner,
+            )
     except optuna.exceptions.DuplicatedStudyError:
         study = optuna.load_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner)
     else:
@@ -385,6 +386,25 @@ def open_study(
                 "resume it with the same settings or choose another --study"
             )
     return study, True
+
+
+@contextmanager
+def _writable(storage: optuna.storages.BaseStorage) -> Iterator[None]:
+    """A database that opens but refuses the study's first write (a read-only SQLite file, an
+    `?mode=ro` URI, a PostgreSQL user without INSERT) as one line naming --storage: `run` had
+    printed SQLAlchemy's 30-frame traceback where the read-only commands work."""
+    try:
+        yield
+    except (sqlalchemy.exc.DatabaseError, optuna.exceptions.StorageInternalError) as exc:
+        # Optuna wraps the driver's refusal in its own error ("invalid data in the commit").
+        cause = exc if isinstance(exc, sqlalchemy.exc.DatabaseError) else exc.__cause__
+        if not isinstance(cause, sqlalchemy.exc.DatabaseError):
+            raise
+        url = masked(str(getattr(storage, "url", "?")))
+        raise TunerError(
+            f"--storage: cannot write to {url!r}: {cause.orig}; tuning stores its trials there, "
+            "so pass a database you can write to (best, export, report and studies only read)"
+        ) from exc
 
 
 def drop_unmeasured(study: optuna.Study) -> None:
