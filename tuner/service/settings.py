@@ -168,6 +168,15 @@ def load_settings(kind: type[S]) -> S:
         raise TunerError(
             f"{variable}: not valid JSON" + (f" ({cause})" if cause is not None else "")
         ) from exc
+    if isinstance(loaded, WorkerSettings) and loaded.heartbeat_s * 2 > loaded.lease_s:
+        # Workers take one whose heartbeat is older than the lease for dead: with a beat as slow
+        # as the lease, healthy workers requeued each other's jobs until the job failed as
+        # "lost 3 times" (a probe, 2026-12-08). Half the lease leaves room for one late beat.
+        raise TunerError(
+            f"TUNER_HEARTBEAT_S={loaded.heartbeat_s:g} with TUNER_LEASE_S={loaded.lease_s:g}: "
+            f"allowed at most half the lease ({loaded.lease_s / 2:g}), else healthy workers "
+            "are taken for dead"
+        )
     warn_misspelt(kind)
     return loaded
 

@@ -813,3 +813,17 @@ def test_a_gpus_worker_opens_its_search_while_the_claimer_opens_the_job(storage:
     finally:
         joiner.close()
         claimer.close()
+
+
+def test_a_heartbeat_slower_than_half_the_lease_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Healthy workers had taken each other for dead and failed the job as "lost 3 times".
+    monkeypatch.setenv("TUNER_LEASE_S", "4")
+    monkeypatch.setenv("TUNER_HEARTBEAT_S", "30")
+    with pytest.raises(TunerError) as refused:
+        load_settings(WorkerSettings)
+    assert str(refused.value) == (
+        "TUNER_HEARTBEAT_S=30 with TUNER_LEASE_S=4: allowed at most half the lease (2), else "
+        "healthy workers are taken for dead"
+    )
+    monkeypatch.setenv("TUNER_HEARTBEAT_S", "2")  # half the lease: one late beat is covered
+    assert load_settings(WorkerSettings).heartbeat_s == 2.0
