@@ -98,6 +98,8 @@ def test_a_factory_of_parts_is_named_as_the_user_named_it() -> None:
         # A user's module not found from here is not a misspelt library (a probe, 2026-12-06).
         ("mm:build", "tiny", "workload", r"cannot import 'mm': No module named 'mm' \(a mod"),
         ("hff:causal-lm", "tiny", "workload", r"'hff' \(did you mean hf:causal-lm\?\)"),
+        ("tv:resnet18", "tiny", "workload", r"'tv' \(did you mean torchvision:resnet18\?\)"),
+        ("HF:causal-lm", "tiny", "workload", r"'HF' \(did you mean hf:causal-lm\?\)"),
     ],
 )
 def test_bad_workload_inputs(name: str, preset: str, field: str, match: str) -> None:

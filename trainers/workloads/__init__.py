@@ -158,6 +158,7 @@ def _import_inside(exc: BaseException) -> str | None:
 
 
 _IMPORTLIB = os.path.dirname(importlib.__file__)
+_PREFIX_ALIASES = {"tv": "torchvision", "transformers": "hf", "huggingface": "hf"}
 
 
 def _import_user_module(name: str, module_name: str, attr: str) -> Any:
@@ -202,7 +203,9 @@ def _import_user_module(name: str, module_name: str, attr: str) -> Any:
             ) from exc
         # A misspelt library prefix (`torchvison:`, `tim:`) is imported as a user's module; a
         # typo only (0.8): `mm:build` had been asked "did you mean timm:build?" (ratio 0.67).
-        hint = did_you_mean(module_name, LIBRARY_PREFIXES, suffix=f":{attr}", cutoff=0.8)
+        # Short and cased forms users write (`tv:`, `HF:`) are not typos by ratio.
+        alias = _PREFIX_ALIASES.get(module_name.lower(), module_name.lower())
+        hint = did_you_mean(alias, LIBRARY_PREFIXES, suffix=f":{attr}", cutoff=0.8)
         raise WorkloadError(
             f"workload={name!r}: cannot import {module_name!r}{hint}: {exc} (a module is "
             "imported by name: run from the folder that holds it, or add that folder to "
