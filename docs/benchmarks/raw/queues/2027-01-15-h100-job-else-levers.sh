@@ -3,12 +3,12 @@
 # (benchmarks/default_job.py: `python -m tuner run ... --json` in its own process, profiles and
 # all, timed by phase), on an H100; a later start measures its recommendation against the five
 # peers with the ablation (`benchmarks/peers.py --recommendation <this record>`). On any other
-# card: test_levers_gpu.py whole (2027-01-15-levers-gpu.sh). tools/device_queue.sh; carry
+# card: test_levers_gpu.py whole (2027-01-16-levers-gpu.sh). tools/device_queue.sh; carry
 # [".whl", ".whl-tt"] on the first call; STREAMTUNE_COMMIT the literal commit.
 set -x
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 if [[ $card != *H100* ]]; then
-  source docs/benchmarks/raw/queues/2027-01-15-levers-gpu.sh
+  source docs/benchmarks/raw/queues/2027-01-16-levers-gpu.sh
   exit
 fi
 commit=${STREAMTUNE_COMMIT:?the commit measured}
