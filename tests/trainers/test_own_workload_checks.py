@@ -722,3 +722,25 @@ def test_items_that_are_whole_batches_are_converted_as_the_loader_converts_them(
     )
     done = Trainer(workload, device="cpu").fit(3)
     assert done.losses == pytest.approx(plain[:3])
+
+
+def test_batchnorm_at_a_batch_of_one_is_one_line_naming_batch_size() -> None:
+    """BatchNorm in training needs two values per channel: Trainer's every step had raised
+    torch's traceback (a probe, 2026-12-08), where the library adapters refuse batch=1."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 3)
+    )
+    data = torch.utils.data.TensorDataset(torch.randn(6, 8), torch.randint(0, 3, (6,)))
+
+    def loss(m: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(m(batch[0]), batch[1])
+
+    with pytest.raises(WorkloadError) as refused:  # when built, before any step
+        workload_from_parts(model, data, loss, optimizer=adam(), batch_size=1)
+    said = str(refused.value)
+    assert refused.value.field == "batch_size" and "\n" not in said
+    assert said.startswith("batch_size=1 is invalid for this model: loss_fn(model, batch) raised")
+    assert "allowed 2 or more" in said
+    two = workload_from_parts(model, data, loss, optimizer=adam(), batch_size=2)
+    assert len(Trainer(two, device="cpu").fit(2).losses) == 2

@@ -13,8 +13,8 @@ cause nor the contract.
   gate run ("must be real number, not list"). Run once on a copy of the model whose weights are
   meta tensors (`trainers.meta`), on the first batch: no FLOP, no memory. A loss that reads
   values (`.item()`) cannot run there and is left to the run; where the model's sizes and the
-  batch's disagree (`_SHAPES_DISAGREE`), or the loss is cut from the model (`.detach()`), it is
-  refused, as every step would fail.
+  batch's disagree (`loss_contract.SHAPES_DISAGREE`), BatchNorm gets a batch of one, or the loss
+  is cut from the model (`.detach()`), it is refused, as every step would fail.
 - The optimizer, built once as the loop builds it, steps the model's own parameters and needs no
   closure: an Adam built on another module trained nothing while every gate passed, and LBFGS
   failed at the first step.
@@ -44,7 +44,10 @@ from trainers.meta import meta_copy_or_none
 from trainers.workloads import as_tuples
 from trainers.workloads.as_tuples import adapted, original_loss
 from trainers.workloads.base import Workload, item_as_loaded
-from trainers.workloads.loss_contract import not_the_contract, swapped
+from trainers.workloads.loss_contract import ONE_PER_CHANNEL, not_the_contract, swapped
+
+# Imported from here by the text models' and evaluation's checks, as before it moved.
+from trainers.workloads.loss_contract import shapes_disagree as shapes_disagree
 from trainers.workloads.whole import check_numbers, check_whole, samples_in
 
 
@@ -284,27 +287,56 @@ def _check_loss(workload: Workload, batch: tuple[torch.Tensor, ...], where: _Whe
         return
     try:
         loss = workload.loss_fn(copied, tuple(t.to("meta") for t in batch))
-    except Exception as exc:
-        said = " ".join(str(exc).split())
-        if _SHAPES_DISAGREE.search(said):  # the same sizes fail the run: said now, once
-            raise where.error(
-                f"loss_fn(model, batch) on the first batch raised {type(exc).__name__}"
-                f"{raised_at(exc)}: {said[:300].rstrip('.')}: the model and the batches it is fed "
-                "do not fit"
-            ) from exc
-        if swapped(workload, copied, batch):  # said at every trial as "too many values to unpack"
-            raise where.error(
-                f"loss_fn(model, batch) on the first batch raised {type(exc).__name__}"
-                f"{raised_at(exc)}: {said[:200].rstrip('.')}; called as loss_fn(batch, model) it "
-                "returned a loss: the loop passes the model first, loss_fn(model, batch)"
-            ) from exc
-        contract = not_the_contract(loss_fn, copied, exc)
-        if contract is not None:  # each step would raise it, as a traceback from the loop
-            raise where.error(
-                f"loss_fn(model, batch) on the first batch raised {type(exc).__name__}"
-                f"{raised_at(exc)}: {said[:200].rstrip('.')}: {contract}"
-            ) from exc
+    except Exception as exc:  # noqa: BLE001 - judged there: refused, or left to the first step
+        _refuse_raised(workload, copied, batch, exc, where)
         return
+    _check_loss_value(loss, copied, key, where)
+
+
+def _refuse_raised(
+    workload: Workload,
+    copied: torch.nn.Module,
+    batch: tuple[torch.Tensor, ...],
+    exc: Exception,
+    where: _Where,
+) -> None:
+    """What the loss raised on the meta copy, as one line where every step would raise it too;
+    nothing where the first real step is left to tell."""
+    said = " ".join(str(exc).split())
+    if shapes_disagree(said):  # the same sizes fail the run: said now, once
+        raise where.error(
+            f"loss_fn(model, batch) on the first batch raised {type(exc).__name__}"
+            f"{raised_at(exc)}: {said[:300].rstrip('.')}: the model and the batches it is fed "
+            "do not fit"
+        ) from exc
+    if swapped(workload, copied, batch):  # said at every trial as "too many values to unpack"
+        raise where.error(
+            f"loss_fn(model, batch) on the first batch raised {type(exc).__name__}"
+            f"{raised_at(exc)}: {said[:200].rstrip('.')}; called as loss_fn(batch, model) it "
+            "returned a loss: the loop passes the model first, loss_fn(model, batch)"
+        ) from exc
+    contract = not_the_contract(original_loss(workload.loss_fn), copied, exc)
+    if contract is not None:  # each step would raise it, as a traceback from the loop
+        raise where.error(
+            f"loss_fn(model, batch) on the first batch raised {type(exc).__name__}"
+            f"{raised_at(exc)}: {said[:200].rstrip('.')}: {contract}"
+        ) from exc
+    if ONE_PER_CHANNEL in said and workload.batch_size == 1:
+        # BatchNorm in training needs two values per channel: every step of a batch of one
+        # raises it, which Trainer had shown as torch's traceback (a probe, 2026-12-08).
+        raise WorkloadError(
+            f"batch_size=1 is invalid for this model: loss_fn(model, batch) raised ValueError"
+            f"{raised_at(exc)}: {said[:200].rstrip('.')}: allowed 2 or more (or a norm that "
+            "needs no batch, e.g. GroupNorm or LayerNorm)",
+            field="batch_size",
+        ) from exc
+
+
+def _check_loss_value(
+    loss: object, copied: torch.nn.Module, key: tuple[object, ...], where: _Where
+) -> None:
+    """The loss the meta copy returned: a scalar that requires grad, or one line saying what it
+    is instead."""
     if isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.dim() == 0:
         if not loss.requires_grad and any(p.requires_grad for p in copied.parameters()):
             # A detached loss trains nothing: backward() fails at the first step.
@@ -434,36 +466,6 @@ def _check_optimizer(workload: Workload, where: _Where) -> None:
         )
     if any(p.requires_grad for p in params) and not stepped:
         raise where.error(f"the {kind} steps none of the model's parameters")
-
-
-_SHAPES_DISAGREE = re.compile(
-    "|".join(
-        (
-            r"shapes cannot be multiplied",
-            r"must have same reduction dim",
-            r"must match the size of tensor",
-            r"is invalid for input of size",
-            r"Expected input batch_size",
-            r"expected input with shape",
-            r"Invalid channel dimensions",
-            r"Sizes of tensors must match",
-            r"must be equal to input_size",
-            r"Attempting to broadcast a dimension",
-            r"number of dimensions in the tensor input does not match",  # permute, 4D mask
-            # Float ids into an embedding: no autocast makes indices of them.
-            r"'indices' to have one of the following scalar types",
-            r"should contain \d+ elements not",
-        )
-    )
-)
-"""What torch says, on meta tensors as on real ones, where a model's sizes and its inputs' disagree
-(a Linear(32, 4) fed 16 features). Only these: other errors there may be the meta device's own
-limits (a `.item()`, an op with no meta kernel), and a check must not refuse what would run."""
-
-
-def shapes_disagree(said: str) -> bool:
-    """Whether torch's message `said` is one of `_SHAPES_DISAGREE`'s."""
-    return _SHAPES_DISAGREE.search(said) is not None
 
 
 def raised_at(exc: BaseException) -> str:

@@ -43,3 +43,36 @@ def swapped(workload: Workload, model: torch.nn.Module, batch: tuple[torch.Tenso
     except Exception:  # noqa: BLE001 - any failure: not the swapped contract
         return False
     return isinstance(loss, torch.Tensor) and loss.numel() == 1
+
+
+ONE_PER_CHANNEL = "Expected more than 1 value per channel when training"
+"""What BatchNorm in training says of a batch of one (one value per channel)."""
+
+SHAPES_DISAGREE = re.compile(
+    "|".join(
+        (
+            r"shapes cannot be multiplied",
+            r"must have same reduction dim",
+            r"must match the size of tensor",
+            r"is invalid for input of size",
+            r"Expected input batch_size",
+            r"expected input with shape",
+            r"Invalid channel dimensions",
+            r"Sizes of tensors must match",
+            r"must be equal to input_size",
+            r"Attempting to broadcast a dimension",
+            r"number of dimensions in the tensor input does not match",  # permute, 4D mask
+            # Float ids into an embedding: no autocast makes indices of them.
+            r"'indices' to have one of the following scalar types",
+            r"should contain \d+ elements not",
+        )
+    )
+)
+"""What torch says, on meta tensors as on real ones, where a model's sizes and its inputs' disagree
+(a Linear(32, 4) fed 16 features). Only these: other errors there may be the meta device's own
+limits (a `.item()`, an op with no meta kernel), and a check must not refuse what would run."""
+
+
+def shapes_disagree(said: str) -> bool:
+    """Whether torch's message `said` is one of `SHAPES_DISAGREE`'s."""
+    return SHAPES_DISAGREE.search(said) is not None
