@@ -191,9 +191,7 @@ def one_run(
             "failures",
             "gpu_seconds",
             "reason",
-            # How the search spent its trials (predicted, skipped, screened out, gated), which a
-            # peers row measured from this record (`peers.py --recommendation`) reports.
-            "search",
+            "search",  # its trials' fates, for a peers row of this record (--recommendation)
         )
     }
     # The record's key stays `n_trials` (the recommendation's `trial_counts`, its name since

@@ -161,6 +161,14 @@ _IMPORTLIB = os.path.dirname(importlib.__file__)
 _PREFIX_ALIASES = {"tv": "torchvision", "transformers": "hf", "huggingface": "hf"}
 
 
+def _prefix_hint(module_name: str, attr: str) -> str:
+    """ " (did you mean torchvision:resnet18?)" where a module not found is a library prefix
+    misspelt (`torchvison:`, `tim:`), short or cased (`tv:`, `HF:`); a typo only (0.8): `mm:build`
+    had been asked "did you mean timm:build?" (ratio 0.67)."""
+    alias = _PREFIX_ALIASES.get(module_name.lower(), module_name.lower())
+    return did_you_mean(alias, LIBRARY_PREFIXES, suffix=f":{attr}", cutoff=0.8)
+
+
 def _import_user_module(name: str, module_name: str, attr: str) -> Any:
     """The module of a user's `package.module:factory`; what its import raises, in one line."""
     try:
@@ -201,11 +209,7 @@ def _import_user_module(name: str, module_name: str, attr: str) -> Any:
                 "import)",
                 field="workload",
             ) from exc
-        # A misspelt library prefix (`torchvison:`, `tim:`) is imported as a user's module; a
-        # typo only (0.8): `mm:build` had been asked "did you mean timm:build?" (ratio 0.67).
-        # Short and cased forms users write (`tv:`, `HF:`) are not typos by ratio.
-        alias = _PREFIX_ALIASES.get(module_name.lower(), module_name.lower())
-        hint = did_you_mean(alias, LIBRARY_PREFIXES, suffix=f":{attr}", cutoff=0.8)
+        hint = _prefix_hint(module_name, attr)
         raise WorkloadError(
             f"workload={name!r}: cannot import {module_name!r}{hint}: {exc} (a module is "
             "imported by name: run from the folder that holds it, or add that folder to "
