@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -355,3 +356,26 @@ def test_the_samples_of_a_batch_are_known_without_building_the_model() -> None:
     assert samples_per_batch_of("mymodels:build", "tiny") is None
     assert samples_per_batch_of("mlp", "huge") is None
     assert samples_per_batch_of("hf:causal-lm", "tiny", {"batch": "many"}) is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "start"),
+    [
+        ({"seed": "0"}, "seed", "seed='0' is invalid: allowed 0 to 4294967295"),
+        ({"seed": 1.5}, "seed", "seed=1.5 is invalid"),
+        ({"seed": None}, "seed", "seed=None is invalid"),
+        ({"seed": True}, "seed", "seed=True is invalid"),
+        ({"seed": -1}, "seed", "seed=-1 is invalid"),
+        ({"model_args": ["layers=2"]}, "model_arg", "model_args=['layers=2'] is invalid: allowed"),
+        ({"name": None}, "workload", "workload=None is invalid: allowed a name (str)"),
+        ({"preset": 3}, "preset", "preset=3 is invalid: allowed a name (str)"),
+    ],
+)
+def test_load_workloads_arguments_of_the_wrong_type_are_one_line_naming_them(
+    kwargs: dict[str, Any], field: str, start: str
+) -> None:
+    # Python callers: `seed="0"` had raised "can only concatenate str (not "int") to str".
+    given = {"name": "mlp", "preset": "tiny"} | kwargs
+    with pytest.raises(WorkloadError) as refused:
+        load_workload(given.pop("name"), given.pop("preset"), **given)
+    assert refused.value.field == field and str(refused.value).startswith(start)

@@ -393,6 +393,7 @@ def load_workload(
 
     model_args: `--model-arg key=value` options of a library model, as strings.
     """
+    _check_load_args(name, preset, seed, model_args)
     factory = resolve_factory(name, model_args)
     workload = factory(preset, seed=seed)  # a user factory's errors are WorkloadErrors
     if not isinstance(workload, Workload):
@@ -401,6 +402,22 @@ def load_workload(
             field="workload",
         )
     return mark_checked(workload)  # a user's factory's went through `own_workload` already
+
+
+def _check_load_args(name: object, preset: object, seed: object, model_args: object) -> None:
+    """The arguments' types, named: `seed="0"` had raised "can only concatenate str (not
+    "int") to str", `model_args=["layers=2"]` an AttributeError (a probe, 2026-12-08)."""
+    for field, value in (("workload", name), ("preset", preset)):
+        if not isinstance(value, str):
+            raise WorkloadError(f"{field}={value!r} is invalid: allowed a name (str)", field=field)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise WorkloadError(f"seed={seed!r} is invalid: allowed 0 to 4294967295", field="seed")
+    if model_args is not None and not isinstance(model_args, Mapping):
+        raise WorkloadError(
+            f"model_args={model_args!r} is invalid: allowed a mapping of option to value, e.g. "
+            '{"layers": "2"}',
+            field="model_arg",
+        )
 
 
 def workload_key(name: str, preset: str, model_args: Mapping[str, str] | None = None) -> str:
