@@ -379,3 +379,11 @@ def test_load_workloads_arguments_of_the_wrong_type_are_one_line_naming_them(
     with pytest.raises(WorkloadError) as refused:
         load_workload(given.pop("name"), given.pop("preset"), **given)
     assert refused.value.field == field and str(refused.value).startswith(start)
+
+
+def test_an_options_range_is_said_as_written() -> None:
+    # %g had printed ffn's 1048576 as 1.04858e+06, another number.
+    for option, value, allowed in (("ffn", "-1", "0..1048576"), ("vocab", "3", "16..1000000")):
+        with pytest.raises(WorkloadError) as refused:
+            trainers.workload_key("hf:causal-lm", "tiny", {option: value})
+        assert str(refused.value).endswith(f"allowed an integer in {allowed}"), refused.value

@@ -61,13 +61,13 @@ class OptionSpec:
     def allowed(self) -> str:
         if self.choices is not None:
             return "one of " + ", ".join(format_value(c) for c in self.choices)
-        noun = NOUNS[self.kind]
-        if self.low is not None and self.high is not None:
-            return f"{noun} in {self.low:g}..{self.high:g}"
-        if self.low is not None:
-            return f"{noun} >= {self.low:g}"
-        if self.high is not None:
-            return f"{noun} <= {self.high:g}"
+        noun, low, high = NOUNS[self.kind], _bound(self.low), _bound(self.high)
+        if low is not None and high is not None:
+            return f"{noun} in {low}..{high}"
+        if low is not None:
+            return f"{noun} >= {low}"
+        if high is not None:
+            return f"{noun} <= {high}"
         return noun
 
     def error(self, raw: str) -> WorkloadError:
@@ -197,3 +197,10 @@ def key_of(values: Mapping[str, Value]) -> str:
     return ",".join(
         f"{key}={format_value(values[key])}" for key in sorted(values) if values[key] != ""
     )
+
+
+def _bound(value: float | None) -> str | None:
+    """A range's end as written: `1048576`, not `%g`'s `1.04858e+06`, which is another number."""
+    if value is None:
+        return None
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
