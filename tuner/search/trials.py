@@ -475,12 +475,12 @@ class TrialRunner:
         reason = attrs.get(keys.FAILURE_REASON)
         if state in ("screened out", "skipped"):
             reason = pruned_reason(attrs)
+        elif state == "pruned" and attrs.get(keys.STOPPED):
+            # As the summary counts it (`finished_state`): it had said "pruned" here and
+            # "interrupted" there (a probe, 2026-12-08).
+            state, reason = "interrupted", "stopped on request; run again when the job resumes"
         elif state == "pruned":
-            reason = (
-                "stopped on request"
-                if attrs.get(keys.STOPPED)
-                else "stopped early: slower than most earlier trials at the same window"
-            )
+            reason = "stopped early: slower than most earlier trials at the same window"
         elif state == "finished elsewhere":
             reason = "finished by another worker"
         phases = attrs.get(keys.TIME)

@@ -4,6 +4,7 @@ real SQLite, the example program run as a process per measurement and per gate r
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import shutil
 import subprocess
@@ -183,6 +184,7 @@ def test_a_cancel_stops_a_programs_trial_between_its_windows(
     stopped on request (pruned, no windows), not as a failure of its config."""
     from tests.tuner.tiny import load, options
     from tuner.errors import Stopped
+    from tuner.evidence.progress import PlainProgress
     from tuner.search.study import run_study
     from tuner.store import keys
 
@@ -198,8 +200,11 @@ def test_a_cancel_stops_a_programs_trial_between_its_windows(
         "if run >= 2:\n",
     )
     opts = options(storage, "cancel", workload="program:hangs", trials=2, timeout_s=600)
+    said = io.StringIO()
     with pytest.raises(Stopped, match="stopped on request"):
-        run_study(opts, should_stop=(tmp_path / "run-2").exists)
+        run_study(opts, progress=PlainProgress(said), should_stop=(tmp_path / "run-2").exists)
+    # Said as the summary counts it, not as "pruned" (a probe, 2026-12-08).
+    assert "trial 0 (1/2) interrupted" in said.getvalue(), said.getvalue()
     (trial,) = load(storage, "cancel").trials
     assert trial.state.name == "PRUNED" and trial.user_attrs.get(keys.STOPPED) is True
     assert keys.FAILURE_REASON not in trial.user_attrs and keys.WINDOWS not in trial.user_attrs
