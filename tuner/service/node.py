@@ -9,8 +9,8 @@ final round on its own GPU, so no comparison of finalists crosses GPUs. This pro
 watches: a line per finished trial naming its GPU, then the recommendation with the wall time and
 the GPU-seconds the workers held.
 
-CPU stand-ins: with `--device cpu`, `TUNER_CPU_STANDINS=K` lets K CPU worker processes stand in
-for GPUs (the tests' way to run this code on a machine without one). Unset, a CPU has no GPU to
+CPU stand-ins: where the device is the CPU (`--device cpu`, or `auto` with no GPU),
+`TUNER_CPU_STANDINS=K` lets K CPU worker processes stand in for GPUs (the tests' way to run this code on a machine without one). Unset, a CPU has no GPU to
 give and `--gpus` above 1 is refused there; on a GPU device the count is torch's alone.
 """
 
