@@ -96,6 +96,64 @@ def test_ffn_sets_each_experts_width_in_a_mixture_of_experts(
     assert sum(result.losses[-4:]) < sum(result.losses[:4])
 
 
+# Encoder-decoder families whose causal LM is the decoder alone: their config's
+# num_hidden_layers and num_attention_heads name the encoder's, which is never built.
+ENCODER_DECODER_FAMILIES = [
+    "bart",
+    "mbart",
+    "marian",
+    "pegasus",
+    "blenderbot",
+    "blenderbot-small",
+    "bigbird_pegasus",
+    "mvp",
+]
+
+
+@pytest.mark.parametrize("arch", ENCODER_DECODER_FAMILIES)
+def test_an_encoder_decoder_familys_decoder_is_built_at_the_options_sizes(
+    arch: str, transformers: object
+) -> None:
+    """Blenderbot at layers=1, heads=2 had built 24 decoder layers of 32 heads, the family's
+    own, under a study named layers=1, heads=2: the sizes and their read-back went to the
+    encoder's fields (a user's probe, 2026-12-08)."""
+    args = {"arch": arch, "layers": "1", "ffn": "48", "attention": "eager"}
+    decoder = load_workload("hf:causal-lm", "tiny", model_args=args).model.model.decoder
+    assert len(decoder.layers) == 1
+    assert decoder.layers[0].self_attn.num_heads == 2
+    assert decoder.layers[0].fc1.out_features == 48
+    assert decoder.embed_tokens.num_embeddings == 128
+
+
+def test_blenderbots_decoder_trains_at_the_options_sizes(transformers: object) -> None:
+    args = {"arch": "blenderbot", "layers": "3", "lr": "3e-3"}
+    workload = load_workload("hf:causal-lm", "tiny", seed=0, model_args=args)
+    assert len(find_blocks(workload.model)) == 3  # what per-layer compile and recomputation wrap
+    result = run(workload, LoopConfig(), RunArgs(steps=24, warmup=0, windows=1, device="cpu"))
+    assert sum(result.losses[-4:]) < sum(result.losses[:4])
+
+
+def test_xlstm_builds_the_heads_asked(transformers: object) -> None:
+    """Its heads are `num_heads`: `heads` had gone to a `num_attention_heads` it never reads,
+    read back as set, while every layer kept 8 (a user's probe, 2026-12-08)."""
+    args = {"arch": "xlstm", "attention": "eager", "heads": "4"}
+    model = load_workload("hf:causal-lm", "tiny", model_args=args).model
+    assert model.config.num_heads == 4
+    # One input gate per head.
+    assert model.backbone.blocks[0].mlstm_layer.igate_preact.out_features == 4
+
+
+@pytest.mark.parametrize("arch", ["mamba", "rwkv"])
+def test_an_attention_free_family_is_built_at_its_depth_without_heads(
+    arch: str, transformers: object
+) -> None:
+    """No attention heads to set: built as before the read-back learnt each family's own
+    fields, at the options' depth and width, not refused for a `heads` the preset gives."""
+    args = {"arch": arch, "attention": "eager", "layers": "3", "hidden": "48"}
+    model = load_workload("hf:causal-lm", "tiny", model_args=args).model
+    assert model.config.num_hidden_layers == 3 and model.config.hidden_size == 48
+
+
 @pytest.mark.parametrize(
     "arch", ["gemma2", "mpt", "bloom", "openai-gpt", "xglm", "gpt_neo", "gptj"]
 )

@@ -261,6 +261,102 @@ def test_mpt_and_gpt_neo_files_give_their_heads_and_layers(tmp_path: Path) -> No
         assert (values["hidden"], values["heads"], values["layers"]) == (64, 8, layers)
 
 
+# A BART-family decoder's shape: its causal LM builds the decoder alone, whose sizes differ
+# from the encoder's that num_hidden_layers (as old BART files still carry) and the common
+# names map to.
+BLENDERBOT: dict[str, Any] = {
+    "model_type": "blenderbot",
+    "d_model": 64,
+    "decoder_layers": 3,
+    "decoder_attention_heads": 8,
+    "decoder_ffn_dim": 96,
+    "encoder_layers": 2,
+    "encoder_attention_heads": 16,
+    "encoder_ffn_dim": 512,
+    "num_hidden_layers": 2,
+    "vocab_size": 128,
+}
+
+
+def test_a_decoder_of_an_encoder_decoder_file_gives_its_own_sizes(tmp_path: Path) -> None:
+    """The decoder's depth, heads and width: the study's name had said the preset's layers=2,
+    heads=2 and 4 x hidden beside a model of 3 layers of 8 heads (a user's probe,
+    2026-12-08)."""
+    values = filled({"config": str(write(tmp_path / "b", BLENDERBOT))})
+    assert (values["hidden"], values["layers"], values["heads"], values["ffn"]) == (64, 3, 8, 96)
+
+
+@pytest.mark.parametrize(
+    ("file", "width"),
+    [
+        ({"model_type": "falcon", "hidden_size": 64, "ffn_hidden_size": 96}, 96),
+        ({"model_type": "ctrl", "n_embd": 64, "dff": 80}, 80),
+        ({"model_type": "bart", "d_model": 64, "decoder_ffn_dim": 112}, 112),
+    ],
+)
+def test_a_files_feed_forward_width_under_any_name_is_kept(
+    tmp_path: Path, file: dict[str, Any], width: int
+) -> None:
+    # Written under every name, it had been read under four: these had built 4 x hidden.
+    values = filled({"config": str(write(tmp_path / "f", file))})
+    assert values["ffn"] == width
+
+
+@pytest.mark.models
+def test_an_encoder_decoder_files_decoder_is_built_as_its_study_names_it(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    folder = str(write(tmp_path / "b", BLENDERBOT))
+    assert "ffn=96,heads=8,hidden=64" in workload_key("hf:causal-lm", "tiny", {"config": folder})
+    assert ",layers=3," in workload_key("hf:causal-lm", "tiny", {"config": folder})
+    for asked, layers, heads in (({}, 3, 8), ({"layers": "1", "heads": "4"}, 1, 4)):
+        args = {"config": folder, **asked}
+        decoder = load_workload("hf:causal-lm", "tiny", model_args=args).model.model.decoder
+        assert len(decoder.layers) == layers
+        assert decoder.layers[0].self_attn.num_heads == heads
+        assert decoder.layers[0].fc1.out_features == 96
+    # Marian's decoder embeds by decoder_vocab_size: the file's had outlasted the user's vocab.
+    marian = {**BLENDERBOT, "model_type": "marian", "vocab_size": 256, "decoder_vocab_size": 256}
+    args = {"config": str(write(tmp_path / "m", marian)), "vocab": "128"}
+    model = load_workload("hf:causal-lm", "tiny", model_args=args).model
+    assert model.model.decoder.embed_tokens.num_embeddings == 128
+
+
+@pytest.mark.models
+def test_falcon_and_ctrl_files_build_their_feed_forward_width(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    shape = {"vocab_size": 128, "hidden_size": 64, "num_attention_heads": 4}
+    falcon = {**shape, "model_type": "falcon", "num_hidden_layers": 2, "ffn_hidden_size": 96}
+    ctrl = {"model_type": "ctrl", "n_embd": 64, "n_head": 4, "n_layer": 2, "dff": 80}
+    built = {
+        name: load_workload(
+            "hf:causal-lm",
+            "tiny",
+            model_args={"config": str(write(tmp_path / name, f)), "attention": "eager"},
+        ).model
+        for name, f in (("falcon", falcon), ("ctrl", {**ctrl, "vocab_size": 128}))
+    }
+    assert built["falcon"].transformer.h[0].mlp.dense_h_to_4h.out_features == 96
+    assert built["ctrl"].transformer.h[0].ffn[0].out_features == 80
+
+
+@pytest.mark.models
+def test_a_depth_the_model_does_not_build_is_refused(tmp_path: Path) -> None:
+    """xLSTM builds `num_blocks` blocks: a file's 4 had been built under layers=2, its
+    `num_hidden_layers` read back as set (a probe, 2026-12-08)."""
+    pytest.importorskip("transformers")
+    xlstm = {"model_type": "xlstm", "hidden_size": 64, "embedding_dim": 64, "num_heads": 4}
+    xlstm |= {"num_hidden_layers": 4, "num_blocks": 4, "vocab_size": 128}
+    args = {"config": str(write(tmp_path / "x", xlstm)), "attention": "eager"}
+    with pytest.raises(WorkloadError) as info:
+        workload_key("hf:causal-lm", "tiny", {**args, "layers": "2"})
+    assert info.value.field == "model_arg.layers"
+    assert str(info.value).endswith(
+        "holds no list of 2 layers (its lists hold [4]); allowed the file's own depth"
+    )
+    model = load_workload("hf:causal-lm", "tiny", model_args=args).model
+    assert len(model.backbone.blocks) == 4
+
+
 @pytest.mark.models
 def test_gpt2_and_gpt_neox_files_keep_their_own_fields(tmp_path: Path) -> None:
     """They had been built from the project's own GPT-2 and GPT-NeoX configs, every field but

@@ -7,12 +7,13 @@ The named five (`NAMED_ARCHS`) are built by their own config classes in
 `trainers.workloads.text_models`; their presets and benchmark rows were measured so. Another
 type is built by the same rules, said once here rather than per family:
 
-- the sizes go to the config's common names (`hidden_size`, `num_attention_heads`, ...,
-  through each config's own `attribute_map`), `num_key_value_heads`, `intermediate_size` and
-  `head_dim` only where the family's config has them (`ffn` also each expert's width, where a
-  mixture of experts keeps it apart), and every size is read back: a family that keeps its
-  width elsewhere (a composite config, a `text_config`) is refused, naming its text decoder's
-  type where transformers has one;
+- the sizes go to the fields the family's causal LM builds from (`text_sizes.size_fields`:
+  the decoder's, `decoder_layers`, where an encoder-decoder family's causal LM is its decoder
+  alone; xLSTM's `num_heads`), `num_key_value_heads`, `intermediate_size` and `head_dim` only
+  where the family's config has them (`ffn` also each expert's width, where a mixture of
+  experts keeps it apart), and every size is read back from those fields: a family without
+  one (Mamba's heads) or that keeps its width elsewhere (a composite config, a `text_config`)
+  is refused, naming its text decoder's type where transformers has one;
 - every layer attends to the whole causal prefix: a sliding window is switched off
   (`use_sliding_window`), or set to the sequence length where the config takes only a number,
   and a `layer_types` list of full and sliding attention becomes all full. The causal SDPA path
@@ -38,7 +39,10 @@ original GPT and XLM, each with eager attention, whose masks take another form).
 only a 2D mask (BLOOM, the original GPT, XGLM) now trains under eager attention with the causal
 mask it builds itself (`causal_loss`), GPT-J and GPT-Neo build at any head width and depth,
 Gemma 2 is refused under sdpa (its soft cap), and XLM, whose failure meta tensors cannot show,
-is refused at the build.
+is refused at the build. On 2026-12-08, 132 and 98 (`tiny`, CPU): the sizes went to the fields
+each causal LM builds from, so PLBart and Whisper, whose decoders had kept the family's heads,
+now build; Mamba, Falcon-Mamba and RWKV, which have no attention heads, are refused naming
+`heads`, which they had taken and ignored.
 """
 
 from __future__ import annotations
@@ -59,12 +63,14 @@ from trainers.workloads.base import LossFn, evaluating
 from trainers.workloads.checks import raised_at, shapes_disagree
 from trainers.workloads.extras import require
 from trainers.workloads.options import Value
-from trainers.workloads.text_config_file import file_fields
+from trainers.workloads.text_config_file import FFN_FIELDS, file_fields
 from trainers.workloads.text_losses import causal_lm_loss, causal_lm_loss_eager
 from trainers.workloads.text_sizes import (
     EXPERT_FFN_FIELDS,
-    FFN_FIELDS,
     KV_FIELDS,
+    built_sizes,
+    check_built,
+    check_depth,
     family_config,
     ffn_sizes,
     head_sizes,
@@ -113,16 +119,12 @@ def other_config(options: Mapping[str, Value], transformers: Any, common: Mappin
     """The config of a causal LM of a type outside `NAMED_ARCHS`, or of any type from the
     user's config file (`trainers.workloads.text_config_file`), by the module's rules."""
     arch = str(options["arch"])
-    hidden, heads, layers = int(options["hidden"]), int(options["heads"]), int(options["layers"])
-    seq, vocab = int(options["seq"]), int(options["vocab"])
+    layers, seq, vocab = int(options["layers"]), int(options["seq"]), int(options["vocab"])
     given = file_fields(options)
     family = family_config(arch, transformers)
     fields = {**family.to_dict(), **given}
     sizes: dict[str, Any] = {
-        **given,
-        "hidden_size": hidden,
-        "num_attention_heads": heads,
-        "num_hidden_layers": layers,
+        **built_sizes(options, family, given),
         # A file's longer context kept: its RoPE scaling may be defined against it.
         "max_position_embeddings": max(seq, int(given.get("max_position_embeddings") or 0)),
         "use_cache": False,
@@ -222,19 +224,8 @@ def _check_sizes(arch: str, options: Mapping[str, Value], config: Any, transform
             f"the options do not set: allowed {instead}",
             field="model_arg.arch",
         )
-    read = {
-        "hidden": "hidden_size",
-        "heads": "num_attention_heads",
-        "layers": "num_hidden_layers",
-        "vocab": "vocab_size",
-    }
-    for option, attribute in read.items():
-        if getattr(config, attribute, None) != int(options[option]):
-            raise WorkloadError(
-                f"model_arg.{option}={options[option]} is not taken by arch={arch}: its config "
-                f"keeps {attribute} as {getattr(config, attribute, None)!r}; allowed another arch",
-                field=f"model_arg.{option}",
-            )
+    family = family_config(arch, transformers)
+    check_built(arch, options, config, family)
     kv_heads = int(options.get("kv_heads", 0))
     if kv_heads not in (0, 1, int(options["heads"])) and _multi_query_only(config):
         raise WorkloadError(
@@ -243,7 +234,7 @@ def _check_sizes(arch: str, options: Mapping[str, Value], config: Any, transform
             "head) or 1",
             field="model_arg.kv_heads",
         )
-    fields = family_config(arch, transformers).to_dict()
+    fields = family.to_dict()
     for option, what, names in (
         ("kv_heads", "key/value heads", KV_FIELDS),
         ("ffn", "feed-forward width", FFN_FIELDS + EXPERT_FFN_FIELDS),
@@ -317,6 +308,7 @@ def _check_runs(arch: str, options: Mapping[str, Value], config: Any, model_clas
             model = model_class(config)
     except Exception as exc:  # a model's init raises many kinds
         raise _cannot(arch, options, "its model", exc) from exc
+    check_depth(arch, options, model)
     _check_positions(arch, options, model)
     name_causal_loss(model)
     shape = (int(options["batch"]), int(options["seq"]))

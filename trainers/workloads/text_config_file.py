@@ -27,16 +27,49 @@ from typing import Any
 from trainers.errors import WorkloadError
 from trainers.workloads.options import Value, format_value
 
+FFN_FIELDS = (
+    "intermediate_size",
+    "ffn_dim",
+    "n_inner",
+    "d_ff",
+    "dff",
+    "dim_ff",
+    "ffn_hidden_size",
+    "decoder_ffn_dim",
+)
+"""The names configs give the feed-forward width (Llama's, OPT's, GPT-2's, T5's, CTRL's,
+CPM-Ant's, Falcon's, a BART decoder's), the first found."""
+
 CONFIG_SIZES: Mapping[str, tuple[str, ...]] = {
     "hidden": ("hidden_size", "n_embd", "d_model"),
-    "heads": ("num_attention_heads", "n_head", "n_heads", "num_heads"),
-    "layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
+    "heads": (
+        "decoder_attention_heads",
+        "num_decoder_attention_heads",
+        "num_attention_heads",
+        "n_head",
+        "n_heads",
+        "num_heads",
+    ),
+    "layers": (
+        "decoder_layers",
+        "num_decoder_layers",
+        "num_hidden_layers",
+        "n_layer",
+        "num_layers",
+        "n_layers",
+    ),
     "kv_heads": ("num_key_value_heads", "num_kv_heads"),
-    "ffn": ("intermediate_size", "ffn_dim", "n_inner", "d_ff"),
-    "vocab": ("vocab_size",),
+    "ffn": FFN_FIELDS,
+    "vocab": ("decoder_vocab_size", "vocab_size"),
     "tie": ("tie_word_embeddings",),
 }
-"""Each size option and the config fields it is read from, the first one present."""
+"""Each size option and the config fields it is read from, the first one present: the file's
+sizes, and where `trainers.workloads.text_sizes` writes the options' (one list, so a size
+is read where it is written: a Falcon `ffn_hidden_size`, a CTRL `dff` and a BART
+`decoder_ffn_dim` had been written and never read, and built 4 x hidden). The decoder's names
+come first: an encoder-decoder family's causal LM (BART's, Marian's, Pegasus's kind) builds the
+decoder alone, and its `num_hidden_layers` and `num_attention_heads` name the encoder's (a
+user's probe, 2026-12-08)."""
 
 FAMILY_DEFAULTED = ("kv_heads", "ffn", "tie")
 """Options whose default means the family's own (0: as many key/value heads as heads, 4 x hidden;

@@ -1,7 +1,8 @@
 """How the size options land in a config of a type outside the named five, or of the user's
-file (`trainers.workloads.text_archs.other_config`): the names each family gives its widths, and
-the widths a config derives from them (key/value heads, head width, rotated width, each
-expert's width), which follow the options where the user changes a size the file gave.
+file (`trainers.workloads.text_archs.other_config`): the fields each family's causal LM builds
+from (`size_fields`, read back by `check_built` and `check_depth`), and the widths a config
+derives from them (key/value heads, head width, rotated width, each expert's width), which
+follow the options where the user changes a size the file gave.
 """
 
 from __future__ import annotations
@@ -10,21 +11,15 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from trainers.workloads.options import Value
-from trainers.workloads.text_config_file import CONFIG_SIZES
+from torch import nn
 
-FFN_FIELDS = (
-    "intermediate_size",
-    "ffn_dim",
-    "n_inner",
-    "d_ff",
-    "dff",
-    "dim_ff",
-    "ffn_hidden_size",
-    "decoder_ffn_dim",
-)
-"""The names configs give the feed-forward width (Llama's, OPT's, GPT-2's, T5's, CTRL's,
-CPM-Ant's, Falcon's, a BART decoder's), the first found."""
+from trainers.errors import WorkloadError
+from trainers.workloads.options import Value
+from trainers.workloads.text_config_file import CONFIG_SIZES, FFN_FIELDS
+
+BUILT_SIZES = ("hidden", "heads", "layers", "vocab")
+"""The sizes every causal LM has and `size_fields` finds the family's own field of."""
+_WHAT = {"hidden": "width", "heads": "attention heads", "layers": "depth", "vocab": "vocabulary"}
 EXPERT_FFN_FIELDS = ("moe_intermediate_size", "expert_ffn_hidden_size")
 """The names a mixture of experts gives each expert's width where it keeps it apart from its
 dense layers' (Qwen2/3-MoE, DeepSeek, GLM-4-MoE; LongCat): `ffn` sets it too. Shared experts
@@ -44,6 +39,83 @@ def _file_size(given: Mapping[str, Any], option: str) -> int | None:
     """The file's value of the size option `option`, by `CONFIG_SIZES`' names."""
     field = next((f for f in CONFIG_SIZES[option] if given.get(f) is not None), None)
     return None if field is None else int(given[field])
+
+
+def size_fields(family: Any) -> dict[str, str]:
+    """The config field each of `BUILT_SIZES` is built from: the first of its `CONFIG_SIZES`
+    names that the family's config declares (a field, or an alias in its `attribute_map`), as
+    the field itself. The common names had gone through the `attribute_map` alone: BART's kind
+    maps `num_hidden_layers` to its encoder, which its causal LM never builds (24 decoder layers
+    of 32 heads under a study named layers=1, heads=2), and xLSTM has no `num_attention_heads`
+    (a plain attribute, read back as set, while `num_heads` stayed 8; a probe, 2026-12-08). An
+    option none of whose names the config declares is left out (refused by `check_built`)."""
+    aliases: dict[str, str] = dict(getattr(family, "attribute_map", None) or {})
+    declared = set(family.to_dict()) | set(aliases)
+    fields: dict[str, str] = {}
+    for option in BUILT_SIZES:
+        name = next((name for name in CONFIG_SIZES[option] if name in declared), None)
+        if name is not None:
+            fields[option] = aliases.get(name, name)
+    return fields
+
+
+def built_sizes(
+    options: Mapping[str, Value], family: Any, given: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The file's fields `given` with the options' sizes in the fields `size_fields` finds, and
+    without any alias of those: a file's `num_attention_heads` beside GPT-2's `n_head` would
+    leave which one wins to the order transformers sets them in."""
+    fields = size_fields(family)
+    aliases: dict[str, str] = dict(getattr(family, "attribute_map", None) or {})
+    sizes = {
+        name: value
+        for name, value in given.items()
+        if aliases.get(name, name) not in fields.values() or name in fields.values()
+    }
+    sizes.update({field: int(options[option]) for option, field in fields.items()})
+    return sizes
+
+
+def check_built(arch: str, options: Mapping[str, Value], config: Any, family: Any) -> None:
+    """Each of `BUILT_SIZES` read back from the built config's field of it (`size_fields`), and
+    the output head's `vocab_size`: refused, naming the option, where the family has no field
+    of it or its config keeps another value (one it derives). A family with no attention heads
+    at all (Mamba, RWKV) is built without them: `heads` has nothing to set there."""
+    fields = size_fields(family)
+    for option, field in [*((o, fields.get(o)) for o in BUILT_SIZES), ("vocab", "vocab_size")]:
+        value = int(options[option])
+        if field is None and option == "heads":
+            continue  # attention-free (Mamba, RWKV): no heads to set, built as before
+        if field is None:
+            raise WorkloadError(
+                f"model_arg.{option}={value} is not taken by arch={arch}: its config has no "
+                f"{_WHAT[option]} field ({', '.join(CONFIG_SIZES[option])}); allowed another "
+                "arch",
+                field=f"model_arg.{option}",
+            )
+        if getattr(config, field, None) != value:
+            raise WorkloadError(
+                f"model_arg.{option}={value} is not taken by arch={arch}: its config keeps "
+                f"{field} as {getattr(config, field, None)!r}; allowed another arch",
+                field=f"model_arg.{option}",
+            )
+
+
+def check_depth(arch: str, options: Mapping[str, Value], model: nn.Module) -> None:
+    """The built model (on meta tensors) holds its layers in a list as long as `layers`: where
+    the family builds from a field beside the one `size_fields` sets, its config reads back
+    right and its model is as deep as that other field (an xLSTM file's `num_blocks`: 4 blocks
+    under a study named layers=2; a probe, 2026-12-08). Every causal LM that passed the other
+    checks at layers=3 had such a list (2026-12-08)."""
+    layers = int(options["layers"])
+    lengths = sorted({len(part) for part in model.modules() if isinstance(part, nn.ModuleList)})
+    if layers not in lengths:
+        raise WorkloadError(
+            f"model_arg.layers={layers} is not taken by arch={arch}: its model holds no list "
+            f"of {layers} layers (its lists hold {lengths or 'none'}); allowed "
+            + ("the file's own depth" if options.get("config") else "another arch"),
+            field="model_arg.layers",
+        )
 
 
 def head_sizes(
