@@ -79,6 +79,7 @@ def _study_row(
     trials = study.get_trials(deepcopy=False)
     # Where the figure comes from, said beside it: a finished study's is its final round's
     # median, an unfinished one's a search trial's, from one short measurement.
+    best_from: str | None
     if isinstance(rec, dict) and rec.get("throughput"):
         best, best_from = rec["throughput"]["median"], "final round"
     else:

@@ -10,8 +10,9 @@ watches: a line per finished trial naming its GPU, then the recommendation with 
 the GPU-seconds the workers held.
 
 CPU stand-ins: where the device is the CPU (`--device cpu`, or `auto` with no GPU),
-`TUNER_CPU_STANDINS=K` lets K CPU worker processes stand in for GPUs (the tests' way to run this code on a machine without one). Unset, a CPU has no GPU to
-give and `--gpus` above 1 is refused there; on a GPU device the count is torch's alone.
+`TUNER_CPU_STANDINS=K` lets K CPU worker processes stand in for GPUs (the tests' way to run this
+code on a machine without one). Unset, a CPU has no GPU to give and `--gpus` above 1 is refused
+there; on a GPU device the count is torch's alone.
 """
 
 from __future__ import annotations
