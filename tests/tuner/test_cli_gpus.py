@@ -10,18 +10,23 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import optuna
 import pytest
 
-from tests.tuner.test_cli_run import run_main, tuner
+from tests.tuner.test_cli_run import REPO, run_main, tuner
 from tests.tuner.tiny import RUN_FLAGS, WORKLOADS, sqlite_url
 from tuner.search.trials import trials_without_gain
 from tuner.service.jobstore import JobStore
 from tuner.store import keys
-from tuner.store.keys import OWNER
+from tuner.store.counting import count_trials
+from tuner.store.keys import INTERRUPTED_PREFIX, OWNER
 
 STANDINS = "TUNER_CPU_STANDINS"
 
@@ -95,6 +100,74 @@ def test_the_patience_ends_the_trials_of_a_job_on_several_gpus(tmp_path: Path) -
     assert study.user_attrs[keys.JOB_BEGUN] == []
     (job,), _ = JobStore(storage).list()
     assert (job.status, job.spec["patience"]) == ("succeeded", 1)
+
+
+def test_the_last_trial_of_a_killed_worker_is_run_again_by_the_other(tmp_path: Path) -> None:
+    """The worker running the job's last trial is killed (SIGKILL: no chance to fail it) while
+    the other, its trials over, helps with the gate: the dead worker's trial is failed as
+    interrupted, and the other goes back to the trials and runs it again, so the job counts
+    every trial asked for. It had helped on until the job's deadline, then decided on one trial
+    fewer (a probe, 2026-12-08): `--timeout` here ends the job that way, within the test."""
+    storage, asked = sqlite_url(tmp_path), 4
+    # A short lease: the killed worker is taken for dead 3 s after its last heartbeat.
+    env = standin_env(2, TUNER_POLL_S="0.3", TUNER_TORCH_THREADS="1")
+    env |= {"TUNER_LEASE_S": "3", "TUNER_HEARTBEAT_S": "0.5"}
+    flags = (*RUN_FLAGS, "--workload", f"{WORKLOADS}:paced", "--trials", str(asked))
+    command = [sys.executable, "-m", "tuner", "run", *flags, "--timeout", "45", "--gpus", "2"]
+    log, out = tmp_path / "run.log", tmp_path / "run.json"
+    with log.open("w") as err, out.open("w") as sink:
+        proc = subprocess.Popen(
+            [*command, "--storage", storage, "--json"],
+            cwd=REPO,
+            env=env,
+            stdout=sink,
+            stderr=err,
+            start_new_session=True,  # the run and its workers: one group to end at the end
+        )
+        try:
+            killed = _kill_the_last_trials_worker(proc, storage, asked)
+            proc.wait(timeout=150)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=60)
+    text = log.read_text()
+    assert proc.returncode == 0, text[-4000:]
+    rec = json.loads(out.read_text())
+    study = optuna.load_study(study_name=rec["study"], storage=storage)
+    trials = study.get_trials(deepcopy=False)
+    lost = trials[killed]
+    assert lost.state.name == "FAIL", lost.state
+    assert lost.user_attrs[keys.FAILURE_REASON].startswith(INTERRUPTED_PREFIX), lost.user_attrs
+    # Run again, by the worker that lived, after the lost one: the job counts every trial.
+    again = [t for t in trials if t.number > killed and t.state.name in {"COMPLETE", "PRUNED"}]
+    assert again and lost.user_attrs[OWNER] not in {t.user_attrs[OWNER] for t in again}
+    counts = count_trials(trials)
+    assert (counts.counted, counts.interrupted, counts.running) == (asked, 1, 0), text[-3000:]
+    ended = rec["search"]["ended"]
+    assert ended["by"] == "trials" and f"({asked} run)" in ended["why"], ended
+    (job,), _ = JobStore(storage).list()
+    assert job.status == "succeeded" and job.n_complete + job.n_pruned == asked
+
+
+def _kill_the_last_trials_worker(proc: subprocess.Popen[bytes], storage: str, asked: int) -> int:
+    """SIGKILL the worker running the job's last trial, once every other trial is counted; the
+    trial's number."""
+    started = time.monotonic()
+    while proc.poll() is None and time.monotonic() - started < 120:
+        time.sleep(0.1)
+        names = [n for n in optuna.get_all_study_names(storage) if n.startswith("job-")]
+        if not names:
+            continue
+        trials = optuna.load_study(study_name=names[0], storage=storage).get_trials(deepcopy=False)
+        counts = count_trials(trials)
+        running = [t for t in trials if t.state.name == "RUNNING" and OWNER in t.user_attrs]
+        if counts.counted == asked - 1 and len(running) == 1:
+            pid = int(running[0].user_attrs[OWNER].rsplit("-", 2)[1])
+            assert os.getpgid(pid) == proc.pid  # one of this run's workers, nothing else
+            os.kill(pid, signal.SIGKILL)
+            return running[0].number
+    raise AssertionError(f"the last trial was never seen running (run exit {proc.poll()})")
 
 
 @pytest.mark.parametrize(

@@ -52,12 +52,12 @@ POLL_S = 2.0
 def help_job(
     search: Search, over: Callable[[], bool], settled: Callable[[], bool], *, wait: bool
 ) -> int:
-    """The module doc's parts, in its order, until `over()` (the job ended, or this worker
-    stops) or nothing is left to take: once `settled()` (no trial runs any more), or at once
-    where `wait` is False (a service worker, which a queued job may need, takes what is there
-    and goes). Once settled, the profiles go before the gate (or own run) of a config behind the
-    leader: that verdict counts only if the leader's gate fails, the profiles always. Returns how
-    many parts it took."""
+    """The module doc's parts, in its order, until `over()` (the job ended, this worker stops,
+    or a trial slot came free for it) or nothing is left to take: once `settled()` (no trial
+    runs any more), or at once where `wait` is False (a service worker, which a queued job may
+    need, takes what is there and goes). Once settled, the profiles go before the gate (or own
+    run) of a config behind the leader: that verdict counts only if the leader's gate fails, the
+    profiles always. Returns how many parts it took."""
     taken = 0
     tried: set[str] = set()
     while not over():

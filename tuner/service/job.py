@@ -176,21 +176,8 @@ class JobRun:
                 deadline = opened
             if not claimed:
                 self._count_from_the_job(search)
-            slots = self._slots(job, deadline)
-            search.run_trials(slots)
-            # Read now, not by the next heartbeat: a cancel asked before the final round ends
-            # the job without one (a repeat job, whose trials were all copied, had run it).
-            if search.stopped or self._read_cancel():
-                raise Stopped(f"stopped after {search.done} trials")
-            # Under the slot lock: a worker that found the patience short a moment ago must not
-            # take a trial after this one claimed the final round.
-            if not slots.locked(
-                lambda: (
-                    _trials_over(slots, search)
-                    and self.worker.store.claim_finalizing(job.id, self.worker.id)
-                )
-            ):
-                helped = self._help(job, search, slots)
+            finalizing, helped = self._trials(job, search, self._slots(job, deadline, search))
+            if not finalizing:
                 return search.done > 0 or claimed or helped
             self._phase = "final round"
             rec = self.worker.backoff.call(search.decide, what=f"job {job.id}: final round")
@@ -256,21 +243,48 @@ class JobRun:
             return None
         return prepared[1], prepared[2]
 
-    def _help(self, job: JobRow, search: Search, slots: JobSlots) -> bool:
+    def _trials(self, job: JobRow, search: Search, slots: JobSlots) -> tuple[bool, bool]:
+        """Trials while a slot is left for this worker, then help (`_help`), and trials again
+        where a slot came free meanwhile. Whether the final round fell to this worker, and
+        whether it helped."""
+        helped, store, me = False, self.worker.store, self.worker.id
+        while True:
+            search.run_trials(slots)
+            # Read now, not by the next heartbeat: a cancel asked before the final round ends
+            # the job without one (a repeat job, whose trials were all copied, had run it).
+            if search.stopped or self._read_cancel():
+                raise Stopped(f"stopped after {search.done} trials")
+            # Under the slot lock: a worker that found the patience short a moment ago must not
+            # take a trial after this one claimed the final round.
+            if slots.locked(lambda: slots.trials_over() and store.claim_finalizing(job.id, me)):
+                return True, helped
+            took, freed = self._help(job, search, slots)
+            helped = helped or took
+            if not freed:
+                return False, helped
+            search.progress.phase("trials: a slot came free (a trial interrupted, or a gain)")
+            search.ended = None  # the recommendation says what ended these, not the first
+
+    def _help(self, job: JobRow, search: Search, slots: JobSlots) -> tuple[bool, bool]:
         """No trial left for this worker, and another runs trials or the final round: take the
         gate's parts that the final round will ask for (`tuner.service.gatehelp`). Whether it
-        ran any."""
+        ran any, and whether it stopped for a slot come free (`JobSlots.free_again`)."""
         self._phase = "gate: helping while the others run"
+        # A service worker waits for no trial to end: a queued job may need it. One of
+        # `run --gpus N`'s workers serves this job alone: it stays to take what comes, a slot
+        # freed included (it had helped on to the deadline, a trial short: a probe, 2026-12-08).
+        wait, freed = self.worker.only_job is not None, False
 
         def over() -> bool:
+            nonlocal freed
             if self._stop is not None or self.worker.stopping.is_set():
                 return True
-            return self.worker.store.get(job.id).status in FINISHED
+            if self.worker.store.get(job.id).status in FINISHED:
+                return True
+            freed = wait and slots.free_again()
+            return freed
 
-        # A service worker waits for no trial to end: a queued job may need it. One of
-        # `run --gpus N`'s workers serves this job alone, so it stays to take what comes.
-        wait = self.worker.only_job is not None
-        return search.help_gate(over, lambda: _trials_over(slots, search), wait=wait) > 0
+        return search.help_gate(over, slots.trials_over, wait=wait) > 0, freed
 
     def _count_from_the_job(self, search: Search) -> None:
         """The patience of every worker of the job counts the trials begun since the job was
@@ -347,7 +361,7 @@ class JobRun:
             log.warning("job %s: decided, but this worker no longer holds it", job.id)
         return True
 
-    def _slots(self, job: JobRow, deadline: dt.datetime | None) -> JobSlots:
+    def _slots(self, job: JobRow, deadline: dt.datetime | None, search: Search) -> JobSlots:
         return JobSlots(
             self.worker.store,
             self.worker.storage(),
@@ -356,6 +370,7 @@ class JobRun:
             worker=self.worker.id,
             hold_s=self.worker.settings.lease_s,
             backoff=self.worker.backoff,
+            out_of_patience=search.out_of_patience,
         )
 
     def _after_stop(self, job: JobRow) -> None:
@@ -482,11 +497,3 @@ class _JobProgress:
     def trial_done(self, done: int, total: int, best: float | None, state: str) -> None:
         self.run._phase = f"{done} trial{'s' * (done != 1)} run here, the last {state}"
         self.run._sync_progress(self.job)
-
-
-def _trials_over(slots: JobSlots, search: Search) -> bool:
-    """No trial of the job is left to run: every slot is counted or the job's time is up
-    (`SlotCount.finished`), or no trial runs and the search's patience (every worker's trials)
-    has stopped it: without that, 2 H200s' workers had run on to the deadline (2026-11-28)."""
-    count = slots.count()
-    return count.finished or (count.running == 0 and search.out_of_patience())

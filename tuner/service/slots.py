@@ -127,7 +127,10 @@ class JobSlots:
         worker: str,
         hold_s: float,
         backoff: Backoff,
+        out_of_patience: Callable[[], bool] = lambda: False,
     ) -> None:
+        """`out_of_patience`: whether the search's patience (every worker's trials) has ended
+        the job's trials, with slots left free (`Search.out_of_patience`)."""
         self.store = store
         self.storage = storage
         self.job = job
@@ -137,6 +140,7 @@ class JobSlots:
         self.worker = worker
         self.hold_s = hold_s
         self.backoff = backoff
+        self.out_of_patience = out_of_patience
         self.last: SlotCount | None = None
 
     def take(
@@ -176,6 +180,23 @@ class JobSlots:
         return self.backoff.call(
             lambda: count_slots(self.storage, self.job, self.deadline),
             what=f"job {self.job_id}: counting trials",
+        )
+
+    def trials_over(self) -> bool:
+        """No trial of the job is left to run: every slot is counted or the job's time is up
+        (`SlotCount.finished`), or no trial runs and the patience has stopped the trials:
+        without that, 2 H200s' workers had run on to the deadline (2026-11-28)."""
+        count = self.count()
+        return count.finished or (count.running == 0 and self.out_of_patience())
+
+    def free_again(self) -> bool:
+        """A slot this worker may take has come free while it had none: a trial failed as
+        interrupted (its worker dead or shut down) frees its slot, and a gain after the patience
+        had ended the trials frees the slots it left; none once the final round is claimed."""
+        if self.count().free <= 0 or self.out_of_patience():
+            return False
+        return not self.backoff.call(
+            lambda: self.store.finalizing(self.job_id), what=f"job {self.job_id}: reading it"
         )
 
     def _take_once(
