@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import typer
 from typer import Abort, Exit
@@ -36,7 +37,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # Said by the command once its flags are checked (`tuner.repeats.say_overridden`), so that a
     # refused flag is still one line.
-    OVERRIDDEN.set(tuple(overridden(command, words)))
+    said = OVERRIDDEN.set(tuple(overridden(command, words)))
+    try:
+        return _main(command, argv, words)
+    finally:
+        OVERRIDDEN.reset(said)  # not said again by a later command in this process
+
+
+def _main(command: Any, argv: list[str] | None, words: list[str]) -> int:
     try:
         # Not standalone, click returns a `typer.Exit`'s code (`run` without a recommendation).
         code = command.main(args=argv, prog_name="python -m tuner", standalone_mode=False)

@@ -155,3 +155,11 @@ def test_a_flag_given_twice_elsewhere_keeps_the_last_and_says_so(
     code, out, err = run_main(capsys, *flags, "1", "--steps", "4", "--steps", "2", "--json")
     assert code == 0 and json.loads(out)["steps"] == 2
     assert err == "note: --steps given 2 times; using the last, '2' ('4' ignored)\n"
+
+
+def test_the_notes_of_one_command_line_are_not_said_by_the_next() -> None:
+    from tuner.repeats import OVERRIDDEN
+
+    # In one process (a test, an embedding) the next command must not repeat them.
+    main(["train", "--steps", "0", "--steps", "-1"])
+    assert OVERRIDDEN.get() == ()
